@@ -1,0 +1,17 @@
+//===- GraphOps.h - cdp graph ops -------------------------------*- C++ -*-===//
+
+#ifndef CDP_DIALECT_GRAPH_GRAPHOPS_H
+#define CDP_DIALECT_GRAPH_GRAPHOPS_H
+
+#include "cdp/Dialect/Graph/GraphDialect.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#define GET_OP_CLASSES
+#include "cdp/Dialect/Graph/GraphOps.h.inc"
+
+#endif // CDP_DIALECT_GRAPH_GRAPHOPS_H

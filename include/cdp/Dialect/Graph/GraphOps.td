@@ -1,0 +1,420 @@
+//===- GraphOps.td - cdp graph ops -------------------------*- tablegen -*-===//
+//
+// Forward ops with ONNX semantics. Every op infers its result types
+// (InferTypeOpAdaptor), so the verifier rejects any printed type that
+// disagrees with the shape rules, and the importer builds ops without
+// computing shapes itself.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CDP_DIALECT_GRAPH_GRAPHOPS_TD
+#define CDP_DIALECT_GRAPH_GRAPHOPS_TD
+
+include "cdp/Dialect/Graph/GraphDialect.td"
+include "mlir/IR/OpBase.td"
+include "mlir/IR/BuiltinAttributeInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+//===----------------------------------------------------------------------===//
+// Types
+//===----------------------------------------------------------------------===//
+
+def CDP_F32Tensor : RankedTensorOf<[F32]>;
+def CDP_I64Tensor : RankedTensorOf<[I64]>;
+def CDP_BoolTensor : RankedTensorOf<[I1]>;
+def CDP_NumTensor : RankedTensorOf<[F32, I64]>;
+def CDP_AnyTensor : RankedTensorOf<[F32, I64, I1]>;
+
+//===----------------------------------------------------------------------===//
+// Base classes
+//===----------------------------------------------------------------------===//
+
+class CDP_BaseOp<string mnemonic, list<Trait> traits = []>
+    : Op<CDP_Dialect, mnemonic, traits> {
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+
+// Most ops are pure and infer their result types.
+class CDP_Op<string mnemonic, list<Trait> traits = []>
+    : CDP_BaseOp<mnemonic, !listconcat(traits, [Pure, InferTypeOpAdaptor])>;
+
+class CDP_UnaryOp<string mnemonic, string onnxName, Type type = CDP_F32Tensor>
+    : CDP_BaseOp<mnemonic, [Pure, SameOperandsAndResultType, InferTypeOpInterface]> {
+  let summary = "element-wise " # onnxName;
+  let description = "ONNX `" # onnxName # "`, applied element by element.";
+  let arguments = (ins type:$input);
+  let results = (outs type:$output);
+  let assemblyFormat = "$input attr-dict `:` type($output)";
+}
+
+class CDP_BroadcastOp<string mnemonic, string onnxName, Type type = CDP_NumTensor>
+    : CDP_Op<mnemonic> {
+  let summary = "element-wise " # onnxName # " with numpy broadcasting";
+  let description = [{
+    ONNX `}] # onnxName # [{`: both operands have the same element type;
+    their shapes broadcast as in numpy (aligned at the trailing dimension,
+    size-1 dimensions stretch).
+  }];
+  let arguments = (ins type:$lhs, type:$rhs);
+  let results = (outs type:$output);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+}
+
+//===----------------------------------------------------------------------===//
+// Values: parameters and constants
+//===----------------------------------------------------------------------===//
+
+def CDP_ParamOp : CDP_BaseOp<"param", [Pure]> {
+  let summary = "a named model parameter or buffer";
+  let description = [{
+    An ONNX initializer that stays a named value: a trainable parameter or,
+    with `buffer`, a state tensor such as BatchNorm running statistics. Its
+    data is an MLIR resource (`dense_resource<...>`), so it does not bloat the
+    printed IR; `value` may be absent when only the shape is known. Every use
+    of one initializer reads the same op, so tied weights stay one parameter.
+
+    ```mlir
+    %w = cdp.param "fc1.weight" {value = dense_resource<fc1.weight> : tensor<64x784xf32>} : tensor<64x784xf32>
+    ```
+  }];
+  let arguments = (ins StrAttr:$name, OptionalAttr<ElementsAttr>:$value,
+                       UnitAttr:$buffer);
+  let results = (outs CDP_AnyTensor:$output);
+  let assemblyFormat = "$name (`buffer` $buffer^)? attr-dict `:` type($output)";
+  let hasVerifier = 1;
+}
+
+def CDP_ConstantOp : CDP_Op<"constant", [ConstantLike]> {
+  let summary = "a constant tensor (ONNX Constant)";
+  let arguments = (ins ElementsAttr:$value);
+  let results = (outs CDP_AnyTensor:$output);
+  let assemblyFormat = "$value attr-dict";
+  let hasFolder = 1;
+}
+
+def CDP_ConstantOfShapeOp : CDP_Op<"constant_of_shape"> {
+  let summary = "a tensor filled with one value (ONNX ConstantOfShape)";
+  let description = "The shape, an input in ONNX, is static here.";
+  let arguments = (ins DenseI64ArrayAttr:$shape, ElementsAttr:$value);
+  let results = (outs CDP_AnyTensor:$output);
+  let assemblyFormat = "attr-dict `:` type($output)";
+  let hasFolder = 1;
+}
+
+def CDP_ShapeOp : CDP_Op<"shape"> {
+  let summary = "the shape of a tensor as a 1-D i64 tensor (ONNX Shape)";
+  let description = "Always folds to a constant, since every shape is static.";
+  let arguments = (ins CDP_AnyTensor:$input, DefaultValuedAttr<I64Attr, "0">:$start,
+                       OptionalAttr<I64Attr>:$end);
+  let results = (outs CDP_I64Tensor:$output);
+  let hasFolder = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Linear algebra and convolution
+//===----------------------------------------------------------------------===//
+
+def CDP_GemmOp : CDP_Op<"gemm"> {
+  let summary = "general matrix multiply (ONNX Gemm)";
+  let description = [{
+    `Y = alpha * op(A) * op(B) + beta * C`, with `op` transposing when
+    `trans_a`/`trans_b` is set; `C` broadcasts to `(M, N)`.
+  }];
+  let arguments = (ins CDP_F32Tensor:$a, CDP_F32Tensor:$b, Optional<CDP_F32Tensor>:$c,
+                       DefaultValuedAttr<F32Attr, "1.0f">:$alpha,
+                       DefaultValuedAttr<F32Attr, "1.0f">:$beta,
+                       DefaultValuedAttr<BoolAttr, "false">:$trans_a,
+                       DefaultValuedAttr<BoolAttr, "false">:$trans_b);
+  let results = (outs CDP_F32Tensor:$output);
+}
+
+def CDP_MatMulOp : CDP_Op<"matmul"> {
+  let summary = "matrix product with numpy semantics (ONNX MatMul)";
+  let description = [{
+    1-D operands are promoted to matrices and the promoted dimension removed
+    from the result; leading (batch) dimensions broadcast.
+  }];
+  let arguments = (ins CDP_F32Tensor:$a, CDP_F32Tensor:$b);
+  let results = (outs CDP_F32Tensor:$output);
+}
+
+def CDP_ConvOp : CDP_Op<"conv"> {
+  let summary = "2-D convolution (ONNX Conv)";
+  let description = [{
+    Input `(N, C, H, W)`, weight `(M, C/group, kH, kW)`, optional bias `(M)`.
+    `pads` is `[top, left, bottom, right]`; the importer resolves ONNX
+    `auto_pad` into explicit pads.
+  }];
+  let arguments = (ins CDP_F32Tensor:$input, CDP_F32Tensor:$weight,
+                       Optional<CDP_F32Tensor>:$bias,
+                       DenseI64ArrayAttr:$pads, DenseI64ArrayAttr:$strides,
+                       DenseI64ArrayAttr:$dilations,
+                       DefaultValuedAttr<I64Attr, "1">:$group);
+  let results = (outs CDP_F32Tensor:$output);
+}
+
+//===----------------------------------------------------------------------===//
+// Pooling and normalization
+//===----------------------------------------------------------------------===//
+
+def CDP_MaxPoolOp : CDP_Op<"max_pool"> {
+  let summary = "2-D max pooling (ONNX MaxPool)";
+  let description = "Padding never wins a maximum; `ceil_mode` rounds the output size up.";
+  let arguments = (ins CDP_F32Tensor:$input, DenseI64ArrayAttr:$kernel_shape,
+                       DenseI64ArrayAttr:$pads, DenseI64ArrayAttr:$strides,
+                       DenseI64ArrayAttr:$dilations,
+                       DefaultValuedAttr<BoolAttr, "false">:$ceil_mode);
+  let results = (outs CDP_F32Tensor:$output);
+}
+
+def CDP_AveragePoolOp : CDP_Op<"average_pool"> {
+  let summary = "2-D average pooling (ONNX AveragePool)";
+  let description = [{
+    `count_include_pad` divides by the whole window (padding included)
+    instead of the elements inside the input.
+  }];
+  let arguments = (ins CDP_F32Tensor:$input, DenseI64ArrayAttr:$kernel_shape,
+                       DenseI64ArrayAttr:$pads, DenseI64ArrayAttr:$strides,
+                       DenseI64ArrayAttr:$dilations,
+                       DefaultValuedAttr<BoolAttr, "false">:$ceil_mode,
+                       DefaultValuedAttr<BoolAttr, "false">:$count_include_pad);
+  let results = (outs CDP_F32Tensor:$output);
+}
+
+def CDP_GlobalAveragePoolOp : CDP_Op<"global_average_pool"> {
+  let summary = "mean over the spatial dimensions (ONNX GlobalAveragePool)";
+  let arguments = (ins CDP_F32Tensor:$input);
+  let results = (outs CDP_F32Tensor:$output);
+}
+
+def CDP_BatchNormOp : CDP_Op<"batch_norm"> {
+  let summary = "batch normalization (ONNX BatchNormalization)";
+  let description = [{
+    Inference mode normalizes with `mean` and `var`; training mode with the
+    batch statistics, and returns updated running statistics
+    `running = momentum * running + (1 - momentum) * batch`. In inference
+    mode the running results equal `mean` and `var`.
+  }];
+  let arguments = (ins CDP_F32Tensor:$input, CDP_F32Tensor:$scale, CDP_F32Tensor:$bias,
+                       CDP_F32Tensor:$mean, CDP_F32Tensor:$var,
+                       DefaultValuedAttr<F32Attr, "1e-5f">:$epsilon,
+                       DefaultValuedAttr<F32Attr, "0.9f">:$momentum,
+                       DefaultValuedAttr<BoolAttr, "false">:$training_mode);
+  let results = (outs CDP_F32Tensor:$output, CDP_F32Tensor:$running_mean,
+                      CDP_F32Tensor:$running_var);
+}
+
+def CDP_LayerNormOp : CDP_Op<"layer_norm"> {
+  let summary = "layer normalization (ONNX LayerNormalization)";
+  let description = [{
+    Normalizes over the dimensions from `axis` on. Also returns the mean and
+    the inverse standard deviation, shaped like the input with the normalized
+    dimensions set to 1.
+  }];
+  let arguments = (ins CDP_F32Tensor:$input, CDP_F32Tensor:$scale,
+                       Optional<CDP_F32Tensor>:$bias,
+                       DefaultValuedAttr<I64Attr, "-1">:$axis,
+                       DefaultValuedAttr<F32Attr, "1e-5f">:$epsilon);
+  let results = (outs CDP_F32Tensor:$output, CDP_F32Tensor:$mean,
+                      CDP_F32Tensor:$inv_std_dev);
+}
+
+def CDP_SoftmaxOp : CDP_Op<"softmax"> {
+  let summary = "softmax along one axis (ONNX Softmax, opset 13 semantics)";
+  let arguments = (ins CDP_F32Tensor:$input, DefaultValuedAttr<I64Attr, "-1">:$axis);
+  let results = (outs CDP_F32Tensor:$output);
+}
+
+def CDP_LogSoftmaxOp : CDP_Op<"log_softmax"> {
+  let summary = "log of softmax along one axis (ONNX LogSoftmax, opset 13 semantics)";
+  let arguments = (ins CDP_F32Tensor:$input, DefaultValuedAttr<I64Attr, "-1">:$axis);
+  let results = (outs CDP_F32Tensor:$output);
+}
+
+// Not Pure: two dropouts of one tensor draw different masks.
+def CDP_DropoutOp : CDP_BaseOp<"dropout", [InferTypeOpAdaptor]> {
+  let summary = "random zeroing with rescaling (ONNX Dropout)";
+  let description = [{
+    In training mode each element is kept with probability `1 - ratio` and
+    scaled by `1 / (1 - ratio)`; `mask` records the kept elements. Outside
+    training mode the output is the input and the mask all true.
+  }];
+  let arguments = (ins CDP_F32Tensor:$input,
+                       DefaultValuedAttr<F32Attr, "0.5f">:$ratio,
+                       DefaultValuedAttr<BoolAttr, "false">:$training_mode,
+                       OptionalAttr<I64Attr>:$seed);
+  let results = (outs CDP_F32Tensor:$output, CDP_BoolTensor:$mask);
+}
+
+//===----------------------------------------------------------------------===//
+// Element-wise
+//===----------------------------------------------------------------------===//
+
+def CDP_ReluOp : CDP_UnaryOp<"relu", "Relu">;
+def CDP_ErfOp : CDP_UnaryOp<"erf", "Erf">;
+def CDP_TanhOp : CDP_UnaryOp<"tanh", "Tanh">;
+def CDP_SigmoidOp : CDP_UnaryOp<"sigmoid", "Sigmoid">;
+def CDP_SqrtOp : CDP_UnaryOp<"sqrt", "Sqrt">;
+def CDP_IdentityOp : CDP_UnaryOp<"identity", "Identity", CDP_AnyTensor>;
+
+def CDP_GeluOp : CDP_BaseOp<"gelu", [Pure, SameOperandsAndResultType, InferTypeOpInterface]> {
+  let summary = "Gaussian error linear unit (ONNX Gelu)";
+  let description = [{
+    `approximate = "none"`: `x * 0.5 * (1 + erf(x / sqrt(2)))`;
+    `"tanh"`: `x * 0.5 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3)))`.
+  }];
+  let arguments = (ins CDP_F32Tensor:$input,
+                       DefaultValuedStrAttr<StrAttr, "none">:$approximate);
+  let results = (outs CDP_F32Tensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($output)";
+  let hasVerifier = 1;
+}
+
+def CDP_AddOp : CDP_BroadcastOp<"add", "Add">;
+def CDP_SubOp : CDP_BroadcastOp<"sub", "Sub">;
+def CDP_MulOp : CDP_BroadcastOp<"mul", "Mul">;
+def CDP_DivOp : CDP_BroadcastOp<"div", "Div">;
+def CDP_PowOp : CDP_BroadcastOp<"pow", "Pow", CDP_F32Tensor>;
+
+def CDP_CastOp : CDP_Op<"cast"> {
+  let summary = "element type conversion (ONNX Cast)";
+  let description = "Float to integer truncates toward zero; to i1, non-zero is true.";
+  let arguments = (ins CDP_AnyTensor:$input, TypeAttr:$to);
+  let results = (outs CDP_AnyTensor:$output);
+}
+
+//===----------------------------------------------------------------------===//
+// Shape manipulation
+//===----------------------------------------------------------------------===//
+
+def CDP_ReshapeOp : CDP_Op<"reshape"> {
+  let summary = "reinterpret the shape (ONNX Reshape)";
+  let description = [{
+    `shape` is the final static shape: the importer resolves `0` and `-1`
+    from the ONNX shape input.
+  }];
+  let arguments = (ins CDP_AnyTensor:$input, DenseI64ArrayAttr:$shape);
+  let results = (outs CDP_AnyTensor:$output);
+}
+
+def CDP_FlattenOp : CDP_Op<"flatten"> {
+  let summary = "collapse to 2-D around an axis (ONNX Flatten)";
+  let arguments = (ins CDP_AnyTensor:$input, DefaultValuedAttr<I64Attr, "1">:$axis);
+  let results = (outs CDP_AnyTensor:$output);
+}
+
+def CDP_TransposeOp : CDP_Op<"transpose"> {
+  let summary = "permute dimensions (ONNX Transpose)";
+  let arguments = (ins CDP_AnyTensor:$input, DenseI64ArrayAttr:$perm);
+  let results = (outs CDP_AnyTensor:$output);
+}
+
+def CDP_ConcatOp : CDP_Op<"concat"> {
+  let summary = "join along an axis (ONNX Concat)";
+  let arguments = (ins Variadic<CDP_AnyTensor>:$inputs, I64Attr:$axis);
+  let results = (outs CDP_AnyTensor:$output);
+}
+
+def CDP_SplitOp : CDP_Op<"split"> {
+  let summary = "cut along an axis (ONNX Split)";
+  let description = "`split` lists the size of every piece; they sum to the axis length.";
+  let arguments = (ins CDP_AnyTensor:$input, I64Attr:$axis, DenseI64ArrayAttr:$split);
+  let results = (outs Variadic<CDP_AnyTensor>:$outputs);
+}
+
+def CDP_SliceOp : CDP_Op<"slice"> {
+  let summary = "strided sub-tensor (ONNX Slice)";
+  let description = [{
+    `starts`, `ends`, `axes` and `steps` have ONNX semantics: negative values
+    count from the end and out-of-range values are clamped.
+  }];
+  let arguments = (ins CDP_AnyTensor:$input, DenseI64ArrayAttr:$starts,
+                       DenseI64ArrayAttr:$ends, DenseI64ArrayAttr:$axes,
+                       DenseI64ArrayAttr:$steps);
+  let results = (outs CDP_AnyTensor:$output);
+}
+
+def CDP_SqueezeOp : CDP_Op<"squeeze"> {
+  let summary = "remove size-1 dimensions (ONNX Squeeze)";
+  let description = "Empty `axes` removes every size-1 dimension.";
+  let arguments = (ins CDP_AnyTensor:$input, DenseI64ArrayAttr:$axes);
+  let results = (outs CDP_AnyTensor:$output);
+}
+
+def CDP_UnsqueezeOp : CDP_Op<"unsqueeze"> {
+  let summary = "insert size-1 dimensions (ONNX Unsqueeze)";
+  let description = "`axes` index the output's dimensions.";
+  let arguments = (ins CDP_AnyTensor:$input, DenseI64ArrayAttr:$axes);
+  let results = (outs CDP_AnyTensor:$output);
+}
+
+def CDP_ExpandOp : CDP_Op<"expand"> {
+  let summary = "broadcast to a shape (ONNX Expand)";
+  let description = "The result shape is the numpy broadcast of the input shape and `shape`.";
+  let arguments = (ins CDP_AnyTensor:$input, DenseI64ArrayAttr:$shape);
+  let results = (outs CDP_AnyTensor:$output);
+}
+
+def CDP_GatherOp : CDP_Op<"gather"> {
+  let summary = "take entries along an axis (ONNX Gather)";
+  let description = [{
+    Result shape: `data.shape[:axis] + indices.shape + data.shape[axis+1:]`.
+    Negative indices count from the end.
+  }];
+  let arguments = (ins CDP_AnyTensor:$data, CDP_I64Tensor:$indices,
+                       DefaultValuedAttr<I64Attr, "0">:$axis);
+  let results = (outs CDP_AnyTensor:$output);
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions
+//===----------------------------------------------------------------------===//
+
+class CDP_ReduceOp<string mnemonic, string onnxName> : CDP_Op<mnemonic> {
+  let summary = onnxName # " over axes";
+  let description = [{
+    ONNX `}] # onnxName # [{`. `axes` are non-negative after import; empty
+    `axes` reduces every dimension. `keepdims` keeps reduced dimensions as 1.
+  }];
+  let arguments = (ins CDP_F32Tensor:$input, DenseI64ArrayAttr:$axes,
+                       DefaultValuedAttr<BoolAttr, "true">:$keepdims);
+  let results = (outs CDP_F32Tensor:$output);
+}
+
+def CDP_ReduceMeanOp : CDP_ReduceOp<"reduce_mean", "ReduceMean">;
+def CDP_ReduceSumOp : CDP_ReduceOp<"reduce_sum", "ReduceSum">;
+
+//===----------------------------------------------------------------------===//
+// Losses
+//===----------------------------------------------------------------------===//
+
+def CDP_SoftmaxCrossEntropyLossOp : CDP_Op<"softmax_cross_entropy_loss"> {
+  let summary = "softmax cross-entropy (ONNX SoftmaxCrossEntropyLoss)";
+  let description = [{
+    Scores `(N, C, d1, ...)`, labels `(N, d1, ...)`, optional class weights
+    `(C)`. `reduction` is `mean`, `sum` or `none`; labels equal to
+    `ignore_index` contribute nothing. Also returns the log-probabilities.
+  }];
+  let arguments = (ins CDP_F32Tensor:$scores, CDP_I64Tensor:$labels,
+                       Optional<CDP_F32Tensor>:$weights,
+                       DefaultValuedStrAttr<StrAttr, "mean">:$reduction,
+                       OptionalAttr<I64Attr>:$ignore_index);
+  let results = (outs CDP_F32Tensor:$loss, CDP_F32Tensor:$log_prob);
+}
+
+def CDP_NllLossOp : CDP_Op<"nll_loss"> {
+  let summary = "negative log-likelihood (ONNX NegativeLogLikelihoodLoss)";
+  let description = [{
+    Input `(N, C, d1, ...)` of log-probabilities, target `(N, d1, ...)`,
+    optional class weights `(C)`; `reduction` and `ignore_index` as in
+    `softmax_cross_entropy_loss`.
+  }];
+  let arguments = (ins CDP_F32Tensor:$input, CDP_I64Tensor:$target,
+                       Optional<CDP_F32Tensor>:$weight,
+                       DefaultValuedStrAttr<StrAttr, "mean">:$reduction,
+                       OptionalAttr<I64Attr>:$ignore_index);
+  let results = (outs CDP_F32Tensor:$loss);
+}
+
+#endif // CDP_DIALECT_GRAPH_GRAPHOPS_TD

@@ -1,0 +1,47 @@
+//===- OnnxImporter.h - ONNX ModelProto to cdp IR ---------------*- C++ -*-===//
+//
+// Reads a binary ONNX model and builds a module holding one `func.func
+// @main` of cdp graph ops with static shapes. Shape computations are folded
+// at import; initializers become named `cdp.param` values.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CDP_IMPORT_ONNXIMPORTER_H
+#define CDP_IMPORT_ONNXIMPORTER_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace cdp {
+
+/// Default-domain opsets the importer accepts.
+constexpr int64_t kMinOpset = 13;
+constexpr int64_t kMaxOpset = 25;
+
+struct ImportOptions {
+  /// Binds a symbolic batch dimension (see --batch-size).
+  std::optional<int64_t> batchSize;
+  /// Batch axis per graph input (see --batch-axis); -1 means none. Inputs not
+  /// listed use axis 0.
+  std::map<std::string, int64_t> batchAxes;
+  /// Largest tensor the importer agrees to describe or read.
+  int64_t maxTensorBytes = int64_t(16) << 30;
+  /// Keep initializer data out of the module (shapes only), for reports.
+  bool shapesOnly = false;
+};
+
+/// Imports the ONNX model at `path`. On failure returns null and sets `error`
+/// to one line naming the problem (node, op type, tensor) without the file.
+mlir::OwningOpRef<mlir::ModuleOp> importOnnxModel(mlir::MLIRContext &context,
+                                                  const std::string &path,
+                                                  const ImportOptions &options,
+                                                  std::string &error);
+
+} // namespace cdp
+
+#endif // CDP_IMPORT_ONNXIMPORTER_H

@@ -1,0 +1,24 @@
+//===- InitAll.h - dialects and passes every cdp tool registers -*- C++ -*-===//
+//
+// One registration point shared by cdp-opt, cdp-compile and the tests, so
+// that every tool parses the same IR.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CDP_INITALL_H
+#define CDP_INITALL_H
+
+#include "cdp/Dialect/Graph/GraphDialect.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/DialectRegistry.h"
+
+namespace cdp {
+
+/// Registers the dialects cdp IR uses: only those, to keep tools small.
+inline void registerAllDialects(mlir::DialectRegistry &registry) {
+  registry.insert<CDPDialect, mlir::func::FuncDialect>();
+}
+
+} // namespace cdp
+
+#endif // CDP_INITALL_H
