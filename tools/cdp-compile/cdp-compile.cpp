@@ -41,10 +41,11 @@ cl::opt<std::string>
                   "train-mlir and sched-mlir arrive with training support"),
          cl::value_desc("mlir|plan|train-mlir|sched-mlir"), cl::init("plan"),
          cl::cat(category));
-cl::opt<int64_t> batchSize(
+// Numbers are read as strings so that a bad value gets our one-line error.
+cl::opt<std::string> batchSize(
     "batch-size",
     cl::desc("Binds a symbolic batch dimension to B (one micro-batch)"),
-    cl::value_desc("B"), cl::init(0), cl::cat(category));
+    cl::value_desc("B"), cl::cat(category));
 cl::list<std::string> batchAxis(
     "batch-axis",
     cl::desc("Batch axis of a graph input (default 0; none: no batch axis). "
@@ -98,10 +99,10 @@ int main(int argc, char **argv) {
 
   cdp::ImportOptions options;
   if (batchSize.getNumOccurrences()) {
-    if (batchSize < 1)
-      die("--batch-size must be a positive integer, got " +
-          llvm::Twine(batchSize.getValue()));
-    options.batchSize = batchSize;
+    int64_t value = 0;
+    if (!llvm::to_integer(llvm::StringRef(batchSize), value, 10) || value < 1)
+      die("--batch-size must be a positive integer, got '" + batchSize + "'");
+    options.batchSize = value;
   }
   if (!llvm::to_integer(llvm::StringRef(maxTensorBytes), options.maxTensorBytes,
                         10) ||
@@ -138,10 +139,22 @@ int main(int argc, char **argv) {
   if (!output)
     die(outputPath + ": " + errorMessage);
   mlir::OpPrintingFlags flags;
-  if (!printParamData)
-    flags.elideLargeResourceString(16);
-  module->print(output->os(), flags);
-  output->os() << "\n";
+  if (printParamData) {
+    module->print(output->os(), flags);
+  } else {
+    // Elided resources still print an empty metadata block; drop it so the
+    // IR reads as the graph alone.
+    flags.elideLargeResourceString(0);
+    std::string text;
+    llvm::raw_string_ostream stream(text);
+    module->print(stream, flags);
+    llvm::StringRef printed(text);
+    size_t metadata = printed.rfind("{-#");
+    if (metadata != llvm::StringRef::npos &&
+        printed.drop_front(metadata + 3).trim() == "#-}")
+      printed = printed.take_front(metadata);
+    output->os() << printed.rtrim() << "\n";
+  }
   output->keep();
   return 0;
 }

@@ -499,7 +499,9 @@ LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *, Loc loc,
   for (RankedTensorType param : {scale, rankedType(adaptor.getBias())}) {
     if (!param)
       continue;
-    FailureOr<Shape> shape = broadcastShapes(loc, param.getShape(), normalized);
+    // Checked quietly: the error below says what is wrong.
+    FailureOr<Shape> shape =
+        broadcastShapes(std::nullopt, param.getShape(), normalized);
     if (failed(shape) || ArrayRef<int64_t>(*shape) != normalized)
       return fail(loc, "scale and bias must broadcast to the normalized shape " +
                            shapeString(normalized));

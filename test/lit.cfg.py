@@ -1,0 +1,26 @@
+# -*- Python -*-
+# lit configuration for cdp: FileCheck tests of the dialect and importer,
+# Python-driven end-to-end tests, and the GoogleTest unit tests.
+
+import os
+
+import lit.formats
+from lit.llvm import llvm_config
+
+config.name = "cdp"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mlir", ".test"]
+config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Inputs",
+                   "unit"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.cdp_obj_root, "test")
+
+llvm_config.use_default_substitutions()
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
+llvm_config.with_environment("PATH", config.cdp_tools_dir, append_path=True)
+# Tests that need Python use Debian's interpreter, which has onnx and torch.
+config.substitutions.append(("%debian_python", config.python_executable))
+config.substitutions.append(("%shared", config.cdp_shared_dir))
+config.substitutions.append(("%models", os.path.join(config.test_source_root, "Import", "make_models.py")))
+config.substitutions.append(("%srcroot", config.cdp_src_root))
+llvm_config.add_tool_substitutions(["cdp-opt", "cdp-compile"], [config.cdp_tools_dir])
