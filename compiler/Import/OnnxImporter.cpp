@@ -123,6 +123,8 @@ private:
   void checkOpsets();
   std::vector<int> sortNodes();
   void addInputs(func::FuncOp func);
+  ConstTensor readConstInput(const onnx::ValueInfoProto &info,
+                             const std::string &file);
   void importNode(const onnx::NodeProto &node);
 
   // Tensors.
@@ -228,8 +230,14 @@ void Importer::checkOpsets() {
     if (entry.domain().empty() || entry.domain() == "ai.onnx")
       opset = entry.version();
   }
-  if (opset == 0)
-    raise("model imports no opset of the default ONNX domain");
+  if (opset == 0) {
+    std::string domains;
+    for (const onnx::OperatorSetIdProto &entry : model.opset_import())
+      domains += (domains.empty() ? "" : ", ") + entry.domain();
+    raise("model imports no opset of the default ONNX domain" +
+          (domains.empty() ? std::string()
+                           : " (only " + domains + ", which cdp does not support)"));
+  }
   if (opset < kMinOpset || opset > kMaxOpset)
     raise("opset " + Twine(opset) + " of the default domain is not supported "
           "(cdp supports opsets " + Twine(kMinOpset) + " to " +
@@ -646,6 +654,15 @@ Operation *Importer::create(StringRef opName, ArrayRef<Value> operands,
                  where() + " result");
     result.setType(type);
   }
+  // Operand element types and attribute constraints (ODS), per node, so the
+  // error names the node.
+  ScopedDiagnosticHandler handler(&context, [&](Diagnostic &d) {
+    if (diagnostic.empty())
+      diagnostic = d.str();
+    return success();
+  });
+  if (failed(mlir::verify(op, /*verifyRecursively=*/false)))
+    raise(where() + ": " + diagnostic);
   return op;
 }
 
@@ -1090,8 +1107,19 @@ void Importer::importNode(const onnx::NodeProto &current) {
     return binary(MulOp::getOperationName());
   if (op == "Div")
     return binary(DivOp::getOperationName());
-  if (op == "Pow")
-    return binary(PowOp::getOperationName());
+  if (op == "Pow") {
+    // ONNX allows an integer exponent; cdp computes in float32.
+    checkAttributes({});
+    Value base = input(0), exponent = input(1);
+    if (!typeOf(base).getElementType().isF32())
+      raise(where() + ": the base must be float32");
+    if (typeOf(exponent).getElementType().isInteger(64))
+      exponent = create(CastOp::getOperationName(), {exponent},
+                        {named("to", TypeAttr::get(builder.getF32Type()))}, 1)
+                     ->getResult(0);
+    return bindResults(
+        create(PowOp::getOperationName(), {base, exponent}, {}, 1));
+  }
   if (op == "MatMul")
     return binary(MatMulOp::getOperationName());
   if (op == "Softmax")
@@ -1172,15 +1200,11 @@ void Importer::importNode(const onnx::NodeProto &current) {
   if (op == "Dropout") {
     checkAttributes({"seed"});
     float ratio = 0.5f;
-    if (const ConstTensor *r = constInput(1))
-      ratio = static_cast<float>(r->at(0));
-    else if (hasInput(1))
-      raise(where() + ": ratio must be a constant");
+    if (hasInput(1))
+      ratio = static_cast<float>(requireConst(1, "ratio").at(0));
     bool training = false;
-    if (const ConstTensor *t = constInput(2))
-      training = t->at(0) != 0;
-    else if (hasInput(2))
-      raise(where() + ": training_mode must be a constant");
+    if (hasInput(2))
+      training = requireConst(2, "training_mode").at(0) != 0;
     SmallVector<NamedAttribute> attributes{
         named("ratio", builder.getF32FloatAttr(ratio)),
         named("training_mode", builder.getBoolAttr(training))};
@@ -1366,10 +1390,21 @@ void Importer::addInputs(func::FuncOp func) {
   const onnx::GraphProto &graph = model.graph();
   SmallVector<Type> types;
   SmallVector<std::string> names;
+  SmallVector<int64_t> batchAxes;
+  for (const auto &[name, axis] : options.batchAxes)
+    if (llvm::none_of(graph.input(), [&](const onnx::ValueInfoProto &info) {
+          return info.name() == name;
+        }))
+      raise("--batch-axis names '" + name + "', which is not a graph input");
   for (const onnx::ValueInfoProto &info : graph.input()) {
     if (initializers.count(info.name()))
       continue; // an initializer listed as input (older exporters)
     std::string what = "graph input '" + info.name() + "'";
+    auto bound = options.constInputs.find(info.name());
+    if (bound != options.constInputs.end()) {
+      values[info.name()].constant = readConstInput(info, bound->second);
+      continue;
+    }
     if (!info.type().has_tensor_type())
       raise(what + " is not a tensor");
     const onnx::TypeProto_Tensor &tensor = info.type().tensor_type();
@@ -1399,10 +1434,20 @@ void Importer::addInputs(func::FuncOp func) {
               Twine(d) + "; pass --batch-size B to bind it");
       dims.push_back(*options.batchSize);
     }
+    // A scalar input has no batch axis unless --batch-axis says otherwise.
+    if (dims.empty() && axisIt == options.batchAxes.end())
+      batchAxis = -1;
+    if (batchAxis >= static_cast<int64_t>(dims.size()))
+      raise(what + " has rank " + Twine(dims.size()) + ", so axis " +
+            Twine(batchAxis) + " cannot be its batch axis");
     types.push_back(
         RankedTensorType::get(checkedShape(dims, elementType, what), elementType));
     names.push_back(info.name());
+    batchAxes.push_back(batchAxis);
   }
+  for (const auto &[name, file] : options.constInputs)
+    if (!values.count(name))
+      raise("--const-input names '" + name + "', which is not a graph input");
   func.setType(builder.getFunctionType(types, {}));
   body = func.addEntryBlock();
   for (auto [i, name] : llvm::enumerate(names)) {
@@ -1410,7 +1455,29 @@ void Importer::addInputs(func::FuncOp func) {
       raise("graph input '" + name + "' is listed twice");
     values[name].value = body->getArgument(i);
     func.setArgAttr(i, "cdp.name", builder.getStringAttr(name));
+    // Where micro-batches are cut; absent when the input is passed whole.
+    if (batchAxes[i] >= 0)
+      func.setArgAttr(i, "cdp.batch_axis",
+                      builder.getI64IntegerAttr(batchAxes[i]));
   }
+}
+
+ConstTensor Importer::readConstInput(const onnx::ValueInfoProto &info,
+                                     const std::string &file) {
+  std::string what = "--const-input " + info.name() + "=" + file;
+  auto buffer = llvm::MemoryBuffer::getFile(file, /*IsText=*/false,
+                                            /*RequiresNullTerminator=*/false);
+  if (!buffer)
+    raise(what + ": cannot open: " + buffer.getError().message());
+  onnx::TensorProto tensor;
+  if (!tensor.ParseFromArray((*buffer)->getBufferStart(),
+                             static_cast<int>((*buffer)->getBufferSize())))
+    raise(what + ": not a serialized ONNX TensorProto");
+  if (tensor.data_type() != info.type().tensor_type().elem_type())
+    raise(what + ": element type " + onnxTypeName(tensor.data_type()) +
+          " differs from the input's " +
+          onnxTypeName(info.type().tensor_type().elem_type()));
+  return readTensor(tensor, what);
 }
 
 OwningOpRef<ModuleOp> Importer::run() {

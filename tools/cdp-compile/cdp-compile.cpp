@@ -55,6 +55,12 @@ cl::opt<std::string> maxTensorBytes(
     "max-tensor-bytes",
     cl::desc("Refuse any tensor larger than N bytes (default 16 GiB)"),
     cl::value_desc("N"), cl::init("17179869184"), cl::cat(category));
+cl::list<std::string> constInput(
+    "const-input",
+    cl::desc("Bind a graph input to the value in FILE (a serialized ONNX "
+             "TensorProto) at compile time, for shape-like inputs such as "
+             "Reshape's shape. Repeatable"),
+    cl::value_desc("NAME=FILE"), cl::cat(category));
 cl::opt<bool> printParamData(
     "print-param-data",
     cl::desc("With --emit=mlir, print parameter data in full instead of "
@@ -118,6 +124,13 @@ int main(int argc, char **argv) {
       die("--batch-axis takes NAME=A with A a non-negative axis or none, got '" +
           entry + "'");
     options.batchAxes[name.str()] = axisText == "none" ? -1 : axis;
+  }
+
+  for (const std::string &entry : constInput) {
+    auto [name, file] = llvm::StringRef(entry).split('=');
+    if (name.empty() || file.empty())
+      die("--const-input takes NAME=FILE, got '" + entry + "'");
+    options.constInputs[name.str()] = file.str();
   }
 
   mlir::DialectRegistry registry;

@@ -31,6 +31,9 @@ struct ImportOptions {
   std::map<std::string, int64_t> batchAxes;
   /// Largest tensor the importer agrees to describe or read.
   int64_t maxTensorBytes = int64_t(16) << 30;
+  /// Graph inputs bound to a value at compile time (a serialized
+  /// TensorProto file each), for shape-like inputs such as Reshape's shape.
+  std::map<std::string, std::string> constInputs;
   /// Keep initializer data out of the module (shapes only), for reports.
   bool shapesOnly = false;
 };

@@ -1,0 +1,124 @@
+#!/usr/bin/python3
+"""Exports the reference models with Debian's torch 1.13 into a folder.
+
+Usage: export_torch_models.py OUT_DIR [NAME ...]
+
+Models (training-mode export, opset 14, do_constant_folding=False, as a
+user exporting for training would):
+  mlp          Linear-ReLU-Linear, symbolic batch dimension "batch"
+  lenet        LeNet-style CNN that flattens with view()
+  resnet       a small ResNet with BatchNorm and skip connections
+  transformer  one nn.TransformerEncoderLayer (input (S, N, E), dropout 0)
+"""
+
+import os
+import sys
+
+import torch
+from torch import nn
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(784, 64)
+        self.fc2 = nn.Linear(64, 10)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class LeNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 6, 5, padding=2)
+        self.conv2 = nn.Conv2d(6, 16, 5)
+        self.fc1 = nn.Linear(16 * 5 * 5, 120)
+        self.fc2 = nn.Linear(120, 84)
+        self.fc3 = nn.Linear(84, 10)
+
+    def forward(self, x):
+        x = torch.max_pool2d(torch.relu(self.conv1(x)), 2)
+        x = torch.max_pool2d(torch.relu(self.conv2(x)), 2)
+        x = x.view(x.size(0), -1)
+        return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
+
+
+class Block(nn.Module):
+    def __init__(self, channels_in, channels_out, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels_in, channels_out, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels_out)
+        self.conv2 = nn.Conv2d(channels_out, channels_out, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels_out)
+        self.shortcut = nn.Sequential()
+        if stride != 1 or channels_in != channels_out:
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(channels_in, channels_out, 1, stride, bias=False),
+                nn.BatchNorm2d(channels_out))
+
+    def forward(self, x):
+        out = torch.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return torch.relu(out + self.shortcut(x))
+
+
+class ResNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 8, 3, 1, 1, bias=False)
+        self.bn = nn.BatchNorm2d(8)
+        self.layer1 = Block(8, 8, 1)
+        self.layer2 = Block(8, 16, 2)
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.bn(self.conv(x)))
+        x = self.layer2(self.layer1(x))
+        x = torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1)
+        return self.fc(x)
+
+
+class Transformer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64,
+                                                dropout=0.0)
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x):
+        # (S, N, E) -> classify from the mean over the sequence.
+        return self.head(self.layer(x).mean(dim=0))
+
+
+def build(name):
+    torch.manual_seed(0)
+    if name == "mlp":
+        return MLP(), torch.randn(8, 784), {"input": {0: "batch"}}
+    if name == "lenet":
+        return LeNet(), torch.randn(8, 1, 28, 28), None
+    if name == "resnet":
+        return ResNet(), torch.randn(8, 1, 28, 28), None
+    if name == "transformer":
+        return Transformer(), torch.randn(6, 8, 32), None
+    raise SystemExit("unknown model " + name)
+
+
+def export(name, out_dir):
+    model, example, dynamic = build(name)
+    path = os.path.join(out_dir, name + ".onnx")
+    torch.onnx.export(model, example, path, input_names=["input"], output_names=["logits"],
+                      opset_version=14, training=torch.onnx.TrainingMode.TRAINING,
+                      do_constant_folding=False, dynamic_axes=dynamic)
+    return path
+
+
+def main():
+    out_dir = sys.argv[1]
+    os.makedirs(out_dir, exist_ok=True)
+    for name in sys.argv[2:] or ["mlp", "lenet", "resnet", "transformer"]:
+        print(export(name, out_dir))
+
+
+if __name__ == "__main__":
+    main()
