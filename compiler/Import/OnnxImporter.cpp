@@ -207,8 +207,8 @@ void Importer::loadModel() {
       reinterpret_cast<const uint8_t *>(data.data()),
       static_cast<int>(std::min<size_t>(data.size(), INT32_MAX)));
   stream.SetTotalBytesLimit(INT32_MAX);
-  bool parsed = model.ParseFromCodedStream(&stream) &&
-                stream.ConsumedEntireMessage();
+  bool parsed =
+      model.ParseFromCodedStream(&stream) && stream.ConsumedEntireMessage();
   bool looksLikeText = llvm::all_of(data.take_front(256), [](char c) {
     return std::isprint(static_cast<unsigned char>(c)) || std::isspace(c);
   });
@@ -220,9 +220,10 @@ void Importer::loadModel() {
           "corrupt file?)");
   }
   if (!model.has_graph() || model.ir_version() <= 0)
-    raise("not a valid ONNX model: " +
-          Twine(model.has_graph() ? "no ir_version" : "no graph") +
-          (looksLikeText ? " (this looks like text, not binary protobuf)" : ""));
+    raise(
+        "not a valid ONNX model: " +
+        Twine(model.has_graph() ? "no ir_version" : "no graph") +
+        (looksLikeText ? " (this looks like text, not binary protobuf)" : ""));
 }
 
 void Importer::checkOpsets() {
@@ -235,13 +236,16 @@ void Importer::checkOpsets() {
     for (const onnx::OperatorSetIdProto &entry : model.opset_import())
       domains += (domains.empty() ? "" : ", ") + entry.domain();
     raise("model imports no opset of the default ONNX domain" +
-          (domains.empty() ? std::string()
-                           : " (only " + domains + ", which cdp does not support)"));
+          (domains.empty()
+               ? std::string()
+               : " (only " + domains + ", which cdp does not support)"));
   }
   if (opset < kMinOpset || opset > kMaxOpset)
-    raise("opset " + Twine(opset) + " of the default domain is not supported "
-          "(cdp supports opsets " + Twine(kMinOpset) + " to " +
-          Twine(kMaxOpset) + "; re-export with opset_version in that range)");
+    raise("opset " + Twine(opset) +
+          " of the default domain is not supported "
+          "(cdp supports opsets " +
+          Twine(kMinOpset) + " to " + Twine(kMaxOpset) +
+          "; re-export with opset_version in that range)");
 }
 
 std::string Importer::where() const {
@@ -395,8 +399,10 @@ std::string Importer::readExternal(const onnx::TensorProto &tensor,
   SmallString<256> full(llvm::sys::path::parent_path(path));
   llvm::sys::path::append(full, location);
   if (length >= 0 && length != bytes)
-    raise(what + " declares " + Twine(length) + " bytes of external data, "
-          "its shape and type need " + Twine(bytes));
+    raise(what + " declares " + Twine(length) +
+          " bytes of external data, "
+          "its shape and type need " +
+          Twine(bytes));
   auto buffer = llvm::MemoryBuffer::getFileSlice(full, bytes, offset,
                                                  /*IsVolatile=*/false);
   if (!buffer)
@@ -451,15 +457,15 @@ ConstTensor Importer::readTensor(const onnx::TensorProto &tensor,
     }
     return result;
   }
-  int64_t stored = result.kind == ConstTensor::F32 ? tensor.float_data_size()
-                   : result.kind == ConstTensor::I64
-                       ? tensor.int64_data_size()
-                       : tensor.int32_data_size();
+  int64_t stored = result.kind == ConstTensor::F32   ? tensor.float_data_size()
+                   : result.kind == ConstTensor::I64 ? tensor.int64_data_size()
+                                                     : tensor.int32_data_size();
   if (stored != count)
-    raise(what + " has " + Twine(stored) + " values, expected " +
-          Twine(count) + " for shape " + shapeText(result.shape));
+    raise(what + " has " + Twine(stored) + " values, expected " + Twine(count) +
+          " for shape " + shapeText(result.shape));
   if (result.kind == ConstTensor::F32)
-    result.floats.assign(tensor.float_data().begin(), tensor.float_data().end());
+    result.floats.assign(tensor.float_data().begin(),
+                         tensor.float_data().end());
   else if (result.kind == ConstTensor::I64)
     result.ints.assign(tensor.int64_data().begin(), tensor.int64_data().end());
   else
@@ -469,11 +475,10 @@ ConstTensor Importer::readTensor(const onnx::TensorProto &tensor,
 }
 
 Attribute Importer::elementsAttr(const ConstTensor &constant) {
-  Type elementType = constant.kind == ConstTensor::F32
-                         ? Type(builder.getF32Type())
-                     : constant.kind == ConstTensor::I64
-                         ? Type(builder.getI64Type())
-                         : Type(builder.getI1Type());
+  Type elementType =
+      constant.kind == ConstTensor::F32   ? Type(builder.getF32Type())
+      : constant.kind == ConstTensor::I64 ? Type(builder.getI64Type())
+                                          : Type(builder.getI1Type());
   auto type = RankedTensorType::get(constant.shape, elementType);
   if (constant.kind == ConstTensor::F32)
     return DenseElementsAttr::get(type, ArrayRef<float>(constant.floats));
@@ -499,9 +504,9 @@ Value Importer::paramFor(const std::string &name, Entry &entry) {
   RankedTensorType type;
   if (options.shapesOnly) {
     type = RankedTensorType::get(
-        checkedShape(SmallVector<int64_t>(tensor.dims().begin(),
-                                          tensor.dims().end()),
-                     elementType, what),
+        checkedShape(
+            SmallVector<int64_t>(tensor.dims().begin(), tensor.dims().end()),
+            elementType, what),
         elementType);
   } else {
     ConstTensor data = readTensor(tensor, what);
@@ -522,13 +527,14 @@ Value Importer::paramFor(const std::string &name, Entry &entry) {
 Value Importer::materialize(const std::string &name, Entry &entry) {
   if (entry.value)
     return entry.value;
-  if (entry.initializer && entry.initializer->data_type() ==
-                               onnx::TensorProto::FLOAT) {
+  if (entry.initializer &&
+      entry.initializer->data_type() == onnx::TensorProto::FLOAT) {
     entry.value = paramFor(name, entry);
     return entry.value;
   }
   if (!entry.constant)
-    entry.constant = readTensor(*entry.initializer, "initializer '" + name + "'");
+    entry.constant =
+        readTensor(*entry.initializer, "initializer '" + name + "'");
   Attribute value = elementsAttr(*entry.constant);
   entry.value =
       builder
@@ -690,9 +696,11 @@ void Importer::bindConst(int output, ConstTensor value) {
 /// false when the node must become an op instead.
 bool Importer::tryFold(StringRef opType) {
   static const llvm::StringSet<> foldable = {
-      "Shape",   "Constant", "ConstantOfShape", "Identity", "Cast",
-      "Gather",  "Unsqueeze", "Squeeze",        "Concat",   "Slice",
-      "Reshape", "Add",      "Sub",             "Mul",      "Div"};
+      "Shape",     "Constant", "ConstantOfShape",
+      "Identity",  "Cast",     "Gather",
+      "Unsqueeze", "Squeeze",  "Concat",
+      "Slice",     "Reshape",  "Add",
+      "Sub",       "Mul",      "Div"};
   if (!foldable.contains(opType))
     return false;
   constexpr int64_t kFoldLimit = 1 << 16;
@@ -704,7 +712,8 @@ bool Importer::tryFold(StringRef opType) {
     auto clamp = [&](int64_t v) {
       return std::clamp<int64_t>(v < 0 ? v + rank : v, 0, rank);
     };
-    int64_t start = clamp(intAttr("start", 0)), end = clamp(intAttr("end", rank));
+    int64_t start = clamp(intAttr("start", 0)),
+            end = clamp(intAttr("end", rank));
     ConstTensor shape;
     shape.kind = ConstTensor::I64;
     for (int64_t d = start; d < end; ++d)
@@ -714,8 +723,8 @@ bool Importer::tryFold(StringRef opType) {
     return true;
   }
   if (opType == "Constant") {
-    checkAttributes({"value", "value_float", "value_floats", "value_int",
-                     "value_ints"});
+    checkAttributes(
+        {"value", "value_float", "value_floats", "value_int", "value_ints"});
     ConstTensor value;
     if (const onnx::AttributeProto *a = attr("value")) {
       value = readTensor(a->t(), where() + " value");
@@ -821,9 +830,8 @@ bool Importer::tryFold(StringRef opType) {
       }
   } else if (opType == "Unsqueeze" || opType == "Squeeze") {
     checkAttributes({"axes"});
-    std::vector<int64_t> axes = opset >= 13 && hasInput(1)
-                                    ? constInts(1, "axes")
-                                    : intsAttr("axes");
+    std::vector<int64_t> axes =
+        opset >= 13 && hasInput(1) ? constInts(1, "axes") : intsAttr("axes");
     out = *in[0];
     int64_t rank = in[0]->shape.size();
     if (opType == "Unsqueeze") {
@@ -839,9 +847,8 @@ bool Importer::tryFold(StringRef opType) {
     } else {
       SmallVector<int64_t> shape;
       for (int64_t d = 0; d < rank; ++d) {
-        bool listed = llvm::any_of(axes, [&](int64_t a) {
-          return (a < 0 ? a + rank : a) == d;
-        });
+        bool listed = llvm::any_of(
+            axes, [&](int64_t a) { return (a < 0 ? a + rank : a) == d; });
         if ((listed || axes.empty()) && in[0]->shape[d] == 1)
           continue;
         if (listed)
@@ -873,10 +880,10 @@ bool Importer::tryFold(StringRef opType) {
       return false;
     std::vector<int64_t> starts = constInts(1, "starts"),
                          ends = constInts(2, "ends");
-    std::vector<int64_t> axes = hasInput(3) ? constInts(3, "axes")
-                                            : std::vector<int64_t>{0};
-    std::vector<int64_t> steps = hasInput(4) ? constInts(4, "steps")
-                                             : std::vector<int64_t>{1};
+    std::vector<int64_t> axes =
+        hasInput(3) ? constInts(3, "axes") : std::vector<int64_t>{0};
+    std::vector<int64_t> steps =
+        hasInput(4) ? constInts(4, "steps") : std::vector<int64_t>{1};
     if (starts.size() != 1 || ends.size() != 1 || axes.size() != 1 ||
         steps.size() != 1 || (axes[0] != 0 && axes[0] != -1) || steps[0] == 0)
       return false;
@@ -969,8 +976,8 @@ std::vector<int64_t> Importer::windowPads(ArrayRef<int64_t> inputSpatial,
 }
 
 void Importer::importConv() {
-  checkAttributes({"auto_pad", "dilations", "group", "kernel_shape", "pads",
-                   "strides"});
+  checkAttributes(
+      {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
   Value x = input(0), w = input(1);
   RankedTensorType xType = typeOf(x), wType = typeOf(w);
   if (xType.getRank() != 4 || wType.getRank() != 4)
@@ -993,12 +1000,12 @@ void Importer::importConv() {
   SmallVector<Value> operands{x, w};
   if (hasInput(2))
     operands.push_back(input(2));
-  bindResults(create(ConvOp::getOperationName(), operands,
-                     {named("pads", i64s(pads)), named("strides", i64s(strides)),
-                      named("dilations", i64s(dilations)),
-                      named("group", builder.getI64IntegerAttr(
-                                         intAttr("group", 1)))},
-                     1));
+  bindResults(
+      create(ConvOp::getOperationName(), operands,
+             {named("pads", i64s(pads)), named("strides", i64s(strides)),
+              named("dilations", i64s(dilations)),
+              named("group", builder.getI64IntegerAttr(intAttr("group", 1)))},
+             1));
 }
 
 void Importer::importPool(bool isMax) {
@@ -1029,8 +1036,9 @@ void Importer::importPool(bool isMax) {
       named("strides", i64s(strides)), named("dilations", i64s(dilations)),
       named("ceil_mode", builder.getBoolAttr(intAttr("ceil_mode", 0)))};
   if (!isMax)
-    attributes.push_back(named("count_include_pad",
-                               builder.getBoolAttr(intAttr("count_include_pad", 0))));
+    attributes.push_back(
+        named("count_include_pad",
+              builder.getBoolAttr(intAttr("count_include_pad", 0))));
   bindResults(create(isMax ? MaxPoolOp::getOperationName()
                            : AveragePoolOp::getOperationName(),
                      {x}, attributes, 1));
@@ -1040,8 +1048,8 @@ void Importer::importReduce(StringRef opName) {
   checkAttributes({"axes", "keepdims", "noop_with_empty_axes"});
   Value x = input(0);
   // ReduceSum takes axes as an input from opset 13, ReduceMean from 18.
-  bool axesInput = opName == ReduceSumOp::getOperationName() ? opset >= 13
-                                                             : opset >= 18;
+  bool axesInput =
+      opName == ReduceSumOp::getOperationName() ? opset >= 13 : opset >= 18;
   std::vector<int64_t> axes =
       axesInput ? (hasInput(1) ? constInts(1, "axes") : std::vector<int64_t>{})
                 : intsAttr("axes");
@@ -1053,11 +1061,11 @@ void Importer::importReduce(StringRef opName) {
   for (int64_t &a : axes)
     if (a < 0 && a >= -rank)
       a += rank;
-  bindResults(create(opName, {x},
-                     {named("axes", i64s(axes)),
-                      named("keepdims",
-                            builder.getBoolAttr(intAttr("keepdims", 1)))},
-                     1));
+  bindResults(
+      create(opName, {x},
+             {named("axes", i64s(axes)),
+              named("keepdims", builder.getBoolAttr(intAttr("keepdims", 1)))},
+             1));
 }
 
 void Importer::importNode(const onnx::NodeProto &current) {
@@ -1081,10 +1089,10 @@ void Importer::importNode(const onnx::NodeProto &current) {
   };
   auto axisOp = [&](StringRef opName, int64_t fallback) {
     checkAttributes({"axis"});
-    bindResults(create(opName, {input(0)},
-                       {named("axis", builder.getI64IntegerAttr(
-                                          intAttr("axis", fallback)))},
-                       1));
+    bindResults(create(
+        opName, {input(0)},
+        {named("axis", builder.getI64IntegerAttr(intAttr("axis", fallback)))},
+        1));
   };
 
   if (op == "Relu")
@@ -1179,7 +1187,8 @@ void Importer::importNode(const onnx::NodeProto &current) {
     return bindResults(create(
         BatchNormOp::getOperationName(), operands,
         {named("epsilon", builder.getF32FloatAttr(floatAttr("epsilon", 1e-5f))),
-         named("momentum", builder.getF32FloatAttr(floatAttr("momentum", 0.9f))),
+         named("momentum",
+               builder.getF32FloatAttr(floatAttr("momentum", 0.9f))),
          named("training_mode", builder.getBoolAttr(training))},
         3));
   }
@@ -1191,11 +1200,12 @@ void Importer::importNode(const onnx::NodeProto &current) {
     SmallVector<Value> operands{input(0), input(1)};
     if (hasInput(2))
       operands.push_back(input(2));
-    return bindResults(create(
-        LayerNormOp::getOperationName(), operands,
-        {named("axis", builder.getI64IntegerAttr(intAttr("axis", -1))),
-         named("epsilon", builder.getF32FloatAttr(floatAttr("epsilon", 1e-5f)))},
-        3));
+    return bindResults(
+        create(LayerNormOp::getOperationName(), operands,
+               {named("axis", builder.getI64IntegerAttr(intAttr("axis", -1))),
+                named("epsilon",
+                      builder.getF32FloatAttr(floatAttr("epsilon", 1e-5f)))},
+               3));
   }
   if (op == "Dropout") {
     checkAttributes({"seed"});
@@ -1282,11 +1292,11 @@ void Importer::importNode(const onnx::NodeProto &current) {
     if (axis < -rank || axis >= rank)
       raise(where() + ": axis " + Twine(axis) + " is out of range");
     int64_t dim = type.getDimSize(axis < 0 ? axis + rank : axis);
-    std::vector<int64_t> split = hasInput(1) ? constInts(1, "split")
-                                             : intsAttr("split");
+    std::vector<int64_t> split =
+        hasInput(1) ? constInts(1, "split") : intsAttr("split");
     if (split.empty()) {
-      int64_t pieces = attr("num_outputs") ? intAttr("num_outputs", 1)
-                                           : node->output_size();
+      int64_t pieces =
+          attr("num_outputs") ? intAttr("num_outputs", 1) : node->output_size();
       if (pieces < 1)
         raise(where() + ": needs at least one output");
       // Equal pieces, the last one smaller when the axis does not divide.
@@ -1315,12 +1325,11 @@ void Importer::importNode(const onnx::NodeProto &current) {
         axes.push_back(i);
     steps = hasInput(4) ? constInts(4, "steps")
                         : std::vector<int64_t>(starts.size(), 1);
-    return bindResults(create(SliceOp::getOperationName(), {x},
-                              {named("starts", i64s(starts)),
-                               named("ends", i64s(ends)),
-                               named("axes", i64s(axes)),
-                               named("steps", i64s(steps))},
-                              1));
+    return bindResults(
+        create(SliceOp::getOperationName(), {x},
+               {named("starts", i64s(starts)), named("ends", i64s(ends)),
+                named("axes", i64s(axes)), named("steps", i64s(steps))},
+               1));
   }
   if (op == "Squeeze" || op == "Unsqueeze") {
     checkAttributes({});
@@ -1356,10 +1365,9 @@ void Importer::importNode(const onnx::NodeProto &current) {
         RankedTensorType::get({1}, builder.getF32Type()), 0.0f);
     if (const onnx::AttributeProto *a = attr("value"))
       value = elementsAttr(readTensor(a->t(), where() + " value"));
-    return bindResults(create(ConstantOfShapeOp::getOperationName(), {},
-                              {named("shape", i64s(shape)),
-                               named("value", value)},
-                              1));
+    return bindResults(
+        create(ConstantOfShapeOp::getOperationName(), {},
+               {named("shape", i64s(shape)), named("value", value)}, 1));
   }
   if (op == "SoftmaxCrossEntropyLoss" || op == "NegativeLogLikelihoodLoss") {
     checkAttributes({"reduction", "ignore_index"});
@@ -1372,11 +1380,13 @@ void Importer::importNode(const onnx::NodeProto &current) {
     SmallVector<NamedAttribute> attributes{named(
         "reduction", builder.getStringAttr(stringAttr("reduction", "mean")))};
     if (attr("ignore_index"))
-      attributes.push_back(named(
-          "ignore_index", builder.getI64IntegerAttr(intAttr("ignore_index", 0))));
-    return bindResults(create(sce ? SoftmaxCrossEntropyLossOp::getOperationName()
-                                  : NllLossOp::getOperationName(),
-                              operands, attributes, sce ? 2 : 1));
+      attributes.push_back(
+          named("ignore_index",
+                builder.getI64IntegerAttr(intAttr("ignore_index", 0))));
+    return bindResults(
+        create(sce ? SoftmaxCrossEntropyLossOp::getOperationName()
+                   : NllLossOp::getOperationName(),
+               operands, attributes, sce ? 2 : 1));
   }
   raise(where() + ": op '" + op + "' is not supported at opset " +
         Twine(opset));
@@ -1411,7 +1421,7 @@ void Importer::addInputs(func::FuncOp func) {
     Type elementType = elementTypeOf(tensor.elem_type(), what);
     if (!tensor.has_shape())
       raise(what + " has no shape; cdp needs static shapes (export with "
-            "shapes, or give the input a fixed shape)");
+                   "shapes, or give the input a fixed shape)");
     int64_t batchAxis = 0;
     auto axisIt = options.batchAxes.find(info.name());
     if (axisIt != options.batchAxes.end())
@@ -1427,7 +1437,8 @@ void Importer::addInputs(func::FuncOp func) {
           dim.has_dim_param() ? "'" + dim.dim_param() + "'" : "(unnamed)";
       if (d != batchAxis)
         raise(what + " has symbolic dimension " + symbol + " at axis " +
-              Twine(d) + ", which is not its batch axis; cdp needs static "
+              Twine(d) +
+              ", which is not its batch axis; cdp needs static "
               "shapes (re-export with a fixed size)");
       if (!options.batchSize)
         raise(what + " has symbolic batch dimension " + symbol + " at axis " +
@@ -1440,8 +1451,8 @@ void Importer::addInputs(func::FuncOp func) {
     if (batchAxis >= static_cast<int64_t>(dims.size()))
       raise(what + " has rank " + Twine(dims.size()) + ", so axis " +
             Twine(batchAxis) + " cannot be its batch axis");
-    types.push_back(
-        RankedTensorType::get(checkedShape(dims, elementType, what), elementType));
+    types.push_back(RankedTensorType::get(checkedShape(dims, elementType, what),
+                                          elementType));
     names.push_back(info.name());
     batchAxes.push_back(batchAxis);
   }
@@ -1516,7 +1527,8 @@ OwningOpRef<ModuleOp> Importer::run() {
     if (it == values.end())
       raise("graph output '" + output.name() + "' is not defined");
     if (!it->second.value && !it->second.constant && !it->second.initializer)
-      raise("graph output '" + output.name() + "' is an optional output that "
+      raise("graph output '" + output.name() +
+            "' is an optional output that "
             "no op computes");
     results.push_back(materialize(output.name(), it->second));
   }
@@ -1525,9 +1537,10 @@ OwningOpRef<ModuleOp> Importer::run() {
                                        ValueRange(results).getTypes()));
   for (auto [i, output] : llvm::enumerate(graph.output()))
     func.setResultAttr(i, "cdp.name", builder.getStringAttr(output.name()));
-  module->getOperation()->setAttr("cdp.source",
-                                  builder.getStringAttr(llvm::sys::path::filename(path)));
-  module->getOperation()->setAttr("cdp.opset", builder.getI64IntegerAttr(opset));
+  module->getOperation()->setAttr(
+      "cdp.source", builder.getStringAttr(llvm::sys::path::filename(path)));
+  module->getOperation()->setAttr("cdp.opset",
+                                  builder.getI64IntegerAttr(opset));
 
   // The shape rules ran at construction; this is the net under them.
   std::string diagnostic;

@@ -31,10 +31,10 @@ protected:
 
   /// Whether `op` (one line of IR using %x of type `input`) verifies.
   bool verifies(StringRef input, StringRef op, StringRef resultType) {
-    std::string text = ("func.func @f(%x: " + input + ") -> " + resultType +
-                        " {\n  %y = " + op + "\n  return %y : " + resultType +
-                        "\n}\n")
-                           .str();
+    std::string text =
+        ("func.func @f(%x: " + input + ") -> " + resultType +
+         " {\n  %y = " + op + "\n  return %y : " + resultType + "\n}\n")
+            .str();
     return static_cast<bool>(parseSourceString<ModuleOp>(text, &context));
   }
 

@@ -121,7 +121,8 @@ int main(int argc, char **argv) {
     if (name.empty() || axisText.empty() ||
         (axisText != "none" &&
          (!llvm::to_integer(axisText, axis, 10) || axis < 0)))
-      die("--batch-axis takes NAME=A with A a non-negative axis or none, got '" +
+      die("--batch-axis takes NAME=A with A a non-negative axis or none, got "
+          "'" +
           entry + "'");
     options.batchAxes[name.str()] = axisText == "none" ? -1 : axis;
   }

@@ -95,8 +95,8 @@ FailureOr<Shape> broadcastShapes(Loc loc, ArrayRef<int64_t> lhs,
 LogicalResult checkLength(Loc loc, StringRef name, ArrayRef<int64_t> values,
                           size_t expected) {
   if (values.size() != expected)
-    return fail(loc, name + " must have " + Twine(expected) +
-                         " values, got " + Twine(values.size()));
+    return fail(loc, name + " must have " + Twine(expected) + " values, got " +
+                         Twine(values.size()));
   return success();
 }
 
@@ -198,8 +198,8 @@ LogicalResult inferReduce(Loc loc, Value input, ArrayRef<int64_t> axes,
 
 /// Shape rule shared by the two classification losses: scores (N, C, d...),
 /// labels (N, d...), optional weights (C).
-LogicalResult inferClassLoss(Loc loc, Value scores, Value labels,
-                             Value weights, StringRef reduction,
+LogicalResult inferClassLoss(Loc loc, Value scores, Value labels, Value weights,
+                             StringRef reduction,
                              SmallVectorImpl<Type> &types) {
   RankedTensorType scoresType = rankedType(scores);
   RankedTensorType labelsType = rankedType(labels);
@@ -217,8 +217,7 @@ LogicalResult inferClassLoss(Loc loc, Value scores, Value labels,
                          shapeString(scoresType.getShape()) + " (expected " +
                          shapeString(expected) + ")");
   if (RankedTensorType weightsType = rankedType(weights))
-    if (weightsType.getShape() !=
-        ArrayRef<int64_t>{scoresType.getDimSize(1)})
+    if (weightsType.getShape() != ArrayRef<int64_t>{scoresType.getDimSize(1)})
       return fail(loc, "weights must have shape [" +
                            Twine(scoresType.getDimSize(1)) + "]");
   if (reduction == "none")
@@ -251,8 +250,7 @@ LogicalResult ParamOp::verify() {
   if (std::optional<ElementsAttr> value = getValue())
     if (value->getType() != getType())
       return emitOpError("value type ")
-             << value->getType() << " does not match result type "
-             << getType();
+             << value->getType() << " does not match result type " << getType();
   return success();
 }
 
@@ -268,8 +266,9 @@ LogicalResult ConstantOp::inferReturnTypes(MLIRContext *, Loc loc,
 
 OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValue(); }
 
-LogicalResult ConstantOfShapeOp::inferReturnTypes(
-    MLIRContext *, Loc loc, Adaptor adaptor, SmallVectorImpl<Type> &types) {
+LogicalResult
+ConstantOfShapeOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,
+                                    SmallVectorImpl<Type> &types) {
   ElementsAttr value = adaptor.getValue();
   if (value.getNumElements() != 1)
     return fail(loc, "value must hold exactly one element");
@@ -300,10 +299,10 @@ LogicalResult ShapeOp::inferReturnTypes(MLIRContext *context, Loc loc,
     return std::clamp<int64_t>(v, 0, rank);
   };
   int64_t start = clamp(static_cast<int64_t>(adaptor.getStart()));
-  int64_t end = adaptor.getEndAttr() ? clamp(adaptor.getEndAttr().getInt())
-                                     : rank;
-  types.push_back(
-      tensorOf({std::max<int64_t>(0, end - start)}, IntegerType::get(context, 64)));
+  int64_t end =
+      adaptor.getEndAttr() ? clamp(adaptor.getEndAttr().getInt()) : rank;
+  types.push_back(tensorOf({std::max<int64_t>(0, end - start)},
+                           IntegerType::get(context, 64)));
   return success();
 }
 
@@ -336,8 +335,8 @@ LogicalResult GemmOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,
   int64_t m = a.getDimSize(transA ? 1 : 0), k = a.getDimSize(transA ? 0 : 1);
   int64_t kB = b.getDimSize(transB ? 1 : 0), n = b.getDimSize(transB ? 0 : 1);
   if (k != kB)
-    return fail(loc, "inner dimensions differ: " + Twine(k) + " and " +
-                         Twine(kB));
+    return fail(loc,
+                "inner dimensions differ: " + Twine(k) + " and " + Twine(kB));
   if (RankedTensorType c = rankedType(adaptor.getC())) {
     FailureOr<Shape> shape = broadcastShapes(loc, c.getShape(), {m, n});
     if (failed(shape))
@@ -368,8 +367,8 @@ LogicalResult MatMulOp::inferReturnTypes(MLIRContext *, Loc loc,
     rhs.push_back(1);
   int64_t k = lhs.back(), kB = rhs[rhs.size() - 2];
   if (k != kB)
-    return fail(loc, "inner dimensions differ: " + Twine(k) + " and " +
-                         Twine(kB));
+    return fail(loc,
+                "inner dimensions differ: " + Twine(k) + " and " + Twine(kB));
   FailureOr<Shape> batch =
       broadcastShapes(loc, ArrayRef<int64_t>(lhs).drop_back(2),
                       ArrayRef<int64_t>(rhs).drop_back(2));
@@ -445,8 +444,9 @@ LogicalResult AveragePoolOp::inferReturnTypes(MLIRContext *, Loc loc,
                    adaptor.getDilations(), adaptor.getCeilMode(), types);
 }
 
-LogicalResult GlobalAveragePoolOp::inferReturnTypes(
-    MLIRContext *, Loc loc, Adaptor adaptor, SmallVectorImpl<Type> &types) {
+LogicalResult
+GlobalAveragePoolOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,
+                                      SmallVectorImpl<Type> &types) {
   RankedTensorType type = rankedType(adaptor.getInput());
   if (!type)
     return failure();
@@ -503,8 +503,9 @@ LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *, Loc loc,
     FailureOr<Shape> shape =
         broadcastShapes(std::nullopt, param.getShape(), normalized);
     if (failed(shape) || ArrayRef<int64_t>(*shape) != normalized)
-      return fail(loc, "scale and bias must broadcast to the normalized shape " +
-                           shapeString(normalized));
+      return fail(loc,
+                  "scale and bias must broadcast to the normalized shape " +
+                      shapeString(normalized));
   }
   Shape statsShape(input.getShape());
   std::fill(statsShape.begin() + *axis, statsShape.end(), 1);
@@ -613,8 +614,8 @@ LogicalResult ReshapeOp::inferReturnTypes(MLIRContext *, Loc loc,
   ArrayRef<int64_t> shape = adaptor.getShape();
   for (int64_t dim : shape)
     if (dim < 0)
-      return fail(loc, "shape must be fully resolved, got " +
-                           shapeString(shape));
+      return fail(loc,
+                  "shape must be fully resolved, got " + shapeString(shape));
   if (product(shape) != type.getNumElements())
     return fail(loc, "cannot reshape " + shapeString(type.getShape()) +
                          " into " + shapeString(shape));
@@ -693,8 +694,7 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext *, Loc loc,
   return success();
 }
 
-LogicalResult SplitOp::inferReturnTypes(MLIRContext *, Loc loc,
-                                        Adaptor adaptor,
+LogicalResult SplitOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,
                                         SmallVectorImpl<Type> &types) {
   RankedTensorType type = rankedType(adaptor.getInput());
   if (!type)
@@ -710,7 +710,7 @@ LogicalResult SplitOp::inferReturnTypes(MLIRContext *, Loc loc,
     if (piece < 0)
       return fail(loc, "split sizes must not be negative");
   if (std::accumulate(split.begin(), split.end(), int64_t(0)) !=
-                         type.getDimSize(*axis))
+      type.getDimSize(*axis))
     return fail(loc, "split sizes " + shapeString(split) + " do not sum to " +
                          Twine(type.getDimSize(*axis)));
   for (int64_t piece : split) {
@@ -721,8 +721,7 @@ LogicalResult SplitOp::inferReturnTypes(MLIRContext *, Loc loc,
   return success();
 }
 
-LogicalResult SliceOp::inferReturnTypes(MLIRContext *, Loc loc,
-                                        Adaptor adaptor,
+LogicalResult SliceOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,
                                         SmallVectorImpl<Type> &types) {
   RankedTensorType type = rankedType(adaptor.getInput());
   if (!type)
