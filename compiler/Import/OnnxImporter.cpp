@@ -11,6 +11,7 @@
 
 #include "cdp/Import/OnnxImporter.h"
 
+#include "cdp/Dialect/Graph/GraphBuilder.h"
 #include "cdp/Dialect/Graph/GraphOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -631,44 +632,16 @@ Operation *Importer::create(StringRef opName, ArrayRef<Value> operands,
                             unsigned numResults) {
   Location loc = NameLoc::get(builder.getStringAttr(
       node->name().empty() ? node->op_type() : node->name()));
-  OperationState state(loc, opName);
-  state.addOperands(operands);
-  state.addAttributes(attributes);
-  state.addTypes(SmallVector<Type>(numResults, builder.getNoneType()));
-  Operation *op = builder.create(state);
   std::string diagnostic;
-  SmallVector<Type> types;
-  {
-    ScopedDiagnosticHandler handler(&context, [&](Diagnostic &d) {
-      if (diagnostic.empty())
-        diagnostic = d.str();
-      return success();
-    });
-    auto inferable = cast<InferTypeOpInterface>(op);
-    if (failed(inferable.inferReturnTypes(
-            &context, loc, op->getOperands(), op->getAttrDictionary(),
-            op->getPropertiesStorage(), op->getRegions(), types)) ||
-        types.size() != numResults) {
-      op->erase();
-      raise(where() + ": " +
-            (diagnostic.empty() ? "shapes do not fit the op" : diagnostic));
-    }
-  }
-  for (auto [result, type] : llvm::zip(op->getResults(), types)) {
-    auto tensor = cast<RankedTensorType>(type);
+  Operation *op = createInferred(builder, loc, opName, operands, attributes,
+                                 numResults, diagnostic);
+  if (!op)
+    raise(where() + ": " + diagnostic);
+  for (Value result : op->getResults()) {
+    auto tensor = cast<RankedTensorType>(result.getType());
     checkedShape(tensor.getShape(), tensor.getElementType(),
                  where() + " result");
-    result.setType(type);
   }
-  // Operand element types and attribute constraints (ODS), per node, so the
-  // error names the node.
-  ScopedDiagnosticHandler handler(&context, [&](Diagnostic &d) {
-    if (diagnostic.empty())
-      diagnostic = d.str();
-    return success();
-  });
-  if (failed(mlir::verify(op, /*verifyRecursively=*/false)))
-    raise(where() + ": " + diagnostic);
   return op;
 }
 

@@ -9,6 +9,7 @@
 #define CDP_INITALL_H
 
 #include "cdp/Dialect/Graph/GraphDialect.h"
+#include "cdp/Passes/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
 
@@ -18,6 +19,9 @@ namespace cdp {
 inline void registerAllDialects(mlir::DialectRegistry &registry) {
   registry.insert<CDPDialect, mlir::func::FuncDialect>();
 }
+
+/// Registers every cdp pass with the pass registry (for cdp-opt).
+inline void registerAllPasses() { registerCDPPasses(); }
 
 } // namespace cdp
 

@@ -14,6 +14,7 @@ int main(int argc, char **argv) {
   // Upstream passes that are useful on cdp IR (folding shape ops, cleanup).
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
+  cdp::registerAllPasses();
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "cdp optimizer driver\n", registry));
 }

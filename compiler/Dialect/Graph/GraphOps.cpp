@@ -875,5 +875,149 @@ LogicalResult NllLossOp::inferReturnTypes(MLIRContext *, Loc loc,
                         adaptor.getWeight(), adaptor.getReduction(), types);
 }
 
+
+//===----------------------------------------------------------------------===//
+// Training ops
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// Result type `shape` x f32, checked to be a valid static shape.
+LogicalResult inferStaticF32(MLIRContext *context, Loc loc,
+                             ArrayRef<int64_t> shape,
+                             SmallVectorImpl<Type> &types) {
+  for (int64_t dim : shape)
+    if (dim < 0)
+      return fail(loc, "shape " + shapeString(shape) + " has a negative dimension");
+  types.push_back(tensorOf(shape, Float32Type::get(context)));
+  return success();
+}
+
+LogicalResult inferSameAs(Value value, SmallVectorImpl<Type> &types) {
+  if (!rankedType(value))
+    return failure();
+  types.push_back(value.getType());
+  return success();
+}
+} // namespace
+
+LogicalResult UnaryGradOp::inferReturnTypes(MLIRContext *, Loc loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  static const char *kinds[] = {"relu", "gelu", "gelu_tanh", "erf",
+                                "sigmoid", "tanh", "sqrt"};
+  if (!llvm::is_contained(kinds, adaptor.getKind()))
+    return fail(loc, "unknown activation '" + adaptor.getKind() + "'");
+  if (adaptor.getGrad().getType() != adaptor.getSaved().getType())
+    return fail(loc, "grad and saved value must have the same type");
+  return inferSameAs(adaptor.getGrad(), types);
+}
+
+LogicalResult ReduceToOp::inferReturnTypes(MLIRContext *context, Loc loc,
+                                           Adaptor adaptor,
+                                           SmallVectorImpl<Type> &types) {
+  RankedTensorType type = rankedType(adaptor.getInput());
+  if (!type)
+    return failure();
+  FailureOr<Shape> shape =
+      broadcastShapes(loc, adaptor.getShape(), type.getShape());
+  if (failed(shape))
+    return failure();
+  if (ArrayRef<int64_t>(*shape) != type.getShape())
+    return fail(loc, "shape " + shapeString(adaptor.getShape()) +
+                         " does not broadcast to the input shape " +
+                         shapeString(type.getShape()));
+  return inferStaticF32(context, loc, adaptor.getShape(), types);
+}
+
+LogicalResult ConvGradInputOp::inferReturnTypes(MLIRContext *context, Loc loc,
+                                                Adaptor adaptor,
+                                                SmallVectorImpl<Type> &types) {
+  if (adaptor.getInputShape().size() != 4)
+    return fail(loc, "input_shape must have 4 dimensions");
+  return inferStaticF32(context, loc, adaptor.getInputShape(), types);
+}
+
+LogicalResult ConvGradWeightOp::inferReturnTypes(MLIRContext *context, Loc loc,
+                                                 Adaptor adaptor,
+                                                 SmallVectorImpl<Type> &types) {
+  if (adaptor.getWeightShape().size() != 4)
+    return fail(loc, "weight_shape must have 4 dimensions");
+  return inferStaticF32(context, loc, adaptor.getWeightShape(), types);
+}
+
+LogicalResult MaxPoolGradOp::inferReturnTypes(MLIRContext *, Loc,
+                                              Adaptor adaptor,
+                                              SmallVectorImpl<Type> &types) {
+  return inferSameAs(adaptor.getInput(), types);
+}
+
+LogicalResult AveragePoolGradOp::inferReturnTypes(
+    MLIRContext *context, Loc loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  return inferStaticF32(context, loc, adaptor.getInputShape(), types);
+}
+
+LogicalResult BatchNormGradOp::inferReturnTypes(MLIRContext *, Loc,
+                                                Adaptor adaptor,
+                                                SmallVectorImpl<Type> &types) {
+  if (!rankedType(adaptor.getInput()) || !rankedType(adaptor.getScale()))
+    return failure();
+  types.append({adaptor.getInput().getType(), adaptor.getScale().getType(),
+                adaptor.getScale().getType()});
+  return success();
+}
+
+LogicalResult LayerNormGradOp::inferReturnTypes(MLIRContext *, Loc,
+                                                Adaptor adaptor,
+                                                SmallVectorImpl<Type> &types) {
+  if (!rankedType(adaptor.getInput()) || !rankedType(adaptor.getScale()))
+    return failure();
+  types.append({adaptor.getInput().getType(), adaptor.getScale().getType(),
+                adaptor.getScale().getType()});
+  return success();
+}
+
+LogicalResult SoftmaxGradOp::inferReturnTypes(MLIRContext *, Loc,
+                                              Adaptor adaptor,
+                                              SmallVectorImpl<Type> &types) {
+  return inferSameAs(adaptor.getGrad(), types);
+}
+
+LogicalResult DropoutGradOp::inferReturnTypes(MLIRContext *, Loc,
+                                              Adaptor adaptor,
+                                              SmallVectorImpl<Type> &types) {
+  return inferSameAs(adaptor.getGrad(), types);
+}
+
+LogicalResult SliceGradOp::inferReturnTypes(MLIRContext *context, Loc loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  return inferStaticF32(context, loc, adaptor.getInputShape(), types);
+}
+
+LogicalResult GatherGradOp::inferReturnTypes(MLIRContext *context, Loc loc,
+                                             Adaptor adaptor,
+                                             SmallVectorImpl<Type> &types) {
+  return inferStaticF32(context, loc, adaptor.getDataShape(), types);
+}
+
+LogicalResult SoftmaxCrossEntropyLossGradOp::inferReturnTypes(
+    MLIRContext *, Loc, Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  return inferSameAs(adaptor.getLogProb(), types);
+}
+
+LogicalResult NllLossGradOp::inferReturnTypes(MLIRContext *context, Loc loc,
+                                              Adaptor adaptor,
+                                              SmallVectorImpl<Type> &types) {
+  return inferStaticF32(context, loc, adaptor.getInputShape(), types);
+}
+
+LogicalResult UpdateOp::verify() {
+  if (getOptimizer() != "sgd" && getOptimizer() != "adam")
+    return emitOpError("optimizer must be 'sgd' or 'adam', got '")
+           << getOptimizer() << "'";
+  return success();
+}
+
 #define GET_OP_CLASSES
 #include "cdp/Dialect/Graph/GraphOps.cpp.inc"

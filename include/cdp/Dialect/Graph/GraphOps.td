@@ -193,14 +193,17 @@ def CDP_BatchNormOp : CDP_Op<"batch_norm"> {
   let description = [{
     Inference mode normalizes with `mean` and `var`; training mode with the
     batch statistics, and returns updated running statistics
-    `running = momentum * running + (1 - momentum) * batch`. In inference
-    mode the running results equal `mean` and `var`.
+    `running = momentum * running + (1 - momentum) * batch`; the batch
+    variance entering `running_var` is the biased one (ONNX) unless
+    `unbiased_running_var` (PyTorch). In inference mode the running results
+    equal `mean` and `var`.
   }];
   let arguments = (ins CDP_F32Tensor:$input, CDP_F32Tensor:$scale, CDP_F32Tensor:$bias,
                        CDP_F32Tensor:$mean, CDP_F32Tensor:$var,
                        DefaultValuedAttr<F32Attr, "1e-5f">:$epsilon,
                        DefaultValuedAttr<F32Attr, "0.9f">:$momentum,
-                       DefaultValuedAttr<BoolAttr, "false">:$training_mode);
+                       DefaultValuedAttr<BoolAttr, "false">:$training_mode,
+                       DefaultValuedAttr<BoolAttr, "false">:$unbiased_running_var);
   let results = (outs CDP_F32Tensor:$output, CDP_F32Tensor:$running_mean,
                       CDP_F32Tensor:$running_var);
 }
@@ -415,6 +418,190 @@ def CDP_NllLossOp : CDP_Op<"nll_loss"> {
                        DefaultValuedStrAttr<StrAttr, "mean">:$reduction,
                        OptionalAttr<I64Attr>:$ignore_index);
   let results = (outs CDP_F32Tensor:$loss);
+}
+
+
+//===----------------------------------------------------------------------===//
+// Training: gradient ops (made by autodiff), optimizer updates, buffer writes
+//===----------------------------------------------------------------------===//
+
+def CDP_UnaryGradOp : CDP_Op<"unary_grad"> {
+  let summary = "gradient of an element-wise activation";
+  let description = [{
+    `dx = dy * f'(saved)`, where `saved` is the forward input `x` for
+    `relu`, `gelu`, `gelu_tanh` and `erf`, and the forward output `y` for
+    `sigmoid` (`y(1-y)`), `tanh` (`1-y^2`) and `sqrt` (`1/(2y)`).
+  }];
+  let arguments = (ins CDP_F32Tensor:$grad, CDP_F32Tensor:$saved, StrAttr:$kind);
+  let results = (outs CDP_F32Tensor:$output);
+}
+
+def CDP_ReduceToOp : CDP_Op<"reduce_to"> {
+  let summary = "sum a broadcast result back to an operand's shape";
+  let description = [{
+    The adjoint of numpy broadcasting: sums over the leading dimensions the
+    operand did not have and over the dimensions where it had size 1, giving
+    a tensor of shape `shape`.
+  }];
+  let arguments = (ins CDP_F32Tensor:$input, DenseI64ArrayAttr:$shape);
+  let results = (outs CDP_F32Tensor:$output);
+}
+
+def CDP_ConvGradInputOp : CDP_Op<"conv_grad_input"> {
+  let summary = "convolution backward with respect to the input";
+  let arguments = (ins CDP_F32Tensor:$grad, CDP_F32Tensor:$weight,
+                       DenseI64ArrayAttr:$input_shape, DenseI64ArrayAttr:$pads,
+                       DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$dilations,
+                       DefaultValuedAttr<I64Attr, "1">:$group);
+  let results = (outs CDP_F32Tensor:$output);
+}
+
+def CDP_ConvGradWeightOp : CDP_Op<"conv_grad_weight"> {
+  let summary = "convolution backward with respect to the weight";
+  let arguments = (ins CDP_F32Tensor:$grad, CDP_F32Tensor:$input,
+                       DenseI64ArrayAttr:$weight_shape, DenseI64ArrayAttr:$pads,
+                       DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$dilations,
+                       DefaultValuedAttr<I64Attr, "1">:$group);
+  let results = (outs CDP_F32Tensor:$output);
+}
+
+def CDP_MaxPoolGradOp : CDP_Op<"max_pool_grad"> {
+  let summary = "max pooling backward";
+  let description = [{
+    Routes each output gradient to the first maximum of its window in
+    `input` (the forward input), as PyTorch does.
+  }];
+  let arguments = (ins CDP_F32Tensor:$grad, CDP_F32Tensor:$input,
+                       DenseI64ArrayAttr:$kernel_shape, DenseI64ArrayAttr:$pads,
+                       DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$dilations,
+                       DefaultValuedAttr<BoolAttr, "false">:$ceil_mode);
+  let results = (outs CDP_F32Tensor:$output);
+}
+
+def CDP_AveragePoolGradOp : CDP_Op<"average_pool_grad"> {
+  let summary = "average pooling backward";
+  let arguments = (ins CDP_F32Tensor:$grad, DenseI64ArrayAttr:$input_shape,
+                       DenseI64ArrayAttr:$kernel_shape, DenseI64ArrayAttr:$pads,
+                       DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$dilations,
+                       DefaultValuedAttr<BoolAttr, "false">:$ceil_mode,
+                       DefaultValuedAttr<BoolAttr, "false">:$count_include_pad);
+  let results = (outs CDP_F32Tensor:$output);
+}
+
+def CDP_BatchNormGradOp : CDP_Op<"batch_norm_grad"> {
+  let summary = "batch normalization backward";
+  let description = [{
+    Returns `(dx, dscale, dbias)`. In training mode the statistics are the
+    batch's (recomputed from `input`); otherwise `mean` and `var`.
+  }];
+  let arguments = (ins CDP_F32Tensor:$grad, CDP_F32Tensor:$input,
+                       CDP_F32Tensor:$scale, CDP_F32Tensor:$mean, CDP_F32Tensor:$var,
+                       DefaultValuedAttr<F32Attr, "1e-5f">:$epsilon,
+                       DefaultValuedAttr<BoolAttr, "false">:$training_mode);
+  let results = (outs CDP_F32Tensor:$input_grad, CDP_F32Tensor:$scale_grad,
+                      CDP_F32Tensor:$bias_grad);
+}
+
+def CDP_LayerNormGradOp : CDP_Op<"layer_norm_grad"> {
+  let summary = "layer normalization backward";
+  let description = "Returns `(dx, dscale, dbias)`, dscale and dbias shaped like `scale`.";
+  let arguments = (ins CDP_F32Tensor:$grad, CDP_F32Tensor:$input,
+                       CDP_F32Tensor:$scale, CDP_F32Tensor:$mean,
+                       CDP_F32Tensor:$inv_std_dev,
+                       DefaultValuedAttr<I64Attr, "-1">:$axis);
+  let results = (outs CDP_F32Tensor:$input_grad, CDP_F32Tensor:$scale_grad,
+                      CDP_F32Tensor:$bias_grad);
+}
+
+def CDP_SoftmaxGradOp : CDP_Op<"softmax_grad"> {
+  let summary = "softmax or log-softmax backward, from the forward output";
+  let description = [{
+    softmax: `dx = y * (dy - sum(dy * y))`; with `log`:
+    `dx = dy - exp(y) * sum(dy)`, sums along `axis`.
+  }];
+  let arguments = (ins CDP_F32Tensor:$grad, CDP_F32Tensor:$output_value,
+                       DefaultValuedAttr<I64Attr, "-1">:$axis,
+                       DefaultValuedAttr<BoolAttr, "false">:$log);
+  let results = (outs CDP_F32Tensor:$output);
+}
+
+def CDP_DropoutGradOp : CDP_Op<"dropout_grad"> {
+  let summary = "dropout backward: `dy * mask / (1 - ratio)`";
+  let arguments = (ins CDP_F32Tensor:$grad, CDP_BoolTensor:$mask,
+                       DefaultValuedAttr<F32Attr, "0.5f">:$ratio);
+  let results = (outs CDP_F32Tensor:$output);
+}
+
+def CDP_SliceGradOp : CDP_Op<"slice_grad"> {
+  let summary = "slice backward: scatter into zeros of the input's shape";
+  let arguments = (ins CDP_F32Tensor:$grad, DenseI64ArrayAttr:$input_shape,
+                       DenseI64ArrayAttr:$starts, DenseI64ArrayAttr:$ends,
+                       DenseI64ArrayAttr:$axes, DenseI64ArrayAttr:$steps);
+  let results = (outs CDP_F32Tensor:$output);
+}
+
+def CDP_GatherGradOp : CDP_Op<"gather_grad"> {
+  let summary = "gather backward: scatter-add into zeros of the data's shape";
+  let arguments = (ins CDP_F32Tensor:$grad, CDP_I64Tensor:$indices,
+                       DenseI64ArrayAttr:$data_shape,
+                       DefaultValuedAttr<I64Attr, "0">:$axis);
+  let results = (outs CDP_F32Tensor:$output);
+}
+
+def CDP_SoftmaxCrossEntropyLossGradOp : CDP_Op<"softmax_cross_entropy_loss_grad"> {
+  let summary = "softmax cross-entropy backward with respect to the scores";
+  let arguments = (ins CDP_F32Tensor:$grad, CDP_F32Tensor:$log_prob,
+                       CDP_I64Tensor:$labels, Optional<CDP_F32Tensor>:$weights,
+                       DefaultValuedStrAttr<StrAttr, "mean">:$reduction,
+                       OptionalAttr<I64Attr>:$ignore_index);
+  let results = (outs CDP_F32Tensor:$output);
+}
+
+def CDP_NllLossGradOp : CDP_Op<"nll_loss_grad"> {
+  let summary = "negative log-likelihood backward with respect to the input";
+  let arguments = (ins CDP_F32Tensor:$grad, CDP_I64Tensor:$target,
+                       Optional<CDP_F32Tensor>:$weight,
+                       DenseI64ArrayAttr:$input_shape,
+                       DefaultValuedStrAttr<StrAttr, "mean">:$reduction,
+                       OptionalAttr<I64Attr>:$ignore_index);
+  let results = (outs CDP_F32Tensor:$output);
+}
+
+def CDP_GradientOp : CDP_BaseOp<"gradient"> {
+  let summary = "the loss gradient of a parameter, as autodiff leaves it";
+  let description = [{
+    Marks `grad` as the full gradient of the loss with respect to the
+    parameter `name` (contributions of every use summed). The optimizer pass
+    turns it into an update; it is also what `cdp-run --dump-grads` reports.
+  }];
+  let arguments = (ins StrAttr:$name, CDP_F32Tensor:$grad);
+  let assemblyFormat = "$name $grad attr-dict `:` type($grad)";
+}
+
+def CDP_UpdateOp : CDP_BaseOp<"update", [AllTypesMatch<["param", "grad"]>]> {
+  let summary = "an optimizer step on one parameter, in place";
+  let description = [{
+    `optimizer` is `sgd` (PyTorch semantics: `d = g + wd * p`; with
+    momentum, `buf = momentum * buf + d`, the first step setting
+    `buf = d`; `p -= lr * buf`) or `adam` (PyTorch's Adam with L2 weight
+    decay added to the gradient and bias correction). The optimizer state
+    lives with the parameter; weight decay acts on the version being updated.
+  }];
+  let arguments = (ins StrAttr:$name, CDP_F32Tensor:$param, CDP_F32Tensor:$grad,
+                       StrAttr:$optimizer, F32Attr:$lr,
+                       DefaultValuedAttr<F32Attr, "0.0f">:$momentum,
+                       DefaultValuedAttr<F32Attr, "0.0f">:$weight_decay,
+                       DefaultValuedAttr<F32Attr, "0.9f">:$beta1,
+                       DefaultValuedAttr<F32Attr, "0.999f">:$beta2,
+                       DefaultValuedAttr<F32Attr, "1e-8f">:$epsilon);
+  let assemblyFormat = "$name $param `,` $grad attr-dict `:` type($param)";
+  let hasVerifier = 1;
+}
+
+def CDP_AssignOp : CDP_BaseOp<"assign", [AllTypesMatch<["buffer", "value"]>]> {
+  let summary = "write a new value into a buffer (BatchNorm running statistics)";
+  let arguments = (ins StrAttr:$name, CDP_F32Tensor:$buffer, CDP_F32Tensor:$value);
+  let assemblyFormat = "$name $buffer `,` $value attr-dict `:` type($buffer)";
 }
 
 #endif // CDP_DIALECT_GRAPH_GRAPHOPS_TD

@@ -1,0 +1,143 @@
+//===- AttachLoss.cpp - add the training loss to @main --------------------===//
+
+#include "cdp/Dialect/Graph/GraphBuilder.h"
+#include "cdp/Dialect/Graph/GraphOps.h"
+#include "cdp/Passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+namespace cdp {
+#define GEN_PASS_DEF_ATTACHLOSS
+#include "cdp/Passes/Passes.h.inc"
+} // namespace cdp
+
+using namespace mlir;
+using namespace cdp;
+
+namespace {
+
+/// The `cdp.name` of result `index`, or "" when it has none.
+StringRef resultName(func::FuncOp func, unsigned index) {
+  if (auto name = func.getResultAttrOfType<StringAttr>(index, "cdp.name"))
+    return name.getValue();
+  return "";
+}
+
+struct AttachLossPass : public cdp::impl::AttachLossBase<AttachLossPass> {
+  using AttachLossBase::AttachLossBase;
+
+  void runOnOperation() override {
+    func::FuncOp func = getOperation().lookupSymbol<func::FuncOp>("main");
+    if (!func) {
+      getOperation().emitError("no func.func @main to attach a loss to");
+      return signalPassFailure();
+    }
+    if (func->hasAttr("cdp.loss_index")) {
+      func.emitError("@main already has a loss");
+      return signalPassFailure();
+    }
+    if (failed(attach(func)))
+      signalPassFailure();
+  }
+
+  LogicalResult attach(func::FuncOp func) {
+    auto returnOp = cast<func::ReturnOp>(func.getBody().back().getTerminator());
+    unsigned numResults = func.getNumResults();
+    if (loss == "none") {
+      for (unsigned i = 0; i < numResults; ++i) {
+        if (resultName(func, i) != lossOutput)
+          continue;
+        auto type = dyn_cast<RankedTensorType>(func.getResultTypes()[i]);
+        if (!type || !type.getElementType().isF32() || type.getNumElements() != 1)
+          return func.emitError("loss output '")
+                 << lossOutput << "' must be a float32 scalar, got "
+                 << func.getResultTypes()[i];
+        func->setAttr("cdp.loss_index",
+                      OpBuilder(func).getI64IntegerAttr(i));
+        return success();
+      }
+      return func.emitError("--loss=none needs --loss-output naming a graph "
+                            "output; no output is named '")
+             << lossOutput << "'";
+    }
+    if (loss != "softmax-cross-entropy" && loss != "mse")
+      return func.emitError("unknown loss '") << loss << "'";
+    if (numResults == 0)
+      return func.emitError("the model has no output to attach a loss to");
+    for (BlockArgument arg : func.getArguments())
+      if (auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                        "cdp.name"))
+        if (name.getValue() == labelsName)
+          return func.emitError("the model already has an input named '")
+                 << labelsName << "'; choose another --labels-name";
+
+    Value scores = returnOp.getOperand(0);
+    auto scoresType = cast<RankedTensorType>(scores.getType());
+    if (!scoresType.getElementType().isF32())
+      return func.emitError("the first output must be float32 to train on");
+    OpBuilder builder(returnOp);
+    Type labelsType;
+    if (loss == "mse") {
+      labelsType = scoresType;
+    } else {
+      if (scoresType.getRank() < 2)
+        return func.emitError("softmax-cross-entropy needs scores of rank >= 2 "
+                              "(N, C, ...); the first output has type ")
+               << scoresType;
+      SmallVector<int64_t> shape{scoresType.getDimSize(0)};
+      for (int64_t d = 2; d < scoresType.getRank(); ++d)
+        shape.push_back(scoresType.getDimSize(d));
+      labelsType = RankedTensorType::get(shape, builder.getI64Type());
+    }
+    unsigned labelsIndex = func.getNumArguments();
+    func.insertArgument(
+        labelsIndex, labelsType,
+        builder.getDictionaryAttr(
+            {builder.getNamedAttr("cdp.name", builder.getStringAttr(labelsName)),
+             builder.getNamedAttr("cdp.batch_axis",
+                                  builder.getI64IntegerAttr(0))}),
+        func.getLoc());
+    Value labels = func.getArgument(labelsIndex);
+
+    Location loc = NameLoc::get(builder.getStringAttr("loss"));
+    std::string error;
+    Value lossValue;
+    if (loss == "mse") {
+      Operation *diff = createInferred(builder, loc, SubOp::getOperationName(),
+                                       {scores, labels}, {}, 1, error);
+      Operation *square =
+          diff ? createInferred(builder, loc, MulOp::getOperationName(),
+                                {diff->getResult(0), diff->getResult(0)}, {},
+                                1, error)
+               : nullptr;
+      Operation *mean =
+          square ? createInferred(
+                       builder, loc, ReduceMeanOp::getOperationName(),
+                       {square->getResult(0)},
+                       {builder.getNamedAttr("axes",
+                                             builder.getDenseI64ArrayAttr({})),
+                        builder.getNamedAttr("keepdims",
+                                             builder.getBoolAttr(false))},
+                       1, error)
+                 : nullptr;
+      if (!mean)
+        return func.emitError("cannot build the mse loss: ") << error;
+      lossValue = mean->getResult(0);
+    } else {
+      Operation *sce = createInferred(
+          builder, loc, SoftmaxCrossEntropyLossOp::getOperationName(),
+          {scores, labels}, {}, 2, error);
+      if (!sce)
+        return func.emitError("cannot build the loss: ") << error;
+      lossValue = sce->getResult(0);
+    }
+    returnOp->insertOperands(returnOp.getNumOperands(), lossValue);
+    func.insertResult(numResults, lossValue.getType(),
+                      builder.getDictionaryAttr({builder.getNamedAttr(
+                          "cdp.name", builder.getStringAttr("loss"))}));
+    func->setAttr("cdp.loss_index", builder.getI64IntegerAttr(numResults));
+    return success();
+  }
+};
+
+} // namespace

@@ -1,0 +1,526 @@
+//===- Autodiff.cpp - reverse-mode differentiation of @main ---------------===//
+//
+// Walks @main backwards from its loss. Each op whose result carries a
+// gradient contributes gradients to those of its operands that depend on a
+// trainable parameter; contributions to one value are summed, which is what
+// makes tied weights and skip connections right.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cdp/Dialect/Graph/GraphBuilder.h"
+#include "cdp/Dialect/Graph/GraphOps.h"
+#include "cdp/Passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringSet.h"
+
+namespace cdp {
+#define GEN_PASS_DEF_AUTODIFF
+#include "cdp/Passes/Passes.h.inc"
+} // namespace cdp
+
+using namespace mlir;
+using namespace cdp;
+
+namespace {
+
+class Differentiator {
+public:
+  Differentiator(func::FuncOp func, OpBuilder &builder)
+      : func(func), builder(builder) {}
+
+  LogicalResult run(Value loss, const llvm::StringSet<> &frozen,
+                    SmallVectorImpl<ParamOp> &trainable);
+
+private:
+  LogicalResult differentiate(Operation *op);
+
+  /// Builds an op by name; on failure reports it against `origin`.
+  Value make(StringRef name, ValueRange operands,
+             ArrayRef<NamedAttribute> attributes = {}, unsigned result = 0,
+             unsigned numResults = 1);
+  Operation *makeOp(StringRef name, ValueRange operands,
+                    ArrayRef<NamedAttribute> attributes, unsigned numResults);
+  Value scalar(float value);
+  Value scale(Value value, float factor);
+  Value reduceTo(Value value, Type type);
+  Value reshape(Value value, ArrayRef<int64_t> shape);
+  Value transposeLast2(Value value);
+  NamedAttribute attr(StringRef name, Attribute value) {
+    return builder.getNamedAttr(name, value);
+  }
+  DenseI64ArrayAttr i64s(ArrayRef<int64_t> values) {
+    return builder.getDenseI64ArrayAttr(values);
+  }
+  static ArrayRef<int64_t> shapeOf(Value value) {
+    return cast<RankedTensorType>(value.getType()).getShape();
+  }
+
+  void accumulate(Value value, Value grad);
+
+  func::FuncOp func;
+  OpBuilder &builder;
+  Operation *origin = nullptr;
+  bool failedBuild = false;
+  llvm::DenseSet<Value> needsGrad;
+  llvm::DenseMap<Value, Value> grads;
+};
+
+Operation *Differentiator::makeOp(StringRef name, ValueRange operands,
+                                  ArrayRef<NamedAttribute> attributes,
+                                  unsigned numResults) {
+  if (failedBuild)
+    return nullptr;
+  std::string error;
+  Operation *op = createInferred(builder, origin->getLoc(), name, operands,
+                                 attributes, numResults, error);
+  if (!op) {
+    origin->emitOpError("gradient: cannot build ") << name << ": " << error;
+    failedBuild = true;
+  }
+  return op;
+}
+
+Value Differentiator::make(StringRef name, ValueRange operands,
+                           ArrayRef<NamedAttribute> attributes,
+                           unsigned result, unsigned numResults) {
+  Operation *op = makeOp(name, operands, attributes, numResults);
+  return op ? op->getResult(result) : Value();
+}
+
+Value Differentiator::scalar(float value) {
+  auto type = RankedTensorType::get({}, builder.getF32Type());
+  return builder.create<ConstantOp>(
+      origin ? origin->getLoc() : func.getLoc(),
+      cast<ElementsAttr>(DenseElementsAttr::get(type, value)));
+}
+
+Value Differentiator::scale(Value value, float factor) {
+  if (!value || factor == 1.0f)
+    return value;
+  return make(MulOp::getOperationName(), {value, scalar(factor)});
+}
+
+/// Sums `value` back to the shape of `type` (the adjoint of broadcasting).
+Value Differentiator::reduceTo(Value value, Type type) {
+  if (!value || value.getType() == type)
+    return value;
+  return make(ReduceToOp::getOperationName(), {value},
+              {attr("shape", i64s(cast<RankedTensorType>(type).getShape()))});
+}
+
+Value Differentiator::reshape(Value value, ArrayRef<int64_t> shape) {
+  if (!value || shapeOf(value) == shape)
+    return value;
+  return make(ReshapeOp::getOperationName(), {value},
+              {attr("shape", i64s(shape))});
+}
+
+Value Differentiator::transposeLast2(Value value) {
+  int64_t rank = shapeOf(value).size();
+  SmallVector<int64_t> perm;
+  for (int64_t d = 0; d < rank; ++d)
+    perm.push_back(d);
+  std::swap(perm[rank - 1], perm[rank - 2]);
+  return make(TransposeOp::getOperationName(), {value},
+              {attr("perm", i64s(perm))});
+}
+
+void Differentiator::accumulate(Value value, Value grad) {
+  if (!grad || !needsGrad.contains(value))
+    return;
+  auto it = grads.find(value);
+  if (it == grads.end()) {
+    grads[value] = grad;
+    return;
+  }
+  it->second = make(AddOp::getOperationName(), {it->second, grad});
+}
+
+LogicalResult Differentiator::differentiate(Operation *op) {
+  origin = op;
+  Value dy = op->getNumResults() ? grads.lookup(op->getResult(0)) : Value();
+  auto operand = [&](unsigned i) { return op->getOperand(i); };
+  auto unaryGrad = [&](Value saved, StringRef kind) {
+    accumulate(operand(0),
+               make(UnaryGradOp::getOperationName(), {dy, saved},
+                    {attr("kind", builder.getStringAttr(kind))}));
+  };
+
+  if (auto result = op->getNumResults() > 1 ? op->getResult(1) : Value())
+    if (grads.count(result) &&
+        !isa<BatchNormOp, LayerNormOp, DropoutOp, SplitOp>(op))
+      return op->emitOpError(
+          "gradient: differentiating through result #1 is not supported");
+
+  if (isa<BatchNormOp, LayerNormOp>(op) && !dy)
+    return success(); // only the statistics are used, and they carry none
+
+  if (isa<ReluOp>(op))
+    unaryGrad(operand(0), "relu");
+  else if (auto gelu = dyn_cast<GeluOp>(op))
+    unaryGrad(operand(0), gelu.getApproximate() == "tanh" ? "gelu_tanh" : "gelu");
+  else if (isa<ErfOp>(op))
+    unaryGrad(operand(0), "erf");
+  else if (isa<SigmoidOp>(op))
+    unaryGrad(op->getResult(0), "sigmoid");
+  else if (isa<TanhOp>(op))
+    unaryGrad(op->getResult(0), "tanh");
+  else if (isa<SqrtOp>(op))
+    unaryGrad(op->getResult(0), "sqrt");
+  else if (isa<IdentityOp>(op))
+    accumulate(operand(0), dy);
+  else if (isa<AddOp>(op)) {
+    accumulate(operand(0), reduceTo(dy, operand(0).getType()));
+    accumulate(operand(1), reduceTo(dy, operand(1).getType()));
+  } else if (isa<SubOp>(op)) {
+    accumulate(operand(0), reduceTo(dy, operand(0).getType()));
+    if (needsGrad.contains(operand(1)))
+      accumulate(operand(1), reduceTo(scale(dy, -1.0f), operand(1).getType()));
+  } else if (isa<MulOp>(op)) {
+    if (needsGrad.contains(operand(0)))
+      accumulate(operand(0),
+                 reduceTo(make(MulOp::getOperationName(), {dy, operand(1)}),
+                          operand(0).getType()));
+    if (needsGrad.contains(operand(1)))
+      accumulate(operand(1),
+                 reduceTo(make(MulOp::getOperationName(), {dy, operand(0)}),
+                          operand(1).getType()));
+  } else if (isa<DivOp>(op)) {
+    if (needsGrad.contains(operand(0)))
+      accumulate(operand(0),
+                 reduceTo(make(DivOp::getOperationName(), {dy, operand(1)}),
+                          operand(0).getType()));
+    if (needsGrad.contains(operand(1))) {
+      // d(a/b)/db = -(a/b)/b
+      Value dyY = make(MulOp::getOperationName(), {dy, op->getResult(0)});
+      Value quotient = make(DivOp::getOperationName(), {dyY, operand(1)});
+      accumulate(operand(1), reduceTo(scale(quotient, -1.0f), operand(1).getType()));
+    }
+  } else if (isa<PowOp>(op)) {
+    if (needsGrad.contains(operand(1)))
+      return op->emitOpError(
+          "gradient with respect to the exponent is not supported");
+    // d(a^b)/da = b * a^(b-1)
+    Value exponent = make(SubOp::getOperationName(), {operand(1), scalar(1.0f)});
+    Value power = make(PowOp::getOperationName(), {operand(0), exponent});
+    Value local = make(MulOp::getOperationName(), {power, operand(1)});
+    accumulate(operand(0),
+               reduceTo(make(MulOp::getOperationName(), {dy, local}),
+                        operand(0).getType()));
+  } else if (isa<MatMulOp>(op)) {
+    // Promote 1-D operands to matrices as the forward op does, work on the
+    // promoted shapes, and reshape back.
+    Value a = operand(0), b = operand(1);
+    SmallVector<int64_t> aShape(shapeOf(a)), bShape(shapeOf(b));
+    if (aShape.size() == 1)
+      aShape.insert(aShape.begin(), 1);
+    if (bShape.size() == 1)
+      bShape.push_back(1);
+    Value a2 = reshape(a, aShape), b2 = reshape(b, bShape);
+    Value full = make(MatMulOp::getOperationName(), {a2, b2});
+    if (!full)
+      return failure();
+    Value dy2 = reshape(dy, shapeOf(full));
+    full.getDefiningOp()->erase();
+    if (needsGrad.contains(a)) {
+      Value da = make(MatMulOp::getOperationName(), {dy2, transposeLast2(b2)});
+      da = reduceTo(da, RankedTensorType::get(aShape, builder.getF32Type()));
+      accumulate(a, reshape(da, shapeOf(a)));
+    }
+    if (needsGrad.contains(b)) {
+      Value db = make(MatMulOp::getOperationName(), {transposeLast2(a2), dy2});
+      db = reduceTo(db, RankedTensorType::get(bShape, builder.getF32Type()));
+      accumulate(b, reshape(db, shapeOf(b)));
+    }
+  } else if (auto gemm = dyn_cast<GemmOp>(op)) {
+    bool transA = gemm.getTransA(), transB = gemm.getTransB();
+    NamedAttribute alpha = attr("alpha", gemm.getAlphaAttr());
+    auto flags = [&](bool ta, bool tb) {
+      return SmallVector<NamedAttribute>{
+          alpha, attr("trans_a", builder.getBoolAttr(ta)),
+          attr("trans_b", builder.getBoolAttr(tb))};
+    };
+    Value a = gemm.getA(), b = gemm.getB();
+    if (needsGrad.contains(a))
+      accumulate(a, transA ? make(GemmOp::getOperationName(), {b, dy},
+                                  flags(transB, true))
+                           : make(GemmOp::getOperationName(), {dy, b},
+                                  flags(false, !transB)));
+    if (needsGrad.contains(b))
+      accumulate(b, transB ? make(GemmOp::getOperationName(), {dy, a},
+                                  flags(true, transA))
+                           : make(GemmOp::getOperationName(), {a, dy},
+                                  flags(!transA, false)));
+    if (Value c = gemm.getC())
+      accumulate(c, reduceTo(scale(dy, gemm.getBeta().convertToFloat()),
+                             c.getType()));
+  } else if (auto conv = dyn_cast<ConvOp>(op)) {
+    SmallVector<NamedAttribute> common{
+        attr("pads", conv.getPadsAttr()), attr("strides", conv.getStridesAttr()),
+        attr("dilations", conv.getDilationsAttr()),
+        attr("group", conv.getGroupAttr())};
+    if (needsGrad.contains(conv.getInput())) {
+      SmallVector<NamedAttribute> attrs(common);
+      attrs.push_back(attr("input_shape", i64s(shapeOf(conv.getInput()))));
+      accumulate(conv.getInput(), make(ConvGradInputOp::getOperationName(),
+                                       {dy, conv.getWeight()}, attrs));
+    }
+    if (needsGrad.contains(conv.getWeight())) {
+      SmallVector<NamedAttribute> attrs(common);
+      attrs.push_back(attr("weight_shape", i64s(shapeOf(conv.getWeight()))));
+      accumulate(conv.getWeight(), make(ConvGradWeightOp::getOperationName(),
+                                        {dy, conv.getInput()}, attrs));
+    }
+    if (Value bias = conv.getBias())
+      accumulate(bias, make(ReduceSumOp::getOperationName(), {dy},
+                            {attr("axes", i64s({0, 2, 3})),
+                             attr("keepdims", builder.getBoolAttr(false))}));
+  } else if (isa<MaxPoolOp>(op)) {
+    SmallVector<NamedAttribute> attrs(op->getAttrs());
+    accumulate(operand(0), make(MaxPoolGradOp::getOperationName(),
+                                {dy, operand(0)}, attrs));
+  } else if (isa<AveragePoolOp>(op)) {
+    SmallVector<NamedAttribute> attrs(op->getAttrs());
+    attrs.push_back(attr("input_shape", i64s(shapeOf(operand(0)))));
+    accumulate(operand(0),
+               make(AveragePoolGradOp::getOperationName(), {dy}, attrs));
+  } else if (isa<GlobalAveragePoolOp>(op)) {
+    ArrayRef<int64_t> shape = shapeOf(operand(0));
+    int64_t count = 1;
+    for (int64_t d : shape.drop_front(2))
+      count *= d;
+    Value spread = make(ExpandOp::getOperationName(), {dy},
+                        {attr("shape", i64s(shape))});
+    accumulate(operand(0), scale(spread, 1.0f / count));
+  } else if (auto bn = dyn_cast<BatchNormOp>(op)) {
+    Operation *g = makeOp(
+        BatchNormGradOp::getOperationName(),
+        {dy, bn.getInput(), bn.getScale(), bn.getMean(), bn.getVar()},
+        {attr("epsilon", bn.getEpsilonAttr()),
+         attr("training_mode", bn.getTrainingModeAttr())},
+        3);
+    if (!g)
+      return failure();
+    accumulate(bn.getInput(), g->getResult(0));
+    accumulate(bn.getScale(), g->getResult(1));
+    accumulate(bn.getBias(), g->getResult(2));
+  } else if (auto ln = dyn_cast<LayerNormOp>(op)) {
+    Operation *g = makeOp(LayerNormGradOp::getOperationName(),
+                          {dy, ln.getInput(), ln.getScale(), ln.getMean(),
+                           ln.getInvStdDev()},
+                          {attr("axis", ln.getAxisAttr())}, 3);
+    if (!g)
+      return failure();
+    accumulate(ln.getInput(), g->getResult(0));
+    accumulate(ln.getScale(), g->getResult(1));
+    if (Value bias = ln.getBias())
+      accumulate(bias, g->getResult(2));
+  } else if (isa<SoftmaxOp, LogSoftmaxOp>(op)) {
+    accumulate(operand(0),
+               make(SoftmaxGradOp::getOperationName(), {dy, op->getResult(0)},
+                    {attr("axis", op->getAttr("axis")),
+                     attr("log", builder.getBoolAttr(isa<LogSoftmaxOp>(op)))}));
+  } else if (auto dropout = dyn_cast<DropoutOp>(op)) {
+    if (!dy)
+      return success();
+    accumulate(operand(0),
+               dropout.getTrainingMode()
+                   ? make(DropoutGradOp::getOperationName(),
+                          {dy, dropout.getMask()},
+                          {attr("ratio", dropout.getRatioAttr())})
+                   : dy);
+  } else if (isa<CastOp>(op)) {
+    if (cast<RankedTensorType>(operand(0).getType()).getElementType().isF32())
+      accumulate(operand(0), dy);
+  } else if (isa<ReshapeOp, FlattenOp, SqueezeOp, UnsqueezeOp>(op)) {
+    accumulate(operand(0), reshape(dy, shapeOf(operand(0))));
+  } else if (auto transpose = dyn_cast<TransposeOp>(op)) {
+    ArrayRef<int64_t> perm = transpose.getPerm();
+    SmallVector<int64_t> inverse(perm.size());
+    for (size_t i = 0; i < perm.size(); ++i)
+      inverse[perm[i]] = i;
+    accumulate(operand(0), make(TransposeOp::getOperationName(), {dy},
+                                {attr("perm", i64s(inverse))}));
+  } else if (auto concat = dyn_cast<ConcatOp>(op)) {
+    int64_t rank = shapeOf(dy).size();
+    int64_t axis = concat.getAxisAttr().getInt();
+    if (axis < 0)
+      axis += rank;
+    int64_t offset = 0;
+    for (Value input : concat.getInputs()) {
+      int64_t size = shapeOf(input)[axis];
+      if (needsGrad.contains(input))
+        accumulate(input, make(SliceOp::getOperationName(), {dy},
+                               {attr("starts", i64s({offset})),
+                                attr("ends", i64s({offset + size})),
+                                attr("axes", i64s({axis})),
+                                attr("steps", i64s({1}))}));
+      offset += size;
+    }
+  } else if (auto split = dyn_cast<SplitOp>(op)) {
+    SmallVector<Value> pieces;
+    for (Value result : split.getOutputs()) {
+      Value g = grads.lookup(result);
+      if (!g) {
+        auto type = cast<RankedTensorType>(result.getType());
+        g = builder.create<ConstantOp>(
+            op->getLoc(), cast<ElementsAttr>(DenseElementsAttr::get(type, 0.0f)));
+      }
+      pieces.push_back(g);
+    }
+    accumulate(operand(0), make(ConcatOp::getOperationName(), pieces,
+                                {attr("axis", split.getAxisAttr())}));
+  } else if (auto slice = dyn_cast<SliceOp>(op)) {
+    accumulate(operand(0),
+               make(SliceGradOp::getOperationName(), {dy},
+                    {attr("input_shape", i64s(shapeOf(operand(0)))),
+                     attr("starts", slice.getStartsAttr()),
+                     attr("ends", slice.getEndsAttr()),
+                     attr("axes", slice.getAxesAttr()),
+                     attr("steps", slice.getStepsAttr())}));
+  } else if (isa<ExpandOp>(op)) {
+    accumulate(operand(0), reduceTo(dy, operand(0).getType()));
+  } else if (auto gather = dyn_cast<GatherOp>(op)) {
+    accumulate(gather.getData(),
+               make(GatherGradOp::getOperationName(), {dy, gather.getIndices()},
+                    {attr("data_shape", i64s(shapeOf(gather.getData()))),
+                     attr("axis", gather.getAxisAttr())}));
+  } else if (isa<ReduceMeanOp, ReduceSumOp>(op)) {
+    ArrayRef<int64_t> shape = shapeOf(operand(0));
+    auto axesAttr = op->getAttrOfType<DenseI64ArrayAttr>("axes");
+    SmallVector<int64_t> kept(shape);
+    int64_t count = 1;
+    for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d)
+      if (axesAttr.empty() || llvm::is_contained(axesAttr.asArrayRef(), d) ||
+          llvm::is_contained(axesAttr.asArrayRef(), d - (int64_t)shape.size())) {
+        kept[d] = 1;
+        count *= shape[d];
+      }
+    Value spread = make(ExpandOp::getOperationName(), {reshape(dy, kept)},
+                        {attr("shape", i64s(shape))});
+    accumulate(operand(0),
+               isa<ReduceMeanOp>(op) ? scale(spread, 1.0f / count) : spread);
+  } else if (auto sce = dyn_cast<SoftmaxCrossEntropyLossOp>(op)) {
+    SmallVector<Value> operands{dy, sce.getLogProb(), sce.getLabels()};
+    if (Value weights = sce.getWeights())
+      operands.push_back(weights);
+    SmallVector<NamedAttribute> attrs{attr("reduction", sce.getReductionAttr())};
+    if (auto ignore = sce.getIgnoreIndexAttr())
+      attrs.push_back(attr("ignore_index", ignore));
+    accumulate(sce.getScores(),
+               make(SoftmaxCrossEntropyLossGradOp::getOperationName(), operands,
+                    attrs));
+  } else if (auto nll = dyn_cast<NllLossOp>(op)) {
+    SmallVector<Value> operands{dy, nll.getTarget()};
+    if (Value weight = nll.getWeight())
+      operands.push_back(weight);
+    SmallVector<NamedAttribute> attrs{
+        attr("reduction", nll.getReductionAttr()),
+        attr("input_shape", i64s(shapeOf(nll.getInput())))};
+    if (auto ignore = nll.getIgnoreIndexAttr())
+      attrs.push_back(attr("ignore_index", ignore));
+    accumulate(nll.getInput(),
+               make(NllLossGradOp::getOperationName(), operands, attrs));
+  } else {
+    return op->emitOpError("has no gradient rule");
+  }
+  return failure(failedBuild);
+}
+
+LogicalResult Differentiator::run(Value loss, const llvm::StringSet<> &frozen,
+                                  SmallVectorImpl<ParamOp> &trainable) {
+  Block &body = func.getBody().front();
+  SmallVector<ParamOp> candidates;
+  for (Operation &op : body.without_terminator()) {
+    if (auto param = dyn_cast<ParamOp>(op)) {
+      if (!param.getBuffer() && !frozen.contains(param.getName()) &&
+          param.getType().getElementType().isF32()) {
+        candidates.push_back(param);
+        needsGrad.insert(param.getResult());
+      }
+      continue;
+    }
+    if (llvm::any_of(op.getOperands(),
+                     [&](Value v) { return needsGrad.contains(v); }))
+      for (Value result : op.getResults())
+        if (cast<RankedTensorType>(result.getType()).getElementType().isF32())
+          needsGrad.insert(result);
+  }
+  if (!needsGrad.contains(loss))
+    return func.emitError("the loss depends on no trainable parameter");
+
+  builder.setInsertionPoint(body.getTerminator());
+  grads[loss] = builder.create<ConstantOp>(
+      func.getLoc(), cast<ElementsAttr>(DenseElementsAttr::get(
+                         cast<ShapedType>(loss.getType()), 1.0f)));
+  SmallVector<Operation *> forward;
+  for (Operation &op : body.without_terminator())
+    forward.push_back(&op);
+  for (Operation *op : llvm::reverse(forward)) {
+    if (isa<ParamOp, ConstantOp>(op))
+      continue;
+    if (llvm::none_of(op->getResults(),
+                      [&](Value v) { return grads.count(v); }))
+      continue;
+    if (failed(differentiate(op)))
+      return failure();
+  }
+  for (ParamOp param : candidates)
+    if (Value grad = grads.lookup(param.getResult())) {
+      builder.create<GradientOp>(param.getLoc(), param.getName(), grad);
+      trainable.push_back(param);
+    }
+  return success();
+}
+
+struct AutodiffPass : public cdp::impl::AutodiffBase<AutodiffPass> {
+  using AutodiffBase::AutodiffBase;
+
+  void runOnOperation() override {
+    func::FuncOp func = getOperation().lookupSymbol<func::FuncOp>("main");
+    auto lossIndex =
+        func ? func->getAttrOfType<IntegerAttr>("cdp.loss_index") : nullptr;
+    if (!lossIndex) {
+      getOperation().emitError("@main has no loss; run cdp-attach-loss first");
+      return signalPassFailure();
+    }
+    if (bnRunningVar != "unbiased" && bnRunningVar != "biased") {
+      func.emitError("bn-running-var must be unbiased or biased, got '")
+          << bnRunningVar << "'";
+      return signalPassFailure();
+    }
+    llvm::StringSet<> frozen;
+    llvm::StringSet<> params;
+    func.walk([&](ParamOp param) { params.insert(param.getName()); });
+    for (const std::string &name : freeze) {
+      if (!params.contains(name)) {
+        func.emitError("--freeze names '") << name << "', which is not a parameter";
+        return signalPassFailure();
+      }
+      frozen.insert(name);
+    }
+    auto returnOp = cast<func::ReturnOp>(func.getBody().front().getTerminator());
+    Value loss = returnOp.getOperand(lossIndex.getInt());
+    OpBuilder builder(func.getContext());
+    Differentiator differentiator(func, builder);
+    SmallVector<ParamOp> trainable;
+    if (failed(differentiator.run(loss, frozen, trainable)))
+      return signalPassFailure();
+
+    // Training-mode BatchNorm writes its running statistics back.
+    builder.setInsertionPoint(returnOp);
+    func.walk([&](BatchNormOp bn) {
+      if (!bn.getTrainingMode())
+        return;
+      bn.setUnbiasedRunningVar(bnRunningVar == "unbiased");
+      for (auto [stat, updated] : {std::pair{bn.getMean(), bn.getRunningMean()},
+                                   std::pair{bn.getVar(), bn.getRunningVar()}})
+        if (auto buffer = stat.getDefiningOp<ParamOp>())
+          builder.create<AssignOp>(bn.getLoc(), buffer.getName(), stat, updated);
+    });
+  }
+};
+
+} // namespace

@@ -1,0 +1,65 @@
+//===- InsertOptimizer.cpp - one optimizer update per gradient ------------===//
+
+#include "cdp/Dialect/Graph/GraphOps.h"
+#include "cdp/Passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+namespace cdp {
+#define GEN_PASS_DEF_INSERTOPTIMIZER
+#include "cdp/Passes/Passes.h.inc"
+} // namespace cdp
+
+using namespace mlir;
+using namespace cdp;
+
+namespace {
+
+struct InsertOptimizerPass
+    : public cdp::impl::InsertOptimizerBase<InsertOptimizerPass> {
+  using InsertOptimizerBase::InsertOptimizerBase;
+
+  void runOnOperation() override {
+    func::FuncOp func = getOperation().lookupSymbol<func::FuncOp>("main");
+    if (!func) {
+      getOperation().emitError("no func.func @main");
+      return signalPassFailure();
+    }
+    if (optimizer != "sgd" && optimizer != "momentum" && optimizer != "adam") {
+      func.emitError("optimizer must be sgd, momentum or adam, got '")
+          << optimizer << "'";
+      return signalPassFailure();
+    }
+    double mu = momentum >= 0 ? momentum : (optimizer == "momentum" ? 0.9 : 0.0);
+    if (lr <= 0 || mu < 0 || weightDecay < 0 || beta1 < 0 || beta1 >= 1 ||
+        beta2 < 0 || beta2 >= 1 || epsilon <= 0) {
+      func.emitError("optimizer settings out of range (lr > 0, momentum >= 0, "
+                     "weight decay >= 0, 0 <= betas < 1, epsilon > 0)");
+      return signalPassFailure();
+    }
+    llvm::StringMap<ParamOp> params;
+    func.walk([&](ParamOp param) { params[param.getName()] = param; });
+    SmallVector<GradientOp> gradients;
+    func.walk([&](GradientOp gradient) { gradients.push_back(gradient); });
+    if (gradients.empty()) {
+      func.emitError("no gradients to apply; run cdp-autodiff first");
+      return signalPassFailure();
+    }
+    // Updates go last, after every use of the old values.
+    OpBuilder builder(func.getBody().front().getTerminator());
+    auto f32 = [&](double value) {
+      return builder.getF32FloatAttr(static_cast<float>(value));
+    };
+    for (GradientOp gradient : gradients) {
+      ParamOp param = params.lookup(gradient.getName());
+      builder.create<UpdateOp>(
+          gradient.getLoc(), gradient.getNameAttr(), param.getResult(),
+          gradient.getGrad(),
+          builder.getStringAttr(optimizer == "adam" ? "adam" : "sgd"), f32(lr),
+          f32(optimizer == "adam" ? 0.0 : mu), f32(weightDecay), f32(beta1),
+          f32(beta2), f32(epsilon));
+    }
+  }
+};
+
+} // namespace
