@@ -136,6 +136,7 @@ struct AttachLossPass : public cdp::impl::AttachLossBase<AttachLossPass> {
                       builder.getDictionaryAttr({builder.getNamedAttr(
                           "cdp.name", builder.getStringAttr("loss"))}));
     func->setAttr("cdp.loss_index", builder.getI64IntegerAttr(numResults));
+    func->setAttr("cdp.labels_index", builder.getI64IntegerAttr(labelsIndex));
     return success();
   }
 };

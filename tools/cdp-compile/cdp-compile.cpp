@@ -8,6 +8,12 @@
 
 #include "cdp/Import/OnnxImporter.h"
 #include "cdp/InitAll.h"
+#include "cdp/Plan/EmitPlan.h"
+#include "cdp/Plan/PlanIO.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/MemoryBuffer.h"
 
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/MLIRContext.h"
@@ -17,9 +23,11 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cmath>
 #include <cstdlib>
 
 namespace cl = llvm::cl;
@@ -37,10 +45,67 @@ cl::opt<std::string> outputPath("o",
                                 cl::cat(category));
 cl::opt<std::string>
     emit("emit",
-         cl::desc("What to write: mlir (the imported cdp IR); plan, "
-                  "train-mlir and sched-mlir arrive with training support"),
-         cl::value_desc("mlir|plan|train-mlir|sched-mlir"), cl::init("plan"),
+         cl::desc("What to write: plan (the artefact cdp-run runs, default), "
+                  "mlir (the imported cdp IR), train-mlir (the training "
+                  "module: loss, backward graph, updates); sched-mlir "
+                  "arrives with the parallel strategies"),
+         cl::value_desc("plan|mlir|train-mlir|sched-mlir"), cl::init("plan"),
          cl::cat(category));
+cl::opt<std::string> strategy(
+    "strategy",
+    cl::desc("Parallel strategy: single (one device; dp, cdp, gpipe, 1f1b, "
+             "2bw and cdp-mp arrive in later releases)"),
+    cl::value_desc("single"), cl::init("single"), cl::cat(category));
+cl::opt<bool> inference("inference",
+                        cl::desc("Compile a forward-only plan (no loss, no "
+                                 "training); cdp-run runs it once on --feed"),
+                        cl::init(false), cl::cat(category));
+cl::opt<std::string> loss("loss",
+                          cl::desc("Training loss added to the model's first "
+                                   "output (none: the model computes it)"),
+                          cl::value_desc("softmax-cross-entropy|mse|none"),
+                          cl::init("softmax-cross-entropy"), cl::cat(category));
+cl::opt<std::string> lossOutput(
+    "loss-output", cl::desc("With --loss=none: the graph output that is the loss"),
+    cl::value_desc("NAME"), cl::cat(category));
+cl::opt<std::string> labelsName(
+    "labels-name", cl::desc("Name of the labels input the loss adds (default labels)"),
+    cl::value_desc("NAME"), cl::init("labels"), cl::cat(category));
+cl::opt<std::string> optimizer("optimizer", cl::desc("Optimizer (default sgd)"),
+                               cl::value_desc("sgd|momentum|adam"),
+                               cl::init("sgd"), cl::cat(category));
+cl::opt<std::string> lr("lr", cl::desc("Learning rate (default 0.01)"),
+                        cl::value_desc("X"), cl::init("0.01"), cl::cat(category));
+cl::opt<std::string> momentum(
+    "momentum",
+    cl::desc("Momentum, PyTorch semantics, dampening 0 (default 0 for sgd, "
+             "0.9 for momentum)"),
+    cl::value_desc("X"), cl::cat(category));
+cl::opt<std::string> adamBetas("adam-betas",
+                               cl::desc("Adam betas (default 0.9,0.999)"),
+                               cl::value_desc("B1,B2"), cl::init("0.9,0.999"),
+                               cl::cat(category));
+cl::opt<std::string> adamEps("adam-eps", cl::desc("Adam epsilon (default 1e-8)"),
+                             cl::value_desc("X"), cl::init("1e-8"),
+                             cl::cat(category));
+cl::opt<std::string> weightDecay(
+    "weight-decay",
+    cl::desc("L2 weight decay added to the gradient, acting on the version "
+             "being updated (default 0)"),
+    cl::value_desc("X"), cl::init("0"), cl::cat(category));
+cl::list<std::string> freeze("freeze",
+                             cl::desc("Keep this parameter fixed; repeatable"),
+                             cl::value_desc("NAME"), cl::cat(category));
+cl::opt<std::string> bnRunningVar(
+    "bn-running-var",
+    cl::desc("Batch variance entering BatchNorm's running_var: unbiased "
+             "(PyTorch, default) or biased (ONNX)"),
+    cl::value_desc("unbiased|biased"), cl::init("unbiased"), cl::cat(category));
+cl::opt<std::string> microBatches(
+    "micro-batches",
+    cl::desc("Micro-batches per step (single: 1; accumulation arrives with "
+             "the parallel strategies)"),
+    cl::value_desc("M"), cl::init("1"), cl::cat(category));
 // Numbers are read as strings so that a bad value gets our one-line error.
 cl::opt<std::string> batchSize(
     "batch-size",
@@ -102,6 +167,30 @@ int main(int argc, char **argv) {
       emit != "sched-mlir")
     die("--emit must be mlir, plan, train-mlir or sched-mlir, got '" + emit +
         "'");
+  if (strategy != "single")
+    die("--strategy " + strategy + " is not available yet (this release "
+        "supports single)");
+  if (emit == "sched-mlir")
+    die("--emit=sched-mlir arrives with the parallel strategies");
+  if (microBatches != "1")
+    die("--micro-batches " + microBatches + " is not available yet for "
+        "--strategy single (use 1)");
+  auto parseReal = [](const std::string &flag, const std::string &text) {
+    double value = 0;
+    if (llvm::StringRef(text).getAsDouble(value) || !std::isfinite(value))
+      die(flag + " must be a number, got '" + text + "'");
+    return value;
+  };
+  double lrValue = parseReal("--lr", lr);
+  double weightDecayValue = parseReal("--weight-decay", weightDecay);
+  double momentumValue =
+      momentum.getNumOccurrences() ? parseReal("--momentum", momentum) : -1.0;
+  double epsValue = parseReal("--adam-eps", adamEps);
+  auto [beta1Text, beta2Text] = llvm::StringRef(adamBetas).split(',');
+  double beta1 = parseReal("--adam-betas", beta1Text.str());
+  double beta2 = parseReal("--adam-betas", beta2Text.str());
+  if (emit == "plan" && outputPath == "-")
+    die("give -o FILE.cdp for the plan (or --emit=mlir to print IR)");
 
   cdp::ImportOptions options;
   if (batchSize.getNumOccurrences()) {
@@ -143,10 +232,55 @@ int main(int argc, char **argv) {
   if (!module)
     die(inputPath + ": " + error);
 
-  if (emit != "mlir")
-    die("--emit=" + emit +
-        " is not available yet: this build imports models only; use "
-        "--emit=mlir");
+  if (emit != "mlir") {
+    std::string diagnostic;
+    mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &d) {
+      if (diagnostic.empty())
+        diagnostic = d.str();
+      return mlir::success();
+    });
+    mlir::PassManager pm(&context);
+    if (!inference) {
+      cdp::AttachLossOptions lossOptions;
+      lossOptions.loss = loss;
+      lossOptions.labelsName = labelsName;
+      lossOptions.lossOutput = lossOutput;
+      pm.addPass(cdp::createAttachLoss(lossOptions));
+      cdp::AutodiffOptions autodiffOptions;
+      autodiffOptions.freeze = std::vector<std::string>(freeze.begin(), freeze.end());
+      autodiffOptions.bnRunningVar = bnRunningVar;
+      pm.addPass(cdp::createAutodiff(autodiffOptions));
+      cdp::InsertOptimizerOptions optimizerOptions;
+      optimizerOptions.optimizer = optimizer;
+      optimizerOptions.lr = lrValue;
+      optimizerOptions.momentum = momentumValue;
+      optimizerOptions.weightDecay = weightDecayValue;
+      optimizerOptions.beta1 = beta1;
+      optimizerOptions.beta2 = beta2;
+      optimizerOptions.epsilon = epsValue;
+      pm.addPass(cdp::createInsertOptimizer(optimizerOptions));
+    }
+    if (emit == "plan")
+      pm.addPass(cdp::createPlanMemory());
+    if (mlir::failed(pm.run(*module)))
+      die(inputPath + ": " + (diagnostic.empty() ? "compilation failed" : diagnostic));
+    if (emit == "plan") {
+      cdp::EmitOptions emitOptions;
+      emitOptions.strategy = strategy;
+      emitOptions.inference = inference;
+      emitOptions.optimizer = inference ? std::string() : optimizer.getValue();
+      emitOptions.sourceName = llvm::sys::path::filename(inputPath).str();
+      if (auto file = llvm::MemoryBuffer::getFile(inputPath))
+        emitOptions.sourceModel = (*file)->getBuffer().str();
+      cdp::plan::Plan plan;
+      if (mlir::failed(cdp::buildPlan(*module, emitOptions, plan)))
+        die(inputPath + ": " + diagnostic);
+      std::string writeError;
+      if (!cdp::plan::writePlan(plan, outputPath, writeError))
+        die(outputPath + ": " + writeError);
+      return 0;
+    }
+  }
 
   std::string errorMessage;
   auto output = mlir::openOutputFile(outputPath, &errorMessage);

@@ -93,4 +93,25 @@ def InsertOptimizer : Pass<"cdp-insert-optimizer", "mlir::ModuleOp"> {
   let dependentDialects = ["cdp::CDPDialect"];
 }
 
+def PlanMemory : Pass<"cdp-plan-memory", "mlir::ModuleOp"> {
+  let summary = "Assigns every step-local tensor a static offset in the device arena";
+  let description = [{
+    Computes the live range of every value of `@main` in op order (graph
+    inputs live for the whole step; values returned, or held by
+    `cdp.gradient` for `--dump-grads`, live to its end) and places them in
+    one arena with first-fit reuse, 64-byte aligned. An op's results never
+    share memory with its operands. Parameters, buffers and constants are
+    persistent and not placed.
+
+    The decisions stay on the IR: `cdp.offsets` on each op (one offset per
+    result), `cdp.offset` on each argument, `cdp.arena_bytes` on `@main`.
+
+    ```mlir
+    %0 = cdp.relu %arg0 {cdp.offsets = array<i64: 64>} : tensor<16xf32>
+    %1 = cdp.relu %0 {cdp.offsets = array<i64: 128>} : tensor<16xf32>
+    %2 = cdp.relu %1 {cdp.offsets = array<i64: 64>} : tensor<16xf32>   // reuses %0's
+    ```
+  }];
+}
+
 #endif // CDP_PASSES_TD

@@ -1,0 +1,29 @@
+//===- EmitPlan.h - cdp IR to the plan artefact -----------------*- C++ -*-===//
+
+#ifndef CDP_PLAN_EMITPLAN_H
+#define CDP_PLAN_EMITPLAN_H
+
+#include "cdp/Plan/plan.pb.h"
+#include "mlir/IR/BuiltinOps.h"
+
+#include <string>
+
+namespace cdp {
+
+struct EmitOptions {
+  std::string strategy = "single";
+  std::string optimizer;
+  bool inference = false;
+  std::string sourceName;   ///< the ONNX file name
+  std::string sourceModel;  ///< the ONNX file's bytes, for --save-onnx
+};
+
+/// Serializes a module that went through cdp-plan-memory (and, for
+/// training, the loss, autodiff and optimizer passes) into `plan`. Reports
+/// problems through MLIR diagnostics.
+mlir::LogicalResult buildPlan(mlir::ModuleOp module, const EmitOptions &options,
+                              plan::Plan &plan);
+
+} // namespace cdp
+
+#endif // CDP_PLAN_EMITPLAN_H

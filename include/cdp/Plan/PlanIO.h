@@ -1,0 +1,37 @@
+//===- PlanIO.h - reading and writing plan artefacts ------------*- C++ -*-===//
+//
+// The container around the protobuf payload: magic, version, size and
+// checksum, so that an old, truncated or corrupt artefact is refused with a
+// clear message instead of being misread.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CDP_PLAN_PLANIO_H
+#define CDP_PLAN_PLANIO_H
+
+#include "cdp/Plan/plan.pb.h"
+
+#include <cstdint>
+#include <string>
+
+namespace cdp::plan {
+
+/// Bumped whenever plan.proto changes meaning.
+constexpr uint32_t kPlanFormatVersion = 1;
+
+/// Writes `plan` to `path`; returns false and sets `error` on failure.
+bool writePlan(const Plan &plan, const std::string &path, std::string &error);
+
+/// Reads and checks a plan; returns false and sets `error` (one line, no
+/// file name) on failure.
+bool readPlan(const std::string &path, Plan &plan, std::string &error);
+
+/// FNV-1a, 64 bits.
+uint64_t checksum(const void *data, size_t size);
+
+/// Bytes per element of a plan dtype.
+int64_t dtypeSize(DType type);
+
+} // namespace cdp::plan
+
+#endif // CDP_PLAN_PLANIO_H

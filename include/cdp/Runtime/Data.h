@@ -1,0 +1,50 @@
+//===- Data.h - reading and writing tensors and data sets -------*- C++ -*-===//
+
+#ifndef CDP_RUNTIME_DATA_H
+#define CDP_RUNTIME_DATA_H
+
+#include "cdp/Runtime/Kernel.h"
+
+#include <string>
+#include <vector>
+
+namespace cdp::runtime {
+
+/// A whole array in host memory.
+struct Array {
+  plan::DType dtype = plan::F32;
+  std::vector<int64_t> shape;
+  std::vector<char> bytes;
+  int64_t numel() const;
+};
+
+/// Reads `.npy` (float32, int64, bool; C order) or an ONNX TensorProto
+/// `.pb`, by extension. Throws RuntimeError naming the file.
+Array readArray(const std::string &path);
+
+/// Writes a `.npy` file.
+void writeNpy(const std::string &path, const TensorView &view);
+
+/// An IDX data set split: images as float32 in [0, 1], (N, pixels), and
+/// labels as int64, (N).
+struct Dataset {
+  Array images, labels;
+};
+
+/// Reads `<prefix>-images-idx3-ubyte[.gz]` and `<prefix>-labels-idx1-ubyte[.gz]`
+/// from `dir` (prefix: train or t10k).
+Dataset readIdxSplit(const std::string &dir, const std::string &prefix);
+
+/// ONNX names made file names: characters outside [A-Za-z0-9._-] become _,
+/// and a repeated name gets _1, _2, ...
+class FileNamer {
+public:
+  std::string name(const std::string &onnxName);
+
+private:
+  std::vector<std::string> used;
+};
+
+} // namespace cdp::runtime
+
+#endif // CDP_RUNTIME_DATA_H

@@ -1,0 +1,57 @@
+//===- Executor.h - runs a plan's instruction streams -----------*- C++ -*-===//
+//
+// Loads a plan: allocates the device arena and the persistent tensors
+// (parameters, buffers, constants), binds every instruction to a kernel
+// once, and then runs steps without allocating.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CDP_RUNTIME_EXECUTOR_H
+#define CDP_RUNTIME_EXECUTOR_H
+
+#include "cdp/Runtime/Kernel.h"
+
+#include <memory>
+#include <vector>
+
+namespace cdp::runtime {
+
+class Executor {
+public:
+  /// Throws RuntimeError when the plan is inconsistent or needs a kernel
+  /// this build lacks.
+  Executor(const plan::Plan &plan, int threads);
+  ~Executor();
+
+  const plan::Plan &plan() const { return planRef; }
+  TensorView &view(int id) { return views.at(id); }
+  const plan::Tensor &tensor(int id) const { return planRef.tensors(id); }
+
+  /// One training (or inference) step on device 0.
+  void runStep(const StepContext &context);
+  /// The forward-only evaluation stream.
+  void runEval(const StepContext &context);
+
+  /// The first tensor, in instruction order, holding a NaN or infinity
+  /// after the last step; -1 when all are finite. `instruction` gets the
+  /// producer's index.
+  int firstNonFinite(int &instruction) const;
+
+  /// Gradient tensors by parameter name, in plan order.
+  std::vector<std::pair<std::string, int>> gradients() const;
+
+private:
+  std::vector<std::unique_ptr<Kernel>>
+  bind(const google::protobuf::RepeatedPtrField<plan::Instruction> &stream,
+       int threads);
+
+  const plan::Plan &planRef;
+  void *arena = nullptr;
+  std::vector<std::vector<uint64_t>> persistent; // 8-byte aligned storage
+  std::vector<TensorView> views;
+  std::vector<std::unique_ptr<Kernel>> train, eval;
+};
+
+} // namespace cdp::runtime
+
+#endif // CDP_RUNTIME_EXECUTOR_H

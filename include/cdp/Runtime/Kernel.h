@@ -1,0 +1,112 @@
+//===- Kernel.h - runtime kernels and their registry ------------*- C++ -*-===//
+//
+// A kernel is created once per instruction when a plan is loaded, with its
+// tensors already bound (memory is static), and then run every step without
+// allocating. Kernels are registered by op name and backend, so that a CUDA
+// backend can add its own next to the CPU ones.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CDP_RUNTIME_KERNEL_H
+#define CDP_RUNTIME_KERNEL_H
+
+#include "cdp/Plan/plan.pb.h"
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace cdp::runtime {
+
+/// Every runtime failure: one line naming the instruction, device or tensor.
+class RuntimeError : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A view of a tensor's storage.
+struct TensorView {
+  void *data = nullptr;
+  std::vector<int64_t> shape;
+  plan::DType dtype = plan::F32;
+
+  bool present() const { return data != nullptr; }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    return n;
+  }
+  int64_t rank() const { return static_cast<int64_t>(shape.size()); }
+  float *f32() const { return static_cast<float *>(data); }
+  int64_t *i64() const { return static_cast<int64_t *>(data); }
+  uint8_t *b8() const { return static_cast<uint8_t *>(data); }
+};
+
+/// What a kernel knows about the step it runs in.
+struct StepContext {
+  int64_t step = 0;    ///< training step t
+  int64_t slot = 0;    ///< micro-batch slot k within the step
+  uint64_t seed = 0;   ///< --seed (Dropout)
+};
+
+class Kernel {
+public:
+  virtual ~Kernel() = default;
+  virtual void run(const StepContext &context) = 0;
+};
+
+/// A kernel made of one function.
+class FunctionKernel : public Kernel {
+public:
+  explicit FunctionKernel(std::function<void(const StepContext &)> body)
+      : body(std::move(body)) {}
+  void run(const StepContext &context) override { body(context); }
+
+private:
+  std::function<void(const StepContext &)> body;
+};
+
+/// What a kernel factory gets: the instruction and its bound tensors.
+struct KernelArgs {
+  const plan::Instruction *instruction = nullptr;
+  std::vector<TensorView> inputs;  ///< absent optional inputs: !present()
+  std::vector<TensorView> outputs;
+  int threads = 1;
+
+  const plan::Attribute *find(const std::string &name) const;
+  int64_t i(const std::string &name, int64_t fallback) const;
+  double f(const std::string &name, double fallback) const;
+  std::string s(const std::string &name, const std::string &fallback) const;
+  std::vector<int64_t> ints(const std::string &name) const;
+  plan::DType type(const std::string &name) const;
+  const plan::Tensor *tensor(const std::string &name) const;
+  /// Throws a RuntimeError naming the instruction.
+  [[noreturn]] void fail(const std::string &message) const;
+};
+
+enum class Backend { CPU, CUDA };
+
+using KernelFactory =
+    std::function<std::unique_ptr<Kernel>(const KernelArgs &)>;
+
+class KernelRegistry {
+public:
+  static KernelRegistry &instance();
+  void add(const std::string &op, Backend backend, KernelFactory factory);
+  const KernelFactory *lookup(const std::string &op, Backend backend) const;
+
+private:
+  std::map<std::pair<std::string, Backend>, KernelFactory> factories;
+};
+
+/// Registers the CPU kernels (called once by the runtime).
+void registerCpuKernels(KernelRegistry &registry);
+
+} // namespace cdp::runtime
+
+#endif // CDP_RUNTIME_KERNEL_H

@@ -1,0 +1,127 @@
+//===- Executor.cpp - runs a plan's instruction streams -------------------===//
+
+#include "cdp/Runtime/Executor.h"
+
+#include "cdp/Plan/PlanIO.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+namespace cdp::runtime {
+
+Executor::Executor(const plan::Plan &plan, int threads) : planRef(plan) {
+  if (plan.devices_size() < 1)
+    throw RuntimeError("plan has no device");
+  const plan::Device &device = plan.devices(0);
+  size_t arenaBytes = (static_cast<size_t>(device.arena_bytes()) + 63) / 64 * 64;
+  arena = std::aligned_alloc(64, std::max<size_t>(arenaBytes, 64));
+  if (!arena)
+    throw RuntimeError("cannot allocate the " + std::to_string(arenaBytes) +
+                       "-byte arena of device 0");
+  std::memset(arena, 0, arenaBytes);
+  views.resize(plan.tensors_size());
+  persistent.resize(plan.tensors_size());
+  for (int id = 0; id < plan.tensors_size(); ++id) {
+    const plan::Tensor &t = plan.tensors(id);
+    if (t.id() != id)
+      throw RuntimeError("plan tensor " + std::to_string(id) + " has id " +
+                         std::to_string(t.id()));
+    TensorView &v = views[id];
+    v.shape.assign(t.shape().begin(), t.shape().end());
+    v.dtype = t.dtype();
+    int64_t bytes = v.numel() * plan::dtypeSize(t.dtype());
+    if (bytes != t.bytes())
+      throw RuntimeError("plan tensor '" + t.name() + "' declares " +
+                         std::to_string(t.bytes()) + " bytes, its shape needs " +
+                         std::to_string(bytes));
+    if (t.kind() == plan::ACTIVATION || t.kind() == plan::INPUT) {
+      if (t.offset() < 0 || t.offset() + bytes > device.arena_bytes())
+        throw RuntimeError("plan tensor '" + t.name() + "' lies outside the arena");
+      v.data = static_cast<char *>(arena) + t.offset();
+      continue;
+    }
+    persistent[id].assign((bytes + 7) / 8 + 1, 0);
+    v.data = persistent[id].data();
+    if (!t.data().empty()) {
+      if (static_cast<int64_t>(t.data().size()) != bytes)
+        throw RuntimeError("plan tensor '" + t.name() + "' has " +
+                           std::to_string(t.data().size()) + " bytes of data, expected " +
+                           std::to_string(bytes));
+      std::memcpy(v.data, t.data().data(), bytes);
+    }
+  }
+  train = bind(device.instructions(), threads);
+  eval = bind(device.eval_instructions(), threads);
+}
+
+Executor::~Executor() { std::free(arena); }
+
+std::vector<std::unique_ptr<Kernel>> Executor::bind(
+    const google::protobuf::RepeatedPtrField<plan::Instruction> &stream,
+    int threads) {
+  std::vector<std::unique_ptr<Kernel>> kernels;
+  KernelRegistry &registry = KernelRegistry::instance();
+  for (const plan::Instruction &instruction : stream) {
+    const KernelFactory *factory = registry.lookup(instruction.op(), Backend::CPU);
+    if (!factory)
+      throw RuntimeError("the plan uses op '" + instruction.op() +
+                         "', which this cdp-run has no CPU kernel for");
+    KernelArgs args;
+    args.instruction = &instruction;
+    args.threads = threads;
+    auto resolve = [&](int id) {
+      if (id < 0)
+        return TensorView();
+      if (id >= static_cast<int>(views.size()))
+        throw RuntimeError("instruction '" + instruction.op() + "' at '" +
+                           instruction.location() + "' names tensor " +
+                           std::to_string(id) + ", which the plan lacks");
+      return views[id];
+    };
+    for (int id : instruction.inputs())
+      args.inputs.push_back(resolve(id));
+    for (int id : instruction.outputs())
+      args.outputs.push_back(resolve(id));
+    kernels.push_back((*factory)(args));
+  }
+  return kernels;
+}
+
+void Executor::runStep(const StepContext &context) {
+  for (auto &kernel : train)
+    kernel->run(context);
+}
+
+void Executor::runEval(const StepContext &context) {
+  for (auto &kernel : eval)
+    kernel->run(context);
+}
+
+int Executor::firstNonFinite(int &instruction) const {
+  const plan::Device &device = planRef.devices(0);
+  for (int i = 0; i < device.instructions_size(); ++i)
+    for (int id : device.instructions(i).outputs()) {
+      const TensorView &v = views[id];
+      if (id < 0 || v.dtype != plan::F32)
+        continue;
+      for (int64_t k = 0; k < v.numel(); ++k)
+        if (!std::isfinite(v.f32()[k])) {
+          instruction = i;
+          return id;
+        }
+    }
+  return -1;
+}
+
+std::vector<std::pair<std::string, int>> Executor::gradients() const {
+  std::vector<std::pair<std::string, int>> result;
+  for (const plan::Instruction &instruction : planRef.devices(0).instructions())
+    if (instruction.op() == "gradient")
+      for (const plan::Attribute &a : instruction.attributes())
+        if (a.name() == "name")
+          result.emplace_back(a.s(), instruction.inputs(0));
+  return result;
+}
+
+} // namespace cdp::runtime

@@ -1,0 +1,74 @@
+//===- Kernel.cpp - the kernel registry -----------------------------------===//
+
+#include "cdp/Runtime/Kernel.h"
+
+namespace cdp::runtime {
+
+const plan::Attribute *KernelArgs::find(const std::string &name) const {
+  for (const plan::Attribute &attribute : instruction->attributes())
+    if (attribute.name() == name)
+      return &attribute;
+  return nullptr;
+}
+
+int64_t KernelArgs::i(const std::string &name, int64_t fallback) const {
+  const plan::Attribute *a = find(name);
+  return a ? a->i() : fallback;
+}
+
+double KernelArgs::f(const std::string &name, double fallback) const {
+  const plan::Attribute *a = find(name);
+  return a ? a->f() : fallback;
+}
+
+std::string KernelArgs::s(const std::string &name,
+                          const std::string &fallback) const {
+  const plan::Attribute *a = find(name);
+  return a ? a->s() : fallback;
+}
+
+std::vector<int64_t> KernelArgs::ints(const std::string &name) const {
+  const plan::Attribute *a = find(name);
+  if (!a)
+    return {};
+  return {a->ints().values().begin(), a->ints().values().end()};
+}
+
+plan::DType KernelArgs::type(const std::string &name) const {
+  const plan::Attribute *a = find(name);
+  if (!a)
+    fail("missing type attribute '" + name + "'");
+  return a->type();
+}
+
+const plan::Tensor *KernelArgs::tensor(const std::string &name) const {
+  const plan::Attribute *a = find(name);
+  return a && a->has_tensor() ? &a->tensor() : nullptr;
+}
+
+void KernelArgs::fail(const std::string &message) const {
+  throw RuntimeError("instruction '" + instruction->op() + "' at '" +
+                     instruction->location() + "': " + message);
+}
+
+KernelRegistry &KernelRegistry::instance() {
+  static KernelRegistry *registry = [] {
+    auto *r = new KernelRegistry();
+    registerCpuKernels(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+void KernelRegistry::add(const std::string &op, Backend backend,
+                         KernelFactory factory) {
+  factories[{op, backend}] = std::move(factory);
+}
+
+const KernelFactory *KernelRegistry::lookup(const std::string &op,
+                                            Backend backend) const {
+  auto it = factories.find({op, backend});
+  return it == factories.end() ? nullptr : &it->second;
+}
+
+} // namespace cdp::runtime

@@ -1,0 +1,263 @@
+//===- Data.cpp - reading and writing tensors and data sets ---------------===//
+
+#include "cdp/Runtime/Data.h"
+
+#include "cdp/Plan/PlanIO.h"
+
+#include <onnx/onnx_pb.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <sys/stat.h>
+
+namespace cdp::runtime {
+
+int64_t Array::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+namespace {
+
+std::string slurp(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw RuntimeError(path + ": cannot open: " + std::strerror(errno));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+bool endsWith(const std::string &text, const std::string &suffix) {
+  return text.size() >= suffix.size() &&
+         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+Array readNpy(const std::string &path) {
+  std::string data = slurp(path);
+  if (data.size() < 10 || data.compare(0, 6, "\x93NUMPY") != 0)
+    throw RuntimeError(path + ": not a .npy file");
+  int major = static_cast<unsigned char>(data[6]);
+  size_t headerLength, start;
+  if (major == 1) {
+    headerLength = static_cast<unsigned char>(data[8]) |
+                   (static_cast<unsigned char>(data[9]) << 8);
+    start = 10;
+  } else {
+    if (data.size() < 12)
+      throw RuntimeError(path + ": truncated .npy header");
+    headerLength = 0;
+    for (int i = 0; i < 4; ++i)
+      headerLength |= static_cast<size_t>(static_cast<unsigned char>(data[8 + i])) << (8 * i);
+    start = 12;
+  }
+  if (start + headerLength > data.size())
+    throw RuntimeError(path + ": truncated .npy header");
+  std::string header = data.substr(start, headerLength);
+  Array array;
+  auto field = [&](const std::string &key) {
+    size_t at = header.find("'" + key + "'");
+    if (at == std::string::npos)
+      throw RuntimeError(path + ": .npy header lacks '" + key + "'");
+    return header.substr(header.find(':', at) + 1);
+  };
+  std::string descr = field("descr");
+  descr = descr.substr(descr.find('\'') + 1);
+  descr = descr.substr(0, descr.find('\''));
+  if (descr == "<f4")
+    array.dtype = plan::F32;
+  else if (descr == "<i8")
+    array.dtype = plan::I64;
+  else if (descr == "|b1" || descr == "|u1")
+    array.dtype = plan::BOOL;
+  else
+    throw RuntimeError(path + ": .npy dtype '" + descr +
+                       "' is not supported (float32, int64 or bool)");
+  if (field("fortran_order").find("True") < field("fortran_order").find(','))
+    throw RuntimeError(path + ": Fortran-order .npy files are not supported");
+  std::string shape = field("shape");
+  shape = shape.substr(shape.find('(') + 1, shape.find(')') - shape.find('(') - 1);
+  std::stringstream dims(shape);
+  std::string dim;
+  while (std::getline(dims, dim, ','))
+    if (dim.find_first_not_of(" ") != std::string::npos)
+      array.shape.push_back(std::stoll(dim));
+  size_t bytes = array.numel() * plan::dtypeSize(array.dtype);
+  size_t offset = start + headerLength;
+  if (data.size() - offset != bytes)
+    throw RuntimeError(path + ": has " + std::to_string(data.size() - offset) +
+                       " bytes of data, its header needs " + std::to_string(bytes));
+  array.bytes.assign(data.begin() + offset, data.end());
+  return array;
+}
+
+Array readTensorProto(const std::string &path) {
+  std::string data = slurp(path);
+  onnx::TensorProto tensor;
+  if (!tensor.ParseFromString(data))
+    throw RuntimeError(path + ": not a serialized ONNX TensorProto");
+  Array array;
+  array.shape.assign(tensor.dims().begin(), tensor.dims().end());
+  int64_t count = array.numel();
+  switch (tensor.data_type()) {
+  case onnx::TensorProto::FLOAT:
+    array.dtype = plan::F32;
+    break;
+  case onnx::TensorProto::INT64:
+    array.dtype = plan::I64;
+    break;
+  case onnx::TensorProto::BOOL:
+    array.dtype = plan::BOOL;
+    break;
+  default:
+    throw RuntimeError(path + ": element type " + std::to_string(tensor.data_type()) +
+                       " is not supported (float32, int64 or bool)");
+  }
+  size_t bytes = count * plan::dtypeSize(array.dtype);
+  if (tensor.has_raw_data()) {
+    if (tensor.raw_data().size() != bytes)
+      throw RuntimeError(path + ": raw data has " +
+                         std::to_string(tensor.raw_data().size()) + " bytes, expected " +
+                         std::to_string(bytes));
+    array.bytes.assign(tensor.raw_data().begin(), tensor.raw_data().end());
+    return array;
+  }
+  array.bytes.resize(bytes);
+  if (array.dtype == plan::F32 && tensor.float_data_size() == count)
+    std::memcpy(array.bytes.data(), tensor.float_data().data(), bytes);
+  else if (array.dtype == plan::I64 && tensor.int64_data_size() == count)
+    std::memcpy(array.bytes.data(), tensor.int64_data().data(), bytes);
+  else if (array.dtype == plan::BOOL && tensor.int32_data_size() == count)
+    for (int64_t i = 0; i < count; ++i)
+      array.bytes[i] = tensor.int32_data(i) != 0;
+  else
+    throw RuntimeError(path + ": holds fewer values than its shape needs");
+  return array;
+}
+
+std::string readMaybeGzip(const std::string &path) {
+  gzFile file = gzopen(path.c_str(), "rb");
+  if (!file)
+    throw RuntimeError(path + ": cannot open");
+  std::string data;
+  char buffer[1 << 16];
+  int read;
+  while ((read = gzread(file, buffer, sizeof(buffer))) > 0)
+    data.append(buffer, read);
+  bool failed = read < 0;
+  gzclose(file);
+  if (failed)
+    throw RuntimeError(path + ": corrupt gzip data");
+  return data;
+}
+
+std::string findIdx(const std::string &dir, const std::string &stem) {
+  for (const std::string &candidate : {dir + "/" + stem, dir + "/" + stem + ".gz"}) {
+    struct stat info;
+    if (stat(candidate.c_str(), &info) == 0)
+      return candidate;
+  }
+  throw RuntimeError(dir + ": no " + stem + "[.gz] (an IDX data set folder has "
+                     "train- and t10k- images and labels)");
+}
+
+uint32_t bigEndian(const std::string &data, size_t at) {
+  return (static_cast<uint32_t>(static_cast<unsigned char>(data[at])) << 24) |
+         (static_cast<uint32_t>(static_cast<unsigned char>(data[at + 1])) << 16) |
+         (static_cast<uint32_t>(static_cast<unsigned char>(data[at + 2])) << 8) |
+         static_cast<uint32_t>(static_cast<unsigned char>(data[at + 3]));
+}
+
+} // namespace
+
+Array readArray(const std::string &path) {
+  if (endsWith(path, ".npy"))
+    return readNpy(path);
+  if (endsWith(path, ".pb"))
+    return readTensorProto(path);
+  throw RuntimeError(path + ": unknown file type (use .npy or an ONNX "
+                     "TensorProto .pb)");
+}
+
+void writeNpy(const std::string &path, const TensorView &view) {
+  std::string descr = view.dtype == plan::F32   ? "<f4"
+                      : view.dtype == plan::I64 ? "<i8"
+                                                : "|b1";
+  std::string shape = "(";
+  for (int64_t d : view.shape)
+    shape += std::to_string(d) + ",";
+  if (view.shape.size() > 1)
+    shape.pop_back();
+  shape += ")";
+  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " +
+                       shape + ", }";
+  size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header.push_back('\n');
+  std::ofstream out(path, std::ios::binary);
+  if (!out)
+    throw RuntimeError(path + ": cannot write: " + std::strerror(errno));
+  out.write("\x93NUMPY\x01\x00", 8);
+  char length[2] = {static_cast<char>(header.size() & 0xff),
+                    static_cast<char>(header.size() >> 8)};
+  out.write(length, 2);
+  out.write(header.data(), header.size());
+  out.write(static_cast<const char *>(view.data),
+            view.numel() * plan::dtypeSize(view.dtype));
+  if (!out)
+    throw RuntimeError(path + ": write failed");
+}
+
+Dataset readIdxSplit(const std::string &dir, const std::string &prefix) {
+  std::string imagesPath = findIdx(dir, prefix + "-images-idx3-ubyte");
+  std::string labelsPath = findIdx(dir, prefix + "-labels-idx1-ubyte");
+  std::string images = readMaybeGzip(imagesPath);
+  std::string labels = readMaybeGzip(labelsPath);
+  if (images.size() < 16 || bigEndian(images, 0) != 0x803)
+    throw RuntimeError(imagesPath + ": not an IDX image file");
+  if (labels.size() < 8 || bigEndian(labels, 0) != 0x801)
+    throw RuntimeError(labelsPath + ": not an IDX label file");
+  int64_t count = bigEndian(images, 4), rows = bigEndian(images, 8),
+          cols = bigEndian(images, 12);
+  if (bigEndian(labels, 4) != count)
+    throw RuntimeError(labelsPath + ": " + std::to_string(bigEndian(labels, 4)) +
+                       " labels for " + std::to_string(count) + " images");
+  if (static_cast<int64_t>(images.size()) != 16 + count * rows * cols ||
+      static_cast<int64_t>(labels.size()) != 8 + count)
+    throw RuntimeError(prefix + " IDX files are truncated");
+  Dataset data;
+  data.images.dtype = plan::F32;
+  data.images.shape = {count, rows * cols};
+  data.images.bytes.resize(count * rows * cols * 4);
+  float *pixels = reinterpret_cast<float *>(data.images.bytes.data());
+  for (int64_t i = 0; i < count * rows * cols; ++i)
+    pixels[i] = static_cast<unsigned char>(images[16 + i]) / 255.0f;
+  data.labels.dtype = plan::I64;
+  data.labels.shape = {count};
+  data.labels.bytes.resize(count * 8);
+  int64_t *classes = reinterpret_cast<int64_t *>(data.labels.bytes.data());
+  for (int64_t i = 0; i < count; ++i)
+    classes[i] = static_cast<unsigned char>(labels[8 + i]);
+  return data;
+}
+
+std::string FileNamer::name(const std::string &onnxName) {
+  std::string base = onnxName.empty() ? "tensor" : onnxName;
+  for (char &c : base)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' &&
+        c != '-')
+      c = '_';
+  std::string candidate = base;
+  for (int suffix = 1;
+       std::find(used.begin(), used.end(), candidate) != used.end(); ++suffix)
+    candidate = base + "_" + std::to_string(suffix);
+  used.push_back(candidate);
+  return candidate;
+}
+
+} // namespace cdp::runtime

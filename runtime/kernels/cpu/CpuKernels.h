@@ -1,0 +1,92 @@
+//===- CpuKernels.h - shared helpers of the CPU kernels ---------*- C++ -*-===//
+
+#ifndef CDP_RUNTIME_KERNELS_CPU_CPUKERNELS_H
+#define CDP_RUNTIME_KERNELS_CPU_CPUKERNELS_H
+
+#include "cdp/Runtime/Kernel.h"
+
+#include <cstring>
+#include <numeric>
+
+namespace cdp::runtime::cpu {
+
+void registerElementwise(KernelRegistry &registry);
+void registerLinalg(KernelRegistry &registry);
+void registerPooling(KernelRegistry &registry);
+void registerNormalization(KernelRegistry &registry);
+void registerShape(KernelRegistry &registry);
+void registerLoss(KernelRegistry &registry);
+void registerOptimizer(KernelRegistry &registry);
+
+/// Adds a kernel whose factory returns the step function directly.
+template <typename Factory>
+void addKernel(KernelRegistry &registry, const std::string &op, Factory make) {
+  registry.add(op, Backend::CPU,
+               [make](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+                 return std::make_unique<FunctionKernel>(make(args));
+               });
+}
+
+inline int64_t product(const std::vector<int64_t> &shape, size_t begin = 0,
+                       size_t end = ~size_t(0)) {
+  int64_t n = 1;
+  for (size_t i = begin; i < std::min(end, shape.size()); ++i)
+    n *= shape[i];
+  return n;
+}
+
+inline std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape) {
+  std::vector<int64_t> strides(shape.size(), 1);
+  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; --i)
+    strides[i] = strides[i + 1] * shape[i + 1];
+  return strides;
+}
+
+/// For every element of `outShape`, the index of the element of `inShape`
+/// that numpy broadcasting reads. Computed once, at load.
+inline std::vector<int64_t> broadcastIndex(const std::vector<int64_t> &inShape,
+                                           const std::vector<int64_t> &outShape) {
+  size_t rank = outShape.size();
+  std::vector<int64_t> inStrides(rank, 0);
+  std::vector<int64_t> strides = stridesOf(inShape);
+  size_t shift = rank - inShape.size();
+  for (size_t d = 0; d < inShape.size(); ++d)
+    inStrides[d + shift] = inShape[d] == 1 ? 0 : strides[d];
+  int64_t count = product(outShape);
+  std::vector<int64_t> index(count);
+  std::vector<int64_t> position(rank, 0);
+  int64_t offset = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    index[i] = offset;
+    for (int64_t d = static_cast<int64_t>(rank) - 1; d >= 0; --d) {
+      ++position[d];
+      offset += inStrides[d];
+      if (position[d] < outShape[d])
+        break;
+      offset -= inStrides[d] * position[d];
+      position[d] = 0;
+    }
+  }
+  return index;
+}
+
+/// Splits `shape` around `axis` into (outer, axis length, inner).
+inline void splitAxis(const std::vector<int64_t> &shape, int64_t axis,
+                      int64_t &outer, int64_t &length, int64_t &inner) {
+  outer = product(shape, 0, axis);
+  length = shape[axis];
+  inner = product(shape, axis + 1);
+}
+
+inline int64_t normalizeAxis(int64_t axis, int64_t rank) {
+  return axis < 0 ? axis + rank : axis;
+}
+
+inline size_t byteSize(const TensorView &view) {
+  return static_cast<size_t>(view.numel()) *
+         (view.dtype == plan::F32 ? 4 : view.dtype == plan::I64 ? 8 : 1);
+}
+
+} // namespace cdp::runtime::cpu
+
+#endif // CDP_RUNTIME_KERNELS_CPU_CPUKERNELS_H

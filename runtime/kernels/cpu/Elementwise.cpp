@@ -1,0 +1,253 @@
+//===- Elementwise.cpp - element-wise CPU kernels -------------------------===//
+
+#include "CpuKernels.h"
+
+#include <cmath>
+
+namespace cdp::runtime::cpu {
+
+namespace {
+
+constexpr float kSqrt1_2 = 0.70710678118654752f;
+constexpr float kSqrt2OverPi = 0.79788456080286536f;
+constexpr float kTwoOverSqrtPi = 1.1283791670955126f;
+
+template <typename T, typename Fn>
+std::function<void(const StepContext &)>
+binary(const KernelArgs &args, Fn fn) {
+  TensorView a = args.inputs[0], b = args.inputs[1], y = args.outputs[0];
+  int64_t n = y.numel();
+  if (a.numel() == n && b.numel() == n)
+    return [=](const StepContext &) {
+      const T *pa = static_cast<const T *>(a.data);
+      const T *pb = static_cast<const T *>(b.data);
+      T *py = static_cast<T *>(y.data);
+#pragma omp parallel for if (n > 65536)
+      for (int64_t i = 0; i < n; ++i)
+        py[i] = fn(pa[i], pb[i]);
+    };
+  if (b.numel() == 1 && a.numel() == n)
+    return [=](const StepContext &) {
+      const T *pa = static_cast<const T *>(a.data);
+      T vb = *static_cast<const T *>(b.data);
+      T *py = static_cast<T *>(y.data);
+#pragma omp parallel for if (n > 65536)
+      for (int64_t i = 0; i < n; ++i)
+        py[i] = fn(pa[i], vb);
+    };
+  auto ia = std::make_shared<std::vector<int64_t>>(broadcastIndex(a.shape, y.shape));
+  auto ib = std::make_shared<std::vector<int64_t>>(broadcastIndex(b.shape, y.shape));
+  return [=](const StepContext &) {
+    const T *pa = static_cast<const T *>(a.data);
+    const T *pb = static_cast<const T *>(b.data);
+    T *py = static_cast<T *>(y.data);
+    const int64_t *xa = ia->data(), *xb = ib->data();
+#pragma omp parallel for if (n > 65536)
+    for (int64_t i = 0; i < n; ++i)
+      py[i] = fn(pa[xa[i]], pb[xb[i]]);
+  };
+}
+
+template <typename Fn> void addBinary(KernelRegistry &registry, const std::string &op, Fn fn) {
+  addKernel(registry, op, [fn](const KernelArgs &args) {
+    if (args.outputs[0].dtype == plan::I64)
+      return binary<int64_t>(args, [fn](int64_t a, int64_t b) {
+        return static_cast<int64_t>(fn(a, b));
+      });
+    return binary<float>(args, [fn](float a, float b) {
+      return static_cast<float>(fn(a, b));
+    });
+  });
+}
+
+template <typename Fn> void addUnary(KernelRegistry &registry, const std::string &op, Fn fn) {
+  addKernel(registry, op, [fn](const KernelArgs &args) {
+    TensorView x = args.inputs[0], y = args.outputs[0];
+    int64_t n = y.numel();
+    return [=](const StepContext &) {
+      const float *px = x.f32();
+      float *py = y.f32();
+#pragma omp parallel for if (n > 65536)
+      for (int64_t i = 0; i < n; ++i)
+        py[i] = fn(px[i]);
+    };
+  });
+}
+
+float gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * kSqrt1_2)); }
+float geluTanh(float x) {
+  return 0.5f * x *
+         (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+}
+
+/// A uniform number in [0, 1) from (seed, step, slot, instruction, index):
+/// the same mask for the same step whatever the thread schedule.
+float uniform(uint64_t seed, uint64_t stream, uint64_t index) {
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull ^ stream * 0xD1B54A32D192ED03ull ^
+               (index + 1) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
+}
+
+} // namespace
+
+void registerElementwise(KernelRegistry &registry) {
+  addBinary(registry, "add", [](auto a, auto b) { return a + b; });
+  addBinary(registry, "sub", [](auto a, auto b) { return a - b; });
+  addBinary(registry, "mul", [](auto a, auto b) { return a * b; });
+  addKernel(registry, "div", [](const KernelArgs &args) {
+    if (args.outputs[0].dtype == plan::I64)
+      return binary<int64_t>(args, [](int64_t a, int64_t b) {
+        return b == 0 ? int64_t(0) : a / b;
+      });
+    return binary<float>(args, [](float a, float b) { return a / b; });
+  });
+  addKernel(registry, "pow", [](const KernelArgs &args) {
+    return binary<float>(args, [](float a, float b) {
+      return b == 2.0f ? a * a : std::pow(a, b);
+    });
+  });
+
+  addUnary(registry, "relu", [](float x) { return x > 0.0f ? x : 0.0f; });
+  addUnary(registry, "erf", [](float x) { return std::erf(x); });
+  addUnary(registry, "tanh", [](float x) { return std::tanh(x); });
+  addUnary(registry, "sigmoid", [](float x) { return 1.0f / (1.0f + std::exp(-x)); });
+  addUnary(registry, "sqrt", [](float x) { return std::sqrt(x); });
+  addKernel(registry, "gelu", [](const KernelArgs &args) {
+    TensorView x = args.inputs[0], y = args.outputs[0];
+    bool approximate = args.s("approximate", "none") == "tanh";
+    int64_t n = y.numel();
+    return [=](const StepContext &) {
+      const float *px = x.f32();
+      float *py = y.f32();
+#pragma omp parallel for if (n > 65536)
+      for (int64_t i = 0; i < n; ++i)
+        py[i] = approximate ? geluTanh(px[i]) : gelu(px[i]);
+    };
+  });
+
+  addKernel(registry, "unary_grad", [](const KernelArgs &args) {
+    TensorView dy = args.inputs[0], saved = args.inputs[1], dx = args.outputs[0];
+    std::string kind = args.s("kind", "");
+    int64_t n = dx.numel();
+    std::function<float(float, float)> local;
+    if (kind == "relu")
+      local = [](float g, float x) { return x > 0.0f ? g : 0.0f; };
+    else if (kind == "gelu")
+      local = [](float g, float x) {
+        float cdf = 0.5f * (1.0f + std::erf(x * kSqrt1_2));
+        float pdf = std::exp(-0.5f * x * x) * 0.3989422804014327f;
+        return g * (cdf + x * pdf);
+      };
+    else if (kind == "gelu_tanh")
+      local = [](float g, float x) {
+        float inner = kSqrt2OverPi * (x + 0.044715f * x * x * x);
+        float t = std::tanh(inner);
+        float dinner = kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
+        return g * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * dinner);
+      };
+    else if (kind == "erf")
+      local = [](float g, float x) { return g * kTwoOverSqrtPi * std::exp(-x * x); };
+    else if (kind == "sigmoid")
+      local = [](float g, float y) { return g * y * (1.0f - y); };
+    else if (kind == "tanh")
+      local = [](float g, float y) { return g * (1.0f - y * y); };
+    else if (kind == "sqrt")
+      local = [](float g, float y) { return g * 0.5f / y; };
+    else
+      args.fail("unknown activation '" + kind + "'");
+    return [=](const StepContext &) {
+      const float *pg = dy.f32(), *ps = saved.f32();
+      float *px = dx.f32();
+#pragma omp parallel for if (n > 65536)
+      for (int64_t i = 0; i < n; ++i)
+        px[i] = local(pg[i], ps[i]);
+    };
+  });
+
+  addKernel(registry, "cast", [](const KernelArgs &args) {
+    TensorView x = args.inputs[0], y = args.outputs[0];
+    int64_t n = y.numel();
+    return [=](const StepContext &) {
+      for (int64_t i = 0; i < n; ++i) {
+        double v = x.dtype == plan::F32   ? x.f32()[i]
+                   : x.dtype == plan::I64 ? static_cast<double>(x.i64()[i])
+                                          : x.b8()[i];
+        if (y.dtype == plan::F32)
+          y.f32()[i] = x.dtype == plan::F32 ? x.f32()[i] : static_cast<float>(v);
+        else if (y.dtype == plan::I64)
+          y.i64()[i] = x.dtype == plan::I64 ? x.i64()[i] : static_cast<int64_t>(v);
+        else
+          y.b8()[i] = v != 0;
+      }
+    };
+  });
+
+  addKernel(registry, "dropout", [](const KernelArgs &args) {
+    TensorView x = args.inputs[0], y = args.outputs[0], mask = args.outputs[1];
+    float ratio = static_cast<float>(args.f("ratio", 0.5));
+    bool training = args.i("training_mode", 0) != 0;
+    uint64_t stream = static_cast<uint64_t>(args.i("seed", 0)) ^
+                      std::hash<std::string>()(args.instruction->location());
+    int64_t n = y.numel();
+    return [=](const StepContext &context) {
+      const float *px = x.f32();
+      float *py = y.f32();
+      uint8_t *pm = mask.b8();
+      if (!training || ratio == 0.0f) {
+        std::memcpy(py, px, n * sizeof(float));
+        std::memset(pm, 1, n);
+        return;
+      }
+      float keepScale = 1.0f / (1.0f - ratio);
+      uint64_t seed = context.seed ^ (static_cast<uint64_t>(context.step) << 20) ^
+                      static_cast<uint64_t>(context.slot);
+      for (int64_t i = 0; i < n; ++i) {
+        bool keep = uniform(seed, stream, i) >= ratio;
+        pm[i] = keep;
+        py[i] = keep ? px[i] * keepScale : 0.0f;
+      }
+    };
+  });
+
+  addKernel(registry, "dropout_grad", [](const KernelArgs &args) {
+    TensorView dy = args.inputs[0], mask = args.inputs[1], dx = args.outputs[0];
+    float keepScale = 1.0f / (1.0f - static_cast<float>(args.f("ratio", 0.5)));
+    int64_t n = dx.numel();
+    return [=](const StepContext &) {
+      for (int64_t i = 0; i < n; ++i)
+        dx.f32()[i] = mask.b8()[i] ? dy.f32()[i] * keepScale : 0.0f;
+    };
+  });
+
+  // Sum over the dimensions `shape` broadcast: out[index[i]] += in[i].
+  addKernel(registry, "reduce_to", [](const KernelArgs &args) {
+    TensorView x = args.inputs[0], y = args.outputs[0];
+    auto index = std::make_shared<std::vector<int64_t>>(broadcastIndex(y.shape, x.shape));
+    int64_t n = x.numel(), m = y.numel();
+    return [=](const StepContext &) {
+      std::fill(y.f32(), y.f32() + m, 0.0f);
+      const int64_t *ix = index->data();
+      for (int64_t i = 0; i < n; ++i)
+        y.f32()[ix[i]] += x.f32()[i];
+    };
+  });
+
+  addKernel(registry, "expand", [](const KernelArgs &args) {
+    TensorView x = args.inputs[0], y = args.outputs[0];
+    auto index = std::make_shared<std::vector<int64_t>>(broadcastIndex(x.shape, y.shape));
+    int64_t n = y.numel();
+    size_t width = byteSize(y) / std::max<int64_t>(n, 1);
+    return [=](const StepContext &) {
+      const int64_t *ix = index->data();
+      const char *px = static_cast<const char *>(x.data);
+      char *py = static_cast<char *>(y.data);
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(py + i * width, px + ix[i] * width, width);
+    };
+  });
+}
+
+} // namespace cdp::runtime::cpu

@@ -1,0 +1,228 @@
+//===- Linalg.cpp - matrix products and convolution on the CPU ------------===//
+//
+// Matrix products go through oneDNN's sgemm (row-major, JIT kernels, its own
+// threading). Convolutions are im2col + sgemm per image and group, with the
+// column buffer sized once at load.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CpuKernels.h"
+
+#include <oneapi/dnnl/dnnl.h>
+
+namespace cdp::runtime::cpu {
+
+namespace {
+
+/// C = alpha * op(A) * op(B) + beta * C, row-major.
+void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+           float alpha, const float *a, const float *b, float beta, float *c) {
+  if (m == 0 || n == 0)
+    return;
+  dnnl_status_t status =
+      dnnl_sgemm(transA ? 'T' : 'N', transB ? 'T' : 'N', m, n, k, alpha, a,
+                 transA ? m : k, b, transB ? k : n, beta, c, n);
+  if (status != dnnl_success)
+    throw RuntimeError("oneDNN sgemm failed with status " +
+                       std::to_string(static_cast<int>(status)));
+}
+
+struct ConvGeometry {
+  int64_t batch, channels, height, width;
+  int64_t filters, kernelH, kernelW;
+  int64_t outH, outW;
+  int64_t padTop, padLeft, strideH, strideW, dilationH, dilationW;
+  int64_t group;
+
+  ConvGeometry(const KernelArgs &args, const std::vector<int64_t> &input,
+               const std::vector<int64_t> &weight,
+               const std::vector<int64_t> &output) {
+    batch = input[0];
+    channels = input[1];
+    height = input[2];
+    width = input[3];
+    filters = weight[0];
+    kernelH = weight[2];
+    kernelW = weight[3];
+    outH = output[2];
+    outW = output[3];
+    std::vector<int64_t> pads = args.ints("pads"), strides = args.ints("strides"),
+                         dilations = args.ints("dilations");
+    padTop = pads[0];
+    padLeft = pads[1];
+    strideH = strides[0];
+    strideW = strides[1];
+    dilationH = dilations[0];
+    dilationW = dilations[1];
+    group = args.i("group", 1);
+  }
+  int64_t groupChannels() const { return channels / group; }
+  int64_t groupFilters() const { return filters / group; }
+  int64_t columnRows() const { return groupChannels() * kernelH * kernelW; }
+  int64_t columnCols() const { return outH * outW; }
+};
+
+/// Unfolds the input patches of one image and group into `column`
+/// (rows: channel x kernel position, columns: output positions).
+void im2col(const ConvGeometry &g, const float *image, float *column) {
+  int64_t cols = g.columnCols();
+  for (int64_t c = 0; c < g.groupChannels(); ++c)
+    for (int64_t kh = 0; kh < g.kernelH; ++kh)
+      for (int64_t kw = 0; kw < g.kernelW; ++kw) {
+        float *row = column + ((c * g.kernelH + kh) * g.kernelW + kw) * cols;
+        const float *plane = image + c * g.height * g.width;
+        for (int64_t oh = 0; oh < g.outH; ++oh) {
+          int64_t ih = oh * g.strideH - g.padTop + kh * g.dilationH;
+          float *out = row + oh * g.outW;
+          if (ih < 0 || ih >= g.height) {
+            std::fill(out, out + g.outW, 0.0f);
+            continue;
+          }
+          for (int64_t ow = 0; ow < g.outW; ++ow) {
+            int64_t iw = ow * g.strideW - g.padLeft + kw * g.dilationW;
+            out[ow] = iw >= 0 && iw < g.width ? plane[ih * g.width + iw] : 0.0f;
+          }
+        }
+      }
+}
+
+/// The adjoint of im2col: adds `column` back into `image`.
+void col2im(const ConvGeometry &g, const float *column, float *image) {
+  int64_t cols = g.columnCols();
+  for (int64_t c = 0; c < g.groupChannels(); ++c)
+    for (int64_t kh = 0; kh < g.kernelH; ++kh)
+      for (int64_t kw = 0; kw < g.kernelW; ++kw) {
+        const float *row = column + ((c * g.kernelH + kh) * g.kernelW + kw) * cols;
+        float *plane = image + c * g.height * g.width;
+        for (int64_t oh = 0; oh < g.outH; ++oh) {
+          int64_t ih = oh * g.strideH - g.padTop + kh * g.dilationH;
+          if (ih < 0 || ih >= g.height)
+            continue;
+          for (int64_t ow = 0; ow < g.outW; ++ow) {
+            int64_t iw = ow * g.strideW - g.padLeft + kw * g.dilationW;
+            if (iw >= 0 && iw < g.width)
+              plane[ih * g.width + iw] += row[oh * g.outW + ow];
+          }
+        }
+      }
+}
+
+} // namespace
+
+void registerLinalg(KernelRegistry &registry) {
+  addKernel(registry, "gemm", [](const KernelArgs &args) {
+    TensorView a = args.inputs[0], b = args.inputs[1], y = args.outputs[0];
+    TensorView c = args.inputs.size() > 2 ? args.inputs[2] : TensorView();
+    bool transA = args.i("trans_a", 0), transB = args.i("trans_b", 0);
+    float alpha = static_cast<float>(args.f("alpha", 1.0));
+    float beta = static_cast<float>(args.f("beta", 1.0));
+    int64_t m = y.shape[0], n = y.shape[1];
+    int64_t k = transA ? a.shape[0] : a.shape[1];
+    std::shared_ptr<std::vector<int64_t>> index;
+    if (c.present())
+      index = std::make_shared<std::vector<int64_t>>(broadcastIndex(c.shape, y.shape));
+    return [=](const StepContext &) {
+      float *py = y.f32();
+      if (c.present()) {
+        const int64_t *ix = index->data();
+        for (int64_t i = 0; i < m * n; ++i)
+          py[i] = c.f32()[ix[i]];
+      }
+      sgemm(transA, transB, m, n, k, alpha, a.f32(), b.f32(),
+            c.present() ? beta : 0.0f, py);
+    };
+  });
+
+  addKernel(registry, "matmul", [](const KernelArgs &args) {
+    TensorView a = args.inputs[0], b = args.inputs[1], y = args.outputs[0];
+    // Promote 1-D operands, then broadcast the batch dimensions.
+    std::vector<int64_t> as = a.shape, bs = b.shape;
+    if (as.size() == 1)
+      as.insert(as.begin(), 1);
+    if (bs.size() == 1)
+      bs.push_back(1);
+    int64_t m = as[as.size() - 2], k = as.back(), n = bs.back();
+    std::vector<int64_t> aBatch(as.begin(), as.end() - 2),
+        bBatch(bs.begin(), bs.end() - 2);
+    size_t rank = std::max(aBatch.size(), bBatch.size());
+    std::vector<int64_t> batch(rank);
+    for (size_t d = 0; d < rank; ++d) {
+      int64_t da = d < rank - aBatch.size() ? 1 : aBatch[d - (rank - aBatch.size())];
+      int64_t db = d < rank - bBatch.size() ? 1 : bBatch[d - (rank - bBatch.size())];
+      batch[d] = std::max(da, db);
+    }
+    auto ia = std::make_shared<std::vector<int64_t>>(broadcastIndex(aBatch, batch));
+    auto ib = std::make_shared<std::vector<int64_t>>(broadcastIndex(bBatch, batch));
+    int64_t count = product(batch);
+    return [=](const StepContext &) {
+      for (int64_t i = 0; i < count; ++i)
+        sgemm(false, false, m, n, k, 1.0f, a.f32() + (*ia)[i] * m * k,
+              b.f32() + (*ib)[i] * k * n, 0.0f, y.f32() + i * m * n);
+    };
+  });
+
+  addKernel(registry, "conv", [](const KernelArgs &args) {
+    TensorView x = args.inputs[0], w = args.inputs[1], y = args.outputs[0];
+    TensorView bias = args.inputs.size() > 2 ? args.inputs[2] : TensorView();
+    ConvGeometry g(args, x.shape, w.shape, y.shape);
+    auto column = std::make_shared<std::vector<float>>(g.columnRows() * g.columnCols());
+    return [=](const StepContext &) {
+      int64_t cols = g.columnCols(), rows = g.columnRows();
+      for (int64_t n = 0; n < g.batch; ++n)
+        for (int64_t grp = 0; grp < g.group; ++grp) {
+          const float *image = x.f32() + (n * g.channels + grp * g.groupChannels()) *
+                                             g.height * g.width;
+          im2col(g, image, column->data());
+          float *out = y.f32() + (n * g.filters + grp * g.groupFilters()) * cols;
+          sgemm(false, false, g.groupFilters(), cols, rows, 1.0f,
+                w.f32() + grp * g.groupFilters() * rows, column->data(), 0.0f, out);
+        }
+      if (bias.present())
+        for (int64_t n = 0; n < g.batch; ++n)
+          for (int64_t f = 0; f < g.filters; ++f) {
+            float *out = y.f32() + (n * g.filters + f) * cols;
+            float value = bias.f32()[f];
+            for (int64_t i = 0; i < cols; ++i)
+              out[i] += value;
+          }
+    };
+  });
+
+  addKernel(registry, "conv_grad_input", [](const KernelArgs &args) {
+    TensorView dy = args.inputs[0], w = args.inputs[1], dx = args.outputs[0];
+    ConvGeometry g(args, dx.shape, w.shape, dy.shape);
+    auto column = std::make_shared<std::vector<float>>(g.columnRows() * g.columnCols());
+    return [=](const StepContext &) {
+      int64_t cols = g.columnCols(), rows = g.columnRows();
+      std::fill(dx.f32(), dx.f32() + dx.numel(), 0.0f);
+      for (int64_t n = 0; n < g.batch; ++n)
+        for (int64_t grp = 0; grp < g.group; ++grp) {
+          const float *grad = dy.f32() + (n * g.filters + grp * g.groupFilters()) * cols;
+          sgemm(true, false, rows, cols, g.groupFilters(), 1.0f,
+                w.f32() + grp * g.groupFilters() * rows, grad, 0.0f, column->data());
+          col2im(g, column->data(),
+                 dx.f32() + (n * g.channels + grp * g.groupChannels()) * g.height * g.width);
+        }
+    };
+  });
+
+  addKernel(registry, "conv_grad_weight", [](const KernelArgs &args) {
+    TensorView dy = args.inputs[0], x = args.inputs[1], dw = args.outputs[0];
+    ConvGeometry g(args, x.shape, dw.shape, dy.shape);
+    auto column = std::make_shared<std::vector<float>>(g.columnRows() * g.columnCols());
+    return [=](const StepContext &) {
+      int64_t cols = g.columnCols(), rows = g.columnRows();
+      for (int64_t n = 0; n < g.batch; ++n)
+        for (int64_t grp = 0; grp < g.group; ++grp) {
+          im2col(g, x.f32() + (n * g.channels + grp * g.groupChannels()) * g.height * g.width,
+                 column->data());
+          const float *grad = dy.f32() + (n * g.filters + grp * g.groupFilters()) * cols;
+          sgemm(false, true, g.groupFilters(), rows, cols, 1.0f, grad,
+                column->data(), n == 0 ? 0.0f : 1.0f,
+                dw.f32() + grp * g.groupFilters() * rows);
+        }
+    };
+  });
+}
+
+} // namespace cdp::runtime::cpu

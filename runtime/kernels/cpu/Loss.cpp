@@ -1,0 +1,173 @@
+//===- Loss.cpp - classification losses on the CPU ------------------------===//
+//
+// ONNX semantics: per-element loss -w[label] * logp[label]; elements whose
+// label is ignore_index contribute nothing; `mean` divides by the sum of the
+// weights of the counted elements (their number without weights).
+//
+//===----------------------------------------------------------------------===//
+
+#include "CpuKernels.h"
+
+#include <cmath>
+
+namespace cdp::runtime::cpu {
+
+namespace {
+
+struct ClassGeometry {
+  int64_t batch, classes, spatial;
+  std::string reduction;
+  bool hasIgnore;
+  int64_t ignore;
+  ClassGeometry(const KernelArgs &args, const std::vector<int64_t> &scores)
+      : batch(scores[0]), classes(scores[1]), spatial(product(scores, 2)),
+        reduction(args.s("reduction", "mean")),
+        hasIgnore(args.find("ignore_index") != nullptr),
+        ignore(args.i("ignore_index", 0)) {}
+  int64_t at(int64_t n, int64_t c, int64_t i) const {
+    return (n * classes + c) * spatial + i;
+  }
+
+  /// Checks a label; returns false when it is ignored.
+  bool valid(int64_t label, const std::string &location) const {
+    if (hasIgnore && label == ignore)
+      return false;
+    if (label < 0 || label >= classes)
+      throw RuntimeError("loss at '" + location + "': label " +
+                         std::to_string(label) + " is out of range for " +
+                         std::to_string(classes) +
+                         " classes (check the labels data)");
+    return true;
+  }
+
+  /// The reduction's divisor for `mean`.
+  double denominator(const int64_t *labels, const TensorView &weights,
+                     const std::string &location) const {
+    double total = 0;
+    for (int64_t k = 0; k < batch * spatial; ++k)
+      if (valid(labels[k], location))
+        total += weights.present() ? weights.f32()[labels[k]] : 1.0;
+    return total;
+  }
+};
+
+/// loss = reduce(-w * logp[label]); shared by both losses.
+void negativeLogLikelihood(const ClassGeometry &g, const float *logp,
+                           const int64_t *labels, const TensorView &weights,
+                           float *loss, const std::string &location) {
+  double total = 0;
+  for (int64_t n = 0; n < g.batch; ++n)
+    for (int64_t i = 0; i < g.spatial; ++i) {
+      int64_t k = n * g.spatial + i, label = labels[k];
+      double value = 0;
+      if (g.valid(label, location))
+        value = -logp[g.at(n, label, i)] *
+                (weights.present() ? weights.f32()[label] : 1.0f);
+      if (g.reduction == "none")
+        loss[k] = static_cast<float>(value);
+      total += value;
+    }
+  if (g.reduction == "sum")
+    *loss = static_cast<float>(total);
+  else if (g.reduction == "mean") {
+    double denominator = g.denominator(labels, weights, location);
+    *loss = static_cast<float>(denominator > 0 ? total / denominator : 0.0);
+  }
+}
+
+/// Gradient factor of element k: dloss * w[label] (/ denominator).
+template <typename Fn>
+void forEachWeightedGradient(const ClassGeometry &g, const TensorView &dloss,
+                             const int64_t *labels, const TensorView &weights,
+                             const std::string &location, Fn fn) {
+  double denominator = g.reduction == "mean"
+                           ? g.denominator(labels, weights, location)
+                           : 1.0;
+  for (int64_t n = 0; n < g.batch; ++n)
+    for (int64_t i = 0; i < g.spatial; ++i) {
+      int64_t k = n * g.spatial + i, label = labels[k];
+      if (!g.valid(label, location)) {
+        fn(n, i, label, 0.0);
+        continue;
+      }
+      double upstream = g.reduction == "none" ? dloss.f32()[k] : dloss.f32()[0];
+      double w = weights.present() ? weights.f32()[label] : 1.0;
+      fn(n, i, label, denominator > 0 ? upstream * w / denominator : 0.0);
+    }
+}
+
+} // namespace
+
+void registerLoss(KernelRegistry &registry) {
+  addKernel(registry, "softmax_cross_entropy_loss", [](const KernelArgs &args) {
+    TensorView scores = args.inputs[0], labels = args.inputs[1];
+    TensorView weights = args.inputs.size() > 2 ? args.inputs[2] : TensorView();
+    TensorView loss = args.outputs[0], logp = args.outputs[1];
+    ClassGeometry g(args, scores.shape);
+    std::string location = args.instruction->location();
+    return [=](const StepContext &) {
+      for (int64_t n = 0; n < g.batch; ++n)
+        for (int64_t i = 0; i < g.spatial; ++i) {
+          float top = scores.f32()[g.at(n, 0, i)];
+          for (int64_t c = 1; c < g.classes; ++c)
+            top = std::max(top, scores.f32()[g.at(n, c, i)]);
+          double sum = 0;
+          for (int64_t c = 0; c < g.classes; ++c)
+            sum += std::exp(static_cast<double>(scores.f32()[g.at(n, c, i)] - top));
+          double logSum = std::log(sum);
+          for (int64_t c = 0; c < g.classes; ++c)
+            logp.f32()[g.at(n, c, i)] =
+                static_cast<float>(scores.f32()[g.at(n, c, i)] - top - logSum);
+        }
+      negativeLogLikelihood(g, logp.f32(), labels.i64(), weights, loss.f32(), location);
+    };
+  });
+
+  addKernel(registry, "softmax_cross_entropy_loss_grad", [](const KernelArgs &args) {
+    TensorView dloss = args.inputs[0], logp = args.inputs[1], labels = args.inputs[2];
+    TensorView weights = args.inputs.size() > 3 ? args.inputs[3] : TensorView();
+    TensorView dx = args.outputs[0];
+    ClassGeometry g(args, logp.shape);
+    std::string location = args.instruction->location();
+    return [=](const StepContext &) {
+      forEachWeightedGradient(
+          g, dloss, labels.i64(), weights, location,
+          [&](int64_t n, int64_t i, int64_t label, double factor) {
+            for (int64_t c = 0; c < g.classes; ++c) {
+              int64_t k = g.at(n, c, i);
+              double p = std::exp(static_cast<double>(logp.f32()[k]));
+              dx.f32()[k] = static_cast<float>(factor * (p - (c == label ? 1.0 : 0.0)));
+            }
+          });
+    };
+  });
+
+  addKernel(registry, "nll_loss", [](const KernelArgs &args) {
+    TensorView input = args.inputs[0], target = args.inputs[1];
+    TensorView weight = args.inputs.size() > 2 ? args.inputs[2] : TensorView();
+    TensorView loss = args.outputs[0];
+    ClassGeometry g(args, input.shape);
+    std::string location = args.instruction->location();
+    return [=](const StepContext &) {
+      negativeLogLikelihood(g, input.f32(), target.i64(), weight, loss.f32(), location);
+    };
+  });
+
+  addKernel(registry, "nll_loss_grad", [](const KernelArgs &args) {
+    TensorView dloss = args.inputs[0], target = args.inputs[1];
+    TensorView weight = args.inputs.size() > 2 ? args.inputs[2] : TensorView();
+    TensorView dx = args.outputs[0];
+    ClassGeometry g(args, dx.shape);
+    std::string location = args.instruction->location();
+    return [=](const StepContext &) {
+      std::fill(dx.f32(), dx.f32() + dx.numel(), 0.0f);
+      forEachWeightedGradient(g, dloss, target.i64(), weight, location,
+                              [&](int64_t n, int64_t i, int64_t label, double factor) {
+                                if (factor != 0.0)
+                                  dx.f32()[g.at(n, label, i)] = static_cast<float>(-factor);
+                              });
+    };
+  });
+}
+
+} // namespace cdp::runtime::cpu

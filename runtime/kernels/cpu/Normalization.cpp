@@ -1,0 +1,249 @@
+//===- Normalization.cpp - batch/layer norm and softmax on the CPU --------===//
+//
+// Statistics are accumulated in double so that float32 results stay close
+// to PyTorch's over large reductions.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CpuKernels.h"
+
+#include <cmath>
+
+namespace cdp::runtime::cpu {
+
+namespace {
+
+/// (N, C, spatial) view of a batch-norm input.
+struct ChannelView {
+  int64_t batch, channels, spatial;
+  explicit ChannelView(const std::vector<int64_t> &shape)
+      : batch(shape[0]), channels(shape[1]), spatial(product(shape, 2)) {}
+  int64_t count() const { return batch * spatial; }
+  int64_t at(int64_t n, int64_t c, int64_t i) const {
+    return (n * channels + c) * spatial + i;
+  }
+};
+
+void batchStats(const ChannelView &v, const float *x, int64_t c, double &mean,
+                double &var) {
+  double sum = 0, squares = 0;
+  for (int64_t n = 0; n < v.batch; ++n)
+    for (int64_t i = 0; i < v.spatial; ++i)
+      sum += x[v.at(n, c, i)];
+  mean = sum / v.count();
+  for (int64_t n = 0; n < v.batch; ++n)
+    for (int64_t i = 0; i < v.spatial; ++i) {
+      double d = x[v.at(n, c, i)] - mean;
+      squares += d * d;
+    }
+  var = squares / v.count();
+}
+
+} // namespace
+
+void registerNormalization(KernelRegistry &registry) {
+  addKernel(registry, "batch_norm", [](const KernelArgs &args) {
+    TensorView x = args.inputs[0], scale = args.inputs[1], bias = args.inputs[2],
+               mean = args.inputs[3], var = args.inputs[4];
+    TensorView y = args.outputs[0], runMean = args.outputs[1],
+               runVar = args.outputs[2];
+    double epsilon = args.f("epsilon", 1e-5), momentum = args.f("momentum", 0.9);
+    bool training = args.i("training_mode", 0) != 0;
+    bool unbiased = args.i("unbiased_running_var", 0) != 0;
+    ChannelView v(x.shape);
+    return [=](const StepContext &) {
+#pragma omp parallel for
+      for (int64_t c = 0; c < v.channels; ++c) {
+        double m, s;
+        if (training) {
+          batchStats(v, x.f32(), c, m, s);
+          double batchVar = unbiased && v.count() > 1
+                                ? s * v.count() / (v.count() - 1)
+                                : s;
+          runMean.f32()[c] = static_cast<float>(momentum * mean.f32()[c] +
+                                                (1 - momentum) * m);
+          runVar.f32()[c] = static_cast<float>(momentum * var.f32()[c] +
+                                               (1 - momentum) * batchVar);
+        } else {
+          m = mean.f32()[c];
+          s = var.f32()[c];
+          runMean.f32()[c] = mean.f32()[c];
+          runVar.f32()[c] = var.f32()[c];
+        }
+        double inv = 1.0 / std::sqrt(s + epsilon);
+        double a = scale.f32()[c] * inv, b = bias.f32()[c] - m * a;
+        for (int64_t n = 0; n < v.batch; ++n)
+          for (int64_t i = 0; i < v.spatial; ++i)
+            y.f32()[v.at(n, c, i)] =
+                static_cast<float>(x.f32()[v.at(n, c, i)] * a + b);
+      }
+    };
+  });
+
+  addKernel(registry, "batch_norm_grad", [](const KernelArgs &args) {
+    TensorView dy = args.inputs[0], x = args.inputs[1], scale = args.inputs[2],
+               mean = args.inputs[3], var = args.inputs[4];
+    TensorView dx = args.outputs[0], dscale = args.outputs[1],
+               dbias = args.outputs[2];
+    double epsilon = args.f("epsilon", 1e-5);
+    bool training = args.i("training_mode", 0) != 0;
+    ChannelView v(x.shape);
+    return [=](const StepContext &) {
+#pragma omp parallel for
+      for (int64_t c = 0; c < v.channels; ++c) {
+        double m, s;
+        if (training)
+          batchStats(v, x.f32(), c, m, s);
+        else {
+          m = mean.f32()[c];
+          s = var.f32()[c];
+        }
+        double inv = 1.0 / std::sqrt(s + epsilon);
+        double sumDy = 0, sumDyXhat = 0;
+        for (int64_t n = 0; n < v.batch; ++n)
+          for (int64_t i = 0; i < v.spatial; ++i) {
+            int64_t k = v.at(n, c, i);
+            sumDy += dy.f32()[k];
+            sumDyXhat += dy.f32()[k] * (x.f32()[k] - m) * inv;
+          }
+        dbias.f32()[c] = static_cast<float>(sumDy);
+        dscale.f32()[c] = static_cast<float>(sumDyXhat);
+        double g = scale.f32()[c] * inv;
+        double count = static_cast<double>(v.count());
+        for (int64_t n = 0; n < v.batch; ++n)
+          for (int64_t i = 0; i < v.spatial; ++i) {
+            int64_t k = v.at(n, c, i);
+            double value = dy.f32()[k];
+            if (training) {
+              double xhat = (x.f32()[k] - m) * inv;
+              value = value - sumDy / count - xhat * sumDyXhat / count;
+            }
+            dx.f32()[k] = static_cast<float>(g * value);
+          }
+      }
+    };
+  });
+
+  addKernel(registry, "layer_norm", [](const KernelArgs &args) {
+    TensorView x = args.inputs[0], scale = args.inputs[1];
+    TensorView bias = args.inputs.size() > 2 ? args.inputs[2] : TensorView();
+    TensorView y = args.outputs[0], meanOut = args.outputs[1],
+               invOut = args.outputs[2];
+    int64_t axis = normalizeAxis(args.i("axis", -1), x.rank());
+    int64_t outer = product(x.shape, 0, axis), inner = product(x.shape, axis);
+    double epsilon = args.f("epsilon", 1e-5);
+    std::vector<int64_t> normalized(x.shape.begin() + axis, x.shape.end());
+    auto si = std::make_shared<std::vector<int64_t>>(broadcastIndex(scale.shape, normalized));
+    std::shared_ptr<std::vector<int64_t>> bi;
+    if (bias.present())
+      bi = std::make_shared<std::vector<int64_t>>(broadcastIndex(bias.shape, normalized));
+    return [=](const StepContext &) {
+#pragma omp parallel for
+      for (int64_t o = 0; o < outer; ++o) {
+        const float *row = x.f32() + o * inner;
+        double sum = 0, squares = 0;
+        for (int64_t i = 0; i < inner; ++i)
+          sum += row[i];
+        double m = sum / inner;
+        for (int64_t i = 0; i < inner; ++i)
+          squares += (row[i] - m) * (row[i] - m);
+        double inv = 1.0 / std::sqrt(squares / inner + epsilon);
+        meanOut.f32()[o] = static_cast<float>(m);
+        invOut.f32()[o] = static_cast<float>(inv);
+        float *out = y.f32() + o * inner;
+        for (int64_t i = 0; i < inner; ++i)
+          out[i] = static_cast<float>((row[i] - m) * inv * scale.f32()[(*si)[i]] +
+                                      (bias.present() ? bias.f32()[(*bi)[i]] : 0.0f));
+      }
+    };
+  });
+
+  addKernel(registry, "layer_norm_grad", [](const KernelArgs &args) {
+    TensorView dy = args.inputs[0], x = args.inputs[1], scale = args.inputs[2],
+               meanIn = args.inputs[3], invIn = args.inputs[4];
+    TensorView dx = args.outputs[0], dscale = args.outputs[1],
+               dbias = args.outputs[2];
+    int64_t axis = normalizeAxis(args.i("axis", -1), x.rank());
+    int64_t outer = product(x.shape, 0, axis), inner = product(x.shape, axis);
+    std::vector<int64_t> normalized(x.shape.begin() + axis, x.shape.end());
+    auto si = std::make_shared<std::vector<int64_t>>(broadcastIndex(scale.shape, normalized));
+    return [=](const StepContext &) {
+      std::fill(dscale.f32(), dscale.f32() + dscale.numel(), 0.0f);
+      std::fill(dbias.f32(), dbias.f32() + dbias.numel(), 0.0f);
+      for (int64_t o = 0; o < outer; ++o) {
+        const float *row = x.f32() + o * inner, *grad = dy.f32() + o * inner;
+        double m = meanIn.f32()[o], inv = invIn.f32()[o];
+        double sumG = 0, sumGXhat = 0;
+        for (int64_t i = 0; i < inner; ++i) {
+          double xhat = (row[i] - m) * inv;
+          double g = grad[i] * scale.f32()[(*si)[i]];
+          sumG += g;
+          sumGXhat += g * xhat;
+          dscale.f32()[(*si)[i]] += static_cast<float>(grad[i] * xhat);
+          dbias.f32()[(*si)[i]] += grad[i];
+        }
+        float *out = dx.f32() + o * inner;
+        for (int64_t i = 0; i < inner; ++i) {
+          double xhat = (row[i] - m) * inv;
+          double g = grad[i] * scale.f32()[(*si)[i]];
+          out[i] = static_cast<float>(inv * (g - sumG / inner - xhat * sumGXhat / inner));
+        }
+      }
+    };
+  });
+
+  for (bool log : {false, true})
+    addKernel(registry, log ? "log_softmax" : "softmax", [log](const KernelArgs &args) {
+      TensorView x = args.inputs[0], y = args.outputs[0];
+      int64_t outer, length, inner;
+      splitAxis(x.shape, normalizeAxis(args.i("axis", -1), x.rank()), outer,
+                length, inner);
+      return [=](const StepContext &) {
+#pragma omp parallel for
+        for (int64_t o = 0; o < outer; ++o)
+          for (int64_t j = 0; j < inner; ++j) {
+            const float *in = x.f32() + o * length * inner + j;
+            float *out = y.f32() + o * length * inner + j;
+            float top = in[0];
+            for (int64_t a = 1; a < length; ++a)
+              top = std::max(top, in[a * inner]);
+            double sum = 0;
+            for (int64_t a = 0; a < length; ++a)
+              sum += std::exp(static_cast<double>(in[a * inner] - top));
+            double logSum = std::log(sum);
+            for (int64_t a = 0; a < length; ++a) {
+              double shifted = in[a * inner] - top;
+              out[a * inner] = static_cast<float>(log ? shifted - logSum
+                                                      : std::exp(shifted - logSum));
+            }
+          }
+      };
+    });
+
+  addKernel(registry, "softmax_grad", [](const KernelArgs &args) {
+    TensorView dy = args.inputs[0], y = args.inputs[1], dx = args.outputs[0];
+    bool log = args.i("log", 0) != 0;
+    int64_t outer, length, inner;
+    splitAxis(y.shape, normalizeAxis(args.i("axis", -1), y.rank()), outer,
+              length, inner);
+    return [=](const StepContext &) {
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t j = 0; j < inner; ++j) {
+          int64_t base = o * length * inner + j;
+          double sum = 0;
+          for (int64_t a = 0; a < length; ++a) {
+            int64_t k = base + a * inner;
+            sum += log ? dy.f32()[k] : dy.f32()[k] * y.f32()[k];
+          }
+          for (int64_t a = 0; a < length; ++a) {
+            int64_t k = base + a * inner;
+            dx.f32()[k] = static_cast<float>(
+                log ? dy.f32()[k] - std::exp(y.f32()[k]) * sum
+                    : y.f32()[k] * (dy.f32()[k] - sum));
+          }
+        }
+    };
+  });
+}
+
+} // namespace cdp::runtime::cpu

@@ -1,0 +1,95 @@
+//===- Optimizer.cpp - parameter updates and buffer writes ----------------===//
+
+#include "CpuKernels.h"
+
+#include <cmath>
+
+namespace cdp::runtime::cpu {
+
+namespace {
+
+/// PyTorch's SGD (dampening 0, first step sets the momentum buffer to the
+/// gradient) and Adam (L2 weight decay added to the gradient).
+class UpdateKernel : public Kernel {
+public:
+  explicit UpdateKernel(const KernelArgs &args)
+      : param(args.inputs[0]), grad(args.inputs[1]),
+        adam(args.s("optimizer", "sgd") == "adam"),
+        lr(static_cast<float>(args.f("lr", 0.01))),
+        momentum(static_cast<float>(args.f("momentum", 0.0))),
+        weightDecay(static_cast<float>(args.f("weight_decay", 0.0))),
+        beta1(static_cast<float>(args.f("beta1", 0.9))),
+        beta2(static_cast<float>(args.f("beta2", 0.999))),
+        epsilon(static_cast<float>(args.f("epsilon", 1e-8))) {
+    if (adam || momentum != 0.0f)
+      first.assign(param.numel(), 0.0f);
+    if (adam)
+      second.assign(param.numel(), 0.0f);
+  }
+
+  void run(const StepContext &) override {
+    int64_t n = param.numel();
+    float *p = param.f32();
+    const float *g = grad.f32();
+    ++steps;
+    if (adam) {
+      float correction1 = 1.0f - std::pow(beta1, static_cast<float>(steps));
+      float correction2 = 1.0f - std::pow(beta2, static_cast<float>(steps));
+      float stepSize = lr / correction1;
+      float root2 = std::sqrt(correction2);
+      for (int64_t i = 0; i < n; ++i) {
+        float d = g[i] + weightDecay * p[i];
+        first[i] = beta1 * first[i] + (1.0f - beta1) * d;
+        second[i] = beta2 * second[i] + (1.0f - beta2) * d * d;
+        p[i] -= stepSize * first[i] / (std::sqrt(second[i]) / root2 + epsilon);
+      }
+      return;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      float d = g[i] + weightDecay * p[i];
+      if (momentum != 0.0f) {
+        first[i] = steps == 1 ? d : momentum * first[i] + d;
+        d = first[i];
+      }
+      p[i] -= lr * d;
+    }
+  }
+
+  TensorView param, grad;
+  bool adam;
+  float lr, momentum, weightDecay, beta1, beta2, epsilon;
+  int64_t steps = 0;
+  std::vector<float> first, second;
+};
+
+} // namespace
+
+void registerOptimizer(KernelRegistry &registry) {
+  registry.add("update", Backend::CPU, [](const KernelArgs &args) {
+    return std::make_unique<UpdateKernel>(args);
+  });
+  addKernel(registry, "assign", [](const KernelArgs &args) {
+    TensorView buffer = args.inputs[0], value = args.inputs[1];
+    size_t bytes = byteSize(buffer);
+    return [=](const StepContext &) { std::memcpy(buffer.data, value.data, bytes); };
+  });
+  // The gradient stays where autodiff left it; the executor records it.
+  addKernel(registry, "gradient",
+            [](const KernelArgs &) { return [](const StepContext &) {}; });
+}
+
+void registerAll(KernelRegistry &registry);
+
+} // namespace cdp::runtime::cpu
+
+namespace cdp::runtime {
+void registerCpuKernels(KernelRegistry &registry) {
+  cpu::registerElementwise(registry);
+  cpu::registerLinalg(registry);
+  cpu::registerPooling(registry);
+  cpu::registerNormalization(registry);
+  cpu::registerShape(registry);
+  cpu::registerLoss(registry);
+  cpu::registerOptimizer(registry);
+}
+} // namespace cdp::runtime

@@ -1,0 +1,274 @@
+//===- Shape.cpp - data movement and reductions on the CPU ----------------===//
+
+#include "CpuKernels.h"
+
+namespace cdp::runtime::cpu {
+
+namespace {
+
+size_t elementSize(const TensorView &view) {
+  return view.dtype == plan::F32 ? 4 : view.dtype == plan::I64 ? 8 : 1;
+}
+
+/// Resolved ONNX slice parameters per dimension: start and step (count is
+/// the output's dimension).
+struct SliceMap {
+  std::vector<int64_t> start, step;
+  SliceMap(const KernelArgs &args, const std::vector<int64_t> &input) {
+    size_t rank = input.size();
+    start.assign(rank, 0);
+    step.assign(rank, 1);
+    std::vector<int64_t> starts = args.ints("starts"), axes = args.ints("axes"),
+                         steps = args.ints("steps");
+    for (size_t i = 0; i < axes.size(); ++i) {
+      int64_t axis = normalizeAxis(axes[i], rank), dim = input[axis];
+      int64_t s = starts[i] < 0 ? starts[i] + dim : starts[i];
+      s = steps[i] > 0 ? std::clamp<int64_t>(s, 0, dim)
+                       : std::clamp<int64_t>(s, 0, dim - 1);
+      start[axis] = s;
+      step[axis] = steps[i];
+    }
+  }
+  /// Input index of every output element.
+  std::vector<int64_t> indices(const std::vector<int64_t> &input,
+                               const std::vector<int64_t> &output) const {
+    std::vector<int64_t> strides = stridesOf(input);
+    int64_t count = product(output);
+    std::vector<int64_t> result(count);
+    std::vector<int64_t> position(output.size(), 0);
+    for (int64_t i = 0; i < count; ++i) {
+      int64_t offset = 0;
+      for (size_t d = 0; d < output.size(); ++d)
+        offset += (start[d] + position[d] * step[d]) * strides[d];
+      result[i] = offset;
+      for (int64_t d = static_cast<int64_t>(output.size()) - 1; d >= 0; --d) {
+        if (++position[d] < output[d])
+          break;
+        position[d] = 0;
+      }
+    }
+    return result;
+  }
+};
+
+/// Index of the reduced element each input element adds to.
+std::vector<int64_t> reductionIndex(const std::vector<int64_t> &shape,
+                                    const std::vector<int64_t> &axes) {
+  std::vector<int64_t> kept(shape);
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (axes.empty() ||
+        std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end())
+      kept[d] = 1;
+  return broadcastIndex(kept, shape);
+}
+
+} // namespace
+
+void registerShape(KernelRegistry &registry) {
+  for (const char *op : {"reshape", "flatten", "squeeze", "unsqueeze", "identity"})
+    addKernel(registry, op, [](const KernelArgs &args) {
+      TensorView x = args.inputs[0], y = args.outputs[0];
+      size_t bytes = byteSize(y);
+      return [=](const StepContext &) {
+        if (x.data != y.data)
+          std::memcpy(y.data, x.data, bytes);
+      };
+    });
+
+  addKernel(registry, "transpose", [](const KernelArgs &args) {
+    TensorView x = args.inputs[0], y = args.outputs[0];
+    std::vector<int64_t> perm = args.ints("perm");
+    std::vector<int64_t> inStrides = stridesOf(x.shape);
+    std::vector<int64_t> permuted(perm.size());
+    for (size_t d = 0; d < perm.size(); ++d)
+      permuted[d] = inStrides[perm[d]];
+    // Input index of every output element, as a broadcast of strides.
+    auto index = std::make_shared<std::vector<int64_t>>(y.numel());
+    std::vector<int64_t> position(perm.size(), 0);
+    for (int64_t i = 0, offset = 0; i < y.numel(); ++i) {
+      (*index)[i] = offset;
+      for (int64_t d = static_cast<int64_t>(perm.size()) - 1; d >= 0; --d) {
+        ++position[d];
+        offset += permuted[d];
+        if (position[d] < y.shape[d])
+          break;
+        offset -= permuted[d] * position[d];
+        position[d] = 0;
+      }
+    }
+    size_t width = elementSize(y);
+    return [=](const StepContext &) {
+      const char *px = static_cast<const char *>(x.data);
+      char *py = static_cast<char *>(y.data);
+      int64_t n = y.numel();
+      if (width == 4) {
+        const float *fx = reinterpret_cast<const float *>(px);
+        float *fy = reinterpret_cast<float *>(py);
+#pragma omp parallel for if (n > 65536)
+        for (int64_t i = 0; i < n; ++i)
+          fy[i] = fx[(*index)[i]];
+      } else {
+        for (int64_t i = 0; i < n; ++i)
+          std::memcpy(py + i * width, px + (*index)[i] * width, width);
+      }
+    };
+  });
+
+  addKernel(registry, "concat", [](const KernelArgs &args) {
+    std::vector<TensorView> inputs = args.inputs;
+    TensorView y = args.outputs[0];
+    int64_t axis = normalizeAxis(args.i("axis", 0), y.rank());
+    int64_t outer = product(y.shape, 0, axis);
+    size_t width = elementSize(y);
+    int64_t outRow = product(y.shape, axis) * width;
+    return [=](const StepContext &) {
+      int64_t offset = 0;
+      for (const TensorView &x : inputs) {
+        int64_t row = product(x.shape, axis) * width;
+        for (int64_t o = 0; o < outer; ++o)
+          std::memcpy(static_cast<char *>(y.data) + o * outRow + offset,
+                      static_cast<const char *>(x.data) + o * row, row);
+        offset += row;
+      }
+    };
+  });
+
+  addKernel(registry, "split", [](const KernelArgs &args) {
+    TensorView x = args.inputs[0];
+    std::vector<TensorView> outputs = args.outputs;
+    int64_t axis = normalizeAxis(args.i("axis", 0), x.rank());
+    int64_t outer = product(x.shape, 0, axis);
+    size_t width = elementSize(x);
+    int64_t inRow = product(x.shape, axis) * width;
+    return [=](const StepContext &) {
+      int64_t offset = 0;
+      for (const TensorView &y : outputs) {
+        int64_t row = product(y.shape, axis) * width;
+        for (int64_t o = 0; o < outer; ++o)
+          std::memcpy(static_cast<char *>(y.data) + o * row,
+                      static_cast<const char *>(x.data) + o * inRow + offset, row);
+        offset += row;
+      }
+    };
+  });
+
+  addKernel(registry, "slice", [](const KernelArgs &args) {
+    TensorView x = args.inputs[0], y = args.outputs[0];
+    auto index = std::make_shared<std::vector<int64_t>>(
+        SliceMap(args, x.shape).indices(x.shape, y.shape));
+    size_t width = elementSize(y);
+    return [=](const StepContext &) {
+      for (int64_t i = 0; i < y.numel(); ++i)
+        std::memcpy(static_cast<char *>(y.data) + i * width,
+                    static_cast<const char *>(x.data) + (*index)[i] * width, width);
+    };
+  });
+
+  addKernel(registry, "slice_grad", [](const KernelArgs &args) {
+    TensorView dy = args.inputs[0], dx = args.outputs[0];
+    auto index = std::make_shared<std::vector<int64_t>>(
+        SliceMap(args, dx.shape).indices(dx.shape, dy.shape));
+    return [=](const StepContext &) {
+      std::fill(dx.f32(), dx.f32() + dx.numel(), 0.0f);
+      for (int64_t i = 0; i < dy.numel(); ++i)
+        dx.f32()[(*index)[i]] += dy.f32()[i];
+    };
+  });
+
+  auto gatherGeometry = [](const KernelArgs &args, const std::vector<int64_t> &data,
+                           int64_t &outer, int64_t &dim, int64_t &inner) {
+    int64_t axis = normalizeAxis(args.i("axis", 0), data.size());
+    splitAxis(data, axis, outer, dim, inner);
+  };
+
+  addKernel(registry, "gather", [gatherGeometry](const KernelArgs &args) {
+    TensorView data = args.inputs[0], indices = args.inputs[1], y = args.outputs[0];
+    int64_t outer, dim, inner;
+    gatherGeometry(args, data.shape, outer, dim, inner);
+    size_t width = elementSize(data);
+    std::string location = args.instruction->location();
+    return [=](const StepContext &) {
+      int64_t count = indices.numel();
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t k = 0; k < count; ++k) {
+          int64_t index = indices.i64()[k];
+          if (index < -dim || index >= dim)
+            throw RuntimeError("gather at '" + location + "': index " +
+                               std::to_string(index) + " is out of range for " +
+                               std::to_string(dim) + " entries");
+          if (index < 0)
+            index += dim;
+          std::memcpy(static_cast<char *>(y.data) + ((o * count + k) * inner) * width,
+                      static_cast<const char *>(data.data) +
+                          ((o * dim + index) * inner) * width,
+                      inner * width);
+        }
+    };
+  });
+
+  addKernel(registry, "gather_grad", [gatherGeometry](const KernelArgs &args) {
+    TensorView dy = args.inputs[0], indices = args.inputs[1], dx = args.outputs[0];
+    int64_t outer, dim, inner;
+    gatherGeometry(args, dx.shape, outer, dim, inner);
+    return [=](const StepContext &) {
+      std::fill(dx.f32(), dx.f32() + dx.numel(), 0.0f);
+      int64_t count = indices.numel();
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t k = 0; k < count; ++k) {
+          int64_t index = indices.i64()[k];
+          if (index < 0)
+            index += dim;
+          if (index < 0 || index >= dim)
+            continue;
+          float *to = dx.f32() + (o * dim + index) * inner;
+          const float *from = dy.f32() + (o * count + k) * inner;
+          for (int64_t j = 0; j < inner; ++j)
+            to[j] += from[j];
+        }
+    };
+  });
+
+  addKernel(registry, "constant_of_shape", [](const KernelArgs &args) {
+    TensorView y = args.outputs[0];
+    const plan::Tensor *value = args.tensor("value");
+    if (!value || value->data().size() != elementSize(y))
+      args.fail("needs a one-element value of the result's type");
+    std::string fill = value->data();
+    return [=](const StepContext &) {
+      size_t width = fill.size();
+      for (int64_t i = 0; i < y.numel(); ++i)
+        std::memcpy(static_cast<char *>(y.data) + i * width, fill.data(), width);
+    };
+  });
+
+  addKernel(registry, "shape", [](const KernelArgs &args) {
+    TensorView x = args.inputs[0], y = args.outputs[0];
+    int64_t start = args.i("start", 0);
+    if (start < 0)
+      start = std::max<int64_t>(0, start + x.rank());
+    return [=](const StepContext &) {
+      for (int64_t i = 0; i < y.numel(); ++i)
+        y.i64()[i] = x.shape[start + i];
+    };
+  });
+
+  for (bool mean : {false, true})
+    addKernel(registry, mean ? "reduce_mean" : "reduce_sum", [mean](const KernelArgs &args) {
+      TensorView x = args.inputs[0], y = args.outputs[0];
+      std::vector<int64_t> axes = args.ints("axes");
+      for (int64_t &a : axes)
+        a = normalizeAxis(a, x.rank());
+      auto index = std::make_shared<std::vector<int64_t>>(reductionIndex(x.shape, axes));
+      double scale = mean ? static_cast<double>(y.numel()) / x.numel() : 1.0;
+      auto sums = std::make_shared<std::vector<double>>(y.numel());
+      return [=](const StepContext &) {
+        std::fill(sums->begin(), sums->end(), 0.0);
+        for (int64_t i = 0; i < x.numel(); ++i)
+          (*sums)[(*index)[i]] += x.f32()[i];
+        for (int64_t i = 0; i < y.numel(); ++i)
+          y.f32()[i] = static_cast<float>((*sums)[i] * scale);
+      };
+    });
+}
+
+} // namespace cdp::runtime::cpu
