@@ -1,0 +1,131 @@
+#!/usr/bin/python3
+"""Trains a reference model 3 SGD steps in PyTorch and in cdp, and compares.
+
+Usage: torch_reference.py CDP_BIN_DIR WORK_DIR MODEL [OPTIMIZER]
+
+MODEL is one of export_torch_models.py's (mlp, lenet, resnet, transformer).
+Both sides start from the same exported weights and take 3 steps on one fixed
+batch with the same optimizer (sgd lr 0.1 by default; momentum and adam are
+also accepted). Checked, with the tolerance printed:
+  - the loss of every step,
+  - the gradients the last update applied (cdp-run --dump-grads, torch's
+    p.grad after the third backward),
+  - every parameter and BatchNorm buffer after the 3 steps.
+Exits 1 on any mismatch and prints one line per checked tensor.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import export_torch_models as models  # noqa: E402
+
+# float32 on both sides, different summation orders: agreement to 1e-5
+# absolute is expected for gradients and parameters.
+ATOL = 1e-5
+RTOL = 1e-4
+STEPS = 3
+LR = 0.1
+
+
+def torch_optimizer(name, params):
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=LR)
+    if name == "momentum":
+        return torch.optim.SGD(params, lr=LR, momentum=0.9)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=LR / 100)
+    raise SystemExit("unknown optimizer " + name)
+
+
+def cdp_optimizer_flags(name):
+    if name == "adam":
+        return ["--optimizer", "adam", "--lr", str(LR / 100)]
+    return ["--optimizer", name, "--lr", str(LR)]
+
+
+def main():
+    bin_dir, work, name = sys.argv[1:4]
+    optimizer = sys.argv[4] if len(sys.argv) > 4 else "sgd"
+    os.makedirs(work, exist_ok=True)
+    model, example, _ = models.build(name)
+    path = models.export(name, work)
+    # Start torch from exactly the exported initializers (the export's trace
+    # ran a training-mode forward, which moved BatchNorm statistics).
+    import onnx
+    from onnx import numpy_helper
+    exported = onnx.load(path)
+    state = {t.name: torch.tensor(numpy_helper.to_array(t).copy())
+             for t in exported.graph.initializer}
+    model.load_state_dict({k: state.get(k, v) for k, v in model.state_dict().items()})
+
+    torch.manual_seed(1)
+    x = torch.randn(*example.shape)
+    batch = example.shape[1] if name == "transformer" else example.shape[0]
+    y = torch.randint(0, 10, (batch,))
+    np.save(os.path.join(work, "x.npy"), x.numpy())
+    np.save(os.path.join(work, "y.npy"), y.numpy().astype(np.int64))
+
+    model.train()
+    opt = torch_optimizer(optimizer, model.parameters())
+    losses = []
+    for _ in range(STEPS):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        losses.append(loss.item())
+        opt.step()
+
+    plan = os.path.join(work, name + ".cdp")
+    compile_args = [os.path.join(bin_dir, "cdp-compile"), path, "-o", plan]
+    compile_args += cdp_optimizer_flags(optimizer)
+    if name == "transformer":
+        compile_args += ["--batch-axis", "input=1"]
+    if name == "mlp":
+        compile_args += ["--batch-size", str(batch)]
+    subprocess.run(compile_args, check=True)
+    metrics = os.path.join(work, "metrics.jsonl")
+    subprocess.run([os.path.join(bin_dir, "cdp-run"), plan,
+                    "--feed", "input=" + os.path.join(work, "x.npy"),
+                    "--feed", "labels=" + os.path.join(work, "y.npy"),
+                    "--steps", str(STEPS), "--metrics", metrics,
+                    "--dump-grads", os.path.join(work, "grads"),
+                    "--dump-params", os.path.join(work, "params")],
+                   check=True, stdout=subprocess.DEVNULL)
+
+    failures = 0
+
+    def check(what, got, want):
+        nonlocal failures
+        got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+        error = np.abs(got - want).max() if got.size else 0.0
+        ok = got.shape == want.shape and np.allclose(got, want, atol=ATOL, rtol=RTOL)
+        failures += not ok
+        print("%s %-45s max abs error %.2e" % ("ok  " if ok else "FAIL", what, error))
+
+    cdp_losses = [json.loads(line)["loss"] for line in open(metrics)]
+    check("loss of steps 0..2", cdp_losses, losses)
+
+    def load(folder):
+        index = json.load(open(os.path.join(work, folder, "index.json")))
+        return {k: np.load(os.path.join(work, folder, v)) for k, v in index.items()}
+
+    grads, params = load("grads"), load("params")
+    for pname, p in model.named_parameters():
+        check("grad " + pname, grads[pname], p.grad.numpy())
+        check("param " + pname, params[pname], p.detach().numpy())
+    for bname, b in model.named_buffers():
+        if bname.endswith("num_batches_tracked"):
+            continue
+        check("buffer " + bname, params[bname], b.numpy())
+    print("%s: %s" % (name, "all match" if not failures else "%d mismatches" % failures))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

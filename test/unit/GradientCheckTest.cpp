@@ -1,0 +1,336 @@
+//===- GradientCheckTest.cpp - every gradient rule against finite differences
+//
+// Each case is a small @main: parameters p0, p1, ... feed one op (or a short
+// chain), and the loss is sum(y * c) for a fixed random c. The case is
+// compiled with the real passes (attach-loss, autodiff, plan-memory, emit)
+// and run by the real runtime; the gradients it reports are compared with
+// central differences of the same runtime's loss.
+//
+// Tolerance: float32 kernels and a step of 1e-2 (chosen against float32
+// rounding of the loss) give differences within |fd - g| <= 5e-3 + 2e-2 |g|;
+// a wrong rule is off by O(1).
+//
+//===----------------------------------------------------------------------===//
+
+#include "cdp/InitAll.h"
+#include "cdp/Passes/Passes.h"
+#include "cdp/Plan/EmitPlan.h"
+#include "cdp/Runtime/Executor.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <sstream>
+
+using namespace mlir;
+
+namespace {
+
+struct Param {
+  std::string name;
+  std::vector<int64_t> shape;
+  float low = -1.0f, high = 1.0f; // initial values drawn uniformly from here
+};
+
+struct Case {
+  std::string name;
+  std::vector<Param> params;
+  std::string body;       // IR computing %y from %p0, %p1, ...
+  std::string resultType; // the type of %y
+  std::vector<std::string> extra = {}; // lines before the body (constants)
+};
+
+void PrintTo(const Case &c, std::ostream *os) { *os << c.name; }
+
+std::string typeText(const std::vector<int64_t> &shape) {
+  std::string text = "tensor<";
+  for (int64_t d : shape)
+    text += std::to_string(d) + "x";
+  return text + "f32>";
+}
+
+std::vector<int64_t> shapeOfType(const std::string &type) {
+  std::vector<int64_t> shape;
+  std::string dims = type.substr(7, type.size() - 7 - 4);
+  std::stringstream stream(dims);
+  std::string dim;
+  while (std::getline(stream, dim, 'x'))
+    if (!dim.empty())
+      shape.push_back(std::stoll(dim));
+  return shape;
+}
+
+/// A dense literal in MLIR's hex form (raw little-endian bytes), which
+/// needs no nesting by rank.
+std::string denseText(const std::vector<float> &values,
+                      const std::string &type) {
+  static const char *digits = "0123456789ABCDEF";
+  std::string hex = "0x";
+  const auto *bytes = reinterpret_cast<const unsigned char *>(values.data());
+  for (size_t i = 0; i < values.size() * sizeof(float); ++i) {
+    hex += digits[bytes[i] >> 4];
+    hex += digits[bytes[i] & 15];
+  }
+  return "dense<\"" + hex + "\"> : " + type;
+}
+
+std::vector<float> random(size_t count, float low, float high, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(low, high);
+  std::vector<float> values(count);
+  for (float &v : values)
+    v = dist(rng);
+  return values;
+}
+
+size_t countOf(const std::vector<int64_t> &shape) {
+  size_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+class GradientCheck : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GradientCheck, MatchesFiniteDifferences) {
+  const Case &c = GetParam();
+  std::ostringstream ir;
+  ir << "func.func @main() -> (tensor<f32> {cdp.name = \"loss\"}) {\n";
+  for (size_t i = 0; i < c.params.size(); ++i) {
+    const Param &p = c.params[i];
+    ir << "  %p" << i << " = cdp.param \"" << p.name << "\" {value = "
+       << denseText(random(countOf(p.shape), p.low, p.high, 17 + i),
+                    typeText(p.shape))
+       << "} : " << typeText(p.shape) << "\n";
+  }
+  for (const std::string &line : c.extra)
+    ir << "  " << line << "\n";
+  ir << "  " << c.body << "\n";
+  std::vector<int64_t> yShape = shapeOfType(c.resultType);
+  ir << "  %c = cdp.constant "
+     << denseText(random(countOf(yShape), -1.0f, 1.0f, 99), c.resultType)
+     << "\n";
+  ir << "  %m = cdp.mul %y, %c : (" << c.resultType << ", " << c.resultType
+     << ") -> " << c.resultType << "\n";
+  ir << "  %loss = cdp.reduce_sum %m {axes = array<i64>, keepdims = false} : ("
+     << c.resultType << ") -> tensor<f32>\n";
+  ir << "  return %loss : tensor<f32>\n}\n";
+
+  DialectRegistry registry;
+  cdp::registerAllDialects(registry);
+  MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(ir.str(), &context);
+  ASSERT_TRUE(module) << ir.str();
+  PassManager pm(&context);
+  cdp::AttachLossOptions lossOptions;
+  lossOptions.loss = "none";
+  lossOptions.lossOutput = "loss";
+  pm.addPass(cdp::createAttachLoss(lossOptions));
+  pm.addPass(cdp::createAutodiff());
+  pm.addPass(cdp::createPlanMemory());
+  ASSERT_TRUE(succeeded(pm.run(*module))) << ir.str();
+  cdp::plan::Plan plan;
+  ASSERT_TRUE(succeeded(cdp::buildPlan(*module, cdp::EmitOptions(), plan)));
+
+  cdp::runtime::Executor executor(plan, 1);
+  cdp::runtime::StepContext step;
+  executor.runStep(step);
+  auto gradients = executor.gradients();
+  ASSERT_EQ(gradients.size(), c.params.size()) << "every parameter gets a gradient";
+  auto loss = [&]() {
+    executor.runStep(step);
+    return static_cast<double>(executor.view(plan.loss()).f32()[0]);
+  };
+  for (auto &[name, gradId] : gradients) {
+    int paramId = -1;
+    for (const auto &t : plan.tensors())
+      if (t.kind() == cdp::plan::PARAM && t.name() == name)
+        paramId = t.id();
+    ASSERT_GE(paramId, 0);
+    executor.runStep(step);
+    std::vector<float> analytic(executor.view(gradId).f32(),
+                                executor.view(gradId).f32() +
+                                    executor.view(gradId).numel());
+    float *data = executor.view(paramId).f32();
+    const double h = 1e-2;
+    for (size_t i = 0; i < analytic.size(); ++i) {
+      float saved = data[i];
+      data[i] = saved + h;
+      double up = loss();
+      data[i] = saved - h;
+      double down = loss();
+      data[i] = saved;
+      double numeric = (up - down) / (2 * h);
+      EXPECT_NEAR(analytic[i], numeric, 5e-3 + 2e-2 * std::fabs(numeric))
+          << c.name << ": d loss / d " << name << "[" << i << "]";
+    }
+  }
+}
+
+const char *kF = "f32";
+
+std::vector<Case> cases() {
+  std::vector<Case> list;
+  auto unary = [&](const std::string &op, const std::string &attrs = "",
+                   float low = -2.0f, float high = 2.0f) {
+    list.push_back({op + attrs, {{"x", {2, 5}, low, high}},
+                    "%y = cdp." + op + " %p0 " + attrs + " : tensor<2x5xf32>",
+                    "tensor<2x5xf32>"});
+  };
+  unary("relu");
+  unary("gelu");
+  unary("gelu", "{approximate = \"tanh\"}");
+  unary("erf");
+  unary("sigmoid");
+  unary("tanh");
+  unary("sqrt", "", 0.5f, 2.0f);
+  unary("identity");
+  auto binary = [&](const std::string &op, float low = -1.0f, float high = 1.0f) {
+    list.push_back({op + "_broadcast",
+                    {{"a", {2, 3, 4}}, {"b", {3, 1}, low, high}},
+                    "%y = cdp." + op +
+                        " %p0, %p1 : (tensor<2x3x4xf32>, tensor<3x1xf32>) -> "
+                        "tensor<2x3x4xf32>",
+                    "tensor<2x3x4xf32>"});
+  };
+  binary("add");
+  binary("sub");
+  binary("mul");
+  binary("div", 0.5f, 2.0f);
+  list.push_back({"pow", {{"a", {2, 3}, 0.5f, 2.0f}},
+                  "%y = cdp.pow %p0, %e : (tensor<2x3xf32>, tensor<f32>) -> tensor<2x3xf32>",
+                  "tensor<2x3xf32>",
+                  {"%e = cdp.constant dense<3.0> : tensor<f32>"}});
+  list.push_back({"matmul_batched_broadcast", {{"a", {2, 3, 4}}, {"b", {4, 5}}},
+                  "%y = cdp.matmul %p0, %p1 : (tensor<2x3x4xf32>, tensor<4x5xf32>) -> tensor<2x3x5xf32>",
+                  "tensor<2x3x5xf32>"});
+  list.push_back({"matmul_vector", {{"a", {4}}, {"b", {2, 4, 3}}},
+                  "%y = cdp.matmul %p0, %p1 : (tensor<4xf32>, tensor<2x4x3xf32>) -> tensor<2x3xf32>",
+                  "tensor<2x3xf32>"});
+  for (auto [ta, tb] : {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {
+    std::string a = ta ? "tensor<4x3xf32>" : "tensor<3x4xf32>";
+    std::string b = tb ? "tensor<5x4xf32>" : "tensor<4x5xf32>";
+    list.push_back({std::string("gemm_") + (ta ? "T" : "N") + (tb ? "T" : "N"),
+                    {{"a", ta ? std::vector<int64_t>{4, 3} : std::vector<int64_t>{3, 4}},
+                     {"b", tb ? std::vector<int64_t>{5, 4} : std::vector<int64_t>{4, 5}},
+                     {"c", {5}}},
+                    std::string("%y = cdp.gemm %p0, %p1, %p2 {alpha = 0.5 : f32, beta = 2.0 : f32, trans_a = ") +
+                        (ta ? "true" : "false") + ", trans_b = " + (tb ? "true" : "false") +
+                        "} : (" + a + ", " + b + ", tensor<5xf32>) -> tensor<3x5xf32>",
+                    "tensor<3x5xf32>"});
+  }
+  list.push_back({"conv_strided_padded_grouped",
+                  {{"x", {2, 4, 5, 5}}, {"w", {6, 2, 3, 3}}, {"b", {6}}},
+                  "%y = cdp.conv %p0, %p1, %p2 {pads = array<i64: 1, 0, 1, 2>, strides = array<i64: 2, 1>, dilations = array<i64: 1, 2>, group = 2} : (tensor<2x4x5x5xf32>, tensor<6x2x3x3xf32>, tensor<6xf32>) -> tensor<2x6x3x3xf32>",
+                  "tensor<2x6x3x3xf32>"});
+  list.push_back({"max_pool_ceil",
+                  {{"x", {1, 2, 5, 5}}},
+                  "%y = cdp.max_pool %p0 {kernel_shape = array<i64: 2, 2>, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 2, 2>, dilations = array<i64: 1, 1>, ceil_mode = true} : (tensor<1x2x5x5xf32>) -> tensor<1x2x3x3xf32>",
+                  "tensor<1x2x3x3xf32>"});
+  list.push_back({"average_pool_count_include_pad",
+                  {{"x", {1, 2, 5, 5}}},
+                  "%y = cdp.average_pool %p0 {kernel_shape = array<i64: 3, 3>, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 2, 2>, dilations = array<i64: 1, 1>, count_include_pad = true} : (tensor<1x2x5x5xf32>) -> tensor<1x2x3x3xf32>",
+                  "tensor<1x2x3x3xf32>"});
+  list.push_back({"average_pool_exclude_pad",
+                  {{"x", {1, 1, 4, 4}}},
+                  "%y = cdp.average_pool %p0 {kernel_shape = array<i64: 2, 2>, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>, dilations = array<i64: 1, 1>} : (tensor<1x1x4x4xf32>) -> tensor<1x1x5x5xf32>",
+                  "tensor<1x1x5x5xf32>"});
+  list.push_back({"global_average_pool", {{"x", {2, 3, 2, 2}}},
+                  "%y = cdp.global_average_pool %p0 : (tensor<2x3x2x2xf32>) -> tensor<2x3x1x1xf32>",
+                  "tensor<2x3x1x1xf32>"});
+  list.push_back({"batch_norm_training",
+                  {{"x", {3, 2, 2, 2}}, {"scale", {2}}, {"bias", {2}}},
+                  "%y, %rm, %rv = cdp.batch_norm %p0, %p1, %p2, %mean, %var {training_mode = true} : (tensor<3x2x2x2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>) -> (tensor<3x2x2x2xf32>, tensor<2xf32>, tensor<2xf32>)",
+                  "tensor<3x2x2x2xf32>",
+                  {"%mean = cdp.param \"mean\" buffer {value = dense<0.0> : tensor<2xf32>} : tensor<2xf32>",
+                   "%var = cdp.param \"var\" buffer {value = dense<1.0> : tensor<2xf32>} : tensor<2xf32>"}});
+  list.push_back({"batch_norm_inference",
+                  {{"x", {3, 2, 2, 2}}, {"scale", {2}}, {"bias", {2}}},
+                  "%y, %rm, %rv = cdp.batch_norm %p0, %p1, %p2, %mean, %var : (tensor<3x2x2x2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>) -> (tensor<3x2x2x2xf32>, tensor<2xf32>, tensor<2xf32>)",
+                  "tensor<3x2x2x2xf32>",
+                  {"%mean = cdp.param \"mean\" buffer {value = dense<[0.5, -0.5]> : tensor<2xf32>} : tensor<2xf32>",
+                   "%var = cdp.param \"var\" buffer {value = dense<[2.0, 0.5]> : tensor<2xf32>} : tensor<2xf32>"}});
+  list.push_back({"layer_norm", {{"x", {2, 3, 4}}, {"scale", {4}}, {"bias", {4}}},
+                  "%y, %mu, %inv = cdp.layer_norm %p0, %p1, %p2 {axis = -1 : i64} : (tensor<2x3x4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<2x3x4xf32>, tensor<2x3x1xf32>, tensor<2x3x1xf32>)",
+                  "tensor<2x3x4xf32>"});
+  list.push_back({"softmax_axis1", {{"x", {2, 3, 4}}},
+                  "%y = cdp.softmax %p0 {axis = 1 : i64} : (tensor<2x3x4xf32>) -> tensor<2x3x4xf32>",
+                  "tensor<2x3x4xf32>"});
+  list.push_back({"log_softmax", {{"x", {2, 5}}},
+                  "%y = cdp.log_softmax %p0 : (tensor<2x5xf32>) -> tensor<2x5xf32>",
+                  "tensor<2x5xf32>"});
+  list.push_back({"dropout_training", {{"x", {4, 6}}},
+                  "%y, %mask = cdp.dropout %p0 {ratio = 0.5 : f32, training_mode = true} : (tensor<4x6xf32>) -> (tensor<4x6xf32>, tensor<4x6xi1>)",
+                  "tensor<4x6xf32>"});
+  list.push_back({"reshape_flatten_squeeze_unsqueeze", {{"x", {2, 1, 6}}},
+                  "%r = cdp.reshape %p0 {shape = array<i64: 2, 3, 2>} : (tensor<2x1x6xf32>) -> tensor<2x3x2xf32>\n"
+                  "  %f = cdp.flatten %r {axis = 2 : i64} : (tensor<2x3x2xf32>) -> tensor<6x2xf32>\n"
+                  "  %u = cdp.unsqueeze %f {axes = array<i64: 0>} : (tensor<6x2xf32>) -> tensor<1x6x2xf32>\n"
+                  "  %y = cdp.squeeze %u {axes = array<i64: 0>} : (tensor<1x6x2xf32>) -> tensor<6x2xf32>",
+                  "tensor<6x2xf32>"});
+  list.push_back({"transpose", {{"x", {2, 3, 4}}},
+                  "%y = cdp.transpose %p0 {perm = array<i64: 2, 0, 1>} : (tensor<2x3x4xf32>) -> tensor<4x2x3xf32>",
+                  "tensor<4x2x3xf32>"});
+  list.push_back({"concat", {{"a", {2, 3}}, {"b", {2, 2}}},
+                  "%y = cdp.concat %p0, %p1 {axis = 1 : i64} : (tensor<2x3xf32>, tensor<2x2xf32>) -> tensor<2x5xf32>",
+                  "tensor<2x5xf32>"});
+  list.push_back({"split_one_piece_used", {{"x", {2, 5}}},
+                  "%s:2 = cdp.split %p0 {axis = 1 : i64, split = array<i64: 2, 3>} : (tensor<2x5xf32>) -> (tensor<2x2xf32>, tensor<2x3xf32>)\n"
+                  "  %y = cdp.mul %s#1, %s#1 : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>",
+                  "tensor<2x3xf32>"});
+  list.push_back({"slice_negative_step", {{"x", {3, 6}}},
+                  "%y = cdp.slice %p0 {starts = array<i64: -1, 1>, ends = array<i64: -100, 6>, axes = array<i64: 1, 0>, steps = array<i64: -2, 1>} : (tensor<3x6xf32>) -> tensor<2x3xf32>",
+                  "tensor<2x3xf32>"});
+  list.push_back({"expand", {{"x", {3, 1}}},
+                  "%y = cdp.expand %p0 {shape = array<i64: 2, 1, 4>} : (tensor<3x1xf32>) -> tensor<2x3x4xf32>",
+                  "tensor<2x3x4xf32>"});
+  list.push_back({"gather_repeated_indices", {{"table", {5, 3}}},
+                  "%y = cdp.gather %p0, %ids {axis = 0 : i64} : (tensor<5x3xf32>, tensor<2x2xi64>) -> tensor<2x2x3xf32>",
+                  "tensor<2x2x3xf32>",
+                  {"%ids = cdp.constant dense<[[0, 4], [4, -2]]> : tensor<2x2xi64>"}});
+  list.push_back({"reduce_mean_keepdims", {{"x", {2, 3, 4}}},
+                  "%y = cdp.reduce_mean %p0 {axes = array<i64: 0, 2>} : (tensor<2x3x4xf32>) -> tensor<1x3x1xf32>",
+                  "tensor<1x3x1xf32>"});
+  list.push_back({"reduce_sum_no_keepdims", {{"x", {2, 3, 4}}},
+                  "%y = cdp.reduce_sum %p0 {axes = array<i64: 1>, keepdims = false} : (tensor<2x3x4xf32>) -> tensor<2x4xf32>",
+                  "tensor<2x4xf32>"});
+  list.push_back({"softmax_cross_entropy_weighted_ignore", {{"scores", {4, 3, 2}}},
+                  "%l, %lp = cdp.softmax_cross_entropy_loss %p0, %labels, %w {ignore_index = 1 : i64} : (tensor<4x3x2xf32>, tensor<4x2xi64>, tensor<3xf32>) -> (tensor<f32>, tensor<4x3x2xf32>)\n"
+                  "  %y = cdp.reshape %l {shape = array<i64: 1>} : (tensor<f32>) -> tensor<1xf32>",
+                  "tensor<1xf32>",
+                  {"%labels = cdp.constant dense<[[0, 2], [1, 2], [0, 0], [2, 1]]> : tensor<4x2xi64>",
+                   "%w = cdp.constant dense<[0.5, 2.0, 1.5]> : tensor<3xf32>"}});
+  list.push_back({"softmax_cross_entropy_none", {{"scores", {4, 3}}},
+                  "%y, %lp = cdp.softmax_cross_entropy_loss %p0, %labels {reduction = \"none\"} : (tensor<4x3xf32>, tensor<4xi64>) -> (tensor<4xf32>, tensor<4x3xf32>)",
+                  "tensor<4xf32>",
+                  {"%labels = cdp.constant dense<[0, 2, 1, 2]> : tensor<4xi64>"}});
+  list.push_back({"nll_loss_sum", {{"logp", {4, 3}}},
+                  "%l = cdp.nll_loss %p0, %labels {reduction = \"sum\"} : (tensor<4x3xf32>, tensor<4xi64>) -> tensor<f32>\n"
+                  "  %y = cdp.reshape %l {shape = array<i64: 1>} : (tensor<f32>) -> tensor<1xf32>",
+                  "tensor<1xf32>",
+                  {"%labels = cdp.constant dense<[0, 2, 1, 2]> : tensor<4xi64>"}});
+  list.push_back({"tied_weight_and_skip", {{"w", {3, 3}}},
+                  "%h = cdp.matmul %p0, %p0 : (tensor<3x3xf32>, tensor<3x3xf32>) -> tensor<3x3xf32>\n"
+                  "  %y = cdp.add %h, %p0 : (tensor<3x3xf32>, tensor<3x3xf32>) -> tensor<3x3xf32>",
+                  "tensor<3x3xf32>"});
+  (void)kF;
+  return list;
+}
+
+INSTANTIATE_TEST_SUITE_P(Rules, GradientCheck, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case> &info) {
+                           std::string name = info.param.name;
+                           for (char &ch : name)
+                             if (!std::isalnum(static_cast<unsigned char>(ch)))
+                               ch = '_';
+                           return name;
+                         });
+
+} // namespace
