@@ -1,0 +1,20 @@
+// RUN: cdp-opt %s -cdp-insert-optimizer="optimizer=momentum lr=0.5 weight-decay=0.01" | FileCheck %s
+// RUN: cdp-opt %s -cdp-insert-optimizer="optimizer=adam lr=0.001" | FileCheck %s --check-prefix=ADAM
+// RUN: not cdp-opt %s -cdp-insert-optimizer="optimizer=lion" 2>&1 | FileCheck %s --check-prefix=BAD
+
+// Tests that each gradient becomes one update after every use of the old
+// value (the last ops before return), with momentum defaulting to 0.9.
+// CHECK: %[[W:.+]] = cdp.param "w"
+// CHECK: cdp.gradient "w" %[[G:.+]] :
+// CHECK-NEXT: cdp.update "w" %[[W]], %[[G]] {lr = 5.000000e-01 : f32, momentum = 0.899999976 : f32, optimizer = "sgd", weight_decay = 0.00999999977 : f32} : tensor<4xf32>
+// CHECK-NEXT: return
+// ADAM: cdp.update "w" {{.*}}optimizer = "adam"
+// BAD: error: optimizer must be sgd, momentum or adam, got 'lion'
+func.func @main(%x: tensor<4xf32>) -> (tensor<f32> {cdp.name = "loss"}) attributes {cdp.loss_index = 0 : i64} {
+  %w = cdp.param "w" : tensor<4xf32>
+  %a = cdp.mul %x, %w : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %l = cdp.reduce_sum %a {axes = array<i64>, keepdims = false} : (tensor<4xf32>) -> tensor<f32>
+  %g = cdp.reduce_to %x {shape = array<i64: 4>} : (tensor<4xf32>) -> tensor<4xf32>
+  cdp.gradient "w" %g : tensor<4xf32>
+  return %l : tensor<f32>
+}
