@@ -114,6 +114,16 @@ int Executor::firstNonFinite(int &instruction) const {
   return -1;
 }
 
+std::vector<std::pair<const plan::Instruction *, Kernel *>>
+Executor::statefulKernels() {
+  std::vector<std::pair<const plan::Instruction *, Kernel *>> result;
+  const plan::Device &device = planRef.devices(0);
+  for (int i = 0; i < device.instructions_size(); ++i)
+    if (train[i]->state().counter || !train[i]->state().tensors.empty())
+      result.emplace_back(&device.instructions(i), train[i].get());
+  return result;
+}
+
 std::vector<std::pair<std::string, int>> Executor::gradients() const {
   std::vector<std::pair<std::string, int>> result;
   for (const plan::Instruction &instruction : planRef.devices(0).instructions())

@@ -37,6 +37,9 @@ public:
   /// producer's index.
   int firstNonFinite(int &instruction) const;
 
+  /// Kernels with state (optimizer updates), with their instructions.
+  std::vector<std::pair<const plan::Instruction *, Kernel *>> statefulKernels();
+
   /// Gradient tensors by parameter name, in plan order.
   std::vector<std::pair<std::string, int>> gradients() const;
 

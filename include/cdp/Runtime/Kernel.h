@@ -54,10 +54,18 @@ struct StepContext {
   uint64_t seed = 0;   ///< --seed (Dropout)
 };
 
+/// State a kernel carries from step to step (optimizer moments and step
+/// count), exposed for checkpoints and tests.
+struct KernelState {
+  std::vector<std::pair<std::string, TensorView>> tensors;
+  int64_t *counter = nullptr;
+};
+
 class Kernel {
 public:
   virtual ~Kernel() = default;
   virtual void run(const StepContext &context) = 0;
+  virtual KernelState state() { return {}; }
 };
 
 /// A kernel made of one function.

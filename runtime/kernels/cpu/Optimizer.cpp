@@ -55,6 +55,21 @@ public:
     }
   }
 
+  KernelState state() override {
+    KernelState result;
+    result.counter = &steps;
+    auto add = [&](const char *name, std::vector<float> &values) {
+      if (values.empty())
+        return;
+      TensorView view = param;
+      view.data = values.data();
+      result.tensors.emplace_back(name, view);
+    };
+    add(adam ? "exp_avg" : "momentum_buffer", first);
+    add("exp_avg_sq", second);
+    return result;
+  }
+
   TensorView param, grad;
   bool adam;
   float lr, momentum, weightDecay, beta1, beta2, epsilon;
