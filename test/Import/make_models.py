@@ -80,6 +80,22 @@ def _():
                  [init("w", np.ones((16, 8), np.float32)), init("c", np.zeros(16, np.float32))])
 
 
+@register("gemm_checked")
+def _():
+    # Like gemm, with every output shape declared, so onnx.checker accepts it.
+    return model([helper.make_node("Gemm", ["a", "w", "c"], ["y"], alpha=0.5, transB=1)],
+                 [vi("a", F, [4, 8])], [vi("y", F, [4, 16])],
+                 [init("w", np.ones((16, 8), np.float32)), init("c", np.zeros(16, np.float32))])
+
+
+@register("linear784")
+def _():
+    # A linear classifier of 28x28 images into 10 classes, batch 8.
+    return model([helper.make_node("Gemm", ["x", "w", "b"], ["logits"], transB=1)],
+                 [vi("x", F, [8, 784])], [vi("logits", F, [8, 10])],
+                 [init("w", np.zeros((10, 784), np.float32)), init("b", np.zeros(10, np.float32))])
+
+
 @register("matmul")
 def _():
     return binary("MatMul", a=(5, 1, 2, 3), b=(4, 3, 6))

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cdp/Plan/PlanIO.h"
+#include "cdp/Runtime/Checkpoint.h"
 #include "cdp/Runtime/Data.h"
 #include "cdp/Runtime/Executor.h"
 
@@ -46,6 +47,8 @@ struct Options {
   bool eval = false;
   int threads = 0;
   std::string metrics, dumpParams, dumpGrads, saveOutputs, saveOnnx;
+  std::string checkpoint, resume;
+  int64_t checkpointEvery = 0;
   int64_t maxTensorBytes = int64_t(16) << 30;
 };
 
@@ -110,6 +113,19 @@ Options parseArguments(int argc, char **argv) {
       {"--save-onnx", "FILE",
        "Write the original model with the trained parameters and buffers",
        [&](const std::string &v) { o.saveOnnx = v; }},
+      {"--checkpoint", "DIR",
+       "Save parameters, buffers and optimizer state to DIR (at the end, or "
+       "every --checkpoint-every steps)",
+       [&](const std::string &v) { o.checkpoint = v; }},
+      {"--checkpoint-every", "N", "Checkpoint every N steps (default: at the end)",
+       [&](const std::string &v) {
+         o.checkpointEvery = parseCount("--checkpoint-every", v, 1);
+       }},
+      {"--resume", "DIR",
+       "Continue from a checkpoint of the same plan; --steps/--epochs count "
+       "from the start of training, so the result is bit-identical to an "
+       "uninterrupted run",
+       [&](const std::string &v) { o.resume = v; }},
       {"--max-tensor-bytes", "N",
        "Refuse a fed tensor larger than N bytes (default 16 GiB)",
        [&](const std::string &v) {
@@ -259,6 +275,13 @@ int main(int argc, char **argv) {
   std::string error;
   if (!plan::readPlan(options.plan, plan, error))
     die(options.plan + ": " + error);
+  uint64_t planChecksum = 0;
+  {
+    std::ifstream in(options.plan, std::ios::binary);
+    std::stringstream content;
+    content << in.rdbuf();
+    planChecksum = plan::checksum(content.str().data(), content.str().size());
+  }
   if (!options.feeds.empty() && !options.data.empty())
     die("give --feed or --data, not both");
   bool training = !plan.inference();
@@ -373,82 +396,99 @@ int main(int argc, char **argv) {
       if (!options.data.empty() && stepsPerEpoch == 0)
         die("--data: the training split has fewer samples than one step takes (" +
             std::to_string(perStep) + ")");
+      int64_t total = stepsPerEpoch * epochs;
       int64_t step = 0;
+      if (!options.resume.empty()) {
+        step = loadCheckpoint(options.resume, executor, planChecksum);
+        if (step > total)
+          die("--resume: the checkpoint is at step " + std::to_string(step) +
+              ", past the " + std::to_string(total) + " steps asked for");
+      }
       std::vector<int64_t> order;
-      for (int64_t epoch = 0; epoch < epochs; ++epoch) {
-        if (!options.data.empty()) {
+      int64_t shuffledEpoch = -1;
+      auto started = std::chrono::steady_clock::now();
+      for (; step < total; ++step) {
+        int64_t epoch = step / stepsPerEpoch, s = step % stepsPerEpoch;
+        if (!options.data.empty() && epoch != shuffledEpoch) {
           order.resize(train.labels.numel());
           std::iota(order.begin(), order.end(), 0);
           std::mt19937_64 rng(options.seed * 1000003ull + epoch);
           for (int64_t i = static_cast<int64_t>(order.size()) - 1; i > 0; --i)
             std::swap(order[i], order[std::uniform_int_distribution<int64_t>(0, i)(rng)]);
+          shuffledEpoch = epoch;
         }
-        auto started = std::chrono::steady_clock::now();
-        for (int64_t s = 0; s < stepsPerEpoch; ++s, ++step) {
-          auto stepStart = std::chrono::steady_clock::now();
-          for (int64_t k = 0; k < slots; ++k) {
-            int64_t first = (s * slots + k) * batch;
-            if (options.data.empty()) {
-              for (auto &[id, array] : feeds)
-                copyRows(array, executor.view(id), plan.tensors(id).batch_axis(),
-                         (step * slots + k) * batch);
-            } else {
-              copyRows(train.images, executor.view(imageInput), 0, first, &order);
-              copyRows(train.labels, executor.view(plan.labels()), 0, first, &order);
-            }
-            executor.runStep(StepContext{step, k, options.seed});
+        if (s == 0)
+          started = std::chrono::steady_clock::now();
+        auto stepStart = std::chrono::steady_clock::now();
+        for (int64_t k = 0; k < slots; ++k) {
+          int64_t first = (s * slots + k) * batch;
+          if (options.data.empty()) {
+            for (auto &[id, array] : feeds)
+              copyRows(array, executor.view(id), plan.tensors(id).batch_axis(),
+                       (step * slots + k) * batch);
+          } else {
+            copyRows(train.images, executor.view(imageInput), 0, first, &order);
+            copyRows(train.labels, executor.view(plan.labels()), 0, first, &order);
           }
-          float loss = plan.loss() >= 0 ? readScalar(executor.view(plan.loss())) : 0.0f;
-          if (!std::isfinite(loss)) {
-            int instruction = -1;
-            int bad = executor.firstNonFinite(instruction);
-            std::string where =
-                bad < 0 ? std::string("no tensor is non-finite")
-                        : "first non-finite tensor: " +
-                              (plan.tensors(bad).name().empty()
-                                   ? "#" + std::to_string(bad)
-                                   : "'" + plan.tensors(bad).name() + "'") +
-                              ", output of '" +
-                              plan.devices(0).instructions(instruction).op() + "' at '" +
-                              plan.devices(0).instructions(instruction).location() + "'";
-            die("step " + std::to_string(step) + ": the loss is " +
-                (std::isnan(loss) ? "NaN" : "infinite") + "; " + where +
-                " (lower --lr?)");
-          }
-          double seconds = std::chrono::duration<double>(
-                               std::chrono::steady_clock::now() - stepStart)
+          executor.runStep(StepContext{step, k, options.seed});
+        }
+        float loss = plan.loss() >= 0 ? readScalar(executor.view(plan.loss())) : 0.0f;
+        if (!std::isfinite(loss)) {
+          int instruction = -1;
+          int bad = executor.firstNonFinite(instruction);
+          std::string where =
+              bad < 0 ? std::string("no tensor is non-finite")
+                      : "first non-finite tensor: " +
+                            (plan.tensors(bad).name().empty()
+                                 ? "#" + std::to_string(bad)
+                                 : "'" + plan.tensors(bad).name() + "'") +
+                            ", output of '" +
+                            plan.devices(0).instructions(instruction).op() + "' at '" +
+                            plan.devices(0).instructions(instruction).location() + "'";
+          die("step " + std::to_string(step) + ": the loss is " +
+              (std::isnan(loss) ? "NaN" : "infinite") + "; " + where +
+              " (check the inputs, or lower --lr)");
+        }
+        double seconds = std::chrono::duration<double>(
+                             std::chrono::steady_clock::now() - stepStart)
+                             .count();
+        double rate = seconds > 0 ? perStep / seconds : 0.0;
+        bool last = s + 1 == stepsPerEpoch;
+        double accuracy = -1;
+        if (last && options.eval && !options.data.empty())
+          accuracy = evaluate();
+        if (metrics.is_open()) {
+          metrics << "{\"step\": " << step << ", \"loss\": " << loss
+                  << ", \"samples_per_s\": " << rate;
+          if (accuracy >= 0)
+            metrics << ", \"accuracy\": " << accuracy;
+          metrics << "}\n";
+        }
+        if (terminal && (s % 10 == 0 || last))
+          std::fprintf(stderr, "\repoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f samples/s   ",
+                       (long long)epoch + 1, (long long)epochs, (long long)s + 1,
+                       (long long)stepsPerEpoch, loss, rate);
+        if (!options.checkpoint.empty() && options.checkpointEvery > 0 &&
+            (step + 1) % options.checkpointEvery == 0)
+          saveCheckpoint(options.checkpoint, executor, planChecksum, step + 1);
+        if (last && !options.data.empty()) {
+          double elapsed = std::chrono::duration<double>(
+                               std::chrono::steady_clock::now() - started)
                                .count();
-          double rate = seconds > 0 ? perStep / seconds : 0.0;
-          bool last = s + 1 == stepsPerEpoch;
-          double accuracy = -1;
-          if (last && options.eval && !options.data.empty())
-            accuracy = evaluate();
-          if (metrics.is_open()) {
-            metrics << "{\"step\": " << step << ", \"loss\": " << loss
-                    << ", \"samples_per_s\": " << rate;
-            if (accuracy >= 0)
-              metrics << ", \"accuracy\": " << accuracy;
-            metrics << "}\n";
-          }
-          if (terminal && (s % 10 == 0 || last))
-            std::fprintf(stderr, "\repoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f samples/s   ",
-                         (long long)epoch + 1, (long long)epochs, (long long)s + 1,
-                         (long long)stepsPerEpoch, loss, rate);
-          if (last) {
-            double elapsed = std::chrono::duration<double>(
-                                 std::chrono::steady_clock::now() - started)
-                                 .count();
-            if (terminal)
-              std::fprintf(stderr, "\n");
-            std::printf("epoch %lld: %lld steps, loss %.4f, %.1f s",
-                        (long long)epoch + 1, (long long)stepsPerEpoch, loss, elapsed);
-            if (accuracy >= 0)
-              std::printf(", test accuracy %.4f", accuracy);
-            std::printf("\n");
-            std::fflush(stdout);
-          }
+          if (terminal)
+            std::fprintf(stderr, "\n");
+          std::printf("epoch %lld: %lld steps, loss %.4f, %.1f s",
+                      (long long)epoch + 1, (long long)stepsPerEpoch, loss, elapsed);
+          if (accuracy >= 0)
+            std::printf(", test accuracy %.4f", accuracy);
+          std::printf("\n");
+          std::fflush(stdout);
         }
       }
+      if (terminal && options.data.empty())
+        std::fprintf(stderr, "\n");
+      if (!options.checkpoint.empty())
+        saveCheckpoint(options.checkpoint, executor, planChecksum, total);
     }
 
     if (!options.dumpParams.empty()) {
