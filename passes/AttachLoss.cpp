@@ -48,12 +48,12 @@ struct AttachLossPass : public cdp::impl::AttachLossBase<AttachLossPass> {
         if (resultName(func, i) != lossOutput)
           continue;
         auto type = dyn_cast<RankedTensorType>(func.getResultTypes()[i]);
-        if (!type || !type.getElementType().isF32() || type.getNumElements() != 1)
+        if (!type || !type.getElementType().isF32() ||
+            type.getNumElements() != 1)
           return func.emitError("loss output '")
                  << lossOutput << "' must be a float32 scalar, got "
                  << func.getResultTypes()[i];
-        func->setAttr("cdp.loss_index",
-                      OpBuilder(func).getI64IntegerAttr(i));
+        func->setAttr("cdp.loss_index", OpBuilder(func).getI64IntegerAttr(i));
         return success();
       }
       return func.emitError("--loss=none needs --loss-output naming a graph "
@@ -65,8 +65,8 @@ struct AttachLossPass : public cdp::impl::AttachLossBase<AttachLossPass> {
     if (numResults == 0)
       return func.emitError("the model has no output to attach a loss to");
     for (BlockArgument arg : func.getArguments())
-      if (auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
-                                                        "cdp.name"))
+      if (auto name =
+              func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "cdp.name"))
         if (name.getValue() == labelsName)
           return func.emitError("the model already has an input named '")
                  << labelsName << "'; choose another --labels-name";
@@ -93,7 +93,8 @@ struct AttachLossPass : public cdp::impl::AttachLossBase<AttachLossPass> {
     func.insertArgument(
         labelsIndex, labelsType,
         builder.getDictionaryAttr(
-            {builder.getNamedAttr("cdp.name", builder.getStringAttr(labelsName)),
+            {builder.getNamedAttr("cdp.name",
+                                  builder.getStringAttr(labelsName)),
              builder.getNamedAttr("cdp.batch_axis",
                                   builder.getI64IntegerAttr(0))}),
         func.getLoc());
@@ -107,19 +108,19 @@ struct AttachLossPass : public cdp::impl::AttachLossBase<AttachLossPass> {
                                        {scores, labels}, {}, 1, error);
       Operation *square =
           diff ? createInferred(builder, loc, MulOp::getOperationName(),
-                                {diff->getResult(0), diff->getResult(0)}, {},
-                                1, error)
+                                {diff->getResult(0), diff->getResult(0)}, {}, 1,
+                                error)
                : nullptr;
       Operation *mean =
-          square ? createInferred(
-                       builder, loc, ReduceMeanOp::getOperationName(),
-                       {square->getResult(0)},
-                       {builder.getNamedAttr("axes",
-                                             builder.getDenseI64ArrayAttr({})),
-                        builder.getNamedAttr("keepdims",
-                                             builder.getBoolAttr(false))},
-                       1, error)
-                 : nullptr;
+          square
+              ? createInferred(builder, loc, ReduceMeanOp::getOperationName(),
+                               {square->getResult(0)},
+                               {builder.getNamedAttr(
+                                    "axes", builder.getDenseI64ArrayAttr({})),
+                                builder.getNamedAttr(
+                                    "keepdims", builder.getBoolAttr(false))},
+                               1, error)
+              : nullptr;
       if (!mean)
         return func.emitError("cannot build the mse loss: ") << error;
       lossValue = mean->getResult(0);

@@ -83,8 +83,8 @@ Operation *Differentiator::makeOp(StringRef name, ValueRange operands,
 }
 
 Value Differentiator::make(StringRef name, ValueRange operands,
-                           ArrayRef<NamedAttribute> attributes,
-                           unsigned result, unsigned numResults) {
+                           ArrayRef<NamedAttribute> attributes, unsigned result,
+                           unsigned numResults) {
   Operation *op = makeOp(name, operands, attributes, numResults);
   return op ? op->getResult(result) : Value();
 }
@@ -143,9 +143,8 @@ LogicalResult Differentiator::differentiate(Operation *op) {
   Value dy = op->getNumResults() ? grads.lookup(op->getResult(0)) : Value();
   auto operand = [&](unsigned i) { return op->getOperand(i); };
   auto unaryGrad = [&](Value saved, StringRef kind) {
-    accumulate(operand(0),
-               make(UnaryGradOp::getOperationName(), {dy, saved},
-                    {attr("kind", builder.getStringAttr(kind))}));
+    accumulate(operand(0), make(UnaryGradOp::getOperationName(), {dy, saved},
+                                {attr("kind", builder.getStringAttr(kind))}));
   };
 
   if (auto result = op->getNumResults() > 1 ? op->getResult(1) : Value())
@@ -160,7 +159,8 @@ LogicalResult Differentiator::differentiate(Operation *op) {
   if (isa<ReluOp>(op))
     unaryGrad(operand(0), "relu");
   else if (auto gelu = dyn_cast<GeluOp>(op))
-    unaryGrad(operand(0), gelu.getApproximate() == "tanh" ? "gelu_tanh" : "gelu");
+    unaryGrad(operand(0),
+              gelu.getApproximate() == "tanh" ? "gelu_tanh" : "gelu");
   else if (isa<ErfOp>(op))
     unaryGrad(operand(0), "erf");
   else if (isa<SigmoidOp>(op))
@@ -196,14 +196,16 @@ LogicalResult Differentiator::differentiate(Operation *op) {
       // d(a/b)/db = -(a/b)/b
       Value dyY = make(MulOp::getOperationName(), {dy, op->getResult(0)});
       Value quotient = make(DivOp::getOperationName(), {dyY, operand(1)});
-      accumulate(operand(1), reduceTo(scale(quotient, -1.0f), operand(1).getType()));
+      accumulate(operand(1),
+                 reduceTo(scale(quotient, -1.0f), operand(1).getType()));
     }
   } else if (isa<PowOp>(op)) {
     if (needsGrad.contains(operand(1)))
       return op->emitOpError(
           "gradient with respect to the exponent is not supported");
     // d(a^b)/da = b * a^(b-1)
-    Value exponent = make(SubOp::getOperationName(), {operand(1), scalar(1.0f)});
+    Value exponent =
+        make(SubOp::getOperationName(), {operand(1), scalar(1.0f)});
     Value power = make(PowOp::getOperationName(), {operand(0), exponent});
     Value local = make(MulOp::getOperationName(), {power, operand(1)});
     accumulate(operand(0),
@@ -254,11 +256,12 @@ LogicalResult Differentiator::differentiate(Operation *op) {
                            : make(GemmOp::getOperationName(), {a, dy},
                                   flags(!transA, false)));
     if (Value c = gemm.getC())
-      accumulate(c, reduceTo(scale(dy, gemm.getBeta().convertToFloat()),
-                             c.getType()));
+      accumulate(
+          c, reduceTo(scale(dy, gemm.getBeta().convertToFloat()), c.getType()));
   } else if (auto conv = dyn_cast<ConvOp>(op)) {
     SmallVector<NamedAttribute> common{
-        attr("pads", conv.getPadsAttr()), attr("strides", conv.getStridesAttr()),
+        attr("pads", conv.getPadsAttr()),
+        attr("strides", conv.getStridesAttr()),
         attr("dilations", conv.getDilationsAttr()),
         attr("group", conv.getGroupAttr())};
     if (needsGrad.contains(conv.getInput())) {
@@ -291,26 +294,26 @@ LogicalResult Differentiator::differentiate(Operation *op) {
     int64_t count = 1;
     for (int64_t d : shape.drop_front(2))
       count *= d;
-    Value spread = make(ExpandOp::getOperationName(), {dy},
-                        {attr("shape", i64s(shape))});
+    Value spread =
+        make(ExpandOp::getOperationName(), {dy}, {attr("shape", i64s(shape))});
     accumulate(operand(0), scale(spread, 1.0f / count));
   } else if (auto bn = dyn_cast<BatchNormOp>(op)) {
-    Operation *g = makeOp(
-        BatchNormGradOp::getOperationName(),
-        {dy, bn.getInput(), bn.getScale(), bn.getMean(), bn.getVar()},
-        {attr("epsilon", bn.getEpsilonAttr()),
-         attr("training_mode", bn.getTrainingModeAttr())},
-        3);
+    Operation *g =
+        makeOp(BatchNormGradOp::getOperationName(),
+               {dy, bn.getInput(), bn.getScale(), bn.getMean(), bn.getVar()},
+               {attr("epsilon", bn.getEpsilonAttr()),
+                attr("training_mode", bn.getTrainingModeAttr())},
+               3);
     if (!g)
       return failure();
     accumulate(bn.getInput(), g->getResult(0));
     accumulate(bn.getScale(), g->getResult(1));
     accumulate(bn.getBias(), g->getResult(2));
   } else if (auto ln = dyn_cast<LayerNormOp>(op)) {
-    Operation *g = makeOp(LayerNormGradOp::getOperationName(),
-                          {dy, ln.getInput(), ln.getScale(), ln.getMean(),
-                           ln.getInvStdDev()},
-                          {attr("axis", ln.getAxisAttr())}, 3);
+    Operation *g = makeOp(
+        LayerNormGradOp::getOperationName(),
+        {dy, ln.getInput(), ln.getScale(), ln.getMean(), ln.getInvStdDev()},
+        {attr("axis", ln.getAxisAttr())}, 3);
     if (!g)
       return failure();
     accumulate(ln.getInput(), g->getResult(0));
@@ -325,12 +328,11 @@ LogicalResult Differentiator::differentiate(Operation *op) {
   } else if (auto dropout = dyn_cast<DropoutOp>(op)) {
     if (!dy)
       return success();
-    accumulate(operand(0),
-               dropout.getTrainingMode()
-                   ? make(DropoutGradOp::getOperationName(),
-                          {dy, dropout.getMask()},
-                          {attr("ratio", dropout.getRatioAttr())})
-                   : dy);
+    accumulate(operand(0), dropout.getTrainingMode()
+                               ? make(DropoutGradOp::getOperationName(),
+                                      {dy, dropout.getMask()},
+                                      {attr("ratio", dropout.getRatioAttr())})
+                               : dy);
   } else if (isa<CastOp>(op)) {
     if (cast<RankedTensorType>(operand(0).getType()).getElementType().isF32())
       accumulate(operand(0), dy);
@@ -366,20 +368,20 @@ LogicalResult Differentiator::differentiate(Operation *op) {
       if (!g) {
         auto type = cast<RankedTensorType>(result.getType());
         g = builder.create<ConstantOp>(
-            op->getLoc(), cast<ElementsAttr>(DenseElementsAttr::get(type, 0.0f)));
+            op->getLoc(),
+            cast<ElementsAttr>(DenseElementsAttr::get(type, 0.0f)));
       }
       pieces.push_back(g);
     }
     accumulate(operand(0), make(ConcatOp::getOperationName(), pieces,
                                 {attr("axis", split.getAxisAttr())}));
   } else if (auto slice = dyn_cast<SliceOp>(op)) {
-    accumulate(operand(0),
-               make(SliceGradOp::getOperationName(), {dy},
-                    {attr("input_shape", i64s(shapeOf(operand(0)))),
-                     attr("starts", slice.getStartsAttr()),
-                     attr("ends", slice.getEndsAttr()),
-                     attr("axes", slice.getAxesAttr()),
-                     attr("steps", slice.getStepsAttr())}));
+    accumulate(operand(0), make(SliceGradOp::getOperationName(), {dy},
+                                {attr("input_shape", i64s(shapeOf(operand(0)))),
+                                 attr("starts", slice.getStartsAttr()),
+                                 attr("ends", slice.getEndsAttr()),
+                                 attr("axes", slice.getAxesAttr()),
+                                 attr("steps", slice.getStepsAttr())}));
   } else if (isa<ExpandOp>(op)) {
     accumulate(operand(0), reduceTo(dy, operand(0).getType()));
   } else if (auto gather = dyn_cast<GatherOp>(op)) {
@@ -394,7 +396,8 @@ LogicalResult Differentiator::differentiate(Operation *op) {
     int64_t count = 1;
     for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d)
       if (axesAttr.empty() || llvm::is_contained(axesAttr.asArrayRef(), d) ||
-          llvm::is_contained(axesAttr.asArrayRef(), d - (int64_t)shape.size())) {
+          llvm::is_contained(axesAttr.asArrayRef(),
+                             d - (int64_t)shape.size())) {
         kept[d] = 1;
         count *= shape[d];
       }
@@ -406,7 +409,8 @@ LogicalResult Differentiator::differentiate(Operation *op) {
     SmallVector<Value> operands{dy, sce.getLogProb(), sce.getLabels()};
     if (Value weights = sce.getWeights())
       operands.push_back(weights);
-    SmallVector<NamedAttribute> attrs{attr("reduction", sce.getReductionAttr())};
+    SmallVector<NamedAttribute> attrs{
+        attr("reduction", sce.getReductionAttr())};
     if (auto ignore = sce.getIgnoreIndexAttr())
       attrs.push_back(attr("ignore_index", ignore));
     accumulate(sce.getScores(),
@@ -496,12 +500,14 @@ struct AutodiffPass : public cdp::impl::AutodiffBase<AutodiffPass> {
     func.walk([&](ParamOp param) { params.insert(param.getName()); });
     for (const std::string &name : freeze) {
       if (!params.contains(name)) {
-        func.emitError("--freeze names '") << name << "', which is not a parameter";
+        func.emitError("--freeze names '")
+            << name << "', which is not a parameter";
         return signalPassFailure();
       }
       frozen.insert(name);
     }
-    auto returnOp = cast<func::ReturnOp>(func.getBody().front().getTerminator());
+    auto returnOp =
+        cast<func::ReturnOp>(func.getBody().front().getTerminator());
     Value loss = returnOp.getOperand(lossIndex.getInt());
     OpBuilder builder(func.getContext());
     Differentiator differentiator(func, builder);
@@ -518,7 +524,8 @@ struct AutodiffPass : public cdp::impl::AutodiffBase<AutodiffPass> {
       for (auto [stat, updated] : {std::pair{bn.getMean(), bn.getRunningMean()},
                                    std::pair{bn.getVar(), bn.getRunningVar()}})
         if (auto buffer = stat.getDefiningOp<ParamOp>())
-          builder.create<AssignOp>(bn.getLoc(), buffer.getName(), stat, updated);
+          builder.create<AssignOp>(bn.getLoc(), buffer.getName(), stat,
+                                   updated);
     });
   }
 };

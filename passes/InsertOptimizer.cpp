@@ -30,7 +30,8 @@ struct InsertOptimizerPass
           << optimizer << "'";
       return signalPassFailure();
     }
-    double mu = momentum >= 0 ? momentum : (optimizer == "momentum" ? 0.9 : 0.0);
+    double mu =
+        momentum >= 0 ? momentum : (optimizer == "momentum" ? 0.9 : 0.0);
     if (lr <= 0 || mu < 0 || weightDecay < 0 || beta1 < 0 || beta1 >= 1 ||
         beta2 < 0 || beta2 >= 1 || epsilon <= 0) {
       func.emitError("optimizer settings out of range (lr > 0, momentum >= 0, "

@@ -38,9 +38,7 @@ struct Interval {
 };
 
 /// Needs no arena memory: persistent values and side-effect sinks.
-bool persistent(Operation *op) {
-  return isa<ParamOp, ConstantOp>(op);
-}
+bool persistent(Operation *op) { return isa<ParamOp, ConstantOp>(op); }
 
 struct PlanMemoryPass : public cdp::impl::PlanMemoryBase<PlanMemoryPass> {
   void runOnOperation() override {
@@ -78,8 +76,8 @@ struct PlanMemoryPass : public cdp::impl::PlanMemoryBase<PlanMemoryPass> {
       for (Value result : op.getResults()) {
         slot[result] = intervals.size();
         int64_t begin = index.lookup(&op);
-        intervals.push_back({result, begin, lastUse(result, begin),
-                             bytesOf(result.getType())});
+        intervals.push_back(
+            {result, begin, lastUse(result, begin), bytesOf(result.getType())});
       }
     }
 

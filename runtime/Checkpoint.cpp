@@ -33,8 +33,8 @@ std::map<std::string, std::pair<void *, size_t>> stateOf(Executor &executor) {
   const plan::Plan &plan = executor.plan();
   for (const plan::Tensor &t : plan.tensors())
     if (t.kind() == plan::PARAM || t.kind() == plan::BUFFER)
-      state["tensor:" + std::to_string(t.id())] = {executor.view(t.id()).data,
-                                                    static_cast<size_t>(t.bytes())};
+      state["tensor:" + std::to_string(t.id())] = {
+          executor.view(t.id()).data, static_cast<size_t>(t.bytes())};
   int index = 0;
   for (auto &[instruction, kernel] : executor.statefulKernels()) {
     KernelState s = kernel->state();
@@ -112,7 +112,7 @@ int64_t loadCheckpoint(const std::string &dir, Executor &executor,
   get(count);
   if (planSum != planChecksum)
     throw RuntimeError(path + ": the checkpoint was taken from another plan; "
-                       "resume with the plan that wrote it");
+                              "resume with the plan that wrote it");
   auto state = stateOf(executor);
   if (count != state.size())
     throw RuntimeError(path + ": checkpoint holds " + std::to_string(count) +

@@ -4,6 +4,7 @@
 
 #include "cdp/Plan/PlanIO.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -14,7 +15,8 @@ Executor::Executor(const plan::Plan &plan, int threads) : planRef(plan) {
   if (plan.devices_size() < 1)
     throw RuntimeError("plan has no device");
   const plan::Device &device = plan.devices(0);
-  size_t arenaBytes = (static_cast<size_t>(device.arena_bytes()) + 63) / 64 * 64;
+  size_t arenaBytes =
+      (static_cast<size_t>(device.arena_bytes()) + 63) / 64 * 64;
   arena = std::aligned_alloc(64, std::max<size_t>(arenaBytes, 64));
   if (!arena)
     throw RuntimeError("cannot allocate the " + std::to_string(arenaBytes) +
@@ -33,11 +35,12 @@ Executor::Executor(const plan::Plan &plan, int threads) : planRef(plan) {
     int64_t bytes = v.numel() * plan::dtypeSize(t.dtype());
     if (bytes != t.bytes())
       throw RuntimeError("plan tensor '" + t.name() + "' declares " +
-                         std::to_string(t.bytes()) + " bytes, its shape needs " +
-                         std::to_string(bytes));
+                         std::to_string(t.bytes()) +
+                         " bytes, its shape needs " + std::to_string(bytes));
     if (t.kind() == plan::ACTIVATION || t.kind() == plan::INPUT) {
       if (t.offset() < 0 || t.offset() + bytes > device.arena_bytes())
-        throw RuntimeError("plan tensor '" + t.name() + "' lies outside the arena");
+        throw RuntimeError("plan tensor '" + t.name() +
+                           "' lies outside the arena");
       v.data = static_cast<char *>(arena) + t.offset();
       continue;
     }
@@ -46,8 +49,8 @@ Executor::Executor(const plan::Plan &plan, int threads) : planRef(plan) {
     if (!t.data().empty()) {
       if (static_cast<int64_t>(t.data().size()) != bytes)
         throw RuntimeError("plan tensor '" + t.name() + "' has " +
-                           std::to_string(t.data().size()) + " bytes of data, expected " +
-                           std::to_string(bytes));
+                           std::to_string(t.data().size()) +
+                           " bytes of data, expected " + std::to_string(bytes));
       std::memcpy(v.data, t.data().data(), bytes);
     }
   }
@@ -63,7 +66,8 @@ std::vector<std::unique_ptr<Kernel>> Executor::bind(
   std::vector<std::unique_ptr<Kernel>> kernels;
   KernelRegistry &registry = KernelRegistry::instance();
   for (const plan::Instruction &instruction : stream) {
-    const KernelFactory *factory = registry.lookup(instruction.op(), Backend::CPU);
+    const KernelFactory *factory =
+        registry.lookup(instruction.op(), Backend::CPU);
     if (!factory)
       throw RuntimeError("the plan uses op '" + instruction.op() +
                          "', which this cdp-run has no CPU kernel for");
@@ -89,8 +93,19 @@ std::vector<std::unique_ptr<Kernel>> Executor::bind(
 }
 
 void Executor::runStep(const StepContext &context) {
-  for (auto &kernel : train)
-    kernel->run(context);
+  ++steps;
+  if (profile.empty()) {
+    for (auto &kernel : train)
+      kernel->run(context);
+    return;
+  }
+  for (size_t i = 0; i < train.size(); ++i) {
+    auto start = std::chrono::steady_clock::now();
+    train[i]->run(context);
+    profile[i] +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+  }
 }
 
 void Executor::runEval(const StepContext &context) {

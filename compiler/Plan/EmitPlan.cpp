@@ -136,8 +136,8 @@ LogicalResult Emitter::convertAttribute(Operation *op, NamedAttribute attribute,
 
 LogicalResult Emitter::addInstruction(Operation *op, plan::Device &device,
                                       bool forEval) {
-  plan::Instruction *instruction = forEval ? device.add_eval_instructions()
-                                           : device.add_instructions();
+  plan::Instruction *instruction =
+      forEval ? device.add_eval_instructions() : device.add_instructions();
   instruction->set_op(op->getName().stripDialect().str());
   instruction->set_location(locationName(op->getLoc()));
   instruction->set_time_step(device.instructions_size() - 1);
@@ -177,10 +177,12 @@ LogicalResult Emitter::run(const EmitOptions &options) {
   device->set_arena_bytes(arena.getInt());
 
   for (BlockArgument arg : func.getArguments()) {
-    auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "cdp.name");
+    auto name =
+        func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "cdp.name");
     int id = addTensor(arg, plan::INPUT, name ? name.getValue() : "");
     plan::Tensor *tensor = plan.mutable_tensors(id);
-    auto offset = func.getArgAttrOfType<IntegerAttr>(arg.getArgNumber(), "cdp.offset");
+    auto offset =
+        func.getArgAttrOfType<IntegerAttr>(arg.getArgNumber(), "cdp.offset");
     tensor->set_offset(offset ? offset.getInt() : 0);
     if (auto axis = func.getArgAttrOfType<IntegerAttr>(arg.getArgNumber(),
                                                        "cdp.batch_axis"))
@@ -219,7 +221,8 @@ LogicalResult Emitter::run(const EmitOptions &options) {
       continue;
     }
     auto offsets = op.getAttrOfType<DenseI64ArrayAttr>("cdp.offsets");
-    if (op.getNumResults() && (!offsets || offsets.size() != op.getNumResults()))
+    if (op.getNumResults() &&
+        (!offsets || offsets.size() != op.getNumResults()))
       return op.emitOpError("has no memory plan; run cdp-plan-memory first");
     for (auto [i, result] : llvm::enumerate(op.getResults())) {
       int id = addTensor(result, plan::ACTIVATION, "");
@@ -238,7 +241,8 @@ LogicalResult Emitter::run(const EmitOptions &options) {
     plan::Tensor *tensor = plan.mutable_tensors(ids.lookup(value));
     if (tensor->name().empty())
       tensor->set_name(output->name());
-    output->set_batch_axis(cast<RankedTensorType>(value.getType()).getRank() ? 0 : -1);
+    output->set_batch_axis(
+        cast<RankedTensorType>(value.getType()).getRank() ? 0 : -1);
   }
   if (auto loss = func->getAttrOfType<IntegerAttr>("cdp.loss_index"))
     plan.set_loss(ids.lookup(returnOp.getOperand(loss.getInt())));

@@ -53,7 +53,9 @@ Array readNpy(const std::string &path) {
       throw RuntimeError(path + ": truncated .npy header");
     headerLength = 0;
     for (int i = 0; i < 4; ++i)
-      headerLength |= static_cast<size_t>(static_cast<unsigned char>(data[8 + i])) << (8 * i);
+      headerLength |=
+          static_cast<size_t>(static_cast<unsigned char>(data[8 + i]))
+          << (8 * i);
     start = 12;
   }
   if (start + headerLength > data.size())
@@ -81,7 +83,8 @@ Array readNpy(const std::string &path) {
   if (field("fortran_order").find("True") < field("fortran_order").find(','))
     throw RuntimeError(path + ": Fortran-order .npy files are not supported");
   std::string shape = field("shape");
-  shape = shape.substr(shape.find('(') + 1, shape.find(')') - shape.find('(') - 1);
+  shape =
+      shape.substr(shape.find('(') + 1, shape.find(')') - shape.find('(') - 1);
   std::stringstream dims(shape);
   std::string dim;
   while (std::getline(dims, dim, ','))
@@ -91,7 +94,8 @@ Array readNpy(const std::string &path) {
   size_t offset = start + headerLength;
   if (data.size() - offset != bytes)
     throw RuntimeError(path + ": has " + std::to_string(data.size() - offset) +
-                       " bytes of data, its header needs " + std::to_string(bytes));
+                       " bytes of data, its header needs " +
+                       std::to_string(bytes));
   array.bytes.assign(data.begin() + offset, data.end());
   return array;
 }
@@ -115,15 +119,16 @@ Array readTensorProto(const std::string &path) {
     array.dtype = plan::BOOL;
     break;
   default:
-    throw RuntimeError(path + ": element type " + std::to_string(tensor.data_type()) +
+    throw RuntimeError(path + ": element type " +
+                       std::to_string(tensor.data_type()) +
                        " is not supported (float32, int64 or bool)");
   }
   size_t bytes = count * plan::dtypeSize(array.dtype);
   if (tensor.has_raw_data()) {
     if (tensor.raw_data().size() != bytes)
       throw RuntimeError(path + ": raw data has " +
-                         std::to_string(tensor.raw_data().size()) + " bytes, expected " +
-                         std::to_string(bytes));
+                         std::to_string(tensor.raw_data().size()) +
+                         " bytes, expected " + std::to_string(bytes));
     array.bytes.assign(tensor.raw_data().begin(), tensor.raw_data().end());
     return array;
   }
@@ -157,19 +162,23 @@ std::string readMaybeGzip(const std::string &path) {
 }
 
 std::string findIdx(const std::string &dir, const std::string &stem) {
-  for (const std::string &candidate : {dir + "/" + stem, dir + "/" + stem + ".gz"}) {
+  for (const std::string &candidate :
+       {dir + "/" + stem, dir + "/" + stem + ".gz"}) {
     struct stat info;
     if (stat(candidate.c_str(), &info) == 0)
       return candidate;
   }
-  throw RuntimeError(dir + ": no " + stem + "[.gz] (an IDX data set folder has "
+  throw RuntimeError(dir + ": no " + stem +
+                     "[.gz] (an IDX data set folder has "
                      "train- and t10k- images and labels)");
 }
 
 uint32_t bigEndian(const std::string &data, size_t at) {
   return (static_cast<uint32_t>(static_cast<unsigned char>(data[at])) << 24) |
-         (static_cast<uint32_t>(static_cast<unsigned char>(data[at + 1])) << 16) |
-         (static_cast<uint32_t>(static_cast<unsigned char>(data[at + 2])) << 8) |
+         (static_cast<uint32_t>(static_cast<unsigned char>(data[at + 1]))
+          << 16) |
+         (static_cast<uint32_t>(static_cast<unsigned char>(data[at + 2]))
+          << 8) |
          static_cast<uint32_t>(static_cast<unsigned char>(data[at + 3]));
 }
 
@@ -181,7 +190,7 @@ Array readArray(const std::string &path) {
   if (endsWith(path, ".pb"))
     return readTensorProto(path);
   throw RuntimeError(path + ": unknown file type (use .npy or an ONNX "
-                     "TensorProto .pb)");
+                            "TensorProto .pb)");
 }
 
 void writeNpy(const std::string &path, const TensorView &view) {
@@ -194,8 +203,8 @@ void writeNpy(const std::string &path, const TensorView &view) {
   if (view.shape.size() > 1)
     shape.pop_back();
   shape += ")";
-  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " +
-                       shape + ", }";
+  std::string header = "{'descr': '" + descr +
+                       "', 'fortran_order': False, 'shape': " + shape + ", }";
   size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header.push_back('\n');
@@ -225,8 +234,9 @@ Dataset readIdxSplit(const std::string &dir, const std::string &prefix) {
   int64_t count = bigEndian(images, 4), rows = bigEndian(images, 8),
           cols = bigEndian(images, 12);
   if (bigEndian(labels, 4) != count)
-    throw RuntimeError(labelsPath + ": " + std::to_string(bigEndian(labels, 4)) +
-                       " labels for " + std::to_string(count) + " images");
+    throw RuntimeError(labelsPath + ": " +
+                       std::to_string(bigEndian(labels, 4)) + " labels for " +
+                       std::to_string(count) + " images");
   if (static_cast<int64_t>(images.size()) != 16 + count * rows * cols ||
       static_cast<int64_t>(labels.size()) != 8 + count)
     throw RuntimeError(prefix + " IDX files are truncated");

@@ -15,13 +15,15 @@ constexpr size_t kHeaderSize = 8 + 4 + 4 + 8 + 8;
 
 template <typename T> void put(std::string &out, T value) {
   for (size_t i = 0; i < sizeof(T); ++i)
-    out.push_back(static_cast<char>((static_cast<uint64_t>(value) >> (8 * i)) & 0xff));
+    out.push_back(
+        static_cast<char>((static_cast<uint64_t>(value) >> (8 * i)) & 0xff));
 }
 
 template <typename T> T get(const char *data) {
   uint64_t value = 0;
   for (size_t i = 0; i < sizeof(T); ++i)
-    value |= static_cast<uint64_t>(static_cast<unsigned char>(data[i])) << (8 * i);
+    value |= static_cast<uint64_t>(static_cast<unsigned char>(data[i]))
+             << (8 * i);
   return static_cast<T>(value);
 }
 } // namespace

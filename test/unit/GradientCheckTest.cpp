@@ -41,8 +41,8 @@ struct Param {
 struct Case {
   std::string name;
   std::vector<Param> params;
-  std::string body;       // IR computing %y from %p0, %p1, ...
-  std::string resultType; // the type of %y
+  std::string body;                    // IR computing %y from %p0, %p1, ...
+  std::string resultType;              // the type of %y
   std::vector<std::string> extra = {}; // lines before the body (constants)
 };
 
@@ -126,7 +126,8 @@ TEST_P(GradientCheck, MatchesFiniteDifferences) {
   cdp::registerAllDialects(registry);
   MLIRContext context(registry);
   context.loadAllAvailableDialects();
-  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(ir.str(), &context);
+  OwningOpRef<ModuleOp> module =
+      parseSourceString<ModuleOp>(ir.str(), &context);
   ASSERT_TRUE(module) << ir.str();
   PassManager pm(&context);
   cdp::AttachLossOptions lossOptions;
@@ -143,7 +144,8 @@ TEST_P(GradientCheck, MatchesFiniteDifferences) {
   cdp::runtime::StepContext step;
   executor.runStep(step);
   auto gradients = executor.gradients();
-  ASSERT_EQ(gradients.size(), c.params.size()) << "every parameter gets a gradient";
+  ASSERT_EQ(gradients.size(), c.params.size())
+      << "every parameter gets a gradient";
   auto loss = [&]() {
     executor.runStep(step);
     return static_cast<double>(executor.view(plan.loss()).f32()[0]);
@@ -180,7 +182,8 @@ std::vector<Case> cases() {
   std::vector<Case> list;
   auto unary = [&](const std::string &op, const std::string &attrs = "",
                    float low = -2.0f, float high = 2.0f) {
-    list.push_back({op + attrs, {{"x", {2, 5}, low, high}},
+    list.push_back({op + attrs,
+                    {{"x", {2, 5}, low, high}},
                     "%y = cdp." + op + " %p0 " + attrs + " : tensor<2x5xf32>",
                     "tensor<2x5xf32>"});
   };
@@ -192,7 +195,8 @@ std::vector<Case> cases() {
   unary("tanh");
   unary("sqrt", "", 0.5f, 2.0f);
   unary("identity");
-  auto binary = [&](const std::string &op, float low = -1.0f, float high = 1.0f) {
+  auto binary = [&](const std::string &op, float low = -1.0f,
+                    float high = 1.0f) {
     list.push_back({op + "_broadcast",
                     {{"a", {2, 3, 4}}, {"b", {3, 1}, low, high}},
                     "%y = cdp." + op +
@@ -204,121 +208,207 @@ std::vector<Case> cases() {
   binary("sub");
   binary("mul");
   binary("div", 0.5f, 2.0f);
-  list.push_back({"pow", {{"a", {2, 3}, 0.5f, 2.0f}},
-                  "%y = cdp.pow %p0, %e : (tensor<2x3xf32>, tensor<f32>) -> tensor<2x3xf32>",
+  list.push_back({"pow",
+                  {{"a", {2, 3}, 0.5f, 2.0f}},
+                  "%y = cdp.pow %p0, %e : (tensor<2x3xf32>, tensor<f32>) -> "
+                  "tensor<2x3xf32>",
                   "tensor<2x3xf32>",
                   {"%e = cdp.constant dense<3.0> : tensor<f32>"}});
-  list.push_back({"matmul_batched_broadcast", {{"a", {2, 3, 4}}, {"b", {4, 5}}},
-                  "%y = cdp.matmul %p0, %p1 : (tensor<2x3x4xf32>, tensor<4x5xf32>) -> tensor<2x3x5xf32>",
+  list.push_back({"matmul_batched_broadcast",
+                  {{"a", {2, 3, 4}}, {"b", {4, 5}}},
+                  "%y = cdp.matmul %p0, %p1 : (tensor<2x3x4xf32>, "
+                  "tensor<4x5xf32>) -> tensor<2x3x5xf32>",
                   "tensor<2x3x5xf32>"});
-  list.push_back({"matmul_vector", {{"a", {4}}, {"b", {2, 4, 3}}},
-                  "%y = cdp.matmul %p0, %p1 : (tensor<4xf32>, tensor<2x4x3xf32>) -> tensor<2x3xf32>",
+  list.push_back({"matmul_vector",
+                  {{"a", {4}}, {"b", {2, 4, 3}}},
+                  "%y = cdp.matmul %p0, %p1 : (tensor<4xf32>, "
+                  "tensor<2x4x3xf32>) -> tensor<2x3xf32>",
                   "tensor<2x3xf32>"});
-  for (auto [ta, tb] : {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {
+  for (auto [ta, tb] :
+       {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {
     std::string a = ta ? "tensor<4x3xf32>" : "tensor<3x4xf32>";
     std::string b = tb ? "tensor<5x4xf32>" : "tensor<4x5xf32>";
-    list.push_back({std::string("gemm_") + (ta ? "T" : "N") + (tb ? "T" : "N"),
-                    {{"a", ta ? std::vector<int64_t>{4, 3} : std::vector<int64_t>{3, 4}},
-                     {"b", tb ? std::vector<int64_t>{5, 4} : std::vector<int64_t>{4, 5}},
-                     {"c", {5}}},
-                    std::string("%y = cdp.gemm %p0, %p1, %p2 {alpha = 0.5 : f32, beta = 2.0 : f32, trans_a = ") +
-                        (ta ? "true" : "false") + ", trans_b = " + (tb ? "true" : "false") +
-                        "} : (" + a + ", " + b + ", tensor<5xf32>) -> tensor<3x5xf32>",
-                    "tensor<3x5xf32>"});
+    list.push_back(
+        {std::string("gemm_") + (ta ? "T" : "N") + (tb ? "T" : "N"),
+         {{"a", ta ? std::vector<int64_t>{4, 3} : std::vector<int64_t>{3, 4}},
+          {"b", tb ? std::vector<int64_t>{5, 4} : std::vector<int64_t>{4, 5}},
+          {"c", {5}}},
+         std::string("%y = cdp.gemm %p0, %p1, %p2 {alpha = 0.5 : f32, beta = "
+                     "2.0 : f32, trans_a = ") +
+             (ta ? "true" : "false") +
+             ", trans_b = " + (tb ? "true" : "false") + "} : (" + a + ", " + b +
+             ", tensor<5xf32>) -> tensor<3x5xf32>",
+         "tensor<3x5xf32>"});
   }
   list.push_back({"conv_strided_padded_grouped",
                   {{"x", {2, 4, 5, 5}}, {"w", {6, 2, 3, 3}}, {"b", {6}}},
-                  "%y = cdp.conv %p0, %p1, %p2 {pads = array<i64: 1, 0, 1, 2>, strides = array<i64: 2, 1>, dilations = array<i64: 1, 2>, group = 2} : (tensor<2x4x5x5xf32>, tensor<6x2x3x3xf32>, tensor<6xf32>) -> tensor<2x6x3x3xf32>",
+                  "%y = cdp.conv %p0, %p1, %p2 {pads = array<i64: 1, 0, 1, 2>, "
+                  "strides = array<i64: 2, 1>, dilations = array<i64: 1, 2>, "
+                  "group = 2} : (tensor<2x4x5x5xf32>, tensor<6x2x3x3xf32>, "
+                  "tensor<6xf32>) -> tensor<2x6x3x3xf32>",
                   "tensor<2x6x3x3xf32>"});
   list.push_back({"max_pool_ceil",
                   {{"x", {1, 2, 5, 5}}},
-                  "%y = cdp.max_pool %p0 {kernel_shape = array<i64: 2, 2>, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 2, 2>, dilations = array<i64: 1, 1>, ceil_mode = true} : (tensor<1x2x5x5xf32>) -> tensor<1x2x3x3xf32>",
+                  "%y = cdp.max_pool %p0 {kernel_shape = array<i64: 2, 2>, "
+                  "pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 2, 2>, "
+                  "dilations = array<i64: 1, 1>, ceil_mode = true} : "
+                  "(tensor<1x2x5x5xf32>) -> tensor<1x2x3x3xf32>",
                   "tensor<1x2x3x3xf32>"});
   list.push_back({"average_pool_count_include_pad",
                   {{"x", {1, 2, 5, 5}}},
-                  "%y = cdp.average_pool %p0 {kernel_shape = array<i64: 3, 3>, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 2, 2>, dilations = array<i64: 1, 1>, count_include_pad = true} : (tensor<1x2x5x5xf32>) -> tensor<1x2x3x3xf32>",
+                  "%y = cdp.average_pool %p0 {kernel_shape = array<i64: 3, 3>, "
+                  "pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 2, 2>, "
+                  "dilations = array<i64: 1, 1>, count_include_pad = true} : "
+                  "(tensor<1x2x5x5xf32>) -> tensor<1x2x3x3xf32>",
                   "tensor<1x2x3x3xf32>"});
-  list.push_back({"average_pool_exclude_pad",
-                  {{"x", {1, 1, 4, 4}}},
-                  "%y = cdp.average_pool %p0 {kernel_shape = array<i64: 2, 2>, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>, dilations = array<i64: 1, 1>} : (tensor<1x1x4x4xf32>) -> tensor<1x1x5x5xf32>",
-                  "tensor<1x1x5x5xf32>"});
-  list.push_back({"global_average_pool", {{"x", {2, 3, 2, 2}}},
-                  "%y = cdp.global_average_pool %p0 : (tensor<2x3x2x2xf32>) -> tensor<2x3x1x1xf32>",
+  list.push_back(
+      {"average_pool_exclude_pad",
+       {{"x", {1, 1, 4, 4}}},
+       "%y = cdp.average_pool %p0 {kernel_shape = array<i64: 2, 2>, pads = "
+       "array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>, dilations = "
+       "array<i64: 1, 1>} : (tensor<1x1x4x4xf32>) -> tensor<1x1x5x5xf32>",
+       "tensor<1x1x5x5xf32>"});
+  list.push_back({"global_average_pool",
+                  {{"x", {2, 3, 2, 2}}},
+                  "%y = cdp.global_average_pool %p0 : (tensor<2x3x2x2xf32>) -> "
+                  "tensor<2x3x1x1xf32>",
                   "tensor<2x3x1x1xf32>"});
   list.push_back({"batch_norm_training",
                   {{"x", {3, 2, 2, 2}}, {"scale", {2}}, {"bias", {2}}},
-                  "%y, %rm, %rv = cdp.batch_norm %p0, %p1, %p2, %mean, %var {training_mode = true} : (tensor<3x2x2x2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>) -> (tensor<3x2x2x2xf32>, tensor<2xf32>, tensor<2xf32>)",
+                  "%y, %rm, %rv = cdp.batch_norm %p0, %p1, %p2, %mean, %var "
+                  "{training_mode = true} : (tensor<3x2x2x2xf32>, "
+                  "tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>) "
+                  "-> (tensor<3x2x2x2xf32>, tensor<2xf32>, tensor<2xf32>)",
                   "tensor<3x2x2x2xf32>",
-                  {"%mean = cdp.param \"mean\" buffer {value = dense<0.0> : tensor<2xf32>} : tensor<2xf32>",
-                   "%var = cdp.param \"var\" buffer {value = dense<1.0> : tensor<2xf32>} : tensor<2xf32>"}});
-  list.push_back({"batch_norm_inference",
-                  {{"x", {3, 2, 2, 2}}, {"scale", {2}}, {"bias", {2}}},
-                  "%y, %rm, %rv = cdp.batch_norm %p0, %p1, %p2, %mean, %var : (tensor<3x2x2x2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>) -> (tensor<3x2x2x2xf32>, tensor<2xf32>, tensor<2xf32>)",
-                  "tensor<3x2x2x2xf32>",
-                  {"%mean = cdp.param \"mean\" buffer {value = dense<[0.5, -0.5]> : tensor<2xf32>} : tensor<2xf32>",
-                   "%var = cdp.param \"var\" buffer {value = dense<[2.0, 0.5]> : tensor<2xf32>} : tensor<2xf32>"}});
-  list.push_back({"layer_norm", {{"x", {2, 3, 4}}, {"scale", {4}}, {"bias", {4}}},
-                  "%y, %mu, %inv = cdp.layer_norm %p0, %p1, %p2 {axis = -1 : i64} : (tensor<2x3x4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<2x3x4xf32>, tensor<2x3x1xf32>, tensor<2x3x1xf32>)",
+                  {"%mean = cdp.param \"mean\" buffer {value = dense<0.0> : "
+                   "tensor<2xf32>} : tensor<2xf32>",
+                   "%var = cdp.param \"var\" buffer {value = dense<1.0> : "
+                   "tensor<2xf32>} : tensor<2xf32>"}});
+  list.push_back(
+      {"batch_norm_inference",
+       {{"x", {3, 2, 2, 2}}, {"scale", {2}}, {"bias", {2}}},
+       "%y, %rm, %rv = cdp.batch_norm %p0, %p1, %p2, %mean, %var : "
+       "(tensor<3x2x2x2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, "
+       "tensor<2xf32>) -> (tensor<3x2x2x2xf32>, tensor<2xf32>, tensor<2xf32>)",
+       "tensor<3x2x2x2xf32>",
+       {"%mean = cdp.param \"mean\" buffer {value = dense<[0.5, -0.5]> : "
+        "tensor<2xf32>} : tensor<2xf32>",
+        "%var = cdp.param \"var\" buffer {value = dense<[2.0, 0.5]> : "
+        "tensor<2xf32>} : tensor<2xf32>"}});
+  list.push_back({"layer_norm",
+                  {{"x", {2, 3, 4}}, {"scale", {4}}, {"bias", {4}}},
+                  "%y, %mu, %inv = cdp.layer_norm %p0, %p1, %p2 {axis = -1 : "
+                  "i64} : (tensor<2x3x4xf32>, tensor<4xf32>, tensor<4xf32>) -> "
+                  "(tensor<2x3x4xf32>, tensor<2x3x1xf32>, tensor<2x3x1xf32>)",
                   "tensor<2x3x4xf32>"});
-  list.push_back({"softmax_axis1", {{"x", {2, 3, 4}}},
-                  "%y = cdp.softmax %p0 {axis = 1 : i64} : (tensor<2x3x4xf32>) -> tensor<2x3x4xf32>",
+  list.push_back({"softmax_axis1",
+                  {{"x", {2, 3, 4}}},
+                  "%y = cdp.softmax %p0 {axis = 1 : i64} : (tensor<2x3x4xf32>) "
+                  "-> tensor<2x3x4xf32>",
                   "tensor<2x3x4xf32>"});
-  list.push_back({"log_softmax", {{"x", {2, 5}}},
-                  "%y = cdp.log_softmax %p0 : (tensor<2x5xf32>) -> tensor<2x5xf32>",
-                  "tensor<2x5xf32>"});
-  list.push_back({"dropout_training", {{"x", {4, 6}}},
-                  "%y, %mask = cdp.dropout %p0 {ratio = 0.5 : f32, training_mode = true} : (tensor<4x6xf32>) -> (tensor<4x6xf32>, tensor<4x6xi1>)",
-                  "tensor<4x6xf32>"});
-  list.push_back({"reshape_flatten_squeeze_unsqueeze", {{"x", {2, 1, 6}}},
-                  "%r = cdp.reshape %p0 {shape = array<i64: 2, 3, 2>} : (tensor<2x1x6xf32>) -> tensor<2x3x2xf32>\n"
-                  "  %f = cdp.flatten %r {axis = 2 : i64} : (tensor<2x3x2xf32>) -> tensor<6x2xf32>\n"
-                  "  %u = cdp.unsqueeze %f {axes = array<i64: 0>} : (tensor<6x2xf32>) -> tensor<1x6x2xf32>\n"
-                  "  %y = cdp.squeeze %u {axes = array<i64: 0>} : (tensor<1x6x2xf32>) -> tensor<6x2xf32>",
+  list.push_back(
+      {"log_softmax",
+       {{"x", {2, 5}}},
+       "%y = cdp.log_softmax %p0 : (tensor<2x5xf32>) -> tensor<2x5xf32>",
+       "tensor<2x5xf32>"});
+  list.push_back(
+      {"dropout_training",
+       {{"x", {4, 6}}},
+       "%y, %mask = cdp.dropout %p0 {ratio = 0.5 : f32, training_mode = true} "
+       ": (tensor<4x6xf32>) -> (tensor<4x6xf32>, tensor<4x6xi1>)",
+       "tensor<4x6xf32>"});
+  list.push_back({"reshape_flatten_squeeze_unsqueeze",
+                  {{"x", {2, 1, 6}}},
+                  "%r = cdp.reshape %p0 {shape = array<i64: 2, 3, 2>} : "
+                  "(tensor<2x1x6xf32>) -> tensor<2x3x2xf32>\n"
+                  "  %f = cdp.flatten %r {axis = 2 : i64} : "
+                  "(tensor<2x3x2xf32>) -> tensor<6x2xf32>\n"
+                  "  %u = cdp.unsqueeze %f {axes = array<i64: 0>} : "
+                  "(tensor<6x2xf32>) -> tensor<1x6x2xf32>\n"
+                  "  %y = cdp.squeeze %u {axes = array<i64: 0>} : "
+                  "(tensor<1x6x2xf32>) -> tensor<6x2xf32>",
                   "tensor<6x2xf32>"});
-  list.push_back({"transpose", {{"x", {2, 3, 4}}},
-                  "%y = cdp.transpose %p0 {perm = array<i64: 2, 0, 1>} : (tensor<2x3x4xf32>) -> tensor<4x2x3xf32>",
+  list.push_back({"transpose",
+                  {{"x", {2, 3, 4}}},
+                  "%y = cdp.transpose %p0 {perm = array<i64: 2, 0, 1>} : "
+                  "(tensor<2x3x4xf32>) -> tensor<4x2x3xf32>",
                   "tensor<4x2x3xf32>"});
-  list.push_back({"concat", {{"a", {2, 3}}, {"b", {2, 2}}},
-                  "%y = cdp.concat %p0, %p1 {axis = 1 : i64} : (tensor<2x3xf32>, tensor<2x2xf32>) -> tensor<2x5xf32>",
+  list.push_back({"concat",
+                  {{"a", {2, 3}}, {"b", {2, 2}}},
+                  "%y = cdp.concat %p0, %p1 {axis = 1 : i64} : "
+                  "(tensor<2x3xf32>, tensor<2x2xf32>) -> tensor<2x5xf32>",
                   "tensor<2x5xf32>"});
-  list.push_back({"split_one_piece_used", {{"x", {2, 5}}},
-                  "%s:2 = cdp.split %p0 {axis = 1 : i64, split = array<i64: 2, 3>} : (tensor<2x5xf32>) -> (tensor<2x2xf32>, tensor<2x3xf32>)\n"
-                  "  %y = cdp.mul %s#1, %s#1 : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>",
+  list.push_back(
+      {"split_one_piece_used",
+       {{"x", {2, 5}}},
+       "%s:2 = cdp.split %p0 {axis = 1 : i64, split = array<i64: 2, 3>} : "
+       "(tensor<2x5xf32>) -> (tensor<2x2xf32>, tensor<2x3xf32>)\n"
+       "  %y = cdp.mul %s#1, %s#1 : (tensor<2x3xf32>, tensor<2x3xf32>) -> "
+       "tensor<2x3xf32>",
+       "tensor<2x3xf32>"});
+  list.push_back({"slice_negative_step",
+                  {{"x", {3, 6}}},
+                  "%y = cdp.slice %p0 {starts = array<i64: -1, 1>, ends = "
+                  "array<i64: -100, 6>, axes = array<i64: 1, 0>, steps = "
+                  "array<i64: -2, 1>} : (tensor<3x6xf32>) -> tensor<2x3xf32>",
                   "tensor<2x3xf32>"});
-  list.push_back({"slice_negative_step", {{"x", {3, 6}}},
-                  "%y = cdp.slice %p0 {starts = array<i64: -1, 1>, ends = array<i64: -100, 6>, axes = array<i64: 1, 0>, steps = array<i64: -2, 1>} : (tensor<3x6xf32>) -> tensor<2x3xf32>",
-                  "tensor<2x3xf32>"});
-  list.push_back({"expand", {{"x", {3, 1}}},
-                  "%y = cdp.expand %p0 {shape = array<i64: 2, 1, 4>} : (tensor<3x1xf32>) -> tensor<2x3x4xf32>",
+  list.push_back({"expand",
+                  {{"x", {3, 1}}},
+                  "%y = cdp.expand %p0 {shape = array<i64: 2, 1, 4>} : "
+                  "(tensor<3x1xf32>) -> tensor<2x3x4xf32>",
                   "tensor<2x3x4xf32>"});
-  list.push_back({"gather_repeated_indices", {{"table", {5, 3}}},
-                  "%y = cdp.gather %p0, %ids {axis = 0 : i64} : (tensor<5x3xf32>, tensor<2x2xi64>) -> tensor<2x2x3xf32>",
-                  "tensor<2x2x3xf32>",
-                  {"%ids = cdp.constant dense<[[0, 4], [4, -2]]> : tensor<2x2xi64>"}});
-  list.push_back({"reduce_mean_keepdims", {{"x", {2, 3, 4}}},
-                  "%y = cdp.reduce_mean %p0 {axes = array<i64: 0, 2>} : (tensor<2x3x4xf32>) -> tensor<1x3x1xf32>",
+  list.push_back(
+      {"gather_repeated_indices",
+       {{"table", {5, 3}}},
+       "%y = cdp.gather %p0, %ids {axis = 0 : i64} : (tensor<5x3xf32>, "
+       "tensor<2x2xi64>) -> tensor<2x2x3xf32>",
+       "tensor<2x2x3xf32>",
+       {"%ids = cdp.constant dense<[[0, 4], [4, -2]]> : tensor<2x2xi64>"}});
+  list.push_back({"reduce_mean_keepdims",
+                  {{"x", {2, 3, 4}}},
+                  "%y = cdp.reduce_mean %p0 {axes = array<i64: 0, 2>} : "
+                  "(tensor<2x3x4xf32>) -> tensor<1x3x1xf32>",
                   "tensor<1x3x1xf32>"});
-  list.push_back({"reduce_sum_no_keepdims", {{"x", {2, 3, 4}}},
-                  "%y = cdp.reduce_sum %p0 {axes = array<i64: 1>, keepdims = false} : (tensor<2x3x4xf32>) -> tensor<2x4xf32>",
+  list.push_back({"reduce_sum_no_keepdims",
+                  {{"x", {2, 3, 4}}},
+                  "%y = cdp.reduce_sum %p0 {axes = array<i64: 1>, keepdims = "
+                  "false} : (tensor<2x3x4xf32>) -> tensor<2x4xf32>",
                   "tensor<2x4xf32>"});
-  list.push_back({"softmax_cross_entropy_weighted_ignore", {{"scores", {4, 3, 2}}},
-                  "%l, %lp = cdp.softmax_cross_entropy_loss %p0, %labels, %w {ignore_index = 1 : i64} : (tensor<4x3x2xf32>, tensor<4x2xi64>, tensor<3xf32>) -> (tensor<f32>, tensor<4x3x2xf32>)\n"
-                  "  %y = cdp.reshape %l {shape = array<i64: 1>} : (tensor<f32>) -> tensor<1xf32>",
-                  "tensor<1xf32>",
-                  {"%labels = cdp.constant dense<[[0, 2], [1, 2], [0, 0], [2, 1]]> : tensor<4x2xi64>",
-                   "%w = cdp.constant dense<[0.5, 2.0, 1.5]> : tensor<3xf32>"}});
-  list.push_back({"softmax_cross_entropy_none", {{"scores", {4, 3}}},
-                  "%y, %lp = cdp.softmax_cross_entropy_loss %p0, %labels {reduction = \"none\"} : (tensor<4x3xf32>, tensor<4xi64>) -> (tensor<4xf32>, tensor<4x3xf32>)",
-                  "tensor<4xf32>",
-                  {"%labels = cdp.constant dense<[0, 2, 1, 2]> : tensor<4xi64>"}});
-  list.push_back({"nll_loss_sum", {{"logp", {4, 3}}},
-                  "%l = cdp.nll_loss %p0, %labels {reduction = \"sum\"} : (tensor<4x3xf32>, tensor<4xi64>) -> tensor<f32>\n"
-                  "  %y = cdp.reshape %l {shape = array<i64: 1>} : (tensor<f32>) -> tensor<1xf32>",
-                  "tensor<1xf32>",
-                  {"%labels = cdp.constant dense<[0, 2, 1, 2]> : tensor<4xi64>"}});
-  list.push_back({"tied_weight_and_skip", {{"w", {3, 3}}},
-                  "%h = cdp.matmul %p0, %p0 : (tensor<3x3xf32>, tensor<3x3xf32>) -> tensor<3x3xf32>\n"
-                  "  %y = cdp.add %h, %p0 : (tensor<3x3xf32>, tensor<3x3xf32>) -> tensor<3x3xf32>",
+  list.push_back(
+      {"softmax_cross_entropy_weighted_ignore",
+       {{"scores", {4, 3, 2}}},
+       "%l, %lp = cdp.softmax_cross_entropy_loss %p0, %labels, %w "
+       "{ignore_index = 1 : i64} : (tensor<4x3x2xf32>, tensor<4x2xi64>, "
+       "tensor<3xf32>) -> (tensor<f32>, tensor<4x3x2xf32>)\n"
+       "  %y = cdp.reshape %l {shape = array<i64: 1>} : (tensor<f32>) -> "
+       "tensor<1xf32>",
+       "tensor<1xf32>",
+       {"%labels = cdp.constant dense<[[0, 2], [1, 2], [0, 0], [2, 1]]> : "
+        "tensor<4x2xi64>",
+        "%w = cdp.constant dense<[0.5, 2.0, 1.5]> : tensor<3xf32>"}});
+  list.push_back(
+      {"softmax_cross_entropy_none",
+       {{"scores", {4, 3}}},
+       "%y, %lp = cdp.softmax_cross_entropy_loss %p0, %labels {reduction = "
+       "\"none\"} : (tensor<4x3xf32>, tensor<4xi64>) -> (tensor<4xf32>, "
+       "tensor<4x3xf32>)",
+       "tensor<4xf32>",
+       {"%labels = cdp.constant dense<[0, 2, 1, 2]> : tensor<4xi64>"}});
+  list.push_back(
+      {"nll_loss_sum",
+       {{"logp", {4, 3}}},
+       "%l = cdp.nll_loss %p0, %labels {reduction = \"sum\"} : "
+       "(tensor<4x3xf32>, tensor<4xi64>) -> tensor<f32>\n"
+       "  %y = cdp.reshape %l {shape = array<i64: 1>} : (tensor<f32>) -> "
+       "tensor<1xf32>",
+       "tensor<1xf32>",
+       {"%labels = cdp.constant dense<[0, 2, 1, 2]> : tensor<4xi64>"}});
+  list.push_back({"tied_weight_and_skip",
+                  {{"w", {3, 3}}},
+                  "%h = cdp.matmul %p0, %p0 : (tensor<3x3xf32>, "
+                  "tensor<3x3xf32>) -> tensor<3x3xf32>\n"
+                  "  %y = cdp.add %h, %p0 : (tensor<3x3xf32>, tensor<3x3xf32>) "
+                  "-> tensor<3x3xf32>",
                   "tensor<3x3xf32>"});
   (void)kF;
   return list;

@@ -49,7 +49,8 @@ onnx::NodeProto loadNode(const std::string &name) {
   return model.graph().node(0);
 }
 
-float attr(const onnx::NodeProto &node, const std::string &name, float fallback) {
+float attr(const onnx::NodeProto &node, const std::string &name,
+           float fallback) {
   for (const auto &a : node.attribute())
     if (a.name() == name)
       return a.f();
@@ -89,8 +90,9 @@ void check(const std::string &name, bool adam, int groups) {
     Array x = data(name, "input_" + std::to_string(2 + k) + ".pb");
     Array g = data(name, "input_" + std::to_string(2 + groups + k) + ".pb");
     Array v = data(name, "input_" + std::to_string(2 + 2 * groups + k) + ".pb");
-    Array h = adam ? data(name, "input_" + std::to_string(2 + 3 * groups + k) + ".pb")
-                   : Array();
+    Array h =
+        adam ? data(name, "input_" + std::to_string(2 + 3 * groups + k) + ".pb")
+             : Array();
     Array xWant = data(name, "output_" + std::to_string(k) + ".pb");
     Array vWant = data(name, "output_" + std::to_string(groups + k) + ".pb");
     plan::Instruction instruction;
@@ -109,7 +111,8 @@ void check(const std::string &name, bool adam, int groups) {
     KernelArgs args;
     args.instruction = &instruction;
     args.inputs = {viewOf(x), viewOf(g)};
-    auto kernel = (*KernelRegistry::instance().lookup("update", Backend::CPU))(args);
+    auto kernel =
+        (*KernelRegistry::instance().lookup("update", Backend::CPU))(args);
     KernelState state = kernel->state();
     ASSERT_EQ(state.tensors.size(), adam ? 2u : 1u);
     std::memcpy(state.tensors[0].second.data, v.bytes.data(), v.bytes.size());
@@ -117,7 +120,8 @@ void check(const std::string &name, bool adam, int groups) {
       std::memcpy(state.tensors[1].second.data, h.bytes.data(), h.bytes.size());
     *state.counter = adam ? 1000000 : 1;
     kernel->run(StepContext());
-    auto expectNear = [&](const float *got, Array &want, const std::string &what) {
+    auto expectNear = [&](const float *got, Array &want,
+                          const std::string &what) {
       const float *w = reinterpret_cast<const float *>(want.bytes.data());
       for (int64_t i = 0; i < want.numel(); ++i)
         EXPECT_NEAR(got[i], w[i], 1e-6 + 1e-5 * std::fabs(w[i]))
@@ -126,15 +130,20 @@ void check(const std::string &name, bool adam, int groups) {
     expectNear(reinterpret_cast<float *>(x.bytes.data()), xWant, "X_new");
     expectNear(state.tensors[0].second.f32(), vWant, "V_new");
     if (adam) {
-      Array hWant = data(name, "output_" + std::to_string(2 * groups + k) + ".pb");
+      Array hWant =
+          data(name, "output_" + std::to_string(2 * groups + k) + ".pb");
       expectNear(state.tensors[1].second.f32(), hWant, "H_new");
     }
   }
 }
 
 TEST(OptimizerConformance, Momentum) { check("test_momentum", false, 1); }
-TEST(OptimizerConformance, MomentumMultiple) { check("test_momentum_multiple", false, 2); }
+TEST(OptimizerConformance, MomentumMultiple) {
+  check("test_momentum_multiple", false, 2);
+}
 TEST(OptimizerConformance, Adam) { check("test_adam", true, 1); }
-TEST(OptimizerConformance, AdamMultiple) { check("test_adam_multiple", true, 2); }
+TEST(OptimizerConformance, AdamMultiple) {
+  check("test_adam_multiple", true, 2);
+}
 
 } // namespace

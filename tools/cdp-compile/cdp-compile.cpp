@@ -65,17 +65,20 @@ cl::opt<std::string> loss("loss",
                                    "output (none: the model computes it)"),
                           cl::value_desc("softmax-cross-entropy|mse|none"),
                           cl::init("softmax-cross-entropy"), cl::cat(category));
-cl::opt<std::string> lossOutput(
-    "loss-output", cl::desc("With --loss=none: the graph output that is the loss"),
-    cl::value_desc("NAME"), cl::cat(category));
+cl::opt<std::string>
+    lossOutput("loss-output",
+               cl::desc("With --loss=none: the graph output that is the loss"),
+               cl::value_desc("NAME"), cl::cat(category));
 cl::opt<std::string> labelsName(
-    "labels-name", cl::desc("Name of the labels input the loss adds (default labels)"),
+    "labels-name",
+    cl::desc("Name of the labels input the loss adds (default labels)"),
     cl::value_desc("NAME"), cl::init("labels"), cl::cat(category));
 cl::opt<std::string> optimizer("optimizer", cl::desc("Optimizer (default sgd)"),
                                cl::value_desc("sgd|momentum|adam"),
                                cl::init("sgd"), cl::cat(category));
 cl::opt<std::string> lr("lr", cl::desc("Learning rate (default 0.01)"),
-                        cl::value_desc("X"), cl::init("0.01"), cl::cat(category));
+                        cl::value_desc("X"), cl::init("0.01"),
+                        cl::cat(category));
 cl::opt<std::string> momentum(
     "momentum",
     cl::desc("Momentum, PyTorch semantics, dampening 0 (default 0 for sgd, "
@@ -85,7 +88,8 @@ cl::opt<std::string> adamBetas("adam-betas",
                                cl::desc("Adam betas (default 0.9,0.999)"),
                                cl::value_desc("B1,B2"), cl::init("0.9,0.999"),
                                cl::cat(category));
-cl::opt<std::string> adamEps("adam-eps", cl::desc("Adam epsilon (default 1e-8)"),
+cl::opt<std::string> adamEps("adam-eps",
+                             cl::desc("Adam epsilon (default 1e-8)"),
                              cl::value_desc("X"), cl::init("1e-8"),
                              cl::cat(category));
 cl::opt<std::string> weightDecay(
@@ -144,7 +148,9 @@ void parseCommandLine(int argc, char **argv) {
   llvm::raw_string_ostream stream(messages);
   if (!cl::ParseCommandLineOptions(
           argc, argv,
-          "cdp-compile: compiles an ONNX model for cdp\n\n"
+          "cdp-compile: compiles an ONNX model into a cdp training plan\n\n"
+          "  cdp-compile MODEL.onnx -o MODEL.cdp [--optimizer sgd --lr 0.01]\n"
+          "  cdp-compile MODEL.onnx --inference -o MODEL.cdp\n"
           "  cdp-compile MODEL.onnx --emit=mlir [--batch-size B]\n",
           &stream)) {
     // LLVM writes "<argv0>: <problem>.  Try: ..." and a suggestion line;
@@ -168,12 +174,14 @@ int main(int argc, char **argv) {
     die("--emit must be mlir, plan, train-mlir or sched-mlir, got '" + emit +
         "'");
   if (strategy != "single")
-    die("--strategy " + strategy + " is not available yet (this release "
+    die("--strategy " + strategy +
+        " is not available yet (this release "
         "supports single)");
   if (emit == "sched-mlir")
     die("--emit=sched-mlir arrives with the parallel strategies");
   if (microBatches != "1")
-    die("--micro-batches " + microBatches + " is not available yet for "
+    die("--micro-batches " + microBatches +
+        " is not available yet for "
         "--strategy single (use 1)");
   auto parseReal = [](const std::string &flag, const std::string &text) {
     double value = 0;
@@ -189,8 +197,6 @@ int main(int argc, char **argv) {
   auto [beta1Text, beta2Text] = llvm::StringRef(adamBetas).split(',');
   double beta1 = parseReal("--adam-betas", beta1Text.str());
   double beta2 = parseReal("--adam-betas", beta2Text.str());
-  if (emit == "plan" && outputPath == "-")
-    die("give -o FILE.cdp for the plan (or --emit=mlir to print IR)");
 
   cdp::ImportOptions options;
   if (batchSize.getNumOccurrences()) {
@@ -223,6 +229,9 @@ int main(int argc, char **argv) {
     options.constInputs[name.str()] = file.str();
   }
 
+  if (emit == "plan" && outputPath == "-")
+    die("give -o FILE.cdp for the plan (or --emit=mlir to print IR)");
+
   mlir::DialectRegistry registry;
   cdp::registerAllDialects(registry);
   mlir::MLIRContext context(registry);
@@ -247,7 +256,8 @@ int main(int argc, char **argv) {
       lossOptions.lossOutput = lossOutput;
       pm.addPass(cdp::createAttachLoss(lossOptions));
       cdp::AutodiffOptions autodiffOptions;
-      autodiffOptions.freeze = std::vector<std::string>(freeze.begin(), freeze.end());
+      autodiffOptions.freeze =
+          std::vector<std::string>(freeze.begin(), freeze.end());
       autodiffOptions.bnRunningVar = bnRunningVar;
       pm.addPass(cdp::createAutodiff(autodiffOptions));
       cdp::InsertOptimizerOptions optimizerOptions;
@@ -263,7 +273,8 @@ int main(int argc, char **argv) {
     if (emit == "plan")
       pm.addPass(cdp::createPlanMemory());
     if (mlir::failed(pm.run(*module)))
-      die(inputPath + ": " + (diagnostic.empty() ? "compilation failed" : diagnostic));
+      die(inputPath + ": " +
+          (diagnostic.empty() ? "compilation failed" : diagnostic));
     if (emit == "plan") {
       cdp::EmitOptions emitOptions;
       emitOptions.strategy = strategy;

@@ -12,8 +12,8 @@
 #include "cdp/Runtime/Data.h"
 #include "cdp/Runtime/Executor.h"
 
-#include <onnx/onnx_pb.h>
 #include <omp.h>
+#include <onnx/onnx_pb.h>
 
 #include <chrono>
 #include <cmath>
@@ -47,7 +47,7 @@ struct Options {
   bool eval = false;
   int threads = 0;
   std::string metrics, dumpParams, dumpGrads, saveOutputs, saveOnnx;
-  std::string checkpoint, resume;
+  std::string checkpoint, resume, profile;
   int64_t checkpointEvery = 0;
   int64_t maxTensorBytes = int64_t(16) << 30;
 };
@@ -97,7 +97,9 @@ Options parseArguments(int argc, char **argv) {
        [&](const std::string &) { o.eval = true; }},
       {"--threads", "T",
        "oneDNN/OpenMP threads per device (default: all cores for one device)",
-       [&](const std::string &v) { o.threads = parseCount("--threads", v, 1); }},
+       [&](const std::string &v) {
+         o.threads = parseCount("--threads", v, 1);
+       }},
       {"--metrics", "FILE",
        "JSON lines, one per step: step, loss, samples_per_s (and accuracy)",
        [&](const std::string &v) { o.metrics = v; }},
@@ -117,7 +119,8 @@ Options parseArguments(int argc, char **argv) {
        "Save parameters, buffers and optimizer state to DIR (at the end, or "
        "every --checkpoint-every steps)",
        [&](const std::string &v) { o.checkpoint = v; }},
-      {"--checkpoint-every", "N", "Checkpoint every N steps (default: at the end)",
+      {"--checkpoint-every", "N",
+       "Checkpoint every N steps (default: at the end)",
        [&](const std::string &v) {
          o.checkpointEvery = parseCount("--checkpoint-every", v, 1);
        }},
@@ -126,6 +129,10 @@ Options parseArguments(int argc, char **argv) {
        "from the start of training, so the result is bit-identical to an "
        "uninterrupted run",
        [&](const std::string &v) { o.resume = v; }},
+      {"--profile", "FILE",
+       "Measure every instruction and write its mean time per step as JSON "
+       "(cdp-compile --profile will use it to balance stages)",
+       [&](const std::string &v) { o.profile = v; }},
       {"--max-tensor-bytes", "N",
        "Refuse a fed tensor larger than N bytes (default 16 GiB)",
        [&](const std::string &v) {
@@ -139,8 +146,10 @@ Options parseArguments(int argc, char **argv) {
                  "  cdp-run mlp.cdp --feed input=x.npy --feed labels=y.npy "
                  "--steps 3 --dump-params out/\n\nOPTIONS:\n";
     for (const Flag &f : flags) {
-      std::string left = std::string(f.name) + (f.value ? std::string("=<") + f.value + ">" : "");
-      std::cout << "  " << left << std::string(left.size() < 30 ? 30 - left.size() : 1, ' ')
+      std::string left = std::string(f.name) +
+                         (f.value ? std::string("=<") + f.value + ">" : "");
+      std::cout << "  " << left
+                << std::string(left.size() < 30 ? 30 - left.size() : 1, ' ')
                 << "- " << f.help << "\n";
     }
     std::cout << "  --help                        - This text\n";
@@ -197,8 +206,9 @@ std::string jsonString(const std::string &text) {
 }
 
 /// Writes views as .npy files plus index.json mapping ONNX names to files.
-void writeFolder(const std::string &dir,
-                 const std::vector<std::pair<std::string, TensorView>> &tensors) {
+void writeFolder(
+    const std::string &dir,
+    const std::vector<std::pair<std::string, TensorView>> &tensors) {
   makeDirectory(dir);
   FileNamer namer;
   std::ofstream index(dir + "/index.json");
@@ -228,20 +238,23 @@ void copyRows(const Array &source, const TensorView &target, int64_t batchAxis,
     outer *= target.shape[d];
   for (size_t d = batchAxis + 1; d < target.shape.size(); ++d)
     inner *= target.shape[d];
-  int64_t rows = target.shape[batchAxis], length = source.numel() / (outer * inner);
+  int64_t rows = target.shape[batchAxis],
+          length = source.numel() / (outer * inner);
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t j = 0; j < rows; ++j) {
       int64_t entry = (first + j) % length;
       if (order)
         entry = (*order)[entry];
-      std::memcpy(static_cast<char *>(target.data) + ((o * rows + j) * inner) * width,
+      std::memcpy(static_cast<char *>(target.data) +
+                      ((o * rows + j) * inner) * width,
                   source.bytes.data() + ((o * length + entry) * inner) * width,
                   inner * width);
     }
 }
 
 void checkFeed(const std::string &name, const std::string &file,
-               const Array &array, const TensorView &target, int64_t batchAxis) {
+               const Array &array, const TensorView &target,
+               int64_t batchAxis) {
   auto shapeText = [](const std::vector<int64_t> &shape) {
     std::string text = "[";
     for (size_t i = 0; i < shape.size(); ++i)
@@ -249,19 +262,22 @@ void checkFeed(const std::string &name, const std::string &file,
     return text + "]";
   };
   if (array.dtype != target.dtype)
-    die("--feed " + name + "=" + file + ": element type differs from the input's (" +
+    die("--feed " + name + "=" + file +
+        ": element type differs from the input's (" +
         std::string(target.dtype == plan::F32   ? "float32"
                     : target.dtype == plan::I64 ? "int64"
                                                 : "bool") +
         ")");
   bool fits = array.shape.size() == target.shape.size();
   for (size_t d = 0; fits && d < target.shape.size(); ++d)
-    fits = static_cast<int64_t>(d) == batchAxis ? array.shape[d] >= 1
-                                                : array.shape[d] == target.shape[d];
+    fits = static_cast<int64_t>(d) == batchAxis
+               ? array.shape[d] >= 1
+               : array.shape[d] == target.shape[d];
   if (!fits)
     die("--feed " + name + "=" + file + ": shape " + shapeText(array.shape) +
         " does not fit the input's " + shapeText(target.shape) +
-        (batchAxis >= 0 ? " (any length along batch axis " + std::to_string(batchAxis) + ")"
+        (batchAxis >= 0 ? " (any length along batch axis " +
+                              std::to_string(batchAxis) + ")"
                         : ""));
 }
 
@@ -286,13 +302,15 @@ int main(int argc, char **argv) {
     die("give --feed or --data, not both");
   bool training = !plan.inference();
   if (training && options.feeds.empty() && options.data.empty())
-    die("nothing to train on: give --data DIR|fashion-mnist or --feed NAME=FILE");
+    die("nothing to train on: give --data DIR|fashion-mnist or --feed "
+        "NAME=FILE");
   if (!options.feeds.empty() && training && options.steps < 0)
     die("--feed needs --steps T");
   if (options.data.empty() && options.epochs >= 0)
     die("--epochs goes with --data");
   int cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
-  omp_set_num_threads(options.threads > 0 ? options.threads : std::max(cores, 1));
+  omp_set_num_threads(options.threads > 0 ? options.threads
+                                          : std::max(cores, 1));
 
   try {
     Executor executor(plan, options.threads > 0 ? options.threads : cores);
@@ -309,12 +327,13 @@ int main(int argc, char **argv) {
         std::string names;
         for (auto &[n, id] : inputByName)
           names += (names.empty() ? "" : ", ") + n;
-        die("--feed names '" + name + "', which is not an input of the plan (inputs: " +
-            names + ")");
+        die("--feed names '" + name +
+            "', which is not an input of the plan (inputs: " + names + ")");
       }
       Array array = readArray(file);
       if (static_cast<int64_t>(array.bytes.size()) > options.maxTensorBytes)
-        die("--feed " + name + "=" + file + ": " + std::to_string(array.bytes.size()) +
+        die("--feed " + name + "=" + file + ": " +
+            std::to_string(array.bytes.size()) +
             " bytes, more than --max-tensor-bytes");
       const plan::Tensor &t = plan.tensors(it->second);
       checkFeed(name, file, array, executor.view(it->second),
@@ -344,12 +363,17 @@ int main(int argc, char **argv) {
         test = readIdxSplit(dir, "t10k");
       const TensorView &image = executor.view(imageInput);
       int64_t pixels = image.numel() / image.shape[0];
-      if (pixels != train.images.shape[1] || plan.tensors(imageInput).batch_axis() != 0)
+      if (pixels != train.images.shape[1] ||
+          plan.tensors(imageInput).batch_axis() != 0)
         die("--data: the model's input '" + plan.tensors(imageInput).name() +
-            "' takes " + std::to_string(pixels) + " values per sample along axis 0; the "
-            "data set has " + std::to_string(train.images.shape[1]) + " pixels per image");
+            "' takes " + std::to_string(pixels) +
+            " values per sample along axis 0; the "
+            "data set has " +
+            std::to_string(train.images.shape[1]) + " pixels per image");
     }
 
+    if (!options.profile.empty())
+      executor.enableProfiling();
     std::ofstream metrics;
     if (!options.metrics.empty()) {
       metrics.open(options.metrics);
@@ -362,7 +386,8 @@ int main(int argc, char **argv) {
       const TensorView &image = executor.view(imageInput);
       const TensorView &scores = executor.view(plan.scores());
       int64_t batch = image.shape[0], count = test.labels.numel(), correct = 0;
-      const int64_t *labels = reinterpret_cast<const int64_t *>(test.labels.bytes.data());
+      const int64_t *labels =
+          reinterpret_cast<const int64_t *>(test.labels.bytes.data());
       int64_t classes = scores.numel() / batch;
       for (int64_t first = 0; first < count; first += batch) {
         copyRows(test.images, image, 0, first);
@@ -388,13 +413,15 @@ int main(int argc, char **argv) {
           break;
         }
       int64_t perStep = batch * slots;
-      int64_t stepsPerEpoch = options.data.empty() ? options.steps
-                                                   : train.labels.numel() / perStep;
-      int64_t epochs = options.data.empty() ? 1 : std::max<int64_t>(options.epochs, 1);
+      int64_t stepsPerEpoch =
+          options.data.empty() ? options.steps : train.labels.numel() / perStep;
+      int64_t epochs =
+          options.data.empty() ? 1 : std::max<int64_t>(options.epochs, 1);
       if (!options.data.empty() && options.steps >= 0)
         stepsPerEpoch = std::min(stepsPerEpoch, options.steps);
       if (!options.data.empty() && stepsPerEpoch == 0)
-        die("--data: the training split has fewer samples than one step takes (" +
+        die("--data: the training split has fewer samples than one step takes "
+            "(" +
             std::to_string(perStep) + ")");
       int64_t total = stepsPerEpoch * epochs;
       int64_t step = 0;
@@ -414,7 +441,8 @@ int main(int argc, char **argv) {
           std::iota(order.begin(), order.end(), 0);
           std::mt19937_64 rng(options.seed * 1000003ull + epoch);
           for (int64_t i = static_cast<int64_t>(order.size()) - 1; i > 0; --i)
-            std::swap(order[i], order[std::uniform_int_distribution<int64_t>(0, i)(rng)]);
+            std::swap(order[i],
+                      order[std::uniform_int_distribution<int64_t>(0, i)(rng)]);
           shuffledEpoch = epoch;
         }
         if (s == 0)
@@ -428,23 +456,28 @@ int main(int argc, char **argv) {
                        (step * slots + k) * batch);
           } else {
             copyRows(train.images, executor.view(imageInput), 0, first, &order);
-            copyRows(train.labels, executor.view(plan.labels()), 0, first, &order);
+            copyRows(train.labels, executor.view(plan.labels()), 0, first,
+                     &order);
           }
           executor.runStep(StepContext{step, k, options.seed});
         }
-        float loss = plan.loss() >= 0 ? readScalar(executor.view(plan.loss())) : 0.0f;
+        float loss =
+            plan.loss() >= 0 ? readScalar(executor.view(plan.loss())) : 0.0f;
         if (!std::isfinite(loss)) {
           int instruction = -1;
           int bad = executor.firstNonFinite(instruction);
           std::string where =
-              bad < 0 ? std::string("no tensor is non-finite")
-                      : "first non-finite tensor: " +
-                            (plan.tensors(bad).name().empty()
-                                 ? "#" + std::to_string(bad)
-                                 : "'" + plan.tensors(bad).name() + "'") +
-                            ", output of '" +
-                            plan.devices(0).instructions(instruction).op() + "' at '" +
-                            plan.devices(0).instructions(instruction).location() + "'";
+              bad < 0
+                  ? std::string("no tensor is non-finite")
+                  : "first non-finite tensor: " +
+                        (plan.tensors(bad).name().empty()
+                             ? "#" + std::to_string(bad)
+                             : "'" + plan.tensors(bad).name() + "'") +
+                        ", output of '" +
+                        plan.devices(0).instructions(instruction).op() +
+                        "' at '" +
+                        plan.devices(0).instructions(instruction).location() +
+                        "'";
           die("step " + std::to_string(step) + ": the loss is " +
               (std::isnan(loss) ? "NaN" : "infinite") + "; " + where +
               " (check the inputs, or lower --lr)");
@@ -465,9 +498,11 @@ int main(int argc, char **argv) {
           metrics << "}\n";
         }
         if (terminal && (s % 10 == 0 || last))
-          std::fprintf(stderr, "\repoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f samples/s   ",
-                       (long long)epoch + 1, (long long)epochs, (long long)s + 1,
-                       (long long)stepsPerEpoch, loss, rate);
+          std::fprintf(
+              stderr,
+              "\repoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f samples/s   ",
+              (long long)epoch + 1, (long long)epochs, (long long)s + 1,
+              (long long)stepsPerEpoch, loss, rate);
         if (!options.checkpoint.empty() && options.checkpointEvery > 0 &&
             (step + 1) % options.checkpointEvery == 0)
           saveCheckpoint(options.checkpoint, executor, planChecksum, step + 1);
@@ -478,7 +513,8 @@ int main(int argc, char **argv) {
           if (terminal)
             std::fprintf(stderr, "\n");
           std::printf("epoch %lld: %lld steps, loss %.4f, %.1f s",
-                      (long long)epoch + 1, (long long)stepsPerEpoch, loss, elapsed);
+                      (long long)epoch + 1, (long long)stepsPerEpoch, loss,
+                      elapsed);
           if (accuracy >= 0)
             std::printf(", test accuracy %.4f", accuracy);
           std::printf("\n");
@@ -491,10 +527,29 @@ int main(int argc, char **argv) {
         saveCheckpoint(options.checkpoint, executor, planChecksum, total);
     }
 
+    if (!options.profile.empty()) {
+      const std::vector<double> &seconds = executor.profileSeconds();
+      const plan::Device &device = plan.devices(0);
+      int64_t steps = 0;
+      steps = std::max<int64_t>(1, executor.stepsRun());
+      std::ofstream out(options.profile);
+      out << "{\"schema\": \"cdp-profile/1\", \"steps\": " << steps
+          << ", \"instructions\": [";
+      for (size_t i = 0; i < seconds.size(); ++i)
+        out << (i ? ",\n  " : "\n  ") << "{\"index\": " << i
+            << ", \"op\": " << jsonString(device.instructions(i).op())
+            << ", \"location\": "
+            << jsonString(device.instructions(i).location())
+            << ", \"ms\": " << seconds[i] * 1e3 / steps << "}";
+      out << "\n]}\n";
+      if (!out)
+        die(options.profile + ": write failed");
+    }
     if (!options.dumpParams.empty()) {
       std::vector<std::pair<std::string, TensorView>> tensors;
       for (const plan::Tensor &t : plan.tensors())
-        if ((t.kind() == plan::PARAM && t.trainable()) || t.kind() == plan::BUFFER)
+        if ((t.kind() == plan::PARAM && t.trainable()) ||
+            t.kind() == plan::BUFFER)
           tensors.emplace_back(t.name(), executor.view(t.id()));
       writeFolder(options.dumpParams, tensors);
     }
@@ -518,7 +573,8 @@ int main(int argc, char **argv) {
       for (const plan::Tensor &t : plan.tensors())
         if (t.kind() == plan::PARAM || t.kind() == plan::BUFFER)
           byName[t.name()] = t.id();
-      for (onnx::TensorProto &initializer : *model.mutable_graph()->mutable_initializer()) {
+      for (onnx::TensorProto &initializer :
+           *model.mutable_graph()->mutable_initializer()) {
         auto it = byName.find(initializer.name());
         if (it == byName.end())
           continue;
@@ -526,7 +582,8 @@ int main(int argc, char **argv) {
         initializer.clear_float_data();
         initializer.clear_external_data();
         initializer.set_data_location(onnx::TensorProto::DEFAULT);
-        initializer.set_raw_data(view.data, view.numel() * plan::dtypeSize(view.dtype));
+        initializer.set_raw_data(view.data,
+                                 view.numel() * plan::dtypeSize(view.dtype));
       }
       std::ofstream out(options.saveOnnx, std::ios::binary);
       if (!out || !model.SerializeToOstream(&out))

@@ -8,8 +8,8 @@
 
 using namespace mlir;
 
-Operation *cdp::createInferred(OpBuilder &builder, Location loc,
-                               StringRef name, ValueRange operands,
+Operation *cdp::createInferred(OpBuilder &builder, Location loc, StringRef name,
+                               ValueRange operands,
                                ArrayRef<NamedAttribute> attributes,
                                unsigned numResults, std::string &error) {
   MLIRContext *context = builder.getContext();

@@ -875,7 +875,6 @@ LogicalResult NllLossOp::inferReturnTypes(MLIRContext *, Loc loc,
                         adaptor.getWeight(), adaptor.getReduction(), types);
 }
 
-
 //===----------------------------------------------------------------------===//
 // Training ops
 //===----------------------------------------------------------------------===//
@@ -887,7 +886,8 @@ LogicalResult inferStaticF32(MLIRContext *context, Loc loc,
                              SmallVectorImpl<Type> &types) {
   for (int64_t dim : shape)
     if (dim < 0)
-      return fail(loc, "shape " + shapeString(shape) + " has a negative dimension");
+      return fail(loc,
+                  "shape " + shapeString(shape) + " has a negative dimension");
   types.push_back(tensorOf(shape, Float32Type::get(context)));
   return success();
 }
@@ -903,7 +903,7 @@ LogicalResult inferSameAs(Value value, SmallVectorImpl<Type> &types) {
 LogicalResult UnaryGradOp::inferReturnTypes(MLIRContext *, Loc loc,
                                             Adaptor adaptor,
                                             SmallVectorImpl<Type> &types) {
-  static const char *kinds[] = {"relu", "gelu", "gelu_tanh", "erf",
+  static const char *kinds[] = {"relu",    "gelu", "gelu_tanh", "erf",
                                 "sigmoid", "tanh", "sqrt"};
   if (!llvm::is_contained(kinds, adaptor.getKind()))
     return fail(loc, "unknown activation '" + adaptor.getKind() + "'");
@@ -951,9 +951,10 @@ LogicalResult MaxPoolGradOp::inferReturnTypes(MLIRContext *, Loc,
   return inferSameAs(adaptor.getInput(), types);
 }
 
-LogicalResult AveragePoolGradOp::inferReturnTypes(
-    MLIRContext *context, Loc loc, Adaptor adaptor,
-    SmallVectorImpl<Type> &types) {
+LogicalResult
+AveragePoolGradOp::inferReturnTypes(MLIRContext *context, Loc loc,
+                                    Adaptor adaptor,
+                                    SmallVectorImpl<Type> &types) {
   return inferStaticF32(context, loc, adaptor.getInputShape(), types);
 }
 

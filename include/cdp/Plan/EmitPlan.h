@@ -14,8 +14,8 @@ struct EmitOptions {
   std::string strategy = "single";
   std::string optimizer;
   bool inference = false;
-  std::string sourceName;   ///< the ONNX file name
-  std::string sourceModel;  ///< the ONNX file's bytes, for --save-onnx
+  std::string sourceName;  ///< the ONNX file name
+  std::string sourceModel; ///< the ONNX file's bytes, for --save-onnx
 };
 
 /// Serializes a module that went through cdp-plan-memory (and, for

@@ -31,8 +31,8 @@ struct Dataset {
   Array images, labels;
 };
 
-/// Reads `<prefix>-images-idx3-ubyte[.gz]` and `<prefix>-labels-idx1-ubyte[.gz]`
-/// from `dir` (prefix: train or t10k).
+/// Reads `<prefix>-images-idx3-ubyte[.gz]` and
+/// `<prefix>-labels-idx1-ubyte[.gz]` from `dir` (prefix: train or t10k).
 Dataset readIdxSplit(const std::string &dir, const std::string &prefix);
 
 /// ONNX names made file names: characters outside [A-Za-z0-9._-] become _,

@@ -29,6 +29,12 @@ public:
 
   /// One training (or inference) step on device 0.
   void runStep(const StepContext &context);
+
+  /// Times every instruction of later steps (seconds, summed over steps).
+  void enableProfiling() { profile.assign(train.size(), 0.0); }
+  const std::vector<double> &profileSeconds() const { return profile; }
+  /// Training steps run so far.
+  int64_t stepsRun() const { return steps; }
   /// The forward-only evaluation stream.
   void runEval(const StepContext &context);
 
@@ -53,6 +59,8 @@ private:
   std::vector<std::vector<uint64_t>> persistent; // 8-byte aligned storage
   std::vector<TensorView> views;
   std::vector<std::unique_ptr<Kernel>> train, eval;
+  std::vector<double> profile;
+  int64_t steps = 0;
 };
 
 } // namespace cdp::runtime

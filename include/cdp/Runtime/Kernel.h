@@ -49,9 +49,9 @@ struct TensorView {
 
 /// What a kernel knows about the step it runs in.
 struct StepContext {
-  int64_t step = 0;    ///< training step t
-  int64_t slot = 0;    ///< micro-batch slot k within the step
-  uint64_t seed = 0;   ///< --seed (Dropout)
+  int64_t step = 0;  ///< training step t
+  int64_t slot = 0;  ///< micro-batch slot k within the step
+  uint64_t seed = 0; ///< --seed (Dropout)
 };
 
 /// State a kernel carries from step to step (optimizer moments and step
@@ -82,7 +82,7 @@ private:
 /// What a kernel factory gets: the instruction and its bound tensors.
 struct KernelArgs {
   const plan::Instruction *instruction = nullptr;
-  std::vector<TensorView> inputs;  ///< absent optional inputs: !present()
+  std::vector<TensorView> inputs; ///< absent optional inputs: !present()
   std::vector<TensorView> outputs;
   int threads = 1;
 

@@ -12,6 +12,7 @@ namespace cdp::runtime::cpu {
 
 void registerElementwise(KernelRegistry &registry);
 void registerLinalg(KernelRegistry &registry);
+void registerDnnlConvolution(KernelRegistry &registry);
 void registerPooling(KernelRegistry &registry);
 void registerNormalization(KernelRegistry &registry);
 void registerShape(KernelRegistry &registry);
@@ -44,8 +45,9 @@ inline std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape) {
 
 /// For every element of `outShape`, the index of the element of `inShape`
 /// that numpy broadcasting reads. Computed once, at load.
-inline std::vector<int64_t> broadcastIndex(const std::vector<int64_t> &inShape,
-                                           const std::vector<int64_t> &outShape) {
+inline std::vector<int64_t>
+broadcastIndex(const std::vector<int64_t> &inShape,
+               const std::vector<int64_t> &outShape) {
   size_t rank = outShape.size();
   std::vector<int64_t> inStrides(rank, 0);
   std::vector<int64_t> strides = stridesOf(inShape);
@@ -83,8 +85,9 @@ inline int64_t normalizeAxis(int64_t axis, int64_t rank) {
 }
 
 inline size_t byteSize(const TensorView &view) {
-  return static_cast<size_t>(view.numel()) *
-         (view.dtype == plan::F32 ? 4 : view.dtype == plan::I64 ? 8 : 1);
+  return static_cast<size_t>(view.numel()) * (view.dtype == plan::F32   ? 4
+                                              : view.dtype == plan::I64 ? 8
+                                                                        : 1);
 }
 
 } // namespace cdp::runtime::cpu

@@ -13,8 +13,7 @@ constexpr float kSqrt2OverPi = 0.79788456080286536f;
 constexpr float kTwoOverSqrtPi = 1.1283791670955126f;
 
 template <typename T, typename Fn>
-std::function<void(const StepContext &)>
-binary(const KernelArgs &args, Fn fn) {
+std::function<void(const StepContext &)> binary(const KernelArgs &args, Fn fn) {
   TensorView a = args.inputs[0], b = args.inputs[1], y = args.outputs[0];
   int64_t n = y.numel();
   if (a.numel() == n && b.numel() == n)
@@ -35,8 +34,10 @@ binary(const KernelArgs &args, Fn fn) {
       for (int64_t i = 0; i < n; ++i)
         py[i] = fn(pa[i], vb);
     };
-  auto ia = std::make_shared<std::vector<int64_t>>(broadcastIndex(a.shape, y.shape));
-  auto ib = std::make_shared<std::vector<int64_t>>(broadcastIndex(b.shape, y.shape));
+  auto ia =
+      std::make_shared<std::vector<int64_t>>(broadcastIndex(a.shape, y.shape));
+  auto ib =
+      std::make_shared<std::vector<int64_t>>(broadcastIndex(b.shape, y.shape));
   return [=](const StepContext &) {
     const T *pa = static_cast<const T *>(a.data);
     const T *pb = static_cast<const T *>(b.data);
@@ -48,19 +49,20 @@ binary(const KernelArgs &args, Fn fn) {
   };
 }
 
-template <typename Fn> void addBinary(KernelRegistry &registry, const std::string &op, Fn fn) {
+template <typename Fn>
+void addBinary(KernelRegistry &registry, const std::string &op, Fn fn) {
   addKernel(registry, op, [fn](const KernelArgs &args) {
     if (args.outputs[0].dtype == plan::I64)
       return binary<int64_t>(args, [fn](int64_t a, int64_t b) {
         return static_cast<int64_t>(fn(a, b));
       });
-    return binary<float>(args, [fn](float a, float b) {
-      return static_cast<float>(fn(a, b));
-    });
+    return binary<float>(
+        args, [fn](float a, float b) { return static_cast<float>(fn(a, b)); });
   });
 }
 
-template <typename Fn> void addUnary(KernelRegistry &registry, const std::string &op, Fn fn) {
+template <typename Fn>
+void addUnary(KernelRegistry &registry, const std::string &op, Fn fn) {
   addKernel(registry, op, [fn](const KernelArgs &args) {
     TensorView x = args.inputs[0], y = args.outputs[0];
     int64_t n = y.numel();
@@ -113,7 +115,8 @@ void registerElementwise(KernelRegistry &registry) {
   addUnary(registry, "relu", [](float x) { return x > 0.0f ? x : 0.0f; });
   addUnary(registry, "erf", [](float x) { return std::erf(x); });
   addUnary(registry, "tanh", [](float x) { return std::tanh(x); });
-  addUnary(registry, "sigmoid", [](float x) { return 1.0f / (1.0f + std::exp(-x)); });
+  addUnary(registry, "sigmoid",
+           [](float x) { return 1.0f / (1.0f + std::exp(-x)); });
   addUnary(registry, "sqrt", [](float x) { return std::sqrt(x); });
   addKernel(registry, "gelu", [](const KernelArgs &args) {
     TensorView x = args.inputs[0], y = args.outputs[0];
@@ -128,44 +131,51 @@ void registerElementwise(KernelRegistry &registry) {
     };
   });
 
-  addKernel(registry, "unary_grad", [](const KernelArgs &args) {
-    TensorView dy = args.inputs[0], saved = args.inputs[1], dx = args.outputs[0];
-    std::string kind = args.s("kind", "");
-    int64_t n = dx.numel();
-    std::function<float(float, float)> local;
-    if (kind == "relu")
-      local = [](float g, float x) { return x > 0.0f ? g : 0.0f; };
-    else if (kind == "gelu")
-      local = [](float g, float x) {
-        float cdf = 0.5f * (1.0f + std::erf(x * kSqrt1_2));
-        float pdf = std::exp(-0.5f * x * x) * 0.3989422804014327f;
-        return g * (cdf + x * pdf);
-      };
-    else if (kind == "gelu_tanh")
-      local = [](float g, float x) {
-        float inner = kSqrt2OverPi * (x + 0.044715f * x * x * x);
-        float t = std::tanh(inner);
-        float dinner = kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
-        return g * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * dinner);
-      };
-    else if (kind == "erf")
-      local = [](float g, float x) { return g * kTwoOverSqrtPi * std::exp(-x * x); };
-    else if (kind == "sigmoid")
-      local = [](float g, float y) { return g * y * (1.0f - y); };
-    else if (kind == "tanh")
-      local = [](float g, float y) { return g * (1.0f - y * y); };
-    else if (kind == "sqrt")
-      local = [](float g, float y) { return g * 0.5f / y; };
-    else
-      args.fail("unknown activation '" + kind + "'");
-    return [=](const StepContext &) {
-      const float *pg = dy.f32(), *ps = saved.f32();
-      float *px = dx.f32();
+  addKernel(
+      registry, "unary_grad",
+      [](const KernelArgs &args) -> std::function<void(const StepContext &)> {
+        TensorView dy = args.inputs[0], saved = args.inputs[1],
+                   dx = args.outputs[0];
+        std::string kind = args.s("kind", "");
+        int64_t n = dx.numel();
+        // One loop per activation, so each inlines and vectorizes.
+        using Body = std::function<void(const StepContext &)>;
+        auto loop = [=](auto local) -> Body {
+          return [=](const StepContext &) {
+            const float *pg = dy.f32(), *ps = saved.f32();
+            float *px = dx.f32();
 #pragma omp parallel for if (n > 65536)
-      for (int64_t i = 0; i < n; ++i)
-        px[i] = local(pg[i], ps[i]);
-    };
-  });
+            for (int64_t i = 0; i < n; ++i)
+              px[i] = local(pg[i], ps[i]);
+          };
+        };
+        if (kind == "relu")
+          return loop([](float g, float x) { return x > 0.0f ? g : 0.0f; });
+        if (kind == "gelu")
+          return loop([](float g, float x) {
+            float cdf = 0.5f * (1.0f + std::erf(x * kSqrt1_2));
+            float pdf = std::exp(-0.5f * x * x) * 0.3989422804014327f;
+            return g * (cdf + x * pdf);
+          });
+        if (kind == "gelu_tanh")
+          return loop([](float g, float x) {
+            float inner = kSqrt2OverPi * (x + 0.044715f * x * x * x);
+            float t = std::tanh(inner);
+            float dinner = kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
+            return g * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * dinner);
+          });
+        if (kind == "erf")
+          return loop([](float g, float x) {
+            return g * kTwoOverSqrtPi * std::exp(-x * x);
+          });
+        if (kind == "sigmoid")
+          return loop([](float g, float y) { return g * y * (1.0f - y); });
+        if (kind == "tanh")
+          return loop([](float g, float y) { return g * (1.0f - y * y); });
+        if (kind == "sqrt")
+          return loop([](float g, float y) { return g * 0.5f / y; });
+        args.fail("unknown activation '" + kind + "'");
+      });
 
   addKernel(registry, "cast", [](const KernelArgs &args) {
     TensorView x = args.inputs[0], y = args.outputs[0];
@@ -176,9 +186,11 @@ void registerElementwise(KernelRegistry &registry) {
                    : x.dtype == plan::I64 ? static_cast<double>(x.i64()[i])
                                           : x.b8()[i];
         if (y.dtype == plan::F32)
-          y.f32()[i] = x.dtype == plan::F32 ? x.f32()[i] : static_cast<float>(v);
+          y.f32()[i] =
+              x.dtype == plan::F32 ? x.f32()[i] : static_cast<float>(v);
         else if (y.dtype == plan::I64)
-          y.i64()[i] = x.dtype == plan::I64 ? x.i64()[i] : static_cast<int64_t>(v);
+          y.i64()[i] =
+              x.dtype == plan::I64 ? x.i64()[i] : static_cast<int64_t>(v);
         else
           y.b8()[i] = v != 0;
       }
@@ -202,7 +214,8 @@ void registerElementwise(KernelRegistry &registry) {
         return;
       }
       float keepScale = 1.0f / (1.0f - ratio);
-      uint64_t seed = context.seed ^ (static_cast<uint64_t>(context.step) << 20) ^
+      uint64_t seed = context.seed ^
+                      (static_cast<uint64_t>(context.step) << 20) ^
                       static_cast<uint64_t>(context.slot);
       for (int64_t i = 0; i < n; ++i) {
         bool keep = uniform(seed, stream, i) >= ratio;
@@ -225,7 +238,8 @@ void registerElementwise(KernelRegistry &registry) {
   // Sum over the dimensions `shape` broadcast: out[index[i]] += in[i].
   addKernel(registry, "reduce_to", [](const KernelArgs &args) {
     TensorView x = args.inputs[0], y = args.outputs[0];
-    auto index = std::make_shared<std::vector<int64_t>>(broadcastIndex(y.shape, x.shape));
+    auto index = std::make_shared<std::vector<int64_t>>(
+        broadcastIndex(y.shape, x.shape));
     int64_t n = x.numel(), m = y.numel();
     return [=](const StepContext &) {
       std::fill(y.f32(), y.f32() + m, 0.0f);
@@ -237,7 +251,8 @@ void registerElementwise(KernelRegistry &registry) {
 
   addKernel(registry, "expand", [](const KernelArgs &args) {
     TensorView x = args.inputs[0], y = args.outputs[0];
-    auto index = std::make_shared<std::vector<int64_t>>(broadcastIndex(x.shape, y.shape));
+    auto index = std::make_shared<std::vector<int64_t>>(
+        broadcastIndex(x.shape, y.shape));
     int64_t n = y.numel();
     size_t width = byteSize(y) / std::max<int64_t>(n, 1);
     return [=](const StepContext &) {

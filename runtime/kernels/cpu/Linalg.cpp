@@ -8,6 +8,7 @@
 
 #include "CpuKernels.h"
 
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 
 namespace cdp::runtime::cpu {
@@ -46,7 +47,8 @@ struct ConvGeometry {
     kernelW = weight[3];
     outH = output[2];
     outW = output[3];
-    std::vector<int64_t> pads = args.ints("pads"), strides = args.ints("strides"),
+    std::vector<int64_t> pads = args.ints("pads"),
+                         strides = args.ints("strides"),
                          dilations = args.ints("dilations");
     padTop = pads[0];
     padLeft = pads[1];
@@ -92,7 +94,8 @@ void col2im(const ConvGeometry &g, const float *column, float *image) {
   for (int64_t c = 0; c < g.groupChannels(); ++c)
     for (int64_t kh = 0; kh < g.kernelH; ++kh)
       for (int64_t kw = 0; kw < g.kernelW; ++kw) {
-        const float *row = column + ((c * g.kernelH + kh) * g.kernelW + kw) * cols;
+        const float *row =
+            column + ((c * g.kernelH + kh) * g.kernelW + kw) * cols;
         float *plane = image + c * g.height * g.width;
         for (int64_t oh = 0; oh < g.outH; ++oh) {
           int64_t ih = oh * g.strideH - g.padTop + kh * g.dilationH;
@@ -120,7 +123,8 @@ void registerLinalg(KernelRegistry &registry) {
     int64_t k = transA ? a.shape[0] : a.shape[1];
     std::shared_ptr<std::vector<int64_t>> index;
     if (c.present())
-      index = std::make_shared<std::vector<int64_t>>(broadcastIndex(c.shape, y.shape));
+      index = std::make_shared<std::vector<int64_t>>(
+          broadcastIndex(c.shape, y.shape));
     return [=](const StepContext &) {
       float *py = y.f32();
       if (c.present()) {
@@ -147,14 +151,22 @@ void registerLinalg(KernelRegistry &registry) {
     size_t rank = std::max(aBatch.size(), bBatch.size());
     std::vector<int64_t> batch(rank);
     for (size_t d = 0; d < rank; ++d) {
-      int64_t da = d < rank - aBatch.size() ? 1 : aBatch[d - (rank - aBatch.size())];
-      int64_t db = d < rank - bBatch.size() ? 1 : bBatch[d - (rank - bBatch.size())];
+      int64_t da =
+          d < rank - aBatch.size() ? 1 : aBatch[d - (rank - aBatch.size())];
+      int64_t db =
+          d < rank - bBatch.size() ? 1 : bBatch[d - (rank - bBatch.size())];
       batch[d] = std::max(da, db);
     }
-    auto ia = std::make_shared<std::vector<int64_t>>(broadcastIndex(aBatch, batch));
-    auto ib = std::make_shared<std::vector<int64_t>>(broadcastIndex(bBatch, batch));
+    auto ia =
+        std::make_shared<std::vector<int64_t>>(broadcastIndex(aBatch, batch));
+    auto ib =
+        std::make_shared<std::vector<int64_t>>(broadcastIndex(bBatch, batch));
     int64_t count = product(batch);
+    int threads =
+        std::max(1, std::min<int>(args.threads, static_cast<int>(count)));
     return [=](const StepContext &) {
+    // Many small products: one per thread, each single-threaded inside.
+#pragma omp parallel for num_threads(threads) schedule(static) if (count > 1)
       for (int64_t i = 0; i < count; ++i)
         sgemm(false, false, m, n, k, 1.0f, a.f32() + (*ia)[i] * m * k,
               b.f32() + (*ib)[i] * k * n, 0.0f, y.f32() + i * m * n);
@@ -165,18 +177,28 @@ void registerLinalg(KernelRegistry &registry) {
     TensorView x = args.inputs[0], w = args.inputs[1], y = args.outputs[0];
     TensorView bias = args.inputs.size() > 2 ? args.inputs[2] : TensorView();
     ConvGeometry g(args, x.shape, w.shape, y.shape);
-    auto column = std::make_shared<std::vector<float>>(g.columnRows() * g.columnCols());
+    int threads =
+        std::max(1, std::min<int>(args.threads, static_cast<int>(g.batch)));
+    auto columns = std::make_shared<std::vector<float>>(
+        threads * g.columnRows() * g.columnCols());
     return [=](const StepContext &) {
       int64_t cols = g.columnCols(), rows = g.columnRows();
-      for (int64_t n = 0; n < g.batch; ++n)
+      // Images in parallel, each with its own column buffer; the small
+      // per-image products run single-threaded inside.
+#pragma omp parallel for num_threads(threads) schedule(static)
+      for (int64_t n = 0; n < g.batch; ++n) {
+        float *column = columns->data() + omp_get_thread_num() * rows * cols;
         for (int64_t grp = 0; grp < g.group; ++grp) {
-          const float *image = x.f32() + (n * g.channels + grp * g.groupChannels()) *
-                                             g.height * g.width;
-          im2col(g, image, column->data());
-          float *out = y.f32() + (n * g.filters + grp * g.groupFilters()) * cols;
+          const float *image =
+              x.f32() +
+              (n * g.channels + grp * g.groupChannels()) * g.height * g.width;
+          im2col(g, image, column);
+          float *out =
+              y.f32() + (n * g.filters + grp * g.groupFilters()) * cols;
           sgemm(false, false, g.groupFilters(), cols, rows, 1.0f,
-                w.f32() + grp * g.groupFilters() * rows, column->data(), 0.0f, out);
+                w.f32() + grp * g.groupFilters() * rows, column, 0.0f, out);
         }
+      }
       if (bias.present())
         for (int64_t n = 0; n < g.batch; ++n)
           for (int64_t f = 0; f < g.filters; ++f) {
@@ -191,36 +213,64 @@ void registerLinalg(KernelRegistry &registry) {
   addKernel(registry, "conv_grad_input", [](const KernelArgs &args) {
     TensorView dy = args.inputs[0], w = args.inputs[1], dx = args.outputs[0];
     ConvGeometry g(args, dx.shape, w.shape, dy.shape);
-    auto column = std::make_shared<std::vector<float>>(g.columnRows() * g.columnCols());
+    int threads =
+        std::max(1, std::min<int>(args.threads, static_cast<int>(g.batch)));
+    auto columns = std::make_shared<std::vector<float>>(
+        threads * g.columnRows() * g.columnCols());
     return [=](const StepContext &) {
       int64_t cols = g.columnCols(), rows = g.columnRows();
       std::fill(dx.f32(), dx.f32() + dx.numel(), 0.0f);
-      for (int64_t n = 0; n < g.batch; ++n)
+#pragma omp parallel for num_threads(threads) schedule(static)
+      for (int64_t n = 0; n < g.batch; ++n) {
+        float *column = columns->data() + omp_get_thread_num() * rows * cols;
         for (int64_t grp = 0; grp < g.group; ++grp) {
-          const float *grad = dy.f32() + (n * g.filters + grp * g.groupFilters()) * cols;
+          const float *grad =
+              dy.f32() + (n * g.filters + grp * g.groupFilters()) * cols;
           sgemm(true, false, rows, cols, g.groupFilters(), 1.0f,
-                w.f32() + grp * g.groupFilters() * rows, grad, 0.0f, column->data());
-          col2im(g, column->data(),
-                 dx.f32() + (n * g.channels + grp * g.groupChannels()) * g.height * g.width);
+                w.f32() + grp * g.groupFilters() * rows, grad, 0.0f, column);
+          col2im(g, column,
+                 dx.f32() + (n * g.channels + grp * g.groupChannels()) *
+                                g.height * g.width);
         }
+      }
     };
   });
 
   addKernel(registry, "conv_grad_weight", [](const KernelArgs &args) {
     TensorView dy = args.inputs[0], x = args.inputs[1], dw = args.outputs[0];
     ConvGeometry g(args, x.shape, dw.shape, dy.shape);
-    auto column = std::make_shared<std::vector<float>>(g.columnRows() * g.columnCols());
+    int threads =
+        std::max(1, std::min<int>(args.threads, static_cast<int>(g.batch)));
+    int64_t weights = dw.numel();
+    auto columns = std::make_shared<std::vector<float>>(
+        threads * g.columnRows() * g.columnCols());
+    // One partial weight gradient per thread, summed in a fixed order so the
+    // result does not depend on scheduling.
+    auto partials = std::make_shared<std::vector<float>>(threads * weights);
     return [=](const StepContext &) {
       int64_t cols = g.columnCols(), rows = g.columnRows();
-      for (int64_t n = 0; n < g.batch; ++n)
+      std::fill(partials->begin(), partials->end(), 0.0f);
+#pragma omp parallel for num_threads(threads) schedule(static)
+      for (int64_t n = 0; n < g.batch; ++n) {
+        int t = omp_get_thread_num();
+        float *column = columns->data() + t * rows * cols;
+        float *partial = partials->data() + t * weights;
         for (int64_t grp = 0; grp < g.group; ++grp) {
-          im2col(g, x.f32() + (n * g.channels + grp * g.groupChannels()) * g.height * g.width,
-                 column->data());
-          const float *grad = dy.f32() + (n * g.filters + grp * g.groupFilters()) * cols;
-          sgemm(false, true, g.groupFilters(), rows, cols, 1.0f, grad,
-                column->data(), n == 0 ? 0.0f : 1.0f,
-                dw.f32() + grp * g.groupFilters() * rows);
+          im2col(g,
+                 x.f32() + (n * g.channels + grp * g.groupChannels()) *
+                               g.height * g.width,
+                 column);
+          const float *grad =
+              dy.f32() + (n * g.filters + grp * g.groupFilters()) * cols;
+          sgemm(false, true, g.groupFilters(), rows, cols, 1.0f, grad, column,
+                1.0f, partial + grp * g.groupFilters() * rows);
         }
+      }
+      float *out = dw.f32();
+      std::copy(partials->begin(), partials->begin() + weights, out);
+      for (int t = 1; t < threads; ++t)
+        for (int64_t i = 0; i < weights; ++i)
+          out[i] += (*partials)[t * weights + i];
     };
   });
 }

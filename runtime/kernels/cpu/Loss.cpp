@@ -80,9 +80,8 @@ template <typename Fn>
 void forEachWeightedGradient(const ClassGeometry &g, const TensorView &dloss,
                              const int64_t *labels, const TensorView &weights,
                              const std::string &location, Fn fn) {
-  double denominator = g.reduction == "mean"
-                           ? g.denominator(labels, weights, location)
-                           : 1.0;
+  double denominator =
+      g.reduction == "mean" ? g.denominator(labels, weights, location) : 1.0;
   for (int64_t n = 0; n < g.batch; ++n)
     for (int64_t i = 0; i < g.spatial; ++i) {
       int64_t k = n * g.spatial + i, label = labels[k];
@@ -113,34 +112,40 @@ void registerLoss(KernelRegistry &registry) {
             top = std::max(top, scores.f32()[g.at(n, c, i)]);
           double sum = 0;
           for (int64_t c = 0; c < g.classes; ++c)
-            sum += std::exp(static_cast<double>(scores.f32()[g.at(n, c, i)] - top));
+            sum += std::exp(
+                static_cast<double>(scores.f32()[g.at(n, c, i)] - top));
           double logSum = std::log(sum);
           for (int64_t c = 0; c < g.classes; ++c)
             logp.f32()[g.at(n, c, i)] =
                 static_cast<float>(scores.f32()[g.at(n, c, i)] - top - logSum);
         }
-      negativeLogLikelihood(g, logp.f32(), labels.i64(), weights, loss.f32(), location);
+      negativeLogLikelihood(g, logp.f32(), labels.i64(), weights, loss.f32(),
+                            location);
     };
   });
 
-  addKernel(registry, "softmax_cross_entropy_loss_grad", [](const KernelArgs &args) {
-    TensorView dloss = args.inputs[0], logp = args.inputs[1], labels = args.inputs[2];
-    TensorView weights = args.inputs.size() > 3 ? args.inputs[3] : TensorView();
-    TensorView dx = args.outputs[0];
-    ClassGeometry g(args, logp.shape);
-    std::string location = args.instruction->location();
-    return [=](const StepContext &) {
-      forEachWeightedGradient(
-          g, dloss, labels.i64(), weights, location,
-          [&](int64_t n, int64_t i, int64_t label, double factor) {
-            for (int64_t c = 0; c < g.classes; ++c) {
-              int64_t k = g.at(n, c, i);
-              double p = std::exp(static_cast<double>(logp.f32()[k]));
-              dx.f32()[k] = static_cast<float>(factor * (p - (c == label ? 1.0 : 0.0)));
-            }
-          });
-    };
-  });
+  addKernel(registry, "softmax_cross_entropy_loss_grad",
+            [](const KernelArgs &args) {
+              TensorView dloss = args.inputs[0], logp = args.inputs[1],
+                         labels = args.inputs[2];
+              TensorView weights =
+                  args.inputs.size() > 3 ? args.inputs[3] : TensorView();
+              TensorView dx = args.outputs[0];
+              ClassGeometry g(args, logp.shape);
+              std::string location = args.instruction->location();
+              return [=](const StepContext &) {
+                forEachWeightedGradient(
+                    g, dloss, labels.i64(), weights, location,
+                    [&](int64_t n, int64_t i, int64_t label, double factor) {
+                      for (int64_t c = 0; c < g.classes; ++c) {
+                        int64_t k = g.at(n, c, i);
+                        double p = std::exp(static_cast<double>(logp.f32()[k]));
+                        dx.f32()[k] = static_cast<float>(
+                            factor * (p - (c == label ? 1.0 : 0.0)));
+                      }
+                    });
+              };
+            });
 
   addKernel(registry, "nll_loss", [](const KernelArgs &args) {
     TensorView input = args.inputs[0], target = args.inputs[1];
@@ -149,7 +154,8 @@ void registerLoss(KernelRegistry &registry) {
     ClassGeometry g(args, input.shape);
     std::string location = args.instruction->location();
     return [=](const StepContext &) {
-      negativeLogLikelihood(g, input.f32(), target.i64(), weight, loss.f32(), location);
+      negativeLogLikelihood(g, input.f32(), target.i64(), weight, loss.f32(),
+                            location);
     };
   });
 
@@ -161,11 +167,12 @@ void registerLoss(KernelRegistry &registry) {
     std::string location = args.instruction->location();
     return [=](const StepContext &) {
       std::fill(dx.f32(), dx.f32() + dx.numel(), 0.0f);
-      forEachWeightedGradient(g, dloss, target.i64(), weight, location,
-                              [&](int64_t n, int64_t i, int64_t label, double factor) {
-                                if (factor != 0.0)
-                                  dx.f32()[g.at(n, label, i)] = static_cast<float>(-factor);
-                              });
+      forEachWeightedGradient(
+          g, dloss, target.i64(), weight, location,
+          [&](int64_t n, int64_t i, int64_t label, double factor) {
+            if (factor != 0.0)
+              dx.f32()[g.at(n, label, i)] = static_cast<float>(-factor);
+          });
     };
   });
 }

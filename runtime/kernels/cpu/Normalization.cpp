@@ -43,11 +43,13 @@ void batchStats(const ChannelView &v, const float *x, int64_t c, double &mean,
 
 void registerNormalization(KernelRegistry &registry) {
   addKernel(registry, "batch_norm", [](const KernelArgs &args) {
-    TensorView x = args.inputs[0], scale = args.inputs[1], bias = args.inputs[2],
-               mean = args.inputs[3], var = args.inputs[4];
+    TensorView x = args.inputs[0], scale = args.inputs[1],
+               bias = args.inputs[2], mean = args.inputs[3],
+               var = args.inputs[4];
     TensorView y = args.outputs[0], runMean = args.outputs[1],
                runVar = args.outputs[2];
-    double epsilon = args.f("epsilon", 1e-5), momentum = args.f("momentum", 0.9);
+    double epsilon = args.f("epsilon", 1e-5),
+           momentum = args.f("momentum", 0.9);
     bool training = args.i("training_mode", 0) != 0;
     bool unbiased = args.i("unbiased_running_var", 0) != 0;
     ChannelView v(x.shape);
@@ -57,11 +59,10 @@ void registerNormalization(KernelRegistry &registry) {
         double m, s;
         if (training) {
           batchStats(v, x.f32(), c, m, s);
-          double batchVar = unbiased && v.count() > 1
-                                ? s * v.count() / (v.count() - 1)
-                                : s;
-          runMean.f32()[c] = static_cast<float>(momentum * mean.f32()[c] +
-                                                (1 - momentum) * m);
+          double batchVar =
+              unbiased && v.count() > 1 ? s * v.count() / (v.count() - 1) : s;
+          runMean.f32()[c] =
+              static_cast<float>(momentum * mean.f32()[c] + (1 - momentum) * m);
           runVar.f32()[c] = static_cast<float>(momentum * var.f32()[c] +
                                                (1 - momentum) * batchVar);
         } else {
@@ -133,10 +134,12 @@ void registerNormalization(KernelRegistry &registry) {
     int64_t outer = product(x.shape, 0, axis), inner = product(x.shape, axis);
     double epsilon = args.f("epsilon", 1e-5);
     std::vector<int64_t> normalized(x.shape.begin() + axis, x.shape.end());
-    auto si = std::make_shared<std::vector<int64_t>>(broadcastIndex(scale.shape, normalized));
+    auto si = std::make_shared<std::vector<int64_t>>(
+        broadcastIndex(scale.shape, normalized));
     std::shared_ptr<std::vector<int64_t>> bi;
     if (bias.present())
-      bi = std::make_shared<std::vector<int64_t>>(broadcastIndex(bias.shape, normalized));
+      bi = std::make_shared<std::vector<int64_t>>(
+          broadcastIndex(bias.shape, normalized));
     return [=](const StepContext &) {
 #pragma omp parallel for
       for (int64_t o = 0; o < outer; ++o) {
@@ -152,8 +155,9 @@ void registerNormalization(KernelRegistry &registry) {
         invOut.f32()[o] = static_cast<float>(inv);
         float *out = y.f32() + o * inner;
         for (int64_t i = 0; i < inner; ++i)
-          out[i] = static_cast<float>((row[i] - m) * inv * scale.f32()[(*si)[i]] +
-                                      (bias.present() ? bias.f32()[(*bi)[i]] : 0.0f));
+          out[i] = static_cast<float>(
+              (row[i] - m) * inv * scale.f32()[(*si)[i]] +
+              (bias.present() ? bias.f32()[(*bi)[i]] : 0.0f));
       }
     };
   });
@@ -166,7 +170,8 @@ void registerNormalization(KernelRegistry &registry) {
     int64_t axis = normalizeAxis(args.i("axis", -1), x.rank());
     int64_t outer = product(x.shape, 0, axis), inner = product(x.shape, axis);
     std::vector<int64_t> normalized(x.shape.begin() + axis, x.shape.end());
-    auto si = std::make_shared<std::vector<int64_t>>(broadcastIndex(scale.shape, normalized));
+    auto si = std::make_shared<std::vector<int64_t>>(
+        broadcastIndex(scale.shape, normalized));
     return [=](const StepContext &) {
       std::fill(dscale.f32(), dscale.f32() + dscale.numel(), 0.0f);
       std::fill(dbias.f32(), dbias.f32() + dbias.numel(), 0.0f);
@@ -186,39 +191,42 @@ void registerNormalization(KernelRegistry &registry) {
         for (int64_t i = 0; i < inner; ++i) {
           double xhat = (row[i] - m) * inv;
           double g = grad[i] * scale.f32()[(*si)[i]];
-          out[i] = static_cast<float>(inv * (g - sumG / inner - xhat * sumGXhat / inner));
+          out[i] = static_cast<float>(
+              inv * (g - sumG / inner - xhat * sumGXhat / inner));
         }
       }
     };
   });
 
   for (bool log : {false, true})
-    addKernel(registry, log ? "log_softmax" : "softmax", [log](const KernelArgs &args) {
-      TensorView x = args.inputs[0], y = args.outputs[0];
-      int64_t outer, length, inner;
-      splitAxis(x.shape, normalizeAxis(args.i("axis", -1), x.rank()), outer,
-                length, inner);
-      return [=](const StepContext &) {
+    addKernel(
+        registry, log ? "log_softmax" : "softmax",
+        [log](const KernelArgs &args) {
+          TensorView x = args.inputs[0], y = args.outputs[0];
+          int64_t outer, length, inner;
+          splitAxis(x.shape, normalizeAxis(args.i("axis", -1), x.rank()), outer,
+                    length, inner);
+          return [=](const StepContext &) {
 #pragma omp parallel for
-        for (int64_t o = 0; o < outer; ++o)
-          for (int64_t j = 0; j < inner; ++j) {
-            const float *in = x.f32() + o * length * inner + j;
-            float *out = y.f32() + o * length * inner + j;
-            float top = in[0];
-            for (int64_t a = 1; a < length; ++a)
-              top = std::max(top, in[a * inner]);
-            double sum = 0;
-            for (int64_t a = 0; a < length; ++a)
-              sum += std::exp(static_cast<double>(in[a * inner] - top));
-            double logSum = std::log(sum);
-            for (int64_t a = 0; a < length; ++a) {
-              double shifted = in[a * inner] - top;
-              out[a * inner] = static_cast<float>(log ? shifted - logSum
-                                                      : std::exp(shifted - logSum));
-            }
-          }
-      };
-    });
+            for (int64_t o = 0; o < outer; ++o)
+              for (int64_t j = 0; j < inner; ++j) {
+                const float *in = x.f32() + o * length * inner + j;
+                float *out = y.f32() + o * length * inner + j;
+                float top = in[0];
+                for (int64_t a = 1; a < length; ++a)
+                  top = std::max(top, in[a * inner]);
+                double sum = 0;
+                for (int64_t a = 0; a < length; ++a)
+                  sum += std::exp(static_cast<double>(in[a * inner] - top));
+                double logSum = std::log(sum);
+                for (int64_t a = 0; a < length; ++a) {
+                  double shifted = in[a * inner] - top;
+                  out[a * inner] = static_cast<float>(
+                      log ? shifted - logSum : std::exp(shifted - logSum));
+                }
+              }
+          };
+        });
 
   addKernel(registry, "softmax_grad", [](const KernelArgs &args) {
     TensorView dy = args.inputs[0], y = args.inputs[1], dx = args.outputs[0];

@@ -86,7 +86,9 @@ void registerOptimizer(KernelRegistry &registry) {
   addKernel(registry, "assign", [](const KernelArgs &args) {
     TensorView buffer = args.inputs[0], value = args.inputs[1];
     size_t bytes = byteSize(buffer);
-    return [=](const StepContext &) { std::memcpy(buffer.data, value.data, bytes); };
+    return [=](const StepContext &) {
+      std::memcpy(buffer.data, value.data, bytes);
+    };
   });
   // The gradient stays where autodiff left it; the executor records it.
   addKernel(registry, "gradient",
@@ -101,6 +103,7 @@ namespace cdp::runtime {
 void registerCpuKernels(KernelRegistry &registry) {
   cpu::registerElementwise(registry);
   cpu::registerLinalg(registry);
+  cpu::registerDnnlConvolution(registry); // after the im2col fallbacks
   cpu::registerPooling(registry);
   cpu::registerNormalization(registry);
   cpu::registerShape(registry);

@@ -21,7 +21,8 @@ struct PoolGeometry {
     width = input[3];
     outH = output[2];
     outW = output[3];
-    std::vector<int64_t> kernel = args.ints("kernel_shape"), pads = args.ints("pads"),
+    std::vector<int64_t> kernel = args.ints("kernel_shape"),
+                         pads = args.ints("pads"),
                          strides = args.ints("strides"),
                          dilations = args.ints("dilations");
     kernelH = kernel[0];

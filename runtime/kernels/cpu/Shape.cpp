@@ -56,8 +56,8 @@ std::vector<int64_t> reductionIndex(const std::vector<int64_t> &shape,
                                     const std::vector<int64_t> &axes) {
   std::vector<int64_t> kept(shape);
   for (size_t d = 0; d < shape.size(); ++d)
-    if (axes.empty() ||
-        std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end())
+    if (axes.empty() || std::find(axes.begin(), axes.end(),
+                                  static_cast<int64_t>(d)) != axes.end())
       kept[d] = 1;
   return broadcastIndex(kept, shape);
 }
@@ -65,7 +65,8 @@ std::vector<int64_t> reductionIndex(const std::vector<int64_t> &shape,
 } // namespace
 
 void registerShape(KernelRegistry &registry) {
-  for (const char *op : {"reshape", "flatten", "squeeze", "unsqueeze", "identity"})
+  for (const char *op :
+       {"reshape", "flatten", "squeeze", "unsqueeze", "identity"})
     addKernel(registry, op, [](const KernelArgs &args) {
       TensorView x = args.inputs[0], y = args.outputs[0];
       size_t bytes = byteSize(y);
@@ -146,7 +147,8 @@ void registerShape(KernelRegistry &registry) {
         int64_t row = product(y.shape, axis) * width;
         for (int64_t o = 0; o < outer; ++o)
           std::memcpy(static_cast<char *>(y.data) + o * row,
-                      static_cast<const char *>(x.data) + o * inRow + offset, row);
+                      static_cast<const char *>(x.data) + o * inRow + offset,
+                      row);
         offset += row;
       }
     };
@@ -160,7 +162,8 @@ void registerShape(KernelRegistry &registry) {
     return [=](const StepContext &) {
       for (int64_t i = 0; i < y.numel(); ++i)
         std::memcpy(static_cast<char *>(y.data) + i * width,
-                    static_cast<const char *>(x.data) + (*index)[i] * width, width);
+                    static_cast<const char *>(x.data) + (*index)[i] * width,
+                    width);
     };
   });
 
@@ -175,14 +178,16 @@ void registerShape(KernelRegistry &registry) {
     };
   });
 
-  auto gatherGeometry = [](const KernelArgs &args, const std::vector<int64_t> &data,
-                           int64_t &outer, int64_t &dim, int64_t &inner) {
+  auto gatherGeometry = [](const KernelArgs &args,
+                           const std::vector<int64_t> &data, int64_t &outer,
+                           int64_t &dim, int64_t &inner) {
     int64_t axis = normalizeAxis(args.i("axis", 0), data.size());
     splitAxis(data, axis, outer, dim, inner);
   };
 
   addKernel(registry, "gather", [gatherGeometry](const KernelArgs &args) {
-    TensorView data = args.inputs[0], indices = args.inputs[1], y = args.outputs[0];
+    TensorView data = args.inputs[0], indices = args.inputs[1],
+               y = args.outputs[0];
     int64_t outer, dim, inner;
     gatherGeometry(args, data.shape, outer, dim, inner);
     size_t width = elementSize(data);
@@ -198,7 +203,8 @@ void registerShape(KernelRegistry &registry) {
                                std::to_string(dim) + " entries");
           if (index < 0)
             index += dim;
-          std::memcpy(static_cast<char *>(y.data) + ((o * count + k) * inner) * width,
+          std::memcpy(static_cast<char *>(y.data) +
+                          ((o * count + k) * inner) * width,
                       static_cast<const char *>(data.data) +
                           ((o * dim + index) * inner) * width,
                       inner * width);
@@ -207,7 +213,8 @@ void registerShape(KernelRegistry &registry) {
   });
 
   addKernel(registry, "gather_grad", [gatherGeometry](const KernelArgs &args) {
-    TensorView dy = args.inputs[0], indices = args.inputs[1], dx = args.outputs[0];
+    TensorView dy = args.inputs[0], indices = args.inputs[1],
+               dx = args.outputs[0];
     int64_t outer, dim, inner;
     gatherGeometry(args, dx.shape, outer, dim, inner);
     return [=](const StepContext &) {
@@ -237,7 +244,8 @@ void registerShape(KernelRegistry &registry) {
     return [=](const StepContext &) {
       size_t width = fill.size();
       for (int64_t i = 0; i < y.numel(); ++i)
-        std::memcpy(static_cast<char *>(y.data) + i * width, fill.data(), width);
+        std::memcpy(static_cast<char *>(y.data) + i * width, fill.data(),
+                    width);
     };
   });
 
@@ -253,22 +261,25 @@ void registerShape(KernelRegistry &registry) {
   });
 
   for (bool mean : {false, true})
-    addKernel(registry, mean ? "reduce_mean" : "reduce_sum", [mean](const KernelArgs &args) {
-      TensorView x = args.inputs[0], y = args.outputs[0];
-      std::vector<int64_t> axes = args.ints("axes");
-      for (int64_t &a : axes)
-        a = normalizeAxis(a, x.rank());
-      auto index = std::make_shared<std::vector<int64_t>>(reductionIndex(x.shape, axes));
-      double scale = mean ? static_cast<double>(y.numel()) / x.numel() : 1.0;
-      auto sums = std::make_shared<std::vector<double>>(y.numel());
-      return [=](const StepContext &) {
-        std::fill(sums->begin(), sums->end(), 0.0);
-        for (int64_t i = 0; i < x.numel(); ++i)
-          (*sums)[(*index)[i]] += x.f32()[i];
-        for (int64_t i = 0; i < y.numel(); ++i)
-          y.f32()[i] = static_cast<float>((*sums)[i] * scale);
-      };
-    });
+    addKernel(registry, mean ? "reduce_mean" : "reduce_sum",
+              [mean](const KernelArgs &args) {
+                TensorView x = args.inputs[0], y = args.outputs[0];
+                std::vector<int64_t> axes = args.ints("axes");
+                for (int64_t &a : axes)
+                  a = normalizeAxis(a, x.rank());
+                auto index = std::make_shared<std::vector<int64_t>>(
+                    reductionIndex(x.shape, axes));
+                double scale =
+                    mean ? static_cast<double>(y.numel()) / x.numel() : 1.0;
+                auto sums = std::make_shared<std::vector<double>>(y.numel());
+                return [=](const StepContext &) {
+                  std::fill(sums->begin(), sums->end(), 0.0);
+                  for (int64_t i = 0; i < x.numel(); ++i)
+                    (*sums)[(*index)[i]] += x.f32()[i];
+                  for (int64_t i = 0; i < y.numel(); ++i)
+                    y.f32()[i] = static_cast<float>((*sums)[i] * scale);
+                };
+              });
 }
 
 } // namespace cdp::runtime::cpu

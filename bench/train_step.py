@@ -1,0 +1,91 @@
+#!/usr/bin/python3
+"""Training step time of cdp against PyTorch (Debian's torch, CPU).
+
+Usage: bench/train_step.py [--build build] [--threads N] [--steps S]
+
+For each reference model (MLP, LeNet-style CNN, ResNet with BatchNorm,
+transformer encoder block) at its export batch size: exports it, compiles a
+cdp SGD plan, times S steps of `cdp-run --feed` (the mean step time cdp
+reports in its metrics, warm-up step excluded), and times S steps of the
+same model and optimizer in PyTorch with the same thread count, in this one
+run. Prints a table with the ratio cdp / torch (lower is better; the target
+is <= 1.0).
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "e2e"))
+import export_torch_models as models  # noqa: E402
+
+
+def torch_step_time(name, threads, steps):
+    torch.set_num_threads(threads)
+    model, example, _ = models.build(name)
+    model.train()
+    batch = example.shape[1] if name == "transformer" else example.shape[0]
+    x = torch.randn(*example.shape)
+    y = torch.randint(0, 10, (batch,))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    for _ in range(3):
+        step()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return (time.perf_counter() - start) / steps, batch
+
+
+def cdp_step_time(name, build, threads, steps, work):
+    path = models.export(name, work)
+    _, example, _ = models.build(name)
+    batch = example.shape[1] if name == "transformer" else example.shape[0]
+    np.save(os.path.join(work, "x.npy"), np.random.randn(*example.shape).astype(np.float32))
+    np.save(os.path.join(work, "y.npy"), np.random.randint(0, 10, batch).astype(np.int64))
+    plan = os.path.join(work, name + ".cdp")
+    args = [os.path.join(build, "bin", "cdp-compile"), path, "-o", plan, "--lr", "0.01"]
+    if name == "transformer":
+        args += ["--batch-axis", "input=1"]
+    if name == "mlp":
+        args += ["--batch-size", str(batch)]
+    subprocess.run(args, check=True)
+    metrics = os.path.join(work, "metrics.jsonl")
+    subprocess.run([os.path.join(build, "bin", "cdp-run"), plan,
+                    "--feed", "input=" + os.path.join(work, "x.npy"),
+                    "--feed", "labels=" + os.path.join(work, "y.npy"),
+                    "--steps", str(steps + 3), "--threads", str(threads),
+                    "--metrics", metrics], check=True, stdout=subprocess.DEVNULL)
+    rates = [json.loads(line)["samples_per_s"] for line in open(metrics)][3:]
+    return float(np.mean([batch / r for r in rates]))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--build", default="build")
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--steps", type=int, default=50)
+    args = parser.parse_args()
+    print("threads %d, steps %d, torch %s" % (args.threads, args.steps, torch.__version__))
+    print("%-12s %6s %14s %14s %8s" % ("model", "batch", "cdp ms/step", "torch ms/step", "ratio"))
+    with tempfile.TemporaryDirectory() as work:
+        for name in ["mlp", "lenet", "resnet", "transformer"]:
+            ours = cdp_step_time(name, args.build, args.threads, args.steps, work)
+            theirs, batch = torch_step_time(name, args.threads, args.steps)
+            print("%-12s %6d %14.3f %14.3f %8.2f" % (name, batch, ours * 1e3, theirs * 1e3, ours / theirs))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,254 @@
+//===- DnnlConv.cpp - convolution through oneDNN primitives ---------------===//
+//
+// Forward, backward-data and backward-weights convolution as oneDNN 2.x
+// primitives, created once when the plan is loaded. The primitives pick
+// their own (blocked) layouts; the plan's tensors are plain NCHW/OIHW, so
+// reorders into and out of the primitive's layout run around it, into
+// buffers also allocated at load. Where oneDNN refuses a configuration, the
+// im2col kernels of Linalg.cpp remain registered as the fallback.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CpuKernels.h"
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+namespace cdp::runtime::cpu {
+
+namespace {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+using DT = memory::data_type;
+
+dnnl::engine &engine() {
+  static dnnl::engine instance(dnnl::engine::kind::cpu, 0);
+  return instance;
+}
+
+struct ConvShapes {
+  memory::dims src, weights, dst, bias, strides, dilates, padL, padR;
+  Tag weightsTag;
+
+  ConvShapes(const KernelArgs &args, const std::vector<int64_t> &input,
+             const std::vector<int64_t> &weight,
+             const std::vector<int64_t> &output) {
+    int64_t group = args.i("group", 1);
+    std::vector<int64_t> pads = args.ints("pads"), s = args.ints("strides"),
+                         d = args.ints("dilations");
+    src = {input[0], input[1], input[2], input[3]};
+    dst = {output[0], output[1], output[2], output[3]};
+    bias = {weight[0]};
+    if (group > 1) {
+      weights = {group, weight[0] / group, weight[1], weight[2], weight[3]};
+      weightsTag = Tag::goihw;
+    } else {
+      weights = {weight[0], weight[1], weight[2], weight[3]};
+      weightsTag = Tag::oihw;
+    }
+    strides = {s[0], s[1]};
+    dilates = {d[0] - 1, d[1] - 1}; // oneDNN counts extra gaps
+    padL = {pads[0], pads[1]};
+    padR = {pads[2], pads[3]};
+  }
+  memory::desc any(const memory::dims &dims) const {
+    return memory::desc(dims, DT::f32, Tag::any);
+  }
+  dnnl::convolution_forward::primitive_desc forward(bool withBias) const {
+    dnnl::convolution_forward::desc desc(
+        dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+        any(src), any(weights),
+        withBias ? memory::desc(bias, DT::f32, Tag::x) : memory::desc(),
+        any(dst), strides, dilates, padL, padR);
+    return dnnl::convolution_forward::primitive_desc(desc, engine());
+  }
+};
+
+/// A plain user tensor and, when the primitive wants another layout, a
+/// buffer in that layout with the reorder between them.
+struct Binding {
+  memory user, internal;
+  dnnl::reorder toInternal, toUser;
+  bool reordered = false;
+
+  Binding(const memory::desc &plain, const memory::desc &wanted, void *data,
+          bool input) {
+    user = memory(plain, engine(), data);
+    if (wanted == plain) {
+      internal = user;
+      return;
+    }
+    reordered = true;
+    internal = memory(wanted, engine());
+    if (input)
+      toInternal = dnnl::reorder(user, internal);
+    else
+      toUser = dnnl::reorder(internal, user);
+  }
+  void in(dnnl::stream &stream) {
+    if (reordered && toInternal)
+      toInternal.execute(stream, user, internal);
+  }
+  void out(dnnl::stream &stream) {
+    if (reordered && toUser)
+      toUser.execute(stream, internal, user);
+  }
+};
+
+class ConvForward : public Kernel {
+public:
+  explicit ConvForward(const KernelArgs &args)
+      : shapes(args, args.inputs[0].shape, args.inputs[1].shape,
+               args.outputs[0].shape),
+        stream(engine()) {
+    bool withBias = args.inputs.size() > 2 && args.inputs[2].present();
+    auto pd = shapes.forward(withBias);
+    primitive = dnnl::convolution_forward(pd);
+    src =
+        std::make_unique<Binding>(memory::desc(shapes.src, DT::f32, Tag::nchw),
+                                  pd.src_desc(), args.inputs[0].data, true);
+    weights = std::make_unique<Binding>(
+        memory::desc(shapes.weights, DT::f32, shapes.weightsTag),
+        pd.weights_desc(), args.inputs[1].data, true);
+    dst =
+        std::make_unique<Binding>(memory::desc(shapes.dst, DT::f32, Tag::nchw),
+                                  pd.dst_desc(), args.outputs[0].data, false);
+    arguments = {{DNNL_ARG_SRC, src->internal},
+                 {DNNL_ARG_WEIGHTS, weights->internal},
+                 {DNNL_ARG_DST, dst->internal}};
+    if (withBias)
+      arguments[DNNL_ARG_BIAS] =
+          memory(memory::desc(shapes.bias, DT::f32, Tag::x), engine(),
+                 args.inputs[2].data);
+  }
+
+  void run(const StepContext &) override {
+    src->in(stream);
+    weights->in(stream);
+    primitive.execute(stream, arguments);
+    dst->out(stream);
+    stream.wait();
+  }
+
+private:
+  ConvShapes shapes;
+  dnnl::stream stream;
+  dnnl::convolution_forward primitive;
+  std::unique_ptr<Binding> src, weights, dst;
+  std::unordered_map<int, memory> arguments; // built once, at load
+};
+
+class ConvBackwardData : public Kernel {
+public:
+  explicit ConvBackwardData(const KernelArgs &args)
+      : shapes(args, args.outputs[0].shape, args.inputs[1].shape,
+               args.inputs[0].shape),
+        stream(engine()) {
+    auto hint = shapes.forward(false);
+    dnnl::convolution_backward_data::desc desc(
+        dnnl::algorithm::convolution_direct, shapes.any(shapes.src),
+        shapes.any(shapes.weights), shapes.any(shapes.dst), shapes.strides,
+        shapes.dilates, shapes.padL, shapes.padR);
+    dnnl::convolution_backward_data::primitive_desc pd(desc, engine(), hint);
+    primitive = dnnl::convolution_backward_data(pd);
+    diffDst = std::make_unique<Binding>(
+        memory::desc(shapes.dst, DT::f32, Tag::nchw), pd.diff_dst_desc(),
+        args.inputs[0].data, true);
+    weights = std::make_unique<Binding>(
+        memory::desc(shapes.weights, DT::f32, shapes.weightsTag),
+        pd.weights_desc(), args.inputs[1].data, true);
+    diffSrc = std::make_unique<Binding>(
+        memory::desc(shapes.src, DT::f32, Tag::nchw), pd.diff_src_desc(),
+        args.outputs[0].data, false);
+    arguments = {{DNNL_ARG_DIFF_DST, diffDst->internal},
+                 {DNNL_ARG_WEIGHTS, weights->internal},
+                 {DNNL_ARG_DIFF_SRC, diffSrc->internal}};
+  }
+
+  void run(const StepContext &) override {
+    diffDst->in(stream);
+    weights->in(stream);
+    primitive.execute(stream, arguments);
+    diffSrc->out(stream);
+    stream.wait();
+  }
+
+private:
+  ConvShapes shapes;
+  dnnl::stream stream;
+  dnnl::convolution_backward_data primitive;
+  std::unique_ptr<Binding> diffDst, weights, diffSrc;
+  std::unordered_map<int, memory> arguments;
+};
+
+class ConvBackwardWeights : public Kernel {
+public:
+  explicit ConvBackwardWeights(const KernelArgs &args)
+      : shapes(args, args.inputs[1].shape, args.outputs[0].shape,
+               args.inputs[0].shape),
+        stream(engine()) {
+    auto hint = shapes.forward(false);
+    dnnl::convolution_backward_weights::desc desc(
+        dnnl::algorithm::convolution_direct, shapes.any(shapes.src),
+        shapes.any(shapes.weights), shapes.any(shapes.dst), shapes.strides,
+        shapes.dilates, shapes.padL, shapes.padR);
+    dnnl::convolution_backward_weights::primitive_desc pd(desc, engine(), hint);
+    primitive = dnnl::convolution_backward_weights(pd);
+    diffDst = std::make_unique<Binding>(
+        memory::desc(shapes.dst, DT::f32, Tag::nchw), pd.diff_dst_desc(),
+        args.inputs[0].data, true);
+    src =
+        std::make_unique<Binding>(memory::desc(shapes.src, DT::f32, Tag::nchw),
+                                  pd.src_desc(), args.inputs[1].data, true);
+    diffWeights = std::make_unique<Binding>(
+        memory::desc(shapes.weights, DT::f32, shapes.weightsTag),
+        pd.diff_weights_desc(), args.outputs[0].data, false);
+    arguments = {{DNNL_ARG_DIFF_DST, diffDst->internal},
+                 {DNNL_ARG_SRC, src->internal},
+                 {DNNL_ARG_DIFF_WEIGHTS, diffWeights->internal}};
+  }
+
+  void run(const StepContext &) override {
+    diffDst->in(stream);
+    src->in(stream);
+    primitive.execute(stream, arguments);
+    diffWeights->out(stream);
+    stream.wait();
+  }
+
+private:
+  ConvShapes shapes;
+  dnnl::stream stream;
+  dnnl::convolution_backward_weights primitive;
+  std::unique_ptr<Binding> diffDst, src, diffWeights;
+  std::unordered_map<int, memory> arguments;
+};
+
+/// Uses the oneDNN kernel, or the registered fallback when oneDNN refuses
+/// the configuration.
+template <typename DnnlKernel>
+void wrap(KernelRegistry &registry, const std::string &op) {
+  const KernelFactory *fallback = registry.lookup(op, Backend::CPU);
+  KernelFactory im2col = fallback ? *fallback : KernelFactory();
+  registry.add(op, Backend::CPU,
+               [im2col, op](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+                 try {
+                   return std::make_unique<DnnlKernel>(args);
+                 } catch (const dnnl::error &) {
+                   if (!im2col)
+                     args.fail("oneDNN has no " + op +
+                               " for this configuration");
+                   return im2col(args);
+                 }
+               });
+}
+
+} // namespace
+
+void registerDnnlConvolution(KernelRegistry &registry) {
+  wrap<ConvForward>(registry, "conv");
+  wrap<ConvBackwardData>(registry, "conv_grad_input");
+  wrap<ConvBackwardWeights>(registry, "conv_grad_weight");
+}
+
+} // namespace cdp::runtime::cpu
