@@ -462,18 +462,46 @@ LogicalResult Differentiator::run(Value loss, const llvm::StringSet<> &frozen,
   SmallVector<Operation *> forward;
   for (Operation &op : body.without_terminator())
     forward.push_back(&op);
+  Operation *terminator = body.getTerminator();
+  auto stageAttr = [](Operation *op) {
+    return op ? op->getAttrOfType<IntegerAttr>("cdp.stage") : nullptr;
+  };
+  // Every op a rule creates belongs to the stage of the op it differentiates
+  // and to the backward phase (when the forward is partitioned).
+  auto tag = [&](Operation *after, IntegerAttr stage) {
+    if (!stage)
+      return;
+    for (Operation *op = after->getNextNode(); op != terminator;
+         op = op->getNextNode()) {
+      if (isa<ConstantOp>(op) || op->hasAttr("cdp.stage"))
+        continue;
+      op->setAttr("cdp.stage", stage);
+      op->setAttr("cdp.phase", builder.getStringAttr("backward"));
+    }
+  };
   for (Operation *op : llvm::reverse(forward)) {
     if (isa<ParamOp, ConstantOp>(op))
       continue;
     if (llvm::none_of(op->getResults(),
                       [&](Value v) { return grads.count(v); }))
       continue;
+    Operation *marker = terminator->getPrevNode();
     if (failed(differentiate(op)))
       return failure();
+    tag(marker, stageAttr(op));
   }
   for (ParamOp param : candidates)
     if (Value grad = grads.lookup(param.getResult())) {
-      builder.create<GradientOp>(param.getLoc(), param.getName(), grad);
+      auto gradient =
+          builder.create<GradientOp>(param.getLoc(), param.getName(), grad);
+      // A parameter belongs to the stage of its first user.
+      for (Operation *user : forward)
+        if (llvm::is_contained(user->getOperands(), param.getResult()))
+          if (IntegerAttr stage = stageAttr(user)) {
+            gradient->setAttr("cdp.stage", stage);
+            gradient->setAttr("cdp.phase", builder.getStringAttr("backward"));
+            break;
+          }
       trainable.push_back(param);
     }
   return success();

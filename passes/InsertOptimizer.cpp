@@ -53,12 +53,16 @@ struct InsertOptimizerPass
     };
     for (GradientOp gradient : gradients) {
       ParamOp param = params.lookup(gradient.getName());
-      builder.create<UpdateOp>(
+      auto update = builder.create<UpdateOp>(
           gradient.getLoc(), gradient.getNameAttr(), param.getResult(),
           gradient.getGrad(),
           builder.getStringAttr(optimizer == "adam" ? "adam" : "sgd"), f32(lr),
           f32(optimizer == "adam" ? 0.0 : mu), f32(weightDecay), f32(beta1),
           f32(beta2), f32(epsilon));
+      if (auto stage = gradient->getAttr("cdp.stage")) {
+        update->setAttr("cdp.stage", stage);
+        update->setAttr("cdp.phase", builder.getStringAttr("update"));
+      }
     }
   }
 };

@@ -93,6 +93,32 @@ def InsertOptimizer : Pass<"cdp-insert-optimizer", "mlir::ModuleOp"> {
   let dependentDialects = ["cdp::CDPDialect"];
 }
 
+def PartitionStages : Pass<"cdp-partition-stages", "mlir::ModuleOp"> {
+  let summary = "Cuts the forward graph into contiguous, cost-balanced stages";
+  let description = [{
+    Gives every forward op of `@main` a `cdp.stage` (1..L) such that stages
+    are contiguous in op order. With `boundaries`, the cuts fall after the
+    named ONNX nodes; otherwise a cost model (multiply-adds of gemm, matmul
+    and conv, elements for everything else) balances the cumulative cost,
+    cutting where the running total first reaches k/L of it. Parameters and
+    constants take no stage here (they belong to the stage of their first
+    user); the loss belongs to the last stage. Autodiff later gives every
+    backward op the stage of the forward op it differentiates.
+
+    ```mlir
+    %0 = cdp.gemm %x, %w1 {cdp.stage = 1 : i64} ...
+    %1 = cdp.relu %0 {cdp.stage = 1 : i64} ...
+    %2 = cdp.gemm %1, %w2 {cdp.stage = 2 : i64} ...
+    ```
+  }];
+  let options = [
+    Option<"stages", "stages", "int64_t", "0",
+           "Number of stages (0: min(4, ops with parameters))">,
+    ListOption<"boundaries", "boundaries", "std::string",
+               "Cut after these ONNX nodes instead of using the cost model">,
+  ];
+}
+
 def PlanMemory : Pass<"cdp-plan-memory", "mlir::ModuleOp"> {
   let summary = "Assigns every step-local tensor a static offset in the device arena";
   let description = [{
