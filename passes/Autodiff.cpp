@@ -138,6 +138,15 @@ void Differentiator::accumulate(Value value, Value grad) {
   it->second = make(AddOp::getOperationName(), {it->second, grad});
 }
 
+/// The op's own attributes, without the `cdp.*` annotations of passes.
+static SmallVector<NamedAttribute> inherentAttrs(Operation *op) {
+  SmallVector<NamedAttribute> attrs;
+  for (NamedAttribute attr : op->getAttrs())
+    if (!attr.getName().getValue().starts_with("cdp."))
+      attrs.push_back(attr);
+  return attrs;
+}
+
 LogicalResult Differentiator::differentiate(Operation *op) {
   origin = op;
   Value dy = op->getNumResults() ? grads.lookup(op->getResult(0)) : Value();
@@ -281,11 +290,11 @@ LogicalResult Differentiator::differentiate(Operation *op) {
                             {attr("axes", i64s({0, 2, 3})),
                              attr("keepdims", builder.getBoolAttr(false))}));
   } else if (isa<MaxPoolOp>(op)) {
-    SmallVector<NamedAttribute> attrs(op->getAttrs());
+    SmallVector<NamedAttribute> attrs = inherentAttrs(op);
     accumulate(operand(0), make(MaxPoolGradOp::getOperationName(),
                                 {dy, operand(0)}, attrs));
   } else if (isa<AveragePoolOp>(op)) {
-    SmallVector<NamedAttribute> attrs(op->getAttrs());
+    SmallVector<NamedAttribute> attrs = inherentAttrs(op);
     attrs.push_back(attr("input_shape", i64s(shapeOf(operand(0)))));
     accumulate(operand(0),
                make(AveragePoolGradOp::getOperationName(), {dy}, attrs));

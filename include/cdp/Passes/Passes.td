@@ -119,6 +119,73 @@ def PartitionStages : Pass<"cdp-partition-stages", "mlir::ModuleOp"> {
   ];
 }
 
+def BuildSchedule : Pass<"cdp-build-schedule", "mlir::ModuleOp"> {
+  let summary = "Orders a partitioned training step for data-parallel devices";
+  let description = [{
+    For `dp` and `cdp` every device runs one micro-batch (slot) per step
+    through all stages: F_1 .. F_L, then B_L .. B_1. The pass reorders the
+    ops of `@main` into that order (forward ops by stage, BatchNorm buffer
+    writes right after their stage's forward, backward ops by stage
+    descending, updates last) and records the schedule:
+
+    - `cdp.schedule = {strategy, devices, stages, slots}`;
+    - `cdp.offsets`: the start offset s_i of every device, 0 for `dp` and
+      floor(2L i / N) for `cdp` (algorithms.md 2.2);
+    - `cdp.time` on every op: its time step within a micro-batch's cycle,
+      l - 1 for F_l and 2L - l for B_l. Device i runs an op of step t at
+      s_i + 2L t + `cdp.time`.
+
+    ```mlir
+    func.func @main(...) attributes {cdp.offsets = array<i64: 0, 2, 4, 6>,
+        cdp.schedule = {devices = 4, slots = 4, stages = 4, strategy = "cdp"}}
+    ```
+  }];
+  let options = [
+    Option<"strategy", "strategy", "std::string", "\"cdp\"", "dp or cdp">,
+    Option<"devices", "devices", "int64_t", "1", "Devices N (one slot each)">,
+  ];
+}
+
+def DelayUpdates : Pass<"cdp-delay-updates", "mlir::ModuleOp"> {
+  let summary = "Decides which weight version every (slot, stage) uses";
+  let description = [{
+    Records `cdp.version_delay`, one row per slot, one entry per stage:
+    micro-batch (i, t) runs stage l with the weights theta_{t - d(i,l)}.
+    `dp`: d = 0. `cdp` with `rule=v1`: d = 1 everywhere (steps 0 and 1 both
+    use theta_0). `rule=v2`: d = 0 where (i, l) is fresh, 1 otherwise, the
+    freshness coming from the time-step model (`table=timing`:
+    2l - 1 > s_{N-1} - s_i) or the authors' code (`table=code`: l >= L - i).
+    Also records `cdp.live_versions` per stage (2, or 1 where every slot is
+    fresh and the update falls when no micro-batch is in flight).
+
+    ```mlir
+    // N = L = 4, v2, timing table:
+    cdp.version_delay = [array<i64: 1, 1, 1, 0>, array<i64: 1, 1, 0, 0>,
+                         array<i64: 1, 0, 0, 0>, array<i64: 0, 0, 0, 0>]
+    ```
+  }];
+  let options = [
+    Option<"rule", "rule", "std::string", "\"v2\"", "v1 or v2 (cdp)">,
+    Option<"table", "table", "std::string", "\"timing\"", "timing or code (v2)">,
+  ];
+}
+
+def StaggerCollectives : Pass<"cdp-stagger-collectives", "mlir::ModuleOp"> {
+  let summary = "Places each stage's gradient reduction at the earliest time step";
+  let description = [{
+    The stage-l reduction of step t can start once the last micro-batch of
+    the step has finished B_l: at tau*_l(t) = s_{N-1} + 2L t + 2L - l
+    (for `dp`, where every s_i is 0, all devices finish B_l together).
+    Records `cdp.reduce_at` (tau*_l(0) per stage; step t adds 2L t) and
+    `cdp.reduce = "allreduce" | "chain"`. Under `cdp` consecutive stages
+    reduce one time step apart, so reductions are spread over the step
+    instead of bunched at its end.
+  }];
+  let options = [
+    Option<"reduce", "reduce", "std::string", "\"allreduce\"", "allreduce or chain">,
+  ];
+}
+
 def PlanMemory : Pass<"cdp-plan-memory", "mlir::ModuleOp"> {
   let summary = "Assigns every step-local tensor a static offset in the device arena";
   let description = [{

@@ -1,0 +1,93 @@
+//===- BuildSchedule.cpp - data-parallel step order and start offsets -----===//
+
+#include "cdp/Dialect/Graph/GraphOps.h"
+#include "cdp/Passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+#include <algorithm>
+
+namespace cdp {
+#define GEN_PASS_DEF_BUILDSCHEDULE
+#include "cdp/Passes/Passes.h.inc"
+} // namespace cdp
+
+using namespace mlir;
+using namespace cdp;
+
+namespace {
+
+struct BuildSchedulePass : public cdp::impl::BuildScheduleBase<BuildSchedulePass> {
+  using BuildScheduleBase::BuildScheduleBase;
+
+  void runOnOperation() override {
+    func::FuncOp func = getOperation().lookupSymbol<func::FuncOp>("main");
+    auto stagesAttr = func ? func->getAttrOfType<IntegerAttr>("cdp.stages") : nullptr;
+    if (!stagesAttr) {
+      getOperation().emitError("@main is not partitioned; run cdp-partition-stages first");
+      return signalPassFailure();
+    }
+    if (strategy != "dp" && strategy != "cdp") {
+      func.emitError("build-schedule handles dp and cdp, not '") << strategy << "'";
+      return signalPassFailure();
+    }
+    if (devices < 1) {
+      func.emitError("--devices must be at least 1");
+      return signalPassFailure();
+    }
+    int64_t L = stagesAttr.getInt(), N = devices;
+    Block &body = func.getBody().front();
+
+    // Sort key: parameters and constants first, then F_1..F_L (buffer writes
+    // after their stage's forward), B_L..B_1, updates. The sort is stable,
+    // so the order inside a group stays topological.
+    auto key = [&](Operation *op) -> int64_t {
+      if (isa<ParamOp, ConstantOp>(op))
+        return 0;
+      auto stage = op->getAttrOfType<IntegerAttr>("cdp.stage");
+      int64_t l = stage ? stage.getInt() : L;
+      auto phase = op->getAttrOfType<StringAttr>("cdp.phase");
+      if (isa<AssignOp>(op))
+        return 2 * l;
+      if (!phase)
+        return 2 * l - 1;
+      if (phase.getValue() == "backward")
+        return 2 * L + 1 + (L - l);
+      return 4 * L; // updates
+    };
+    SmallVector<Operation *> ops;
+    for (Operation &op : body.without_terminator())
+      ops.push_back(&op);
+    std::stable_sort(ops.begin(), ops.end(), [&](Operation *a, Operation *b) {
+      return key(a) < key(b);
+    });
+    Operation *terminator = body.getTerminator();
+    for (Operation *op : ops)
+      op->moveBefore(terminator);
+
+    OpBuilder builder(func.getContext());
+    for (Operation *op : ops) {
+      auto stage = op->getAttrOfType<IntegerAttr>("cdp.stage");
+      if (!stage || isa<ParamOp, ConstantOp>(op))
+        continue;
+      int64_t l = stage.getInt();
+      auto phase = op->getAttrOfType<StringAttr>("cdp.phase");
+      int64_t time = !phase ? l - 1 : 2 * L - l;
+      if (phase && phase.getValue() == "update")
+        continue;
+      op->setAttr("cdp.time", builder.getI64IntegerAttr(time));
+    }
+    SmallVector<int64_t> offsets;
+    for (int64_t i = 0; i < N; ++i)
+      offsets.push_back(strategy == "dp" ? 0 : (2 * L * i) / N);
+    func->setAttr("cdp.offsets", builder.getDenseI64ArrayAttr(offsets));
+    func->setAttr("cdp.schedule",
+                  builder.getDictionaryAttr(
+                      {builder.getNamedAttr("strategy", builder.getStringAttr(strategy)),
+                       builder.getNamedAttr("devices", builder.getI64IntegerAttr(N)),
+                       builder.getNamedAttr("stages", builder.getI64IntegerAttr(L)),
+                       builder.getNamedAttr("slots", builder.getI64IntegerAttr(N))}));
+  }
+};
+
+} // namespace

@@ -1,0 +1,72 @@
+//===- DelayUpdates.cpp - the weight version of every (slot, stage) -------===//
+
+#include "cdp/Dialect/Graph/GraphOps.h"
+#include "cdp/Passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+namespace cdp {
+#define GEN_PASS_DEF_DELAYUPDATES
+#include "cdp/Passes/Passes.h.inc"
+} // namespace cdp
+
+using namespace mlir;
+using namespace cdp;
+
+namespace {
+
+struct DelayUpdatesPass : public cdp::impl::DelayUpdatesBase<DelayUpdatesPass> {
+  using DelayUpdatesBase::DelayUpdatesBase;
+
+  void runOnOperation() override {
+    func::FuncOp func = getOperation().lookupSymbol<func::FuncOp>("main");
+    auto schedule = func ? func->getAttrOfType<DictionaryAttr>("cdp.schedule") : nullptr;
+    auto offsetsAttr = func ? func->getAttrOfType<DenseI64ArrayAttr>("cdp.offsets") : nullptr;
+    if (!schedule || !offsetsAttr) {
+      getOperation().emitError("no schedule; run cdp-build-schedule first");
+      return signalPassFailure();
+    }
+    if (rule != "v1" && rule != "v2") {
+      func.emitError("--cdp-rule must be v1 or v2, got '") << rule << "'";
+      return signalPassFailure();
+    }
+    if (table != "timing" && table != "code") {
+      func.emitError("--v2-table must be timing or code, got '") << table << "'";
+      return signalPassFailure();
+    }
+    bool cdp = cast<StringAttr>(schedule.get("strategy")).getValue() == "cdp";
+    int64_t L = cast<IntegerAttr>(schedule.get("stages")).getInt();
+    ArrayRef<int64_t> s = offsetsAttr.asArrayRef();
+    int64_t N = s.size();
+    OpBuilder builder(func.getContext());
+    SmallVector<Attribute> rows;
+    SmallVector<int64_t> live(L, cdp ? 2 : 1);
+    SmallVector<bool> allFresh(L, true);
+    for (int64_t i = 0; i < N; ++i) {
+      SmallVector<int64_t> row;
+      for (int64_t l = 1; l <= L; ++l) {
+        int64_t delay = 0;
+        if (cdp && rule == "v1")
+          delay = 1;
+        else if (cdp) {
+          bool fresh = table == "timing" ? 2 * l - 1 > s[N - 1] - s[i] : l >= L - i;
+          delay = fresh ? 0 : 1;
+        }
+        allFresh[l - 1] = allFresh[l - 1] && delay == 0;
+        row.push_back(delay);
+      }
+      rows.push_back(builder.getDenseI64ArrayAttr(row));
+    }
+    // Under v2 a stage every slot reads fresh is updated in place.
+    if (cdp && rule == "v2")
+      for (int64_t l = 0; l < L; ++l)
+        if (allFresh[l])
+          live[l] = 1;
+    func->setAttr("cdp.version_delay", builder.getArrayAttr(rows));
+    func->setAttr("cdp.live_versions", builder.getDenseI64ArrayAttr(live));
+    func->setAttr("cdp.rule", builder.getStringAttr(!cdp ? "dp" : rule == "v1" ? "v1"
+                                                   : "v2-" + table));
+  }
+};
+
+} // namespace
