@@ -17,18 +17,22 @@ using namespace cdp;
 
 namespace {
 
-struct BuildSchedulePass : public cdp::impl::BuildScheduleBase<BuildSchedulePass> {
+struct BuildSchedulePass
+    : public cdp::impl::BuildScheduleBase<BuildSchedulePass> {
   using BuildScheduleBase::BuildScheduleBase;
 
   void runOnOperation() override {
     func::FuncOp func = getOperation().lookupSymbol<func::FuncOp>("main");
-    auto stagesAttr = func ? func->getAttrOfType<IntegerAttr>("cdp.stages") : nullptr;
+    auto stagesAttr =
+        func ? func->getAttrOfType<IntegerAttr>("cdp.stages") : nullptr;
     if (!stagesAttr) {
-      getOperation().emitError("@main is not partitioned; run cdp-partition-stages first");
+      getOperation().emitError(
+          "@main is not partitioned; run cdp-partition-stages first");
       return signalPassFailure();
     }
     if (strategy != "dp" && strategy != "cdp") {
-      func.emitError("build-schedule handles dp and cdp, not '") << strategy << "'";
+      func.emitError("build-schedule handles dp and cdp, not '")
+          << strategy << "'";
       return signalPassFailure();
     }
     if (devices < 1) {
@@ -81,12 +85,13 @@ struct BuildSchedulePass : public cdp::impl::BuildScheduleBase<BuildSchedulePass
     for (int64_t i = 0; i < N; ++i)
       offsets.push_back(strategy == "dp" ? 0 : (2 * L * i) / N);
     func->setAttr("cdp.offsets", builder.getDenseI64ArrayAttr(offsets));
-    func->setAttr("cdp.schedule",
-                  builder.getDictionaryAttr(
-                      {builder.getNamedAttr("strategy", builder.getStringAttr(strategy)),
-                       builder.getNamedAttr("devices", builder.getI64IntegerAttr(N)),
-                       builder.getNamedAttr("stages", builder.getI64IntegerAttr(L)),
-                       builder.getNamedAttr("slots", builder.getI64IntegerAttr(N))}));
+    func->setAttr(
+        "cdp.schedule",
+        builder.getDictionaryAttr(
+            {builder.getNamedAttr("strategy", builder.getStringAttr(strategy)),
+             builder.getNamedAttr("devices", builder.getI64IntegerAttr(N)),
+             builder.getNamedAttr("stages", builder.getI64IntegerAttr(L)),
+             builder.getNamedAttr("slots", builder.getI64IntegerAttr(N))}));
   }
 };
 

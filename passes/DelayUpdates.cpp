@@ -20,8 +20,10 @@ struct DelayUpdatesPass : public cdp::impl::DelayUpdatesBase<DelayUpdatesPass> {
 
   void runOnOperation() override {
     func::FuncOp func = getOperation().lookupSymbol<func::FuncOp>("main");
-    auto schedule = func ? func->getAttrOfType<DictionaryAttr>("cdp.schedule") : nullptr;
-    auto offsetsAttr = func ? func->getAttrOfType<DenseI64ArrayAttr>("cdp.offsets") : nullptr;
+    auto schedule =
+        func ? func->getAttrOfType<DictionaryAttr>("cdp.schedule") : nullptr;
+    auto offsetsAttr =
+        func ? func->getAttrOfType<DenseI64ArrayAttr>("cdp.offsets") : nullptr;
     if (!schedule || !offsetsAttr) {
       getOperation().emitError("no schedule; run cdp-build-schedule first");
       return signalPassFailure();
@@ -31,7 +33,8 @@ struct DelayUpdatesPass : public cdp::impl::DelayUpdatesBase<DelayUpdatesPass> {
       return signalPassFailure();
     }
     if (table != "timing" && table != "code") {
-      func.emitError("--v2-table must be timing or code, got '") << table << "'";
+      func.emitError("--v2-table must be timing or code, got '")
+          << table << "'";
       return signalPassFailure();
     }
     bool cdp = cast<StringAttr>(schedule.get("strategy")).getValue() == "cdp";
@@ -49,7 +52,8 @@ struct DelayUpdatesPass : public cdp::impl::DelayUpdatesBase<DelayUpdatesPass> {
         if (cdp && rule == "v1")
           delay = 1;
         else if (cdp) {
-          bool fresh = table == "timing" ? 2 * l - 1 > s[N - 1] - s[i] : l >= L - i;
+          bool fresh =
+              table == "timing" ? 2 * l - 1 > s[N - 1] - s[i] : l >= L - i;
           delay = fresh ? 0 : 1;
         }
         allFresh[l - 1] = allFresh[l - 1] && delay == 0;
@@ -64,8 +68,10 @@ struct DelayUpdatesPass : public cdp::impl::DelayUpdatesBase<DelayUpdatesPass> {
           live[l] = 1;
     func->setAttr("cdp.version_delay", builder.getArrayAttr(rows));
     func->setAttr("cdp.live_versions", builder.getDenseI64ArrayAttr(live));
-    func->setAttr("cdp.rule", builder.getStringAttr(!cdp ? "dp" : rule == "v1" ? "v1"
-                                                   : "v2-" + table));
+    func->setAttr("cdp.rule",
+                  builder.getStringAttr(!cdp           ? "dp"
+                                        : rule == "v1" ? "v1"
+                                                       : "v2-" + table));
   }
 };
 

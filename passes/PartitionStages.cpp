@@ -22,10 +22,13 @@ int64_t elements(Value value) {
 
 /// Multiply-adds for the products, elements written for the rest.
 double costOf(Operation *op) {
-  auto shape = [](Value v) { return cast<RankedTensorType>(v.getType()).getShape(); };
+  auto shape = [](Value v) {
+    return cast<RankedTensorType>(v.getType()).getShape();
+  };
   if (auto gemm = dyn_cast<GemmOp>(op)) {
     auto a = shape(gemm.getA());
-    return double(elements(gemm.getOutput())) * (gemm.getTransA() ? a[0] : a[1]);
+    return double(elements(gemm.getOutput())) *
+           (gemm.getTransA() ? a[0] : a[1]);
   }
   if (auto matmul = dyn_cast<MatMulOp>(op))
     return double(elements(matmul.getOutput())) * shape(matmul.getA()).back();
@@ -84,8 +87,8 @@ struct PartitionStagesPass
     if (count == 0)
       count = std::max<int64_t>(1, std::min<int64_t>(4, withParams));
     if (count > static_cast<int64_t>(ops.size())) {
-      func.emitError("cannot cut ") << ops.size() << " ops into " << count
-                                    << " stages";
+      func.emitError("cannot cut ")
+          << ops.size() << " ops into " << count << " stages";
       return signalPassFailure();
     }
 
@@ -134,7 +137,8 @@ struct PartitionStagesPass
         bool room = ops.size() - (i + 1) >= static_cast<size_t>(count - stage);
         if (stage < count && reached && room)
           ++stage;
-        else if (stage < count && ops.size() - (i + 1) == static_cast<size_t>(count - stage))
+        else if (stage < count &&
+                 ops.size() - (i + 1) == static_cast<size_t>(count - stage))
           ++stage;
       }
     }

@@ -21,14 +21,17 @@ struct StaggerCollectivesPass
 
   void runOnOperation() override {
     func::FuncOp func = getOperation().lookupSymbol<func::FuncOp>("main");
-    auto schedule = func ? func->getAttrOfType<DictionaryAttr>("cdp.schedule") : nullptr;
-    auto offsets = func ? func->getAttrOfType<DenseI64ArrayAttr>("cdp.offsets") : nullptr;
+    auto schedule =
+        func ? func->getAttrOfType<DictionaryAttr>("cdp.schedule") : nullptr;
+    auto offsets =
+        func ? func->getAttrOfType<DenseI64ArrayAttr>("cdp.offsets") : nullptr;
     if (!schedule || !offsets) {
       getOperation().emitError("no schedule; run cdp-build-schedule first");
       return signalPassFailure();
     }
     if (reduce != "allreduce" && reduce != "chain") {
-      func.emitError("--cdp-reduce must be allreduce or chain, got '") << reduce << "'";
+      func.emitError("--cdp-reduce must be allreduce or chain, got '")
+          << reduce << "'";
       return signalPassFailure();
     }
     if (reduce == "chain") {

@@ -11,16 +11,18 @@
 
 namespace cdp::runtime {
 
-Executor::Executor(const plan::Plan &plan, int threads) : planRef(plan) {
-  if (plan.devices_size() < 1)
-    throw RuntimeError("plan has no device");
-  const plan::Device &device = plan.devices(0);
+Executor::Executor(const plan::Plan &plan, int threads, int deviceIndex,
+                   Communicator *communicator)
+    : planRef(plan), deviceIndex(deviceIndex), communicator(communicator) {
+  if (deviceIndex < 0 || deviceIndex >= plan.devices_size())
+    throw RuntimeError("plan has no device " + std::to_string(deviceIndex));
+  const plan::Device &device = plan.devices(deviceIndex);
   size_t arenaBytes =
       (static_cast<size_t>(device.arena_bytes()) + 63) / 64 * 64;
   arena = std::aligned_alloc(64, std::max<size_t>(arenaBytes, 64));
   if (!arena)
     throw RuntimeError("cannot allocate the " + std::to_string(arenaBytes) +
-                       "-byte arena of device 0");
+                       "-byte arena of device " + std::to_string(deviceIndex));
   std::memset(arena, 0, arenaBytes);
   views.resize(plan.tensors_size());
   persistent.resize(plan.tensors_size());
@@ -74,6 +76,8 @@ std::vector<std::unique_ptr<Kernel>> Executor::bind(
     KernelArgs args;
     args.instruction = &instruction;
     args.threads = threads;
+    args.communicator = communicator;
+    args.device = deviceIndex;
     auto resolve = [&](int id) {
       if (id < 0)
         return TensorView();
@@ -94,17 +98,51 @@ std::vector<std::unique_ptr<Kernel>> Executor::bind(
 
 void Executor::runStep(const StepContext &context) {
   ++steps;
+  const plan::Device &device = planRef.devices(deviceIndex);
   if (profile.empty()) {
-    for (auto &kernel : train)
-      kernel->run(context);
+    for (size_t i = 0; i < train.size(); ++i)
+      if (device.instructions(i).min_step() <= context.step)
+        train[i]->run(context);
     return;
   }
   for (size_t i = 0; i < train.size(); ++i) {
+    if (device.instructions(i).min_step() > context.step)
+      continue;
     auto start = std::chrono::steady_clock::now();
     train[i]->run(context);
     profile[i] +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count();
+  }
+}
+
+void Executor::flush(int64_t totalSteps) {
+  const plan::Device &device = planRef.devices(deviceIndex);
+  int n = device.instructions_size();
+  for (int begin = 0; begin < n;) {
+    if (device.instructions(begin).phase() != "update") {
+      ++begin;
+      continue;
+    }
+    // A block: one stage's reduce_wait and updates. Run at step st it
+    // applies the reduction of step st - 1 - delay; training ran it for
+    // st < totalSteps, the flush runs the rest up to step totalSteps - 1's.
+    int end = begin;
+    int64_t delay = 0;
+    while (end < n && device.instructions(end).phase() == "update") {
+      for (const plan::Attribute &a : device.instructions(end).attributes())
+        if (device.instructions(end).op() == "reduce_wait" &&
+            a.name() == "delay")
+          delay = a.i();
+      ++end;
+    }
+    int64_t first = std::max<int64_t>(totalSteps, 1 + delay);
+    for (int64_t st = first; st <= totalSteps + delay; ++st) {
+      StepContext context{st, deviceIndex, 0};
+      for (int i = begin; i < end; ++i)
+        train[i]->run(context);
+    }
+    begin = end;
   }
 }
 
@@ -114,7 +152,7 @@ void Executor::runEval(const StepContext &context) {
 }
 
 int Executor::firstNonFinite(int &instruction) const {
-  const plan::Device &device = planRef.devices(0);
+  const plan::Device &device = planRef.devices(deviceIndex);
   for (int i = 0; i < device.instructions_size(); ++i)
     for (int id : device.instructions(i).outputs()) {
       const TensorView &v = views[id];
@@ -132,7 +170,7 @@ int Executor::firstNonFinite(int &instruction) const {
 std::vector<std::pair<const plan::Instruction *, Kernel *>>
 Executor::statefulKernels() {
   std::vector<std::pair<const plan::Instruction *, Kernel *>> result;
-  const plan::Device &device = planRef.devices(0);
+  const plan::Device &device = planRef.devices(deviceIndex);
   for (int i = 0; i < device.instructions_size(); ++i)
     if (train[i]->state().counter || !train[i]->state().tensors.empty())
       result.emplace_back(&device.instructions(i), train[i].get());
@@ -141,6 +179,12 @@ Executor::statefulKernels() {
 
 std::vector<std::pair<std::string, int>> Executor::gradients() const {
   std::vector<std::pair<std::string, int>> result;
+  if (planRef.applied_gradients_size() == planRef.gradients_size() &&
+      planRef.applied_gradients_size() > 0) {
+    for (int i = 0; i < planRef.gradients_size(); ++i)
+      result.emplace_back(planRef.gradients(i), planRef.applied_gradients(i));
+    return result;
+  }
   for (const plan::Instruction &instruction : planRef.devices(0).instructions())
     if (instruction.op() == "gradient")
       for (const plan::Attribute &a : instruction.attributes())

@@ -77,6 +77,7 @@ private:
   int addTensor(Value value, plan::TensorKind kind, StringRef name);
   LogicalResult addInstruction(Operation *op, plan::Device &device,
                                bool forEval);
+  LogicalResult emitDataParallel(DictionaryAttr schedule, int64_t arenaBytes);
   LogicalResult convertAttribute(Operation *op, NamedAttribute attribute,
                                  plan::Attribute &out);
 
@@ -146,7 +147,7 @@ LogicalResult Emitter::addInstruction(Operation *op, plan::Device &device,
   for (Value result : op->getResults())
     instruction->add_outputs(ids.lookup(result));
   for (NamedAttribute attribute : op->getAttrs()) {
-    if (attribute.getName() == "cdp.offsets")
+    if (attribute.getName().getValue().starts_with("cdp."))
       continue;
     plan::Attribute *out = instruction->add_attributes();
     if (failed(convertAttribute(op, attribute, *out)))
@@ -247,6 +248,12 @@ LogicalResult Emitter::run(const EmitOptions &options) {
   if (auto loss = func->getAttrOfType<IntegerAttr>("cdp.loss_index"))
     plan.set_loss(ids.lookup(returnOp.getOperand(loss.getInt())));
 
+  if (auto schedule = func->getAttrOfType<DictionaryAttr>("cdp.schedule")) {
+    if (failed(emitDataParallel(schedule, arena.getInt())))
+      return failure();
+    device = plan.mutable_devices(0); // the devices were rebuilt
+  }
+
   // The evaluation stream: what the first output needs, in op order.
   if (returnOp.getNumOperands() > 0) {
     Value scores = returnOp.getOperand(0);
@@ -264,6 +271,167 @@ LogicalResult Emitter::run(const EmitOptions &options) {
       if (needed.contains(&op) && !isa<ParamOp, ConstantOp>(op))
         if (failed(addInstruction(&op, *device, /*forEval=*/true)))
           return failure();
+  }
+  return success();
+}
+
+/// One program per device for dp and cdp: every device runs all stages of
+/// its own slot; each stage's gradients go to the communicator after its
+/// backward, and come back reduced just before the forward that needs the
+/// next version (the step given by the version delay).
+LogicalResult Emitter::emitDataParallel(DictionaryAttr schedule,
+                                        int64_t arenaBytes) {
+  int64_t N = cast<IntegerAttr>(schedule.get("devices")).getInt();
+  int64_t L = cast<IntegerAttr>(schedule.get("stages")).getInt();
+  auto offsets = func->getAttrOfType<DenseI64ArrayAttr>("cdp.offsets");
+  auto delays = func->getAttrOfType<ArrayAttr>("cdp.version_delay");
+  auto reduceAt = func->getAttrOfType<DenseI64ArrayAttr>("cdp.reduce_at");
+  auto live = func->getAttrOfType<DenseI64ArrayAttr>("cdp.live_versions");
+  if (!offsets || !delays || !reduceAt || !live)
+    return func.emitError("incomplete schedule; run cdp-delay-updates and "
+                          "cdp-stagger-collectives");
+  plan.set_strategy(cast<StringAttr>(schedule.get("strategy")).str());
+  plan.set_micro_batches(N);
+  plan::Schedule *out = plan.mutable_schedule();
+  out->set_stages(L);
+  out->set_cycle(2 * L);
+  for (int64_t s : offsets.asArrayRef())
+    out->add_offsets(s);
+  for (Attribute row : delays) {
+    plan::Ints *ints = out->add_version_delay();
+    for (int64_t d : cast<DenseI64ArrayAttr>(row).asArrayRef())
+      ints->add_values(d);
+  }
+  for (int64_t t : reduceAt.asArrayRef())
+    out->add_reduce_at(t);
+  for (int64_t v : live.asArrayRef())
+    out->add_live_versions(v);
+  if (auto rule = func->getAttrOfType<StringAttr>("cdp.rule"))
+    out->set_rule(rule.str());
+  if (auto reduce = func->getAttrOfType<StringAttr>("cdp.reduce"))
+    out->set_reduce(reduce.str());
+
+  Block &body = func.getBody().front();
+  // Per stage: the parameters, their gradients, reduced buffers, updates.
+  struct Trained {
+    int param, grad, reduced;
+    UpdateOp update;
+  };
+  std::vector<std::vector<Trained>> byStage(L + 1);
+  llvm::StringMap<UpdateOp> updates;
+  body.walk([&](UpdateOp update) { updates[update.getName()] = update; });
+  llvm::StringMap<int> paramIds;
+  for (const plan::Tensor &t : plan.tensors())
+    if (t.kind() == plan::PARAM)
+      paramIds[t.name()] = t.id();
+  plan.clear_applied_gradients();
+  std::vector<int64_t> stageBytes(L, 0);
+  for (int i = 0; i < plan.gradients_size(); ++i) {
+    const std::string &name = plan.gradients(i);
+    GradientOp gradient;
+    body.walk([&](GradientOp g) {
+      if (g.getName() == name)
+        gradient = g;
+    });
+    auto stage = gradient->getAttrOfType<IntegerAttr>("cdp.stage");
+    UpdateOp update = updates.lookup(name);
+    if (!stage || !update)
+      return gradient.emitOpError("has no stage or no update");
+    int paramId = paramIds.lookup(name);
+    plan::Tensor reduced = plan.tensors(paramId);
+    reduced.set_id(plan.tensors_size());
+    reduced.set_kind(plan::REDUCED);
+    reduced.clear_data();
+    reduced.set_trainable(false);
+    *plan.add_tensors() = reduced;
+    plan.add_applied_gradients(reduced.id());
+    byStage[stage.getInt()].push_back(
+        {paramId, ids.lookup(gradient.getGrad()), reduced.id(), update});
+    stageBytes[stage.getInt() - 1] += reduced.bytes();
+  }
+  for (int64_t b : stageBytes)
+    out->add_stage_param_bytes(b);
+
+  // The last backward op of every stage: its reduction starts after it.
+  llvm::DenseMap<int64_t, Operation *> lastBackward;
+  for (Operation &op : body.without_terminator()) {
+    auto phase = op.getAttrOfType<StringAttr>("cdp.phase");
+    auto stage = op.getAttrOfType<IntegerAttr>("cdp.stage");
+    if (phase && stage && phase.getValue() == "backward")
+      lastBackward[stage.getInt()] = &op;
+  }
+
+  plan.clear_devices();
+  for (int64_t d = 0; d < N; ++d) {
+    plan::Device *device = plan.add_devices();
+    device->set_index(d);
+    device->set_arena_bytes(arenaBytes);
+    int64_t s = offsets[d];
+    ArrayRef<int64_t> delay = cast<DenseI64ArrayAttr>(delays[d]).asArrayRef();
+    std::vector<bool> updated(L + 1, false);
+    auto stamp = [&](plan::Instruction *instruction, int64_t stage,
+                     int64_t time) {
+      instruction->set_stage(stage);
+      instruction->set_micro_batch(d);
+      instruction->set_time_step(s + time);
+    };
+    for (Operation &op : body.without_terminator()) {
+      if (isa<ParamOp, ConstantOp, UpdateOp>(op))
+        continue;
+      auto stage = op.getAttrOfType<IntegerAttr>("cdp.stage");
+      auto phase = op.getAttrOfType<StringAttr>("cdp.phase");
+      int64_t l = stage ? stage.getInt() : L;
+      if (!phase && !updated[l]) {
+        // Before the stage's first forward: bring its weights to the version
+        // this slot uses.
+        updated[l] = true;
+        if (!byStage[l].empty()) {
+          int64_t minStep = 1 + delay[l - 1];
+          plan::Instruction *wait = device->add_instructions();
+          wait->set_op("reduce_wait");
+          wait->set_location("stage " + std::to_string(l));
+          wait->set_phase("update");
+          wait->set_min_step(minStep);
+          stamp(wait, l, l - 1);
+          for (const Trained &t : byStage[l])
+            wait->add_outputs(t.reduced);
+          plan::Attribute *a = wait->add_attributes();
+          a->set_name("stage");
+          a->set_i(l);
+          a = wait->add_attributes();
+          a->set_name("delay");
+          a->set_i(delay[l - 1]);
+          for (const Trained &t : byStage[l]) {
+            if (failed(addInstruction(t.update, *device, false)))
+              return failure();
+            plan::Instruction *update =
+                device->mutable_instructions(device->instructions_size() - 1);
+            update->set_inputs(1, t.reduced);
+            update->set_phase("update");
+            update->set_min_step(minStep);
+            stamp(update, l, l - 1);
+          }
+        }
+      }
+      if (failed(addInstruction(&op, *device, false)))
+        return failure();
+      plan::Instruction *instruction =
+          device->mutable_instructions(device->instructions_size() - 1);
+      auto time = op.getAttrOfType<IntegerAttr>("cdp.time");
+      stamp(instruction, l, time ? time.getInt() : 2 * L - 1);
+      if (lastBackward.lookup(l) == &op && !byStage[l].empty()) {
+        plan::Instruction *start = device->add_instructions();
+        start->set_op("reduce_start");
+        start->set_location("stage " + std::to_string(l));
+        start->set_phase("comm");
+        stamp(start, l, 2 * L - l);
+        for (const Trained &t : byStage[l])
+          start->add_inputs(t.grad);
+        plan::Attribute *a = start->add_attributes();
+        a->set_name("stage");
+        a->set_i(l);
+      }
+    }
   }
   return success();
 }

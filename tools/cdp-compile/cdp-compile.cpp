@@ -53,9 +53,40 @@ cl::opt<std::string>
          cl::cat(category));
 cl::opt<std::string> strategy(
     "strategy",
-    cl::desc("Parallel strategy: single (one device; dp, cdp, gpipe, 1f1b, "
-             "2bw and cdp-mp arrive in later releases)"),
-    cl::value_desc("single"), cl::init("single"), cl::cat(category));
+    cl::desc(
+        "Parallel strategy: single (one device), dp (data parallel), cdp "
+        "(cyclic data parallel); gpipe, 1f1b, 2bw and cdp-mp arrive later"),
+    cl::value_desc("single|dp|cdp"), cl::init("single"), cl::cat(category));
+cl::opt<std::string> devices("devices",
+                             cl::desc("Devices N for dp and cdp (one "
+                                      "micro-batch each per step)"),
+                             cl::value_desc("N"), cl::init("1"),
+                             cl::cat(category));
+cl::opt<std::string> stages(
+    "stages",
+    cl::desc("Stages L: granularity of reductions (dp) and the time-step "
+             "model's L (cdp); default min(4, ops with parameters)"),
+    cl::value_desc("L"), cl::init("0"), cl::cat(category));
+cl::opt<std::string> stageBoundaries(
+    "stage-boundaries",
+    cl::desc(
+        "Cut stages after these ONNX nodes instead of using the cost model"),
+    cl::value_desc("NODE,..."), cl::cat(category));
+cl::opt<std::string> cdpRule("cdp-rule",
+                             cl::desc("CDP update rule (default v2)"),
+                             cl::value_desc("v1|v2"), cl::init("v2"),
+                             cl::cat(category));
+cl::opt<std::string> v2Table(
+    "v2-table",
+    cl::desc("CDP-v2 freshness table: timing (from the time-step model, "
+             "default) or code (the authors' rule l >= L - i)"),
+    cl::value_desc("timing|code"), cl::init("timing"), cl::cat(category));
+cl::opt<std::string> cdpReduce(
+    "cdp-reduce",
+    cl::desc("How stage gradients are reduced (default allreduce; chain "
+             "arrives later)"),
+    cl::value_desc("allreduce|chain"), cl::init("allreduce"),
+    cl::cat(category));
 cl::opt<bool> inference("inference",
                         cl::desc("Compile a forward-only plan (no loss, no "
                                  "training); cdp-run runs it once on --feed"),
@@ -173,10 +204,21 @@ int main(int argc, char **argv) {
       emit != "sched-mlir")
     die("--emit must be mlir, plan, train-mlir or sched-mlir, got '" + emit +
         "'");
-  if (strategy != "single")
+  if (strategy != "single" && strategy != "dp" && strategy != "cdp")
     die("--strategy " + strategy +
         " is not available yet (this release "
-        "supports single)");
+        "supports single, dp and cdp)");
+  int64_t deviceCount = 1, stageCount = 0;
+  if (!llvm::to_integer(llvm::StringRef(devices), deviceCount, 10) ||
+      deviceCount < 1)
+    die("--devices must be a positive integer, got '" + devices + "'");
+  if (!llvm::to_integer(llvm::StringRef(stages), stageCount, 10) ||
+      stageCount < 0)
+    die("--stages must be a positive integer, got '" + stages + "'");
+  if (strategy == "single" && deviceCount != 1)
+    die("--strategy single runs on 1 device, not " + devices +
+        " (use --strategy dp or cdp)");
+  bool dataParallel = strategy == "dp" || strategy == "cdp";
   if (emit == "sched-mlir")
     die("--emit=sched-mlir arrives with the parallel strategies");
   if (microBatches != "1")
@@ -255,6 +297,19 @@ int main(int argc, char **argv) {
       lossOptions.labelsName = labelsName;
       lossOptions.lossOutput = lossOutput;
       pm.addPass(cdp::createAttachLoss(lossOptions));
+      if (dataParallel) {
+        cdp::PartitionStagesOptions partition;
+        partition.stages = stageCount;
+        std::vector<std::string> boundaryNames;
+        if (!stageBoundaries.empty()) {
+          llvm::SmallVector<llvm::StringRef> names;
+          llvm::StringRef(stageBoundaries).split(names, ',');
+          for (llvm::StringRef name : names)
+            boundaryNames.push_back(name.trim().str());
+        }
+        partition.boundaries = boundaryNames;
+        pm.addPass(cdp::createPartitionStages(partition));
+      }
       cdp::AutodiffOptions autodiffOptions;
       autodiffOptions.freeze =
           std::vector<std::string>(freeze.begin(), freeze.end());
@@ -269,6 +324,19 @@ int main(int argc, char **argv) {
       optimizerOptions.beta2 = beta2;
       optimizerOptions.epsilon = epsValue;
       pm.addPass(cdp::createInsertOptimizer(optimizerOptions));
+      if (dataParallel) {
+        cdp::BuildScheduleOptions scheduleOptions;
+        scheduleOptions.strategy = strategy;
+        scheduleOptions.devices = deviceCount;
+        pm.addPass(cdp::createBuildSchedule(scheduleOptions));
+        cdp::DelayUpdatesOptions delayOptions;
+        delayOptions.rule = cdpRule;
+        delayOptions.table = v2Table;
+        pm.addPass(cdp::createDelayUpdates(delayOptions));
+        cdp::StaggerCollectivesOptions staggerOptions;
+        staggerOptions.reduce = cdpReduce;
+        pm.addPass(cdp::createStaggerCollectives(staggerOptions));
+      }
     }
     if (emit == "plan")
       pm.addPass(cdp::createPlanMemory());

@@ -15,6 +15,7 @@
 #include <omp.h>
 #include <onnx/onnx_pb.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -23,9 +24,11 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <sys/stat.h>
+#include <thread>
 #include <unistd.h>
 
 using namespace cdp;
@@ -313,7 +316,27 @@ int main(int argc, char **argv) {
                                           : std::max(cores, 1));
 
   try {
-    Executor executor(plan, options.threads > 0 ? options.threads : cores);
+    // One executor per device, each with its own memory; devices of dp and
+    // cdp plans talk through the in-process communicator.
+    int deviceCount = plan.devices_size();
+    int threadsPerDevice = options.threads > 0
+                               ? options.threads
+                               : (deviceCount > 1 ? 1 : std::max(cores, 1));
+    omp_set_num_threads(threadsPerDevice);
+    std::unique_ptr<LocalCommunicator> communicator;
+    if (deviceCount > 1)
+      communicator = std::make_unique<LocalCommunicator>(deviceCount);
+    std::vector<std::unique_ptr<Executor>> executors;
+    for (int d = 0; d < deviceCount; ++d)
+      executors.push_back(std::make_unique<Executor>(plan, threadsPerDevice, d,
+                                                     communicator.get()));
+    Executor &executor = *executors[0];
+    if (deviceCount > 1 &&
+        (!options.checkpoint.empty() || !options.resume.empty() ||
+         !options.profile.empty()))
+      die("--checkpoint, --resume and --profile are not available yet for "
+          "multi-device plans (" +
+          plan.strategy() + ")");
     int64_t slots = std::max(plan.micro_batches(), 1);
 
     // Bind the data to the plan's inputs.
@@ -425,6 +448,139 @@ int main(int argc, char **argv) {
             std::to_string(perStep) + ")");
       int64_t total = stepsPerEpoch * epochs;
       int64_t step = 0;
+      if (deviceCount > 1) {
+        // Precompute each epoch's order: device threads read it freely.
+        std::vector<std::vector<int64_t>> orders;
+        if (!options.data.empty())
+          for (int64_t e = 0; e < epochs; ++e) {
+            std::vector<int64_t> order(train.labels.numel());
+            std::iota(order.begin(), order.end(), 0);
+            std::mt19937_64 rng(options.seed * 1000003ull + e);
+            for (int64_t i = static_cast<int64_t>(order.size()) - 1; i > 0; --i)
+              std::swap(
+                  order[i],
+                  order[std::uniform_int_distribution<int64_t>(0, i)(rng)]);
+            orders.push_back(std::move(order));
+          }
+        std::vector<float> losses(total * deviceCount, 0.0f);
+        std::atomic<int64_t> progress{0};
+        std::mutex errorMutex;
+        std::string firstError;
+        auto started = std::chrono::steady_clock::now();
+        auto runDevice = [&](int d) {
+          omp_set_num_threads(threadsPerDevice);
+          Executor &ex = *executors[d];
+          try {
+            for (int64_t t = 0; t < total; ++t) {
+              // Slot k = d of step t.
+              if (options.data.empty()) {
+                for (auto &[id, array] : feeds)
+                  copyRows(array, ex.view(id), plan.tensors(id).batch_axis(),
+                           (t * slots + d) * batch);
+              } else {
+                int64_t epoch = t / stepsPerEpoch, s = t % stepsPerEpoch;
+                int64_t first = (s * slots + d) * batch;
+                copyRows(train.images, ex.view(imageInput), 0, first,
+                         &orders[epoch]);
+                copyRows(train.labels, ex.view(plan.labels()), 0, first,
+                         &orders[epoch]);
+              }
+              ex.runStep(StepContext{t, d, options.seed});
+              float loss =
+                  plan.loss() >= 0 ? readScalar(ex.view(plan.loss())) : 0.0f;
+              losses[t * deviceCount + d] = loss;
+              if (!std::isfinite(loss)) {
+                int instruction = -1;
+                int bad = ex.firstNonFinite(instruction);
+                std::string where =
+                    bad < 0
+                        ? std::string("no tensor is non-finite")
+                        : "first non-finite tensor: " +
+                              (plan.tensors(bad).name().empty()
+                                   ? "#" + std::to_string(bad)
+                                   : "'" + plan.tensors(bad).name() + "'") +
+                              ", output of '" +
+                              plan.devices(d).instructions(instruction).op() +
+                              "' at '" +
+                              plan.devices(d)
+                                  .instructions(instruction)
+                                  .location() +
+                              "'";
+                throw RuntimeError("step " + std::to_string(t) + ", device " +
+                                   std::to_string(d) + ": the loss is " +
+                                   (std::isnan(loss) ? "NaN" : "infinite") +
+                                   "; " + where +
+                                   " (check the inputs, or lower --lr)");
+              }
+              if (d == 0)
+                progress = t + 1;
+            }
+            ex.flush(total);
+          } catch (const RuntimeError &e) {
+            std::lock_guard<std::mutex> lock(errorMutex);
+            if (firstError.empty())
+              firstError = e.what();
+            communicator->abort();
+          }
+        };
+        std::vector<std::thread> threads;
+        for (int d = 0; d < deviceCount; ++d)
+          threads.emplace_back(runDevice, d);
+        while (terminal) {
+          int64_t done = progress;
+          std::fprintf(stderr, "\r%s on %d devices: step %lld/%lld   ",
+                       plan.strategy().c_str(), deviceCount, (long long)done,
+                       (long long)total);
+          if (done >= total || !firstError.empty())
+            break;
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        }
+        for (std::thread &thread : threads)
+          thread.join();
+        if (terminal)
+          std::fprintf(stderr, "\n");
+        if (!firstError.empty())
+          die(firstError);
+        double elapsed = std::chrono::duration<double>(
+                             std::chrono::steady_clock::now() - started)
+                             .count();
+        // Buffers (BatchNorm statistics) are averaged over the devices.
+        for (const plan::Tensor &t : plan.tensors()) {
+          if (t.kind() != plan::BUFFER || t.dtype() != plan::F32)
+            continue;
+          float *out = executor.view(t.id()).f32();
+          int64_t n = executor.view(t.id()).numel();
+          for (int64_t i = 0; i < n; ++i) {
+            double sum = 0;
+            for (int d = 0; d < deviceCount; ++d)
+              sum += executors[d]->view(t.id()).f32()[i];
+            out[i] = static_cast<float>(sum / deviceCount);
+          }
+        }
+        double accuracy =
+            options.eval && !options.data.empty() ? evaluate() : -1;
+        double rate = elapsed > 0 ? total * perStep / elapsed : 0.0;
+        for (int64_t t = 0; t < total && metrics.is_open(); ++t) {
+          double loss = 0;
+          for (int d = 0; d < deviceCount; ++d)
+            loss += losses[t * deviceCount + d];
+          metrics << "{\"step\": " << t << ", \"loss\": " << loss / deviceCount
+                  << ", \"samples_per_s\": " << rate;
+          if (t + 1 == total && accuracy >= 0)
+            metrics << ", \"accuracy\": " << accuracy;
+          metrics << "}\n";
+        }
+        double lastLoss = 0;
+        for (int d = 0; d < deviceCount; ++d)
+          lastLoss += losses[(total - 1) * deviceCount + d] / deviceCount;
+        std::printf("%s on %d devices: %lld steps, loss %.4f, %.1f s",
+                    plan.strategy().c_str(), deviceCount, (long long)total,
+                    lastLoss, elapsed);
+        if (accuracy >= 0)
+          std::printf(", test accuracy %.4f", accuracy);
+        std::printf("\n");
+        step = total;
+      }
       if (!options.resume.empty()) {
         step = loadCheckpoint(options.resume, executor, planChecksum);
         if (step > total)
@@ -434,7 +590,7 @@ int main(int argc, char **argv) {
       std::vector<int64_t> order;
       int64_t shuffledEpoch = -1;
       auto started = std::chrono::steady_clock::now();
-      for (; step < total; ++step) {
+      for (; step < total && deviceCount == 1; ++step) {
         int64_t epoch = step / stepsPerEpoch, s = step % stepsPerEpoch;
         if (!options.data.empty() && epoch != shuffledEpoch) {
           order.resize(train.labels.numel());
@@ -523,7 +679,7 @@ int main(int argc, char **argv) {
       }
       if (terminal && options.data.empty())
         std::fprintf(stderr, "\n");
-      if (!options.checkpoint.empty())
+      if (!options.checkpoint.empty() && deviceCount == 1)
         saveCheckpoint(options.checkpoint, executor, planChecksum, total);
     }
 

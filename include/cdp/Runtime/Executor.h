@@ -9,6 +9,7 @@
 #ifndef CDP_RUNTIME_EXECUTOR_H
 #define CDP_RUNTIME_EXECUTOR_H
 
+#include "cdp/Runtime/Communicator.h"
 #include "cdp/Runtime/Kernel.h"
 
 #include <memory>
@@ -20,7 +21,8 @@ class Executor {
 public:
   /// Throws RuntimeError when the plan is inconsistent or needs a kernel
   /// this build lacks.
-  Executor(const plan::Plan &plan, int threads);
+  Executor(const plan::Plan &plan, int threads, int device = 0,
+           Communicator *communicator = nullptr);
   ~Executor();
 
   const plan::Plan &plan() const { return planRef; }
@@ -35,6 +37,12 @@ public:
   const std::vector<double> &profileSeconds() const { return profile; }
   /// Training steps run so far.
   int64_t stepsRun() const { return steps; }
+  /// After the last of `steps` steps: applies the reductions still pending
+  /// (delayed updates), so that the parameters are theta_T.
+  void flush(int64_t steps);
+
+  int device() const { return deviceIndex; }
+
   /// The forward-only evaluation stream.
   void runEval(const StepContext &context);
 
@@ -55,6 +63,8 @@ private:
        int threads);
 
   const plan::Plan &planRef;
+  int deviceIndex = 0;
+  Communicator *communicator = nullptr;
   void *arena = nullptr;
   std::vector<std::vector<uint64_t>> persistent; // 8-byte aligned storage
   std::vector<TensorView> views;

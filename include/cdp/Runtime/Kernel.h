@@ -22,6 +22,8 @@
 
 namespace cdp::runtime {
 
+class Communicator;
+
 /// Every runtime failure: one line naming the instruction, device or tensor.
 class RuntimeError : public std::runtime_error {
 public:
@@ -85,6 +87,8 @@ struct KernelArgs {
   std::vector<TensorView> inputs; ///< absent optional inputs: !present()
   std::vector<TensorView> outputs;
   int threads = 1;
+  Communicator *communicator = nullptr; ///< for communication instructions
+  int device = 0;
 
   const plan::Attribute *find(const std::string &name) const;
   int64_t i(const std::string &name, int64_t fallback) const;

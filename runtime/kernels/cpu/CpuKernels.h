@@ -18,6 +18,7 @@ void registerNormalization(KernelRegistry &registry);
 void registerShape(KernelRegistry &registry);
 void registerLoss(KernelRegistry &registry);
 void registerOptimizer(KernelRegistry &registry);
+void registerCommunication(KernelRegistry &registry);
 
 /// Adds a kernel whose factory returns the step function directly.
 template <typename Factory>

@@ -109,5 +109,6 @@ void registerCpuKernels(KernelRegistry &registry) {
   cpu::registerShape(registry);
   cpu::registerLoss(registry);
   cpu::registerOptimizer(registry);
+  cpu::registerCommunication(registry);
 }
 } // namespace cdp::runtime
