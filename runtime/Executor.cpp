@@ -3,6 +3,7 @@
 #include "cdp/Runtime/Executor.h"
 
 #include "cdp/Plan/PlanIO.h"
+#include "cdp/Runtime/Report.h"
 
 #include <chrono>
 #include <cmath>
@@ -99,6 +100,41 @@ std::vector<std::unique_ptr<Kernel>> Executor::bind(
 void Executor::runStep(const StepContext &context) {
   ++steps;
   const plan::Device &device = planRef.devices(deviceIndex);
+  if (report) {
+    // The measured side of the report: tensors born when written, freed
+    // when their last use of the step has run, bytes actually handed over.
+    const PlanFacts &facts = report->facts();
+    report->startStep(deviceIndex, context.step);
+    for (size_t i = 0; i < train.size(); ++i) {
+      const plan::Instruction &instruction = device.instructions(i);
+      if (instruction.min_step() > context.step)
+        continue;
+      int64_t sentBefore =
+          communicator ? communicator->bytesSent(deviceIndex) : 0;
+      train[i]->run(context);
+      int64_t tau = facts.timeOf(instruction, context.step);
+      for (size_t l = 1; l < facts.unitBegin[deviceIndex].size(); ++l) {
+        if (facts.unitBegin[deviceIndex][l] == static_cast<int>(i))
+          report->unitBegins(deviceIndex, tau);
+        if (facts.unitEnd[deviceIndex][l] == static_cast<int>(i))
+          report->unitEnds(deviceIndex, tau);
+      }
+      for (int id : instruction.outputs())
+        if (id >= 0)
+          report->born(deviceIndex, tau, id);
+      for (int id : instruction.inputs())
+        if (id >= 0)
+          report->used(deviceIndex, tau, id);
+      if (communicator) {
+        int64_t sent = communicator->bytesSent(deviceIndex) - sentBefore;
+        if (sent) {
+          report->sent(deviceIndex, tau, sent);
+          report->gradientReady(deviceIndex, tau, sent);
+        }
+      }
+    }
+    return;
+  }
   if (profile.empty()) {
     for (size_t i = 0; i < train.size(); ++i)
       if (device.instructions(i).min_step() <= context.step)
@@ -114,6 +150,21 @@ void Executor::runStep(const StepContext &context) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count();
   }
+}
+
+int64_t Executor::workspaceBytes() const {
+  int64_t total = 0;
+  for (const auto &kernel : train)
+    total += kernel->workspaceBytes();
+  return total;
+}
+
+int64_t Executor::optimizerBytes() {
+  int64_t total = 0;
+  for (auto &[instruction, kernel] : statefulKernels())
+    for (auto &[name, view] : kernel->state().tensors)
+      total += view.numel() * plan::dtypeSize(view.dtype);
+  return total;
 }
 
 void Executor::flush(int64_t totalSteps) {

@@ -141,6 +141,10 @@ LogicalResult Emitter::addInstruction(Operation *op, plan::Device &device,
       forEval ? device.add_eval_instructions() : device.add_instructions();
   instruction->set_op(op->getName().stripDialect().str());
   instruction->set_location(locationName(op->getLoc()));
+  if (auto stage = op->getAttrOfType<IntegerAttr>("cdp.stage"))
+    instruction->set_stage(stage.getInt());
+  auto phase = op->getAttrOfType<StringAttr>("cdp.phase");
+  instruction->set_phase(phase ? phase.str() : "forward");
   instruction->set_time_step(device.instructions_size() - 1);
   for (Value operand : op->getOperands())
     instruction->add_inputs(ids.lookup(operand));
@@ -252,6 +256,23 @@ LogicalResult Emitter::run(const EmitOptions &options) {
     if (failed(emitDataParallel(schedule, arena.getInt())))
       return failure();
     device = plan.mutable_devices(0); // the devices were rebuilt
+  } else {
+    // One device, one stage: the forward is time step 0 of a step, the
+    // backward and the updates time step 1 (cycle 2L = 2).
+    plan::Schedule *single = plan.mutable_schedule();
+    single->set_stages(1);
+    single->set_cycle(options.inference ? 1 : 2);
+    single->add_offsets(0);
+    single->set_rule(options.inference ? "inference" : "single");
+    int64_t paramBytes = 0;
+    for (const plan::Tensor &t : plan.tensors())
+      if (t.kind() == plan::PARAM && t.trainable())
+        paramBytes += t.bytes();
+    single->add_stage_param_bytes(paramBytes);
+    for (plan::Instruction &instruction : *device->mutable_instructions()) {
+      instruction.set_time_step(instruction.phase() == "forward" ? 0 : 1);
+      instruction.set_stage(1);
+    }
   }
 
   // The evaluation stream: what the first output needs, in op order.

@@ -96,6 +96,19 @@ def _():
                  [init("w", np.zeros((10, 784), np.float32)), init("b", np.zeros(10, np.float32))])
 
 
+@register("mlp4eq")
+def _():
+    # Four equal layers (16x16 Gemm + Tanh): equal stages for the report.
+    nodes, inits, last = [], [], "x"
+    for l in range(4):
+        nodes += [helper.make_node("Gemm", [last, "w%d" % l, "b%d" % l], ["h%d" % l], name="fc%d" % l),
+                  helper.make_node("Tanh", ["h%d" % l], ["t%d" % l], name="tanh%d" % l)]
+        inits += [init("w%d" % l, np.eye(16, dtype=np.float32) * 0.5),
+                  init("b%d" % l, np.zeros(16, np.float32))]
+        last = "t%d" % l
+    return model(nodes, [vi("x", F, [2, 16])], [vi(last, F, [2, 16])], inits)
+
+
 @register("matmul")
 def _():
     return binary("MatMul", a=(5, 1, 2, 3), b=(4, 3, 6))

@@ -10,6 +10,7 @@
 #include "cdp/InitAll.h"
 #include "cdp/Plan/EmitPlan.h"
 #include "cdp/Plan/PlanIO.h"
+#include "cdp/Runtime/Report.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/Pass/PassManager.h"
@@ -161,6 +162,17 @@ cl::list<std::string> constInput(
              "TensorProto) at compile time, for shape-like inputs such as "
              "Reshape's shape. Repeatable"),
     cl::value_desc("NAME=FILE"), cl::cat(category));
+cl::opt<std::string> reportPath(
+    "report",
+    cl::desc("Write the predicted memory and communication per device and "
+             "time step (cdp-report/1 JSON), without running anything; "
+             "alone (no -o), initializers may carry shapes without data"),
+    cl::value_desc("FILE.json"), cl::cat(category));
+cl::opt<std::string> reportSteps("steps",
+                                 cl::desc("Training steps the --report covers "
+                                          "(default 3)"),
+                                 cl::value_desc("T"), cl::init("3"),
+                                 cl::cat(category));
 cl::opt<bool> printParamData(
     "print-param-data",
     cl::desc("With --emit=mlir, print parameter data in full instead of "
@@ -271,8 +283,16 @@ int main(int argc, char **argv) {
     options.constInputs[name.str()] = file.str();
   }
 
-  if (emit == "plan" && outputPath == "-")
-    die("give -o FILE.cdp for the plan (or --emit=mlir to print IR)");
+  int64_t reportStepCount = 3;
+  if (!llvm::to_integer(llvm::StringRef(reportSteps), reportStepCount, 10) ||
+      reportStepCount < 1)
+    die("--steps must be a positive integer, got '" + reportSteps + "'");
+  bool reportOnly = !reportPath.empty() && outputPath == "-" && emit == "plan";
+  if (reportOnly)
+    options.shapesOnly = true;
+  if (emit == "plan" && outputPath == "-" && reportPath.empty())
+    die("give -o FILE.cdp for the plan, --report FILE.json for a prediction, "
+        "or --emit=mlir to print IR");
 
   mlir::DialectRegistry registry;
   cdp::registerAllDialects(registry);
@@ -297,9 +317,10 @@ int main(int argc, char **argv) {
       lossOptions.labelsName = labelsName;
       lossOptions.lossOutput = lossOutput;
       pm.addPass(cdp::createAttachLoss(lossOptions));
-      if (dataParallel) {
+      {
+        // single: one stage, so that every op still knows its phase.
         cdp::PartitionStagesOptions partition;
-        partition.stages = stageCount;
+        partition.stages = dataParallel ? stageCount : 1;
         std::vector<std::string> boundaryNames;
         if (!stageBoundaries.empty()) {
           llvm::SmallVector<llvm::StringRef> names;
@@ -354,6 +375,16 @@ int main(int argc, char **argv) {
       cdp::plan::Plan plan;
       if (mlir::failed(cdp::buildPlan(*module, emitOptions, plan)))
         die(inputPath + ": " + diagnostic);
+      if (!reportPath.empty()) {
+        std::string json = cdp::runtime::predictReport(plan, reportStepCount);
+        std::error_code ec;
+        llvm::raw_fd_ostream out(reportPath, ec);
+        if (ec)
+          die(reportPath + ": " + ec.message());
+        out << json;
+      }
+      if (reportOnly)
+        return 0;
       std::string writeError;
       if (!cdp::plan::writePlan(plan, outputPath, writeError))
         die(outputPath + ": " + writeError);

@@ -11,6 +11,7 @@
 #include "cdp/Runtime/Checkpoint.h"
 #include "cdp/Runtime/Data.h"
 #include "cdp/Runtime/Executor.h"
+#include "cdp/Runtime/Report.h"
 
 #include <omp.h>
 #include <onnx/onnx_pb.h>
@@ -51,6 +52,8 @@ struct Options {
   int threads = 0;
   std::string metrics, dumpParams, dumpGrads, saveOutputs, saveOnnx;
   std::string checkpoint, resume, profile;
+  std::string report, reportSvg, compareReport;
+  int64_t reportSteps = -1;
   int64_t checkpointEvery = 0;
   int64_t maxTensorBytes = int64_t(16) << 30;
 };
@@ -136,6 +139,20 @@ Options parseArguments(int argc, char **argv) {
        "Measure every instruction and write its mean time per step as JSON "
        "(cdp-compile --profile will use it to balance stages)",
        [&](const std::string &v) { o.profile = v; }},
+      {"--report", "FILE.json",
+       "Write the measured memory by category, activation units and bytes "
+       "sent per device and time step (same schema as cdp-compile --report)",
+       [&](const std::string &v) { o.report = v; }},
+      {"--report-svg", "FILE.svg",
+       "Draw activation memory over time and gradient bytes per time step",
+       [&](const std::string &v) { o.reportSvg = v; }},
+      {"--compare-report", "OTHER.json",
+       "Overlay another report on --report-svg (e.g. dp against cdp)",
+       [&](const std::string &v) { o.compareReport = v; }},
+      {"--report-steps", "T", "Steps the report covers (default: all)",
+       [&](const std::string &v) {
+         o.reportSteps = parseCount("--report-steps", v, 1);
+       }},
       {"--max-tensor-bytes", "N",
        "Refuse a fed tensor larger than N bytes (default 16 GiB)",
        [&](const std::string &v) {
@@ -338,6 +355,11 @@ int main(int argc, char **argv) {
           "multi-device plans (" +
           plan.strategy() + ")");
     int64_t slots = std::max(plan.micro_batches(), 1);
+    if (!options.reportSvg.empty() && options.report.empty())
+      die("--report-svg needs --report FILE.json");
+    if (!options.compareReport.empty() && options.reportSvg.empty())
+      die("--compare-report needs --report-svg FILE.svg");
+    std::unique_ptr<ReportBuilder> report;
 
     // Bind the data to the plan's inputs.
     std::map<int, Array> feeds;
@@ -448,6 +470,14 @@ int main(int argc, char **argv) {
             std::to_string(perStep) + ")");
       int64_t total = stepsPerEpoch * epochs;
       int64_t step = 0;
+      if (!options.report.empty()) {
+        int64_t covered = options.reportSteps > 0
+                              ? std::min(options.reportSteps, total)
+                              : total;
+        report = std::make_unique<ReportBuilder>(plan, covered);
+        for (auto &ex : executors)
+          ex->setReport(report.get());
+      }
       if (deviceCount > 1) {
         // Precompute each epoch's order: device threads read it freely.
         std::vector<std::vector<int64_t>> orders;
@@ -700,6 +730,38 @@ int main(int argc, char **argv) {
       out << "\n]}\n";
       if (!out)
         die(options.profile + ": write failed");
+    }
+    if (report) {
+      for (int d = 0; d < deviceCount; ++d) {
+        report->setWorkspace(d, executors[d]->workspaceBytes());
+        report->setOptimizer(d, executors[d]->optimizerBytes());
+      }
+      std::string json = report->json();
+      std::ofstream out(options.report);
+      out << json;
+      if (!out)
+        die(options.report + ": cannot write");
+      if (!options.reportSvg.empty()) {
+        std::string other;
+        if (!options.compareReport.empty()) {
+          std::ifstream in(options.compareReport);
+          if (!in)
+            die(options.compareReport +
+                ": cannot open: " + std::strerror(errno));
+          std::stringstream content;
+          content << in.rdbuf();
+          other = content.str();
+          if (other.find("\"schema\": \"cdp-report/1\"") == std::string::npos)
+            die(options.compareReport +
+                ": not a cdp report (schema cdp-report/1)");
+        }
+        std::ofstream svg(options.reportSvg);
+        svg << runtime::reportSvg(json, other);
+        if (!svg)
+          die(options.reportSvg + ": cannot write");
+      }
+    } else if (!options.report.empty()) {
+      die("--report covers training runs; this plan is forward-only");
     }
     if (!options.dumpParams.empty()) {
       std::vector<std::pair<std::string, TensorView>> tensors;

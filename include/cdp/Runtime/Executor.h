@@ -43,6 +43,13 @@ public:
 
   int device() const { return deviceIndex; }
 
+  /// Records what this device's steps do into `report` (cdp-run --report).
+  void setReport(class ReportBuilder *builder) { report = builder; }
+  /// Bytes kernels sized at load (oneDNN reorder buffers, columns, ...).
+  int64_t workspaceBytes() const;
+  /// Optimizer state bytes.
+  int64_t optimizerBytes();
+
   /// The forward-only evaluation stream.
   void runEval(const StepContext &context);
 
@@ -65,6 +72,7 @@ private:
   const plan::Plan &planRef;
   int deviceIndex = 0;
   Communicator *communicator = nullptr;
+  class ReportBuilder *report = nullptr;
   void *arena = nullptr;
   std::vector<std::vector<uint64_t>> persistent; // 8-byte aligned storage
   std::vector<TensorView> views;

@@ -68,6 +68,8 @@ public:
   virtual ~Kernel() = default;
   virtual void run(const StepContext &context) = 0;
   virtual KernelState state() { return {}; }
+  /// Memory the kernel sized at load, beyond the plan's tensors.
+  virtual int64_t workspaceBytes() const { return 0; }
 };
 
 /// A kernel made of one function.

@@ -1,0 +1,89 @@
+//===- Report.h - memory and communication per time step --------*- C++ -*-===//
+//
+// The accounting of cli.md's report: per device and time step, bytes live by
+// category, activation units and bytes sent; per time step, the gradient
+// bytes that become complete (G(tau) of algorithms.md 2.7).
+//
+// One builder serves both sides: `cdp-compile --report` feeds it the events
+// the plan implies (predictReport), `cdp-run --report` the events the
+// runtime observes while it executes (tensors born and freed by use counts,
+// bytes handed to the communicator). The two agree key by key when the run
+// follows its plan; workspace is measured only.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CDP_RUNTIME_REPORT_H
+#define CDP_RUNTIME_REPORT_H
+
+#include "cdp/Plan/plan.pb.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cdp::runtime {
+
+/// How the report sees a tensor.
+enum class Category { None, Activation, Gradient };
+
+/// Facts about a plan the accounting needs, computed once.
+struct PlanFacts {
+  explicit PlanFacts(const plan::Plan &plan);
+  int64_t cycle = 1;              ///< time steps per step on one device
+  std::vector<Category> category; ///< per tensor
+  std::vector<int64_t> bytes;     ///< per tensor
+  int64_t weightBytes = 0, reducedBytes = 0, optimizerBytes = 0;
+  /// Per device: index of the first forward and the last backward
+  /// instruction of every stage (where an activation unit begins and ends).
+  std::vector<std::vector<int>> unitBegin, unitEnd;
+  /// Per device: uses of every tensor by instructions of a step.
+  std::vector<std::vector<int>> uses;
+  int64_t lastTime(int64_t steps) const;
+  /// The absolute time step of `instruction` on `device` in step `t`.
+  int64_t timeOf(const plan::Instruction &instruction, int64_t t) const {
+    return instruction.time_step() + cycle * t;
+  }
+};
+
+class ReportBuilder {
+public:
+  ReportBuilder(const plan::Plan &plan, int64_t steps);
+
+  void born(int device, int64_t tau, int tensor);
+  void used(int device, int64_t tau, int tensor); ///< frees on the last use
+  void unitBegins(int device, int64_t tau);
+  void unitEnds(int device, int64_t tau);
+  void sent(int device, int64_t tau, int64_t bytes);
+  void gradientReady(int device, int64_t tau, int64_t bytes);
+  void setWorkspace(int device, int64_t bytes);
+  void setOptimizer(int device, int64_t bytes);
+  /// A device starts step `t`: its inputs are loaded at its first time step.
+  void startStep(int device, int64_t t);
+
+  const PlanFacts &facts() const { return planFacts; }
+  std::string json() const;
+
+private:
+  struct Series {
+    std::vector<int64_t> units, unitEnds, bornBytes[3], diedBytes[3], sent,
+        ready;
+  };
+  const plan::Plan &plan;
+  PlanFacts planFacts;
+  int64_t steps, horizon;
+  std::vector<Series> devices;
+  std::vector<std::vector<int>> remaining; // uses left, per device and tensor
+  std::vector<int64_t> workspace, optimizer;
+};
+
+/// The report the plan predicts for `steps` steps, without running.
+std::string predictReport(const plan::Plan &plan, int64_t steps);
+
+/// An SVG: total activation bytes over time (and per device), gradient
+/// bytes ready per time step; `other` (a report's JSON, may be empty) is
+/// drawn dashed for comparison.
+std::string reportSvg(const std::string &reportJson, const std::string &other);
+
+} // namespace cdp::runtime
+
+#endif // CDP_RUNTIME_REPORT_H

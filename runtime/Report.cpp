@@ -1,0 +1,394 @@
+//===- Report.cpp - memory and communication per time step ----------------===//
+//
+// Conventions (cli.md, algorithms.md 1):
+//  - "during": a tensor counts at every time step from the one whose
+//    instruction writes it to the one whose instruction reads it last,
+//    both included; a unit of activations from the time step of its stage's
+//    first forward instruction to that of its last backward one.
+//  - Activations are the tensors forward instructions write and a backward
+//    instruction reads (what a micro-batch keeps between F_l and B_l);
+//    gradients are the tensors the reductions or updates read.
+//  - Weights, reduced gradients and optimizer state are resident for the
+//    whole run; workspace is what kernels sized at load.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cdp/Runtime/Report.h"
+
+#include "cdp/Plan/PlanIO.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+namespace cdp::runtime {
+
+namespace {
+enum Slot { kActivation = 0, kGradient = 1 };
+
+bool isGradientReader(const std::string &op) {
+  return op == "reduce_start" || op == "gradient" || op == "update";
+}
+} // namespace
+
+PlanFacts::PlanFacts(const plan::Plan &plan) {
+  int tensors = plan.tensors_size();
+  category.assign(tensors, Category::None);
+  bytes.assign(tensors, 0);
+  for (const plan::Tensor &t : plan.tensors()) {
+    bytes[t.id()] = t.bytes();
+    if (t.kind() == plan::PARAM || t.kind() == plan::BUFFER)
+      weightBytes += t.bytes();
+    if (t.kind() == plan::REDUCED)
+      reducedBytes += t.bytes();
+  }
+  cycle = plan.has_schedule() && plan.schedule().cycle() > 0
+              ? plan.schedule().cycle()
+              : 2;
+  // Categories from device 0's program (all devices run the same ops).
+  const plan::Device &device = plan.devices(0);
+  std::vector<bool> writtenForward(tensors, false),
+      readBackward(tensors, false), readByGradient(tensors, false);
+  for (const plan::Instruction &instruction : device.instructions()) {
+    bool forward = instruction.phase() == "forward";
+    bool backward = instruction.phase() == "backward";
+    for (int id : instruction.outputs())
+      if (id >= 0 && forward)
+        writtenForward[id] = true;
+    for (int id : instruction.inputs()) {
+      if (id < 0)
+        continue;
+      if (backward)
+        readBackward[id] = true;
+      if (isGradientReader(instruction.op()))
+        readByGradient[id] = true;
+    }
+    if (instruction.op() == "update") {
+      double momentum = 0;
+      std::string optimizer;
+      for (const plan::Attribute &a : instruction.attributes()) {
+        if (a.name() == "momentum")
+          momentum = a.f();
+        if (a.name() == "optimizer")
+          optimizer = a.s();
+      }
+      int64_t paramBytes = bytes[instruction.inputs(0)];
+      optimizerBytes += optimizer == "adam" ? 2 * paramBytes
+                        : momentum != 0.0   ? paramBytes
+                                            : 0;
+    }
+  }
+  for (int id = 0; id < tensors; ++id) {
+    const plan::Tensor &t = plan.tensors(id);
+    if (t.kind() != plan::ACTIVATION && t.kind() != plan::INPUT)
+      continue;
+    if (readByGradient[id] && !writtenForward[id])
+      category[id] = Category::Gradient;
+    else if ((writtenForward[id] || t.kind() == plan::INPUT) &&
+             readBackward[id])
+      category[id] = Category::Activation;
+  }
+  int devices = plan.devices_size();
+  int64_t stages =
+      plan.has_schedule() ? std::max<int64_t>(plan.schedule().stages(), 1) : 1;
+  unitBegin.assign(devices, std::vector<int>(stages + 1, -1));
+  unitEnd.assign(devices, std::vector<int>(stages + 1, -1));
+  uses.assign(devices, std::vector<int>(tensors, 0));
+  for (int d = 0; d < devices; ++d) {
+    const plan::Device &dev = plan.devices(d);
+    for (int i = 0; i < dev.instructions_size(); ++i) {
+      const plan::Instruction &instruction = dev.instructions(i);
+      int64_t stage = std::clamp<int64_t>(instruction.stage(), 1, stages);
+      if (instruction.phase() == "forward" && unitBegin[d][stage] < 0)
+        unitBegin[d][stage] = i;
+      if (instruction.phase() == "backward")
+        unitEnd[d][stage] = i;
+      for (int id : instruction.inputs())
+        if (id >= 0)
+          ++uses[d][id];
+    }
+  }
+}
+
+int64_t PlanFacts::lastTime(int64_t steps) const {
+  return steps > 0 ? cycle * steps - 1 : 0;
+}
+
+ReportBuilder::ReportBuilder(const plan::Plan &plan, int64_t steps)
+    : plan(plan), planFacts(plan), steps(steps) {
+  int64_t last = 0;
+  for (const plan::Device &d : plan.devices())
+    for (const plan::Instruction &i : d.instructions())
+      last =
+          std::max(last, planFacts.timeOf(i, std::max<int64_t>(steps - 1, 0)));
+  horizon = last + 1;
+  devices.resize(plan.devices_size());
+  for (Series &s : devices) {
+    s.units.assign(horizon + 1, 0);
+    s.unitEnds.assign(horizon + 1, 0);
+    for (int c = 0; c < 3; ++c) {
+      s.bornBytes[c].assign(horizon + 1, 0);
+      s.diedBytes[c].assign(horizon + 1, 0);
+    }
+    s.sent.assign(horizon + 1, 0);
+    s.ready.assign(horizon + 1, 0);
+  }
+  remaining.assign(plan.devices_size(),
+                   std::vector<int>(plan.tensors_size(), 0));
+  workspace.assign(plan.devices_size(), 0);
+  optimizer.assign(plan.devices_size(), planFacts.optimizerBytes);
+}
+
+void ReportBuilder::startStep(int device, int64_t t) {
+  remaining[device] = planFacts.uses[device];
+  int64_t offset =
+      plan.has_schedule() && plan.schedule().offsets_size() > device
+          ? plan.schedule().offsets(device)
+          : 0;
+  for (int id : plan.inputs())
+    born(device, offset + planFacts.cycle * t, id);
+}
+
+static int slotOf(Category c) {
+  return c == Category::Gradient ? kGradient : kActivation;
+}
+
+void ReportBuilder::born(int device, int64_t tau, int tensor) {
+  Category c = planFacts.category[tensor];
+  if (c == Category::None || tau > horizon)
+    return;
+  devices[device].bornBytes[slotOf(c)][tau] += planFacts.bytes[tensor];
+}
+
+void ReportBuilder::used(int device, int64_t tau, int tensor) {
+  Category c = planFacts.category[tensor];
+  if (--remaining[device][tensor] != 0 || c == Category::None || tau > horizon)
+    return;
+  devices[device].diedBytes[slotOf(c)][tau] += planFacts.bytes[tensor];
+}
+
+void ReportBuilder::unitBegins(int device, int64_t tau) {
+  if (tau <= horizon)
+    ++devices[device].units[tau];
+}
+
+void ReportBuilder::unitEnds(int device, int64_t tau) {
+  if (tau <= horizon)
+    ++devices[device].unitEnds[tau];
+}
+
+void ReportBuilder::sent(int device, int64_t tau, int64_t bytes) {
+  if (tau <= horizon)
+    devices[device].sent[tau] += bytes;
+}
+
+void ReportBuilder::gradientReady(int device, int64_t tau, int64_t bytes) {
+  if (tau <= horizon)
+    devices[device].ready[tau] += bytes;
+}
+
+void ReportBuilder::setWorkspace(int device, int64_t bytes) {
+  workspace[device] = bytes;
+}
+void ReportBuilder::setOptimizer(int device, int64_t bytes) {
+  optimizer[device] = bytes;
+}
+
+std::string ReportBuilder::json() const {
+  std::ostringstream os;
+  int N = devices.size();
+  os << "{\n\"schema\": \"cdp-report/1\",\n\"strategy\": \"" << plan.strategy()
+     << "\", \"devices\": " << N
+     << ", \"stages\": " << (plan.has_schedule() ? plan.schedule().stages() : 1)
+     << ", \"slots_per_step\": " << std::max(plan.micro_batches(), 1)
+     << ", \"steps\": " << steps << ",\n\"stage_param_bytes\": [";
+  if (plan.has_schedule() && plan.schedule().stage_param_bytes_size()) {
+    for (int i = 0; i < plan.schedule().stage_param_bytes_size(); ++i)
+      os << (i ? ", " : "") << plan.schedule().stage_param_bytes(i);
+  } else {
+    os << planFacts.weightBytes;
+  }
+  os << "],\n\"time_steps\": [\n";
+  std::vector<int64_t> units(N, 0), live[2];
+  live[0].assign(N, 0);
+  live[1].assign(N, 0);
+  int64_t peakUnits = 0, peakActivation = 0;
+  std::vector<int64_t> peakDevice(N, 0);
+  for (int64_t tau = 0; tau < horizon; ++tau) {
+    os << "{\"t\": " << tau << ", \"devices\": [";
+    int64_t totalUnits = 0, totalActivation = 0, ready = 0;
+    for (int d = 0; d < N; ++d) {
+      const Series &s = devices[d];
+      // During: what is live at the end of tau - 1 plus what tau creates.
+      units[d] += s.units[tau];
+      int64_t activation = live[kActivation][d] + s.bornBytes[kActivation][tau];
+      int64_t gradient = live[kGradient][d] + s.bornBytes[kGradient][tau] +
+                         planFacts.reducedBytes;
+      int64_t deviceBytes = activation + gradient + planFacts.weightBytes +
+                            optimizer[d] + workspace[d];
+      os << (d ? ", " : "") << "{\"activation_units\": " << units[d]
+         << ", \"activation_bytes\": " << activation
+         << ", \"weight_bytes\": " << planFacts.weightBytes
+         << ", \"weight_version_bytes\": 0"
+         << ", \"gradient_bytes\": " << gradient
+         << ", \"optimizer_bytes\": " << optimizer[d]
+         << ", \"workspace_bytes\": " << workspace[d]
+         << ", \"sent_bytes\": " << s.sent[tau] << "}";
+      totalUnits += units[d];
+      ready += s.ready[tau];
+      totalActivation += activation;
+      peakDevice[d] = std::max(peakDevice[d], deviceBytes);
+      units[d] -= s.unitEnds[tau];
+      for (int c = 0; c < 2; ++c)
+        live[c][d] += s.bornBytes[c][tau] - s.diedBytes[c][tau];
+    }
+    peakUnits = std::max(peakUnits, totalUnits);
+    peakActivation = std::max(peakActivation, totalActivation);
+    os << "], \"grad_ready_bytes\": " << ready << "}"
+       << (tau + 1 < horizon ? ",\n" : "\n");
+  }
+  os << "],\n\"peak\": {\"activation_units\": " << peakUnits
+     << ", \"activation_bytes\": " << peakActivation << ", \"device_bytes\": [";
+  for (int d = 0; d < N; ++d)
+    os << (d ? ", " : "") << peakDevice[d];
+  os << "]}\n}\n";
+  return os.str();
+}
+
+std::string predictReport(const plan::Plan &plan, int64_t steps) {
+  ReportBuilder report(plan, steps);
+  const PlanFacts &facts = report.facts();
+  for (int d = 0; d < plan.devices_size(); ++d) {
+    const plan::Device &device = plan.devices(d);
+    for (int64_t t = 0; t < steps; ++t) {
+      report.startStep(d, t);
+      for (int i = 0; i < device.instructions_size(); ++i) {
+        const plan::Instruction &instruction = device.instructions(i);
+        if (instruction.min_step() > t)
+          continue;
+        int64_t tau = facts.timeOf(instruction, t);
+        for (size_t l = 1; l < facts.unitBegin[d].size(); ++l) {
+          if (facts.unitBegin[d][l] == i)
+            report.unitBegins(d, tau);
+          if (facts.unitEnd[d][l] == i)
+            report.unitEnds(d, tau);
+        }
+        for (int id : instruction.outputs())
+          if (id >= 0)
+            report.born(d, tau, id);
+        for (int id : instruction.inputs())
+          if (id >= 0)
+            report.used(d, tau, id);
+        if (instruction.op() == "reduce_start") {
+          int64_t bytes = 0;
+          for (int id : instruction.inputs())
+            bytes += facts.bytes[id];
+          report.sent(d, tau, bytes);
+          report.gradientReady(d, tau, bytes);
+        }
+      }
+    }
+  }
+  return report.json();
+}
+
+namespace {
+
+struct Curves {
+  std::vector<double> activation, ready;
+  std::vector<std::vector<double>> perDevice;
+};
+
+/// Reads the time-step lines of a report written by ReportBuilder::json.
+Curves readCurves(const std::string &json) {
+  Curves curves;
+  std::istringstream in(json);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("{\"t\": ", 0) != 0)
+      continue;
+    double total = 0;
+    std::vector<double> devices;
+    size_t at = 0;
+    const std::string key = "\"activation_bytes\": ";
+    while ((at = line.find(key, at)) != std::string::npos) {
+      at += key.size();
+      double v = std::atof(line.c_str() + at);
+      devices.push_back(v);
+      total += v;
+    }
+    size_t ready = line.find("\"grad_ready_bytes\": ");
+    curves.activation.push_back(total);
+    curves.ready.push_back(
+        ready == std::string::npos ? 0 : std::atof(line.c_str() + ready + 20));
+    curves.perDevice.push_back(devices);
+  }
+  return curves;
+}
+
+std::string polyline(const std::vector<double> &values, double x0, double dx,
+                     double y0, double scale, const char *style) {
+  std::ostringstream os;
+  os << "<polyline fill=\"none\" " << style << " points=\"";
+  for (size_t i = 0; i < values.size(); ++i)
+    os << x0 + dx * i << "," << y0 - values[i] * scale << " ";
+  os << "\"/>\n";
+  return os.str();
+}
+
+} // namespace
+
+std::string reportSvg(const std::string &reportJson, const std::string &other) {
+  Curves a = readCurves(reportJson), b = readCurves(other);
+  size_t steps =
+      std::max<size_t>(std::max(a.activation.size(), b.activation.size()), 1);
+  double maxActivation = 1, maxReady = 1;
+  for (double v : a.activation)
+    maxActivation = std::max(maxActivation, v);
+  for (double v : b.activation)
+    maxActivation = std::max(maxActivation, v);
+  for (double v : a.ready)
+    maxReady = std::max(maxReady, v);
+  for (double v : b.ready)
+    maxReady = std::max(maxReady, v);
+  const double width = 900, left = 70, plotW = width - left - 20, plotH = 220;
+  double dx = plotW / std::max<size_t>(steps - 1, 1);
+  std::ostringstream os;
+  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width
+     << "\" height=\"560\" font-family=\"sans-serif\" font-size=\"12\">\n"
+     << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+     << "<text x=\"" << left
+     << "\" y=\"20\">activation bytes live, all devices "
+        "(solid: this run; dashed: comparison), peak "
+     << static_cast<long long>(maxActivation) << "</text>\n"
+     << "<line x1=\"" << left << "\" y1=\"250\" x2=\"" << left + plotW
+     << "\" y2=\"250\" stroke=\"black\"/>\n"
+     << polyline(a.activation, left, dx, 250, plotH / maxActivation,
+                 "stroke=\"#1f77b4\" stroke-width=\"2\"");
+  if (!b.activation.empty())
+    os << polyline(
+        b.activation, left, dx, 250, plotH / maxActivation,
+        "stroke=\"#d62728\" stroke-width=\"2\" stroke-dasharray=\"6,4\"");
+  os << "<text x=\"" << left
+     << "\" y=\"290\">gradient bytes ready per time step "
+        "(bars: this run; dashed: comparison), peak "
+     << static_cast<long long>(maxReady) << "</text>\n"
+     << "<line x1=\"" << left << "\" y1=\"530\" x2=\"" << left + plotW
+     << "\" y2=\"530\" stroke=\"black\"/>\n";
+  for (size_t i = 0; i < a.ready.size(); ++i) {
+    double h = a.ready[i] * plotH / maxReady;
+    os << "<rect x=\"" << left + dx * i - dx * 0.35 << "\" y=\"" << 530 - h
+       << "\" width=\"" << std::max(dx * 0.7, 1.0) << "\" height=\"" << h
+       << "\" fill=\"#1f77b4\"/>\n";
+  }
+  if (!b.ready.empty())
+    os << polyline(
+        b.ready, left, dx, 530, plotH / maxReady,
+        "stroke=\"#d62728\" stroke-width=\"2\" stroke-dasharray=\"6,4\"");
+  os << "<text x=\"" << left << "\" y=\"550\">time step 0 .. " << steps - 1
+     << "</text>\n</svg>\n";
+  return os.str();
+}
+
+} // namespace cdp::runtime
