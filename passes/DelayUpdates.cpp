@@ -61,6 +61,23 @@ struct DelayUpdatesPass : public cdp::impl::DelayUpdatesBase<DelayUpdatesPass> {
       }
       rows.push_back(builder.getDenseI64ArrayAttr(row));
     }
+    // A fresh (i, l) needs theta_{t,l}, made when the stage-l reduction of
+    // step t-1 completes at tau*_l(t-1) = s_{N-1} + 2L(t-1) + 2L - l; its
+    // F_l runs at s_i + 2Lt + l - 1. When a table asks for a version that
+    // does not exist yet (the code table with N != L can), the slot waits:
+    // its offset grows by the shortfall, and the report shows the idle
+    // time steps. The last slot is never late, so tau* stays put.
+    SmallVector<int64_t> shifted(s.begin(), s.end()), idle(N, 0);
+    if (cdp)
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t l = 1; l <= L; ++l)
+          if (cast<DenseI64ArrayAttr>(rows[i]).asArrayRef()[l - 1] == 0)
+            idle[i] = std::max<int64_t>(idle[i], s[N - 1] - s[i] - 2 * l + 2);
+    for (int64_t i = 0; i < N; ++i)
+      shifted[i] += idle[i];
+    func->setAttr("cdp.offsets", builder.getDenseI64ArrayAttr(shifted));
+    func->setAttr("cdp.idle", builder.getDenseI64ArrayAttr(idle));
+
     // Under v2 a stage every slot reads fresh is updated in place.
     if (cdp && rule == "v2")
       for (int64_t l = 0; l < L; ++l)

@@ -22,9 +22,14 @@
 // DP-SAME: cdp.offsets = array<i64: 0, 0, 0, 0>
 // DP-SAME: cdp.reduce_at = array<i64: 7, 6, 5, 4>
 // DP-SAME: cdp.version_delay = [array<i64: 0, 0, 0, 0>, array<i64: 0, 0, 0, 0>, array<i64: 0, 0, 0, 0>, array<i64: 0, 0, 0, 0>]
-// N8T: cdp.offsets = array<i64: 0, 1, 2, 3, 4, 5, 6, 7>
+// N8T: cdp.idle = array<i64: 0, 0, 0, 0, 0, 0, 0, 0>
+// N8T-SAME: cdp.offsets = array<i64: 0, 1, 2, 3, 4, 5, 6, 7>
 // N8T-SAME: cdp.version_delay = [array<i64: 1, 1, 1, 1>, array<i64: 1, 1, 1, 0>, array<i64: 1, 1, 1, 0>, array<i64: 1, 1, 0, 0>, array<i64: 1, 1, 0, 0>, array<i64: 1, 0, 0, 0>, array<i64: 1, 0, 0, 0>, array<i64: 0, 0, 0, 0>]
-// N8C: cdp.version_delay = [array<i64: 1, 1, 1, 0>, array<i64: 1, 1, 0, 0>, array<i64: 1, 0, 0, 0>, array<i64: 0, 0, 0, 0>, array<i64: 0, 0, 0, 0>, array<i64: 0, 0, 0, 0>, array<i64: 0, 0, 0, 0>, array<i64: 0, 0, 0, 0>]
+// The code table with N = 8, L = 4 makes slots 0..6 fresh where the
+// version is not there yet: they wait (algorithms.md 2.4.3, cli.md).
+// N8C: cdp.idle = array<i64: 1, 2, 3, 4, 3, 2, 1, 0>
+// N8C-SAME: cdp.offsets = array<i64: 1, 3, 5, 7, 7, 7, 7, 7>
+// N8C-SAME: cdp.version_delay = [array<i64: 1, 1, 1, 0>, array<i64: 1, 1, 0, 0>, array<i64: 1, 0, 0, 0>, array<i64: 0, 0, 0, 0>, array<i64: 0, 0, 0, 0>, array<i64: 0, 0, 0, 0>, array<i64: 0, 0, 0, 0>, array<i64: 0, 0, 0, 0>]
 // N16: cdp.offsets = array<i64: 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7>
 
 // The ops are ordered F_1 .. F_L, B_L .. B_1, with their cycle times.

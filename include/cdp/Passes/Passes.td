@@ -156,7 +156,10 @@ def DelayUpdates : Pass<"cdp-delay-updates", "mlir::ModuleOp"> {
     freshness coming from the time-step model (`table=timing`:
     2l - 1 > s_{N-1} - s_i) or the authors' code (`table=code`: l >= L - i).
     Also records `cdp.live_versions` per stage (2, or 1 where every slot is
-    fresh and the update falls when no micro-batch is in flight).
+    fresh and the update falls when no micro-batch is in flight). Where a
+    table asks for a version that does not exist yet at the slot's time step
+    (the code table with N != L can), the slot waits: `cdp.idle` holds each
+    slot's wait and `cdp.offsets` is shifted by it.
 
     ```mlir
     // N = L = 4, v2, timing table:
