@@ -100,56 +100,105 @@ std::vector<std::unique_ptr<Kernel>> Executor::bind(
 void Executor::runStep(const StepContext &context) {
   ++steps;
   const plan::Device &device = planRef.devices(deviceIndex);
-  if (report) {
-    // The measured side of the report: tensors born when written, freed
-    // when their last use of the step has run, bytes actually handed over.
-    const PlanFacts &facts = report->facts();
-    report->startStep(deviceIndex, context.step);
-    for (size_t i = 0; i < train.size(); ++i) {
-      const plan::Instruction &instruction = device.instructions(i);
-      if (instruction.min_step() > context.step)
-        continue;
-      int64_t sentBefore =
-          communicator ? communicator->bytesSent(deviceIndex) : 0;
-      train[i]->run(context);
-      int64_t tau = facts.timeOf(instruction, context.step);
-      for (size_t l = 1; l < facts.unitBegin[deviceIndex].size(); ++l) {
-        if (facts.unitBegin[deviceIndex][l] == static_cast<int>(i))
-          report->unitBegins(deviceIndex, tau);
-        if (facts.unitEnd[deviceIndex][l] == static_cast<int>(i))
-          report->unitEnds(deviceIndex, tau);
-      }
-      for (int id : instruction.outputs())
-        if (id >= 0)
-          report->born(deviceIndex, tau, id);
-      for (int id : instruction.inputs())
-        if (id >= 0)
-          report->used(deviceIndex, tau, id);
-      if (communicator) {
-        int64_t sent = communicator->bytesSent(deviceIndex) - sentBefore;
-        if (sent) {
-          report->sent(deviceIndex, tau, sent);
-          report->gradientReady(deviceIndex, tau, sent);
-        }
-      }
-    }
-    return;
-  }
-  if (profile.empty()) {
+  if (!report && profile.empty() && !trace) {
     for (size_t i = 0; i < train.size(); ++i)
       if (device.instructions(i).min_step() <= context.step)
         train[i]->run(context);
     return;
   }
+  const PlanFacts *facts = report ? &report->facts() : nullptr;
+  if (report)
+    report->startStep(deviceIndex, context.step);
   for (size_t i = 0; i < train.size(); ++i) {
-    if (device.instructions(i).min_step() > context.step)
+    const plan::Instruction &instruction = device.instructions(i);
+    if (instruction.min_step() > context.step)
       continue;
+    int64_t sentBefore = communicator ? communicator->bytesSent(deviceIndex) : 0;
     auto start = std::chrono::steady_clock::now();
     train[i]->run(context);
-    profile[i] +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-            .count();
+    auto end = std::chrono::steady_clock::now();
+    if (!profile.empty())
+      profile[i] += std::chrono::duration<double>(end - start).count();
+    if (trace)
+      trace->record(deviceIndex, instruction, context.step, start, end);
+    if (!report)
+      continue;
+    // The measured side of the report: tensors born when written, freed
+    // when their last use of the step has run, bytes actually handed over.
+    int64_t tau = facts->timeOf(instruction, context.step);
+    for (size_t l = 1; l < facts->unitBegin[deviceIndex].size(); ++l) {
+      if (facts->unitBegin[deviceIndex][l] == static_cast<int>(i))
+        report->unitBegins(deviceIndex, tau);
+      if (facts->unitEnd[deviceIndex][l] == static_cast<int>(i))
+        report->unitEnds(deviceIndex, tau);
+    }
+    for (int id : instruction.outputs())
+      if (id >= 0)
+        report->born(deviceIndex, tau, id);
+    for (int id : instruction.inputs())
+      if (id >= 0)
+        report->used(deviceIndex, tau, id);
+    if (communicator) {
+      int64_t sent = communicator->bytesSent(deviceIndex) - sentBefore;
+      if (sent) {
+        report->sent(deviceIndex, tau, sent);
+        report->gradientReady(deviceIndex, tau, sent);
+      }
+    }
   }
+}
+
+TraceRecorder::TraceRecorder(int devices)
+    : origin(std::chrono::steady_clock::now()), spans(devices) {}
+
+void TraceRecorder::record(int device, const plan::Instruction &instruction,
+                           int64_t step, std::chrono::steady_clock::time_point start,
+                           std::chrono::steady_clock::time_point end) {
+  // Consecutive instructions of one stage and phase form one span.
+  std::string phase = instruction.phase();
+  std::string name =
+      phase == "forward"    ? "F" + std::to_string(instruction.stage())
+      : phase == "backward" ? "B" + std::to_string(instruction.stage())
+      : phase == "update"   ? "update " + std::to_string(instruction.stage())
+                            : instruction.op() + " " + std::to_string(instruction.stage());
+  double from = std::chrono::duration<double, std::micro>(start - origin).count();
+  double to = std::chrono::duration<double, std::micro>(end - origin).count();
+  std::vector<Span> &list = spans[device];
+  if (!list.empty() && list.back().name == name && list.back().step == step) {
+    list.back().end = to;
+    return;
+  }
+  const char *category = phase == "comm" ? "communication"
+                         : phase == "update" ? "update"
+                                             : "compute";
+  list.push_back({name, category, step, instruction.micro_batch(),
+                  instruction.time_step(), from, to});
+}
+
+std::string TraceRecorder::json(int64_t cycle) const {
+  std::string out = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
+  char buffer[512];
+  bool first = true;
+  for (size_t d = 0; d < spans.size(); ++d) {
+    std::snprintf(buffer, sizeof(buffer),
+                  "%s{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, "
+                  "\"tid\": %zu, \"args\": {\"name\": \"device %zu\"}}",
+                  first ? "" : ",\n", d, d);
+    out += buffer;
+    first = false;
+    for (const Span &span : spans[d]) {
+      std::snprintf(buffer, sizeof(buffer),
+                    ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", "
+                    "\"pid\": 0, \"tid\": %zu, \"ts\": %.3f, \"dur\": %.3f, "
+                    "\"args\": {\"step\": %lld, \"micro_batch\": %d, "
+                    "\"time_step\": %lld}}",
+                    span.name.c_str(), span.category, d, span.begin,
+                    std::max(span.end - span.begin, 0.001), (long long)span.step,
+                    span.microBatch, (long long)(span.timeStep + cycle * span.step));
+      out += buffer;
+    }
+  }
+  return out + "\n]}\n";
 }
 
 int64_t Executor::workspaceBytes() const {

@@ -52,7 +52,7 @@ struct Options {
   int threads = 0;
   std::string metrics, dumpParams, dumpGrads, saveOutputs, saveOnnx;
   std::string checkpoint, resume, profile;
-  std::string report, reportSvg, compareReport;
+  std::string report, reportSvg, compareReport, trace;
   int64_t reportSteps = -1;
   int64_t checkpointEvery = 0;
   int64_t maxTensorBytes = int64_t(16) << 30;
@@ -139,6 +139,10 @@ Options parseArguments(int argc, char **argv) {
        "Measure every instruction and write its mean time per step as JSON "
        "(cdp-compile --profile will use it to balance stages)",
        [&](const std::string &v) { o.profile = v; }},
+      {"--trace", "FILE.json",
+       "Chrome trace events (Perfetto, chrome://tracing): a track per device; "
+       "each stage's forward, backward, update and communication as spans",
+       [&](const std::string &v) { o.trace = v; }},
       {"--report", "FILE.json",
        "Write the measured memory by category, activation units and bytes "
        "sent per device and time step (same schema as cdp-compile --report)",
@@ -360,6 +364,12 @@ int main(int argc, char **argv) {
     if (!options.compareReport.empty() && options.reportSvg.empty())
       die("--compare-report needs --report-svg FILE.svg");
     std::unique_ptr<ReportBuilder> report;
+    std::unique_ptr<TraceRecorder> trace;
+    if (!options.trace.empty()) {
+      trace = std::make_unique<TraceRecorder>(deviceCount);
+      for (auto &ex : executors)
+        ex->setTrace(trace.get());
+    }
 
     // Bind the data to the plan's inputs.
     std::map<int, Array> feeds;
@@ -730,6 +740,12 @@ int main(int argc, char **argv) {
       out << "\n]}\n";
       if (!out)
         die(options.profile + ": write failed");
+    }
+    if (trace) {
+      std::ofstream out(options.trace);
+      out << trace->json(plan.has_schedule() ? std::max<int64_t>(plan.schedule().cycle(), 1) : 1);
+      if (!out)
+        die(options.trace + ": cannot write");
     }
     if (report) {
       for (int d = 0; d < deviceCount; ++d) {

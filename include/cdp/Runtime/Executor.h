@@ -12,10 +12,36 @@
 #include "cdp/Runtime/Communicator.h"
 #include "cdp/Runtime/Kernel.h"
 
+#include <chrono>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace cdp::runtime {
+
+/// Spans of work per device for a Chrome trace (cdp-run --trace): one span
+/// per stage forward, backward, update and communication of a step.
+class TraceRecorder {
+public:
+  explicit TraceRecorder(int devices);
+  void record(int device, const plan::Instruction &instruction, int64_t step,
+              std::chrono::steady_clock::time_point start,
+              std::chrono::steady_clock::time_point end);
+  /// Chrome trace-event JSON; `cycle` turns time steps into absolute ones.
+  std::string json(int64_t cycle) const;
+
+private:
+  struct Span {
+    std::string name;
+    const char *category;
+    int64_t step;
+    int microBatch;
+    int64_t timeStep;
+    double begin, end;
+  };
+  std::chrono::steady_clock::time_point origin;
+  std::vector<std::vector<Span>> spans;
+};
 
 class Executor {
 public:
@@ -45,6 +71,7 @@ public:
 
   /// Records what this device's steps do into `report` (cdp-run --report).
   void setReport(class ReportBuilder *builder) { report = builder; }
+  void setTrace(TraceRecorder *recorder) { trace = recorder; }
   /// Bytes kernels sized at load (oneDNN reorder buffers, columns, ...).
   int64_t workspaceBytes() const;
   /// Optimizer state bytes.
@@ -73,6 +100,7 @@ private:
   int deviceIndex = 0;
   Communicator *communicator = nullptr;
   class ReportBuilder *report = nullptr;
+  TraceRecorder *trace = nullptr;
   void *arena = nullptr;
   std::vector<std::vector<uint64_t>> persistent; // 8-byte aligned storage
   std::vector<TensorView> views;
