@@ -113,7 +113,8 @@ void Executor::runStep(const StepContext &context) {
     const plan::Instruction &instruction = device.instructions(i);
     if (instruction.min_step() > context.step)
       continue;
-    int64_t sentBefore = communicator ? communicator->bytesSent(deviceIndex) : 0;
+    int64_t sentBefore =
+        communicator ? communicator->bytesSent(deviceIndex) : 0;
     auto start = std::chrono::steady_clock::now();
     train[i]->run(context);
     auto end = std::chrono::steady_clock::now();
@@ -152,23 +153,26 @@ TraceRecorder::TraceRecorder(int devices)
     : origin(std::chrono::steady_clock::now()), spans(devices) {}
 
 void TraceRecorder::record(int device, const plan::Instruction &instruction,
-                           int64_t step, std::chrono::steady_clock::time_point start,
+                           int64_t step,
+                           std::chrono::steady_clock::time_point start,
                            std::chrono::steady_clock::time_point end) {
   // Consecutive instructions of one stage and phase form one span.
   std::string phase = instruction.phase();
   std::string name =
       phase == "forward"    ? "F" + std::to_string(instruction.stage())
       : phase == "backward" ? "B" + std::to_string(instruction.stage())
-      : phase == "update"   ? "update " + std::to_string(instruction.stage())
-                            : instruction.op() + " " + std::to_string(instruction.stage());
-  double from = std::chrono::duration<double, std::micro>(start - origin).count();
+      : phase == "update"
+          ? "update " + std::to_string(instruction.stage())
+          : instruction.op() + " " + std::to_string(instruction.stage());
+  double from =
+      std::chrono::duration<double, std::micro>(start - origin).count();
   double to = std::chrono::duration<double, std::micro>(end - origin).count();
   std::vector<Span> &list = spans[device];
   if (!list.empty() && list.back().name == name && list.back().step == step) {
     list.back().end = to;
     return;
   }
-  const char *category = phase == "comm" ? "communication"
+  const char *category = phase == "comm"     ? "communication"
                          : phase == "update" ? "update"
                                              : "compute";
   list.push_back({name, category, step, instruction.micro_batch(),
@@ -193,8 +197,9 @@ std::string TraceRecorder::json(int64_t cycle) const {
                     "\"args\": {\"step\": %lld, \"micro_batch\": %d, "
                     "\"time_step\": %lld}}",
                     span.name.c_str(), span.category, d, span.begin,
-                    std::max(span.end - span.begin, 0.001), (long long)span.step,
-                    span.microBatch, (long long)(span.timeStep + cycle * span.step));
+                    std::max(span.end - span.begin, 0.001),
+                    (long long)span.step, span.microBatch,
+                    (long long)(span.timeStep + cycle * span.step));
       out += buffer;
     }
   }

@@ -9,6 +9,7 @@
 #define CDP_INITALL_H
 
 #include "cdp/Dialect/Graph/GraphDialect.h"
+#include "cdp/Dialect/Sched/SchedOps.h"
 #include "cdp/Passes/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
@@ -17,7 +18,7 @@ namespace cdp {
 
 /// Registers the dialects cdp IR uses: only those, to keep tools small.
 inline void registerAllDialects(mlir::DialectRegistry &registry) {
-  registry.insert<CDPDialect, mlir::func::FuncDialect>();
+  registry.insert<CDPDialect, sched::SchedDialect, mlir::func::FuncDialect>();
 }
 
 /// Registers every cdp pass with the pass registry (for cdp-opt).

@@ -168,11 +168,11 @@ cl::opt<std::string> reportPath(
              "time step (cdp-report/1 JSON), without running anything; "
              "alone (no -o), initializers may carry shapes without data"),
     cl::value_desc("FILE.json"), cl::cat(category));
-cl::opt<std::string> reportSteps("steps",
-                                 cl::desc("Training steps the --report covers "
-                                          "(default 3)"),
-                                 cl::value_desc("T"), cl::init("3"),
-                                 cl::cat(category));
+cl::opt<std::string> reportSteps(
+    "steps",
+    cl::desc("Training steps the --report and --emit=sched-mlir cover "
+             "(default 3)"),
+    cl::value_desc("T"), cl::init("3"), cl::cat(category));
 cl::opt<bool> printParamData(
     "print-param-data",
     cl::desc("With --emit=mlir, print parameter data in full instead of "
@@ -231,8 +231,8 @@ int main(int argc, char **argv) {
     die("--strategy single runs on 1 device, not " + devices +
         " (use --strategy dp or cdp)");
   bool dataParallel = strategy == "dp" || strategy == "cdp";
-  if (emit == "sched-mlir")
-    die("--emit=sched-mlir arrives with the parallel strategies");
+  if (emit == "sched-mlir" && strategy != "dp" && strategy != "cdp")
+    die("--emit=sched-mlir needs --strategy dp or cdp");
   if (microBatches != "1")
     die("--micro-batches " + microBatches +
         " is not available yet for "
@@ -357,6 +357,11 @@ int main(int argc, char **argv) {
         cdp::StaggerCollectivesOptions staggerOptions;
         staggerOptions.reduce = cdpReduce;
         pm.addPass(cdp::createStaggerCollectives(staggerOptions));
+        if (emit == "sched-mlir") {
+          cdp::MaterializeScheduleOptions materialize;
+          materialize.steps = reportStepCount;
+          pm.addPass(cdp::createMaterializeSchedule(materialize));
+        }
       }
     }
     if (emit == "plan")
@@ -364,6 +369,18 @@ int main(int argc, char **argv) {
     if (mlir::failed(pm.run(*module)))
       die(inputPath + ": " +
           (diagnostic.empty() ? "compilation failed" : diagnostic));
+    if (emit == "sched-mlir") {
+      std::string errorMessage;
+      auto output = mlir::openOutputFile(outputPath, &errorMessage);
+      if (!output)
+        die(outputPath + ": " + errorMessage);
+      module->walk([&](cdp::sched::ProgramOp program) {
+        program->print(output->os());
+        output->os() << "\n";
+      });
+      output->keep();
+      return 0;
+    }
     if (emit == "plan") {
       cdp::EmitOptions emitOptions;
       emitOptions.strategy = strategy;

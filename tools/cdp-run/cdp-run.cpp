@@ -743,7 +743,9 @@ int main(int argc, char **argv) {
     }
     if (trace) {
       std::ofstream out(options.trace);
-      out << trace->json(plan.has_schedule() ? std::max<int64_t>(plan.schedule().cycle(), 1) : 1);
+      out << trace->json(plan.has_schedule()
+                             ? std::max<int64_t>(plan.schedule().cycle(), 1)
+                             : 1);
       if (!out)
         die(options.trace + ": cannot write");
     }

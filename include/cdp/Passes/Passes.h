@@ -4,6 +4,7 @@
 #define CDP_PASSES_PASSES_H
 
 #include "cdp/Dialect/Graph/GraphDialect.h"
+#include "cdp/Dialect/Sched/SchedOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
 

@@ -189,6 +189,30 @@ def StaggerCollectives : Pass<"cdp-stagger-collectives", "mlir::ModuleOp"> {
   ];
 }
 
+def MaterializeSchedule : Pass<"cdp-materialize-schedule", "mlir::ModuleOp"> {
+  let summary = "Writes the decided schedule out as sched dialect streams";
+  let description = [{
+    Turns the decisions build-schedule, delay-updates and
+    stagger-collectives recorded on `@main` into a `sched.program`: for
+    `steps` steps, every device's ordered stream of loads, stage runs (with
+    the weight version each reads), reductions and updates, each at its time
+    step. This is what `cdp-compile --emit=sched-mlir` prints, and what the
+    plan's per-device instruction lists follow.
+
+    ```mlir
+    sched.device {idle = 0, index = 1, offset = 2} {
+      sched.load {at = 2, slot = 1, step = 0}
+      sched.run {at = 2, kind = "F", slot = 1, stage = 1, step = 0, version = 0}
+      ...
+      sched.reduce_start {at = 9, ready_at = 13, stage = 1, step = 0}
+    ```
+  }];
+  let options = [
+    Option<"steps", "steps", "int64_t", "3", "Steps to write out">,
+  ];
+  let dependentDialects = ["cdp::sched::SchedDialect"];
+}
+
 def PlanMemory : Pass<"cdp-plan-memory", "mlir::ModuleOp"> {
   let summary = "Assigns every step-local tensor a static offset in the device arena";
   let description = [{

@@ -1,0 +1,15 @@
+//===- SchedOps.h - the schedule level of cdp -------------------*- C++ -*-===//
+
+#ifndef CDP_DIALECT_SCHED_SCHEDOPS_H
+#define CDP_DIALECT_SCHED_SCHEDOPS_H
+
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/OpImplementation.h"
+
+#include "cdp/Dialect/Sched/SchedDialect.h.inc"
+
+#define GET_OP_CLASSES
+#include "cdp/Dialect/Sched/SchedOps.h.inc"
+
+#endif // CDP_DIALECT_SCHED_SCHEDOPS_H

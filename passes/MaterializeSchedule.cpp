@@ -1,0 +1,96 @@
+//===- MaterializeSchedule.cpp - decisions written out as streams ---------===//
+
+#include "cdp/Dialect/Graph/GraphOps.h"
+#include "cdp/Dialect/Sched/SchedOps.h"
+#include "cdp/Passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+namespace cdp {
+#define GEN_PASS_DEF_MATERIALIZESCHEDULE
+#include "cdp/Passes/Passes.h.inc"
+} // namespace cdp
+
+using namespace mlir;
+using namespace cdp;
+
+namespace {
+
+struct MaterializeSchedulePass
+    : public cdp::impl::MaterializeScheduleBase<MaterializeSchedulePass> {
+  using MaterializeScheduleBase::MaterializeScheduleBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    func::FuncOp func = module.lookupSymbol<func::FuncOp>("main");
+    auto schedule =
+        func ? func->getAttrOfType<DictionaryAttr>("cdp.schedule") : nullptr;
+    auto offsets =
+        func ? func->getAttrOfType<DenseI64ArrayAttr>("cdp.offsets") : nullptr;
+    auto delays =
+        func ? func->getAttrOfType<ArrayAttr>("cdp.version_delay") : nullptr;
+    auto reduceAt =
+        func ? func->getAttrOfType<DenseI64ArrayAttr>("cdp.reduce_at")
+             : nullptr;
+    auto idle =
+        func ? func->getAttrOfType<DenseI64ArrayAttr>("cdp.idle") : nullptr;
+    if (!schedule || !offsets || !delays || !reduceAt) {
+      module.emitError("no complete schedule; run cdp-build-schedule, "
+                       "cdp-delay-updates and cdp-stagger-collectives first");
+      return signalPassFailure();
+    }
+    int64_t N = cast<IntegerAttr>(schedule.get("devices")).getInt();
+    int64_t L = cast<IntegerAttr>(schedule.get("stages")).getInt();
+    // Stages that own parameters reduce and update; the others do not.
+    SmallVector<bool> trained(L + 1, false);
+    func.walk([&](GradientOp gradient) {
+      if (auto stage = gradient->getAttrOfType<IntegerAttr>("cdp.stage"))
+        trained[stage.getInt()] = true;
+    });
+    auto rule = func->getAttrOfType<StringAttr>("cdp.rule");
+    OpBuilder builder = OpBuilder::atBlockEnd(module.getBody());
+    auto i64 = [&](int64_t v) { return builder.getI64IntegerAttr(v); };
+    auto program = builder.create<sched::ProgramOp>(
+        func.getLoc(), schedule.get("strategy").cast<StringAttr>(), i64(N),
+        i64(L), i64(steps), rule ? rule : builder.getStringAttr(""));
+    program.getBody().emplaceBlock();
+    for (int64_t i = 0; i < N; ++i) {
+      builder.setInsertionPointToEnd(&program.getBody().front());
+      int64_t s = offsets[i];
+      auto device = builder.create<sched::DeviceOp>(
+          func.getLoc(), i64(i), i64(s), i64(idle ? idle[i] : 0));
+      device.getBody().emplaceBlock();
+      builder.setInsertionPointToEnd(&device.getBody().front());
+      ArrayRef<int64_t> delay = cast<DenseI64ArrayAttr>(delays[i]).asArrayRef();
+      Location loc = func.getLoc();
+      for (int64_t t = 0; t < steps; ++t) {
+        int64_t base = s + 2 * L * t;
+        builder.create<sched::LoadOp>(loc, i64(i), i64(t), i64(base));
+        for (int64_t l = 1; l <= L; ++l) {
+          int64_t d = delay[l - 1];
+          if (trained[l] && t >= 1 + d) {
+            builder.create<sched::ReduceWaitOp>(loc, i64(l), i64(t - 1 - d),
+                                                i64(base + l - 1));
+            builder.create<sched::UpdateOp>(loc, i64(l), i64(t - d),
+                                            i64(base + l - 1));
+          }
+          builder.create<sched::RunOp>(
+              loc, builder.getStringAttr("F"), i64(l), i64(i), i64(t),
+              i64(std::max<int64_t>(t - d, 0)), i64(base + l - 1));
+        }
+        for (int64_t l = L; l >= 1; --l) {
+          int64_t d = delay[l - 1];
+          builder.create<sched::RunOp>(
+              loc, builder.getStringAttr("B"), i64(l), i64(i), i64(t),
+              i64(std::max<int64_t>(t - d, 0)), i64(base + 2 * L - l));
+          if (trained[l])
+            builder.create<sched::ReduceStartOp>(
+                loc, i64(l), i64(t), i64(base + 2 * L - l),
+                i64(reduceAt[l - 1] + 2 * L * t));
+        }
+      }
+    }
+  }
+};
+
+} // namespace
