@@ -113,8 +113,6 @@ void Executor::runStep(const StepContext &context) {
     const plan::Instruction &instruction = device.instructions(i);
     if (instruction.min_step() > context.step)
       continue;
-    int64_t sentBefore =
-        communicator ? communicator->bytesSent(deviceIndex) : 0;
     auto start = std::chrono::steady_clock::now();
     train[i]->run(context);
     auto end = std::chrono::steady_clock::now();
@@ -139,12 +137,14 @@ void Executor::runStep(const StepContext &context) {
     for (int id : instruction.inputs())
       if (id >= 0)
         report->used(deviceIndex, tau, id);
-    if (communicator) {
-      int64_t sent = communicator->bytesSent(deviceIndex) - sentBefore;
-      if (sent) {
-        report->sent(deviceIndex, tau, sent);
-        report->gradientReady(deviceIndex, tau, sent);
-      }
+    // Stage gradients become complete where they are handed over; the
+    // bytes sent come from the communicator's own log (cdp-run).
+    if (instruction.op() == "reduce_start" ||
+        instruction.op() == "chain_reduce") {
+      int64_t bytes = 0;
+      for (int id : instruction.inputs())
+        bytes += facts->bytes[id];
+      report->gradientReady(deviceIndex, tau, bytes);
     }
   }
 }
@@ -236,7 +236,8 @@ void Executor::flush(int64_t totalSteps) {
     int64_t delay = 0;
     while (end < n && device.instructions(end).phase() == "update") {
       for (const plan::Attribute &a : device.instructions(end).attributes())
-        if (device.instructions(end).op() == "reduce_wait" &&
+        if ((device.instructions(end).op() == "reduce_wait" ||
+             device.instructions(end).op() == "chain_wait") &&
             a.name() == "delay")
           delay = a.i();
       ++end;

@@ -28,7 +28,8 @@ namespace {
 enum Slot { kActivation = 0, kGradient = 1 };
 
 bool isGradientReader(const std::string &op) {
-  return op == "reduce_start" || op == "gradient" || op == "update";
+  return op == "reduce_start" || op == "chain_reduce" || op == "gradient" ||
+         op == "update";
 }
 } // namespace
 
@@ -280,12 +281,21 @@ std::string predictReport(const plan::Plan &plan, int64_t steps) {
         for (int id : instruction.inputs())
           if (id >= 0)
             report.used(d, tau, id);
-        if (instruction.op() == "reduce_start") {
+        if (instruction.op() == "reduce_start" ||
+            instruction.op() == "chain_reduce") {
           int64_t bytes = 0;
           for (int id : instruction.inputs())
             bytes += facts.bytes[id];
-          report.sent(d, tau, bytes);
           report.gradientReady(d, tau, bytes);
+          int N = plan.devices_size();
+          if (instruction.op() == "reduce_start" || d + 1 < N) {
+            report.sent(d, tau,
+                        bytes); // the contribution, or the partial sum on
+          } else {
+            for (int j = N - 2; j >= 0;
+                 --j) // the mean, back one hop a time step
+              report.sent(j + 1, tau + (N - 2 - j), bytes);
+          }
         }
       }
     }

@@ -312,6 +312,8 @@ LogicalResult Emitter::emitDataParallel(DictionaryAttr schedule,
     return func.emitError("incomplete schedule; run cdp-delay-updates and "
                           "cdp-stagger-collectives");
   plan.set_strategy(cast<StringAttr>(schedule.get("strategy")).str());
+  auto reduceKind = func->getAttrOfType<StringAttr>("cdp.reduce");
+  bool chain = reduceKind && reduceKind.getValue() == "chain";
   plan.set_micro_batches(N);
   plan::Schedule *out = plan.mutable_schedule();
   out->set_stages(L);
@@ -409,7 +411,7 @@ LogicalResult Emitter::emitDataParallel(DictionaryAttr schedule,
         if (!byStage[l].empty()) {
           int64_t minStep = 1 + delay[l - 1];
           plan::Instruction *wait = device->add_instructions();
-          wait->set_op("reduce_wait");
+          wait->set_op(chain ? "chain_wait" : "reduce_wait");
           wait->set_location("stage " + std::to_string(l));
           wait->set_phase("update");
           wait->set_min_step(minStep);
@@ -442,7 +444,7 @@ LogicalResult Emitter::emitDataParallel(DictionaryAttr schedule,
       stamp(instruction, l, time ? time.getInt() : 2 * L - 1);
       if (lastBackward.lookup(l) == &op && !byStage[l].empty()) {
         plan::Instruction *start = device->add_instructions();
-        start->set_op("reduce_start");
+        start->set_op(chain ? "chain_reduce" : "reduce_start");
         start->set_location("stage " + std::to_string(l));
         start->set_phase("comm");
         stamp(start, l, 2 * L - l);
@@ -451,6 +453,9 @@ LogicalResult Emitter::emitDataParallel(DictionaryAttr schedule,
         plan::Attribute *a = start->add_attributes();
         a->set_name("stage");
         a->set_i(l);
+        a = start->add_attributes();
+        a->set_name("cycle");
+        a->set_i(2 * L);
       }
     }
   }

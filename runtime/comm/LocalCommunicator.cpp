@@ -12,7 +12,7 @@ LocalCommunicator::LocalCommunicator(int devices)
     : devices(devices), sent(devices, 0) {}
 
 void LocalCommunicator::reduceStart(int device, int64_t tag, const float *data,
-                                    int64_t count) {
+                                    int64_t count, int64_t tau) {
   std::vector<float> message(data, data + count); // the copy that travels
   std::lock_guard<std::mutex> lock(mutex);
   Reduction &r = reductions[tag];
@@ -24,6 +24,7 @@ void LocalCommunicator::reduceStart(int device, int64_t tag, const float *data,
                        std::to_string(tag));
   r.contributions[device] = std::move(message);
   sent[device] += count * static_cast<int64_t>(sizeof(float));
+  log.push_back({device, tau, count * static_cast<int64_t>(sizeof(float))});
   if (++r.arrived == devices) {
     // Sum in device order: every device gets the same bits.
     r.mean.assign(count, 0.0f);
@@ -58,6 +59,57 @@ bool LocalCommunicator::reduceWait(int device, int64_t tag, float *out,
   if (++r.fetched == devices)
     reductions.erase(tag);
   return true;
+}
+
+void LocalCommunicator::send(int from, int to, int64_t tag, const float *data,
+                             int64_t count, int64_t tau) {
+  std::vector<float> message(data, data + count); // the copy that travels
+  std::lock_guard<std::mutex> lock(mutex);
+  auto key = std::make_pair(to, tag);
+  if (mailboxes.count(key))
+    throw RuntimeError("device " + std::to_string(to) +
+                       " already has message " + std::to_string(tag));
+  mailboxes[key] = std::move(message);
+  int64_t bytes = count * static_cast<int64_t>(sizeof(float));
+  sent[from] += bytes;
+  log.push_back({from, tau, bytes});
+  changed.notify_all();
+}
+
+bool LocalCommunicator::recv(int to, int64_t tag, float *out, int64_t count) {
+  std::unique_lock<std::mutex> lock(mutex);
+  auto key = std::make_pair(to, tag);
+  changed.wait(lock, [&] { return aborted || mailboxes.count(key); });
+  if (aborted)
+    return false;
+  std::vector<float> &message = mailboxes[key];
+  if (static_cast<int64_t>(message.size()) != count)
+    throw RuntimeError("message " + std::to_string(tag) + " has " +
+                       std::to_string(message.size()) + " values, device " +
+                       std::to_string(to) + " expects " +
+                       std::to_string(count));
+  std::memcpy(out, message.data(), count * sizeof(float));
+  mailboxes.erase(key);
+  return true;
+}
+
+void LocalCommunicator::relayBack(int last, int64_t tag, const float *data,
+                                  int64_t count, int64_t tau) {
+  std::lock_guard<std::mutex> lock(mutex);
+  int64_t bytes = count * static_cast<int64_t>(sizeof(float));
+  mailboxes[{last, tag}] = std::vector<float>(data, data + count);
+  // Each hop is a copy from the previous holder's message to the next.
+  for (int j = last - 1; j >= 0; --j) {
+    mailboxes[{j, tag}] = mailboxes[{j + 1, tag}];
+    sent[j + 1] += bytes;
+    log.push_back({j + 1, tau + (last - 1 - j), bytes});
+  }
+  changed.notify_all();
+}
+
+std::vector<Communicator::SendRecord> LocalCommunicator::sendLog() const {
+  std::lock_guard<std::mutex> lock(mutex);
+  return log;
 }
 
 void LocalCommunicator::abort() {

@@ -84,8 +84,9 @@ cl::opt<std::string> v2Table(
     cl::value_desc("timing|code"), cl::init("timing"), cl::cat(category));
 cl::opt<std::string> cdpReduce(
     "cdp-reduce",
-    cl::desc("How stage gradients are reduced (default allreduce; chain "
-             "arrives later)"),
+    cl::desc("How stage gradients are reduced: allreduce (default), or chain "
+             "(point to point along the slots, the mean back one hop per "
+             "time step; refused where a version would arrive late)"),
     cl::value_desc("allreduce|chain"), cl::init("allreduce"),
     cl::cat(category));
 cl::opt<bool> inference("inference",

@@ -750,6 +750,9 @@ int main(int argc, char **argv) {
         die(options.trace + ": cannot write");
     }
     if (report) {
+      if (communicator)
+        for (const Communicator::SendRecord &record : communicator->sendLog())
+          report->sent(record.device, record.tau, record.bytes);
       for (int d = 0; d < deviceCount; ++d) {
         report->setWorkspace(d, executors[d]->workspaceBytes());
         report->setOptimizer(d, executors[d]->optimizerBytes());

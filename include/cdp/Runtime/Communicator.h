@@ -26,7 +26,7 @@ public:
   virtual int size() const = 0;
   /// Hands over `count` floats for the mean-reduction `tag`; copies them.
   virtual void reduceStart(int device, int64_t tag, const float *data,
-                           int64_t count) = 0;
+                           int64_t count, int64_t tau) = 0;
   /// Blocks until every device contributed to `tag`, then copies the mean
   /// (summed in device order, so every device gets the same bits) into
   /// `out`. Returns false when the communicator was aborted.
@@ -36,6 +36,27 @@ public:
   virtual void abort() = 0;
   /// Bytes handed over by `device` so far.
   virtual int64_t bytesSent(int device) const = 0;
+
+  /// Point to point: copies `count` floats into `to`'s mailbox under `tag`
+  /// and returns; `tau` is the sender's time step (for the report).
+  virtual void send(int from, int to, int64_t tag, const float *data,
+                    int64_t count, int64_t tau) = 0;
+  /// Blocks until `to`'s mailbox holds `tag`, then copies it out. Returns
+  /// false when the communicator was aborted.
+  virtual bool recv(int to, int64_t tag, float *out, int64_t count) = 0;
+
+  /// (device, time step, bytes) of every message sent, in send order.
+  struct SendRecord {
+    int device;
+    int64_t tau, bytes;
+  };
+  virtual std::vector<SendRecord> sendLog() const = 0;
+
+  /// The return trip of a chain reduction: `last` keeps `data` (the mean)
+  /// and it travels back one hop per time step, device j+1 sending it to j
+  /// at `tau` + (N - 2 - j).
+  virtual void relayBack(int last, int64_t tag, const float *data,
+                         int64_t count, int64_t tau) = 0;
 };
 
 /// Devices are threads of this process. A contribution is copied into a
@@ -45,11 +66,17 @@ class LocalCommunicator : public Communicator {
 public:
   explicit LocalCommunicator(int devices);
   int size() const override { return devices; }
-  void reduceStart(int device, int64_t tag, const float *data,
-                   int64_t count) override;
+  void reduceStart(int device, int64_t tag, const float *data, int64_t count,
+                   int64_t tau) override;
+  void relayBack(int last, int64_t tag, const float *data, int64_t count,
+                 int64_t tau) override;
   bool reduceWait(int device, int64_t tag, float *out, int64_t count) override;
   void abort() override;
   int64_t bytesSent(int device) const override;
+  void send(int from, int to, int64_t tag, const float *data, int64_t count,
+            int64_t tau) override;
+  bool recv(int to, int64_t tag, float *out, int64_t count) override;
+  std::vector<SendRecord> sendLog() const override;
 
 private:
   struct Reduction {
@@ -63,6 +90,8 @@ private:
   std::condition_variable changed;
   std::map<int64_t, Reduction> reductions;
   std::vector<int64_t> sent;
+  std::map<std::pair<int, int64_t>, std::vector<float>> mailboxes;
+  std::vector<SendRecord> log;
   bool aborted = false;
 };
 

@@ -30,7 +30,10 @@ int64_t totalCount(const std::vector<TensorView> &views) {
 
 } // namespace
 
+void registerChain(KernelRegistry &registry);
+
 void registerCommunication(KernelRegistry &registry) {
+  registerChain(registry);
   addKernel(registry, "reduce_start", [](const KernelArgs &args) {
     if (!args.communicator)
       args.fail("needs a communicator (a multi-device plan)");
@@ -39,6 +42,8 @@ void registerCommunication(KernelRegistry &registry) {
     auto staging = std::make_shared<std::vector<float>>(totalCount(grads));
     Communicator *comm = args.communicator;
     int device = args.device;
+    int64_t timeStep = args.instruction->time_step(),
+            cycle = args.i("cycle", 1);
     return [=](const StepContext &context) {
       float *out = staging->data();
       for (const TensorView &g : grads) {
@@ -46,7 +51,8 @@ void registerCommunication(KernelRegistry &registry) {
         out += g.numel();
       }
       comm->reduceStart(device, reductionTag(context.step, stage),
-                        staging->data(), staging->size());
+                        staging->data(), staging->size(),
+                        timeStep + cycle * context.step);
     };
   });
 
@@ -65,6 +71,71 @@ void registerCommunication(KernelRegistry &registry) {
         throw RuntimeError("device " + std::to_string(device) +
                            ": stopped while waiting for a reduction (another "
                            "device failed)");
+      const float *in = staging->data();
+      for (const TensorView &r : reduced) {
+        std::memcpy(r.data, in, r.numel() * sizeof(float));
+        in += r.numel();
+      }
+    };
+  });
+}
+
+void registerChain(KernelRegistry &registry) {
+  // Slot i adds its contribution to the partial sum of slots 0..i-1 and
+  // sends it on when it finishes B_l; the last slot holds the sum, takes
+  // the mean (summed in slot order, as the all-reduce does) and sends it
+  // back one hop per time step.
+  addKernel(registry, "chain_reduce", [](const KernelArgs &args) {
+    if (!args.communicator)
+      args.fail("needs a communicator (a multi-device plan)");
+    std::vector<TensorView> grads = args.inputs;
+    int64_t stage = args.i("stage", 0), cycle = args.i("cycle", 1);
+    int64_t timeStep = args.instruction->time_step();
+    int64_t count = totalCount(grads);
+    auto sum = std::make_shared<std::vector<float>>(count);
+    auto incoming = std::make_shared<std::vector<float>>(count);
+    Communicator *comm = args.communicator;
+    int device = args.device, devices = comm->size();
+    return [=](const StepContext &context) {
+      int64_t tau = timeStep + cycle * context.step;
+      int64_t partial = 2 * reductionTag(context.step, stage);
+      if (device > 0) {
+        if (!comm->recv(device, partial, incoming->data(), count))
+          throw RuntimeError("device " + std::to_string(device) +
+                             ": stopped while waiting for a partial sum");
+        std::copy(incoming->begin(), incoming->end(), sum->begin());
+      } else {
+        std::fill(sum->begin(), sum->end(), 0.0f);
+      }
+      float *at = sum->data();
+      for (const TensorView &g : grads)
+        for (int64_t i = 0; i < g.numel(); ++i)
+          *at++ += g.f32()[i];
+      if (device + 1 < devices) {
+        comm->send(device, device + 1, partial, sum->data(), count, tau);
+        return;
+      }
+      float scale = 1.0f / static_cast<float>(devices);
+      for (float &v : *sum)
+        v *= scale;
+      comm->relayBack(device, partial + 1, sum->data(), count, tau);
+    };
+  });
+
+  addKernel(registry, "chain_wait", [](const KernelArgs &args) {
+    if (!args.communicator)
+      args.fail("needs a communicator (a multi-device plan)");
+    std::vector<TensorView> reduced = args.outputs;
+    int64_t stage = args.i("stage", 0), delay = args.i("delay", 0);
+    auto staging = std::make_shared<std::vector<float>>(totalCount(reduced));
+    Communicator *comm = args.communicator;
+    int device = args.device;
+    return [=](const StepContext &context) {
+      int64_t step = context.step - 1 - delay;
+      if (!comm->recv(device, 2 * reductionTag(step, stage) + 1,
+                      staging->data(), staging->size()))
+        throw RuntimeError("device " + std::to_string(device) +
+                           ": stopped while waiting for a reduced gradient");
       const float *in = staging->data();
       for (const TensorView &r : reduced) {
         std::memcpy(r.data, in, r.numel() * sizeof(float));
