@@ -100,9 +100,14 @@ std::vector<std::unique_ptr<Kernel>> Executor::bind(
 void Executor::runStep(const StepContext &context) {
   ++steps;
   const plan::Device &device = planRef.devices(deviceIndex);
+  int64_t lastSlot = std::max(planRef.micro_batches(), 1) - 1;
+  auto skipped = [&](const plan::Instruction &instruction) {
+    return instruction.min_step() > context.step ||
+           (instruction.last_slot() && context.slot != lastSlot);
+  };
   if (!report && profile.empty() && !trace) {
     for (size_t i = 0; i < train.size(); ++i)
-      if (device.instructions(i).min_step() <= context.step)
+      if (!skipped(device.instructions(i)))
         train[i]->run(context);
     return;
   }
@@ -111,7 +116,7 @@ void Executor::runStep(const StepContext &context) {
     report->startStep(deviceIndex, context.step);
   for (size_t i = 0; i < train.size(); ++i) {
     const plan::Instruction &instruction = device.instructions(i);
-    if (instruction.min_step() > context.step)
+    if (skipped(instruction))
       continue;
     auto start = std::chrono::steady_clock::now();
     train[i]->run(context);

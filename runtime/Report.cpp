@@ -210,7 +210,28 @@ std::string ReportBuilder::json() const {
   } else {
     os << planFacts.weightBytes;
   }
-  os << "],\n\"time_steps\": [\n";
+  os << "],\n";
+  if (plan.has_schedule()) {
+    // The decisions the run follows, printed with it (cli.md: the freshness
+    // table is part of the report).
+    const plan::Schedule &schedule = plan.schedule();
+    os << "\"schedule\": {\"rule\": \"" << schedule.rule()
+       << "\", \"reduce\": \"" << schedule.reduce() << "\", \"offsets\": [";
+    for (int i = 0; i < schedule.offsets_size(); ++i)
+      os << (i ? ", " : "") << schedule.offsets(i);
+    os << "], \"version_delay\": [";
+    for (int i = 0; i < schedule.version_delay_size(); ++i) {
+      os << (i ? ", " : "") << "[";
+      for (int l = 0; l < schedule.version_delay(i).values_size(); ++l)
+        os << (l ? ", " : "") << schedule.version_delay(i).values(l);
+      os << "]";
+    }
+    os << "], \"live_versions\": [";
+    for (int l = 0; l < schedule.live_versions_size(); ++l)
+      os << (l ? ", " : "") << schedule.live_versions(l);
+    os << "]},\n";
+  }
+  os << "\"time_steps\": [\n";
   std::vector<int64_t> units(N, 0), live[2];
   live[0].assign(N, 0);
   live[1].assign(N, 0);

@@ -78,6 +78,7 @@ private:
   LogicalResult addInstruction(Operation *op, plan::Device &device,
                                bool forEval);
   LogicalResult emitDataParallel(DictionaryAttr schedule, int64_t arenaBytes);
+  void accumulateMicroBatches(plan::Device &device, int64_t slots);
   LogicalResult convertAttribute(Operation *op, NamedAttribute attribute,
                                  plan::Attribute &out);
 
@@ -273,6 +274,8 @@ LogicalResult Emitter::run(const EmitOptions &options) {
       instruction.set_time_step(instruction.phase() == "forward" ? 0 : 1);
       instruction.set_stage(1);
     }
+    if (options.microBatches > 1 && !options.inference)
+      accumulateMicroBatches(*device, options.microBatches);
   }
 
   // The evaluation stream: what the first output needs, in op order.
@@ -294,6 +297,52 @@ LogicalResult Emitter::run(const EmitOptions &options) {
           return failure();
   }
   return success();
+}
+
+/// single with M micro-batches: every slot runs forward and backward and
+/// adds its gradients, scaled by 1/M, into an accumulator; the updates read
+/// the accumulators and run for the step's last slot only.
+void Emitter::accumulateMicroBatches(plan::Device &device, int64_t slots) {
+  plan.set_micro_batches(slots);
+  llvm::StringMap<int> accumulator;
+  google::protobuf::RepeatedPtrField<plan::Instruction> rebuilt;
+  plan.clear_applied_gradients();
+  for (const plan::Instruction &instruction : device.instructions()) {
+    *rebuilt.Add() = instruction;
+    if (instruction.op() == "gradient") {
+      std::string name;
+      for (const plan::Attribute &a : instruction.attributes())
+        if (a.name() == "name")
+          name = a.s();
+      plan::Tensor sum = plan.tensors(instruction.inputs(0));
+      sum.set_id(plan.tensors_size());
+      sum.set_kind(plan::REDUCED);
+      sum.set_name(name);
+      *plan.add_tensors() = sum;
+      accumulator[name] = sum.id();
+      plan::Instruction *add = rebuilt.Add();
+      add->set_op("accumulate");
+      add->set_location(name);
+      add->set_phase("backward");
+      add->set_stage(instruction.stage());
+      add->set_time_step(instruction.time_step());
+      add->add_inputs(instruction.inputs(0));
+      add->add_outputs(sum.id());
+      plan::Attribute *a = add->add_attributes();
+      a->set_name("slots");
+      a->set_i(slots);
+    }
+  }
+  for (plan::Instruction &instruction : rebuilt)
+    if (instruction.op() == "update") {
+      for (const plan::Attribute &a : instruction.attributes())
+        if (a.name() == "name")
+          instruction.set_inputs(1, accumulator.lookup(a.s()));
+      instruction.set_last_slot(true);
+    }
+  for (const std::string &name : plan.gradients())
+    plan.add_applied_gradients(accumulator.lookup(name));
+  *device.mutable_instructions() = rebuilt;
 }
 
 /// One program per device for dp and cdp: every device runs all stages of

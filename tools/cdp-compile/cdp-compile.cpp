@@ -140,8 +140,8 @@ cl::opt<std::string> bnRunningVar(
     cl::value_desc("unbiased|biased"), cl::init("unbiased"), cl::cat(category));
 cl::opt<std::string> microBatches(
     "micro-batches",
-    cl::desc("Micro-batches per step (single: 1; accumulation arrives with "
-             "the parallel strategies)"),
+    cl::desc("Micro-batches per step (single: M > 1 accumulates the "
+             "gradients of M micro-batches per update; dp, cdp: = --devices)"),
     cl::value_desc("M"), cl::init("1"), cl::cat(category));
 // Numbers are read as strings so that a bad value gets our one-line error.
 cl::opt<std::string> batchSize(
@@ -234,10 +234,17 @@ int main(int argc, char **argv) {
   bool dataParallel = strategy == "dp" || strategy == "cdp";
   if (emit == "sched-mlir" && strategy != "dp" && strategy != "cdp")
     die("--emit=sched-mlir needs --strategy dp or cdp");
-  if (microBatches != "1")
-    die("--micro-batches " + microBatches +
-        " is not available yet for "
-        "--strategy single (use 1)");
+  int64_t microBatchCount = 1;
+  if (!llvm::to_integer(llvm::StringRef(microBatches), microBatchCount, 10) ||
+      microBatchCount < 1)
+    die("--micro-batches must be a positive integer, got '" + microBatches +
+        "'");
+  if (dataParallel && microBatches.getNumOccurrences() &&
+      microBatchCount != deviceCount)
+    die("--strategy " + strategy +
+        " runs one micro-batch per device: "
+        "--micro-batches " +
+        microBatches + " differs from --devices " + devices);
   auto parseReal = [](const std::string &flag, const std::string &text) {
     double value = 0;
     if (llvm::StringRef(text).getAsDouble(value) || !std::isfinite(value))
@@ -385,6 +392,7 @@ int main(int argc, char **argv) {
     if (emit == "plan") {
       cdp::EmitOptions emitOptions;
       emitOptions.strategy = strategy;
+      emitOptions.microBatches = dataParallel ? 1 : microBatchCount;
       emitOptions.inference = inference;
       emitOptions.optimizer = inference ? std::string() : optimizer.getValue();
       emitOptions.sourceName = llvm::sys::path::filename(inputPath).str();

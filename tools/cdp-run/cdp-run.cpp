@@ -644,6 +644,7 @@ int main(int argc, char **argv) {
         if (s == 0)
           started = std::chrono::steady_clock::now();
         auto stepStart = std::chrono::steady_clock::now();
+        float stepLoss = 0.0f;
         for (int64_t k = 0; k < slots; ++k) {
           int64_t first = (s * slots + k) * batch;
           if (options.data.empty()) {
@@ -656,9 +657,17 @@ int main(int argc, char **argv) {
                      &order);
           }
           executor.runStep(StepContext{step, k, options.seed});
+          // The step's loss is the mean over its slots; a non-finite slot
+          // stops the run right there.
+          float slotLoss =
+              plan.loss() >= 0 ? readScalar(executor.view(plan.loss())) : 0.0f;
+          stepLoss += slotLoss / slots;
+          if (!std::isfinite(slotLoss)) {
+            stepLoss = slotLoss;
+            break;
+          }
         }
-        float loss =
-            plan.loss() >= 0 ? readScalar(executor.view(plan.loss())) : 0.0f;
+        float loss = stepLoss;
         if (!std::isfinite(loss)) {
           int instruction = -1;
           int bad = executor.firstNonFinite(instruction);

@@ -14,6 +14,8 @@ struct EmitOptions {
   std::string strategy = "single";
   std::string optimizer;
   bool inference = false;
+  /// single: micro-batches whose gradients one update averages.
+  int64_t microBatches = 1;
   std::string sourceName;  ///< the ONNX file name
   std::string sourceModel; ///< the ONNX file's bytes, for --save-onnx
 };

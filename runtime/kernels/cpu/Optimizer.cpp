@@ -90,6 +90,17 @@ void registerOptimizer(KernelRegistry &registry) {
       std::memcpy(buffer.data, value.data, bytes);
     };
   });
+  // Gradient accumulation over the step's slots: acc = sum_k g_k / M.
+  addKernel(registry, "accumulate", [](const KernelArgs &args) {
+    TensorView g = args.inputs[0], acc = args.outputs[0];
+    float scale = 1.0f / static_cast<float>(args.i("slots", 1));
+    int64_t n = g.numel();
+    return [=](const StepContext &context) {
+      for (int64_t i = 0; i < n; ++i)
+        acc.f32()[i] =
+            (context.slot == 0 ? 0.0f : acc.f32()[i]) + g.f32()[i] * scale;
+    };
+  });
   // The gradient stays where autodiff left it; the executor records it.
   addKernel(registry, "gradient",
             [](const KernelArgs &) { return [](const StepContext &) {}; });

@@ -1,0 +1,67 @@
+#!/usr/bin/python3
+"""--strategy single --micro-batches M against PyTorch's gradient
+accumulation: M micro-batches per step, the update applies the mean of
+their gradients. Parameters after 3 steps must match within 1e-5 + 1e-4
+relative.
+
+Usage: accumulate_reference.py BIN_DIR WORK_DIR
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import export_torch_models as models  # noqa: E402
+
+M, STEPS, LR = 3, 3, 0.1
+
+
+def main():
+    bin_dir, work = sys.argv[1:3]
+    os.makedirs(work, exist_ok=True)
+    model, example, _ = models.build("lenet")
+    path = models.export("lenet", work)
+    import onnx
+    from onnx import numpy_helper
+    state = {t.name: torch.tensor(numpy_helper.to_array(t).copy())
+             for t in onnx.load(path).graph.initializer}
+    model.load_state_dict({k: state.get(k, v) for k, v in model.state_dict().items()})
+    batch = example.shape[0]
+    torch.manual_seed(3)
+    x = torch.randn(M * STEPS * batch, *example.shape[1:])
+    y = torch.randint(0, 10, (M * STEPS * batch,))
+    np.save(os.path.join(work, "x.npy"), x.numpy())
+    np.save(os.path.join(work, "y.npy"), y.numpy().astype(np.int64))
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
+    for t in range(STEPS):
+        opt.zero_grad()
+        for k in range(M):
+            rows = slice((t * M + k) * batch, (t * M + k + 1) * batch)
+            (torch.nn.functional.cross_entropy(model(x[rows]), y[rows]) / M).backward()
+        opt.step()
+    plan = os.path.join(work, "plan.cdp")
+    subprocess.run([os.path.join(bin_dir, "cdp-compile"), path, "-o", plan, "--micro-batches",
+                    str(M), "--optimizer", "momentum", "--lr", str(LR)], check=True)
+    subprocess.run([os.path.join(bin_dir, "cdp-run"), plan, "--feed",
+                    "input=" + os.path.join(work, "x.npy"), "--feed",
+                    "labels=" + os.path.join(work, "y.npy"), "--steps", str(STEPS),
+                    "--dump-params", os.path.join(work, "params")], check=True,
+                   stdout=subprocess.DEVNULL)
+    index = json.load(open(os.path.join(work, "params", "index.json")))
+    failures = 0
+    for name, p in model.named_parameters():
+        got = np.load(os.path.join(work, "params", index[name]))
+        ok = np.allclose(got, p.detach().numpy(), atol=1e-5, rtol=1e-4)
+        failures += not ok
+        print("%s %-14s max abs error %.2e" % ("ok  " if ok else "FAIL", name,
+                                               np.abs(got - p.detach().numpy()).max()))
+    print("accumulate M=%d: %s" % (M, "all match" if not failures else "%d mismatches" % failures))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
