@@ -307,6 +307,29 @@ void checkFeed(const std::string &name, const std::string &file,
 
 float readScalar(const TensorView &view) { return view.f32()[0]; }
 
+/// The one error line for a non-finite loss: the step, the device when
+/// there are several, and the first non-finite tensor in instruction order.
+std::string nonFiniteLoss(const plan::Plan &plan, Executor &executor,
+                          int64_t step, float loss) {
+  int instruction = -1;
+  int bad = executor.firstNonFinite(instruction);
+  const plan::Device &device = plan.devices(executor.device());
+  std::string where =
+      bad < 0
+          ? std::string("no tensor is non-finite")
+          : "first non-finite tensor: " +
+                (plan.tensors(bad).name().empty()
+                     ? "#" + std::to_string(bad)
+                     : "'" + plan.tensors(bad).name() + "'") +
+                ", output of '" + device.instructions(instruction).op() +
+                "' at '" + device.instructions(instruction).location() + "'";
+  std::string who = "step " + std::to_string(step);
+  if (plan.devices_size() > 1)
+    who += ", device " + std::to_string(executor.device());
+  return who + ": the loss is " + (std::isnan(loss) ? "NaN" : "infinite") +
+         "; " + where + " (check the inputs, or lower --lr)";
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -529,29 +552,8 @@ int main(int argc, char **argv) {
               float loss =
                   plan.loss() >= 0 ? readScalar(ex.view(plan.loss())) : 0.0f;
               losses[t * deviceCount + d] = loss;
-              if (!std::isfinite(loss)) {
-                int instruction = -1;
-                int bad = ex.firstNonFinite(instruction);
-                std::string where =
-                    bad < 0
-                        ? std::string("no tensor is non-finite")
-                        : "first non-finite tensor: " +
-                              (plan.tensors(bad).name().empty()
-                                   ? "#" + std::to_string(bad)
-                                   : "'" + plan.tensors(bad).name() + "'") +
-                              ", output of '" +
-                              plan.devices(d).instructions(instruction).op() +
-                              "' at '" +
-                              plan.devices(d)
-                                  .instructions(instruction)
-                                  .location() +
-                              "'";
-                throw RuntimeError("step " + std::to_string(t) + ", device " +
-                                   std::to_string(d) + ": the loss is " +
-                                   (std::isnan(loss) ? "NaN" : "infinite") +
-                                   "; " + where +
-                                   " (check the inputs, or lower --lr)");
-              }
+              if (!std::isfinite(loss))
+                throw RuntimeError(nonFiniteLoss(plan, ex, t, loss));
               if (d == 0)
                 progress = t + 1;
             }
@@ -668,25 +670,8 @@ int main(int argc, char **argv) {
           }
         }
         float loss = stepLoss;
-        if (!std::isfinite(loss)) {
-          int instruction = -1;
-          int bad = executor.firstNonFinite(instruction);
-          std::string where =
-              bad < 0
-                  ? std::string("no tensor is non-finite")
-                  : "first non-finite tensor: " +
-                        (plan.tensors(bad).name().empty()
-                             ? "#" + std::to_string(bad)
-                             : "'" + plan.tensors(bad).name() + "'") +
-                        ", output of '" +
-                        plan.devices(0).instructions(instruction).op() +
-                        "' at '" +
-                        plan.devices(0).instructions(instruction).location() +
-                        "'";
-          die("step " + std::to_string(step) + ": the loss is " +
-              (std::isnan(loss) ? "NaN" : "infinite") + "; " + where +
-              " (check the inputs, or lower --lr)");
-        }
+        if (!std::isfinite(loss))
+          die(nonFiniteLoss(plan, executor, step, loss));
         double seconds = std::chrono::duration<double>(
                              std::chrono::steady_clock::now() - stepStart)
                              .count();
