@@ -52,7 +52,8 @@ struct MaterializeSchedulePass
     auto i64 = [&](int64_t v) { return builder.getI64IntegerAttr(v); };
     auto program = builder.create<sched::ProgramOp>(
         func.getLoc(), schedule.get("strategy").cast<StringAttr>(), i64(N),
-        i64(L), i64(steps), rule ? rule : builder.getStringAttr(""));
+        i64(L), i64(steps), rule ? rule : builder.getStringAttr(""),
+        IntegerAttr(), DenseI64ArrayAttr(), DenseI64ArrayAttr());
     program.getBody().emplaceBlock();
     for (int64_t i = 0; i < N; ++i) {
       builder.setInsertionPointToEnd(&program.getBody().front());

@@ -213,6 +213,50 @@ def MaterializeSchedule : Pass<"cdp-materialize-schedule", "mlir::ModuleOp"> {
   let dependentDialects = ["cdp::sched::SchedDialect"];
 }
 
+def BuildPipeline : Pass<"cdp-build-pipeline", "mlir::ModuleOp"> {
+  let summary = "Writes a pipeline schedule (gpipe, 1f1b, 2bw) as sched streams";
+  let description = [{
+    One device per stage; micro-batches flow forward through the stages and
+    their gradients back, with a `sched.send`/`sched.recv` pair at every
+    cut. Per stage s of d, with m micro-batches a step (algorithms.md 3.2):
+
+    - `gpipe`: all m forwards, then all m backwards (first in, first out),
+      then the update; the pipeline drains before the next step.
+    - `1f1b` (PipeDream-Flush): min(d - s, m) warm-up forwards, then one
+      forward and one backward alternating, then the cool-down backwards and
+      the update; drained before the next step.
+    - `2bw` (PipeDream-2BW): the same alternation without flushes across
+      steps; stage s updates after the backward of each step's last
+      micro-batch, and micro-batch k (1-indexed over the run) reads version
+      max(floor((k-1)/m) - 1, 0). Needs m >= d.
+
+    Every op takes one time step and starts as soon as its device is free
+    and its inputs are there; the resulting time steps, the peak of stashed
+    activations per stage (`stash_peak`), the live weight versions per stage
+    and the makespan are recorded on the `sched.program`.
+  }];
+  let options = [
+    Option<"strategy", "strategy", "std::string", "\"1f1b\"", "gpipe, 1f1b or 2bw">,
+    Option<"stages", "stages", "int64_t", "4", "Pipeline depth d">,
+    Option<"microBatches", "micro-batches", "int64_t", "4", "Micro-batches m per step">,
+    Option<"steps", "steps", "int64_t", "1", "Steps (batches) to write out">,
+  ];
+  let dependentDialects = ["cdp::sched::SchedDialect"];
+}
+
+def CheckDeadlock : Pass<"cdp-check-deadlock", "mlir::ModuleOp"> {
+  let summary = "Refuses a schedule whose blocking sends and receives would hang";
+  let description = [{
+    Simulates every `sched.device` stream with blocking receives: a
+    `sched.recv` completes only once its matching `sched.send` (same
+    devices, kind, slot and step) has been posted; sends are buffered, as
+    pipeline runtimes post them (1F1B itself would hang if sends waited for
+    their receives). When no device can move and some have not finished,
+    the schedule would hang: the pass reports the op every stuck device
+    waits at, and a round x device grid of what each device reached.
+  }];
+}
+
 def PlanMemory : Pass<"cdp-plan-memory", "mlir::ModuleOp"> {
   let summary = "Assigns every step-local tensor a static offset in the device arena";
   let description = [{

@@ -37,7 +37,10 @@ class Sched_Op<string mnemonic, list<Trait> traits = []>
 def Sched_ProgramOp : Sched_Op<"program", [NoTerminator, SingleBlock]> {
   let summary = "a whole schedule: one sched.device per device";
   let arguments = (ins StrAttr:$strategy, I64Attr:$devices, I64Attr:$stages,
-                       I64Attr:$steps, StrAttr:$rule);
+                       I64Attr:$steps, StrAttr:$rule,
+                       OptionalAttr<I64Attr>:$makespan,
+                       OptionalAttr<DenseI64ArrayAttr>:$stash_peak,
+                       OptionalAttr<DenseI64ArrayAttr>:$live_versions);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = "attr-dict-with-keyword $body";
 }
@@ -75,6 +78,22 @@ def Sched_ReduceWaitOp : Sched_Op<"reduce_wait", [HasParent<"DeviceOp">]> {
 def Sched_UpdateOp : Sched_Op<"update", [HasParent<"DeviceOp">]> {
   let summary = "the stage advances to `version`";
   let arguments = (ins I64Attr:$stage, I64Attr:$version, I64Attr:$at);
+}
+
+def Sched_SendOp : Sched_Op<"send", [HasParent<"DeviceOp">]> {
+  let summary = "send an activation (forward) or gradient (backward) to a device";
+  let description = [{
+    Matched with the `sched.recv` on device `to` with the same kind, slot
+    and step. The deadlock check treats both as blocking.
+  }];
+  let arguments = (ins I64Attr:$to, StrAttr:$kind, I64Attr:$slot,
+                       I64Attr:$step, I64Attr:$at);
+}
+
+def Sched_RecvOp : Sched_Op<"recv", [HasParent<"DeviceOp">]> {
+  let summary = "receive an activation or gradient from a device";
+  let arguments = (ins I64Attr:$from, StrAttr:$kind, I64Attr:$slot,
+                       I64Attr:$step, I64Attr:$at);
 }
 
 #endif // CDP_DIALECT_SCHED_SCHEDOPS_TD
