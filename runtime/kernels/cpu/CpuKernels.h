@@ -13,6 +13,7 @@ namespace cdp::runtime::cpu {
 void registerElementwise(KernelRegistry &registry);
 void registerLinalg(KernelRegistry &registry);
 void registerDnnlConvolution(KernelRegistry &registry);
+void registerDnnlPrimitives(KernelRegistry &registry);
 void registerPooling(KernelRegistry &registry);
 void registerNormalization(KernelRegistry &registry);
 void registerShape(KernelRegistry &registry);

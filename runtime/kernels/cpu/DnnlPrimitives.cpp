@@ -1,0 +1,332 @@
+//===- DnnlPrimitives.cpp - eltwise, softmax and pooling through oneDNN ---===//
+//
+// oneDNN 2.x primitives for the activations (forward and backward), softmax
+// and log-softmax (forward and backward) and pooling (forward and backward),
+// created once at load on the plan's plain layouts. Where oneDNN lacks the
+// operation (erf) or its semantics differ from ONNX's (average pooling that
+// counts padding, when ceil mode extends the window past it), the project
+// kernels registered before stay in place.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CpuKernels.h"
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+namespace cdp::runtime::cpu {
+
+namespace {
+
+using dnnl::algorithm;
+using dnnl::memory;
+using dnnl::prop_kind;
+
+dnnl::engine &engine() {
+  static dnnl::engine instance(dnnl::engine::kind::cpu, 0);
+  return instance;
+}
+
+/// A plain (row-major) f32 descriptor of any rank.
+memory::desc plain(const std::vector<int64_t> &shape) {
+  memory::dims dims(shape.begin(), shape.end()), strides(shape.size(), 1);
+  if (dims.empty()) {
+    dims = {1};
+    strides = {1};
+  }
+  for (int64_t i = static_cast<int64_t>(dims.size()) - 2; i >= 0; --i)
+    strides[i] = strides[i + 1] * dims[i + 1];
+  return memory::desc(dims, memory::data_type::f32, strides);
+}
+
+/// One primitive with its arguments bound at load.
+class PrimitiveKernel : public Kernel {
+public:
+  PrimitiveKernel(dnnl::primitive primitive,
+                  std::unordered_map<int, memory> arguments)
+      : stream(engine()), primitive(std::move(primitive)),
+        arguments(std::move(arguments)) {}
+  void run(const StepContext &) override {
+    primitive.execute(stream, arguments);
+    stream.wait();
+  }
+
+private:
+  dnnl::stream stream;
+  dnnl::primitive primitive;
+  std::unordered_map<int, memory> arguments;
+};
+
+memory bind(const TensorView &view) {
+  return memory(plain(view.shape), engine(), view.data);
+}
+
+/// Registers `make` for `op`, falling back to the kernel registered before
+/// when `make` returns null or oneDNN refuses the configuration.
+void wrap(KernelRegistry &registry, const std::string &op,
+          std::function<std::unique_ptr<Kernel>(const KernelArgs &)> make) {
+  const KernelFactory *previous = registry.lookup(op, Backend::CPU);
+  KernelFactory fallback = previous ? *previous : KernelFactory();
+  registry.add(
+      op, Backend::CPU,
+      [make, fallback, op](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+        try {
+          if (std::unique_ptr<Kernel> kernel = make(args))
+            return kernel;
+        } catch (const dnnl::error &) {
+        }
+        if (!fallback)
+          args.fail("no CPU kernel for this configuration of " + op);
+        return fallback(args);
+      });
+}
+
+std::unique_ptr<Kernel> eltwiseForward(const KernelArgs &args, algorithm alg) {
+  memory src = bind(args.inputs[0]), dst = bind(args.outputs[0]);
+  dnnl::eltwise_forward::desc desc(prop_kind::forward_training, alg,
+                                   src.get_desc());
+  dnnl::eltwise_forward::primitive_desc pd(desc, engine());
+  return std::make_unique<PrimitiveKernel>(
+      dnnl::eltwise_forward(pd), std::unordered_map<int, memory>{
+                                     {DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+}
+
+struct PoolShape {
+  memory::dims strides, kernel, dilation, padL, padR;
+  bool extended = false; // ceil mode widened the end padding
+};
+
+PoolShape poolShape(const KernelArgs &args, const std::vector<int64_t> &in,
+                    const std::vector<int64_t> &out) {
+  PoolShape p;
+  std::vector<int64_t> k = args.ints("kernel_shape"), pads = args.ints("pads"),
+                       s = args.ints("strides"), d = args.ints("dilations");
+  if (d.empty())
+    d = {1, 1};
+  p.kernel = {k[0], k[1]};
+  p.strides = {s[0], s[1]};
+  p.dilation = {d[0] - 1, d[1] - 1};
+  p.padL = {pads[0], pads[1]};
+  p.padR = {pads[2], pads[3]};
+  // oneDNN sizes the output with floor; ceil mode's extra window needs
+  // more end padding, which never wins a maximum.
+  for (int i = 0; i < 2; ++i) {
+    int64_t span = (k[i] - 1) * d[i] + 1;
+    int64_t need = (out[2 + i] - 1) * s[i] + span - in[2 + i] - pads[i];
+    if (need > p.padR[i]) {
+      p.padR[i] = need;
+      p.extended = true;
+    }
+  }
+  return p;
+}
+
+algorithm poolAlgorithm(const KernelArgs &args, bool isMax, const PoolShape &p,
+                        bool &supported) {
+  supported = true;
+  if (isMax)
+    return algorithm::pooling_max;
+  if (args.i("count_include_pad", 0)) {
+    // ONNX counts the declared padding, not the ceil-mode extension.
+    supported = !p.extended;
+    return algorithm::pooling_avg_include_padding;
+  }
+  return algorithm::pooling_avg_exclude_padding;
+}
+
+dnnl::pooling_v2_forward::primitive_desc
+poolForwardDesc(const KernelArgs &args, bool isMax, const TensorView &src,
+                const TensorView &dst, bool &supported) {
+  PoolShape p = poolShape(args, src.shape, dst.shape);
+  algorithm alg = poolAlgorithm(args, isMax, p, supported);
+  dnnl::pooling_v2_forward::desc desc(
+      prop_kind::forward_training, alg, plain(src.shape), plain(dst.shape),
+      p.strides, p.kernel, p.dilation, p.padL, p.padR);
+  return dnnl::pooling_v2_forward::primitive_desc(desc, engine());
+}
+
+/// Max pooling backward needs the forward's workspace (where each maximum
+/// was): the kernel reruns the forward on the saved input first.
+class MaxPoolBackward : public Kernel {
+public:
+  explicit MaxPoolBackward(const KernelArgs &args) : stream(engine()) {
+    const TensorView &dy = args.inputs[0], &x = args.inputs[1],
+                     &dx = args.outputs[0];
+    bool supported = true;
+    auto forwardPd = poolForwardDesc(args, true, x, dy, supported);
+    PoolShape p = poolShape(args, x.shape, dy.shape);
+    dnnl::pooling_v2_backward::desc desc(algorithm::pooling_max, plain(x.shape),
+                                         plain(dy.shape), p.strides, p.kernel,
+                                         p.dilation, p.padL, p.padR);
+    dnnl::pooling_v2_backward::primitive_desc pd(desc, engine(), forwardPd);
+    forward = dnnl::pooling_v2_forward(forwardPd);
+    backward = dnnl::pooling_v2_backward(pd);
+    memory workspace(forwardPd.workspace_desc(), engine());
+    scratchDst = memory(forwardPd.dst_desc(), engine());
+    forwardArgs = {{DNNL_ARG_SRC, bind(x)},
+                   {DNNL_ARG_DST, scratchDst},
+                   {DNNL_ARG_WORKSPACE, workspace}};
+    backwardArgs = {{DNNL_ARG_DIFF_DST, bind(dy)},
+                    {DNNL_ARG_DIFF_SRC, bind(dx)},
+                    {DNNL_ARG_WORKSPACE, workspace}};
+    bytes =
+        forwardPd.workspace_desc().get_size() + forwardPd.dst_desc().get_size();
+  }
+  void run(const StepContext &) override {
+    forward.execute(stream, forwardArgs);
+    backward.execute(stream, backwardArgs);
+    stream.wait();
+  }
+  int64_t workspaceBytes() const override { return bytes; }
+
+private:
+  dnnl::stream stream;
+  dnnl::pooling_v2_forward forward;
+  dnnl::pooling_v2_backward backward;
+  memory scratchDst;
+  std::unordered_map<int, memory> forwardArgs, backwardArgs;
+  int64_t bytes = 0;
+};
+
+} // namespace
+
+void registerDnnlPrimitives(KernelRegistry &registry) {
+  for (auto [op, alg] : {std::pair{"relu", algorithm::eltwise_relu},
+                         {"tanh", algorithm::eltwise_tanh},
+                         {"sigmoid", algorithm::eltwise_logistic},
+                         {"sqrt", algorithm::eltwise_sqrt}})
+    wrap(registry, op, [alg = alg](const KernelArgs &args) {
+      return eltwiseForward(args, alg);
+    });
+  wrap(registry, "gelu", [](const KernelArgs &args) {
+    return eltwiseForward(args, args.s("approximate", "none") == "tanh"
+                                    ? algorithm::eltwise_gelu_tanh
+                                    : algorithm::eltwise_gelu_erf);
+  });
+
+  // unary_grad: the saved value is the forward input (relu, gelu) or output
+  // (sigmoid, tanh, sqrt: the use_dst algorithms).
+  wrap(registry, "unary_grad",
+       [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+         std::string kind = args.s("kind", "");
+         algorithm alg;
+         bool useDst = false;
+         if (kind == "relu")
+           alg = algorithm::eltwise_relu;
+         else if (kind == "gelu")
+           alg = algorithm::eltwise_gelu_erf;
+         else if (kind == "gelu_tanh")
+           alg = algorithm::eltwise_gelu_tanh;
+         else if (kind == "sigmoid")
+           alg = algorithm::eltwise_logistic_use_dst_for_bwd, useDst = true;
+         else if (kind == "tanh")
+           alg = algorithm::eltwise_tanh_use_dst_for_bwd, useDst = true;
+         else if (kind == "sqrt")
+           alg = algorithm::eltwise_sqrt_use_dst_for_bwd, useDst = true;
+         else
+           return nullptr; // erf: no oneDNN algorithm
+         memory dy = bind(args.inputs[0]), saved = bind(args.inputs[1]),
+                dx = bind(args.outputs[0]);
+         dnnl::eltwise_forward::desc hintDesc(prop_kind::forward_training, alg,
+                                              saved.get_desc());
+         dnnl::eltwise_forward::primitive_desc hint(hintDesc, engine());
+         dnnl::eltwise_backward::desc desc(alg, dy.get_desc(),
+                                           saved.get_desc());
+         dnnl::eltwise_backward::primitive_desc pd(desc, engine(), hint);
+         return std::make_unique<PrimitiveKernel>(
+             dnnl::eltwise_backward(pd),
+             std::unordered_map<int, memory>{
+                 {DNNL_ARG_DIFF_DST, dy},
+                 {useDst ? DNNL_ARG_DST : DNNL_ARG_SRC, saved},
+                 {DNNL_ARG_DIFF_SRC, dx}});
+       });
+
+  for (bool log : {false, true}) {
+    wrap(registry, log ? "log_softmax" : "softmax",
+         [log](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+           memory src = bind(args.inputs[0]), dst = bind(args.outputs[0]);
+           int axis = static_cast<int>(
+               normalizeAxis(args.i("axis", -1), args.inputs[0].rank()));
+           if (log) {
+             dnnl::logsoftmax_forward::desc desc(prop_kind::forward_training,
+                                                 src.get_desc(), axis);
+             return std::make_unique<PrimitiveKernel>(
+                 dnnl::logsoftmax_forward({desc, engine()}),
+                 std::unordered_map<int, memory>{{DNNL_ARG_SRC, src},
+                                                 {DNNL_ARG_DST, dst}});
+           }
+           dnnl::softmax_forward::desc desc(prop_kind::forward_training,
+                                            src.get_desc(), axis);
+           return std::make_unique<PrimitiveKernel>(
+               dnnl::softmax_forward({desc, engine()}),
+               std::unordered_map<int, memory>{{DNNL_ARG_SRC, src},
+                                               {DNNL_ARG_DST, dst}});
+         });
+  }
+  wrap(registry, "softmax_grad",
+       [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+         memory dy = bind(args.inputs[0]), y = bind(args.inputs[1]),
+                dx = bind(args.outputs[0]);
+         int axis = static_cast<int>(
+             normalizeAxis(args.i("axis", -1), args.inputs[1].rank()));
+         std::unordered_map<int, memory> arguments{{DNNL_ARG_DIFF_DST, dy},
+                                                   {DNNL_ARG_DST, y},
+                                                   {DNNL_ARG_DIFF_SRC, dx}};
+         if (args.i("log", 0)) {
+           dnnl::logsoftmax_forward::primitive_desc hint(
+               {prop_kind::forward_training, y.get_desc(), axis}, engine());
+           dnnl::logsoftmax_backward::desc desc(dy.get_desc(), y.get_desc(),
+                                                axis);
+           return std::make_unique<PrimitiveKernel>(
+               dnnl::logsoftmax_backward({desc, engine(), hint}), arguments);
+         }
+         dnnl::softmax_forward::primitive_desc hint(
+             {prop_kind::forward_training, y.get_desc(), axis}, engine());
+         dnnl::softmax_backward::desc desc(dy.get_desc(), y.get_desc(), axis);
+         return std::make_unique<PrimitiveKernel>(
+             dnnl::softmax_backward({desc, engine(), hint}), arguments);
+       });
+
+  for (bool isMax : {true, false})
+    wrap(registry, isMax ? "max_pool" : "average_pool",
+         [isMax](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+           bool supported = true;
+           auto pd = poolForwardDesc(args, isMax, args.inputs[0],
+                                     args.outputs[0], supported);
+           if (!supported)
+             return nullptr;
+           std::unordered_map<int, memory> arguments{
+               {DNNL_ARG_SRC, bind(args.inputs[0])},
+               {DNNL_ARG_DST, bind(args.outputs[0])}};
+           if (isMax)
+             arguments[DNNL_ARG_WORKSPACE] =
+                 memory(pd.workspace_desc(), engine());
+           return std::make_unique<PrimitiveKernel>(
+               dnnl::pooling_v2_forward(pd), arguments);
+         });
+  wrap(registry, "max_pool_grad",
+       [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+         return std::make_unique<MaxPoolBackward>(args);
+       });
+  wrap(registry, "average_pool_grad",
+       [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+         const TensorView &dy = args.inputs[0], &dx = args.outputs[0];
+         bool supported = true;
+         auto forwardPd = poolForwardDesc(args, false, dx, dy, supported);
+         if (!supported)
+           return nullptr;
+         PoolShape p = poolShape(args, dx.shape, dy.shape);
+         bool supportedAgain = true;
+         algorithm alg = poolAlgorithm(args, false, p, supportedAgain);
+         dnnl::pooling_v2_backward::desc desc(
+             alg, plain(dx.shape), plain(dy.shape), p.strides, p.kernel,
+             p.dilation, p.padL, p.padR);
+         dnnl::pooling_v2_backward::primitive_desc pd(desc, engine(),
+                                                      forwardPd);
+         return std::make_unique<PrimitiveKernel>(
+             dnnl::pooling_v2_backward(pd),
+             std::unordered_map<int, memory>{{DNNL_ARG_DIFF_DST, bind(dy)},
+                                             {DNNL_ARG_DIFF_SRC, bind(dx)}});
+       });
+}
+
+} // namespace cdp::runtime::cpu
