@@ -98,6 +98,18 @@ std::vector<std::unique_ptr<Kernel>> Executor::bind(
 }
 
 void Executor::runStep(const StepContext &context) {
+  try {
+    runInstructions(context);
+  } catch (const RuntimeError &) {
+    throw;
+  } catch (const std::exception &e) {
+    // A library failure (oneDNN, allocation) becomes one line too.
+    throw RuntimeError("device " + std::to_string(deviceIndex) + ", step " +
+                       std::to_string(context.step) + ": " + e.what());
+  }
+}
+
+void Executor::runInstructions(const StepContext &context) {
   ++steps;
   const plan::Device &device = planRef.devices(deviceIndex);
   int64_t lastSlot = std::max(planRef.micro_batches(), 1) - 1;

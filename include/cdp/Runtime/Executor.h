@@ -92,6 +92,7 @@ public:
   std::vector<std::pair<std::string, int>> gradients() const;
 
 private:
+  void runInstructions(const StepContext &context);
   std::vector<std::unique_ptr<Kernel>>
   bind(const google::protobuf::RepeatedPtrField<plan::Instruction> &stream,
        int threads);

@@ -121,6 +121,7 @@ void registerCpuKernels(KernelRegistry &registry) {
   cpu::registerLoss(registry);
   cpu::registerOptimizer(registry);
   cpu::registerCommunication(registry);
-  cpu::registerDnnlPrimitives(registry); // after the project kernels they fall back to
+  cpu::registerDnnlPrimitives(
+      registry); // after the project kernels they fall back to
 }
 } // namespace cdp::runtime
