@@ -2,6 +2,7 @@
 
 #include "cdp/Dialect/Sched/SchedOps.h"
 #include "cdp/Passes/Passes.h"
+#include "cdp/Sched/Pipeline.h"
 
 #include "mlir/IR/Builders.h"
 
@@ -18,54 +19,8 @@ using namespace cdp;
 
 namespace {
 
-/// One stage op: forward or backward of a micro-batch (1-indexed over the
-/// run), or an update of the stage after a step's backwards.
-struct StageOp {
-  char kind; // 'F', 'B' or 'U'
-  int64_t microBatch;
-};
-
-/// The order in which stage s (1-indexed) of d runs its ops.
-std::vector<StageOp> stageOrder(const std::string &strategy, int64_t s,
-                                int64_t d, int64_t m, int64_t steps) {
-  std::vector<StageOp> order;
-  if (strategy == "2bw") {
-    // No flush: warm up once, alternate across steps, cool down once.
-    int64_t total = m * steps, warm = std::min(d - s, total);
-    int64_t nextF = 1, nextB = 1;
-    for (int64_t i = 0; i < warm; ++i)
-      order.push_back({'F', nextF++});
-    while (nextB <= total) {
-      if (nextF <= total)
-        order.push_back({'F', nextF++});
-      order.push_back({'B', nextB});
-      if (nextB % m == 0)
-        order.push_back({'U', nextB}); // after a step's last backward
-      ++nextB;
-    }
-    return order;
-  }
-  for (int64_t t = 0; t < steps; ++t) {
-    int64_t base = t * m;
-    if (strategy == "gpipe") {
-      for (int64_t k = 1; k <= m; ++k)
-        order.push_back({'F', base + k});
-      for (int64_t k = 1; k <= m; ++k)
-        order.push_back({'B', base + k});
-    } else { // 1f1b with a flush per step
-      int64_t warm = std::min(d - s, m), nextF = 1, nextB = 1;
-      for (int64_t i = 0; i < warm; ++i)
-        order.push_back({'F', base + nextF++});
-      while (nextB <= m) {
-        if (nextF <= m)
-          order.push_back({'F', base + nextF++});
-        order.push_back({'B', base + nextB++});
-      }
-    }
-    order.push_back({'U', base + m});
-  }
-  return order;
-}
+using pipeline::StageOp;
+using pipeline::stageOrder;
 
 struct BuildPipelinePass
     : public cdp::impl::BuildPipelineBase<BuildPipelinePass> {
@@ -101,42 +56,12 @@ struct BuildPipelinePass
     std::vector<std::vector<StageOp>> orders;
     for (int64_t s = 1; s <= d; ++s)
       orders.push_back(stageOrder(strategy, s, d, m, steps));
+    std::vector<std::vector<int64_t>> at = pipeline::timing(orders);
     std::map<std::tuple<int64_t, char, int64_t>, int64_t> done; // end time
-    std::vector<std::vector<int64_t>> at(d);
-    std::vector<size_t> next(d, 0);
-    std::vector<int64_t> free(d, 0);
-    bool progress = true;
-    while (progress) {
-      progress = false;
-      for (int64_t s = 1; s <= d; ++s) {
-        size_t &i = next[s - 1];
-        while (i < orders[s - 1].size()) {
-          StageOp op = orders[s - 1][i];
-          int64_t ready = free[s - 1];
-          if (op.kind == 'F' && s > 1) {
-            auto it = done.find({s - 1, 'F', op.microBatch});
-            if (it == done.end())
-              break;
-            ready = std::max(ready, it->second);
-          }
-          if (op.kind == 'B') {
-            auto own = done.find({s, 'F', op.microBatch});
-            auto later = done.find({s + 1, 'B', op.microBatch});
-            if (own == done.end() || (s < d && later == done.end()))
-              break;
-            ready = std::max(ready, own->second);
-            if (s < d)
-              ready = std::max(ready, later->second);
-          }
-          at[s - 1].push_back(ready);
-          int64_t end = op.kind == 'U' ? ready : ready + 1;
-          done[{s, op.kind, op.microBatch}] = end;
-          free[s - 1] = end;
-          ++i;
-          progress = true;
-        }
-      }
-    }
+    for (int64_t s = 1; s <= d; ++s)
+      for (size_t i = 0; i < orders[s - 1].size(); ++i)
+        done[{s, orders[s - 1][i].kind, orders[s - 1][i].microBatch}] =
+            at[s - 1][i] + (orders[s - 1][i].kind == 'U' ? 0 : 1);
 
     // Stashed activations (during: from F to its B) and live versions.
     SmallVector<int64_t> stashPeak(d, 0), livePeak(d, 0);

@@ -40,6 +40,9 @@ Executor::Executor(const plan::Plan &plan, int threads, int deviceIndex,
       throw RuntimeError("plan tensor '" + t.name() + "' declares " +
                          std::to_string(t.bytes()) +
                          " bytes, its shape needs " + std::to_string(bytes));
+    if (t.has_device() && t.device() != deviceIndex &&
+        (t.kind() == plan::ACTIVATION || t.kind() == plan::INPUT))
+      continue; // another pipeline stage's stash copy
     if (t.kind() == plan::ACTIVATION || t.kind() == plan::INPUT) {
       if (t.offset() < 0 || t.offset() + bytes > device.arena_bytes())
         throw RuntimeError("plan tensor '" + t.name() +
@@ -86,6 +89,13 @@ std::vector<std::unique_ptr<Kernel>> Executor::bind(
         throw RuntimeError("instruction '" + instruction.op() + "' at '" +
                            instruction.location() + "' names tensor " +
                            std::to_string(id) + ", which the plan lacks");
+      if (!views[id].data)
+        throw RuntimeError("instruction '" + instruction.op() + "' at '" +
+                           instruction.location() + "' on device " +
+                           std::to_string(deviceIndex) + " names tensor '" +
+                           planRef.tensors(id).name() + "', which device " +
+                           std::to_string(planRef.tensors(id).device()) +
+                           " holds");
       return views[id];
     };
     for (int id : instruction.inputs())
@@ -258,6 +268,13 @@ void Executor::flush(int64_t totalSteps) {
             a.name() == "delay")
           delay = a.i();
       ++end;
+    }
+    // Blocks without a reduction wait (pipeline updates) are complete
+    // after the last step; only delayed reductions have a tail to run.
+    const std::string &head = device.instructions(begin).op();
+    if (head != "reduce_wait" && head != "chain_wait") {
+      begin = end;
+      continue;
     }
     int64_t first = std::max<int64_t>(totalSteps, 1 + delay);
     for (int64_t st = first; st <= totalSteps + delay; ++st) {

@@ -11,12 +11,16 @@
 
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "cdp/Plan/PlanIO.h"
+#include "cdp/Sched/Pipeline.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
 #include "llvm/ADT/DenseSet.h"
+
+#include <functional>
+#include <set>
 
 using namespace mlir;
 
@@ -79,6 +83,7 @@ private:
                                bool forEval);
   LogicalResult emitDataParallel(DictionaryAttr schedule, int64_t arenaBytes);
   void accumulateMicroBatches(plan::Device &device, int64_t slots);
+  LogicalResult emitPipeline(const EmitOptions &options, int64_t arenaBytes);
   LogicalResult convertAttribute(Operation *op, NamedAttribute attribute,
                                  plan::Attribute &out);
 
@@ -253,7 +258,12 @@ LogicalResult Emitter::run(const EmitOptions &options) {
   if (auto loss = func->getAttrOfType<IntegerAttr>("cdp.loss_index"))
     plan.set_loss(ids.lookup(returnOp.getOperand(loss.getInt())));
 
-  if (auto schedule = func->getAttrOfType<DictionaryAttr>("cdp.schedule")) {
+  if (!options.pipeline.empty()) {
+    if (failed(emitPipeline(options, arena.getInt())))
+      return failure();
+    device = plan.mutable_devices(0); // the devices were rebuilt
+  } else if (auto schedule =
+                 func->getAttrOfType<DictionaryAttr>("cdp.schedule")) {
     if (failed(emitDataParallel(schedule, arena.getInt())))
       return failure();
     device = plan.mutable_devices(0); // the devices were rebuilt
@@ -343,6 +353,274 @@ void Emitter::accumulateMicroBatches(plan::Device &device, int64_t slots) {
   for (const std::string &name : plan.gradients())
     plan.add_applied_gradients(accumulator.lookup(name));
   *device.mutable_instructions() = rebuilt;
+}
+
+/// gpipe and 1f1b: device s runs stage s. Every micro-batch of a step gets
+/// its own copy of the stage's tensors, in stash slots reused round-robin
+/// (m for gpipe, d - s + 1 for 1f1b); values crossing a cut travel by send
+/// and recv; graph inputs are loaded where a stage reads them; parameter
+/// gradients and the loss are accumulated over the step's micro-batches,
+/// and the updates run after the step's last backward.
+LogicalResult Emitter::emitPipeline(const EmitOptions &options,
+                                    int64_t arenaBytes) {
+  const std::string &strategy = options.pipeline;
+  int64_t M = options.microBatches;
+  auto stagesAttr = func->getAttrOfType<IntegerAttr>("cdp.stages");
+  if (!stagesAttr)
+    return func.emitError("no stages; run cdp-partition-stages first");
+  int64_t S = stagesAttr.getInt();
+  Block &body = func.getBody().front();
+  std::function<int64_t(Operation *)> stageOf = [&](Operation *op) {
+    if (auto stage = op->getAttrOfType<IntegerAttr>("cdp.stage"))
+      return stage.getInt();
+    // A buffer assignment runs where its new value is computed.
+    if (auto assign = dyn_cast<AssignOp>(op))
+      if (Operation *producer = assign.getValue().getDefiningOp())
+        return stageOf(producer);
+    return S;
+  };
+  auto isBackward = [](Operation *op) {
+    auto phase = op->getAttrOfType<StringAttr>("cdp.phase");
+    return phase && phase.getValue() == "backward";
+  };
+  std::vector<std::vector<Operation *>> forwardOps(S + 1), backwardOps(S + 1);
+  llvm::DenseMap<int64_t, SmallVector<UpdateOp>> updates;
+  for (Operation &op : body.without_terminator()) {
+    if (isa<ParamOp, ConstantOp>(op))
+      continue;
+    if (auto update = dyn_cast<UpdateOp>(op)) {
+      updates[stageOf(&op)].push_back(update);
+      continue;
+    }
+    (isBackward(&op) ? backwardOps : forwardOps)[stageOf(&op)].push_back(&op);
+  }
+  // Parameters live on the device of their stage; one used by two stages
+  // (tied weights across a cut) is not supported yet.
+  llvm::DenseMap<Value, int64_t> paramStage;
+  for (Operation &op : body.without_terminator()) {
+    if (isa<ParamOp, ConstantOp, UpdateOp, GradientOp>(op))
+      continue;
+    for (Value operand : op.getOperands())
+      if (auto param = operand.getDefiningOp<ParamOp>()) {
+        // Frozen initializers (shapes, masks) are copied to every device.
+        const plan::Tensor &t = plan.tensors(ids.lookup(operand));
+        if (t.kind() == plan::PARAM && !t.trainable())
+          continue;
+        auto [it, inserted] = paramStage.try_emplace(operand, stageOf(&op));
+        if (!inserted && it->second != stageOf(&op))
+          return param.emitOpError("'")
+                 << param.getName() << "' is used by stages " << it->second
+                 << " and " << stageOf(&op)
+                 << "; parameters shared across pipeline stages are not "
+                    "supported yet (cut elsewhere with --stage-boundaries)";
+      }
+  }
+  for (auto &[value, stage] : paramStage)
+    plan.mutable_tensors(ids.lookup(value))->set_device(stage - 1);
+
+  plan.set_strategy(strategy);
+  plan.set_micro_batches(M);
+  std::vector<std::vector<pipeline::StageOp>> orders;
+  for (int64_t s = 1; s <= S; ++s)
+    orders.push_back(pipeline::stageOrder(strategy, s, S, M, 1));
+  std::vector<std::vector<int64_t>> at = pipeline::timing(orders);
+  int64_t cycle = 0;
+  for (size_t s = 0; s < at.size(); ++s)
+    for (size_t i = 0; i < at[s].size(); ++i)
+      cycle = std::max(cycle, at[s][i] + (orders[s][i].kind == 'U' ? 0 : 1));
+  plan::Schedule *schedule = plan.mutable_schedule();
+  schedule->set_stages(S);
+  schedule->set_cycle(cycle);
+  schedule->set_rule(strategy);
+  for (int64_t s = 0; s < S; ++s)
+    schedule->add_offsets(0);
+
+  // Persistent accumulators: one per trained parameter, one for the loss.
+  llvm::StringMap<int> accumulator;
+  auto addAccumulator = [&](int like, const std::string &name, int device) {
+    plan::Tensor t = plan.tensors(like);
+    t.set_id(plan.tensors_size());
+    t.set_kind(plan::REDUCED);
+    t.set_name(name);
+    t.clear_data();
+    t.set_trainable(false);
+    t.set_device(device);
+    *plan.add_tensors() = t;
+    return t.id();
+  };
+  llvm::StringMap<int64_t> gradientStage;
+  body.walk([&](GradientOp gradient) {
+    gradientStage[gradient.getName()] = stageOf(gradient);
+  });
+  plan.clear_applied_gradients();
+  for (const std::string &name : plan.gradients()) {
+    int param = -1;
+    for (const plan::Tensor &t : plan.tensors())
+      if (t.kind() == plan::PARAM && t.name() == name)
+        param = t.id();
+    accumulator[name] =
+        addAccumulator(param, name, gradientStage.lookup(name) - 1);
+    plan.add_applied_gradients(accumulator[name]);
+  }
+  int lossAccumulator = -1;
+  if (plan.loss() >= 0) {
+    lossAccumulator = addAccumulator(plan.loss(), "loss", S - 1);
+    plan.set_loss(lossAccumulator);
+    plan.set_loss_device(S - 1);
+  }
+
+  int originalTensors = plan.tensors_size();
+  auto attr = [](plan::Instruction *instruction, const char *name,
+                 int64_t value) {
+    plan::Attribute *a = instruction->add_attributes();
+    a->set_name(name);
+    a->set_i(value);
+  };
+  plan.clear_devices();
+  for (int64_t s = 1; s <= S; ++s) {
+    plan::Device *device = plan.add_devices();
+    device->set_index(s - 1);
+    int64_t slots = pipeline::stashSlots(strategy, s, S, M);
+    device->set_arena_bytes(slots * arenaBytes);
+    std::map<std::pair<int64_t, int>, int> copies;
+    // The copy of an arena tensor for a stash slot.
+    auto mapped = [&](int64_t slot, int id) {
+      if (id < 0 || id >= originalTensors)
+        return id;
+      const plan::Tensor &t = plan.tensors(id);
+      if (t.kind() != plan::ACTIVATION && t.kind() != plan::INPUT)
+        return id;
+      auto key = std::make_pair(slot, id);
+      auto it = copies.find(key);
+      if (it != copies.end())
+        return it->second;
+      plan::Tensor copy = t;
+      copy.set_id(plan.tensors_size());
+      copy.set_kind(plan::ACTIVATION);
+      copy.set_offset(slot * arenaBytes + t.offset());
+      copy.set_device(s - 1);
+      *plan.add_tensors() = copy;
+      copies[key] = copy.id();
+      return copy.id();
+    };
+    std::set<std::pair<int64_t, int>> arrived, sent;
+    const std::vector<pipeline::StageOp> &order = orders[s - 1];
+    for (size_t i = 0; i < order.size(); ++i) {
+      pipeline::StageOp stageOp = order[i];
+      int64_t time = at[s - 1][i];
+      int64_t k = stageOp.microBatch - 1, slot = k % slots;
+      auto stamp = [&](plan::Instruction *instruction) {
+        instruction->set_stage(s);
+        instruction->set_micro_batch(k);
+        instruction->set_time_step(time);
+        return instruction;
+      };
+      if (stageOp.kind == 'U') {
+        for (UpdateOp update : updates.lookup(s)) {
+          if (failed(addInstruction(update, *device, false)))
+            return failure();
+          plan::Instruction *instruction = stamp(
+              device->mutable_instructions(device->instructions_size() - 1));
+          instruction->set_inputs(1, accumulator.lookup(update.getName()));
+          instruction->set_phase("update");
+        }
+        continue;
+      }
+      const std::vector<Operation *> &ops =
+          stageOp.kind == 'F' ? forwardOps[s] : backwardOps[s];
+      for (Operation *op : ops) {
+        // Bring in what this micro-batch's op reads from elsewhere.
+        for (Value operand : op->getOperands()) {
+          int id = ids.lookup(operand);
+          if (arrived.count({k, id}))
+            continue;
+          if (auto arg = dyn_cast<BlockArgument>(operand)) {
+            plan::Instruction *load = stamp(device->add_instructions());
+            load->set_op("load");
+            load->set_phase(stageOp.kind == 'F' ? "forward" : "backward");
+            load->set_location(plan.tensors(id).name());
+            load->add_outputs(mapped(slot, id));
+            attr(load, "input", id);
+            attr(load, "micro_batch", k);
+            arrived.insert({k, id});
+            continue;
+          }
+          Operation *producer = operand.getDefiningOp();
+          if (!producer || isa<ParamOp, ConstantOp>(producer) ||
+              stageOf(producer) == s)
+            continue;
+          plan::Instruction *recv = stamp(device->add_instructions());
+          recv->set_op("recv");
+          recv->set_phase("comm");
+          recv->set_location(locationName(producer->getLoc()));
+          recv->add_outputs(mapped(slot, id));
+          attr(recv, "peer", stageOf(producer) - 1);
+          attr(recv, "value", id);
+          attr(recv, "micro_batch", k);
+          arrived.insert({k, id});
+        }
+        if (failed(addInstruction(op, *device, false)))
+          return failure();
+        plan::Instruction *instruction = stamp(
+            device->mutable_instructions(device->instructions_size() - 1));
+        for (int &input : *instruction->mutable_inputs())
+          input = mapped(slot, input);
+        for (int &output : *instruction->mutable_outputs())
+          output = mapped(slot, output);
+        if (auto gradient = dyn_cast<GradientOp>(op)) {
+          plan::Instruction *add = stamp(device->add_instructions());
+          add->set_op("accumulate");
+          add->set_phase("backward");
+          add->set_location(gradient.getName().str());
+          add->add_inputs(mapped(slot, ids.lookup(gradient.getGrad())));
+          add->add_outputs(accumulator.lookup(gradient.getName()));
+          attr(add, "slots", M);
+          attr(add, "reset", k % M == 0);
+        }
+        // Send what other stages read of this micro-batch's results.
+        for (Value result : op->getResults()) {
+          int id = ids.lookup(result);
+          if (id == plan.loss() ||
+              (lossAccumulator >= 0 &&
+               result == cast<func::ReturnOp>(body.getTerminator())
+                             .getOperand(func->getAttrOfType<IntegerAttr>(
+                                                 "cdp.loss_index")
+                                             .getInt()))) {
+            plan::Instruction *add = stamp(device->add_instructions());
+            add->set_op("accumulate");
+            add->set_phase("forward");
+            add->set_location("loss");
+            add->add_inputs(mapped(slot, id));
+            add->add_outputs(lossAccumulator);
+            attr(add, "slots", M);
+            attr(add, "reset", k % M == 0);
+          }
+          std::set<int64_t> readers;
+          for (Operation *user : result.getUsers())
+            if (!isa<func::ReturnOp>(user) && stageOf(user) != s)
+              readers.insert(stageOf(user));
+          if (!readers.empty() && plan.tensors(id).dtype() == plan::BOOL)
+            return op->emitOpError("sends a boolean tensor across a stage cut, "
+                                   "which pipelines do not support yet "
+                                   "(cut elsewhere with --stage-boundaries)");
+          for (int64_t q : readers) {
+            if (!sent.insert({k * 1000 + q, id}).second)
+              continue;
+            plan::Instruction *send = stamp(device->add_instructions());
+            send->set_op("send");
+            send->set_phase("comm");
+            send->set_location(locationName(op->getLoc()));
+            send->add_inputs(mapped(slot, id));
+            attr(send, "peer", q - 1);
+            attr(send, "value", id);
+            attr(send, "micro_batch", k);
+            attr(send, "cycle", cycle);
+          }
+        }
+      }
+    }
+  }
+  return success();
 }
 
 /// One program per device for dp and cdp: every device runs all stages of

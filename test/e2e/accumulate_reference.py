@@ -1,10 +1,11 @@
 #!/usr/bin/python3
-"""--strategy single --micro-batches M against PyTorch's gradient
-accumulation: M micro-batches per step, the update applies the mean of
-their gradients. Parameters after 3 steps must match within 1e-5 + 1e-4
-relative.
+"""--strategy single --micro-batches M, and the synchronous pipelines
+(gpipe, 1f1b: M micro-batches through S stages on S devices, one update
+per step), against PyTorch's gradient accumulation: the update applies the
+mean of the M micro-batches' gradients. Parameters after 3 steps must
+match within 1e-5 + 1e-4 relative.
 
-Usage: accumulate_reference.py BIN_DIR WORK_DIR
+Usage: accumulate_reference.py BIN_DIR WORK_DIR [MODEL [STRATEGY [STAGES [M]]]]
 """
 import json
 import os
@@ -17,14 +18,18 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import export_torch_models as models  # noqa: E402
 
-M, STEPS, LR = 3, 3, 0.1
+STEPS, LR = 3, 0.1
 
 
 def main():
     bin_dir, work = sys.argv[1:3]
+    model_name = sys.argv[3] if len(sys.argv) > 3 else "lenet"
+    strategy = sys.argv[4] if len(sys.argv) > 4 else "single"
+    stages = int(sys.argv[5]) if len(sys.argv) > 5 else 4
+    M = int(sys.argv[6]) if len(sys.argv) > 6 else 3
     os.makedirs(work, exist_ok=True)
-    model, example, _ = models.build("lenet")
-    path = models.export("lenet", work)
+    model, example, _ = models.build(model_name)
+    path = models.export(model_name, work)
     import onnx
     from onnx import numpy_helper
     state = {t.name: torch.tensor(numpy_helper.to_array(t).copy())
@@ -44,8 +49,12 @@ def main():
             (torch.nn.functional.cross_entropy(model(x[rows]), y[rows]) / M).backward()
         opt.step()
     plan = os.path.join(work, "plan.cdp")
+    pipeline = []
+    if strategy != "single":
+        pipeline = ["--strategy", strategy, "--stages", str(stages), "--devices", str(stages)]
     subprocess.run([os.path.join(bin_dir, "cdp-compile"), path, "-o", plan, "--micro-batches",
-                    str(M), "--optimizer", "momentum", "--lr", str(LR)], check=True)
+                    str(M), "--optimizer", "momentum", "--lr", str(LR)] + pipeline,
+                   check=True)
     subprocess.run([os.path.join(bin_dir, "cdp-run"), plan, "--feed",
                     "input=" + os.path.join(work, "x.npy"), "--feed",
                     "labels=" + os.path.join(work, "y.npy"), "--steps", str(STEPS),
@@ -59,7 +68,8 @@ def main():
         failures += not ok
         print("%s %-14s max abs error %.2e" % ("ok  " if ok else "FAIL", name,
                                                np.abs(got - p.detach().numpy()).max()))
-    print("accumulate M=%d: %s" % (M, "all match" if not failures else "%d mismatches" % failures))
+    label = "accumulate" if strategy == "single" else "%s S=%d" % (strategy, stages)
+    print("%s %s M=%d: %s" % (label, model_name, M, "all match" if not failures else "%d mismatches" % failures))
     return 1 if failures else 0
 
 

@@ -48,25 +48,28 @@ cl::opt<std::string>
     emit("emit",
          cl::desc("What to write: plan (the artefact cdp-run runs, default), "
                   "mlir (the imported cdp IR), train-mlir (the training "
-                  "module: loss, backward graph, updates); sched-mlir "
-                  "arrives with the parallel strategies"),
+                  "module: loss, backward graph, updates), sched-mlir (the dp "
+                  "or cdp schedule as sched dialect streams)"),
          cl::value_desc("plan|mlir|train-mlir|sched-mlir"), cl::init("plan"),
          cl::cat(category));
 cl::opt<std::string> strategy(
     "strategy",
-    cl::desc(
-        "Parallel strategy: single (one device), dp (data parallel), cdp "
-        "(cyclic data parallel); gpipe, 1f1b, 2bw and cdp-mp arrive later"),
-    cl::value_desc("single|dp|cdp"), cl::init("single"), cl::cat(category));
+    cl::desc("Parallel strategy: single (one device), dp (data parallel), cdp "
+             "(cyclic data parallel), gpipe, 1f1b (PipeDream-Flush; one device "
+             "per stage); 2bw and cdp-mp arrive later"),
+    cl::value_desc("single|dp|cdp|gpipe|1f1b"), cl::init("single"),
+    cl::cat(category));
 cl::opt<std::string> devices("devices",
-                             cl::desc("Devices N for dp and cdp (one "
-                                      "micro-batch each per step)"),
+                             cl::desc("Devices N: dp and cdp run one "
+                                      "micro-batch each per step; gpipe and "
+                                      "1f1b one stage each (N = stages)"),
                              cl::value_desc("N"), cl::init("1"),
                              cl::cat(category));
 cl::opt<std::string> stages(
     "stages",
-    cl::desc("Stages L: granularity of reductions (dp) and the time-step "
-             "model's L (cdp); default min(4, ops with parameters)"),
+    cl::desc("Stages L: granularity of reductions (dp), the time-step "
+             "model's L (cdp), the pipeline's depth (gpipe, 1f1b; default "
+             "4); default min(4, ops with parameters)"),
     cl::value_desc("L"), cl::init("0"), cl::cat(category));
 cl::opt<std::string> stageBoundaries(
     "stage-boundaries",
@@ -217,10 +220,11 @@ int main(int argc, char **argv) {
       emit != "sched-mlir")
     die("--emit must be mlir, plan, train-mlir or sched-mlir, got '" + emit +
         "'");
-  if (strategy != "single" && strategy != "dp" && strategy != "cdp")
+  if (strategy != "single" && strategy != "dp" && strategy != "cdp" &&
+      strategy != "gpipe" && strategy != "1f1b")
     die("--strategy " + strategy +
         " is not available yet (this release "
-        "supports single, dp and cdp)");
+        "supports single, dp, cdp, gpipe and 1f1b)");
   int64_t deviceCount = 1, stageCount = 0;
   if (!llvm::to_integer(llvm::StringRef(devices), deviceCount, 10) ||
       deviceCount < 1)
@@ -232,6 +236,9 @@ int main(int argc, char **argv) {
     die("--strategy single runs on 1 device, not " + devices +
         " (use --strategy dp or cdp)");
   bool dataParallel = strategy == "dp" || strategy == "cdp";
+  bool pipelined = strategy == "gpipe" || strategy == "1f1b";
+  if (pipelined && stageCount == 0 && stageBoundaries.empty())
+    stageCount = 4;
   if (emit == "sched-mlir" && strategy != "dp" && strategy != "cdp")
     die("--emit=sched-mlir needs --strategy dp or cdp");
   int64_t microBatchCount = 1;
@@ -239,6 +246,18 @@ int main(int argc, char **argv) {
       microBatchCount < 1)
     die("--micro-batches must be a positive integer, got '" + microBatches +
         "'");
+  if (pipelined) {
+    // One device per stage; --micro-batches defaults to the stage count.
+    int64_t pipelineStages = stageCount;
+    if (!stageBoundaries.empty())
+      pipelineStages = llvm::StringRef(stageBoundaries).count(',') + 2;
+    if (!microBatches.getNumOccurrences())
+      microBatchCount = pipelineStages;
+    if (devices.getNumOccurrences() && deviceCount != pipelineStages)
+      die("--strategy " + strategy + " runs one device per stage: --devices " +
+          devices + " differs from the " + std::to_string(pipelineStages) +
+          " stages");
+  }
   if (dataParallel && microBatches.getNumOccurrences() &&
       microBatchCount != deviceCount)
     die("--strategy " + strategy +
@@ -328,7 +347,7 @@ int main(int argc, char **argv) {
       {
         // single: one stage, so that every op still knows its phase.
         cdp::PartitionStagesOptions partition;
-        partition.stages = dataParallel ? stageCount : 1;
+        partition.stages = dataParallel || pipelined ? stageCount : 1;
         std::vector<std::string> boundaryNames;
         if (!stageBoundaries.empty()) {
           llvm::SmallVector<llvm::StringRef> names;
@@ -393,6 +412,8 @@ int main(int argc, char **argv) {
       cdp::EmitOptions emitOptions;
       emitOptions.strategy = strategy;
       emitOptions.microBatches = dataParallel ? 1 : microBatchCount;
+      if (pipelined)
+        emitOptions.pipeline = strategy;
       emitOptions.inference = inference;
       emitOptions.optimizer = inference ? std::string() : optimizer.getValue();
       emitOptions.sourceName = llvm::sys::path::filename(inputPath).str();

@@ -381,6 +381,10 @@ int main(int argc, char **argv) {
       die("--checkpoint, --resume and --profile are not available yet for "
           "multi-device plans (" +
           plan.strategy() + ")");
+    if (deviceCount > 1 && !options.saveOutputs.empty() &&
+        (plan.strategy() == "gpipe" || plan.strategy() == "1f1b"))
+      die("--save-outputs is not available for pipeline plans (" +
+          plan.strategy() + "): the outputs are spread over stash slots");
     int64_t slots = std::max(plan.micro_batches(), 1);
     if (!options.reportSvg.empty() && options.report.empty())
       die("--report-svg needs --report FILE.json");
@@ -525,6 +529,7 @@ int main(int argc, char **argv) {
                   order[std::uniform_int_distribution<int64_t>(0, i)(rng)]);
             orders.push_back(std::move(order));
           }
+        bool pipeline = plan.strategy() == "gpipe" || plan.strategy() == "1f1b";
         std::vector<float> losses(total * deviceCount, 0.0f);
         std::atomic<int64_t> progress{0};
         std::mutex errorMutex;
@@ -534,7 +539,36 @@ int main(int argc, char **argv) {
           omp_set_num_threads(threadsPerDevice);
           Executor &ex = *executors[d];
           try {
+            // Pipelines load each micro-batch where a stage reads it: rows
+            // (t * M + k) * B on, the same rows dp gives slot k.
+            Loader loader = [&](int input, int64_t t, int64_t k,
+                                const TensorView &target) {
+              int64_t first = (t * slots + k) * batch;
+              if (options.data.empty()) {
+                copyRows(feeds.at(input), target,
+                         plan.tensors(input).batch_axis(), first);
+                return;
+              }
+              int64_t epoch = t / stepsPerEpoch;
+              first = ((t % stepsPerEpoch) * slots + k) * batch;
+              copyRows(input == plan.labels() ? train.labels : train.images,
+                       target, 0, first, &orders[epoch]);
+            };
             for (int64_t t = 0; t < total; ++t) {
+              if (pipeline) {
+                ex.runStep(StepContext{t, 0, options.seed, &loader});
+                if (d == plan.loss_device()) {
+                  float loss = plan.loss() >= 0
+                                   ? readScalar(ex.view(plan.loss()))
+                                   : 0.0f;
+                  for (int q = 0; q < deviceCount; ++q)
+                    losses[t * deviceCount + q] = loss;
+                  if (!std::isfinite(loss))
+                    throw RuntimeError(nonFiniteLoss(plan, ex, t, loss));
+                  progress = t + 1;
+                }
+                continue;
+              }
               // Slot k = d of step t.
               if (options.data.empty()) {
                 for (auto &[id, array] : feeds)
@@ -586,9 +620,21 @@ int main(int argc, char **argv) {
         double elapsed = std::chrono::duration<double>(
                              std::chrono::steady_clock::now() - started)
                              .count();
-        // Buffers (BatchNorm statistics) are averaged over the devices.
+        // A pipeline's parameters, buffers and optimizer inputs live on
+        // their stage's device: gather them where the model is written.
         for (const plan::Tensor &t : plan.tensors()) {
-          if (t.kind() != plan::BUFFER || t.dtype() != plan::F32)
+          if (!pipeline || !t.has_device() || t.device() == 0 ||
+              (t.kind() != plan::PARAM && t.kind() != plan::BUFFER &&
+               t.kind() != plan::REDUCED))
+            continue;
+          const TensorView &from = executors[t.device()]->view(t.id());
+          std::memcpy(executor.view(t.id()).data, from.data,
+                      from.numel() * plan::dtypeSize(from.dtype));
+        }
+        // dp and cdp: buffers (BatchNorm statistics) are averaged over the
+        // devices.
+        for (const plan::Tensor &t : plan.tensors()) {
+          if (pipeline || t.kind() != plan::BUFFER || t.dtype() != plan::F32)
             continue;
           float *out = executor.view(t.id()).f32();
           int64_t n = executor.view(t.id()).numel();

@@ -14,8 +14,11 @@ struct EmitOptions {
   std::string strategy = "single";
   std::string optimizer;
   bool inference = false;
-  /// single: micro-batches whose gradients one update averages.
+  /// single: micro-batches whose gradients one update averages; pipelines:
+  /// micro-batches per step.
   int64_t microBatches = 1;
+  /// gpipe or 1f1b: one device per stage.
+  std::string pipeline;
   std::string sourceName;  ///< the ONNX file name
   std::string sourceModel; ///< the ONNX file's bytes, for --save-onnx
 };

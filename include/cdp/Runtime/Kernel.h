@@ -49,11 +49,17 @@ struct TensorView {
   uint8_t *b8() const { return static_cast<uint8_t *>(data); }
 };
 
+/// Copies micro-batch `microBatch` (0-based within step `step`) of graph
+/// input `input` into `target`: pipelines load data where a stage needs it.
+using Loader = std::function<void(int input, int64_t step, int64_t microBatch,
+                                  const TensorView &target)>;
+
 /// What a kernel knows about the step it runs in.
 struct StepContext {
   int64_t step = 0;  ///< training step t
   int64_t slot = 0;  ///< micro-batch slot k within the step
   uint64_t seed = 0; ///< --seed (Dropout)
+  const Loader *loader = nullptr;
 };
 
 /// State a kernel carries from step to step (optimizer moments and step

@@ -1,5 +1,8 @@
 //===- Communication.cpp - gradient reductions as instructions ------------===//
 //
+// Pipelines' `send`, `recv` and `load` move one micro-batch's tensors
+// between stages and from the data source.
+//
 // `reduce_start` hands a stage's gradients to the communicator when the
 // device finishes the stage's backward; `reduce_wait` fetches the mean of an
 // earlier step's reduction just before the update that needs it. The step
@@ -10,6 +13,7 @@
 
 #include "CpuKernels.h"
 
+#include "cdp/Plan/PlanIO.h"
 #include "cdp/Runtime/Communicator.h"
 
 namespace cdp::runtime::cpu {
@@ -28,12 +32,67 @@ int64_t totalCount(const std::vector<TensorView> &views) {
   return n;
 }
 
+/// A float32 or int64 tensor as 4-byte words for the communicator.
+int64_t words(const TensorView &v) {
+  return v.numel() * plan::dtypeSize(v.dtype) / 4;
+}
+
 } // namespace
 
 void registerChain(KernelRegistry &registry);
 
+void registerPipeline(KernelRegistry &registry) {
+  // Point to point between pipeline stages: a tensor of one micro-batch.
+  // Tags name the step, the micro-batch and the value.
+  auto tagOf = [](int64_t microBatch, int64_t value, int64_t step) {
+    return (int64_t(1) << 62) | (((step * 4096 + microBatch) << 24) + value);
+  };
+  addKernel(registry, "send", [tagOf](const KernelArgs &args) {
+    if (!args.communicator)
+      args.fail("needs a communicator (a multi-device plan)");
+    TensorView x = args.inputs[0];
+    int to = static_cast<int>(args.i("peer", 0)), device = args.device;
+    int64_t timeStep = args.instruction->time_step(),
+            cycle = args.i("cycle", 1);
+    int64_t microBatch = args.i("micro_batch", 0), value = args.i("value", 0);
+    Communicator *comm = args.communicator;
+    return [=](const StepContext &context) {
+      comm->send(device, to, tagOf(microBatch, value, context.step),
+                 static_cast<const float *>(x.data), words(x),
+                 timeStep + cycle * context.step);
+    };
+  });
+  addKernel(registry, "recv", [tagOf](const KernelArgs &args) {
+    if (!args.communicator)
+      args.fail("needs a communicator (a multi-device plan)");
+    TensorView y = args.outputs[0];
+    int device = args.device;
+    int64_t microBatch = args.i("micro_batch", 0), value = args.i("value", 0);
+    Communicator *comm = args.communicator;
+    return [=](const StepContext &context) {
+      if (!comm->recv(device, tagOf(microBatch, value, context.step),
+                      static_cast<float *>(y.data), words(y)))
+        throw RuntimeError("device " + std::to_string(device) +
+                           ": stopped while waiting for a tensor (another "
+                           "device failed)");
+    };
+  });
+  addKernel(registry, "load", [](const KernelArgs &args) {
+    TensorView y = args.outputs[0];
+    int input = static_cast<int>(args.i("input", 0));
+    int64_t microBatch = args.i("micro_batch", 0);
+    std::string location = args.instruction->location();
+    return [=](const StepContext &context) {
+      if (!context.loader)
+        throw RuntimeError("load of '" + location + "': no data source");
+      (*context.loader)(input, context.step, microBatch, y);
+    };
+  });
+}
+
 void registerCommunication(KernelRegistry &registry) {
   registerChain(registry);
+  registerPipeline(registry);
   addKernel(registry, "reduce_start", [](const KernelArgs &args) {
     if (!args.communicator)
       args.fail("needs a communicator (a multi-device plan)");

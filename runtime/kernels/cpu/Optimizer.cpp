@@ -91,14 +91,17 @@ void registerOptimizer(KernelRegistry &registry) {
     };
   });
   // Gradient accumulation over the step's slots: acc = sum_k g_k / M.
+  // `reset` (pipelines: the step's first micro-batch) starts a new sum;
+  // without it the slot of the step decides (single with M slots).
   addKernel(registry, "accumulate", [](const KernelArgs &args) {
     TensorView g = args.inputs[0], acc = args.outputs[0];
     float scale = 1.0f / static_cast<float>(args.i("slots", 1));
+    int64_t reset = args.i("reset", -1);
     int64_t n = g.numel();
     return [=](const StepContext &context) {
+      bool first = reset >= 0 ? reset != 0 : context.slot == 0;
       for (int64_t i = 0; i < n; ++i)
-        acc.f32()[i] =
-            (context.slot == 0 ? 0.0f : acc.f32()[i]) + g.f32()[i] * scale;
+        acc.f32()[i] = (first ? 0.0f : acc.f32()[i]) + g.f32()[i] * scale;
     };
   });
   // The gradient stays where autodiff left it; the executor records it.

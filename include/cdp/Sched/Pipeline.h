@@ -1,0 +1,125 @@
+//===- Pipeline.h - stage op orders and timing of pipeline schedules -*- C++
+//-*-===//
+//
+// The order in which each stage runs its forwards, backwards and updates
+// under gpipe, 1f1b and 2bw (algorithms.md 3.2), and their time steps when
+// every op takes one step and starts as soon as its device and inputs are
+// ready. Shared by cdp-build-pipeline (the sched streams) and the plan
+// emitter (the per-device instruction lists).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CDP_SCHED_PIPELINE_H
+#define CDP_SCHED_PIPELINE_H
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace cdp::pipeline {
+
+/// Forward or backward of a micro-batch (1-indexed over the run), or the
+/// update after a step's backwards.
+struct StageOp {
+  char kind; // 'F', 'B' or 'U'
+  int64_t microBatch;
+};
+
+/// The order of stage s (1-indexed) of d with m micro-batches a step.
+inline std::vector<StageOp> stageOrder(const std::string &strategy, int64_t s,
+                                       int64_t d, int64_t m, int64_t steps) {
+  std::vector<StageOp> order;
+  if (strategy == "2bw") {
+    int64_t total = m * steps, warm = std::min(d - s, total);
+    int64_t nextF = 1, nextB = 1;
+    for (int64_t i = 0; i < warm; ++i)
+      order.push_back({'F', nextF++});
+    while (nextB <= total) {
+      if (nextF <= total)
+        order.push_back({'F', nextF++});
+      order.push_back({'B', nextB});
+      if (nextB % m == 0)
+        order.push_back({'U', nextB});
+      ++nextB;
+    }
+    return order;
+  }
+  for (int64_t t = 0; t < steps; ++t) {
+    int64_t base = t * m;
+    if (strategy == "gpipe") {
+      for (int64_t k = 1; k <= m; ++k)
+        order.push_back({'F', base + k});
+      for (int64_t k = 1; k <= m; ++k)
+        order.push_back({'B', base + k});
+    } else {
+      int64_t warm = std::min(d - s, m), nextF = 1, nextB = 1;
+      for (int64_t i = 0; i < warm; ++i)
+        order.push_back({'F', base + nextF++});
+      while (nextB <= m) {
+        if (nextF <= m)
+          order.push_back({'F', base + nextF++});
+        order.push_back({'B', base + nextB++});
+      }
+    }
+    order.push_back({'U', base + m});
+  }
+  return order;
+}
+
+/// Time step of every op of every stage's order (`at[s-1][i]`): one step
+/// per F or B, none per update, each as early as device and inputs allow.
+inline std::vector<std::vector<int64_t>>
+timing(const std::vector<std::vector<StageOp>> &orders) {
+  int64_t d = orders.size();
+  std::map<std::tuple<int64_t, char, int64_t>, int64_t> done;
+  std::vector<std::vector<int64_t>> at(d);
+  std::vector<size_t> next(d, 0);
+  std::vector<int64_t> free(d, 0);
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (int64_t s = 1; s <= d; ++s) {
+      size_t &i = next[s - 1];
+      while (i < orders[s - 1].size()) {
+        StageOp op = orders[s - 1][i];
+        int64_t ready = free[s - 1];
+        if (op.kind == 'F' && s > 1) {
+          auto it = done.find({s - 1, 'F', op.microBatch});
+          if (it == done.end())
+            break;
+          ready = std::max(ready, it->second);
+        }
+        if (op.kind == 'B') {
+          auto own = done.find({s, 'F', op.microBatch});
+          auto later = done.find({s + 1, 'B', op.microBatch});
+          if (own == done.end() || (s < d && later == done.end()))
+            break;
+          ready = std::max(ready, own->second);
+          if (s < d)
+            ready = std::max(ready, later->second);
+        }
+        at[s - 1].push_back(ready);
+        int64_t end = op.kind == 'U' ? ready : ready + 1;
+        done[{s, op.kind, op.microBatch}] = end;
+        free[s - 1] = end;
+        ++i;
+        progress = true;
+      }
+    }
+  }
+  return at;
+}
+
+/// Micro-batches in flight at stage s at once (stash slots): m for gpipe,
+/// min(d - s + 1, m) for 1f1b and 2bw.
+inline int64_t stashSlots(const std::string &strategy, int64_t s, int64_t d,
+                          int64_t m) {
+  return strategy == "gpipe" ? m : std::min(d - s + 1, m);
+}
+
+} // namespace cdp::pipeline
+
+#endif // CDP_SCHED_PIPELINE_H
