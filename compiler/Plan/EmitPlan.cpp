@@ -10,6 +10,7 @@
 #include "cdp/Plan/EmitPlan.h"
 
 #include "cdp/Dialect/Graph/GraphOps.h"
+#include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Sched/Pipeline.h"
 
@@ -261,6 +262,9 @@ LogicalResult Emitter::run(const EmitOptions &options) {
   if (!options.pipeline.empty()) {
     if (failed(emitPipeline(options, arena.getInt())))
       return failure();
+    std::string hang = plan::findSendRecvDeadlock(plan);
+    if (!hang.empty())
+      return func.emitError(hang);
     device = plan.mutable_devices(0); // the devices were rebuilt
   } else if (auto schedule =
                  func->getAttrOfType<DictionaryAttr>("cdp.schedule")) {

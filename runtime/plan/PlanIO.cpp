@@ -29,7 +29,7 @@ template <typename T> T get(const char *data) {
 } // namespace
 
 uint64_t checksum(const void *data, size_t size) {
-  uint64_t hash = 1469598103934665603ull;
+  uint64_t hash = 14695981039346656037ull; // the FNV-1a 64-bit offset basis
   const auto *bytes = static_cast<const unsigned char *>(data);
   for (size_t i = 0; i < size; ++i) {
     hash ^= bytes[i];

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Runtime/Checkpoint.h"
 #include "cdp/Runtime/Data.h"
@@ -338,6 +339,18 @@ int main(int argc, char **argv) {
   std::string error;
   if (!plan::readPlan(options.plan, plan, error))
     die(options.plan + ": " + error);
+  // A plan whose sends and receives cannot all match would hang the device
+  // threads: refuse it, naming the first stuck device.
+  std::string hang = plan::findSendRecvDeadlock(plan);
+  if (!hang.empty()) {
+    std::istringstream lines(hang);
+    std::string line, text;
+    std::getline(lines, line);
+    text = line.substr(0, line.find(';'));
+    while (std::getline(lines, line) && line.rfind("  device ", 0) == 0)
+      text += "; " + line.substr(2);
+    die(options.plan + ": " + text);
+  }
   uint64_t planChecksum = 0;
   {
     std::ifstream in(options.plan, std::ios::binary);

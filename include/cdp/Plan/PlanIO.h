@@ -17,7 +17,7 @@
 namespace cdp::plan {
 
 /// Bumped whenever plan.proto changes meaning.
-constexpr uint32_t kPlanFormatVersion = 2;
+constexpr uint32_t kPlanFormatVersion = 3;
 
 /// Writes `plan` to `path`; returns false and sets `error` on failure.
 bool writePlan(const Plan &plan, const std::string &path, std::string &error);

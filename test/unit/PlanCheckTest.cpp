@@ -1,0 +1,79 @@
+//===- PlanCheckTest.cpp - the send/recv deadlock check on plans ----------===//
+//
+// Hand-written two-device plans: a pipeline hand-off that completes, one
+// where both devices first wait for the other, and a receive nobody sends.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cdp/Plan/PlanCheck.h"
+
+#include <gtest/gtest.h>
+
+using namespace cdp::plan;
+
+namespace {
+
+void add(Device &device, const std::string &op, int peer, int value,
+         int microBatch) {
+  Instruction *instruction = device.add_instructions();
+  instruction->set_op(op);
+  instruction->set_location(op + std::to_string(value));
+  for (auto [name, v] : {std::pair<const char *, int>{"peer", peer},
+                         {"value", value},
+                         {"micro_batch", microBatch}}) {
+    Attribute *a = instruction->add_attributes();
+    a->set_name(name);
+    a->set_i(v);
+  }
+}
+
+void compute(Device &device) { device.add_instructions()->set_op("relu"); }
+
+TEST(PlanCheck, ForwardAndBackwardHandOffCompletes) {
+  Plan plan;
+  Device &first = *plan.add_devices(), &second = *plan.add_devices();
+  for (int k = 0; k < 2; ++k) {
+    compute(first);
+    add(first, "send", 1, 7, k);
+  }
+  for (int k = 0; k < 2; ++k) {
+    add(second, "recv", 0, 7, k);
+    compute(second);
+    add(second, "send", 0, 9, k);
+  }
+  for (int k = 0; k < 2; ++k)
+    add(first, "recv", 1, 9, k);
+  EXPECT_EQ(findSendRecvDeadlock(plan), "");
+}
+
+TEST(PlanCheck, MutualWaitIsReported) {
+  Plan plan;
+  Device &first = *plan.add_devices(), &second = *plan.add_devices();
+  compute(first);
+  add(first, "recv", 1, 9, 0);
+  add(first, "send", 1, 7, 0);
+  compute(second);
+  add(second, "recv", 0, 7, 0);
+  add(second, "send", 0, 9, 0);
+  std::string report = findSendRecvDeadlock(plan);
+  EXPECT_NE(report.find("the plan would hang"), std::string::npos) << report;
+  EXPECT_NE(report.find("device 0 at instruction 1: recv at 'recv9'"),
+            std::string::npos)
+      << report;
+  EXPECT_NE(report.find("device 1 at instruction 1: recv at 'recv7'"),
+            std::string::npos)
+      << report;
+}
+
+TEST(PlanCheck, ReceiveOfAnotherMicroBatchDoesNotMatch) {
+  Plan plan;
+  Device &first = *plan.add_devices(), &second = *plan.add_devices();
+  add(first, "send", 1, 7, 0);
+  add(second, "recv", 0, 7, 1);
+  std::string report = findSendRecvDeadlock(plan);
+  EXPECT_NE(report.find("device 1 at instruction 0"), std::string::npos)
+      << report;
+  EXPECT_EQ(report.find("device 0 at"), std::string::npos) << report;
+}
+
+} // namespace
