@@ -398,9 +398,17 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
     }
     (isBackward(&op) ? backwardOps : forwardOps)[stageOf(&op)].push_back(&op);
   }
-  // Parameters live on the device of their stage; one used by two stages
-  // (tied weights across a cut) is not supported yet.
+  // Parameters live on the device of the stage that updates them (the
+  // stage of their gradient: their first user's). A trained parameter used
+  // on other stages too (tied weights) is replicated there: its gradient
+  // contributions travel to the owner like any value across a cut, are
+  // summed there, and the owner sends the updated value to every replica
+  // after each step's update.
   llvm::DenseMap<Value, int64_t> paramStage;
+  llvm::DenseMap<Value, std::set<int64_t>> replicas;
+  body.walk([&](UpdateOp update) {
+    paramStage[update.getParam()] = stageOf(update);
+  });
   for (Operation &op : body.without_terminator()) {
     if (isa<ParamOp, ConstantOp, UpdateOp, GradientOp>(op))
       continue;
@@ -411,12 +419,15 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
         if (t.kind() == plan::PARAM && !t.trainable())
           continue;
         auto [it, inserted] = paramStage.try_emplace(operand, stageOf(&op));
-        if (!inserted && it->second != stageOf(&op))
+        if (inserted || it->second == stageOf(&op))
+          continue;
+        if (t.kind() != plan::PARAM)
           return param.emitOpError("'")
                  << param.getName() << "' is used by stages " << it->second
                  << " and " << stageOf(&op)
-                 << "; parameters shared across pipeline stages are not "
-                    "supported yet (cut elsewhere with --stage-boundaries)";
+                 << "; buffers shared across pipeline stages are not "
+                    "supported (cut elsewhere with --stage-boundaries)";
+        replicas[operand].insert(stageOf(&op));
       }
   }
   for (auto &[value, stage] : paramStage)
@@ -509,6 +520,24 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
     };
     std::set<std::pair<int64_t, int>> arrived, sent;
     const std::vector<pipeline::StageOp> &order = orders[s - 1];
+    // Tied weights replicated here: step t > 0 starts with the value the
+    // owner made at the end of step t - 1.
+    for (auto &[value, stages] : replicas) {
+      if (!stages.count(s))
+        continue;
+      int id = ids.lookup(value);
+      plan::Instruction *recv = device->add_instructions();
+      recv->set_op("recv");
+      recv->set_phase("comm");
+      recv->set_stage(s);
+      recv->set_min_step(1);
+      recv->set_location(plan.tensors(id).name());
+      recv->add_outputs(id);
+      attr(recv, "peer", paramStage.lookup(value) - 1);
+      attr(recv, "value", id);
+      attr(recv, "micro_batch", 0);
+      attr(recv, "step_offset", -1);
+    }
     for (size_t i = 0; i < order.size(); ++i) {
       pipeline::StageOp stageOp = order[i];
       int64_t time = at[s - 1][i];
@@ -527,6 +556,21 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
               device->mutable_instructions(device->instructions_size() - 1));
           instruction->set_inputs(1, accumulator.lookup(update.getName()));
           instruction->set_phase("update");
+          auto tied = replicas.find(update.getParam());
+          if (tied == replicas.end())
+            continue;
+          int id = ids.lookup(update.getParam());
+          for (int64_t q : tied->second) {
+            plan::Instruction *send = stamp(device->add_instructions());
+            send->set_op("send");
+            send->set_phase("comm");
+            send->set_location(update.getName().str());
+            send->add_inputs(id);
+            attr(send, "peer", q - 1);
+            attr(send, "value", id);
+            attr(send, "micro_batch", 0);
+            attr(send, "cycle", cycle);
+          }
         }
         continue;
       }

@@ -109,6 +109,23 @@ def _():
     return model(nodes, [vi("x", F, [2, 16])], [vi(last, F, [2, 16])], inits)
 
 
+@register("mlp4tied")
+def _():
+    # mlp4eq with the first layer's weight reused by the last (tied weights):
+    # cut after every Tanh, w0 is used on stages 1 and 4.
+    nodes, inits, last = [], [], "x"
+    for l in range(4):
+        weight = "w0" if l == 3 else "w%d" % l
+        nodes += [helper.make_node("Gemm", [last, weight, "b%d" % l], ["h%d" % l], name="fc%d" % l),
+                  helper.make_node("Tanh", ["h%d" % l], ["t%d" % l], name="tanh%d" % l)]
+        if l < 3:
+            inits.append(init("w%d" % l, np.eye(16, dtype=np.float32) * 0.5
+                              + np.float32(0.01) * np.arange(256, dtype=np.float32).reshape(16, 16) / 256))
+        inits.append(init("b%d" % l, np.zeros(16, np.float32)))
+        last = "t%d" % l
+    return model(nodes, [vi("x", F, [2, 16])], [vi(last, F, [2, 16])], inits)
+
+
 @register("matmul")
 def _():
     return binary("MatMul", a=(5, 1, 2, 3), b=(4, 3, 6))

@@ -76,4 +76,28 @@ TEST(PlanCheck, ReceiveOfAnotherMicroBatchDoesNotMatch) {
   EXPECT_EQ(report.find("device 0 at"), std::string::npos) << report;
 }
 
+TEST(PlanCheck, TiedWeightFromThePreviousStep) {
+  // Device 0 sends the updated weight at the end of each step; device 1
+  // takes it at the start of the next (step_offset -1, from step 1 on).
+  for (bool fromStepOne : {true, false}) {
+    Plan plan;
+    Device &owner = *plan.add_devices(), &replica = *plan.add_devices();
+    add(replica, "recv", 0, 3, 0);
+    Attribute *offset = replica.mutable_instructions(0)->add_attributes();
+    offset->set_name("step_offset");
+    offset->set_i(-1);
+    if (fromStepOne)
+      replica.mutable_instructions(0)->set_min_step(1);
+    compute(replica);
+    compute(owner);
+    add(owner, "send", 1, 3, 0);
+    std::string report = findSendRecvDeadlock(plan);
+    if (fromStepOne)
+      EXPECT_EQ(report, "");
+    else
+      EXPECT_NE(report.find("device 1 at instruction 0"), std::string::npos)
+          << report;
+  }
+}
+
 } // namespace

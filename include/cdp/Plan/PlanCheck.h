@@ -15,9 +15,9 @@
 
 namespace cdp::plan {
 
-/// Simulates one step of every device's instruction stream with buffered
-/// sends and blocking receives (a recv matches a send by peer, value and
-/// micro-batch). Returns an empty string when every device reaches its
+/// Simulates two steps of every device's instruction stream with buffered
+/// sends and blocking receives (a recv matches a send by peer, value,
+/// micro-batch and step). Returns an empty string when every device reaches its
 /// end, else a multi-line description: each stuck device with the
 /// instruction it waits at, and the rounds × devices grid of progress.
 std::string findSendRecvDeadlock(const Plan &plan);

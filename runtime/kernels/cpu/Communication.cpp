@@ -68,9 +68,12 @@ void registerPipeline(KernelRegistry &registry) {
     TensorView y = args.outputs[0];
     int device = args.device;
     int64_t microBatch = args.i("micro_batch", 0), value = args.i("value", 0);
+    // A replicated tied weight is sent at the end of the step before.
+    int64_t stepOffset = args.i("step_offset", 0);
     Communicator *comm = args.communicator;
     return [=](const StepContext &context) {
-      if (!comm->recv(device, tagOf(microBatch, value, context.step),
+      if (!comm->recv(device,
+                      tagOf(microBatch, value, context.step + stepOffset),
                       static_cast<float *>(y.data), words(y)))
         throw RuntimeError("device " + std::to_string(device) +
                            ": stopped while waiting for a tensor (another "
