@@ -251,6 +251,17 @@ int64_t Executor::optimizerBytes() {
 void Executor::flush(int64_t totalSteps) {
   const plan::Device &device = planRef.devices(deviceIndex);
   int n = device.instructions_size();
+  if (planRef.strategy() == "2bw") {
+    // The drain: step totalSteps's backwards of the last micro-batches and
+    // the last update, without new forwards.
+    StepContext context{totalSteps, 0, 0, nullptr};
+    for (int i = 0; i < n; ++i) {
+      const plan::Instruction &instruction = device.instructions(i);
+      if (instruction.drain() && instruction.min_step() <= totalSteps)
+        train[i]->run(context);
+    }
+    return;
+  }
   for (int begin = 0; begin < n;) {
     if (device.instructions(begin).phase() != "update") {
       ++begin;

@@ -432,6 +432,12 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
   }
   for (auto &[value, stage] : paramStage)
     plan.mutable_tensors(ids.lookup(value))->set_device(stage - 1);
+  if (strategy == "2bw" && !replicas.empty())
+    return func.emitError("2bw with a parameter shared across stages (")
+           << plan.tensors(ids.lookup(replicas.begin()->first)).name()
+           << ") is not supported yet: its replicas would need both weight "
+              "versions (use gpipe or 1f1b, or cut elsewhere with "
+              "--stage-boundaries)";
 
   plan.set_strategy(strategy);
   plan.set_micro_batches(M);
@@ -484,6 +490,25 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
     plan.set_loss_device(S - 1);
   }
 
+  // 2bw keeps two versions of every trained parameter: the plan's tensor
+  // (the latest, updated in place) and its previous value, copied just
+  // before each update (algorithms.md 3.2.3).
+  bool twoVersions = strategy == "2bw";
+  llvm::DenseMap<int, int> previousVersion;
+  if (twoVersions)
+    for (auto &[value, stage] : paramStage) {
+      int id = ids.lookup(value);
+      if (plan.tensors(id).kind() != plan::PARAM)
+        continue;
+      plan::Tensor copy = plan.tensors(id);
+      copy.set_id(plan.tensors_size());
+      copy.set_name(copy.name() + "@previous");
+      copy.set_trainable(false);
+      copy.set_previous_version_of(id);
+      *plan.add_tensors() = copy;
+      previousVersion[id] = copy.id();
+    }
+
   int originalTensors = plan.tensors_size();
   auto attr = [](plan::Instruction *instruction, const char *name,
                  int64_t value) {
@@ -491,11 +516,17 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
     a->set_name(name);
     a->set_i(value);
   };
+  int lossResult = -1;
+  if (auto index = func->getAttrOfType<IntegerAttr>("cdp.loss_index"))
+    lossResult = ids.lookup(
+        cast<func::ReturnOp>(body.getTerminator()).getOperand(index.getInt()));
   plan.clear_devices();
   for (int64_t s = 1; s <= S; ++s) {
     plan::Device *device = plan.add_devices();
     device->set_index(s - 1);
-    int64_t slots = pipeline::stashSlots(strategy, s, S, M);
+    // 2bw: micro-batch k of a step uses slot k (its backward may run in the
+    // next step's program).
+    int64_t slots = twoVersions ? M : pipeline::stashSlots(strategy, s, S, M);
     device->set_arena_bytes(slots * arenaBytes);
     std::map<std::pair<int64_t, int>, int> copies;
     // The copy of an arena tensor for a stash slot.
@@ -518,8 +549,55 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
       copies[key] = copy.id();
       return copy.id();
     };
-    std::set<std::pair<int64_t, int>> arrived, sent;
-    const std::vector<pipeline::StageOp> &order = orders[s - 1];
+    // What the stage's forward brings in (loads, receives) stays in the
+    // micro-batch's slot for its backward.
+    std::set<int> broughtByForward;
+    for (Operation *op : forwardOps[s])
+      for (Value operand : op->getOperands()) {
+        Operation *producer = operand.getDefiningOp();
+        if (isa<BlockArgument>(operand) ||
+            (producer && !isa<ParamOp, ConstantOp>(producer) &&
+             stageOf(producer) != s))
+          broughtByForward.insert(ids.lookup(operand));
+      }
+
+    // The device's program for one step, as entries: gpipe and 1f1b follow
+    // the stage order; 2bw runs the steady state of 1F1B without a flush,
+    // so a step's program starts with the previous step's last backwards.
+    struct Entry {
+      char kind;
+      int64_t k;       // micro-batch within its step
+      int64_t stepRel; // 0: this step's; -1: the previous step's
+      int64_t time;
+      bool readsPrevious; // 2bw: reads the parameters' previous version
+    };
+    std::vector<Entry> entries;
+    if (twoVersions) {
+      int64_t warmup = std::min(S - s + 1, M);
+      bool updated = false;
+      for (int64_t i = 0; i < M; ++i) {
+        if (i < warmup)
+          entries.push_back({'B', i - warmup + M, -1, 2 * i, false});
+        else
+          entries.push_back({'B', i - warmup, 0, 2 * i, true});
+        if (i == warmup - 1) {
+          entries.push_back({'U', 0, -1, 2 * i + 1, false});
+          updated = true;
+        }
+        entries.push_back({'F', i, 0, 2 * i + 1, updated});
+      }
+      // Before the update the previous version is W(t - 2) for the
+      // previous step's backwards; after it, W(t - 1) for this step's.
+      for (Entry &entry : entries)
+        if (entry.kind == 'B' && entry.stepRel == -1)
+          entry.readsPrevious = true;
+    } else {
+      const std::vector<pipeline::StageOp> &order = orders[s - 1];
+      for (size_t i = 0; i < order.size(); ++i)
+        entries.push_back(
+            {order[i].kind, order[i].microBatch - 1, 0, at[s - 1][i], false});
+    }
+
     // Tied weights replicated here: step t > 0 starts with the value the
     // owner made at the end of step t - 1.
     for (auto &[value, stages] : replicas) {
@@ -536,20 +614,41 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
       attr(recv, "peer", paramStage.lookup(value) - 1);
       attr(recv, "value", id);
       attr(recv, "micro_batch", 0);
+      attr(recv, "micro_batches", M);
       attr(recv, "step_offset", -1);
     }
-    for (size_t i = 0; i < order.size(); ++i) {
-      pipeline::StageOp stageOp = order[i];
-      int64_t time = at[s - 1][i];
-      int64_t k = stageOp.microBatch - 1, slot = k % slots;
+    for (const Entry &entry : entries) {
+      int64_t k = entry.k, slot = k % slots;
+      // Relative to the running step, as the send/recv tags count.
+      int64_t tagBatch = k + entry.stepRel * M;
       auto stamp = [&](plan::Instruction *instruction) {
         instruction->set_stage(s);
         instruction->set_micro_batch(k);
-        instruction->set_time_step(time);
+        instruction->set_time_step(entry.time);
+        if (entry.stepRel < 0) {
+          // The previous step's work: nothing before step 1, and once more
+          // after the last step.
+          instruction->set_min_step(1);
+          instruction->set_drain(true);
+        }
         return instruction;
       };
-      if (stageOp.kind == 'U') {
+      auto version = [&](int id) {
+        auto it = previousVersion.find(id);
+        return entry.readsPrevious && it != previousVersion.end() ? it->second
+                                                                  : id;
+      };
+      if (entry.kind == 'U') {
         for (UpdateOp update : updates.lookup(s)) {
+          int param = ids.lookup(update.getParam());
+          if (previousVersion.count(param)) {
+            plan::Instruction *keep = stamp(device->add_instructions());
+            keep->set_op("assign");
+            keep->set_phase("update");
+            keep->set_location(update.getName().str());
+            keep->add_inputs(previousVersion.lookup(param));
+            keep->add_inputs(param);
+          }
           if (failed(addInstruction(update, *device, false)))
             return failure();
           plan::Instruction *instruction = stamp(
@@ -559,38 +658,38 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
           auto tied = replicas.find(update.getParam());
           if (tied == replicas.end())
             continue;
-          int id = ids.lookup(update.getParam());
           for (int64_t q : tied->second) {
             plan::Instruction *send = stamp(device->add_instructions());
             send->set_op("send");
             send->set_phase("comm");
             send->set_location(update.getName().str());
-            send->add_inputs(id);
+            send->add_inputs(param);
             attr(send, "peer", q - 1);
-            attr(send, "value", id);
+            attr(send, "value", param);
             attr(send, "micro_batch", 0);
+            attr(send, "micro_batches", M);
             attr(send, "cycle", cycle);
           }
         }
         continue;
       }
-      const std::vector<Operation *> &ops =
-          stageOp.kind == 'F' ? forwardOps[s] : backwardOps[s];
-      for (Operation *op : ops) {
+      bool forward = entry.kind == 'F';
+      std::set<int> arrived, sent;
+      for (Operation *op : forward ? forwardOps[s] : backwardOps[s]) {
         // Bring in what this micro-batch's op reads from elsewhere.
         for (Value operand : op->getOperands()) {
           int id = ids.lookup(operand);
-          if (arrived.count({k, id}))
+          if (arrived.count(id) || (!forward && broughtByForward.count(id)))
             continue;
-          if (auto arg = dyn_cast<BlockArgument>(operand)) {
+          if (isa<BlockArgument>(operand)) {
             plan::Instruction *load = stamp(device->add_instructions());
             load->set_op("load");
-            load->set_phase(stageOp.kind == 'F' ? "forward" : "backward");
+            load->set_phase(forward ? "forward" : "backward");
             load->set_location(plan.tensors(id).name());
             load->add_outputs(mapped(slot, id));
             attr(load, "input", id);
-            attr(load, "micro_batch", k);
-            arrived.insert({k, id});
+            attr(load, "micro_batch", tagBatch);
+            arrived.insert(id);
             continue;
           }
           Operation *producer = operand.getDefiningOp();
@@ -604,15 +703,16 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
           recv->add_outputs(mapped(slot, id));
           attr(recv, "peer", stageOf(producer) - 1);
           attr(recv, "value", id);
-          attr(recv, "micro_batch", k);
-          arrived.insert({k, id});
+          attr(recv, "micro_batch", tagBatch);
+          attr(recv, "micro_batches", M);
+          arrived.insert(id);
         }
         if (failed(addInstruction(op, *device, false)))
           return failure();
         plan::Instruction *instruction = stamp(
             device->mutable_instructions(device->instructions_size() - 1));
         for (int &input : *instruction->mutable_inputs())
-          input = mapped(slot, input);
+          input = version(mapped(slot, input));
         for (int &output : *instruction->mutable_outputs())
           output = mapped(slot, output);
         if (auto gradient = dyn_cast<GradientOp>(op)) {
@@ -623,17 +723,12 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
           add->add_inputs(mapped(slot, ids.lookup(gradient.getGrad())));
           add->add_outputs(accumulator.lookup(gradient.getName()));
           attr(add, "slots", M);
-          attr(add, "reset", k % M == 0);
+          attr(add, "reset", k == 0);
         }
         // Send what other stages read of this micro-batch's results.
         for (Value result : op->getResults()) {
           int id = ids.lookup(result);
-          if (id == plan.loss() ||
-              (lossAccumulator >= 0 &&
-               result == cast<func::ReturnOp>(body.getTerminator())
-                             .getOperand(func->getAttrOfType<IntegerAttr>(
-                                                 "cdp.loss_index")
-                                             .getInt()))) {
+          if (lossAccumulator >= 0 && id == lossResult) {
             plan::Instruction *add = stamp(device->add_instructions());
             add->set_op("accumulate");
             add->set_phase("forward");
@@ -641,7 +736,7 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
             add->add_inputs(mapped(slot, id));
             add->add_outputs(lossAccumulator);
             attr(add, "slots", M);
-            attr(add, "reset", k % M == 0);
+            attr(add, "reset", k == 0);
           }
           std::set<int64_t> readers;
           for (Operation *user : result.getUsers())
@@ -652,7 +747,7 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
                                    "which pipelines do not support yet "
                                    "(cut elsewhere with --stage-boundaries)");
           for (int64_t q : readers) {
-            if (!sent.insert({k * 1000 + q, id}).second)
+            if (!sent.insert(q * (1 << 24) + id).second)
               continue;
             plan::Instruction *send = stamp(device->add_instructions());
             send->set_op("send");
@@ -661,7 +756,8 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
             send->add_inputs(mapped(slot, id));
             attr(send, "peer", q - 1);
             attr(send, "value", id);
-            attr(send, "micro_batch", k);
+            attr(send, "micro_batch", tagBatch);
+            attr(send, "micro_batches", M);
             attr(send, "cycle", cycle);
           }
         }

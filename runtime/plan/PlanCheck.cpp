@@ -1,9 +1,10 @@
 //===- PlanCheck.cpp - static checks on a plan's instruction streams ------===//
 //
 // Steps repeat the same streams and their messages carry the step in their
-// tag; a receive may take a message of the step before (`step_offset` -1,
-// tied weights) and may start at step 1 (`min_step`). Steps 0 and 1 are
-// simulated: from step 1 on every step sees the same traffic.
+// tag as a micro-batch index over the run (step · M + micro_batch, where
+// micro_batch or `step_offset` may reach into the step before: 2bw, tied
+// weights), and some instructions start at step 1 (`min_step`). Steps 0
+// to 2 are simulated: from then on every step sees the same traffic.
 //
 //===----------------------------------------------------------------------===//
 
@@ -36,17 +37,28 @@ std::string describe(const Instruction &instruction) {
   return os.str();
 }
 
+/// Steps simulated: 2bw's program for step t finishes step t - 1's
+/// backwards, so traffic is periodic from step 2 on.
+constexpr int kSteps = 3;
+
 } // namespace
 
 std::string findSendRecvDeadlock(const Plan &plan) {
   int devices = plan.devices_size();
-  // (from, to, value, micro-batch, step) -> messages in flight
-  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>;
+  // (from, to, value, micro-batch over the run) -> messages in flight
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t>;
+  auto runMicroBatch = [](const Instruction &instruction, int64_t step) {
+    return (step + attribute(instruction, "step_offset", 0)) *
+               attribute(instruction, "micro_batches", 1) +
+           attribute(instruction, "micro_batch", 0);
+  };
   std::map<Key, int> inFlight;
   // Instruction positions over the simulated steps, step-major.
   std::vector<int> next(devices, 0);
   std::vector<std::vector<int>> rounds;
-  auto length = [&](int d) { return 2 * plan.devices(d).instructions_size(); };
+  auto length = [&](int d) {
+    return kSteps * plan.devices(d).instructions_size();
+  };
   for (bool moved = true; moved;) {
     moved = false;
     for (int d = 0; d < devices; ++d) {
@@ -60,13 +72,11 @@ std::string findSendRecvDeadlock(const Plan &plan) {
         } else if (instruction.op() == "send") {
           ++inFlight[{d, attribute(instruction, "peer"),
                       attribute(instruction, "value"),
-                      attribute(instruction, "micro_batch"), step}];
+                      runMicroBatch(instruction, step)}];
         } else if (instruction.op() == "recv") {
-          int64_t offset = attribute(instruction, "step_offset", 0);
           auto it = inFlight.find({attribute(instruction, "peer"), d,
                                    attribute(instruction, "value"),
-                                   attribute(instruction, "micro_batch"),
-                                   step + offset});
+                                   runMicroBatch(instruction, step)});
           if (it == inFlight.end() || it->second == 0)
             break;
           --it->second;
@@ -89,7 +99,7 @@ std::string findSendRecvDeadlock(const Plan &plan) {
       int size = plan.devices(d).instructions_size();
       os << "  device " << d << " at instruction " << next[d] % size;
       if (next[d] >= size)
-        os << " of step 1";
+        os << " of step " << next[d] / size;
       os << ": " << describe(plan.devices(d).instructions(next[d] % size))
          << "\n";
     }

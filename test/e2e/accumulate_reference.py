@@ -2,8 +2,9 @@
 """--strategy single --micro-batches M, and the synchronous pipelines
 (gpipe, 1f1b: M micro-batches through S stages on S devices, one update
 per step), against PyTorch's gradient accumulation: the update applies the
-mean of the M micro-batches' gradients. Parameters after 3 steps must
-match within 1e-5 + 1e-4 relative.
+mean of the M micro-batches' gradients. 2bw against the same with 1-stale
+gradients, W(t+1) = Opt(W(t), g(W(t-1))), steps 0 and 1 both at W(0).
+Parameters after 3 steps must match within 1e-5 + 1e-4 relative.
 
 Usage: accumulate_reference.py BIN_DIR WORK_DIR [MODEL [STRATEGY [STAGES [M]]]]
 """
@@ -41,13 +42,39 @@ def main():
     y = torch.randint(0, 10, (M * STEPS * batch,))
     np.save(os.path.join(work, "x.npy"), x.numpy())
     np.save(os.path.join(work, "y.npy"), y.numpy().astype(np.int64))
-    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
-    for t in range(STEPS):
-        opt.zero_grad()
-        for k in range(M):
-            rows = slice((t * M + k) * batch, (t * M + k + 1) * batch)
-            (torch.nn.functional.cross_entropy(model(x[rows]), y[rows]) / M).backward()
-        opt.step()
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+
+    def train(stale):
+        model.load_state_dict(initial)
+        opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
+        params = list(model.parameters())
+        versions = [[p.detach().clone() for p in params]]  # W(0), W(1), ...
+        for t in range(STEPS):
+            opt.zero_grad()
+            latest = [p.detach().clone() for p in params]
+            if stale:
+                # 1-stale: step t's gradients are taken at W(max(t - 1, 0))
+                # and applied to W(t): W(t+1) = Opt(W(t), g(W(t-1))).
+                with torch.no_grad():
+                    for p, v in zip(params, versions[max(t - 1, 0)]):
+                        p.copy_(v)
+            for k in range(M):
+                rows = slice((t * M + k) * batch, (t * M + k + 1) * batch)
+                (torch.nn.functional.cross_entropy(model(x[rows]), y[rows]) / M).backward()
+            with torch.no_grad():
+                for p, v in zip(params, latest):
+                    p.copy_(v)
+            opt.step()
+            versions.append([p.detach().clone() for p in params])
+        return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+    if strategy == "2bw":
+        synchronous = train(False)
+        final = train(True)
+        gap = max((final[n] - synchronous[n]).abs().max().item() for n in final)
+        print("2bw reference differs from the synchronous one by %.1e" % gap)
+    else:
+        final = train(False)
     plan = os.path.join(work, "plan.cdp")
     pipeline = []
     if strategy != "single":
@@ -62,12 +89,12 @@ def main():
                    stdout=subprocess.DEVNULL)
     index = json.load(open(os.path.join(work, "params", "index.json")))
     failures = 0
-    for name, p in model.named_parameters():
+    for name, p in final.items():
         got = np.load(os.path.join(work, "params", index[name]))
-        ok = np.allclose(got, p.detach().numpy(), atol=1e-5, rtol=1e-4)
+        ok = np.allclose(got, p.numpy(), atol=1e-5, rtol=1e-4)
         failures += not ok
         print("%s %-14s max abs error %.2e" % ("ok  " if ok else "FAIL", name,
-                                               np.abs(got - p.detach().numpy()).max()))
+                                               np.abs(got - p.numpy()).max()))
     label = "accumulate" if strategy == "single" else "%s S=%d" % (strategy, stages)
     print("%s %s M=%d: %s" % (label, model_name, M, "all match" if not failures else "%d mismatches" % failures))
     return 1 if failures else 0

@@ -20,7 +20,8 @@ void add(Device &device, const std::string &op, int peer, int value,
   instruction->set_location(op + std::to_string(value));
   for (auto [name, v] : {std::pair<const char *, int>{"peer", peer},
                          {"value", value},
-                         {"micro_batch", microBatch}}) {
+                         {"micro_batch", microBatch},
+                         {"micro_batches", 2}}) {
     Attribute *a = instruction->add_attributes();
     a->set_name(name);
     a->set_i(v);

@@ -55,9 +55,10 @@ cl::opt<std::string>
 cl::opt<std::string> strategy(
     "strategy",
     cl::desc("Parallel strategy: single (one device), dp (data parallel), cdp "
-             "(cyclic data parallel), gpipe, 1f1b (PipeDream-Flush; one device "
-             "per stage); 2bw and cdp-mp arrive later"),
-    cl::value_desc("single|dp|cdp|gpipe|1f1b"), cl::init("single"),
+             "(cyclic data parallel), gpipe, 1f1b (PipeDream-Flush), 2bw "
+             "(PipeDream-2BW): pipelines run one device per stage; cdp-mp "
+             "arrives later"),
+    cl::value_desc("single|dp|cdp|gpipe|1f1b|2bw"), cl::init("single"),
     cl::cat(category));
 cl::opt<std::string> devices("devices",
                              cl::desc("Devices N: dp and cdp run one "
@@ -221,10 +222,10 @@ int main(int argc, char **argv) {
     die("--emit must be mlir, plan, train-mlir or sched-mlir, got '" + emit +
         "'");
   if (strategy != "single" && strategy != "dp" && strategy != "cdp" &&
-      strategy != "gpipe" && strategy != "1f1b")
+      strategy != "gpipe" && strategy != "1f1b" && strategy != "2bw")
     die("--strategy " + strategy +
         " is not available yet (this release "
-        "supports single, dp, cdp, gpipe and 1f1b)");
+        "supports single, dp, cdp, gpipe, 1f1b and 2bw)");
   int64_t deviceCount = 1, stageCount = 0;
   if (!llvm::to_integer(llvm::StringRef(devices), deviceCount, 10) ||
       deviceCount < 1)
@@ -236,7 +237,8 @@ int main(int argc, char **argv) {
     die("--strategy single runs on 1 device, not " + devices +
         " (use --strategy dp or cdp)");
   bool dataParallel = strategy == "dp" || strategy == "cdp";
-  bool pipelined = strategy == "gpipe" || strategy == "1f1b";
+  bool pipelined =
+      strategy == "gpipe" || strategy == "1f1b" || strategy == "2bw";
   if (pipelined && stageCount == 0 && stageBoundaries.empty())
     stageCount = 4;
   if (emit == "sched-mlir" && strategy != "dp" && strategy != "cdp")
@@ -257,6 +259,11 @@ int main(int argc, char **argv) {
       die("--strategy " + strategy + " runs one device per stage: --devices " +
           devices + " differs from the " + std::to_string(pipelineStages) +
           " stages");
+    if (strategy == "2bw" && microBatchCount < pipelineStages)
+      die("--strategy 2bw needs at least as many micro-batches as stages "
+          "(m >= d): got --micro-batches " +
+          std::to_string(microBatchCount) + " for " +
+          std::to_string(pipelineStages) + " stages");
   }
   if (dataParallel && microBatches.getNumOccurrences() &&
       microBatchCount != deviceCount)

@@ -43,9 +43,18 @@ void registerChain(KernelRegistry &registry);
 
 void registerPipeline(KernelRegistry &registry) {
   // Point to point between pipeline stages: a tensor of one micro-batch.
-  // Tags name the step, the micro-batch and the value.
-  auto tagOf = [](int64_t microBatch, int64_t value, int64_t step) {
-    return (int64_t(1) << 62) | (((step * 4096 + microBatch) << 24) + value);
+  // Tags name the micro-batch by its index over the whole run (step · M +
+  // micro_batch, where micro_batch may reach into the step before) and
+  // the value, so stages whose programs cut the run into steps at
+  // different places still match.
+  auto tagOf = [](const KernelArgs &args) {
+    int64_t microBatch = args.i("micro_batch", 0),
+            perStep = args.i("micro_batches", 1),
+            stepOffset = args.i("step_offset", 0), value = args.i("value", 0);
+    return [=](int64_t step) {
+      int64_t absolute = (step + stepOffset) * perStep + microBatch;
+      return (int64_t(1) << 62) | ((absolute << 24) + value);
+    };
   };
   addKernel(registry, "send", [tagOf](const KernelArgs &args) {
     if (!args.communicator)
@@ -54,10 +63,10 @@ void registerPipeline(KernelRegistry &registry) {
     int to = static_cast<int>(args.i("peer", 0)), device = args.device;
     int64_t timeStep = args.instruction->time_step(),
             cycle = args.i("cycle", 1);
-    int64_t microBatch = args.i("micro_batch", 0), value = args.i("value", 0);
+    auto tag = tagOf(args);
     Communicator *comm = args.communicator;
     return [=](const StepContext &context) {
-      comm->send(device, to, tagOf(microBatch, value, context.step),
+      comm->send(device, to, tag(context.step),
                  static_cast<const float *>(x.data), words(x),
                  timeStep + cycle * context.step);
     };
@@ -67,14 +76,11 @@ void registerPipeline(KernelRegistry &registry) {
       args.fail("needs a communicator (a multi-device plan)");
     TensorView y = args.outputs[0];
     int device = args.device;
-    int64_t microBatch = args.i("micro_batch", 0), value = args.i("value", 0);
-    // A replicated tied weight is sent at the end of the step before.
-    int64_t stepOffset = args.i("step_offset", 0);
+    auto tag = tagOf(args);
     Communicator *comm = args.communicator;
     return [=](const StepContext &context) {
-      if (!comm->recv(device,
-                      tagOf(microBatch, value, context.step + stepOffset),
-                      static_cast<float *>(y.data), words(y)))
+      if (!comm->recv(device, tag(context.step), static_cast<float *>(y.data),
+                      words(y)))
         throw RuntimeError("device " + std::to_string(device) +
                            ": stopped while waiting for a tensor (another "
                            "device failed)");
