@@ -152,15 +152,13 @@ void Executor::runInstructions(const StepContext &context) {
     // The measured side of the report: tensors born when written, freed
     // when their last use of the step has run, bytes actually handed over.
     int64_t tau = facts->timeOf(instruction, context.step);
-    for (size_t l = 1; l < facts->unitBegin[deviceIndex].size(); ++l) {
-      if (facts->unitBegin[deviceIndex][l] == static_cast<int>(i))
-        report->unitBegins(deviceIndex, tau);
-      if (facts->unitEnd[deviceIndex][l] == static_cast<int>(i))
-        report->unitEnds(deviceIndex, tau);
-    }
+    if (facts->unitBegins[deviceIndex][i])
+      report->unitBegins(deviceIndex, tau);
+    if (facts->unitEnds[deviceIndex][i])
+      report->unitEnds(deviceIndex, tau);
     for (int id : instruction.outputs())
       if (id >= 0)
-        report->born(deviceIndex, tau, id);
+        report->born(deviceIndex, tau, id, static_cast<int>(i));
     for (int id : instruction.inputs())
       if (id >= 0)
         report->used(deviceIndex, tau, id);

@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 namespace cdp::runtime {
 
@@ -34,52 +35,64 @@ bool isGradientReader(const std::string &op) {
 } // namespace
 
 PlanFacts::PlanFacts(const plan::Plan &plan) {
-  int tensors = plan.tensors_size();
+  int tensors = plan.tensors_size(), devices = plan.devices_size();
   category.assign(tensors, Category::None);
   bytes.assign(tensors, 0);
+  weightBytes.assign(devices, 0);
+  weightVersionBytes.assign(devices, 0);
+  reducedBytes.assign(devices, 0);
+  optimizerBytes.assign(devices, 0);
   for (const plan::Tensor &t : plan.tensors()) {
     bytes[t.id()] = t.bytes();
-    if (t.kind() == plan::PARAM || t.kind() == plan::BUFFER)
-      weightBytes += t.bytes();
-    if (t.kind() == plan::REDUCED)
-      reducedBytes += t.bytes();
+    // Pipelines place parameters, buffers and accumulators on one device;
+    // without a device every device holds its own copy.
+    for (int d = 0; d < devices; ++d) {
+      if (t.has_device() && t.device() != d)
+        continue;
+      if (t.has_previous_version_of())
+        weightVersionBytes[d] += t.bytes();
+      else if (t.kind() == plan::PARAM || t.kind() == plan::BUFFER)
+        weightBytes[d] += t.bytes();
+      if (t.kind() == plan::REDUCED)
+        reducedBytes[d] += t.bytes();
+    }
   }
   cycle = plan.has_schedule() && plan.schedule().cycle() > 0
               ? plan.schedule().cycle()
               : 2;
-  // Categories from device 0's program (all devices run the same ops).
-  const plan::Device &device = plan.devices(0);
   std::vector<bool> writtenForward(tensors, false),
       readBackward(tensors, false), readByGradient(tensors, false);
-  for (const plan::Instruction &instruction : device.instructions()) {
-    bool forward = instruction.phase() == "forward";
-    bool backward = instruction.phase() == "backward";
-    for (int id : instruction.outputs())
-      if (id >= 0 && forward)
-        writtenForward[id] = true;
-    for (int id : instruction.inputs()) {
-      if (id < 0)
-        continue;
-      if (backward)
-        readBackward[id] = true;
-      if (isGradientReader(instruction.op()))
-        readByGradient[id] = true;
-    }
-    if (instruction.op() == "update") {
-      double momentum = 0;
-      std::string optimizer;
-      for (const plan::Attribute &a : instruction.attributes()) {
-        if (a.name() == "momentum")
-          momentum = a.f();
-        if (a.name() == "optimizer")
-          optimizer = a.s();
+  for (int d = 0; d < devices; ++d)
+    for (const plan::Instruction &instruction :
+         plan.devices(d).instructions()) {
+      bool forward = instruction.phase() == "forward";
+      bool backward = instruction.phase() == "backward";
+      for (int id : instruction.outputs())
+        if (id >= 0 && forward)
+          writtenForward[id] = true;
+      for (int id : instruction.inputs()) {
+        if (id < 0)
+          continue;
+        if (backward)
+          readBackward[id] = true;
+        if (isGradientReader(instruction.op()))
+          readByGradient[id] = true;
       }
-      int64_t paramBytes = bytes[instruction.inputs(0)];
-      optimizerBytes += optimizer == "adam" ? 2 * paramBytes
-                        : momentum != 0.0   ? paramBytes
-                                            : 0;
+      if (instruction.op() == "update") {
+        double momentum = 0;
+        std::string optimizer;
+        for (const plan::Attribute &a : instruction.attributes()) {
+          if (a.name() == "momentum")
+            momentum = a.f();
+          if (a.name() == "optimizer")
+            optimizer = a.s();
+        }
+        int64_t paramBytes = bytes[instruction.inputs(0)];
+        optimizerBytes[d] += optimizer == "adam" ? 2 * paramBytes
+                             : momentum != 0.0   ? paramBytes
+                                                 : 0;
+      }
     }
-  }
   for (int id = 0; id < tensors; ++id) {
     const plan::Tensor &t = plan.tensors(id);
     if (t.kind() != plan::ACTIVATION && t.kind() != plan::INPUT)
@@ -90,25 +103,54 @@ PlanFacts::PlanFacts(const plan::Plan &plan) {
              readBackward[id])
       category[id] = Category::Activation;
   }
-  int devices = plan.devices_size();
-  int64_t stages =
-      plan.has_schedule() ? std::max<int64_t>(plan.schedule().stages(), 1) : 1;
-  unitBegin.assign(devices, std::vector<int>(stages + 1, -1));
-  unitEnd.assign(devices, std::vector<int>(stages + 1, -1));
+  // A unit is one micro-batch's activations on one stage: from its first
+  // forward instruction to its last backward one. (2bw runs a step's last
+  // backwards in the next step's program, marked `drain`.)
+  unitBegins.assign(devices, {});
+  unitEnds.assign(devices, {});
   uses.assign(devices, std::vector<int>(tensors, 0));
+  readsOfWrite.assign(devices, {});
   for (int d = 0; d < devices; ++d) {
     const plan::Device &dev = plan.devices(d);
+    using Key = std::tuple<int, int, bool>;
+    std::map<Key, int> first, last;
     for (int i = 0; i < dev.instructions_size(); ++i) {
       const plan::Instruction &instruction = dev.instructions(i);
-      int64_t stage = std::clamp<int64_t>(instruction.stage(), 1, stages);
-      if (instruction.phase() == "forward" && unitBegin[d][stage] < 0)
-        unitBegin[d][stage] = i;
+      Key key{instruction.stage(), instruction.micro_batch(),
+              instruction.drain()};
+      if (instruction.phase() == "forward")
+        first.try_emplace(key, i);
       if (instruction.phase() == "backward")
-        unitEnd[d][stage] = i;
+        last[key] = i;
       for (int id : instruction.inputs())
         if (id >= 0)
           ++uses[d][id];
     }
+    // Writes and reads over two passes of the program: a write's reads
+    // run until the next write, possibly in the next step.
+    int n = dev.instructions_size();
+    std::map<int, int> lastWrite;
+    for (int p = 0; p < 2 * n; ++p) {
+      const plan::Instruction &instruction = dev.instructions(p % n);
+      if (p < n)
+        for (int id : instruction.outputs())
+          if (id >= 0)
+            lastWrite[id] = p;
+      for (int id : instruction.inputs()) {
+        auto it = id >= 0 ? lastWrite.find(id) : lastWrite.end();
+        if (it != lastWrite.end())
+          ++readsOfWrite[d][{it->second, id}];
+      }
+      if (p >= n)
+        for (int id : instruction.outputs())
+          lastWrite.erase(id); // the next step's write: its reads are its own
+    }
+    unitBegins[d].assign(dev.instructions_size(), 0);
+    unitEnds[d].assign(dev.instructions_size(), 0);
+    for (auto &[key, i] : first)
+      unitBegins[d][i] = 1;
+    for (auto &[key, i] : last)
+      unitEnds[d][i] = 1;
   }
 }
 
@@ -138,11 +180,14 @@ ReportBuilder::ReportBuilder(const plan::Plan &plan, int64_t steps)
   remaining.assign(plan.devices_size(),
                    std::vector<int>(plan.tensors_size(), 0));
   workspace.assign(plan.devices_size(), 0);
-  optimizer.assign(plan.devices_size(), planFacts.optimizerBytes);
+  optimizer = planFacts.optimizerBytes;
 }
 
 void ReportBuilder::startStep(int device, int64_t t) {
-  remaining[device] = planFacts.uses[device];
+  // Written tensors count their reads from their write (born); the
+  // step's inputs from here.
+  for (int id : plan.inputs())
+    remaining[device][id] = planFacts.uses[device][id];
   int64_t offset =
       plan.has_schedule() && plan.schedule().offsets_size() > device
           ? plan.schedule().offsets(device)
@@ -155,7 +200,12 @@ static int slotOf(Category c) {
   return c == Category::Gradient ? kGradient : kActivation;
 }
 
-void ReportBuilder::born(int device, int64_t tau, int tensor) {
+void ReportBuilder::born(int device, int64_t tau, int tensor, int instruction) {
+  if (instruction >= 0) {
+    auto it = planFacts.readsOfWrite[device].find({instruction, tensor});
+    remaining[device][tensor] =
+        it == planFacts.readsOfWrite[device].end() ? 0 : it->second;
+  }
   Category c = planFacts.category[tensor];
   if (c == Category::None || tau > horizon)
     return;
@@ -208,7 +258,7 @@ std::string ReportBuilder::json() const {
     for (int i = 0; i < plan.schedule().stage_param_bytes_size(); ++i)
       os << (i ? ", " : "") << plan.schedule().stage_param_bytes(i);
   } else {
-    os << planFacts.weightBytes;
+    os << planFacts.weightBytes[0];
   }
   os << "],\n";
   if (plan.has_schedule()) {
@@ -246,13 +296,14 @@ std::string ReportBuilder::json() const {
       units[d] += s.units[tau];
       int64_t activation = live[kActivation][d] + s.bornBytes[kActivation][tau];
       int64_t gradient = live[kGradient][d] + s.bornBytes[kGradient][tau] +
-                         planFacts.reducedBytes;
-      int64_t deviceBytes = activation + gradient + planFacts.weightBytes +
-                            optimizer[d] + workspace[d];
+                         planFacts.reducedBytes[d];
+      int64_t deviceBytes = activation + gradient + planFacts.weightBytes[d] +
+                            planFacts.weightVersionBytes[d] + optimizer[d] +
+                            workspace[d];
       os << (d ? ", " : "") << "{\"activation_units\": " << units[d]
          << ", \"activation_bytes\": " << activation
-         << ", \"weight_bytes\": " << planFacts.weightBytes
-         << ", \"weight_version_bytes\": 0"
+         << ", \"weight_bytes\": " << planFacts.weightBytes[d]
+         << ", \"weight_version_bytes\": " << planFacts.weightVersionBytes[d]
          << ", \"gradient_bytes\": " << gradient
          << ", \"optimizer_bytes\": " << optimizer[d]
          << ", \"workspace_bytes\": " << workspace[d]
@@ -290,18 +341,18 @@ std::string predictReport(const plan::Plan &plan, int64_t steps) {
         if (instruction.min_step() > t)
           continue;
         int64_t tau = facts.timeOf(instruction, t);
-        for (size_t l = 1; l < facts.unitBegin[d].size(); ++l) {
-          if (facts.unitBegin[d][l] == i)
-            report.unitBegins(d, tau);
-          if (facts.unitEnd[d][l] == i)
-            report.unitEnds(d, tau);
-        }
+        if (facts.unitBegins[d][i])
+          report.unitBegins(d, tau);
+        if (facts.unitEnds[d][i])
+          report.unitEnds(d, tau);
         for (int id : instruction.outputs())
           if (id >= 0)
-            report.born(d, tau, id);
+            report.born(d, tau, id, i);
         for (int id : instruction.inputs())
           if (id >= 0)
             report.used(d, tau, id);
+        if (instruction.op() == "send") // pipelines, point to point
+          report.sent(d, tau, facts.bytes[instruction.inputs(0)]);
         if (instruction.op() == "reduce_start" ||
             instruction.op() == "chain_reduce") {
           int64_t bytes = 0;

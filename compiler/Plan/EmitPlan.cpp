@@ -449,9 +449,21 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
   for (size_t s = 0; s < at.size(); ++s)
     for (size_t i = 0; i < at[s].size(); ++i)
       cycle = std::max(cycle, at[s][i] + (orders[s][i].kind == 'U' ? 0 : 1));
+  // 2bw's steady state: each step's program alternates M backwards and M
+  // forwards, one time step each.
+  if (strategy == "2bw")
+    cycle = 2 * M;
   plan::Schedule *schedule = plan.mutable_schedule();
   schedule->set_stages(S);
   schedule->set_cycle(cycle);
+  std::vector<int64_t> stageBytes(S, 0);
+  for (auto &[value, stage] : paramStage) {
+    const plan::Tensor &t = plan.tensors(ids.lookup(value));
+    if (t.kind() == plan::PARAM && t.trainable())
+      stageBytes[stage - 1] += t.bytes();
+  }
+  for (int64_t bytes : stageBytes)
+    schedule->add_stage_param_bytes(bytes);
   schedule->set_rule(strategy);
   for (int64_t s = 0; s < S; ++s)
     schedule->add_offsets(0);

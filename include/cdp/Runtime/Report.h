@@ -18,6 +18,7 @@
 #include "cdp/Plan/plan.pb.h"
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -32,12 +33,20 @@ struct PlanFacts {
   int64_t cycle = 1;              ///< time steps per step on one device
   std::vector<Category> category; ///< per tensor
   std::vector<int64_t> bytes;     ///< per tensor
-  int64_t weightBytes = 0, reducedBytes = 0, optimizerBytes = 0;
-  /// Per device: index of the first forward and the last backward
-  /// instruction of every stage (where an activation unit begins and ends).
-  std::vector<std::vector<int>> unitBegin, unitEnd;
+  /// Per device: resident bytes. Weights count the latest version;
+  /// weightVersionBytes the extra versions (2bw's previous one).
+  std::vector<int64_t> weightBytes, weightVersionBytes, reducedBytes,
+      optimizerBytes;
+  /// Per device and instruction: whether an activation unit begins there
+  /// (the first forward instruction of a stage's micro-batch) or ends
+  /// there (its last backward instruction).
+  std::vector<std::vector<char>> unitBegins, unitEnds;
   /// Per device: uses of every tensor by instructions of a step.
   std::vector<std::vector<int>> uses;
+  /// Per device: reads of a tensor an instruction writes, up to its next
+  /// write (wrapping into the next step: 2bw's backwards of the previous
+  /// step's micro-batches; pipelines reuse stash slots within a step).
+  std::vector<std::map<std::pair<int, int>, int>> readsOfWrite;
   int64_t lastTime(int64_t steps) const;
   /// The absolute time step of `instruction` on `device` in step `t`.
   int64_t timeOf(const plan::Instruction &instruction, int64_t t) const {
@@ -49,7 +58,8 @@ class ReportBuilder {
 public:
   ReportBuilder(const plan::Plan &plan, int64_t steps);
 
-  void born(int device, int64_t tau, int tensor);
+  /// `instruction`: the writer's index, or -1 for a step's inputs.
+  void born(int device, int64_t tau, int tensor, int instruction = -1);
   void used(int device, int64_t tau, int tensor); ///< frees on the last use
   void unitBegins(int device, int64_t tau);
   void unitEnds(int device, int64_t tau);

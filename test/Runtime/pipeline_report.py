@@ -1,0 +1,48 @@
+#!/usr/bin/python3
+"""Compiles a pipeline plan of the 4-layer MLP (cut after every Tanh) with
+--report, runs it with --report, checks that prediction and measurement
+agree key by key (workspace aside), and prints per device the peak stashed
+activation units, the peak activation bytes and the weight bytes of the
+extra versions.
+
+Usage: pipeline_report.py BIN_DIR WORK_DIR MODEL.onnx STRATEGY M
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+bin_dir, work, model, strategy, m = sys.argv[1:6]
+m, steps = int(m), 3
+os.makedirs(work, exist_ok=True)
+plan, predicted, measured = (os.path.join(work, f) for f in
+                             ("plan.cdp", "predicted.json", "measured.json"))
+subprocess.run([os.path.join(bin_dir, "cdp-compile"), model, "-o", plan, "--strategy", strategy,
+                "--micro-batches", str(m), "--stage-boundaries", "tanh0,tanh1,tanh2",
+                "--optimizer", "momentum", "--report", predicted, "--steps", str(steps)],
+               check=True)
+rng = np.random.default_rng(0)
+np.save(os.path.join(work, "x.npy"), rng.standard_normal((2 * m * steps, 16)).astype(np.float32))
+np.save(os.path.join(work, "y.npy"), rng.integers(0, 16, 2 * m * steps).astype(np.int64))
+subprocess.run([os.path.join(bin_dir, "cdp-run"), plan, "--feed", "x=" + os.path.join(work, "x.npy"),
+                "--feed", "labels=" + os.path.join(work, "y.npy"), "--steps", str(steps),
+                "--report", measured], check=True, stdout=subprocess.DEVNULL)
+
+
+def series(path):
+    report = json.load(open(path))
+    return report, [[{k: v for k, v in d.items() if k != "workspace_bytes"} for d in t["devices"]]
+                    for t in report["time_steps"]]
+
+
+report, got = series(measured)
+_, want = series(predicted)
+print("%s M=%d predicted equals measured: %s" % (strategy, m, got == want))
+devices = report["devices"]
+peak = lambda key: [max(t[d][key] for t in got) for d in range(devices)]
+print("stash units", peak("activation_units"))
+print("activation bytes", peak("activation_bytes"))
+print("extra version bytes", peak("weight_version_bytes"), "stage params", report["stage_param_bytes"])
+print("sent bytes per step", sum(d["sent_bytes"] for t in got[:len(got) // steps] for d in t))
