@@ -175,7 +175,8 @@ void Executor::runInstructions(const StepContext &context) {
 }
 
 TraceRecorder::TraceRecorder(int devices)
-    : origin(std::chrono::steady_clock::now()), spans(devices) {}
+    : origin(std::chrono::steady_clock::now()), spans(devices), flows(devices) {
+}
 
 void TraceRecorder::record(int device, const plan::Instruction &instruction,
                            int64_t step,
@@ -192,8 +193,28 @@ void TraceRecorder::record(int device, const plan::Instruction &instruction,
   double from =
       std::chrono::duration<double, std::micro>(start - origin).count();
   double to = std::chrono::duration<double, std::micro>(end - origin).count();
+  if (instruction.op() == "send" || instruction.op() == "recv") {
+    // The arrow from a send to its recv (Chrome flow events).
+    auto attribute = [&](const char *key, int64_t fallback) {
+      for (const plan::Attribute &a : instruction.attributes())
+        if (a.name() == key)
+          return a.i();
+      return fallback;
+    };
+    bool isSend = instruction.op() == "send";
+    int64_t peer = attribute("peer", 0);
+    int64_t microBatch =
+        (step + attribute("step_offset", 0)) * attribute("micro_batches", 1) +
+        attribute("micro_batch", 0);
+    std::string id = std::to_string(isSend ? device : peer) + ">" +
+                     std::to_string(isSend ? peer : device) + ":" +
+                     std::to_string(microBatch) + ":" +
+                     std::to_string(attribute("value", 0));
+    flows[device].push_back({id, isSend, isSend ? from : to});
+  }
   std::vector<Span> &list = spans[device];
-  if (!list.empty() && list.back().name == name && list.back().step == step) {
+  if (!list.empty() && list.back().name == name && list.back().step == step &&
+      list.back().microBatch == instruction.micro_batch()) {
     list.back().end = to;
     return;
   }
@@ -228,6 +249,17 @@ std::string TraceRecorder::json(int64_t cycle) const {
       out += buffer;
     }
   }
+  for (size_t d = 0; d < flows.size(); ++d)
+    for (const FlowEnd &flow : flows[d]) {
+      std::snprintf(buffer, sizeof(buffer),
+                    ",\n{\"name\": \"message\", \"cat\": \"flow\", "
+                    "\"ph\": \"%s\", %s\"id\": \"%s\", \"pid\": 0, "
+                    "\"tid\": %zu, \"ts\": %.3f}",
+                    flow.isSend ? "s" : "f",
+                    flow.isSend ? "" : "\"bp\": \"e\", ", flow.id.c_str(), d,
+                    flow.at);
+      out += buffer;
+    }
   return out + "\n]}\n";
 }
 

@@ -39,8 +39,16 @@ private:
     int64_t timeStep;
     double begin, end;
   };
+  /// One end of a send -> recv arrow: the message's id names sender,
+  /// receiver, micro-batch over the run and value.
+  struct FlowEnd {
+    std::string id;
+    bool isSend;
+    double at;
+  };
   std::chrono::steady_clock::time_point origin;
   std::vector<std::vector<Span>> spans;
+  std::vector<std::vector<FlowEnd>> flows;
 };
 
 class Executor {
