@@ -125,7 +125,8 @@ void Executor::runInstructions(const StepContext &context) {
   int64_t lastSlot = std::max(planRef.micro_batches(), 1) - 1;
   auto skipped = [&](const plan::Instruction &instruction) {
     return instruction.min_step() > context.step ||
-           (instruction.last_slot() && context.slot != lastSlot);
+           (instruction.last_slot() && context.slot != lastSlot) ||
+           (draining && !instruction.drain());
   };
   if (!report && profile.empty() && !trace) {
     for (size_t i = 0; i < train.size(); ++i)
@@ -278,18 +279,21 @@ int64_t Executor::optimizerBytes() {
   return total;
 }
 
-void Executor::flush(int64_t totalSteps) {
+void Executor::flush(int64_t totalSteps, const Loader *loader) {
   const plan::Device &device = planRef.devices(deviceIndex);
   int n = device.instructions_size();
-  if (planRef.strategy() == "2bw") {
+  if (planRef.strategy() == "2bw" || planRef.strategy() == "cdp-mp") {
     // The drain: step totalSteps's backwards of the last micro-batches and
     // the last update, without new forwards.
-    StepContext context{totalSteps, 0, 0, nullptr};
-    for (int i = 0; i < n; ++i) {
-      const plan::Instruction &instruction = device.instructions(i);
-      if (instruction.drain() && instruction.min_step() <= totalSteps)
-        train[i]->run(context);
+    draining = true;
+    try {
+      runStep(StepContext{totalSteps, 0, 0, loader});
+    } catch (...) {
+      draining = false;
+      throw;
     }
+    draining = false;
+    --steps; // not a training step
     return;
   }
   for (int begin = 0; begin < n;) {

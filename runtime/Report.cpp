@@ -334,11 +334,17 @@ std::string predictReport(const plan::Plan &plan, int64_t steps) {
   const PlanFacts &facts = report.facts();
   for (int d = 0; d < plan.devices_size(); ++d) {
     const plan::Device &device = plan.devices(d);
-    for (int64_t t = 0; t < steps; ++t) {
+    // 2bw and cdp-mp end with a drain: one more step of the instructions
+    // marked `drain` (the last backwards and update).
+    bool drains = false;
+    for (const plan::Instruction &instruction : device.instructions())
+      drains |= instruction.drain();
+    for (int64_t t = 0; t < steps + (drains ? 1 : 0); ++t) {
+      bool draining = t == steps;
       report.startStep(d, t);
       for (int i = 0; i < device.instructions_size(); ++i) {
         const plan::Instruction &instruction = device.instructions(i);
-        if (instruction.min_step() > t)
+        if (instruction.min_step() > t || (draining && !instruction.drain()))
           continue;
         int64_t tau = facts.timeOf(instruction, t);
         if (facts.unitBegins[d][i])

@@ -432,8 +432,9 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
   }
   for (auto &[value, stage] : paramStage)
     plan.mutable_tensors(ids.lookup(value))->set_device(stage - 1);
-  if (strategy == "2bw" && !replicas.empty())
-    return func.emitError("2bw with a parameter shared across stages (")
+  bool twoVersions = strategy == "2bw" || strategy == "cdp-mp";
+  if (twoVersions && !replicas.empty())
+    return func.emitError(strategy + " with a parameter shared across stages (")
            << plan.tensors(ids.lookup(replicas.begin()->first)).name()
            << ") is not supported yet: its replicas would need both weight "
               "versions (use gpipe or 1f1b, or cut elsewhere with "
@@ -451,7 +452,7 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
       cycle = std::max(cycle, at[s][i] + (orders[s][i].kind == 'U' ? 0 : 1));
   // 2bw's steady state: each step's program alternates M backwards and M
   // forwards, one time step each.
-  if (strategy == "2bw")
+  if (strategy == "2bw" || strategy == "cdp-mp")
     cycle = 2 * M;
   plan::Schedule *schedule = plan.mutable_schedule();
   schedule->set_stages(S);
@@ -505,7 +506,6 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
   // 2bw keeps two versions of every trained parameter: the plan's tensor
   // (the latest, updated in place) and its previous value, copied just
   // before each update (algorithms.md 3.2.3).
-  bool twoVersions = strategy == "2bw";
   llvm::DenseMap<int, int> previousVersion;
   if (twoVersions)
     for (auto &[value, stage] : paramStage) {
@@ -586,17 +586,30 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
     std::vector<Entry> entries;
     if (twoVersions) {
       int64_t warmup = std::min(S - s + 1, M);
+      // Time steps: 2bw's program alternates one backward and one forward
+      // per time step pair; cdp-mp follows CDP's time-step model with
+      // N = L (offsets s_i = 2i): F of micro-batch i at stage s at
+      // 2i + s - 1, its B at 2i + 2L - s.
+      bool cdp = strategy == "cdp-mp";
+      auto forwardTime = [&](int64_t i) {
+        return cdp ? 2 * i + s - 1 : 2 * i + 1;
+      };
+      auto backwardTime = [&](int64_t i, int64_t k, int64_t stepRel) {
+        return cdp ? 2 * k + 2 * S - s + stepRel * 2 * M : 2 * i;
+      };
       bool updated = false;
       for (int64_t i = 0; i < M; ++i) {
         if (i < warmup)
-          entries.push_back({'B', i - warmup + M, -1, 2 * i, false});
+          entries.push_back({'B', i - warmup + M, -1,
+                             backwardTime(i, i - warmup + M, -1), false});
         else
-          entries.push_back({'B', i - warmup, 0, 2 * i, true});
+          entries.push_back(
+              {'B', i - warmup, 0, backwardTime(i, i - warmup, 0), true});
         if (i == warmup - 1) {
-          entries.push_back({'U', 0, -1, 2 * i + 1, false});
+          entries.push_back({'U', 0, -1, entries.back().time, false});
           updated = true;
         }
-        entries.push_back({'F', i, 0, 2 * i + 1, updated});
+        entries.push_back({'F', i, 0, forwardTime(i), updated});
       }
       // Before the update the previous version is W(t - 2) for the
       // previous step's backwards; after it, W(t - 1) for this step's.

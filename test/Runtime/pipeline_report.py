@@ -19,9 +19,11 @@ m, steps = int(m), 3
 os.makedirs(work, exist_ok=True)
 plan, predicted, measured = (os.path.join(work, f) for f in
                              ("plan.cdp", "predicted.json", "measured.json"))
-subprocess.run([os.path.join(bin_dir, "cdp-compile"), model, "-o", plan, "--strategy", strategy,
-                "--micro-batches", str(m), "--stage-boundaries", "tanh0,tanh1,tanh2",
-                "--optimizer", "momentum", "--report", predicted, "--steps", str(steps)],
+# cdp-mp: N = L micro-batches share the L devices.
+count = ["--devices", str(m)] if strategy == "cdp-mp" else ["--micro-batches", str(m)]
+subprocess.run([os.path.join(bin_dir, "cdp-compile"), model, "-o", plan, "--strategy", strategy]
+               + count + ["--stage-boundaries", "tanh0,tanh1,tanh2",
+                          "--optimizer", "momentum", "--report", predicted, "--steps", str(steps)],
                check=True)
 rng = np.random.default_rng(0)
 np.save(os.path.join(work, "x.npy"), rng.standard_normal((2 * m * steps, 16)).astype(np.float32))
@@ -45,4 +47,5 @@ peak = lambda key: [max(t[d][key] for t in got) for d in range(devices)]
 print("stash units", peak("activation_units"))
 print("activation bytes", peak("activation_bytes"))
 print("extra version bytes", peak("weight_version_bytes"), "stage params", report["stage_param_bytes"])
+print("devices", devices)
 print("sent bytes per step", sum(d["sent_bytes"] for t in got[:len(got) // steps] for d in t))

@@ -70,7 +70,7 @@ INPUT = {"deep_mlp": (B, 12), "cnn": (B, 1, 8, 8)}
 
 
 def version_delay(strategy, rule, table):
-    offsets = [(2 * L * i) // N for i in range(N)] if strategy == "cdp" else [0] * N
+    offsets = [(2 * L * i) // N for i in range(N)] if strategy != "dp" else [0] * N
     delay = [[0] * L for _ in range(N)]
     for i in range(N):
         for l in range(1, L + 1):
@@ -175,6 +175,8 @@ def main():
             "--optimizer", "momentum", "--lr", str(LR)]
     if strategy == "cdp":
         args += ["--cdp-rule", rule, "--v2-table", table]
+    if strategy == "cdp-mp":
+        args += ["--cdp-rule", rule]
     subprocess.run(args, check=True)
     subprocess.run([os.path.join(bin_dir, "cdp-run"), plan,
                     "--feed", "input=" + os.path.join(work, "x.npy"),
@@ -191,11 +193,11 @@ def main():
         failures += not ok
         print("%s param %-14s max abs error %.2e" % ("ok  " if ok else "FAIL", n,
                                                       np.abs(got - want).max()))
-    if strategy == "cdp":
+    if strategy != "dp":
         spread = max(float((final[n] - dp_final[n]).abs().max()) for n in names)
         print("%s reference differs from dp's by %.2e" % ("ok  " if spread > 1e-4 else "FAIL", spread))
         failures += spread <= 1e-4
-    label = strategy if strategy == "dp" else "cdp-%s%s" % (rule, "" if rule == "v1" else "-" + table)
+    label = strategy if strategy == "dp" else "%s-%s%s" % (strategy, rule, "" if rule == "v1" else "-" + table)
     label += " N=%d" % N
     print("%s %s: %s" % (model_name, label, "all match" if not failures else "%d mismatches" % failures))
     return 1 if failures else 0

@@ -56,9 +56,9 @@ cl::opt<std::string> strategy(
     "strategy",
     cl::desc("Parallel strategy: single (one device), dp (data parallel), cdp "
              "(cyclic data parallel), gpipe, 1f1b (PipeDream-Flush), 2bw "
-             "(PipeDream-2BW): pipelines run one device per stage; cdp-mp "
-             "arrives later"),
-    cl::value_desc("single|dp|cdp|gpipe|1f1b|2bw"), cl::init("single"),
+             "(PipeDream-2BW), cdp-mp (CDP with model parallelism, N = L): "
+             "pipelines run one device per stage"),
+    cl::value_desc("single|dp|cdp|gpipe|1f1b|2bw|cdp-mp"), cl::init("single"),
     cl::cat(category));
 cl::opt<std::string> devices("devices",
                              cl::desc("Devices N: dp and cdp run one "
@@ -222,10 +222,11 @@ int main(int argc, char **argv) {
     die("--emit must be mlir, plan, train-mlir or sched-mlir, got '" + emit +
         "'");
   if (strategy != "single" && strategy != "dp" && strategy != "cdp" &&
-      strategy != "gpipe" && strategy != "1f1b" && strategy != "2bw")
+      strategy != "gpipe" && strategy != "1f1b" && strategy != "2bw" &&
+      strategy != "cdp-mp")
     die("--strategy " + strategy +
         " is not available yet (this release "
-        "supports single, dp, cdp, gpipe, 1f1b and 2bw)");
+        "supports single, dp, cdp, gpipe, 1f1b, 2bw and cdp-mp)");
   int64_t deviceCount = 1, stageCount = 0;
   if (!llvm::to_integer(llvm::StringRef(devices), deviceCount, 10) ||
       deviceCount < 1)
@@ -237,8 +238,34 @@ int main(int argc, char **argv) {
     die("--strategy single runs on 1 device, not " + devices +
         " (use --strategy dp or cdp)");
   bool dataParallel = strategy == "dp" || strategy == "cdp";
-  bool pipelined =
-      strategy == "gpipe" || strategy == "1f1b" || strategy == "2bw";
+  bool pipelined = strategy == "gpipe" || strategy == "1f1b" ||
+                   strategy == "2bw" || strategy == "cdp-mp";
+  if (strategy == "cdp-mp") {
+    // N micro-batches share the stages' devices (algorithms.md 2.6). With
+    // N = L every stage needs one device: L devices instead of DP + MP's
+    // N·L. Other N come later.
+    if (!devices.getNumOccurrences() || deviceCount < 2)
+      die("--strategy cdp-mp needs --devices N >= 2 (the micro-batches of a "
+          "step; the stages default to N)");
+    if (stageCount == 0 && stageBoundaries.empty())
+      stageCount = deviceCount;
+    int64_t L = stageBoundaries.empty()
+                    ? stageCount
+                    : llvm::StringRef(stageBoundaries).count(',') + 2;
+    if (L != deviceCount)
+      die("--strategy cdp-mp supports N = L for now (one device per stage, "
+          "shared by the N micro-batches): got --devices " +
+          devices + " and " + std::to_string(L) + " stages");
+    if (cdpRule.getNumOccurrences() && cdpRule != "v1")
+      die("--strategy cdp-mp supports --cdp-rule v1 for now (with N = L it "
+          "is PipeDream-2BW with m = d, algorithms.md 2.6); v2's per-stage "
+          "fresh versions on shared devices are not there yet");
+    if (microBatches.getNumOccurrences() &&
+        llvm::StringRef(microBatches) != llvm::StringRef(devices))
+      die("--strategy cdp-mp runs one micro-batch per --devices: "
+          "--micro-batches " +
+          microBatches + " differs from --devices " + devices);
+  }
   if (pipelined && stageCount == 0 && stageBoundaries.empty())
     stageCount = 4;
   if (emit == "sched-mlir" && strategy != "dp" && strategy != "cdp")

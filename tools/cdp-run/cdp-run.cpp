@@ -396,7 +396,7 @@ int main(int argc, char **argv) {
           plan.strategy() + ")");
     if (deviceCount > 1 && !options.saveOutputs.empty() &&
         (plan.strategy() == "gpipe" || plan.strategy() == "1f1b" ||
-         plan.strategy() == "2bw"))
+         plan.strategy() == "2bw" || plan.strategy() == "cdp-mp"))
       die("--save-outputs is not available for pipeline plans (" +
           plan.strategy() + "): the outputs are spread over stash slots");
     int64_t slots = std::max(plan.micro_batches(), 1);
@@ -544,7 +544,8 @@ int main(int argc, char **argv) {
             orders.push_back(std::move(order));
           }
         bool pipeline = plan.strategy() == "gpipe" ||
-                        plan.strategy() == "1f1b" || plan.strategy() == "2bw";
+                        plan.strategy() == "1f1b" || plan.strategy() == "2bw" ||
+                        plan.strategy() == "cdp-mp";
         std::vector<float> losses(total * deviceCount, 0.0f);
         std::atomic<int64_t> progress{0};
         std::mutex errorMutex;
@@ -606,7 +607,7 @@ int main(int argc, char **argv) {
               if (d == 0)
                 progress = t + 1;
             }
-            ex.flush(total);
+            ex.flush(total, &loader);
           } catch (const RuntimeError &e) {
             std::lock_guard<std::mutex> lock(errorMutex);
             if (firstError.empty())

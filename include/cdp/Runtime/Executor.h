@@ -72,8 +72,10 @@ public:
   /// Training steps run so far.
   int64_t stepsRun() const { return steps; }
   /// After the last of `steps` steps: applies the reductions still pending
-  /// (delayed updates), so that the parameters are theta_T.
-  void flush(int64_t steps);
+  /// (delayed updates), so that the parameters are theta_T. 2bw and
+  /// cdp-mp: the drain (the last micro-batches' backwards and the
+  /// last update) runs as step `steps`, reported like any step.
+  void flush(int64_t steps, const Loader *loader = nullptr);
 
   int device() const { return deviceIndex; }
 
@@ -116,6 +118,7 @@ private:
   std::vector<std::unique_ptr<Kernel>> train, eval;
   std::vector<double> profile;
   int64_t steps = 0;
+  bool draining = false; ///< flush: only `drain` instructions run
 };
 
 } // namespace cdp::runtime
