@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -281,7 +282,21 @@ std::string ReportBuilder::json() const {
       os << (l ? ", " : "") << schedule.live_versions(l);
     os << "]},\n";
   }
-  os << "\"time_steps\": [\n";
+  // Busy time steps per device in one step of the schedule (forward and
+  // backward work), and the rest of the cycle as the bubble.
+  os << "\"step_time_steps\": " << planFacts.cycle
+     << ", \"bubble_fraction\": [";
+  for (int d = 0; d < N; ++d) {
+    std::set<int64_t> busy;
+    for (const plan::Instruction &instruction : plan.devices(d).instructions())
+      if (instruction.phase() == "forward" || instruction.phase() == "backward")
+        busy.insert(
+            ((instruction.time_step() % planFacts.cycle) + planFacts.cycle) %
+            planFacts.cycle);
+    os << (d ? ", " : "")
+       << 1.0 - static_cast<double>(busy.size()) / planFacts.cycle;
+  }
+  os << "],\n\"time_steps\": [\n";
   std::vector<int64_t> units(N, 0), live[2];
   live[0].assign(N, 0);
   live[1].assign(N, 0);
