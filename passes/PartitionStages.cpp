@@ -4,7 +4,11 @@
 #include "cdp/Passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringSet.h"
+
+#include <cmath>
+#include <limits>
 
 namespace cdp {
 #define GEN_PASS_DEF_PARTITIONSTAGES
@@ -48,9 +52,100 @@ std::string nodeName(Operation *op) {
   return "";
 }
 
+int64_t bytesOf(Value value) {
+  auto type = cast<RankedTensorType>(value.getType());
+  int64_t width = std::max<int64_t>(type.getElementTypeBitWidth() / 8, 1);
+  return type.getNumElements() * width;
+}
+
 struct PartitionStagesPass
     : public cdp::impl::PartitionStagesBase<PartitionStagesPass> {
   using PartitionStagesBase::PartitionStagesBase;
+
+  /// The contiguous partition of `ops` into `count` stages with the least
+  /// largest stage cost among those whose stages all fit the memory cap
+  /// (dynamic programming over cut positions), or an error naming the
+  /// smallest cap any partition into `count` stages needs.
+  LogicalResult partitionUnderCap(func::FuncOp func, ArrayRef<Operation *> ops,
+                                  int64_t count,
+                                  SmallVector<int64_t> &stageOf) {
+    size_t n = ops.size();
+    SmallVector<double> costPrefix(n + 1, 0), paramPrefix(n + 1, 0),
+        activationPrefix(n + 1, 0);
+    llvm::DenseSet<Value> counted;
+    for (size_t i = 0; i < n; ++i) {
+      double params = 0, activations = 0;
+      for (Value operand : ops[i]->getOperands())
+        if (auto param = operand.getDefiningOp<ParamOp>())
+          if (!param.getBuffer() && counted.insert(operand).second)
+            params += bytesOf(operand);
+      for (Value result : ops[i]->getResults())
+        activations += bytesOf(result);
+      costPrefix[i + 1] = costPrefix[i] + costOf(ops[i]);
+      paramPrefix[i + 1] = paramPrefix[i] + params;
+      activationPrefix[i + 1] = activationPrefix[i] + activations;
+    }
+    bool twoVersions = strategy == "2bw" || strategy == "cdp-mp";
+    // Weights (one or two versions), a micro-batch's gradient and the
+    // step's accumulator, optimizer state.
+    double perParamByte = (twoVersions ? 2 : 1) + 2 + optimizerCopies;
+    // Ops [begin, end) as stage s (1-based).
+    auto memory = [&](size_t begin, size_t end, int64_t s) {
+      int64_t stash = strategy == "gpipe"
+                          ? microBatches
+                          : std::min<int64_t>(count - s + 1, microBatches);
+      return perParamByte * (paramPrefix[end] - paramPrefix[begin]) +
+             stash * (activationPrefix[end] - activationPrefix[begin]);
+    };
+    auto cost = [&](size_t begin, size_t end) {
+      return costPrefix[end] - costPrefix[begin];
+    };
+    const double infinity = std::numeric_limits<double>::infinity();
+    // best[s][j]: the objective over the first j ops cut into s stages;
+    // objective(b, e, s) is a stage's cost (under the cap) or its memory.
+    auto solve = [&](auto objective, SmallVector<SmallVector<size_t>> &from) {
+      SmallVector<SmallVector<double>> best(
+          count + 1, SmallVector<double>(n + 1, infinity));
+      from.assign(count + 1, SmallVector<size_t>(n + 1, 0));
+      best[0][0] = 0;
+      for (int64_t s = 1; s <= count; ++s)
+        for (size_t j = s; j + (count - s) <= n; ++j)
+          for (size_t i = s - 1; i < j; ++i) {
+            if (best[s - 1][i] == infinity)
+              continue;
+            double value = std::max(best[s - 1][i], objective(i, j, s));
+            if (value < best[s][j]) {
+              best[s][j] = value;
+              from[s][j] = i;
+            }
+          }
+      return best[count][n];
+    };
+    SmallVector<SmallVector<size_t>> from;
+    double cap = static_cast<double>(deviceMemory);
+    double largestCost = solve(
+        [&](size_t b, size_t e, int64_t s) {
+          return memory(b, e, s) <= cap ? cost(b, e) : infinity;
+        },
+        from);
+    if (largestCost == infinity) {
+      SmallVector<SmallVector<size_t>> unused;
+      double smallest = solve(memory, unused);
+      func.emitError("no partition into ")
+          << count << " stages fits --device-memory "
+          << static_cast<int64_t>(deviceMemory)
+          << " bytes per device; the smallest cap that would is "
+          << static_cast<int64_t>(std::ceil(smallest))
+          << " bytes (estimate: weights x versions, gradients, optimizer "
+             "state and "
+          << strategy << "'s stashed activations; or use more stages)";
+      return failure();
+    }
+    for (size_t j = n, s = count; s > 0; j = from[s][j], --s)
+      for (size_t i = from[s][j]; i < j; ++i)
+        stageOf[i] = s;
+    return success();
+  }
 
   void runOnOperation() override {
     func::FuncOp func = getOperation().lookupSymbol<func::FuncOp>("main");
@@ -123,6 +218,9 @@ struct PartitionStagesPass
           ++c;
         }
       }
+    } else if (deviceMemory > 0) {
+      if (failed(partitionUnderCap(func, ops, count, stageOf)))
+        return signalPassFailure();
     } else {
       double total = 0;
       SmallVector<double> prefix;

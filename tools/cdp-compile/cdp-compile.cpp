@@ -77,6 +77,13 @@ cl::opt<std::string> stageBoundaries(
     cl::desc(
         "Cut stages after these ONNX nodes instead of using the cost model"),
     cl::value_desc("NODE,..."), cl::cat(category));
+cl::opt<std::string> deviceMemory(
+    "device-memory",
+    cl::desc("Per-device memory cap in bytes for gpipe, 1f1b, 2bw and "
+             "cdp-mp: stages are cut so that each fits (weights x versions, "
+             "gradients, optimizer state, stashed activations), balancing "
+             "cost among the partitions that do"),
+    cl::value_desc("BYTES"), cl::cat(category));
 cl::opt<std::string> cdpRule("cdp-rule",
                              cl::desc("CDP update rule (default v2)"),
                              cl::value_desc("v1|v2"), cl::init("v2"),
@@ -270,6 +277,20 @@ int main(int argc, char **argv) {
     stageCount = 4;
   if (emit == "sched-mlir" && strategy != "dp" && strategy != "cdp")
     die("--emit=sched-mlir needs --strategy dp or cdp");
+  int64_t deviceMemoryBytes = 0;
+  if (deviceMemory.getNumOccurrences()) {
+    if (!llvm::to_integer(llvm::StringRef(deviceMemory), deviceMemoryBytes,
+                          10) ||
+        deviceMemoryBytes < 1)
+      die("--device-memory must be a positive number of bytes, got '" +
+          deviceMemory + "'");
+    if (!pipelined)
+      die("--device-memory applies to the pipelines (gpipe, 1f1b, 2bw, "
+          "cdp-mp), not --strategy " +
+          strategy);
+    if (!stageBoundaries.empty())
+      die("--device-memory cuts the stages itself; drop --stage-boundaries");
+  }
   int64_t microBatchCount = 1;
   if (!llvm::to_integer(llvm::StringRef(microBatches), microBatchCount, 10) ||
       microBatchCount < 1)
@@ -390,6 +411,16 @@ int main(int argc, char **argv) {
             boundaryNames.push_back(name.trim().str());
         }
         partition.boundaries = boundaryNames;
+        if (deviceMemoryBytes > 0) {
+          partition.deviceMemory = deviceMemoryBytes;
+          partition.strategy = strategy;
+          partition.microBatches = microBatchCount;
+          bool withMomentum = optimizer == "momentum" ? momentumValue != 0.0
+                                                      : momentumValue > 0.0;
+          partition.optimizerCopies = optimizer == "adam" ? 2
+                                      : withMomentum      ? 1
+                                                          : 0;
+        }
         pm.addPass(cdp::createPartitionStages(partition));
       }
       cdp::AutodiffOptions autodiffOptions;
@@ -456,6 +487,28 @@ int main(int argc, char **argv) {
       cdp::plan::Plan plan;
       if (mlir::failed(cdp::buildPlan(*module, emitOptions, plan)))
         die(inputPath + ": " + diagnostic);
+      if (deviceMemoryBytes > 0) {
+        // The partition fit the estimate; hold the plan itself to the cap
+        // too (its peak over two steps, 2bw's second version included).
+        std::string json = cdp::runtime::predictReport(plan, 2);
+        llvm::StringRef peaks = llvm::StringRef(json)
+                                    .split("\"device_bytes\": [")
+                                    .second.split(']')
+                                    .first;
+        llvm::SmallVector<llvm::StringRef> values;
+        peaks.split(values, ',');
+        for (auto [device, text] : llvm::enumerate(values)) {
+          int64_t peak = 0;
+          if (!llvm::to_integer(text.trim(), peak, 10) ||
+              peak <= deviceMemoryBytes)
+            continue;
+          die(inputPath + ": the plan's predicted peak on device " +
+              std::to_string(device) + " is " + std::to_string(peak) +
+              " bytes, above --device-memory " + deviceMemory +
+              " (the partition estimate left out workspace and the loss's "
+              "buffers; raise the cap or use more stages)");
+        }
+      }
       if (!reportPath.empty()) {
         std::string json = cdp::runtime::predictReport(plan, reportStepCount);
         std::error_code ec;

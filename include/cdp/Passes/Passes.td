@@ -100,7 +100,14 @@ def PartitionStages : Pass<"cdp-partition-stages", "mlir::ModuleOp"> {
     are contiguous in op order. With `boundaries`, the cuts fall after the
     named ONNX nodes; otherwise a cost model (multiply-adds of gemm, matmul
     and conv, elements for everything else) balances the cumulative cost,
-    cutting where the running total first reaches k/L of it. Parameters and
+    cutting where the running total first reaches k/L of it.
+
+    With `device-memory`, the cut is the contiguous partition with the
+    smallest largest stage cost among those whose every stage fits the cap
+    by the estimate: parameters × (weight versions + a micro-batch's gradient +
+    the accumulator + optimizer copies) plus the stashed micro-batches (GPipe m; 1F1B, 2BW,
+    cdp-mp min(L - s + 1, m)) × the bytes the stage's forward ops write.
+    When none fits, the error names the smallest cap that would. Parameters and
     constants take no stage here (they belong to the stage of their first
     user); the loss belongs to the last stage. Autodiff later gives every
     backward op the stage of the forward op it differentiates.
@@ -116,6 +123,15 @@ def PartitionStages : Pass<"cdp-partition-stages", "mlir::ModuleOp"> {
            "Number of stages (0: min(4, ops with parameters))">,
     ListOption<"boundaries", "boundaries", "std::string",
                "Cut after these ONNX nodes instead of using the cost model">,
+    Option<"deviceMemory", "device-memory", "int64_t", "0",
+           "Per-device cap in bytes on the estimated stage memory (0: none)">,
+    Option<"strategy", "strategy", "std::string", "\"gpipe\"",
+           "Pipeline strategy whose stash and weight versions the memory "
+           "estimate counts (gpipe, 1f1b, 2bw, cdp-mp)">,
+    Option<"microBatches", "micro-batches", "int64_t", "1",
+           "Micro-batches per step (the stash of the memory estimate)">,
+    Option<"optimizerCopies", "optimizer-copies", "int64_t", "0",
+           "Optimizer state per parameter byte (momentum 1, Adam 2)">,
   ];
 }
 
