@@ -6,6 +6,8 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
 
 #include <cmath>
 #include <limits>
@@ -62,12 +64,69 @@ struct PartitionStagesPass
     : public cdp::impl::PartitionStagesBase<PartitionStagesPass> {
   using PartitionStagesBase::PartitionStagesBase;
 
+  /// The cost of every op: the analytic model, or with `profile` the
+  /// measured milliseconds of its ONNX node shared among the node's ops.
+  LogicalResult opCosts(func::FuncOp func, ArrayRef<Operation *> ops,
+                        SmallVector<double> &costs) {
+    costs.clear();
+    if (profile.empty()) {
+      for (Operation *op : ops)
+        costs.push_back(costOf(op));
+      return success();
+    }
+    auto buffer = llvm::MemoryBuffer::getFile(profile);
+    if (!buffer) {
+      func.emitError("--profile ")
+          << profile << ": " << buffer.getError().message();
+      return failure();
+    }
+    llvm::Expected<llvm::json::Value> json =
+        llvm::json::parse((*buffer)->getBuffer());
+    const llvm::json::Array *instructions =
+        json && json->getAsObject()
+            ? json->getAsObject()->getArray("instructions")
+            : nullptr;
+    if (!instructions) {
+      if (!json)
+        llvm::consumeError(json.takeError());
+      func.emitError("--profile ")
+          << profile
+          << ": not a cdp-run --profile file (no \"instructions\" array)";
+      return failure();
+    }
+    llvm::StringMap<double> milliseconds;
+    for (const llvm::json::Value &entry : *instructions) {
+      const llvm::json::Object *object = entry.getAsObject();
+      std::optional<llvm::StringRef> location =
+          object ? object->getString("location") : std::nullopt;
+      std::optional<double> ms =
+          object ? object->getNumber("ms") : std::nullopt;
+      if (location && ms)
+        milliseconds[*location] += *ms;
+    }
+    llvm::StringMap<int> opsOfNode;
+    for (Operation *op : ops)
+      ++opsOfNode[nodeName(op)];
+    for (Operation *op : ops) {
+      std::string name = nodeName(op);
+      auto it = milliseconds.find(name);
+      if (it == milliseconds.end()) {
+        func.emitError("--profile ")
+            << profile << " has no time for node '" << name
+            << "'; profile this model with cdp-run --profile";
+        return failure();
+      }
+      costs.push_back(it->second / opsOfNode[name]);
+    }
+    return success();
+  }
+
   /// The contiguous partition of `ops` into `count` stages with the least
   /// largest stage cost among those whose stages all fit the memory cap
   /// (dynamic programming over cut positions), or an error naming the
   /// smallest cap any partition into `count` stages needs.
   LogicalResult partitionUnderCap(func::FuncOp func, ArrayRef<Operation *> ops,
-                                  int64_t count,
+                                  ArrayRef<double> costs, int64_t count,
                                   SmallVector<int64_t> &stageOf) {
     size_t n = ops.size();
     SmallVector<double> costPrefix(n + 1, 0), paramPrefix(n + 1, 0),
@@ -81,7 +140,7 @@ struct PartitionStagesPass
             params += bytesOf(operand);
       for (Value result : ops[i]->getResults())
         activations += bytesOf(result);
-      costPrefix[i + 1] = costPrefix[i] + costOf(ops[i]);
+      costPrefix[i + 1] = costPrefix[i] + costs[i];
       paramPrefix[i + 1] = paramPrefix[i] + params;
       activationPrefix[i + 1] = activationPrefix[i] + activations;
     }
@@ -187,6 +246,9 @@ struct PartitionStagesPass
       return signalPassFailure();
     }
 
+    SmallVector<double> costs;
+    if (failed(opCosts(func, ops, costs)))
+      return signalPassFailure();
     SmallVector<int64_t> stageOf(ops.size(), 1);
     if (!boundaries.empty()) {
       llvm::StringMap<size_t> position;
@@ -219,13 +281,13 @@ struct PartitionStagesPass
         }
       }
     } else if (deviceMemory > 0) {
-      if (failed(partitionUnderCap(func, ops, count, stageOf)))
+      if (failed(partitionUnderCap(func, ops, costs, count, stageOf)))
         return signalPassFailure();
     } else {
       double total = 0;
       SmallVector<double> prefix;
-      for (Operation *op : ops)
-        prefix.push_back(total += costOf(op));
+      for (double cost : costs)
+        prefix.push_back(total += cost);
       int64_t stage = 1;
       for (size_t i = 0; i < ops.size(); ++i) {
         stageOf[i] = stage;

@@ -145,7 +145,8 @@ void Executor::runInstructions(const StepContext &context) {
     train[i]->run(context);
     auto end = std::chrono::steady_clock::now();
     if (!profile.empty())
-      profile[i] += std::chrono::duration<double>(end - start).count();
+      (steps == 1 ? firstStepProfile : profile)[i] +=
+          std::chrono::duration<double>(end - start).count();
     if (trace)
       trace->record(deviceIndex, instruction, context.step, start, end);
     if (!report)
@@ -262,6 +263,15 @@ std::string TraceRecorder::json(int64_t cycle) const {
       out += buffer;
     }
   return out + "\n]}\n";
+}
+
+std::vector<double> Executor::profileSeconds() const {
+  if (steps <= 1)
+    return firstStepProfile;
+  std::vector<double> mean = profile;
+  for (double &seconds : mean)
+    seconds /= static_cast<double>(steps - 1);
+  return mean;
 }
 
 int64_t Executor::workspaceBytes() const {

@@ -84,6 +84,12 @@ cl::opt<std::string> deviceMemory(
              "gradients, optimizer state, stashed activations), balancing "
              "cost among the partitions that do"),
     cl::value_desc("BYTES"), cl::cat(category));
+cl::opt<std::string> profilePath(
+    "profile",
+    cl::desc("Balance stages on measured times: a cdp-run --profile FILE of "
+             "this model (single device), instead of the analytic cost "
+             "model"),
+    cl::value_desc("FILE"), cl::cat(category));
 cl::opt<std::string> cdpRule("cdp-rule",
                              cl::desc("CDP update rule (default v2)"),
                              cl::value_desc("v1|v2"), cl::init("v2"),
@@ -411,6 +417,8 @@ int main(int argc, char **argv) {
             boundaryNames.push_back(name.trim().str());
         }
         partition.boundaries = boundaryNames;
+        if (profilePath.getNumOccurrences())
+          partition.profile = profilePath;
         if (deviceMemoryBytes > 0) {
           partition.deviceMemory = deviceMemoryBytes;
           partition.strategy = strategy;

@@ -107,7 +107,10 @@ def PartitionStages : Pass<"cdp-partition-stages", "mlir::ModuleOp"> {
     by the estimate: parameters × (weight versions + a micro-batch's gradient +
     the accumulator + optimizer copies) plus the stashed micro-batches (GPipe m; 1F1B, 2BW,
     cdp-mp min(L - s + 1, m)) × the bytes the stage's forward ops write.
-    When none fits, the error names the smallest cap that would. Parameters and
+    When none fits, the error names the smallest cap that would. With
+    `profile` (a `cdp-run --profile` file of the same model), an op's cost
+    is the measured time of its ONNX node, forward and backward, shared
+    among the ops the node became. Parameters and
     constants take no stage here (they belong to the stage of their first
     user); the loss belongs to the last stage. Autodiff later gives every
     backward op the stage of the forward op it differentiates.
@@ -132,6 +135,9 @@ def PartitionStages : Pass<"cdp-partition-stages", "mlir::ModuleOp"> {
            "Micro-batches per step (the stash of the memory estimate)">,
     Option<"optimizerCopies", "optimizer-copies", "int64_t", "0",
            "Optimizer state per parameter byte (momentum 1, Adam 2)">,
+    Option<"profile", "profile", "std::string", "",
+           "A cdp-run --profile JSON: op costs are the measured times of "
+           "their ONNX node (forward and backward) instead of the model">,
   ];
 }
 

@@ -67,8 +67,13 @@ public:
   void runStep(const StepContext &context);
 
   /// Times every instruction of later steps (seconds, summed over steps).
-  void enableProfiling() { profile.assign(train.size(), 0.0); }
-  const std::vector<double> &profileSeconds() const { return profile; }
+  void enableProfiling() {
+    profile.assign(train.size(), 0.0);
+    firstStepProfile.assign(train.size(), 0.0);
+  }
+  /// Mean seconds per step of every instruction, leaving out the first
+  /// step (kernel setup, oneDNN primitive creation) when more ran.
+  std::vector<double> profileSeconds() const;
   /// Training steps run so far.
   int64_t stepsRun() const { return steps; }
   /// After the last of `steps` steps: applies the reductions still pending
@@ -116,7 +121,7 @@ private:
   std::vector<std::vector<uint64_t>> persistent; // 8-byte aligned storage
   std::vector<TensorView> views;
   std::vector<std::unique_ptr<Kernel>> train, eval;
-  std::vector<double> profile;
+  std::vector<double> profile, firstStepProfile;
   int64_t steps = 0;
   bool draining = false; ///< flush: only `drain` instructions run
 };
