@@ -12,12 +12,14 @@ with --trace and --report, and prints
 - the measured peak bytes per device (the report),
 - each device's busy fraction (compute and update spans of the trace over
   the run's wall time),
-- the step time predicted from the measured per-op times against the
-  measured one: every device's trace is replayed in its own order with each
-  span's duration replaced by the mean of its kind on that device (F_s,
-  B_s, update, send; receives take no time), a receive starting no earlier
-  than the end of its send (the trace's flow events); the prediction is
-  that replay's makespan per step, the measurement the trace's.
+- the step time predicted from measured per-op times against the measured
+  one, two ways: "profile" is cdp-compile --report's predicted_step_ms from
+  a cdp-run --profile of the model on one device with one thread (which
+  also balances the stages: --profile); "replay" replays every device's
+  trace in its own order with each span's duration replaced by the mean of
+  its kind on that device (F_s, B_s, update, send; receives take no time),
+  a receive starting no earlier than the end of its send (the trace's flow
+  events). The measurement is the trace's makespan per step.
 
 The devices are threads of one process; with fewer cores than devices
 they contend for the cores, which the prediction does not model.
@@ -110,10 +112,21 @@ def run(name, strategy, build, steps, work):
                               if name == "transformer" else [batch * m * steps, *example.shape[1:]]))
             .astype(np.float32))
     np.save(os.path.join(work, "y.npy"), np.random.randint(0, 10, batch * m * steps).astype(np.int64))
+    profile = os.path.join(work, name + ".profile.json")
+    if not os.path.exists(profile):
+        single = os.path.join(work, name + "-single.cdp")
+        flags = ["--batch-axis", "input=1"] if name == "transformer" else []
+        subprocess.run([os.path.join(build, "bin", "cdp-compile"), path, "-o", single, "--lr", "0.01"]
+                       + flags, check=True)
+        subprocess.run([os.path.join(build, "bin", "cdp-run"), single,
+                        "--feed", "input=" + os.path.join(work, "x.npy"),
+                        "--feed", "labels=" + os.path.join(work, "y.npy"),
+                        "--steps", str(steps), "--threads", "1", "--profile", profile],
+                       check=True, stdout=subprocess.DEVNULL)
     plan = os.path.join(work, "%s-%s.cdp" % (name, strategy))
     args = [os.path.join(build, "bin", "cdp-compile"), path, "-o", plan, "--strategy", strategy,
             "--stages", "4", "--lr", "0.01", "--report", plan + ".predicted.json",
-            "--steps", str(steps)]
+            "--steps", str(steps), "--profile", profile]
     args += ["--devices", "4"] if strategy == "cdp-mp" else ["--micro-batches", str(m)]
     if name == "transformer":
         args += ["--batch-axis", "input=1"]
@@ -132,9 +145,10 @@ def run(name, strategy, build, steps, work):
     for tid in sorted({e["tid"] for e in timed}):
         work_time = sum(e["dur"] for e in timed if e["tid"] == tid and e["cat"] in ("compute", "update"))
         busy.append(work_time / wall)
-    predicted = replay(events) / steps
+    replayed = replay(events) / steps
     peak = json.load(open(report))["peak"]["device_bytes"]
-    return rate, peak, busy, predicted / 1e3, wall / steps / 1e3
+    profiled = json.load(open(plan + ".predicted.json"))["predicted_step_ms"]
+    return rate, peak, busy, profiled, replayed / 1e3, wall / steps / 1e3
 
 
 def main():
@@ -145,15 +159,17 @@ def main():
     args = parser.parse_args()
     print("4 devices (threads), 4 stages, 4 micro-batches per step, %d steps, %d cores"
           % (args.steps, os.cpu_count()))
-    print("%-12s %-7s %10s %26s %22s %10s %10s" % ("model", "strategy", "samples/s", "peak KiB per device",
-                                                 "busy per device", "pred ms", "meas ms"))
+    print("%-12s %-7s %10s %26s %22s %10s %10s %10s" % (
+        "model", "strategy", "samples/s", "peak KiB per device", "busy per device",
+        "profile ms", "replay ms", "meas ms"))
     with tempfile.TemporaryDirectory() as work:
         for name in args.models.split(","):
             for strategy in STRATEGIES:
-                rate, peak, busy, predicted, measured = run(name, strategy, args.build, args.steps, work)
-                print("%-12s %-7s %10.0f %26s %22s %10.2f %10.2f" % (
+                rate, peak, busy, profiled, replayed, measured = run(
+                    name, strategy, args.build, args.steps, work)
+                print("%-12s %-7s %10.0f %26s %22s %10.2f %10.2f %10.2f" % (
                     name, strategy, rate, " ".join("%d" % (b // 1024) for b in peak),
-                    " ".join("%.2f" % b for b in busy), predicted, measured))
+                    " ".join("%.2f" % b for b in busy), profiled, replayed, measured))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@
 #include "cdp/Plan/EmitPlan.h"
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Runtime/Report.h"
+#include "cdp/Sched/Pipeline.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/Pass/PassManager.h"
@@ -24,12 +25,14 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
 #include <cstdlib>
+#include <map>
 
 namespace cl = llvm::cl;
 
@@ -220,6 +223,70 @@ void parseCommandLine(int argc, char **argv) {
     first = first.split(": ").second.split("  Try:").first;
     die(first.trim().rtrim('.') + " (see cdp-compile --help)");
   }
+}
+
+/// A pipeline's step time predicted from measured per-op times: each
+/// stage's forward and backward last the sum of the profiled times of one
+/// micro-batch's instructions (by ONNX node and kernel), and the stages
+/// run the strategy's order as early as devices and inputs allow, over
+/// `steps` steps (communication and updates taken as free). Negative when
+/// the profile lacks an instruction.
+double predictStepMs(const cdp::plan::Plan &plan, const std::string &profile,
+                     int64_t steps) {
+  auto buffer = llvm::MemoryBuffer::getFile(profile);
+  if (!buffer)
+    return -1;
+  llvm::Expected<llvm::json::Value> json =
+      llvm::json::parse((*buffer)->getBuffer());
+  if (!json) {
+    llvm::consumeError(json.takeError());
+    return -1;
+  }
+  const llvm::json::Array *entries =
+      json->getAsObject() ? json->getAsObject()->getArray("instructions")
+                          : nullptr;
+  if (!entries)
+    return -1;
+  std::map<std::pair<std::string, std::string>, double> measured;
+  for (const llvm::json::Value &entry : *entries)
+    if (const llvm::json::Object *object = entry.getAsObject())
+      if (auto location = object->getString("location"))
+        if (auto op = object->getString("op"))
+          if (auto ms = object->getNumber("ms"))
+            measured.try_emplace({location->str(), op->str()}, *ms);
+  int64_t stages = plan.devices_size(), m = plan.micro_batches();
+  std::vector<double> forward(stages, 0), backward(stages, 0);
+  for (int64_t s = 0; s < stages; ++s)
+    for (const cdp::plan::Instruction &instruction :
+         plan.devices(s).instructions()) {
+      bool isForward = instruction.phase() == "forward",
+           isBackward = instruction.phase() == "backward";
+      if ((!isForward && !isBackward) || instruction.micro_batch() != 0 ||
+          instruction.drain() || instruction.op() == "load" ||
+          instruction.op() == "accumulate")
+        continue;
+      auto it = measured.find({instruction.location(), instruction.op()});
+      if (it == measured.end())
+        return -1;
+      (isForward ? forward : backward)[s] += it->second;
+    }
+  // cdp-mp runs 2bw's order (algorithms.md 2.6).
+  std::string order =
+      plan.strategy() == "cdp-mp" ? std::string("2bw") : plan.strategy();
+  std::vector<std::vector<cdp::pipeline::StageOp>> orders;
+  for (int64_t s = 1; s <= stages; ++s)
+    orders.push_back(cdp::pipeline::stageOrder(order, s, stages, m, steps));
+  auto at =
+      cdp::pipeline::weightedTiming<double>(orders, [&](int64_t s, char kind) {
+        return kind == 'F' ? forward[s - 1] : backward[s - 1];
+      });
+  double end = 0;
+  for (int64_t s = 0; s < stages; ++s)
+    for (size_t i = 0; i < orders[s].size(); ++i)
+      end = std::max(end, at[s][i] + (orders[s][i].kind == 'F'   ? forward[s]
+                                      : orders[s][i].kind == 'B' ? backward[s]
+                                                                 : 0.0));
+  return end / steps;
 }
 
 } // namespace
@@ -519,6 +586,17 @@ int main(int argc, char **argv) {
       }
       if (!reportPath.empty()) {
         std::string json = cdp::runtime::predictReport(plan, reportStepCount);
+        if (pipelined && profilePath.getNumOccurrences()) {
+          double stepMs = predictStepMs(plan, profilePath, reportStepCount);
+          if (stepMs < 0)
+            die("--profile " + profilePath +
+                ": lacks an instruction of the plan; profile this model "
+                "with cdp-run --profile on one device");
+          // One more top-level key, before the report's closing brace.
+          size_t close = json.rfind('}');
+          json.insert(close, ",\n\"predicted_step_ms\": " +
+                                 std::to_string(stepMs) + "\n");
+        }
         std::error_code ec;
         llvm::raw_fd_ostream out(reportPath, ec);
         if (ec)

@@ -69,15 +69,18 @@ inline std::vector<StageOp> stageOrder(const std::string &strategy, int64_t s,
   return order;
 }
 
-/// Time step of every op of every stage's order (`at[s-1][i]`): one step
-/// per F or B, none per update, each as early as device and inputs allow.
-inline std::vector<std::vector<int64_t>>
-timing(const std::vector<std::vector<StageOp>> &orders) {
+/// Start of every op of every stage's order (`at[s-1][i]`), each as early
+/// as its device and inputs allow, an op of stage s lasting `duration(s,
+/// kind)` (updates: 0).
+template <typename Time, typename Duration>
+std::vector<std::vector<Time>>
+weightedTiming(const std::vector<std::vector<StageOp>> &orders,
+               Duration duration) {
   int64_t d = orders.size();
-  std::map<std::tuple<int64_t, char, int64_t>, int64_t> done;
-  std::vector<std::vector<int64_t>> at(d);
+  std::map<std::tuple<int64_t, char, int64_t>, Time> done;
+  std::vector<std::vector<Time>> at(d);
   std::vector<size_t> next(d, 0);
-  std::vector<int64_t> free(d, 0);
+  std::vector<Time> free(d, 0);
   bool progress = true;
   while (progress) {
     progress = false;
@@ -85,7 +88,7 @@ timing(const std::vector<std::vector<StageOp>> &orders) {
       size_t &i = next[s - 1];
       while (i < orders[s - 1].size()) {
         StageOp op = orders[s - 1][i];
-        int64_t ready = free[s - 1];
+        Time ready = free[s - 1];
         if (op.kind == 'F' && s > 1) {
           auto it = done.find({s - 1, 'F', op.microBatch});
           if (it == done.end())
@@ -102,7 +105,7 @@ timing(const std::vector<std::vector<StageOp>> &orders) {
             ready = std::max(ready, later->second);
         }
         at[s - 1].push_back(ready);
-        int64_t end = op.kind == 'U' ? ready : ready + 1;
+        Time end = op.kind == 'U' ? ready : ready + duration(s, op.kind);
         done[{s, op.kind, op.microBatch}] = end;
         free[s - 1] = end;
         ++i;
@@ -111,6 +114,12 @@ timing(const std::vector<std::vector<StageOp>> &orders) {
     }
   }
   return at;
+}
+
+/// Time step of every op of every stage's order: one step per F or B.
+inline std::vector<std::vector<int64_t>>
+timing(const std::vector<std::vector<StageOp>> &orders) {
+  return weightedTiming<int64_t>(orders, [](int64_t, char) { return 1; });
 }
 
 /// Micro-batches in flight at stage s at once (stash slots): m for gpipe,
