@@ -528,6 +528,38 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
     a->set_name(name);
     a->set_i(value);
   };
+  // A send or recv of tensor `id` with device `peer`; the tag names the
+  // value and the micro-batch relative to the running step.
+  auto message = [&](plan::Instruction *instruction, bool isSend, int id,
+                     int64_t peer, int value, int64_t microBatch,
+                     const std::string &location) {
+    instruction->set_op(isSend ? "send" : "recv");
+    instruction->set_phase("comm");
+    instruction->set_location(location);
+    if (isSend)
+      instruction->add_inputs(id);
+    else
+      instruction->add_outputs(id);
+    attr(instruction, "peer", peer);
+    attr(instruction, "value", value);
+    attr(instruction, "micro_batch", microBatch);
+    attr(instruction, "micro_batches", M);
+    if (isSend)
+      attr(instruction, "cycle", cycle);
+    return instruction;
+  };
+  // Adds micro-batch `k`'s `input` into a step accumulator (1/M each).
+  auto accumulate = [&](plan::Instruction *instruction, int input, int output,
+                        const std::string &phase, const std::string &location,
+                        int64_t k) {
+    instruction->set_op("accumulate");
+    instruction->set_phase(phase);
+    instruction->set_location(location);
+    instruction->add_inputs(input);
+    instruction->add_outputs(output);
+    attr(instruction, "slots", M);
+    attr(instruction, "reset", k == 0);
+  };
   int lossResult = -1;
   if (auto index = func->getAttrOfType<IntegerAttr>("cdp.loss_index"))
     lossResult = ids.lookup(
@@ -629,17 +661,11 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
       if (!stages.count(s))
         continue;
       int id = ids.lookup(value);
-      plan::Instruction *recv = device->add_instructions();
-      recv->set_op("recv");
-      recv->set_phase("comm");
+      plan::Instruction *recv =
+          message(device->add_instructions(), false, id,
+                  paramStage.lookup(value) - 1, id, 0, plan.tensors(id).name());
       recv->set_stage(s);
       recv->set_min_step(1);
-      recv->set_location(plan.tensors(id).name());
-      recv->add_outputs(id);
-      attr(recv, "peer", paramStage.lookup(value) - 1);
-      attr(recv, "value", id);
-      attr(recv, "micro_batch", 0);
-      attr(recv, "micro_batches", M);
       attr(recv, "step_offset", -1);
     }
     for (const Entry &entry : entries) {
@@ -683,18 +709,9 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
           auto tied = replicas.find(update.getParam());
           if (tied == replicas.end())
             continue;
-          for (int64_t q : tied->second) {
-            plan::Instruction *send = stamp(device->add_instructions());
-            send->set_op("send");
-            send->set_phase("comm");
-            send->set_location(update.getName().str());
-            send->add_inputs(param);
-            attr(send, "peer", q - 1);
-            attr(send, "value", param);
-            attr(send, "micro_batch", 0);
-            attr(send, "micro_batches", M);
-            attr(send, "cycle", cycle);
-          }
+          for (int64_t q : tied->second)
+            message(stamp(device->add_instructions()), true, param, q - 1,
+                    param, 0, update.getName().str());
         }
         continue;
       }
@@ -721,15 +738,9 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
           if (!producer || isa<ParamOp, ConstantOp>(producer) ||
               stageOf(producer) == s)
             continue;
-          plan::Instruction *recv = stamp(device->add_instructions());
-          recv->set_op("recv");
-          recv->set_phase("comm");
-          recv->set_location(locationName(producer->getLoc()));
-          recv->add_outputs(mapped(slot, id));
-          attr(recv, "peer", stageOf(producer) - 1);
-          attr(recv, "value", id);
-          attr(recv, "micro_batch", tagBatch);
-          attr(recv, "micro_batches", M);
+          message(stamp(device->add_instructions()), false, mapped(slot, id),
+                  stageOf(producer) - 1, id, tagBatch,
+                  locationName(producer->getLoc()));
           arrived.insert(id);
         }
         if (failed(addInstruction(op, *device, false)))
@@ -740,29 +751,17 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
           input = version(mapped(slot, input));
         for (int &output : *instruction->mutable_outputs())
           output = mapped(slot, output);
-        if (auto gradient = dyn_cast<GradientOp>(op)) {
-          plan::Instruction *add = stamp(device->add_instructions());
-          add->set_op("accumulate");
-          add->set_phase("backward");
-          add->set_location(gradient.getName().str());
-          add->add_inputs(mapped(slot, ids.lookup(gradient.getGrad())));
-          add->add_outputs(accumulator.lookup(gradient.getName()));
-          attr(add, "slots", M);
-          attr(add, "reset", k == 0);
-        }
+        if (auto gradient = dyn_cast<GradientOp>(op))
+          accumulate(stamp(device->add_instructions()),
+                     mapped(slot, ids.lookup(gradient.getGrad())),
+                     accumulator.lookup(gradient.getName()), "backward",
+                     gradient.getName().str(), k);
         // Send what other stages read of this micro-batch's results.
         for (Value result : op->getResults()) {
           int id = ids.lookup(result);
-          if (lossAccumulator >= 0 && id == lossResult) {
-            plan::Instruction *add = stamp(device->add_instructions());
-            add->set_op("accumulate");
-            add->set_phase("forward");
-            add->set_location("loss");
-            add->add_inputs(mapped(slot, id));
-            add->add_outputs(lossAccumulator);
-            attr(add, "slots", M);
-            attr(add, "reset", k == 0);
-          }
+          if (lossAccumulator >= 0 && id == lossResult)
+            accumulate(stamp(device->add_instructions()), mapped(slot, id),
+                       lossAccumulator, "forward", "loss", k);
           std::set<int64_t> readers;
           for (Operation *user : result.getUsers())
             if (!isa<func::ReturnOp>(user) && stageOf(user) != s)
@@ -774,16 +773,8 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
           for (int64_t q : readers) {
             if (!sent.insert(q * (1 << 24) + id).second)
               continue;
-            plan::Instruction *send = stamp(device->add_instructions());
-            send->set_op("send");
-            send->set_phase("comm");
-            send->set_location(locationName(op->getLoc()));
-            send->add_inputs(mapped(slot, id));
-            attr(send, "peer", q - 1);
-            attr(send, "value", id);
-            attr(send, "micro_batch", tagBatch);
-            attr(send, "micro_batches", M);
-            attr(send, "cycle", cycle);
+            message(stamp(device->add_instructions()), true, mapped(slot, id),
+                    q - 1, id, tagBatch, locationName(op->getLoc()));
           }
         }
       }
