@@ -433,12 +433,6 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
   for (auto &[value, stage] : paramStage)
     plan.mutable_tensors(ids.lookup(value))->set_device(stage - 1);
   bool twoVersions = strategy == "2bw" || strategy == "cdp-mp";
-  if (twoVersions && !replicas.empty())
-    return func.emitError(strategy + " with a parameter shared across stages (")
-           << plan.tensors(ids.lookup(replicas.begin()->first)).name()
-           << ") is not supported yet: its replicas would need both weight "
-              "versions (use gpipe or 1f1b, or cut elsewhere with "
-              "--stage-boundaries)";
 
   plan.set_strategy(strategy);
   plan.set_micro_batches(M);
@@ -655,10 +649,11 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
             {order[i].kind, order[i].microBatch - 1, 0, at[s - 1][i], false});
     }
 
-    // Tied weights replicated here: step t > 0 starts with the value the
-    // owner made at the end of step t - 1.
+    // Tied weights replicated here: with one version, step t > 0 starts
+    // with the value the owner made at the end of step t - 1 (2bw and
+    // cdp-mp take it at their own update, below).
     for (auto &[value, stages] : replicas) {
-      if (!stages.count(s))
+      if (!stages.count(s) || twoVersions)
         continue;
       int id = ids.lookup(value);
       plan::Instruction *recv =
@@ -690,6 +685,24 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
                                                                   : id;
       };
       if (entry.kind == 'U') {
+        // 2bw and cdp-mp: a replicated tied weight turns over its versions
+        // where this stage would update it: the latest becomes the
+        // previous, and the owner's new value (sent at its update of the
+        // same step) the latest.
+        for (auto &[value, stages] : replicas) {
+          if (!twoVersions || !stages.count(s))
+            continue;
+          int param = ids.lookup(value);
+          plan::Instruction *keep = stamp(device->add_instructions());
+          keep->set_op("assign");
+          keep->set_phase("update");
+          keep->set_location(plan.tensors(param).name());
+          keep->add_inputs(previousVersion.lookup(param));
+          keep->add_inputs(param);
+          message(stamp(device->add_instructions()), false, param,
+                  paramStage.lookup(value) - 1, param, 0,
+                  plan.tensors(param).name());
+        }
         for (UpdateOp update : updates.lookup(s)) {
           int param = ids.lookup(update.getParam());
           if (previousVersion.count(param)) {
