@@ -368,7 +368,8 @@ void Emitter::accumulateMicroBatches(plan::Device &device, int64_t slots) {
 LogicalResult Emitter::emitPipeline(const EmitOptions &options,
                                     int64_t arenaBytes) {
   const std::string &strategy = options.pipeline;
-  int64_t M = options.microBatches;
+  int64_t M = options.microBatches, R = options.replicas;
+  int64_t MB = M * R; // micro-batches of a step over all replicas
   auto stagesAttr = func->getAttrOfType<IntegerAttr>("cdp.stages");
   if (!stagesAttr)
     return func.emitError("no stages; run cdp-partition-stages first");
@@ -435,7 +436,7 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
   bool twoVersions = strategy == "2bw" || strategy == "cdp-mp";
 
   plan.set_strategy(strategy);
-  plan.set_micro_batches(M);
+  plan.set_micro_batches(MB);
   std::vector<std::vector<pipeline::StageOp>> orders;
   for (int64_t s = 1; s <= S; ++s)
     orders.push_back(pipeline::stageOrder(strategy, s, S, M, 1));
@@ -460,7 +461,7 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
   for (int64_t bytes : stageBytes)
     schedule->add_stage_param_bytes(bytes);
   schedule->set_rule(strategy);
-  for (int64_t s = 0; s < S; ++s)
+  for (int64_t d = 0; d < S * R; ++d)
     schedule->add_offsets(0);
 
   // Persistent accumulators: one per trained parameter, one for the loss.
@@ -537,262 +538,322 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
     attr(instruction, "peer", peer);
     attr(instruction, "value", value);
     attr(instruction, "micro_batch", microBatch);
-    attr(instruction, "micro_batches", M);
+    attr(instruction, "micro_batches", MB);
     if (isSend)
       attr(instruction, "cycle", cycle);
     return instruction;
   };
-  // Adds micro-batch `k`'s `input` into a step accumulator (1/M each).
+  // Adds micro-batch `k`'s `input` into a step accumulator (1/`share`
+  // each: gradients average over all replicas' micro-batches, the loss
+  // over the replica's own).
   auto accumulate = [&](plan::Instruction *instruction, int input, int output,
                         const std::string &phase, const std::string &location,
-                        int64_t k) {
+                        int64_t k, int64_t share) {
     instruction->set_op("accumulate");
     instruction->set_phase(phase);
     instruction->set_location(location);
     instruction->add_inputs(input);
     instruction->add_outputs(output);
-    attr(instruction, "slots", M);
+    attr(instruction, "slots", share);
     attr(instruction, "reset", k == 0);
   };
+  // Replicas: every stage's gradient sums arrive from the other replicas
+  // (one buffer per replica) and are added in replica order, so every
+  // replica applies the same update.
+  llvm::StringMap<SmallVector<int>> incoming;
+  llvm::StringMap<int> replicaSum;
+  if (R > 1)
+    for (const std::string &name : plan.gradients()) {
+      int own = accumulator.lookup(name);
+      for (int64_t r = 0; r < R; ++r) {
+        plan::Tensor t = plan.tensors(own);
+        t.set_id(plan.tensors_size());
+        t.set_name(name + "@replica" + std::to_string(r));
+        t.clear_device();
+        *plan.add_tensors() = t;
+        incoming[name].push_back(t.id());
+      }
+      plan::Tensor sum = plan.tensors(own);
+      sum.set_id(plan.tensors_size());
+      sum.set_name(name + "@replicas");
+      *plan.add_tensors() = sum;
+      replicaSum[name] = sum.id();
+    }
   int lossResult = -1;
   if (auto index = func->getAttrOfType<IntegerAttr>("cdp.loss_index"))
     lossResult = ids.lookup(
         cast<func::ReturnOp>(body.getTerminator()).getOperand(index.getInt()));
   plan.clear_devices();
-  for (int64_t s = 1; s <= S; ++s) {
-    plan::Device *device = plan.add_devices();
-    device->set_index(s - 1);
-    // 2bw: micro-batch k of a step uses slot k (its backward may run in the
-    // next step's program).
-    int64_t slots = twoVersions ? M : pipeline::stashSlots(strategy, s, S, M);
-    device->set_arena_bytes(slots * arenaBytes);
-    std::map<std::pair<int64_t, int>, int> copies;
-    // The copy of an arena tensor for a stash slot.
-    auto mapped = [&](int64_t slot, int id) {
-      if (id < 0 || id >= originalTensors)
-        return id;
-      const plan::Tensor &t = plan.tensors(id);
-      if (t.kind() != plan::ACTIVATION && t.kind() != plan::INPUT)
-        return id;
-      auto key = std::make_pair(slot, id);
-      auto it = copies.find(key);
-      if (it != copies.end())
-        return it->second;
-      plan::Tensor copy = t;
-      copy.set_id(plan.tensors_size());
-      copy.set_kind(plan::ACTIVATION);
-      copy.set_offset(slot * arenaBytes + t.offset());
-      copy.set_device(s - 1);
-      *plan.add_tensors() = copy;
-      copies[key] = copy.id();
-      return copy.id();
-    };
-    // What the stage's forward brings in (loads, receives) stays in the
-    // micro-batch's slot for its backward.
-    std::set<int> broughtByForward;
-    for (Operation *op : forwardOps[s])
-      for (Value operand : op->getOperands()) {
-        Operation *producer = operand.getDefiningOp();
-        if (isa<BlockArgument>(operand) ||
-            (producer && !isa<ParamOp, ConstantOp>(producer) &&
-             stageOf(producer) != s))
-          broughtByForward.insert(ids.lookup(operand));
-      }
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t s = 1; s <= S; ++s) {
+      plan::Device *device = plan.add_devices();
+      int64_t self = r * S + s - 1;
+      // Device of stage q in this replica.
+      auto deviceOf = [&](int64_t q) { return r * S + q - 1; };
+      device->set_index(self);
+      // 2bw: micro-batch k of a step uses slot k (its backward may run in the
+      // next step's program).
+      int64_t slots = twoVersions ? M : pipeline::stashSlots(strategy, s, S, M);
+      device->set_arena_bytes(slots * arenaBytes);
+      std::map<std::pair<int64_t, int>, int> copies;
+      // The copy of an arena tensor for a stash slot.
+      auto mapped = [&](int64_t slot, int id) {
+        if (id < 0 || id >= originalTensors)
+          return id;
+        const plan::Tensor &t = plan.tensors(id);
+        if (t.kind() != plan::ACTIVATION && t.kind() != plan::INPUT)
+          return id;
+        auto key = std::make_pair(slot, id);
+        auto it = copies.find(key);
+        if (it != copies.end())
+          return it->second;
+        plan::Tensor copy = t;
+        copy.set_id(plan.tensors_size());
+        copy.set_kind(plan::ACTIVATION);
+        copy.set_offset(slot * arenaBytes + t.offset());
+        copy.set_device(self);
+        *plan.add_tensors() = copy;
+        copies[key] = copy.id();
+        return copy.id();
+      };
+      // What the stage's forward brings in (loads, receives) stays in the
+      // micro-batch's slot for its backward.
+      std::set<int> broughtByForward;
+      for (Operation *op : forwardOps[s])
+        for (Value operand : op->getOperands()) {
+          Operation *producer = operand.getDefiningOp();
+          if (isa<BlockArgument>(operand) ||
+              (producer && !isa<ParamOp, ConstantOp>(producer) &&
+               stageOf(producer) != s))
+            broughtByForward.insert(ids.lookup(operand));
+        }
 
-    // The device's program for one step, as entries: gpipe and 1f1b follow
-    // the stage order; 2bw runs the steady state of 1F1B without a flush,
-    // so a step's program starts with the previous step's last backwards.
-    struct Entry {
-      char kind;
-      int64_t k;       // micro-batch within its step
-      int64_t stepRel; // 0: this step's; -1: the previous step's
-      int64_t time;
-      bool readsPrevious; // 2bw: reads the parameters' previous version
-    };
-    std::vector<Entry> entries;
-    if (twoVersions) {
-      int64_t warmup = std::min(S - s + 1, M);
-      // Time steps: 2bw's program alternates one backward and one forward
-      // per time step pair; cdp-mp follows CDP's time-step model with
-      // N = L (offsets s_i = 2i): F of micro-batch i at stage s at
-      // 2i + s - 1, its B at 2i + 2L - s.
-      bool cdp = strategy == "cdp-mp";
-      auto forwardTime = [&](int64_t i) {
-        return cdp ? 2 * i + s - 1 : 2 * i + 1;
+      // The device's program for one step, as entries: gpipe and 1f1b follow
+      // the stage order; 2bw runs the steady state of 1F1B without a flush,
+      // so a step's program starts with the previous step's last backwards.
+      struct Entry {
+        char kind;
+        int64_t k;       // micro-batch within its step
+        int64_t stepRel; // 0: this step's; -1: the previous step's
+        int64_t time;
+        bool readsPrevious; // 2bw: reads the parameters' previous version
       };
-      auto backwardTime = [&](int64_t i, int64_t k, int64_t stepRel) {
-        return cdp ? 2 * k + 2 * S - s + stepRel * 2 * M : 2 * i;
-      };
-      bool updated = false;
-      for (int64_t i = 0; i < M; ++i) {
-        if (i < warmup)
-          entries.push_back({'B', i - warmup + M, -1,
-                             backwardTime(i, i - warmup + M, -1), false});
-        else
+      std::vector<Entry> entries;
+      if (twoVersions) {
+        int64_t warmup = std::min(S - s + 1, M);
+        // Time steps: 2bw's program alternates one backward and one forward
+        // per time step pair; cdp-mp follows CDP's time-step model with
+        // N = L (offsets s_i = 2i): F of micro-batch i at stage s at
+        // 2i + s - 1, its B at 2i + 2L - s.
+        bool cdp = strategy == "cdp-mp";
+        auto forwardTime = [&](int64_t i) {
+          return cdp ? 2 * i + s - 1 : 2 * i + 1;
+        };
+        auto backwardTime = [&](int64_t i, int64_t k, int64_t stepRel) {
+          return cdp ? 2 * k + 2 * S - s + stepRel * 2 * M : 2 * i;
+        };
+        bool updated = false;
+        for (int64_t i = 0; i < M; ++i) {
+          if (i < warmup)
+            entries.push_back({'B', i - warmup + M, -1,
+                               backwardTime(i, i - warmup + M, -1), false});
+          else
+            entries.push_back(
+                {'B', i - warmup, 0, backwardTime(i, i - warmup, 0), true});
+          if (i == warmup - 1) {
+            entries.push_back({'U', 0, -1, entries.back().time, false});
+            updated = true;
+          }
+          entries.push_back({'F', i, 0, forwardTime(i), updated});
+        }
+        // Before the update the previous version is W(t - 2) for the
+        // previous step's backwards; after it, W(t - 1) for this step's.
+        for (Entry &entry : entries)
+          if (entry.kind == 'B' && entry.stepRel == -1)
+            entry.readsPrevious = true;
+      } else {
+        const std::vector<pipeline::StageOp> &order = orders[s - 1];
+        for (size_t i = 0; i < order.size(); ++i)
           entries.push_back(
-              {'B', i - warmup, 0, backwardTime(i, i - warmup, 0), true});
-        if (i == warmup - 1) {
-          entries.push_back({'U', 0, -1, entries.back().time, false});
-          updated = true;
-        }
-        entries.push_back({'F', i, 0, forwardTime(i), updated});
+              {order[i].kind, order[i].microBatch - 1, 0, at[s - 1][i], false});
       }
-      // Before the update the previous version is W(t - 2) for the
-      // previous step's backwards; after it, W(t - 1) for this step's.
-      for (Entry &entry : entries)
-        if (entry.kind == 'B' && entry.stepRel == -1)
-          entry.readsPrevious = true;
-    } else {
-      const std::vector<pipeline::StageOp> &order = orders[s - 1];
-      for (size_t i = 0; i < order.size(); ++i)
-        entries.push_back(
-            {order[i].kind, order[i].microBatch - 1, 0, at[s - 1][i], false});
-    }
 
-    // Tied weights replicated here: with one version, step t > 0 starts
-    // with the value the owner made at the end of step t - 1 (2bw and
-    // cdp-mp take it at their own update, below).
-    for (auto &[value, stages] : replicas) {
-      if (!stages.count(s) || twoVersions)
-        continue;
-      int id = ids.lookup(value);
-      plan::Instruction *recv =
-          message(device->add_instructions(), false, id,
-                  paramStage.lookup(value) - 1, id, 0, plan.tensors(id).name());
-      recv->set_stage(s);
-      recv->set_min_step(1);
-      attr(recv, "step_offset", -1);
-    }
-    for (const Entry &entry : entries) {
-      int64_t k = entry.k, slot = k % slots;
-      // Relative to the running step, as the send/recv tags count.
-      int64_t tagBatch = k + entry.stepRel * M;
-      auto stamp = [&](plan::Instruction *instruction) {
-        instruction->set_stage(s);
-        instruction->set_micro_batch(k);
-        instruction->set_time_step(entry.time);
-        if (entry.stepRel < 0) {
-          // The previous step's work: nothing before step 1, and once more
-          // after the last step.
-          instruction->set_min_step(1);
-          instruction->set_drain(true);
-        }
-        return instruction;
-      };
-      auto version = [&](int id) {
-        auto it = previousVersion.find(id);
-        return entry.readsPrevious && it != previousVersion.end() ? it->second
-                                                                  : id;
-      };
-      if (entry.kind == 'U') {
-        // 2bw and cdp-mp: a replicated tied weight turns over its versions
-        // where this stage would update it: the latest becomes the
-        // previous, and the owner's new value (sent at its update of the
-        // same step) the latest.
-        for (auto &[value, stages] : replicas) {
-          if (!twoVersions || !stages.count(s))
-            continue;
-          int param = ids.lookup(value);
-          plan::Instruction *keep = stamp(device->add_instructions());
-          keep->set_op("assign");
-          keep->set_phase("update");
-          keep->set_location(plan.tensors(param).name());
-          keep->add_inputs(previousVersion.lookup(param));
-          keep->add_inputs(param);
-          message(stamp(device->add_instructions()), false, param,
-                  paramStage.lookup(value) - 1, param, 0,
-                  plan.tensors(param).name());
-        }
-        for (UpdateOp update : updates.lookup(s)) {
-          int param = ids.lookup(update.getParam());
-          if (previousVersion.count(param)) {
+      // Tied weights replicated here: with one version, step t > 0 starts
+      // with the value the owner made at the end of step t - 1 (2bw and
+      // cdp-mp take it at their own update, below).
+      for (auto &[value, stages] : replicas) {
+        if (!stages.count(s) || twoVersions)
+          continue;
+        int id = ids.lookup(value);
+        plan::Instruction *recv = message(device->add_instructions(), false, id,
+                                          deviceOf(paramStage.lookup(value)),
+                                          id, 0, plan.tensors(id).name());
+        recv->set_stage(s);
+        recv->set_min_step(1);
+        attr(recv, "step_offset", -1);
+      }
+      for (const Entry &entry : entries) {
+        int64_t k = entry.k, slot = k % slots;
+        // Over the step's micro-batches of all replicas, relative to the
+        // running step, as the send/recv tags and the loader count.
+        int64_t tagBatch = r * M + k + entry.stepRel * MB;
+        auto stamp = [&](plan::Instruction *instruction) {
+          instruction->set_stage(s);
+          instruction->set_micro_batch(k);
+          instruction->set_time_step(entry.time);
+          if (entry.stepRel < 0) {
+            // The previous step's work: nothing before step 1, and once more
+            // after the last step.
+            instruction->set_min_step(1);
+            instruction->set_drain(true);
+          }
+          return instruction;
+        };
+        auto version = [&](int id) {
+          auto it = previousVersion.find(id);
+          return entry.readsPrevious && it != previousVersion.end() ? it->second
+                                                                    : id;
+        };
+        if (entry.kind == 'U') {
+          // 2bw and cdp-mp: a replicated tied weight turns over its versions
+          // where this stage would update it: the latest becomes the
+          // previous, and the owner's new value (sent at its update of the
+          // same step) the latest.
+          for (auto &[value, stages] : replicas) {
+            if (!twoVersions || !stages.count(s))
+              continue;
+            int param = ids.lookup(value);
             plan::Instruction *keep = stamp(device->add_instructions());
             keep->set_op("assign");
             keep->set_phase("update");
-            keep->set_location(update.getName().str());
+            keep->set_location(plan.tensors(param).name());
             keep->add_inputs(previousVersion.lookup(param));
             keep->add_inputs(param);
+            message(stamp(device->add_instructions()), false, param,
+                    deviceOf(paramStage.lookup(value)), param, 0,
+                    plan.tensors(param).name());
           }
-          if (failed(addInstruction(update, *device, false)))
+          for (UpdateOp update : updates.lookup(s)) {
+            int param = ids.lookup(update.getParam());
+            if (previousVersion.count(param)) {
+              plan::Instruction *keep = stamp(device->add_instructions());
+              keep->set_op("assign");
+              keep->set_phase("update");
+              keep->set_location(update.getName().str());
+              keep->add_inputs(previousVersion.lookup(param));
+              keep->add_inputs(param);
+            }
+            int gradient = accumulator.lookup(update.getName());
+            if (R > 1) {
+              // Exchange the step's gradient sums with the stage's other
+              // replicas, then add all of them in replica order.
+              const SmallVector<int> &parts = incoming[update.getName()];
+              for (int64_t other = 0; other < R; ++other)
+                if (other != r)
+                  message(stamp(device->add_instructions()), true, gradient,
+                          other * S + s - 1, gradient, r,
+                          update.getName().str());
+              for (int64_t other = 0; other < R; ++other)
+                if (other != r)
+                  message(stamp(device->add_instructions()), false,
+                          parts[other], other * S + s - 1, gradient, other,
+                          update.getName().str());
+              int sum = replicaSum.lookup(update.getName());
+              auto part = [&](int64_t q) {
+                return q == r ? gradient : parts[q];
+              };
+              for (int64_t q = 1; q < R; ++q) {
+                plan::Instruction *add = stamp(device->add_instructions());
+                add->set_op("add");
+                add->set_phase("update");
+                add->set_location(update.getName().str());
+                add->add_inputs(q == 1 ? part(0) : sum);
+                add->add_inputs(part(q));
+                add->add_outputs(sum);
+              }
+              gradient = sum;
+            }
+            if (failed(addInstruction(update, *device, false)))
+              return failure();
+            plan::Instruction *instruction = stamp(
+                device->mutable_instructions(device->instructions_size() - 1));
+            instruction->set_inputs(1, gradient);
+            instruction->set_phase("update");
+            auto tied = replicas.find(update.getParam());
+            if (tied == replicas.end())
+              continue;
+            for (int64_t q : tied->second)
+              message(stamp(device->add_instructions()), true, param,
+                      deviceOf(q), param, 0, update.getName().str());
+          }
+          continue;
+        }
+        bool forward = entry.kind == 'F';
+        std::set<int> arrived, sent;
+        for (Operation *op : forward ? forwardOps[s] : backwardOps[s]) {
+          // Bring in what this micro-batch's op reads from elsewhere.
+          for (Value operand : op->getOperands()) {
+            int id = ids.lookup(operand);
+            if (arrived.count(id) || (!forward && broughtByForward.count(id)))
+              continue;
+            if (isa<BlockArgument>(operand)) {
+              plan::Instruction *load = stamp(device->add_instructions());
+              load->set_op("load");
+              load->set_phase(forward ? "forward" : "backward");
+              load->set_location(plan.tensors(id).name());
+              load->add_outputs(mapped(slot, id));
+              attr(load, "input", id);
+              attr(load, "micro_batch", tagBatch);
+              arrived.insert(id);
+              continue;
+            }
+            Operation *producer = operand.getDefiningOp();
+            if (!producer || isa<ParamOp, ConstantOp>(producer) ||
+                stageOf(producer) == s)
+              continue;
+            message(stamp(device->add_instructions()), false, mapped(slot, id),
+                    deviceOf(stageOf(producer)), id, tagBatch,
+                    locationName(producer->getLoc()));
+            arrived.insert(id);
+          }
+          if (failed(addInstruction(op, *device, false)))
             return failure();
           plan::Instruction *instruction = stamp(
               device->mutable_instructions(device->instructions_size() - 1));
-          instruction->set_inputs(1, accumulator.lookup(update.getName()));
-          instruction->set_phase("update");
-          auto tied = replicas.find(update.getParam());
-          if (tied == replicas.end())
-            continue;
-          for (int64_t q : tied->second)
-            message(stamp(device->add_instructions()), true, param, q - 1,
-                    param, 0, update.getName().str());
-        }
-        continue;
-      }
-      bool forward = entry.kind == 'F';
-      std::set<int> arrived, sent;
-      for (Operation *op : forward ? forwardOps[s] : backwardOps[s]) {
-        // Bring in what this micro-batch's op reads from elsewhere.
-        for (Value operand : op->getOperands()) {
-          int id = ids.lookup(operand);
-          if (arrived.count(id) || (!forward && broughtByForward.count(id)))
-            continue;
-          if (isa<BlockArgument>(operand)) {
-            plan::Instruction *load = stamp(device->add_instructions());
-            load->set_op("load");
-            load->set_phase(forward ? "forward" : "backward");
-            load->set_location(plan.tensors(id).name());
-            load->add_outputs(mapped(slot, id));
-            attr(load, "input", id);
-            attr(load, "micro_batch", tagBatch);
-            arrived.insert(id);
-            continue;
-          }
-          Operation *producer = operand.getDefiningOp();
-          if (!producer || isa<ParamOp, ConstantOp>(producer) ||
-              stageOf(producer) == s)
-            continue;
-          message(stamp(device->add_instructions()), false, mapped(slot, id),
-                  stageOf(producer) - 1, id, tagBatch,
-                  locationName(producer->getLoc()));
-          arrived.insert(id);
-        }
-        if (failed(addInstruction(op, *device, false)))
-          return failure();
-        plan::Instruction *instruction = stamp(
-            device->mutable_instructions(device->instructions_size() - 1));
-        for (int &input : *instruction->mutable_inputs())
-          input = version(mapped(slot, input));
-        for (int &output : *instruction->mutable_outputs())
-          output = mapped(slot, output);
-        if (auto gradient = dyn_cast<GradientOp>(op))
-          accumulate(stamp(device->add_instructions()),
-                     mapped(slot, ids.lookup(gradient.getGrad())),
-                     accumulator.lookup(gradient.getName()), "backward",
-                     gradient.getName().str(), k);
-        // Send what other stages read of this micro-batch's results.
-        for (Value result : op->getResults()) {
-          int id = ids.lookup(result);
-          if (lossAccumulator >= 0 && id == lossResult)
-            accumulate(stamp(device->add_instructions()), mapped(slot, id),
-                       lossAccumulator, "forward", "loss", k);
-          std::set<int64_t> readers;
-          for (Operation *user : result.getUsers())
-            if (!isa<func::ReturnOp>(user) && stageOf(user) != s)
-              readers.insert(stageOf(user));
-          if (!readers.empty() && plan.tensors(id).dtype() == plan::BOOL)
-            return op->emitOpError("sends a boolean tensor across a stage cut, "
-                                   "which pipelines do not support yet "
-                                   "(cut elsewhere with --stage-boundaries)");
-          for (int64_t q : readers) {
-            if (!sent.insert(q * (1 << 24) + id).second)
-              continue;
-            message(stamp(device->add_instructions()), true, mapped(slot, id),
-                    q - 1, id, tagBatch, locationName(op->getLoc()));
+          for (int &input : *instruction->mutable_inputs())
+            input = version(mapped(slot, input));
+          for (int &output : *instruction->mutable_outputs())
+            output = mapped(slot, output);
+          if (auto gradient = dyn_cast<GradientOp>(op))
+            accumulate(stamp(device->add_instructions()),
+                       mapped(slot, ids.lookup(gradient.getGrad())),
+                       accumulator.lookup(gradient.getName()), "backward",
+                       gradient.getName().str(), k, MB);
+          // Send what other stages read of this micro-batch's results.
+          for (Value result : op->getResults()) {
+            int id = ids.lookup(result);
+            if (lossAccumulator >= 0 && id == lossResult)
+              accumulate(stamp(device->add_instructions()), mapped(slot, id),
+                         lossAccumulator, "forward", "loss", k, M);
+            std::set<int64_t> readers;
+            for (Operation *user : result.getUsers())
+              if (!isa<func::ReturnOp>(user) && stageOf(user) != s)
+                readers.insert(stageOf(user));
+            if (!readers.empty() && plan.tensors(id).dtype() == plan::BOOL)
+              return op->emitOpError(
+                  "sends a boolean tensor across a stage cut, "
+                  "which pipelines do not support yet "
+                  "(cut elsewhere with --stage-boundaries)");
+            for (int64_t q : readers) {
+              if (!sent.insert(q * (1 << 24) + id).second)
+                continue;
+              message(stamp(device->add_instructions()), true, mapped(slot, id),
+                      deviceOf(q), id, tagBatch, locationName(op->getLoc()));
+            }
           }
         }
       }
     }
-  }
   return success();
 }
 

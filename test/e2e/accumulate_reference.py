@@ -6,7 +6,8 @@ mean of the M micro-batches' gradients. 2bw against the same with 1-stale
 gradients, W(t+1) = Opt(W(t), g(W(t-1))), steps 0 and 1 both at W(0).
 Parameters after 3 steps must match within 1e-5 + 1e-4 relative.
 
-Usage: accumulate_reference.py BIN_DIR WORK_DIR [MODEL [STRATEGY [STAGES [M]]]]
+Usage: accumulate_reference.py BIN_DIR WORK_DIR [MODEL [STRATEGY [STAGES [M [R]]]]]
+(M micro-batches per step and replica; the reference accumulates R x M.)
 """
 import json
 import os
@@ -28,6 +29,11 @@ def main():
     strategy = sys.argv[4] if len(sys.argv) > 4 else "single"
     stages = int(sys.argv[5]) if len(sys.argv) > 5 else 4
     M = int(sys.argv[6]) if len(sys.argv) > 6 else 3
+    # Replicas of the pipeline each run M micro-batches a step: the update
+    # averages all R x M, like one device accumulating R x M.
+    replicas = int(sys.argv[7]) if len(sys.argv) > 7 else 1
+    per_replica = M
+    M = M * replicas
     os.makedirs(work, exist_ok=True)
     model, example, _ = models.build(model_name)
     path = models.export(model_name, work)
@@ -78,9 +84,10 @@ def main():
     plan = os.path.join(work, "plan.cdp")
     pipeline = []
     if strategy != "single":
-        pipeline = ["--strategy", strategy, "--stages", str(stages), "--devices", str(stages)]
+        pipeline = ["--strategy", strategy, "--stages", str(stages), "--devices",
+                    str(stages * replicas), "--replicas", str(replicas)]
     subprocess.run([os.path.join(bin_dir, "cdp-compile"), path, "-o", plan, "--micro-batches",
-                    str(M), "--optimizer", "momentum", "--lr", str(LR)] + pipeline,
+                    str(per_replica), "--optimizer", "momentum", "--lr", str(LR)] + pipeline,
                    check=True)
     subprocess.run([os.path.join(bin_dir, "cdp-run"), plan, "--feed",
                     "input=" + os.path.join(work, "x.npy"), "--feed",
@@ -96,6 +103,8 @@ def main():
         print("%s %-14s max abs error %.2e" % ("ok  " if ok else "FAIL", name,
                                                np.abs(got - p.numpy()).max()))
     label = "accumulate" if strategy == "single" else "%s S=%d" % (strategy, stages)
+    if replicas > 1:
+        label += " R=%d" % replicas
     print("%s %s M=%d: %s" % (label, model_name, M, "all match" if not failures else "%d mismatches" % failures))
     return 1 if failures else 0
 

@@ -80,6 +80,13 @@ cl::opt<std::string> stageBoundaries(
     cl::desc(
         "Cut stages after these ONNX nodes instead of using the cost model"),
     cl::value_desc("NODE,..."), cl::cat(category));
+cl::opt<std::string> replicas(
+    "replicas",
+    cl::desc("Pipelines (gpipe, 1f1b, 2bw): data-parallel copies of the "
+             "pipeline, each running --micro-batches a step; stage gradients "
+             "are summed over them before every update (devices = stages x "
+             "replicas; default 1)"),
+    cl::value_desc("R"), cl::init("1"), cl::cat(category));
 cl::opt<std::string> deviceMemory(
     "device-memory",
     cl::desc("Per-device memory cap in bytes for gpipe, 1f1b, 2bw and "
@@ -254,7 +261,9 @@ double predictStepMs(const cdp::plan::Plan &plan, const std::string &profile,
         if (auto op = object->getString("op"))
           if (auto ms = object->getNumber("ms"))
             measured.try_emplace({location->str(), op->str()}, *ms);
-  int64_t stages = plan.devices_size(), m = plan.micro_batches();
+  // Replicas run the same pipeline side by side: one replica's time.
+  int64_t stages = plan.schedule().stages(),
+          m = plan.micro_batches() / (plan.devices_size() / stages);
   std::vector<double> forward(stages, 0), backward(stages, 0);
   for (int64_t s = 0; s < stages; ++s)
     for (const cdp::plan::Instruction &instruction :
@@ -350,6 +359,14 @@ int main(int argc, char **argv) {
     stageCount = 4;
   if (emit == "sched-mlir" && strategy != "dp" && strategy != "cdp")
     die("--emit=sched-mlir needs --strategy dp or cdp");
+  int64_t replicaCount = 1;
+  if (!llvm::to_integer(llvm::StringRef(replicas), replicaCount, 10) ||
+      replicaCount < 1)
+    die("--replicas must be a positive integer, got '" + replicas + "'");
+  if (replicaCount > 1 && strategy != "gpipe" && strategy != "1f1b" &&
+      strategy != "2bw")
+    die("--replicas applies to gpipe, 1f1b and 2bw, not --strategy " +
+        strategy);
   int64_t deviceMemoryBytes = 0;
   if (deviceMemory.getNumOccurrences()) {
     if (!llvm::to_integer(llvm::StringRef(deviceMemory), deviceMemoryBytes,
@@ -376,10 +393,13 @@ int main(int argc, char **argv) {
       pipelineStages = llvm::StringRef(stageBoundaries).count(',') + 2;
     if (!microBatches.getNumOccurrences())
       microBatchCount = pipelineStages;
-    if (devices.getNumOccurrences() && deviceCount != pipelineStages)
-      die("--strategy " + strategy + " runs one device per stage: --devices " +
-          devices + " differs from the " + std::to_string(pipelineStages) +
-          " stages");
+    if (devices.getNumOccurrences() &&
+        deviceCount != pipelineStages * replicaCount)
+      die("--strategy " + strategy + " runs one device per stage" +
+          (replicaCount > 1 ? " and replica" : "") + ": --devices " + devices +
+          " differs from the " + std::to_string(pipelineStages) + " stages" +
+          (replicaCount > 1 ? " x " + std::to_string(replicaCount) + " replicas"
+                            : ""));
     if (strategy == "2bw" && microBatchCount < pipelineStages)
       die("--strategy 2bw needs at least as many micro-batches as stages "
           "(m >= d): got --micro-batches " +
@@ -554,6 +574,7 @@ int main(int argc, char **argv) {
       emitOptions.microBatches = dataParallel ? 1 : microBatchCount;
       if (pipelined)
         emitOptions.pipeline = strategy;
+      emitOptions.replicas = replicaCount;
       emitOptions.inference = inference;
       emitOptions.optimizer = inference ? std::string() : optimizer.getValue();
       emitOptions.sourceName = llvm::sys::path::filename(inputPath).str();

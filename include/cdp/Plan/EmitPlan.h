@@ -17,8 +17,12 @@ struct EmitOptions {
   /// single: micro-batches whose gradients one update averages; pipelines:
   /// micro-batches per step.
   int64_t microBatches = 1;
-  /// gpipe or 1f1b: one device per stage.
+  /// gpipe, 1f1b, 2bw, cdp-mp: one device per stage.
   std::string pipeline;
+  /// Pipelines: data-parallel copies of the pipeline, each running
+  /// `microBatches` micro-batches a step; stage gradients are summed over
+  /// them before every update.
+  int64_t replicas = 1;
   std::string sourceName;  ///< the ONNX file name
   std::string sourceModel; ///< the ONNX file's bytes, for --save-onnx
 };
