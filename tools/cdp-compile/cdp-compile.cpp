@@ -80,6 +80,19 @@ cl::opt<std::string> stageBoundaries(
     cl::desc(
         "Cut stages after these ONNX nodes instead of using the cost model"),
     cl::value_desc("NODE,..."), cl::cat(category));
+cl::opt<std::string> planMode(
+    "plan",
+    cl::desc("2bw: 'auto' picks the stages, replicas (stages x replicas = "
+             "--devices) and micro-batches (--global-batch = M x replicas x "
+             "the model's batch) with the least predicted step time (from "
+             "--profile) whose plan fits --device-memory, printing every "
+             "candidate; 'manual' (default) takes the flags as given"),
+    cl::value_desc("auto|manual"), cl::init("manual"), cl::cat(category));
+cl::opt<std::string> globalBatch(
+    "global-batch",
+    cl::desc("With --plan auto: samples per step over all micro-batches and "
+             "replicas"),
+    cl::value_desc("G"), cl::cat(category));
 cl::opt<std::string> replicas(
     "replicas",
     cl::desc("Pipelines (gpipe, 1f1b, 2bw): data-parallel copies of the "
@@ -298,6 +311,24 @@ double predictStepMs(const cdp::plan::Plan &plan, const std::string &profile,
   return end / steps;
 }
 
+/// Each device's predicted peak bytes over two steps of `plan`.
+std::vector<int64_t> predictedPeaks(const cdp::plan::Plan &plan) {
+  std::string json = cdp::runtime::predictReport(plan, 2);
+  llvm::StringRef peaks = llvm::StringRef(json)
+                              .split("\"device_bytes\": [")
+                              .second.split(']')
+                              .first;
+  llvm::SmallVector<llvm::StringRef> values;
+  peaks.split(values, ',');
+  std::vector<int64_t> bytes;
+  for (llvm::StringRef text : values) {
+    int64_t peak = 0;
+    if (llvm::to_integer(text.trim(), peak, 10))
+      bytes.push_back(peak);
+  }
+  return bytes;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -359,6 +390,8 @@ int main(int argc, char **argv) {
     stageCount = 4;
   if (emit == "sched-mlir" && strategy != "dp" && strategy != "cdp")
     die("--emit=sched-mlir needs --strategy dp or cdp");
+  if (planMode != "auto" && planMode != "manual")
+    die("--plan must be auto or manual, got '" + planMode + "'");
   int64_t replicaCount = 1;
   if (!llvm::to_integer(llvm::StringRef(replicas), replicaCount, 10) ||
       replicaCount < 1)
@@ -393,14 +426,15 @@ int main(int argc, char **argv) {
       pipelineStages = llvm::StringRef(stageBoundaries).count(',') + 2;
     if (!microBatches.getNumOccurrences())
       microBatchCount = pipelineStages;
-    if (devices.getNumOccurrences() &&
+    if (planMode != "auto" && devices.getNumOccurrences() &&
         deviceCount != pipelineStages * replicaCount)
       die("--strategy " + strategy + " runs one device per stage" +
           (replicaCount > 1 ? " and replica" : "") + ": --devices " + devices +
           " differs from the " + std::to_string(pipelineStages) + " stages" +
           (replicaCount > 1 ? " x " + std::to_string(replicaCount) + " replicas"
                             : ""));
-    if (strategy == "2bw" && microBatchCount < pipelineStages)
+    if (planMode != "auto" && strategy == "2bw" &&
+        microBatchCount < pipelineStages)
       die("--strategy 2bw needs at least as many micro-batches as stages "
           "(m >= d): got --micro-batches " +
           std::to_string(microBatchCount) + " for " +
@@ -485,75 +519,199 @@ int main(int argc, char **argv) {
         diagnostic = d.str();
       return mlir::success();
     });
-    mlir::PassManager pm(&context);
-    if (!inference) {
-      cdp::AttachLossOptions lossOptions;
-      lossOptions.loss = loss;
-      lossOptions.labelsName = labelsName;
-      lossOptions.lossOutput = lossOutput;
-      pm.addPass(cdp::createAttachLoss(lossOptions));
-      {
-        // single: one stage, so that every op still knows its phase.
-        cdp::PartitionStagesOptions partition;
-        partition.stages = dataParallel || pipelined ? stageCount : 1;
-        std::vector<std::string> boundaryNames;
-        if (!stageBoundaries.empty()) {
-          llvm::SmallVector<llvm::StringRef> names;
-          llvm::StringRef(stageBoundaries).split(names, ',');
-          for (llvm::StringRef name : names)
-            boundaryNames.push_back(name.trim().str());
+    // The passes for the current stage, replica and micro-batch counts
+    // (--plan auto runs them once per candidate on a copy of the module).
+    auto runPasses = [&](mlir::ModuleOp target) -> mlir::LogicalResult {
+      mlir::PassManager pm(&context);
+      if (!inference) {
+        cdp::AttachLossOptions lossOptions;
+        lossOptions.loss = loss;
+        lossOptions.labelsName = labelsName;
+        lossOptions.lossOutput = lossOutput;
+        pm.addPass(cdp::createAttachLoss(lossOptions));
+        {
+          // single: one stage, so that every op still knows its phase.
+          cdp::PartitionStagesOptions partition;
+          partition.stages = dataParallel || pipelined ? stageCount : 1;
+          std::vector<std::string> boundaryNames;
+          if (!stageBoundaries.empty()) {
+            llvm::SmallVector<llvm::StringRef> names;
+            llvm::StringRef(stageBoundaries).split(names, ',');
+            for (llvm::StringRef name : names)
+              boundaryNames.push_back(name.trim().str());
+          }
+          partition.boundaries = boundaryNames;
+          if (profilePath.getNumOccurrences())
+            partition.profile = profilePath;
+          if (deviceMemoryBytes > 0) {
+            partition.deviceMemory = deviceMemoryBytes;
+            partition.strategy = strategy;
+            partition.microBatches = microBatchCount;
+            bool withMomentum = optimizer == "momentum" ? momentumValue != 0.0
+                                                        : momentumValue > 0.0;
+            partition.optimizerCopies = optimizer == "adam" ? 2
+                                        : withMomentum      ? 1
+                                                            : 0;
+          }
+          pm.addPass(cdp::createPartitionStages(partition));
         }
-        partition.boundaries = boundaryNames;
-        if (profilePath.getNumOccurrences())
-          partition.profile = profilePath;
-        if (deviceMemoryBytes > 0) {
-          partition.deviceMemory = deviceMemoryBytes;
-          partition.strategy = strategy;
-          partition.microBatches = microBatchCount;
-          bool withMomentum = optimizer == "momentum" ? momentumValue != 0.0
-                                                      : momentumValue > 0.0;
-          partition.optimizerCopies = optimizer == "adam" ? 2
-                                      : withMomentum      ? 1
-                                                          : 0;
+        cdp::AutodiffOptions autodiffOptions;
+        autodiffOptions.freeze =
+            std::vector<std::string>(freeze.begin(), freeze.end());
+        autodiffOptions.bnRunningVar = bnRunningVar;
+        pm.addPass(cdp::createAutodiff(autodiffOptions));
+        cdp::InsertOptimizerOptions optimizerOptions;
+        optimizerOptions.optimizer = optimizer;
+        optimizerOptions.lr = lrValue;
+        optimizerOptions.momentum = momentumValue;
+        optimizerOptions.weightDecay = weightDecayValue;
+        optimizerOptions.beta1 = beta1;
+        optimizerOptions.beta2 = beta2;
+        optimizerOptions.epsilon = epsValue;
+        pm.addPass(cdp::createInsertOptimizer(optimizerOptions));
+        if (dataParallel) {
+          cdp::BuildScheduleOptions scheduleOptions;
+          scheduleOptions.strategy = strategy;
+          scheduleOptions.devices = deviceCount;
+          pm.addPass(cdp::createBuildSchedule(scheduleOptions));
+          cdp::DelayUpdatesOptions delayOptions;
+          delayOptions.rule = cdpRule;
+          delayOptions.table = v2Table;
+          pm.addPass(cdp::createDelayUpdates(delayOptions));
+          cdp::StaggerCollectivesOptions staggerOptions;
+          staggerOptions.reduce = cdpReduce;
+          pm.addPass(cdp::createStaggerCollectives(staggerOptions));
+          if (emit == "sched-mlir") {
+            cdp::MaterializeScheduleOptions materialize;
+            materialize.steps = reportStepCount;
+            pm.addPass(cdp::createMaterializeSchedule(materialize));
+          }
         }
-        pm.addPass(cdp::createPartitionStages(partition));
       }
-      cdp::AutodiffOptions autodiffOptions;
-      autodiffOptions.freeze =
-          std::vector<std::string>(freeze.begin(), freeze.end());
-      autodiffOptions.bnRunningVar = bnRunningVar;
-      pm.addPass(cdp::createAutodiff(autodiffOptions));
-      cdp::InsertOptimizerOptions optimizerOptions;
-      optimizerOptions.optimizer = optimizer;
-      optimizerOptions.lr = lrValue;
-      optimizerOptions.momentum = momentumValue;
-      optimizerOptions.weightDecay = weightDecayValue;
-      optimizerOptions.beta1 = beta1;
-      optimizerOptions.beta2 = beta2;
-      optimizerOptions.epsilon = epsValue;
-      pm.addPass(cdp::createInsertOptimizer(optimizerOptions));
-      if (dataParallel) {
-        cdp::BuildScheduleOptions scheduleOptions;
-        scheduleOptions.strategy = strategy;
-        scheduleOptions.devices = deviceCount;
-        pm.addPass(cdp::createBuildSchedule(scheduleOptions));
-        cdp::DelayUpdatesOptions delayOptions;
-        delayOptions.rule = cdpRule;
-        delayOptions.table = v2Table;
-        pm.addPass(cdp::createDelayUpdates(delayOptions));
-        cdp::StaggerCollectivesOptions staggerOptions;
-        staggerOptions.reduce = cdpReduce;
-        pm.addPass(cdp::createStaggerCollectives(staggerOptions));
-        if (emit == "sched-mlir") {
-          cdp::MaterializeScheduleOptions materialize;
-          materialize.steps = reportStepCount;
-          pm.addPass(cdp::createMaterializeSchedule(materialize));
+      if (emit == "plan")
+        pm.addPass(cdp::createPlanMemory());
+      return pm.run(target);
+    };
+    // --plan auto (algorithms.md 3.6, adapted): every stages x replicas =
+    // --devices with M = G / (replicas x B) micro-batches, M >= stages;
+    // each candidate is compiled and its plan predicted (step time from
+    // the profile, peak memory from the report's accounting); the fastest
+    // that fits the cap wins.
+    auto planAutomatically = [&](mlir::ModuleOp source, auto &passes,
+                                 auto build, std::string &diagnostic) {
+      if (strategy != "2bw")
+        die("--plan auto plans --strategy 2bw (algorithms.md 3.6), not " +
+            strategy);
+      int64_t samples = 0;
+      if (!globalBatch.getNumOccurrences() ||
+          !llvm::to_integer(llvm::StringRef(globalBatch), samples, 10) ||
+          samples < 1)
+        die("--plan auto needs --global-batch G, a positive number of "
+            "samples per step");
+      if (!devices.getNumOccurrences())
+        die("--plan auto needs --devices N");
+      if (!profilePath.getNumOccurrences())
+        die("--plan auto needs --profile FILE (cdp-run --profile of this "
+            "model on one device) to predict step times");
+      int64_t batch = 0;
+      source.walk([&](mlir::func::FuncOp func) {
+        for (unsigned i = 0; i < func.getNumArguments() && !batch; ++i)
+          if (auto axis =
+                  func.getArgAttrOfType<mlir::IntegerAttr>(i, "cdp.batch_axis"))
+            if (axis.getInt() >= 0)
+              batch = mlir::cast<mlir::RankedTensorType>(
+                          func.getArgument(i).getType())
+                          .getDimSize(axis.getInt());
+      });
+      if (batch <= 0)
+        die("--plan auto: the model has no input with a batch axis");
+      std::printf("--plan auto: 2bw on %lld devices, global batch %lld "
+                  "(micro-batch %lld)\n",
+                  (long long)deviceCount, (long long)samples, (long long)batch);
+      std::printf("%8s %9s %14s %12s %14s  %s\n", "stages", "replicas",
+                  "micro-batches", "step ms", "peak bytes", "");
+      double best = -1;
+      int64_t bestStages = 0, bestReplicas = 0, bestMicro = 0;
+      for (int64_t S = 1; S <= deviceCount; ++S) {
+        if (deviceCount % S)
+          continue;
+        int64_t R = deviceCount / S;
+        std::string why;
+        int64_t M = samples / (R * batch);
+        if (samples % (R * batch))
+          why = "global batch is not a multiple of replicas x micro-batch";
+        else if (M < S)
+          why = "fewer micro-batches than stages";
+        double ms = -1;
+        int64_t peak = 0;
+        if (why.empty()) {
+          stageCount = S;
+          replicaCount = R;
+          microBatchCount = M;
+          mlir::OwningOpRef<mlir::ModuleOp> copy(source.clone());
+          diagnostic.clear();
+          cdp::plan::Plan plan;
+          if (mlir::failed(passes(*copy)) || mlir::failed(build(*copy, plan))) {
+            why = llvm::StringRef(diagnostic).split('\n').first.str();
+          } else {
+            ms = predictStepMs(plan, profilePath, 3);
+            for (int64_t bytes : predictedPeaks(plan))
+              peak = std::max(peak, bytes);
+            if (ms < 0)
+              why = "the profile lacks an instruction of the plan";
+            else if (deviceMemoryBytes > 0 && peak > deviceMemoryBytes)
+              why = "above --device-memory";
+          }
         }
+        if (why.empty() && (best < 0 || ms < best)) {
+          best = ms;
+          bestStages = S;
+          bestReplicas = R;
+          bestMicro = M;
+        }
+        if (ms >= 0)
+          std::printf("%8lld %9lld %14lld %12.3f %14lld  %s\n", (long long)S,
+                      (long long)R, (long long)M, ms, (long long)peak,
+                      why.c_str());
+        else
+          std::printf("%8lld %9lld %14s %12s %14s  %s\n", (long long)S,
+                      (long long)R,
+                      why == "fewer micro-batches than stages"
+                          ? std::to_string(M).c_str()
+                          : "-",
+                      "-", "-", why.c_str());
       }
-    }
-    if (emit == "plan")
-      pm.addPass(cdp::createPlanMemory());
-    if (mlir::failed(pm.run(*module)))
+      if (best < 0)
+        die("--plan auto: no candidate fits (see the table above)");
+      stageCount = bestStages;
+      replicaCount = bestReplicas;
+      microBatchCount = bestMicro;
+      std::printf("chosen: %lld stages x %lld replicas, %lld micro-batches "
+                  "per step, %.3f ms per step predicted\n",
+                  (long long)bestStages, (long long)bestReplicas,
+                  (long long)bestMicro, best);
+      std::fflush(stdout);
+    };
+    auto emitOptionsNow = [&]() {
+      cdp::EmitOptions emitOptions;
+      emitOptions.strategy = strategy;
+      emitOptions.microBatches = dataParallel ? 1 : microBatchCount;
+      if (pipelined)
+        emitOptions.pipeline = strategy;
+      emitOptions.replicas = replicaCount;
+      emitOptions.inference = inference;
+      emitOptions.optimizer = inference ? std::string() : optimizer.getValue();
+      emitOptions.sourceName = llvm::sys::path::filename(inputPath).str();
+      return emitOptions;
+    };
+    if (planMode == "auto")
+      planAutomatically(
+          *module, runPasses,
+          [&](mlir::ModuleOp target, cdp::plan::Plan &plan) {
+            return cdp::buildPlan(target, emitOptionsNow(), plan);
+          },
+          diagnostic);
+    if (mlir::failed(runPasses(*module)))
       die(inputPath + ": " +
           (diagnostic.empty() ? "compilation failed" : diagnostic));
     if (emit == "sched-mlir") {
@@ -569,15 +727,7 @@ int main(int argc, char **argv) {
       return 0;
     }
     if (emit == "plan") {
-      cdp::EmitOptions emitOptions;
-      emitOptions.strategy = strategy;
-      emitOptions.microBatches = dataParallel ? 1 : microBatchCount;
-      if (pipelined)
-        emitOptions.pipeline = strategy;
-      emitOptions.replicas = replicaCount;
-      emitOptions.inference = inference;
-      emitOptions.optimizer = inference ? std::string() : optimizer.getValue();
-      emitOptions.sourceName = llvm::sys::path::filename(inputPath).str();
+      cdp::EmitOptions emitOptions = emitOptionsNow();
       if (auto file = llvm::MemoryBuffer::getFile(inputPath))
         emitOptions.sourceModel = (*file)->getBuffer().str();
       cdp::plan::Plan plan;
@@ -586,17 +736,8 @@ int main(int argc, char **argv) {
       if (deviceMemoryBytes > 0) {
         // The partition fit the estimate; hold the plan itself to the cap
         // too (its peak over two steps, 2bw's second version included).
-        std::string json = cdp::runtime::predictReport(plan, 2);
-        llvm::StringRef peaks = llvm::StringRef(json)
-                                    .split("\"device_bytes\": [")
-                                    .second.split(']')
-                                    .first;
-        llvm::SmallVector<llvm::StringRef> values;
-        peaks.split(values, ',');
-        for (auto [device, text] : llvm::enumerate(values)) {
-          int64_t peak = 0;
-          if (!llvm::to_integer(text.trim(), peak, 10) ||
-              peak <= deviceMemoryBytes)
+        for (auto [device, peak] : llvm::enumerate(predictedPeaks(plan))) {
+          if (peak <= deviceMemoryBytes)
             continue;
           die(inputPath + ": the plan's predicted peak on device " +
               std::to_string(device) + " is " + std::to_string(peak) +
