@@ -6,7 +6,7 @@ mean of the M micro-batches' gradients. 2bw against the same with 1-stale
 gradients, W(t+1) = Opt(W(t), g(W(t-1))), steps 0 and 1 both at W(0).
 Parameters after 3 steps must match within 1e-5 + 1e-4 relative.
 
-Usage: accumulate_reference.py BIN_DIR WORK_DIR [MODEL [STRATEGY [STAGES [M [R]]]]]
+Usage: accumulate_reference.py BIN_DIR WORK_DIR [MODEL [STRATEGY [STAGES [M [R [CUTS]]]]]]
 (M micro-batches per step and replica; the reference accumulates R x M.)
 """
 import json
@@ -32,6 +32,8 @@ def main():
     # Replicas of the pipeline each run M micro-batches a step: the update
     # averages all R x M, like one device accumulating R x M.
     replicas = int(sys.argv[7]) if len(sys.argv) > 7 else 1
+    # Pinned cuts (ONNX node names) instead of the cost model's.
+    boundaries = sys.argv[8] if len(sys.argv) > 8 else ""
     per_replica = M
     M = M * replicas
     os.makedirs(work, exist_ok=True)
@@ -86,6 +88,8 @@ def main():
     if strategy != "single":
         pipeline = ["--strategy", strategy, "--stages", str(stages), "--devices",
                     str(stages * replicas), "--replicas", str(replicas)]
+        if boundaries:
+            pipeline += ["--stage-boundaries", boundaries]
     subprocess.run([os.path.join(bin_dir, "cdp-compile"), path, "-o", plan, "--micro-batches",
                     str(per_replica), "--optimizer", "momentum", "--lr", str(LR)] + pipeline,
                    check=True)
@@ -105,6 +109,8 @@ def main():
     label = "accumulate" if strategy == "single" else "%s S=%d" % (strategy, stages)
     if replicas > 1:
         label += " R=%d" % replicas
+    if boundaries:
+        label += " pinned"
     print("%s %s M=%d: %s" % (label, model_name, M, "all match" if not failures else "%d mismatches" % failures))
     return 1 if failures else 0
 
