@@ -46,10 +46,13 @@ PlanFacts::PlanFacts(const plan::Plan &plan) {
   for (const plan::Tensor &t : plan.tensors()) {
     bytes[t.id()] = t.bytes();
     // Pipelines place parameters, buffers and accumulators on one device;
-    // without a device every device holds its own copy.
-    for (int d = 0; d < devices; ++d) {
-      if (t.has_device() && t.device() != d)
-        continue;
+    // without a device every device holds its own copy. Arena tensors
+    // count where they are born, below.
+    if (t.kind() == plan::ACTIVATION || t.kind() == plan::INPUT)
+      continue;
+    int first = t.has_device() ? t.device() : 0,
+        last = t.has_device() ? t.device() + 1 : devices;
+    for (int d = first; d < last && d < devices; ++d) {
       if (t.has_previous_version_of())
         weightVersionBytes[d] += t.bytes();
       else if (t.kind() == plan::PARAM || t.kind() == plan::BUFFER)
@@ -109,8 +112,9 @@ PlanFacts::PlanFacts(const plan::Plan &plan) {
   // backwards in the next step's program, marked `drain`.)
   unitBegins.assign(devices, {});
   unitEnds.assign(devices, {});
-  uses.assign(devices, std::vector<int>(tensors, 0));
+  uses.assign(devices, {});
   readsOfWrite.assign(devices, {});
+  outputStart.assign(devices, {});
   for (int d = 0; d < devices; ++d) {
     const plan::Device &dev = plan.devices(d);
     using Key = std::tuple<int, int, bool>;
@@ -130,17 +134,24 @@ PlanFacts::PlanFacts(const plan::Plan &plan) {
     // Writes and reads over two passes of the program: a write's reads
     // run until the next write, possibly in the next step.
     int n = dev.instructions_size();
-    std::map<int, int> lastWrite;
+    std::vector<int> &start = outputStart[d];
+    start.assign(n + 1, 0);
+    for (int i = 0; i < n; ++i)
+      start[i + 1] = start[i] + dev.instructions(i).outputs_size();
+    readsOfWrite[d].assign(start[n], 0);
+    // tensor -> the slot of its latest write in readsOfWrite[d]
+    std::unordered_map<int, int> lastWrite;
+    lastWrite.reserve(start[n]);
     for (int p = 0; p < 2 * n; ++p) {
       const plan::Instruction &instruction = dev.instructions(p % n);
       if (p < n)
-        for (int id : instruction.outputs())
-          if (id >= 0)
-            lastWrite[id] = p;
+        for (int j = 0; j < instruction.outputs_size(); ++j)
+          if (instruction.outputs(j) >= 0)
+            lastWrite[instruction.outputs(j)] = start[p] + j;
       for (int id : instruction.inputs()) {
         auto it = id >= 0 ? lastWrite.find(id) : lastWrite.end();
         if (it != lastWrite.end())
-          ++readsOfWrite[d][{it->second, id}];
+          ++readsOfWrite[d][it->second];
       }
       if (p >= n)
         for (int id : instruction.outputs())
@@ -178,8 +189,7 @@ ReportBuilder::ReportBuilder(const plan::Plan &plan, int64_t steps)
     s.sent.assign(horizon + 1, 0);
     s.ready.assign(horizon + 1, 0);
   }
-  remaining.assign(plan.devices_size(),
-                   std::vector<int>(plan.tensors_size(), 0));
+  remaining.assign(plan.devices_size(), {});
   workspace.assign(plan.devices_size(), 0);
   optimizer = planFacts.optimizerBytes;
 }
@@ -203,9 +213,16 @@ static int slotOf(Category c) {
 
 void ReportBuilder::born(int device, int64_t tau, int tensor, int instruction) {
   if (instruction >= 0) {
-    auto it = planFacts.readsOfWrite[device].find({instruction, tensor});
-    remaining[device][tensor] =
-        it == planFacts.readsOfWrite[device].end() ? 0 : it->second;
+    const plan::Instruction &writer =
+        plan.devices(device).instructions(instruction);
+    int reads = 0;
+    for (int j = 0; j < writer.outputs_size(); ++j)
+      if (writer.outputs(j) == tensor)
+        reads =
+            planFacts
+                .readsOfWrite[device]
+                             [planFacts.outputStart[device][instruction] + j];
+    remaining[device][tensor] = reads;
   }
   Category c = planFacts.category[tensor];
   if (c == Category::None || tau > horizon)

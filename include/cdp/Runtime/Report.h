@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace cdp::runtime {
@@ -41,12 +42,15 @@ struct PlanFacts {
   /// (the first forward instruction of a stage's micro-batch) or ends
   /// there (its last backward instruction).
   std::vector<std::vector<char>> unitBegins, unitEnds;
-  /// Per device: uses of every tensor by instructions of a step.
-  std::vector<std::vector<int>> uses;
+  /// Per device: uses of every tensor it reads by instructions of a step
+  /// (maps: a pipeline device touches few of the plan's tensors).
+  std::vector<std::unordered_map<int, int>> uses;
   /// Per device: reads of a tensor an instruction writes, up to its next
   /// write (wrapping into the next step: 2bw's backwards of the previous
   /// step's micro-batches; pipelines reuse stash slots within a step).
-  std::vector<std::map<std::pair<int, int>, int>> readsOfWrite;
+  /// Flat per device: the counts of instruction i's outputs start at
+  /// outputStart[d][i] in readsOfWrite[d], in output order.
+  std::vector<std::vector<int>> readsOfWrite, outputStart;
   int64_t lastTime(int64_t steps) const;
   /// The absolute time step of `instruction` on `device` in step `t`.
   int64_t timeOf(const plan::Instruction &instruction, int64_t t) const {
@@ -82,7 +86,7 @@ private:
   PlanFacts planFacts;
   int64_t steps, horizon;
   std::vector<Series> devices;
-  std::vector<std::vector<int>> remaining; // uses left, per device and tensor
+  std::vector<std::unordered_map<int, int>> remaining; // uses left
   std::vector<int64_t> workspace, optimizer;
 };
 
