@@ -23,6 +23,7 @@
 #include <set>
 #include <sstream>
 #include <tuple>
+#include <unordered_map>
 
 namespace cdp::runtime {
 
@@ -117,15 +118,19 @@ PlanFacts::PlanFacts(const plan::Plan &plan) {
   outputStart.assign(devices, {});
   for (int d = 0; d < devices; ++d) {
     const plan::Device &dev = plan.devices(d);
-    using Key = std::tuple<int, int, bool>;
-    std::map<Key, int> first, last;
+    // (stage, micro-batch, drain) packed -> instruction index
+    std::unordered_map<uint64_t, int> first, last;
     for (int i = 0; i < dev.instructions_size(); ++i) {
       const plan::Instruction &instruction = dev.instructions(i);
-      Key key{instruction.stage(), instruction.micro_batch(),
-              instruction.drain()};
-      if (instruction.phase() == "forward")
+      uint64_t key = (static_cast<uint64_t>(instruction.stage()) << 33) |
+                     (static_cast<uint64_t>(
+                          static_cast<uint32_t>(instruction.micro_batch()))
+                      << 1) |
+                     (instruction.drain() ? 1 : 0);
+      const std::string &phase = instruction.phase();
+      if (phase == "forward")
         first.try_emplace(key, i);
-      if (instruction.phase() == "backward")
+      else if (phase == "backward")
         last[key] = i;
       for (int id : instruction.inputs())
         if (id >= 0)

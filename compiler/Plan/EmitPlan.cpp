@@ -22,6 +22,7 @@
 
 #include <functional>
 #include <set>
+#include <unordered_map>
 
 using namespace mlir;
 
@@ -595,7 +596,8 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
       // next step's program).
       int64_t slots = twoVersions ? M : pipeline::stashSlots(strategy, s, S, M);
       device->set_arena_bytes(slots * arenaBytes);
-      std::map<std::pair<int64_t, int>, int> copies;
+      // (slot, tensor) -> the slot's copy of the tensor.
+      std::unordered_map<int64_t, int> copies;
       // The copy of an arena tensor for a stash slot.
       auto mapped = [&](int64_t slot, int id) {
         if (id < 0 || id >= originalTensors)
@@ -603,7 +605,7 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
         const plan::Tensor &t = plan.tensors(id);
         if (t.kind() != plan::ACTIVATION && t.kind() != plan::INPUT)
           return id;
-        auto key = std::make_pair(slot, id);
+        int64_t key = (slot << 32) | static_cast<uint32_t>(id);
         auto it = copies.find(key);
         if (it != copies.end())
           return it->second;

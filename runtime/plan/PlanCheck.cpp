@@ -45,13 +45,29 @@ constexpr int kSteps = 3;
 
 std::string findSendRecvDeadlock(const Plan &plan) {
   int devices = plan.devices_size();
+  // Each instruction's part in the traffic, read once.
+  struct Traffic {
+    int kind = 0; // 0 none, 1 send, 2 recv
+    int64_t peer = 0, value = 0, microBatch = 0, perStep = 1, stepOffset = 0,
+            minStep = 0;
+  };
+  std::vector<std::vector<Traffic>> traffic(devices);
+  for (int d = 0; d < devices; ++d)
+    for (const Instruction &instruction : plan.devices(d).instructions()) {
+      Traffic t;
+      t.minStep = instruction.min_step();
+      if (instruction.op() == "send" || instruction.op() == "recv") {
+        t.kind = instruction.op() == "send" ? 1 : 2;
+        t.peer = attribute(instruction, "peer");
+        t.value = attribute(instruction, "value");
+        t.microBatch = attribute(instruction, "micro_batch", 0);
+        t.perStep = attribute(instruction, "micro_batches", 1);
+        t.stepOffset = attribute(instruction, "step_offset", 0);
+      }
+      traffic[d].push_back(t);
+    }
   // (from, to, value, micro-batch over the run) -> messages in flight
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t>;
-  auto runMicroBatch = [](const Instruction &instruction, int64_t step) {
-    return (step + attribute(instruction, "step_offset", 0)) *
-               attribute(instruction, "micro_batches", 1) +
-           attribute(instruction, "micro_batch", 0);
-  };
   std::map<Key, int> inFlight;
   // Instruction positions over the simulated steps, step-major.
   std::vector<int> next(devices, 0);
@@ -62,24 +78,22 @@ std::string findSendRecvDeadlock(const Plan &plan) {
   for (bool moved = true; moved;) {
     moved = false;
     for (int d = 0; d < devices; ++d) {
-      const Device &device = plan.devices(d);
+      int size = plan.devices(d).instructions_size();
       while (next[d] < length(d)) {
-        int64_t step = next[d] / device.instructions_size();
-        const Instruction &instruction =
-            device.instructions(next[d] % device.instructions_size());
-        if (instruction.min_step() > step) {
-          // not run in this step
-        } else if (instruction.op() == "send") {
-          ++inFlight[{d, attribute(instruction, "peer"),
-                      attribute(instruction, "value"),
-                      runMicroBatch(instruction, step)}];
-        } else if (instruction.op() == "recv") {
-          auto it = inFlight.find({attribute(instruction, "peer"), d,
-                                   attribute(instruction, "value"),
-                                   runMicroBatch(instruction, step)});
+        int64_t step = next[d] / size;
+        const Traffic &t = traffic[d][next[d] % size];
+        int64_t runMicroBatch =
+            (step + t.stepOffset) * t.perStep + t.microBatch;
+        if (t.minStep > step || t.kind == 0) {
+          // not run in this step, or no traffic
+        } else if (t.kind == 1) {
+          ++inFlight[{d, t.peer, t.value, runMicroBatch}];
+        } else {
+          auto it = inFlight.find({t.peer, d, t.value, runMicroBatch});
           if (it == inFlight.end() || it->second == 0)
             break;
-          --it->second;
+          if (--it->second == 0)
+            inFlight.erase(it);
         }
         ++next[d];
         moved = true;
