@@ -127,7 +127,7 @@ def run(name, strategy, build, steps, work):
     args = [os.path.join(build, "bin", "cdp-compile"), path, "-o", plan, "--strategy", strategy,
             "--stages", "4", "--lr", "0.01", "--report", plan + ".predicted.json",
             "--steps", str(steps), "--profile", profile]
-    args += ["--devices", "4"] if strategy == "cdp-mp" else ["--micro-batches", str(m)]
+    args += ["--micro-batches", str(m)]
     if name == "transformer":
         args += ["--batch-axis", "input=1"]
     subprocess.run(args, check=True)

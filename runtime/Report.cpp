@@ -51,9 +51,15 @@ PlanFacts::PlanFacts(const plan::Plan &plan) {
     // count where they are born, below.
     if (t.kind() == plan::ACTIVATION || t.kind() == plan::INPUT)
       continue;
-    int first = t.has_device() ? t.device() : 0,
-        last = t.has_device() ? t.device() + 1 : devices;
-    for (int d = first; d < last && d < devices; ++d) {
+    // A pipeline's replicas hold their stage's copy too: device r·S + s - 1
+    // for every replica r.
+    int stages = plan.has_schedule() && plan.schedule().stages() > 0
+                     ? static_cast<int>(plan.schedule().stages())
+                     : devices;
+    for (int d = 0; d < devices; ++d) {
+      if (t.has_device() &&
+          (stages > 0 ? d % stages != t.device() % stages : d != t.device()))
+        continue;
       if (t.has_previous_version_of())
         weightVersionBytes[d] += t.bytes();
       else if (t.kind() == plan::PARAM || t.kind() == plan::BUFFER)

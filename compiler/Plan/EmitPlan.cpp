@@ -448,8 +448,12 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
       cycle = std::max(cycle, at[s][i] + (orders[s][i].kind == 'U' ? 0 : 1));
   // 2bw's steady state: each step's program alternates M backwards and M
   // forwards, one time step each.
-  if (strategy == "2bw" || strategy == "cdp-mp")
+  // cdp-mp: CDP's cycle of 2L time steps, slots at CDP's offsets.
+  bool cdpSlots = strategy == "cdp-mp";
+  if (strategy == "2bw")
     cycle = 2 * M;
+  if (cdpSlots)
+    cycle = 2 * S;
   plan::Schedule *schedule = plan.mutable_schedule();
   schedule->set_stages(S);
   schedule->set_cycle(cycle);
@@ -647,12 +651,13 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
         // per time step pair; cdp-mp follows CDP's time-step model with
         // N = L (offsets s_i = 2i): F of micro-batch i at stage s at
         // 2i + s - 1, its B at 2i + 2L - s.
-        bool cdp = strategy == "cdp-mp";
+        // CDP's offsets: slot j starts at floor(2L·j / N).
+        auto offset = [&](int64_t k) { return 2 * S * (k * R + r) / MB; };
         auto forwardTime = [&](int64_t i) {
-          return cdp ? 2 * i + s - 1 : 2 * i + 1;
+          return cdpSlots ? offset(i) + s - 1 : 2 * i + 1;
         };
         auto backwardTime = [&](int64_t i, int64_t k, int64_t stepRel) {
-          return cdp ? 2 * k + 2 * S - s + stepRel * 2 * M : 2 * i;
+          return cdpSlots ? offset(k) + 2 * S - s + stepRel * cycle : 2 * i;
         };
         bool updated = false;
         for (int64_t i = 0; i < M; ++i) {
@@ -698,7 +703,9 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
         int64_t k = entry.k, slot = k % slots;
         // Over the step's micro-batches of all replicas, relative to the
         // running step, as the send/recv tags and the loader count.
-        int64_t tagBatch = r * M + k + entry.stepRel * MB;
+        // replica r's k-th is r·M + k; for cdp-mp the CDP slot k·R + r.
+        int64_t tagBatch =
+            (cdpSlots ? k * R + r : r * M + k) + entry.stepRel * MB;
         auto stamp = [&](plan::Instruction *instruction) {
           instruction->set_stage(s);
           instruction->set_micro_batch(k);

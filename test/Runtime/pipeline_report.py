@@ -19,8 +19,8 @@ m, steps = int(m), 3
 os.makedirs(work, exist_ok=True)
 plan, predicted, measured = (os.path.join(work, f) for f in
                              ("plan.cdp", "predicted.json", "measured.json"))
-# cdp-mp: N = L micro-batches share the L devices.
-count = ["--devices", str(m)] if strategy == "cdp-mp" else ["--micro-batches", str(m)]
+# cdp-mp: M is N, the micro-batches (CDP slots) sharing the devices.
+count = ["--micro-batches", str(m)]
 subprocess.run([os.path.join(bin_dir, "cdp-compile"), model, "-o", plan, "--strategy", strategy]
                + count + ["--stage-boundaries", "tanh0,tanh1,tanh2",
                           "--optimizer", "momentum", "--report", predicted, "--steps", str(steps)],

@@ -170,8 +170,10 @@ def main():
                          version_delay("dp", rule, table))
 
     plan = os.path.join(work, "plan.cdp")
-    args = [os.path.join(bin_dir, "cdp-compile"), path, "-o", plan, "--strategy", strategy,
-            "--devices", str(N), "--stage-boundaries", ",".join(boundaries),
+    # cdp-mp: N CDP slots share the devices of the L stages (derived, 2.6).
+    count = ["--micro-batches", str(N)] if strategy == "cdp-mp" else ["--devices", str(N)]
+    args = [os.path.join(bin_dir, "cdp-compile"), path, "-o", plan, "--strategy", strategy] + count + [
+            "--stage-boundaries", ",".join(boundaries),
             "--optimizer", "momentum", "--lr", str(LR)]
     if strategy == "cdp":
         args += ["--cdp-rule", rule, "--v2-table", table]

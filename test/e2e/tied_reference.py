@@ -71,7 +71,7 @@ def main():
     gap = max(float((final[n] - synchronous[n]).abs().max()) for n in final)
     print("%s reference differs from the synchronous one by %.1e" % ("ok  " if gap > 1e-4 else "FAIL", gap))
     plan = os.path.join(work, "plan.cdp")
-    count = ["--devices", str(M)] if strategy == "cdp-mp" else ["--micro-batches", str(M)]
+    count = ["--micro-batches", str(M)]
     subprocess.run([os.path.join(bin_dir, "cdp-compile"), path, "-o", plan, "--strategy", strategy]
                    + count + ["--stage-boundaries", "tanh0,tanh1,tanh2", "--optimizer", "momentum",
                               "--lr", str(LR)], check=True)

@@ -61,8 +61,8 @@ cl::opt<std::string> strategy(
     "strategy",
     cl::desc("Parallel strategy: single (one device), dp (data parallel), cdp "
              "(cyclic data parallel), gpipe, 1f1b (PipeDream-Flush), 2bw "
-             "(PipeDream-2BW), cdp-mp (CDP with model parallelism, N = L): "
-             "pipelines run one device per stage"),
+             "(PipeDream-2BW), cdp-mp (CDP with model parallelism: "
+             "--micro-batches N share the devices of --stages L)"),
     cl::value_desc("single|dp|cdp|gpipe|1f1b|2bw|cdp-mp"), cl::init("single"),
     cl::cat(category));
 cl::opt<std::string> devices("devices",
@@ -362,32 +362,10 @@ int main(int argc, char **argv) {
   bool dataParallel = strategy == "dp" || strategy == "cdp";
   bool pipelined = strategy == "gpipe" || strategy == "1f1b" ||
                    strategy == "2bw" || strategy == "cdp-mp";
-  if (strategy == "cdp-mp") {
-    // N micro-batches share the stages' devices (algorithms.md 2.6). With
-    // N = L every stage needs one device: L devices instead of DP + MP's
-    // N·L. Other N come later.
-    if (!devices.getNumOccurrences() || deviceCount < 2)
-      die("--strategy cdp-mp needs --devices N >= 2 (the micro-batches of a "
-          "step; the stages default to N)");
-    if (stageCount == 0 && stageBoundaries.empty())
-      stageCount = deviceCount;
-    int64_t L = stageBoundaries.empty()
-                    ? stageCount
-                    : llvm::StringRef(stageBoundaries).count(',') + 2;
-    if (L != deviceCount)
-      die("--strategy cdp-mp supports N = L for now (one device per stage, "
-          "shared by the N micro-batches): got --devices " +
-          devices + " and " + std::to_string(L) + " stages");
-    if (cdpRule.getNumOccurrences() && cdpRule != "v1")
-      die("--strategy cdp-mp supports --cdp-rule v1 for now (with N = L it "
-          "is PipeDream-2BW with m = d, algorithms.md 2.6); v2's per-stage "
-          "fresh versions on shared devices are not there yet");
-    if (microBatches.getNumOccurrences() &&
-        llvm::StringRef(microBatches) != llvm::StringRef(devices))
-      die("--strategy cdp-mp runs one micro-batch per --devices: "
-          "--micro-batches " +
-          microBatches + " differs from --devices " + devices);
-  }
+  if (strategy == "cdp-mp" && cdpRule.getNumOccurrences() && cdpRule != "v1")
+    die("--strategy cdp-mp supports --cdp-rule v1 for now (algorithms.md "
+        "2.6: then it is PipeDream-2BW with shared devices); v2's per-stage "
+        "fresh versions on shared devices are not there yet");
   if (pipelined && stageCount == 0 && stageBoundaries.empty())
     stageCount = 4;
   if (emit == "sched-mlir" && strategy != "dp" && strategy != "cdp")
@@ -428,8 +406,34 @@ int main(int argc, char **argv) {
       pipelineStages = llvm::StringRef(stageBoundaries).count(',') + 2;
     if (!microBatches.getNumOccurrences())
       microBatchCount = pipelineStages;
+    if (strategy == "cdp-mp") {
+      // N micro-batches (CDP slots) share the stages' devices
+      // (algorithms.md 2.6): with L | N every stage needs N / L devices, N
+      // in all; with N | L and 2L/N even one device per stage, L in all.
+      // The first is N / L replicas of a pipeline whose micro-batches are
+      // the slots r, r + R, ...; both run as 2bw with CDP's time steps.
+      int64_t N = microBatchCount, L = pipelineStages, derived = 0;
+      if (N % L == 0) {
+        replicaCount = N / L;
+        microBatchCount = L;
+        derived = N;
+      } else if (L % N == 0 && (2 * L / N) % 2 == 0) {
+        derived = L;
+      } else {
+        die("--strategy cdp-mp supports L | N or N | L with 2L/N even for "
+            "now (algorithms.md 2.6); with N = " +
+            std::to_string(N) + " micro-batches and L = " + std::to_string(L) +
+            " stages some stages would need two devices");
+      }
+      if (devices.getNumOccurrences() && deviceCount != derived)
+        die("--strategy cdp-mp with N = " + std::to_string(N) +
+            " micro-batches on L = " + std::to_string(L) + " stages runs on " +
+            std::to_string(derived) +
+            " devices (algorithms.md 2.6): --devices " + devices + " differs");
+      deviceCount = derived;
+    }
     if (planMode != "auto" && devices.getNumOccurrences() &&
-        deviceCount != pipelineStages * replicaCount)
+        strategy != "cdp-mp" && deviceCount != pipelineStages * replicaCount)
       die("--strategy " + strategy + " runs one device per stage" +
           (replicaCount > 1 ? " and replica" : "") + ": --devices " + devices +
           " differs from the " + std::to_string(pipelineStages) + " stages" +
