@@ -642,36 +642,58 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
         int64_t k;       // micro-batch within its step
         int64_t stepRel; // 0: this step's; -1: the previous step's
         int64_t time;
-        bool readsPrevious; // 2bw: reads the parameters' previous version
+        bool readsPrevious; // 2bw, cdp-mp: reads the previous weight version
       };
       std::vector<Entry> entries;
-      if (twoVersions) {
-        int64_t warmup = std::min(S - s + 1, M);
-        // Time steps: 2bw's program alternates one backward and one forward
-        // per time step pair; cdp-mp follows CDP's time-step model with
-        // N = L (offsets s_i = 2i): F of micro-batch i at stage s at
-        // 2i + s - 1, its B at 2i + 2L - s.
-        // CDP's offsets: slot j starts at floor(2L·j / N).
+      if (cdpSlots) {
+        // cdp-mp: the stage's ops of one step in CDP's time order
+        // (algorithms.md 2.2): slot j starts at floor(2L·j / N), its F at stage
+        // s comes at that + s - 1 and its B at that + 2L - s; a step's program
+        // is the window [s - 1, 2L + s - 1) of the stage's clock, so a B past
+        // it runs in the next step's program (stepRel -1). The update of step
+        // t - 1's gradients follows the last slot's B at stage s.
         auto offset = [&](int64_t k) { return 2 * S * (k * R + r) / MB; };
-        auto forwardTime = [&](int64_t i) {
-          return cdpSlots ? offset(i) + s - 1 : 2 * i + 1;
+        int64_t windowEnd = 2 * S + s - 1;
+        // Fresh (CDP-v2, timing table): the slot's F comes after the update.
+        auto fresh = [&](int64_t k) {
+          return 2 * s - 1 > 2 * S * (MB - 1) / MB - offset(k);
         };
-        auto backwardTime = [&](int64_t i, int64_t k, int64_t stepRel) {
-          return cdpSlots ? offset(k) + 2 * S - s + stepRel * cycle : 2 * i;
-        };
+        bool v2 = options.cdpRule == "v2";
+        for (int64_t k = 0; k < M; ++k) {
+          int64_t forward = offset(k) + s - 1, backward = offset(k) + 2 * S - s;
+          // v1 reads the step's stale version everywhere (latest before the
+          // update, previous after it); v2's fresh slots the new one.
+          entries.push_back({'F', k, 0, 2 * forward, !v2 && fresh(k)});
+          bool late = backward >= windowEnd;
+          entries.push_back({'B', k, late ? -1 : 0,
+                             2 * (late ? backward - 2 * S : backward),
+                             !(v2 && fresh(k))});
+        }
+        // Half a time step after the last slot's B (times doubled above).
+        int64_t update = 2 * (2 * S * (MB - 1) / MB - s) + 1;
+        bool sameStep = update < 2 * (s - 1);
+        entries.push_back({'U', 0, sameStep ? 0 : -1,
+                           sameStep ? update + 4 * S : update, false});
+        std::stable_sort(
+            entries.begin(), entries.end(),
+            [](const Entry &a, const Entry &b) { return a.time < b.time; });
+        for (Entry &entry : entries)
+          entry.time /= 2; // back to whole time steps
+      } else if (twoVersions) {
+        int64_t warmup = std::min(S - s + 1, M);
+        // 2bw's program alternates one backward and one forward per time
+        // step pair.
         bool updated = false;
         for (int64_t i = 0; i < M; ++i) {
           if (i < warmup)
-            entries.push_back({'B', i - warmup + M, -1,
-                               backwardTime(i, i - warmup + M, -1), false});
+            entries.push_back({'B', i - warmup + M, -1, 2 * i, false});
           else
-            entries.push_back(
-                {'B', i - warmup, 0, backwardTime(i, i - warmup, 0), true});
+            entries.push_back({'B', i - warmup, 0, 2 * i, true});
           if (i == warmup - 1) {
             entries.push_back({'U', 0, -1, entries.back().time, false});
             updated = true;
           }
-          entries.push_back({'F', i, 0, forwardTime(i), updated});
+          entries.push_back({'F', i, 0, 2 * i + 1, updated});
         }
         // Before the update the previous version is W(t - 2) for the
         // previous step's backwards; after it, W(t - 1) for this step's.
@@ -726,8 +748,9 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
         if (entry.kind == 'U') {
           // 2bw and cdp-mp: a replicated tied weight turns over its versions
           // where this stage would update it: the latest becomes the
-          // previous, and the owner's new value (sent at its update of the
-          // same step) the latest.
+          // previous, and the owner's new value the latest. Both ends tag
+          // it with the step whose gradients made it: the two updates may
+          // fall in different steps' programs.
           for (auto &[value, stages] : replicas) {
             if (!twoVersions || !stages.count(s))
               continue;
@@ -739,8 +762,8 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
             keep->add_inputs(previousVersion.lookup(param));
             keep->add_inputs(param);
             message(stamp(device->add_instructions()), false, param,
-                    deviceOf(paramStage.lookup(value)), param, 0,
-                    plan.tensors(param).name());
+                    deviceOf(paramStage.lookup(value)), param,
+                    entry.stepRel * MB, plan.tensors(param).name());
           }
           for (UpdateOp update : updates.lookup(s)) {
             int param = ids.lookup(update.getParam());
@@ -793,7 +816,8 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
               continue;
             for (int64_t q : tied->second)
               message(stamp(device->add_instructions()), true, param,
-                      deviceOf(q), param, 0, update.getName().str());
+                      deviceOf(q), param, entry.stepRel * MB,
+                      update.getName().str());
           }
           continue;
         }

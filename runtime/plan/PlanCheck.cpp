@@ -4,7 +4,8 @@
 // tag as a micro-batch index over the run (step · M + micro_batch, where
 // micro_batch or `step_offset` may reach into the step before: 2bw, tied
 // weights), and some instructions start at step 1 (`min_step`). Steps 0
-// to 2 are simulated: from then on every step sees the same traffic.
+// to 2 are simulated, from then on every step sees the same traffic, and
+// then the drain that follows the last step (2bw, cdp-mp).
 //
 //===----------------------------------------------------------------------===//
 
@@ -50,12 +51,14 @@ std::string findSendRecvDeadlock(const Plan &plan) {
     int kind = 0; // 0 none, 1 send, 2 recv
     int64_t peer = 0, value = 0, microBatch = 0, perStep = 1, stepOffset = 0,
             minStep = 0;
+    bool drain = false;
   };
   std::vector<std::vector<Traffic>> traffic(devices);
   for (int d = 0; d < devices; ++d)
     for (const Instruction &instruction : plan.devices(d).instructions()) {
       Traffic t;
       t.minStep = instruction.min_step();
+      t.drain = instruction.drain();
       if (instruction.op() == "send" || instruction.op() == "recv") {
         t.kind = instruction.op() == "send" ? 1 : 2;
         t.peer = attribute(instruction, "peer");
@@ -73,7 +76,8 @@ std::string findSendRecvDeadlock(const Plan &plan) {
   std::vector<int> next(devices, 0);
   std::vector<std::vector<int>> rounds;
   auto length = [&](int d) {
-    return kSteps * plan.devices(d).instructions_size();
+    // The simulated steps, then the drain (2bw, cdp-mp).
+    return (kSteps + 1) * plan.devices(d).instructions_size();
   };
   for (bool moved = true; moved;) {
     moved = false;
@@ -84,7 +88,7 @@ std::string findSendRecvDeadlock(const Plan &plan) {
         const Traffic &t = traffic[d][next[d] % size];
         int64_t runMicroBatch =
             (step + t.stepOffset) * t.perStep + t.microBatch;
-        if (t.minStep > step || t.kind == 0) {
+        if (t.minStep > step || t.kind == 0 || (step == kSteps && !t.drain)) {
           // not run in this step, or no traffic
         } else if (t.kind == 1) {
           ++inFlight[{d, t.peer, t.value, runMicroBatch}];
@@ -113,7 +117,9 @@ std::string findSendRecvDeadlock(const Plan &plan) {
       int size = plan.devices(d).instructions_size();
       os << "  device " << d << " at instruction " << next[d] % size;
       if (next[d] >= size)
-        os << " of step " << next[d] / size;
+        os << (next[d] / size == kSteps
+                   ? std::string(" of the drain")
+                   : " of step " + std::to_string(next[d] / size));
       os << ": " << describe(plan.devices(d).instructions(next[d] % size))
          << "\n";
     }

@@ -72,6 +72,8 @@ def main():
     print("%s reference differs from the synchronous one by %.1e" % ("ok  " if gap > 1e-4 else "FAIL", gap))
     plan = os.path.join(work, "plan.cdp")
     count = ["--micro-batches", str(M)]
+    if strategy == "cdp-mp":
+        count += ["--cdp-rule", "v1"]  # the 1-stale rule the reference computes
     subprocess.run([os.path.join(bin_dir, "cdp-compile"), path, "-o", plan, "--strategy", strategy]
                    + count + ["--stage-boundaries", "tanh0,tanh1,tanh2", "--optimizer", "momentum",
                               "--lr", str(LR)], check=True)

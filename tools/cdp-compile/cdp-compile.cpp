@@ -362,10 +362,12 @@ int main(int argc, char **argv) {
   bool dataParallel = strategy == "dp" || strategy == "cdp";
   bool pipelined = strategy == "gpipe" || strategy == "1f1b" ||
                    strategy == "2bw" || strategy == "cdp-mp";
-  if (strategy == "cdp-mp" && cdpRule.getNumOccurrences() && cdpRule != "v1")
-    die("--strategy cdp-mp supports --cdp-rule v1 for now (algorithms.md "
-        "2.6: then it is PipeDream-2BW with shared devices); v2's per-stage "
-        "fresh versions on shared devices are not there yet");
+  if (strategy == "cdp-mp" && cdpRule != "v1" && cdpRule != "v2")
+    die("--cdp-rule must be v1 or v2, got '" + cdpRule + "'");
+  if (strategy == "cdp-mp" && cdpRule == "v2" && v2Table != "timing")
+    die("--strategy cdp-mp supports --v2-table timing for now (the code "
+        "table can ask for versions before they exist, which shared devices "
+        "would have to wait for)");
   if (pipelined && stageCount == 0 && stageBoundaries.empty())
     stageCount = 4;
   if (emit == "sched-mlir" && strategy != "dp" && strategy != "cdp")
@@ -707,6 +709,7 @@ int main(int argc, char **argv) {
       if (pipelined)
         emitOptions.pipeline = strategy;
       emitOptions.replicas = replicaCount;
+      emitOptions.cdpRule = cdpRule;
       emitOptions.inference = inference;
       emitOptions.optimizer = inference ? std::string() : optimizer.getValue();
       emitOptions.sourceName = llvm::sys::path::filename(inputPath).str();
