@@ -44,29 +44,31 @@ PlanFacts::PlanFacts(const plan::Plan &plan) {
   weightVersionBytes.assign(devices, 0);
   reducedBytes.assign(devices, 0);
   optimizerBytes.assign(devices, 0);
-  for (const plan::Tensor &t : plan.tensors()) {
+  for (const plan::Tensor &t : plan.tensors())
     bytes[t.id()] = t.bytes();
-    // Pipelines place parameters, buffers and accumulators on one device;
-    // without a device every device holds its own copy. Arena tensors
-    // count where they are born, below.
-    if (t.kind() == plan::ACTIVATION || t.kind() == plan::INPUT)
-      continue;
-    // A pipeline's replicas hold their stage's copy too: device r·S + s - 1
-    // for every replica r.
-    int stages = plan.has_schedule() && plan.schedule().stages() > 0
-                     ? static_cast<int>(plan.schedule().stages())
-                     : devices;
-    for (int d = 0; d < devices; ++d) {
-      if (t.has_device() &&
-          (stages > 0 ? d % stages != t.device() % stages : d != t.device()))
-        continue;
-      if (t.has_previous_version_of())
-        weightVersionBytes[d] += t.bytes();
-      else if (t.kind() == plan::PARAM || t.kind() == plan::BUFFER)
-        weightBytes[d] += t.bytes();
-      if (t.kind() == plan::REDUCED)
-        reducedBytes[d] += t.bytes();
-    }
+  // Weights, buffers, their second versions and gradient accumulators are
+  // resident on the devices whose training program uses them: every device
+  // for dp and cdp, the stage's devices (and replicas) for pipelines.
+  std::vector<char> resident(tensors, 0);
+  for (const plan::Tensor &t : plan.tensors())
+    resident[t.id()] = t.kind() == plan::PARAM || t.kind() == plan::BUFFER ||
+                       t.kind() == plan::REDUCED;
+  std::vector<int> countedOn(tensors, -1); // the device that last counted it
+  for (int d = 0; d < devices; ++d) {
+    for (const plan::Instruction &instruction : plan.devices(d).instructions())
+      for (const auto *ids : {&instruction.inputs(), &instruction.outputs()})
+        for (int id : *ids) {
+          if (id < 0 || !resident[id] || countedOn[id] == d)
+            continue;
+          countedOn[id] = d;
+          const plan::Tensor &t = plan.tensors(id);
+          if (t.has_previous_version_of())
+            weightVersionBytes[d] += t.bytes();
+          else if (t.kind() == plan::PARAM || t.kind() == plan::BUFFER)
+            weightBytes[d] += t.bytes();
+          else if (t.kind() == plan::REDUCED)
+            reducedBytes[d] += t.bytes();
+        }
   }
   cycle = plan.has_schedule() && plan.schedule().cycle() > 0
               ? plan.schedule().cycle()
