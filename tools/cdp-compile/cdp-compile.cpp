@@ -285,9 +285,10 @@ double predictStepMs(const cdp::plan::Plan &plan, const std::string &profile,
          plan.devices(s).instructions()) {
       bool isForward = instruction.phase() == "forward",
            isBackward = instruction.phase() == "backward";
+      // Micro-batch 0's forward and backward appear once in a step's
+      // program (2bw and cdp-mp may run its backward in the next step's).
       if ((!isForward && !isBackward) || instruction.micro_batch() != 0 ||
-          instruction.drain() || instruction.op() == "load" ||
-          instruction.op() == "accumulate")
+          instruction.op() == "load" || instruction.op() == "accumulate")
         continue;
       auto it = measured.find({instruction.location(), instruction.op()});
       if (it == measured.end())
