@@ -34,7 +34,9 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <map>
+#include <memory>
 
 namespace cl = llvm::cl;
 
@@ -84,11 +86,13 @@ cl::opt<std::string> stageBoundaries(
     cl::value_desc("NODE,..."), cl::cat(category));
 cl::opt<std::string> planMode(
     "plan",
-    cl::desc("2bw: 'auto' picks the stages, replicas (stages x replicas = "
-             "--devices) and micro-batches (--global-batch = M x replicas x "
-             "the model's batch) with the least predicted step time (from "
-             "--profile) whose plan fits --device-memory, printing every "
-             "candidate; 'manual' (default) takes the flags as given"),
+    cl::desc(
+        "2bw: 'auto' picks the stages, replicas (stages x replicas = "
+        "--devices) and micro-batches (--global-batch = M x replicas x "
+        "the model's batch) with the least predicted step time (--profile, "
+        "else --hw) whose plan fits --device-memory (else the --hw "
+        "memory), printing every "
+        "candidate; 'manual' (default) takes the flags as given"),
     cl::value_desc("auto|manual"), cl::init("manual"), cl::cat(category));
 cl::opt<std::string> globalBatch(
     "global-batch",
@@ -115,6 +119,14 @@ cl::opt<std::string> profilePath(
              "this model (single device), instead of the analytic cost "
              "model"),
     cl::value_desc("FILE"), cl::cat(category));
+cl::opt<std::string> hardwarePath(
+    "hw",
+    cl::desc("Hardware model for predicted step times of pipelines, when no "
+             "--profile is given: a JSON object with flops_per_s, "
+             "memory_bytes (--plan auto's cap without --device-memory), "
+             "memory_bandwidth_bytes_per_s, link_bandwidth_bytes_per_s, "
+             "link_latency_s (defaults: 5e10, 16 GiB, 2e10, 1e10, 5e-6)"),
+    cl::value_desc("FILE.json"), cl::cat(category));
 cl::opt<std::string> cdpRule("cdp-rule",
                              cl::desc("CDP update rule (default v2)"),
                              cl::value_desc("v1|v2"), cl::init("v2"),
@@ -247,54 +259,177 @@ void parseCommandLine(int argc, char **argv) {
   }
 }
 
-/// A pipeline's step time predicted from measured per-op times: each
-/// stage's forward and backward last the sum of the profiled times of one
-/// micro-batch's instructions (by ONNX node and kernel), and the stages
-/// run the strategy's order as early as devices and inputs allow, over
-/// `steps` steps (communication and updates taken as free). Negative when
-/// the profile lacks an instruction.
-double predictStepMs(const cdp::plan::Plan &plan, const std::string &profile,
-                     int64_t steps) {
-  auto buffer = llvm::MemoryBuffer::getFile(profile);
+/// Milliseconds of one instruction, or negative when unknown.
+using InstructionCost = std::function<double(const cdp::plan::Plan &,
+                                             const cdp::plan::Instruction &)>;
+
+/// Measured costs: a cdp-run --profile file, by ONNX node and kernel.
+/// Returns an empty function when the file cannot be read.
+InstructionCost profileCost(const std::string &path) {
+  auto buffer = llvm::MemoryBuffer::getFile(path);
   if (!buffer)
-    return -1;
+    return nullptr;
   llvm::Expected<llvm::json::Value> json =
       llvm::json::parse((*buffer)->getBuffer());
   if (!json) {
     llvm::consumeError(json.takeError());
-    return -1;
+    return nullptr;
   }
   const llvm::json::Array *entries =
       json->getAsObject() ? json->getAsObject()->getArray("instructions")
                           : nullptr;
   if (!entries)
-    return -1;
-  std::map<std::pair<std::string, std::string>, double> measured;
+    return nullptr;
+  auto measured =
+      std::make_shared<std::map<std::pair<std::string, std::string>, double>>();
   for (const llvm::json::Value &entry : *entries)
     if (const llvm::json::Object *object = entry.getAsObject())
       if (auto location = object->getString("location"))
         if (auto op = object->getString("op"))
           if (auto ms = object->getNumber("ms"))
-            measured.try_emplace({location->str(), op->str()}, *ms);
+            measured->try_emplace({location->str(), op->str()}, *ms);
+  return [measured](const cdp::plan::Plan &,
+                    const cdp::plan::Instruction &instruction) {
+    auto it = measured->find({instruction.location(), instruction.op()});
+    return it == measured->end() ? -1.0 : it->second;
+  };
+}
+
+/// cli.md's hardware model (--hw FILE.json): per device FLOP/s, memory and
+/// memory bandwidth, and the link's bandwidth and latency.
+struct Hardware {
+  double flopsPerSecond = 5e10;          ///< one CPU core with AVX-512
+  double memoryBytes = 16.0 * (1 << 30); ///< the cap for --plan auto
+  double memoryBandwidth = 2e10;         ///< bytes/s
+  double linkBandwidth = 1e10;           ///< bytes/s between devices
+  double linkLatency = 5e-6;             ///< seconds per message
+};
+
+Hardware readHardware(const std::string &path) {
+  Hardware hw;
+  if (path.empty())
+    return hw;
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer)
+    die("--hw " + path + ": " + buffer.getError().message());
+  llvm::Expected<llvm::json::Value> json =
+      llvm::json::parse((*buffer)->getBuffer());
+  if (!json) {
+    std::string message = llvm::toString(json.takeError());
+    die("--hw " + path + ": not JSON (" + message + ")");
+  }
+  const llvm::json::Object *object = json->getAsObject();
+  if (!object)
+    die("--hw " + path + ": expected a JSON object");
+  std::map<std::string, double *> fields = {
+      {"flops_per_s", &hw.flopsPerSecond},
+      {"memory_bytes", &hw.memoryBytes},
+      {"memory_bandwidth_bytes_per_s", &hw.memoryBandwidth},
+      {"link_bandwidth_bytes_per_s", &hw.linkBandwidth},
+      {"link_latency_s", &hw.linkLatency}};
+  for (const auto &[key, value] : *object) {
+    auto field = fields.find(key.str());
+    std::optional<double> number = value.getAsNumber();
+    if (field == fields.end())
+      die("--hw " + path + ": unknown key '" + key.str() +
+          "' (known: flops_per_s, memory_bytes, memory_bandwidth_bytes_per_s, "
+          "link_bandwidth_bytes_per_s, link_latency_s)");
+    if (!number || *number <= 0)
+      die("--hw " + path + ": '" + key.str() + "' must be a positive number");
+    *field->second = *number;
+  }
+  return hw;
+}
+
+/// Analytic costs from the hardware model: an instruction takes its
+/// floating-point work at the device's FLOP/s or its bytes at the memory
+/// bandwidth, whichever is longer (products: 2 x output elements x the
+/// reduced dimension; everything else one operation per output element);
+/// a send takes the link's latency plus its bytes at the link's bandwidth.
+InstructionCost hardwareCost(const Hardware &hw) {
+  return [hw](const cdp::plan::Plan &plan,
+              const cdp::plan::Instruction &instruction) {
+    auto tensor = [&](int id) -> const cdp::plan::Tensor & {
+      return plan.tensors(id);
+    };
+    auto elements = [&](int id) {
+      double n = 1;
+      for (int64_t d : tensor(id).shape())
+        n *= static_cast<double>(d);
+      return n;
+    };
+    double bytes = 0;
+    for (int id : instruction.inputs())
+      if (id >= 0)
+        bytes += tensor(id).bytes();
+    for (int id : instruction.outputs())
+      if (id >= 0)
+        bytes += tensor(id).bytes();
+    const std::string &op = instruction.op();
+    if (op == "send")
+      return 1e3 * (hw.linkLatency +
+                    tensor(instruction.inputs(0)).bytes() / hw.linkBandwidth);
+    if (instruction.outputs_size() == 0 || instruction.inputs_size() == 0)
+      return 1e3 * bytes / hw.memoryBandwidth;
+    double out = elements(instruction.outputs(0)), flops = out;
+    if ((op == "gemm" || op == "matmul") && instruction.inputs_size() >= 2) {
+      // The reduced dimension: A's elements over the output's rows.
+      const auto &shape = tensor(instruction.outputs(0)).shape();
+      double rows = 1;
+      for (int d = 0; d + 1 < shape.size(); ++d)
+        rows *= static_cast<double>(shape[d]);
+      flops = 2 * out * elements(instruction.inputs(0)) / std::max(rows, 1.0);
+    } else if ((op == "conv" || op == "conv_grad_input" ||
+                op == "conv_grad_weight") &&
+               instruction.inputs_size() >= 2) {
+      // Per element of the forward's output (dY for the gradients): the
+      // filter's elements over its output channels.
+      int filter = op == "conv_grad_weight" ? instruction.outputs(0)
+                                            : instruction.inputs(1);
+      double perOutput =
+          elements(filter) / std::max<double>(1, tensor(filter).shape(0));
+      flops = 2 * perOutput *
+              (op == "conv" ? out : elements(instruction.inputs(0)));
+    }
+    return 1e3 *
+           std::max(flops / hw.flopsPerSecond, bytes / hw.memoryBandwidth);
+  };
+}
+
+/// A pipeline's step time predicted from per-instruction costs: each
+/// stage's forward and backward last the sum of one micro-batch's
+/// instructions (sends included, where they follow), and the stages run
+/// the strategy's order as early as devices and inputs allow, over `steps`
+/// steps (updates taken as free). Negative when a cost is unknown.
+double predictStepMs(const cdp::plan::Plan &plan, const InstructionCost &cost,
+                     int64_t steps) {
   // Replicas run the same pipeline side by side: one replica's time.
   int64_t stages = plan.schedule().stages(),
           m = plan.micro_batches() / (plan.devices_size() / stages);
   std::vector<double> forward(stages, 0), backward(stages, 0);
-  for (int64_t s = 0; s < stages; ++s)
+  for (int64_t s = 0; s < stages; ++s) {
+    bool inForward = true;
     for (const cdp::plan::Instruction &instruction :
          plan.devices(s).instructions()) {
-      bool isForward = instruction.phase() == "forward",
-           isBackward = instruction.phase() == "backward";
+      const std::string &phase = instruction.phase();
+      if (phase == "forward" || phase == "backward")
+        inForward = phase == "forward";
       // Micro-batch 0's forward and backward appear once in a step's
       // program (2bw and cdp-mp may run its backward in the next step's).
-      if ((!isForward && !isBackward) || instruction.micro_batch() != 0 ||
+      bool timed = phase == "forward" || phase == "backward" ||
+                   instruction.op() == "send";
+      if (!timed || instruction.micro_batch() != 0 ||
           instruction.op() == "load" || instruction.op() == "accumulate")
         continue;
-      auto it = measured.find({instruction.location(), instruction.op()});
-      if (it == measured.end())
+      double ms = cost(plan, instruction);
+      if (ms < 0) {
+        if (instruction.op() == "send")
+          continue; // a profile does not time sends
         return -1;
-      (isForward ? forward : backward)[s] += it->second;
+      }
+      (inForward ? forward : backward)[s] += ms;
     }
+  }
   // cdp-mp runs 2bw's order (algorithms.md 2.6).
   std::string order =
       plan.strategy() == "cdp-mp" ? std::string("2bw") : plan.strategy();
@@ -601,6 +736,21 @@ int main(int argc, char **argv) {
         pm.addPass(cdp::createPlanMemory());
       return pm.run(target);
     };
+    // Predicted step times: measured per-op times when profiled, else the
+    // hardware model's.
+    InstructionCost stepCost;
+    Hardware hardware = readHardware(hardwarePath);
+    if (pipelined && profilePath.getNumOccurrences()) {
+      stepCost = profileCost(profilePath);
+      if (!stepCost)
+        die("--profile " + profilePath +
+            ": not a cdp-run --profile file (no \"instructions\" array)");
+    } else {
+      stepCost = hardwareCost(hardware);
+    }
+    double memoryCap = deviceMemoryBytes > 0
+                           ? static_cast<double>(deviceMemoryBytes)
+                           : hardware.memoryBytes;
     // --plan auto (algorithms.md 3.6, adapted): every stages x replicas =
     // --devices with M = G / (replicas x B) micro-batches, M >= stages;
     // each candidate is compiled and its plan predicted (step time from
@@ -619,9 +769,6 @@ int main(int argc, char **argv) {
             "samples per step");
       if (!devices.getNumOccurrences())
         die("--plan auto needs --devices N");
-      if (!profilePath.getNumOccurrences())
-        die("--plan auto needs --profile FILE (cdp-run --profile of this "
-            "model on one device) to predict step times");
       int64_t batch = 0;
       source.walk([&](mlir::func::FuncOp func) {
         for (unsigned i = 0; i < func.getNumArguments() && !batch; ++i)
@@ -665,13 +812,14 @@ int main(int argc, char **argv) {
           if (mlir::failed(passes(*copy)) || mlir::failed(build(*copy, plan))) {
             why = llvm::StringRef(diagnostic).split('\n').first.str();
           } else {
-            ms = predictStepMs(plan, profilePath, 3);
+            ms = predictStepMs(plan, stepCost, 3);
             for (int64_t bytes : predictedPeaks(plan))
               peak = std::max(peak, bytes);
             if (ms < 0)
               why = "the profile lacks an instruction of the plan";
-            else if (deviceMemoryBytes > 0 && peak > deviceMemoryBytes)
-              why = "above --device-memory";
+            else if (peak > memoryCap)
+              why = deviceMemoryBytes > 0 ? "above --device-memory"
+                                          : "above the --hw memory";
           }
         }
         if (why.empty() && (best < 0 || ms < best)) {
@@ -765,8 +913,8 @@ int main(int argc, char **argv) {
       }
       if (!reportPath.empty()) {
         std::string json = cdp::runtime::predictReport(plan, reportStepCount);
-        if (pipelined && profilePath.getNumOccurrences()) {
-          double stepMs = predictStepMs(plan, profilePath, reportStepCount);
+        if (pipelined) {
+          double stepMs = predictStepMs(plan, stepCost, reportStepCount);
           if (stepMs < 0)
             die("--profile " + profilePath +
                 ": lacks an instruction of the plan; profile this model "
