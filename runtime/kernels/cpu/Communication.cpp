@@ -37,6 +37,33 @@ int64_t words(const TensorView &v) {
   return v.numel() * plan::dtypeSize(v.dtype) / 4;
 }
 
+/// reduce_wait and chain_wait: fetch the mean of the stage's gradients of
+/// step t - 1 - delay with `receive` and unpack it into the outputs.
+template <typename Receive>
+std::function<void(const StepContext &)>
+waitForReduction(const KernelArgs &args, const char *what, Receive receive) {
+  if (!args.communicator)
+    args.fail("needs a communicator (a multi-device plan)");
+  std::vector<TensorView> reduced = args.outputs;
+  int64_t stage = args.i("stage", 0), delay = args.i("delay", 0);
+  auto staging = std::make_shared<std::vector<float>>(totalCount(reduced));
+  Communicator *comm = args.communicator;
+  int device = args.device;
+  std::string waitingFor = what;
+  return [=](const StepContext &context) {
+    int64_t step = context.step - 1 - delay;
+    if (!receive(comm, device, reductionTag(step, stage), staging->data(),
+                 static_cast<int64_t>(staging->size())))
+      throw RuntimeError("device " + std::to_string(device) +
+                         ": stopped while waiting for " + waitingFor);
+    const float *in = staging->data();
+    for (const TensorView &r : reduced) {
+      std::memcpy(r.data, in, r.numel() * sizeof(float));
+      in += r.numel();
+    }
+  };
+}
+
 } // namespace
 
 void registerChain(KernelRegistry &registry);
@@ -125,26 +152,11 @@ void registerCommunication(KernelRegistry &registry) {
   });
 
   addKernel(registry, "reduce_wait", [](const KernelArgs &args) {
-    if (!args.communicator)
-      args.fail("needs a communicator (a multi-device plan)");
-    std::vector<TensorView> reduced = args.outputs;
-    int64_t stage = args.i("stage", 0), delay = args.i("delay", 0);
-    auto staging = std::make_shared<std::vector<float>>(totalCount(reduced));
-    Communicator *comm = args.communicator;
-    int device = args.device;
-    return [=](const StepContext &context) {
-      int64_t step = context.step - 1 - delay;
-      if (!comm->reduceWait(device, reductionTag(step, stage), staging->data(),
-                            staging->size()))
-        throw RuntimeError("device " + std::to_string(device) +
-                           ": stopped while waiting for a reduction (another "
-                           "device failed)");
-      const float *in = staging->data();
-      for (const TensorView &r : reduced) {
-        std::memcpy(r.data, in, r.numel() * sizeof(float));
-        in += r.numel();
-      }
-    };
+    return waitForReduction(args, "a reduction (another device failed)",
+                            [](Communicator *comm, int device, int64_t tag,
+                               float *out, int64_t count) {
+                              return comm->reduceWait(device, tag, out, count);
+                            });
   });
 }
 
@@ -191,25 +203,13 @@ void registerChain(KernelRegistry &registry) {
   });
 
   addKernel(registry, "chain_wait", [](const KernelArgs &args) {
-    if (!args.communicator)
-      args.fail("needs a communicator (a multi-device plan)");
-    std::vector<TensorView> reduced = args.outputs;
-    int64_t stage = args.i("stage", 0), delay = args.i("delay", 0);
-    auto staging = std::make_shared<std::vector<float>>(totalCount(reduced));
-    Communicator *comm = args.communicator;
-    int device = args.device;
-    return [=](const StepContext &context) {
-      int64_t step = context.step - 1 - delay;
-      if (!comm->recv(device, 2 * reductionTag(step, stage) + 1,
-                      staging->data(), staging->size()))
-        throw RuntimeError("device " + std::to_string(device) +
-                           ": stopped while waiting for a reduced gradient");
-      const float *in = staging->data();
-      for (const TensorView &r : reduced) {
-        std::memcpy(r.data, in, r.numel() * sizeof(float));
-        in += r.numel();
-      }
-    };
+    // The mean travels back tagged 2 * tag + 1 (the partial sums: 2 * tag).
+    return waitForReduction(args, "a reduced gradient",
+                            [](Communicator *comm, int device, int64_t tag,
+                               float *out, int64_t count) {
+                              return comm->recv(device, 2 * tag + 1, out,
+                                                count);
+                            });
   });
 }
 
