@@ -5,6 +5,7 @@
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Runtime/Report.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -292,7 +293,8 @@ int64_t Executor::optimizerBytes() {
 void Executor::flush(int64_t totalSteps, const Loader *loader) {
   const plan::Device &device = planRef.devices(deviceIndex);
   int n = device.instructions_size();
-  if (planRef.strategy() == "2bw" || planRef.strategy() == "cdp-mp") {
+  if (std::any_of(device.instructions().begin(), device.instructions().end(),
+                  [](const plan::Instruction &i) { return i.drain(); })) {
     // The drain: step totalSteps's backwards of the last micro-batches and
     // the last update, without new forwards.
     draining = true;

@@ -49,6 +49,11 @@ int64_t dtypeSize(DType type) {
   }
 }
 
+bool isPipelineStrategy(const std::string &strategy) {
+  return strategy == "gpipe" || strategy == "1f1b" || strategy == "2bw" ||
+         strategy == "cdp-mp";
+}
+
 bool writePlan(const Plan &plan, const std::string &path, std::string &error) {
   std::string payload;
   if (!plan.SerializeToString(&payload)) {

@@ -496,8 +496,7 @@ int main(int argc, char **argv) {
     die("--strategy single runs on 1 device, not " + devices +
         " (use --strategy dp or cdp)");
   bool dataParallel = strategy == "dp" || strategy == "cdp";
-  bool pipelined = strategy == "gpipe" || strategy == "1f1b" ||
-                   strategy == "2bw" || strategy == "cdp-mp";
+  bool pipelined = cdp::plan::isPipelineStrategy(strategy);
   if (strategy == "cdp-mp" && cdpRule != "v1" && cdpRule != "v2")
     die("--cdp-rule must be v1 or v2, got '" + cdpRule + "'");
   if (strategy == "cdp-mp" && cdpRule == "v2" && v2Table != "timing")

@@ -32,6 +32,10 @@ uint64_t checksum(const void *data, size_t size);
 /// Bytes per element of a plan dtype.
 int64_t dtypeSize(DType type);
 
+/// gpipe, 1f1b, 2bw and cdp-mp: one device per stage (and replica),
+/// tensors placed on devices, micro-batches loaded where stages read them.
+bool isPipelineStrategy(const std::string &strategy);
+
 } // namespace cdp::plan
 
 #endif // CDP_PLAN_PLANIO_H
