@@ -2,12 +2,11 @@
 
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "cdp/Passes/Passes.h"
+#include "cdp/Passes/Profile.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringSet.h"
-#include "llvm/Support/JSON.h"
-#include "llvm/Support/MemoryBuffer.h"
 
 #include <cmath>
 #include <limits>
@@ -74,36 +73,15 @@ struct PartitionStagesPass
         costs.push_back(costOf(op));
       return success();
     }
-    auto buffer = llvm::MemoryBuffer::getFile(profile);
-    if (!buffer) {
-      func.emitError("--profile ")
-          << profile << ": " << buffer.getError().message();
-      return failure();
-    }
-    llvm::Expected<llvm::json::Value> json =
-        llvm::json::parse((*buffer)->getBuffer());
-    const llvm::json::Array *instructions =
-        json && json->getAsObject()
-            ? json->getAsObject()->getArray("instructions")
-            : nullptr;
-    if (!instructions) {
-      if (!json)
-        llvm::consumeError(json.takeError());
-      func.emitError("--profile ")
-          << profile
-          << ": not a cdp-run --profile file (no \"instructions\" array)";
+    std::vector<ProfileEntry> entries;
+    std::string error;
+    if (!readProfile(profile, entries, error)) {
+      func.emitError("--profile ") << profile << ": " << error;
       return failure();
     }
     llvm::StringMap<double> milliseconds;
-    for (const llvm::json::Value &entry : *instructions) {
-      const llvm::json::Object *object = entry.getAsObject();
-      std::optional<llvm::StringRef> location =
-          object ? object->getString("location") : std::nullopt;
-      std::optional<double> ms =
-          object ? object->getNumber("ms") : std::nullopt;
-      if (location && ms)
-        milliseconds[*location] += *ms;
-    }
+    for (const ProfileEntry &entry : entries)
+      milliseconds[entry.location] += entry.ms;
     llvm::StringMap<int> opsOfNode;
     for (Operation *op : ops)
       ++opsOfNode[nodeName(op)];

@@ -8,6 +8,7 @@
 
 #include "cdp/Import/OnnxImporter.h"
 #include "cdp/InitAll.h"
+#include "cdp/Passes/Profile.h"
 #include "cdp/Plan/EmitPlan.h"
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Runtime/Report.h"
@@ -266,28 +267,14 @@ using InstructionCost = std::function<double(const cdp::plan::Plan &,
 /// Measured costs: a cdp-run --profile file, by ONNX node and kernel.
 /// Returns an empty function when the file cannot be read.
 InstructionCost profileCost(const std::string &path) {
-  auto buffer = llvm::MemoryBuffer::getFile(path);
-  if (!buffer)
-    return nullptr;
-  llvm::Expected<llvm::json::Value> json =
-      llvm::json::parse((*buffer)->getBuffer());
-  if (!json) {
-    llvm::consumeError(json.takeError());
-    return nullptr;
-  }
-  const llvm::json::Array *entries =
-      json->getAsObject() ? json->getAsObject()->getArray("instructions")
-                          : nullptr;
-  if (!entries)
+  std::vector<cdp::ProfileEntry> entries;
+  std::string error;
+  if (!cdp::readProfile(path, entries, error))
     return nullptr;
   auto measured =
       std::make_shared<std::map<std::pair<std::string, std::string>, double>>();
-  for (const llvm::json::Value &entry : *entries)
-    if (const llvm::json::Object *object = entry.getAsObject())
-      if (auto location = object->getString("location"))
-        if (auto op = object->getString("op"))
-          if (auto ms = object->getNumber("ms"))
-            measured->try_emplace({location->str(), op->str()}, *ms);
+  for (const cdp::ProfileEntry &entry : entries)
+    measured->try_emplace({entry.location, entry.op}, entry.ms);
   return [measured](const cdp::plan::Plan &,
                     const cdp::plan::Instruction &instruction) {
     auto it = measured->find({instruction.location(), instruction.op()});
