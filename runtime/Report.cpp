@@ -292,6 +292,22 @@ std::string ReportBuilder::json() const {
     os << planFacts.weightBytes[0];
   }
   os << "],\n";
+  if (plan::isPipelineStrategy(plan.strategy())) {
+    // Which stage each device runs (cdp-mp gives some stages more devices
+    // than others).
+    os << "\"device_stages\": [";
+    for (int d = 0; d < N; ++d) {
+      int64_t stage = 0;
+      for (const plan::Instruction &instruction :
+           plan.devices(d).instructions())
+        if (instruction.stage() > 0) {
+          stage = instruction.stage();
+          break;
+        }
+      os << (d ? ", " : "") << stage;
+    }
+    os << "],\n";
+  }
   if (plan.has_schedule()) {
     // The decisions the run follows, printed with it (cli.md: the freshness
     // table is part of the report).

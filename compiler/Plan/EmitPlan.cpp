@@ -454,6 +454,43 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
     cycle = 2 * M;
   if (cdpSlots)
     cycle = 2 * S;
+  // The devices of stage s are placement[s][0 ..], each with the step's
+  // micro-batches (numbered over all replicas) it runs, in order: for
+  // gpipe, 1f1b and 2bw one per replica, replica r running r·M .. r·M+M-1;
+  // for cdp-mp as many as CDP's slots need at that stage (algorithms.md
+  // 2.6). Devices are numbered replica-major, so stage s's first is s - 1.
+  std::vector<std::vector<std::vector<int64_t>>> placement(S + 1);
+  for (int64_t s = 1; s <= S; ++s) {
+    if (cdpSlots) {
+      std::vector<int64_t> device = pipeline::cdpStageDevices(s, S, MB);
+      for (int64_t j = 0; j < MB; ++j) {
+        if (device[j] >= static_cast<int64_t>(placement[s].size()))
+          placement[s].resize(device[j] + 1);
+        placement[s][device[j]].push_back(j);
+      }
+      continue;
+    }
+    placement[s].resize(R);
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t k = 0; k < M; ++k)
+        placement[s][r].push_back(r * M + k);
+  }
+  int64_t mostReplicas = 0, deviceCount = 0;
+  for (int64_t s = 1; s <= S; ++s)
+    mostReplicas =
+        std::max<int64_t>(mostReplicas, placement[s].size());
+  // deviceAt[s][r]: the number of stage s's r-th device; runs[s][j]: the
+  // device running micro-batch j at stage s.
+  std::vector<std::vector<int64_t>> deviceAt(S + 1),
+      runs(S + 1, std::vector<int64_t>(MB, -1));
+  for (int64_t r = 0; r < mostReplicas; ++r)
+    for (int64_t s = 1; s <= S; ++s)
+      if (r < static_cast<int64_t>(placement[s].size())) {
+        deviceAt[s].push_back(deviceCount);
+        for (int64_t j : placement[s][r])
+          runs[s][j] = deviceCount;
+        ++deviceCount;
+      }
   plan::Schedule *schedule = plan.mutable_schedule();
   schedule->set_stages(S);
   schedule->set_cycle(cycle);
@@ -466,7 +503,7 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
   for (int64_t bytes : stageBytes)
     schedule->add_stage_param_bytes(bytes);
   schedule->set_rule(strategy);
-  for (int64_t d = 0; d < S * R; ++d)
+  for (int64_t d = 0; d < deviceCount; ++d)
     schedule->add_offsets(0);
 
   // Persistent accumulators: one per trained parameter, one for the loss.
@@ -567,10 +604,10 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
   // replica applies the same update.
   llvm::StringMap<SmallVector<int>> incoming;
   llvm::StringMap<int> replicaSum;
-  if (R > 1)
+  if (mostReplicas > 1)
     for (const std::string &name : plan.gradients()) {
       int own = accumulator.lookup(name);
-      for (int64_t r = 0; r < R; ++r) {
+      for (int64_t r = 0; r < mostReplicas; ++r) {
         plan::Tensor t = plan.tensors(own);
         t.set_id(plan.tensors_size());
         t.set_name(name + "@replica" + std::to_string(r));
@@ -589,16 +626,26 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
     lossResult = ids.lookup(
         cast<func::ReturnOp>(body.getTerminator()).getOperand(index.getInt()));
   plan.clear_devices();
-  for (int64_t r = 0; r < R; ++r)
+  for (int64_t r = 0; r < mostReplicas; ++r)
     for (int64_t s = 1; s <= S; ++s) {
+      int64_t replicasHere = placement[s].size();
+      if (r >= replicasHere)
+        continue;
+      // This device's micro-batches (k-th: mine[k]).
+      const std::vector<int64_t> &mine = placement[s][r];
+      int64_t count = mine.size();
       plan::Device *device = plan.add_devices();
-      int64_t self = r * S + s - 1;
-      // Device of stage q in this replica.
-      auto deviceOf = [&](int64_t q) { return r * S + q - 1; };
+      int64_t self = deviceAt[s][r];
+      // The device of stage q that holds the replica of a tied weight this
+      // one exchanges values with.
+      auto tiedPeer = [&](int64_t q) {
+        return deviceAt[q][r % deviceAt[q].size()];
+      };
       device->set_index(self);
-      // 2bw: micro-batch k of a step uses slot k (its backward may run in the
-      // next step's program).
-      int64_t slots = twoVersions ? M : pipeline::stashSlots(strategy, s, S, M);
+      // 2bw and cdp-mp: micro-batch k of a step uses slot k (its backward
+      // may run in the next step's program).
+      int64_t slots =
+          twoVersions ? count : pipeline::stashSlots(strategy, s, S, M);
       device->set_arena_bytes(slots * arenaBytes);
       // (slot, tensor) -> the slot's copy of the tensor.
       std::unordered_map<int64_t, int> copies;
@@ -652,14 +699,14 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
         // is the window [s - 1, 2L + s - 1) of the stage's clock, so a B past
         // it runs in the next step's program (stepRel -1). The update of step
         // t - 1's gradients follows the last slot's B at stage s.
-        auto offset = [&](int64_t k) { return 2 * S * (k * R + r) / MB; };
+        auto offset = [&](int64_t k) { return 2 * S * mine[k] / MB; };
         int64_t windowEnd = 2 * S + s - 1;
         // Fresh (CDP-v2, timing table): the slot's F comes after the update.
         auto fresh = [&](int64_t k) {
           return 2 * s - 1 > 2 * S * (MB - 1) / MB - offset(k);
         };
         bool v2 = options.cdpRule == "v2";
-        for (int64_t k = 0; k < M; ++k) {
+        for (int64_t k = 0; k < count; ++k) {
           int64_t forward = offset(k) + s - 1, backward = offset(k) + 2 * S - s;
           // v1 reads the step's stale version everywhere (latest before the
           // update, previous after it); v2's fresh slots the new one.
@@ -715,7 +762,7 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
           continue;
         int id = ids.lookup(value);
         plan::Instruction *recv = message(device->add_instructions(), false, id,
-                                          deviceOf(paramStage.lookup(value)),
+                                          tiedPeer(paramStage.lookup(value)),
                                           id, 0, plan.tensors(id).name());
         recv->set_stage(s);
         recv->set_min_step(1);
@@ -725,9 +772,7 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
         int64_t k = entry.k, slot = k % slots;
         // Over the step's micro-batches of all replicas, relative to the
         // running step, as the send/recv tags and the loader count.
-        // replica r's k-th is r·M + k; for cdp-mp the CDP slot k·R + r.
-        int64_t tagBatch =
-            (cdpSlots ? k * R + r : r * M + k) + entry.stepRel * MB;
+        int64_t tagBatch = mine[k] + entry.stepRel * MB;
         auto stamp = [&](plan::Instruction *instruction) {
           instruction->set_stage(s);
           instruction->set_micro_batch(k);
@@ -762,7 +807,7 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
             keep->add_inputs(previousVersion.lookup(param));
             keep->add_inputs(param);
             message(stamp(device->add_instructions()), false, param,
-                    deviceOf(paramStage.lookup(value)), param,
+                    tiedPeer(paramStage.lookup(value)), param,
                     entry.stepRel * MB, plan.tensors(param).name());
           }
           for (UpdateOp update : updates.lookup(s)) {
@@ -776,25 +821,25 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
               keep->add_inputs(param);
             }
             int gradient = accumulator.lookup(update.getName());
-            if (R > 1) {
+            if (replicasHere > 1) {
               // Exchange the step's gradient sums with the stage's other
               // replicas, then add all of them in replica order.
               const SmallVector<int> &parts = incoming[update.getName()];
-              for (int64_t other = 0; other < R; ++other)
+              for (int64_t other = 0; other < replicasHere; ++other)
                 if (other != r)
                   message(stamp(device->add_instructions()), true, gradient,
-                          other * S + s - 1, gradient, r,
+                          deviceAt[s][other], gradient, r,
                           update.getName().str());
-              for (int64_t other = 0; other < R; ++other)
+              for (int64_t other = 0; other < replicasHere; ++other)
                 if (other != r)
                   message(stamp(device->add_instructions()), false,
-                          parts[other], other * S + s - 1, gradient, other,
+                          parts[other], deviceAt[s][other], gradient, other,
                           update.getName().str());
               int sum = replicaSum.lookup(update.getName());
               auto part = [&](int64_t q) {
                 return q == r ? gradient : parts[q];
               };
-              for (int64_t q = 1; q < R; ++q) {
+              for (int64_t q = 1; q < replicasHere; ++q) {
                 plan::Instruction *add = stamp(device->add_instructions());
                 add->set_op("add");
                 add->set_phase("update");
@@ -814,10 +859,14 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
             auto tied = replicas.find(update.getParam());
             if (tied == replicas.end())
               continue;
+            // To every replica of the tied stages that takes its value
+            // from this device (see tiedPeer).
             for (int64_t q : tied->second)
-              message(stamp(device->add_instructions()), true, param,
-                      deviceOf(q), param, entry.stepRel * MB,
-                      update.getName().str());
+              for (size_t other = 0; other < deviceAt[q].size(); ++other)
+                if (static_cast<int64_t>(other % replicasHere) == r)
+                  message(stamp(device->add_instructions()), true, param,
+                          deviceAt[q][other], param, entry.stepRel * MB,
+                          update.getName().str());
           }
           continue;
         }
@@ -845,7 +894,7 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
                 stageOf(producer) == s)
               continue;
             message(stamp(device->add_instructions()), false, mapped(slot, id),
-                    deviceOf(stageOf(producer)), id, tagBatch,
+                    runs[stageOf(producer)][mine[k]], id, tagBatch,
                     locationName(producer->getLoc()));
             arrived.insert(id);
           }
@@ -867,7 +916,7 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
             int id = ids.lookup(result);
             if (lossAccumulator >= 0 && id == lossResult)
               accumulate(stamp(device->add_instructions()), mapped(slot, id),
-                         lossAccumulator, "forward", "loss", k, M);
+                         lossAccumulator, "forward", "loss", k, count);
             std::set<int64_t> readers;
             for (Operation *user : result.getUsers())
               if (!isa<func::ReturnOp>(user) && stageOf(user) != s)
@@ -881,7 +930,8 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
               if (!sent.insert(q * (1 << 24) + id).second)
                 continue;
               message(stamp(device->add_instructions()), true, mapped(slot, id),
-                      deviceOf(q), id, tagBatch, locationName(op->getLoc()));
+                      runs[q][mine[k]], id, tagBatch,
+                      locationName(op->getLoc()));
             }
           }
         }

@@ -2,7 +2,7 @@
 """Compiles a pipeline plan of the 4-layer MLP (cut after every Tanh) with
 --report, runs it with --report, checks that prediction and measurement
 agree key by key (workspace aside), and prints per device the peak stashed
-activation units, the peak activation bytes and the weight bytes of the
+activation units (and per stage the peak of their sum), the peak activation bytes and the weight bytes of the
 extra versions.
 
 Usage: pipeline_report.py BIN_DIR WORK_DIR MODEL.onnx STRATEGY M
@@ -48,5 +48,12 @@ print("stash units", peak("activation_units"))
 print("activation bytes", peak("activation_bytes"))
 print("extra version bytes", peak("weight_version_bytes"), "stage params", report["stage_param_bytes"])
 print("devices", devices)
+# Per stage: its devices, and the most units alive on them at once (the
+# per-stage resident units of algorithms.md 2.5's table).
+stages = report["device_stages"]
+per_stage = [[d for d in range(devices) if stages[d] == s] for s in range(1, report["stages"] + 1)]
+print("devices per stage", [len(ds) for ds in per_stage])
+print("stage units", [max(sum(t[d]["activation_units"] for d in ds) for t in got)
+                      for ds in per_stage])
 print("step", report["step_time_steps"], "time steps, bubble", report["bubble_fraction"])
 print("sent bytes per step", sum(d["sent_bytes"] for t in got[:len(got) // steps] for d in t))

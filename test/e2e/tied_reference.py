@@ -8,7 +8,9 @@ to W(t) (W(t+1) = Opt(W(t), g(W(t-1)))), the tied weight's gradient being
 the sum of both uses'. Parameters after 3 steps must match within 1e-5 +
 1e-4 relative; the reference must differ from the synchronous one.
 
-Usage: tied_reference.py BIN_DIR WORK_DIR STRATEGY
+Usage: tied_reference.py BIN_DIR WORK_DIR STRATEGY [M]
+(cdp-mp with M = 5 gives every stage two devices: the owner's replicas each
+send the new value to the other end's replicas.)
 """
 import json
 import os
@@ -54,7 +56,10 @@ def train(start, x, y, stale):
 
 
 def main():
+    global M
     bin_dir, work, strategy = sys.argv[1:4]
+    if len(sys.argv) > 4:
+        M = int(sys.argv[4])
     os.makedirs(work, exist_ok=True)
     path = os.path.join(work, "tied.onnx")
     subprocess.run([sys.executable, os.path.join(HERE, "..", "Import", "make_models.py"),
@@ -87,7 +92,7 @@ def main():
         ok = np.allclose(got, want.numpy(), atol=1e-5, rtol=1e-4)
         failures += not ok
         print("%s %-3s max abs error %.2e" % ("ok  " if ok else "FAIL", n, np.abs(got - want.numpy()).max()))
-    print("tied %s: %s" % (strategy, "all match" if not failures else "%d mismatches" % failures))
+    print("tied %s M=%d: %s" % (strategy, M, "all match" if not failures else "%d mismatches" % failures))
     return 1 if failures else 0
 
 

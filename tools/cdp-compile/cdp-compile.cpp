@@ -532,28 +532,22 @@ int main(int argc, char **argv) {
       microBatchCount = pipelineStages;
     if (strategy == "cdp-mp") {
       // N micro-batches (CDP slots) share the stages' devices
-      // (algorithms.md 2.6): with L | N every stage needs N / L devices, N
-      // in all; with N | L and 2L/N even one device per stage, L in all.
-      // The first is N / L replicas of a pipeline whose micro-batches are
-      // the slots r, r + R, ...; both run as 2bw with CDP's time steps.
+      // (algorithms.md 2.6): stage l needs as many devices as it has ops at
+      // one time step of CDP's cycle (L in all when N | L and 2L/N is even,
+      // N when L | N).
       int64_t N = microBatchCount, L = pipelineStages, derived = 0;
-      if (N % L == 0) {
-        replicaCount = N / L;
-        microBatchCount = L;
-        derived = N;
-      } else if (L % N == 0 && (2 * L / N) % 2 == 0) {
-        derived = L;
-      } else {
-        die("--strategy cdp-mp supports L | N or N | L with 2L/N even for "
-            "now (algorithms.md 2.6); with N = " +
-            std::to_string(N) + " micro-batches and L = " + std::to_string(L) +
-            " stages some stages would need two devices");
+      std::string perStage;
+      for (int64_t s = 1; s <= L; ++s) {
+        int64_t count = cdp::pipeline::cdpStageDeviceCount(s, L, N);
+        derived += count;
+        perStage += (s > 1 ? ", " : "") + std::to_string(count);
       }
       if (devices.getNumOccurrences() && deviceCount != derived)
         die("--strategy cdp-mp with N = " + std::to_string(N) +
             " micro-batches on L = " + std::to_string(L) + " stages runs on " +
-            std::to_string(derived) +
-            " devices (algorithms.md 2.6): --devices " + devices + " differs");
+            std::to_string(derived) + " devices (" + perStage +
+            " per stage, algorithms.md 2.6): --devices " + devices +
+            " differs");
       deviceCount = derived;
     }
     if (planMode != "auto" && devices.getNumOccurrences() &&

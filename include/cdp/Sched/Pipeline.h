@@ -129,6 +129,63 @@ inline int64_t stashSlots(const std::string &strategy, int64_t s, int64_t d,
   return strategy == "gpipe" ? m : std::min(d - s + 1, m);
 }
 
+/// cdp-mp (algorithms.md 2.6): which device of stage s (1-based) of L runs
+/// each of the N CDP slots. Slot j starts at floor(2Lj/N); its F at stage s
+/// falls on time step start + s - 1 and its B on start + 2L - s, modulo the
+/// cycle of 2L. Two slots on one device never share a time step, and a
+/// slot's F and B stay on one device (its stash). Each slot joins two time
+/// steps, so this colours the edges of a multigraph on the 2L steps: the
+/// count is at least c_l, the most ops at one time step, and the search
+/// tries c_l devices first, then one more, and so on. Returns, per slot,
+/// its device within the stage (0 .. count - 1).
+inline std::vector<int64_t> cdpStageDevices(int64_t s, int64_t L, int64_t N) {
+  int64_t cycle = 2 * L;
+  std::vector<int64_t> forward(N), backward(N), load(cycle, 0);
+  for (int64_t j = 0; j < N; ++j) {
+    int64_t start = cycle * j / N;
+    forward[j] = (start + s - 1) % cycle;
+    backward[j] = (start + cycle - s) % cycle;
+    ++load[forward[j]];
+    ++load[backward[j]];
+  }
+  int64_t least = *std::max_element(load.begin(), load.end());
+  std::vector<int64_t> device(N, -1);
+  for (int64_t count = least;; ++count) {
+    // busy[t * count + c]: device c has an op at time step t.
+    std::vector<char> busy(cycle * count, 0);
+    // Depth-first over slots in order, with a budget so that an
+    // impossible count gives way to the next one quickly.
+    int64_t budget = 100000;
+    auto place = [&](auto &self, int64_t j) -> bool {
+      if (j == N)
+        return true;
+      for (int64_t c = 0; c < count; ++c) {
+        char &f = busy[forward[j] * count + c];
+        char &b = busy[backward[j] * count + c];
+        if (f || b)
+          continue;
+        if (--budget < 0)
+          return false;
+        f = b = 1;
+        device[j] = c;
+        if (self(self, j + 1))
+          return true;
+        f = b = 0;
+      }
+      return false;
+    };
+    if (place(place, 0))
+      return device;
+  }
+}
+
+/// Devices of stage s under cdp-mp: one more than the highest index
+/// cdpStageDevices gives.
+inline int64_t cdpStageDeviceCount(int64_t s, int64_t L, int64_t N) {
+  std::vector<int64_t> device = cdpStageDevices(s, L, N);
+  return *std::max_element(device.begin(), device.end()) + 1;
+}
+
 } // namespace cdp::pipeline
 
 #endif // CDP_SCHED_PIPELINE_H

@@ -1,0 +1,62 @@
+//===- CdpPlacementTest.cpp - cdp-mp's devices per stage ------------------===//
+//
+// The per-stage device counts of algorithms.md 2.5's table (column "GPUs/
+// stage CDP+MP"), and that no device of a stage runs two ops at one time
+// step of CDP's cycle.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cdp/Sched/Pipeline.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+using cdp::pipeline::cdpStageDevices;
+
+namespace {
+
+std::vector<int64_t> counts(int64_t L, int64_t N) {
+  std::vector<int64_t> result;
+  for (int64_t s = 1; s <= L; ++s) {
+    std::vector<int64_t> device = cdpStageDevices(s, L, N);
+    result.push_back(*std::max_element(device.begin(), device.end()) + 1);
+  }
+  return result;
+}
+
+TEST(CdpPlacement, MatchesTheSpecTable) {
+  using V = std::vector<int64_t>;
+  EXPECT_EQ(counts(4, 1), (V{1, 1, 1, 1}));
+  EXPECT_EQ(counts(4, 2), (V{1, 1, 1, 1}));
+  EXPECT_EQ(counts(4, 3), (V{1, 2, 2, 1}));
+  EXPECT_EQ(counts(4, 4), (V{1, 1, 1, 1}));
+  EXPECT_EQ(counts(4, 5), (V{2, 2, 2, 2}));
+  EXPECT_EQ(counts(4, 6), (V{2, 2, 2, 2}));
+  EXPECT_EQ(counts(4, 8), (V{2, 2, 2, 2}));
+  EXPECT_EQ(counts(4, 16), (V{4, 4, 4, 4}));
+  EXPECT_EQ(counts(3, 3), (V{1, 1, 1}));
+  EXPECT_EQ(counts(8, 4), (V{1, 1, 1, 1, 1, 1, 1, 1}));
+  EXPECT_EQ(counts(8, 8), (V{1, 1, 1, 1, 1, 1, 1, 1}));
+  EXPECT_EQ(counts(8, 16), (V{2, 2, 2, 2, 2, 2, 2, 2}));
+  EXPECT_EQ(counts(6, 4), (V{1, 2, 1, 1, 2, 1}));
+}
+
+TEST(CdpPlacement, NoDeviceRunsTwoOpsAtOnce) {
+  for (int64_t L : {2, 3, 4, 5, 6, 8})
+    for (int64_t N = 1; N <= 4 * L; ++N)
+      for (int64_t s = 1; s <= L; ++s) {
+        std::vector<int64_t> device = cdpStageDevices(s, L, N);
+        std::set<std::pair<int64_t, int64_t>> busy; // (device, time step)
+        for (int64_t j = 0; j < N; ++j) {
+          int64_t start = 2 * L * j / N;
+          EXPECT_TRUE(busy.insert({device[j], (start + s - 1) % (2 * L)}).second)
+              << "L=" << L << " N=" << N << " s=" << s << " slot " << j;
+          EXPECT_TRUE(
+              busy.insert({device[j], (start + 2 * L - s) % (2 * L)}).second)
+              << "L=" << L << " N=" << N << " s=" << s << " slot " << j;
+        }
+      }
+}
+
+} // namespace
