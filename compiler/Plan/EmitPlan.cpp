@@ -88,11 +88,23 @@ private:
   LogicalResult emitPipeline(const EmitOptions &options, int64_t arenaBytes);
   LogicalResult convertAttribute(Operation *op, NamedAttribute attribute,
                                  plan::Attribute &out);
+  const std::string &locationOf(Operation *op);
 
   func::FuncOp func;
   plan::Plan &plan;
   llvm::DenseMap<Value, int> ids;
+  /// Training instructions as first built, per op: pipelines emit every
+  /// op once per micro-batch, and copying beats converting it again.
+  llvm::DenseMap<Operation *, std::unique_ptr<plan::Instruction>> prototypes;
+  llvm::DenseMap<Operation *, std::string> locations;
 };
+
+const std::string &Emitter::locationOf(Operation *op) {
+  auto [it, inserted] = locations.try_emplace(op);
+  if (inserted)
+    it->second = locationName(op->getLoc());
+  return it->second;
+}
 
 int Emitter::addTensor(Value value, plan::TensorKind kind, StringRef name) {
   auto type = cast<RankedTensorType>(value.getType());
@@ -147,8 +159,16 @@ LogicalResult Emitter::addInstruction(Operation *op, plan::Device &device,
                                       bool forEval) {
   plan::Instruction *instruction =
       forEval ? device.add_eval_instructions() : device.add_instructions();
+  if (!forEval) {
+    auto it = prototypes.find(op);
+    if (it != prototypes.end()) {
+      *instruction = *it->second;
+      instruction->set_time_step(device.instructions_size() - 1);
+      return success();
+    }
+  }
   instruction->set_op(op->getName().stripDialect().str());
-  instruction->set_location(locationName(op->getLoc()));
+  instruction->set_location(locationOf(op));
   if (auto stage = op->getAttrOfType<IntegerAttr>("cdp.stage"))
     instruction->set_stage(stage.getInt());
   auto phase = op->getAttrOfType<StringAttr>("cdp.phase");
@@ -168,6 +188,8 @@ LogicalResult Emitter::addInstruction(Operation *op, plan::Device &device,
     if (forEval && attribute.getName() == "training_mode")
       out->set_i(0);
   }
+  if (!forEval)
+    prototypes[op] = std::make_unique<plan::Instruction>(*instruction);
   return success();
 }
 
@@ -660,14 +682,16 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
         auto it = copies.find(key);
         if (it != copies.end())
           return it->second;
-        plan::Tensor copy = t;
-        copy.set_id(plan.tensors_size());
+        // Elements of a repeated field keep their address when it grows.
+        int copyId = plan.tensors_size();
+        plan::Tensor &copy = *plan.add_tensors();
+        copy = t;
+        copy.set_id(copyId);
         copy.set_kind(plan::ACTIVATION);
         copy.set_offset(slot * arenaBytes + t.offset());
         copy.set_device(self);
-        *plan.add_tensors() = copy;
-        copies[key] = copy.id();
-        return copy.id();
+        copies.emplace(key, copyId);
+        return copyId;
       };
       // What the stage's forward brings in (loads, receives) stays in the
       // micro-batch's slot for its backward.
@@ -895,7 +919,7 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
               continue;
             message(stamp(device->add_instructions()), false, mapped(slot, id),
                     runs[stageOf(producer)][mine[k]], id, tagBatch,
-                    locationName(producer->getLoc()));
+                    locationOf(producer));
             arrived.insert(id);
           }
           if (failed(addInstruction(op, *device, false)))
@@ -931,7 +955,7 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
                 continue;
               message(stamp(device->add_instructions()), true, mapped(slot, id),
                       runs[q][mine[k]], id, tagBatch,
-                      locationName(op->getLoc()));
+                      locationOf(op));
             }
           }
         }
