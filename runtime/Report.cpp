@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -343,45 +344,32 @@ std::string ReportBuilder::json() const {
        << 1.0 - static_cast<double>(busy.size()) / planFacts.cycle;
   }
   os << "],\n\"time_steps\": [\n";
-  std::vector<int64_t> units(N, 0), live[2];
-  live[0].assign(N, 0);
-  live[1].assign(N, 0);
-  int64_t peakUnits = 0, peakActivation = 0;
+  int64_t peakUnits = 0, peakActivation = 0, totalUnits = 0,
+          totalActivation = 0, ready = 0;
   std::vector<int64_t> peakDevice(N, 0);
-  for (int64_t tau = 0; tau < horizon; ++tau) {
-    os << "{\"t\": " << tau << ", \"devices\": [";
-    int64_t totalUnits = 0, totalActivation = 0, ready = 0;
-    for (int d = 0; d < N; ++d) {
-      const Series &s = devices[d];
-      // During: what is live at the end of tau - 1 plus what tau creates.
-      units[d] += s.units[tau];
-      int64_t activation = live[kActivation][d] + s.bornBytes[kActivation][tau];
-      int64_t gradient = live[kGradient][d] + s.bornBytes[kGradient][tau] +
-                         planFacts.reducedBytes[d];
-      int64_t deviceBytes = activation + gradient + planFacts.weightBytes[d] +
-                            planFacts.weightVersionBytes[d] + optimizer[d] +
-                            workspace[d];
-      os << (d ? ", " : "") << "{\"activation_units\": " << units[d]
-         << ", \"activation_bytes\": " << activation
-         << ", \"weight_bytes\": " << planFacts.weightBytes[d]
-         << ", \"weight_version_bytes\": " << planFacts.weightVersionBytes[d]
-         << ", \"gradient_bytes\": " << gradient
-         << ", \"optimizer_bytes\": " << optimizer[d]
-         << ", \"workspace_bytes\": " << workspace[d]
-         << ", \"sent_bytes\": " << s.sent[tau] << "}";
-      totalUnits += units[d];
-      ready += s.ready[tau];
-      totalActivation += activation;
-      peakDevice[d] = std::max(peakDevice[d], deviceBytes);
-      units[d] -= s.unitEnds[tau];
-      for (int c = 0; c < 2; ++c)
-        live[c][d] += s.bornBytes[c][tau] - s.diedBytes[c][tau];
-    }
+  forEachSample([&](int64_t tau, int d, const Sample &sample) {
+    if (d == 0)
+      os << "{\"t\": " << tau << ", \"devices\": [";
+    os << (d ? ", " : "") << "{\"activation_units\": " << sample.units
+       << ", \"activation_bytes\": " << sample.activation
+       << ", \"weight_bytes\": " << planFacts.weightBytes[d]
+       << ", \"weight_version_bytes\": " << planFacts.weightVersionBytes[d]
+       << ", \"gradient_bytes\": " << sample.gradient
+       << ", \"optimizer_bytes\": " << optimizer[d]
+       << ", \"workspace_bytes\": " << workspace[d]
+       << ", \"sent_bytes\": " << sample.sent << "}";
+    totalUnits += sample.units;
+    ready += sample.ready;
+    totalActivation += sample.activation;
+    peakDevice[d] = std::max(peakDevice[d], sample.deviceBytes);
+    if (d + 1 < N)
+      return;
     peakUnits = std::max(peakUnits, totalUnits);
     peakActivation = std::max(peakActivation, totalActivation);
     os << "], \"grad_ready_bytes\": " << ready << "}"
        << (tau + 1 < horizon ? ",\n" : "\n");
-  }
+    totalUnits = totalActivation = ready = 0;
+  });
   os << "],\n\"peak\": {\"activation_units\": " << peakUnits
      << ", \"activation_bytes\": " << peakActivation << ", \"device_bytes\": [";
   for (int d = 0; d < N; ++d)
@@ -390,8 +378,48 @@ std::string ReportBuilder::json() const {
   return os.str();
 }
 
-std::string predictReport(const plan::Plan &plan, int64_t steps) {
-  ReportBuilder report(plan, steps);
+void ReportBuilder::forEachSample(
+    const std::function<void(int64_t, int, const Sample &)> &visit) const {
+  int N = devices.size();
+  std::vector<int64_t> units(N, 0), live[2];
+  live[0].assign(N, 0);
+  live[1].assign(N, 0);
+  for (int64_t tau = 0; tau < horizon; ++tau)
+    for (int d = 0; d < N; ++d) {
+      const Series &s = devices[d];
+      Sample sample;
+      // During: what is live at the end of tau - 1 plus what tau creates.
+      units[d] += s.units[tau];
+      sample.units = units[d];
+      sample.activation =
+          live[kActivation][d] + s.bornBytes[kActivation][tau];
+      sample.gradient = live[kGradient][d] + s.bornBytes[kGradient][tau] +
+                        planFacts.reducedBytes[d];
+      sample.deviceBytes = sample.activation + sample.gradient +
+                           planFacts.weightBytes[d] +
+                           planFacts.weightVersionBytes[d] + optimizer[d] +
+                           workspace[d];
+      sample.sent = s.sent[tau];
+      sample.ready = s.ready[tau];
+      visit(tau, d, sample);
+      units[d] -= s.unitEnds[tau];
+      for (int c = 0; c < 2; ++c)
+        live[c][d] += s.bornBytes[c][tau] - s.diedBytes[c][tau];
+    }
+}
+
+std::vector<int64_t> ReportBuilder::devicePeaks() const {
+  std::vector<int64_t> peaks(devices.size(), 0);
+  forEachSample([&](int64_t, int d, const Sample &sample) {
+    peaks[d] = std::max(peaks[d], sample.deviceBytes);
+  });
+  return peaks;
+}
+
+namespace {
+
+/// Feeds `report` the events its plan implies.
+void predict(const plan::Plan &plan, int64_t steps, ReportBuilder &report) {
   const PlanFacts &facts = report.facts();
   for (int d = 0; d < plan.devices_size(); ++d) {
     const plan::Device &device = plan.devices(d);
@@ -439,7 +467,21 @@ std::string predictReport(const plan::Plan &plan, int64_t steps) {
       }
     }
   }
+}
+
+} // namespace
+
+std::string predictReport(const plan::Plan &plan, int64_t steps) {
+  ReportBuilder report(plan, steps);
+  predict(plan, steps, report);
   return report.json();
+}
+
+std::vector<int64_t> predictDevicePeaks(const plan::Plan &plan,
+                                        int64_t steps) {
+  ReportBuilder report(plan, steps);
+  predict(plan, steps, report);
+  return report.devicePeaks();
 }
 
 namespace {

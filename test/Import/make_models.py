@@ -109,6 +109,24 @@ def _():
     return model(nodes, [vi("x", F, [2, 16])], [vi(last, F, [2, 16])], inits)
 
 
+@register("wide_input")
+def _():
+    # A wide input (2 x 2048) into a narrow layer, then a 8 -> 16 layer: the
+    # first stage's backward reads the loaded input, which --device-memory's
+    # per-stage estimate (weights, gradients, optimizer state and the
+    # stage's own results) leaves out.
+    nodes = [helper.make_node("Gemm", ["x", "w0", "b0"], ["h0"], name="fc0"),
+             helper.make_node("Tanh", ["h0"], ["t0"], name="tanh0"),
+             helper.make_node("Gemm", ["t0", "w1", "b1"], ["h1"], name="fc1"),
+             helper.make_node("Tanh", ["h1"], ["t1"], name="tanh1")]
+    rng = np.random.default_rng(0)
+    inits = [init("w0", (rng.standard_normal((2048, 8)) * 0.02).astype(np.float32)),
+             init("b0", np.zeros(8, np.float32)),
+             init("w1", (rng.standard_normal((8, 16)) * 0.3).astype(np.float32)),
+             init("b1", np.zeros(16, np.float32))]
+    return model(nodes, [vi("x", F, [2, 2048])], [vi("t1", F, [2, 16])], inits)
+
+
 @register("mlp4tied")
 def _():
     # mlp4eq with the first layer's weight reused by the last (tied weights):

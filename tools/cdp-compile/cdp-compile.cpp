@@ -436,24 +436,6 @@ double predictStepMs(const cdp::plan::Plan &plan, const InstructionCost &cost,
   return end / steps;
 }
 
-/// Each device's predicted peak bytes over two steps of `plan`.
-std::vector<int64_t> predictedPeaks(const cdp::plan::Plan &plan) {
-  std::string json = cdp::runtime::predictReport(plan, 2);
-  llvm::StringRef peaks = llvm::StringRef(json)
-                              .split("\"device_bytes\": [")
-                              .second.split(']')
-                              .first;
-  llvm::SmallVector<llvm::StringRef> values;
-  peaks.split(values, ',');
-  std::vector<int64_t> bytes;
-  for (llvm::StringRef text : values) {
-    int64_t peak = 0;
-    if (llvm::to_integer(text.trim(), peak, 10))
-      bytes.push_back(peak);
-  }
-  return bytes;
-}
-
 } // namespace
 
 int main(int argc, char **argv) {
@@ -793,7 +775,7 @@ int main(int argc, char **argv) {
             why = llvm::StringRef(diagnostic).split('\n').first.str();
           } else {
             ms = predictStepMs(plan, stepCost, 3);
-            for (int64_t bytes : predictedPeaks(plan))
+            for (int64_t bytes : cdp::runtime::predictDevicePeaks(plan, 2))
               peak = std::max(peak, bytes);
             if (ms < 0)
               why = "the profile lacks an instruction of the plan";
@@ -881,14 +863,15 @@ int main(int argc, char **argv) {
       if (deviceMemoryBytes > 0) {
         // The partition fit the estimate; hold the plan itself to the cap
         // too (its peak over two steps, 2bw's second version included).
-        for (auto [device, peak] : llvm::enumerate(predictedPeaks(plan))) {
+        for (auto [device, peak] : llvm::enumerate(cdp::runtime::predictDevicePeaks(plan, 2))) {
           if (peak <= deviceMemoryBytes)
             continue;
           die(inputPath + ": the plan's predicted peak on device " +
               std::to_string(device) + " is " + std::to_string(peak) +
               " bytes, above --device-memory " + deviceMemory +
-              " (the partition estimate left out workspace and the loss's "
-              "buffers; raise the cap or use more stages)");
+              " (the partition's estimate counts a stage's own results, not "
+              "the inputs it loads or receives and keeps for its backward; "
+              "raise the cap or use more stages)");
         }
       }
       if (!reportPath.empty()) {

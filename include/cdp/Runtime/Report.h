@@ -18,6 +18,7 @@
 #include "cdp/Plan/plan.pb.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -76,8 +77,20 @@ public:
 
   const PlanFacts &facts() const { return planFacts; }
   std::string json() const;
+  /// Each device's most bytes at one time step (the report's
+  /// peak.device_bytes).
+  std::vector<int64_t> devicePeaks() const;
 
 private:
+  /// One device at one time step, as the report prints it.
+  struct Sample {
+    int64_t units = 0, activation = 0, gradient = 0, deviceBytes = 0,
+            sent = 0, ready = 0;
+  };
+  /// Visits every (time step, device) in order, devices inner.
+  void forEachSample(
+      const std::function<void(int64_t, int, const Sample &)> &visit) const;
+
   struct Series {
     std::vector<int64_t> units, unitEnds, bornBytes[3], diedBytes[3], sent,
         ready;
@@ -92,6 +105,8 @@ private:
 
 /// The report the plan predicts for `steps` steps, without running.
 std::string predictReport(const plan::Plan &plan, int64_t steps);
+/// Its peak.device_bytes alone.
+std::vector<int64_t> predictDevicePeaks(const plan::Plan &plan, int64_t steps);
 
 /// An SVG: total activation bytes over time (and per device), gradient
 /// bytes ready per time step; `other` (a report's JSON, may be empty) is
