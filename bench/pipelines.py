@@ -21,6 +21,11 @@ with --trace and --report, and prints
   a receive starting no earlier than the end of its send (the trace's flow
   events). The measurement is the trace's makespan per step.
 
+Then the same strategies compiled with --hw instead of a profile (the
+hardware model of bench/measure_hw.py, or --hw FILE): stages cut on the
+analytic cost model, the step time predicted from FLOP/s, memory bandwidth
+and the link, printed against the measured one.
+
 The devices are threads of one process; with fewer cores than devices
 they contend for the cores, which the prediction does not model.
 """
@@ -102,7 +107,7 @@ def replay(events):
     return max(clock.values())
 
 
-def run(name, strategy, build, steps, work):
+def run(name, strategy, build, steps, work, hw=None):
     path = models.export(name, work)
     _, example, _ = models.build(name)
     batch = example.shape[1] if name == "transformer" else example.shape[0]
@@ -123,10 +128,12 @@ def run(name, strategy, build, steps, work):
                         "--feed", "labels=" + os.path.join(work, "y.npy"),
                         "--steps", str(steps), "--threads", "1", "--profile", profile],
                        check=True, stdout=subprocess.DEVNULL)
-    plan = os.path.join(work, "%s-%s.cdp" % (name, strategy))
+    plan = os.path.join(work, "%s-%s%s.cdp" % (name, strategy, "-hw" if hw else ""))
+    # Stages balanced and step time predicted on the profile, or (hw) on
+    # the analytic cost model and the hardware model alone.
     args = [os.path.join(build, "bin", "cdp-compile"), path, "-o", plan, "--strategy", strategy,
             "--stages", "4", "--lr", "0.01", "--report", plan + ".predicted.json",
-            "--steps", str(steps), "--profile", profile]
+            "--steps", str(steps)] + (["--hw", hw] if hw else ["--profile", profile])
     args += ["--micro-batches", str(m)]
     if name == "transformer":
         args += ["--batch-axis", "input=1"]
@@ -156,6 +163,8 @@ def main():
     parser.add_argument("--build", default="build")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--models", default="resnet,transformer")
+    parser.add_argument("--hw", help="hardware model (bench/measure_hw.py -o FILE); "
+                        "default: measure this machine")
     args = parser.parse_args()
     print("4 devices (threads), 4 stages, 4 micro-batches per step, %d steps, %d cores"
           % (args.steps, os.cpu_count()))
@@ -170,6 +179,23 @@ def main():
                 print("%-12s %-7s %10.0f %26s %22s %10.2f %10.2f %10.2f" % (
                     name, strategy, rate, " ".join("%d" % (b // 1024) for b in peak),
                     " ".join("%.2f" % b for b in busy), profiled, replayed, measured))
+        # The hardware model: stages cut on analytic costs, step time from
+        # FLOP/s, memory bandwidth and the link, against the measured one.
+        hw = args.hw
+        if not hw:
+            hw = os.path.join(work, "hw.json")
+            subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                         "measure_hw.py"),
+                            "--build", args.build, "-o", hw], check=True, stdout=subprocess.DEVNULL)
+        print("\n--hw %s, stages cut on the analytic cost model:" % json.dumps(json.load(open(hw))))
+        print("%-12s %-7s %10s %10s %10s %8s" % ("model", "strategy", "samples/s", "hw ms",
+                                                 "meas ms", "meas/hw"))
+        for name in args.models.split(","):
+            for strategy in STRATEGIES:
+                rate, _, _, predicted, _, measured = run(name, strategy, args.build, args.steps,
+                                                         work, hw)
+                print("%-12s %-7s %10.0f %10.2f %10.2f %8.1f" % (
+                    name, strategy, rate, predicted, measured, measured / predicted))
 
 
 if __name__ == "__main__":
