@@ -391,14 +391,12 @@ void ReportBuilder::forEachSample(
       // During: what is live at the end of tau - 1 plus what tau creates.
       units[d] += s.units[tau];
       sample.units = units[d];
-      sample.activation =
-          live[kActivation][d] + s.bornBytes[kActivation][tau];
+      sample.activation = live[kActivation][d] + s.bornBytes[kActivation][tau];
       sample.gradient = live[kGradient][d] + s.bornBytes[kGradient][tau] +
                         planFacts.reducedBytes[d];
-      sample.deviceBytes = sample.activation + sample.gradient +
-                           planFacts.weightBytes[d] +
-                           planFacts.weightVersionBytes[d] + optimizer[d] +
-                           workspace[d];
+      sample.deviceBytes =
+          sample.activation + sample.gradient + planFacts.weightBytes[d] +
+          planFacts.weightVersionBytes[d] + optimizer[d] + workspace[d];
       sample.sent = s.sent[tau];
       sample.ready = s.ready[tau];
       visit(tau, d, sample);
@@ -477,8 +475,7 @@ std::string predictReport(const plan::Plan &plan, int64_t steps) {
   return report.json();
 }
 
-std::vector<int64_t> predictDevicePeaks(const plan::Plan &plan,
-                                        int64_t steps) {
+std::vector<int64_t> predictDevicePeaks(const plan::Plan &plan, int64_t steps) {
   ReportBuilder report(plan, steps);
   predict(plan, steps, report);
   return report.devicePeaks();

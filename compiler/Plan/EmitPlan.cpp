@@ -499,8 +499,7 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
   }
   int64_t mostReplicas = 0, deviceCount = 0;
   for (int64_t s = 1; s <= S; ++s)
-    mostReplicas =
-        std::max<int64_t>(mostReplicas, placement[s].size());
+    mostReplicas = std::max<int64_t>(mostReplicas, placement[s].size());
   // deviceAt[s][r]: the number of stage s's r-th device; runs[s][j]: the
   // device running micro-batch j at stage s.
   std::vector<std::vector<int64_t>> deviceAt(S + 1),
@@ -954,8 +953,7 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
               if (!sent.insert(q * (1 << 24) + id).second)
                 continue;
               message(stamp(device->add_instructions()), true, mapped(slot, id),
-                      runs[q][mine[k]], id, tagBatch,
-                      locationOf(op));
+                      runs[q][mine[k]], id, tagBatch, locationOf(op));
             }
           }
         }

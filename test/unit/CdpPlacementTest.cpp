@@ -50,7 +50,8 @@ TEST(CdpPlacement, NoDeviceRunsTwoOpsAtOnce) {
         std::set<std::pair<int64_t, int64_t>> busy; // (device, time step)
         for (int64_t j = 0; j < N; ++j) {
           int64_t start = 2 * L * j / N;
-          EXPECT_TRUE(busy.insert({device[j], (start + s - 1) % (2 * L)}).second)
+          EXPECT_TRUE(
+              busy.insert({device[j], (start + s - 1) % (2 * L)}).second)
               << "L=" << L << " N=" << N << " s=" << s << " slot " << j;
           EXPECT_TRUE(
               busy.insert({device[j], (start + 2 * L - s) % (2 * L)}).second)

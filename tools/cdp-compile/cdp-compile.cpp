@@ -863,7 +863,8 @@ int main(int argc, char **argv) {
       if (deviceMemoryBytes > 0) {
         // The partition fit the estimate; hold the plan itself to the cap
         // too (its peak over two steps, 2bw's second version included).
-        for (auto [device, peak] : llvm::enumerate(cdp::runtime::predictDevicePeaks(plan, 2))) {
+        for (auto [device, peak] :
+             llvm::enumerate(cdp::runtime::predictDevicePeaks(plan, 2))) {
           if (peak <= deviceMemoryBytes)
             continue;
           die(inputPath + ": the plan's predicted peak on device " +

@@ -84,8 +84,8 @@ public:
 private:
   /// One device at one time step, as the report prints it.
   struct Sample {
-    int64_t units = 0, activation = 0, gradient = 0, deviceBytes = 0,
-            sent = 0, ready = 0;
+    int64_t units = 0, activation = 0, gradient = 0, deviceBytes = 0, sent = 0,
+            ready = 0;
   };
   /// Visits every (time step, device) in order, devices inner.
   void forEachSample(
