@@ -11,6 +11,8 @@
 
 #include "cdp/Plan/PlanCheck.h"
 
+#include <algorithm>
+#include <deque>
 #include <map>
 #include <sstream>
 #include <tuple>
@@ -42,9 +44,20 @@ std::string describe(const Instruction &instruction) {
 /// backwards, so traffic is periodic from step 2 on.
 constexpr int kSteps = 3;
 
-} // namespace
+/// Every device's stream run for `steps` steps (then the drain, if
+/// `drain`) with buffered sends and blocking receives, in rounds: each
+/// device advances until a receive finds no message. With `cost`, each
+/// instruction lasts cost(device, instruction) on its device's clock and
+/// a receive starts no earlier than the end of its send.
+struct Simulation {
+  std::vector<int> next;               ///< per device: positions completed
+  std::vector<std::vector<int>> rounds; ///< `next` after every round
+  std::vector<double> clock;            ///< per device, with a cost
+  bool unknownCost = false;             ///< the cost was negative somewhere
+};
 
-std::string findSendRecvDeadlock(const Plan &plan) {
+Simulation simulate(const Plan &plan, int64_t steps, bool drain,
+                    const InstructionTime *cost) {
   int devices = plan.devices_size();
   // Each instruction's part in the traffic, read once.
   struct Traffic {
@@ -69,42 +82,83 @@ std::string findSendRecvDeadlock(const Plan &plan) {
       }
       traffic[d].push_back(t);
     }
-  // (from, to, value, micro-batch over the run) -> messages in flight
+  // (from, to, value, micro-batch over the run) -> the end times of the
+  // messages in flight, oldest first
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t>;
-  std::map<Key, int> inFlight;
-  // Instruction positions over the simulated steps, step-major.
-  std::vector<int> next(devices, 0);
-  std::vector<std::vector<int>> rounds;
+  std::map<Key, std::deque<double>> inFlight;
+  Simulation sim;
+  sim.next.assign(devices, 0);
+  sim.clock.assign(devices, 0.0);
   auto length = [&](int d) {
-    // The simulated steps, then the drain (2bw, cdp-mp).
-    return (kSteps + 1) * plan.devices(d).instructions_size();
+    return (steps + (drain ? 1 : 0)) * plan.devices(d).instructions_size();
   };
   for (bool moved = true; moved;) {
     moved = false;
     for (int d = 0; d < devices; ++d) {
       int size = plan.devices(d).instructions_size();
-      while (next[d] < length(d)) {
-        int64_t step = next[d] / size;
-        const Traffic &t = traffic[d][next[d] % size];
+      int &next = sim.next[d];
+      double &clock = sim.clock[d];
+      while (next < length(d)) {
+        int64_t step = next / size;
+        const Traffic &t = traffic[d][next % size];
+        if (t.minStep > step || (step == steps && !t.drain)) {
+          ++next; // not run in this step
+          moved = true;
+          continue;
+        }
         int64_t runMicroBatch =
             (step + t.stepOffset) * t.perStep + t.microBatch;
-        if (t.minStep > step || t.kind == 0 || (step == kSteps && !t.drain)) {
-          // not run in this step, or no traffic
-        } else if (t.kind == 1) {
-          ++inFlight[{d, t.peer, t.value, runMicroBatch}];
-        } else {
+        double start = clock;
+        if (t.kind == 2) {
           auto it = inFlight.find({t.peer, d, t.value, runMicroBatch});
-          if (it == inFlight.end() || it->second == 0)
+          if (it == inFlight.end())
             break;
-          if (--it->second == 0)
+          start = std::max(start, it->second.front());
+          it->second.pop_front();
+          if (it->second.empty())
             inFlight.erase(it);
         }
-        ++next[d];
+        if (cost) {
+          double time = (*cost)(d, plan.devices(d).instructions(next % size));
+          if (time < 0)
+            sim.unknownCost = true;
+          clock = start + std::max(time, 0.0);
+        }
+        if (t.kind == 1)
+          inFlight[{d, t.peer, t.value, runMicroBatch}].push_back(clock);
+        ++next;
         moved = true;
       }
     }
-    rounds.push_back(next);
+    sim.rounds.push_back(sim.next);
   }
+  return sim;
+}
+
+} // namespace
+
+double simulateTime(const Plan &plan, int64_t steps,
+                    const InstructionTime &cost) {
+  Simulation sim = simulate(plan, steps, /*drain=*/false, &cost);
+  for (int d = 0; d < plan.devices_size(); ++d)
+    if (sim.next[d] < steps * plan.devices(d).instructions_size())
+      return -1; // it would hang
+  if (sim.unknownCost)
+    return -1;
+  double end = 0;
+  for (double clock : sim.clock)
+    end = std::max(end, clock);
+  return end;
+}
+
+std::string findSendRecvDeadlock(const Plan &plan) {
+  Simulation sim = simulate(plan, kSteps, /*drain=*/true, nullptr);
+  const std::vector<int> &next = sim.next;
+  const std::vector<std::vector<int>> &rounds = sim.rounds;
+  int devices = plan.devices_size();
+  auto length = [&](int d) {
+    return (kSteps + 1) * plan.devices(d).instructions_size();
+  };
   std::ostringstream os;
   bool stuck = false;
   for (int d = 0; d < devices; ++d)

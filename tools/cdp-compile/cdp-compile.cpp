@@ -10,6 +10,7 @@
 #include "cdp/InitAll.h"
 #include "cdp/Passes/Profile.h"
 #include "cdp/Plan/EmitPlan.h"
+#include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Runtime/Report.h"
 #include "cdp/Sched/Pipeline.h"
@@ -383,57 +384,26 @@ InstructionCost hardwareCost(const Hardware &hw) {
   };
 }
 
-/// A pipeline's step time predicted from per-instruction costs: each
-/// stage's forward and backward last the sum of one micro-batch's
-/// instructions (sends included, where they follow), and the stages run
-/// the strategy's order as early as devices and inputs allow, over `steps`
-/// steps (updates taken as free). Negative when a cost is unknown.
+/// A pipeline's step time predicted from per-instruction costs: every
+/// device's instructions run in order over `steps` steps, a recv starting no
+/// earlier than the end of its send (cdp::plan::simulateTime), and the
+/// time the last device ends is divided by the steps. A profile of one
+/// device has no messages, loads, accumulations, version copies or replica
+/// sums: those are free with a profile. Negative when a cost is unknown.
 double predictStepMs(const cdp::plan::Plan &plan, const InstructionCost &cost,
                      int64_t steps) {
-  // Replicas run the same pipeline side by side: one replica's time.
-  int64_t stages = plan.schedule().stages(),
-          m = plan.micro_batches() / (plan.devices_size() / stages);
-  std::vector<double> forward(stages, 0), backward(stages, 0);
-  for (int64_t s = 0; s < stages; ++s) {
-    bool inForward = true;
-    for (const cdp::plan::Instruction &instruction :
-         plan.devices(s).instructions()) {
-      const std::string &phase = instruction.phase();
-      if (phase == "forward" || phase == "backward")
-        inForward = phase == "forward";
-      // Micro-batch 0's forward and backward appear once in a step's
-      // program (2bw and cdp-mp may run its backward in the next step's).
-      bool timed = phase == "forward" || phase == "backward" ||
-                   instruction.op() == "send";
-      if (!timed || instruction.micro_batch() != 0 ||
-          instruction.op() == "load" || instruction.op() == "accumulate")
-        continue;
-      double ms = cost(plan, instruction);
-      if (ms < 0) {
-        if (instruction.op() == "send")
-          continue; // a profile does not time sends
-        return -1;
-      }
-      (inForward ? forward : backward)[s] += ms;
-    }
-  }
-  // cdp-mp runs 2bw's order (algorithms.md 2.6).
-  std::string order =
-      plan.strategy() == "cdp-mp" ? std::string("2bw") : plan.strategy();
-  std::vector<std::vector<cdp::pipeline::StageOp>> orders;
-  for (int64_t s = 1; s <= stages; ++s)
-    orders.push_back(cdp::pipeline::stageOrder(order, s, stages, m, steps));
-  auto at =
-      cdp::pipeline::weightedTiming<double>(orders, [&](int64_t s, char kind) {
-        return kind == 'F' ? forward[s - 1] : backward[s - 1];
+  auto pipelineOnly = [](const cdp::plan::Instruction &instruction) {
+    const std::string &op = instruction.op();
+    return op == "send" || op == "recv" || op == "load" ||
+           op == "accumulate" || op == "assign" ||
+           (op == "add" && instruction.phase() == "update");
+  };
+  double end = cdp::plan::simulateTime(
+      plan, steps, [&](int, const cdp::plan::Instruction &instruction) {
+        double ms = cost(plan, instruction);
+        return ms < 0 && pipelineOnly(instruction) ? 0.0 : ms;
       });
-  double end = 0;
-  for (int64_t s = 0; s < stages; ++s)
-    for (size_t i = 0; i < orders[s].size(); ++i)
-      end = std::max(end, at[s][i] + (orders[s][i].kind == 'F'   ? forward[s]
-                                      : orders[s][i].kind == 'B' ? backward[s]
-                                                                 : 0.0));
-  return end / steps;
+  return end < 0 ? -1 : end / steps;
 }
 
 } // namespace

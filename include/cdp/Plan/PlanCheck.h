@@ -11,16 +11,28 @@
 
 #include "cdp/Plan/plan.pb.h"
 
+#include <functional>
 #include <string>
 
 namespace cdp::plan {
 
-/// Simulates two steps of every device's instruction stream with buffered
+/// Simulates three steps and the drain of every device's instruction stream with buffered
 /// sends and blocking receives (a recv matches a send by peer, value,
 /// micro-batch and step). Returns an empty string when every device reaches its
 /// end, else a multi-line description: each stuck device with the
 /// instruction it waits at, and the rounds × devices grid of progress.
 std::string findSendRecvDeadlock(const Plan &plan);
+
+/// How long an instruction runs on a device (any unit; negative: unknown).
+using InstructionTime = std::function<double(int device, const Instruction &)>;
+
+/// The time every device's stream of `steps` steps ends by, each
+/// instruction lasting `cost` and starting when its device is free, a recv
+/// no earlier than the end of its send (the same buffered-send, blocking-
+/// receive semantics as findSendRecvDeadlock). Negative when a cost is
+/// negative or the streams would hang.
+double simulateTime(const Plan &plan, int64_t steps,
+                    const InstructionTime &cost);
 
 } // namespace cdp::plan
 
