@@ -50,7 +50,7 @@ constexpr int kSteps = 3;
 /// instruction lasts cost(device, instruction) on its device's clock and
 /// a receive starts no earlier than the end of its send.
 struct Simulation {
-  std::vector<int> next;               ///< per device: positions completed
+  std::vector<int> next;                ///< per device: positions completed
   std::vector<std::vector<int>> rounds; ///< `next` after every round
   std::vector<double> clock;            ///< per device, with a cost
   bool unknownCost = false;             ///< the cost was negative somewhere

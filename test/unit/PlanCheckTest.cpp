@@ -1,7 +1,8 @@
-//===- PlanCheckTest.cpp - the send/recv deadlock check on plans ----------===//
+//===- PlanCheckTest.cpp - the send/recv simulation of plans --------------===//
 //
 // Hand-written two-device plans: a pipeline hand-off that completes, one
-// where both devices first wait for the other, and a receive nobody sends.
+// where both devices first wait for the other, and a receive nobody sends;
+// the timed simulation behind predicted step times.
 //
 //===----------------------------------------------------------------------===//
 
@@ -99,6 +100,48 @@ TEST(PlanCheck, TiedWeightFromThePreviousStep) {
       EXPECT_NE(report.find("device 1 at instruction 0"), std::string::npos)
           << report;
   }
+}
+
+TEST(PlanCheck, TimedStreamsWaitForTheirSends) {
+  // Device 0 computes (1) and sends; device 1 computes (3), then receives
+  // and computes (1): its receive finds the message waiting, so one step
+  // ends at 4. With device 1's first compute at 0.5 it waits for the send
+  // (ends at 1) instead: 2. Sends and receives cost nothing here.
+  for (double head : {3.0, 0.5}) {
+    Plan plan;
+    Device &first = *plan.add_devices(), &second = *plan.add_devices();
+    compute(first);
+    add(first, "send", 1, 7, 0);
+    compute(second);
+    second.mutable_instructions(0)->set_location("head");
+    add(second, "recv", 0, 7, 0);
+    compute(second);
+    auto cost = [&](int, const Instruction &instruction) {
+      if (instruction.op() != "relu")
+        return 0.0;
+      return instruction.location() == "head" ? head : 1.0;
+    };
+    EXPECT_DOUBLE_EQ(simulateTime(plan, 1, cost), head == 3.0 ? 4.0 : 2.0);
+    // Step 1 on device 1 starts when its step 0 ends (4, or 2 where the
+    // message of step 1 is ready at 2 and the head ends at 2.5).
+    EXPECT_DOUBLE_EQ(simulateTime(plan, 2, cost), head == 3.0 ? 8.0 : 3.5);
+  }
+}
+
+TEST(PlanCheck, TimedStreamsThatWouldHangOrLackACostAreNegative) {
+  Plan plan;
+  Device &first = *plan.add_devices(), &second = *plan.add_devices();
+  add(first, "send", 1, 7, 0);
+  add(second, "recv", 0, 7, 1); // another micro-batch: never arrives
+  EXPECT_LT(simulateTime(plan, 1, [](int, const Instruction &) { return 1.0; }),
+            0);
+  Plan known;
+  compute(*known.add_devices());
+  EXPECT_LT(
+      simulateTime(known, 1, [](int, const Instruction &) { return -1.0; }), 0);
+  EXPECT_DOUBLE_EQ(
+      simulateTime(known, 3, [](int, const Instruction &) { return 2.0; }),
+      6.0);
 }
 
 } // namespace

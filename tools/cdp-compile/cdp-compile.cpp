@@ -394,9 +394,8 @@ double predictStepMs(const cdp::plan::Plan &plan, const InstructionCost &cost,
                      int64_t steps) {
   auto pipelineOnly = [](const cdp::plan::Instruction &instruction) {
     const std::string &op = instruction.op();
-    return op == "send" || op == "recv" || op == "load" ||
-           op == "accumulate" || op == "assign" ||
-           (op == "add" && instruction.phase() == "update");
+    return op == "send" || op == "recv" || op == "load" || op == "accumulate" ||
+           op == "assign" || (op == "add" && instruction.phase() == "update");
   };
   double end = cdp::plan::simulateTime(
       plan, steps, [&](int, const cdp::plan::Instruction &instruction) {
