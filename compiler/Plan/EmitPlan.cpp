@@ -526,6 +526,32 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
   schedule->set_rule(strategy);
   for (int64_t d = 0; d < deviceCount; ++d)
     schedule->add_offsets(0);
+  // cdp-mp: slot j starts at floor(2L·j / N); its F at stage s comes after
+  // the stage's update when 2s - 1 > s_{N-1} - s_j (CDP-v2's timing
+  // table). A fresh slot reads the new version: never under v1; under v2
+  // after the update (timing table) or where s >= L - j (code table, which
+  // cdp-compile lets through only where that is after the update too).
+  auto slotStart = [&](int64_t j) { return 2 * S * j / MB; };
+  auto afterUpdate = [&](int64_t j, int64_t s) {
+    return 2 * s - 1 > slotStart(MB - 1) - slotStart(j);
+  };
+  auto freshSlot = [&](int64_t j, int64_t s) {
+    if (options.cdpRule != "v2")
+      return false;
+    return options.v2Table == "code" ? s >= S - j : afterUpdate(j, s);
+  };
+  if (cdpSlots) {
+    // The version table the run follows, as for cdp: slot j reads
+    // θ_{t - version_delay[j][s-1]} at stage s.
+    schedule->set_rule(options.cdpRule);
+    for (int64_t j = 0; j < MB; ++j) {
+      plan::Ints *delays = schedule->add_version_delay();
+      for (int64_t s = 1; s <= S; ++s)
+        delays->add_values(freshSlot(j, s) ? 0 : 1);
+    }
+    for (int64_t s = 1; s <= S; ++s)
+      schedule->add_live_versions(2);
+  }
 
   // Persistent accumulators: one per trained parameter, one for the loss.
   llvm::StringMap<int> accumulator;
@@ -722,22 +748,20 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
         // is the window [s - 1, 2L + s - 1) of the stage's clock, so a B past
         // it runs in the next step's program (stepRel -1). The update of step
         // t - 1's gradients follows the last slot's B at stage s.
-        auto offset = [&](int64_t k) { return 2 * S * mine[k] / MB; };
+        auto offset = [&](int64_t k) { return slotStart(mine[k]); };
         int64_t windowEnd = 2 * S + s - 1;
-        // Fresh (CDP-v2, timing table): the slot's F comes after the update.
-        auto fresh = [&](int64_t k) {
-          return 2 * s - 1 > 2 * S * (MB - 1) / MB - offset(k);
-        };
-        bool v2 = options.cdpRule == "v2";
         for (int64_t k = 0; k < count; ++k) {
           int64_t forward = offset(k) + s - 1, backward = offset(k) + 2 * S - s;
-          // v1 reads the step's stale version everywhere (latest before the
-          // update, previous after it); v2's fresh slots the new one.
-          entries.push_back({'F', k, 0, 2 * forward, !v2 && fresh(k)});
+          // A stale slot reads the step's stale version (the latest before
+          // the update, the previous after it), a fresh one the new one;
+          // its B reads what its F read.
+          bool fresh = freshSlot(mine[k], s);
+          entries.push_back(
+              {'F', k, 0, 2 * forward, afterUpdate(mine[k], s) && !fresh});
           bool late = backward >= windowEnd;
           entries.push_back({'B', k, late ? -1 : 0,
                              2 * (late ? backward - 2 * S : backward),
-                             !(v2 && fresh(k))});
+                             !fresh});
         }
         // Half a time step after the last slot's B (times doubled above).
         int64_t update = 2 * (2 * S * (MB - 1) / MB - s) + 1;

@@ -178,7 +178,7 @@ def main():
     if strategy == "cdp":
         args += ["--cdp-rule", rule, "--v2-table", table]
     if strategy == "cdp-mp":
-        args += ["--cdp-rule", rule]
+        args += ["--cdp-rule", rule, "--v2-table", table]
     subprocess.run(args, check=True)
     subprocess.run([os.path.join(bin_dir, "cdp-run"), plan,
                     "--feed", "input=" + os.path.join(work, "x.npy"),

@@ -437,10 +437,8 @@ int main(int argc, char **argv) {
   bool pipelined = cdp::plan::isPipelineStrategy(strategy);
   if (strategy == "cdp-mp" && cdpRule != "v1" && cdpRule != "v2")
     die("--cdp-rule must be v1 or v2, got '" + cdpRule + "'");
-  if (strategy == "cdp-mp" && cdpRule == "v2" && v2Table != "timing")
-    die("--strategy cdp-mp supports --v2-table timing for now (the code "
-        "table can ask for versions before they exist, which shared devices "
-        "would have to wait for)");
+  if (strategy == "cdp-mp" && v2Table != "timing" && v2Table != "code")
+    die("--v2-table must be timing or code, got '" + v2Table + "'");
   if (pipelined && stageCount == 0 && stageBoundaries.empty())
     stageCount = 4;
   if (emit == "sched-mlir" && strategy != "dp" && strategy != "cdp")
@@ -493,6 +491,23 @@ int main(int argc, char **argv) {
         derived += count;
         perStage += (s > 1 ? ", " : "") + std::to_string(count);
       }
+      // The code table (fresh: l >= L - i) cannot make a slot fresh before
+      // its stage's update has made the new version (timing table: fresh
+      // when 2l - 1 > s_{N-1} - s_i); the other way round the slot reads the
+      // previous version like v1. N = L: the two tables agree.
+      if (cdpRule == "v2" && v2Table == "code")
+        for (int64_t i = 0; i < N; ++i)
+          for (int64_t l = 1; l <= L; ++l) {
+            bool made = 2 * l - 1 > 2 * L * (N - 1) / N - 2 * L * i / N;
+            if (made || l < L - i)
+              continue;
+            die("--strategy cdp-mp --v2-table code: with N = " +
+                std::to_string(N) + " and L = " + std::to_string(L) +
+                " the code table makes slot " + std::to_string(i) +
+                " read stage " + std::to_string(l) +
+                "'s new version before the update that makes it "
+                "(algorithms.md 2.4.3); use --v2-table timing");
+          }
       if (devices.getNumOccurrences() && deviceCount != derived)
         die("--strategy cdp-mp with N = " + std::to_string(N) +
             " micro-batches on L = " + std::to_string(L) + " stages runs on " +
@@ -790,6 +805,7 @@ int main(int argc, char **argv) {
         emitOptions.pipeline = strategy;
       emitOptions.replicas = replicaCount;
       emitOptions.cdpRule = cdpRule;
+      emitOptions.v2Table = v2Table;
       emitOptions.inference = inference;
       emitOptions.optimizer = inference ? std::string() : optimizer.getValue();
       emitOptions.sourceName = llvm::sys::path::filename(inputPath).str();

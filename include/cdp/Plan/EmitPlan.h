@@ -23,8 +23,9 @@ struct EmitOptions {
   /// `microBatches` micro-batches a step; stage gradients are summed over
   /// them before every update.
   int64_t replicas = 1;
-  /// cdp-mp: the CDP rule (v1, v2 with the timing table).
+  /// cdp-mp: the CDP rule (v1, v2) and v2's freshness table (timing, code).
   std::string cdpRule = "v1";
+  std::string v2Table = "timing";
   std::string sourceName;  ///< the ONNX file name
   std::string sourceModel; ///< the ONNX file's bytes, for --save-onnx
 };
