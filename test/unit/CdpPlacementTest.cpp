@@ -1,8 +1,9 @@
 //===- CdpPlacementTest.cpp - cdp-mp's devices per stage ------------------===//
 //
 // The per-stage device counts of algorithms.md 2.5's table (column "GPUs/
-// stage CDP+MP"), and that no device of a stage runs two ops at one time
-// step of CDP's cycle.
+// stage CDP+MP"), that no device of a stage runs two ops at one time step
+// of CDP's cycle, and that a stage has no more devices than its most ops
+// at one time step.
 //
 //===----------------------------------------------------------------------===//
 
@@ -40,13 +41,25 @@ TEST(CdpPlacement, MatchesTheSpecTable) {
   EXPECT_EQ(counts(8, 8), (V{1, 1, 1, 1, 1, 1, 1, 1}));
   EXPECT_EQ(counts(8, 16), (V{2, 2, 2, 2, 2, 2, 2, 2}));
   EXPECT_EQ(counts(6, 4), (V{1, 2, 1, 1, 2, 1}));
+  // L | N: N devices (algorithms.md 2.6, "checked up to N = 4L"), here 16L.
+  EXPECT_EQ(counts(4, 64), (V{16, 16, 16, 16}));
 }
 
-TEST(CdpPlacement, NoDeviceRunsTwoOpsAtOnce) {
-  for (int64_t L : {2, 3, 4, 5, 6, 8})
-    for (int64_t N = 1; N <= 4 * L; ++N)
+TEST(CdpPlacement, NoDeviceRunsTwoOpsAtOnceAndNoneIsSpare) {
+  for (int64_t L : {2, 3, 4, 5, 6, 8, 16})
+    for (int64_t N = 1; N <= 8 * L; ++N)
       for (int64_t s = 1; s <= L; ++s) {
         std::vector<int64_t> device = cdpStageDevices(s, L, N);
+        // As many devices as the most ops at one time step (c_l).
+        std::vector<int64_t> load(2 * L, 0);
+        for (int64_t j = 0; j < N; ++j) {
+          int64_t start = 2 * L * j / N;
+          ++load[(start + s - 1) % (2 * L)];
+          ++load[(start + 2 * L - s) % (2 * L)];
+        }
+        EXPECT_EQ(*std::max_element(device.begin(), device.end()) + 1,
+                  *std::max_element(load.begin(), load.end()))
+            << "L=" << L << " N=" << N << " s=" << s;
         std::set<std::pair<int64_t, int64_t>> busy; // (device, time step)
         for (int64_t j = 0; j < N; ++j) {
           int64_t start = 2 * L * j / N;

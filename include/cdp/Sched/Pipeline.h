@@ -133,11 +133,15 @@ inline int64_t stashSlots(const std::string &strategy, int64_t s, int64_t d,
 /// each of the N CDP slots. Slot j starts at floor(2Lj/N); its F at stage s
 /// falls on time step start + s - 1 and its B on start + 2L - s, modulo the
 /// cycle of 2L. Two slots on one device never share a time step, and a
-/// slot's F and B stay on one device (its stash). Each slot joins two time
-/// steps, so this colours the edges of a multigraph on the 2L steps: the
-/// count is at least c_l, the most ops at one time step, and the search
-/// tries c_l devices first, then one more, and so on. Returns, per slot,
-/// its device within the stage (0 .. count - 1).
+/// slot's F and B stay on one device (its stash). Each slot is thus an edge
+/// between two time steps of a multigraph, and devices are edge colours.
+/// F and B are an odd number of steps apart (2L - 2s + 1) and the cycle is
+/// even, so every edge joins an even and an odd step: the multigraph is
+/// bipartite, and (König) c_l colours suffice, c_l the most ops at one time
+/// step. They are found by the alternating-path method: an edge whose ends
+/// have different free colours a and b flips the a/b path from one end,
+/// which never reaches the other. Returns, per slot, its device within the
+/// stage (0 .. c_l - 1).
 inline std::vector<int64_t> cdpStageDevices(int64_t s, int64_t L, int64_t N) {
   int64_t cycle = 2 * L;
   std::vector<int64_t> forward(N), backward(N), load(cycle, 0);
@@ -148,35 +152,45 @@ inline std::vector<int64_t> cdpStageDevices(int64_t s, int64_t L, int64_t N) {
     ++load[forward[j]];
     ++load[backward[j]];
   }
-  int64_t least = *std::max_element(load.begin(), load.end());
-  std::vector<int64_t> device(N, -1);
-  for (int64_t count = least;; ++count) {
-    // busy[t * count + c]: device c has an op at time step t.
-    std::vector<char> busy(cycle * count, 0);
-    // Depth-first over slots in order, with a budget so that an
-    // impossible count gives way to the next one quickly.
-    int64_t budget = 100000;
-    auto place = [&](auto &self, int64_t j) -> bool {
-      if (j == N)
-        return true;
-      for (int64_t c = 0; c < count; ++c) {
-        char &f = busy[forward[j] * count + c];
-        char &b = busy[backward[j] * count + c];
-        if (f || b)
-          continue;
-        if (--budget < 0)
-          return false;
-        f = b = 1;
-        device[j] = c;
-        if (self(self, j + 1))
-          return true;
-        f = b = 0;
+  int64_t colours = *std::max_element(load.begin(), load.end());
+  // slotAt[t * colours + c]: the slot with colour c at time step t, or -1.
+  std::vector<int64_t> slotAt(cycle * colours, -1), device(N, -1);
+  auto freeAt = [&](int64_t t) {
+    for (int64_t c = 0; c < colours; ++c)
+      if (slotAt[t * colours + c] < 0)
+        return c;
+    return colours; // unreachable: a step has at most `colours` slots
+  };
+  auto other = [&](int64_t j, int64_t t) {
+    return forward[j] == t ? backward[j] : forward[j];
+  };
+  for (int64_t j = 0; j < N; ++j) {
+    int64_t u = forward[j], v = backward[j];
+    int64_t a = freeAt(u), b = freeAt(v);
+    if (slotAt[v * colours + a] >= 0) {
+      // Swap a and b along the path from v that starts with colour a.
+      std::vector<int64_t> path;
+      for (int64_t t = v, c = a; slotAt[t * colours + c] >= 0;
+           c = c == a ? b : a) {
+        int64_t k = slotAt[t * colours + c];
+        path.push_back(k);
+        t = other(k, t);
       }
-      return false;
-    };
-    if (place(place, 0))
-      return device;
+      for (int64_t k : path) {
+        slotAt[forward[k] * colours + device[k]] = -1;
+        slotAt[backward[k] * colours + device[k]] = -1;
+      }
+      for (int64_t k : path) {
+        device[k] = device[k] == a ? b : a;
+        slotAt[forward[k] * colours + device[k]] = k;
+        slotAt[backward[k] * colours + device[k]] = k;
+      }
+    }
+    device[j] = a;
+    slotAt[u * colours + a] = j;
+    slotAt[v * colours + a] = j;
   }
+  return device;
 }
 
 /// Devices of stage s under cdp-mp: one more than the highest index
