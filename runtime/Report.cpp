@@ -23,6 +23,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <string_view>
 #include <tuple>
 #include <unordered_map>
 
@@ -31,7 +32,7 @@ namespace cdp::runtime {
 namespace {
 enum Slot { kActivation = 0, kGradient = 1 };
 
-bool isGradientReader(const std::string &op) {
+bool isGradientReader(std::string_view op) {
   return op == "reduce_start" || op == "chain_reduce" || op == "gradient" ||
          op == "update";
 }
@@ -79,8 +80,11 @@ PlanFacts::PlanFacts(const plan::Plan &plan) {
   for (int d = 0; d < devices; ++d)
     for (const plan::Instruction &instruction :
          plan.devices(d).instructions()) {
-      bool forward = instruction.phase() == "forward";
-      bool backward = instruction.phase() == "backward";
+      // string_view: compares lengths first (this runs once per
+      // instruction of plans with hundreds of thousands).
+      std::string_view phase = instruction.phase(), op = instruction.op();
+      bool forward = phase == "forward";
+      bool backward = phase == "backward";
       for (int id : instruction.outputs())
         if (id >= 0 && forward)
           writtenForward[id] = true;
@@ -89,10 +93,10 @@ PlanFacts::PlanFacts(const plan::Plan &plan) {
           continue;
         if (backward)
           readBackward[id] = true;
-        if (isGradientReader(instruction.op()))
+        if (isGradientReader(op))
           readByGradient[id] = true;
       }
-      if (instruction.op() == "update") {
+      if (op == "update") {
         double momentum = 0;
         std::string optimizer;
         for (const plan::Attribute &a : instruction.attributes()) {
@@ -136,7 +140,7 @@ PlanFacts::PlanFacts(const plan::Plan &plan) {
                           static_cast<uint32_t>(instruction.micro_batch()))
                       << 1) |
                      (instruction.drain() ? 1 : 0);
-      const std::string &phase = instruction.phase();
+      std::string_view phase = instruction.phase();
       if (phase == "forward")
         first.try_emplace(key, i);
       else if (phase == "backward")
@@ -336,7 +340,8 @@ std::string ReportBuilder::json() const {
   for (int d = 0; d < N; ++d) {
     std::set<int64_t> busy;
     for (const plan::Instruction &instruction : plan.devices(d).instructions())
-      if (instruction.phase() == "forward" || instruction.phase() == "backward")
+      if (std::string_view phase = instruction.phase();
+          phase == "forward" || phase == "backward")
         busy.insert(
             ((instruction.time_step() % planFacts.cycle) + planFacts.cycle) %
             planFacts.cycle);
@@ -444,16 +449,16 @@ void predict(const plan::Plan &plan, int64_t steps, ReportBuilder &report) {
         for (int id : instruction.inputs())
           if (id >= 0)
             report.used(d, tau, id);
-        if (instruction.op() == "send") // pipelines, point to point
+        std::string_view op = instruction.op();
+        if (op == "send") // pipelines, point to point
           report.sent(d, tau, facts.bytes[instruction.inputs(0)]);
-        if (instruction.op() == "reduce_start" ||
-            instruction.op() == "chain_reduce") {
+        if (op == "reduce_start" || op == "chain_reduce") {
           int64_t bytes = 0;
           for (int id : instruction.inputs())
             bytes += facts.bytes[id];
           report.gradientReady(d, tau, bytes);
           int N = plan.devices_size();
-          if (instruction.op() == "reduce_start" || d + 1 < N) {
+          if (op == "reduce_start" || d + 1 < N) {
             report.sent(d, tau,
                         bytes); // the contribution, or the partial sum on
           } else {

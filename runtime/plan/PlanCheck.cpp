@@ -12,9 +12,12 @@
 #include "cdp/Plan/PlanCheck.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
+#include <limits>
 #include <map>
 #include <sstream>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -22,10 +25,10 @@ namespace cdp::plan {
 
 namespace {
 
-int64_t attribute(const Instruction &instruction, const std::string &name,
+int64_t attribute(const Instruction &instruction, std::string_view name,
                   int64_t fallback = -1) {
   for (const Attribute &a : instruction.attributes())
-    if (a.name() == name)
+    if (std::string_view(a.name()) == name)
       return a.i();
   return fallback;
 }
@@ -72,8 +75,9 @@ Simulation simulate(const Plan &plan, int64_t steps, bool drain,
       Traffic t;
       t.minStep = instruction.min_step();
       t.drain = instruction.drain();
-      if (instruction.op() == "send" || instruction.op() == "recv") {
-        t.kind = instruction.op() == "send" ? 1 : 2;
+      std::string_view op = instruction.op();
+      if (op == "send" || op == "recv") {
+        t.kind = op == "send" ? 1 : 2;
         t.peer = attribute(instruction, "peer");
         t.value = attribute(instruction, "value");
         t.microBatch = attribute(instruction, "micro_batch", 0);
@@ -86,6 +90,11 @@ Simulation simulate(const Plan &plan, int64_t steps, bool drain,
   // messages in flight, oldest first
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t>;
   std::map<Key, std::deque<double>> inFlight;
+  std::vector<std::vector<double>> costs(devices);
+  if (cost)
+    for (int d = 0; d < devices; ++d)
+      costs[d].assign(plan.devices(d).instructions_size(),
+                      std::numeric_limits<double>::quiet_NaN());
   Simulation sim;
   sim.next.assign(devices, 0);
   sim.clock.assign(devices, 0.0);
@@ -119,7 +128,10 @@ Simulation simulate(const Plan &plan, int64_t steps, bool drain,
             inFlight.erase(it);
         }
         if (cost) {
-          double time = (*cost)(d, plan.devices(d).instructions(next % size));
+          // Every step runs the same instructions: cost each once.
+          double &time = costs[d][next % size];
+          if (std::isnan(time))
+            time = (*cost)(d, plan.devices(d).instructions(next % size));
           if (time < 0)
             sim.unknownCost = true;
           clock = start + std::max(time, 0.0);

@@ -353,7 +353,7 @@ InstructionCost hardwareCost(const Hardware &hw) {
     for (int id : instruction.outputs())
       if (id >= 0)
         bytes += tensor(id).bytes();
-    const std::string &op = instruction.op();
+    llvm::StringRef op = instruction.op(); // compares lengths first
     if (op == "send")
       return 1e3 * (hw.linkLatency +
                     tensor(instruction.inputs(0)).bytes() / hw.linkBandwidth);
@@ -393,9 +393,10 @@ InstructionCost hardwareCost(const Hardware &hw) {
 double predictStepMs(const cdp::plan::Plan &plan, const InstructionCost &cost,
                      int64_t steps) {
   auto pipelineOnly = [](const cdp::plan::Instruction &instruction) {
-    const std::string &op = instruction.op();
+    llvm::StringRef op = instruction.op();
     return op == "send" || op == "recv" || op == "load" || op == "accumulate" ||
-           op == "assign" || (op == "add" && instruction.phase() == "update");
+           op == "assign" ||
+           (op == "add" && llvm::StringRef(instruction.phase()) == "update");
   };
   double end = cdp::plan::simulateTime(
       plan, steps, [&](int, const cdp::plan::Instruction &instruction) {
