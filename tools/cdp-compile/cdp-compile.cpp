@@ -71,15 +71,17 @@ cl::opt<std::string> strategy(
     cl::cat(category));
 cl::opt<std::string> devices("devices",
                              cl::desc("Devices N: dp and cdp run one "
-                                      "micro-batch each per step; gpipe and "
-                                      "1f1b one stage each (N = stages)"),
+                                      "micro-batch each per step; gpipe, 1f1b "
+                                      "and 2bw one stage each (N = stages x "
+                                      "replicas); cdp-mp derives it from N "
+                                      "and L (algorithms.md 2.6)"),
                              cl::value_desc("N"), cl::init("1"),
                              cl::cat(category));
 cl::opt<std::string> stages(
     "stages",
     cl::desc("Stages L: granularity of reductions (dp), the time-step "
-             "model's L (cdp), the pipeline's depth (gpipe, 1f1b; default "
-             "4); default min(4, ops with parameters)"),
+             "model's L (cdp), the pipeline's depth (gpipe, 1f1b, 2bw, "
+             "cdp-mp); default min(4, ops with parameters)"),
     cl::value_desc("L"), cl::init("0"), cl::cat(category));
 cl::opt<std::string> stageBoundaries(
     "stage-boundaries",
@@ -197,7 +199,9 @@ cl::opt<std::string> bnRunningVar(
 cl::opt<std::string> microBatches(
     "micro-batches",
     cl::desc("Micro-batches per step (single: M > 1 accumulates the "
-             "gradients of M micro-batches per update; dp, cdp: = --devices)"),
+             "gradients of M micro-batches per update; dp, cdp: = --devices; "
+             "pipelines: per replica, default the stages; cdp-mp: the CDP "
+             "slots N sharing the stages' devices)"),
     cl::value_desc("M"), cl::init("1"), cl::cat(category));
 // Numbers are read as strings so that a bad value gets our one-line error.
 cl::opt<std::string> batchSize(
