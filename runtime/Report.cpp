@@ -297,6 +297,12 @@ std::string ReportBuilder::json() const {
     os << planFacts.weightBytes[0];
   }
   os << "],\n";
+  // What each device allocates for its tensors: the memory plan's arena
+  // (pipelines: the stash slots, then one micro-batch's other tensors).
+  os << "\"arena_bytes\": [";
+  for (int d = 0; d < N; ++d)
+    os << (d ? ", " : "") << plan.devices(d).arena_bytes();
+  os << "],\n";
   if (plan::isPipelineStrategy(plan.strategy())) {
     // Which stage each device runs (cdp-mp gives some stages more devices
     // than others).

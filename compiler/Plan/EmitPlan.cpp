@@ -693,31 +693,6 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
       // may run in the next step's program).
       int64_t slots =
           twoVersions ? count : pipeline::stashSlots(strategy, s, S, M);
-      device->set_arena_bytes(slots * arenaBytes);
-      // (slot, tensor) -> the slot's copy of the tensor.
-      std::unordered_map<int64_t, int> copies;
-      // The copy of an arena tensor for a stash slot.
-      auto mapped = [&](int64_t slot, int id) {
-        if (id < 0 || id >= originalTensors)
-          return id;
-        const plan::Tensor &t = plan.tensors(id);
-        if (t.kind() != plan::ACTIVATION && t.kind() != plan::INPUT)
-          return id;
-        int64_t key = (slot << 32) | static_cast<uint32_t>(id);
-        auto it = copies.find(key);
-        if (it != copies.end())
-          return it->second;
-        // Elements of a repeated field keep their address when it grows.
-        int copyId = plan.tensors_size();
-        plan::Tensor &copy = *plan.add_tensors();
-        copy = t;
-        copy.set_id(copyId);
-        copy.set_kind(plan::ACTIVATION);
-        copy.set_offset(slot * arenaBytes + t.offset());
-        copy.set_device(self);
-        copies.emplace(key, copyId);
-        return copyId;
-      };
       // What the stage's forward brings in (loads, receives) stays in the
       // micro-batch's slot for its backward.
       std::set<int> broughtByForward;
@@ -729,6 +704,109 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
                stageOf(producer) != s))
             broughtByForward.insert(ids.lookup(operand));
         }
+      // Stashed: what the stage's forward makes or brings in and its
+      // backward reads. Those get a copy per stash slot, packed in the
+      // slot's part of the arena; everything else lives within one forward
+      // or backward and gets one copy per device, at its offset of the
+      // one-micro-batch memory plan after the slots (forwards and
+      // backwards of one device never overlap).
+      llvm::DenseSet<int> readByBackward;
+      for (Operation *op : backwardOps[s])
+        for (Value operand : op->getOperands())
+          readByBackward.insert(ids.lookup(operand));
+      llvm::DenseMap<int, int64_t> stashOffset;
+      int64_t stashBytes = 0;
+      auto stash = [&](int id) {
+        const plan::Tensor &t = plan.tensors(id);
+        if (!readByBackward.contains(id) ||
+            (t.kind() != plan::ACTIVATION && t.kind() != plan::INPUT) ||
+            !stashOffset.try_emplace(id, stashBytes).second)
+          return;
+        stashBytes += (t.bytes() + 63) / 64 * 64; // the memory plan's alignment
+      };
+      for (Operation *op : forwardOps[s])
+        for (Value result : op->getResults())
+          stash(ids.lookup(result));
+      for (int id : broughtByForward)
+        stash(id);
+      // The other tensors live within one forward or one backward: packed
+      // after the slots by their live ranges over the stage's ops (forward
+      // then backward; values brought in live from their first reader),
+      // first fit, as cdp-plan-memory packs the one-micro-batch arena.
+      struct Range {
+        int id;
+        int64_t begin, end, bytes;
+      };
+      llvm::DenseMap<int, size_t> rangeOf;
+      std::vector<Range> ranges;
+      int64_t position = 0;
+      for (auto *ops : {&forwardOps[s], &backwardOps[s]})
+        for (Operation *op : *ops) {
+          for (auto values :
+               {ValueRange(op->getOperands()), ValueRange(op->getResults())})
+            for (Value value : values) {
+              int id = ids.lookup(value);
+              const plan::Tensor &t = plan.tensors(id);
+              if ((t.kind() != plan::ACTIVATION && t.kind() != plan::INPUT) ||
+                  stashOffset.count(id))
+                continue;
+              auto [it, added] = rangeOf.try_emplace(id, ranges.size());
+              if (added)
+                ranges.push_back(
+                    {id, position, position, (t.bytes() + 63) / 64 * 64});
+              ranges[it->second].end = position;
+            }
+          ++position;
+        }
+      llvm::DenseMap<int, int64_t> transientOffset;
+      int64_t transientBytes = 0;
+      std::vector<std::pair<int64_t, int64_t>> taken; // (offset, bytes)
+      for (size_t i = 0; i < ranges.size(); ++i) {
+        taken.clear();
+        for (size_t j = 0; j < i; ++j)
+          if (ranges[j].begin <= ranges[i].end &&
+              ranges[i].begin <= ranges[j].end)
+            taken.push_back({transientOffset[ranges[j].id], ranges[j].bytes});
+        std::sort(taken.begin(), taken.end());
+        int64_t offset = 0;
+        for (auto [from, bytes] : taken) {
+          if (offset + ranges[i].bytes <= from)
+            break;
+          offset = std::max(offset, from + bytes);
+        }
+        transientOffset[ranges[i].id] = offset;
+        transientBytes = std::max(transientBytes, offset + ranges[i].bytes);
+      }
+      int64_t transientBase = slots * stashBytes;
+      device->set_arena_bytes(transientBase + transientBytes);
+      // (slot, tensor) -> the slot's copy of a stashed tensor; (-1, tensor)
+      // the device's copy of any other.
+      std::unordered_map<int64_t, int> copies;
+      auto mapped = [&](int64_t slot, int id) {
+        if (id < 0 || id >= originalTensors)
+          return id;
+        const plan::Tensor &t = plan.tensors(id);
+        if (t.kind() != plan::ACTIVATION && t.kind() != plan::INPUT)
+          return id;
+        auto stashed = stashOffset.find(id);
+        if (stashed == stashOffset.end())
+          slot = -1;
+        int64_t key = ((slot + 1) << 32) | static_cast<uint32_t>(id);
+        auto it = copies.find(key);
+        if (it != copies.end())
+          return it->second;
+        // Elements of a repeated field keep their address when it grows.
+        int copyId = plan.tensors_size();
+        plan::Tensor &copy = *plan.add_tensors();
+        copy = t;
+        copy.set_id(copyId);
+        copy.set_kind(plan::ACTIVATION);
+        copy.set_offset(slot < 0 ? transientBase + transientOffset.lookup(id)
+                                 : slot * stashBytes + stashed->second);
+        copy.set_device(self);
+        copies.emplace(key, copyId);
+        return copyId;
+      };
 
       // The device's program for one step, as entries: gpipe and 1f1b follow
       // the stage order; 2bw runs the steady state of 1F1B without a flush,
@@ -760,8 +838,7 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
               {'F', k, 0, 2 * forward, afterUpdate(mine[k], s) && !fresh});
           bool late = backward >= windowEnd;
           entries.push_back({'B', k, late ? -1 : 0,
-                             2 * (late ? backward - 2 * S : backward),
-                             !fresh});
+                             2 * (late ? backward - 2 * S : backward), !fresh});
         }
         // Half a time step after the last slot's B (times doubled above).
         int64_t update = 2 * (2 * S * (MB - 1) / MB - s) + 1;
@@ -983,6 +1060,17 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
         }
       }
     }
+  // The training programs name copies only. The one-micro-batch tensors
+  // themselves serve device 0's evaluation stream (after training), in its
+  // arena's first arenaBytes.
+  for (int id = 0; id < originalTensors; ++id) {
+    plan::Tensor &t = *plan.mutable_tensors(id);
+    if ((t.kind() == plan::ACTIVATION || t.kind() == plan::INPUT) &&
+        !t.has_device())
+      t.set_device(0);
+  }
+  plan::Device &first = *plan.mutable_devices(0);
+  first.set_arena_bytes(std::max(first.arena_bytes(), arenaBytes));
   return success();
 }
 
