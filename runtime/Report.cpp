@@ -129,6 +129,7 @@ PlanFacts::PlanFacts(const plan::Plan &plan) {
   uses.assign(devices, {});
   readsOfWrite.assign(devices, {});
   outputStart.assign(devices, {});
+  std::vector<int> lastWrite(tensors, -1);
   for (int d = 0; d < devices; ++d) {
     const plan::Device &dev = plan.devices(d);
     // (stage, micro-batch, drain) packed -> instruction index
@@ -157,24 +158,26 @@ PlanFacts::PlanFacts(const plan::Plan &plan) {
     for (int i = 0; i < n; ++i)
       start[i + 1] = start[i] + dev.instructions(i).outputs_size();
     readsOfWrite[d].assign(start[n], 0);
-    // tensor -> the slot of its latest write in readsOfWrite[d]
-    std::unordered_map<int, int> lastWrite;
-    lastWrite.reserve(start[n]);
+    // tensor -> the slot of its latest write in readsOfWrite[d] (-1: none;
+    // one table for all devices, reset after each)
     for (int p = 0; p < 2 * n; ++p) {
       const plan::Instruction &instruction = dev.instructions(p % n);
       if (p < n)
         for (int j = 0; j < instruction.outputs_size(); ++j)
           if (instruction.outputs(j) >= 0)
             lastWrite[instruction.outputs(j)] = start[p] + j;
-      for (int id : instruction.inputs()) {
-        auto it = id >= 0 ? lastWrite.find(id) : lastWrite.end();
-        if (it != lastWrite.end())
-          ++readsOfWrite[d][it->second];
-      }
+      for (int id : instruction.inputs())
+        if (id >= 0 && lastWrite[id] >= 0)
+          ++readsOfWrite[d][lastWrite[id]];
       if (p >= n)
         for (int id : instruction.outputs())
-          lastWrite.erase(id); // the next step's write: its reads are its own
+          if (id >= 0)
+            lastWrite[id] = -1; // the next step's write: its reads are its own
     }
+    for (const plan::Instruction &instruction : dev.instructions())
+      for (int id : instruction.outputs())
+        if (id >= 0)
+          lastWrite[id] = -1;
     unitBegins[d].assign(dev.instructions_size(), 0);
     unitEnds[d].assign(dev.instructions_size(), 0);
     for (auto &[key, i] : first)

@@ -70,7 +70,8 @@ Simulation simulate(const Plan &plan, int64_t steps, bool drain,
     bool drain = false;
   };
   std::vector<std::vector<Traffic>> traffic(devices);
-  for (int d = 0; d < devices; ++d)
+  for (int d = 0; d < devices; ++d) {
+    traffic[d].reserve(plan.devices(d).instructions_size());
     for (const Instruction &instruction : plan.devices(d).instructions()) {
       Traffic t;
       t.minStep = instruction.min_step();
@@ -86,6 +87,7 @@ Simulation simulate(const Plan &plan, int64_t steps, bool drain,
       }
       traffic[d].push_back(t);
     }
+  }
   // (from, to, value, micro-batch over the run) -> the end times of the
   // messages in flight, oldest first
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t>;
