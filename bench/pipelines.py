@@ -9,7 +9,8 @@ micro-batches per step: compiles with --report, runs T steps on random data
 with --trace and --report, and prints
 
 - samples/s (cdp-run's metrics),
-- the measured peak bytes per device (the report),
+- the measured peak bytes per device (the report's accounting of live
+  tensors) and each device's arena (what it allocates for activations),
 - each device's busy fraction (compute and update spans of the trace over
   the run's wall time),
 - the step time predicted from measured per-op times against the measured
@@ -153,9 +154,11 @@ def run(name, strategy, build, steps, work, hw=None):
         work_time = sum(e["dur"] for e in timed if e["tid"] == tid and e["cat"] in ("compute", "update"))
         busy.append(work_time / wall)
     replayed = replay(events) / steps
-    peak = json.load(open(report))["peak"]["device_bytes"]
+    measured_report = json.load(open(report))
+    peak = measured_report["peak"]["device_bytes"]
+    arena = measured_report["arena_bytes"]
     profiled = json.load(open(plan + ".predicted.json"))["predicted_step_ms"]
-    return rate, peak, busy, profiled, replayed / 1e3, wall / steps / 1e3
+    return rate, (peak, arena), busy, profiled, replayed / 1e3, wall / steps / 1e3
 
 
 def main():
@@ -168,16 +171,19 @@ def main():
     args = parser.parse_args()
     print("4 devices (threads), 4 stages, 4 micro-batches per step, %d steps, %d cores"
           % (args.steps, os.cpu_count()))
-    print("%-12s %-7s %10s %26s %22s %10s %10s %10s" % (
-        "model", "strategy", "samples/s", "peak KiB per device", "busy per device",
+    print("%-12s %-7s %10s %26s %22s %22s %10s %10s %10s" % (
+        "model", "strategy", "samples/s", "peak KiB per device", "arena KiB per device",
+        "busy per device",
         "profile ms", "replay ms", "meas ms"))
     with tempfile.TemporaryDirectory() as work:
         for name in args.models.split(","):
             for strategy in STRATEGIES:
                 rate, peak, busy, profiled, replayed, measured = run(
                     name, strategy, args.build, args.steps, work)
-                print("%-12s %-7s %10.0f %26s %22s %10.2f %10.2f %10.2f" % (
+                peak, arena = peak
+                print("%-12s %-7s %10.0f %26s %22s %22s %10.2f %10.2f %10.2f" % (
                     name, strategy, rate, " ".join("%d" % (b // 1024) for b in peak),
+                    " ".join("%d" % (b // 1024) for b in arena),
                     " ".join("%.2f" % b for b in busy), profiled, replayed, measured))
         # The hardware model: stages cut on analytic costs, step time from
         # FLOP/s, memory bandwidth and the link, against the measured one.
