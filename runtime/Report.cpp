@@ -130,6 +130,10 @@ PlanFacts::PlanFacts(const plan::Plan &plan) {
   readsOfWrite.assign(devices, {});
   outputStart.assign(devices, {});
   std::vector<int> lastWrite(tensors, -1);
+  std::vector<char> isFed(tensors, 0); // uses are counted for these only
+  for (int id : plan.inputs())
+    if (id >= 0 && id < tensors)
+      isFed[id] = 1;
   for (int d = 0; d < devices; ++d) {
     const plan::Device &dev = plan.devices(d);
     // (stage, micro-batch, drain) packed -> instruction index
@@ -147,7 +151,7 @@ PlanFacts::PlanFacts(const plan::Plan &plan) {
       else if (phase == "backward")
         last[key] = i;
       for (int id : instruction.inputs())
-        if (id >= 0)
+        if (id >= 0 && isFed[id])
           ++uses[d][id];
     }
     // Writes and reads over two passes of the program: a write's reads
@@ -233,6 +237,9 @@ static int slotOf(Category c) {
 }
 
 void ReportBuilder::born(int device, int64_t tau, int tensor, int instruction) {
+  Category c = planFacts.category[tensor];
+  if (c == Category::None)
+    return; // not counted: its reads need no tracking
   if (instruction >= 0) {
     const plan::Instruction &writer =
         plan.devices(device).instructions(instruction);
@@ -245,15 +252,14 @@ void ReportBuilder::born(int device, int64_t tau, int tensor, int instruction) {
                              [planFacts.outputStart[device][instruction] + j];
     remaining[device][tensor] = reads;
   }
-  Category c = planFacts.category[tensor];
-  if (c == Category::None || tau > horizon)
+  if (tau > horizon)
     return;
   devices[device].bornBytes[slotOf(c)][tau] += planFacts.bytes[tensor];
 }
 
 void ReportBuilder::used(int device, int64_t tau, int tensor) {
   Category c = planFacts.category[tensor];
-  if (--remaining[device][tensor] != 0 || c == Category::None || tau > horizon)
+  if (c == Category::None || --remaining[device][tensor] != 0 || tau > horizon)
     return;
   devices[device].diedBytes[slotOf(c)][tau] += planFacts.bytes[tensor];
 }

@@ -43,7 +43,7 @@ struct PlanFacts {
   /// (the first forward instruction of a stage's micro-batch) or ends
   /// there (its last backward instruction).
   std::vector<std::vector<char>> unitBegins, unitEnds;
-  /// Per device: uses of every tensor it reads by instructions of a step
+  /// Per device: reads of each fed input by the instructions of a step
   /// (maps: a pipeline device touches few of the plan's tensors).
   std::vector<std::unordered_map<int, int>> uses;
   /// Per device: reads of a tensor an instruction writes, up to its next
