@@ -56,8 +56,34 @@ PlanFacts::PlanFacts(const plan::Plan &plan) {
     resident[t.id()] = t.kind() == plan::PARAM || t.kind() == plan::BUFFER ||
                        t.kind() == plan::REDUCED;
   std::vector<int> countedOn(tensors, -1); // the device that last counted it
+  cycle = plan.has_schedule() && plan.schedule().cycle() > 0
+              ? plan.schedule().cycle()
+              : 2;
+  std::vector<bool> writtenForward(tensors, false),
+      readBackward(tensors, false), readByGradient(tensors, false);
+  unitBegins.assign(devices, {});
+  unitEnds.assign(devices, {});
+  uses.assign(devices, {});
+  readsOfWrite.assign(devices, {});
+  outputStart.assign(devices, {});
+  std::vector<char> isFed(tensors, 0); // uses are counted for these only
+  for (int id : plan.inputs())
+    if (id >= 0 && id < tensors)
+      isFed[id] = 1;
+  // One pass over every device's instructions (plans may hold hundreds of
+  // thousands): resident bytes, how tensors are written and read, units.
   for (int d = 0; d < devices; ++d) {
-    for (const plan::Instruction &instruction : plan.devices(d).instructions())
+    const plan::Device &dev = plan.devices(d);
+    int n = dev.instructions_size();
+    unitBegins[d].assign(n, 0);
+    unitEnds[d].assign(n, 0);
+    // A unit is one micro-batch's activations on one stage: from its first
+    // forward instruction to its last backward one. (2bw runs a step's
+    // last backwards in the next step's program, marked `drain`.)
+    // (stage, micro-batch, drain) packed -> instruction index
+    std::unordered_map<uint64_t, int> first, last;
+    for (int i = 0; i < n; ++i) {
+      const plan::Instruction &instruction = dev.instructions(i);
       for (const auto *ids : {&instruction.inputs(), &instruction.outputs()})
         for (int id : *ids) {
           if (id < 0 || !resident[id] || countedOn[id] == d)
@@ -71,20 +97,11 @@ PlanFacts::PlanFacts(const plan::Plan &plan) {
           else if (t.kind() == plan::REDUCED)
             reducedBytes[d] += t.bytes();
         }
-  }
-  cycle = plan.has_schedule() && plan.schedule().cycle() > 0
-              ? plan.schedule().cycle()
-              : 2;
-  std::vector<bool> writtenForward(tensors, false),
-      readBackward(tensors, false), readByGradient(tensors, false);
-  for (int d = 0; d < devices; ++d)
-    for (const plan::Instruction &instruction :
-         plan.devices(d).instructions()) {
-      // string_view: compares lengths first (this runs once per
-      // instruction of plans with hundreds of thousands).
+      // string_view: compares lengths first.
       std::string_view phase = instruction.phase(), op = instruction.op();
       bool forward = phase == "forward";
       bool backward = phase == "backward";
+      bool gradientReader = isGradientReader(op);
       for (int id : instruction.outputs())
         if (id >= 0 && forward)
           writtenForward[id] = true;
@@ -93,8 +110,10 @@ PlanFacts::PlanFacts(const plan::Plan &plan) {
           continue;
         if (backward)
           readBackward[id] = true;
-        if (isGradientReader(op))
+        if (gradientReader)
           readByGradient[id] = true;
+        if (isFed[id])
+          ++uses[d][id];
       }
       if (op == "update") {
         double momentum = 0;
@@ -110,7 +129,21 @@ PlanFacts::PlanFacts(const plan::Plan &plan) {
                              : momentum != 0.0   ? paramBytes
                                                  : 0;
       }
+      uint64_t key = (static_cast<uint64_t>(instruction.stage()) << 33) |
+                     (static_cast<uint64_t>(
+                          static_cast<uint32_t>(instruction.micro_batch()))
+                      << 1) |
+                     (instruction.drain() ? 1 : 0);
+      if (forward)
+        first.try_emplace(key, i);
+      else if (backward)
+        last[key] = i;
     }
+    for (auto &[key, i] : first)
+      unitBegins[d][i] = 1;
+    for (auto &[key, i] : last)
+      unitEnds[d][i] = 1;
+  }
   for (int id = 0; id < tensors; ++id) {
     const plan::Tensor &t = plan.tensors(id);
     if (t.kind() != plan::ACTIVATION && t.kind() != plan::INPUT)
@@ -121,39 +154,9 @@ PlanFacts::PlanFacts(const plan::Plan &plan) {
              readBackward[id])
       category[id] = Category::Activation;
   }
-  // A unit is one micro-batch's activations on one stage: from its first
-  // forward instruction to its last backward one. (2bw runs a step's last
-  // backwards in the next step's program, marked `drain`.)
-  unitBegins.assign(devices, {});
-  unitEnds.assign(devices, {});
-  uses.assign(devices, {});
-  readsOfWrite.assign(devices, {});
-  outputStart.assign(devices, {});
   std::vector<int> lastWrite(tensors, -1);
-  std::vector<char> isFed(tensors, 0); // uses are counted for these only
-  for (int id : plan.inputs())
-    if (id >= 0 && id < tensors)
-      isFed[id] = 1;
   for (int d = 0; d < devices; ++d) {
     const plan::Device &dev = plan.devices(d);
-    // (stage, micro-batch, drain) packed -> instruction index
-    std::unordered_map<uint64_t, int> first, last;
-    for (int i = 0; i < dev.instructions_size(); ++i) {
-      const plan::Instruction &instruction = dev.instructions(i);
-      uint64_t key = (static_cast<uint64_t>(instruction.stage()) << 33) |
-                     (static_cast<uint64_t>(
-                          static_cast<uint32_t>(instruction.micro_batch()))
-                      << 1) |
-                     (instruction.drain() ? 1 : 0);
-      std::string_view phase = instruction.phase();
-      if (phase == "forward")
-        first.try_emplace(key, i);
-      else if (phase == "backward")
-        last[key] = i;
-      for (int id : instruction.inputs())
-        if (id >= 0 && isFed[id])
-          ++uses[d][id];
-    }
     // Writes and reads over two passes of the program: a write's reads
     // run until the next write, possibly in the next step.
     int n = dev.instructions_size();
@@ -163,13 +166,16 @@ PlanFacts::PlanFacts(const plan::Plan &plan) {
       start[i + 1] = start[i] + dev.instructions(i).outputs_size();
     readsOfWrite[d].assign(start[n], 0);
     // tensor -> the slot of its latest write in readsOfWrite[d] (-1: none;
-    // one table for all devices, reset after each)
+    // one table for all devices, reset after each). Only counted tensors
+    // (activations, gradients) are tracked.
     for (int p = 0; p < 2 * n; ++p) {
       const plan::Instruction &instruction = dev.instructions(p % n);
       if (p < n)
-        for (int j = 0; j < instruction.outputs_size(); ++j)
-          if (instruction.outputs(j) >= 0)
-            lastWrite[instruction.outputs(j)] = start[p] + j;
+        for (int j = 0; j < instruction.outputs_size(); ++j) {
+          int id = instruction.outputs(j);
+          if (id >= 0 && category[id] != Category::None)
+            lastWrite[id] = start[p] + j;
+        }
       for (int id : instruction.inputs())
         if (id >= 0 && lastWrite[id] >= 0)
           ++readsOfWrite[d][lastWrite[id]];
@@ -182,12 +188,6 @@ PlanFacts::PlanFacts(const plan::Plan &plan) {
       for (int id : instruction.outputs())
         if (id >= 0)
           lastWrite[id] = -1;
-    unitBegins[d].assign(dev.instructions_size(), 0);
-    unitEnds[d].assign(dev.instructions_size(), 0);
-    for (auto &[key, i] : first)
-      unitBegins[d][i] = 1;
-    for (auto &[key, i] : last)
-      unitEnds[d][i] = 1;
   }
 }
 
