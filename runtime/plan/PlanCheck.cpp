@@ -62,22 +62,29 @@ struct Simulation {
 Simulation simulate(const Plan &plan, int64_t steps, bool drain,
                     const InstructionTime *cost) {
   int devices = plan.devices_size();
-  // Each instruction's part in the traffic, read once.
+  // The instructions visited (all with a cost; without, only sends and
+  // receives: nothing else can block), with their part in the traffic.
   struct Traffic {
-    int kind = 0; // 0 none, 1 send, 2 recv
+    int index = 0; ///< in the device's instructions
+    int kind = 0;  ///< 0 none, 1 send, 2 recv
     int64_t peer = 0, value = 0, microBatch = 0, perStep = 1, stepOffset = 0,
             minStep = 0;
     bool drain = false;
   };
   std::vector<std::vector<Traffic>> traffic(devices);
   for (int d = 0; d < devices; ++d) {
-    traffic[d].reserve(plan.devices(d).instructions_size());
-    for (const Instruction &instruction : plan.devices(d).instructions()) {
+    const Device &device = plan.devices(d);
+    for (int i = 0; i < device.instructions_size(); ++i) {
+      const Instruction &instruction = device.instructions(i);
+      std::string_view op = instruction.op();
+      bool message = op == "send" || op == "recv";
+      if (!message && !cost)
+        continue;
       Traffic t;
+      t.index = i;
       t.minStep = instruction.min_step();
       t.drain = instruction.drain();
-      std::string_view op = instruction.op();
-      if (op == "send" || op == "recv") {
+      if (message) {
         t.kind = op == "send" ? 1 : 2;
         t.peer = attribute(instruction, "peer");
         t.value = attribute(instruction, "value");
@@ -95,25 +102,32 @@ Simulation simulate(const Plan &plan, int64_t steps, bool drain,
   std::vector<std::vector<double>> costs(devices);
   if (cost)
     for (int d = 0; d < devices; ++d)
-      costs[d].assign(plan.devices(d).instructions_size(),
+      costs[d].assign(traffic[d].size(),
                       std::numeric_limits<double>::quiet_NaN());
   Simulation sim;
   sim.next.assign(devices, 0);
   sim.clock.assign(devices, 0.0);
-  auto length = [&](int d) {
-    return (steps + (drain ? 1 : 0)) * plan.devices(d).instructions_size();
+  int64_t passes = steps + (drain ? 1 : 0);
+  // Positions over the visited instructions of all passes, step-major.
+  std::vector<int64_t> at(devices, 0);
+  auto fullPosition = [&](int d) -> int {
+    int size = plan.devices(d).instructions_size();
+    int64_t visited = traffic[d].size();
+    if (at[d] >= passes * visited)
+      return passes * size;
+    return (at[d] / visited) * size + traffic[d][at[d] % visited].index;
   };
   for (bool moved = true; moved;) {
     moved = false;
     for (int d = 0; d < devices; ++d) {
-      int size = plan.devices(d).instructions_size();
-      int &next = sim.next[d];
+      int64_t visited = traffic[d].size();
+      int64_t &position = at[d];
       double &clock = sim.clock[d];
-      while (next < length(d)) {
-        int64_t step = next / size;
-        const Traffic &t = traffic[d][next % size];
+      while (position < passes * visited) {
+        int64_t step = position / visited;
+        const Traffic &t = traffic[d][position % visited];
         if (t.minStep > step || (step == steps && !t.drain)) {
-          ++next; // not run in this step
+          ++position; // not run in this step
           moved = true;
           continue;
         }
@@ -131,19 +145,21 @@ Simulation simulate(const Plan &plan, int64_t steps, bool drain,
         }
         if (cost) {
           // Every step runs the same instructions: cost each once.
-          double &time = costs[d][next % size];
+          double &time = costs[d][position % visited];
           if (std::isnan(time))
-            time = (*cost)(d, plan.devices(d).instructions(next % size));
+            time = (*cost)(d, plan.devices(d).instructions(t.index));
           if (time < 0)
             sim.unknownCost = true;
           clock = start + std::max(time, 0.0);
         }
         if (t.kind == 1)
           inFlight[{d, t.peer, t.value, runMicroBatch}].push_back(clock);
-        ++next;
+        ++position;
         moved = true;
       }
     }
+    for (int d = 0; d < devices; ++d)
+      sim.next[d] = fullPosition(d);
     sim.rounds.push_back(sim.next);
   }
   return sim;
