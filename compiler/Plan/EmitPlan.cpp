@@ -689,10 +689,18 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
         return deviceAt[q][r % deviceAt[q].size()];
       };
       device->set_index(self);
-      // 2bw and cdp-mp: micro-batch k of a step uses slot k (its backward
-      // may run in the next step's program).
-      int64_t slots =
-          twoVersions ? count : pipeline::stashSlots(strategy, s, S, M);
+      // Micro-batch k of a step uses slot k mod slots. gpipe and 1f1b
+      // flush every step: the formula's count. 2bw keeps w = d - s + 1 in
+      // flight, a backward possibly in the next step's program: the
+      // smallest divisor of M not below w, so that k mod slots names the
+      // same slot in every step and k + slots starts after k's backward.
+      // cdp-mp: one slot per micro-batch of the device.
+      int64_t slots = pipeline::stashSlots(strategy, s, S, M);
+      if (strategy == "2bw")
+        while (M % slots != 0)
+          ++slots;
+      if (cdpSlots)
+        slots = count;
       // What the stage's forward brings in (loads, receives) stays in the
       // micro-batch's slot for its backward.
       std::set<int> broughtByForward;
