@@ -78,12 +78,12 @@ cl::opt<std::string> devices("devices",
                                       "and L (algorithms.md 2.6)"),
                              cl::value_desc("N"), cl::init("1"),
                              cl::cat(category));
-cl::opt<std::string> stages(
-    "stages",
-    cl::desc("Stages L: granularity of reductions (dp), the time-step "
-             "model's L (cdp), the pipeline's depth (gpipe, 1f1b, 2bw, "
-             "cdp-mp); default min(4, ops with parameters)"),
-    cl::value_desc("L"), cl::init("0"), cl::cat(category));
+cl::opt<std::string>
+    stages("stages",
+           cl::desc("Stages L: granularity of reductions (dp), the time-step "
+                    "model's L (cdp), the pipeline's depth (gpipe, 1f1b, 2bw, "
+                    "cdp-mp); default min(4, ops with parameters)"),
+           cl::value_desc("L"), cl::init("0"), cl::cat(category));
 cl::opt<std::string> stageBoundaries(
     "stage-boundaries",
     cl::desc(
@@ -869,9 +869,8 @@ int main(int argc, char **argv) {
       if (!reportPath.empty()) {
         // Both only read the plan: the step time on a second thread.
         std::future<double> stepTime = std::async(
-            pipelined ? std::launch::async : std::launch::deferred, [&] {
-              return predictStepMs(plan, stepCost, reportStepCount);
-            });
+            pipelined ? std::launch::async : std::launch::deferred,
+            [&] { return predictStepMs(plan, stepCost, reportStepCount); });
         std::string json = cdp::runtime::predictReport(plan, reportStepCount);
         if (pipelined) {
           double stepMs = stepTime.get();
