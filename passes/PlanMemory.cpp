@@ -1,11 +1,10 @@
 //===- PlanMemory.cpp - static arena offsets from liveness ----------------===//
 
 #include "cdp/Dialect/Graph/GraphOps.h"
+#include "cdp/Passes/FirstFit.h"
 #include "cdp/Passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-
-#include <map>
 
 namespace cdp {
 #define GEN_PASS_DEF_PLANMEMORY
@@ -17,17 +16,11 @@ using namespace cdp;
 
 namespace {
 
-constexpr int64_t kAlignment = 64;
-
 int64_t bytesOf(Type type) {
   auto tensor = cast<RankedTensorType>(type);
   Type element = tensor.getElementType();
   int64_t width = element.isF32() ? 4 : element.isInteger(1) ? 1 : 8;
   return std::max<int64_t>(tensor.getNumElements() * width, 1);
-}
-
-int64_t align(int64_t bytes) {
-  return (bytes + kAlignment - 1) / kAlignment * kAlignment;
 }
 
 /// Values that live in the arena, with their live ranges in op indices.
@@ -81,25 +74,14 @@ struct PlanMemoryPass : public cdp::impl::PlanMemoryBase<PlanMemoryPass> {
       }
     }
 
-    // First fit in order of definition. A block is free for a value defined
-    // at op i when its owner's last use is before i: an op's results never
-    // overlap its operands.
-    std::map<int64_t, size_t> active; // offset -> interval
+    // First fit in order of definition.
+    std::vector<LiveRange> ranges;
+    for (const Interval &interval : intervals)
+      ranges.push_back({interval.begin, interval.end, interval.bytes});
     int64_t arena = 0;
-    for (Interval &current : intervals) {
-      for (auto it = active.begin(); it != active.end();)
-        it = intervals[it->second].end < current.begin ? active.erase(it)
-                                                       : std::next(it);
-      int64_t size = align(current.bytes), candidate = 0;
-      for (auto &[offset, id] : active) {
-        if (offset - candidate >= size)
-          break;
-        candidate = std::max(candidate, offset + align(intervals[id].bytes));
-      }
-      current.offset = candidate;
-      active[candidate] = &current - intervals.data();
-      arena = std::max(arena, candidate + size);
-    }
+    std::vector<int64_t> offsets = packFirstFit(ranges, arena);
+    for (size_t i = 0; i < intervals.size(); ++i)
+      intervals[i].offset = offsets[i];
 
     OpBuilder builder(func.getContext());
     for (BlockArgument arg : func.getArguments())

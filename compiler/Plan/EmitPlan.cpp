@@ -10,6 +10,7 @@
 #include "cdp/Plan/EmitPlan.h"
 
 #include "cdp/Dialect/Graph/GraphOps.h"
+#include "cdp/Passes/FirstFit.h"
 #include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Sched/Pipeline.h"
@@ -715,9 +716,8 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
       // Stashed: what the stage's forward makes or brings in and its
       // backward reads. Those get a copy per stash slot, packed in the
       // slot's part of the arena; everything else lives within one forward
-      // or backward and gets one copy per device, at its offset of the
-      // one-micro-batch memory plan after the slots (forwards and
-      // backwards of one device never overlap).
+      // or backward and gets one copy per device, after the slots
+      // (forwards and backwards of one device never overlap).
       llvm::DenseSet<int> readByBackward;
       for (Operation *op : backwardOps[s])
         for (Value operand : op->getOperands())
@@ -730,7 +730,7 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
             (t.kind() != plan::ACTIVATION && t.kind() != plan::INPUT) ||
             !stashOffset.try_emplace(id, stashBytes).second)
           return;
-        stashBytes += (t.bytes() + 63) / 64 * 64; // the memory plan's alignment
+        stashBytes += alignToArena(t.bytes());
       };
       for (Operation *op : forwardOps[s])
         for (Value result : op->getResults())
@@ -739,14 +739,11 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
         stash(id);
       // The other tensors live within one forward or one backward: packed
       // after the slots by their live ranges over the stage's ops (forward
-      // then backward; values brought in live from their first reader),
-      // first fit, as cdp-plan-memory packs the one-micro-batch arena.
-      struct Range {
-        int id;
-        int64_t begin, end, bytes;
-      };
+      // then backward; values brought in live from their first reader), as
+      // cdp-plan-memory packs the one-micro-batch arena.
       llvm::DenseMap<int, size_t> rangeOf;
-      std::vector<Range> ranges;
+      std::vector<int> rangeIds;
+      std::vector<LiveRange> ranges;
       int64_t position = 0;
       for (auto *ops : {&forwardOps[s], &backwardOps[s]})
         for (Operation *op : *ops) {
@@ -759,32 +756,19 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
                   stashOffset.count(id))
                 continue;
               auto [it, added] = rangeOf.try_emplace(id, ranges.size());
-              if (added)
-                ranges.push_back(
-                    {id, position, position, (t.bytes() + 63) / 64 * 64});
+              if (added) {
+                rangeIds.push_back(id);
+                ranges.push_back({position, position, t.bytes()});
+              }
               ranges[it->second].end = position;
             }
           ++position;
         }
-      llvm::DenseMap<int, int64_t> transientOffset;
       int64_t transientBytes = 0;
-      std::vector<std::pair<int64_t, int64_t>> taken; // (offset, bytes)
-      for (size_t i = 0; i < ranges.size(); ++i) {
-        taken.clear();
-        for (size_t j = 0; j < i; ++j)
-          if (ranges[j].begin <= ranges[i].end &&
-              ranges[i].begin <= ranges[j].end)
-            taken.push_back({transientOffset[ranges[j].id], ranges[j].bytes});
-        std::sort(taken.begin(), taken.end());
-        int64_t offset = 0;
-        for (auto [from, bytes] : taken) {
-          if (offset + ranges[i].bytes <= from)
-            break;
-          offset = std::max(offset, from + bytes);
-        }
-        transientOffset[ranges[i].id] = offset;
-        transientBytes = std::max(transientBytes, offset + ranges[i].bytes);
-      }
+      std::vector<int64_t> packed = packFirstFit(ranges, transientBytes);
+      llvm::DenseMap<int, int64_t> transientOffset;
+      for (size_t i = 0; i < ranges.size(); ++i)
+        transientOffset[rangeIds[i]] = packed[i];
       int64_t transientBase = slots * stashBytes;
       device->set_arena_bytes(transientBase + transientBytes);
       // (slot, tensor) -> the slot's copy of a stashed tensor; (-1, tensor)
