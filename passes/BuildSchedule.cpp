@@ -2,6 +2,7 @@
 
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "cdp/Passes/Passes.h"
+#include "cdp/Sched/Pipeline.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
@@ -83,7 +84,7 @@ struct BuildSchedulePass
     }
     SmallVector<int64_t> offsets;
     for (int64_t i = 0; i < N; ++i)
-      offsets.push_back(strategy == "dp" ? 0 : (2 * L * i) / N);
+      offsets.push_back(strategy == "dp" ? 0 : pipeline::cdpSlotStart(i, L, N));
     func->setAttr("cdp.offsets", builder.getDenseI64ArrayAttr(offsets));
     func->setAttr(
         "cdp.schedule",

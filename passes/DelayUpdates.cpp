@@ -2,6 +2,7 @@
 
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "cdp/Passes/Passes.h"
+#include "cdp/Sched/Pipeline.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
@@ -53,7 +54,7 @@ struct DelayUpdatesPass : public cdp::impl::DelayUpdatesBase<DelayUpdatesPass> {
           delay = 1;
         else if (cdp) {
           bool fresh =
-              table == "timing" ? 2 * l - 1 > s[N - 1] - s[i] : l >= L - i;
+              pipeline::cdpFresh(table == "code", i, l, L, s[i], s[N - 1]);
           delay = fresh ? 0 : 1;
         }
         allFresh[l - 1] = allFresh[l - 1] && delay == 0;

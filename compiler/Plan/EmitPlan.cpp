@@ -532,14 +532,14 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
   // table). A fresh slot reads the new version: never under v1; under v2
   // after the update (timing table) or where s >= L - j (code table, which
   // cdp-compile lets through only where that is after the update too).
-  auto slotStart = [&](int64_t j) { return 2 * S * j / MB; };
+  auto slotStart = [&](int64_t j) { return pipeline::cdpSlotStart(j, S, MB); };
   auto afterUpdate = [&](int64_t j, int64_t s) {
-    return 2 * s - 1 > slotStart(MB - 1) - slotStart(j);
+    return pipeline::cdpFresh(false, j, s, S, slotStart(j), slotStart(MB - 1));
   };
   auto freshSlot = [&](int64_t j, int64_t s) {
-    if (options.cdpRule != "v2")
-      return false;
-    return options.v2Table == "code" ? s >= S - j : afterUpdate(j, s);
+    return options.cdpRule == "v2" &&
+           pipeline::cdpFresh(options.v2Table == "code", j, s, S, slotStart(j),
+                              slotStart(MB - 1));
   };
   if (cdpSlots) {
     // The version table the run follows, as for cdp: slot j reads
@@ -833,7 +833,7 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
                              2 * (late ? backward - 2 * S : backward), !fresh});
         }
         // Half a time step after the last slot's B (times doubled above).
-        int64_t update = 2 * (2 * S * (MB - 1) / MB - s) + 1;
+        int64_t update = 2 * (slotStart(MB - 1) - s) + 1;
         bool sameStep = update < 2 * (s - 1);
         entries.push_back({'U', 0, sameStep ? 0 : -1,
                            sameStep ? update + 4 * S : update, false});

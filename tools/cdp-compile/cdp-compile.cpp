@@ -504,8 +504,10 @@ int main(int argc, char **argv) {
       if (cdpRule == "v2" && v2Table == "code")
         for (int64_t i = 0; i < N; ++i)
           for (int64_t l = 1; l <= L; ++l) {
-            bool made = 2 * l - 1 > 2 * L * (N - 1) / N - 2 * L * i / N;
-            if (made || l < L - i)
+            int64_t start = cdp::pipeline::cdpSlotStart(i, L, N),
+                    last = cdp::pipeline::cdpSlotStart(N - 1, L, N);
+            if (cdp::pipeline::cdpFresh(false, i, l, L, start, last) ||
+                !cdp::pipeline::cdpFresh(true, i, l, L, start, last))
               continue;
             die("--strategy cdp-mp --v2-table code: with N = " +
                 std::to_string(N) + " and L = " + std::to_string(L) +

@@ -129,6 +129,21 @@ inline int64_t stashSlots(const std::string &strategy, int64_t s, int64_t d,
   return strategy == "gpipe" ? m : std::min(d - s + 1, m);
 }
 
+/// CDP's start time step of slot i of N with L stages (algorithms.md 2.2):
+/// floor(2L·i / N).
+inline int64_t cdpSlotStart(int64_t i, int64_t L, int64_t N) {
+  return 2 * L * i / N;
+}
+
+/// CDP-v2: whether slot i reads stage l's new version (1-based l of L),
+/// given its start and the last slot's. The timing table: its F_l comes
+/// after stage l's update, 2l - 1 > lastStart - start; the code table (the
+/// authors' rule): l >= L - i.
+inline bool cdpFresh(bool codeTable, int64_t i, int64_t l, int64_t L,
+                     int64_t start, int64_t lastStart) {
+  return codeTable ? l >= L - i : 2 * l - 1 > lastStart - start;
+}
+
 /// cdp-mp (algorithms.md 2.6): which device of stage s (1-based) of L runs
 /// each of the N CDP slots. Slot j starts at floor(2Lj/N); its F at stage s
 /// falls on time step start + s - 1 and its B on start + 2L - s, modulo the
@@ -146,7 +161,7 @@ inline std::vector<int64_t> cdpStageDevices(int64_t s, int64_t L, int64_t N) {
   int64_t cycle = 2 * L;
   std::vector<int64_t> forward(N), backward(N), load(cycle, 0);
   for (int64_t j = 0; j < N; ++j) {
-    int64_t start = cycle * j / N;
+    int64_t start = cdpSlotStart(j, L, N);
     forward[j] = (start + s - 1) % cycle;
     backward[j] = (start + cycle - s) % cycle;
     ++load[forward[j]];
