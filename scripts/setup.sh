@@ -15,7 +15,7 @@ PACKAGES=(
   # Build and tests.
   cmake ninja-build g++ libgtest-dev libgmock-dev clang-format-19
   # Tests, examples and benchmarks use Debian's python3 with these.
-  python3 python3-onnx python3-numpy python3-torch
+  python3 python3-onnx python3-numpy python3-torch python3-torchvision
   # The example data set.
   dataset-fashion-mnist
 )

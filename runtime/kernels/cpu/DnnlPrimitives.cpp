@@ -188,72 +188,45 @@ private:
   int64_t bytes = 0;
 };
 
-/// Batch normalization: oneDNN normalizes (with the batch statistics in
-/// training mode, the running ones otherwise); the running statistics
-/// are then blended here, with the unbiased variance where asked.
-class BatchNormForward : public Kernel {
+/// Batch normalization in inference mode: oneDNN normalizes with the running
+/// statistics, which pass through unchanged. Training mode stays with the
+/// project kernel: its batch statistics are accumulated in double, two-pass,
+/// as PyTorch's CPU kernel does, and its backward recomputes them the same
+/// way; oneDNN's float statistics differ from those enough to move
+/// gradients of ill-conditioned channels (tiny batch variance) by percents.
+class BatchNormInference : public Kernel {
 public:
-  explicit BatchNormForward(const KernelArgs &args)
-      : stream(engine()), x(args.inputs[0]), mean(args.inputs[3]),
-        var(args.inputs[4]), runMean(args.outputs[1]), runVar(args.outputs[2]),
-        momentum(static_cast<float>(args.f("momentum", 0.9))),
-        training(args.i("training_mode", 0) != 0),
-        unbiased(args.i("unbiased_running_var", 0) != 0) {
+  explicit BatchNormInference(const KernelArgs &args)
+      : stream(engine()), mean(args.inputs[3]), var(args.inputs[4]),
+        runMean(args.outputs[1]), runVar(args.outputs[2]) {
     float epsilon = static_cast<float>(args.f("epsilon", 1e-5));
     auto flags = dnnl::normalization_flags::use_scale |
-                 dnnl::normalization_flags::use_shift;
-    if (!training)
-      flags = flags | dnnl::normalization_flags::use_global_stats;
-    memory src = bind(x), dst = bind(args.outputs[0]);
+                 dnnl::normalization_flags::use_shift |
+                 dnnl::normalization_flags::use_global_stats;
+    memory src = bind(args.inputs[0]), dst = bind(args.outputs[0]);
     dnnl::batch_normalization_forward::desc desc(
-        training ? prop_kind::forward_training : prop_kind::forward_inference,
-        src.get_desc(), epsilon, flags);
+        prop_kind::forward_inference, src.get_desc(), epsilon, flags);
     dnnl::batch_normalization_forward::primitive_desc pd(desc, engine());
     primitive = dnnl::batch_normalization_forward(pd);
-    int64_t channels = x.shape[1];
-    batchMean.assign(channels, 0.0f);
-    batchVar.assign(channels, 0.0f);
-    memory::desc stats = plain({channels});
-    arguments = {
-        {DNNL_ARG_SRC, src},
-        {DNNL_ARG_DST, dst},
-        {DNNL_ARG_SCALE, bind(args.inputs[1])},
-        {DNNL_ARG_SHIFT, bind(args.inputs[2])},
-        {DNNL_ARG_MEAN,
-         training ? memory(stats, engine(), batchMean.data()) : bind(mean)},
-        {DNNL_ARG_VARIANCE,
-         training ? memory(stats, engine(), batchVar.data()) : bind(var)}};
-    count = x.numel() / channels;
+    arguments = {{DNNL_ARG_SRC, src},
+                 {DNNL_ARG_DST, dst},
+                 {DNNL_ARG_SCALE, bind(args.inputs[1])},
+                 {DNNL_ARG_SHIFT, bind(args.inputs[2])},
+                 {DNNL_ARG_MEAN, bind(mean)},
+                 {DNNL_ARG_VARIANCE, bind(var)}};
   }
   void run(const StepContext &) override {
     primitive.execute(stream, arguments);
     stream.wait();
-    int64_t channels = x.shape[1];
-    for (int64_t c = 0; c < channels; ++c) {
-      if (!training) {
-        runMean.f32()[c] = mean.f32()[c];
-        runVar.f32()[c] = var.f32()[c];
-        continue;
-      }
-      double v = batchVar[c];
-      if (unbiased && count > 1)
-        v = v * count / (count - 1);
-      runMean.f32()[c] = static_cast<float>(momentum * mean.f32()[c] +
-                                            (1 - momentum) * batchMean[c]);
-      runVar.f32()[c] =
-          static_cast<float>(momentum * var.f32()[c] + (1 - momentum) * v);
-    }
+    std::copy_n(mean.f32(), mean.numel(), runMean.f32());
+    std::copy_n(var.f32(), var.numel(), runVar.f32());
   }
 
 private:
   dnnl::stream stream;
   dnnl::batch_normalization_forward primitive;
   std::unordered_map<int, memory> arguments;
-  TensorView x, mean, var, runMean, runVar;
-  std::vector<float> batchMean, batchVar;
-  float momentum;
-  bool training, unbiased;
-  int64_t count = 1;
+  TensorView mean, var, runMean, runVar;
 };
 
 } // namespace
@@ -261,7 +234,9 @@ private:
 void registerDnnlPrimitives(KernelRegistry &registry) {
   wrap(registry, "batch_norm",
        [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
-         return std::make_unique<BatchNormForward>(args);
+         if (args.i("training_mode", 0) != 0)
+           return nullptr; // the project kernel (see BatchNormInference)
+         return std::make_unique<BatchNormInference>(args);
        });
   for (auto [op, alg] : {std::pair{"relu", algorithm::eltwise_relu},
                          {"tanh", algorithm::eltwise_tanh},
