@@ -190,12 +190,11 @@ struct PartitionStagesPass
       getOperation().emitError("no func.func @main");
       return signalPassFailure();
     }
-    SmallVector<Operation *> ops;
+    SmallVector<Operation *> ops, parameterOnly;
+    splitParameterOnly(func, ops, parameterOnly);
     int64_t withParams = 0;
-    for (Operation &op : func.getBody().front().without_terminator()) {
-      if (isa<ParamOp, ConstantOp>(op))
-        continue;
-      ops.push_back(&op);
+    for (Operation *opPtr : ops) {
+      Operation &op = *opPtr;
       if (llvm::any_of(op.getOperands(), [](Value v) {
             auto param = v.getDefiningOp<ParamOp>();
             return param && !param.getBuffer();
@@ -283,7 +282,51 @@ struct PartitionStagesPass
     OpBuilder builder(func.getContext());
     for (auto [op, stage] : llvm::zip(ops, stageOf))
       op->setAttr("cdp.stage", builder.getI64IntegerAttr(stage));
+    placeWithConsumers(parameterOnly, builder);
     func->setAttr("cdp.stages", builder.getI64IntegerAttr(count));
+  }
+
+  /// Splits the ops to place into those that read an input of the model
+  /// (directly or through other ops) and those computed from parameters and
+  /// constants alone, such as the Transpose of a Linear weight. The importer
+  /// may order the latter anywhere, so they take no part in the cut.
+  static void splitParameterOnly(func::FuncOp func,
+                                 SmallVector<Operation *> &ops,
+                                 SmallVector<Operation *> &parameterOnly) {
+    llvm::DenseSet<Operation *> fromParameters;
+    for (Operation &op : func.getBody().front().without_terminator()) {
+      if (isa<ParamOp, ConstantOp>(op)) {
+        fromParameters.insert(&op);
+        continue;
+      }
+      bool onlyParameters = llvm::all_of(op.getOperands(), [&](Value v) {
+        Operation *producer = v.getDefiningOp();
+        return producer && fromParameters.contains(producer);
+      });
+      if (onlyParameters && op.getNumOperands() > 0) {
+        fromParameters.insert(&op);
+        parameterOnly.push_back(&op);
+      } else {
+        ops.push_back(&op);
+      }
+    }
+    if (ops.empty()) // nothing reads an input: place everything by cost
+      std::swap(ops, parameterOnly);
+  }
+
+  /// A parameter-only op belongs to the stage of its first consumer, so a
+  /// Linear's transposed weight sits with its bias and its MatMul.
+  static void placeWithConsumers(ArrayRef<Operation *> parameterOnly,
+                                 OpBuilder &builder) {
+    for (Operation *op : llvm::reverse(parameterOnly)) {
+      int64_t stage = std::numeric_limits<int64_t>::max();
+      for (Operation *user : op->getUsers())
+        if (auto attr = user->getAttrOfType<IntegerAttr>("cdp.stage"))
+          stage = std::min(stage, attr.getInt());
+      if (stage == std::numeric_limits<int64_t>::max())
+        stage = 1; // read by no placed op (a graph output only)
+      op->setAttr("cdp.stage", builder.getI64IntegerAttr(stage));
+    }
   }
 };
 
