@@ -46,6 +46,7 @@ private:
   Value scale(Value value, float factor);
   Value reduceTo(Value value, Type type);
   Value reshape(Value value, ArrayRef<int64_t> shape);
+  Value unpad(Value value, PadOp pad);
   Value transposeLast2(Value value);
   NamedAttribute attr(StringRef name, Attribute value) {
     return builder.getNamedAttr(name, value);
@@ -110,6 +111,22 @@ Value Differentiator::reduceTo(Value value, Type type) {
               {attr("shape", i64s(cast<RankedTensorType>(type).getShape()))});
 }
 
+/// The adjoint of constant padding: the padded region's gradient is dropped.
+Value Differentiator::unpad(Value value, PadOp pad) {
+  ArrayRef<int64_t> in = shapeOf(pad.getInput());
+  int64_t rank = in.size();
+  SmallVector<int64_t> starts, ends, axes, steps;
+  for (int64_t d = 0; d < rank; ++d) {
+    starts.push_back(pad.getPads()[d]);
+    ends.push_back(pad.getPads()[d] + in[d]);
+    axes.push_back(d);
+    steps.push_back(1);
+  }
+  return make(SliceOp::getOperationName(), {value},
+              {attr("starts", i64s(starts)), attr("ends", i64s(ends)),
+               attr("axes", i64s(axes)), attr("steps", i64s(steps))});
+}
+
 Value Differentiator::reshape(Value value, ArrayRef<int64_t> shape) {
   if (!value || shapeOf(value) == shape)
     return value;
@@ -151,9 +168,12 @@ LogicalResult Differentiator::differentiate(Operation *op) {
   origin = op;
   Value dy = op->getNumResults() ? grads.lookup(op->getResult(0)) : Value();
   auto operand = [&](unsigned i) { return op->getOperand(i); };
-  auto unaryGrad = [&](Value saved, StringRef kind) {
-    accumulate(operand(0), make(UnaryGradOp::getOperationName(), {dy, saved},
-                                {attr("kind", builder.getStringAttr(kind))}));
+  auto unaryGrad = [&](Value saved, StringRef kind,
+                       ArrayRef<float> params = {}) {
+    accumulate(operand(0),
+               make(UnaryGradOp::getOperationName(), {dy, saved},
+                    {attr("kind", builder.getStringAttr(kind)),
+                     attr("params", builder.getDenseF32ArrayAttr(params))}));
   };
 
   if (auto result = op->getNumResults() > 1 ? op->getResult(1) : Value())
@@ -178,6 +198,17 @@ LogicalResult Differentiator::differentiate(Operation *op) {
     unaryGrad(op->getResult(0), "tanh");
   else if (isa<SqrtOp>(op))
     unaryGrad(op->getResult(0), "sqrt");
+  else if (auto clip = dyn_cast<ClipOp>(op))
+    unaryGrad(operand(0), "clip",
+              {clip.getMin().convertToFloat(), clip.getMax().convertToFloat()});
+  else if (auto hard = dyn_cast<HardSigmoidOp>(op))
+    unaryGrad(operand(0), "hard_sigmoid",
+              {hard.getAlpha().convertToFloat(),
+               hard.getBeta().convertToFloat()});
+  else if (isa<HardSwishOp>(op))
+    unaryGrad(operand(0), "hard_swish");
+  else if (auto pad = dyn_cast<PadOp>(op))
+    accumulate(operand(0), unpad(dy, pad));
   else if (isa<IdentityOp>(op))
     accumulate(operand(0), dy);
   else if (isa<AddOp>(op)) {

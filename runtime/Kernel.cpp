@@ -34,6 +34,13 @@ std::vector<int64_t> KernelArgs::ints(const std::string &name) const {
   return {a->ints().values().begin(), a->ints().values().end()};
 }
 
+std::vector<double> KernelArgs::floats(const std::string &name) const {
+  const plan::Attribute *a = find(name);
+  if (!a)
+    return {};
+  return {a->floats().values().begin(), a->floats().values().end()};
+}
+
 plan::DType KernelArgs::type(const std::string &name) const {
   const plan::Attribute *a = find(name);
   if (!a)

@@ -82,6 +82,14 @@ struct ConstTensor {
   }
 };
 
+/// ONNX Reshape's target shape made explicit: `0` copies the input's
+/// dimension (unless `allowZero`), one `-1` takes what is left. `where`
+/// prefixes the error.
+std::vector<int64_t> resolveReshape(ArrayRef<int64_t> dims,
+                                    std::vector<int64_t> shape,
+                                    int64_t elements, bool allowZero,
+                                    const std::string &where);
+
 /// Row-major strides of a shape.
 SmallVector<int64_t> stridesOf(ArrayRef<int64_t> shape) {
   SmallVector<int64_t> strides(shape.size(), 1);
@@ -171,6 +179,9 @@ private:
   // Op families.
   bool tryFold(StringRef opType);
   void importConv();
+  void importNeg();
+  void importClip();
+  void importPad();
   void importPool(bool isMax);
   void importReduce(StringRef opName);
   std::vector<int64_t> windowPads(ArrayRef<int64_t> inputSpatial,
@@ -193,6 +204,37 @@ private:
 //===----------------------------------------------------------------------===//
 // Model, opsets, graph structure
 //===----------------------------------------------------------------------===//
+
+std::vector<int64_t> resolveReshape(ArrayRef<int64_t> dims,
+                                    std::vector<int64_t> shape,
+                                    int64_t elements, bool allowZero,
+                                    const std::string &where) {
+  int64_t known = 1, inferred = -1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 0 && !allowZero) {
+      if (i >= dims.size())
+        raise(where + ": shape copies dimension " + Twine(i) +
+              " that the input does not have");
+      shape[i] = dims[i];
+    }
+    if (shape[i] == -1) {
+      if (inferred >= 0)
+        raise(where + ": shape has more than one -1");
+      inferred = i;
+    } else if (shape[i] < 0) {
+      raise(where + ": invalid dimension " + Twine(shape[i]) + " in shape");
+    } else {
+      known *= shape[i];
+    }
+  }
+  if (inferred >= 0) {
+    if (known == 0 || elements % known != 0)
+      raise(where + ": cannot reshape " + shapeText(dims) + " into " +
+            shapeText(shape));
+    shape[inferred] = elements / known;
+  }
+  return shape;
+}
 
 void Importer::loadModel() {
   if (llvm::sys::fs::is_directory(path))
@@ -673,7 +715,8 @@ bool Importer::tryFold(StringRef opType) {
       "Identity",  "Cast",     "Gather",
       "Unsqueeze", "Squeeze",  "Concat",
       "Slice",     "Reshape",  "Add",
-      "Sub",       "Mul",      "Div"};
+      "Sub",       "Mul",      "Div",
+      "Equal",     "Where",    "Neg"};
   if (!foldable.contains(opType))
     return false;
   constexpr int64_t kFoldLimit = 1 << 16;
@@ -876,7 +919,31 @@ bool Importer::tryFold(StringRef opType) {
     }
     out.shape = {out.size()};
   } else if (opType == "Reshape") {
-    return false; // constant reshapes are rare; the op handles them
+    // Shape arithmetic such as torch's expand(-1, ...) reshapes constants.
+    checkAttributes({"allowzero"});
+    std::vector<int64_t> shape =
+        resolveReshape(in[0]->shape, constInts(1, "shape"), in[0]->size(),
+                       intAttr("allowzero", 0) != 0, where());
+    out = *in[0];
+    out.shape.assign(shape.begin(), shape.end());
+  } else if (opType == "Neg") {
+    checkAttributes({});
+    for (int64_t i = 0; i < in[0]->size(); ++i)
+      out.kind == ConstTensor::I64 ? out.ints.push_back(-in[0]->ints[i])
+                                   : out.push(-in[0]->at(i));
+    out.shape = in[0]->shape;
+    if (out.kind == ConstTensor::Bool)
+      return false;
+  } else if (opType == "Where") {
+    checkAttributes({});
+    const ConstTensor &cond = *in[0], &a = *in[1], &b = *in[2];
+    out.kind = a.kind;
+    if (cond.kind != ConstTensor::Bool || a.kind != b.kind ||
+        a.shape != b.shape || cond.shape != a.shape)
+      return false; // broadcasting selects are left to a later importer
+    for (int64_t i = 0; i < a.size(); ++i)
+      out.append(cond.ints[i] ? a : b, i);
+    out.shape = a.shape;
   } else {
     // Element-wise arithmetic on small constants (shape arithmetic).
     const ConstTensor &lhs = *in[0], &rhs = *in[1];
@@ -885,9 +952,14 @@ bool Importer::tryFold(StringRef opType) {
       return false;
     out.shape = lhs.size() >= rhs.size() ? lhs.shape : rhs.shape;
     int64_t count = std::max(lhs.size(), rhs.size());
+    if (opType == "Equal")
+      out.kind = ConstTensor::Bool;
     for (int64_t i = 0; i < count; ++i) {
       int64_t li = lhs.size() == 1 ? 0 : i, ri = rhs.size() == 1 ? 0 : i;
-      if (lhs.kind == ConstTensor::I64) {
+      if (opType == "Equal") {
+        out.ints.push_back(lhs.at(li) == rhs.at(ri) &&
+                           lhs.intAt(li) == rhs.intAt(ri));
+      } else if (lhs.kind == ConstTensor::I64) {
         int64_t a = lhs.ints[li], b = rhs.ints[ri];
         if (opType == "Div" && b == 0)
           raise(where() + ": integer division by zero");
@@ -1041,6 +1113,85 @@ void Importer::importReduce(StringRef opName) {
              1));
 }
 
+/// -x as x * -1 (float32 or int64), so that autodiff and the kernels need
+/// nothing new.
+void Importer::importNeg() {
+  checkAttributes({});
+  Value x = input(0);
+  Type element = typeOf(x).getElementType();
+  auto scalar = RankedTensorType::get({}, element);
+  DenseElementsAttr minusOne =
+      element.isF32()
+          ? DenseElementsAttr::get(scalar, ArrayRef<float>{-1.0f})
+          : DenseElementsAttr::get(scalar, ArrayRef<int64_t>{-1});
+  Value factor = builder.create<ConstantOp>(
+      NameLoc::get(builder.getStringAttr(where())), cast<ElementsAttr>(minusOne));
+  bindResults(create(MulOp::getOperationName(), {x, factor}, {}, 1));
+}
+
+/// Clip's bounds are attributes before opset 11 and constant inputs after;
+/// a missing bound is unbounded.
+void Importer::importClip() {
+  checkAttributes({"min", "max"});
+  float low = -std::numeric_limits<float>::infinity(),
+        high = std::numeric_limits<float>::infinity();
+  if (opset < 11) {
+    low = floatAttr("min", low);
+    high = floatAttr("max", high);
+  } else {
+    if (hasInput(1))
+      low = static_cast<float>(requireConst(1, "min").at(0));
+    if (hasInput(2))
+      high = static_cast<float>(requireConst(2, "max").at(0));
+  }
+  bindResults(create(ClipOp::getOperationName(), {input(0)},
+                     {named("min", builder.getF32FloatAttr(low)),
+                      named("max", builder.getF32FloatAttr(high))},
+                     1));
+}
+
+/// Pad in constant mode with pads as an attribute (before opset 11) or a
+/// constant input, optionally over some axes only (opset 18).
+void Importer::importPad() {
+  checkAttributes({"mode", "pads", "value"});
+  std::string mode = stringAttr("mode", "constant");
+  if (mode != "constant")
+    raise(where() + ": mode '" + mode +
+          "' is not supported (only constant padding)");
+  Value x = input(0);
+  int64_t rank = typeOf(x).getRank();
+  std::vector<int64_t> given =
+      opset < 11 ? intsAttr("pads") : constInts(1, "pads");
+  float value = floatAttr("value", 0.0f);
+  if (opset >= 11 && hasInput(2))
+    value = static_cast<float>(requireConst(2, "constant_value").at(0));
+  std::vector<int64_t> axes;
+  if (opset >= 18 && hasInput(3))
+    axes = constInts(3, "axes");
+  else
+    for (int64_t d = 0; d < rank; ++d)
+      axes.push_back(d);
+  if (given.size() != 2 * axes.size())
+    raise(where() + ": pads has " + Twine(given.size()) + " values for " +
+          Twine(axes.size()) + " axes");
+  SmallVector<int64_t> pads(2 * rank, 0);
+  int64_t count = axes.size();
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t axis = axes[i];
+    if (axis < -rank || axis >= rank)
+      raise(where() + ": axis " + Twine(axis) + " is out of range");
+    axis = axis < 0 ? axis + rank : axis;
+    if (given[i] < 0 || given[i + count] < 0)
+      raise(where() + ": negative pads (cropping) are not supported");
+    pads[axis] = given[i];
+    pads[axis + rank] = given[i + count];
+  }
+  bindResults(create(PadOp::getOperationName(), {x},
+                     {named("pads", i64s(pads)),
+                      named("value", builder.getF32FloatAttr(value))},
+                     1));
+}
+
 void Importer::importNode(const onnx::NodeProto &current) {
   node = &current;
   const std::string &domain = node->domain();
@@ -1100,6 +1251,22 @@ void Importer::importNode(const onnx::NodeProto &current) {
                      ->getResult(0);
     return bindResults(
         create(PowOp::getOperationName(), {base, exponent}, {}, 1));
+  }
+  if (op == "Neg")
+    return importNeg();
+  if (op == "Clip")
+    return importClip();
+  if (op == "Pad")
+    return importPad();
+  if (op == "HardSwish")
+    return unary(HardSwishOp::getOperationName());
+  if (op == "HardSigmoid") {
+    checkAttributes({"alpha", "beta"});
+    return bindResults(create(
+        HardSigmoidOp::getOperationName(), {input(0)},
+        {named("alpha", builder.getF32FloatAttr(floatAttr("alpha", 0.2f))),
+         named("beta", builder.getF32FloatAttr(floatAttr("beta", 0.5f)))},
+        1));
   }
   if (op == "MatMul")
     return binary(MatMulOp::getOperationName());
@@ -1207,34 +1374,9 @@ void Importer::importNode(const onnx::NodeProto &current) {
   if (op == "Reshape") {
     checkAttributes({"allowzero"});
     Value x = input(0);
-    std::vector<int64_t> shape = constInts(1, "shape");
-    ArrayRef<int64_t> dims = typeOf(x).getShape();
-    bool allowZero = intAttr("allowzero", 0) != 0;
-    int64_t known = 1, inferred = -1;
-    for (size_t i = 0; i < shape.size(); ++i) {
-      if (shape[i] == 0 && !allowZero) {
-        if (i >= dims.size())
-          raise(where() + ": shape copies dimension " + Twine(i) +
-                " that the input does not have");
-        shape[i] = dims[i];
-      }
-      if (shape[i] == -1) {
-        if (inferred >= 0)
-          raise(where() + ": shape has more than one -1");
-        inferred = i;
-      } else if (shape[i] < 0) {
-        raise(where() + ": invalid dimension " + Twine(shape[i]) + " in shape");
-      } else {
-        known *= shape[i];
-      }
-    }
-    int64_t elements = typeOf(x).getNumElements();
-    if (inferred >= 0) {
-      if (known == 0 || elements % known != 0)
-        raise(where() + ": cannot reshape " + shapeText(dims) + " into " +
-              shapeText(shape));
-      shape[inferred] = elements / known;
-    }
+    std::vector<int64_t> shape = resolveReshape(
+        typeOf(x).getShape(), constInts(1, "shape"), typeOf(x).getNumElements(),
+        intAttr("allowzero", 0) != 0, where());
     return bindResults(create(ReshapeOp::getOperationName(), {x},
                               {named("shape", i64s(shape))}, 1));
   }

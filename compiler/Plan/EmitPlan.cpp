@@ -138,6 +138,9 @@ LogicalResult Emitter::convertAttribute(Operation *op, NamedAttribute attribute,
   else if (auto ints = dyn_cast<DenseI64ArrayAttr>(value))
     for (int64_t v : ints.asArrayRef())
       out.mutable_ints()->add_values(v);
+  else if (auto reals = dyn_cast<DenseF32ArrayAttr>(value))
+    for (float v : reals.asArrayRef())
+      out.mutable_floats()->add_values(v);
   else if (auto type = dyn_cast<TypeAttr>(value))
     out.set_type(dtypeOf(type.getValue()));
   else if (auto elements = dyn_cast<ElementsAttr>(value)) {

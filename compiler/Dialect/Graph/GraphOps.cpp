@@ -721,6 +721,26 @@ LogicalResult SplitOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,
   return success();
 }
 
+LogicalResult PadOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,
+                                      SmallVectorImpl<Type> &types) {
+  RankedTensorType type = rankedType(adaptor.getInput());
+  if (!type)
+    return failure();
+  ArrayRef<int64_t> pads = adaptor.getPads();
+  int64_t rank = type.getRank();
+  if (static_cast<int64_t>(pads.size()) != 2 * rank)
+    return fail(loc, "pads must list 2 x rank = " + Twine(2 * rank) +
+                         " values, got " + Twine(pads.size()));
+  Shape shape(type.getShape());
+  for (int64_t d = 0; d < rank; ++d) {
+    if (pads[d] < 0 || pads[d + rank] < 0)
+      return fail(loc, "pads must not be negative");
+    shape[d] += pads[d] + pads[d + rank];
+  }
+  types.push_back(tensorOf(shape, type.getElementType()));
+  return success();
+}
+
 LogicalResult SliceOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,
                                         SmallVectorImpl<Type> &types) {
   RankedTensorType type = rankedType(adaptor.getInput());
@@ -903,10 +923,17 @@ LogicalResult inferSameAs(Value value, SmallVectorImpl<Type> &types) {
 LogicalResult UnaryGradOp::inferReturnTypes(MLIRContext *, Loc loc,
                                             Adaptor adaptor,
                                             SmallVectorImpl<Type> &types) {
-  static const char *kinds[] = {"relu",    "gelu", "gelu_tanh", "erf",
-                                "sigmoid", "tanh", "sqrt"};
-  if (!llvm::is_contained(kinds, adaptor.getKind()))
+  static const std::pair<const char *, size_t> kinds[] = {
+      {"relu", 0},    {"gelu", 0}, {"gelu_tanh", 0},    {"erf", 0},
+      {"sigmoid", 0}, {"tanh", 0}, {"sqrt", 0},         {"clip", 2},
+      {"hard_sigmoid", 2},         {"hard_swish", 0}};
+  const auto *kind = llvm::find_if(
+      kinds, [&](const auto &k) { return adaptor.getKind() == k.first; });
+  if (kind == std::end(kinds))
     return fail(loc, "unknown activation '" + adaptor.getKind() + "'");
+  if (adaptor.getParams().size() != kind->second)
+    return fail(loc, "activation '" + adaptor.getKind() + "' takes " +
+                         Twine(kind->second) + " params");
   if (adaptor.getGrad().getType() != adaptor.getSaved().getType())
     return fail(loc, "grad and saved value must have the same type");
   return inferSameAs(adaptor.getGrad(), types);

@@ -103,6 +103,8 @@ struct KernelArgs {
   double f(const std::string &name, double fallback) const;
   std::string s(const std::string &name, const std::string &fallback) const;
   std::vector<int64_t> ints(const std::string &name) const;
+  /// A list of reals (empty when absent).
+  std::vector<double> floats(const std::string &name) const;
   plan::DType type(const std::string &name) const;
   const plan::Tensor *tensor(const std::string &name) const;
   /// Throws a RuntimeError naming the instruction.

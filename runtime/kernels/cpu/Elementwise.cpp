@@ -62,18 +62,22 @@ void addBinary(KernelRegistry &registry, const std::string &op, Fn fn) {
 }
 
 template <typename Fn>
-void addUnary(KernelRegistry &registry, const std::string &op, Fn fn) {
-  addKernel(registry, op, [fn](const KernelArgs &args) {
-    TensorView x = args.inputs[0], y = args.outputs[0];
-    int64_t n = y.numel();
-    return [=](const StepContext &) {
-      const float *px = x.f32();
-      float *py = y.f32();
+std::function<void(const StepContext &)> unary(const KernelArgs &args, Fn fn) {
+  TensorView x = args.inputs[0], y = args.outputs[0];
+  int64_t n = y.numel();
+  return [=](const StepContext &) {
+    const float *px = x.f32();
+    float *py = y.f32();
 #pragma omp parallel for if (n > 65536)
-      for (int64_t i = 0; i < n; ++i)
-        py[i] = fn(px[i]);
-    };
-  });
+    for (int64_t i = 0; i < n; ++i)
+      py[i] = fn(px[i]);
+  };
+}
+
+template <typename Fn>
+void addUnary(KernelRegistry &registry, const std::string &op, Fn fn) {
+  addKernel(registry, op,
+            [fn](const KernelArgs &args) { return unary(args, fn); });
 }
 
 float gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * kSqrt1_2)); }
@@ -118,6 +122,21 @@ void registerElementwise(KernelRegistry &registry) {
   addUnary(registry, "sigmoid",
            [](float x) { return 1.0f / (1.0f + std::exp(-x)); });
   addUnary(registry, "sqrt", [](float x) { return std::sqrt(x); });
+  addUnary(registry, "hard_swish", [](float x) {
+    return x * std::min(1.0f, std::max(0.0f, x / 6.0f + 0.5f));
+  });
+  addKernel(registry, "clip", [](const KernelArgs &args) {
+    float low = static_cast<float>(args.f("min", -INFINITY)),
+          high = static_cast<float>(args.f("max", INFINITY));
+    return unary(args, [=](float x) { return std::min(std::max(x, low), high); });
+  });
+  addKernel(registry, "hard_sigmoid", [](const KernelArgs &args) {
+    float alpha = static_cast<float>(args.f("alpha", 0.2)),
+          beta = static_cast<float>(args.f("beta", 0.5));
+    return unary(args, [=](float x) {
+      return std::min(1.0f, std::max(0.0f, alpha * x + beta));
+    });
+  });
   addKernel(registry, "gelu", [](const KernelArgs &args) {
     TensorView x = args.inputs[0], y = args.outputs[0];
     bool approximate = args.s("approximate", "none") == "tanh";
@@ -167,6 +186,27 @@ void registerElementwise(KernelRegistry &registry) {
         if (kind == "erf")
           return loop([](float g, float x) {
             return g * kTwoOverSqrtPi * std::exp(-x * x);
+          });
+        std::vector<double> params = args.floats("params");
+        bool bounded = kind == "clip" || kind == "hard_sigmoid";
+        if (bounded && params.size() != 2)
+          args.fail("activation '" + kind + "' needs two params");
+        if (kind == "clip") { // PyTorch's hardtanh: zero at the bounds
+          float low = params[0], high = params[1];
+          return loop([=](float g, float x) {
+            return x > low && x < high ? g : 0.0f;
+          });
+        }
+        if (kind == "hard_sigmoid") { // PyTorch: alpha inside (0, 1) only
+          float alpha = params[0], beta = params[1];
+          return loop([=](float g, float x) {
+            float z = alpha * x + beta;
+            return z > 0.0f && z < 1.0f ? g * alpha : 0.0f;
+          });
+        }
+        if (kind == "hard_swish") // PyTorch's hardswish_backward
+          return loop([](float g, float x) {
+            return x < -3.0f ? 0.0f : x <= 3.0f ? g * (x / 3.0f + 0.5f) : g;
           });
         if (kind == "sigmoid")
           return loop([](float g, float y) { return g * y * (1.0f - y); });

@@ -167,6 +167,38 @@ void registerShape(KernelRegistry &registry) {
     };
   });
 
+  // Constant padding: fill with the value, then copy each input element to
+  // its place, found once when the kernel is made.
+  addKernel(registry, "pad", [](const KernelArgs &args) {
+    TensorView x = args.inputs[0], y = args.outputs[0];
+    std::vector<int64_t> pads = args.ints("pads");
+    int64_t rank = x.rank();
+    auto target = std::make_shared<std::vector<int64_t>>(x.numel());
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      int64_t rest = i, offset = 0, stride = 1;
+      for (int64_t d = rank - 1; d >= 0; --d) {
+        offset += (rest % x.shape[d] + pads[d]) * stride;
+        rest /= x.shape[d];
+        stride *= y.shape[d];
+      }
+      (*target)[i] = offset;
+    }
+    double value = args.f("value", 0.0);
+    size_t width = elementSize(y);
+    return [=](const StepContext &) {
+      if (y.dtype == plan::I64)
+        std::fill(y.i64(), y.i64() + y.numel(), static_cast<int64_t>(value));
+      else if (y.dtype == plan::F32)
+        std::fill(y.f32(), y.f32() + y.numel(), static_cast<float>(value));
+      else
+        std::memset(y.data, value != 0, y.numel() * width);
+      const char *px = static_cast<const char *>(x.data);
+      char *py = static_cast<char *>(y.data);
+      for (int64_t i = 0; i < x.numel(); ++i)
+        std::memcpy(py + (*target)[i] * width, px + i * width, width);
+    };
+  });
+
   addKernel(registry, "slice_grad", [](const KernelArgs &args) {
     TensorView dy = args.inputs[0], dx = args.outputs[0];
     auto index = std::make_shared<std::vector<int64_t>>(

@@ -261,6 +261,30 @@ def CDP_SigmoidOp : CDP_UnaryOp<"sigmoid", "Sigmoid">;
 def CDP_SqrtOp : CDP_UnaryOp<"sqrt", "Sqrt">;
 def CDP_IdentityOp : CDP_UnaryOp<"identity", "Identity", CDP_AnyTensor>;
 
+def CDP_ClipOp : CDP_BaseOp<"clip", [Pure, SameOperandsAndResultType, InferTypeOpInterface]> {
+  let summary = "element-wise clamp to [min, max] (ONNX Clip)";
+  let description = [{
+    `min(max(x, min), max)`; torch's ReLU6 and hardtanh export as this. The
+    gradient passes where `min < x < max` (PyTorch's hardtanh rule).
+  }];
+  let arguments = (ins CDP_F32Tensor:$input, F32Attr:$min, F32Attr:$max);
+  let results = (outs CDP_F32Tensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($output)";
+}
+
+def CDP_HardSigmoidOp : CDP_BaseOp<"hard_sigmoid", [Pure, SameOperandsAndResultType, InferTypeOpInterface]> {
+  let summary = "element-wise max(0, min(1, alpha x + beta)) (ONNX HardSigmoid)";
+  let arguments = (ins CDP_F32Tensor:$input,
+                       DefaultValuedAttr<F32Attr, "0.2f">:$alpha,
+                       DefaultValuedAttr<F32Attr, "0.5f">:$beta);
+  let results = (outs CDP_F32Tensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($output)";
+}
+
+def CDP_HardSwishOp : CDP_UnaryOp<"hard_swish", "HardSwish"> {
+  let description = "ONNX `HardSwish`: `x * max(0, min(1, x / 6 + 1 / 2))`.";
+}
+
 def CDP_GeluOp : CDP_BaseOp<"gelu", [Pure, SameOperandsAndResultType, InferTypeOpInterface]> {
   let summary = "Gaussian error linear unit (ONNX Gelu)";
   let description = [{
@@ -335,6 +359,17 @@ def CDP_SliceOp : CDP_Op<"slice"> {
   let arguments = (ins CDP_AnyTensor:$input, DenseI64ArrayAttr:$starts,
                        DenseI64ArrayAttr:$ends, DenseI64ArrayAttr:$axes,
                        DenseI64ArrayAttr:$steps);
+  let results = (outs CDP_AnyTensor:$output);
+}
+
+def CDP_PadOp : CDP_Op<"pad"> {
+  let summary = "constant padding (ONNX Pad, mode constant)";
+  let description = [{
+    `pads` lists the elements added before each axis, then after each axis
+    (ONNX order, none negative); new elements hold `value`.
+  }];
+  let arguments = (ins CDP_AnyTensor:$input, DenseI64ArrayAttr:$pads,
+                       DefaultValuedAttr<F32Attr, "0.0f">:$value);
   let results = (outs CDP_AnyTensor:$output);
 }
 
@@ -429,10 +464,13 @@ def CDP_UnaryGradOp : CDP_Op<"unary_grad"> {
   let summary = "gradient of an element-wise activation";
   let description = [{
     `dx = dy * f'(saved)`, where `saved` is the forward input `x` for
-    `relu`, `gelu`, `gelu_tanh` and `erf`, and the forward output `y` for
-    `sigmoid` (`y(1-y)`), `tanh` (`1-y^2`) and `sqrt` (`1/(2y)`).
+    `relu`, `gelu`, `gelu_tanh`, `erf`, `clip` (`params` = min, max),
+    `hard_sigmoid` (`params` = alpha, beta) and `hard_swish`, and the
+    forward output `y` for `sigmoid` (`y(1-y)`), `tanh` (`1-y^2`) and
+    `sqrt` (`1/(2y)`). At the kinks the derivative is PyTorch's.
   }];
-  let arguments = (ins CDP_F32Tensor:$grad, CDP_F32Tensor:$saved, StrAttr:$kind);
+  let arguments = (ins CDP_F32Tensor:$grad, CDP_F32Tensor:$saved, StrAttr:$kind,
+                       DefaultValuedAttr<DenseF32ArrayAttr, "{}">:$params);
   let results = (outs CDP_F32Tensor:$output);
 }
 
