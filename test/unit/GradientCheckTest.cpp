@@ -195,6 +195,14 @@ std::vector<Case> cases() {
   unary("tanh");
   unary("sqrt", "", 0.5f, 2.0f);
   unary("identity");
+  unary("clip", "{max = 1.5 : f32, min = -1.0 : f32}");
+  unary("hard_sigmoid", "{alpha = 0.3 : f32, beta = 0.4 : f32}", -4.0f, 4.0f);
+  unary("hard_swish", "", -4.5f, 4.5f);
+  list.push_back({"pad",
+                  {{"x", {2, 3}}},
+                  "%y = cdp.pad %p0 {pads = array<i64: 1, 0, 2, 3>, value = "
+                  "0.5 : f32} : (tensor<2x3xf32>) -> tensor<5x6xf32>",
+                  "tensor<5x6xf32>"});
   auto binary = [&](const std::string &op, float low = -1.0f,
                     float high = 1.0f) {
     list.push_back({op + "_broadcast",
@@ -208,6 +216,33 @@ std::vector<Case> cases() {
   binary("sub");
   binary("mul");
   binary("div", 0.5f, 2.0f);
+  // Every broadcast a real model makes: squeeze-excitation's (N, C, 1, 1)
+  // scale over (N, C, H, W) on either side, a per-channel (C, 1, 1) bias,
+  // a scalar, and both operands broadcast at once.
+  auto broadcast = [&](const std::string &op, std::vector<int64_t> a,
+                       std::vector<int64_t> b, std::vector<int64_t> out,
+                       float low = -1.0f, float high = 1.0f) {
+    auto type = [](const std::vector<int64_t> &shape) {
+      std::string text = "tensor<";
+      for (int64_t d : shape)
+        text += std::to_string(d) + "x";
+      return text + "f32>";
+    };
+    list.push_back({op + "_" + type(a) + "_" + type(b),
+                    {{"a", a}, {"b", b, low, high}},
+                    "%y = cdp." + op + " %p0, %p1 : (" + type(a) + ", " +
+                        type(b) + ") -> " + type(out),
+                    type(out)});
+  };
+  for (const char *op : {"add", "sub", "mul"}) {
+    broadcast(op, {2, 3, 1, 1}, {2, 3, 2, 2}, {2, 3, 2, 2});
+    broadcast(op, {2, 3, 2, 2}, {2, 3, 1, 1}, {2, 3, 2, 2});
+    broadcast(op, {2, 3, 2, 2}, {3, 1, 1}, {2, 3, 2, 2});
+    broadcast(op, {2, 1, 3}, {4, 1}, {2, 4, 3});
+  }
+  broadcast("div", {2, 3, 2, 2}, {2, 3, 1, 1}, {2, 3, 2, 2}, 0.5f, 2.0f);
+  broadcast("div", {2, 3, 1, 1}, {2, 3, 2, 2}, {2, 3, 2, 2}, 0.5f, 2.0f);
+  broadcast("mul", {2, 3}, {}, {2, 3});
   list.push_back({"pow",
                   {{"a", {2, 3}, 0.5f, 2.0f}},
                   "%y = cdp.pow %p0, %e : (tensor<2x3xf32>, tensor<f32>) -> "
@@ -246,6 +281,21 @@ std::vector<Case> cases() {
                   "strides = array<i64: 2, 1>, dilations = array<i64: 1, 2>, "
                   "group = 2} : (tensor<2x4x5x5xf32>, tensor<6x2x3x3xf32>, "
                   "tensor<6xf32>) -> tensor<2x6x3x3xf32>",
+                  "tensor<2x6x3x3xf32>"});
+  // Depthwise (group = channels) and a group width of 2 (regnet's are 8).
+  list.push_back({"conv_depthwise",
+                  {{"x", {2, 3, 4, 4}}, {"w", {3, 1, 3, 3}}},
+                  "%y = cdp.conv %p0, %p1 {pads = array<i64: 1, 1, 1, 1>, "
+                  "strides = array<i64: 1, 1>, dilations = array<i64: 1, 1>, "
+                  "group = 3} : (tensor<2x3x4x4xf32>, tensor<3x1x3x3xf32>) -> "
+                  "tensor<2x3x4x4xf32>",
+                  "tensor<2x3x4x4xf32>"});
+  list.push_back({"conv_group_width_2",
+                  {{"x", {2, 6, 3, 3}}, {"w", {6, 2, 3, 3}}},
+                  "%y = cdp.conv %p0, %p1 {pads = array<i64: 1, 1, 1, 1>, "
+                  "strides = array<i64: 1, 1>, dilations = array<i64: 1, 1>, "
+                  "group = 3} : (tensor<2x6x3x3xf32>, tensor<6x2x3x3xf32>) -> "
+                  "tensor<2x6x3x3xf32>",
                   "tensor<2x6x3x3xf32>"});
   list.push_back({"max_pool_ceil",
                   {{"x", {1, 2, 5, 5}}},
