@@ -33,6 +33,7 @@
 #include <deque>
 #include <functional>
 #include <unordered_map>
+#include <unordered_set>
 
 using namespace mlir;
 
@@ -194,6 +195,9 @@ private:
   std::string path;
   const ImportOptions &options;
   onnx::ModelProto model;
+  // Names some node or the graph's outputs read (filled on first use).
+  std::unordered_set<std::string> readNames;
+  bool isRead(const std::string &name);
   int64_t opset = 0;
   std::unordered_map<std::string, Entry> values;
   std::unordered_map<std::string, const onnx::TensorProto *> initializers;
@@ -691,11 +695,25 @@ void Importer::bindResults(Operation *op) {
   for (int i = 0; i < node->output_size(); ++i) {
     if (node->output(i).empty())
       continue;
-    if (i >= static_cast<int>(op->getNumResults()))
+    if (i >= static_cast<int>(op->getNumResults())) {
+      if (!isRead(node->output(i)))
+        continue; // e.g. BatchNormalization's saved statistics at opset 13
       raise(where() + ": output " + Twine(i) + " ('" + node->output(i) +
             "') is not supported");
+    }
     values[node->output(i)].value = op->getResult(i);
   }
+}
+
+bool Importer::isRead(const std::string &name) {
+  if (readNames.empty()) {
+    const onnx::GraphProto &graph = model.graph();
+    for (const onnx::NodeProto &each : graph.node())
+      readNames.insert(each.input().begin(), each.input().end());
+    for (const onnx::ValueInfoProto &output : graph.output())
+      readNames.insert(output.name());
+  }
+  return readNames.count(name) != 0;
 }
 
 void Importer::bindConst(int output, ConstTensor value) {
@@ -1319,10 +1337,15 @@ void Importer::importNode(const onnx::NodeProto &current) {
     for (int i = 3; i < 5; ++i)
       if (auto param = operands[i].getDefiningOp<ParamOp>())
         param.setBuffer(true);
-    bool training = intAttr("training_mode", 0) != 0;
-    if (!training && node->output_size() > 1 &&
+    bool statistics =
+        node->output_size() > 1 &&
         llvm::any_of(llvm::drop_begin(node->output()),
-                     [](const std::string &o) { return !o.empty(); }))
+                     [](const std::string &o) { return !o.empty(); });
+    // Before opset 14 there is no training_mode: asking for the running
+    // statistics is what selects training (torch exports it so at 13).
+    bool training =
+        opset < 14 ? statistics : intAttr("training_mode", 0) != 0;
+    if (!training && statistics)
       raise(where() + ": running statistics outputs need training_mode=1");
     return bindResults(create(
         BatchNormOp::getOperationName(), operands,
