@@ -202,9 +202,9 @@ LogicalResult Differentiator::differentiate(Operation *op) {
     unaryGrad(operand(0), "clip",
               {clip.getMin().convertToFloat(), clip.getMax().convertToFloat()});
   else if (auto hard = dyn_cast<HardSigmoidOp>(op))
-    unaryGrad(operand(0), "hard_sigmoid",
-              {hard.getAlpha().convertToFloat(),
-               hard.getBeta().convertToFloat()});
+    unaryGrad(
+        operand(0), "hard_sigmoid",
+        {hard.getAlpha().convertToFloat(), hard.getBeta().convertToFloat()});
   else if (isa<HardSwishOp>(op))
     unaryGrad(operand(0), "hard_swish");
   else if (auto pad = dyn_cast<PadOp>(op))

@@ -193,9 +193,8 @@ struct PartitionStagesPass
     SmallVector<Operation *> ops, parameterOnly;
     splitParameterOnly(func, ops, parameterOnly);
     int64_t withParams = 0;
-    for (Operation *opPtr : ops) {
-      Operation &op = *opPtr;
-      if (llvm::any_of(op.getOperands(), [](Value v) {
+    for (Operation *op : ops) {
+      if (llvm::any_of(op->getOperands(), [](Value v) {
             auto param = v.getDefiningOp<ParamOp>();
             return param && !param.getBuffer();
           }))

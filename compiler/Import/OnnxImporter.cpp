@@ -946,12 +946,13 @@ bool Importer::tryFold(StringRef opType) {
     out.shape.assign(shape.begin(), shape.end());
   } else if (opType == "Neg") {
     checkAttributes({});
-    for (int64_t i = 0; i < in[0]->size(); ++i)
-      out.kind == ConstTensor::I64 ? out.ints.push_back(-in[0]->ints[i])
-                                   : out.push(-in[0]->at(i));
-    out.shape = in[0]->shape;
     if (out.kind == ConstTensor::Bool)
       return false;
+    for (float v : in[0]->floats)
+      out.floats.push_back(-v);
+    for (int64_t v : in[0]->ints)
+      out.ints.push_back(-v);
+    out.shape = in[0]->shape;
   } else if (opType == "Where") {
     checkAttributes({});
     const ConstTensor &cond = *in[0], &a = *in[1], &b = *in[2];
@@ -974,9 +975,10 @@ bool Importer::tryFold(StringRef opType) {
       out.kind = ConstTensor::Bool;
     for (int64_t i = 0; i < count; ++i) {
       int64_t li = lhs.size() == 1 ? 0 : i, ri = rhs.size() == 1 ? 0 : i;
-      if (opType == "Equal") {
-        out.ints.push_back(lhs.at(li) == rhs.at(ri) &&
-                           lhs.intAt(li) == rhs.intAt(ri));
+      if (opType == "Equal") { // same kinds: compare without conversion
+        out.ints.push_back(lhs.kind == ConstTensor::F32
+                               ? lhs.floats[li] == rhs.floats[ri]
+                               : lhs.ints[li] == rhs.ints[ri]);
       } else if (lhs.kind == ConstTensor::I64) {
         int64_t a = lhs.ints[li], b = rhs.ints[ri];
         if (opType == "Div" && b == 0)
@@ -1139,11 +1141,11 @@ void Importer::importNeg() {
   Type element = typeOf(x).getElementType();
   auto scalar = RankedTensorType::get({}, element);
   DenseElementsAttr minusOne =
-      element.isF32()
-          ? DenseElementsAttr::get(scalar, ArrayRef<float>{-1.0f})
-          : DenseElementsAttr::get(scalar, ArrayRef<int64_t>{-1});
-  Value factor = builder.create<ConstantOp>(
-      NameLoc::get(builder.getStringAttr(where())), cast<ElementsAttr>(minusOne));
+      element.isF32() ? DenseElementsAttr::get(scalar, ArrayRef<float>{-1.0f})
+                      : DenseElementsAttr::get(scalar, ArrayRef<int64_t>{-1});
+  Value factor =
+      builder.create<ConstantOp>(NameLoc::get(builder.getStringAttr(where())),
+                                 cast<ElementsAttr>(minusOne));
   bindResults(create(MulOp::getOperationName(), {x, factor}, {}, 1));
 }
 
@@ -1343,8 +1345,7 @@ void Importer::importNode(const onnx::NodeProto &current) {
                      [](const std::string &o) { return !o.empty(); });
     // Before opset 14 there is no training_mode: asking for the running
     // statistics is what selects training (torch exports it so at 13).
-    bool training =
-        opset < 14 ? statistics : intAttr("training_mode", 0) != 0;
+    bool training = opset < 14 ? statistics : intAttr("training_mode", 0) != 0;
     if (!training && statistics)
       raise(where() + ": running statistics outputs need training_mode=1");
     return bindResults(create(

@@ -924,9 +924,9 @@ LogicalResult UnaryGradOp::inferReturnTypes(MLIRContext *, Loc loc,
                                             Adaptor adaptor,
                                             SmallVectorImpl<Type> &types) {
   static const std::pair<const char *, size_t> kinds[] = {
-      {"relu", 0},    {"gelu", 0}, {"gelu_tanh", 0},    {"erf", 0},
-      {"sigmoid", 0}, {"tanh", 0}, {"sqrt", 0},         {"clip", 2},
-      {"hard_sigmoid", 2},         {"hard_swish", 0}};
+      {"relu", 0},         {"gelu", 0},      {"gelu_tanh", 0}, {"erf", 0},
+      {"sigmoid", 0},      {"tanh", 0},      {"sqrt", 0},      {"clip", 2},
+      {"hard_sigmoid", 2}, {"hard_swish", 0}};
   const auto *kind = llvm::find_if(
       kinds, [&](const auto &k) { return adaptor.getKind() == k.first; });
   if (kind == std::end(kinds))

@@ -128,7 +128,8 @@ void registerElementwise(KernelRegistry &registry) {
   addKernel(registry, "clip", [](const KernelArgs &args) {
     float low = static_cast<float>(args.f("min", -INFINITY)),
           high = static_cast<float>(args.f("max", INFINITY));
-    return unary(args, [=](float x) { return std::min(std::max(x, low), high); });
+    return unary(args,
+                 [=](float x) { return std::min(std::max(x, low), high); });
   });
   addKernel(registry, "hard_sigmoid", [](const KernelArgs &args) {
     float alpha = static_cast<float>(args.f("alpha", 0.2)),
@@ -193,9 +194,8 @@ void registerElementwise(KernelRegistry &registry) {
           args.fail("activation '" + kind + "' needs two params");
         if (kind == "clip") { // PyTorch's hardtanh: zero at the bounds
           float low = params[0], high = params[1];
-          return loop([=](float g, float x) {
-            return x > low && x < high ? g : 0.0f;
-          });
+          return loop(
+              [=](float g, float x) { return x > low && x < high ? g : 0.0f; });
         }
         if (kind == "hard_sigmoid") { // PyTorch: alpha inside (0, 1) only
           float alpha = params[0], beta = params[1];
