@@ -75,7 +75,7 @@ cl::opt<std::string> devices("devices",
                                       "micro-batch each per step; gpipe, 1f1b "
                                       "and 2bw one stage each (N = stages x "
                                       "replicas); cdp-mp derives it from N "
-                                      "and L (algorithms.md 2.6)"),
+                                      "and L (docs/strategies/cdp-mp.md)"),
                              cl::value_desc("N"), cl::init("1"),
                              cl::cat(category));
 cl::opt<std::string>
@@ -514,13 +514,13 @@ int main(int argc, char **argv) {
                 " the code table makes slot " + std::to_string(i) +
                 " read stage " + std::to_string(l) +
                 "'s new version before the update that makes it "
-                "(algorithms.md 2.4.3); use --v2-table timing");
+                "(docs/strategies/cdp.md, update rules); use --v2-table timing");
           }
       if (devices.getNumOccurrences() && deviceCount != derived)
         die("--strategy cdp-mp with N = " + std::to_string(N) +
             " micro-batches on L = " + std::to_string(L) + " stages runs on " +
             std::to_string(derived) + " devices (" + perStage +
-            " per stage, algorithms.md 2.6): --devices " + devices +
+            " per stage, docs/strategies/cdp-mp.md): --devices " + devices +
             " differs");
       deviceCount = derived;
     }
@@ -713,7 +713,7 @@ int main(int argc, char **argv) {
     auto planAutomatically = [&](mlir::ModuleOp source, auto &passes,
                                  auto build, std::string &diagnostic) {
       if (strategy != "2bw")
-        die("--plan auto plans --strategy 2bw (algorithms.md 3.6), not " +
+        die("--plan auto plans --strategy 2bw (docs/design/planner.md), not " +
             strategy);
       int64_t samples = 0;
       if (!globalBatch.getNumOccurrences() ||
