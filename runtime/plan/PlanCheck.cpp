@@ -56,7 +56,8 @@ struct Simulation {
   std::vector<int> next;                ///< per device: positions completed
   std::vector<std::vector<int>> rounds; ///< `next` after every round
   std::vector<double> clock;            ///< per device, with a cost
-  bool unknownCost = false;             ///< the cost was negative somewhere
+  std::vector<std::vector<double>> passEnds; ///< per device: clock per pass
+  bool unknownCost = false; ///< the cost was negative somewhere
 };
 
 Simulation simulate(const Plan &plan, int64_t steps, bool drain,
@@ -107,6 +108,7 @@ Simulation simulate(const Plan &plan, int64_t steps, bool drain,
   Simulation sim;
   sim.next.assign(devices, 0);
   sim.clock.assign(devices, 0.0);
+  sim.passEnds.resize(devices);
   int64_t passes = steps + (drain ? 1 : 0);
   // Positions over the visited instructions of all passes, step-major.
   std::vector<int64_t> at(devices, 0);
@@ -129,6 +131,8 @@ Simulation simulate(const Plan &plan, int64_t steps, bool drain,
         if (t.minStep > step || (step == steps && !t.drain)) {
           ++position; // not run in this step
           moved = true;
+          if (position % visited == 0)
+            sim.passEnds[d].push_back(clock);
           continue;
         }
         int64_t runMicroBatch =
@@ -156,6 +160,8 @@ Simulation simulate(const Plan &plan, int64_t steps, bool drain,
           inFlight[{d, t.peer, t.value, runMicroBatch}].push_back(clock);
         ++position;
         moved = true;
+        if (position % visited == 0)
+          sim.passEnds[d].push_back(clock);
       }
     }
     for (int d = 0; d < devices; ++d)
@@ -167,18 +173,25 @@ Simulation simulate(const Plan &plan, int64_t steps, bool drain,
 
 } // namespace
 
-double simulateTime(const Plan &plan, int64_t steps,
-                    const InstructionTime &cost) {
-  Simulation sim = simulate(plan, steps, /*drain=*/false, &cost);
-  for (int d = 0; d < plan.devices_size(); ++d)
-    if (sim.next[d] < steps * plan.devices(d).instructions_size())
-      return -1; // it would hang
+SimulatedTime simulateTime(const Plan &plan, int64_t steps,
+                           const InstructionTime &cost) {
+  // With the drain, as the runtime runs it: a receive at the end of step t
+  // may wait for a send the peer makes in step t + 1 (a tied weight's new
+  // value), which for the last step is in the drain.
+  Simulation sim = simulate(plan, steps, /*drain=*/true, &cost);
+  SimulatedTime result;
+  for (int d = 0; d < plan.devices_size(); ++d) {
+    if (sim.next[d] < steps * plan.devices(d).instructions_size()) {
+      result.status = SimulatedTime::Status::WouldHang;
+      return result;
+    }
+    // The end of step `steps - 1`, the drain left out.
+    if (static_cast<int64_t>(sim.passEnds[d].size()) >= steps)
+      result.end = std::max(result.end, sim.passEnds[d][steps - 1]);
+  }
   if (sim.unknownCost)
-    return -1;
-  double end = 0;
-  for (double clock : sim.clock)
-    end = std::max(end, clock);
-  return end;
+    result.status = SimulatedTime::Status::UnknownCost;
+  return result;
 }
 
 std::string findSendRecvDeadlock(const Plan &plan) {

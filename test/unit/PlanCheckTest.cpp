@@ -121,27 +121,55 @@ TEST(PlanCheck, TimedStreamsWaitForTheirSends) {
         return 0.0;
       return instruction.location() == "head" ? head : 1.0;
     };
-    EXPECT_DOUBLE_EQ(simulateTime(plan, 1, cost), head == 3.0 ? 4.0 : 2.0);
+    EXPECT_DOUBLE_EQ(simulateTime(plan, 1, cost).end, head == 3.0 ? 4.0 : 2.0);
     // Step 1 on device 1 starts when its step 0 ends (4, or 2 where the
     // message of step 1 is ready at 2 and the head ends at 2.5).
-    EXPECT_DOUBLE_EQ(simulateTime(plan, 2, cost), head == 3.0 ? 8.0 : 3.5);
+    EXPECT_DOUBLE_EQ(simulateTime(plan, 2, cost).end, head == 3.0 ? 8.0 : 3.5);
   }
 }
 
-TEST(PlanCheck, TimedStreamsThatWouldHangOrLackACostAreNegative) {
+TEST(PlanCheck, TimedStreamsThatWouldHangOrLackACostSaySo) {
+  using Status = SimulatedTime::Status;
   Plan plan;
   Device &first = *plan.add_devices(), &second = *plan.add_devices();
   add(first, "send", 1, 7, 0);
   add(second, "recv", 0, 7, 1); // another micro-batch: never arrives
-  EXPECT_LT(simulateTime(plan, 1, [](int, const Instruction &) { return 1.0; }),
-            0);
+  EXPECT_EQ(simulateTime(plan, 1, [](int, const Instruction &) { return 1.0; })
+                .status,
+            Status::WouldHang);
   Plan known;
   compute(*known.add_devices());
-  EXPECT_LT(
-      simulateTime(known, 1, [](int, const Instruction &) { return -1.0; }), 0);
-  EXPECT_DOUBLE_EQ(
-      simulateTime(known, 3, [](int, const Instruction &) { return 2.0; }),
-      6.0);
+  EXPECT_EQ(
+      simulateTime(known, 1, [](int, const Instruction &) { return -1.0; })
+          .status,
+      Status::UnknownCost);
+  SimulatedTime time =
+      simulateTime(known, 3, [](int, const Instruction &) { return 2.0; });
+  EXPECT_EQ(time.status, Status::Ok);
+  EXPECT_DOUBLE_EQ(time.end, 6.0);
+}
+
+TEST(PlanCheck, TimedStreamsWaitForASendOfTheNextStep) {
+  // cdp-mp's tied weight: device 0 sends the value it updated in step t - 1
+  // during step t (micro_batch -2 of 2 per step, from step 1 on, and in the
+  // drain); device 1 takes it at the end of step t - 1. Without the drain
+  // the last step's receive would never match; its wait counts, the
+  // drain's own compute does not.
+  Plan plan;
+  Device &owner = *plan.add_devices(), &user = *plan.add_devices();
+  compute(owner);
+  add(owner, "send", 1, 3, -2);
+  owner.mutable_instructions(1)->set_min_step(1);
+  owner.mutable_instructions(1)->set_drain(true);
+  compute(user);
+  add(user, "recv", 0, 3, 0);
+  SimulatedTime time =
+      simulateTime(plan, 2, [](int, const Instruction &) { return 1.0; });
+  ASSERT_EQ(time.status, SimulatedTime::Status::Ok);
+  // Owner: compute [0,1], step 1's compute [1,2], send [2,3], drain send
+  // [3,4]. User: compute [0,1], recv of step 0 waits for the send ending at
+  // 3 ([3,4]), compute [4,5], recv [5,6] (drain's send ended at 4).
+  EXPECT_DOUBLE_EQ(time.end, 6.0);
 }
 
 } // namespace

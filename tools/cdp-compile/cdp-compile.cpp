@@ -394,21 +394,33 @@ InstructionCost hardwareCost(const Hardware &hw) {
 /// earlier than the end of its send (cdp::plan::simulateTime), and the
 /// time the last device ends is divided by the steps. A profile of one
 /// device has no messages, loads, accumulations, version copies or replica
-/// sums: those are free with a profile. Negative when a cost is unknown.
-double predictStepMs(const cdp::plan::Plan &plan, const InstructionCost &cost,
-                     int64_t steps) {
+/// sums: those are free with a profile. `end` holds milliseconds per step.
+cdp::plan::SimulatedTime predictStepMs(const cdp::plan::Plan &plan,
+                                       const InstructionCost &cost,
+                                       int64_t steps) {
   auto pipelineOnly = [](const cdp::plan::Instruction &instruction) {
     llvm::StringRef op = instruction.op();
     return op == "send" || op == "recv" || op == "load" || op == "accumulate" ||
            op == "assign" ||
            (op == "add" && llvm::StringRef(instruction.phase()) == "update");
   };
-  double end = cdp::plan::simulateTime(
+  cdp::plan::SimulatedTime time = cdp::plan::simulateTime(
       plan, steps, [&](int, const cdp::plan::Instruction &instruction) {
         double ms = cost(plan, instruction);
         return ms < 0 && pipelineOnly(instruction) ? 0.0 : ms;
       });
-  return end < 0 ? -1 : end / steps;
+  time.end /= steps;
+  return time;
+}
+
+/// Why a step time could not be predicted, for the user.
+std::string unpredictableStep(cdp::plan::SimulatedTime::Status status) {
+  if (status == cdp::plan::SimulatedTime::Status::UnknownCost)
+    return "--profile " + profilePath.getValue() +
+           ": lacks an instruction of the plan; profile this model with "
+           "cdp-run --profile on one device";
+  return "the timing model finds a receive without its send (a compiler "
+         "bug: please report it with the model and flags)";
 }
 
 } // namespace
@@ -514,7 +526,8 @@ int main(int argc, char **argv) {
                 " the code table makes slot " + std::to_string(i) +
                 " read stage " + std::to_string(l) +
                 "'s new version before the update that makes it "
-                "(docs/strategies/cdp.md, update rules); use --v2-table timing");
+                "(docs/strategies/cdp.md, update rules); use --v2-table "
+                "timing");
           }
       if (devices.getNumOccurrences() && deviceCount != derived)
         die("--strategy cdp-mp with N = " + std::to_string(N) +
@@ -766,14 +779,19 @@ int main(int argc, char **argv) {
           if (mlir::failed(passes(*copy)) || mlir::failed(build(*copy, plan))) {
             why = llvm::StringRef(diagnostic).split('\n').first.str();
           } else {
-            ms = predictStepMs(plan, stepCost, 3);
+            cdp::plan::SimulatedTime time = predictStepMs(plan, stepCost, 3);
             for (int64_t bytes : cdp::runtime::predictDevicePeaks(plan, 2))
               peak = std::max(peak, bytes);
-            if (ms < 0)
+            using Status = cdp::plan::SimulatedTime::Status;
+            if (time.status == Status::UnknownCost)
               why = "the profile lacks an instruction of the plan";
+            else if (time.status == Status::WouldHang)
+              why = "the timing model would hang (a compiler bug)";
             else if (peak > memoryCap)
               why = deviceMemoryBytes > 0 ? "above --device-memory"
                                           : "above the --hw memory";
+            if (time.status == Status::Ok)
+              ms = time.end;
           }
         }
         if (why.empty() && (best < 0 || ms < best)) {
@@ -870,16 +888,15 @@ int main(int argc, char **argv) {
       }
       if (!reportPath.empty()) {
         // Both only read the plan: the step time on a second thread.
-        std::future<double> stepTime = std::async(
+        std::future<cdp::plan::SimulatedTime> stepTime = std::async(
             pipelined ? std::launch::async : std::launch::deferred,
             [&] { return predictStepMs(plan, stepCost, reportStepCount); });
         std::string json = cdp::runtime::predictReport(plan, reportStepCount);
         if (pipelined) {
-          double stepMs = stepTime.get();
-          if (stepMs < 0)
-            die("--profile " + profilePath +
-                ": lacks an instruction of the plan; profile this model "
-                "with cdp-run --profile on one device");
+          cdp::plan::SimulatedTime time = stepTime.get();
+          if (time.status != cdp::plan::SimulatedTime::Status::Ok)
+            die(unpredictableStep(time.status));
+          double stepMs = time.end;
           // One more top-level key, before the report's closing brace.
           size_t close = json.rfind('}');
           json.insert(close, ",\n\"predicted_step_ms\": " +

@@ -26,13 +26,25 @@ std::string findSendRecvDeadlock(const Plan &plan);
 /// How long an instruction runs on a device (any unit; negative: unknown).
 using InstructionTime = std::function<double(int device, const Instruction &)>;
 
+/// The outcome of timing a plan's streams (simulateTime).
+struct SimulatedTime {
+  enum class Status {
+    Ok,          ///< `end` holds the time
+    UnknownCost, ///< some instruction's cost was negative
+    WouldHang,   ///< a receive never finds its send
+  };
+  Status status = Status::Ok;
+  double end = 0; ///< when the last device ends step `steps - 1`
+};
+
 /// The time every device's stream of `steps` steps ends by, each
 /// instruction lasting `cost` and starting when its device is free, a recv
 /// no earlier than the end of its send (the same buffered-send, blocking-
-/// receive semantics as findSendRecvDeadlock). Negative when a cost is
-/// negative or the streams would hang.
-double simulateTime(const Plan &plan, int64_t steps,
-                    const InstructionTime &cost);
+/// receive semantics as findSendRecvDeadlock, the drain included so that a
+/// receive may wait for a send of the next step). The drain's own time is
+/// not counted.
+SimulatedTime simulateTime(const Plan &plan, int64_t steps,
+                           const InstructionTime &cost);
 
 } // namespace cdp::plan
 
