@@ -461,6 +461,10 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
   for (auto &[value, stage] : paramStage)
     plan.mutable_tensors(ids.lookup(value))->set_device(stage - 1);
   bool twoVersions = strategy == "2bw" || strategy == "cdp-mp";
+  // The owner stage of every replicated (tied) weight, by tensor id.
+  llvm::DenseMap<int, int64_t> tiedOwner;
+  for (auto &[value, stages] : replicas)
+    tiedOwner[ids.lookup(value)] = paramStage.lookup(value);
 
   plan.set_strategy(strategy);
   plan.set_micro_batches(MB);
@@ -555,6 +559,17 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
     }
     for (int64_t s = 1; s <= S; ++s)
       schedule->add_live_versions(2);
+    // A tied weight's replica can give a forward the owner's new version
+    // only after its own stage's update (see readsPrevious below).
+    for (auto &[value, stages] : replicas)
+      for (int64_t q : stages)
+        for (int64_t j = 0; j < MB; ++j)
+          if (freshSlot(j, paramStage.lookup(value)) && !afterUpdate(j, q))
+            return func.emitError("cdp-mp: micro-batch ")
+                   << j << " reads the new version of a weight tied across "
+                   << "stages " << paramStage.lookup(value) << " and " << q
+                   << " on the first before stage " << q
+                   << " can have it; use --cdp-rule v1 or cut elsewhere";
   }
 
   // Persistent accumulators: one per trained parameter, one for the loss.
@@ -876,6 +891,19 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
       // Tied weights replicated here: with one version, step t > 0 starts
       // with the value the owner made at the end of step t - 1 (2bw and
       // cdp-mp take it at their own update, below).
+      // cdp-mp: a micro-batch reads one version of a parameter on every
+      // stage that uses it, the one its slot reads on the owner stage (as
+      // under cdp, where the owner stage's update precedes every use). A
+      // replica here turns over at this stage's update, like the stage's
+      // own parameters: at a backward the latest is θ_t and the previous
+      // θ_{t-1}; at a forward the latest is θ_t only after the update.
+      auto readsPrevious = [&](const Entry &entry, int64_t slot, int id) {
+        auto owner = tiedOwner.find(id);
+        if (!cdpSlots || owner == tiedOwner.end())
+          return entry.readsPrevious;
+        bool stale = !freshSlot(slot, owner->second);
+        return entry.kind == 'F' ? stale && afterUpdate(slot, s) : stale;
+      };
       for (auto &[value, stages] : replicas) {
         if (!stages.count(s) || twoVersions)
           continue;
@@ -906,8 +934,9 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
         };
         auto version = [&](int id) {
           auto it = previousVersion.find(id);
-          return entry.readsPrevious && it != previousVersion.end() ? it->second
-                                                                    : id;
+          if (it == previousVersion.end())
+            return id;
+          return readsPrevious(entry, mine[k], id) ? it->second : id;
         };
         if (entry.kind == 'U') {
           // 2bw and cdp-mp: a replicated tied weight turns over its versions

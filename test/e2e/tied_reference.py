@@ -11,6 +11,13 @@ the sum of both uses'. Parameters after 3 steps must match within 1e-5 +
 Usage: tied_reference.py BIN_DIR WORK_DIR STRATEGY [M]
 (cdp-mp with M = 5 gives every stage two devices: the owner's replicas each
 send the new value to the other end's replicas.)
+
+STRATEGY cdp-v2[-code]: CDP-v2 (timing or code table) for STEPS_V2 steps,
+with --strategy cdp on M devices and cdp-mp with M micro-batches. Stage l of
+micro-batch (i, t) reads W(t - d(i, l)); a micro-batch reads one version of
+the tied weight, its owner's (stage 1): d(i, 1) on stage 4 too. Both must
+match that reference within 1e-5 + 1e-4 relative and each other within
+1e-6; the reference where stage 4 reads its own d(i, 4) must differ.
 """
 import json
 import os
@@ -23,7 +30,7 @@ import torch
 from onnx import numpy_helper
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-M, STEPS, LR, MOMENTUM, B = 4, 3, 0.1, 0.9, 2
+M, STEPS, STEPS_V2, LR, MOMENTUM, B = 4, 3, 6, 0.1, 0.9, 2
 
 
 def forward(p, x):
@@ -55,6 +62,82 @@ def train(start, x, y, stale):
     return versions[-1]
 
 
+def v2_delay(m, table, stages=4):
+    """d(i, l) of CDP-v2, from the formulas (offsets s_i = floor(2Li/N))."""
+    offsets = [(2 * stages * i) // m for i in range(m)]
+    fresh = (lambda i, l: 2 * l - 1 > offsets[m - 1] - offsets[i]) if table == "timing" \
+        else (lambda i, l: l >= stages - i)
+    return [[0 if fresh(i, l) else 1 for l in range(1, stages + 1)] for i in range(m)]
+
+
+def train_v2(start, x, y, delay, tied_stage, steps):
+    """CDP-v2 evaluated sequentially; the tied weight's use on stage 4 reads
+    the version of stage `tied_stage` (1: the owner's)."""
+    momentum = {n: None for n in start}
+    versions = [start]
+    for t in range(steps):
+        grads = {n: torch.zeros_like(v) for n, v in start.items()}
+        for i in range(M):
+            def read(n, stage):
+                return versions[max(t - delay[i][stage - 1], 0)][n].clone().requires_grad_(True)
+            used = {"w%d" % l: read("w%d" % l, l + 1) for l in range(3)}
+            used.update({"b%d" % l: read("b%d" % l, l + 1) for l in range(4)})
+            tied = read("w0", tied_stage)
+            h = x[(t * M + i) * B:(t * M + i + 1) * B]
+            for l in range(4):
+                h = torch.tanh(h @ (tied if l == 3 else used["w%d" % l]) + used["b%d" % l])
+            rows = slice((t * M + i) * B, (t * M + i + 1) * B)
+            loss = torch.nn.functional.cross_entropy(h, y[rows]) / M
+            leaves = list(used.values()) + [tied]
+            got = torch.autograd.grad(loss, leaves)
+            for n, g in zip(list(used) + ["w0"], got):
+                grads[n] += g
+        new = {}
+        for n in start:
+            momentum[n] = grads[n] if momentum[n] is None else MOMENTUM * momentum[n] + grads[n]
+            new[n] = versions[t][n] - LR * momentum[n]
+        versions.append(new)
+    return versions[-1]
+
+
+def run_plan(bin_dir, work, path, name, args, steps):
+    plan = os.path.join(work, name + ".cdp")
+    subprocess.run([os.path.join(bin_dir, "cdp-compile"), path, "-o", plan] + args
+                   + ["--stage-boundaries", "tanh0,tanh1,tanh2", "--optimizer", "momentum",
+                      "--lr", str(LR)], check=True)
+    out = os.path.join(work, name)
+    subprocess.run([os.path.join(bin_dir, "cdp-run"), plan, "--feed", "x=" + os.path.join(work, "x.npy"),
+                    "--feed", "labels=" + os.path.join(work, "y.npy"), "--steps", str(steps),
+                    "--dump-params", out], check=True, stdout=subprocess.DEVNULL)
+    index = json.load(open(os.path.join(out, "index.json")))
+    return {n: np.load(os.path.join(out, f)) for n, f in index.items()}
+
+
+def check_v2(bin_dir, work, path, start, x, y, table):
+    steps = STEPS_V2
+    delay = v2_delay(M, table)
+    want = train_v2(start, x, y, delay, 1, steps)
+    own = train_v2(start, x, y, delay, 4, steps)
+    gap = max(float((want[n] - own[n]).abs().max()) for n in want)
+    failures = int(gap <= 1e-5)
+    print("%s reading stage 4's own version differs by %.1e" % ("ok  " if gap > 1e-5 else "FAIL", gap))
+    rule = ["--cdp-rule", "v2", "--v2-table", table]
+    got = {"cdp": run_plan(bin_dir, work, path, "cdp", ["--strategy", "cdp", "--devices", str(M)] + rule, steps),
+           "cdp-mp": run_plan(bin_dir, work, path, "cdp-mp",
+                              ["--strategy", "cdp-mp", "--micro-batches", str(M)] + rule, steps)}
+    for strategy, params in got.items():
+        for n, w in want.items():
+            ok = np.allclose(params[n], w.numpy(), atol=1e-5, rtol=1e-4)
+            failures += not ok
+            print("%s %-6s %-3s max abs error %.2e" % ("ok  " if ok else "FAIL", strategy, n,
+                                                      np.abs(params[n] - w.numpy()).max()))
+    apart = max(float(np.abs(got["cdp"][n] - got["cdp-mp"][n]).max()) for n in want)
+    failures += apart > 1e-6
+    print("%s cdp-mp and cdp %d steps apart by %.1e" % ("ok  " if apart <= 1e-6 else "FAIL", steps, apart))
+    print("tied cdp-v2 %s M=%d: %s" % (table, M, "all match" if not failures else "%d mismatches" % failures))
+    return 1 if failures else 0
+
+
 def main():
     global M
     bin_dir, work, strategy = sys.argv[1:4]
@@ -67,10 +150,14 @@ def main():
     start = {t.name: torch.tensor(numpy_helper.to_array(t).copy())
              for t in onnx.load(path).graph.initializer}
     rng = np.random.default_rng(0)
-    x = torch.tensor(rng.standard_normal((M * STEPS * B, 16)).astype(np.float32))
-    y = torch.tensor(rng.integers(0, 16, M * STEPS * B))
+    rows = M * max(STEPS, STEPS_V2) * B
+    x = torch.tensor(rng.standard_normal((rows, 16)).astype(np.float32))
+    y = torch.tensor(rng.integers(0, 16, rows))
     np.save(os.path.join(work, "x.npy"), x.numpy())
     np.save(os.path.join(work, "y.npy"), y.numpy().astype(np.int64))
+    if strategy.startswith("cdp-v2"):
+        return check_v2(bin_dir, work, path, start, x, y,
+                        "code" if strategy.endswith("code") else "timing")
     final = train(start, x, y, stale=True)
     synchronous = train(start, x, y, stale=False)
     gap = max(float((final[n] - synchronous[n]).abs().max()) for n in final)
