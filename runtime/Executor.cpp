@@ -153,27 +153,10 @@ void Executor::runInstructions(const StepContext &context) {
     if (!report)
       continue;
     // The measured side of the report: tensors born when written, freed
-    // when their last use of the step has run, bytes actually handed over.
-    int64_t tau = facts->timeOf(instruction, context.step);
-    if (facts->unitBegins[deviceIndex][i])
-      report->unitBegins(deviceIndex, tau);
-    if (facts->unitEnds[deviceIndex][i])
-      report->unitEnds(deviceIndex, tau);
-    for (int id : instruction.outputs())
-      if (id >= 0)
-        report->born(deviceIndex, tau, id, static_cast<int>(i));
-    for (int id : instruction.inputs())
-      if (id >= 0)
-        report->used(deviceIndex, tau, id);
-    // Stage gradients become complete where they are handed over; the
-    // bytes sent come from the communicator's own log (cdp-run).
-    if (instruction.op() == "reduce_start" ||
-        instruction.op() == "chain_reduce") {
-      int64_t bytes = 0;
-      for (int id : instruction.inputs())
-        bytes += facts->bytes[id];
-      report->gradientReady(deviceIndex, tau, bytes);
-    }
+    // when their last use of the step has run; the bytes actually handed
+    // over come from the communicator's own log (cdp-run).
+    report->ran(deviceIndex, context.step, static_cast<int>(i),
+                /*countSent=*/false);
   }
 }
 

@@ -30,7 +30,9 @@
 namespace cdp::runtime {
 
 namespace {
-enum Slot { kActivation = 0, kGradient = 1 };
+/// Byte series per device: activations, gradients, and reductions in
+/// flight (from a device's reduce_start to its own reduce_wait).
+enum Slot { kActivation = 0, kGradient = 1, kReduction = 2 };
 
 bool isGradientReader(std::string_view op) {
   return op == "reduce_start" || op == "chain_reduce" || op == "gradient" ||
@@ -284,6 +286,55 @@ void ReportBuilder::gradientReady(int device, int64_t tau, int64_t bytes) {
     devices[device].ready[tau] += bytes;
 }
 
+void ReportBuilder::ran(int device, int64_t t, int index, bool countSent) {
+  const plan::Instruction &instruction =
+      plan.devices(device).instructions(index);
+  int64_t tau = planFacts.timeOf(instruction, t);
+  if (planFacts.unitBegins[device][index])
+    unitBegins(device, tau);
+  if (planFacts.unitEnds[device][index])
+    unitEnds(device, tau);
+  for (int id : instruction.outputs())
+    if (id >= 0)
+      born(device, tau, id, index);
+  for (int id : instruction.inputs())
+    if (id >= 0)
+      used(device, tau, id);
+  std::string_view op = instruction.op();
+  auto total = [&](const auto &ids) {
+    int64_t bytes = 0;
+    for (int id : ids)
+      bytes += id >= 0 ? planFacts.bytes[id] : 0;
+    return bytes;
+  };
+  if (op == "reduce_wait" || op == "chain_wait") {
+    // The device's reduction is back: its buffer in flight is free.
+    if (tau <= horizon)
+      devices[device].diedBytes[kReduction][tau] += total(instruction.outputs());
+    return;
+  }
+  if (countSent && op == "send") // pipelines, point to point
+    sent(device, tau, planFacts.bytes[instruction.inputs(0)]);
+  if (op != "reduce_start" && op != "chain_reduce")
+    return;
+  // Stage gradients become complete where they are handed over, and stay
+  // in flight (the device's contribution, then its result) until the
+  // device's wait: under CDP a delayed stage has two steps' in flight.
+  int64_t bytes = total(instruction.inputs());
+  gradientReady(device, tau, bytes);
+  if (tau <= horizon)
+    devices[device].bornBytes[kReduction][tau] += bytes;
+  if (!countSent)
+    return;
+  int N = plan.devices_size();
+  if (op == "reduce_start" || device + 1 < N) {
+    sent(device, tau, bytes); // the contribution, or the partial sum on
+  } else {
+    for (int j = N - 2; j >= 0; --j) // the mean, back one hop a time step
+      sent(j + 1, tau + (N - 2 - j), bytes);
+  }
+}
+
 void ReportBuilder::setWorkspace(int device, int64_t bytes) {
   workspace[device] = bytes;
 }
@@ -375,6 +426,7 @@ std::string ReportBuilder::json() const {
        << ", \"weight_bytes\": " << planFacts.weightBytes[d]
        << ", \"weight_version_bytes\": " << planFacts.weightVersionBytes[d]
        << ", \"gradient_bytes\": " << sample.gradient
+       << ", \"reduction_bytes\": " << sample.reduction
        << ", \"optimizer_bytes\": " << optimizer[d]
        << ", \"workspace_bytes\": " << workspace[d]
        << ", \"sent_bytes\": " << sample.sent << "}";
@@ -401,9 +453,9 @@ std::string ReportBuilder::json() const {
 void ReportBuilder::forEachSample(
     const std::function<void(int64_t, int, const Sample &)> &visit) const {
   int N = devices.size();
-  std::vector<int64_t> units(N, 0), live[2];
-  live[0].assign(N, 0);
-  live[1].assign(N, 0);
+  std::vector<int64_t> units(N, 0), live[3];
+  for (std::vector<int64_t> &bytes : live)
+    bytes.assign(N, 0);
   for (int64_t tau = 0; tau < horizon; ++tau)
     for (int d = 0; d < N; ++d) {
       const Series &s = devices[d];
@@ -414,14 +466,16 @@ void ReportBuilder::forEachSample(
       sample.activation = live[kActivation][d] + s.bornBytes[kActivation][tau];
       sample.gradient = live[kGradient][d] + s.bornBytes[kGradient][tau] +
                         planFacts.reducedBytes[d];
-      sample.deviceBytes =
-          sample.activation + sample.gradient + planFacts.weightBytes[d] +
-          planFacts.weightVersionBytes[d] + optimizer[d] + workspace[d];
+      sample.reduction = live[kReduction][d] + s.bornBytes[kReduction][tau];
+      sample.deviceBytes = sample.activation + sample.gradient +
+                           sample.reduction + planFacts.weightBytes[d] +
+                           planFacts.weightVersionBytes[d] + optimizer[d] +
+                           workspace[d];
       sample.sent = s.sent[tau];
       sample.ready = s.ready[tau];
       visit(tau, d, sample);
       units[d] -= s.unitEnds[tau];
-      for (int c = 0; c < 2; ++c)
+      for (int c = 0; c < 3; ++c)
         live[c][d] += s.bornBytes[c][tau] - s.diedBytes[c][tau];
     }
 }
@@ -453,35 +507,7 @@ void predict(const plan::Plan &plan, int64_t steps, ReportBuilder &report) {
         const plan::Instruction &instruction = device.instructions(i);
         if (instruction.min_step() > t || (draining && !instruction.drain()))
           continue;
-        int64_t tau = facts.timeOf(instruction, t);
-        if (facts.unitBegins[d][i])
-          report.unitBegins(d, tau);
-        if (facts.unitEnds[d][i])
-          report.unitEnds(d, tau);
-        for (int id : instruction.outputs())
-          if (id >= 0)
-            report.born(d, tau, id, i);
-        for (int id : instruction.inputs())
-          if (id >= 0)
-            report.used(d, tau, id);
-        std::string_view op = instruction.op();
-        if (op == "send") // pipelines, point to point
-          report.sent(d, tau, facts.bytes[instruction.inputs(0)]);
-        if (op == "reduce_start" || op == "chain_reduce") {
-          int64_t bytes = 0;
-          for (int id : instruction.inputs())
-            bytes += facts.bytes[id];
-          report.gradientReady(d, tau, bytes);
-          int N = plan.devices_size();
-          if (op == "reduce_start" || d + 1 < N) {
-            report.sent(d, tau,
-                        bytes); // the contribution, or the partial sum on
-          } else {
-            for (int j = N - 2; j >= 0;
-                 --j) // the mean, back one hop a time step
-              report.sent(j + 1, tau + (N - 2 - j), bytes);
-          }
-        }
+        report.ran(d, t, i, /*countSent=*/true);
       }
     }
   }

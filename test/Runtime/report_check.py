@@ -49,3 +49,9 @@ print("units:", " ".join(str(sum(d["activation_units"] for d in ts["devices"])) 
 print("ready:", " ".join(str(ts["grad_ready_bytes"] // stage) for ts in m["time_steps"]))
 print("peak units:", m["peak"]["activation_units"])
 print("svg:", os.path.getsize(os.path.join(work, "report.svg")) > 1000)
+# Per device, the most stage gradients handed to reductions not yet back:
+# one step's (the whole model, at the end of the backward) for dp; under
+# cdp a stage whose slot reads a delayed version has two steps' in flight.
+print("reductions in flight (stages):", " ".join(
+    str(max(ts["devices"][d]["reduction_bytes"] for ts in m["time_steps"]) // stage)
+    for d in range(n)))

@@ -2,7 +2,8 @@
 //
 // The accounting of cli.md's report: per device and time step, bytes live by
 // category, activation units and bytes sent; per time step, the gradient
-// bytes that become complete (G(tau) of algorithms.md 2.7).
+// bytes that become complete (G(tau)), and the gradients a device has handed
+// to a reduction whose result it has not taken back yet.
 //
 // One builder serves both sides: `cdp-compile --report` feeds it the events
 // the plan implies (predictReport), `cdp-run --report` the events the
@@ -74,6 +75,11 @@ public:
   void setOptimizer(int device, int64_t bytes);
   /// A device starts step `t`: its inputs are loaded at its first time step.
   void startStep(int device, int64_t t);
+  /// Instruction `index` of `device` ran in step `t`: the units, tensors and
+  /// gradients it begins or ends, and the reduction it hands over or takes
+  /// back. With `countSent`, the bytes it sends too (the prediction; a run
+  /// takes those from its communicator's log).
+  void ran(int device, int64_t t, int index, bool countSent);
 
   const PlanFacts &facts() const { return planFacts; }
   std::string json() const;
@@ -84,8 +90,8 @@ public:
 private:
   /// One device at one time step, as the report prints it.
   struct Sample {
-    int64_t units = 0, activation = 0, gradient = 0, deviceBytes = 0, sent = 0,
-            ready = 0;
+    int64_t units = 0, activation = 0, gradient = 0, reduction = 0,
+            deviceBytes = 0, sent = 0, ready = 0;
   };
   /// Visits every (time step, device) in order, devices inner.
   void forEachSample(
