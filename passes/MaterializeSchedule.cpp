@@ -51,7 +51,7 @@ struct MaterializeSchedulePass
     OpBuilder builder = OpBuilder::atBlockEnd(module.getBody());
     auto i64 = [&](int64_t v) { return builder.getI64IntegerAttr(v); };
     auto program = builder.create<sched::ProgramOp>(
-        func.getLoc(), schedule.get("strategy").cast<StringAttr>(), i64(N),
+        func.getLoc(), cast<StringAttr>(schedule.get("strategy")), i64(N),
         i64(L), i64(steps), rule ? rule : builder.getStringAttr(""),
         IntegerAttr(), DenseI64ArrayAttr(), DenseI64ArrayAttr());
     program.getBody().emplaceBlock();

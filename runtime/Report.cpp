@@ -310,7 +310,8 @@ void ReportBuilder::ran(int device, int64_t t, int index, bool countSent) {
   if (op == "reduce_wait" || op == "chain_wait") {
     // The device's reduction is back: its buffer in flight is free.
     if (tau <= horizon)
-      devices[device].diedBytes[kReduction][tau] += total(instruction.outputs());
+      devices[device].diedBytes[kReduction][tau] +=
+          total(instruction.outputs());
     return;
   }
   if (countSent && op == "send") // pipelines, point to point

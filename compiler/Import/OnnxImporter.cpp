@@ -1014,19 +1014,22 @@ std::vector<int64_t> Importer::windowPads(ArrayRef<int64_t> inputSpatial,
                                           ArrayRef<int64_t> dilations) {
   std::string autoPad = stringAttr("auto_pad", "NOTSET");
   std::vector<int64_t> pads = intsAttr("pads");
+  size_t spatial = kernel.size();
   if (autoPad == "NOTSET") {
     if (pads.empty())
-      pads.assign(4, 0);
+      pads.assign(2 * spatial, 0);
     return pads;
   }
   if (autoPad == "VALID")
-    return {0, 0, 0, 0};
+    return std::vector<int64_t>(2 * spatial, 0);
   if (autoPad != "SAME_UPPER" && autoPad != "SAME_LOWER")
     raise(where() + ": auto_pad '" + autoPad + "' is not supported");
-  if (kernel.size() != 2 || strides.size() != 2 || dilations.size() != 2)
-    raise(where() + ": only 2-D windows are supported");
-  pads.assign(4, 0);
-  for (int d = 0; d < 2; ++d) {
+  if (inputSpatial.size() != spatial || strides.size() != spatial ||
+      dilations.size() != spatial)
+    raise(where() + ": kernel_shape, strides and dilations must have one "
+                    "entry per spatial dimension");
+  pads.assign(2 * spatial, 0);
+  for (size_t d = 0; d < spatial; ++d) {
     if (strides[d] < 1)
       raise(where() + ": strides must be positive");
     int64_t out = (inputSpatial[d] + strides[d] - 1) / strides[d];
@@ -1035,7 +1038,7 @@ std::vector<int64_t> Importer::windowPads(ArrayRef<int64_t> inputSpatial,
         std::max<int64_t>(0, (out - 1) * strides[d] + span - inputSpatial[d]);
     int64_t small = total / 2, large = total - small;
     pads[d] = autoPad == "SAME_UPPER" ? small : large;
-    pads[d + 2] = autoPad == "SAME_UPPER" ? large : small;
+    pads[d + spatial] = autoPad == "SAME_UPPER" ? large : small;
   }
   return pads;
 }
@@ -1080,20 +1083,22 @@ void Importer::importPool(bool isMax) {
   else
     checkAttributes({"auto_pad", "ceil_mode", "count_include_pad", "dilations",
                      "kernel_shape", "pads", "strides"});
-  if (node->output_size() > 1 && !node->output(1).empty())
-    raise(where() + ": the Indices output is not supported");
   Value x = input(0);
   RankedTensorType type = typeOf(x);
   std::vector<int64_t> kernel = intsAttr("kernel_shape");
-  if (type.getRank() != 4 || kernel.size() != 2)
-    raise(where() + ": only 2-D pooling is supported (input rank " +
+  int64_t spatial = type.getRank() - 2;
+  if (spatial < 1 || spatial > 3)
+    raise(where() + ": pooling takes 1 to 3 spatial dimensions (input rank " +
           Twine(type.getRank()) + ")");
+  if (static_cast<int64_t>(kernel.size()) != spatial)
+    raise(where() + ": kernel_shape has " + Twine(kernel.size()) +
+          " entries for " + Twine(spatial) + " spatial dimensions");
   std::vector<int64_t> strides = intsAttr("strides"),
                        dilations = intsAttr("dilations");
   if (strides.empty())
-    strides = {1, 1};
+    strides.assign(spatial, 1);
   if (dilations.empty())
-    dilations = {1, 1};
+    dilations.assign(spatial, 1);
   std::vector<int64_t> pads =
       windowPads(type.getShape().drop_front(2), kernel, strides, dilations);
   SmallVector<NamedAttribute> attributes{
@@ -1104,9 +1109,19 @@ void Importer::importPool(bool isMax) {
     attributes.push_back(
         named("count_include_pad",
               builder.getBoolAttr(intAttr("count_include_pad", 0))));
-  bindResults(create(isMax ? MaxPoolOp::getOperationName()
-                           : AveragePoolOp::getOperationName(),
-                     {x}, attributes, 1));
+  Operation *pool = create(isMax ? MaxPoolOp::getOperationName()
+                                 : AveragePoolOp::getOperationName(),
+                           {x}, attributes, 1);
+  if (!isMax || node->output_size() < 2 || node->output(1).empty())
+    return bindResults(pool);
+  // The Indices output: where each maximum is, flattened over the input
+  // (row-major, or column-major spatial dimensions with storage_order 1).
+  attributes.push_back(named(
+      "storage_order", builder.getI64IntegerAttr(intAttr("storage_order", 0))));
+  Operation *indices =
+      create(MaxPoolIndicesOp::getOperationName(), {x}, attributes, 1);
+  values[node->output(0)].value = pool->getResult(0);
+  values[node->output(1)].value = indices->getResult(0);
 }
 
 void Importer::importReduce(StringRef opName) {
@@ -1260,17 +1275,30 @@ void Importer::importNode(const onnx::NodeProto &current) {
   if (op == "Div")
     return binary(DivOp::getOperationName());
   if (op == "Pow") {
-    // ONNX allows an integer exponent; cdp computes in float32.
+    // ONNX allows integer bases and exponents; cdp computes in float32
+    // (exact while a result fits its 24-bit significand) and casts an
+    // integer base's result back, truncating as ONNX's Cast does.
     checkAttributes({});
     Value base = input(0), exponent = input(1);
-    if (!typeOf(base).getElementType().isF32())
-      raise(where() + ": the base must be float32");
+    Type f32 = builder.getF32Type(), i64 = builder.getIntegerType(64);
+    auto cast = [&](Value value, Type to) {
+      return create(CastOp::getOperationName(), {value},
+                    {named("to", TypeAttr::get(to))}, 1)
+          ->getResult(0);
+    };
+    bool integerBase = typeOf(base).getElementType().isInteger(64);
+    if (!integerBase && !typeOf(base).getElementType().isF32())
+      raise(where() + ": the base must be float32 or int64");
+    if (integerBase)
+      base = cast(base, f32);
     if (typeOf(exponent).getElementType().isInteger(64))
-      exponent = create(CastOp::getOperationName(), {exponent},
-                        {named("to", TypeAttr::get(builder.getF32Type()))}, 1)
-                     ->getResult(0);
-    return bindResults(
-        create(PowOp::getOperationName(), {base, exponent}, {}, 1));
+      exponent = cast(exponent, f32);
+    Operation *power =
+        create(PowOp::getOperationName(), {base, exponent}, {}, 1);
+    if (!integerBase)
+      return bindResults(power);
+    values[node->output(0)].value = cast(power->getResult(0), i64);
+    return;
   }
   if (op == "Neg")
     return importNeg();

@@ -9,6 +9,10 @@ compiled with `cdp-compile --inference` (shape-like inputs bound with
 its test_data_set_0 inputs, and each output compared with the expected one:
 |got - want| <= ATOL + RTOL * |want|. Prints the counts; exits 1 on any
 mismatch, crash or unexpected refusal.
+
+It also counts the node tests in scope: every op in SUPPORTED (the user
+guide's list), every graph input and output float32 or int64. Each of those
+must have run and matched (a refusal of one is a failure too).
 """
 
 import json
@@ -40,6 +44,26 @@ TOLERANCE = {
     "node/test_averagepool_2d_ceil_last_window_starts_on_pad": (1e-4, 0.0),
 }
 
+# The ops the user guide lists as importing.
+SUPPORTED = set("""Gemm MatMul Conv MaxPool AveragePool GlobalAveragePool
+BatchNormalization LayerNormalization Softmax LogSoftmax Relu Gelu Erf Tanh
+Sigmoid Clip HardSigmoid HardSwish Neg Pad Add Sub Mul Div Pow Sqrt Reshape
+Flatten Transpose Concat Split Slice Squeeze Unsqueeze Expand Gather Cast
+Shape ConstantOfShape ReduceMean ReduceSum Dropout Identity Constant
+SoftmaxCrossEntropyLoss NegativeLogLikelihoodLoss""".split())
+FLOAT32, INT64 = 1, 7
+
+
+def in_scope(suite, op_types, model):
+    """A node test of supported ops with float32/int64 inputs and outputs."""
+    if suite != "node" or not op_types:
+        return False
+    if any(":" in op or op not in SUPPORTED for op in op_types):
+        return False  # another domain (ai.onnx.preview.training), or unsupported
+    values = list(model.graph.input) + list(model.graph.output)
+    return all(v.type.tensor_type.elem_type in (FLOAT32, INT64) for v in values)
+
+
 NOT_CONSTANT = re.compile(r"input '([^']+)' is not a constant")
 
 
@@ -56,17 +80,22 @@ def main():
     for line in open(refusals_file):
         if line.strip() and not line.startswith("#"):
             refused.add(line.split("\t")[0])
-    tests = []
+    tests, op_types = [], {}
     with open(os.path.join(root, "INDEX.tsv")) as f:
         next(f)
         for line in f:
-            suite, test = line.split("\t")[:2]
+            suite, test, _, _, ops = line.split("\t")[:5]
             tests.append("%s/%s" % (suite, test))
+            op_types[tests[-1]] = [op for op in ops.split(",") if op]
     compiler = os.path.join(bin_dir, "cdp-compile")
     runner = os.path.join(bin_dir, "cdp-run")
     os.makedirs(work, exist_ok=True)
     passed, excluded, problems = 0, 0, []
+    scope, matched = [], set()
     for name in tests:
+        if in_scope(name.split("/")[0], op_types[name],
+                    onnx.load(os.path.join(root, name, "model.onnx"))):
+            scope.append(name)
         if name in refused:
             continue
         if name in EXCLUDED:
@@ -113,10 +142,17 @@ def main():
                 problems.append("MISMATCH %s output %s: max abs error %g" % (name, output_name, error))
                 ok = False
         passed += ok
+        if ok:
+            matched.add(name)
+    missing = [name for name in scope if name not in matched]
+    for name in missing:
+        problems.append("IN SCOPE %s: %s" % (name, "refused" if name in refused else "failed"))
     for p in problems:
         print(p)
     print("conformance run: %d ran and matched, %d excluded, %d problems"
           % (passed, excluded, len(problems)))
+    print("node tests in scope (supported ops, float32/int64 inputs and outputs): "
+          "%d of %d pass" % (len(scope) - len(missing), len(scope)))
     return 1 if problems else 0
 
 

@@ -318,6 +318,39 @@ std::vector<Case> cases() {
        "array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>, dilations = "
        "array<i64: 1, 1>} : (tensor<1x1x4x4xf32>) -> tensor<1x1x5x5xf32>",
        "tensor<1x1x5x5xf32>"});
+  // 1-D and 3-D windows (oneDNN's ncw and ncdhw, the project kernel where
+  // oneDNN declines): dilated and ceil mode, padding excluded.
+  list.push_back({"max_pool_1d_dilated_ceil",
+                  {{"x", {2, 2, 10}}},
+                  "%y = cdp.max_pool %p0 {kernel_shape = array<i64: 3>, "
+                  "pads = array<i64: 1, 1>, strides = array<i64: 2>, "
+                  "dilations = array<i64: 2>, ceil_mode = true} : "
+                  "(tensor<2x2x10xf32>) -> tensor<2x2x5xf32>",
+                  "tensor<2x2x5xf32>"});
+  list.push_back({"average_pool_1d_exclude_pad",
+                  {{"x", {1, 3, 7}}},
+                  "%y = cdp.average_pool %p0 {kernel_shape = array<i64: 3>, "
+                  "pads = array<i64: 1, 2>, strides = array<i64: 2>, "
+                  "dilations = array<i64: 1>} : (tensor<1x3x7xf32>) -> "
+                  "tensor<1x3x4xf32>",
+                  "tensor<1x3x4xf32>"});
+  // Windows of 12: values spread over [-100, 100] so that no two in a
+  // window lie within the difference step of each other.
+  list.push_back({"max_pool_3d",
+                  {{"x", {1, 2, 4, 5, 5}, -100.0f, 100.0f}},
+                  "%y = cdp.max_pool %p0 {kernel_shape = array<i64: 2, 3, 2>, "
+                  "pads = array<i64: 0, 1, 1, 0, 1, 1>, strides = array<i64: "
+                  "2, 2, 2>, dilations = array<i64: 1, 1, 2>} : "
+                  "(tensor<1x2x4x5x5xf32>) -> tensor<1x2x2x3x3xf32>",
+                  "tensor<1x2x2x3x3xf32>"});
+  list.push_back({"average_pool_3d_count_include_pad",
+                  {{"x", {1, 2, 3, 4, 4}}},
+                  "%y = cdp.average_pool %p0 {kernel_shape = array<i64: 2, 2, "
+                  "3>, pads = array<i64: 1, 0, 1, 1, 0, 1>, strides = "
+                  "array<i64: 1, 2, 2>, dilations = array<i64: 1, 1, 1>, "
+                  "count_include_pad = true} : (tensor<1x2x3x4x4xf32>) -> "
+                  "tensor<1x2x4x2x2xf32>",
+                  "tensor<1x2x4x2x2xf32>"});
   list.push_back({"global_average_pool",
                   {{"x", {2, 3, 2, 2}}},
                   "%y = cdp.global_average_pool %p0 : (tensor<2x3x2x2xf32>) -> "

@@ -131,12 +131,14 @@ FailureOr<int64_t> windowOutputSize(Loc loc, int64_t input, int64_t kernel,
   return size;
 }
 
+/// A window over `spatial` dimensions: begin pads then end pads, a stride
+/// and a dilation per dimension.
 LogicalResult checkWindowAttrs(Loc loc, ArrayRef<int64_t> pads,
                                ArrayRef<int64_t> strides,
-                               ArrayRef<int64_t> dilations) {
-  if (failed(checkLength(loc, "pads", pads, 4)) ||
-      failed(checkLength(loc, "strides", strides, 2)) ||
-      failed(checkLength(loc, "dilations", dilations, 2)) ||
+                               ArrayRef<int64_t> dilations, int64_t spatial) {
+  if (failed(checkLength(loc, "pads", pads, 2 * spatial)) ||
+      failed(checkLength(loc, "strides", strides, spatial)) ||
+      failed(checkLength(loc, "dilations", dilations, spatial)) ||
       failed(checkPositive(loc, "strides", strides)) ||
       failed(checkPositive(loc, "dilations", dilations)))
     return failure();
@@ -154,20 +156,22 @@ LogicalResult inferPool(Loc loc, Value input, ArrayRef<int64_t> kernel,
   RankedTensorType type = rankedType(input);
   if (!type)
     return failure();
-  if (type.getRank() != 4)
-    return fail(loc, "expects a 4-D (N, C, H, W) input, got rank " +
+  if (type.getRank() < 3 || type.getRank() > 5)
+    return fail(loc, "expects an (N, C, spatial...) input with 1 to 3 "
+                     "spatial dimensions, got rank " +
                          Twine(type.getRank()));
-  if (failed(checkLength(loc, "kernel_shape", kernel, 2)) ||
+  int64_t spatial = type.getRank() - 2;
+  if (failed(checkLength(loc, "kernel_shape", kernel, spatial)) ||
       failed(checkPositive(loc, "kernel_shape", kernel)) ||
-      failed(checkWindowAttrs(loc, pads, strides, dilations)))
+      failed(checkWindowAttrs(loc, pads, strides, dilations, spatial)))
     return failure();
   Shape shape(type.getShape());
-  for (int d = 0; d < 2; ++d) {
-    if (pads[d] >= kernel[d] || pads[d + 2] >= kernel[d])
+  for (int64_t d = 0; d < spatial; ++d) {
+    if (pads[d] >= kernel[d] || pads[d + spatial] >= kernel[d])
       return fail(loc, "pads must be smaller than the kernel");
     FailureOr<int64_t> size =
-        windowOutputSize(loc, shape[2 + d], kernel[d], pads[d], pads[d + 2],
-                         strides[d], dilations[d], ceilMode);
+        windowOutputSize(loc, shape[2 + d], kernel[d], pads[d],
+                         pads[d + spatial], strides[d], dilations[d], ceilMode);
     if (failed(size))
       return failure();
     shape[2 + d] = *size;
@@ -396,7 +400,7 @@ LogicalResult ConvOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,
                          Twine(weight.getRank()));
   ArrayRef<int64_t> pads = adaptor.getPads(), strides = adaptor.getStrides(),
                     dilations = adaptor.getDilations();
-  if (failed(checkWindowAttrs(loc, pads, strides, dilations)))
+  if (failed(checkWindowAttrs(loc, pads, strides, dilations, 2)))
     return failure();
   int64_t group = static_cast<int64_t>(adaptor.getGroup());
   int64_t channels = input.getDimSize(1), filters = weight.getDimSize(0);
@@ -434,6 +438,22 @@ LogicalResult MaxPoolOp::inferReturnTypes(MLIRContext *, Loc loc,
   return inferPool(loc, adaptor.getInput(), adaptor.getKernelShape(),
                    adaptor.getPads(), adaptor.getStrides(),
                    adaptor.getDilations(), adaptor.getCeilMode(), types);
+}
+
+LogicalResult MaxPoolIndicesOp::inferReturnTypes(MLIRContext *context, Loc loc,
+                                                 Adaptor adaptor,
+                                                 SmallVectorImpl<Type> &types) {
+  if (adaptor.getStorageOrder() != 0 && adaptor.getStorageOrder() != 1)
+    return fail(loc, "storage_order must be 0 or 1, got " +
+                         Twine(adaptor.getStorageOrder()));
+  SmallVector<Type> pooled;
+  if (failed(inferPool(loc, adaptor.getInput(), adaptor.getKernelShape(),
+                       adaptor.getPads(), adaptor.getStrides(),
+                       adaptor.getDilations(), adaptor.getCeilMode(), pooled)))
+    return failure();
+  types.push_back(tensorOf(cast<RankedTensorType>(pooled[0]).getShape(),
+                           IntegerType::get(context, 64)));
+  return success();
 }
 
 LogicalResult AveragePoolOp::inferReturnTypes(MLIRContext *, Loc loc,

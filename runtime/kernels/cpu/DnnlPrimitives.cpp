@@ -101,16 +101,18 @@ PoolShape poolShape(const KernelArgs &args, const std::vector<int64_t> &in,
   PoolShape p;
   std::vector<int64_t> k = args.ints("kernel_shape"), pads = args.ints("pads"),
                        s = args.ints("strides"), d = args.ints("dilations");
+  size_t spatial = k.size();
   if (d.empty())
-    d = {1, 1};
-  p.kernel = {k[0], k[1]};
-  p.strides = {s[0], s[1]};
-  p.dilation = {d[0] - 1, d[1] - 1};
-  p.padL = {pads[0], pads[1]};
-  p.padR = {pads[2], pads[3]};
+    d.assign(spatial, 1);
+  p.kernel.assign(k.begin(), k.end());
+  p.strides.assign(s.begin(), s.end());
+  p.padL.assign(pads.begin(), pads.begin() + spatial);
+  p.padR.assign(pads.begin() + spatial, pads.end());
+  for (size_t i = 0; i < spatial; ++i)
+    p.dilation.push_back(d[i] - 1);
   // oneDNN sizes the output with floor; ceil mode's extra window needs
   // more end padding, which never wins a maximum.
-  for (int i = 0; i < 2; ++i) {
+  for (size_t i = 0; i < spatial; ++i) {
     int64_t span = (k[i] - 1) * d[i] + 1;
     int64_t need = (out[2 + i] - 1) * s[i] + span - in[2 + i] - pads[i];
     if (need > p.padR[i]) {

@@ -8,57 +8,93 @@ namespace cdp::runtime::cpu {
 
 namespace {
 
+/// A pooling window over 1 to 3 spatial dimensions, seen as 3 (D, H, W):
+/// missing leading dimensions have size 1, kernel 1, stride 1, no padding.
 struct PoolGeometry {
-  int64_t planes, height, width, outH, outW;
-  int64_t kernelH, kernelW, padTop, padLeft, padBottom, padRight;
-  int64_t strideH, strideW, dilationH, dilationW;
-  bool countIncludePad;
+  static constexpr int kDims = 3;
+  int64_t planes = 1, inSize = 1, outSize = 1;
+  int64_t in[kDims], out[kDims], kernel[kDims], padBegin[kDims], padEnd[kDims],
+      stride[kDims], dilation[kDims];
+  bool countIncludePad = false;
 
   PoolGeometry(const KernelArgs &args, const std::vector<int64_t> &input,
                const std::vector<int64_t> &output) {
     planes = input[0] * input[1];
-    height = input[2];
-    width = input[3];
-    outH = output[2];
-    outW = output[3];
-    std::vector<int64_t> kernel = args.ints("kernel_shape"),
+    int spatial = static_cast<int>(input.size()) - 2;
+    std::vector<int64_t> kernelShape = args.ints("kernel_shape"),
                          pads = args.ints("pads"),
                          strides = args.ints("strides"),
                          dilations = args.ints("dilations");
-    kernelH = kernel[0];
-    kernelW = kernel[1];
-    padTop = pads[0];
-    padLeft = pads[1];
-    padBottom = pads[2];
-    padRight = pads[3];
-    strideH = strides[0];
-    strideW = strides[1];
-    dilationH = dilations.empty() ? 1 : dilations[0];
-    dilationW = dilations.empty() ? 1 : dilations[1];
+    for (int d = 0; d < kDims; ++d) {
+      int s = d - (kDims - spatial); // the op's dimension, or < 0
+      bool real = s >= 0;
+      in[d] = real ? input[2 + s] : 1;
+      out[d] = real ? output[2 + s] : 1;
+      kernel[d] = real ? kernelShape[s] : 1;
+      padBegin[d] = real ? pads[s] : 0;
+      padEnd[d] = real ? pads[s + spatial] : 0;
+      stride[d] = real ? strides[s] : 1;
+      dilation[d] = real && !dilations.empty() ? dilations[s] : 1;
+      inSize *= in[d];
+      outSize *= out[d];
+    }
     countIncludePad = args.i("count_include_pad", 0) != 0;
   }
 
-  /// Calls fn(index) for every input position of the window of (oh, ow);
-  /// returns the divisor of average pooling.
-  template <typename Fn> int64_t window(int64_t oh, int64_t ow, Fn fn) const {
-    int64_t h0 = oh * strideH - padTop, w0 = ow * strideW - padLeft;
+  /// Calls fn(index) for every input position (within its plane) of the
+  /// window of output position `o` (within its plane); returns the
+  /// divisor of average pooling.
+  template <typename Fn> int64_t window(int64_t o, Fn fn) const {
+    int64_t at[kDims];
+    for (int d = kDims - 1; d >= 0; --d) {
+      at[d] = o % out[d] * stride[d] - padBegin[d];
+      o /= out[d];
+    }
     int64_t valid = 0, padded = 0;
-    for (int64_t kh = 0; kh < kernelH; ++kh) {
-      int64_t ih = h0 + kh * dilationH;
-      if (ih >= height + padBottom)
+    for (int64_t kd = 0; kd < kernel[0]; ++kd) {
+      int64_t id = at[0] + kd * dilation[0];
+      if (id >= in[0] + padEnd[0])
         break; // past the end padding (ceil mode): not counted
-      for (int64_t kw = 0; kw < kernelW; ++kw) {
-        int64_t iw = w0 + kw * dilationW;
-        if (iw >= width + padRight)
+      for (int64_t kh = 0; kh < kernel[1]; ++kh) {
+        int64_t ih = at[1] + kh * dilation[1];
+        if (ih >= in[1] + padEnd[1])
           break;
-        ++padded;
-        if (ih < 0 || ih >= height || iw < 0 || iw >= width)
-          continue;
-        ++valid;
-        fn(ih * width + iw);
+        for (int64_t kw = 0; kw < kernel[2]; ++kw) {
+          int64_t iw = at[2] + kw * dilation[2];
+          if (iw >= in[2] + padEnd[2])
+            break;
+          ++padded;
+          if (id < 0 || id >= in[0] || ih < 0 || ih >= in[1] || iw < 0 ||
+              iw >= in[2])
+            continue;
+          ++valid;
+          fn((id * in[1] + ih) * in[2] + iw);
+        }
       }
     }
     return countIncludePad ? padded : valid;
+  }
+
+  /// The first maximum of the window of output position `o` in `plane`
+  /// (an index within the plane), or -1 for a window of padding only.
+  int64_t argmax(const float *plane, int64_t o) const {
+    float best = -std::numeric_limits<float>::infinity();
+    int64_t where = -1;
+    window(o, [&](int64_t i) {
+      if (where < 0 || plane[i] > best) {
+        best = plane[i];
+        where = i;
+      }
+    });
+    return where;
+  }
+
+  /// `index` (within a plane, row-major) with the spatial dimensions in
+  /// column-major order instead (MaxPool's storage_order 1).
+  int64_t columnMajor(int64_t index) const {
+    int64_t w = index % in[2], h = index / in[2] % in[1],
+            d = index / (in[1] * in[2]);
+    return (w * in[1] + h) * in[0] + d;
   }
 };
 
@@ -71,14 +107,30 @@ void registerPooling(KernelRegistry &registry) {
     return [=](const StepContext &) {
 #pragma omp parallel for
       for (int64_t p = 0; p < g.planes; ++p) {
-        const float *in = x.f32() + p * g.height * g.width;
-        float *out = y.f32() + p * g.outH * g.outW;
-        for (int64_t oh = 0; oh < g.outH; ++oh)
-          for (int64_t ow = 0; ow < g.outW; ++ow) {
-            float best = -std::numeric_limits<float>::infinity();
-            g.window(oh, ow, [&](int64_t i) { best = std::max(best, in[i]); });
-            out[oh * g.outW + ow] = best;
-          }
+        const float *in = x.f32() + p * g.inSize;
+        float *out = y.f32() + p * g.outSize;
+        for (int64_t o = 0; o < g.outSize; ++o) {
+          float best = -std::numeric_limits<float>::infinity();
+          g.window(o, [&](int64_t i) { best = std::max(best, in[i]); });
+          out[o] = best;
+        }
+      }
+    };
+  });
+
+  addKernel(registry, "max_pool_indices", [](const KernelArgs &args) {
+    TensorView x = args.inputs[0], y = args.outputs[0];
+    PoolGeometry g(args, x.shape, y.shape);
+    bool columnMajor = args.i("storage_order", 0) == 1;
+    return [=](const StepContext &) {
+#pragma omp parallel for
+      for (int64_t p = 0; p < g.planes; ++p) {
+        const float *in = x.f32() + p * g.inSize;
+        int64_t *out = y.i64() + p * g.outSize;
+        for (int64_t o = 0; o < g.outSize; ++o) {
+          int64_t where = std::max<int64_t>(g.argmax(in, o), 0);
+          out[o] = p * g.inSize + (columnMajor ? g.columnMajor(where) : where);
+        }
       }
     };
   });
@@ -90,22 +142,12 @@ void registerPooling(KernelRegistry &registry) {
       std::fill(dx.f32(), dx.f32() + dx.numel(), 0.0f);
 #pragma omp parallel for
       for (int64_t p = 0; p < g.planes; ++p) {
-        const float *in = x.f32() + p * g.height * g.width;
-        float *grad = dx.f32() + p * g.height * g.width;
-        const float *out = dy.f32() + p * g.outH * g.outW;
-        for (int64_t oh = 0; oh < g.outH; ++oh)
-          for (int64_t ow = 0; ow < g.outW; ++ow) {
-            float best = -std::numeric_limits<float>::infinity();
-            int64_t where = -1;
-            g.window(oh, ow, [&](int64_t i) {
-              if (where < 0 || in[i] > best) {
-                best = in[i];
-                where = i;
-              }
-            });
-            if (where >= 0)
-              grad[where] += out[oh * g.outW + ow];
-          }
+        const float *in = x.f32() + p * g.inSize;
+        float *grad = dx.f32() + p * g.inSize;
+        const float *out = dy.f32() + p * g.outSize;
+        for (int64_t o = 0; o < g.outSize; ++o)
+          if (int64_t where = g.argmax(in, o); where >= 0)
+            grad[where] += out[o];
       }
     };
   });
@@ -116,14 +158,13 @@ void registerPooling(KernelRegistry &registry) {
     return [=](const StepContext &) {
 #pragma omp parallel for
       for (int64_t p = 0; p < g.planes; ++p) {
-        const float *in = x.f32() + p * g.height * g.width;
-        float *out = y.f32() + p * g.outH * g.outW;
-        for (int64_t oh = 0; oh < g.outH; ++oh)
-          for (int64_t ow = 0; ow < g.outW; ++ow) {
-            float sum = 0.0f;
-            int64_t count = g.window(oh, ow, [&](int64_t i) { sum += in[i]; });
-            out[oh * g.outW + ow] = count ? sum / count : 0.0f;
-          }
+        const float *in = x.f32() + p * g.inSize;
+        float *out = y.f32() + p * g.outSize;
+        for (int64_t o = 0; o < g.outSize; ++o) {
+          float sum = 0.0f;
+          int64_t count = g.window(o, [&](int64_t i) { sum += in[i]; });
+          out[o] = count ? sum / count : 0.0f;
+        }
       }
     };
   });
@@ -135,16 +176,15 @@ void registerPooling(KernelRegistry &registry) {
       std::fill(dx.f32(), dx.f32() + dx.numel(), 0.0f);
 #pragma omp parallel for
       for (int64_t p = 0; p < g.planes; ++p) {
-        float *grad = dx.f32() + p * g.height * g.width;
-        const float *out = dy.f32() + p * g.outH * g.outW;
-        for (int64_t oh = 0; oh < g.outH; ++oh)
-          for (int64_t ow = 0; ow < g.outW; ++ow) {
-            int64_t count = g.window(oh, ow, [](int64_t) {});
-            if (!count)
-              continue;
-            float share = out[oh * g.outW + ow] / count;
-            g.window(oh, ow, [&](int64_t i) { grad[i] += share; });
-          }
+        float *grad = dx.f32() + p * g.inSize;
+        const float *out = dy.f32() + p * g.outSize;
+        for (int64_t o = 0; o < g.outSize; ++o) {
+          int64_t count = g.window(o, [](int64_t) {});
+          if (!count)
+            continue;
+          float share = out[o] / count;
+          g.window(o, [&](int64_t i) { grad[i] += share; });
+        }
       }
     };
   });

@@ -71,9 +71,29 @@ func.func @conv(%x: tensor<1x1x3x3xf32>) {
 
 // Tests that cdp.max_pool rejects bad operands or attributes.
 func.func @max_pool(%x: tensor<2x3xf32>) {
-  // expected-error@+2 {{expects a 4-D (N, C, H, W) input, got rank 2}}
+  // expected-error@+2 {{expects an (N, C, spatial...) input with 1 to 3 spatial dimensions, got rank 2}}
   // expected-error@+1 {{'cdp.max_pool' op failed to infer returned types}}
   %0 = cdp.max_pool %x {kernel_shape = array<i64: 2, 2>, pads = array<i64: 0, 0, 0, 0>, strides = array<i64: 1, 1>, dilations = array<i64: 1, 1>} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  return
+}
+
+// -----
+
+// Tests that a 1-D window needs one kernel entry and two pads.
+func.func @max_pool_1d(%x: tensor<1x2x8xf32>) {
+  // expected-error@+2 {{pads must have 2 values, got 4}}
+  // expected-error@+1 {{'cdp.max_pool' op failed to infer returned types}}
+  %0 = cdp.max_pool %x {kernel_shape = array<i64: 2>, pads = array<i64: 0, 0, 0, 0>, strides = array<i64: 1>, dilations = array<i64: 1>} : (tensor<1x2x8xf32>) -> tensor<1x2x7xf32>
+  return
+}
+
+// -----
+
+// Tests that max_pool_indices takes storage_order 0 or 1 only.
+func.func @max_pool_indices(%x: tensor<1x1x4x4xf32>) {
+  // expected-error@+2 {{storage_order must be 0 or 1, got 2}}
+  // expected-error@+1 {{'cdp.max_pool_indices' op failed to infer returned types}}
+  %0 = cdp.max_pool_indices %x {kernel_shape = array<i64: 2, 2>, pads = array<i64: 0, 0, 0, 0>, strides = array<i64: 2, 2>, dilations = array<i64: 1, 1>, storage_order = 2} : (tensor<1x1x4x4xf32>) -> tensor<1x1x2x2xi64>
   return
 }
 

@@ -159,8 +159,12 @@ def CDP_ConvOp : CDP_Op<"conv"> {
 //===----------------------------------------------------------------------===//
 
 def CDP_MaxPoolOp : CDP_Op<"max_pool"> {
-  let summary = "2-D max pooling (ONNX MaxPool)";
-  let description = "Padding never wins a maximum; `ceil_mode` rounds the output size up.";
+  let summary = "max pooling over 1 to 3 spatial dimensions (ONNX MaxPool)";
+  let description = [{
+    Padding never wins a maximum; `ceil_mode` rounds the output size up.
+    `pads` lists the begin pads of every spatial dimension, then the end
+    pads.
+  }];
   let arguments = (ins CDP_F32Tensor:$input, DenseI64ArrayAttr:$kernel_shape,
                        DenseI64ArrayAttr:$pads, DenseI64ArrayAttr:$strides,
                        DenseI64ArrayAttr:$dilations,
@@ -168,8 +172,24 @@ def CDP_MaxPoolOp : CDP_Op<"max_pool"> {
   let results = (outs CDP_F32Tensor:$output);
 }
 
+def CDP_MaxPoolIndicesOp : CDP_Op<"max_pool_indices"> {
+  let summary = "where max pooling found each maximum (ONNX MaxPool's Indices)";
+  let description = [{
+    For every output of `max_pool` with the same attributes, the position
+    of the first maximum of its window in the input, flattened over the
+    whole input tensor without padding: row-major, or with the spatial
+    dimensions column-major when `storage_order` is 1. Not differentiable.
+  }];
+  let arguments = (ins CDP_F32Tensor:$input, DenseI64ArrayAttr:$kernel_shape,
+                       DenseI64ArrayAttr:$pads, DenseI64ArrayAttr:$strides,
+                       DenseI64ArrayAttr:$dilations,
+                       DefaultValuedAttr<BoolAttr, "false">:$ceil_mode,
+                       DefaultValuedAttr<I64Attr, "0">:$storage_order);
+  let results = (outs CDP_I64Tensor:$output);
+}
+
 def CDP_AveragePoolOp : CDP_Op<"average_pool"> {
-  let summary = "2-D average pooling (ONNX AveragePool)";
+  let summary = "average pooling over 1 to 3 spatial dimensions (ONNX AveragePool)";
   let description = [{
     `count_include_pad` divides by the whole window (padding included)
     instead of the elements inside the input.
