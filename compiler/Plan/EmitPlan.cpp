@@ -20,6 +20,7 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/MapVector.h"
 
 #include <functional>
 #include <set>
@@ -432,8 +433,10 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
   // contributions travel to the owner like any value across a cut, are
   // summed there, and the owner sends the updated value to every replica
   // after each step's update.
-  llvm::DenseMap<Value, int64_t> paramStage;
-  llvm::DenseMap<Value, std::set<int64_t>> replicas;
+  // MapVectors: iterated in IR order, so that a compile is deterministic
+  // (the ids of version copies, the order of tied-weight messages).
+  llvm::MapVector<Value, int64_t> paramStage;
+  llvm::MapVector<Value, std::set<int64_t>> replicas;
   body.walk([&](UpdateOp update) {
     paramStage[update.getParam()] = stageOf(update);
   });

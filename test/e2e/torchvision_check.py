@@ -24,10 +24,12 @@ float32 rounding of one may land on either side in any float32
 implementation, PyTorch's included, and move a whole channel's gradient.
 Of a few batches the one whose inputs keep furthest from the kinks is used,
 and a failure with an input within KINK_MARGIN roundings of a kink is
-reported as KINK (inconclusive) rather than FAIL.
+reported as KINK (inconclusive) rather than FAIL; the model is then checked
+again with the next weight seed (up to SEED_TRIES draws), and it matches only
+where a draw passes.
 
 Environment (for reproducing reports): TV_OPSET (default 14), TV_BATCH,
-TV_SIDE, TV_SEED (weights), TV_CLASSES (default 10).
+TV_SIDE, TV_SEED (the first weight seed, default 0), TV_CLASSES (default 10).
 """
 
 import copy
@@ -57,8 +59,8 @@ IMAGE_SIDE = {"alexnet": 224, "vgg11_bn": 224, "vgg11": 224}
 BATCH = {"alexnet": 2, "vgg11_bn": 2, "vgg11": 2}
 
 
-def build(name):
-    torch.manual_seed(int(os.environ.get("TV_SEED", "0")))
+def build(name, seed):
+    torch.manual_seed(seed)
     kwargs = {"num_classes": int(os.environ.get("TV_CLASSES", "10"))}
     if name == "googlenet":
         kwargs.update(aux_logits=False, init_weights=True)
@@ -103,6 +105,7 @@ def load_exported(model, path):
 KINKS = {"ReLU": (0.0,), "ReLU6": (0.0, 6.0), "Hardtanh": (-1.0, 1.0),
          "Hardswish": (-3.0, 3.0), "Hardsigmoid": (-3.0, 3.0)}
 KINK_MARGIN = 10.0
+SEED_TRIES = 3  # weight draws per model while the result is KINK
 BATCH_TRIES = 4
 
 
@@ -182,11 +185,12 @@ def relative_error(got, want):
     return np.abs(got - want).max() / scale if scale > 0 else np.abs(got).max()
 
 
-def check(bin_dir, root, name, steps):
-    work = os.path.join(root, name)
+def check(bin_dir, root, name, steps, seed):
+    """One model with weights drawn from `seed`: "ok", "FAIL" or "KINK"."""
+    work = os.path.join(root, "%s-%d" % (name, seed))
     os.makedirs(work, exist_ok=True)
     start = time.time()
-    model = build(name)
+    model = build(name, seed)
     path, shape = export(model, name, work)
     load_exported(model, path)
     # The batch whose activation inputs keep furthest from the kinks (the
@@ -229,15 +233,15 @@ def check(bin_dir, root, name, steps):
     status = "ok  " if not failures else "FAIL"
     if failures and margin < KINK_MARGIN:
         status = "KINK"  # inconclusive: a float32 input sits at a kink
-    print("%s %-20s %3d params, worst %s at %.2e (torch fp32 %.2e, %.2f of the bound), "
+    print("%s %-20s seed %d, %3d params, worst %s at %.2e (torch fp32 %.2e, %.2f of the bound), "
           "nearest kink %.1f roundings (%s), %.0f s"
-          % (status, name, len(grads64), worst[1], worst[2], worst[3], worst[0],
+          % (status, name, seed, len(grads64), worst[1], worst[2], worst[3], worst[0],
              margin, at, time.time() - start), flush=True)
     for failure in failures[:5]:
         print("       " + failure)
     if len(failures) > 5:
         print("       ... %d more" % (len(failures) - 5))
-    return not failures
+    return status.strip()
 
 
 def main():
@@ -251,12 +255,20 @@ def main():
     os.makedirs(root, exist_ok=True)
     torch.set_num_threads(2)
     ok = 0
+    first_seed = int(os.environ.get("TV_SEED", "0"))
     for name in names:
-        try:
-            ok += check(bin_dir, root, name, steps)
-        except subprocess.CalledProcessError as error:
-            print("FAIL %-20s %s exited %d" % (name, os.path.basename(error.cmd[0]),
-                                               error.returncode), flush=True)
+        # An inconclusive draw (KINK) is a property of the weights and the
+        # batch, not of cdp: draw the weights again, up to SEED_TRIES times.
+        for seed in range(first_seed, first_seed + SEED_TRIES):
+            try:
+                status = check(bin_dir, root, name, steps, seed)
+            except subprocess.CalledProcessError as error:
+                print("FAIL %-20s %s exited %d" % (name, os.path.basename(error.cmd[0]),
+                                                   error.returncode), flush=True)
+                status = "FAIL"
+            if status != "KINK":
+                break
+        ok += status == "ok"
     print("%d of %d models match" % (ok, len(names)))
     return 0 if ok == len(names) else 1
 

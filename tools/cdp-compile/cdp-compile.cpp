@@ -12,6 +12,7 @@
 #include "cdp/Plan/EmitPlan.h"
 #include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
+#include "cdp/Plan/PlanText.h"
 #include "cdp/Runtime/Report.h"
 #include "cdp/Sched/Pipeline.h"
 
@@ -40,6 +41,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <sstream>
 
 namespace cl = llvm::cl;
 
@@ -57,11 +59,13 @@ cl::opt<std::string> outputPath("o",
 cl::opt<std::string>
     emit("emit",
          cl::desc("What to write: plan (the artefact cdp-run runs, default), "
-                  "mlir (the imported cdp IR), train-mlir (the training "
-                  "module: loss, backward graph, updates), sched-mlir (the dp "
-                  "or cdp schedule as sched dialect streams)"),
-         cl::value_desc("plan|mlir|train-mlir|sched-mlir"), cl::init("plan"),
-         cl::cat(category));
+                  "plan-text (the same plan's instruction streams, one line "
+                  "per instruction, for reading and FileCheck), mlir (the "
+                  "imported cdp IR), train-mlir (the training module: loss, "
+                  "backward graph, updates), sched-mlir (the dp or cdp "
+                  "schedule as sched dialect streams)"),
+         cl::value_desc("plan|plan-text|mlir|train-mlir|sched-mlir"),
+         cl::init("plan"), cl::cat(category));
 cl::opt<std::string> strategy(
     "strategy",
     cl::desc("Parallel strategy: single (one device), dp (data parallel), cdp "
@@ -431,10 +435,15 @@ int main(int argc, char **argv) {
 
   if (inputPath.empty())
     die("no input model given (usage: cdp-compile MODEL.onnx --emit=mlir)");
-  if (emit != "mlir" && emit != "plan" && emit != "train-mlir" &&
-      emit != "sched-mlir")
-    die("--emit must be mlir, plan, train-mlir or sched-mlir, got '" + emit +
-        "'");
+  if (emit != "mlir" && emit != "plan" && emit != "plan-text" &&
+      emit != "train-mlir" && emit != "sched-mlir")
+    die("--emit must be plan, plan-text, mlir, train-mlir or sched-mlir, got "
+        "'" +
+        emit + "'");
+  // plan-text is the plan, printed: everything below treats it as a plan.
+  bool planText = emit == "plan-text";
+  if (planText)
+    emit = "plan";
   if (strategy != "single" && strategy != "dp" && strategy != "cdp" &&
       strategy != "gpipe" && strategy != "1f1b" && strategy != "2bw" &&
       strategy != "cdp-mp")
@@ -607,10 +616,11 @@ int main(int argc, char **argv) {
   if (!llvm::to_integer(llvm::StringRef(reportSteps), reportStepCount, 10) ||
       reportStepCount < 1)
     die("--steps must be a positive integer, got '" + reportSteps + "'");
-  bool reportOnly = !reportPath.empty() && outputPath == "-" && emit == "plan";
+  bool reportOnly =
+      !reportPath.empty() && outputPath == "-" && emit == "plan" && !planText;
   if (reportOnly)
     options.shapesOnly = true;
-  if (emit == "plan" && outputPath == "-" && reportPath.empty())
+  if (emit == "plan" && !planText && outputPath == "-" && reportPath.empty())
     die("give -o FILE.cdp for the plan, --report FILE.json for a prediction, "
         "or --emit=mlir to print IR");
 
@@ -911,7 +921,16 @@ int main(int argc, char **argv) {
         if (out.has_error())
           die(reportPath + ": write failed");
       }
-      if (!reportOnly) {
+      if (planText) {
+        std::string errorMessage;
+        auto output = mlir::openOutputFile(outputPath, &errorMessage);
+        if (!output)
+          die(outputPath + ": " + errorMessage);
+        std::ostringstream text;
+        cdp::plan::printPlanText(plan, text);
+        output->os() << text.str();
+        output->keep();
+      } else if (!reportOnly) {
         std::string writeError;
         if (!cdp::plan::writePlan(plan, outputPath, writeError))
           die(outputPath + ": " + writeError);

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Writes the plan text (cdp-compile --emit=plan-text) of every strategy on
+# the end-to-end models into DIR, one file per model and configuration, so
+# that a change to the compiler can be checked to emit the same instruction
+# streams: run it before and after, then `diff -r BEFORE AFTER`.
+# Usage: scripts/plan-snapshots.sh DIR [BUILD_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:?usage: scripts/plan-snapshots.sh DIR [BUILD_DIR]}
+BUILD_DIR=${2:-${CDP_BUILD_DIR:-build}}
+COMPILE="$BUILD_DIR/bin/cdp-compile"
+mkdir -p "$OUT/models"
+/usr/bin/python3 -W ignore test/e2e/export_torch_models.py "$OUT/models" \
+  mlp lenet resnet transformer >/dev/null 2>&1
+/usr/bin/python3 test/Import/make_models.py mlp4tied "$OUT/models/tied.onnx"
+
+configs=(
+  "single:--micro-batches 2"
+  "dp:--strategy dp --devices 4 --stages 2"
+  "cdp-v1:--strategy cdp --devices 4 --stages 2 --cdp-rule v1"
+  "cdp-v2:--strategy cdp --devices 4 --stages 2"
+  "cdp-chain:--strategy cdp --devices 4 --stages 2 --cdp-rule v1 --cdp-reduce chain"
+  "gpipe:--strategy gpipe --stages 2 --devices 2 --micro-batches 4"
+  "1f1b:--strategy 1f1b --stages 2 --devices 2 --micro-batches 4"
+  "2bw:--strategy 2bw --stages 2 --devices 2 --micro-batches 4"
+  "gpipe-r2:--strategy gpipe --stages 2 --replicas 2 --devices 4 --micro-batches 2"
+  "cdp-mp:--strategy cdp-mp --stages 2 --micro-batches 4"
+  "cdp-mp-n3:--strategy cdp-mp --stages 2 --micro-batches 3"
+)
+for model in "$OUT"/models/*.onnx; do
+  name=$(basename "$model" .onnx)
+  for config in "${configs[@]}"; do
+    label=${config%%:*}
+    # shellcheck disable=SC2086
+    if ! "$COMPILE" "$model" --batch-size 8 --optimizer momentum \
+         ${config#*:} --emit=plan-text -o "$OUT/$name-$label.txt" \
+         2>"$OUT/$name-$label.err"; then
+      echo "$name $label: $(head -1 "$OUT/$name-$label.err")"
+    fi
+    [ -s "$OUT/$name-$label.err" ] || rm -f "$OUT/$name-$label.err"
+  done
+done
+echo "$(ls "$OUT"/*.txt | wc -l) plan texts in $OUT"
