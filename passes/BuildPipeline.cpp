@@ -2,6 +2,7 @@
 
 #include "cdp/Dialect/Sched/SchedOps.h"
 #include "cdp/Passes/Passes.h"
+#include "cdp/Plan/Strategy.h"
 #include "cdp/Sched/Pipeline.h"
 
 #include "mlir/IR/Builders.h"
@@ -28,24 +29,26 @@ struct BuildPipelinePass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (strategy != "gpipe" && strategy != "1f1b" && strategy != "2bw") {
+    std::optional<Strategy> kind = parseStrategy(strategy.getValue());
+    if (!kind || !traitsOf(*kind).replicable) {
       module.emitError("pipeline strategy must be gpipe, 1f1b or 2bw, got '")
           << strategy << "'";
       return signalPassFailure();
     }
+    bool stale = traitsOf(*kind).weightVersions == 2;
     int64_t d = stages, m = microBatches;
     if (d < 1 || m < 1 || steps < 1) {
       module.emitError("stages, micro-batches and steps must be positive");
       return signalPassFailure();
     }
-    if (strategy == "2bw" && m < d) {
+    if (stale && m < d) {
       module.emitError("2bw needs at least as many micro-batches as stages "
                        "(m >= d): got m = ")
           << m << ", d = " << d;
       return signalPassFailure();
     }
     auto version = [&](int64_t k) -> int64_t {
-      if (strategy != "2bw")
+      if (!stale)
         return (k - 1) / m; // the step's own weights
       return std::max<int64_t>((k - 1) / m - 1, 0);
     };
@@ -55,7 +58,7 @@ struct BuildPipelinePass
     // this stage's F); every op takes one time step; updates take none.
     std::vector<std::vector<StageOp>> orders;
     for (int64_t s = 1; s <= d; ++s)
-      orders.push_back(stageOrder(strategy, s, d, m, steps));
+      orders.push_back(stageOrder(*kind, s, d, m, steps));
     std::vector<std::vector<int64_t>> at = pipeline::timing(orders);
     std::map<std::tuple<int64_t, char, int64_t>, int64_t> done; // end time
     for (int64_t s = 1; s <= d; ++s)
@@ -103,8 +106,8 @@ struct BuildPipelinePass
     Location loc = module.getLoc();
     auto program = builder.create<sched::ProgramOp>(
         loc, builder.getStringAttr(strategy), i64(d), i64(d), i64(steps),
-        builder.getStringAttr(strategy == "2bw" ? "1-stale" : "synchronous"),
-        i64(makespan), builder.getDenseI64ArrayAttr(stashPeak),
+        builder.getStringAttr(stale ? "1-stale" : "synchronous"), i64(makespan),
+        builder.getDenseI64ArrayAttr(stashPeak),
         builder.getDenseI64ArrayAttr(livePeak));
     program.getBody().emplaceBlock();
     for (int64_t s = 1; s <= d; ++s) {

@@ -2,6 +2,7 @@
 
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "cdp/Passes/Passes.h"
+#include "cdp/Plan/Strategy.h"
 #include "cdp/Sched/Pipeline.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -31,7 +32,8 @@ struct BuildSchedulePass
           "@main is not partitioned; run cdp-partition-stages first");
       return signalPassFailure();
     }
-    if (strategy != "dp" && strategy != "cdp") {
+    std::optional<Strategy> kind = parseStrategy(strategy.getValue());
+    if (!kind || !traitsOf(*kind).dataParallel) {
       func.emitError("build-schedule handles dp and cdp, not '")
           << strategy << "'";
       return signalPassFailure();
@@ -84,7 +86,8 @@ struct BuildSchedulePass
     }
     SmallVector<int64_t> offsets;
     for (int64_t i = 0; i < N; ++i)
-      offsets.push_back(strategy == "dp" ? 0 : pipeline::cdpSlotStart(i, L, N));
+      offsets.push_back(traitsOf(*kind).cyclic ? pipeline::cdpSlotStart(i, L, N)
+                                               : 0);
     func->setAttr("cdp.offsets", builder.getDenseI64ArrayAttr(offsets));
     func->setAttr(
         "cdp.schedule",

@@ -2,6 +2,7 @@
 
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "cdp/Passes/Passes.h"
+#include "cdp/Plan/Strategy.h"
 #include "cdp/Sched/Pipeline.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -38,7 +39,13 @@ struct DelayUpdatesPass : public cdp::impl::DelayUpdatesBase<DelayUpdatesPass> {
           << table << "'";
       return signalPassFailure();
     }
-    bool cdp = cast<StringAttr>(schedule.get("strategy")).getValue() == "cdp";
+    std::optional<Strategy> kind = parseStrategy(
+        cast<StringAttr>(schedule.get("strategy")).getValue().str());
+    if (!kind) {
+      func.emitError("cdp.schedule names an unknown strategy");
+      return signalPassFailure();
+    }
+    bool cdp = traitsOf(*kind).cyclic;
     int64_t L = cast<IntegerAttr>(schedule.get("stages")).getInt();
     ArrayRef<int64_t> s = offsetsAttr.asArrayRef();
     int64_t N = s.size();

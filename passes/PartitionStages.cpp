@@ -3,6 +3,7 @@
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "cdp/Passes/Passes.h"
 #include "cdp/Passes/Profile.h"
+#include "cdp/Plan/Strategy.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseSet.h"
@@ -106,6 +107,11 @@ struct PartitionStagesPass
   LogicalResult partitionUnderCap(func::FuncOp func, ArrayRef<Operation *> ops,
                                   ArrayRef<double> costs, int64_t count,
                                   SmallVector<int64_t> &stageOf) {
+    std::optional<Strategy> kind = parseStrategy(strategy.getValue());
+    if (!kind || !traitsOf(*kind).pipelined)
+      return func.emitError("the memory estimate takes a pipeline strategy "
+                            "(gpipe, 1f1b, 2bw or cdp-mp), got '")
+             << strategy << "'";
     size_t n = ops.size();
     SmallVector<double> costPrefix(n + 1, 0), paramPrefix(n + 1, 0),
         activationPrefix(n + 1, 0);
@@ -122,15 +128,13 @@ struct PartitionStagesPass
       paramPrefix[i + 1] = paramPrefix[i] + params;
       activationPrefix[i + 1] = activationPrefix[i] + activations;
     }
-    bool twoVersions = strategy == "2bw" || strategy == "cdp-mp";
     // Weights (one or two versions), a micro-batch's gradient and the
-    // step's accumulator, optimizer state.
-    double perParamByte = (twoVersions ? 2 : 1) + 2 + optimizerCopies;
+    // step's accumulator, optimizer state; the stash as the emitter sizes
+    // it (both from the strategy's traits).
+    double perParamByte = traitsOf(*kind).weightVersions + 2 + optimizerCopies;
     // Ops [begin, end) as stage s (1-based).
     auto memory = [&](size_t begin, size_t end, int64_t s) {
-      int64_t stash = strategy == "gpipe"
-                          ? microBatches
-                          : std::min<int64_t>(count - s + 1, microBatches);
+      int64_t stash = stashSlots(*kind, s, count, microBatches);
       return perParamByte * (paramPrefix[end] - paramPrefix[begin]) +
              stash * (activationPrefix[end] - activationPrefix[begin]);
     };

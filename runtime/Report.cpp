@@ -364,7 +364,7 @@ std::string ReportBuilder::json() const {
   for (int d = 0; d < N; ++d)
     os << (d ? ", " : "") << plan.devices(d).arena_bytes();
   os << "],\n";
-  if (plan::isPipelineStrategy(plan.strategy())) {
+  if (plan::traitsOf(plan).pipelined) {
     // Which stage each device runs (cdp-mp gives some stages more devices
     // than others).
     os << "\"device_stages\": [";

@@ -203,7 +203,7 @@ LogicalResult Emitter::run(const EmitOptions &options) {
   if (!arena)
     return func.emitError("no memory plan; run cdp-plan-memory first");
   plan.set_producer("cdp-compile");
-  plan.set_strategy(options.strategy);
+  plan.set_strategy(traitsOf(options.strategy).name);
   plan.set_inference(options.inference);
   plan.set_source_name(options.sourceName);
   plan.set_source_model(options.sourceModel);
@@ -287,7 +287,7 @@ LogicalResult Emitter::run(const EmitOptions &options) {
   if (auto loss = func->getAttrOfType<IntegerAttr>("cdp.loss_index"))
     plan.set_loss(ids.lookup(returnOp.getOperand(loss.getInt())));
 
-  if (!options.pipeline.empty()) {
+  if (traitsOf(options.strategy).pipelined) {
     if (failed(emitPipeline(options, arena.getInt())))
       return failure();
     std::string hang = plan::findSendRecvDeadlock(plan);
@@ -395,7 +395,8 @@ void Emitter::accumulateMicroBatches(plan::Device &device, int64_t slots) {
 /// and the updates run after the step's last backward.
 LogicalResult Emitter::emitPipeline(const EmitOptions &options,
                                     int64_t arenaBytes) {
-  const std::string &strategy = options.pipeline;
+  const Strategy strategy = options.strategy;
+  const StrategyTraits &traits = traitsOf(strategy);
   int64_t M = options.microBatches, R = options.replicas;
   int64_t MB = M * R; // micro-batches of a step over all replicas
   auto stagesAttr = func->getAttrOfType<IntegerAttr>("cdp.stages");
@@ -463,13 +464,13 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
   }
   for (auto &[value, stage] : paramStage)
     plan.mutable_tensors(ids.lookup(value))->set_device(stage - 1);
-  bool twoVersions = strategy == "2bw" || strategy == "cdp-mp";
+  bool twoVersions = traits.weightVersions == 2;
   // The owner stage of every replicated (tied) weight, by tensor id.
   llvm::DenseMap<int, int64_t> tiedOwner;
   for (auto &[value, stages] : replicas)
     tiedOwner[ids.lookup(value)] = paramStage.lookup(value);
 
-  plan.set_strategy(strategy);
+  plan.set_strategy(traits.name);
   plan.set_micro_batches(MB);
   std::vector<std::vector<pipeline::StageOp>> orders;
   for (int64_t s = 1; s <= S; ++s)
@@ -482,8 +483,8 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
   // 2bw's steady state: each step's program alternates M backwards and M
   // forwards, one time step each.
   // cdp-mp: CDP's cycle of 2L time steps, slots at CDP's offsets.
-  bool cdpSlots = strategy == "cdp-mp";
-  if (strategy == "2bw")
+  bool cdpSlots = traits.cyclic;
+  if (strategy == Strategy::TwoBW)
     cycle = 2 * M;
   if (cdpSlots)
     cycle = 2 * S;
@@ -534,7 +535,7 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
   }
   for (int64_t bytes : stageBytes)
     schedule->add_stage_param_bytes(bytes);
-  schedule->set_rule(strategy);
+  schedule->set_rule(traits.name);
   for (int64_t d = 0; d < deviceCount; ++d)
     schedule->add_offsets(0);
   // cdp-mp: slot j starts at floor(2L·j / N); its F at stage s comes after
@@ -717,10 +718,7 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
       // smallest divisor of M not below w, so that k mod slots names the
       // same slot in every step and k + slots starts after k's backward.
       // cdp-mp: one slot per micro-batch of the device.
-      int64_t slots = pipeline::stashSlots(strategy, s, S, M);
-      if (strategy == "2bw")
-        while (M % slots != 0)
-          ++slots;
+      int64_t slots = stashSlots(strategy, s, S, M);
       if (cdpSlots)
         slots = count;
       // What the stage's forward brings in (loads, receives) stays in the

@@ -49,9 +49,11 @@ int64_t dtypeSize(DType type) {
   }
 }
 
-bool isPipelineStrategy(const std::string &strategy) {
-  return strategy == "gpipe" || strategy == "1f1b" || strategy == "2bw" ||
-         strategy == "cdp-mp";
+const StrategyTraits &traitsOf(const Plan &plan) {
+  // readPlan refuses plans of other strategies; an emitter's plan names
+  // one of them.
+  return cdp::traitsOf(
+      parseStrategy(plan.strategy()).value_or(Strategy::Single));
 }
 
 bool writePlan(const Plan &plan, const std::string &path, std::string &error) {
@@ -129,6 +131,13 @@ bool readPlan(const std::string &path, Plan &plan, std::string &error) {
   }
   if (!plan.ParseFromArray(payload, static_cast<int>(size))) {
     error = "plan is corrupt (payload does not parse)";
+    return false;
+  }
+  if (!parseStrategy(plan.strategy())) {
+    error = "plan has strategy '" + plan.strategy() +
+            "', which this cdp-run "
+            "does not know (it runs " +
+            strategyNames() + ")";
     return false;
   }
   return true;

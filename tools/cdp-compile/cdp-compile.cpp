@@ -444,12 +444,13 @@ int main(int argc, char **argv) {
   bool planText = emit == "plan-text";
   if (planText)
     emit = "plan";
-  if (strategy != "single" && strategy != "dp" && strategy != "cdp" &&
-      strategy != "gpipe" && strategy != "1f1b" && strategy != "2bw" &&
-      strategy != "cdp-mp")
+  std::optional<cdp::Strategy> parsed = cdp::parseStrategy(strategy.getValue());
+  if (!parsed)
     die("--strategy " + strategy +
-        " is not available yet (this release "
-        "supports single, dp, cdp, gpipe, 1f1b, 2bw and cdp-mp)");
+        " is not available yet (this release supports " + cdp::strategyNames() +
+        ")");
+  const cdp::Strategy kind = *parsed;
+  const cdp::StrategyTraits &traits = cdp::traitsOf(kind);
   int64_t deviceCount = 1, stageCount = 0;
   if (!llvm::to_integer(llvm::StringRef(devices), deviceCount, 10) ||
       deviceCount < 1)
@@ -457,18 +458,21 @@ int main(int argc, char **argv) {
   if (!llvm::to_integer(llvm::StringRef(stages), stageCount, 10) ||
       stageCount < 0)
     die("--stages must be a positive integer, got '" + stages + "'");
-  if (strategy == "single" && deviceCount != 1)
+  if (kind == cdp::Strategy::Single && deviceCount != 1)
     die("--strategy single runs on 1 device, not " + devices +
         " (use --strategy dp or cdp)");
-  bool dataParallel = strategy == "dp" || strategy == "cdp";
-  bool pipelined = cdp::plan::isPipelineStrategy(strategy);
-  if (strategy == "cdp-mp" && cdpRule != "v1" && cdpRule != "v2")
+  bool dataParallel = traits.dataParallel;
+  bool pipelined = traits.pipelined;
+  // cdp-mp's slots follow the CDP rules (dp and cdp check them in their
+  // passes).
+  bool cyclicPipeline = pipelined && traits.cyclic;
+  if (cyclicPipeline && cdpRule != "v1" && cdpRule != "v2")
     die("--cdp-rule must be v1 or v2, got '" + cdpRule + "'");
-  if (strategy == "cdp-mp" && v2Table != "timing" && v2Table != "code")
+  if (cyclicPipeline && v2Table != "timing" && v2Table != "code")
     die("--v2-table must be timing or code, got '" + v2Table + "'");
   if (pipelined && stageCount == 0 && stageBoundaries.empty())
     stageCount = 4;
-  if (emit == "sched-mlir" && strategy != "dp" && strategy != "cdp")
+  if (emit == "sched-mlir" && !dataParallel)
     die("--emit=sched-mlir needs --strategy dp or cdp");
   if (planMode != "auto" && planMode != "manual")
     die("--plan must be auto or manual, got '" + planMode + "'");
@@ -476,8 +480,7 @@ int main(int argc, char **argv) {
   if (!llvm::to_integer(llvm::StringRef(replicas), replicaCount, 10) ||
       replicaCount < 1)
     die("--replicas must be a positive integer, got '" + replicas + "'");
-  if (replicaCount > 1 && strategy != "gpipe" && strategy != "1f1b" &&
-      strategy != "2bw")
+  if (replicaCount > 1 && !traits.replicable)
     die("--replicas applies to gpipe, 1f1b and 2bw, not --strategy " +
         strategy);
   int64_t deviceMemoryBytes = 0;
@@ -506,7 +509,7 @@ int main(int argc, char **argv) {
       pipelineStages = llvm::StringRef(stageBoundaries).count(',') + 2;
     if (!microBatches.getNumOccurrences())
       microBatchCount = pipelineStages;
-    if (strategy == "cdp-mp") {
+    if (cyclicPipeline) {
       // N micro-batches (CDP slots) share the stages' devices
       // (algorithms.md 2.6): stage l needs as many devices as it has ops at
       // one time step of CDP's cycle (L in all when N | L and 2L/N is even,
@@ -546,14 +549,14 @@ int main(int argc, char **argv) {
             " differs");
       deviceCount = derived;
     }
-    if (planMode != "auto" && devices.getNumOccurrences() &&
-        strategy != "cdp-mp" && deviceCount != pipelineStages * replicaCount)
+    if (planMode != "auto" && devices.getNumOccurrences() && !cyclicPipeline &&
+        deviceCount != pipelineStages * replicaCount)
       die("--strategy " + strategy + " runs one device per stage" +
           (replicaCount > 1 ? " and replica" : "") + ": --devices " + devices +
           " differs from the " + std::to_string(pipelineStages) + " stages" +
           (replicaCount > 1 ? " x " + std::to_string(replicaCount) + " replicas"
                             : ""));
-    if (planMode != "auto" && strategy == "2bw" &&
+    if (planMode != "auto" && kind == cdp::Strategy::TwoBW &&
         microBatchCount < pipelineStages)
       die("--strategy 2bw needs at least as many micro-batches as stages "
           "(m >= d): got --micro-batches " +
@@ -735,7 +738,7 @@ int main(int argc, char **argv) {
     // that fits the cap wins.
     auto planAutomatically = [&](mlir::ModuleOp source, auto &passes,
                                  auto build, std::string &diagnostic) {
-      if (strategy != "2bw")
+      if (kind != cdp::Strategy::TwoBW)
         die("--plan auto plans --strategy 2bw (docs/design/planner.md), not " +
             strategy);
       int64_t samples = 0;
@@ -835,10 +838,8 @@ int main(int argc, char **argv) {
     };
     auto emitOptionsNow = [&]() {
       cdp::EmitOptions emitOptions;
-      emitOptions.strategy = strategy;
+      emitOptions.strategy = kind;
       emitOptions.microBatches = dataParallel ? 1 : microBatchCount;
-      if (pipelined)
-        emitOptions.pipeline = strategy;
       emitOptions.replicas = replicaCount;
       emitOptions.cdpRule = cdpRule;
       emitOptions.v2Table = v2Table;

@@ -396,7 +396,7 @@ int main(int argc, char **argv) {
           "multi-device plans (" +
           plan.strategy() + ")");
     if (deviceCount > 1 && !options.saveOutputs.empty() &&
-        plan::isPipelineStrategy(plan.strategy()))
+        plan::traitsOf(plan).pipelined)
       die("--save-outputs is not available for pipeline plans (" +
           plan.strategy() + "): the outputs are spread over stash slots");
     int64_t slots = std::max(plan.micro_batches(), 1);
@@ -543,7 +543,7 @@ int main(int argc, char **argv) {
                   order[std::uniform_int_distribution<int64_t>(0, i)(rng)]);
             orders.push_back(std::move(order));
           }
-        bool pipeline = plan::isPipelineStrategy(plan.strategy());
+        bool pipeline = plan::traitsOf(plan).pipelined;
         std::vector<float> losses(total * deviceCount, 0.0f);
         std::atomic<int64_t> progress{0};
         std::mutex errorMutex;

@@ -3,6 +3,7 @@
 #ifndef CDP_PLAN_EMITPLAN_H
 #define CDP_PLAN_EMITPLAN_H
 
+#include "cdp/Plan/Strategy.h"
 #include "cdp/Plan/plan.pb.h"
 #include "mlir/IR/BuiltinOps.h"
 
@@ -11,14 +12,12 @@
 namespace cdp {
 
 struct EmitOptions {
-  std::string strategy = "single";
+  Strategy strategy = Strategy::Single;
   std::string optimizer;
   bool inference = false;
   /// single: micro-batches whose gradients one update averages; pipelines:
   /// micro-batches per step.
   int64_t microBatches = 1;
-  /// gpipe, 1f1b, 2bw, cdp-mp: one device per stage.
-  std::string pipeline;
   /// Pipelines: data-parallel copies of the pipeline, each running
   /// `microBatches` micro-batches a step; stage gradients are summed over
   /// them before every update.

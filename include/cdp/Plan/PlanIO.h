@@ -9,6 +9,7 @@
 #ifndef CDP_PLAN_PLANIO_H
 #define CDP_PLAN_PLANIO_H
 
+#include "cdp/Plan/Strategy.h"
 #include "cdp/Plan/plan.pb.h"
 
 #include <cstdint>
@@ -32,9 +33,10 @@ uint64_t checksum(const void *data, size_t size);
 /// Bytes per element of a plan dtype.
 int64_t dtypeSize(DType type);
 
-/// gpipe, 1f1b, 2bw and cdp-mp: one device per stage (and replica),
-/// tensors placed on devices, micro-batches loaded where stages read them.
-bool isPipelineStrategy(const std::string &strategy);
+/// The traits of the plan's strategy (pipelines: one device per stage and
+/// replica, tensors placed on devices, micro-batches loaded where stages
+/// read them).
+const StrategyTraits &traitsOf(const Plan &plan);
 
 } // namespace cdp::plan
 

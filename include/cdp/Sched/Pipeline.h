@@ -12,6 +12,8 @@
 #ifndef CDP_SCHED_PIPELINE_H
 #define CDP_SCHED_PIPELINE_H
 
+#include "cdp/Plan/Strategy.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -29,10 +31,10 @@ struct StageOp {
 };
 
 /// The order of stage s (1-indexed) of d with m micro-batches a step.
-inline std::vector<StageOp> stageOrder(const std::string &strategy, int64_t s,
-                                       int64_t d, int64_t m, int64_t steps) {
+inline std::vector<StageOp> stageOrder(Strategy strategy, int64_t s, int64_t d,
+                                       int64_t m, int64_t steps) {
   std::vector<StageOp> order;
-  if (strategy == "2bw") {
+  if (strategy == Strategy::TwoBW) {
     int64_t total = m * steps, warm = std::min(d - s, total);
     int64_t nextF = 1, nextB = 1;
     for (int64_t i = 0; i < warm; ++i)
@@ -49,7 +51,7 @@ inline std::vector<StageOp> stageOrder(const std::string &strategy, int64_t s,
   }
   for (int64_t t = 0; t < steps; ++t) {
     int64_t base = t * m;
-    if (strategy == "gpipe") {
+    if (strategy == Strategy::GPipe) {
       for (int64_t k = 1; k <= m; ++k)
         order.push_back({'F', base + k});
       for (int64_t k = 1; k <= m; ++k)
@@ -120,13 +122,6 @@ weightedTiming(const std::vector<std::vector<StageOp>> &orders,
 inline std::vector<std::vector<int64_t>>
 timing(const std::vector<std::vector<StageOp>> &orders) {
   return weightedTiming<int64_t>(orders, [](int64_t, char) { return 1; });
-}
-
-/// Micro-batches in flight at stage s at once (stash slots): m for gpipe,
-/// min(d - s + 1, m) for 1f1b and 2bw.
-inline int64_t stashSlots(const std::string &strategy, int64_t s, int64_t d,
-                          int64_t m) {
-  return strategy == "gpipe" ? m : std::min(d - s + 1, m);
 }
 
 /// CDP's start time step of slot i of N with L stages (algorithms.md 2.2):
