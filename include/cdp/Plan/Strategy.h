@@ -1,5 +1,4 @@
-//===- Strategy.h - the parallel strategies and what sets them apart -*- C++
-//-*-===//
+//===- Strategy.h - the strategies and what sets them apart ----*- C++ -*-===//
 //
 // The one place a strategy's name is read (cdp-compile's --strategy, a
 // plan's `strategy`, the passes' options) and the one place its traits are
