@@ -291,6 +291,17 @@ void Executor::flush(int64_t totalSteps, const Loader *loader) {
     --steps; // not a training step
     return;
   }
+  // --cdp-reduce chain: the relays of the last steps' means run k steps
+  // after their reduction (k: their min_step), past the end of training.
+  for (int i = 0; i < n; ++i) {
+    const plan::Instruction &instruction = device.instructions(i);
+    if (instruction.op() != "chain_relay")
+      continue;
+    int64_t offset = instruction.min_step();
+    for (int64_t st = std::max(totalSteps, offset); st < totalSteps + offset;
+         ++st)
+      train[i]->run(StepContext{st, deviceIndex, 0});
+  }
   for (int begin = 0; begin < n;) {
     if (device.instructions(begin).phase() != "update") {
       ++begin;

@@ -307,7 +307,7 @@ void ReportBuilder::ran(int device, int64_t t, int index, bool countSent) {
       bytes += id >= 0 ? planFacts.bytes[id] : 0;
     return bytes;
   };
-  if (op == "reduce_wait" || op == "chain_wait") {
+  if (op == "reduce_wait") {
     // The device's reduction is back: its buffer in flight is free.
     if (tau <= horizon)
       devices[device].diedBytes[kReduction][tau] +=
@@ -316,24 +316,23 @@ void ReportBuilder::ran(int device, int64_t t, int index, bool countSent) {
   }
   if (countSent && op == "send") // pipelines, point to point
     sent(device, tau, planFacts.bytes[instruction.inputs(0)]);
+  if (countSent && op == "chain_relay" && device > 0)
+    sent(device, tau, total(instruction.outputs()) / 2); // one of 2 buffers
   if (op != "reduce_start" && op != "chain_reduce")
     return;
-  // Stage gradients become complete where they are handed over, and stay
-  // in flight (the device's contribution, then its result) until the
-  // device's wait: under CDP a delayed stage has two steps' in flight.
+  // Stage gradients become complete where they are handed over. An
+  // all-reduce keeps them in flight (the device's contribution, then its
+  // result) until the device's wait: under CDP a delayed stage has two
+  // steps' in flight. The chain holds its means in plan buffers instead.
   int64_t bytes = total(instruction.inputs());
   gradientReady(device, tau, bytes);
-  if (tau <= horizon)
+  if (op == "reduce_start" && tau <= horizon)
     devices[device].bornBytes[kReduction][tau] += bytes;
   if (!countSent)
     return;
-  int N = plan.devices_size();
-  if (op == "reduce_start" || device + 1 < N) {
-    sent(device, tau, bytes); // the contribution, or the partial sum on
-  } else {
-    for (int j = N - 2; j >= 0; --j) // the mean, back one hop a time step
-      sent(j + 1, tau + (N - 2 - j), bytes);
-  }
+  // The contribution, the partial sum on, or the mean back (the last slot).
+  if (op == "reduce_start" || device + 1 < plan.devices_size() || device > 0)
+    sent(device, tau, bytes);
 }
 
 void ReportBuilder::setWorkspace(int device, int64_t bytes) {
@@ -510,6 +509,16 @@ void predict(const plan::Plan &plan, int64_t steps, ReportBuilder &report) {
           continue;
         report.ran(d, t, i, /*countSent=*/true);
       }
+    }
+    // After training cdp-run's flush relays the last steps' chain means
+    // (Executor::flush); their sends count where they fall in the report.
+    for (int i = 0; i < device.instructions_size(); ++i) {
+      const plan::Instruction &instruction = device.instructions(i);
+      if (instruction.op() != "chain_relay")
+        continue;
+      for (int64_t t = std::max(steps, instruction.min_step());
+           t < steps + instruction.min_step(); ++t)
+        report.ran(d, t, i, /*countSent=*/true);
     }
   }
 }

@@ -19,7 +19,7 @@ configs=(
   "dp:--strategy dp --devices 4 --stages 2"
   "cdp-v1:--strategy cdp --devices 4 --stages 2 --cdp-rule v1"
   "cdp-v2:--strategy cdp --devices 4 --stages 2"
-  "cdp-chain:--strategy cdp --devices 4 --stages 2 --cdp-rule v1 --cdp-reduce chain"
+  "cdp-chain:--strategy cdp --devices 2 --stages 2 --cdp-rule v1 --cdp-reduce chain"
   "gpipe:--strategy gpipe --stages 2 --devices 2 --micro-batches 4"
   "1f1b:--strategy 1f1b --stages 2 --devices 2 --micro-batches 4"
   "2bw:--strategy 2bw --stages 2 --devices 2 --micro-batches 4"

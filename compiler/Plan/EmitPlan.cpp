@@ -22,6 +22,7 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/MapVector.h"
 
+#include <array>
 #include <functional>
 #include <set>
 #include <unordered_map>
@@ -86,6 +87,9 @@ private:
   LogicalResult addInstruction(Operation *op, plan::Device &device,
                                bool forEval);
   LogicalResult emitDataParallel(DictionaryAttr schedule, int64_t arenaBytes);
+  void insertChainRelay(plan::Device &device, int64_t j, int64_t N, int64_t L,
+                        int64_t l, ArrayRef<int64_t> offsets,
+                        const std::array<int, 2> &buffers);
   void accumulateMicroBatches(plan::Device &device, int64_t slots);
   LogicalResult emitPipeline(const EmitOptions &options, int64_t arenaBytes);
   LogicalResult convertAttribute(Operation *op, NamedAttribute attribute,
@@ -1177,6 +1181,26 @@ LogicalResult Emitter::emitDataParallel(DictionaryAttr schedule,
   }
   for (int64_t b : stageBytes)
     out->add_stage_param_bytes(b);
+  // --cdp-reduce chain: per stage two buffers, by step parity, that hold a
+  // step's mean from its arrival to the wait that applies it (a delayed
+  // stage's next mean arrives before the wait: CDP's second version).
+  std::vector<std::array<int, 2>> chainBuffers(L + 1, {-1, -1});
+  for (int64_t l = 1; chain && l <= L; ++l) {
+    if (byStage[l].empty())
+      continue;
+    for (int parity = 0; parity < 2; ++parity) {
+      plan::Tensor buffer;
+      buffer.set_id(plan.tensors_size());
+      buffer.set_name("stage" + std::to_string(l) + "@chain" +
+                      std::to_string(parity));
+      buffer.set_dtype(plan::F32);
+      buffer.set_kind(plan::REDUCED);
+      buffer.add_shape(stageBytes[l - 1] / 4);
+      buffer.set_bytes(stageBytes[l - 1]);
+      *plan.add_tensors() = buffer;
+      chainBuffers[l][parity] = buffer.id();
+    }
+  }
 
   // The last backward op of every stage: its reduction starts after it.
   llvm::DenseMap<int64_t, Operation *> lastBackward;
@@ -1219,6 +1243,9 @@ LogicalResult Emitter::emitDataParallel(DictionaryAttr schedule,
           wait->set_phase("update");
           wait->set_min_step(minStep);
           stamp(wait, l, l - 1);
+          if (chain)
+            for (int buffer : chainBuffers[l])
+              wait->add_inputs(buffer);
           for (const Trained &t : byStage[l])
             wait->add_outputs(t.reduced);
           plan::Attribute *a = wait->add_attributes();
@@ -1243,8 +1270,17 @@ LogicalResult Emitter::emitDataParallel(DictionaryAttr schedule,
         return failure();
       plan::Instruction *instruction =
           device->mutable_instructions(device->instructions_size() - 1);
+      // Ops without a time of their own (buffer writes after a forward)
+      // run in the time step of the instruction before them, so that a
+      // device's times never decrease along its stream.
       auto time = op.getAttrOfType<IntegerAttr>("cdp.time");
-      stamp(instruction, l, time ? time.getInt() : 2 * L - 1);
+      int64_t previous =
+          device->instructions_size() > 1
+              ? device->instructions(device->instructions_size() - 2)
+                        .time_step() -
+                    s
+              : 0;
+      stamp(instruction, l, time ? time.getInt() : previous);
       if (lastBackward.lookup(l) == &op && !byStage[l].empty()) {
         plan::Instruction *start = device->add_instructions();
         start->set_op(chain ? "chain_reduce" : "reduce_start");
@@ -1253,6 +1289,9 @@ LogicalResult Emitter::emitDataParallel(DictionaryAttr schedule,
         stamp(start, l, 2 * L - l);
         for (const Trained &t : byStage[l])
           start->add_inputs(t.grad);
+        if (chain && d == N - 1)
+          for (int buffer : chainBuffers[l])
+            start->add_outputs(buffer);
         plan::Attribute *a = start->add_attributes();
         a->set_name("stage");
         a->set_i(l);
@@ -1261,8 +1300,53 @@ LogicalResult Emitter::emitDataParallel(DictionaryAttr schedule,
         a->set_i(2 * L);
       }
     }
+    if (chain && d + 1 < N)
+      for (int64_t l = 1; l <= L; ++l)
+        if (!byStage[l].empty())
+          insertChainRelay(*device, d, N, L, l, offsets.asArrayRef(),
+                           chainBuffers[l]);
   }
   return success();
+}
+
+/// The mean of step t's stage-l reduction leaves the last slot at
+/// tau*_l(t) = s_{N-1} + 2Lt + 2L - l and reaches slot j at tau*_l(t) +
+/// N - 1 - j, one hop a time step: slot j's chain_relay runs then, in its
+/// own step t + k at local time x, before the first instruction of a later
+/// time step (a wait at that time step needs it).
+void Emitter::insertChainRelay(plan::Device &device, int64_t j, int64_t N,
+                               int64_t L, int64_t l, ArrayRef<int64_t> offsets,
+                               const std::array<int, 2> &buffers) {
+  int64_t s = offsets[j];
+  int64_t r = offsets[N - 1] - s + 2 * L - l + (N - 1 - j);
+  int64_t k = r / (2 * L), x = r % (2 * L);
+  plan::Instruction relay;
+  relay.set_op("chain_relay");
+  relay.set_location("stage " + std::to_string(l));
+  relay.set_phase("comm");
+  relay.set_stage(l);
+  relay.set_micro_batch(j);
+  relay.set_time_step(s + x);
+  relay.set_min_step(k);
+  for (int buffer : buffers)
+    relay.add_outputs(buffer);
+  for (auto [name, value] : {std::pair<const char *, int64_t>{"stage", l},
+                             {"cycle", 2 * L},
+                             {"step_offset", k}}) {
+    plan::Attribute *a = relay.add_attributes();
+    a->set_name(name);
+    a->set_i(value);
+  }
+  auto *instructions = device.mutable_instructions();
+  int at = 0;
+  while (at < instructions->size() &&
+         (instructions->Get(at).time_step() - s < x ||
+          (instructions->Get(at).time_step() - s == x &&
+           instructions->Get(at).phase() != "update")))
+    ++at;
+  *instructions->Add() = relay;
+  for (int i = instructions->size() - 1; i > at; --i)
+    instructions->SwapElements(i, i - 1);
 }
 
 } // namespace

@@ -93,20 +93,6 @@ bool LocalCommunicator::recv(int to, int64_t tag, float *out, int64_t count) {
   return true;
 }
 
-void LocalCommunicator::relayBack(int last, int64_t tag, const float *data,
-                                  int64_t count, int64_t tau) {
-  std::lock_guard<std::mutex> lock(mutex);
-  int64_t bytes = count * static_cast<int64_t>(sizeof(float));
-  mailboxes[{last, tag}] = std::vector<float>(data, data + count);
-  // Each hop is a copy from the previous holder's message to the next.
-  for (int j = last - 1; j >= 0; --j) {
-    mailboxes[{j, tag}] = mailboxes[{j + 1, tag}];
-    sent[j + 1] += bytes;
-    log.push_back({j + 1, tau + (last - 1 - j), bytes});
-  }
-  changed.notify_all();
-}
-
 std::vector<Communicator::SendRecord> LocalCommunicator::sendLog() const {
   std::lock_guard<std::mutex> lock(mutex);
   return log;

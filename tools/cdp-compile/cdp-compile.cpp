@@ -930,6 +930,8 @@ int main(int argc, char **argv) {
         std::ostringstream text;
         cdp::plan::printPlanText(plan, text);
         output->os() << text.str();
+        output->os().flush(); // the tool ends with _Exit, which flushes no
+                              // raw_ostream
         output->keep();
       } else if (!reportOnly) {
         std::string writeError;

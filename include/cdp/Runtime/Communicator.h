@@ -51,12 +51,6 @@ public:
     int64_t tau, bytes;
   };
   virtual std::vector<SendRecord> sendLog() const = 0;
-
-  /// The return trip of a chain reduction: `last` keeps `data` (the mean)
-  /// and it travels back one hop per time step, device j+1 sending it to j
-  /// at `tau` + (N - 2 - j).
-  virtual void relayBack(int last, int64_t tag, const float *data,
-                         int64_t count, int64_t tau) = 0;
 };
 
 /// Devices are threads of this process. A contribution is copied into a
@@ -68,8 +62,6 @@ public:
   int size() const override { return devices; }
   void reduceStart(int device, int64_t tag, const float *data, int64_t count,
                    int64_t tau) override;
-  void relayBack(int last, int64_t tag, const float *data, int64_t count,
-                 int64_t tau) override;
   bool reduceWait(int device, int64_t tag, float *out, int64_t count) override;
   void abort() override;
   int64_t bytesSent(int device) const override;

@@ -9,6 +9,10 @@
 // a wait fetches is the current one minus 1 + its version delay, so one
 // instruction serves dp (delay 0) and both cdp rules.
 //
+// The chain (`chain_reduce`, `chain_relay`, `chain_wait`) is point to point
+// only: every hop, there and back, is an instruction of some device's
+// stream, and the means wait in plan buffers, not in the communicator.
+//
 //===----------------------------------------------------------------------===//
 
 #include "CpuKernels.h"
@@ -160,30 +164,47 @@ void registerCommunication(KernelRegistry &registry) {
   });
 }
 
+/// The chain's tags: partial sums and means of a step's stage reduction.
+int64_t partialTag(int64_t step, int64_t stage) {
+  return 2 * reductionTag(step, stage);
+}
+int64_t meanTag(int64_t step, int64_t stage) {
+  return 2 * reductionTag(step, stage) + 1;
+}
+
+/// The chain buffer (one of the instruction's two, by step parity) that
+/// holds the mean of step `step`'s reduction until the wait that uses it.
+float *chainBuffer(const std::vector<TensorView> &buffers, int64_t step) {
+  return buffers[static_cast<size_t>(step % 2)].f32();
+}
+
 void registerChain(KernelRegistry &registry) {
   // Slot i adds its contribution to the partial sum of slots 0..i-1 and
   // sends it on when it finishes B_l; the last slot holds the sum, takes
-  // the mean (summed in slot order, as the all-reduce does) and sends it
-  // back one hop per time step.
+  // the mean (summed in slot order, as the all-reduce does), keeps it in
+  // its chain buffer and sends it back to slot N - 2; each chain_relay
+  // passes it one hop further a time step later (outputs: the two chain
+  // buffers, on the last slot).
   addKernel(registry, "chain_reduce", [](const KernelArgs &args) {
     if (!args.communicator)
       args.fail("needs a communicator (a multi-device plan)");
-    std::vector<TensorView> grads = args.inputs;
+    std::vector<TensorView> grads = args.inputs, buffers = args.outputs;
     int64_t stage = args.i("stage", 0), cycle = args.i("cycle", 1);
     int64_t timeStep = args.instruction->time_step();
     int64_t count = totalCount(grads);
     auto sum = std::make_shared<std::vector<float>>(count);
-    auto incoming = std::make_shared<std::vector<float>>(count);
     Communicator *comm = args.communicator;
     int device = args.device, devices = comm->size();
+    bool last = device + 1 == devices;
+    if (last && (buffers.size() != 2 || totalCount({buffers[0]}) != count))
+      args.fail("the last slot's chain_reduce needs its two chain buffers");
     return [=](const StepContext &context) {
       int64_t tau = timeStep + cycle * context.step;
-      int64_t partial = 2 * reductionTag(context.step, stage);
       if (device > 0) {
-        if (!comm->recv(device, partial, incoming->data(), count))
+        if (!comm->recv(device, partialTag(context.step, stage), sum->data(),
+                        count))
           throw RuntimeError("device " + std::to_string(device) +
                              ": stopped while waiting for a partial sum");
-        std::copy(incoming->begin(), incoming->end(), sum->begin());
       } else {
         std::fill(sum->begin(), sum->end(), 0.0f);
       }
@@ -191,25 +212,61 @@ void registerChain(KernelRegistry &registry) {
       for (const TensorView &g : grads)
         for (int64_t i = 0; i < g.numel(); ++i)
           *at++ += g.f32()[i];
-      if (device + 1 < devices) {
-        comm->send(device, device + 1, partial, sum->data(), count, tau);
+      if (!last) {
+        comm->send(device, device + 1, partialTag(context.step, stage),
+                   sum->data(), count, tau);
         return;
       }
       float scale = 1.0f / static_cast<float>(devices);
-      for (float &v : *sum)
-        v *= scale;
-      comm->relayBack(device, partial + 1, sum->data(), count, tau);
+      float *mean = chainBuffer(buffers, context.step);
+      for (int64_t i = 0; i < count; ++i)
+        mean[i] = (*sum)[i] * scale;
+      if (device > 0)
+        comm->send(device, device - 1, meanTag(context.step, stage), mean,
+                   count, tau);
     };
   });
 
+  // Slot j < N - 1 takes the mean of step t - step_offset from slot j + 1
+  // into its chain buffer and passes it to slot j - 1.
+  addKernel(registry, "chain_relay", [](const KernelArgs &args) {
+    if (!args.communicator)
+      args.fail("needs a communicator (a multi-device plan)");
+    std::vector<TensorView> buffers = args.outputs;
+    if (buffers.size() != 2)
+      args.fail("chain_relay writes two chain buffers");
+    int64_t stage = args.i("stage", 0), cycle = args.i("cycle", 1),
+            offset = args.i("step_offset", 0);
+    int64_t timeStep = args.instruction->time_step();
+    int64_t count = buffers[0].numel();
+    Communicator *comm = args.communicator;
+    int device = args.device;
+    return [=](const StepContext &context) {
+      int64_t step = context.step - offset;
+      float *mean = chainBuffer(buffers, step);
+      if (!comm->recv(device, meanTag(step, stage), mean, count))
+        throw RuntimeError("device " + std::to_string(device) +
+                           ": stopped while waiting for a reduced gradient");
+      if (device > 0)
+        comm->send(device, device - 1, meanTag(step, stage), mean, count,
+                   timeStep + cycle * context.step);
+    };
+  });
+
+  // The mean of step t - 1 - delay is in a chain buffer already: unpack it
+  // into the reduced gradients (inputs: the two buffers).
   addKernel(registry, "chain_wait", [](const KernelArgs &args) {
-    // The mean travels back tagged 2 * tag + 1 (the partial sums: 2 * tag).
-    return waitForReduction(args, "a reduced gradient",
-                            [](Communicator *comm, int device, int64_t tag,
-                               float *out, int64_t count) {
-                              return comm->recv(device, 2 * tag + 1, out,
-                                                count);
-                            });
+    std::vector<TensorView> buffers = args.inputs, reduced = args.outputs;
+    if (buffers.size() != 2 || buffers[0].numel() != totalCount(reduced))
+      args.fail("chain_wait reads two chain buffers of its stage's size");
+    int64_t delay = args.i("delay", 0);
+    return [=](const StepContext &context) {
+      const float *in = chainBuffer(buffers, context.step - 1 - delay);
+      for (const TensorView &r : reduced) {
+        std::memcpy(r.data, in, r.numel() * sizeof(float));
+        in += r.numel();
+      }
+    };
   });
 }
 
