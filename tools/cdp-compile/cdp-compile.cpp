@@ -62,8 +62,8 @@ cl::opt<std::string>
                   "plan-text (the same plan's instruction streams, one line "
                   "per instruction, for reading and FileCheck), mlir (the "
                   "imported cdp IR), train-mlir (the training module: loss, "
-                  "backward graph, updates), sched-mlir (the dp or cdp "
-                  "schedule as sched dialect streams)"),
+                  "backward graph, updates), sched-mlir (the dp, cdp, gpipe, "
+                  "1f1b or 2bw schedule as sched dialect streams)"),
          cl::value_desc("plan|plan-text|mlir|train-mlir|sched-mlir"),
          cl::init("plan"), cl::cat(category));
 cl::opt<std::string> strategy(
@@ -472,8 +472,10 @@ int main(int argc, char **argv) {
     die("--v2-table must be timing or code, got '" + v2Table + "'");
   if (pipelined && stageCount == 0 && stageBoundaries.empty())
     stageCount = 4;
-  if (emit == "sched-mlir" && !dataParallel)
-    die("--emit=sched-mlir needs --strategy dp or cdp");
+  if (emit == "sched-mlir" && !dataParallel && !traits.replicable)
+    die("--emit=sched-mlir writes the dp, cdp, gpipe, 1f1b and 2bw schedules; "
+        "not yet --strategy " +
+        strategy + " (--emit=plan-text shows its streams)");
   if (planMode != "auto" && planMode != "manual")
     die("--plan must be auto or manual, got '" + planMode + "'");
   int64_t replicaCount = 1;
@@ -710,6 +712,17 @@ int main(int argc, char **argv) {
             materialize.steps = reportStepCount;
             pm.addPass(cdp::createMaterializeSchedule(materialize));
           }
+        } else if (pipelined && emit == "sched-mlir") {
+          // gpipe, 1f1b and 2bw: one replica's stage programs.
+          cdp::BuildPipelineOptions pipelineOptions;
+          pipelineOptions.strategy = strategy;
+          pipelineOptions.stages =
+              stageBoundaries.empty()
+                  ? stageCount
+                  : llvm::StringRef(stageBoundaries).count(',') + 2;
+          pipelineOptions.microBatches = microBatchCount;
+          pipelineOptions.steps = reportStepCount;
+          pm.addPass(cdp::createBuildPipeline(pipelineOptions));
         }
       }
       if (emit == "plan")
