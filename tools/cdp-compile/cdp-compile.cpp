@@ -427,12 +427,49 @@ std::string unpredictableStep(cdp::plan::SimulatedTime::Status status) {
          "bug: please report it with the model and flags)";
 }
 
-} // namespace
+/// The flags, checked: what the passes, the planner and the emitter read.
+struct Settings {
+  bool planText = false; ///< --emit=plan-text (emit then reads "plan")
+  cdp::Strategy kind = cdp::Strategy::Single;
+  const cdp::StrategyTraits *traits = nullptr;
+  bool dataParallel = false, pipelined = false;
+  /// cdp-mp: its slots follow the CDP rules (dp and cdp check them in
+  /// their passes).
+  bool cyclicPipeline = false;
+  int64_t deviceCount = 1, stageCount = 0, replicaCount = 1,
+          microBatchCount = 1, deviceMemoryBytes = 0, reportStepCount = 3;
+  bool reportOnly = false; ///< --report without -o
+  double lr = 0, weightDecay = 0, momentum = -1, epsilon = 0, beta1 = 0,
+         beta2 = 0;
+  cdp::ImportOptions import;
 
-int main(int argc, char **argv) {
-  llvm::InitLLVM init(argc, argv);
-  parseCommandLine(argc, argv);
+  /// The stage count the flags give: --stage-boundaries, else --stages.
+  int64_t flagStages() const {
+    return stageBoundaries.empty()
+               ? stageCount
+               : static_cast<int64_t>(
+                     llvm::StringRef(stageBoundaries).count(',') + 2);
+  }
+};
 
+int64_t positiveInteger(const std::string &flag, const std::string &text,
+                        int64_t least = 1) {
+  int64_t value = 0;
+  if (!llvm::to_integer(llvm::StringRef(text), value, 10) || value < least)
+    die(flag + " must be a positive integer, got '" + text + "'");
+  return value;
+}
+
+double parseReal(const std::string &flag, const std::string &text) {
+  double value = 0;
+  if (llvm::StringRef(text).getAsDouble(value) || !std::isfinite(value))
+    die(flag + " must be a number, got '" + text + "'");
+  return value;
+}
+
+/// --emit, --strategy, --devices, --stages and the flags that depend on
+/// the strategy alone.
+void checkStrategyFlags(Settings &settings) {
   if (inputPath.empty())
     die("no input model given (usage: cdp-compile MODEL.onnx --emit=mlir)");
   if (emit != "mlir" && emit != "plan" && emit != "plan-text" &&
@@ -441,163 +478,147 @@ int main(int argc, char **argv) {
         "'" +
         emit + "'");
   // plan-text is the plan, printed: everything below treats it as a plan.
-  bool planText = emit == "plan-text";
-  if (planText)
+  settings.planText = emit == "plan-text";
+  if (settings.planText)
     emit = "plan";
   std::optional<cdp::Strategy> parsed = cdp::parseStrategy(strategy.getValue());
   if (!parsed)
     die("--strategy " + strategy +
         " is not available yet (this release supports " + cdp::strategyNames() +
         ")");
-  const cdp::Strategy kind = *parsed;
-  const cdp::StrategyTraits &traits = cdp::traitsOf(kind);
-  int64_t deviceCount = 1, stageCount = 0;
-  if (!llvm::to_integer(llvm::StringRef(devices), deviceCount, 10) ||
-      deviceCount < 1)
-    die("--devices must be a positive integer, got '" + devices + "'");
-  if (!llvm::to_integer(llvm::StringRef(stages), stageCount, 10) ||
-      stageCount < 0)
-    die("--stages must be a positive integer, got '" + stages + "'");
-  if (kind == cdp::Strategy::Single && deviceCount != 1)
+  settings.kind = *parsed;
+  const cdp::StrategyTraits &traits = cdp::traitsOf(settings.kind);
+  settings.traits = &traits;
+  settings.deviceCount = positiveInteger("--devices", devices);
+  settings.stageCount = positiveInteger("--stages", stages, 0);
+  if (settings.kind == cdp::Strategy::Single && settings.deviceCount != 1)
     die("--strategy single runs on 1 device, not " + devices +
         " (use --strategy dp or cdp)");
-  bool dataParallel = traits.dataParallel;
-  bool pipelined = traits.pipelined;
-  // cdp-mp's slots follow the CDP rules (dp and cdp check them in their
-  // passes).
-  bool cyclicPipeline = pipelined && traits.cyclic;
-  if (cyclicPipeline && cdpRule != "v1" && cdpRule != "v2")
+  settings.dataParallel = traits.dataParallel;
+  settings.pipelined = traits.pipelined;
+  settings.cyclicPipeline = traits.pipelined && traits.cyclic;
+  if (settings.cyclicPipeline && cdpRule != "v1" && cdpRule != "v2")
     die("--cdp-rule must be v1 or v2, got '" + cdpRule + "'");
-  if (cyclicPipeline && v2Table != "timing" && v2Table != "code")
+  if (settings.cyclicPipeline && v2Table != "timing" && v2Table != "code")
     die("--v2-table must be timing or code, got '" + v2Table + "'");
-  if (pipelined && stageCount == 0 && stageBoundaries.empty())
-    stageCount = 4;
-  if (emit == "sched-mlir" && !dataParallel && !traits.replicable)
+  if (settings.pipelined && settings.stageCount == 0 && stageBoundaries.empty())
+    settings.stageCount = 4;
+  if (emit == "sched-mlir" && !settings.dataParallel && !traits.replicable)
     die("--emit=sched-mlir writes the dp, cdp, gpipe, 1f1b and 2bw schedules; "
         "not yet --strategy " +
         strategy + " (--emit=plan-text shows its streams)");
   if (planMode != "auto" && planMode != "manual")
     die("--plan must be auto or manual, got '" + planMode + "'");
-  int64_t replicaCount = 1;
-  if (!llvm::to_integer(llvm::StringRef(replicas), replicaCount, 10) ||
-      replicaCount < 1)
-    die("--replicas must be a positive integer, got '" + replicas + "'");
-  if (replicaCount > 1 && !traits.replicable)
+  settings.replicaCount = positiveInteger("--replicas", replicas);
+  if (settings.replicaCount > 1 && !traits.replicable)
     die("--replicas applies to gpipe, 1f1b and 2bw, not --strategy " +
         strategy);
-  int64_t deviceMemoryBytes = 0;
   if (deviceMemory.getNumOccurrences()) {
-    if (!llvm::to_integer(llvm::StringRef(deviceMemory), deviceMemoryBytes,
-                          10) ||
-        deviceMemoryBytes < 1)
+    int64_t bytes = 0;
+    if (!llvm::to_integer(llvm::StringRef(deviceMemory), bytes, 10) ||
+        bytes < 1)
       die("--device-memory must be a positive number of bytes, got '" +
           deviceMemory + "'");
-    if (!pipelined)
+    settings.deviceMemoryBytes = bytes;
+    if (!settings.pipelined)
       die("--device-memory applies to the pipelines (gpipe, 1f1b, 2bw, "
           "cdp-mp), not --strategy " +
           strategy);
     if (!stageBoundaries.empty())
       die("--device-memory cuts the stages itself; drop --stage-boundaries");
   }
-  int64_t microBatchCount = 1;
-  if (!llvm::to_integer(llvm::StringRef(microBatches), microBatchCount, 10) ||
-      microBatchCount < 1)
-    die("--micro-batches must be a positive integer, got '" + microBatches +
-        "'");
-  if (pipelined) {
-    // One device per stage; --micro-batches defaults to the stage count.
-    int64_t pipelineStages = stageCount;
-    if (!stageBoundaries.empty())
-      pipelineStages = llvm::StringRef(stageBoundaries).count(',') + 2;
-    if (!microBatches.getNumOccurrences())
-      microBatchCount = pipelineStages;
-    if (cyclicPipeline) {
-      // N micro-batches (CDP slots) share the stages' devices
-      // (algorithms.md 2.6): stage l needs as many devices as it has ops at
-      // one time step of CDP's cycle (L in all when N | L and 2L/N is even,
-      // N when L | N).
-      int64_t N = microBatchCount, L = pipelineStages, derived = 0;
-      std::string perStage;
-      for (int64_t s = 1; s <= L; ++s) {
-        int64_t count = cdp::pipeline::cdpStageDeviceCount(s, L, N);
-        derived += count;
-        perStage += (s > 1 ? ", " : "") + std::to_string(count);
+}
+
+/// cdp-mp: N micro-batches (CDP slots) share the stages' devices; stage l
+/// needs as many devices as it has ops at one time step of CDP's cycle (L
+/// in all when N | L and 2L/N is even, N when L | N).
+void deriveCdpMpDevices(Settings &settings, int64_t L) {
+  int64_t N = settings.microBatchCount, derived = 0;
+  std::string perStage;
+  for (int64_t s = 1; s <= L; ++s) {
+    int64_t count = cdp::pipeline::cdpStageDeviceCount(s, L, N);
+    derived += count;
+    perStage += (s > 1 ? ", " : "") + std::to_string(count);
+  }
+  // The code table (fresh: l >= L - i) cannot make a slot fresh before
+  // its stage's update has made the new version (timing table: fresh
+  // when 2l - 1 > s_{N-1} - s_i); the other way round the slot reads the
+  // previous version like v1. N = L: the two tables agree.
+  if (cdpRule == "v2" && v2Table == "code")
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t l = 1; l <= L; ++l) {
+        int64_t start = cdp::pipeline::cdpSlotStart(i, L, N),
+                last = cdp::pipeline::cdpSlotStart(N - 1, L, N);
+        if (cdp::pipeline::cdpFresh(false, i, l, L, start, last) ||
+            !cdp::pipeline::cdpFresh(true, i, l, L, start, last))
+          continue;
+        die("--strategy cdp-mp --v2-table code: with N = " + std::to_string(N) +
+            " and L = " + std::to_string(L) + " the code table makes slot " +
+            std::to_string(i) + " read stage " + std::to_string(l) +
+            "'s new version before the update that makes it "
+            "(docs/strategies/cdp.md, update rules); use --v2-table "
+            "timing");
       }
-      // The code table (fresh: l >= L - i) cannot make a slot fresh before
-      // its stage's update has made the new version (timing table: fresh
-      // when 2l - 1 > s_{N-1} - s_i); the other way round the slot reads the
-      // previous version like v1. N = L: the two tables agree.
-      if (cdpRule == "v2" && v2Table == "code")
-        for (int64_t i = 0; i < N; ++i)
-          for (int64_t l = 1; l <= L; ++l) {
-            int64_t start = cdp::pipeline::cdpSlotStart(i, L, N),
-                    last = cdp::pipeline::cdpSlotStart(N - 1, L, N);
-            if (cdp::pipeline::cdpFresh(false, i, l, L, start, last) ||
-                !cdp::pipeline::cdpFresh(true, i, l, L, start, last))
-              continue;
-            die("--strategy cdp-mp --v2-table code: with N = " +
-                std::to_string(N) + " and L = " + std::to_string(L) +
-                " the code table makes slot " + std::to_string(i) +
-                " read stage " + std::to_string(l) +
-                "'s new version before the update that makes it "
-                "(docs/strategies/cdp.md, update rules); use --v2-table "
-                "timing");
-          }
-      if (devices.getNumOccurrences() && deviceCount != derived)
-        die("--strategy cdp-mp with N = " + std::to_string(N) +
-            " micro-batches on L = " + std::to_string(L) + " stages runs on " +
-            std::to_string(derived) + " devices (" + perStage +
-            " per stage, docs/strategies/cdp-mp.md): --devices " + devices +
-            " differs");
-      deviceCount = derived;
-    }
-    if (planMode != "auto" && devices.getNumOccurrences() && !cyclicPipeline &&
-        deviceCount != pipelineStages * replicaCount)
+  if (devices.getNumOccurrences() && settings.deviceCount != derived)
+    die("--strategy cdp-mp with N = " + std::to_string(N) +
+        " micro-batches on L = " + std::to_string(L) + " stages runs on " +
+        std::to_string(derived) + " devices (" + perStage +
+        " per stage, docs/strategies/cdp-mp.md): --devices " + devices +
+        " differs");
+  settings.deviceCount = derived;
+}
+
+/// --micro-batches against the devices and stages.
+void checkMicroBatches(Settings &settings) {
+  settings.microBatchCount = positiveInteger("--micro-batches", microBatches);
+  if (settings.pipelined) {
+    // One device per stage; --micro-batches defaults to the stage count.
+    int64_t pipelineStages = settings.flagStages();
+    if (!microBatches.getNumOccurrences())
+      settings.microBatchCount = pipelineStages;
+    if (settings.cyclicPipeline)
+      deriveCdpMpDevices(settings, pipelineStages);
+    int64_t R = settings.replicaCount;
+    if (planMode != "auto" && devices.getNumOccurrences() &&
+        !settings.cyclicPipeline && settings.deviceCount != pipelineStages * R)
       die("--strategy " + strategy + " runs one device per stage" +
-          (replicaCount > 1 ? " and replica" : "") + ": --devices " + devices +
+          (R > 1 ? " and replica" : "") + ": --devices " + devices +
           " differs from the " + std::to_string(pipelineStages) + " stages" +
-          (replicaCount > 1 ? " x " + std::to_string(replicaCount) + " replicas"
-                            : ""));
-    if (planMode != "auto" && kind == cdp::Strategy::TwoBW &&
-        microBatchCount < pipelineStages)
+          (R > 1 ? " x " + std::to_string(R) + " replicas" : ""));
+    if (planMode != "auto" && settings.kind == cdp::Strategy::TwoBW &&
+        settings.microBatchCount < pipelineStages)
       die("--strategy 2bw needs at least as many micro-batches as stages "
           "(m >= d): got --micro-batches " +
-          std::to_string(microBatchCount) + " for " +
+          std::to_string(settings.microBatchCount) + " for " +
           std::to_string(pipelineStages) + " stages");
   }
-  if (dataParallel && microBatches.getNumOccurrences() &&
-      microBatchCount != deviceCount)
+  if (settings.dataParallel && microBatches.getNumOccurrences() &&
+      settings.microBatchCount != settings.deviceCount)
     die("--strategy " + strategy +
         " runs one micro-batch per device: "
         "--micro-batches " +
         microBatches + " differs from --devices " + devices);
-  auto parseReal = [](const std::string &flag, const std::string &text) {
-    double value = 0;
-    if (llvm::StringRef(text).getAsDouble(value) || !std::isfinite(value))
-      die(flag + " must be a number, got '" + text + "'");
-    return value;
-  };
-  double lrValue = parseReal("--lr", lr);
-  double weightDecayValue = parseReal("--weight-decay", weightDecay);
-  double momentumValue =
-      momentum.getNumOccurrences() ? parseReal("--momentum", momentum) : -1.0;
-  double epsValue = parseReal("--adam-eps", adamEps);
-  auto [beta1Text, beta2Text] = llvm::StringRef(adamBetas).split(',');
-  double beta1 = parseReal("--adam-betas", beta1Text.str());
-  double beta2 = parseReal("--adam-betas", beta2Text.str());
+}
 
-  cdp::ImportOptions options;
-  if (batchSize.getNumOccurrences()) {
-    int64_t value = 0;
-    if (!llvm::to_integer(llvm::StringRef(batchSize), value, 10) || value < 1)
-      die("--batch-size must be a positive integer, got '" + batchSize + "'");
-    options.batchSize = value;
-  }
-  if (!llvm::to_integer(llvm::StringRef(maxTensorBytes), options.maxTensorBytes,
-                        10) ||
-      options.maxTensorBytes < 1)
-    die("--max-tensor-bytes must be a positive integer, got '" +
-        maxTensorBytes + "'");
+/// The optimizer's numbers.
+void readOptimizerFlags(Settings &settings) {
+  settings.lr = parseReal("--lr", lr);
+  settings.weightDecay = parseReal("--weight-decay", weightDecay);
+  settings.momentum =
+      momentum.getNumOccurrences() ? parseReal("--momentum", momentum) : -1.0;
+  settings.epsilon = parseReal("--adam-eps", adamEps);
+  auto [beta1Text, beta2Text] = llvm::StringRef(adamBetas).split(',');
+  settings.beta1 = parseReal("--adam-betas", beta1Text.str());
+  settings.beta2 = parseReal("--adam-betas", beta2Text.str());
+}
+
+/// What the importer needs, and where the outputs go.
+void readImportFlags(Settings &settings) {
+  cdp::ImportOptions &options = settings.import;
+  if (batchSize.getNumOccurrences())
+    options.batchSize = positiveInteger("--batch-size", batchSize);
+  options.maxTensorBytes =
+      positiveInteger("--max-tensor-bytes", maxTensorBytes);
   for (const std::string &entry : batchAxis) {
     auto [name, axisText] = llvm::StringRef(entry).rsplit('=');
     int64_t axis = -1;
@@ -609,355 +630,383 @@ int main(int argc, char **argv) {
           entry + "'");
     options.batchAxes[name.str()] = axisText == "none" ? -1 : axis;
   }
-
   for (const std::string &entry : constInput) {
     auto [name, file] = llvm::StringRef(entry).split('=');
     if (name.empty() || file.empty())
       die("--const-input takes NAME=FILE, got '" + entry + "'");
     options.constInputs[name.str()] = file.str();
   }
-
-  int64_t reportStepCount = 3;
-  if (!llvm::to_integer(llvm::StringRef(reportSteps), reportStepCount, 10) ||
-      reportStepCount < 1)
-    die("--steps must be a positive integer, got '" + reportSteps + "'");
-  bool reportOnly =
-      !reportPath.empty() && outputPath == "-" && emit == "plan" && !planText;
-  if (reportOnly)
+  settings.reportStepCount = positiveInteger("--steps", reportSteps);
+  settings.reportOnly = !reportPath.empty() && outputPath == "-" &&
+                        emit == "plan" && !settings.planText;
+  if (settings.reportOnly)
     options.shapesOnly = true;
-  if (emit == "plan" && !planText && outputPath == "-" && reportPath.empty())
+  if (emit == "plan" && !settings.planText && outputPath == "-" &&
+      reportPath.empty())
     die("give -o FILE.cdp for the plan, --report FILE.json for a prediction, "
         "or --emit=mlir to print IR");
+}
 
-  mlir::DialectRegistry registry;
-  cdp::registerAllDialects(registry);
-  mlir::MLIRContext context(registry);
-  std::string error;
-  mlir::OwningOpRef<mlir::ModuleOp> module =
-      cdp::importOnnxModel(context, inputPath, options, error);
-  if (!module)
-    die(inputPath + ": " + error);
+Settings checkFlags() {
+  Settings settings;
+  checkStrategyFlags(settings);
+  checkMicroBatches(settings);
+  readOptimizerFlags(settings);
+  readImportFlags(settings);
+  return settings;
+}
 
-  if (emit != "mlir") {
-    std::string diagnostic;
-    mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &d) {
-      if (diagnostic.empty())
-        diagnostic = d.str();
-      return mlir::success();
-    });
-    // The passes for the current stage, replica and micro-batch counts
-    // (--plan auto runs them once per candidate on a copy of the module).
-    auto runPasses = [&](mlir::ModuleOp target) -> mlir::LogicalResult {
-      mlir::PassManager pm(&context);
-      if (!inference) {
-        cdp::AttachLossOptions lossOptions;
-        lossOptions.loss = loss;
-        lossOptions.labelsName = labelsName;
-        lossOptions.lossOutput = lossOutput;
-        pm.addPass(cdp::createAttachLoss(lossOptions));
-        {
-          // single: one stage, so that every op still knows its phase.
-          cdp::PartitionStagesOptions partition;
-          partition.stages = dataParallel || pipelined ? stageCount : 1;
-          std::vector<std::string> boundaryNames;
-          if (!stageBoundaries.empty()) {
-            llvm::SmallVector<llvm::StringRef> names;
-            llvm::StringRef(stageBoundaries).split(names, ',');
-            for (llvm::StringRef name : names)
-              boundaryNames.push_back(name.trim().str());
-          }
-          partition.boundaries = boundaryNames;
-          if (profilePath.getNumOccurrences())
-            partition.profile = profilePath;
-          if (deviceMemoryBytes > 0) {
-            partition.deviceMemory = deviceMemoryBytes;
-            partition.strategy = strategy;
-            partition.microBatches = microBatchCount;
-            bool withMomentum = optimizer == "momentum" ? momentumValue != 0.0
-                                                        : momentumValue > 0.0;
-            partition.optimizerCopies = optimizer == "adam" ? 2
-                                        : withMomentum      ? 1
-                                                            : 0;
-          }
-          pm.addPass(cdp::createPartitionStages(partition));
-        }
-        cdp::AutodiffOptions autodiffOptions;
-        autodiffOptions.freeze =
-            std::vector<std::string>(freeze.begin(), freeze.end());
-        autodiffOptions.bnRunningVar = bnRunningVar;
-        pm.addPass(cdp::createAutodiff(autodiffOptions));
-        cdp::InsertOptimizerOptions optimizerOptions;
-        optimizerOptions.optimizer = optimizer;
-        optimizerOptions.lr = lrValue;
-        optimizerOptions.momentum = momentumValue;
-        optimizerOptions.weightDecay = weightDecayValue;
-        optimizerOptions.beta1 = beta1;
-        optimizerOptions.beta2 = beta2;
-        optimizerOptions.epsilon = epsValue;
-        pm.addPass(cdp::createInsertOptimizer(optimizerOptions));
-        if (dataParallel) {
-          cdp::BuildScheduleOptions scheduleOptions;
-          scheduleOptions.strategy = strategy;
-          scheduleOptions.devices = deviceCount;
-          pm.addPass(cdp::createBuildSchedule(scheduleOptions));
-          cdp::DelayUpdatesOptions delayOptions;
-          delayOptions.rule = cdpRule;
-          delayOptions.table = v2Table;
-          pm.addPass(cdp::createDelayUpdates(delayOptions));
-          cdp::StaggerCollectivesOptions staggerOptions;
-          staggerOptions.reduce = cdpReduce;
-          pm.addPass(cdp::createStaggerCollectives(staggerOptions));
-          if (emit == "sched-mlir") {
-            cdp::MaterializeScheduleOptions materialize;
-            materialize.steps = reportStepCount;
-            pm.addPass(cdp::createMaterializeSchedule(materialize));
-          }
-        } else if (pipelined && emit == "sched-mlir") {
-          // gpipe, 1f1b and 2bw: one replica's stage programs.
-          cdp::BuildPipelineOptions pipelineOptions;
-          pipelineOptions.strategy = strategy;
-          pipelineOptions.stages =
-              stageBoundaries.empty()
-                  ? stageCount
-                  : llvm::StringRef(stageBoundaries).count(',') + 2;
-          pipelineOptions.microBatches = microBatchCount;
-          pipelineOptions.steps = reportStepCount;
-          pm.addPass(cdp::createBuildPipeline(pipelineOptions));
-        }
-      }
-      if (emit == "plan")
-        pm.addPass(cdp::createPlanMemory());
-      return pm.run(target);
-    };
-    // Predicted step times: measured per-op times when profiled, else the
-    // hardware model's.
-    InstructionCost stepCost;
-    Hardware hardware = readHardware(hardwarePath);
-    if (pipelined && profilePath.getNumOccurrences()) {
-      stepCost = profileCost(profilePath);
-      if (!stepCost)
-        die("--profile " + profilePath +
-            ": not a cdp-run --profile file (no \"instructions\" array)");
-    } else {
-      stepCost = hardwareCost(hardware);
-    }
-    double memoryCap = deviceMemoryBytes > 0
-                           ? static_cast<double>(deviceMemoryBytes)
-                           : hardware.memoryBytes;
-    // --plan auto (algorithms.md 3.6, adapted): every stages x replicas =
-    // --devices with M = G / (replicas x B) micro-batches, M >= stages;
-    // each candidate is compiled and its plan predicted (step time from
-    // the profile, peak memory from the report's accounting); the fastest
-    // that fits the cap wins.
-    auto planAutomatically = [&](mlir::ModuleOp source, auto &passes,
-                                 auto build, std::string &diagnostic) {
-      if (kind != cdp::Strategy::TwoBW)
-        die("--plan auto plans --strategy 2bw (docs/design/planner.md), not " +
-            strategy);
-      int64_t samples = 0;
-      if (!globalBatch.getNumOccurrences() ||
-          !llvm::to_integer(llvm::StringRef(globalBatch), samples, 10) ||
-          samples < 1)
-        die("--plan auto needs --global-batch G, a positive number of "
-            "samples per step");
-      if (!devices.getNumOccurrences())
-        die("--plan auto needs --devices N");
-      int64_t batch = 0;
-      source.walk([&](mlir::func::FuncOp func) {
-        for (unsigned i = 0; i < func.getNumArguments() && !batch; ++i)
-          if (auto axis =
-                  func.getArgAttrOfType<mlir::IntegerAttr>(i, "cdp.batch_axis"))
-            if (axis.getInt() >= 0)
-              batch = mlir::cast<mlir::RankedTensorType>(
-                          func.getArgument(i).getType())
-                          .getDimSize(axis.getInt());
-      });
-      if (batch <= 0)
-        die("--plan auto: the model has no input with a batch axis");
-      std::printf("--plan auto: 2bw on %lld devices, global batch %lld "
-                  "(micro-batch %lld)\n",
-                  (long long)deviceCount, (long long)samples, (long long)batch);
-      std::printf("%8s %9s %14s %12s %14s  %s\n", "stages", "replicas",
-                  "micro-batches", "step ms", "peak bytes", "");
-      double best = -1;
-      int64_t bestStages = 0, bestReplicas = 0, bestMicro = 0;
-      for (int64_t S = 1; S <= deviceCount; ++S) {
-        if (deviceCount % S)
-          continue;
-        int64_t R = deviceCount / S;
-        std::string why;
-        int64_t M = samples / (R * batch);
-        if (samples % (R * batch))
-          why = "global batch is not a multiple of replicas x micro-batch";
-        else if (M < S)
-          why = "fewer micro-batches than stages";
-        double ms = -1;
-        int64_t peak = 0;
-        if (why.empty()) {
-          stageCount = S;
-          replicaCount = R;
-          microBatchCount = M;
-          mlir::OwningOpRef<mlir::ModuleOp> copy(source.clone());
-          diagnostic.clear();
-          google::protobuf::Arena arena;
-          cdp::plan::Plan &plan =
-              *google::protobuf::Arena::CreateMessage<cdp::plan::Plan>(&arena);
-          if (mlir::failed(passes(*copy)) || mlir::failed(build(*copy, plan))) {
-            why = llvm::StringRef(diagnostic).split('\n').first.str();
-          } else {
-            cdp::plan::SimulatedTime time = predictStepMs(plan, stepCost, 3);
-            for (int64_t bytes : cdp::runtime::predictDevicePeaks(plan, 2))
-              peak = std::max(peak, bytes);
-            using Status = cdp::plan::SimulatedTime::Status;
-            if (time.status == Status::UnknownCost)
-              why = "the profile lacks an instruction of the plan";
-            else if (time.status == Status::WouldHang)
-              why = "the timing model would hang (a compiler bug)";
-            else if (peak > memoryCap)
-              why = deviceMemoryBytes > 0 ? "above --device-memory"
-                                          : "above the --hw memory";
-            if (time.status == Status::Ok)
-              ms = time.end;
-          }
-        }
-        if (why.empty() && (best < 0 || ms < best)) {
-          best = ms;
-          bestStages = S;
-          bestReplicas = R;
-          bestMicro = M;
-        }
-        if (ms >= 0)
-          std::printf("%8lld %9lld %14lld %12.3f %14lld  %s\n", (long long)S,
-                      (long long)R, (long long)M, ms, (long long)peak,
-                      why.c_str());
-        else
-          std::printf("%8lld %9lld %14s %12s %14s  %s\n", (long long)S,
-                      (long long)R,
-                      why == "fewer micro-batches than stages"
-                          ? std::to_string(M).c_str()
-                          : "-",
-                      "-", "-", why.c_str());
-      }
-      if (best < 0)
-        die("--plan auto: no candidate fits (see the table above)");
-      stageCount = bestStages;
-      replicaCount = bestReplicas;
-      microBatchCount = bestMicro;
-      std::printf("chosen: %lld stages x %lld replicas, %lld micro-batches "
-                  "per step, %.3f ms per step predicted\n",
-                  (long long)bestStages, (long long)bestReplicas,
-                  (long long)bestMicro, best);
-      std::fflush(stdout);
-    };
-    auto emitOptionsNow = [&]() {
-      cdp::EmitOptions emitOptions;
-      emitOptions.strategy = kind;
-      emitOptions.microBatches = dataParallel ? 1 : microBatchCount;
-      emitOptions.replicas = replicaCount;
-      emitOptions.cdpRule = cdpRule;
-      emitOptions.v2Table = v2Table;
-      emitOptions.inference = inference;
-      emitOptions.optimizer = inference ? std::string() : optimizer.getValue();
-      emitOptions.sourceName = llvm::sys::path::filename(inputPath).str();
-      return emitOptions;
-    };
-    if (planMode == "auto")
-      planAutomatically(
-          *module, runPasses,
-          [&](mlir::ModuleOp target, cdp::plan::Plan &plan) {
-            return cdp::buildPlan(target, emitOptionsNow(), plan);
-          },
-          diagnostic);
-    if (mlir::failed(runPasses(*module)))
-      die(inputPath + ": " +
-          (diagnostic.empty() ? "compilation failed" : diagnostic));
-    if (emit == "sched-mlir") {
-      std::string errorMessage;
-      auto output = mlir::openOutputFile(outputPath, &errorMessage);
-      if (!output)
-        die(outputPath + ": " + errorMessage);
-      module->walk([&](cdp::sched::ProgramOp program) {
-        program->print(output->os());
-        output->os() << "\n";
-      });
-      output->keep();
-      return 0;
-    }
-    if (emit == "plan") {
-      cdp::EmitOptions emitOptions = emitOptionsNow();
-      if (auto file = llvm::MemoryBuffer::getFile(inputPath))
-        emitOptions.sourceModel = (*file)->getBuffer().str();
-      // On an arena: a pipeline plan holds a message per instruction and
-      // tensor copy (hundreds of thousands for 64 x 64), which an arena
-      // allocates in blocks and frees at once.
-      google::protobuf::Arena arena;
-      cdp::plan::Plan &plan =
-          *google::protobuf::Arena::CreateMessage<cdp::plan::Plan>(&arena);
-      if (mlir::failed(cdp::buildPlan(*module, emitOptions, plan)))
-        die(inputPath + ": " + diagnostic);
-      if (deviceMemoryBytes > 0) {
-        // The partition fit the estimate; hold the plan itself to the cap
-        // too (its peak over two steps, 2bw's second version included).
-        for (auto [device, peak] :
-             llvm::enumerate(cdp::runtime::predictDevicePeaks(plan, 2))) {
-          if (peak <= deviceMemoryBytes)
-            continue;
-          die(inputPath + ": the plan's predicted peak on device " +
-              std::to_string(device) + " is " + std::to_string(peak) +
-              " bytes, above --device-memory " + deviceMemory +
-              " (the partition's estimate counts a stage's own results, not "
-              "the inputs it loads or receives and keeps for its backward; "
-              "raise the cap or use more stages)");
-        }
-      }
-      if (!reportPath.empty()) {
-        // Both only read the plan: the step time on a second thread.
-        std::future<cdp::plan::SimulatedTime> stepTime = std::async(
-            pipelined ? std::launch::async : std::launch::deferred,
-            [&] { return predictStepMs(plan, stepCost, reportStepCount); });
-        std::string json = cdp::runtime::predictReport(plan, reportStepCount);
-        if (pipelined) {
-          cdp::plan::SimulatedTime time = stepTime.get();
-          if (time.status != cdp::plan::SimulatedTime::Status::Ok)
-            die(unpredictableStep(time.status));
-          double stepMs = time.end;
-          // One more top-level key, before the report's closing brace.
-          size_t close = json.rfind('}');
-          json.insert(close, ",\n\"predicted_step_ms\": " +
-                                 std::to_string(stepMs) + "\n");
-        }
-        std::error_code ec;
-        llvm::raw_fd_ostream out(reportPath, ec);
-        if (ec)
-          die(reportPath + ": " + ec.message());
-        out << json;
-        out.close();
-        if (out.has_error())
-          die(reportPath + ": write failed");
-      }
-      if (planText) {
-        std::string errorMessage;
-        auto output = mlir::openOutputFile(outputPath, &errorMessage);
-        if (!output)
-          die(outputPath + ": " + errorMessage);
-        std::ostringstream text;
-        cdp::plan::printPlanText(plan, text);
-        output->os() << text.str();
-        output->os().flush(); // the tool ends with _Exit, which flushes no
-                              // raw_ostream
-        output->keep();
-      } else if (!reportOnly) {
-        std::string writeError;
-        if (!cdp::plan::writePlan(plan, outputPath, writeError))
-          die(outputPath + ": " + writeError);
-      }
-      // Everything is written: skip tearing down the MLIR context and the
-      // plan (a tenth of a large pipeline's compile time).
-      std::fflush(nullptr);
-      std::_Exit(0);
-    }
+/// The stage cut (single: one stage, so that every op still knows its
+/// phase), under --device-memory by the strategy's memory estimate.
+void addPartition(mlir::PassManager &pm, const Settings &settings) {
+  cdp::PartitionStagesOptions partition;
+  partition.stages =
+      settings.dataParallel || settings.pipelined ? settings.stageCount : 1;
+  std::vector<std::string> boundaryNames;
+  if (!stageBoundaries.empty()) {
+    llvm::SmallVector<llvm::StringRef> names;
+    llvm::StringRef(stageBoundaries).split(names, ',');
+    for (llvm::StringRef name : names)
+      boundaryNames.push_back(name.trim().str());
   }
+  partition.boundaries = boundaryNames;
+  if (profilePath.getNumOccurrences())
+    partition.profile = profilePath;
+  if (settings.deviceMemoryBytes > 0) {
+    partition.deviceMemory = settings.deviceMemoryBytes;
+    partition.strategy = strategy;
+    partition.microBatches = settings.microBatchCount;
+    bool withMomentum = optimizer == "momentum" ? settings.momentum != 0.0
+                                                : settings.momentum > 0.0;
+    partition.optimizerCopies = optimizer == "adam" ? 2 : withMomentum ? 1 : 0;
+  }
+  pm.addPass(cdp::createPartitionStages(partition));
+}
 
+/// dp and cdp: the schedule passes; the pipelines' --emit=sched-mlir.
+void addSchedulePasses(mlir::PassManager &pm, const Settings &settings) {
+  if (settings.dataParallel) {
+    cdp::BuildScheduleOptions scheduleOptions;
+    scheduleOptions.strategy = strategy;
+    scheduleOptions.devices = settings.deviceCount;
+    pm.addPass(cdp::createBuildSchedule(scheduleOptions));
+    cdp::DelayUpdatesOptions delayOptions;
+    delayOptions.rule = cdpRule;
+    delayOptions.table = v2Table;
+    pm.addPass(cdp::createDelayUpdates(delayOptions));
+    cdp::StaggerCollectivesOptions staggerOptions;
+    staggerOptions.reduce = cdpReduce;
+    pm.addPass(cdp::createStaggerCollectives(staggerOptions));
+    if (emit == "sched-mlir") {
+      cdp::MaterializeScheduleOptions materialize;
+      materialize.steps = settings.reportStepCount;
+      pm.addPass(cdp::createMaterializeSchedule(materialize));
+    }
+  } else if (settings.pipelined && emit == "sched-mlir") {
+    // gpipe, 1f1b and 2bw: one replica's stage programs.
+    cdp::BuildPipelineOptions pipelineOptions;
+    pipelineOptions.strategy = strategy;
+    pipelineOptions.stages = settings.flagStages();
+    pipelineOptions.microBatches = settings.microBatchCount;
+    pipelineOptions.steps = settings.reportStepCount;
+    pm.addPass(cdp::createBuildPipeline(pipelineOptions));
+  }
+}
+
+/// The passes for the current stage, replica and micro-batch counts
+/// (--plan auto runs them once per candidate on a copy of the module).
+mlir::LogicalResult runTrainingPasses(mlir::MLIRContext &context,
+                                      mlir::ModuleOp target,
+                                      const Settings &settings) {
+  mlir::PassManager pm(&context);
+  if (!inference) {
+    cdp::AttachLossOptions lossOptions;
+    lossOptions.loss = loss;
+    lossOptions.labelsName = labelsName;
+    lossOptions.lossOutput = lossOutput;
+    pm.addPass(cdp::createAttachLoss(lossOptions));
+    addPartition(pm, settings);
+    cdp::AutodiffOptions autodiffOptions;
+    autodiffOptions.freeze =
+        std::vector<std::string>(freeze.begin(), freeze.end());
+    autodiffOptions.bnRunningVar = bnRunningVar;
+    pm.addPass(cdp::createAutodiff(autodiffOptions));
+    cdp::InsertOptimizerOptions optimizerOptions;
+    optimizerOptions.optimizer = optimizer;
+    optimizerOptions.lr = settings.lr;
+    optimizerOptions.momentum = settings.momentum;
+    optimizerOptions.weightDecay = settings.weightDecay;
+    optimizerOptions.beta1 = settings.beta1;
+    optimizerOptions.beta2 = settings.beta2;
+    optimizerOptions.epsilon = settings.epsilon;
+    pm.addPass(cdp::createInsertOptimizer(optimizerOptions));
+    addSchedulePasses(pm, settings);
+  }
+  if (emit == "plan")
+    pm.addPass(cdp::createPlanMemory());
+  return pm.run(target);
+}
+
+cdp::EmitOptions emitOptionsFor(const Settings &settings) {
+  cdp::EmitOptions emitOptions;
+  emitOptions.strategy = settings.kind;
+  emitOptions.microBatches =
+      settings.dataParallel ? 1 : settings.microBatchCount;
+  emitOptions.replicas = settings.replicaCount;
+  emitOptions.cdpRule = cdpRule;
+  emitOptions.v2Table = v2Table;
+  emitOptions.inference = inference;
+  emitOptions.optimizer = inference ? std::string() : optimizer.getValue();
+  emitOptions.sourceName = llvm::sys::path::filename(inputPath).str();
+  return emitOptions;
+}
+
+/// Predicted step times: measured per-op times when profiled, else the
+/// hardware model's.
+InstructionCost stepCostFor(const Settings &settings,
+                            const Hardware &hardware) {
+  if (!settings.pipelined || !profilePath.getNumOccurrences())
+    return hardwareCost(hardware);
+  InstructionCost cost = profileCost(profilePath);
+  if (!cost)
+    die("--profile " + profilePath +
+        ": not a cdp-run --profile file (no \"instructions\" array)");
+  return cost;
+}
+
+/// The batch of the model's first input with a batch axis (0: none).
+int64_t modelBatch(mlir::ModuleOp source) {
+  int64_t batch = 0;
+  source.walk([&](mlir::func::FuncOp func) {
+    for (unsigned i = 0; i < func.getNumArguments() && !batch; ++i)
+      if (auto axis =
+              func.getArgAttrOfType<mlir::IntegerAttr>(i, "cdp.batch_axis"))
+        if (axis.getInt() >= 0)
+          batch =
+              mlir::cast<mlir::RankedTensorType>(func.getArgument(i).getType())
+                  .getDimSize(axis.getInt());
+  });
+  return batch;
+}
+
+/// One --plan auto candidate, compiled and predicted: its step time (-1
+/// when it was dropped) and peak, or why it was dropped.
+struct Candidate {
+  double ms = -1;
+  int64_t peak = 0;
+  std::string why;
+};
+
+Candidate tryCandidate(mlir::MLIRContext &context, mlir::ModuleOp source,
+                       const Settings &settings,
+                       const InstructionCost &stepCost, double memoryCap,
+                       std::string &diagnostic) {
+  Candidate candidate;
+  mlir::OwningOpRef<mlir::ModuleOp> copy(source.clone());
+  diagnostic.clear();
+  google::protobuf::Arena arena;
+  cdp::plan::Plan &plan =
+      *google::protobuf::Arena::CreateMessage<cdp::plan::Plan>(&arena);
+  if (mlir::failed(runTrainingPasses(context, *copy, settings)) ||
+      mlir::failed(cdp::buildPlan(*copy, emitOptionsFor(settings), plan))) {
+    candidate.why = llvm::StringRef(diagnostic).split('\n').first.str();
+    return candidate;
+  }
+  cdp::plan::SimulatedTime time = predictStepMs(plan, stepCost, 3);
+  for (int64_t bytes : cdp::runtime::predictDevicePeaks(plan, 2))
+    candidate.peak = std::max(candidate.peak, bytes);
+  using Status = cdp::plan::SimulatedTime::Status;
+  if (time.status == Status::UnknownCost)
+    candidate.why = "the profile lacks an instruction of the plan";
+  else if (time.status == Status::WouldHang)
+    candidate.why = "the timing model would hang (a compiler bug)";
+  else if (candidate.peak > memoryCap)
+    candidate.why = settings.deviceMemoryBytes > 0 ? "above --device-memory"
+                                                   : "above the --hw memory";
+  if (time.status == Status::Ok)
+    candidate.ms = time.end;
+  return candidate;
+}
+
+/// --plan auto (the 2BW planner, adapted): every stages x replicas =
+/// --devices with M = G / (replicas x B) micro-batches, M >= stages; each
+/// candidate is compiled and its plan predicted (step time from the
+/// profile, peak memory from the report's accounting); the fastest that
+/// fits the cap wins and its counts go into `settings`.
+void planAutomatically(mlir::MLIRContext &context, mlir::ModuleOp source,
+                       Settings &settings, const InstructionCost &stepCost,
+                       double memoryCap, std::string &diagnostic) {
+  if (settings.kind != cdp::Strategy::TwoBW)
+    die("--plan auto plans --strategy 2bw (docs/design/planner.md), not " +
+        strategy);
+  int64_t samples = 0;
+  if (!globalBatch.getNumOccurrences() ||
+      !llvm::to_integer(llvm::StringRef(globalBatch), samples, 10) ||
+      samples < 1)
+    die("--plan auto needs --global-batch G, a positive number of "
+        "samples per step");
+  if (!devices.getNumOccurrences())
+    die("--plan auto needs --devices N");
+  int64_t batch = modelBatch(source), deviceCount = settings.deviceCount;
+  if (batch <= 0)
+    die("--plan auto: the model has no input with a batch axis");
+  std::printf("--plan auto: 2bw on %lld devices, global batch %lld "
+              "(micro-batch %lld)\n",
+              (long long)deviceCount, (long long)samples, (long long)batch);
+  std::printf("%8s %9s %14s %12s %14s  %s\n", "stages", "replicas",
+              "micro-batches", "step ms", "peak bytes", "");
+  double best = -1;
+  int64_t bestStages = 0, bestReplicas = 0, bestMicro = 0;
+  for (int64_t S = 1; S <= deviceCount; ++S) {
+    if (deviceCount % S)
+      continue;
+    int64_t R = deviceCount / S;
+    int64_t M = samples / (R * batch);
+    Candidate candidate;
+    if (samples % (R * batch)) {
+      candidate.why = "global batch is not a multiple of replicas x "
+                      "micro-batch";
+    } else if (M < S) {
+      candidate.why = "fewer micro-batches than stages";
+    } else {
+      settings.stageCount = S;
+      settings.replicaCount = R;
+      settings.microBatchCount = M;
+      candidate = tryCandidate(context, source, settings, stepCost, memoryCap,
+                               diagnostic);
+    }
+    if (candidate.why.empty() && (best < 0 || candidate.ms < best)) {
+      best = candidate.ms;
+      bestStages = S;
+      bestReplicas = R;
+      bestMicro = M;
+    }
+    if (candidate.ms >= 0)
+      std::printf("%8lld %9lld %14lld %12.3f %14lld  %s\n", (long long)S,
+                  (long long)R, (long long)M, candidate.ms,
+                  (long long)candidate.peak, candidate.why.c_str());
+    else
+      std::printf("%8lld %9lld %14s %12s %14s  %s\n", (long long)S,
+                  (long long)R,
+                  candidate.why == "fewer micro-batches than stages"
+                      ? std::to_string(M).c_str()
+                      : "-",
+                  "-", "-", candidate.why.c_str());
+  }
+  if (best < 0)
+    die("--plan auto: no candidate fits (see the table above)");
+  settings.stageCount = bestStages;
+  settings.replicaCount = bestReplicas;
+  settings.microBatchCount = bestMicro;
+  std::printf("chosen: %lld stages x %lld replicas, %lld micro-batches "
+              "per step, %.3f ms per step predicted\n",
+              (long long)bestStages, (long long)bestReplicas,
+              (long long)bestMicro, best);
+  std::fflush(stdout);
+}
+
+/// --device-memory: the partition fit the estimate; hold the plan itself
+/// to the cap too (its peak over two steps, 2bw's second version included).
+void checkPlanPeaks(const cdp::plan::Plan &plan, const Settings &settings) {
+  if (settings.deviceMemoryBytes <= 0)
+    return;
+  for (auto [device, peak] :
+       llvm::enumerate(cdp::runtime::predictDevicePeaks(plan, 2))) {
+    if (peak <= settings.deviceMemoryBytes)
+      continue;
+    die(inputPath + ": the plan's predicted peak on device " +
+        std::to_string(device) + " is " + std::to_string(peak) +
+        " bytes, above --device-memory " + deviceMemory +
+        " (the partition's estimate counts a stage's own results, not "
+        "the inputs it loads or receives and keeps for its backward; "
+        "raise the cap or use more stages)");
+  }
+}
+
+/// --report: the prediction, with the pipelines' predicted step time.
+void writeReport(const cdp::plan::Plan &plan, const Settings &settings,
+                 const InstructionCost &stepCost) {
+  // Both only read the plan: the step time on a second thread.
+  std::future<cdp::plan::SimulatedTime> stepTime = std::async(
+      settings.pipelined ? std::launch::async : std::launch::deferred,
+      [&] { return predictStepMs(plan, stepCost, settings.reportStepCount); });
+  std::string json =
+      cdp::runtime::predictReport(plan, settings.reportStepCount);
+  if (settings.pipelined) {
+    cdp::plan::SimulatedTime time = stepTime.get();
+    if (time.status != cdp::plan::SimulatedTime::Status::Ok)
+      die(unpredictableStep(time.status));
+    // One more top-level key, before the report's closing brace.
+    size_t close = json.rfind('}');
+    json.insert(close,
+                ",\n\"predicted_step_ms\": " + std::to_string(time.end) + "\n");
+  }
+  std::error_code ec;
+  llvm::raw_fd_ostream out(reportPath, ec);
+  if (ec)
+    die(reportPath + ": " + ec.message());
+  out << json;
+  out.close();
+  if (out.has_error())
+    die(reportPath + ": write failed");
+}
+
+/// The plan, its text (--emit=plan-text) and its report; then ends the
+/// process without tearing down the MLIR context and the plan (a tenth of
+/// a large pipeline's compile time).
+[[noreturn]] void writePlanOutputs(mlir::ModuleOp module,
+                                   const Settings &settings,
+                                   const InstructionCost &stepCost,
+                                   const std::string &diagnostic) {
+  cdp::EmitOptions emitOptions = emitOptionsFor(settings);
+  if (auto file = llvm::MemoryBuffer::getFile(inputPath))
+    emitOptions.sourceModel = (*file)->getBuffer().str();
+  // On an arena: a pipeline plan holds a message per instruction and
+  // tensor copy (hundreds of thousands for 64 x 64), which an arena
+  // allocates in blocks and frees at once.
+  google::protobuf::Arena arena;
+  cdp::plan::Plan &plan =
+      *google::protobuf::Arena::CreateMessage<cdp::plan::Plan>(&arena);
+  if (mlir::failed(cdp::buildPlan(module, emitOptions, plan)))
+    die(inputPath + ": " + diagnostic);
+  checkPlanPeaks(plan, settings);
+  if (!reportPath.empty())
+    writeReport(plan, settings, stepCost);
+  if (settings.planText) {
+    std::string errorMessage;
+    auto output = mlir::openOutputFile(outputPath, &errorMessage);
+    if (!output)
+      die(outputPath + ": " + errorMessage);
+    std::ostringstream text;
+    cdp::plan::printPlanText(plan, text);
+    output->os() << text.str();
+    output->os().flush(); // _Exit below flushes no raw_ostream
+    output->keep();
+  } else if (!settings.reportOnly) {
+    std::string writeError;
+    if (!cdp::plan::writePlan(plan, outputPath, writeError))
+      die(outputPath + ": " + writeError);
+  }
+  std::fflush(nullptr);
+  std::_Exit(0);
+}
+
+/// --emit=sched-mlir: the sched.program ops alone.
+void printSchedules(mlir::ModuleOp module) {
+  std::string errorMessage;
+  auto output = mlir::openOutputFile(outputPath, &errorMessage);
+  if (!output)
+    die(outputPath + ": " + errorMessage);
+  module->walk([&](cdp::sched::ProgramOp program) {
+    program->print(output->os());
+    output->os() << "\n";
+  });
+  output->keep();
+}
+
+/// --emit=mlir and train-mlir: the module, parameter data elided unless
+/// --print-param-data.
+void printModule(mlir::ModuleOp module) {
   std::string errorMessage;
   auto output = mlir::openOutputFile(outputPath, &errorMessage);
   if (!output)
@@ -980,5 +1029,51 @@ int main(int argc, char **argv) {
     output->os() << printed.rtrim() << "\n";
   }
   output->keep();
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  parseCommandLine(argc, argv);
+  Settings settings = checkFlags();
+
+  mlir::DialectRegistry registry;
+  cdp::registerAllDialects(registry);
+  mlir::MLIRContext context(registry);
+  std::string error;
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      cdp::importOnnxModel(context, inputPath, settings.import, error);
+  if (!module)
+    die(inputPath + ": " + error);
+  if (emit == "mlir") {
+    printModule(*module);
+    return 0;
+  }
+
+  std::string diagnostic;
+  mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &d) {
+    if (diagnostic.empty())
+      diagnostic = d.str();
+    return mlir::success();
+  });
+  Hardware hardware = readHardware(hardwarePath);
+  InstructionCost stepCost = stepCostFor(settings, hardware);
+  double memoryCap = settings.deviceMemoryBytes > 0
+                         ? static_cast<double>(settings.deviceMemoryBytes)
+                         : hardware.memoryBytes;
+  if (planMode == "auto")
+    planAutomatically(context, *module, settings, stepCost, memoryCap,
+                      diagnostic);
+  if (mlir::failed(runTrainingPasses(context, *module, settings)))
+    die(inputPath + ": " +
+        (diagnostic.empty() ? "compilation failed" : diagnostic));
+  if (emit == "sched-mlir") {
+    printSchedules(*module);
+    return 0;
+  }
+  if (emit == "plan")
+    writePlanOutputs(*module, settings, stepCost, diagnostic);
+  printModule(*module);
   return 0;
 }
