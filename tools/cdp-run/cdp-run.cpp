@@ -332,11 +332,22 @@ std::string nonFiniteLoss(const plan::Plan &plan, Executor &executor,
          "; " + where + " (check the inputs, or lower --lr)";
 }
 
-} // namespace
+/// The training order of epoch `epoch`: every sample once, shuffled by
+/// --seed and the epoch.
+std::vector<int64_t> shuffledOrder(uint64_t seed, int64_t epoch, int64_t n) {
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 rng(seed * 1000003ull + epoch);
+  for (int64_t i = n - 1; i > 0; --i)
+    std::swap(order[i],
+              order[std::uniform_int_distribution<int64_t>(0, i)(rng)]);
+  return order;
+}
 
-int main(int argc, char **argv) {
-  Options options = parseArguments(argc, argv);
-  plan::Plan plan;
+/// Reads the plan and refuses one that would hang or options that do not
+/// go together.
+void readCheckedPlan(const Options &options, plan::Plan &plan,
+                     uint64_t &planChecksum) {
   std::string error;
   if (!plan::readPlan(options.plan, plan, error))
     die(options.plan + ": " + error);
@@ -352,7 +363,6 @@ int main(int argc, char **argv) {
       text += "; " + line.substr(2);
     die(options.plan + ": " + text);
   }
-  uint64_t planChecksum = 0;
   {
     std::ifstream in(options.plan, std::ios::binary);
     std::stringstream content;
@@ -369,519 +379,611 @@ int main(int argc, char **argv) {
     die("--feed needs --steps T");
   if (options.data.empty() && options.epochs >= 0)
     die("--epochs goes with --data");
+}
+
+/// One run of a plan: its devices, the data bound to its inputs, the step
+/// counts and what records the run.
+struct Run {
+  Run(const Options &options, plan::Plan &plan)
+      : options(options), plan(plan) {}
+  const Options &options;
+  plan::Plan &plan;
+  uint64_t planChecksum = 0;
+  bool training = false, terminal = false;
+  int deviceCount = 1, threadsPerDevice = 1;
+  std::unique_ptr<LocalCommunicator> communicator;
+  std::vector<std::unique_ptr<Executor>> executors;
+  std::unique_ptr<ReportBuilder> report;
+  std::unique_ptr<TraceRecorder> trace;
+  std::map<int, Array> feeds;
+  Dataset train, test;
+  int imageInput = -1;
+  int64_t slots = 1, batch = 1, perStep = 1, stepsPerEpoch = 0, epochs = 1,
+          total = 0;
+  std::ofstream metrics;
+  /// Device 0: where parameters are gathered and outputs are read.
+  Executor &first() { return *executors[0]; }
+};
+
+/// One executor per device, each with its own memory; devices of
+/// multi-device plans talk through the in-process communicator.
+void createDevices(Run &run, int cores) {
+  const Options &options = run.options;
+  run.deviceCount = run.plan.devices_size();
+  run.threadsPerDevice = options.threads > 0   ? options.threads
+                         : run.deviceCount > 1 ? 1
+                                               : std::max(cores, 1);
+  omp_set_num_threads(run.threadsPerDevice);
+  if (run.deviceCount > 1)
+    run.communicator = std::make_unique<LocalCommunicator>(run.deviceCount);
+  for (int d = 0; d < run.deviceCount; ++d)
+    run.executors.push_back(std::make_unique<Executor>(
+        run.plan, run.threadsPerDevice, d, run.communicator.get()));
+  if (run.deviceCount > 1 &&
+      (!options.checkpoint.empty() || !options.resume.empty() ||
+       !options.profile.empty()))
+    die("--checkpoint, --resume and --profile are not available yet for "
+        "multi-device plans (" +
+        run.plan.strategy() + ")");
+  if (run.deviceCount > 1 && !options.saveOutputs.empty() &&
+      plan::traitsOf(run.plan).pipelined)
+    die("--save-outputs is not available for pipeline plans (" +
+        run.plan.strategy() + "): the outputs are spread over stash slots");
+  run.slots = std::max(run.plan.micro_batches(), 1);
+  if (!options.reportSvg.empty() && options.report.empty())
+    die("--report-svg needs --report FILE.json");
+  if (!options.compareReport.empty() && options.reportSvg.empty())
+    die("--compare-report needs --report-svg FILE.svg");
+  if (!options.trace.empty()) {
+    run.trace = std::make_unique<TraceRecorder>(run.deviceCount);
+    for (auto &executor : run.executors)
+      executor->setTrace(run.trace.get());
+  }
+}
+
+/// --feed: each file bound to the plan input it names.
+void bindFeeds(Run &run) {
+  const plan::Plan &plan = run.plan;
+  std::map<std::string, int> inputByName;
+  for (int id : plan.inputs())
+    inputByName[plan.tensors(id).name()] = id;
+  for (auto &[name, file] : run.options.feeds) {
+    auto it = inputByName.find(name);
+    if (it == inputByName.end()) {
+      std::string names;
+      for (auto &[n, id] : inputByName)
+        names += (names.empty() ? "" : ", ") + n;
+      die("--feed names '" + name +
+          "', which is not an input of the plan (inputs: " + names + ")");
+    }
+    Array array = readArray(file);
+    if (static_cast<int64_t>(array.bytes.size()) > run.options.maxTensorBytes)
+      die("--feed " + name + "=" + file + ": " +
+          std::to_string(array.bytes.size()) +
+          " bytes, more than --max-tensor-bytes");
+    const plan::Tensor &t = plan.tensors(it->second);
+    checkFeed(name, file, array, run.first().view(it->second),
+              run.training ? t.batch_axis() : -1);
+    run.feeds[it->second] = std::move(array);
+  }
+  for (auto &[name, id] : inputByName)
+    if (!run.options.feeds.empty() && !run.feeds.count(id))
+      die("input '" + name + "' is not fed (add --feed " + name + "=FILE)");
+}
+
+/// --data: the IDX data set, checked against the plan's image input.
+void loadDataset(Run &run) {
+  const Options &options = run.options;
+  const plan::Plan &plan = run.plan;
+  if (options.data.empty())
+    return;
+  std::string dir = options.data == "fashion-mnist"
+                        ? "/usr/share/datasets/fashion-mnist"
+                        : options.data;
+  if (plan.labels() < 0)
+    die("--data needs a plan compiled with a loss on labels "
+        "(--loss softmax-cross-entropy)");
+  for (int id : plan.inputs())
+    if (id != plan.labels())
+      run.imageInput = run.imageInput < 0 ? id : -2;
+  if (run.imageInput < 0)
+    die("--data needs a plan with exactly one input besides the labels");
+  run.train = readIdxSplit(dir, "train");
+  if (options.eval)
+    run.test = readIdxSplit(dir, "t10k");
+  const TensorView &image = run.first().view(run.imageInput);
+  int64_t pixels = image.numel() / image.shape[0];
+  if (pixels != run.train.images.shape[1] ||
+      plan.tensors(run.imageInput).batch_axis() != 0)
+    die("--data: the model's input '" + plan.tensors(run.imageInput).name() +
+        "' takes " + std::to_string(pixels) +
+        " values per sample along axis 0; the "
+        "data set has " +
+        std::to_string(run.train.images.shape[1]) + " pixels per image");
+}
+
+/// Test accuracy of device 0's parameters on the t10k split.
+double evaluate(Run &run) {
+  Executor &executor = run.first();
+  const TensorView &image = executor.view(run.imageInput);
+  const TensorView &scores = executor.view(run.plan.scores());
+  int64_t batch = image.shape[0], count = run.test.labels.numel(), correct = 0;
+  const int64_t *labels =
+      reinterpret_cast<const int64_t *>(run.test.labels.bytes.data());
+  int64_t classes = scores.numel() / batch;
+  for (int64_t first = 0; first < count; first += batch) {
+    copyRows(run.test.images, image, 0, first);
+    executor.runEval(StepContext{0, 0, run.options.seed});
+    for (int64_t j = 0; j < batch && first + j < count; ++j) {
+      const float *row = scores.f32() + j * classes;
+      int64_t best = std::max_element(row, row + classes) - row;
+      correct += best == labels[first + j];
+    }
+  }
+  return static_cast<double>(correct) / count;
+}
+
+/// Steps per epoch, epochs and the total; the report, which covers the
+/// first --report-steps of them.
+void countSteps(Run &run) {
+  const Options &options = run.options;
+  const plan::Plan &plan = run.plan;
+  for (int id : plan.inputs())
+    if (plan.tensors(id).batch_axis() >= 0) {
+      run.batch = plan.tensors(id).shape(plan.tensors(id).batch_axis());
+      break;
+    }
+  run.perStep = run.batch * run.slots;
+  run.stepsPerEpoch = options.data.empty()
+                          ? options.steps
+                          : run.train.labels.numel() / run.perStep;
+  run.epochs = options.data.empty() ? 1 : std::max<int64_t>(options.epochs, 1);
+  if (!options.data.empty() && options.steps >= 0)
+    run.stepsPerEpoch = std::min(run.stepsPerEpoch, options.steps);
+  if (!options.data.empty() && run.stepsPerEpoch == 0)
+    die("--data: the training split has fewer samples than one step takes "
+        "(" +
+        std::to_string(run.perStep) + ")");
+  run.total = run.stepsPerEpoch * run.epochs;
+  if (!options.report.empty()) {
+    int64_t covered = options.reportSteps > 0
+                          ? std::min(options.reportSteps, run.total)
+                          : run.total;
+    run.report = std::make_unique<ReportBuilder>(plan, covered);
+    for (auto &executor : run.executors)
+      executor->setReport(run.report.get());
+  }
+}
+
+/// Device d's part of a multi-device run: every step (pipelines load each
+/// micro-batch where a stage reads it, rows (t * M + k) * B on, the same
+/// rows dp gives slot k), then the flush. Losses go to `losses[t * N + d]`.
+void runDevice(Run &run, int d, const std::vector<std::vector<int64_t>> &orders,
+               std::vector<float> &losses, std::atomic<int64_t> &progress) {
+  const Options &options = run.options;
+  const plan::Plan &plan = run.plan;
+  omp_set_num_threads(run.threadsPerDevice);
+  Executor &ex = *run.executors[d];
+  bool pipeline = plan::traitsOf(plan).pipelined;
+  int64_t slots = run.slots, batch = run.batch;
+  Loader loader = [&](int input, int64_t t, int64_t k,
+                      const TensorView &target) {
+    int64_t first = (t * slots + k) * batch;
+    if (options.data.empty()) {
+      copyRows(run.feeds.at(input), target, plan.tensors(input).batch_axis(),
+               first);
+      return;
+    }
+    int64_t epoch = t / run.stepsPerEpoch;
+    first = ((t % run.stepsPerEpoch) * slots + k) * batch;
+    copyRows(input == plan.labels() ? run.train.labels : run.train.images,
+             target, 0, first, &orders[epoch]);
+  };
+  for (int64_t t = 0; t < run.total; ++t) {
+    if (pipeline) {
+      ex.runStep(StepContext{t, 0, options.seed, &loader});
+      if (d == plan.loss_device()) {
+        float loss = plan.loss() >= 0 ? readScalar(ex.view(plan.loss())) : 0.0f;
+        for (int q = 0; q < run.deviceCount; ++q)
+          losses[t * run.deviceCount + q] = loss;
+        if (!std::isfinite(loss))
+          throw RuntimeError(nonFiniteLoss(plan, ex, t, loss));
+        progress = t + 1;
+      }
+      continue;
+    }
+    // Slot k = d of step t.
+    if (options.data.empty()) {
+      for (auto &[id, array] : run.feeds)
+        copyRows(array, ex.view(id), plan.tensors(id).batch_axis(),
+                 (t * slots + d) * batch);
+    } else {
+      int64_t epoch = t / run.stepsPerEpoch, s = t % run.stepsPerEpoch;
+      int64_t first = (s * slots + d) * batch;
+      copyRows(run.train.images, ex.view(run.imageInput), 0, first,
+               &orders[epoch]);
+      copyRows(run.train.labels, ex.view(plan.labels()), 0, first,
+               &orders[epoch]);
+    }
+    ex.runStep(StepContext{t, d, options.seed});
+    float loss = plan.loss() >= 0 ? readScalar(ex.view(plan.loss())) : 0.0f;
+    losses[t * run.deviceCount + d] = loss;
+    if (!std::isfinite(loss))
+      throw RuntimeError(nonFiniteLoss(plan, ex, t, loss));
+    if (d == 0)
+      progress = t + 1;
+  }
+  ex.flush(run.total, &loader);
+}
+
+/// After a multi-device run: a pipeline's parameters, buffers and
+/// optimizer inputs live on their stage's device, gathered onto device 0
+/// where the model is written; dp's and cdp's buffers (BatchNorm
+/// statistics) are averaged over the devices.
+void gatherOntoDeviceZero(Run &run) {
+  bool pipeline = plan::traitsOf(run.plan).pipelined;
+  Executor &executor = run.first();
+  for (const plan::Tensor &t : run.plan.tensors()) {
+    if (!pipeline || !t.has_device() || t.device() == 0 ||
+        (t.kind() != plan::PARAM && t.kind() != plan::BUFFER &&
+         t.kind() != plan::REDUCED))
+      continue;
+    const TensorView &from = run.executors[t.device()]->view(t.id());
+    std::memcpy(executor.view(t.id()).data, from.data,
+                from.numel() * plan::dtypeSize(from.dtype));
+  }
+  for (const plan::Tensor &t : run.plan.tensors()) {
+    if (pipeline || t.kind() != plan::BUFFER || t.dtype() != plan::F32)
+      continue;
+    float *out = executor.view(t.id()).f32();
+    int64_t n = executor.view(t.id()).numel();
+    for (int64_t i = 0; i < n; ++i) {
+      double sum = 0;
+      for (int d = 0; d < run.deviceCount; ++d)
+        sum += run.executors[d]->view(t.id()).f32()[i];
+      out[i] = static_cast<float>(sum / run.deviceCount);
+    }
+  }
+}
+
+/// Every device on a thread of its own, with a progress line on a
+/// terminal; then the metrics and the summary line.
+void runDevices(Run &run) {
+  const Options &options = run.options;
+  // Each epoch's order, precomputed: device threads read it freely.
+  std::vector<std::vector<int64_t>> orders;
+  if (!options.data.empty())
+    for (int64_t e = 0; e < run.epochs; ++e)
+      orders.push_back(
+          shuffledOrder(options.seed, e, run.train.labels.numel()));
+  int N = run.deviceCount;
+  std::vector<float> losses(run.total * N, 0.0f);
+  std::atomic<int64_t> progress{0};
+  std::mutex errorMutex;
+  std::string firstError;
+  auto started = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int d = 0; d < N; ++d)
+    threads.emplace_back([&, d] {
+      try {
+        runDevice(run, d, orders, losses, progress);
+      } catch (const RuntimeError &e) {
+        std::lock_guard<std::mutex> lock(errorMutex);
+        if (firstError.empty())
+          firstError = e.what();
+        run.communicator->abort();
+      }
+    });
+  while (run.terminal) {
+    int64_t done = progress;
+    std::fprintf(stderr, "\r%s on %d devices: step %lld/%lld   ",
+                 run.plan.strategy().c_str(), N, (long long)done,
+                 (long long)run.total);
+    if (done >= run.total || !firstError.empty())
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  for (std::thread &thread : threads)
+    thread.join();
+  if (run.terminal)
+    std::fprintf(stderr, "\n");
+  if (!firstError.empty())
+    die(firstError);
+  double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
+          .count();
+  gatherOntoDeviceZero(run);
+  double accuracy = options.eval && !options.data.empty() ? evaluate(run) : -1;
+  double rate = elapsed > 0 ? run.total * run.perStep / elapsed : 0.0;
+  for (int64_t t = 0; t < run.total && run.metrics.is_open(); ++t) {
+    double loss = 0;
+    for (int d = 0; d < N; ++d)
+      loss += losses[t * N + d];
+    run.metrics << "{\"step\": " << t << ", \"loss\": " << loss / N
+                << ", \"samples_per_s\": " << rate;
+    if (t + 1 == run.total && accuracy >= 0)
+      run.metrics << ", \"accuracy\": " << accuracy;
+    run.metrics << "}\n";
+  }
+  double lastLoss = 0;
+  for (int d = 0; d < N; ++d)
+    lastLoss += losses[(run.total - 1) * N + d] / N;
+  std::printf("%s on %d devices: %lld steps, loss %.4f, %.1f s",
+              run.plan.strategy().c_str(), N, (long long)run.total, lastLoss,
+              elapsed);
+  if (accuracy >= 0)
+    std::printf(", test accuracy %.4f", accuracy);
+  std::printf("\n");
+}
+
+/// One device's step `step`: its slots one after another, the step's loss
+/// the mean over them (a non-finite slot stops the run right there).
+float runSingleStep(Run &run, int64_t step, const std::vector<int64_t> &order) {
+  const plan::Plan &plan = run.plan;
+  Executor &executor = run.first();
+  int64_t s = step % run.stepsPerEpoch;
+  float stepLoss = 0.0f;
+  for (int64_t k = 0; k < run.slots; ++k) {
+    int64_t first = (s * run.slots + k) * run.batch;
+    if (run.options.data.empty()) {
+      for (auto &[id, array] : run.feeds)
+        copyRows(array, executor.view(id), plan.tensors(id).batch_axis(),
+                 (step * run.slots + k) * run.batch);
+    } else {
+      copyRows(run.train.images, executor.view(run.imageInput), 0, first,
+               &order);
+      copyRows(run.train.labels, executor.view(plan.labels()), 0, first,
+               &order);
+    }
+    executor.runStep(StepContext{step, k, run.options.seed});
+    float slotLoss =
+        plan.loss() >= 0 ? readScalar(executor.view(plan.loss())) : 0.0f;
+    stepLoss += slotLoss / run.slots;
+    if (!std::isfinite(slotLoss))
+      return slotLoss;
+  }
+  return stepLoss;
+}
+
+/// One device, from `step` (0, or --resume's): per step the metrics line,
+/// progress on a terminal, checkpoints, and a line per epoch with --data.
+void runSingleDevice(Run &run, int64_t step) {
+  const Options &options = run.options;
+  std::vector<int64_t> order;
+  int64_t shuffledEpoch = -1;
+  auto started = std::chrono::steady_clock::now();
+  for (; step < run.total; ++step) {
+    int64_t epoch = step / run.stepsPerEpoch, s = step % run.stepsPerEpoch;
+    if (!options.data.empty() && epoch != shuffledEpoch) {
+      order = shuffledOrder(options.seed, epoch, run.train.labels.numel());
+      shuffledEpoch = epoch;
+    }
+    if (s == 0)
+      started = std::chrono::steady_clock::now();
+    auto stepStart = std::chrono::steady_clock::now();
+    float loss = runSingleStep(run, step, order);
+    if (!std::isfinite(loss))
+      die(nonFiniteLoss(run.plan, run.first(), step, loss));
+    double seconds = std::chrono::duration<double>(
+                         std::chrono::steady_clock::now() - stepStart)
+                         .count();
+    double rate = seconds > 0 ? run.perStep / seconds : 0.0;
+    bool last = s + 1 == run.stepsPerEpoch;
+    double accuracy = -1;
+    if (last && options.eval && !options.data.empty())
+      accuracy = evaluate(run);
+    if (run.metrics.is_open()) {
+      run.metrics << "{\"step\": " << step << ", \"loss\": " << loss
+                  << ", \"samples_per_s\": " << rate;
+      if (accuracy >= 0)
+        run.metrics << ", \"accuracy\": " << accuracy;
+      run.metrics << "}\n";
+    }
+    if (run.terminal && (s % 10 == 0 || last))
+      std::fprintf(
+          stderr,
+          "\repoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f samples/s   ",
+          (long long)epoch + 1, (long long)run.epochs, (long long)s + 1,
+          (long long)run.stepsPerEpoch, loss, rate);
+    if (!options.checkpoint.empty() && options.checkpointEvery > 0 &&
+        (step + 1) % options.checkpointEvery == 0)
+      saveCheckpoint(options.checkpoint, run.first(), run.planChecksum,
+                     step + 1);
+    if (last && !options.data.empty()) {
+      double elapsed = std::chrono::duration<double>(
+                           std::chrono::steady_clock::now() - started)
+                           .count();
+      if (run.terminal)
+        std::fprintf(stderr, "\n");
+      std::printf("epoch %lld: %lld steps, loss %.4f, %.1f s",
+                  (long long)epoch + 1, (long long)run.stepsPerEpoch, loss,
+                  elapsed);
+      if (accuracy >= 0)
+        std::printf(", test accuracy %.4f", accuracy);
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+  }
+  if (run.terminal && options.data.empty())
+    std::fprintf(stderr, "\n");
+  if (!options.checkpoint.empty())
+    saveCheckpoint(options.checkpoint, run.first(), run.planChecksum,
+                   run.total);
+}
+
+/// Training: on several devices, or on one from the start or --resume.
+void train(Run &run) {
+  countSteps(run);
+  if (run.deviceCount > 1) {
+    runDevices(run);
+    return;
+  }
+  int64_t step = 0;
+  if (!run.options.resume.empty()) {
+    step = loadCheckpoint(run.options.resume, run.first(), run.planChecksum);
+    if (step > run.total)
+      die("--resume: the checkpoint is at step " + std::to_string(step) +
+          ", past the " + std::to_string(run.total) + " steps asked for");
+  }
+  runSingleDevice(run, step);
+}
+
+/// --profile: every instruction's mean time per step over the steps after
+/// the first (setup) when more ran.
+void writeProfile(Run &run) {
+  const Options &options = run.options;
+  std::vector<double> seconds = run.first().profileSeconds();
+  const plan::Device &device = run.plan.devices(0);
+  int64_t steps = std::max<int64_t>(1, run.first().stepsRun());
+  std::ofstream out(options.profile);
+  out << "{\"schema\": \"cdp-profile/1\", \"steps\": " << steps
+      << ", \"instructions\": [";
+  for (size_t i = 0; i < seconds.size(); ++i)
+    out << (i ? ",\n  " : "\n  ") << "{\"index\": " << i
+        << ", \"op\": " << jsonString(device.instructions(i).op())
+        << ", \"location\": " << jsonString(device.instructions(i).location())
+        << ", \"ms\": " << seconds[i] * 1e3 << "}";
+  out << "\n]}\n";
+  if (!out)
+    die(options.profile + ": write failed");
+}
+
+/// --report (with the bytes the communicator logged), --report-svg.
+void writeReport(Run &run) {
+  const Options &options = run.options;
+  ReportBuilder &report = *run.report;
+  if (run.communicator)
+    for (const Communicator::SendRecord &record : run.communicator->sendLog())
+      report.sent(record.device, record.tau, record.bytes);
+  for (int d = 0; d < run.deviceCount; ++d) {
+    report.setWorkspace(d, run.executors[d]->workspaceBytes());
+    report.setOptimizer(d, run.executors[d]->optimizerBytes());
+  }
+  std::string json = report.json();
+  std::ofstream out(options.report);
+  out << json;
+  if (!out)
+    die(options.report + ": cannot write");
+  if (options.reportSvg.empty())
+    return;
+  std::string other;
+  if (!options.compareReport.empty()) {
+    std::ifstream in(options.compareReport);
+    if (!in)
+      die(options.compareReport + ": cannot open: " + std::strerror(errno));
+    std::stringstream content;
+    content << in.rdbuf();
+    other = content.str();
+    if (other.find("\"schema\": \"cdp-report/1\"") == std::string::npos)
+      die(options.compareReport + ": not a cdp report (schema cdp-report/1)");
+  }
+  std::ofstream svg(options.reportSvg);
+  svg << runtime::reportSvg(json, other);
+  if (!svg)
+    die(options.reportSvg + ": cannot write");
+}
+
+/// --save-onnx: the original model with the trained parameters and
+/// buffers as its initializers.
+void saveOnnx(Run &run) {
+  onnx::ModelProto model;
+  if (!model.ParseFromString(run.plan.source_model()))
+    die("the plan holds no readable ONNX model to save into");
+  std::map<std::string, int> byName;
+  for (const plan::Tensor &t : run.plan.tensors())
+    if (t.kind() == plan::PARAM || t.kind() == plan::BUFFER)
+      byName[t.name()] = t.id();
+  for (onnx::TensorProto &initializer :
+       *model.mutable_graph()->mutable_initializer()) {
+    auto it = byName.find(initializer.name());
+    if (it == byName.end())
+      continue;
+    const TensorView &view = run.first().view(it->second);
+    initializer.clear_float_data();
+    initializer.clear_external_data();
+    initializer.set_data_location(onnx::TensorProto::DEFAULT);
+    initializer.set_raw_data(view.data,
+                             view.numel() * plan::dtypeSize(view.dtype));
+  }
+  std::ofstream out(run.options.saveOnnx, std::ios::binary);
+  if (!out || !model.SerializeToOstream(&out))
+    die(run.options.saveOnnx + ": cannot write: " + std::strerror(errno));
+}
+
+/// Everything the run writes after it ends.
+void writeOutputs(Run &run) {
+  const Options &options = run.options;
+  Executor &executor = run.first();
+  if (!options.profile.empty())
+    writeProfile(run);
+  if (run.trace) {
+    std::ofstream out(options.trace);
+    out << run.trace->json(
+        run.plan.has_schedule()
+            ? std::max<int64_t>(run.plan.schedule().cycle(), 1)
+            : 1);
+    if (!out)
+      die(options.trace + ": cannot write");
+  }
+  if (run.report)
+    writeReport(run);
+  else if (!options.report.empty())
+    die("--report covers training runs; this plan is forward-only");
+  if (!options.dumpParams.empty()) {
+    std::vector<std::pair<std::string, TensorView>> tensors;
+    for (const plan::Tensor &t : run.plan.tensors())
+      if ((t.kind() == plan::PARAM && t.trainable()) ||
+          t.kind() == plan::BUFFER)
+        tensors.emplace_back(t.name(), executor.view(t.id()));
+    writeFolder(options.dumpParams, tensors);
+  }
+  if (!options.dumpGrads.empty()) {
+    std::vector<std::pair<std::string, TensorView>> tensors;
+    for (auto &[name, id] : executor.gradients())
+      tensors.emplace_back(name, executor.view(id));
+    writeFolder(options.dumpGrads, tensors);
+  }
+  if (!options.saveOutputs.empty()) {
+    std::vector<std::pair<std::string, TensorView>> tensors;
+    for (const plan::Output &output : run.plan.outputs())
+      tensors.emplace_back(output.name(), executor.view(output.tensor()));
+    writeFolder(options.saveOutputs, tensors);
+  }
+  if (!options.saveOnnx.empty())
+    saveOnnx(run);
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  Options options = parseArguments(argc, argv);
+  plan::Plan plan;
+  Run run(options, plan);
+  readCheckedPlan(options, plan, run.planChecksum);
+  run.training = !plan.inference();
   int cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   omp_set_num_threads(options.threads > 0 ? options.threads
                                           : std::max(cores, 1));
-
   try {
-    // One executor per device, each with its own memory; devices of dp and
-    // cdp plans talk through the in-process communicator.
-    int deviceCount = plan.devices_size();
-    int threadsPerDevice = options.threads > 0
-                               ? options.threads
-                               : (deviceCount > 1 ? 1 : std::max(cores, 1));
-    omp_set_num_threads(threadsPerDevice);
-    std::unique_ptr<LocalCommunicator> communicator;
-    if (deviceCount > 1)
-      communicator = std::make_unique<LocalCommunicator>(deviceCount);
-    std::vector<std::unique_ptr<Executor>> executors;
-    for (int d = 0; d < deviceCount; ++d)
-      executors.push_back(std::make_unique<Executor>(plan, threadsPerDevice, d,
-                                                     communicator.get()));
-    Executor &executor = *executors[0];
-    if (deviceCount > 1 &&
-        (!options.checkpoint.empty() || !options.resume.empty() ||
-         !options.profile.empty()))
-      die("--checkpoint, --resume and --profile are not available yet for "
-          "multi-device plans (" +
-          plan.strategy() + ")");
-    if (deviceCount > 1 && !options.saveOutputs.empty() &&
-        plan::traitsOf(plan).pipelined)
-      die("--save-outputs is not available for pipeline plans (" +
-          plan.strategy() + "): the outputs are spread over stash slots");
-    int64_t slots = std::max(plan.micro_batches(), 1);
-    if (!options.reportSvg.empty() && options.report.empty())
-      die("--report-svg needs --report FILE.json");
-    if (!options.compareReport.empty() && options.reportSvg.empty())
-      die("--compare-report needs --report-svg FILE.svg");
-    std::unique_ptr<ReportBuilder> report;
-    std::unique_ptr<TraceRecorder> trace;
-    if (!options.trace.empty()) {
-      trace = std::make_unique<TraceRecorder>(deviceCount);
-      for (auto &ex : executors)
-        ex->setTrace(trace.get());
-    }
-
-    // Bind the data to the plan's inputs.
-    std::map<int, Array> feeds;
-    std::map<std::string, int> inputByName;
-    for (int id : plan.inputs())
-      inputByName[plan.tensors(id).name()] = id;
-    for (auto &[name, file] : options.feeds) {
-      auto it = inputByName.find(name);
-      if (it == inputByName.end()) {
-        std::string names;
-        for (auto &[n, id] : inputByName)
-          names += (names.empty() ? "" : ", ") + n;
-        die("--feed names '" + name +
-            "', which is not an input of the plan (inputs: " + names + ")");
-      }
-      Array array = readArray(file);
-      if (static_cast<int64_t>(array.bytes.size()) > options.maxTensorBytes)
-        die("--feed " + name + "=" + file + ": " +
-            std::to_string(array.bytes.size()) +
-            " bytes, more than --max-tensor-bytes");
-      const plan::Tensor &t = plan.tensors(it->second);
-      checkFeed(name, file, array, executor.view(it->second),
-                training ? t.batch_axis() : -1);
-      feeds[it->second] = std::move(array);
-    }
-    for (auto &[name, id] : inputByName)
-      if (!options.feeds.empty() && !feeds.count(id))
-        die("input '" + name + "' is not fed (add --feed " + name + "=FILE)");
-
-    Dataset train, test;
-    int imageInput = -1;
-    if (!options.data.empty()) {
-      std::string dir = options.data == "fashion-mnist"
-                            ? "/usr/share/datasets/fashion-mnist"
-                            : options.data;
-      if (plan.labels() < 0)
-        die("--data needs a plan compiled with a loss on labels "
-            "(--loss softmax-cross-entropy)");
-      for (int id : plan.inputs())
-        if (id != plan.labels())
-          imageInput = imageInput < 0 ? id : -2;
-      if (imageInput < 0)
-        die("--data needs a plan with exactly one input besides the labels");
-      train = readIdxSplit(dir, "train");
-      if (options.eval)
-        test = readIdxSplit(dir, "t10k");
-      const TensorView &image = executor.view(imageInput);
-      int64_t pixels = image.numel() / image.shape[0];
-      if (pixels != train.images.shape[1] ||
-          plan.tensors(imageInput).batch_axis() != 0)
-        die("--data: the model's input '" + plan.tensors(imageInput).name() +
-            "' takes " + std::to_string(pixels) +
-            " values per sample along axis 0; the "
-            "data set has " +
-            std::to_string(train.images.shape[1]) + " pixels per image");
-    }
-
+    createDevices(run, cores);
+    bindFeeds(run);
+    loadDataset(run);
     if (!options.profile.empty())
-      executor.enableProfiling();
-    std::ofstream metrics;
+      run.first().enableProfiling();
     if (!options.metrics.empty()) {
-      metrics.open(options.metrics);
-      if (!metrics)
+      run.metrics.open(options.metrics);
+      if (!run.metrics)
         die(options.metrics + ": cannot write: " + std::strerror(errno));
     }
-    bool terminal = isatty(2);
-
-    auto evaluate = [&]() -> double {
-      const TensorView &image = executor.view(imageInput);
-      const TensorView &scores = executor.view(plan.scores());
-      int64_t batch = image.shape[0], count = test.labels.numel(), correct = 0;
-      const int64_t *labels =
-          reinterpret_cast<const int64_t *>(test.labels.bytes.data());
-      int64_t classes = scores.numel() / batch;
-      for (int64_t first = 0; first < count; first += batch) {
-        copyRows(test.images, image, 0, first);
-        executor.runEval(StepContext{0, 0, options.seed});
-        for (int64_t j = 0; j < batch && first + j < count; ++j) {
-          const float *row = scores.f32() + j * classes;
-          int64_t best = std::max_element(row, row + classes) - row;
-          correct += best == labels[first + j];
-        }
-      }
-      return static_cast<double>(correct) / count;
-    };
-
-    if (!training) {
-      for (auto &[id, array] : feeds)
-        copyRows(array, executor.view(id), -1, 0);
-      executor.runStep(StepContext{0, 0, options.seed});
+    run.terminal = isatty(2);
+    if (!run.training) {
+      for (auto &[id, array] : run.feeds)
+        copyRows(array, run.first().view(id), -1, 0);
+      run.first().runStep(StepContext{0, 0, options.seed});
     } else {
-      int64_t batch = 1;
-      for (int id : plan.inputs())
-        if (plan.tensors(id).batch_axis() >= 0) {
-          batch = plan.tensors(id).shape(plan.tensors(id).batch_axis());
-          break;
-        }
-      int64_t perStep = batch * slots;
-      int64_t stepsPerEpoch =
-          options.data.empty() ? options.steps : train.labels.numel() / perStep;
-      int64_t epochs =
-          options.data.empty() ? 1 : std::max<int64_t>(options.epochs, 1);
-      if (!options.data.empty() && options.steps >= 0)
-        stepsPerEpoch = std::min(stepsPerEpoch, options.steps);
-      if (!options.data.empty() && stepsPerEpoch == 0)
-        die("--data: the training split has fewer samples than one step takes "
-            "(" +
-            std::to_string(perStep) + ")");
-      int64_t total = stepsPerEpoch * epochs;
-      int64_t step = 0;
-      if (!options.report.empty()) {
-        int64_t covered = options.reportSteps > 0
-                              ? std::min(options.reportSteps, total)
-                              : total;
-        report = std::make_unique<ReportBuilder>(plan, covered);
-        for (auto &ex : executors)
-          ex->setReport(report.get());
-      }
-      if (deviceCount > 1) {
-        // Precompute each epoch's order: device threads read it freely.
-        std::vector<std::vector<int64_t>> orders;
-        if (!options.data.empty())
-          for (int64_t e = 0; e < epochs; ++e) {
-            std::vector<int64_t> order(train.labels.numel());
-            std::iota(order.begin(), order.end(), 0);
-            std::mt19937_64 rng(options.seed * 1000003ull + e);
-            for (int64_t i = static_cast<int64_t>(order.size()) - 1; i > 0; --i)
-              std::swap(
-                  order[i],
-                  order[std::uniform_int_distribution<int64_t>(0, i)(rng)]);
-            orders.push_back(std::move(order));
-          }
-        bool pipeline = plan::traitsOf(plan).pipelined;
-        std::vector<float> losses(total * deviceCount, 0.0f);
-        std::atomic<int64_t> progress{0};
-        std::mutex errorMutex;
-        std::string firstError;
-        auto started = std::chrono::steady_clock::now();
-        auto runDevice = [&](int d) {
-          omp_set_num_threads(threadsPerDevice);
-          Executor &ex = *executors[d];
-          try {
-            // Pipelines load each micro-batch where a stage reads it: rows
-            // (t * M + k) * B on, the same rows dp gives slot k.
-            Loader loader = [&](int input, int64_t t, int64_t k,
-                                const TensorView &target) {
-              int64_t first = (t * slots + k) * batch;
-              if (options.data.empty()) {
-                copyRows(feeds.at(input), target,
-                         plan.tensors(input).batch_axis(), first);
-                return;
-              }
-              int64_t epoch = t / stepsPerEpoch;
-              first = ((t % stepsPerEpoch) * slots + k) * batch;
-              copyRows(input == plan.labels() ? train.labels : train.images,
-                       target, 0, first, &orders[epoch]);
-            };
-            for (int64_t t = 0; t < total; ++t) {
-              if (pipeline) {
-                ex.runStep(StepContext{t, 0, options.seed, &loader});
-                if (d == plan.loss_device()) {
-                  float loss = plan.loss() >= 0
-                                   ? readScalar(ex.view(plan.loss()))
-                                   : 0.0f;
-                  for (int q = 0; q < deviceCount; ++q)
-                    losses[t * deviceCount + q] = loss;
-                  if (!std::isfinite(loss))
-                    throw RuntimeError(nonFiniteLoss(plan, ex, t, loss));
-                  progress = t + 1;
-                }
-                continue;
-              }
-              // Slot k = d of step t.
-              if (options.data.empty()) {
-                for (auto &[id, array] : feeds)
-                  copyRows(array, ex.view(id), plan.tensors(id).batch_axis(),
-                           (t * slots + d) * batch);
-              } else {
-                int64_t epoch = t / stepsPerEpoch, s = t % stepsPerEpoch;
-                int64_t first = (s * slots + d) * batch;
-                copyRows(train.images, ex.view(imageInput), 0, first,
-                         &orders[epoch]);
-                copyRows(train.labels, ex.view(plan.labels()), 0, first,
-                         &orders[epoch]);
-              }
-              ex.runStep(StepContext{t, d, options.seed});
-              float loss =
-                  plan.loss() >= 0 ? readScalar(ex.view(plan.loss())) : 0.0f;
-              losses[t * deviceCount + d] = loss;
-              if (!std::isfinite(loss))
-                throw RuntimeError(nonFiniteLoss(plan, ex, t, loss));
-              if (d == 0)
-                progress = t + 1;
-            }
-            ex.flush(total, &loader);
-          } catch (const RuntimeError &e) {
-            std::lock_guard<std::mutex> lock(errorMutex);
-            if (firstError.empty())
-              firstError = e.what();
-            communicator->abort();
-          }
-        };
-        std::vector<std::thread> threads;
-        for (int d = 0; d < deviceCount; ++d)
-          threads.emplace_back(runDevice, d);
-        while (terminal) {
-          int64_t done = progress;
-          std::fprintf(stderr, "\r%s on %d devices: step %lld/%lld   ",
-                       plan.strategy().c_str(), deviceCount, (long long)done,
-                       (long long)total);
-          if (done >= total || !firstError.empty())
-            break;
-          std::this_thread::sleep_for(std::chrono::milliseconds(200));
-        }
-        for (std::thread &thread : threads)
-          thread.join();
-        if (terminal)
-          std::fprintf(stderr, "\n");
-        if (!firstError.empty())
-          die(firstError);
-        double elapsed = std::chrono::duration<double>(
-                             std::chrono::steady_clock::now() - started)
-                             .count();
-        // A pipeline's parameters, buffers and optimizer inputs live on
-        // their stage's device: gather them where the model is written.
-        for (const plan::Tensor &t : plan.tensors()) {
-          if (!pipeline || !t.has_device() || t.device() == 0 ||
-              (t.kind() != plan::PARAM && t.kind() != plan::BUFFER &&
-               t.kind() != plan::REDUCED))
-            continue;
-          const TensorView &from = executors[t.device()]->view(t.id());
-          std::memcpy(executor.view(t.id()).data, from.data,
-                      from.numel() * plan::dtypeSize(from.dtype));
-        }
-        // dp and cdp: buffers (BatchNorm statistics) are averaged over the
-        // devices.
-        for (const plan::Tensor &t : plan.tensors()) {
-          if (pipeline || t.kind() != plan::BUFFER || t.dtype() != plan::F32)
-            continue;
-          float *out = executor.view(t.id()).f32();
-          int64_t n = executor.view(t.id()).numel();
-          for (int64_t i = 0; i < n; ++i) {
-            double sum = 0;
-            for (int d = 0; d < deviceCount; ++d)
-              sum += executors[d]->view(t.id()).f32()[i];
-            out[i] = static_cast<float>(sum / deviceCount);
-          }
-        }
-        double accuracy =
-            options.eval && !options.data.empty() ? evaluate() : -1;
-        double rate = elapsed > 0 ? total * perStep / elapsed : 0.0;
-        for (int64_t t = 0; t < total && metrics.is_open(); ++t) {
-          double loss = 0;
-          for (int d = 0; d < deviceCount; ++d)
-            loss += losses[t * deviceCount + d];
-          metrics << "{\"step\": " << t << ", \"loss\": " << loss / deviceCount
-                  << ", \"samples_per_s\": " << rate;
-          if (t + 1 == total && accuracy >= 0)
-            metrics << ", \"accuracy\": " << accuracy;
-          metrics << "}\n";
-        }
-        double lastLoss = 0;
-        for (int d = 0; d < deviceCount; ++d)
-          lastLoss += losses[(total - 1) * deviceCount + d] / deviceCount;
-        std::printf("%s on %d devices: %lld steps, loss %.4f, %.1f s",
-                    plan.strategy().c_str(), deviceCount, (long long)total,
-                    lastLoss, elapsed);
-        if (accuracy >= 0)
-          std::printf(", test accuracy %.4f", accuracy);
-        std::printf("\n");
-        step = total;
-      }
-      if (!options.resume.empty()) {
-        step = loadCheckpoint(options.resume, executor, planChecksum);
-        if (step > total)
-          die("--resume: the checkpoint is at step " + std::to_string(step) +
-              ", past the " + std::to_string(total) + " steps asked for");
-      }
-      std::vector<int64_t> order;
-      int64_t shuffledEpoch = -1;
-      auto started = std::chrono::steady_clock::now();
-      for (; step < total && deviceCount == 1; ++step) {
-        int64_t epoch = step / stepsPerEpoch, s = step % stepsPerEpoch;
-        if (!options.data.empty() && epoch != shuffledEpoch) {
-          order.resize(train.labels.numel());
-          std::iota(order.begin(), order.end(), 0);
-          std::mt19937_64 rng(options.seed * 1000003ull + epoch);
-          for (int64_t i = static_cast<int64_t>(order.size()) - 1; i > 0; --i)
-            std::swap(order[i],
-                      order[std::uniform_int_distribution<int64_t>(0, i)(rng)]);
-          shuffledEpoch = epoch;
-        }
-        if (s == 0)
-          started = std::chrono::steady_clock::now();
-        auto stepStart = std::chrono::steady_clock::now();
-        float stepLoss = 0.0f;
-        for (int64_t k = 0; k < slots; ++k) {
-          int64_t first = (s * slots + k) * batch;
-          if (options.data.empty()) {
-            for (auto &[id, array] : feeds)
-              copyRows(array, executor.view(id), plan.tensors(id).batch_axis(),
-                       (step * slots + k) * batch);
-          } else {
-            copyRows(train.images, executor.view(imageInput), 0, first, &order);
-            copyRows(train.labels, executor.view(plan.labels()), 0, first,
-                     &order);
-          }
-          executor.runStep(StepContext{step, k, options.seed});
-          // The step's loss is the mean over its slots; a non-finite slot
-          // stops the run right there.
-          float slotLoss =
-              plan.loss() >= 0 ? readScalar(executor.view(plan.loss())) : 0.0f;
-          stepLoss += slotLoss / slots;
-          if (!std::isfinite(slotLoss)) {
-            stepLoss = slotLoss;
-            break;
-          }
-        }
-        float loss = stepLoss;
-        if (!std::isfinite(loss))
-          die(nonFiniteLoss(plan, executor, step, loss));
-        double seconds = std::chrono::duration<double>(
-                             std::chrono::steady_clock::now() - stepStart)
-                             .count();
-        double rate = seconds > 0 ? perStep / seconds : 0.0;
-        bool last = s + 1 == stepsPerEpoch;
-        double accuracy = -1;
-        if (last && options.eval && !options.data.empty())
-          accuracy = evaluate();
-        if (metrics.is_open()) {
-          metrics << "{\"step\": " << step << ", \"loss\": " << loss
-                  << ", \"samples_per_s\": " << rate;
-          if (accuracy >= 0)
-            metrics << ", \"accuracy\": " << accuracy;
-          metrics << "}\n";
-        }
-        if (terminal && (s % 10 == 0 || last))
-          std::fprintf(
-              stderr,
-              "\repoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f samples/s   ",
-              (long long)epoch + 1, (long long)epochs, (long long)s + 1,
-              (long long)stepsPerEpoch, loss, rate);
-        if (!options.checkpoint.empty() && options.checkpointEvery > 0 &&
-            (step + 1) % options.checkpointEvery == 0)
-          saveCheckpoint(options.checkpoint, executor, planChecksum, step + 1);
-        if (last && !options.data.empty()) {
-          double elapsed = std::chrono::duration<double>(
-                               std::chrono::steady_clock::now() - started)
-                               .count();
-          if (terminal)
-            std::fprintf(stderr, "\n");
-          std::printf("epoch %lld: %lld steps, loss %.4f, %.1f s",
-                      (long long)epoch + 1, (long long)stepsPerEpoch, loss,
-                      elapsed);
-          if (accuracy >= 0)
-            std::printf(", test accuracy %.4f", accuracy);
-          std::printf("\n");
-          std::fflush(stdout);
-        }
-      }
-      if (terminal && options.data.empty())
-        std::fprintf(stderr, "\n");
-      if (!options.checkpoint.empty() && deviceCount == 1)
-        saveCheckpoint(options.checkpoint, executor, planChecksum, total);
+      train(run);
     }
-
-    if (!options.profile.empty()) {
-      std::vector<double> seconds = executor.profileSeconds();
-      const plan::Device &device = plan.devices(0);
-      int64_t steps = std::max<int64_t>(1, executor.stepsRun());
-      std::ofstream out(options.profile);
-      // Mean per step over the steps after the first (setup) when more ran.
-      out << "{\"schema\": \"cdp-profile/1\", \"steps\": " << steps
-          << ", \"instructions\": [";
-      for (size_t i = 0; i < seconds.size(); ++i)
-        out << (i ? ",\n  " : "\n  ") << "{\"index\": " << i
-            << ", \"op\": " << jsonString(device.instructions(i).op())
-            << ", \"location\": "
-            << jsonString(device.instructions(i).location())
-            << ", \"ms\": " << seconds[i] * 1e3 << "}";
-      out << "\n]}\n";
-      if (!out)
-        die(options.profile + ": write failed");
-    }
-    if (trace) {
-      std::ofstream out(options.trace);
-      out << trace->json(plan.has_schedule()
-                             ? std::max<int64_t>(plan.schedule().cycle(), 1)
-                             : 1);
-      if (!out)
-        die(options.trace + ": cannot write");
-    }
-    if (report) {
-      if (communicator)
-        for (const Communicator::SendRecord &record : communicator->sendLog())
-          report->sent(record.device, record.tau, record.bytes);
-      for (int d = 0; d < deviceCount; ++d) {
-        report->setWorkspace(d, executors[d]->workspaceBytes());
-        report->setOptimizer(d, executors[d]->optimizerBytes());
-      }
-      std::string json = report->json();
-      std::ofstream out(options.report);
-      out << json;
-      if (!out)
-        die(options.report + ": cannot write");
-      if (!options.reportSvg.empty()) {
-        std::string other;
-        if (!options.compareReport.empty()) {
-          std::ifstream in(options.compareReport);
-          if (!in)
-            die(options.compareReport +
-                ": cannot open: " + std::strerror(errno));
-          std::stringstream content;
-          content << in.rdbuf();
-          other = content.str();
-          if (other.find("\"schema\": \"cdp-report/1\"") == std::string::npos)
-            die(options.compareReport +
-                ": not a cdp report (schema cdp-report/1)");
-        }
-        std::ofstream svg(options.reportSvg);
-        svg << runtime::reportSvg(json, other);
-        if (!svg)
-          die(options.reportSvg + ": cannot write");
-      }
-    } else if (!options.report.empty()) {
-      die("--report covers training runs; this plan is forward-only");
-    }
-    if (!options.dumpParams.empty()) {
-      std::vector<std::pair<std::string, TensorView>> tensors;
-      for (const plan::Tensor &t : plan.tensors())
-        if ((t.kind() == plan::PARAM && t.trainable()) ||
-            t.kind() == plan::BUFFER)
-          tensors.emplace_back(t.name(), executor.view(t.id()));
-      writeFolder(options.dumpParams, tensors);
-    }
-    if (!options.dumpGrads.empty()) {
-      std::vector<std::pair<std::string, TensorView>> tensors;
-      for (auto &[name, id] : executor.gradients())
-        tensors.emplace_back(name, executor.view(id));
-      writeFolder(options.dumpGrads, tensors);
-    }
-    if (!options.saveOutputs.empty()) {
-      std::vector<std::pair<std::string, TensorView>> tensors;
-      for (const plan::Output &output : plan.outputs())
-        tensors.emplace_back(output.name(), executor.view(output.tensor()));
-      writeFolder(options.saveOutputs, tensors);
-    }
-    if (!options.saveOnnx.empty()) {
-      onnx::ModelProto model;
-      if (!model.ParseFromString(plan.source_model()))
-        die("the plan holds no readable ONNX model to save into");
-      std::map<std::string, int> byName;
-      for (const plan::Tensor &t : plan.tensors())
-        if (t.kind() == plan::PARAM || t.kind() == plan::BUFFER)
-          byName[t.name()] = t.id();
-      for (onnx::TensorProto &initializer :
-           *model.mutable_graph()->mutable_initializer()) {
-        auto it = byName.find(initializer.name());
-        if (it == byName.end())
-          continue;
-        const TensorView &view = executor.view(it->second);
-        initializer.clear_float_data();
-        initializer.clear_external_data();
-        initializer.set_data_location(onnx::TensorProto::DEFAULT);
-        initializer.set_raw_data(view.data,
-                                 view.numel() * plan::dtypeSize(view.dtype));
-      }
-      std::ofstream out(options.saveOnnx, std::ios::binary);
-      if (!out || !model.SerializeToOstream(&out))
-        die(options.saveOnnx + ": cannot write: " + std::strerror(errno));
-    }
+    writeOutputs(run);
   } catch (const RuntimeError &e) {
     die(e.what());
   } catch (const std::bad_alloc &) {
