@@ -36,6 +36,20 @@ public:
 private:
   LogicalResult differentiate(Operation *op);
 
+  /// A family of gradient rules: NotMine when none is for `op`; Refused
+  /// after reporting why; Done when the rule built the gradients (a build
+  /// failure shows in `failedBuild`).
+  enum class Rule { NotMine, Done, Refused };
+  Rule activationRule(Operation *op, Value dy);
+  Rule arithmeticRule(Operation *op, Value dy);
+  Rule linearRule(Operation *op, Value dy);
+  Rule windowAndNormRule(Operation *op, Value dy);
+  Rule shapeRule(Operation *op, Value dy);
+  Rule lossRule(Operation *op, Value dy);
+  /// dx = unary_grad(dy, saved) of the given kind, into operand 0.
+  void unaryGrad(Operation *op, Value dy, Value saved, StringRef kind,
+                 ArrayRef<float> params = {});
+
   /// Builds an op by name; on failure reports it against `origin`.
   Value make(StringRef name, ValueRange operands,
              ArrayRef<NamedAttribute> attributes = {}, unsigned result = 0,
@@ -167,15 +181,6 @@ static SmallVector<NamedAttribute> inherentAttrs(Operation *op) {
 LogicalResult Differentiator::differentiate(Operation *op) {
   origin = op;
   Value dy = op->getNumResults() ? grads.lookup(op->getResult(0)) : Value();
-  auto operand = [&](unsigned i) { return op->getOperand(i); };
-  auto unaryGrad = [&](Value saved, StringRef kind,
-                       ArrayRef<float> params = {}) {
-    accumulate(operand(0),
-               make(UnaryGradOp::getOperationName(), {dy, saved},
-                    {attr("kind", builder.getStringAttr(kind)),
-                     attr("params", builder.getDenseF32ArrayAttr(params))}));
-  };
-
   if (auto result = op->getNumResults() > 1 ? op->getResult(1) : Value())
     if (grads.count(result) &&
         !isa<BatchNormOp, LayerNormOp, DropoutOp, SplitOp>(op))
@@ -185,76 +190,118 @@ LogicalResult Differentiator::differentiate(Operation *op) {
   if (isa<BatchNormOp, LayerNormOp>(op) && !dy)
     return success(); // only the statistics are used, and they carry none
 
+  for (auto rule :
+       {&Differentiator::activationRule, &Differentiator::arithmeticRule,
+        &Differentiator::linearRule, &Differentiator::windowAndNormRule,
+        &Differentiator::shapeRule, &Differentiator::lossRule}) {
+    Rule applied = (this->*rule)(op, dy);
+    if (applied == Rule::Refused)
+      return failure();
+    if (applied == Rule::Done)
+      return failure(failedBuild);
+  }
+  return op->emitOpError("has no gradient rule");
+}
+
+void Differentiator::unaryGrad(Operation *op, Value dy, Value saved,
+                               StringRef kind, ArrayRef<float> params) {
+  accumulate(op->getOperand(0),
+             make(UnaryGradOp::getOperationName(), {dy, saved},
+                  {attr("kind", builder.getStringAttr(kind)),
+                   attr("params", builder.getDenseF32ArrayAttr(params))}));
+}
+
+/// Element-wise activations, Pad and Identity: one input, one output.
+Differentiator::Rule Differentiator::activationRule(Operation *op, Value dy) {
   if (isa<ReluOp>(op))
-    unaryGrad(operand(0), "relu");
+    unaryGrad(op, dy, op->getOperand(0), "relu");
   else if (auto gelu = dyn_cast<GeluOp>(op))
-    unaryGrad(operand(0),
+    unaryGrad(op, dy, op->getOperand(0),
               gelu.getApproximate() == "tanh" ? "gelu_tanh" : "gelu");
   else if (isa<ErfOp>(op))
-    unaryGrad(operand(0), "erf");
+    unaryGrad(op, dy, op->getOperand(0), "erf");
   else if (isa<SigmoidOp>(op))
-    unaryGrad(op->getResult(0), "sigmoid");
+    unaryGrad(op, dy, op->getResult(0), "sigmoid");
   else if (isa<TanhOp>(op))
-    unaryGrad(op->getResult(0), "tanh");
+    unaryGrad(op, dy, op->getResult(0), "tanh");
   else if (isa<SqrtOp>(op))
-    unaryGrad(op->getResult(0), "sqrt");
+    unaryGrad(op, dy, op->getResult(0), "sqrt");
   else if (auto clip = dyn_cast<ClipOp>(op))
-    unaryGrad(operand(0), "clip",
+    unaryGrad(op, dy, op->getOperand(0), "clip",
               {clip.getMin().convertToFloat(), clip.getMax().convertToFloat()});
   else if (auto hard = dyn_cast<HardSigmoidOp>(op))
     unaryGrad(
-        operand(0), "hard_sigmoid",
+        op, dy, op->getOperand(0), "hard_sigmoid",
         {hard.getAlpha().convertToFloat(), hard.getBeta().convertToFloat()});
   else if (isa<HardSwishOp>(op))
-    unaryGrad(operand(0), "hard_swish");
+    unaryGrad(op, dy, op->getOperand(0), "hard_swish");
   else if (auto pad = dyn_cast<PadOp>(op))
-    accumulate(operand(0), unpad(dy, pad));
+    accumulate(op->getOperand(0), unpad(dy, pad));
   else if (isa<IdentityOp>(op))
-    accumulate(operand(0), dy);
-  else if (isa<AddOp>(op)) {
-    accumulate(operand(0), reduceTo(dy, operand(0).getType()));
-    accumulate(operand(1), reduceTo(dy, operand(1).getType()));
+    accumulate(op->getOperand(0), dy);
+  else
+    return Rule::NotMine;
+  return Rule::Done;
+}
+
+/// Add, Sub, Mul, Div and Pow, with broadcasting summed back.
+Differentiator::Rule Differentiator::arithmeticRule(Operation *op, Value dy) {
+  if (isa<AddOp>(op)) {
+    accumulate(op->getOperand(0), reduceTo(dy, op->getOperand(0).getType()));
+    accumulate(op->getOperand(1), reduceTo(dy, op->getOperand(1).getType()));
   } else if (isa<SubOp>(op)) {
-    accumulate(operand(0), reduceTo(dy, operand(0).getType()));
-    if (needsGrad.contains(operand(1)))
-      accumulate(operand(1), reduceTo(scale(dy, -1.0f), operand(1).getType()));
+    accumulate(op->getOperand(0), reduceTo(dy, op->getOperand(0).getType()));
+    if (needsGrad.contains(op->getOperand(1)))
+      accumulate(op->getOperand(1),
+                 reduceTo(scale(dy, -1.0f), op->getOperand(1).getType()));
   } else if (isa<MulOp>(op)) {
-    if (needsGrad.contains(operand(0)))
-      accumulate(operand(0),
-                 reduceTo(make(MulOp::getOperationName(), {dy, operand(1)}),
-                          operand(0).getType()));
-    if (needsGrad.contains(operand(1)))
-      accumulate(operand(1),
-                 reduceTo(make(MulOp::getOperationName(), {dy, operand(0)}),
-                          operand(1).getType()));
+    if (needsGrad.contains(op->getOperand(0)))
+      accumulate(op->getOperand(0), reduceTo(make(MulOp::getOperationName(),
+                                                  {dy, op->getOperand(1)}),
+                                             op->getOperand(0).getType()));
+    if (needsGrad.contains(op->getOperand(1)))
+      accumulate(op->getOperand(1), reduceTo(make(MulOp::getOperationName(),
+                                                  {dy, op->getOperand(0)}),
+                                             op->getOperand(1).getType()));
   } else if (isa<DivOp>(op)) {
-    if (needsGrad.contains(operand(0)))
-      accumulate(operand(0),
-                 reduceTo(make(DivOp::getOperationName(), {dy, operand(1)}),
-                          operand(0).getType()));
-    if (needsGrad.contains(operand(1))) {
+    if (needsGrad.contains(op->getOperand(0)))
+      accumulate(op->getOperand(0), reduceTo(make(DivOp::getOperationName(),
+                                                  {dy, op->getOperand(1)}),
+                                             op->getOperand(0).getType()));
+    if (needsGrad.contains(op->getOperand(1))) {
       // d(a/b)/db = -(a/b)/b
       Value dyY = make(MulOp::getOperationName(), {dy, op->getResult(0)});
-      Value quotient = make(DivOp::getOperationName(), {dyY, operand(1)});
-      accumulate(operand(1),
-                 reduceTo(scale(quotient, -1.0f), operand(1).getType()));
+      Value quotient =
+          make(DivOp::getOperationName(), {dyY, op->getOperand(1)});
+      accumulate(op->getOperand(1),
+                 reduceTo(scale(quotient, -1.0f), op->getOperand(1).getType()));
     }
   } else if (isa<PowOp>(op)) {
-    if (needsGrad.contains(operand(1)))
-      return op->emitOpError(
-          "gradient with respect to the exponent is not supported");
+    if (needsGrad.contains(op->getOperand(1))) {
+      op->emitOpError("gradient with respect to the exponent is not supported");
+      return Rule::Refused;
+    }
     // d(a^b)/da = b * a^(b-1)
     Value exponent =
-        make(SubOp::getOperationName(), {operand(1), scalar(1.0f)});
-    Value power = make(PowOp::getOperationName(), {operand(0), exponent});
-    Value local = make(MulOp::getOperationName(), {power, operand(1)});
-    accumulate(operand(0),
+        make(SubOp::getOperationName(), {op->getOperand(1), scalar(1.0f)});
+    Value power =
+        make(PowOp::getOperationName(), {op->getOperand(0), exponent});
+    Value local = make(MulOp::getOperationName(), {power, op->getOperand(1)});
+    accumulate(op->getOperand(0),
                reduceTo(make(MulOp::getOperationName(), {dy, local}),
-                        operand(0).getType()));
-  } else if (isa<MatMulOp>(op)) {
+                        op->getOperand(0).getType()));
+  } else {
+    return Rule::NotMine;
+  }
+  return Rule::Done;
+}
+
+/// MatMul, Gemm and Conv.
+Differentiator::Rule Differentiator::linearRule(Operation *op, Value dy) {
+  if (isa<MatMulOp>(op)) {
     // Promote 1-D operands to matrices as the forward op does, work on the
     // promoted shapes, and reshape back.
-    Value a = operand(0), b = operand(1);
+    Value a = op->getOperand(0), b = op->getOperand(1);
     SmallVector<int64_t> aShape(shapeOf(a)), bShape(shapeOf(b));
     if (aShape.size() == 1)
       aShape.insert(aShape.begin(), 1);
@@ -263,7 +310,7 @@ LogicalResult Differentiator::differentiate(Operation *op) {
     Value a2 = reshape(a, aShape), b2 = reshape(b, bShape);
     Value full = make(MatMulOp::getOperationName(), {a2, b2});
     if (!full)
-      return failure();
+      return Rule::Refused;
     Value dy2 = reshape(dy, shapeOf(full));
     full.getDefiningOp()->erase();
     if (needsGrad.contains(a)) {
@@ -320,23 +367,32 @@ LogicalResult Differentiator::differentiate(Operation *op) {
       accumulate(bias, make(ReduceSumOp::getOperationName(), {dy},
                             {attr("axes", i64s({0, 2, 3})),
                              attr("keepdims", builder.getBoolAttr(false))}));
-  } else if (isa<MaxPoolOp>(op)) {
+  } else {
+    return Rule::NotMine;
+  }
+  return Rule::Done;
+}
+
+/// Pooling, normalization and softmax.
+Differentiator::Rule Differentiator::windowAndNormRule(Operation *op,
+                                                       Value dy) {
+  if (isa<MaxPoolOp>(op)) {
     SmallVector<NamedAttribute> attrs = inherentAttrs(op);
-    accumulate(operand(0), make(MaxPoolGradOp::getOperationName(),
-                                {dy, operand(0)}, attrs));
+    accumulate(op->getOperand(0), make(MaxPoolGradOp::getOperationName(),
+                                       {dy, op->getOperand(0)}, attrs));
   } else if (isa<AveragePoolOp>(op)) {
     SmallVector<NamedAttribute> attrs = inherentAttrs(op);
-    attrs.push_back(attr("input_shape", i64s(shapeOf(operand(0)))));
-    accumulate(operand(0),
+    attrs.push_back(attr("input_shape", i64s(shapeOf(op->getOperand(0)))));
+    accumulate(op->getOperand(0),
                make(AveragePoolGradOp::getOperationName(), {dy}, attrs));
   } else if (isa<GlobalAveragePoolOp>(op)) {
-    ArrayRef<int64_t> shape = shapeOf(operand(0));
+    ArrayRef<int64_t> shape = shapeOf(op->getOperand(0));
     int64_t count = 1;
     for (int64_t d : shape.drop_front(2))
       count *= d;
     Value spread =
         make(ExpandOp::getOperationName(), {dy}, {attr("shape", i64s(shape))});
-    accumulate(operand(0), scale(spread, 1.0f / count));
+    accumulate(op->getOperand(0), scale(spread, 1.0f / count));
   } else if (auto bn = dyn_cast<BatchNormOp>(op)) {
     Operation *g =
         makeOp(BatchNormGradOp::getOperationName(),
@@ -345,7 +401,7 @@ LogicalResult Differentiator::differentiate(Operation *op) {
                 attr("training_mode", bn.getTrainingModeAttr())},
                3);
     if (!g)
-      return failure();
+      return Rule::Refused;
     accumulate(bn.getInput(), g->getResult(0));
     accumulate(bn.getScale(), g->getResult(1));
     accumulate(bn.getBias(), g->getResult(2));
@@ -355,36 +411,48 @@ LogicalResult Differentiator::differentiate(Operation *op) {
         {dy, ln.getInput(), ln.getScale(), ln.getMean(), ln.getInvStdDev()},
         {attr("axis", ln.getAxisAttr())}, 3);
     if (!g)
-      return failure();
+      return Rule::Refused;
     accumulate(ln.getInput(), g->getResult(0));
     accumulate(ln.getScale(), g->getResult(1));
     if (Value bias = ln.getBias())
       accumulate(bias, g->getResult(2));
   } else if (isa<SoftmaxOp, LogSoftmaxOp>(op)) {
-    accumulate(operand(0),
+    accumulate(op->getOperand(0),
                make(SoftmaxGradOp::getOperationName(), {dy, op->getResult(0)},
                     {attr("axis", op->getAttr("axis")),
                      attr("log", builder.getBoolAttr(isa<LogSoftmaxOp>(op)))}));
-  } else if (auto dropout = dyn_cast<DropoutOp>(op)) {
+  } else {
+    return Rule::NotMine;
+  }
+  return Rule::Done;
+}
+
+/// Dropout, Cast and the ops that move elements without arithmetic, and the
+/// reductions.
+Differentiator::Rule Differentiator::shapeRule(Operation *op, Value dy) {
+  if (auto dropout = dyn_cast<DropoutOp>(op)) {
     if (!dy)
-      return success();
-    accumulate(operand(0), dropout.getTrainingMode()
-                               ? make(DropoutGradOp::getOperationName(),
-                                      {dy, dropout.getMask()},
-                                      {attr("ratio", dropout.getRatioAttr())})
-                               : dy);
+      return Rule::Done;
+    accumulate(op->getOperand(0),
+               dropout.getTrainingMode()
+                   ? make(DropoutGradOp::getOperationName(),
+                          {dy, dropout.getMask()},
+                          {attr("ratio", dropout.getRatioAttr())})
+                   : dy);
   } else if (isa<CastOp>(op)) {
-    if (cast<RankedTensorType>(operand(0).getType()).getElementType().isF32())
-      accumulate(operand(0), dy);
+    if (cast<RankedTensorType>(op->getOperand(0).getType())
+            .getElementType()
+            .isF32())
+      accumulate(op->getOperand(0), dy);
   } else if (isa<ReshapeOp, FlattenOp, SqueezeOp, UnsqueezeOp>(op)) {
-    accumulate(operand(0), reshape(dy, shapeOf(operand(0))));
+    accumulate(op->getOperand(0), reshape(dy, shapeOf(op->getOperand(0))));
   } else if (auto transpose = dyn_cast<TransposeOp>(op)) {
     ArrayRef<int64_t> perm = transpose.getPerm();
     SmallVector<int64_t> inverse(perm.size());
     for (size_t i = 0; i < perm.size(); ++i)
       inverse[perm[i]] = i;
-    accumulate(operand(0), make(TransposeOp::getOperationName(), {dy},
-                                {attr("perm", i64s(inverse))}));
+    accumulate(op->getOperand(0), make(TransposeOp::getOperationName(), {dy},
+                                       {attr("perm", i64s(inverse))}));
   } else if (auto concat = dyn_cast<ConcatOp>(op)) {
     int64_t rank = shapeOf(dy).size();
     int64_t axis = concat.getAxisAttr().getInt();
@@ -413,24 +481,25 @@ LogicalResult Differentiator::differentiate(Operation *op) {
       }
       pieces.push_back(g);
     }
-    accumulate(operand(0), make(ConcatOp::getOperationName(), pieces,
-                                {attr("axis", split.getAxisAttr())}));
+    accumulate(op->getOperand(0), make(ConcatOp::getOperationName(), pieces,
+                                       {attr("axis", split.getAxisAttr())}));
   } else if (auto slice = dyn_cast<SliceOp>(op)) {
-    accumulate(operand(0), make(SliceGradOp::getOperationName(), {dy},
-                                {attr("input_shape", i64s(shapeOf(operand(0)))),
-                                 attr("starts", slice.getStartsAttr()),
-                                 attr("ends", slice.getEndsAttr()),
-                                 attr("axes", slice.getAxesAttr()),
-                                 attr("steps", slice.getStepsAttr())}));
+    accumulate(op->getOperand(0),
+               make(SliceGradOp::getOperationName(), {dy},
+                    {attr("input_shape", i64s(shapeOf(op->getOperand(0)))),
+                     attr("starts", slice.getStartsAttr()),
+                     attr("ends", slice.getEndsAttr()),
+                     attr("axes", slice.getAxesAttr()),
+                     attr("steps", slice.getStepsAttr())}));
   } else if (isa<ExpandOp>(op)) {
-    accumulate(operand(0), reduceTo(dy, operand(0).getType()));
+    accumulate(op->getOperand(0), reduceTo(dy, op->getOperand(0).getType()));
   } else if (auto gather = dyn_cast<GatherOp>(op)) {
     accumulate(gather.getData(),
                make(GatherGradOp::getOperationName(), {dy, gather.getIndices()},
                     {attr("data_shape", i64s(shapeOf(gather.getData()))),
                      attr("axis", gather.getAxisAttr())}));
   } else if (isa<ReduceMeanOp, ReduceSumOp>(op)) {
-    ArrayRef<int64_t> shape = shapeOf(operand(0));
+    ArrayRef<int64_t> shape = shapeOf(op->getOperand(0));
     auto axesAttr = op->getAttrOfType<DenseI64ArrayAttr>("axes");
     SmallVector<int64_t> kept(shape);
     int64_t count = 1;
@@ -443,9 +512,17 @@ LogicalResult Differentiator::differentiate(Operation *op) {
       }
     Value spread = make(ExpandOp::getOperationName(), {reshape(dy, kept)},
                         {attr("shape", i64s(shape))});
-    accumulate(operand(0),
+    accumulate(op->getOperand(0),
                isa<ReduceMeanOp>(op) ? scale(spread, 1.0f / count) : spread);
-  } else if (auto sce = dyn_cast<SoftmaxCrossEntropyLossOp>(op)) {
+  } else {
+    return Rule::NotMine;
+  }
+  return Rule::Done;
+}
+
+/// The two classification losses.
+Differentiator::Rule Differentiator::lossRule(Operation *op, Value dy) {
+  if (auto sce = dyn_cast<SoftmaxCrossEntropyLossOp>(op)) {
     SmallVector<Value> operands{dy, sce.getLogProb(), sce.getLabels()};
     if (Value weights = sce.getWeights())
       operands.push_back(weights);
@@ -468,9 +545,9 @@ LogicalResult Differentiator::differentiate(Operation *op) {
     accumulate(nll.getInput(),
                make(NllLossGradOp::getOperationName(), operands, attrs));
   } else {
-    return op->emitOpError("has no gradient rule");
+    return Rule::NotMine;
   }
-  return failure(failedBuild);
+  return Rule::Done;
 }
 
 LogicalResult Differentiator::run(Value loss, const llvm::StringSet<> &frozen,
