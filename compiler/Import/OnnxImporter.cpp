@@ -184,6 +184,24 @@ private:
   void importClip();
   void importPad();
   void importPool(bool isMax);
+  void importPow();
+  void importHardSigmoid();
+  void importGelu();
+  void importGemm();
+  void importBatchNormalization();
+  void importLayerNormalization();
+  void importDropout();
+  void importCast();
+  void importReshape();
+  void importTranspose();
+  void importConcat();
+  void importSplit();
+  void importSlice();
+  void importSqueeze(StringRef op);
+  void importExpand();
+  void importGather();
+  void importConstantOfShape();
+  void importSoftmaxCrossEntropyLoss(StringRef op);
   void importReduce(StringRef opName);
   std::vector<int64_t> windowPads(ArrayRef<int64_t> inputSpatial,
                                   ArrayRef<int64_t> kernel,
@@ -1227,6 +1245,270 @@ void Importer::importPad() {
                      1));
 }
 
+void Importer::importPow() {
+  // ONNX allows integer bases and exponents; cdp computes in float32
+  // (exact while a result fits its 24-bit significand) and casts an
+  // integer base's result back, truncating as ONNX's Cast does.
+  checkAttributes({});
+  Value base = input(0), exponent = input(1);
+  Type f32 = builder.getF32Type(), i64 = builder.getIntegerType(64);
+  auto cast = [&](Value value, Type to) {
+    return create(CastOp::getOperationName(), {value},
+                  {named("to", TypeAttr::get(to))}, 1)
+        ->getResult(0);
+  };
+  bool integerBase = typeOf(base).getElementType().isInteger(64);
+  if (!integerBase && !typeOf(base).getElementType().isF32())
+    raise(where() + ": the base must be float32 or int64");
+  if (integerBase)
+    base = cast(base, f32);
+  if (typeOf(exponent).getElementType().isInteger(64))
+    exponent = cast(exponent, f32);
+  Operation *power = create(PowOp::getOperationName(), {base, exponent}, {}, 1);
+  if (!integerBase)
+    return bindResults(power);
+  values[node->output(0)].value = cast(power->getResult(0), i64);
+  return;
+}
+
+void Importer::importHardSigmoid() {
+  checkAttributes({"alpha", "beta"});
+  return bindResults(
+      create(HardSigmoidOp::getOperationName(), {input(0)},
+             {named("alpha", builder.getF32FloatAttr(floatAttr("alpha", 0.2f))),
+              named("beta", builder.getF32FloatAttr(floatAttr("beta", 0.5f)))},
+             1));
+}
+
+void Importer::importGelu() {
+  checkAttributes({"approximate"});
+  return bindResults(
+      create(GeluOp::getOperationName(), {input(0)},
+             {named("approximate",
+                    builder.getStringAttr(stringAttr("approximate", "none")))},
+             1));
+}
+
+void Importer::importGemm() {
+  checkAttributes({"alpha", "beta", "transA", "transB"});
+  SmallVector<Value> operands{input(0), input(1)};
+  if (hasInput(2))
+    operands.push_back(input(2));
+  return bindResults(
+      create(GemmOp::getOperationName(), operands,
+             {named("alpha", builder.getF32FloatAttr(floatAttr("alpha", 1.0f))),
+              named("beta", builder.getF32FloatAttr(floatAttr("beta", 1.0f))),
+              named("trans_a", builder.getBoolAttr(intAttr("transA", 0))),
+              named("trans_b", builder.getBoolAttr(intAttr("transB", 0)))},
+             1));
+}
+
+void Importer::importBatchNormalization() {
+  checkAttributes({"epsilon", "momentum", "training_mode"});
+  SmallVector<Value> operands;
+  for (int i = 0; i < 5; ++i)
+    operands.push_back(input(i));
+  // Running statistics are buffers, not trainable parameters.
+  for (int i = 3; i < 5; ++i)
+    if (auto param = operands[i].getDefiningOp<ParamOp>())
+      param.setBuffer(true);
+  bool statistics =
+      node->output_size() > 1 &&
+      llvm::any_of(llvm::drop_begin(node->output()),
+                   [](const std::string &o) { return !o.empty(); });
+  // Before opset 14 there is no training_mode: asking for the running
+  // statistics is what selects training (torch exports it so at 13).
+  bool training = opset < 14 ? statistics : intAttr("training_mode", 0) != 0;
+  if (!training && statistics)
+    raise(where() + ": running statistics outputs need training_mode=1");
+  return bindResults(create(
+      BatchNormOp::getOperationName(), operands,
+      {named("epsilon", builder.getF32FloatAttr(floatAttr("epsilon", 1e-5f))),
+       named("momentum", builder.getF32FloatAttr(floatAttr("momentum", 0.9f))),
+       named("training_mode", builder.getBoolAttr(training))},
+      3));
+}
+
+void Importer::importLayerNormalization() {
+  checkAttributes({"axis", "epsilon", "stash_type"});
+  if (intAttr("stash_type", 1) != 1)
+    raise(where() + ": stash_type " + Twine(intAttr("stash_type", 1)) +
+          " is not supported (float32 only)");
+  SmallVector<Value> operands{input(0), input(1)};
+  if (hasInput(2))
+    operands.push_back(input(2));
+  return bindResults(create(
+      LayerNormOp::getOperationName(), operands,
+      {named("axis", builder.getI64IntegerAttr(intAttr("axis", -1))),
+       named("epsilon", builder.getF32FloatAttr(floatAttr("epsilon", 1e-5f)))},
+      3));
+}
+
+void Importer::importDropout() {
+  checkAttributes({"seed"});
+  float ratio = 0.5f;
+  if (hasInput(1))
+    ratio = static_cast<float>(requireConst(1, "ratio").at(0));
+  bool training = false;
+  if (hasInput(2))
+    training = requireConst(2, "training_mode").at(0) != 0;
+  SmallVector<NamedAttribute> attributes{
+      named("ratio", builder.getF32FloatAttr(ratio)),
+      named("training_mode", builder.getBoolAttr(training))};
+  if (attr("seed"))
+    attributes.push_back(
+        named("seed", builder.getI64IntegerAttr(intAttr("seed", 0))));
+  return bindResults(
+      create(DropoutOp::getOperationName(), {input(0)}, attributes, 2));
+}
+
+void Importer::importCast() {
+  checkAttributes({"to", "saturate"});
+  Type to = elementTypeOf(static_cast<int32_t>(intAttr("to", 0)),
+                          where() + " target");
+  return bindResults(create(CastOp::getOperationName(), {input(0)},
+                            {named("to", TypeAttr::get(to))}, 1));
+}
+
+void Importer::importReshape() {
+  checkAttributes({"allowzero"});
+  Value x = input(0);
+  std::vector<int64_t> shape = resolveReshape(
+      typeOf(x).getShape(), constInts(1, "shape"), typeOf(x).getNumElements(),
+      intAttr("allowzero", 0) != 0, where());
+  return bindResults(create(ReshapeOp::getOperationName(), {x},
+                            {named("shape", i64s(shape))}, 1));
+}
+
+void Importer::importTranspose() {
+  checkAttributes({"perm"});
+  Value x = input(0);
+  std::vector<int64_t> perm = intsAttr("perm");
+  if (!attr("perm"))
+    for (int64_t d = typeOf(x).getRank() - 1; d >= 0; --d)
+      perm.push_back(d);
+  return bindResults(create(TransposeOp::getOperationName(), {x},
+                            {named("perm", i64s(perm))}, 1));
+}
+
+void Importer::importConcat() {
+  checkAttributes({"axis"});
+  SmallVector<Value> operands;
+  for (int i = 0; i < node->input_size(); ++i)
+    operands.push_back(input(i));
+  return bindResults(create(
+      ConcatOp::getOperationName(), operands,
+      {named("axis", builder.getI64IntegerAttr(intAttr("axis", 0)))}, 1));
+}
+
+void Importer::importSplit() {
+  checkAttributes({"axis", "split", "num_outputs"});
+  Value x = input(0);
+  RankedTensorType type = typeOf(x);
+  int64_t rank = type.getRank(), axis = intAttr("axis", 0);
+  if (axis < -rank || axis >= rank)
+    raise(where() + ": axis " + Twine(axis) + " is out of range");
+  int64_t dim = type.getDimSize(axis < 0 ? axis + rank : axis);
+  std::vector<int64_t> split =
+      hasInput(1) ? constInts(1, "split") : intsAttr("split");
+  if (split.empty()) {
+    int64_t pieces =
+        attr("num_outputs") ? intAttr("num_outputs", 1) : node->output_size();
+    if (pieces < 1)
+      raise(where() + ": needs at least one output");
+    // Equal pieces, the last one smaller when the axis does not divide.
+    int64_t size = (dim + pieces - 1) / pieces;
+    for (int64_t i = 0; i < pieces; ++i)
+      split.push_back(std::max<int64_t>(0, std::min(size, dim - i * size)));
+  }
+  if (static_cast<int64_t>(split.size()) != node->output_size())
+    raise(where() + ": " + Twine(split.size()) + " pieces for " +
+          Twine(node->output_size()) + " outputs");
+  return bindResults(create(SplitOp::getOperationName(), {x},
+                            {named("axis", builder.getI64IntegerAttr(axis)),
+                             named("split", i64s(split))},
+                            split.size()));
+}
+
+void Importer::importSlice() {
+  checkAttributes({});
+  Value x = input(0);
+  std::vector<int64_t> starts = constInts(1, "starts"),
+                       ends = constInts(2, "ends");
+  std::vector<int64_t> axes, steps;
+  if (hasInput(3))
+    axes = constInts(3, "axes");
+  else
+    for (size_t i = 0; i < starts.size(); ++i)
+      axes.push_back(i);
+  steps = hasInput(4) ? constInts(4, "steps")
+                      : std::vector<int64_t>(starts.size(), 1);
+  return bindResults(
+      create(SliceOp::getOperationName(), {x},
+             {named("starts", i64s(starts)), named("ends", i64s(ends)),
+              named("axes", i64s(axes)), named("steps", i64s(steps))},
+             1));
+}
+
+void Importer::importSqueeze(StringRef op) {
+  checkAttributes({});
+  Value x = input(0);
+  std::vector<int64_t> axes =
+      hasInput(1) ? constInts(1, "axes") : std::vector<int64_t>{};
+  if (op == "Unsqueeze" && axes.empty())
+    raise(where() + " needs axes");
+  return bindResults(create(op == "Squeeze" ? SqueezeOp::getOperationName()
+                                            : UnsqueezeOp::getOperationName(),
+                            {x}, {named("axes", i64s(axes))}, 1));
+}
+
+void Importer::importExpand() {
+  checkAttributes({});
+  Value x = input(0);
+  return bindResults(create(ExpandOp::getOperationName(), {x},
+                            {named("shape", i64s(constInts(1, "shape")))}, 1));
+}
+
+void Importer::importGather() {
+  checkAttributes({"axis"});
+  Value data = input(0), indices = input(1);
+  if (!typeOf(indices).getElementType().isInteger(64))
+    raise(where() + ": indices must be int64");
+  return bindResults(create(
+      GatherOp::getOperationName(), {data, indices},
+      {named("axis", builder.getI64IntegerAttr(intAttr("axis", 0)))}, 1));
+}
+
+void Importer::importConstantOfShape() {
+  checkAttributes({"value"});
+  std::vector<int64_t> shape = constInts(0, "shape");
+  Attribute value = DenseElementsAttr::get(
+      RankedTensorType::get({1}, builder.getF32Type()), 0.0f);
+  if (const onnx::AttributeProto *a = attr("value"))
+    value = elementsAttr(readTensor(a->t(), where() + " value"));
+  return bindResults(
+      create(ConstantOfShapeOp::getOperationName(), {},
+             {named("shape", i64s(shape)), named("value", value)}, 1));
+}
+
+void Importer::importSoftmaxCrossEntropyLoss(StringRef op) {
+  checkAttributes({"reduction", "ignore_index"});
+  bool sce = op == "SoftmaxCrossEntropyLoss";
+  SmallVector<Value> operands{input(0), input(1)};
+  if (!typeOf(operands[1]).getElementType().isInteger(64))
+    raise(where() + ": labels must be int64");
+  if (hasInput(2))
+    operands.push_back(input(2));
+  SmallVector<NamedAttribute> attributes{named(
+      "reduction", builder.getStringAttr(stringAttr("reduction", "mean")))};
+  if (attr("ignore_index"))
+    attributes.push_back(named(
+        "ignore_index", builder.getI64IntegerAttr(intAttr("ignore_index", 0))));
+  return bindResults(create(sce ? SoftmaxCrossEntropyLossOp::getOperationName()
+                                : NllLossOp::getOperationName(),
+                            operands, attributes, sce ? 2 : 1));
+}
+
 void Importer::importNode(const onnx::NodeProto &current) {
   node = &current;
   const std::string &domain = node->domain();
@@ -1274,32 +1556,8 @@ void Importer::importNode(const onnx::NodeProto &current) {
     return binary(MulOp::getOperationName());
   if (op == "Div")
     return binary(DivOp::getOperationName());
-  if (op == "Pow") {
-    // ONNX allows integer bases and exponents; cdp computes in float32
-    // (exact while a result fits its 24-bit significand) and casts an
-    // integer base's result back, truncating as ONNX's Cast does.
-    checkAttributes({});
-    Value base = input(0), exponent = input(1);
-    Type f32 = builder.getF32Type(), i64 = builder.getIntegerType(64);
-    auto cast = [&](Value value, Type to) {
-      return create(CastOp::getOperationName(), {value},
-                    {named("to", TypeAttr::get(to))}, 1)
-          ->getResult(0);
-    };
-    bool integerBase = typeOf(base).getElementType().isInteger(64);
-    if (!integerBase && !typeOf(base).getElementType().isF32())
-      raise(where() + ": the base must be float32 or int64");
-    if (integerBase)
-      base = cast(base, f32);
-    if (typeOf(exponent).getElementType().isInteger(64))
-      exponent = cast(exponent, f32);
-    Operation *power =
-        create(PowOp::getOperationName(), {base, exponent}, {}, 1);
-    if (!integerBase)
-      return bindResults(power);
-    values[node->output(0)].value = cast(power->getResult(0), i64);
-    return;
-  }
+  if (op == "Pow")
+    return importPow();
   if (op == "Neg")
     return importNeg();
   if (op == "Clip")
@@ -1308,14 +1566,8 @@ void Importer::importNode(const onnx::NodeProto &current) {
     return importPad();
   if (op == "HardSwish")
     return unary(HardSwishOp::getOperationName());
-  if (op == "HardSigmoid") {
-    checkAttributes({"alpha", "beta"});
-    return bindResults(create(
-        HardSigmoidOp::getOperationName(), {input(0)},
-        {named("alpha", builder.getF32FloatAttr(floatAttr("alpha", 0.2f))),
-         named("beta", builder.getF32FloatAttr(floatAttr("beta", 0.5f)))},
-        1));
-  }
+  if (op == "HardSigmoid")
+    return importHardSigmoid();
   if (op == "MatMul")
     return binary(MatMulOp::getOperationName());
   if (op == "Softmax")
@@ -1337,224 +1589,38 @@ void Importer::importNode(const onnx::NodeProto &current) {
   if (op == "ReduceSum")
     return importReduce(ReduceSumOp::getOperationName());
 
-  if (op == "Gelu" && opset >= 20) {
-    checkAttributes({"approximate"});
-    return bindResults(create(
-        GeluOp::getOperationName(), {input(0)},
-        {named("approximate",
-               builder.getStringAttr(stringAttr("approximate", "none")))},
-        1));
-  }
-  if (op == "Gemm") {
-    checkAttributes({"alpha", "beta", "transA", "transB"});
-    SmallVector<Value> operands{input(0), input(1)};
-    if (hasInput(2))
-      operands.push_back(input(2));
-    return bindResults(create(
-        GemmOp::getOperationName(), operands,
-        {named("alpha", builder.getF32FloatAttr(floatAttr("alpha", 1.0f))),
-         named("beta", builder.getF32FloatAttr(floatAttr("beta", 1.0f))),
-         named("trans_a", builder.getBoolAttr(intAttr("transA", 0))),
-         named("trans_b", builder.getBoolAttr(intAttr("transB", 0)))},
-        1));
-  }
-  if (op == "BatchNormalization") {
-    checkAttributes({"epsilon", "momentum", "training_mode"});
-    SmallVector<Value> operands;
-    for (int i = 0; i < 5; ++i)
-      operands.push_back(input(i));
-    // Running statistics are buffers, not trainable parameters.
-    for (int i = 3; i < 5; ++i)
-      if (auto param = operands[i].getDefiningOp<ParamOp>())
-        param.setBuffer(true);
-    bool statistics =
-        node->output_size() > 1 &&
-        llvm::any_of(llvm::drop_begin(node->output()),
-                     [](const std::string &o) { return !o.empty(); });
-    // Before opset 14 there is no training_mode: asking for the running
-    // statistics is what selects training (torch exports it so at 13).
-    bool training = opset < 14 ? statistics : intAttr("training_mode", 0) != 0;
-    if (!training && statistics)
-      raise(where() + ": running statistics outputs need training_mode=1");
-    return bindResults(create(
-        BatchNormOp::getOperationName(), operands,
-        {named("epsilon", builder.getF32FloatAttr(floatAttr("epsilon", 1e-5f))),
-         named("momentum",
-               builder.getF32FloatAttr(floatAttr("momentum", 0.9f))),
-         named("training_mode", builder.getBoolAttr(training))},
-        3));
-  }
-  if (op == "LayerNormalization" && opset >= 17) {
-    checkAttributes({"axis", "epsilon", "stash_type"});
-    if (intAttr("stash_type", 1) != 1)
-      raise(where() + ": stash_type " + Twine(intAttr("stash_type", 1)) +
-            " is not supported (float32 only)");
-    SmallVector<Value> operands{input(0), input(1)};
-    if (hasInput(2))
-      operands.push_back(input(2));
-    return bindResults(
-        create(LayerNormOp::getOperationName(), operands,
-               {named("axis", builder.getI64IntegerAttr(intAttr("axis", -1))),
-                named("epsilon",
-                      builder.getF32FloatAttr(floatAttr("epsilon", 1e-5f)))},
-               3));
-  }
-  if (op == "Dropout") {
-    checkAttributes({"seed"});
-    float ratio = 0.5f;
-    if (hasInput(1))
-      ratio = static_cast<float>(requireConst(1, "ratio").at(0));
-    bool training = false;
-    if (hasInput(2))
-      training = requireConst(2, "training_mode").at(0) != 0;
-    SmallVector<NamedAttribute> attributes{
-        named("ratio", builder.getF32FloatAttr(ratio)),
-        named("training_mode", builder.getBoolAttr(training))};
-    if (attr("seed"))
-      attributes.push_back(
-          named("seed", builder.getI64IntegerAttr(intAttr("seed", 0))));
-    return bindResults(
-        create(DropoutOp::getOperationName(), {input(0)}, attributes, 2));
-  }
-  if (op == "Cast") {
-    checkAttributes({"to", "saturate"});
-    Type to = elementTypeOf(static_cast<int32_t>(intAttr("to", 0)),
-                            where() + " target");
-    return bindResults(create(CastOp::getOperationName(), {input(0)},
-                              {named("to", TypeAttr::get(to))}, 1));
-  }
-  if (op == "Reshape") {
-    checkAttributes({"allowzero"});
-    Value x = input(0);
-    std::vector<int64_t> shape = resolveReshape(
-        typeOf(x).getShape(), constInts(1, "shape"), typeOf(x).getNumElements(),
-        intAttr("allowzero", 0) != 0, where());
-    return bindResults(create(ReshapeOp::getOperationName(), {x},
-                              {named("shape", i64s(shape))}, 1));
-  }
-  if (op == "Transpose") {
-    checkAttributes({"perm"});
-    Value x = input(0);
-    std::vector<int64_t> perm = intsAttr("perm");
-    if (!attr("perm"))
-      for (int64_t d = typeOf(x).getRank() - 1; d >= 0; --d)
-        perm.push_back(d);
-    return bindResults(create(TransposeOp::getOperationName(), {x},
-                              {named("perm", i64s(perm))}, 1));
-  }
-  if (op == "Concat") {
-    checkAttributes({"axis"});
-    SmallVector<Value> operands;
-    for (int i = 0; i < node->input_size(); ++i)
-      operands.push_back(input(i));
-    return bindResults(create(
-        ConcatOp::getOperationName(), operands,
-        {named("axis", builder.getI64IntegerAttr(intAttr("axis", 0)))}, 1));
-  }
-  if (op == "Split") {
-    checkAttributes({"axis", "split", "num_outputs"});
-    Value x = input(0);
-    RankedTensorType type = typeOf(x);
-    int64_t rank = type.getRank(), axis = intAttr("axis", 0);
-    if (axis < -rank || axis >= rank)
-      raise(where() + ": axis " + Twine(axis) + " is out of range");
-    int64_t dim = type.getDimSize(axis < 0 ? axis + rank : axis);
-    std::vector<int64_t> split =
-        hasInput(1) ? constInts(1, "split") : intsAttr("split");
-    if (split.empty()) {
-      int64_t pieces =
-          attr("num_outputs") ? intAttr("num_outputs", 1) : node->output_size();
-      if (pieces < 1)
-        raise(where() + ": needs at least one output");
-      // Equal pieces, the last one smaller when the axis does not divide.
-      int64_t size = (dim + pieces - 1) / pieces;
-      for (int64_t i = 0; i < pieces; ++i)
-        split.push_back(std::max<int64_t>(0, std::min(size, dim - i * size)));
-    }
-    if (static_cast<int64_t>(split.size()) != node->output_size())
-      raise(where() + ": " + Twine(split.size()) + " pieces for " +
-            Twine(node->output_size()) + " outputs");
-    return bindResults(create(SplitOp::getOperationName(), {x},
-                              {named("axis", builder.getI64IntegerAttr(axis)),
-                               named("split", i64s(split))},
-                              split.size()));
-  }
-  if (op == "Slice") {
-    checkAttributes({});
-    Value x = input(0);
-    std::vector<int64_t> starts = constInts(1, "starts"),
-                         ends = constInts(2, "ends");
-    std::vector<int64_t> axes, steps;
-    if (hasInput(3))
-      axes = constInts(3, "axes");
-    else
-      for (size_t i = 0; i < starts.size(); ++i)
-        axes.push_back(i);
-    steps = hasInput(4) ? constInts(4, "steps")
-                        : std::vector<int64_t>(starts.size(), 1);
-    return bindResults(
-        create(SliceOp::getOperationName(), {x},
-               {named("starts", i64s(starts)), named("ends", i64s(ends)),
-                named("axes", i64s(axes)), named("steps", i64s(steps))},
-               1));
-  }
-  if (op == "Squeeze" || op == "Unsqueeze") {
-    checkAttributes({});
-    Value x = input(0);
-    std::vector<int64_t> axes =
-        hasInput(1) ? constInts(1, "axes") : std::vector<int64_t>{};
-    if (op == "Unsqueeze" && axes.empty())
-      raise(where() + " needs axes");
-    return bindResults(create(op == "Squeeze" ? SqueezeOp::getOperationName()
-                                              : UnsqueezeOp::getOperationName(),
-                              {x}, {named("axes", i64s(axes))}, 1));
-  }
-  if (op == "Expand") {
-    checkAttributes({});
-    Value x = input(0);
-    return bindResults(create(ExpandOp::getOperationName(), {x},
-                              {named("shape", i64s(constInts(1, "shape")))},
-                              1));
-  }
-  if (op == "Gather") {
-    checkAttributes({"axis"});
-    Value data = input(0), indices = input(1);
-    if (!typeOf(indices).getElementType().isInteger(64))
-      raise(where() + ": indices must be int64");
-    return bindResults(create(
-        GatherOp::getOperationName(), {data, indices},
-        {named("axis", builder.getI64IntegerAttr(intAttr("axis", 0)))}, 1));
-  }
-  if (op == "ConstantOfShape") {
-    checkAttributes({"value"});
-    std::vector<int64_t> shape = constInts(0, "shape");
-    Attribute value = DenseElementsAttr::get(
-        RankedTensorType::get({1}, builder.getF32Type()), 0.0f);
-    if (const onnx::AttributeProto *a = attr("value"))
-      value = elementsAttr(readTensor(a->t(), where() + " value"));
-    return bindResults(
-        create(ConstantOfShapeOp::getOperationName(), {},
-               {named("shape", i64s(shape)), named("value", value)}, 1));
-  }
-  if (op == "SoftmaxCrossEntropyLoss" || op == "NegativeLogLikelihoodLoss") {
-    checkAttributes({"reduction", "ignore_index"});
-    bool sce = op == "SoftmaxCrossEntropyLoss";
-    SmallVector<Value> operands{input(0), input(1)};
-    if (!typeOf(operands[1]).getElementType().isInteger(64))
-      raise(where() + ": labels must be int64");
-    if (hasInput(2))
-      operands.push_back(input(2));
-    SmallVector<NamedAttribute> attributes{named(
-        "reduction", builder.getStringAttr(stringAttr("reduction", "mean")))};
-    if (attr("ignore_index"))
-      attributes.push_back(
-          named("ignore_index",
-                builder.getI64IntegerAttr(intAttr("ignore_index", 0))));
-    return bindResults(
-        create(sce ? SoftmaxCrossEntropyLossOp::getOperationName()
-                   : NllLossOp::getOperationName(),
-               operands, attributes, sce ? 2 : 1));
-  }
+  if (op == "Gelu" && opset >= 20)
+    return importGelu();
+  if (op == "Gemm")
+    return importGemm();
+  if (op == "BatchNormalization")
+    return importBatchNormalization();
+  if (op == "LayerNormalization" && opset >= 17)
+    return importLayerNormalization();
+  if (op == "Dropout")
+    return importDropout();
+  if (op == "Cast")
+    return importCast();
+  if (op == "Reshape")
+    return importReshape();
+  if (op == "Transpose")
+    return importTranspose();
+  if (op == "Concat")
+    return importConcat();
+  if (op == "Split")
+    return importSplit();
+  if (op == "Slice")
+    return importSlice();
+  if (op == "Squeeze" || op == "Unsqueeze")
+    return importSqueeze(op);
+  if (op == "Expand")
+    return importExpand();
+  if (op == "Gather")
+    return importGather();
+  if (op == "ConstantOfShape")
+    return importConstantOfShape();
+  if (op == "SoftmaxCrossEntropyLoss" || op == "NegativeLogLikelihoodLoss")
+    return importSoftmaxCrossEntropyLoss(op);
   raise(where() + ": op '" + op + "' is not supported at opset " +
         Twine(opset));
 }
