@@ -86,6 +86,9 @@ struct ConstTensor {
 /// ONNX Reshape's target shape made explicit: `0` copies the input's
 /// dimension (unless `allowZero`), one `-1` takes what is left. `where`
 /// prefixes the error.
+/// Constants larger than this (elements) are left to the runtime.
+constexpr int64_t kFoldLimit = 1 << 16;
+
 std::vector<int64_t> resolveReshape(ArrayRef<int64_t> dims,
                                     std::vector<int64_t> shape,
                                     int64_t elements, bool allowZero,
@@ -184,6 +187,23 @@ private:
   void importClip();
   void importPad();
   void importPool(bool isMax);
+  /// Folds of one op over constant inputs into `out`; false: not folded.
+  bool foldConstantOfShape(const std::vector<const ConstTensor *> &in,
+                           ConstTensor &out);
+  bool foldIdentity(const std::vector<const ConstTensor *> &in,
+                    ConstTensor &out);
+  bool foldCast(const std::vector<const ConstTensor *> &in, ConstTensor &out);
+  bool foldGather(const std::vector<const ConstTensor *> &in, ConstTensor &out);
+  bool foldSqueeze(const std::vector<const ConstTensor *> &in, ConstTensor &out,
+                   StringRef opType);
+  bool foldConcat(const std::vector<const ConstTensor *> &in, ConstTensor &out);
+  bool foldSlice(const std::vector<const ConstTensor *> &in, ConstTensor &out);
+  bool foldReshape(const std::vector<const ConstTensor *> &in,
+                   ConstTensor &out);
+  bool foldNeg(const std::vector<const ConstTensor *> &in, ConstTensor &out);
+  bool foldWhere(const std::vector<const ConstTensor *> &in, ConstTensor &out);
+  bool foldArithmetic(const std::vector<const ConstTensor *> &in,
+                      ConstTensor &out, StringRef opType);
   void importPow();
   void importHardSigmoid();
   void importGelu();
@@ -745,6 +765,251 @@ void Importer::bindConst(int output, ConstTensor value) {
 
 /// Evaluates `node` when all of its inputs are known and small; returns
 /// false when the node must become an op instead.
+bool Importer::foldConstantOfShape(const std::vector<const ConstTensor *> &in,
+                                   ConstTensor &out) {
+  checkAttributes({"value"});
+  std::vector<int64_t> shape = constInts(0, "shape");
+  out.kind = ConstTensor::F32;
+  double fill = 0;
+  if (const onnx::AttributeProto *a = attr("value")) {
+    ConstTensor v = readTensor(a->t(), where() + " value");
+    if (v.size() != 1)
+      raise(where() + ": value must hold one element");
+    out.kind = v.kind;
+    fill = v.at(0);
+  }
+  Type elementType = out.kind == ConstTensor::F32 ? Type(builder.getF32Type())
+                                                  : Type(builder.getI64Type());
+  out.shape = checkedShape(shape, elementType, where() + " result");
+  int64_t count = 1;
+  for (int64_t d : shape)
+    count *= d;
+  if (count > kFoldLimit)
+    return false;
+  for (int64_t i = 0; i < count; ++i)
+    out.push(fill);
+  return true;
+}
+
+bool Importer::foldIdentity(const std::vector<const ConstTensor *> &in,
+                            ConstTensor &out) {
+  out = *in[0];
+  return true;
+}
+
+bool Importer::foldCast(const std::vector<const ConstTensor *> &in,
+                        ConstTensor &out) {
+  checkAttributes({"to", "saturate"});
+  Type to = elementTypeOf(static_cast<int32_t>(intAttr("to", 0)),
+                          where() + " target");
+  out.kind = kindOf(to);
+  out.shape = in[0]->shape;
+  for (int64_t i = 0; i < in[0]->size(); ++i) {
+    double v = in[0]->at(i);
+    if (out.kind == ConstTensor::Bool)
+      out.ints.push_back(v != 0);
+    else if (out.kind == ConstTensor::I64 && in[0]->kind != ConstTensor::F32)
+      out.ints.push_back(in[0]->ints[i]);
+    else
+      out.push(out.kind == ConstTensor::I64 ? std::trunc(v) : v);
+  }
+  return true;
+}
+
+bool Importer::foldGather(const std::vector<const ConstTensor *> &in,
+                          ConstTensor &out) {
+  checkAttributes({"axis"});
+  const ConstTensor &data = *in[0];
+  const ConstTensor &indices = *in[1];
+  int64_t rank = data.shape.size();
+  int64_t axis = intAttr("axis", 0);
+  if (rank == 0 || axis < -rank || axis >= rank)
+    raise(where() + ": axis " + Twine(axis) + " is out of range");
+  if (axis < 0)
+    axis += rank;
+  int64_t outer = 1, inner = 1, dim = data.shape[axis];
+  for (int64_t d = 0; d < axis; ++d)
+    outer *= data.shape[d];
+  for (int64_t d = axis + 1; d < rank; ++d)
+    inner *= data.shape[d];
+  out.shape.assign(data.shape.begin(), data.shape.begin() + axis);
+  out.shape.append(indices.shape.begin(), indices.shape.end());
+  out.shape.append(data.shape.begin() + axis + 1, data.shape.end());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t k = 0; k < indices.size(); ++k) {
+      int64_t index = indices.intAt(k);
+      if (index < -dim || index >= dim)
+        raise(where() + ": index " + Twine(index) +
+              " is out of range for a dimension of " + Twine(dim));
+      if (index < 0)
+        index += dim;
+      for (int64_t j = 0; j < inner; ++j)
+        out.append(data, (o * dim + index) * inner + j);
+    }
+  return true;
+}
+
+bool Importer::foldSqueeze(const std::vector<const ConstTensor *> &in,
+                           ConstTensor &out, StringRef opType) {
+  checkAttributes({"axes"});
+  std::vector<int64_t> axes =
+      opset >= 13 && hasInput(1) ? constInts(1, "axes") : intsAttr("axes");
+  out = *in[0];
+  int64_t rank = in[0]->shape.size();
+  if (opType == "Unsqueeze") {
+    int64_t outRank = rank + axes.size();
+    for (int64_t &a : axes) {
+      if (a < -outRank || a >= outRank)
+        raise(where() + ": axis " + Twine(a) + " is out of range");
+      a = a < 0 ? a + outRank : a;
+    }
+    std::sort(axes.begin(), axes.end());
+    for (int64_t a : axes)
+      out.shape.insert(out.shape.begin() + a, 1);
+  } else {
+    SmallVector<int64_t> shape;
+    for (int64_t d = 0; d < rank; ++d) {
+      bool listed = llvm::any_of(
+          axes, [&](int64_t a) { return (a < 0 ? a + rank : a) == d; });
+      if ((listed || axes.empty()) && in[0]->shape[d] == 1)
+        continue;
+      if (listed)
+        raise(where() + ": cannot squeeze a dimension of size " +
+              Twine(in[0]->shape[d]));
+      shape.push_back(in[0]->shape[d]);
+    }
+    out.shape = shape;
+  }
+  return true;
+}
+
+bool Importer::foldConcat(const std::vector<const ConstTensor *> &in,
+                          ConstTensor &out) {
+  checkAttributes({"axis"});
+  int64_t rank = in[0]->shape.size();
+  int64_t axis = intAttr("axis", 0);
+  if (axis < -rank || axis >= rank)
+    raise(where() + ": axis " + Twine(axis) + " is out of range");
+  axis = axis < 0 ? axis + rank : axis;
+  if (axis != 0 && rank != 1)
+    return false; // only 1-D shape vectors are folded
+  out.shape = {0};
+  for (const ConstTensor *part : in) {
+    if (!part || part->shape.size() != 1 || part->kind != out.kind)
+      return false;
+    out.shape[0] += part->shape[0];
+    for (int64_t i = 0; i < part->size(); ++i)
+      out.append(*part, i);
+  }
+  return true;
+}
+
+bool Importer::foldSlice(const std::vector<const ConstTensor *> &in,
+                         ConstTensor &out) {
+  if (in[0]->shape.size() != 1)
+    return false;
+  std::vector<int64_t> starts = constInts(1, "starts"),
+                       ends = constInts(2, "ends");
+  std::vector<int64_t> axes =
+      hasInput(3) ? constInts(3, "axes") : std::vector<int64_t>{0};
+  std::vector<int64_t> steps =
+      hasInput(4) ? constInts(4, "steps") : std::vector<int64_t>{1};
+  if (starts.size() != 1 || ends.size() != 1 || axes.size() != 1 ||
+      steps.size() != 1 || (axes[0] != 0 && axes[0] != -1) || steps[0] == 0)
+    return false;
+  int64_t dim = in[0]->shape[0], step = steps[0];
+  int64_t start = starts[0] < 0 ? starts[0] + dim : starts[0];
+  int64_t end = ends[0] < 0 ? ends[0] + dim : ends[0];
+  if (step > 0) {
+    start = std::clamp<int64_t>(start, 0, dim);
+    end = std::clamp<int64_t>(end, 0, dim);
+    for (int64_t i = start; i < end; i += step)
+      out.append(*in[0], i);
+  } else {
+    start = std::clamp<int64_t>(start, 0, dim - 1);
+    end = std::clamp<int64_t>(end, -1, dim - 1);
+    for (int64_t i = start; i > end; i += step)
+      out.append(*in[0], i);
+  }
+  out.shape = {out.size()};
+  return true;
+}
+
+bool Importer::foldReshape(const std::vector<const ConstTensor *> &in,
+                           ConstTensor &out) {
+  // Shape arithmetic such as torch's expand(-1, ...) reshapes constants.
+  checkAttributes({"allowzero"});
+  std::vector<int64_t> shape =
+      resolveReshape(in[0]->shape, constInts(1, "shape"), in[0]->size(),
+                     intAttr("allowzero", 0) != 0, where());
+  out = *in[0];
+  out.shape.assign(shape.begin(), shape.end());
+  return true;
+}
+
+bool Importer::foldNeg(const std::vector<const ConstTensor *> &in,
+                       ConstTensor &out) {
+  checkAttributes({});
+  if (out.kind == ConstTensor::Bool)
+    return false;
+  for (float v : in[0]->floats)
+    out.floats.push_back(-v);
+  for (int64_t v : in[0]->ints)
+    out.ints.push_back(-v);
+  out.shape = in[0]->shape;
+  return true;
+}
+
+bool Importer::foldWhere(const std::vector<const ConstTensor *> &in,
+                         ConstTensor &out) {
+  checkAttributes({});
+  const ConstTensor &cond = *in[0], &a = *in[1], &b = *in[2];
+  out.kind = a.kind;
+  if (cond.kind != ConstTensor::Bool || a.kind != b.kind ||
+      a.shape != b.shape || cond.shape != a.shape)
+    return false; // broadcasting selects are left to a later importer
+  for (int64_t i = 0; i < a.size(); ++i)
+    out.append(cond.ints[i] ? a : b, i);
+  out.shape = a.shape;
+  return true;
+}
+
+bool Importer::foldArithmetic(const std::vector<const ConstTensor *> &in,
+                              ConstTensor &out, StringRef opType) {
+  // Element-wise arithmetic on small constants (shape arithmetic).
+  const ConstTensor &lhs = *in[0], &rhs = *in[1];
+  if (lhs.kind != rhs.kind || lhs.kind == ConstTensor::Bool ||
+      (lhs.size() != 1 && rhs.size() != 1 && lhs.shape != rhs.shape))
+    return false;
+  out.shape = lhs.size() >= rhs.size() ? lhs.shape : rhs.shape;
+  int64_t count = std::max(lhs.size(), rhs.size());
+  if (opType == "Equal")
+    out.kind = ConstTensor::Bool;
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t li = lhs.size() == 1 ? 0 : i, ri = rhs.size() == 1 ? 0 : i;
+    if (opType == "Equal") { // same kinds: compare without conversion
+      out.ints.push_back(lhs.kind == ConstTensor::F32
+                             ? lhs.floats[li] == rhs.floats[ri]
+                             : lhs.ints[li] == rhs.ints[ri]);
+    } else if (lhs.kind == ConstTensor::I64) {
+      int64_t a = lhs.ints[li], b = rhs.ints[ri];
+      if (opType == "Div" && b == 0)
+        raise(where() + ": integer division by zero");
+      out.ints.push_back(opType == "Add"   ? a + b
+                         : opType == "Sub" ? a - b
+                         : opType == "Mul" ? a * b
+                                           : a / b);
+    } else {
+      float a = lhs.floats[li], b = rhs.floats[ri];
+      out.floats.push_back(opType == "Add"   ? a + b
+                           : opType == "Sub" ? a - b
+                           : opType == "Mul" ? a * b
+                                             : a / b);
+    }
+  }
+  return true;
+}
+
 bool Importer::tryFold(StringRef opType) {
   static const llvm::StringSet<> foldable = {
       "Shape",     "Constant", "ConstantOfShape",
@@ -755,7 +1020,6 @@ bool Importer::tryFold(StringRef opType) {
       "Equal",     "Where",    "Neg"};
   if (!foldable.contains(opType))
     return false;
-  constexpr int64_t kFoldLimit = 1 << 16;
 
   if (opType == "Shape") {
     checkAttributes({"start", "end"});
@@ -812,208 +1076,37 @@ bool Importer::tryFold(StringRef opType) {
   out.kind = in[0]->kind;
 
   if (opType == "ConstantOfShape") {
-    checkAttributes({"value"});
-    std::vector<int64_t> shape = constInts(0, "shape");
-    out.kind = ConstTensor::F32;
-    double fill = 0;
-    if (const onnx::AttributeProto *a = attr("value")) {
-      ConstTensor v = readTensor(a->t(), where() + " value");
-      if (v.size() != 1)
-        raise(where() + ": value must hold one element");
-      out.kind = v.kind;
-      fill = v.at(0);
-    }
-    Type elementType = out.kind == ConstTensor::F32
-                           ? Type(builder.getF32Type())
-                           : Type(builder.getI64Type());
-    out.shape = checkedShape(shape, elementType, where() + " result");
-    int64_t count = 1;
-    for (int64_t d : shape)
-      count *= d;
-    if (count > kFoldLimit)
+    if (!foldConstantOfShape(in, out))
       return false;
-    for (int64_t i = 0; i < count; ++i)
-      out.push(fill);
   } else if (opType == "Identity") {
-    out = *in[0];
+    if (!foldIdentity(in, out))
+      return false;
   } else if (opType == "Cast") {
-    checkAttributes({"to", "saturate"});
-    Type to = elementTypeOf(static_cast<int32_t>(intAttr("to", 0)),
-                            where() + " target");
-    out.kind = kindOf(to);
-    out.shape = in[0]->shape;
-    for (int64_t i = 0; i < in[0]->size(); ++i) {
-      double v = in[0]->at(i);
-      if (out.kind == ConstTensor::Bool)
-        out.ints.push_back(v != 0);
-      else if (out.kind == ConstTensor::I64 && in[0]->kind != ConstTensor::F32)
-        out.ints.push_back(in[0]->ints[i]);
-      else
-        out.push(out.kind == ConstTensor::I64 ? std::trunc(v) : v);
-    }
+    if (!foldCast(in, out))
+      return false;
   } else if (opType == "Gather") {
-    checkAttributes({"axis"});
-    const ConstTensor &data = *in[0];
-    const ConstTensor &indices = *in[1];
-    int64_t rank = data.shape.size();
-    int64_t axis = intAttr("axis", 0);
-    if (rank == 0 || axis < -rank || axis >= rank)
-      raise(where() + ": axis " + Twine(axis) + " is out of range");
-    if (axis < 0)
-      axis += rank;
-    int64_t outer = 1, inner = 1, dim = data.shape[axis];
-    for (int64_t d = 0; d < axis; ++d)
-      outer *= data.shape[d];
-    for (int64_t d = axis + 1; d < rank; ++d)
-      inner *= data.shape[d];
-    out.shape.assign(data.shape.begin(), data.shape.begin() + axis);
-    out.shape.append(indices.shape.begin(), indices.shape.end());
-    out.shape.append(data.shape.begin() + axis + 1, data.shape.end());
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t k = 0; k < indices.size(); ++k) {
-        int64_t index = indices.intAt(k);
-        if (index < -dim || index >= dim)
-          raise(where() + ": index " + Twine(index) +
-                " is out of range for a dimension of " + Twine(dim));
-        if (index < 0)
-          index += dim;
-        for (int64_t j = 0; j < inner; ++j)
-          out.append(data, (o * dim + index) * inner + j);
-      }
+    if (!foldGather(in, out))
+      return false;
   } else if (opType == "Unsqueeze" || opType == "Squeeze") {
-    checkAttributes({"axes"});
-    std::vector<int64_t> axes =
-        opset >= 13 && hasInput(1) ? constInts(1, "axes") : intsAttr("axes");
-    out = *in[0];
-    int64_t rank = in[0]->shape.size();
-    if (opType == "Unsqueeze") {
-      int64_t outRank = rank + axes.size();
-      for (int64_t &a : axes) {
-        if (a < -outRank || a >= outRank)
-          raise(where() + ": axis " + Twine(a) + " is out of range");
-        a = a < 0 ? a + outRank : a;
-      }
-      std::sort(axes.begin(), axes.end());
-      for (int64_t a : axes)
-        out.shape.insert(out.shape.begin() + a, 1);
-    } else {
-      SmallVector<int64_t> shape;
-      for (int64_t d = 0; d < rank; ++d) {
-        bool listed = llvm::any_of(
-            axes, [&](int64_t a) { return (a < 0 ? a + rank : a) == d; });
-        if ((listed || axes.empty()) && in[0]->shape[d] == 1)
-          continue;
-        if (listed)
-          raise(where() + ": cannot squeeze a dimension of size " +
-                Twine(in[0]->shape[d]));
-        shape.push_back(in[0]->shape[d]);
-      }
-      out.shape = shape;
-    }
+    if (!foldSqueeze(in, out, opType))
+      return false;
   } else if (opType == "Concat") {
-    checkAttributes({"axis"});
-    int64_t rank = in[0]->shape.size();
-    int64_t axis = intAttr("axis", 0);
-    if (axis < -rank || axis >= rank)
-      raise(where() + ": axis " + Twine(axis) + " is out of range");
-    axis = axis < 0 ? axis + rank : axis;
-    if (axis != 0 && rank != 1)
-      return false; // only 1-D shape vectors are folded
-    out.shape = {0};
-    for (const ConstTensor *part : in) {
-      if (!part || part->shape.size() != 1 || part->kind != out.kind)
-        return false;
-      out.shape[0] += part->shape[0];
-      for (int64_t i = 0; i < part->size(); ++i)
-        out.append(*part, i);
-    }
+    if (!foldConcat(in, out))
+      return false;
   } else if (opType == "Slice") {
-    if (in[0]->shape.size() != 1)
+    if (!foldSlice(in, out))
       return false;
-    std::vector<int64_t> starts = constInts(1, "starts"),
-                         ends = constInts(2, "ends");
-    std::vector<int64_t> axes =
-        hasInput(3) ? constInts(3, "axes") : std::vector<int64_t>{0};
-    std::vector<int64_t> steps =
-        hasInput(4) ? constInts(4, "steps") : std::vector<int64_t>{1};
-    if (starts.size() != 1 || ends.size() != 1 || axes.size() != 1 ||
-        steps.size() != 1 || (axes[0] != 0 && axes[0] != -1) || steps[0] == 0)
-      return false;
-    int64_t dim = in[0]->shape[0], step = steps[0];
-    int64_t start = starts[0] < 0 ? starts[0] + dim : starts[0];
-    int64_t end = ends[0] < 0 ? ends[0] + dim : ends[0];
-    if (step > 0) {
-      start = std::clamp<int64_t>(start, 0, dim);
-      end = std::clamp<int64_t>(end, 0, dim);
-      for (int64_t i = start; i < end; i += step)
-        out.append(*in[0], i);
-    } else {
-      start = std::clamp<int64_t>(start, 0, dim - 1);
-      end = std::clamp<int64_t>(end, -1, dim - 1);
-      for (int64_t i = start; i > end; i += step)
-        out.append(*in[0], i);
-    }
-    out.shape = {out.size()};
   } else if (opType == "Reshape") {
-    // Shape arithmetic such as torch's expand(-1, ...) reshapes constants.
-    checkAttributes({"allowzero"});
-    std::vector<int64_t> shape =
-        resolveReshape(in[0]->shape, constInts(1, "shape"), in[0]->size(),
-                       intAttr("allowzero", 0) != 0, where());
-    out = *in[0];
-    out.shape.assign(shape.begin(), shape.end());
+    if (!foldReshape(in, out))
+      return false;
   } else if (opType == "Neg") {
-    checkAttributes({});
-    if (out.kind == ConstTensor::Bool)
+    if (!foldNeg(in, out))
       return false;
-    for (float v : in[0]->floats)
-      out.floats.push_back(-v);
-    for (int64_t v : in[0]->ints)
-      out.ints.push_back(-v);
-    out.shape = in[0]->shape;
   } else if (opType == "Where") {
-    checkAttributes({});
-    const ConstTensor &cond = *in[0], &a = *in[1], &b = *in[2];
-    out.kind = a.kind;
-    if (cond.kind != ConstTensor::Bool || a.kind != b.kind ||
-        a.shape != b.shape || cond.shape != a.shape)
-      return false; // broadcasting selects are left to a later importer
-    for (int64_t i = 0; i < a.size(); ++i)
-      out.append(cond.ints[i] ? a : b, i);
-    out.shape = a.shape;
-  } else {
-    // Element-wise arithmetic on small constants (shape arithmetic).
-    const ConstTensor &lhs = *in[0], &rhs = *in[1];
-    if (lhs.kind != rhs.kind || lhs.kind == ConstTensor::Bool ||
-        (lhs.size() != 1 && rhs.size() != 1 && lhs.shape != rhs.shape))
+    if (!foldWhere(in, out))
       return false;
-    out.shape = lhs.size() >= rhs.size() ? lhs.shape : rhs.shape;
-    int64_t count = std::max(lhs.size(), rhs.size());
-    if (opType == "Equal")
-      out.kind = ConstTensor::Bool;
-    for (int64_t i = 0; i < count; ++i) {
-      int64_t li = lhs.size() == 1 ? 0 : i, ri = rhs.size() == 1 ? 0 : i;
-      if (opType == "Equal") { // same kinds: compare without conversion
-        out.ints.push_back(lhs.kind == ConstTensor::F32
-                               ? lhs.floats[li] == rhs.floats[ri]
-                               : lhs.ints[li] == rhs.ints[ri]);
-      } else if (lhs.kind == ConstTensor::I64) {
-        int64_t a = lhs.ints[li], b = rhs.ints[ri];
-        if (opType == "Div" && b == 0)
-          raise(where() + ": integer division by zero");
-        out.ints.push_back(opType == "Add"   ? a + b
-                           : opType == "Sub" ? a - b
-                           : opType == "Mul" ? a * b
-                                             : a / b);
-      } else {
-        float a = lhs.floats[li], b = rhs.floats[ri];
-        out.floats.push_back(opType == "Add"   ? a + b
-                             : opType == "Sub" ? a - b
-                             : opType == "Mul" ? a * b
-                                               : a / b);
-      }
-    }
-  }
+  } else if (!foldArithmetic(in, out, opType))
+    return false;
   if (out.size() > kFoldLimit)
     return false;
   bindConst(0, std::move(out));
