@@ -726,9 +726,11 @@ mlir::LogicalResult runTrainingPasses(mlir::MLIRContext &context,
     lossOptions.lossOutput = lossOutput;
     pm.addPass(cdp::createAttachLoss(lossOptions));
     addPartition(pm, settings);
+    // The options hold a view of the names: keep them alive until the pass
+    // has copied them.
+    std::vector<std::string> frozen(freeze.begin(), freeze.end());
     cdp::AutodiffOptions autodiffOptions;
-    autodiffOptions.freeze =
-        std::vector<std::string>(freeze.begin(), freeze.end());
+    autodiffOptions.freeze = frozen;
     autodiffOptions.bnRunningVar = bnRunningVar;
     pm.addPass(cdp::createAutodiff(autodiffOptions));
     cdp::InsertOptimizerOptions optimizerOptions;
