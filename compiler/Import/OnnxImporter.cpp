@@ -32,6 +32,7 @@
 #include <cmath>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -923,13 +924,20 @@ bool Importer::foldSlice(const std::vector<const ConstTensor *> &in,
   if (step > 0) {
     start = std::clamp<int64_t>(start, 0, dim);
     end = std::clamp<int64_t>(end, 0, dim);
-    for (int64_t i = start; i < end; i += step)
+    // Steps near 2^63 would overflow the index: stop instead.
+    for (int64_t i = start; i < end;) {
       out.append(*in[0], i);
+      if (__builtin_add_overflow(i, step, &i))
+        break;
+    }
   } else {
     start = std::clamp<int64_t>(start, 0, dim - 1);
     end = std::clamp<int64_t>(end, -1, dim - 1);
-    for (int64_t i = start; i > end; i += step)
+    for (int64_t i = start; i > end;) {
       out.append(*in[0], i);
+      if (__builtin_add_overflow(i, step, &i))
+        break;
+    }
   }
   out.shape = {out.size()};
   return true;
@@ -992,13 +1000,25 @@ bool Importer::foldArithmetic(const std::vector<const ConstTensor *> &in,
                              ? lhs.floats[li] == rhs.floats[ri]
                              : lhs.ints[li] == rhs.ints[ri]);
     } else if (lhs.kind == ConstTensor::I64) {
-      int64_t a = lhs.ints[li], b = rhs.ints[ri];
+      int64_t a = lhs.ints[li], b = rhs.ints[ri], result = 0;
       if (opType == "Div" && b == 0)
         raise(where() + ": integer division by zero");
-      out.ints.push_back(opType == "Add"   ? a + b
-                         : opType == "Sub" ? a - b
-                         : opType == "Mul" ? a * b
-                                           : a / b);
+      // Refused rather than wrapped: a shape computed from a wrapped value
+      // would be wrong without a word.
+      bool overflow = false;
+      if (opType == "Add")
+        overflow = __builtin_add_overflow(a, b, &result);
+      else if (opType == "Sub")
+        overflow = __builtin_sub_overflow(a, b, &result);
+      else if (opType == "Mul")
+        overflow = __builtin_mul_overflow(a, b, &result);
+      else if (a == std::numeric_limits<int64_t>::min() && b == -1)
+        overflow = true;
+      else
+        result = a / b;
+      if (overflow)
+        raise(where() + ": int64 arithmetic overflows");
+      out.ints.push_back(result);
     } else {
       float a = lhs.floats[li], b = rhs.floats[ri];
       out.floats.push_back(opType == "Add"   ? a + b
@@ -1063,7 +1083,15 @@ bool Importer::tryFold(StringRef opType) {
     return true;
   }
 
-  // The remaining ops fold only when every input is a known constant.
+  // The remaining ops fold only when every input is a known constant, and
+  // every input they require is there (else the import names the missing
+  // one).
+  static const llvm::StringMap<int> required = {
+      {"Gather", 2}, {"Reshape", 2}, {"Slice", 3}, {"Add", 2},  {"Sub", 2},
+      {"Mul", 2},    {"Div", 2},     {"Equal", 2}, {"Where", 3}};
+  for (int i = 0; i < required.lookup(opType); ++i)
+    if (!hasInput(i))
+      return false;
   for (int i = 0; i < node->input_size(); ++i)
     if (hasInput(i) && !constInput(i))
       return false;
