@@ -39,6 +39,7 @@
 #include <cstdlib>
 #include <functional>
 #include <future>
+#include <limits>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -452,11 +453,20 @@ struct Settings {
   }
 };
 
+/// Bounds on counts: a plan holds them in 32-bit fields, and beyond these
+/// no machine runs the plan (its instructions grow with their product).
+constexpr int64_t kMostDevices = 4096, kMostMicroBatches = 65536,
+                  kMostReportSteps = 10000;
+
 int64_t positiveInteger(const std::string &flag, const std::string &text,
-                        int64_t least = 1) {
+                        int64_t least = 1,
+                        int64_t most = std::numeric_limits<int64_t>::max()) {
   int64_t value = 0;
   if (!llvm::to_integer(llvm::StringRef(text), value, 10) || value < least)
     die(flag + " must be a positive integer, got '" + text + "'");
+  if (value > most)
+    die(flag + " must be at most " + std::to_string(most) + ", got '" + text +
+        "'");
   return value;
 }
 
@@ -489,8 +499,8 @@ void checkStrategyFlags(Settings &settings) {
   settings.kind = *parsed;
   const cdp::StrategyTraits &traits = cdp::traitsOf(settings.kind);
   settings.traits = &traits;
-  settings.deviceCount = positiveInteger("--devices", devices);
-  settings.stageCount = positiveInteger("--stages", stages, 0);
+  settings.deviceCount = positiveInteger("--devices", devices, 1, kMostDevices);
+  settings.stageCount = positiveInteger("--stages", stages, 0, kMostDevices);
   if (settings.kind == cdp::Strategy::Single && settings.deviceCount != 1)
     die("--strategy single runs on 1 device, not " + devices +
         " (use --strategy dp or cdp)");
@@ -509,7 +519,8 @@ void checkStrategyFlags(Settings &settings) {
         strategy + " (--emit=plan-text shows its streams)");
   if (planMode != "auto" && planMode != "manual")
     die("--plan must be auto or manual, got '" + planMode + "'");
-  settings.replicaCount = positiveInteger("--replicas", replicas);
+  settings.replicaCount =
+      positiveInteger("--replicas", replicas, 1, kMostDevices);
   if (settings.replicaCount > 1 && !traits.replicable)
     die("--replicas applies to gpipe, 1f1b and 2bw, not --strategy " +
         strategy);
@@ -570,7 +581,8 @@ void deriveCdpMpDevices(Settings &settings, int64_t L) {
 
 /// --micro-batches against the devices and stages.
 void checkMicroBatches(Settings &settings) {
-  settings.microBatchCount = positiveInteger("--micro-batches", microBatches);
+  settings.microBatchCount =
+      positiveInteger("--micro-batches", microBatches, 1, kMostMicroBatches);
   if (settings.pipelined) {
     // One device per stage; --micro-batches defaults to the stage count.
     int64_t pipelineStages = settings.flagStages();
@@ -604,8 +616,11 @@ void checkMicroBatches(Settings &settings) {
 void readOptimizerFlags(Settings &settings) {
   settings.lr = parseReal("--lr", lr);
   settings.weightDecay = parseReal("--weight-decay", weightDecay);
+  // -1: not given (the optimizer's default), so a given value must not be.
   settings.momentum =
       momentum.getNumOccurrences() ? parseReal("--momentum", momentum) : -1.0;
+  if (momentum.getNumOccurrences() && settings.momentum < 0)
+    die("--momentum must be a non-negative number, got '" + momentum + "'");
   settings.epsilon = parseReal("--adam-eps", adamEps);
   auto [beta1Text, beta2Text] = llvm::StringRef(adamBetas).split(',');
   settings.beta1 = parseReal("--adam-betas", beta1Text.str());
@@ -636,7 +651,8 @@ void readImportFlags(Settings &settings) {
       die("--const-input takes NAME=FILE, got '" + entry + "'");
     options.constInputs[name.str()] = file.str();
   }
-  settings.reportStepCount = positiveInteger("--steps", reportSteps);
+  settings.reportStepCount =
+      positiveInteger("--steps", reportSteps, 1, kMostReportSteps);
   settings.reportOnly = !reportPath.empty() && outputPath == "-" &&
                         emit == "plan" && !settings.planText;
   if (settings.reportOnly)
