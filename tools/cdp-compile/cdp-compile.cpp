@@ -10,6 +10,7 @@
 #include "cdp/InitAll.h"
 #include "cdp/Passes/Profile.h"
 #include "cdp/Plan/EmitPlan.h"
+#include "cdp/Plan/Paths.h"
 #include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Plan/PlanText.h"
@@ -663,12 +664,28 @@ void readImportFlags(Settings &settings) {
         "or --emit=mlir to print IR");
 }
 
+/// Before any work: no output names an input, and every output's folder
+/// exists.
+void checkOutputPaths() {
+  std::vector<std::string> inputs{inputPath, profilePath, hardwarePath};
+  for (const std::string &entry : constInput)
+    inputs.push_back(llvm::StringRef(entry).split('=').second.str());
+  for (auto [flag, path] :
+       {std::pair<const char *, std::string>{"-o", outputPath.getValue()},
+        {"--report", reportPath.getValue()}}) {
+    std::string problem = cdp::checkOutputPath(flag, path, inputs);
+    if (!problem.empty())
+      die(problem);
+  }
+}
+
 Settings checkFlags() {
   Settings settings;
   checkStrategyFlags(settings);
   checkMicroBatches(settings);
   readOptimizerFlags(settings);
   readImportFlags(settings);
+  checkOutputPaths();
   return settings;
 }
 

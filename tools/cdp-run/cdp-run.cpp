@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "cdp/Plan/Paths.h"
 #include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Runtime/Checkpoint.h"
@@ -953,10 +954,30 @@ void writeOutputs(Run &run) {
     saveOnnx(run);
 }
 
+/// Before any work: no output names an input, and every output's folder
+/// exists.
+void checkOutputPaths(const Options &options) {
+  std::vector<std::string> inputs{options.plan, options.compareReport};
+  for (const auto &[name, file] : options.feeds)
+    inputs.push_back(file);
+  for (auto [flag, path] : {std::pair<const char *, const std::string *>{
+                                "--metrics", &options.metrics},
+                            {"--save-onnx", &options.saveOnnx},
+                            {"--report", &options.report},
+                            {"--report-svg", &options.reportSvg},
+                            {"--trace", &options.trace},
+                            {"--profile", &options.profile}}) {
+    std::string problem = checkOutputPath(flag, *path, inputs);
+    if (!problem.empty())
+      die(problem);
+  }
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
   Options options = parseArguments(argc, argv);
+  checkOutputPaths(options);
   plan::Plan plan;
   Run run(options, plan);
   readCheckedPlan(options, plan, run.planChecksum);

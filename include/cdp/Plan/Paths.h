@@ -1,0 +1,26 @@
+//===- Paths.h - output paths checked before any work ------------*- C++
+//-*-===//
+//
+// Both tools check every output path before they import, compile or train:
+// an output must not be one of the run's inputs (writing it would destroy
+// the input), and its folder must exist (failing after hours of training,
+// or after writing another output, loses work).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CDP_PLAN_PATHS_H
+#define CDP_PLAN_PATHS_H
+
+#include <string>
+#include <vector>
+
+namespace cdp {
+
+/// Empty when `path`, the output of `flag`, may be written; else one line
+/// saying why not. "-" (standard output) always may.
+std::string checkOutputPath(const std::string &flag, const std::string &path,
+                            const std::vector<std::string> &inputs);
+
+} // namespace cdp
+
+#endif // CDP_PLAN_PATHS_H
