@@ -704,7 +704,7 @@ void runDevices(Run &run) {
                 << ", \"samples_per_s\": " << rate;
     if (t + 1 == run.total && accuracy >= 0)
       run.metrics << ", \"accuracy\": " << accuracy;
-    run.metrics << "}\n";
+    run.metrics << "}\n" << std::flush;
   }
   double lastLoss = 0;
   for (int d = 0; d < N; ++d)
@@ -778,7 +778,7 @@ void runSingleDevice(Run &run, int64_t step) {
                   << ", \"samples_per_s\": " << rate;
       if (accuracy >= 0)
         run.metrics << ", \"accuracy\": " << accuracy;
-      run.metrics << "}\n";
+      run.metrics << "}\n" << std::flush;
     }
     if (run.terminal && (s % 10 == 0 || last))
       std::fprintf(
@@ -915,6 +915,11 @@ void saveOnnx(Run &run) {
 void writeOutputs(Run &run) {
   const Options &options = run.options;
   Executor &executor = run.first();
+  if (run.metrics.is_open()) {
+    run.metrics.close();
+    if (run.metrics.fail())
+      die("--metrics " + options.metrics + ": write failed");
+  }
   if (!options.profile.empty())
     writeProfile(run);
   if (run.trace) {
