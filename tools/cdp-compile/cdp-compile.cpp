@@ -664,6 +664,43 @@ void readImportFlags(Settings &settings) {
         "or --emit=mlir to print IR");
 }
 
+/// A flag given where it means nothing is refused rather than ignored.
+void checkMeaningfulFlags(const Settings &settings) {
+  const cdp::StrategyTraits &traits = *settings.traits;
+  auto given = [](const llvm::cl::Option &flag) {
+    return flag.getNumOccurrences() > 0;
+  };
+  auto refuse = [](const llvm::cl::Option &flag, const std::string &where) {
+    die("--" + flag.ArgStr.str() + " applies to " + where);
+  };
+  using Flags = std::initializer_list<const llvm::cl::Option *>;
+  // (--bn-running-var still matters there: a training-mode BatchNorm node
+  // returns running statistics.)
+  if (inference)
+    for (const llvm::cl::Option *flag :
+         Flags{&optimizer, &lr, &momentum, &adamBetas, &adamEps, &weightDecay,
+               std::addressof(freeze), &loss, &lossOutput, &labelsName})
+      if (given(*flag))
+        refuse(*flag, "training plans, not --inference");
+  for (const llvm::cl::Option *flag : Flags{&cdpRule, &v2Table})
+    if (given(*flag) && !traits.cyclic)
+      refuse(*flag, "--strategy cdp and cdp-mp, not " + strategy);
+  if (given(cdpReduce) && !traits.dataParallel)
+    refuse(cdpReduce, "--strategy dp and cdp, not " + strategy);
+  if (given(momentum) && optimizer == "adam")
+    refuse(momentum, "--optimizer sgd and momentum, not adam");
+  for (const llvm::cl::Option *flag : Flags{&adamBetas, &adamEps})
+    if (given(*flag) && optimizer != "adam")
+      refuse(*flag, "--optimizer adam, not " + optimizer);
+  if (given(hardwarePath) && !traits.pipelined)
+    refuse(hardwarePath,
+           "the pipelines (gpipe, 1f1b, 2bw, cdp-mp), not " + strategy);
+  if (given(globalBatch) && planMode != "auto")
+    refuse(globalBatch, "--plan auto");
+  if (given(reportSteps) && reportPath.empty() && emit != "sched-mlir")
+    refuse(reportSteps, "--report and --emit=sched-mlir");
+}
+
 /// Before any work: no output names an input, and every output's folder
 /// exists.
 void checkOutputPaths() {
@@ -685,6 +722,7 @@ Settings checkFlags() {
   checkMicroBatches(settings);
   readOptimizerFlags(settings);
   readImportFlags(settings);
+  checkMeaningfulFlags(settings);
   checkOutputPaths();
   return settings;
 }
