@@ -392,6 +392,9 @@ struct Run {
   uint64_t planChecksum = 0;
   bool training = false, terminal = false;
   int deviceCount = 1, threadsPerDevice = 1;
+  /// Devices as threads that communicate (every multi-device plan, and dp
+  /// and cdp on one device).
+  bool multiDevice = false;
   std::unique_ptr<LocalCommunicator> communicator;
   std::vector<std::unique_ptr<Executor>> executors;
   std::unique_ptr<ReportBuilder> report;
@@ -415,16 +418,19 @@ void createDevices(Run &run, int cores) {
                          : run.deviceCount > 1 ? 1
                                                : std::max(cores, 1);
   omp_set_num_threads(run.threadsPerDevice);
-  if (run.deviceCount > 1)
+  // dp and cdp reduce even on one device (a communicator of one), and their
+  // last reductions are applied after training: they run as device threads.
+  run.multiDevice =
+      run.deviceCount > 1 || plan::traitsOf(run.plan).dataParallel;
+  if (run.multiDevice)
     run.communicator = std::make_unique<LocalCommunicator>(run.deviceCount);
   for (int d = 0; d < run.deviceCount; ++d)
     run.executors.push_back(std::make_unique<Executor>(
         run.plan, run.threadsPerDevice, d, run.communicator.get()));
-  if (run.deviceCount > 1 &&
-      (!options.checkpoint.empty() || !options.resume.empty() ||
-       !options.profile.empty()))
+  if (run.multiDevice && (!options.checkpoint.empty() ||
+                          !options.resume.empty() || !options.profile.empty()))
     die("--checkpoint, --resume and --profile are not available yet for "
-        "multi-device plans (" +
+        "dp, cdp and multi-device plans (" +
         run.plan.strategy() + ")");
   if (run.deviceCount > 1 && !options.saveOutputs.empty() &&
       plan::traitsOf(run.plan).pipelined)
@@ -815,7 +821,7 @@ void runSingleDevice(Run &run, int64_t step) {
 /// Training: on several devices, or on one from the start or --resume.
 void train(Run &run) {
   countSteps(run);
-  if (run.deviceCount > 1) {
+  if (run.multiDevice) {
     runDevices(run);
     return;
   }
