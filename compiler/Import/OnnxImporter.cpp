@@ -1755,6 +1755,8 @@ void Importer::addInputs(func::FuncOp func) {
   SmallVector<Type> types;
   SmallVector<std::string> names;
   SmallVector<int64_t> batchAxes;
+  bool batchBound = false; // --batch-size bound some input's batch
+  int64_t fixedBatch = -1; // the batch of the first input that has one
   for (const auto &[name, axis] : options.batchAxes)
     if (llvm::none_of(graph.input(), [&](const onnx::ValueInfoProto &info) {
           return info.name() == name;
@@ -1798,6 +1800,7 @@ void Importer::addInputs(func::FuncOp func) {
         raise(what + " has symbolic batch dimension " + symbol + " at axis " +
               Twine(d) + "; pass --batch-size B to bind it");
       dims.push_back(*options.batchSize);
+      batchBound = true;
     }
     // A scalar input has no batch axis unless --batch-axis says otherwise.
     if (dims.empty() && axisIt == options.batchAxes.end())
@@ -1809,7 +1812,16 @@ void Importer::addInputs(func::FuncOp func) {
                                           elementType));
     names.push_back(info.name());
     batchAxes.push_back(batchAxis);
+    if (batchAxis >= 0 && fixedBatch < 0)
+      fixedBatch = dims[batchAxis];
   }
+  if (options.batchSize && !batchBound)
+    raise("--batch-size " + Twine(*options.batchSize) +
+          " binds a symbolic batch dimension, and no graph input has one " +
+          (fixedBatch >= 0 ? "(this model's batch is fixed at export: " +
+                                 Twine(fixedBatch) + ")"
+                           : Twine("(no input has a batch axis)")) +
+          "; drop --batch-size or re-export with a dynamic batch axis");
   for (const auto &[name, file] : options.constInputs)
     if (!values.count(name))
       raise("--const-input names '" + name + "', which is not a graph input");
