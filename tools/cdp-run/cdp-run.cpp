@@ -345,6 +345,32 @@ std::vector<int64_t> shuffledOrder(uint64_t seed, int64_t epoch, int64_t n) {
   return order;
 }
 
+/// Flags that mean nothing for this plan or beside the other flags are
+/// refused rather than ignored.
+void checkMeaningfulFlags(const Options &options, const plan::Plan &plan) {
+  if (plan.inference()) {
+    for (auto [flag, given] :
+         {std::pair<const char *, bool>{"--steps", options.steps >= 0},
+          {"--epochs", options.epochs >= 0},
+          {"--eval", options.eval},
+          {"--dump-grads", !options.dumpGrads.empty()},
+          {"--checkpoint", !options.checkpoint.empty()},
+          {"--resume", !options.resume.empty()},
+          {"--report", !options.report.empty()},
+          {"--metrics", !options.metrics.empty()}})
+      if (given)
+        die(std::string(flag) + " applies to training plans; " + options.plan +
+            " is forward-only");
+  }
+  if (options.eval && options.data.empty())
+    die("--eval evaluates on the test split of --data; with --feed there is "
+        "none");
+  if (options.checkpointEvery > 0 && options.checkpoint.empty())
+    die("--checkpoint-every needs --checkpoint DIR");
+  if (options.reportSteps > 0 && options.report.empty())
+    die("--report-steps needs --report FILE.json");
+}
+
 /// Reads the plan and refuses one that would hang or options that do not
 /// go together.
 void readCheckedPlan(const Options &options, plan::Plan &plan,
@@ -380,6 +406,7 @@ void readCheckedPlan(const Options &options, plan::Plan &plan,
     die("--feed needs --steps T");
   if (options.data.empty() && options.epochs >= 0)
     die("--epochs goes with --data");
+  checkMeaningfulFlags(options, plan);
 }
 
 /// One run of a plan: its devices, the data bound to its inputs, the step
