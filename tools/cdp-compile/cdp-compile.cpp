@@ -255,6 +255,10 @@ cl::opt<bool> printParamData(
 /// Runs LLVM's parser but reports a bad flag as one line.
 void parseCommandLine(int argc, char **argv) {
   cl::HideUnrelatedOptions(category);
+  cl::SetVersionPrinter([](llvm::raw_ostream &os) {
+    os << "cdp-compile (cdp " CDP_VERSION "), plan format "
+       << cdp::plan::kPlanFormatVersion << "\n";
+  });
   std::string messages;
   llvm::raw_string_ostream stream(messages);
   if (!cl::ParseCommandLineOptions(

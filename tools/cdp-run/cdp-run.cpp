@@ -180,12 +180,19 @@ Options parseArguments(int argc, char **argv) {
                 << "- " << f.help << "\n";
     }
     std::cout << "  --help                        - This text\n";
+    std::cout
+        << "  --version                     - cdp's version and plan format\n";
     std::exit(0);
   };
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h")
       help();
+    if (arg == "--version") {
+      std::cout << "cdp-run (cdp " CDP_VERSION "), plan format "
+                << plan::kPlanFormatVersion << "\n";
+      std::exit(0);
+    }
     if (arg.rfind("-", 0) != 0) {
       if (!o.plan.empty())
         die("more than one plan given ('" + o.plan + "' and '" + arg + "')");
