@@ -8,6 +8,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -71,15 +72,22 @@ Array readNpy(const std::string &path) {
   std::string descr = field("descr");
   descr = descr.substr(descr.find('\'') + 1);
   descr = descr.substr(0, descr.find('\''));
-  if (descr == "<f4")
+  // numpy's defaults, float64 and int32, are read as the plan's float32
+  // and int64 (below, once the data is there).
+  int widen = 0; // 1: float64 -> float32, 2: int32 -> int64
+  if (descr == "<f4" || descr == "<f8") {
     array.dtype = plan::F32;
-  else if (descr == "<i8")
+    widen = descr == "<f8" ? 1 : 0;
+  } else if (descr == "<i8" || descr == "<i4") {
     array.dtype = plan::I64;
-  else if (descr == "|b1" || descr == "|u1")
+    widen = descr == "<i4" ? 2 : 0;
+  } else if (descr == "|b1" || descr == "|u1") {
     array.dtype = plan::BOOL;
-  else
+  } else {
     throw RuntimeError(path + ": .npy dtype '" + descr +
-                       "' is not supported (float32, int64 or bool)");
+                       "' is not supported (float32 or float64, int64 or "
+                       "int32, bool)");
+  }
   if (field("fortran_order").find("True") < field("fortran_order").find(','))
     throw RuntimeError(path + ": Fortran-order .npy files are not supported");
   std::string shape = field("shape");
@@ -87,16 +95,54 @@ Array readNpy(const std::string &path) {
       shape.substr(shape.find('(') + 1, shape.find(')') - shape.find('(') - 1);
   std::stringstream dims(shape);
   std::string dim;
-  while (std::getline(dims, dim, ','))
-    if (dim.find_first_not_of(" ") != std::string::npos)
-      array.shape.push_back(std::stoll(dim));
-  size_t bytes = array.numel() * plan::dtypeSize(array.dtype);
+  int64_t count = 1;
+  while (std::getline(dims, dim, ',')) {
+    size_t first = dim.find_first_not_of(" "), last = dim.find_last_not_of(" ");
+    if (first == std::string::npos)
+      continue;
+    dim = dim.substr(first, last - first + 1);
+    int64_t value = -1;
+    auto [end, error] =
+        std::from_chars(dim.data(), dim.data() + dim.size(), value);
+    if (error != std::errc() || end != dim.data() + dim.size() || value < 0) {
+      dim.erase(std::remove(dim.begin(), dim.end(), '\''), dim.end());
+      throw RuntimeError(path + ": .npy dimension '" + dim +
+                         "' is not a non-negative integer");
+    }
+    if (__builtin_mul_overflow(count, value, &count))
+      throw RuntimeError(path + ": .npy shape has more elements than int64 "
+                                "holds");
+    array.shape.push_back(value);
+  }
+  int64_t stored = widen == 1   ? 8
+                   : widen == 2 ? 4
+                                : plan::dtypeSize(array.dtype);
+  int64_t bytes = 0;
   size_t offset = start + headerLength;
-  if (data.size() - offset != bytes)
+  if (__builtin_mul_overflow(count, stored, &bytes) ||
+      static_cast<uint64_t>(bytes) != data.size() - offset)
     throw RuntimeError(path + ": has " + std::to_string(data.size() - offset) +
                        " bytes of data, its header needs " +
-                       std::to_string(bytes));
-  array.bytes.assign(data.begin() + offset, data.end());
+                       std::to_string(count) + " elements of " +
+                       std::to_string(stored) + " bytes");
+  const char *raw = data.data() + offset;
+  array.bytes.resize(count * plan::dtypeSize(array.dtype));
+  if (widen == 1)
+    for (int64_t i = 0; i < count; ++i) {
+      double v;
+      std::memcpy(&v, raw + 8 * i, 8);
+      float f = static_cast<float>(v);
+      std::memcpy(&array.bytes[4 * i], &f, 4);
+    }
+  else if (widen == 2)
+    for (int64_t i = 0; i < count; ++i) {
+      int32_t v;
+      std::memcpy(&v, raw + 4 * i, 4);
+      int64_t w = v;
+      std::memcpy(&array.bytes[8 * i], &w, 8);
+    }
+  else
+    std::memcpy(array.bytes.data(), raw, array.bytes.size());
   return array;
 }
 
