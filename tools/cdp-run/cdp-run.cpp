@@ -107,6 +107,8 @@ Options parseArguments(int argc, char **argv) {
        "oneDNN/OpenMP threads per device (default: all cores for one device)",
        [&](const std::string &v) {
          o.threads = parseCount("--threads", v, 1);
+         if (o.threads > 1024) // OpenMP cannot create them; nor is it useful
+           die("--threads must be at most 1024, got '" + v + "'");
        }},
       {"--metrics", "FILE",
        "JSON lines, one per step: step, loss, samples_per_s (and accuracy)",
@@ -746,12 +748,15 @@ void runDevices(Run &run) {
       run.metrics << ", \"accuracy\": " << accuracy;
     run.metrics << "}\n" << std::flush;
   }
-  double lastLoss = 0;
-  for (int d = 0; d < N; ++d)
-    lastLoss += losses[(run.total - 1) * N + d] / N;
-  std::printf("%s on %d devices: %lld steps, loss %.4f, %.1f s",
-              run.plan.strategy().c_str(), N, (long long)run.total, lastLoss,
-              elapsed);
+  std::printf("%s on %d devices: %lld steps", run.plan.strategy().c_str(), N,
+              (long long)run.total);
+  if (run.total > 0) {
+    double lastLoss = 0;
+    for (int d = 0; d < N; ++d)
+      lastLoss += losses[(run.total - 1) * N + d] / N;
+    std::printf(", loss %.4f", lastLoss);
+  }
+  std::printf(", %.1f s", elapsed);
   if (accuracy >= 0)
     std::printf(", test accuracy %.4f", accuracy);
   std::printf("\n");
