@@ -282,6 +282,10 @@ std::vector<int64_t> resolveReshape(ArrayRef<int64_t> dims,
 void Importer::loadModel() {
   if (llvm::sys::fs::is_directory(path))
     raise("is a directory, not an ONNX model");
+  // A FIFO would block the read forever, a device never end it.
+  if (llvm::sys::fs::exists(path) && !llvm::sys::fs::is_regular_file(path))
+    raise("not a regular file (a FIFO, device or folder); give the model "
+          "file itself");
   auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
                                             /*RequiresNullTerminator=*/false);
   if (!buffer)
@@ -489,6 +493,9 @@ std::string Importer::readExternal(const onnx::TensorProto &tensor,
           " bytes of external data, "
           "its shape and type need " +
           Twine(bytes));
+  if (llvm::sys::fs::exists(full) && !llvm::sys::fs::is_regular_file(full))
+    raise(what + ": external data '" + location +
+          "' is not a regular file (a FIFO, device or folder)");
   auto buffer = llvm::MemoryBuffer::getFileSlice(full, bytes, offset,
                                                  /*IsVolatile=*/false);
   if (!buffer)
@@ -1842,6 +1849,8 @@ void Importer::addInputs(func::FuncOp func) {
 ConstTensor Importer::readConstInput(const onnx::ValueInfoProto &info,
                                      const std::string &file) {
   std::string what = "--const-input " + info.name() + "=" + file;
+  if (llvm::sys::fs::exists(file) && !llvm::sys::fs::is_regular_file(file))
+    raise(what + ": not a regular file (a FIFO, device or folder)");
   auto buffer = llvm::MemoryBuffer::getFile(file, /*IsText=*/false,
                                             /*RequiresNullTerminator=*/false);
   if (!buffer)

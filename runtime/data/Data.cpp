@@ -25,7 +25,16 @@ int64_t Array::numel() const {
 
 namespace {
 
+/// A FIFO would block a read forever, a device never end it.
+void requireRegularFile(const std::string &path) {
+  struct stat info;
+  if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode))
+    throw RuntimeError(path +
+                       ": not a regular file (a FIFO, device or folder)");
+}
+
 std::string slurp(const std::string &path) {
+  requireRegularFile(path);
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw RuntimeError(path + ": cannot open: " + std::strerror(errno));
@@ -231,6 +240,7 @@ uint32_t bigEndian(const std::string &data, size_t at) {
 } // namespace
 
 Array readArray(const std::string &path) {
+  requireRegularFile(path);
   if (endsWith(path, ".npy"))
     return readNpy(path);
   if (endsWith(path, ".pb"))

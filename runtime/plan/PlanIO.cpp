@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <sys/stat.h>
 
 namespace cdp::plan {
 
@@ -92,6 +93,13 @@ bool writePlan(const Plan &plan, const std::string &path, std::string &error) {
 }
 
 bool readPlan(const std::string &path, Plan &plan, std::string &error) {
+  // A FIFO would block the read forever, a device never end it.
+  struct stat info;
+  if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
+    error = "not a regular file (a FIFO, device or folder); give the plan "
+            "file itself";
+    return false;
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     error = std::string("cannot open: ") + std::strerror(errno);

@@ -499,7 +499,12 @@ void bindFeeds(Run &run) {
       die("--feed names '" + name +
           "', which is not an input of the plan (inputs: " + names + ")");
     }
-    Array array = readArray(file);
+    Array array;
+    try {
+      array = readArray(file);
+    } catch (const RuntimeError &e) {
+      die("--feed " + name + "=" + e.what());
+    }
     if (static_cast<int64_t>(array.bytes.size()) > run.options.maxTensorBytes)
       die("--feed " + name + "=" + file + ": " +
           std::to_string(array.bytes.size()) +
