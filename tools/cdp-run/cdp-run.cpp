@@ -31,6 +31,7 @@
 #include <random>
 #include <sstream>
 #include <sys/stat.h>
+#include <system_error>
 #include <thread>
 #include <unistd.h>
 
@@ -1064,6 +1065,10 @@ int main(int argc, char **argv) {
     die(e.what());
   } catch (const std::bad_alloc &) {
     die("out of memory");
+  } catch (const std::system_error &e) {
+    // Thread creation, for one: a plan of more devices than the system
+    // gives threads.
+    die(std::string("the system refused: ") + e.what());
   }
   return 0;
 }
