@@ -538,8 +538,14 @@ void loadDataset(Run &run) {
   if (run.imageInput < 0)
     die("--data needs a plan with exactly one input besides the labels");
   run.train = readIdxSplit(dir, "train");
-  if (options.eval)
+  if (options.eval) {
     run.test = readIdxSplit(dir, "t10k");
+    if (run.test.images.shape[1] != run.train.images.shape[1])
+      die("--data: the test split's images have " +
+          std::to_string(run.test.images.shape[1]) +
+          " pixels, the training split's " +
+          std::to_string(run.train.images.shape[1]));
+  }
   const TensorView &image = run.first().view(run.imageInput);
   int64_t pixels = image.numel() / image.shape[0];
   if (pixels != run.train.images.shape[1] ||
