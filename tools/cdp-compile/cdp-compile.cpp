@@ -1068,6 +1068,25 @@ void writeReport(const cdp::plan::Plan &plan, const Settings &settings,
   std::_Exit(0);
 }
 
+/// Training needs samples: an input whose batch axis is 0 long is refused
+/// (ONNX allows empty tensors, and inference plans may take them).
+void checkTrainingBatch(mlir::ModuleOp module) {
+  module.walk([](mlir::func::FuncOp func) {
+    for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+      auto axis = func.getArgAttrOfType<mlir::IntegerAttr>(i, "cdp.batch_axis");
+      auto type =
+          mlir::dyn_cast<mlir::RankedTensorType>(func.getArgument(i).getType());
+      if (!axis || axis.getInt() < 0 || !type ||
+          type.getDimSize(axis.getInt()) != 0)
+        continue;
+      auto name = func.getArgAttrOfType<mlir::StringAttr>(i, "cdp.name");
+      die(inputPath + ": graph input '" + (name ? name.str() : "?") +
+          "' has a batch of 0 (axis " + std::to_string(axis.getInt()) +
+          "); training needs at least one sample per micro-batch");
+    }
+  });
+}
+
 /// --emit=sched-mlir: the sched.program ops alone.
 void printSchedules(mlir::ModuleOp module) {
   std::string errorMessage;
@@ -1128,6 +1147,8 @@ int main(int argc, char **argv) {
     return 0;
   }
 
+  if (!inference)
+    checkTrainingBatch(*module);
   std::string diagnostic;
   mlir::ScopedDiagnosticHandler handler(&context, [&](mlir::Diagnostic &d) {
     if (diagnostic.empty())
