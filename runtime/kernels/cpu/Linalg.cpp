@@ -20,6 +20,11 @@ void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
            float alpha, const float *a, const float *b, float beta, float *c) {
   if (m == 0 || n == 0)
     return;
+  if (k == 0) { // an empty product: oneDNN refuses the leading dimensions
+    for (int64_t i = 0; i < m * n; ++i)
+      c[i] = beta == 0.0f ? 0.0f : beta * c[i];
+    return;
+  }
   dnnl_status_t status =
       dnnl_sgemm(transA ? 'T' : 'N', transB ? 'T' : 'N', m, n, k, alpha, a,
                  transA ? m : k, b, transB ? k : n, beta, c, n);
