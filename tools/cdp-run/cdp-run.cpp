@@ -810,16 +810,23 @@ void runSingleDevice(Run &run, int64_t step) {
   std::vector<int64_t> order;
   int64_t shuffledEpoch = -1;
   auto started = std::chrono::steady_clock::now();
+  double epochLoss = 0;
+  int64_t epochSteps = 0;
   for (; step < run.total; ++step) {
     int64_t epoch = step / run.stepsPerEpoch, s = step % run.stepsPerEpoch;
     if (!options.data.empty() && epoch != shuffledEpoch) {
       order = shuffledOrder(options.seed, epoch, run.train.labels.numel());
       shuffledEpoch = epoch;
     }
-    if (s == 0)
+    if (s == 0) {
       started = std::chrono::steady_clock::now();
+      epochLoss = 0;
+      epochSteps = 0;
+    }
     auto stepStart = std::chrono::steady_clock::now();
     float loss = runSingleStep(run, step, order);
+    epochLoss += loss;
+    ++epochSteps;
     if (!std::isfinite(loss))
       die(nonFiniteLoss(run.plan, run.first(), step, loss));
     double seconds = std::chrono::duration<double>(
@@ -853,9 +860,10 @@ void runSingleDevice(Run &run, int64_t step) {
                            .count();
       if (run.terminal)
         std::fprintf(stderr, "\n");
+      // The epoch's mean loss (over the steps this run made of it).
       std::printf("epoch %lld: %lld steps, loss %.4f, %.1f s",
-                  (long long)epoch + 1, (long long)run.stepsPerEpoch, loss,
-                  elapsed);
+                  (long long)epoch + 1, (long long)run.stepsPerEpoch,
+                  epochLoss / epochSteps, elapsed);
       if (accuracy >= 0)
         std::printf(", test accuracy %.4f", accuracy);
       std::printf("\n");
