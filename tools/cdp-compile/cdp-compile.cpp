@@ -252,8 +252,25 @@ cl::opt<bool> printParamData(
   std::exit(1);
 }
 
+/// LLVM prints "requires a value!" itself for a flag given last without
+/// one: catch that first, in one line.
+void checkTrailingFlag(int argc, char **argv) {
+  if (argc < 2)
+    return;
+  llvm::StringRef last(argv[argc - 1]);
+  if (!last.starts_with("-") || last.contains('='))
+    return;
+  llvm::StringRef name = last.ltrim('-');
+  auto &options = cl::getRegisteredOptions();
+  auto it = options.find(name);
+  if (it != options.end() &&
+      it->second->getValueExpectedFlag() == cl::ValueRequired)
+    die("--" + name + " needs a value (see cdp-compile --help)");
+}
+
 /// Runs LLVM's parser but reports a bad flag as one line.
 void parseCommandLine(int argc, char **argv) {
+  checkTrailingFlag(argc, argv);
   cl::HideUnrelatedOptions(category);
   cl::SetVersionPrinter([](llvm::raw_ostream &os) {
     os << "cdp-compile (cdp " CDP_VERSION "), plan format "
@@ -286,7 +303,7 @@ InstructionCost profileCost(const std::string &path) {
   std::vector<cdp::ProfileEntry> entries;
   std::string error;
   if (!cdp::readProfile(path, entries, error))
-    return nullptr;
+    die("--profile " + path + ": " + error);
   auto measured =
       std::make_shared<std::map<std::pair<std::string, std::string>, double>>();
   for (const cdp::ProfileEntry &entry : entries)
@@ -844,11 +861,7 @@ InstructionCost stepCostFor(const Settings &settings,
                             const Hardware &hardware) {
   if (!settings.pipelined || !profilePath.getNumOccurrences())
     return hardwareCost(hardware);
-  InstructionCost cost = profileCost(profilePath);
-  if (!cost)
-    die("--profile " + profilePath +
-        ": not a cdp-run --profile file (no \"instructions\" array)");
-  return cost;
+  return profileCost(profilePath);
 }
 
 /// The batch of the model's first input with a batch axis (0: none).

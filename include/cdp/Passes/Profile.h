@@ -31,7 +31,7 @@ inline bool readProfile(llvm::StringRef path,
                         std::string &error) {
   auto buffer = llvm::MemoryBuffer::getFile(path);
   if (!buffer) {
-    error = buffer.getError().message();
+    error = "cannot open: " + buffer.getError().message();
     return false;
   }
   llvm::Expected<llvm::json::Value> json =
