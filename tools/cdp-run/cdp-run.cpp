@@ -235,9 +235,18 @@ void makeDirectory(const std::string &dir) {
 std::string jsonString(const std::string &text) {
   std::string out = "\"";
   for (char c : text) {
-    if (c == '"' || c == '\\')
+    if (c == '"' || c == '\\') {
       out += '\\';
-    out += c;
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      // Control characters (newlines, terminal escapes) as \u00XX.
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x",
+                    static_cast<unsigned char>(c));
+      out += escaped;
+    } else {
+      out += c;
+    }
   }
   return out + "\"";
 }
