@@ -397,6 +397,109 @@ void Emitter::accumulateMicroBatches(plan::Device &device, int64_t slots) {
 /// and recv; graph inputs are loaded where a stage reads them; parameter
 /// gradients and the loss are accumulated over the step's micro-batches,
 /// and the updates run after the step's last backward.
+/// One piece of a stage device's program for one step.
+struct ProgramEntry {
+  char kind;          ///< 'F', 'B' or 'U' (the update)
+  int64_t k;          ///< micro-batch within its step (the device's k-th)
+  int64_t stepRel;    ///< 0: this step's; -1: the previous step's
+  int64_t time;       ///< time step within the program
+  bool readsPrevious; ///< 2bw, cdp-mp: reads the previous weight version
+};
+
+/// cdp-mp's freshness: whether slot j's F at stage s comes after the
+/// stage's update, and whether it reads the new version (never under v1;
+/// under v2 after the update (timing table) or where s >= L - j (code
+/// table, which cdp-compile lets through only where that is after the
+/// update too)).
+struct CyclicTable {
+  int64_t S = 1, MB = 1;
+  bool v2 = false, codeTable = false;
+  int64_t slotStart(int64_t j) const {
+    return pipeline::cdpSlotStart(j, S, MB);
+  }
+  bool afterUpdate(int64_t j, int64_t s) const {
+    return pipeline::cdpFresh(false, j, s, S, slotStart(j), slotStart(MB - 1));
+  }
+  bool fresh(int64_t j, int64_t s) const {
+    return v2 && pipeline::cdpFresh(codeTable, j, s, S, slotStart(j),
+                                    slotStart(MB - 1));
+  }
+};
+
+/// cdp-mp: the stage's ops of one step in CDP's time order: slot j starts
+/// at floor(2L·j / N), its F at stage s comes at that + s - 1 and its B at
+/// that + 2L - s; a step's program is the window [s - 1, 2L + s - 1) of the
+/// stage's clock, so a B past it runs in the next step's program (stepRel
+/// -1). The update of step t - 1's gradients follows the last slot's B.
+std::vector<ProgramEntry> cyclicProgram(int64_t s, int64_t S, int64_t MB,
+                                        const std::vector<int64_t> &mine,
+                                        const CyclicTable &table) {
+  std::vector<ProgramEntry> entries;
+  int64_t windowEnd = 2 * S + s - 1;
+  for (int64_t k = 0; k < static_cast<int64_t>(mine.size()); ++k) {
+    int64_t start = table.slotStart(mine[k]);
+    int64_t forward = start + s - 1, backward = start + 2 * S - s;
+    // A stale slot reads the step's stale version (the latest before the
+    // update, the previous after it), a fresh one the new one; its B reads
+    // what its F read.
+    bool fresh = table.fresh(mine[k], s);
+    entries.push_back(
+        {'F', k, 0, 2 * forward, table.afterUpdate(mine[k], s) && !fresh});
+    bool late = backward >= windowEnd;
+    entries.push_back({'B', k, late ? -1 : 0,
+                       2 * (late ? backward - 2 * S : backward), !fresh});
+  }
+  // Half a time step after the last slot's B (times doubled above).
+  int64_t update = 2 * (table.slotStart(MB - 1) - s) + 1;
+  bool sameStep = update < 2 * (s - 1);
+  entries.push_back(
+      {'U', 0, sameStep ? 0 : -1, sameStep ? update + 4 * S : update, false});
+  std::stable_sort(entries.begin(), entries.end(),
+                   [](const ProgramEntry &a, const ProgramEntry &b) {
+                     return a.time < b.time;
+                   });
+  for (ProgramEntry &entry : entries)
+    entry.time /= 2; // back to whole time steps
+  return entries;
+}
+
+/// 2bw: the steady state of 1F1B without a flush, one backward and one
+/// forward per time step pair, so a step's program starts with the
+/// previous step's last backwards.
+std::vector<ProgramEntry> twoBwProgram(int64_t s, int64_t S, int64_t M) {
+  std::vector<ProgramEntry> entries;
+  int64_t warmup = std::min(S - s + 1, M);
+  bool updated = false;
+  for (int64_t i = 0; i < M; ++i) {
+    if (i < warmup)
+      entries.push_back({'B', i - warmup + M, -1, 2 * i, false});
+    else
+      entries.push_back({'B', i - warmup, 0, 2 * i, true});
+    if (i == warmup - 1) {
+      entries.push_back({'U', 0, -1, entries.back().time, false});
+      updated = true;
+    }
+    entries.push_back({'F', i, 0, 2 * i + 1, updated});
+  }
+  // Before the update the previous version is W(t - 2) for the previous
+  // step's backwards; after it, W(t - 1) for this step's.
+  for (ProgramEntry &entry : entries)
+    if (entry.kind == 'B' && entry.stepRel == -1)
+      entry.readsPrevious = true;
+  return entries;
+}
+
+/// gpipe and 1f1b: the stage order, at its timing.
+std::vector<ProgramEntry>
+flushProgram(const std::vector<pipeline::StageOp> &order,
+             const std::vector<int64_t> &times) {
+  std::vector<ProgramEntry> entries;
+  for (size_t i = 0; i < order.size(); ++i)
+    entries.push_back(
+        {order[i].kind, order[i].microBatch - 1, 0, times[i], false});
+  return entries;
+}
+
 LogicalResult Emitter::emitPipeline(const EmitOptions &options,
                                     int64_t arenaBytes) {
   const Strategy strategy = options.strategy;
@@ -547,15 +650,12 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
   // table). A fresh slot reads the new version: never under v1; under v2
   // after the update (timing table) or where s >= L - j (code table, which
   // cdp-compile lets through only where that is after the update too).
-  auto slotStart = [&](int64_t j) { return pipeline::cdpSlotStart(j, S, MB); };
+  CyclicTable cdpTable{S, MB, options.cdpRule == "v2",
+                       options.v2Table == "code"};
   auto afterUpdate = [&](int64_t j, int64_t s) {
-    return pipeline::cdpFresh(false, j, s, S, slotStart(j), slotStart(MB - 1));
+    return cdpTable.afterUpdate(j, s);
   };
-  auto freshSlot = [&](int64_t j, int64_t s) {
-    return options.cdpRule == "v2" &&
-           pipeline::cdpFresh(options.v2Table == "code", j, s, S, slotStart(j),
-                              slotStart(MB - 1));
-  };
+  auto freshSlot = [&](int64_t j, int64_t s) { return cdpTable.fresh(j, s); };
   if (cdpSlots) {
     // The version table the run follows, as for cdp: slot j reads
     // θ_{t - version_delay[j][s-1]} at stage s.
@@ -823,75 +923,12 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
         return copyId;
       };
 
-      // The device's program for one step, as entries: gpipe and 1f1b follow
-      // the stage order; 2bw runs the steady state of 1F1B without a flush,
-      // so a step's program starts with the previous step's last backwards.
-      struct Entry {
-        char kind;
-        int64_t k;       // micro-batch within its step
-        int64_t stepRel; // 0: this step's; -1: the previous step's
-        int64_t time;
-        bool readsPrevious; // 2bw, cdp-mp: reads the previous weight version
-      };
-      std::vector<Entry> entries;
-      if (cdpSlots) {
-        // cdp-mp: the stage's ops of one step in CDP's time order
-        // (algorithms.md 2.2): slot j starts at floor(2L·j / N), its F at stage
-        // s comes at that + s - 1 and its B at that + 2L - s; a step's program
-        // is the window [s - 1, 2L + s - 1) of the stage's clock, so a B past
-        // it runs in the next step's program (stepRel -1). The update of step
-        // t - 1's gradients follows the last slot's B at stage s.
-        auto offset = [&](int64_t k) { return slotStart(mine[k]); };
-        int64_t windowEnd = 2 * S + s - 1;
-        for (int64_t k = 0; k < count; ++k) {
-          int64_t forward = offset(k) + s - 1, backward = offset(k) + 2 * S - s;
-          // A stale slot reads the step's stale version (the latest before
-          // the update, the previous after it), a fresh one the new one;
-          // its B reads what its F read.
-          bool fresh = freshSlot(mine[k], s);
-          entries.push_back(
-              {'F', k, 0, 2 * forward, afterUpdate(mine[k], s) && !fresh});
-          bool late = backward >= windowEnd;
-          entries.push_back({'B', k, late ? -1 : 0,
-                             2 * (late ? backward - 2 * S : backward), !fresh});
-        }
-        // Half a time step after the last slot's B (times doubled above).
-        int64_t update = 2 * (slotStart(MB - 1) - s) + 1;
-        bool sameStep = update < 2 * (s - 1);
-        entries.push_back({'U', 0, sameStep ? 0 : -1,
-                           sameStep ? update + 4 * S : update, false});
-        std::stable_sort(
-            entries.begin(), entries.end(),
-            [](const Entry &a, const Entry &b) { return a.time < b.time; });
-        for (Entry &entry : entries)
-          entry.time /= 2; // back to whole time steps
-      } else if (twoVersions) {
-        int64_t warmup = std::min(S - s + 1, M);
-        // 2bw's program alternates one backward and one forward per time
-        // step pair.
-        bool updated = false;
-        for (int64_t i = 0; i < M; ++i) {
-          if (i < warmup)
-            entries.push_back({'B', i - warmup + M, -1, 2 * i, false});
-          else
-            entries.push_back({'B', i - warmup, 0, 2 * i, true});
-          if (i == warmup - 1) {
-            entries.push_back({'U', 0, -1, entries.back().time, false});
-            updated = true;
-          }
-          entries.push_back({'F', i, 0, 2 * i + 1, updated});
-        }
-        // Before the update the previous version is W(t - 2) for the
-        // previous step's backwards; after it, W(t - 1) for this step's.
-        for (Entry &entry : entries)
-          if (entry.kind == 'B' && entry.stepRel == -1)
-            entry.readsPrevious = true;
-      } else {
-        const std::vector<pipeline::StageOp> &order = orders[s - 1];
-        for (size_t i = 0; i < order.size(); ++i)
-          entries.push_back(
-              {order[i].kind, order[i].microBatch - 1, 0, at[s - 1][i], false});
-      }
+      // The device's program for one step (see stepProgram).
+      std::vector<ProgramEntry> entries =
+          cdpSlots      ? cyclicProgram(s, S, MB, mine, cdpTable)
+          : twoVersions ? twoBwProgram(s, S, M)
+                        : flushProgram(orders[s - 1], at[s - 1]);
+      using Entry = ProgramEntry;
 
       // Tied weights replicated here: with one version, step t > 0 starts
       // with the value the owner made at the end of step t - 1 (2bw and
