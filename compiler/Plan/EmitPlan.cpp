@@ -500,6 +500,57 @@ flushProgram(const std::vector<pipeline::StageOp> &order,
   return entries;
 }
 
+/// Which devices run each stage, and which micro-batches each runs.
+struct DevicePlacement {
+  /// placement[s][r]: the step's micro-batches (numbered over all
+  /// replicas) stage s's r-th device runs, in order.
+  std::vector<std::vector<std::vector<int64_t>>> placement;
+  /// deviceAt[s][r]: the number of stage s's r-th device; runs[s][j]: the
+  /// device running micro-batch j at stage s.
+  std::vector<std::vector<int64_t>> deviceAt, runs;
+  int64_t mostReplicas = 0, deviceCount = 0;
+};
+
+/// gpipe, 1f1b and 2bw: one device per stage and replica, replica r
+/// running r·M .. r·M+M-1; cdp-mp: as many devices per stage as CDP's slots
+/// need there. Devices are numbered replica-major, so stage s's first is
+/// s - 1.
+DevicePlacement placeMicroBatches(bool cyclic, int64_t S, int64_t M, int64_t R,
+                                  int64_t MB) {
+  DevicePlacement layout;
+  auto &placement = layout.placement;
+  placement.resize(S + 1);
+  for (int64_t s = 1; s <= S; ++s) {
+    if (cyclic) {
+      std::vector<int64_t> device = pipeline::cdpStageDevices(s, S, MB);
+      for (int64_t j = 0; j < MB; ++j) {
+        if (device[j] >= static_cast<int64_t>(placement[s].size()))
+          placement[s].resize(device[j] + 1);
+        placement[s][device[j]].push_back(j);
+      }
+      continue;
+    }
+    placement[s].resize(R);
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t k = 0; k < M; ++k)
+        placement[s][r].push_back(r * M + k);
+  }
+  for (int64_t s = 1; s <= S; ++s)
+    layout.mostReplicas =
+        std::max<int64_t>(layout.mostReplicas, placement[s].size());
+  layout.deviceAt.resize(S + 1);
+  layout.runs.assign(S + 1, std::vector<int64_t>(MB, -1));
+  for (int64_t r = 0; r < layout.mostReplicas; ++r)
+    for (int64_t s = 1; s <= S; ++s)
+      if (r < static_cast<int64_t>(placement[s].size())) {
+        layout.deviceAt[s].push_back(layout.deviceCount);
+        for (int64_t j : placement[s][r])
+          layout.runs[s][j] = layout.deviceCount;
+        ++layout.deviceCount;
+      }
+  return layout;
+}
+
 LogicalResult Emitter::emitPipeline(const EmitOptions &options,
                                     int64_t arenaBytes) {
   const Strategy strategy = options.strategy;
@@ -595,42 +646,11 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
     cycle = 2 * M;
   if (cdpSlots)
     cycle = 2 * S;
-  // The devices of stage s are placement[s][0 ..], each with the step's
-  // micro-batches (numbered over all replicas) it runs, in order: for
-  // gpipe, 1f1b and 2bw one per replica, replica r running r·M .. r·M+M-1;
-  // for cdp-mp as many as CDP's slots need at that stage (algorithms.md
-  // 2.6). Devices are numbered replica-major, so stage s's first is s - 1.
-  std::vector<std::vector<std::vector<int64_t>>> placement(S + 1);
-  for (int64_t s = 1; s <= S; ++s) {
-    if (cdpSlots) {
-      std::vector<int64_t> device = pipeline::cdpStageDevices(s, S, MB);
-      for (int64_t j = 0; j < MB; ++j) {
-        if (device[j] >= static_cast<int64_t>(placement[s].size()))
-          placement[s].resize(device[j] + 1);
-        placement[s][device[j]].push_back(j);
-      }
-      continue;
-    }
-    placement[s].resize(R);
-    for (int64_t r = 0; r < R; ++r)
-      for (int64_t k = 0; k < M; ++k)
-        placement[s][r].push_back(r * M + k);
-  }
-  int64_t mostReplicas = 0, deviceCount = 0;
-  for (int64_t s = 1; s <= S; ++s)
-    mostReplicas = std::max<int64_t>(mostReplicas, placement[s].size());
-  // deviceAt[s][r]: the number of stage s's r-th device; runs[s][j]: the
-  // device running micro-batch j at stage s.
-  std::vector<std::vector<int64_t>> deviceAt(S + 1),
-      runs(S + 1, std::vector<int64_t>(MB, -1));
-  for (int64_t r = 0; r < mostReplicas; ++r)
-    for (int64_t s = 1; s <= S; ++s)
-      if (r < static_cast<int64_t>(placement[s].size())) {
-        deviceAt[s].push_back(deviceCount);
-        for (int64_t j : placement[s][r])
-          runs[s][j] = deviceCount;
-        ++deviceCount;
-      }
+  DevicePlacement layout = placeMicroBatches(cdpSlots, S, M, R, MB);
+  const auto &placement = layout.placement;
+  const std::vector<std::vector<int64_t>> &deviceAt = layout.deviceAt,
+                                          &runs = layout.runs;
+  int64_t mostReplicas = layout.mostReplicas, deviceCount = layout.deviceCount;
   plan::Schedule *schedule = plan.mutable_schedule();
   schedule->set_stages(S);
   schedule->set_cycle(cycle);
