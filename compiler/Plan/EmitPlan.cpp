@@ -87,6 +87,11 @@ private:
   LogicalResult addInstruction(Operation *op, plan::Device &device,
                                bool forEval);
   LogicalResult emitDataParallel(DictionaryAttr schedule, int64_t arenaBytes);
+  LogicalResult
+  placeParameters(Block &body,
+                  const std::function<int64_t(Operation *)> &stageOf,
+                  llvm::MapVector<Value, int64_t> &paramStage,
+                  llvm::MapVector<Value, std::set<int64_t>> &replicas);
   void insertChainRelay(plan::Device &device, int64_t j, int64_t N, int64_t L,
                         int64_t l, ArrayRef<int64_t> offsets,
                         const std::array<int, 2> &buffers);
@@ -551,6 +556,45 @@ DevicePlacement placeMicroBatches(bool cyclic, int64_t S, int64_t M, int64_t R,
   return layout;
 }
 
+/// Parameters live on the device of the stage that updates them (the stage
+/// of their gradient: their first user's). A trained parameter used on
+/// other stages too (tied weights) is replicated there: its gradient
+/// contributions travel to the owner like any value across a cut, are
+/// summed there, and the owner sends the updated value to every replica
+/// after each step's update. Fills `paramStage` (owner stage by value) and
+/// `replicas` (the other stages using a tied weight).
+LogicalResult
+Emitter::placeParameters(Block &body,
+                         const std::function<int64_t(Operation *)> &stageOf,
+                         llvm::MapVector<Value, int64_t> &paramStage,
+                         llvm::MapVector<Value, std::set<int64_t>> &replicas) {
+  body.walk([&](UpdateOp update) {
+    paramStage[update.getParam()] = stageOf(update);
+  });
+  for (Operation &op : body.without_terminator()) {
+    if (isa<ParamOp, ConstantOp, UpdateOp, GradientOp>(op))
+      continue;
+    for (Value operand : op.getOperands())
+      if (auto param = operand.getDefiningOp<ParamOp>()) {
+        // Frozen initializers (shapes, masks) are copied to every device.
+        const plan::Tensor &t = plan.tensors(ids.lookup(operand));
+        if (t.kind() == plan::PARAM && !t.trainable())
+          continue;
+        auto [it, inserted] = paramStage.try_emplace(operand, stageOf(&op));
+        if (inserted || it->second == stageOf(&op))
+          continue;
+        if (t.kind() != plan::PARAM)
+          return param.emitOpError("'")
+                 << param.getName() << "' is used by stages " << it->second
+                 << " and " << stageOf(&op)
+                 << "; buffers shared across pipeline stages are not "
+                    "supported (cut elsewhere with --stage-boundaries)";
+        replicas[operand].insert(stageOf(&op));
+      }
+  }
+  return success();
+}
+
 LogicalResult Emitter::emitPipeline(const EmitOptions &options,
                                     int64_t arenaBytes) {
   const Strategy strategy = options.strategy;
@@ -586,40 +630,12 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
     }
     (isBackward(&op) ? backwardOps : forwardOps)[stageOf(&op)].push_back(&op);
   }
-  // Parameters live on the device of the stage that updates them (the
-  // stage of their gradient: their first user's). A trained parameter used
-  // on other stages too (tied weights) is replicated there: its gradient
-  // contributions travel to the owner like any value across a cut, are
-  // summed there, and the owner sends the updated value to every replica
-  // after each step's update.
   // MapVectors: iterated in IR order, so that a compile is deterministic
   // (the ids of version copies, the order of tied-weight messages).
   llvm::MapVector<Value, int64_t> paramStage;
   llvm::MapVector<Value, std::set<int64_t>> replicas;
-  body.walk([&](UpdateOp update) {
-    paramStage[update.getParam()] = stageOf(update);
-  });
-  for (Operation &op : body.without_terminator()) {
-    if (isa<ParamOp, ConstantOp, UpdateOp, GradientOp>(op))
-      continue;
-    for (Value operand : op.getOperands())
-      if (auto param = operand.getDefiningOp<ParamOp>()) {
-        // Frozen initializers (shapes, masks) are copied to every device.
-        const plan::Tensor &t = plan.tensors(ids.lookup(operand));
-        if (t.kind() == plan::PARAM && !t.trainable())
-          continue;
-        auto [it, inserted] = paramStage.try_emplace(operand, stageOf(&op));
-        if (inserted || it->second == stageOf(&op))
-          continue;
-        if (t.kind() != plan::PARAM)
-          return param.emitOpError("'")
-                 << param.getName() << "' is used by stages " << it->second
-                 << " and " << stageOf(&op)
-                 << "; buffers shared across pipeline stages are not "
-                    "supported (cut elsewhere with --stage-boundaries)";
-        replicas[operand].insert(stageOf(&op));
-      }
-  }
+  if (failed(placeParameters(body, stageOf, paramStage, replicas)))
+    return failure();
   for (auto &[value, stage] : paramStage)
     plan.mutable_tensors(ids.lookup(value))->set_device(stage - 1);
   bool twoVersions = traits.weightVersions == 2;
