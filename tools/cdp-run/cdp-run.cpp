@@ -451,6 +451,9 @@ struct Run {
   int64_t slots = 1, batch = 1, perStep = 1, stepsPerEpoch = 0, epochs = 1,
           total = 0;
   std::ofstream metrics;
+  /// --dump-grads and --save-outputs written (before a final evaluation,
+  /// which reuses their buffers).
+  bool stepOutputsWritten = false;
   /// Device 0: where parameters are gathered and outputs are read.
   Executor &first() { return *executors[0]; }
 };
@@ -564,6 +567,25 @@ void loadDataset(Run &run) {
         " values per sample along axis 0; the "
         "data set has " +
         std::to_string(run.train.images.shape[1]) + " pixels per image");
+}
+
+/// --dump-grads and --save-outputs: the last step's gradients and outputs.
+void writeStepOutputs(Run &run) {
+  const Options &options = run.options;
+  Executor &executor = run.first();
+  if (!options.dumpGrads.empty()) {
+    std::vector<std::pair<std::string, TensorView>> tensors;
+    for (auto &[name, id] : executor.gradients())
+      tensors.emplace_back(name, executor.view(id));
+    writeFolder(options.dumpGrads, tensors);
+  }
+  if (!options.saveOutputs.empty()) {
+    std::vector<std::pair<std::string, TensorView>> tensors;
+    for (const plan::Output &output : run.plan.outputs())
+      tensors.emplace_back(output.name(), executor.view(output.tensor()));
+    writeFolder(options.saveOutputs, tensors);
+  }
+  run.stepOutputsWritten = true;
 }
 
 /// Test accuracy of device 0's parameters on the t10k split.
@@ -757,7 +779,11 @@ void runDevices(Run &run) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
           .count();
   gatherOntoDeviceZero(run);
-  double accuracy = options.eval && !options.data.empty() ? evaluate(run) : -1;
+  double accuracy = -1;
+  if (options.eval && !options.data.empty()) {
+    writeStepOutputs(run); // before the evaluation reuses the buffers
+    accuracy = evaluate(run);
+  }
   double rate = elapsed > 0 ? run.total * run.perStep / elapsed : 0.0;
   for (int64_t t = 0; t < run.total && run.metrics.is_open(); ++t) {
     double loss = 0;
@@ -844,8 +870,11 @@ void runSingleDevice(Run &run, int64_t step) {
     double rate = seconds > 0 ? run.perStep / seconds : 0.0;
     bool last = s + 1 == run.stepsPerEpoch;
     double accuracy = -1;
-    if (last && options.eval && !options.data.empty())
+    if (last && options.eval && !options.data.empty()) {
+      if (step + 1 == run.total)
+        writeStepOutputs(run); // before the evaluation reuses the buffers
       accuracy = evaluate(run);
+    }
     if (run.metrics.is_open()) {
       run.metrics << "{\"step\": " << step << ", \"loss\": " << loss
                   << ", \"samples_per_s\": " << rate;
@@ -1017,18 +1046,8 @@ void writeOutputs(Run &run) {
         tensors.emplace_back(t.name(), executor.view(t.id()));
     writeFolder(options.dumpParams, tensors);
   }
-  if (!options.dumpGrads.empty()) {
-    std::vector<std::pair<std::string, TensorView>> tensors;
-    for (auto &[name, id] : executor.gradients())
-      tensors.emplace_back(name, executor.view(id));
-    writeFolder(options.dumpGrads, tensors);
-  }
-  if (!options.saveOutputs.empty()) {
-    std::vector<std::pair<std::string, TensorView>> tensors;
-    for (const plan::Output &output : run.plan.outputs())
-      tensors.emplace_back(output.name(), executor.view(output.tensor()));
-    writeFolder(options.saveOutputs, tensors);
-  }
+  if (!run.stepOutputsWritten)
+    writeStepOutputs(run);
   if (!options.saveOnnx.empty())
     saveOnnx(run);
 }
