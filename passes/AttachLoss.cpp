@@ -16,6 +16,36 @@ using namespace cdp;
 
 namespace {
 
+/// Every input cut into micro-batches must hold the same number of samples
+/// along its batch axis: else each micro-batch pairs other rows of one with
+/// other rows of another (an (S, N, E) input under the default axis 0
+/// against labels of N).
+LogicalResult checkBatches(func::FuncOp func) {
+  StringRef firstName;
+  int64_t firstBatch = -1, firstAxis = -1;
+  for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+    auto axis = func.getArgAttrOfType<IntegerAttr>(i, "cdp.batch_axis");
+    auto type = dyn_cast<RankedTensorType>(func.getArgument(i).getType());
+    if (!axis || axis.getInt() < 0 || !type || axis.getInt() >= type.getRank())
+      continue;
+    auto name = func.getArgAttrOfType<StringAttr>(i, "cdp.name");
+    int64_t batch = type.getDimSize(axis.getInt());
+    if (firstBatch < 0) {
+      firstName = name ? name.getValue() : "?";
+      firstBatch = batch;
+      firstAxis = axis.getInt();
+      continue;
+    }
+    if (batch != firstBatch)
+      return func.emitError("graph inputs disagree on the batch: '")
+             << firstName << "' has " << firstBatch << " along its batch axis "
+             << firstAxis << ", '" << (name ? name.getValue() : "?") << "' "
+             << batch << " along axis " << axis.getInt()
+             << " (give the right axis with --batch-axis NAME=A)";
+  }
+  return success();
+}
+
 /// The `cdp.name` of result `index`, or "" when it has none.
 StringRef resultName(func::FuncOp func, unsigned index) {
   if (auto name = func.getResultAttrOfType<StringAttr>(index, "cdp.name"))
@@ -99,6 +129,8 @@ struct AttachLossPass : public cdp::impl::AttachLossBase<AttachLossPass> {
                                   builder.getI64IntegerAttr(0))}),
         func.getLoc());
     Value labels = func.getArgument(labelsIndex);
+    if (failed(checkBatches(func)))
+      return failure();
 
     Location loc = NameLoc::get(builder.getStringAttr("loss"));
     std::string error;
