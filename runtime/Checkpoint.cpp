@@ -21,7 +21,7 @@ namespace cdp::runtime {
 
 namespace {
 
-constexpr char kMagic[8] = {'C', 'D', 'P', 'C', 'K', 'P', 'T', '1'};
+constexpr char kMagic[8] = {'C', 'D', 'P', 'C', 'K', 'P', 'T', '2'};
 
 template <typename T> void put(std::string &out, T value) {
   out.append(reinterpret_cast<const char *>(&value), sizeof(T));
@@ -52,11 +52,14 @@ std::map<std::string, std::pair<void *, size_t>> stateOf(Executor &executor) {
 } // namespace
 
 void saveCheckpoint(const std::string &dir, Executor &executor,
-                    uint64_t planChecksum, int64_t nextStep) {
+                    const RunIdentity &identity, int64_t nextStep) {
   if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
     throw RuntimeError(dir + ": cannot create: " + std::strerror(errno));
   std::string out(kMagic, sizeof(kMagic));
-  put<uint64_t>(out, planChecksum);
+  put<uint64_t>(out, identity.planChecksum);
+  put<uint64_t>(out, identity.seed);
+  put<uint32_t>(out, identity.data.size());
+  out += identity.data;
   put<int64_t>(out, nextStep);
   auto state = stateOf(executor);
   put<uint64_t>(out, state.size());
@@ -79,7 +82,7 @@ void saveCheckpoint(const std::string &dir, Executor &executor,
 }
 
 int64_t loadCheckpoint(const std::string &dir, Executor &executor,
-                       uint64_t planChecksum) {
+                       const RunIdentity &identity) {
   std::string path = dir + "/checkpoint.bin";
   std::ifstream file(path, std::ios::binary);
   if (!file)
@@ -98,21 +101,39 @@ int64_t loadCheckpoint(const std::string &dir, Executor &executor,
     at += sizeof(value);
   };
   if (data.size() < sizeof(kMagic) + 8 ||
-      std::memcmp(data.data(), kMagic, sizeof(kMagic)) != 0)
+      std::memcmp(data.data(), kMagic, sizeof(kMagic) - 1) != 0)
     throw RuntimeError(path + ": not a cdp checkpoint");
+  if (data[sizeof(kMagic) - 1] != kMagic[sizeof(kMagic) - 1])
+    throw RuntimeError(path + ": a checkpoint of another cdp version (format " +
+                       std::string(1, data[sizeof(kMagic) - 1]) +
+                       "); resume with the cdp that wrote it");
   uint64_t stored;
   std::memcpy(&stored, data.data() + data.size() - 8, 8);
   if (plan::checksum(data.data(), data.size() - 8) != stored)
     throw RuntimeError(path + ": corrupt checkpoint (checksum mismatch)");
   at = sizeof(kMagic);
-  uint64_t planSum, count;
+  uint64_t planSum, seed, count;
+  uint32_t dataLength;
   int64_t nextStep;
   get(planSum);
+  get(seed);
+  get(dataLength);
+  need(dataLength);
+  std::string trainedOn = data.substr(at, dataLength);
+  at += dataLength;
   get(nextStep);
   get(count);
-  if (planSum != planChecksum)
+  if (planSum != identity.planChecksum)
     throw RuntimeError(path + ": the checkpoint was taken from another plan; "
                               "resume with the plan that wrote it");
+  if (seed != identity.seed)
+    throw RuntimeError(path + ": the checkpoint was taken with --seed " +
+                       std::to_string(seed) + ", not " +
+                       std::to_string(identity.seed) +
+                       "; resume with the same seed");
+  if (trainedOn != identity.data)
+    throw RuntimeError(path + ": the checkpoint was taken training on " +
+                       trainedOn + "; resume on the same data");
   auto state = stateOf(executor);
   if (count != state.size())
     throw RuntimeError(path + ": checkpoint holds " + std::to_string(count) +

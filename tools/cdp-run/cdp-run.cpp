@@ -838,6 +838,19 @@ float runSingleStep(Run &run, int64_t step, const std::vector<int64_t> &order) {
   return stepLoss;
 }
 
+/// What a checkpoint records of this run, so that --resume continues it.
+RunIdentity runIdentity(const Run &run) {
+  RunIdentity identity;
+  identity.planChecksum = run.planChecksum;
+  identity.seed = run.options.seed;
+  if (!run.options.data.empty())
+    identity.data = "--data " + run.options.data;
+  for (const auto &[name, file] : run.options.feeds)
+    identity.data += (identity.data.empty() ? "" : " ") +
+                     std::string("--feed ") + name + "=" + file;
+  return identity;
+}
+
 /// One device, from `step` (0, or --resume's): per step the metrics line,
 /// progress on a terminal, checkpoints, and a line per epoch with --data.
 void runSingleDevice(Run &run, int64_t step) {
@@ -890,7 +903,7 @@ void runSingleDevice(Run &run, int64_t step) {
           (long long)run.stepsPerEpoch, loss, rate);
     if (!options.checkpoint.empty() && options.checkpointEvery > 0 &&
         (step + 1) % options.checkpointEvery == 0)
-      saveCheckpoint(options.checkpoint, run.first(), run.planChecksum,
+      saveCheckpoint(options.checkpoint, run.first(), runIdentity(run),
                      step + 1);
     if (last && !options.data.empty()) {
       double elapsed = std::chrono::duration<double>(
@@ -911,7 +924,7 @@ void runSingleDevice(Run &run, int64_t step) {
   if (run.terminal && options.data.empty())
     std::fprintf(stderr, "\n");
   if (!options.checkpoint.empty())
-    saveCheckpoint(options.checkpoint, run.first(), run.planChecksum,
+    saveCheckpoint(options.checkpoint, run.first(), runIdentity(run),
                    run.total);
 }
 
@@ -924,7 +937,7 @@ void train(Run &run) {
   }
   int64_t step = 0;
   if (!run.options.resume.empty()) {
-    step = loadCheckpoint(run.options.resume, run.first(), run.planChecksum);
+    step = loadCheckpoint(run.options.resume, run.first(), runIdentity(run));
     if (step > run.total)
       die("--resume: the checkpoint is at step " + std::to_string(step) +
           ", past the " + std::to_string(run.total) + " steps asked for");

@@ -17,15 +17,24 @@
 
 namespace cdp::runtime {
 
+/// What a resumed run must share with the run that wrote the checkpoint to
+/// continue it: the plan, the seed (shuffling, Dropout) and the data.
+struct RunIdentity {
+  uint64_t planChecksum = 0;
+  uint64_t seed = 0;
+  std::string data; ///< the --data folder or the --feed list, as given
+};
+
 /// Writes DIR/checkpoint.bin (and creates DIR); `nextStep` is the first step
 /// a resumed run takes.
 void saveCheckpoint(const std::string &dir, Executor &executor,
-                    uint64_t planChecksum, int64_t nextStep);
+                    const RunIdentity &identity, int64_t nextStep);
 
 /// Restores the state saved by saveCheckpoint; returns the next step.
-/// Throws RuntimeError when the checkpoint is corrupt or from another plan.
+/// Throws RuntimeError when the checkpoint is corrupt or was written by a
+/// run of another plan, seed or data.
 int64_t loadCheckpoint(const std::string &dir, Executor &executor,
-                       uint64_t planChecksum);
+                       const RunIdentity &identity);
 
 } // namespace cdp::runtime
 
