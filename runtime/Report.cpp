@@ -1,6 +1,6 @@
 //===- Report.cpp - memory and communication per time step ----------------===//
 //
-// Conventions (cli.md, algorithms.md 1):
+// Conventions (docs/strategies/cdp.md, "Reading the report"):
 //  - "during": a tensor counts at every time step from the one whose
 //    instruction writes it to the one whose instruction reads it last,
 //    both included; a unit of activations from the time step of its stage's
@@ -380,7 +380,7 @@ std::string ReportBuilder::json() const {
     os << "],\n";
   }
   if (plan.has_schedule()) {
-    // The decisions the run follows, printed with it (cli.md: the freshness
+    // The decisions the run follows, printed with it (docs/strategies/cdp.md: the freshness
     // table is part of the report).
     const plan::Schedule &schedule = plan.schedule();
     os << "\"schedule\": {\"rule\": \"" << schedule.rule()

@@ -752,7 +752,7 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
 
   // 2bw keeps two versions of every trained parameter: the plan's tensor
   // (the latest, updated in place) and its previous value, copied just
-  // before each update (algorithms.md 3.2.3).
+  // before each update (docs/strategies/2bw.md).
   llvm::DenseMap<int, int> previousVersion;
   if (twoVersions)
     for (auto &[value, stage] : paramStage) {

@@ -315,7 +315,7 @@ InstructionCost profileCost(const std::string &path) {
   };
 }
 
-/// cli.md's hardware model (--hw FILE.json): per device FLOP/s, memory and
+/// The hardware model (--hw FILE.json, docs/design/planner.md): per device FLOP/s, memory and
 /// memory bandwidth, and the link's bandwidth and latency.
 struct Hardware {
   double flopsPerSecond = 5e10;          ///< one CPU core with AVX-512

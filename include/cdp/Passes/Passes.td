@@ -152,7 +152,7 @@ def BuildSchedule : Pass<"cdp-build-schedule", "mlir::ModuleOp"> {
 
     - `cdp.schedule = {strategy, devices, stages, slots}`;
     - `cdp.offsets`: the start offset s_i of every device, 0 for `dp` and
-      floor(2L i / N) for `cdp` (algorithms.md 2.2);
+      floor(2L i / N) for `cdp` (docs/strategies/cdp.md);
     - `cdp.time` on every op: its time step within a micro-batch's cycle,
       l - 1 for F_l and 2L - l for B_l. Device i runs an op of step t at
       s_i + 2L t + `cdp.time`.
@@ -240,7 +240,7 @@ def BuildPipeline : Pass<"cdp-build-pipeline", "mlir::ModuleOp"> {
   let description = [{
     One device per stage; micro-batches flow forward through the stages and
     their gradients back, with a `sched.send`/`sched.recv` pair at every
-    cut. Per stage s of d, with m micro-batches a step (algorithms.md 3.2):
+    cut. Per stage s of d, with m micro-batches a step (docs/strategies/2bw.md, docs/design/pipeline.md):
 
     - `gpipe`: all m forwards, then all m backwards (first in, first out),
       then the update; the pipeline drains before the next step.

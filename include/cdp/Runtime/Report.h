@@ -1,6 +1,6 @@
 //===- Report.h - memory and communication per time step --------*- C++ -*-===//
 //
-// The accounting of cli.md's report: per device and time step, bytes live by
+// The accounting of the report (docs/strategies/cdp.md): per device and time step, bytes live by
 // category, activation units and bytes sent; per time step, the gradient
 // bytes that become complete (G(tau)), and the gradients a device has handed
 // to a reduction whose result it has not taken back yet.

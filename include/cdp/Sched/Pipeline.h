@@ -2,7 +2,7 @@
 //-*-===//
 //
 // The order in which each stage runs its forwards, backwards and updates
-// under gpipe, 1f1b and 2bw (algorithms.md 3.2), and their time steps when
+// under gpipe, 1f1b and 2bw (docs/strategies/2bw.md), and their time steps when
 // every op takes one step and starts as soon as its device and inputs are
 // ready. Shared by cdp-build-pipeline (the sched streams) and the plan
 // emitter (the per-device instruction lists).
@@ -124,7 +124,7 @@ timing(const std::vector<std::vector<StageOp>> &orders) {
   return weightedTiming<int64_t>(orders, [](int64_t, char) { return 1; });
 }
 
-/// CDP's start time step of slot i of N with L stages (algorithms.md 2.2):
+/// CDP's start time step of slot i of N with L stages (docs/strategies/cdp.md):
 /// floor(2L·i / N).
 inline int64_t cdpSlotStart(int64_t i, int64_t L, int64_t N) {
   return 2 * L * i / N;
@@ -139,7 +139,7 @@ inline bool cdpFresh(bool codeTable, int64_t i, int64_t l, int64_t L,
   return codeTable ? l >= L - i : 2 * l - 1 > lastStart - start;
 }
 
-/// cdp-mp (algorithms.md 2.6): which device of stage s (1-based) of L runs
+/// cdp-mp (docs/strategies/cdp-mp.md): which device of stage s (1-based) of L runs
 /// each of the N CDP slots. Slot j starts at floor(2Lj/N); its F at stage s
 /// falls on time step start + s - 1 and its B on start + 2L - s, modulo the
 /// cycle of 2L. Two slots on one device never share a time step, and a

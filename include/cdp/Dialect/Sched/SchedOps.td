@@ -17,7 +17,7 @@ def Sched_Dialect : Dialect {
   let description = [{
     The schedule level of cdp (architecture.md): a `sched.program` holds one
     `sched.device` per device, each an ordered stream of ops tagged with the
-    time step `at` of the time-step model (algorithms.md 1): `sched.run`
+    time step `at` of the time-step model (docs/design/schedule.md): `sched.run`
     (forward or backward of one stage for one micro-batch with a weight
     version), `sched.reduce_start` (a stage's gradients handed to the
     reduction; `ready_at` is tau*_l, when the last contribution is in),
