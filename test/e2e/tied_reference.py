@@ -33,12 +33,24 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 M, STEPS, STEPS_V2, LR, MOMENTUM, B = 4, 3, 6, 0.1, 0.9, 2
 
 
-def forward(p, x):
+def forward(p, x, tied=None):
+    """The model; the last layer reuses w0, or `tied` where given (a
+    version of w0 other than the first layer's)."""
     h = x
     for l in range(4):
-        w = p["w0"] if l == 3 else p["w%d" % l]
+        w = (p["w0"] if tied is None else tied) if l == 3 else p["w%d" % l]
         h = torch.tanh(h @ w + p["b%d" % l])
     return h
+
+
+def momentum_step(version, grads, momentum):
+    """SGD with momentum (PyTorch's: the first step sets the buffer) on
+    `version`; updates `momentum` in place and returns the new version."""
+    new = {}
+    for n in version:
+        momentum[n] = grads[n] if momentum[n] is None else MOMENTUM * momentum[n] + grads[n]
+        new[n] = version[n] - LR * momentum[n]
+    return new
 
 
 def train(start, x, y, stale):
@@ -54,11 +66,7 @@ def train(start, x, y, stale):
             loss = torch.nn.functional.cross_entropy(forward(used, x[rows]), y[rows]) / M
             for n, g in zip(used, torch.autograd.grad(loss, list(used.values()))):
                 grads[n] += g
-        new = {}
-        for n in used:
-            momentum[n] = grads[n] if momentum[n] is None else MOMENTUM * momentum[n] + grads[n]
-            new[n] = versions[t][n] - LR * momentum[n]
-        versions.append(new)
+        versions.append(momentum_step(versions[t], grads, momentum))
     return versions[-1]
 
 
@@ -83,20 +91,13 @@ def train_v2(start, x, y, delay, tied_stage, steps):
             used = {"w%d" % l: read("w%d" % l, l + 1) for l in range(3)}
             used.update({"b%d" % l: read("b%d" % l, l + 1) for l in range(4)})
             tied = read("w0", tied_stage)
-            h = x[(t * M + i) * B:(t * M + i + 1) * B]
-            for l in range(4):
-                h = torch.tanh(h @ (tied if l == 3 else used["w%d" % l]) + used["b%d" % l])
             rows = slice((t * M + i) * B, (t * M + i + 1) * B)
-            loss = torch.nn.functional.cross_entropy(h, y[rows]) / M
+            loss = torch.nn.functional.cross_entropy(forward(used, x[rows], tied), y[rows]) / M
             leaves = list(used.values()) + [tied]
             got = torch.autograd.grad(loss, leaves)
             for n, g in zip(list(used) + ["w0"], got):
                 grads[n] += g
-        new = {}
-        for n in start:
-            momentum[n] = grads[n] if momentum[n] is None else MOMENTUM * momentum[n] + grads[n]
-            new[n] = versions[t][n] - LR * momentum[n]
-        versions.append(new)
+        versions.append(momentum_step(versions[t], grads, momentum))
     return versions[-1]
 
 
@@ -162,20 +163,13 @@ def main():
     synchronous = train(start, x, y, stale=False)
     gap = max(float((final[n] - synchronous[n]).abs().max()) for n in final)
     print("%s reference differs from the synchronous one by %.1e" % ("ok  " if gap > 1e-4 else "FAIL", gap))
-    plan = os.path.join(work, "plan.cdp")
     count = ["--micro-batches", str(M)]
     if strategy == "cdp-mp":
         count += ["--cdp-rule", "v1"]  # the 1-stale rule the reference computes
-    subprocess.run([os.path.join(bin_dir, "cdp-compile"), path, "-o", plan, "--strategy", strategy]
-                   + count + ["--stage-boundaries", "tanh0,tanh1,tanh2", "--optimizer", "momentum",
-                              "--lr", str(LR)], check=True)
-    subprocess.run([os.path.join(bin_dir, "cdp-run"), plan, "--feed", "x=" + os.path.join(work, "x.npy"),
-                    "--feed", "labels=" + os.path.join(work, "y.npy"), "--steps", str(STEPS),
-                    "--dump-params", os.path.join(work, "params")], check=True, stdout=subprocess.DEVNULL)
-    index = json.load(open(os.path.join(work, "params", "index.json")))
+    params = run_plan(bin_dir, work, path, "params", ["--strategy", strategy] + count, STEPS)
     failures = int(gap <= 1e-4)
     for n, want in final.items():
-        got = np.load(os.path.join(work, "params", index[n]))
+        got = params[n]
         ok = np.allclose(got, want.numpy(), atol=1e-5, rtol=1e-4)
         failures += not ok
         print("%s %-3s max abs error %.2e" % ("ok  " if ok else "FAIL", n, np.abs(got - want.numpy()).max()))
