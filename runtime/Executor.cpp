@@ -2,6 +2,7 @@
 
 #include "cdp/Runtime/Executor.h"
 
+#include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Runtime/Report.h"
 
@@ -293,15 +294,10 @@ void Executor::flush(int64_t totalSteps, const Loader *loader) {
   }
   // --cdp-reduce chain: the relays of the last steps' means run k steps
   // after their reduction (k: their min_step), past the end of training.
-  for (int i = 0; i < n; ++i) {
-    const plan::Instruction &instruction = device.instructions(i);
-    if (instruction.op() != "chain_relay")
-      continue;
-    int64_t offset = instruction.min_step();
-    for (int64_t st = std::max(totalSteps, offset); st < totalSteps + offset;
-         ++st)
-      train[i]->run(StepContext{st, deviceIndex, 0});
-  }
+  plan::forEachRelayAfterTraining(
+      device, totalSteps, [&](int index, int64_t step) {
+        train[index]->run(StepContext{step, deviceIndex, 0});
+      });
   for (int begin = 0; begin < n;) {
     if (device.instructions(begin).phase() != "update") {
       ++begin;

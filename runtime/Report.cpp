@@ -15,6 +15,7 @@
 
 #include "cdp/Runtime/Report.h"
 
+#include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
 
 #include <algorithm>
@@ -380,8 +381,8 @@ std::string ReportBuilder::json() const {
     os << "],\n";
   }
   if (plan.has_schedule()) {
-    // The decisions the run follows, printed with it (docs/strategies/cdp.md: the freshness
-    // table is part of the report).
+    // The decisions the run follows, printed with it (docs/strategies/cdp.md:
+    // the freshness table is part of the report).
     const plan::Schedule &schedule = plan.schedule();
     os << "\"schedule\": {\"rule\": \"" << schedule.rule()
        << "\", \"reduce\": \"" << schedule.reduce() << "\", \"offsets\": [";
@@ -512,14 +513,9 @@ void predict(const plan::Plan &plan, int64_t steps, ReportBuilder &report) {
     }
     // After training cdp-run's flush relays the last steps' chain means
     // (Executor::flush); their sends count where they fall in the report.
-    for (int i = 0; i < device.instructions_size(); ++i) {
-      const plan::Instruction &instruction = device.instructions(i);
-      if (instruction.op() != "chain_relay")
-        continue;
-      for (int64_t t = std::max(steps, instruction.min_step());
-           t < steps + instruction.min_step(); ++t)
-        report.ran(d, t, i, /*countSent=*/true);
-    }
+    plan::forEachRelayAfterTraining(device, steps, [&](int index, int64_t t) {
+      report.ran(d, t, index, /*countSent=*/true);
+    });
   }
 }
 

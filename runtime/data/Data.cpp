@@ -2,6 +2,7 @@
 
 #include "cdp/Runtime/Data.h"
 
+#include "cdp/Plan/Paths.h"
 #include "cdp/Plan/PlanIO.h"
 
 #include <onnx/onnx_pb.h>
@@ -25,12 +26,10 @@ int64_t Array::numel() const {
 
 namespace {
 
-/// A FIFO would block a read forever, a device never end it.
 void requireRegularFile(const std::string &path) {
-  struct stat info;
-  if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode))
-    throw RuntimeError(path +
-                       ": not a regular file (a FIFO, device or folder)");
+  std::string problem = checkInputFile(path);
+  if (!problem.empty())
+    throw RuntimeError(path + ": " + problem);
 }
 
 std::string slurp(const std::string &path) {

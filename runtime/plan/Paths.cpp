@@ -7,6 +7,15 @@
 
 namespace cdp {
 
+std::string checkInputFile(const std::string &path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::file_status status = fs::status(path, ec);
+  if (ec || !fs::exists(status) || fs::is_regular_file(status))
+    return "";
+  return "not a regular file (a FIFO, device or folder)";
+}
+
 std::string checkOutputPath(const std::string &flag, const std::string &path,
                             const std::vector<std::string> &inputs) {
   namespace fs = std::filesystem;

@@ -125,14 +125,18 @@ Simulation simulate(const Plan &plan, int64_t steps, bool drain,
       int64_t visited = traffic[d].size();
       int64_t &position = at[d];
       double &clock = sim.clock[d];
+      // On to the next instruction, noting the clock where a pass ends.
+      auto advance = [&] {
+        ++position;
+        moved = true;
+        if (position % visited == 0)
+          sim.passEnds[d].push_back(clock);
+      };
       while (position < passes * visited) {
         int64_t step = position / visited;
         const Traffic &t = traffic[d][position % visited];
         if (t.minStep > step || (step == steps && !t.drain)) {
-          ++position; // not run in this step
-          moved = true;
-          if (position % visited == 0)
-            sim.passEnds[d].push_back(clock);
+          advance(); // not run in this step
           continue;
         }
         int64_t runMicroBatch =
@@ -158,10 +162,7 @@ Simulation simulate(const Plan &plan, int64_t steps, bool drain,
         }
         if (t.kind == 1)
           inFlight[{d, t.peer, t.value, runMicroBatch}].push_back(clock);
-        ++position;
-        moved = true;
-        if (position % visited == 0)
-          sim.passEnds[d].push_back(clock);
+        advance();
       }
     }
     for (int d = 0; d < devices; ++d)
@@ -192,6 +193,19 @@ SimulatedTime simulateTime(const Plan &plan, int64_t steps,
   if (sim.unknownCost)
     result.status = SimulatedTime::Status::UnknownCost;
   return result;
+}
+
+void forEachRelayAfterTraining(
+    const Device &device, int64_t steps,
+    const std::function<void(int index, int64_t step)> &visit) {
+  for (int i = 0; i < device.instructions_size(); ++i) {
+    const Instruction &instruction = device.instructions(i);
+    if (instruction.op() != "chain_relay")
+      continue;
+    int64_t offset = instruction.min_step();
+    for (int64_t t = std::max(steps, offset); t < steps + offset; ++t)
+      visit(i, t);
+  }
 }
 
 std::string findSendRecvDeadlock(const Plan &plan) {

@@ -1,12 +1,12 @@
 //===- PlanIO.cpp - reading and writing plan artefacts --------------------===//
 
 #include "cdp/Plan/PlanIO.h"
+#include "cdp/Plan/Paths.h"
 
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
-#include <sys/stat.h>
 
 namespace cdp::plan {
 
@@ -93,11 +93,9 @@ bool writePlan(const Plan &plan, const std::string &path, std::string &error) {
 }
 
 bool readPlan(const std::string &path, Plan &plan, std::string &error) {
-  // A FIFO would block the read forever, a device never end it.
-  struct stat info;
-  if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
-    error = "not a regular file (a FIFO, device or folder); give the plan "
-            "file itself";
+  error = checkInputFile(path);
+  if (!error.empty()) {
+    error += "; give the plan file itself";
     return false;
   }
   std::ifstream in(path, std::ios::binary);

@@ -16,6 +16,11 @@
 
 namespace cdp {
 
+/// Empty when `path`, an input, may be read: a regular file, or a path
+/// that does not exist (its open then says so); else why not. A FIFO would
+/// block the read forever, a device never end it.
+std::string checkInputFile(const std::string &path);
+
 /// Empty when `path`, the output of `flag`, may be written; else one line
 /// saying why not. "-" (standard output) always may.
 std::string checkOutputPath(const std::string &flag, const std::string &path,

@@ -46,6 +46,13 @@ struct SimulatedTime {
 SimulatedTime simulateTime(const Plan &plan, int64_t steps,
                            const InstructionTime &cost);
 
+/// --cdp-reduce chain: after `steps` steps of training, the relays of the
+/// last steps' means still to run (a relay with min_step k passes step
+/// t - k's mean in step t): visit(instruction index, step) in order.
+void forEachRelayAfterTraining(
+    const Device &device, int64_t steps,
+    const std::function<void(int index, int64_t step)> &visit);
+
 } // namespace cdp::plan
 
 #endif // CDP_PLAN_PLANCHECK_H

@@ -41,31 +41,12 @@ int64_t words(const TensorView &v) {
   return v.numel() * plan::dtypeSize(v.dtype) / 4;
 }
 
-/// reduce_wait and chain_wait: fetch the mean of the stage's gradients of
-/// step t - 1 - delay with `receive` and unpack it into the outputs.
-template <typename Receive>
-std::function<void(const StepContext &)>
-waitForReduction(const KernelArgs &args, const char *what, Receive receive) {
-  if (!args.communicator)
-    args.fail("needs a communicator (a multi-device plan)");
-  std::vector<TensorView> reduced = args.outputs;
-  int64_t stage = args.i("stage", 0), delay = args.i("delay", 0);
-  auto staging = std::make_shared<std::vector<float>>(totalCount(reduced));
-  Communicator *comm = args.communicator;
-  int device = args.device;
-  std::string waitingFor = what;
-  return [=](const StepContext &context) {
-    int64_t step = context.step - 1 - delay;
-    if (!receive(comm, device, reductionTag(step, stage), staging->data(),
-                 static_cast<int64_t>(staging->size())))
-      throw RuntimeError("device " + std::to_string(device) +
-                         ": stopped while waiting for " + waitingFor);
-    const float *in = staging->data();
-    for (const TensorView &r : reduced) {
-      std::memcpy(r.data, in, r.numel() * sizeof(float));
-      in += r.numel();
-    }
-  };
+/// Copies a stage's flat mean into its reduced gradients, in order.
+void unpack(const float *in, const std::vector<TensorView> &reduced) {
+  for (const TensorView &r : reduced) {
+    std::memcpy(r.data, in, r.numel() * sizeof(float));
+    in += r.numel();
+  }
 }
 
 } // namespace
@@ -155,12 +136,25 @@ void registerCommunication(KernelRegistry &registry) {
     };
   });
 
+  // The mean of the stage's gradients of step t - 1 - delay, into the
+  // reduced gradients.
   addKernel(registry, "reduce_wait", [](const KernelArgs &args) {
-    return waitForReduction(args, "a reduction (another device failed)",
-                            [](Communicator *comm, int device, int64_t tag,
-                               float *out, int64_t count) {
-                              return comm->reduceWait(device, tag, out, count);
-                            });
+    if (!args.communicator)
+      args.fail("needs a communicator (a multi-device plan)");
+    std::vector<TensorView> reduced = args.outputs;
+    int64_t stage = args.i("stage", 0), delay = args.i("delay", 0);
+    auto staging = std::make_shared<std::vector<float>>(totalCount(reduced));
+    Communicator *comm = args.communicator;
+    int device = args.device;
+    return [=](const StepContext &context) {
+      int64_t step = context.step - 1 - delay;
+      if (!comm->reduceWait(device, reductionTag(step, stage), staging->data(),
+                            static_cast<int64_t>(staging->size())))
+        throw RuntimeError("device " + std::to_string(device) +
+                           ": stopped while waiting for a reduction (another "
+                           "device failed)");
+      unpack(staging->data(), reduced);
+    };
   });
 }
 
@@ -261,11 +255,7 @@ void registerChain(KernelRegistry &registry) {
       args.fail("chain_wait reads two chain buffers of its stage's size");
     int64_t delay = args.i("delay", 0);
     return [=](const StepContext &context) {
-      const float *in = chainBuffer(buffers, context.step - 1 - delay);
-      for (const TensorView &r : reduced) {
-        std::memcpy(r.data, in, r.numel() * sizeof(float));
-        in += r.numel();
-      }
+      unpack(chainBuffer(buffers, context.step - 1 - delay), reduced);
     };
   });
 }
