@@ -34,6 +34,7 @@ for model in "$OUT"/models/*.onnx; do
     # shellcheck disable=SC2086
     batch=()
     [ "$name" = mlp ] && batch=(--batch-size 8) # its batch is symbolic
+    [ "$name" = transformer ] && batch=(--batch-axis input=1) # (S, N, E)
     if ! "$COMPILE" "$model" "${batch[@]}" --optimizer momentum \
          ${config#*:} --emit=plan-text -o "$OUT/$name-$label.txt" \
          2>"$OUT/$name-$label.err"; then

@@ -688,10 +688,6 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
   // cdp-compile lets through only where that is after the update too).
   CyclicTable cdpTable{S, MB, options.cdpRule == "v2",
                        options.v2Table == "code"};
-  auto afterUpdate = [&](int64_t j, int64_t s) {
-    return cdpTable.afterUpdate(j, s);
-  };
-  auto freshSlot = [&](int64_t j, int64_t s) { return cdpTable.fresh(j, s); };
   if (cdpSlots) {
     // The version table the run follows, as for cdp: slot j reads
     // θ_{t - version_delay[j][s-1]} at stage s.
@@ -699,7 +695,7 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
     for (int64_t j = 0; j < MB; ++j) {
       plan::Ints *delays = schedule->add_version_delay();
       for (int64_t s = 1; s <= S; ++s)
-        delays->add_values(freshSlot(j, s) ? 0 : 1);
+        delays->add_values(cdpTable.fresh(j, s) ? 0 : 1);
     }
     for (int64_t s = 1; s <= S; ++s)
       schedule->add_live_versions(2);
@@ -708,7 +704,8 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
     for (auto &[value, stages] : replicas)
       for (int64_t q : stages)
         for (int64_t j = 0; j < MB; ++j)
-          if (freshSlot(j, paramStage.lookup(value)) && !afterUpdate(j, q))
+          if (cdpTable.fresh(j, paramStage.lookup(value)) &&
+              !cdpTable.afterUpdate(j, q))
             return func.emitError("cdp-mp: micro-batch ")
                    << j << " reads the new version of a weight tied across "
                    << "stages " << paramStage.lookup(value) << " and " << q
@@ -964,7 +961,6 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
           cdpSlots      ? cyclicProgram(s, S, MB, mine, cdpTable)
           : twoVersions ? twoBwProgram(s, S, M)
                         : flushProgram(orders[s - 1], at[s - 1]);
-      using Entry = ProgramEntry;
 
       // Tied weights replicated here: with one version, step t > 0 starts
       // with the value the owner made at the end of step t - 1 (2bw and
@@ -975,12 +971,14 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
       // replica here turns over at this stage's update, like the stage's
       // own parameters: at a backward the latest is θ_t and the previous
       // θ_{t-1}; at a forward the latest is θ_t only after the update.
-      auto readsPrevious = [&](const Entry &entry, int64_t slot, int id) {
+      auto readsPrevious = [&](const ProgramEntry &entry, int64_t slot,
+                               int id) {
         auto owner = tiedOwner.find(id);
         if (!cdpSlots || owner == tiedOwner.end())
           return entry.readsPrevious;
-        bool stale = !freshSlot(slot, owner->second);
-        return entry.kind == 'F' ? stale && afterUpdate(slot, s) : stale;
+        bool stale = !cdpTable.fresh(slot, owner->second);
+        return entry.kind == 'F' ? stale && cdpTable.afterUpdate(slot, s)
+                                 : stale;
       };
       for (auto &[value, stages] : replicas) {
         if (!stages.count(s) || twoVersions)
@@ -993,7 +991,7 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
         recv->set_min_step(1);
         attr(recv, "step_offset", -1);
       }
-      for (const Entry &entry : entries) {
+      for (const ProgramEntry &entry : entries) {
         int64_t k = entry.k, slot = k % slots;
         // Over the step's micro-batches of all replicas, relative to the
         // running step, as the send/recv tags and the loader count.
