@@ -315,8 +315,8 @@ InstructionCost profileCost(const std::string &path) {
   };
 }
 
-/// The hardware model (--hw FILE.json, docs/design/planner.md): per device FLOP/s, memory and
-/// memory bandwidth, and the link's bandwidth and latency.
+/// The hardware model (--hw FILE.json, docs/design/planner.md): per device
+/// FLOP/s, memory and memory bandwidth, and the link's bandwidth and latency.
 struct Hardware {
   double flopsPerSecond = 5e10;          ///< one CPU core with AVX-512
   double memoryBytes = 16.0 * (1 << 30); ///< the cap for --plan auto
@@ -455,10 +455,11 @@ struct Settings {
   bool planText = false; ///< --emit=plan-text (emit then reads "plan")
   cdp::Strategy kind = cdp::Strategy::Single;
   const cdp::StrategyTraits *traits = nullptr;
-  bool dataParallel = false, pipelined = false;
+  bool dataParallel() const { return traits->dataParallel; }
+  bool pipelined() const { return traits->pipelined; }
   /// cdp-mp: its slots follow the CDP rules (dp and cdp check them in
   /// their passes).
-  bool cyclicPipeline = false;
+  bool cyclicPipeline() const { return traits->pipelined && traits->cyclic; }
   int64_t deviceCount = 1, stageCount = 0, replicaCount = 1,
           microBatchCount = 1, deviceMemoryBytes = 0, reportStepCount = 3;
   bool reportOnly = false; ///< --report without -o
@@ -526,16 +527,14 @@ void checkStrategyFlags(Settings &settings) {
   if (settings.kind == cdp::Strategy::Single && settings.deviceCount != 1)
     die("--strategy single runs on 1 device, not " + devices +
         " (use --strategy dp or cdp)");
-  settings.dataParallel = traits.dataParallel;
-  settings.pipelined = traits.pipelined;
-  settings.cyclicPipeline = traits.pipelined && traits.cyclic;
-  if (settings.cyclicPipeline && cdpRule != "v1" && cdpRule != "v2")
+  if (settings.cyclicPipeline() && cdpRule != "v1" && cdpRule != "v2")
     die("--cdp-rule must be v1 or v2, got '" + cdpRule + "'");
-  if (settings.cyclicPipeline && v2Table != "timing" && v2Table != "code")
+  if (settings.cyclicPipeline() && v2Table != "timing" && v2Table != "code")
     die("--v2-table must be timing or code, got '" + v2Table + "'");
-  if (settings.pipelined && settings.stageCount == 0 && stageBoundaries.empty())
+  if (settings.pipelined() && settings.stageCount == 0 &&
+      stageBoundaries.empty())
     settings.stageCount = 4;
-  if (emit == "sched-mlir" && !settings.dataParallel && !traits.replicable)
+  if (emit == "sched-mlir" && !settings.dataParallel() && !traits.replicable)
     die("--emit=sched-mlir writes the dp, cdp, gpipe, 1f1b and 2bw schedules; "
         "not yet --strategy " +
         strategy + " (--emit=plan-text shows its streams)");
@@ -553,7 +552,7 @@ void checkStrategyFlags(Settings &settings) {
       die("--device-memory must be a positive number of bytes, got '" +
           deviceMemory + "'");
     settings.deviceMemoryBytes = bytes;
-    if (!settings.pipelined)
+    if (!settings.pipelined())
       die("--device-memory applies to the pipelines (gpipe, 1f1b, 2bw, "
           "cdp-mp), not --strategy " +
           strategy);
@@ -605,16 +604,17 @@ void deriveCdpMpDevices(Settings &settings, int64_t L) {
 void checkMicroBatches(Settings &settings) {
   settings.microBatchCount =
       positiveInteger("--micro-batches", microBatches, 1, kMostMicroBatches);
-  if (settings.pipelined) {
+  if (settings.pipelined()) {
     // One device per stage; --micro-batches defaults to the stage count.
     int64_t pipelineStages = settings.flagStages();
     if (!microBatches.getNumOccurrences())
       settings.microBatchCount = pipelineStages;
-    if (settings.cyclicPipeline)
+    if (settings.cyclicPipeline())
       deriveCdpMpDevices(settings, pipelineStages);
     int64_t R = settings.replicaCount;
     if (planMode != "auto" && devices.getNumOccurrences() &&
-        !settings.cyclicPipeline && settings.deviceCount != pipelineStages * R)
+        !settings.cyclicPipeline() &&
+        settings.deviceCount != pipelineStages * R)
       die("--strategy " + strategy + " runs one device per stage" +
           (R > 1 ? " and replica" : "") + ": --devices " + devices +
           " differs from the " + std::to_string(pipelineStages) + " stages" +
@@ -626,7 +626,7 @@ void checkMicroBatches(Settings &settings) {
           std::to_string(settings.microBatchCount) + " for " +
           std::to_string(pipelineStages) + " stages");
   }
-  if (settings.dataParallel && microBatches.getNumOccurrences() &&
+  if (settings.dataParallel() && microBatches.getNumOccurrences() &&
       settings.microBatchCount != settings.deviceCount)
     die("--strategy " + strategy +
         " runs one micro-batch per device: "
@@ -753,7 +753,7 @@ Settings checkFlags() {
 void addPartition(mlir::PassManager &pm, const Settings &settings) {
   cdp::PartitionStagesOptions partition;
   partition.stages =
-      settings.dataParallel || settings.pipelined ? settings.stageCount : 1;
+      settings.dataParallel() || settings.pipelined() ? settings.stageCount : 1;
   std::vector<std::string> boundaryNames;
   if (!stageBoundaries.empty()) {
     llvm::SmallVector<llvm::StringRef> names;
@@ -777,7 +777,7 @@ void addPartition(mlir::PassManager &pm, const Settings &settings) {
 
 /// dp and cdp: the schedule passes; the pipelines' --emit=sched-mlir.
 void addSchedulePasses(mlir::PassManager &pm, const Settings &settings) {
-  if (settings.dataParallel) {
+  if (settings.dataParallel()) {
     cdp::BuildScheduleOptions scheduleOptions;
     scheduleOptions.strategy = strategy;
     scheduleOptions.devices = settings.deviceCount;
@@ -794,7 +794,7 @@ void addSchedulePasses(mlir::PassManager &pm, const Settings &settings) {
       materialize.steps = settings.reportStepCount;
       pm.addPass(cdp::createMaterializeSchedule(materialize));
     }
-  } else if (settings.pipelined && emit == "sched-mlir") {
+  } else if (settings.pipelined() && emit == "sched-mlir") {
     // gpipe, 1f1b and 2bw: one replica's stage programs.
     cdp::BuildPipelineOptions pipelineOptions;
     pipelineOptions.strategy = strategy;
@@ -845,7 +845,7 @@ cdp::EmitOptions emitOptionsFor(const Settings &settings) {
   cdp::EmitOptions emitOptions;
   emitOptions.strategy = settings.kind;
   emitOptions.microBatches =
-      settings.dataParallel ? 1 : settings.microBatchCount;
+      settings.dataParallel() ? 1 : settings.microBatchCount;
   emitOptions.replicas = settings.replicaCount;
   emitOptions.cdpRule = cdpRule;
   emitOptions.v2Table = v2Table;
@@ -859,7 +859,7 @@ cdp::EmitOptions emitOptionsFor(const Settings &settings) {
 /// hardware model's.
 InstructionCost stepCostFor(const Settings &settings,
                             const Hardware &hardware) {
-  if (!settings.pipelined || !profilePath.getNumOccurrences())
+  if (!settings.pipelined() || !profilePath.getNumOccurrences())
     return hardwareCost(hardware);
   return profileCost(profilePath);
 }
@@ -1018,11 +1018,11 @@ void writeReport(const cdp::plan::Plan &plan, const Settings &settings,
                  const InstructionCost &stepCost) {
   // Both only read the plan: the step time on a second thread.
   std::future<cdp::plan::SimulatedTime> stepTime = std::async(
-      settings.pipelined ? std::launch::async : std::launch::deferred,
+      settings.pipelined() ? std::launch::async : std::launch::deferred,
       [&] { return predictStepMs(plan, stepCost, settings.reportStepCount); });
   std::string json =
       cdp::runtime::predictReport(plan, settings.reportStepCount);
-  if (settings.pipelined) {
+  if (settings.pipelined()) {
     cdp::plan::SimulatedTime time = stepTime.get();
     if (time.status != cdp::plan::SimulatedTime::Status::Ok)
       die(unpredictableStep(time.status));
