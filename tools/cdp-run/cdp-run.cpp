@@ -1047,10 +1047,8 @@ void writeOutputs(Run &run) {
     if (!out)
       die(options.trace + ": cannot write");
   }
-  if (run.report)
-    writeReport(run);
-  else if (!options.report.empty())
-    die("--report covers training runs; this plan is forward-only");
+  if (run.report)     // training runs only: --report on a forward-only plan
+    writeReport(run); // was refused before running
   if (!options.dumpParams.empty()) {
     std::vector<std::pair<std::string, TensorView>> tensors;
     for (const plan::Tensor &t : run.plan.tensors())
