@@ -1047,8 +1047,9 @@ void writeOutputs(Run &run) {
     if (!out)
       die(options.trace + ": cannot write");
   }
-  if (run.report)     // training runs only: --report on a forward-only plan
-    writeReport(run); // was refused before running
+  // Training runs only: --report on a forward-only plan was refused first.
+  if (run.report)
+    writeReport(run);
   if (!options.dumpParams.empty()) {
     std::vector<std::pair<std::string, TensorView>> tensors;
     for (const plan::Tensor &t : run.plan.tensors())
