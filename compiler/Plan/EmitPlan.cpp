@@ -10,6 +10,7 @@
 #include "cdp/Plan/EmitPlan.h"
 
 #include "cdp/Dialect/Graph/GraphOps.h"
+#include "cdp/Dialect/Sched/SchedOps.h"
 #include "cdp/Passes/FirstFit.h"
 #include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
@@ -21,6 +22,8 @@
 #include "mlir/IR/DialectResourceBlobManager.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/ADT/TypeSwitch.h"
 
 #include <array>
 #include <functional>
@@ -76,6 +79,10 @@ std::string locationName(Location loc) {
   return text;
 }
 
+struct PipelineTables;
+struct StashLayout;
+struct DeviceLowering;
+
 class Emitter {
 public:
   Emitter(func::FuncOp func, plan::Plan &plan) : func(func), plan(plan) {}
@@ -87,16 +94,34 @@ private:
   LogicalResult addInstruction(Operation *op, plan::Device &device,
                                bool forEval);
   LogicalResult emitDataParallel(DictionaryAttr schedule, int64_t arenaBytes);
-  LogicalResult
-  placeParameters(Block &body,
-                  const std::function<int64_t(Operation *)> &stageOf,
-                  llvm::MapVector<Value, int64_t> &paramStage,
-                  llvm::MapVector<Value, std::set<int64_t>> &replicas);
   void insertChainRelay(plan::Device &device, int64_t j, int64_t N, int64_t L,
                         int64_t l, ArrayRef<int64_t> offsets,
                         const std::array<int, 2> &buffers);
   void accumulateMicroBatches(plan::Device &device, int64_t slots);
   LogicalResult emitPipeline(const EmitOptions &options, int64_t arenaBytes);
+  static int64_t stageOf(Operation *op, int64_t lastStage);
+  void preparePipeline(sched::StepProgramOp program, PipelineTables &tables);
+  void addAccumulators(int64_t S, PipelineTables &tables);
+  StashLayout layoutStash(int64_t s, int64_t slots,
+                          const PipelineTables &tables);
+  int mapped(DeviceLowering &lowering, int64_t slot, int id,
+             const PipelineTables &tables);
+  plan::Instruction *message(plan::Instruction *instruction, bool isSend,
+                             int id, int64_t peer, int value,
+                             int64_t microBatch, const std::string &location,
+                             const PipelineTables &tables);
+  LogicalResult lowerStageDevice(sched::StageDeviceOp op,
+                                 const PipelineTables &tables);
+  LogicalResult lowerUpdateStep(DeviceLowering &lowering, Operation *op,
+                                const PipelineTables &tables);
+  void lowerExchange(DeviceLowering &lowering,
+                     sched::ExchangeGradientsOp exchange,
+                     const PipelineTables &tables);
+  LogicalResult lowerCompute(DeviceLowering &lowering, sched::ComputeOp compute,
+                             const PipelineTables &tables);
+  LogicalResult sendResults(DeviceLowering &lowering, sched::ComputeOp compute,
+                            Operation *op, int64_t tagBatch,
+                            std::set<int> &sent, const PipelineTables &tables);
   LogicalResult convertAttribute(Operation *op, NamedAttribute attribute,
                                  plan::Attribute &out);
   const std::string &locationOf(Operation *op);
@@ -396,325 +421,203 @@ void Emitter::accumulateMicroBatches(plan::Device &device, int64_t slots) {
   *device.mutable_instructions() = rebuilt;
 }
 
-/// gpipe and 1f1b: device s runs stage s. Every micro-batch of a step gets
-/// its own copy of the stage's tensors, in stash slots reused round-robin
-/// (m for gpipe, d - s + 1 for 1f1b); values crossing a cut travel by send
-/// and recv; graph inputs are loaded where a stage reads them; parameter
-/// gradients and the loss are accumulated over the step's micro-batches,
-/// and the updates run after the step's last backward.
-/// One piece of a stage device's program for one step.
-struct ProgramEntry {
-  char kind;          ///< 'F', 'B' or 'U' (the update)
-  int64_t k;          ///< micro-batch within its step (the device's k-th)
-  int64_t stepRel;    ///< 0: this step's; -1: the previous step's
-  int64_t time;       ///< time step within the program
-  bool readsPrevious; ///< 2bw, cdp-mp: reads the previous weight version
+/// The pipelines (gpipe, 1f1b, 2bw, cdp-mp) lower cdp-schedule-pipeline's
+/// sched.step_program: every decision (placement, programs, versions, stash
+/// slots, tied-weight and replica messages) is read from it. A
+/// sched.compute becomes the stage's ops for one micro-batch, in its stash
+/// slot's copies of the stage's tensors; values crossing a cut travel by
+/// send and recv, graph inputs are loaded where a stage reads them, and
+/// parameter gradients and the loss are accumulated over the step's
+/// micro-batches.
+struct PipelineTables {
+  int64_t S = 1, MB = 1, cycle = 1;
+  std::vector<std::vector<Operation *>> forwardOps, backwardOps;
+  llvm::StringMap<UpdateOp> updateOf;
+  /// runs[s][j]: the device running micro-batch j at stage s.
+  std::vector<std::vector<int64_t>> runs;
+  llvm::StringMap<int> paramId;
+  /// Tied weights (those with replicas), by tensor id.
+  llvm::DenseSet<int> tied;
+  llvm::StringMap<int> accumulator, replicaSum;
+  llvm::StringMap<SmallVector<int>> incoming;
+  llvm::DenseMap<int, int> previousVersion;
+  int lossAccumulator = -1, lossResult = -1, originalTensors = 0;
 };
 
-/// cdp-mp's freshness: whether slot j's F at stage s comes after the
-/// stage's update, and whether it reads the new version (never under v1;
-/// under v2 after the update (timing table) or where s >= L - j (code
-/// table, which cdp-compile lets through only where that is after the
-/// update too)).
-struct CyclicTable {
-  int64_t S = 1, MB = 1;
-  bool v2 = false, codeTable = false;
-  int64_t slotStart(int64_t j) const {
-    return pipeline::cdpSlotStart(j, S, MB);
-  }
-  bool afterUpdate(int64_t j, int64_t s) const {
-    return pipeline::cdpFresh(false, j, s, S, slotStart(j), slotStart(MB - 1));
-  }
-  bool fresh(int64_t j, int64_t s) const {
-    return v2 && pipeline::cdpFresh(codeTable, j, s, S, slotStart(j),
-                                    slotStart(MB - 1));
-  }
+/// Where a stage device keeps a micro-batch's tensors: what the stage's
+/// forward makes or brings in and its backward reads is stashed, one copy
+/// per slot; everything else lives within one forward or backward, one
+/// copy per device after the slots.
+struct StashLayout {
+  std::set<int> broughtByForward;
+  llvm::DenseMap<int, int64_t> stashOffset, transientOffset;
+  int64_t stashBytes = 0, transientBase = 0, transientBytes = 0;
 };
 
-/// cdp-mp: the stage's ops of one step in CDP's time order: slot j starts
-/// at floor(2L·j / N), its F at stage s comes at that + s - 1 and its B at
-/// that + 2L - s; a step's program is the window [s - 1, 2L + s - 1) of the
-/// stage's clock, so a B past it runs in the next step's program (stepRel
-/// -1). The update of step t - 1's gradients follows the last slot's B.
-std::vector<ProgramEntry> cyclicProgram(int64_t s, int64_t S, int64_t MB,
-                                        const std::vector<int64_t> &mine,
-                                        const CyclicTable &table) {
-  std::vector<ProgramEntry> entries;
-  int64_t windowEnd = 2 * S + s - 1;
-  for (int64_t k = 0; k < static_cast<int64_t>(mine.size()); ++k) {
-    int64_t start = table.slotStart(mine[k]);
-    int64_t forward = start + s - 1, backward = start + 2 * S - s;
-    // A stale slot reads the step's stale version (the latest before the
-    // update, the previous after it), a fresh one the new one; its B reads
-    // what its F read.
-    bool fresh = table.fresh(mine[k], s);
-    entries.push_back(
-        {'F', k, 0, 2 * forward, table.afterUpdate(mine[k], s) && !fresh});
-    bool late = backward >= windowEnd;
-    entries.push_back({'B', k, late ? -1 : 0,
-                       2 * (late ? backward - 2 * S : backward), !fresh});
-  }
-  // Half a time step after the last slot's B (times doubled above).
-  int64_t update = 2 * (table.slotStart(MB - 1) - s) + 1;
-  bool sameStep = update < 2 * (s - 1);
-  entries.push_back(
-      {'U', 0, sameStep ? 0 : -1, sameStep ? update + 4 * S : update, false});
-  std::stable_sort(entries.begin(), entries.end(),
-                   [](const ProgramEntry &a, const ProgramEntry &b) {
-                     return a.time < b.time;
-                   });
-  for (ProgramEntry &entry : entries)
-    entry.time /= 2; // back to whole time steps
-  return entries;
-}
-
-/// 2bw: the steady state of 1F1B without a flush, one backward and one
-/// forward per time step pair, so a step's program starts with the
-/// previous step's last backwards.
-std::vector<ProgramEntry> twoBwProgram(int64_t s, int64_t S, int64_t M) {
-  std::vector<ProgramEntry> entries;
-  int64_t warmup = std::min(S - s + 1, M);
-  bool updated = false;
-  for (int64_t i = 0; i < M; ++i) {
-    if (i < warmup)
-      entries.push_back({'B', i - warmup + M, -1, 2 * i, false});
-    else
-      entries.push_back({'B', i - warmup, 0, 2 * i, true});
-    if (i == warmup - 1) {
-      entries.push_back({'U', 0, -1, entries.back().time, false});
-      updated = true;
-    }
-    entries.push_back({'F', i, 0, 2 * i + 1, updated});
-  }
-  // Before the update the previous version is W(t - 2) for the previous
-  // step's backwards; after it, W(t - 1) for this step's.
-  for (ProgramEntry &entry : entries)
-    if (entry.kind == 'B' && entry.stepRel == -1)
-      entry.readsPrevious = true;
-  return entries;
-}
-
-/// gpipe and 1f1b: the stage order, at its timing.
-std::vector<ProgramEntry>
-flushProgram(const std::vector<pipeline::StageOp> &order,
-             const std::vector<int64_t> &times) {
-  std::vector<ProgramEntry> entries;
-  for (size_t i = 0; i < order.size(); ++i)
-    entries.push_back(
-        {order[i].kind, order[i].microBatch - 1, 0, times[i], false});
-  return entries;
-}
-
-/// Which devices run each stage, and which micro-batches each runs.
-struct DevicePlacement {
-  /// placement[s][r]: the step's micro-batches (numbered over all
-  /// replicas) stage s's r-th device runs, in order.
-  std::vector<std::vector<std::vector<int64_t>>> placement;
-  /// deviceAt[s][r]: the number of stage s's r-th device; runs[s][j]: the
-  /// device running micro-batch j at stage s.
-  std::vector<std::vector<int64_t>> deviceAt, runs;
-  int64_t mostReplicas = 0, deviceCount = 0;
+/// One stage device being lowered.
+struct DeviceLowering {
+  sched::StageDeviceOp op;
+  plan::Device *device = nullptr;
+  int64_t self = 0, s = 1;
+  ArrayRef<int64_t> mine;
+  StashLayout layout;
+  /// (slot, tensor) -> the slot's copy of a stashed tensor; (-1, tensor)
+  /// the device's copy of any other.
+  std::unordered_map<int64_t, int> copies;
+  /// Parameters whose gradient this step was summed over replicas.
+  llvm::StringSet<> exchanged;
 };
 
-/// gpipe, 1f1b and 2bw: one device per stage and replica, replica r
-/// running r·M .. r·M+M-1; cdp-mp: as many devices per stage as CDP's slots
-/// need there. Devices are numbered replica-major, so stage s's first is
-/// s - 1.
-DevicePlacement placeMicroBatches(bool cyclic, int64_t S, int64_t M, int64_t R,
-                                  int64_t MB) {
-  DevicePlacement layout;
-  auto &placement = layout.placement;
-  placement.resize(S + 1);
-  for (int64_t s = 1; s <= S; ++s) {
-    if (cyclic) {
-      std::vector<int64_t> device = pipeline::cdpStageDevices(s, S, MB);
-      for (int64_t j = 0; j < MB; ++j) {
-        if (device[j] >= static_cast<int64_t>(placement[s].size()))
-          placement[s].resize(device[j] + 1);
-        placement[s][device[j]].push_back(j);
-      }
-      continue;
-    }
-    placement[s].resize(R);
-    for (int64_t r = 0; r < R; ++r)
-      for (int64_t k = 0; k < M; ++k)
-        placement[s][r].push_back(r * M + k);
-  }
-  for (int64_t s = 1; s <= S; ++s)
-    layout.mostReplicas =
-        std::max<int64_t>(layout.mostReplicas, placement[s].size());
-  layout.deviceAt.resize(S + 1);
-  layout.runs.assign(S + 1, std::vector<int64_t>(MB, -1));
-  for (int64_t r = 0; r < layout.mostReplicas; ++r)
-    for (int64_t s = 1; s <= S; ++s)
-      if (r < static_cast<int64_t>(placement[s].size())) {
-        layout.deviceAt[s].push_back(layout.deviceCount);
-        for (int64_t j : placement[s][r])
-          layout.runs[s][j] = layout.deviceCount;
-        ++layout.deviceCount;
-      }
-  return layout;
-}
-
-/// Parameters live on the device of the stage that updates them (the stage
-/// of their gradient: their first user's). A trained parameter used on
-/// other stages too (tied weights) is replicated there: its gradient
-/// contributions travel to the owner like any value across a cut, are
-/// summed there, and the owner sends the updated value to every replica
-/// after each step's update. Fills `paramStage` (owner stage by value) and
-/// `replicas` (the other stages using a tied weight).
-LogicalResult
-Emitter::placeParameters(Block &body,
-                         const std::function<int64_t(Operation *)> &stageOf,
-                         llvm::MapVector<Value, int64_t> &paramStage,
-                         llvm::MapVector<Value, std::set<int64_t>> &replicas) {
-  body.walk([&](UpdateOp update) {
-    paramStage[update.getParam()] = stageOf(update);
-  });
-  for (Operation &op : body.without_terminator()) {
-    if (isa<ParamOp, ConstantOp, UpdateOp, GradientOp>(op))
-      continue;
-    for (Value operand : op.getOperands())
-      if (auto param = operand.getDefiningOp<ParamOp>()) {
-        // Frozen initializers (shapes, masks) are copied to every device.
-        const plan::Tensor &t = plan.tensors(ids.lookup(operand));
-        if (t.kind() == plan::PARAM && !t.trainable())
-          continue;
-        auto [it, inserted] = paramStage.try_emplace(operand, stageOf(&op));
-        if (inserted || it->second == stageOf(&op))
-          continue;
-        if (t.kind() != plan::PARAM)
-          return param.emitOpError("'")
-                 << param.getName() << "' is used by stages " << it->second
-                 << " and " << stageOf(&op)
-                 << "; buffers shared across pipeline stages are not "
-                    "supported (cut elsewhere with --stage-boundaries)";
-        replicas[operand].insert(stageOf(&op));
-      }
-  }
-  return success();
+int64_t Emitter::stageOf(Operation *op, int64_t lastStage) {
+  if (auto stage = op->getAttrOfType<IntegerAttr>("cdp.stage"))
+    return stage.getInt();
+  // A buffer assignment runs where its new value is computed.
+  if (auto assign = dyn_cast<AssignOp>(op))
+    if (Operation *producer = assign.getValue().getDefiningOp())
+      return stageOf(producer, lastStage);
+  return lastStage;
 }
 
 LogicalResult Emitter::emitPipeline(const EmitOptions &options,
                                     int64_t arenaBytes) {
-  const Strategy strategy = options.strategy;
-  const StrategyTraits &traits = traitsOf(strategy);
-  int64_t M = options.microBatches, R = options.replicas;
-  int64_t MB = M * R; // micro-batches of a step over all replicas
-  auto stagesAttr = func->getAttrOfType<IntegerAttr>("cdp.stages");
-  if (!stagesAttr)
-    return func.emitError("no stages; run cdp-partition-stages first");
-  int64_t S = stagesAttr.getInt();
+  sched::StepProgramOp program;
+  for (Operation &op : func->getParentOfType<ModuleOp>().getOps())
+    if (auto found = dyn_cast<sched::StepProgramOp>(op))
+      program = found;
+  if (!program)
+    return func.emitError("no step program; run cdp-schedule-pipeline first");
+  PipelineTables tables;
+  preparePipeline(program, tables);
+  plan.clear_devices();
+  for (Operation &op : program.getBody().front())
+    if (auto device = dyn_cast<sched::StageDeviceOp>(op))
+      if (failed(lowerStageDevice(device, tables)))
+        return failure();
+  // The training programs name copies only. The one-micro-batch tensors
+  // themselves serve device 0's evaluation stream (after training), in its
+  // arena's first arenaBytes.
+  for (int id = 0; id < tables.originalTensors; ++id) {
+    plan::Tensor &t = *plan.mutable_tensors(id);
+    if ((t.kind() == plan::ACTIVATION || t.kind() == plan::INPUT) &&
+        !t.has_device())
+      t.set_device(0);
+  }
+  plan::Device &first = *plan.mutable_devices(0);
+  first.set_arena_bytes(std::max(first.arena_bytes(), arenaBytes));
+  return success();
+}
+
+/// The graph side (each stage's forward and backward ops), the placement
+/// tables and the tensors every device shares: accumulators, previous
+/// versions, replicas' gradient sums.
+void Emitter::preparePipeline(sched::StepProgramOp program,
+                              PipelineTables &tables) {
+  int64_t S = tables.S = program.getStages();
+  tables.MB = program.getMicroBatches();
+  tables.cycle = program.getCycle();
   Block &body = func.getBody().front();
-  std::function<int64_t(Operation *)> stageOf = [&](Operation *op) {
-    if (auto stage = op->getAttrOfType<IntegerAttr>("cdp.stage"))
-      return stage.getInt();
-    // A buffer assignment runs where its new value is computed.
-    if (auto assign = dyn_cast<AssignOp>(op))
-      if (Operation *producer = assign.getValue().getDefiningOp())
-        return stageOf(producer);
-    return S;
-  };
-  auto isBackward = [](Operation *op) {
-    auto phase = op->getAttrOfType<StringAttr>("cdp.phase");
-    return phase && phase.getValue() == "backward";
-  };
-  std::vector<std::vector<Operation *>> forwardOps(S + 1), backwardOps(S + 1);
-  llvm::DenseMap<int64_t, SmallVector<UpdateOp>> updates;
+  tables.forwardOps.resize(S + 1);
+  tables.backwardOps.resize(S + 1);
   for (Operation &op : body.without_terminator()) {
     if (isa<ParamOp, ConstantOp>(op))
       continue;
     if (auto update = dyn_cast<UpdateOp>(op)) {
-      updates[stageOf(&op)].push_back(update);
+      tables.updateOf[update.getName()] = update;
       continue;
     }
-    (isBackward(&op) ? backwardOps : forwardOps)[stageOf(&op)].push_back(&op);
+    auto phase = op.getAttrOfType<StringAttr>("cdp.phase");
+    bool backward = phase && phase.getValue() == "backward";
+    (backward ? tables.backwardOps : tables.forwardOps)[stageOf(&op, S)]
+        .push_back(&op);
   }
-  // MapVectors: iterated in IR order, so that a compile is deterministic
-  // (the ids of version copies, the order of tied-weight messages).
-  llvm::MapVector<Value, int64_t> paramStage;
-  llvm::MapVector<Value, std::set<int64_t>> replicas;
-  if (failed(placeParameters(body, stageOf, paramStage, replicas)))
-    return failure();
-  for (auto &[value, stage] : paramStage)
-    plan.mutable_tensors(ids.lookup(value))->set_device(stage - 1);
-  bool twoVersions = traits.weightVersions == 2;
-  // The owner stage of every replicated (tied) weight, by tensor id.
-  llvm::DenseMap<int, int64_t> tiedOwner;
-  for (auto &[value, stages] : replicas)
-    tiedOwner[ids.lookup(value)] = paramStage.lookup(value);
+  llvm::StringMap<int> &paramId = tables.paramId;
+  body.walk(
+      [&](ParamOp param) { paramId[param.getName()] = ids.lookup(param); });
+  tables.runs.assign(S + 1, std::vector<int64_t>(tables.MB, -1));
+  int64_t deviceCount = 0, mostReplicas = 0;
+  for (Operation &op : program.getBody().front())
+    if (auto device = dyn_cast<sched::StageDeviceOp>(op)) {
+      for (int64_t j : device.getMicroBatches())
+        tables.runs[device.getStage()][j] = device.getIndex();
+      ++deviceCount;
+      mostReplicas = std::max<int64_t>(mostReplicas, device.getReplica() + 1);
+    }
 
-  plan.set_strategy(traits.name);
-  plan.set_micro_batches(MB);
-  std::vector<std::vector<pipeline::StageOp>> orders;
-  for (int64_t s = 1; s <= S; ++s)
-    orders.push_back(pipeline::stageOrder(strategy, s, S, M, 1));
-  std::vector<std::vector<int64_t>> at = pipeline::timing(orders);
-  int64_t cycle = 0;
-  for (size_t s = 0; s < at.size(); ++s)
-    for (size_t i = 0; i < at[s].size(); ++i)
-      cycle = std::max(cycle, at[s][i] + (orders[s][i].kind == 'U' ? 0 : 1));
-  // 2bw's steady state: each step's program alternates M backwards and M
-  // forwards, one time step each.
-  // cdp-mp: CDP's cycle of 2L time steps, slots at CDP's offsets.
-  bool cdpSlots = traits.cyclic;
-  if (strategy == Strategy::TwoBW)
-    cycle = 2 * M;
-  if (cdpSlots)
-    cycle = 2 * S;
-  DevicePlacement layout = placeMicroBatches(cdpSlots, S, M, R, MB);
-  const auto &placement = layout.placement;
-  const std::vector<std::vector<int64_t>> &deviceAt = layout.deviceAt,
-                                          &runs = layout.runs;
-  int64_t mostReplicas = layout.mostReplicas, deviceCount = layout.deviceCount;
+  plan.set_strategy(program.getStrategy().str());
+  plan.set_micro_batches(tables.MB);
   plan::Schedule *schedule = plan.mutable_schedule();
   schedule->set_stages(S);
-  schedule->set_cycle(cycle);
+  schedule->set_cycle(tables.cycle);
+  schedule->set_rule(program.getRule().str());
   std::vector<int64_t> stageBytes(S, 0);
-  for (auto &[value, stage] : paramStage) {
-    const plan::Tensor &t = plan.tensors(ids.lookup(value));
+  for (auto place : program.getBody().getOps<sched::PlaceParamOp>()) {
+    int id = paramId.lookup(place.getParam());
+    plan::Tensor &t = *plan.mutable_tensors(id);
+    t.set_device(place.getStage() - 1);
     if (t.kind() == plan::PARAM && t.trainable())
-      stageBytes[stage - 1] += t.bytes();
+      stageBytes[place.getStage() - 1] += t.bytes();
+    if (!place.getReplicas().empty())
+      tables.tied.insert(id);
   }
   for (int64_t bytes : stageBytes)
     schedule->add_stage_param_bytes(bytes);
-  schedule->set_rule(traits.name);
   for (int64_t d = 0; d < deviceCount; ++d)
     schedule->add_offsets(0);
-  // cdp-mp: slot j starts at floor(2L·j / N); its F at stage s comes after
-  // the stage's update when 2s - 1 > s_{N-1} - s_j (CDP-v2's timing
-  // table). A fresh slot reads the new version: never under v1; under v2
-  // after the update (timing table) or where s >= L - j (code table, which
-  // cdp-compile lets through only where that is after the update too).
-  CyclicTable cdpTable{S, MB, options.cdpRule == "v2",
-                       options.v2Table == "code"};
-  if (cdpSlots) {
-    // The version table the run follows, as for cdp: slot j reads
-    // θ_{t - version_delay[j][s-1]} at stage s.
-    schedule->set_rule(options.cdpRule);
-    for (int64_t j = 0; j < MB; ++j) {
-      plan::Ints *delays = schedule->add_version_delay();
-      for (int64_t s = 1; s <= S; ++s)
-        delays->add_values(cdpTable.fresh(j, s) ? 0 : 1);
+  if (std::optional<ArrayAttr> delays = program.getVersionDelay())
+    for (Attribute row : *delays) {
+      plan::Ints *out = schedule->add_version_delay();
+      for (int64_t delay : cast<DenseI64ArrayAttr>(row).asArrayRef())
+        out->add_values(delay);
     }
-    for (int64_t s = 1; s <= S; ++s)
-      schedule->add_live_versions(2);
-    // A tied weight's replica can give a forward the owner's new version
-    // only after its own stage's update (see readsPrevious below).
-    for (auto &[value, stages] : replicas)
-      for (int64_t q : stages)
-        for (int64_t j = 0; j < MB; ++j)
-          if (cdpTable.fresh(j, paramStage.lookup(value)) &&
-              !cdpTable.afterUpdate(j, q))
-            return func.emitError("cdp-mp: micro-batch ")
-                   << j << " reads the new version of a weight tied across "
-                   << "stages " << paramStage.lookup(value) << " and " << q
-                   << " on the first before stage " << q
-                   << " can have it; use --cdp-rule v1 or cut elsewhere";
-  }
+  if (std::optional<ArrayRef<int64_t>> live = program.getLiveVersions())
+    for (int64_t versions : *live)
+      schedule->add_live_versions(versions);
+  addAccumulators(S, tables);
+  // 2bw and cdp-mp keep two versions of every trained parameter: the plan's
+  // tensor (the latest, updated in place) and its previous value, copied
+  // just before each update.
+  if (program.getWeightVersions() == 2)
+    for (auto place : program.getBody().getOps<sched::PlaceParamOp>()) {
+      int id = paramId.lookup(place.getParam());
+      if (plan.tensors(id).kind() != plan::PARAM)
+        continue;
+      plan::Tensor copy = plan.tensors(id);
+      copy.set_id(plan.tensors_size());
+      copy.set_name(copy.name() + "@previous");
+      copy.set_trainable(false);
+      copy.set_previous_version_of(id);
+      *plan.add_tensors() = copy;
+      tables.previousVersion[id] = copy.id();
+    }
+  tables.originalTensors = plan.tensors_size();
+  // Replicas: every stage's gradient sums arrive from the other replicas
+  // (one buffer per replica) and are added in replica order, so every
+  // replica applies the same update.
+  if (mostReplicas > 1)
+    for (const std::string &name : plan.gradients()) {
+      int own = tables.accumulator.lookup(name);
+      for (int64_t r = 0; r < mostReplicas; ++r) {
+        plan::Tensor t = plan.tensors(own);
+        t.set_id(plan.tensors_size());
+        t.set_name(name + "@replica" + std::to_string(r));
+        t.clear_device();
+        *plan.add_tensors() = t;
+        tables.incoming[name].push_back(t.id());
+      }
+      plan::Tensor sum = plan.tensors(own);
+      sum.set_id(plan.tensors_size());
+      sum.set_name(name + "@replicas");
+      *plan.add_tensors() = sum;
+      tables.replicaSum[name] = sum.id();
+    }
+  if (auto index = func->getAttrOfType<IntegerAttr>("cdp.loss_index"))
+    tables.lossResult = ids.lookup(
+        cast<func::ReturnOp>(body.getTerminator()).getOperand(index.getInt()));
+}
 
-  // Persistent accumulators: one per trained parameter, one for the loss.
-  llvm::StringMap<int> accumulator;
+/// Persistent accumulators: one per trained parameter (on its stage's
+/// device), one for the loss (on the last stage's).
+void Emitter::addAccumulators(int64_t S, PipelineTables &tables) {
   auto addAccumulator = [&](int like, const std::string &name, int device) {
     plan::Tensor t = plan.tensors(like);
     t.set_id(plan.tensors_size());
@@ -727,8 +630,8 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
     return t.id();
   };
   llvm::StringMap<int64_t> gradientStage;
-  body.walk([&](GradientOp gradient) {
-    gradientStage[gradient.getName()] = stageOf(gradient);
+  func.getBody().walk([&](GradientOp gradient) {
+    gradientStage[gradient.getName()] = stageOf(gradient, S);
   });
   plan.clear_applied_gradients();
   for (const std::string &name : plan.gradients()) {
@@ -736,441 +639,412 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
     for (const plan::Tensor &t : plan.tensors())
       if (t.kind() == plan::PARAM && t.name() == name)
         param = t.id();
-    accumulator[name] =
+    tables.accumulator[name] =
         addAccumulator(param, name, gradientStage.lookup(name) - 1);
-    plan.add_applied_gradients(accumulator[name]);
+    plan.add_applied_gradients(tables.accumulator[name]);
   }
-  int lossAccumulator = -1;
   if (plan.loss() >= 0) {
-    lossAccumulator = addAccumulator(plan.loss(), "loss", S - 1);
-    plan.set_loss(lossAccumulator);
+    tables.lossAccumulator = addAccumulator(plan.loss(), "loss", S - 1);
+    plan.set_loss(tables.lossAccumulator);
     plan.set_loss_device(S - 1);
   }
+}
 
-  // 2bw keeps two versions of every trained parameter: the plan's tensor
-  // (the latest, updated in place) and its previous value, copied just
-  // before each update (docs/strategies/2bw.md).
-  llvm::DenseMap<int, int> previousVersion;
-  if (twoVersions)
-    for (auto &[value, stage] : paramStage) {
-      int id = ids.lookup(value);
-      if (plan.tensors(id).kind() != plan::PARAM)
-        continue;
-      plan::Tensor copy = plan.tensors(id);
-      copy.set_id(plan.tensors_size());
-      copy.set_name(copy.name() + "@previous");
-      copy.set_trainable(false);
-      copy.set_previous_version_of(id);
-      *plan.add_tensors() = copy;
-      previousVersion[id] = copy.id();
+/// Stage s's stash layout with `slots` slots (see StashLayout): the
+/// transient tensors are packed after the slots by their live ranges over
+/// the stage's ops (forward then backward; values brought in live from
+/// their first reader), as cdp-plan-memory packs the one-micro-batch arena.
+StashLayout Emitter::layoutStash(int64_t s, int64_t slots,
+                                 const PipelineTables &tables) {
+  StashLayout layout;
+  const std::vector<Operation *> &forward = tables.forwardOps[s],
+                                 &backward = tables.backwardOps[s];
+  for (Operation *op : forward)
+    for (Value operand : op->getOperands()) {
+      Operation *producer = operand.getDefiningOp();
+      if (isa<BlockArgument>(operand) ||
+          (producer && !isa<ParamOp, ConstantOp>(producer) &&
+           stageOf(producer, tables.S) != s))
+        layout.broughtByForward.insert(ids.lookup(operand));
     }
-
-  int originalTensors = plan.tensors_size();
-  auto attr = [](plan::Instruction *instruction, const char *name,
-                 int64_t value) {
-    plan::Attribute *a = instruction->add_attributes();
-    a->set_name(name);
-    a->set_i(value);
+  llvm::DenseSet<int> readByBackward;
+  for (Operation *op : backward)
+    for (Value operand : op->getOperands())
+      readByBackward.insert(ids.lookup(operand));
+  auto isActivation = [&](int id) {
+    plan::TensorKind kind = plan.tensors(id).kind();
+    return kind == plan::ACTIVATION || kind == plan::INPUT;
   };
-  // A send or recv of tensor `id` with device `peer`; the tag names the
-  // value and the micro-batch relative to the running step.
-  auto message = [&](plan::Instruction *instruction, bool isSend, int id,
-                     int64_t peer, int value, int64_t microBatch,
-                     const std::string &location) {
-    instruction->set_op(isSend ? "send" : "recv");
-    instruction->set_phase("comm");
-    instruction->set_location(location);
-    if (isSend)
-      instruction->add_inputs(id);
-    else
-      instruction->add_outputs(id);
-    attr(instruction, "peer", peer);
-    attr(instruction, "value", value);
-    attr(instruction, "micro_batch", microBatch);
-    attr(instruction, "micro_batches", MB);
-    if (isSend)
-      attr(instruction, "cycle", cycle);
-    return instruction;
+  auto stash = [&](int id) {
+    if (!readByBackward.contains(id) || !isActivation(id) ||
+        !layout.stashOffset.try_emplace(id, layout.stashBytes).second)
+      return;
+    layout.stashBytes += alignToArena(plan.tensors(id).bytes());
   };
-  // Adds micro-batch `k`'s `input` into a step accumulator (1/`share`
-  // each: gradients average over all replicas' micro-batches, the loss
-  // over the replica's own).
-  auto accumulate = [&](plan::Instruction *instruction, int input, int output,
-                        const std::string &phase, const std::string &location,
-                        int64_t k, int64_t share) {
-    instruction->set_op("accumulate");
-    instruction->set_phase(phase);
-    instruction->set_location(location);
-    instruction->add_inputs(input);
-    instruction->add_outputs(output);
-    attr(instruction, "slots", share);
-    attr(instruction, "reset", k == 0);
-  };
-  // Replicas: every stage's gradient sums arrive from the other replicas
-  // (one buffer per replica) and are added in replica order, so every
-  // replica applies the same update.
-  llvm::StringMap<SmallVector<int>> incoming;
-  llvm::StringMap<int> replicaSum;
-  if (mostReplicas > 1)
-    for (const std::string &name : plan.gradients()) {
-      int own = accumulator.lookup(name);
-      for (int64_t r = 0; r < mostReplicas; ++r) {
-        plan::Tensor t = plan.tensors(own);
-        t.set_id(plan.tensors_size());
-        t.set_name(name + "@replica" + std::to_string(r));
-        t.clear_device();
-        *plan.add_tensors() = t;
-        incoming[name].push_back(t.id());
-      }
-      plan::Tensor sum = plan.tensors(own);
-      sum.set_id(plan.tensors_size());
-      sum.set_name(name + "@replicas");
-      *plan.add_tensors() = sum;
-      replicaSum[name] = sum.id();
+  for (Operation *op : forward)
+    for (Value result : op->getResults())
+      stash(ids.lookup(result));
+  for (int id : layout.broughtByForward)
+    stash(id);
+  llvm::DenseMap<int, size_t> rangeOf;
+  std::vector<int> rangeIds;
+  std::vector<LiveRange> ranges;
+  int64_t position = 0;
+  for (auto *ops : {&forward, &backward})
+    for (Operation *op : *ops) {
+      for (auto values :
+           {ValueRange(op->getOperands()), ValueRange(op->getResults())})
+        for (Value value : values) {
+          int id = ids.lookup(value);
+          if (!isActivation(id) || layout.stashOffset.count(id))
+            continue;
+          auto [it, added] = rangeOf.try_emplace(id, ranges.size());
+          if (added) {
+            rangeIds.push_back(id);
+            ranges.push_back({position, position, plan.tensors(id).bytes()});
+          }
+          ranges[it->second].end = position;
+        }
+      ++position;
     }
-  int lossResult = -1;
-  if (auto index = func->getAttrOfType<IntegerAttr>("cdp.loss_index"))
-    lossResult = ids.lookup(
-        cast<func::ReturnOp>(body.getTerminator()).getOperand(index.getInt()));
-  plan.clear_devices();
-  for (int64_t r = 0; r < mostReplicas; ++r)
-    for (int64_t s = 1; s <= S; ++s) {
-      int64_t replicasHere = placement[s].size();
-      if (r >= replicasHere)
-        continue;
-      // This device's micro-batches (k-th: mine[k]).
-      const std::vector<int64_t> &mine = placement[s][r];
-      int64_t count = mine.size();
-      plan::Device *device = plan.add_devices();
-      int64_t self = deviceAt[s][r];
-      // The device of stage q that holds the replica of a tied weight this
-      // one exchanges values with.
-      auto tiedPeer = [&](int64_t q) {
-        return deviceAt[q][r % deviceAt[q].size()];
-      };
-      device->set_index(self);
-      // Micro-batch k of a step uses slot k mod slots. gpipe and 1f1b
-      // flush every step: the formula's count. 2bw keeps w = d - s + 1 in
-      // flight, a backward possibly in the next step's program: the
-      // smallest divisor of M not below w, so that k mod slots names the
-      // same slot in every step and k + slots starts after k's backward.
-      // cdp-mp: one slot per micro-batch of the device.
-      int64_t slots = stashSlots(strategy, s, S, M);
-      if (cdpSlots)
-        slots = count;
-      // What the stage's forward brings in (loads, receives) stays in the
-      // micro-batch's slot for its backward.
-      std::set<int> broughtByForward;
-      for (Operation *op : forwardOps[s])
-        for (Value operand : op->getOperands()) {
-          Operation *producer = operand.getDefiningOp();
-          if (isa<BlockArgument>(operand) ||
-              (producer && !isa<ParamOp, ConstantOp>(producer) &&
-               stageOf(producer) != s))
-            broughtByForward.insert(ids.lookup(operand));
-        }
-      // Stashed: what the stage's forward makes or brings in and its
-      // backward reads. Those get a copy per stash slot, packed in the
-      // slot's part of the arena; everything else lives within one forward
-      // or backward and gets one copy per device, after the slots
-      // (forwards and backwards of one device never overlap).
-      llvm::DenseSet<int> readByBackward;
-      for (Operation *op : backwardOps[s])
-        for (Value operand : op->getOperands())
-          readByBackward.insert(ids.lookup(operand));
-      llvm::DenseMap<int, int64_t> stashOffset;
-      int64_t stashBytes = 0;
-      auto stash = [&](int id) {
-        const plan::Tensor &t = plan.tensors(id);
-        if (!readByBackward.contains(id) ||
-            (t.kind() != plan::ACTIVATION && t.kind() != plan::INPUT) ||
-            !stashOffset.try_emplace(id, stashBytes).second)
-          return;
-        stashBytes += alignToArena(t.bytes());
-      };
-      for (Operation *op : forwardOps[s])
-        for (Value result : op->getResults())
-          stash(ids.lookup(result));
-      for (int id : broughtByForward)
-        stash(id);
-      // The other tensors live within one forward or one backward: packed
-      // after the slots by their live ranges over the stage's ops (forward
-      // then backward; values brought in live from their first reader), as
-      // cdp-plan-memory packs the one-micro-batch arena.
-      llvm::DenseMap<int, size_t> rangeOf;
-      std::vector<int> rangeIds;
-      std::vector<LiveRange> ranges;
-      int64_t position = 0;
-      for (auto *ops : {&forwardOps[s], &backwardOps[s]})
-        for (Operation *op : *ops) {
-          for (auto values :
-               {ValueRange(op->getOperands()), ValueRange(op->getResults())})
-            for (Value value : values) {
-              int id = ids.lookup(value);
-              const plan::Tensor &t = plan.tensors(id);
-              if ((t.kind() != plan::ACTIVATION && t.kind() != plan::INPUT) ||
-                  stashOffset.count(id))
-                continue;
-              auto [it, added] = rangeOf.try_emplace(id, ranges.size());
-              if (added) {
-                rangeIds.push_back(id);
-                ranges.push_back({position, position, t.bytes()});
-              }
-              ranges[it->second].end = position;
-            }
-          ++position;
-        }
-      int64_t transientBytes = 0;
-      std::vector<int64_t> packed = packFirstFit(ranges, transientBytes);
-      llvm::DenseMap<int, int64_t> transientOffset;
-      for (size_t i = 0; i < ranges.size(); ++i)
-        transientOffset[rangeIds[i]] = packed[i];
-      int64_t transientBase = slots * stashBytes;
-      device->set_arena_bytes(transientBase + transientBytes);
-      // (slot, tensor) -> the slot's copy of a stashed tensor; (-1, tensor)
-      // the device's copy of any other.
-      std::unordered_map<int64_t, int> copies;
-      auto mapped = [&](int64_t slot, int id) {
-        if (id < 0 || id >= originalTensors)
-          return id;
-        const plan::Tensor &t = plan.tensors(id);
-        if (t.kind() != plan::ACTIVATION && t.kind() != plan::INPUT)
-          return id;
-        auto stashed = stashOffset.find(id);
-        if (stashed == stashOffset.end())
-          slot = -1;
-        int64_t key = ((slot + 1) << 32) | static_cast<uint32_t>(id);
-        auto it = copies.find(key);
-        if (it != copies.end())
-          return it->second;
-        // Elements of a repeated field keep their address when it grows.
-        int copyId = plan.tensors_size();
-        plan::Tensor &copy = *plan.add_tensors();
-        copy = t;
-        copy.set_id(copyId);
-        copy.set_kind(plan::ACTIVATION);
-        copy.set_offset(slot < 0 ? transientBase + transientOffset.lookup(id)
-                                 : slot * stashBytes + stashed->second);
-        copy.set_device(self);
-        copies.emplace(key, copyId);
-        return copyId;
-      };
+  std::vector<int64_t> packed = packFirstFit(ranges, layout.transientBytes);
+  for (size_t i = 0; i < ranges.size(); ++i)
+    layout.transientOffset[rangeIds[i]] = packed[i];
+  layout.transientBase = slots * layout.stashBytes;
+  return layout;
+}
 
-      // The device's program for one step (see stepProgram).
-      std::vector<ProgramEntry> entries =
-          cdpSlots      ? cyclicProgram(s, S, MB, mine, cdpTable)
-          : twoVersions ? twoBwProgram(s, S, M)
-                        : flushProgram(orders[s - 1], at[s - 1]);
+/// The copy of tensor `id` micro-batch slot `slot` uses on the device.
+int Emitter::mapped(DeviceLowering &lowering, int64_t slot, int id,
+                    const PipelineTables &tables) {
+  if (id < 0 || id >= tables.originalTensors)
+    return id;
+  const plan::Tensor &t = plan.tensors(id);
+  if (t.kind() != plan::ACTIVATION && t.kind() != plan::INPUT)
+    return id;
+  const StashLayout &layout = lowering.layout;
+  auto stashed = layout.stashOffset.find(id);
+  if (stashed == layout.stashOffset.end())
+    slot = -1;
+  int64_t key = ((slot + 1) << 32) | static_cast<uint32_t>(id);
+  auto it = lowering.copies.find(key);
+  if (it != lowering.copies.end())
+    return it->second;
+  // Elements of a repeated field keep their address when it grows.
+  int copyId = plan.tensors_size();
+  plan::Tensor &copy = *plan.add_tensors();
+  copy = t;
+  copy.set_id(copyId);
+  copy.set_kind(plan::ACTIVATION);
+  copy.set_offset(slot < 0
+                      ? layout.transientBase + layout.transientOffset.lookup(id)
+                      : slot * layout.stashBytes + stashed->second);
+  copy.set_device(lowering.self);
+  lowering.copies.emplace(key, copyId);
+  return copyId;
+}
 
-      // Tied weights replicated here: with one version, step t > 0 starts
-      // with the value the owner made at the end of step t - 1 (2bw and
-      // cdp-mp take it at their own update, below).
-      // cdp-mp: a micro-batch reads one version of a parameter on every
-      // stage that uses it, the one its slot reads on the owner stage (as
-      // under cdp, where the owner stage's update precedes every use). A
-      // replica here turns over at this stage's update, like the stage's
-      // own parameters: at a backward the latest is θ_t and the previous
-      // θ_{t-1}; at a forward the latest is θ_t only after the update.
-      auto readsPrevious = [&](const ProgramEntry &entry, int64_t slot,
-                               int id) {
-        auto owner = tiedOwner.find(id);
-        if (!cdpSlots || owner == tiedOwner.end())
-          return entry.readsPrevious;
-        bool stale = !cdpTable.fresh(slot, owner->second);
-        return entry.kind == 'F' ? stale && cdpTable.afterUpdate(slot, s)
-                                 : stale;
-      };
-      for (auto &[value, stages] : replicas) {
-        if (!stages.count(s) || twoVersions)
-          continue;
-        int id = ids.lookup(value);
-        plan::Instruction *recv = message(device->add_instructions(), false, id,
-                                          tiedPeer(paramStage.lookup(value)),
-                                          id, 0, plan.tensors(id).name());
-        recv->set_stage(s);
-        recv->set_min_step(1);
-        attr(recv, "step_offset", -1);
-      }
-      for (const ProgramEntry &entry : entries) {
-        int64_t k = entry.k, slot = k % slots;
-        // Over the step's micro-batches of all replicas, relative to the
-        // running step, as the send/recv tags and the loader count.
-        int64_t tagBatch = mine[k] + entry.stepRel * MB;
-        auto stamp = [&](plan::Instruction *instruction) {
-          instruction->set_stage(s);
-          instruction->set_micro_batch(k);
-          instruction->set_time_step(entry.time);
-          if (entry.stepRel < 0) {
-            // The previous step's work: nothing before step 1, and once more
-            // after the last step.
-            instruction->set_min_step(1);
-            instruction->set_drain(true);
-          }
-          return instruction;
-        };
-        auto version = [&](int id) {
-          auto it = previousVersion.find(id);
-          if (it == previousVersion.end())
-            return id;
-          return readsPrevious(entry, mine[k], id) ? it->second : id;
-        };
-        if (entry.kind == 'U') {
-          // 2bw and cdp-mp: a replicated tied weight turns over its versions
-          // where this stage would update it: the latest becomes the
-          // previous, and the owner's new value the latest. Both ends tag
-          // it with the step whose gradients made it: the two updates may
-          // fall in different steps' programs.
-          for (auto &[value, stages] : replicas) {
-            if (!twoVersions || !stages.count(s))
-              continue;
-            int param = ids.lookup(value);
-            plan::Instruction *keep = stamp(device->add_instructions());
-            keep->set_op("assign");
-            keep->set_phase("update");
-            keep->set_location(plan.tensors(param).name());
-            keep->add_inputs(previousVersion.lookup(param));
-            keep->add_inputs(param);
-            message(stamp(device->add_instructions()), false, param,
-                    tiedPeer(paramStage.lookup(value)), param,
-                    entry.stepRel * MB, plan.tensors(param).name());
-          }
-          for (UpdateOp update : updates.lookup(s)) {
-            int param = ids.lookup(update.getParam());
-            if (previousVersion.count(param)) {
-              plan::Instruction *keep = stamp(device->add_instructions());
-              keep->set_op("assign");
-              keep->set_phase("update");
-              keep->set_location(update.getName().str());
-              keep->add_inputs(previousVersion.lookup(param));
-              keep->add_inputs(param);
-            }
-            int gradient = accumulator.lookup(update.getName());
-            if (replicasHere > 1) {
-              // Exchange the step's gradient sums with the stage's other
-              // replicas, then add all of them in replica order.
-              const SmallVector<int> &parts = incoming[update.getName()];
-              for (int64_t other = 0; other < replicasHere; ++other)
-                if (other != r)
-                  message(stamp(device->add_instructions()), true, gradient,
-                          deviceAt[s][other], gradient, r,
-                          update.getName().str());
-              for (int64_t other = 0; other < replicasHere; ++other)
-                if (other != r)
-                  message(stamp(device->add_instructions()), false,
-                          parts[other], deviceAt[s][other], gradient, other,
-                          update.getName().str());
-              int sum = replicaSum.lookup(update.getName());
-              auto part = [&](int64_t q) {
-                return q == r ? gradient : parts[q];
-              };
-              for (int64_t q = 1; q < replicasHere; ++q) {
-                plan::Instruction *add = stamp(device->add_instructions());
-                add->set_op("add");
-                add->set_phase("update");
-                add->set_location(update.getName().str());
-                add->add_inputs(q == 1 ? part(0) : sum);
-                add->add_inputs(part(q));
-                add->add_outputs(sum);
-              }
-              gradient = sum;
-            }
-            if (failed(addInstruction(update, *device, false)))
-              return failure();
-            plan::Instruction *instruction = stamp(
-                device->mutable_instructions(device->instructions_size() - 1));
-            instruction->set_inputs(1, gradient);
-            instruction->set_phase("update");
-            auto tied = replicas.find(update.getParam());
-            if (tied == replicas.end())
-              continue;
-            // To every replica of the tied stages that takes its value
-            // from this device (see tiedPeer).
-            for (int64_t q : tied->second)
-              for (size_t other = 0; other < deviceAt[q].size(); ++other)
-                if (static_cast<int64_t>(other % replicasHere) == r)
-                  message(stamp(device->add_instructions()), true, param,
-                          deviceAt[q][other], param, entry.stepRel * MB,
-                          update.getName().str());
-          }
-          continue;
-        }
-        bool forward = entry.kind == 'F';
-        std::set<int> arrived, sent;
-        for (Operation *op : forward ? forwardOps[s] : backwardOps[s]) {
-          // Bring in what this micro-batch's op reads from elsewhere.
-          for (Value operand : op->getOperands()) {
-            int id = ids.lookup(operand);
-            if (arrived.count(id) || (!forward && broughtByForward.count(id)))
-              continue;
-            if (isa<BlockArgument>(operand)) {
-              plan::Instruction *load = stamp(device->add_instructions());
-              load->set_op("load");
-              load->set_phase(forward ? "forward" : "backward");
-              load->set_location(plan.tensors(id).name());
-              load->add_outputs(mapped(slot, id));
-              attr(load, "input", id);
-              attr(load, "micro_batch", tagBatch);
-              arrived.insert(id);
-              continue;
-            }
-            Operation *producer = operand.getDefiningOp();
-            if (!producer || isa<ParamOp, ConstantOp>(producer) ||
-                stageOf(producer) == s)
-              continue;
-            message(stamp(device->add_instructions()), false, mapped(slot, id),
-                    runs[stageOf(producer)][mine[k]], id, tagBatch,
-                    locationOf(producer));
-            arrived.insert(id);
-          }
-          if (failed(addInstruction(op, *device, false)))
-            return failure();
-          plan::Instruction *instruction = stamp(
-              device->mutable_instructions(device->instructions_size() - 1));
-          for (int &input : *instruction->mutable_inputs())
-            input = version(mapped(slot, input));
-          for (int &output : *instruction->mutable_outputs())
-            output = mapped(slot, output);
-          if (auto gradient = dyn_cast<GradientOp>(op))
-            accumulate(stamp(device->add_instructions()),
-                       mapped(slot, ids.lookup(gradient.getGrad())),
-                       accumulator.lookup(gradient.getName()), "backward",
-                       gradient.getName().str(), k, MB);
-          // Send what other stages read of this micro-batch's results.
-          for (Value result : op->getResults()) {
-            int id = ids.lookup(result);
-            if (lossAccumulator >= 0 && id == lossResult)
-              accumulate(stamp(device->add_instructions()), mapped(slot, id),
-                         lossAccumulator, "forward", "loss", k, count);
-            std::set<int64_t> readers;
-            for (Operation *user : result.getUsers())
-              if (!isa<func::ReturnOp>(user) && stageOf(user) != s)
-                readers.insert(stageOf(user));
-            if (!readers.empty() && plan.tensors(id).dtype() == plan::BOOL)
-              return op->emitOpError(
-                  "sends a boolean tensor across a stage cut, "
-                  "which pipelines do not support yet "
-                  "(cut elsewhere with --stage-boundaries)");
-            for (int64_t q : readers) {
-              if (!sent.insert(q * (1 << 24) + id).second)
-                continue;
-              message(stamp(device->add_instructions()), true, mapped(slot, id),
-                      runs[q][mine[k]], id, tagBatch, locationOf(op));
-            }
-          }
-        }
-      }
-    }
-  // The training programs name copies only. The one-micro-batch tensors
-  // themselves serve device 0's evaluation stream (after training), in its
-  // arena's first arenaBytes.
-  for (int id = 0; id < originalTensors; ++id) {
-    plan::Tensor &t = *plan.mutable_tensors(id);
-    if ((t.kind() == plan::ACTIVATION || t.kind() == plan::INPUT) &&
-        !t.has_device())
-      t.set_device(0);
+namespace {
+
+void setIntAttr(plan::Instruction *instruction, const char *name,
+                int64_t value) {
+  plan::Attribute *a = instruction->add_attributes();
+  a->set_name(name);
+  a->set_i(value);
+}
+
+/// Adds micro-batch `k`'s `input` into a step accumulator (1/`share`
+/// each: gradients average over all replicas' micro-batches, the loss over
+/// the replica's own).
+void accumulate(plan::Instruction *instruction, int input, int output,
+                const std::string &phase, const std::string &location,
+                int64_t k, int64_t share) {
+  instruction->set_op("accumulate");
+  instruction->set_phase(phase);
+  instruction->set_location(location);
+  instruction->add_inputs(input);
+  instruction->add_outputs(output);
+  setIntAttr(instruction, "slots", share);
+  setIntAttr(instruction, "reset", k == 0);
+}
+
+/// The step the work of a program op belongs to: the previous step's runs
+/// from step 1 on, and once more after the last step.
+template <typename StepOp>
+plan::Instruction *stamp(plan::Instruction *instruction, int64_t stage,
+                         StepOp op) {
+  instruction->set_stage(stage);
+  instruction->set_micro_batch(op.getMicroBatch());
+  instruction->set_time_step(op.getTimeStep());
+  if (op.getStep() < 0) {
+    instruction->set_min_step(1);
+    instruction->set_drain(true);
   }
-  plan::Device &first = *plan.mutable_devices(0);
-  first.set_arena_bytes(std::max(first.arena_bytes(), arenaBytes));
+  return instruction;
+}
+
+} // namespace
+
+/// A send or recv of tensor `id` with device `peer`; the tag names the
+/// value and the micro-batch relative to the running step.
+plan::Instruction *Emitter::message(plan::Instruction *instruction, bool isSend,
+                                    int id, int64_t peer, int value,
+                                    int64_t microBatch,
+                                    const std::string &location,
+                                    const PipelineTables &tables) {
+  instruction->set_op(isSend ? "send" : "recv");
+  instruction->set_phase("comm");
+  instruction->set_location(location);
+  if (isSend)
+    instruction->add_inputs(id);
+  else
+    instruction->add_outputs(id);
+  setIntAttr(instruction, "peer", peer);
+  setIntAttr(instruction, "value", value);
+  setIntAttr(instruction, "micro_batch", microBatch);
+  setIntAttr(instruction, "micro_batches", tables.MB);
+  if (isSend)
+    setIntAttr(instruction, "cycle", tables.cycle);
+  return instruction;
+}
+
+LogicalResult Emitter::lowerStageDevice(sched::StageDeviceOp op,
+                                        const PipelineTables &tables) {
+  DeviceLowering lowering;
+  lowering.op = op;
+  lowering.self = op.getIndex();
+  lowering.s = op.getStage();
+  lowering.mine = op.getMicroBatches();
+  lowering.layout = layoutStash(lowering.s, op.getSlots(), tables);
+  plan::Device *device = lowering.device = plan.add_devices();
+  device->set_index(lowering.self);
+  // Forwards and backwards of one device never overlap: the transient
+  // tensors share one region after the slots.
+  device->set_arena_bytes(lowering.layout.transientBase +
+                          lowering.layout.transientBytes);
+  for (Operation &step : op.getBody().front()) {
+    LogicalResult lowered =
+        llvm::TypeSwitch<Operation *, LogicalResult>(&step)
+            .Case([&](sched::ComputeOp compute) {
+              return lowerCompute(lowering, compute, tables);
+            })
+            .Case([&](sched::ParamRefreshOp refresh) {
+              int id = tables.paramId.lookup(refresh.getParam());
+              plan::Instruction *recv = message(
+                  device->add_instructions(), false, id, refresh.getFrom(), id,
+                  0, plan.tensors(id).name(), tables);
+              recv->set_stage(lowering.s);
+              recv->set_min_step(1);
+              setIntAttr(recv, "step_offset", -1);
+              return success();
+            })
+            .Default([&](Operation *update) {
+              return lowerUpdateStep(lowering, update, tables);
+            });
+    if (failed(lowered))
+      return failure();
+  }
+  return success();
+}
+
+/// The update-time ops of a device's program: versions kept, tied weights
+/// received and sent, replicas' gradients exchanged, updates applied.
+LogicalResult Emitter::lowerUpdateStep(DeviceLowering &lowering, Operation *op,
+                                       const PipelineTables &tables) {
+  plan::Device *device = lowering.device;
+  int64_t s = lowering.s;
+  auto add = [&](auto stepOp) {
+    return stamp(device->add_instructions(), s, stepOp);
+  };
+  auto relative = [&](auto stepOp) { return stepOp.getStep() * tables.MB; };
+  if (auto keep = dyn_cast<sched::KeepPreviousOp>(op)) {
+    int param = tables.paramId.lookup(keep.getParam());
+    plan::Instruction *assign = add(keep);
+    assign->set_op("assign");
+    assign->set_phase("update");
+    assign->set_location(keep.getParam().str());
+    assign->add_inputs(tables.previousVersion.lookup(param));
+    assign->add_inputs(param);
+    return success();
+  }
+  if (auto recv = dyn_cast<sched::ParamRecvOp>(op)) {
+    int param = tables.paramId.lookup(recv.getParam());
+    message(add(recv), false, param, recv.getFrom(), param, relative(recv),
+            recv.getParam().str(), tables);
+    return success();
+  }
+  if (auto send = dyn_cast<sched::ParamSendOp>(op)) {
+    int param = tables.paramId.lookup(send.getParam());
+    message(add(send), true, param, send.getTo(), param, relative(send),
+            send.getParam().str(), tables);
+    return success();
+  }
+  if (auto exchange = dyn_cast<sched::ExchangeGradientsOp>(op)) {
+    lowerExchange(lowering, exchange, tables);
+    return success();
+  }
+  auto apply = dyn_cast<sched::ApplyUpdateOp>(op);
+  if (!apply)
+    return op->emitOpError("has no lowering to a pipeline plan");
+  UpdateOp update = tables.updateOf.lookup(apply.getParam());
+  if (!update)
+    return apply.emitOpError("names a parameter no cdp.update updates");
+  if (failed(addInstruction(update, *device, false)))
+    return failure();
+  plan::Instruction *instruction = stamp(
+      device->mutable_instructions(device->instructions_size() - 1), s, apply);
+  instruction->set_inputs(1, lowering.exchanged.contains(apply.getParam())
+                                 ? tables.replicaSum.lookup(apply.getParam())
+                                 : tables.accumulator.lookup(apply.getParam()));
+  instruction->set_phase("update");
+  return success();
+}
+
+/// Sends the step's gradient sum to the stage's other replicas, receives
+/// theirs, and adds all of them in replica order.
+void Emitter::lowerExchange(DeviceLowering &lowering,
+                            sched::ExchangeGradientsOp exchange,
+                            const PipelineTables &tables) {
+  plan::Device *device = lowering.device;
+  std::string name = exchange.getParam().str();
+  auto add = [&]() {
+    return stamp(device->add_instructions(), lowering.s, exchange);
+  };
+  int gradient = tables.accumulator.lookup(name);
+  ArrayRef<int64_t> peers = exchange.getPeers();
+  int64_t r = exchange.getReplica(), replicas = peers.size();
+  const SmallVector<int> &parts = tables.incoming.find(name)->second;
+  for (int64_t other = 0; other < replicas; ++other)
+    if (other != r)
+      message(add(), true, gradient, peers[other], gradient, r, name, tables);
+  for (int64_t other = 0; other < replicas; ++other)
+    if (other != r)
+      message(add(), false, parts[other], peers[other], gradient, other, name,
+              tables);
+  int sum = tables.replicaSum.lookup(name);
+  auto part = [&](int64_t q) { return q == r ? gradient : parts[q]; };
+  for (int64_t q = 1; q < replicas; ++q) {
+    plan::Instruction *instruction = add();
+    instruction->set_op("add");
+    instruction->set_phase("update");
+    instruction->set_location(name);
+    instruction->add_inputs(q == 1 ? part(0) : sum);
+    instruction->add_inputs(part(q));
+    instruction->add_outputs(sum);
+  }
+  lowering.exchanged.insert(name);
+}
+
+/// A stage's forward or backward for one micro-batch: every op of the
+/// stage, each preceded by the loads and receives of what it reads from
+/// elsewhere and followed by the sends other stages read and the
+/// accumulation of gradients and loss.
+LogicalResult Emitter::lowerCompute(DeviceLowering &lowering,
+                                    sched::ComputeOp compute,
+                                    const PipelineTables &tables) {
+  plan::Device *device = lowering.device;
+  int64_t s = lowering.s, k = compute.getMicroBatch(), slot = compute.getSlot(),
+          j = lowering.mine[k];
+  // Over the step's micro-batches of all replicas, relative to the running
+  // step, as the send/recv tags and the loader count.
+  int64_t tagBatch = j + compute.getStep() * tables.MB;
+  auto add = [&]() { return stamp(device->add_instructions(), s, compute); };
+  auto copyOf = [&](int id) { return mapped(lowering, slot, id, tables); };
+  // A tied weight reads what tied_previous says, when it is given; every
+  // other parameter the run's version.
+  std::optional<ArrayAttr> tiedPrevious = compute.getTiedPrevious();
+  bool previous = compute.getVersion() == sched::Version::Previous;
+  auto version = [&](int id) {
+    auto it = tables.previousVersion.find(id);
+    if (it == tables.previousVersion.end())
+      return id;
+    bool readsPrevious = previous;
+    if (tiedPrevious && tables.tied.contains(id))
+      readsPrevious = llvm::is_contained(
+          tiedPrevious->getAsValueRange<StringAttr>(), plan.tensors(id).name());
+    return readsPrevious ? it->second : id;
+  };
+  bool forward = compute.getKind() == sched::WorkKind::Forward;
+  std::set<int> arrived, sent;
+  for (Operation *op : forward ? tables.forwardOps[s] : tables.backwardOps[s]) {
+    // Bring in what this micro-batch's op reads from elsewhere.
+    for (Value operand : op->getOperands()) {
+      int id = ids.lookup(operand);
+      if (arrived.count(id) ||
+          (!forward && lowering.layout.broughtByForward.count(id)))
+        continue;
+      if (isa<BlockArgument>(operand)) {
+        plan::Instruction *load = add();
+        load->set_op("load");
+        load->set_phase(forward ? "forward" : "backward");
+        load->set_location(plan.tensors(id).name());
+        load->add_outputs(copyOf(id));
+        setIntAttr(load, "input", id);
+        setIntAttr(load, "micro_batch", tagBatch);
+        arrived.insert(id);
+        continue;
+      }
+      Operation *producer = operand.getDefiningOp();
+      if (!producer || isa<ParamOp, ConstantOp>(producer) ||
+          stageOf(producer, tables.S) == s)
+        continue;
+      message(add(), false, copyOf(id),
+              tables.runs[stageOf(producer, tables.S)][j], id, tagBatch,
+              locationOf(producer), tables);
+      arrived.insert(id);
+    }
+    if (failed(addInstruction(op, *device, false)))
+      return failure();
+    plan::Instruction *instruction =
+        stamp(device->mutable_instructions(device->instructions_size() - 1), s,
+              compute);
+    for (int &input : *instruction->mutable_inputs())
+      input = version(copyOf(input));
+    for (int &output : *instruction->mutable_outputs())
+      output = copyOf(output);
+    if (auto gradient = dyn_cast<GradientOp>(op))
+      accumulate(add(), copyOf(ids.lookup(gradient.getGrad())),
+                 tables.accumulator.lookup(gradient.getName()), "backward",
+                 gradient.getName().str(), k, tables.MB);
+    if (failed(sendResults(lowering, compute, op, tagBatch, sent, tables)))
+      return failure();
+  }
+  return success();
+}
+
+/// After `op` ran for a micro-batch: the loss into its accumulator, and a
+/// send of every result another stage reads, once per reading stage.
+LogicalResult Emitter::sendResults(DeviceLowering &lowering,
+                                   sched::ComputeOp compute, Operation *op,
+                                   int64_t tagBatch, std::set<int> &sent,
+                                   const PipelineTables &tables) {
+  int64_t s = lowering.s, k = compute.getMicroBatch();
+  auto add = [&]() {
+    return stamp(lowering.device->add_instructions(), s, compute);
+  };
+  auto copyOf = [&](int id) {
+    return mapped(lowering, compute.getSlot(), id, tables);
+  };
+  for (Value result : op->getResults()) {
+    int id = ids.lookup(result);
+    if (tables.lossAccumulator >= 0 && id == tables.lossResult)
+      accumulate(add(), copyOf(id), tables.lossAccumulator, "forward", "loss",
+                 k, lowering.mine.size());
+    std::set<int64_t> readers;
+    for (Operation *user : result.getUsers())
+      if (!isa<func::ReturnOp>(user) && stageOf(user, tables.S) != s)
+        readers.insert(stageOf(user, tables.S));
+    if (!readers.empty() && plan.tensors(id).dtype() == plan::BOOL)
+      return op->emitOpError("sends a boolean tensor across a stage cut, "
+                             "which pipelines do not support yet "
+                             "(cut elsewhere with --stage-boundaries)");
+    for (int64_t q : readers) {
+      if (!sent.insert(q * (1 << 24) + id).second)
+        continue;
+      message(add(), true, copyOf(id), tables.runs[q][lowering.mine[k]], id,
+              tagBatch, locationOf(op), tables);
+    }
+  }
   return success();
 }
 

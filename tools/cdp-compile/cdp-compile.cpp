@@ -534,10 +534,10 @@ void checkStrategyFlags(Settings &settings) {
   if (settings.pipelined() && settings.stageCount == 0 &&
       stageBoundaries.empty())
     settings.stageCount = 4;
-  if (emit == "sched-mlir" && !settings.dataParallel() && !traits.replicable)
-    die("--emit=sched-mlir writes the dp, cdp, gpipe, 1f1b and 2bw schedules; "
-        "not yet --strategy " +
-        strategy + " (--emit=plan-text shows its streams)");
+  if (emit == "sched-mlir" && !settings.dataParallel() && !settings.pipelined())
+    die("--emit=sched-mlir writes the schedules of dp, cdp and the pipelines; "
+        "--strategy " +
+        strategy + " has none (--emit=plan-text shows its stream)");
   if (planMode != "auto" && planMode != "manual")
     die("--plan must be auto or manual, got '" + planMode + "'");
   settings.replicaCount =
@@ -794,8 +794,20 @@ void addSchedulePasses(mlir::PassManager &pm, const Settings &settings) {
       materialize.steps = settings.reportStepCount;
       pm.addPass(cdp::createMaterializeSchedule(materialize));
     }
-  } else if (settings.pipelined() && emit == "sched-mlir") {
-    // gpipe, 1f1b and 2bw: one replica's stage programs.
+    return;
+  }
+  if (!settings.pipelined())
+    return;
+  // The step programs the plan emitter lowers.
+  cdp::SchedulePipelineOptions stepOptions;
+  stepOptions.strategy = strategy;
+  stepOptions.microBatches = settings.microBatchCount;
+  stepOptions.replicas = settings.replicaCount;
+  stepOptions.cdpRule = cdpRule;
+  stepOptions.v2Table = v2Table;
+  pm.addPass(cdp::createSchedulePipeline(stepOptions));
+  if (emit == "sched-mlir" && traitsOf(settings.kind).replicable) {
+    // gpipe, 1f1b and 2bw: one replica's stage timeline over the steps.
     cdp::BuildPipelineOptions pipelineOptions;
     pipelineOptions.strategy = strategy;
     pipelineOptions.stages = settings.flagStages();
@@ -846,9 +858,6 @@ cdp::EmitOptions emitOptionsFor(const Settings &settings) {
   emitOptions.strategy = settings.kind;
   emitOptions.microBatches =
       settings.dataParallel() ? 1 : settings.microBatchCount;
-  emitOptions.replicas = settings.replicaCount;
-  emitOptions.cdpRule = cdpRule;
-  emitOptions.v2Table = v2Table;
   emitOptions.inference = inference;
   emitOptions.optimizer = inference ? std::string() : optimizer.getValue();
   emitOptions.sourceName = llvm::sys::path::filename(inputPath).str();
@@ -1106,10 +1115,11 @@ void printSchedules(mlir::ModuleOp module) {
   auto output = mlir::openOutputFile(outputPath, &errorMessage);
   if (!output)
     die(outputPath + ": " + errorMessage);
-  module->walk([&](cdp::sched::ProgramOp program) {
-    program->print(output->os());
-    output->os() << "\n";
-  });
+  for (mlir::Operation &op : module.getBody()->getOperations())
+    if (mlir::isa<cdp::sched::ProgramOp, cdp::sched::StepProgramOp>(op)) {
+      op.print(output->os());
+      output->os() << "\n";
+    }
   output->keep();
 }
 

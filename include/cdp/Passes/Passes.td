@@ -235,6 +235,45 @@ def MaterializeSchedule : Pass<"cdp-materialize-schedule", "mlir::ModuleOp"> {
   let dependentDialects = ["cdp::sched::SchedDialect"];
 }
 
+def SchedulePipeline : Pass<"cdp-schedule-pipeline", "mlir::ModuleOp"> {
+  let summary = "Places a pipeline's parameters and micro-batches and writes each device's step program";
+  let description = [{
+    For gpipe, 1f1b, 2bw and cdp-mp, after cdp-insert-optimizer: appends a
+    `sched.step_program` holding every decision the plan emitter lowers.
+    Parameters live on the stage that updates them; a tied weight read by
+    other stages gets replicas there (`sched.place_param`). Devices are
+    numbered replica-major, one per stage and replica (cdp-mp: as many per
+    stage as CDP's slots need, found by edge colouring), each with its
+    micro-batches and stash slots (`sched.stage_device`). Each device's body
+    is the step's program: `sched.compute` (forward or backward of a
+    micro-batch, its slot, time step, the step it belongs to and the weight
+    version it reads), and at the update `sched.keep_previous`,
+    `sched.exchange_gradients` (replicas), `sched.apply_update` and the
+    tied-weight messages `sched.param_send`, `sched.param_recv` and
+    `sched.param_refresh`.
+
+    ```mlir
+    sched.step_program attributes {cycle = 8 : i64, micro_batches = 4 : i64, rule = "1-stale", stages = 2 : i64, strategy = "2bw", weight_versions = 2 : i64} {
+      sched.stage_device attributes {index = 0 : i64, micro_batches = array<i64: 0, 1, 2, 3>, replica = 0 : i64, slots = 2 : i64, stage = 1 : i64} {
+        sched.compute {kind = #sched.work<backward>, micro_batch = 2 : i64, slot = 0 : i64, step = -1 : i64, time_step = 0 : i64, version = #sched.version<previous>}
+        ...
+    ```
+  }];
+  let options = [
+    Option<"strategy", "strategy", "std::string", "\"gpipe\"",
+           "gpipe, 1f1b, 2bw or cdp-mp">,
+    Option<"microBatches", "micro-batches", "int64_t", "1",
+           "Micro-batches per step and replica">,
+    Option<"replicas", "replicas", "int64_t", "1",
+           "Data-parallel copies of the pipeline (not cdp-mp)">,
+    Option<"cdpRule", "cdp-rule", "std::string", "\"v1\"",
+           "cdp-mp: the CDP rule, v1 or v2">,
+    Option<"v2Table", "v2-table", "std::string", "\"timing\"",
+           "cdp-mp under v2: the freshness table, timing or code">,
+  ];
+  let dependentDialects = ["cdp::sched::SchedDialect"];
+}
+
 def BuildPipeline : Pass<"cdp-build-pipeline", "mlir::ModuleOp"> {
   let summary = "Writes a pipeline schedule (gpipe, 1f1b, 2bw) as sched streams";
   let description = [{

@@ -9,6 +9,8 @@
 #ifndef CDP_DIALECT_SCHED_SCHEDOPS_TD
 #define CDP_DIALECT_SCHED_SCHEDOPS_TD
 
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/EnumAttr.td"
 include "mlir/IR/OpBase.td"
 
 def Sched_Dialect : Dialect {
@@ -27,6 +29,31 @@ def Sched_Dialect : Dialect {
   }];
   let cppNamespace = "::cdp::sched";
   let usePropertiesForAttributes = 0;
+  let useDefaultAttributePrinterParser = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Kinds, as enums: a misspelt kind is a parse error, not a silent no-op.
+//===----------------------------------------------------------------------===//
+
+def Sched_WorkKind : I32EnumAttr<"WorkKind", "what a stage runs for a micro-batch", [
+    I32EnumAttrCase<"Forward", 0, "forward">,
+    I32EnumAttrCase<"Backward", 1, "backward">]> {
+  let cppNamespace = "::cdp::sched";
+  let genSpecializedAttr = 0;
+}
+def Sched_WorkKindAttr : EnumAttr<Sched_Dialect, Sched_WorkKind, "work"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
+def Sched_Version : I32EnumAttr<"Version", "which weight version a run reads", [
+    I32EnumAttrCase<"Latest", 0, "latest">,
+    I32EnumAttrCase<"Previous", 1, "previous">]> {
+  let cppNamespace = "::cdp::sched";
+  let genSpecializedAttr = 0;
+}
+def Sched_VersionAttr : EnumAttr<Sched_Dialect, Sched_Version, "version"> {
+  let assemblyFormat = "`<` $value `>`";
 }
 
 class Sched_Op<string mnemonic, list<Trait> traits = []>
@@ -94,6 +121,145 @@ def Sched_RecvOp : Sched_Op<"recv", [HasParent<"DeviceOp">]> {
   let summary = "receive an activation or gradient from a device";
   let arguments = (ins I64Attr:$from, StrAttr:$kind, I64Attr:$slot,
                        I64Attr:$step, I64Attr:$at);
+}
+
+// Counts and indices, read as int64_t (ODS's I64Attr reads uint64_t, which
+// turns a step of -1 into a huge number).
+def Sched_Int : SignlessIntegerAttrBase<I64, "64-bit integer attribute"> {
+  let returnType = "int64_t";
+  let convertFromStorage = "$_self.getValue().getSExtValue()";
+}
+
+//===----------------------------------------------------------------------===//
+// The step program: what every device runs in each training step of a
+// pipeline (gpipe, 1f1b, 2bw, cdp-mp), the form the plan emitter lowers.
+//===----------------------------------------------------------------------===//
+
+def Sched_StepProgramOp : Sched_Op<"step_program", [NoTerminator, SingleBlock]> {
+  let summary = "the per-step programs of a pipeline, one sched.stage_device per device";
+  let description = [{
+    Holds every decision of a pipeline schedule: parameter placement
+    (`sched.place_param`), which device runs which stage and micro-batches
+    (`sched.stage_device`) and, per device, the ordered program one training
+    step repeats. `micro_batches` counts a step's micro-batches over all
+    replicas; `cycle` is the step's length in time steps; `weight_versions`
+    is 2 where runs may read the previous version (2bw, cdp-mp);
+    `version_delay` (cdp-mp) gives, per micro-batch and stage, how many
+    versions behind it reads; `live_versions` the versions each stage holds.
+  }];
+  let arguments = (ins StrAttr:$strategy, Sched_Int:$stages,
+                       Sched_Int:$micro_batches, Sched_Int:$cycle,
+                       Sched_Int:$weight_versions, StrAttr:$rule,
+                       OptionalAttr<ArrayAttr>:$version_delay,
+                       OptionalAttr<DenseI64ArrayAttr>:$live_versions);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "attr-dict-with-keyword $body";
+  let hasVerifier = 1;
+}
+
+def Sched_PlaceParamOp : Sched_Op<"place_param", [HasParent<"StepProgramOp">]> {
+  let summary = "a parameter lives on `stage`; tied copies on `replicas`";
+  let description = [{
+    The owner stage updates the parameter. A trained parameter that other
+    stages read too (a tied weight) has a replica on each of `replicas`:
+    their gradient contributions travel to the owner like any value across
+    a cut, and the owner sends the updated value back (`sched.param_send`).
+  }];
+  let arguments = (ins StrAttr:$param, Sched_Int:$stage,
+                       DenseI64ArrayAttr:$replicas);
+}
+
+def Sched_StageDeviceOp : Sched_Op<"stage_device", [NoTerminator, SingleBlock,
+                                                   HasParent<"StepProgramOp">]> {
+  let summary = "one device: its stage, replica, micro-batches, stash slots and program";
+  let description = [{
+    Device `index` runs stage `stage` for the micro-batches `micro_batches`
+    of each step (numbered over all replicas; the device's k-th is
+    `micro_batches[k]`), keeping `slots` micro-batches' stashed activations.
+    Its body is the step's program in order.
+  }];
+  let arguments = (ins Sched_Int:$index, Sched_Int:$stage, Sched_Int:$replica,
+                       DenseI64ArrayAttr:$micro_batches, Sched_Int:$slots);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "attr-dict-with-keyword $body";
+  let hasVerifier = 1;
+}
+
+class Sched_StepOp<string mnemonic, list<Trait> traits = []>
+    : Sched_Op<mnemonic, !listconcat(traits, [HasParent<"StageDeviceOp">])> {
+  // `step` is 0 for the running step's work and -1 for the previous
+  // step's (skipped in step 0, run once more after the last step);
+  // `time_step` is the time step within the step's program; `micro_batch`
+  // the device's micro-batch (k) the op runs for or, at an update, follows.
+}
+
+def Sched_ComputeOp : Sched_StepOp<"compute"> {
+  let summary = "the stage's forward or backward for the device's k-th micro-batch";
+  let description = [{
+    Runs every op of the stage's forward (or backward) for micro-batch
+    `micro_batch` (k, into the device's `micro_batches`) in stash slot
+    `slot`, reading weight version `version`; a tied weight named in
+    `tied_previous` is read at its previous version. Values read across a
+    cut arrive from the device that runs the producer's stage for the same
+    micro-batch; graph inputs are loaded.
+  }];
+  let arguments = (ins Sched_WorkKindAttr:$kind, Sched_Int:$micro_batch,
+                       Sched_Int:$slot, Sched_Int:$time_step, Sched_Int:$step,
+                       Sched_VersionAttr:$version,
+                       OptionalAttr<StrArrayAttr>:$tied_previous);
+  let hasVerifier = 1;
+}
+
+def Sched_KeepPreviousOp : Sched_StepOp<"keep_previous"> {
+  let summary = "copy the latest version of `param` into its previous version";
+  let arguments = (ins StrAttr:$param, Sched_Int:$micro_batch,
+                       Sched_Int:$time_step, Sched_Int:$step);
+  let hasVerifier = 1;
+}
+
+def Sched_ExchangeGradientsOp : Sched_StepOp<"exchange_gradients"> {
+  let summary = "sum `param`'s step gradient over the stage's replicas";
+  let description = [{
+    Sends this device's gradient sum to every other device of `peers` (the
+    stage's devices by replica; this one is `peers[replica]`), receives
+    theirs, and adds all of them in replica order, so every replica applies
+    the same update.
+  }];
+  let arguments = (ins StrAttr:$param, DenseI64ArrayAttr:$peers,
+                       Sched_Int:$replica, Sched_Int:$micro_batch,
+                       Sched_Int:$time_step, Sched_Int:$step);
+  let hasVerifier = 1;
+}
+
+def Sched_ApplyUpdateOp : Sched_StepOp<"apply_update"> {
+  let summary = "the optimizer update of `param` from the step's gradient";
+  let arguments = (ins StrAttr:$param, Sched_Int:$micro_batch,
+                       Sched_Int:$time_step, Sched_Int:$step);
+  let hasVerifier = 1;
+}
+
+def Sched_ParamSendOp : Sched_StepOp<"param_send"> {
+  let summary = "send `param`'s new value to the device `to` holding a replica";
+  let arguments = (ins StrAttr:$param, Sched_Int:$to, Sched_Int:$micro_batch,
+                       Sched_Int:$time_step, Sched_Int:$step);
+  let hasVerifier = 1;
+}
+
+def Sched_ParamRecvOp : Sched_StepOp<"param_recv"> {
+  let summary = "take a tied weight's new value from its owner device `from`";
+  let arguments = (ins StrAttr:$param, Sched_Int:$from, Sched_Int:$micro_batch,
+                       Sched_Int:$time_step, Sched_Int:$step);
+  let hasVerifier = 1;
+}
+
+def Sched_ParamRefreshOp : Sched_Op<"param_refresh",
+                                    [HasParent<"StageDeviceOp">]> {
+  let summary = "at the start of step t > 0, a tied weight's value from step t - 1";
+  let description = [{
+    With one weight version, a replica starts every step after the first
+    with the value its owner made at the end of the previous step.
+  }];
+  let arguments = (ins StrAttr:$param, Sched_Int:$from);
 }
 
 #endif // CDP_DIALECT_SCHED_SCHEDOPS_TD

@@ -1,0 +1,509 @@
+//===- SchedulePipeline.cpp - every pipeline decision as a step program ---===//
+//
+// gpipe, 1f1b, 2bw and cdp-mp: places parameters and micro-batches on
+// devices and writes, per device, the program one training step repeats
+// (sched.step_program). The plan emitter lowers it op by op.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cdp/Dialect/Graph/GraphOps.h"
+#include "cdp/Dialect/Sched/SchedOps.h"
+#include "cdp/Passes/Passes.h"
+#include "cdp/Plan/Strategy.h"
+#include "cdp/Sched/Pipeline.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/MapVector.h"
+
+#include <set>
+
+namespace cdp {
+#define GEN_PASS_DEF_SCHEDULEPIPELINE
+#include "cdp/Passes/Passes.h.inc"
+} // namespace cdp
+
+using namespace mlir;
+using namespace cdp;
+
+namespace {
+
+/// One piece of a stage device's program for one step.
+struct ProgramEntry {
+  char kind;          ///< 'F', 'B' or 'U' (the update)
+  int64_t k;          ///< micro-batch within its step (the device's k-th)
+  int64_t stepRel;    ///< 0: this step's; -1: the previous step's
+  int64_t time;       ///< time step within the program
+  bool readsPrevious; ///< 2bw, cdp-mp: reads the previous weight version
+};
+
+/// cdp-mp's freshness: whether slot j's F at stage s comes after the
+/// stage's update, and whether it reads the new version (never under v1;
+/// under v2 after the update (timing table) or where s >= L - j (code
+/// table, which is let through only where that is after the update too)).
+struct CyclicTable {
+  int64_t S = 1, MB = 1;
+  bool v2 = false, codeTable = false;
+  int64_t slotStart(int64_t j) const {
+    return pipeline::cdpSlotStart(j, S, MB);
+  }
+  bool afterUpdate(int64_t j, int64_t s) const {
+    return pipeline::cdpFresh(false, j, s, S, slotStart(j), slotStart(MB - 1));
+  }
+  bool fresh(int64_t j, int64_t s) const {
+    return v2 && pipeline::cdpFresh(codeTable, j, s, S, slotStart(j),
+                                    slotStart(MB - 1));
+  }
+};
+
+/// cdp-mp: the stage's ops of one step in CDP's time order: slot j starts
+/// at floor(2L·j / N), its F at stage s comes at that + s - 1 and its B at
+/// that + 2L - s; a step's program is the window [s - 1, 2L + s - 1) of the
+/// stage's clock, so a B past it runs in the next step's program (stepRel
+/// -1). The update of step t - 1's gradients follows the last slot's B.
+std::vector<ProgramEntry> cyclicProgram(int64_t s, int64_t S, int64_t MB,
+                                        ArrayRef<int64_t> mine,
+                                        const CyclicTable &table) {
+  std::vector<ProgramEntry> entries;
+  int64_t windowEnd = 2 * S + s - 1;
+  for (int64_t k = 0; k < static_cast<int64_t>(mine.size()); ++k) {
+    int64_t start = table.slotStart(mine[k]);
+    int64_t forward = start + s - 1, backward = start + 2 * S - s;
+    // A stale slot reads the step's stale version (the latest before the
+    // update, the previous after it), a fresh one the new one; its B reads
+    // what its F read.
+    bool fresh = table.fresh(mine[k], s);
+    entries.push_back(
+        {'F', k, 0, 2 * forward, table.afterUpdate(mine[k], s) && !fresh});
+    bool late = backward >= windowEnd;
+    entries.push_back({'B', k, late ? -1 : 0,
+                       2 * (late ? backward - 2 * S : backward), !fresh});
+  }
+  // Half a time step after the last slot's B (times doubled above).
+  int64_t update = 2 * (table.slotStart(MB - 1) - s) + 1;
+  bool sameStep = update < 2 * (s - 1);
+  entries.push_back(
+      {'U', 0, sameStep ? 0 : -1, sameStep ? update + 4 * S : update, false});
+  std::stable_sort(entries.begin(), entries.end(),
+                   [](const ProgramEntry &a, const ProgramEntry &b) {
+                     return a.time < b.time;
+                   });
+  for (ProgramEntry &entry : entries)
+    entry.time /= 2; // back to whole time steps
+  return entries;
+}
+
+/// 2bw: the steady state of 1F1B without a flush, one backward and one
+/// forward per time step pair, so a step's program starts with the
+/// previous step's last backwards.
+std::vector<ProgramEntry> twoBwProgram(int64_t s, int64_t S, int64_t M) {
+  std::vector<ProgramEntry> entries;
+  int64_t warmup = std::min(S - s + 1, M);
+  bool updated = false;
+  for (int64_t i = 0; i < M; ++i) {
+    if (i < warmup)
+      entries.push_back({'B', i - warmup + M, -1, 2 * i, false});
+    else
+      entries.push_back({'B', i - warmup, 0, 2 * i, true});
+    if (i == warmup - 1) {
+      entries.push_back({'U', 0, -1, entries.back().time, false});
+      updated = true;
+    }
+    entries.push_back({'F', i, 0, 2 * i + 1, updated});
+  }
+  // Before the update the previous version is W(t - 2) for the previous
+  // step's backwards; after it, W(t - 1) for this step's.
+  for (ProgramEntry &entry : entries)
+    if (entry.kind == 'B' && entry.stepRel == -1)
+      entry.readsPrevious = true;
+  return entries;
+}
+
+/// gpipe and 1f1b: the stage order, at its timing.
+std::vector<ProgramEntry>
+flushProgram(const std::vector<pipeline::StageOp> &order,
+             const std::vector<int64_t> &times) {
+  std::vector<ProgramEntry> entries;
+  for (size_t i = 0; i < order.size(); ++i)
+    entries.push_back(
+        {order[i].kind, order[i].microBatch - 1, 0, times[i], false});
+  return entries;
+}
+
+/// Which devices run each stage, and which micro-batches each runs.
+struct DevicePlacement {
+  /// placement[s][r]: the step's micro-batches (numbered over all
+  /// replicas) stage s's r-th device runs, in order.
+  std::vector<std::vector<std::vector<int64_t>>> placement;
+  /// deviceAt[s][r]: the number of stage s's r-th device.
+  std::vector<std::vector<int64_t>> deviceAt;
+  int64_t mostReplicas = 0;
+};
+
+/// gpipe, 1f1b and 2bw: one device per stage and replica, replica r
+/// running r·M .. r·M+M-1; cdp-mp: as many devices per stage as CDP's slots
+/// need there. Devices are numbered replica-major, so stage s's first is
+/// s - 1.
+DevicePlacement placeMicroBatches(bool cyclic, int64_t S, int64_t M, int64_t R,
+                                  int64_t MB) {
+  DevicePlacement layout;
+  auto &placement = layout.placement;
+  placement.resize(S + 1);
+  for (int64_t s = 1; s <= S; ++s) {
+    if (cyclic) {
+      std::vector<int64_t> device = pipeline::cdpStageDevices(s, S, MB);
+      for (int64_t j = 0; j < MB; ++j) {
+        if (device[j] >= static_cast<int64_t>(placement[s].size()))
+          placement[s].resize(device[j] + 1);
+        placement[s][device[j]].push_back(j);
+      }
+      continue;
+    }
+    placement[s].resize(R);
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t k = 0; k < M; ++k)
+        placement[s][r].push_back(r * M + k);
+  }
+  for (int64_t s = 1; s <= S; ++s)
+    layout.mostReplicas =
+        std::max<int64_t>(layout.mostReplicas, placement[s].size());
+  layout.deviceAt.resize(S + 1);
+  int64_t count = 0;
+  for (int64_t r = 0; r < layout.mostReplicas; ++r)
+    for (int64_t s = 1; s <= S; ++s)
+      if (r < static_cast<int64_t>(placement[s].size()))
+        layout.deviceAt[s].push_back(count++);
+  return layout;
+}
+
+/// Where parameters live: on the stage that updates them (the stage of
+/// their gradient: their first user's); a trained parameter other stages
+/// read too (a tied weight) has replicas there.
+struct ParamPlacement {
+  /// Owner stage by parameter, in IR order (deterministic output).
+  llvm::MapVector<ParamOp, int64_t> owner;
+  /// The other stages reading a tied weight.
+  llvm::MapVector<ParamOp, std::set<int64_t>> replicas;
+};
+
+/// A parameter's name (by value: map keys are const).
+StringAttr nameOf(ParamOp param) { return param.getNameAttr(); }
+
+struct SchedulePipelinePass
+    : public cdp::impl::SchedulePipelineBase<SchedulePipelinePass> {
+  using SchedulePipelineBase::SchedulePipelineBase;
+
+  void runOnOperation() override;
+
+private:
+  int64_t stageOf(Operation *op) const;
+  LogicalResult placeParameters(Block &body, ParamPlacement &params);
+  LogicalResult checkTiedFreshness(const ParamPlacement &params);
+  std::vector<ProgramEntry> programOf(int64_t s, ArrayRef<int64_t> mine) const;
+  void buildDevice(OpBuilder &builder, int64_t s, int64_t r,
+                   const DevicePlacement &layout, const ParamPlacement &params);
+  void buildUpdates(OpBuilder &builder, const ProgramEntry &entry, int64_t s,
+                    int64_t r, const DevicePlacement &layout,
+                    const ParamPlacement &params);
+  void buildCompute(OpBuilder &builder, const ProgramEntry &entry, int64_t s,
+                    int64_t slots, ArrayRef<int64_t> mine,
+                    const ParamPlacement &params);
+
+  Strategy kind = Strategy::GPipe;
+  int64_t S = 1, M = 1, R = 1, MB = 1;
+  CyclicTable table;
+  func::FuncOp func;
+  llvm::DenseSet<StringRef> trained;
+  llvm::DenseMap<int64_t, SmallVector<UpdateOp>> updates;
+  std::vector<std::vector<pipeline::StageOp>> orders;
+  std::vector<std::vector<int64_t>> at;
+};
+
+int64_t SchedulePipelinePass::stageOf(Operation *op) const {
+  if (auto stage = op->getAttrOfType<IntegerAttr>("cdp.stage"))
+    return stage.getInt();
+  // A buffer assignment runs where its new value is computed.
+  if (auto assign = dyn_cast<AssignOp>(op))
+    if (Operation *producer = assign.getValue().getDefiningOp())
+      return stageOf(producer);
+  return S;
+}
+
+LogicalResult SchedulePipelinePass::placeParameters(Block &body,
+                                                    ParamPlacement &params) {
+  body.walk([&](UpdateOp update) {
+    params.owner[update.getParam().getDefiningOp<ParamOp>()] = stageOf(update);
+  });
+  for (Operation &op : body.without_terminator()) {
+    if (isa<ParamOp, ConstantOp, UpdateOp, GradientOp>(op))
+      continue;
+    for (Value operand : op.getOperands()) {
+      auto param = operand.getDefiningOp<ParamOp>();
+      // Frozen initializers (shapes, masks) are copied to every device.
+      if (!param || (!param.getBuffer() && !trained.contains(param.getName())))
+        continue;
+      auto [it, inserted] = params.owner.try_emplace(param, stageOf(&op));
+      if (inserted || it->second == stageOf(&op))
+        continue;
+      if (param.getBuffer())
+        return param.emitOpError("'")
+               << param.getName() << "' is used by stages " << it->second
+               << " and " << stageOf(&op)
+               << "; buffers shared across pipeline stages are not "
+                  "supported (cut elsewhere with --stage-boundaries)";
+      params.replicas[param].insert(stageOf(&op));
+    }
+  }
+  return success();
+}
+
+/// cdp-mp: a tied weight's replica can give a forward the owner's new
+/// version only after its own stage's update.
+LogicalResult
+SchedulePipelinePass::checkTiedFreshness(const ParamPlacement &params) {
+  for (auto &[param, stages] : params.replicas)
+    for (int64_t q : stages)
+      for (int64_t j = 0; j < MB; ++j)
+        if (table.fresh(j, params.owner.lookup(param)) &&
+            !table.afterUpdate(j, q))
+          return func.emitError("cdp-mp: micro-batch ")
+                 << j << " reads the new version of a weight tied across "
+                 << "stages " << params.owner.lookup(param) << " and " << q
+                 << " on the first before stage " << q
+                 << " can have it; use --cdp-rule v1 or cut elsewhere";
+  return success();
+}
+
+std::vector<ProgramEntry>
+SchedulePipelinePass::programOf(int64_t s, ArrayRef<int64_t> mine) const {
+  if (traitsOf(kind).cyclic)
+    return cyclicProgram(s, S, MB, mine, table);
+  if (traitsOf(kind).weightVersions == 2)
+    return twoBwProgram(s, S, M);
+  return flushProgram(orders[s - 1], at[s - 1]);
+}
+
+void SchedulePipelinePass::runOnOperation() {
+  ModuleOp module = getOperation();
+  std::optional<Strategy> parsed = parseStrategy(strategy.getValue());
+  if (!parsed || !traitsOf(*parsed).pipelined) {
+    module.emitError("schedule-pipeline handles gpipe, 1f1b, 2bw and cdp-mp, "
+                     "not '")
+        << strategy << "'";
+    return signalPassFailure();
+  }
+  kind = *parsed;
+  func = module.lookupSymbol<func::FuncOp>("main");
+  auto stagesAttr =
+      func ? func->getAttrOfType<IntegerAttr>("cdp.stages") : nullptr;
+  if (!stagesAttr) {
+    module.emitError("@main is not partitioned; run cdp-partition-stages "
+                     "first");
+    return signalPassFailure();
+  }
+  if (microBatches < 1 || replicas < 1) {
+    module.emitError("micro-batches and replicas must be positive");
+    return signalPassFailure();
+  }
+  S = stagesAttr.getInt();
+  M = microBatches;
+  R = replicas;
+  MB = M * R;
+  table = CyclicTable{S, MB, cdpRule.getValue() == "v2",
+                      v2Table.getValue() == "code"};
+  Block &body = func.getBody().front();
+  body.walk([&](GradientOp gradient) { trained.insert(gradient.getName()); });
+  body.walk(
+      [&](UpdateOp update) { updates[stageOf(update)].push_back(update); });
+  ParamPlacement params;
+  if (failed(placeParameters(body, params)))
+    return signalPassFailure();
+  const StrategyTraits &traits = traitsOf(kind);
+  if (traits.cyclic && failed(checkTiedFreshness(params)))
+    return signalPassFailure();
+
+  for (int64_t s = 1; s <= S; ++s)
+    orders.push_back(pipeline::stageOrder(kind, s, S, M, 1));
+  at = pipeline::timing(orders);
+  // gpipe and 1f1b: the flushed step's makespan; 2bw's steady state
+  // alternates M backwards and M forwards; cdp-mp: CDP's cycle of 2L.
+  int64_t cycle = 0;
+  for (size_t s = 0; s < at.size(); ++s)
+    for (size_t i = 0; i < at[s].size(); ++i)
+      cycle = std::max(cycle, at[s][i] + (orders[s][i].kind == 'U' ? 0 : 1));
+  if (kind == Strategy::TwoBW)
+    cycle = 2 * M;
+  if (traits.cyclic)
+    cycle = 2 * S;
+
+  OpBuilder builder = OpBuilder::atBlockEnd(module.getBody());
+  auto program = builder.create<sched::StepProgramOp>(
+      func.getLoc(), builder.getStringAttr(traits.name),
+      builder.getI64IntegerAttr(S), builder.getI64IntegerAttr(MB),
+      builder.getI64IntegerAttr(cycle),
+      builder.getI64IntegerAttr(traits.weightVersions),
+      builder.getStringAttr(traits.cyclic ? cdpRule.getValue()
+                                          : std::string(traits.name)),
+      ArrayAttr(), DenseI64ArrayAttr());
+  if (traits.cyclic) {
+    // The version table the run follows, as for cdp: slot j reads
+    // θ_{t - version_delay[j][s-1]} at stage s.
+    SmallVector<Attribute> delays;
+    for (int64_t j = 0; j < MB; ++j) {
+      SmallVector<int64_t> row;
+      for (int64_t s = 1; s <= S; ++s)
+        row.push_back(table.fresh(j, s) ? 0 : 1);
+      delays.push_back(builder.getDenseI64ArrayAttr(row));
+    }
+    program.setVersionDelayAttr(builder.getArrayAttr(delays));
+    program.setLiveVersionsAttr(
+        builder.getDenseI64ArrayAttr(SmallVector<int64_t>(S, 2)));
+  }
+  program.getBody().emplaceBlock();
+  builder.setInsertionPointToEnd(&program.getBody().front());
+  for (auto &[param, stage] : params.owner) {
+    auto tied = params.replicas.find(param);
+    SmallVector<int64_t> others;
+    if (tied != params.replicas.end())
+      others.assign(tied->second.begin(), tied->second.end());
+    builder.create<sched::PlaceParamOp>(param.getLoc(), nameOf(param),
+                                        builder.getI64IntegerAttr(stage),
+                                        builder.getDenseI64ArrayAttr(others));
+  }
+  DevicePlacement layout = placeMicroBatches(traits.cyclic, S, M, R, MB);
+  for (int64_t r = 0; r < layout.mostReplicas; ++r)
+    for (int64_t s = 1; s <= S; ++s)
+      if (r < static_cast<int64_t>(layout.placement[s].size())) {
+        builder.setInsertionPointToEnd(&program.getBody().front());
+        buildDevice(builder, s, r, layout, params);
+      }
+}
+
+void SchedulePipelinePass::buildDevice(OpBuilder &builder, int64_t s, int64_t r,
+                                       const DevicePlacement &layout,
+                                       const ParamPlacement &params) {
+  const std::vector<int64_t> &mine = layout.placement[s][r];
+  // Micro-batch k of a step uses slot k mod slots (stashSlots); cdp-mp
+  // keeps one slot per micro-batch of the device.
+  int64_t slots = traitsOf(kind).cyclic ? static_cast<int64_t>(mine.size())
+                                        : stashSlots(kind, s, S, M);
+  auto device = builder.create<sched::StageDeviceOp>(
+      func.getLoc(), builder.getI64IntegerAttr(layout.deviceAt[s][r]),
+      builder.getI64IntegerAttr(s), builder.getI64IntegerAttr(r),
+      builder.getDenseI64ArrayAttr(mine), builder.getI64IntegerAttr(slots));
+  device.getBody().emplaceBlock();
+  builder.setInsertionPointToEnd(&device.getBody().front());
+  // Tied weights replicated here: with one version, step t > 0 starts with
+  // the value the owner made at the end of step t - 1 (2bw and cdp-mp take
+  // it at their own update).
+  if (traitsOf(kind).weightVersions == 1)
+    for (auto &[param, stages] : params.replicas)
+      if (stages.count(s))
+        builder.create<sched::ParamRefreshOp>(
+            func.getLoc(), nameOf(param),
+            builder.getI64IntegerAttr(layout.deviceAt[params.owner.lookup(
+                param)][r %
+                        layout.deviceAt[params.owner.lookup(param)].size()]));
+  for (const ProgramEntry &entry : programOf(s, mine)) {
+    if (entry.kind == 'U')
+      buildUpdates(builder, entry, s, r, layout, params);
+    else
+      buildCompute(builder, entry, s, slots, mine, params);
+  }
+}
+
+void SchedulePipelinePass::buildUpdates(OpBuilder &builder,
+                                        const ProgramEntry &entry, int64_t s,
+                                        int64_t r,
+                                        const DevicePlacement &layout,
+                                        const ParamPlacement &params) {
+  Location loc = func.getLoc();
+  auto i64 = [&](int64_t v) { return builder.getI64IntegerAttr(v); };
+  IntegerAttr k = i64(entry.k), time = i64(entry.time),
+              step = i64(entry.stepRel);
+  // The device of stage q that holds the replica of a tied weight this one
+  // exchanges values with.
+  auto tiedPeer = [&](int64_t q) {
+    return layout.deviceAt[q][r % layout.deviceAt[q].size()];
+  };
+  bool twoVersions = traitsOf(kind).weightVersions == 2;
+  // 2bw and cdp-mp: a replicated tied weight turns over its versions where
+  // this stage would update it: the latest becomes the previous, and the
+  // owner's new value the latest.
+  if (twoVersions)
+    for (auto &[param, stages] : params.replicas) {
+      if (!stages.count(s))
+        continue;
+      builder.create<sched::KeepPreviousOp>(loc, nameOf(param), k, time, step);
+      builder.create<sched::ParamRecvOp>(
+          loc, nameOf(param), i64(tiedPeer(params.owner.lookup(param))), k,
+          time, step);
+    }
+  int64_t replicasHere = layout.deviceAt[s].size();
+  for (UpdateOp update : updates.lookup(s)) {
+    auto param = update.getParam().getDefiningOp<ParamOp>();
+    if (twoVersions && !param.getBuffer())
+      builder.create<sched::KeepPreviousOp>(loc, update.getNameAttr(), k, time,
+                                            step);
+    if (replicasHere > 1)
+      builder.create<sched::ExchangeGradientsOp>(
+          loc, update.getNameAttr(),
+          builder.getDenseI64ArrayAttr(layout.deviceAt[s]), i64(r), k, time,
+          step);
+    builder.create<sched::ApplyUpdateOp>(loc, update.getNameAttr(), k, time,
+                                         step);
+    auto tied = params.replicas.find(param);
+    if (tied == params.replicas.end())
+      continue;
+    // To every replica of the tied stages that takes its value from this
+    // device (see tiedPeer).
+    for (int64_t q : tied->second)
+      for (size_t other = 0; other < layout.deviceAt[q].size(); ++other)
+        if (static_cast<int64_t>(other % replicasHere) == r)
+          builder.create<sched::ParamSendOp>(loc, update.getNameAttr(),
+                                             i64(layout.deviceAt[q][other]), k,
+                                             time, step);
+  }
+}
+
+void SchedulePipelinePass::buildCompute(OpBuilder &builder,
+                                        const ProgramEntry &entry, int64_t s,
+                                        int64_t slots, ArrayRef<int64_t> mine,
+                                        const ParamPlacement &params) {
+  auto i64 = [&](int64_t v) { return builder.getI64IntegerAttr(v); };
+  bool forward = entry.kind == 'F';
+  auto version = [&](bool previous) {
+    return sched::VersionAttr::get(builder.getContext(),
+                                   previous ? sched::Version::Previous
+                                            : sched::Version::Latest);
+  };
+  // cdp-mp: a micro-batch reads one version of a tied weight on every stage
+  // that uses it, the one its slot reads on the owner stage (as under cdp,
+  // where the owner stage's update precedes every use). A replica here
+  // turns over at this stage's update, like the stage's own parameters: at
+  // a backward the latest is θ_t and the previous θ_{t-1}; at a forward the
+  // latest is θ_t only after the update.
+  ArrayAttr tiedPrevious;
+  if (traitsOf(kind).cyclic && !params.replicas.empty()) {
+    SmallVector<Attribute> names;
+    int64_t j = mine[entry.k];
+    for (auto &[param, stages] : params.replicas) {
+      int64_t owner = params.owner.lookup(param);
+      if (owner != s && !stages.count(s))
+        continue;
+      bool stale = !table.fresh(j, owner);
+      if (forward ? stale && table.afterUpdate(j, s) : stale)
+        names.push_back(nameOf(param));
+    }
+    tiedPrevious = builder.getArrayAttr(names);
+  }
+  builder.create<sched::ComputeOp>(
+      func.getLoc(),
+      sched::WorkKindAttr::get(builder.getContext(),
+                               forward ? sched::WorkKind::Forward
+                                       : sched::WorkKind::Backward),
+      i64(entry.k), i64(entry.k % slots), i64(entry.time), i64(entry.stepRel),
+      version(entry.readsPrevious), tiedPrevious);
+}
+
+} // namespace
