@@ -81,6 +81,23 @@ std::string locationName(Location loc) {
 
 struct PipelineTables;
 struct StashLayout;
+
+/// dp and cdp: what every slot's program shares.
+struct DataParallelTables {
+  int64_t N = 1, L = 1;
+  bool chain = false;
+  ArrayRef<int64_t> offsets;
+  ArrayAttr delays;
+  /// Per stage: the parameters, their gradients, reduced buffers, updates.
+  struct Trained {
+    int param, grad, reduced;
+    UpdateOp update;
+  };
+  std::vector<std::vector<Trained>> byStage;
+  std::vector<std::array<int, 2>> chainBuffers;
+  /// The last backward op of every stage: its reduction starts after it.
+  llvm::DenseMap<int64_t, Operation *> lastBackward;
+};
 struct DeviceLowering;
 
 class Emitter {
@@ -94,6 +111,9 @@ private:
   LogicalResult addInstruction(Operation *op, plan::Device &device,
                                bool forEval);
   LogicalResult emitDataParallel(DictionaryAttr schedule, int64_t arenaBytes);
+  LogicalResult addReducedTensors(DataParallelTables &tables);
+  LogicalResult lowerDataParallelDevice(int64_t d, int64_t arenaBytes,
+                                        const DataParallelTables &tables);
   void insertChainRelay(plan::Device &device, int64_t j, int64_t N, int64_t L,
                         int64_t l, ArrayRef<int64_t> offsets,
                         const std::array<int, 2> &buffers);
@@ -1086,13 +1106,35 @@ LogicalResult Emitter::emitDataParallel(DictionaryAttr schedule,
   if (auto reduce = func->getAttrOfType<StringAttr>("cdp.reduce"))
     out->set_reduce(reduce.str());
 
+  DataParallelTables tables;
+  tables.N = N;
+  tables.L = L;
+  tables.chain = chain;
+  tables.offsets = offsets.asArrayRef();
+  tables.delays = delays;
+  if (failed(addReducedTensors(tables)))
+    return failure();
+  // The last backward op of every stage: its reduction starts after it.
+  for (Operation &op : func.getBody().front().without_terminator()) {
+    auto phase = op.getAttrOfType<StringAttr>("cdp.phase");
+    auto stage = op.getAttrOfType<IntegerAttr>("cdp.stage");
+    if (phase && stage && phase.getValue() == "backward")
+      tables.lastBackward[stage.getInt()] = &op;
+  }
+  plan.clear_devices();
+  for (int64_t d = 0; d < N; ++d)
+    if (failed(lowerDataParallelDevice(d, arenaBytes, tables)))
+      return failure();
+  return success();
+}
+
+/// Per stage: the parameters, their gradients, the reduced buffers their
+/// updates read, and (--cdp-reduce chain) the chain buffers.
+LogicalResult Emitter::addReducedTensors(DataParallelTables &tables) {
+  int64_t L = tables.L;
   Block &body = func.getBody().front();
-  // Per stage: the parameters, their gradients, reduced buffers, updates.
-  struct Trained {
-    int param, grad, reduced;
-    UpdateOp update;
-  };
-  std::vector<std::vector<Trained>> byStage(L + 1);
+  auto &byStage = tables.byStage;
+  byStage.assign(L + 1, {});
   llvm::StringMap<UpdateOp> updates;
   body.walk([&](UpdateOp update) { updates[update.getName()] = update; });
   llvm::StringMap<int> paramIds;
@@ -1125,12 +1167,12 @@ LogicalResult Emitter::emitDataParallel(DictionaryAttr schedule,
     stageBytes[stage.getInt() - 1] += reduced.bytes();
   }
   for (int64_t b : stageBytes)
-    out->add_stage_param_bytes(b);
+    plan.mutable_schedule()->add_stage_param_bytes(b);
   // --cdp-reduce chain: per stage two buffers, by step parity, that hold a
   // step's mean from its arrival to the wait that applies it (a delayed
   // stage's next mean arrives before the wait: CDP's second version).
-  std::vector<std::array<int, 2>> chainBuffers(L + 1, {-1, -1});
-  for (int64_t l = 1; chain && l <= L; ++l) {
+  tables.chainBuffers.assign(L + 1, {-1, -1});
+  for (int64_t l = 1; tables.chain && l <= L; ++l) {
     if (byStage[l].empty())
       continue;
     for (int parity = 0; parity < 2; ++parity) {
@@ -1143,114 +1185,115 @@ LogicalResult Emitter::emitDataParallel(DictionaryAttr schedule,
       buffer.add_shape(stageBytes[l - 1] / 4);
       buffer.set_bytes(stageBytes[l - 1]);
       *plan.add_tensors() = buffer;
-      chainBuffers[l][parity] = buffer.id();
+      tables.chainBuffers[l][parity] = buffer.id();
     }
   }
+  return success();
+}
 
-  // The last backward op of every stage: its reduction starts after it.
-  llvm::DenseMap<int64_t, Operation *> lastBackward;
-  for (Operation &op : body.without_terminator()) {
-    auto phase = op.getAttrOfType<StringAttr>("cdp.phase");
+/// Slot d's program: the step's ops in order, each stage's forward
+/// preceded by the wait for its reduced gradients and the updates (from
+/// the step the version delay gives), each stage's last backward followed
+/// by the start of its reduction.
+LogicalResult
+Emitter::lowerDataParallelDevice(int64_t d, int64_t arenaBytes,
+                                 const DataParallelTables &tables) {
+  int64_t L = tables.L;
+  bool chain = tables.chain;
+  const auto &byStage = tables.byStage;
+  plan::Device *device = plan.add_devices();
+  device->set_index(d);
+  device->set_arena_bytes(arenaBytes);
+  int64_t s = tables.offsets[d];
+  ArrayRef<int64_t> delay =
+      cast<DenseI64ArrayAttr>(tables.delays[d]).asArrayRef();
+  std::vector<bool> updated(L + 1, false);
+  auto stamp = [&](plan::Instruction *instruction, int64_t stage,
+                   int64_t time) {
+    instruction->set_stage(stage);
+    instruction->set_micro_batch(d);
+    instruction->set_time_step(s + time);
+  };
+  for (Operation &op : func.getBody().front().without_terminator()) {
+    if (isa<ParamOp, ConstantOp, UpdateOp>(op))
+      continue;
     auto stage = op.getAttrOfType<IntegerAttr>("cdp.stage");
-    if (phase && stage && phase.getValue() == "backward")
-      lastBackward[stage.getInt()] = &op;
-  }
-
-  plan.clear_devices();
-  for (int64_t d = 0; d < N; ++d) {
-    plan::Device *device = plan.add_devices();
-    device->set_index(d);
-    device->set_arena_bytes(arenaBytes);
-    int64_t s = offsets[d];
-    ArrayRef<int64_t> delay = cast<DenseI64ArrayAttr>(delays[d]).asArrayRef();
-    std::vector<bool> updated(L + 1, false);
-    auto stamp = [&](plan::Instruction *instruction, int64_t stage,
-                     int64_t time) {
-      instruction->set_stage(stage);
-      instruction->set_micro_batch(d);
-      instruction->set_time_step(s + time);
-    };
-    for (Operation &op : body.without_terminator()) {
-      if (isa<ParamOp, ConstantOp, UpdateOp>(op))
-        continue;
-      auto stage = op.getAttrOfType<IntegerAttr>("cdp.stage");
-      auto phase = op.getAttrOfType<StringAttr>("cdp.phase");
-      int64_t l = stage ? stage.getInt() : L;
-      if (!phase && !updated[l]) {
-        // Before the stage's first forward: bring its weights to the version
-        // this slot uses.
-        updated[l] = true;
-        if (!byStage[l].empty()) {
-          int64_t minStep = 1 + delay[l - 1];
-          plan::Instruction *wait = device->add_instructions();
-          wait->set_op(chain ? "chain_wait" : "reduce_wait");
-          wait->set_location("stage " + std::to_string(l));
-          wait->set_phase("update");
-          wait->set_min_step(minStep);
-          stamp(wait, l, l - 1);
-          if (chain)
-            for (int buffer : chainBuffers[l])
-              wait->add_inputs(buffer);
-          for (const Trained &t : byStage[l])
-            wait->add_outputs(t.reduced);
-          plan::Attribute *a = wait->add_attributes();
-          a->set_name("stage");
-          a->set_i(l);
-          a = wait->add_attributes();
-          a->set_name("delay");
-          a->set_i(delay[l - 1]);
-          for (const Trained &t : byStage[l]) {
-            if (failed(addInstruction(t.update, *device, false)))
-              return failure();
-            plan::Instruction *update =
-                device->mutable_instructions(device->instructions_size() - 1);
-            update->set_inputs(1, t.reduced);
-            update->set_phase("update");
-            update->set_min_step(minStep);
-            stamp(update, l, l - 1);
-          }
-        }
-      }
-      if (failed(addInstruction(&op, *device, false)))
-        return failure();
-      plan::Instruction *instruction =
-          device->mutable_instructions(device->instructions_size() - 1);
-      // Ops without a time of their own (buffer writes after a forward)
-      // run in the time step of the instruction before them, so that a
-      // device's times never decrease along its stream.
-      auto time = op.getAttrOfType<IntegerAttr>("cdp.time");
-      int64_t previous =
-          device->instructions_size() > 1
-              ? device->instructions(device->instructions_size() - 2)
-                        .time_step() -
-                    s
-              : 0;
-      stamp(instruction, l, time ? time.getInt() : previous);
-      if (lastBackward.lookup(l) == &op && !byStage[l].empty()) {
-        plan::Instruction *start = device->add_instructions();
-        start->set_op(chain ? "chain_reduce" : "reduce_start");
-        start->set_location("stage " + std::to_string(l));
-        start->set_phase("comm");
-        stamp(start, l, 2 * L - l);
-        for (const Trained &t : byStage[l])
-          start->add_inputs(t.grad);
-        if (chain && d == N - 1)
-          for (int buffer : chainBuffers[l])
-            start->add_outputs(buffer);
-        plan::Attribute *a = start->add_attributes();
+    auto phase = op.getAttrOfType<StringAttr>("cdp.phase");
+    int64_t l = stage ? stage.getInt() : L;
+    if (!phase && !updated[l]) {
+      // Before the stage's first forward: bring its weights to the version
+      // this slot uses.
+      updated[l] = true;
+      if (!byStage[l].empty()) {
+        int64_t minStep = 1 + delay[l - 1];
+        plan::Instruction *wait = device->add_instructions();
+        wait->set_op(chain ? "chain_wait" : "reduce_wait");
+        wait->set_location("stage " + std::to_string(l));
+        wait->set_phase("update");
+        wait->set_min_step(minStep);
+        stamp(wait, l, l - 1);
+        if (chain)
+          for (int buffer : tables.chainBuffers[l])
+            wait->add_inputs(buffer);
+        for (const auto &t : byStage[l])
+          wait->add_outputs(t.reduced);
+        plan::Attribute *a = wait->add_attributes();
         a->set_name("stage");
         a->set_i(l);
-        a = start->add_attributes();
-        a->set_name("cycle");
-        a->set_i(2 * L);
+        a = wait->add_attributes();
+        a->set_name("delay");
+        a->set_i(delay[l - 1]);
+        for (const auto &t : byStage[l]) {
+          if (failed(addInstruction(t.update, *device, false)))
+            return failure();
+          plan::Instruction *update =
+              device->mutable_instructions(device->instructions_size() - 1);
+          update->set_inputs(1, t.reduced);
+          update->set_phase("update");
+          update->set_min_step(minStep);
+          stamp(update, l, l - 1);
+        }
       }
     }
-    if (chain && d + 1 < N)
-      for (int64_t l = 1; l <= L; ++l)
-        if (!byStage[l].empty())
-          insertChainRelay(*device, d, N, L, l, offsets.asArrayRef(),
-                           chainBuffers[l]);
+    if (failed(addInstruction(&op, *device, false)))
+      return failure();
+    plan::Instruction *instruction =
+        device->mutable_instructions(device->instructions_size() - 1);
+    // Ops without a time of their own (buffer writes after a forward) run
+    // in the time step of the instruction before them, so that a device's
+    // times never decrease along its stream.
+    auto time = op.getAttrOfType<IntegerAttr>("cdp.time");
+    int64_t previous =
+        device->instructions_size() > 1
+            ? device->instructions(device->instructions_size() - 2)
+                      .time_step() -
+                  s
+            : 0;
+    stamp(instruction, l, time ? time.getInt() : previous);
+    if (tables.lastBackward.lookup(l) == &op && !byStage[l].empty()) {
+      plan::Instruction *start = device->add_instructions();
+      start->set_op(chain ? "chain_reduce" : "reduce_start");
+      start->set_location("stage " + std::to_string(l));
+      start->set_phase("comm");
+      stamp(start, l, 2 * L - l);
+      for (const auto &t : byStage[l])
+        start->add_inputs(t.grad);
+      if (chain && d == tables.N - 1)
+        for (int buffer : tables.chainBuffers[l])
+          start->add_outputs(buffer);
+      plan::Attribute *a = start->add_attributes();
+      a->set_name("stage");
+      a->set_i(l);
+      a = start->add_attributes();
+      a->set_name("cycle");
+      a->set_i(2 * L);
+    }
   }
+  if (chain && d + 1 < tables.N)
+    for (int64_t l = 1; l <= L; ++l)
+      if (!byStage[l].empty())
+        insertChainRelay(*device, d, tables.N, L, l, tables.offsets,
+                         tables.chainBuffers[l]);
   return success();
 }
 

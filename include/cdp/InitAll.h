@@ -11,6 +11,7 @@
 #include "cdp/Dialect/Graph/GraphDialect.h"
 #include "cdp/Dialect/Sched/SchedOps.h"
 #include "cdp/Passes/Passes.h"
+#include "cdp/Passes/Pipelines.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
 
@@ -21,8 +22,12 @@ inline void registerAllDialects(mlir::DialectRegistry &registry) {
   registry.insert<CDPDialect, sched::SchedDialect, mlir::func::FuncDialect>();
 }
 
-/// Registers every cdp pass with the pass registry (for cdp-opt).
-inline void registerAllPasses() { registerCDPPasses(); }
+/// Registers every cdp pass and strategy pipeline with the pass registry
+/// (for cdp-opt).
+inline void registerAllPasses() {
+  registerCDPPasses();
+  registerStrategyPipelines();
+}
 
 } // namespace cdp
 

@@ -8,6 +8,7 @@
 
 #include "cdp/Import/OnnxImporter.h"
 #include "cdp/InitAll.h"
+#include "cdp/Passes/Pipelines.h"
 #include "cdp/Passes/Profile.h"
 #include "cdp/Plan/EmitPlan.h"
 #include "cdp/Plan/Paths.h"
@@ -748,73 +749,46 @@ Settings checkFlags() {
   return settings;
 }
 
-/// The stage cut (single: one stage, so that every op still knows its
-/// phase), under --device-memory by the strategy's memory estimate.
-void addPartition(mlir::PassManager &pm, const Settings &settings) {
-  cdp::PartitionStagesOptions partition;
-  partition.stages =
-      settings.dataParallel() || settings.pipelined() ? settings.stageCount : 1;
-  std::vector<std::string> boundaryNames;
+/// The strategy's training pipeline (cdp::buildTrainingPipeline, which
+/// cdp-opt runs as cdp-dp, cdp-gpipe, ...) for the flags.
+cdp::TrainingPipelineConfig pipelineConfigFor(const Settings &settings) {
+  cdp::TrainingPipelineConfig config;
+  config.strategy = settings.kind;
+  config.loss = loss;
+  config.labelsName = labelsName;
+  config.lossOutput = lossOutput;
+  config.stages = settings.stageCount;
   if (!stageBoundaries.empty()) {
     llvm::SmallVector<llvm::StringRef> names;
     llvm::StringRef(stageBoundaries).split(names, ',');
     for (llvm::StringRef name : names)
-      boundaryNames.push_back(name.trim().str());
+      config.boundaries.push_back(name.trim().str());
   }
-  partition.boundaries = boundaryNames;
   if (profilePath.getNumOccurrences())
-    partition.profile = profilePath;
-  if (settings.deviceMemoryBytes > 0) {
-    partition.deviceMemory = settings.deviceMemoryBytes;
-    partition.strategy = strategy;
-    partition.microBatches = settings.microBatchCount;
-    bool withMomentum = optimizer == "momentum" ? settings.momentum != 0.0
-                                                : settings.momentum > 0.0;
-    partition.optimizerCopies = optimizer == "adam" ? 2 : withMomentum ? 1 : 0;
-  }
-  pm.addPass(cdp::createPartitionStages(partition));
-}
-
-/// dp and cdp: the schedule passes; the pipelines' --emit=sched-mlir.
-void addSchedulePasses(mlir::PassManager &pm, const Settings &settings) {
-  if (settings.dataParallel()) {
-    cdp::BuildScheduleOptions scheduleOptions;
-    scheduleOptions.strategy = strategy;
-    scheduleOptions.devices = settings.deviceCount;
-    pm.addPass(cdp::createBuildSchedule(scheduleOptions));
-    cdp::DelayUpdatesOptions delayOptions;
-    delayOptions.rule = cdpRule;
-    delayOptions.table = v2Table;
-    pm.addPass(cdp::createDelayUpdates(delayOptions));
-    cdp::StaggerCollectivesOptions staggerOptions;
-    staggerOptions.reduce = cdpReduce;
-    pm.addPass(cdp::createStaggerCollectives(staggerOptions));
-    if (emit == "sched-mlir") {
-      cdp::MaterializeScheduleOptions materialize;
-      materialize.steps = settings.reportStepCount;
-      pm.addPass(cdp::createMaterializeSchedule(materialize));
-    }
-    return;
-  }
-  if (!settings.pipelined())
-    return;
-  // The step programs the plan emitter lowers.
-  cdp::SchedulePipelineOptions stepOptions;
-  stepOptions.strategy = strategy;
-  stepOptions.microBatches = settings.microBatchCount;
-  stepOptions.replicas = settings.replicaCount;
-  stepOptions.cdpRule = cdpRule;
-  stepOptions.v2Table = v2Table;
-  pm.addPass(cdp::createSchedulePipeline(stepOptions));
-  if (emit == "sched-mlir" && traitsOf(settings.kind).replicable) {
-    // gpipe, 1f1b and 2bw: one replica's stage timeline over the steps.
-    cdp::BuildPipelineOptions pipelineOptions;
-    pipelineOptions.strategy = strategy;
-    pipelineOptions.stages = settings.flagStages();
-    pipelineOptions.microBatches = settings.microBatchCount;
-    pipelineOptions.steps = settings.reportStepCount;
-    pm.addPass(cdp::createBuildPipeline(pipelineOptions));
-  }
+    config.profile = profilePath;
+  config.deviceMemory = settings.deviceMemoryBytes;
+  bool withMomentum = optimizer == "momentum" ? settings.momentum != 0.0
+                                              : settings.momentum > 0.0;
+  config.optimizerCopies = optimizer == "adam" ? 2 : withMomentum ? 1 : 0;
+  config.freeze.assign(freeze.begin(), freeze.end());
+  config.bnRunningVar = bnRunningVar;
+  config.optimizer = optimizer;
+  config.lr = settings.lr;
+  config.momentum = settings.momentum;
+  config.weightDecay = settings.weightDecay;
+  config.beta1 = settings.beta1;
+  config.beta2 = settings.beta2;
+  config.epsilon = settings.epsilon;
+  config.devices = settings.deviceCount;
+  config.microBatches = settings.microBatchCount;
+  config.replicas = settings.replicaCount;
+  config.cdpRule = cdpRule;
+  config.v2Table = v2Table;
+  config.cdpReduce = cdpReduce;
+  if (emit == "sched-mlir")
+    config.timelineSteps = settings.reportStepCount;
+  config.planMemory = emit == "plan";
+  return config;
 }
 
 /// The passes for the current stage, replica and micro-batch counts
@@ -823,33 +797,12 @@ mlir::LogicalResult runTrainingPasses(mlir::MLIRContext &context,
                                       mlir::ModuleOp target,
                                       const Settings &settings) {
   mlir::PassManager pm(&context);
-  if (!inference) {
-    cdp::AttachLossOptions lossOptions;
-    lossOptions.loss = loss;
-    lossOptions.labelsName = labelsName;
-    lossOptions.lossOutput = lossOutput;
-    pm.addPass(cdp::createAttachLoss(lossOptions));
-    addPartition(pm, settings);
-    // The options hold a view of the names: keep them alive until the pass
-    // has copied them.
-    std::vector<std::string> frozen(freeze.begin(), freeze.end());
-    cdp::AutodiffOptions autodiffOptions;
-    autodiffOptions.freeze = frozen;
-    autodiffOptions.bnRunningVar = bnRunningVar;
-    pm.addPass(cdp::createAutodiff(autodiffOptions));
-    cdp::InsertOptimizerOptions optimizerOptions;
-    optimizerOptions.optimizer = optimizer;
-    optimizerOptions.lr = settings.lr;
-    optimizerOptions.momentum = settings.momentum;
-    optimizerOptions.weightDecay = settings.weightDecay;
-    optimizerOptions.beta1 = settings.beta1;
-    optimizerOptions.beta2 = settings.beta2;
-    optimizerOptions.epsilon = settings.epsilon;
-    pm.addPass(cdp::createInsertOptimizer(optimizerOptions));
-    addSchedulePasses(pm, settings);
+  if (inference) {
+    if (emit == "plan")
+      pm.addPass(cdp::createPlanMemory());
+  } else {
+    cdp::buildTrainingPipeline(pm, pipelineConfigFor(settings));
   }
-  if (emit == "plan")
-    pm.addPass(cdp::createPlanMemory());
   return pm.run(target);
 }
 

@@ -1,0 +1,65 @@
+//===- Pipelines.h - one pass pipeline per training strategy ----*- C++ -*-===//
+//
+// The passes cdp-compile runs for a strategy, built in one place so that
+// cdp-opt runs the same pipeline from a .mlir file: cdp-dp, cdp-cyclic,
+// cdp-gpipe, cdp-1f1b, cdp-2bw and cdp-mp.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CDP_PASSES_PIPELINES_H
+#define CDP_PASSES_PIPELINES_H
+
+#include "cdp/Plan/Strategy.h"
+
+#include "mlir/Pass/PassManager.h"
+
+#include <string>
+#include <vector>
+
+namespace cdp {
+
+/// Everything the training pipeline of a strategy depends on; the defaults
+/// are cdp-compile's.
+struct TrainingPipelineConfig {
+  Strategy strategy = Strategy::Single;
+  /// cdp-attach-loss.
+  std::string loss = "softmax-cross-entropy", labelsName = "labels", lossOutput;
+  /// cdp-partition-stages: the stage count (0: its default) or the names of
+  /// the nodes to cut after; a profile; the per-device memory cap (0: none)
+  /// and the optimizer state per parameter byte it counts.
+  int64_t stages = 0;
+  std::vector<std::string> boundaries;
+  std::string profile;
+  int64_t deviceMemory = 0, optimizerCopies = 0;
+  /// cdp-autodiff.
+  std::vector<std::string> freeze;
+  std::string bnRunningVar = "unbiased";
+  /// cdp-insert-optimizer.
+  std::string optimizer = "sgd";
+  double lr = 0.01, momentum = -1, weightDecay = 0, beta1 = 0.9, beta2 = 0.999,
+         epsilon = 1e-8;
+  /// The schedule: devices (dp, cdp), micro-batches per step and replicas
+  /// (pipelines), the CDP rule and v2 table (cdp, cdp-mp), the reduction
+  /// (cdp).
+  int64_t devices = 1, microBatches = 1, replicas = 1;
+  std::string cdpRule = "v2", v2Table = "timing", cdpReduce = "allreduce";
+  /// Greater than 0: also the time-step timeline over that many steps
+  /// (sched.program: dp, cdp, gpipe, 1f1b, 2bw), for reading and checking.
+  int64_t timelineSteps = 0;
+  /// Ends with cdp-plan-memory, as a plan needs.
+  bool planMemory = true;
+};
+
+/// Appends the training passes of `config.strategy` to `pm` (a pass manager
+/// on builtin.module): loss, partition, autodiff, optimizer, the
+/// strategy's schedule passes and, if asked, the memory plan.
+void buildTrainingPipeline(mlir::OpPassManager &pm,
+                           const TrainingPipelineConfig &config);
+
+/// Registers cdp-dp, cdp-cyclic, cdp-gpipe, cdp-1f1b, cdp-2bw and cdp-mp
+/// with the pass registry (for cdp-opt's --pass-pipeline and flags).
+void registerStrategyPipelines();
+
+} // namespace cdp
+
+#endif // CDP_PASSES_PIPELINES_H

@@ -1,0 +1,209 @@
+//===- Pipelines.cpp - one pass pipeline per training strategy ------------===//
+
+#include "cdp/Passes/Pipelines.h"
+
+#include "cdp/Passes/Passes.h"
+
+#include "mlir/Pass/PassOptions.h"
+#include "mlir/Pass/PassRegistry.h"
+
+using namespace mlir;
+
+namespace cdp {
+
+namespace {
+
+void addPartition(OpPassManager &pm, const TrainingPipelineConfig &config) {
+  const StrategyTraits &traits = traitsOf(config.strategy);
+  PartitionStagesOptions partition;
+  // single: one stage, so that every op still knows its phase.
+  partition.stages =
+      traits.dataParallel || traits.pipelined ? config.stages : 1;
+  partition.boundaries = config.boundaries;
+  partition.profile = config.profile;
+  if (config.deviceMemory > 0) {
+    partition.deviceMemory = config.deviceMemory;
+    partition.strategy = traits.name;
+    partition.microBatches = config.microBatches;
+    partition.optimizerCopies = config.optimizerCopies;
+  }
+  pm.addPass(createPartitionStages(partition));
+}
+
+/// dp and cdp: step order, version delays, staggered reductions.
+void addDataParallelSchedule(OpPassManager &pm,
+                             const TrainingPipelineConfig &config) {
+  BuildScheduleOptions schedule;
+  schedule.strategy = traitsOf(config.strategy).name;
+  schedule.devices = config.devices;
+  pm.addPass(createBuildSchedule(schedule));
+  DelayUpdatesOptions delay;
+  delay.rule = config.cdpRule;
+  delay.table = config.v2Table;
+  pm.addPass(createDelayUpdates(delay));
+  StaggerCollectivesOptions stagger;
+  stagger.reduce = config.cdpReduce;
+  pm.addPass(createStaggerCollectives(stagger));
+  if (config.timelineSteps > 0) {
+    MaterializeScheduleOptions materialize;
+    materialize.steps = config.timelineSteps;
+    pm.addPass(createMaterializeSchedule(materialize));
+  }
+}
+
+/// gpipe, 1f1b, 2bw and cdp-mp: the step programs the plan emitter lowers.
+void addPipelineSchedule(OpPassManager &pm,
+                         const TrainingPipelineConfig &config) {
+  const StrategyTraits &traits = traitsOf(config.strategy);
+  SchedulePipelineOptions step;
+  step.strategy = traits.name;
+  step.microBatches = config.microBatches;
+  step.replicas = config.replicas;
+  step.cdpRule = config.cdpRule;
+  step.v2Table = config.v2Table;
+  pm.addPass(createSchedulePipeline(step));
+  if (config.timelineSteps > 0 && traits.replicable) {
+    BuildPipelineOptions timeline;
+    timeline.strategy = traits.name;
+    timeline.stages = config.boundaries.empty()
+                          ? config.stages
+                          : static_cast<int64_t>(config.boundaries.size()) + 1;
+    timeline.microBatches = config.microBatches;
+    timeline.steps = config.timelineSteps;
+    pm.addPass(createBuildPipeline(timeline));
+  }
+}
+
+} // namespace
+
+void buildTrainingPipeline(OpPassManager &pm,
+                           const TrainingPipelineConfig &config) {
+  AttachLossOptions loss;
+  loss.loss = config.loss;
+  loss.labelsName = config.labelsName;
+  loss.lossOutput = config.lossOutput;
+  pm.addPass(createAttachLoss(loss));
+  addPartition(pm, config);
+  AutodiffOptions autodiff;
+  autodiff.freeze = config.freeze;
+  autodiff.bnRunningVar = config.bnRunningVar;
+  pm.addPass(createAutodiff(autodiff));
+  InsertOptimizerOptions optimizer;
+  optimizer.optimizer = config.optimizer;
+  optimizer.lr = config.lr;
+  optimizer.momentum = config.momentum;
+  optimizer.weightDecay = config.weightDecay;
+  optimizer.beta1 = config.beta1;
+  optimizer.beta2 = config.beta2;
+  optimizer.epsilon = config.epsilon;
+  pm.addPass(createInsertOptimizer(optimizer));
+  const StrategyTraits &traits = traitsOf(config.strategy);
+  if (traits.dataParallel)
+    addDataParallelSchedule(pm, config);
+  else if (traits.pipelined)
+    addPipelineSchedule(pm, config);
+  if (config.planMemory)
+    pm.addPass(createPlanMemory());
+}
+
+namespace {
+
+/// cdp-opt's options of every strategy pipeline: cdp-compile's flags of the
+/// same names.
+struct StrategyPipelineOptions
+    : public PassPipelineOptions<StrategyPipelineOptions> {
+  Option<int64_t> stages{*this, "stages",
+                         llvm::cl::desc("Pipeline stages (0: the default)"),
+                         llvm::cl::init(0)};
+  ListOption<std::string> boundaries{
+      *this, "stage-boundaries",
+      llvm::cl::desc("Cut after these ONNX nodes instead")};
+  Option<int64_t> devices{*this, "devices",
+                          llvm::cl::desc("dp, cdp: devices (one slot each)"),
+                          llvm::cl::init(4)};
+  Option<int64_t> microBatches{
+      *this, "micro-batches",
+      llvm::cl::desc("Pipelines: micro-batches per step and replica"),
+      llvm::cl::init(4)};
+  Option<int64_t> replicas{*this, "replicas",
+                           llvm::cl::desc("gpipe, 1f1b, 2bw: pipeline copies"),
+                           llvm::cl::init(1)};
+  Option<std::string> cdpRule{*this, "cdp-rule",
+                              llvm::cl::desc("cdp, cdp-mp: v1 or v2"),
+                              llvm::cl::init("v2")};
+  Option<std::string> v2Table{*this, "v2-table",
+                              llvm::cl::desc("v2's table: timing or code"),
+                              llvm::cl::init("timing")};
+  Option<std::string> cdpReduce{*this, "cdp-reduce",
+                                llvm::cl::desc("cdp: allreduce or chain"),
+                                llvm::cl::init("allreduce")};
+  Option<std::string> loss{*this, "loss",
+                           llvm::cl::desc("softmax-cross-entropy, mse or none"),
+                           llvm::cl::init("softmax-cross-entropy")};
+  Option<std::string> optimizer{*this, "optimizer",
+                                llvm::cl::desc("sgd, momentum or adam"),
+                                llvm::cl::init("sgd")};
+  Option<double> lr{*this, "lr", llvm::cl::desc("Learning rate"),
+                    llvm::cl::init(0.01)};
+  Option<int64_t> steps{
+      *this, "timeline-steps",
+      llvm::cl::desc("Also the time-step timeline over this many steps"),
+      llvm::cl::init(0)};
+  Option<bool> planMemory{*this, "plan-memory",
+                          llvm::cl::desc("End with cdp-plan-memory"),
+                          llvm::cl::init(true)};
+
+  TrainingPipelineConfig configFor(Strategy strategy) const {
+    TrainingPipelineConfig config;
+    config.strategy = strategy;
+    config.stages = stages;
+    config.boundaries.assign(boundaries.begin(), boundaries.end());
+    config.devices = devices;
+    config.microBatches = microBatches;
+    config.replicas = replicas;
+    config.cdpRule = cdpRule;
+    config.v2Table = v2Table;
+    config.cdpReduce = cdpReduce;
+    config.loss = loss;
+    config.optimizer = optimizer;
+    config.lr = lr;
+    config.timelineSteps = steps;
+    config.planMemory = planMemory;
+    return config;
+  }
+};
+
+} // namespace
+
+void registerStrategyPipelines() {
+  static const struct {
+    const char *name;
+    Strategy strategy;
+    const char *summary;
+  } pipelines[] = {
+      {"cdp-dp", Strategy::DP,
+       "Data parallelism: every device runs every stage of its micro-batch, "
+       "gradients all-reduced each step"},
+      {"cdp-cyclic", Strategy::CDP,
+       "Cyclic data parallelism: micro-batches start one after another, "
+       "updates delayed by the CDP rule"},
+      {"cdp-gpipe", Strategy::GPipe,
+       "GPipe: all forwards, then all backwards, then the update"},
+      {"cdp-1f1b", Strategy::OneFOneB,
+       "PipeDream-Flush: one forward, one backward, flushed every step"},
+      {"cdp-2bw", Strategy::TwoBW,
+       "PipeDream-2BW: 1F1B without a flush on two weight versions"},
+      {"cdp-mp", Strategy::CDPMP,
+       "CDP under model parallelism: CDP's slots on shared stage devices"},
+  };
+  for (const auto &pipeline : pipelines) {
+    Strategy strategy = pipeline.strategy;
+    PassPipelineRegistration<StrategyPipelineOptions>(
+        pipeline.name, pipeline.summary,
+        [strategy](OpPassManager &pm, const StrategyPipelineOptions &options) {
+          buildTrainingPipeline(pm, options.configFor(strategy));
+        });
+  }
+}
+
+} // namespace cdp
