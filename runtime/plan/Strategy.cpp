@@ -2,6 +2,8 @@
 
 #include "cdp/Plan/Strategy.h"
 
+#include "cdp/Sched/Pipeline.h"
+
 #include <algorithm>
 #include <iterator>
 
@@ -59,8 +61,16 @@ int64_t stashSlots(Strategy strategy, int64_t s, int64_t d, int64_t m) {
   case Strategy::GPipe:
     return m;
   case Strategy::OneFOneB:
-  case Strategy::CDPMP:
     return std::min(d - s + 1, m);
+  case Strategy::CDPMP: {
+    // CDP's slots on the stage's devices (edge colouring): each device
+    // stashes every micro-batch it runs.
+    std::vector<int64_t> device = pipeline::cdpStageDevices(s, d, m);
+    std::vector<int64_t> count(m, 0);
+    for (int64_t c : device)
+      ++count[c];
+    return *std::max_element(count.begin(), count.end());
+  }
   case Strategy::TwoBW: {
     // A backward may run in the next step's program: the slot of
     // micro-batch k must be k mod slots in every step.

@@ -55,7 +55,9 @@ std::string strategyNames();
 /// Activation stash slots stage s (1-indexed) of d keeps with m
 /// micro-batches a step: gpipe holds all m; 1f1b and 2bw at most
 /// d - s + 1 in flight (2bw: the smallest divisor of m not below that, so
-/// that micro-batch k uses slot k mod slots in every step).
+/// that micro-batch k uses slot k mod slots in every step); cdp-mp one per
+/// micro-batch a device of the stage runs, the most any of them runs. The
+/// partitioner's memory estimate and cdp-schedule-pipeline both read it.
 int64_t stashSlots(Strategy strategy, int64_t s, int64_t d, int64_t m);
 
 } // namespace cdp
