@@ -65,8 +65,9 @@ cl::opt<std::string>
                   "plan-text (the same plan's instruction streams, one line "
                   "per instruction, for reading and FileCheck), mlir (the "
                   "imported cdp IR), train-mlir (the training module: loss, "
-                  "backward graph, updates), sched-mlir (the dp, cdp, gpipe, "
-                  "1f1b or 2bw schedule as sched dialect streams)"),
+                  "backward graph, updates), sched-mlir (the schedule in the "
+                  "sched dialect: the pipelines' per-device step programs, "
+                  "the dp, cdp, gpipe, 1f1b and 2bw timelines)"),
          cl::value_desc("plan|plan-text|mlir|train-mlir|sched-mlir"),
          cl::init("plan"), cl::cat(category));
 cl::opt<std::string> strategy(
