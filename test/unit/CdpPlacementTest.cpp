@@ -13,6 +13,7 @@
 
 #include <set>
 
+using cdp::pipeline::cdpCodeTableTooEarly;
 using cdp::pipeline::cdpStageDevices;
 
 namespace {
@@ -74,3 +75,30 @@ TEST(CdpPlacement, NoDeviceRunsTwoOpsAtOnceAndNoneIsSpare) {
 }
 
 } // namespace
+
+TEST(CdpPlacement, CodeTableAgreesWithTheTimingTableOnlyWhereItMay) {
+  // N = L: the tables agree.
+  for (int64_t L = 1; L <= 6; ++L)
+    EXPECT_EQ(cdpCodeTableTooEarly(L, L),
+              std::make_pair(int64_t{-1}, int64_t{-1}))
+        << "L = " << L;
+  // N = 8 on L = 4: slot 0's F_4 (time 3) precedes stage 4's update (after
+  // the last slot's B_4 at s_7 + 4 = 11), yet the code table says fresh.
+  EXPECT_EQ(cdpCodeTableTooEarly(4, 8), std::make_pair(int64_t{0}, int64_t{4}));
+}
+
+TEST(CdpPlacement, StashSlotsAreTheMostMicroBatchesOneDeviceRuns) {
+  for (int64_t L = 1; L <= 5; ++L)
+    for (int64_t N = 1; N <= 10; ++N)
+      for (int64_t s = 1; s <= L; ++s) {
+        std::vector<int64_t> device = cdpStageDevices(s, L, N);
+        std::vector<int64_t> runs(N, 0);
+        for (int64_t c : device)
+          ++runs[c];
+        EXPECT_EQ(cdp::stashSlots(cdp::Strategy::CDPMP, s, L, N),
+                  *std::max_element(runs.begin(), runs.end()))
+            << "L = " << L << ", N = " << N << ", s = " << s;
+      }
+  // S = N = 4: one device per stage runs all four slots.
+  EXPECT_EQ(cdp::stashSlots(cdp::Strategy::CDPMP, 4, 4, 4), 4);
+}

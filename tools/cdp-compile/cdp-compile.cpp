@@ -10,11 +10,13 @@
 #include "cdp/InitAll.h"
 #include "cdp/Passes/Pipelines.h"
 #include "cdp/Passes/Profile.h"
+#include "cdp/Plan/CostModel.h"
 #include "cdp/Plan/EmitPlan.h"
 #include "cdp/Plan/Paths.h"
 #include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Plan/PlanText.h"
+#include "cdp/Plan/Planner.h"
 #include "cdp/Runtime/Report.h"
 #include "cdp/Sched/Pipeline.h"
 
@@ -295,38 +297,19 @@ void parseCommandLine(int argc, char **argv) {
   }
 }
 
-/// Milliseconds of one instruction, or negative when unknown.
-using InstructionCost = std::function<double(const cdp::plan::Plan &,
-                                             const cdp::plan::Instruction &)>;
+using cdp::Hardware;
+using cdp::InstructionCost;
 
-/// Measured costs: a cdp-run --profile file, by ONNX node and kernel.
-/// Returns an empty function when the file cannot be read.
+/// --profile FILE's measured costs.
 InstructionCost profileCost(const std::string &path) {
-  std::vector<cdp::ProfileEntry> entries;
   std::string error;
-  if (!cdp::readProfile(path, entries, error))
+  InstructionCost cost = cdp::profileCost(path, error);
+  if (!cost)
     die("--profile " + path + ": " + error);
-  auto measured =
-      std::make_shared<std::map<std::pair<std::string, std::string>, double>>();
-  for (const cdp::ProfileEntry &entry : entries)
-    measured->try_emplace({entry.location, entry.op}, entry.ms);
-  return [measured](const cdp::plan::Plan &,
-                    const cdp::plan::Instruction &instruction) {
-    auto it = measured->find({instruction.location(), instruction.op()});
-    return it == measured->end() ? -1.0 : it->second;
-  };
+  return cost;
 }
 
-/// The hardware model (--hw FILE.json, docs/design/planner.md): per device
-/// FLOP/s, memory and memory bandwidth, and the link's bandwidth and latency.
-struct Hardware {
-  double flopsPerSecond = 5e10;          ///< one CPU core with AVX-512
-  double memoryBytes = 16.0 * (1 << 30); ///< the cap for --plan auto
-  double memoryBandwidth = 2e10;         ///< bytes/s
-  double linkBandwidth = 1e10;           ///< bytes/s between devices
-  double linkLatency = 5e-6;             ///< seconds per message
-};
-
+/// --hw FILE.json, or the default hardware model.
 Hardware readHardware(const std::string &path) {
   Hardware hw;
   if (path.empty())
@@ -334,112 +317,10 @@ Hardware readHardware(const std::string &path) {
   auto buffer = llvm::MemoryBuffer::getFile(path);
   if (!buffer)
     die("--hw " + path + ": " + buffer.getError().message());
-  llvm::Expected<llvm::json::Value> json =
-      llvm::json::parse((*buffer)->getBuffer());
-  if (!json) {
-    std::string message = llvm::toString(json.takeError());
-    die("--hw " + path + ": not JSON (" + message + ")");
-  }
-  const llvm::json::Object *object = json->getAsObject();
-  if (!object)
-    die("--hw " + path + ": expected a JSON object");
-  std::map<std::string, double *> fields = {
-      {"flops_per_s", &hw.flopsPerSecond},
-      {"memory_bytes", &hw.memoryBytes},
-      {"memory_bandwidth_bytes_per_s", &hw.memoryBandwidth},
-      {"link_bandwidth_bytes_per_s", &hw.linkBandwidth},
-      {"link_latency_s", &hw.linkLatency}};
-  for (const auto &[key, value] : *object) {
-    auto field = fields.find(key.str());
-    std::optional<double> number = value.getAsNumber();
-    if (field == fields.end())
-      die("--hw " + path + ": unknown key '" + key.str() +
-          "' (known: flops_per_s, memory_bytes, memory_bandwidth_bytes_per_s, "
-          "link_bandwidth_bytes_per_s, link_latency_s)");
-    if (!number || *number <= 0)
-      die("--hw " + path + ": '" + key.str() + "' must be a positive number");
-    *field->second = *number;
-  }
+  std::string error;
+  if (!cdp::parseHardware((*buffer)->getBuffer().str(), hw, error))
+    die("--hw " + path + ": " + error);
   return hw;
-}
-
-/// Analytic costs from the hardware model: an instruction takes its
-/// floating-point work at the device's FLOP/s or its bytes at the memory
-/// bandwidth, whichever is longer (products: 2 x output elements x the
-/// reduced dimension; everything else one operation per output element);
-/// a send takes the link's latency plus its bytes at the link's bandwidth.
-InstructionCost hardwareCost(const Hardware &hw) {
-  return [hw](const cdp::plan::Plan &plan,
-              const cdp::plan::Instruction &instruction) {
-    auto tensor = [&](int id) -> const cdp::plan::Tensor & {
-      return plan.tensors(id);
-    };
-    auto elements = [&](int id) {
-      double n = 1;
-      for (int64_t d : tensor(id).shape())
-        n *= static_cast<double>(d);
-      return n;
-    };
-    double bytes = 0;
-    for (int id : instruction.inputs())
-      if (id >= 0)
-        bytes += tensor(id).bytes();
-    for (int id : instruction.outputs())
-      if (id >= 0)
-        bytes += tensor(id).bytes();
-    llvm::StringRef op = instruction.op(); // compares lengths first
-    if (op == "send")
-      return 1e3 * (hw.linkLatency +
-                    tensor(instruction.inputs(0)).bytes() / hw.linkBandwidth);
-    if (instruction.outputs_size() == 0 || instruction.inputs_size() == 0)
-      return 1e3 * bytes / hw.memoryBandwidth;
-    double out = elements(instruction.outputs(0)), flops = out;
-    if ((op == "gemm" || op == "matmul") && instruction.inputs_size() >= 2) {
-      // The reduced dimension: A's elements over the output's rows.
-      const auto &shape = tensor(instruction.outputs(0)).shape();
-      double rows = 1;
-      for (int d = 0; d + 1 < shape.size(); ++d)
-        rows *= static_cast<double>(shape[d]);
-      flops = 2 * out * elements(instruction.inputs(0)) / std::max(rows, 1.0);
-    } else if ((op == "conv" || op == "conv_grad_input" ||
-                op == "conv_grad_weight") &&
-               instruction.inputs_size() >= 2) {
-      // Per element of the forward's output (dY for the gradients): the
-      // filter's elements over its output channels.
-      int filter = op == "conv_grad_weight" ? instruction.outputs(0)
-                                            : instruction.inputs(1);
-      double perOutput =
-          elements(filter) / std::max<double>(1, tensor(filter).shape(0));
-      flops = 2 * perOutput *
-              (op == "conv" ? out : elements(instruction.inputs(0)));
-    }
-    return 1e3 *
-           std::max(flops / hw.flopsPerSecond, bytes / hw.memoryBandwidth);
-  };
-}
-
-/// A pipeline's step time predicted from per-instruction costs: every
-/// device's instructions run in order over `steps` steps, a recv starting no
-/// earlier than the end of its send (cdp::plan::simulateTime), and the
-/// time the last device ends is divided by the steps. A profile of one
-/// device has no messages, loads, accumulations, version copies or replica
-/// sums: those are free with a profile. `end` holds milliseconds per step.
-cdp::plan::SimulatedTime predictStepMs(const cdp::plan::Plan &plan,
-                                       const InstructionCost &cost,
-                                       int64_t steps) {
-  auto pipelineOnly = [](const cdp::plan::Instruction &instruction) {
-    llvm::StringRef op = instruction.op();
-    return op == "send" || op == "recv" || op == "load" || op == "accumulate" ||
-           op == "assign" ||
-           (op == "add" && llvm::StringRef(instruction.phase()) == "update");
-  };
-  cdp::plan::SimulatedTime time = cdp::plan::simulateTime(
-      plan, steps, [&](int, const cdp::plan::Instruction &instruction) {
-        double ms = cost(plan, instruction);
-        return ms < 0 && pipelineOnly(instruction) ? 0.0 : ms;
-      });
-  time.end /= steps;
-  return time;
 }
 
 /// Why a step time could not be predicted, for the user.
@@ -574,25 +455,13 @@ void deriveCdpMpDevices(Settings &settings, int64_t L) {
     derived += count;
     perStage += (s > 1 ? ", " : "") + std::to_string(count);
   }
-  // The code table (fresh: l >= L - i) cannot make a slot fresh before
-  // its stage's update has made the new version (timing table: fresh
-  // when 2l - 1 > s_{N-1} - s_i); the other way round the slot reads the
-  // previous version like v1. N = L: the two tables agree.
-  if (cdpRule == "v2" && v2Table == "code")
-    for (int64_t i = 0; i < N; ++i)
-      for (int64_t l = 1; l <= L; ++l) {
-        int64_t start = cdp::pipeline::cdpSlotStart(i, L, N),
-                last = cdp::pipeline::cdpSlotStart(N - 1, L, N);
-        if (cdp::pipeline::cdpFresh(false, i, l, L, start, last) ||
-            !cdp::pipeline::cdpFresh(true, i, l, L, start, last))
-          continue;
-        die("--strategy cdp-mp --v2-table code: with N = " + std::to_string(N) +
-            " and L = " + std::to_string(L) + " the code table makes slot " +
-            std::to_string(i) + " read stage " + std::to_string(l) +
-            "'s new version before the update that makes it "
-            "(docs/strategies/cdp.md, update rules); use --v2-table "
-            "timing");
-      }
+  auto [slot, stage] = cdp::pipeline::cdpCodeTableTooEarly(L, N);
+  if (cdpRule == "v2" && v2Table == "code" && slot >= 0)
+    die("--strategy cdp-mp --v2-table code: with N = " + std::to_string(N) +
+        " and L = " + std::to_string(L) + " the code table makes slot " +
+        std::to_string(slot) + " read stage " + std::to_string(stage) +
+        "'s new version before the update that makes it "
+        "(docs/strategies/cdp.md, update rules); use --v2-table timing");
   if (devices.getNumOccurrences() && settings.deviceCount != derived)
     die("--strategy cdp-mp with N = " + std::to_string(N) +
         " micro-batches on L = " + std::to_string(L) + " stages runs on " +
@@ -823,7 +692,7 @@ cdp::EmitOptions emitOptionsFor(const Settings &settings) {
 InstructionCost stepCostFor(const Settings &settings,
                             const Hardware &hardware) {
   if (!settings.pipelined() || !profilePath.getNumOccurrences())
-    return hardwareCost(hardware);
+    return cdp::hardwareCost(hardware);
   return profileCost(profilePath);
 }
 
@@ -842,53 +711,32 @@ int64_t modelBatch(mlir::ModuleOp source) {
   return batch;
 }
 
-/// One --plan auto candidate, compiled and predicted: its step time (-1
-/// when it was dropped) and peak, or why it was dropped.
-struct Candidate {
-  double ms = -1;
-  int64_t peak = 0;
-  std::string why;
-};
-
-Candidate tryCandidate(mlir::MLIRContext &context, mlir::ModuleOp source,
-                       const Settings &settings,
-                       const InstructionCost &stepCost, double memoryCap,
-                       std::string &diagnostic) {
-  Candidate candidate;
-  mlir::OwningOpRef<mlir::ModuleOp> copy(source.clone());
-  diagnostic.clear();
-  google::protobuf::Arena arena;
-  cdp::plan::Plan &plan =
-      *google::protobuf::Arena::CreateMessage<cdp::plan::Plan>(&arena);
-  if (mlir::failed(runTrainingPasses(context, *copy, settings)) ||
-      mlir::failed(cdp::buildPlan(*copy, emitOptionsFor(settings), plan))) {
-    candidate.why = llvm::StringRef(diagnostic).split('\n').first.str();
-    return candidate;
+/// Prints a --plan auto candidate's row.
+void printCandidate(const cdp::PlanCandidate &candidate) {
+  auto count = [](int64_t n) { return static_cast<long long>(n); };
+  if (candidate.ms >= 0) {
+    std::printf("%8lld %9lld %14lld %12.3f %14lld  %s\n",
+                count(candidate.stages), count(candidate.replicas),
+                count(candidate.microBatches), candidate.ms,
+                count(candidate.peak), candidate.why.c_str());
+    return;
   }
-  cdp::plan::SimulatedTime time = predictStepMs(plan, stepCost, 3);
-  for (int64_t bytes : cdp::runtime::predictDevicePeaks(plan, 2))
-    candidate.peak = std::max(candidate.peak, bytes);
-  using Status = cdp::plan::SimulatedTime::Status;
-  if (time.status == Status::UnknownCost)
-    candidate.why = "the profile lacks an instruction of the plan";
-  else if (time.status == Status::WouldHang)
-    candidate.why = "the timing model would hang (a compiler bug)";
-  else if (candidate.peak > memoryCap)
-    candidate.why = settings.deviceMemoryBytes > 0 ? "above --device-memory"
-                                                   : "above the --hw memory";
-  if (time.status == Status::Ok)
-    candidate.ms = time.end;
-  return candidate;
+  std::string micro = candidate.why == "fewer micro-batches than stages"
+                          ? std::to_string(candidate.microBatches)
+                          : "-";
+  std::printf("%8lld %9lld %14s %12s %14s  %s\n", count(candidate.stages),
+              count(candidate.replicas), micro.c_str(), "-", "-",
+              candidate.why.c_str());
 }
 
-/// --plan auto (the 2BW planner, adapted): every stages x replicas =
-/// --devices with M = G / (replicas x B) micro-batches, M >= stages; each
-/// candidate is compiled and its plan predicted (step time from the
-/// profile, peak memory from the report's accounting); the fastest that
-/// fits the cap wins and its counts go into `settings`.
-void planAutomatically(mlir::MLIRContext &context, mlir::ModuleOp source,
-                       Settings &settings, const InstructionCost &stepCost,
-                       double memoryCap, std::string &diagnostic) {
+/// --plan auto (the 2BW planner, cdp::planCandidates): every stages x
+/// replicas = --devices with M = G / (replicas x B) micro-batches,
+/// M >= stages; each candidate is compiled and its plan predicted (step
+/// time from the profile or the hardware model, peak memory from the
+/// report's accounting); the fastest that fits the cap wins and its counts
+/// go into `settings`.
+void planAutomatically(mlir::ModuleOp source, Settings &settings,
+                       const InstructionCost &stepCost, double memoryCap) {
   if (settings.kind != cdp::Strategy::TwoBW)
     die("--plan auto plans --strategy 2bw (docs/design/planner.md), not " +
         strategy);
@@ -908,53 +756,28 @@ void planAutomatically(mlir::MLIRContext &context, mlir::ModuleOp source,
               (long long)deviceCount, (long long)samples, (long long)batch);
   std::printf("%8s %9s %14s %12s %14s  %s\n", "stages", "replicas",
               "micro-batches", "step ms", "peak bytes", "");
-  double best = -1;
-  int64_t bestStages = 0, bestReplicas = 0, bestMicro = 0;
-  for (int64_t S = 1; S <= deviceCount; ++S) {
-    if (deviceCount % S)
-      continue;
-    int64_t R = deviceCount / S;
-    int64_t M = samples / (R * batch);
-    Candidate candidate;
-    if (samples % (R * batch)) {
-      candidate.why = "global batch is not a multiple of replicas x "
-                      "micro-batch";
-    } else if (M < S) {
-      candidate.why = "fewer micro-batches than stages";
-    } else {
-      settings.stageCount = S;
-      settings.replicaCount = R;
-      settings.microBatchCount = M;
-      candidate = tryCandidate(context, source, settings, stepCost, memoryCap,
-                               diagnostic);
-    }
-    if (candidate.why.empty() && (best < 0 || candidate.ms < best)) {
-      best = candidate.ms;
-      bestStages = S;
-      bestReplicas = R;
-      bestMicro = M;
-    }
-    if (candidate.ms >= 0)
-      std::printf("%8lld %9lld %14lld %12.3f %14lld  %s\n", (long long)S,
-                  (long long)R, (long long)M, candidate.ms,
-                  (long long)candidate.peak, candidate.why.c_str());
-    else
-      std::printf("%8lld %9lld %14s %12s %14s  %s\n", (long long)S,
-                  (long long)R,
-                  candidate.why == "fewer micro-batches than stages"
-                      ? std::to_string(M).c_str()
-                      : "-",
-                  "-", "-", candidate.why.c_str());
+  std::vector<cdp::PlanCandidate> candidates =
+      cdp::planCandidates(deviceCount, samples, batch);
+  std::string capName =
+      settings.deviceMemoryBytes > 0 ? "--device-memory" : "the --hw memory";
+  for (cdp::PlanCandidate &candidate : candidates) {
+    if (candidate.why.empty())
+      cdp::evaluateCandidate(source, pipelineConfigFor(settings),
+                             emitOptionsFor(settings), stepCost, memoryCap,
+                             capName, candidate);
+    printCandidate(candidate);
   }
+  int best = cdp::bestCandidate(candidates);
   if (best < 0)
     die("--plan auto: no candidate fits (see the table above)");
-  settings.stageCount = bestStages;
-  settings.replicaCount = bestReplicas;
-  settings.microBatchCount = bestMicro;
+  const cdp::PlanCandidate &chosen = candidates[best];
+  settings.stageCount = chosen.stages;
+  settings.replicaCount = chosen.replicas;
+  settings.microBatchCount = chosen.microBatches;
   std::printf("chosen: %lld stages x %lld replicas, %lld micro-batches "
               "per step, %.3f ms per step predicted\n",
-              (long long)bestStages, (long long)bestReplicas,
-              (long long)bestMicro, best);
+              (long long)chosen.stages, (long long)chosen.replicas,
+              (long long)chosen.microBatches, chosen.ms);
   std::fflush(stdout);
 }
 
@@ -981,8 +804,9 @@ void writeReport(const cdp::plan::Plan &plan, const Settings &settings,
                  const InstructionCost &stepCost) {
   // Both only read the plan: the step time on a second thread.
   std::future<cdp::plan::SimulatedTime> stepTime = std::async(
-      settings.pipelined() ? std::launch::async : std::launch::deferred,
-      [&] { return predictStepMs(plan, stepCost, settings.reportStepCount); });
+      settings.pipelined() ? std::launch::async : std::launch::deferred, [&] {
+        return cdp::predictStepMs(plan, stepCost, settings.reportStepCount);
+      });
   std::string json =
       cdp::runtime::predictReport(plan, settings.reportStepCount);
   if (settings.pipelined()) {
@@ -1138,8 +962,7 @@ int main(int argc, char **argv) {
                          ? static_cast<double>(settings.deviceMemoryBytes)
                          : hardware.memoryBytes;
   if (planMode == "auto")
-    planAutomatically(context, *module, settings, stepCost, memoryCap,
-                      diagnostic);
+    planAutomatically(*module, settings, stepCost, memoryCap);
   if (mlir::failed(runTrainingPasses(context, *module, settings)))
     die(inputPath + ": " +
         (diagnostic.empty() ? "compilation failed" : diagnostic));

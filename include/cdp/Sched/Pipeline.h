@@ -139,9 +139,9 @@ inline bool cdpFresh(bool codeTable, int64_t i, int64_t l, int64_t L,
   return codeTable ? l >= L - i : 2 * l - 1 > lastStart - start;
 }
 
-/// cdp-mp (docs/strategies/cdp-mp.md): which device of stage s (1-based) of L runs
-/// each of the N CDP slots. Slot j starts at floor(2Lj/N); its F at stage s
-/// falls on time step start + s - 1 and its B on start + 2L - s, modulo the
+/// cdp-mp (docs/strategies/cdp-mp.md): which device of stage s (1-based) of L
+/// runs each of the N CDP slots. Slot j starts at floor(2Lj/N); its F at stage
+/// s falls on time step start + s - 1 and its B on start + 2L - s, modulo the
 /// cycle of 2L. Two slots on one device never share a time step, and a
 /// slot's F and B stay on one device (its stash). Each slot is thus an edge
 /// between two time steps of a multigraph, and devices are edge colours.
@@ -208,6 +208,23 @@ inline std::vector<int64_t> cdpStageDevices(int64_t s, int64_t L, int64_t N) {
 inline int64_t cdpStageDeviceCount(int64_t s, int64_t L, int64_t N) {
   std::vector<int64_t> device = cdpStageDevices(s, L, N);
   return *std::max_element(device.begin(), device.end()) + 1;
+}
+
+/// cdp-v2's code table (fresh where l >= L - i) against its timing table
+/// (fresh where slot i's F_l follows stage l's update): the first slot i
+/// and stage l the code table makes read l's new version before the update
+/// that makes it, or {-1, -1} when there is none (N = L: the two agree).
+/// The other way round a slot reads the previous version, as under v1.
+inline std::pair<int64_t, int64_t> cdpCodeTableTooEarly(int64_t L, int64_t N) {
+  int64_t last = cdpSlotStart(N - 1, L, N);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t l = 1; l <= L; ++l) {
+      int64_t start = cdpSlotStart(i, L, N);
+      if (!cdpFresh(false, i, l, L, start, last) &&
+          cdpFresh(true, i, l, L, start, last))
+        return {i, l};
+    }
+  return {-1, -1};
 }
 
 } // namespace cdp::pipeline
