@@ -44,6 +44,7 @@ void addDataParallelSchedule(OpPassManager &pm,
   StaggerCollectivesOptions stagger;
   stagger.reduce = config.cdpReduce;
   pm.addPass(createStaggerCollectives(stagger));
+  pm.addPass(createScheduleSlots());
   if (config.timelineSteps > 0) {
     MaterializeScheduleOptions materialize;
     materialize.steps = config.timelineSteps;

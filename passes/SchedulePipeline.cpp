@@ -344,7 +344,8 @@ void SchedulePipelinePass::runOnOperation() {
       builder.getI64IntegerAttr(traits.weightVersions),
       builder.getStringAttr(traits.cyclic ? cdpRule.getValue()
                                           : std::string(traits.name)),
-      ArrayAttr(), DenseI64ArrayAttr());
+      ArrayAttr(), DenseI64ArrayAttr(), DenseI64ArrayAttr(),
+      sched::ReductionAttr());
   if (traits.cyclic) {
     // The version table the run follows, as for cdp: slot j reads
     // θ_{t - version_delay[j][s-1]} at stage s.

@@ -43,12 +43,17 @@ LogicalResult StepProgramOp::verify() {
            << getWeightVersions();
   // Devices are numbered in order; every peer a device names is one of them.
   int64_t devices = 0;
-  for (Operation &op : getBody().front())
+  for (Operation &op : getBody().front()) {
+    std::optional<int64_t> index;
     if (auto device = dyn_cast<StageDeviceOp>(op))
-      if (device.getIndex() != devices++)
-        return device.emitOpError("has index ")
-               << device.getIndex() << " where " << devices - 1
-               << " is expected (devices are numbered in order)";
+      index = device.getIndex();
+    if (auto device = dyn_cast<SlotDeviceOp>(op))
+      index = device.getIndex();
+    if (index && *index != devices++)
+      return op.emitOpError("has index ")
+             << *index << " where " << devices - 1
+             << " is expected (devices are numbered in order)";
+  }
   WalkResult peers = walk([&](Operation *op) {
     auto check = [&](int64_t peer) {
       if (peer >= 0 && peer < devices)
@@ -154,6 +159,22 @@ LogicalResult ApplyUpdateOp::verify() { return verifyStep(*this); }
 LogicalResult ParamSendOp::verify() { return verifyPeer(*this, getTo()); }
 
 LogicalResult ParamRecvOp::verify() { return verifyPeer(*this, getFrom()); }
+
+LogicalResult SlotComputeOp::verify() {
+  auto program = cast<StepProgramOp>((*this)->getParentOp()->getParentOp());
+  if (getStage() < 1 || getStage() > program.getStages())
+    return emitOpError("runs stage ")
+           << getStage() << " of a program with " << program.getStages();
+  return success();
+}
+
+LogicalResult WaitReductionOp::verify() {
+  if (getDelay() < 0 || getMinStep() != 1 + getDelay())
+    return emitOpError("waits from step ")
+           << getMinStep() << " with delay " << getDelay()
+           << "; a delay d >= 0 waits from step 1 + d";
+  return success();
+}
 
 #define GET_OP_CLASSES
 #include "cdp/Dialect/Sched/SchedOps.cpp.inc"

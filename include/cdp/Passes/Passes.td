@@ -211,6 +211,22 @@ def StaggerCollectives : Pass<"cdp-stagger-collectives", "mlir::ModuleOp"> {
   ];
 }
 
+def ScheduleSlots : Pass<"cdp-schedule-slots", "mlir::ModuleOp"> {
+  let summary = "Writes dp's and cdp's per-slot step programs";
+  let description = [{
+    After cdp-stagger-collectives: appends a `sched.step_program` with one
+    `sched.slot_device` per device (its offset from `cdp.offsets`), whose
+    body is the step's program: per stage that owns parameters a
+    `sched.wait_reduction` (the version table's delay, from step 1 + delay
+    on) before its forward, `sched.slot_compute` forward F_1..F_L at times
+    0..L-1 and backward B_L..B_1 at L..2L-1, a `sched.start_reduction` after
+    each trained stage's backward, and under the chain reduction the
+    `sched.chain_relay`s of the mean's return trip. The plan emitter lowers
+    it op by op.
+  }];
+  let dependentDialects = ["cdp::sched::SchedDialect"];
+}
+
 def MaterializeSchedule : Pass<"cdp-materialize-schedule", "mlir::ModuleOp"> {
   let summary = "Writes the decided schedule out as sched dialect streams";
   let description = [{

@@ -134,3 +134,31 @@ sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages =
     sched.param_recv {from = 5, micro_batch = 0, param = "w", step = 0, time_step = 0}
   }
 }
+
+// -----
+
+sched.step_program attributes {cycle = 4, micro_batches = 1, rule = "", stages = 2, strategy = "dp", weight_versions = 1} {
+  sched.slot_device attributes {index = 0, offset = 0} {
+    // expected-error@+1 {{'sched.slot_compute' op runs stage 3 of a program with 2}}
+    sched.slot_compute {kind = #sched.work<forward>, stage = 3, time_step = 0}
+  }
+}
+
+// -----
+
+sched.step_program attributes {cycle = 4, micro_batches = 1, rule = "", stages = 2, strategy = "cdp", weight_versions = 1} {
+  sched.slot_device attributes {index = 0, offset = 0} {
+    // expected-error@+1 {{'sched.wait_reduction' op waits from step 1 with delay 1; a delay d >= 0 waits from step 1 + d}}
+    sched.wait_reduction {delay = 1, min_step = 1, stage = 1, time_step = 0}
+  }
+}
+
+// -----
+
+sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = "dp", weight_versions = 1} {
+  sched.slot_device attributes {index = 0, offset = 0} {
+  }
+  // expected-error@+1 {{'sched.slot_device' op has index 0 where 1 is expected (devices are numbered in order)}}
+  sched.slot_device attributes {index = 0, offset = 0} {
+  }
+}

@@ -34,6 +34,25 @@ sched.step_program attributes {cycle = 4 : i64, live_versions = array<i64: 2, 2>
   }
 }
 
+// CHECK: sched.step_program attributes {cycle = 2 : i64, live_versions = array<i64: 2>, micro_batches = 2 : i64, reduce_at = array<i64: 2>, reduction = #sched.reduction<chain>, rule = "v1", stages = 1 : i64, strategy = "cdp", version_delay = [array<i64: 1>, array<i64: 1>], weight_versions = 1 : i64} {
+// CHECK-NEXT: sched.slot_device attributes {index = 0 : i64, offset = 0 : i64} {
+// CHECK-NEXT: sched.wait_reduction {delay = 1 : i64, min_step = 2 : i64, stage = 1 : i64, time_step = 0 : i64}
+// CHECK-NEXT: sched.slot_compute {kind = #sched.work<forward>, stage = 1 : i64, time_step = 0 : i64}
+// CHECK-NEXT: sched.slot_compute {kind = #sched.work<backward>, stage = 1 : i64, time_step = 1 : i64}
+// CHECK-NEXT: sched.start_reduction {stage = 1 : i64, time_step = 1 : i64}
+// CHECK-NEXT: sched.chain_relay {stage = 1 : i64, step_offset = 1 : i64, time_step = 1 : i64}
+sched.step_program attributes {cycle = 2 : i64, live_versions = array<i64: 2>, micro_batches = 2 : i64, reduce_at = array<i64: 2>, reduction = #sched.reduction<chain>, rule = "v1", stages = 1 : i64, strategy = "cdp", version_delay = [array<i64: 1>, array<i64: 1>], weight_versions = 1 : i64} {
+  sched.slot_device attributes {index = 0 : i64, offset = 0 : i64} {
+    sched.wait_reduction {delay = 1 : i64, min_step = 2 : i64, stage = 1 : i64, time_step = 0 : i64}
+    sched.slot_compute {kind = #sched.work<forward>, stage = 1 : i64, time_step = 0 : i64}
+    sched.slot_compute {kind = #sched.work<backward>, stage = 1 : i64, time_step = 1 : i64}
+    sched.start_reduction {stage = 1 : i64, time_step = 1 : i64}
+    sched.chain_relay {stage = 1 : i64, step_offset = 1 : i64, time_step = 1 : i64}
+  }
+  sched.slot_device attributes {index = 1 : i64, offset = 1 : i64} {
+  }
+}
+
 // CHECK: sched.program attributes {devices = 2 : i64, rule = "synchronous", stages = 1 : i64, steps = 1 : i64, strategy = "gpipe"} {
 // CHECK-NEXT: sched.device attributes {idle = 0 : i64, index = 0 : i64, offset = 0 : i64} {
 // CHECK-NEXT: sched.load {at = 0 : i64, slot = 0 : i64, step = 0 : i64}

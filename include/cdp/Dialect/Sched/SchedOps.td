@@ -56,6 +56,16 @@ def Sched_VersionAttr : EnumAttr<Sched_Dialect, Sched_Version, "version"> {
   let assemblyFormat = "`<` $value `>`";
 }
 
+def Sched_Reduction : I32EnumAttr<"Reduction", "how a stage's gradients are reduced over devices", [
+    I32EnumAttrCase<"AllReduce", 0, "all_reduce">,
+    I32EnumAttrCase<"Chain", 1, "chain">]> {
+  let cppNamespace = "::cdp::sched";
+  let genSpecializedAttr = 0;
+}
+def Sched_ReductionAttr : EnumAttr<Sched_Dialect, Sched_Reduction, "reduction"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
 class Sched_Op<string mnemonic, list<Trait> traits = []>
     : Op<Sched_Dialect, mnemonic, traits> {
   let assemblyFormat = "attr-dict";
@@ -144,14 +154,18 @@ def Sched_StepProgramOp : Sched_Op<"step_program", [NoTerminator, SingleBlock]> 
     step repeats. `micro_batches` counts a step's micro-batches over all
     replicas; `cycle` is the step's length in time steps; `weight_versions`
     is 2 where runs may read the previous version (2bw, cdp-mp);
-    `version_delay` (cdp-mp) gives, per micro-batch and stage, how many
-    versions behind it reads; `live_versions` the versions each stage holds.
+    `version_delay` (cdp, cdp-mp) gives, per micro-batch and stage, how
+    many versions behind it reads; `live_versions` the versions each stage
+    holds. dp and cdp (`sched.slot_device`s) also give each stage's
+    `reduce_at` (tau*_l of step 0) and the `reduction`.
   }];
   let arguments = (ins StrAttr:$strategy, Sched_Int:$stages,
                        Sched_Int:$micro_batches, Sched_Int:$cycle,
                        Sched_Int:$weight_versions, StrAttr:$rule,
                        OptionalAttr<ArrayAttr>:$version_delay,
-                       OptionalAttr<DenseI64ArrayAttr>:$live_versions);
+                       OptionalAttr<DenseI64ArrayAttr>:$live_versions,
+                       OptionalAttr<DenseI64ArrayAttr>:$reduce_at,
+                       OptionalAttr<Sched_ReductionAttr>:$reduction);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = "attr-dict-with-keyword $body";
   let hasVerifier = 1;
@@ -260,6 +274,63 @@ def Sched_ParamRefreshOp : Sched_Op<"param_refresh",
     with the value its owner made at the end of the previous step.
   }];
   let arguments = (ins StrAttr:$param, Sched_Int:$from);
+}
+
+//===----------------------------------------------------------------------===//
+// dp and cdp: every device runs every stage of its own micro-batch (slot).
+//===----------------------------------------------------------------------===//
+
+def Sched_SlotDeviceOp : Sched_Op<"slot_device", [NoTerminator, SingleBlock,
+                                                 HasParent<"StepProgramOp">]> {
+  let summary = "a data-parallel device: every stage of micro-batch `index`";
+  let description = [{
+    Device `index` runs micro-batch (slot) `index` of each step through all
+    stages, its time steps shifted by `offset` (CDP's start delay, plus any
+    wait the version table asks for). Its body is the step's program.
+  }];
+  let arguments = (ins Sched_Int:$index, Sched_Int:$offset);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "attr-dict-with-keyword $body";
+}
+
+def Sched_SlotComputeOp : Sched_Op<"slot_compute", [HasParent<"SlotDeviceOp">]> {
+  let summary = "the forward or backward of one stage for the device's micro-batch";
+  let description = [{
+    Runs the ops of stage `stage`'s forward (with the buffer writes after
+    it) or backward, in the order of `@main`, at `time_step` of the cycle.
+  }];
+  let arguments = (ins Sched_WorkKindAttr:$kind, Sched_Int:$stage,
+                       Sched_Int:$time_step);
+  let hasVerifier = 1;
+}
+
+def Sched_WaitReductionOp : Sched_Op<"wait_reduction",
+                                     [HasParent<"SlotDeviceOp">]> {
+  let summary = "take a stage's reduced gradients and update its parameters";
+  let description = [{
+    Before the stage's forward: waits for the mean gradients of step
+    t - 1 - `delay` and applies the stage's updates with them, from step
+    `min_step` = 1 + `delay` on (the version table's delay).
+  }];
+  let arguments = (ins Sched_Int:$stage, Sched_Int:$delay,
+                       Sched_Int:$min_step, Sched_Int:$time_step);
+  let hasVerifier = 1;
+}
+
+def Sched_StartReductionOp : Sched_Op<"start_reduction",
+                                      [HasParent<"SlotDeviceOp">]> {
+  let summary = "hand a stage's gradients of the step to the reduction";
+  let arguments = (ins Sched_Int:$stage, Sched_Int:$time_step);
+}
+
+def Sched_ChainRelayOp : Sched_Op<"chain_relay", [HasParent<"SlotDeviceOp">]> {
+  let summary = "pass a stage's chain-reduced mean one hop back";
+  let description = [{
+    The chain reduction's return trip: the mean of step t's stage reduction
+    passes this device in its step t + `step_offset`, at `time_step`.
+  }];
+  let arguments = (ins Sched_Int:$stage, Sched_Int:$step_offset,
+                       Sched_Int:$time_step);
 }
 
 #endif // CDP_DIALECT_SCHED_SCHEDOPS_TD

@@ -1,0 +1,183 @@
+//===- ScheduleSlots.cpp - dp's and cdp's per-slot step programs ----------===//
+//
+// Writes the decisions of cdp-build-schedule, cdp-delay-updates and
+// cdp-stagger-collectives as a sched.step_program: per device (slot), the
+// step's stage work, the waits for reduced gradients, the reduction starts
+// and, for the chain reduction, the relays of its return trip, each at its
+// time step. The plan emitter lowers it op by op.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cdp/Dialect/Graph/GraphOps.h"
+#include "cdp/Dialect/Sched/SchedOps.h"
+#include "cdp/Passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+namespace cdp {
+#define GEN_PASS_DEF_SCHEDULESLOTS
+#include "cdp/Passes/Passes.h.inc"
+} // namespace cdp
+
+using namespace mlir;
+using namespace cdp;
+
+namespace {
+
+/// One op of a slot's program, before it is built: its kind, stage and
+/// time step within the cycle.
+struct SlotEntry {
+  enum Kind { Wait, Forward, Backward, Start, Relay } kind;
+  int64_t stage, time;
+  int64_t delay = 0; ///< Wait: the version delay; Relay: the step offset
+};
+
+/// What the graph says about each stage: whether it has forward and
+/// backward ops, and whether it owns trained parameters.
+struct StageFacts {
+  SmallVector<bool> forward, backward, trained;
+};
+
+StageFacts factsOf(func::FuncOp func, int64_t L) {
+  StageFacts facts;
+  facts.forward.assign(L + 1, false);
+  facts.backward.assign(L + 1, false);
+  facts.trained.assign(L + 1, false);
+  for (Operation &op : func.getBody().front().without_terminator()) {
+    if (isa<ParamOp, ConstantOp, UpdateOp>(op))
+      continue;
+    auto stage = op.getAttrOfType<IntegerAttr>("cdp.stage");
+    auto phase = op.getAttrOfType<StringAttr>("cdp.phase");
+    int64_t l = stage ? stage.getInt() : L;
+    (phase && phase.getValue() == "backward" ? facts.backward
+                                             : facts.forward)[l] = true;
+    if (isa<GradientOp>(op) && stage)
+      facts.trained[stage.getInt()] = true;
+  }
+  return facts;
+}
+
+/// Slot j's program: per stage that owns parameters, the wait for its
+/// reduced gradients (from step 1 + delay on) before its forward; the
+/// forwards F_1..F_L at times 0..L-1, the backwards B_L..B_1 at L..2L-1,
+/// each trained stage's reduction starting after its backward.
+std::vector<SlotEntry> slotProgram(int64_t L, ArrayRef<int64_t> delay,
+                                   const StageFacts &facts) {
+  std::vector<SlotEntry> entries;
+  for (int64_t l = 1; l <= L; ++l) {
+    if (!facts.forward[l])
+      continue;
+    if (facts.trained[l])
+      entries.push_back({SlotEntry::Wait, l, l - 1, delay[l - 1]});
+    entries.push_back({SlotEntry::Forward, l, l - 1});
+  }
+  for (int64_t l = L; l >= 1; --l) {
+    if (!facts.backward[l])
+      continue;
+    entries.push_back({SlotEntry::Backward, l, 2 * L - l});
+    if (facts.trained[l])
+      entries.push_back({SlotEntry::Start, l, 2 * L - l});
+  }
+  return entries;
+}
+
+/// --cdp-reduce chain: the mean of step t's stage-l reduction leaves the
+/// last slot at tau*_l(t) = s_{N-1} + 2Lt + 2L - l and reaches slot j at
+/// tau*_l(t) + N - 1 - j, one hop a time step: slot j's relay runs then, in
+/// its own step t + k at cycle time x, before the first op of a later time
+/// (or a wait of the same time).
+void insertRelay(std::vector<SlotEntry> &entries, int64_t j, int64_t N,
+                 int64_t L, int64_t l, ArrayRef<int64_t> offsets) {
+  int64_t r = offsets[N - 1] - offsets[j] + 2 * L - l + (N - 1 - j);
+  int64_t k = r / (2 * L), x = r % (2 * L);
+  auto at = entries.begin();
+  while (at != entries.end() &&
+         (at->time < x || (at->time == x && at->kind != SlotEntry::Wait)))
+    ++at;
+  entries.insert(at, {SlotEntry::Relay, l, x, k});
+}
+
+struct ScheduleSlotsPass
+    : public cdp::impl::ScheduleSlotsBase<ScheduleSlotsPass> {
+  void runOnOperation() override;
+};
+
+void ScheduleSlotsPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  func::FuncOp func = module.lookupSymbol<func::FuncOp>("main");
+  auto schedule =
+      func ? func->getAttrOfType<DictionaryAttr>("cdp.schedule") : nullptr;
+  auto offsets =
+      func ? func->getAttrOfType<DenseI64ArrayAttr>("cdp.offsets") : nullptr;
+  auto delays =
+      func ? func->getAttrOfType<ArrayAttr>("cdp.version_delay") : nullptr;
+  auto reduceAt =
+      func ? func->getAttrOfType<DenseI64ArrayAttr>("cdp.reduce_at") : nullptr;
+  auto live = func ? func->getAttrOfType<DenseI64ArrayAttr>("cdp.live_versions")
+                   : nullptr;
+  if (!schedule || !offsets || !delays || !reduceAt || !live) {
+    module.emitError("no complete schedule; run cdp-build-schedule, "
+                     "cdp-delay-updates and cdp-stagger-collectives first");
+    return signalPassFailure();
+  }
+  int64_t N = cast<IntegerAttr>(schedule.get("devices")).getInt();
+  int64_t L = cast<IntegerAttr>(schedule.get("stages")).getInt();
+  auto reduce = func->getAttrOfType<StringAttr>("cdp.reduce");
+  bool chain = reduce && reduce.getValue() == "chain";
+  auto rule = func->getAttrOfType<StringAttr>("cdp.rule");
+  StageFacts facts = factsOf(func, L);
+
+  OpBuilder builder = OpBuilder::atBlockEnd(module.getBody());
+  MLIRContext *context = builder.getContext();
+  auto i64 = [&](int64_t v) { return builder.getI64IntegerAttr(v); };
+  auto program = builder.create<sched::StepProgramOp>(
+      func.getLoc(), cast<StringAttr>(schedule.get("strategy")), i64(L), i64(N),
+      i64(2 * L), i64(1), rule ? rule : builder.getStringAttr(""), delays, live,
+      reduceAt,
+      sched::ReductionAttr::get(context, chain ? sched::Reduction::Chain
+                                               : sched::Reduction::AllReduce));
+  program.getBody().emplaceBlock();
+  Location loc = func.getLoc();
+  for (int64_t j = 0; j < N; ++j) {
+    ArrayRef<int64_t> delay = cast<DenseI64ArrayAttr>(delays[j]).asArrayRef();
+    std::vector<SlotEntry> entries = slotProgram(L, delay, facts);
+    if (chain && j + 1 < N)
+      for (int64_t l = 1; l <= L; ++l)
+        if (facts.trained[l])
+          insertRelay(entries, j, N, L, l, offsets.asArrayRef());
+    builder.setInsertionPointToEnd(&program.getBody().front());
+    auto device =
+        builder.create<sched::SlotDeviceOp>(loc, i64(j), i64(offsets[j]));
+    device.getBody().emplaceBlock();
+    builder.setInsertionPointToEnd(&device.getBody().front());
+    for (const SlotEntry &entry : entries) {
+      IntegerAttr stage = i64(entry.stage), time = i64(entry.time);
+      auto work = [&](sched::WorkKind kind) {
+        return sched::WorkKindAttr::get(context, kind);
+      };
+      switch (entry.kind) {
+      case SlotEntry::Wait:
+        builder.create<sched::WaitReductionOp>(loc, stage, i64(entry.delay),
+                                               i64(1 + entry.delay), time);
+        break;
+      case SlotEntry::Forward:
+        builder.create<sched::SlotComputeOp>(
+            loc, work(sched::WorkKind::Forward), stage, time);
+        break;
+      case SlotEntry::Backward:
+        builder.create<sched::SlotComputeOp>(
+            loc, work(sched::WorkKind::Backward), stage, time);
+        break;
+      case SlotEntry::Start:
+        builder.create<sched::StartReductionOp>(loc, stage, time);
+        break;
+      case SlotEntry::Relay:
+        builder.create<sched::ChainRelayOp>(loc, stage, i64(entry.delay), time);
+        break;
+      }
+    }
+  }
+}
+
+} // namespace
