@@ -28,14 +28,7 @@ using namespace cdp;
 
 namespace {
 
-/// One piece of a stage device's program for one step.
-struct ProgramEntry {
-  char kind;          ///< 'F', 'B' or 'U' (the update)
-  int64_t k;          ///< micro-batch within its step (the device's k-th)
-  int64_t stepRel;    ///< 0: this step's; -1: the previous step's
-  int64_t time;       ///< time step within the program
-  bool readsPrevious; ///< 2bw, cdp-mp: reads the previous weight version
-};
+using ProgramEntry = pipeline::StepEntry;
 
 /// cdp-mp's freshness: whether slot j's F at stage s comes after the
 /// stage's update, and whether it reads the new version (never under v1;
@@ -90,32 +83,6 @@ std::vector<ProgramEntry> cyclicProgram(int64_t s, int64_t S, int64_t MB,
                    });
   for (ProgramEntry &entry : entries)
     entry.time /= 2; // back to whole time steps
-  return entries;
-}
-
-/// 2bw: the steady state of 1F1B without a flush, one backward and one
-/// forward per time step pair, so a step's program starts with the
-/// previous step's last backwards.
-std::vector<ProgramEntry> twoBwProgram(int64_t s, int64_t S, int64_t M) {
-  std::vector<ProgramEntry> entries;
-  int64_t warmup = std::min(S - s + 1, M);
-  bool updated = false;
-  for (int64_t i = 0; i < M; ++i) {
-    if (i < warmup)
-      entries.push_back({'B', i - warmup + M, -1, 2 * i, false});
-    else
-      entries.push_back({'B', i - warmup, 0, 2 * i, true});
-    if (i == warmup - 1) {
-      entries.push_back({'U', 0, -1, entries.back().time, false});
-      updated = true;
-    }
-    entries.push_back({'F', i, 0, 2 * i + 1, updated});
-  }
-  // Before the update the previous version is W(t - 2) for the previous
-  // step's backwards; after it, W(t - 1) for this step's.
-  for (ProgramEntry &entry : entries)
-    if (entry.kind == 'B' && entry.stepRel == -1)
-      entry.readsPrevious = true;
   return entries;
 }
 
@@ -279,7 +246,7 @@ SchedulePipelinePass::programOf(int64_t s, ArrayRef<int64_t> mine) const {
   if (traitsOf(kind).cyclic)
     return cyclicProgram(s, S, MB, mine, table);
   if (traitsOf(kind).weightVersions == 2)
-    return twoBwProgram(s, S, M);
+    return pipeline::twoBwStepProgram(s, S, M);
   return flushProgram(orders[s - 1], at[s - 1]);
 }
 

@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cdp/Plan/Strategy.h"
+#include "cdp/Sched/Pipeline.h"
 
 #include <gtest/gtest.h>
 
@@ -54,3 +55,50 @@ TEST(Strategy, StashSlots) {
 }
 
 } // namespace
+
+namespace {
+
+/// PipeDream-2BW's order for stage s of d, written as the paper states
+/// it: d - s warm-up forwards, then a forward and a backward in turn, and
+/// an update after every m-th backward.
+std::vector<cdp::pipeline::StageOp> paperTwoBwOrder(int64_t s, int64_t d,
+                                                    int64_t m, int64_t steps) {
+  std::vector<cdp::pipeline::StageOp> order;
+  int64_t total = m * steps, nextF = 1, nextB = 1;
+  for (int64_t i = 0; i < std::min(d - s, total); ++i)
+    order.push_back({'F', nextF++});
+  while (nextB <= total) {
+    if (nextF <= total)
+      order.push_back({'F', nextF++});
+    order.push_back({'B', nextB});
+    if (nextB % m == 0)
+      order.push_back({'U', nextB});
+    ++nextB;
+  }
+  return order;
+}
+
+} // namespace
+
+// The 2bw step program the plan repeats (with its previous-step work
+// skipped in step 0 and drained after the last) runs exactly the paper's
+// order, for every stage, depth, micro-batch count m >= d and run length.
+TEST(Strategy, TwoBwStepProgramRunsThePapersOrder) {
+  for (int64_t d = 1; d <= 5; ++d)
+    for (int64_t m = d; m <= 8; ++m)
+      for (int64_t steps = 1; steps <= 3; ++steps)
+        for (int64_t s = 1; s <= d; ++s) {
+          std::vector<cdp::pipeline::StageOp> got =
+              cdp::pipeline::unrollStepProgram(
+                  cdp::pipeline::twoBwStepProgram(s, d, m), m, steps);
+          std::vector<cdp::pipeline::StageOp> want =
+              paperTwoBwOrder(s, d, m, steps);
+          ASSERT_EQ(got.size(), want.size())
+              << "d = " << d << ", m = " << m << ", steps = " << steps
+              << ", s = " << s;
+          for (size_t i = 0; i < got.size(); ++i) {
+            EXPECT_EQ(got[i].kind, want[i].kind) << "op " << i;
+            EXPECT_EQ(got[i].microBatch, want[i].microBatch) << "op " << i;
+          }
+        }
+}

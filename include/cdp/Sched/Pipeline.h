@@ -30,25 +30,72 @@ struct StageOp {
   int64_t microBatch;
 };
 
-/// The order of stage s (1-indexed) of d with m micro-batches a step.
+/// One piece of a stage device's step program, the work one training step
+/// repeats (cdp-schedule-pipeline writes these as sched ops).
+struct StepEntry {
+  char kind;          ///< 'F', 'B' or 'U' (the update)
+  int64_t k;          ///< micro-batch within its step (the device's k-th)
+  int64_t stepRel;    ///< 0: this step's; -1: the previous step's
+  int64_t time;       ///< time step within the program
+  bool readsPrevious; ///< reads the previous weight version
+};
+
+/// 2bw's step program for stage s of S with M micro-batches: the steady
+/// state of 1F1B without a flush, one backward and one forward per time
+/// step pair, so a step's program starts with the previous step's last
+/// backwards, and the update of the previous step's gradients follows the
+/// last of them.
+inline std::vector<StepEntry> twoBwStepProgram(int64_t s, int64_t S,
+                                               int64_t M) {
+  std::vector<StepEntry> entries;
+  int64_t warmup = std::min(S - s + 1, M);
+  bool updated = false;
+  for (int64_t i = 0; i < M; ++i) {
+    if (i < warmup)
+      entries.push_back({'B', i - warmup + M, -1, 2 * i, false});
+    else
+      entries.push_back({'B', i - warmup, 0, 2 * i, true});
+    if (i == warmup - 1) {
+      entries.push_back({'U', 0, -1, entries.back().time, false});
+      updated = true;
+    }
+    entries.push_back({'F', i, 0, 2 * i + 1, updated});
+  }
+  // Before the update the previous version is W(t - 2) for the previous
+  // step's backwards; after it, W(t - 1) for this step's.
+  for (StepEntry &entry : entries)
+    if (entry.kind == 'B' && entry.stepRel == -1)
+      entry.readsPrevious = true;
+  return entries;
+}
+
+/// A step program run for `steps` steps, as the plan runs it: step t runs
+/// every entry, but the previous step's work (stepRel -1) not in step 0
+/// and once more after the last step. Micro-batches are numbered over the
+/// run from 1; an update carries the last micro-batch of the step whose
+/// gradients it applies.
+inline std::vector<StageOp>
+unrollStepProgram(const std::vector<StepEntry> &program, int64_t m,
+                  int64_t steps) {
+  std::vector<StageOp> order;
+  for (int64_t t = 0; t <= steps; ++t)
+    for (const StepEntry &entry : program) {
+      int64_t step = t + entry.stepRel;
+      if (step < 0 || (t == steps && entry.stepRel == 0))
+        continue;
+      order.push_back({entry.kind, entry.kind == 'U' ? (step + 1) * m
+                                                     : step * m + entry.k + 1});
+    }
+  return order;
+}
+
+/// The order of stage s (1-indexed) of d with m micro-batches a step (2bw:
+/// its step program run for `steps` steps).
 inline std::vector<StageOp> stageOrder(Strategy strategy, int64_t s, int64_t d,
                                        int64_t m, int64_t steps) {
+  if (strategy == Strategy::TwoBW)
+    return unrollStepProgram(twoBwStepProgram(s, d, m), m, steps);
   std::vector<StageOp> order;
-  if (strategy == Strategy::TwoBW) {
-    int64_t total = m * steps, warm = std::min(d - s, total);
-    int64_t nextF = 1, nextB = 1;
-    for (int64_t i = 0; i < warm; ++i)
-      order.push_back({'F', nextF++});
-    while (nextB <= total) {
-      if (nextF <= total)
-        order.push_back({'F', nextF++});
-      order.push_back({'B', nextB});
-      if (nextB % m == 0)
-        order.push_back({'U', nextB});
-      ++nextB;
-    }
-    return order;
-  }
   for (int64_t t = 0; t < steps; ++t) {
     int64_t base = t * m;
     if (strategy == Strategy::GPipe) {
