@@ -2,111 +2,170 @@
 
 #include "cdp/Runtime/Communicator.h"
 
+#include "cdp/Plan/PlanIO.h"
 #include "cdp/Runtime/Kernel.h"
 
 #include <cstring>
 
 namespace cdp::runtime {
 
-LocalCommunicator::LocalCommunicator(int devices)
-    : devices(devices), sent(devices, 0) {}
+int64_t ConstBuffer::bytes() const { return count * plan::dtypeSize(dtype); }
+int64_t Buffer::bytes() const { return count * plan::dtypeSize(dtype); }
 
-void LocalCommunicator::reduceStart(int device, int64_t tag, const float *data,
-                                    int64_t count, int64_t tau) {
-  std::vector<float> message(data, data + count); // the copy that travels
-  std::lock_guard<std::mutex> lock(mutex);
-  Reduction &r = reductions[tag];
-  if (r.contributions.empty())
-    r.contributions.resize(devices);
-  if (!r.contributions[device].empty())
-    throw RuntimeError("device " + std::to_string(device) +
-                       " contributed twice to reduction " +
-                       std::to_string(tag));
-  r.contributions[device] = std::move(message);
-  sent[device] += count * static_cast<int64_t>(sizeof(float));
-  log.push_back({device, tau, count * static_cast<int64_t>(sizeof(float))});
-  if (++r.arrived == devices) {
-    // Sum in device order: every device gets the same bits.
-    r.mean.assign(count, 0.0f);
-    for (const std::vector<float> &part : r.contributions)
-      for (int64_t i = 0; i < count; ++i)
-        r.mean[i] += part[i];
-    float scale = 1.0f / static_cast<float>(devices);
-    for (float &v : r.mean)
-      v *= scale;
-    r.contributions.clear();
-    r.done = true;
-    changed.notify_all();
+/// Device `device`'s endpoint of a LocalFabric.
+class LocalCommunicator : public Communicator {
+public:
+  LocalCommunicator(LocalFabric &fabric, int device)
+      : fabric(fabric), device(device) {}
+  int rank() const override { return device; }
+  int size() const override { return fabric.devices; }
+  void send(int to, int64_t tag, ConstBuffer data, int64_t tau) override;
+  bool recv(int from, int64_t tag, Buffer out) override;
+  void reduceStart(int64_t tag, ConstBuffer data, int64_t tau) override;
+  bool reduceWait(int64_t tag, Buffer out) override;
+  void abort() override;
+  std::vector<SendRecord> sendLog() const override;
+
+private:
+  void checkPeer(int peer) const;
+
+  LocalFabric &fabric;
+  int device;
+  mutable std::mutex logMutex;
+  std::vector<SendRecord> log;
+};
+
+LocalFabric::LocalFabric(int devices) : devices(devices) {
+  for (int d = 0; d < devices; ++d)
+    endpoints.push_back(std::make_unique<LocalCommunicator>(*this, d));
+}
+
+LocalFabric::~LocalFabric() = default;
+
+Communicator &LocalFabric::endpoint(int d) { return *endpoints.at(d); }
+
+std::vector<std::vector<Communicator::SendRecord>>
+LocalFabric::gatherSendLogs() const {
+  std::vector<std::vector<Communicator::SendRecord>> logs;
+  for (const auto &endpoint : endpoints)
+    logs.push_back(endpoint->sendLog());
+  return logs;
+}
+
+void LocalCommunicator::checkPeer(int peer) const {
+  if (peer < 0 || peer >= fabric.devices || peer == device)
+    throw RuntimeError("device " + std::to_string(device) + " names device " +
+                       std::to_string(peer) + " as its peer; the run has " +
+                       std::to_string(fabric.devices));
+}
+
+void LocalCommunicator::send(int to, int64_t tag, ConstBuffer data,
+                             int64_t tau) {
+  checkPeer(to);
+  const char *bytes = static_cast<const char *>(data.data);
+  LocalFabric::Message message{data.dtype, data.count,
+                               std::vector<char>(bytes, bytes + data.bytes())};
+  {
+    std::lock_guard<std::mutex> lock(fabric.mutex);
+    auto key = std::make_tuple(device, to, tag);
+    if (fabric.mailboxes.count(key))
+      throw RuntimeError("device " + std::to_string(to) +
+                         " already has message " + std::to_string(tag) +
+                         " from device " + std::to_string(device));
+    fabric.mailboxes[key] = std::move(message);
+    fabric.changed.notify_all();
   }
+  std::lock_guard<std::mutex> lock(logMutex);
+  log.push_back({tau, data.bytes()});
 }
 
-bool LocalCommunicator::reduceWait(int device, int64_t tag, float *out,
-                                   int64_t count) {
-  std::unique_lock<std::mutex> lock(mutex);
-  changed.wait(lock, [&] {
-    auto it = reductions.find(tag);
-    return aborted || (it != reductions.end() && it->second.done);
+bool LocalCommunicator::recv(int from, int64_t tag, Buffer out) {
+  checkPeer(from);
+  std::unique_lock<std::mutex> lock(fabric.mutex);
+  auto key = std::make_tuple(from, device, tag);
+  fabric.changed.wait(
+      lock, [&] { return fabric.aborted || fabric.mailboxes.count(key); });
+  if (fabric.aborted)
+    return false;
+  LocalFabric::Message &message = fabric.mailboxes[key];
+  if (message.dtype != out.dtype || message.count != out.count)
+    throw RuntimeError(
+        "message " + std::to_string(tag) + " from device " +
+        std::to_string(from) + " holds " + std::to_string(message.count) + " " +
+        plan::DType_Name(message.dtype) + ", device " + std::to_string(device) +
+        " expects " + std::to_string(out.count) + " " +
+        plan::DType_Name(out.dtype));
+  std::memcpy(out.data, message.bytes.data(), message.bytes.size());
+  fabric.mailboxes.erase(key);
+  return true;
+}
+
+void LocalCommunicator::reduceStart(int64_t tag, ConstBuffer data,
+                                    int64_t tau) {
+  if (data.dtype != plan::F32)
+    throw RuntimeError("reductions are of float32 tensors, not " +
+                       plan::DType_Name(data.dtype));
+  const float *values = static_cast<const float *>(data.data);
+  std::vector<float> contribution(values, values + data.count);
+  {
+    std::lock_guard<std::mutex> lock(fabric.mutex);
+    LocalFabric::Reduction &r = fabric.reductions[tag];
+    if (r.contributions.empty())
+      r.contributions.resize(fabric.devices);
+    if (!r.contributions[device].empty())
+      throw RuntimeError("device " + std::to_string(device) +
+                         " contributed twice to reduction " +
+                         std::to_string(tag));
+    r.contributions[device] = std::move(contribution);
+    if (++r.arrived == fabric.devices) {
+      // Sum in device order: every device gets the same bits.
+      r.mean.assign(data.count, 0.0f);
+      for (const std::vector<float> &part : r.contributions)
+        for (int64_t i = 0; i < data.count; ++i)
+          r.mean[i] += part[i];
+      float scale = 1.0f / static_cast<float>(fabric.devices);
+      for (float &v : r.mean)
+        v *= scale;
+      r.contributions.clear();
+      r.done = true;
+      fabric.changed.notify_all();
+    }
+  }
+  std::lock_guard<std::mutex> lock(logMutex);
+  log.push_back({tau, data.bytes()});
+}
+
+bool LocalCommunicator::reduceWait(int64_t tag, Buffer out) {
+  std::unique_lock<std::mutex> lock(fabric.mutex);
+  fabric.changed.wait(lock, [&] {
+    auto it = fabric.reductions.find(tag);
+    return fabric.aborted || (it != fabric.reductions.end() && it->second.done);
   });
-  if (aborted)
+  if (fabric.aborted)
     return false;
-  Reduction &r = reductions[tag];
-  if (static_cast<int64_t>(r.mean.size()) != count)
+  LocalFabric::Reduction &r = fabric.reductions[tag];
+  if (out.dtype != plan::F32 ||
+      static_cast<int64_t>(r.mean.size()) != out.count)
     throw RuntimeError("reduction " + std::to_string(tag) + " has " +
-                       std::to_string(r.mean.size()) + " values, device " +
-                       std::to_string(device) + " expects " +
-                       std::to_string(count));
-  std::memcpy(out, r.mean.data(), count * sizeof(float));
-  if (++r.fetched == devices)
-    reductions.erase(tag);
+                       std::to_string(r.mean.size()) + " float32 values, " +
+                       "device " + std::to_string(device) + " expects " +
+                       std::to_string(out.count) + " " +
+                       plan::DType_Name(out.dtype));
+  std::memcpy(out.data, r.mean.data(), out.bytes());
+  if (++r.fetched == fabric.devices)
+    fabric.reductions.erase(tag);
   return true;
-}
-
-void LocalCommunicator::send(int from, int to, int64_t tag, const float *data,
-                             int64_t count, int64_t tau) {
-  std::vector<float> message(data, data + count); // the copy that travels
-  std::lock_guard<std::mutex> lock(mutex);
-  auto key = std::make_pair(to, tag);
-  if (mailboxes.count(key))
-    throw RuntimeError("device " + std::to_string(to) +
-                       " already has message " + std::to_string(tag));
-  mailboxes[key] = std::move(message);
-  int64_t bytes = count * static_cast<int64_t>(sizeof(float));
-  sent[from] += bytes;
-  log.push_back({from, tau, bytes});
-  changed.notify_all();
-}
-
-bool LocalCommunicator::recv(int to, int64_t tag, float *out, int64_t count) {
-  std::unique_lock<std::mutex> lock(mutex);
-  auto key = std::make_pair(to, tag);
-  changed.wait(lock, [&] { return aborted || mailboxes.count(key); });
-  if (aborted)
-    return false;
-  std::vector<float> &message = mailboxes[key];
-  if (static_cast<int64_t>(message.size()) != count)
-    throw RuntimeError("message " + std::to_string(tag) + " has " +
-                       std::to_string(message.size()) + " values, device " +
-                       std::to_string(to) + " expects " +
-                       std::to_string(count));
-  std::memcpy(out, message.data(), count * sizeof(float));
-  mailboxes.erase(key);
-  return true;
-}
-
-std::vector<Communicator::SendRecord> LocalCommunicator::sendLog() const {
-  std::lock_guard<std::mutex> lock(mutex);
-  return log;
 }
 
 void LocalCommunicator::abort() {
-  std::lock_guard<std::mutex> lock(mutex);
-  aborted = true;
-  changed.notify_all();
+  std::lock_guard<std::mutex> lock(fabric.mutex);
+  fabric.aborted = true;
+  fabric.changed.notify_all();
 }
 
-int64_t LocalCommunicator::bytesSent(int device) const {
-  std::lock_guard<std::mutex> lock(mutex);
-  return sent[device];
+std::vector<Communicator::SendRecord> LocalCommunicator::sendLog() const {
+  std::lock_guard<std::mutex> lock(logMutex);
+  return log;
 }
 
 } // namespace cdp::runtime

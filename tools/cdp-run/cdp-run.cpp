@@ -441,7 +441,9 @@ struct Run {
   /// Devices as threads that communicate (every multi-device plan, and dp
   /// and cdp on one device).
   bool multiDevice = false;
-  std::unique_ptr<LocalCommunicator> communicator;
+  /// The in-process fabric: each device's executor talks through its own
+  /// endpoint.
+  std::unique_ptr<LocalFabric> fabric;
   std::vector<std::unique_ptr<Executor>> executors;
   std::unique_ptr<ReportBuilder> report;
   std::unique_ptr<TraceRecorder> trace;
@@ -472,10 +474,11 @@ void createDevices(Run &run, int cores) {
   run.multiDevice =
       run.deviceCount > 1 || plan::traitsOf(run.plan).dataParallel;
   if (run.multiDevice)
-    run.communicator = std::make_unique<LocalCommunicator>(run.deviceCount);
+    run.fabric = std::make_unique<LocalFabric>(run.deviceCount);
   for (int d = 0; d < run.deviceCount; ++d)
     run.executors.push_back(std::make_unique<Executor>(
-        run.plan, run.threadsPerDevice, d, run.communicator.get()));
+        run.plan, run.threadsPerDevice, d,
+        run.fabric ? &run.fabric->endpoint(d) : nullptr));
   if (run.multiDevice && (!options.checkpoint.empty() ||
                           !options.resume.empty() || !options.profile.empty()))
     die("--checkpoint, --resume and --profile are not available yet for "
@@ -757,7 +760,7 @@ void runDevices(Run &run) {
         std::lock_guard<std::mutex> lock(errorMutex);
         if (firstError.empty())
           firstError = e.what();
-        run.communicator->abort();
+        run.fabric->endpoint(d).abort();
       }
     });
   while (run.terminal) {
@@ -969,9 +972,13 @@ void writeProfile(Run &run) {
 void writeReport(Run &run) {
   const Options &options = run.options;
   ReportBuilder &report = *run.report;
-  if (run.communicator)
-    for (const Communicator::SendRecord &record : run.communicator->sendLog())
-      report.sent(record.device, record.tau, record.bytes);
+  if (run.fabric) {
+    std::vector<std::vector<Communicator::SendRecord>> logs =
+        run.fabric->gatherSendLogs();
+    for (int d = 0; d < static_cast<int>(logs.size()); ++d)
+      for (const Communicator::SendRecord &record : logs[d])
+        report.sent(d, record.tau, record.bytes);
+  }
   for (int d = 0; d < run.deviceCount; ++d) {
     report.setWorkspace(d, run.executors[d]->workspaceBytes());
     report.setOptimizer(d, run.executors[d]->optimizerBytes());

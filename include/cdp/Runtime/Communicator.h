@@ -1,90 +1,123 @@
 //===- Communicator.h - moving data between devices -------------*- C++ -*-===//
 //
-// One interface for every backend: in-process threads (LocalCommunicator,
-// here), MPI processes and NCCL GPUs (later). Collectives are split into a
-// start, where a device hands over its contribution and goes on, and a
-// wait, where it blocks until the result is there: devices proceed at their
-// own pace and meet only where the plan says.
+// The communicator seam: every device talks through its own endpoint, for
+// itself only (its rank), with typed buffers. Backends implement it:
+// in-process threads (LocalCommunicator, here), MPI processes and NCCL GPUs
+// (later). Reductions are split into a start, where a device hands over its
+// contribution and goes on, and a wait, where it blocks until the result is
+// there: devices proceed at their own pace and meet only where the plan
+// says. Each endpoint keeps the log of what it sent; a run gathers them.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef CDP_RUNTIME_COMMUNICATOR_H
 #define CDP_RUNTIME_COMMUNICATOR_H
 
+#include "cdp/Plan/plan.pb.h"
+
 #include <condition_variable>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 namespace cdp::runtime {
 
+/// `count` elements of `dtype` that a message fills.
+struct Buffer {
+  plan::DType dtype = plan::F32;
+  void *data = nullptr;
+  int64_t count = 0;
+  int64_t bytes() const;
+};
+
+/// `count` elements of `dtype` that a message reads.
+struct ConstBuffer {
+  ConstBuffer() = default;
+  ConstBuffer(plan::DType dtype, const void *data, int64_t count)
+      : dtype(dtype), data(data), count(count) {}
+  /// A buffer a message fills may be read by another (implicit on purpose).
+  ConstBuffer(const Buffer &buffer)
+      : dtype(buffer.dtype), data(buffer.data), count(buffer.count) {}
+  plan::DType dtype = plan::F32;
+  const void *data = nullptr;
+  int64_t count = 0;
+  int64_t bytes() const;
+};
+
+/// One device's endpoint.
 class Communicator {
 public:
   virtual ~Communicator() = default;
+  /// The device this endpoint speaks for, and how many there are.
+  virtual int rank() const = 0;
   virtual int size() const = 0;
-  /// Hands over `count` floats for the mean-reduction `tag`; copies them.
-  virtual void reduceStart(int device, int64_t tag, const float *data,
-                           int64_t count, int64_t tau) = 0;
+
+  /// Point to point: sends `data` to device `to` under `tag` and returns
+  /// once the buffer may be reused; `tau` is the sender's time step (for
+  /// the report).
+  virtual void send(int to, int64_t tag, ConstBuffer data, int64_t tau) = 0;
+  /// Blocks until the message `tag` from device `from` is there and copies
+  /// it into `out` (same dtype and count, or a RuntimeError). Returns false
+  /// when the communicator was aborted.
+  virtual bool recv(int from, int64_t tag, Buffer out) = 0;
+
+  /// Hands over this device's contribution to the mean-reduction `tag`
+  /// (float32) and returns.
+  virtual void reduceStart(int64_t tag, ConstBuffer data, int64_t tau) = 0;
   /// Blocks until every device contributed to `tag`, then copies the mean
   /// (summed in device order, so every device gets the same bits) into
   /// `out`. Returns false when the communicator was aborted.
-  virtual bool reduceWait(int device, int64_t tag, float *out,
-                          int64_t count) = 0;
-  /// Wakes every waiter with failure (a device failed).
+  virtual bool reduceWait(int64_t tag, Buffer out) = 0;
+
+  /// Wakes every waiter of every device with failure (a device failed).
   virtual void abort() = 0;
-  /// Bytes handed over by `device` so far.
-  virtual int64_t bytesSent(int device) const = 0;
 
-  /// Point to point: copies `count` floats into `to`'s mailbox under `tag`
-  /// and returns; `tau` is the sender's time step (for the report).
-  virtual void send(int from, int to, int64_t tag, const float *data,
-                    int64_t count, int64_t tau) = 0;
-  /// Blocks until `to`'s mailbox holds `tag`, then copies it out. Returns
-  /// false when the communicator was aborted.
-  virtual bool recv(int to, int64_t tag, float *out, int64_t count) = 0;
-
-  /// (device, time step, bytes) of every message sent, in send order.
+  /// (time step, bytes) of every message and contribution this device
+  /// sent, in order.
   struct SendRecord {
-    int device;
     int64_t tau, bytes;
   };
   virtual std::vector<SendRecord> sendLog() const = 0;
 };
 
-/// Devices are threads of this process. A contribution is copied into a
-/// message owned by the communicator; the result is copied out into the
-/// waiting device's own memory. No device reads another's buffers.
-class LocalCommunicator : public Communicator {
+/// Devices as threads of this process: the fabric holds the messages in
+/// flight, and each device gets its endpoint (`endpoint(d)`). A message is
+/// a copy owned by the fabric; the receiver copies it into its own memory.
+/// No device reads another's buffers.
+class LocalFabric {
 public:
-  explicit LocalCommunicator(int devices);
-  int size() const override { return devices; }
-  void reduceStart(int device, int64_t tag, const float *data, int64_t count,
-                   int64_t tau) override;
-  bool reduceWait(int device, int64_t tag, float *out, int64_t count) override;
-  void abort() override;
-  int64_t bytesSent(int device) const override;
-  void send(int from, int to, int64_t tag, const float *data, int64_t count,
-            int64_t tau) override;
-  bool recv(int to, int64_t tag, float *out, int64_t count) override;
-  std::vector<SendRecord> sendLog() const override;
+  explicit LocalFabric(int devices);
+  ~LocalFabric();
+  int size() const { return devices; }
+  /// Device d's endpoint, owned by the fabric.
+  Communicator &endpoint(int d);
+  /// Every endpoint's send log, by device (what an MPI run gathers).
+  std::vector<std::vector<Communicator::SendRecord>> gatherSendLogs() const;
 
 private:
+  friend class LocalCommunicator;
   struct Reduction {
     std::vector<std::vector<float>> contributions;
     std::vector<float> mean;
     int arrived = 0, fetched = 0;
     bool done = false;
   };
+  struct Message {
+    plan::DType dtype;
+    int64_t count;
+    std::vector<char> bytes;
+  };
   int devices;
   mutable std::mutex mutex;
   std::condition_variable changed;
   std::map<int64_t, Reduction> reductions;
-  std::vector<int64_t> sent;
-  std::map<std::pair<int, int64_t>, std::vector<float>> mailboxes;
-  std::vector<SendRecord> log;
+  /// (from, to, tag) -> the message.
+  std::map<std::tuple<int, int, int64_t>, Message> mailboxes;
   bool aborted = false;
+  std::vector<std::unique_ptr<Communicator>> endpoints;
 };
 
 } // namespace cdp::runtime

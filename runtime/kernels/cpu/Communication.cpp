@@ -36,9 +36,14 @@ int64_t totalCount(const std::vector<TensorView> &views) {
   return n;
 }
 
-/// A float32 or int64 tensor as 4-byte words for the communicator.
-int64_t words(const TensorView &v) {
-  return v.numel() * plan::dtypeSize(v.dtype) / 4;
+/// A tensor as a message's typed buffer.
+ConstBuffer sending(const TensorView &v) {
+  return {v.dtype, v.data, v.numel()};
+}
+Buffer receiving(const TensorView &v) { return {v.dtype, v.data, v.numel()}; }
+Buffer floats(float *data, int64_t count) { return {plan::F32, data, count}; }
+ConstBuffer floats(const float *data, int64_t count) {
+  return {plan::F32, data, count};
 }
 
 /// Copies a stage's flat mean into its reduced gradients, in order.
@@ -72,14 +77,13 @@ void registerPipeline(KernelRegistry &registry) {
     if (!args.communicator)
       args.fail("needs a communicator (a multi-device plan)");
     TensorView x = args.inputs[0];
-    int to = static_cast<int>(args.i("peer", 0)), device = args.device;
+    int to = static_cast<int>(args.i("peer", 0));
     int64_t timeStep = args.instruction->time_step(),
             cycle = args.i("cycle", 1);
     auto tag = tagOf(args);
     Communicator *comm = args.communicator;
     return [=](const StepContext &context) {
-      comm->send(device, to, tag(context.step),
-                 static_cast<const float *>(x.data), words(x),
+      comm->send(to, tag(context.step), sending(x),
                  timeStep + cycle * context.step);
     };
   });
@@ -87,12 +91,11 @@ void registerPipeline(KernelRegistry &registry) {
     if (!args.communicator)
       args.fail("needs a communicator (a multi-device plan)");
     TensorView y = args.outputs[0];
-    int device = args.device;
+    int device = args.device, from = static_cast<int>(args.i("peer", 0));
     auto tag = tagOf(args);
     Communicator *comm = args.communicator;
     return [=](const StepContext &context) {
-      if (!comm->recv(device, tag(context.step), static_cast<float *>(y.data),
-                      words(y)))
+      if (!comm->recv(from, tag(context.step), receiving(y)))
         throw RuntimeError("device " + std::to_string(device) +
                            ": stopped while waiting for a tensor (another "
                            "device failed)");
@@ -121,7 +124,6 @@ void registerCommunication(KernelRegistry &registry) {
     int64_t stage = args.i("stage", 0);
     auto staging = std::make_shared<std::vector<float>>(totalCount(grads));
     Communicator *comm = args.communicator;
-    int device = args.device;
     int64_t timeStep = args.instruction->time_step(),
             cycle = args.i("cycle", 1);
     return [=](const StepContext &context) {
@@ -130,8 +132,8 @@ void registerCommunication(KernelRegistry &registry) {
         std::memcpy(out, g.data, g.numel() * sizeof(float));
         out += g.numel();
       }
-      comm->reduceStart(device, reductionTag(context.step, stage),
-                        staging->data(), staging->size(),
+      comm->reduceStart(reductionTag(context.step, stage),
+                        floats(staging->data(), staging->size()),
                         timeStep + cycle * context.step);
     };
   });
@@ -148,8 +150,8 @@ void registerCommunication(KernelRegistry &registry) {
     int device = args.device;
     return [=](const StepContext &context) {
       int64_t step = context.step - 1 - delay;
-      if (!comm->reduceWait(device, reductionTag(step, stage), staging->data(),
-                            static_cast<int64_t>(staging->size())))
+      if (!comm->reduceWait(reductionTag(step, stage),
+                            floats(staging->data(), staging->size())))
         throw RuntimeError("device " + std::to_string(device) +
                            ": stopped while waiting for a reduction (another "
                            "device failed)");
@@ -188,15 +190,15 @@ void registerChain(KernelRegistry &registry) {
     int64_t count = totalCount(grads);
     auto sum = std::make_shared<std::vector<float>>(count);
     Communicator *comm = args.communicator;
-    int device = args.device, devices = comm->size();
+    int device = comm->rank(), devices = comm->size();
     bool last = device + 1 == devices;
     if (last && (buffers.size() != 2 || totalCount({buffers[0]}) != count))
       args.fail("the last slot's chain_reduce needs its two chain buffers");
     return [=](const StepContext &context) {
       int64_t tau = timeStep + cycle * context.step;
       if (device > 0) {
-        if (!comm->recv(device, partialTag(context.step, stage), sum->data(),
-                        count))
+        if (!comm->recv(device - 1, partialTag(context.step, stage),
+                        floats(sum->data(), count)))
           throw RuntimeError("device " + std::to_string(device) +
                              ": stopped while waiting for a partial sum");
       } else {
@@ -207,8 +209,8 @@ void registerChain(KernelRegistry &registry) {
         for (int64_t i = 0; i < g.numel(); ++i)
           *at++ += g.f32()[i];
       if (!last) {
-        comm->send(device, device + 1, partialTag(context.step, stage),
-                   sum->data(), count, tau);
+        comm->send(device + 1, partialTag(context.step, stage),
+                   floats(sum->data(), count), tau);
         return;
       }
       float scale = 1.0f / static_cast<float>(devices);
@@ -216,8 +218,8 @@ void registerChain(KernelRegistry &registry) {
       for (int64_t i = 0; i < count; ++i)
         mean[i] = (*sum)[i] * scale;
       if (device > 0)
-        comm->send(device, device - 1, meanTag(context.step, stage), mean,
-                   count, tau);
+        comm->send(device - 1, meanTag(context.step, stage),
+                   floats(mean, count), tau);
     };
   });
 
@@ -234,15 +236,15 @@ void registerChain(KernelRegistry &registry) {
     int64_t timeStep = args.instruction->time_step();
     int64_t count = buffers[0].numel();
     Communicator *comm = args.communicator;
-    int device = args.device;
+    int device = comm->rank();
     return [=](const StepContext &context) {
       int64_t step = context.step - offset;
       float *mean = chainBuffer(buffers, step);
-      if (!comm->recv(device, meanTag(step, stage), mean, count))
+      if (!comm->recv(device + 1, meanTag(step, stage), floats(mean, count)))
         throw RuntimeError("device " + std::to_string(device) +
                            ": stopped while waiting for a reduced gradient");
       if (device > 0)
-        comm->send(device, device - 1, meanTag(step, stage), mean, count,
+        comm->send(device - 1, meanTag(step, stage), floats(mean, count),
                    timeStep + cycle * context.step);
     };
   });

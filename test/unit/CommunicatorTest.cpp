@@ -1,0 +1,112 @@
+//===- CommunicatorTest.cpp - the in-process communicator seam ------------===//
+//
+// Device endpoints of a LocalFabric as threads: typed messages arrive bit
+// for bit (int64 above 2^24, bool), a receive of the wrong type or size is
+// an error, a reduction's mean is the same bits on every device, every
+// endpoint logs only what it sent, and abort wakes every waiter.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cdp/Runtime/Communicator.h"
+#include "cdp/Runtime/Kernel.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+using namespace cdp;
+using namespace cdp::runtime;
+
+namespace {
+
+TEST(Communicator, TypedMessagesArriveBitForBit) {
+  LocalFabric fabric(2);
+  std::vector<int64_t> big = {(int64_t(1) << 53) + 1, -7, INT64_MIN};
+  std::vector<uint8_t> mask = {1, 0, 1, 1};
+  std::thread sender([&] {
+    fabric.endpoint(0).send(1, 5, {plan::I64, big.data(), 3}, 0);
+    fabric.endpoint(0).send(1, 6, {plan::BOOL, mask.data(), 4}, 1);
+  });
+  std::vector<int64_t> gotBig(3);
+  std::vector<uint8_t> gotMask(4);
+  // Received out of order: messages are matched by sender and tag.
+  EXPECT_TRUE(fabric.endpoint(1).recv(0, 6, {plan::BOOL, gotMask.data(), 4}));
+  EXPECT_TRUE(fabric.endpoint(1).recv(0, 5, {plan::I64, gotBig.data(), 3}));
+  sender.join();
+  EXPECT_EQ(gotBig, big);
+  EXPECT_EQ(gotMask, mask);
+  // Each endpoint logs what it sent: 24 + 4 bytes from device 0 only.
+  std::vector<std::vector<Communicator::SendRecord>> logs =
+      fabric.gatherSendLogs();
+  ASSERT_EQ(logs[0].size(), 2u);
+  EXPECT_EQ(logs[0][0].bytes, 24);
+  EXPECT_EQ(logs[0][1].bytes, 4);
+  EXPECT_EQ(logs[0][1].tau, 1);
+  EXPECT_TRUE(logs[1].empty());
+}
+
+TEST(Communicator, ReceiveOfAnotherTypeOrSizeIsAnError) {
+  LocalFabric fabric(2);
+  float x[2] = {1, 2};
+  fabric.endpoint(0).send(1, 1, {plan::F32, x, 2}, 0);
+  int64_t y[2];
+  EXPECT_THROW(fabric.endpoint(1).recv(0, 1, {plan::I64, y, 2}), RuntimeError);
+  float z[3];
+  EXPECT_THROW(fabric.endpoint(1).recv(0, 1, {plan::F32, z, 3}), RuntimeError);
+  EXPECT_THROW(fabric.endpoint(1).recv(1, 1, {plan::F32, z, 2}),
+               RuntimeError); // itself as the peer
+  EXPECT_THROW(fabric.endpoint(0).send(2, 1, {plan::F32, x, 2}, 0),
+               RuntimeError); // no device 2
+}
+
+TEST(Communicator, MeanIsTheSameBitsOnEveryDevice) {
+  const int devices = 3;
+  LocalFabric fabric(devices);
+  // 0.1 + 0.2 + 0.3 in float32 depends on the order; every device must
+  // get device order's result.
+  std::vector<std::vector<float>> means(devices, std::vector<float>(1));
+  std::vector<std::thread> threads;
+  for (int d = 0; d < devices; ++d)
+    threads.emplace_back([&, d] {
+      float mine = 0.1f * static_cast<float>(d + 1);
+      Communicator &endpoint = fabric.endpoint(d);
+      endpoint.reduceStart(9, {plan::F32, &mine, 1}, d);
+      ASSERT_TRUE(endpoint.reduceWait(9, {plan::F32, means[d].data(), 1}));
+    });
+  for (std::thread &thread : threads)
+    thread.join();
+  // Summed from zero in device order, then scaled by 1/N.
+  float expected = 0.0f;
+  for (int d = 0; d < devices; ++d)
+    expected += 0.1f * static_cast<float>(d + 1);
+  expected *= 1.0f / static_cast<float>(devices);
+  for (int d = 0; d < devices; ++d)
+    EXPECT_EQ(means[d][0], expected) << "device " << d;
+}
+
+TEST(Communicator, ReductionsAreOfFloats) {
+  LocalFabric fabric(1);
+  int64_t x = 3;
+  EXPECT_THROW(fabric.endpoint(0).reduceStart(1, {plan::I64, &x, 1}, 0),
+               RuntimeError);
+}
+
+TEST(Communicator, AbortWakesEveryWaiter) {
+  LocalFabric fabric(3);
+  bool received = true, reduced = true;
+  std::thread receiver([&] {
+    float y;
+    received = fabric.endpoint(1).recv(0, 1, {plan::F32, &y, 1});
+  });
+  std::thread reducer([&] {
+    float y;
+    reduced = fabric.endpoint(2).reduceWait(4, {plan::F32, &y, 1});
+  });
+  fabric.endpoint(0).abort();
+  receiver.join();
+  reducer.join();
+  EXPECT_FALSE(received);
+  EXPECT_FALSE(reduced);
+}
+
+} // namespace
