@@ -380,4 +380,54 @@ std::vector<std::pair<std::string, int>> Executor::gradients() const {
   return result;
 }
 
+/// Tags of the gather after training: beside the step tags (reductions
+/// count steps from 0 up, pipeline messages set bit 62).
+static int64_t gatherTag(int id) { return (int64_t(3) << 60) | id; }
+
+void Executor::gatherOnDeviceZero() {
+  if (!communicator)
+    return;
+  const plan::Plan &plan = planRef;
+  bool pipeline = plan::traitsOf(plan).pipelined;
+  int devices = communicator->size();
+  for (const plan::Tensor &t : plan.tensors()) {
+    bool owned = t.kind() == plan::PARAM || t.kind() == plan::BUFFER ||
+                 t.kind() == plan::REDUCED;
+    if (!pipeline || !owned || !t.has_device() || t.device() == 0)
+      continue;
+    const TensorView &v = views[t.id()];
+    if (deviceIndex == t.device())
+      communicator->send(0, gatherTag(t.id()), {v.dtype, v.data, v.numel()},
+                         -1);
+    else if (deviceIndex == 0 &&
+             !communicator->recv(t.device(), gatherTag(t.id()),
+                                 {v.dtype, v.data, v.numel()}))
+      throw RuntimeError("device 0: stopped while gathering '" + t.name() +
+                         "' (another device failed)");
+  }
+  for (const plan::Tensor &t : plan.tensors()) {
+    if (pipeline || t.kind() != plan::BUFFER || t.dtype() != plan::F32 ||
+        devices < 2)
+      continue;
+    const TensorView &v = views[t.id()];
+    int64_t n = v.numel();
+    if (deviceIndex != 0) {
+      communicator->send(0, gatherTag(t.id()), {plan::F32, v.data, n}, -1);
+      continue;
+    }
+    std::vector<double> sum(v.f32(), v.f32() + n);
+    std::vector<float> part(n);
+    for (int d = 1; d < devices; ++d) {
+      if (!communicator->recv(d, gatherTag(t.id()),
+                              {plan::F32, part.data(), n}))
+        throw RuntimeError("device 0: stopped while averaging '" + t.name() +
+                           "' (another device failed)");
+      for (int64_t i = 0; i < n; ++i)
+        sum[i] += part[i];
+    }
+    for (int64_t i = 0; i < n; ++i)
+      v.f32()[i] = static_cast<float>(sum[i] / devices);
+  }
+}
+
 } // namespace cdp::runtime

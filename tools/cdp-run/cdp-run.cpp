@@ -703,36 +703,7 @@ void runDevice(Run &run, int d, const std::vector<std::vector<int64_t>> &orders,
       progress = t + 1;
   }
   ex.flush(run.total, &loader);
-}
-
-/// After a multi-device run: a pipeline's parameters, buffers and
-/// optimizer inputs live on their stage's device, gathered onto device 0
-/// where the model is written; dp's and cdp's buffers (BatchNorm
-/// statistics) are averaged over the devices.
-void gatherOntoDeviceZero(Run &run) {
-  bool pipeline = plan::traitsOf(run.plan).pipelined;
-  Executor &executor = run.first();
-  for (const plan::Tensor &t : run.plan.tensors()) {
-    if (!pipeline || !t.has_device() || t.device() == 0 ||
-        (t.kind() != plan::PARAM && t.kind() != plan::BUFFER &&
-         t.kind() != plan::REDUCED))
-      continue;
-    const TensorView &from = run.executors[t.device()]->view(t.id());
-    std::memcpy(executor.view(t.id()).data, from.data,
-                from.numel() * plan::dtypeSize(from.dtype));
-  }
-  for (const plan::Tensor &t : run.plan.tensors()) {
-    if (pipeline || t.kind() != plan::BUFFER || t.dtype() != plan::F32)
-      continue;
-    float *out = executor.view(t.id()).f32();
-    int64_t n = executor.view(t.id()).numel();
-    for (int64_t i = 0; i < n; ++i) {
-      double sum = 0;
-      for (int d = 0; d < run.deviceCount; ++d)
-        sum += run.executors[d]->view(t.id()).f32()[i];
-      out[i] = static_cast<float>(sum / run.deviceCount);
-    }
-  }
+  ex.gatherOnDeviceZero();
 }
 
 /// Every device on a thread of its own, with a progress line on a
@@ -781,7 +752,6 @@ void runDevices(Run &run) {
   double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
           .count();
-  gatherOntoDeviceZero(run);
   double accuracy = -1;
   if (options.eval && !options.data.empty()) {
     writeStepOutputs(run); // before the evaluation reuses the buffers

@@ -57,7 +57,7 @@ public:
 
   /// Point to point: sends `data` to device `to` under `tag` and returns
   /// once the buffer may be reused; `tau` is the sender's time step (for
-  /// the report).
+  /// the report; negative after training, and then not logged).
   virtual void send(int to, int64_t tag, ConstBuffer data, int64_t tau) = 0;
   /// Blocks until the message `tag` from device `from` is there and copies
   /// it into `out` (same dtype and count, or a RuntimeError). Returns false

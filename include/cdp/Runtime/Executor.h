@@ -106,6 +106,14 @@ public:
   /// Gradient tensors by parameter name, in plan order.
   std::vector<std::pair<std::string, int>> gradients() const;
 
+  /// After training (and flush), on every device of a multi-device run:
+  /// a pipeline's parameters, buffers and reduced gradients travel from
+  /// the devices that own them to device 0, where the model is written;
+  /// dp's and cdp's float32 buffers (BatchNorm statistics) are averaged
+  /// over the devices onto device 0 (summed in double, in device order).
+  /// Only through the communicator: no device reads another's memory.
+  void gatherOnDeviceZero();
+
 private:
   void runInstructions(const StepContext &context);
   std::vector<std::unique_ptr<Kernel>>
