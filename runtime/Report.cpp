@@ -631,4 +631,39 @@ std::string reportSvg(const std::string &reportJson, const std::string &other) {
   return os.str();
 }
 
+namespace {
+
+/// Every series of a device, in one fixed order.
+template <typename SeriesT, typename Visit>
+void forEachVector(SeriesT &s, Visit visit) {
+  visit(s.units);
+  visit(s.unitEnds);
+  for (int c = 0; c < 3; ++c) {
+    visit(s.bornBytes[c]);
+    visit(s.diedBytes[c]);
+  }
+  visit(s.sent);
+  visit(s.ready);
+}
+
+} // namespace
+
+std::vector<double> ReportBuilder::exportSeries() const {
+  std::vector<double> values;
+  for (const Series &s : devices)
+    forEachVector(s, [&](const std::vector<int64_t> &v) {
+      values.insert(values.end(), v.begin(), v.end());
+    });
+  return values;
+}
+
+void ReportBuilder::importSeries(const std::vector<double> &values) {
+  size_t at = 0;
+  for (Series &s : devices)
+    forEachVector(s, [&](std::vector<int64_t> &v) {
+      for (int64_t &x : v)
+        x = static_cast<int64_t>(values.at(at++));
+    });
+}
+
 } // namespace cdp::runtime

@@ -26,3 +26,14 @@ config.substitutions.append(("%srcroot", config.cdp_src_root))
 config.substitutions.append(("%cdp_bin", config.cdp_tools_dir))
 config.substitutions.append(("%llvm_include", "/usr/lib/llvm-19/include"))
 llvm_config.add_tool_substitutions(["cdp-opt", "cdp-compile", "cdp-run"], [config.cdp_tools_dir])
+
+# Tests under mpirun: where the build has the MPI fabric and mpirun is
+# there. Open MPI refuses root unless told (CI runs as root), and the
+# processes share the machine's cores (--oversubscribe in the tests).
+import shutil
+if config.cdp_enable_mpi.upper() in ("ON", "1", "TRUE", "YES") and shutil.which("mpirun"):
+    config.available_features.add("mpi")
+    config.environment["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+    config.environment["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    config.substitutions.append(
+        ("%mpirun", "mpirun --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo"))

@@ -44,8 +44,10 @@ LocalFabric::~LocalFabric() = default;
 
 Communicator &LocalFabric::endpoint(int d) { return *endpoints.at(d); }
 
+void LocalFabric::abortRun() { endpoint(0).abort(); }
+
 std::vector<std::vector<Communicator::SendRecord>>
-LocalFabric::gatherSendLogs() const {
+LocalFabric::gatherSendLogs() {
   std::vector<std::vector<Communicator::SendRecord>> logs;
   for (const auto &endpoint : endpoints)
     logs.push_back(endpoint->sendLog());

@@ -13,6 +13,7 @@
 #include "cdp/Runtime/Checkpoint.h"
 #include "cdp/Runtime/Data.h"
 #include "cdp/Runtime/Executor.h"
+#include "cdp/Runtime/MpiCommunicator.h"
 #include "cdp/Runtime/Report.h"
 
 #include <omp.h>
@@ -40,8 +41,16 @@ using namespace cdp::runtime;
 
 namespace {
 
+/// Under mpirun: the fabric, so that an error ends every process, not just
+/// this one (the others would wait for it until --comm-timeout).
+cdp::runtime::Fabric *mpiFabric = nullptr;
+
 [[noreturn]] void die(const std::string &message) {
   std::cerr << "cdp-run: error: " << message << "\n";
+  if (mpiFabric) {
+    std::cerr << std::flush;
+    mpiFabric->abortRun();
+  }
   std::exit(1);
 }
 
@@ -53,6 +62,7 @@ struct Options {
   uint64_t seed = 0;
   bool eval = false;
   int threads = 0;
+  int64_t commTimeout = 300; ///< seconds a device waits for a message
   std::string metrics, dumpParams, dumpGrads, saveOutputs, saveOnnx;
   std::string checkpoint, resume, profile;
   std::string report, reportSvg, compareReport, trace;
@@ -104,6 +114,12 @@ Options parseArguments(int argc, char **argv) {
        [&](const std::string &v) { o.seed = parseCount("--seed", v, 0); }},
       {"--eval", nullptr, "Report accuracy on the test split after each epoch",
        [&](const std::string &) { o.eval = true; }},
+      {"--comm-timeout", "S",
+       "Under mpirun: seconds a device waits for a message before the run "
+       "fails, naming the process it waited for (default 300)",
+       [&](const std::string &v) {
+         o.commTimeout = parseCount("--comm-timeout", v, 1);
+       }},
       {"--threads", "T",
        "oneDNN/OpenMP threads per device (default: all cores for one device)",
        [&](const std::string &v) {
@@ -441,9 +457,14 @@ struct Run {
   /// Devices as threads that communicate (every multi-device plan, and dp
   /// and cdp on one device).
   bool multiDevice = false;
-  /// The in-process fabric: each device's executor talks through its own
-  /// endpoint.
-  std::unique_ptr<LocalFabric> fabric;
+  /// The devices' fabric (in-process, or over mpirun's processes): each
+  /// device's executor talks through its own endpoint.
+  std::unique_ptr<Fabric> fabric;
+  bool mpi = false; ///< started by mpirun: this process runs some devices
+  /// Gathered after a multi-device run: every device's send log, workspace
+  /// and optimizer bytes (on the root).
+  std::vector<std::vector<Communicator::SendRecord>> sendLogs;
+  std::vector<double> workspaceBytes, optimizerBytes;
   std::vector<std::unique_ptr<Executor>> executors;
   std::unique_ptr<ReportBuilder> report;
   std::unique_ptr<TraceRecorder> trace;
@@ -458,6 +479,15 @@ struct Run {
   bool stepOutputsWritten = false;
   /// Device 0: where parameters are gathered and outputs are read.
   Executor &first() { return *executors[0]; }
+  /// A device this process runs (shapes for checking feeds).
+  Executor &local() {
+    for (auto &executor : executors)
+      if (executor)
+        return *executor;
+    die("no device runs in this process");
+  }
+  /// Whether this process writes the outputs.
+  bool root() const { return !fabric || fabric->isRoot(); }
 };
 
 /// One executor per device, each with its own memory; devices of
@@ -473,12 +503,28 @@ void createDevices(Run &run, int cores) {
   // last reductions are applied after training: they run as device threads.
   run.multiDevice =
       run.deviceCount > 1 || plan::traitsOf(run.plan).dataParallel;
-  if (run.multiDevice)
+  run.mpi = launchedByMpirun();
+  if (run.mpi) {
+    if (plan::traitsOf(run.plan).pipelined)
+      die("under mpirun cdp-run runs dp and cdp plans so far; run " +
+          run.plan.strategy() + " plans in one process");
+    std::string error;
+    run.fabric = createMpiFabric(
+        run.deviceCount, static_cast<double>(options.commTimeout), error);
+    if (!run.fabric)
+      die(error);
+    mpiFabric = run.fabric.get();
+    run.multiDevice = true;
+  } else if (run.multiDevice) {
     run.fabric = std::make_unique<LocalFabric>(run.deviceCount);
+  }
   for (int d = 0; d < run.deviceCount; ++d)
-    run.executors.push_back(std::make_unique<Executor>(
-        run.plan, run.threadsPerDevice, d,
-        run.fabric ? &run.fabric->endpoint(d) : nullptr));
+    run.executors.push_back(
+        run.fabric && !run.fabric->owns(d)
+            ? std::unique_ptr<Executor>()
+            : std::make_unique<Executor>(run.plan, run.threadsPerDevice, d,
+                                         run.fabric ? &run.fabric->endpoint(d)
+                                                    : nullptr));
   if (run.multiDevice && (!options.checkpoint.empty() ||
                           !options.resume.empty() || !options.profile.empty()))
     die("--checkpoint, --resume and --profile are not available yet for "
@@ -493,6 +539,8 @@ void createDevices(Run &run, int cores) {
     die("--report-svg needs --report FILE.json");
   if (!options.compareReport.empty() && options.reportSvg.empty())
     die("--compare-report needs --report-svg FILE.svg");
+  if (run.mpi && !options.trace.empty())
+    die("--trace is not available under mpirun yet");
   if (!options.trace.empty()) {
     run.trace = std::make_unique<TraceRecorder>(run.deviceCount);
     for (auto &executor : run.executors)
@@ -526,7 +574,7 @@ void bindFeeds(Run &run) {
           std::to_string(array.bytes.size()) +
           " bytes, more than --max-tensor-bytes");
     const plan::Tensor &t = plan.tensors(it->second);
-    checkFeed(name, file, array, run.first().view(it->second),
+    checkFeed(name, file, array, run.local().view(it->second),
               run.training ? t.batch_axis() : -1);
     run.feeds[it->second] = std::move(array);
   }
@@ -561,7 +609,7 @@ void loadDataset(Run &run) {
           " pixels, the training split's " +
           std::to_string(run.train.images.shape[1]));
   }
-  const TensorView &image = run.first().view(run.imageInput);
+  const TensorView &image = run.local().view(run.imageInput);
   int64_t pixels = image.numel() / image.shape[0];
   if (pixels != run.train.images.shape[1] ||
       plan.tensors(run.imageInput).batch_axis() != 0)
@@ -640,7 +688,8 @@ void countSteps(Run &run) {
                           : run.total;
     run.report = std::make_unique<ReportBuilder>(plan, covered);
     for (auto &executor : run.executors)
-      executor->setReport(run.report.get());
+      if (executor)
+        executor->setReport(run.report.get());
   }
 }
 
@@ -706,8 +755,33 @@ void runDevice(Run &run, int d, const std::vector<std::vector<int64_t>> &orders,
   ex.gatherOnDeviceZero();
 }
 
-/// Every device on a thread of its own, with a progress line on a
-/// terminal; then the metrics and the summary line.
+/// After a multi-device run, onto the root (collective under mpirun): the
+/// step losses (each written by one device), every device's send log,
+/// workspace and optimizer bytes.
+void gatherRunFacts(Run &run, std::vector<float> &losses) {
+  std::vector<double> all(losses.begin(), losses.end());
+  run.fabric->sumOntoRoot(all);
+  std::copy(all.begin(), all.end(), losses.begin());
+  run.sendLogs = run.fabric->gatherSendLogs();
+  run.workspaceBytes.assign(run.deviceCount, 0.0);
+  run.optimizerBytes.assign(run.deviceCount, 0.0);
+  for (int d = 0; d < run.deviceCount; ++d)
+    if (run.executors[d]) {
+      run.workspaceBytes[d] = run.executors[d]->workspaceBytes();
+      run.optimizerBytes[d] = run.executors[d]->optimizerBytes();
+    }
+  run.fabric->sumOntoRoot(run.workspaceBytes);
+  run.fabric->sumOntoRoot(run.optimizerBytes);
+  if (run.report && run.mpi) {
+    std::vector<double> series = run.report->exportSeries();
+    run.fabric->sumOntoRoot(series);
+    if (run.root())
+      run.report->importSeries(series);
+  }
+}
+
+/// Every device of this process on a thread of its own, with a progress
+/// line on a terminal; then (on the root) the metrics and the summary line.
 void runDevices(Run &run) {
   const Options &options = run.options;
   // Each epoch's order, precomputed: device threads read it freely.
@@ -724,17 +798,20 @@ void runDevices(Run &run) {
   auto started = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
   for (int d = 0; d < N; ++d)
-    threads.emplace_back([&, d] {
-      try {
-        runDevice(run, d, orders, losses, progress);
-      } catch (const RuntimeError &e) {
-        std::lock_guard<std::mutex> lock(errorMutex);
-        if (firstError.empty())
-          firstError = e.what();
-        run.fabric->endpoint(d).abort();
-      }
-    });
-  while (run.terminal) {
+    if (run.fabric->owns(d))
+      threads.emplace_back([&, d] {
+        try {
+          runDevice(run, d, orders, losses, progress);
+        } catch (const RuntimeError &e) {
+          std::lock_guard<std::mutex> lock(errorMutex);
+          if (firstError.empty())
+            firstError = e.what();
+          if (run.mpi) // every process ends, with this one's reason
+            die("device " + std::to_string(d) + ": " + e.what());
+          run.fabric->endpoint(d).abort();
+        }
+      });
+  while (run.terminal && run.root()) {
     int64_t done = progress;
     std::fprintf(stderr, "\r%s on %d devices: step %lld/%lld   ",
                  run.plan.strategy().c_str(), N, (long long)done,
@@ -745,13 +822,16 @@ void runDevices(Run &run) {
   }
   for (std::thread &thread : threads)
     thread.join();
-  if (run.terminal)
+  if (run.terminal && run.root())
     std::fprintf(stderr, "\n");
   if (!firstError.empty())
     die(firstError);
   double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
           .count();
+  gatherRunFacts(run, losses);
+  if (!run.root())
+    return;
   double accuracy = -1;
   if (options.eval && !options.data.empty()) {
     writeStepOutputs(run); // before the evaluation reuses the buffers
@@ -942,16 +1022,17 @@ void writeProfile(Run &run) {
 void writeReport(Run &run) {
   const Options &options = run.options;
   ReportBuilder &report = *run.report;
-  if (run.fabric) {
-    std::vector<std::vector<Communicator::SendRecord>> logs =
-        run.fabric->gatherSendLogs();
-    for (int d = 0; d < static_cast<int>(logs.size()); ++d)
-      for (const Communicator::SendRecord &record : logs[d])
-        report.sent(d, record.tau, record.bytes);
-  }
+  for (int d = 0; d < static_cast<int>(run.sendLogs.size()); ++d)
+    for (const Communicator::SendRecord &record : run.sendLogs[d])
+      report.sent(d, record.tau, record.bytes);
   for (int d = 0; d < run.deviceCount; ++d) {
-    report.setWorkspace(d, run.executors[d]->workspaceBytes());
-    report.setOptimizer(d, run.executors[d]->optimizerBytes());
+    bool gathered = d < static_cast<int>(run.workspaceBytes.size());
+    report.setWorkspace(d, gathered
+                               ? static_cast<int64_t>(run.workspaceBytes[d])
+                               : run.executors[d]->workspaceBytes());
+    report.setOptimizer(d, gathered
+                               ? static_cast<int64_t>(run.optimizerBytes[d])
+                               : run.executors[d]->optimizerBytes());
   }
   std::string json = report.json();
   std::ofstream out(options.report);
@@ -1078,7 +1159,7 @@ int main(int argc, char **argv) {
     loadDataset(run);
     if (!options.profile.empty())
       run.first().enableProfiling();
-    if (!options.metrics.empty()) {
+    if (!options.metrics.empty() && run.root()) {
       run.metrics.open(options.metrics);
       if (!run.metrics)
         die(options.metrics + ": cannot write: " + std::strerror(errno));
@@ -1091,7 +1172,8 @@ int main(int argc, char **argv) {
     } else {
       train(run);
     }
-    writeOutputs(run);
+    if (run.root())
+      writeOutputs(run);
   } catch (const RuntimeError &e) {
     die(e.what());
   } catch (const std::bad_alloc &) {

@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace cdp::runtime {
@@ -83,19 +84,48 @@ public:
   virtual std::vector<SendRecord> sendLog() const = 0;
 };
 
+/// The devices of a run and where they live: every device's endpoint, the
+/// processes they are spread over, and the few whole-run gathers a run
+/// needs after training. In-process (LocalFabric) every device is a thread
+/// of this process; under MPI (MpiFabric) each process owns a contiguous
+/// range of devices.
+class Fabric {
+public:
+  virtual ~Fabric() = default;
+  /// Devices of the run.
+  virtual int size() const = 0;
+  /// Whether this process runs `device`.
+  virtual bool owns(int device) const = 0;
+  /// Device d's endpoint (this process's devices only).
+  virtual Communicator &endpoint(int d) = 0;
+  /// Whether this process writes the run's outputs (it runs device 0).
+  virtual bool isRoot() const { return owns(0); }
+  /// Adds `values` element-wise over the processes into the root's copy
+  /// (each entry written by one device, zero elsewhere).
+  virtual void sumOntoRoot(std::vector<double> &values) = 0;
+  /// Every device's send log, by device, on the root.
+  virtual std::vector<std::vector<Communicator::SendRecord>>
+  gatherSendLogs() = 0;
+  /// Ends the whole run after a device failed (MPI: every process).
+  virtual void abortRun() = 0;
+};
+
 /// Devices as threads of this process: the fabric holds the messages in
 /// flight, and each device gets its endpoint (`endpoint(d)`). A message is
 /// a copy owned by the fabric; the receiver copies it into its own memory.
 /// No device reads another's buffers.
-class LocalFabric {
+class LocalFabric : public Fabric {
 public:
   explicit LocalFabric(int devices);
-  ~LocalFabric();
-  int size() const { return devices; }
-  /// Device d's endpoint, owned by the fabric.
-  Communicator &endpoint(int d);
-  /// Every endpoint's send log, by device (what an MPI run gathers).
-  std::vector<std::vector<Communicator::SendRecord>> gatherSendLogs() const;
+  ~LocalFabric() override;
+  int size() const override { return devices; }
+  bool owns(int device) const override {
+    return device >= 0 && device < devices;
+  }
+  Communicator &endpoint(int d) override;
+  void sumOntoRoot(std::vector<double> &) override {}
+  std::vector<std::vector<Communicator::SendRecord>> gatherSendLogs() override;
+  void abortRun() override;
 
 private:
   friend class LocalCommunicator;

@@ -1,9 +1,9 @@
 //===- Report.h - memory and communication per time step --------*- C++ -*-===//
 //
-// The accounting of the report (docs/strategies/cdp.md): per device and time step, bytes live by
-// category, activation units and bytes sent; per time step, the gradient
-// bytes that become complete (G(tau)), and the gradients a device has handed
-// to a reduction whose result it has not taken back yet.
+// The accounting of the report (docs/strategies/cdp.md): per device and time
+// step, bytes live by category, activation units and bytes sent; per time step,
+// the gradient bytes that become complete (G(tau)), and the gradients a device
+// has handed to a reduction whose result it has not taken back yet.
 //
 // One builder serves both sides: `cdp-compile --report` feeds it the events
 // the plan implies (predictReport), `cdp-run --report` the events the
@@ -83,6 +83,11 @@ public:
 
   const PlanFacts &facts() const { return planFacts; }
   std::string json() const;
+  /// Every device's recorded series, flattened: what the devices of other
+  /// processes recorded is summed onto the root's (zero where a process did
+  /// not run the device) and imported there.
+  std::vector<double> exportSeries() const;
+  void importSeries(const std::vector<double> &values);
   /// Each device's most bytes at one time step (the report's
   /// peak.device_bytes).
   std::vector<int64_t> devicePeaks() const;

@@ -1,0 +1,342 @@
+//===- MpiCommunicator.cpp - devices over the processes of an MPI job -----===//
+//
+// Point to point: a message to device `to` travels on a communicator of
+// its own (a duplicate of MPI_COMM_WORLD per device), with the sending
+// device as the MPI tag and a header naming the plan's 64-bit tag, its
+// dtype and count. MPI keeps messages between two processes on one
+// communicator and tag in order, so a receiver probes the next message
+// from its peer and sets aside any it does not want yet. A reduction's
+// contribution goes to every other device, and each sums all of them in
+// device order (the same bits as in-process): no device waits for another
+// to compute a mean, so the schedule's waits are the only ones.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cdp/Runtime/MpiCommunicator.h"
+
+#include "cdp/Plan/PlanIO.h"
+#include "cdp/Runtime/Kernel.h"
+
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+namespace cdp::runtime {
+
+bool launchedByMpirun() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
+}
+
+namespace {
+
+/// What precedes every message's payload.
+struct Header {
+  int64_t tag;
+  int64_t count;
+  int32_t dtype;
+  int32_t unused;
+};
+
+/// Tags of the reductions' contributions, beside the plan's.
+int64_t contributionTag(int64_t tag) { return tag ^ (int64_t(1) << 61); }
+
+class MpiFabric;
+
+/// One device's endpoint on this process.
+class MpiCommunicator : public Communicator {
+public:
+  MpiCommunicator(MpiFabric &fabric, int device)
+      : fabric(fabric), device(device) {}
+  ~MpiCommunicator() override;
+  int rank() const override { return device; }
+  int size() const override;
+  void send(int to, int64_t tag, ConstBuffer data, int64_t tau) override;
+  bool recv(int from, int64_t tag, Buffer out) override;
+  void reduceStart(int64_t tag, ConstBuffer data, int64_t tau) override;
+  bool reduceWait(int64_t tag, Buffer out) override;
+  void abort() override;
+  std::vector<SendRecord> sendLog() const override { return log; }
+
+private:
+  void post(int to, int64_t tag, ConstBuffer data);
+  void reap(bool all);
+  std::vector<char> *take(int from, int64_t tag);
+  void checkPeer(int peer) const;
+
+  MpiFabric &fabric;
+  int device;
+  std::vector<SendRecord> log;
+  /// Sends in flight: their requests and the copies they read.
+  std::vector<std::pair<MPI_Request, std::unique_ptr<std::vector<char>>>>
+      pending;
+  /// Messages that arrived before they were asked for, by (from, tag).
+  std::map<std::pair<int, int64_t>, std::vector<char>> early;
+  /// This device's contributions, by reduction tag, until its wait.
+  std::map<int64_t, std::vector<float>> own;
+};
+
+class MpiFabric : public Fabric {
+public:
+  MpiFabric(int devices, int rank, int ranks, double timeout)
+      : devices(devices), processRank(rank), processes(ranks),
+        timeout(timeout) {
+    perDevice.resize(devices);
+    for (MPI_Comm &comm : perDevice)
+      MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    MPI_Comm_dup(MPI_COMM_WORLD, &control);
+    for (int d = 0; d < devices; ++d)
+      endpoints.push_back(owns(d) ? std::make_unique<MpiCommunicator>(*this, d)
+                                  : nullptr);
+  }
+  ~MpiFabric() override {
+    endpoints.clear(); // completes their sends
+    MPI_Barrier(control);
+    for (MPI_Comm &comm : perDevice)
+      MPI_Comm_free(&comm);
+    MPI_Comm_free(&control);
+    MPI_Finalize();
+  }
+  int size() const override { return devices; }
+  int perRank() const { return devices / processes; }
+  int rankOf(int device) const { return device / perRank(); }
+  bool owns(int device) const override {
+    return device >= 0 && device < devices && rankOf(device) == processRank;
+  }
+  Communicator &endpoint(int d) override {
+    if (!owns(d))
+      throw RuntimeError("device " + std::to_string(d) +
+                         " runs on another process");
+    return *endpoints[d];
+  }
+  void sumOntoRoot(std::vector<double> &values) override {
+    std::vector<double> sum(values.size());
+    MPI_Reduce(values.data(), sum.data(), static_cast<int>(values.size()),
+               MPI_DOUBLE, MPI_SUM, 0, control);
+    if (processRank == 0)
+      values = sum;
+  }
+  std::vector<std::vector<Communicator::SendRecord>> gatherSendLogs() override;
+  void abortRun() override {
+    aborted = true;
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+
+  int devices, processRank, processes;
+  double timeout;
+  std::atomic<bool> aborted{false};
+  std::vector<MPI_Comm> perDevice;
+  MPI_Comm control;
+  std::vector<std::unique_ptr<MpiCommunicator>> endpoints;
+};
+
+int MpiCommunicator::size() const { return fabric.devices; }
+
+MpiCommunicator::~MpiCommunicator() { reap(true); }
+
+void MpiCommunicator::checkPeer(int peer) const {
+  if (peer < 0 || peer >= fabric.devices || peer == device)
+    throw RuntimeError("device " + std::to_string(device) + " names device " +
+                       std::to_string(peer) + " as its peer; the run has " +
+                       std::to_string(fabric.devices));
+}
+
+/// Drops the sends that completed (all: waits for every one).
+void MpiCommunicator::reap(bool all) {
+  for (size_t i = 0; i < pending.size();) {
+    int done = 0;
+    if (all)
+      MPI_Wait(&pending[i].first, MPI_STATUS_IGNORE), done = 1;
+    else
+      MPI_Test(&pending[i].first, &done, MPI_STATUS_IGNORE);
+    if (done) {
+      pending[i] = std::move(pending.back());
+      pending.pop_back();
+    } else {
+      ++i;
+    }
+  }
+}
+
+void MpiCommunicator::post(int to, int64_t tag, ConstBuffer data) {
+  reap(false);
+  auto message =
+      std::make_unique<std::vector<char>>(sizeof(Header) + data.bytes());
+  Header header{tag, data.count, static_cast<int32_t>(data.dtype), 0};
+  std::memcpy(message->data(), &header, sizeof(Header));
+  if (data.bytes())
+    std::memcpy(message->data() + sizeof(Header), data.data, data.bytes());
+  MPI_Request request;
+  MPI_Isend(message->data(), static_cast<int>(message->size()), MPI_BYTE,
+            fabric.rankOf(to), device, fabric.perDevice[to], &request);
+  pending.emplace_back(request, std::move(message));
+}
+
+void MpiCommunicator::send(int to, int64_t tag, ConstBuffer data, int64_t tau) {
+  checkPeer(to);
+  post(to, tag, data);
+  if (tau >= 0)
+    log.push_back({tau, data.bytes()});
+}
+
+/// The next message (from, tag), waiting for it; null when the run was
+/// aborted. Messages from `from` that come first are set aside.
+std::vector<char> *MpiCommunicator::take(int from, int64_t tag) {
+  auto key = std::make_pair(from, tag);
+  auto started = std::chrono::steady_clock::now();
+  int idle = 0;
+  while (!early.count(key)) {
+    if (fabric.aborted)
+      return nullptr;
+    int found = 0;
+    MPI_Message handle;
+    MPI_Status status;
+    MPI_Improbe(fabric.rankOf(from), from, fabric.perDevice[device], &found,
+                &handle, &status);
+    if (!found) {
+      // Poll gently: a waiting device should not take a core from one that
+      // computes.
+      if (++idle > 1000)
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      double waited = std::chrono::duration<double>(
+                          std::chrono::steady_clock::now() - started)
+                          .count();
+      if (waited > fabric.timeout)
+        throw RuntimeError("device " + std::to_string(device) +
+                           ": no message from device " + std::to_string(from) +
+                           " (process " + std::to_string(fabric.rankOf(from)) +
+                           ") for " +
+                           std::to_string(static_cast<int>(fabric.timeout)) +
+                           " s (--comm-timeout); that process may have died");
+      continue;
+    }
+    idle = 0;
+    int bytes = 0;
+    MPI_Get_count(&status, MPI_BYTE, &bytes);
+    std::vector<char> message(bytes);
+    MPI_Mrecv(message.data(), bytes, MPI_BYTE, &handle, MPI_STATUS_IGNORE);
+    Header header;
+    std::memcpy(&header, message.data(), sizeof(Header));
+    early[{from, header.tag}] = std::move(message);
+  }
+  return &early[key];
+}
+
+bool MpiCommunicator::recv(int from, int64_t tag, Buffer out) {
+  checkPeer(from);
+  std::vector<char> *message = take(from, tag);
+  if (!message)
+    return false;
+  Header header;
+  std::memcpy(&header, message->data(), sizeof(Header));
+  if (header.dtype != out.dtype || header.count != out.count)
+    throw RuntimeError(
+        "message " + std::to_string(tag) + " from device " +
+        std::to_string(from) + " holds " + std::to_string(header.count) + " " +
+        plan::DType_Name(static_cast<plan::DType>(header.dtype)) + ", device " +
+        std::to_string(device) + " expects " + std::to_string(out.count) + " " +
+        plan::DType_Name(out.dtype));
+  if (out.bytes())
+    std::memcpy(out.data, message->data() + sizeof(Header), out.bytes());
+  early.erase({from, tag});
+  return true;
+}
+
+void MpiCommunicator::reduceStart(int64_t tag, ConstBuffer data, int64_t tau) {
+  if (data.dtype != plan::F32)
+    throw RuntimeError("reductions are of float32 tensors, not " +
+                       plan::DType_Name(data.dtype));
+  const float *values = static_cast<const float *>(data.data);
+  own[tag].assign(values, values + data.count);
+  for (int d = 0; d < fabric.devices; ++d)
+    if (d != device)
+      post(d, contributionTag(tag), data);
+  log.push_back({tau, data.bytes()});
+}
+
+bool MpiCommunicator::reduceWait(int64_t tag, Buffer out) {
+  auto mine = own.find(tag);
+  if (out.dtype != plan::F32 || mine == own.end() ||
+      static_cast<int64_t>(mine->second.size()) != out.count)
+    throw RuntimeError(
+        "device " + std::to_string(device) + " waits for reduction " +
+        std::to_string(tag) + " of " + std::to_string(out.count) + " " +
+        plan::DType_Name(out.dtype) + " values it did not contribute");
+  // Sum in device order, from zero, as in-process: the same bits on every
+  // device and in every run.
+  std::vector<float> sum(out.count, 0.0f), part(out.count);
+  for (int d = 0; d < fabric.devices; ++d) {
+    const float *values = mine->second.data();
+    if (d != device) {
+      if (!recv(d, contributionTag(tag), {plan::F32, part.data(), out.count}))
+        return false;
+      values = part.data();
+    }
+    for (int64_t i = 0; i < out.count; ++i)
+      sum[i] += values[i];
+  }
+  own.erase(mine);
+  float scale = 1.0f / static_cast<float>(fabric.devices);
+  float *result = static_cast<float *>(out.data);
+  for (int64_t i = 0; i < out.count; ++i)
+    result[i] = sum[i] * scale;
+  return true;
+}
+
+void MpiCommunicator::abort() { fabric.aborted = true; }
+
+std::vector<std::vector<Communicator::SendRecord>> MpiFabric::gatherSendLogs() {
+  // (device, tau, bytes) triples of this process's devices, to rank 0.
+  std::vector<int64_t> mine;
+  for (int d = 0; d < devices; ++d)
+    if (owns(d))
+      for (const Communicator::SendRecord &record : endpoints[d]->sendLog())
+        mine.insert(mine.end(), {d, record.tau, record.bytes});
+  int count = static_cast<int>(mine.size());
+  std::vector<int> counts(processes), offsets(processes);
+  MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, control);
+  int total = 0;
+  for (int r = 0; r < processes; ++r) {
+    offsets[r] = total;
+    total += counts[r];
+  }
+  std::vector<int64_t> all(processRank == 0 ? total : 0);
+  MPI_Gatherv(mine.data(), count, MPI_INT64_T, all.data(), counts.data(),
+              offsets.data(), MPI_INT64_T, 0, control);
+  std::vector<std::vector<Communicator::SendRecord>> logs(devices);
+  for (size_t i = 0; i + 2 < all.size(); i += 3)
+    logs[all[i]].push_back({all[i + 1], all[i + 2]});
+  return logs;
+}
+
+} // namespace
+
+std::unique_ptr<Fabric> createMpiFabric(int devices, double timeoutSeconds,
+                                        std::string &error) {
+  int provided = 0;
+  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+  int rank = 0, ranks = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  if (provided < MPI_THREAD_MULTIPLE)
+    error = "this MPI does not support threads (MPI_THREAD_MULTIPLE), "
+            "which cdp-run's device threads need";
+  else if (ranks > devices)
+    error = "mpirun starts " + std::to_string(ranks) +
+            " processes for a plan of " + std::to_string(devices) +
+            " devices; use at most " + std::to_string(devices);
+  else if (devices % ranks)
+    error = "mpirun's " + std::to_string(ranks) +
+            " processes do not divide the plan's " + std::to_string(devices) +
+            " devices; use a divisor of " + std::to_string(devices);
+  if (!error.empty()) {
+    MPI_Finalize();
+    return nullptr;
+  }
+  return std::make_unique<MpiFabric>(devices, rank, ranks, timeoutSeconds);
+}
+
+} // namespace cdp::runtime

@@ -1,0 +1,19 @@
+//===- NoMpi.cpp - cdp-run built without Open MPI -------------------------===//
+
+#include "cdp/Runtime/MpiCommunicator.h"
+
+#include <cstdlib>
+
+namespace cdp::runtime {
+
+bool launchedByMpirun() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
+}
+
+std::unique_ptr<Fabric> createMpiFabric(int, double, std::string &error) {
+  error = "this cdp-run was built without Open MPI (CDP_ENABLE_MPI=OFF); "
+          "rebuild with libopenmpi-dev installed to run under mpirun";
+  return nullptr;
+}
+
+} // namespace cdp::runtime

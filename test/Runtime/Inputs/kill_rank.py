@@ -1,0 +1,46 @@
+"""Starts `mpirun -np 2 cdp-run PLAN ...` for many steps, kills one of the
+cdp-run processes with SIGKILL once both run, and reports whether the job
+ended non-zero and within a bound (instead of hanging). Run in the folder
+holding PLAN, x.npy and y.npy; cdp-run and mpirun on PATH."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+plan = sys.argv[1]
+job = subprocess.Popen(
+    ["mpirun", "--oversubscribe", "--mca", "btl", "self,tcp", "--mca",
+     "btl_tcp_if_include", "lo", "-np", "2", "cdp-run", plan, "--feed",
+     "x=x.npy", "--feed", "labels=y.npy", "--steps", "10000000",
+     "--comm-timeout", "30"],
+    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def ranks():
+    out = subprocess.run(["pgrep", "-s", str(job.pid), "-f", "cdp-run " + plan],
+                         capture_output=True, text=True).stdout.split()
+    return [int(p) for p in out if int(p) != job.pid]
+
+
+deadline = time.time() + 30
+while len(ranks()) < 2 and time.time() < deadline:
+    time.sleep(0.1)
+time.sleep(1.0)  # both in their steps
+victims = ranks()
+if not victims:
+    print("no cdp-run process to kill")
+    sys.exit(1)
+os.kill(victims[-1], signal.SIGKILL)
+killed = time.time()
+try:
+    _, err = job.communicate(timeout=60)
+    ended = True
+except subprocess.TimeoutExpired:
+    os.killpg(job.pid, signal.SIGKILL)
+    _, err = job.communicate()
+    ended = False
+print(f"ended non-zero: {ended and job.returncode != 0}, within 60 s: {ended}"
+      f" ({time.time() - killed:.1f} s after the kill)")
+sys.stderr.write(err.decode(errors="replace"))
