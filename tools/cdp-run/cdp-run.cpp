@@ -505,9 +505,6 @@ void createDevices(Run &run, int cores) {
       run.deviceCount > 1 || plan::traitsOf(run.plan).dataParallel;
   run.mpi = launchedByMpirun();
   if (run.mpi) {
-    if (plan::traitsOf(run.plan).pipelined)
-      die("under mpirun cdp-run runs dp and cdp plans so far; run " +
-          run.plan.strategy() + " plans in one process");
     std::string error;
     run.fabric = createMpiFabric(
         run.deviceCount, static_cast<double>(options.commTimeout), error);
