@@ -121,7 +121,9 @@ Options parseArguments(int argc, char **argv) {
          o.commTimeout = parseCount("--comm-timeout", v, 1);
        }},
       {"--threads", "T",
-       "oneDNN/OpenMP threads per device (default: all cores for one device)",
+       "oneDNN/OpenMP threads per device (default: all cores for one device, "
+       "1 per device for several; under mpirun the node's cores shared "
+       "among the devices its processes run)",
        [&](const std::string &v) {
          o.threads = parseCount("--threads", v, 1);
          if (o.threads > 1024) // OpenMP cannot create them; nor is it useful
@@ -490,6 +492,20 @@ struct Run {
   bool root() const { return !fabric || fabric->isRoot(); }
 };
 
+/// Under mpirun without --threads: the node's cores shared among the
+/// devices its processes run (Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE
+/// processes, each running devices / OMPI_COMM_WORLD_SIZE), at least one.
+int mpiThreadsPerDevice(int devices, int cores) {
+  auto count = [](const char *name) {
+    const char *value = std::getenv(name);
+    int n = value ? std::atoi(value) : 0;
+    return n > 0 ? n : 1;
+  };
+  int perProcess = std::max(devices / count("OMPI_COMM_WORLD_SIZE"), 1);
+  return std::max(cores / (count("OMPI_COMM_WORLD_LOCAL_SIZE") * perProcess),
+                  1);
+}
+
 /// One executor per device, each with its own memory; devices of
 /// multi-device plans talk through the in-process communicator.
 void createDevices(Run &run, int cores) {
@@ -498,6 +514,8 @@ void createDevices(Run &run, int cores) {
   run.threadsPerDevice = options.threads > 0   ? options.threads
                          : run.deviceCount > 1 ? 1
                                                : std::max(cores, 1);
+  if (options.threads == 0 && launchedByMpirun())
+    run.threadsPerDevice = mpiThreadsPerDevice(run.deviceCount, cores);
   omp_set_num_threads(run.threadsPerDevice);
   // dp and cdp reduce even on one device (a communicator of one), and their
   // last reductions are applied after training: they run as device threads.
