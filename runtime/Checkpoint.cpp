@@ -8,6 +8,8 @@
 
 #include "cdp/Runtime/Checkpoint.h"
 
+#include "cdp/Plan/Paths.h"
+
 #include "cdp/Plan/PlanIO.h"
 
 #include <cerrno>
@@ -70,15 +72,10 @@ void saveCheckpoint(const std::string &dir, Executor &executor,
     out.append(static_cast<const char *>(storage.first), storage.second);
   }
   put<uint64_t>(out, plan::checksum(out.data(), out.size()));
-  std::string path = dir + "/checkpoint.bin", temporary = path + ".tmp";
-  {
-    std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
-    file.write(out.data(), out.size());
-    if (!file.flush())
-      throw RuntimeError(path + ": write failed: " + std::strerror(errno));
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0)
-    throw RuntimeError(path + ": cannot write: " + std::strerror(errno));
+  // All at once: a crash mid-write leaves the previous checkpoint whole.
+  std::string path = dir + "/checkpoint.bin", error;
+  if (!writeFileAtomically(path, out, error))
+    throw RuntimeError(path + ": " + error);
 }
 
 int64_t loadCheckpoint(const std::string &dir, Executor &executor,

@@ -263,18 +263,15 @@ void writeNpy(const std::string &path, const TensorView &view) {
   size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header.push_back('\n');
-  std::ofstream out(path, std::ios::binary);
-  if (!out)
-    throw RuntimeError(path + ": cannot write: " + std::strerror(errno));
-  out.write("\x93NUMPY\x01\x00", 8);
-  char length[2] = {static_cast<char>(header.size() & 0xff),
-                    static_cast<char>(header.size() >> 8)};
-  out.write(length, 2);
-  out.write(header.data(), header.size());
-  out.write(static_cast<const char *>(view.data),
-            view.numel() * plan::dtypeSize(view.dtype));
-  if (!out)
-    throw RuntimeError(path + ": write failed");
+  std::string bytes("\x93NUMPY\x01\x00", 8);
+  bytes.push_back(static_cast<char>(header.size() & 0xff));
+  bytes.push_back(static_cast<char>(header.size() >> 8));
+  bytes += header;
+  bytes.append(static_cast<const char *>(view.data),
+               view.numel() * plan::dtypeSize(view.dtype));
+  std::string error;
+  if (!writeFileAtomically(path, bytes, error))
+    throw RuntimeError(path + ": " + error);
 }
 
 Dataset readIdxSplit(const std::string &dir, const std::string &prefix) {

@@ -2,8 +2,16 @@
 
 #include "cdp/Plan/Paths.h"
 
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
 #include <filesystem>
+#include <sys/stat.h>
 #include <system_error>
+#include <unistd.h>
+#include <vector>
 
 namespace cdp {
 
@@ -33,6 +41,60 @@ std::string checkOutputPath(const std::string &flag, const std::string &path,
     return flag + " " + path + ": the folder " + folder.string() +
            " does not exist";
   return "";
+}
+
+bool writeFileAtomically(const std::string &path, const std::string &bytes,
+                         std::string &error) {
+  std::string pattern = path + ".tmp-XXXXXX";
+  std::vector<char> name(pattern.begin(), pattern.end());
+  name.push_back('\0');
+  int fd = mkstemp(name.data());
+  if (fd < 0) {
+    error = std::string("cannot write: ") + std::strerror(errno);
+    return false;
+  }
+  std::string temporary(name.data());
+  auto fail = [&](const char *what) {
+    error = std::string(what) + std::strerror(errno);
+    close(fd);
+    std::remove(temporary.c_str());
+    return false;
+  };
+  for (size_t done = 0; done < bytes.size();) {
+    ssize_t wrote = write(fd, bytes.data() + done, bytes.size() - done);
+    if (wrote < 0 && errno == EINTR)
+      continue;
+    if (wrote <= 0)
+      return fail("write failed: ");
+    done += static_cast<size_t>(wrote);
+  }
+  // mkstemp makes the file private; give it the permissions a plain open
+  // would (the umask read once: reading it means setting it).
+  static const mode_t mask = [] {
+    mode_t current = umask(0);
+    umask(current);
+    return current;
+  }();
+  if (fchmod(fd, 0666 & ~mask) != 0 || fsync(fd) != 0)
+    return fail("write failed: ");
+  if (close(fd) != 0) {
+    error = std::string("write failed: ") + std::strerror(errno);
+    std::remove(temporary.c_str());
+    return false;
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    error = std::string("cannot write: ") + std::strerror(errno);
+    std::remove(temporary.c_str());
+    return false;
+  }
+  // The rename itself reaches the disk with its folder (best effort).
+  std::string folder = std::filesystem::path(path).parent_path().string();
+  int dir = open(folder.empty() ? "." : folder.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dir >= 0) {
+    fsync(dir);
+    close(dir);
+  }
+  return true;
 }
 
 } // namespace cdp

@@ -68,28 +68,8 @@ bool writePlan(const Plan &plan, const std::string &path, std::string &error) {
   put<uint32_t>(header, 0);
   put<uint64_t>(header, payload.size());
   put<uint64_t>(header, checksum(payload.data(), payload.size()));
-  // Write to a temporary file and rename, so a failed write loses nothing.
-  std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) {
-      error = std::string("cannot write: ") + std::strerror(errno);
-      return false;
-    }
-    out.write(header.data(), header.size());
-    out.write(payload.data(), payload.size());
-    if (!out.flush()) {
-      error = std::string("write failed: ") + std::strerror(errno);
-      std::remove(temporary.c_str());
-      return false;
-    }
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    error = std::string("cannot write: ") + std::strerror(errno);
-    std::remove(temporary.c_str());
-    return false;
-  }
-  return true;
+  // Written all at once: a failed write loses nothing.
+  return writeFileAtomically(path, header + payload, error);
 }
 
 bool readPlan(const std::string &path, Plan &plan, std::string &error) {

@@ -270,12 +270,20 @@ std::string jsonString(const std::string &text) {
 }
 
 /// Writes views as .npy files plus index.json mapping ONNX names to files.
+/// Writes an output file all at once (cdp::writeFileAtomically): a crash
+/// or a full disk never leaves half of it.
+void writeOutput(const std::string &path, const std::string &bytes) {
+  std::string error;
+  if (!writeFileAtomically(path, bytes, error))
+    die(path + ": " + error);
+}
+
 void writeFolder(
     const std::string &dir,
     const std::vector<std::pair<std::string, TensorView>> &tensors) {
   makeDirectory(dir);
   FileNamer namer;
-  std::ofstream index(dir + "/index.json");
+  std::ostringstream index;
   index << "{";
   for (size_t i = 0; i < tensors.size(); ++i) {
     std::string file = namer.name(tensors[i].first) + ".npy";
@@ -284,8 +292,7 @@ void writeFolder(
           << jsonString(file);
   }
   index << "\n}\n";
-  if (!index)
-    die(dir + "/index.json: write failed");
+  writeOutput(dir + "/index.json", index.str());
 }
 
 /// Copies slot rows of `source` into the input tensor: along the batch axis,
@@ -1020,7 +1027,7 @@ void writeProfile(Run &run) {
   std::vector<double> seconds = run.first().profileSeconds();
   const plan::Device &device = run.plan.devices(0);
   int64_t steps = std::max<int64_t>(1, run.first().stepsRun());
-  std::ofstream out(options.profile);
+  std::ostringstream out;
   out << "{\"schema\": \"cdp-profile/1\", \"steps\": " << steps
       << ", \"instructions\": [";
   for (size_t i = 0; i < seconds.size(); ++i)
@@ -1029,8 +1036,7 @@ void writeProfile(Run &run) {
         << ", \"location\": " << jsonString(device.instructions(i).location())
         << ", \"ms\": " << seconds[i] * 1e3 << "}";
   out << "\n]}\n";
-  if (!out)
-    die(options.profile + ": write failed");
+  writeOutput(options.profile, out.str());
 }
 
 /// --report (with the bytes the communicator logged), --report-svg.
@@ -1050,10 +1056,7 @@ void writeReport(Run &run) {
                                : run.executors[d]->optimizerBytes());
   }
   std::string json = report.json();
-  std::ofstream out(options.report);
-  out << json;
-  if (!out)
-    die(options.report + ": cannot write");
+  writeOutput(options.report, json);
   if (options.reportSvg.empty())
     return;
   std::string other;
@@ -1067,10 +1070,7 @@ void writeReport(Run &run) {
     if (other.find("\"schema\": \"cdp-report/1\"") == std::string::npos)
       die(options.compareReport + ": not a cdp report (schema cdp-report/1)");
   }
-  std::ofstream svg(options.reportSvg);
-  svg << runtime::reportSvg(json, other);
-  if (!svg)
-    die(options.reportSvg + ": cannot write");
+  writeOutput(options.reportSvg, runtime::reportSvg(json, other));
 }
 
 /// --save-onnx: the original model with the trained parameters and
@@ -1095,9 +1095,10 @@ void saveOnnx(Run &run) {
     initializer.set_raw_data(view.data,
                              view.numel() * plan::dtypeSize(view.dtype));
   }
-  std::ofstream out(run.options.saveOnnx, std::ios::binary);
-  if (!out || !model.SerializeToOstream(&out))
-    die(run.options.saveOnnx + ": cannot write: " + std::strerror(errno));
+  std::string bytes;
+  if (!model.SerializeToString(&bytes))
+    die(run.options.saveOnnx + ": the model does not serialize (over 2 GiB?)");
+  writeOutput(run.options.saveOnnx, bytes);
 }
 
 /// Everything the run writes after it ends.
@@ -1111,15 +1112,12 @@ void writeOutputs(Run &run) {
   }
   if (!options.profile.empty())
     writeProfile(run);
-  if (run.trace) {
-    std::ofstream out(options.trace);
-    out << run.trace->json(
-        run.plan.has_schedule()
-            ? std::max<int64_t>(run.plan.schedule().cycle(), 1)
-            : 1);
-    if (!out)
-      die(options.trace + ": cannot write");
-  }
+  if (run.trace)
+    writeOutput(
+        options.trace,
+        run.trace->json(run.plan.has_schedule()
+                            ? std::max<int64_t>(run.plan.schedule().cycle(), 1)
+                            : 1));
   // Training runs only: --report on a forward-only plan was refused first.
   if (run.report)
     writeReport(run);

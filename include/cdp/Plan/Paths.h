@@ -26,6 +26,14 @@ std::string checkInputFile(const std::string &path);
 std::string checkOutputPath(const std::string &flag, const std::string &path,
                             const std::vector<std::string> &inputs);
 
+/// Replaces `path` with `bytes` all at once: written to a fresh temporary
+/// file beside it, flushed to disk, then renamed over it, so a crash or a
+/// full disk mid-write leaves the previous file (or none) whole, never a
+/// half-written one. On failure returns false, removes the temporary file
+/// and says why in `error`.
+bool writeFileAtomically(const std::string &path, const std::string &bytes,
+                         std::string &error);
+
 } // namespace cdp
 
 #endif // CDP_PLAN_PATHS_H
