@@ -146,6 +146,7 @@ private:
   SmallVector<int64_t> checkedShape(ArrayRef<int64_t> dims, Type elementType,
                                     const Twine &what);
   ConstTensor readTensor(const onnx::TensorProto &tensor, const Twine &what);
+  void checkContained(StringRef full, StringRef location, const Twine &what);
   std::string readExternal(const onnx::TensorProto &tensor, int64_t bytes,
                            const Twine &what);
   Value materialize(const std::string &name, Entry &entry);
@@ -451,6 +452,22 @@ SmallVector<int64_t> Importer::checkedShape(ArrayRef<int64_t> dims,
   return SmallVector<int64_t>(dims);
 }
 
+/// The lexical check above cannot see symbolic links: the file's real
+/// path must lie inside the model folder's real path.
+void Importer::checkContained(StringRef full, StringRef location,
+                              const Twine &what) {
+  SmallString<256> file, folder;
+  if (llvm::sys::fs::real_path(full, file) ||
+      llvm::sys::fs::real_path(llvm::sys::path::parent_path(path), folder))
+    return; // missing: reading it says so
+  StringRef inside(file);
+  if (!inside.starts_with(folder) || inside.size() <= folder.size() ||
+      !llvm::sys::path::is_separator(inside[folder.size()]))
+    raise(what + " names external data '" + location +
+          "', which resolves outside the model's folder (a symbolic link); "
+          "only files inside it are read");
+}
+
 std::string Importer::readExternal(const onnx::TensorProto &tensor,
                                    int64_t bytes, const Twine &what) {
   std::string location;
@@ -493,6 +510,7 @@ std::string Importer::readExternal(const onnx::TensorProto &tensor,
           " bytes of external data, "
           "its shape and type need " +
           Twine(bytes));
+  checkContained(full, location, what);
   if (llvm::sys::fs::exists(full) && !llvm::sys::fs::is_regular_file(full))
     raise(what + ": external data '" + location +
           "' is not a regular file (a FIFO, device or folder)");
