@@ -67,8 +67,8 @@ TEST_F(AtomicWrite, WritesAndReplaces) {
 
 TEST_F(AtomicWrite, MissingFolderIsRefused) {
   std::string error;
-  EXPECT_FALSE(cdp::writeFileAtomically((dir / "no" / "out.bin").string(),
-                                        "x", error));
+  EXPECT_FALSE(
+      cdp::writeFileAtomically((dir / "no" / "out.bin").string(), "x", error));
   EXPECT_NE(error.find("cannot write"), std::string::npos) << error;
 }
 

@@ -11,8 +11,9 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <iterator>
-#include <map>
+#include <limits>
+#include <queue>
+#include <random>
 #include <vector>
 
 namespace cdp {
@@ -29,31 +30,169 @@ struct LiveRange {
   int64_t begin, end, bytes;
 };
 
+namespace detail {
+
+/// The arena's free intervals, ordered by offset, each knowing the longest
+/// interval below it in the tree: a treap, so that finding the lowest free
+/// interval long enough takes O(log n). The space above every block is one
+/// interval of unbounded length.
+class FreeIntervals {
+public:
+  static constexpr int64_t kUnbounded = std::numeric_limits<int64_t>::max();
+
+  FreeIntervals() { root = make(0, kUnbounded); }
+
+  /// The lowest offset of a free interval of at least `bytes`; takes them.
+  int64_t take(int64_t bytes) {
+    int node = lowestFitting(root, bytes);
+    int64_t offset = nodes[node].offset, length = nodes[node].length;
+    erase(offset);
+    if (length != kUnbounded && length > bytes)
+      insert(offset + bytes, length - bytes);
+    else if (length == kUnbounded)
+      insert(offset + bytes, kUnbounded);
+    return offset;
+  }
+
+  /// Gives [offset, offset + bytes) back, joined with free neighbours.
+  void give(int64_t offset, int64_t bytes) {
+    int64_t length = bytes;
+    int below = predecessor(offset);
+    if (below >= 0 && nodes[below].offset + nodes[below].length == offset) {
+      offset = nodes[below].offset;
+      length += nodes[below].length;
+      erase(offset);
+    }
+    int above = find(offset + length);
+    if (above >= 0) {
+      int64_t aboveLength = nodes[above].length;
+      erase(offset + length);
+      length = aboveLength == kUnbounded ? kUnbounded : length + aboveLength;
+    }
+    insert(offset, length);
+  }
+
+private:
+  struct Node {
+    int64_t offset, length, longest;
+    uint32_t priority;
+    int left = -1, right = -1;
+  };
+
+  int make(int64_t offset, int64_t length) {
+    nodes.push_back({offset, length, length, random(), -1, -1});
+    return static_cast<int>(nodes.size()) - 1;
+  }
+  int64_t longest(int n) const { return n < 0 ? 0 : nodes[n].longest; }
+  void update(int n) {
+    nodes[n].longest = std::max(
+        {nodes[n].length, longest(nodes[n].left), longest(nodes[n].right)});
+  }
+  /// Splits `n` into offsets below `key` and the rest.
+  void split(int n, int64_t key, int &low, int &high) {
+    if (n < 0) {
+      low = high = -1;
+      return;
+    }
+    if (nodes[n].offset < key) {
+      split(nodes[n].right, key, nodes[n].right, high);
+      low = n;
+    } else {
+      split(nodes[n].left, key, low, nodes[n].left);
+      high = n;
+    }
+    update(n);
+  }
+  int merge(int low, int high) {
+    if (low < 0 || high < 0)
+      return low < 0 ? high : low;
+    if (nodes[low].priority > nodes[high].priority) {
+      nodes[low].right = merge(nodes[low].right, high);
+      update(low);
+      return low;
+    }
+    nodes[high].left = merge(low, nodes[high].left);
+    update(high);
+    return high;
+  }
+  void insert(int64_t offset, int64_t length) {
+    int low, high;
+    split(root, offset, low, high);
+    root = merge(merge(low, make(offset, length)), high);
+  }
+  void erase(int64_t offset) {
+    int low, middle, high;
+    split(root, offset, low, high);
+    split(high, offset + 1, middle, high);
+    root = merge(low, high); // `middle` is dropped (its slot stays unused)
+  }
+  int find(int64_t offset) const {
+    for (int n = root; n >= 0;) {
+      if (nodes[n].offset == offset)
+        return n;
+      n = offset < nodes[n].offset ? nodes[n].left : nodes[n].right;
+    }
+    return -1;
+  }
+  /// The interval with the largest offset below `offset`, or -1.
+  int predecessor(int64_t offset) const {
+    int best = -1;
+    for (int n = root; n >= 0;) {
+      if (nodes[n].offset < offset) {
+        best = n;
+        n = nodes[n].right;
+      } else {
+        n = nodes[n].left;
+      }
+    }
+    return best;
+  }
+  /// The lowest-offset interval of at least `bytes` under `n` (one exists:
+  /// the unbounded one).
+  int lowestFitting(int n, int64_t bytes) const {
+    while (true) {
+      if (longest(nodes[n].left) >= bytes)
+        n = nodes[n].left;
+      else if (nodes[n].length >= bytes)
+        return n;
+      else
+        n = nodes[n].right;
+    }
+  }
+  uint32_t random() { return static_cast<uint32_t>(generator()); }
+
+  std::vector<Node> nodes;
+  int root = -1;
+  std::minstd_rand generator{12345}; // fixed: the packing is deterministic
+};
+
+} // namespace detail
+
 /// First fit in the order given (by `begin`): a block is free for a range
 /// beginning at i when its owner's range ended before i, so an op's results
 /// never overlap its operands. Returns each range's offset; `arenaBytes`
-/// gets the arena's size.
+/// gets the arena's size. O(n log n): ranges leave through a heap by their
+/// end, and the lowest free interval that fits is found in a treap of the
+/// free intervals.
 inline std::vector<int64_t> packFirstFit(const std::vector<LiveRange> &ranges,
                                          int64_t &arenaBytes) {
   std::vector<int64_t> offsets(ranges.size(), -1);
   auto size = [&](size_t i) {
     return alignToArena(std::max<int64_t>(ranges[i].bytes, 1));
   };
-  std::map<int64_t, size_t> active; // offset -> range
+  using Ending = std::pair<int64_t, size_t>; // (end, range)
+  std::priority_queue<Ending, std::vector<Ending>, std::greater<Ending>> active;
+  detail::FreeIntervals free;
   arenaBytes = 0;
   for (size_t i = 0; i < ranges.size(); ++i) {
-    for (auto it = active.begin(); it != active.end();)
-      it = ranges[it->second].end < ranges[i].begin ? active.erase(it)
-                                                    : std::next(it);
-    int64_t candidate = 0;
-    for (auto &[offset, j] : active) {
-      if (offset - candidate >= size(i))
-        break;
-      candidate = std::max(candidate, offset + size(j));
+    while (!active.empty() && active.top().first < ranges[i].begin) {
+      size_t j = active.top().second;
+      active.pop();
+      free.give(offsets[j], size(j));
     }
-    offsets[i] = candidate;
-    active[candidate] = i;
-    arenaBytes = std::max(arenaBytes, candidate + size(i));
+    offsets[i] = free.take(size(i));
+    active.push({ranges[i].end, i});
+    arenaBytes = std::max(arenaBytes, offsets[i] + size(i));
   }
   return offsets;
 }
