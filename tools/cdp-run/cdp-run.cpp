@@ -61,6 +61,7 @@ struct Options {
   int64_t steps = -1, epochs = -1;
   uint64_t seed = 0;
   bool eval = false;
+  bool allowNonfinite = false; ///< train on fed NaN or infinities
   int threads = 0;
   int64_t commTimeout = 300; ///< seconds a device waits for a message
   std::string metrics, dumpParams, dumpGrads, saveOutputs, saveOnnx;
@@ -114,6 +115,10 @@ Options parseArguments(int argc, char **argv) {
        [&](const std::string &v) { o.seed = parseCount("--seed", v, 0); }},
       {"--eval", nullptr, "Report accuracy on the test split after each epoch",
        [&](const std::string &) { o.eval = true; }},
+      {"--allow-nonfinite", nullptr,
+       "Train on fed data holding NaN or infinities (refused by default); a "
+       "model that ends non-finite is still not written",
+       [&](const std::string &) { o.allowNonfinite = true; }},
       {"--comm-timeout", "S",
        "Under mpirun: seconds a device waits for a message before the run "
        "fails, naming the process it waited for (default 300)",
@@ -413,6 +418,9 @@ void checkMeaningfulFlags(const Options &options, const plan::Plan &plan) {
     die("--checkpoint-every needs --checkpoint DIR");
   if (options.reportSteps > 0 && options.report.empty())
     die("--report-steps needs --report FILE.json");
+  if (options.allowNonfinite && options.feeds.empty())
+    die("--allow-nonfinite applies to --feed data (a data set's pixels are "
+        "always finite)");
 }
 
 /// Reads the plan and refuses one that would hang or options that do not
@@ -571,6 +579,45 @@ void createDevices(Run &run, int cores) {
 }
 
 /// --feed: each file bound to the plan input it names.
+/// `value` as the message prints it: nan, inf or -inf.
+std::string nonFiniteName(float value) {
+  return std::isnan(value) ? "nan" : value > 0 ? "inf" : "-inf";
+}
+
+/// Fed float32 data must be finite: a NaN would train into a NaN model.
+void checkFinite(const std::string &name, const std::string &file,
+                 const Array &array) {
+  if (array.dtype != plan::F32)
+    return;
+  const float *values = reinterpret_cast<const float *>(array.bytes.data());
+  for (int64_t i = 0; i < array.numel(); ++i)
+    if (!std::isfinite(values[i]))
+      die("--feed " + name + "=" + file + ": element " + std::to_string(i) +
+          " is " + nonFiniteName(values[i]) +
+          "; the data must be finite (--allow-nonfinite trains on it "
+          "anyway)");
+}
+
+/// After training: a parameter or buffer that ended non-finite stops the
+/// run before anything is written (a NaN the loss never saw, behind a
+/// ReLU, would otherwise be saved as the trained model).
+void checkTrainedFinite(Run &run) {
+  Executor &executor = run.first();
+  for (const plan::Tensor &t : run.plan.tensors()) {
+    bool trained =
+        (t.kind() == plan::PARAM && t.trainable()) || t.kind() == plan::BUFFER;
+    if (!trained || t.dtype() != plan::F32)
+      continue;
+    const TensorView &view = executor.view(t.id());
+    for (int64_t i = 0; i < view.numel(); ++i)
+      if (!std::isfinite(view.f32()[i]))
+        die("after " + std::to_string(run.total) +
+            " steps the trained parameter '" + t.name() +
+            "' holds a non-finite value (" + nonFiniteName(view.f32()[i]) +
+            "); nothing was written");
+  }
+}
+
 void bindFeeds(Run &run) {
   const plan::Plan &plan = run.plan;
   std::map<std::string, int> inputByName;
@@ -598,6 +645,8 @@ void bindFeeds(Run &run) {
     const plan::Tensor &t = plan.tensors(it->second);
     checkFeed(name, file, array, run.local().view(it->second),
               run.training ? t.batch_axis() : -1);
+    if (!run.options.allowNonfinite)
+      checkFinite(name, file, array);
     run.feeds[it->second] = std::move(array);
   }
   for (auto &[name, id] : inputByName)
@@ -1105,6 +1154,8 @@ void saveOnnx(Run &run) {
 void writeOutputs(Run &run) {
   const Options &options = run.options;
   Executor &executor = run.first();
+  if (run.training)
+    checkTrainedFinite(run);
   if (run.metrics.is_open()) {
     run.metrics.close();
     if (run.metrics.fail())
