@@ -212,6 +212,103 @@ void TraceRecorder::record(int device, const plan::Instruction &instruction,
                   instruction.time_step(), from, to});
 }
 
+namespace {
+
+/// Length-prefixed fields of an exported trace.
+void putString(std::string &out, const std::string &text) {
+  uint64_t size = text.size();
+  out.append(reinterpret_cast<const char *>(&size), sizeof(size));
+  out += text;
+}
+template <typename T> void putValue(std::string &out, T value) {
+  out.append(reinterpret_cast<const char *>(&value), sizeof(value));
+}
+struct TraceReader {
+  const std::string &bytes;
+  size_t at = 0;
+  template <typename T> T value() {
+    if (at + sizeof(T) > bytes.size())
+      throw RuntimeError("a process's trace arrived truncated");
+    T v;
+    std::memcpy(&v, bytes.data() + at, sizeof(T));
+    at += sizeof(T);
+    return v;
+  }
+  std::string text() {
+    uint64_t size = value<uint64_t>();
+    if (at + size > bytes.size())
+      throw RuntimeError("a process's trace arrived truncated");
+    std::string t = bytes.substr(at, size);
+    at += size;
+    return t;
+  }
+};
+
+/// The categories spans use (exported by name, imported as these).
+const char *categoryNamed(const std::string &name) {
+  for (const char *known : {"communication", "update", "compute"})
+    if (name == known)
+      return known;
+  return "compute";
+}
+
+} // namespace
+
+std::string TraceRecorder::exportDevices() const {
+  std::string out;
+  for (size_t d = 0; d < spans.size(); ++d) {
+    if (spans[d].empty() && flows[d].empty())
+      continue;
+    putValue<int64_t>(out, static_cast<int64_t>(d));
+    putValue<uint64_t>(out, spans[d].size());
+    for (const Span &span : spans[d]) {
+      putString(out, span.name);
+      putString(out, span.category);
+      putValue(out, span.step);
+      putValue(out, span.microBatch);
+      putValue(out, span.timeStep);
+      putValue(out, span.begin);
+      putValue(out, span.end);
+    }
+    putValue<uint64_t>(out, flows[d].size());
+    for (const FlowEnd &flow : flows[d]) {
+      putString(out, flow.id);
+      putValue<int8_t>(out, flow.isSend);
+      putValue(out, flow.at);
+    }
+  }
+  return out;
+}
+
+void TraceRecorder::importDevices(const std::string &bytes) {
+  TraceReader in{bytes};
+  while (in.at < bytes.size()) {
+    int64_t d = in.value<int64_t>();
+    if (d < 0 || d >= static_cast<int64_t>(spans.size()))
+      throw RuntimeError("a process's trace names device " + std::to_string(d));
+    uint64_t count = in.value<uint64_t>();
+    for (uint64_t i = 0; i < count; ++i) {
+      Span span;
+      span.name = in.text();
+      span.category = categoryNamed(in.text());
+      span.step = in.value<int64_t>();
+      span.microBatch = in.value<int>();
+      span.timeStep = in.value<int64_t>();
+      span.begin = in.value<double>();
+      span.end = in.value<double>();
+      spans[d].push_back(std::move(span));
+    }
+    count = in.value<uint64_t>();
+    for (uint64_t i = 0; i < count; ++i) {
+      FlowEnd flow;
+      flow.id = in.text();
+      flow.isSend = in.value<int8_t>() != 0;
+      flow.at = in.value<double>();
+      flows[d].push_back(std::move(flow));
+    }
+  }
+}
+
 std::string TraceRecorder::json(int64_t cycle) const {
   std::string out = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
   char buffer[512];

@@ -120,6 +120,25 @@ public:
       values = sum;
   }
   std::vector<std::vector<Communicator::SendRecord>> gatherSendLogs() override;
+  std::vector<std::string> gatherOntoRoot(const std::string &mine) override {
+    int size = static_cast<int>(mine.size());
+    std::vector<int> sizes(processes), offsets(processes);
+    MPI_Gather(&size, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, control);
+    int total = 0;
+    for (int r = 0; r < processes; ++r) {
+      offsets[r] = total;
+      total += sizes[r];
+    }
+    std::string all(processRank == 0 ? total : 0, '\0');
+    MPI_Gatherv(mine.data(), size, MPI_CHAR, all.data(), sizes.data(),
+                offsets.data(), MPI_CHAR, 0, control);
+    std::vector<std::string> parts;
+    if (processRank == 0)
+      for (int r = 0; r < processes; ++r)
+        parts.push_back(all.substr(offsets[r], sizes[r]));
+    return parts;
+  }
+  void barrier() override { MPI_Barrier(control); }
   void abortRun() override {
     aborted = true;
     MPI_Abort(MPI_COMM_WORLD, 1);

@@ -569,12 +569,15 @@ void createDevices(Run &run, int cores) {
     die("--report-svg needs --report FILE.json");
   if (!options.compareReport.empty() && options.reportSvg.empty())
     die("--compare-report needs --report-svg FILE.svg");
-  if (run.mpi && !options.trace.empty())
-    die("--trace is not available under mpirun yet");
   if (!options.trace.empty()) {
     run.trace = std::make_unique<TraceRecorder>(run.deviceCount);
     for (auto &executor : run.executors)
-      executor->setTrace(run.trace.get());
+      if (executor)
+        executor->setTrace(run.trace.get());
+    if (run.fabric) { // every process's clock starts together
+      run.fabric->barrier();
+      run.trace->restartClock();
+    }
   }
 }
 
@@ -848,6 +851,12 @@ void gatherRunFacts(Run &run, std::vector<float> &losses) {
     run.fabric->sumOntoRoot(series);
     if (run.root())
       run.report->importSeries(series);
+  }
+  if (run.trace && run.mpi) {
+    std::vector<std::string> parts =
+        run.fabric->gatherOntoRoot(run.trace->exportDevices());
+    for (size_t r = 1; r < parts.size(); ++r)
+      run.trace->importDevices(parts[r]);
   }
 }
 

@@ -106,6 +106,10 @@ public:
   /// Every device's send log, by device, on the root.
   virtual std::vector<std::vector<Communicator::SendRecord>>
   gatherSendLogs() = 0;
+  /// Every process's `mine`, by process, on the root (others: empty).
+  virtual std::vector<std::string> gatherOntoRoot(const std::string &mine) = 0;
+  /// Returns when every process has called it.
+  virtual void barrier() = 0;
   /// Ends the whole run after a device failed (MPI: every process).
   virtual void abortRun() = 0;
 };
@@ -124,6 +128,10 @@ public:
   }
   Communicator &endpoint(int d) override;
   void sumOntoRoot(std::vector<double> &) override {}
+  std::vector<std::string> gatherOntoRoot(const std::string &mine) override {
+    return {mine};
+  }
+  void barrier() override {}
   std::vector<std::vector<Communicator::SendRecord>> gatherSendLogs() override;
   void abortRun() override;
 

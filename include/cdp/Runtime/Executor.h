@@ -29,6 +29,13 @@ public:
               std::chrono::steady_clock::time_point end);
   /// Chrome trace-event JSON; `cycle` turns time steps into absolute ones.
   std::string json(int64_t cycle) const;
+  /// Times count from now on (every process of an MPI run after a
+  /// barrier, so that their tracks line up).
+  void restartClock() { origin = std::chrono::steady_clock::now(); }
+  /// The spans and flows of the devices this process ran, as bytes, and
+  /// their import on the process that writes the trace.
+  std::string exportDevices() const;
+  void importDevices(const std::string &bytes);
 
 private:
   struct Span {
