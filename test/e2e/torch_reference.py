@@ -5,8 +5,8 @@ Usage: torch_reference.py CDP_BIN_DIR WORK_DIR MODEL [OPTIMIZER]
 
 MODEL is one of export_torch_models.py's (mlp, lenet, resnet, transformer).
 Both sides start from the same exported weights and take 3 steps on one fixed
-batch with the same optimizer (sgd lr 0.1 by default; momentum and adam are
-also accepted). Checked, with the tolerance printed:
+batch with the same optimizer (sgd lr 0.1 by default; momentum, adam and adamw
+are also accepted). Checked, with the tolerance printed:
   - the loss of every step,
   - the gradients the last update applied (cdp-run --dump-grads, torch's
     p.grad after the third backward),
@@ -40,12 +40,16 @@ def torch_optimizer(name, params):
         return torch.optim.SGD(params, lr=LR, momentum=0.9)
     if name == "adam":
         return torch.optim.Adam(params, lr=LR / 100)
+    if name == "adamw":  # decoupled weight decay, large enough to matter
+        return torch.optim.AdamW(params, lr=LR / 100, weight_decay=0.5)
     raise SystemExit("unknown optimizer " + name)
 
 
 def cdp_optimizer_flags(name):
     if name == "adam":
         return ["--optimizer", "adam", "--lr", str(LR / 100)]
+    if name == "adamw":
+        return ["--optimizer", "adamw", "--lr", str(LR / 100), "--weight-decay", "0.5"]
     return ["--optimizer", name, "--lr", str(LR)]
 
 
