@@ -25,8 +25,9 @@ struct InsertOptimizerPass
       getOperation().emitError("no func.func @main");
       return signalPassFailure();
     }
-    if (optimizer != "sgd" && optimizer != "momentum" && optimizer != "adam") {
-      func.emitError("optimizer must be sgd, momentum or adam, got '")
+    bool adam = optimizer == "adam" || optimizer == "adamw";
+    if (optimizer != "sgd" && optimizer != "momentum" && !adam) {
+      func.emitError("optimizer must be sgd, momentum, adam or adamw, got '")
           << optimizer << "'";
       return signalPassFailure();
     }
@@ -56,9 +57,9 @@ struct InsertOptimizerPass
       auto update = builder.create<UpdateOp>(
           gradient.getLoc(), gradient.getNameAttr(), param.getResult(),
           gradient.getGrad(),
-          builder.getStringAttr(optimizer == "adam" ? "adam" : "sgd"), f32(lr),
-          f32(optimizer == "adam" ? 0.0 : mu), f32(weightDecay), f32(beta1),
-          f32(beta2), f32(epsilon));
+          builder.getStringAttr(adam ? optimizer.getValue() : "sgd"), f32(lr),
+          f32(adam ? 0.0 : mu), f32(weightDecay), f32(beta1), f32(beta2),
+          f32(epsilon));
       if (auto stage = gradient->getAttr("cdp.stage")) {
         update->setAttr("cdp.stage", stage);
         update->setAttr("cdp.phase", builder.getStringAttr("update"));

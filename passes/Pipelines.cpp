@@ -142,7 +142,7 @@ struct StrategyPipelineOptions
                            llvm::cl::desc("softmax-cross-entropy, mse or none"),
                            llvm::cl::init("softmax-cross-entropy")};
   Option<std::string> optimizer{*this, "optimizer",
-                                llvm::cl::desc("sgd, momentum or adam"),
+                                llvm::cl::desc("sgd, momentum, adam or adamw"),
                                 llvm::cl::init("sgd")};
   Option<double> lr{*this, "lr", llvm::cl::desc("Learning rate"),
                     llvm::cl::init(0.01)};

@@ -128,9 +128,10 @@ PlanFacts::PlanFacts(const plan::Plan &plan) {
             optimizer = a.s();
         }
         int64_t paramBytes = bytes[instruction.inputs(0)];
-        optimizerBytes[d] += optimizer == "adam" ? 2 * paramBytes
-                             : momentum != 0.0   ? paramBytes
-                                                 : 0;
+        optimizerBytes[d] += optimizer == "adam" || optimizer == "adamw"
+                                 ? 2 * paramBytes
+                             : momentum != 0.0 ? paramBytes
+                                               : 0;
       }
       uint64_t key = (static_cast<uint64_t>(instruction.stage()) << 33) |
                      (static_cast<uint64_t>(

@@ -175,8 +175,10 @@ cl::opt<std::string> labelsName(
     "labels-name",
     cl::desc("Name of the labels input the loss adds (default labels)"),
     cl::value_desc("NAME"), cl::init("labels"), cl::cat(category));
-cl::opt<std::string> optimizer("optimizer", cl::desc("Optimizer (default sgd)"),
-                               cl::value_desc("sgd|momentum|adam"),
+cl::opt<std::string> optimizer("optimizer",
+                               cl::desc("Optimizer, PyTorch's semantics "
+                                        "(default sgd)"),
+                               cl::value_desc("sgd|momentum|adam|adamw"),
                                cl::init("sgd"), cl::cat(category));
 cl::opt<std::string> lr("lr", cl::desc("Learning rate (default 0.01)"),
                         cl::value_desc("X"), cl::init("0.01"),
@@ -196,8 +198,10 @@ cl::opt<std::string> adamEps("adam-eps",
                              cl::cat(category));
 cl::opt<std::string> weightDecay(
     "weight-decay",
-    cl::desc("L2 weight decay added to the gradient, acting on the version "
-             "being updated (default 0)"),
+    cl::desc("Weight decay: L2, added to the gradient, acting on the "
+             "version being updated (default 0); with adamw decoupled, the "
+             "parameter shrinking by lr x decay each update (default 0.01, "
+             "as PyTorch's AdamW)"),
     cl::value_desc("X"), cl::init("0"), cl::cat(category));
 cl::list<std::string> freeze("freeze",
                              cl::desc("Keep this parameter fixed; repeatable"),
@@ -509,6 +513,9 @@ void checkMicroBatches(Settings &settings) {
 void readOptimizerFlags(Settings &settings) {
   settings.lr = parseReal("--lr", lr);
   settings.weightDecay = parseReal("--weight-decay", weightDecay);
+  // AdamW decays by default, as PyTorch's (weight_decay=0.01).
+  if (optimizer == "adamw" && !weightDecay.getNumOccurrences())
+    settings.weightDecay = 0.01;
   // -1: not given (the optimizer's default), so a given value must not be.
   settings.momentum =
       momentum.getNumOccurrences() ? parseReal("--momentum", momentum) : -1.0;
@@ -579,11 +586,12 @@ void checkMeaningfulFlags(const Settings &settings) {
       refuse(*flag, "--strategy cdp and cdp-mp, not " + strategy);
   if (given(cdpReduce) && !traits.dataParallel)
     refuse(cdpReduce, "--strategy dp and cdp, not " + strategy);
-  if (given(momentum) && optimizer == "adam")
-    refuse(momentum, "--optimizer sgd and momentum, not adam");
+  bool adam = optimizer == "adam" || optimizer == "adamw";
+  if (given(momentum) && adam)
+    refuse(momentum, "--optimizer sgd and momentum, not " + optimizer);
   for (const llvm::cl::Option *flag : Flags{&adamBetas, &adamEps})
-    if (given(*flag) && optimizer != "adam")
-      refuse(*flag, "--optimizer adam, not " + optimizer);
+    if (given(*flag) && !adam)
+      refuse(*flag, "--optimizer adam and adamw, not " + optimizer);
   if (given(hardwarePath) && !traits.pipelined)
     refuse(hardwarePath,
            "the pipelines (gpipe, 1f1b, 2bw, cdp-mp), not " + strategy);
@@ -639,7 +647,9 @@ cdp::TrainingPipelineConfig pipelineConfigFor(const Settings &settings) {
   config.deviceMemory = settings.deviceMemoryBytes;
   bool withMomentum = optimizer == "momentum" ? settings.momentum != 0.0
                                               : settings.momentum > 0.0;
-  config.optimizerCopies = optimizer == "adam" ? 2 : withMomentum ? 1 : 0;
+  config.optimizerCopies = optimizer == "adam" || optimizer == "adamw" ? 2
+                           : withMomentum                              ? 1
+                                                                       : 0;
   config.freeze.assign(freeze.begin(), freeze.end());
   config.bnRunningVar = bnRunningVar;
   config.optimizer = optimizer;

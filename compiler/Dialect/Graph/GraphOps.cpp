@@ -1061,8 +1061,9 @@ LogicalResult NllLossGradOp::inferReturnTypes(MLIRContext *context, Loc loc,
 }
 
 LogicalResult UpdateOp::verify() {
-  if (getOptimizer() != "sgd" && getOptimizer() != "adam")
-    return emitOpError("optimizer must be 'sgd' or 'adam', got '")
+  if (getOptimizer() != "sgd" && getOptimizer() != "adam" &&
+      getOptimizer() != "adamw")
+    return emitOpError("optimizer must be 'sgd', 'adam' or 'adamw', got '")
            << getOptimizer() << "'";
   return success();
 }

@@ -79,10 +79,12 @@ def InsertOptimizer : Pass<"cdp-insert-optimizer", "mlir::ModuleOp"> {
     After every `cdp.gradient` of a step, appends one `cdp.update` per
     parameter at the end of `@main`, once every use of the old value is done.
     SGD and momentum follow PyTorch (dampening 0, first step sets the buffer
-    to the gradient); Adam is PyTorch's with L2 weight decay.
+    to the gradient); Adam is PyTorch's with L2 weight decay; AdamW is
+    PyTorch's, the weight decay decoupled (the parameter shrinks by
+    lr × decay before the Adam step).
   }];
   let options = [
-    Option<"optimizer", "optimizer", "std::string", "\"sgd\"", "sgd, momentum or adam">,
+    Option<"optimizer", "optimizer", "std::string", "\"sgd\"", "sgd, momentum, adam or adamw">,
     Option<"lr", "lr", "double", "0.01", "Learning rate">,
     Option<"momentum", "momentum", "double", "-1", "Momentum (default 0 for sgd, 0.9 for momentum)">,
     Option<"weightDecay", "weight-decay", "double", "0", "L2 weight decay added to the gradient">,

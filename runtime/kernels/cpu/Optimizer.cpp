@@ -9,12 +9,15 @@ namespace cdp::runtime::cpu {
 namespace {
 
 /// PyTorch's SGD (dampening 0, first step sets the momentum buffer to the
-/// gradient) and Adam (L2 weight decay added to the gradient).
+/// gradient), Adam (L2 weight decay added to the gradient) and AdamW (the
+/// decay decoupled: the parameter shrinks by lr * decay first).
 class UpdateKernel : public Kernel {
 public:
   explicit UpdateKernel(const KernelArgs &args)
       : param(args.inputs[0]), grad(args.inputs[1]),
-        adam(args.s("optimizer", "sgd") == "adam"),
+        adam(args.s("optimizer", "sgd") == "adam" ||
+             args.s("optimizer", "sgd") == "adamw"),
+        decoupled(args.s("optimizer", "sgd") == "adamw"),
         lr(static_cast<float>(args.f("lr", 0.01))),
         momentum(static_cast<float>(args.f("momentum", 0.0))),
         weightDecay(static_cast<float>(args.f("weight_decay", 0.0))),
@@ -37,8 +40,13 @@ public:
       float correction2 = 1.0f - std::pow(beta2, static_cast<float>(steps));
       float stepSize = lr / correction1;
       float root2 = std::sqrt(correction2);
+      float shrink = 1.0f - lr * weightDecay;
       for (int64_t i = 0; i < n; ++i) {
-        float d = g[i] + weightDecay * p[i];
+        float d = g[i];
+        if (decoupled)
+          p[i] *= shrink;
+        else
+          d += weightDecay * p[i];
         first[i] = beta1 * first[i] + (1.0f - beta1) * d;
         second[i] = beta2 * second[i] + (1.0f - beta2) * d * d;
         p[i] -= stepSize * first[i] / (std::sqrt(second[i]) / root2 + epsilon);
@@ -71,7 +79,7 @@ public:
   }
 
   TensorView param, grad;
-  bool adam;
+  bool adam, decoupled;
   float lr, momentum, weightDecay, beta1, beta2, epsilon;
   int64_t steps = 0;
   std::vector<float> first, second;

@@ -641,8 +641,9 @@ def CDP_UpdateOp : CDP_BaseOp<"update", [AllTypesMatch<["param", "grad"]>]> {
   let description = [{
     `optimizer` is `sgd` (PyTorch semantics: `d = g + wd * p`; with
     momentum, `buf = momentum * buf + d`, the first step setting
-    `buf = d`; `p -= lr * buf`) or `adam` (PyTorch's Adam with L2 weight
-    decay added to the gradient and bias correction). The optimizer state
+    `buf = d`; `p -= lr * buf`), `adam` (PyTorch's Adam with L2 weight
+    decay added to the gradient and bias correction) or `adamw` (PyTorch's
+    AdamW: `p *= 1 - lr * wd`, then the Adam step on `g`). The optimizer state
     lives with the parameter; weight decay acts on the version being updated.
   }];
   let arguments = (ins StrAttr:$name, CDP_F32Tensor:$param, CDP_F32Tensor:$grad,
