@@ -42,7 +42,20 @@ def torch_optimizer(name, params):
         return torch.optim.Adam(params, lr=LR / 100)
     if name == "adamw":  # decoupled weight decay, large enough to matter
         return torch.optim.AdamW(params, lr=LR / 100, weight_decay=0.5)
+    if name == "momentum-step":
+        return torch.optim.SGD(params, lr=LR, momentum=0.9)
+    if name == "adam-cosine":
+        return torch.optim.Adam(params, lr=LR / 100)
     raise SystemExit("unknown optimizer " + name)
+
+
+def torch_scheduler(name, opt):
+    """The learning-rate schedule, stepped after every optimizer step."""
+    if name == "momentum-step":  # halved every step: each update differs
+        return torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    if name == "adam-cosine":  # cosine down to 1e-4 over 4 steps
+        return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=4, eta_min=1e-4)
+    return None
 
 
 def cdp_optimizer_flags(name):
@@ -50,6 +63,12 @@ def cdp_optimizer_flags(name):
         return ["--optimizer", "adam", "--lr", str(LR / 100)]
     if name == "adamw":
         return ["--optimizer", "adamw", "--lr", str(LR / 100), "--weight-decay", "0.5"]
+    if name == "momentum-step":
+        return ["--optimizer", "momentum", "--lr", str(LR), "--lr-schedule", "step",
+                "--lr-period", "1", "--lr-gamma", "0.5"]
+    if name == "adam-cosine":
+        return ["--optimizer", "adam", "--lr", str(LR / 100), "--lr-schedule", "cosine",
+                "--lr-period", "4", "--lr-min", "1e-4"]
     return ["--optimizer", name, "--lr", str(LR)]
 
 
@@ -77,6 +96,7 @@ def main():
 
     model.train()
     opt = torch_optimizer(optimizer, model.parameters())
+    scheduler = torch_scheduler(optimizer, opt)
     losses = []
     for _ in range(STEPS):
         opt.zero_grad()
@@ -84,6 +104,8 @@ def main():
         loss.backward()
         losses.append(loss.item())
         opt.step()
+        if scheduler:
+            scheduler.step()
 
     plan = os.path.join(work, name + ".cdp")
     compile_args = [os.path.join(bin_dir, "cdp-compile"), path, "-o", plan]
