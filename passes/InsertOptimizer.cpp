@@ -33,10 +33,18 @@ struct InsertOptimizerPass
     }
     double mu =
         momentum >= 0 ? momentum : (optimizer == "momentum" ? 0.9 : 0.0);
+    if (lrSchedule != "constant" && lrSchedule != "step" &&
+        lrSchedule != "cosine") {
+      func.emitError("lr-schedule must be constant, step or cosine, got '")
+          << lrSchedule << "'";
+      return signalPassFailure();
+    }
     if (lr <= 0 || mu < 0 || weightDecay < 0 || beta1 < 0 || beta1 >= 1 ||
-        beta2 < 0 || beta2 >= 1 || epsilon <= 0) {
+        beta2 < 0 || beta2 >= 1 || epsilon <= 0 || lrPeriod < 1 ||
+        lrGamma <= 0 || lrMin < 0) {
       func.emitError("optimizer settings out of range (lr > 0, momentum >= 0, "
-                     "weight decay >= 0, 0 <= betas < 1, epsilon > 0)");
+                     "weight decay >= 0, 0 <= betas < 1, epsilon > 0, "
+                     "lr period >= 1, lr gamma > 0, lr min >= 0)");
       return signalPassFailure();
     }
     llvm::StringMap<ParamOp> params;
@@ -59,7 +67,15 @@ struct InsertOptimizerPass
           gradient.getGrad(),
           builder.getStringAttr(adam ? optimizer.getValue() : "sgd"), f32(lr),
           f32(adam ? 0.0 : mu), f32(weightDecay), f32(beta1), f32(beta2),
-          f32(epsilon));
+          f32(epsilon), /*lr_schedule=*/StringAttr(),
+          /*lr_period=*/IntegerAttr(), /*lr_gamma=*/FloatAttr(),
+          /*lr_min=*/FloatAttr());
+      if (lrSchedule != "constant") {
+        update.setLrScheduleAttr(builder.getStringAttr(lrSchedule));
+        update.setLrPeriodAttr(builder.getI64IntegerAttr(lrPeriod));
+        update.setLrGammaAttr(f32(lrGamma));
+        update.setLrMinAttr(f32(lrMin));
+      }
       if (auto stage = gradient->getAttr("cdp.stage")) {
         update->setAttr("cdp.stage", stage);
         update->setAttr("cdp.phase", builder.getStringAttr("update"));

@@ -97,6 +97,10 @@ void buildTrainingPipeline(OpPassManager &pm,
   optimizer.beta1 = config.beta1;
   optimizer.beta2 = config.beta2;
   optimizer.epsilon = config.epsilon;
+  optimizer.lrSchedule = config.lrSchedule;
+  optimizer.lrPeriod = config.lrPeriod;
+  optimizer.lrGamma = config.lrGamma;
+  optimizer.lrMin = config.lrMin;
   pm.addPass(createInsertOptimizer(optimizer));
   const StrategyTraits &traits = traitsOf(config.strategy);
   if (traits.dataParallel)

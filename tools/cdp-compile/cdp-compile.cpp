@@ -203,6 +203,27 @@ cl::opt<std::string> weightDecay(
              "parameter shrinking by lr x decay each update (default 0.01, "
              "as PyTorch's AdamW)"),
     cl::value_desc("X"), cl::init("0"), cl::cat(category));
+cl::opt<std::string> lrSchedule(
+    "lr-schedule",
+    cl::desc("Learning-rate schedule over updates, PyTorch's: constant "
+             "(default), step (StepLR: x --lr-gamma every --lr-period "
+             "updates) or cosine (CosineAnnealingLR: down to --lr-min over "
+             "--lr-period updates)"),
+    cl::value_desc("constant|step|cosine"), cl::init("constant"),
+    cl::cat(category));
+cl::opt<std::string> lrPeriod(
+    "lr-period",
+    cl::desc("step: updates between decays; cosine: updates to the minimum "
+             "(T_max) (default 1)"),
+    cl::value_desc("N"), cl::init("1"), cl::cat(category));
+cl::opt<std::string> lrGamma("lr-gamma",
+                             cl::desc("step: the decay factor (default 0.1)"),
+                             cl::value_desc("X"), cl::init("0.1"),
+                             cl::cat(category));
+cl::opt<std::string> lrMin("lr-min",
+                           cl::desc("cosine: the lowest rate (default 0)"),
+                           cl::value_desc("X"), cl::init("0"),
+                           cl::cat(category));
 cl::list<std::string> freeze("freeze",
                              cl::desc("Keep this parameter fixed; repeatable"),
                              cl::value_desc("NAME"), cl::cat(category));
@@ -351,7 +372,8 @@ struct Settings {
           microBatchCount = 1, deviceMemoryBytes = 0, reportStepCount = 3;
   bool reportOnly = false; ///< --report without -o
   double lr = 0, weightDecay = 0, momentum = -1, epsilon = 0, beta1 = 0,
-         beta2 = 0;
+         beta2 = 0, lrGamma = 0.1, lrMin = 0;
+  int64_t lrPeriod = 1;
   cdp::ImportOptions import;
 
   /// The stage count the flags give: --stage-boundaries, else --stages.
@@ -521,6 +543,15 @@ void readOptimizerFlags(Settings &settings) {
       momentum.getNumOccurrences() ? parseReal("--momentum", momentum) : -1.0;
   if (momentum.getNumOccurrences() && settings.momentum < 0)
     die("--momentum must be a non-negative number, got '" + momentum + "'");
+  if (lrSchedule != "constant" && lrSchedule != "step" &&
+      lrSchedule != "cosine")
+    die("--lr-schedule must be constant, step or cosine, got '" + lrSchedule +
+        "'");
+  settings.lrPeriod = positiveInteger("--lr-period", lrPeriod);
+  settings.lrGamma = parseReal("--lr-gamma", lrGamma);
+  settings.lrMin = parseReal("--lr-min", lrMin);
+  if (settings.lrGamma <= 0 || settings.lrMin < 0)
+    die("--lr-gamma must be positive and --lr-min not negative");
   settings.epsilon = parseReal("--adam-eps", adamEps);
   auto [beta1Text, beta2Text] = llvm::StringRef(adamBetas).split(',');
   settings.beta1 = parseReal("--adam-betas", beta1Text.str());
@@ -578,7 +609,8 @@ void checkMeaningfulFlags(const Settings &settings) {
   if (inference)
     for (const llvm::cl::Option *flag :
          Flags{&optimizer, &lr, &momentum, &adamBetas, &adamEps, &weightDecay,
-               std::addressof(freeze), &loss, &lossOutput, &labelsName})
+               &lrSchedule, &lrPeriod, &lrGamma, &lrMin, std::addressof(freeze),
+               &loss, &lossOutput, &labelsName})
       if (given(*flag))
         refuse(*flag, "training plans, not --inference");
   for (const llvm::cl::Option *flag : Flags{&cdpRule, &v2Table})
@@ -586,6 +618,12 @@ void checkMeaningfulFlags(const Settings &settings) {
       refuse(*flag, "--strategy cdp and cdp-mp, not " + strategy);
   if (given(cdpReduce) && !traits.dataParallel)
     refuse(cdpReduce, "--strategy dp and cdp, not " + strategy);
+  if (given(lrPeriod) && lrSchedule == "constant")
+    refuse(lrPeriod, "--lr-schedule step and cosine");
+  if (given(lrGamma) && lrSchedule != "step")
+    refuse(lrGamma, "--lr-schedule step");
+  if (given(lrMin) && lrSchedule != "cosine")
+    refuse(lrMin, "--lr-schedule cosine");
   bool adam = optimizer == "adam" || optimizer == "adamw";
   if (given(momentum) && adam)
     refuse(momentum, "--optimizer sgd and momentum, not " + optimizer);
@@ -659,6 +697,10 @@ cdp::TrainingPipelineConfig pipelineConfigFor(const Settings &settings) {
   config.beta1 = settings.beta1;
   config.beta2 = settings.beta2;
   config.epsilon = settings.epsilon;
+  config.lrSchedule = lrSchedule;
+  config.lrPeriod = settings.lrPeriod;
+  config.lrGamma = settings.lrGamma;
+  config.lrMin = settings.lrMin;
   config.devices = settings.deviceCount;
   config.microBatches = settings.microBatchCount;
   config.replicas = settings.replicaCount;

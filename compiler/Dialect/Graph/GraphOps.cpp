@@ -1061,6 +1061,13 @@ LogicalResult NllLossGradOp::inferReturnTypes(MLIRContext *context, Loc loc,
 }
 
 LogicalResult UpdateOp::verify() {
+  if (getLrSchedule() != "constant" && getLrSchedule() != "step" &&
+      getLrSchedule() != "cosine")
+    return emitOpError("lr_schedule must be 'constant', 'step' or 'cosine', "
+                       "got '")
+           << getLrSchedule() << "'";
+  if (static_cast<int64_t>(getLrPeriod()) < 1)
+    return emitOpError("lr_period must be at least 1");
   if (getOptimizer() != "sgd" && getOptimizer() != "adam" &&
       getOptimizer() != "adamw")
     return emitOpError("optimizer must be 'sgd', 'adam' or 'adamw', got '")

@@ -91,6 +91,12 @@ def InsertOptimizer : Pass<"cdp-insert-optimizer", "mlir::ModuleOp"> {
     Option<"beta1", "beta1", "double", "0.9", "Adam beta1">,
     Option<"beta2", "beta2", "double", "0.999", "Adam beta2">,
     Option<"epsilon", "epsilon", "double", "1e-8", "Adam epsilon">,
+    Option<"lrSchedule", "lr-schedule", "std::string", "\"constant\"",
+           "constant, step (StepLR) or cosine (CosineAnnealingLR)">,
+    Option<"lrPeriod", "lr-period", "int64_t", "1",
+           "step: updates between decays; cosine: updates to the minimum">,
+    Option<"lrGamma", "lr-gamma", "double", "0.1", "step: the decay factor">,
+    Option<"lrMin", "lr-min", "double", "0", "cosine: the lowest rate">,
   ];
   let dependentDialects = ["cdp::CDPDialect"];
 }

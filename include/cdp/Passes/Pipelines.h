@@ -38,6 +38,10 @@ struct TrainingPipelineConfig {
   std::string optimizer = "sgd";
   double lr = 0.01, momentum = -1, weightDecay = 0, beta1 = 0.9, beta2 = 0.999,
          epsilon = 1e-8;
+  /// The learning-rate schedule: constant, step or cosine.
+  std::string lrSchedule = "constant";
+  int64_t lrPeriod = 1;
+  double lrGamma = 0.1, lrMin = 0;
   /// The schedule: devices (dp, cdp), micro-batches per step and replicas
   /// (pipelines), the CDP rule and v2 table (cdp, cdp-mp), the reduction
   /// (cdp).

@@ -3,6 +3,7 @@
 #include "CpuKernels.h"
 
 #include <cmath>
+#include <string>
 
 namespace cdp::runtime::cpu {
 
@@ -23,24 +24,44 @@ public:
         weightDecay(static_cast<float>(args.f("weight_decay", 0.0))),
         beta1(static_cast<float>(args.f("beta1", 0.9))),
         beta2(static_cast<float>(args.f("beta2", 0.999))),
-        epsilon(static_cast<float>(args.f("epsilon", 1e-8))) {
+        epsilon(static_cast<float>(args.f("epsilon", 1e-8))),
+        schedule(args.s("lr_schedule", "constant")),
+        period(std::max<int64_t>(args.i("lr_period", 1), 1)),
+        gamma(args.f("lr_gamma", 0.1)), lrMin(args.f("lr_min", 0.0)) {
     if (adam || momentum != 0.0f)
       first.assign(param.numel(), 0.0f);
     if (adam)
       second.assign(param.numel(), 0.0f);
   }
 
+  /// The learning rate of the k-th update (k from 0), in double as
+  /// PyTorch's schedulers compute it.
+  float scheduledLr(int64_t k) const {
+    double base = lr;
+    if (schedule == "step")
+      return static_cast<float>(
+          base * std::pow(gamma, static_cast<double>(k / period)));
+    if (schedule == "cosine")
+      return static_cast<float>(
+          lrMin + (base - lrMin) *
+                      (1.0 + std::cos(M_PI * static_cast<double>(k) /
+                                      static_cast<double>(period))) /
+                      2.0);
+    return lr;
+  }
+
   void run(const StepContext &) override {
     int64_t n = param.numel();
     float *p = param.f32();
     const float *g = grad.f32();
+    float rate = scheduledLr(steps);
     ++steps;
     if (adam) {
       float correction1 = 1.0f - std::pow(beta1, static_cast<float>(steps));
       float correction2 = 1.0f - std::pow(beta2, static_cast<float>(steps));
-      float stepSize = lr / correction1;
+      float stepSize = rate / correction1;
       float root2 = std::sqrt(correction2);
-      float shrink = 1.0f - lr * weightDecay;
+      float shrink = 1.0f - rate * weightDecay;
       for (int64_t i = 0; i < n; ++i) {
         float d = g[i];
         if (decoupled)
@@ -59,7 +80,7 @@ public:
         first[i] = steps == 1 ? d : momentum * first[i] + d;
         d = first[i];
       }
-      p[i] -= lr * d;
+      p[i] -= rate * d;
     }
   }
 
@@ -81,6 +102,9 @@ public:
   TensorView param, grad;
   bool adam, decoupled;
   float lr, momentum, weightDecay, beta1, beta2, epsilon;
+  std::string schedule;
+  int64_t period;
+  double gamma, lrMin;
   int64_t steps = 0;
   std::vector<float> first, second;
 };

@@ -643,7 +643,11 @@ def CDP_UpdateOp : CDP_BaseOp<"update", [AllTypesMatch<["param", "grad"]>]> {
     momentum, `buf = momentum * buf + d`, the first step setting
     `buf = d`; `p -= lr * buf`), `adam` (PyTorch's Adam with L2 weight
     decay added to the gradient and bias correction) or `adamw` (PyTorch's
-    AdamW: `p *= 1 - lr * wd`, then the Adam step on `g`). The optimizer state
+    AdamW: `p *= 1 - lr * wd`, then the Adam step on `g`). The k-th update
+    (k from 0) uses the learning rate `lr_schedule` gives: `constant`,
+    `step` (`lr * lr_gamma^floor(k / lr_period)`, PyTorch's StepLR) or
+    `cosine` (`lr_min + (lr - lr_min)(1 + cos(pi k / lr_period)) / 2`,
+    CosineAnnealingLR). The optimizer state
     lives with the parameter; weight decay acts on the version being updated.
   }];
   let arguments = (ins StrAttr:$name, CDP_F32Tensor:$param, CDP_F32Tensor:$grad,
@@ -652,7 +656,11 @@ def CDP_UpdateOp : CDP_BaseOp<"update", [AllTypesMatch<["param", "grad"]>]> {
                        DefaultValuedAttr<F32Attr, "0.0f">:$weight_decay,
                        DefaultValuedAttr<F32Attr, "0.9f">:$beta1,
                        DefaultValuedAttr<F32Attr, "0.999f">:$beta2,
-                       DefaultValuedAttr<F32Attr, "1e-8f">:$epsilon);
+                       DefaultValuedAttr<F32Attr, "1e-8f">:$epsilon,
+                       DefaultValuedAttr<StrAttr, "\"constant\"">:$lr_schedule,
+                       DefaultValuedAttr<I64Attr, "1">:$lr_period,
+                       DefaultValuedAttr<F32Attr, "0.1f">:$lr_gamma,
+                       DefaultValuedAttr<F32Attr, "0.0f">:$lr_min);
   let assemblyFormat = "$name $param `,` $grad attr-dict `:` type($param)";
   let hasVerifier = 1;
 }
