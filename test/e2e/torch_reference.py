@@ -31,6 +31,7 @@ ATOL = 1e-5
 RTOL = 1e-4
 STEPS = 3
 LR = 0.1
+NAMES = []  # the model's parameter names, in parameters() order
 
 
 def torch_optimizer(name, params):
@@ -42,6 +43,13 @@ def torch_optimizer(name, params):
         return torch.optim.Adam(params, lr=LR / 100)
     if name == "adamw":  # decoupled weight decay, large enough to matter
         return torch.optim.AdamW(params, lr=LR / 100, weight_decay=0.5)
+    if name == "adamw-groups":  # no decay on biases: two parameter groups
+        params = list(params)
+        named = dict(zip(NAMES, params))
+        return torch.optim.AdamW(
+            [{"params": [p for n, p in named.items() if not n.endswith(".bias")]},
+             {"params": [p for n, p in named.items() if n.endswith(".bias")],
+              "weight_decay": 0.0}], lr=LR / 100, weight_decay=0.5)
     if name == "momentum-step":
         return torch.optim.SGD(params, lr=LR, momentum=0.9)
     if name == "adam-cosine":
@@ -63,6 +71,9 @@ def cdp_optimizer_flags(name):
         return ["--optimizer", "adam", "--lr", str(LR / 100)]
     if name == "adamw":
         return ["--optimizer", "adamw", "--lr", str(LR / 100), "--weight-decay", "0.5"]
+    if name == "adamw-groups":
+        return ["--optimizer", "adamw", "--lr", str(LR / 100), "--weight-decay", "0.5",
+                "--no-decay", "*.bias"]
     if name == "momentum-step":
         return ["--optimizer", "momentum", "--lr", str(LR), "--lr-schedule", "step",
                 "--lr-period", "1", "--lr-gamma", "0.5"]
@@ -95,6 +106,8 @@ def main():
     np.save(os.path.join(work, "y.npy"), y.numpy().astype(np.int64))
 
     model.train()
+    global NAMES
+    NAMES = [n for n, _ in model.named_parameters()]
     opt = torch_optimizer(optimizer, model.parameters())
     scheduler = torch_scheduler(optimizer, opt)
     losses = []
