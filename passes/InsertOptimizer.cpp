@@ -3,6 +3,8 @@
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "cdp/Passes/Passes.h"
 
+#include "llvm/Support/GlobPattern.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
 namespace cdp {
@@ -47,6 +49,25 @@ struct InsertOptimizerPass
                      "lr period >= 1, lr gamma > 0, lr min >= 0)");
       return signalPassFailure();
     }
+    SmallVector<llvm::GlobPattern> exempt;
+    for (const std::string &text : noDecay) {
+      llvm::Expected<llvm::GlobPattern> pattern =
+          llvm::GlobPattern::create(text);
+      if (!pattern) {
+        func.emitError("no-decay pattern '")
+            << text
+            << "' is not a glob: " << llvm::toString(pattern.takeError());
+        return signalPassFailure();
+      }
+      exempt.push_back(std::move(*pattern));
+    }
+    // Parameter groups: the matching parameters take no weight decay.
+    auto decayOf = [&](StringRef name) {
+      for (const llvm::GlobPattern &pattern : exempt)
+        if (pattern.match(name))
+          return 0.0;
+      return static_cast<double>(weightDecay);
+    };
     llvm::StringMap<ParamOp> params;
     func.walk([&](ParamOp param) { params[param.getName()] = param; });
     SmallVector<GradientOp> gradients;
@@ -66,8 +87,8 @@ struct InsertOptimizerPass
           gradient.getLoc(), gradient.getNameAttr(), param.getResult(),
           gradient.getGrad(),
           builder.getStringAttr(adam ? optimizer.getValue() : "sgd"), f32(lr),
-          f32(adam ? 0.0 : mu), f32(weightDecay), f32(beta1), f32(beta2),
-          f32(epsilon), /*lr_schedule=*/StringAttr(),
+          f32(adam ? 0.0 : mu), f32(decayOf(gradient.getName())), f32(beta1),
+          f32(beta2), f32(epsilon), /*lr_schedule=*/StringAttr(),
           /*lr_period=*/IntegerAttr(), /*lr_gamma=*/FloatAttr(),
           /*lr_min=*/FloatAttr());
       if (lrSchedule != "constant") {

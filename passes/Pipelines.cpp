@@ -97,6 +97,7 @@ void buildTrainingPipeline(OpPassManager &pm,
   optimizer.beta1 = config.beta1;
   optimizer.beta2 = config.beta2;
   optimizer.epsilon = config.epsilon;
+  optimizer.noDecay = config.noDecay;
   optimizer.lrSchedule = config.lrSchedule;
   optimizer.lrPeriod = config.lrPeriod;
   optimizer.lrGamma = config.lrGamma;

@@ -224,6 +224,12 @@ cl::opt<std::string> lrMin("lr-min",
                            cl::desc("cosine: the lowest rate (default 0)"),
                            cl::value_desc("X"), cl::init("0"),
                            cl::cat(category));
+cl::list<std::string> noDecay(
+    "no-decay",
+    cl::desc("Update parameters whose names match PATTERN (a glob, e.g. "
+             "'*.bias') without weight decay: PyTorch's parameter group with "
+             "weight_decay 0 (repeatable)"),
+    cl::value_desc("PATTERN"), cl::cat(category));
 cl::list<std::string> freeze("freeze",
                              cl::desc("Keep this parameter fixed; repeatable"),
                              cl::value_desc("NAME"), cl::cat(category));
@@ -607,10 +613,10 @@ void checkMeaningfulFlags(const Settings &settings) {
   // (--bn-running-var still matters there: a training-mode BatchNorm node
   // returns running statistics.)
   if (inference)
-    for (const llvm::cl::Option *flag :
-         Flags{&optimizer, &lr, &momentum, &adamBetas, &adamEps, &weightDecay,
-               &lrSchedule, &lrPeriod, &lrGamma, &lrMin, std::addressof(freeze),
-               &loss, &lossOutput, &labelsName})
+    for (const llvm::cl::Option *flag : Flags{
+             &optimizer, &lr, &momentum, &adamBetas, &adamEps, &weightDecay,
+             &lrSchedule, &lrPeriod, &lrGamma, &lrMin, std::addressof(noDecay),
+             std::addressof(freeze), &loss, &lossOutput, &labelsName})
       if (given(*flag))
         refuse(*flag, "training plans, not --inference");
   for (const llvm::cl::Option *flag : Flags{&cdpRule, &v2Table})
@@ -618,6 +624,8 @@ void checkMeaningfulFlags(const Settings &settings) {
       refuse(*flag, "--strategy cdp and cdp-mp, not " + strategy);
   if (given(cdpReduce) && !traits.dataParallel)
     refuse(cdpReduce, "--strategy dp and cdp, not " + strategy);
+  if (given(noDecay) && !given(weightDecay) && optimizer != "adamw")
+    refuse(noDecay, "a weight decay (--weight-decay, or --optimizer adamw)");
   if (given(lrPeriod) && lrSchedule == "constant")
     refuse(lrPeriod, "--lr-schedule step and cosine");
   if (given(lrGamma) && lrSchedule != "step")
@@ -697,6 +705,7 @@ cdp::TrainingPipelineConfig pipelineConfigFor(const Settings &settings) {
   config.beta1 = settings.beta1;
   config.beta2 = settings.beta2;
   config.epsilon = settings.epsilon;
+  config.noDecay.assign(noDecay.begin(), noDecay.end());
   config.lrSchedule = lrSchedule;
   config.lrPeriod = settings.lrPeriod;
   config.lrGamma = settings.lrGamma;

@@ -97,6 +97,9 @@ def InsertOptimizer : Pass<"cdp-insert-optimizer", "mlir::ModuleOp"> {
            "step: updates between decays; cosine: updates to the minimum">,
     Option<"lrGamma", "lr-gamma", "double", "0.1", "step: the decay factor">,
     Option<"lrMin", "lr-min", "double", "0", "cosine: the lowest rate">,
+    ListOption<"noDecay", "no-decay", "std::string",
+               "Parameters (glob patterns of their names, e.g. *.bias) "
+               "updated without weight decay">,
   ];
   let dependentDialects = ["cdp::CDPDialect"];
 }

@@ -38,6 +38,8 @@ struct TrainingPipelineConfig {
   std::string optimizer = "sgd";
   double lr = 0.01, momentum = -1, weightDecay = 0, beta1 = 0.9, beta2 = 0.999,
          epsilon = 1e-8;
+  /// Glob patterns of parameters updated without weight decay.
+  std::vector<std::string> noDecay;
   /// The learning-rate schedule: constant, step or cosine.
   std::string lrSchedule = "constant";
   int64_t lrPeriod = 1;
