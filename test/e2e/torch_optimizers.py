@@ -7,7 +7,8 @@ MODEL is the MLP or LeNet of export_torch_models.py (no BatchNorm, so every
 strategy below is the same computation). PyTorch trains it 20 steps on a
 global batch of 4 micro-batches of 8 samples (fresh rows every step), for
 each optimizer setting: AdamW with a parameter group that takes no decay
-on biases and a cosine schedule; momentum SGD with a step schedule. cdp
+on biases and a cosine schedule; momentum SGD with a step schedule; SGD with
+a linear warmup and a linear decay (SequentialLR of two LinearLR). cdp
 trains the same steps under single (--micro-batches 4: one update of the
 4 micro-batches' mean gradient), dp on 4 devices, and 1f1b with 2 stages and
 4 micro-batches; every trained parameter must equal PyTorch's to 1e-5
@@ -53,6 +54,15 @@ SETTINGS = {
         ["--optimizer", "momentum", "--lr", "0.05", "--lr-schedule", "step",
          "--lr-period", "5", "--lr-gamma", "0.5"]),
 }
+SETTINGS["sgd+warmup+linear"] = (
+    lambda named: torch.optim.SGD([p for _, p in named], lr=0.05),
+    lambda opt: torch.optim.lr_scheduler.SequentialLR(
+        opt, [torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.25, total_iters=4),
+              torch.optim.lr_scheduler.LinearLR(opt, start_factor=1.0, end_factor=0.1,
+                                                total_iters=10)], milestones=[4]),
+    ["--optimizer", "sgd", "--lr", "0.05", "--warmup-steps", "4", "--warmup-start-factor",
+     "0.25", "--lr-schedule", "linear", "--lr-start-factor", "1", "--lr-end-factor", "0.1",
+     "--lr-period", "10"])
 STRATEGIES = {
     "single": ["--micro-batches", str(MICRO)],
     "dp": ["--strategy", "dp", "--devices", str(MICRO), "--stages", "2"],
