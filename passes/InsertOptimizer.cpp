@@ -36,14 +36,16 @@ struct InsertOptimizerPass
     double mu =
         momentum >= 0 ? momentum : (optimizer == "momentum" ? 0.9 : 0.0);
     if (lrSchedule != "constant" && lrSchedule != "step" &&
-        lrSchedule != "cosine") {
-      func.emitError("lr-schedule must be constant, step or cosine, got '")
+        lrSchedule != "cosine" && lrSchedule != "linear") {
+      func.emitError("lr-schedule must be constant, step, cosine or linear, "
+                     "got '")
           << lrSchedule << "'";
       return signalPassFailure();
     }
     if (lr <= 0 || mu < 0 || weightDecay < 0 || beta1 < 0 || beta1 >= 1 ||
         beta2 < 0 || beta2 >= 1 || epsilon <= 0 || lrPeriod < 1 ||
-        lrGamma <= 0 || lrMin < 0) {
+        lrGamma <= 0 || lrMin < 0 || lrStart <= 0 || lrEnd < 0 || warmup < 0 ||
+        warmupStart <= 0) {
       func.emitError("optimizer settings out of range (lr > 0, momentum >= 0, "
                      "weight decay >= 0, 0 <= betas < 1, epsilon > 0, "
                      "lr period >= 1, lr gamma > 0, lr min >= 0)");
@@ -90,12 +92,24 @@ struct InsertOptimizerPass
           f32(adam ? 0.0 : mu), f32(decayOf(gradient.getName())), f32(beta1),
           f32(beta2), f32(epsilon), /*lr_schedule=*/StringAttr(),
           /*lr_period=*/IntegerAttr(), /*lr_gamma=*/FloatAttr(),
-          /*lr_min=*/FloatAttr());
+          /*lr_min=*/FloatAttr(), /*lr_start=*/FloatAttr(),
+          /*lr_end=*/FloatAttr(), /*lr_warmup=*/IntegerAttr(),
+          /*lr_warmup_start=*/FloatAttr());
       if (lrSchedule != "constant") {
         update.setLrScheduleAttr(builder.getStringAttr(lrSchedule));
         update.setLrPeriodAttr(builder.getI64IntegerAttr(lrPeriod));
-        update.setLrGammaAttr(f32(lrGamma));
-        update.setLrMinAttr(f32(lrMin));
+        if (lrSchedule == "step")
+          update.setLrGammaAttr(f32(lrGamma));
+        if (lrSchedule == "cosine")
+          update.setLrMinAttr(f32(lrMin));
+        if (lrSchedule == "linear") {
+          update.setLrStartAttr(f32(lrStart));
+          update.setLrEndAttr(f32(lrEnd));
+        }
+      }
+      if (warmup > 0) {
+        update.setLrWarmupAttr(builder.getI64IntegerAttr(warmup));
+        update.setLrWarmupStartAttr(f32(warmupStart));
       }
       if (auto stage = gradient->getAttr("cdp.stage")) {
         update->setAttr("cdp.stage", stage);

@@ -102,6 +102,10 @@ void buildTrainingPipeline(OpPassManager &pm,
   optimizer.lrPeriod = config.lrPeriod;
   optimizer.lrGamma = config.lrGamma;
   optimizer.lrMin = config.lrMin;
+  optimizer.lrStart = config.lrStart;
+  optimizer.lrEnd = config.lrEnd;
+  optimizer.warmup = config.warmup;
+  optimizer.warmupStart = config.warmupStart;
   pm.addPass(createInsertOptimizer(optimizer));
   const StrategyTraits &traits = traitsOf(config.strategy);
   if (traits.dataParallel)

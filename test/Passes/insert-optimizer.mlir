@@ -2,7 +2,7 @@
 // RUN: cdp-opt %s -cdp-insert-optimizer="optimizer=adam lr=0.001" | FileCheck %s --check-prefix=ADAM
 // RUN: not cdp-opt %s -cdp-insert-optimizer="optimizer=lion" 2>&1 | FileCheck %s --check-prefix=BAD
 // RUN: cdp-opt %s -cdp-insert-optimizer="optimizer=adamw lr=0.001 weight-decay=0.01 lr-schedule=cosine lr-period=10 lr-min=0.0001" | FileCheck %s --check-prefix=ADAMW
-// RUN: not cdp-opt %s -cdp-insert-optimizer="lr-schedule=linear" 2>&1 | FileCheck %s --check-prefix=SCHEDULE
+// RUN: not cdp-opt %s -cdp-insert-optimizer="lr-schedule=exponential" 2>&1 | FileCheck %s --check-prefix=SCHEDULE
 
 // Tests that each gradient becomes one update after every use of the old
 // value (the last ops before return), with momentum defaulting to 0.9.
@@ -15,7 +15,7 @@
 // AdamW keeps its name (the decay is decoupled); a schedule is carried by
 // every update.
 // ADAMW: cdp.update "w" {{.*}}lr_min = 9.99999974E-5 : f32, lr_period = 10 : i64, lr_schedule = "cosine", optimizer = "adamw", weight_decay = 0.00999999977 : f32}
-// SCHEDULE: error: lr-schedule must be constant, step or cosine, got 'linear'
+// SCHEDULE: error: lr-schedule must be constant, step, cosine or linear, got 'exponential'
 func.func @main(%x: tensor<4xf32>) -> (tensor<f32> {cdp.name = "loss"}) attributes {cdp.loss_index = 0 : i64} {
   %w = cdp.param "w" : tensor<4xf32>
   %a = cdp.mul %x, %w : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>

@@ -207,9 +207,10 @@ cl::opt<std::string> lrSchedule(
     "lr-schedule",
     cl::desc("Learning-rate schedule over updates, PyTorch's: constant "
              "(default), step (StepLR: x --lr-gamma every --lr-period "
-             "updates) or cosine (CosineAnnealingLR: down to --lr-min over "
-             "--lr-period updates)"),
-    cl::value_desc("constant|step|cosine"), cl::init("constant"),
+             "updates), cosine (CosineAnnealingLR: down to --lr-min over "
+             "--lr-period updates) or linear (LinearLR: factor "
+             "--lr-start-factor to --lr-end-factor over --lr-period updates)"),
+    cl::value_desc("constant|step|cosine|linear"), cl::init("constant"),
     cl::cat(category));
 cl::opt<std::string> lrPeriod(
     "lr-period",
@@ -224,6 +225,24 @@ cl::opt<std::string> lrMin("lr-min",
                            cl::desc("cosine: the lowest rate (default 0)"),
                            cl::value_desc("X"), cl::init("0"),
                            cl::cat(category));
+cl::opt<std::string>
+    lrStartFactor("lr-start-factor",
+                  cl::desc("linear: the first update's factor (default 1/3)"),
+                  cl::value_desc("X"), cl::init("0.3333333333333333"),
+                  cl::cat(category));
+cl::opt<std::string>
+    lrEndFactor("lr-end-factor",
+                cl::desc("linear: the factor from --lr-period on (default 1)"),
+                cl::value_desc("X"), cl::init("1"), cl::cat(category));
+cl::opt<std::string> warmupSteps(
+    "warmup-steps",
+    cl::desc("Updates of linear warmup, from --warmup-start-factor x --lr up "
+             "to --lr, before the schedule starts (PyTorch's SequentialLR of "
+             "a LinearLR and the schedule; default 0)"),
+    cl::value_desc("W"), cl::init("0"), cl::cat(category));
+cl::opt<std::string> warmupStartFactor(
+    "warmup-start-factor", cl::desc("The warmup's first factor (default 1/3)"),
+    cl::value_desc("X"), cl::init("0.3333333333333333"), cl::cat(category));
 cl::list<std::string> noDecay(
     "no-decay",
     cl::desc("Update parameters whose names match PATTERN (a glob, e.g. "
@@ -378,8 +397,9 @@ struct Settings {
           microBatchCount = 1, deviceMemoryBytes = 0, reportStepCount = 3;
   bool reportOnly = false; ///< --report without -o
   double lr = 0, weightDecay = 0, momentum = -1, epsilon = 0, beta1 = 0,
-         beta2 = 0, lrGamma = 0.1, lrMin = 0;
-  int64_t lrPeriod = 1;
+         beta2 = 0, lrGamma = 0.1, lrMin = 0, lrStart = 1.0 / 3, lrEnd = 1,
+         warmupStart = 1.0 / 3;
+  int64_t lrPeriod = 1, warmup = 0;
   cdp::ImportOptions import;
 
   /// The stage count the flags give: --stage-boundaries, else --stages.
@@ -550,9 +570,16 @@ void readOptimizerFlags(Settings &settings) {
   if (momentum.getNumOccurrences() && settings.momentum < 0)
     die("--momentum must be a non-negative number, got '" + momentum + "'");
   if (lrSchedule != "constant" && lrSchedule != "step" &&
-      lrSchedule != "cosine")
-    die("--lr-schedule must be constant, step or cosine, got '" + lrSchedule +
-        "'");
+      lrSchedule != "cosine" && lrSchedule != "linear")
+    die("--lr-schedule must be constant, step, cosine or linear, got '" +
+        lrSchedule + "'");
+  settings.lrStart = parseReal("--lr-start-factor", lrStartFactor);
+  settings.lrEnd = parseReal("--lr-end-factor", lrEndFactor);
+  settings.warmup = positiveInteger("--warmup-steps", warmupSteps, 0);
+  settings.warmupStart = parseReal("--warmup-start-factor", warmupStartFactor);
+  if (settings.lrStart <= 0 || settings.lrEnd < 0 || settings.warmupStart <= 0)
+    die("--lr-start-factor and --warmup-start-factor must be positive, "
+        "--lr-end-factor not negative");
   settings.lrPeriod = positiveInteger("--lr-period", lrPeriod);
   settings.lrGamma = parseReal("--lr-gamma", lrGamma);
   settings.lrMin = parseReal("--lr-min", lrMin);
@@ -613,10 +640,12 @@ void checkMeaningfulFlags(const Settings &settings) {
   // (--bn-running-var still matters there: a training-mode BatchNorm node
   // returns running statistics.)
   if (inference)
-    for (const llvm::cl::Option *flag : Flags{
-             &optimizer, &lr, &momentum, &adamBetas, &adamEps, &weightDecay,
-             &lrSchedule, &lrPeriod, &lrGamma, &lrMin, std::addressof(noDecay),
-             std::addressof(freeze), &loss, &lossOutput, &labelsName})
+    for (const llvm::cl::Option *flag :
+         Flags{&optimizer, &lr, &momentum, &adamBetas, &adamEps, &weightDecay,
+               &lrSchedule, &lrPeriod, &lrGamma, &lrMin, &lrStartFactor,
+               &lrEndFactor, &warmupSteps, &warmupStartFactor,
+               std::addressof(noDecay), std::addressof(freeze), &loss,
+               &lossOutput, &labelsName})
       if (given(*flag))
         refuse(*flag, "training plans, not --inference");
   for (const llvm::cl::Option *flag : Flags{&cdpRule, &v2Table})
@@ -632,6 +661,11 @@ void checkMeaningfulFlags(const Settings &settings) {
     refuse(lrGamma, "--lr-schedule step");
   if (given(lrMin) && lrSchedule != "cosine")
     refuse(lrMin, "--lr-schedule cosine");
+  for (const llvm::cl::Option *flag : Flags{&lrStartFactor, &lrEndFactor})
+    if (given(*flag) && lrSchedule != "linear")
+      refuse(*flag, "--lr-schedule linear");
+  if (given(warmupStartFactor) && !given(warmupSteps))
+    refuse(warmupStartFactor, "--warmup-steps");
   bool adam = optimizer == "adam" || optimizer == "adamw";
   if (given(momentum) && adam)
     refuse(momentum, "--optimizer sgd and momentum, not " + optimizer);
@@ -710,6 +744,10 @@ cdp::TrainingPipelineConfig pipelineConfigFor(const Settings &settings) {
   config.lrPeriod = settings.lrPeriod;
   config.lrGamma = settings.lrGamma;
   config.lrMin = settings.lrMin;
+  config.lrStart = settings.lrStart;
+  config.lrEnd = settings.lrEnd;
+  config.warmup = settings.warmup;
+  config.warmupStart = settings.warmupStart;
   config.devices = settings.deviceCount;
   config.microBatches = settings.microBatchCount;
   config.replicas = settings.replicaCount;

@@ -1062,9 +1062,9 @@ LogicalResult NllLossGradOp::inferReturnTypes(MLIRContext *context, Loc loc,
 
 LogicalResult UpdateOp::verify() {
   if (getLrSchedule() != "constant" && getLrSchedule() != "step" &&
-      getLrSchedule() != "cosine")
-    return emitOpError("lr_schedule must be 'constant', 'step' or 'cosine', "
-                       "got '")
+      getLrSchedule() != "cosine" && getLrSchedule() != "linear")
+    return emitOpError("lr_schedule must be 'constant', 'step', 'cosine' or "
+                       "'linear', got '")
            << getLrSchedule() << "'";
   if (static_cast<int64_t>(getLrPeriod()) < 1)
     return emitOpError("lr_period must be at least 1");

@@ -43,7 +43,10 @@ struct TrainingPipelineConfig {
   /// The learning-rate schedule: constant, step or cosine.
   std::string lrSchedule = "constant";
   int64_t lrPeriod = 1;
-  double lrGamma = 0.1, lrMin = 0;
+  double lrGamma = 0.1, lrMin = 0, lrStart = 1.0 / 3, lrEnd = 1;
+  /// Updates of linear warmup from warmupStart x lr, before the schedule.
+  int64_t warmup = 0;
+  double warmupStart = 1.0 / 3;
   /// The schedule: devices (dp, cdp), micro-batches per step and replicas
   /// (pipelines), the CDP rule and v2 table (cdp, cdp-mp), the reduction
   /// (cdp).

@@ -27,7 +27,10 @@ public:
         epsilon(static_cast<float>(args.f("epsilon", 1e-8))),
         schedule(args.s("lr_schedule", "constant")),
         period(std::max<int64_t>(args.i("lr_period", 1), 1)),
-        gamma(args.f("lr_gamma", 0.1)), lrMin(args.f("lr_min", 0.0)) {
+        gamma(args.f("lr_gamma", 0.1)), lrMin(args.f("lr_min", 0.0)),
+        startFactor(args.f("lr_start", 1.0)), endFactor(args.f("lr_end", 1.0)),
+        warmup(std::max<int64_t>(args.i("lr_warmup", 0), 0)),
+        warmupStart(args.f("lr_warmup_start", 1.0)) {
     if (adam || momentum != 0.0f)
       first.assign(param.numel(), 0.0f);
     if (adam)
@@ -38,6 +41,16 @@ public:
   /// PyTorch's schedulers compute it.
   float scheduledLr(int64_t k) const {
     double base = lr;
+    if (k < warmup)
+      return static_cast<float>(
+          base * (warmupStart + (1.0 - warmupStart) * static_cast<double>(k) /
+                                    static_cast<double>(warmup)));
+    k -= warmup; // the schedule starts after the warmup (SequentialLR)
+    if (schedule == "linear")
+      return static_cast<float>(
+          base * (startFactor + (endFactor - startFactor) *
+                                    static_cast<double>(std::min(k, period)) /
+                                    static_cast<double>(period)));
     if (schedule == "step")
       return static_cast<float>(
           base * std::pow(gamma, static_cast<double>(k / period)));
@@ -104,7 +117,9 @@ public:
   float lr, momentum, weightDecay, beta1, beta2, epsilon;
   std::string schedule;
   int64_t period;
-  double gamma, lrMin;
+  double gamma, lrMin, startFactor, endFactor;
+  int64_t warmup;
+  double warmupStart;
   int64_t steps = 0;
   std::vector<float> first, second;
 };

@@ -647,7 +647,11 @@ def CDP_UpdateOp : CDP_BaseOp<"update", [AllTypesMatch<["param", "grad"]>]> {
     (k from 0) uses the learning rate `lr_schedule` gives: `constant`,
     `step` (`lr * lr_gamma^floor(k / lr_period)`, PyTorch's StepLR) or
     `cosine` (`lr_min + (lr - lr_min)(1 + cos(pi k / lr_period)) / 2`,
-    CosineAnnealingLR). The optimizer state
+    CosineAnnealingLR) or `linear` (`lr * (lr_start + (lr_end - lr_start)
+    min(k, lr_period) / lr_period)`, LinearLR); with `lr_warmup` W > 0 the
+    first W updates rise linearly from `lr * lr_warmup_start` (`lr * (s + (1
+    - s) k / W)`) and the schedule starts after them (SequentialLR). The
+    optimizer state
     lives with the parameter; weight decay acts on the version being updated.
   }];
   let arguments = (ins StrAttr:$name, CDP_F32Tensor:$param, CDP_F32Tensor:$grad,
@@ -660,7 +664,11 @@ def CDP_UpdateOp : CDP_BaseOp<"update", [AllTypesMatch<["param", "grad"]>]> {
                        DefaultValuedAttr<StrAttr, "\"constant\"">:$lr_schedule,
                        DefaultValuedAttr<I64Attr, "1">:$lr_period,
                        DefaultValuedAttr<F32Attr, "0.1f">:$lr_gamma,
-                       DefaultValuedAttr<F32Attr, "0.0f">:$lr_min);
+                       DefaultValuedAttr<F32Attr, "0.0f">:$lr_min,
+                       DefaultValuedAttr<F32Attr, "1.0f">:$lr_start,
+                       DefaultValuedAttr<F32Attr, "1.0f">:$lr_end,
+                       DefaultValuedAttr<I64Attr, "0">:$lr_warmup,
+                       DefaultValuedAttr<F32Attr, "1.0f">:$lr_warmup_start);
   let assemblyFormat = "$name $param `,` $grad attr-dict `:` type($param)";
   let hasVerifier = 1;
 }
