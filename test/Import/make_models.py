@@ -109,6 +109,26 @@ def _():
     return model(nodes, [vi("x", F, [2, 16])], [vi(last, F, [2, 16])], inits)
 
 
+@register("mlp4drop")
+def _():
+    # mlp4eq with training-mode Dropout (ratio 0.5) after every Tanh: the
+    # masks decide the result, so strategies agree only if they draw the
+    # same masks.
+    nodes = [helper.make_node("Constant", [], ["ratio"], value=init("rv", np.array(0.5, np.float32))),
+             helper.make_node("Constant", [], ["training"], value=init("tv", np.array(True)))]
+    inits, last = [], "x"
+    rng = np.random.default_rng(1)
+    for l in range(4):
+        nodes += [helper.make_node("Gemm", [last, "w%d" % l, "b%d" % l], ["h%d" % l], name="fc%d" % l),
+                  helper.make_node("Tanh", ["h%d" % l], ["t%d" % l], name="tanh%d" % l),
+                  helper.make_node("Dropout", ["t%d" % l, "ratio", "training"], ["d%d" % l],
+                                   name="drop%d" % l)]
+        inits += [init("w%d" % l, (rng.standard_normal((16, 16)) * 0.3).astype(np.float32)),
+                  init("b%d" % l, np.zeros(16, np.float32))]
+        last = "d%d" % l
+    return model(nodes, [vi("x", F, [2, 16])], [vi(last, F, [2, 16])], inits)
+
+
 @register("wide_input")
 def _():
     # A wide input (2 x 2048) into a narrow layer, then a 8 -> 16 layer: the
