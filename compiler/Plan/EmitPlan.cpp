@@ -1017,6 +1017,10 @@ LogicalResult Emitter::lowerCompute(DeviceLowering &lowering,
       input = version(copyOf(input));
     for (int &output : *instruction->mutable_outputs())
       output = copyOf(output);
+    // Dropout draws its mask from the micro-batch's index in the step, as
+    // under single and dp, not from the device's own count.
+    if (isa<DropoutOp>(op))
+      setIntAttr(instruction, "step_micro_batch", j);
     if (auto gradient = dyn_cast<GradientOp>(op))
       accumulate(add(), copyOf(ids.lookup(gradient.getGrad())),
                  tables.accumulator.lookup(gradient.getName()), "backward",

@@ -1061,12 +1061,13 @@ LogicalResult NllLossGradOp::inferReturnTypes(MLIRContext *context, Loc loc,
 }
 
 LogicalResult UpdateOp::verify() {
-  if (getLrSchedule() != "constant" && getLrSchedule() != "step" &&
-      getLrSchedule() != "cosine" && getLrSchedule() != "linear")
+  StringRef schedule = getLrSchedule().value_or("constant");
+  if (schedule != "constant" && schedule != "step" && schedule != "cosine" &&
+      schedule != "linear")
     return emitOpError("lr_schedule must be 'constant', 'step', 'cosine' or "
                        "'linear', got '")
-           << getLrSchedule() << "'";
-  if (static_cast<int64_t>(getLrPeriod()) < 1)
+           << schedule << "'";
+  if (static_cast<int64_t>(getLrPeriod().value_or(1)) < 1)
     return emitOpError("lr_period must be at least 1");
   if (getOptimizer() != "sgd" && getOptimizer() != "adam" &&
       getOptimizer() != "adamw")

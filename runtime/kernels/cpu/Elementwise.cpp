@@ -243,6 +243,9 @@ void registerElementwise(KernelRegistry &registry) {
     bool training = args.i("training_mode", 0) != 0;
     uint64_t stream = static_cast<uint64_t>(args.i("seed", 0)) ^
                       std::hash<std::string>()(args.instruction->location());
+    // The micro-batch of the step the mask belongs to: a pipeline stage
+    // names it (its devices run several); otherwise the step's slot.
+    int64_t microBatch = args.i("step_micro_batch", -1);
     int64_t n = y.numel();
     return [=](const StepContext &context) {
       const float *px = x.f32();
@@ -254,9 +257,9 @@ void registerElementwise(KernelRegistry &registry) {
         return;
       }
       float keepScale = 1.0f / (1.0f - ratio);
-      uint64_t seed = context.seed ^
-                      (static_cast<uint64_t>(context.step) << 20) ^
-                      static_cast<uint64_t>(context.slot);
+      uint64_t seed =
+          context.seed ^ (static_cast<uint64_t>(context.step) << 20) ^
+          static_cast<uint64_t>(microBatch >= 0 ? microBatch : context.slot);
       for (int64_t i = 0; i < n; ++i) {
         bool keep = uniform(seed, stream, i) >= ratio;
         pm[i] = keep;

@@ -661,14 +661,16 @@ def CDP_UpdateOp : CDP_BaseOp<"update", [AllTypesMatch<["param", "grad"]>]> {
                        DefaultValuedAttr<F32Attr, "0.9f">:$beta1,
                        DefaultValuedAttr<F32Attr, "0.999f">:$beta2,
                        DefaultValuedAttr<F32Attr, "1e-8f">:$epsilon,
-                       DefaultValuedAttr<StrAttr, "\"constant\"">:$lr_schedule,
-                       DefaultValuedAttr<I64Attr, "1">:$lr_period,
-                       DefaultValuedAttr<F32Attr, "0.1f">:$lr_gamma,
-                       DefaultValuedAttr<F32Attr, "0.0f">:$lr_min,
-                       DefaultValuedAttr<F32Attr, "1.0f">:$lr_start,
-                       DefaultValuedAttr<F32Attr, "1.0f">:$lr_end,
-                       DefaultValuedAttr<I64Attr, "0">:$lr_warmup,
-                       DefaultValuedAttr<F32Attr, "1.0f">:$lr_warmup_start);
+                       // The schedule's, present only where it uses them
+                       // (absent: constant, no warmup).
+                       OptionalAttr<StrAttr>:$lr_schedule,
+                       OptionalAttr<I64Attr>:$lr_period,
+                       OptionalAttr<F32Attr>:$lr_gamma,
+                       OptionalAttr<F32Attr>:$lr_min,
+                       OptionalAttr<F32Attr>:$lr_start,
+                       OptionalAttr<F32Attr>:$lr_end,
+                       OptionalAttr<I64Attr>:$lr_warmup,
+                       OptionalAttr<F32Attr>:$lr_warmup_start);
   let assemblyFormat = "$name $param `,` $grad attr-dict `:` type($param)";
   let hasVerifier = 1;
 }
