@@ -336,6 +336,15 @@ def _():
                  [vi("x", F, [2, 3])], [vi("y", F, None), vi("mask", TensorProto.BOOL, None)])
 
 
+@register("dropout_initializers")
+def _():
+    # The ratio and training mode as initializers, as PyTorch's exporter
+    # writes them with do_constant_folding.
+    return model([helper.make_node("Dropout", ["x", "r", "t"], ["y", "mask"], seed=7)],
+                 [vi("x", F, [2, 3])], [vi("y", F, None), vi("mask", TensorProto.BOOL, None)],
+                 [init("r", np.array(0.25, np.float32)), init("t", np.array(True))])
+
+
 @register("constant")
 def _():
     return model([helper.make_node("Constant", [], ["c"], value_floats=[1.0, 2.0, 3.0]),
