@@ -243,6 +243,9 @@ private:
   std::unordered_map<std::string, const onnx::TensorProto *> initializers;
   Block *body = nullptr;
   Operation *lastParam = nullptr;
+  /// Float initializers read as compile-time values (requireConst), by
+  /// name; their other uses stay parameters.
+  std::map<std::string, ConstTensor> initializerValues;
 };
 
 //===----------------------------------------------------------------------===//
@@ -685,6 +688,16 @@ const ConstTensor &Importer::requireConst(int i, StringRef role) {
   if (!hasInput(i))
     raise(where() + " is missing its " + role + " input");
   const ConstTensor *constant = constInput(i);
+  // A float initializer is a parameter to the graph's other uses, but where
+  // an operator needs a compile-time value (a ratio, a scale) it is one.
+  Entry &entry = values.at(node->input(i));
+  if (!constant && entry.initializer) {
+    auto [it, read] = initializerValues.try_emplace(node->input(i));
+    if (read)
+      it->second = readTensor(*entry.initializer,
+                              "initializer '" + node->input(i) + "'");
+    constant = &it->second;
+  }
   if (!constant)
     raise(where() + ": " + role + " input '" + node->input(i) +
           "' is not a constant; cdp needs it at compile time (static shapes)");
