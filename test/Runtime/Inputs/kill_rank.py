@@ -19,9 +19,22 @@ job = subprocess.Popen(
 
 
 def ranks():
-    out = subprocess.run(["pgrep", "-s", str(job.pid), "-f", "cdp-run " + plan],
-                         capture_output=True, text=True).stdout.split()
-    return [int(p) for p in out if int(p) != job.pid]
+    """The job's cdp-run processes (its session, read from /proc: no pgrep
+    needed)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == job.pid:
+            continue
+        try:
+            if os.getsid(int(entry)) != job.pid:
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except (OSError, ProcessLookupError):
+            continue
+        if argv and os.path.basename(argv[0]) == b"cdp-run" and plan.encode() in argv:
+            found.append(int(entry))
+    return sorted(found)
 
 
 deadline = time.time() + 30
