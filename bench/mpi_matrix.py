@@ -38,7 +38,8 @@ STRATEGIES = [
     ("cdp-mp", "--strategy cdp-mp --stages 2 --micro-batches 4"),
 ]
 TRANSPORTS = [("tcp", ["--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo"]),
-              ("shared memory", ["--mca", "btl", "self,vader"])]
+              ("shared memory", ["--mca", "btl", "self,vader",
+                                 "--mca", "btl_vader_single_copy_mechanism", "none"])]
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 
 

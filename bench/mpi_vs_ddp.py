@@ -38,7 +38,9 @@ import export_torch_models as models  # noqa: E402
 RANKS, BATCH = 4, 8
 DATA = "/usr/share/datasets/fashion-mnist"
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-MPIRUN = ["mpirun", "--oversubscribe", "--mca", "btl", "self,vader", "-np", str(RANKS)]
+# Containers often forbid the cross-process copies vader would use.
+MPIRUN = ["mpirun", "--oversubscribe", "--mca", "btl", "self,vader", "--mca",
+          "btl_vader_single_copy_mechanism", "none", "-np", str(RANKS)]
 
 
 def read_idx(name):

@@ -36,6 +36,7 @@ if config.cdp_enable_mpi.upper() in ("ON", "1", "TRUE", "YES") and shutil.which(
     config.environment["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
     config.environment["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
     config.substitutions.append(
-        ("%mpirun_sm", "mpirun --oversubscribe --mca btl self,vader"))
+        ("%mpirun_sm", "mpirun --oversubscribe --mca btl self,vader "
+         "--mca btl_vader_single_copy_mechanism none"))
     config.substitutions.append(
         ("%mpirun", "mpirun --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo"))
