@@ -163,9 +163,17 @@ def main():
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV,
                            start_new_session=True)
     time.sleep(3)
-    pids = subprocess.run(["pgrep", "-s", str(job.pid), "-f", "cdp-run " + plan],
-                          capture_output=True, text=True).stdout.split()
-    os.kill(int(pids[-1]), signal.SIGKILL)
+    # The job's cdp-run processes: its session, read from /proc.
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and int(entry) != job.pid and os.getsid(int(entry)) == job.pid:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if os.path.basename(f.read().split(b"\0")[0]) == b"cdp-run":
+                        pids.append(int(entry))
+        except OSError:
+            continue
+    os.kill(sorted(pids)[-1], signal.SIGKILL)
     killed = time.time()
     job.wait(timeout=120)
     print(f"a process killed with SIGKILL: the job ended with status {job.returncode} "
