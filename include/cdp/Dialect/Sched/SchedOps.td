@@ -17,9 +17,14 @@ def Sched_Dialect : Dialect {
   let name = "sched";
   let summary = "Schedules: per-device streams of stage runs, reductions and updates";
   let description = [{
-    The schedule level of cdp (architecture.md): a `sched.program` holds one
-    `sched.device` per device, each an ordered stream of ops tagged with the
-    time step `at` of the time-step model (docs/design/schedule.md): `sched.run`
+    The schedule level of cdp (docs/design/sched-dialect.md), at two
+    levels. A `sched.step_program` is what the plan runs: per device
+    (`sched.stage_device` for the pipelines, `sched.slot_device` for dp and
+    cdp) the ordered program one training step repeats; the plan emitter
+    lowers it op by op. A `sched.program` is the time-step timeline over
+    several steps, for reading, for the papers' tables and for the deadlock
+    check: one `sched.device` per device, each an ordered stream of ops
+    tagged with their time step `at` (docs/design/schedule.md): `sched.run`
     (forward or backward of one stage for one micro-batch with a weight
     version), `sched.reduce_start` (a stage's gradients handed to the
     reduction; `ready_at` is tau*_l, when the last contribution is in),
