@@ -105,6 +105,11 @@ struct DevicePlacement {
   /// deviceAt[s][r]: the number of stage s's r-th device.
   std::vector<std::vector<int64_t>> deviceAt;
   int64_t mostReplicas = 0;
+  /// The device of stage q that holds the replica of a tied weight the
+  /// r-th device of a stage exchanges values with.
+  int64_t tiedPeer(int64_t q, int64_t r) const {
+    return deviceAt[q][r % deviceAt[q].size()];
+  }
 };
 
 /// gpipe, 1f1b and 2bw: one device per stage and replica, replica r
@@ -163,7 +168,7 @@ struct SchedulePipelinePass
   void runOnOperation() override;
 
 private:
-  int64_t stageOf(Operation *op) const;
+  int64_t stageOf(Operation *op) const { return cdp::stageOf(op, S); }
   LogicalResult placeParameters(Block &body, ParamPlacement &params);
   LogicalResult checkTiedFreshness(const ParamPlacement &params);
   std::vector<ProgramEntry> programOf(int64_t s, ArrayRef<int64_t> mine) const;
@@ -185,16 +190,6 @@ private:
   std::vector<std::vector<pipeline::StageOp>> orders;
   std::vector<std::vector<int64_t>> at;
 };
-
-int64_t SchedulePipelinePass::stageOf(Operation *op) const {
-  if (auto stage = op->getAttrOfType<IntegerAttr>("cdp.stage"))
-    return stage.getInt();
-  // A buffer assignment runs where its new value is computed.
-  if (auto assign = dyn_cast<AssignOp>(op))
-    if (Operation *producer = assign.getValue().getDefiningOp())
-      return stageOf(producer);
-  return S;
-}
 
 LogicalResult SchedulePipelinePass::placeParameters(Block &body,
                                                     ParamPlacement &params) {
@@ -369,9 +364,8 @@ void SchedulePipelinePass::buildDevice(OpBuilder &builder, int64_t s, int64_t r,
       if (stages.count(s))
         builder.create<sched::ParamRefreshOp>(
             func.getLoc(), nameOf(param),
-            builder.getI64IntegerAttr(layout.deviceAt[params.owner.lookup(
-                param)][r %
-                        layout.deviceAt[params.owner.lookup(param)].size()]));
+            builder.getI64IntegerAttr(
+                layout.tiedPeer(params.owner.lookup(param), r)));
   for (const ProgramEntry &entry : programOf(s, mine)) {
     if (entry.kind == 'U')
       buildUpdates(builder, entry, s, r, layout, params);
@@ -389,11 +383,7 @@ void SchedulePipelinePass::buildUpdates(OpBuilder &builder,
   auto i64 = [&](int64_t v) { return builder.getI64IntegerAttr(v); };
   IntegerAttr k = i64(entry.k), time = i64(entry.time),
               step = i64(entry.stepRel);
-  // The device of stage q that holds the replica of a tied weight this one
-  // exchanges values with.
-  auto tiedPeer = [&](int64_t q) {
-    return layout.deviceAt[q][r % layout.deviceAt[q].size()];
-  };
+  auto tiedPeer = [&](int64_t q) { return layout.tiedPeer(q, r); };
   bool twoVersions = traitsOf(kind).weightVersions == 2;
   // 2bw and cdp-mp: a replicated tied weight turns over its versions where
   // this stage would update it: the latest becomes the previous, and the

@@ -115,7 +115,6 @@ private:
                                  int64_t d, int64_t L);
   void accumulateMicroBatches(plan::Device &device, int64_t slots);
   LogicalResult emitPipeline(const EmitOptions &options, int64_t arenaBytes);
-  static int64_t stageOf(Operation *op, int64_t lastStage);
   void preparePipeline(sched::StepProgramOp program, PipelineTables &tables);
   void addAccumulators(int64_t S, PipelineTables &tables);
   StashLayout layoutStash(int64_t s, int64_t slots,
@@ -482,16 +481,6 @@ struct DeviceLowering {
   /// Parameters whose gradient this step was summed over replicas.
   llvm::StringSet<> exchanged;
 };
-
-int64_t Emitter::stageOf(Operation *op, int64_t lastStage) {
-  if (auto stage = op->getAttrOfType<IntegerAttr>("cdp.stage"))
-    return stage.getInt();
-  // A buffer assignment runs where its new value is computed.
-  if (auto assign = dyn_cast<AssignOp>(op))
-    if (Operation *producer = assign.getValue().getDefiningOp())
-      return stageOf(producer, lastStage);
-  return lastStage;
-}
 
 LogicalResult Emitter::emitPipeline(const EmitOptions &options,
                                     int64_t arenaBytes) {
@@ -1192,15 +1181,16 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
     instruction->set_time_step(s + time);
     return instruction;
   };
-  auto attributes =
-      [](plan::Instruction *instruction,
-         std::initializer_list<std::pair<const char *, int64_t>> values) {
-        for (auto [name, value] : values) {
-          plan::Attribute *a = instruction->add_attributes();
-          a->set_name(name);
-          a->set_i(value);
-        }
-      };
+  // A reduction instruction of stage l: waits, starts and relays.
+  auto stageInstruction = [&](const char *opName, int64_t l, int64_t time,
+                              const char *phase) {
+    plan::Instruction *instruction = stamp(device->add_instructions(), l, time);
+    instruction->set_op(opName);
+    instruction->set_location("stage " + std::to_string(l));
+    instruction->set_phase(phase);
+    setIntAttr(instruction, "stage", l);
+    return instruction;
+  };
   int64_t L = tables.L;
   for (Operation &step : op.getBody().front()) {
     if (auto compute = dyn_cast<sched::SlotComputeOp>(step)) {
@@ -1209,17 +1199,15 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
     } else if (auto wait = dyn_cast<sched::WaitReductionOp>(step)) {
       int64_t l = wait.getStage();
       plan::Instruction *instruction =
-          stamp(device->add_instructions(), l, wait.getTimeStep());
-      instruction->set_op(tables.chain ? "chain_wait" : "reduce_wait");
-      instruction->set_location("stage " + std::to_string(l));
-      instruction->set_phase("update");
+          stageInstruction(tables.chain ? "chain_wait" : "reduce_wait", l,
+                           wait.getTimeStep(), "update");
       instruction->set_min_step(wait.getMinStep());
       if (tables.chain)
         for (int buffer : tables.chainBuffers[l])
           instruction->add_inputs(buffer);
       for (const auto &t : tables.byStage[l])
         instruction->add_outputs(t.reduced);
-      attributes(instruction, {{"stage", l}, {"delay", wait.getDelay()}});
+      setIntAttr(instruction, "delay", wait.getDelay());
       for (const auto &t : tables.byStage[l]) {
         if (failed(addInstruction(t.update, *device, false)))
           return failure();
@@ -1233,29 +1221,23 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
     } else if (auto start = dyn_cast<sched::StartReductionOp>(step)) {
       int64_t l = start.getStage();
       plan::Instruction *instruction =
-          stamp(device->add_instructions(), l, start.getTimeStep());
-      instruction->set_op(tables.chain ? "chain_reduce" : "reduce_start");
-      instruction->set_location("stage " + std::to_string(l));
-      instruction->set_phase("comm");
+          stageInstruction(tables.chain ? "chain_reduce" : "reduce_start", l,
+                           start.getTimeStep(), "comm");
       for (const auto &t : tables.byStage[l])
         instruction->add_inputs(t.grad);
       if (tables.chain && d == tables.N - 1)
         for (int buffer : tables.chainBuffers[l])
           instruction->add_outputs(buffer);
-      attributes(instruction, {{"stage", l}, {"cycle", 2 * L}});
+      setIntAttr(instruction, "cycle", 2 * L);
     } else if (auto relay = dyn_cast<sched::ChainRelayOp>(step)) {
       int64_t l = relay.getStage();
       plan::Instruction *instruction =
-          stamp(device->add_instructions(), l, relay.getTimeStep());
-      instruction->set_op("chain_relay");
-      instruction->set_location("stage " + std::to_string(l));
-      instruction->set_phase("comm");
+          stageInstruction("chain_relay", l, relay.getTimeStep(), "comm");
       instruction->set_min_step(relay.getStepOffset());
       for (int buffer : tables.chainBuffers[l])
         instruction->add_outputs(buffer);
-      attributes(instruction, {{"stage", l},
-                               {"cycle", 2 * L},
-                               {"step_offset", relay.getStepOffset()}});
+      setIntAttr(instruction, "cycle", 2 * L);
+      setIntAttr(instruction, "step_offset", relay.getStepOffset());
     } else {
       return step.emitOpError("has no lowering to a data-parallel plan");
     }

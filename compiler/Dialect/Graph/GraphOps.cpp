@@ -1078,3 +1078,12 @@ LogicalResult UpdateOp::verify() {
 
 #define GET_OP_CLASSES
 #include "cdp/Dialect/Graph/GraphOps.cpp.inc"
+
+int64_t cdp::stageOf(Operation *op, int64_t lastStage) {
+  if (auto stage = op->getAttrOfType<IntegerAttr>("cdp.stage"))
+    return stage.getInt();
+  if (auto assign = dyn_cast<AssignOp>(op))
+    if (Operation *producer = assign.getValue().getDefiningOp())
+      return stageOf(producer, lastStage);
+  return lastStage;
+}

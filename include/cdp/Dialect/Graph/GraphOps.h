@@ -14,4 +14,12 @@
 #define GET_OP_CLASSES
 #include "cdp/Dialect/Graph/GraphOps.h.inc"
 
+namespace cdp {
+
+/// The pipeline stage `op` runs in: its `cdp.stage`; a buffer assignment's,
+/// where its new value is computed; else the last stage, `lastStage`.
+int64_t stageOf(mlir::Operation *op, int64_t lastStage);
+
+} // namespace cdp
+
 #endif // CDP_DIALECT_GRAPH_GRAPHOPS_H
