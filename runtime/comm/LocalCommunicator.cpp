@@ -9,9 +9,6 @@
 
 namespace cdp::runtime {
 
-int64_t ConstBuffer::bytes() const { return count * plan::dtypeSize(dtype); }
-int64_t Buffer::bytes() const { return count * plan::dtypeSize(dtype); }
-
 /// Device `device`'s endpoint of a LocalFabric.
 class LocalCommunicator : public Communicator {
 public:
@@ -27,8 +24,6 @@ public:
   std::vector<SendRecord> sendLog() const override;
 
 private:
-  void checkPeer(int peer) const;
-
   LocalFabric &fabric;
   int device;
   mutable std::mutex logMutex;
@@ -52,13 +47,6 @@ LocalFabric::gatherSendLogs() {
   for (const auto &endpoint : endpoints)
     logs.push_back(endpoint->sendLog());
   return logs;
-}
-
-void LocalCommunicator::checkPeer(int peer) const {
-  if (peer < 0 || peer >= fabric.devices || peer == device)
-    throw RuntimeError("device " + std::to_string(device) + " names device " +
-                       std::to_string(peer) + " as its peer; the run has " +
-                       std::to_string(fabric.devices));
 }
 
 void LocalCommunicator::send(int to, int64_t tag, ConstBuffer data,
@@ -92,13 +80,7 @@ bool LocalCommunicator::recv(int from, int64_t tag, Buffer out) {
   if (fabric.aborted)
     return false;
   LocalFabric::Message &message = fabric.mailboxes[key];
-  if (message.dtype != out.dtype || message.count != out.count)
-    throw RuntimeError(
-        "message " + std::to_string(tag) + " from device " +
-        std::to_string(from) + " holds " + std::to_string(message.count) + " " +
-        plan::DType_Name(message.dtype) + ", device " + std::to_string(device) +
-        " expects " + std::to_string(out.count) + " " +
-        plan::DType_Name(out.dtype));
+  checkArrival(tag, from, message.dtype, message.count, out);
   std::memcpy(out.data, message.bytes.data(), message.bytes.size());
   fabric.mailboxes.erase(key);
   return true;
@@ -106,9 +88,7 @@ bool LocalCommunicator::recv(int from, int64_t tag, Buffer out) {
 
 void LocalCommunicator::reduceStart(int64_t tag, ConstBuffer data,
                                     int64_t tau) {
-  if (data.dtype != plan::F32)
-    throw RuntimeError("reductions are of float32 tensors, not " +
-                       plan::DType_Name(data.dtype));
+  checkReducible(data.dtype);
   const float *values = static_cast<const float *>(data.data);
   std::vector<float> contribution(values, values + data.count);
   {

@@ -27,10 +27,6 @@
 
 namespace cdp::runtime {
 
-bool launchedByMpirun() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
-}
-
 namespace {
 
 /// What precedes every message's payload.
@@ -65,7 +61,6 @@ private:
   void post(int to, int64_t tag, ConstBuffer data);
   void reap(bool all);
   std::vector<char> *take(int from, int64_t tag);
-  void checkPeer(int peer) const;
 
   MpiFabric &fabric;
   int device;
@@ -156,13 +151,6 @@ int MpiCommunicator::size() const { return fabric.devices; }
 
 MpiCommunicator::~MpiCommunicator() { reap(true); }
 
-void MpiCommunicator::checkPeer(int peer) const {
-  if (peer < 0 || peer >= fabric.devices || peer == device)
-    throw RuntimeError("device " + std::to_string(device) + " names device " +
-                       std::to_string(peer) + " as its peer; the run has " +
-                       std::to_string(fabric.devices));
-}
-
 /// Drops the sends that completed (all: waits for every one).
 void MpiCommunicator::reap(bool all) {
   for (size_t i = 0; i < pending.size();) {
@@ -251,13 +239,8 @@ bool MpiCommunicator::recv(int from, int64_t tag, Buffer out) {
     return false;
   Header header;
   std::memcpy(&header, message->data(), sizeof(Header));
-  if (header.dtype != out.dtype || header.count != out.count)
-    throw RuntimeError(
-        "message " + std::to_string(tag) + " from device " +
-        std::to_string(from) + " holds " + std::to_string(header.count) + " " +
-        plan::DType_Name(static_cast<plan::DType>(header.dtype)) + ", device " +
-        std::to_string(device) + " expects " + std::to_string(out.count) + " " +
-        plan::DType_Name(out.dtype));
+  checkArrival(tag, from, static_cast<plan::DType>(header.dtype), header.count,
+               out);
   if (out.bytes())
     std::memcpy(out.data, message->data() + sizeof(Header), out.bytes());
   early.erase({from, tag});
@@ -265,9 +248,7 @@ bool MpiCommunicator::recv(int from, int64_t tag, Buffer out) {
 }
 
 void MpiCommunicator::reduceStart(int64_t tag, ConstBuffer data, int64_t tau) {
-  if (data.dtype != plan::F32)
-    throw RuntimeError("reductions are of float32 tensors, not " +
-                       plan::DType_Name(data.dtype));
+  checkReducible(data.dtype);
   const float *values = static_cast<const float *>(data.data);
   own[tag].assign(values, values + data.count);
   for (int d = 0; d < fabric.devices; ++d)
@@ -314,20 +295,15 @@ std::vector<std::vector<Communicator::SendRecord>> MpiFabric::gatherSendLogs() {
     if (owns(d))
       for (const Communicator::SendRecord &record : endpoints[d]->sendLog())
         mine.insert(mine.end(), {d, record.tau, record.bytes});
-  int count = static_cast<int>(mine.size());
-  std::vector<int> counts(processes), offsets(processes);
-  MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, control);
-  int total = 0;
-  for (int r = 0; r < processes; ++r) {
-    offsets[r] = total;
-    total += counts[r];
-  }
-  std::vector<int64_t> all(processRank == 0 ? total : 0);
-  MPI_Gatherv(mine.data(), count, MPI_INT64_T, all.data(), counts.data(),
-              offsets.data(), MPI_INT64_T, 0, control);
   std::vector<std::vector<Communicator::SendRecord>> logs(devices);
-  for (size_t i = 0; i + 2 < all.size(); i += 3)
-    logs[all[i]].push_back({all[i + 1], all[i + 2]});
+  for (const std::string &part :
+       gatherOntoRoot(std::string(reinterpret_cast<const char *>(mine.data()),
+                                  mine.size() * sizeof(int64_t)))) {
+    std::vector<int64_t> triples(part.size() / sizeof(int64_t));
+    std::memcpy(triples.data(), part.data(), part.size());
+    for (size_t i = 0; i + 2 < triples.size(); i += 3)
+      logs[triples[i]].push_back({triples[i + 1], triples[i + 2]});
+  }
   return logs;
 }
 

@@ -2,13 +2,7 @@
 
 #include "cdp/Runtime/MpiCommunicator.h"
 
-#include <cstdlib>
-
 namespace cdp::runtime {
-
-bool launchedByMpirun() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
-}
 
 std::unique_ptr<Fabric> createMpiFabric(int, double, std::string &error) {
   error = "this cdp-run was built without Open MPI (CDP_ENABLE_MPI=OFF); "

@@ -82,6 +82,15 @@ public:
     int64_t tau, bytes;
   };
   virtual std::vector<SendRecord> sendLog() const = 0;
+
+protected:
+  /// The checks every backend makes, with the same messages: `peer` is
+  /// another of the run's devices; a message of `count` `dtype` from `from`
+  /// fits `out`; a reduction's data is float32.
+  void checkPeer(int peer) const;
+  void checkArrival(int64_t tag, int from, plan::DType dtype, int64_t count,
+                    const Buffer &out) const;
+  static void checkReducible(plan::DType dtype);
 };
 
 /// The devices of a run and where they live: every device's endpoint, the
