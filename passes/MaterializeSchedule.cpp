@@ -3,6 +3,7 @@
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "cdp/Dialect/Sched/SchedOps.h"
 #include "cdp/Passes/Passes.h"
+#include "cdp/Passes/SlotSchedule.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
@@ -22,38 +23,26 @@ struct MaterializeSchedulePass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    func::FuncOp func = module.lookupSymbol<func::FuncOp>("main");
-    auto schedule =
-        func ? func->getAttrOfType<DictionaryAttr>("cdp.schedule") : nullptr;
-    auto offsets =
-        func ? func->getAttrOfType<DenseI64ArrayAttr>("cdp.offsets") : nullptr;
-    auto delays =
-        func ? func->getAttrOfType<ArrayAttr>("cdp.version_delay") : nullptr;
-    auto reduceAt =
-        func ? func->getAttrOfType<DenseI64ArrayAttr>("cdp.reduce_at")
-             : nullptr;
-    auto idle =
-        func ? func->getAttrOfType<DenseI64ArrayAttr>("cdp.idle") : nullptr;
-    if (!schedule || !offsets || !delays || !reduceAt) {
-      module.emitError("no complete schedule; run cdp-build-schedule, "
-                       "cdp-delay-updates and cdp-stagger-collectives first");
+    std::optional<SlotSchedule> recorded = readSlotSchedule(module);
+    if (!recorded)
       return signalPassFailure();
-    }
-    int64_t N = cast<IntegerAttr>(schedule.get("devices")).getInt();
-    int64_t L = cast<IntegerAttr>(schedule.get("stages")).getInt();
+    func::FuncOp func = recorded->func;
+    int64_t N = recorded->devices, L = recorded->stages;
+    DenseI64ArrayAttr offsets = recorded->offsets,
+                      reduceAt = recorded->reduceAt, idle = recorded->idle;
+    ArrayAttr delays = recorded->delays;
     // Stages that own parameters reduce and update; the others do not.
     SmallVector<bool> trained(L + 1, false);
     func.walk([&](GradientOp gradient) {
       if (auto stage = gradient->getAttrOfType<IntegerAttr>("cdp.stage"))
         trained[stage.getInt()] = true;
     });
-    auto rule = func->getAttrOfType<StringAttr>("cdp.rule");
     OpBuilder builder = OpBuilder::atBlockEnd(module.getBody());
     auto i64 = [&](int64_t v) { return builder.getI64IntegerAttr(v); };
     auto program = builder.create<sched::ProgramOp>(
-        func.getLoc(), cast<StringAttr>(schedule.get("strategy")), i64(N),
-        i64(L), i64(steps), rule ? rule : builder.getStringAttr(""),
-        IntegerAttr(), DenseI64ArrayAttr(), DenseI64ArrayAttr());
+        func.getLoc(), recorded->strategy, i64(N), i64(L), i64(steps),
+        recorded->rule, IntegerAttr(), DenseI64ArrayAttr(),
+        DenseI64ArrayAttr());
     program.getBody().emplaceBlock();
     for (int64_t i = 0; i < N; ++i) {
       builder.setInsertionPointToEnd(&program.getBody().front());

@@ -11,6 +11,7 @@
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "cdp/Dialect/Sched/SchedOps.h"
 #include "cdp/Passes/Passes.h"
+#include "cdp/Passes/SlotSchedule.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -105,36 +106,28 @@ struct ScheduleSlotsPass
 
 void ScheduleSlotsPass::runOnOperation() {
   ModuleOp module = getOperation();
-  func::FuncOp func = module.lookupSymbol<func::FuncOp>("main");
-  auto schedule =
-      func ? func->getAttrOfType<DictionaryAttr>("cdp.schedule") : nullptr;
-  auto offsets =
-      func ? func->getAttrOfType<DenseI64ArrayAttr>("cdp.offsets") : nullptr;
-  auto delays =
-      func ? func->getAttrOfType<ArrayAttr>("cdp.version_delay") : nullptr;
-  auto reduceAt =
-      func ? func->getAttrOfType<DenseI64ArrayAttr>("cdp.reduce_at") : nullptr;
-  auto live = func ? func->getAttrOfType<DenseI64ArrayAttr>("cdp.live_versions")
-                   : nullptr;
-  if (!schedule || !offsets || !delays || !reduceAt || !live) {
+  std::optional<SlotSchedule> recorded = readSlotSchedule(module);
+  if (!recorded)
+    return signalPassFailure();
+  if (!recorded->live) {
     module.emitError("no complete schedule; run cdp-build-schedule, "
                      "cdp-delay-updates and cdp-stagger-collectives first");
     return signalPassFailure();
   }
-  int64_t N = cast<IntegerAttr>(schedule.get("devices")).getInt();
-  int64_t L = cast<IntegerAttr>(schedule.get("stages")).getInt();
+  func::FuncOp func = recorded->func;
+  int64_t N = recorded->devices, L = recorded->stages;
+  DenseI64ArrayAttr offsets = recorded->offsets;
+  ArrayAttr delays = recorded->delays;
   auto reduce = func->getAttrOfType<StringAttr>("cdp.reduce");
   bool chain = reduce && reduce.getValue() == "chain";
-  auto rule = func->getAttrOfType<StringAttr>("cdp.rule");
   StageFacts facts = factsOf(func, L);
 
   OpBuilder builder = OpBuilder::atBlockEnd(module.getBody());
   MLIRContext *context = builder.getContext();
   auto i64 = [&](int64_t v) { return builder.getI64IntegerAttr(v); };
   auto program = builder.create<sched::StepProgramOp>(
-      func.getLoc(), cast<StringAttr>(schedule.get("strategy")), i64(L), i64(N),
-      i64(2 * L), i64(1), rule ? rule : builder.getStringAttr(""), delays, live,
-      reduceAt,
+      func.getLoc(), recorded->strategy, i64(L), i64(N), i64(2 * L), i64(1),
+      recorded->rule, delays, recorded->live, recorded->reduceAt,
       sched::ReductionAttr::get(context, chain ? sched::Reduction::Chain
                                                : sched::Reduction::AllReduce));
   program.getBody().emplaceBlock();
