@@ -1,158 +1,346 @@
 //===- Checkpoint.cpp - saving and resuming training state ----------------===//
 //
-// Format: "CDPCKPT1", then little-endian: plan checksum (u64), next step
-// (i64), record count (u64), records (name length u32, name, byte length
-// u64, bytes), and the FNV-1a checksum (u64) of everything before it.
+// DIR/manifest.bin: "CDPCKPT3", then (host byte order, strings and blobs
+// length-prefixed) the plan checksum, seed, data, next step, device and
+// process counts, per process its shard's file name, size and FNV-1a
+// checksum, and the checksum of everything before it.
+//
+// A shard, DIR/step-<next step>.process-<r>.<unique>.bin: "CDPSHRD3", the
+// process, the next step, its records (name, bytes) and the fabric's state
+// in flight, closed by a checksum. Records are named "device <d> tensor
+// <id>", "device <d> kernel <i> <location> <state>" and "device <d> arena".
 //
 //===----------------------------------------------------------------------===//
 
 #include "cdp/Runtime/Checkpoint.h"
 
 #include "cdp/Plan/Paths.h"
-
 #include "cdp/Plan/PlanIO.h"
+#include "cdp/Runtime/Bytes.h"
+#include "cdp/Runtime/Data.h"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <map>
-#include <sstream>
+#include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <map>
 
 namespace cdp::runtime {
 
 namespace {
 
-constexpr char kMagic[8] = {'C', 'D', 'P', 'C', 'K', 'P', 'T', '2'};
+constexpr char kManifestMagic[8] = {'C', 'D', 'P', 'C', 'K', 'P', 'T', '3'};
+constexpr char kShardMagic[8] = {'C', 'D', 'P', 'S', 'H', 'R', 'D', '3'};
 
-template <typename T> void put(std::string &out, T value) {
-  out.append(reinterpret_cast<const char *>(&value), sizeof(T));
+/// Whether micro-batches cross the step boundary (2bw, cdp-mp: the drain
+/// finishes the last ones), so that the arena holds live activations
+/// between steps. Elsewhere the arena is dead there and not saved.
+bool stashesAcrossSteps(const plan::Plan &plan) {
+  for (const plan::Device &device : plan.devices())
+    for (const plan::Instruction &instruction : device.instructions())
+      if (instruction.drain())
+        return true;
+  return false;
 }
 
-/// Every piece of mutable state, by a stable name.
-std::map<std::string, std::pair<void *, size_t>> stateOf(Executor &executor) {
-  std::map<std::string, std::pair<void *, size_t>> state;
+/// Every piece of one device's mutable state, by a stable name.
+std::map<std::string, TensorView> piecesOf(Executor &executor) {
+  std::map<std::string, TensorView> pieces;
+  std::string device = "device " + std::to_string(executor.device()) + " ";
   const plan::Plan &plan = executor.plan();
   for (const plan::Tensor &t : plan.tensors())
-    if (t.kind() == plan::PARAM || t.kind() == plan::BUFFER)
-      state["tensor:" + std::to_string(t.id())] = {
-          executor.view(t.id()).data, static_cast<size_t>(t.bytes())};
+    if (t.kind() == plan::PARAM || t.kind() == plan::BUFFER ||
+        t.kind() == plan::REDUCED)
+      pieces[device + "tensor " + std::to_string(t.id())] =
+          executor.view(t.id());
   int index = 0;
   for (auto &[instruction, kernel] : executor.statefulKernels()) {
     KernelState s = kernel->state();
-    std::string prefix = "kernel:" + std::to_string(index++) + ":" +
-                         instruction->location() + ":";
+    std::string prefix = device + "kernel " + std::to_string(index++) + " " +
+                         instruction->location() + " ";
     for (auto &[name, view] : s.tensors)
-      state[prefix + name] = {view.data, static_cast<size_t>(view.numel()) *
-                                             plan::dtypeSize(view.dtype)};
+      pieces[prefix + name] = view;
     if (s.counter)
-      state[prefix + "steps"] = {s.counter, sizeof(int64_t)};
+      pieces[prefix + "steps"] = TensorView{s.counter, {1}, plan::I64};
   }
-  return state;
+  if (stashesAcrossSteps(plan))
+    pieces[device + "arena"] = executor.arenaView();
+  return pieces;
+}
+
+int64_t bytesOf(const TensorView &view) {
+  return view.numel() * plan::dtypeSize(view.dtype);
+}
+
+/// The bytes with their checksum appended, and the check of it.
+std::string sealed(std::string bytes) {
+  uint64_t sum = plan::checksum(bytes.data(), bytes.size());
+  bytes.append(reinterpret_cast<const char *>(&sum), sizeof(sum));
+  return bytes;
+}
+bool sealIntact(const std::string &bytes) {
+  if (bytes.size() < sizeof(uint64_t))
+    return false;
+  uint64_t stored;
+  std::memcpy(&stored, bytes.data() + bytes.size() - 8, 8);
+  return plan::checksum(bytes.data(), bytes.size() - 8) == stored;
+}
+
+int processRank(const CheckpointScope &scope) {
+  return scope.fabric ? scope.fabric->processRank() : 0;
+}
+int processCount(const CheckpointScope &scope) {
+  return scope.fabric ? scope.fabric->processCount() : 1;
+}
+
+std::string buildShard(const CheckpointScope &scope, int64_t nextStep) {
+  ByteWriter out;
+  out.bytes().assign(kShardMagic, sizeof(kShardMagic));
+  out.put<int32_t>(processRank(scope));
+  out.put<int64_t>(nextStep);
+  std::map<std::string, TensorView> pieces;
+  for (Executor *executor : scope.devices)
+    pieces.merge(piecesOf(*executor));
+  out.put<uint64_t>(pieces.size());
+  std::string host;
+  for (auto &[name, view] : pieces) {
+    out.putString(name);
+    host.resize(bytesOf(view));
+    scope.devices[0]->download(view, host.data());
+    out.putString(host);
+  }
+  out.putString(scope.fabric ? scope.fabric->saveInFlight() : "");
+  return sealed(std::move(out.bytes()));
+}
+
+/// A file name no other process or run uses.
+std::string shardName(int process, int64_t nextStep) {
+  auto now = std::chrono::steady_clock::now().time_since_epoch();
+  return "step-" + std::to_string(nextStep) + ".process-" +
+         std::to_string(process) + "." + std::to_string(getpid()) + "-" +
+         std::to_string(
+             std::chrono::duration_cast<std::chrono::nanoseconds>(now)
+                 .count()) +
+         ".bin";
+}
+
+/// Removes this process's shards other than `keep` (older checkpoints'),
+/// once the manifest no longer names them.
+void removeOtherShards(const std::string &dir, int process,
+                       const std::string &keep) {
+  DIR *folder = opendir(dir.c_str());
+  if (!folder)
+    return;
+  std::string mine = ".process-" + std::to_string(process) + ".";
+  while (dirent *entry = readdir(folder)) {
+    std::string name = entry->d_name;
+    if (name != keep && name.rfind("step-", 0) == 0 &&
+        name.find(mine) != std::string::npos && name.size() > 4 &&
+        name.compare(name.size() - 4, 4, ".bin") == 0)
+      unlink((dir + "/" + name).c_str());
+  }
+  closedir(folder);
+}
+
+void writeOrThrow(const std::string &path, const std::string &bytes) {
+  std::string error;
+  if (!writeFileAtomically(path, bytes, error))
+    throw RuntimeError(path + ": " + error);
+}
+
+std::string buildManifest(const CheckpointScope &scope,
+                          const RunIdentity &identity, int64_t nextStep,
+                          const std::vector<std::string> &entries) {
+  ByteWriter out;
+  out.bytes().assign(kManifestMagic, sizeof(kManifestMagic));
+  out.put<uint64_t>(identity.planChecksum);
+  out.put<uint64_t>(identity.seed);
+  out.putString(identity.data);
+  out.put<int64_t>(nextStep);
+  out.put<int32_t>(scope.devices[0]->plan().devices_size());
+  out.put<int32_t>(processCount(scope));
+  for (const std::string &entry : entries)
+    out.bytes() += entry;
+  return sealed(std::move(out.bytes()));
+}
+
+/// What the manifest says of the run and of one process's shard.
+struct Manifest {
+  uint64_t planChecksum, seed;
+  std::string data;
+  int64_t nextStep;
+  int32_t devices, processes;
+  struct Shard {
+    std::string file;
+    uint64_t bytes, checksum;
+  };
+  std::vector<Shard> shards;
+};
+
+Manifest readManifest(const std::string &dir) {
+  std::string path = dir + "/manifest.bin";
+  struct stat info;
+  if (stat(path.c_str(), &info) != 0 &&
+      stat((dir + "/checkpoint.bin").c_str(), &info) == 0)
+    throw RuntimeError(dir + ": a checkpoint of an earlier cdp "
+                             "(checkpoint.bin); resume with the cdp that "
+                             "wrote it");
+  std::string bytes = readFileBytes(path);
+  if (bytes.size() < sizeof(kManifestMagic) ||
+      std::memcmp(bytes.data(), kManifestMagic, sizeof(kManifestMagic) - 1))
+    throw RuntimeError(path + ": not a cdp checkpoint");
+  if (bytes[sizeof(kManifestMagic) - 1] != kManifestMagic[7])
+    throw RuntimeError(path + ": a checkpoint of another cdp version; "
+                              "resume with the cdp that wrote it");
+  if (!sealIntact(bytes))
+    throw RuntimeError(path + ": corrupt checkpoint (checksum mismatch)");
+  bytes.resize(bytes.size() - 8);
+  ByteReader in(bytes, path, sizeof(kManifestMagic));
+  Manifest m;
+  m.planChecksum = in.get<uint64_t>();
+  m.seed = in.get<uint64_t>();
+  m.data = in.getString();
+  m.nextStep = in.get<int64_t>();
+  m.devices = in.get<int32_t>();
+  m.processes = in.get<int32_t>();
+  if (m.processes < 1 || m.processes > m.devices)
+    in.fail();
+  for (int r = 0; r < m.processes; ++r) {
+    Manifest::Shard shard;
+    shard.file = in.getString();
+    shard.bytes = in.get<uint64_t>();
+    shard.checksum = in.get<uint64_t>();
+    // Only a file beside the manifest: a checkpoint cannot make a resume
+    // read elsewhere.
+    if (shard.file.empty() || shard.file.find('/') != std::string::npos ||
+        shard.file[0] == '.')
+      in.fail();
+    m.shards.push_back(shard);
+  }
+  if (!in.atEnd())
+    in.fail();
+  return m;
+}
+
+/// The one-line refusals of a checkpoint another run wrote.
+void checkSameRun(const std::string &path, const Manifest &m,
+                  const CheckpointScope &scope, const RunIdentity &identity) {
+  int devices = scope.devices[0]->plan().devices_size();
+  if (m.devices != devices)
+    throw RuntimeError(path + ": the checkpoint holds " +
+                       std::to_string(m.devices) + " devices, this plan runs " +
+                       "on " + std::to_string(devices) +
+                       "; resume with the plan that wrote it");
+  if (m.planChecksum != identity.planChecksum)
+    throw RuntimeError(path + ": the checkpoint was taken from another plan; "
+                              "resume with the plan that wrote it");
+  if (m.seed != identity.seed)
+    throw RuntimeError(path + ": the checkpoint was taken with --seed " +
+                       std::to_string(m.seed) + ", not " +
+                       std::to_string(identity.seed) +
+                       "; resume with the same seed");
+  if (m.data != identity.data)
+    throw RuntimeError(path + ": the checkpoint was taken training on " +
+                       m.data + "; resume on the same data");
+  if (m.processes != processCount(scope))
+    throw RuntimeError(path + ": the checkpoint was written by " +
+                       std::to_string(m.processes) + " process" +
+                       (m.processes == 1 ? "" : "es") + ", this run has " +
+                       std::to_string(processCount(scope)) +
+                       "; resume with as many (mpirun -np " +
+                       std::to_string(m.processes) + ", or without mpirun " +
+                       "for 1)");
+}
+
+/// Checks a shard's size and checksum against the manifest; returns its
+/// records' bytes (without the seal).
+std::string readShard(const std::string &dir, const Manifest::Shard &shard) {
+  std::string path = dir + "/" + shard.file;
+  std::string bytes = readFileBytes(path);
+  if (bytes.size() != shard.bytes)
+    throw RuntimeError(path + ": truncated checkpoint shard (" +
+                       std::to_string(bytes.size()) + " of " +
+                       std::to_string(shard.bytes) + " bytes)");
+  if (plan::checksum(bytes.data(), bytes.size()) != shard.checksum ||
+      !sealIntact(bytes) ||
+      std::memcmp(bytes.data(), kShardMagic, sizeof(kShardMagic)) != 0)
+    throw RuntimeError(path + ": corrupt checkpoint shard (checksum "
+                              "mismatch)");
+  bytes.resize(bytes.size() - 8);
+  return bytes;
+}
+
+void restoreShard(const std::string &path, const std::string &bytes,
+                  const CheckpointScope &scope, int64_t nextStep) {
+  ByteReader in(bytes, path, sizeof(kShardMagic));
+  if (in.get<int32_t>() != processRank(scope) || in.get<int64_t>() != nextStep)
+    throw RuntimeError(path + ": a shard of another process or step");
+  std::map<std::string, TensorView> pieces;
+  for (Executor *executor : scope.devices)
+    pieces.merge(piecesOf(*executor));
+  uint64_t count = in.get<uint64_t>();
+  if (count != pieces.size())
+    throw RuntimeError(path + ": the shard holds " + std::to_string(count) +
+                       " pieces of state, this process's devices have " +
+                       std::to_string(pieces.size()));
+  for (uint64_t i = 0; i < count; ++i) {
+    std::string name = in.getString(), data = in.getString();
+    auto it = pieces.find(name);
+    if (it == pieces.end() ||
+        static_cast<int64_t>(data.size()) != bytesOf(it->second))
+      throw RuntimeError(path + ": checkpoint entry '" + name +
+                         "' does not fit the plan");
+    scope.devices[0]->upload(it->second, data.data());
+  }
+  std::string inFlight = in.getString();
+  if (scope.fabric)
+    scope.fabric->restoreInFlight(inFlight);
+  else if (!inFlight.empty())
+    in.fail();
+  if (!in.atEnd())
+    in.fail();
 }
 
 } // namespace
 
-void saveCheckpoint(const std::string &dir, Executor &executor,
+void saveCheckpoint(const std::string &dir, const CheckpointScope &scope,
                     const RunIdentity &identity, int64_t nextStep) {
   if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
     throw RuntimeError(dir + ": cannot create: " + std::strerror(errno));
-  std::string out(kMagic, sizeof(kMagic));
-  put<uint64_t>(out, identity.planChecksum);
-  put<uint64_t>(out, identity.seed);
-  put<uint32_t>(out, identity.data.size());
-  out += identity.data;
-  put<int64_t>(out, nextStep);
-  auto state = stateOf(executor);
-  put<uint64_t>(out, state.size());
-  for (auto &[name, storage] : state) {
-    put<uint32_t>(out, name.size());
-    out += name;
-    put<uint64_t>(out, storage.second);
-    out.append(static_cast<const char *>(storage.first), storage.second);
-  }
-  put<uint64_t>(out, plan::checksum(out.data(), out.size()));
-  // All at once: a crash mid-write leaves the previous checkpoint whole.
-  std::string path = dir + "/checkpoint.bin", error;
-  if (!writeFileAtomically(path, out, error))
-    throw RuntimeError(path + ": " + error);
+  int process = processRank(scope);
+  std::string shard = buildShard(scope, nextStep);
+  std::string name = shardName(process, nextStep);
+  writeOrThrow(dir + "/" + name, shard);
+  ByteWriter entry;
+  entry.putString(name);
+  entry.put<uint64_t>(shard.size());
+  entry.put<uint64_t>(plan::checksum(shard.data(), shard.size()));
+  std::vector<std::string> entries =
+      scope.fabric ? scope.fabric->gatherOntoRoot(entry.bytes())
+                   : std::vector<std::string>{entry.bytes()};
+  // The manifest goes last and at once: until it is renamed into place,
+  // the previous one names the previous shards, which are still there.
+  if (process == 0)
+    writeOrThrow(dir + "/manifest.bin",
+                 buildManifest(scope, identity, nextStep, entries));
+  if (scope.fabric)
+    scope.fabric->barrier();
+  removeOtherShards(dir, process, name);
 }
 
-int64_t loadCheckpoint(const std::string &dir, Executor &executor,
+int64_t loadCheckpoint(const std::string &dir, const CheckpointScope &scope,
                        const RunIdentity &identity) {
-  std::string path = dir + "/checkpoint.bin";
-  std::ifstream file(path, std::ios::binary);
-  if (!file)
-    throw RuntimeError(path + ": cannot open: " + std::strerror(errno));
-  std::stringstream buffer;
-  buffer << file.rdbuf();
-  std::string data = buffer.str();
-  size_t at = 0;
-  auto need = [&](size_t bytes) {
-    if (data.size() < at + bytes + sizeof(uint64_t))
-      throw RuntimeError(path + ": truncated checkpoint");
-  };
-  auto get = [&](auto &value) {
-    need(sizeof(value));
-    std::memcpy(&value, data.data() + at, sizeof(value));
-    at += sizeof(value);
-  };
-  if (data.size() < sizeof(kMagic) + 8 ||
-      std::memcmp(data.data(), kMagic, sizeof(kMagic) - 1) != 0)
-    throw RuntimeError(path + ": not a cdp checkpoint");
-  if (data[sizeof(kMagic) - 1] != kMagic[sizeof(kMagic) - 1])
-    throw RuntimeError(path + ": a checkpoint of another cdp version (format " +
-                       std::string(1, data[sizeof(kMagic) - 1]) +
-                       "); resume with the cdp that wrote it");
-  uint64_t stored;
-  std::memcpy(&stored, data.data() + data.size() - 8, 8);
-  if (plan::checksum(data.data(), data.size() - 8) != stored)
-    throw RuntimeError(path + ": corrupt checkpoint (checksum mismatch)");
-  at = sizeof(kMagic);
-  uint64_t planSum, seed, count;
-  uint32_t dataLength;
-  int64_t nextStep;
-  get(planSum);
-  get(seed);
-  get(dataLength);
-  need(dataLength);
-  std::string trainedOn = data.substr(at, dataLength);
-  at += dataLength;
-  get(nextStep);
-  get(count);
-  if (planSum != identity.planChecksum)
-    throw RuntimeError(path + ": the checkpoint was taken from another plan; "
-                              "resume with the plan that wrote it");
-  if (seed != identity.seed)
-    throw RuntimeError(path + ": the checkpoint was taken with --seed " +
-                       std::to_string(seed) + ", not " +
-                       std::to_string(identity.seed) +
-                       "; resume with the same seed");
-  if (trainedOn != identity.data)
-    throw RuntimeError(path + ": the checkpoint was taken training on " +
-                       trainedOn + "; resume on the same data");
-  auto state = stateOf(executor);
-  if (count != state.size())
-    throw RuntimeError(path + ": checkpoint holds " + std::to_string(count) +
-                       " pieces of state, the plan has " +
-                       std::to_string(state.size()));
-  for (uint64_t i = 0; i < count; ++i) {
-    uint32_t length;
-    get(length);
-    need(length);
-    std::string name = data.substr(at, length);
-    at += length;
-    uint64_t bytes;
-    get(bytes);
-    need(bytes);
-    auto it = state.find(name);
-    if (it == state.end() || it->second.second != bytes)
-      throw RuntimeError(path + ": checkpoint entry '" + name +
-                         "' does not fit the plan");
-    std::memcpy(it->second.first, data.data() + at, bytes);
-    at += bytes;
-  }
-  return nextStep;
+  std::string path = dir + "/manifest.bin";
+  Manifest manifest = readManifest(dir);
+  checkSameRun(path, manifest, scope, identity);
+  const Manifest::Shard &mine = manifest.shards[processRank(scope)];
+  restoreShard(dir + "/" + mine.file, readShard(dir, mine), scope,
+               manifest.nextStep);
+  return manifest.nextStep;
 }
 
 } // namespace cdp::runtime

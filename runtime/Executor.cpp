@@ -20,53 +20,108 @@ Executor::Executor(const plan::Plan &plan, int threads, int deviceIndex,
   if (deviceIndex < 0 || deviceIndex >= plan.devices_size())
     throw RuntimeError("plan has no device " + std::to_string(deviceIndex));
   const plan::Device &device = plan.devices(deviceIndex);
-  size_t arenaBytes =
-      (static_cast<size_t>(device.arena_bytes()) + 63) / 64 * 64;
-  arena = std::aligned_alloc(64, std::max<size_t>(arenaBytes, 64));
-  if (!arena)
-    throw RuntimeError("cannot allocate the " + std::to_string(arenaBytes) +
-                       "-byte arena of device " + std::to_string(deviceIndex));
-  std::memset(arena, 0, arenaBytes);
+  backendDevice = createDevice(parseBackend(device.backend()), deviceIndex);
+  arenaBytes = device.arena_bytes();
+  arena = backendDevice->allocate(static_cast<size_t>(arenaBytes));
   views.resize(plan.tensors_size());
-  persistent.resize(plan.tensors_size());
-  for (int id = 0; id < plan.tensors_size(); ++id) {
-    const plan::Tensor &t = plan.tensors(id);
-    if (t.id() != id)
-      throw RuntimeError("plan tensor " + std::to_string(id) + " has id " +
-                         std::to_string(t.id()));
-    TensorView &v = views[id];
-    v.shape.assign(t.shape().begin(), t.shape().end());
-    v.dtype = t.dtype();
-    int64_t bytes = v.numel() * plan::dtypeSize(t.dtype());
-    if (bytes != t.bytes())
-      throw RuntimeError("plan tensor '" + t.name() + "' declares " +
-                         std::to_string(t.bytes()) +
-                         " bytes, its shape needs " + std::to_string(bytes));
-    if (t.has_device() && t.device() != deviceIndex &&
-        (t.kind() == plan::ACTIVATION || t.kind() == plan::INPUT))
-      continue; // another pipeline stage's stash copy
-    if (t.kind() == plan::ACTIVATION || t.kind() == plan::INPUT) {
-      if (t.offset() < 0 || t.offset() + bytes > device.arena_bytes())
-        throw RuntimeError("plan tensor '" + t.name() +
-                           "' lies outside the arena");
-      v.data = static_cast<char *>(arena) + t.offset();
-      continue;
-    }
-    persistent[id].assign((bytes + 7) / 8 + 1, 0);
-    v.data = persistent[id].data();
-    if (!t.data().empty()) {
-      if (static_cast<int64_t>(t.data().size()) != bytes)
-        throw RuntimeError("plan tensor '" + t.name() + "' has " +
-                           std::to_string(t.data().size()) +
-                           " bytes of data, expected " + std::to_string(bytes));
-      std::memcpy(v.data, t.data().data(), bytes);
-    }
-  }
+  persistent.assign(plan.tensors_size(), nullptr);
+  for (int id = 0; id < plan.tensors_size(); ++id)
+    placeTensor(id);
   train = bind(device.instructions(), threads);
   eval = bind(device.eval_instructions(), threads);
 }
 
-Executor::~Executor() { std::free(arena); }
+/// Tensor t's view: in the arena (activations, inputs) or in persistent
+/// memory of its own, filled with its initial value.
+void Executor::placeTensor(int id) {
+  const plan::Tensor &t = planRef.tensors(id);
+  if (t.id() != id)
+    throw RuntimeError("plan tensor " + std::to_string(id) + " has id " +
+                       std::to_string(t.id()));
+  TensorView &v = views[id];
+  v.shape.assign(t.shape().begin(), t.shape().end());
+  v.dtype = t.dtype();
+  v.space = backendDevice->space();
+  int64_t bytes = v.numel() * plan::dtypeSize(t.dtype());
+  if (bytes != t.bytes())
+    throw RuntimeError("plan tensor '" + t.name() + "' declares " +
+                       std::to_string(t.bytes()) + " bytes, its shape needs " +
+                       std::to_string(bytes));
+  bool inArena = t.kind() == plan::ACTIVATION || t.kind() == plan::INPUT;
+  if (inArena && t.has_device() && t.device() != deviceIndex)
+    return; // another pipeline stage's stash copy
+  if (inArena) {
+    if (t.offset() < 0 || t.offset() + bytes > arenaBytes)
+      throw RuntimeError("plan tensor '" + t.name() +
+                         "' lies outside the arena");
+    v.data = static_cast<char *>(arena) + t.offset();
+    return;
+  }
+  persistent[id] = backendDevice->allocate(static_cast<size_t>(bytes));
+  v.data = persistent[id];
+  if (t.data().empty())
+    return;
+  if (static_cast<int64_t>(t.data().size()) != bytes)
+    throw RuntimeError("plan tensor '" + t.name() + "' has " +
+                       std::to_string(t.data().size()) +
+                       " bytes of data, expected " + std::to_string(bytes));
+  backendDevice->upload(v.data, t.data().data(), bytes);
+}
+
+Executor::~Executor() {
+  // Kernels may hold device resources tied to the memory: they go first.
+  train.clear();
+  eval.clear();
+  for (void *memory : persistent)
+    if (memory)
+      backendDevice->release(memory);
+  backendDevice->release(arena);
+}
+
+void Executor::stageIn(int id,
+                       const std::function<void(const TensorView &)> &fill) {
+  const TensorView &view = views.at(id);
+  if (view.space == MemorySpace::Host) {
+    fill(view);
+    return;
+  }
+  HostTensor staged = stageOut(view);
+  fill(staged.view());
+  upload(view, staged.view().data);
+}
+
+HostTensor Executor::stageOut(const TensorView &view) const {
+  HostTensor host;
+  host.hostView = view;
+  if (view.space == MemorySpace::Host)
+    return host;
+  int64_t bytes = view.numel() * plan::dtypeSize(view.dtype);
+  host.storage.assign((bytes + 7) / 8, 0);
+  host.hostView.data = host.storage.data();
+  host.hostView.space = MemorySpace::Host;
+  download(view, host.storage.data());
+  return host;
+}
+
+void Executor::download(const TensorView &view, void *host) const {
+  size_t bytes = view.numel() * plan::dtypeSize(view.dtype);
+  if (view.space == MemorySpace::Host)
+    std::memcpy(host, view.data, bytes);
+  else
+    backendDevice->download(host, view.data, bytes);
+}
+
+void Executor::upload(const TensorView &view, const void *host) {
+  size_t bytes = view.numel() * plan::dtypeSize(view.dtype);
+  if (view.space == MemorySpace::Host)
+    std::memcpy(view.data, host, bytes);
+  else
+    backendDevice->upload(view.data, host, bytes);
+}
+
+TensorView Executor::arenaView() const {
+  return TensorView{arena, {arenaBytes}, plan::BOOL, backendDevice->space()};
+}
 
 std::vector<std::unique_ptr<Kernel>> Executor::bind(
     const google::protobuf::RepeatedPtrField<plan::Instruction> &stream,
@@ -74,11 +129,13 @@ std::vector<std::unique_ptr<Kernel>> Executor::bind(
   std::vector<std::unique_ptr<Kernel>> kernels;
   KernelRegistry &registry = KernelRegistry::instance();
   for (const plan::Instruction &instruction : stream) {
-    const KernelFactory *factory =
-        registry.lookup(instruction.op(), Backend::CPU);
+    Backend backend = backendDevice->backend();
+    const KernelFactory *factory = registry.lookup(instruction.op(), backend);
     if (!factory)
       throw RuntimeError("the plan uses op '" + instruction.op() +
-                         "', which this cdp-run has no CPU kernel for");
+                         "', which this cdp-run has no " +
+                         (backend == Backend::CPU ? "CPU" : "CUDA") +
+                         " kernel for");
     KernelArgs args;
     args.instruction = &instruction;
     args.threads = threads;
@@ -109,7 +166,9 @@ std::vector<std::unique_ptr<Kernel>> Executor::bind(
   return kernels;
 }
 
-void Executor::runStep(const StepContext &context) {
+void Executor::runStep(const StepContext &step) {
+  StepContext context = step;
+  context.queue = backendDevice->queue();
   try {
     runInstructions(context);
   } catch (const RuntimeError &) {
@@ -393,7 +452,8 @@ void Executor::flush(int64_t totalSteps, const Loader *loader) {
   // after their reduction (k: their min_step), past the end of training.
   plan::forEachRelayAfterTraining(
       device, totalSteps, [&](int index, int64_t step) {
-        train[index]->run(StepContext{step, deviceIndex, 0});
+        train[index]->run(
+            StepContext{step, deviceIndex, 0, nullptr, backendDevice->queue()});
       });
   for (int begin = 0; begin < n;) {
     if (device.instructions(begin).phase() != "update") {
@@ -422,7 +482,7 @@ void Executor::flush(int64_t totalSteps, const Loader *loader) {
     }
     int64_t first = std::max<int64_t>(totalSteps, 1 + delay);
     for (int64_t st = first; st <= totalSteps + delay; ++st) {
-      StepContext context{st, deviceIndex, 0};
+      StepContext context{st, deviceIndex, 0, nullptr, backendDevice->queue()};
       for (int i = begin; i < end; ++i)
         train[i]->run(context);
     }
@@ -438,16 +498,22 @@ void Executor::runEval(const StepContext &context) {
 int Executor::firstNonFinite(int &instruction) const {
   const plan::Device &device = planRef.devices(deviceIndex);
   for (int i = 0; i < device.instructions_size(); ++i)
-    for (int id : device.instructions(i).outputs()) {
-      const TensorView &v = views[id];
-      if (id < 0 || v.dtype != plan::F32)
-        continue;
-      for (int64_t k = 0; k < v.numel(); ++k)
-        if (!std::isfinite(v.f32()[k])) {
-          instruction = i;
-          return id;
-        }
-    }
+    for (int id : device.instructions(i).outputs())
+      if (id >= 0 && firstNonFiniteElement(id) >= 0) {
+        instruction = i;
+        return id;
+      }
+  return -1;
+}
+
+int64_t Executor::firstNonFiniteElement(int id) const {
+  if (views.at(id).dtype != plan::F32 || !views[id].data)
+    return -1;
+  HostTensor host = stageOut(id);
+  const float *values = host.view().f32();
+  for (int64_t k = 0; k < host.view().numel(); ++k)
+    if (!std::isfinite(values[k]))
+      return k;
   return -1;
 }
 
@@ -512,18 +578,27 @@ void Executor::gatherOnDeviceZero() {
       communicator->send(0, gatherTag(t.id()), {plan::F32, v.data, n}, -1);
       continue;
     }
-    std::vector<double> sum(v.f32(), v.f32() + n);
+    HostTensor mine = stageOut(t.id());
+    std::vector<double> sum(mine.view().f32(), mine.view().f32() + n);
+    // Messages land in device memory (the communicator's contract), then
+    // are staged out to be summed.
+    DeviceBuffer buffer(*backendDevice, n * sizeof(float));
+    TensorView arrived = v;
+    arrived.data = buffer.data();
     std::vector<float> part(n);
     for (int d = 1; d < devices; ++d) {
       if (!communicator->recv(d, gatherTag(t.id()),
-                              {plan::F32, part.data(), n}))
+                              {plan::F32, arrived.data, n}))
         throw RuntimeError("device 0: stopped while averaging '" + t.name() +
                            "' (another device failed)");
+      download(arrived, part.data());
       for (int64_t i = 0; i < n; ++i)
         sum[i] += part[i];
     }
-    for (int64_t i = 0; i < n; ++i)
-      v.f32()[i] = static_cast<float>(sum[i] / devices);
+    stageIn(t.id(), [&](const TensorView &host) {
+      for (int64_t i = 0; i < n; ++i)
+        host.f32()[i] = static_cast<float>(sum[i] / devices);
+    });
   }
 }
 

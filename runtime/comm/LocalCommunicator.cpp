@@ -3,6 +3,7 @@
 #include "cdp/Runtime/Communicator.h"
 
 #include "cdp/Plan/PlanIO.h"
+#include "cdp/Runtime/Bytes.h"
 #include "cdp/Runtime/Kernel.h"
 
 #include <cstring>
@@ -47,6 +48,70 @@ LocalFabric::gatherSendLogs() {
   for (const auto &endpoint : endpoints)
     logs.push_back(endpoint->sendLog());
   return logs;
+}
+
+// The whole fabric: with every device parked between two steps, the
+// mailboxes hold exactly the messages later steps receive and the
+// reductions exactly those some device has yet to wait for.
+std::string LocalFabric::saveInFlight() {
+  std::lock_guard<std::mutex> lock(mutex);
+  ByteWriter out;
+  out.put<int32_t>(devices);
+  out.put<uint64_t>(mailboxes.size());
+  for (const auto &[key, message] : mailboxes) {
+    out.put<int32_t>(std::get<0>(key));
+    out.put<int32_t>(std::get<1>(key));
+    out.put<int64_t>(std::get<2>(key));
+    out.put<int32_t>(message.dtype);
+    out.put<int64_t>(message.count);
+    out.putVector(message.bytes);
+  }
+  out.put<uint64_t>(reductions.size());
+  for (const auto &[tag, r] : reductions) {
+    out.put<int64_t>(tag);
+    out.put<int32_t>(r.arrived);
+    out.put<int32_t>(r.fetched);
+    out.put<uint8_t>(r.done);
+    out.putVector(r.mean);
+    out.put<uint64_t>(r.contributions.size());
+    for (const std::vector<float> &part : r.contributions)
+      out.putVector(part);
+  }
+  return out.bytes();
+}
+
+void LocalFabric::restoreInFlight(const std::string &bytes) {
+  ByteReader in(bytes, "the in-process messages in flight");
+  if (in.get<int32_t>() != devices)
+    in.fail();
+  std::lock_guard<std::mutex> lock(mutex);
+  mailboxes.clear();
+  reductions.clear();
+  for (uint64_t n = in.get<uint64_t>(); n > 0; --n) {
+    int from = in.get<int32_t>(), to = in.get<int32_t>();
+    if (!owns(from) || !owns(to))
+      in.fail();
+    int64_t tag = in.get<int64_t>();
+    Message &message = mailboxes[std::make_tuple(from, to, tag)];
+    message.dtype = static_cast<plan::DType>(in.get<int32_t>());
+    message.count = in.get<int64_t>();
+    message.bytes = in.getVector<char>();
+  }
+  for (uint64_t n = in.get<uint64_t>(); n > 0; --n) {
+    Reduction &r = reductions[in.get<int64_t>()];
+    r.arrived = in.get<int32_t>();
+    r.fetched = in.get<int32_t>();
+    r.done = in.get<uint8_t>();
+    r.mean = in.getVector<float>();
+    uint64_t parts = in.get<uint64_t>();
+    if (parts > static_cast<uint64_t>(devices))
+      in.fail();
+    r.contributions.resize(parts);
+    for (std::vector<float> &part : r.contributions)
+      part = in.getVector<float>();
+  }
+  if (!in.atEnd())
+    in.fail();
 }
 
 void LocalCommunicator::send(int to, int64_t tag, ConstBuffer data,

@@ -15,6 +15,7 @@
 #include "cdp/Runtime/MpiCommunicator.h"
 
 #include "cdp/Plan/PlanIO.h"
+#include "cdp/Runtime/Bytes.h"
 #include "cdp/Runtime/Kernel.h"
 
 #include <mpi.h>
@@ -23,6 +24,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 namespace cdp::runtime {
@@ -45,8 +47,9 @@ class MpiFabric;
 /// One device's endpoint on this process.
 class MpiCommunicator : public Communicator {
 public:
-  MpiCommunicator(MpiFabric &fabric, int device)
-      : fabric(fabric), device(device) {}
+  MpiCommunicator(MpiFabric &fabric, int device, int devices)
+      : fabric(fabric), device(device), sentTo(devices, 0),
+        receivedFrom(devices, 0) {}
   ~MpiCommunicator() override;
   int rank() const override { return device; }
   int size() const override;
@@ -57,9 +60,21 @@ public:
   void abort() override;
   std::vector<SendRecord> sendLog() const override { return log; }
 
+  /// Messages this device sent to each device (contributions included).
+  const std::vector<int64_t> &sentCounts() const { return sentTo; }
+  /// Receives every message `from` sent this device so far (`expected`
+  /// of them), setting them aside: afterwards nothing is in flight
+  /// towards it. False when the run was aborted.
+  bool collectFrom(int from, int64_t expected);
+  void saveInFlight(ByteWriter &out) const;
+  void restoreInFlight(ByteReader &in);
+
 private:
   void post(int to, int64_t tag, ConstBuffer data);
   void reap(bool all);
+  /// Receives messages from `from` into `early` until `done()`; false
+  /// when the run was aborted. Throws after --comm-timeout without one.
+  bool receiveUntil(int from, const std::function<bool()> &done);
   std::vector<char> *take(int from, int64_t tag);
 
   MpiFabric &fabric;
@@ -72,20 +87,23 @@ private:
   std::map<std::pair<int, int64_t>, std::vector<char>> early;
   /// This device's contributions, by reduction tag, until its wait.
   std::map<int64_t, std::vector<float>> own;
+  /// Messages posted to each device, and received from each (a checkpoint
+  /// compares them to find what is still in flight).
+  std::vector<int64_t> sentTo, receivedFrom;
 };
 
 class MpiFabric : public Fabric {
 public:
   MpiFabric(int devices, int rank, int ranks, double timeout)
-      : devices(devices), processRank(rank), processes(ranks),
-        timeout(timeout) {
+      : devices(devices), myRank(rank), processes(ranks), timeout(timeout) {
     perDevice.resize(devices);
     for (MPI_Comm &comm : perDevice)
       MPI_Comm_dup(MPI_COMM_WORLD, &comm);
     MPI_Comm_dup(MPI_COMM_WORLD, &control);
     for (int d = 0; d < devices; ++d)
-      endpoints.push_back(owns(d) ? std::make_unique<MpiCommunicator>(*this, d)
-                                  : nullptr);
+      endpoints.push_back(
+          owns(d) ? std::make_unique<MpiCommunicator>(*this, d, devices)
+                  : nullptr);
   }
   ~MpiFabric() override {
     endpoints.clear(); // completes their sends
@@ -99,7 +117,7 @@ public:
   int perRank() const { return devices / processes; }
   int rankOf(int device) const { return device / perRank(); }
   bool owns(int device) const override {
-    return device >= 0 && device < devices && rankOf(device) == processRank;
+    return device >= 0 && device < devices && rankOf(device) == myRank;
   }
   Communicator &endpoint(int d) override {
     if (!owns(d))
@@ -111,7 +129,7 @@ public:
     std::vector<double> sum(values.size());
     MPI_Reduce(values.data(), sum.data(), static_cast<int>(values.size()),
                MPI_DOUBLE, MPI_SUM, 0, control);
-    if (processRank == 0)
+    if (myRank == 0)
       values = sum;
   }
   std::vector<std::vector<Communicator::SendRecord>> gatherSendLogs() override;
@@ -124,22 +142,26 @@ public:
       offsets[r] = total;
       total += sizes[r];
     }
-    std::string all(processRank == 0 ? total : 0, '\0');
+    std::string all(myRank == 0 ? total : 0, '\0');
     MPI_Gatherv(mine.data(), size, MPI_CHAR, all.data(), sizes.data(),
                 offsets.data(), MPI_CHAR, 0, control);
     std::vector<std::string> parts;
-    if (processRank == 0)
+    if (myRank == 0)
       for (int r = 0; r < processes; ++r)
         parts.push_back(all.substr(offsets[r], sizes[r]));
     return parts;
   }
   void barrier() override { MPI_Barrier(control); }
+  int processRank() const override { return myRank; }
+  int processCount() const override { return processes; }
+  std::string saveInFlight() override;
+  void restoreInFlight(const std::string &bytes) override;
   void abortRun() override {
     aborted = true;
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
 
-  int devices, processRank, processes;
+  int devices, myRank, processes;
   double timeout;
   std::atomic<bool> aborted{false};
   std::vector<MPI_Comm> perDevice;
@@ -179,6 +201,7 @@ void MpiCommunicator::post(int to, int64_t tag, ConstBuffer data) {
   MPI_Request request;
   MPI_Isend(message->data(), static_cast<int>(message->size()), MPI_BYTE,
             fabric.rankOf(to), device, fabric.perDevice[to], &request);
+  ++sentTo[to];
   pending.emplace_back(request, std::move(message));
 }
 
@@ -189,15 +212,13 @@ void MpiCommunicator::send(int to, int64_t tag, ConstBuffer data, int64_t tau) {
     log.push_back({tau, data.bytes()});
 }
 
-/// The next message (from, tag), waiting for it; null when the run was
-/// aborted. Messages from `from` that come first are set aside.
-std::vector<char> *MpiCommunicator::take(int from, int64_t tag) {
-  auto key = std::make_pair(from, tag);
+bool MpiCommunicator::receiveUntil(int from,
+                                   const std::function<bool()> &done) {
   auto started = std::chrono::steady_clock::now();
   int idle = 0;
-  while (!early.count(key)) {
+  while (!done()) {
     if (fabric.aborted)
-      return nullptr;
+      return false;
     int found = 0;
     MPI_Message handle;
     MPI_Status status;
@@ -225,11 +246,56 @@ std::vector<char> *MpiCommunicator::take(int from, int64_t tag) {
     MPI_Get_count(&status, MPI_BYTE, &bytes);
     std::vector<char> message(bytes);
     MPI_Mrecv(message.data(), bytes, MPI_BYTE, &handle, MPI_STATUS_IGNORE);
+    ++receivedFrom[from];
     Header header;
     std::memcpy(&header, message.data(), sizeof(Header));
     early[{from, header.tag}] = std::move(message);
   }
+  return true;
+}
+
+/// The message (from, tag), waiting for it; null when the run was aborted.
+/// Messages from `from` that come first are set aside.
+std::vector<char> *MpiCommunicator::take(int from, int64_t tag) {
+  auto key = std::make_pair(from, tag);
+  if (!receiveUntil(from, [&] { return early.count(key) > 0; }))
+    return nullptr;
   return &early[key];
+}
+
+bool MpiCommunicator::collectFrom(int from, int64_t expected) {
+  return receiveUntil(from, [&] { return receivedFrom[from] >= expected; });
+}
+
+void MpiCommunicator::saveInFlight(ByteWriter &out) const {
+  out.put<int32_t>(device);
+  out.put<uint64_t>(early.size());
+  for (const auto &[key, message] : early) {
+    out.put<int32_t>(key.first);
+    out.put<int64_t>(key.second);
+    out.putVector(message);
+  }
+  out.put<uint64_t>(own.size());
+  for (const auto &[tag, values] : own) {
+    out.put<int64_t>(tag);
+    out.putVector(values);
+  }
+}
+
+void MpiCommunicator::restoreInFlight(ByteReader &in) {
+  if (in.get<int32_t>() != device)
+    in.fail();
+  early.clear();
+  own.clear();
+  for (uint64_t n = in.get<uint64_t>(); n > 0; --n) {
+    int from = in.get<int32_t>();
+    int64_t tag = in.get<int64_t>();
+    early[{from, tag}] = in.getVector<char>();
+  }
+  for (uint64_t n = in.get<uint64_t>(); n > 0; --n) {
+    int64_t tag = in.get<int64_t>();
+    own[tag] = in.getVector<float>();
+  }
 }
 
 bool MpiCommunicator::recv(int from, int64_t tag, Buffer out) {
@@ -305,6 +371,40 @@ std::vector<std::vector<Communicator::SendRecord>> MpiFabric::gatherSendLogs() {
       logs[triples[i]].push_back({triples[i + 1], triples[i + 2]});
   }
   return logs;
+}
+
+// Every process adds its devices' send counts into the run's matrix; each
+// device then receives what the matrix says was sent to it, so that all
+// in flight sits in the endpoints, which save it.
+std::string MpiFabric::saveInFlight() {
+  std::vector<int64_t> sent(static_cast<size_t>(devices) * devices, 0);
+  for (int d = 0; d < devices; ++d)
+    if (owns(d))
+      std::copy(endpoints[d]->sentCounts().begin(),
+                endpoints[d]->sentCounts().end(), sent.begin() + d * devices);
+  MPI_Allreduce(MPI_IN_PLACE, sent.data(), static_cast<int>(sent.size()),
+                MPI_INT64_T, MPI_SUM, control);
+  ByteWriter out;
+  for (int d = 0; d < devices; ++d) {
+    if (!owns(d))
+      continue;
+    for (int from = 0; from < devices; ++from)
+      if (from != d &&
+          !endpoints[d]->collectFrom(from, sent[from * devices + d]))
+        throw RuntimeError("stopped while saving the messages in flight "
+                           "(another device failed)");
+    endpoints[d]->saveInFlight(out);
+  }
+  return out.bytes();
+}
+
+void MpiFabric::restoreInFlight(const std::string &bytes) {
+  ByteReader in(bytes, "this process's messages in flight");
+  for (int d = 0; d < devices; ++d)
+    if (owns(d))
+      endpoints[d]->restoreInFlight(in);
+  if (!in.atEnd())
+    in.fail();
 }
 
 } // namespace

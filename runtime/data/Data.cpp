@@ -24,16 +24,10 @@ int64_t Array::numel() const {
   return n;
 }
 
-namespace {
-
-void requireRegularFile(const std::string &path) {
+std::string readFileBytes(const std::string &path) {
   std::string problem = checkInputFile(path);
   if (!problem.empty())
     throw RuntimeError(path + ": " + problem);
-}
-
-std::string slurp(const std::string &path) {
-  requireRegularFile(path);
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw RuntimeError(path + ": cannot open: " + std::strerror(errno));
@@ -42,13 +36,21 @@ std::string slurp(const std::string &path) {
   return buffer.str();
 }
 
+namespace {
+
+void requireRegularFile(const std::string &path) {
+  std::string problem = checkInputFile(path);
+  if (!problem.empty())
+    throw RuntimeError(path + ": " + problem);
+}
+
 bool endsWith(const std::string &text, const std::string &suffix) {
   return text.size() >= suffix.size() &&
          text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 Array readNpy(const std::string &path) {
-  std::string data = slurp(path);
+  std::string data = readFileBytes(path);
   if (data.size() < 10 || data.compare(0, 6, "\x93NUMPY") != 0)
     throw RuntimeError(path + ": not a .npy file");
   int major = static_cast<unsigned char>(data[6]);
@@ -155,7 +157,7 @@ Array readNpy(const std::string &path) {
 }
 
 Array readTensorProto(const std::string &path) {
-  std::string data = slurp(path);
+  std::string data = readFileBytes(path);
   onnx::TensorProto tensor;
   if (!tensor.ParseFromString(data))
     throw RuntimeError(path + ": not a serialized ONNX TensorProto");

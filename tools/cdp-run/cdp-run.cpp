@@ -22,6 +22,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -300,6 +301,18 @@ void writeFolder(
   writeOutput(dir + "/index.json", index.str());
 }
 
+/// Tensors of `executor` by name, staged out of the device, into a folder.
+void writeTensors(const std::string &dir, const Executor &executor,
+                  const std::vector<std::pair<std::string, int>> &tensors) {
+  std::vector<HostTensor> staged;
+  std::vector<std::pair<std::string, TensorView>> views;
+  for (const auto &[name, id] : tensors)
+    staged.push_back(executor.stageOut(id));
+  for (size_t i = 0; i < tensors.size(); ++i)
+    views.emplace_back(tensors[i].first, staged[i].view());
+  writeFolder(dir, views);
+}
+
 /// Copies slot rows of `source` into the input tensor: along the batch axis,
 /// entry j of the slot is source entry (first + j) modulo its length.
 void copyRows(const Array &source, const TensorView &target, int64_t batchAxis,
@@ -357,7 +370,20 @@ void checkFeed(const std::string &name, const std::string &file,
                         : ""));
 }
 
-float readScalar(const TensorView &view) { return view.f32()[0]; }
+/// The loss after a slot: staged out of the device.
+float readLoss(const plan::Plan &plan, const Executor &executor) {
+  return plan.loss() >= 0 ? executor.stageOut(plan.loss()).view().f32()[0]
+                          : 0.0f;
+}
+
+/// Fills input `id` with the rows `copy` writes, staged into the device.
+void stageRows(Executor &executor, int id, const Array &source,
+               int64_t batchAxis, int64_t first,
+               const std::vector<int64_t> *order = nullptr) {
+  executor.stageIn(id, [&](const TensorView &host) {
+    copyRows(source, host, batchAxis, first, order);
+  });
+}
 
 /// The one error line for a non-finite loss: the step, the device when
 /// there are several, and the first non-finite tensor in instruction order.
@@ -505,6 +531,57 @@ struct Run {
   }
   /// Whether this process writes the outputs.
   bool root() const { return !fabric || fabric->isRoot(); }
+  /// What a checkpoint of this process holds.
+  CheckpointScope checkpointScope() {
+    CheckpointScope scope;
+    for (auto &executor : executors)
+      if (executor)
+        scope.devices.push_back(executor.get());
+    scope.fabric = fabric.get();
+    return scope;
+  }
+};
+
+/// The device threads of this process meet between two steps: the last to
+/// arrive runs the action (a checkpoint) while the others wait, so that no
+/// device has begun the next step. A failed action, or a device that
+/// failed elsewhere (abandon), fails every thread that meets.
+class StepRendezvous {
+public:
+  explicit StepRendezvous(int threads) : threads(threads) {}
+  void meet(const std::function<void()> &action) {
+    std::unique_lock<std::mutex> lock(mutex);
+    int64_t mine = generation;
+    if (failure.empty() && ++arrived < threads) {
+      changed.wait(lock,
+                   [&] { return generation != mine || !failure.empty(); });
+    } else if (failure.empty()) {
+      try {
+        action();
+      } catch (const RuntimeError &e) {
+        failure = e.what();
+      }
+      arrived = 0;
+      ++generation;
+      changed.notify_all();
+    }
+    if (!failure.empty())
+      throw RuntimeError(failure);
+  }
+  void abandon(const std::string &why) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (failure.empty())
+      failure = why;
+    changed.notify_all();
+  }
+
+private:
+  const int threads;
+  std::mutex mutex;
+  std::condition_variable changed;
+  int arrived = 0;
+  int64_t generation = 0;
+  std::string failure;
 };
 
 /// Under mpirun without --threads: the node's cores shared among the
@@ -555,10 +632,9 @@ void createDevices(Run &run, int cores) {
             : std::make_unique<Executor>(run.plan, run.threadsPerDevice, d,
                                          run.fabric ? &run.fabric->endpoint(d)
                                                     : nullptr));
-  if (run.multiDevice && (!options.checkpoint.empty() ||
-                          !options.resume.empty() || !options.profile.empty()))
-    die("--checkpoint, --resume and --profile are not available yet for "
-        "dp, cdp and multi-device plans (" +
+  if (run.multiDevice && !options.profile.empty())
+    die("--profile is not available yet for dp, cdp and multi-device plans "
+        "(" +
         run.plan.strategy() + ")");
   if (run.deviceCount > 1 && !options.saveOutputs.empty() &&
       plan::traitsOf(run.plan).pipelined)
@@ -609,15 +685,13 @@ void checkTrainedFinite(Run &run) {
   for (const plan::Tensor &t : run.plan.tensors()) {
     bool trained =
         (t.kind() == plan::PARAM && t.trainable()) || t.kind() == plan::BUFFER;
-    if (!trained || t.dtype() != plan::F32)
-      continue;
-    const TensorView &view = executor.view(t.id());
-    for (int64_t i = 0; i < view.numel(); ++i)
-      if (!std::isfinite(view.f32()[i]))
-        die("after " + std::to_string(run.total) +
-            " steps the trained parameter '" + t.name() +
-            "' holds a non-finite value (" + nonFiniteName(view.f32()[i]) +
-            "); nothing was written");
+    int64_t bad = trained ? executor.firstNonFiniteElement(t.id()) : -1;
+    if (bad >= 0)
+      die("after " + std::to_string(run.total) +
+          " steps the trained parameter '" + t.name() +
+          "' holds a non-finite value (" +
+          nonFiniteName(executor.stageOut(t.id()).view().f32()[bad]) +
+          "); nothing was written");
   }
 }
 
@@ -699,16 +773,14 @@ void writeStepOutputs(Run &run) {
   const Options &options = run.options;
   Executor &executor = run.first();
   if (!options.dumpGrads.empty()) {
-    std::vector<std::pair<std::string, TensorView>> tensors;
-    for (auto &[name, id] : executor.gradients())
-      tensors.emplace_back(name, executor.view(id));
-    writeFolder(options.dumpGrads, tensors);
+    std::vector<std::pair<std::string, int>> tensors = executor.gradients();
+    writeTensors(options.dumpGrads, executor, tensors);
   }
   if (!options.saveOutputs.empty()) {
-    std::vector<std::pair<std::string, TensorView>> tensors;
+    std::vector<std::pair<std::string, int>> tensors;
     for (const plan::Output &output : run.plan.outputs())
-      tensors.emplace_back(output.name(), executor.view(output.tensor()));
-    writeFolder(options.saveOutputs, tensors);
+      tensors.emplace_back(output.name(), output.tensor());
+    writeTensors(options.saveOutputs, executor, tensors);
   }
   run.stepOutputsWritten = true;
 }
@@ -716,17 +788,17 @@ void writeStepOutputs(Run &run) {
 /// Test accuracy of device 0's parameters on the t10k split.
 double evaluate(Run &run) {
   Executor &executor = run.first();
-  const TensorView &image = executor.view(run.imageInput);
-  const TensorView &scores = executor.view(run.plan.scores());
-  int64_t batch = image.shape[0], count = run.test.labels.numel(), correct = 0;
+  int64_t batch = executor.view(run.imageInput).shape[0],
+          count = run.test.labels.numel(), correct = 0;
   const int64_t *labels =
       reinterpret_cast<const int64_t *>(run.test.labels.bytes.data());
-  int64_t classes = scores.numel() / batch;
+  int64_t classes = executor.view(run.plan.scores()).numel() / batch;
   for (int64_t first = 0; first < count; first += batch) {
-    copyRows(run.test.images, image, 0, first);
+    stageRows(executor, run.imageInput, run.test.images, 0, first);
     executor.runEval(StepContext{0, 0, run.options.seed});
+    HostTensor scores = executor.stageOut(run.plan.scores());
     for (int64_t j = 0; j < batch && first + j < count; ++j) {
-      const float *row = scores.f32() + j * classes;
+      const float *row = scores.view().f32() + j * classes;
       int64_t best = std::max_element(row, row + classes) - row;
       correct += best == labels[first + j];
     }
@@ -767,11 +839,45 @@ void countSteps(Run &run) {
   }
 }
 
+/// What a checkpoint records of this run, so that --resume continues it.
+RunIdentity runIdentity(const Run &run) {
+  RunIdentity identity;
+  identity.planChecksum = run.planChecksum;
+  identity.seed = run.options.seed;
+  if (!run.options.data.empty())
+    identity.data = "--data " + run.options.data;
+  for (const auto &[name, file] : run.options.feeds)
+    identity.data += (identity.data.empty() ? "" : " ") +
+                     std::string("--feed ") + name + "=" + file;
+  return identity;
+}
+
+/// Whether --checkpoint saves before step `next`: every
+/// --checkpoint-every steps, and at the end.
+bool checkpointDue(const Run &run, int64_t next) {
+  const Options &options = run.options;
+  return !options.checkpoint.empty() &&
+         (next == run.total ||
+          (options.checkpointEvery > 0 && next % options.checkpointEvery == 0));
+}
+
+/// Where the devices' threads meet and what they share.
+struct DeviceThreads {
+  const std::vector<std::vector<int64_t>> &orders;
+  std::vector<float> &losses; ///< [t * N + d]
+  std::atomic<int64_t> &progress;
+  StepRendezvous &rendezvous;
+  int64_t start; ///< the first step (--resume's)
+};
+
 /// Device d's part of a multi-device run: every step (pipelines load each
 /// micro-batch where a stage reads it, rows (t * M + k) * B on, the same
-/// rows dp gives slot k), then the flush. Losses go to `losses[t * N + d]`.
-void runDevice(Run &run, int d, const std::vector<std::vector<int64_t>> &orders,
-               std::vector<float> &losses, std::atomic<int64_t> &progress) {
+/// rows dp gives slot k), with the process's checkpoints between steps,
+/// then the flush. Losses go to `losses[t * N + d]`.
+void runDevice(Run &run, int d, DeviceThreads &shared) {
+  const std::vector<std::vector<int64_t>> &orders = shared.orders;
+  std::vector<float> &losses = shared.losses;
+  std::atomic<int64_t> &progress = shared.progress;
   const Options &options = run.options;
   const plan::Plan &plan = run.plan;
   omp_set_num_threads(run.threadsPerDevice);
@@ -791,39 +897,46 @@ void runDevice(Run &run, int d, const std::vector<std::vector<int64_t>> &orders,
     copyRows(input == plan.labels() ? run.train.labels : run.train.images,
              target, 0, first, &orders[epoch]);
   };
-  for (int64_t t = 0; t < run.total; ++t) {
+  auto checkpoint = [&](int64_t next) {
+    if (checkpointDue(run, next))
+      shared.rendezvous.meet([&] {
+        saveCheckpoint(options.checkpoint, run.checkpointScope(),
+                       runIdentity(run), next);
+      });
+  };
+  for (int64_t t = shared.start; t < run.total; ++t) {
     if (pipeline) {
       ex.runStep(StepContext{t, 0, options.seed, &loader});
       if (d == plan.loss_device()) {
-        float loss = plan.loss() >= 0 ? readScalar(ex.view(plan.loss())) : 0.0f;
+        float loss = readLoss(plan, ex);
         for (int q = 0; q < run.deviceCount; ++q)
           losses[t * run.deviceCount + q] = loss;
         if (!std::isfinite(loss))
           throw RuntimeError(nonFiniteLoss(plan, ex, t, loss));
         progress = t + 1;
       }
+      checkpoint(t + 1);
       continue;
     }
     // Slot k = d of step t.
     if (options.data.empty()) {
       for (auto &[id, array] : run.feeds)
-        copyRows(array, ex.view(id), plan.tensors(id).batch_axis(),
-                 (t * slots + d) * batch);
+        stageRows(ex, id, array, plan.tensors(id).batch_axis(),
+                  (t * slots + d) * batch);
     } else {
       int64_t epoch = t / run.stepsPerEpoch, s = t % run.stepsPerEpoch;
       int64_t first = (s * slots + d) * batch;
-      copyRows(run.train.images, ex.view(run.imageInput), 0, first,
-               &orders[epoch]);
-      copyRows(run.train.labels, ex.view(plan.labels()), 0, first,
-               &orders[epoch]);
+      stageRows(ex, run.imageInput, run.train.images, 0, first, &orders[epoch]);
+      stageRows(ex, plan.labels(), run.train.labels, 0, first, &orders[epoch]);
     }
     ex.runStep(StepContext{t, d, options.seed});
-    float loss = plan.loss() >= 0 ? readScalar(ex.view(plan.loss())) : 0.0f;
+    float loss = readLoss(plan, ex);
     losses[t * run.deviceCount + d] = loss;
     if (!std::isfinite(loss))
       throw RuntimeError(nonFiniteLoss(plan, ex, t, loss));
     if (d == 0)
       progress = t + 1;
+    checkpoint(t + 1);
   }
   ex.flush(run.total, &loader);
   ex.gatherOnDeviceZero();
@@ -860,9 +973,10 @@ void gatherRunFacts(Run &run, std::vector<float> &losses) {
   }
 }
 
-/// Every device of this process on a thread of its own, with a progress
-/// line on a terminal; then (on the root) the metrics and the summary line.
-void runDevices(Run &run) {
+/// Every device of this process on a thread of its own from step `start`,
+/// with a progress line on a terminal; then (on the root) the metrics and
+/// the summary line.
+void runDevices(Run &run, int64_t start) {
   const Options &options = run.options;
   // Each epoch's order, precomputed: device threads read it freely.
   std::vector<std::vector<int64_t>> orders;
@@ -872,16 +986,21 @@ void runDevices(Run &run) {
           shuffledOrder(options.seed, e, run.train.labels.numel()));
   int N = run.deviceCount;
   std::vector<float> losses(run.total * N, 0.0f);
-  std::atomic<int64_t> progress{0};
+  std::atomic<int64_t> progress{start};
   std::mutex errorMutex;
   std::string firstError;
   auto started = std::chrono::steady_clock::now();
+  int owned = 0;
+  for (int d = 0; d < N; ++d)
+    owned += run.fabric->owns(d);
+  StepRendezvous rendezvous(owned);
+  DeviceThreads shared{orders, losses, progress, rendezvous, start};
   std::vector<std::thread> threads;
   for (int d = 0; d < N; ++d)
     if (run.fabric->owns(d))
       threads.emplace_back([&, d] {
         try {
-          runDevice(run, d, orders, losses, progress);
+          runDevice(run, d, shared);
         } catch (const RuntimeError &e) {
           std::lock_guard<std::mutex> lock(errorMutex);
           if (firstError.empty())
@@ -889,6 +1008,7 @@ void runDevices(Run &run) {
           if (run.mpi) // every process ends, with this one's reason
             die("device " + std::to_string(d) + ": " + e.what());
           run.fabric->endpoint(d).abort();
+          rendezvous.abandon(e.what());
         }
       });
   while (run.terminal && run.root()) {
@@ -917,8 +1037,8 @@ void runDevices(Run &run) {
     writeStepOutputs(run); // before the evaluation reuses the buffers
     accuracy = evaluate(run);
   }
-  double rate = elapsed > 0 ? run.total * run.perStep / elapsed : 0.0;
-  for (int64_t t = 0; t < run.total && run.metrics.is_open(); ++t) {
+  double rate = elapsed > 0 ? (run.total - start) * run.perStep / elapsed : 0.0;
+  for (int64_t t = start; t < run.total && run.metrics.is_open(); ++t) {
     double loss = 0;
     for (int d = 0; d < N; ++d)
       loss += losses[t * N + d];
@@ -930,7 +1050,7 @@ void runDevices(Run &run) {
   }
   std::printf("%s on %d devices: %lld steps", run.plan.strategy().c_str(), N,
               (long long)run.total);
-  if (run.total > 0) {
+  if (run.total > start) {
     double lastLoss = 0;
     for (int d = 0; d < N; ++d)
       lastLoss += losses[(run.total - 1) * N + d] / N;
@@ -953,17 +1073,14 @@ float runSingleStep(Run &run, int64_t step, const std::vector<int64_t> &order) {
     int64_t first = (s * run.slots + k) * run.batch;
     if (run.options.data.empty()) {
       for (auto &[id, array] : run.feeds)
-        copyRows(array, executor.view(id), plan.tensors(id).batch_axis(),
-                 (step * run.slots + k) * run.batch);
+        stageRows(executor, id, array, plan.tensors(id).batch_axis(),
+                  (step * run.slots + k) * run.batch);
     } else {
-      copyRows(run.train.images, executor.view(run.imageInput), 0, first,
-               &order);
-      copyRows(run.train.labels, executor.view(plan.labels()), 0, first,
-               &order);
+      stageRows(executor, run.imageInput, run.train.images, 0, first, &order);
+      stageRows(executor, plan.labels(), run.train.labels, 0, first, &order);
     }
     executor.runStep(StepContext{step, k, run.options.seed});
-    float slotLoss =
-        plan.loss() >= 0 ? readScalar(executor.view(plan.loss())) : 0.0f;
+    float slotLoss = readLoss(plan, executor);
     stepLoss += slotLoss / run.slots;
     if (!std::isfinite(slotLoss))
       return slotLoss;
@@ -971,23 +1088,11 @@ float runSingleStep(Run &run, int64_t step, const std::vector<int64_t> &order) {
   return stepLoss;
 }
 
-/// What a checkpoint records of this run, so that --resume continues it.
-RunIdentity runIdentity(const Run &run) {
-  RunIdentity identity;
-  identity.planChecksum = run.planChecksum;
-  identity.seed = run.options.seed;
-  if (!run.options.data.empty())
-    identity.data = "--data " + run.options.data;
-  for (const auto &[name, file] : run.options.feeds)
-    identity.data += (identity.data.empty() ? "" : " ") +
-                     std::string("--feed ") + name + "=" + file;
-  return identity;
-}
-
 /// One device, from `step` (0, or --resume's): per step the metrics line,
 /// progress on a terminal, checkpoints, and a line per epoch with --data.
 void runSingleDevice(Run &run, int64_t step) {
   const Options &options = run.options;
+  const int64_t step0 = step;
   std::vector<int64_t> order;
   int64_t shuffledEpoch = -1;
   auto started = std::chrono::steady_clock::now();
@@ -1034,10 +1139,9 @@ void runSingleDevice(Run &run, int64_t step) {
           "\repoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f samples/s   ",
           (long long)epoch + 1, (long long)run.epochs, (long long)s + 1,
           (long long)run.stepsPerEpoch, loss, rate);
-    if (!options.checkpoint.empty() && options.checkpointEvery > 0 &&
-        (step + 1) % options.checkpointEvery == 0)
-      saveCheckpoint(options.checkpoint, run.first(), runIdentity(run),
-                     step + 1);
+    if (checkpointDue(run, step + 1))
+      saveCheckpoint(options.checkpoint, run.checkpointScope(),
+                     runIdentity(run), step + 1);
     if (last && !options.data.empty()) {
       double elapsed = std::chrono::duration<double>(
                            std::chrono::steady_clock::now() - started)
@@ -1056,26 +1160,31 @@ void runSingleDevice(Run &run, int64_t step) {
   }
   if (run.terminal && options.data.empty())
     std::fprintf(stderr, "\n");
-  if (!options.checkpoint.empty())
-    saveCheckpoint(options.checkpoint, run.first(), runIdentity(run),
+  // A resume at the end still leaves a checkpoint there.
+  if (!options.checkpoint.empty() && step0 == run.total)
+    saveCheckpoint(options.checkpoint, run.checkpointScope(), runIdentity(run),
                    run.total);
 }
 
-/// Training: on several devices, or on one from the start or --resume.
+/// Training, on one device or several, from the start or --resume.
 void train(Run &run) {
   countSteps(run);
-  if (run.multiDevice) {
-    runDevices(run);
-    return;
-  }
   int64_t step = 0;
   if (!run.options.resume.empty()) {
-    step = loadCheckpoint(run.options.resume, run.first(), runIdentity(run));
+    try {
+      step = loadCheckpoint(run.options.resume, run.checkpointScope(),
+                            runIdentity(run));
+    } catch (const RuntimeError &e) {
+      die(e.what());
+    }
     if (step > run.total)
       die("--resume: the checkpoint is at step " + std::to_string(step) +
           ", past the " + std::to_string(run.total) + " steps asked for");
   }
-  runSingleDevice(run, step);
+  if (run.multiDevice)
+    runDevices(run, step);
+  else
+    runSingleDevice(run, step);
 }
 
 /// --profile: every instruction's mean time per step over the steps after
@@ -1146,7 +1255,8 @@ void saveOnnx(Run &run) {
     auto it = byName.find(initializer.name());
     if (it == byName.end())
       continue;
-    const TensorView &view = run.first().view(it->second);
+    HostTensor trained = run.first().stageOut(it->second);
+    const TensorView &view = trained.view();
     initializer.clear_float_data();
     initializer.clear_external_data();
     initializer.set_data_location(onnx::TensorProto::DEFAULT);
@@ -1182,12 +1292,12 @@ void writeOutputs(Run &run) {
   if (run.report)
     writeReport(run);
   if (!options.dumpParams.empty()) {
-    std::vector<std::pair<std::string, TensorView>> tensors;
+    std::vector<std::pair<std::string, int>> tensors;
     for (const plan::Tensor &t : run.plan.tensors())
       if ((t.kind() == plan::PARAM && t.trainable()) ||
           t.kind() == plan::BUFFER)
-        tensors.emplace_back(t.name(), executor.view(t.id()));
-    writeFolder(options.dumpParams, tensors);
+        tensors.emplace_back(t.name(), t.id());
+    writeTensors(options.dumpParams, executor, tensors);
   }
   if (!run.stepOutputsWritten)
     writeStepOutputs(run);

@@ -1,9 +1,13 @@
 //===- Checkpoint.h - saving and resuming training state --------*- C++ -*-===//
 //
-// A checkpoint holds everything that changes during training: parameters,
-// buffers, optimizer moments and step counts, and the next step. Resuming
-// from it continues bit-identically. It is tied to the plan it was taken
-// from by the plan's checksum.
+// A checkpoint holds everything that changes during training, so that
+// resuming from it continues bit-identically: every device's parameters,
+// buffers, reduced gradients and optimizer state, a pipeline's micro-batches
+// in flight (the arena, where 2bw and cdp-mp stash activations across the
+// step boundary), the messages and reductions in flight between devices,
+// and the next step. Each process writes its own shard; the root then
+// writes the manifest that names them, and only then are older shards
+// removed, so a crash at any point leaves the previous checkpoint whole.
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,6 +18,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace cdp::runtime {
 
@@ -25,15 +30,24 @@ struct RunIdentity {
   std::string data; ///< the --data folder or the --feed list, as given
 };
 
-/// Writes DIR/checkpoint.bin (and creates DIR); `nextStep` is the first step
-/// a resumed run takes.
-void saveCheckpoint(const std::string &dir, Executor &executor,
+/// This process's part of a run: its devices (in device order) and the
+/// fabric between them (null for one device that does not communicate).
+struct CheckpointScope {
+  std::vector<Executor *> devices;
+  Fabric *fabric = nullptr;
+};
+
+/// Writes this process's shard of the state before step `nextStep` and,
+/// on the root, DIR/manifest.bin (creating DIR). Every device of every
+/// process must be between steps: collective under MPI.
+void saveCheckpoint(const std::string &dir, const CheckpointScope &scope,
                     const RunIdentity &identity, int64_t nextStep);
 
 /// Restores the state saved by saveCheckpoint; returns the next step.
-/// Throws RuntimeError when the checkpoint is corrupt or was written by a
-/// run of another plan, seed or data.
-int64_t loadCheckpoint(const std::string &dir, Executor &executor,
+/// Throws RuntimeError (one line) when the checkpoint is corrupt or
+/// truncated, or was written by a run of another plan, seed, data, device
+/// count or process count.
+int64_t loadCheckpoint(const std::string &dir, const CheckpointScope &scope,
                        const RunIdentity &identity);
 
 } // namespace cdp::runtime

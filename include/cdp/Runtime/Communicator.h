@@ -121,6 +121,21 @@ public:
   virtual void barrier() = 0;
   /// Ends the whole run after a device failed (MPI: every process).
   virtual void abortRun() = 0;
+  /// This process's index among the run's, and their count (in-process:
+  /// 0 of 1).
+  virtual int processRank() const { return 0; }
+  virtual int processCount() const { return 1; }
+
+  /// Between two steps, while every device of every process waits there
+  /// (a checkpoint): what is in flight towards this process's devices, as
+  /// bytes -- messages sent and not yet received, contributions to
+  /// reductions not every device has waited for. Devices send only what
+  /// later steps receive, so this is all that crosses the step boundary
+  /// outside the devices' memory. Collective under MPI.
+  virtual std::string saveInFlight() = 0;
+  /// Puts back what saveInFlight returned, before a resumed run's first
+  /// step. Throws RuntimeError when the bytes are not such a state.
+  virtual void restoreInFlight(const std::string &bytes) = 0;
 };
 
 /// Devices as threads of this process: the fabric holds the messages in
@@ -143,6 +158,8 @@ public:
   void barrier() override {}
   std::vector<std::vector<Communicator::SendRecord>> gatherSendLogs() override;
   void abortRun() override;
+  std::string saveInFlight() override;
+  void restoreInFlight(const std::string &bytes) override;
 
 private:
   friend class LocalCommunicator;

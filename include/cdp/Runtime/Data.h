@@ -18,6 +18,10 @@ struct Array {
   int64_t numel() const;
 };
 
+/// A whole regular file (a FIFO or device is refused: its read would not
+/// end). Throws RuntimeError naming the file.
+std::string readFileBytes(const std::string &path);
+
 /// Reads `.npy` (float32, int64, bool; C order) or an ONNX TensorProto
 /// `.pb`, by extension. Throws RuntimeError naming the file.
 Array readArray(const std::string &path);

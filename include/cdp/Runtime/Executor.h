@@ -10,6 +10,7 @@
 #define CDP_RUNTIME_EXECUTOR_H
 
 #include "cdp/Runtime/Communicator.h"
+#include "cdp/Runtime/Device.h"
 #include "cdp/Runtime/Kernel.h"
 
 #include <chrono>
@@ -58,6 +59,18 @@ private:
   std::vector<std::vector<FlowEnd>> flows;
 };
 
+/// A tensor host code may read: the tensor itself where the device's
+/// memory is the host's, else a copy staged out of the device.
+class HostTensor {
+public:
+  const TensorView &view() const { return hostView; }
+
+private:
+  friend class Executor;
+  TensorView hostView;
+  std::vector<uint64_t> storage; // the staged copy, 8-byte aligned
+};
+
 class Executor {
 public:
   /// Throws RuntimeError when the plan is inconsistent or needs a kernel
@@ -67,8 +80,24 @@ public:
   ~Executor();
 
   const plan::Plan &plan() const { return planRef; }
-  TensorView &view(int id) { return views.at(id); }
+  /// Tensor `id` in the device's memory (its `space` says whose): for
+  /// kernels and the communicator. Host code stages through stageIn and
+  /// stageOut instead.
+  const TensorView &view(int id) const { return views.at(id); }
   const plan::Tensor &tensor(int id) const { return planRef.tensors(id); }
+
+  /// Fills tensor `id` from the host: `fill` writes a host view of it (the
+  /// tensor itself on the CPU, else a staging buffer uploaded afterwards).
+  void stageIn(int id, const std::function<void(const TensorView &)> &fill);
+  /// Tensor `id` (or any view of this device's memory) for host code.
+  HostTensor stageOut(int id) const { return stageOut(views.at(id)); }
+  HostTensor stageOut(const TensorView &view) const;
+  /// Copies a view of this device's memory to or from host bytes.
+  void download(const TensorView &view, void *host) const;
+  void upload(const TensorView &view, const void *host);
+  /// The whole arena as one view of bytes (a pipeline's stash, for
+  /// checkpoints).
+  TensorView arenaView() const;
 
   /// One training (or inference) step on device 0.
   void runStep(const StepContext &context);
@@ -106,6 +135,8 @@ public:
   /// after the last step; -1 when all are finite. `instruction` gets the
   /// producer's index.
   int firstNonFinite(int &instruction) const;
+  /// The first non-finite element of float32 tensor `id`, or -1.
+  int64_t firstNonFiniteElement(int id) const;
 
   /// Kernels with state (optimizer updates), with their instructions.
   std::vector<std::pair<const plan::Instruction *, Kernel *>> statefulKernels();
@@ -122,6 +153,7 @@ public:
   void gatherOnDeviceZero();
 
 private:
+  void placeTensor(int id);
   void runInstructions(const StepContext &context);
   std::vector<std::unique_ptr<Kernel>>
   bind(const google::protobuf::RepeatedPtrField<plan::Instruction> &stream,
@@ -132,8 +164,10 @@ private:
   Communicator *communicator = nullptr;
   class ReportBuilder *report = nullptr;
   TraceRecorder *trace = nullptr;
+  std::unique_ptr<Device> backendDevice;
   void *arena = nullptr;
-  std::vector<std::vector<uint64_t>> persistent; // 8-byte aligned storage
+  int64_t arenaBytes = 0;
+  std::vector<void *> persistent; // by tensor id; null for arena tensors
   std::vector<TensorView> views;
   std::vector<std::unique_ptr<Kernel>> train, eval;
   std::vector<double> profile, firstStepProfile;

@@ -30,11 +30,16 @@ public:
   using std::runtime_error::runtime_error;
 };
 
+/// Where a tensor's bytes live: host memory, or a device's own (a GPU's),
+/// which only kernels and the device's staging calls touch.
+enum class MemorySpace { Host, Device };
+
 /// A view of a tensor's storage.
 struct TensorView {
   void *data = nullptr;
   std::vector<int64_t> shape;
   plan::DType dtype = plan::F32;
+  MemorySpace space = MemorySpace::Host;
 
   bool present() const { return data != nullptr; }
   int64_t numel() const {
@@ -60,6 +65,7 @@ struct StepContext {
   int64_t slot = 0;  ///< micro-batch slot k within the step
   uint64_t seed = 0; ///< --seed (Dropout)
   const Loader *loader = nullptr;
+  void *queue = nullptr; ///< the device's queue (Device::queue)
 };
 
 /// State a kernel carries from step to step (optimizer moments and step

@@ -1,0 +1,72 @@
+//===- Device.h - the device seam: memory and execution ---------*- C++ -*-===//
+//
+// A backend's device owns the memory a plan's device uses and the queue its
+// kernels run on. The executor allocates the arena and the persistent
+// tensors through it, and everything outside a kernel (the loader, --feed,
+// --dump-params, --save-onnx, checkpoints, the NaN check) moves bytes only
+// through its staging calls, never through a raw pointer into device
+// memory. The CPU device's memory is the host's, so its staging is a plain
+// copy and the executor hands host code the tensor itself; a GPU device
+// (CUDA) copies through the driver.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CDP_RUNTIME_DEVICE_H
+#define CDP_RUNTIME_DEVICE_H
+
+#include "cdp/Runtime/Kernel.h"
+
+#include <cstddef>
+#include <memory>
+
+namespace cdp::runtime {
+
+class Device {
+public:
+  virtual ~Device() = default;
+  virtual Backend backend() const = 0;
+  /// Where the memory `allocate` returns lives.
+  virtual MemorySpace space() const = 0;
+  /// `bytes` of zeroed memory, 64-byte aligned; throws RuntimeError when
+  /// the device has not that much.
+  virtual void *allocate(size_t bytes) = 0;
+  virtual void release(void *memory) = 0;
+  /// Staging: copies between host memory and this device's, complete when
+  /// they return (after the work queued before them).
+  virtual void download(void *host, const void *memory, size_t bytes) = 0;
+  virtual void upload(void *memory, const void *host, size_t bytes) = 0;
+  /// Sets `bytes` of device memory to `value`.
+  virtual void fill(void *memory, unsigned char value, size_t bytes) = 0;
+  /// The queue kernels enqueue work on, passed to them in the step context
+  /// (a CUDA stream; the CPU runs work when called and has none).
+  virtual void *queue() { return nullptr; }
+  /// Returns when all work queued so far is done.
+  virtual void synchronize() {}
+};
+
+/// Device memory of its own, released with it.
+class DeviceBuffer {
+public:
+  DeviceBuffer(Device &device, size_t bytes)
+      : device(device), memory(device.allocate(bytes)) {}
+  ~DeviceBuffer() { device.release(memory); }
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+  void *data() const { return memory; }
+
+private:
+  Device &device;
+  void *memory;
+};
+
+/// Device `index` of `backend`. Throws RuntimeError when this build or
+/// machine lacks it.
+std::unique_ptr<Device> createDevice(Backend backend, int index);
+
+/// The backend a plan's device names ("cpu", the default, or "cuda").
+/// Throws RuntimeError for another name.
+Backend parseBackend(const std::string &name);
+
+} // namespace cdp::runtime
+
+#endif // CDP_RUNTIME_DEVICE_H
