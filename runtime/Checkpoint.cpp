@@ -15,6 +15,7 @@
 #include "cdp/Runtime/Checkpoint.h"
 
 #include "cdp/Plan/Paths.h"
+#include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Runtime/Bytes.h"
 #include "cdp/Runtime/Data.h"
@@ -36,19 +37,26 @@ namespace {
 constexpr char kManifestMagic[8] = {'C', 'D', 'P', 'C', 'K', 'P', 'T', '3'};
 constexpr char kShardMagic[8] = {'C', 'D', 'P', 'S', 'H', 'R', 'D', '3'};
 
-/// Whether micro-batches cross the step boundary (2bw, cdp-mp: the drain
-/// finishes the last ones), so that the arena holds live activations
-/// between steps. Elsewhere the arena is dead there and not saved.
-bool stashesAcrossSteps(const plan::Plan &plan) {
+/// Whether the arena holds live activations at the checkpoint before step
+/// `nextStep`: where micro-batches cross the step boundary (2bw, cdp-mp:
+/// the drain finishes the last ones) or a device stops inside a step
+/// (checkpointCut). Elsewhere the arena is dead there and not saved.
+bool arenaLive(const plan::Plan &plan, int64_t nextStep) {
   for (const plan::Device &device : plan.devices())
     for (const plan::Instruction &instruction : device.instructions())
       if (instruction.drain())
         return true;
+  std::string error;
+  std::vector<int> cut = plan::checkpointCut(plan, nextStep, error);
+  for (size_t d = 0; d < cut.size(); ++d)
+    if (cut[d] < plan.devices(d).instructions_size())
+      return true;
   return false;
 }
 
 /// Every piece of one device's mutable state, by a stable name.
-std::map<std::string, TensorView> piecesOf(Executor &executor) {
+std::map<std::string, TensorView> piecesOf(Executor &executor,
+                                           int64_t nextStep) {
   std::map<std::string, TensorView> pieces;
   std::string device = "device " + std::to_string(executor.device()) + " ";
   const plan::Plan &plan = executor.plan();
@@ -67,7 +75,7 @@ std::map<std::string, TensorView> piecesOf(Executor &executor) {
     if (s.counter)
       pieces[prefix + "steps"] = TensorView{s.counter, {1}, plan::I64};
   }
-  if (stashesAcrossSteps(plan))
+  if (arenaLive(plan, nextStep))
     pieces[device + "arena"] = executor.arenaView();
   return pieces;
 }
@@ -104,7 +112,7 @@ std::string buildShard(const CheckpointScope &scope, int64_t nextStep) {
   out.put<int64_t>(nextStep);
   std::map<std::string, TensorView> pieces;
   for (Executor *executor : scope.devices)
-    pieces.merge(piecesOf(*executor));
+    pieces.merge(piecesOf(*executor, nextStep));
   out.put<uint64_t>(pieces.size());
   std::string host;
   for (auto &[name, view] : pieces) {
@@ -281,7 +289,7 @@ void restoreShard(const std::string &path, const std::string &bytes,
     throw RuntimeError(path + ": a shard of another process or step");
   std::map<std::string, TensorView> pieces;
   for (Executor *executor : scope.devices)
-    pieces.merge(piecesOf(*executor));
+    pieces.merge(piecesOf(*executor, nextStep));
   uint64_t count = in.get<uint64_t>();
   if (count != pieces.size())
     throw RuntimeError(path + ": the shard holds " + std::to_string(count) +

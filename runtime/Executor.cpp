@@ -166,11 +166,11 @@ std::vector<std::unique_ptr<Kernel>> Executor::bind(
   return kernels;
 }
 
-void Executor::runStep(const StepContext &step) {
+void Executor::runStep(const StepContext &step, InstructionRange range) {
   StepContext context = step;
   context.queue = backendDevice->queue();
   try {
-    runInstructions(context);
+    runInstructions(context, range);
   } catch (const RuntimeError &) {
     throw;
   } catch (const std::exception &e) {
@@ -180,9 +180,13 @@ void Executor::runStep(const StepContext &step) {
   }
 }
 
-void Executor::runInstructions(const StepContext &context) {
-  ++steps;
+void Executor::runInstructions(const StepContext &context,
+                               InstructionRange range) {
   const plan::Device &device = planRef.devices(deviceIndex);
+  size_t begin = static_cast<size_t>(range.begin),
+         end = range.end < 0 ? train.size() : static_cast<size_t>(range.end);
+  if (begin == 0)
+    ++steps;
   int64_t lastSlot = std::max(planRef.micro_batches(), 1) - 1;
   auto skipped = [&](const plan::Instruction &instruction) {
     return instruction.min_step() > context.step ||
@@ -190,15 +194,14 @@ void Executor::runInstructions(const StepContext &context) {
            (draining && !instruction.drain());
   };
   if (!report && profile.empty() && !trace) {
-    for (size_t i = 0; i < train.size(); ++i)
+    for (size_t i = begin; i < end; ++i)
       if (!skipped(device.instructions(i)))
         train[i]->run(context);
     return;
   }
-  const PlanFacts *facts = report ? &report->facts() : nullptr;
-  if (report)
+  if (report && begin == 0)
     report->startStep(deviceIndex, context.step);
-  for (size_t i = 0; i < train.size(); ++i) {
+  for (size_t i = begin; i < end; ++i) {
     const plan::Instruction &instruction = device.instructions(i);
     if (skipped(instruction))
       continue;
@@ -430,7 +433,8 @@ int64_t Executor::optimizerBytes() {
   return total;
 }
 
-void Executor::flush(int64_t totalSteps, const Loader *loader) {
+void Executor::flush(int64_t totalSteps, const Loader *loader,
+                     InstructionRange range) {
   const plan::Device &device = planRef.devices(deviceIndex);
   int n = device.instructions_size();
   if (std::any_of(device.instructions().begin(), device.instructions().end(),
@@ -439,15 +443,18 @@ void Executor::flush(int64_t totalSteps, const Loader *loader) {
     // the last update, without new forwards.
     draining = true;
     try {
-      runStep(StepContext{totalSteps, 0, 0, loader});
+      runStep(StepContext{totalSteps, 0, 0, loader}, range);
     } catch (...) {
       draining = false;
       throw;
     }
     draining = false;
-    --steps; // not a training step
+    if (range.begin == 0)
+      --steps; // not a training step
     return;
   }
+  if (range.begin > 0)
+    return; // a checkpoint cuts nothing else
   // --cdp-reduce chain: the relays of the last steps' means run k steps
   // after their reduction (k: their min_step), past the end of training.
   plan::forEachRelayAfterTraining(

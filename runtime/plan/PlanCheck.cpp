@@ -246,3 +246,118 @@ std::string findSendRecvDeadlock(const Plan &plan) {
 }
 
 } // namespace cdp::plan
+
+namespace cdp::plan {
+
+namespace {
+
+/// A send or recv as the traffic sees it: the peer, the value and the
+/// micro-batch over the run it carries in a given step.
+struct Message {
+  int64_t peer = 0, value = 0, microBatch = 0, perStep = 1, stepOffset = 0;
+  int64_t overRun(int64_t step) const {
+    return (step + stepOffset) * perStep + microBatch;
+  }
+};
+
+Message messageOf(const Instruction &instruction) {
+  Message m;
+  m.peer = attribute(instruction, "peer");
+  m.value = attribute(instruction, "value");
+  m.microBatch = attribute(instruction, "micro_batch", 0);
+  m.perStep = attribute(instruction, "micro_batches", 1);
+  m.stepOffset = attribute(instruction, "step_offset", 0);
+  return m;
+}
+
+/// The sends of the run, to find the one a receive waits for.
+class SendIndex {
+public:
+  explicit SendIndex(const Plan &plan) : plan(plan) {
+    for (int d = 0; d < plan.devices_size(); ++d)
+      for (int i = 0; i < plan.devices(d).instructions_size(); ++i) {
+        const Instruction &instruction = plan.devices(d).instructions(i);
+        if (instruction.op() == "send") {
+          Message m = messageOf(instruction);
+          sends[{d, m.peer, m.value}].push_back({i, m});
+        }
+      }
+  }
+  /// The send a recv of device `to` in `step` waits for: (index, step), or
+  /// index -1 when none matches.
+  std::pair<int, int64_t> senderOf(int to, const Message &recv,
+                                   int64_t step) const {
+    auto it = sends.find({static_cast<int>(recv.peer), to, recv.value});
+    if (it == sends.end())
+      return {-1, 0};
+    int64_t wanted = recv.overRun(step);
+    const Device &device = plan.devices(static_cast<int>(recv.peer));
+    for (const auto &[index, send] : it->second) {
+      int64_t rest = wanted - send.microBatch;
+      if (rest % send.perStep != 0)
+        continue;
+      int64_t sendStep = rest / send.perStep - send.stepOffset;
+      if (sendStep >= device.instructions(index).min_step())
+        return {index, sendStep};
+    }
+    return {-1, 0};
+  }
+
+private:
+  const Plan &plan;
+  std::map<std::tuple<int, int64_t, int64_t>,
+           std::vector<std::pair<int, Message>>>
+      sends;
+};
+
+} // namespace
+
+std::vector<int> checkpointCut(const Plan &plan, int64_t next,
+                               std::string &error) {
+  SendIndex index(plan);
+  int devices = plan.devices_size();
+  int64_t last = next - 1; // the step the cut falls in
+  std::vector<int> cut(devices);
+  for (int d = 0; d < devices; ++d)
+    cut[d] = plan.devices(d).instructions_size();
+  // Whether device e's recv (instruction i of `step`) would wait across the
+  // cut; if so, e stops before it. False when that needs an earlier step.
+  auto cutBefore = [&](int e, int i, int64_t step) {
+    const Instruction &recv = plan.devices(e).instructions(i);
+    Message m = messageOf(recv);
+    auto [send, sendStep] = index.senderOf(e, m, step);
+    bool acrossCut = send >= 0 && (sendStep > last ||
+                                   (sendStep == last && send >= cut[m.peer]));
+    if (!acrossCut)
+      return true;
+    if (step < last) {
+      error = "a checkpoint before step " + std::to_string(next) +
+              " would need device " + std::to_string(e) + " to stop in step " +
+              std::to_string(step) + "; choose another --checkpoint-every";
+      return false;
+    }
+    cut[e] = std::min(cut[e], i);
+    return true;
+  };
+  // To a fixpoint: every receive run before the cut finds its send before
+  // it (receives of a few earlier steps may wait for sends of step `last`).
+  for (std::vector<int> before; before != cut;) {
+    before = cut;
+    for (int e = 0; e < devices; ++e) {
+      const Device &device = plan.devices(e);
+      for (int64_t step = std::max<int64_t>(last - kSteps, 0); step <= last;
+           ++step) {
+        int end = step < last ? device.instructions_size() : cut[e];
+        for (int i = 0; i < end; ++i) {
+          const Instruction &instruction = device.instructions(i);
+          if (instruction.op() == "recv" && instruction.min_step() <= step &&
+              !cutBefore(e, i, step))
+            return {};
+        }
+      }
+    }
+  }
+  return cut;
+}
+
+} // namespace cdp::plan

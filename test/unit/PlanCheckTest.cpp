@@ -173,3 +173,51 @@ TEST(PlanCheck, TimedStreamsWaitForASendOfTheNextStep) {
 }
 
 } // namespace
+
+// Checkpoint cuts: a stream whose receives all wait on the same or earlier
+// steps is cut between steps; a receive at the end of step t that waits
+// for its peer's send of step t + 1 (a tied weight) stops its device before
+// it, and every receive of what that device then has not sent moves back
+// too.
+TEST(PlanCheck, CheckpointCutBetweenStepsWithoutLookahead) {
+  Plan plan;
+  Device &first = *plan.add_devices(), &second = *plan.add_devices();
+  compute(first);
+  add(first, "send", 1, 7, 0);
+  add(first, "recv", 1, 9, 0);
+  add(second, "recv", 0, 7, 0);
+  add(second, "send", 0, 9, 0);
+  std::string error;
+  EXPECT_EQ(checkpointCut(plan, 4, error), (std::vector<int>{3, 2})) << error;
+}
+
+TEST(PlanCheck, CheckpointCutStopsBeforeReceiveOfNextStep) {
+  Plan plan;
+  Device &first = *plan.add_devices(), &second = *plan.add_devices(),
+         &third = *plan.add_devices();
+  add(third, "send", 1, 5, 0); // the new value, at the start of a step
+  third.mutable_instructions(0)->set_drain(true); // also after the last
+  compute(third);
+  add(second, "recv", 2, 5, 2); // micro-batch 2 of 2: the next step's
+  add(second, "send", 0, 9, 0);
+  compute(first);
+  add(first, "recv", 1, 9, 0);
+  std::string error;
+  EXPECT_EQ(findSendRecvDeadlock(plan), "");
+  // Device 1 stops before its receive (0); device 0 then before the
+  // receive of what device 1 sends after it (1); device 2 runs its step.
+  EXPECT_EQ(checkpointCut(plan, 5, error), (std::vector<int>{1, 0, 2}))
+      << error;
+}
+
+TEST(PlanCheck, CheckpointCutRefusesToReachAnEarlierStep) {
+  Plan plan;
+  Device &first = *plan.add_devices(), &second = *plan.add_devices();
+  add(first, "send", 1, 5, 0);
+  add(second, "recv", 0, 5, 4); // two steps ahead
+  std::string error;
+  EXPECT_TRUE(checkpointCut(plan, 5, error).empty());
+  EXPECT_NE(error.find("would need device 1 to stop in step 3"),
+            std::string::npos)
+      << error;
+}

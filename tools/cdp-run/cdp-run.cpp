@@ -861,19 +861,48 @@ bool checkpointDue(const Run &run, int64_t next) {
           (options.checkpointEvery > 0 && next % options.checkpointEvery == 0));
 }
 
+/// The checkpoint cuts of a run (plan::checkpointCut), computed once per
+/// checkpoint by whichever device thread asks first.
+class CheckpointCuts {
+public:
+  explicit CheckpointCuts(const plan::Plan &plan) : plan(plan) {}
+  /// Where device d stops in step `next - 1` for the checkpoint before
+  /// step `next`.
+  int at(int64_t next, int d) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = cuts.find(next);
+    if (it == cuts.end()) {
+      std::string error;
+      std::vector<int> cut = plan::checkpointCut(plan, next, error);
+      if (cut.empty())
+        throw RuntimeError(error);
+      it = cuts.emplace(next, std::move(cut)).first;
+    }
+    return it->second[d];
+  }
+
+private:
+  const plan::Plan &plan;
+  std::mutex mutex;
+  std::map<int64_t, std::vector<int>> cuts;
+};
+
 /// Where the devices' threads meet and what they share.
 struct DeviceThreads {
   const std::vector<std::vector<int64_t>> &orders;
   std::vector<float> &losses; ///< [t * N + d]
   std::atomic<int64_t> &progress;
   StepRendezvous &rendezvous;
+  CheckpointCuts &cuts;
   int64_t start; ///< the first step (--resume's)
 };
 
 /// Device d's part of a multi-device run: every step (pipelines load each
 /// micro-batch where a stage reads it, rows (t * M + k) * B on, the same
-/// rows dp gives slot k), with the process's checkpoints between steps,
-/// then the flush. Losses go to `losses[t * N + d]`.
+/// rows dp gives slot k), with the process's checkpoints, then the flush.
+/// A checkpoint before step t + 1 is taken where its cut stops each device
+/// in step t; a resumed run first finishes that step. Losses go to
+/// `losses[t * N + d]`.
 void runDevice(Run &run, int d, DeviceThreads &shared) {
   const std::vector<std::vector<int64_t>> &orders = shared.orders;
   std::vector<float> &losses = shared.losses;
@@ -884,6 +913,7 @@ void runDevice(Run &run, int d, DeviceThreads &shared) {
   Executor &ex = *run.executors[d];
   bool pipeline = plan::traitsOf(plan).pipelined;
   int64_t slots = run.slots, batch = run.batch;
+  int size = plan.devices(d).instructions_size();
   Loader loader = [&](int input, int64_t t, int64_t k,
                       const TensorView &target) {
     int64_t first = (t * slots + k) * batch;
@@ -897,46 +927,53 @@ void runDevice(Run &run, int d, DeviceThreads &shared) {
     copyRows(input == plan.labels() ? run.train.labels : run.train.images,
              target, 0, first, &orders[epoch]);
   };
-  auto checkpoint = [&](int64_t next) {
-    if (checkpointDue(run, next))
-      shared.rendezvous.meet([&] {
-        saveCheckpoint(options.checkpoint, run.checkpointScope(),
-                       runIdentity(run), next);
-      });
-  };
-  for (int64_t t = shared.start; t < run.total; ++t) {
-    if (pipeline) {
-      ex.runStep(StepContext{t, 0, options.seed, &loader});
-      if (d == plan.loss_device()) {
-        float loss = readLoss(plan, ex);
-        for (int q = 0; q < run.deviceCount; ++q)
-          losses[t * run.deviceCount + q] = loss;
-        if (!std::isfinite(loss))
-          throw RuntimeError(nonFiniteLoss(plan, ex, t, loss));
-        progress = t + 1;
-      }
-      checkpoint(t + 1);
-      continue;
-    }
-    // Slot k = d of step t.
+  // Slot k = d of step t's rows (dp, cdp).
+  auto stageSlot = [&](int64_t t) {
     if (options.data.empty()) {
       for (auto &[id, array] : run.feeds)
         stageRows(ex, id, array, plan.tensors(id).batch_axis(),
                   (t * slots + d) * batch);
-    } else {
-      int64_t epoch = t / run.stepsPerEpoch, s = t % run.stepsPerEpoch;
-      int64_t first = (s * slots + d) * batch;
-      stageRows(ex, run.imageInput, run.train.images, 0, first, &orders[epoch]);
-      stageRows(ex, plan.labels(), run.train.labels, 0, first, &orders[epoch]);
+      return;
     }
-    ex.runStep(StepContext{t, d, options.seed});
+    int64_t epoch = t / run.stepsPerEpoch, s = t % run.stepsPerEpoch;
+    int64_t first = (s * slots + d) * batch;
+    stageRows(ex, run.imageInput, run.train.images, 0, first, &orders[epoch]);
+    stageRows(ex, plan.labels(), run.train.labels, 0, first, &orders[epoch]);
+  };
+  // Instructions [begin, end) of step t; the step's loss once it is whole.
+  auto runPart = [&](int64_t t, int begin, int end) {
+    if (begin >= end)
+      return;
+    if (!pipeline && begin == 0)
+      stageSlot(t);
+    ex.runStep(StepContext{t, pipeline ? 0 : d, options.seed,
+                           pipeline ? &loader : nullptr},
+               InstructionRange{begin, end});
+    if (end < size || (pipeline && d != plan.loss_device()))
+      return;
     float loss = readLoss(plan, ex);
-    losses[t * run.deviceCount + d] = loss;
+    for (int q = 0; q < run.deviceCount; ++q)
+      if (pipeline || q == d)
+        losses[t * run.deviceCount + q] = loss;
     if (!std::isfinite(loss))
       throw RuntimeError(nonFiniteLoss(plan, ex, t, loss));
-    if (d == 0)
+    if (pipeline || d == 0)
       progress = t + 1;
-    checkpoint(t + 1);
+  };
+  if (shared.start > 0)
+    runPart(shared.start - 1, shared.cuts.at(shared.start, d), size);
+  for (int64_t t = shared.start; t < run.total; ++t) {
+    if (!checkpointDue(run, t + 1)) {
+      runPart(t, 0, size);
+      continue;
+    }
+    int cut = shared.cuts.at(t + 1, d);
+    runPart(t, 0, cut);
+    shared.rendezvous.meet([&] {
+      saveCheckpoint(options.checkpoint, run.checkpointScope(),
+                     runIdentity(run), t + 1);
+    });
+    runPart(t, cut, size);
   }
   ex.flush(run.total, &loader);
   ex.gatherOnDeviceZero();
@@ -994,7 +1031,8 @@ void runDevices(Run &run, int64_t start) {
   for (int d = 0; d < N; ++d)
     owned += run.fabric->owns(d);
   StepRendezvous rendezvous(owned);
-  DeviceThreads shared{orders, losses, progress, rendezvous, start};
+  CheckpointCuts cuts(run.plan);
+  DeviceThreads shared{orders, losses, progress, rendezvous, cuts, start};
   std::vector<std::thread> threads;
   for (int d = 0; d < N; ++d)
     if (run.fabric->owns(d))

@@ -53,6 +53,20 @@ void forEachRelayAfterTraining(
     const Device &device, int64_t steps,
     const std::function<void(int index, int64_t step)> &visit);
 
+/// Where a checkpoint taken before step `next` cuts the devices' streams so
+/// that no device waits across it: device d has run the steps before
+/// `next - 1` and the first cut[d] instructions of step `next - 1` (all of
+/// them, for most devices). A device whose receive in step `next - 1` waits
+/// for a later step's send (a tied weight's new value, sent in step t + 1
+/// and received at the end of step t) stops before that receive, and so,
+/// transitively, does every device that would receive what it has not yet
+/// sent. What was sent before the cut and not yet received is in flight.
+/// Independent of the run's length, so that a checkpoint taken at the end
+/// resumes into a longer run. Empty, with `error` set, when a cut would
+/// reach into an earlier step.
+std::vector<int> checkpointCut(const Plan &plan, int64_t next,
+                               std::string &error);
+
 } // namespace cdp::plan
 
 #endif // CDP_PLAN_PLANCHECK_H

@@ -71,6 +71,11 @@ private:
   std::vector<uint64_t> storage; // the staged copy, 8-byte aligned
 };
 
+/// Instructions [begin, end) of a device's stream (end < 0: to its end).
+struct InstructionRange {
+  int begin = 0, end = -1;
+};
+
 class Executor {
 public:
   /// Throws RuntimeError when the plan is inconsistent or needs a kernel
@@ -99,8 +104,10 @@ public:
   /// checkpoints).
   TensorView arenaView() const;
 
-  /// One training (or inference) step on device 0.
-  void runStep(const StepContext &context);
+  /// One training (or inference) step, or the part [begin, end) of its
+  /// instructions (a checkpoint cuts a step in two: checkpointCut); only the
+  /// part that starts at 0 counts as a step.
+  void runStep(const StepContext &context, InstructionRange range = {});
 
   /// Times every instruction of later steps (seconds, summed over steps).
   void enableProfiling() {
@@ -116,7 +123,8 @@ public:
   /// (delayed updates), so that the parameters are theta_T. 2bw and
   /// cdp-mp: the drain (the last micro-batches' backwards and the
   /// last update) runs as step `steps`, reported like any step.
-  void flush(int64_t steps, const Loader *loader = nullptr);
+  void flush(int64_t steps, const Loader *loader = nullptr,
+             InstructionRange range = {});
 
   int device() const { return deviceIndex; }
 
@@ -154,7 +162,7 @@ public:
 
 private:
   void placeTensor(int id);
-  void runInstructions(const StepContext &context);
+  void runInstructions(const StepContext &context, InstructionRange range);
   std::vector<std::unique_ptr<Kernel>>
   bind(const google::protobuf::RepeatedPtrField<plan::Instruction> &stream,
        int threads);

@@ -1,7 +1,9 @@
-"""Starts `mpirun -np 2 cdp-run PLAN ...` for many steps, kills one of the
-cdp-run processes with SIGKILL once both run, and reports whether the job
-ended non-zero and within a bound (instead of hanging). Run in the folder
-holding PLAN, x.npy and y.npy; cdp-run and mpirun on PATH."""
+"""Starts `mpirun -np 2 cdp-run PLAN [ARGS...]` (for many steps unless ARGS
+has --steps), kills one of the cdp-run processes with SIGKILL once both run
+(and, with --checkpoint DIR in ARGS, once DIR holds a checkpoint), and
+reports whether the job ended non-zero and within a bound (instead of
+hanging). Run in the folder holding PLAN, x.npy and y.npy; cdp-run and
+mpirun on PATH."""
 
 import os
 import signal
@@ -9,12 +11,15 @@ import subprocess
 import sys
 import time
 
-plan = sys.argv[1]
+plan, extra = sys.argv[1], sys.argv[2:]
+if "--steps" not in extra:
+    extra += ["--steps", "10000000"]
+checkpoint = (extra[extra.index("--checkpoint") + 1]
+              if "--checkpoint" in extra else None)
 job = subprocess.Popen(
     ["mpirun", "--oversubscribe", "--mca", "btl", "self,tcp", "--mca",
      "btl_tcp_if_include", "lo", "-np", "2", "cdp-run", plan, "--feed",
-     "x=x.npy", "--feed", "labels=y.npy", "--steps", "10000000",
-     "--comm-timeout", "30"],
+     "x=x.npy", "--feed", "labels=y.npy", "--comm-timeout", "30"] + extra,
     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
 
 
@@ -40,7 +45,12 @@ def ranks():
 deadline = time.time() + 30
 while len(ranks()) < 2 and time.time() < deadline:
     time.sleep(0.1)
-time.sleep(1.0)  # both in their steps
+if checkpoint:
+    while (not os.path.exists(os.path.join(checkpoint, "manifest.bin"))
+           and time.time() < deadline):
+        time.sleep(0.01)
+else:
+    time.sleep(1.0)  # both in their steps
 victims = ranks()
 if not victims:
     print("no cdp-run process to kill")
