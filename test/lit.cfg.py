@@ -24,6 +24,7 @@ config.substitutions.append(("%shared", config.cdp_shared_dir))
 config.substitutions.append(("%models", os.path.join(config.test_source_root, "Import", "make_models.py")))
 config.substitutions.append(("%srcroot", config.cdp_src_root))
 config.substitutions.append(("%cdp_bin", config.cdp_tools_dir))
+config.substitutions.append(("%unit_bin", os.path.join(config.cdp_obj_root, "test", "unit")))
 config.substitutions.append(("%llvm_include", "/usr/lib/llvm-19/include"))
 llvm_config.add_tool_substitutions(["cdp-opt", "cdp-compile", "cdp-run"], [config.cdp_tools_dir])
 

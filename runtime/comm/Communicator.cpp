@@ -7,6 +7,7 @@
 #include "cdp/Runtime/MpiCommunicator.h"
 
 #include <cstdlib>
+#include <cstring>
 
 namespace cdp::runtime {
 
@@ -35,6 +36,220 @@ void Communicator::checkReducible(plan::DType dtype) {
   if (dtype != plan::F32)
     throw RuntimeError("reductions are of float32 tensors, not " +
                        plan::DType_Name(dtype));
+}
+
+bool Request::test() {
+  if (pending && pending->test())
+    pending.reset();
+  return !pending;
+}
+
+bool Request::wait() {
+  if (pending && !pending->wait())
+    return false;
+  pending.reset();
+  return true;
+}
+
+int64_t Gathered::offset(int d) const {
+  int64_t elements = 0;
+  for (int i = 0; i < d; ++i)
+    elements += counts[i];
+  return elements * plan::dtypeSize(dtype);
+}
+
+namespace {
+
+/// A receive that waits in recv() (the default irecv).
+class PendingReceive : public Request::Pending {
+public:
+  PendingReceive(Communicator &comm, int from, int64_t tag, Buffer out)
+      : comm(comm), from(from), tag(tag), out(out) {}
+  bool test() override {
+    return comm.arrived(from, tag) && comm.recv(from, tag, out);
+  }
+  bool wait() override { return comm.recv(from, tag, out); }
+
+private:
+  Communicator &comm;
+  int from;
+  int64_t tag;
+  Buffer out;
+};
+
+/// Refuses a dtype that reductions cannot add.
+void checkAddable(plan::DType dtype) {
+  if (dtype != plan::F32 && dtype != plan::I64 && dtype != plan::I32)
+    throw RuntimeError("reductions add float32, int64 or int32, not " +
+                       plan::DType_Name(dtype));
+}
+
+/// Refuses a reduction the collectives cannot make, before any message.
+void checkReduction(plan::DType dtype, ReduceOp op) {
+  checkAddable(dtype);
+  if (op == ReduceOp::Mean && dtype != plan::F32)
+    throw RuntimeError("a mean reduces float32, not " +
+                       plan::DType_Name(dtype) + "; use a sum");
+}
+
+/// acc[i] += part[i] for `count` elements of `dtype` (checkAddable).
+void accumulate(plan::DType dtype, void *acc, const void *part, int64_t count) {
+  auto add = [&](auto *a, const auto *p) {
+    for (int64_t i = 0; i < count; ++i)
+      a[i] += p[i];
+  };
+  switch (dtype) {
+  case plan::F32:
+    return add(static_cast<float *>(acc), static_cast<const float *>(part));
+  case plan::I64:
+    return add(static_cast<int64_t *>(acc), static_cast<const int64_t *>(part));
+  case plan::I32:
+    return add(static_cast<int32_t *>(acc), static_cast<const int32_t *>(part));
+  default:
+    checkAddable(dtype);
+  }
+}
+
+/// A sum of `devices` float32 contributions into their mean, as
+/// the plans' reductions take it: times 1 / devices.
+void takeMean(Buffer sum, int devices) {
+  float scale = 1.0f / static_cast<float>(devices);
+  float *values = static_cast<float *>(sum.data);
+  for (int64_t i = 0; i < sum.count; ++i)
+    values[i] *= scale;
+}
+
+char *bytesAt(void *data, int64_t offset) {
+  return static_cast<char *>(data) + offset;
+}
+const char *bytesAt(const void *data, int64_t offset) {
+  return static_cast<const char *>(data) + offset;
+}
+
+} // namespace
+
+Request Communicator::isend(int to, int64_t tag, ConstBuffer data,
+                            int64_t tau) {
+  send(to, tag, data, tau);
+  return Request();
+}
+
+Request Communicator::irecv(int from, int64_t tag, Buffer out) {
+  checkPeer(from);
+  return Request(std::make_unique<PendingReceive>(*this, from, tag, out));
+}
+
+int64_t Communicator::collectiveTag(int64_t tag, int phase) const {
+  if (tag < 0 || tag >= (int64_t(1) << 56))
+    throw RuntimeError("collective tag " + std::to_string(tag) +
+                       " is out of range (0 to 2^56 - 1)");
+  return (int64_t(1) << 60) | (tag << 3) | phase;
+}
+
+void Communicator::sendToAll(int64_t tag, ConstBuffer data, int64_t tau) {
+  for (int d = 0; d < size(); ++d)
+    if (d != rank())
+      send(d, tag, data, tau);
+}
+
+bool Communicator::allReduce(int64_t tag, Buffer data, ReduceOp op,
+                             int64_t tau) {
+  checkReduction(data.dtype, op);
+  int64_t bytes = data.bytes();
+  std::vector<char> contributions(size() * bytes);
+  std::memcpy(contributions.data() + rank() * bytes, data.data, bytes);
+  int64_t message = collectiveTag(tag, 0);
+  sendToAll(message, data, tau);
+  for (int d = 0; d < size(); ++d)
+    if (d != rank() &&
+        !recv(d, message,
+              {data.dtype, contributions.data() + d * bytes, data.count}))
+      return false;
+  // In device order: the same bits on every device.
+  std::memcpy(data.data, contributions.data(), bytes);
+  for (int d = 1; d < size(); ++d)
+    accumulate(data.dtype, data.data, contributions.data() + d * bytes,
+               data.count);
+  if (op == ReduceOp::Mean)
+    takeMean(data, size());
+  return true;
+}
+
+bool Communicator::reduceScatter(int64_t tag, ConstBuffer in, Buffer out,
+                                 ReduceOp op, int64_t tau) {
+  if (in.dtype != out.dtype || in.count != out.count * size())
+    throw RuntimeError("reduce-scatter of " + std::to_string(in.count) +
+                       " elements into " + std::to_string(size()) +
+                       " chunks of " + std::to_string(out.count));
+  checkReduction(out.dtype, op);
+  int64_t bytes = out.bytes(), message = collectiveTag(tag, 1);
+  for (int d = 0; d < size(); ++d)
+    if (d != rank())
+      send(d, message, {in.dtype, bytesAt(in.data, d * bytes), out.count}, tau);
+  std::vector<char> chunks(size() * bytes);
+  std::memcpy(chunks.data() + rank() * bytes, bytesAt(in.data, rank() * bytes),
+              bytes);
+  for (int d = 0; d < size(); ++d)
+    if (d != rank() &&
+        !recv(d, message, {out.dtype, chunks.data() + d * bytes, out.count}))
+      return false;
+  std::memcpy(out.data, chunks.data(), bytes);
+  for (int d = 1; d < size(); ++d)
+    accumulate(out.dtype, out.data, chunks.data() + d * bytes, out.count);
+  if (op == ReduceOp::Mean)
+    takeMean(out, size());
+  return true;
+}
+
+bool Communicator::allGather(int64_t tag, ConstBuffer in, Buffer out,
+                             int64_t tau) {
+  if (in.dtype != out.dtype || out.count != in.count * size())
+    throw RuntimeError("all-gather of " + std::to_string(in.count) +
+                       " elements from " + std::to_string(size()) +
+                       " devices into " + std::to_string(out.count));
+  int64_t bytes = in.bytes(), message = collectiveTag(tag, 2);
+  sendToAll(message, in, tau);
+  std::memcpy(bytesAt(out.data, rank() * bytes), in.data, bytes);
+  for (int d = 0; d < size(); ++d)
+    if (d != rank() &&
+        !recv(d, message, {in.dtype, bytesAt(out.data, d * bytes), in.count}))
+      return false;
+  return true;
+}
+
+bool Communicator::allGatherV(int64_t tag, ConstBuffer in, Gathered &out,
+                              int64_t tau) {
+  // First the counts, then contributions of those sizes.
+  int64_t counts = collectiveTag(tag, 3), values = collectiveTag(tag, 4);
+  sendToAll(counts, {plan::I64, &in.count, 1}, tau);
+  sendToAll(values, in, tau);
+  out.dtype = in.dtype;
+  out.counts.assign(size(), 0);
+  out.counts[rank()] = in.count;
+  for (int d = 0; d < size(); ++d)
+    if (d != rank() && !recv(d, counts, {plan::I64, &out.counts[d], 1}))
+      return false;
+  int64_t total = 0;
+  for (int64_t count : out.counts)
+    total += count;
+  out.bytes.assign(total * plan::dtypeSize(in.dtype), 0);
+  std::memcpy(out.bytes.data() + out.offset(rank()), in.data, in.bytes());
+  for (int d = 0; d < size(); ++d)
+    if (d != rank() &&
+        !recv(d, values,
+              {in.dtype, out.bytes.data() + out.offset(d), out.counts[d]}))
+      return false;
+  return true;
+}
+
+bool Communicator::broadcast(int64_t tag, Buffer data, int root, int64_t tau) {
+  int64_t message = collectiveTag(tag, 5);
+  if (rank() == root) {
+    sendToAll(message, data, tau);
+    return true;
+  }
+  checkPeer(root);
+  return recv(root, message, data);
 }
 
 bool launchedByMpirun() {

@@ -19,6 +19,7 @@ public:
   int size() const override { return fabric.devices; }
   void send(int to, int64_t tag, ConstBuffer data, int64_t tau) override;
   bool recv(int from, int64_t tag, Buffer out) override;
+  bool arrived(int from, int64_t tag) override;
   void reduceStart(int64_t tag, ConstBuffer data, int64_t tau) override;
   bool reduceWait(int64_t tag, Buffer out) override;
   void abort() override;
@@ -149,6 +150,11 @@ bool LocalCommunicator::recv(int from, int64_t tag, Buffer out) {
   std::memcpy(out.data, message.bytes.data(), message.bytes.size());
   fabric.mailboxes.erase(key);
   return true;
+}
+
+bool LocalCommunicator::arrived(int from, int64_t tag) {
+  std::lock_guard<std::mutex> lock(fabric.mutex);
+  return fabric.mailboxes.count(std::make_tuple(from, device, tag)) > 0;
 }
 
 void LocalCommunicator::reduceStart(int64_t tag, ConstBuffer data,

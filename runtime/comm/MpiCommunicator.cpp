@@ -55,6 +55,7 @@ public:
   int size() const override;
   void send(int to, int64_t tag, ConstBuffer data, int64_t tau) override;
   bool recv(int from, int64_t tag, Buffer out) override;
+  bool arrived(int from, int64_t tag) override;
   void reduceStart(int64_t tag, ConstBuffer data, int64_t tau) override;
   bool reduceWait(int64_t tag, Buffer out) override;
   void abort() override;
@@ -72,6 +73,8 @@ public:
 private:
   void post(int to, int64_t tag, ConstBuffer data);
   void reap(bool all);
+  /// Receives the next message from `from` into `early` if one is there.
+  bool receiveOne(int from);
   /// Receives messages from `from` into `early` until `done()`; false
   /// when the run was aborted. Throws after --comm-timeout without one.
   bool receiveUntil(int from, const std::function<bool()> &done);
@@ -212,6 +215,32 @@ void MpiCommunicator::send(int to, int64_t tag, ConstBuffer data, int64_t tau) {
     log.push_back({tau, data.bytes()});
 }
 
+bool MpiCommunicator::receiveOne(int from) {
+  int found = 0;
+  MPI_Message handle;
+  MPI_Status status;
+  MPI_Improbe(fabric.rankOf(from), from, fabric.perDevice[device], &found,
+              &handle, &status);
+  if (!found)
+    return false;
+  int bytes = 0;
+  MPI_Get_count(&status, MPI_BYTE, &bytes);
+  std::vector<char> message(bytes);
+  MPI_Mrecv(message.data(), bytes, MPI_BYTE, &handle, MPI_STATUS_IGNORE);
+  ++receivedFrom[from];
+  Header header;
+  std::memcpy(&header, message.data(), sizeof(Header));
+  early[{from, header.tag}] = std::move(message);
+  return true;
+}
+
+bool MpiCommunicator::arrived(int from, int64_t tag) {
+  checkPeer(from);
+  while (receiveOne(from)) {
+  }
+  return early.count({from, tag}) > 0;
+}
+
 bool MpiCommunicator::receiveUntil(int from,
                                    const std::function<bool()> &done) {
   auto started = std::chrono::steady_clock::now();
@@ -219,12 +248,7 @@ bool MpiCommunicator::receiveUntil(int from,
   while (!done()) {
     if (fabric.aborted)
       return false;
-    int found = 0;
-    MPI_Message handle;
-    MPI_Status status;
-    MPI_Improbe(fabric.rankOf(from), from, fabric.perDevice[device], &found,
-                &handle, &status);
-    if (!found) {
+    if (!receiveOne(from)) {
       // Poll gently: a waiting device should not take a core from one that
       // computes.
       if (++idle > 1000)
@@ -242,14 +266,6 @@ bool MpiCommunicator::receiveUntil(int from,
       continue;
     }
     idle = 0;
-    int bytes = 0;
-    MPI_Get_count(&status, MPI_BYTE, &bytes);
-    std::vector<char> message(bytes);
-    MPI_Mrecv(message.data(), bytes, MPI_BYTE, &handle, MPI_STATUS_IGNORE);
-    ++receivedFrom[from];
-    Header header;
-    std::memcpy(&header, message.data(), sizeof(Header));
-    early[{from, header.tag}] = std::move(message);
   }
   return true;
 }

@@ -253,6 +253,7 @@ Array readArray(const std::string &path) {
 void writeNpy(const std::string &path, const TensorView &view) {
   std::string descr = view.dtype == plan::F32   ? "<f4"
                       : view.dtype == plan::I64 ? "<i8"
+                      : view.dtype == plan::I32 ? "<i4"
                                                 : "|b1";
   std::string shape = "(";
   for (int64_t d : view.shape)

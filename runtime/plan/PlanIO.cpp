@@ -45,6 +45,8 @@ int64_t dtypeSize(DType type) {
     return 4;
   case I64:
     return 8;
+  case I32:
+    return 4;
   default:
     return 1;
   }

@@ -14,6 +14,8 @@ const char *dtypeName(DType type) {
     return "i64";
   case BOOL:
     return "bool";
+  case I32:
+    return "i32";
   default:
     return "?";
   }

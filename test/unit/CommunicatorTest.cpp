@@ -3,11 +3,14 @@
 // Device endpoints of a LocalFabric as threads: typed messages arrive bit
 // for bit (int64 above 2^24, bool), a receive of the wrong type or size is
 // an error, a reduction's mean is the same bits on every device, every
-// endpoint logs only what it sent, and abort wakes every waiter.
+// endpoint logs only what it sent, and abort wakes every waiter; the
+// collectives and non-blocking requests (CollectiveChecks.h, which the MPI
+// backend passes too under mpirun).
 //
 //===----------------------------------------------------------------------===//
 
 #include "cdp/Runtime/Communicator.h"
+#include "CollectiveChecks.h"
 #include "cdp/Runtime/Kernel.h"
 
 #include <gtest/gtest.h>
@@ -107,6 +110,50 @@ TEST(Communicator, AbortWakesEveryWaiter) {
   reducer.join();
   EXPECT_FALSE(received);
   EXPECT_FALSE(reduced);
+}
+
+TEST(Communicator, AllReduceSumAndMean) {
+  LocalFabric fabric(4);
+  checks::allReduceSumAndMean(fabric);
+}
+
+TEST(Communicator, ReduceScatter) {
+  LocalFabric fabric(4);
+  checks::reduceScatterGivesEachDeviceItsChunk(fabric);
+}
+
+TEST(Communicator, AllGather) {
+  LocalFabric fabric(3);
+  checks::allGatherInDeviceOrder(fabric);
+  checks::allGatherOfVariableLengths(fabric);
+}
+
+TEST(Communicator, Broadcast) {
+  LocalFabric fabric(3);
+  checks::broadcastFromEveryRoot(fabric);
+}
+
+TEST(Communicator, NonBlockingReceive) {
+  LocalFabric fabric(2);
+  checks::nonBlockingReceiveCompletesOnWait(fabric);
+}
+
+TEST(Communicator, CollectivesRefuseWhatTheyCannotReduce) {
+  LocalFabric fabric(1);
+  uint8_t mask = 1;
+  int64_t count = 3;
+  Communicator &comm = fabric.endpoint(0);
+  EXPECT_THROW(comm.allReduce(1, {plan::BOOL, &mask, 1}, ReduceOp::Sum, 0),
+               RuntimeError);
+  EXPECT_THROW(comm.allReduce(2, {plan::I64, &count, 1}, ReduceOp::Mean, 0),
+               RuntimeError); // a mean of integers
+  float x[3];
+  EXPECT_THROW(comm.reduceScatter(3, {plan::F32, x, 3}, {plan::F32, x, 2},
+                                  ReduceOp::Sum, 0),
+               RuntimeError); // 3 is not 1 chunk of 2
+  EXPECT_THROW(
+      comm.allReduce(int64_t(1) << 57, {plan::F32, x, 1}, ReduceOp::Sum, 0),
+      RuntimeError); // tag out of range
 }
 
 } // namespace

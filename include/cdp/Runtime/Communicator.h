@@ -8,6 +8,14 @@
 // there: devices proceed at their own pace and meet only where the plan
 // says. Each endpoint keeps the log of what it sent; a run gathers them.
 //
+// Beside what today's plans use, the seam carries what later strategies
+// need: non-blocking sends and receives with request handles, and the
+// collectives (all-reduce as sum or mean, reduce-scatter, all-gather of
+// equal and of variable-length contributions, broadcast). Their default
+// implementations combine point-to-point messages and add contributions
+// in device order, so every device gets the same bits wherever its peers
+// run; a backend with native collectives (NCCL) overrides them.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef CDP_RUNTIME_COMMUNICATOR_H
@@ -48,6 +56,45 @@ struct ConstBuffer {
   int64_t bytes() const;
 };
 
+/// How a reduction combines the devices' contributions.
+enum class ReduceOp { Sum, Mean };
+
+/// A non-blocking send or receive in progress (Communicator::isend, irecv).
+/// Its buffer belongs to the operation until test() or wait() says it
+/// completed. A default Request is complete.
+class Request {
+public:
+  /// The backend's side of one operation.
+  class Pending {
+  public:
+    virtual ~Pending() = default;
+    /// Completes the operation if it can without blocking; whether it did.
+    virtual bool test() = 0;
+    /// Blocks until it completes; false when the communicator was aborted.
+    virtual bool wait() = 0;
+  };
+  Request() = default;
+  explicit Request(std::unique_ptr<Pending> pending)
+      : pending(std::move(pending)) {}
+  /// Whether the operation completed (polls; never blocks).
+  bool test();
+  /// Blocks until the operation completes; false when aborted.
+  bool wait();
+
+private:
+  std::unique_ptr<Pending> pending;
+};
+
+/// What allGatherV gives every device: each device's contribution, by
+/// device, one after another in `bytes`.
+struct Gathered {
+  plan::DType dtype = plan::F32;
+  std::vector<int64_t> counts; ///< elements, by device
+  std::vector<char> bytes;
+  /// Where device d's contribution starts in `bytes`.
+  int64_t offset(int d) const;
+};
+
 /// One device's endpoint.
 class Communicator {
 public:
@@ -64,6 +111,35 @@ public:
   /// it into `out` (same dtype and count, or a RuntimeError). Returns false
   /// when the communicator was aborted.
   virtual bool recv(int from, int64_t tag, Buffer out) = 0;
+
+  /// Whether message `tag` from device `from` is there, so that recv would
+  /// not block.
+  virtual bool arrived(int from, int64_t tag) = 0;
+  /// Non-blocking point to point. Backends that copy what they send
+  /// (in-process, MPI) complete an isend at once.
+  virtual Request isend(int to, int64_t tag, ConstBuffer data, int64_t tau);
+  virtual Request irecv(int from, int64_t tag, Buffer out);
+
+  /// Collectives: every device of the run calls them with the same `tag`
+  /// (0 <= tag < 2^56, apart from the point-to-point tags) and the same
+  /// counts; `tau` is the sender's time step for the log. They return
+  /// false when the communicator was aborted. Sum and mean reduce float32,
+  /// int64 and int32 element by element (mean: float32 only).
+  /// `data` becomes the reduction of every device's `data`.
+  virtual bool allReduce(int64_t tag, Buffer data, ReduceOp op, int64_t tau);
+  /// `in` holds size() chunks of out.count elements; device r's `out`
+  /// becomes the reduction of every device's chunk r.
+  virtual bool reduceScatter(int64_t tag, ConstBuffer in, Buffer out,
+                             ReduceOp op, int64_t tau);
+  /// `out` (size() × in.count elements) becomes every device's `in`, in
+  /// device order.
+  virtual bool allGather(int64_t tag, ConstBuffer in, Buffer out, int64_t tau);
+  /// Contributions of any length (sparse gradients: each device's top-k
+  /// values or indices), one dtype: `out` gets them all, by device.
+  virtual bool allGatherV(int64_t tag, ConstBuffer in, Gathered &out,
+                          int64_t tau);
+  /// Every device's `data` becomes device `root`'s.
+  virtual bool broadcast(int64_t tag, Buffer data, int root, int64_t tau);
 
   /// Hands over this device's contribution to the mean-reduction `tag`
   /// (float32) and returns.
@@ -91,6 +167,13 @@ protected:
   void checkArrival(int64_t tag, int from, plan::DType dtype, int64_t count,
                     const Buffer &out) const;
   static void checkReducible(plan::DType dtype);
+
+private:
+  /// The point-to-point tag of a collective's message (phase: which of its
+  /// messages), out of the plans' tag space.
+  int64_t collectiveTag(int64_t tag, int phase) const;
+  /// Sends `data` to every other device under `tag`.
+  void sendToAll(int64_t tag, ConstBuffer data, int64_t tau);
 };
 
 /// The devices of a run and where they live: every device's endpoint, the

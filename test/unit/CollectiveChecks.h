@@ -1,0 +1,158 @@
+//===- CollectiveChecks.h - the communicator seam's collectives -*- C++ -*-===//
+//
+// Checks every communicator backend must pass, run by each device of a
+// fabric on a thread of its own: in-process (CommunicatorTest) and under
+// mpirun (MpiCommunicatorTest). Contributions are chosen so that float32
+// sums depend on their order: every device must get device order's bits.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CDP_TEST_UNIT_COLLECTIVECHECKS_H
+#define CDP_TEST_UNIT_COLLECTIVECHECKS_H
+
+#include "cdp/Runtime/Communicator.h"
+#include "cdp/Runtime/Kernel.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <thread>
+
+namespace cdp::runtime::checks {
+
+/// Runs `body` for every device this process owns, each on a thread.
+inline void onEveryDevice(Fabric &fabric,
+                          const std::function<void(Communicator &)> &body) {
+  std::vector<std::thread> threads;
+  for (int d = 0; d < fabric.size(); ++d)
+    if (fabric.owns(d))
+      threads.emplace_back([&, d] { body(fabric.endpoint(d)); });
+  for (std::thread &thread : threads)
+    thread.join();
+}
+
+/// Element i of device d's contribution: magnitudes far apart, so that
+/// float32 addition is not associative on them.
+inline float contribution(int d, int64_t i) {
+  return std::sin(static_cast<float>(7 * d + i)) *
+         std::pow(10.0f, static_cast<float>((d + i) % 5) - 2.0f);
+}
+
+/// Device order's sum of element i over `devices`.
+inline float orderedSum(int devices, int64_t i) {
+  float sum = contribution(0, i);
+  for (int d = 1; d < devices; ++d)
+    sum += contribution(d, i);
+  return sum;
+}
+
+inline void allReduceSumAndMean(Fabric &fabric) {
+  const int64_t n = 37;
+  int N = fabric.size();
+  onEveryDevice(fabric, [&](Communicator &comm) {
+    std::vector<float> sum(n), mean(n);
+    for (int64_t i = 0; i < n; ++i)
+      sum[i] = mean[i] = contribution(comm.rank(), i);
+    ASSERT_TRUE(
+        comm.allReduce(1, {plan::F32, sum.data(), n}, ReduceOp::Sum, 0));
+    ASSERT_TRUE(
+        comm.allReduce(2, {plan::F32, mean.data(), n}, ReduceOp::Mean, 0));
+    for (int64_t i = 0; i < n; ++i) {
+      EXPECT_EQ(sum[i], orderedSum(N, i)) << "device " << comm.rank();
+      EXPECT_EQ(mean[i], orderedSum(N, i) * (1.0f / static_cast<float>(N)));
+    }
+    // Integers exactly, int64 beyond float's 2^24 and double's 2^53.
+    int64_t big = (int64_t(1) << 53) + comm.rank();
+    int32_t index = 1000 * comm.rank() - 7;
+    ASSERT_TRUE(comm.allReduce(3, {plan::I64, &big, 1}, ReduceOp::Sum, 0));
+    ASSERT_TRUE(comm.allReduce(4, {plan::I32, &index, 1}, ReduceOp::Sum, 0));
+    EXPECT_EQ(big, N * (int64_t(1) << 53) + N * (N - 1) / 2);
+    EXPECT_EQ(index, 1000 * N * (N - 1) / 2 - 7 * N);
+  });
+}
+
+inline void reduceScatterGivesEachDeviceItsChunk(Fabric &fabric) {
+  const int64_t chunk = 5;
+  int N = fabric.size();
+  onEveryDevice(fabric, [&](Communicator &comm) {
+    std::vector<float> in(N * chunk), out(chunk);
+    for (int64_t i = 0; i < N * chunk; ++i)
+      in[i] = contribution(comm.rank(), i);
+    ASSERT_TRUE(comm.reduceScatter(5, {plan::F32, in.data(), N * chunk},
+                                   {plan::F32, out.data(), chunk},
+                                   ReduceOp::Sum, 0));
+    for (int64_t i = 0; i < chunk; ++i)
+      EXPECT_EQ(out[i], orderedSum(N, comm.rank() * chunk + i));
+  });
+}
+
+inline void allGatherInDeviceOrder(Fabric &fabric) {
+  int N = fabric.size();
+  onEveryDevice(fabric, [&](Communicator &comm) {
+    int32_t mine[2] = {comm.rank(), -comm.rank()};
+    std::vector<int32_t> all(2 * N, 99);
+    ASSERT_TRUE(comm.allGather(6, {plan::I32, mine, 2},
+                               {plan::I32, all.data(), 2 * N}, 0));
+    for (int d = 0; d < N; ++d) {
+      EXPECT_EQ(all[2 * d], d);
+      EXPECT_EQ(all[2 * d + 1], -d);
+    }
+  });
+}
+
+inline void allGatherOfVariableLengths(Fabric &fabric) {
+  int N = fabric.size();
+  onEveryDevice(fabric, [&](Communicator &comm) {
+    // Device d sends d values (device 0: none), as top-k gradients would.
+    std::vector<float> mine(comm.rank());
+    for (int i = 0; i < comm.rank(); ++i)
+      mine[i] = contribution(comm.rank(), i);
+    Gathered all;
+    ASSERT_TRUE(
+        comm.allGatherV(7, {plan::F32, mine.data(), comm.rank()}, all, 0));
+    ASSERT_EQ(all.counts.size(), static_cast<size_t>(N));
+    for (int d = 0; d < N; ++d) {
+      ASSERT_EQ(all.counts[d], d);
+      const float *values =
+          reinterpret_cast<const float *>(all.bytes.data() + all.offset(d));
+      for (int i = 0; i < d; ++i)
+        EXPECT_EQ(values[i], contribution(d, i));
+    }
+  });
+}
+
+inline void broadcastFromEveryRoot(Fabric &fabric) {
+  int N = fabric.size();
+  onEveryDevice(fabric, [&](Communicator &comm) {
+    for (int root = 0; root < N; ++root) {
+      int64_t value = comm.rank() == root ? 1000 + root : -1;
+      ASSERT_TRUE(comm.broadcast(8 + root, {plan::I64, &value, 1}, root, 0));
+      EXPECT_EQ(value, 1000 + root);
+    }
+  });
+}
+
+/// Device 1 posts its receive first and sees it incomplete, then tells
+/// device 0 to send: the request completes with the data.
+inline void nonBlockingReceiveCompletesOnWait(Fabric &fabric) {
+  onEveryDevice(fabric, [&](Communicator &comm) {
+    float go = 1, value = 0, sent = 2.5f;
+    if (comm.rank() == 1) {
+      Request request = comm.irecv(0, 21, {plan::F32, &value, 1});
+      EXPECT_FALSE(request.test());
+      comm.send(0, 20, {plan::F32, &go, 1}, 0);
+      ASSERT_TRUE(request.wait());
+      EXPECT_EQ(value, sent);
+      EXPECT_TRUE(request.test());
+    } else if (comm.rank() == 0) {
+      ASSERT_TRUE(comm.recv(1, 20, {plan::F32, &go, 1}));
+      Request request = comm.isend(1, 21, {plan::F32, &sent, 1}, 0);
+      ASSERT_TRUE(request.wait());
+    }
+  });
+}
+
+} // namespace cdp::runtime::checks
+
+#endif // CDP_TEST_UNIT_COLLECTIVECHECKS_H
