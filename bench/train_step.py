@@ -49,12 +49,14 @@ def torch_step_time(name, threads, steps):
     return (time.perf_counter() - start) / steps, batch
 
 
-def cdp_step_time(name, build, threads, steps, work):
+def compile_plan(name, build, work):
+    """Exports the model, writes random inputs and labels at its batch size
+    (NAME-x.npy, NAME-y.npy in work) and compiles an SGD plan: (plan, batch)."""
     path = models.export(name, work)
     _, example, _ = models.build(name)
     batch = example.shape[1] if name == "transformer" else example.shape[0]
-    np.save(os.path.join(work, "x.npy"), np.random.randn(*example.shape).astype(np.float32))
-    np.save(os.path.join(work, "y.npy"), np.random.randint(0, 10, batch).astype(np.int64))
+    np.save(os.path.join(work, name + "-x.npy"), np.random.randn(*example.shape).astype(np.float32))
+    np.save(os.path.join(work, name + "-y.npy"), np.random.randint(0, 10, batch).astype(np.int64))
     plan = os.path.join(work, name + ".cdp")
     args = [os.path.join(build, "bin", "cdp-compile"), path, "-o", plan, "--lr", "0.01"]
     if name == "transformer":
@@ -62,14 +64,26 @@ def cdp_step_time(name, build, threads, steps, work):
     if name == "mlp":
         args += ["--batch-size", str(batch)]
     subprocess.run(args, check=True)
+    return plan, batch
+
+
+def run_step_time(binary, name, plan, batch, threads, steps, work):
+    """Mean step time of `binary` running the plan for `steps` steps after 3
+    warm-up steps (from its metrics)."""
     metrics = os.path.join(work, "metrics.jsonl")
-    subprocess.run([os.path.join(build, "bin", "cdp-run"), plan,
-                    "--feed", "input=" + os.path.join(work, "x.npy"),
-                    "--feed", "labels=" + os.path.join(work, "y.npy"),
+    subprocess.run([binary, plan,
+                    "--feed", "input=" + os.path.join(work, name + "-x.npy"),
+                    "--feed", "labels=" + os.path.join(work, name + "-y.npy"),
                     "--steps", str(steps + 3), "--threads", str(threads),
                     "--metrics", metrics], check=True, stdout=subprocess.DEVNULL)
     rates = [json.loads(line)["samples_per_s"] for line in open(metrics)][3:]
     return float(np.mean([batch / r for r in rates]))
+
+
+def cdp_step_time(name, build, threads, steps, work):
+    plan, batch = compile_plan(name, build, work)
+    return run_step_time(os.path.join(build, "bin", "cdp-run"), name, plan, batch, threads,
+                         steps, work)
 
 
 def main():

@@ -151,8 +151,10 @@ Options parseArguments(int argc, char **argv) {
        "Write the original model with the trained parameters and buffers",
        [&](const std::string &v) { o.saveOnnx = v; }},
       {"--checkpoint", "DIR",
-       "Save parameters, buffers and optimizer state to DIR (at the end, or "
-       "every --checkpoint-every steps)",
+       "Save every device's parameters, buffers, optimizer state and "
+       "micro-batches in flight to DIR (at the end, or every "
+       "--checkpoint-every steps): one shard per process and manifest.bin, "
+       "so that a crash keeps the previous checkpoint whole",
        [&](const std::string &v) { o.checkpoint = v; }},
       {"--checkpoint-every", "N",
        "Checkpoint every N steps (default: at the end)",
@@ -160,9 +162,9 @@ Options parseArguments(int argc, char **argv) {
          o.checkpointEvery = parseCount("--checkpoint-every", v, 1);
        }},
       {"--resume", "DIR",
-       "Continue from a checkpoint of the same plan; --steps/--epochs count "
-       "from the start of training, so the result is bit-identical to an "
-       "uninterrupted run",
+       "Continue from a checkpoint of the same plan, seed, data and process "
+       "count; --steps/--epochs count from the start of training, so the "
+       "result is bit-identical to an uninterrupted run",
        [&](const std::string &v) { o.resume = v; }},
       {"--profile", "FILE",
        "Measure every instruction and write its mean time per step as JSON "
