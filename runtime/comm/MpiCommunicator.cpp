@@ -20,8 +20,14 @@
 
 #include <mpi.h>
 
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -75,6 +81,8 @@ private:
   void reap(bool all);
   /// Receives the next message from `from` into `early` if one is there.
   bool receiveOne(int from);
+  /// Throws a RuntimeError naming the peer when an MPI call with it failed.
+  void checkMpi(int code, int peer) const;
   /// Receives messages from `from` into `early` until `done()`; false
   /// when the run was aborted. Throws after --comm-timeout without one.
   bool receiveUntil(int from, const std::function<bool()> &done);
@@ -100,8 +108,12 @@ public:
   MpiFabric(int devices, int rank, int ranks, double timeout)
       : devices(devices), myRank(rank), processes(ranks), timeout(timeout) {
     perDevice.resize(devices);
-    for (MPI_Comm &comm : perDevice)
+    // Errors come back to the caller (a lost peer), which names them and
+    // ends the job, instead of Open MPI aborting with its own words only.
+    for (MPI_Comm &comm : perDevice) {
       MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+      MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    }
     MPI_Comm_dup(MPI_COMM_WORLD, &control);
     for (int d = 0; d < devices; ++d)
       endpoints.push_back(
@@ -202,8 +214,10 @@ void MpiCommunicator::post(int to, int64_t tag, ConstBuffer data) {
   if (data.bytes())
     std::memcpy(message->data() + sizeof(Header), data.data, data.bytes());
   MPI_Request request;
-  MPI_Isend(message->data(), static_cast<int>(message->size()), MPI_BYTE,
-            fabric.rankOf(to), device, fabric.perDevice[to], &request);
+  checkMpi(MPI_Isend(message->data(), static_cast<int>(message->size()),
+                     MPI_BYTE, fabric.rankOf(to), device, fabric.perDevice[to],
+                     &request),
+           to);
   ++sentTo[to];
   pending.emplace_back(request, std::move(message));
 }
@@ -215,18 +229,33 @@ void MpiCommunicator::send(int to, int64_t tag, ConstBuffer data, int64_t tau) {
     log.push_back({tau, data.bytes()});
 }
 
+void MpiCommunicator::checkMpi(int code, int peer) const {
+  if (code == MPI_SUCCESS)
+    return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  throw RuntimeError("device " + std::to_string(device) +
+                     ": lost contact with device " + std::to_string(peer) +
+                     " (process " + std::to_string(fabric.rankOf(peer)) +
+                     "), which may have died: " + std::string(text, length));
+}
+
 bool MpiCommunicator::receiveOne(int from) {
   int found = 0;
   MPI_Message handle;
   MPI_Status status;
-  MPI_Improbe(fabric.rankOf(from), from, fabric.perDevice[device], &found,
-              &handle, &status);
+  checkMpi(MPI_Improbe(fabric.rankOf(from), from, fabric.perDevice[device],
+                       &found, &handle, &status),
+           from);
   if (!found)
     return false;
   int bytes = 0;
   MPI_Get_count(&status, MPI_BYTE, &bytes);
   std::vector<char> message(bytes);
-  MPI_Mrecv(message.data(), bytes, MPI_BYTE, &handle, MPI_STATUS_IGNORE);
+  checkMpi(
+      MPI_Mrecv(message.data(), bytes, MPI_BYTE, &handle, MPI_STATUS_IGNORE),
+      from);
   ++receivedFrom[from];
   Header header;
   std::memcpy(&header, message.data(), sizeof(Header));
@@ -423,6 +452,73 @@ void MpiFabric::restoreInFlight(const std::string &bytes) {
     in.fail();
 }
 
+/// When mpirun ends this process (SIGTERM) because another process of the
+/// job is gone, says which: the job's processes on this machine are
+/// checked by pid in the handler: gone, or a zombie its parent has not yet
+/// reaped (open, read, kill and write are async-signal-safe; the paths and
+/// lines are made beforehand). Processes on other machines cannot be
+/// checked from here; mpirun's banner names them.
+namespace lost {
+constexpr int kMaxProcesses = 1024;
+pid_t pids[kMaxProcesses];     ///< 0: this process, or on another machine
+char stats[kMaxProcesses][40]; ///< /proc/<pid>/stat
+char lines[kMaxProcesses][128];
+int processes = 0;
+
+bool isGone(int r) {
+  if (kill(pids[r], 0) == -1)
+    return errno == ESRCH;
+  int fd = open(stats[r], O_RDONLY);
+  if (fd < 0)
+    return true;
+  char text[256];
+  ssize_t n = read(fd, text, sizeof(text) - 1);
+  close(fd);
+  if (n <= 0)
+    return true;
+  text[n] = 0;
+  // "pid (name) S ...": the state follows the last ')'.
+  const char *name = std::strrchr(text, ')');
+  return name && name[1] == ' ' && (name[2] == 'Z' || name[2] == 'X');
+}
+
+void onTerminate(int) {
+  int saved = errno;
+  for (int r = 0; r < processes; ++r)
+    if (pids[r] > 0 && isGone(r))
+      (void)!write(STDERR_FILENO, lines[r], std::strlen(lines[r]));
+  errno = saved;
+  signal(SIGTERM, SIG_DFL);
+  raise(SIGTERM);
+}
+
+void reportOnTerminate(int rank, int ranks) {
+  struct Entry {
+    char host[64];
+    int64_t pid;
+  } mine{};
+  gethostname(mine.host, sizeof(mine.host) - 1);
+  mine.pid = getpid();
+  std::vector<Entry> all(ranks);
+  MPI_Allgather(&mine, sizeof(Entry), MPI_BYTE, all.data(), sizeof(Entry),
+                MPI_BYTE, MPI_COMM_WORLD);
+  processes = std::min(ranks, kMaxProcesses);
+  for (int r = 0; r < processes; ++r) {
+    bool here = r != rank && std::strcmp(all[r].host, mine.host) == 0;
+    pids[r] = here ? static_cast<pid_t>(all[r].pid) : 0;
+    std::snprintf(stats[r], sizeof(stats[r]), "/proc/%lld/stat",
+                  static_cast<long long>(all[r].pid));
+    std::snprintf(lines[r], sizeof(lines[r]),
+                  "cdp-run: error: process %d of the job (pid %lld) is gone; "
+                  "process %d ends too\n",
+                  r, static_cast<long long>(all[r].pid), rank);
+  }
+  struct sigaction action{};
+  action.sa_handler = onTerminate;
+  sigaction(SIGTERM, &action, nullptr);
+}
+} // namespace lost
+
 } // namespace
 
 std::unique_ptr<Fabric> createMpiFabric(int devices, double timeoutSeconds,
@@ -447,6 +543,7 @@ std::unique_ptr<Fabric> createMpiFabric(int devices, double timeoutSeconds,
     MPI_Finalize();
     return nullptr;
   }
+  lost::reportOnTerminate(rank, ranks);
   return std::make_unique<MpiFabric>(devices, rank, ranks, timeoutSeconds);
 }
 

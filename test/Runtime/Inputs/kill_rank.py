@@ -64,6 +64,8 @@ except subprocess.TimeoutExpired:
     os.killpg(job.pid, signal.SIGKILL)
     _, err = job.communicate()
     ended = False
+# The job's messages first, then the verdict.
+sys.stderr.write(err.decode(errors="replace"))
+sys.stderr.flush()
 print(f"ended non-zero: {ended and job.returncode != 0}, within 60 s: {ended}"
       f" ({time.time() - killed:.1f} s after the kill)")
-sys.stderr.write(err.decode(errors="replace"))
