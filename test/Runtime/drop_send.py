@@ -1,9 +1,9 @@
 #!/usr/bin/python3
-"""Writes a copy of a plan with one device's first send removed, so its
-peer would wait forever: re-encoded with protoc and given a valid header,
-as a buggy compiler could write it.
+"""Writes a copy of a plan with its first send (or first instruction of
+OP) removed, so a peer would wait forever: re-encoded with protoc and given
+a valid header, as a buggy compiler or an editor could write it.
 
-Usage: drop_send.py PLAN.proto IN.cdp OUT.cdp
+Usage: drop_send.py PLAN.proto IN.cdp OUT.cdp [OP]
 """
 import os
 import struct
@@ -13,12 +13,13 @@ import sys
 
 def main():
     proto, source, target = sys.argv[1:4]
+    op = sys.argv[4] if len(sys.argv) > 4 else "send"
     data = open(source, "rb").read()
     include = os.path.dirname(proto)
     decode = ["protoc", "-I", include, proto]
     text = subprocess.run(decode[:1] + ["--decode=cdp.plan.Plan"] + decode[1:], input=data[32:],
                           capture_output=True, check=True).stdout.decode()
-    at = text.index('op: "send"')
+    at = text.index('op: "%s"' % op)
     start = text.rfind("instructions {", 0, at)
     end = text.index("\n  }\n", at) + len("\n  }\n")
     text = text[:start] + text[end:]
