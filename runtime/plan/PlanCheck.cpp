@@ -33,8 +33,15 @@ int64_t attribute(const Instruction &instruction, std::string_view name,
   return fallback;
 }
 
-std::string describe(const Instruction &instruction) {
+std::string describe(const Instruction &instruction, int64_t step) {
   std::ostringstream os;
+  if (instruction.op() == "reduce_wait") {
+    os << "reduce_wait at '" << instruction.location() << "' (stage "
+       << attribute(instruction, "stage", 0) << ", the reduction of step "
+       << step - 1 - attribute(instruction, "delay", 0) << ", time step "
+       << instruction.time_step() << ")";
+    return os.str();
+  }
   os << instruction.op() << " at '" << instruction.location()
      << "' (micro-batch " << attribute(instruction, "micro_batch") << ", value "
      << attribute(instruction, "value") << ", peer "
@@ -49,9 +56,11 @@ constexpr int kSteps = 3;
 
 /// Every device's stream run for `steps` steps (then the drain, if
 /// `drain`) with buffered sends and blocking receives, in rounds: each
-/// device advances until a receive finds no message. With `cost`, each
-/// instruction lasts cost(device, instruction) on its device's clock and
-/// a receive starts no earlier than the end of its send.
+/// device advances until a receive finds no message. With `reductions`,
+/// a reduce_wait also blocks until every device has run the reduce_start
+/// of its step and stage. With `cost`, each instruction lasts
+/// cost(device, instruction) on its device's clock and a receive starts no
+/// earlier than the end of its send.
 struct Simulation {
   std::vector<int> next;                ///< per device: positions completed
   std::vector<std::vector<int>> rounds; ///< `next` after every round
@@ -61,15 +70,15 @@ struct Simulation {
 };
 
 Simulation simulate(const Plan &plan, int64_t steps, bool drain,
-                    const InstructionTime *cost) {
+                    const InstructionTime *cost, bool reductions = false) {
   int devices = plan.devices_size();
   // The instructions visited (all with a cost; without, only sends and
   // receives: nothing else can block), with their part in the traffic.
   struct Traffic {
     int index = 0; ///< in the device's instructions
-    int kind = 0;  ///< 0 none, 1 send, 2 recv
+    int kind = 0;  ///< 0 none, 1 send, 2 recv, 3 reduce_start, 4 reduce_wait
     int64_t peer = 0, value = 0, microBatch = 0, perStep = 1, stepOffset = 0,
-            minStep = 0;
+            minStep = 0, stage = 0, delay = 0;
     bool drain = false;
   };
   std::vector<std::vector<Traffic>> traffic(devices);
@@ -79,12 +88,19 @@ Simulation simulate(const Plan &plan, int64_t steps, bool drain,
       const Instruction &instruction = device.instructions(i);
       std::string_view op = instruction.op();
       bool message = op == "send" || op == "recv";
-      if (!message && !cost)
+      bool reduction =
+          reductions && (op == "reduce_start" || op == "reduce_wait");
+      if (!message && !reduction && !cost)
         continue;
       Traffic t;
       t.index = i;
       t.minStep = instruction.min_step();
       t.drain = instruction.drain();
+      if (reduction) {
+        t.kind = op == "reduce_start" ? 3 : 4;
+        t.stage = attribute(instruction, "stage", 0);
+        t.delay = attribute(instruction, "delay", 0);
+      }
       if (message) {
         t.kind = op == "send" ? 1 : 2;
         t.peer = attribute(instruction, "peer");
@@ -100,6 +116,8 @@ Simulation simulate(const Plan &plan, int64_t steps, bool drain,
   // messages in flight, oldest first
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t>;
   std::map<Key, std::deque<double>> inFlight;
+  // (step, stage) -> (contributions, when the last one was made)
+  std::map<std::pair<int64_t, int64_t>, std::pair<int, double>> reduced;
   std::vector<std::vector<double>> costs(devices);
   if (cost)
     for (int d = 0; d < devices; ++d)
@@ -151,6 +169,12 @@ Simulation simulate(const Plan &plan, int64_t steps, bool drain,
           if (it->second.empty())
             inFlight.erase(it);
         }
+        if (t.kind == 4) {
+          auto it = reduced.find({step - 1 - t.delay, t.stage});
+          if (it == reduced.end() || it->second.first < devices)
+            break;
+          start = std::max(start, it->second.second);
+        }
         if (cost) {
           // Every step runs the same instructions: cost each once.
           double &time = costs[d][position % visited];
@@ -162,6 +186,11 @@ Simulation simulate(const Plan &plan, int64_t steps, bool drain,
         }
         if (t.kind == 1)
           inFlight[{d, t.peer, t.value, runMicroBatch}].push_back(clock);
+        if (t.kind == 3) {
+          auto &[count, last] = reduced[{step, t.stage}];
+          ++count;
+          last = std::max(last, clock);
+        }
         advance();
       }
     }
@@ -209,7 +238,8 @@ void forEachRelayAfterTraining(
 }
 
 std::string findSendRecvDeadlock(const Plan &plan) {
-  Simulation sim = simulate(plan, kSteps, /*drain=*/true, nullptr);
+  Simulation sim = simulate(plan, kSteps, /*drain=*/true, nullptr,
+                            /*reductions=*/true);
   const std::vector<int> &next = sim.next;
   const std::vector<std::vector<int>> &rounds = sim.rounds;
   int devices = plan.devices_size();
@@ -231,7 +261,9 @@ std::string findSendRecvDeadlock(const Plan &plan) {
         os << (next[d] / size == kSteps
                    ? std::string(" of the drain")
                    : " of step " + std::to_string(next[d] / size));
-      os << ": " << describe(plan.devices(d).instructions(next[d] % size))
+      os << ": "
+         << describe(plan.devices(d).instructions(next[d] % size),
+                     next[d] / size)
          << "\n";
     }
   if (!stuck)

@@ -221,3 +221,33 @@ TEST(PlanCheck, CheckpointCutRefusesToReachAnEarlierStep) {
             std::string::npos)
       << error;
 }
+
+// Reductions: a reduce_wait of step t waits for every device's reduce_start
+// of step t - 1 - delay; a device without its reduce_start hangs them all.
+void reduction(Device &device, const std::string &op) {
+  Instruction *instruction = device.add_instructions();
+  instruction->set_op(op);
+  instruction->set_location("stage 0");
+  Attribute *stage = instruction->add_attributes();
+  stage->set_name("stage");
+  stage->set_i(0);
+  if (op == "reduce_wait")
+    instruction->set_min_step(1);
+}
+
+TEST(PlanCheck, ReductionsCompleteWhenEveryDeviceContributes) {
+  Plan plan;
+  for (int d = 0; d < 2; ++d) {
+    Device &device = *plan.add_devices();
+    reduction(device, "reduce_wait");
+    compute(device);
+    reduction(device, "reduce_start");
+  }
+  EXPECT_EQ(findSendRecvDeadlock(plan), "");
+  plan.mutable_devices(1)->mutable_instructions()->RemoveLast();
+  std::string report = findSendRecvDeadlock(plan);
+  EXPECT_NE(report.find("device 0 at instruction 0 of step 1: reduce_wait at "
+                        "'stage 0' (stage 0, the reduction of step 0"),
+            std::string::npos)
+      << report;
+}
