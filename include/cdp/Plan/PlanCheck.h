@@ -19,9 +19,9 @@ namespace cdp::plan {
 /// Simulates three steps and the drain of every device's instruction stream
 /// with buffered sends and blocking receives (a recv matches a send by peer,
 /// value, micro-batch and step; a reduce_wait waits for every device's
-/// reduce_start of its step and stage). Returns an empty string when every device
-/// reaches its end, else a multi-line description: each stuck device with the
-/// instruction it waits at, and the rounds × devices grid of progress.
+/// reduce_start of its step and stage). Returns an empty string when every
+/// device reaches its end, else a multi-line description: each stuck device
+/// with the instruction it waits at, and the rounds × devices grid of progress.
 std::string findSendRecvDeadlock(const Plan &plan);
 
 /// How long an instruction runs on a device (any unit; negative: unknown).
