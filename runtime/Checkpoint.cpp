@@ -54,9 +54,9 @@ bool arenaLive(const plan::Plan &plan, int64_t nextStep) {
   return false;
 }
 
-/// Every piece of one device's mutable state, by a stable name.
-std::map<std::string, TensorView> piecesOf(Executor &executor,
-                                           int64_t nextStep) {
+/// Every piece of one device's mutable state, by a stable name (the arena
+/// with `withArena`).
+std::map<std::string, TensorView> piecesOf(Executor &executor, bool withArena) {
   std::map<std::string, TensorView> pieces;
   std::string device = "device " + std::to_string(executor.device()) + " ";
   const plan::Plan &plan = executor.plan();
@@ -75,8 +75,19 @@ std::map<std::string, TensorView> piecesOf(Executor &executor,
     if (s.counter)
       pieces[prefix + "steps"] = TensorView{s.counter, {1}, plan::I64};
   }
-  if (arenaLive(plan, nextStep))
+  if (withArena)
     pieces[device + "arena"] = executor.arenaView();
+  return pieces;
+}
+
+/// The pieces of every device of this process at the checkpoint before
+/// step `nextStep`.
+std::map<std::string, TensorView> piecesOf(const CheckpointScope &scope,
+                                           int64_t nextStep) {
+  bool withArena = arenaLive(scope.devices[0]->plan(), nextStep);
+  std::map<std::string, TensorView> pieces;
+  for (Executor *executor : scope.devices)
+    pieces.merge(piecesOf(*executor, withArena));
   return pieces;
 }
 
@@ -110,9 +121,7 @@ std::string buildShard(const CheckpointScope &scope, int64_t nextStep) {
   out.bytes().assign(kShardMagic, sizeof(kShardMagic));
   out.put<int32_t>(processRank(scope));
   out.put<int64_t>(nextStep);
-  std::map<std::string, TensorView> pieces;
-  for (Executor *executor : scope.devices)
-    pieces.merge(piecesOf(*executor, nextStep));
+  std::map<std::string, TensorView> pieces = piecesOf(scope, nextStep);
   out.put<uint64_t>(pieces.size());
   std::string host;
   for (auto &[name, view] : pieces) {
@@ -287,9 +296,7 @@ void restoreShard(const std::string &path, const std::string &bytes,
   ByteReader in(bytes, path, sizeof(kShardMagic));
   if (in.get<int32_t>() != processRank(scope) || in.get<int64_t>() != nextStep)
     throw RuntimeError(path + ": a shard of another process or step");
-  std::map<std::string, TensorView> pieces;
-  for (Executor *executor : scope.devices)
-    pieces.merge(piecesOf(*executor, nextStep));
+  std::map<std::string, TensorView> pieces = piecesOf(scope, nextStep);
   uint64_t count = in.get<uint64_t>();
   if (count != pieces.size())
     throw RuntimeError(path + ": the shard holds " + std::to_string(count) +

@@ -110,12 +110,21 @@ void accumulate(plan::DType dtype, void *acc, const void *part, int64_t count) {
   }
 }
 
-/// A sum of `devices` float32 contributions into their mean, as
-/// the plans' reductions take it: times 1 / devices.
-void takeMean(Buffer sum, int devices) {
+/// `out` becomes the reduction of `devices` contributions of out.count
+/// elements laid one after another in `parts`: added in device order (the
+/// same bits on every device), a mean then scaled by 1 / devices as the
+/// plans' reductions do.
+void reduceInDeviceOrder(Buffer out, const std::vector<char> &parts,
+                         int devices, ReduceOp op) {
+  int64_t bytes = out.bytes();
+  std::memcpy(out.data, parts.data(), bytes);
+  for (int d = 1; d < devices; ++d)
+    accumulate(out.dtype, out.data, parts.data() + d * bytes, out.count);
+  if (op != ReduceOp::Mean)
+    return;
   float scale = 1.0f / static_cast<float>(devices);
-  float *values = static_cast<float *>(sum.data);
-  for (int64_t i = 0; i < sum.count; ++i)
+  float *values = static_cast<float *>(out.data);
+  for (int64_t i = 0; i < out.count; ++i)
     values[i] *= scale;
 }
 
@@ -165,13 +174,7 @@ bool Communicator::allReduce(int64_t tag, Buffer data, ReduceOp op,
         !recv(d, message,
               {data.dtype, contributions.data() + d * bytes, data.count}))
       return false;
-  // In device order: the same bits on every device.
-  std::memcpy(data.data, contributions.data(), bytes);
-  for (int d = 1; d < size(); ++d)
-    accumulate(data.dtype, data.data, contributions.data() + d * bytes,
-               data.count);
-  if (op == ReduceOp::Mean)
-    takeMean(data, size());
+  reduceInDeviceOrder(data, contributions, size(), op);
   return true;
 }
 
@@ -193,11 +196,7 @@ bool Communicator::reduceScatter(int64_t tag, ConstBuffer in, Buffer out,
     if (d != rank() &&
         !recv(d, message, {out.dtype, chunks.data() + d * bytes, out.count}))
       return false;
-  std::memcpy(out.data, chunks.data(), bytes);
-  for (int d = 1; d < size(); ++d)
-    accumulate(out.dtype, out.data, chunks.data() + d * bytes, out.count);
-  if (op == ReduceOp::Mean)
-    takeMean(out, size());
+  reduceInDeviceOrder(out, chunks, size(), op);
   return true;
 }
 

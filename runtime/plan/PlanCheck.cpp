@@ -33,6 +33,25 @@ int64_t attribute(const Instruction &instruction, std::string_view name,
   return fallback;
 }
 
+/// A send or recv as the traffic sees it: the peer, the value and the
+/// micro-batch over the run it carries in a given step.
+struct Message {
+  int64_t peer = 0, value = 0, microBatch = 0, perStep = 1, stepOffset = 0;
+  int64_t overRun(int64_t step) const {
+    return (step + stepOffset) * perStep + microBatch;
+  }
+};
+
+Message messageOf(const Instruction &instruction) {
+  Message m;
+  m.peer = attribute(instruction, "peer");
+  m.value = attribute(instruction, "value");
+  m.microBatch = attribute(instruction, "micro_batch", 0);
+  m.perStep = attribute(instruction, "micro_batches", 1);
+  m.stepOffset = attribute(instruction, "step_offset", 0);
+  return m;
+}
+
 std::string describe(const Instruction &instruction, int64_t step) {
   std::ostringstream os;
   if (instruction.op() == "reduce_wait") {
@@ -77,8 +96,8 @@ Simulation simulate(const Plan &plan, int64_t steps, bool drain,
   struct Traffic {
     int index = 0; ///< in the device's instructions
     int kind = 0;  ///< 0 none, 1 send, 2 recv, 3 reduce_start, 4 reduce_wait
-    int64_t peer = 0, value = 0, microBatch = 0, perStep = 1, stepOffset = 0,
-            minStep = 0, stage = 0, delay = 0;
+    Message message;
+    int64_t minStep = 0, stage = 0, delay = 0;
     bool drain = false;
   };
   std::vector<std::vector<Traffic>> traffic(devices);
@@ -87,10 +106,10 @@ Simulation simulate(const Plan &plan, int64_t steps, bool drain,
     for (int i = 0; i < device.instructions_size(); ++i) {
       const Instruction &instruction = device.instructions(i);
       std::string_view op = instruction.op();
-      bool message = op == "send" || op == "recv";
+      bool isMessage = op == "send" || op == "recv";
       bool reduction =
           reductions && (op == "reduce_start" || op == "reduce_wait");
-      if (!message && !reduction && !cost)
+      if (!isMessage && !reduction && !cost)
         continue;
       Traffic t;
       t.index = i;
@@ -101,13 +120,9 @@ Simulation simulate(const Plan &plan, int64_t steps, bool drain,
         t.stage = attribute(instruction, "stage", 0);
         t.delay = attribute(instruction, "delay", 0);
       }
-      if (message) {
+      if (isMessage) {
         t.kind = op == "send" ? 1 : 2;
-        t.peer = attribute(instruction, "peer");
-        t.value = attribute(instruction, "value");
-        t.microBatch = attribute(instruction, "micro_batch", 0);
-        t.perStep = attribute(instruction, "micro_batches", 1);
-        t.stepOffset = attribute(instruction, "step_offset", 0);
+        t.message = messageOf(instruction);
       }
       traffic[d].push_back(t);
     }
@@ -157,11 +172,11 @@ Simulation simulate(const Plan &plan, int64_t steps, bool drain,
           advance(); // not run in this step
           continue;
         }
-        int64_t runMicroBatch =
-            (step + t.stepOffset) * t.perStep + t.microBatch;
+        const Message &m = t.message;
+        int64_t runMicroBatch = m.overRun(step);
         double start = clock;
         if (t.kind == 2) {
-          auto it = inFlight.find({t.peer, d, t.value, runMicroBatch});
+          auto it = inFlight.find({m.peer, d, m.value, runMicroBatch});
           if (it == inFlight.end())
             break;
           start = std::max(start, it->second.front());
@@ -185,7 +200,7 @@ Simulation simulate(const Plan &plan, int64_t steps, bool drain,
           clock = start + std::max(time, 0.0);
         }
         if (t.kind == 1)
-          inFlight[{d, t.peer, t.value, runMicroBatch}].push_back(clock);
+          inFlight[{d, m.peer, m.value, runMicroBatch}].push_back(clock);
         if (t.kind == 3) {
           auto &[count, last] = reduced[{step, t.stage}];
           ++count;
@@ -277,30 +292,7 @@ std::string findSendRecvDeadlock(const Plan &plan) {
   return os.str();
 }
 
-} // namespace cdp::plan
-
-namespace cdp::plan {
-
 namespace {
-
-/// A send or recv as the traffic sees it: the peer, the value and the
-/// micro-batch over the run it carries in a given step.
-struct Message {
-  int64_t peer = 0, value = 0, microBatch = 0, perStep = 1, stepOffset = 0;
-  int64_t overRun(int64_t step) const {
-    return (step + stepOffset) * perStep + microBatch;
-  }
-};
-
-Message messageOf(const Instruction &instruction) {
-  Message m;
-  m.peer = attribute(instruction, "peer");
-  m.value = attribute(instruction, "value");
-  m.microBatch = attribute(instruction, "micro_batch", 0);
-  m.perStep = attribute(instruction, "micro_batches", 1);
-  m.stepOffset = attribute(instruction, "step_offset", 0);
-  return m;
-}
 
 /// The sends of the run, to find the one a receive waits for.
 class SendIndex {
