@@ -10,8 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "CpuKernels.h"
-
-#include <oneapi/dnnl/dnnl.hpp>
+#include "Dnnl.h"
 
 namespace cdp::runtime::cpu {
 
@@ -20,11 +19,6 @@ namespace {
 using dnnl::memory;
 using Tag = memory::format_tag;
 using DT = memory::data_type;
-
-dnnl::engine &engine() {
-  static dnnl::engine instance(dnnl::engine::kind::cpu, 0);
-  return instance;
-}
 
 struct ConvShapes {
   memory::dims src, weights, dst, bias, strides, dilates, padL, padR;
@@ -60,7 +54,8 @@ struct ConvShapes {
         any(src), any(weights),
         withBias ? memory::desc(bias, DT::f32, Tag::x) : memory::desc(),
         any(dst), strides, dilates, padL, padR);
-    return dnnl::convolution_forward::primitive_desc(desc, engine());
+    return dnnl::convolution_forward::primitive_desc(desc, ownScratchpad(),
+                                                     engine());
   }
 };
 
@@ -68,30 +63,32 @@ struct ConvShapes {
 /// buffer in that layout with the reorder between them.
 struct Binding {
   memory user, internal;
-  dnnl::reorder toInternal, toUser;
-  bool reordered = false;
+  dnnl::reorder reorder;
+  std::unordered_map<int, memory> reorderArguments;
+  bool input;
 
   Binding(const memory::desc &plain, const memory::desc &wanted, void *data,
-          bool input) {
+          bool input)
+      : input(input) {
     user = memory(plain, engine(), data);
     if (wanted == plain) {
       internal = user;
       return;
     }
-    reordered = true;
     internal = memory(wanted, engine());
-    if (input)
-      toInternal = dnnl::reorder(user, internal);
-    else
-      toUser = dnnl::reorder(internal, user);
+    const memory &from = input ? user : internal, &to = input ? internal : user;
+    reorder =
+        dnnl::reorder(dnnl::reorder::primitive_desc(from, to, ownScratchpad()));
+    reorderArguments = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+    bindScratchpad(reorder, reorderArguments);
   }
   void in(dnnl::stream &stream) {
-    if (reordered && toInternal)
-      toInternal.execute(stream, user, internal);
+    if (reorder && input)
+      reorder.execute(stream, reorderArguments);
   }
   void out(dnnl::stream &stream) {
-    if (reordered && toUser)
-      toUser.execute(stream, internal, user);
+    if (reorder && !input)
+      reorder.execute(stream, reorderArguments);
   }
 };
 
@@ -120,6 +117,7 @@ public:
       arguments[DNNL_ARG_BIAS] =
           memory(memory::desc(shapes.bias, DT::f32, Tag::x), engine(),
                  args.inputs[2].data);
+    bindScratchpad(primitive, arguments);
   }
 
   void run(const StepContext &) override {
@@ -149,7 +147,8 @@ public:
         dnnl::algorithm::convolution_direct, shapes.any(shapes.src),
         shapes.any(shapes.weights), shapes.any(shapes.dst), shapes.strides,
         shapes.dilates, shapes.padL, shapes.padR);
-    dnnl::convolution_backward_data::primitive_desc pd(desc, engine(), hint);
+    dnnl::convolution_backward_data::primitive_desc pd(desc, ownScratchpad(),
+                                                       engine(), hint);
     primitive = dnnl::convolution_backward_data(pd);
     diffDst = std::make_unique<Binding>(
         memory::desc(shapes.dst, DT::f32, Tag::nchw), pd.diff_dst_desc(),
@@ -163,6 +162,7 @@ public:
     arguments = {{DNNL_ARG_DIFF_DST, diffDst->internal},
                  {DNNL_ARG_WEIGHTS, weights->internal},
                  {DNNL_ARG_DIFF_SRC, diffSrc->internal}};
+    bindScratchpad(primitive, arguments);
   }
 
   void run(const StepContext &) override {
@@ -192,7 +192,8 @@ public:
         dnnl::algorithm::convolution_direct, shapes.any(shapes.src),
         shapes.any(shapes.weights), shapes.any(shapes.dst), shapes.strides,
         shapes.dilates, shapes.padL, shapes.padR);
-    dnnl::convolution_backward_weights::primitive_desc pd(desc, engine(), hint);
+    dnnl::convolution_backward_weights::primitive_desc pd(desc, ownScratchpad(),
+                                                          engine(), hint);
     primitive = dnnl::convolution_backward_weights(pd);
     diffDst = std::make_unique<Binding>(
         memory::desc(shapes.dst, DT::f32, Tag::nchw), pd.diff_dst_desc(),
@@ -206,6 +207,7 @@ public:
     arguments = {{DNNL_ARG_DIFF_DST, diffDst->internal},
                  {DNNL_ARG_SRC, src->internal},
                  {DNNL_ARG_DIFF_WEIGHTS, diffWeights->internal}};
+    bindScratchpad(primitive, arguments);
   }
 
   void run(const StepContext &) override {

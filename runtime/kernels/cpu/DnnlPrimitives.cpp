@@ -11,8 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "CpuKernels.h"
-
-#include <oneapi/dnnl/dnnl.hpp>
+#include "Dnnl.h"
 
 namespace cdp::runtime::cpu {
 
@@ -21,11 +20,6 @@ namespace {
 using dnnl::algorithm;
 using dnnl::memory;
 using dnnl::prop_kind;
-
-dnnl::engine &engine() {
-  static dnnl::engine instance(dnnl::engine::kind::cpu, 0);
-  return instance;
-}
 
 /// A plain (row-major) f32 descriptor of any rank.
 memory::desc plain(const std::vector<int64_t> &shape) {
@@ -45,7 +39,9 @@ public:
   PrimitiveKernel(dnnl::primitive primitive,
                   std::unordered_map<int, memory> arguments)
       : stream(engine()), primitive(std::move(primitive)),
-        arguments(std::move(arguments)) {}
+        arguments(std::move(arguments)) {
+    bindScratchpad(this->primitive, this->arguments);
+  }
   void run(const StepContext &) override {
     primitive.execute(stream, arguments);
     stream.wait();
@@ -85,7 +81,7 @@ std::unique_ptr<Kernel> eltwiseForward(const KernelArgs &args, algorithm alg) {
   memory src = bind(args.inputs[0]), dst = bind(args.outputs[0]);
   dnnl::eltwise_forward::desc desc(prop_kind::forward_training, alg,
                                    src.get_desc());
-  dnnl::eltwise_forward::primitive_desc pd(desc, engine());
+  dnnl::eltwise_forward::primitive_desc pd(desc, ownScratchpad(), engine());
   return std::make_unique<PrimitiveKernel>(
       dnnl::eltwise_forward(pd), std::unordered_map<int, memory>{
                                      {DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
@@ -144,7 +140,8 @@ poolForwardDesc(const KernelArgs &args, bool isMax, const TensorView &src,
   dnnl::pooling_v2_forward::desc desc(
       prop_kind::forward_training, alg, plain(src.shape), plain(dst.shape),
       p.strides, p.kernel, p.dilation, p.padL, p.padR);
-  return dnnl::pooling_v2_forward::primitive_desc(desc, engine());
+  return dnnl::pooling_v2_forward::primitive_desc(desc, ownScratchpad(),
+                                                  engine());
 }
 
 /// Max pooling backward needs the forward's workspace (where each maximum
@@ -160,7 +157,8 @@ public:
     dnnl::pooling_v2_backward::desc desc(algorithm::pooling_max, plain(x.shape),
                                          plain(dy.shape), p.strides, p.kernel,
                                          p.dilation, p.padL, p.padR);
-    dnnl::pooling_v2_backward::primitive_desc pd(desc, engine(), forwardPd);
+    dnnl::pooling_v2_backward::primitive_desc pd(desc, ownScratchpad(),
+                                                 engine(), forwardPd);
     forward = dnnl::pooling_v2_forward(forwardPd);
     backward = dnnl::pooling_v2_backward(pd);
     memory workspace(forwardPd.workspace_desc(), engine());
@@ -171,6 +169,8 @@ public:
     backwardArgs = {{DNNL_ARG_DIFF_DST, bind(dy)},
                     {DNNL_ARG_DIFF_SRC, bind(dx)},
                     {DNNL_ARG_WORKSPACE, workspace}};
+    bindScratchpad(forward, forwardArgs);
+    bindScratchpad(backward, backwardArgs);
     bytes =
         forwardPd.workspace_desc().get_size() + forwardPd.dst_desc().get_size();
   }
@@ -208,7 +208,8 @@ public:
     memory src = bind(args.inputs[0]), dst = bind(args.outputs[0]);
     dnnl::batch_normalization_forward::desc desc(
         prop_kind::forward_inference, src.get_desc(), epsilon, flags);
-    dnnl::batch_normalization_forward::primitive_desc pd(desc, engine());
+    dnnl::batch_normalization_forward::primitive_desc pd(desc, ownScratchpad(),
+                                                         engine());
     primitive = dnnl::batch_normalization_forward(pd);
     arguments = {{DNNL_ARG_SRC, src},
                  {DNNL_ARG_DST, dst},
@@ -216,6 +217,7 @@ public:
                  {DNNL_ARG_SHIFT, bind(args.inputs[2])},
                  {DNNL_ARG_MEAN, bind(mean)},
                  {DNNL_ARG_VARIANCE, bind(var)}};
+    bindScratchpad(primitive, arguments);
   }
   void run(const StepContext &) override {
     primitive.execute(stream, arguments);
@@ -281,7 +283,8 @@ void registerDnnlPrimitives(KernelRegistry &registry) {
          dnnl::eltwise_forward::primitive_desc hint(hintDesc, engine());
          dnnl::eltwise_backward::desc desc(alg, dy.get_desc(),
                                            saved.get_desc());
-         dnnl::eltwise_backward::primitive_desc pd(desc, engine(), hint);
+         dnnl::eltwise_backward::primitive_desc pd(desc, ownScratchpad(),
+                                                   engine(), hint);
          return std::make_unique<PrimitiveKernel>(
              dnnl::eltwise_backward(pd),
              std::unordered_map<int, memory>{
@@ -300,14 +303,14 @@ void registerDnnlPrimitives(KernelRegistry &registry) {
              dnnl::logsoftmax_forward::desc desc(prop_kind::forward_training,
                                                  src.get_desc(), axis);
              return std::make_unique<PrimitiveKernel>(
-                 dnnl::logsoftmax_forward({desc, engine()}),
+                 dnnl::logsoftmax_forward({desc, ownScratchpad(), engine()}),
                  std::unordered_map<int, memory>{{DNNL_ARG_SRC, src},
                                                  {DNNL_ARG_DST, dst}});
            }
            dnnl::softmax_forward::desc desc(prop_kind::forward_training,
                                             src.get_desc(), axis);
            return std::make_unique<PrimitiveKernel>(
-               dnnl::softmax_forward({desc, engine()}),
+               dnnl::softmax_forward({desc, ownScratchpad(), engine()}),
                std::unordered_map<int, memory>{{DNNL_ARG_SRC, src},
                                                {DNNL_ARG_DST, dst}});
          });
@@ -327,13 +330,16 @@ void registerDnnlPrimitives(KernelRegistry &registry) {
            dnnl::logsoftmax_backward::desc desc(dy.get_desc(), y.get_desc(),
                                                 axis);
            return std::make_unique<PrimitiveKernel>(
-               dnnl::logsoftmax_backward({desc, engine(), hint}), arguments);
+               dnnl::logsoftmax_backward(
+                   {desc, ownScratchpad(), engine(), hint}),
+               arguments);
          }
          dnnl::softmax_forward::primitive_desc hint(
              {prop_kind::forward_training, y.get_desc(), axis}, engine());
          dnnl::softmax_backward::desc desc(dy.get_desc(), y.get_desc(), axis);
          return std::make_unique<PrimitiveKernel>(
-             dnnl::softmax_backward({desc, engine(), hint}), arguments);
+             dnnl::softmax_backward({desc, ownScratchpad(), engine(), hint}),
+             arguments);
        });
 
   for (bool isMax : {true, false})
@@ -370,8 +376,8 @@ void registerDnnlPrimitives(KernelRegistry &registry) {
          dnnl::pooling_v2_backward::desc desc(
              alg, plain(dx.shape), plain(dy.shape), p.strides, p.kernel,
              p.dilation, p.padL, p.padR);
-         dnnl::pooling_v2_backward::primitive_desc pd(desc, engine(),
-                                                      forwardPd);
+         dnnl::pooling_v2_backward::primitive_desc pd(desc, ownScratchpad(),
+                                                      engine(), forwardPd);
          return std::make_unique<PrimitiveKernel>(
              dnnl::pooling_v2_backward(pd),
              std::unordered_map<int, memory>{{DNNL_ARG_DIFF_DST, bind(dy)},

@@ -1,0 +1,51 @@
+//===- Dnnl.h - what every oneDNN kernel shares -----------------*- C++ -*-===//
+//
+// One CPU engine, and scratchpads the primitives own. cdp-run creates every
+// kernel on the thread that loads the plan and runs a device's stream on a
+// thread of its own; oneDNN's default (library) scratchpad belongs to the
+// thread that created the primitive and is null on any other, so a
+// primitive that needs one (a grouped convolution) would write through null
+// on a device thread. Primitives are therefore created in user scratchpad
+// mode, each with its scratchpad allocated at load beside its arguments.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CDP_RUNTIME_KERNELS_CPU_DNNL_H
+#define CDP_RUNTIME_KERNELS_CPU_DNNL_H
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <unordered_map>
+
+namespace cdp::runtime::cpu {
+
+inline dnnl::engine &engine() {
+  static dnnl::engine instance(dnnl::engine::kind::cpu, 0);
+  return instance;
+}
+
+/// Attributes for every primitive descriptor: the scratchpad is ours.
+inline const dnnl::primitive_attr &ownScratchpad() {
+  static const dnnl::primitive_attr attributes = [] {
+    dnnl::primitive_attr a;
+    a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    return a;
+  }();
+  return attributes;
+}
+
+/// Adds the scratchpad `primitive` needs (if any) to its arguments.
+inline void bindScratchpad(const dnnl::primitive &primitive,
+                           std::unordered_map<int, dnnl::memory> &arguments) {
+  const dnnl_memory_desc_t *desc = dnnl_primitive_desc_query_md(
+      primitive.get_primitive_desc(), dnnl_query_scratchpad_md, 0);
+  if (!desc)
+    return;
+  dnnl::memory::desc scratchpad(*desc);
+  if (scratchpad.get_size() != 0)
+    arguments[DNNL_ARG_SCRATCHPAD] = dnnl::memory(scratchpad, engine());
+}
+
+} // namespace cdp::runtime::cpu
+
+#endif // CDP_RUNTIME_KERNELS_CPU_DNNL_H
