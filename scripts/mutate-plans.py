@@ -127,7 +127,7 @@ def near(rng, value):
     """A value near `value`, or an extreme one."""
     if rng.random() < 0.5:
         return pick(rng, EXTREMES)
-    return value + rng.choice([-64, -8, -1, 1, 8, 64, 4096])
+    return max(-2**63, min(2**63 - 1, value + rng.choice([-64, -8, -1, 1, 8, 64, 4096])))
 
 
 def clamp32(value):
