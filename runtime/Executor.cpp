@@ -5,6 +5,7 @@
 #include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Runtime/Report.h"
+#include "cdp/Runtime/Signatures.h"
 
 #include <algorithm>
 #include <chrono>
@@ -78,9 +79,18 @@ Executor::~Executor() {
   backendDevice->release(arena);
 }
 
+const TensorView &Executor::held(int id) const {
+  const TensorView &view = views.at(id);
+  if (!view.present())
+    throw RuntimeError("plan tensor '" + planRef.tensors(id).name() + "' (" +
+                       std::to_string(id) + ") is not on device " +
+                       std::to_string(deviceIndex));
+  return view;
+}
+
 void Executor::stageIn(int id,
                        const std::function<void(const TensorView &)> &fill) {
-  const TensorView &view = views.at(id);
+  const TensorView &view = held(id);
   if (view.space == MemorySpace::Host) {
     fill(view);
     return;
@@ -161,6 +171,7 @@ std::vector<std::unique_ptr<Kernel>> Executor::bind(
       args.inputs.push_back(resolve(id));
     for (int id : instruction.outputs())
       args.outputs.push_back(resolve(id));
+    checkSignature(args);
     kernels.push_back((*factory)(args));
   }
   return kernels;

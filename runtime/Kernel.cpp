@@ -11,46 +11,78 @@ const plan::Attribute *KernelArgs::find(const std::string &name) const {
   return nullptr;
 }
 
-int64_t KernelArgs::i(const std::string &name, int64_t fallback) const {
+const plan::Attribute *
+KernelArgs::find(const std::string &name,
+                 plan::Attribute::ValueCase expected) const {
   const plan::Attribute *a = find(name);
+  if (a && a->value_case() == plan::Attribute::VALUE_NOT_SET)
+    return nullptr; // an empty list, as protobuf keeps it
+  if (a && a->value_case() != expected)
+    fail("attribute '" + name + "' is not " + describe(expected));
+  return a;
+}
+
+std::string KernelArgs::describe(plan::Attribute::ValueCase value) {
+  switch (value) {
+  case plan::Attribute::kI:
+    return "an integer";
+  case plan::Attribute::kF:
+    return "a real number";
+  case plan::Attribute::kS:
+    return "a string";
+  case plan::Attribute::kInts:
+    return "a list of integers";
+  case plan::Attribute::kFloats:
+    return "a list of reals";
+  case plan::Attribute::kType:
+    return "a data type";
+  case plan::Attribute::kTensor:
+    return "a tensor";
+  default:
+    return "set";
+  }
+}
+
+int64_t KernelArgs::i(const std::string &name, int64_t fallback) const {
+  const plan::Attribute *a = find(name, plan::Attribute::kI);
   return a ? a->i() : fallback;
 }
 
 double KernelArgs::f(const std::string &name, double fallback) const {
-  const plan::Attribute *a = find(name);
+  const plan::Attribute *a = find(name, plan::Attribute::kF);
   return a ? a->f() : fallback;
 }
 
 std::string KernelArgs::s(const std::string &name,
                           const std::string &fallback) const {
-  const plan::Attribute *a = find(name);
+  const plan::Attribute *a = find(name, plan::Attribute::kS);
   return a ? a->s() : fallback;
 }
 
 std::vector<int64_t> KernelArgs::ints(const std::string &name) const {
-  const plan::Attribute *a = find(name);
+  const plan::Attribute *a = find(name, plan::Attribute::kInts);
   if (!a)
     return {};
   return {a->ints().values().begin(), a->ints().values().end()};
 }
 
 std::vector<double> KernelArgs::floats(const std::string &name) const {
-  const plan::Attribute *a = find(name);
+  const plan::Attribute *a = find(name, plan::Attribute::kFloats);
   if (!a)
     return {};
   return {a->floats().values().begin(), a->floats().values().end()};
 }
 
 plan::DType KernelArgs::type(const std::string &name) const {
-  const plan::Attribute *a = find(name);
+  const plan::Attribute *a = find(name, plan::Attribute::kType);
   if (!a)
     fail("missing type attribute '" + name + "'");
   return a->type();
 }
 
 const plan::Tensor *KernelArgs::tensor(const std::string &name) const {
-  const plan::Attribute *a = find(name);
-  return a && a->has_tensor() ? &a->tensor() : nullptr;
+  const plan::Attribute *a = find(name, plan::Attribute::kTensor);
+  return a ? &a->tensor() : nullptr;
 }
 
 void KernelArgs::fail(const std::string &message) const {

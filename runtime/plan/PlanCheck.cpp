@@ -10,12 +10,14 @@
 //===----------------------------------------------------------------------===//
 
 #include "cdp/Plan/PlanCheck.h"
+#include "cdp/Plan/PlanIO.h"
 
 #include <algorithm>
 #include <cmath>
 #include <deque>
 #include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string_view>
 #include <tuple>
@@ -52,12 +54,62 @@ Message messageOf(const Instruction &instruction) {
   return m;
 }
 
+/// Values that name the chain's messages apart from the pipelines' (which
+/// are 0 to 2^24): a stage's partial sums and its means.
+int64_t partialValue(int64_t stage) { return -2 - 2 * stage; }
+int64_t meanValue(int64_t stage) { return -3 - 2 * stage; }
+
+/// A chain_reduce or chain_relay of device d (of `devices`) as the receive
+/// and the send it makes, tagged by the step whose reduction they carry:
+/// chain_reduce adds to the partial sum from d - 1 and passes it to d + 1,
+/// or, on the last device, sends the mean back to d - 1; chain_relay takes
+/// the mean of step t - step_offset from d + 1 and passes it to d - 1.
+template <typename Traffic>
+std::vector<Traffic> chainHops(const Instruction &instruction, int d,
+                               int devices, const Traffic &base) {
+  int64_t stage = attribute(instruction, "stage", 0);
+  bool relay = instruction.op() == "chain_relay";
+  auto hop = [&](int kind, int64_t peer, int64_t value) {
+    Traffic t = base;
+    t.kind = kind;
+    t.message.peer = peer;
+    t.message.value = value;
+    t.message.stepOffset =
+        relay ? -attribute(instruction, "step_offset", 0) : 0;
+    return t;
+  };
+  std::vector<Traffic> hops;
+  if (relay) {
+    hops.push_back(hop(2, d + 1, meanValue(stage)));
+    if (d > 0)
+      hops.push_back(hop(1, d - 1, meanValue(stage)));
+  } else {
+    if (d > 0)
+      hops.push_back(hop(2, d - 1, partialValue(stage)));
+    if (d + 1 < devices)
+      hops.push_back(hop(1, d + 1, partialValue(stage)));
+    else if (d > 0)
+      hops.push_back(hop(1, d - 1, meanValue(stage)));
+  }
+  if (hops.empty())
+    hops.push_back(base); // one device: nothing to exchange
+  for (size_t k = 1; k < hops.size(); ++k)
+    hops[k].free = true;
+  return hops;
+}
+
 std::string describe(const Instruction &instruction, int64_t step) {
   std::ostringstream os;
   if (instruction.op() == "reduce_wait") {
     os << "reduce_wait at '" << instruction.location() << "' (stage "
        << attribute(instruction, "stage", 0) << ", the reduction of step "
        << step - 1 - attribute(instruction, "delay", 0) << ", time step "
+       << instruction.time_step() << ")";
+    return os.str();
+  }
+  if (instruction.op().rfind("chain_", 0) == 0) {
+    os << instruction.op() << " at '" << instruction.location() << "' (stage "
+       << attribute(instruction, "stage", 0) << ", time step "
        << instruction.time_step() << ")";
     return os.str();
   }
@@ -99,22 +151,36 @@ Simulation simulate(const Plan &plan, int64_t steps, bool drain,
     Message message;
     int64_t minStep = 0, stage = 0, delay = 0;
     bool drain = false;
+    bool free = false; ///< the second part of a chain hop: costs nothing
   };
   std::vector<std::vector<Traffic>> traffic(devices);
+  // The runtime runs a last_slot instruction only on the device whose slot
+  // is the step's last (dp, cdp: slot d on device d; pipelines: slot 0).
+  int64_t lastSlot = std::max(plan.micro_batches(), 1) - 1;
+  bool pipelined = traitsOf(plan).pipelined;
   for (int d = 0; d < devices; ++d) {
     const Device &device = plan.devices(d);
+    int64_t slot = pipelined ? 0 : d;
     for (int i = 0; i < device.instructions_size(); ++i) {
       const Instruction &instruction = device.instructions(i);
       std::string_view op = instruction.op();
+      if (instruction.last_slot() && slot != lastSlot)
+        continue; // never runs
       bool isMessage = op == "send" || op == "recv";
       bool reduction =
           reductions && (op == "reduce_start" || op == "reduce_wait");
-      if (!isMessage && !reduction && !cost)
+      bool chain = reductions && (op == "chain_reduce" || op == "chain_relay");
+      if (!isMessage && !reduction && !chain && !cost)
         continue;
       Traffic t;
       t.index = i;
       t.minStep = instruction.min_step();
       t.drain = instruction.drain();
+      if (reductions && (op == "chain_reduce" || op == "chain_relay")) {
+        for (Traffic &hop : chainHops(instruction, d, devices, t))
+          traffic[d].push_back(hop);
+        continue;
+      }
       if (reduction) {
         t.kind = op == "reduce_start" ? 3 : 4;
         t.stage = attribute(instruction, "stage", 0);
@@ -133,6 +199,7 @@ Simulation simulate(const Plan &plan, int64_t steps, bool drain,
   std::map<Key, std::deque<double>> inFlight;
   // (step, stage) -> (contributions, when the last one was made)
   std::map<std::pair<int64_t, int64_t>, std::pair<int, double>> reduced;
+  std::map<std::pair<int64_t, int64_t>, std::set<int>> fetched;
   std::vector<std::vector<double>> costs(devices);
   if (cost)
     for (int d = 0; d < devices; ++d)
@@ -185,8 +252,11 @@ Simulation simulate(const Plan &plan, int64_t steps, bool drain,
             inFlight.erase(it);
         }
         if (t.kind == 4) {
-          auto it = reduced.find({step - 1 - t.delay, t.stage});
-          if (it == reduced.end() || it->second.first < devices)
+          std::pair<int64_t, int64_t> key{step - 1 - t.delay, t.stage};
+          auto it = reduced.find(key);
+          // A device fetches each mean once: a second wait never ends.
+          if (it == reduced.end() || it->second.first < devices ||
+              !fetched[key].insert(d).second)
             break;
           start = std::max(start, it->second.second);
         }
@@ -194,7 +264,8 @@ Simulation simulate(const Plan &plan, int64_t steps, bool drain,
           // Every step runs the same instructions: cost each once.
           double &time = costs[d][position % visited];
           if (std::isnan(time))
-            time = (*cost)(d, plan.devices(d).instructions(t.index));
+            time = t.free ? 0.0
+                          : (*cost)(d, plan.devices(d).instructions(t.index));
           if (time < 0)
             sim.unknownCost = true;
           clock = start + std::max(time, 0.0);

@@ -2,6 +2,7 @@
 
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Plan/Paths.h"
+#include "cdp/Plan/PlanValidate.h"
 
 #include <cerrno>
 #include <cstring>
@@ -74,7 +75,8 @@ bool writePlan(const Plan &plan, const std::string &path, std::string &error) {
   return writeFileAtomically(path, header + payload, error);
 }
 
-bool readPlan(const std::string &path, Plan &plan, std::string &error) {
+bool readPlan(const std::string &path, Plan &plan, std::string &error,
+              int64_t maxBytes) {
   error = checkInputFile(path);
   if (!error.empty()) {
     error += "; give the plan file itself";
@@ -128,7 +130,8 @@ bool readPlan(const std::string &path, Plan &plan, std::string &error) {
             strategyNames() + ")";
     return false;
   }
-  return true;
+  error = validatePlan(plan, maxBytes);
+  return error.empty();
 }
 
 } // namespace cdp::plan

@@ -456,7 +456,7 @@ void checkMeaningfulFlags(const Options &options, const plan::Plan &plan) {
 void readCheckedPlan(const Options &options, plan::Plan &plan,
                      uint64_t &planChecksum) {
   std::string error;
-  if (!plan::readPlan(options.plan, plan, error))
+  if (!plan::readPlan(options.plan, plan, error, options.maxTensorBytes))
     die(options.plan + ": " + error);
   // A plan whose sends and receives cannot all match would hang the device
   // threads: refuse it, naming the first stuck device.

@@ -23,9 +23,11 @@ constexpr uint32_t kPlanFormatVersion = 3;
 /// Writes `plan` to `path`; returns false and sets `error` on failure.
 bool writePlan(const Plan &plan, const std::string &path, std::string &error);
 
-/// Reads and checks a plan; returns false and sets `error` (one line, no
-/// file name) on failure.
-bool readPlan(const std::string &path, Plan &plan, std::string &error);
+/// Reads and checks a plan (its header, then validatePlan with every tensor
+/// and arena at most `maxBytes`); returns false and sets `error` (one line,
+/// no file name) on failure.
+bool readPlan(const std::string &path, Plan &plan, std::string &error,
+              int64_t maxBytes = int64_t(16) << 30);
 
 /// FNV-1a, 64 bits.
 uint64_t checksum(const void *data, size_t size);

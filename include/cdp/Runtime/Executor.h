@@ -94,8 +94,11 @@ public:
   /// Fills tensor `id` from the host: `fill` writes a host view of it (the
   /// tensor itself on the CPU, else a staging buffer uploaded afterwards).
   void stageIn(int id, const std::function<void(const TensorView &)> &fill);
+  /// Tensor `id`'s view; throws when another device holds it (an edited
+  /// plan naming another stage's tensor as its loss or output).
+  const TensorView &held(int id) const;
   /// Tensor `id` (or any view of this device's memory) for host code.
-  HostTensor stageOut(int id) const { return stageOut(views.at(id)); }
+  HostTensor stageOut(int id) const { return stageOut(held(id)); }
   HostTensor stageOut(const TensorView &view) const;
   /// Copies a view of this device's memory to or from host bytes.
   void download(const TensorView &view, void *host) const;

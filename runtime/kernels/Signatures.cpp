@@ -1,0 +1,774 @@
+//===- Signatures.cpp - what each op's kernels may read and write ---------===//
+//
+// One rule per op, written from what the kernels index: a rule checks the
+// instruction's arity first (kernels read inputs[k] without looking), then
+// types and the shape relations the loops assume, with overflow-safe
+// arithmetic where it multiplies dimensions. See Signatures.h.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cdp/Runtime/Signatures.h"
+
+#include "cdp/Plan/Checked.h"
+#include "cdp/Runtime/Communicator.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+
+namespace cdp::runtime {
+
+namespace {
+
+constexpr int kMany = 1 << 20;
+/// Bounds of the attributes message tags and step arithmetic are made of.
+constexpr int64_t kMostTagField = int64_t(1) << 20;
+
+std::string shapeText(const std::vector<int64_t> &shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    text += (i ? "," : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+const char *dtypeName(plan::DType type) {
+  switch (type) {
+  case plan::F32:
+    return "f32";
+  case plan::I64:
+    return "i64";
+  case plan::I32:
+    return "i32";
+  case plan::BOOL:
+    return "bool";
+  default:
+    return "an unknown type";
+  }
+}
+
+/// The checks a rule is written with; each failure names the instruction.
+class Check {
+public:
+  explicit Check(const KernelArgs &args) : args(args) {}
+
+  void arity(int leastIn, int mostIn, int leastOut, int mostOut) const {
+    int in = static_cast<int>(args.inputs.size()),
+        out = static_cast<int>(args.outputs.size());
+    if (in < leastIn || in > mostIn || out < leastOut || out > mostOut)
+      fail("has " + std::to_string(in) + " inputs and " + std::to_string(out) +
+           " outputs; the op takes " + range(leastIn, mostIn) + " and " +
+           range(leastOut, mostOut));
+    for (int k = 0; k < out; ++k)
+      if (!args.outputs[k].present())
+        fail("output " + std::to_string(k) + " is absent");
+  }
+  /// Input k, which must be present.
+  const TensorView &in(size_t k) const {
+    if (k >= args.inputs.size() || !args.inputs[k].present())
+      fail("input " + std::to_string(k) + " is absent");
+    return args.inputs[k];
+  }
+  /// Input k when the instruction has it; null when absent.
+  const TensorView *optional(size_t k) const {
+    return k < args.inputs.size() && args.inputs[k].present() ? &args.inputs[k]
+                                                              : nullptr;
+  }
+  const TensorView &out(size_t k) const { return args.outputs.at(k); }
+
+  void type(const TensorView &v, plan::DType want) const {
+    if (v.dtype != want)
+      fail(std::string("a tensor is ") + dtypeName(v.dtype) +
+           ", the op needs " + dtypeName(want));
+  }
+  /// Every present input and output is f32.
+  void allF32() const {
+    for (const auto *list : {&args.inputs, &args.outputs})
+      for (const TensorView &v : *list)
+        if (v.present())
+          type(v, plan::F32);
+  }
+  void sameType(const TensorView &a, const TensorView &b) const {
+    if (a.dtype != b.dtype)
+      fail(std::string("tensors of types ") + dtypeName(a.dtype) + " and " +
+           dtypeName(b.dtype) + " where the op needs one type");
+  }
+  void same(const TensorView &a, const TensorView &b) const {
+    if (a.shape != b.shape)
+      fail("shapes " + shapeText(a.shape) + " and " + shapeText(b.shape) +
+           " differ where the op needs one shape");
+  }
+  void count(const TensorView &v, int64_t want) const {
+    if (v.numel() != want)
+      fail("a tensor of shape " + shapeText(v.shape) + " where the op needs " +
+           std::to_string(want) + " elements");
+  }
+  void rank(const TensorView &v, int64_t least, int64_t most) const {
+    if (v.rank() < least || v.rank() > most)
+      fail("a tensor of rank " + std::to_string(v.rank()) +
+           " where the op needs " + range(least, most));
+  }
+  /// `from` broadcasts (numpy rules) to `to`.
+  void broadcasts(const TensorView &from, const TensorView &to) const {
+    bool fits = from.rank() <= to.rank();
+    for (int64_t d = 1; fits && d <= from.rank(); ++d) {
+      int64_t f = from.shape[from.rank() - d], t = to.shape[to.rank() - d];
+      fits = f == t || f == 1;
+    }
+    if (!fits)
+      fail("shape " + shapeText(from.shape) + " does not broadcast to " +
+           shapeText(to.shape));
+  }
+  bool has(const std::string &name) const { return args.find(name); }
+  void require(bool condition, const std::string &message) const {
+    if (!condition)
+      fail(message);
+  }
+  /// Integer attribute `name` (or `fallback`) within [least, most].
+  int64_t attribute(const std::string &name, int64_t fallback, int64_t least,
+                    int64_t most) const {
+    int64_t value = args.i(name, fallback);
+    if (value < least || value > most)
+      fail("attribute '" + name + "' is " + std::to_string(value) +
+           ", outside " + range(least, most));
+    return value;
+  }
+  /// An axis attribute of a tensor of rank `r`, normalized.
+  int64_t axis(const std::string &name, int64_t fallback, int64_t r) const {
+    int64_t a = attribute(name, fallback, -std::max<int64_t>(r, 1),
+                          std::max<int64_t>(r, 1) - 1);
+    return a < 0 ? a + r : a;
+  }
+  /// A list attribute of exactly `size` entries, each within [least, most].
+  std::vector<int64_t> ints(const std::string &name, size_t size, int64_t least,
+                            int64_t most) const {
+    std::vector<int64_t> values = args.ints(name);
+    if (values.size() != size)
+      fail("attribute '" + name + "' has " + std::to_string(values.size()) +
+           " entries, the op needs " + std::to_string(size));
+    for (int64_t v : values)
+      if (v < least || v > most)
+        fail("attribute '" + name + "' holds " + std::to_string(v) +
+             ", outside " + range(least, most));
+    return values;
+  }
+  [[noreturn]] void fail(const std::string &message) const {
+    args.fail(message);
+  }
+
+private:
+  static std::string range(int64_t least, int64_t most) {
+    if (least == most)
+      return std::to_string(least);
+    return most >= kMany
+               ? "at least " + std::to_string(least)
+               : std::to_string(least) + " to " + std::to_string(most);
+  }
+  const KernelArgs &args;
+};
+
+int64_t product(const std::vector<int64_t> &shape, size_t begin,
+                size_t end = ~size_t(0)) {
+  int64_t n = 1;
+  for (size_t i = begin; i < std::min(end, shape.size()); ++i)
+    n *= shape[i]; // the plan validator bounded every tensor's elements
+  return n;
+}
+
+using Rule = std::function<void(const Check &)>;
+
+void unary(const Check &c) {
+  c.arity(1, 1, 1, 1);
+  c.allF32();
+  c.same(c.in(0), c.out(0));
+}
+
+void binary(const Check &c) {
+  c.arity(2, 2, 1, 1);
+  const TensorView &y = c.out(0);
+  c.require(y.dtype == plan::F32 || y.dtype == plan::I64,
+            "the result is neither f32 nor i64");
+  for (int k : {0, 1}) {
+    c.sameType(c.in(k), y);
+    c.broadcasts(c.in(k), y);
+  }
+}
+
+/// Input k (k = 0, 1) of a gemm, as (rows, columns) after transposition.
+void gemm(const Check &c) {
+  c.arity(2, 3, 1, 1);
+  c.allF32();
+  const TensorView &a = c.in(0), &b = c.in(1), &y = c.out(0);
+  for (const TensorView *v : {&a, &b, &y})
+    c.rank(*v, 2, 2);
+  bool transA = c.attribute("trans_a", 0, 0, 1),
+       transB = c.attribute("trans_b", 0, 0, 1);
+  int64_t m = transA ? a.shape[1] : a.shape[0],
+          k = transA ? a.shape[0] : a.shape[1],
+          kb = transB ? b.shape[1] : b.shape[0],
+          n = transB ? b.shape[0] : b.shape[1];
+  c.require(k == kb && m == y.shape[0] && n == y.shape[1],
+            "operands " + shapeText(a.shape) + " and " + shapeText(b.shape) +
+                " do not multiply into " + shapeText(y.shape));
+  if (const TensorView *bias = c.optional(2))
+    c.broadcasts(*bias, y);
+}
+
+void matmul(const Check &c) {
+  c.arity(2, 2, 1, 1);
+  c.allF32();
+  std::vector<int64_t> as = c.in(0).shape, bs = c.in(1).shape;
+  c.require(!as.empty() && !bs.empty(), "matmul of a scalar");
+  if (as.size() == 1)
+    as.insert(as.begin(), 1);
+  if (bs.size() == 1)
+    bs.push_back(1);
+  int64_t m = as[as.size() - 2], k = as.back(), n = bs.back();
+  c.require(bs[bs.size() - 2] == k, "operands " + shapeText(c.in(0).shape) +
+                                        " and " + shapeText(c.in(1).shape) +
+                                        " do not agree on the inner size");
+  size_t batchA = as.size() - 2, batchB = bs.size() - 2;
+  size_t rank = std::max(batchA, batchB);
+  int64_t batch = 1;
+  for (size_t d = 0; d < rank; ++d) {
+    int64_t da = d < rank - batchA ? 1 : as[d - (rank - batchA)];
+    int64_t db = d < rank - batchB ? 1 : bs[d - (rank - batchB)];
+    c.require(da == db || da == 1 || db == 1,
+              "batch dimensions do not broadcast");
+    batch = saturatingMul(batch, std::max(da, db));
+  }
+  c.count(c.out(0), saturatingMul(saturatingMul(batch, m), n));
+}
+
+/// A 2-D convolution's (input, weight, output), whichever are in and out.
+void convolution(const Check &c, const TensorView &x, const TensorView &w,
+                 const TensorView &y) {
+  c.allF32();
+  for (const TensorView *v : {&x, &w, &y})
+    c.rank(*v, 4, 4);
+  int64_t group = c.attribute("group", 1, 1, std::max<int64_t>(x.shape[1], 1));
+  std::vector<int64_t> pads = c.ints("pads", 4, 0, kMostTagField),
+                       strides = c.ints("strides", 2, 1, kMostTagField),
+                       dilations = c.ints("dilations", 2, 1, kMostTagField);
+  c.require(x.shape[1] % group == 0 && w.shape[0] % group == 0 &&
+                w.shape[1] * group == x.shape[1] && y.shape[0] == x.shape[0] &&
+                y.shape[1] == w.shape[0],
+            "input " + shapeText(x.shape) + ", weight " + shapeText(w.shape) +
+                " and output " + shapeText(y.shape) + " do not fit group " +
+                std::to_string(group));
+  for (int d = 0; d < 2; ++d) {
+    int64_t span = (w.shape[2 + d] - 1) * dilations[d] + 1;
+    int64_t room = x.shape[2 + d] + pads[d] + pads[d + 2] - span;
+    c.require(room >= 0 && room / strides[d] + 1 == y.shape[2 + d],
+              "output " + shapeText(y.shape) + " is not what input " +
+                  shapeText(x.shape) + " and weight " + shapeText(w.shape) +
+                  " give with these pads and strides");
+  }
+}
+
+/// A pooling window's (input, output) of 1 to 3 spatial dimensions.
+void pooling(const Check &c, const TensorView &x, const TensorView &y) {
+  c.rank(x, 3, 5);
+  size_t spatial = static_cast<size_t>(x.rank() - 2);
+  c.require(y.rank() == x.rank() && y.shape[0] == x.shape[0] &&
+                y.shape[1] == x.shape[1],
+            "input " + shapeText(x.shape) + " and output " +
+                shapeText(y.shape) + " differ in batch or channels");
+  c.ints("kernel_shape", spatial, 1, kMostTagField);
+  c.ints("pads", 2 * spatial, 0, kMostTagField);
+  c.ints("strides", spatial, 1, kMostTagField);
+  if (c.has("dilations"))
+    c.ints("dilations", spatial, 1, kMostTagField);
+}
+
+void batchNorm(const Check &c) {
+  c.arity(5, 5, 3, 3);
+  c.allF32();
+  const TensorView &x = c.in(0);
+  c.rank(x, 2, 8);
+  c.same(x, c.out(0));
+  for (size_t k = 1; k < 5; ++k)
+    c.count(c.in(k), x.shape[1]);
+  for (size_t k = 1; k < 3; ++k)
+    c.count(c.out(k), x.shape[1]);
+}
+
+void batchNormGrad(const Check &c) {
+  c.arity(5, 5, 3, 3);
+  c.allF32();
+  const TensorView &x = c.in(1);
+  c.rank(x, 2, 8);
+  c.same(x, c.in(0));
+  c.same(x, c.out(0));
+  for (size_t k = 2; k < 5; ++k)
+    c.count(c.in(k), x.shape[1]);
+  for (size_t k = 1; k < 3; ++k)
+    c.count(c.out(k), x.shape[1]);
+}
+
+/// Layer normalization over the axes from `axis` on: the statistics have
+/// one entry per row, scale and bias broadcast over a row.
+void layerNormParts(const Check &c, const TensorView &x, const TensorView &mean,
+                    const TensorView &inv, const TensorView &scale) {
+  int64_t axis = c.axis("axis", -1, x.rank());
+  int64_t rows = product(x.shape, 0, axis);
+  c.count(mean, rows);
+  c.count(inv, rows);
+  TensorView row;
+  row.shape.assign(x.shape.begin() + axis, x.shape.end());
+  c.broadcasts(scale, row);
+}
+
+void layerNorm(const Check &c) {
+  c.arity(2, 3, 3, 3);
+  c.allF32();
+  const TensorView &x = c.in(0);
+  c.same(x, c.out(0));
+  layerNormParts(c, x, c.out(1), c.out(2), c.in(1));
+  if (const TensorView *bias = c.optional(2)) {
+    TensorView row;
+    row.shape.assign(x.shape.begin() + c.axis("axis", -1, x.rank()),
+                     x.shape.end());
+    c.broadcasts(*bias, row);
+  }
+}
+
+void layerNormGrad(const Check &c) {
+  c.arity(5, 5, 3, 3);
+  c.allF32();
+  const TensorView &x = c.in(1);
+  c.same(x, c.in(0));
+  c.same(x, c.out(0));
+  layerNormParts(c, x, c.in(3), c.in(4), c.in(2));
+  c.same(c.in(2), c.out(1));
+  c.same(c.in(2), c.out(2));
+}
+
+/// A class loss's scores (N, C, d...) against labels (N, d...) and weights.
+void classLoss(const Check &c, const TensorView &scores,
+               const TensorView &labels, const TensorView *weights) {
+  c.rank(scores, 2, 8);
+  c.type(labels, plan::I64);
+  int64_t batch = scores.shape[0], spatial = product(scores.shape, 2);
+  c.count(labels, saturatingMul(batch, spatial));
+  if (weights)
+    c.count(*weights, scores.shape[1]);
+}
+
+void reduction(const Check &c, const KernelArgs &args, const TensorView &loss,
+               int64_t elements) {
+  std::string kind = args.s("reduction", "mean");
+  c.require(kind == "mean" || kind == "sum" || kind == "none",
+            "reduction '" + kind + "' is none of mean, sum and none");
+  c.require(loss.numel() >= (kind == "none" ? elements : 1),
+            "the loss tensor is smaller than the reduction writes");
+}
+
+/// An ONNX slice of `input` into `output`: every element read is inside.
+void sliceWithin(const Check &c, const KernelArgs &args,
+                 const TensorView &input, const TensorView &output) {
+  c.sameType(input, output);
+  c.require(input.rank() == output.rank(), "slice changes the rank");
+  std::vector<int64_t> starts = args.ints("starts"), axes = args.ints("axes"),
+                       steps = args.ints("steps");
+  c.require(starts.size() == axes.size() && steps.size() == axes.size(),
+            "attributes 'starts', 'axes' and 'steps' differ in length");
+  std::vector<int64_t> start(input.rank(), 0), step(input.rank(), 1);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    int64_t axis = axes[i] < 0 ? axes[i] + input.rank() : axes[i];
+    c.require(axis >= 0 && axis < input.rank(), "a slice axis is out of range");
+    c.require(steps[i] != 0 && steps[i] > -kMostTagField * kMostTagField &&
+                  steps[i] < kMostTagField * kMostTagField,
+              "a slice step is 0 or too large");
+    int64_t dim = input.shape[axis];
+    int64_t s = starts[i] < 0 ? starts[i] + dim : starts[i];
+    s = steps[i] > 0 ? std::clamp<int64_t>(s, 0, dim)
+                     : std::clamp<int64_t>(s, 0, std::max<int64_t>(dim - 1, 0));
+    start[axis] = s;
+    step[axis] = steps[i];
+  }
+  for (int64_t d = 0; d < input.rank(); ++d) {
+    if (output.shape[d] == 0)
+      continue;
+    int64_t last = start[d] + (output.shape[d] - 1) * step[d];
+    c.require(last >= 0 && last < input.shape[d] && start[d] < input.shape[d],
+              "the slice reads outside " + shapeText(input.shape));
+  }
+}
+
+/// Gather along `axis` of `data`: the output holds outer × indices × inner.
+void gatherSizes(const Check &c, const TensorView &data,
+                 const TensorView &indices, const TensorView &result) {
+  c.type(indices, plan::I64);
+  int64_t axis = c.axis("axis", 0, data.rank());
+  c.require(data.rank() > 0, "gather from a scalar");
+  int64_t outer = product(data.shape, 0, axis),
+          inner = product(data.shape, axis + 1);
+  c.count(result, saturatingMul(saturatingMul(outer, indices.numel()), inner));
+}
+
+/// concat's inputs (split's outputs) along `axis` make `whole`.
+void pieces(const Check &c, const std::vector<TensorView> &parts,
+            const TensorView &whole) {
+  int64_t axis = c.axis("axis", 0, whole.rank());
+  int64_t total = 0;
+  for (const TensorView &part : parts) {
+    c.require(part.present(), "a piece is absent");
+    c.sameType(part, whole);
+    c.require(part.rank() == whole.rank(), "pieces differ in rank");
+    for (int64_t d = 0; d < whole.rank(); ++d)
+      c.require(d == axis || part.shape[d] == whole.shape[d],
+                "piece " + shapeText(part.shape) + " does not fit " +
+                    shapeText(whole.shape));
+    total = saturatingAdd(total, part.shape[axis]);
+  }
+  c.require(whole.rank() > 0 && total == whole.shape[axis],
+            "the pieces do not add up to " + shapeText(whole.shape));
+}
+
+void communication(const Check &c) {
+  c.allF32();
+  c.attribute("stage", 0, 0, 4095);
+  c.attribute("cycle", 1, 0, kMostTagField);
+  c.attribute("delay", 0, 0, kMostTagField);
+  c.attribute("step_offset", 0, -kMostTagField, kMostTagField);
+}
+
+void pointToPoint(const Check &c, const KernelArgs &args) {
+  int64_t devices = args.communicator ? args.communicator->size() : 1;
+  c.attribute("peer", 0, 0, devices - 1);
+  c.attribute("cycle", 1, 0, kMostTagField);
+  c.attribute("micro_batch", 0, -kMostTagField, kMostTagField);
+  c.attribute("micro_batches", 1, 1, kMostTagField);
+  c.attribute("step_offset", 0, -kMostTagField, kMostTagField);
+  c.attribute("value", 0, 0, (int64_t(1) << 24) - 1);
+}
+
+int64_t total(const std::vector<TensorView> &views) {
+  int64_t n = 0;
+  for (const TensorView &v : views)
+    n = saturatingAdd(n, v.numel());
+  return n;
+}
+
+std::map<std::string, std::function<void(const Check &, const KernelArgs &)>>
+makeRules() {
+  std::map<std::string, std::function<void(const Check &, const KernelArgs &)>>
+      rules;
+  auto plain = [](Rule rule) {
+    return [rule](const Check &c, const KernelArgs &) { rule(c); };
+  };
+  for (const char *op : {"relu", "erf", "tanh", "sigmoid", "sqrt", "hard_swish",
+                         "clip", "hard_sigmoid", "gelu"})
+    rules[op] = plain(unary);
+  for (const char *op : {"add", "sub", "mul", "div", "pow"})
+    rules[op] = plain(binary);
+  rules["unary_grad"] = plain([](const Check &c) {
+    c.arity(2, 2, 1, 1);
+    c.allF32();
+    c.same(c.in(0), c.out(0));
+    c.same(c.in(1), c.out(0));
+  });
+  rules["cast"] = plain([](const Check &c) {
+    c.arity(1, 1, 1, 1);
+    for (const TensorView *v : {&c.in(0), &c.out(0)})
+      c.require(v->dtype == plan::F32 || v->dtype == plan::I64 ||
+                    v->dtype == plan::BOOL,
+                "cast of a type other than f32, i64 or bool");
+    c.count(c.out(0), c.in(0).numel());
+  });
+  rules["dropout"] = plain([](const Check &c) {
+    c.arity(1, 3, 2, 2);
+    c.type(c.in(0), plan::F32);
+    c.type(c.out(0), plan::F32);
+    c.type(c.out(1), plan::BOOL);
+    c.same(c.in(0), c.out(0));
+    c.count(c.out(1), c.in(0).numel());
+  });
+  rules["dropout_grad"] = plain([](const Check &c) {
+    c.arity(2, 2, 1, 1);
+    c.type(c.in(0), plan::F32);
+    c.type(c.in(1), plan::BOOL);
+    c.type(c.out(0), plan::F32);
+    c.same(c.in(0), c.out(0));
+    c.count(c.in(1), c.out(0).numel());
+  });
+  rules["reduce_to"] = plain([](const Check &c) {
+    c.arity(1, 1, 1, 1);
+    c.allF32();
+    c.broadcasts(c.out(0), c.in(0));
+  });
+  rules["expand"] = plain([](const Check &c) {
+    c.arity(1, 2, 1, 1);
+    c.sameType(c.in(0), c.out(0));
+    c.broadcasts(c.in(0), c.out(0));
+  });
+  rules["gemm"] = plain(gemm);
+  rules["matmul"] = plain(matmul);
+  rules["conv"] = plain([](const Check &c) {
+    c.arity(2, 3, 1, 1);
+    convolution(c, c.in(0), c.in(1), c.out(0));
+    if (const TensorView *bias = c.optional(2))
+      c.count(*bias, c.in(1).shape[0]);
+  });
+  rules["conv_grad_input"] = plain([](const Check &c) {
+    c.arity(2, 2, 1, 1);
+    convolution(c, c.out(0), c.in(1), c.in(0));
+  });
+  rules["conv_grad_weight"] = plain([](const Check &c) {
+    c.arity(2, 2, 1, 1);
+    convolution(c, c.in(1), c.out(0), c.in(0));
+  });
+  rules["max_pool"] = rules["average_pool"] = plain([](const Check &c) {
+    c.arity(1, 1, 1, 1);
+    c.allF32();
+    pooling(c, c.in(0), c.out(0));
+  });
+  rules["max_pool_indices"] = plain([](const Check &c) {
+    c.arity(1, 1, 1, 1);
+    c.type(c.in(0), plan::F32);
+    c.type(c.out(0), plan::I64);
+    pooling(c, c.in(0), c.out(0));
+  });
+  rules["max_pool_grad"] = plain([](const Check &c) {
+    c.arity(2, 2, 1, 1);
+    c.allF32();
+    c.same(c.in(1), c.out(0));
+    pooling(c, c.in(1), c.in(0));
+  });
+  rules["average_pool_grad"] = plain([](const Check &c) {
+    c.arity(1, 1, 1, 1);
+    c.allF32();
+    pooling(c, c.out(0), c.in(0));
+  });
+  rules["global_average_pool"] = plain([](const Check &c) {
+    c.arity(1, 1, 1, 1);
+    c.allF32();
+    c.rank(c.in(0), 3, 8);
+    c.count(c.out(0), c.in(0).shape[0] * c.in(0).shape[1]);
+  });
+  rules["batch_norm"] = plain(batchNorm);
+  rules["batch_norm_grad"] = plain(batchNormGrad);
+  rules["layer_norm"] = plain(layerNorm);
+  rules["layer_norm_grad"] = plain(layerNormGrad);
+  rules["softmax"] = rules["log_softmax"] = plain([](const Check &c) {
+    unary(c);
+    c.axis("axis", -1, c.in(0).rank());
+  });
+  rules["softmax_grad"] = plain([](const Check &c) {
+    c.arity(2, 2, 1, 1);
+    c.allF32();
+    c.same(c.in(0), c.out(0));
+    c.same(c.in(1), c.out(0));
+    c.axis("axis", -1, c.in(1).rank());
+  });
+  rules["softmax_cross_entropy_loss"] = [](const Check &c,
+                                           const KernelArgs &args) {
+    c.arity(2, 3, 2, 2);
+    const TensorView &scores = c.in(0), &labels = c.in(1);
+    for (const TensorView *v : {&scores, c.optional(2), &c.out(0), &c.out(1)})
+      if (v)
+        c.type(*v, plan::F32);
+    classLoss(c, scores, labels, c.optional(2));
+    c.same(scores, c.out(1));
+    reduction(c, args, c.out(0), labels.numel());
+  };
+  rules["softmax_cross_entropy_loss_grad"] = [](const Check &c,
+                                                const KernelArgs &args) {
+    c.arity(3, 4, 1, 1);
+    const TensorView &logp = c.in(1), &labels = c.in(2);
+    for (const TensorView *v : {&c.in(0), &logp, c.optional(3), &c.out(0)})
+      if (v)
+        c.type(*v, plan::F32);
+    classLoss(c, logp, labels, c.optional(3));
+    c.same(logp, c.out(0));
+    reduction(c, args, c.in(0), labels.numel());
+  };
+  rules["nll_loss"] = [](const Check &c, const KernelArgs &args) {
+    c.arity(2, 3, 1, 1);
+    for (const TensorView *v : {&c.in(0), c.optional(2), &c.out(0)})
+      if (v)
+        c.type(*v, plan::F32);
+    classLoss(c, c.in(0), c.in(1), c.optional(2));
+    reduction(c, args, c.out(0), c.in(1).numel());
+  };
+  rules["nll_loss_grad"] = [](const Check &c, const KernelArgs &args) {
+    c.arity(2, 3, 1, 1);
+    for (const TensorView *v : {&c.in(0), c.optional(2), &c.out(0)})
+      if (v)
+        c.type(*v, plan::F32);
+    classLoss(c, c.out(0), c.in(1), c.optional(2));
+    reduction(c, args, c.in(0), c.in(1).numel());
+  };
+  for (const char *op :
+       {"reshape", "flatten", "squeeze", "unsqueeze", "identity"})
+    rules[op] = plain([](const Check &c) {
+      c.arity(1, 2, 1, 1);
+      c.sameType(c.in(0), c.out(0));
+      c.count(c.out(0), c.in(0).numel());
+    });
+  rules["transpose"] = [](const Check &c, const KernelArgs &args) {
+    c.arity(1, 1, 1, 1);
+    const TensorView &x = c.in(0), &y = c.out(0);
+    c.sameType(x, y);
+    std::vector<int64_t> perm = args.ints("perm");
+    c.require(static_cast<int64_t>(perm.size()) == x.rank() &&
+                  y.rank() == x.rank(),
+              "attribute 'perm' does not fit the tensors' rank");
+    std::vector<bool> seen(perm.size(), false);
+    for (size_t d = 0; d < perm.size(); ++d) {
+      c.require(perm[d] >= 0 && perm[d] < x.rank() && !seen[perm[d]],
+                "attribute 'perm' is not a permutation");
+      seen[perm[d]] = true;
+      c.require(y.shape[d] == x.shape[perm[d]],
+                "output " + shapeText(y.shape) + " is not input " +
+                    shapeText(x.shape) + " permuted");
+    }
+  };
+  rules["concat"] = [](const Check &c, const KernelArgs &args) {
+    c.arity(1, kMany, 1, 1);
+    pieces(c, args.inputs, c.out(0));
+  };
+  rules["split"] = [](const Check &c, const KernelArgs &args) {
+    c.arity(1, 2, 1, kMany);
+    pieces(c, args.outputs, c.in(0));
+  };
+  rules["slice"] = [](const Check &c, const KernelArgs &args) {
+    c.arity(1, 5, 1, 1);
+    sliceWithin(c, args, c.in(0), c.out(0));
+  };
+  rules["slice_grad"] = [](const Check &c, const KernelArgs &args) {
+    c.arity(1, 1, 1, 1);
+    c.allF32();
+    sliceWithin(c, args, c.out(0), c.in(0));
+  };
+  rules["pad"] = plain([](const Check &c) {
+    c.arity(1, 3, 1, 1);
+    const TensorView &x = c.in(0), &y = c.out(0);
+    c.sameType(x, y);
+    c.require(y.rank() == x.rank(), "pad changes the rank");
+    std::vector<int64_t> pads =
+        c.ints("pads", 2 * x.rank(), 0, kMostTagField * kMostTagField);
+    for (int64_t d = 0; d < x.rank(); ++d)
+      c.require(y.shape[d] == x.shape[d] + pads[d] + pads[d + x.rank()],
+                "output " + shapeText(y.shape) + " is not input " +
+                    shapeText(x.shape) + " padded");
+  });
+  rules["gather"] = [](const Check &c, const KernelArgs &args) {
+    c.arity(2, 2, 1, 1);
+    c.sameType(c.in(0), c.out(0));
+    gatherSizes(c, c.in(0), c.in(1), c.out(0));
+  };
+  rules["gather_grad"] = [](const Check &c, const KernelArgs &args) {
+    c.arity(2, 2, 1, 1);
+    c.type(c.in(0), plan::F32);
+    c.type(c.out(0), plan::F32);
+    gatherSizes(c, c.out(0), c.in(1), c.in(0));
+  };
+  rules["constant_of_shape"] = plain([](const Check &c) {
+    c.arity(0, 1, 1, 1); // the kernel checks its value against the type
+  });
+  rules["shape"] = plain([](const Check &c) {
+    c.arity(1, 1, 1, 1);
+    c.type(c.out(0), plan::I64);
+    int64_t rank = c.in(0).rank();
+    int64_t start = c.attribute("start", 0, -kMostTagField, kMostTagField);
+    start = start < 0 ? std::max<int64_t>(0, start + rank) : start;
+    c.require(start <= rank && c.out(0).numel() <= rank - start,
+              "the result has more entries than the input has dimensions");
+  });
+  rules["reduce_sum"] = rules["reduce_mean"] = [](const Check &c,
+                                                  const KernelArgs &args) {
+    c.arity(1, 2, 1, 1);
+    c.allF32();
+    const TensorView &x = c.in(0);
+    std::vector<int64_t> axes = args.ints("axes");
+    std::vector<int64_t> kept = x.shape;
+    for (int64_t a : axes) {
+      c.require(a >= -x.rank() && a < x.rank(), "a reduced axis is outside");
+      kept[a < 0 ? a + x.rank() : a] = 1;
+    }
+    if (axes.empty())
+      kept.assign(kept.size(), 1);
+    c.count(c.out(0), product(kept, 0));
+  };
+  rules["update"] = plain([](const Check &c) {
+    c.arity(2, 2, 0, 0);
+    c.allF32();
+    c.count(c.in(1), c.in(0).numel());
+  });
+  rules["assign"] = plain([](const Check &c) {
+    c.arity(2, 2, 0, 0);
+    c.sameType(c.in(0), c.in(1));
+    c.count(c.in(1), c.in(0).numel());
+  });
+  rules["accumulate"] = plain([](const Check &c) {
+    c.arity(1, 1, 1, 1);
+    c.allF32();
+    c.count(c.out(0), c.in(0).numel());
+    c.attribute("slots", 1, 1, kMostTagField);
+  });
+  rules["gradient"] = plain([](const Check &c) { c.arity(1, 1, 0, 0); });
+  rules["send"] = [](const Check &c, const KernelArgs &args) {
+    c.arity(1, 1, 0, 0);
+    pointToPoint(c, args);
+  };
+  rules["recv"] = [](const Check &c, const KernelArgs &args) {
+    c.arity(0, 0, 1, 1);
+    pointToPoint(c, args);
+  };
+  rules["load"] = plain([](const Check &c) {
+    c.arity(0, 0, 1, 1); // the plan validator checks what it loads
+    c.attribute("micro_batch", 0, 0, kMostTagField);
+  });
+  rules["reduce_start"] = [](const Check &c, const KernelArgs &args) {
+    c.arity(1, kMany, 0, 0);
+    communication(c);
+  };
+  rules["reduce_wait"] = [](const Check &c, const KernelArgs &args) {
+    c.arity(0, 0, 1, kMany);
+    communication(c);
+  };
+  rules["chain_reduce"] = [](const Check &c, const KernelArgs &args) {
+    c.arity(1, kMany, 0, 2);
+    communication(c);
+    if (args.outputs.size() == 2)
+      c.count(c.out(1), c.out(0).numel());
+  };
+  rules["chain_relay"] = [](const Check &c, const KernelArgs &args) {
+    c.arity(0, 0, 2, 2);
+    communication(c);
+    c.count(c.out(1), c.out(0).numel());
+  };
+  rules["chain_wait"] = [](const Check &c, const KernelArgs &args) {
+    c.arity(2, 2, 1, kMany);
+    communication(c);
+    c.count(c.in(0), total(args.outputs));
+    c.count(c.in(1), total(args.outputs));
+  };
+  return rules;
+}
+
+const std::map<std::string,
+               std::function<void(const Check &, const KernelArgs &)>> &
+rules() {
+  static const auto table = makeRules();
+  return table;
+}
+
+} // namespace
+
+void checkSignature(const KernelArgs &args) {
+  auto rule = rules().find(args.instruction->op());
+  if (rule == rules().end())
+    args.fail("the op has no signature (an unknown op)");
+  rule->second(Check(args), args);
+}
+
+std::vector<std::string> signedOps() {
+  std::vector<std::string> ops;
+  for (const auto &entry : rules())
+    ops.push_back(entry.first);
+  return ops;
+}
+
+} // namespace cdp::runtime
