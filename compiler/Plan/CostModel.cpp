@@ -14,11 +14,9 @@
 namespace cdp {
 
 bool parseHardware(const std::string &text, Hardware &hw, std::string &error) {
-  llvm::Expected<llvm::json::Value> json = llvm::json::parse(text);
-  if (!json) {
-    error = "not JSON (" + llvm::toString(json.takeError()) + ")";
+  std::optional<llvm::json::Value> json = parseJson(text, error);
+  if (!json)
     return false;
-  }
   const llvm::json::Object *object = json->getAsObject();
   if (!object) {
     error = "expected a JSON object";

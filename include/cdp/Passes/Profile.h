@@ -13,6 +13,7 @@
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,26 +25,61 @@ struct ProfileEntry {
   double ms = 0;        ///< mean milliseconds per step
 };
 
-/// Reads a profile's entries; on failure returns false and sets `error`
-/// (one phrase, no file name).
-inline bool readProfile(llvm::StringRef path,
-                        std::vector<ProfileEntry> &entries,
-                        std::string &error) {
-  auto buffer = llvm::MemoryBuffer::getFile(path);
-  if (!buffer) {
-    error = "cannot open: " + buffer.getError().message();
+/// The most nesting the JSON inputs may have: LLVM's parser recurses once
+/// per level, so hostile nesting would overflow the stack.
+constexpr int kMostJsonDepth = 64;
+
+/// Parses `text` as JSON after checking its nesting (brackets in strings
+/// do not count); on failure returns nothing and sets `error`.
+inline std::optional<llvm::json::Value> parseJson(llvm::StringRef text,
+                                                  std::string &error) {
+  int depth = 0;
+  bool inString = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (inString) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        inString = false;
+    } else if (c == '"') {
+      inString = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMostJsonDepth) {
+        error = "JSON nested deeper than " + std::to_string(kMostJsonDepth) +
+                " levels";
+        return std::nullopt;
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  llvm::Expected<llvm::json::Value> json = llvm::json::parse(text);
+  if (!json) {
+    error = "not JSON (" + llvm::toString(json.takeError()) + ")";
+    return std::nullopt;
+  }
+  return std::move(*json);
+}
+
+/// A profile's entries from its text; on failure returns false and sets
+/// `error` (one phrase).
+inline bool parseProfile(llvm::StringRef text,
+                         std::vector<ProfileEntry> &entries,
+                         std::string &error) {
+  const char *notProfile =
+      "not a cdp-run --profile file (no \"instructions\" array)";
+  std::optional<llvm::json::Value> json = parseJson(text, error);
+  if (!json) {
+    if (error.rfind("not JSON", 0) == 0)
+      error = notProfile;
     return false;
   }
-  llvm::Expected<llvm::json::Value> json =
-      llvm::json::parse((*buffer)->getBuffer());
   const llvm::json::Array *instructions =
-      json && json->getAsObject()
-          ? json->getAsObject()->getArray("instructions")
-          : nullptr;
+      json->getAsObject() ? json->getAsObject()->getArray("instructions")
+                          : nullptr;
   if (!instructions) {
-    if (!json)
-      llvm::consumeError(json.takeError());
-    error = "not a cdp-run --profile file (no \"instructions\" array)";
+    error = notProfile;
     return false;
   }
   entries.clear();
@@ -57,6 +93,19 @@ inline bool readProfile(llvm::StringRef path,
       entries.push_back({location->str(), op ? op->str() : "", *ms});
     }
   return true;
+}
+
+/// Reads a profile's entries; on failure returns false and sets `error`
+/// (one phrase, no file name).
+inline bool readProfile(llvm::StringRef path,
+                        std::vector<ProfileEntry> &entries,
+                        std::string &error) {
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer) {
+    error = "cannot open: " + buffer.getError().message();
+    return false;
+  }
+  return parseProfile((*buffer)->getBuffer(), entries, error);
 }
 
 } // namespace cdp
