@@ -2,6 +2,8 @@
 
 #include "cdp/Runtime/Data.h"
 
+#include "cdp/Plan/Checked.h"
+
 #include "cdp/Plan/Paths.h"
 #include "cdp/Plan/PlanIO.h"
 
@@ -49,8 +51,9 @@ bool endsWith(const std::string &text, const std::string &suffix) {
          text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-Array readNpy(const std::string &path) {
-  std::string data = readFileBytes(path);
+} // namespace
+
+Array parseNpy(const std::string &data, const std::string &path) {
   if (data.size() < 10 || data.compare(0, 6, "\x93NUMPY") != 0)
     throw RuntimeError(path + ": not a .npy file");
   int major = static_cast<unsigned char>(data[6]);
@@ -156,14 +159,17 @@ Array readNpy(const std::string &path) {
   return array;
 }
 
-Array readTensorProto(const std::string &path) {
-  std::string data = readFileBytes(path);
+Array parseTensorProto(const std::string &data, const std::string &path) {
   onnx::TensorProto tensor;
   if (!tensor.ParseFromString(data))
     throw RuntimeError(path + ": not a serialized ONNX TensorProto");
   Array array;
   array.shape.assign(tensor.dims().begin(), tensor.dims().end());
-  int64_t count = array.numel();
+  std::optional<int64_t> elements = elementCount(array.shape);
+  if (!elements || *elements > static_cast<int64_t>(data.size()) * 8)
+    throw RuntimeError(path + ": shape has a negative dimension or more "
+                              "elements than the file holds");
+  int64_t count = *elements;
   switch (tensor.data_type()) {
   case onnx::TensorProto::FLOAT:
     array.dtype = plan::F32;
@@ -179,7 +185,7 @@ Array readTensorProto(const std::string &path) {
                        std::to_string(tensor.data_type()) +
                        " is not supported (float32, int64 or bool)");
   }
-  size_t bytes = count * plan::dtypeSize(array.dtype);
+  size_t bytes = static_cast<size_t>(count * plan::dtypeSize(array.dtype));
   if (tensor.has_raw_data()) {
     if (tensor.raw_data().size() != bytes)
       throw RuntimeError(path + ": raw data has " +
@@ -201,15 +207,25 @@ Array readTensorProto(const std::string &path) {
   return array;
 }
 
-std::string readMaybeGzip(const std::string &path) {
+namespace {
+
+/// A file, decompressed when it is gzip; more than `maxBytes` of data
+/// (after decompression) is refused before it is held.
+std::string readMaybeGzip(const std::string &path, int64_t maxBytes) {
   gzFile file = gzopen(path.c_str(), "rb");
   if (!file)
     throw RuntimeError(path + ": cannot open");
   std::string data;
   char buffer[1 << 16];
   int read;
-  while ((read = gzread(file, buffer, sizeof(buffer))) > 0)
+  while ((read = gzread(file, buffer, sizeof(buffer))) > 0) {
+    if (static_cast<int64_t>(data.size()) + read > maxBytes) {
+      gzclose(file);
+      throw RuntimeError(path + ": holds more than --max-tensor-bytes (" +
+                         std::to_string(maxBytes) + ") of data");
+    }
     data.append(buffer, read);
+  }
   bool failed = read < 0;
   gzclose(file);
   if (failed)
@@ -243,9 +259,9 @@ uint32_t bigEndian(const std::string &data, size_t at) {
 Array readArray(const std::string &path) {
   requireRegularFile(path);
   if (endsWith(path, ".npy"))
-    return readNpy(path);
+    return parseNpy(readFileBytes(path), path);
   if (endsWith(path, ".pb"))
-    return readTensorProto(path);
+    return parseTensorProto(readFileBytes(path), path);
   throw RuntimeError(path + ": unknown file type (use .npy or an ONNX "
                             "TensorProto .pb)");
 }
@@ -277,31 +293,42 @@ void writeNpy(const std::string &path, const TensorView &view) {
     throw RuntimeError(path + ": " + error);
 }
 
-Dataset readIdxSplit(const std::string &dir, const std::string &prefix) {
+Dataset readIdxSplit(const std::string &dir, const std::string &prefix,
+                     int64_t maxBytes) {
   std::string imagesPath = findIdx(dir, prefix + "-images-idx3-ubyte");
   std::string labelsPath = findIdx(dir, prefix + "-labels-idx1-ubyte");
-  std::string images = readMaybeGzip(imagesPath);
-  std::string labels = readMaybeGzip(labelsPath);
+  requireRegularFile(imagesPath);
+  requireRegularFile(labelsPath);
+  // A float per pixel: the images take 4 bytes per stored byte.
+  return parseIdx(readMaybeGzip(imagesPath, maxBytes / 4),
+                  readMaybeGzip(labelsPath, maxBytes / 8), prefix);
+}
+
+Dataset parseIdx(const std::string &images, const std::string &labels,
+                 const std::string &prefix) {
   if (images.size() < 16 || bigEndian(images, 0) != 0x803)
-    throw RuntimeError(imagesPath + ": not an IDX image file");
+    throw RuntimeError(prefix + " images: not an IDX image file");
   if (labels.size() < 8 || bigEndian(labels, 0) != 0x801)
-    throw RuntimeError(labelsPath + ": not an IDX label file");
+    throw RuntimeError(prefix + " labels: not an IDX label file");
   int64_t count = bigEndian(images, 4), rows = bigEndian(images, 8),
           cols = bigEndian(images, 12);
   if (bigEndian(labels, 4) != count)
-    throw RuntimeError(labelsPath + ": " +
-                       std::to_string(bigEndian(labels, 4)) + " labels for " +
-                       std::to_string(count) + " images");
-  if (static_cast<int64_t>(images.size()) != 16 + count * rows * cols ||
+    throw RuntimeError(prefix +
+                       " labels: " + std::to_string(bigEndian(labels, 4)) +
+                       " labels for " + std::to_string(count) + " images");
+  // Each factor is below 2^32, so pixels and the sizes below cannot wrap
+  // once pixels is checked against the bytes there are.
+  int64_t pixels = saturatingMul(saturatingMul(count, rows), cols);
+  if (pixels != static_cast<int64_t>(images.size()) - 16 ||
       static_cast<int64_t>(labels.size()) != 8 + count)
-    throw RuntimeError(prefix + " IDX files are truncated");
+    throw RuntimeError(prefix + " IDX files are truncated or padded");
   Dataset data;
   data.images.dtype = plan::F32;
   data.images.shape = {count, rows * cols};
-  data.images.bytes.resize(count * rows * cols * 4);
-  float *pixels = reinterpret_cast<float *>(data.images.bytes.data());
-  for (int64_t i = 0; i < count * rows * cols; ++i)
-    pixels[i] = static_cast<unsigned char>(images[16 + i]) / 255.0f;
+  data.images.bytes.resize(pixels * 4);
+  float *values = reinterpret_cast<float *>(data.images.bytes.data());
+  for (int64_t i = 0; i < pixels; ++i)
+    values[i] = static_cast<unsigned char>(images[16 + i]) / 255.0f;
   data.labels.dtype = plan::I64;
   data.labels.shape = {count};
   data.labels.bytes.resize(count * 8);

@@ -750,9 +750,9 @@ void loadDataset(Run &run) {
       run.imageInput = run.imageInput < 0 ? id : -2;
   if (run.imageInput < 0)
     die("--data needs a plan with exactly one input besides the labels");
-  run.train = readIdxSplit(dir, "train");
+  run.train = readIdxSplit(dir, "train", options.maxTensorBytes);
   if (options.eval) {
-    run.test = readIdxSplit(dir, "t10k");
+    run.test = readIdxSplit(dir, "t10k", options.maxTensorBytes);
     if (run.test.images.shape[1] != run.train.images.shape[1])
       die("--data: the test split's images have " +
           std::to_string(run.test.images.shape[1]) +

@@ -26,6 +26,11 @@ std::string readFileBytes(const std::string &path);
 /// `.pb`, by extension. Throws RuntimeError naming the file.
 Array readArray(const std::string &path);
 
+/// The same from a file's bytes (`what` names it in errors): what the
+/// fuzz targets call.
+Array parseNpy(const std::string &bytes, const std::string &what);
+Array parseTensorProto(const std::string &bytes, const std::string &what);
+
 /// Writes a `.npy` file.
 void writeNpy(const std::string &path, const TensorView &view);
 
@@ -36,8 +41,14 @@ struct Dataset {
 };
 
 /// Reads `<prefix>-images-idx3-ubyte[.gz]` and
-/// `<prefix>-labels-idx1-ubyte[.gz]` from `dir` (prefix: train or t10k).
-Dataset readIdxSplit(const std::string &dir, const std::string &prefix);
+/// `<prefix>-labels-idx1-ubyte[.gz]` from `dir` (prefix: train or t10k),
+/// refusing files that hold (decompressed) more than `maxBytes` of tensor.
+Dataset readIdxSplit(const std::string &dir, const std::string &prefix,
+                     int64_t maxBytes = int64_t(16) << 30);
+
+/// The same from the two files' (decompressed) bytes.
+Dataset parseIdx(const std::string &images, const std::string &labels,
+                 const std::string &prefix);
 
 /// ONNX names made file names: characters outside [A-Za-z0-9._-] become _,
 /// and a repeated name gets _1, _2, ...
