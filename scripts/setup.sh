@@ -15,7 +15,7 @@ PACKAGES=(
   # Build and tests.
   cmake ninja-build g++ libgtest-dev libgmock-dev clang-format-19
   # Fuzzing and the sanitizer run: libFuzzer, ASan and UBSan.
-  clang-19 libclang-rt-19-dev
+  clang-19 libclang-rt-19-dev libomp-19-dev
   # Tests, examples and benchmarks use Debian's python3 with these.
   python3 python3-onnx python3-numpy python3-torch python3-torchvision
   # The example data set.
