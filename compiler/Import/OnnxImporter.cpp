@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cdp/Import/OnnxImporter.h"
+#include "cdp/Plan/Checked.h"
 
 #include "cdp/Dialect/Graph/GraphBuilder.h"
 #include "cdp/Dialect/Graph/GraphOps.h"
@@ -270,6 +271,9 @@ std::vector<int64_t> resolveReshape(ArrayRef<int64_t> dims,
       inferred = i;
     } else if (shape[i] < 0) {
       raise(where + ": invalid dimension " + Twine(shape[i]) + " in shape");
+    } else if (!checkedMul(known, shape[i])) {
+      raise(where + ": shape " + shapeText(shape) +
+            " has more elements than int64 holds");
     } else {
       known *= shape[i];
     }
@@ -625,8 +629,13 @@ Value Importer::paramFor(const std::string &name, Entry &entry) {
   } else {
     ConstTensor data = readTensor(tensor, what);
     type = RankedTensorType::get(data.shape, elementType);
+    // An empty vector's data() is null, which MLIR would pass to memcpy.
+    static const float nothing = 0.0f;
+    ArrayRef<float> values = data.floats.empty()
+                                 ? ArrayRef<float>(&nothing, size_t(0))
+                                 : ArrayRef<float>(data.floats);
     AsmResourceBlob blob =
-        HeapAsmResourceBlob::allocateAndCopyInferAlign<float>(data.floats);
+        HeapAsmResourceBlob::allocateAndCopyInferAlign<float>(values);
     attributes.push_back(named(
         "value", DenseResourceElementsAttr::get(type, name, std::move(blob))));
   }

@@ -154,7 +154,7 @@ Array parseNpy(const std::string &data, const std::string &path) {
       int64_t w = v;
       std::memcpy(&array.bytes[8 * i], &w, 8);
     }
-  else
+  else if (!array.bytes.empty()) // memcpy to an empty vector's null is UB
     std::memcpy(array.bytes.data(), raw, array.bytes.size());
   return array;
 }
@@ -195,6 +195,8 @@ Array parseTensorProto(const std::string &data, const std::string &path) {
     return array;
   }
   array.bytes.resize(bytes);
+  if (count == 0)
+    return array;
   if (array.dtype == plan::F32 && tensor.float_data_size() == count)
     std::memcpy(array.bytes.data(), tensor.float_data().data(), bytes);
   else if (array.dtype == plan::I64 && tensor.int64_data_size() == count)
