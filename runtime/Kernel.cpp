@@ -110,4 +110,12 @@ const KernelFactory *KernelRegistry::lookup(const std::string &op,
   return it == factories.end() ? nullptr : &it->second;
 }
 
+std::vector<std::string> KernelRegistry::ops(Backend backend) const {
+  std::vector<std::string> names;
+  for (const auto &entry : factories)
+    if (entry.first.second == backend)
+      names.push_back(entry.first.first);
+  return names;
+}
+
 } // namespace cdp::runtime

@@ -132,6 +132,8 @@ public:
   static KernelRegistry &instance();
   void add(const std::string &op, Backend backend, KernelFactory factory);
   const KernelFactory *lookup(const std::string &op, Backend backend) const;
+  /// The ops with a kernel for `backend`.
+  std::vector<std::string> ops(Backend backend) const;
 
 private:
   std::map<std::pair<std::string, Backend>, KernelFactory> factories;
