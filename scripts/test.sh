@@ -14,6 +14,9 @@ status=0
 /usr/bin/python3 "$LIT" -sv --order=lexical -o "$results" \
   "$BUILD_DIR/test" "$BUILD_DIR/test/unit" || status=$?
 
+# Every fuzz target for a bounded, repeatable time (ASan + UBSan, clang-19).
+CDP_FUZZ_SEED=1 ./scripts/fuzz.sh "${CDP_FUZZ_SECONDS:-15}" | grep '^fuzz:' || status=1
+
 /usr/bin/python3 - "$results" <<'PY'
 import json, sys
 tests = json.load(open(sys.argv[1]))["tests"]
