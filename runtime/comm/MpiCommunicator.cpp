@@ -513,7 +513,7 @@ void reportOnTerminate(int rank, int ranks) {
                   "process %d ends too\n",
                   r, static_cast<long long>(all[r].pid), rank);
   }
-  struct sigaction action{};
+  struct sigaction action = {};
   action.sa_handler = onTerminate;
   sigaction(SIGTERM, &action, nullptr);
 }
