@@ -11,18 +11,10 @@ const plan::Attribute *KernelArgs::find(const std::string &name) const {
   return nullptr;
 }
 
-const plan::Attribute *
-KernelArgs::find(const std::string &name,
-                 plan::Attribute::ValueCase expected) const {
-  const plan::Attribute *a = find(name);
-  if (a && a->value_case() == plan::Attribute::VALUE_NOT_SET)
-    return nullptr; // an empty list, as protobuf keeps it
-  if (a && a->value_case() != expected)
-    fail("attribute '" + name + "' is not " + describe(expected));
-  return a;
-}
+namespace {
 
-std::string KernelArgs::describe(plan::Attribute::ValueCase value) {
+/// What an attribute's value is, for errors.
+std::string describe(plan::Attribute::ValueCase value) {
   switch (value) {
   case plan::Attribute::kI:
     return "an integer";
@@ -41,6 +33,19 @@ std::string KernelArgs::describe(plan::Attribute::ValueCase value) {
   default:
     return "set";
   }
+}
+
+} // namespace
+
+const plan::Attribute *
+KernelArgs::find(const std::string &name,
+                 plan::Attribute::ValueCase expected) const {
+  const plan::Attribute *a = find(name);
+  if (a && a->value_case() == plan::Attribute::VALUE_NOT_SET)
+    return nullptr; // an empty list, as protobuf keeps it
+  if (a && a->value_case() != expected)
+    fail("attribute '" + name + "' is not " + describe(expected));
+  return a;
 }
 
 int64_t KernelArgs::i(const std::string &name, int64_t fallback) const {

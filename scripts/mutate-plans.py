@@ -246,7 +246,7 @@ def edit_attribute(rng, ins, index, note):
         attribute.i = near(rng, 1)
 
 
-def edit_tensor(rng, schema, plan, note):
+def edit_tensor(rng, plan, note):
     if not plan.tensors:
         return
     tensor = pick(rng, list(plan.tensors))
@@ -350,22 +350,20 @@ def edit_plan(rng, plan, note):
                 note.append("schedule.%s gains %d" % (field, values[0]))
 
 
-def mutate(rng, schema, plan):
+def mutate(rng, plan):
     note = []
     for _ in range(rng.choice([1, 1, 2, 3])):
         area = rng.random()
         if area < 0.5:
             edit_instruction(rng, plan, note)
         elif area < 0.8:
-            edit_tensor(rng, schema, plan, note)
+            edit_tensor(rng, plan, note)
         else:
             edit_plan(rng, plan, note)
     return note
 
 
-def classify(result, timed_out):
-    if timed_out:
-        return "hang"
+def classify(result):
     lines = result.stderr.decode(errors="replace").strip().splitlines()
     if result.returncode == 0:
         return "ran"
@@ -379,7 +377,7 @@ def try_plan(args, path, feeds):
     command = [run_bin, path, "--steps", "3", "--threads", "1"] + feeds
     try:
         result = subprocess.run(command, capture_output=True, timeout=args.timeout)
-        return classify(result, False), result.returncode, result.stderr.decode(errors="replace")
+        return classify(result), result.returncode, result.stderr.decode(errors="replace")
     except subprocess.TimeoutExpired:
         return "hang", None, ""
 
@@ -404,7 +402,7 @@ def main():
     for n in range(args.count):
         source, feeds = seeds[n % len(seeds)]
         header, plan = read_plan(schema, source)
-        note = mutate(rng, schema, plan)
+        note = mutate(rng, plan)
         path = os.path.join(args.out, "edited", "%04d.cdp" % n)
         with open(path, "wb") as f:
             f.write(seal(header, plan))

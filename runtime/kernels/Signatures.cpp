@@ -308,7 +308,8 @@ void batchNormGrad(const Check &c) {
 /// Layer normalization over the axes from `axis` on: the statistics have
 /// one entry per row, scale and bias broadcast over a row.
 void layerNormParts(const Check &c, const TensorView &x, const TensorView &mean,
-                    const TensorView &inv, const TensorView &scale) {
+                    const TensorView &inv, const TensorView &scale,
+                    const TensorView *bias = nullptr) {
   int64_t axis = c.axis("axis", -1, x.rank());
   int64_t rows = product(x.shape, 0, axis);
   c.count(mean, rows);
@@ -316,6 +317,8 @@ void layerNormParts(const Check &c, const TensorView &x, const TensorView &mean,
   TensorView row;
   row.shape.assign(x.shape.begin() + axis, x.shape.end());
   c.broadcasts(scale, row);
+  if (bias)
+    c.broadcasts(*bias, row);
 }
 
 void layerNorm(const Check &c) {
@@ -323,13 +326,7 @@ void layerNorm(const Check &c) {
   c.allF32();
   const TensorView &x = c.in(0);
   c.same(x, c.out(0));
-  layerNormParts(c, x, c.out(1), c.out(2), c.in(1));
-  if (const TensorView *bias = c.optional(2)) {
-    TensorView row;
-    row.shape.assign(x.shape.begin() + c.axis("axis", -1, x.rank()),
-                     x.shape.end());
-    c.broadcasts(*bias, row);
-  }
+  layerNormParts(c, x, c.out(1), c.out(2), c.in(1), c.optional(2));
 }
 
 void layerNormGrad(const Check &c) {

@@ -109,7 +109,6 @@ struct KernelArgs {
   /// (an edited plan), so that no kernel reads a default in its place.
   const plan::Attribute *find(const std::string &name,
                               plan::Attribute::ValueCase expected) const;
-  static std::string describe(plan::Attribute::ValueCase value);
   int64_t i(const std::string &name, int64_t fallback) const;
   double f(const std::string &name, double fallback) const;
   std::string s(const std::string &name, const std::string &fallback) const;
