@@ -151,6 +151,7 @@ std::vector<std::unique_ptr<Kernel>> Executor::bind(
     args.threads = threads;
     args.communicator = communicator;
     args.device = deviceIndex;
+    args.runsOn = backendDevice.get();
     auto resolve = [&](int id) {
       if (id < 0)
         return TensorView();
@@ -182,6 +183,7 @@ void Executor::runStep(const StepContext &step, InstructionRange range) {
   context.queue = backendDevice->queue();
   try {
     runInstructions(context, range);
+    backendDevice->finishStep(context.step);
   } catch (const RuntimeError &) {
     throw;
   } catch (const std::exception &e) {
@@ -218,6 +220,7 @@ void Executor::runInstructions(const StepContext &context,
       continue;
     auto start = std::chrono::steady_clock::now();
     train[i]->run(context);
+    backendDevice->synchronize(); // a GPU's kernel is timed, not its launch
     auto end = std::chrono::steady_clock::now();
     if (!profile.empty())
       (steps == 1 ? firstStepProfile : profile)[i] +=
@@ -509,8 +512,11 @@ void Executor::flush(int64_t totalSteps, const Loader *loader,
 }
 
 void Executor::runEval(const StepContext &context) {
+  StepContext queued = context;
+  queued.queue = backendDevice->queue();
   for (auto &kernel : eval)
-    kernel->run(context);
+    kernel->run(queued);
+  backendDevice->finishStep(context.step);
 }
 
 int Executor::firstNonFinite(int &instruction) const {
@@ -565,6 +571,10 @@ std::vector<std::pair<std::string, int>> Executor::gradients() const {
 /// count steps from 0 up, pipeline messages set bit 62).
 static int64_t gatherTag(int id) { return (int64_t(3) << 60) | id; }
 
+static ConstBuffer hostBuffer(const TensorView &host) {
+  return {host.dtype, host.data, host.numel()};
+}
+
 void Executor::gatherOnDeviceZero() {
   if (!communicator)
     return;
@@ -577,39 +587,36 @@ void Executor::gatherOnDeviceZero() {
     if (!pipeline || !owned || !t.has_device() || t.device() == 0)
       continue;
     const TensorView &v = views[t.id()];
-    if (deviceIndex == t.device())
-      communicator->send(0, gatherTag(t.id()), {v.dtype, v.data, v.numel()},
-                         -1);
-    else if (deviceIndex == 0 &&
-             !communicator->recv(t.device(), gatherTag(t.id()),
-                                 {v.dtype, v.data, v.numel()}))
-      throw RuntimeError("device 0: stopped while gathering '" + t.name() +
-                         "' (another device failed)");
+    // Communicators carry host memory: the tensor is staged out and in.
+    if (deviceIndex == t.device()) {
+      HostTensor mine = stageOut(v);
+      communicator->send(0, gatherTag(t.id()), hostBuffer(mine.view()), -1);
+    } else if (deviceIndex == 0) {
+      stageIn(t.id(), [&](const TensorView &host) {
+        if (!communicator->recv(t.device(), gatherTag(t.id()),
+                                {host.dtype, host.data, host.numel()}))
+          throw RuntimeError("device 0: stopped while gathering '" + t.name() +
+                             "' (another device failed)");
+      });
+    }
   }
   for (const plan::Tensor &t : plan.tensors()) {
     if (pipeline || t.kind() != plan::BUFFER || t.dtype() != plan::F32 ||
         devices < 2)
       continue;
-    const TensorView &v = views[t.id()];
-    int64_t n = v.numel();
+    int64_t n = views[t.id()].numel();
+    HostTensor mine = stageOut(t.id());
     if (deviceIndex != 0) {
-      communicator->send(0, gatherTag(t.id()), {plan::F32, v.data, n}, -1);
+      communicator->send(0, gatherTag(t.id()), hostBuffer(mine.view()), -1);
       continue;
     }
-    HostTensor mine = stageOut(t.id());
     std::vector<double> sum(mine.view().f32(), mine.view().f32() + n);
-    // Messages land in device memory (the communicator's contract), then
-    // are staged out to be summed.
-    DeviceBuffer buffer(*backendDevice, n * sizeof(float));
-    TensorView arrived = v;
-    arrived.data = buffer.data();
     std::vector<float> part(n);
     for (int d = 1; d < devices; ++d) {
       if (!communicator->recv(d, gatherTag(t.id()),
-                              {plan::F32, arrived.data, n}))
+                              {plan::F32, part.data(), n}))
         throw RuntimeError("device 0: stopped while averaging '" + t.name() +
                            "' (another device failed)");
-      download(arrived, part.data());
       for (int64_t i = 0; i < n; ++i)
         sum[i] += part[i];
     }

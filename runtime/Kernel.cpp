@@ -99,6 +99,7 @@ KernelRegistry &KernelRegistry::instance() {
   static KernelRegistry *registry = [] {
     auto *r = new KernelRegistry();
     registerCpuKernels(*r);
+    registerCudaKernels(*r);
     return r;
   }();
   return *registry;

@@ -1285,7 +1285,11 @@ LogicalResult buildPlan(ModuleOp module, const EmitOptions &options,
   auto func = module.lookupSymbol<func::FuncOp>("main");
   if (!func)
     return module.emitError("no func.func @main to emit");
-  return Emitter(func, plan).run(options);
+  if (failed(Emitter(func, plan).run(options)))
+    return failure();
+  for (plan::Device &device : *plan.mutable_devices())
+    device.set_backend(options.backend);
+  return success();
 }
 
 } // namespace cdp

@@ -50,9 +50,7 @@ Backend parseBackend(const std::string &name) {
 std::unique_ptr<Device> createDevice(Backend backend, int index) {
   if (backend == Backend::CPU)
     return std::make_unique<CpuDevice>();
-  throw RuntimeError("device " + std::to_string(index) +
-                     " needs the CUDA backend, which this cdp-run was built "
-                     "without");
+  return createCudaDevice(index);
 }
 
 } // namespace cdp::runtime

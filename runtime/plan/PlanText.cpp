@@ -117,7 +117,10 @@ void printPlanText(const Plan &plan, std::ostream &os) {
   os << "\n";
   for (const Device &device : plan.devices()) {
     os << "device " << device.index() << " arena=" << device.arena_bytes()
-       << " instructions=" << device.instructions_size() << "\n";
+       << " instructions=" << device.instructions_size();
+    if (!device.backend().empty() && device.backend() != "cpu")
+      os << " backend=" << device.backend();
+    os << "\n";
     for (const Instruction &instruction : device.instructions())
       printInstruction(os, plan, instruction);
   }

@@ -72,6 +72,12 @@ cl::opt<std::string>
                   "the dp, cdp, gpipe, 1f1b and 2bw timelines)"),
          cl::value_desc("plan|plan-text|mlir|train-mlir|sched-mlir"),
          cl::init("plan"), cl::cat(category));
+cl::opt<std::string>
+    backendName("backend",
+                cl::desc("Where the plan's devices run by default: cpu "
+                         "(default) or cuda (NVIDIA GPUs); cdp-run --backend "
+                         "overrides it"),
+                cl::value_desc("cpu|cuda"), cl::init("cpu"), cl::cat(category));
 cl::opt<std::string> strategy(
     "strategy",
     cl::desc("Parallel strategy: single (one device), dp (data parallel), cdp "
@@ -449,6 +455,8 @@ void checkStrategyFlags(Settings &settings) {
   settings.planText = emit == "plan-text";
   if (settings.planText)
     emit = "plan";
+  if (backendName != "cpu" && backendName != "cuda")
+    die("--backend must be cpu or cuda, got '" + backendName + "'");
   std::optional<cdp::Strategy> parsed = cdp::parseStrategy(strategy.getValue());
   if (!parsed)
     die("--strategy " + strategy +
@@ -783,6 +791,7 @@ cdp::EmitOptions emitOptionsFor(const Settings &settings) {
   emitOptions.inference = inference;
   emitOptions.optimizer = inference ? std::string() : optimizer.getValue();
   emitOptions.sourceName = llvm::sys::path::filename(inputPath).str();
+  emitOptions.backend = backendName;
   return emitOptions;
 }
 

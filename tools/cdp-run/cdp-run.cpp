@@ -71,6 +71,8 @@ struct Options {
   int64_t reportSteps = -1;
   int64_t checkpointEvery = 0;
   int64_t maxTensorBytes = int64_t(16) << 30;
+  std::string backend; ///< empty: the plan's
+  bool allowTf32 = false;
 };
 
 struct Flag {
@@ -126,6 +128,20 @@ Options parseArguments(int argc, char **argv) {
        [&](const std::string &v) {
          o.commTimeout = parseCount("--comm-timeout", v, 1);
        }},
+      {"--backend", "cpu|cuda",
+       "Run every device of the plan on this backend (default: the plan's, "
+       "which cdp-compile --backend chose); cuda maps device d to GPU d "
+       "modulo the GPUs visible, so several devices may share one",
+       [&](const std::string &v) {
+         if (v != "cpu" && v != "cuda")
+           die("--backend must be cpu or cuda, got '" + v + "'");
+         o.backend = v;
+       }},
+      {"--allow-tf32", nullptr,
+       "CUDA: let cuBLAS and cuDNN use TF32 tensor cores for float32 "
+       "products (faster, about 1e-3 relative error; off by default so that "
+       "results match the CPU backend's)",
+       [&](const std::string &) { o.allowTf32 = true; }},
       {"--threads", "T",
        "oneDNN/OpenMP threads per device (default: all cores for one device, "
        "1 per device for several; under mpirun the node's cores shared "
@@ -451,6 +467,21 @@ void checkMeaningfulFlags(const Options &options, const plan::Plan &plan) {
         "always finite)");
 }
 
+/// --backend overrides the plan's devices' backend; --allow-tf32 needs a
+/// GPU device to mean something.
+void selectBackend(const Options &options, plan::Plan &plan) {
+  if (!options.backend.empty())
+    for (plan::Device &device : *plan.mutable_devices())
+      device.set_backend(options.backend);
+  bool gpu = std::any_of(
+      plan.devices().begin(), plan.devices().end(),
+      [](const plan::Device &device) { return device.backend() == "cuda"; });
+  if (options.allowTf32 && !gpu)
+    die("--allow-tf32 applies to the CUDA backend, and this plan's devices "
+        "run on the CPU (add --backend cuda)");
+  setAllowTf32(options.allowTf32);
+}
+
 /// Reads the plan and refuses one that would hang or options that do not
 /// go together.
 void readCheckedPlan(const Options &options, plan::Plan &plan,
@@ -458,6 +489,7 @@ void readCheckedPlan(const Options &options, plan::Plan &plan,
   std::string error;
   if (!plan::readPlan(options.plan, plan, error, options.maxTensorBytes))
     die(options.plan + ": " + error);
+  selectBackend(options, plan);
   // A plan whose sends and receives cannot all match would hang the device
   // threads: refuse it, naming the first stuck device.
   std::string hang = plan::findSendRecvDeadlock(plan);

@@ -20,6 +20,9 @@ struct EmitOptions {
   int64_t microBatches = 1;
   std::string sourceName;  ///< the ONNX file name
   std::string sourceModel; ///< the ONNX file's bytes, for --save-onnx
+  /// The backend every device runs on by default ("cpu" or "cuda");
+  /// cdp-run --backend overrides it.
+  std::string backend = "cpu";
 };
 
 /// Serializes a module that went through cdp-plan-memory (and, for

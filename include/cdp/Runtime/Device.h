@@ -42,6 +42,10 @@ public:
   virtual void *queue() { return nullptr; }
   /// Returns when all work queued so far is done.
   virtual void synchronize() {}
+  /// After a step's instructions: a device whose kernels cannot throw (a
+  /// GPU's) waits for them here and throws the RuntimeError one of them
+  /// flagged (a label out of range), naming the step.
+  virtual void finishStep(int64_t step) { (void)step; }
 };
 
 /// Device memory of its own, released with it.
@@ -62,6 +66,14 @@ private:
 /// Device `index` of `backend`. Throws RuntimeError when this build or
 /// machine lacks it.
 std::unique_ptr<Device> createDevice(Backend backend, int index);
+
+/// Device `index` as a GPU (the build's CUDA backend, or a RuntimeError
+/// saying the build has none).
+std::unique_ptr<Device> createCudaDevice(int index);
+
+/// Whether GPU devices created from now on may use TF32 tensor cores for
+/// float32 products (cdp-run --allow-tf32; off by default).
+void setAllowTf32(bool allow);
 
 /// The backend a plan's device names ("cpu", the default, or "cuda").
 /// Throws RuntimeError for another name.

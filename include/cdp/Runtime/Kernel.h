@@ -23,6 +23,7 @@
 namespace cdp::runtime {
 
 class Communicator;
+class Device;
 
 /// Every runtime failure: one line naming the instruction, device or tensor.
 class RuntimeError : public std::runtime_error {
@@ -103,6 +104,7 @@ struct KernelArgs {
   int threads = 1;
   Communicator *communicator = nullptr; ///< for communication instructions
   int device = 0;
+  Device *runsOn = nullptr; ///< the device (its queue, its libraries)
 
   const plan::Attribute *find(const std::string &name) const;
   /// The attribute, or null when absent; fails when it holds another type
@@ -140,6 +142,8 @@ private:
 
 /// Registers the CPU kernels (called once by the runtime).
 void registerCpuKernels(KernelRegistry &registry);
+/// Registers the CUDA kernels where the build has them (else nothing).
+void registerCudaKernels(KernelRegistry &registry);
 
 } // namespace cdp::runtime
 

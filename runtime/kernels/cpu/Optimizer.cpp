@@ -2,6 +2,8 @@
 
 #include "CpuKernels.h"
 
+#include "../LearningRate.h"
+
 #include <cmath>
 #include <string>
 
@@ -15,61 +17,23 @@ namespace {
 class UpdateKernel : public Kernel {
 public:
   explicit UpdateKernel(const KernelArgs &args)
-      : param(args.inputs[0]), grad(args.inputs[1]),
-        adam(args.s("optimizer", "sgd") == "adam" ||
-             args.s("optimizer", "sgd") == "adamw"),
-        decoupled(args.s("optimizer", "sgd") == "adamw"),
-        lr(static_cast<float>(args.f("lr", 0.01))),
-        momentum(static_cast<float>(args.f("momentum", 0.0))),
-        weightDecay(static_cast<float>(args.f("weight_decay", 0.0))),
-        beta1(static_cast<float>(args.f("beta1", 0.9))),
-        beta2(static_cast<float>(args.f("beta2", 0.999))),
-        epsilon(static_cast<float>(args.f("epsilon", 1e-8))),
-        schedule(args.s("lr_schedule", "constant")),
-        period(std::max<int64_t>(args.i("lr_period", 1), 1)),
-        gamma(args.f("lr_gamma", 0.1)), lrMin(args.f("lr_min", 0.0)),
-        startFactor(args.f("lr_start", 1.0)), endFactor(args.f("lr_end", 1.0)),
-        warmup(std::max<int64_t>(args.i("lr_warmup", 0), 0)),
-        warmupStart(args.f("lr_warmup_start", 1.0)) {
-    if (adam || momentum != 0.0f)
+      : param(args.inputs[0]), grad(args.inputs[1]), rule(args) {
+    if (rule.hasFirst())
       first.assign(param.numel(), 0.0f);
-    if (adam)
+    if (rule.hasSecond())
       second.assign(param.numel(), 0.0f);
-  }
-
-  /// The learning rate of the k-th update (k from 0), in double as
-  /// PyTorch's schedulers compute it.
-  float scheduledLr(int64_t k) const {
-    double base = lr;
-    if (k < warmup)
-      return static_cast<float>(
-          base * (warmupStart + (1.0 - warmupStart) * static_cast<double>(k) /
-                                    static_cast<double>(warmup)));
-    k -= warmup; // the schedule starts after the warmup (SequentialLR)
-    if (schedule == "linear")
-      return static_cast<float>(
-          base * (startFactor + (endFactor - startFactor) *
-                                    static_cast<double>(std::min(k, period)) /
-                                    static_cast<double>(period)));
-    if (schedule == "step")
-      return static_cast<float>(
-          base * std::pow(gamma, static_cast<double>(k / period)));
-    if (schedule == "cosine")
-      return static_cast<float>(
-          lrMin + (base - lrMin) *
-                      (1.0 + std::cos(M_PI * static_cast<double>(k) /
-                                      static_cast<double>(period))) /
-                      2.0);
-    return lr;
   }
 
   void run(const StepContext &) override {
     int64_t n = param.numel();
     float *p = param.f32();
     const float *g = grad.f32();
-    float rate = scheduledLr(steps);
+    float rate = rule.scheduledLr(steps);
     ++steps;
-    if (adam) {
+    const float beta1 = rule.beta1, beta2 = rule.beta2,
+                weightDecay = rule.weightDecay, momentum = rule.momentum,
+                epsilon = rule.epsilon;
+    if (rule.adam) {
       float correction1 = 1.0f - std::pow(beta1, static_cast<float>(steps));
       float correction2 = 1.0f - std::pow(beta2, static_cast<float>(steps));
       float stepSize = rate / correction1;
@@ -77,7 +41,7 @@ public:
       float shrink = 1.0f - rate * weightDecay;
       for (int64_t i = 0; i < n; ++i) {
         float d = g[i];
-        if (decoupled)
+        if (rule.decoupled)
           p[i] *= shrink;
         else
           d += weightDecay * p[i];
@@ -107,19 +71,13 @@ public:
       view.data = values.data();
       result.tensors.emplace_back(name, view);
     };
-    add(adam ? "exp_avg" : "momentum_buffer", first);
+    add(rule.adam ? "exp_avg" : "momentum_buffer", first);
     add("exp_avg_sq", second);
     return result;
   }
 
   TensorView param, grad;
-  bool adam, decoupled;
-  float lr, momentum, weightDecay, beta1, beta2, epsilon;
-  std::string schedule;
-  int64_t period;
-  double gamma, lrMin, startFactor, endFactor;
-  int64_t warmup;
-  double warmupStart;
+  UpdateRule rule;
   int64_t steps = 0;
   std::vector<float> first, second;
 };

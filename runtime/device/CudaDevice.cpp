@@ -1,0 +1,155 @@
+//===- CudaDevice.cpp - a GPU as a plan's device --------------------------===//
+
+#include "CudaDevice.h"
+
+#include <atomic>
+
+namespace cdp::runtime {
+
+namespace {
+std::atomic<bool> tf32{false};
+} // namespace
+
+void checkCuda(cudaError_t status, const char *what) {
+  if (status != cudaSuccess)
+    throw RuntimeError(std::string(what) + ": " + cudaGetErrorString(status));
+}
+
+void checkCublas(cublasStatus_t status, const char *what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw RuntimeError(std::string(what) + ": cuBLAS status " +
+                       std::to_string(static_cast<int>(status)));
+}
+
+void checkCudnn(cudnnStatus_t status, const char *what) {
+  if (status != CUDNN_STATUS_SUCCESS)
+    throw RuntimeError(std::string(what) + ": " + cudnnGetErrorString(status));
+}
+
+/// Device d runs on GPU d mod the GPUs visible to this process, so that the
+/// devices of one process spread over its GPUs and several share one when
+/// there are more devices than GPUs.
+CudaDevice::CudaDevice(int index) : deviceIndex(index) {
+  int count = 0;
+  cudaError_t found = cudaGetDeviceCount(&count);
+  if (found != cudaSuccess || count == 0)
+    throw RuntimeError(
+        "device " + std::to_string(index) +
+        " needs a GPU and none is visible (" +
+        (found != cudaSuccess ? cudaGetErrorString(found) : "no devices") +
+        "); run with --backend cpu");
+  gpuIndex = index % count;
+  checkCuda(cudaSetDevice(gpuIndex), "cudaSetDevice");
+  checkCuda(cudaStreamCreateWithFlags(&work, cudaStreamNonBlocking),
+            "cudaStreamCreate");
+  checkCublas(cublasCreate(&blasHandle), "cublasCreate");
+  checkCublas(cublasSetStream(blasHandle, work), "cublasSetStream");
+  checkCublas(cublasSetMathMode(blasHandle, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                 : CUBLAS_PEDANTIC_MATH),
+              "cublasSetMathMode");
+  checkCudnn(cudnnCreate(&dnnHandle), "cudnnCreate");
+  checkCudnn(cudnnSetStream(dnnHandle, work), "cudnnSetStream");
+  statusWord = static_cast<int *>(allocate(sizeof(int)));
+  statusHost = static_cast<int *>(allocateHost(sizeof(int)));
+}
+
+CudaDevice::~CudaDevice() {
+  cudaSetDevice(gpuIndex);
+  cudaStreamSynchronize(work);
+  cudaFree(statusWord);
+  cudaFreeHost(statusHost);
+  cudnnDestroy(dnnHandle);
+  cublasDestroy(blasHandle);
+  cudaStreamDestroy(work);
+}
+
+void *CudaDevice::allocate(size_t bytes) {
+  checkCuda(cudaSetDevice(gpuIndex), "cudaSetDevice");
+  void *memory = nullptr;
+  size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+  if (cudaMalloc(&memory, rounded) != cudaSuccess) {
+    cudaGetLastError(); // clear the error so that later calls work
+    throw RuntimeError("cannot allocate " + std::to_string(bytes) +
+                       " bytes on GPU " + std::to_string(gpuIndex) +
+                       " (device " + std::to_string(deviceIndex) +
+                       "): out of GPU memory");
+  }
+  checkCuda(cudaMemsetAsync(memory, 0, rounded, work), "cudaMemset");
+  checkCuda(cudaStreamSynchronize(work), "cudaStreamSynchronize");
+  return memory;
+}
+
+void CudaDevice::release(void *memory) {
+  cudaSetDevice(gpuIndex);
+  cudaStreamSynchronize(work);
+  cudaFree(memory);
+}
+
+void *CudaDevice::allocateHost(size_t bytes) {
+  void *memory = nullptr;
+  checkCuda(cudaMallocHost(&memory, std::max<size_t>(bytes, 1)),
+            "cudaMallocHost");
+  return memory;
+}
+
+void CudaDevice::releaseHost(void *memory) { cudaFreeHost(memory); }
+
+void CudaDevice::download(void *host, const void *memory, size_t bytes) {
+  checkCuda(cudaSetDevice(gpuIndex), "cudaSetDevice");
+  checkCuda(cudaMemcpyAsync(host, memory, bytes, cudaMemcpyDeviceToHost, work),
+            "copy to the host");
+  checkCuda(cudaStreamSynchronize(work), "copy to the host");
+}
+
+void CudaDevice::upload(void *memory, const void *host, size_t bytes) {
+  checkCuda(cudaSetDevice(gpuIndex), "cudaSetDevice");
+  checkCuda(cudaMemcpyAsync(memory, host, bytes, cudaMemcpyHostToDevice, work),
+            "copy to the GPU");
+  checkCuda(cudaStreamSynchronize(work), "copy to the GPU");
+}
+
+void CudaDevice::fill(void *memory, unsigned char value, size_t bytes) {
+  checkCuda(cudaSetDevice(gpuIndex), "cudaSetDevice");
+  checkCuda(cudaMemsetAsync(memory, value, bytes, work), "cudaMemset");
+}
+
+void *CudaDevice::queue() {
+  // Called by the thread about to run a step: the GPU becomes its current.
+  checkCuda(cudaSetDevice(gpuIndex), "cudaSetDevice");
+  return work;
+}
+
+void CudaDevice::synchronize() {
+  checkCuda(cudaStreamSynchronize(work), "a kernel failed");
+}
+
+/// The step's one small read: the status word, which also surfaces any
+/// asynchronous kernel failure of the step.
+void CudaDevice::finishStep(int64_t step) {
+  std::string where = "device " + std::to_string(deviceIndex) + ", step " +
+                      std::to_string(step);
+  checkCuda(cudaMemcpyAsync(statusHost, statusWord, sizeof(int),
+                            cudaMemcpyDeviceToHost, work),
+            where.c_str());
+  checkCuda(cudaStreamSynchronize(work), where.c_str());
+  int flags = *statusHost;
+  if (!flags)
+    return;
+  checkCuda(cudaMemsetAsync(statusWord, 0, sizeof(int), work), "cudaMemset");
+  if (flags & kLabelOutOfRange)
+    throw RuntimeError(where +
+                       ": a label is out of range for the loss's classes "
+                       "(check the labels data)");
+  throw RuntimeError(where + ": a gather index is out of range");
+}
+
+void CudaDevice::allowTf32(bool allow) { tf32 = allow; }
+bool CudaDevice::tf32Allowed() { return tf32; }
+
+void setAllowTf32(bool allow) { CudaDevice::allowTf32(allow); }
+
+std::unique_ptr<Device> createCudaDevice(int index) {
+  return std::make_unique<CudaDevice>(index);
+}
+
+} // namespace cdp::runtime

@@ -1,0 +1,74 @@
+//===- CudaDevice.h - a GPU as a plan's device ------------------*- C++ -*-===//
+//
+// One plan device on one GPU: its own stream, cuBLAS and cuDNN handles bound
+// to that stream, and a status word kernels set instead of throwing (a GPU
+// kernel cannot), read once per step with the step's other small values.
+// Several devices may share one GPU; each then has its own stream.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CDP_RUNTIME_DEVICE_CUDADEVICE_H
+#define CDP_RUNTIME_DEVICE_CUDADEVICE_H
+
+#include "cdp/Runtime/Device.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <string>
+
+namespace cdp::runtime {
+
+/// What a kernel flags in the status word (bits).
+enum CudaStatus : int {
+  kLabelOutOfRange = 1,
+  kIndexOutOfRange = 2,
+};
+
+/// Throws a RuntimeError naming `what` when `status` is an error.
+void checkCuda(cudaError_t status, const char *what);
+void checkCublas(cublasStatus_t status, const char *what);
+void checkCudnn(cudnnStatus_t status, const char *what);
+
+class CudaDevice : public Device {
+public:
+  explicit CudaDevice(int index);
+  ~CudaDevice() override;
+  Backend backend() const override { return Backend::CUDA; }
+  MemorySpace space() const override { return MemorySpace::Device; }
+  void *allocate(size_t bytes) override;
+  void release(void *memory) override;
+  void download(void *host, const void *memory, size_t bytes) override;
+  void upload(void *memory, const void *host, size_t bytes) override;
+  void fill(void *memory, unsigned char value, size_t bytes) override;
+  void *queue() override;
+  void synchronize() override;
+  void finishStep(int64_t step) override;
+
+  /// Page-locked host memory for staging (freed with releaseHost).
+  void *allocateHost(size_t bytes);
+  void releaseHost(void *memory);
+
+  int gpu() const { return gpuIndex; }
+  cudaStream_t stream() const { return work; }
+  cublasHandle_t blas() const { return blasHandle; }
+  cudnnHandle_t dnn() const { return dnnHandle; }
+  /// The status word kernels OR their CudaStatus bits into.
+  int *status() const { return statusWord; }
+  /// TF32 tensor cores for float32 products (cdp-run --allow-tf32).
+  static void allowTf32(bool allow);
+  static bool tf32Allowed();
+
+private:
+  int deviceIndex, gpuIndex;
+  cudaStream_t work = nullptr;
+  cublasHandle_t blasHandle = nullptr;
+  cudnnHandle_t dnnHandle = nullptr;
+  int *statusWord = nullptr;
+  int *statusHost = nullptr;
+};
+
+} // namespace cdp::runtime
+
+#endif // CDP_RUNTIME_DEVICE_CUDADEVICE_H

@@ -1,0 +1,17 @@
+//===- NoCuda.cpp - the CUDA backend's entry points in a CPU-only build ---===//
+
+#include "cdp/Runtime/Device.h"
+
+namespace cdp::runtime {
+
+std::unique_ptr<Device> createCudaDevice(int index) {
+  throw RuntimeError("device " + std::to_string(index) +
+                     " needs the CUDA backend, which this cdp-run was built "
+                     "without (configure with the CUDA toolkit present)");
+}
+
+void registerCudaKernels(KernelRegistry &) {}
+
+void setAllowTf32(bool) {}
+
+} // namespace cdp::runtime

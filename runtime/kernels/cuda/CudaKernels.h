@@ -1,0 +1,152 @@
+//===- CudaKernels.h - shared helpers of the CUDA kernels -------*- C++ -*-===//
+//
+// Every CUDA kernel is made at load with its tensors bound, like the CPU
+// ones, and enqueues its work on the device's stream when run: no
+// allocation, no host synchronisation. Index arithmetic that the CPU
+// kernels precompute into tables (broadcasts, transposes, slices) is an
+// IndexMap here: sizes and strides passed by value, the offset computed per
+// element on the GPU.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CDP_RUNTIME_KERNELS_CUDA_CUDAKERNELS_H
+#define CDP_RUNTIME_KERNELS_CUDA_CUDAKERNELS_H
+
+#include "../../device/CudaDevice.h"
+#include "cdp/Plan/PlanIO.h"
+#include "cdp/Runtime/Kernel.h"
+
+#include <algorithm>
+#include <memory>
+
+namespace cdp::runtime::cuda {
+
+void registerElementwise(KernelRegistry &registry);
+void registerShape(KernelRegistry &registry);
+void registerLinalg(KernelRegistry &registry);
+void registerConvolution(KernelRegistry &registry);
+void registerNormalization(KernelRegistry &registry);
+void registerPooling(KernelRegistry &registry);
+void registerLoss(KernelRegistry &registry);
+void registerOptimizer(KernelRegistry &registry);
+void registerCommunication(KernelRegistry &registry);
+
+/// Adds a kernel whose factory returns the step function directly.
+template <typename Factory>
+void addKernel(KernelRegistry &registry, const std::string &op, Factory make) {
+  registry.add(op, Backend::CUDA,
+               [make](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+                 return std::make_unique<FunctionKernel>(make(args));
+               });
+}
+
+inline CudaDevice &deviceOf(const KernelArgs &args) {
+  return *static_cast<CudaDevice *>(args.runsOn);
+}
+inline cudaStream_t streamOf(const StepContext &context) {
+  return static_cast<cudaStream_t>(context.queue);
+}
+
+constexpr int kThreads = 256;
+inline unsigned blocksFor(int64_t n) {
+  return static_cast<unsigned>(
+      std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, int64_t(1) << 20));
+}
+
+/// Throws when the launch just made failed (a bad configuration); failures
+/// while running surface at the step's end (CudaDevice::finishStep).
+inline void launched(const char *kernel) {
+  checkCuda(cudaGetLastError(), kernel);
+}
+
+constexpr int kMaxRank = 8;
+
+/// Offset of element i of a row-major iteration space of `rank` dimensions
+/// `size`, in memory whose dimensions have strides `stride` (0: broadcast),
+/// starting at `base`.
+struct IndexMap {
+  int rank = 0;
+  int64_t base = 0;
+  int64_t size[kMaxRank] = {};
+  int64_t stride[kMaxRank] = {};
+#ifdef __CUDACC__
+  __host__ __device__
+#endif
+      int64_t
+      operator()(int64_t i) const {
+    int64_t offset = base;
+    for (int d = rank - 1; d >= 0; --d) {
+      offset += (i % size[d]) * stride[d];
+      i /= size[d];
+    }
+    return offset;
+  }
+};
+
+std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape);
+int64_t product(const std::vector<int64_t> &shape, size_t begin = 0,
+                size_t end = ~size_t(0));
+inline int64_t normalizeAxis(int64_t axis, int64_t rank) {
+  return axis < 0 ? axis + rank : axis;
+}
+size_t byteSize(const TensorView &view);
+
+/// Iterating `out`, the element of `in` numpy broadcasting reads.
+IndexMap broadcastMap(const KernelArgs &args, const std::vector<int64_t> &in,
+                      const std::vector<int64_t> &out);
+/// Iterating `out`, the element of `in` read through strides `strides`
+/// (one per dimension of `out`) from `base`.
+IndexMap stridedMap(const KernelArgs &args, const std::vector<int64_t> &out,
+                    const std::vector<int64_t> &strides, int64_t base = 0);
+
+/// Copies (element width `width` bytes) y[i] = x[map(i)] for i < n.
+void gatherCopy(cudaStream_t stream, const void *x, void *y, int64_t n,
+                size_t width, const IndexMap &map);
+
+/// A tensor seen as segments to reduce: `outer` iterates the kept
+/// dimensions (in order: the reduced tensor's layout), `inner` the reduced
+/// ones, both giving offsets into the tensor.
+struct Segments {
+  IndexMap outer, inner;
+  int64_t outputs = 1, count = 1;
+};
+Segments segmentsOf(const KernelArgs &args, const std::vector<int64_t> &shape,
+                    const std::vector<bool> &reduced);
+/// y[o] = scale * (sum over segment o of x), summed in double; one block
+/// per segment, in a fixed order.
+void segmentedSum(cudaStream_t stream, const float *x, float *y,
+                  const Segments &segments, double scale);
+
+/// Device memory a kernel owns beside the plan's tensors, sized at load.
+class Scratch {
+public:
+  Scratch(CudaDevice &device, size_t bytes)
+      : device(device), memory(device.allocate(bytes)) {}
+  ~Scratch() { device.release(memory); }
+  Scratch(const Scratch &) = delete;
+  Scratch &operator=(const Scratch &) = delete;
+  template <typename T> T *as() const { return static_cast<T *>(memory); }
+
+private:
+  CudaDevice &device;
+  void *memory;
+};
+
+/// Page-locked host memory a kernel stages through.
+class PinnedBuffer {
+public:
+  PinnedBuffer(CudaDevice &device, size_t bytes)
+      : device(device), memory(device.allocateHost(bytes)) {}
+  ~PinnedBuffer() { device.releaseHost(memory); }
+  PinnedBuffer(const PinnedBuffer &) = delete;
+  PinnedBuffer &operator=(const PinnedBuffer &) = delete;
+  template <typename T> T *as() const { return static_cast<T *>(memory); }
+
+private:
+  CudaDevice &device;
+  void *memory;
+};
+
+} // namespace cdp::runtime::cuda
+
+#endif // CDP_RUNTIME_KERNELS_CUDA_CUDAKERNELS_H

@@ -1,0 +1,390 @@
+//===- Elementwise.cu - element-wise CUDA kernels -------------------------===//
+//
+// The same formulas as the CPU kernels, one thread per element; dropout
+// draws from the same counter-based stream, so masks match the CPU's bit
+// for bit.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CudaKernels.h"
+#include "Reduce.cuh"
+
+#include <functional>
+
+namespace cdp::runtime::cuda {
+
+namespace {
+
+constexpr float kSqrt1_2 = 0.70710678118654752f;
+constexpr float kSqrt2OverPi = 0.79788456080286536f;
+constexpr float kTwoOverSqrtPi = 1.1283791670955126f;
+
+enum class BinaryOp { Add, Sub, Mul, Div, Pow };
+
+template <typename T> __device__ T apply(BinaryOp op, T a, T b) {
+  switch (op) {
+  case BinaryOp::Add:
+    return a + b;
+  case BinaryOp::Sub:
+    return a - b;
+  case BinaryOp::Mul:
+    return a * b;
+  case BinaryOp::Div:
+    if constexpr (std::is_integral_v<T>)
+      return b == 0 ? T(0) : a / b;
+    else
+      return a / b;
+  default:
+    if constexpr (std::is_integral_v<T>)
+      return a;
+    else
+      return b == 2.0f ? a * a : powf(a, b);
+  }
+}
+
+template <typename T>
+__global__ void binaryKernel(BinaryOp op, const T *a, const T *b, T *y,
+                             int64_t n, IndexMap ia, IndexMap ib, bool same) {
+  CDP_FOR_EACH(i, n) {
+    y[i] = same ? apply(op, a[i], b[i]) : apply(op, a[ia(i)], b[ib(i)]);
+  }
+}
+
+void addBinary(KernelRegistry &registry, const std::string &name, BinaryOp op) {
+  addKernel(registry, name, [op](const KernelArgs &args) {
+    TensorView a = args.inputs[0], b = args.inputs[1], y = args.outputs[0];
+    IndexMap ia = broadcastMap(args, a.shape, y.shape),
+             ib = broadcastMap(args, b.shape, y.shape);
+    bool same = a.shape == y.shape && b.shape == y.shape;
+    int64_t n = y.numel();
+    bool integer = y.dtype == plan::I64;
+    return [=](const StepContext &context) {
+      if (n == 0)
+        return;
+      if (integer)
+        binaryKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
+            op, a.i64(), b.i64(), y.i64(), n, ia, ib, same);
+      else
+        binaryKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
+            op, a.f32(), b.f32(), y.f32(), n, ia, ib, same);
+      launched("binary");
+    };
+  });
+}
+
+enum class UnaryOp {
+  Relu,
+  Erf,
+  Tanh,
+  Sigmoid,
+  Sqrt,
+  HardSwish,
+  Clip,
+  HardSigmoid,
+  Gelu,
+  GeluTanh
+};
+
+__device__ float applyUnary(UnaryOp op, float x, float p, float q) {
+  switch (op) {
+  case UnaryOp::Relu:
+    return x > 0.0f ? x : 0.0f;
+  case UnaryOp::Erf:
+    return erff(x);
+  case UnaryOp::Tanh:
+    return tanhf(x);
+  case UnaryOp::Sigmoid:
+    return 1.0f / (1.0f + expf(-x));
+  case UnaryOp::Sqrt:
+    return sqrtf(x);
+  case UnaryOp::HardSwish:
+    return x * fminf(1.0f, fmaxf(0.0f, x / 6.0f + 0.5f));
+  case UnaryOp::Clip:
+    return fminf(fmaxf(x, p), q);
+  case UnaryOp::HardSigmoid:
+    return fminf(1.0f, fmaxf(0.0f, p * x + q));
+  case UnaryOp::Gelu:
+    return 0.5f * x * (1.0f + erff(x * kSqrt1_2));
+  default:
+    return 0.5f * x *
+           (1.0f + tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+  }
+}
+
+__global__ void unaryKernel(UnaryOp op, const float *x, float *y, int64_t n,
+                            float p, float q) {
+  CDP_FOR_EACH(i, n) { y[i] = applyUnary(op, x[i], p, q); }
+}
+
+void addUnary(KernelRegistry &registry, const std::string &name,
+              std::function<UnaryOp(const KernelArgs &)> pick,
+              std::function<std::pair<float, float>(const KernelArgs &)>
+                  params = nullptr) {
+  addKernel(registry, name, [pick, params](const KernelArgs &args) {
+    TensorView x = args.inputs[0], y = args.outputs[0];
+    UnaryOp op = pick(args);
+    std::pair<float, float> pq =
+        params ? params(args) : std::pair<float, float>{0, 0};
+    float p = pq.first, q = pq.second;
+    int64_t n = y.numel();
+    return [=](const StepContext &context) {
+      if (n == 0)
+        return;
+      unaryKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
+          op, x.f32(), y.f32(), n, p, q);
+      launched("unary");
+    };
+  });
+}
+
+enum class GradOp {
+  Relu,
+  Gelu,
+  GeluTanh,
+  Erf,
+  Clip,
+  HardSigmoid,
+  HardSwish,
+  Sigmoid,
+  Tanh,
+  Sqrt
+};
+
+__device__ float applyGrad(GradOp op, float g, float x, float p, float q) {
+  switch (op) {
+  case GradOp::Relu:
+    return x > 0.0f ? g : 0.0f;
+  case GradOp::Gelu: {
+    float cdf = 0.5f * (1.0f + erff(x * kSqrt1_2));
+    float pdf = expf(-0.5f * x * x) * 0.3989422804014327f;
+    return g * (cdf + x * pdf);
+  }
+  case GradOp::GeluTanh: {
+    float inner = kSqrt2OverPi * (x + 0.044715f * x * x * x);
+    float t = tanhf(inner);
+    float dinner = kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
+    return g * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * dinner);
+  }
+  case GradOp::Erf:
+    return g * kTwoOverSqrtPi * expf(-x * x);
+  case GradOp::Clip:
+    return x > p && x < q ? g : 0.0f;
+  case GradOp::HardSigmoid: {
+    float z = p * x + q;
+    return z > 0.0f && z < 1.0f ? g * p : 0.0f;
+  }
+  case GradOp::HardSwish:
+    return x < -3.0f ? 0.0f : x <= 3.0f ? g * (x / 3.0f + 0.5f) : g;
+  case GradOp::Sigmoid:
+    return g * x * (1.0f - x);
+  case GradOp::Tanh:
+    return g * (1.0f - x * x);
+  default:
+    return g * 0.5f / x;
+  }
+}
+
+__global__ void gradKernel(GradOp op, const float *g, const float *x, float *dx,
+                           int64_t n, float p, float q) {
+  CDP_FOR_EACH(i, n) { dx[i] = applyGrad(op, g[i], x[i], p, q); }
+}
+
+GradOp gradOf(const KernelArgs &args, const std::string &kind) {
+  static const std::pair<const char *, GradOp> kinds[] = {
+      {"relu", GradOp::Relu},
+      {"gelu", GradOp::Gelu},
+      {"gelu_tanh", GradOp::GeluTanh},
+      {"erf", GradOp::Erf},
+      {"clip", GradOp::Clip},
+      {"hard_sigmoid", GradOp::HardSigmoid},
+      {"hard_swish", GradOp::HardSwish},
+      {"sigmoid", GradOp::Sigmoid},
+      {"tanh", GradOp::Tanh},
+      {"sqrt", GradOp::Sqrt}};
+  for (auto [name, op] : kinds)
+    if (kind == name)
+      return op;
+  args.fail("unknown activation '" + kind + "'");
+}
+
+/// The CPU's counter-based uniform number in [0, 1).
+__device__ float uniform(uint64_t seed, uint64_t stream, uint64_t index) {
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull ^ stream * 0xD1B54A32D192ED03ull ^
+               (index + 1) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
+}
+
+__global__ void dropoutKernel(const float *x, float *y, uint8_t *mask,
+                              int64_t n, float ratio, uint64_t seed,
+                              uint64_t stream) {
+  float keepScale = 1.0f / (1.0f - ratio);
+  CDP_FOR_EACH(i, n) {
+    bool keep = ratio == 0.0f || uniform(seed, stream, i) >= ratio;
+    mask[i] = keep;
+    y[i] = keep ? (ratio == 0.0f ? x[i] : x[i] * keepScale) : 0.0f;
+  }
+}
+
+__global__ void dropoutGradKernel(const float *dy, const uint8_t *mask,
+                                  float *dx, int64_t n, float keepScale) {
+  CDP_FOR_EACH(i, n) { dx[i] = mask[i] ? dy[i] * keepScale : 0.0f; }
+}
+
+template <typename From, typename To>
+__global__ void castKernel(const From *x, To *y, int64_t n) {
+  CDP_FOR_EACH(i, n) {
+    if constexpr (std::is_same_v<To, uint8_t>)
+      y[i] = x[i] != From(0);
+    else
+      y[i] = static_cast<To>(x[i]);
+  }
+}
+
+template <typename From>
+void castFrom(cudaStream_t stream, const From *x, const TensorView &y,
+              int64_t n) {
+  if (y.dtype == plan::F32)
+    castKernel<<<blocksFor(n), kThreads, 0, stream>>>(x, y.f32(), n);
+  else if (y.dtype == plan::I64)
+    castKernel<<<blocksFor(n), kThreads, 0, stream>>>(x, y.i64(), n);
+  else
+    castKernel<<<blocksFor(n), kThreads, 0, stream>>>(x, y.b8(), n);
+}
+
+void registerActivations(KernelRegistry &registry) {
+  auto fixed = [](UnaryOp op) {
+    return [op](const KernelArgs &) { return op; };
+  };
+  addUnary(registry, "relu", fixed(UnaryOp::Relu));
+  addUnary(registry, "erf", fixed(UnaryOp::Erf));
+  addUnary(registry, "tanh", fixed(UnaryOp::Tanh));
+  addUnary(registry, "sigmoid", fixed(UnaryOp::Sigmoid));
+  addUnary(registry, "sqrt", fixed(UnaryOp::Sqrt));
+  addUnary(registry, "hard_swish", fixed(UnaryOp::HardSwish));
+  addUnary(registry, "clip", fixed(UnaryOp::Clip), [](const KernelArgs &args) {
+    return std::pair<float, float>(static_cast<float>(args.f("min", -INFINITY)),
+                                   static_cast<float>(args.f("max", INFINITY)));
+  });
+  addUnary(registry, "hard_sigmoid", fixed(UnaryOp::HardSigmoid),
+           [](const KernelArgs &args) {
+             return std::pair<float, float>(
+                 static_cast<float>(args.f("alpha", 0.2)),
+                 static_cast<float>(args.f("beta", 0.5)));
+           });
+  addUnary(registry, "gelu", [](const KernelArgs &args) {
+    return args.s("approximate", "none") == "tanh" ? UnaryOp::GeluTanh
+                                                   : UnaryOp::Gelu;
+  });
+  addKernel(registry, "unary_grad", [](const KernelArgs &args) {
+    TensorView dy = args.inputs[0], saved = args.inputs[1],
+               dx = args.outputs[0];
+    std::string kind = args.s("kind", "");
+    GradOp op = gradOf(args, kind);
+    float p = 0, q = 0;
+    if (kind == "clip" || kind == "hard_sigmoid") {
+      std::vector<double> params = args.floats("params");
+      if (params.size() != 2)
+        args.fail("activation '" + kind + "' needs two params");
+      p = static_cast<float>(params[0]);
+      q = static_cast<float>(params[1]);
+    }
+    int64_t n = dx.numel();
+    return [=](const StepContext &context) {
+      if (n == 0)
+        return;
+      gradKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
+          op, dy.f32(), saved.f32(), dx.f32(), n, p, q);
+      launched("unary_grad");
+    };
+  });
+}
+
+void registerDropout(KernelRegistry &registry) {
+  addKernel(registry, "dropout", [](const KernelArgs &args) {
+    TensorView x = args.inputs[0], y = args.outputs[0], mask = args.outputs[1];
+    float ratio = static_cast<float>(args.f("ratio", 0.5));
+    bool training = args.i("training_mode", 0) != 0;
+    uint64_t stream = static_cast<uint64_t>(args.i("seed", 0)) ^
+                      std::hash<std::string>()(args.instruction->location());
+    int64_t microBatch = args.i("step_micro_batch", -1);
+    int64_t n = y.numel();
+    return [=](const StepContext &context) {
+      if (n == 0)
+        return;
+      uint64_t seed =
+          context.seed ^ (static_cast<uint64_t>(context.step) << 20) ^
+          static_cast<uint64_t>(microBatch >= 0 ? microBatch : context.slot);
+      dropoutKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
+          x.f32(), y.f32(), mask.b8(), n, training ? ratio : 0.0f, seed,
+          stream);
+      launched("dropout");
+    };
+  });
+  addKernel(registry, "dropout_grad", [](const KernelArgs &args) {
+    TensorView dy = args.inputs[0], mask = args.inputs[1], dx = args.outputs[0];
+    float keepScale = 1.0f / (1.0f - static_cast<float>(args.f("ratio", 0.5)));
+    int64_t n = dx.numel();
+    return [=](const StepContext &context) {
+      if (n == 0)
+        return;
+      dropoutGradKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
+          dy.f32(), mask.b8(), dx.f32(), n, keepScale);
+      launched("dropout_grad");
+    };
+  });
+}
+
+} // namespace
+
+void registerElementwise(KernelRegistry &registry) {
+  addBinary(registry, "add", BinaryOp::Add);
+  addBinary(registry, "sub", BinaryOp::Sub);
+  addBinary(registry, "mul", BinaryOp::Mul);
+  addBinary(registry, "div", BinaryOp::Div);
+  addBinary(registry, "pow", BinaryOp::Pow);
+  registerActivations(registry);
+  registerDropout(registry);
+
+  addKernel(registry, "cast", [](const KernelArgs &args) {
+    TensorView x = args.inputs[0], y = args.outputs[0];
+    int64_t n = y.numel();
+    return [=](const StepContext &context) {
+      if (n == 0)
+        return;
+      if (x.dtype == plan::F32)
+        castFrom(streamOf(context), x.f32(), y, n);
+      else if (x.dtype == plan::I64)
+        castFrom(streamOf(context), x.i64(), y, n);
+      else
+        castFrom(streamOf(context), x.b8(), y, n);
+      launched("cast");
+    };
+  });
+
+  // Sum over the dimensions `y` broadcast in `x`.
+  addKernel(registry, "reduce_to", [](const KernelArgs &args) {
+    TensorView x = args.inputs[0], y = args.outputs[0];
+    size_t shift = x.shape.size() - y.shape.size();
+    std::vector<bool> reduced(x.shape.size(), true);
+    for (size_t d = 0; d < y.shape.size(); ++d)
+      reduced[d + shift] = y.shape[d] == 1 && x.shape[d + shift] != 1;
+    Segments segments = segmentsOf(args, x.shape, reduced);
+    return [=](const StepContext &context) {
+      segmentedSum(streamOf(context), x.f32(), y.f32(), segments, 1.0);
+    };
+  });
+
+  addKernel(registry, "expand", [](const KernelArgs &args) {
+    TensorView x = args.inputs[0], y = args.outputs[0];
+    IndexMap map = broadcastMap(args, x.shape, y.shape);
+    size_t width = plan::dtypeSize(y.dtype);
+    return [=](const StepContext &context) {
+      gatherCopy(streamOf(context), x.data, y.data, y.numel(), width, map);
+    };
+  });
+}
+
+} // namespace cdp::runtime::cuda

@@ -1,0 +1,228 @@
+//===- Loss.cu - classification losses on the GPU -------------------------===//
+//
+// ONNX semantics, as on the CPU: per-element loss -w[label] * logp[label];
+// ignored labels count nothing; `mean` divides by the counted weight. A
+// label out of range sets the device's status word (the step then fails
+// with one line) instead of throwing inside a kernel.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CudaKernels.h"
+#include "Reduce.cuh"
+
+namespace cdp::runtime::cuda {
+
+namespace {
+
+enum class Reduction { None, Sum, Mean };
+
+struct Classes {
+  int64_t batch, classes, spatial;
+  Reduction reduction;
+  bool hasIgnore;
+  int64_t ignore;
+  __device__ int64_t at(int64_t n, int64_t c, int64_t i) const {
+    return (n * classes + c) * spatial + i;
+  }
+  __host__ __device__ int64_t rows() const { return batch * spatial; }
+  /// Whether row k's label counts; flags a label out of range.
+  __device__ bool valid(int64_t label, int *status) const {
+    if (hasIgnore && label == ignore)
+      return false;
+    if (label < 0 || label >= classes) {
+      atomicOr(status, kLabelOutOfRange);
+      return false;
+    }
+    return true;
+  }
+};
+
+Classes classesOf(const KernelArgs &args, const std::vector<int64_t> &scores) {
+  std::string reduction = args.s("reduction", "mean");
+  return {scores[0],
+          scores[1],
+          product(scores, 2),
+          reduction == "none"  ? Reduction::None
+          : reduction == "sum" ? Reduction::Sum
+                               : Reduction::Mean,
+          args.find("ignore_index") != nullptr,
+          args.i("ignore_index", 0)};
+}
+
+__global__ void logSoftmaxRowsKernel(Classes g, const float *scores,
+                                     float *logp) {
+  CDP_FOR_EACH(k, g.rows()) {
+    int64_t n = k / g.spatial, i = k % g.spatial;
+    float top = scores[g.at(n, 0, i)];
+    for (int64_t c = 1; c < g.classes; ++c)
+      top = fmaxf(top, scores[g.at(n, c, i)]);
+    double sum = 0;
+    for (int64_t c = 0; c < g.classes; ++c)
+      sum += exp(static_cast<double>(scores[g.at(n, c, i)] - top));
+    double logSum = log(sum);
+    for (int64_t c = 0; c < g.classes; ++c)
+      logp[g.at(n, c, i)] =
+          static_cast<float>(scores[g.at(n, c, i)] - top - logSum);
+  }
+}
+
+/// One block: the loss (reduced, or per row for `none`).
+__global__ void nllKernel(Classes g, const float *logp, const int64_t *labels,
+                          const float *weights, float *loss, int *status) {
+  double total = 0, denominator = 0;
+  for (int64_t k = threadIdx.x; k < g.rows(); k += blockDim.x) {
+    int64_t n = k / g.spatial, i = k % g.spatial, label = labels[k];
+    double value = 0;
+    if (g.valid(label, status)) {
+      double w = weights ? weights[label] : 1.0;
+      value = -logp[g.at(n, label, i)] * w;
+      denominator += w;
+    }
+    if (g.reduction == Reduction::None)
+      loss[k] = static_cast<float>(value);
+    total += value;
+  }
+  total = blockSum(total);
+  denominator = blockSum(denominator);
+  if (threadIdx.x != 0)
+    return;
+  if (g.reduction == Reduction::Sum)
+    *loss = static_cast<float>(total);
+  else if (g.reduction == Reduction::Mean)
+    *loss = static_cast<float>(denominator > 0 ? total / denominator : 0.0);
+}
+
+/// One block: the counted weight of the labels (mean's divisor).
+__global__ void denominatorKernel(Classes g, const int64_t *labels,
+                                  const float *weights, double *out,
+                                  int *status) {
+  double total = 0;
+  for (int64_t k = threadIdx.x; k < g.rows(); k += blockDim.x)
+    if (g.valid(labels[k], status))
+      total += weights ? weights[labels[k]] : 1.0;
+  total = blockSum(total);
+  if (threadIdx.x == 0)
+    *out = g.reduction == Reduction::Mean ? total : 1.0;
+}
+
+/// Row k's gradient factor: dloss * w[label] / denominator (0 if ignored).
+__device__ double factorOf(const Classes &g, int64_t k, int64_t label,
+                           const float *dloss, const float *weights,
+                           double denominator) {
+  if ((g.hasIgnore && label == g.ignore) || label < 0 || label >= g.classes ||
+      denominator <= 0)
+    return 0.0;
+  double upstream = g.reduction == Reduction::None ? dloss[k] : dloss[0];
+  return upstream * (weights ? weights[label] : 1.0) / denominator;
+}
+
+__global__ void softmaxLossGradKernel(Classes g, const float *dloss,
+                                      const float *logp, const int64_t *labels,
+                                      const float *weights,
+                                      const double *denominator, float *dx) {
+  CDP_FOR_EACH(e, g.rows() * g.classes) {
+    int64_t i = e % g.spatial, c = e / g.spatial % g.classes,
+            n = e / (g.spatial * g.classes);
+    int64_t k = n * g.spatial + i, label = labels[k];
+    double factor = factorOf(g, k, label, dloss, weights, *denominator);
+    double p = exp(static_cast<double>(logp[e]));
+    dx[e] = static_cast<float>(factor * (p - (c == label ? 1.0 : 0.0)));
+  }
+}
+
+__global__ void nllGradKernel(Classes g, const float *dloss,
+                              const int64_t *labels, const float *weights,
+                              const double *denominator, float *dx) {
+  CDP_FOR_EACH(k, g.rows()) {
+    int64_t n = k / g.spatial, i = k % g.spatial, label = labels[k];
+    double factor = factorOf(g, k, label, dloss, weights, *denominator);
+    if (factor != 0.0)
+      dx[g.at(n, label, i)] = static_cast<float>(-factor);
+  }
+}
+
+const float *optional(const KernelArgs &args, size_t index) {
+  return args.inputs.size() > index && args.inputs[index].present()
+             ? args.inputs[index].f32()
+             : nullptr;
+}
+
+} // namespace
+
+void registerLoss(KernelRegistry &registry) {
+  addKernel(registry, "softmax_cross_entropy_loss", [](const KernelArgs &args) {
+    TensorView scores = args.inputs[0], labels = args.inputs[1];
+    const float *weights = optional(args, 2);
+    TensorView loss = args.outputs[0], logp = args.outputs[1];
+    Classes g = classesOf(args, scores.shape);
+    int *status = deviceOf(args).status();
+    return [=](const StepContext &context) {
+      cudaStream_t stream = streamOf(context);
+      if (g.rows())
+        logSoftmaxRowsKernel<<<blocksFor(g.rows()), kThreads, 0, stream>>>(
+            g, scores.f32(), logp.f32());
+      nllKernel<<<1, kThreads, 0, stream>>>(g, logp.f32(), labels.i64(),
+                                            weights, loss.f32(), status);
+      launched("softmax_cross_entropy_loss");
+    };
+  });
+
+  addKernel(registry, "nll_loss", [](const KernelArgs &args) {
+    TensorView input = args.inputs[0], target = args.inputs[1];
+    const float *weights = optional(args, 2);
+    TensorView loss = args.outputs[0];
+    Classes g = classesOf(args, input.shape);
+    int *status = deviceOf(args).status();
+    return [=](const StepContext &context) {
+      nllKernel<<<1, kThreads, 0, streamOf(context)>>>(
+          g, input.f32(), target.i64(), weights, loss.f32(), status);
+      launched("nll_loss");
+    };
+  });
+
+  addKernel(
+      registry, "softmax_cross_entropy_loss_grad", [](const KernelArgs &args) {
+        TensorView dloss = args.inputs[0], logp = args.inputs[1],
+                   labels = args.inputs[2];
+        const float *weights = optional(args, 3);
+        TensorView dx = args.outputs[0];
+        Classes g = classesOf(args, logp.shape);
+        CudaDevice &device = deviceOf(args);
+        int *status = device.status();
+        auto denominator = std::make_shared<Scratch>(device, 8);
+        return [=](const StepContext &context) {
+          cudaStream_t stream = streamOf(context);
+          denominatorKernel<<<1, kThreads, 0, stream>>>(
+              g, labels.i64(), weights, denominator->as<double>(), status);
+          int64_t n = dx.numel();
+          if (n)
+            softmaxLossGradKernel<<<blocksFor(n), kThreads, 0, stream>>>(
+                g, dloss.f32(), logp.f32(), labels.i64(), weights,
+                denominator->as<double>(), dx.f32());
+          launched("softmax_cross_entropy_loss_grad");
+        };
+      });
+
+  addKernel(registry, "nll_loss_grad", [](const KernelArgs &args) {
+    TensorView dloss = args.inputs[0], target = args.inputs[1];
+    const float *weights = optional(args, 2);
+    TensorView dx = args.outputs[0];
+    Classes g = classesOf(args, dx.shape);
+    CudaDevice &device = deviceOf(args);
+    int *status = device.status();
+    auto denominator = std::make_shared<Scratch>(device, 8);
+    return [=](const StepContext &context) {
+      cudaStream_t stream = streamOf(context);
+      checkCuda(cudaMemsetAsync(dx.data, 0, byteSize(dx), stream), "memset");
+      denominatorKernel<<<1, kThreads, 0, stream>>>(
+          g, target.i64(), weights, denominator->as<double>(), status);
+      if (g.rows())
+        nllGradKernel<<<blocksFor(g.rows()), kThreads, 0, stream>>>(
+            g, dloss.f32(), target.i64(), weights, denominator->as<double>(),
+            dx.f32());
+      launched("nll_loss_grad");
+    };
+  });
+}
+
+} // namespace cdp::runtime::cuda

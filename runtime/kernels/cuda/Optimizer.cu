@@ -1,0 +1,158 @@
+//===- Optimizer.cu - parameter updates and buffer writes on the GPU ------===//
+//
+// The CPU's update rules element for element, one fused kernel per
+// parameter; the learning rate and bias corrections are computed on the
+// host per update (the step count lives there) and passed by value. The
+// moments live in device memory of the kernel's own, allocated at load.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CudaKernels.h"
+#include "Reduce.cuh"
+
+#include "../LearningRate.h"
+
+namespace cdp::runtime::cuda {
+
+namespace {
+
+struct SgdStep {
+  float rate, momentum, weightDecay;
+  bool first; ///< the first update sets the momentum buffer to the gradient
+};
+
+__global__ void sgdKernel(float *p, const float *g, float *buffer, int64_t n,
+                          SgdStep s) {
+  CDP_FOR_EACH(i, n) {
+    float d = g[i] + s.weightDecay * p[i];
+    if (buffer) {
+      buffer[i] = s.first ? d : s.momentum * buffer[i] + d;
+      d = buffer[i];
+    }
+    p[i] -= s.rate * d;
+  }
+}
+
+struct AdamStep {
+  float beta1, beta2, epsilon, weightDecay, stepSize, root2, shrink;
+  bool decoupled;
+};
+
+__global__ void adamKernel(float *p, const float *g, float *first,
+                           float *second, int64_t n, AdamStep s) {
+  CDP_FOR_EACH(i, n) {
+    float d = g[i];
+    if (s.decoupled)
+      p[i] *= s.shrink;
+    else
+      d += s.weightDecay * p[i];
+    first[i] = s.beta1 * first[i] + (1.0f - s.beta1) * d;
+    second[i] = s.beta2 * second[i] + (1.0f - s.beta2) * d * d;
+    p[i] -= s.stepSize * first[i] / (sqrtf(second[i]) / s.root2 + s.epsilon);
+  }
+}
+
+__global__ void accumulateKernel(const float *g, float *acc, int64_t n,
+                                 float scale, bool first) {
+  CDP_FOR_EACH(i, n) { acc[i] = (first ? 0.0f : acc[i]) + g[i] * scale; }
+}
+
+class UpdateKernel : public Kernel {
+public:
+  explicit UpdateKernel(const KernelArgs &args)
+      : param(args.inputs[0]), grad(args.inputs[1]), rule(args) {
+    size_t bytes = std::max<size_t>(param.numel(), 1) * sizeof(float);
+    if (rule.hasFirst())
+      first = std::make_unique<Scratch>(deviceOf(args), bytes);
+    if (rule.hasSecond())
+      second = std::make_unique<Scratch>(deviceOf(args), bytes);
+  }
+
+  void run(const StepContext &context) override {
+    int64_t n = param.numel();
+    float rate = rule.scheduledLr(steps);
+    ++steps;
+    if (n == 0)
+      return;
+    cudaStream_t stream = streamOf(context);
+    if (rule.adam) {
+      float correction1 =
+          1.0f - std::pow(rule.beta1, static_cast<float>(steps));
+      float correction2 =
+          1.0f - std::pow(rule.beta2, static_cast<float>(steps));
+      AdamStep s{rule.beta1,
+                 rule.beta2,
+                 rule.epsilon,
+                 rule.weightDecay,
+                 rate / correction1,
+                 std::sqrt(correction2),
+                 1.0f - rate * rule.weightDecay,
+                 rule.decoupled};
+      adamKernel<<<blocksFor(n), kThreads, 0, stream>>>(
+          param.f32(), grad.f32(), first->as<float>(), second->as<float>(), n,
+          s);
+    } else {
+      SgdStep s{rate, rule.momentum, rule.weightDecay, steps == 1};
+      sgdKernel<<<blocksFor(n), kThreads, 0, stream>>>(
+          param.f32(), grad.f32(), first ? first->as<float>() : nullptr, n, s);
+    }
+    launched("update");
+  }
+
+  KernelState state() override {
+    KernelState result;
+    result.counter = &steps;
+    auto add = [&](const char *name, const std::unique_ptr<Scratch> &values) {
+      if (!values)
+        return;
+      TensorView view = param;
+      view.data = values->as<void>();
+      result.tensors.emplace_back(name, view);
+    };
+    add(rule.adam ? "exp_avg" : "momentum_buffer", first);
+    add("exp_avg_sq", second);
+    return result;
+  }
+
+private:
+  TensorView param, grad;
+  UpdateRule rule;
+  int64_t steps = 0;
+  std::unique_ptr<Scratch> first, second;
+};
+
+} // namespace
+
+void registerOptimizer(KernelRegistry &registry) {
+  registry.add("update", Backend::CUDA, [](const KernelArgs &args) {
+    return std::make_unique<UpdateKernel>(args);
+  });
+  addKernel(registry, "assign", [](const KernelArgs &args) {
+    TensorView buffer = args.inputs[0], value = args.inputs[1];
+    size_t bytes = byteSize(buffer);
+    return [=](const StepContext &context) {
+      if (bytes && buffer.data != value.data)
+        checkCuda(cudaMemcpyAsync(buffer.data, value.data, bytes,
+                                  cudaMemcpyDeviceToDevice, streamOf(context)),
+                  "assign");
+    };
+  });
+  addKernel(registry, "accumulate", [](const KernelArgs &args) {
+    TensorView g = args.inputs[0], acc = args.outputs[0];
+    float scale = 1.0f / static_cast<float>(args.i("slots", 1));
+    int64_t reset = args.i("reset", -1);
+    int64_t n = g.numel();
+    return [=](const StepContext &context) {
+      bool first = reset >= 0 ? reset != 0 : context.slot == 0;
+      if (n == 0)
+        return;
+      accumulateKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
+          g.f32(), acc.f32(), n, scale, first);
+      launched("accumulate");
+    };
+  });
+  addKernel(registry, "gradient",
+            [](const KernelArgs &) { return [](const StepContext &) {}; });
+}
+
+} // namespace cdp::runtime::cuda

@@ -1,0 +1,315 @@
+//===- Shape.cu - data movement and reductions on the GPU -----------------===//
+
+#include "CudaKernels.h"
+#include "Reduce.cuh"
+
+namespace cdp::runtime::cuda {
+
+namespace {
+
+/// Iterating a slice's output, the offset of its element in the input.
+IndexMap sliceMap(const KernelArgs &args, const std::vector<int64_t> &input,
+                  const std::vector<int64_t> &output) {
+  size_t rank = input.size();
+  std::vector<int64_t> start(rank, 0), step(rank, 1);
+  std::vector<int64_t> starts = args.ints("starts"), axes = args.ints("axes"),
+                       steps = args.ints("steps");
+  for (size_t i = 0; i < axes.size(); ++i) {
+    int64_t axis = normalizeAxis(axes[i], rank), dim = input[axis];
+    int64_t s = starts[i] < 0 ? starts[i] + dim : starts[i];
+    s = steps[i] > 0 ? std::clamp<int64_t>(s, 0, dim)
+                     : std::clamp<int64_t>(s, 0, dim - 1);
+    start[axis] = s;
+    step[axis] = steps[i];
+  }
+  std::vector<int64_t> inStrides = stridesOf(input), strides(rank);
+  int64_t base = 0;
+  for (size_t d = 0; d < rank; ++d) {
+    base += start[d] * inStrides[d];
+    strides[d] = step[d] * inStrides[d];
+  }
+  return stridedMap(args, output, strides, base);
+}
+
+__global__ void scatterKernel(const float *x, float *y, int64_t n,
+                              IndexMap map) {
+  CDP_FOR_EACH(i, n) { y[map(i)] = x[i]; }
+}
+
+template <typename T> __global__ void fillKernel(T *y, int64_t n, T value) {
+  CDP_FOR_EACH(i, n) { y[i] = value; }
+}
+
+template <typename T>
+__global__ void scatterAnyKernel(const T *x, T *y, int64_t n, IndexMap map) {
+  CDP_FOR_EACH(i, n) { y[map(i)] = x[i]; }
+}
+
+__global__ void gatherRowsKernel(const char *data, const int64_t *indices,
+                                 char *y, int64_t outer, int64_t count,
+                                 int64_t dim, int64_t rowBytes, int *status) {
+  CDP_FOR_EACH(e, outer * count * rowBytes) {
+    int64_t byte = e % rowBytes, k = e / rowBytes % count,
+            o = e / (rowBytes * count);
+    int64_t index = indices[k];
+    if (index < -dim || index >= dim) {
+      atomicOr(status, kIndexOutOfRange);
+      y[e] = 0;
+      continue;
+    }
+    if (index < 0)
+      index += dim;
+    y[e] = data[(o * dim + index) * rowBytes + byte];
+  }
+}
+
+__global__ void gatherGradKernel(const float *dy, const int64_t *indices,
+                                 float *dx, int64_t outer, int64_t count,
+                                 int64_t dim, int64_t inner) {
+  CDP_FOR_EACH(e, outer * count * inner) {
+    int64_t j = e % inner, k = e / inner % count, o = e / (inner * count);
+    int64_t index = indices[k];
+    if (index < 0)
+      index += dim;
+    if (index >= 0 && index < dim)
+      atomicAdd(dx + (o * dim + index) * inner + j, dy[e]);
+  }
+}
+
+void registerCopies(KernelRegistry &registry) {
+  for (const char *op :
+       {"reshape", "flatten", "squeeze", "unsqueeze", "identity"})
+    addKernel(registry, op, [](const KernelArgs &args) {
+      TensorView x = args.inputs[0], y = args.outputs[0];
+      size_t bytes = byteSize(y);
+      return [=](const StepContext &context) {
+        if (x.data != y.data && bytes)
+          checkCuda(cudaMemcpyAsync(y.data, x.data, bytes,
+                                    cudaMemcpyDeviceToDevice,
+                                    streamOf(context)),
+                    "reshape copy");
+      };
+    });
+
+  addKernel(registry, "transpose", [](const KernelArgs &args) {
+    TensorView x = args.inputs[0], y = args.outputs[0];
+    std::vector<int64_t> perm = args.ints("perm"), in = stridesOf(x.shape);
+    std::vector<int64_t> strides(perm.size());
+    for (size_t d = 0; d < perm.size(); ++d)
+      strides[d] = in[perm[d]];
+    IndexMap map = stridedMap(args, y.shape, strides);
+    size_t width = plan::dtypeSize(y.dtype);
+    return [=](const StepContext &context) {
+      gatherCopy(streamOf(context), x.data, y.data, y.numel(), width, map);
+    };
+  });
+
+  // Concat and split copy rows of bytes: one 2-D copy per input or output.
+  for (bool concat : {true, false})
+    addKernel(
+        registry, concat ? "concat" : "split",
+        [concat](const KernelArgs &args) {
+          std::vector<TensorView> parts = concat ? args.inputs : args.outputs;
+          TensorView whole = concat ? args.outputs[0] : args.inputs[0];
+          int64_t axis = normalizeAxis(args.i("axis", 0), whole.rank());
+          int64_t outer = product(whole.shape, 0, axis);
+          size_t width = plan::dtypeSize(whole.dtype);
+          size_t wholeRow = product(whole.shape, axis) * width;
+          return [=](const StepContext &context) {
+            size_t offset = 0;
+            for (const TensorView &part : parts) {
+              size_t row = product(part.shape, axis) * width;
+              char *at = static_cast<char *>(whole.data) + offset;
+              if (row && outer)
+                checkCuda(
+                    concat
+                        ? cudaMemcpy2DAsync(at, wholeRow, part.data, row, row,
+                                            outer, cudaMemcpyDeviceToDevice,
+                                            streamOf(context))
+                        : cudaMemcpy2DAsync(part.data, row, at, wholeRow, row,
+                                            outer, cudaMemcpyDeviceToDevice,
+                                            streamOf(context)),
+                    "concat/split copy");
+              offset += row;
+            }
+          };
+        });
+
+  addKernel(registry, "slice", [](const KernelArgs &args) {
+    TensorView x = args.inputs[0], y = args.outputs[0];
+    IndexMap map = sliceMap(args, x.shape, y.shape);
+    size_t width = plan::dtypeSize(y.dtype);
+    return [=](const StepContext &context) {
+      gatherCopy(streamOf(context), x.data, y.data, y.numel(), width, map);
+    };
+  });
+
+  // A slice's elements are distinct: the gradient is a scatter into zeros.
+  addKernel(registry, "slice_grad", [](const KernelArgs &args) {
+    TensorView dy = args.inputs[0], dx = args.outputs[0];
+    IndexMap map = sliceMap(args, dx.shape, dy.shape);
+    return [=](const StepContext &context) {
+      cudaStream_t stream = streamOf(context);
+      checkCuda(cudaMemsetAsync(dx.data, 0, byteSize(dx), stream), "memset");
+      if (dy.numel() == 0)
+        return;
+      scatterKernel<<<blocksFor(dy.numel()), kThreads, 0, stream>>>(
+          dy.f32(), dx.f32(), dy.numel(), map);
+      launched("slice_grad");
+    };
+  });
+}
+
+/// Pad's input element i lands at map(i) of the output.
+IndexMap padMap(const KernelArgs &args, const TensorView &x,
+                const TensorView &y) {
+  std::vector<int64_t> pads = args.ints("pads"), strides = stridesOf(y.shape);
+  int64_t base = 0;
+  for (size_t d = 0; d < x.shape.size(); ++d)
+    base += pads[d] * strides[d];
+  return stridedMap(args, x.shape, strides, base);
+}
+
+void registerPadAndFill(KernelRegistry &registry) {
+  addKernel(registry, "pad", [](const KernelArgs &args) {
+    TensorView x = args.inputs[0], y = args.outputs[0];
+    IndexMap map = padMap(args, x, y);
+    double value = args.f("value", 0.0);
+    return [=](const StepContext &context) {
+      cudaStream_t stream = streamOf(context);
+      int64_t n = y.numel(), m = x.numel();
+      if (n == 0)
+        return;
+      if (y.dtype == plan::I64) {
+        fillKernel<<<blocksFor(n), kThreads, 0, stream>>>(
+            y.i64(), n, static_cast<int64_t>(value));
+        if (m)
+          scatterAnyKernel<<<blocksFor(m), kThreads, 0, stream>>>(
+              x.i64(), y.i64(), m, map);
+      } else if (y.dtype == plan::F32) {
+        fillKernel<<<blocksFor(n), kThreads, 0, stream>>>(
+            y.f32(), n, static_cast<float>(value));
+        if (m)
+          scatterAnyKernel<<<blocksFor(m), kThreads, 0, stream>>>(
+              x.f32(), y.f32(), m, map);
+      } else {
+        fillKernel<<<blocksFor(n), kThreads, 0, stream>>>(
+            y.b8(), n, static_cast<uint8_t>(value != 0));
+        if (m)
+          scatterAnyKernel<<<blocksFor(m), kThreads, 0, stream>>>(
+              x.b8(), y.b8(), m, map);
+      }
+      launched("pad");
+    };
+  });
+
+  // Values known at load (shape, constant_of_shape) wait in scratch memory
+  // and are copied into the tensor each step, as the CPU writes them.
+  auto constant = [](const KernelArgs &args, const std::string &bytes) {
+    TensorView y = args.outputs[0];
+    auto source = std::make_shared<Scratch>(deviceOf(args), bytes.size());
+    checkCuda(cudaMemcpy(source->as<char>(), bytes.data(), bytes.size(),
+                         cudaMemcpyHostToDevice),
+              "constant upload");
+    return [=](const StepContext &context) {
+      if (!bytes.empty())
+        checkCuda(cudaMemcpyAsync(y.data, source->as<char>(), bytes.size(),
+                                  cudaMemcpyDeviceToDevice, streamOf(context)),
+                  "constant copy");
+    };
+  };
+  addKernel(registry, "constant_of_shape", [constant](const KernelArgs &args) {
+    TensorView y = args.outputs[0];
+    const plan::Tensor *value = args.tensor("value");
+    if (!value ||
+        value->data().size() != static_cast<size_t>(plan::dtypeSize(y.dtype)))
+      args.fail("needs a one-element value of the result's type");
+    std::string bytes;
+    for (int64_t i = 0; i < y.numel(); ++i)
+      bytes += value->data();
+    return constant(args, bytes);
+  });
+  addKernel(registry, "shape", [constant](const KernelArgs &args) {
+    TensorView x = args.inputs[0], y = args.outputs[0];
+    int64_t start = args.i("start", 0);
+    if (start < 0)
+      start = std::max<int64_t>(0, start + x.rank());
+    std::vector<int64_t> dims(y.numel());
+    for (int64_t i = 0; i < y.numel(); ++i)
+      dims[i] = x.shape[start + i];
+    return constant(args, std::string(reinterpret_cast<char *>(dims.data()),
+                                      dims.size() * sizeof(int64_t)));
+  });
+}
+
+void registerGather(KernelRegistry &registry) {
+  auto geometry = [](const KernelArgs &args, const std::vector<int64_t> &data,
+                     int64_t &outer, int64_t &dim, int64_t &inner) {
+    int64_t axis = normalizeAxis(args.i("axis", 0), data.size());
+    outer = product(data, 0, axis);
+    dim = data[axis];
+    inner = product(data, axis + 1);
+  };
+  addKernel(registry, "gather", [geometry](const KernelArgs &args) {
+    TensorView data = args.inputs[0], indices = args.inputs[1],
+               y = args.outputs[0];
+    int64_t outer, dim, inner;
+    geometry(args, data.shape, outer, dim, inner);
+    int64_t rowBytes = inner * plan::dtypeSize(data.dtype);
+    int *status = deviceOf(args).status();
+    return [=](const StepContext &context) {
+      int64_t n = outer * indices.numel() * rowBytes;
+      if (n == 0)
+        return;
+      gatherRowsKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
+          static_cast<const char *>(data.data), indices.i64(),
+          static_cast<char *>(y.data), outer, indices.numel(), dim, rowBytes,
+          status);
+      launched("gather");
+    };
+  });
+  addKernel(registry, "gather_grad", [geometry](const KernelArgs &args) {
+    TensorView dy = args.inputs[0], indices = args.inputs[1],
+               dx = args.outputs[0];
+    int64_t outer, dim, inner;
+    geometry(args, dx.shape, outer, dim, inner);
+    return [=](const StepContext &context) {
+      cudaStream_t stream = streamOf(context);
+      checkCuda(cudaMemsetAsync(dx.data, 0, byteSize(dx), stream), "memset");
+      int64_t n = outer * indices.numel() * inner;
+      if (n == 0)
+        return;
+      gatherGradKernel<<<blocksFor(n), kThreads, 0, stream>>>(
+          dy.f32(), indices.i64(), dx.f32(), outer, indices.numel(), dim,
+          inner);
+      launched("gather_grad");
+    };
+  });
+}
+
+} // namespace
+
+void registerShape(KernelRegistry &registry) {
+  registerCopies(registry);
+  registerPadAndFill(registry);
+  registerGather(registry);
+  for (bool mean : {false, true})
+    addKernel(registry, mean ? "reduce_mean" : "reduce_sum",
+              [mean](const KernelArgs &args) {
+                TensorView x = args.inputs[0], y = args.outputs[0];
+                std::vector<int64_t> axes = args.ints("axes");
+                std::vector<bool> reduced(x.shape.size(), axes.empty());
+                for (int64_t a : axes)
+                  reduced[normalizeAxis(a, x.rank())] = true;
+                Segments segments = segmentsOf(args, x.shape, reduced);
+                double scale = mean && x.numel()
+                                   ? static_cast<double>(y.numel()) / x.numel()
+                                   : 1.0;
+                return [=](const StepContext &context) {
+                  segmentedSum(streamOf(context), x.f32(), y.f32(), segments,
+                               scale);
+                };
+              });
+}
+
+} // namespace cdp::runtime::cuda

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Builds the bundle that checks the CUDA backend on a GPU machine without
+# this project's Debian dependencies:
+#
+#   scripts/gpu-bundle.sh DIR
+#
+# DIR gets bin/cdp-run (built with CUDA), lib/ (the non-CUDA shared
+# libraries it needs: oneDNN, protobuf, ONNX's proto library, OpenMP, Open
+# MPI), and cases/: the e2e models (MLP, LeNet, ResNet with
+# BatchNorm, transformer block) compiled for single, dp, cdp, gpipe, 1f1b and
+# 2bw (2 devices, which share the one GPU), each with small .npy inputs and
+# the CPU backend's parameters after 3 steps. DIR/run-gpu-checks.sh finds
+# the machine's CUDA 13 libraries (its toolkit, or the NVIDIA wheels of its
+# PyTorch), runs every case with --backend cuda and the GPU unit tests, and
+# prints 'N passed, N failed'.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:?usage: scripts/gpu-bundle.sh DIR}
+BUILD_DIR=${CDP_BUILD_DIR:-build}
+BIN="$BUILD_DIR/bin"
+if ! ldd "$BIN/cdp-run" | grep -q libcudart; then
+  echo "gpu-bundle: $BIN/cdp-run was built without CUDA (configure with the toolkit under /usr/local/cuda)" >&2
+  exit 1
+fi
+rm -rf "$OUT"
+mkdir -p "$OUT/bin" "$OUT/lib" "$OUT/cases"
+cp "$BIN/cdp-run" "$OUT/bin/"
+[ -x "$BUILD_DIR/test/unit/CudaKernelTests" ] && cp "$BUILD_DIR/test/unit/CudaKernelTests" "$OUT/bin/"
+strip --strip-unneeded "$OUT"/bin/* # symbols are not needed there; size is
+
+# Shared libraries beside the C library and CUDA's own (the GPU machine has
+# those, matched to its driver).
+for binary in "$OUT"/bin/*; do
+  ldd "$binary" | awk '/=> \//{print $3}'
+done | sort -u | while read -r lib; do
+  case "$(basename "$lib")" in
+    libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*) ;;
+    libstdc++.so*|libgcc_s.so*) ;; # every newer distribution has them
+    libcuda*|libcublas*|libcudnn*|libnccl*|libcudart*) ;;
+    *) cp -L "$lib" "$OUT/lib/" ;;
+  esac
+done
+
+MODELS=$(mktemp -d)
+trap 'rm -rf "$MODELS"' EXIT
+/usr/bin/python3 test/e2e/export_torch_models.py "$MODELS" mlp lenet resnet transformer > /dev/null 2>&1
+
+# model: compile flags, input shape of one micro-batch, its batch axis.
+# Adam runs on LeNet, not on the transformer: attention's key bias has an
+# exactly zero gradient, whose rounding noise Adam scales up to lr-sized
+# steps of either sign on either backend.
+declare -A FLAGS=(
+  [mlp]="--batch-size 8 --optimizer momentum --lr 0.05"
+  [lenet]="--optimizer adam --lr 0.001"
+  [resnet]="--optimizer momentum --lr 0.05"
+  [transformer]="--batch-axis input=1 --optimizer momentum --lr 0.05"
+)
+declare -A SHAPE=([mlp]=8,784 [lenet]=8,1,28,28 [resnet]=8,1,28,28 [transformer]=6,8,32)
+declare -A AXIS=([mlp]=0 [lenet]=0 [resnet]=0 [transformer]=1)
+for model in mlp lenet resnet transformer; do
+  for strategy in single dp cdp gpipe 1f1b 2bw; do
+    case_dir="$OUT/cases/$model-$strategy"
+    mkdir -p "$case_dir"
+    devices=2 stages=""
+    [ "$strategy" = single ] && devices=1
+    case "$strategy" in gpipe|1f1b|2bw) stages="--stages 2" ;; esac
+    # shellcheck disable=SC2086
+    if ! "$BIN/cdp-compile" "$MODELS/$model.onnx" -o "$case_dir/plan.cdp" \
+        --strategy "$strategy" --devices "$devices" $stages ${FLAGS[$model]} 2> "$case_dir/compile.log"; then
+      echo "gpu-bundle: skipped $model-$strategy: $(head -1 "$case_dir/compile.log")" >&2
+      rm -rf "$case_dir"
+      continue
+    fi
+    rm "$case_dir/compile.log"
+    /usr/bin/python3 scripts/gpu/make_inputs.py "$case_dir" "${SHAPE[$model]}" "${AXIS[$model]}" 2 10 7
+    "$BIN/cdp-run" "$case_dir/plan.cdp" --feed input="$case_dir/x.npy" \
+      --feed labels="$case_dir/labels.npy" --steps 3 --dump-params "$case_dir/cpu" > /dev/null
+  done
+done
+
+cp scripts/gpu/compare_params.py "$OUT/"
+cp scripts/gpu/run-gpu-checks.sh "$OUT/"
+size=$(du -sb "$OUT" | cut -f1)
+if [ "$size" -gt $((64 << 20)) ]; then
+  echo "gpu-bundle: warning: $OUT is $((size >> 20)) MiB, over the 64 MiB a device carry takes" >&2
+fi
+echo "gpu-bundle: $OUT ($(du -sh "$OUT" | cut -f1), $(ls "$OUT/cases" | wc -l) cases); run $OUT/run-gpu-checks.sh on the GPU machine"

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The GPU checks of a bundle made by scripts/gpu-bundle.sh: the GPU unit
+# tests, then every case run with --backend cuda for 3 steps and its
+# parameters compared with the CPU backend's (1e-4 absolute + relative,
+# TF32 off). Prints 'N passed, N failed'; exits non-zero on a failure.
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+TOL=${CDP_GPU_TOL:-1e-4}
+
+# CUDA 13's libraries: the toolkit's, the system's (cuDNN, NCCL), else the
+# NVIDIA wheels of an installed PyTorch.
+cuda_dirs=""
+for dir in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+    /usr/lib/x86_64-linux-gnu /opt/*/.venv/lib/python3*/site-packages/nvidia/*/lib \
+    /usr/local/lib/python3*/dist-packages/nvidia/*/lib; do
+  [ -d "$dir" ] && cuda_dirs="$cuda_dirs:$dir"
+done
+export LD_LIBRARY_PATH="$HERE/lib$cuda_dirs:${LD_LIBRARY_PATH:-}"
+PYTHON=$(command -v python3 || true)
+
+passed=0
+failed=0
+report() { # name status detail
+  if [ "$2" = 0 ]; then
+    passed=$((passed + 1))
+    echo "PASS $1: $3"
+  else
+    failed=$((failed + 1))
+    echo "FAIL $1: $3"
+  fi
+}
+
+if [ -x "$HERE/bin/CudaKernelTests" ]; then
+  "$HERE/bin/CudaKernelTests" --gtest_brief=1 > /tmp/cdp-unit.log 2>&1
+  status=$?
+  report "GPU unit tests" $status "$(grep -E 'PASSED|FAILED|SKIPPED' /tmp/cdp-unit.log | tr '\n' ' ')"
+  [ $status = 0 ] || tail -30 /tmp/cdp-unit.log
+fi
+
+for case_dir in "$HERE"/cases/*/; do
+  name=$(basename "$case_dir")
+  work=$(mktemp -d)
+  if "$HERE/bin/cdp-run" "$case_dir/plan.cdp" --backend cuda \
+      --feed input="$case_dir/x.npy" --feed labels="$case_dir/labels.npy" \
+      --steps 3 --dump-params "$work/gpu" > "$work/log" 2>&1; then
+    detail=$("$PYTHON" "$HERE/compare_params.py" "$case_dir/cpu" "$work/gpu" "$TOL")
+    report "$name" $? "$detail"
+  else
+    report "$name" 1 "cdp-run failed: $(tail -3 "$work/log" | tr '\n' ' ')"
+  fi
+  rm -rf "$work"
+done
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]

@@ -1,0 +1,582 @@
+//===- CudaKernelTest.cpp - every CUDA kernel against the CPU's ----------===//
+//
+// Each case runs one instruction on the CPU backend and on the GPU with the
+// same inputs and compares every output (float32 within the case's
+// tolerance, absolute + relative; integers and masks exactly). Without a
+// visible GPU every test reports itself skipped, naming the reason.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cdp/Plan/PlanIO.h"
+#include "cdp/Runtime/Device.h"
+#include "cdp/Runtime/Kernel.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+using namespace cdp;
+using namespace cdp::runtime;
+
+namespace {
+
+/// How a tensor's values are drawn.
+enum class Fill { Normal, Positive, Unit, Labels, Mask, Zero };
+
+struct Spec {
+  std::vector<int64_t> shape;
+  plan::DType dtype = plan::F32;
+  Fill fill = Fill::Normal;
+  int64_t range = 0; ///< Labels: values in [0, range)
+};
+
+struct Case {
+  std::string name, op;
+  std::vector<Spec> inputs, outputs;
+  std::vector<plan::Attribute> attributes;
+  double tolerance = 1e-5;
+  int runs = 1; ///< stateful kernels (updates) run several times
+};
+
+Spec f32(std::vector<int64_t> shape, Fill fill = Fill::Normal) {
+  return {std::move(shape), plan::F32, fill, 0};
+}
+Spec labels(std::vector<int64_t> shape, int64_t range) {
+  return {std::move(shape), plan::I64, Fill::Labels, range};
+}
+Spec i64(std::vector<int64_t> shape) {
+  return {std::move(shape), plan::I64, Fill::Zero, 0};
+}
+Spec mask(std::vector<int64_t> shape) {
+  return {std::move(shape), plan::BOOL, Fill::Mask, 0};
+}
+
+plan::Attribute attr(const std::string &name, int64_t value) {
+  plan::Attribute a;
+  a.set_name(name);
+  a.set_i(value);
+  return a;
+}
+plan::Attribute real(const std::string &name, double value) {
+  plan::Attribute a;
+  a.set_name(name);
+  a.set_f(value);
+  return a;
+}
+plan::Attribute text(const std::string &name, const std::string &value) {
+  plan::Attribute a;
+  a.set_name(name);
+  a.set_s(value);
+  return a;
+}
+plan::Attribute ints(const std::string &name, std::vector<int64_t> values) {
+  plan::Attribute a;
+  a.set_name(name);
+  for (int64_t v : values)
+    a.mutable_ints()->add_values(v);
+  return a;
+}
+plan::Attribute reals(const std::string &name, std::vector<double> values) {
+  plan::Attribute a;
+  a.set_name(name);
+  for (double v : values)
+    a.mutable_floats()->add_values(v);
+  return a;
+}
+
+std::vector<Case> elementwiseCases() {
+  std::vector<Case> cases = {
+      {"add_broadcast", "add", {f32({4, 3}), f32({3})}, {f32({4, 3})}},
+      {"sub_middle", "sub", {f32({2, 3, 4}), f32({2, 1, 4})}, {f32({2, 3, 4})}},
+      {"mul", "mul", {f32({5, 7}), f32({5, 7})}, {f32({5, 7})}},
+      {"div", "div", {f32({6}), f32({6}, Fill::Positive)}, {f32({6})}},
+      {"pow_square", "pow", {f32({9}), f32({1}, Fill::Zero)}, {f32({9})}},
+      {"add_int", "add", {labels({4}, 9), labels({4}, 9)}, {i64({4})}},
+      {"cast_to_int", "cast", {f32({7})}, {i64({7})}},
+      {"cast_to_float", "cast", {labels({7}, 50)}, {f32({7})}},
+      {"reduce_to", "reduce_to", {f32({4, 3, 5})}, {f32({3, 1})}},
+      {"expand", "expand", {f32({3, 1})}, {f32({2, 3, 4})}},
+  };
+  for (const char *op : {"relu", "erf", "tanh", "sigmoid", "hard_swish"})
+    cases.push_back({op, op, {f32({33})}, {f32({33})}});
+  cases.push_back({"sqrt", "sqrt", {f32({33}, Fill::Positive)}, {f32({33})}});
+  cases.push_back({"clip",
+                   "clip",
+                   {f32({33})},
+                   {f32({33})},
+                   {real("min", -0.5), real("max", 0.7)}});
+  cases.push_back({"hard_sigmoid", "hard_sigmoid", {f32({33})}, {f32({33})}});
+  cases.push_back({"gelu", "gelu", {f32({33})}, {f32({33})}});
+  cases.push_back({"gelu_tanh",
+                   "gelu",
+                   {f32({33})},
+                   {f32({33})},
+                   {text("approximate", "tanh")}});
+  for (const char *kind :
+       {"relu", "gelu", "gelu_tanh", "erf", "hard_swish", "tanh", "sigmoid"})
+    cases.push_back({std::string("grad_") + kind,
+                     "unary_grad",
+                     {f32({40}), f32({40}, Fill::Unit)},
+                     {f32({40})},
+                     {text("kind", kind)}});
+  cases.push_back({"grad_sqrt",
+                   "unary_grad",
+                   {f32({40}), f32({40}, Fill::Positive)},
+                   {f32({40})},
+                   {text("kind", "sqrt")}});
+  cases.push_back({"grad_clip",
+                   "unary_grad",
+                   {f32({40}), f32({40})},
+                   {f32({40})},
+                   {text("kind", "clip"), reals("params", {-0.5, 0.5})}});
+  cases.push_back(
+      {"dropout",
+       "dropout",
+       {f32({1000})},
+       {f32({1000}), mask({1000})},
+       {real("ratio", 0.3), attr("training_mode", 1), attr("seed", 11)}});
+  cases.push_back({"dropout_grad",
+                   "dropout_grad",
+                   {f32({100}), mask({100})},
+                   {f32({100})},
+                   {real("ratio", 0.3)}});
+  return cases;
+}
+
+std::vector<Case> shapeCases() {
+  return {
+      {"reshape", "reshape", {f32({2, 6})}, {f32({3, 4})}},
+      {"transpose",
+       "transpose",
+       {f32({2, 3, 4})},
+       {f32({4, 2, 3})},
+       {ints("perm", {2, 0, 1})}},
+      {"concat",
+       "concat",
+       {f32({2, 3, 2}), f32({2, 1, 2})},
+       {f32({2, 4, 2})},
+       {attr("axis", 1)}},
+      {"split",
+       "split",
+       {f32({2, 5, 2})},
+       {f32({2, 2, 2}), f32({2, 3, 2})},
+       {attr("axis", 1)}},
+      {"slice",
+       "slice",
+       {f32({6, 8})},
+       {f32({2, 3})},
+       {ints("starts", {1, 7}), ints("ends", {5, 1}), ints("axes", {0, -1}),
+        ints("steps", {2, -2})}},
+      {"slice_grad",
+       "slice_grad",
+       {f32({2, 3})},
+       {f32({6, 8})},
+       {ints("starts", {1, 7}), ints("ends", {5, 1}), ints("axes", {0, -1}),
+        ints("steps", {2, -2})}},
+      {"pad",
+       "pad",
+       {f32({2, 3})},
+       {f32({4, 6})},
+       {ints("pads", {1, 2, 1, 1}), real("value", 0.5)}},
+      {"gather",
+       "gather",
+       {f32({5, 4}), labels({3}, 5)},
+       {f32({3, 4})},
+       {attr("axis", 0)}},
+      {"gather_grad",
+       "gather_grad",
+       {f32({6, 4}), labels({6}, 5)},
+       {f32({5, 4})},
+       {attr("axis", 0)}},
+      {"reduce_sum",
+       "reduce_sum",
+       {f32({3, 4, 5})},
+       {f32({3, 1, 1})},
+       {ints("axes", {1, 2})}},
+      {"reduce_mean",
+       "reduce_mean",
+       {f32({3, 4, 5})},
+       {f32({1, 4, 1})},
+       {ints("axes", {0, -1})}},
+      {"shape", "shape", {f32({3, 4, 5})}, {i64({2})}, {attr("start", 1)}},
+  };
+}
+
+std::vector<Case> linalgCases() {
+  return {
+      {"gemm_bias",
+       "gemm",
+       {f32({7, 5}), f32({6, 5}), f32({6})},
+       {f32({7, 6})},
+       {attr("trans_b", 1), real("alpha", 0.5), real("beta", 2.0)},
+       1e-5},
+      {"gemm_trans_a",
+       "gemm",
+       {f32({5, 7}), f32({5, 6})},
+       {f32({7, 6})},
+       {attr("trans_a", 1)},
+       1e-5},
+      {"matmul_batched",
+       "matmul",
+       {f32({2, 3, 4, 5}), f32({5, 6})},
+       {f32({2, 3, 4, 6})},
+       {},
+       1e-5},
+      {"matmul_broadcast",
+       "matmul",
+       {f32({2, 1, 4, 5}), f32({3, 5, 6})},
+       {f32({2, 3, 4, 6})},
+       {},
+       1e-5},
+  };
+}
+
+std::vector<plan::Attribute> convAttributes(int64_t pad, int64_t stride,
+                                            int64_t group) {
+  return {ints("pads", {pad, pad, pad, pad}), ints("strides", {stride, stride}),
+          ints("dilations", {1, 1}), attr("group", group)};
+}
+
+std::vector<Case> convolutionCases() {
+  return {
+      {"conv_bias",
+       "conv",
+       {f32({2, 3, 9, 9}), f32({4, 3, 3, 3}), f32({4})},
+       {f32({2, 4, 9, 9})},
+       convAttributes(1, 1, 1),
+       1e-5},
+      {"conv_grouped_strided",
+       "conv",
+       {f32({2, 4, 9, 9}), f32({6, 2, 3, 3})},
+       {f32({2, 6, 4, 4})},
+       convAttributes(0, 2, 2),
+       1e-5},
+      {"conv_grad_input",
+       "conv_grad_input",
+       {f32({2, 4, 9, 9}), f32({4, 3, 3, 3})},
+       {f32({2, 3, 9, 9})},
+       convAttributes(1, 1, 1),
+       1e-5},
+      {"conv_grad_weight",
+       "conv_grad_weight",
+       {f32({2, 6, 4, 4}), f32({2, 4, 9, 9})},
+       {f32({6, 2, 3, 3})},
+       convAttributes(0, 2, 2),
+       1e-5},
+  };
+}
+
+std::vector<plan::Attribute> poolAttributes() {
+  return {ints("kernel_shape", {3, 3}), ints("pads", {1, 1, 1, 1}),
+          ints("strides", {2, 2})};
+}
+
+std::vector<Case> normalizationCases() {
+  std::vector<plan::Attribute> norm = {
+      real("epsilon", 1e-5), real("momentum", 0.9), attr("training_mode", 1),
+      attr("unbiased_running_var", 1)};
+  return {
+      {"batch_norm",
+       "batch_norm",
+       {f32({4, 3, 5, 5}), f32({3}), f32({3}), f32({3}),
+        f32({3}, Fill::Positive)},
+       {f32({4, 3, 5, 5}), f32({3}), f32({3})},
+       norm},
+      {"batch_norm_grad",
+       "batch_norm_grad",
+       {f32({4, 3, 5, 5}), f32({4, 3, 5, 5}), f32({3}), f32({3}),
+        f32({3}, Fill::Positive)},
+       {f32({4, 3, 5, 5}), f32({3}), f32({3})},
+       norm},
+      {"layer_norm",
+       "layer_norm",
+       {f32({6, 8, 32}), f32({32}), f32({32})},
+       {f32({6, 8, 32}), f32({6, 8, 1}), f32({6, 8, 1})},
+       {attr("axis", -1), real("epsilon", 1e-5)}},
+      {"layer_norm_grad",
+       "layer_norm_grad",
+       {f32({6, 8, 32}), f32({6, 8, 32}), f32({32}), f32({6, 8, 1}),
+        f32({6, 8, 1}, Fill::Positive)},
+       {f32({6, 8, 32}), f32({32}), f32({32})},
+       {attr("axis", -1)}},
+      {"softmax",
+       "softmax",
+       {f32({4, 7, 3})},
+       {f32({4, 7, 3})},
+       {attr("axis", 1)}},
+      {"log_softmax", "log_softmax", {f32({4, 7})}, {f32({4, 7})}},
+      {"softmax_grad",
+       "softmax_grad",
+       {f32({4, 7}), f32({4, 7}, Fill::Unit)},
+       {f32({4, 7})}},
+      {"max_pool",
+       "max_pool",
+       {f32({2, 3, 9, 9})},
+       {f32({2, 3, 5, 5})},
+       poolAttributes()},
+      {"max_pool_indices",
+       "max_pool_indices",
+       {f32({2, 3, 9, 9})},
+       {i64({2, 3, 5, 5})},
+       poolAttributes()},
+      {"max_pool_grad",
+       "max_pool_grad",
+       {f32({2, 3, 5, 5}), f32({2, 3, 9, 9})},
+       {f32({2, 3, 9, 9})},
+       poolAttributes()},
+      {"average_pool",
+       "average_pool",
+       {f32({2, 3, 9, 9})},
+       {f32({2, 3, 5, 5})},
+       poolAttributes()},
+      {"average_pool_grad",
+       "average_pool_grad",
+       {f32({2, 3, 5, 5})},
+       {f32({2, 3, 9, 9})},
+       poolAttributes()},
+      {"global_average_pool",
+       "global_average_pool",
+       {f32({2, 3, 4, 5})},
+       {f32({2, 3, 1, 1})}},
+  };
+}
+
+std::vector<Case> lossAndUpdateCases() {
+  return {
+      {"softmax_cross_entropy",
+       "softmax_cross_entropy_loss",
+       {f32({8, 10}), labels({8}, 10)},
+       {f32({}), f32({8, 10})}},
+      {"softmax_cross_entropy_ignore",
+       "softmax_cross_entropy_loss",
+       {f32({8, 10, 3}), labels({8, 3}, 10)},
+       {f32({}), f32({8, 10, 3})},
+       {attr("ignore_index", 2)}},
+      {"softmax_cross_entropy_grad",
+       "softmax_cross_entropy_loss_grad",
+       {f32({}), f32({8, 10}), labels({8}, 10)},
+       {f32({8, 10})}},
+      {"nll_loss_sum",
+       "nll_loss",
+       {f32({8, 10}), labels({8}, 10)},
+       {f32({})},
+       {text("reduction", "sum")}},
+      {"nll_loss_grad",
+       "nll_loss_grad",
+       {f32({}), labels({8}, 10)},
+       {f32({8, 10})}},
+      {"update_momentum",
+       "update",
+       {f32({50}), f32({50})},
+       {},
+       {text("optimizer", "sgd"), real("lr", 0.1), real("momentum", 0.9),
+        real("weight_decay", 0.01)},
+       1e-6,
+       3},
+      {"update_adam",
+       "update",
+       {f32({50}), f32({50})},
+       {},
+       {text("optimizer", "adam"), real("lr", 0.01)},
+       1e-6,
+       3},
+      {"update_adamw_cosine",
+       "update",
+       {f32({50}), f32({50})},
+       {},
+       {text("optimizer", "adamw"), real("lr", 0.01), real("weight_decay", 0.1),
+        text("lr_schedule", "cosine"), attr("lr_period", 4)},
+       1e-6,
+       3},
+      {"accumulate",
+       "accumulate",
+       {f32({20})},
+       {f32({20})},
+       {attr("slots", 4), attr("reset", 0)}},
+  };
+}
+
+std::vector<Case> allCases() {
+  std::vector<Case> all;
+  for (auto group :
+       {elementwiseCases(), shapeCases(), linalgCases(), convolutionCases(),
+        normalizationCases(), lossAndUpdateCases()})
+    all.insert(all.end(), group.begin(), group.end());
+  return all;
+}
+
+/// A tensor's bytes on the host, drawn per its spec.
+std::vector<char> draw(const Spec &spec, std::mt19937 &random) {
+  int64_t n = 1;
+  for (int64_t d : spec.shape)
+    n *= d;
+  std::vector<char> bytes(n * plan::dtypeSize(spec.dtype));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> unit(0.05f, 0.95f);
+  for (int64_t i = 0; i < n; ++i) {
+    if (spec.dtype == plan::I64) {
+      int64_t v = spec.range ? static_cast<int64_t>(random() % spec.range) : 0;
+      std::memcpy(bytes.data() + 8 * i, &v, 8);
+    } else if (spec.dtype == plan::BOOL) {
+      bytes[i] = random() % 3 != 0;
+    } else {
+      float v = spec.fill == Fill::Zero       ? 2.0f // pow's exponent
+                : spec.fill == Fill::Positive ? 0.5f + std::abs(normal(random))
+                : spec.fill == Fill::Unit     ? unit(random)
+                                              : normal(random);
+      std::memcpy(bytes.data() + 4 * i, &v, 4);
+    }
+  }
+  return bytes;
+}
+
+/// One backend's run of a case: its tensors and kernel.
+struct Bound {
+  Device &device;
+  std::vector<void *> memory;
+  std::unique_ptr<Kernel> kernel;
+
+  Bound(Device &device, Backend backend, const plan::Instruction &instruction,
+        const Case &c, const std::vector<std::vector<char>> &values)
+      : device(device) {
+    KernelArgs args;
+    args.instruction = &instruction;
+    args.runsOn = &device;
+    size_t k = 0;
+    for (const Spec &spec : c.inputs)
+      args.inputs.push_back(place(spec, values[k++]));
+    for (const Spec &spec : c.outputs)
+      args.outputs.push_back(place(spec, values[k++]));
+    const KernelFactory *factory =
+        KernelRegistry::instance().lookup(c.op, backend);
+    if (!factory)
+      throw RuntimeError("no kernel for " + c.op);
+    kernel = (*factory)(args);
+  }
+  ~Bound() {
+    kernel.reset();
+    for (void *m : memory)
+      device.release(m);
+  }
+  TensorView place(const Spec &spec, const std::vector<char> &bytes) {
+    void *m = device.allocate(std::max<size_t>(bytes.size(), 1));
+    device.upload(m, bytes.data(), bytes.size());
+    memory.push_back(m);
+    return TensorView{m, spec.shape, spec.dtype, device.space()};
+  }
+  void run(int64_t step) {
+    StepContext context;
+    context.step = step;
+    context.seed = 3;
+    context.queue = device.queue();
+    kernel->run(context);
+    device.finishStep(step);
+  }
+  std::vector<char> read(size_t index, size_t bytes) {
+    std::vector<char> out(bytes);
+    device.download(out.data(), memory[index], bytes);
+    return out;
+  }
+};
+
+class CudaKernelTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaKernelTest, MatchesCpu) {
+  std::unique_ptr<Device> gpu;
+  try {
+    gpu = createDevice(Backend::CUDA, 0);
+  } catch (const RuntimeError &e) {
+    GTEST_SKIP() << "no GPU: " << e.what();
+  }
+  const Case &c = GetParam();
+  plan::Instruction instruction;
+  instruction.set_op(c.op);
+  instruction.set_location("/test/" + c.name);
+  for (const plan::Attribute &a : c.attributes)
+    *instruction.add_attributes() = a;
+  std::mt19937 random(42);
+  std::vector<std::vector<char>> values;
+  for (const Spec &spec : c.inputs)
+    values.push_back(draw(spec, random));
+  for (const Spec &spec : c.outputs)
+    values.push_back(draw(spec, random));
+  std::unique_ptr<Device> cpuDevice = createDevice(Backend::CPU, 0);
+  Bound cpu(*cpuDevice, Backend::CPU, instruction, c, values);
+  Bound cuda(*gpu, Backend::CUDA, instruction, c, values);
+  // Every tensor a kernel may write: outputs, and an update's parameter.
+  std::vector<size_t> checked;
+  for (size_t k = c.inputs.size(); k < values.size(); ++k)
+    checked.push_back(k);
+  if (c.op == "update")
+    checked.push_back(0);
+  for (int r = 0; r < c.runs; ++r) {
+    cpu.run(r + 1);
+    cuda.run(r + 1);
+    for (size_t k : checked) {
+      const Spec &spec =
+          k < c.inputs.size() ? c.inputs[k] : c.outputs[k - c.inputs.size()];
+      std::vector<char> want = cpu.read(k, values[k].size()),
+                        got = cuda.read(k, values[k].size());
+      if (spec.dtype != plan::F32) {
+        EXPECT_EQ(want, got) << "tensor " << k << " after run " << r + 1;
+        continue;
+      }
+      size_t n = want.size() / 4;
+      for (size_t i = 0; i < n; ++i) {
+        float a, b;
+        std::memcpy(&a, want.data() + 4 * i, 4);
+        std::memcpy(&b, got.data() + 4 * i, 4);
+        ASSERT_NEAR(a, b, c.tolerance * (1.0 + std::abs(a)))
+            << "tensor " << k << " element " << i << " after run " << r + 1;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, CudaKernelTest, ::testing::ValuesIn(allCases()),
+                         [](const ::testing::TestParamInfo<Case> &info) {
+                           return info.param.name;
+                         });
+
+TEST(CudaKernelErrors, LabelOutOfRangeFailsTheStep) {
+  std::unique_ptr<Device> gpu;
+  try {
+    gpu = createDevice(Backend::CUDA, 0);
+  } catch (const RuntimeError &e) {
+    GTEST_SKIP() << "no GPU: " << e.what();
+  }
+  Case c{"bad_label",
+         "softmax_cross_entropy_loss",
+         {f32({4, 10}), labels({4}, 1)},
+         {f32({}), f32({4, 10})}};
+  plan::Instruction instruction;
+  instruction.set_op(c.op);
+  std::mt19937 random(1);
+  std::vector<std::vector<char>> values;
+  for (const Spec &spec : c.inputs)
+    values.push_back(draw(spec, random));
+  for (const Spec &spec : c.outputs)
+    values.push_back(draw(spec, random));
+  int64_t bad = 10; // 10 classes: 0..9
+  std::memcpy(values[1].data() + 8, &bad, 8);
+  Bound cuda(*gpu, Backend::CUDA, instruction, c, values);
+  try {
+    cuda.run(7);
+    FAIL() << "a label out of range went unnoticed";
+  } catch (const RuntimeError &e) {
+    EXPECT_NE(std::string(e.what()).find("label is out of range"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("step 7"), std::string::npos)
+        << e.what();
+  }
+  // The status word was cleared: with the label fixed, the next step runs.
+  int64_t good = 3;
+  std::memcpy(values[1].data() + 8, &good, 8);
+  gpu->upload(cuda.memory[1], values[1].data(), values[1].size());
+  EXPECT_NO_THROW(cuda.run(8));
+}
+
+} // namespace
