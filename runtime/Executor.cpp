@@ -73,6 +73,9 @@ Executor::~Executor() {
   // Kernels may hold device resources tied to the memory: they go first.
   train.clear();
   eval.clear();
+  backendDevice->synchronize(); // no staged upload still reads its memory
+  for (auto &[id, host] : hostStaging)
+    backendDevice->releaseHost(host);
   for (void *memory : persistent)
     if (memory)
       backendDevice->release(memory);
@@ -98,6 +101,24 @@ void Executor::stageIn(int id,
   HostTensor staged = stageOut(view);
   fill(staged.view());
   upload(view, staged.view().data);
+}
+
+void Executor::stageInWhole(
+    int id, const std::function<void(const TensorView &)> &fill) {
+  const TensorView &view = held(id);
+  if (view.space == MemorySpace::Host) {
+    fill(view);
+    return;
+  }
+  size_t bytes = view.numel() * plan::dtypeSize(view.dtype);
+  void *&host = hostStaging[id];
+  if (!host)
+    host = backendDevice->allocateHost(bytes);
+  TensorView staged = view;
+  staged.data = host;
+  staged.space = MemorySpace::Host;
+  fill(staged);
+  backendDevice->uploadAsync(view.data, host, bytes);
 }
 
 HostTensor Executor::stageOut(const TensorView &view) const {

@@ -38,6 +38,17 @@ public:
 
 } // namespace
 
+void *Device::allocateHost(size_t bytes) {
+  size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+  void *memory = std::aligned_alloc(64, rounded);
+  if (!memory)
+    throw RuntimeError("cannot allocate " + std::to_string(bytes) +
+                       " bytes of host memory");
+  return memory;
+}
+
+void Device::releaseHost(void *memory) { std::free(memory); }
+
 Backend parseBackend(const std::string &name) {
   if (name.empty() || name == "cpu")
     return Backend::CPU;

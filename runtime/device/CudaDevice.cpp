@@ -108,6 +108,12 @@ void CudaDevice::upload(void *memory, const void *host, size_t bytes) {
   checkCuda(cudaStreamSynchronize(work), "copy to the GPU");
 }
 
+void CudaDevice::uploadAsync(void *memory, const void *host, size_t bytes) {
+  checkCuda(cudaSetDevice(gpuIndex), "cudaSetDevice");
+  checkCuda(cudaMemcpyAsync(memory, host, bytes, cudaMemcpyHostToDevice, work),
+            "copy to the GPU");
+}
+
 void CudaDevice::fill(void *memory, unsigned char value, size_t bytes) {
   checkCuda(cudaSetDevice(gpuIndex), "cudaSetDevice");
   checkCuda(cudaMemsetAsync(memory, value, bytes, work), "cudaMemset");

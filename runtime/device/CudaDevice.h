@@ -46,9 +46,10 @@ public:
   void synchronize() override;
   void finishStep(int64_t step) override;
 
-  /// Page-locked host memory for staging (freed with releaseHost).
-  void *allocateHost(size_t bytes);
-  void releaseHost(void *memory);
+  /// Page-locked host memory for staging.
+  void *allocateHost(size_t bytes) override;
+  void releaseHost(void *memory) override;
+  void uploadAsync(void *memory, const void *host, size_t bytes) override;
 
   int gpu() const { return gpuIndex; }
   cudaStream_t stream() const { return work; }

@@ -347,6 +347,10 @@ void copyRows(const Array &source, const TensorView &target, int64_t batchAxis,
     inner *= target.shape[d];
   int64_t rows = target.shape[batchAxis],
           length = source.numel() / (outer * inner);
+  // A large micro-batch is copied by every thread of the process: on a GPU
+  // the copy into the staging memory is on the step's critical path.
+  bool large = outer * rows * inner * width > (int64_t(1) << 20);
+#pragma omp parallel for collapse(2) if (large)
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t j = 0; j < rows; ++j) {
       int64_t entry = (first + j) % length;
@@ -398,7 +402,7 @@ float readLoss(const plan::Plan &plan, const Executor &executor) {
 void stageRows(Executor &executor, int id, const Array &source,
                int64_t batchAxis, int64_t first,
                const std::vector<int64_t> *order = nullptr) {
-  executor.stageIn(id, [&](const TensorView &host) {
+  executor.stageInWhole(id, [&](const TensorView &host) {
     copyRows(source, host, batchAxis, first, order);
   });
 }

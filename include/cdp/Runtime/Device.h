@@ -37,6 +37,15 @@ public:
   virtual void upload(void *memory, const void *host, size_t bytes) = 0;
   /// Sets `bytes` of device memory to `value`.
   virtual void fill(void *memory, unsigned char value, size_t bytes) = 0;
+  /// Host memory to stage through (page-locked on a GPU, so that copies
+  /// from it run asynchronously), and its release.
+  virtual void *allocateHost(size_t bytes);
+  virtual void releaseHost(void *memory);
+  /// Queues a copy from host memory of allocateHost's; the host memory must
+  /// stay unchanged until the step ends (finishStep).
+  virtual void uploadAsync(void *memory, const void *host, size_t bytes) {
+    upload(memory, host, bytes);
+  }
   /// The queue kernels enqueue work on, passed to them in the step context
   /// (a CUDA stream; the CPU runs work when called and has none).
   virtual void *queue() { return nullptr; }

@@ -14,6 +14,7 @@
 #include "cdp/Runtime/Kernel.h"
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -94,6 +95,11 @@ public:
   /// Fills tensor `id` from the host: `fill` writes a host view of it (the
   /// tensor itself on the CPU, else a staging buffer uploaded afterwards).
   void stageIn(int id, const std::function<void(const TensorView &)> &fill);
+  /// stageIn for a `fill` that writes every byte (a micro-batch of input
+  /// rows): nothing is copied out first, and on a GPU the bytes go through
+  /// page-locked memory kept per tensor, uploaded on the device's queue.
+  void stageInWhole(int id,
+                    const std::function<void(const TensorView &)> &fill);
   /// Tensor `id`'s view; throws when another device holds it (an edited
   /// plan naming another stage's tensor as its loss or output).
   const TensorView &held(int id) const;
@@ -178,7 +184,8 @@ private:
   std::unique_ptr<Device> backendDevice;
   void *arena = nullptr;
   int64_t arenaBytes = 0;
-  std::vector<void *> persistent; // by tensor id; null for arena tensors
+  std::vector<void *> persistent;    // by tensor id; null for arena tensors
+  std::map<int, void *> hostStaging; // stageInWhole's, by tensor id
   std::vector<TensorView> views;
   std::vector<std::unique_ptr<Kernel>> train, eval;
   std::vector<double> profile, firstStepProfile;

@@ -72,15 +72,54 @@ __global__ void gatherKernel(const T *x, T *y, int64_t n, IndexMap map) {
   CDP_FOR_EACH(i, n) { y[i] = x[map(i)]; }
 }
 
-__global__ void segmentedSumKernel(const float *x, float *y, Segments s,
-                                   double scale) {
-  for (int64_t o = blockIdx.x; o < s.outputs; o += gridDim.x) {
-    int64_t base = s.outer(o);
+__device__ double termOf(SegmentedSum::Term term, const float *x,
+                         const float *z, int64_t at) {
+  double v = x[at];
+  return term == SegmentedSum::Term::Value    ? v
+         : term == SegmentedSum::Term::Square ? v * v
+                                              : v * z[at];
+}
+
+/// Block b sums chunk b % splits of segment b / splits.
+__global__ void partialRowsKernel(Segments s, int64_t splits, int64_t chunk,
+                                  const float *x, const float *z,
+                                  SegmentedSum::Term term, double *partials) {
+  int64_t o = blockIdx.x / splits, part = blockIdx.x % splits;
+  int64_t base = s.outer(o), end = min(s.count, (part + 1) * chunk);
+  double sum = 0;
+  for (int64_t r = part * chunk + threadIdx.x; r < end; r += blockDim.x)
+    sum += termOf(term, x, z, base + s.inner(r));
+  sum = blockSum(sum);
+  if (threadIdx.x == 0)
+    partials[blockIdx.x] = sum;
+}
+
+/// Thread t sums chunk t / outputs of segment t % outputs: neighbouring
+/// threads read neighbouring segments (the kept dimension is innermost).
+__global__ void partialColumnsKernel(Segments s, int64_t splits, int64_t chunk,
+                                     const float *x, const float *z,
+                                     SegmentedSum::Term term,
+                                     double *partials) {
+  CDP_FOR_EACH(t, s.outputs * splits) {
+    int64_t o = t % s.outputs, part = t / s.outputs;
+    int64_t base = s.outer(o), end = min(s.count, (part + 1) * chunk);
     double sum = 0;
-    for (int64_t r = threadIdx.x; r < s.count; r += blockDim.x)
-      sum += x[base + s.inner(r)];
-    sum = blockSum(sum);
-    if (threadIdx.x == 0)
+    for (int64_t r = part * chunk; r < end; ++r)
+      sum += termOf(term, x, z, base + s.inner(r));
+    partials[o * splits + part] = sum;
+  }
+}
+
+__global__ void finishSumsKernel(const double *partials, int64_t outputs,
+                                 int64_t splits, double *out, float *y,
+                                 double scale) {
+  CDP_FOR_EACH(o, outputs) {
+    double sum = 0;
+    for (int64_t part = 0; part < splits; ++part)
+      sum += partials[o * splits + part];
+    if (out)
+      out[o] = sum;
+    else
       y[o] = static_cast<float>(sum * scale);
   }
 }
@@ -104,13 +143,57 @@ void gatherCopy(cudaStream_t stream, const void *x, void *y, int64_t n,
   launched("gather copy");
 }
 
-void segmentedSum(cudaStream_t stream, const float *x, float *y,
-                  const Segments &segments, double scale) {
+SegmentedSum::SegmentedSum(const KernelArgs &args,
+                           const std::vector<int64_t> &shape,
+                           const std::vector<bool> &reduced)
+    : segments(segmentsOf(args, shape, reduced)) {
+  const IndexMap &inner = segments.inner;
+  contiguous = inner.rank > 0 && inner.stride[inner.rank - 1] == 1;
+  int64_t count = std::max<int64_t>(segments.count, 1),
+          outputs = std::max<int64_t>(segments.outputs, 1);
+  // Enough blocks (rows) or threads (columns) to fill a large GPU, but
+  // chunks long enough that the partials stay few.
+  if (contiguous)
+    splits = std::clamp<int64_t>((1024 + outputs - 1) / outputs, 1,
+                                 (count + 2047) / 2048);
+  else
+    splits = std::clamp<int64_t>((131072 + outputs - 1) / outputs, 1,
+                                 (count + 63) / 64);
+  chunk = (count + splits - 1) / splits;
+  partials = std::make_shared<Scratch>(
+      deviceOf(args), static_cast<size_t>(outputs * splits) * sizeof(double));
+}
+
+void SegmentedSum::partial(cudaStream_t stream, const float *x, const float *z,
+                           Term term) const {
+  double *into = partials->as<double>();
+  if (contiguous)
+    partialRowsKernel<<<static_cast<unsigned>(segments.outputs * splits),
+                        kThreads, 0, stream>>>(segments, splits, chunk, x, z,
+                                               term, into);
+  else
+    partialColumnsKernel<<<blocksFor(segments.outputs * splits), kThreads, 0,
+                           stream>>>(segments, splits, chunk, x, z, term, into);
+  launched("segmented sum");
+}
+
+void SegmentedSum::sums(cudaStream_t stream, const float *x, const float *z,
+                        Term term, double *out) const {
   if (segments.outputs == 0)
     return;
-  unsigned blocks = static_cast<unsigned>(
-      std::min<int64_t>(segments.outputs, int64_t(1) << 20));
-  segmentedSumKernel<<<blocks, kThreads, 0, stream>>>(x, y, segments, scale);
+  partial(stream, x, z, term);
+  finishSumsKernel<<<blocksFor(segments.outputs), kThreads, 0, stream>>>(
+      partials->as<double>(), segments.outputs, splits, out, nullptr, 1.0);
+  launched("segmented sum");
+}
+
+void SegmentedSum::sumInto(cudaStream_t stream, const float *x, float *y,
+                           double scale) const {
+  if (segments.outputs == 0)
+    return;
+  partial(stream, x, nullptr, Term::Value);
+  finishSumsKernel<<<blocksFor(segments.outputs), kThreads, 0, stream>>>(
+      partials->as<double>(), segments.outputs, splits, nullptr, y, scale);
   launched("segmented sum");
 }
 

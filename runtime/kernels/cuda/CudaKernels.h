@@ -112,10 +112,37 @@ struct Segments {
 };
 Segments segmentsOf(const KernelArgs &args, const std::vector<int64_t> &shape,
                     const std::vector<bool> &reduced);
-/// y[o] = scale * (sum over segment o of x), summed in double; one block
-/// per segment, in a fixed order.
-void segmentedSum(cudaStream_t stream, const float *x, float *y,
-                  const Segments &segments, double scale);
+
+class Scratch;
+
+/// Sums over a tensor's segments, split over enough blocks to fill the GPU
+/// however few the segments are (a bias gradient, batch-norm channels):
+/// each block or thread sums one chunk of one segment into a partial in
+/// double, and a second kernel adds every segment's partials in order, so
+/// that a result does not change from run to run. Sized at load.
+class SegmentedSum {
+public:
+  /// What is summed: x, x * x, or x * z (z laid out as x).
+  enum class Term { Value, Square, Product };
+  SegmentedSum(const KernelArgs &args, const std::vector<int64_t> &shape,
+               const std::vector<bool> &reduced);
+  int64_t outputs() const { return segments.outputs; }
+  int64_t count() const { return segments.count; }
+  /// out[o] = the sum of the term over segment o.
+  void sums(cudaStream_t stream, const float *x, const float *z, Term term,
+            double *out) const;
+  /// y[o] = scale * the sum of x over segment o.
+  void sumInto(cudaStream_t stream, const float *x, float *y,
+               double scale) const;
+
+private:
+  void partial(cudaStream_t stream, const float *x, const float *z,
+               Term term) const;
+  Segments segments;
+  bool contiguous; ///< the reduced elements are adjacent in memory
+  int64_t splits = 1, chunk = 1;
+  std::shared_ptr<Scratch> partials;
+};
 
 /// Device memory a kernel owns beside the plan's tensors, sized at load.
 class Scratch {

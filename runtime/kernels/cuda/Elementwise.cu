@@ -371,9 +371,9 @@ void registerElementwise(KernelRegistry &registry) {
     std::vector<bool> reduced(x.shape.size(), true);
     for (size_t d = 0; d < y.shape.size(); ++d)
       reduced[d + shift] = y.shape[d] == 1 && x.shape[d + shift] != 1;
-    Segments segments = segmentsOf(args, x.shape, reduced);
+    auto sum = std::make_shared<SegmentedSum>(args, x.shape, reduced);
     return [=](const StepContext &context) {
-      segmentedSum(streamOf(context), x.f32(), y.f32(), segments, 1.0);
+      sum->sumInto(streamOf(context), x.f32(), y.f32(), 1.0);
     };
   });
 

@@ -13,103 +13,91 @@ namespace cdp::runtime::cuda {
 
 namespace {
 
-/// (N, C, spatial) view of a batch-norm input.
-struct Channels {
-  int64_t batch, channels, spatial;
-  __host__ __device__ int64_t count() const { return batch * spatial; }
-  /// Element r (of count()) of channel c.
-  __device__ int64_t at(int64_t c, int64_t r) const {
-    return (r / spatial * channels + c) * spatial + r % spatial;
+/// Batch norm's channel c of element i of an (N, C, spatial) tensor.
+struct ChannelOf {
+  int64_t channels, spatial;
+  __device__ int64_t operator()(int64_t i) const {
+    return i / spatial % channels;
   }
 };
-
-Channels channelsOf(const std::vector<int64_t> &shape) {
-  return {shape[0], shape[1], product(shape, 2)};
-}
-
-__device__ void channelStats(const Channels &v, const float *x, int64_t c,
-                             double &mean, double &var) {
-  double sum = 0;
-  for (int64_t r = threadIdx.x; r < v.count(); r += blockDim.x)
-    sum += x[v.at(c, r)];
-  mean = blockSum(sum) / v.count();
-  double squares = 0;
-  for (int64_t r = threadIdx.x; r < v.count(); r += blockDim.x) {
-    double d = x[v.at(c, r)] - mean;
-    squares += d * d;
-  }
-  var = blockSum(squares) / v.count();
-}
 
 struct BatchNormParams {
   double epsilon, momentum;
   bool training, unbiased;
+  int64_t count; ///< elements per channel
 };
 
-__global__ void batchNormKernel(Channels v, const float *x, const float *scale,
-                                const float *bias, const float *mean,
-                                const float *var, float *y, float *runMean,
-                                float *runVar, BatchNormParams p) {
-  int64_t c = blockIdx.x;
-  double m, s;
-  if (p.training) {
-    channelStats(v, x, c, m, s);
-    double batchVar =
-        p.unbiased && v.count() > 1 ? s * v.count() / (v.count() - 1) : s;
-    if (threadIdx.x == 0) {
+/// Per channel: the statistics (the batch's from the sums s1 = sum x and
+/// s2 = sum x^2, else the running ones), the running-statistics update,
+/// and y = a x + b's coefficients.
+__global__ void batchNormCoefficientsKernel(
+    int64_t channels, const double *s1, const double *s2, const float *scale,
+    const float *bias, const float *mean, const float *var, float *runMean,
+    float *runVar, double *coefficients, BatchNormParams p) {
+  CDP_FOR_EACH(c, channels) {
+    double m = mean[c], v = var[c];
+    if (p.training) {
+      m = s1[c] / p.count;
+      v = max(s2[c] / p.count - m * m, 0.0);
+      double batchVar =
+          p.unbiased && p.count > 1 ? v * p.count / (p.count - 1) : v;
       runMean[c] =
           static_cast<float>(p.momentum * mean[c] + (1 - p.momentum) * m);
       runVar[c] =
           static_cast<float>(p.momentum * var[c] + (1 - p.momentum) * batchVar);
-    }
-  } else {
-    m = mean[c];
-    s = var[c];
-    __syncthreads(); // every thread read mean and var before they change
-    if (threadIdx.x == 0) {
+    } else {
       runMean[c] = static_cast<float>(m);
-      runVar[c] = static_cast<float>(s);
+      runVar[c] = static_cast<float>(v);
     }
+    double a = scale[c] / sqrt(v + p.epsilon);
+    coefficients[2 * c] = a;
+    coefficients[2 * c + 1] = bias[c] - m * a;
   }
-  double inv = 1.0 / sqrt(s + p.epsilon);
-  double a = scale[c] * inv, b = bias[c] - m * a;
-  for (int64_t r = threadIdx.x; r < v.count(); r += blockDim.x)
-    y[v.at(c, r)] = static_cast<float>(x[v.at(c, r)] * a + b);
 }
 
-__global__ void batchNormGradKernel(Channels v, const float *dy, const float *x,
-                                    const float *scale, const float *mean,
-                                    const float *var, float *dx, float *dscale,
-                                    float *dbias, double epsilon,
-                                    bool training) {
-  int64_t c = blockIdx.x;
-  double m, s;
-  if (training)
-    channelStats(v, x, c, m, s);
-  else {
-    m = mean[c];
-    s = var[c];
+__global__ void batchNormApplyKernel(const float *x, float *y, int64_t n,
+                                     ChannelOf channelOf,
+                                     const double *coefficients) {
+  CDP_FOR_EACH(i, n) {
+    int64_t c = channelOf(i);
+    y[i] = static_cast<float>(x[i] * coefficients[2 * c] +
+                              coefficients[2 * c + 1]);
   }
-  double inv = 1.0 / sqrt(s + epsilon);
-  double sumDy = 0, sumDyXhat = 0;
-  for (int64_t r = threadIdx.x; r < v.count(); r += blockDim.x) {
-    int64_t k = v.at(c, r);
-    sumDy += dy[k];
-    sumDyXhat += dy[k] * (x[k] - m) * inv;
-  }
-  sumDy = blockSum(sumDy);
-  sumDyXhat = blockSum(sumDyXhat);
-  if (threadIdx.x == 0) {
-    dbias[c] = static_cast<float>(sumDy);
+}
+
+/// Per channel, from s1, s2 (of x), sdy = sum dy and sdyx = sum dy x: the
+/// parameter gradients and dx = g (dy - k0 - xhat k1)'s coefficients.
+__global__ void batchNormGradCoefficientsKernel(
+    int64_t channels, const double *s1, const double *s2, const double *sdy,
+    const double *sdyx, const float *scale, const float *mean, const float *var,
+    float *dscale, float *dbias, double *coefficients, BatchNormParams p) {
+  CDP_FOR_EACH(c, channels) {
+    double m = mean[c], v = var[c];
+    if (p.training) {
+      m = s1[c] / p.count;
+      v = max(s2[c] / p.count - m * m, 0.0);
+    }
+    double inv = 1.0 / sqrt(v + p.epsilon);
+    double sumDyXhat = inv * (sdyx[c] - m * sdy[c]);
+    dbias[c] = static_cast<float>(sdy[c]);
     dscale[c] = static_cast<float>(sumDyXhat);
+    double *k = coefficients + 5 * c;
+    k[0] = m;
+    k[1] = inv;
+    k[2] = scale[c] * inv;
+    k[3] = p.training ? sdy[c] / p.count : 0.0;
+    k[4] = p.training ? sumDyXhat / p.count : 0.0;
   }
-  double g = scale[c] * inv, count = static_cast<double>(v.count());
-  for (int64_t r = threadIdx.x; r < v.count(); r += blockDim.x) {
-    int64_t k = v.at(c, r);
-    double value = dy[k];
-    if (training)
-      value = value - sumDy / count - (x[k] - m) * inv * sumDyXhat / count;
-    dx[k] = static_cast<float>(g * value);
+}
+
+__global__ void batchNormGradApplyKernel(const float *dy, const float *x,
+                                         float *dx, int64_t n,
+                                         ChannelOf channelOf,
+                                         const double *coefficients) {
+  CDP_FOR_EACH(i, n) {
+    const double *k = coefficients + 5 * channelOf(i);
+    double xhat = (x[i] - k[0]) * k[1];
+    dx[i] = static_cast<float>(k[2] * (dy[i] - k[3] - xhat * k[4]));
   }
 }
 
@@ -219,6 +207,26 @@ unsigned rowThreads(int64_t length) {
       std::clamp<int64_t>((length + 31) / 32 * 32, 32, kThreads));
 }
 
+/// Batch norm's per-channel sums over (N, spatial) and the double buffers
+/// they land in, sized at load.
+struct ChannelSums {
+  ChannelSums(const KernelArgs &args, const std::vector<int64_t> &shape,
+              int buffers, int coefficientsPerChannel)
+      : sum(args, shape, channelAxes(shape)), channels(shape[1]),
+        memory(deviceOf(args),
+               static_cast<size_t>(std::max<int64_t>(channels, 1)) *
+                   (buffers + coefficientsPerChannel) * sizeof(double)) {}
+  static std::vector<bool> channelAxes(const std::vector<int64_t> &shape) {
+    std::vector<bool> reduced(shape.size(), true);
+    reduced[1] = false;
+    return reduced;
+  }
+  double *buffer(int k) const { return memory.as<double>() + k * channels; }
+  SegmentedSum sum;
+  int64_t channels;
+  Scratch memory;
+};
+
 void registerBatchNorm(KernelRegistry &registry) {
   addKernel(registry, "batch_norm", [](const KernelArgs &args) {
     TensorView x = args.inputs[0], scale = args.inputs[1],
@@ -226,17 +234,29 @@ void registerBatchNorm(KernelRegistry &registry) {
                var = args.inputs[4];
     TensorView y = args.outputs[0], runMean = args.outputs[1],
                runVar = args.outputs[2];
+    auto sums = std::make_shared<ChannelSums>(args, x.shape, 2, 2);
     BatchNormParams p{args.f("epsilon", 1e-5), args.f("momentum", 0.9),
                       args.i("training_mode", 0) != 0,
-                      args.i("unbiased_running_var", 0) != 0};
-    Channels v = channelsOf(x.shape);
+                      args.i("unbiased_running_var", 0) != 0,
+                      sums->sum.count()};
+    ChannelOf channelOf{x.shape[1], product(x.shape, 2)};
     return [=](const StepContext &context) {
-      if (v.channels == 0)
+      cudaStream_t stream = streamOf(context);
+      int64_t channels = sums->channels, n = x.numel();
+      if (channels == 0)
         return;
-      batchNormKernel<<<v.channels, rowThreads(v.count()), 0,
-                        streamOf(context)>>>(
-          v, x.f32(), scale.f32(), bias.f32(), mean.f32(), var.f32(), y.f32(),
-          runMean.f32(), runVar.f32(), p);
+      using Term = SegmentedSum::Term;
+      if (p.training) {
+        sums->sum.sums(stream, x.f32(), nullptr, Term::Value, sums->buffer(0));
+        sums->sum.sums(stream, x.f32(), nullptr, Term::Square, sums->buffer(1));
+      }
+      batchNormCoefficientsKernel<<<blocksFor(channels), kThreads, 0, stream>>>(
+          channels, sums->buffer(0), sums->buffer(1), scale.f32(), bias.f32(),
+          mean.f32(), var.f32(), runMean.f32(), runVar.f32(), sums->buffer(2),
+          p);
+      if (n)
+        batchNormApplyKernel<<<blocksFor(n), kThreads, 0, stream>>>(
+            x.f32(), y.f32(), n, channelOf, sums->buffer(2));
       launched("batch_norm");
     };
   });
@@ -246,16 +266,31 @@ void registerBatchNorm(KernelRegistry &registry) {
                mean = args.inputs[3], var = args.inputs[4];
     TensorView dx = args.outputs[0], dscale = args.outputs[1],
                dbias = args.outputs[2];
-    double epsilon = args.f("epsilon", 1e-5);
-    bool training = args.i("training_mode", 0) != 0;
-    Channels v = channelsOf(x.shape);
+    auto sums = std::make_shared<ChannelSums>(args, x.shape, 4, 5);
+    BatchNormParams p{args.f("epsilon", 1e-5), 0.0,
+                      args.i("training_mode", 0) != 0, false,
+                      sums->sum.count()};
+    ChannelOf channelOf{x.shape[1], product(x.shape, 2)};
     return [=](const StepContext &context) {
-      if (v.channels == 0)
+      cudaStream_t stream = streamOf(context);
+      int64_t channels = sums->channels, n = x.numel();
+      if (channels == 0)
         return;
-      batchNormGradKernel<<<v.channels, rowThreads(v.count()), 0,
-                            streamOf(context)>>>(
-          v, dy.f32(), x.f32(), scale.f32(), mean.f32(), var.f32(), dx.f32(),
-          dscale.f32(), dbias.f32(), epsilon, training);
+      using Term = SegmentedSum::Term;
+      if (p.training) {
+        sums->sum.sums(stream, x.f32(), nullptr, Term::Value, sums->buffer(0));
+        sums->sum.sums(stream, x.f32(), nullptr, Term::Square, sums->buffer(1));
+      }
+      sums->sum.sums(stream, dy.f32(), nullptr, Term::Value, sums->buffer(2));
+      sums->sum.sums(stream, dy.f32(), x.f32(), Term::Product, sums->buffer(3));
+      batchNormGradCoefficientsKernel<<<blocksFor(channels), kThreads, 0,
+                                        stream>>>(
+          channels, sums->buffer(0), sums->buffer(1), sums->buffer(2),
+          sums->buffer(3), scale.f32(), mean.f32(), var.f32(), dscale.f32(),
+          dbias.f32(), sums->buffer(4), p);
+      if (n)
+        batchNormGradApplyKernel<<<blocksFor(n), kThreads, 0, stream>>>(
+            dy.f32(), x.f32(), dx.f32(), n, channelOf, sums->buffer(4));
       launched("batch_norm_grad");
     };
   });

@@ -219,10 +219,10 @@ void registerPooling(KernelRegistry &registry) {
     TensorView x = args.inputs[0], y = args.outputs[0];
     std::vector<bool> reduced(x.shape.size(), true);
     reduced[0] = reduced[1] = false;
-    Segments segments = segmentsOf(args, x.shape, reduced);
+    auto sum = std::make_shared<SegmentedSum>(args, x.shape, reduced);
     double scale = 1.0 / std::max<int64_t>(product(x.shape, 2), 1);
     return [=](const StepContext &context) {
-      segmentedSum(streamOf(context), x.f32(), y.f32(), segments, scale);
+      sum->sumInto(streamOf(context), x.f32(), y.f32(), scale);
     };
   });
 }

@@ -301,13 +301,13 @@ void registerShape(KernelRegistry &registry) {
                 std::vector<bool> reduced(x.shape.size(), axes.empty());
                 for (int64_t a : axes)
                   reduced[normalizeAxis(a, x.rank())] = true;
-                Segments segments = segmentsOf(args, x.shape, reduced);
+                auto sum =
+                    std::make_shared<SegmentedSum>(args, x.shape, reduced);
                 double scale = mean && x.numel()
                                    ? static_cast<double>(y.numel()) / x.numel()
                                    : 1.0;
                 return [=](const StepContext &context) {
-                  segmentedSum(streamOf(context), x.f32(), y.f32(), segments,
-                               scale);
+                  sum->sumInto(streamOf(context), x.f32(), y.f32(), scale);
                 };
               });
 }

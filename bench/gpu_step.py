@@ -1,0 +1,203 @@
+#!/usr/bin/python3
+"""Training step time of cdp's CUDA backend against PyTorch on one GPU.
+
+Two halves, because the GPU machine has neither MLIR nor Debian:
+
+  bench/gpu_step.py prepare DIR        (build machine: Debian's torch 1.13 exports)
+  python3 DIR/gpu_step.py run DIR      (GPU machine: its CUDA PyTorch)
+
+`prepare` exports the e2e models (MLP, LeNet-style CNN, ResNet with
+BatchNorm, transformer block) at batch 32 and 256 and a GEMM-bound MLP
+(1024-wide, batch 4096, weights of two values so that the plan compresses),
+compiles SGD-with-momentum plans (lr 0.01) with --backend cuda, and writes
+one micro-batch of inputs for each. `run` needs DIR/bin/cdp-run and DIR/lib
+(scripts/gpu-bundle.sh makes them): it times S steps of cdp-run (the mean of
+its per-step metrics after 5 warm-up steps) and of the same model, batch,
+loss and optimizer in PyTorch, eager and torch.compile (CUDA events, after
+warm-up), all float32 with TF32 off, and prints one table row per model,
+plus the GEMM MLP's TFLOP/s against cuBLAS's (torch.matmul) for its shapes.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BATCHES = [32, 256]
+MODELS = ["mlp", "lenet", "resnet", "transformer"]
+GEMM_WIDTH, GEMM_LAYERS, GEMM_BATCH = 1024, 3, 4096
+
+
+def e2e_module(folder):
+    """The e2e models' definitions (test/e2e/export_torch_models.py)."""
+    sys.path.insert(0, folder)
+    import export_torch_models as models  # noqa: E402
+    return models
+
+
+def gemm_mlp(torch):
+    layers = []
+    for _ in range(GEMM_LAYERS):
+        layers += [torch.nn.Linear(GEMM_WIDTH, GEMM_WIDTH), torch.nn.ReLU()]
+    layers.append(torch.nn.Linear(GEMM_WIDTH, 10))
+    model = torch.nn.Sequential(*layers)
+    with torch.no_grad():  # two values per tensor: the plan compresses
+        for p in model.parameters():
+            p.copy_(torch.sign(torch.randn_like(p)) * 0.02)
+    return model
+
+
+def example(models, torch, name, batch):
+    """(model, input, batch axis) of `name` at `batch`."""
+    torch.manual_seed(0)
+    if name == "gemm_mlp":
+        return gemm_mlp(torch), torch.sign(torch.randn(batch, GEMM_WIDTH)), 0
+    model, sample, _ = models.build(name)
+    if name == "transformer":
+        return model, torch.randn(sample.shape[0], batch, sample.shape[2]), 1
+    return model, torch.randn(batch, *sample.shape[1:]), 0
+
+
+def cases():
+    for name in MODELS:
+        for batch in BATCHES:
+            yield name, batch
+    yield "gemm_mlp", GEMM_BATCH
+
+
+def prepare(out):
+    import numpy as np
+    import torch
+    repo = os.path.dirname(HERE)
+    models = e2e_module(os.path.join(repo, "test", "e2e"))
+    compile_ = os.path.join(repo, os.environ.get("CDP_BUILD_DIR", "build"), "bin", "cdp-compile")
+    os.makedirs(os.path.join(out, "bench"), exist_ok=True)
+    for name, batch in cases():
+        model, x, axis = example(models, torch, name, batch)
+        tag = "%s-%d" % (name, batch)
+        onnx = os.path.join(out, "bench", tag + ".onnx")
+        torch.onnx.export(model, x, onnx, input_names=["input"], output_names=["logits"],
+                          opset_version=14, training=torch.onnx.TrainingMode.TRAINING,
+                          do_constant_folding=False)
+        args = [compile_, onnx, "-o", os.path.join(out, "bench", tag + ".cdp"), "--backend", "cuda",
+                "--optimizer", "momentum", "--lr", "0.01"]
+        if axis == 1:
+            args += ["--batch-axis", "input=1"]
+        subprocess.run(args, check=True)
+        os.remove(onnx)
+        np.save(os.path.join(out, "bench", tag + "-x.npy"), x.numpy())
+        np.save(os.path.join(out, "bench", tag + "-y.npy"),
+                np.random.default_rng(0).integers(0, 10, batch).astype(np.int64))
+    os.makedirs(os.path.join(out, "e2e"), exist_ok=True)
+    subprocess.run(["cp", os.path.join(repo, "test", "e2e", "export_torch_models.py"),
+                    os.path.join(out, "e2e")], check=True)
+    subprocess.run(["cp", os.path.abspath(__file__), out], check=True)
+
+
+def cdp_environment(out, torch):
+    """cdp-run's libraries: the bundle's, then the CUDA libraries PyTorch
+    itself loads (its NVIDIA wheels), then the toolkit's and the system's.
+    Only cdp-run gets them: PyTorch refuses another cuDNN than its own."""
+    import glob
+    wheels = glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "*", "lib"))
+    dirs = [os.path.join(out, "lib")] + wheels + ["/usr/local/cuda/lib64", "/usr/lib/x86_64-linux-gnu"]
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = ":".join(dirs)
+    return env
+
+
+def cdp_step_ms(out, tag, batch, steps, env):
+    metrics = os.path.join("/tmp", tag + "-metrics.jsonl")
+    bench = os.path.join(out, "bench")
+    subprocess.run([os.path.join(out, "bin", "cdp-run"), os.path.join(bench, tag + ".cdp"),
+                    "--feed", "input=" + os.path.join(bench, tag + "-x.npy"),
+                    "--feed", "labels=" + os.path.join(bench, tag + "-y.npy"),
+                    "--steps", str(steps + 5), "--metrics", metrics],
+                   check=True, stdout=subprocess.DEVNULL, env=env)
+    rates = [json.loads(line)["samples_per_s"] for line in open(metrics)][5:]
+    return 1e3 * sum(batch / r for r in rates) / len(rates)
+
+
+def torch_step_ms(torch, model, x, y, steps, compiled):
+    model = model.cuda().train()
+    x, y = x.cuda(), y.cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+    if compiled:
+        step = torch.compile(step)
+    for _ in range(5):
+        step()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    return 1e3 * (time.perf_counter() - start) / steps
+
+
+def cublas_ms(torch, batch, steps=50):
+    """cuBLAS (torch.matmul, float32) time of the GEMM MLP's products: per
+    layer the forward, the input gradient and the weight gradient."""
+    shapes = []
+    widths = [GEMM_WIDTH] * (GEMM_LAYERS + 1) + [10]
+    for fan_in, fan_out in zip(widths[:-1], widths[1:]):
+        shapes += [(batch, fan_in, fan_out), (batch, fan_out, fan_in), (fan_out, batch, fan_in)]
+    total = 0.0
+    for m, k, n in shapes:
+        a = torch.randn(m, k, device="cuda")
+        b = torch.randn(k, n, device="cuda")
+        for _ in range(3):
+            a @ b
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(steps):
+            a @ b
+        torch.cuda.synchronize()
+        total += (time.perf_counter() - start) / steps
+    flops = sum(2 * m * k * n for m, k, n in shapes)
+    return 1e3 * total, flops
+
+
+def run(out, steps=50):
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    models = e2e_module(os.path.join(out, "e2e"))
+    env = cdp_environment(out, torch)
+    print("device %s, torch %s, CUDA %s, cuDNN %s, %d steps" % (
+        torch.cuda.get_device_name(), torch.__version__, torch.version.cuda,
+        torch.backends.cudnn.version(), steps))
+    print("%-12s %6s %10s %12s %14s %10s" % ("model", "batch", "cdp ms", "eager ms",
+                                              "compile ms", "cdp/eager"))
+    for name, batch in cases():
+        tag = "%s-%d" % (name, batch)
+        ours = cdp_step_ms(out, tag, batch, steps, env)
+        model, x, _ = example(models, torch, name, batch)
+        y = torch.randint(0, 10, (batch,))
+        eager = torch_step_ms(torch, model, x, y, steps, False)
+        model, x, _ = example(models, torch, name, batch)
+        try:
+            compiled = "%.3f" % torch_step_ms(torch, model, x, y, steps, True)
+        except Exception as error:  # noqa: BLE001 (a missing compiler, say)
+            compiled = "n/a (%s)" % type(error).__name__
+        print("%-12s %6d %10.3f %12.3f %14s %10.2f" % (name, batch, ours, eager, compiled,
+                                                        ours / eager))
+        if name == "gemm_mlp":
+            blas_ms, flops = cublas_ms(torch, batch)
+            print("gemm_mlp: %.1f GFLOP per step; cdp %.1f TFLOP/s, cuBLAS alone on its "
+                  "products %.1f TFLOP/s (%.0f%% of it)" % (
+                      flops / 1e9, flops / ours / 1e9, flops / blas_ms / 1e9,
+                      100 * blas_ms / ours))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] not in ("prepare", "run"):
+        sys.exit(__doc__)
+    prepare(sys.argv[2]) if sys.argv[1] == "prepare" else run(sys.argv[2])
