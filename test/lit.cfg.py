@@ -41,3 +41,16 @@ if config.cdp_enable_mpi.upper() in ("ON", "1", "TRUE", "YES") and shutil.which(
          "--mca btl_vader_single_copy_mechanism none"))
     config.substitutions.append(
         ("%mpirun", "mpirun --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo"))
+
+# The CUDA backend: 'cuda' where the build has it, 'cuda-device' where a GPU
+# is visible too (tests of a GPU run carry REQUIRES: cuda-device).
+import subprocess
+if config.cdp_enable_cuda.upper() in ("ON", "1", "TRUE", "YES"):
+    config.available_features.add("cuda")
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
+                                timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        listed = ""
+    if "GPU" in listed:
+        config.available_features.add("cuda-device")

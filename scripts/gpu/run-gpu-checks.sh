@@ -50,5 +50,26 @@ for case_dir in "$HERE"/cases/*/; do
   fi
   rm -rf "$work"
 done
+# A checkpoint holds the optimizer's moments, which live on the GPU: training
+# resumed from step 2 equals training straight through, bit for bit.
+for name in lenet-single lenet-dp resnet-1f1b; do
+  case_dir="$HERE/cases/$name"
+  [ -d "$case_dir" ] || continue
+  work=$(mktemp -d)
+  feeds=(--feed input="$case_dir/x.npy" --feed labels="$case_dir/labels.npy")
+  if "$HERE/bin/cdp-run" "$case_dir/plan.cdp" --backend cuda "${feeds[@]}" --steps 4 \
+        --dump-params "$work/straight" > "$work/log" 2>&1 &&
+      "$HERE/bin/cdp-run" "$case_dir/plan.cdp" --backend cuda "${feeds[@]}" --steps 2 \
+        --checkpoint "$work/ck" >> "$work/log" 2>&1 &&
+      "$HERE/bin/cdp-run" "$case_dir/plan.cdp" --backend cuda "${feeds[@]}" --steps 4 \
+        --resume "$work/ck" --dump-params "$work/resumed" >> "$work/log" 2>&1; then
+    detail=$("$PYTHON" "$HERE/compare_params.py" "$work/straight" "$work/resumed" 0)
+    report "$name resumed" $? "$detail"
+  else
+    report "$name resumed" 1 "cdp-run failed: $(tail -3 "$work/log" | tr '\n' ' ')"
+  fi
+  rm -rf "$work"
+done
+
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
