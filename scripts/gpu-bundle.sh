@@ -8,8 +8,9 @@
 # libraries it needs: oneDNN, protobuf, ONNX's proto library, OpenMP, Open
 # MPI), and cases/: the e2e models (MLP, LeNet, ResNet with
 # BatchNorm, transformer block) compiled for single, dp, cdp, gpipe, 1f1b and
-# 2bw (2 devices, which share the one GPU), each with small .npy inputs and
-# the CPU backend's parameters after 3 steps. DIR/run-gpu-checks.sh finds
+# 2bw (2 devices, which share the one GPU), and dp and cdp on one device
+# (their reductions through NCCL), each with small .npy inputs and the CPU
+# backend's parameters after 3 steps. DIR/run-gpu-checks.sh finds
 # the machine's CUDA 13 libraries (its toolkit, or the NVIDIA wheels of its
 # PyTorch), runs every case with --backend cuda and the GPU unit tests, and
 # prints 'N passed, N failed'.
@@ -72,6 +73,21 @@ for model in mlp lenet resnet transformer; do
       continue
     fi
     rm "$case_dir/compile.log"
+    /usr/bin/python3 scripts/gpu/make_inputs.py "$case_dir" "${SHAPE[$model]}" "${AXIS[$model]}" 2 10 7
+    "$BIN/cdp-run" "$case_dir/plan.cdp" --feed input="$case_dir/x.npy" \
+      --feed labels="$case_dir/labels.npy" --steps 3 --dump-params "$case_dir/cpu" > /dev/null
+  done
+done
+
+# dp and cdp on one device: a communicator of one, whose reductions go
+# through NCCL (one rank), the path several GPUs take.
+for model in resnet transformer; do
+  for strategy in dp cdp; do
+    case_dir="$OUT/cases/$model-$strategy-nccl"
+    mkdir -p "$case_dir"
+    # shellcheck disable=SC2086
+    "$BIN/cdp-compile" "$MODELS/$model.onnx" -o "$case_dir/plan.cdp" \
+      --strategy "$strategy" --devices 1 ${FLAGS[$model]}
     /usr/bin/python3 scripts/gpu/make_inputs.py "$case_dir" "${SHAPE[$model]}" "${AXIS[$model]}" 2 10 7
     "$BIN/cdp-run" "$case_dir/plan.cdp" --feed input="$case_dir/x.npy" \
       --feed labels="$case_dir/labels.npy" --steps 3 --dump-params "$case_dir/cpu" > /dev/null

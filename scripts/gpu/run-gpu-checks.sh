@@ -40,11 +40,19 @@ fi
 for case_dir in "$HERE"/cases/*/; do
   name=$(basename "$case_dir")
   work=$(mktemp -d)
-  if "$HERE/bin/cdp-run" "$case_dir/plan.cdp" --backend cuda \
+  # *-nccl cases must reduce through NCCL: its own log says it initialized.
+  nccl_debug=""
+  case "$name" in *-nccl) nccl_debug=INFO ;; esac
+  if NCCL_DEBUG=$nccl_debug "$HERE/bin/cdp-run" "$case_dir/plan.cdp" --backend cuda \
       --feed input="$case_dir/x.npy" --feed labels="$case_dir/labels.npy" \
       --steps 3 --dump-params "$work/gpu" > "$work/log" 2>&1; then
     detail=$("$PYTHON" "$HERE/compare_params.py" "$case_dir/cpu" "$work/gpu" "$TOL")
-    report "$name" $? "$detail"
+    status=$?
+    if [ -n "$nccl_debug" ] && ! grep -q "NCCL INFO" "$work/log"; then
+      status=1
+      detail="NCCL was not used: $detail"
+    fi
+    report "$name" $status "$detail"
   else
     report "$name" 1 "cdp-run failed: $(tail -3 "$work/log" | tr '\n' ' ')"
   fi

@@ -1,13 +1,13 @@
-//===- Communication.cu - communication instructions staged through the host
-//-===//
+//===- Communication.cu - communication staged through the host ----------===//
 //
 // The communicators carry host memory (in-process and MPI alike), so a
 // GPU's send, recv, load, reductions and chain hops run the CPU kernel of
 // the same op on page-locked host mirrors of their tensors: the stream's
 // work up to the instruction is waited for, inputs and outputs are copied
 // out, the CPU kernel runs (tags, chain order and logs are the CPU's), and
-// the outputs are copied back asynchronously. A later NCCL communicator
-// replaces this for GPU-to-GPU transfers.
+// the outputs are copied back asynchronously. dp's and cdp's reductions go
+// through NCCL instead where every device has a GPU of its own
+// (NcclReduce.cu).
 //
 //===----------------------------------------------------------------------===//
 
@@ -91,6 +91,9 @@ private:
 
 } // namespace
 
+std::unique_ptr<Kernel> makeNcclKernel(const std::string &op,
+                                       const KernelArgs &args);
+
 void registerCommunication(KernelRegistry &registry) {
   for (const char *op : {"send", "recv", "load", "reduce_start", "reduce_wait",
                          "chain_reduce", "chain_relay", "chain_wait"}) {
@@ -98,8 +101,15 @@ void registerCommunication(KernelRegistry &registry) {
     if (!cpu)
       continue;
     KernelFactory factory = *cpu;
+    bool reduction =
+        std::string(op) == "reduce_start" || std::string(op) == "reduce_wait";
     registry.add(op, Backend::CUDA,
-                 [factory](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+                 [factory, reduction, name = std::string(op)](
+                     const KernelArgs &args) -> std::unique_ptr<Kernel> {
+                   if (reduction)
+                     if (std::unique_ptr<Kernel> nccl =
+                             makeNcclKernel(name, args))
+                       return nccl;
                    return std::make_unique<HostStagedKernel>(args, factory);
                  });
   }

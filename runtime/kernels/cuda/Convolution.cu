@@ -1,10 +1,10 @@
 //===- Convolution.cu - 2-D convolutions through cuDNN --------------------===//
 //
 // Forward, backward-data and backward-filter use cuDNN's convolution API
-// with the algorithm its heuristics rank first for the shapes (chosen once
-// at load, with its workspace). Math is float32 FMA unless --allow-tf32.
-// cuDNN pads symmetrically: a plan whose end padding differs from its
-// begin padding is refused at load.
+// with the deterministic algorithm its heuristics rank first for the shapes
+// (chosen once at load, with its workspace). Math is float32 FMA unless
+// --allow-tf32. cuDNN pads symmetrically: a plan whose end padding differs from
+// its begin padding is refused at load.
 //
 //===----------------------------------------------------------------------===//
 
@@ -82,9 +82,16 @@ struct ConvDescriptors {
   }
 };
 
-/// The first of cuDNN's ranked algorithms that it can run.
+/// The first of cuDNN's ranked algorithms that it can run and that gives
+/// the same bits every run (so that a resumed run equals an uninterrupted
+/// one, as on the CPU); a non-deterministic one only where there is no
+/// other.
 template <typename Perf>
 Perf pick(const KernelArgs &args, const Perf *perf, int returned) {
+  for (int i = 0; i < returned; ++i)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS &&
+        perf[i].determinism == CUDNN_DETERMINISTIC)
+      return perf[i];
   for (int i = 0; i < returned; ++i)
     if (perf[i].status == CUDNN_STATUS_SUCCESS)
       return perf[i];
@@ -96,7 +103,7 @@ __global__ void biasKernel(float *y, const float *bias, int64_t n,
   CDP_FOR_EACH(i, n) { y[i] += bias[i / plane % filters]; }
 }
 
-constexpr int kRanked = 8;
+constexpr int kRanked = 16;
 
 } // namespace
 

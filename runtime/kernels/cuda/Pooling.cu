@@ -1,8 +1,9 @@
 //===- Pooling.cu - pooling on the GPU ------------------------------------===//
 //
 // The CPU's window arithmetic (1 to 3 spatial dimensions seen as 3, ceil
-// mode's end padding, count_include_pad), one thread per output element.
-// Backward passes scatter with atomic adds where windows overlap.
+// mode's end padding, count_include_pad), one thread per output element;
+// backward passes gather, one thread per input element over the windows
+// that hold it, so that they need no atomic adds.
 //
 //===----------------------------------------------------------------------===//
 
@@ -118,13 +119,48 @@ __global__ void maxPoolKernel(PoolGeometry g, const float *x, float *y,
   }
 }
 
+/// Calls fn(o) for every output position (within a plane) whose window
+/// holds input position `i`, in a fixed order: a gradient gathered per input
+/// element needs no atomic adds and gives the same bits every run.
+template <typename Fn>
+__device__ void windowsHolding(const PoolGeometry &g, int64_t i, Fn fn) {
+  int64_t at[PoolGeometry::kDims];
+  for (int d = PoolGeometry::kDims - 1; d >= 0; --d) {
+    at[d] = i % g.in[d];
+    i /= g.in[d];
+  }
+  auto outputOf = [&](int d, int64_t k, int64_t &o) {
+    int64_t shifted = at[d] + g.padBegin[d] - k * g.dilation[d];
+    if (shifted < 0 || shifted % g.stride[d])
+      return false;
+    o = shifted / g.stride[d];
+    return o < g.out[d];
+  };
+  int64_t o0, o1, o2;
+  for (int64_t kd = 0; kd < g.kernel[0]; ++kd) {
+    if (!outputOf(0, kd, o0))
+      continue;
+    for (int64_t kh = 0; kh < g.kernel[1]; ++kh) {
+      if (!outputOf(1, kh, o1))
+        continue;
+      for (int64_t kw = 0; kw < g.kernel[2]; ++kw)
+        if (outputOf(2, kw, o2))
+          fn((o0 * g.out[1] + o1) * g.out[2] + o2);
+    }
+  }
+}
+
 __global__ void maxPoolGradKernel(PoolGeometry g, const float *dy,
                                   const float *x, float *dx) {
-  CDP_FOR_EACH(e, g.planes * g.outSize) {
-    int64_t p = e / g.outSize, o = e % g.outSize;
-    int64_t where = g.argmax(x + p * g.inSize, o);
-    if (where >= 0)
-      atomicAdd(dx + p * g.inSize + where, dy[e]);
+  CDP_FOR_EACH(e, g.planes * g.inSize) {
+    int64_t p = e / g.inSize, i = e % g.inSize;
+    const float *plane = x + p * g.inSize;
+    float sum = 0.0f;
+    windowsHolding(g, i, [&](int64_t o) {
+      if (g.argmax(plane, o) == i)
+        sum += dy[p * g.outSize + o];
+    });
+    dx[e] = sum;
   }
 }
 
@@ -140,14 +176,14 @@ __global__ void averagePoolKernel(PoolGeometry g, const float *x, float *y) {
 
 __global__ void averagePoolGradKernel(PoolGeometry g, const float *dy,
                                       float *dx) {
-  CDP_FOR_EACH(e, g.planes * g.outSize) {
-    int64_t p = e / g.outSize, o = e % g.outSize;
-    int64_t count = g.window(o, [](int64_t) {});
-    if (!count)
-      continue;
-    float share = dy[e] / count;
-    float *plane = dx + p * g.inSize;
-    g.window(o, [&](int64_t i) { atomicAdd(plane + i, share); });
+  CDP_FOR_EACH(e, g.planes * g.inSize) {
+    int64_t p = e / g.inSize, i = e % g.inSize;
+    float sum = 0.0f;
+    windowsHolding(g, i, [&](int64_t o) {
+      if (int64_t count = g.window(o, [](int64_t) {}))
+        sum += dy[p * g.outSize + o] / count;
+    });
+    dx[e] = sum;
   }
 }
 
@@ -177,8 +213,7 @@ void registerPooling(KernelRegistry &registry) {
     PoolGeometry g = geometryOf(args, x.shape, dy.shape);
     return [=](const StepContext &context) {
       cudaStream_t stream = streamOf(context);
-      checkCuda(cudaMemsetAsync(dx.data, 0, byteSize(dx), stream), "memset");
-      int64_t n = g.planes * g.outSize;
+      int64_t n = g.planes * g.inSize;
       if (n == 0)
         return;
       maxPoolGradKernel<<<blocksFor(n), kThreads, 0, stream>>>(
@@ -205,8 +240,7 @@ void registerPooling(KernelRegistry &registry) {
     PoolGeometry g = geometryOf(args, dx.shape, dy.shape);
     return [=](const StepContext &context) {
       cudaStream_t stream = streamOf(context);
-      checkCuda(cudaMemsetAsync(dx.data, 0, byteSize(dx), stream), "memset");
-      int64_t n = g.planes * g.outSize;
+      int64_t n = g.planes * g.inSize;
       if (n == 0)
         return;
       averagePoolGradKernel<<<blocksFor(n), kThreads, 0, stream>>>(g, dy.f32(),

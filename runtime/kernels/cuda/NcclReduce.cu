@@ -1,0 +1,227 @@
+//===- NcclReduce.cu - dp and cdp reductions through NCCL -----------------===//
+//
+// Where every device of an in-process run has a GPU of its own, the
+// gradient reductions (`reduce_start`, `reduce_wait`) never leave the GPUs:
+// reduce_start packs the stage's gradients into a device buffer on the
+// compute stream, and the device's communication stream sums them over the
+// devices with ncclAllReduce once the packing is done; reduce_wait makes
+// the compute stream wait for that sum, then scales it by 1/N into the
+// reduced gradients. No host synchronisation, and the all-reduce overlaps
+// the computation that follows reduce_start.
+//
+// A reduction of step t lands in buffer t mod kDepth of its stage, so a
+// wait may come up to kDepth - 1 steps later (cdp's delays); NCCL requires
+// the collectives in the same order on every device, which dp and cdp's
+// instruction streams give (each step, the stages in backward order).
+//
+//===----------------------------------------------------------------------===//
+
+#include "CudaKernels.h"
+#include "Reduce.cuh"
+
+#include "cdp/Runtime/Communicator.h"
+
+#include <nccl.h>
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+namespace cdp::runtime::cuda {
+
+namespace {
+
+constexpr int64_t kDepth = 4;
+
+void checkNccl(ncclResult_t status, const char *what) {
+  if (status != ncclSuccess)
+    throw RuntimeError(std::string(what) + ": " + ncclGetErrorString(status));
+}
+
+/// The NCCL communicators of this process's devices, made together the first
+/// time a kernel asks (ncclCommInitAll: one per GPU, device d on GPU d).
+class NcclClique {
+public:
+  /// Device d's communicator in a run of `devices`, or null where NCCL
+  /// cannot serve the run: under mpirun (each process a part of the run),
+  /// or when devices share a GPU (NCCL takes one rank per GPU).
+  static ncclComm_t forDevice(int device, int devices) {
+    static NcclClique clique;
+    std::lock_guard<std::mutex> lock(clique.mutex);
+    if (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE"))
+      return nullptr;
+    int gpus = 0;
+    if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < devices)
+      return nullptr;
+    if (clique.comms.empty()) {
+      std::vector<int> list(devices);
+      for (int d = 0; d < devices; ++d)
+        list[d] = d;
+      clique.comms.resize(devices);
+      checkNccl(ncclCommInitAll(clique.comms.data(), devices, list.data()),
+                "ncclCommInitAll");
+    }
+    if (static_cast<int>(clique.comms.size()) != devices)
+      return nullptr;
+    return clique.comms[device];
+  }
+
+private:
+  std::mutex mutex;
+  std::vector<ncclComm_t> comms;
+};
+
+/// One device's reductions in flight: a communication stream, and per
+/// stage kDepth buffers with their completion events.
+class NcclReductions {
+public:
+  static std::shared_ptr<NcclReductions> of(CudaDevice &device) {
+    static std::mutex mutex;
+    static std::map<CudaDevice *, std::weak_ptr<NcclReductions>> all;
+    std::lock_guard<std::mutex> lock(mutex);
+    std::shared_ptr<NcclReductions> found = all[&device].lock();
+    if (!found) {
+      found = std::make_shared<NcclReductions>(device);
+      all[&device] = found;
+    }
+    return found;
+  }
+
+  explicit NcclReductions(CudaDevice &device) : device(device) {
+    checkCuda(cudaStreamCreateWithFlags(&comm, cudaStreamNonBlocking),
+              "cudaStreamCreate");
+  }
+  ~NcclReductions() {
+    cudaStreamSynchronize(comm);
+    for (auto &[stage, s] : stages)
+      for (cudaEvent_t e : s.done)
+        cudaEventDestroy(e);
+    cudaEventDestroy(packed);
+    cudaStreamDestroy(comm);
+  }
+
+  struct Stage {
+    int64_t count = 0;
+    std::unique_ptr<Scratch> buffers; ///< kDepth x count floats
+    std::vector<cudaEvent_t> done;
+  };
+
+  /// The stage's buffers, made by the first kernel to ask; `count` must
+  /// agree between its reduce_start and reduce_wait.
+  Stage &stage(const KernelArgs &args, int64_t id, int64_t count) {
+    Stage &s = stages[id];
+    if (!s.buffers) {
+      s.count = count;
+      s.buffers = std::make_unique<Scratch>(
+          device, static_cast<size_t>(std::max<int64_t>(count, 1)) * kDepth *
+                      sizeof(float));
+      s.done.resize(kDepth);
+      for (cudaEvent_t &e : s.done)
+        checkCuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
+                  "cudaEventCreate");
+      if (!packed)
+        checkCuda(cudaEventCreateWithFlags(&packed, cudaEventDisableTiming),
+                  "cudaEventCreate");
+    }
+    if (s.count != count)
+      args.fail("stage " + std::to_string(id) + " reduces " +
+                std::to_string(count) + " values here and " +
+                std::to_string(s.count) + " at its other end");
+    return s;
+  }
+
+  CudaDevice &device;
+  cudaStream_t comm = nullptr;
+  cudaEvent_t packed = nullptr;
+  std::map<int64_t, Stage> stages;
+};
+
+int64_t totalCount(const std::vector<TensorView> &views) {
+  int64_t n = 0;
+  for (const TensorView &v : views)
+    n += v.numel();
+  return n;
+}
+
+__global__ void scaleKernel(const float *in, float *out, int64_t n,
+                            float scale) {
+  CDP_FOR_EACH(i, n) { out[i] = in[i] * scale; }
+}
+
+std::unique_ptr<Kernel> ncclReduceStart(const KernelArgs &args,
+                                        ncclComm_t nccl) {
+  std::vector<TensorView> grads = args.inputs;
+  int64_t count = totalCount(grads), stageId = args.i("stage", 0);
+  auto reductions = NcclReductions::of(deviceOf(args));
+  NcclReductions::Stage &stage = reductions->stage(args, stageId, count);
+  float *buffers = stage.buffers->as<float>();
+  std::vector<cudaEvent_t> done = stage.done;
+  return std::make_unique<FunctionKernel>([=](const StepContext &context) {
+    cudaStream_t compute = streamOf(context);
+    int64_t slot = context.step % kDepth;
+    float *at = buffers + slot * count;
+    for (const TensorView &g : grads) {
+      checkCuda(cudaMemcpyAsync(at, g.data, byteSize(g),
+                                cudaMemcpyDeviceToDevice, compute),
+                "pack gradients");
+      at += g.numel();
+    }
+    checkCuda(cudaEventRecord(reductions->packed, compute), "event");
+    checkCuda(cudaStreamWaitEvent(reductions->comm, reductions->packed),
+              "event wait");
+    checkNccl(ncclAllReduce(buffers + slot * count, buffers + slot * count,
+                            count, ncclFloat, ncclSum, nccl, reductions->comm),
+              "ncclAllReduce");
+    checkCuda(cudaEventRecord(done[slot], reductions->comm), "event");
+  });
+}
+
+std::unique_ptr<Kernel> ncclReduceWait(const KernelArgs &args, int devices) {
+  std::vector<TensorView> reduced = args.outputs;
+  int64_t count = totalCount(reduced), stageId = args.i("stage", 0),
+          delay = args.i("delay", 0);
+  if (delay + 1 >= kDepth)
+    args.fail("waits " + std::to_string(delay + 1) +
+              " steps for its reduction; the NCCL path keeps " +
+              std::to_string(kDepth - 1));
+  auto reductions = NcclReductions::of(deviceOf(args));
+  NcclReductions::Stage &stage = reductions->stage(args, stageId, count);
+  float *buffers = stage.buffers->as<float>();
+  std::vector<cudaEvent_t> done = stage.done;
+  float scale = 1.0f / static_cast<float>(devices);
+  // The wait keeps the reductions alive too: it may be made before the
+  // stage's reduce_start (an update waits for the step before's sum).
+  return std::make_unique<FunctionKernel>(
+      [=, keep = reductions](const StepContext &context) {
+        (void)keep;
+        cudaStream_t compute = streamOf(context);
+        int64_t step = context.step - 1 - delay;
+        int64_t slot = ((step % kDepth) + kDepth) % kDepth;
+        checkCuda(cudaStreamWaitEvent(compute, done[slot]), "event wait");
+        const float *at = buffers + slot * count;
+        for (const TensorView &r : reduced) {
+          if (r.numel())
+            scaleKernel<<<blocksFor(r.numel()), kThreads, 0, compute>>>(
+                at, r.f32(), r.numel(), scale);
+          at += r.numel();
+        }
+        launched("reduce_wait");
+      });
+}
+
+} // namespace
+
+/// The NCCL kernel of `op` where NCCL can serve this run, else null.
+std::unique_ptr<Kernel> makeNcclKernel(const std::string &op,
+                                       const KernelArgs &args) {
+  if (!args.communicator)
+    return nullptr;
+  int devices = args.communicator->size();
+  ncclComm_t nccl = NcclClique::forDevice(args.device, devices);
+  if (!nccl)
+    return nullptr;
+  return op == "reduce_start" ? ncclReduceStart(args, nccl)
+                              : ncclReduceWait(args, devices);
+}
+
+} // namespace cdp::runtime::cuda
