@@ -13,9 +13,10 @@ compiles SGD-with-momentum plans (lr 0.01) with --backend cuda, and writes
 one micro-batch of inputs for each. `run` needs DIR/bin/cdp-run and DIR/lib
 (scripts/gpu-bundle.sh makes them): it times S steps of cdp-run (the mean of
 its per-step metrics after 5 warm-up steps) and of the same model, batch,
-loss and optimizer in PyTorch, eager and torch.compile (CUDA events, after
-warm-up), all float32 with TF32 off, and prints one table row per model,
-plus the GEMM MLP's TFLOP/s against cuBLAS's (torch.matmul) for its shapes.
+loss and optimizer in PyTorch, eager and torch.compile (after warm-up), all
+float32 with TF32 off (cdp also with --allow-nondeterministic: "any-bits"),
+and prints one table row per model, plus the GEMM MLP's TFLOP/s against
+cuBLAS's (torch.matmul) for its shapes.
 """
 
 import json
@@ -108,13 +109,13 @@ def cdp_environment(out, torch):
     return env
 
 
-def cdp_step_ms(out, tag, batch, steps, env):
+def cdp_step_ms(out, tag, batch, steps, env, flags=()):
     metrics = os.path.join("/tmp", tag + "-metrics.jsonl")
     bench = os.path.join(out, "bench")
     subprocess.run([os.path.join(out, "bin", "cdp-run"), os.path.join(bench, tag + ".cdp"),
                     "--feed", "input=" + os.path.join(bench, tag + "-x.npy"),
                     "--feed", "labels=" + os.path.join(bench, tag + "-y.npy"),
-                    "--steps", str(steps + 5), "--metrics", metrics],
+                    "--steps", str(steps + 5), "--metrics", metrics, *flags],
                    check=True, stdout=subprocess.DEVNULL, env=env)
     rates = [json.loads(line)["samples_per_s"] for line in open(metrics)][5:]
     return 1e3 * sum(batch / r for r in rates) / len(rates)
@@ -174,11 +175,12 @@ def run(out, steps=50):
     print("device %s, torch %s, CUDA %s, cuDNN %s, %d steps" % (
         torch.cuda.get_device_name(), torch.__version__, torch.version.cuda,
         torch.backends.cudnn.version(), steps))
-    print("%-12s %6s %10s %12s %14s %10s" % ("model", "batch", "cdp ms", "eager ms",
-                                              "compile ms", "cdp/eager"))
+    print("%-12s %6s %10s %12s %12s %14s %10s" % (
+        "model", "batch", "cdp ms", "any-bits ms", "eager ms", "compile ms", "cdp/eager"))
     for name, batch in cases():
         tag = "%s-%d" % (name, batch)
         ours = cdp_step_ms(out, tag, batch, steps, env)
+        any_bits = cdp_step_ms(out, tag, batch, steps, env, ["--allow-nondeterministic"])
         model, x, _ = example(models, torch, name, batch)
         y = torch.randint(0, 10, (batch,))
         eager = torch_step_ms(torch, model, x, y, steps, False)
@@ -187,8 +189,8 @@ def run(out, steps=50):
             compiled = "%.3f" % torch_step_ms(torch, model, x, y, steps, True)
         except Exception as error:  # noqa: BLE001 (a missing compiler, say)
             compiled = "n/a (%s)" % type(error).__name__
-        print("%-12s %6d %10.3f %12.3f %14s %10.2f" % (name, batch, ours, eager, compiled,
-                                                        ours / eager))
+        print("%-12s %6d %10.3f %12.3f %12.3f %14s %10.2f" % (
+            name, batch, ours, any_bits, eager, compiled, ours / eager))
         if name == "gemm_mlp":
             blas_ms, flops = cublas_ms(torch, batch)
             print("gemm_mlp: %.1f GFLOP per step; cdp %.1f TFLOP/s, cuBLAS alone on its "

@@ -8,6 +8,7 @@ namespace cdp::runtime {
 
 namespace {
 std::atomic<bool> tf32{false};
+std::atomic<bool> nondeterministic{false};
 } // namespace
 
 void checkCuda(cudaError_t status, const char *what) {
@@ -150,9 +151,14 @@ void CudaDevice::finishStep(int64_t step) {
 }
 
 void CudaDevice::allowTf32(bool allow) { tf32 = allow; }
+void CudaDevice::allowNondeterministic(bool allow) { nondeterministic = allow; }
+bool CudaDevice::nondeterministicAllowed() { return nondeterministic; }
 bool CudaDevice::tf32Allowed() { return tf32; }
 
 void setAllowTf32(bool allow) { CudaDevice::allowTf32(allow); }
+void setAllowNondeterministic(bool allow) {
+  CudaDevice::allowNondeterministic(allow);
+}
 
 std::unique_ptr<Device> createCudaDevice(int index) {
   return std::make_unique<CudaDevice>(index);

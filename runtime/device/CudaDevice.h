@@ -60,6 +60,10 @@ public:
   /// TF32 tensor cores for float32 products (cdp-run --allow-tf32).
   static void allowTf32(bool allow);
   static bool tf32Allowed();
+  /// Library algorithms whose bits vary from run to run (cuDNN's fastest
+  /// convolutions; cdp-run --allow-nondeterministic).
+  static void allowNondeterministic(bool allow);
+  static bool nondeterministicAllowed();
 
 private:
   int deviceIndex, gpuIndex;

@@ -14,4 +14,6 @@ void registerCudaKernels(KernelRegistry &) {}
 
 void setAllowTf32(bool) {}
 
+void setAllowNondeterministic(bool) {}
+
 } // namespace cdp::runtime

@@ -72,7 +72,7 @@ struct Options {
   int64_t checkpointEvery = 0;
   int64_t maxTensorBytes = int64_t(16) << 30;
   std::string backend; ///< empty: the plan's
-  bool allowTf32 = false;
+  bool allowTf32 = false, allowNondeterministic = false;
 };
 
 struct Flag {
@@ -142,6 +142,11 @@ Options parseArguments(int argc, char **argv) {
        "products (faster, about 1e-3 relative error; off by default so that "
        "results match the CPU backend's)",
        [&](const std::string &) { o.allowTf32 = true; }},
+      {"--allow-nondeterministic", nullptr,
+       "CUDA: let cuDNN use its fastest convolution algorithms, also those "
+       "whose results vary in the last bits from run to run (a resumed run "
+       "then differs from an uninterrupted one by rounding; off by default)",
+       [&](const std::string &) { o.allowNondeterministic = true; }},
       {"--threads", "T",
        "oneDNN/OpenMP threads per device (default: all cores for one device, "
        "1 per device for several; under mpirun the node's cores shared "
@@ -471,8 +476,8 @@ void checkMeaningfulFlags(const Options &options, const plan::Plan &plan) {
         "always finite)");
 }
 
-/// --backend overrides the plan's devices' backend; --allow-tf32 needs a
-/// GPU device to mean something.
+/// --backend overrides the plan's devices' backend; --allow-tf32 and
+/// --allow-nondeterministic need a GPU device to mean something.
 void selectBackend(const Options &options, plan::Plan &plan) {
   if (!options.backend.empty())
     for (plan::Device &device : *plan.mutable_devices())
@@ -480,10 +485,15 @@ void selectBackend(const Options &options, plan::Plan &plan) {
   bool gpu = std::any_of(
       plan.devices().begin(), plan.devices().end(),
       [](const plan::Device &device) { return device.backend() == "cuda"; });
-  if (options.allowTf32 && !gpu)
-    die("--allow-tf32 applies to the CUDA backend, and this plan's devices "
-        "run on the CPU (add --backend cuda)");
+  for (auto [flag, given] :
+       {std::pair{"--allow-tf32", options.allowTf32},
+        std::pair{"--allow-nondeterministic", options.allowNondeterministic}})
+    if (given && !gpu)
+      die(std::string(flag) +
+          " applies to the CUDA backend, and this plan's devices run on the "
+          "CPU (add --backend cuda)");
   setAllowTf32(options.allowTf32);
+  setAllowNondeterministic(options.allowNondeterministic);
 }
 
 /// Reads the plan and refuses one that would hang or options that do not

@@ -84,6 +84,11 @@ std::unique_ptr<Device> createCudaDevice(int index);
 /// float32 products (cdp-run --allow-tf32; off by default).
 void setAllowTf32(bool allow);
 
+/// Whether GPU kernels may use library algorithms whose results vary in the
+/// last bits from run to run (cdp-run --allow-nondeterministic; off by
+/// default, so that a resumed run equals an uninterrupted one).
+void setAllowNondeterministic(bool allow);
+
 /// The backend a plan's device names ("cpu", the default, or "cuda").
 /// Throws RuntimeError for another name.
 Backend parseBackend(const std::string &name);

@@ -85,12 +85,13 @@ struct ConvDescriptors {
 /// The first of cuDNN's ranked algorithms that it can run and that gives
 /// the same bits every run (so that a resumed run equals an uninterrupted
 /// one, as on the CPU); a non-deterministic one only where there is no
-/// other.
+/// other, or where --allow-nondeterministic lets the first-ranked run.
 template <typename Perf>
 Perf pick(const KernelArgs &args, const Perf *perf, int returned) {
+  bool anyBits = CudaDevice::nondeterministicAllowed();
   for (int i = 0; i < returned; ++i)
     if (perf[i].status == CUDNN_STATUS_SUCCESS &&
-        perf[i].determinism == CUDNN_DETERMINISTIC)
+        (anyBits || perf[i].determinism == CUDNN_DETERMINISTIC))
       return perf[i];
   for (int i = 0; i < returned; ++i)
     if (perf[i].status == CUDNN_STATUS_SUCCESS)
