@@ -14,6 +14,7 @@
 #include <charconv>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <sys/stat.h>
 
@@ -319,14 +320,19 @@ Dataset parseIdx(const std::string &images, const std::string &labels,
                        " labels: " + std::to_string(bigEndian(labels, 4)) +
                        " labels for " + std::to_string(count) + " images");
   // Each factor is below 2^32, so pixels and the sizes below cannot wrap
-  // once pixels is checked against the bytes there are.
-  int64_t pixels = saturatingMul(saturatingMul(count, rows), cols);
+  // once pixels is checked against the bytes there are; an empty set's
+  // image size is checked on its own.
+  int64_t perImage = saturatingMul(rows, cols);
+  if (perImage == std::numeric_limits<int64_t>::max())
+    throw RuntimeError(prefix + " images: " + std::to_string(rows) + " x " +
+                       std::to_string(cols) + " pixels do not fit in memory");
+  int64_t pixels = saturatingMul(count, perImage);
   if (pixels != static_cast<int64_t>(images.size()) - 16 ||
       static_cast<int64_t>(labels.size()) != 8 + count)
     throw RuntimeError(prefix + " IDX files are truncated or padded");
   Dataset data;
   data.images.dtype = plan::F32;
-  data.images.shape = {count, rows * cols};
+  data.images.shape = {count, perImage};
   data.images.bytes.resize(pixels * 4);
   float *values = reinterpret_cast<float *>(data.images.bytes.data());
   for (int64_t i = 0; i < pixels; ++i)
