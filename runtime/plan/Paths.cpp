@@ -43,8 +43,57 @@ std::string checkOutputPath(const std::string &flag, const std::string &path,
   return "";
 }
 
-bool writeFileAtomically(const std::string &path, const std::string &bytes,
+namespace {
+
+/// Writes every byte to `fd`; false with errno set on failure.
+bool writeAll(int fd, const std::string &bytes) {
+  for (size_t done = 0; done < bytes.size();) {
+    ssize_t wrote = write(fd, bytes.data() + done, bytes.size() - done);
+    if (wrote < 0 && errno == EINTR)
+      continue;
+    if (wrote <= 0)
+      return false;
+    done += static_cast<size_t>(wrote);
+  }
+  return true;
+}
+
+/// A device or FIFO (-o /dev/null, /dev/stdout, a pipe) is written in
+/// place: replacing it by a file would destroy it.
+bool writeInPlace(const std::string &path, const std::string &bytes,
+                  std::string &error) {
+  int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0 || !writeAll(fd, bytes)) {
+    error = std::string(fd < 0 ? "cannot write: " : "write failed: ") +
+            std::strerror(errno);
+    if (fd >= 0)
+      close(fd);
+    return false;
+  }
+  if (close(fd) != 0) {
+    error = std::string("write failed: ") + std::strerror(errno);
+    return false;
+  }
+  return true;
+}
+
+} // namespace
+
+bool writeFileAtomically(const std::string &given, const std::string &bytes,
                          std::string &error) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  // Through a symbolic link to the file it names, which is replaced.
+  std::string path = given;
+  if (fs::is_symlink(fs::symlink_status(given, ec))) {
+    fs::path target = fs::weakly_canonical(given, ec);
+    if (!ec)
+      path = target.string();
+  }
+  fs::file_status status = fs::status(path, ec);
+  if (!ec && fs::exists(status) && !fs::is_regular_file(status) &&
+      !fs::is_directory(status))
+    return writeInPlace(path, bytes, error);
   std::string pattern = path + ".tmp-XXXXXX";
   std::vector<char> name(pattern.begin(), pattern.end());
   name.push_back('\0');
@@ -60,14 +109,8 @@ bool writeFileAtomically(const std::string &path, const std::string &bytes,
     std::remove(temporary.c_str());
     return false;
   };
-  for (size_t done = 0; done < bytes.size();) {
-    ssize_t wrote = write(fd, bytes.data() + done, bytes.size() - done);
-    if (wrote < 0 && errno == EINTR)
-      continue;
-    if (wrote <= 0)
-      return fail("write failed: ");
-    done += static_cast<size_t>(wrote);
-  }
+  if (!writeAll(fd, bytes))
+    return fail("write failed: ");
   // mkstemp makes the file private; give it the permissions a plain open
   // would (the umask read once: reading it means setting it).
   static const mode_t mask = [] {

@@ -30,7 +30,8 @@ std::string checkOutputPath(const std::string &flag, const std::string &path,
 /// file beside it, flushed to disk, then renamed over it, so a crash or a
 /// full disk mid-write leaves the previous file (or none) whole, never a
 /// half-written one. On failure returns false, removes the temporary file
-/// and says why in `error`.
+/// and says why in `error`. A symbolic link is followed (the file it names
+/// is replaced); a device or FIFO (/dev/null, a pipe) is written in place.
 bool writeFileAtomically(const std::string &path, const std::string &bytes,
                          std::string &error);
 
