@@ -25,7 +25,8 @@ std::string checkInputFile(const std::string &path) {
 }
 
 std::string checkOutputPath(const std::string &flag, const std::string &path,
-                            const std::vector<std::string> &inputs) {
+                            const std::vector<std::string> &inputs,
+                            bool replaced) {
   namespace fs = std::filesystem;
   if (path.empty() || path == "-")
     return "";
@@ -36,6 +37,11 @@ std::string checkOutputPath(const std::string &flag, const std::string &path,
       return flag + " " + path + " is an input of this run; give another path";
   if (fs::is_directory(target, ec))
     return flag + " " + path + " is a folder; give a file path";
+  fs::file_status status = fs::status(target, ec);
+  if (replaced && !ec && fs::exists(status) && !fs::is_regular_file(status))
+    return flag + " " + path +
+           " is a device or FIFO, which an output would replace; give a file "
+           "path";
   fs::path folder = target.parent_path();
   if (!folder.empty() && !fs::is_directory(folder, ec))
     return flag + " " + path + ": the folder " + folder.string() +

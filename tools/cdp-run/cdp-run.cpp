@@ -1404,7 +1404,9 @@ void checkOutputPaths(const Options &options) {
                             {"--report-svg", &options.reportSvg},
                             {"--trace", &options.trace},
                             {"--profile", &options.profile}}) {
-    std::string problem = checkOutputPath(flag, *path, inputs);
+    std::string problem =
+        checkOutputPath(flag, *path, inputs,
+                        /*replaced=*/std::string(flag) != "--metrics");
     if (!problem.empty())
       die(problem);
   }

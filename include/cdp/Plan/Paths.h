@@ -22,9 +22,12 @@ namespace cdp {
 std::string checkInputFile(const std::string &path);
 
 /// Empty when `path`, the output of `flag`, may be written; else one line
-/// saying why not. "-" (standard output) always may.
+/// saying why not. "-" (standard output) always may. An output written
+/// whole and renamed into place (`replaced`) may not be a device or FIFO;
+/// a stream written as it goes (--metrics) may.
 std::string checkOutputPath(const std::string &flag, const std::string &path,
-                            const std::vector<std::string> &inputs);
+                            const std::vector<std::string> &inputs,
+                            bool replaced = true);
 
 /// Replaces `path` with `bytes` all at once: written to a fresh temporary
 /// file beside it, flushed to disk, then renamed over it, so a crash or a
