@@ -31,6 +31,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <cmath>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <limits>
@@ -164,6 +165,9 @@ private:
   const ConstTensor &requireConst(int i, StringRef role);
   std::vector<int64_t> constInts(int i, StringRef role);
   const onnx::AttributeProto *attr(StringRef name) const;
+  /// The attribute, or null; an error when it holds another type.
+  const onnx::AttributeProto *
+  typedAttr(StringRef name, onnx::AttributeProto::AttributeType type) const;
   int64_t intAttr(StringRef name, int64_t fallback) const;
   float floatAttr(StringRef name, float fallback) const;
   std::string stringAttr(StringRef name, StringRef fallback) const;
@@ -728,23 +732,41 @@ const onnx::AttributeProto *Importer::attr(StringRef name) const {
   return nullptr;
 }
 
-int64_t Importer::intAttr(StringRef name, int64_t fallback) const {
+/// ONNX's name of an attribute type, with its article.
+static std::string typeName(onnx::AttributeProto::AttributeType type) {
+  std::string name = onnx::AttributeProto::AttributeType_Name(type);
+  bool vowel = !name.empty() && std::strchr("AEIOU", name[0]) != nullptr;
+  return (vowel ? "an " : "a ") + name;
+}
+
+const onnx::AttributeProto *
+Importer::typedAttr(StringRef name,
+                    onnx::AttributeProto::AttributeType type) const {
   const onnx::AttributeProto *a = attr(name);
+  // Models from before attribute types were recorded leave it UNDEFINED.
+  if (a && a->type() != type && a->type() != onnx::AttributeProto::UNDEFINED)
+    raise(where() + ": attribute '" + name.str() + "' is " +
+          typeName(a->type()) + ", expected " + typeName(type));
+  return a;
+}
+
+int64_t Importer::intAttr(StringRef name, int64_t fallback) const {
+  const onnx::AttributeProto *a = typedAttr(name, onnx::AttributeProto::INT);
   return a ? a->i() : fallback;
 }
 
 float Importer::floatAttr(StringRef name, float fallback) const {
-  const onnx::AttributeProto *a = attr(name);
+  const onnx::AttributeProto *a = typedAttr(name, onnx::AttributeProto::FLOAT);
   return a ? a->f() : fallback;
 }
 
 std::string Importer::stringAttr(StringRef name, StringRef fallback) const {
-  const onnx::AttributeProto *a = attr(name);
+  const onnx::AttributeProto *a = typedAttr(name, onnx::AttributeProto::STRING);
   return a ? a->s() : fallback.str();
 }
 
 std::vector<int64_t> Importer::intsAttr(StringRef name) const {
-  const onnx::AttributeProto *a = attr(name);
+  const onnx::AttributeProto *a = typedAttr(name, onnx::AttributeProto::INTS);
   return a ? std::vector<int64_t>(a->ints().begin(), a->ints().end())
            : std::vector<int64_t>();
 }
