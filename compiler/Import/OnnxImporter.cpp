@@ -454,10 +454,10 @@ SmallVector<int64_t> Importer::checkedShape(ArrayRef<int64_t> dims,
   }
   int64_t width = elementType.isF32() ? 4 : elementType.isInteger(1) ? 1 : 8;
   int64_t bytes;
-  if (__builtin_mul_overflow(elements, width, &bytes) ||
-      bytes > options.maxTensorBytes)
+  bool overflows = __builtin_mul_overflow(elements, width, &bytes);
+  if (overflows || bytes > options.maxTensorBytes)
     raise(what + " of shape " + shapeText(dims) + " needs " +
-          (bytes < 0 ? std::string("more than 2^63") : std::to_string(bytes)) +
+          (overflows ? std::string("more than 2^63") : std::to_string(bytes)) +
           " bytes, more than --max-tensor-bytes " +
           Twine(options.maxTensorBytes));
   return SmallVector<int64_t>(dims);
