@@ -54,3 +54,8 @@ if config.cdp_enable_cuda.upper() in ("ON", "1", "TRUE", "YES"):
         listed = ""
     if "GPU" in listed:
         config.available_features.add("cuda-device")
+
+# Running as root with setpriv: tests may drop to another user to meet
+# limits root ignores (RLIMIT_NPROC: how many threads a process may start).
+if hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("setpriv"):
+    config.available_features.add("root-setpriv")
