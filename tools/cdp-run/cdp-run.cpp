@@ -1082,21 +1082,37 @@ void runDevices(Run &run, int64_t start) {
   CheckpointCuts cuts(run.plan);
   DeviceThreads shared{orders, losses, progress, rendezvous, cuts, start};
   std::vector<std::thread> threads;
+  // The system may refuse a thread (more devices than it allows): the
+  // devices already started are stopped and joined before the error goes
+  // on, or their still-joinable threads would abort the process.
+  auto stopStarted = [&](const std::string &why) {
+    for (int d = 0; d < N; ++d)
+      if (run.fabric->owns(d))
+        run.fabric->endpoint(d).abort();
+    rendezvous.abandon(why);
+    for (std::thread &thread : threads)
+      thread.join();
+  };
   for (int d = 0; d < N; ++d)
     if (run.fabric->owns(d))
-      threads.emplace_back([&, d] {
-        try {
-          runDevice(run, d, shared);
-        } catch (const RuntimeError &e) {
-          std::lock_guard<std::mutex> lock(errorMutex);
-          if (firstError.empty())
-            firstError = e.what();
-          if (run.mpi) // every process ends, with this one's reason
-            die("device " + std::to_string(d) + ": " + e.what());
-          run.fabric->endpoint(d).abort();
-          rendezvous.abandon(e.what());
-        }
-      });
+      try {
+        threads.emplace_back([&, d] {
+          try {
+            runDevice(run, d, shared);
+          } catch (const RuntimeError &e) {
+            std::lock_guard<std::mutex> lock(errorMutex);
+            if (firstError.empty())
+              firstError = e.what();
+            if (run.mpi) // every process ends, with this one's reason
+              die("device " + std::to_string(d) + ": " + e.what());
+            run.fabric->endpoint(d).abort();
+            rendezvous.abandon(e.what());
+          }
+        });
+      } catch (const std::system_error &e) {
+        stopStarted(e.what());
+        throw;
+      }
   while (run.terminal && run.root()) {
     int64_t done = progress;
     std::fprintf(stderr, "\r%s on %d devices: step %lld/%lld   ",
