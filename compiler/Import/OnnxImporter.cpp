@@ -566,13 +566,16 @@ ConstTensor Importer::readTensor(const onnx::TensorProto &tensor,
       raise(what + " has " + Twine(raw->size()) + " bytes of data, expected " +
             Twine(count * width) + " for shape " + shapeText(result.shape) +
             " of " + onnxTypeName(tensor.data_type()));
-    // ONNX raw data is little-endian, like every host cdp runs on.
+    // ONNX raw data is little-endian, like every host cdp runs on. (An
+    // empty tensor copies nothing: its vector's data may be null.)
     if (result.kind == ConstTensor::F32) {
       result.floats.resize(count);
-      std::memcpy(result.floats.data(), raw->data(), raw->size());
+      if (count)
+        std::memcpy(result.floats.data(), raw->data(), raw->size());
     } else if (result.kind == ConstTensor::I64) {
       result.ints.resize(count);
-      std::memcpy(result.ints.data(), raw->data(), raw->size());
+      if (count)
+        std::memcpy(result.ints.data(), raw->data(), raw->size());
     } else {
       for (char c : *raw)
         result.ints.push_back(c != 0);

@@ -342,7 +342,8 @@ void copyRows(const Array &source, const TensorView &target, int64_t batchAxis,
               int64_t first, const std::vector<int64_t> *order = nullptr) {
   int64_t width = plan::dtypeSize(target.dtype);
   if (batchAxis < 0) {
-    std::memcpy(target.data, source.bytes.data(), target.numel() * width);
+    if (target.numel() > 0) // an empty tensor's data may be null
+      std::memcpy(target.data, source.bytes.data(), target.numel() * width);
     return;
   }
   int64_t outer = 1, inner = 1;
