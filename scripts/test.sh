@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's second command: sets up, builds, and runs every test (lit
 # tests of the dialect, importer and tools; end-to-end tests; GoogleTest
-# units). Ends with one line "N passed, N failed".
+# units), then the same suites under ASan + UBSan and the fuzz targets.
+# Ends with one line "N passed, N failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -14,18 +15,31 @@ status=0
 /usr/bin/python3 "$LIT" -sv --order=lexical -o "$results" \
   "$BUILD_DIR/test" "$BUILD_DIR/test/unit" || status=$?
 
-# Every fuzz target for a bounded, repeatable time (ASan + UBSan, clang-19).
+# The same suites once more on tools built with ASan + UBSan (clang-19),
+# then every fuzz target for a bounded, repeatable time on that tree.
+sanitized="$BUILD_DIR/sanitized-results.json"
+echo "== the suites under ASan + UBSan (build-fuzz/)"
+./scripts/sanitize.sh "$sanitized" > "$BUILD_DIR/sanitized.log" 2>&1 || status=1
 CDP_FUZZ_SEED=1 ./scripts/fuzz.sh "${CDP_FUZZ_SECONDS:-15}" | grep '^fuzz:' || status=1
 
-/usr/bin/python3 - "$results" <<'PY'
-import json, sys
-tests = json.load(open(sys.argv[1]))["tests"]
-good = {"PASS", "XFAIL"}
-passed = sum(t["code"] in good for t in tests)
-failed = len(tests) - passed
-for t in tests:
-    if t["code"] not in good:
-        print("  %s: %s" % (t["code"], t["name"]))
+/usr/bin/python3 - "$results" "$sanitized" <<'PY'
+import json, os, sys
+good, skipped = {"PASS", "XFAIL"}, {"UNSUPPORTED", "SKIPPED"}
+passed = failed = unrun = 0
+for path, prefix in zip(sys.argv[1:], ["", "sanitized: "]):
+    if not os.path.exists(path):
+        print("  FAIL: %sno results (%s)" % (prefix, path))
+        failed += 1
+        continue
+    for t in json.load(open(path))["tests"]:
+        if t["code"] in good:
+            passed += 1
+        elif t["code"] in skipped:
+            unrun += 1
+        else:
+            failed += 1
+            print("  %s: %s%s" % (t["code"], prefix, t["name"]))
+print("%d unsupported here (their REQUIRES not met)" % unrun)
 print("%d passed, %d failed" % (passed, failed))
 PY
 exit $status

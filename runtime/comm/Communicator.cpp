@@ -1,6 +1,7 @@
 //===- Communicator.cpp - what every communicator backend shares ----------===//
 
 #include "cdp/Runtime/Communicator.h"
+#include "cdp/Runtime/Bytes.h"
 
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Runtime/Kernel.h"
@@ -117,7 +118,7 @@ void accumulate(plan::DType dtype, void *acc, const void *part, int64_t count) {
 void reduceInDeviceOrder(Buffer out, const std::vector<char> &parts,
                          int devices, ReduceOp op) {
   int64_t bytes = out.bytes();
-  std::memcpy(out.data, parts.data(), bytes);
+  copyBytes(out.data, parts.data(), bytes);
   for (int d = 1; d < devices; ++d)
     accumulate(out.dtype, out.data, parts.data() + d * bytes, out.count);
   if (op != ReduceOp::Mean)
@@ -166,7 +167,7 @@ bool Communicator::allReduce(int64_t tag, Buffer data, ReduceOp op,
   checkReduction(data.dtype, op);
   int64_t bytes = data.bytes();
   std::vector<char> contributions(size() * bytes);
-  std::memcpy(contributions.data() + rank() * bytes, data.data, bytes);
+  copyBytes(contributions.data() + rank() * bytes, data.data, bytes);
   int64_t message = collectiveTag(tag, 0);
   sendToAll(message, data, tau);
   for (int d = 0; d < size(); ++d)
@@ -190,8 +191,8 @@ bool Communicator::reduceScatter(int64_t tag, ConstBuffer in, Buffer out,
     if (d != rank())
       send(d, message, {in.dtype, bytesAt(in.data, d * bytes), out.count}, tau);
   std::vector<char> chunks(size() * bytes);
-  std::memcpy(chunks.data() + rank() * bytes, bytesAt(in.data, rank() * bytes),
-              bytes);
+  copyBytes(chunks.data() + rank() * bytes, bytesAt(in.data, rank() * bytes),
+            bytes);
   for (int d = 0; d < size(); ++d)
     if (d != rank() &&
         !recv(d, message, {out.dtype, chunks.data() + d * bytes, out.count}))
@@ -208,7 +209,7 @@ bool Communicator::allGather(int64_t tag, ConstBuffer in, Buffer out,
                        " devices into " + std::to_string(out.count));
   int64_t bytes = in.bytes(), message = collectiveTag(tag, 2);
   sendToAll(message, in, tau);
-  std::memcpy(bytesAt(out.data, rank() * bytes), in.data, bytes);
+  copyBytes(bytesAt(out.data, rank() * bytes), in.data, bytes);
   for (int d = 0; d < size(); ++d)
     if (d != rank() &&
         !recv(d, message, {in.dtype, bytesAt(out.data, d * bytes), in.count}))
@@ -232,7 +233,7 @@ bool Communicator::allGatherV(int64_t tag, ConstBuffer in, Gathered &out,
   for (int64_t count : out.counts)
     total += count;
   out.bytes.assign(total * plan::dtypeSize(in.dtype), 0);
-  std::memcpy(out.bytes.data() + out.offset(rank()), in.data, in.bytes());
+  copyBytes(out.bytes.data() + out.offset(rank()), in.data, in.bytes());
   for (int d = 0; d < size(); ++d)
     if (d != rank() &&
         !recv(d, values,

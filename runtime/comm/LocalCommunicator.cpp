@@ -147,7 +147,7 @@ bool LocalCommunicator::recv(int from, int64_t tag, Buffer out) {
     return false;
   LocalFabric::Message &message = fabric.mailboxes[key];
   checkArrival(tag, from, message.dtype, message.count, out);
-  std::memcpy(out.data, message.bytes.data(), message.bytes.size());
+  copyBytes(out.data, message.bytes.data(), message.bytes.size());
   fabric.mailboxes.erase(key);
   return true;
 }
@@ -206,7 +206,7 @@ bool LocalCommunicator::reduceWait(int64_t tag, Buffer out) {
                        "device " + std::to_string(device) + " expects " +
                        std::to_string(out.count) + " " +
                        plan::DType_Name(out.dtype));
-  std::memcpy(out.data, r.mean.data(), out.bytes());
+  copyBytes(out.data, r.mean.data(), out.bytes());
   if (++r.fetched == fabric.devices)
     fabric.reductions.erase(tag);
   return true;

@@ -210,9 +210,9 @@ void MpiCommunicator::post(int to, int64_t tag, ConstBuffer data) {
   auto message =
       std::make_unique<std::vector<char>>(sizeof(Header) + data.bytes());
   Header header{tag, data.count, static_cast<int32_t>(data.dtype), 0};
-  std::memcpy(message->data(), &header, sizeof(Header));
+  copyBytes(message->data(), &header, sizeof(Header));
   if (data.bytes())
-    std::memcpy(message->data() + sizeof(Header), data.data, data.bytes());
+    copyBytes(message->data() + sizeof(Header), data.data, data.bytes());
   MPI_Request request;
   checkMpi(MPI_Isend(message->data(), static_cast<int>(message->size()),
                      MPI_BYTE, fabric.rankOf(to), device, fabric.perDevice[to],
@@ -258,7 +258,7 @@ bool MpiCommunicator::receiveOne(int from) {
       from);
   ++receivedFrom[from];
   Header header;
-  std::memcpy(&header, message.data(), sizeof(Header));
+  copyBytes(&header, message.data(), sizeof(Header));
   early[{from, header.tag}] = std::move(message);
   return true;
 }
@@ -349,11 +349,11 @@ bool MpiCommunicator::recv(int from, int64_t tag, Buffer out) {
   if (!message)
     return false;
   Header header;
-  std::memcpy(&header, message->data(), sizeof(Header));
+  copyBytes(&header, message->data(), sizeof(Header));
   checkArrival(tag, from, static_cast<plan::DType>(header.dtype), header.count,
                out);
   if (out.bytes())
-    std::memcpy(out.data, message->data() + sizeof(Header), out.bytes());
+    copyBytes(out.data, message->data() + sizeof(Header), out.bytes());
   early.erase({from, tag});
   return true;
 }
@@ -411,7 +411,7 @@ std::vector<std::vector<Communicator::SendRecord>> MpiFabric::gatherSendLogs() {
        gatherOntoRoot(std::string(reinterpret_cast<const char *>(mine.data()),
                                   mine.size() * sizeof(int64_t)))) {
     std::vector<int64_t> triples(part.size() / sizeof(int64_t));
-    std::memcpy(triples.data(), part.data(), part.size());
+    copyBytes(triples.data(), part.data(), part.size());
     for (size_t i = 0; i + 2 < triples.size(); i += 3)
       logs[triples[i]].push_back({triples[i + 1], triples[i + 2]});
   }

@@ -21,6 +21,13 @@
 
 namespace cdp::runtime {
 
+/// memcpy, also for an empty range whose pointers may be null (an empty
+/// vector's data()), which memcpy itself does not allow.
+inline void copyBytes(void *to, const void *from, size_t bytes) {
+  if (bytes)
+    std::memcpy(to, from, bytes);
+}
+
 class ByteWriter {
 public:
   template <typename T> void put(T value) {
