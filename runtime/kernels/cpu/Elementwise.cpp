@@ -2,6 +2,8 @@
 
 #include "CpuKernels.h"
 
+#include "../DropoutStream.h"
+
 #include <cmath>
 
 namespace cdp::runtime::cpu {
@@ -84,17 +86,6 @@ float gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * kSqrt1_2)); }
 float geluTanh(float x) {
   return 0.5f * x *
          (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
-}
-
-/// A uniform number in [0, 1) from (seed, step, slot, instruction, index):
-/// the same mask for the same step whatever the thread schedule.
-float uniform(uint64_t seed, uint64_t stream, uint64_t index) {
-  uint64_t z = seed * 0x9E3779B97F4A7C15ull ^ stream * 0xD1B54A32D192ED03ull ^
-               (index + 1) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
 }
 
 } // namespace
@@ -241,11 +232,7 @@ void registerElementwise(KernelRegistry &registry) {
     TensorView x = args.inputs[0], y = args.outputs[0], mask = args.outputs[1];
     float ratio = static_cast<float>(args.f("ratio", 0.5));
     bool training = args.i("training_mode", 0) != 0;
-    uint64_t stream = static_cast<uint64_t>(args.i("seed", 0)) ^
-                      std::hash<std::string>()(args.instruction->location());
-    // The micro-batch of the step the mask belongs to: a pipeline stage
-    // names it (its devices run several); otherwise the step's slot.
-    int64_t microBatch = args.i("step_micro_batch", -1);
+    DropoutStream draw(args);
     int64_t n = y.numel();
     return [=](const StepContext &context) {
       const float *px = x.f32();
@@ -257,11 +244,9 @@ void registerElementwise(KernelRegistry &registry) {
         return;
       }
       float keepScale = 1.0f / (1.0f - ratio);
-      uint64_t seed =
-          context.seed ^ (static_cast<uint64_t>(context.step) << 20) ^
-          static_cast<uint64_t>(microBatch >= 0 ? microBatch : context.slot);
+      uint64_t seed = draw.seedOf(context);
       for (int64_t i = 0; i < n; ++i) {
-        bool keep = uniform(seed, stream, i) >= ratio;
+        bool keep = dropoutUniform(seed, draw.stream, i) >= ratio;
         pm[i] = keep;
         py[i] = keep ? px[i] * keepScale : 0.0f;
       }

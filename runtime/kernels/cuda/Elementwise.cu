@@ -9,6 +9,8 @@
 #include "CudaKernels.h"
 #include "Reduce.cuh"
 
+#include "../DropoutStream.h"
+
 #include <functional>
 
 namespace cdp::runtime::cuda {
@@ -207,22 +209,12 @@ GradOp gradOf(const KernelArgs &args, const std::string &kind) {
   args.fail("unknown activation '" + kind + "'");
 }
 
-/// The CPU's counter-based uniform number in [0, 1).
-__device__ float uniform(uint64_t seed, uint64_t stream, uint64_t index) {
-  uint64_t z = seed * 0x9E3779B97F4A7C15ull ^ stream * 0xD1B54A32D192ED03ull ^
-               (index + 1) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
-}
-
 __global__ void dropoutKernel(const float *x, float *y, uint8_t *mask,
                               int64_t n, float ratio, uint64_t seed,
                               uint64_t stream) {
   float keepScale = 1.0f / (1.0f - ratio);
   CDP_FOR_EACH(i, n) {
-    bool keep = ratio == 0.0f || uniform(seed, stream, i) >= ratio;
+    bool keep = ratio == 0.0f || dropoutUniform(seed, stream, i) >= ratio;
     mask[i] = keep;
     y[i] = keep ? (ratio == 0.0f ? x[i] : x[i] * keepScale) : 0.0f;
   }
@@ -307,19 +299,14 @@ void registerDropout(KernelRegistry &registry) {
     TensorView x = args.inputs[0], y = args.outputs[0], mask = args.outputs[1];
     float ratio = static_cast<float>(args.f("ratio", 0.5));
     bool training = args.i("training_mode", 0) != 0;
-    uint64_t stream = static_cast<uint64_t>(args.i("seed", 0)) ^
-                      std::hash<std::string>()(args.instruction->location());
-    int64_t microBatch = args.i("step_micro_batch", -1);
+    DropoutStream draw(args);
     int64_t n = y.numel();
     return [=](const StepContext &context) {
       if (n == 0)
         return;
-      uint64_t seed =
-          context.seed ^ (static_cast<uint64_t>(context.step) << 20) ^
-          static_cast<uint64_t>(microBatch >= 0 ? microBatch : context.slot);
       dropoutKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
-          x.f32(), y.f32(), mask.b8(), n, training ? ratio : 0.0f, seed,
-          stream);
+          x.f32(), y.f32(), mask.b8(), n, training ? ratio : 0.0f,
+          draw.seedOf(context), draw.stream);
       launched("dropout");
     };
   });
