@@ -9,17 +9,12 @@
 #ifndef CDP_RUNTIME_KERNELS_DROPOUTSTREAM_H
 #define CDP_RUNTIME_KERNELS_DROPOUTSTREAM_H
 
+#include "HostDevice.h"
 #include "cdp/Runtime/Kernel.h"
 
 #include <cstdint>
 #include <functional>
 #include <string>
-
-#ifdef __CUDACC__
-#define CDP_HOST_DEVICE __host__ __device__
-#else
-#define CDP_HOST_DEVICE
-#endif
 
 namespace cdp::runtime {
 

@@ -10,97 +10,11 @@
 #include "CudaKernels.h"
 #include "Reduce.cuh"
 
+#include "../PoolWindow.h"
+
 namespace cdp::runtime::cuda {
 
 namespace {
-
-struct PoolGeometry {
-  static constexpr int kDims = 3;
-  int64_t planes = 1, inSize = 1, outSize = 1;
-  int64_t in[kDims], out[kDims], kernel[kDims], padBegin[kDims], padEnd[kDims],
-      stride[kDims], dilation[kDims];
-  bool countIncludePad = false;
-
-  /// Calls fn(index) for every input position of the window of output
-  /// position `o` (both within a plane); returns average pooling's divisor.
-  template <typename Fn> __device__ int64_t window(int64_t o, Fn fn) const {
-    int64_t at[kDims];
-    for (int d = kDims - 1; d >= 0; --d) {
-      at[d] = o % out[d] * stride[d] - padBegin[d];
-      o /= out[d];
-    }
-    int64_t valid = 0, padded = 0;
-    for (int64_t kd = 0; kd < kernel[0]; ++kd) {
-      int64_t id = at[0] + kd * dilation[0];
-      if (id >= in[0] + padEnd[0])
-        break;
-      for (int64_t kh = 0; kh < kernel[1]; ++kh) {
-        int64_t ih = at[1] + kh * dilation[1];
-        if (ih >= in[1] + padEnd[1])
-          break;
-        for (int64_t kw = 0; kw < kernel[2]; ++kw) {
-          int64_t iw = at[2] + kw * dilation[2];
-          if (iw >= in[2] + padEnd[2])
-            break;
-          ++padded;
-          if (id < 0 || id >= in[0] || ih < 0 || ih >= in[1] || iw < 0 ||
-              iw >= in[2])
-            continue;
-          ++valid;
-          fn((id * in[1] + ih) * in[2] + iw);
-        }
-      }
-    }
-    return countIncludePad ? padded : valid;
-  }
-
-  /// The first maximum of the window, or -1 for padding only.
-  __device__ int64_t argmax(const float *plane, int64_t o) const {
-    float best = -INFINITY;
-    int64_t where = -1;
-    window(o, [&](int64_t i) {
-      if (where < 0 || plane[i] > best) {
-        best = plane[i];
-        where = i;
-      }
-    });
-    return where;
-  }
-
-  __device__ int64_t columnMajor(int64_t index) const {
-    int64_t w = index % in[2], h = index / in[2] % in[1],
-            d = index / (in[1] * in[2]);
-    return (w * in[1] + h) * in[0] + d;
-  }
-};
-
-PoolGeometry geometryOf(const KernelArgs &args,
-                        const std::vector<int64_t> &input,
-                        const std::vector<int64_t> &output) {
-  PoolGeometry g;
-  g.planes = input[0] * input[1];
-  int spatial = static_cast<int>(input.size()) - 2;
-  if (spatial > PoolGeometry::kDims)
-    args.fail("pools over more than 3 spatial dimensions");
-  std::vector<int64_t> kernelShape = args.ints("kernel_shape"),
-                       pads = args.ints("pads"), strides = args.ints("strides"),
-                       dilations = args.ints("dilations");
-  for (int d = 0; d < PoolGeometry::kDims; ++d) {
-    int s = d - (PoolGeometry::kDims - spatial);
-    bool real = s >= 0;
-    g.in[d] = real ? input[2 + s] : 1;
-    g.out[d] = real ? output[2 + s] : 1;
-    g.kernel[d] = real ? kernelShape[s] : 1;
-    g.padBegin[d] = real ? pads[s] : 0;
-    g.padEnd[d] = real ? pads[s + spatial] : 0;
-    g.stride[d] = real ? strides[s] : 1;
-    g.dilation[d] = real && !dilations.empty() ? dilations[s] : 1;
-    g.inSize *= g.in[d];
-    g.outSize *= g.out[d];
-  }
-  g.countIncludePad = args.i("count_include_pad", 0) != 0;
-  return g;
-}
 
 __global__ void maxPoolKernel(PoolGeometry g, const float *x, float *y,
                               int64_t *indices, bool columnMajor) {
@@ -195,7 +109,7 @@ void registerPooling(KernelRegistry &registry) {
         registry, indices ? "max_pool_indices" : "max_pool",
         [indices](const KernelArgs &args) {
           TensorView x = args.inputs[0], y = args.outputs[0];
-          PoolGeometry g = geometryOf(args, x.shape, y.shape);
+          PoolGeometry g(args, x.shape, y.shape);
           bool columnMajor = args.i("storage_order", 0) == 1;
           return [=](const StepContext &context) {
             int64_t n = g.planes * g.outSize;
@@ -210,7 +124,7 @@ void registerPooling(KernelRegistry &registry) {
 
   addKernel(registry, "max_pool_grad", [](const KernelArgs &args) {
     TensorView dy = args.inputs[0], x = args.inputs[1], dx = args.outputs[0];
-    PoolGeometry g = geometryOf(args, x.shape, dy.shape);
+    PoolGeometry g(args, x.shape, dy.shape);
     return [=](const StepContext &context) {
       cudaStream_t stream = streamOf(context);
       int64_t n = g.planes * g.inSize;
@@ -224,7 +138,7 @@ void registerPooling(KernelRegistry &registry) {
 
   addKernel(registry, "average_pool", [](const KernelArgs &args) {
     TensorView x = args.inputs[0], y = args.outputs[0];
-    PoolGeometry g = geometryOf(args, x.shape, y.shape);
+    PoolGeometry g(args, x.shape, y.shape);
     return [=](const StepContext &context) {
       int64_t n = g.planes * g.outSize;
       if (n == 0)
@@ -237,7 +151,7 @@ void registerPooling(KernelRegistry &registry) {
 
   addKernel(registry, "average_pool_grad", [](const KernelArgs &args) {
     TensorView dy = args.inputs[0], dx = args.outputs[0];
-    PoolGeometry g = geometryOf(args, dx.shape, dy.shape);
+    PoolGeometry g(args, dx.shape, dy.shape);
     return [=](const StepContext &context) {
       cudaStream_t stream = streamOf(context);
       int64_t n = g.planes * g.inSize;
