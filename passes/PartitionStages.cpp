@@ -4,6 +4,7 @@
 #include "cdp/Passes/Passes.h"
 #include "cdp/Passes/Profile.h"
 #include "cdp/Plan/Strategy.h"
+#include "cdp/Sched/ScheduleTable.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseSet.h"
@@ -108,10 +109,15 @@ struct PartitionStagesPass
                                   ArrayRef<double> costs, int64_t count,
                                   SmallVector<int64_t> &stageOf) {
     std::optional<Strategy> kind = parseStrategy(strategy.getValue());
-    if (!kind || !traitsOf(*kind).pipelined)
+    if (!kind || !traitsOf(*kind).pipelined || traitsOf(*kind).interleaved)
       return func.emitError("the memory estimate takes a pipeline strategy "
-                            "(gpipe, 1f1b, 2bw or cdp-mp), got '")
+                            "with one stage per device (gpipe, 1f1b, 2bw, "
+                            "cdp-mp or zb-h1), got '")
              << strategy << "'";
+    // The stash slots each stage keeps, as the step program sizes them.
+    SmallVector<int64_t> slots(count + 1, 1);
+    for (int64_t s = 1; s <= count; ++s)
+      slots[s] = pipeline::stageStashSlots(*kind, s, count, microBatches);
     size_t n = ops.size();
     SmallVector<double> costPrefix(n + 1, 0), paramPrefix(n + 1, 0),
         activationPrefix(n + 1, 0);
@@ -134,7 +140,7 @@ struct PartitionStagesPass
     double perParamByte = traitsOf(*kind).weightVersions + 2 + optimizerCopies;
     // Ops [begin, end) as stage s (1-based).
     auto memory = [&](size_t begin, size_t end, int64_t s) {
-      int64_t stash = stashSlots(*kind, s, count, microBatches);
+      int64_t stash = slots[s];
       return perParamByte * (paramPrefix[end] - paramPrefix[begin]) +
              stash * (activationPrefix[end] - activationPrefix[begin]);
     };

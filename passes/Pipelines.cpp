@@ -52,7 +52,7 @@ void addDataParallelSchedule(OpPassManager &pm,
   }
 }
 
-/// gpipe, 1f1b, 2bw and cdp-mp: the step programs the plan emitter lowers.
+/// The pipelines: the step programs the plan emitter lowers.
 void addPipelineSchedule(OpPassManager &pm,
                          const TrainingPipelineConfig &config) {
   const StrategyTraits &traits = traitsOf(config.strategy);
@@ -62,8 +62,14 @@ void addPipelineSchedule(OpPassManager &pm,
   step.replicas = config.replicas;
   step.cdpRule = config.cdpRule;
   step.v2Table = config.v2Table;
+  step.stagesPerDevice = config.stagesPerDevice;
+  step.schedule = config.schedulePath;
   pm.addPass(createSchedulePipeline(step));
-  if (config.timelineSteps > 0 && traits.replicable) {
+  // The time-step timeline of gpipe, 1f1b and 2bw's own schedules.
+  bool ownTimeline = config.strategy == Strategy::GPipe ||
+                     config.strategy == Strategy::OneFOneB ||
+                     config.strategy == Strategy::TwoBW;
+  if (config.timelineSteps > 0 && ownTimeline && config.schedulePath.empty()) {
     BuildPipelineOptions timeline;
     timeline.strategy = traits.name;
     timeline.stages = config.boundaries.empty()
@@ -135,15 +141,24 @@ struct StrategyPipelineOptions
       *this, "micro-batches",
       llvm::cl::desc("Pipelines: micro-batches per step and replica"),
       llvm::cl::init(4)};
-  Option<int64_t> replicas{*this, "replicas",
-                           llvm::cl::desc("gpipe, 1f1b, 2bw: pipeline copies"),
-                           llvm::cl::init(1)};
+  Option<int64_t> replicas{
+      *this, "replicas",
+      llvm::cl::desc("gpipe, 1f1b, 2bw, interleaved-1f1b, zb-h1: pipeline "
+                     "copies"),
+      llvm::cl::init(1)};
   Option<std::string> cdpRule{*this, "cdp-rule",
                               llvm::cl::desc("cdp, cdp-mp: v1 or v2"),
                               llvm::cl::init("v2")};
   Option<std::string> v2Table{*this, "v2-table",
                               llvm::cl::desc("v2's table: timing or code"),
                               llvm::cl::init("timing")};
+  Option<int64_t> stagesPerDevice{
+      *this, "stages-per-device",
+      llvm::cl::desc("interleaved-1f1b: stages each device runs"),
+      llvm::cl::init(2)};
+  Option<std::string> schedule{
+      *this, "schedule",
+      llvm::cl::desc("Pipelines: a schedule CSV to follow instead")};
   Option<std::string> cdpReduce{*this, "cdp-reduce",
                                 llvm::cl::desc("cdp: allreduce or chain"),
                                 llvm::cl::init("allreduce")};
@@ -174,6 +189,8 @@ struct StrategyPipelineOptions
     config.cdpRule = cdpRule;
     config.v2Table = v2Table;
     config.cdpReduce = cdpReduce;
+    config.stagesPerDevice = stagesPerDevice;
+    config.schedulePath = schedule;
     config.loss = loss;
     config.optimizer = optimizer;
     config.lr = lr;
@@ -205,6 +222,12 @@ void registerStrategyPipelines() {
        "PipeDream-2BW: 1F1B without a flush on two weight versions"},
       {"cdp-mp", Strategy::CDPMP,
        "CDP under model parallelism: CDP's slots on shared stage devices"},
+      {"cdp-interleaved-1f1b", Strategy::Interleaved1F1B,
+       "Interleaved 1F1B: each device runs several stages, flushed every "
+       "step"},
+      {"cdp-zb-h1", Strategy::ZBH1,
+       "Zero-bubble ZB-H1: 1F1B with backwards split into input and weight "
+       "gradients"},
   };
   for (const auto &pipeline : pipelines) {
     Strategy strategy = pipeline.strategy;

@@ -1,8 +1,10 @@
 //===- SchedulePipeline.cpp - every pipeline decision as a step program ---===//
 //
-// gpipe, 1f1b, 2bw and cdp-mp: places parameters and micro-batches on
-// devices and writes, per device, the program one training step repeats
-// (sched.step_program). The plan emitter lowers it op by op.
+// The pipelines: places parameters and micro-batches on devices and writes,
+// per device, the program one training step repeats (sched.step_program).
+// gpipe, 1f1b, 2bw, interleaved-1f1b and zb-h1 follow a schedule table
+// (their own, or a user's CSV); cdp-mp follows CDP's cycle. The plan
+// emitter lowers the program op by op.
 //
 //===----------------------------------------------------------------------===//
 
@@ -11,10 +13,12 @@
 #include "cdp/Passes/Passes.h"
 #include "cdp/Plan/Strategy.h"
 #include "cdp/Sched/Pipeline.h"
+#include "cdp/Sched/ScheduleTable.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/MapVector.h"
+#include "llvm/Support/MemoryBuffer.h"
 
 #include <set>
 
@@ -86,14 +90,29 @@ std::vector<ProgramEntry> cyclicProgram(int64_t s, int64_t S, int64_t MB,
   return entries;
 }
 
-/// gpipe and 1f1b: the stage order, at its timing.
-std::vector<ProgramEntry>
-flushProgram(const std::vector<pipeline::StageOp> &order,
-             const std::vector<int64_t> &times) {
+/// A stage's program from its schedule table: each action at its time
+/// step; the previous step's work (a negative micro-batch) with stepRel -1.
+std::vector<ProgramEntry> tableProgram(const pipeline::ScheduleTable &table,
+                                       int64_t s) {
+  std::vector<pipeline::TimedAction> actions = pipeline::stageActions(table, s);
   std::vector<ProgramEntry> entries;
-  for (size_t i = 0; i < order.size(); ++i)
-    entries.push_back(
-        {order[i].kind, order[i].microBatch - 1, 0, times[i], false});
+  int64_t M = table.microBatches;
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const pipeline::Action &action = actions[i].action;
+    // 1-stale: the update applies the previous step's gradients.
+    bool previousStep =
+        action.microBatch < 0 ||
+        (!action.computes() && table.rule == pipeline::WeightRule::OneStale);
+    // A micro-batch of the step; an update follows the step's last one
+    // (synchronous) or starts the step's program (1-stale).
+    int64_t k = action.microBatch < 0 ? action.microBatch + M
+                : action.computes()   ? action.microBatch
+                : previousStep        ? 0
+                                      : M - 1;
+    entries.push_back({static_cast<char>(action.kind), k, previousStep ? -1 : 0,
+                       actions[i].time,
+                       pipeline::readsPreviousVersion(table, actions, i)});
+  }
   return entries;
 }
 
@@ -112,34 +131,40 @@ struct DevicePlacement {
   }
 };
 
-/// gpipe, 1f1b and 2bw: one device per stage and replica, replica r
-/// running r·M .. r·M+M-1; cdp-mp: as many devices per stage as CDP's slots
-/// need there. Devices are numbered replica-major, so stage s's first is
-/// s - 1.
-DevicePlacement placeMicroBatches(bool cyclic, int64_t S, int64_t M, int64_t R,
-                                  int64_t MB) {
+/// The table's pipelines: replica r runs r·M .. r·M+M-1 on devices r·D ..
+/// r·D + D - 1, stage s on the table's device of s; cdp-mp: as many
+/// devices per stage as CDP's slots need there. Devices are numbered
+/// replica-major, so stage s's first device is the table's (s - 1 without
+/// interleaving).
+DevicePlacement placeMicroBatches(const pipeline::ScheduleTable *table,
+                                  int64_t S, int64_t M, int64_t R, int64_t MB) {
   DevicePlacement layout;
   auto &placement = layout.placement;
   placement.resize(S + 1);
-  for (int64_t s = 1; s <= S; ++s) {
-    if (cyclic) {
-      std::vector<int64_t> device = pipeline::cdpStageDevices(s, S, MB);
-      for (int64_t j = 0; j < MB; ++j) {
-        if (device[j] >= static_cast<int64_t>(placement[s].size()))
-          placement[s].resize(device[j] + 1);
-        placement[s][device[j]].push_back(j);
+  layout.deviceAt.resize(S + 1);
+  if (table) {
+    for (int64_t s = 1; s <= S; ++s)
+      for (int64_t r = 0; r < R; ++r) {
+        placement[s].emplace_back();
+        for (int64_t k = 0; k < M; ++k)
+          placement[s][r].push_back(r * M + k);
+        layout.deviceAt[s].push_back(r * table->devices +
+                                     table->deviceOf[s - 1]);
       }
-      continue;
+    layout.mostReplicas = R;
+    return layout;
+  }
+  for (int64_t s = 1; s <= S; ++s) {
+    std::vector<int64_t> device = pipeline::cdpStageDevices(s, S, MB);
+    for (int64_t j = 0; j < MB; ++j) {
+      if (device[j] >= static_cast<int64_t>(placement[s].size()))
+        placement[s].resize(device[j] + 1);
+      placement[s][device[j]].push_back(j);
     }
-    placement[s].resize(R);
-    for (int64_t r = 0; r < R; ++r)
-      for (int64_t k = 0; k < M; ++k)
-        placement[s][r].push_back(r * M + k);
   }
   for (int64_t s = 1; s <= S; ++s)
     layout.mostReplicas =
         std::max<int64_t>(layout.mostReplicas, placement[s].size());
-  layout.deviceAt.resize(S + 1);
   int64_t count = 0;
   for (int64_t r = 0; r < layout.mostReplicas; ++r)
     for (int64_t s = 1; s <= S; ++s)
@@ -187,8 +212,9 @@ private:
   func::FuncOp func;
   llvm::DenseSet<StringRef> trained;
   llvm::DenseMap<int64_t, SmallVector<UpdateOp>> updates;
-  std::vector<std::vector<pipeline::StageOp>> orders;
-  std::vector<std::vector<int64_t>> at;
+  /// The schedule of every pipeline but cdp-mp.
+  std::optional<pipeline::ScheduleTable> scheduleTable;
+  LogicalResult buildScheduleTable();
 };
 
 LogicalResult SchedulePipelinePass::placeParameters(Block &body,
@@ -240,17 +266,56 @@ std::vector<ProgramEntry>
 SchedulePipelinePass::programOf(int64_t s, ArrayRef<int64_t> mine) const {
   if (traitsOf(kind).cyclic)
     return cyclicProgram(s, S, MB, mine, table);
-  if (traitsOf(kind).weightVersions == 2)
-    return pipeline::twoBwStepProgram(s, S, M);
-  return flushProgram(orders[s - 1], at[s - 1]);
+  return tableProgram(*scheduleTable, s);
+}
+
+/// The strategy's own table, or the user's CSV (checked by the reader,
+/// and against the strategy's weight versions).
+LogicalResult SchedulePipelinePass::buildScheduleTable() {
+  const StrategyTraits &traits = traitsOf(kind);
+  if (schedule.empty()) {
+    int64_t V = traits.interleaved ? stagesPerDevice : 1;
+    if (traits.interleaved && (V < 1 || S % V != 0 || (M % (S / V)) != 0))
+      return func.emitError("interleaved-1f1b needs the stages (")
+             << S << ") a multiple of the stages per device (" << V
+             << ") and the micro-batches (" << M
+             << ") a multiple of the devices (" << (V > 0 ? S / V : 0) << ")";
+    scheduleTable = pipeline::strategyTable(kind, S, M, V);
+  } else {
+    auto buffer = llvm::MemoryBuffer::getFile(schedule);
+    if (!buffer)
+      return func.emitError(schedule.getValue())
+             << ": cannot read the schedule: " << buffer.getError().message();
+    pipeline::CsvResult read =
+        pipeline::readScheduleCsv((*buffer)->getBuffer().str(), S, M);
+    if (!read.table)
+      return func.emitError(schedule.getValue()) << ": " << read.error;
+    scheduleTable = std::move(read.table);
+    bool oneStale = scheduleTable->rule == pipeline::WeightRule::OneStale;
+    if (oneStale != (traits.weightVersions == 2))
+      return func.emitError(schedule.getValue())
+             << ": line 1: the schedule's rule is "
+             << pipeline::ruleName(scheduleTable->rule) << " but --strategy "
+             << traits.name << " keeps "
+             << (traits.weightVersions == 2 ? "two weight versions (1-stale)"
+                                            : "one weight version "
+                                              "(synchronous)");
+  }
+  if (std::optional<pipeline::TableFault> fault =
+          pipeline::checkTable(*scheduleTable))
+    return func.emitError("internal error: the ")
+           << traits.name << " schedule fails its check at time step "
+           << fault->row << ", device " << fault->device << ": "
+           << fault->message;
+  return success();
 }
 
 void SchedulePipelinePass::runOnOperation() {
   ModuleOp module = getOperation();
   std::optional<Strategy> parsed = parseStrategy(strategy.getValue());
   if (!parsed || !traitsOf(*parsed).pipelined) {
-    module.emitError("schedule-pipeline handles gpipe, 1f1b, 2bw and cdp-mp, "
-                     "not '")
+    module.emitError("schedule-pipeline handles the pipelines (gpipe, 1f1b, "
+                     "2bw, cdp-mp, interleaved-1f1b, zb-h1), not '")
         << strategy << "'";
     return signalPassFailure();
   }
@@ -284,19 +349,15 @@ void SchedulePipelinePass::runOnOperation() {
   if (traits.cyclic && failed(checkTiedFreshness(params)))
     return signalPassFailure();
 
-  for (int64_t s = 1; s <= S; ++s)
-    orders.push_back(pipeline::stageOrder(kind, s, S, M, 1));
-  at = pipeline::timing(orders);
-  // gpipe and 1f1b: the flushed step's makespan; 2bw's steady state
-  // alternates M backwards and M forwards; cdp-mp: CDP's cycle of 2L.
-  int64_t cycle = 0;
-  for (size_t s = 0; s < at.size(); ++s)
-    for (size_t i = 0; i < at[s].size(); ++i)
-      cycle = std::max(cycle, at[s][i] + (orders[s][i].kind == 'U' ? 0 : 1));
-  if (kind == Strategy::TwoBW)
-    cycle = 2 * M;
-  if (traits.cyclic)
-    cycle = 2 * S;
+  // The table's step (gpipe and 1f1b: the flushed step's makespan; 2bw's
+  // steady state alternates M backwards and M forwards); cdp-mp: CDP's
+  // cycle of 2L.
+  int64_t cycle = 2 * S;
+  if (!traits.cyclic) {
+    if (failed(buildScheduleTable()))
+      return signalPassFailure();
+    cycle = scheduleTable->cycle();
+  }
 
   OpBuilder builder = OpBuilder::atBlockEnd(module.getBody());
   auto program = builder.create<sched::StepProgramOp>(
@@ -333,23 +394,41 @@ void SchedulePipelinePass::runOnOperation() {
                                         builder.getI64IntegerAttr(stage),
                                         builder.getDenseI64ArrayAttr(others));
   }
-  DevicePlacement layout = placeMicroBatches(traits.cyclic, S, M, R, MB);
-  for (int64_t r = 0; r < layout.mostReplicas; ++r)
-    for (int64_t s = 1; s <= S; ++s)
-      if (r < static_cast<int64_t>(layout.placement[s].size())) {
-        builder.setInsertionPointToEnd(&program.getBody().front());
-        buildDevice(builder, s, r, layout, params);
-      }
+  DevicePlacement layout =
+      placeMicroBatches(scheduleTable ? &*scheduleTable : nullptr, S, M, R, MB);
+  if (traits.weightVersions == 2)
+    for (auto &[param, stages] : params.replicas)
+      for (int64_t q : stages)
+        if (layout.deviceAt[q][0] ==
+            layout.tiedPeer(params.owner.lookup(param), 0)) {
+          func.emitError("'")
+              << param.getName() << "' is tied across stages "
+              << params.owner.lookup(param) << " and " << q
+              << ", which share a device: under the 1-stale rule each "
+                 "needs its own (place them on different devices)";
+          return signalPassFailure();
+        }
+  // In device order; a device's stages next to each other.
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> devices;
+  for (int64_t s = 1; s <= S; ++s)
+    for (size_t r = 0; r < layout.deviceAt[s].size(); ++r)
+      devices.emplace_back(layout.deviceAt[s][r], s, r);
+  llvm::sort(devices);
+  for (auto [index, s, r] : devices) {
+    builder.setInsertionPointToEnd(&program.getBody().front());
+    buildDevice(builder, s, r, layout, params);
+  }
 }
 
 void SchedulePipelinePass::buildDevice(OpBuilder &builder, int64_t s, int64_t r,
                                        const DevicePlacement &layout,
                                        const ParamPlacement &params) {
   const std::vector<int64_t> &mine = layout.placement[s][r];
-  // Micro-batch k of a step uses slot k mod slots (stashSlots); cdp-mp
+  // Micro-batch k of a step uses slot k mod slots (the table's); cdp-mp
   // keeps one slot per micro-batch of the device.
-  int64_t slots = traitsOf(kind).cyclic ? static_cast<int64_t>(mine.size())
-                                        : stashSlots(kind, s, S, M);
+  int64_t slots = traitsOf(kind).cyclic
+                      ? static_cast<int64_t>(mine.size())
+                      : pipeline::tableStashSlots(*scheduleTable, s);
   auto device = builder.create<sched::StageDeviceOp>(
       func.getLoc(), builder.getI64IntegerAttr(layout.deviceAt[s][r]),
       builder.getI64IntegerAttr(s), builder.getI64IntegerAttr(r),
@@ -359,13 +438,15 @@ void SchedulePipelinePass::buildDevice(OpBuilder &builder, int64_t s, int64_t r,
   // Tied weights replicated here: with one version, step t > 0 starts with
   // the value the owner made at the end of step t - 1 (2bw and cdp-mp take
   // it at their own update).
+  // A replica on the owner's own device reads the owner's tensor.
+  int64_t self = layout.deviceAt[s][r];
   if (traitsOf(kind).weightVersions == 1)
-    for (auto &[param, stages] : params.replicas)
-      if (stages.count(s))
-        builder.create<sched::ParamRefreshOp>(
-            func.getLoc(), nameOf(param),
-            builder.getI64IntegerAttr(
-                layout.tiedPeer(params.owner.lookup(param), r)));
+    for (auto &[param, stages] : params.replicas) {
+      int64_t owner = layout.tiedPeer(params.owner.lookup(param), r);
+      if (stages.count(s) && owner != self)
+        builder.create<sched::ParamRefreshOp>(func.getLoc(), nameOf(param),
+                                              builder.getI64IntegerAttr(owner));
+    }
   for (const ProgramEntry &entry : programOf(s, mine)) {
     if (entry.kind == 'U')
       buildUpdates(builder, entry, s, r, layout, params);
@@ -417,7 +498,8 @@ void SchedulePipelinePass::buildUpdates(OpBuilder &builder,
     // device (see tiedPeer).
     for (int64_t q : tied->second)
       for (size_t other = 0; other < layout.deviceAt[q].size(); ++other)
-        if (static_cast<int64_t>(other % replicasHere) == r)
+        if (static_cast<int64_t>(other % replicasHere) == r &&
+            layout.deviceAt[q][other] != layout.deviceAt[s][r])
           builder.create<sched::ParamSendOp>(loc, update.getNameAttr(),
                                              i64(layout.deviceAt[q][other]), k,
                                              time, step);
@@ -430,6 +512,10 @@ void SchedulePipelinePass::buildCompute(OpBuilder &builder,
                                         const ParamPlacement &params) {
   auto i64 = [&](int64_t v) { return builder.getI64IntegerAttr(v); };
   bool forward = entry.kind == 'F';
+  sched::WorkKind work = forward             ? sched::WorkKind::Forward
+                         : entry.kind == 'I' ? sched::WorkKind::InputGrad
+                         : entry.kind == 'W' ? sched::WorkKind::WeightGrad
+                                             : sched::WorkKind::Backward;
   auto version = [&](bool previous) {
     return sched::VersionAttr::get(builder.getContext(),
                                    previous ? sched::Version::Previous
@@ -456,10 +542,7 @@ void SchedulePipelinePass::buildCompute(OpBuilder &builder,
     tiedPrevious = builder.getArrayAttr(names);
   }
   builder.create<sched::ComputeOp>(
-      func.getLoc(),
-      sched::WorkKindAttr::get(builder.getContext(),
-                               forward ? sched::WorkKind::Forward
-                                       : sched::WorkKind::Backward),
+      func.getLoc(), sched::WorkKindAttr::get(builder.getContext(), work),
       i64(entry.k), i64(entry.k % slots), i64(entry.time), i64(entry.stepRel),
       version(entry.readsPrevious), tiedPrevious);
 }

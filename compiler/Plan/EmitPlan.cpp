@@ -449,6 +449,9 @@ struct PipelineTables {
   llvm::StringMap<UpdateOp> updateOf;
   /// runs[s][j]: the device running micro-batch j at stage s.
   std::vector<std::vector<int64_t>> runs;
+  /// stageDevice[s]: the device running stage s of the first replica,
+  /// where the stage's parameters, accumulators and loss live.
+  std::vector<int64_t> stageDevice;
   llvm::StringMap<int> paramId;
   /// Tied weights (those with replicas), by tensor id.
   llvm::DenseSet<int> tied;
@@ -475,6 +478,9 @@ struct DeviceLowering {
   int64_t self = 0, s = 1;
   ArrayRef<int64_t> mine;
   StashLayout layout;
+  /// Where this stage's part of the device arena starts (a device running
+  /// several stages gives each its own part).
+  int64_t base = 0;
   /// (slot, tensor) -> the slot's copy of a stashed tensor; (-1, tensor)
   /// the device's copy of any other.
   std::unordered_map<int64_t, int> copies;
@@ -493,10 +499,24 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
   PipelineTables tables;
   preparePipeline(program, tables);
   plan.clear_devices();
+  std::set<int> merged;
   for (Operation &op : program.getBody().front())
-    if (auto device = dyn_cast<sched::StageDeviceOp>(op))
+    if (auto device = dyn_cast<sched::StageDeviceOp>(op)) {
+      if (plan.devices_size() > device.getIndex())
+        merged.insert(device.getIndex());
       if (failed(lowerStageDevice(device, tables)))
         return failure();
+    }
+  // A device running several stages runs their programs merged by time
+  // step (stable: within a time step, in stage order).
+  for (int index : merged) {
+    auto *instructions = plan.mutable_devices(index)->mutable_instructions();
+    std::stable_sort(
+        instructions->begin(), instructions->end(),
+        [](const plan::Instruction &a, const plan::Instruction &b) {
+          return a.time_step() < b.time_step();
+        });
+  }
   // The training programs name copies only. The one-micro-batch tensors
   // themselves serve device 0's evaluation stream (after training), in its
   // arena's first arenaBytes.
@@ -538,12 +558,15 @@ void Emitter::preparePipeline(sched::StepProgramOp program,
   body.walk(
       [&](ParamOp param) { paramId[param.getName()] = ids.lookup(param); });
   tables.runs.assign(S + 1, std::vector<int64_t>(tables.MB, -1));
+  tables.stageDevice.assign(S + 1, 0);
   int64_t deviceCount = 0, mostReplicas = 0;
   for (Operation &op : program.getBody().front())
     if (auto device = dyn_cast<sched::StageDeviceOp>(op)) {
       for (int64_t j : device.getMicroBatches())
         tables.runs[device.getStage()][j] = device.getIndex();
-      ++deviceCount;
+      if (device.getReplica() == 0)
+        tables.stageDevice[device.getStage()] = device.getIndex();
+      deviceCount = std::max<int64_t>(deviceCount, device.getIndex() + 1);
       mostReplicas = std::max<int64_t>(mostReplicas, device.getReplica() + 1);
     }
 
@@ -557,7 +580,7 @@ void Emitter::preparePipeline(sched::StepProgramOp program,
   for (auto place : program.getBody().getOps<sched::PlaceParamOp>()) {
     int id = paramId.lookup(place.getParam());
     plan::Tensor &t = *plan.mutable_tensors(id);
-    t.set_device(place.getStage() - 1);
+    t.set_device(tables.stageDevice[place.getStage()]);
     if (t.kind() == plan::PARAM && t.trainable())
       stageBytes[place.getStage() - 1] += t.bytes();
     if (!place.getReplicas().empty())
@@ -643,14 +666,15 @@ void Emitter::addAccumulators(int64_t S, PipelineTables &tables) {
     for (const plan::Tensor &t : plan.tensors())
       if (t.kind() == plan::PARAM && t.name() == name)
         param = t.id();
-    tables.accumulator[name] =
-        addAccumulator(param, name, gradientStage.lookup(name) - 1);
+    tables.accumulator[name] = addAccumulator(
+        param, name, tables.stageDevice[gradientStage.lookup(name)]);
     plan.add_applied_gradients(tables.accumulator[name]);
   }
   if (plan.loss() >= 0) {
-    tables.lossAccumulator = addAccumulator(plan.loss(), "loss", S - 1);
+    tables.lossAccumulator =
+        addAccumulator(plan.loss(), "loss", tables.stageDevice[S]);
     plan.set_loss(tables.lossAccumulator);
-    plan.set_loss_device(S - 1);
+    plan.set_loss_device(tables.stageDevice[S]);
   }
 }
 
@@ -740,9 +764,10 @@ int Emitter::mapped(DeviceLowering &lowering, int64_t slot, int id,
   copy = t;
   copy.set_id(copyId);
   copy.set_kind(plan::ACTIVATION);
-  copy.set_offset(slot < 0
-                      ? layout.transientBase + layout.transientOffset.lookup(id)
-                      : slot * layout.stashBytes + stashed->second);
+  copy.set_offset(
+      lowering.base +
+      (slot < 0 ? layout.transientBase + layout.transientOffset.lookup(id)
+                : slot * layout.stashBytes + stashed->second));
   copy.set_device(lowering.self);
   lowering.copies.emplace(key, copyId);
   return copyId;
@@ -820,11 +845,14 @@ LogicalResult Emitter::lowerStageDevice(sched::StageDeviceOp op,
   lowering.s = op.getStage();
   lowering.mine = op.getMicroBatches();
   lowering.layout = layoutStash(lowering.s, op.getSlots(), tables);
-  plan::Device *device = lowering.device = plan.add_devices();
+  bool another = plan.devices_size() > lowering.self;
+  plan::Device *device = lowering.device =
+      another ? plan.mutable_devices(lowering.self) : plan.add_devices();
   device->set_index(lowering.self);
-  // Forwards and backwards of one device never overlap: the transient
+  lowering.base = another ? device->arena_bytes() : 0;
+  // Forwards and backwards of one stage never overlap: the transient
   // tensors share one region after the slots.
-  device->set_arena_bytes(lowering.layout.transientBase +
+  device->set_arena_bytes(lowering.base + lowering.layout.transientBase +
                           lowering.layout.transientBytes);
   for (Operation &step : op.getBody().front()) {
     LogicalResult lowered =
@@ -969,6 +997,9 @@ LogicalResult Emitter::lowerCompute(DeviceLowering &lowering,
     return readsPrevious ? it->second : id;
   };
   bool forward = compute.getKind() == sched::WorkKind::Forward;
+  if (compute.getKind() == sched::WorkKind::InputGrad ||
+      compute.getKind() == sched::WorkKind::WeightGrad)
+    return compute.emitOpError("split backwards are not lowered yet");
   std::set<int> arrived, sent;
   for (Operation *op : forward ? tables.forwardOps[s] : tables.backwardOps[s]) {
     // Bring in what this micro-batch's op reads from elsewhere.

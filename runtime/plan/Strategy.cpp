@@ -13,14 +13,16 @@ namespace {
 
 // clang-format off
 constexpr StrategyTraits kTraits[] = {
-//  strategy            name      dataParallel pipelined versions flushes replicable cyclic
-  {Strategy::Single,   "single",  false,       false,    1,       false,  false,     false},
-  {Strategy::DP,       "dp",      true,        false,    1,       false,  false,     false},
-  {Strategy::CDP,      "cdp",     true,        false,    1,       false,  false,     true},
-  {Strategy::GPipe,    "gpipe",   false,       true,     1,       true,   true,      false},
-  {Strategy::OneFOneB, "1f1b",    false,       true,     1,       true,   true,      false},
-  {Strategy::TwoBW,    "2bw",     false,       true,     2,       false,  true,      false},
-  {Strategy::CDPMP,    "cdp-mp",  false,       true,     2,       false,  false,     true},
+//  strategy                   name                dataParallel pipelined versions flushes replicable cyclic interleaved
+  {Strategy::Single,          "single",           false,       false,    1,       false,  false,     false, false},
+  {Strategy::DP,              "dp",               true,        false,    1,       false,  false,     false, false},
+  {Strategy::CDP,             "cdp",              true,        false,    1,       false,  false,     true,  false},
+  {Strategy::GPipe,           "gpipe",            false,       true,     1,       true,   true,      false, false},
+  {Strategy::OneFOneB,        "1f1b",             false,       true,     1,       true,   true,      false, false},
+  {Strategy::TwoBW,           "2bw",              false,       true,     2,       false,  true,      false, false},
+  {Strategy::CDPMP,           "cdp-mp",           false,       true,     2,       false,  false,     true,  false},
+  {Strategy::Interleaved1F1B, "interleaved-1f1b", false,       true,     1,       true,   true,      false, true},
+  {Strategy::ZBH1,            "zb-h1",            false,       true,     1,       true,   true,      false, false},
 };
 // clang-format on
 

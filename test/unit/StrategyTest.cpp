@@ -24,7 +24,9 @@ TEST(Strategy, NamesRoundTrip) {
   EXPECT_FALSE(parseStrategy("zero"));
   EXPECT_FALSE(parseStrategy("CDP"));
   EXPECT_FALSE(parseStrategy(""));
-  EXPECT_EQ(strategyNames(), "single, dp, cdp, gpipe, 1f1b, 2bw and cdp-mp");
+  EXPECT_EQ(strategyNames(),
+            "single, dp, cdp, gpipe, 1f1b, 2bw, cdp-mp, interleaved-1f1b and "
+            "zb-h1");
 }
 
 TEST(Strategy, TraitsSeparateTheFamilies) {

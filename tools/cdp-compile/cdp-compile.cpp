@@ -19,6 +19,7 @@
 #include "cdp/Plan/Planner.h"
 #include "cdp/Runtime/Report.h"
 #include "cdp/Sched/Pipeline.h"
+#include "cdp/Sched/ScheduleTable.h"
 
 #include <google/protobuf/arena.h>
 
@@ -69,8 +70,12 @@ cl::opt<std::string>
                   "imported cdp IR), train-mlir (the training module: loss, "
                   "backward graph, updates), sched-mlir (the schedule in the "
                   "sched dialect: the pipelines' per-device step programs, "
-                  "the dp, cdp, gpipe, 1f1b and 2bw timelines)"),
-         cl::value_desc("plan|plan-text|mlir|train-mlir|sched-mlir"),
+                  "the dp, cdp, gpipe, 1f1b and 2bw timelines), "
+                  "schedule-csv (a pipeline's step as a table: a row per "
+                  "time step, a column per device, actions such as 0F1, "
+                  "1B0, 0SEND_F1; --schedule reads it back)"),
+         cl::value_desc("plan|plan-text|mlir|train-mlir|sched-mlir|"
+                        "schedule-csv"),
          cl::init("plan"), cl::cat(category));
 cl::opt<std::string>
     backendName("backend",
@@ -83,9 +88,26 @@ cl::opt<std::string> strategy(
     cl::desc("Parallel strategy: single (one device), dp (data parallel), cdp "
              "(cyclic data parallel), gpipe, 1f1b (PipeDream-Flush), 2bw "
              "(PipeDream-2BW), cdp-mp (CDP with model parallelism: "
-             "--micro-batches N share the devices of --stages L)"),
-    cl::value_desc("single|dp|cdp|gpipe|1f1b|2bw|cdp-mp"), cl::init("single"),
-    cl::cat(category));
+             "--micro-batches N share the devices of --stages L), "
+             "interleaved-1f1b (each device runs --stages-per-device "
+             "stages), zb-h1 (zero-bubble 1F1B: backwards split into input "
+             "and weight gradients)"),
+    cl::value_desc("single|dp|cdp|gpipe|1f1b|2bw|cdp-mp|interleaved-1f1b|"
+                   "zb-h1"),
+    cl::init("single"), cl::cat(category));
+cl::opt<std::string> stagesPerDevice(
+    "stages-per-device",
+    cl::desc("interleaved-1f1b: stages V each device runs, stage s on device "
+             "(s - 1) mod (stages / V); devices = stages / V x replicas, and "
+             "--micro-batches a multiple of stages / V (default 2)"),
+    cl::value_desc("V"), cl::init("2"), cl::cat(category));
+cl::opt<std::string> schedulePath(
+    "schedule",
+    cl::desc("Pipelines (not cdp-mp): follow this schedule CSV instead of the "
+             "strategy's own (as --emit=schedule-csv writes it; the columns "
+             "are the devices of one replica; checked, and refused with the "
+             "line and column at fault)"),
+    cl::value_desc("FILE.csv"), cl::cat(category));
 cl::opt<std::string> devices("devices",
                              cl::desc("Devices N: dp and cdp run one "
                                       "micro-batch each per step; gpipe, 1f1b "
@@ -407,6 +429,10 @@ struct Settings {
          warmupStart = 1.0 / 3;
   int64_t lrPeriod = 1, warmup = 0;
   cdp::ImportOptions import;
+  /// interleaved-1f1b's --stages-per-device (1 otherwise).
+  int64_t stagesPerDevice = 1;
+  /// --schedule's table, read and checked.
+  std::optional<cdp::pipeline::ScheduleTable> schedule;
 
   /// The stage count the flags give: --stage-boundaries, else --stages.
   int64_t flagStages() const {
@@ -441,15 +467,56 @@ double parseReal(const std::string &flag, const std::string &text) {
   return value;
 }
 
+/// --emit=schedule-csv, --stages-per-device and --schedule against the
+/// strategy.
+void checkScheduleFlags(Settings &settings) {
+  const cdp::StrategyTraits &traits = *settings.traits;
+  bool tabled = traits.pipelined && !traits.cyclic;
+  const char *tabledNames = "gpipe, 1f1b, 2bw, interleaved-1f1b and zb-h1";
+  if (emit == "schedule-csv" && !tabled)
+    die(std::string("--emit=schedule-csv writes the schedules of ") +
+        tabledNames + ", not --strategy " + strategy);
+  if (!schedulePath.empty() && !tabled)
+    die(std::string("--schedule applies to ") + tabledNames +
+        ", not --strategy " + strategy);
+  if (stagesPerDevice.getNumOccurrences() && !traits.interleaved)
+    die("--stages-per-device applies to interleaved-1f1b, not --strategy " +
+        strategy);
+  if (traits.interleaved)
+    settings.stagesPerDevice = positiveInteger(
+        "--stages-per-device", stagesPerDevice, 1, kMostDevices);
+}
+
+/// --schedule: the CSV, read and checked for S stages and M micro-batches.
+void readScheduleFile(Settings &settings, int64_t S, int64_t M) {
+  if (schedulePath.empty())
+    return;
+  auto buffer = llvm::MemoryBuffer::getFile(schedulePath);
+  if (!buffer)
+    die(schedulePath +
+        ": cannot read the schedule: " + buffer.getError().message());
+  cdp::pipeline::CsvResult read =
+      cdp::pipeline::readScheduleCsv((*buffer)->getBuffer().str(), S, M);
+  if (!read.table)
+    die(schedulePath + ": " + read.error);
+  bool oneStale = read.table->rule == cdp::pipeline::WeightRule::OneStale;
+  if (oneStale != (settings.traits->weightVersions == 2))
+    die(schedulePath + ": line 1: the schedule's rule is " +
+        cdp::pipeline::ruleName(read.table->rule) + " but --strategy " +
+        strategy + " follows the " + (oneStale ? "synchronous" : "1-stale") +
+        " rule (use " + (oneStale ? "2bw" : "gpipe, 1f1b or zb-h1") + ")");
+  settings.schedule = std::move(read.table);
+}
+
 /// --emit, --strategy, --devices, --stages and the flags that depend on
 /// the strategy alone.
 void checkStrategyFlags(Settings &settings) {
   if (inputPath.empty())
     die("no input model given (usage: cdp-compile MODEL.onnx --emit=mlir)");
   if (emit != "mlir" && emit != "plan" && emit != "plan-text" &&
-      emit != "train-mlir" && emit != "sched-mlir")
-    die("--emit must be plan, plan-text, mlir, train-mlir or sched-mlir, got "
-        "'" +
+      emit != "train-mlir" && emit != "sched-mlir" && emit != "schedule-csv")
+    die("--emit must be plan, plan-text, mlir, train-mlir, sched-mlir or "
+        "schedule-csv, got '" +
         emit + "'");
   // plan-text is the plan, printed: everything below treats it as a plan.
   settings.planText = emit == "plan-text";
@@ -481,12 +548,14 @@ void checkStrategyFlags(Settings &settings) {
     die("--emit=sched-mlir writes the schedules of dp, cdp and the pipelines; "
         "--strategy " +
         strategy + " has none (--emit=plan-text shows its stream)");
+  checkScheduleFlags(settings);
   if (planMode != "auto" && planMode != "manual")
     die("--plan must be auto or manual, got '" + planMode + "'");
   settings.replicaCount =
       positiveInteger("--replicas", replicas, 1, kMostDevices);
   if (settings.replicaCount > 1 && !traits.replicable)
-    die("--replicas applies to gpipe, 1f1b and 2bw, not --strategy " +
+    die("--replicas applies to gpipe, 1f1b, 2bw, interleaved-1f1b and zb-h1, "
+        "not --strategy " +
         strategy);
   if (deviceMemory.getNumOccurrences()) {
     int64_t bytes = 0;
@@ -501,6 +570,9 @@ void checkStrategyFlags(Settings &settings) {
           strategy);
     if (!stageBoundaries.empty())
       die("--device-memory cuts the stages itself; drop --stage-boundaries");
+    if (traits.interleaved)
+      die("--device-memory sizes one stage per device; interleaved-1f1b runs "
+          "several (not supported yet)");
   }
 }
 
@@ -531,6 +603,21 @@ void deriveCdpMpDevices(Settings &settings, int64_t L) {
   settings.deviceCount = derived;
 }
 
+/// interleaved-1f1b: the devices of one replica, L / V, which must divide
+/// the micro-batches (Megatron-LM's order goes through the devices' stages
+/// a round of L / V micro-batches at a time).
+int64_t interleavedDevices(const Settings &settings, int64_t L) {
+  int64_t V = settings.stagesPerDevice, M = settings.microBatchCount;
+  if (L % V != 0)
+    die("--strategy interleaved-1f1b: --stages " + std::to_string(L) +
+        " is not a multiple of --stages-per-device " + std::to_string(V));
+  if (M % (L / V) != 0)
+    die("--strategy interleaved-1f1b: --micro-batches " + std::to_string(M) +
+        " is not a multiple of the " + std::to_string(L / V) +
+        " devices (stages / stages per device)");
+  return L / V;
+}
+
 /// --micro-batches against the devices and stages.
 void checkMicroBatches(Settings &settings) {
   settings.microBatchCount =
@@ -542,14 +629,26 @@ void checkMicroBatches(Settings &settings) {
       settings.microBatchCount = pipelineStages;
     if (settings.cyclicPipeline())
       deriveCdpMpDevices(settings, pipelineStages);
-    int64_t R = settings.replicaCount;
+    int64_t R = settings.replicaCount, perReplica = pipelineStages;
+    if (settings.traits->interleaved)
+      perReplica = interleavedDevices(settings, pipelineStages);
+    readScheduleFile(settings, pipelineStages, settings.microBatchCount);
+    if (settings.schedule)
+      perReplica = settings.schedule->devices;
     if (planMode != "auto" && devices.getNumOccurrences() &&
-        !settings.cyclicPipeline() &&
-        settings.deviceCount != pipelineStages * R)
-      die("--strategy " + strategy + " runs one device per stage" +
-          (R > 1 ? " and replica" : "") + ": --devices " + devices +
-          " differs from the " + std::to_string(pipelineStages) + " stages" +
+        !settings.cyclicPipeline() && settings.deviceCount != perReplica * R)
+      die("--strategy " + strategy + " runs " +
+          (perReplica == pipelineStages
+               ? std::string("one device per stage")
+               : std::to_string(perReplica) + " devices a replica") +
+          (R > 1 && perReplica == pipelineStages ? " and replica" : "") +
+          ": --devices " + devices + " differs from the " +
+          (perReplica == pipelineStages
+               ? std::to_string(pipelineStages) + " stages"
+               : std::to_string(perReplica) + " devices") +
           (R > 1 ? " x " + std::to_string(R) + " replicas" : ""));
+    if (planMode != "auto" && !settings.cyclicPipeline())
+      settings.deviceCount = perReplica * R;
     if (planMode != "auto" && settings.kind == cdp::Strategy::TwoBW &&
         settings.microBatchCount < pipelineStages)
       die("--strategy 2bw needs at least as many micro-batches as stages "
@@ -762,6 +861,8 @@ cdp::TrainingPipelineConfig pipelineConfigFor(const Settings &settings) {
   config.cdpRule = cdpRule;
   config.v2Table = v2Table;
   config.cdpReduce = cdpReduce;
+  config.stagesPerDevice = settings.stagesPerDevice;
+  config.schedulePath = schedulePath;
   if (emit == "sched-mlir")
     config.timelineSteps = settings.reportStepCount;
   config.planMemory = emit == "plan";
@@ -1009,6 +1110,24 @@ void printSchedules(mlir::ModuleOp module) {
   output->keep();
 }
 
+/// --emit=schedule-csv: the step the plan would run, as a table (the
+/// strategy's own, which cdp-schedule-pipeline follows, or --schedule's).
+void printScheduleCsv(const Settings &settings) {
+  int64_t S = settings.flagStages();
+  cdp::pipeline::ScheduleTable table =
+      settings.schedule
+          ? *settings.schedule
+          : cdp::pipeline::strategyTable(settings.kind, S,
+                                         settings.microBatchCount,
+                                         settings.stagesPerDevice);
+  std::string errorMessage;
+  auto output = mlir::openOutputFile(outputPath, &errorMessage);
+  if (!output)
+    die(outputPath + ": " + errorMessage);
+  output->os() << cdp::pipeline::writeScheduleCsv(table);
+  output->keep();
+}
+
 /// --emit=mlir and train-mlir: the module, parameter data elided unless
 /// --print-param-data.
 void printModule(mlir::ModuleOp module) {
@@ -1076,6 +1195,10 @@ int main(int argc, char **argv) {
         (diagnostic.empty() ? "compilation failed" : diagnostic));
   if (emit == "sched-mlir") {
     printSchedules(*module);
+    return 0;
+  }
+  if (emit == "schedule-csv") {
+    printScheduleCsv(settings);
     return 0;
   }
   if (emit == "plan")

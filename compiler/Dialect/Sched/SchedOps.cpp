@@ -41,7 +41,9 @@ LogicalResult StepProgramOp::verify() {
   if (getWeightVersions() != 1 && getWeightVersions() != 2)
     return emitOpError("weight_versions must be 1 or 2, got ")
            << getWeightVersions();
-  // Devices are numbered in order; every peer a device names is one of them.
+  // Devices are numbered in order (a device running several stages has
+  // one sched.stage_device per stage, next to each other); every peer a
+  // device names is one of them.
   int64_t devices = 0;
   for (Operation &op : getBody().front()) {
     std::optional<int64_t> index;
@@ -49,10 +51,15 @@ LogicalResult StepProgramOp::verify() {
       index = device.getIndex();
     if (auto device = dyn_cast<SlotDeviceOp>(op))
       index = device.getIndex();
-    if (index && *index != devices++)
+    if (!index)
+      continue;
+    bool sameDevice =
+        isa<StageDeviceOp>(op) && devices > 0 && *index == devices - 1;
+    if (!sameDevice && *index != devices)
       return op.emitOpError("has index ")
-             << *index << " where " << devices - 1
+             << *index << " where " << devices
              << " is expected (devices are numbered in order)";
+    devices = *index + 1;
   }
   WalkResult peers = walk([&](Operation *op) {
     auto check = [&](int64_t peer) {

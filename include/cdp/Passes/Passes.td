@@ -272,8 +272,11 @@ def MaterializeSchedule : Pass<"cdp-materialize-schedule", "mlir::ModuleOp"> {
 def SchedulePipeline : Pass<"cdp-schedule-pipeline", "mlir::ModuleOp"> {
   let summary = "Places a pipeline's parameters and micro-batches and writes each device's step program";
   let description = [{
-    For gpipe, 1f1b, 2bw and cdp-mp, after cdp-insert-optimizer: appends a
+    For the pipelines, after cdp-insert-optimizer: appends a
     `sched.step_program` holding every decision the plan emitter lowers.
+    gpipe, 1f1b, 2bw, interleaved-1f1b and zb-h1 follow their schedule
+    table (include/cdp/Sched/ScheduleTable.h), or the CSV `schedule` names;
+    cdp-mp follows CDP's cycle.
     Parameters live on the stage that updates them; a tied weight read by
     other stages gets replicas there (`sched.place_param`). Devices are
     numbered replica-major, one per stage and replica (cdp-mp: as many per
@@ -295,7 +298,7 @@ def SchedulePipeline : Pass<"cdp-schedule-pipeline", "mlir::ModuleOp"> {
   }];
   let options = [
     Option<"strategy", "strategy", "std::string", "\"gpipe\"",
-           "gpipe, 1f1b, 2bw or cdp-mp">,
+           "gpipe, 1f1b, 2bw, cdp-mp, interleaved-1f1b or zb-h1">,
     Option<"microBatches", "micro-batches", "int64_t", "1",
            "Micro-batches per step and replica">,
     Option<"replicas", "replicas", "int64_t", "1",
@@ -304,6 +307,10 @@ def SchedulePipeline : Pass<"cdp-schedule-pipeline", "mlir::ModuleOp"> {
            "cdp-mp: the CDP rule, v1 or v2">,
     Option<"v2Table", "v2-table", "std::string", "\"timing\"",
            "cdp-mp under v2: the freshness table, timing or code">,
+    Option<"stagesPerDevice", "stages-per-device", "int64_t", "1",
+           "interleaved-1f1b: stages each device runs">,
+    Option<"schedule", "schedule", "std::string", "\"\"",
+           "A schedule CSV to follow instead of the strategy's own">,
   ];
   let dependentDialects = ["cdp::sched::SchedDialect"];
 }

@@ -52,6 +52,10 @@ struct TrainingPipelineConfig {
   /// (cdp).
   int64_t devices = 1, microBatches = 1, replicas = 1;
   std::string cdpRule = "v2", v2Table = "timing", cdpReduce = "allreduce";
+  /// interleaved-1f1b: stages each device runs. Any non-cyclic pipeline:
+  /// a schedule CSV to follow instead of the strategy's own.
+  int64_t stagesPerDevice = 1;
+  std::string schedulePath;
   /// Greater than 0: also the time-step timeline over that many steps
   /// (sched.program: dp, cdp, gpipe, 1f1b, 2bw), for reading and checking.
   int64_t timelineSteps = 0;
@@ -65,7 +69,8 @@ struct TrainingPipelineConfig {
 void buildTrainingPipeline(mlir::OpPassManager &pm,
                            const TrainingPipelineConfig &config);
 
-/// Registers cdp-dp, cdp-cyclic, cdp-gpipe, cdp-1f1b, cdp-2bw and cdp-mp
+/// Registers cdp-dp, cdp-cyclic, cdp-gpipe, cdp-1f1b, cdp-2bw, cdp-mp,
+/// cdp-interleaved-1f1b and cdp-zb-h1
 /// with the pass registry (for cdp-opt's --pass-pipeline and flags).
 void registerStrategyPipelines();
 

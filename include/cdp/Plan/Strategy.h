@@ -18,7 +18,17 @@
 
 namespace cdp {
 
-enum class Strategy { Single, DP, CDP, GPipe, OneFOneB, TwoBW, CDPMP };
+enum class Strategy {
+  Single,
+  DP,
+  CDP,
+  GPipe,
+  OneFOneB,
+  TwoBW,
+  CDPMP,
+  Interleaved1F1B,
+  ZBH1,
+};
 
 /// What a strategy does, in the terms the compiler and the runtime need.
 struct StrategyTraits {
@@ -41,6 +51,8 @@ struct StrategyTraits {
   /// Micro-batches are CDP slots (cdp, cdp-mp): start offsets, a version
   /// table and the v1/v2 rules.
   bool cyclic;
+  /// A device runs several stages (interleaved-1f1b: --stages-per-device).
+  bool interleaved;
 };
 
 /// The strategy `name` spells, if any.

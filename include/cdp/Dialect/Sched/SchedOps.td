@@ -43,7 +43,11 @@ def Sched_Dialect : Dialect {
 
 def Sched_WorkKind : I32EnumAttr<"WorkKind", "what a stage runs for a micro-batch", [
     I32EnumAttrCase<"Forward", 0, "forward">,
-    I32EnumAttrCase<"Backward", 1, "backward">]> {
+    I32EnumAttrCase<"Backward", 1, "backward">,
+    // zb-h1's split backward: the gradient sent to the previous stage
+    // (input_grad), then the parameter gradients (weight_grad).
+    I32EnumAttrCase<"InputGrad", 2, "input_grad">,
+    I32EnumAttrCase<"WeightGrad", 3, "weight_grad">]> {
   let cppNamespace = "::cdp::sched";
   let genSpecializedAttr = 0;
 }
@@ -195,7 +199,9 @@ def Sched_StageDeviceOp : Sched_Op<"stage_device", [NoTerminator, SingleBlock,
     Device `index` runs stage `stage` for the micro-batches `micro_batches`
     of each step (numbered over all replicas; the device's k-th is
     `micro_batches[k]`), keeping `slots` micro-batches' stashed activations.
-    Its body is the step's program in order.
+    Its body is the step's program in order. A device that runs several
+    stages (interleaved-1f1b) has one `sched.stage_device` per stage, next
+    to each other; it runs their programs merged by time step.
   }];
   let arguments = (ins Sched_Int:$index, Sched_Int:$stage, Sched_Int:$replica,
                        DenseI64ArrayAttr:$micro_batches, Sched_Int:$slots);
@@ -213,7 +219,7 @@ class Sched_StepOp<string mnemonic, list<Trait> traits = []>
 }
 
 def Sched_ComputeOp : Sched_StepOp<"compute"> {
-  let summary = "the stage's forward or backward for the device's k-th micro-batch";
+  let summary = "the stage's forward, backward or half backward for the device's k-th micro-batch";
   let description = [{
     Runs every op of the stage's forward (or backward) for micro-batch
     `micro_batch` (k, into the device's `micro_batches`) in stash slot
