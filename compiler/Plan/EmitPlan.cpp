@@ -117,7 +117,8 @@ private:
   LogicalResult emitPipeline(const EmitOptions &options, int64_t arenaBytes);
   void preparePipeline(sched::StepProgramOp program, PipelineTables &tables);
   void addAccumulators(int64_t S, PipelineTables &tables);
-  StashLayout layoutStash(int64_t s, int64_t slots,
+  void splitBackwards(PipelineTables &tables);
+  StashLayout layoutStash(int64_t s, int64_t slots, bool split,
                           const PipelineTables &tables);
   int mapped(DeviceLowering &lowering, int64_t slot, int id,
              const PipelineTables &tables);
@@ -446,6 +447,9 @@ void Emitter::accumulateMicroBatches(plan::Device &device, int64_t slots) {
 struct PipelineTables {
   int64_t S = 1, MB = 1, cycle = 1;
   std::vector<std::vector<Operation *>> forwardOps, backwardOps;
+  /// zb-h1's halves of each stage's backward: the ops the gradients sent
+  /// to earlier stages need (I), and the rest: parameter gradients (W).
+  std::vector<std::vector<Operation *>> inputGradOps, weightGradOps;
   llvm::StringMap<UpdateOp> updateOf;
   /// runs[s][j]: the device running micro-batch j at stage s.
   std::vector<std::vector<int64_t>> runs;
@@ -467,6 +471,9 @@ struct PipelineTables {
 /// copy per device after the slots.
 struct StashLayout {
   std::set<int> broughtByForward;
+  /// Split backwards: what the I half receives or loads and the W half
+  /// reads too (stashed, and not brought in again).
+  std::set<int> broughtByInputGrad;
   llvm::DenseMap<int, int64_t> stashOffset, transientOffset;
   int64_t stashBytes = 0, transientBase = 0, transientBytes = 0;
 };
@@ -554,6 +561,7 @@ void Emitter::preparePipeline(sched::StepProgramOp program,
     (backward ? tables.backwardOps : tables.forwardOps)[stageOf(&op, S)]
         .push_back(&op);
   }
+  splitBackwards(tables);
   llvm::StringMap<int> &paramId = tables.paramId;
   body.walk(
       [&](ParamOp param) { paramId[param.getName()] = ids.lookup(param); });
@@ -642,6 +650,66 @@ void Emitter::preparePipeline(sched::StepProgramOp program,
         cast<func::ReturnOp>(body.getTerminator()).getOperand(index.getInt()));
 }
 
+namespace {
+
+/// A weight, or a value computed from weights and constants alone (the
+/// transpose torch exports for a Linear weight).
+bool weightDerived(Value value, llvm::DenseMap<Value, bool> &memo) {
+  auto it = memo.find(value);
+  if (it != memo.end())
+    return it->second;
+  Operation *producer = value.getDefiningOp();
+  bool derived = false;
+  if (auto param = dyn_cast_or_null<ParamOp>(producer))
+    derived = !param.getBuffer();
+  else if (producer && !isa<ConstantOp>(producer) &&
+           producer->getNumOperands() > 0)
+    derived = llvm::all_of(producer->getOperands(), [&](Value operand) {
+      return isa_and_nonnull<ConstantOp>(operand.getDefiningOp()) ||
+             weightDerived(operand, memo);
+    });
+  memo[value] = derived;
+  return derived;
+}
+
+} // namespace
+
+/// Splits each stage's backward in two (zb-h1's I and W, after Qi et al.:
+/// B the gradients of the layers' inputs, W those of their weights).
+/// Walking it backwards, an op is in I when another stage reads a result,
+/// when it reads a weight (an input gradient: dY·Wᵀ, a convolution's
+/// backward data, a norm's input gradient), or when an I op needs a
+/// result; the rest, which only the parameter gradients need, is W. Both
+/// keep @main's order.
+void Emitter::splitBackwards(PipelineTables &tables) {
+  int64_t S = tables.S;
+  tables.inputGradOps.assign(S + 1, {});
+  tables.weightGradOps.assign(S + 1, {});
+  llvm::DenseMap<Value, bool> memo;
+  for (int64_t s = 1; s <= S; ++s) {
+    const std::vector<Operation *> &ops = tables.backwardOps[s];
+    llvm::DenseSet<Value> needed;
+    std::vector<bool> input(ops.size(), false);
+    for (size_t i = ops.size(); i-- > 0;) {
+      if (isa<GradientOp>(ops[i]))
+        continue;
+      for (Value operand : ops[i]->getOperands())
+        input[i] = input[i] || weightDerived(operand, memo);
+      for (Value result : ops[i]->getResults())
+        for (Operation *user : result.getUsers())
+          if (needed.contains(result) ||
+              (!isa<func::ReturnOp>(user) && stageOf(user, S) != s))
+            input[i] = true;
+      if (input[i])
+        for (Value operand : ops[i]->getOperands())
+          needed.insert(operand);
+    }
+    for (size_t i = 0; i < ops.size(); ++i)
+      (input[i] ? tables.inputGradOps : tables.weightGradOps)[s].push_back(
+          ops[i]);
+  }
+}
+
 /// Persistent accumulators: one per trained parameter (on its stage's
 /// device), one for the loss (on the last stage's).
 void Emitter::addAccumulators(int64_t S, PipelineTables &tables) {
@@ -682,19 +750,41 @@ void Emitter::addAccumulators(int64_t S, PipelineTables &tables) {
 /// transient tensors are packed after the slots by their live ranges over
 /// the stage's ops (forward then backward; values brought in live from
 /// their first reader), as cdp-plan-memory packs the one-micro-batch arena.
-StashLayout Emitter::layoutStash(int64_t s, int64_t slots,
+/// A split backward (`split`: I, then W later) also stashes what I makes or
+/// brings in and W reads.
+StashLayout Emitter::layoutStash(int64_t s, int64_t slots, bool split,
                                  const PipelineTables &tables) {
   StashLayout layout;
   const std::vector<Operation *> &forward = tables.forwardOps[s],
                                  &backward = tables.backwardOps[s];
+  auto broughtIn = [&](Value operand) {
+    Operation *producer = operand.getDefiningOp();
+    return isa<BlockArgument>(operand) ||
+           (producer && !isa<ParamOp, ConstantOp>(producer) &&
+            stageOf(producer, tables.S) != s);
+  };
   for (Operation *op : forward)
-    for (Value operand : op->getOperands()) {
-      Operation *producer = operand.getDefiningOp();
-      if (isa<BlockArgument>(operand) ||
-          (producer && !isa<ParamOp, ConstantOp>(producer) &&
-           stageOf(producer, tables.S) != s))
+    for (Value operand : op->getOperands())
+      if (broughtIn(operand))
         layout.broughtByForward.insert(ids.lookup(operand));
+  std::set<int> madeByInputGrad;
+  if (split) {
+    llvm::DenseSet<int> readByWeightGrad;
+    for (Operation *op : tables.weightGradOps[s])
+      for (Value operand : op->getOperands())
+        readByWeightGrad.insert(ids.lookup(operand));
+    for (Operation *op : tables.inputGradOps[s]) {
+      for (Value operand : op->getOperands()) {
+        int id = ids.lookup(operand);
+        if (broughtIn(operand) && !layout.broughtByForward.count(id) &&
+            readByWeightGrad.contains(id))
+          layout.broughtByInputGrad.insert(id);
+      }
+      for (Value result : op->getResults())
+        if (readByWeightGrad.contains(ids.lookup(result)))
+          madeByInputGrad.insert(ids.lookup(result));
     }
+  }
   llvm::DenseSet<int> readByBackward;
   for (Operation *op : backward)
     for (Value operand : op->getOperands())
@@ -714,11 +804,18 @@ StashLayout Emitter::layoutStash(int64_t s, int64_t slots,
       stash(ids.lookup(result));
   for (int id : layout.broughtByForward)
     stash(id);
+  for (const std::set<int> *ids :
+       {&madeByInputGrad, &layout.broughtByInputGrad})
+    for (int id : *ids)
+      stash(id);
   llvm::DenseMap<int, size_t> rangeOf;
   std::vector<int> rangeIds;
   std::vector<LiveRange> ranges;
   int64_t position = 0;
-  for (auto *ops : {&forward, &backward})
+  std::vector<const std::vector<Operation *> *> order = {&forward, &backward};
+  if (split)
+    order = {&forward, &tables.inputGradOps[s], &tables.weightGradOps[s]};
+  for (const std::vector<Operation *> *ops : order)
     for (Operation *op : *ops) {
       for (auto values :
            {ValueRange(op->getOperands()), ValueRange(op->getResults())})
@@ -844,7 +941,12 @@ LogicalResult Emitter::lowerStageDevice(sched::StageDeviceOp op,
   lowering.self = op.getIndex();
   lowering.s = op.getStage();
   lowering.mine = op.getMicroBatches();
-  lowering.layout = layoutStash(lowering.s, op.getSlots(), tables);
+  // zb-h1: the stage's backward runs as an I and a later W.
+  bool split = false;
+  op.getBody().walk([&](sched::ComputeOp compute) {
+    split |= compute.getKind() == sched::WorkKind::InputGrad;
+  });
+  lowering.layout = layoutStash(lowering.s, op.getSlots(), split, tables);
   bool another = plan.devices_size() > lowering.self;
   plan::Device *device = lowering.device =
       another ? plan.mutable_devices(lowering.self) : plan.add_devices();
@@ -996,17 +1098,26 @@ LogicalResult Emitter::lowerCompute(DeviceLowering &lowering,
           tiedPrevious->getAsValueRange<StringAttr>(), plan.tensors(id).name());
     return readsPrevious ? it->second : id;
   };
-  bool forward = compute.getKind() == sched::WorkKind::Forward;
-  if (compute.getKind() == sched::WorkKind::InputGrad ||
-      compute.getKind() == sched::WorkKind::WeightGrad)
-    return compute.emitOpError("split backwards are not lowered yet");
+  sched::WorkKind kind = compute.getKind();
+  bool forward = kind == sched::WorkKind::Forward;
+  const std::vector<Operation *> &ops =
+      forward                               ? tables.forwardOps[s]
+      : kind == sched::WorkKind::InputGrad  ? tables.inputGradOps[s]
+      : kind == sched::WorkKind::WeightGrad ? tables.weightGradOps[s]
+                                            : tables.backwardOps[s];
+  // What an earlier half of this micro-batch's work brought in stays.
+  const StashLayout &layout = lowering.layout;
+  auto broughtEarlier = [&](int id) {
+    return (!forward && layout.broughtByForward.count(id)) ||
+           (kind == sched::WorkKind::WeightGrad &&
+            layout.broughtByInputGrad.count(id));
+  };
   std::set<int> arrived, sent;
-  for (Operation *op : forward ? tables.forwardOps[s] : tables.backwardOps[s]) {
+  for (Operation *op : ops) {
     // Bring in what this micro-batch's op reads from elsewhere.
     for (Value operand : op->getOperands()) {
       int id = ids.lookup(operand);
-      if (arrived.count(id) ||
-          (!forward && lowering.layout.broughtByForward.count(id)))
+      if (arrived.count(id) || broughtEarlier(id))
         continue;
       if (isa<BlockArgument>(operand)) {
         plan::Instruction *load = add();

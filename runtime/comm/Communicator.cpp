@@ -16,7 +16,7 @@ int64_t ConstBuffer::bytes() const { return count * plan::dtypeSize(dtype); }
 int64_t Buffer::bytes() const { return count * plan::dtypeSize(dtype); }
 
 void Communicator::checkPeer(int peer) const {
-  if (peer < 0 || peer >= size() || peer == rank())
+  if (peer < 0 || peer >= size())
     throw RuntimeError("device " + std::to_string(rank()) + " names device " +
                        std::to_string(peer) + " as its peer; the run has " +
                        std::to_string(size()));

@@ -131,8 +131,8 @@ void LocalCommunicator::send(int to, int64_t tag, ConstBuffer data,
     fabric.mailboxes[key] = std::move(message);
     fabric.changed.notify_all();
   }
-  if (tau < 0)
-    return; // after training: not part of a step's traffic
+  if (tau < 0 || to == device)
+    return; // after training, or to itself: not part of a step's traffic
   std::lock_guard<std::mutex> lock(logMutex);
   log.push_back({tau, data.bytes()});
 }

@@ -225,7 +225,7 @@ void MpiCommunicator::post(int to, int64_t tag, ConstBuffer data) {
 void MpiCommunicator::send(int to, int64_t tag, ConstBuffer data, int64_t tau) {
   checkPeer(to);
   post(to, tag, data);
-  if (tau >= 0)
+  if (tau >= 0 && to != device)
     log.push_back({tau, data.bytes()});
 }
 

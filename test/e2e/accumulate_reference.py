@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """--strategy single --micro-batches M, and the synchronous pipelines
-(gpipe, 1f1b: M micro-batches through S stages on S devices, one update
-per step), against PyTorch's gradient accumulation: the update applies the
+(gpipe, 1f1b, zb-h1: M micro-batches through S stages on S devices;
+interleaved-1f1b: on S / 2 devices, two stages each; one update per step), against PyTorch's gradient accumulation: the update applies the
 mean of the M micro-batches' gradients. 2bw against the same with 1-stale
 gradients, W(t+1) = Opt(W(t), g(W(t-1))), steps 0 and 1 both at W(0).
 Parameters after 3 steps must match within 1e-5 + 1e-4 relative.
@@ -86,8 +86,12 @@ def main():
     plan = os.path.join(work, "plan.cdp")
     pipeline = []
     if strategy != "single":
+        # interleaved-1f1b: two stages per device.
+        per_device = 2 if strategy == "interleaved-1f1b" else 1
         pipeline = ["--strategy", strategy, "--stages", str(stages), "--devices",
-                    str(stages * replicas), "--replicas", str(replicas)]
+                    str(stages // per_device * replicas), "--replicas", str(replicas)]
+        if per_device > 1:
+            pipeline += ["--stages-per-device", str(per_device)]
         if boundaries:
             pipeline += ["--stage-boundaries", boundaries]
     subprocess.run([os.path.join(bin_dir, "cdp-compile"), path, "-o", plan, "--micro-batches",

@@ -105,7 +105,8 @@ public:
 
   /// Point to point: sends `data` to device `to` under `tag` and returns
   /// once the buffer may be reused; `tau` is the sender's time step (for
-  /// the report; negative after training, and then not logged).
+  /// the report; negative after training, and then not logged, as a
+  /// message to the device itself never is).
   virtual void send(int to, int64_t tag, ConstBuffer data, int64_t tau) = 0;
   /// Blocks until the message `tag` from device `from` is there and copies
   /// it into `out` (same dtype and count, or a RuntimeError). Returns false
@@ -161,7 +162,9 @@ public:
 
 protected:
   /// The checks every backend makes, with the same messages: `peer` is
-  /// another of the run's devices; a message of `count` `dtype` from `from`
+  /// one of the run's devices (itself too: a pipeline device running two
+  /// stages passes values between them through its own mailbox); a
+  /// message of `count` `dtype` from `from`
   /// fits `out`; a reduction's data is float32.
   void checkPeer(int peer) const;
   void checkArrival(int64_t tag, int from, plan::DType dtype, int64_t count,

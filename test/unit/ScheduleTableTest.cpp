@@ -1,0 +1,101 @@
+//===- ScheduleTableTest.cpp - pipeline schedules as tables ---------------===//
+//
+// The strategies' tables against the papers' step lengths (interleaved
+// 1F1B: 2VM + 2(D - 1) chunk time steps; ZB-H1: 3M + S - 1 with F, I and W
+// one time step each), their checks, stash slots against stashSlots, and
+// the CSV form read back into the same table.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cdp/Sched/ScheduleTable.h"
+
+#include <gtest/gtest.h>
+
+using namespace cdp;
+using namespace cdp::pipeline;
+
+namespace {
+
+bool sameActions(const ScheduleTable &a, const ScheduleTable &b) {
+  if (a.rows.size() != b.rows.size() || a.deviceOf != b.deviceOf ||
+      a.period != b.period || a.rule != b.rule)
+    return false;
+  for (size_t t = 0; t < a.rows.size(); ++t)
+    for (size_t d = 0; d < a.rows[t].size(); ++d)
+      if (!(a.rows[t][d] == b.rows[t][d]))
+        return false;
+  return true;
+}
+
+TEST(ScheduleTable, InterleavedStepLength) {
+  for (int64_t D : {2, 3, 4})
+    for (int64_t V : {1, 2, 3})
+      for (int64_t M : {D, 2 * D, 3 * D}) {
+        ScheduleTable table = interleavedTable(D, V, M);
+        EXPECT_EQ(table.cycle(), 2 * V * M + 2 * (D - 1))
+            << "D=" << D << " V=" << V << " M=" << M;
+        EXPECT_FALSE(checkTable(table).has_value());
+      }
+}
+
+TEST(ScheduleTable, ZeroBubbleStepLengthAndStash) {
+  for (int64_t S : {2, 3, 4, 6})
+    for (int64_t M : {S, S + 1, 2 * S}) {
+      ScheduleTable table = zbH1Table(S, M);
+      EXPECT_EQ(table.cycle(), 3 * M + S - 1) << "S=" << S << " M=" << M;
+      EXPECT_FALSE(checkTable(table).has_value());
+      // 1F1B's peak: the first stage's S micro-batches, on every stage.
+      for (int64_t s = 1; s <= S; ++s)
+        EXPECT_EQ(tableStashSlots(table, s), S);
+    }
+}
+
+TEST(ScheduleTable, SlotsMatchTheStrategies) {
+  for (Strategy strategy : {Strategy::GPipe, Strategy::OneFOneB})
+    for (int64_t S : {1, 2, 4})
+      for (int64_t M : {1, 2, 4, 6}) {
+        ScheduleTable table = flushedTable(strategy, S, M);
+        EXPECT_FALSE(checkTable(table).has_value());
+        for (int64_t s = 1; s <= S; ++s)
+          EXPECT_EQ(tableStashSlots(table, s), stashSlots(strategy, s, S, M));
+      }
+  for (int64_t S : {1, 2, 4})
+    for (int64_t M : {S, S + 2, 2 * S}) {
+      ScheduleTable table = twoBwTable(S, M);
+      EXPECT_FALSE(checkTable(table).has_value()) << "S=" << S << " M=" << M;
+      for (int64_t s = 1; s <= S; ++s)
+        EXPECT_EQ(tableStashSlots(table, s),
+                  stashSlots(Strategy::TwoBW, s, S, M));
+    }
+}
+
+TEST(ScheduleTable, CsvRoundTrip) {
+  std::vector<ScheduleTable> tables = {
+      flushedTable(Strategy::GPipe, 3, 4),
+      flushedTable(Strategy::OneFOneB, 4, 6), twoBwTable(4, 4),
+      interleavedTable(2, 2, 4), zbH1Table(4, 5)};
+  for (const ScheduleTable &table : tables) {
+    CsvResult read = readScheduleCsv(writeScheduleCsv(table), table.stages,
+                                     table.microBatches);
+    ASSERT_TRUE(read.table.has_value()) << read.error;
+    EXPECT_TRUE(sameActions(table, *read.table));
+    EXPECT_EQ(writeScheduleCsv(*read.table), writeScheduleCsv(table));
+  }
+}
+
+TEST(ScheduleTable, CheckFindsBackwardBeforeForward) {
+  ScheduleTable table = flushedTable(Strategy::GPipe, 2, 2);
+  // Swap stage 2's F of micro-batch 0 with its B of micro-batch 0.
+  for (auto &row : table.rows)
+    for (Action &action : row[1])
+      if (action.microBatch == 0 && action.computes())
+        action.kind = action.kind == ActionKind::Forward ? ActionKind::Backward
+                                                         : ActionKind::Forward;
+  std::optional<TableFault> fault = checkTable(table);
+  ASSERT_TRUE(fault.has_value());
+  EXPECT_EQ(fault->device, 1);
+  EXPECT_NE(fault->message.find("1B0 needs 1F0"), std::string::npos)
+      << fault->message;
+}
+
+} // namespace
