@@ -652,23 +652,25 @@ void Emitter::preparePipeline(sched::StepProgramOp program,
 
 namespace {
 
-/// A weight, or a value computed from weights and constants alone (the
-/// transpose torch exports for a Linear weight).
-bool weightDerived(Value value, llvm::DenseMap<Value, bool> &memo) {
-  auto it = memo.find(value);
-  if (it != memo.end())
-    return it->second;
-  Operation *producer = value.getDefiningOp();
-  bool derived = false;
-  if (auto param = dyn_cast_or_null<ParamOp>(producer))
-    derived = !param.getBuffer();
-  else if (producer && !isa<ConstantOp>(producer) &&
-           producer->getNumOperands() > 0)
-    derived = llvm::all_of(producer->getOperands(), [&](Value operand) {
-      return isa_and_nonnull<ConstantOp>(operand.getDefiningOp()) ||
-             weightDerived(operand, memo);
-    });
-  memo[value] = derived;
+/// The weights, and the values computed from weights and constants alone
+/// (the transpose torch exports for a Linear weight), in one walk over
+/// @main's block (operands come before their users).
+llvm::DenseSet<Value> weightDerivedValues(Block &body) {
+  llvm::DenseSet<Value> derived;
+  for (Operation &op : body.without_terminator()) {
+    if (auto param = dyn_cast<ParamOp>(op)) {
+      if (!param.getBuffer())
+        derived.insert(param);
+      continue;
+    }
+    if (isa<ConstantOp>(op) || op.getNumOperands() == 0)
+      continue;
+    if (llvm::all_of(op.getOperands(), [&](Value operand) {
+          return isa_and_nonnull<ConstantOp>(operand.getDefiningOp()) ||
+                 derived.contains(operand);
+        }))
+      derived.insert(op.result_begin(), op.result_end());
+  }
   return derived;
 }
 
@@ -685,7 +687,7 @@ void Emitter::splitBackwards(PipelineTables &tables) {
   int64_t S = tables.S;
   tables.inputGradOps.assign(S + 1, {});
   tables.weightGradOps.assign(S + 1, {});
-  llvm::DenseMap<Value, bool> memo;
+  llvm::DenseSet<Value> weights = weightDerivedValues(func.getBody().front());
   for (int64_t s = 1; s <= S; ++s) {
     const std::vector<Operation *> &ops = tables.backwardOps[s];
     llvm::DenseSet<Value> needed;
@@ -694,7 +696,7 @@ void Emitter::splitBackwards(PipelineTables &tables) {
       if (isa<GradientOp>(ops[i]))
         continue;
       for (Value operand : ops[i]->getOperands())
-        input[i] = input[i] || weightDerived(operand, memo);
+        input[i] = input[i] || weights.contains(operand);
       for (Value result : ops[i]->getResults())
         for (Operation *user : result.getUsers())
           if (needed.contains(result) ||
