@@ -18,7 +18,6 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/MapVector.h"
-#include "llvm/Support/MemoryBuffer.h"
 
 #include <set>
 
@@ -282,24 +281,10 @@ LogicalResult SchedulePipelinePass::buildScheduleTable() {
              << ") a multiple of the devices (" << (V > 0 ? S / V : 0) << ")";
     scheduleTable = pipeline::strategyTable(kind, S, M, V);
   } else {
-    auto buffer = llvm::MemoryBuffer::getFile(schedule);
-    if (!buffer)
-      return func.emitError(schedule.getValue())
-             << ": cannot read the schedule: " << buffer.getError().message();
-    pipeline::CsvResult read =
-        pipeline::readScheduleCsv((*buffer)->getBuffer().str(), S, M);
+    pipeline::CsvResult read = pipeline::readScheduleFile(schedule, S, M, kind);
     if (!read.table)
-      return func.emitError(schedule.getValue()) << ": " << read.error;
+      return func.emitError(read.error);
     scheduleTable = std::move(read.table);
-    bool oneStale = scheduleTable->rule == pipeline::WeightRule::OneStale;
-    if (oneStale != (traits.weightVersions == 2))
-      return func.emitError(schedule.getValue())
-             << ": line 1: the schedule's rule is "
-             << pipeline::ruleName(scheduleTable->rule) << " but --strategy "
-             << traits.name << " keeps "
-             << (traits.weightVersions == 2 ? "two weight versions (1-stale)"
-                                            : "one weight version "
-                                              "(synchronous)");
   }
   if (std::optional<pipeline::TableFault> fault =
           pipeline::checkTable(*scheduleTable))

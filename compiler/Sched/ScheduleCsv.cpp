@@ -18,6 +18,9 @@
 #include "Dependencies.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <map>
 #include <regex>
 #include <set>
@@ -481,6 +484,34 @@ CsvResult readScheduleCsv(const std::string &text, int64_t S, int64_t M) {
   }
   result.table = std::move(table);
   return result;
+}
+
+CsvResult readScheduleFile(const std::string &path, int64_t S, int64_t M,
+                           Strategy strategy) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in) {
+    CsvResult failed;
+    failed.error = path + ": cannot read the schedule: " + std::strerror(errno);
+    return failed;
+  }
+  CsvResult read = readScheduleCsv(text.str(), S, M);
+  if (!read.table) {
+    read.error = path + ": " + read.error;
+    return read;
+  }
+  bool oneStale = read.table->rule == WeightRule::OneStale;
+  const StrategyTraits &traits = traitsOf(strategy);
+  if (oneStale != (traits.weightVersions == 2)) {
+    read.error = path + ": line 1: the schedule's rule is " +
+                 ruleName(read.table->rule) + " but --strategy " + traits.name +
+                 " follows the " + (oneStale ? "synchronous" : "1-stale") +
+                 " rule (use " + (oneStale ? "2bw" : "gpipe, 1f1b or zb-h1") +
+                 ")";
+    read.table.reset();
+  }
+  return read;
 }
 
 } // namespace cdp::pipeline

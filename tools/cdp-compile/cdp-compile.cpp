@@ -491,20 +491,10 @@ void checkScheduleFlags(Settings &settings) {
 void readScheduleFile(Settings &settings, int64_t S, int64_t M) {
   if (schedulePath.empty())
     return;
-  auto buffer = llvm::MemoryBuffer::getFile(schedulePath);
-  if (!buffer)
-    die(schedulePath +
-        ": cannot read the schedule: " + buffer.getError().message());
   cdp::pipeline::CsvResult read =
-      cdp::pipeline::readScheduleCsv((*buffer)->getBuffer().str(), S, M);
+      cdp::pipeline::readScheduleFile(schedulePath, S, M, settings.kind);
   if (!read.table)
-    die(schedulePath + ": " + read.error);
-  bool oneStale = read.table->rule == cdp::pipeline::WeightRule::OneStale;
-  if (oneStale != (settings.traits->weightVersions == 2))
-    die(schedulePath + ": line 1: the schedule's rule is " +
-        cdp::pipeline::ruleName(read.table->rule) + " but --strategy " +
-        strategy + " follows the " + (oneStale ? "synchronous" : "1-stale") +
-        " rule (use " + (oneStale ? "2bw" : "gpipe, 1f1b or zb-h1") + ")");
+    die(read.error);
   settings.schedule = std::move(read.table);
 }
 

@@ -162,6 +162,11 @@ struct CsvResult {
 };
 CsvResult readScheduleCsv(const std::string &text, int64_t S, int64_t M);
 
+/// --schedule: the CSV at `path`, read (readScheduleCsv) and checked
+/// against `strategy`'s weight rule; errors start with the path.
+CsvResult readScheduleFile(const std::string &path, int64_t S, int64_t M,
+                           Strategy strategy);
+
 } // namespace cdp::pipeline
 
 #endif // CDP_SCHED_SCHEDULETABLE_H
