@@ -17,6 +17,7 @@
 
 #include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
+#include "cdp/Plan/PlanInstantiate.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -523,12 +524,16 @@ void predict(const plan::Plan &plan, int64_t steps, ReportBuilder &report) {
 } // namespace
 
 std::string predictReport(const plan::Plan &plan, int64_t steps) {
+  if (plan::hasRuns(plan))
+    return predictReport(plan::instantiated(plan), steps);
   ReportBuilder report(plan, steps);
   predict(plan, steps, report);
   return report.json();
 }
 
 std::vector<int64_t> predictDevicePeaks(const plan::Plan &plan, int64_t steps) {
+  if (plan::hasRuns(plan))
+    return predictDevicePeaks(plan::instantiated(plan), steps);
   ReportBuilder report(plan, steps);
   predict(plan, steps, report);
   return report.devicePeaks();

@@ -3,6 +3,7 @@
 #include "cdp/Plan/CostModel.h"
 
 #include "cdp/Passes/Profile.h"
+#include "cdp/Plan/PlanInstantiate.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/JSON.h"
@@ -124,6 +125,8 @@ InstructionCost profileCost(const std::string &path, std::string &error) {
 
 plan::SimulatedTime predictStepMs(const plan::Plan &plan,
                                   const InstructionCost &cost, int64_t steps) {
+  if (plan::hasRuns(plan))
+    return predictStepMs(plan::instantiated(plan), cost, steps);
   auto pipelineOnly = [](const plan::Instruction &instruction) {
     llvm::StringRef op = instruction.op();
     return op == "send" || op == "recv" || op == "load" || op == "accumulate" ||

@@ -14,6 +14,7 @@
 #include "cdp/Passes/FirstFit.h"
 #include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
+#include "cdp/Plan/PlanInstantiate.h"
 #include "cdp/Sched/Pipeline.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -27,6 +28,7 @@
 
 #include <array>
 #include <functional>
+#include <map>
 #include <set>
 #include <unordered_map>
 
@@ -108,8 +110,10 @@ private:
                                bool forEval);
   LogicalResult emitDataParallel(int64_t arenaBytes);
   LogicalResult addReducedTensors(DataParallelTables &tables);
-  LogicalResult lowerSlotDevice(sched::SlotDeviceOp op, int64_t arenaBytes,
+  LogicalResult lowerSlotDevice(sched::SlotDeviceOp op, plan::Device &out,
                                 const DataParallelTables &tables);
+  std::vector<int64_t> slotProgramKey(sched::SlotDeviceOp op,
+                                      const DataParallelTables &tables);
   LogicalResult lowerSlotCompute(plan::Device &device,
                                  sched::SlotComputeOp compute, int64_t offset,
                                  int64_t d, int64_t L);
@@ -128,6 +132,14 @@ private:
                              const PipelineTables &tables);
   LogicalResult lowerStageDevice(sched::StageDeviceOp op,
                                  const PipelineTables &tables);
+  int addTemplate(plan::Device &scratch, int64_t timeStep, int64_t microBatch,
+                  int64_t messageBatch, int64_t stepMicroBatch);
+  LogicalResult addBlockRun(DeviceLowering &lowering,
+                            llvm::function_ref<LogicalResult()> lower);
+  LogicalResult addComputeRun(DeviceLowering &lowering,
+                              sched::ComputeOp compute,
+                              const PipelineTables &tables);
+  void markStashSlots(DeviceLowering &lowering);
   LogicalResult lowerUpdateStep(DeviceLowering &lowering, Operation *op,
                                 const PipelineTables &tables);
   void lowerExchange(DeviceLowering &lowering,
@@ -493,6 +505,12 @@ struct DeviceLowering {
   std::unordered_map<int64_t, int> copies;
   /// Parameters whose gradient this step was summed over replicas.
   llvm::StringSet<> exchanged;
+  /// The stash slot the instructions being built name (0: templates name
+  /// slot 0's copies, and each run its own slot).
+  int64_t slot = 0;
+  /// Compute templates built for this device, by what sets them apart
+  /// (see addComputeRun).
+  std::map<std::vector<int64_t>, int> computeTemplates;
 };
 
 LogicalResult Emitter::emitPipeline(const EmitOptions &options,
@@ -517,12 +535,11 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
   // A device running several stages runs their programs merged by time
   // step (stable: within a time step, in stage order).
   for (int index : merged) {
-    auto *instructions = plan.mutable_devices(index)->mutable_instructions();
-    std::stable_sort(
-        instructions->begin(), instructions->end(),
-        [](const plan::Instruction &a, const plan::Instruction &b) {
-          return a.time_step() < b.time_step();
-        });
+    auto *runs = plan.mutable_devices(index)->mutable_runs();
+    std::stable_sort(runs->begin(), runs->end(),
+                     [](const plan::Run &a, const plan::Run &b) {
+                       return a.time_step() < b.time_step();
+                     });
   }
   // The training programs name copies only. The one-micro-batch tensors
   // themselves serve device 0's evaluation stream (after training), in its
@@ -962,25 +979,129 @@ LogicalResult Emitter::lowerStageDevice(sched::StageDeviceOp op,
     LogicalResult lowered =
         llvm::TypeSwitch<Operation *, LogicalResult>(&step)
             .Case([&](sched::ComputeOp compute) {
-              return lowerCompute(lowering, compute, tables);
+              return addComputeRun(lowering, compute, tables);
             })
             .Case([&](sched::ParamRefreshOp refresh) {
-              int id = tables.paramId.lookup(refresh.getParam());
-              plan::Instruction *recv = message(
-                  device->add_instructions(), false, id, refresh.getFrom(), id,
-                  0, plan.tensors(id).name(), tables);
-              recv->set_stage(lowering.s);
-              recv->set_min_step(1);
-              setIntAttr(recv, "step_offset", -1);
-              return success();
+              return addBlockRun(lowering, [&] {
+                int id = tables.paramId.lookup(refresh.getParam());
+                plan::Instruction *recv =
+                    message(lowering.device->add_instructions(), false, id,
+                            refresh.getFrom(), id, 0, plan.tensors(id).name(),
+                            tables);
+                recv->set_stage(lowering.s);
+                recv->set_min_step(1);
+                setIntAttr(recv, "step_offset", -1);
+                return success();
+              });
             })
             .Default([&](Operation *update) {
-              return lowerUpdateStep(lowering, update, tables);
+              return addBlockRun(lowering, [&] {
+                return lowerUpdateStep(lowering, update, tables);
+              });
             });
     if (failed(lowered))
       return failure();
   }
+  lowering.device = device;
+  markStashSlots(lowering);
   return success();
+}
+
+/// Moves the instructions built in `scratch` into a new template, relative
+/// to the run that built them (its time step, micro-batch, message and
+/// dropout batch), and returns its index.
+int Emitter::addTemplate(plan::Device &scratch, int64_t timeStep,
+                         int64_t microBatch, int64_t messageBatch,
+                         int64_t stepMicroBatch) {
+  plan::Template *added = plan.add_templates();
+  for (plan::Instruction &instruction : *scratch.mutable_instructions()) {
+    instruction.set_time_step(instruction.time_step() - timeStep);
+    instruction.set_micro_batch(instruction.micro_batch() - microBatch);
+    bool message = instruction.op() == "load" || instruction.op() == "send" ||
+                   instruction.op() == "recv";
+    for (plan::Attribute &a : *instruction.mutable_attributes()) {
+      if (message && a.name() == "micro_batch")
+        a.set_i(a.i() - messageBatch);
+      else if (a.name() == "step_micro_batch")
+        a.set_i(a.i() - stepMicroBatch);
+    }
+  }
+  added->mutable_instructions()->Swap(scratch.mutable_instructions());
+  return plan.templates_size() - 1;
+}
+
+/// An update-time op of a stage device's program (or a weight refresh) as
+/// a template run once: its instructions share one time step.
+LogicalResult Emitter::addBlockRun(DeviceLowering &lowering,
+                                   llvm::function_ref<LogicalResult()> lower) {
+  plan::Device scratch, *device = lowering.device;
+  lowering.device = &scratch;
+  LogicalResult lowered = lower();
+  lowering.device = device;
+  if (failed(lowered) || scratch.instructions().empty())
+    return lowered;
+  int64_t timeStep = scratch.instructions(0).time_step();
+  plan::Run *run = device->add_runs();
+  run->set_template_(addTemplate(scratch, timeStep, 0, 0, 0));
+  run->set_time_step(timeStep);
+  return success();
+}
+
+/// A sched.compute as a run of the device's template for its kind of work:
+/// runs differ in time step, micro-batch, stash slot and the batch their
+/// messages and dropout masks name; a template is built (in slot 0) for
+/// each combination of what else changes the instructions: the kind, the
+/// weight version read, the previous step's work (min_step, drain), the
+/// step's first micro-batch (its accumulations reset), the tied weights
+/// read at their previous version and the devices the micro-batch's other
+/// stages run on.
+LogicalResult Emitter::addComputeRun(DeviceLowering &lowering,
+                                     sched::ComputeOp compute,
+                                     const PipelineTables &tables) {
+  int64_t k = compute.getMicroBatch(), j = lowering.mine[k];
+  int64_t tagBatch = j + compute.getStep() * tables.MB;
+  std::vector<int64_t> key = {
+      static_cast<int64_t>(compute.getKind()),
+      static_cast<int64_t>(compute.getVersion()), compute.getStep() < 0,
+      k == 0,
+      reinterpret_cast<intptr_t>(
+          compute.getTiedPreviousAttr().getAsOpaquePointer())};
+  for (int64_t s = 1; s <= tables.S; ++s)
+    key.push_back(tables.runs[s][j]);
+  auto [it, added] = lowering.computeTemplates.try_emplace(key, -1);
+  if (added) {
+    plan::Device scratch, *device = lowering.device;
+    lowering.device = &scratch;
+    lowering.slot = 0;
+    LogicalResult lowered = lowerCompute(lowering, compute, tables);
+    lowering.device = device;
+    if (failed(lowered))
+      return failure();
+    it->second = addTemplate(scratch, compute.getTimeStep(), k, tagBatch, j);
+  }
+  plan::Run *run = lowering.device->add_runs();
+  run->set_template_(it->second);
+  run->set_time_step(compute.getTimeStep());
+  run->set_micro_batch(k);
+  run->set_slot(compute.getSlot());
+  run->set_message_batch(tagBatch);
+  run->set_step_micro_batch(j);
+  return success();
+}
+
+/// The stash copies the templates name are slot 0's: each gets the stage's
+/// slot count and stride (one stash's bytes), for cdp-run to instantiate.
+void Emitter::markStashSlots(DeviceLowering &lowering) {
+  int64_t slots = lowering.op.getSlots();
+  if (slots <= 1)
+    return;
+  for (const auto &[key, copyId] : lowering.copies) {
+    if ((key >> 32) == 0)
+      continue; // not a slot's copy
+    plan::Tensor &copy = *plan.mutable_tensors(copyId);
+    copy.set_slots(slots);
+    copy.set_slot_stride(lowering.layout.stashBytes);
+  }
 }
 
 /// The update-time ops of a device's program: versions kept, tied weights
@@ -1079,7 +1200,7 @@ LogicalResult Emitter::lowerCompute(DeviceLowering &lowering,
                                     sched::ComputeOp compute,
                                     const PipelineTables &tables) {
   plan::Device *device = lowering.device;
-  int64_t s = lowering.s, k = compute.getMicroBatch(), slot = compute.getSlot(),
+  int64_t s = lowering.s, k = compute.getMicroBatch(), slot = lowering.slot,
           j = lowering.mine[k];
   // Over the step's micro-batches of all replicas, relative to the running
   // step, as the send/recv tags and the loader count.
@@ -1174,9 +1295,7 @@ LogicalResult Emitter::sendResults(DeviceLowering &lowering,
   auto add = [&]() {
     return stamp(lowering.device->add_instructions(), s, compute);
   };
-  auto copyOf = [&](int id) {
-    return mapped(lowering, compute.getSlot(), id, tables);
-  };
+  auto copyOf = [&](int id) { return mapped(lowering, lowering.slot, id, tables); };
   for (Value result : op->getResults()) {
     int id = ids.lookup(result);
     if (tables.lossAccumulator >= 0 && id == tables.lossResult)
@@ -1239,10 +1358,55 @@ LogicalResult Emitter::emitDataParallel(int64_t arenaBytes) {
   if (failed(addReducedTensors(tables)))
     return failure();
   plan.clear_devices();
-  for (auto device : program.getBody().getOps<sched::SlotDeviceOp>())
-    if (failed(lowerSlotDevice(device, arenaBytes, tables)))
-      return failure();
+  // Devices whose programs differ only in their offset and micro-batch run
+  // one template (at 1024 devices, a handful of distinct programs).
+  std::map<std::vector<int64_t>, int> templates;
+  for (auto device : program.getBody().getOps<sched::SlotDeviceOp>()) {
+    int64_t d = device.getIndex(), offset = device.getOffset();
+    auto [it, added] =
+        templates.try_emplace(slotProgramKey(device, tables), -1);
+    plan::Device *out = plan.add_devices();
+    out->set_index(d);
+    out->set_arena_bytes(arenaBytes);
+    if (added) {
+      plan::Device scratch;
+      if (failed(lowerSlotDevice(device, scratch, tables)))
+        return failure();
+      it->second = addTemplate(scratch, offset, d, 0, 0);
+    }
+    plan::Run *run = out->add_runs();
+    run->set_template_(it->second);
+    run->set_time_step(offset);
+    run->set_micro_batch(d);
+  }
   return success();
+}
+
+/// What sets a data-parallel device's program apart from another's besides
+/// its offset and micro-batch: its schedule ops (times relative to the
+/// offset, waits' delays and first steps) and, for the chain, whether it
+/// is the last device (its reduce_start writes the means).
+std::vector<int64_t>
+Emitter::slotProgramKey(sched::SlotDeviceOp op,
+                        const DataParallelTables &tables) {
+  std::vector<int64_t> key = {tables.chain && op.getIndex() == tables.N - 1};
+  for (Operation &step : op.getBody().front()) {
+    if (auto compute = dyn_cast<sched::SlotComputeOp>(step))
+      key.insert(key.end(), {0, compute.getStage(),
+                             static_cast<int64_t>(compute.getKind()),
+                             compute.getTimeStep()});
+    else if (auto wait = dyn_cast<sched::WaitReductionOp>(step))
+      key.insert(key.end(), {1, wait.getStage(), wait.getTimeStep(),
+                             wait.getMinStep(), wait.getDelay()});
+    else if (auto start = dyn_cast<sched::StartReductionOp>(step))
+      key.insert(key.end(), {2, start.getStage(), start.getTimeStep()});
+    else if (auto relay = dyn_cast<sched::ChainRelayOp>(step))
+      key.insert(key.end(), {3, relay.getStage(), relay.getTimeStep(),
+                             relay.getStepOffset()});
+    else
+      key.insert(key.end(), {4, reinterpret_cast<intptr_t>(&step)});
+  }
+  return key;
 }
 
 /// Per stage: the parameters, their gradients, the reduced buffers their
@@ -1312,12 +1476,10 @@ LogicalResult Emitter::addReducedTensors(DataParallelTables &tables) {
 /// order of @main; the wait for a stage's reduced gradients with its
 /// updates; the start of a stage's reduction; the chain's relays.
 LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
-                                       int64_t arenaBytes,
+                                       plan::Device &out,
                                        const DataParallelTables &tables) {
   int64_t d = op.getIndex(), s = op.getOffset();
-  plan::Device *device = plan.add_devices();
-  device->set_index(d);
-  device->set_arena_bytes(arenaBytes);
+  plan::Device *device = &out;
   auto stamp = [&](plan::Instruction *instruction, int64_t stage,
                    int64_t time) {
     instruction->set_stage(stage);

@@ -11,6 +11,7 @@
 
 #include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
+#include "cdp/Plan/PlanInstantiate.h"
 
 #include <algorithm>
 #include <cmath>
@@ -324,6 +325,8 @@ void forEachRelayAfterTraining(
 }
 
 std::string findSendRecvDeadlock(const Plan &plan) {
+  if (hasRuns(plan))
+    return findSendRecvDeadlock(instantiated(plan));
   Simulation sim = simulate(plan, kSteps, /*drain=*/true, nullptr,
                             /*reductions=*/true);
   const std::vector<int> &next = sim.next;

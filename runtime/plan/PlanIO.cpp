@@ -1,7 +1,9 @@
 //===- PlanIO.cpp - reading and writing plan artefacts --------------------===//
 
 #include "cdp/Plan/PlanIO.h"
+
 #include "cdp/Plan/Paths.h"
+#include "cdp/Plan/PlanInstantiate.h"
 #include "cdp/Plan/PlanValidate.h"
 
 #include <cerrno>
@@ -130,6 +132,12 @@ bool readPlan(const std::string &path, Plan &plan, std::string &error,
             strategyNames() + ")";
     return false;
   }
+  // Format 4's runs are spelled out before the streams are checked: the
+  // checks, the executor and the checkpoints see one stream per device.
+  error = checkRuns(plan);
+  if (!error.empty())
+    return false;
+  instantiate(plan);
   error = validatePlan(plan, maxBytes);
   return error.empty();
 }

@@ -1,6 +1,7 @@
 //===- PlanText.cpp - a plan's instruction streams as text ----------------===//
 
 #include "cdp/Plan/PlanText.h"
+#include "cdp/Plan/PlanInstantiate.h"
 
 namespace cdp::plan {
 
@@ -110,6 +111,8 @@ void printInstruction(std::ostream &os, const Plan &plan,
 } // namespace
 
 void printPlanText(const Plan &plan, std::ostream &os) {
+  if (hasRuns(plan))
+    return printPlanText(instantiated(plan), os);
   os << "plan " << plan.strategy() << " devices=" << plan.devices_size()
      << " micro_batches=" << plan.micro_batches()
      << " inference=" << (plan.inference() ? 1 : 0) << " loss=";

@@ -1,0 +1,57 @@
+//===- PlanInstantiate.h - format 4's templates and runs, spelled out -*- C++ -*-===//
+//
+// A format-4 plan writes what repeats once: a pipeline stage's forward and
+// backward for one micro-batch, a data-parallel device's program, as
+// templates; each device's training stream is a list of runs (template,
+// time step, micro-batch, stash slot, message and dropout batch) and each
+// stash tensor one entry with its slot count. cdp-run spells the runs out
+// into the instruction streams it executes; the compiler's report and
+// checks read the runs directly.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CDP_PLAN_PLANINSTANTIATE_H
+#define CDP_PLAN_PLANINSTANTIATE_H
+
+#include "cdp/Plan/plan.pb.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cdp::plan {
+
+/// The most instructions and tensors instantiation may create: far beyond
+/// any compiled plan (64 x 64 pipelines make under a million), so that a
+/// hand-edited run count cannot exhaust memory.
+constexpr int64_t kMostInstantiated = int64_t(1) << 26;
+
+/// Checks the runs and slot tensors (templates, slots and counts in range);
+/// returns one line naming the first problem, or "".
+std::string checkRuns(const Plan &plan);
+
+/// Tensor ids of every stash slot's copy: `slotIds[id][k]` for a tensor
+/// with `slots` > 1 (slot 0 is the tensor itself), empty for the others.
+/// New ids count up from `plan.tensors_size()` in tensor order.
+std::vector<std::vector<int>> slotCopyIds(const Plan &plan);
+
+/// Spells out a checked plan in place: every slot copy becomes a tensor of
+/// its own (ids from slotCopyIds), every device's runs its instructions,
+/// and the templates go. A plan without runs or slots is left unchanged.
+void instantiate(Plan &plan);
+
+/// Whether some device's stream is written as runs.
+bool hasRuns(const Plan &plan);
+
+/// A spelled-out copy of `plan`.
+Plan instantiated(const Plan &plan);
+
+/// Instruction `instruction` of a template as run `run` executes it;
+/// `slotIds` from slotCopyIds.
+void instantiateInstruction(const Instruction &instruction, const Run &run,
+                            const std::vector<std::vector<int>> &slotIds,
+                            Instruction &out);
+
+} // namespace cdp::plan
+
+#endif // CDP_PLAN_PLANINSTANTIATE_H
