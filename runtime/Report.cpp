@@ -222,6 +222,20 @@ ReportBuilder::ReportBuilder(const plan::Plan &plan, int64_t steps)
   remaining.assign(plan.devices_size(), {});
   workspace.assign(plan.devices_size(), 0);
   optimizer = planFacts.optimizerBytes;
+  streamOf.resize(plan.devices_size());
+  for (int d = 0; d < plan.devices_size(); ++d)
+    streamOf[d] = d;
+}
+
+void ReportBuilder::copyDevice(int from, int to) {
+  devices[to] = devices[from];
+  workspace[to] = workspace[from];
+  optimizer[to] = optimizer[from];
+  planFacts.weightBytes[to] = planFacts.weightBytes[from];
+  planFacts.weightVersionBytes[to] = planFacts.weightVersionBytes[from];
+  planFacts.reducedBytes[to] = planFacts.reducedBytes[from];
+  planFacts.optimizerBytes[to] = planFacts.optimizerBytes[from];
+  streamOf[to] = streamOf[from];
 }
 
 void ReportBuilder::startStep(int device, int64_t t) {
@@ -373,7 +387,7 @@ std::string ReportBuilder::json() const {
     for (int d = 0; d < N; ++d) {
       int64_t stage = 0;
       for (const plan::Instruction &instruction :
-           plan.devices(d).instructions())
+           plan.devices(streamOf[d]).instructions())
         if (instruction.stage() > 0) {
           stage = instruction.stage();
           break;
@@ -408,7 +422,8 @@ std::string ReportBuilder::json() const {
      << ", \"bubble_fraction\": [";
   for (int d = 0; d < N; ++d) {
     std::set<int64_t> busy;
-    for (const plan::Instruction &instruction : plan.devices(d).instructions())
+    for (const plan::Instruction &instruction :
+         plan.devices(streamOf[d]).instructions())
       if (std::string_view phase = instruction.phase();
           phase == "forward" || phase == "backward")
         busy.insert(
@@ -493,10 +508,14 @@ std::vector<int64_t> ReportBuilder::devicePeaks() const {
 
 namespace {
 
-/// Feeds `report` the events its plan implies.
-void predict(const plan::Plan &plan, int64_t steps, ReportBuilder &report) {
+/// Feeds `report` the events its plan implies (on the devices `predicted`
+/// says, all when empty).
+void predict(const plan::Plan &plan, int64_t steps, ReportBuilder &report,
+             const std::vector<char> &predicted = {}) {
   const PlanFacts &facts = report.facts();
   for (int d = 0; d < plan.devices_size(); ++d) {
+    if (!predicted.empty() && !predicted[d])
+      continue;
     const plan::Device &device = plan.devices(d);
     // 2bw and cdp-mp end with a drain: one more step of the instructions
     // marked `drain` (the last backwards and update).
@@ -521,11 +540,71 @@ void predict(const plan::Plan &plan, int64_t steps, ReportBuilder &report) {
   }
 }
 
+/// A format-4 data-parallel plan with one device of each class spelled
+/// out: devices that run one template at one offset, and stand alike in a
+/// chain (first, last or between), record the same series.
+struct Represented {
+  plan::Plan plan;
+  std::vector<int> representative; ///< per device: the one predicted
+};
+
+/// Classes of a plan whose devices each have one run; false otherwise.
+bool representDevices(const plan::Plan &plan, Represented &out) {
+  int devices = plan.devices_size();
+  std::map<std::tuple<int, int64_t, bool, bool>, int> classes;
+  out.representative.assign(devices, -1);
+  for (int d = 0; d < devices; ++d) {
+    const plan::Device &device = plan.devices(d);
+    if (device.runs_size() != 1)
+      return false;
+    const plan::Run &run = device.runs(0);
+    auto key = std::make_tuple(run.template_(), run.time_step(), d == 0,
+                               d + 1 == devices);
+    out.representative[d] = classes.try_emplace(key, d).first->second;
+  }
+  out.plan.CopyFrom(plan);
+  out.plan.clear_templates();
+  std::vector<std::vector<int>> noSlots = plan::slotCopyIds(plan);
+  for (int d = 0; d < devices; ++d) {
+    plan::Device &device = *out.plan.mutable_devices(d);
+    if (out.representative[d] == d)
+      for (const plan::Run &run : plan.devices(d).runs())
+        for (const plan::Instruction &instruction :
+             plan.templates(run.template_()).instructions())
+          plan::instantiateInstruction(instruction, run, noSlots,
+                                       *device.add_instructions());
+    device.clear_runs();
+  }
+  return true;
+}
+
+/// The report of a format-4 plan: data-parallel ones per class of devices,
+/// pipelines spelled out.
+template <typename Result>
+Result predictRuns(const plan::Plan &plan, int64_t steps,
+                   Result (*onPlan)(const plan::Plan &, int64_t),
+                   Result (ReportBuilder::*result)() const) {
+  Represented represented;
+  if (plan::traitsOf(plan).pipelined || !representDevices(plan, represented))
+    return onPlan(plan::instantiated(plan), steps);
+  const plan::Plan &reduced = represented.plan;
+  ReportBuilder report(reduced, steps);
+  std::vector<char> isRepresentative(reduced.devices_size(), 0);
+  for (int d = 0; d < reduced.devices_size(); ++d)
+    isRepresentative[d] = represented.representative[d] == d;
+  predict(reduced, steps, report, isRepresentative);
+  for (int d = 0; d < reduced.devices_size(); ++d)
+    if (!isRepresentative[d])
+      report.copyDevice(represented.representative[d], d);
+  return (report.*result)();
+}
+
 } // namespace
 
 std::string predictReport(const plan::Plan &plan, int64_t steps) {
   if (plan::hasRuns(plan))
-    return predictReport(plan::instantiated(plan), steps);
+    return predictRuns<std::string>(plan, steps, &predictReport,
+                                    &ReportBuilder::json);
   ReportBuilder report(plan, steps);
   predict(plan, steps, report);
   return report.json();
@@ -533,7 +612,8 @@ std::string predictReport(const plan::Plan &plan, int64_t steps) {
 
 std::vector<int64_t> predictDevicePeaks(const plan::Plan &plan, int64_t steps) {
   if (plan::hasRuns(plan))
-    return predictDevicePeaks(plan::instantiated(plan), steps);
+    return predictRuns<std::vector<int64_t>>(plan, steps, &predictDevicePeaks,
+                                             &ReportBuilder::devicePeaks);
   ReportBuilder report(plan, steps);
   predict(plan, steps, report);
   return report.devicePeaks();

@@ -135,19 +135,46 @@ def clamp32(value):
 
 
 def all_instructions(plan):
-    return [(d, stream, i) for d in plan.devices
-            for stream in (d.instructions, d.eval_instructions) for i in range(len(stream))]
+    streams = [(d.index, s) for d in plan.devices for s in (d.instructions, d.eval_instructions)]
+    streams += [(-1 - t, template.instructions) for t, template in enumerate(plan.templates)]
+    return [(owner, stream, i) for owner, stream in streams for i in range(len(stream))]
+
+
+def edit_run(rng, plan, note):
+    """Format 4: a device's runs of templates."""
+    devices = [d for d in plan.devices if len(d.runs)]
+    if not devices:
+        return
+    device = pick(rng, devices)
+    index = rng.randrange(len(device.runs))
+    run = device.runs[index]
+    kind = rng.randrange(4)
+    if kind == 0:
+        note.append("drop run %d of device %d" % (index, device.index))
+        del device.runs[index]
+    elif kind == 1:
+        note.append("duplicate run %d of device %d" % (index, device.index))
+        device.runs.add().CopyFrom(run)
+    else:
+        field = pick(rng, ["template", "slot", "time_step", "micro_batch", "message_batch",
+                           "step_micro_batch"])
+        value = near(rng, getattr(run, field))
+        if field not in ("time_step", "message_batch"):
+            value = clamp32(value)
+        note.append("device %d run %d %s -> %d" % (device.index, index, field, value))
+        setattr(run, field, value)
 
 
 def edit_instruction(rng, plan, note):
     streams = all_instructions(plan)
     if not streams:
         return
-    device, stream, index = pick(rng, streams)
+    owner, stream, index = pick(rng, streams)
     ins = stream[index]
     kind = rng.randrange(12)
     if kind == 0:
-        note.append("drop instruction %d (%s) of device %d" % (index, ins.op, device.index))
+        note.append("drop instruction %d (%s) of %s" % (index, ins.op, "device %d" % owner
+                                                          if owner >= 0 else "template %d" % (-1 - owner)))
         del stream[index]
     elif kind == 1:
         note.append("duplicate instruction %d (%s)" % (index, ins.op))
@@ -250,7 +277,7 @@ def edit_tensor(rng, plan, note):
     if not plan.tensors:
         return
     tensor = pick(rng, list(plan.tensors))
-    kind = rng.randrange(9)
+    kind = rng.randrange(10)
     if kind == 0:
         value = near(rng, tensor.offset)
         note.append("tensor %d offset %d -> %d" % (tensor.id, tensor.offset, value))
@@ -284,10 +311,17 @@ def edit_tensor(rng, plan, note):
     elif kind == 7:
         note.append("tensor %d data cut to %d bytes" % (tensor.id, len(tensor.data) // 2))
         tensor.data = tensor.data[:len(tensor.data) // 2]
-    else:
+    elif kind == 8:
         value = clamp32(near(rng, tensor.id))
         note.append("tensor %d id -> %d" % (tensor.id, value))
         tensor.id = value
+    else:
+        field = pick(rng, ["slots", "slot_stride"])
+        value = near(rng, getattr(tensor, field))
+        if field == "slots":
+            value = clamp32(value)
+        note.append("tensor %d %s -> %d" % (tensor.id, field, value))
+        setattr(tensor, field, value)
 
 
 def edit_plan(rng, plan, note):
@@ -354,8 +388,10 @@ def mutate(rng, plan):
     note = []
     for _ in range(rng.choice([1, 1, 2, 3])):
         area = rng.random()
-        if area < 0.5:
+        if area < 0.45:
             edit_instruction(rng, plan, note)
+        elif area < 0.6:
+            edit_run(rng, plan, note)
         elif area < 0.8:
             edit_tensor(rng, plan, note)
         else:

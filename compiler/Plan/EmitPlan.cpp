@@ -984,10 +984,9 @@ LogicalResult Emitter::lowerStageDevice(sched::StageDeviceOp op,
             .Case([&](sched::ParamRefreshOp refresh) {
               return addBlockRun(lowering, [&] {
                 int id = tables.paramId.lookup(refresh.getParam());
-                plan::Instruction *recv =
-                    message(lowering.device->add_instructions(), false, id,
-                            refresh.getFrom(), id, 0, plan.tensors(id).name(),
-                            tables);
+                plan::Instruction *recv = message(
+                    lowering.device->add_instructions(), false, id,
+                    refresh.getFrom(), id, 0, plan.tensors(id).name(), tables);
                 recv->set_stage(lowering.s);
                 recv->set_min_step(1);
                 setIntAttr(recv, "step_offset", -1);
@@ -1062,8 +1061,7 @@ LogicalResult Emitter::addComputeRun(DeviceLowering &lowering,
   int64_t tagBatch = j + compute.getStep() * tables.MB;
   std::vector<int64_t> key = {
       static_cast<int64_t>(compute.getKind()),
-      static_cast<int64_t>(compute.getVersion()), compute.getStep() < 0,
-      k == 0,
+      static_cast<int64_t>(compute.getVersion()), compute.getStep() < 0, k == 0,
       reinterpret_cast<intptr_t>(
           compute.getTiedPreviousAttr().getAsOpaquePointer())};
   for (int64_t s = 1; s <= tables.S; ++s)
@@ -1295,7 +1293,9 @@ LogicalResult Emitter::sendResults(DeviceLowering &lowering,
   auto add = [&]() {
     return stamp(lowering.device->add_instructions(), s, compute);
   };
-  auto copyOf = [&](int id) { return mapped(lowering, lowering.slot, id, tables); };
+  auto copyOf = [&](int id) {
+    return mapped(lowering, lowering.slot, id, tables);
+  };
   for (Value result : op->getResults()) {
     int id = ids.lookup(result);
     if (tables.lossAccumulator >= 0 && id == tables.lossResult)
@@ -1386,9 +1386,8 @@ LogicalResult Emitter::emitDataParallel(int64_t arenaBytes) {
 /// its offset and micro-batch: its schedule ops (times relative to the
 /// offset, waits' delays and first steps) and, for the chain, whether it
 /// is the last device (its reduce_start writes the means).
-std::vector<int64_t>
-Emitter::slotProgramKey(sched::SlotDeviceOp op,
-                        const DataParallelTables &tables) {
+std::vector<int64_t> Emitter::slotProgramKey(sched::SlotDeviceOp op,
+                                             const DataParallelTables &tables) {
   std::vector<int64_t> key = {tables.chain && op.getIndex() == tables.N - 1};
   for (Operation &step : op.getBody().front()) {
     if (auto compute = dyn_cast<sched::SlotComputeOp>(step))

@@ -65,8 +65,7 @@ std::string checkRuns(const Plan &plan) {
   for (int d = 0; d < plan.devices_size(); ++d) {
     const Device &device = plan.devices(d);
     if (device.runs_size() && device.instructions_size())
-      return "device " + std::to_string(d) +
-             " has both runs and instructions";
+      return "device " + std::to_string(d) + " has both runs and instructions";
     for (int r = 0; r < device.runs_size(); ++r) {
       const Run &run = device.runs(r);
       if (run.template_() < 0 || run.template_() >= plan.templates_size())

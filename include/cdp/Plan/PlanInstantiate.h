@@ -1,4 +1,5 @@
-//===- PlanInstantiate.h - format 4's templates and runs, spelled out -*- C++ -*-===//
+//===- PlanInstantiate.h - format 4's templates and runs, spelled out -*- C++
+//-*-===//
 //
 // A format-4 plan writes what repeats once: a pipeline stage's forward and
 // backward for one micro-batch, a data-parallel device's program, as

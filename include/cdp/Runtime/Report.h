@@ -91,6 +91,9 @@ public:
   /// Each device's most bytes at one time step (the report's
   /// peak.device_bytes).
   std::vector<int64_t> devicePeaks() const;
+  /// Device `to` records what device `from` did (it runs the same program
+  /// at the same time steps): series, resident bytes and stream.
+  void copyDevice(int from, int to);
 
 private:
   /// One device at one time step, as the report prints it.
@@ -112,6 +115,8 @@ private:
   std::vector<Series> devices;
   std::vector<std::unordered_map<int, int>> remaining; // uses left
   std::vector<int64_t> workspace, optimizer;
+  /// Per device: whose instruction stream it runs (itself, unless copied).
+  std::vector<int> streamOf;
 };
 
 /// The report the plan predicts for `steps` steps, without running.
