@@ -586,7 +586,9 @@ Result predictRuns(const plan::Plan &plan, int64_t steps,
                    Result (ReportBuilder::*result)() const) {
   Represented represented;
   if (plan::traitsOf(plan).pipelined || !representDevices(plan, represented))
-    return onPlan(plan::instantiated(plan), steps);
+    return plan::onInstantiated(plan, [&](const plan::Plan &spelled) {
+      return onPlan(spelled, steps);
+    });
   const plan::Plan &reduced = represented.plan;
   ReportBuilder report(reduced, steps);
   std::vector<char> isRepresentative(reduced.devices_size(), 0);

@@ -126,7 +126,9 @@ InstructionCost profileCost(const std::string &path, std::string &error) {
 plan::SimulatedTime predictStepMs(const plan::Plan &plan,
                                   const InstructionCost &cost, int64_t steps) {
   if (plan::hasRuns(plan))
-    return predictStepMs(plan::instantiated(plan), cost, steps);
+    return plan::onInstantiated(plan, [&](const plan::Plan &spelled) {
+      return predictStepMs(spelled, cost, steps);
+    });
   auto pipelineOnly = [](const plan::Instruction &instruction) {
     llvm::StringRef op = instruction.op();
     return op == "send" || op == "recv" || op == "load" || op == "accumulate" ||

@@ -99,6 +99,33 @@ std::vector<Traffic> chainHops(const Instruction &instruction, int d,
   return hops;
 }
 
+/// A format-4 plan's devices with the instructions that may block alone
+/// (messages, reductions), spelled out from their runs.
+const Plan &trafficOf(const Plan &plan, google::protobuf::Arena &arena) {
+  Plan *traffic = google::protobuf::Arena::CreateMessage<Plan>(&arena);
+  traffic->set_strategy(plan.strategy());
+  traffic->set_micro_batches(plan.micro_batches());
+  std::vector<std::vector<int>> slotIds = slotCopyIds(plan);
+  auto blocks = [](std::string_view op) {
+    return op == "send" || op == "recv" || op == "reduce_start" ||
+           op == "reduce_wait" || op == "chain_reduce" || op == "chain_relay";
+  };
+  for (const Device &device : plan.devices()) {
+    Device *out = traffic->add_devices();
+    out->set_index(device.index());
+    for (const Instruction &instruction : device.instructions())
+      if (blocks(instruction.op()))
+        *out->add_instructions() = instruction;
+    for (const Run &run : device.runs())
+      for (const Instruction &instruction :
+           plan.templates(run.template_()).instructions())
+        if (blocks(instruction.op()))
+          instantiateInstruction(instruction, run, slotIds,
+                                 *out->add_instructions());
+  }
+  return *traffic;
+}
+
 std::string describe(const Instruction &instruction, int64_t step) {
   std::ostringstream os;
   if (instruction.op() == "reduce_wait") {
@@ -325,8 +352,12 @@ void forEachRelayAfterTraining(
 }
 
 std::string findSendRecvDeadlock(const Plan &plan) {
-  if (hasRuns(plan))
-    return findSendRecvDeadlock(instantiated(plan));
+  if (hasRuns(plan)) {
+    // Only messages and reductions can block: the runs' others are left
+    // out (a stuck device's position then counts those alone).
+    google::protobuf::Arena arena;
+    return findSendRecvDeadlock(trafficOf(plan, arena));
+  }
   Simulation sim = simulate(plan, kSteps, /*drain=*/true, nullptr,
                             /*reductions=*/true);
   const std::vector<int> &next = sim.next;

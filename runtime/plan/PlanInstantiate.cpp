@@ -162,10 +162,4 @@ bool hasRuns(const Plan &plan) {
   return false;
 }
 
-Plan instantiated(const Plan &plan) {
-  Plan copy = plan;
-  instantiate(copy);
-  return copy;
-}
-
 } // namespace cdp::plan

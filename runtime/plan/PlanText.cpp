@@ -112,7 +112,8 @@ void printInstruction(std::ostream &os, const Plan &plan,
 
 void printPlanText(const Plan &plan, std::ostream &os) {
   if (hasRuns(plan))
-    return printPlanText(instantiated(plan), os);
+    return onInstantiated(
+        plan, [&](const Plan &spelled) { printPlanText(spelled, os); });
   os << "plan " << plan.strategy() << " devices=" << plan.devices_size()
      << " micro_batches=" << plan.micro_batches()
      << " inference=" << (plan.inference() ? 1 : 0) << " loss=";

@@ -44,8 +44,16 @@ void instantiate(Plan &plan);
 /// Whether some device's stream is written as runs.
 bool hasRuns(const Plan &plan);
 
-/// A spelled-out copy of `plan`.
-Plan instantiated(const Plan &plan);
+/// `use` applied to a spelled-out copy of `plan` (on an arena: a pipeline's
+/// copy holds hundreds of thousands of instructions, allocated in blocks and
+/// freed at once).
+template <typename Use> auto onInstantiated(const Plan &plan, Use use) {
+  google::protobuf::Arena arena;
+  Plan *copy = google::protobuf::Arena::CreateMessage<Plan>(&arena);
+  copy->CopyFrom(plan);
+  instantiate(*copy);
+  return use(static_cast<const Plan &>(*copy));
+}
 
 /// Instruction `instruction` of a template as run `run` executes it;
 /// `slotIds` from slotCopyIds.
