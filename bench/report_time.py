@@ -5,10 +5,13 @@
 Usage: bench/report_time.py [--build build]
 Exports the transformer block, then times `cdp-compile --strategy cdp
 --devices N --stages 4 --report` for N = 4 .. 1024 (best of 3 runs); then a
-48-layer transformer with gpipe, 1f1b and 2bw on 64 stages and devices.
+48-layer transformer: cdp on 16 to 1024 devices (seconds and peak memory),
+gpipe, 1f1b and 2bw on 64 stages and devices, and the 2bw plan's size
+(templates, runs, tensors; format 4).
 """
 import argparse
 import os
+import struct
 import subprocess
 import sys
 import tempfile
@@ -72,3 +75,45 @@ with tempfile.TemporaryDirectory() as work:
             elapsed = time.perf_counter() - start
             best = elapsed if best is None else min(best, elapsed)
         print("%8s %10.3f %14d" % (strategy, best, os.path.getsize(os.path.join(work, "r.json"))))
+
+    print("\n48-layer transformer, cdp (4 stages), --report --steps 3:")
+    print("%8s %10s %14s" % ("devices", "seconds", "peak MB"))
+    for n in [16, 256, 1024]:
+        best, peak = None, 0
+        for _ in range(3):
+            start = time.perf_counter()
+            child = subprocess.Popen([os.path.join(args.build, "bin", "cdp-compile"), path,
+                                      "--batch-axis", "input=1", "--strategy", "cdp", "--devices",
+                                      str(n), "--report", os.path.join(work, "r.json"),
+                                      "--steps", "3"])
+            _, status, usage = os.wait4(child.pid, 0)
+            elapsed = time.perf_counter() - start
+            if status != 0:
+                sys.exit("cdp-compile failed")
+            best = elapsed if best is None else min(best, elapsed)
+            peak = max(peak, usage.ru_maxrss / 1024)  # this child's own peak
+        print("%8d %10.3f %14.0f" % (n, best, peak))
+
+    # The 2bw plan itself: what format 4 writes, and what cdp-run spells out.
+    plan_path = os.path.join(work, "2bw.cdp")
+    subprocess.run([os.path.join(args.build, "bin", "cdp-compile"), path, "--batch-axis",
+                    "input=1", "--strategy", "2bw", "--stages", "64", "--micro-batches", "64",
+                    "-o", plan_path], check=True)
+    include = os.path.join(HERE, "..", "include", "cdp", "Plan")
+    subprocess.run(["protoc", "-I", include, "--python_out", work,
+                    os.path.join(include, "plan.proto")], check=True)
+    sys.path.insert(0, work)
+    import plan_pb2  # noqa: E402
+    data = open(plan_path, "rb").read()
+    plan = plan_pb2.Plan()
+    plan.ParseFromString(data[32:])
+    template_instructions = sum(len(t.instructions) for t in plan.templates)
+    runs = sum(len(d.runs) for d in plan.devices)
+    spelled = sum(len(d.instructions) for d in plan.devices) + sum(
+        len(plan.templates[r.template].instructions) for d in plan.devices for r in d.runs)
+    slot_copies = sum(max(t.slots - 1, 0) for t in plan.tensors)
+    print("\n2bw plan (format %d): %d bytes, %d templates with %d instructions, %d runs, "
+          "%d tensors; spelled out by cdp-run: %d instructions, %d tensors" %
+          (struct.unpack("<I", data[8:12])[0], len(data), len(plan.templates),
+           template_instructions, runs, len(plan.tensors), spelled,
+           len(plan.tensors) + slot_copies))
