@@ -355,6 +355,8 @@ std::string findSendRecvDeadlock(const Plan &plan) {
   if (hasRuns(plan)) {
     // Only messages and reductions can block: the runs' others are left
     // out (a stuck device's position then counts those alone).
+    if (std::string error = checkRuns(plan); !error.empty())
+      return error;
     google::protobuf::Arena arena;
     return findSendRecvDeadlock(trafficOf(plan, arena));
   }

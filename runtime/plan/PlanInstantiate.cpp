@@ -39,7 +39,7 @@ bool isMessage(std::string_view op) {
 
 } // namespace
 
-std::string checkRuns(const Plan &plan) {
+std::string checkRuns(const Plan &plan, int64_t most) {
   int64_t copies = 0;
   for (int id = 0; id < plan.tensors_size(); ++id) {
     const Tensor &t = plan.tensors(id);
@@ -55,7 +55,7 @@ std::string checkRuns(const Plan &plan) {
              " has stash slots but is no activation";
     copies += std::max(t.slots() - 1, 0);
   }
-  if (copies > kMostInstantiated)
+  if (copies > most)
     return "the plan's stash slots make " + std::to_string(copies) +
            " tensors, more than cdp-run instantiates";
   std::vector<int> templateSlots;
@@ -77,9 +77,8 @@ std::string checkRuns(const Plan &plan) {
                std::to_string(run.slot()) + ", and its tensors have " +
                std::to_string(templateSlots[run.template_()]);
       instructions += plan.templates(run.template_()).instructions_size();
-      if (instructions > kMostInstantiated)
-        return "the plan's runs make more than " +
-               std::to_string(kMostInstantiated) +
+      if (instructions > most)
+        return "the plan's runs make more than " + std::to_string(most) +
                " instructions, more than cdp-run instantiates";
     }
   }

@@ -9,6 +9,7 @@
 
 #include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
+#include "cdp/Plan/PlanInstantiate.h"
 #include "cdp/Plan/PlanValidate.h"
 #include "cdp/Runtime/Communicator.h"
 #include "cdp/Runtime/Executor.h"
@@ -31,9 +32,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   plan::Plan plan;
   if (!plan.ParseFromArray(data, static_cast<int>(size)))
     return 0;
+  // As readPlan: format 4's runs spelled out, then the streams checked.
   // Small bounds keep each input fast: a megabyte per tensor and arena.
   if (!parseStrategy(plan.strategy()) ||
-      !plan::validatePlan(plan, int64_t(1) << 20).empty() ||
+      !plan::checkRuns(plan, int64_t(1) << 16).empty())
+    return 0;
+  if (plan::hasRuns(plan))
+    (void)plan::findSendRecvDeadlock(plan); // on the runs' messages
+  plan::instantiate(plan);
+  if (!plan::validatePlan(plan, int64_t(1) << 20).empty() ||
       plan.devices_size() > 8 || !plan::findSendRecvDeadlock(plan).empty())
     return 0;
   runtime::LocalFabric fabric(plan.devices_size());

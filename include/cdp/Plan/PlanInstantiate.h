@@ -25,11 +25,11 @@ namespace cdp::plan {
 /// The most instructions and tensors instantiation may create: far beyond
 /// any compiled plan (64 x 64 pipelines make under a million), so that a
 /// hand-edited run count cannot exhaust memory.
-constexpr int64_t kMostInstantiated = int64_t(1) << 26;
+constexpr int64_t kMostInstantiated = int64_t(1) << 24;
 
 /// Checks the runs and slot tensors (templates, slots and counts in range);
 /// returns one line naming the first problem, or "".
-std::string checkRuns(const Plan &plan);
+std::string checkRuns(const Plan &plan, int64_t most = kMostInstantiated);
 
 /// Tensor ids of every stash slot's copy: `slotIds[id][k]` for a tensor
 /// with `slots` > 1 (slot 0 is the tensor itself), empty for the others.
