@@ -564,14 +564,14 @@ bool representDevices(const plan::Plan &plan, Represented &out) {
   }
   out.plan.CopyFrom(plan);
   out.plan.clear_templates();
-  std::vector<std::vector<int>> noSlots = plan::slotCopyIds(plan);
+  std::vector<std::vector<int>> slotIds = plan::slotCopyIds(plan);
   for (int d = 0; d < devices; ++d) {
     plan::Device &device = *out.plan.mutable_devices(d);
     if (out.representative[d] == d)
       for (const plan::Run &run : plan.devices(d).runs())
         for (const plan::Instruction &instruction :
              plan.templates(run.template_()).instructions())
-          plan::instantiateInstruction(instruction, run, noSlots,
+          plan::instantiateInstruction(instruction, run, slotIds,
                                        *device.add_instructions());
     device.clear_runs();
   }

@@ -134,6 +134,8 @@ private:
                                  const PipelineTables &tables);
   int addTemplate(plan::Device &scratch, int64_t timeStep, int64_t microBatch,
                   int64_t messageBatch, int64_t stepMicroBatch);
+  LogicalResult lowerInto(DeviceLowering &lowering, plan::Device &scratch,
+                          llvm::function_ref<LogicalResult()> lower);
   LogicalResult addBlockRun(DeviceLowering &lowering,
                             llvm::function_ref<LogicalResult()> lower);
   LogicalResult addComputeRun(DeviceLowering &lowering,
@@ -1012,35 +1014,40 @@ LogicalResult Emitter::lowerStageDevice(sched::StageDeviceOp op,
 int Emitter::addTemplate(plan::Device &scratch, int64_t timeStep,
                          int64_t microBatch, int64_t messageBatch,
                          int64_t stepMicroBatch) {
+  plan::Run built;
+  built.set_time_step(timeStep);
+  built.set_micro_batch(microBatch);
+  built.set_message_batch(messageBatch);
+  built.set_step_micro_batch(stepMicroBatch);
+  for (plan::Instruction &instruction : *scratch.mutable_instructions())
+    plan::shiftByRun(instruction, built, -1);
   plan::Template *added = plan.add_templates();
-  for (plan::Instruction &instruction : *scratch.mutable_instructions()) {
-    instruction.set_time_step(instruction.time_step() - timeStep);
-    instruction.set_micro_batch(instruction.micro_batch() - microBatch);
-    bool message = instruction.op() == "load" || instruction.op() == "send" ||
-                   instruction.op() == "recv";
-    for (plan::Attribute &a : *instruction.mutable_attributes()) {
-      if (message && a.name() == "micro_batch")
-        a.set_i(a.i() - messageBatch);
-      else if (a.name() == "step_micro_batch")
-        a.set_i(a.i() - stepMicroBatch);
-    }
-  }
   added->mutable_instructions()->Swap(scratch.mutable_instructions());
   return plan.templates_size() - 1;
+}
+
+/// Runs `lower` with the device's instructions going to `scratch`.
+LogicalResult Emitter::lowerInto(DeviceLowering &lowering,
+                                 plan::Device &scratch,
+                                 llvm::function_ref<LogicalResult()> lower) {
+  plan::Device *device = lowering.device;
+  lowering.device = &scratch;
+  LogicalResult lowered = lower();
+  lowering.device = device;
+  return lowered;
 }
 
 /// An update-time op of a stage device's program (or a weight refresh) as
 /// a template run once: its instructions share one time step.
 LogicalResult Emitter::addBlockRun(DeviceLowering &lowering,
                                    llvm::function_ref<LogicalResult()> lower) {
-  plan::Device scratch, *device = lowering.device;
-  lowering.device = &scratch;
-  LogicalResult lowered = lower();
-  lowering.device = device;
-  if (failed(lowered) || scratch.instructions().empty())
-    return lowered;
+  plan::Device scratch;
+  if (failed(lowerInto(lowering, scratch, lower)))
+    return failure();
+  if (scratch.instructions().empty())
+    return success();
   int64_t timeStep = scratch.instructions(0).time_step();
-  plan::Run *run = device->add_runs();
+  plan::Run *run = lowering.device->add_runs();
   run->set_template_(addTemplate(scratch, timeStep, 0, 0, 0));
   run->set_time_step(timeStep);
   return success();
@@ -1068,12 +1075,11 @@ LogicalResult Emitter::addComputeRun(DeviceLowering &lowering,
     key.push_back(tables.runs[s][j]);
   auto [it, added] = lowering.computeTemplates.try_emplace(key, -1);
   if (added) {
-    plan::Device scratch, *device = lowering.device;
-    lowering.device = &scratch;
+    plan::Device scratch;
     lowering.slot = 0;
-    LogicalResult lowered = lowerCompute(lowering, compute, tables);
-    lowering.device = device;
-    if (failed(lowered))
+    if (failed(lowerInto(lowering, scratch, [&] {
+          return lowerCompute(lowering, compute, tables);
+        })))
       return failure();
     it->second = addTemplate(scratch, compute.getTimeStep(), k, tagBatch, j);
   }

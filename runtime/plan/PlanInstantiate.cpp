@@ -33,10 +33,6 @@ int slotsNamed(const Plan &plan, const Template &t) {
   return fewest;
 }
 
-bool isMessage(std::string_view op) {
-  return op == "load" || op == "send" || op == "recv";
-}
-
 } // namespace
 
 std::string checkRuns(const Plan &plan, int64_t most) {
@@ -99,12 +95,25 @@ std::vector<std::vector<int>> slotCopyIds(const Plan &plan) {
   return slotIds;
 }
 
+void shiftByRun(Instruction &instruction, const Run &run, int sign) {
+  instruction.set_time_step(instruction.time_step() + sign * run.time_step());
+  instruction.set_micro_batch(instruction.micro_batch() +
+                              sign * run.micro_batch());
+  std::string_view op = instruction.op();
+  bool message = op == "load" || op == "send" || op == "recv";
+  for (Attribute &a : *instruction.mutable_attributes()) {
+    if (message && a.name() == "micro_batch")
+      a.set_i(a.i() + sign * run.message_batch());
+    else if (a.name() == "step_micro_batch")
+      a.set_i(a.i() + sign * run.step_micro_batch());
+  }
+}
+
 void instantiateInstruction(const Instruction &instruction, const Run &run,
                             const std::vector<std::vector<int>> &slotIds,
                             Instruction &out) {
   out = instruction;
-  out.set_time_step(instruction.time_step() + run.time_step());
-  out.set_micro_batch(instruction.micro_batch() + run.micro_batch());
+  shiftByRun(out, run, +1);
   auto inSlot = [&](int &id) {
     if (id >= 0 && id < static_cast<int>(slotIds.size()) &&
         !slotIds[id].empty())
@@ -114,13 +123,6 @@ void instantiateInstruction(const Instruction &instruction, const Run &run,
     inSlot(id);
   for (int &id : *out.mutable_outputs())
     inSlot(id);
-  bool message = isMessage(out.op());
-  for (Attribute &a : *out.mutable_attributes()) {
-    if (message && a.name() == "micro_batch")
-      a.set_i(a.i() + run.message_batch());
-    else if (a.name() == "step_micro_batch")
-      a.set_i(a.i() + run.step_micro_batch());
-  }
 }
 
 void instantiate(Plan &plan) {

@@ -1,5 +1,4 @@
-//===- PlanInstantiate.h - format 4's templates and runs, spelled out -*- C++
-//-*-===//
+//===- PlanInstantiate.h - format 4's runs, spelled out ---------*- C++ -*-===//
 //
 // A format-4 plan writes what repeats once: a pipeline stage's forward and
 // backward for one micro-batch, a data-parallel device's program, as
@@ -54,6 +53,12 @@ template <typename Use> auto onInstantiated(const Plan &plan, Use use) {
   instantiate(*copy);
   return use(static_cast<const Plan &>(*copy));
 }
+
+/// Adds (`sign` +1) or removes (-1) what run `run` adds to a template's
+/// instruction: its time step, micro-batch, and the batch that load, send
+/// and recv's `micro_batch` and dropout's `step_micro_batch` name. The
+/// emitter makes templates with -1, instantiation spells them out with +1.
+void shiftByRun(Instruction &instruction, const Run &run, int sign);
 
 /// Instruction `instruction` of a template as run `run` executes it;
 /// `slotIds` from slotCopyIds.
