@@ -115,9 +115,8 @@ struct PartitionStagesPass
                             "cdp-mp or zb-h1), got '")
              << strategy << "'";
     // The stash slots each stage keeps, as the step program sizes them.
-    SmallVector<int64_t> slots(count + 1, 1);
-    for (int64_t s = 1; s <= count; ++s)
-      slots[s] = pipeline::stageStashSlots(*kind, s, count, microBatches);
+    std::vector<int64_t> slots =
+        pipeline::stashSlotsPerStage(*kind, count, microBatches);
     size_t n = ops.size();
     SmallVector<double> costPrefix(n + 1, 0), paramPrefix(n + 1, 0),
         activationPrefix(n + 1, 0);

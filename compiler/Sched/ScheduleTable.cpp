@@ -79,30 +79,38 @@ int64_t tableStashSlots(const ScheduleTable &table, int64_t s) {
   int64_t M = table.microBatches;
   std::vector<TimedAction> actions = stageActions(table, s);
   // Three steps run back to back: micro-batch k of step t is t·M + k; the
-  // previous step's work (negative k) is skipped in step 0.
-  std::vector<std::set<int64_t>> inFlightSets;
-  std::set<int64_t> inFlight;
+  // previous step's work (negative k) is skipped in step 0. Each end of a
+  // stay records who is in flight then. (Vectors: a 64-stage table has
+  // thousands of such moments per stage.)
+  std::vector<std::vector<int64_t>> inFlightSets;
+  std::vector<int64_t> inFlight;
   for (int64_t t = 0; t < 3; ++t)
     for (const TimedAction &timed : actions) {
       int64_t global = t * M + timed.action.microBatch;
       if (global < 0 || !timed.action.computes())
         continue;
-      if (timed.action.kind == ActionKind::Forward)
-        inFlight.insert(global);
-      else if (endsStash(timed.action.kind)) {
+      if (timed.action.kind == ActionKind::Forward) {
+        inFlight.push_back(global);
+      } else if (endsStash(timed.action.kind)) {
         inFlightSets.push_back(inFlight);
-        inFlight.erase(global);
+        auto it = std::find(inFlight.begin(), inFlight.end(), global);
+        if (it != inFlight.end())
+          inFlight.erase(it);
       }
     }
   size_t most = 1;
-  for (const std::set<int64_t> &set : inFlightSets)
+  for (const std::vector<int64_t> &set : inFlightSets)
     most = std::max(most, set.size());
+  std::vector<char> used;
   for (int64_t slots = most;; ++slots) {
     bool clash = false;
-    for (const std::set<int64_t> &set : inFlightSets) {
-      std::set<int64_t> used;
-      for (int64_t global : set)
-        clash |= !used.insert((global % M) % slots).second;
+    for (const std::vector<int64_t> &set : inFlightSets) {
+      used.assign(slots, 0);
+      for (int64_t global : set) {
+        char &taken = used[(global % M) % slots];
+        clash |= taken;
+        taken = 1;
+      }
     }
     if (!clash)
       return slots;
@@ -240,11 +248,18 @@ ScheduleTable zbH1Table(int64_t S, int64_t M) {
   return timeOrders(table, orders);
 }
 
-int64_t stageStashSlots(Strategy strategy, int64_t s, int64_t S, int64_t M,
-                        int64_t V) {
-  if (traitsOf(strategy).cyclic)
-    return stashSlots(strategy, s, S, M);
-  return tableStashSlots(strategyTable(strategy, S, M, V), s);
+std::vector<int64_t> stashSlotsPerStage(Strategy strategy, int64_t S, int64_t M,
+                                        int64_t V) {
+  std::vector<int64_t> slots(S + 1, 1);
+  if (traitsOf(strategy).cyclic) {
+    for (int64_t s = 1; s <= S; ++s)
+      slots[s] = stashSlots(strategy, s, S, M);
+    return slots;
+  }
+  ScheduleTable table = strategyTable(strategy, S, M, V);
+  for (int64_t s = 1; s <= S; ++s)
+    slots[s] = tableStashSlots(table, s);
+  return slots;
 }
 
 ScheduleTable strategyTable(Strategy strategy, int64_t S, int64_t M,

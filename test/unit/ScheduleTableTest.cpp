@@ -69,6 +69,24 @@ TEST(ScheduleTable, SlotsMatchTheStrategies) {
     }
 }
 
+TEST(ScheduleTable, SlotsPerStageAsTheStepProgramSizesThem) {
+  for (int64_t S : {1, 3, 8})
+    for (int64_t M : {S, 2 * S + 1}) {
+      for (Strategy strategy :
+           {Strategy::OneFOneB, Strategy::TwoBW, Strategy::ZBH1}) {
+        std::vector<int64_t> slots = stashSlotsPerStage(strategy, S, M);
+        ScheduleTable table = strategyTable(strategy, S, M, 1);
+        ASSERT_EQ(slots.size(), static_cast<size_t>(S + 1));
+        for (int64_t s = 1; s <= S; ++s)
+          EXPECT_EQ(slots[s], tableStashSlots(table, s))
+              << traitsOf(strategy).name << " S=" << S << " M=" << M;
+      }
+      std::vector<int64_t> cyclic = stashSlotsPerStage(Strategy::CDPMP, S, M);
+      for (int64_t s = 1; s <= S; ++s)
+        EXPECT_EQ(cyclic[s], stashSlots(Strategy::CDPMP, s, S, M));
+    }
+}
+
 TEST(ScheduleTable, CsvRoundTrip) {
   std::vector<ScheduleTable> tables = {
       flushedTable(Strategy::GPipe, 3, 4),

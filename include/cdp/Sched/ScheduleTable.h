@@ -102,12 +102,13 @@ bool readsPreviousVersion(const ScheduleTable &table,
 /// step.
 int64_t tableStashSlots(const ScheduleTable &table, int64_t s);
 
-/// The stash slots stage s of S keeps under `strategy` with M
-/// micro-batches (V stages per device under interleaved-1f1b): the
-/// table's, or cdp-mp's (stashSlots). The partitioner's memory estimate
-/// and cdp-schedule-pipeline agree through it.
-int64_t stageStashSlots(Strategy strategy, int64_t s, int64_t S, int64_t M,
-                        int64_t V = 1);
+/// The stash slots each stage of S keeps under `strategy` with M
+/// micro-batches (V stages per device under interleaved-1f1b), indexed by
+/// stage from 1: the table's, built once, or cdp-mp's (stashSlots), as
+/// cdp-schedule-pipeline sizes them: the partitioner's memory estimate
+/// counts what the step program keeps.
+std::vector<int64_t> stashSlotsPerStage(Strategy strategy, int64_t S, int64_t M,
+                                        int64_t V = 1);
 
 /// gpipe and 1f1b with S stages and M micro-batches.
 ScheduleTable flushedTable(Strategy strategy, int64_t S, int64_t M);
