@@ -17,7 +17,6 @@
 
 #include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
-#include "cdp/Plan/PlanInstantiate.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -42,23 +41,26 @@ bool isGradientReader(std::string_view op) {
 }
 } // namespace
 
-PlanFacts::PlanFacts(const plan::Plan &plan) {
-  int tensors = plan.tensors_size(), devices = plan.devices_size();
+PlanFacts::PlanFacts(const plan::SpelledPlan &spelled) {
+  const plan::Plan &plan = spelled.plan();
+  int tensors = spelled.tensors(), devices = plan.devices_size();
   category.assign(tensors, Category::None);
   bytes.assign(tensors, 0);
   weightBytes.assign(devices, 0);
   weightVersionBytes.assign(devices, 0);
   reducedBytes.assign(devices, 0);
   optimizerBytes.assign(devices, 0);
-  for (const plan::Tensor &t : plan.tensors())
-    bytes[t.id()] = t.bytes();
+  for (int id = 0; id < tensors; ++id)
+    bytes[id] = spelled.tensor(id).bytes();
   // Weights, buffers, their second versions and gradient accumulators are
   // resident on the devices whose training program uses them: every device
   // for dp and cdp, the stage's devices (and replicas) for pipelines.
   std::vector<char> resident(tensors, 0);
-  for (const plan::Tensor &t : plan.tensors())
-    resident[t.id()] = t.kind() == plan::PARAM || t.kind() == plan::BUFFER ||
-                       t.kind() == plan::REDUCED;
+  for (int id = 0; id < tensors; ++id) {
+    plan::TensorKind kind = spelled.tensor(id).kind();
+    resident[id] =
+        kind == plan::PARAM || kind == plan::BUFFER || kind == plan::REDUCED;
+  }
   std::vector<int> countedOn(tensors, -1); // the device that last counted it
   cycle = plan.has_schedule() && plan.schedule().cycle() > 0
               ? plan.schedule().cycle()
@@ -77,8 +79,7 @@ PlanFacts::PlanFacts(const plan::Plan &plan) {
   // One pass over every device's instructions (plans may hold hundreds of
   // thousands): resident bytes, how tensors are written and read, units.
   for (int d = 0; d < devices; ++d) {
-    const plan::Device &dev = plan.devices(d);
-    int n = dev.instructions_size();
+    int n = spelled.size(d);
     unitBegins[d].assign(n, 0);
     unitEnds[d].assign(n, 0);
     // A unit is one micro-batch's activations on one stage: from its first
@@ -87,13 +88,16 @@ PlanFacts::PlanFacts(const plan::Plan &plan) {
     // (stage, micro-batch, drain) packed -> instruction index
     std::unordered_map<uint64_t, int> first, last;
     for (int i = 0; i < n; ++i) {
-      const plan::Instruction &instruction = dev.instructions(i);
-      for (const auto *ids : {&instruction.inputs(), &instruction.outputs()})
-        for (int id : *ids) {
+      const plan::SpelledInstruction &spelledInstruction = spelled.at(d, i);
+      const plan::Instruction &instruction = *spelledInstruction;
+      plan::IdRange inputs = spelled.inputs(d, spelledInstruction);
+      plan::IdRange outputs = spelled.outputs(d, spelledInstruction);
+      for (plan::IdRange ids : {inputs, outputs})
+        for (int id : ids) {
           if (id < 0 || !resident[id] || countedOn[id] == d)
             continue;
           countedOn[id] = d;
-          const plan::Tensor &t = plan.tensors(id);
+          const plan::Tensor &t = spelled.tensor(id);
           if (t.has_previous_version_of())
             weightVersionBytes[d] += t.bytes();
           else if (t.kind() == plan::PARAM || t.kind() == plan::BUFFER)
@@ -106,10 +110,10 @@ PlanFacts::PlanFacts(const plan::Plan &plan) {
       bool forward = phase == "forward";
       bool backward = phase == "backward";
       bool gradientReader = isGradientReader(op);
-      for (int id : instruction.outputs())
+      for (int id : outputs)
         if (id >= 0 && forward)
           writtenForward[id] = true;
-      for (int id : instruction.inputs()) {
+      for (int id : inputs) {
         if (id < 0)
           continue;
         if (backward)
@@ -128,7 +132,7 @@ PlanFacts::PlanFacts(const plan::Plan &plan) {
           if (a.name() == "optimizer")
             optimizer = a.s();
         }
-        int64_t paramBytes = bytes[instruction.inputs(0)];
+        int64_t paramBytes = bytes[inputs[0]];
         optimizerBytes[d] += optimizer == "adam" || optimizer == "adamw"
                                  ? 2 * paramBytes
                              : momentum != 0.0 ? paramBytes
@@ -136,7 +140,7 @@ PlanFacts::PlanFacts(const plan::Plan &plan) {
       }
       uint64_t key = (static_cast<uint64_t>(instruction.stage()) << 33) |
                      (static_cast<uint64_t>(
-                          static_cast<uint32_t>(instruction.micro_batch()))
+                          static_cast<uint32_t>(spelledInstruction.microBatch))
                       << 1) |
                      (instruction.drain() ? 1 : 0);
       if (forward)
@@ -150,7 +154,7 @@ PlanFacts::PlanFacts(const plan::Plan &plan) {
       unitEnds[d][i] = 1;
   }
   for (int id = 0; id < tensors; ++id) {
-    const plan::Tensor &t = plan.tensors(id);
+    const plan::Tensor &t = spelled.tensor(id);
     if (t.kind() != plan::ACTIVATION && t.kind() != plan::INPUT)
       continue;
     if (readByGradient[id] && !writtenForward[id])
@@ -161,36 +165,36 @@ PlanFacts::PlanFacts(const plan::Plan &plan) {
   }
   std::vector<int> lastWrite(tensors, -1);
   for (int d = 0; d < devices; ++d) {
-    const plan::Device &dev = plan.devices(d);
     // Writes and reads over two passes of the program: a write's reads
     // run until the next write, possibly in the next step.
-    int n = dev.instructions_size();
+    int n = spelled.size(d);
     std::vector<int> &start = outputStart[d];
     start.assign(n + 1, 0);
     for (int i = 0; i < n; ++i)
-      start[i + 1] = start[i] + dev.instructions(i).outputs_size();
+      start[i + 1] = start[i] + spelled.at(d, i).outputs;
     readsOfWrite[d].assign(start[n], 0);
     // tensor -> the slot of its latest write in readsOfWrite[d] (-1: none;
     // one table for all devices, reset after each). Only counted tensors
     // (activations, gradients) are tracked.
     for (int p = 0; p < 2 * n; ++p) {
-      const plan::Instruction &instruction = dev.instructions(p % n);
+      const plan::SpelledInstruction &instruction = spelled.at(d, p % n);
+      plan::IdRange outputs = spelled.outputs(d, instruction);
       if (p < n)
-        for (int j = 0; j < instruction.outputs_size(); ++j) {
-          int id = instruction.outputs(j);
+        for (int j = 0; j < outputs.size(); ++j) {
+          int id = outputs[j];
           if (id >= 0 && category[id] != Category::None)
             lastWrite[id] = start[p] + j;
         }
-      for (int id : instruction.inputs())
+      for (int id : spelled.inputs(d, instruction))
         if (id >= 0 && lastWrite[id] >= 0)
           ++readsOfWrite[d][lastWrite[id]];
       if (p >= n)
-        for (int id : instruction.outputs())
+        for (int id : outputs)
           if (id >= 0)
             lastWrite[id] = -1; // the next step's write: its reads are its own
     }
-    for (const plan::Instruction &instruction : dev.instructions())
-      for (int id : instruction.outputs())
+    for (const plan::SpelledInstruction &instruction : spelled.program(d))
+      for (int id : spelled.outputs(d, instruction))
         if (id >= 0)
           lastWrite[id] = -1;
   }
@@ -201,10 +205,14 @@ int64_t PlanFacts::lastTime(int64_t steps) const {
 }
 
 ReportBuilder::ReportBuilder(const plan::Plan &plan, int64_t steps)
-    : plan(plan), planFacts(plan), steps(steps) {
+    : ReportBuilder(plan, steps, nullptr) {}
+
+ReportBuilder::ReportBuilder(const plan::Plan &plan, int64_t steps,
+                             const std::function<bool(int)> &keep)
+    : plan(plan), spelled(plan, keep), planFacts(spelled), steps(steps) {
   int64_t last = 0;
-  for (const plan::Device &d : plan.devices())
-    for (const plan::Instruction &i : d.instructions())
+  for (int d = 0; d < spelled.devices(); ++d)
+    for (const plan::SpelledInstruction &i : spelled.program(d))
       last =
           std::max(last, planFacts.timeOf(i, std::max<int64_t>(steps - 1, 0)));
   horizon = last + 1;
@@ -260,11 +268,11 @@ void ReportBuilder::born(int device, int64_t tau, int tensor, int instruction) {
   if (c == Category::None)
     return; // not counted: its reads need no tracking
   if (instruction >= 0) {
-    const plan::Instruction &writer =
-        plan.devices(device).instructions(instruction);
+    plan::IdRange outputs =
+        spelled.outputs(device, spelled.at(device, instruction));
     int reads = 0;
-    for (int j = 0; j < writer.outputs_size(); ++j)
-      if (writer.outputs(j) == tensor)
+    for (int j = 0; j < outputs.size(); ++j)
+      if (outputs[j] == tensor)
         reads =
             planFacts
                 .readsOfWrite[device]
@@ -304,20 +312,21 @@ void ReportBuilder::gradientReady(int device, int64_t tau, int64_t bytes) {
 }
 
 void ReportBuilder::ran(int device, int64_t t, int index, bool countSent) {
-  const plan::Instruction &instruction =
-      plan.devices(device).instructions(index);
+  const plan::SpelledInstruction &instruction = spelled.at(device, index);
+  plan::IdRange inputs = spelled.inputs(device, instruction);
+  plan::IdRange outputs = spelled.outputs(device, instruction);
   int64_t tau = planFacts.timeOf(instruction, t);
   if (planFacts.unitBegins[device][index])
     unitBegins(device, tau);
   if (planFacts.unitEnds[device][index])
     unitEnds(device, tau);
-  for (int id : instruction.outputs())
+  for (int id : outputs)
     if (id >= 0)
       born(device, tau, id, index);
-  for (int id : instruction.inputs())
+  for (int id : inputs)
     if (id >= 0)
       used(device, tau, id);
-  std::string_view op = instruction.op();
+  std::string_view op = instruction->op();
   auto total = [&](const auto &ids) {
     int64_t bytes = 0;
     for (int id : ids)
@@ -327,21 +336,20 @@ void ReportBuilder::ran(int device, int64_t t, int index, bool countSent) {
   if (op == "reduce_wait") {
     // The device's reduction is back: its buffer in flight is free.
     if (tau <= horizon)
-      devices[device].diedBytes[kReduction][tau] +=
-          total(instruction.outputs());
+      devices[device].diedBytes[kReduction][tau] += total(outputs);
     return;
   }
   if (countSent && op == "send") // pipelines, point to point
-    sent(device, tau, planFacts.bytes[instruction.inputs(0)]);
+    sent(device, tau, planFacts.bytes[inputs[0]]);
   if (countSent && op == "chain_relay" && device > 0)
-    sent(device, tau, total(instruction.outputs()) / 2); // one of 2 buffers
+    sent(device, tau, total(outputs) / 2); // one of 2 buffers
   if (op != "reduce_start" && op != "chain_reduce")
     return;
   // Stage gradients become complete where they are handed over. An
   // all-reduce keeps them in flight (the device's contribution, then its
   // result) until the device's wait: under CDP a delayed stage has two
   // steps' in flight. The chain holds its means in plan buffers instead.
-  int64_t bytes = total(instruction.inputs());
+  int64_t bytes = total(inputs);
   gradientReady(device, tau, bytes);
   if (op == "reduce_start" && tau <= horizon)
     devices[device].bornBytes[kReduction][tau] += bytes;
@@ -386,10 +394,10 @@ std::string ReportBuilder::json() const {
     os << "\"device_stages\": [";
     for (int d = 0; d < N; ++d) {
       int64_t stage = 0;
-      for (const plan::Instruction &instruction :
-           plan.devices(streamOf[d]).instructions())
-        if (instruction.stage() > 0) {
-          stage = instruction.stage();
+      for (const plan::SpelledInstruction &instruction :
+           spelled.program(streamOf[d]))
+        if (instruction->stage() > 0) {
+          stage = instruction->stage();
           break;
         }
       os << (d ? ", " : "") << stage;
@@ -422,12 +430,12 @@ std::string ReportBuilder::json() const {
      << ", \"bubble_fraction\": [";
   for (int d = 0; d < N; ++d) {
     std::set<int64_t> busy;
-    for (const plan::Instruction &instruction :
-         plan.devices(streamOf[d]).instructions())
-      if (std::string_view phase = instruction.phase();
+    for (const plan::SpelledInstruction &instruction :
+         spelled.program(streamOf[d]))
+      if (std::string_view phase = instruction->phase();
           phase == "forward" || phase == "backward")
         busy.insert(
-            ((instruction.time_step() % planFacts.cycle) + planFacts.cycle) %
+            ((instruction.timeStep % planFacts.cycle) + planFacts.cycle) %
             planFacts.cycle);
     os << (d ? ", " : "")
        << 1.0 - static_cast<double>(busy.size()) / planFacts.cycle;
@@ -509,24 +517,23 @@ std::vector<int64_t> ReportBuilder::devicePeaks() const {
 namespace {
 
 /// Feeds `report` the events its plan implies (on the devices `predicted`
-/// says, all when empty).
-void predict(const plan::Plan &plan, int64_t steps, ReportBuilder &report,
-             const std::vector<char> &predicted = {}) {
-  const PlanFacts &facts = report.facts();
-  for (int d = 0; d < plan.devices_size(); ++d) {
-    if (!predicted.empty() && !predicted[d])
+/// accepts, all without it).
+void predict(int64_t steps, ReportBuilder &report,
+             const std::function<bool(int)> &predicted = nullptr) {
+  const plan::SpelledPlan &spelled = report.spelledPlan();
+  for (int d = 0; d < spelled.devices(); ++d) {
+    if (predicted && !predicted(d))
       continue;
-    const plan::Device &device = plan.devices(d);
     // 2bw and cdp-mp end with a drain: one more step of the instructions
     // marked `drain` (the last backwards and update).
     bool drains = false;
-    for (const plan::Instruction &instruction : device.instructions())
-      drains |= instruction.drain();
+    for (const plan::SpelledInstruction &instruction : spelled.program(d))
+      drains |= instruction->drain();
     for (int64_t t = 0; t < steps + (drains ? 1 : 0); ++t) {
       bool draining = t == steps;
       report.startStep(d, t);
-      for (int i = 0; i < device.instructions_size(); ++i) {
-        const plan::Instruction &instruction = device.instructions(i);
+      for (int i = 0; i < spelled.size(d); ++i) {
+        const plan::Instruction &instruction = *spelled.at(d, i);
         if (instruction.min_step() > t || (draining && !instruction.drain()))
           continue;
         report.ran(d, t, i, /*countSent=*/true);
@@ -534,25 +541,24 @@ void predict(const plan::Plan &plan, int64_t steps, ReportBuilder &report,
     }
     // After training cdp-run's flush relays the last steps' chain means
     // (Executor::flush); their sends count where they fall in the report.
-    plan::forEachRelayAfterTraining(device, steps, [&](int index, int64_t t) {
-      report.ran(d, t, index, /*countSent=*/true);
-    });
+    plan::forEachRelayAfterTraining(
+        spelled, d, steps, [&](int index, int64_t t) {
+          report.ran(d, t, index, /*countSent=*/true);
+        });
   }
 }
 
-/// A format-4 data-parallel plan with one device of each class spelled
-/// out: devices that run one template at one offset, and stand alike in a
-/// chain (first, last or between), record the same series.
-struct Represented {
-  plan::Plan plan;
-  std::vector<int> representative; ///< per device: the one predicted
-};
-
-/// Classes of a plan whose devices each have one run; false otherwise.
-bool representDevices(const plan::Plan &plan, Represented &out) {
+/// For a format-4 data-parallel plan whose devices each have one run:
+/// per device, the one whose series it copies. Devices that run one
+/// template at one offset, and stand alike in a chain (first, last or
+/// between), record the same series. False for other plans.
+bool representDevices(const plan::Plan &plan,
+                      std::vector<int> &representative) {
+  if (plan::traitsOf(plan).pipelined)
+    return false;
   int devices = plan.devices_size();
   std::map<std::tuple<int, int64_t, bool, bool>, int> classes;
-  out.representative.assign(devices, -1);
+  representative.assign(devices, -1);
   for (int d = 0; d < devices; ++d) {
     const plan::Device &device = plan.devices(d);
     if (device.runs_size() != 1)
@@ -560,65 +566,41 @@ bool representDevices(const plan::Plan &plan, Represented &out) {
     const plan::Run &run = device.runs(0);
     auto key = std::make_tuple(run.template_(), run.time_step(), d == 0,
                                d + 1 == devices);
-    out.representative[d] = classes.try_emplace(key, d).first->second;
-  }
-  out.plan.CopyFrom(plan);
-  out.plan.clear_templates();
-  std::vector<std::vector<int>> slotIds = plan::slotCopyIds(plan);
-  for (int d = 0; d < devices; ++d) {
-    plan::Device &device = *out.plan.mutable_devices(d);
-    if (out.representative[d] == d)
-      for (const plan::Run &run : plan.devices(d).runs())
-        for (const plan::Instruction &instruction :
-             plan.templates(run.template_()).instructions())
-          plan::instantiateInstruction(instruction, run, slotIds,
-                                       *device.add_instructions());
-    device.clear_runs();
+    representative[d] = classes.try_emplace(key, d).first->second;
   }
   return true;
 }
 
-/// The report of a format-4 plan: data-parallel ones per class of devices,
-/// pipelines spelled out.
+/// The report's `result` for `steps` steps of `plan`: data-parallel
+/// format-4 plans predicted once per class of devices, the others device
+/// by device (format 4's runs read in place).
 template <typename Result>
-Result predictRuns(const plan::Plan &plan, int64_t steps,
-                   Result (*onPlan)(const plan::Plan &, int64_t),
+Result predictPlan(const plan::Plan &plan, int64_t steps,
                    Result (ReportBuilder::*result)() const) {
-  Represented represented;
-  if (plan::traitsOf(plan).pipelined || !representDevices(plan, represented))
-    return plan::onInstantiated(plan, [&](const plan::Plan &spelled) {
-      return onPlan(spelled, steps);
-    });
-  const plan::Plan &reduced = represented.plan;
-  ReportBuilder report(reduced, steps);
-  std::vector<char> isRepresentative(reduced.devices_size(), 0);
-  for (int d = 0; d < reduced.devices_size(); ++d)
-    isRepresentative[d] = represented.representative[d] == d;
-  predict(reduced, steps, report, isRepresentative);
-  for (int d = 0; d < reduced.devices_size(); ++d)
-    if (!isRepresentative[d])
-      report.copyDevice(represented.representative[d], d);
+  std::vector<int> representative;
+  if (!representDevices(plan, representative)) {
+    ReportBuilder report(plan, steps);
+    predict(steps, report);
+    return (report.*result)();
+  }
+  auto isRepresentative = [&](int d) { return representative[d] == d; };
+  ReportBuilder report(plan, steps, isRepresentative);
+  predict(steps, report, isRepresentative);
+  for (int d = 0; d < plan.devices_size(); ++d)
+    if (!isRepresentative(d))
+      report.copyDevice(representative[d], d);
   return (report.*result)();
 }
 
 } // namespace
 
 std::string predictReport(const plan::Plan &plan, int64_t steps) {
-  if (plan::hasRuns(plan))
-    return predictRuns<std::string>(plan, steps, &predictReport,
-                                    &ReportBuilder::json);
-  ReportBuilder report(plan, steps);
-  predict(plan, steps, report);
-  return report.json();
+  return predictPlan<std::string>(plan, steps, &ReportBuilder::json);
 }
 
 std::vector<int64_t> predictDevicePeaks(const plan::Plan &plan, int64_t steps) {
-  if (plan::hasRuns(plan))
-    return predictRuns<std::vector<int64_t>>(plan, steps, &predictDevicePeaks,
-                                             &ReportBuilder::devicePeaks);
-  ReportBuilder report(plan, steps);
-  predict(plan, steps, report);
-  return report.devicePeaks();
+  return predictPlan<std::vector<int64_t>>(plan, steps,
+                                           &ReportBuilder::devicePeaks);
 }
 
 namespace {

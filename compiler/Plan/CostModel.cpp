@@ -3,7 +3,6 @@
 #include "cdp/Plan/CostModel.h"
 
 #include "cdp/Passes/Profile.h"
-#include "cdp/Plan/PlanInstantiate.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/JSON.h"
@@ -125,10 +124,6 @@ InstructionCost profileCost(const std::string &path, std::string &error) {
 
 plan::SimulatedTime predictStepMs(const plan::Plan &plan,
                                   const InstructionCost &cost, int64_t steps) {
-  if (plan::hasRuns(plan))
-    return plan::onInstantiated(plan, [&](const plan::Plan &spelled) {
-      return predictStepMs(spelled, cost, steps);
-    });
   auto pipelineOnly = [](const plan::Instruction &instruction) {
     llvm::StringRef op = instruction.op();
     return op == "send" || op == "recv" || op == "load" || op == "accumulate" ||

@@ -12,6 +12,7 @@
 #include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Plan/PlanInstantiate.h"
+#include "cdp/Plan/SpelledPlan.h"
 
 #include <algorithm>
 #include <cmath>
@@ -168,8 +169,9 @@ struct Simulation {
   bool unknownCost = false; ///< the cost was negative somewhere
 };
 
-Simulation simulate(const Plan &plan, int64_t steps, bool drain,
+Simulation simulate(const SpelledPlan &spelled, int64_t steps, bool drain,
                     const InstructionTime *cost, bool reductions = false) {
+  const Plan &plan = spelled.plan();
   int devices = plan.devices_size();
   // The instructions visited (all with a cost; without, only sends and
   // receives: nothing else can block), with their part in the traffic.
@@ -187,10 +189,10 @@ Simulation simulate(const Plan &plan, int64_t steps, bool drain,
   int64_t lastSlot = std::max(plan.micro_batches(), 1) - 1;
   bool pipelined = traitsOf(plan).pipelined;
   for (int d = 0; d < devices; ++d) {
-    const Device &device = plan.devices(d);
     int64_t slot = pipelined ? 0 : d;
-    for (int i = 0; i < device.instructions_size(); ++i) {
-      const Instruction &instruction = device.instructions(i);
+    for (int i = 0; i < spelled.size(d); ++i) {
+      const SpelledInstruction &spelledInstruction = spelled.at(d, i);
+      const Instruction &instruction = *spelledInstruction;
       std::string_view op = instruction.op();
       if (instruction.last_slot() && slot != lastSlot)
         continue; // never runs
@@ -217,6 +219,7 @@ Simulation simulate(const Plan &plan, int64_t steps, bool drain,
       if (isMessage) {
         t.kind = op == "send" ? 1 : 2;
         t.message = messageOf(instruction);
+        t.message.microBatch += spelledInstruction.messageBatch;
       }
       traffic[d].push_back(t);
     }
@@ -241,7 +244,7 @@ Simulation simulate(const Plan &plan, int64_t steps, bool drain,
   // Positions over the visited instructions of all passes, step-major.
   std::vector<int64_t> at(devices, 0);
   auto fullPosition = [&](int d) -> int {
-    int size = plan.devices(d).instructions_size();
+    int size = spelled.size(d);
     int64_t visited = traffic[d].size();
     if (at[d] >= passes * visited)
       return passes * size;
@@ -292,8 +295,7 @@ Simulation simulate(const Plan &plan, int64_t steps, bool drain,
           // Every step runs the same instructions: cost each once.
           double &time = costs[d][position % visited];
           if (std::isnan(time))
-            time = t.free ? 0.0
-                          : (*cost)(d, plan.devices(d).instructions(t.index));
+            time = t.free ? 0.0 : (*cost)(d, *spelled.at(d, t.index));
           if (time < 0)
             sim.unknownCost = true;
           clock = start + std::max(time, 0.0);
@@ -322,10 +324,11 @@ SimulatedTime simulateTime(const Plan &plan, int64_t steps,
   // With the drain, as the runtime runs it: a receive at the end of step t
   // may wait for a send the peer makes in step t + 1 (a tied weight's new
   // value), which for the last step is in the drain.
-  Simulation sim = simulate(plan, steps, /*drain=*/true, &cost);
+  SpelledPlan spelled(plan);
+  Simulation sim = simulate(spelled, steps, /*drain=*/true, &cost);
   SimulatedTime result;
   for (int d = 0; d < plan.devices_size(); ++d) {
-    if (sim.next[d] < steps * plan.devices(d).instructions_size()) {
+    if (sim.next[d] < steps * spelled.size(d)) {
       result.status = SimulatedTime::Status::WouldHang;
       return result;
     }
@@ -338,17 +341,40 @@ SimulatedTime simulateTime(const Plan &plan, int64_t steps,
   return result;
 }
 
-void forEachRelayAfterTraining(
-    const Device &device, int64_t steps,
+namespace {
+
+template <typename InstructionAt>
+void visitRelaysAfterTraining(
+    int size, InstructionAt at, int64_t steps,
     const std::function<void(int index, int64_t step)> &visit) {
-  for (int i = 0; i < device.instructions_size(); ++i) {
-    const Instruction &instruction = device.instructions(i);
+  for (int i = 0; i < size; ++i) {
+    const Instruction &instruction = at(i);
     if (instruction.op() != "chain_relay")
       continue;
     int64_t offset = instruction.min_step();
     for (int64_t t = std::max(steps, offset); t < steps + offset; ++t)
       visit(i, t);
   }
+}
+
+} // namespace
+
+void forEachRelayAfterTraining(
+    const Device &device, int64_t steps,
+    const std::function<void(int index, int64_t step)> &visit) {
+  visitRelaysAfterTraining(
+      device.instructions_size(),
+      [&](int i) -> const Instruction & { return device.instructions(i); },
+      steps, visit);
+}
+
+void forEachRelayAfterTraining(
+    const SpelledPlan &spelled, int device, int64_t steps,
+    const std::function<void(int index, int64_t step)> &visit) {
+  visitRelaysAfterTraining(
+      spelled.size(device),
+      [&](int i) -> const Instruction & { return *spelled.at(device, i); },
+      steps, visit);
 }
 
 std::string findSendRecvDeadlock(const Plan &plan) {
@@ -360,7 +386,7 @@ std::string findSendRecvDeadlock(const Plan &plan) {
     google::protobuf::Arena arena;
     return findSendRecvDeadlock(trafficOf(plan, arena));
   }
-  Simulation sim = simulate(plan, kSteps, /*drain=*/true, nullptr,
+  Simulation sim = simulate(SpelledPlan(plan), kSteps, /*drain=*/true, nullptr,
                             /*reductions=*/true);
   const std::vector<int> &next = sim.next;
   const std::vector<std::vector<int>> &rounds = sim.rounds;

@@ -2,6 +2,8 @@
 
 #include "cdp/Plan/PlanInstantiate.h"
 
+#include "cdp/Plan/SpelledPlan.h"
+
 #include <string_view>
 
 namespace cdp::plan {
@@ -99,8 +101,7 @@ void shiftByRun(Instruction &instruction, const Run &run, int sign) {
   instruction.set_time_step(instruction.time_step() + sign * run.time_step());
   instruction.set_micro_batch(instruction.micro_batch() +
                               sign * run.micro_batch());
-  std::string_view op = instruction.op();
-  bool message = op == "load" || op == "send" || op == "recv";
+  bool message = carriesMessageBatch(instruction);
   for (Attribute &a : *instruction.mutable_attributes()) {
     if (message && a.name() == "micro_batch")
       a.set_i(a.i() + sign * run.message_batch());

@@ -2,6 +2,10 @@
 
 #include "cdp/Plan/PlanInstantiate.h"
 
+#include "cdp/Plan/PlanCheck.h"
+#include "cdp/Plan/SpelledPlan.h"
+#include "cdp/Runtime/Report.h"
+
 #include <gtest/gtest.h>
 
 namespace {
@@ -117,6 +121,129 @@ TEST(PlanInstantiate, LeavesPlainPlansAlone) {
   Plan before = plan;
   instantiate(plan);
   EXPECT_EQ(plan.SerializeAsString(), before.SerializeAsString());
+}
+
+/// The spelled-out view reads a run's instructions as instantiation
+/// writes them: ids in the run's slot, time step, micro-batch, the
+/// message's micro-batch.
+TEST(SpelledPlan, ReadsRunsAsInstantiationWritesThem) {
+  Plan plan = stagePlan();
+  SpelledPlan spelled(plan);
+  Plan instantiated = plan;
+  instantiate(instantiated);
+  ASSERT_EQ(spelled.tensors(), instantiated.tensors_size());
+  for (int id = 0; id < spelled.tensors(); ++id)
+    EXPECT_EQ(spelled.tensor(id).bytes(), instantiated.tensors(id).bytes());
+  const Device &device = instantiated.devices(0);
+  ASSERT_EQ(spelled.size(0), device.instructions_size());
+  for (int i = 0; i < spelled.size(0); ++i) {
+    const SpelledInstruction &view = spelled.at(0, i);
+    const Instruction &written = device.instructions(i);
+    EXPECT_EQ(view.timeStep, written.time_step());
+    EXPECT_EQ(view.microBatch, written.micro_batch());
+    IdRange inputs = spelled.inputs(0, view),
+            outputs = spelled.outputs(0, view);
+    EXPECT_EQ(
+        std::vector<int>(inputs.begin(), inputs.end()),
+        std::vector<int>(written.inputs().begin(), written.inputs().end()));
+    EXPECT_EQ(
+        std::vector<int>(outputs.begin(), outputs.end()),
+        std::vector<int>(written.outputs().begin(), written.outputs().end()));
+    if (written.op() == "recv")
+      EXPECT_EQ(view->attributes(0).i() + view.messageBatch,
+                written.attributes(0).i());
+    else
+      EXPECT_EQ(view.messageBatch, 0);
+  }
+}
+
+Instruction *addOp(Template *t, const char *op, const char *phase, int stage,
+                   std::vector<int> inputs, std::vector<int> outputs) {
+  Instruction *instruction = t->add_instructions();
+  instruction->set_op(op);
+  instruction->set_phase(phase);
+  instruction->set_stage(stage);
+  for (int id : inputs)
+    instruction->add_inputs(id);
+  for (int id : outputs)
+    instruction->add_outputs(id);
+  return instruction;
+}
+
+void setMessage(Instruction *instruction, int peer, int value) {
+  setInt(instruction, "peer", peer);
+  setInt(instruction, "value", value);
+  setInt(instruction, "micro_batch", 0);
+  setInt(instruction, "micro_batches", 2);
+}
+
+/// Two stages of a pipeline, two micro-batches a step: each device's
+/// forward and backward as templates over a stash tensor of 2 slots, run
+/// once per micro-batch.
+Plan twoStagePlan() {
+  Plan plan;
+  plan.set_strategy("gpipe");
+  plan.set_micro_batches(2);
+  plan.mutable_schedule()->set_cycle(6);
+  addTensor(plan, PARAM, 0)->set_device(0);        // 0
+  Tensor *stash0 = addTensor(plan, ACTIVATION, 0); // 1
+  addTensor(plan, ACTIVATION, 32)->set_device(0);  // 2: dev 0's gradient
+  Tensor *stash1 = addTensor(plan, ACTIVATION, 0); // 3
+  addTensor(plan, ACTIVATION, 32)->set_device(1);  // 4
+  for (Tensor *stash : {stash0, stash1}) {
+    stash->set_slots(2);
+    stash->set_slot_stride(16);
+  }
+  stash0->set_device(0);
+  stash1->set_device(1);
+  Template *forward0 = plan.add_templates();
+  addOp(forward0, "relu", "forward", 1, {0}, {1});
+  setMessage(addOp(forward0, "send", "forward", 1, {1}, {}), 1, 0);
+  Template *forward1 = plan.add_templates();
+  setMessage(addOp(forward1, "recv", "forward", 2, {}, {3}), 0, 0);
+  addOp(forward1, "relu", "forward", 2, {3}, {4});
+  Template *backward1 = plan.add_templates();
+  addOp(backward1, "neg", "backward", 2, {3}, {4});
+  setMessage(addOp(backward1, "send", "backward", 2, {4}, {}), 0, 1);
+  Template *backward0 = plan.add_templates();
+  setMessage(addOp(backward0, "recv", "backward", 1, {}, {2}), 1, 1);
+  addOp(backward0, "mul", "backward", 1, {1, 2}, {2});
+  // (device, template, time step) per micro-batch k: + k each.
+  int runs[4][3] = {{0, 0, 0}, {0, 3, 4}, {1, 1, 1}, {1, 2, 3}};
+  plan.add_devices();
+  plan.add_devices();
+  for (auto &[d, t, time] : runs)
+    for (int k = 0; k < 2; ++k) {
+      Run *run = plan.mutable_devices(d)->add_runs();
+      run->set_template_(t);
+      run->set_time_step(time + k);
+      run->set_micro_batch(k);
+      run->set_slot(k);
+      run->set_message_batch(k);
+    }
+  return plan;
+}
+
+/// The report and the step time read from the runs equal those of the
+/// plan cdp-run spells out, byte for byte.
+TEST(SpelledPlan, ReportAndStepTimeEqualTheInstantiatedPlans) {
+  Plan plan = twoStagePlan();
+  ASSERT_EQ(checkRuns(plan), "");
+  ASSERT_EQ(findSendRecvDeadlock(plan), "");
+  Plan instantiated = plan;
+  instantiate(instantiated);
+  std::string fromRuns = cdp::runtime::predictReport(plan, 3);
+  EXPECT_EQ(fromRuns, cdp::runtime::predictReport(instantiated, 3));
+  // The stash's two slots are both live at the forward's end.
+  EXPECT_NE(fromRuns.find("\"activation_bytes\": 32"), std::string::npos);
+  auto cost = [](int device, const Instruction &instruction) {
+    return instruction.op() == "send" ? 0.5 : 1.0 + device;
+  };
+  SimulatedTime fromRunsTime = simulateTime(plan, 3, cost);
+  SimulatedTime spelledTime = simulateTime(instantiated, 3, cost);
+  EXPECT_EQ(fromRunsTime.status, SimulatedTime::Status::Ok);
+  EXPECT_EQ(fromRunsTime.end, spelledTime.end);
+  EXPECT_GT(fromRunsTime.end, 0);
 }
 
 } // namespace

@@ -9,6 +9,7 @@
 #ifndef CDP_PLAN_PLANCHECK_H
 #define CDP_PLAN_PLANCHECK_H
 
+#include "cdp/Plan/SpelledPlan.h"
 #include "cdp/Plan/plan.pb.h"
 
 #include <functional>
@@ -43,7 +44,9 @@ struct SimulatedTime {
 /// no earlier than the end of its send (the same buffered-send, blocking-
 /// receive semantics as findSendRecvDeadlock, the drain included so that a
 /// receive may wait for a send of the next step). The drain's own time is
-/// not counted.
+/// not counted. A format-4 plan's runs (checked) are read in place: `cost`
+/// gets the template's instruction, which names slot 0's tensors (the same
+/// shapes as every slot's).
 SimulatedTime simulateTime(const Plan &plan, int64_t steps,
                            const InstructionTime &cost);
 
@@ -52,6 +55,10 @@ SimulatedTime simulateTime(const Plan &plan, int64_t steps,
 /// t - k's mean in step t): visit(instruction index, step) in order.
 void forEachRelayAfterTraining(
     const Device &device, int64_t steps,
+    const std::function<void(int index, int64_t step)> &visit);
+/// The same over device `device` of a spelled-out plan.
+void forEachRelayAfterTraining(
+    const SpelledPlan &spelled, int device, int64_t steps,
     const std::function<void(int index, int64_t step)> &visit);
 
 /// Where a checkpoint taken before step `next` cuts the devices' streams so

@@ -16,6 +16,7 @@
 #ifndef CDP_RUNTIME_REPORT_H
 #define CDP_RUNTIME_REPORT_H
 
+#include "cdp/Plan/SpelledPlan.h"
 #include "cdp/Plan/plan.pb.h"
 
 #include <cstdint>
@@ -32,10 +33,11 @@ enum class Category { None, Activation, Gradient };
 
 /// Facts about a plan the accounting needs, computed once.
 struct PlanFacts {
-  explicit PlanFacts(const plan::Plan &plan);
-  int64_t cycle = 1;              ///< time steps per step on one device
-  std::vector<Category> category; ///< per tensor
-  std::vector<int64_t> bytes;     ///< per tensor
+  explicit PlanFacts(const plan::SpelledPlan &spelled);
+  int64_t cycle = 1; ///< time steps per step on one device
+  /// Per tensor, stash-slot copies included (SpelledPlan's numbering).
+  std::vector<Category> category;
+  std::vector<int64_t> bytes;
   /// Per device: resident bytes. Weights count the latest version;
   /// weightVersionBytes the extra versions (2bw's previous one).
   std::vector<int64_t> weightBytes, weightVersionBytes, reducedBytes,
@@ -55,14 +57,18 @@ struct PlanFacts {
   std::vector<std::vector<int>> readsOfWrite, outputStart;
   int64_t lastTime(int64_t steps) const;
   /// The absolute time step of `instruction` on `device` in step `t`.
-  int64_t timeOf(const plan::Instruction &instruction, int64_t t) const {
-    return instruction.time_step() + cycle * t;
+  int64_t timeOf(const plan::SpelledInstruction &instruction, int64_t t) const {
+    return instruction.timeStep + cycle * t;
   }
 };
 
 class ReportBuilder {
 public:
   ReportBuilder(const plan::Plan &plan, int64_t steps);
+  /// Records the devices `keep` accepts alone (the others' programs are
+  /// not spelled out; copyDevice fills them in).
+  ReportBuilder(const plan::Plan &plan, int64_t steps,
+                const std::function<bool(int)> &keep);
 
   /// `instruction`: the writer's index, or -1 for a step's inputs.
   void born(int device, int64_t tau, int tensor, int instruction = -1);
@@ -82,6 +88,7 @@ public:
   void ran(int device, int64_t t, int index, bool countSent);
 
   const PlanFacts &facts() const { return planFacts; }
+  const plan::SpelledPlan &spelledPlan() const { return spelled; }
   std::string json() const;
   /// Every device's recorded series, flattened: what the devices of other
   /// processes recorded is summed onto the root's (zero where a process did
@@ -110,6 +117,8 @@ private:
         ready;
   };
   const plan::Plan &plan;
+  plan::SpelledPlan
+      spelled; ///< what the devices run (format 4's runs read in place)
   PlanFacts planFacts;
   int64_t steps, horizon;
   std::vector<Series> devices;

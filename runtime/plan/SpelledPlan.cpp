@@ -1,0 +1,80 @@
+//===- SpelledPlan.cpp - device programs as the analyses read them -------===//
+//===//
+
+#include "cdp/Plan/SpelledPlan.h"
+
+#include "cdp/Plan/PlanInstantiate.h"
+
+#include <string_view>
+
+namespace cdp::plan {
+
+bool carriesMessageBatch(const Instruction &instruction) {
+  std::string_view op = instruction.op();
+  return op == "load" || op == "send" || op == "recv";
+}
+
+SpelledPlan::SpelledPlan(const Plan &plan, const std::function<bool(int)> &keep)
+    : source(&plan), programs(plan.devices_size()), ids(plan.devices_size()) {
+  std::vector<std::vector<int>> slotIds = slotCopyIds(plan);
+  originalOf.resize(plan.tensors_size());
+  for (int id = 0; id < plan.tensors_size(); ++id)
+    originalOf[id] = id;
+  for (int id = 0; id < plan.tensors_size(); ++id)
+    for (size_t k = 1; k < slotIds[id].size(); ++k)
+      originalOf.push_back(id); // copies are numbered in this order
+  for (int d = 0; d < plan.devices_size(); ++d) {
+    if (keep && !keep(d))
+      continue;
+    const Device &device = plan.devices(d);
+    std::vector<SpelledInstruction> &program = programs[d];
+    std::vector<int> &deviceIds = ids[d];
+    auto add = [&](const Instruction &instruction, const Run *run) {
+      SpelledInstruction spelled;
+      spelled.source = &instruction;
+      spelled.timeStep = instruction.time_step();
+      spelled.microBatch = instruction.micro_batch();
+      spelled.firstId = deviceIds.size();
+      spelled.inputs = instruction.inputs_size();
+      spelled.outputs = instruction.outputs_size();
+      auto name = [&](int id) {
+        if (run && id >= 0 && id < static_cast<int>(slotIds.size()) &&
+            !slotIds[id].empty())
+          id = slotIds[id][run->slot()];
+        deviceIds.push_back(id);
+      };
+      for (int id : instruction.inputs())
+        name(id);
+      for (int id : instruction.outputs())
+        name(id);
+      if (run) {
+        spelled.timeStep += run->time_step();
+        spelled.microBatch += run->micro_batch();
+        if (carriesMessageBatch(instruction))
+          spelled.messageBatch = run->message_batch();
+      }
+      program.push_back(spelled);
+    };
+    for (const Instruction &instruction : device.instructions())
+      add(instruction, nullptr);
+    for (const Run &run : device.runs())
+      for (const Instruction &instruction :
+           plan.templates(run.template_()).instructions())
+        add(instruction, &run);
+  }
+}
+
+IdRange SpelledPlan::inputs(int device,
+                            const SpelledInstruction &instruction) const {
+  const int *first = ids[device].data() + instruction.firstId;
+  return {first, first + instruction.inputs};
+}
+
+IdRange SpelledPlan::outputs(int device,
+                             const SpelledInstruction &instruction) const {
+  const int *first =
+      ids[device].data() + instruction.firstId + instruction.inputs;
+  return {first, first + instruction.outputs};
+}
+
+} // namespace cdp::plan
