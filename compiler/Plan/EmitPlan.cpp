@@ -12,6 +12,7 @@
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "cdp/Dialect/Sched/SchedOps.h"
 #include "cdp/Passes/FirstFit.h"
+#include "cdp/Plan/DropUnnamedTensors.h"
 #include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Plan/PlanInstantiate.h"
@@ -401,6 +402,10 @@ LogicalResult Emitter::run(const EmitOptions &options) {
         if (failed(addInstruction(&op, *device, /*forEval=*/true)))
           return failure();
   }
+  // A pipeline's devices name their own copies of the activations: the
+  // originals the evaluation stream does not read are named by nothing.
+  if (traitsOf(options.strategy).pipelined)
+    dropUnnamedActivations(plan);
   return success();
 }
 

@@ -96,6 +96,21 @@ def _():
                  [init("w", np.zeros((10, 784), np.float32)), init("b", np.zeros(10, np.float32))])
 
 
+@register("mlp784")
+def _():
+    # 28x28 images through a 32-unit hidden layer into 10 classes, batch 8:
+    # two stages for the pipelines' evaluation stream.
+    rng = np.random.default_rng(3)
+    return model([helper.make_node("Gemm", ["x", "w0", "b0"], ["h"], transB=1, name="fc0"),
+                  helper.make_node("Relu", ["h"], ["r"], name="relu0"),
+                  helper.make_node("Gemm", ["r", "w1", "b1"], ["logits"], transB=1, name="fc1")],
+                 [vi("x", F, [8, 784])], [vi("logits", F, [8, 10])],
+                 [init("w0", (rng.standard_normal((32, 784)) * 0.05).astype(np.float32)),
+                  init("b0", np.zeros(32, np.float32)),
+                  init("w1", (rng.standard_normal((10, 32)) * 0.2).astype(np.float32)),
+                  init("b1", np.zeros(10, np.float32))])
+
+
 @register("mlp4eq")
 def _():
     # Four equal layers (16x16 Gemm + Tanh): equal stages for the report.

@@ -1,0 +1,25 @@
+//===- DropUnnamedTensors.h - leave out tensors nothing names ---*- C++ -*-===//
+//
+// A pipeline plan's devices name their own copies of the one-micro-batch
+// graph's activations; of the originals only those device 0's evaluation
+// stream reads stay in use. The rest would be dead entries in every plan.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CDP_PLAN_DROPUNNAMEDTENSORS_H
+#define CDP_PLAN_DROPUNNAMEDTENSORS_H
+
+#include "cdp/Plan/plan.pb.h"
+
+namespace cdp {
+
+/// Removes the activation tensors nothing in `plan` names (no instruction
+/// of a device, an evaluation stream or a template; none of the plan's
+/// inputs, outputs, loss, labels, scores or applied gradients) and
+/// renumbers the others in their order, every reference with them.
+/// Returns how many it removed.
+int dropUnnamedActivations(plan::Plan &plan);
+
+} // namespace cdp
+
+#endif // CDP_PLAN_DROPUNNAMEDTENSORS_H
