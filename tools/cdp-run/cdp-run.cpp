@@ -14,6 +14,7 @@
 #include "cdp/Runtime/Data.h"
 #include "cdp/Runtime/Executor.h"
 #include "cdp/Runtime/MpiCommunicator.h"
+#include "cdp/Runtime/OnnxInferenceMode.h"
 #include "cdp/Runtime/Report.h"
 
 #include <omp.h>
@@ -65,7 +66,8 @@ struct Options {
   bool allowNonfinite = false; ///< train on fed NaN or infinities
   int threads = 0;
   int64_t commTimeout = 300; ///< seconds a device waits for a message
-  std::string metrics, dumpParams, dumpGrads, saveOutputs, saveOnnx;
+  std::string metrics, dumpParams, dumpGrads, saveOutputs, saveOnnx,
+      saveOnnxEval;
   std::string checkpoint, resume, profile;
   std::string report, reportSvg, compareReport, trace;
   int64_t reportSteps = -1;
@@ -171,6 +173,12 @@ Options parseArguments(int argc, char **argv) {
       {"--save-onnx", "FILE",
        "Write the original model with the trained parameters and buffers",
        [&](const std::string &v) { o.saveOnnx = v; }},
+      {"--save-onnx-eval", "FILE",
+       "Write the trained model for inference, as PyTorch's model.eval() "
+       "runs it: BatchNormalization on its running statistics, Dropout "
+       "passing its input through (a training-mode export keeps both in "
+       "training mode, and ONNX runtimes and --inference follow the file)",
+       [&](const std::string &v) { o.saveOnnxEval = v; }},
       {"--checkpoint", "DIR",
        "Save every device's parameters, buffers, optimizer state and "
        "micro-batches in flight to DIR (at the end, or every "
@@ -534,6 +542,15 @@ void readCheckedPlan(const Options &options, plan::Plan &plan,
   if (options.data.empty() && options.epochs >= 0)
     die("--epochs goes with --data");
   checkMeaningfulFlags(options, plan);
+  // Before training: a model without an inference mode is refused now,
+  // not after the run.
+  if (!options.saveOnnxEval.empty()) {
+    onnx::ModelProto model;
+    if (!model.ParseFromString(plan.source_model()))
+      die("--save-onnx-eval: the plan holds no readable ONNX model");
+    if (std::string problem = runtime::toInferenceMode(model); !problem.empty())
+      die("--save-onnx-eval: " + problem);
+  }
 }
 
 /// One run of a plan: its devices, the data bound to its inputs, the step
@@ -1344,8 +1361,9 @@ void writeReport(Run &run) {
 }
 
 /// --save-onnx: the original model with the trained parameters and
-/// buffers as its initializers.
-void saveOnnx(Run &run) {
+/// buffers as its initializers; --save-onnx-eval (`inference`): the same
+/// in inference mode.
+void saveOnnx(Run &run, const std::string &path, bool inference) {
   onnx::ModelProto model;
   if (!model.ParseFromString(run.plan.source_model()))
     die("the plan holds no readable ONNX model to save into");
@@ -1366,10 +1384,13 @@ void saveOnnx(Run &run) {
     initializer.set_raw_data(view.data,
                              view.numel() * plan::dtypeSize(view.dtype));
   }
+  if (inference)
+    if (std::string problem = runtime::toInferenceMode(model); !problem.empty())
+      die("--save-onnx-eval: " + problem);
   std::string bytes;
   if (!model.SerializeToString(&bytes))
-    die(run.options.saveOnnx + ": the model does not serialize (over 2 GiB?)");
-  writeOutput(run.options.saveOnnx, bytes);
+    die(path + ": the model does not serialize (over 2 GiB?)");
+  writeOutput(path, bytes);
 }
 
 /// Everything the run writes after it ends.
@@ -1405,7 +1426,9 @@ void writeOutputs(Run &run) {
   if (!run.stepOutputsWritten)
     writeStepOutputs(run);
   if (!options.saveOnnx.empty())
-    saveOnnx(run);
+    saveOnnx(run, options.saveOnnx, /*inference=*/false);
+  if (!options.saveOnnxEval.empty())
+    saveOnnx(run, options.saveOnnxEval, /*inference=*/true);
 }
 
 /// Before any work: no output names an input, and every output's folder
@@ -1417,6 +1440,7 @@ void checkOutputPaths(const Options &options) {
   for (auto [flag, path] : {std::pair<const char *, const std::string *>{
                                 "--metrics", &options.metrics},
                             {"--save-onnx", &options.saveOnnx},
+                            {"--save-onnx-eval", &options.saveOnnxEval},
                             {"--report", &options.report},
                             {"--report-svg", &options.reportSvg},
                             {"--trace", &options.trace},
