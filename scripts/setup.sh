@@ -8,6 +8,8 @@ PACKAGES=(
   libmlir-19-dev mlir-19-tools llvm-19-dev llvm-19-tools libzstd-dev zlib1g-dev
   # ONNX import and the plan artefact.
   libonnx-dev libprotobuf-dev protobuf-compiler
+  # The runtime's JSON (reports, traces, metrics) is read and written with it.
+  nlohmann-json3-dev
   # CPU kernels (oneDNN's CMake config needs the OpenCL headers).
   libdnnl-dev ocl-icd-opencl-dev libopenblas-dev
   # Multi-process backend (later issues).

@@ -16,6 +16,7 @@
 #include "cdp/Runtime/MpiCommunicator.h"
 #include "cdp/Runtime/OnnxInferenceMode.h"
 #include "cdp/Runtime/Report.h"
+#include "cdp/Runtime/ReportSvg.h"
 
 #include <omp.h>
 #include <onnx/onnx_pb.h>
@@ -26,6 +27,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -553,6 +555,26 @@ void readCheckedPlan(const Options &options, plan::Plan &plan,
   }
 }
 
+/// The last component of `path`: a run's name in the report's legend.
+std::string fileName(const std::string &path) {
+  return std::filesystem::path(path).filename().string();
+}
+
+/// --compare-report: the other run's curves, read before training starts.
+runtime::ReportCurves readComparison(const std::string &path) {
+  std::ifstream in(path);
+  if (!in)
+    die(path + ": cannot open: " + std::strerror(errno));
+  std::stringstream content;
+  content << in.rdbuf();
+  std::string error;
+  std::optional<runtime::ReportCurves> curves =
+      runtime::readReportCurves(content.str(), fileName(path), error);
+  if (!curves)
+    die("--compare-report " + path + ": " + error);
+  return *curves;
+}
+
 /// One run of a plan: its devices, the data bound to its inputs, the step
 /// counts and what records the run.
 struct Run {
@@ -576,6 +598,8 @@ struct Run {
   std::vector<double> workspaceBytes, optimizerBytes;
   std::vector<std::unique_ptr<Executor>> executors;
   std::unique_ptr<ReportBuilder> report;
+  /// --compare-report: the other run, drawn dashed in --report-svg.
+  std::optional<runtime::ReportCurves> comparison;
   std::unique_ptr<TraceRecorder> trace;
   std::map<int, Array> feeds;
   Dataset train, test;
@@ -711,6 +735,8 @@ void createDevices(Run &run, int cores) {
     die("--report-svg needs --report FILE.json");
   if (!options.compareReport.empty() && options.reportSvg.empty())
     die("--compare-report needs --report-svg FILE.svg");
+  if (!options.compareReport.empty())
+    run.comparison = readComparison(options.compareReport);
   if (!options.trace.empty()) {
     run.trace = std::make_unique<TraceRecorder>(run.deviceCount);
     for (auto &executor : run.executors)
@@ -1346,18 +1372,14 @@ void writeReport(Run &run) {
   writeOutput(options.report, json);
   if (options.reportSvg.empty())
     return;
-  std::string other;
-  if (!options.compareReport.empty()) {
-    std::ifstream in(options.compareReport);
-    if (!in)
-      die(options.compareReport + ": cannot open: " + std::strerror(errno));
-    std::stringstream content;
-    content << in.rdbuf();
-    other = content.str();
-    if (other.find("\"schema\": \"cdp-report/1\"") == std::string::npos)
-      die(options.compareReport + ": not a cdp report (schema cdp-report/1)");
-  }
-  writeOutput(options.reportSvg, runtime::reportSvg(json, other));
+  std::string error;
+  std::optional<runtime::ReportCurves> curves =
+      runtime::readReportCurves(json, fileName(options.report), error);
+  if (!curves)
+    die("the run's report does not read back: " + error);
+  writeOutput(
+      options.reportSvg,
+      runtime::reportSvg(*curves, run.comparison ? &*run.comparison : nullptr));
 }
 
 /// --save-onnx: the original model with the trained parameters and

@@ -133,11 +133,6 @@ std::string predictReport(const plan::Plan &plan, int64_t steps);
 /// Its peak.device_bytes alone.
 std::vector<int64_t> predictDevicePeaks(const plan::Plan &plan, int64_t steps);
 
-/// An SVG: total activation bytes over time (and per device), gradient
-/// bytes ready per time step; `other` (a report's JSON, may be empty) is
-/// drawn dashed for comparison.
-std::string reportSvg(const std::string &reportJson, const std::string &other);
-
 } // namespace cdp::runtime
 
 #endif // CDP_RUNTIME_REPORT_H
