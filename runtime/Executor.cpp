@@ -4,6 +4,7 @@
 
 #include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
+#include "cdp/Runtime/Json.h"
 #include "cdp/Runtime/Report.h"
 #include "cdp/Runtime/Signatures.h"
 
@@ -407,39 +408,44 @@ void TraceRecorder::importDevices(const std::string &bytes) {
 }
 
 std::string TraceRecorder::json(int64_t cycle) const {
+  // One event per line (a trace may hold many thousands).
   std::string out = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
-  char buffer[512];
   bool first = true;
-  for (size_t d = 0; d < spans.size(); ++d) {
-    std::snprintf(buffer, sizeof(buffer),
-                  "%s{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, "
-                  "\"tid\": %zu, \"args\": {\"name\": \"device %zu\"}}",
-                  first ? "" : ",\n", d, d);
-    out += buffer;
+  auto add = [&](const Json &event) {
+    out += (first ? "" : ",\n") + jsonText(event);
     first = false;
-    for (const Span &span : spans[d]) {
-      std::snprintf(buffer, sizeof(buffer),
-                    ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", "
-                    "\"pid\": 0, \"tid\": %zu, \"ts\": %.3f, \"dur\": %.3f, "
-                    "\"args\": {\"step\": %lld, \"micro_batch\": %d, "
-                    "\"time_step\": %lld}}",
-                    span.name.c_str(), span.category, d, span.begin,
-                    std::max(span.end - span.begin, 0.001),
-                    (long long)span.step, span.microBatch,
-                    (long long)(span.timeStep + cycle * span.step));
-      out += buffer;
-    }
+  };
+  for (size_t d = 0; d < spans.size(); ++d) {
+    add({{"name", "thread_name"},
+         {"ph", "M"},
+         {"pid", 0},
+         {"tid", d},
+         {"args", {{"name", "device " + std::to_string(d)}}}});
+    for (const Span &span : spans[d])
+      add({{"name", span.name},
+           {"cat", span.category},
+           {"ph", "X"},
+           {"pid", 0},
+           {"tid", d},
+           {"ts", span.begin},
+           {"dur", std::max(span.end - span.begin, 0.001)},
+           {"args",
+            {{"step", span.step},
+             {"micro_batch", span.microBatch},
+             {"time_step", span.timeStep + cycle * span.step}}}});
   }
   for (size_t d = 0; d < flows.size(); ++d)
     for (const FlowEnd &flow : flows[d]) {
-      std::snprintf(buffer, sizeof(buffer),
-                    ",\n{\"name\": \"message\", \"cat\": \"flow\", "
-                    "\"ph\": \"%s\", %s\"id\": \"%s\", \"pid\": 0, "
-                    "\"tid\": %zu, \"ts\": %.3f}",
-                    flow.isSend ? "s" : "f",
-                    flow.isSend ? "" : "\"bp\": \"e\", ", flow.id.c_str(), d,
-                    flow.at);
-      out += buffer;
+      Json event = {{"name", "message"},
+                    {"cat", "flow"},
+                    {"ph", flow.isSend ? "s" : "f"}};
+      if (!flow.isSend)
+        event["bp"] = "e"; // binds to the enclosing slice
+      event["id"] = flow.id;
+      event["pid"] = 0;
+      event["tid"] = d;
+      event["ts"] = flow.at;
+      add(event);
     }
   return out + "\n]}\n";
 }

@@ -15,6 +15,8 @@
 
 #include "cdp/Runtime/Report.h"
 
+#include "cdp/Runtime/Json.h"
+
 #include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
 
@@ -368,30 +370,33 @@ void ReportBuilder::setOptimizer(int device, int64_t bytes) {
 }
 
 std::string ReportBuilder::json() const {
-  std::ostringstream os;
   int N = devices.size();
-  os << "{\n\"schema\": \"cdp-report/1\",\n\"strategy\": \"" << plan.strategy()
-     << "\", \"devices\": " << N
-     << ", \"stages\": " << (plan.has_schedule() ? plan.schedule().stages() : 1)
-     << ", \"slots_per_step\": " << std::max(plan.micro_batches(), 1)
-     << ", \"steps\": " << steps << ",\n\"stage_param_bytes\": [";
-  if (plan.has_schedule() && plan.schedule().stage_param_bytes_size()) {
-    for (int i = 0; i < plan.schedule().stage_param_bytes_size(); ++i)
-      os << (i ? ", " : "") << plan.schedule().stage_param_bytes(i);
-  } else {
-    os << planFacts.weightBytes[0];
-  }
-  os << "],\n";
+  // The run's description through nlohmann-json; the per-time-step rows
+  // (numbers only, devices x time steps of them) are written directly below:
+  // building them as JSON values cost more than the whole prediction of a
+  // 2bw plan (docs/strategies/cdp.md, "Reading the report").
+  Json head = {{"schema", "cdp-report/1"},
+               {"strategy", plan.strategy()},
+               {"devices", N},
+               {"stages", plan.has_schedule() ? plan.schedule().stages() : 1},
+               {"slots_per_step", std::max(plan.micro_batches(), 1)},
+               {"steps", steps}};
+  Json stageParams = Json::array();
+  if (plan.has_schedule() && plan.schedule().stage_param_bytes_size())
+    for (int64_t bytes : plan.schedule().stage_param_bytes())
+      stageParams.push_back(bytes);
+  else
+    stageParams.push_back(planFacts.weightBytes[0]);
+  head["stage_param_bytes"] = std::move(stageParams);
   // What each device allocates for its tensors: the memory plan's arena
   // (pipelines: the stash slots, then one micro-batch's other tensors).
-  os << "\"arena_bytes\": [";
+  head["arena_bytes"] = Json::array();
   for (int d = 0; d < N; ++d)
-    os << (d ? ", " : "") << plan.devices(d).arena_bytes();
-  os << "],\n";
+    head["arena_bytes"].push_back(plan.devices(d).arena_bytes());
   if (plan::traitsOf(plan).pipelined) {
     // Which stage each device runs (cdp-mp gives some stages more devices
     // than others).
-    os << "\"device_stages\": [";
+    head["device_stages"] = Json::array();
     for (int d = 0; d < N; ++d) {
       int64_t stage = 0;
       for (const plan::SpelledInstruction &instruction :
@@ -400,34 +405,29 @@ std::string ReportBuilder::json() const {
           stage = instruction->stage();
           break;
         }
-      os << (d ? ", " : "") << stage;
+      head["device_stages"].push_back(stage);
     }
-    os << "],\n";
   }
   if (plan.has_schedule()) {
     // The decisions the run follows, printed with it (docs/strategies/cdp.md:
     // the freshness table is part of the report).
     const plan::Schedule &schedule = plan.schedule();
-    os << "\"schedule\": {\"rule\": \"" << schedule.rule()
-       << "\", \"reduce\": \"" << schedule.reduce() << "\", \"offsets\": [";
-    for (int i = 0; i < schedule.offsets_size(); ++i)
-      os << (i ? ", " : "") << schedule.offsets(i);
-    os << "], \"version_delay\": [";
-    for (int i = 0; i < schedule.version_delay_size(); ++i) {
-      os << (i ? ", " : "") << "[";
-      for (int l = 0; l < schedule.version_delay(i).values_size(); ++l)
-        os << (l ? ", " : "") << schedule.version_delay(i).values(l);
-      os << "]";
-    }
-    os << "], \"live_versions\": [";
-    for (int l = 0; l < schedule.live_versions_size(); ++l)
-      os << (l ? ", " : "") << schedule.live_versions(l);
-    os << "]},\n";
+    auto list = [](const auto &field) {
+      return std::vector<int64_t>(field.begin(), field.end());
+    };
+    Json delays = Json::array();
+    for (const plan::Ints &perStage : schedule.version_delay())
+      delays.push_back(list(perStage.values()));
+    head["schedule"] = {{"rule", schedule.rule()},
+                        {"reduce", schedule.reduce()},
+                        {"offsets", list(schedule.offsets())},
+                        {"version_delay", std::move(delays)},
+                        {"live_versions", list(schedule.live_versions())}};
   }
   // Busy time steps per device in one step of the schedule (forward and
   // backward work), and the rest of the cycle as the bubble.
-  os << "\"step_time_steps\": " << planFacts.cycle
-     << ", \"bubble_fraction\": [";
+  head["step_time_steps"] = planFacts.cycle;
+  head["bubble_fraction"] = Json::array();
   for (int d = 0; d < N; ++d) {
     std::set<int64_t> busy;
     for (const plan::SpelledInstruction &instruction :
@@ -437,10 +437,17 @@ std::string ReportBuilder::json() const {
         busy.insert(
             ((instruction.timeStep % planFacts.cycle) + planFacts.cycle) %
             planFacts.cycle);
-    os << (d ? ", " : "")
-       << 1.0 - static_cast<double>(busy.size()) / planFacts.cycle;
+    head["bubble_fraction"].push_back(1.0 - static_cast<double>(busy.size()) /
+                                                planFacts.cycle);
   }
-  os << "],\n\"time_steps\": [\n";
+  std::ostringstream os;
+  os << "{";
+  bool first = true;
+  for (const auto &[key, value] : head.items()) {
+    os << (first ? "\n" : ",\n") << jsonText(key) << ": " << jsonText(value);
+    first = false;
+  }
+  os << ",\n\"time_steps\": [\n";
   int64_t peakUnits = 0, peakActivation = 0, totalUnits = 0,
           totalActivation = 0, ready = 0;
   std::vector<int64_t> peakDevice(N, 0);
@@ -468,11 +475,10 @@ std::string ReportBuilder::json() const {
        << (tau + 1 < horizon ? ",\n" : "\n");
     totalUnits = totalActivation = ready = 0;
   });
-  os << "],\n\"peak\": {\"activation_units\": " << peakUnits
-     << ", \"activation_bytes\": " << peakActivation << ", \"device_bytes\": [";
-  for (int d = 0; d < N; ++d)
-    os << (d ? ", " : "") << peakDevice[d];
-  os << "]}\n}\n";
+  Json peak = {{"activation_units", peakUnits},
+               {"activation_bytes", peakActivation},
+               {"device_bytes", peakDevice}};
+  os << "],\n\"peak\": " << jsonText(peak) << "\n}\n";
   return os.str();
 }
 

@@ -55,6 +55,7 @@ per_stage = [[d for d in range(devices) if stages[d] == s] for s in range(1, rep
 print("devices per stage", [len(ds) for ds in per_stage])
 print("stage units", [max(sum(t[d]["activation_units"] for d in ds) for t in got)
                       for ds in per_stage])
-print("step", report["step_time_steps"], "time steps, bubble", report["bubble_fraction"])
+print("step", report["step_time_steps"], "time steps, bubble",
+      "[" + ", ".join("%g" % b for b in report["bubble_fraction"]) + "]")
 print("sent bytes per step", sum(d["sent_bytes"] for t in got[:len(got) // steps] for d in t))
 print("arena bytes", report["arena_bytes"])

@@ -13,6 +13,7 @@
 #include "cdp/Runtime/Checkpoint.h"
 #include "cdp/Runtime/Data.h"
 #include "cdp/Runtime/Executor.h"
+#include "cdp/Runtime/Json.h"
 #include "cdp/Runtime/MpiCommunicator.h"
 #include "cdp/Runtime/OnnxInferenceMode.h"
 #include "cdp/Runtime/Report.h"
@@ -289,25 +290,6 @@ void makeDirectory(const std::string &dir) {
     die(dir + ": cannot create: " + std::strerror(errno));
 }
 
-std::string jsonString(const std::string &text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-      // Control characters (newlines, terminal escapes) as \u00XX.
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\u%04x",
-                    static_cast<unsigned char>(c));
-      out += escaped;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
 /// Writes views as .npy files plus index.json mapping ONNX names to files.
 /// Writes an output file all at once (cdp::writeFileAtomically): a crash
 /// or a full disk never leaves half of it.
@@ -322,16 +304,13 @@ void writeFolder(
     const std::vector<std::pair<std::string, TensorView>> &tensors) {
   makeDirectory(dir);
   FileNamer namer;
-  std::ostringstream index;
-  index << "{";
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    std::string file = namer.name(tensors[i].first) + ".npy";
-    writeNpy(dir + "/" + file, tensors[i].second);
-    index << (i ? ",\n " : "\n ") << jsonString(tensors[i].first) << ": "
-          << jsonString(file);
+  runtime::Json index = runtime::Json::object();
+  for (const auto &[name, view] : tensors) {
+    std::string file = namer.name(name) + ".npy";
+    writeNpy(dir + "/" + file, view);
+    index[name] = file;
   }
-  index << "\n}\n";
-  writeOutput(dir + "/index.json", index.str());
+  writeOutput(dir + "/index.json", runtime::jsonText(index, 1) + "\n");
 }
 
 /// Tensors of `executor` by name, staged out of the device, into a folder.
@@ -877,6 +856,17 @@ void writeStepOutputs(Run &run) {
   run.stepOutputsWritten = true;
 }
 
+/// One line of --metrics: the step, its loss and speed, and the test
+/// accuracy where one was evaluated (`accuracy` >= 0).
+void writeMetricsLine(Run &run, int64_t step, double loss, double rate,
+                      double accuracy) {
+  runtime::Json line = {
+      {"step", step}, {"loss", loss}, {"samples_per_s", rate}};
+  if (accuracy >= 0)
+    line["accuracy"] = accuracy;
+  run.metrics << runtime::jsonText(line) << "\n" << std::flush;
+}
+
 /// Test accuracy of device 0's parameters on the t10k split.
 double evaluate(Run &run) {
   Executor &executor = run.first();
@@ -1188,11 +1178,8 @@ void runDevices(Run &run, int64_t start) {
     double loss = 0;
     for (int d = 0; d < N; ++d)
       loss += losses[t * N + d];
-    run.metrics << "{\"step\": " << t << ", \"loss\": " << loss / N
-                << ", \"samples_per_s\": " << rate;
-    if (t + 1 == run.total && accuracy >= 0)
-      run.metrics << ", \"accuracy\": " << accuracy;
-    run.metrics << "}\n" << std::flush;
+    writeMetricsLine(run, t, loss / N, rate,
+                     t + 1 == run.total ? accuracy : -1);
   }
   std::printf("%s on %d devices: %lld steps", run.plan.strategy().c_str(), N,
               (long long)run.total);
@@ -1272,13 +1259,8 @@ void runSingleDevice(Run &run, int64_t step) {
         writeStepOutputs(run); // before the evaluation reuses the buffers
       accuracy = evaluate(run);
     }
-    if (run.metrics.is_open()) {
-      run.metrics << "{\"step\": " << step << ", \"loss\": " << loss
-                  << ", \"samples_per_s\": " << rate;
-      if (accuracy >= 0)
-        run.metrics << ", \"accuracy\": " << accuracy;
-      run.metrics << "}\n" << std::flush;
-    }
+    if (run.metrics.is_open())
+      writeMetricsLine(run, step, loss, rate, accuracy);
     if (run.terminal && (s % 10 == 0 || last))
       std::fprintf(
           stderr,
@@ -1340,16 +1322,16 @@ void writeProfile(Run &run) {
   std::vector<double> seconds = run.first().profileSeconds();
   const plan::Device &device = run.plan.devices(0);
   int64_t steps = std::max<int64_t>(1, run.first().stepsRun());
-  std::ostringstream out;
-  out << "{\"schema\": \"cdp-profile/1\", \"steps\": " << steps
-      << ", \"instructions\": [";
+  runtime::Json instructions = runtime::Json::array();
   for (size_t i = 0; i < seconds.size(); ++i)
-    out << (i ? ",\n  " : "\n  ") << "{\"index\": " << i
-        << ", \"op\": " << jsonString(device.instructions(i).op())
-        << ", \"location\": " << jsonString(device.instructions(i).location())
-        << ", \"ms\": " << seconds[i] * 1e3 << "}";
-  out << "\n]}\n";
-  writeOutput(options.profile, out.str());
+    instructions.push_back({{"index", i},
+                            {"op", device.instructions(i).op()},
+                            {"location", device.instructions(i).location()},
+                            {"ms", seconds[i] * 1e3}});
+  runtime::Json profile = {{"schema", "cdp-profile/1"},
+                           {"steps", steps},
+                           {"instructions", std::move(instructions)}};
+  writeOutput(options.profile, runtime::jsonText(profile, 1) + "\n");
 }
 
 /// --report (with the bytes the communicator logged), --report-svg.
