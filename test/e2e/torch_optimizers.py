@@ -10,8 +10,11 @@ each optimizer setting: AdamW with a parameter group that takes no decay
 on biases and a cosine schedule; momentum SGD with a step schedule; SGD with
 a linear warmup and a linear decay (SequentialLR of two LinearLR). cdp
 trains the same steps under single (--micro-batches 4: one update of the
-4 micro-batches' mean gradient), dp on 4 devices, and 1f1b with 2 stages and
-4 micro-batches; every trained parameter must equal PyTorch's to 1e-5
+4 micro-batches' mean gradient), dp on 4 devices, and the synchronous
+pipelines with 4 micro-batches: 1f1b, gpipe and zb-h1 on 2 stages,
+interleaved-1f1b on 4 stages over 2 devices (2bw and cdp-mp update from
+1-stale weights by design: a different computation); every trained
+parameter must equal PyTorch's to 1e-5
 absolute (+1e-4 relative). Prints one line per (setting, strategy).
 
 AdamW runs at lr 1e-4 with epsilon 1e-3 and weight decay 1.0: with the
@@ -67,6 +70,10 @@ STRATEGIES = {
     "single": ["--micro-batches", str(MICRO)],
     "dp": ["--strategy", "dp", "--devices", str(MICRO), "--stages", "2"],
     "1f1b": ["--strategy", "1f1b", "--stages", "2", "--micro-batches", str(MICRO)],
+    "gpipe": ["--strategy", "gpipe", "--stages", "2", "--micro-batches", str(MICRO)],
+    "il-1f1b": ["--strategy", "interleaved-1f1b", "--stages", "4", "--stages-per-device", "2",
+                "--micro-batches", str(MICRO)],
+    "zb-h1": ["--strategy", "zb-h1", "--stages", "2", "--micro-batches", str(MICRO)],
 }
 
 
