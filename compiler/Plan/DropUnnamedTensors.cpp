@@ -52,6 +52,8 @@ void forEachTensorReference(plan::Plan &plan,
   visitField(plan.loss(), [&](int id) { plan.set_loss(id); });
   visitField(plan.labels(), [&](int id) { plan.set_labels(id); });
   visitField(plan.scores(), [&](int id) { plan.set_scores(id); });
+  if (plan.has_eval_loss())
+    visitField(plan.eval_loss(), [&](int id) { plan.set_eval_loss(id); });
   for (plan::Tensor &t : *plan.mutable_tensors())
     if (t.has_previous_version_of())
       visitField(t.previous_version_of(),

@@ -384,12 +384,18 @@ LogicalResult Emitter::run(const EmitOptions &options) {
       accumulateMicroBatches(*device, options.microBatches);
   }
 
-  // The evaluation stream: what the first output needs, in op order.
+  // The evaluation stream: what the first output needs, and the loss (on
+  // the labels fed with the held-out data), in op order.
   if (returnOp.getNumOperands() > 0) {
     Value scores = returnOp.getOperand(0);
     plan.set_scores(ids.lookup(scores));
     llvm::DenseSet<Operation *> needed;
     SmallVector<Value> work{scores};
+    if (auto loss = func->getAttrOfType<IntegerAttr>("cdp.loss_index")) {
+      Value lossValue = returnOp.getOperand(loss.getInt());
+      work.push_back(lossValue);
+      plan.set_eval_loss(ids.lookup(lossValue));
+    }
     while (!work.empty()) {
       Operation *producer = work.pop_back_val().getDefiningOp();
       if (!producer || !needed.insert(producer).second)

@@ -172,6 +172,12 @@ private:
     optionalId(plan.loss(), "loss");
     optionalId(plan.scores(), "scores");
     optionalId(plan.labels(), "labels");
+    if (plan.has_eval_loss())
+      optionalId(plan.eval_loss(), "evaluation loss");
+    if (error.empty() && plan.has_eval_loss() && plan.eval_loss() >= 0 &&
+        (plan.tensors(plan.eval_loss()).dtype() != F32 ||
+         plan.tensors(plan.eval_loss()).bytes() < 4))
+      fail("the plan's evaluation loss is not an f32 tensor");
     if (error.empty() && plan.loss() >= 0 &&
         (plan.tensors(plan.loss()).dtype() != F32 ||
          plan.tensors(plan.loss()).bytes() < 4))

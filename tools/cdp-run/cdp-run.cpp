@@ -62,6 +62,8 @@ cdp::runtime::Fabric *mpiFabric = nullptr;
 struct Options {
   std::string plan;
   std::vector<std::pair<std::string, std::string>> feeds;
+  /// --eval-feed: held-out arrays for the plan's inputs, labels included.
+  std::vector<std::pair<std::string, std::string>> evalFeeds;
   std::string data;
   int64_t steps = -1, epochs = -1;
   uint64_t seed = 0;
@@ -98,6 +100,15 @@ int64_t parseCount(const std::string &flag, const std::string &text,
   return value;
 }
 
+/// NAME=FILE of --feed and --eval-feed.
+std::pair<std::string, std::string> nameAndFile(const char *flag,
+                                                const std::string &v) {
+  size_t eq = v.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == v.size())
+    die(std::string(flag) + " takes NAME=FILE, got '" + v + "'");
+  return {v.substr(0, eq), v.substr(eq + 1)};
+}
+
 Options parseArguments(int argc, char **argv) {
   Options o;
   std::vector<Flag> flags = {
@@ -106,10 +117,14 @@ Options parseArguments(int argc, char **argv) {
        "repeatable. Slot k of step t takes entries [(t*K+k)*B, (t*K+k+1)*B) "
        "along the input's batch axis, modulo its length",
        [&](const std::string &v) {
-         size_t eq = v.find('=');
-         if (eq == std::string::npos || eq == 0 || eq + 1 == v.size())
-           die("--feed takes NAME=FILE, got '" + v + "'");
-         o.feeds.emplace_back(v.substr(0, eq), v.substr(eq + 1));
+         o.feeds.push_back(nameAndFile("--feed", v));
+       }},
+      {"--eval-feed", "NAME=FILE",
+       "Held-out data for input NAME (repeatable; every input, the labels "
+       "included): after training with --feed, the test loss and, for a "
+       "classifier, the test accuracy over it, in full batches",
+       [&](const std::string &v) {
+         o.evalFeeds.push_back(nameAndFile("--eval-feed", v));
        }},
       {"--data", "DIR|fashion-mnist",
        "Train on an IDX data set (train-/t10k- images and labels, .gz read "
@@ -121,7 +136,9 @@ Options parseArguments(int argc, char **argv) {
        [&](const std::string &v) { o.epochs = parseCount("--epochs", v, 1); }},
       {"--seed", "S", "Shuffling and dropout seed (default 0)",
        [&](const std::string &v) { o.seed = parseCount("--seed", v, 0); }},
-      {"--eval", nullptr, "Report accuracy on the test split after each epoch",
+      {"--eval", nullptr,
+       "Report the test loss and accuracy on --data's test split after each "
+       "epoch",
        [&](const std::string &) { o.eval = true; }},
       {"--allow-nonfinite", nullptr,
        "Train on fed data holding NaN or infinities (refused by default); a "
@@ -358,9 +375,9 @@ void copyRows(const Array &source, const TensorView &target, int64_t batchAxis,
     }
 }
 
-void checkFeed(const std::string &name, const std::string &file,
-               const Array &array, const TensorView &target,
-               int64_t batchAxis) {
+void checkFeed(const std::string &flag, const std::string &name,
+               const std::string &file, const Array &array,
+               const TensorView &target, int64_t batchAxis) {
   auto shapeText = [](const std::vector<int64_t> &shape) {
     std::string text = "[";
     for (size_t i = 0; i < shape.size(); ++i)
@@ -368,7 +385,7 @@ void checkFeed(const std::string &name, const std::string &file,
     return text + "]";
   };
   if (array.dtype != target.dtype)
-    die("--feed " + name + "=" + file +
+    die(flag + " " + name + "=" + file +
         ": element type differs from the input's (" +
         std::string(target.dtype == plan::F32   ? "float32"
                     : target.dtype == plan::I64 ? "int64"
@@ -380,7 +397,7 @@ void checkFeed(const std::string &name, const std::string &file,
                ? array.shape[d] >= 1
                : array.shape[d] == target.shape[d];
   if (!fits)
-    die("--feed " + name + "=" + file + ": shape " + shapeText(array.shape) +
+    die(flag + " " + name + "=" + file + ": shape " + shapeText(array.shape) +
         " does not fit the input's " + shapeText(target.shape) +
         (batchAxis >= 0 ? " (any length along batch axis " +
                               std::to_string(batchAxis) + ")"
@@ -445,6 +462,7 @@ void checkMeaningfulFlags(const Options &options, const plan::Plan &plan) {
          {std::pair<const char *, bool>{"--steps", options.steps >= 0},
           {"--epochs", options.epochs >= 0},
           {"--eval", options.eval},
+          {"--eval-feed", !options.evalFeeds.empty()},
           {"--dump-grads", !options.dumpGrads.empty()},
           {"--checkpoint", !options.checkpoint.empty()},
           {"--resume", !options.resume.empty()},
@@ -455,8 +473,11 @@ void checkMeaningfulFlags(const Options &options, const plan::Plan &plan) {
             " is forward-only");
   }
   if (options.eval && options.data.empty())
-    die("--eval evaluates on the test split of --data; with --feed there is "
-        "none");
+    die("--eval evaluates on the test split of --data; with --feed give the "
+        "held-out data with --eval-feed NAME=FILE");
+  if (!options.evalFeeds.empty() && !options.data.empty())
+    die("--eval-feed is held-out data for --feed training; with --data, "
+        "--eval evaluates on its test split");
   if (options.checkpointEvery > 0 && options.checkpoint.empty())
     die("--checkpoint-every needs --checkpoint DIR");
   if (options.reportSteps > 0 && options.report.empty())
@@ -581,6 +602,8 @@ struct Run {
   std::optional<runtime::ReportCurves> comparison;
   std::unique_ptr<TraceRecorder> trace;
   std::map<int, Array> feeds;
+  std::map<int, Array> evalFeeds; ///< --eval-feed, by input id
+  int64_t evalSamples = 0;
   Dataset train, test;
   int imageInput = -1;
   int64_t slots = 1, batch = 1, perStep = 1, stepsPerEpoch = 0, epochs = 1,
@@ -735,14 +758,14 @@ std::string nonFiniteName(float value) {
 }
 
 /// Fed float32 data must be finite: a NaN would train into a NaN model.
-void checkFinite(const std::string &name, const std::string &file,
-                 const Array &array) {
+void checkFinite(const std::string &flag, const std::string &name,
+                 const std::string &file, const Array &array) {
   if (array.dtype != plan::F32)
     return;
   const float *values = reinterpret_cast<const float *>(array.bytes.data());
   for (int64_t i = 0; i < array.numel(); ++i)
     if (!std::isfinite(values[i]))
-      die("--feed " + name + "=" + file + ": element " + std::to_string(i) +
+      die(flag + " " + name + "=" + file + ": element " + std::to_string(i) +
           " is " + nonFiniteName(values[i]) +
           "; the data must be finite (--allow-nonfinite trains on it "
           "anyway)");
@@ -766,40 +789,79 @@ void checkTrainedFinite(Run &run) {
   }
 }
 
-void bindFeeds(Run &run) {
+/// The arrays `given` names (--feed or --eval-feed, `flag`), each checked
+/// against its input; every input must be given when any is.
+std::map<int, Array>
+readFeeds(Run &run,
+          const std::vector<std::pair<std::string, std::string>> &given,
+          const std::string &flag) {
   const plan::Plan &plan = run.plan;
   std::map<std::string, int> inputByName;
   for (int id : plan.inputs())
     inputByName[plan.tensors(id).name()] = id;
-  for (auto &[name, file] : run.options.feeds) {
+  std::map<int, Array> feeds;
+  for (auto &[name, file] : given) {
     auto it = inputByName.find(name);
     if (it == inputByName.end()) {
       std::string names;
       for (auto &[n, id] : inputByName)
         names += (names.empty() ? "" : ", ") + n;
-      die("--feed names '" + name +
+      die(flag + " names '" + name +
           "', which is not an input of the plan (inputs: " + names + ")");
     }
     Array array;
     try {
       array = readArray(file);
     } catch (const RuntimeError &e) {
-      die("--feed " + name + "=" + e.what());
+      die(flag + " " + name + "=" + e.what());
     }
     if (static_cast<int64_t>(array.bytes.size()) > run.options.maxTensorBytes)
-      die("--feed " + name + "=" + file + ": " +
+      die(flag + " " + name + "=" + file + ": " +
           std::to_string(array.bytes.size()) +
           " bytes, more than --max-tensor-bytes");
     const plan::Tensor &t = plan.tensors(it->second);
-    checkFeed(name, file, array, run.local().view(it->second),
+    checkFeed(flag, name, file, array, run.local().view(it->second),
               run.training ? t.batch_axis() : -1);
     if (!run.options.allowNonfinite)
-      checkFinite(name, file, array);
-    run.feeds[it->second] = std::move(array);
+      checkFinite(flag, name, file, array);
+    feeds[it->second] = std::move(array);
   }
   for (auto &[name, id] : inputByName)
-    if (!run.options.feeds.empty() && !run.feeds.count(id))
-      die("input '" + name + "' is not fed (add --feed " + name + "=FILE)");
+    if (!given.empty() && !feeds.count(id))
+      die("input '" + name + "' is not fed (add " + flag + " " + name +
+          "=FILE)");
+  return feeds;
+}
+
+void bindFeeds(Run &run) {
+  run.feeds = readFeeds(run, run.options.feeds, "--feed");
+}
+
+/// --eval-feed's arrays: the same number of samples along every input's
+/// batch axis, a whole number of the plan's batches (the loss is a mean
+/// per batch, so every sample must sit in a full one).
+void bindEvalFeeds(Run &run) {
+  run.evalFeeds = readFeeds(run, run.options.evalFeeds, "--eval-feed");
+  int64_t samples = -1, batch = -1;
+  for (auto &[id, array] : run.evalFeeds) {
+    const plan::Tensor &t = run.plan.tensors(id);
+    if (t.batch_axis() < 0)
+      continue;
+    int64_t count = array.shape[t.batch_axis()];
+    if (samples >= 0 && count != samples)
+      die("--eval-feed: the held-out inputs hold different numbers of "
+          "samples (" +
+          std::to_string(samples) + " and " + std::to_string(count) + ")");
+    samples = count;
+    batch = t.shape(t.batch_axis());
+  }
+  if (samples >= 0 && samples % batch != 0)
+    die("--eval-feed: " + std::to_string(samples) +
+        " held-out samples are not a whole number of the plan's batches of " +
+        std::to_string(batch) +
+        " (the test loss is a mean per batch: every sample must sit in a "
+        "full one)");
+  run.evalSamples = std::max<int64_t>(samples, 0);
 }
 
 /// --data: the IDX data set, checked against the plan's image input.
@@ -856,36 +918,106 @@ void writeStepOutputs(Run &run) {
   run.stepOutputsWritten = true;
 }
 
-/// One line of --metrics: the step, its loss and speed, and the test
-/// accuracy where one was evaluated (`accuracy` >= 0).
+/// What an evaluation measured: the mean test loss over full batches, and
+/// the accuracy of a classifier (negative: not measured).
+struct Evaluation {
+  double loss = -1, accuracy = -1;
+};
+
+/// One line of --metrics: the step, its loss and speed, and the test loss
+/// and accuracy where they were evaluated.
 void writeMetricsLine(Run &run, int64_t step, double loss, double rate,
-                      double accuracy) {
+                      const Evaluation &evaluation) {
   runtime::Json line = {
       {"step", step}, {"loss", loss}, {"samples_per_s", rate}};
-  if (accuracy >= 0)
-    line["accuracy"] = accuracy;
+  if (evaluation.loss >= 0)
+    line["test_loss"] = evaluation.loss;
+  if (evaluation.accuracy >= 0)
+    line["accuracy"] = evaluation.accuracy;
   run.metrics << runtime::jsonText(line) << "\n" << std::flush;
 }
 
-/// Test accuracy of device 0's parameters on the t10k split.
-double evaluate(Run &run) {
+/// Whether the run evaluates: --eval on --data's test split, or --eval-feed.
+bool evaluates(const Run &run) {
+  return (run.options.eval && !run.options.data.empty()) ||
+         !run.evalFeeds.empty();
+}
+
+/// Runs the evaluation stream over `samples` held-out samples, batch by
+/// batch: `stage(first)` fills the inputs with the batch starting at
+/// sample `first`; `labels` (may be null) are the class of each sample for
+/// the accuracy. The loss averages full batches only.
+Evaluation evaluateBatches(Run &run, int64_t samples,
+                           const std::function<void(int64_t)> &stage,
+                           const int64_t *labels) {
   Executor &executor = run.first();
-  int64_t batch = executor.view(run.imageInput).shape[0],
-          count = run.test.labels.numel(), correct = 0;
-  const int64_t *labels =
-      reinterpret_cast<const int64_t *>(run.test.labels.bytes.data());
-  int64_t classes = executor.view(run.plan.scores()).numel() / batch;
-  for (int64_t first = 0; first < count; first += batch) {
-    stageRows(executor, run.imageInput, run.test.images, 0, first);
+  int64_t batch = run.batch, correct = 0, fullBatches = 0;
+  double lossSum = 0;
+  bool classifier = labels && run.plan.scores() >= 0 &&
+                    executor.view(run.plan.scores()).shape.size() == 2;
+  int64_t classes =
+      classifier ? executor.view(run.plan.scores()).numel() / batch : 0;
+  for (int64_t first = 0; first < samples; first += batch) {
+    stage(first);
     executor.runEval(StepContext{0, 0, run.options.seed});
+    if (run.plan.has_eval_loss() && run.plan.eval_loss() >= 0 &&
+        first + batch <= samples) {
+      lossSum += executor.stageOut(run.plan.eval_loss()).view().f32()[0];
+      ++fullBatches;
+    }
+    if (!classifier)
+      continue;
     HostTensor scores = executor.stageOut(run.plan.scores());
-    for (int64_t j = 0; j < batch && first + j < count; ++j) {
+    for (int64_t j = 0; j < batch && first + j < samples; ++j) {
       const float *row = scores.view().f32() + j * classes;
       int64_t best = std::max_element(row, row + classes) - row;
       correct += best == labels[first + j];
     }
   }
-  return static_cast<double>(correct) / count;
+  Evaluation result;
+  if (fullBatches > 0)
+    result.loss = lossSum / fullBatches;
+  if (classifier && samples > 0)
+    result.accuracy = static_cast<double>(correct) / samples;
+  return result;
+}
+
+/// ", test loss L, test accuracy A" for the lines cdp-run prints.
+void printEvaluation(const Evaluation &evaluation) {
+  if (evaluation.accuracy >= 0)
+    std::printf(", test accuracy %.4f", evaluation.accuracy);
+  if (evaluation.loss >= 0)
+    std::printf(", test loss %.4f", evaluation.loss);
+}
+
+/// The evaluation after an epoch (--data's test split) or after training
+/// (--eval-feed's arrays).
+Evaluation evaluate(Run &run) {
+  Executor &executor = run.first();
+  if (!run.evalFeeds.empty()) {
+    const int64_t *labels = nullptr;
+    auto it = run.evalFeeds.find(run.plan.labels());
+    if (it != run.evalFeeds.end() && it->second.dtype == plan::I64 &&
+        it->second.shape.size() == 1)
+      labels = reinterpret_cast<const int64_t *>(it->second.bytes.data());
+    return evaluateBatches(
+        run, run.evalSamples,
+        [&](int64_t first) {
+          for (auto &[id, array] : run.evalFeeds)
+            stageRows(executor, id, array, run.plan.tensors(id).batch_axis(),
+                      first);
+        },
+        labels);
+  }
+  const int64_t *labels =
+      reinterpret_cast<const int64_t *>(run.test.labels.bytes.data());
+  return evaluateBatches(
+      run, run.test.labels.numel(),
+      [&](int64_t first) {
+        stageRows(executor, run.imageInput, run.test.images, 0, first);
+        stageRows(executor, run.plan.labels(), run.test.labels, 0, first);
+      },
+      labels);
 }
 
 /// Steps per epoch, epochs and the total; the report, which covers the
@@ -1168,10 +1300,10 @@ void runDevices(Run &run, int64_t start) {
   gatherRunFacts(run, losses);
   if (!run.root())
     return;
-  double accuracy = -1;
-  if (options.eval && !options.data.empty()) {
+  Evaluation evaluation;
+  if (evaluates(run)) {
     writeStepOutputs(run); // before the evaluation reuses the buffers
-    accuracy = evaluate(run);
+    evaluation = evaluate(run);
   }
   double rate = elapsed > 0 ? (run.total - start) * run.perStep / elapsed : 0.0;
   for (int64_t t = start; t < run.total && run.metrics.is_open(); ++t) {
@@ -1179,7 +1311,7 @@ void runDevices(Run &run, int64_t start) {
     for (int d = 0; d < N; ++d)
       loss += losses[t * N + d];
     writeMetricsLine(run, t, loss / N, rate,
-                     t + 1 == run.total ? accuracy : -1);
+                     t + 1 == run.total ? evaluation : Evaluation());
   }
   std::printf("%s on %d devices: %lld steps", run.plan.strategy().c_str(), N,
               (long long)run.total);
@@ -1190,8 +1322,7 @@ void runDevices(Run &run, int64_t start) {
     std::printf(", loss %.4f", lastLoss);
   }
   std::printf(", %.1f s", elapsed);
-  if (accuracy >= 0)
-    std::printf(", test accuracy %.4f", accuracy);
+  printEvaluation(evaluation);
   std::printf("\n");
 }
 
@@ -1253,14 +1384,14 @@ void runSingleDevice(Run &run, int64_t step) {
                          .count();
     double rate = seconds > 0 ? run.perStep / seconds : 0.0;
     bool last = s + 1 == run.stepsPerEpoch;
-    double accuracy = -1;
-    if (last && options.eval && !options.data.empty()) {
+    Evaluation evaluation;
+    if (last && evaluates(run)) {
       if (step + 1 == run.total)
         writeStepOutputs(run); // before the evaluation reuses the buffers
-      accuracy = evaluate(run);
+      evaluation = evaluate(run);
     }
     if (run.metrics.is_open())
-      writeMetricsLine(run, step, loss, rate, accuracy);
+      writeMetricsLine(run, step, loss, rate, evaluation);
     if (run.terminal && (s % 10 == 0 || last))
       std::fprintf(
           stderr,
@@ -1280,10 +1411,15 @@ void runSingleDevice(Run &run, int64_t step) {
       std::printf("epoch %lld: %lld steps, loss %.4f, %.1f s",
                   (long long)epoch + 1, (long long)run.stepsPerEpoch,
                   epochLoss / epochSteps, elapsed);
-      if (accuracy >= 0)
-        std::printf(", test accuracy %.4f", accuracy);
+      printEvaluation(evaluation);
       std::printf("\n");
       std::fflush(stdout);
+    } else if (last && evaluates(run)) {
+      // --feed training: one evaluation, after the last step.
+      std::printf("after %lld steps, held-out %lld samples",
+                  (long long)run.total, (long long)run.evalSamples);
+      printEvaluation(evaluation);
+      std::printf("\n");
     }
   }
   if (run.terminal && options.data.empty())
@@ -1472,6 +1608,7 @@ int main(int argc, char **argv) {
   try {
     createDevices(run, cores);
     bindFeeds(run);
+    bindEvalFeeds(run);
     loadDataset(run);
     if (!options.profile.empty())
       run.first().enableProfiling();

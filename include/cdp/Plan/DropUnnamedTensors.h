@@ -15,7 +15,8 @@ namespace cdp {
 
 /// Removes the activation tensors nothing in `plan` names (no instruction
 /// of a device, an evaluation stream or a template; none of the plan's
-/// inputs, outputs, loss, labels, scores or applied gradients) and
+/// inputs, outputs, loss, evaluation loss, labels, scores or applied
+/// gradients) and
 /// renumbers the others in their order, every reference with them.
 /// Returns how many it removed.
 int dropUnnamedActivations(plan::Plan &plan);
