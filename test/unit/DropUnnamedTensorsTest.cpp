@@ -33,6 +33,7 @@ Plan planWithGaps() {
   plan.mutable_tensors(6)->set_previous_version_of(0);
   plan.add_inputs(2);
   plan.set_loss(8);
+  plan.set_eval_loss(8);
   plan.set_labels(-1);
   plan.set_scores(9);
   plan.add_applied_gradients(10);
@@ -72,6 +73,7 @@ TEST(DropUnnamedTensors, LeavesOutUnnamedActivationsAndRenumbers) {
   EXPECT_EQ(plan.tensors(4).previous_version_of(), 0);
   EXPECT_EQ(plan.inputs(0), 1);
   EXPECT_EQ(plan.loss(), 5);
+  EXPECT_EQ(plan.eval_loss(), 5);
   EXPECT_EQ(plan.labels(), -1);
   EXPECT_EQ(plan.scores(), 6);
   EXPECT_EQ(plan.outputs(0).tensor(), 6);
