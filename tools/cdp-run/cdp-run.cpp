@@ -393,9 +393,8 @@ void checkFeed(const std::string &flag, const std::string &name,
         ")");
   bool fits = array.shape.size() == target.shape.size();
   for (size_t d = 0; fits && d < target.shape.size(); ++d)
-    fits = static_cast<int64_t>(d) == batchAxis
-               ? array.shape[d] >= 1
-               : array.shape[d] == target.shape[d];
+    fits = array.shape[d] == target.shape[d] ||
+           (static_cast<int64_t>(d) == batchAxis && array.shape[d] >= 1);
   if (!fits)
     die(flag + " " + name + "=" + file + ": shape " + shapeText(array.shape) +
         " does not fit the input's " + shapeText(target.shape) +
@@ -612,6 +611,9 @@ struct Run {
   /// --dump-grads and --save-outputs written (before a final evaluation,
   /// which reuses their buffers).
   bool stepOutputsWritten = false;
+  /// An inference plan run batch by batch: its outputs with a batch axis,
+  /// one row per fed sample (by tensor id).
+  std::map<int, Array> gatheredOutputs;
   /// Device 0: where parameters are gathered and outputs are read.
   Executor &first() { return *executors[0]; }
   /// A device this process runs (shapes for checking feeds).
@@ -821,7 +823,7 @@ readFeeds(Run &run,
           " bytes, more than --max-tensor-bytes");
     const plan::Tensor &t = plan.tensors(it->second);
     checkFeed(flag, name, file, array, run.local().view(it->second),
-              run.training ? t.batch_axis() : -1);
+              t.batch_axis());
     if (!run.options.allowNonfinite)
       checkFinite(flag, name, file, array);
     feeds[it->second] = std::move(array);
@@ -910,10 +912,22 @@ void writeStepOutputs(Run &run) {
     writeTensors(options.dumpGrads, executor, tensors);
   }
   if (!options.saveOutputs.empty()) {
-    std::vector<std::pair<std::string, int>> tensors;
-    for (const plan::Output &output : run.plan.outputs())
-      tensors.emplace_back(output.name(), output.tensor());
-    writeTensors(options.saveOutputs, executor, tensors);
+    std::vector<HostTensor> staged;
+    staged.reserve(run.plan.outputs_size()); // the views point into them
+    std::vector<std::pair<std::string, TensorView>> views;
+    for (const plan::Output &output : run.plan.outputs()) {
+      auto gathered = run.gatheredOutputs.find(output.tensor());
+      if (gathered != run.gatheredOutputs.end()) {
+        Array &rows = gathered->second;
+        views.emplace_back(output.name(),
+                           TensorView{rows.bytes.data(), rows.shape, rows.dtype,
+                                      MemorySpace::Host});
+        continue;
+      }
+      staged.push_back(executor.stageOut(output.tensor()));
+      views.emplace_back(output.name(), staged.back().view());
+    }
+    writeFolder(options.saveOutputs, views);
   }
   run.stepOutputsWritten = true;
 }
@@ -1430,6 +1444,76 @@ void runSingleDevice(Run &run, int64_t step) {
                    run.total);
 }
 
+/// Appends rows [0, count) of `output` (a batch along `axis`) to
+/// `gathered`, which holds `total` rows along that axis when complete;
+/// `first` is where these rows go.
+void gatherRows(const TensorView &output, int64_t axis, int64_t first,
+                int64_t count, int64_t total, Array &gathered) {
+  int64_t width = plan::dtypeSize(output.dtype), outer = 1, inner = width;
+  for (int64_t d = 0; d < axis; ++d)
+    outer *= output.shape[d];
+  for (size_t d = axis + 1; d < output.shape.size(); ++d)
+    inner *= output.shape[d];
+  if (gathered.bytes.empty()) {
+    gathered.dtype = output.dtype;
+    gathered.shape = output.shape;
+    gathered.shape[axis] = total;
+    gathered.bytes.resize(outer * total * inner);
+  }
+  int64_t rows = output.shape[axis];
+  for (int64_t o = 0; o < outer; ++o)
+    std::memcpy(gathered.bytes.data() + (o * total + first) * inner,
+                static_cast<const char *>(output.data) + o * rows * inner,
+                count * inner);
+}
+
+/// An inference plan over its feeds. A feed with more (or fewer) samples
+/// along its input's batch axis than the plan's batch runs batch after
+/// batch, the last one completed with samples from the start; the outputs
+/// with a batch axis are gathered for --save-outputs, one row per sample.
+void runInference(Run &run) {
+  Executor &executor = run.first();
+  bool exact = true;
+  for (auto &[id, array] : run.feeds)
+    exact &= array.shape == executor.view(id).shape;
+  if (exact) { // one batch, each feed whole (empty tensors included)
+    for (auto &[id, array] : run.feeds)
+      stageRows(executor, id, array, -1, 0);
+    executor.runStep(StepContext{0, 0, run.options.seed});
+    return;
+  }
+  int64_t samples = -1, batch = 1;
+  for (auto &[id, array] : run.feeds) {
+    const plan::Tensor &t = run.plan.tensors(id);
+    if (t.batch_axis() < 0)
+      continue;
+    int64_t count = array.shape[t.batch_axis()];
+    if (samples >= 0 && count != samples)
+      die("--feed: the inputs hold different numbers of samples along "
+          "their batch axes (" +
+          std::to_string(samples) + " and " + std::to_string(count) + ")");
+    samples = count;
+    batch = t.shape(t.batch_axis());
+  }
+  if (samples <= 0)
+    die("--feed: an inference plan's feeds hold no samples along their "
+        "batch axes");
+  for (int64_t first = 0; first < samples; first += batch) {
+    for (auto &[id, array] : run.feeds)
+      stageRows(executor, id, array, run.plan.tensors(id).batch_axis(), first);
+    executor.runStep(StepContext{0, 0, run.options.seed});
+    if (run.options.saveOutputs.empty())
+      continue;
+    for (const plan::Output &output : run.plan.outputs())
+      if (output.batch_axis() >= 0) {
+        HostTensor values = executor.stageOut(output.tensor());
+        gatherRows(values.view(), output.batch_axis(), first,
+                   std::min(batch, samples - first), samples,
+                   run.gatheredOutputs[output.tensor()]);
+      }
+  }
+}
+
 /// Training, on one device or several, from the start or --resume.
 void train(Run &run) {
   countSteps(run);
@@ -1619,9 +1703,7 @@ int main(int argc, char **argv) {
     }
     run.terminal = isatty(2);
     if (!run.training) {
-      for (auto &[id, array] : run.feeds)
-        copyRows(array, run.first().view(id), -1, 0);
-      run.first().runStep(StepContext{0, 0, options.seed});
+      runInference(run);
     } else {
       train(run);
     }
