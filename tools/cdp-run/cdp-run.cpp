@@ -1330,10 +1330,14 @@ void runDevices(Run &run, int64_t start) {
   std::printf("%s on %d devices: %lld steps", run.plan.strategy().c_str(), N,
               (long long)run.total);
   if (run.total > start) {
-    double lastLoss = 0;
-    for (int d = 0; d < N; ++d)
-      lastLoss += losses[(run.total - 1) * N + d] / N;
-    std::printf(", loss %.4f", lastLoss);
+    // As the single-device epoch line: the mean over the last epoch's steps
+    // this run made (with --feed, over all of them).
+    int64_t from = std::max(start, run.total - run.stepsPerEpoch);
+    double meanLoss = 0;
+    for (int64_t t = from; t < run.total; ++t)
+      for (int d = 0; d < N; ++d)
+        meanLoss += losses[t * N + d] / N;
+    std::printf(", loss %.4f", meanLoss / (run.total - from));
   }
   std::printf(", %.1f s", elapsed);
   printEvaluation(evaluation);
