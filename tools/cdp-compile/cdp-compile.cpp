@@ -186,10 +186,11 @@ cl::opt<std::string> cdpReduce(
              "time step; refused where a version would arrive late)"),
     cl::value_desc("allreduce|chain"), cl::init("allreduce"),
     cl::cat(category));
-cl::opt<bool> inference("inference",
-                        cl::desc("Compile a forward-only plan (no loss, no "
-                                 "training); cdp-run runs it once on --feed"),
-                        cl::init(false), cl::cat(category));
+cl::opt<bool> inference(
+    "inference",
+    cl::desc("Compile a forward-only plan (no loss, no "
+             "training); cdp-run runs it on --feed, batch after batch"),
+    cl::init(false), cl::cat(category));
 cl::opt<std::string> loss("loss",
                           cl::desc("Training loss added to the model's first "
                                    "output (none: the model computes it)"),
