@@ -1,5 +1,6 @@
 //===- Elementwise.cpp - element-wise CPU kernels -------------------------===//
 
+#include "BroadcastReduction.h"
 #include "CpuKernels.h"
 
 #include "../DropoutStream.h"
@@ -263,18 +264,11 @@ void registerElementwise(KernelRegistry &registry) {
     };
   });
 
-  // Sum over the dimensions `shape` broadcast: out[index[i]] += in[i].
+  // Sum over the dimensions `shape` broadcast (BroadcastReduction.h).
   addKernel(registry, "reduce_to", [](const KernelArgs &args) {
     TensorView x = args.inputs[0], y = args.outputs[0];
-    auto index = std::make_shared<std::vector<int64_t>>(
-        broadcastIndex(y.shape, x.shape));
-    int64_t n = x.numel(), m = y.numel();
-    return [=](const StepContext &) {
-      std::fill(y.f32(), y.f32() + m, 0.0f);
-      const int64_t *ix = index->data();
-      for (int64_t i = 0; i < n; ++i)
-        y.f32()[ix[i]] += x.f32()[i];
-    };
+    auto reduction = std::make_shared<BroadcastReduction>(y.shape, x.shape);
+    return [=](const StepContext &) { reduction->run(x.f32(), y.f32()); };
   });
 
   addKernel(registry, "expand", [](const KernelArgs &args) {

@@ -1,0 +1,85 @@
+//===- BroadcastReductionTest.cpp - reduce_to against the element loop ----===//
+//
+// The blocked reduction must equal, bit for bit, the element-by-element loop
+// it replaced (out[index[i]] += in[i] in the order of i), on one thread and
+// on several: pipelines and single-device runs compare parameters exactly.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kernels/cpu/BroadcastReduction.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cstring>
+#include <random>
+
+namespace {
+
+using cdp::runtime::cpu::BroadcastReduction;
+
+/// The loop reduce_to ran before: y[offset of x's element in y] += x[i].
+std::vector<float> elementLoop(const std::vector<int64_t> &outShape,
+                               const std::vector<int64_t> &inShape,
+                               const std::vector<float> &x) {
+  size_t rank = inShape.size(), shift = rank - outShape.size();
+  std::vector<int64_t> outStride(rank, 0);
+  int64_t stride = 1, count = 1;
+  for (int64_t d = static_cast<int64_t>(outShape.size()) - 1; d >= 0; --d) {
+    if (outShape[d] != 1)
+      outStride[d + shift] = stride;
+    stride *= outShape[d];
+  }
+  count = stride;
+  std::vector<float> y(count, 0.0f);
+  std::vector<int64_t> position(rank, 0);
+  for (float value : x) {
+    int64_t offset = 0;
+    for (size_t d = 0; d < rank; ++d)
+      offset += position[d] * outStride[d];
+    y[offset] += value;
+    for (int64_t d = static_cast<int64_t>(rank) - 1; d >= 0; --d)
+      if (++position[d] < inShape[d])
+        break;
+      else
+        position[d] = 0;
+  }
+  return y;
+}
+
+TEST(BroadcastReduction, EqualsTheElementLoopBitForBit) {
+  std::mt19937 rng(7);
+  std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> cases = {
+      {{64}, {300, 64}},               // a bias gradient: reduced, kept
+      {{1, 8, 1, 1}, {40, 8, 30, 30}}, // BatchNorm-like: reduced, kept, reduced
+      {{300, 1}, {300, 500}},          // kept, reduced
+      {{}, {7, 9}},                    // to a scalar
+      {{1}, {5}},                      // a rank-1 scalar
+      {{6, 8, 32}, {6, 8, 32}},        // nothing reduced
+      {{8, 1, 32}, {3, 8, 100, 32}},   // reduced, kept, reduced, kept
+      {{1, 1, 5}, {2, 1, 3, 5}},       // size-1 dimensions of x
+      {{3, 1}, {2, 3, 4000}},
+  };
+  for (auto &[outShape, inShape] : cases) {
+    int64_t n = 1;
+    for (int64_t d : inShape)
+      n *= d;
+    std::vector<float> x(n);
+    std::uniform_real_distribution<float> value(-1, 1);
+    for (float &v : x)
+      v = value(rng);
+    std::vector<float> expected = elementLoop(outShape, inShape, x);
+    BroadcastReduction reduction(outShape, inShape);
+    for (int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      std::vector<float> y(expected.size(), 42.0f);
+      reduction.run(x.data(), y.data());
+      EXPECT_EQ(
+          0, std::memcmp(y.data(), expected.data(), y.size() * sizeof(float)))
+          << "case of rank " << inShape.size() << " -> " << outShape.size()
+          << ", " << threads << " threads";
+    }
+  }
+}
+
+} // namespace
