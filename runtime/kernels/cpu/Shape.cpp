@@ -1,6 +1,7 @@
 //===- Shape.cpp - data movement and reductions on the CPU ----------------===//
 
 #include "CpuKernels.h"
+#include "Transposition.h"
 
 namespace cdp::runtime::cpu {
 
@@ -78,41 +79,9 @@ void registerShape(KernelRegistry &registry) {
 
   addKernel(registry, "transpose", [](const KernelArgs &args) {
     TensorView x = args.inputs[0], y = args.outputs[0];
-    std::vector<int64_t> perm = args.ints("perm");
-    std::vector<int64_t> inStrides = stridesOf(x.shape);
-    std::vector<int64_t> permuted(perm.size());
-    for (size_t d = 0; d < perm.size(); ++d)
-      permuted[d] = inStrides[perm[d]];
-    // Input index of every output element, as a broadcast of strides.
-    auto index = std::make_shared<std::vector<int64_t>>(y.numel());
-    std::vector<int64_t> position(perm.size(), 0);
-    for (int64_t i = 0, offset = 0; i < y.numel(); ++i) {
-      (*index)[i] = offset;
-      for (int64_t d = static_cast<int64_t>(perm.size()) - 1; d >= 0; --d) {
-        ++position[d];
-        offset += permuted[d];
-        if (position[d] < y.shape[d])
-          break;
-        offset -= permuted[d] * position[d];
-        position[d] = 0;
-      }
-    }
-    size_t width = elementSize(y);
-    return [=](const StepContext &) {
-      const char *px = static_cast<const char *>(x.data);
-      char *py = static_cast<char *>(y.data);
-      int64_t n = y.numel();
-      if (width == 4) {
-        const float *fx = reinterpret_cast<const float *>(px);
-        float *fy = reinterpret_cast<float *>(py);
-#pragma omp parallel for if (n > 65536)
-        for (int64_t i = 0; i < n; ++i)
-          fy[i] = fx[(*index)[i]];
-      } else {
-        for (int64_t i = 0; i < n; ++i)
-          std::memcpy(py + i * width, px + (*index)[i] * width, width);
-      }
-    };
+    auto transposition = std::make_shared<Transposition>(
+        x.shape, args.ints("perm"), static_cast<int64_t>(elementSize(y)));
+    return [=](const StepContext &) { transposition->run(x.data, y.data); };
   });
 
   addKernel(registry, "concat", [](const KernelArgs &args) {

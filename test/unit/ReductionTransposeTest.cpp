@@ -1,4 +1,4 @@
-//===- BroadcastReductionTest.cpp - reduce_to against the element loop ----===//
+//===- ReductionTransposeTest.cpp - reduce_to and transpose kernels -------===//
 //
 // The blocked reduction must equal, bit for bit, the element-by-element loop
 // it replaced (out[index[i]] += in[i] in the order of i), on one thread and
@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "kernels/cpu/BroadcastReduction.h"
+#include "kernels/cpu/Transposition.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -17,6 +18,7 @@
 namespace {
 
 using cdp::runtime::cpu::BroadcastReduction;
+using cdp::runtime::cpu::Transposition;
 
 /// The loop reduce_to ran before: y[offset of x's element in y] += x[i].
 std::vector<float> elementLoop(const std::vector<int64_t> &outShape,
@@ -80,6 +82,46 @@ TEST(BroadcastReduction, EqualsTheElementLoopBitForBit) {
           << ", " << threads << " threads";
     }
   }
+}
+
+/// Transpose against the definition: y[i_0..i_{r-1}] = x at position p
+/// with p[perm[d]] = i_d, for element sizes 4, 8 and 1.
+TEST(Transposition, EqualsTheDefinition) {
+  std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> cases = {
+      {{8, 6, 4, 8}, {0, 2, 1, 3}}, {{8, 6, 4, 8}, {0, 2, 3, 1}},
+      {{300, 500}, {1, 0}},         {{5}, {0}},
+      {{2, 3, 4}, {2, 0, 1}},       {{1, 7, 1}, {2, 1, 0}},
+      {{3, 0, 2}, {1, 2, 0}},
+  };
+  for (auto &[shape, perm] : cases)
+    for (int64_t width : {4, 8, 1}) {
+      size_t rank = shape.size();
+      int64_t n = 1;
+      for (int64_t d : shape)
+        n *= d;
+      std::vector<unsigned char> x(n * width), y(n * width, 0xAB),
+          expected(n * width);
+      for (size_t i = 0; i < x.size(); ++i)
+        x[i] = static_cast<unsigned char>(i * 31 + 7);
+      std::vector<int64_t> outShape(rank), position(rank, 0), inStride(rank, 1);
+      for (int64_t d = static_cast<int64_t>(rank) - 2; d >= 0; --d)
+        inStride[d] = inStride[d + 1] * shape[d + 1];
+      for (size_t d = 0; d < rank; ++d)
+        outShape[d] = shape[perm[d]];
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t source = 0;
+        for (size_t d = 0; d < rank; ++d)
+          source += position[d] * inStride[perm[d]];
+        std::memcpy(&expected[i * width], &x[source * width], width);
+        for (int64_t d = static_cast<int64_t>(rank) - 1; d >= 0; --d)
+          if (++position[d] < outShape[d])
+            break;
+          else
+            position[d] = 0;
+      }
+      Transposition(shape, perm, width).run(x.data(), y.data());
+      EXPECT_EQ(y, expected) << "rank " << rank << ", width " << width;
+    }
 }
 
 } // namespace
