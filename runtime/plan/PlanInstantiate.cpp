@@ -115,15 +115,10 @@ void instantiateInstruction(const Instruction &instruction, const Run &run,
                             Instruction &out) {
   out = instruction;
   shiftByRun(out, run, +1);
-  auto inSlot = [&](int &id) {
-    if (id >= 0 && id < static_cast<int>(slotIds.size()) &&
-        !slotIds[id].empty())
-      id = slotIds[id][run.slot()];
-  };
   for (int &id : *out.mutable_inputs())
-    inSlot(id);
+    id = idInSlot(slotIds, id, run.slot());
   for (int &id : *out.mutable_outputs())
-    inSlot(id);
+    id = idInSlot(slotIds, id, run.slot());
 }
 
 void instantiate(Plan &plan) {

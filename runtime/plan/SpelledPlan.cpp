@@ -38,10 +38,7 @@ SpelledPlan::SpelledPlan(const Plan &plan, const std::function<bool(int)> &keep)
       spelled.inputs = instruction.inputs_size();
       spelled.outputs = instruction.outputs_size();
       auto name = [&](int id) {
-        if (run && id >= 0 && id < static_cast<int>(slotIds.size()) &&
-            !slotIds[id].empty())
-          id = slotIds[id][run->slot()];
-        deviceIds.push_back(id);
+        deviceIds.push_back(run ? idInSlot(slotIds, id, run->slot()) : id);
       };
       for (int id : instruction.inputs())
         name(id);

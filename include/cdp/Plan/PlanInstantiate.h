@@ -35,6 +35,17 @@ std::string checkRuns(const Plan &plan, int64_t most = kMostInstantiated);
 /// New ids count up from `plan.tensors_size()` in tensor order.
 std::vector<std::vector<int>> slotCopyIds(const Plan &plan);
 
+/// The tensor a run in stash slot `slot` names where its template names
+/// `id` (slot 0's copy): that slot's copy for a stash tensor, `id` itself
+/// for any other (and for -1).
+inline int idInSlot(const std::vector<std::vector<int>> &slotIds, int id,
+                    int slot) {
+  return id >= 0 && id < static_cast<int>(slotIds.size()) &&
+                 !slotIds[id].empty()
+             ? slotIds[id][slot]
+             : id;
+}
+
 /// Spells out a checked plan in place: every slot copy becomes a tensor of
 /// its own (ids from slotCopyIds), every device's runs its instructions,
 /// and the templates go. A plan without runs or slots is left unchanged.
