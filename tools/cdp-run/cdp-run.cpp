@@ -839,24 +839,35 @@ void bindFeeds(Run &run) {
   run.feeds = readFeeds(run, run.options.feeds, "--feed");
 }
 
-/// --eval-feed's arrays: the same number of samples along every input's
-/// batch axis, a whole number of the plan's batches (the loss is a mean
-/// per batch, so every sample must sit in a full one).
-void bindEvalFeeds(Run &run) {
-  run.evalFeeds = readFeeds(run, run.options.evalFeeds, "--eval-feed");
+/// The samples `feeds` hold along their inputs' batch axes, which must
+/// agree (refused in one line naming `flag` otherwise), and the plan's
+/// batch along them; {-1, -1} when no input has a batch axis.
+std::pair<int64_t, int64_t> feedSamples(const Run &run,
+                                        const std::map<int, Array> &feeds,
+                                        const std::string &flag) {
   int64_t samples = -1, batch = -1;
-  for (auto &[id, array] : run.evalFeeds) {
+  for (auto &[id, array] : feeds) {
     const plan::Tensor &t = run.plan.tensors(id);
     if (t.batch_axis() < 0)
       continue;
     int64_t count = array.shape[t.batch_axis()];
     if (samples >= 0 && count != samples)
-      die("--eval-feed: the held-out inputs hold different numbers of "
-          "samples (" +
+      die(flag +
+          ": the inputs hold different numbers of samples along "
+          "their batch axes (" +
           std::to_string(samples) + " and " + std::to_string(count) + ")");
     samples = count;
     batch = t.shape(t.batch_axis());
   }
+  return {samples, batch};
+}
+
+/// --eval-feed's arrays: the same number of samples along every input's
+/// batch axis, a whole number of the plan's batches (the loss is a mean
+/// per batch, so every sample must sit in a full one).
+void bindEvalFeeds(Run &run) {
+  run.evalFeeds = readFeeds(run, run.options.evalFeeds, "--eval-feed");
+  auto [samples, batch] = feedSamples(run, run.evalFeeds, "--eval-feed");
   if (samples >= 0 && samples % batch != 0)
     die("--eval-feed: " + std::to_string(samples) +
         " held-out samples are not a whole number of the plan's batches of " +
@@ -1486,19 +1497,7 @@ void runInference(Run &run) {
     executor.runStep(StepContext{0, 0, run.options.seed});
     return;
   }
-  int64_t samples = -1, batch = 1;
-  for (auto &[id, array] : run.feeds) {
-    const plan::Tensor &t = run.plan.tensors(id);
-    if (t.batch_axis() < 0)
-      continue;
-    int64_t count = array.shape[t.batch_axis()];
-    if (samples >= 0 && count != samples)
-      die("--feed: the inputs hold different numbers of samples along "
-          "their batch axes (" +
-          std::to_string(samples) + " and " + std::to_string(count) + ")");
-    samples = count;
-    batch = t.shape(t.batch_axis());
-  }
+  auto [samples, batch] = feedSamples(run, run.feeds, "--feed");
   if (samples <= 0)
     die("--feed: an inference plan's feeds hold no samples along their "
         "batch axes");
