@@ -169,9 +169,36 @@ struct Simulation {
   bool unknownCost = false; ///< the cost was negative somewhere
 };
 
-Simulation simulate(const SpelledPlan &spelled, int64_t steps, bool drain,
+/// A plan's streams as the simulation reads them: a plain plan's
+/// instructions, or a format-4 plan's runs read in place (SpelledPlan).
+/// Only the instruction and what its run adds to a message's micro-batch
+/// matter here, so a plain plan needs no spelled-out copy.
+struct PlainStreams {
+  const Plan &source;
+  const Plan &plan() const { return source; }
+  int size(int d) const { return source.devices(d).instructions_size(); }
+  const Instruction &instruction(int d, int i) const {
+    return source.devices(d).instructions(i);
+  }
+  int64_t messageBatch(int, int) const { return 0; }
+};
+
+struct SpelledStreams {
+  const SpelledPlan &spelled;
+  const Plan &plan() const { return spelled.plan(); }
+  int size(int d) const { return spelled.size(d); }
+  const Instruction &instruction(int d, int i) const {
+    return *spelled.at(d, i);
+  }
+  int64_t messageBatch(int d, int i) const {
+    return spelled.at(d, i).messageBatch;
+  }
+};
+
+template <typename Streams>
+Simulation simulate(const Streams &streams, int64_t steps, bool drain,
                     const InstructionTime *cost, bool reductions = false) {
-  const Plan &plan = spelled.plan();
+  const Plan &plan = streams.plan();
   int devices = plan.devices_size();
   // The instructions visited (all with a cost; without, only sends and
   // receives: nothing else can block), with their part in the traffic.
@@ -190,9 +217,8 @@ Simulation simulate(const SpelledPlan &spelled, int64_t steps, bool drain,
   bool pipelined = traitsOf(plan).pipelined;
   for (int d = 0; d < devices; ++d) {
     int64_t slot = pipelined ? 0 : d;
-    for (int i = 0; i < spelled.size(d); ++i) {
-      const SpelledInstruction &spelledInstruction = spelled.at(d, i);
-      const Instruction &instruction = *spelledInstruction;
+    for (int i = 0; i < streams.size(d); ++i) {
+      const Instruction &instruction = streams.instruction(d, i);
       std::string_view op = instruction.op();
       if (instruction.last_slot() && slot != lastSlot)
         continue; // never runs
@@ -219,7 +245,7 @@ Simulation simulate(const SpelledPlan &spelled, int64_t steps, bool drain,
       if (isMessage) {
         t.kind = op == "send" ? 1 : 2;
         t.message = messageOf(instruction);
-        t.message.microBatch += spelledInstruction.messageBatch;
+        t.message.microBatch += streams.messageBatch(d, i);
       }
       traffic[d].push_back(t);
     }
@@ -244,7 +270,7 @@ Simulation simulate(const SpelledPlan &spelled, int64_t steps, bool drain,
   // Positions over the visited instructions of all passes, step-major.
   std::vector<int64_t> at(devices, 0);
   auto fullPosition = [&](int d) -> int {
-    int size = spelled.size(d);
+    int size = streams.size(d);
     int64_t visited = traffic[d].size();
     if (at[d] >= passes * visited)
       return passes * size;
@@ -295,7 +321,7 @@ Simulation simulate(const SpelledPlan &spelled, int64_t steps, bool drain,
           // Every step runs the same instructions: cost each once.
           double &time = costs[d][position % visited];
           if (std::isnan(time))
-            time = t.free ? 0.0 : (*cost)(d, *spelled.at(d, t.index));
+            time = t.free ? 0.0 : (*cost)(d, streams.instruction(d, t.index));
           if (time < 0)
             sim.unknownCost = true;
           clock = start + std::max(time, 0.0);
@@ -325,7 +351,8 @@ SimulatedTime simulateTime(const Plan &plan, int64_t steps,
   // may wait for a send the peer makes in step t + 1 (a tied weight's new
   // value), which for the last step is in the drain.
   SpelledPlan spelled(plan);
-  Simulation sim = simulate(spelled, steps, /*drain=*/true, &cost);
+  Simulation sim =
+      simulate(SpelledStreams{spelled}, steps, /*drain=*/true, &cost);
   SimulatedTime result;
   for (int d = 0; d < plan.devices_size(); ++d) {
     if (sim.next[d] < steps * spelled.size(d)) {
@@ -386,7 +413,7 @@ std::string findSendRecvDeadlock(const Plan &plan) {
     google::protobuf::Arena arena;
     return findSendRecvDeadlock(trafficOf(plan, arena));
   }
-  Simulation sim = simulate(SpelledPlan(plan), kSteps, /*drain=*/true, nullptr,
+  Simulation sim = simulate(PlainStreams{plan}, kSteps, /*drain=*/true, nullptr,
                             /*reductions=*/true);
   const std::vector<int> &next = sim.next;
   const std::vector<std::vector<int>> &rounds = sim.rounds;
