@@ -19,6 +19,16 @@ using namespace cdp;
 
 namespace {
 
+/// Under cdp each device clips its own gradient (the authors' code clips
+/// the local gradient before the all-reduce): the norm needs every stage's
+/// gradient, so the reductions start after the last backward. dp clips the
+/// means and reduces as usual.
+bool reduceAfterBackward(func::FuncOp func, bool cyclic) {
+  bool clips = false;
+  func.walk([&](ClipGradNormOp) { clips = true; });
+  return cyclic && clips;
+}
+
 struct BuildSchedulePass
     : public cdp::impl::BuildScheduleBase<BuildSchedulePass> {
   using BuildScheduleBase::BuildScheduleBase;
@@ -96,6 +106,12 @@ struct BuildSchedulePass
              builder.getNamedAttr("devices", builder.getI64IntegerAttr(N)),
              builder.getNamedAttr("stages", builder.getI64IntegerAttr(L)),
              builder.getNamedAttr("slots", builder.getI64IntegerAttr(N))}));
+    if (reduceAfterBackward(func, traitsOf(*kind).cyclic)) {
+      NamedAttrList schedule(
+          func->getAttrOfType<DictionaryAttr>("cdp.schedule"));
+      schedule.set("reduce_after_backward", builder.getBoolAttr(true));
+      func->setAttr("cdp.schedule", schedule.getDictionary(func.getContext()));
+    }
   }
 };
 

@@ -2,6 +2,7 @@
 
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "cdp/Passes/Passes.h"
+#include "cdp/Passes/SlotSchedule.h"
 #include "cdp/Plan/Strategy.h"
 #include "cdp/Sched/Pipeline.h"
 
@@ -46,6 +47,7 @@ struct DelayUpdatesPass : public cdp::impl::DelayUpdatesBase<DelayUpdatesPass> {
       return signalPassFailure();
     }
     bool cdp = traitsOf(*kind).cyclic;
+    bool afterBackward = reducesAfterBackward(schedule);
     int64_t L = cast<IntegerAttr>(schedule.get("stages")).getInt();
     ArrayRef<int64_t> s = offsetsAttr.asArrayRef();
     int64_t N = s.size();
@@ -60,8 +62,8 @@ struct DelayUpdatesPass : public cdp::impl::DelayUpdatesBase<DelayUpdatesPass> {
         if (cdp && rule == "v1")
           delay = 1;
         else if (cdp) {
-          bool fresh =
-              pipeline::cdpFresh(table == "code", i, l, L, s[i], s[N - 1]);
+          bool fresh = pipeline::cdpFresh(table == "code", i, l, L, s[i],
+                                          s[N - 1], afterBackward);
           delay = fresh ? 0 : 1;
         }
         allFresh[l - 1] = allFresh[l - 1] && delay == 0;
@@ -70,7 +72,8 @@ struct DelayUpdatesPass : public cdp::impl::DelayUpdatesBase<DelayUpdatesPass> {
       rows.push_back(builder.getDenseI64ArrayAttr(row));
     }
     // A fresh (i, l) needs theta_{t,l}, made when the stage-l reduction of
-    // step t-1 completes at tau*_l(t-1) = s_{N-1} + 2L(t-1) + 2L - l; its
+    // step t-1 completes at tau*_l(t-1) = s_{N-1} + 2L(t-1) + r_l (r_l =
+    // 2L - l, or 2L - 1 when reductions follow the whole backward); its
     // F_l runs at s_i + 2Lt + l - 1. When a table asks for a version that
     // does not exist yet (the code table with N != L can), the slot waits:
     // its offset grows by the shortfall, and the report shows the idle
@@ -80,7 +83,10 @@ struct DelayUpdatesPass : public cdp::impl::DelayUpdatesBase<DelayUpdatesPass> {
       for (int64_t i = 0; i < N; ++i)
         for (int64_t l = 1; l <= L; ++l)
           if (cast<DenseI64ArrayAttr>(rows[i]).asArrayRef()[l - 1] == 0)
-            idle[i] = std::max<int64_t>(idle[i], s[N - 1] - s[i] - 2 * l + 2);
+            idle[i] = std::max<int64_t>(
+                idle[i], s[N - 1] - s[i] +
+                             pipeline::reductionStart(l, L, afterBackward) -
+                             2 * L - l + 2);
     for (int64_t i = 0; i < N; ++i)
       shifted[i] += idle[i];
     func->setAttr("cdp.offsets", builder.getDenseI64ArrayAttr(shifted));

@@ -79,10 +79,23 @@ struct InsertOptimizerPass
       return signalPassFailure();
     }
     // Updates go last, after every use of the old values.
+    if (clipGradNorm < 0) {
+      func.emitError("clip-grad-norm must be positive (0: off), got ")
+          << clipGradNorm;
+      return signalPassFailure();
+    }
     OpBuilder builder(func.getBody().front().getTerminator());
     auto f32 = [&](double value) {
       return builder.getF32FloatAttr(static_cast<float>(value));
     };
+    if (clipGradNorm > 0) {
+      SmallVector<Value> grads;
+      for (GradientOp gradient : gradients)
+        grads.push_back(gradient.getGrad());
+      auto clip = builder.create<ClipGradNormOp>(func.getLoc(), grads,
+                                                 f32(clipGradNorm));
+      clip->setAttr("cdp.phase", builder.getStringAttr("update"));
+    }
     for (GradientOp gradient : gradients) {
       ParamOp param = params.lookup(gradient.getName());
       auto update = builder.create<UpdateOp>(

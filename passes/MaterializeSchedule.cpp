@@ -4,6 +4,7 @@
 #include "cdp/Dialect/Sched/SchedOps.h"
 #include "cdp/Passes/Passes.h"
 #include "cdp/Passes/SlotSchedule.h"
+#include "cdp/Sched/Pipeline.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
@@ -37,6 +38,13 @@ struct MaterializeSchedulePass
       if (auto stage = gradient->getAttrOfType<IntegerAttr>("cdp.stage"))
         trained[stage.getInt()] = true;
     });
+    // Gradient clipping: cdp reduces after the whole backward; dp takes
+    // every stage's mean at the step's start (the clip needs them all).
+    bool afterBackward = recorded->reduceAfterBackward, meansFirst = false;
+    func.walk([&](ClipGradNormOp) { meansFirst = !afterBackward; });
+    auto startAt = [&](int64_t l) {
+      return pipeline::reductionStart(l, L, afterBackward);
+    };
     OpBuilder builder = OpBuilder::atBlockEnd(module.getBody());
     auto i64 = [&](int64_t v) { return builder.getI64IntegerAttr(v); };
     auto program = builder.create<sched::ProgramOp>(
@@ -56,14 +64,20 @@ struct MaterializeSchedulePass
       for (int64_t t = 0; t < steps; ++t) {
         int64_t base = s + 2 * L * t;
         builder.create<sched::LoadOp>(loc, i64(i), i64(t), i64(base));
+        auto waitAndUpdate = [&](int64_t l, int64_t at) {
+          int64_t d = delay[l - 1];
+          if (!trained[l] || t < 1 + d)
+            return;
+          builder.create<sched::ReduceWaitOp>(loc, i64(l), i64(t - 1 - d),
+                                              i64(at));
+          builder.create<sched::UpdateOp>(loc, i64(l), i64(t - d), i64(at));
+        };
+        for (int64_t l = 1; l <= L && meansFirst; ++l)
+          waitAndUpdate(l, base);
         for (int64_t l = 1; l <= L; ++l) {
           int64_t d = delay[l - 1];
-          if (trained[l] && t >= 1 + d) {
-            builder.create<sched::ReduceWaitOp>(loc, i64(l), i64(t - 1 - d),
-                                                i64(base + l - 1));
-            builder.create<sched::UpdateOp>(loc, i64(l), i64(t - d),
-                                            i64(base + l - 1));
-          }
+          if (!meansFirst)
+            waitAndUpdate(l, base + l - 1);
           builder.create<sched::RunOp>(
               loc, builder.getStringAttr("F"), i64(l), i64(i), i64(t),
               i64(std::max<int64_t>(t - d, 0)), i64(base + l - 1));
@@ -73,11 +87,16 @@ struct MaterializeSchedulePass
           builder.create<sched::RunOp>(
               loc, builder.getStringAttr("B"), i64(l), i64(i), i64(t),
               i64(std::max<int64_t>(t - d, 0)), i64(base + 2 * L - l));
-          if (trained[l])
+          if (trained[l] && !afterBackward)
             builder.create<sched::ReduceStartOp>(
-                loc, i64(l), i64(t), i64(base + 2 * L - l),
+                loc, i64(l), i64(t), i64(base + startAt(l)),
                 i64(reduceAt[l - 1] + 2 * L * t));
         }
+        for (int64_t l = L; l >= 1 && afterBackward; --l)
+          if (trained[l])
+            builder.create<sched::ReduceStartOp>(
+                loc, i64(l), i64(t), i64(base + startAt(l)),
+                i64(reduceAt[l - 1] + 2 * L * t));
       }
     }
   }

@@ -112,6 +112,7 @@ void buildTrainingPipeline(OpPassManager &pm,
   optimizer.lrEnd = config.lrEnd;
   optimizer.warmup = config.warmup;
   optimizer.warmupStart = config.warmupStart;
+  optimizer.clipGradNorm = config.clipGradNorm;
   pm.addPass(createInsertOptimizer(optimizer));
   const StrategyTraits &traits = traitsOf(config.strategy);
   if (traits.dataParallel)
@@ -170,6 +171,10 @@ struct StrategyPipelineOptions
                                 llvm::cl::init("sgd")};
   Option<double> lr{*this, "lr", llvm::cl::desc("Learning rate"),
                     llvm::cl::init(0.01)};
+  Option<double> clipGradNorm{
+      *this, "clip-grad-norm",
+      llvm::cl::desc("Clip the gradients' global L2 norm (0: off)"),
+      llvm::cl::init(0)};
   Option<int64_t> steps{
       *this, "timeline-steps",
       llvm::cl::desc("Also the time-step timeline over this many steps"),
@@ -194,6 +199,7 @@ struct StrategyPipelineOptions
     config.loss = loss;
     config.optimizer = optimizer;
     config.lr = lr;
+    config.clipGradNorm = clipGradNorm;
     config.timelineSteps = steps;
     config.planMemory = planMemory;
     return config;

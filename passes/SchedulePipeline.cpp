@@ -211,6 +211,8 @@ private:
   func::FuncOp func;
   llvm::DenseSet<StringRef> trained;
   llvm::DenseMap<int64_t, SmallVector<UpdateOp>> updates;
+  /// The step clips its gradients by their global norm.
+  bool clips = false;
   /// The schedule of every pipeline but cdp-mp.
   std::optional<pipeline::ScheduleTable> scheduleTable;
   LogicalResult buildScheduleTable();
@@ -327,6 +329,13 @@ void SchedulePipelinePass::runOnOperation() {
   body.walk([&](GradientOp gradient) { trained.insert(gradient.getName()); });
   body.walk(
       [&](UpdateOp update) { updates[stageOf(update)].push_back(update); });
+  body.walk([&](ClipGradNormOp) { clips = true; });
+  if (clips && traitsOf(kind).cyclic) {
+    func.emitError("gradient clipping is not supported with cdp-mp: a "
+                   "micro-batch's gradient norm spans stage devices that "
+                   "reach it at different time steps (use cdp, or 2bw)");
+    return signalPassFailure();
+  }
   ParamPlacement params;
   if (failed(placeParameters(body, params)))
     return signalPassFailure();
@@ -393,6 +402,22 @@ void SchedulePipelinePass::runOnOperation() {
                  "needs its own (place them on different devices)";
           return signalPassFailure();
         }
+  // The clip's norm exchange runs at each stage's update: two trained
+  // stages on one device would each wait for the other's share.
+  if (clips) {
+    std::map<int64_t, int64_t> trainedStageOf;
+    for (int64_t s = 1; s <= S; ++s)
+      if (!updates.lookup(s).empty())
+        for (int64_t device : layout.deviceAt[s])
+          if (!trainedStageOf.try_emplace(device, s).second) {
+            func.emitError("gradient clipping needs one trained stage per "
+                           "device, but device ")
+                << device << " runs stages " << trainedStageOf[device]
+                << " and " << s
+                << " (interleaved-1f1b: use 1f1b or zb-h1 to clip)";
+            return signalPassFailure();
+          }
+  }
   // In device order; a device's stages next to each other.
   std::vector<std::tuple<int64_t, int64_t, int64_t>> devices;
   for (int64_t s = 1; s <= S; ++s)
@@ -464,7 +489,7 @@ void SchedulePipelinePass::buildUpdates(OpBuilder &builder,
           time, step);
     }
   int64_t replicasHere = layout.deviceAt[s].size();
-  for (UpdateOp update : updates.lookup(s)) {
+  auto prepare = [&](UpdateOp update) {
     auto param = update.getParam().getDefiningOp<ParamOp>();
     if (twoVersions && !param.getBuffer())
       builder.create<sched::KeepPreviousOp>(loc, update.getNameAttr(), k, time,
@@ -474,6 +499,27 @@ void SchedulePipelinePass::buildUpdates(OpBuilder &builder,
           loc, update.getNameAttr(),
           builder.getDenseI64ArrayAttr(layout.deviceAt[s]), i64(r), k, time,
           step);
+  };
+  // Clipping by the global norm needs every gradient of the replica's
+  // stages summed over replicas first: all exchanges, the clip, then the
+  // updates.
+  if (clips && !updates.lookup(s).empty()) {
+    for (UpdateOp update : updates.lookup(s))
+      prepare(update);
+    SmallVector<int64_t> stages, devices;
+    for (int64_t q = 1; q <= S; ++q)
+      if (!updates.lookup(q).empty()) {
+        stages.push_back(q);
+        devices.push_back(tiedPeer(q));
+      }
+    builder.create<sched::ClipStagesOp>(
+        loc, builder.getDenseI64ArrayAttr(stages),
+        builder.getDenseI64ArrayAttr(devices), k, time, step);
+  }
+  for (UpdateOp update : updates.lookup(s)) {
+    auto param = update.getParam().getDefiningOp<ParamOp>();
+    if (!clips)
+      prepare(update);
     builder.create<sched::ApplyUpdateOp>(loc, update.getNameAttr(), k, time,
                                          step);
     auto tied = params.replicas.find(param);

@@ -12,6 +12,7 @@
 #include "cdp/Dialect/Sched/SchedOps.h"
 #include "cdp/Passes/Passes.h"
 #include "cdp/Passes/SlotSchedule.h"
+#include "cdp/Sched/Pipeline.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -29,15 +30,17 @@ namespace {
 /// One op of a slot's program, before it is built: its kind, stage and
 /// time step within the cycle.
 struct SlotEntry {
-  enum Kind { Wait, Forward, Backward, Start, Relay } kind;
+  enum Kind { Wait, Forward, Backward, Start, Relay, ClipMeans, ClipOwn } kind;
   int64_t stage, time;
   int64_t delay = 0; ///< Wait: the version delay; Relay: the step offset
 };
 
 /// What the graph says about each stage: whether it has forward and
-/// backward ops, and whether it owns trained parameters.
+/// backward ops, and whether it owns trained parameters; and whether the
+/// step clips its gradients.
 struct StageFacts {
   SmallVector<bool> forward, backward, trained;
+  bool clip = false;
 };
 
 StageFacts factsOf(func::FuncOp func, int64_t L) {
@@ -46,7 +49,8 @@ StageFacts factsOf(func::FuncOp func, int64_t L) {
   facts.backward.assign(L + 1, false);
   facts.trained.assign(L + 1, false);
   for (Operation &op : func.getBody().front().without_terminator()) {
-    if (isa<ParamOp, ConstantOp, UpdateOp>(op))
+    facts.clip |= isa<ClipGradNormOp>(op);
+    if (isa<ParamOp, ConstantOp, UpdateOp, ClipGradNormOp>(op))
       continue;
     auto stage = op.getAttrOfType<IntegerAttr>("cdp.stage");
     auto phase = op.getAttrOfType<StringAttr>("cdp.phase");
@@ -63,13 +67,21 @@ StageFacts factsOf(func::FuncOp func, int64_t L) {
 /// reduced gradients (from step 1 + delay on) before its forward; the
 /// forwards F_1..F_L at times 0..L-1, the backwards B_L..B_1 at L..2L-1,
 /// each trained stage's reduction starting after its backward.
+/// With gradient clipping, dp first takes every stage's mean and clips
+/// them together (sched.clip_means instead of the waits), and cdp clips the
+/// slot's own gradients after its last backward, where every reduction
+/// then starts (`afterBackward`).
 std::vector<SlotEntry> slotProgram(int64_t L, ArrayRef<int64_t> delay,
-                                   const StageFacts &facts) {
+                                   const StageFacts &facts,
+                                   bool afterBackward) {
   std::vector<SlotEntry> entries;
+  bool clipMeans = facts.clip && !afterBackward;
+  if (clipMeans)
+    entries.push_back({SlotEntry::ClipMeans, 0, 0});
   for (int64_t l = 1; l <= L; ++l) {
     if (!facts.forward[l])
       continue;
-    if (facts.trained[l])
+    if (facts.trained[l] && !clipMeans)
       entries.push_back({SlotEntry::Wait, l, l - 1, delay[l - 1]});
     entries.push_back({SlotEntry::Forward, l, l - 1});
   }
@@ -77,20 +89,29 @@ std::vector<SlotEntry> slotProgram(int64_t L, ArrayRef<int64_t> delay,
     if (!facts.backward[l])
       continue;
     entries.push_back({SlotEntry::Backward, l, 2 * L - l});
-    if (facts.trained[l])
+    if (facts.trained[l] && !afterBackward)
       entries.push_back({SlotEntry::Start, l, 2 * L - l});
+  }
+  if (afterBackward) {
+    entries.push_back({SlotEntry::ClipOwn, 0, 2 * L - 1});
+    for (int64_t l = L; l >= 1; --l)
+      if (facts.trained[l])
+        entries.push_back({SlotEntry::Start, l, 2 * L - 1});
   }
   return entries;
 }
 
 /// --cdp-reduce chain: the mean of step t's stage-l reduction leaves the
-/// last slot at tau*_l(t) = s_{N-1} + 2Lt + 2L - l and reaches slot j at
+/// last slot at tau*_l(t) = s_{N-1} + 2Lt + r_l (r_l its reduction start,
+/// pipeline::reductionStart) and reaches slot j at
 /// tau*_l(t) + N - 1 - j, one hop a time step: slot j's relay runs then, in
 /// its own step t + k at cycle time x, before the first op of a later time
 /// (or a wait of the same time).
 void insertRelay(std::vector<SlotEntry> &entries, int64_t j, int64_t N,
-                 int64_t L, int64_t l, ArrayRef<int64_t> offsets) {
-  int64_t r = offsets[N - 1] - offsets[j] + 2 * L - l + (N - 1 - j);
+                 int64_t L, int64_t l, ArrayRef<int64_t> offsets,
+                 bool afterBackward) {
+  int64_t r = offsets[N - 1] - offsets[j] +
+              pipeline::reductionStart(l, L, afterBackward) + (N - 1 - j);
   int64_t k = r / (2 * L), x = r % (2 * L);
   auto at = entries.begin();
   while (at != entries.end() &&
@@ -134,11 +155,13 @@ void ScheduleSlotsPass::runOnOperation() {
   Location loc = func.getLoc();
   for (int64_t j = 0; j < N; ++j) {
     ArrayRef<int64_t> delay = cast<DenseI64ArrayAttr>(delays[j]).asArrayRef();
-    std::vector<SlotEntry> entries = slotProgram(L, delay, facts);
+    bool afterBackward = recorded->reduceAfterBackward;
+    std::vector<SlotEntry> entries =
+        slotProgram(L, delay, facts, afterBackward);
     if (chain && j + 1 < N)
       for (int64_t l = 1; l <= L; ++l)
         if (facts.trained[l])
-          insertRelay(entries, j, N, L, l, offsets.asArrayRef());
+          insertRelay(entries, j, N, L, l, offsets.asArrayRef(), afterBackward);
     builder.setInsertionPointToEnd(&program.getBody().front());
     auto device =
         builder.create<sched::SlotDeviceOp>(loc, i64(j), i64(offsets[j]));
@@ -167,6 +190,12 @@ void ScheduleSlotsPass::runOnOperation() {
         break;
       case SlotEntry::Relay:
         builder.create<sched::ChainRelayOp>(loc, stage, i64(entry.delay), time);
+        break;
+      case SlotEntry::ClipMeans:
+        builder.create<sched::ClipMeansOp>(loc, i64(1), time);
+        break;
+      case SlotEntry::ClipOwn:
+        builder.create<sched::ClipOwnOp>(loc, time);
         break;
       }
     }

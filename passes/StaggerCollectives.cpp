@@ -2,6 +2,8 @@
 
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "cdp/Passes/Passes.h"
+#include "cdp/Passes/SlotSchedule.h"
+#include "cdp/Sched/Pipeline.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
@@ -37,9 +39,10 @@ struct StaggerCollectivesPass
 
     int64_t L = cast<IntegerAttr>(schedule.get("stages")).getInt();
     int64_t last = offsets.asArrayRef().back();
+    bool afterBackward = reducesAfterBackward(schedule);
     SmallVector<int64_t> at;
-    for (int64_t l = 1; l <= L; ++l)
-      at.push_back(last + 2 * L - l); // tau*_l(0)
+    for (int64_t l = 1; l <= L; ++l) // tau*_l(0)
+      at.push_back(last + pipeline::reductionStart(l, L, afterBackward));
     if (reduce == "chain") {
       // The mean of step t leaves the last slot at tau*_l(t) and reaches
       // slot j after max(1, N-1-j) time steps; slot j first uses it at its

@@ -96,6 +96,9 @@ struct DataParallelTables {
   };
   std::vector<std::vector<Trained>> byStage;
   std::vector<std::array<int, 2>> chainBuffers;
+  /// The step's gradient clipping, if any (sched.clip_means or clip_own
+  /// say where it runs).
+  ClipGradNormOp clip;
 };
 struct DeviceLowering;
 
@@ -115,6 +118,8 @@ private:
                                 const DataParallelTables &tables);
   std::vector<int64_t> slotProgramKey(sched::SlotDeviceOp op,
                                       const DataParallelTables &tables);
+  LogicalResult lowerClip(plan::Device &device, ClipGradNormOp clip,
+                          ArrayRef<int> grads);
   LogicalResult lowerSlotCompute(plan::Device &device,
                                  sched::SlotComputeOp compute, int64_t offset,
                                  int64_t d, int64_t L);
@@ -148,6 +153,9 @@ private:
   void lowerExchange(DeviceLowering &lowering,
                      sched::ExchangeGradientsOp exchange,
                      const PipelineTables &tables);
+  LogicalResult lowerClipStages(DeviceLowering &lowering,
+                                sched::ClipStagesOp clip,
+                                const PipelineTables &tables);
   LogicalResult lowerCompute(DeviceLowering &lowering, sched::ComputeOp compute,
                              const PipelineTables &tables);
   LogicalResult sendResults(DeviceLowering &lowering, sched::ComputeOp compute,
@@ -421,6 +429,7 @@ LogicalResult Emitter::run(const EmitOptions &options) {
 void Emitter::accumulateMicroBatches(plan::Device &device, int64_t slots) {
   plan.set_micro_batches(slots);
   llvm::StringMap<int> accumulator;
+  llvm::DenseMap<int, int> accumulatorOfGradient;
   google::protobuf::RepeatedPtrField<plan::Instruction> rebuilt;
   plan.clear_applied_gradients();
   for (const plan::Instruction &instruction : device.instructions()) {
@@ -436,6 +445,7 @@ void Emitter::accumulateMicroBatches(plan::Device &device, int64_t slots) {
       sum.set_name(name);
       *plan.add_tensors() = sum;
       accumulator[name] = sum.id();
+      accumulatorOfGradient[instruction.inputs(0)] = sum.id();
       plan::Instruction *add = rebuilt.Add();
       add->set_op("accumulate");
       add->set_location(name);
@@ -449,13 +459,21 @@ void Emitter::accumulateMicroBatches(plan::Device &device, int64_t slots) {
       a->set_i(slots);
     }
   }
-  for (plan::Instruction &instruction : rebuilt)
+  for (plan::Instruction &instruction : rebuilt) {
     if (instruction.op() == "update") {
       for (const plan::Attribute &a : instruction.attributes())
         if (a.name() == "name")
           instruction.set_inputs(1, accumulator.lookup(a.s()));
       instruction.set_last_slot(true);
     }
+    // The clip scales the step's mean gradients, the accumulators.
+    if (instruction.op() == "clip_grad_norm") {
+      for (int k = 0; k < instruction.inputs_size(); ++k)
+        instruction.set_inputs(
+            k, accumulatorOfGradient.lookup(instruction.inputs(k)));
+      instruction.set_last_slot(true);
+    }
+  }
   for (const std::string &name : plan.gradients())
     plan.add_applied_gradients(accumulator.lookup(name));
   *device.mutable_instructions() = rebuilt;
@@ -488,6 +506,10 @@ struct PipelineTables {
   llvm::StringMap<SmallVector<int>> incoming;
   llvm::DenseMap<int, int> previousVersion;
   int lossAccumulator = -1, lossResult = -1, originalTensors = 0;
+  /// Gradient clipping: the graph's clip and, per stage, the scalar that
+  /// holds the stage's share of the squared norm on every device.
+  ClipGradNormOp clip;
+  std::vector<int> normShare;
 };
 
 /// Where a stage device keeps a micro-batch's tensors: what the stage's
@@ -586,6 +608,10 @@ void Emitter::preparePipeline(sched::StepProgramOp program,
       tables.updateOf[update.getName()] = update;
       continue;
     }
+    if (auto clip = dyn_cast<ClipGradNormOp>(op)) {
+      tables.clip = clip;
+      continue;
+    }
     auto phase = op.getAttrOfType<StringAttr>("cdp.phase");
     bool backward = phase && phase.getValue() == "backward";
     (backward ? tables.backwardOps : tables.forwardOps)[stageOf(&op, S)]
@@ -638,6 +664,17 @@ void Emitter::preparePipeline(sched::StepProgramOp program,
     for (int64_t versions : *live)
       schedule->add_live_versions(versions);
   addAccumulators(S, tables);
+  if (tables.clip)
+    for (int64_t s = 0; s <= S; ++s) {
+      plan::Tensor share;
+      share.set_id(plan.tensors_size());
+      share.set_name("stage" + std::to_string(s) + "@norm2");
+      share.set_dtype(plan::F32);
+      share.set_kind(plan::REDUCED);
+      share.set_bytes(4);
+      *plan.add_tensors() = share;
+      tables.normShare.push_back(share.id());
+    }
   // 2bw and cdp-mp keep two versions of every trained parameter: the plan's
   // tensor (the latest, updated in place) and its previous value, copied
   // just before each update.
@@ -1155,6 +1192,8 @@ LogicalResult Emitter::lowerUpdateStep(DeviceLowering &lowering, Operation *op,
     lowerExchange(lowering, exchange, tables);
     return success();
   }
+  if (auto clip = dyn_cast<sched::ClipStagesOp>(op))
+    return lowerClipStages(lowering, clip, tables);
   auto apply = dyn_cast<sched::ApplyUpdateOp>(op);
   if (!apply)
     return op->emitOpError("has no lowering to a pipeline plan");
@@ -1205,6 +1244,57 @@ void Emitter::lowerExchange(DeviceLowering &lowering,
     instruction->add_outputs(sum);
   }
   lowering.exchanged.insert(name);
+}
+
+/// The stage's share of the step gradients' squared norm to every other
+/// stage of the replica, theirs back, and the stage's gradients clipped by
+/// the sum of all shares in stage order: every stage scales by the same
+/// factor. Messages name the gradients' step (step_offset), so a stage
+/// updating in the next step's program meets one updating in its own.
+LogicalResult Emitter::lowerClipStages(DeviceLowering &lowering,
+                                       sched::ClipStagesOp clip,
+                                       const PipelineTables &tables) {
+  plan::Device *device = lowering.device;
+  int64_t s = lowering.s;
+  auto add = [&]() { return stamp(device->add_instructions(), s, clip); };
+  std::vector<int> grads;
+  for (const std::string &name : plan.gradients()) {
+    UpdateOp update = tables.updateOf.lookup(name);
+    if (update && stageOf(update, tables.S) == s)
+      grads.push_back(lowering.exchanged.contains(name)
+                          ? tables.replicaSum.lookup(name)
+                          : tables.accumulator.lookup(name));
+  }
+  int own = tables.normShare[s];
+  plan::Instruction *norm = add();
+  norm->set_op("squared_norm");
+  norm->set_phase("update");
+  norm->set_location("stage " + std::to_string(s));
+  for (int id : grads)
+    norm->add_inputs(id);
+  norm->add_outputs(own);
+  ArrayRef<int64_t> stages = clip.getStages(), devices = clip.getDevices();
+  for (bool isSend : {true, false})
+    for (auto [q, peer] : llvm::zip(stages, devices)) {
+      if (q == s)
+        continue;
+      int share = tables.normShare[isSend ? s : q];
+      plan::Instruction *message =
+          this->message(add(), isSend, share, peer, share, 0,
+                        "stage " + std::to_string(s) + " norm", tables);
+      setIntAttr(message, "step_offset", clip.getStep());
+    }
+  if (failed(lowerClip(*device, tables.clip, grads)))
+    return failure();
+  plan::Instruction *scale = stamp(
+      device->mutable_instructions(device->instructions_size() - 1), s, clip);
+  scale->clear_inputs();
+  for (int64_t q : stages)
+    scale->add_inputs(tables.normShare[q]);
+  for (int id : grads)
+    scale->add_inputs(id);
+  setIntAttr(scale, "partials", stages.size());
+  return success();
 }
 
 /// A stage's forward or backward for one micro-batch: every op of the
@@ -1374,6 +1464,7 @@ LogicalResult Emitter::emitDataParallel(int64_t arenaBytes) {
   out->set_reduce(tables.chain ? "chain" : "allreduce");
   if (failed(addReducedTensors(tables)))
     return failure();
+  func.walk([&](ClipGradNormOp clip) { tables.clip = clip; });
   plan.clear_devices();
   // Devices whose programs differ only in their offset and micro-batch run
   // one template (at 1024 devices, a handful of distinct programs).
@@ -1419,6 +1510,10 @@ std::vector<int64_t> Emitter::slotProgramKey(sched::SlotDeviceOp op,
     else if (auto relay = dyn_cast<sched::ChainRelayOp>(step))
       key.insert(key.end(), {3, relay.getStage(), relay.getTimeStep(),
                              relay.getStepOffset()});
+    else if (auto clip = dyn_cast<sched::ClipMeansOp>(step))
+      key.insert(key.end(), {5, clip.getTimeStep(), clip.getMinStep()});
+    else if (auto clip = dyn_cast<sched::ClipOwnOp>(step))
+      key.insert(key.end(), {6, clip.getTimeStep()});
     else
       key.insert(key.end(), {4, reinterpret_cast<intptr_t>(&step)});
   }
@@ -1514,32 +1609,74 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
     return instruction;
   };
   int64_t L = tables.L;
+  // A stage's mean gradients of step t - 1 - delay, into its reduced
+  // buffers (from the chain's buffers with --cdp-reduce chain).
+  auto waitForMeans = [&](int64_t l, int64_t time, int64_t minStep,
+                          int64_t delay) {
+    plan::Instruction *instruction = stageInstruction(
+        tables.chain ? "chain_wait" : "reduce_wait", l, time, "update");
+    instruction->set_min_step(minStep);
+    if (tables.chain)
+      for (int buffer : tables.chainBuffers[l])
+        instruction->add_inputs(buffer);
+    for (const auto &t : tables.byStage[l])
+      instruction->add_outputs(t.reduced);
+    setIntAttr(instruction, "delay", delay);
+  };
+  // A stage's updates from its reduced buffers.
+  auto applyUpdates = [&](int64_t l, int64_t time,
+                          int64_t minStep) -> LogicalResult {
+    for (const auto &t : tables.byStage[l]) {
+      if (failed(addInstruction(t.update, *device, false)))
+        return failure();
+      plan::Instruction *update =
+          device->mutable_instructions(device->instructions_size() - 1);
+      update->set_inputs(1, t.reduced);
+      update->set_phase("update");
+      update->set_min_step(minStep);
+      stamp(update, l, time);
+    }
+    return success();
+  };
   for (Operation &step : op.getBody().front()) {
     if (auto compute = dyn_cast<sched::SlotComputeOp>(step)) {
       if (failed(lowerSlotCompute(*device, compute, s, d, L)))
         return failure();
     } else if (auto wait = dyn_cast<sched::WaitReductionOp>(step)) {
       int64_t l = wait.getStage();
-      plan::Instruction *instruction =
-          stageInstruction(tables.chain ? "chain_wait" : "reduce_wait", l,
-                           wait.getTimeStep(), "update");
-      instruction->set_min_step(wait.getMinStep());
-      if (tables.chain)
-        for (int buffer : tables.chainBuffers[l])
-          instruction->add_inputs(buffer);
-      for (const auto &t : tables.byStage[l])
-        instruction->add_outputs(t.reduced);
-      setIntAttr(instruction, "delay", wait.getDelay());
-      for (const auto &t : tables.byStage[l]) {
-        if (failed(addInstruction(t.update, *device, false)))
-          return failure();
-        plan::Instruction *update =
-            device->mutable_instructions(device->instructions_size() - 1);
-        update->set_inputs(1, t.reduced);
-        update->set_phase("update");
-        update->set_min_step(wait.getMinStep());
-        stamp(update, l, wait.getTimeStep());
+      waitForMeans(l, wait.getTimeStep(), wait.getMinStep(), wait.getDelay());
+      if (failed(applyUpdates(l, wait.getTimeStep(), wait.getMinStep())))
+        return failure();
+    } else if (auto clip = dyn_cast<sched::ClipMeansOp>(step)) {
+      // Every stage's mean, then one clip of them all, then the updates.
+      std::vector<int> means;
+      for (int64_t l = 1; l <= L; ++l) {
+        if (tables.byStage[l].empty())
+          continue;
+        waitForMeans(l, clip.getTimeStep(), clip.getMinStep(), 0);
+        for (const auto &t : tables.byStage[l])
+          means.push_back(t.reduced);
       }
+      if (failed(lowerClip(*device, tables.clip, means)))
+        return failure();
+      plan::Instruction *instruction =
+          stamp(device->mutable_instructions(device->instructions_size() - 1),
+                1, clip.getTimeStep());
+      instruction->set_min_step(clip.getMinStep());
+      for (int64_t l = 1; l <= L; ++l)
+        if (failed(applyUpdates(l, clip.getTimeStep(), clip.getMinStep())))
+          return failure();
+    } else if (auto clip = dyn_cast<sched::ClipOwnOp>(step)) {
+      std::vector<int> own;
+      for (int64_t l = 1; l <= L; ++l)
+        for (const auto &t : tables.byStage[l])
+          own.push_back(t.grad);
+      if (failed(lowerClip(*device, tables.clip, own)))
+        return failure();
+      plan::Instruction *instruction =
+          stamp(device->mutable_instructions(device->instructions_size() - 1),
+                1, clip.getTimeStep());
+      instruction->set_phase("backward"); // not an update block's
     } else if (auto start = dyn_cast<sched::StartReductionOp>(step)) {
       int64_t l = start.getStage();
       plan::Instruction *instruction =
@@ -1567,6 +1704,22 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
   return success();
 }
 
+/// The graph's clip_grad_norm, scaling `grads` (the plan's tensors the
+/// step's updates read) in place.
+LogicalResult Emitter::lowerClip(plan::Device &device, ClipGradNormOp clip,
+                                 ArrayRef<int> grads) {
+  if (!clip)
+    return func.emitError("a clip step without a cdp.clip_grad_norm");
+  if (failed(addInstruction(clip, device, false)))
+    return failure();
+  plan::Instruction *instruction =
+      device.mutable_instructions(device.instructions_size() - 1);
+  instruction->clear_inputs();
+  for (int id : grads)
+    instruction->add_inputs(id);
+  return success();
+}
+
 /// A stage's forward (ops without a phase, buffer writes included) or
 /// backward ops, in the order of @main. Ops without a time of their own
 /// (buffer writes after a forward) run in the time step of the instruction
@@ -1576,7 +1729,7 @@ LogicalResult Emitter::lowerSlotCompute(plan::Device &device,
                                         int64_t offset, int64_t d, int64_t L) {
   bool backward = compute.getKind() == sched::WorkKind::Backward;
   for (Operation &op : func.getBody().front().without_terminator()) {
-    if (isa<ParamOp, ConstantOp, UpdateOp>(op))
+    if (isa<ParamOp, ConstantOp, UpdateOp, ClipGradNormOp>(op))
       continue;
     auto phase = op.getAttrOfType<StringAttr>("cdp.phase");
     auto stage = op.getAttrOfType<IntegerAttr>("cdp.stage");

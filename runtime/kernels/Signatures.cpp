@@ -13,6 +13,7 @@
 #include "cdp/Runtime/Communicator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <map>
 
@@ -693,6 +694,24 @@ makeRules() {
     c.allF32();
     c.count(c.in(1), c.in(0).numel());
   });
+  rules["squared_norm"] = plain([](const Check &c) {
+    c.arity(1, kMany, 1, 1);
+    c.allF32();
+    c.count(c.out(0), 1);
+  });
+  // The first `partials` inputs are scalar shares of the squared norm; the
+  // rest are the gradients scaled in place.
+  rules["clip_grad_norm"] = [](const Check &c, const KernelArgs &args) {
+    c.arity(1, kMany, 0, 0);
+    c.allF32();
+    int64_t inputs = static_cast<int64_t>(args.inputs.size());
+    int64_t partials = c.attribute("partials", 0, 0, inputs - 1);
+    for (int64_t k = 0; k < partials; ++k)
+      c.count(c.in(static_cast<size_t>(k)), 1);
+    double maxNorm = args.f("max_norm", 0.0);
+    c.require(maxNorm > 0 && std::isfinite(maxNorm),
+              "attribute 'max_norm' must be a positive number");
+  };
   rules["assign"] = plain([](const Check &c) {
     c.arity(2, 2, 0, 0);
     c.sameType(c.in(0), c.in(1));

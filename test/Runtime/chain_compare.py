@@ -4,7 +4,7 @@ MLP cut after every Tanh, 3 steps): the parameters must be bit-identical
 (both sum in slot order), and the chain's predicted report must equal the
 measured one (workspace aside).
 
-Usage: chain_compare.py BIN_DIR WORK_DIR MODEL.onnx N
+Usage: chain_compare.py BIN_DIR WORK_DIR MODEL.onnx N [CDP-COMPILE FLAG...]
 """
 import json
 import os
@@ -14,6 +14,7 @@ import sys
 import numpy as np
 
 bin_dir, work, model, n = sys.argv[1:5]
+extra = sys.argv[5:]
 n, steps = int(n), 3
 os.makedirs(work, exist_ok=True)
 rng = np.random.default_rng(0)
@@ -26,7 +27,8 @@ for reduce in ("chain", "allreduce"):
     subprocess.run([os.path.join(bin_dir, "cdp-compile"), model, "-o", plan, "--strategy", "cdp",
                     "--devices", str(n), "--stage-boundaries", "tanh0,tanh1,tanh2",
                     "--cdp-rule", "v1", "--cdp-reduce", reduce,
-                    "--report", os.path.join(work, reduce + "-predicted.json")], check=True)
+                    "--report", os.path.join(work, reduce + "-predicted.json"), *extra],
+                   check=True)
     out = os.path.join(work, reduce)
     subprocess.run([os.path.join(bin_dir, "cdp-run"), plan, "--feed", "x=" + x, "--feed",
                     "labels=" + y, "--steps", str(steps), "--dump-params", out, "--report",

@@ -4,9 +4,12 @@
 interleaved-1f1b: on S / 2 devices, two stages each; one update per step), against PyTorch's gradient accumulation: the update applies the
 mean of the M micro-batches' gradients. 2bw against the same with 1-stale
 gradients, W(t+1) = Opt(W(t), g(W(t-1))), steps 0 and 1 both at W(0).
-Parameters after 3 steps must match within 1e-5 + 1e-4 relative.
+Parameters after 3 steps must match within 1e-5 + 1e-4 relative. With
+--clip X the step's gradient (2bw: its 1-stale one) is clipped to a global
+norm of X by torch.nn.utils.clip_grad_norm_ before each update, and the
+reference must clip at least once.
 
-Usage: accumulate_reference.py BIN_DIR WORK_DIR [MODEL [STRATEGY [STAGES [M [R [CUTS]]]]]]
+Usage: accumulate_reference.py [--clip X] BIN_DIR WORK_DIR [MODEL [STRATEGY [STAGES [M [R [CUTS]]]]]]
 (M micro-batches per step and replica; the reference accumulates R x M.)
 """
 import json
@@ -24,6 +27,12 @@ STEPS, LR = 3, 0.1
 
 
 def main():
+    clip = 0.0
+    if "--clip" in sys.argv:
+        at = sys.argv.index("--clip")
+        clip = float(sys.argv[at + 1])
+        del sys.argv[at:at + 2]
+    clipped = [0]
     bin_dir, work = sys.argv[1:3]
     model_name = sys.argv[3] if len(sys.argv) > 3 else "lenet"
     strategy = sys.argv[4] if len(sys.argv) > 4 else "single"
@@ -72,12 +81,15 @@ def main():
             with torch.no_grad():
                 for p, v in zip(params, latest):
                     p.copy_(v)
+            if clip:
+                clipped[0] += float(torch.nn.utils.clip_grad_norm_(params, clip)) > clip
             opt.step()
             versions.append([p.detach().clone() for p in params])
         return {n: p.detach().clone() for n, p in model.named_parameters()}
 
     if strategy == "2bw":
         synchronous = train(False)
+        clipped[0] = 0
         final = train(True)
         gap = max((final[n] - synchronous[n]).abs().max().item() for n in final)
         print("2bw reference differs from the synchronous one by %.1e" % gap)
@@ -95,7 +107,8 @@ def main():
         if boundaries:
             pipeline += ["--stage-boundaries", boundaries]
     subprocess.run([os.path.join(bin_dir, "cdp-compile"), path, "-o", plan, "--micro-batches",
-                    str(per_replica), "--optimizer", "momentum", "--lr", str(LR)] + pipeline,
+                    str(per_replica), "--optimizer", "momentum", "--lr", str(LR)] + pipeline +
+                   (["--clip-grad-norm", str(clip)] if clip else []),
                    check=True)
     subprocess.run([os.path.join(bin_dir, "cdp-run"), plan, "--feed",
                     "input=" + os.path.join(work, "x.npy"), "--feed",
@@ -115,6 +128,11 @@ def main():
         label += " R=%d" % replicas
     if boundaries:
         label += " pinned"
+    if clip:
+        print("%s the reference clipped %d of %d steps" % ("ok  " if clipped[0] else "FAIL",
+                                                           clipped[0], STEPS))
+        failures += not clipped[0]
+        label += " clip"
     print("%s %s M=%d: %s" % (label, model_name, M, "all match" if not failures else "%d mismatches" % failures))
     return 1 if failures else 0
 

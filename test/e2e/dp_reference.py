@@ -2,7 +2,7 @@
 """Trains with cdp's dp/cdp plans on N devices and compares with the update
 rule of algorithms.md evaluated sequentially in PyTorch.
 
-Usage: dp_reference.py BIN_DIR WORK_DIR MODEL STRATEGY [RULE [TABLE [N]]]
+Usage: dp_reference.py [--clip X] BIN_DIR WORK_DIR MODEL STRATEGY [RULE [TABLE [N]]]
 
 MODEL: deep_mlp (4 Linear layers) or cnn (conv, conv, fc, fc; BatchNorm
 after the first conv), each cut into 4 pinned stages, one per layer.
@@ -15,6 +15,12 @@ References (N micro-batches per step, default 4; SGD with momentum 0.9):
   cdp-v2  stage l of micro-batch (i, t) uses theta_{t - d(i,l)} with
           d(i,l) = 0 when (i, l) is fresh: timing table 2l-1 > s_{N-1}-s_i,
           code table l >= L - i; offsets s_i = floor(2L i / N).
+With --clip X (gradient clipping by global norm): dp clips the step's mean
+gradient (torch.nn.utils.clip_grad_norm_ on it); cdp clips each micro-batch's
+own gradient before it enters the mean (the authors' code clips the local
+gradient before the all-reduce), and since that norm needs every stage's
+gradient, the reductions start after the whole backward: the timing table's
+fresh condition becomes l > s_{N-1} - s_i.
 BatchNorm uses per-micro-batch statistics. The version table is computed
 here from the formulas, independently of the compiler. Every parameter after
 STEPS steps must match within 1e-5 + 1e-4 relative.
@@ -30,6 +36,7 @@ import torch
 from torch import nn
 
 N, L, B, STEPS, LR, MOMENTUM = 4, 4, 4, 5, 0.05, 0.9
+CLIP = 0.0  # --clip: 0 is off
 ATOL, RTOL = 1e-5, 1e-4
 
 
@@ -78,6 +85,8 @@ def version_delay(strategy, rule, table):
                 d = 0
             elif rule == "v1":
                 d = 1
+            elif table == "timing" and CLIP:
+                d = 0 if l > offsets[N - 1] - offsets[i] else 1
             elif table == "timing":
                 d = 0 if 2 * l - 1 > offsets[N - 1] - offsets[i] else 1
             else:
@@ -93,7 +102,16 @@ def stage_of(name, model_name):
     raise KeyError(name)
 
 
-def reference(model, model_name, names, start, start_buffers, x, y, delay):
+def clip_(tensors, strategy):
+    """clip_grad_norm_ on these gradients; returns whether it scaled them."""
+    total = torch.sqrt(sum((g.double() ** 2).sum() for g in tensors)).float()
+    coefficient = min(CLIP / (float(total) + 1e-6), 1.0)
+    for g in tensors:
+        g.mul_(coefficient)
+    return coefficient < 1.0
+
+
+def reference(model, model_name, names, start, start_buffers, x, y, delay, strategy):
     """The update rule evaluated sequentially, every version kept."""
     with torch.no_grad():
         for n, b in model.named_buffers():
@@ -112,8 +130,12 @@ def reference(model, model_name, names, start, start_buffers, x, y, delay):
             k = t * N + i
             out = model(x[k * B:(k + 1) * B])
             torch.nn.functional.cross_entropy(out, y[k * B:(k + 1) * B]).backward()
+            if CLIP and strategy == "cdp":
+                CLIPPED[0] += clip_([p.grad for p in model.parameters()], strategy)
             for n, p in model.named_parameters():
                 grads[n] += p.grad / N
+        if CLIP and strategy == "dp":
+            CLIPPED[0] += clip_(list(grads.values()), strategy)
         new = {}
         for n in names:
             g = grads[n]
@@ -124,12 +146,20 @@ def reference(model, model_name, names, start, start_buffers, x, y, delay):
     return history[-1]
 
 
+CLIPPED = [0]  # how many clips scaled something
+
+
 def main():
-    bin_dir, work, model_name, strategy = sys.argv[1:5]
-    rule = sys.argv[5] if len(sys.argv) > 5 else "v2"
-    table = sys.argv[6] if len(sys.argv) > 6 else "timing"
-    global N
-    N = int(sys.argv[7]) if len(sys.argv) > 7 else N
+    global N, CLIP
+    argv = sys.argv[:]
+    if "--clip" in argv:
+        at = argv.index("--clip")
+        CLIP = float(argv[at + 1])
+        del argv[at:at + 2]
+    bin_dir, work, model_name, strategy = argv[1:5]
+    rule = argv[5] if len(argv) > 5 else "v2"
+    table = argv[6] if len(argv) > 6 else "timing"
+    N = int(argv[7]) if len(argv) > 7 else N
     os.makedirs(work, exist_ok=True)
     torch.manual_seed(0)
     model = DeepMLP() if model_name == "deep_mlp" else CNN()
@@ -164,10 +194,11 @@ def main():
     start = {n: p.detach().clone() for n, p in model.named_parameters()}
     start_buffers = {n: b.clone() for n, b in model.named_buffers()}
     final = reference(model, model_name, names, start, start_buffers, x, y,
-                      version_delay(strategy, rule, table))
+                      version_delay(strategy, rule, table), strategy)
+    clipped = CLIPPED[0]
     # A cdp rule must make a difference, or the comparison proves nothing.
     dp_final = reference(model, model_name, names, start, start_buffers, x, y,
-                         version_delay("dp", rule, table))
+                         version_delay("dp", rule, table), strategy)
 
     plan = os.path.join(work, "plan.cdp")
     # cdp-mp: N CDP slots share the devices of the L stages (derived, 2.6).
@@ -177,6 +208,8 @@ def main():
             "--optimizer", "momentum", "--lr", str(LR)]
     if strategy == "cdp":
         args += ["--cdp-rule", rule, "--v2-table", table]
+    if CLIP:
+        args += ["--clip-grad-norm", str(CLIP)]
     if strategy == "cdp-mp":
         args += ["--cdp-rule", rule, "--v2-table", table]
     subprocess.run(args, check=True)
@@ -201,6 +234,11 @@ def main():
         failures += spread <= 1e-4
     label = strategy if strategy == "dp" else "%s-%s%s" % (strategy, rule, "" if rule == "v1" else "-" + table)
     label += " N=%d" % N
+    if CLIP:
+        # The clip must act, or the comparison proves nothing about it.
+        print("%s the reference clipped %d gradients" % ("ok  " if clipped else "FAIL", clipped))
+        failures += not clipped
+        label += " clip"
     print("%s %s: %s" % (model_name, label, "all match" if not failures else "%d mismatches" % failures))
     return 1 if failures else 0
 

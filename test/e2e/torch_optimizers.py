@@ -8,7 +8,8 @@ strategy below is the same computation). PyTorch trains it 20 steps on a
 global batch of 4 micro-batches of 8 samples (fresh rows every step), for
 each optimizer setting: AdamW with a parameter group that takes no decay
 on biases and a cosine schedule; momentum SGD with a step schedule; SGD with
-a linear warmup and a linear decay (SequentialLR of two LinearLR). cdp
+a linear warmup and a linear decay (SequentialLR of two LinearLR);
+momentum SGD with clip_grad_norm_ before each step. cdp
 trains the same steps under single (--micro-batches 4: one update of the
 4 micro-batches' mean gradient), dp on 4 devices, and the synchronous
 pipelines with 4 micro-batches: 1f1b, gpipe and zb-h1 on 2 stages,
@@ -66,6 +67,15 @@ SETTINGS["sgd+warmup+linear"] = (
     ["--optimizer", "sgd", "--lr", "0.05", "--warmup-steps", "4", "--warmup-start-factor",
      "0.25", "--lr-schedule", "linear", "--lr-start-factor", "1", "--lr-end-factor", "0.1",
      "--lr-period", "10"])
+# Momentum SGD whose gradients torch.nn.utils.clip_grad_norm_ clips to a
+# global norm of CLIP (per model) before each step (the norm of the step's
+# mean gradient, over every parameter); torch_params checks that it clips
+# in at least 5 of the 20 steps (it leaves some unclipped too).
+CLIP = {"mlp": 2.03, "lenet": 0.3}
+SETTINGS["momentum+clip"] = (
+    lambda named: torch.optim.SGD([p for _, p in named], lr=0.05, momentum=0.9),
+    lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 1.0),
+    ["--optimizer", "momentum", "--lr", "0.05", "--clip-grad-norm", "CLIP"])
 STRATEGIES = {
     "single": ["--micro-batches", str(MICRO)],
     "dp": ["--strategy", "dp", "--devices", str(MICRO), "--stages", "2"],
@@ -89,6 +99,7 @@ def torch_params(name, path, x, y, setting):
     opt = make_opt(named)
     sched = make_sched(opt)
     rows = MICRO * BATCH
+    clipped, norms = 0, []
     for t in range(STEPS):
         opt.zero_grad()
         xs, ys = x[t * rows:(t + 1) * rows], y[t * rows:(t + 1) * rows]
@@ -97,8 +108,14 @@ def torch_params(name, path, x, y, setting):
                                                      ys[k * BATCH:(k + 1) * BATCH])
                    for k in range(MICRO)) / MICRO
         loss.backward()
+        if setting.endswith("+clip"):
+            norms.append(round(float(torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP[name])), 3))
+            clipped += norms[-1] > CLIP[name]
         opt.step()
         sched.step()
+    if setting.endswith("+clip"):
+        print(f"{name} {setting}: torch clipped {clipped} of {STEPS} steps", norms)
+        assert clipped >= 5, "the clip setting would test nothing"
     return {n: p.detach().numpy() for n, p in model.named_parameters()}
 
 
@@ -114,14 +131,22 @@ def main():
     np.save(os.path.join(work, "x.npy"), x.numpy())
     np.save(os.path.join(work, "y.npy"), y.numpy().astype(np.int64))
     failures = 0
+    only = sys.argv[4:]  # optional: SETTING [STRATEGY...] to run just those
     for setting, (_, _, flags) in SETTINGS.items():
+        if only and setting != only[0]:
+            continue
         want = torch_params(name, path, x, y, setting)
         for strategy, strategy_flags in STRATEGIES.items():
+            if len(only) > 1 and strategy not in only[1:]:
+                continue
+            if setting.endswith("+clip") and strategy == "il-1f1b":
+                continue  # refused: two trained stages share a device
             tag = f"{setting}-{strategy}"
             plan = os.path.join(work, tag + ".cdp")
             extra = ["--batch-size", str(BATCH)] if name == "mlp" else []
+            model_flags = [str(CLIP[name]) if f == "CLIP" else f for f in flags]
             subprocess.run([os.path.join(bin_dir, "cdp-compile"), path, "-o", plan, *extra,
-                            *flags, *strategy_flags], check=True)
+                            *model_flags, *strategy_flags], check=True)
             params = os.path.join(work, tag + ".params")
             subprocess.run([os.path.join(bin_dir, "cdp-run"), plan,
                             "--feed", "input=" + os.path.join(work, "x.npy"),

@@ -395,6 +395,18 @@ std::vector<Case> lossAndUpdateCases() {
        {f32({20})},
        {f32({20})},
        {attr("slots", 4), attr("reset", 0)}},
+      {"squared_norm", "squared_norm", {f32({50}), f32({3, 7})}, {f32({})}},
+      // Normal values: a norm of about 8.4 against 1, so the clip scales.
+      {"clip_grad_norm",
+       "clip_grad_norm",
+       {f32({50}), f32({3, 7})},
+       {},
+       {real("max_norm", 1.0)}},
+      {"clip_grad_norm_shares",
+       "clip_grad_norm",
+       {f32({}, Fill::Positive), f32({}, Fill::Positive), f32({40})},
+       {},
+       {attr("partials", 2), real("max_norm", 0.5)}},
   };
 }
 
@@ -505,12 +517,16 @@ TEST_P(CudaKernelTest, MatchesCpu) {
   std::unique_ptr<Device> cpuDevice = createDevice(Backend::CPU, 0);
   Bound cpu(*cpuDevice, Backend::CPU, instruction, c, values);
   Bound cuda(*gpu, Backend::CUDA, instruction, c, values);
-  // Every tensor a kernel may write: outputs, and an update's parameter.
+  // Every tensor a kernel may write: outputs, an update's parameter and
+  // the gradients a clip scales in place.
   std::vector<size_t> checked;
   for (size_t k = c.inputs.size(); k < values.size(); ++k)
     checked.push_back(k);
   if (c.op == "update")
     checked.push_back(0);
+  if (c.op == "clip_grad_norm")
+    for (size_t k = 0; k < c.inputs.size(); ++k)
+      checked.push_back(k);
   for (int r = 0; r < c.runs; ++r) {
     cpu.run(r + 1);
     cuda.run(r + 1);

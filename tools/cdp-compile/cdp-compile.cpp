@@ -272,6 +272,14 @@ cl::opt<std::string> warmupSteps(
 cl::opt<std::string> warmupStartFactor(
     "warmup-start-factor", cl::desc("The warmup's first factor (default 1/3)"),
     cl::value_desc("X"), cl::init("0.3333333333333333"), cl::cat(category));
+cl::opt<std::string> clipGradNorm(
+    "clip-grad-norm",
+    cl::desc("Scale the step's gradients so their global L2 norm is at most "
+             "X before the update (PyTorch's clip_grad_norm_): over all "
+             "stages and devices for single, dp and the pipelines; under cdp "
+             "each device clips its own gradient before the reduction "
+             "(default 0: off)"),
+    cl::value_desc("X"), cl::init("0"), cl::cat(category));
 cl::list<std::string> noDecay(
     "no-decay",
     cl::desc("Update parameters whose names match PATTERN (a glob, e.g. "
@@ -427,7 +435,7 @@ struct Settings {
   bool reportOnly = false; ///< --report without -o
   double lr = 0, weightDecay = 0, momentum = -1, epsilon = 0, beta1 = 0,
          beta2 = 0, lrGamma = 0.1, lrMin = 0, lrStart = 1.0 / 3, lrEnd = 1,
-         warmupStart = 1.0 / 3;
+         warmupStart = 1.0 / 3, clipGradNorm = 0;
   int64_t lrPeriod = 1, warmup = 0;
   cdp::ImportOptions import;
   /// interleaved-1f1b's --stages-per-device (1 otherwise).
@@ -683,6 +691,10 @@ void readOptimizerFlags(Settings &settings) {
   settings.lrMin = parseReal("--lr-min", lrMin);
   if (settings.lrGamma <= 0 || settings.lrMin < 0)
     die("--lr-gamma must be positive and --lr-min not negative");
+  settings.clipGradNorm = parseReal("--clip-grad-norm", clipGradNorm);
+  if (settings.clipGradNorm < 0)
+    die("--clip-grad-norm must be a positive norm (0: off), got '" +
+        clipGradNorm + "'");
   settings.epsilon = parseReal("--adam-eps", adamEps);
   auto [beta1Text, beta2Text] = llvm::StringRef(adamBetas).split(',');
   settings.beta1 = parseReal("--adam-betas", beta1Text.str());
@@ -738,12 +750,26 @@ void checkMeaningfulFlags(const Settings &settings) {
   // (--bn-running-var still matters there: a training-mode BatchNorm node
   // returns running statistics.)
   if (inference)
-    for (const llvm::cl::Option *flag :
-         Flags{&optimizer, &lr, &momentum, &adamBetas, &adamEps, &weightDecay,
-               &lrSchedule, &lrPeriod, &lrGamma, &lrMin, &lrStartFactor,
-               &lrEndFactor, &warmupSteps, &warmupStartFactor,
-               std::addressof(noDecay), std::addressof(freeze), &loss,
-               &lossOutput, &labelsName})
+    for (const llvm::cl::Option *flag : Flags{&optimizer,
+                                              &lr,
+                                              &momentum,
+                                              &adamBetas,
+                                              &adamEps,
+                                              &weightDecay,
+                                              &lrSchedule,
+                                              &lrPeriod,
+                                              &lrGamma,
+                                              &lrMin,
+                                              &lrStartFactor,
+                                              &lrEndFactor,
+                                              &warmupSteps,
+                                              &warmupStartFactor,
+                                              &clipGradNorm,
+                                              std::addressof(noDecay),
+                                              std::addressof(freeze),
+                                              &loss,
+                                              &lossOutput,
+                                              &labelsName})
       if (given(*flag))
         refuse(*flag, "training plans, not --inference");
   for (const llvm::cl::Option *flag : Flags{&cdpRule, &v2Table})
@@ -846,6 +872,7 @@ cdp::TrainingPipelineConfig pipelineConfigFor(const Settings &settings) {
   config.lrEnd = settings.lrEnd;
   config.warmup = settings.warmup;
   config.warmupStart = settings.warmupStart;
+  config.clipGradNorm = settings.clipGradNorm;
   config.devices = settings.deviceCount;
   config.microBatches = settings.microBatchCount;
   config.replicas = settings.replicaCount;

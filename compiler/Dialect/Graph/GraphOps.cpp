@@ -1076,6 +1076,14 @@ LogicalResult UpdateOp::verify() {
   return success();
 }
 
+LogicalResult ClipGradNormOp::verify() {
+  if (getGrads().empty())
+    return emitOpError("needs at least one gradient");
+  if (!(getMaxNorm().convertToFloat() > 0))
+    return emitOpError("max_norm must be positive");
+  return success();
+}
+
 #define GET_OP_CLASSES
 #include "cdp/Dialect/Graph/GraphOps.cpp.inc"
 

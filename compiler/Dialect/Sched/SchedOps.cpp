@@ -163,6 +163,21 @@ LogicalResult ExchangeGradientsOp::verify() {
 
 LogicalResult ApplyUpdateOp::verify() { return verifyStep(*this); }
 
+LogicalResult ClipStagesOp::verify() {
+  ArrayRef<int64_t> stages = getStages(), devices = getDevices();
+  auto program = cast<StepProgramOp>((*this)->getParentOp()->getParentOp());
+  int64_t own = deviceOf(*this).getStage();
+  if (stages.size() != devices.size() || !llvm::is_sorted(stages) ||
+      !llvm::is_contained(stages, own))
+    return emitOpError("needs one device per stage, the stages in order and "
+                       "this device's stage among them");
+  for (int64_t s : stages)
+    if (s < 1 || s > program.getStages())
+      return emitOpError("names stage ")
+             << s << " of a program with " << program.getStages();
+  return verifyStep(*this);
+}
+
 LogicalResult ParamSendOp::verify() { return verifyPeer(*this, getTo()); }
 
 LogicalResult ParamRecvOp::verify() { return verifyPeer(*this, getFrom()); }

@@ -81,7 +81,8 @@ def InsertOptimizer : Pass<"cdp-insert-optimizer", "mlir::ModuleOp"> {
     SGD and momentum follow PyTorch (dampening 0, first step sets the buffer
     to the gradient); Adam is PyTorch's with L2 weight decay; AdamW is
     PyTorch's, the weight decay decoupled (the parameter shrinks by
-    lr × decay before the Adam step).
+    lr × decay before the Adam step). With `clip-grad-norm`, one
+    `cdp.clip_grad_norm` of every gradient comes before the updates.
   }];
   let options = [
     Option<"optimizer", "optimizer", "std::string", "\"sgd\"", "sgd, momentum, adam or adamw">,
@@ -107,6 +108,9 @@ def InsertOptimizer : Pass<"cdp-insert-optimizer", "mlir::ModuleOp"> {
     ListOption<"noDecay", "no-decay", "std::string",
                "Parameters (glob patterns of their names, e.g. *.bias) "
                "updated without weight decay">,
+    Option<"clipGradNorm", "clip-grad-norm", "double", "0",
+           "Clip the gradients to this global L2 norm before the updates "
+           "(0: off)">,
   ];
   let dependentDialects = ["cdp::CDPDialect"];
 }

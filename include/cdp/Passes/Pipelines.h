@@ -47,6 +47,8 @@ struct TrainingPipelineConfig {
   /// Updates of linear warmup from warmupStart x lr, before the schedule.
   int64_t warmup = 0;
   double warmupStart = 1.0 / 3;
+  /// Greater than 0: the gradients' global L2 norm is clipped to it.
+  double clipGradNorm = 0;
   /// The schedule: devices (dp, cdp), micro-batches per step and replicas
   /// (pipelines), the CDP rule and v2 table (cdp, cdp-mp), the reduction
   /// (cdp).

@@ -22,11 +22,19 @@ struct SlotSchedule {
   mlir::func::FuncOp func;
   mlir::StringAttr strategy, rule; ///< rule: "" before cdp-delay-updates
   int64_t devices = 1, stages = 1;
+  /// cdp with gradient clipping: reductions start after the last backward.
+  bool reduceAfterBackward = false;
   mlir::DenseI64ArrayAttr offsets, reduceAt;
   mlir::ArrayAttr delays;
   /// Present once cdp-delay-updates ran (null otherwise).
   mlir::DenseI64ArrayAttr live, idle;
 };
+
+/// Whether cdp-build-schedule moved the reductions after the last backward.
+inline bool reducesAfterBackward(mlir::DictionaryAttr schedule) {
+  auto flag = schedule.getAs<mlir::BoolAttr>("reduce_after_backward");
+  return flag && flag.getValue();
+}
 
 /// @main's recorded schedule, or none after reporting what is missing.
 inline std::optional<SlotSchedule> readSlotSchedule(mlir::ModuleOp module) {
@@ -59,6 +67,7 @@ inline std::optional<SlotSchedule> readSlotSchedule(mlir::ModuleOp module) {
       mlir::cast<mlir::IntegerAttr>(schedule.get("devices")).getInt();
   result.stages =
       mlir::cast<mlir::IntegerAttr>(schedule.get("stages")).getInt();
+  result.reduceAfterBackward = reducesAfterBackward(schedule);
   return result;
 }
 

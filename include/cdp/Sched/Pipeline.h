@@ -177,13 +177,25 @@ inline int64_t cdpSlotStart(int64_t i, int64_t L, int64_t N) {
   return 2 * L * i / N;
 }
 
+/// The time step of dp's and CDP's cycle of 2L at which a slot hands stage
+/// l's gradients to the reduction: right after its B_l (2L - l) or, when
+/// each device clips its own gradient by its global norm (cdp), after its
+/// last backward (2L - 1), once every stage's gradient is known.
+inline int64_t reductionStart(int64_t l, int64_t L, bool afterBackward) {
+  return afterBackward ? 2 * L - 1 : 2 * L - l;
+}
+
 /// CDP-v2: whether slot i reads stage l's new version (1-based l of L),
 /// given its start and the last slot's. The timing table: its F_l comes
-/// after stage l's update, 2l - 1 > lastStart - start; the code table (the
-/// authors' rule): l >= L - i.
+/// after stage l's update, which the last slot's reduction start makes
+/// (2l - 1 > lastStart - start with reductions after each B_l); the code
+/// table (the authors' rule): l >= L - i.
 inline bool cdpFresh(bool codeTable, int64_t i, int64_t l, int64_t L,
-                     int64_t start, int64_t lastStart) {
-  return codeTable ? l >= L - i : 2 * l - 1 > lastStart - start;
+                     int64_t start, int64_t lastStart,
+                     bool afterBackward = false) {
+  return codeTable ? l >= L - i
+                   : l - 1 + 2 * L - reductionStart(l, L, afterBackward) >
+                         lastStart - start;
 }
 
 /// cdp-mp (docs/strategies/cdp-mp.md): which device of stage s (1-based) of L

@@ -2,6 +2,7 @@
 
 #include "CpuKernels.h"
 
+#include "../GradientClip.h"
 #include "../LearningRate.h"
 
 #include <cmath>
@@ -82,9 +83,63 @@ public:
   std::vector<float> first, second;
 };
 
+/// The sum of the squares of every element of `grads`, in double (four
+/// partial sums, so the loop vectorises).
+double squaredNorm(const std::vector<TensorView> &grads) {
+  double total = 0;
+  for (const TensorView &g : grads) {
+    const float *x = g.f32();
+    int64_t n = g.numel(), i = 0;
+    double sums[4] = {0, 0, 0, 0};
+    for (; i + 4 <= n; i += 4)
+      for (int k = 0; k < 4; ++k)
+        sums[k] += static_cast<double>(x[i + k]) * x[i + k];
+    for (; i < n; ++i)
+      sums[0] += static_cast<double>(x[i]) * x[i];
+    total += (sums[0] + sums[1]) + (sums[2] + sums[3]);
+  }
+  return total;
+}
+
+/// Gradient clipping by global norm. `squared_norm`: one stage's share of
+/// the squared norm (pipelines send it to the other stages).
+/// `clip_grad_norm`: scales its gradients in place by clipCoefficient of
+/// the squared norm: the sum of its first `partials` inputs (every stage's
+/// share, in stage order) or, with none, of its own gradients.
+void registerGradientClip(KernelRegistry &registry) {
+  addKernel(registry, "squared_norm", [](const KernelArgs &args) {
+    std::vector<TensorView> grads = args.inputs;
+    TensorView out = args.outputs[0];
+    return [=](const StepContext &) {
+      out.f32()[0] = static_cast<float>(squaredNorm(grads));
+    };
+  });
+  addKernel(registry, "clip_grad_norm", [](const KernelArgs &args) {
+    auto partials = static_cast<size_t>(args.i("partials", 0));
+    std::vector<TensorView> shares(args.inputs.begin(),
+                                   args.inputs.begin() + partials),
+        grads(args.inputs.begin() + partials, args.inputs.end());
+    float maxNorm = static_cast<float>(args.f("max_norm", 1.0));
+    return [=](const StepContext &) {
+      double squared = 0;
+      for (const TensorView &share : shares)
+        squared += share.f32()[0];
+      if (shares.empty())
+        squared = squaredNorm(grads);
+      float coefficient = clipCoefficient(squared, maxNorm);
+      if (coefficient >= 1.0f)
+        return; // multiplying by 1 changes nothing
+      for (const TensorView &g : grads)
+        for (int64_t i = 0, n = g.numel(); i < n; ++i)
+          g.f32()[i] *= coefficient;
+    };
+  });
+}
+
 } // namespace
 
 void registerOptimizer(KernelRegistry &registry) {
+  registerGradientClip(registry);
   registry.add("update", Backend::CPU, [](const KernelArgs &args) {
     return std::make_unique<UpdateKernel>(args);
   });

@@ -10,6 +10,7 @@
 #include "CudaKernels.h"
 #include "Reduce.cuh"
 
+#include "../GradientClip.h"
 #include "../LearningRate.h"
 
 namespace cdp::runtime::cuda {
@@ -56,6 +57,91 @@ __global__ void accumulateKernel(const float *g, float *acc, int64_t n,
                                  float scale, bool first) {
   CDP_FOR_EACH(i, n) { acc[i] = (first ? 0.0f : acc[i]) + g[i] * scale; }
 }
+
+/// Adds the squares of x (one block, in a fixed order) to *total; the
+/// first tensor of a norm (`reset`) starts it from zero.
+__global__ void squaresKernel(const float *x, int64_t n, double *total,
+                              bool reset) {
+  double sum = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    sum += static_cast<double>(x[i]) * x[i];
+  sum = blockSum(sum);
+  if (threadIdx.x == 0)
+    *total = (reset ? 0.0 : *total) + sum;
+}
+
+/// *total plus the stages' shares (partials, in stage order) into the
+/// clip coefficient, or with `asShare` the float share itself.
+__global__ void clipCoefficientKernel(double *total, const float *const *shares,
+                                      int count, float maxNorm, bool asShare,
+                                      float *out) {
+  double squared = count ? 0.0 : *total;
+  for (int k = 0; k < count; ++k)
+    squared += *shares[k];
+  *out =
+      asShare ? static_cast<float>(squared) : clipCoefficient(squared, maxNorm);
+}
+
+__global__ void scaleKernel(float *g, int64_t n, const float *coefficient) {
+  float c = *coefficient;
+  if (c >= 1.0f)
+    return;
+  CDP_FOR_EACH(i, n) { g[i] *= c; }
+}
+
+/// squared_norm and clip_grad_norm (the CPU kernels say what they mean),
+/// on the device's stream with no host synchronisation: the sums and the
+/// coefficient stay in device memory.
+class GradientClipKernel : public Kernel {
+public:
+  GradientClipKernel(const KernelArgs &args, bool clip)
+      : clip(clip), maxNorm(static_cast<float>(args.f("max_norm", 1.0))),
+        total(deviceOf(args), sizeof(double)),
+        coefficient(deviceOf(args), sizeof(float)) {
+    size_t partials = clip ? static_cast<size_t>(args.i("partials", 0)) : 0;
+    grads.assign(args.inputs.begin() + partials, args.inputs.end());
+    std::vector<const float *> pointers;
+    for (size_t k = 0; k < partials; ++k)
+      pointers.push_back(args.inputs[k].f32());
+    if (!clip)
+      out = args.outputs[0].f32();
+    if (!pointers.empty()) {
+      shares = std::make_unique<Scratch>(deviceOf(args),
+                                         pointers.size() * sizeof(float *));
+      checkCuda(cudaMemcpy(shares->as<void>(), pointers.data(),
+                           pointers.size() * sizeof(float *),
+                           cudaMemcpyHostToDevice),
+                "clip_grad_norm");
+    }
+    count = static_cast<int>(pointers.size());
+  }
+
+  void run(const StepContext &context) override {
+    cudaStream_t stream = streamOf(context);
+    if (count == 0)
+      for (size_t k = 0; k < grads.size(); ++k)
+        squaresKernel<<<1, 1024, 0, stream>>>(grads[k].f32(), grads[k].numel(),
+                                              total.as<double>(), k == 0);
+    clipCoefficientKernel<<<1, 1, 0, stream>>>(
+        total.as<double>(), shares ? shares->as<const float *>() : nullptr,
+        count, maxNorm, !clip, clip ? coefficient.as<float>() : out);
+    if (clip)
+      for (const TensorView &g : grads)
+        if (g.numel())
+          scaleKernel<<<blocksFor(g.numel()), kThreads, 0, stream>>>(
+              g.f32(), g.numel(), coefficient.as<float>());
+    launched(clip ? "clip_grad_norm" : "squared_norm");
+  }
+
+private:
+  bool clip;
+  float maxNorm;
+  Scratch total, coefficient;
+  std::unique_ptr<Scratch> shares;
+  std::vector<TensorView> grads;
+  float *out = nullptr;
+  int count = 0;
+};
 
 class UpdateKernel : public Kernel {
 public:
@@ -126,6 +212,12 @@ private:
 void registerOptimizer(KernelRegistry &registry) {
   registry.add("update", Backend::CUDA, [](const KernelArgs &args) {
     return std::make_unique<UpdateKernel>(args);
+  });
+  registry.add("squared_norm", Backend::CUDA, [](const KernelArgs &args) {
+    return std::make_unique<GradientClipKernel>(args, false);
+  });
+  registry.add("clip_grad_norm", Backend::CUDA, [](const KernelArgs &args) {
+    return std::make_unique<GradientClipKernel>(args, true);
   });
   addKernel(registry, "assign", [](const KernelArgs &args) {
     TensorView buffer = args.inputs[0], value = args.inputs[1];

@@ -162,3 +162,21 @@ sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages =
   sched.slot_device attributes {index = 0, offset = 0} {
   }
 }
+
+// -----
+
+sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = "gpipe", weight_versions = 1} {
+  sched.stage_device attributes {index = 0, micro_batches = array<i64: 0>, replica = 0, slots = 1, stage = 1} {
+    // expected-error@+1 {{'sched.clip_stages' op needs one device per stage, the stages in order and this device's stage among them}}
+    sched.clip_stages {devices = array<i64: 1>, micro_batch = 0, stages = array<i64: 2>, step = 0, time_step = 1}
+  }
+}
+
+// -----
+
+sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = "gpipe", weight_versions = 1} {
+  sched.stage_device attributes {index = 0, micro_batches = array<i64: 0>, replica = 0, slots = 1, stage = 1} {
+    // expected-error@+1 {{'sched.clip_stages' op names stage 3 of a program with 2}}
+    sched.clip_stages {devices = array<i64: 0, 1>, micro_batch = 0, stages = array<i64: 1, 3>, step = 0, time_step = 1}
+  }
+}

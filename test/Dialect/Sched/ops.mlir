@@ -9,6 +9,7 @@
 // CHECK-NEXT: sched.compute {kind = #sched.work<forward>, micro_batch = 0 : i64, slot = 0 : i64, step = 0 : i64, tied_previous = ["w"], time_step = 0 : i64, version = #sched.version<latest>}
 // CHECK-NEXT: sched.keep_previous {micro_batch = 0 : i64, param = "w", step = -1 : i64, time_step = 1 : i64}
 // CHECK-NEXT: sched.exchange_gradients {micro_batch = 0 : i64, param = "w", peers = array<i64: 0, 2>, replica = 0 : i64, step = -1 : i64, time_step = 1 : i64}
+// CHECK-NEXT: sched.clip_stages {devices = array<i64: 0, 1>, micro_batch = 0 : i64, stages = array<i64: 1, 2>, step = -1 : i64, time_step = 1 : i64}
 // CHECK-NEXT: sched.apply_update {micro_batch = 0 : i64, param = "w", step = -1 : i64, time_step = 1 : i64}
 // CHECK-NEXT: sched.param_send {micro_batch = 0 : i64, param = "w", step = -1 : i64, time_step = 1 : i64, to = 1 : i64}
 // CHECK-NEXT: sched.compute {kind = #sched.work<backward>, micro_batch = 0 : i64, slot = 0 : i64, step = 0 : i64, time_step = 3 : i64, version = #sched.version<previous>}
@@ -22,6 +23,7 @@ sched.step_program attributes {cycle = 4 : i64, live_versions = array<i64: 2, 2>
     sched.compute {kind = #sched.work<forward>, micro_batch = 0 : i64, slot = 0 : i64, step = 0 : i64, tied_previous = ["w"], time_step = 0 : i64, version = #sched.version<latest>}
     sched.keep_previous {micro_batch = 0 : i64, param = "w", step = -1 : i64, time_step = 1 : i64}
     sched.exchange_gradients {micro_batch = 0 : i64, param = "w", peers = array<i64: 0, 2>, replica = 0 : i64, step = -1 : i64, time_step = 1 : i64}
+    sched.clip_stages {devices = array<i64: 0, 1>, micro_batch = 0 : i64, stages = array<i64: 1, 2>, step = -1 : i64, time_step = 1 : i64}
     sched.apply_update {micro_batch = 0 : i64, param = "w", step = -1 : i64, time_step = 1 : i64}
     sched.param_send {micro_batch = 0 : i64, param = "w", step = -1 : i64, time_step = 1 : i64, to = 1 : i64}
     sched.compute {kind = #sched.work<backward>, micro_batch = 0 : i64, slot = 0 : i64, step = 0 : i64, time_step = 3 : i64, version = #sched.version<previous>}
@@ -41,6 +43,9 @@ sched.step_program attributes {cycle = 4 : i64, live_versions = array<i64: 2, 2>
 // CHECK-NEXT: sched.slot_compute {kind = #sched.work<backward>, stage = 1 : i64, time_step = 1 : i64}
 // CHECK-NEXT: sched.start_reduction {stage = 1 : i64, time_step = 1 : i64}
 // CHECK-NEXT: sched.chain_relay {stage = 1 : i64, step_offset = 1 : i64, time_step = 1 : i64}
+// CHECK: sched.slot_device attributes {index = 1 : i64, offset = 1 : i64} {
+// CHECK-NEXT: sched.clip_means {min_step = 1 : i64, time_step = 0 : i64}
+// CHECK-NEXT: sched.clip_own {time_step = 1 : i64}
 sched.step_program attributes {cycle = 2 : i64, live_versions = array<i64: 2>, micro_batches = 2 : i64, reduce_at = array<i64: 2>, reduction = #sched.reduction<chain>, rule = "v1", stages = 1 : i64, strategy = "cdp", version_delay = [array<i64: 1>, array<i64: 1>], weight_versions = 1 : i64} {
   sched.slot_device attributes {index = 0 : i64, offset = 0 : i64} {
     sched.wait_reduction {delay = 1 : i64, min_step = 2 : i64, stage = 1 : i64, time_step = 0 : i64}
@@ -50,6 +55,8 @@ sched.step_program attributes {cycle = 2 : i64, live_versions = array<i64: 2>, m
     sched.chain_relay {stage = 1 : i64, step_offset = 1 : i64, time_step = 1 : i64}
   }
   sched.slot_device attributes {index = 1 : i64, offset = 1 : i64} {
+    sched.clip_means {min_step = 1 : i64, time_step = 0 : i64}
+    sched.clip_own {time_step = 1 : i64}
   }
 }
 

@@ -675,6 +675,21 @@ def CDP_UpdateOp : CDP_BaseOp<"update", [AllTypesMatch<["param", "grad"]>]> {
   let hasVerifier = 1;
 }
 
+def CDP_ClipGradNormOp : CDP_BaseOp<"clip_grad_norm"> {
+  let summary = "scale the step's gradients in place to a global L2 norm of at most max_norm";
+  let description = [{
+    PyTorch's `torch.nn.utils.clip_grad_norm_`: with `n` the L2 norm of all
+    the `grads` together, each is multiplied by `max_norm / (n + 1e-6)` when
+    that is below 1. The optimizer pass places it before the updates; where
+    the gradients it reads live (one device, the reduced means, a stage's
+    accumulators with the norm summed over the stages, or under cdp each
+    device's own gradient before its reduction) is the schedule's decision.
+  }];
+  let arguments = (ins Variadic<CDP_F32Tensor>:$grads, F32Attr:$max_norm);
+  let assemblyFormat = "$grads attr-dict `:` type($grads)";
+  let hasVerifier = 1;
+}
+
 def CDP_AssignOp : CDP_BaseOp<"assign", [AllTypesMatch<["buffer", "value"]>]> {
   let summary = "write a new value into a buffer (BatchNorm running statistics)";
   let arguments = (ins StrAttr:$name, CDP_F32Tensor:$buffer, CDP_F32Tensor:$value);

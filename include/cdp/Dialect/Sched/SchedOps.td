@@ -263,6 +263,22 @@ def Sched_ApplyUpdateOp : Sched_StepOp<"apply_update"> {
   let hasVerifier = 1;
 }
 
+def Sched_ClipStagesOp : Sched_StepOp<"clip_stages"> {
+  let summary = "clip the step's gradients by their global norm over the pipeline's stages";
+  let description = [{
+    Before the stage's updates (after any replica exchange): this stage's
+    share of the squared norm of the step's gradients goes to every other
+    stage of the replica that has updates (`stages`, run by `devices`, one
+    each), theirs come back, and the stage's gradients are scaled by the
+    clip coefficient of their sum in stage order, so every stage applies
+    the same factor.
+  }];
+  let arguments = (ins DenseI64ArrayAttr:$stages, DenseI64ArrayAttr:$devices,
+                       Sched_Int:$micro_batch, Sched_Int:$time_step,
+                       Sched_Int:$step);
+  let hasVerifier = 1;
+}
+
 def Sched_ParamSendOp : Sched_StepOp<"param_send"> {
   let summary = "send `param`'s new value to the device `to` holding a replica";
   let arguments = (ins StrAttr:$param, Sched_Int:$to, Sched_Int:$micro_batch,
@@ -326,6 +342,27 @@ def Sched_WaitReductionOp : Sched_Op<"wait_reduction",
   let arguments = (ins Sched_Int:$stage, Sched_Int:$delay,
                        Sched_Int:$min_step, Sched_Int:$time_step);
   let hasVerifier = 1;
+}
+
+def Sched_ClipMeansOp : Sched_Op<"clip_means", [HasParent<"SlotDeviceOp">]> {
+  let summary = "dp: take every stage's reduced gradients, clip them together and update";
+  let description = [{
+    With gradient clipping, dp's step starts here instead of at the stages'
+    `sched.wait_reduction`s: from step `min_step` on, it waits for every
+    stage's mean gradients of step t - 1, scales them by the clip
+    coefficient of their global norm and applies every stage's update.
+  }];
+  let arguments = (ins Sched_Int:$min_step, Sched_Int:$time_step);
+}
+
+def Sched_ClipOwnOp : Sched_Op<"clip_own", [HasParent<"SlotDeviceOp">]> {
+  let summary = "cdp: clip the device's own gradients of the step before they are reduced";
+  let description = [{
+    After the device's last backward: scales its own gradients of the step
+    (every stage's) by the clip coefficient of their global norm; the
+    stages' reductions start after it.
+  }];
+  let arguments = (ins Sched_Int:$time_step);
 }
 
 def Sched_StartReductionOp : Sched_Op<"start_reduction",
