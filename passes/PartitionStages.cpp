@@ -61,6 +61,103 @@ int64_t bytesOf(Value value) {
   return type.getNumElements() * width;
 }
 
+/// The contiguous cut of n ops into `count` stages that minimises the
+/// largest `objective(begin, end, stage)` of a stage (ops [begin, end),
+/// stage 1-based), by dynamic programming over cut positions; `from`
+/// records each stage's first op. Returns that largest value (infinity
+/// when no cut has every stage finite).
+template <typename Objective>
+double minMaxCut(size_t n, int64_t count, Objective objective,
+                 SmallVector<SmallVector<size_t>> &from) {
+  const double infinity = std::numeric_limits<double>::infinity();
+  SmallVector<SmallVector<double>> best(count + 1,
+                                        SmallVector<double>(n + 1, infinity));
+  from.assign(count + 1, SmallVector<size_t>(n + 1, 0));
+  best[0][0] = 0;
+  for (int64_t s = 1; s <= count; ++s)
+    for (size_t j = s; j + (count - s) <= n; ++j)
+      for (size_t i = s - 1; i < j; ++i) {
+        if (best[s - 1][i] == infinity)
+          continue;
+        double value = std::max(best[s - 1][i], objective(i, j, s));
+        if (value < best[s][j]) {
+          best[s][j] = value;
+          from[s][j] = i;
+        }
+      }
+  return best[count][n];
+}
+
+/// Writes the stages `from` describes into stageOf.
+void applyCut(const SmallVector<SmallVector<size_t>> &from, size_t n,
+              int64_t count, SmallVector<int64_t> &stageOf) {
+  for (size_t j = n, s = count; s > 0; j = from[s][j], --s)
+    for (size_t i = from[s][j]; i < j; ++i)
+      stageOf[i] = s;
+}
+
+/// Whether ops [0, n) (costs by `prefix`) cut into at most `count`
+/// contiguous stages of cost at most `limit` each.
+bool fitsStages(ArrayRef<double> prefix, int64_t count, double limit) {
+  size_t n = prefix.size() - 1;
+  int64_t used = 0;
+  for (size_t b = 0; b < n; ++used) {
+    size_t e = b;
+    while (e < n && prefix[e + 1] - prefix[b] <= limit)
+      ++e;
+    if (e == b)
+      return false; // one op alone is over the limit
+    b = e;
+  }
+  return used <= count;
+}
+
+/// The cost-model cut of n ops into `count` stages: first the smallest
+/// possible largest stage M (binary search over the greedy check above; a
+/// pipeline's step is bounded by its slowest stage), then, stage by stage,
+/// the cut nearest an even share of the work still to place among those
+/// that keep this stage and every later one within M. The second part
+/// matters where one op dominates: M is then that op's stage, and cutting
+/// the rest greedily at fixed shares of the total left the stage after it
+/// nearly empty.
+void balancedCut(ArrayRef<double> prefix, int64_t count,
+                 SmallVector<int64_t> &stageOf) {
+  size_t n = prefix.size() - 1;
+  double lo = 0, hi = prefix[n];
+  for (size_t i = 0; i < n; ++i)
+    lo = std::max(lo, prefix[i + 1] - prefix[i]);
+  for (int k = 0; k < 100 && hi - lo > 1e-12 * std::max(1.0, hi); ++k) {
+    double middle = (lo + hi) / 2;
+    (fitsStages(prefix, count, middle) ? hi : lo) = middle;
+  }
+  double limit = hi;
+  // need[i]: the fewest stages that cover ops [i, n) within the limit.
+  SmallVector<int64_t> need(n + 1, 0);
+  for (size_t i = n, e = n; i-- > 0;) {
+    while (prefix[e] - prefix[i] > limit)
+      --e;
+    need[i] = 1 + need[std::max(e, i + 1)];
+  }
+  size_t b = 0;
+  for (int64_t s = 1; s <= count; ++s) {
+    int64_t later = count - s;
+    double target = prefix[b] + (prefix[n] - prefix[b]) / (later + 1);
+    size_t cut = n;
+    for (size_t e = b + 1; e + later <= n; ++e) {
+      if (prefix[e] - prefix[b] > limit)
+        break;
+      if (later > 0 ? need[e] > later : e != n)
+        continue;
+      if (cut == n ||
+          std::abs(prefix[e] - target) < std::abs(prefix[cut] - target))
+        cut = e;
+    }
+    for (size_t i = b; i < cut; ++i)
+      stageOf[i] = s;
+    b = cut;
+  }
+}
+
 struct PartitionStagesPass
     : public cdp::impl::PartitionStagesBase<PartitionStagesPass> {
   using PartitionStagesBase::PartitionStagesBase;
@@ -147,36 +244,17 @@ struct PartitionStagesPass
       return costPrefix[end] - costPrefix[begin];
     };
     const double infinity = std::numeric_limits<double>::infinity();
-    // best[s][j]: the objective over the first j ops cut into s stages;
-    // objective(b, e, s) is a stage's cost (under the cap) or its memory.
-    auto solve = [&](auto objective, SmallVector<SmallVector<size_t>> &from) {
-      SmallVector<SmallVector<double>> best(
-          count + 1, SmallVector<double>(n + 1, infinity));
-      from.assign(count + 1, SmallVector<size_t>(n + 1, 0));
-      best[0][0] = 0;
-      for (int64_t s = 1; s <= count; ++s)
-        for (size_t j = s; j + (count - s) <= n; ++j)
-          for (size_t i = s - 1; i < j; ++i) {
-            if (best[s - 1][i] == infinity)
-              continue;
-            double value = std::max(best[s - 1][i], objective(i, j, s));
-            if (value < best[s][j]) {
-              best[s][j] = value;
-              from[s][j] = i;
-            }
-          }
-      return best[count][n];
-    };
     SmallVector<SmallVector<size_t>> from;
     double cap = static_cast<double>(deviceMemory);
-    double largestCost = solve(
+    double largestCost = minMaxCut(
+        n, count,
         [&](size_t b, size_t e, int64_t s) {
           return memory(b, e, s) <= cap ? cost(b, e) : infinity;
         },
         from);
     if (largestCost == infinity) {
       SmallVector<SmallVector<size_t>> unused;
-      double smallest = solve(memory, unused);
+      double smallest = minMaxCut(n, count, memory, unused);
       func.emitError("no partition into ")
           << count << " stages fits --device-memory "
           << static_cast<int64_t>(deviceMemory)
@@ -187,9 +265,7 @@ struct PartitionStagesPass
           << strategy << "'s stashed activations; or use more stages)";
       return failure();
     }
-    for (size_t j = n, s = count; s > 0; j = from[s][j], --s)
-      for (size_t i = from[s][j]; i < j; ++i)
-        stageOf[i] = s;
+    applyCut(from, n, count, stageOf);
     return success();
   }
 
@@ -269,29 +345,23 @@ struct PartitionStagesPass
       if (failed(partitionUnderCap(func, ops, costs, count, stageOf)))
         return signalPassFailure();
     } else {
-      double total = 0;
-      SmallVector<double> prefix;
+      SmallVector<double> prefix(1, 0.0);
       for (double cost : costs)
-        prefix.push_back(total += cost);
-      int64_t stage = 1;
-      for (size_t i = 0; i < ops.size(); ++i) {
-        stageOf[i] = stage;
-        // Cut once this stage reached its share, leaving an op for every
-        // remaining stage.
-        bool reached = prefix[i] >= total * stage / count;
-        bool room = ops.size() - (i + 1) >= static_cast<size_t>(count - stage);
-        if (stage < count && reached && room)
-          ++stage;
-        else if (stage < count &&
-                 ops.size() - (i + 1) == static_cast<size_t>(count - stage))
-          ++stage;
-      }
+        prefix.push_back(prefix.back() + cost);
+      balancedCut(prefix, count, stageOf);
     }
     OpBuilder builder(func.getContext());
     for (auto [op, stage] : llvm::zip(ops, stageOf))
       op->setAttr("cdp.stage", builder.getI64IntegerAttr(stage));
     placeWithConsumers(parameterOnly, builder);
     func->setAttr("cdp.stages", builder.getI64IntegerAttr(count));
+    // What the cut weighed, per stage, so that tools can show the balance.
+    SmallVector<double> stageCosts(count, 0.0);
+    for (auto [cost, stage] : llvm::zip(costs, stageOf))
+      stageCosts[stage - 1] += cost;
+    func->setAttr("cdp.stage_costs", builder.getDenseF64ArrayAttr(stageCosts));
+    func->setAttr("cdp.stage_cost_unit",
+                  builder.getStringAttr(profile.empty() ? "model" : "ms"));
   }
 
   /// Splits the ops to place into those that read an input of the model

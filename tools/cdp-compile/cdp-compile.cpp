@@ -1055,6 +1055,70 @@ void writeReport(const cdp::plan::Plan &plan, const Settings &settings,
     die(reportPath + ": write failed");
 }
 
+/// Bytes as B, KiB, MiB or GiB with one decimal.
+std::string readableBytes(int64_t bytes) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 3) {
+    value /= 1024;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, unit ? "%.1f %s" : "%.0f %s", value,
+                units[unit]);
+  return text;
+}
+
+/// A pipeline's stages as the partitioner weighed them: each stage's share
+/// of the work and its parameters, and how far the largest stage is above
+/// the mean (it bounds the step).
+void printStageBalance(mlir::ModuleOp module, const cdp::plan::Plan &plan) {
+  auto func = module.lookupSymbol<mlir::func::FuncOp>("main");
+  auto costs =
+      func ? func->getAttrOfType<mlir::DenseF64ArrayAttr>("cdp.stage_costs")
+           : nullptr;
+  auto unit = func
+                  ? func->getAttrOfType<mlir::StringAttr>("cdp.stage_cost_unit")
+                  : nullptr;
+  if (!costs || !unit || costs.size() < 2)
+    return;
+  double total = 0, largest = 0;
+  for (double cost : costs.asArrayRef()) {
+    total += cost;
+    largest = std::max(largest, cost);
+  }
+  if (total <= 0)
+    return;
+  bool measured = unit.getValue() == "ms";
+  std::printf("%lld stages, %s%s:\n  stage  share of work  %s  parameters\n",
+              static_cast<long long>(costs.size()),
+              stageBoundaries.empty() ? "cut" : "cut by --stage-boundaries",
+              measured ? " (work: profiled ms per micro-batch)"
+                       : " (work: the cost model's multiply-adds and "
+                         "elements written)",
+              measured ? "      ms" : "");
+  for (int64_t s = 0; s < static_cast<int64_t>(costs.size()); ++s) {
+    int64_t params = s < plan.schedule().stage_param_bytes_size()
+                         ? plan.schedule().stage_param_bytes(s)
+                         : 0;
+    std::string ms;
+    if (measured) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%8.3f", costs[s]);
+      ms = text;
+    }
+    std::printf("  %5lld  %13.3f  %s  %10s\n", static_cast<long long>(s + 1),
+                costs[s] / total, ms.c_str(), readableBytes(params).c_str());
+  }
+  double ratio = largest / (total / costs.size());
+  std::printf("  the largest stage is %.2fx the mean%s\n", ratio,
+              ratio > 1.25 && stageBoundaries.empty()
+                  ? (measured ? " (one node outweighs an even share)"
+                              : "; --profile cuts on measured times")
+                  : "");
+}
+
 /// The plan, its text (--emit=plan-text) and its report; then ends the
 /// process without tearing down the MLIR context and the plan (a tenth of
 /// a large pipeline's compile time).
@@ -1074,6 +1138,9 @@ void writeReport(const cdp::plan::Plan &plan, const Settings &settings,
   if (mlir::failed(cdp::buildPlan(module, emitOptions, plan)))
     die(inputPath + ": " + diagnostic);
   checkPlanPeaks(plan, settings);
+  // Where the output is a file, a pipeline's stage balance on stdout.
+  if (settings.pipelined() && !(settings.planText && outputPath == "-"))
+    printStageBalance(module, plan);
   if (!reportPath.empty())
     writeReport(plan, settings, stepCost);
   if (settings.planText) {

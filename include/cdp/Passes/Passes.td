@@ -121,8 +121,11 @@ def PartitionStages : Pass<"cdp-partition-stages", "mlir::ModuleOp"> {
     Gives every forward op of `@main` a `cdp.stage` (1..L) such that stages
     are contiguous in op order. With `boundaries`, the cuts fall after the
     named ONNX nodes; otherwise a cost model (multiply-adds of gemm, matmul
-    and conv, elements for everything else) balances the cumulative cost,
-    cutting where the running total first reaches k/L of it.
+    and conv, elements for everything else) balances the stages: the cut
+    has the smallest possible largest stage, and within that bound each
+    cut falls nearest an even share of the work still to place. `@main`
+    records each stage's summed cost (`cdp.stage_costs`, in
+    `cdp.stage_cost_unit`: `model` or `ms`), which cdp-compile prints.
 
     With `device-memory`, the cut is the contiguous partition with the
     smallest largest stage cost among those whose every stage fits the cap
