@@ -1385,10 +1385,18 @@ void Importer::importClip() {
     low = floatAttr("min", low);
     high = floatAttr("max", high);
   } else {
+    // A bound is a scalar; an empty or longer one is refused, not read.
+    auto bound = [&](int index, const char *name) {
+      const ConstTensor &value = requireConst(index, name);
+      if (value.size() != 1)
+        raise(where() + ": " + name + " must hold one element, it has " +
+              std::to_string(value.size()));
+      return static_cast<float>(value.at(0));
+    };
     if (hasInput(1))
-      low = static_cast<float>(requireConst(1, "min").at(0));
+      low = bound(1, "min");
     if (hasInput(2))
-      high = static_cast<float>(requireConst(2, "max").at(0));
+      high = bound(2, "max");
   }
   bindResults(create(ClipOp::getOperationName(), {input(0)},
                      {named("min", builder.getF32FloatAttr(low)),

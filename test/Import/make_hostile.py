@@ -2,7 +2,8 @@
 """Tiny models whose shape arithmetic the importer folds at compile time,
 each hostile in one way: int64 division INT64_MIN / -1 and additions that
 overflow, a binary op with its second input left empty, Gather with no
-indices, Slice with a step of 2^63 - 1.
+indices, Slice with a step of 2^63 - 1; and Clip whose min is an empty
+tensor (a fuzzer finding: the bound was read past its end).
 
 Usage: make_hostile.py OUT_DIR
 """
@@ -44,6 +45,13 @@ def main():
     save(out, "slice_step", [const("d", [2, 3, 1]), const("b", [0]), const("e", [3]), const("a", [0]),
                              const("p", [INT64_MAX]),
                              helper.make_node("Slice", ["d", "b", "e", "a", "p"], ["s"])])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    empty = numpy_helper.from_array(np.zeros((0,), dtype=np.float32), "low")
+    graph = helper.make_graph([helper.make_node("Clip", ["x", "low"], ["y"])], "clip_empty",
+                              [x], [y], [empty])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]),
+              os.path.join(out, "clip_empty.onnx"))
 
 
 if __name__ == "__main__":
