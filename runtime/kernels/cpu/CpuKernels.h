@@ -15,6 +15,8 @@ void registerLinalg(KernelRegistry &registry);
 void registerDnnlConvolution(KernelRegistry &registry);
 void registerDnnlPrimitives(KernelRegistry &registry);
 void registerPooling(KernelRegistry &registry);
+/// Direct kernels preferred over oneDNN's where they apply (registered last).
+void registerPoolingFastPaths(KernelRegistry &registry);
 void registerNormalization(KernelRegistry &registry);
 void registerShape(KernelRegistry &registry);
 void registerLoss(KernelRegistry &registry);

@@ -186,5 +186,6 @@ void registerCpuKernels(KernelRegistry &registry) {
   cpu::registerCommunication(registry);
   cpu::registerDnnlPrimitives(
       registry); // after the project kernels they fall back to
+  cpu::registerPoolingFastPaths(registry); // ahead of oneDNN's pooling
 }
 } // namespace cdp::runtime

@@ -1,0 +1,49 @@
+//===- MaxPool2d.h - 2-D max pooling without padding ------------*- C++ -*-===//
+//
+// The common case of MaxPool in CNNs (LeNet, VGG, ResNet's stem): two spatial
+// dimensions, no padding, no dilation, every window inside the input. Direct
+// loops over each plane's rows, forward and backward, replace oneDNN's plain
+// (nchw) pooling, whose per-call cost dominated small CNN steps (LeNet's two
+// pools were half its step), and whose backward recomputed the forward to
+// get the argmax workspace. The window's first maximum in row-major order
+// wins, a NaN always (PyTorch's rule); the backward finds the same element.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CDP_RUNTIME_KERNELS_CPU_MAXPOOL2D_H
+#define CDP_RUNTIME_KERNELS_CPU_MAXPOOL2D_H
+
+#include <cstdint>
+#include <vector>
+
+namespace cdp::runtime::cpu {
+
+class MaxPool2d {
+public:
+  /// Null unless the pooling is one this handles: x of rank 4 (N, C, H, W)
+  /// pooled into y, `kernel`, `strides`, `pads` and `dilations` as the
+  /// instruction's attributes (2 entries each; pads 4; dilations may be
+  /// empty).
+  static bool fits(const std::vector<int64_t> &x, const std::vector<int64_t> &y,
+                   const std::vector<int64_t> &kernel,
+                   const std::vector<int64_t> &strides,
+                   const std::vector<int64_t> &pads,
+                   const std::vector<int64_t> &dilations);
+  MaxPool2d(const std::vector<int64_t> &x, const std::vector<int64_t> &y,
+            const std::vector<int64_t> &kernel,
+            const std::vector<int64_t> &strides);
+
+  void forward(const float *x, float *y) const;
+  /// dx = the gradient of y = maxpool(x) given dy.
+  void backward(const float *x, const float *dy, float *dx) const;
+
+private:
+  /// The index within its plane of the maximum of output (oh, ow)'s window.
+  int64_t argmax(const float *plane, int64_t oh, int64_t ow) const;
+
+  int64_t planes, inH, inW, outH, outW, kH, kW, sH, sW;
+};
+
+} // namespace cdp::runtime::cpu
+
+#endif // CDP_RUNTIME_KERNELS_CPU_MAXPOOL2D_H
