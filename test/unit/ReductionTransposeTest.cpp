@@ -9,9 +9,12 @@
 #include "kernels/cpu/BroadcastReduction.h"
 #include "kernels/cpu/Transposition.h"
 
+#include "cdp/Runtime/Kernel.h"
+
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -125,3 +128,91 @@ TEST(Transposition, EqualsTheDefinition) {
 }
 
 } // namespace
+
+namespace {
+
+/// reduce_sum's kernel from the registry on x of `shape` over `axes`.
+std::vector<float> reduceSum(const std::vector<int64_t> &shape,
+                             const std::vector<int64_t> &axes,
+                             std::vector<float> &x, int64_t outCount) {
+  using namespace cdp;
+  using namespace cdp::runtime;
+  plan::Instruction instruction;
+  instruction.set_op("reduce_sum");
+  plan::Attribute *a = instruction.add_attributes();
+  a->set_name("axes");
+  for (int64_t axis : axes)
+    a->mutable_ints()->add_values(axis);
+  std::vector<float> y(outCount, -1.0f);
+  TensorView in, out;
+  in.data = x.data();
+  in.shape = shape;
+  in.dtype = plan::F32;
+  out.data = y.data();
+  out.shape = {outCount};
+  out.dtype = plan::F32;
+  KernelArgs args;
+  args.instruction = &instruction;
+  args.inputs = {in};
+  args.outputs = {out};
+  auto kernel =
+      (*KernelRegistry::instance().lookup("reduce_sum", Backend::CPU))(args);
+  kernel->run(StepContext());
+  return y;
+}
+
+} // namespace
+
+// reduce_sum over all axes but one contiguous run (a convolution's bias
+// gradient: N, H, W around C) sums rows directly; it must equal the indexed
+// loop (double sums in x's element order) bit for bit, as must the cases
+// that keep the indexed loop (a reduced axis between kept ones).
+TEST(ReduceSum, KeptRunEqualsTheIndexedLoopBitForBit) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  struct Case {
+    std::vector<int64_t> shape, axes;
+  };
+  for (const Case &c : std::vector<Case>{{{8, 6, 24, 24}, {0, 2, 3}},
+                                         {{8, 16, 8, 8}, {0, 2, 3}},
+                                         {{300, 7}, {0}},
+                                         {{7, 300}, {1}},
+                                         {{3, 4, 5}, {}},
+                                         {{2, 3, 4, 5}, {0, 2}}}) {
+    int64_t count = 1, kept = 1;
+    for (int64_t d = 0; d < static_cast<int64_t>(c.shape.size()); ++d) {
+      count *= c.shape[d];
+      bool reduced = c.axes.empty() ||
+                     std::find(c.axes.begin(), c.axes.end(), d) != c.axes.end();
+      if (!reduced)
+        kept *= c.shape[d];
+    }
+    std::vector<float> x(count);
+    for (float &v : x)
+      v = normal(rng);
+    // The reference: each element added, in order, to its output's double.
+    std::vector<double> sums(kept, 0.0);
+    std::vector<int64_t> position(c.shape.size(), 0);
+    for (float v : x) {
+      int64_t o = 0;
+      for (size_t d = 0; d < c.shape.size(); ++d) {
+        bool reduced = c.axes.empty() ||
+                       std::find(c.axes.begin(), c.axes.end(),
+                                 static_cast<int64_t>(d)) != c.axes.end();
+        if (!reduced)
+          o = o * c.shape[d] + position[d];
+      }
+      sums[o] += v;
+      for (int64_t d = static_cast<int64_t>(c.shape.size()) - 1; d >= 0; --d)
+        if (++position[d] < c.shape[d])
+          break;
+        else
+          position[d] = 0;
+    }
+    std::vector<float> got = reduceSum(c.shape, c.axes, x, kept);
+    for (int64_t k = 0; k < kept; ++k)
+      ASSERT_EQ(got[k], static_cast<float>(sums[k]))
+          << "output " << k << " of shape case with " << c.shape.size()
+          << " dims";
+  }
+}

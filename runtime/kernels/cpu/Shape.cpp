@@ -3,6 +3,10 @@
 #include "CpuKernels.h"
 #include "Transposition.h"
 
+#include <algorithm>
+#include <array>
+#include <optional>
+
 namespace cdp::runtime::cpu {
 
 namespace {
@@ -61,6 +65,58 @@ std::vector<int64_t> reductionIndex(const std::vector<int64_t> &shape,
                                   static_cast<int64_t>(d)) != axes.end())
       kept[d] = 1;
   return broadcastIndex(kept, shape);
+}
+
+/// x seen as [outer, kept, inner] when the reduced axes are all but one
+/// contiguous run of kept dimensions (a bias gradient's N, H, W around C):
+/// the three extents, or none.
+std::optional<std::array<int64_t, 3>>
+keptRun(const std::vector<int64_t> &shape, const std::vector<int64_t> &axes) {
+  int64_t rank = static_cast<int64_t>(shape.size()), first = rank, last = -1;
+  for (int64_t d = 0; d < rank; ++d)
+    if (!axes.empty() && std::find(axes.begin(), axes.end(), d) == axes.end()) {
+      first = std::min(first, d);
+      last = d;
+    }
+  for (int64_t d = first; d <= last; ++d)
+    if (std::find(axes.begin(), axes.end(), d) != axes.end())
+      return std::nullopt; // a reduced axis between kept ones
+  if (last < 0)
+    return std::array<int64_t, 3>{product(shape), 1, 1};
+  return std::array<int64_t, 3>{product(shape, 0, first),
+                                product(shape, first, last + 1),
+                                product(shape, last + 1)};
+}
+
+/// sums[k] += x[o][k][i] over o and i, each sum in x's element order (as
+/// the indexed loop adds), four channels at a time so that four
+/// independent chains of double additions overlap.
+void sumKeptRun(const float *x, std::array<int64_t, 3> extents, double *sums) {
+  auto [outer, kept, inner] = extents;
+  for (int64_t o = 0; o < outer; ++o) {
+    const float *block = x + o * kept * inner;
+    int64_t k = 0;
+    for (; k + 4 <= kept; k += 4) {
+      const float *r0 = block + k * inner;
+      double s0 = sums[k], s1 = sums[k + 1], s2 = sums[k + 2], s3 = sums[k + 3];
+      for (int64_t i = 0; i < inner; ++i) {
+        s0 += r0[i];
+        s1 += r0[inner + i];
+        s2 += r0[2 * inner + i];
+        s3 += r0[3 * inner + i];
+      }
+      sums[k] = s0;
+      sums[k + 1] = s1;
+      sums[k + 2] = s2;
+      sums[k + 3] = s3;
+    }
+    for (; k < kept; ++k) {
+      double s = sums[k];
+      for (int64_t i = 0; i < inner; ++i)
+        s += block[k * inner + i];
+      sums[k] = s;
+    }
+  }
 }
 
 } // namespace
@@ -262,25 +318,30 @@ void registerShape(KernelRegistry &registry) {
   });
 
   for (bool mean : {false, true})
-    addKernel(registry, mean ? "reduce_mean" : "reduce_sum",
-              [mean](const KernelArgs &args) {
-                TensorView x = args.inputs[0], y = args.outputs[0];
-                std::vector<int64_t> axes = args.ints("axes");
-                for (int64_t &a : axes)
-                  a = normalizeAxis(a, x.rank());
-                auto index = std::make_shared<std::vector<int64_t>>(
-                    reductionIndex(x.shape, axes));
-                double scale =
-                    mean ? static_cast<double>(y.numel()) / x.numel() : 1.0;
-                auto sums = std::make_shared<std::vector<double>>(y.numel());
-                return [=](const StepContext &) {
-                  std::fill(sums->begin(), sums->end(), 0.0);
-                  for (int64_t i = 0; i < x.numel(); ++i)
-                    (*sums)[(*index)[i]] += x.f32()[i];
-                  for (int64_t i = 0; i < y.numel(); ++i)
-                    y.f32()[i] = static_cast<float>((*sums)[i] * scale);
-                };
-              });
+    addKernel(
+        registry, mean ? "reduce_mean" : "reduce_sum",
+        [mean](const KernelArgs &args) {
+          TensorView x = args.inputs[0], y = args.outputs[0];
+          std::vector<int64_t> axes = args.ints("axes");
+          for (int64_t &a : axes)
+            a = normalizeAxis(a, x.rank());
+          std::optional<std::array<int64_t, 3>> run = keptRun(x.shape, axes);
+          auto index = std::make_shared<std::vector<int64_t>>(
+              run ? std::vector<int64_t>() : reductionIndex(x.shape, axes));
+          double scale =
+              mean ? static_cast<double>(y.numel()) / x.numel() : 1.0;
+          auto sums = std::make_shared<std::vector<double>>(y.numel());
+          return [=](const StepContext &) {
+            std::fill(sums->begin(), sums->end(), 0.0);
+            if (run)
+              sumKeptRun(x.f32(), *run, sums->data());
+            else
+              for (int64_t i = 0; i < x.numel(); ++i)
+                (*sums)[(*index)[i]] += x.f32()[i];
+            for (int64_t i = 0; i < y.numel(); ++i)
+              y.f32()[i] = static_cast<float>((*sums)[i] * scale);
+          };
+        });
 }
 
 } // namespace cdp::runtime::cpu
