@@ -85,6 +85,8 @@ void addPipelineSchedule(OpPassManager &pm,
 
 void buildTrainingPipeline(OpPassManager &pm,
                            const TrainingPipelineConfig &config) {
+  if (config.fuse)
+    pm.addPass(createFuseLayerNorm());
   AttachLossOptions loss;
   loss.loss = config.loss;
   loss.labelsName = config.labelsName;
@@ -175,6 +177,9 @@ struct StrategyPipelineOptions
       *this, "clip-grad-norm",
       llvm::cl::desc("Clip the gradients' global L2 norm (0: off)"),
       llvm::cl::init(0)};
+  Option<bool> fuse{*this, "fusion",
+                    llvm::cl::desc("Run the fusion passes (default true)"),
+                    llvm::cl::init(true)};
   Option<int64_t> steps{
       *this, "timeline-steps",
       llvm::cl::desc("Also the time-step timeline over this many steps"),
@@ -200,6 +205,7 @@ struct StrategyPipelineOptions
     config.optimizer = optimizer;
     config.lr = lr;
     config.clipGradNorm = clipGradNorm;
+    config.fuse = fuse;
     config.timelineSteps = steps;
     config.planMemory = planMemory;
     return config;

@@ -272,6 +272,12 @@ cl::opt<std::string> warmupSteps(
 cl::opt<std::string> warmupStartFactor(
     "warmup-start-factor", cl::desc("The warmup's first factor (default 1/3)"),
     cl::value_desc("X"), cl::init("0.3333333333333333"), cl::cat(category));
+cl::opt<bool> noFusion(
+    "no-fusion",
+    cl::desc("Compile the model's ops as exported, without the fusion passes "
+             "(a decomposed LayerNorm into one layer_norm); for comparing "
+             "results and speed"),
+    cl::init(false), cl::cat(category));
 cl::opt<std::string> clipGradNorm(
     "clip-grad-norm",
     cl::desc("Scale the step's gradients so their global L2 norm is at most "
@@ -765,6 +771,7 @@ void checkMeaningfulFlags(const Settings &settings) {
                                               &warmupSteps,
                                               &warmupStartFactor,
                                               &clipGradNorm,
+                                              &noFusion,
                                               std::addressof(noDecay),
                                               std::addressof(freeze),
                                               &loss,
@@ -873,6 +880,7 @@ cdp::TrainingPipelineConfig pipelineConfigFor(const Settings &settings) {
   config.warmup = settings.warmup;
   config.warmupStart = settings.warmupStart;
   config.clipGradNorm = settings.clipGradNorm;
+  config.fuse = !noFusion;
   config.devices = settings.deviceCount;
   config.microBatches = settings.microBatchCount;
   config.replicas = settings.replicaCount;

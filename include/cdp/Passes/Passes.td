@@ -73,6 +73,19 @@ def Autodiff : Pass<"cdp-autodiff", "mlir::ModuleOp"> {
   let dependentDialects = ["cdp::CDPDialect"];
 }
 
+def FuseLayerNorm : Pass<"cdp-fuse-layer-norm", "mlir::ModuleOp"> {
+  let summary = "Replaces a decomposed LayerNorm (as torch exports it below opset 17) with cdp.layer_norm";
+  let description = [{
+    Matches `reduce_mean` (trailing axes, kept), `sub`, `pow 2`,
+    `reduce_mean`, `add eps`, `sqrt`, `div`, `mul gamma`, `add beta`, where
+    every intermediate value feeds the chain only and gamma and beta are
+    shaped as the normalised dimensions, and replaces it with one
+    `cdp.layer_norm` with the final add's location. Runs on the forward
+    graph, before autodiff, so the backward is layer_norm_grad.
+  }];
+  let dependentDialects = ["cdp::CDPDialect"];
+}
+
 def InsertOptimizer : Pass<"cdp-insert-optimizer", "mlir::ModuleOp"> {
   let summary = "Turns each parameter gradient into an optimizer update";
   let description = [{

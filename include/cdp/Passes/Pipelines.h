@@ -49,6 +49,8 @@ struct TrainingPipelineConfig {
   double warmupStart = 1.0 / 3;
   /// Greater than 0: the gradients' global L2 norm is clipped to it.
   double clipGradNorm = 0;
+  /// Fusion passes on the forward graph (cdp-fuse-layer-norm).
+  bool fuse = true;
   /// The schedule: devices (dp, cdp), micro-batches per step and replicas
   /// (pipelines), the CDP rule and v2 table (cdp, cdp-mp), the reduction
   /// (cdp).
