@@ -67,6 +67,28 @@ std::vector<int64_t> reductionIndex(const std::vector<int64_t> &shape,
   return broadcastIndex(kept, shape);
 }
 
+/// An element map (out[i] takes in[index[i]]) as runs of consecutive
+/// elements on both sides, found once at load: a slice along the last
+/// dimension moves whole row pieces, which one memcpy or loop each moves
+/// instead of one call per element.
+struct CopyRuns {
+  struct Run {
+    int64_t out, in, length;
+  };
+  std::vector<Run> runs;
+
+  explicit CopyRuns(const std::vector<int64_t> &index) {
+    for (int64_t i = 0; i < static_cast<int64_t>(index.size()); ++i) {
+      if (!runs.empty() && runs.back().in + runs.back().length == index[i] &&
+          runs.back().out + runs.back().length == i) {
+        ++runs.back().length;
+        continue;
+      }
+      runs.push_back({i, index[i], 1});
+    }
+  }
+};
+
 /// x seen as [outer, kept, inner] when the reduced axes are all but one
 /// contiguous run of kept dimensions (a bias gradient's N, H, W around C):
 /// the three extents, or none.
@@ -181,14 +203,14 @@ void registerShape(KernelRegistry &registry) {
 
   addKernel(registry, "slice", [](const KernelArgs &args) {
     TensorView x = args.inputs[0], y = args.outputs[0];
-    auto index = std::make_shared<std::vector<int64_t>>(
+    auto runs = std::make_shared<CopyRuns>(
         SliceMap(args, x.shape).indices(x.shape, y.shape));
     size_t width = elementSize(y);
     return [=](const StepContext &) {
-      for (int64_t i = 0; i < y.numel(); ++i)
-        std::memcpy(static_cast<char *>(y.data) + i * width,
-                    static_cast<const char *>(x.data) + (*index)[i] * width,
-                    width);
+      for (const CopyRuns::Run &run : runs->runs)
+        std::memcpy(static_cast<char *>(y.data) + run.out * width,
+                    static_cast<const char *>(x.data) + run.in * width,
+                    run.length * width);
     };
   });
 
@@ -226,12 +248,17 @@ void registerShape(KernelRegistry &registry) {
 
   addKernel(registry, "slice_grad", [](const KernelArgs &args) {
     TensorView dy = args.inputs[0], dx = args.outputs[0];
-    auto index = std::make_shared<std::vector<int64_t>>(
+    auto runs = std::make_shared<CopyRuns>(
         SliceMap(args, dx.shape).indices(dx.shape, dy.shape));
     return [=](const StepContext &) {
       std::fill(dx.f32(), dx.f32() + dx.numel(), 0.0f);
-      for (int64_t i = 0; i < dy.numel(); ++i)
-        dx.f32()[(*index)[i]] += dy.f32()[i];
+      // Added to the zeros (not assigned), as before: -0 stays +0.
+      for (const CopyRuns::Run &run : runs->runs) {
+        float *to = dx.f32() + run.in;
+        const float *from = dy.f32() + run.out;
+        for (int64_t k = 0; k < run.length; ++k)
+          to[k] += from[k];
+      }
     };
   });
 
