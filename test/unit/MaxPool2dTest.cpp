@@ -23,9 +23,9 @@ using cdp::runtime::cpu::MaxPool2d;
 namespace {
 
 struct Geometry {
-  int64_t n, c, h, w, kH, kW, sH, sW;
-  int64_t outH() const { return (h - kH) / sH + 1; }
-  int64_t outW() const { return (w - kW) / sW + 1; }
+  int64_t n, c, h, w, kH, kW, sH, sW, pH = 0, pW = 0; ///< padding both sides
+  int64_t outH() const { return (h + 2 * pH - kH) / sH + 1; }
+  int64_t outW() const { return (w + 2 * pW - kW) / sW + 1; }
 };
 
 /// The reference's window maximum position in its plane.
@@ -35,7 +35,10 @@ int64_t firstMax(const float *plane, const Geometry &g, int64_t oh,
   float best = 0;
   for (int64_t i = 0; i < g.kH; ++i)
     for (int64_t j = 0; j < g.kW; ++j) {
-      int64_t at = (oh * g.sH + i) * g.w + ow * g.sW + j;
+      int64_t row = oh * g.sH - g.pH + i, column = ow * g.sW - g.pW + j;
+      if (row < 0 || row >= g.h || column < 0 || column >= g.w)
+        continue; // padding
+      int64_t at = row * g.w + column;
       float v = plane[at];
       if (where >= 0 && std::isnan(best))
         continue;
@@ -65,9 +68,9 @@ bool sameBits(float a, float b) {
 
 void check(const Geometry &g, bool withNaN) {
   std::vector<int64_t> xs{g.n, g.c, g.h, g.w}, ys{g.n, g.c, g.outH(), g.outW()};
-  ASSERT_TRUE(
-      MaxPool2d::fits(xs, ys, {g.kH, g.kW}, {g.sH, g.sW}, {0, 0, 0, 0}, {}));
-  MaxPool2d pool(xs, ys, {g.kH, g.kW}, {g.sH, g.sW});
+  std::vector<int64_t> pads{g.pH, g.pW, g.pH, g.pW};
+  ASSERT_TRUE(MaxPool2d::fits(xs, ys, {g.kH, g.kW}, {g.sH, g.sW}, pads, {}));
+  MaxPool2d pool(xs, ys, {g.kH, g.kW}, {g.sH, g.sW}, pads);
   std::vector<float> x = input(g, withNaN, 1), dy = input(g, false, 2);
   int64_t planes = g.n * g.c, inPlane = g.h * g.w,
           outPlane = g.outH() * g.outW();
@@ -104,9 +107,20 @@ TEST(MaxPool2d, RectangularWindowAndStrides) {
   check({3, 2, 9, 12, 2, 3, 1, 3}, false);
 }
 
-TEST(MaxPool2d, DeclinesPaddingDilationAndCeilMode) {
+// ResNet's stem: 3 x 3, stride 2, padding 1 (padding never wins).
+TEST(MaxPool2d, PaddedStem) { check({2, 4, 16, 16, 3, 3, 2, 2, 1, 1}, true); }
+TEST(MaxPool2d, PaddedOddInput) {
+  check({1, 3, 9, 7, 3, 3, 2, 2, 1, 1}, false);
+}
+TEST(MaxPool2d, TwoByTwoPadded) {
+  check({1, 2, 7, 7, 2, 2, 2, 2, 1, 1}, false);
+}
+
+TEST(MaxPool2d, DeclinesWidePaddingDilationAndCeilMode) {
   std::vector<int64_t> x{1, 1, 8, 8}, y{1, 1, 4, 4};
-  EXPECT_FALSE(MaxPool2d::fits(x, y, {2, 2}, {2, 2}, {1, 1, 1, 1}, {}));
+  // Padding as wide as the window would make windows of padding only.
+  EXPECT_FALSE(
+      MaxPool2d::fits(x, {1, 1, 5, 5}, {2, 2}, {2, 2}, {2, 2, 2, 2}, {}));
   EXPECT_FALSE(MaxPool2d::fits(x, y, {2, 2}, {2, 2}, {0, 0, 0, 0}, {2, 2}));
   // ceil mode: 7 wide pooled into 4 puts the last window past the end.
   EXPECT_FALSE(

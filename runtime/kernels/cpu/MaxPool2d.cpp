@@ -1,4 +1,4 @@
-//===- MaxPool2d.cpp - 2-D max pooling without padding --------------------===//
+//===- MaxPool2d.cpp - direct 2-D max pooling -----------------------------===//
 
 #include "MaxPool2d.h"
 
@@ -18,33 +18,46 @@ bool MaxPool2d::fits(const std::vector<int64_t> &x,
   if (x.size() != 4 || y.size() != 4 || kernel.size() != 2 ||
       strides.size() != 2 || pads.size() != 4)
     return false;
-  if (std::any_of(pads.begin(), pads.end(), [](int64_t p) { return p != 0; }))
-    return false;
   if (!dilations.empty() &&
       (dilations.size() != 2 || dilations[0] != 1 || dilations[1] != 1))
     return false;
-  for (int d = 0; d < 2; ++d)
-    if (kernel[d] < 1 || strides[d] < 1 || y[2 + d] < 1 ||
-        (y[2 + d] - 1) * strides[d] + kernel[d] > x[2 + d])
-      return false; // a window past the input's end (ceil mode)
+  for (int d = 0; d < 2; ++d) {
+    int64_t begin = pads[d], end = pads[d + 2];
+    // Padding smaller than the window, so every window holds an input
+    // element; no window past the padded end (ceil mode).
+    if (kernel[d] < 1 || strides[d] < 1 || y[2 + d] < 1 || begin < 0 ||
+        end < 0 || begin >= kernel[d] || end >= kernel[d] ||
+        (y[2 + d] - 1) * strides[d] + kernel[d] > x[2 + d] + begin + end)
+      return false;
+  }
   return x[0] == y[0] && x[1] == y[1];
 }
 
 MaxPool2d::MaxPool2d(const std::vector<int64_t> &x,
                      const std::vector<int64_t> &y,
                      const std::vector<int64_t> &kernel,
-                     const std::vector<int64_t> &strides)
+                     const std::vector<int64_t> &strides,
+                     const std::vector<int64_t> &pads)
     : planes(x[0] * x[1]), inH(x[2]), inW(x[3]), outH(y[2]), outW(y[3]),
-      kH(kernel[0]), kW(kernel[1]), sH(strides[0]), sW(strides[1]) {}
+      kH(kernel[0]), kW(kernel[1]), sH(strides[0]), sW(strides[1]),
+      padTop(pads[0]), padLeft(pads[1]),
+      unpadded(std::all_of(pads.begin(), pads.end(),
+                           [](int64_t p) { return p == 0; })) {}
 
 int64_t MaxPool2d::argmax(const float *plane, int64_t oh, int64_t ow) const {
-  int64_t first = oh * sH * inW + ow * sW, where = first;
-  float best = plane[first];
+  // The window clipped to the input: padding never wins (PyTorch's -inf).
+  int64_t top = oh * sH - padTop, left = ow * sW - padLeft;
+  int64_t iBegin = std::max<int64_t>(0, -top),
+          iEnd = std::min<int64_t>(kH, inH - top),
+          jBegin = std::max<int64_t>(0, -left),
+          jEnd = std::min<int64_t>(kW, inW - left);
+  int64_t where = (top + iBegin) * inW + left + jBegin;
+  float best = plane[where];
   if (std::isnan(best))
     return where;
-  for (int64_t i = 0; i < kH; ++i)
-    for (int64_t j = 0; j < kW; ++j) {
-      int64_t at = first + i * inW + j;
+  for (int64_t i = iBegin; i < iEnd; ++i)
+    for (int64_t j = jBegin; j < jEnd; ++j) {
+      int64_t at = (top + i) * inW + left + j;
       float value = plane[at];
       if (value > best || std::isnan(value)) {
         best = value;
@@ -137,7 +150,7 @@ bool worthThreads(int64_t elements) { return elements >= (int64_t(1) << 16); }
 
 void MaxPool2d::forward(const float *x, float *y) const {
   int64_t inPlane = inH * inW, outPlane = outH * outW;
-  bool twoByTwo = kH == 2 && kW == 2 && sH == 2 && sW == 2;
+  bool twoByTwo = unpadded && kH == 2 && kW == 2 && sH == 2 && sW == 2;
 #pragma omp parallel for schedule(static) if (worthThreads(planes * inPlane))
   for (int64_t p = 0; p < planes; ++p) {
     if (twoByTwo) {
@@ -152,7 +165,7 @@ void MaxPool2d::forward(const float *x, float *y) const {
 
 void MaxPool2d::backward(const float *x, const float *dy, float *dx) const {
   int64_t inPlane = inH * inW, outPlane = outH * outW;
-  bool twoByTwo = kH == 2 && kW == 2 && sH == 2 && sW == 2;
+  bool twoByTwo = unpadded && kH == 2 && kW == 2 && sH == 2 && sW == 2;
 #pragma omp parallel for schedule(static) if (worthThreads(planes * inPlane))
   for (int64_t p = 0; p < planes; ++p) {
     float *out = dx + p * inPlane;

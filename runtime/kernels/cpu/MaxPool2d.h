@@ -1,7 +1,8 @@
 //===- MaxPool2d.h - 2-D max pooling without padding ------------*- C++ -*-===//
 //
-// The common case of MaxPool in CNNs (LeNet, VGG, ResNet's stem): two spatial
-// dimensions, no padding, no dilation, every window inside the input. Direct
+// The common cases of MaxPool in CNNs (LeNet's and VGG's 2 x 2, ResNet's
+// padded 3 x 3 stem): two spatial dimensions, no dilation, padding smaller
+// than the window, no window past the padded end. Direct
 // loops over each plane's rows, forward and backward, replace oneDNN's plain
 // (nchw) pooling, whose per-call cost dominated small CNN steps (LeNet's two
 // pools were half its step), and whose backward recomputed the forward to
@@ -20,7 +21,7 @@ namespace cdp::runtime::cpu {
 
 class MaxPool2d {
 public:
-  /// Null unless the pooling is one this handles: x of rank 4 (N, C, H, W)
+  /// Whether the pooling is one this handles: x of rank 4 (N, C, H, W)
   /// pooled into y, `kernel`, `strides`, `pads` and `dilations` as the
   /// instruction's attributes (2 entries each; pads 4; dilations may be
   /// empty).
@@ -31,7 +32,8 @@ public:
                    const std::vector<int64_t> &dilations);
   MaxPool2d(const std::vector<int64_t> &x, const std::vector<int64_t> &y,
             const std::vector<int64_t> &kernel,
-            const std::vector<int64_t> &strides);
+            const std::vector<int64_t> &strides,
+            const std::vector<int64_t> &pads);
 
   void forward(const float *x, float *y) const;
   /// dx = the gradient of y = maxpool(x) given dy.
@@ -41,7 +43,8 @@ private:
   /// The index within its plane of the maximum of output (oh, ow)'s window.
   int64_t argmax(const float *plane, int64_t oh, int64_t ow) const;
 
-  int64_t planes, inH, inW, outH, outW, kH, kW, sH, sW;
+  int64_t planes, inH, inW, outH, outW, kH, kW, sH, sW, padTop, padLeft;
+  bool unpadded; ///< the 2 x 2 / stride-2 loops need it
 };
 
 } // namespace cdp::runtime::cpu

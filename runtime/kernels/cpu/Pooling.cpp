@@ -123,11 +123,10 @@ std::optional<MaxPool2d> maxPool2d(const KernelArgs &args,
                                    const std::vector<int64_t> &x,
                                    const std::vector<int64_t> &y) {
   std::vector<int64_t> kernel = args.ints("kernel_shape"),
-                       strides = args.ints("strides");
-  if (!MaxPool2d::fits(x, y, kernel, strides, args.ints("pads"),
-                       args.ints("dilations")))
+                       strides = args.ints("strides"), pads = args.ints("pads");
+  if (!MaxPool2d::fits(x, y, kernel, strides, pads, args.ints("dilations")))
     return std::nullopt;
-  return MaxPool2d(x, y, kernel, strides);
+  return MaxPool2d(x, y, kernel, strides, pads);
 }
 
 /// Registers `make` for `op` ahead of the kernel registered before, which
