@@ -6,6 +6,8 @@
 #include "cdp/Runtime/Kernel.h"
 
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <numeric>
 
 namespace cdp::runtime::cpu {
@@ -30,6 +32,25 @@ void addKernel(KernelRegistry &registry, const std::string &op, Factory make) {
                [make](const KernelArgs &args) -> std::unique_ptr<Kernel> {
                  return std::make_unique<FunctionKernel>(make(args));
                });
+}
+
+/// Registers `make` for `op` ahead of the kernel registered before, which
+/// serves what `make` declines (returns null for); with none before, a
+/// declined configuration fails in one line.
+inline void
+registerAhead(KernelRegistry &registry, const std::string &op,
+              std::function<std::unique_ptr<Kernel>(const KernelArgs &)> make) {
+  const KernelFactory *previous = registry.lookup(op, Backend::CPU);
+  KernelFactory fallback = previous ? *previous : KernelFactory();
+  registry.add(
+      op, Backend::CPU,
+      [make, fallback, op](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+        if (std::unique_ptr<Kernel> kernel = make(args))
+          return kernel;
+        if (!fallback)
+          args.fail("no CPU kernel for this configuration of " + op);
+        return fallback(args);
+      });
 }
 
 inline int64_t product(const std::vector<int64_t> &shape, size_t begin = 0,

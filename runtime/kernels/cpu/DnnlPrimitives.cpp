@@ -61,20 +61,14 @@ memory bind(const TensorView &view) {
 /// when `make` returns null or oneDNN refuses the configuration.
 void wrap(KernelRegistry &registry, const std::string &op,
           std::function<std::unique_ptr<Kernel>(const KernelArgs &)> make) {
-  const KernelFactory *previous = registry.lookup(op, Backend::CPU);
-  KernelFactory fallback = previous ? *previous : KernelFactory();
-  registry.add(
-      op, Backend::CPU,
-      [make, fallback, op](const KernelArgs &args) -> std::unique_ptr<Kernel> {
-        try {
-          if (std::unique_ptr<Kernel> kernel = make(args))
-            return kernel;
-        } catch (const dnnl::error &) {
-        }
-        if (!fallback)
-          args.fail("no CPU kernel for this configuration of " + op);
-        return fallback(args);
-      });
+  registerAhead(registry, op,
+                [make](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+                  try {
+                    return make(args);
+                  } catch (const dnnl::error &) {
+                    return nullptr;
+                  }
+                });
 }
 
 std::unique_ptr<Kernel> eltwiseForward(const KernelArgs &args, algorithm alg) {

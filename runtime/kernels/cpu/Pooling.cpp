@@ -5,7 +5,6 @@
 #include "../PoolWindow.h"
 #include "MaxPool2d.h"
 
-#include <functional>
 #include <limits>
 #include <optional>
 
@@ -129,47 +128,34 @@ std::optional<MaxPool2d> maxPool2d(const KernelArgs &args,
   return MaxPool2d(x, y, kernel, strides, pads);
 }
 
-/// Registers `make` for `op` ahead of the kernel registered before, which
-/// serves what `make` declines (returns null for).
-void preferFor(
-    KernelRegistry &registry, const std::string &op,
-    std::function<std::unique_ptr<Kernel>(const KernelArgs &)> make) {
-  const KernelFactory *previous = registry.lookup(op, Backend::CPU);
-  KernelFactory fallback = previous ? *previous : KernelFactory();
-  registry.add(op, Backend::CPU, [make, fallback](const KernelArgs &args) {
-    if (std::unique_ptr<Kernel> kernel = make(args))
-      return kernel;
-    return fallback(args);
-  });
-}
-
 } // namespace
 
 void registerPoolingFastPaths(KernelRegistry &registry) {
-  preferFor(registry, "max_pool",
-            [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
-              TensorView x = args.inputs[0], y = args.outputs[0];
-              std::optional<MaxPool2d> pool = maxPool2d(args, x.shape, y.shape);
-              if (!pool)
-                return nullptr;
-              return std::make_unique<FunctionKernel>(
-                  [x, y, pool = *pool](const StepContext &) {
-                    pool.forward(x.f32(), y.f32());
-                  });
-            });
-  preferFor(registry, "max_pool_grad",
-            [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
-              TensorView dy = args.inputs[0], x = args.inputs[1],
-                         dx = args.outputs[0];
-              std::optional<MaxPool2d> pool =
-                  maxPool2d(args, x.shape, dy.shape);
-              if (!pool)
-                return nullptr;
-              return std::make_unique<FunctionKernel>(
-                  [dy, x, dx, pool = *pool](const StepContext &) {
-                    pool.backward(x.f32(), dy.f32(), dx.f32());
-                  });
-            });
+  registerAhead(registry, "max_pool",
+                [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+                  TensorView x = args.inputs[0], y = args.outputs[0];
+                  std::optional<MaxPool2d> pool =
+                      maxPool2d(args, x.shape, y.shape);
+                  if (!pool)
+                    return nullptr;
+                  return std::make_unique<FunctionKernel>(
+                      [x, y, pool = *pool](const StepContext &) {
+                        pool.forward(x.f32(), y.f32());
+                      });
+                });
+  registerAhead(registry, "max_pool_grad",
+                [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+                  TensorView dy = args.inputs[0], x = args.inputs[1],
+                             dx = args.outputs[0];
+                  std::optional<MaxPool2d> pool =
+                      maxPool2d(args, x.shape, dy.shape);
+                  if (!pool)
+                    return nullptr;
+                  return std::make_unique<FunctionKernel>(
+                      [dy, x, dx, pool = *pool](const StepContext &) {
+                        pool.backward(x.f32(), dy.f32(), dx.f32());
+                      });
+                });
 }
 
 } // namespace cdp::runtime::cpu
