@@ -27,7 +27,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VENV = os.path.join(HERE, ".venv-peers")
@@ -106,12 +105,8 @@ def ort_step_time(name, path, threads, steps, work, parameters):
         optimizer.step()
         module.lazy_reset_grad()
 
-    for _ in range(3):
-        step()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    elapsed = (time.perf_counter() - start) / steps
+    import train_step
+    elapsed = train_step.mean_step_time(step, steps)
     del optimizer, module, state
     return elapsed
 
@@ -149,25 +144,6 @@ def torchvision_case(name, build, work):
     subprocess.run([os.path.join(build, "bin", "cdp-compile"), path, "-o", plan, "--lr", "0.01"],
                    check=True, stdout=subprocess.DEVNULL)
     return plan, path, 8, model, x, y
-
-
-def torch_model_step_time(model, x, y, threads, steps):
-    import torch
-    torch.set_num_threads(threads)
-    model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-
-    for _ in range(3):
-        step()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    return (time.perf_counter() - start) / steps
 
 
 def row(name, threads, batch, ours, theirs, ort):
@@ -217,7 +193,7 @@ def main():
             for threads in thread_counts:
                 ours = train_step.run_step_time(runner, name, plan, batch, threads, args.steps,
                                                 work)
-                theirs = torch_model_step_time(model, x, y, threads, args.steps)
+                theirs = train_step.torch_model_step_time(model, x, y, threads, args.steps)
                 try:
                     ort = ort_step_time(name, path, threads, args.steps, work, parameters)
                 except Exception as error:  # noqa: BLE001 (a peer that cannot train it)

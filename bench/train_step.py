@@ -27,13 +27,21 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import export_torch_models as models  # noqa: E402
 
 
-def torch_step_time(name, threads, steps):
+def mean_step_time(step, steps):
+    """Seconds per call of step() over `steps` calls after 3 warm-up ones."""
+    for _ in range(3):
+        step()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return (time.perf_counter() - start) / steps
+
+
+def torch_model_step_time(model, x, y, threads, steps):
+    """PyTorch's SGD step (zero_grad, forward, cross-entropy, backward,
+    step) on one fixed batch."""
     torch.set_num_threads(threads)
-    model, example, _ = models.build(name)
     model.train()
-    batch = example.shape[1] if name == "transformer" else example.shape[0]
-    x = torch.randn(*example.shape)
-    y = torch.randint(0, 10, (batch,))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
 
     def step():
@@ -41,12 +49,15 @@ def torch_step_time(name, threads, steps):
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
 
-    for _ in range(3):
-        step()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    return (time.perf_counter() - start) / steps, batch
+    return mean_step_time(step, steps)
+
+
+def torch_step_time(name, threads, steps):
+    model, example, _ = models.build(name)
+    batch = example.shape[1] if name == "transformer" else example.shape[0]
+    x = torch.randn(*example.shape)
+    y = torch.randint(0, 10, (batch,))
+    return torch_model_step_time(model, x, y, threads, steps), batch
 
 
 def compile_plan(name, build, work):
