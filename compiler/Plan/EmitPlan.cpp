@@ -118,8 +118,9 @@ private:
                                 const DataParallelTables &tables);
   std::vector<int64_t> slotProgramKey(sched::SlotDeviceOp op,
                                       const DataParallelTables &tables);
-  LogicalResult lowerClip(plan::Device &device, ClipGradNormOp clip,
-                          ArrayRef<int> grads);
+  plan::Instruction *lowerClip(plan::Device &device, ClipGradNormOp clip,
+                               ArrayRef<int> grads,
+                               ArrayRef<int> partials = {});
   LogicalResult lowerSlotCompute(plan::Device &device,
                                  sched::SlotComputeOp compute, int64_t offset,
                                  int64_t d, int64_t L);
@@ -1284,16 +1285,13 @@ LogicalResult Emitter::lowerClipStages(DeviceLowering &lowering,
                         "stage " + std::to_string(s) + " norm", tables);
       setIntAttr(message, "step_offset", clip.getStep());
     }
-  if (failed(lowerClip(*device, tables.clip, grads)))
-    return failure();
-  plan::Instruction *scale = stamp(
-      device->mutable_instructions(device->instructions_size() - 1), s, clip);
-  scale->clear_inputs();
+  std::vector<int> shares;
   for (int64_t q : stages)
-    scale->add_inputs(tables.normShare[q]);
-  for (int id : grads)
-    scale->add_inputs(id);
-  setIntAttr(scale, "partials", stages.size());
+    shares.push_back(tables.normShare[q]);
+  plan::Instruction *scale = lowerClip(*device, tables.clip, grads, shares);
+  if (!scale)
+    return failure();
+  stamp(scale, s, clip);
   return success();
 }
 
@@ -1657,12 +1655,11 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
         for (const auto &t : tables.byStage[l])
           means.push_back(t.reduced);
       }
-      if (failed(lowerClip(*device, tables.clip, means)))
+      plan::Instruction *instruction = lowerClip(*device, tables.clip, means);
+      if (!instruction)
         return failure();
-      plan::Instruction *instruction =
-          stamp(device->mutable_instructions(device->instructions_size() - 1),
-                1, clip.getTimeStep());
-      instruction->set_min_step(clip.getMinStep());
+      stamp(instruction, 1, clip.getTimeStep())
+          ->set_min_step(clip.getMinStep());
       for (int64_t l = 1; l <= L; ++l)
         if (failed(applyUpdates(l, clip.getTimeStep(), clip.getMinStep())))
           return failure();
@@ -1671,12 +1668,11 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
       for (int64_t l = 1; l <= L; ++l)
         for (const auto &t : tables.byStage[l])
           own.push_back(t.grad);
-      if (failed(lowerClip(*device, tables.clip, own)))
+      plan::Instruction *instruction = lowerClip(*device, tables.clip, own);
+      if (!instruction)
         return failure();
-      plan::Instruction *instruction =
-          stamp(device->mutable_instructions(device->instructions_size() - 1),
-                1, clip.getTimeStep());
-      instruction->set_phase("backward"); // not an update block's
+      // Not an update block's: it runs in the step, before the reductions.
+      stamp(instruction, 1, clip.getTimeStep())->set_phase("backward");
     } else if (auto start = dyn_cast<sched::StartReductionOp>(step)) {
       int64_t l = start.getStage();
       plan::Instruction *instruction =
@@ -1705,19 +1701,28 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
 }
 
 /// The graph's clip_grad_norm, scaling `grads` (the plan's tensors the
-/// step's updates read) in place.
-LogicalResult Emitter::lowerClip(plan::Device &device, ClipGradNormOp clip,
-                                 ArrayRef<int> grads) {
-  if (!clip)
-    return func.emitError("a clip step without a cdp.clip_grad_norm");
+/// step's updates read) in place; with `partials`, the squared norm is
+/// their sum (every stage's share) instead of the gradients' own. Null
+/// after reporting an error.
+plan::Instruction *Emitter::lowerClip(plan::Device &device, ClipGradNormOp clip,
+                                      ArrayRef<int> grads,
+                                      ArrayRef<int> partials) {
+  if (!clip) {
+    func.emitError("a clip step without a cdp.clip_grad_norm");
+    return nullptr;
+  }
   if (failed(addInstruction(clip, device, false)))
-    return failure();
+    return nullptr;
   plan::Instruction *instruction =
       device.mutable_instructions(device.instructions_size() - 1);
   instruction->clear_inputs();
+  for (int id : partials)
+    instruction->add_inputs(id);
   for (int id : grads)
     instruction->add_inputs(id);
-  return success();
+  if (!partials.empty())
+    setIntAttr(instruction, "partials", partials.size());
+  return instruction;
 }
 
 /// A stage's forward (ops without a phase, buffer writes included) or
