@@ -19,7 +19,10 @@ cd "$(dirname "$0")/.."
 OUT=${1:?usage: scripts/gpu-bundle.sh DIR}
 BUILD_DIR=${CDP_BUILD_DIR:-build}
 BIN="$BUILD_DIR/bin"
-if ! ldd "$BIN/cdp-run" | grep -q libcudart; then
+# grep reads all of ldd's output: with pipefail, grep -q exiting at the
+# first match could kill ldd with SIGPIPE and fail the test on a loaded
+# machine ("built without CUDA" on a CUDA build, seen once in the suite).
+if ! ldd "$BIN/cdp-run" | grep libcudart > /dev/null; then
   echo "gpu-bundle: $BIN/cdp-run was built without CUDA (configure with the toolkit under /usr/local/cuda)" >&2
   exit 1
 fi
