@@ -43,6 +43,7 @@ private:
   Rule activationRule(Operation *op, Value dy);
   Rule arithmeticRule(Operation *op, Value dy);
   Rule linearRule(Operation *op, Value dy);
+  bool matMulRule(MatMulOp matmul, Value dy);
   Rule windowAndNormRule(Operation *op, Value dy);
   Rule shapeRule(Operation *op, Value dy);
   Rule lossRule(Operation *op, Value dy);
@@ -61,7 +62,6 @@ private:
   Value reduceTo(Value value, Type type);
   Value reshape(Value value, ArrayRef<int64_t> shape);
   Value unpad(Value value, PadOp pad);
-  Value transposeLast2(Value value);
   NamedAttribute attr(StringRef name, Attribute value) {
     return builder.getNamedAttr(name, value);
   }
@@ -146,16 +146,6 @@ Value Differentiator::reshape(Value value, ArrayRef<int64_t> shape) {
     return value;
   return make(ReshapeOp::getOperationName(), {value},
               {attr("shape", i64s(shape))});
-}
-
-Value Differentiator::transposeLast2(Value value) {
-  int64_t rank = shapeOf(value).size();
-  SmallVector<int64_t> perm;
-  for (int64_t d = 0; d < rank; ++d)
-    perm.push_back(d);
-  std::swap(perm[rank - 1], perm[rank - 2]);
-  return make(TransposeOp::getOperationName(), {value},
-              {attr("perm", i64s(perm))});
 }
 
 void Differentiator::accumulate(Value value, Value grad) {
@@ -296,33 +286,78 @@ Differentiator::Rule Differentiator::arithmeticRule(Operation *op, Value dy) {
   return Rule::Done;
 }
 
+/// MatMul: Y = op_a(A) op_b(B), op reading an operand transposed where its
+/// trans flag is set. The gradients are products with the flags chosen so
+/// that no Transpose op runs (PyTorch's matmul backward, with the
+/// transposes as GEMM flags):
+///   dA = dY op_b(B)^T            (stored transposed: op_b(B) dY^T)
+///   dB = op_a(A)^T dY            (stored transposed: dY^T op_a(A))
+/// summed over the batch dimensions the operand broadcast. Where B is one
+/// matrix for every product and A is read as stored (a Linear over a
+/// sequence), dB is one GEMM over A's products stacked into rows instead of
+/// a batch of products and a reduction.
+bool Differentiator::matMulRule(MatMulOp matmul, Value dy) {
+  // Promote 1-D operands to matrices as the forward op does, work on the
+  // promoted shapes, and reshape back.
+  Value a = matmul.getA(), b = matmul.getB();
+  bool ta = matmul.getTransA(), tb = matmul.getTransB();
+  SmallVector<int64_t> aShape(shapeOf(a)), bShape(shapeOf(b));
+  if (aShape.size() == 1)
+    aShape.insert(aShape.begin(), 1);
+  if (bShape.size() == 1)
+    bShape.push_back(1);
+  Value a2 = reshape(a, aShape), b2 = reshape(b, bShape);
+  auto product = [&](Value x, Value y, bool tx, bool ty) {
+    SmallVector<NamedAttribute> flags;
+    if (tx)
+      flags.push_back(attr("trans_a", builder.getBoolAttr(true)));
+    if (ty)
+      flags.push_back(attr("trans_b", builder.getBoolAttr(true)));
+    return make(MatMulOp::getOperationName(), {x, y}, flags);
+  };
+  Value full = product(a2, b2, ta, tb);
+  if (!full)
+    return false;
+  SmallVector<int64_t> fullShape(shapeOf(full));
+  Value dy2 = reshape(dy, fullShape);
+  full.getDefiningOp()->erase();
+  auto f32 = [&](ArrayRef<int64_t> shape) {
+    return RankedTensorType::get(shape, builder.getF32Type());
+  };
+  if (needsGrad.contains(a)) {
+    Value da = ta ? product(b2, dy2, tb, true) : product(dy2, b2, false, !tb);
+    accumulate(a, reshape(reduceTo(da, f32(aShape)), shapeOf(a)));
+  }
+  if (needsGrad.contains(b)) {
+    int64_t batchRank = static_cast<int64_t>(fullShape.size()) - 2;
+    bool oneB = llvm::all_of(ArrayRef<int64_t>(bShape).drop_back(2),
+                             [](int64_t d) { return d == 1; });
+    bool aFull = static_cast<int64_t>(aShape.size()) - 2 == batchRank &&
+                 ArrayRef<int64_t>(aShape).drop_back(2) ==
+                     ArrayRef<int64_t>(fullShape).drop_back(2);
+    Value db;
+    if (batchRank > 0 && oneB && aFull && !ta) {
+      int64_t rows = 1;
+      for (int64_t d = 0; d <= batchRank; ++d)
+        rows *= fullShape[d];
+      Value aRows = reshape(a2, {rows, aShape.back()});
+      Value dyRows = reshape(dy2, {rows, fullShape.back()});
+      db = tb ? product(dyRows, aRows, true, false)
+              : product(aRows, dyRows, true, false);
+    } else {
+      db = tb ? product(dy2, a2, true, ta) : product(a2, dy2, !ta, false);
+      db = reduceTo(db, f32(bShape));
+    }
+    accumulate(b, reshape(db, shapeOf(b)));
+  }
+  return true;
+}
+
 /// MatMul, Gemm and Conv.
 Differentiator::Rule Differentiator::linearRule(Operation *op, Value dy) {
-  if (isa<MatMulOp>(op)) {
-    // Promote 1-D operands to matrices as the forward op does, work on the
-    // promoted shapes, and reshape back.
-    Value a = op->getOperand(0), b = op->getOperand(1);
-    SmallVector<int64_t> aShape(shapeOf(a)), bShape(shapeOf(b));
-    if (aShape.size() == 1)
-      aShape.insert(aShape.begin(), 1);
-    if (bShape.size() == 1)
-      bShape.push_back(1);
-    Value a2 = reshape(a, aShape), b2 = reshape(b, bShape);
-    Value full = make(MatMulOp::getOperationName(), {a2, b2});
-    if (!full)
+  if (auto matmul = dyn_cast<MatMulOp>(op)) {
+    if (!matMulRule(matmul, dy))
       return Rule::Refused;
-    Value dy2 = reshape(dy, shapeOf(full));
-    full.getDefiningOp()->erase();
-    if (needsGrad.contains(a)) {
-      Value da = make(MatMulOp::getOperationName(), {dy2, transposeLast2(b2)});
-      da = reduceTo(da, RankedTensorType::get(aShape, builder.getF32Type()));
-      accumulate(a, reshape(da, shapeOf(a)));
-    }
-    if (needsGrad.contains(b)) {
-      Value db = make(MatMulOp::getOperationName(), {transposeLast2(a2), dy2});
-      db = reduceTo(db, RankedTensorType::get(bShape, builder.getF32Type()));
-      accumulate(b, reshape(db, shapeOf(b)));
-    }
   } else if (auto gemm = dyn_cast<GemmOp>(op)) {
     bool transA = gemm.getTransA(), transB = gemm.getTransB();
     NamedAttribute alpha = attr("alpha", gemm.getAlphaAttr());

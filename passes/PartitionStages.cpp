@@ -37,8 +37,11 @@ double costOf(Operation *op) {
     return double(elements(gemm.getOutput())) *
            (gemm.getTransA() ? a[0] : a[1]);
   }
-  if (auto matmul = dyn_cast<MatMulOp>(op))
-    return double(elements(matmul.getOutput())) * shape(matmul.getA()).back();
+  if (auto matmul = dyn_cast<MatMulOp>(op)) {
+    auto a = shape(matmul.getA());
+    return double(elements(matmul.getOutput())) *
+           (matmul.getTransA() ? a[a.size() - 2] : a.back());
+  }
   if (auto conv = dyn_cast<ConvOp>(op)) {
     auto w = shape(conv.getWeight());
     return double(elements(conv.getOutput())) * w[1] * w[2] * w[3];

@@ -85,8 +85,10 @@ void addPipelineSchedule(OpPassManager &pm,
 
 void buildTrainingPipeline(OpPassManager &pm,
                            const TrainingPipelineConfig &config) {
-  if (config.fuse)
+  if (config.fuse) {
     pm.addPass(createFuseLayerNorm());
+    pm.addPass(createFuseGelu());
+  }
   AttachLossOptions loss;
   loss.loss = config.loss;
   loss.labelsName = config.labelsName;
@@ -97,6 +99,8 @@ void buildTrainingPipeline(OpPassManager &pm,
   autodiff.freeze = config.freeze;
   autodiff.bnRunningVar = config.bnRunningVar;
   pm.addPass(createAutodiff(autodiff));
+  if (config.fuse)
+    pm.addPass(createFoldTranspose());
   InsertOptimizerOptions optimizer;
   optimizer.optimizer = config.optimizer;
   optimizer.lr = config.lr;

@@ -219,6 +219,14 @@ void matmul(const Check &c) {
   c.allF32();
   std::vector<int64_t> as = c.in(0).shape, bs = c.in(1).shape;
   c.require(!as.empty() && !bs.empty(), "matmul of a scalar");
+  bool transA = c.attribute("trans_a", 0, 0, 1),
+       transB = c.attribute("trans_b", 0, 0, 1);
+  c.require((!transA || as.size() >= 2) && (!transB || bs.size() >= 2),
+            "trans_a / trans_b on an operand of rank 1");
+  if (transA)
+    std::swap(as[as.size() - 2], as.back());
+  if (transB)
+    std::swap(bs[bs.size() - 2], bs.back());
   if (as.size() == 1)
     as.insert(as.begin(), 1);
   if (bs.size() == 1)

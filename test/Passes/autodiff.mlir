@@ -2,15 +2,14 @@
 
 // Tests that a tied weight used by two matmuls gets one gradient: the sum
 // of both contributions, and that buffers and frozen-free int tensors get
-// none.
+// none. The products' gradients read their operands transposed through
+// the trans flags (dH = dY W^T, dW = H^T dY), with no Transpose op.
 // CHECK-LABEL: cdp.param "w" : tensor<3x3xf32>
 // CHECK: cdp.constant dense<1.000000e+00> : tensor<f32>
-// CHECK: %[[WT:.+]] = cdp.transpose %[[W:.+]] {perm = array<i64: 1, 0>}
-// CHECK: %[[DH:.+]] = cdp.matmul %{{.+}}, %[[WT]]
-// CHECK: %[[HT:.+]] = cdp.transpose
-// CHECK: %[[DW2:.+]] = cdp.matmul %[[HT]]
-// CHECK: %[[XT:.+]] = cdp.transpose %arg0
-// CHECK: %[[DW1:.+]] = cdp.matmul %[[XT]], %[[DH]]
+// CHECK: %[[DY:.+]] = cdp.expand
+// CHECK: %[[DH:.+]] = cdp.matmul %[[DY]], %[[W:.+]] {trans_b = true}
+// CHECK: %[[DW2:.+]] = cdp.matmul %[[H:.+]], %[[DY]] {trans_a = true}
+// CHECK: %[[DW1:.+]] = cdp.matmul %arg0, %[[DH]] {trans_a = true}
 // CHECK: %[[SUM:.+]] = cdp.add %[[DW2]], %[[DW1]]
 // CHECK: cdp.gradient "w" %[[SUM]] : tensor<3x3xf32>
 // CHECK-NOT: cdp.gradient
@@ -19,6 +18,24 @@ func.func @main(%x: tensor<2x3xf32>) -> (tensor<f32> {cdp.name = "loss"}) attrib
   %h = cdp.matmul %x, %w : (tensor<2x3xf32>, tensor<3x3xf32>) -> tensor<2x3xf32>
   %y = cdp.matmul %h, %w : (tensor<2x3xf32>, tensor<3x3xf32>) -> tensor<2x3xf32>
   %l = cdp.reduce_sum %y {axes = array<i64>, keepdims = false} : (tensor<2x3xf32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// Tests a Linear over a sequence, x @ W^T read through trans_b: the weight
+// gradient is one product of the stacked rows, dW = dY_rows^T x_rows, with
+// no batch of products and no reduction over the sequence.
+// CHECK-LABEL: cdp.param "w" : tensor<5x3xf32>
+// CHECK-DAG: %[[XR:.+]] = cdp.reshape %arg0 {shape = array<i64: 8, 3>}
+// CHECK-DAG: %[[DYR:.+]] = cdp.reshape %{{.+}} {shape = array<i64: 8, 5>}
+// CHECK: %[[DW:.+]] = cdp.matmul %[[DYR]], %[[XR]] {trans_a = true} : (tensor<8x5xf32>, tensor<8x3xf32>) -> tensor<5x3xf32>
+// CHECK-NOT: cdp.reduce_to
+// CHECK: cdp.gradient "w" %[[DW]] : tensor<5x3xf32>
+func.func @main(%x: tensor<4x2x3xf32>) -> (tensor<f32> {cdp.name = "loss"}) attributes {cdp.loss_index = 0 : i64} {
+  %w = cdp.param "w" : tensor<5x3xf32>
+  %y = cdp.matmul %x, %w {trans_b = true} : (tensor<4x2x3xf32>, tensor<5x3xf32>) -> tensor<4x2x5xf32>
+  %l = cdp.reduce_sum %y {axes = array<i64>, keepdims = false} : (tensor<4x2x5xf32>) -> tensor<f32>
   return %l : tensor<f32>
 }
 

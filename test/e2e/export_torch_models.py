@@ -9,6 +9,8 @@ user exporting for training would):
   lenet        LeNet-style CNN that flattens with view()
   resnet       a small ResNet with BatchNorm and skip connections
   transformer  one nn.TransformerEncoderLayer (input (S, N, E), dropout 0)
+  gelu         an MLP with both GELUs (erf, then tanh), which torch exports
+               decomposed below opset 20 (not exported by default)
 """
 
 import os
@@ -26,6 +28,19 @@ class MLP(nn.Module):
 
     def forward(self, x):
         return self.fc2(torch.relu(self.fc1(x)))
+
+
+class GeluMLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(784, 64)
+        self.act1 = nn.GELU()
+        self.fc2 = nn.Linear(64, 32)
+        self.act2 = nn.GELU(approximate="tanh")
+        self.fc3 = nn.Linear(32, 10)
+
+    def forward(self, x):
+        return self.fc3(self.act2(self.fc2(self.act1(self.fc1(x)))))
 
 
 class LeNet(nn.Module):
@@ -95,6 +110,8 @@ def build(name):
     torch.manual_seed(0)
     if name == "mlp":
         return MLP(), torch.randn(8, 784), {"input": {0: "batch"}}
+    if name == "gelu":
+        return GeluMLP(), torch.randn(8, 784), None
     if name == "lenet":
         return LeNet(), torch.randn(8, 1, 28, 28), None
     if name == "resnet":

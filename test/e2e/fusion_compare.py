@@ -2,7 +2,8 @@
 """The fused plan against the unfused one (cdp-compile --no-fusion) on an
 e2e model: 3 SGD steps from the same weights and data; every parameter must
 agree within 1e-5 (absolute, + 1e-4 relative). Prints how many ops the
-fusion passes made (layer_norm) and the largest difference.
+fusion passes made (layer_norm, gelu), the transposes left of the unfused
+plan's, and the largest difference.
 
 Usage: fusion_compare.py BIN_DIR WORK_DIR MODEL
 """
@@ -28,16 +29,15 @@ shape[axis] *= 3
 np.save(os.path.join(work, "x.npy"), rng.standard_normal(shape).astype(np.float32))
 np.save(os.path.join(work, "y.npy"), rng.integers(0, 10, 3 * batch).astype(np.int64))
 flags = {"transformer": ["--batch-axis", "input=1"], "mlp": ["--batch-size", str(batch)]}
-params, fused_ops = {}, 0
+params, ops = {}, {}
 for variant, extra in (("fused", []), ("unfused", ["--no-fusion"])):
     plan = os.path.join(work, variant + ".cdp")
     subprocess.run([os.path.join(bin_dir, "cdp-compile"), path, "-o", plan, "--optimizer",
                     "momentum", "--lr", "0.05", *flags.get(name, []), *extra], check=True)
-    if variant == "fused":
-        text = subprocess.run([os.path.join(bin_dir, "cdp-compile"), path, "--emit=train-mlir",
-                               *flags.get(name, [])], check=True, capture_output=True,
-                              text=True).stdout
-        fused_ops = text.count("cdp.layer_norm ")
+    text = subprocess.run([os.path.join(bin_dir, "cdp-compile"), path, "--emit=train-mlir",
+                           *flags.get(name, []), *extra], check=True, capture_output=True,
+                          text=True).stdout
+    ops[variant] = {op: text.count("cdp.%s " % op) for op in ("layer_norm", "gelu", "transpose")}
     out = os.path.join(work, variant)
     subprocess.run([os.path.join(bin_dir, "cdp-run"), plan, "--feed",
                     "input=" + os.path.join(work, "x.npy"), "--feed",
@@ -48,5 +48,6 @@ for variant, extra in (("fused", []), ("unfused", ["--no-fusion"])):
 worst = max(float(np.abs(params["fused"][k] - params["unfused"][k]).max()) for k in params["fused"])
 same = all(np.allclose(params["fused"][k], params["unfused"][k], atol=1e-5, rtol=1e-4)
            for k in params["fused"])
-print("%s: %d layer_norm fused, %s (largest difference %.1e)" %
-      (name, fused_ops, "within 1e-5" if same else "DIFFERENT", worst))
+print("%s: %d layer_norm, %d gelu fused, transposes %d of %d, %s (largest difference %.1e)" %
+      (name, ops["fused"]["layer_norm"], ops["fused"]["gelu"], ops["fused"]["transpose"],
+       ops["unfused"]["transpose"], "within 1e-5" if same else "DIFFERENT", worst))

@@ -230,6 +230,18 @@ std::vector<Case> linalgCases() {
        {f32({2, 3, 4, 6})},
        {},
        1e-5},
+      {"matmul_trans_a_b",
+       "matmul",
+       {f32({2, 1, 5, 4}), f32({3, 6, 5})},
+       {f32({2, 3, 4, 6})},
+       {attr("trans_a", 1), attr("trans_b", 1)},
+       1e-5},
+      {"matmul_small_trans_b",
+       "matmul",
+       {f32({32, 6, 8}), f32({32, 6, 8})},
+       {f32({32, 6, 6})},
+       {attr("trans_b", 1)},
+       1e-5},
   };
 }
 

@@ -259,6 +259,35 @@ std::vector<Case> cases() {
                   "%y = cdp.matmul %p0, %p1 : (tensor<4xf32>, "
                   "tensor<2x4x3xf32>) -> tensor<2x3xf32>",
                   "tensor<2x3xf32>"});
+  // MatMul reading operands transposed (as cdp-fold-transpose leaves
+  // them), with broadcast batch dimensions on both sides; and a Linear over
+  // a sequence (x W^T), whose weight gradient is one product of the rows.
+  auto tensorText = [](const std::vector<int64_t> &shape) {
+    std::string text = "tensor<";
+    for (int64_t d : shape)
+      text += std::to_string(d) + "x";
+    return text + "f32>";
+  };
+  for (auto [ta, tb] :
+       {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {
+    std::vector<int64_t> a = ta ? std::vector<int64_t>{2, 1, 4, 3}
+                                : std::vector<int64_t>{2, 1, 3, 4};
+    std::vector<int64_t> b =
+        tb ? std::vector<int64_t>{2, 5, 4} : std::vector<int64_t>{2, 4, 5};
+    std::string flags = std::string("{trans_a = ") + (ta ? "true" : "false") +
+                        ", trans_b = " + (tb ? "true" : "false") + "}";
+    list.push_back({std::string("matmul_") + (ta ? "T" : "N") + (tb ? "T" : "N"),
+                    {{"a", a}, {"b", b}},
+                    "%y = cdp.matmul %p0, %p1 " + flags + " : (" +
+                        tensorText(a) + ", " + tensorText(b) +
+                        ") -> tensor<2x2x3x5xf32>",
+                    "tensor<2x2x3x5xf32>"});
+  }
+  list.push_back({"matmul_linear_over_sequence",
+                  {{"x", {2, 3, 4}}, {"w", {5, 4}}},
+                  "%y = cdp.matmul %p0, %p1 {trans_b = true} : "
+                  "(tensor<2x3x4xf32>, tensor<5x4xf32>) -> tensor<2x3x5xf32>",
+                  "tensor<2x3x5xf32>"});
   for (auto [ta, tb] :
        {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {
     std::string a = ta ? "tensor<4x3xf32>" : "tensor<3x4xf32>";

@@ -365,6 +365,13 @@ LogicalResult MatMulOp::inferReturnTypes(MLIRContext *, Loc loc,
     return fail(loc, "operands must have rank >= 1");
   Shape lhs(a.getShape()), rhs(b.getShape());
   bool lhsVector = lhs.size() == 1, rhsVector = rhs.size() == 1;
+  bool transA = adaptor.getTransA(), transB = adaptor.getTransB();
+  if ((transA && lhsVector) || (transB && rhsVector))
+    return fail(loc, "trans_a / trans_b need an operand of rank 2 or more");
+  if (transA)
+    std::swap(lhs[lhs.size() - 2], lhs.back());
+  if (transB)
+    std::swap(rhs[rhs.size() - 2], rhs.back());
   if (lhsVector)
     lhs.insert(lhs.begin(), 1);
   if (rhsVector)

@@ -86,6 +86,32 @@ def FuseLayerNorm : Pass<"cdp-fuse-layer-norm", "mlir::ModuleOp"> {
   let dependentDialects = ["cdp::CDPDialect"];
 }
 
+def FuseGelu : Pass<"cdp-fuse-gelu", "mlir::ModuleOp"> {
+  let summary = "Replaces a decomposed GELU (erf or tanh form, as torch exports it below opset 20) with cdp.gelu";
+  let description = [{
+    Matches `(x * (erf(x / sqrt 2) + 1)) * 0.5` and
+    `0.5 * (x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))))` (operands of
+    add and mul in either order, x^3 as two multiplies or a pow), where
+    every intermediate value feeds the chain only, and replaces it with one
+    `cdp.gelu` (approximate "none" or "tanh") with the final multiply's
+    location. Runs on the forward graph, before autodiff.
+  }];
+  let dependentDialects = ["cdp::CDPDialect"];
+}
+
+def FoldTranspose : Pass<"cdp-fold-transpose", "mlir::ModuleOp"> {
+  let summary = "Folds Transpose ops into the MatMul and Gemm operands that read them";
+  let description = [{
+    On the training graph (after autodiff): composes Transposes of
+    Transposes (dropping identities), folds a Transpose of the last two
+    dimensions into a MatMul or Gemm operand as its trans_a / trans_b flag,
+    and turns the Transpose of a MatMul result into the product of the
+    swapped operands. Only ops of the same stage are joined. Transposes
+    nothing reads any more are erased.
+  }];
+  let dependentDialects = ["cdp::CDPDialect"];
+}
+
 def InsertOptimizer : Pass<"cdp-insert-optimizer", "mlir::ModuleOp"> {
   let summary = "Turns each parameter gradient into an optimizer update";
   let description = [{

@@ -1,12 +1,14 @@
 //===- Linalg.cpp - matrix products and convolution on the CPU ------------===//
 //
 // Matrix products go through oneDNN's sgemm (row-major, JIT kernels, its own
-// threading). Convolutions are im2col + sgemm per image and group, with the
+// threading); tiny ones through a loop of our own (SmallMatMul.h). Convolutions are im2col + sgemm per image and group, with the
 // column buffer sized once at load.
 //
 //===----------------------------------------------------------------------===//
 
+#include "../MatMulGeometry.h"
 #include "CpuKernels.h"
+#include "SmallMatMul.h"
 
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
@@ -115,6 +117,73 @@ void col2im(const ConvGeometry &g, const float *column, float *image) {
       }
 }
 
+
+/// Products small enough that a call into oneDNN costs more than the
+/// arithmetic (see SmallMatMul.h). B is packed row-major first when it is
+/// read transposed; the products are split over threads when there is
+/// enough work for more than one.
+std::function<void(const StepContext &)>
+smallMatMulKernel(const MatMulGeometry &g, TensorView a, TensorView b,
+                  TensorView y, int threadLimit,
+                  std::shared_ptr<std::vector<int64_t>> ia,
+                  std::shared_ptr<std::vector<int64_t>> ib) {
+  int64_t m = g.m, n = g.n, k = g.k, count = g.count();
+  bool transA = g.transA, transB = g.transB;
+  int64_t aRow = transA ? 1 : k, aCol = transA ? m : 1;
+  constexpr int64_t kWorkPerThread = 32 * 1024;
+  int threads = static_cast<int>(std::max<int64_t>(
+      1, std::min<int64_t>(threadLimit, count * m * n * k / kWorkPerThread)));
+  auto packed =
+      std::make_shared<std::vector<float>>(transB ? threads * k * n : 0);
+  return [=](const StepContext &) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+    for (int64_t i = 0; i < count; ++i) {
+      const float *bi = b.f32() + (*ib)[i] * k * n;
+      if (transB) { // stored n x k
+        float *dst = packed->data() + omp_get_thread_num() * k * n;
+        for (int64_t p = 0; p < k; ++p)
+          for (int64_t j = 0; j < n; ++j)
+            dst[p * n + j] = bi[j * k + p];
+        bi = dst;
+      }
+      smallMatMul(m, n, k, a.f32() + (*ia)[i] * m * k, aRow, aCol, bi,
+                  y.f32() + i * m * n);
+    }
+  };
+}
+
+/// ONNX MatMul (with the trans flags): one GEMM where B is one matrix and
+/// A's products stack into rows (a Linear over a sequence), else the small
+/// products' own loop, else one GEMM per product.
+std::function<void(const StepContext &)> matMulKernel(const KernelArgs &args) {
+  TensorView a = args.inputs[0], b = args.inputs[1], y = args.outputs[0];
+  MatMulGeometry g(args, a.shape, b.shape);
+  int64_t m = g.m, n = g.n, k = g.k, count = g.count();
+  bool transA = g.transA, transB = g.transB;
+  if (count == 0 || m == 0 || n == 0)
+    return [](const StepContext &) {};
+  if (g.rowsStack() && count * m * n * k > kSmallMatMulVolume)
+    return [=](const StepContext &) {
+      sgemm(transA, transB, count * m, n, k, 1.0f, a.f32(), b.f32(), 0.0f,
+            y.f32());
+    };
+  auto ia = std::make_shared<std::vector<int64_t>>(
+      broadcastIndex(g.aBatch, g.batch));
+  auto ib = std::make_shared<std::vector<int64_t>>(
+      broadcastIndex(g.bBatch, g.batch));
+  if (m * n * k <= kSmallMatMulVolume)
+    return smallMatMulKernel(g, a, b, y, args.threads, ia, ib);
+  int threads =
+      std::max(1, std::min<int>(args.threads, static_cast<int>(count)));
+  return [=](const StepContext &) {
+  // Many products: one per thread, each single-threaded inside.
+#pragma omp parallel for num_threads(threads) schedule(static) if (count > 1)
+    for (int64_t i = 0; i < count; ++i)
+      sgemm(transA, transB, m, n, k, 1.0f, a.f32() + (*ia)[i] * m * k,
+            b.f32() + (*ib)[i] * k * n, 0.0f, y.f32() + i * m * n);
+  };
+}
+
 } // namespace
 
 void registerLinalg(KernelRegistry &registry) {
@@ -143,39 +212,7 @@ void registerLinalg(KernelRegistry &registry) {
   });
 
   addKernel(registry, "matmul", [](const KernelArgs &args) {
-    TensorView a = args.inputs[0], b = args.inputs[1], y = args.outputs[0];
-    // Promote 1-D operands, then broadcast the batch dimensions.
-    std::vector<int64_t> as = a.shape, bs = b.shape;
-    if (as.size() == 1)
-      as.insert(as.begin(), 1);
-    if (bs.size() == 1)
-      bs.push_back(1);
-    int64_t m = as[as.size() - 2], k = as.back(), n = bs.back();
-    std::vector<int64_t> aBatch(as.begin(), as.end() - 2),
-        bBatch(bs.begin(), bs.end() - 2);
-    size_t rank = std::max(aBatch.size(), bBatch.size());
-    std::vector<int64_t> batch(rank);
-    for (size_t d = 0; d < rank; ++d) {
-      int64_t da =
-          d < rank - aBatch.size() ? 1 : aBatch[d - (rank - aBatch.size())];
-      int64_t db =
-          d < rank - bBatch.size() ? 1 : bBatch[d - (rank - bBatch.size())];
-      batch[d] = std::max(da, db);
-    }
-    auto ia =
-        std::make_shared<std::vector<int64_t>>(broadcastIndex(aBatch, batch));
-    auto ib =
-        std::make_shared<std::vector<int64_t>>(broadcastIndex(bBatch, batch));
-    int64_t count = product(batch);
-    int threads =
-        std::max(1, std::min<int>(args.threads, static_cast<int>(count)));
-    return [=](const StepContext &) {
-    // Many small products: one per thread, each single-threaded inside.
-#pragma omp parallel for num_threads(threads) schedule(static) if (count > 1)
-      for (int64_t i = 0; i < count; ++i)
-        sgemm(false, false, m, n, k, 1.0f, a.f32() + (*ia)[i] * m * k,
-              b.f32() + (*ib)[i] * k * n, 0.0f, y.f32() + i * m * n);
-    };
+    return matMulKernel(args);
   });
 
   addKernel(registry, "conv", [](const KernelArgs &args) {

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "../MatMulGeometry.h"
 #include "CudaKernels.h"
 #include "Reduce.cuh"
 
@@ -63,26 +64,11 @@ void registerLinalg(KernelRegistry &registry) {
   // they are uploaded once and one batched call runs them all.
   addKernel(registry, "matmul", [](const KernelArgs &args) {
     TensorView a = args.inputs[0], b = args.inputs[1], y = args.outputs[0];
-    std::vector<int64_t> as = a.shape, bs = b.shape;
-    if (as.size() == 1)
-      as.insert(as.begin(), 1);
-    if (bs.size() == 1)
-      bs.push_back(1);
-    int64_t m = as[as.size() - 2], k = as.back(), n = bs.back();
-    std::vector<int64_t> aBatch(as.begin(), as.end() - 2),
-        bBatch(bs.begin(), bs.end() - 2);
-    size_t rank = std::max(aBatch.size(), bBatch.size());
-    std::vector<int64_t> batch(rank);
-    for (size_t d = 0; d < rank; ++d) {
-      int64_t da =
-          d < rank - aBatch.size() ? 1 : aBatch[d - (rank - aBatch.size())];
-      int64_t db =
-          d < rank - bBatch.size() ? 1 : bBatch[d - (rank - bBatch.size())];
-      batch[d] = std::max(da, db);
-    }
-    IndexMap ia = broadcastMap(args, aBatch, batch),
-             ib = broadcastMap(args, bBatch, batch);
-    int64_t count = product(batch);
+    MatMulGeometry g(args, a.shape, b.shape);
+    int64_t m = g.m, n = g.n, k = g.k, count = g.count();
+    bool transA = g.transA, transB = g.transB;
+    IndexMap ia = broadcastMap(args, g.aBatch, g.batch),
+             ib = broadcastMap(args, g.bBatch, g.batch);
     std::vector<const float *> pointers(3 * count);
     for (int64_t i = 0; i < count; ++i) {
       pointers[i] = b.f32() + ib(i) * k * n; // cuBLAS's first operand
@@ -107,8 +93,10 @@ void registerLinalg(KernelRegistry &registry) {
       }
       float one = 1.0f, zero = 0.0f;
       const float **all = table->as<const float *>();
-      checkCublas(cublasSgemmBatched(blas, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k,
-                                     &one, all, n, all + count, k, &zero,
+      checkCublas(cublasSgemmBatched(blas, transB ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                     transA ? CUBLAS_OP_T : CUBLAS_OP_N, n, m,
+                                     k, &one, all, transB ? k : n, all + count,
+                                     transA ? m : k, &zero,
                                      const_cast<float **>(all + 2 * count), n,
                                      count),
                   "cublasSgemmBatched");

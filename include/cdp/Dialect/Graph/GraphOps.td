@@ -133,9 +133,15 @@ def CDP_MatMulOp : CDP_Op<"matmul"> {
   let summary = "matrix product with numpy semantics (ONNX MatMul)";
   let description = [{
     1-D operands are promoted to matrices and the promoted dimension removed
-    from the result; leading (batch) dimensions broadcast.
+    from the result; leading (batch) dimensions broadcast. `trans_a` /
+    `trans_b` read an operand with its last two dimensions swapped (numpy's
+    `matmul(swapaxes(a, -1, -2), b)`); they need that operand to have rank
+    2 or more. The importer never sets them: `cdp-fold-transpose` and the
+    MatMul gradient do, so that no Transpose op runs before the product.
   }];
-  let arguments = (ins CDP_F32Tensor:$a, CDP_F32Tensor:$b);
+  let arguments = (ins CDP_F32Tensor:$a, CDP_F32Tensor:$b,
+                       DefaultValuedAttr<BoolAttr, "false">:$trans_a,
+                       DefaultValuedAttr<BoolAttr, "false">:$trans_b);
   let results = (outs CDP_F32Tensor:$output);
 }
 

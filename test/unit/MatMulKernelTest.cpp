@@ -1,0 +1,163 @@
+//===- MatMulKernelTest.cpp - the CPU matmul kernel's paths ---------------===//
+//
+// The CPU matmul kernel picks one of four paths by shape: a single GEMM
+// (one product, or a Linear's products stacked into rows), the small
+// products' own loop (SmallMatMul.h, with B packed when transposed), or a
+// GEMM per product. Each path, with every trans_a / trans_b combination,
+// broadcast batch dimensions and 1-D operands, against a double-precision
+// reference of numpy's matmul, to 1e-5 relative to the sum of |terms|.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cdp/Runtime/Kernel.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+namespace {
+
+using namespace cdp;
+using namespace cdp::runtime;
+
+int64_t product(const std::vector<int64_t> &shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+/// Runs the registry's CPU matmul on (a, b) into a tensor of `yShape`.
+std::vector<float> runKernel(const std::vector<int64_t> &aShape,
+                             std::vector<float> &a,
+                             const std::vector<int64_t> &bShape,
+                             std::vector<float> &b,
+                             const std::vector<int64_t> &yShape, bool transA,
+                             bool transB, int threads) {
+  plan::Instruction instruction;
+  instruction.set_op("matmul");
+  for (auto [name, value] : {std::pair<const char *, bool>{"trans_a", transA},
+                             {"trans_b", transB}}) {
+    plan::Attribute *attribute = instruction.add_attributes();
+    attribute->set_name(name);
+    attribute->set_i(value);
+  }
+  std::vector<float> y(product(yShape), std::nanf(""));
+  auto view = [](std::vector<float> &data, const std::vector<int64_t> &shape) {
+    TensorView v;
+    v.data = data.data();
+    v.shape = shape;
+    v.dtype = plan::F32;
+    return v;
+  };
+  KernelArgs args;
+  args.instruction = &instruction;
+  args.inputs = {view(a, aShape), view(b, bShape)};
+  args.outputs = {view(y, yShape)};
+  args.threads = threads;
+  auto kernel =
+      (*KernelRegistry::instance().lookup("matmul", Backend::CPU))(args);
+  kernel->run(StepContext());
+  return y;
+}
+
+struct Case {
+  std::vector<int64_t> a, b, y; ///< shapes as stored
+  bool transA, transB;
+};
+
+/// numpy's matmul in double, with the stored operands read through the
+/// trans flags; also the sum of |terms| per element, the error's scale.
+void reference(const Case &c, const std::vector<float> &a,
+               const std::vector<float> &b, std::vector<double> &y,
+               std::vector<double> &scale) {
+  std::vector<int64_t> as = c.a, bs = c.b;
+  bool aVector = as.size() == 1, bVector = bs.size() == 1;
+  if (aVector)
+    as.insert(as.begin(), 1);
+  if (bVector)
+    bs.push_back(1);
+  int64_t ar = as[as.size() - 2], ac = as.back(), br = bs[bs.size() - 2],
+          bc = bs.back();
+  int64_t m = c.transA ? ac : ar, k = c.transA ? ar : ac,
+          n = c.transB ? br : bc;
+  size_t rank = std::max(as.size(), bs.size()) - 2;
+  auto batchOf = [&](const std::vector<int64_t> &s) {
+    std::vector<int64_t> out(rank + 2 - s.size(), 1);
+    out.insert(out.end(), s.begin(), s.end() - 2);
+    return out;
+  };
+  std::vector<int64_t> ab = batchOf(as), bb = batchOf(bs), batch(rank);
+  for (size_t d = 0; d < rank; ++d)
+    batch[d] = std::max(ab[d], bb[d]);
+  int64_t count = product(batch);
+  y.assign(count * m * n, 0.0);
+  scale.assign(count * m * n, 0.0);
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t ia = 0, ib = 0, rest = i;
+    std::vector<int64_t> position(rank);
+    for (int64_t d = static_cast<int64_t>(rank) - 1; d >= 0; --d) {
+      position[d] = rest % batch[d];
+      rest /= batch[d];
+    }
+    for (size_t d = 0; d < rank; ++d) {
+      ia = ia * ab[d] + (ab[d] == 1 ? 0 : position[d]);
+      ib = ib * bb[d] + (bb[d] == 1 ? 0 : position[d]);
+    }
+    const float *pa = a.data() + ia * ar * ac, *pb = b.data() + ib * br * bc;
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t col = 0; col < n; ++col)
+        for (int64_t p = 0; p < k; ++p) {
+          double term = double(c.transA ? pa[p * ac + r] : pa[r * ac + p]) *
+                        double(c.transB ? pb[col * bc + p] : pb[p * bc + col]);
+          y[(i * m + r) * n + col] += term;
+          scale[(i * m + r) * n + col] += std::fabs(term);
+        }
+  }
+}
+
+TEST(MatMulKernel, EveryPathMatchesNumpyInDouble) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  std::vector<Case> cases = {
+      // small products (attention over 6 tokens), each flag combination
+      {{32, 6, 8}, {32, 8, 6}, {32, 6, 6}, false, false},
+      {{32, 8, 6}, {32, 8, 6}, {32, 6, 6}, true, false},
+      {{32, 6, 8}, {32, 6, 8}, {32, 6, 6}, false, true},
+      {{32, 8, 6}, {32, 6, 8}, {32, 6, 6}, true, true},
+      // edges of the 8-wide columns and 4-row tiles; broadcast batch
+      {{3, 1, 7, 5}, {4, 5, 13}, {3, 4, 7, 13}, false, false},
+      {{2, 5, 9}, {9, 3}, {2, 5, 3}, false, false},
+      // a Linear over a sequence: rows stacked into one GEMM
+      {{16, 8, 64}, {64, 48}, {16, 8, 48}, false, false},
+      {{16, 8, 64}, {48, 64}, {16, 8, 48}, false, true},
+      // one GEMM per product, transposed operands, broadcast A
+      {{40, 24}, {3, 24, 40}, {3, 24, 24}, true, true},
+      {{5, 20, 30}, {5, 20, 33}, {5, 30, 33}, true, false},
+      // 1-D operands
+      {{7}, {7, 3}, {3}, false, false},
+      {{4, 7}, {7}, {4}, false, false},
+      {{2, 7, 4}, {7}, {2, 4}, true, false},
+  };
+  for (const Case &c : cases)
+    for (int threads : {1, 3}) {
+      std::vector<float> a(product(c.a)), b(product(c.b));
+      for (float &v : a)
+        v = normal(rng);
+      for (float &v : b)
+        v = normal(rng);
+      std::vector<float> y =
+          runKernel(c.a, a, c.b, b, c.y, c.transA, c.transB, threads);
+      std::vector<double> want, scale;
+      reference(c, a, b, want, scale);
+      ASSERT_EQ(y.size(), want.size());
+      for (size_t i = 0; i < y.size(); ++i)
+        ASSERT_NEAR(y[i], want[i], 1e-5 * scale[i] + 1e-30)
+            << "case a" << ::testing::PrintToString(c.a) << " b"
+            << ::testing::PrintToString(c.b) << " trans " << c.transA
+            << c.transB << ", " << threads << " threads, element " << i;
+    }
+}
+
+} // namespace
