@@ -119,8 +119,8 @@ std::optional<StringRef> matchOnePlus(Value value, Value x, Chain &chain) {
                : std::nullopt;
   auto tanh = inner<TanhOp>(f, chain);
   auto scaled = tanh ? inner<MulOp>(tanh.getInput(), chain) : nullptr;
-  Value sum = scaled ? besideConstant(scaled, std::sqrt(2.0 / M_PI), chain)
-                     : Value();
+  Value sum =
+      scaled ? besideConstant(scaled, std::sqrt(2.0 / M_PI), chain) : Value();
   auto polynomial = sum ? inner<AddOp>(sum, chain) : nullptr;
   if (!polynomial)
     return std::nullopt;

@@ -54,10 +54,9 @@ struct MatMulGeometry {
   /// consecutive row blocks: then the whole MatMul is one GEMM of
   /// count * m rows.
   bool rowsStack() const {
-    return !transA &&
-           std::all_of(bBatch.begin(), bBatch.end(),
-                       [](int64_t d) { return d == 1; }) &&
-           aBatch == batch;
+    return !transA && std::all_of(bBatch.begin(), bBatch.end(), [](int64_t d) {
+      return d == 1;
+    }) && aBatch == batch;
   }
 
 private:

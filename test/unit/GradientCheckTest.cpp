@@ -276,12 +276,12 @@ std::vector<Case> cases() {
         tb ? std::vector<int64_t>{2, 5, 4} : std::vector<int64_t>{2, 4, 5};
     std::string flags = std::string("{trans_a = ") + (ta ? "true" : "false") +
                         ", trans_b = " + (tb ? "true" : "false") + "}";
-    list.push_back({std::string("matmul_") + (ta ? "T" : "N") + (tb ? "T" : "N"),
-                    {{"a", a}, {"b", b}},
-                    "%y = cdp.matmul %p0, %p1 " + flags + " : (" +
-                        tensorText(a) + ", " + tensorText(b) +
-                        ") -> tensor<2x2x3x5xf32>",
-                    "tensor<2x2x3x5xf32>"});
+    list.push_back(
+        {std::string("matmul_") + (ta ? "T" : "N") + (tb ? "T" : "N"),
+         {{"a", a}, {"b", b}},
+         "%y = cdp.matmul %p0, %p1 " + flags + " : (" + tensorText(a) + ", " +
+             tensorText(b) + ") -> tensor<2x2x3x5xf32>",
+         "tensor<2x2x3x5xf32>"});
   }
   list.push_back({"matmul_linear_over_sequence",
                   {{"x", {2, 3, 4}}, {"w", {5, 4}}},

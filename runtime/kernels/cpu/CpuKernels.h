@@ -25,6 +25,23 @@ void registerLoss(KernelRegistry &registry);
 void registerOptimizer(KernelRegistry &registry);
 void registerCommunication(KernelRegistry &registry);
 
+/// Runs body(i) for every i in [0, count) on `threads` threads. With one
+/// thread no parallel region opens at all: oneDNN called inside an inactive
+/// (one-thread) region starts a nested team of its own, whose threads are
+/// created and destroyed on every call (measured: a 0.1 ms GEMM took 4 ms
+/// on two cores).
+template <typename Body>
+void forEachIndex(int64_t count, int threads, const Body &body) {
+  if (threads <= 1) {
+    for (int64_t i = 0; i < count; ++i)
+      body(i);
+    return;
+  }
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t i = 0; i < count; ++i)
+    body(i);
+}
+
 /// Adds a kernel whose factory returns the step function directly.
 template <typename Factory>
 void addKernel(KernelRegistry &registry, const std::string &op, Factory make) {

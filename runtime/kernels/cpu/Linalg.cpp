@@ -1,8 +1,9 @@
 //===- Linalg.cpp - matrix products and convolution on the CPU ------------===//
 //
 // Matrix products go through oneDNN's sgemm (row-major, JIT kernels, its own
-// threading); tiny ones through a loop of our own (SmallMatMul.h). Convolutions are im2col + sgemm per image and group, with the
-// column buffer sized once at load.
+// threading); tiny ones through a loop of our own (SmallMatMul.h). Convolutions
+// are im2col + sgemm per image and group, with the column buffer sized once at
+// load.
 //
 //===----------------------------------------------------------------------===//
 
@@ -117,7 +118,6 @@ void col2im(const ConvGeometry &g, const float *column, float *image) {
       }
 }
 
-
 /// Products small enough that a call into oneDNN costs more than the
 /// arithmetic (see SmallMatMul.h). B is packed row-major first when it is
 /// read transposed; the products are split over threads when there is
@@ -162,25 +162,25 @@ std::function<void(const StepContext &)> matMulKernel(const KernelArgs &args) {
   bool transA = g.transA, transB = g.transB;
   if (count == 0 || m == 0 || n == 0)
     return [](const StepContext &) {};
-  if (g.rowsStack() && count * m * n * k > kSmallMatMulVolume)
+  if ((count == 1 || g.rowsStack()) && count * m * n * k > kSmallMatMulVolume)
     return [=](const StepContext &) {
       sgemm(transA, transB, count * m, n, k, 1.0f, a.f32(), b.f32(), 0.0f,
             y.f32());
     };
-  auto ia = std::make_shared<std::vector<int64_t>>(
-      broadcastIndex(g.aBatch, g.batch));
-  auto ib = std::make_shared<std::vector<int64_t>>(
-      broadcastIndex(g.bBatch, g.batch));
+  auto ia =
+      std::make_shared<std::vector<int64_t>>(broadcastIndex(g.aBatch, g.batch));
+  auto ib =
+      std::make_shared<std::vector<int64_t>>(broadcastIndex(g.bBatch, g.batch));
   if (m * n * k <= kSmallMatMulVolume)
     return smallMatMulKernel(g, a, b, y, args.threads, ia, ib);
   int threads =
       std::max(1, std::min<int>(args.threads, static_cast<int>(count)));
   return [=](const StepContext &) {
-  // Many products: one per thread, each single-threaded inside.
-#pragma omp parallel for num_threads(threads) schedule(static) if (count > 1)
-    for (int64_t i = 0; i < count; ++i)
+    // Many products: one per thread, each single-threaded inside.
+    forEachIndex(count, threads, [&](int64_t i) {
       sgemm(transA, transB, m, n, k, 1.0f, a.f32() + (*ia)[i] * m * k,
             b.f32() + (*ib)[i] * k * n, 0.0f, y.f32() + i * m * n);
+    });
   };
 }
 
@@ -211,9 +211,8 @@ void registerLinalg(KernelRegistry &registry) {
     };
   });
 
-  addKernel(registry, "matmul", [](const KernelArgs &args) {
-    return matMulKernel(args);
-  });
+  addKernel(registry, "matmul",
+            [](const KernelArgs &args) { return matMulKernel(args); });
 
   addKernel(registry, "conv", [](const KernelArgs &args) {
     TensorView x = args.inputs[0], w = args.inputs[1], y = args.outputs[0];
@@ -227,8 +226,7 @@ void registerLinalg(KernelRegistry &registry) {
       int64_t cols = g.columnCols(), rows = g.columnRows();
       // Images in parallel, each with its own column buffer; the small
       // per-image products run single-threaded inside.
-#pragma omp parallel for num_threads(threads) schedule(static)
-      for (int64_t n = 0; n < g.batch; ++n) {
+      forEachIndex(g.batch, threads, [&](int64_t n) {
         float *column = columns->data() + omp_get_thread_num() * rows * cols;
         for (int64_t grp = 0; grp < g.group; ++grp) {
           const float *image =
@@ -240,7 +238,7 @@ void registerLinalg(KernelRegistry &registry) {
           sgemm(false, false, g.groupFilters(), cols, rows, 1.0f,
                 w.f32() + grp * g.groupFilters() * rows, column, 0.0f, out);
         }
-      }
+      });
       if (bias.present())
         for (int64_t n = 0; n < g.batch; ++n)
           for (int64_t f = 0; f < g.filters; ++f) {
@@ -262,8 +260,7 @@ void registerLinalg(KernelRegistry &registry) {
     return [=](const StepContext &) {
       int64_t cols = g.columnCols(), rows = g.columnRows();
       std::fill(dx.f32(), dx.f32() + dx.numel(), 0.0f);
-#pragma omp parallel for num_threads(threads) schedule(static)
-      for (int64_t n = 0; n < g.batch; ++n) {
+      forEachIndex(g.batch, threads, [&](int64_t n) {
         float *column = columns->data() + omp_get_thread_num() * rows * cols;
         for (int64_t grp = 0; grp < g.group; ++grp) {
           const float *grad =
@@ -274,7 +271,7 @@ void registerLinalg(KernelRegistry &registry) {
                  dx.f32() + (n * g.channels + grp * g.groupChannels()) *
                                 g.height * g.width);
         }
-      }
+      });
     };
   });
 
@@ -292,8 +289,7 @@ void registerLinalg(KernelRegistry &registry) {
     return [=](const StepContext &) {
       int64_t cols = g.columnCols(), rows = g.columnRows();
       std::fill(partials->begin(), partials->end(), 0.0f);
-#pragma omp parallel for num_threads(threads) schedule(static)
-      for (int64_t n = 0; n < g.batch; ++n) {
+      forEachIndex(g.batch, threads, [&](int64_t n) {
         int t = omp_get_thread_num();
         float *column = columns->data() + t * rows * cols;
         float *partial = partials->data() + t * weights;
@@ -307,7 +303,7 @@ void registerLinalg(KernelRegistry &registry) {
           sgemm(false, true, g.groupFilters(), rows, cols, 1.0f, grad, column,
                 1.0f, partial + grp * g.groupFilters() * rows);
         }
-      }
+      });
       float *out = dw.f32();
       std::copy(partials->begin(), partials->begin() + weights, out);
       for (int t = 1; t < threads; ++t)

@@ -26,15 +26,16 @@ tile(int64_t n, int64_t k, const float *a, int64_t aRow, int64_t aCol,
     _mm256_maskstore_ps(c + r * n, mask, acc[r]);
 }
 
-__attribute__((target("avx2,fma"))) void
-productAvx2(int64_t m, int64_t n, int64_t k, const float *a, int64_t aRow,
-            int64_t aCol, const float *b, float *c) {
+__attribute__((target("avx2,fma"))) void productAvx2(int64_t m, int64_t n,
+                                                     int64_t k, const float *a,
+                                                     int64_t aRow, int64_t aCol,
+                                                     const float *b, float *c) {
   static const int32_t ones[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
                                    0,  0,  0,  0,  0,  0,  0,  0};
   for (int64_t j = 0; j < n; j += 8) {
     int64_t width = n - j < 8 ? n - j : 8;
-    __m256i mask = _mm256_loadu_si256(
-        reinterpret_cast<const __m256i *>(ones + 8 - width));
+    __m256i mask =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ones + 8 - width));
     int64_t i = 0;
     for (; i + 4 <= m; i += 4)
       tile<4>(n, k, a + i * aRow, aRow, aCol, b + j, c + i * n + j, mask);
@@ -43,8 +44,8 @@ productAvx2(int64_t m, int64_t n, int64_t k, const float *a, int64_t aRow,
   }
 }
 
-void productPlain(int64_t m, int64_t n, int64_t k, const float *a,
-                  int64_t aRow, int64_t aCol, const float *b, float *c) {
+void productPlain(int64_t m, int64_t n, int64_t k, const float *a, int64_t aRow,
+                  int64_t aCol, const float *b, float *c) {
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
       float sum = 0.0f;
@@ -62,8 +63,8 @@ bool hasAvx2() {
 
 } // namespace
 
-void smallMatMul(int64_t m, int64_t n, int64_t k, const float *a,
-                 int64_t aRow, int64_t aCol, const float *b, float *c) {
+void smallMatMul(int64_t m, int64_t n, int64_t k, const float *a, int64_t aRow,
+                 int64_t aCol, const float *b, float *c) {
   if (hasAvx2())
     productAvx2(m, n, k, a, aRow, aCol, b, c);
   else

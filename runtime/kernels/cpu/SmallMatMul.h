@@ -22,8 +22,8 @@ constexpr int64_t kSmallMatMulVolume = 16 * 16 * 16;
 
 /// C (m x n, row-major) = A B, where A's element (i, p) is
 /// a[i * aRow + p * aCol] and B is k x n, row-major.
-void smallMatMul(int64_t m, int64_t n, int64_t k, const float *a,
-                 int64_t aRow, int64_t aCol, const float *b, float *c);
+void smallMatMul(int64_t m, int64_t n, int64_t k, const float *a, int64_t aRow,
+                 int64_t aCol, const float *b, float *c);
 
 } // namespace cdp::runtime::cpu
 
