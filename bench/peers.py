@@ -2,15 +2,15 @@
 """cdp's training step against the peers a user would compare it with, on one CPU device.
 
 Usage: bench/peers.py [--build build] [--threads 2,1] [--steps S] [--models mlp,lenet,...]
-                      [--torchvision resnet18,mobilenet_v2,vit]
+                      [--batch B] [--torchvision resnet18,mobilenet_v2,vit]
 
 The first run makes a venv, bench/.venv-peers, with onnxruntime-training
 1.19.2 from PyPI (the ONNX-in training peer: `onnxruntime.training`'s
 artifacts and `api.Module`); it sees Debian's packages too (torch 1.13,
 onnx 1.12, which that onnxruntime needs at most 1.16 of, numpy), so torch
 1.13 is the PyTorch peer. Then, for each model of test/e2e's
-export_torch_models.py at its export batch (SGD, lr 0.01, cross-entropy, one
-fixed batch) and each thread count: cdp's mean step (`cdp-run` metrics, as
+export_torch_models.py at batch B (default 8, its export batch; SGD, lr 0.01,
+cross-entropy, one fixed batch) and each thread count: cdp's mean step (`cdp-run` metrics, as
 bench/train_step.py measures it), PyTorch's (zero_grad, forward, loss,
 backward, step) and onnxruntime's (module(x, y), optimizer.step(),
 lazy_reset_grad()), each after warm-up steps, and cdp's time over the
@@ -159,6 +159,8 @@ def main():
     parser.add_argument("--threads", default="2,1", help="thread counts, comma-separated")
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--models", default="mlp,lenet,resnet,transformer")
+    parser.add_argument("--batch", type=int, default=8,
+                        help="batch of the e2e models (the torchvision ones: 8)")
     parser.add_argument("--torchvision", default="",
                         help="also these: resnet18, mobilenet_v2, vit, ...")
     args = parser.parse_args()
@@ -178,13 +180,13 @@ def main():
     thread_counts = [int(t) for t in args.threads.split(",")]
     with tempfile.TemporaryDirectory() as work:
         for name in [m for m in args.models.split(",") if m]:
-            plan, batch = train_step.compile_plan(name, args.build, work)
+            plan, batch = train_step.compile_plan(name, args.build, work, args.batch)
             path = os.path.join(work, name + ".onnx")
             parameters = {n for n, _ in models.build(name)[0].named_parameters()}
             for threads in thread_counts:
                 ours = train_step.run_step_time(runner, name, plan, batch, threads, args.steps,
                                                 work)
-                theirs, _ = train_step.torch_step_time(name, threads, args.steps)
+                theirs, _ = train_step.torch_step_time(name, threads, args.steps, batch)
                 ort = ort_step_time(name, path, threads, args.steps, work, parameters)
                 row(name, threads, batch, ours, theirs, ort)
         for name in [m for m in args.torchvision.split(",") if m]:

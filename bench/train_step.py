@@ -52,19 +52,19 @@ def torch_model_step_time(model, x, y, threads, steps):
     return mean_step_time(step, steps)
 
 
-def torch_step_time(name, threads, steps):
-    model, example, _ = models.build(name)
+def torch_step_time(name, threads, steps, batch=8):
+    model, example, _ = models.build(name, batch)
     batch = example.shape[1] if name == "transformer" else example.shape[0]
     x = torch.randn(*example.shape)
     y = torch.randint(0, 10, (batch,))
     return torch_model_step_time(model, x, y, threads, steps), batch
 
 
-def compile_plan(name, build, work):
-    """Exports the model, writes random inputs and labels at its batch size
+def compile_plan(name, build, work, batch=8):
+    """Exports the model at `batch`, writes random inputs and labels
     (NAME-x.npy, NAME-y.npy in work) and compiles an SGD plan: (plan, batch)."""
-    path = models.export(name, work)
-    _, example, _ = models.build(name)
+    path = models.export(name, work, batch)
+    _, example, _ = models.build(name, batch)
     batch = example.shape[1] if name == "transformer" else example.shape[0]
     np.save(os.path.join(work, name + "-x.npy"), np.random.randn(*example.shape).astype(np.float32))
     np.save(os.path.join(work, name + "-y.npy"), np.random.randint(0, 10, batch).astype(np.int64))

@@ -106,23 +106,24 @@ class Transformer(nn.Module):
         return self.head(self.layer(x).mean(dim=0))
 
 
-def build(name):
+def build(name, batch=8):
+    """(model, example input at `batch`, dynamic axes) of a reference model."""
     torch.manual_seed(0)
     if name == "mlp":
-        return MLP(), torch.randn(8, 784), {"input": {0: "batch"}}
+        return MLP(), torch.randn(batch, 784), {"input": {0: "batch"}}
     if name == "gelu":
-        return GeluMLP(), torch.randn(8, 784), None
+        return GeluMLP(), torch.randn(batch, 784), None
     if name == "lenet":
-        return LeNet(), torch.randn(8, 1, 28, 28), None
+        return LeNet(), torch.randn(batch, 1, 28, 28), None
     if name == "resnet":
-        return ResNet(), torch.randn(8, 1, 28, 28), None
+        return ResNet(), torch.randn(batch, 1, 28, 28), None
     if name == "transformer":
-        return Transformer(), torch.randn(6, 8, 32), None
+        return Transformer(), torch.randn(6, batch, 32), None
     raise SystemExit("unknown model " + name)
 
 
-def export(name, out_dir):
-    model, example, dynamic = build(name)
+def export(name, out_dir, batch=8):
+    model, example, dynamic = build(name, batch)
     path = os.path.join(out_dir, name + ".onnx")
     torch.onnx.export(model, example, path, input_names=["input"], output_names=["logits"],
                       opset_version=14, training=torch.onnx.TrainingMode.TRAINING,

@@ -13,30 +13,59 @@ namespace cdp::runtime::cpu {
 
 namespace {
 
-/// (N, C, spatial) view of a batch-norm input.
+/// (N, C, spatial) view of a batch-norm input: channel c's values are
+/// `batch` contiguous runs of `spatial` elements, one per image.
 struct ChannelView {
   int64_t batch, channels, spatial;
   explicit ChannelView(const std::vector<int64_t> &shape)
       : batch(shape[0]), channels(shape[1]), spatial(product(shape, 2)) {}
   int64_t count() const { return batch * spatial; }
-  int64_t at(int64_t n, int64_t c, int64_t i) const {
-    return (n * channels + c) * spatial + i;
+  /// The first element of image n's run of channel c.
+  int64_t run(int64_t n, int64_t c) const {
+    return (n * channels + c) * spatial;
   }
 };
 
+/// Double sums over float runs, eight independent partial sums so the
+/// compiler vectorises them (one running sum is a chain it must keep in
+/// order); the partials are added in a fixed order, so results do not
+/// depend on threads.
+constexpr int kLanes = 8;
+struct Sums {
+  double lane[kLanes] = {};
+  double total() const {
+    double t = 0;
+    for (double v : lane)
+      t += v;
+    return t;
+  }
+};
+
+/// sum over channel c of f(element index k).
+template <typename Term>
+double channelSum(const ChannelView &v, int64_t c, const Term &term) {
+  Sums sums;
+  for (int64_t n = 0; n < v.batch; ++n) {
+    int64_t begin = v.run(n, c), i = 0;
+    for (; i + kLanes <= v.spatial; i += kLanes)
+      for (int l = 0; l < kLanes; ++l)
+        sums.lane[l] += term(begin + i + l);
+    for (; i < v.spatial; ++i)
+      sums.lane[i % kLanes] += term(begin + i);
+  }
+  return sums.total();
+}
+
+/// Channel c's batch mean and (biased) variance, two passes in double.
 void batchStats(const ChannelView &v, const float *x, int64_t c, double &mean,
                 double &var) {
-  double sum = 0, squares = 0;
-  for (int64_t n = 0; n < v.batch; ++n)
-    for (int64_t i = 0; i < v.spatial; ++i)
-      sum += x[v.at(n, c, i)];
-  mean = sum / v.count();
-  for (int64_t n = 0; n < v.batch; ++n)
-    for (int64_t i = 0; i < v.spatial; ++i) {
-      double d = x[v.at(n, c, i)] - mean;
-      squares += d * d;
-    }
-  var = squares / v.count();
+  mean = channelSum(v, c, [&](int64_t k) { return double(x[k]); }) / v.count();
+  var = channelSum(v, c,
+                   [&](int64_t k) {
+                     double d = x[k] - mean;
+                     return d * d;
+                   }) /
+        v.count();
 }
 
 } // namespace
@@ -73,10 +102,12 @@ void registerNormalization(KernelRegistry &registry) {
         }
         double inv = 1.0 / std::sqrt(s + epsilon);
         double a = scale.f32()[c] * inv, b = bias.f32()[c] - m * a;
-        for (int64_t n = 0; n < v.batch; ++n)
+        for (int64_t n = 0; n < v.batch; ++n) {
+          const float *in = x.f32() + v.run(n, c);
+          float *out = y.f32() + v.run(n, c);
           for (int64_t i = 0; i < v.spatial; ++i)
-            y.f32()[v.at(n, c, i)] =
-                static_cast<float>(x.f32()[v.at(n, c, i)] * a + b);
+            out[i] = static_cast<float>(in[i] * a + b);
+        }
       }
     };
   });
@@ -100,27 +131,27 @@ void registerNormalization(KernelRegistry &registry) {
           s = var.f32()[c];
         }
         double inv = 1.0 / std::sqrt(s + epsilon);
-        double sumDy = 0, sumDyXhat = 0;
-        for (int64_t n = 0; n < v.batch; ++n)
-          for (int64_t i = 0; i < v.spatial; ++i) {
-            int64_t k = v.at(n, c, i);
-            sumDy += dy.f32()[k];
-            sumDyXhat += dy.f32()[k] * (x.f32()[k] - m) * inv;
-          }
+        const float *g = dy.f32(), *in = x.f32();
+        double sumDy =
+            channelSum(v, c, [&](int64_t k) { return double(g[k]); });
+        double sumDyXhat = inv * channelSum(v, c, [&](int64_t k) {
+                             return double(g[k]) * (in[k] - m);
+                           });
         dbias.f32()[c] = static_cast<float>(sumDy);
         dscale.f32()[c] = static_cast<float>(sumDyXhat);
-        double g = scale.f32()[c] * inv;
+        double gain = scale.f32()[c] * inv;
         double count = static_cast<double>(v.count());
-        for (int64_t n = 0; n < v.batch; ++n)
-          for (int64_t i = 0; i < v.spatial; ++i) {
-            int64_t k = v.at(n, c, i);
-            double value = dy.f32()[k];
-            if (training) {
-              double xhat = (x.f32()[k] - m) * inv;
-              value = value - sumDy / count - xhat * sumDyXhat / count;
-            }
-            dx.f32()[k] = static_cast<float>(g * value);
-          }
+        // dx = gain (dy - sumDy / count - xhat sumDyXhat / count), with
+        // xhat = (x - m) inv: one multiply-add per element.
+        double slope = training ? gain * inv * sumDyXhat / count : 0.0;
+        double offset = training ? -gain * sumDy / count + slope * m : 0.0;
+        for (int64_t n = 0; n < v.batch; ++n) {
+          int64_t begin = v.run(n, c);
+          float *out = dx.f32() + begin;
+          for (int64_t i = 0; i < v.spatial; ++i)
+            out[i] = static_cast<float>(gain * g[begin + i] -
+                                        slope * in[begin + i] + offset);
+        }
       }
     };
   });
