@@ -93,12 +93,11 @@ void registerLinalg(KernelRegistry &registry) {
       }
       float one = 1.0f, zero = 0.0f;
       const float **all = table->as<const float *>();
-      checkCublas(cublasSgemmBatched(blas, transB ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                     transA ? CUBLAS_OP_T : CUBLAS_OP_N, n, m,
-                                     k, &one, all, transB ? k : n, all + count,
-                                     transA ? m : k, &zero,
-                                     const_cast<float **>(all + 2 * count), n,
-                                     count),
+      checkCublas(cublasSgemmBatched(
+                      blas, transB ? CUBLAS_OP_T : CUBLAS_OP_N,
+                      transA ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &one, all,
+                      transB ? k : n, all + count, transA ? m : k, &zero,
+                      const_cast<float **>(all + 2 * count), n, count),
                   "cublasSgemmBatched");
     };
   });
