@@ -1,6 +1,7 @@
 //===- Optimizer.cpp - parameter updates and buffer writes ----------------===//
 
 #include "CpuKernels.h"
+#include "ParameterUpdate.h"
 
 #include "../GradientClip.h"
 #include "../LearningRate.h"
@@ -26,40 +27,11 @@ public:
   }
 
   void run(const StepContext &) override {
-    int64_t n = param.numel();
-    float *p = param.f32();
-    const float *g = grad.f32();
     float rate = rule.scheduledLr(steps);
     ++steps;
-    const float beta1 = rule.beta1, beta2 = rule.beta2,
-                weightDecay = rule.weightDecay, momentum = rule.momentum,
-                epsilon = rule.epsilon;
-    if (rule.adam) {
-      float correction1 = 1.0f - std::pow(beta1, static_cast<float>(steps));
-      float correction2 = 1.0f - std::pow(beta2, static_cast<float>(steps));
-      float stepSize = rate / correction1;
-      float root2 = std::sqrt(correction2);
-      float shrink = 1.0f - rate * weightDecay;
-      for (int64_t i = 0; i < n; ++i) {
-        float d = g[i];
-        if (rule.decoupled)
-          p[i] *= shrink;
-        else
-          d += weightDecay * p[i];
-        first[i] = beta1 * first[i] + (1.0f - beta1) * d;
-        second[i] = beta2 * second[i] + (1.0f - beta2) * d * d;
-        p[i] -= stepSize * first[i] / (std::sqrt(second[i]) / root2 + epsilon);
-      }
-      return;
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      float d = g[i] + weightDecay * p[i];
-      if (momentum != 0.0f) {
-        first[i] = steps == 1 ? d : momentum * first[i] + d;
-        d = first[i];
-      }
-      p[i] -= rate * d;
-    }
+    applyUpdate(rule, steps, rate, param.f32(), grad.f32(),
+                first.empty() ? nullptr : first.data(),
+                second.empty() ? nullptr : second.data(), param.numel());
   }
 
   KernelState state() override {

@@ -1,0 +1,53 @@
+//===- ParameterUpdate.h - optimizer steps over element ranges --*- C++ -*-===//
+//
+// The arithmetic of the `update` instruction (PyTorch's SGD with momentum,
+// Adam and AdamW) over a range of elements, so that a whole tensor (the
+// `update` kernel) and a ZeRO shard that cuts across a stage's tensors
+// (ShardedUpdate) run the same float operations in the same order: a
+// sharded update equals the unsharded one bit for bit.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CDP_RUNTIME_KERNELS_CPU_PARAMETERUPDATE_H
+#define CDP_RUNTIME_KERNELS_CPU_PARAMETERUPDATE_H
+
+#include "../LearningRate.h"
+#include "cdp/Plan/ShardLayout.h"
+
+#include <vector>
+
+namespace cdp::runtime::cpu {
+
+/// Update number `count` (from 1) at learning rate `rate` of n elements:
+/// parameters p, gradients g and the rule's moments (null where it keeps
+/// none), all at the same offsets.
+void applyUpdate(const UpdateRule &rule, int64_t count, float rate, float *p,
+                 const float *g, float *first, float *second, int64_t n);
+
+/// The optimizer step of one device's shard of a stage (ShardLayout): the
+/// moments of the shard's elements only (ZeRO's 1/N optimizer state), each
+/// tensor's part updated by that tensor's rule (its weight decay).
+class ShardedUpdate {
+public:
+  ShardedUpdate(std::vector<UpdateRule> rules, const ShardLayout &layout,
+                int device);
+
+  /// Updates the shard's elements of `params` (every tensor of the stage,
+  /// whole) from the same elements of `grads`.
+  void run(const std::vector<float *> &params,
+           const std::vector<const float *> &grads);
+
+  int64_t updates() const { return steps; }
+  /// The moments, shardSize() elements each (empty where the rule keeps
+  /// none); padding elements stay 0.
+  std::vector<float> first, second;
+
+private:
+  std::vector<UpdateRule> rules;
+  std::vector<ShardLayout::Piece> pieces;
+  int64_t steps = 0;
+};
+
+} // namespace cdp::runtime::cpu
+
+#endif // CDP_RUNTIME_KERNELS_CPU_PARAMETERUPDATE_H

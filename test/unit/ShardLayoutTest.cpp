@@ -1,0 +1,179 @@
+//===- ShardLayoutTest.cpp - ZeRO shards and the sharded optimizer step ---===//
+//
+// ShardLayout: over a stage's tensors and N devices, every element lies in
+// exactly one device's shard, shards are equal (ceil(total / N)), padding
+// only at the end and never in a piece. ShardedUpdate: N devices each
+// updating their shard (their 1/N of the moments) give the parameters the
+// per-tensor `update` kernel gives, bit for bit, for SGD, momentum, Adam and
+// AdamW with weight decay (one tensor without), over 3 steps.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kernels/cpu/ParameterUpdate.h"
+
+#include "cdp/Plan/ShardLayout.h"
+#include "cdp/Runtime/Kernel.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+namespace {
+
+using cdp::ShardLayout;
+namespace plan = cdp::plan;
+using cdp::runtime::cpu::ShardedUpdate;
+using namespace cdp::runtime;
+
+TEST(ShardLayout, EveryElementInExactlyOneShardPaddingAtTheEnd) {
+  for (std::vector<int64_t> sizes :
+       {std::vector<int64_t>{10, 3, 7}, {1}, {5, 5}, {64, 1, 1, 33}, {}}) {
+    for (int devices : {1, 2, 3, 4, 7, 64}) {
+      ShardLayout layout(sizes, devices);
+      int64_t total = 0;
+      for (int64_t s : sizes)
+        total += s;
+      EXPECT_EQ(layout.totalSize(), total);
+      EXPECT_EQ(layout.shardSize(), (total + devices - 1) / devices);
+      EXPECT_EQ(layout.paddedSize(), layout.shardSize() * devices);
+      EXPECT_LT(layout.padding(), std::max<int64_t>(devices, 1));
+      std::vector<std::vector<int>> seen(sizes.size());
+      for (size_t t = 0; t < sizes.size(); ++t)
+        seen[t].assign(sizes[t], 0);
+      int64_t owned = 0;
+      for (int d = 0; d < devices; ++d) {
+        int64_t inShard = 0, last = -1;
+        for (const ShardLayout::Piece &p : layout.pieces(d)) {
+          EXPECT_GT(p.length, 0);
+          EXPECT_GT(p.shardOffset, last); // in shard order, no overlap
+          last = p.shardOffset;
+          EXPECT_LE(p.shardOffset + p.length, layout.shardSize());
+          for (int64_t i = 0; i < p.length; ++i)
+            ++seen[p.tensor][p.offset + i];
+          inShard += p.length;
+        }
+        EXPECT_EQ(inShard, layout.ownedSize(d));
+        // Only the last shards hold padding.
+        if (d + 1 < devices && layout.ownedSize(d + 1) > 0)
+          EXPECT_EQ(layout.ownedSize(d), layout.shardSize());
+        owned += inShard;
+      }
+      EXPECT_EQ(owned, total);
+      for (const auto &tensor : seen)
+        for (int count : tensor)
+          EXPECT_EQ(count, 1);
+    }
+  }
+}
+
+/// An update instruction of `optimizer` with the given weight decay.
+plan::Instruction updateInstruction(const std::string &optimizer,
+                                    double momentum, double decay) {
+  plan::Instruction instruction;
+  instruction.set_op("update");
+  auto text = [&](const char *name, const std::string &value) {
+    plan::Attribute *a = instruction.add_attributes();
+    a->set_name(name);
+    a->set_s(value);
+  };
+  auto real = [&](const char *name, double value) {
+    plan::Attribute *a = instruction.add_attributes();
+    a->set_name(name);
+    a->set_f(value);
+  };
+  text("optimizer", optimizer);
+  real("lr", 0.05);
+  real("momentum", momentum);
+  real("weight_decay", decay);
+  return instruction;
+}
+
+TEST(ShardedUpdate, EqualsThePerTensorUpdateBitForBit) {
+  std::vector<int64_t> sizes = {13, 4, 30, 1};
+  std::vector<double> decays = {1e-2, 0.0, 1e-2, 1e-2}; // a no-decay group
+  struct Optimizer {
+    std::string name;
+    double momentum;
+  };
+  for (const Optimizer &opt : std::vector<Optimizer>{
+           {"sgd", 0.0}, {"sgd", 0.9}, {"adam", 0.0}, {"adamw", 0.0}}) {
+    std::mt19937 rng(3);
+    std::normal_distribution<float> normal;
+    std::vector<std::vector<float>> start(sizes.size()), grads(3);
+    for (size_t t = 0; t < sizes.size(); ++t)
+      for (int64_t i = 0; i < sizes[t]; ++i)
+        start[t].push_back(normal(rng));
+    std::vector<std::vector<std::vector<float>>> stepGrads(3);
+    for (auto &step : stepGrads)
+      for (int64_t size : sizes) {
+        step.emplace_back();
+        for (int64_t i = 0; i < size; ++i)
+          step.back().push_back(normal(rng));
+      }
+    // The reference: one update kernel per tensor.
+    std::vector<std::vector<float>> want = start;
+    std::vector<plan::Instruction> instructions;
+    for (double decay : decays)
+      instructions.push_back(updateInstruction(opt.name, opt.momentum, decay));
+    std::vector<std::unique_ptr<Kernel>> kernels;
+    std::vector<std::vector<float>> gradBuffers(sizes.size());
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      gradBuffers[t].resize(sizes[t]);
+      KernelArgs args;
+      args.instruction = &instructions[t];
+      TensorView p, g;
+      p.data = want[t].data();
+      p.shape = {sizes[t]};
+      p.dtype = plan::F32;
+      g = p;
+      g.data = gradBuffers[t].data();
+      args.inputs = {p, g};
+      args.outputs = {p};
+      kernels.push_back(
+          (*KernelRegistry::instance().lookup("update", Backend::CPU))(args));
+    }
+    for (const auto &step : stepGrads)
+      for (size_t t = 0; t < sizes.size(); ++t) {
+        gradBuffers[t] = step[t];
+        kernels[t]->run(StepContext());
+      }
+    // N devices, each its shard of every step; then the parameters as
+    // an all-gather would assemble them.
+    for (int devices : {1, 2, 3, 5, 48}) {
+      ShardLayout layout(sizes, devices);
+      std::vector<std::vector<float>> got = start;
+      std::vector<ShardedUpdate> shards;
+      for (int d = 0; d < devices; ++d) {
+        std::vector<UpdateRule> rules;
+        for (size_t t = 0; t < sizes.size(); ++t) {
+          KernelArgs args;
+          args.instruction = &instructions[t];
+          rules.emplace_back(args);
+        }
+        shards.emplace_back(rules, layout, d);
+      }
+      for (const auto &step : stepGrads) {
+        std::vector<float *> params;
+        std::vector<const float *> g;
+        for (size_t t = 0; t < sizes.size(); ++t) {
+          params.push_back(got[t].data());
+          g.push_back(step[t].data());
+        }
+        for (ShardedUpdate &shard : shards)
+          shard.run(params, g);
+      }
+      for (size_t t = 0; t < sizes.size(); ++t)
+        EXPECT_EQ(0, std::memcmp(got[t].data(), want[t].data(),
+                                 sizes[t] * sizeof(float)))
+            << opt.name << " momentum " << opt.momentum << ", " << devices
+            << " devices, tensor " << t;
+      // ZeRO's 1/N: each device's moments are one shard, not the stage.
+      if (opt.name != "sgd" || opt.momentum != 0.0)
+        EXPECT_EQ(static_cast<int64_t>(shards[0].first.size()),
+                  layout.shardSize());
+    }
+  }
+}
+
+} // namespace
