@@ -702,6 +702,16 @@ makeRules() {
     c.allF32();
     c.count(c.in(1), c.in(0).numel());
   });
+  // The stage's parameters, then their mean gradients in the same order.
+  rules["shard_update"] = [](const Check &c, const KernelArgs &args) {
+    c.arity(2, kMany, 0, 0);
+    c.allF32();
+    size_t tensors = args.inputs.size() / 2;
+    c.require(args.inputs.size() % 2 == 0,
+              "needs each parameter and its gradient");
+    for (size_t t = 0; t < tensors; ++t)
+      c.count(c.in(tensors + t), c.in(t).numel());
+  };
   rules["squared_norm"] = plain([](const Check &c) {
     c.arity(1, kMany, 1, 1);
     c.allF32();

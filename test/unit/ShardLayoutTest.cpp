@@ -5,19 +5,24 @@
 // only at the end and never in a piece. ShardedUpdate: N devices each
 // updating their shard (their 1/N of the moments) give the parameters the
 // per-tensor `update` kernel gives, bit for bit, for SGD, momentum, Adam and
-// AdamW with weight decay (one tensor without), over 3 steps.
+// AdamW with weight decay (one tensor without), over 3 steps. The
+// `shard_update` kernel does the same on N devices of a LocalFabric, each
+// holding 1/N of the moments, the all-gather giving every device the whole
+// stage.
 //
 //===----------------------------------------------------------------------===//
 
 #include "kernels/cpu/ParameterUpdate.h"
 
 #include "cdp/Plan/ShardLayout.h"
+#include "cdp/Runtime/Communicator.h"
 #include "cdp/Runtime/Kernel.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <random>
+#include <thread>
 
 namespace {
 
@@ -172,6 +177,100 @@ TEST(ShardedUpdate, EqualsThePerTensorUpdateBitForBit) {
       if (opt.name != "sgd" || opt.momentum != 0.0)
         EXPECT_EQ(static_cast<int64_t>(shards[0].first.size()),
                   layout.shardSize());
+    }
+  }
+}
+
+/// Every device's copy of the stage after 3 steps of `shard_update` on a
+/// LocalFabric of `devices` (Adam, per-tensor weight decays).
+TEST(ShardUpdateKernel, EveryDeviceEndsWithTheUnshardedParameters) {
+  std::vector<int64_t> sizes = {13, 4, 30, 1};
+  std::vector<double> decays = {1e-2, 0.0, 1e-2, 1e-2};
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  std::vector<std::vector<float>> start(sizes.size());
+  std::vector<std::vector<std::vector<float>>> stepGrads(3);
+  for (size_t t = 0; t < sizes.size(); ++t)
+    for (int64_t i = 0; i < sizes[t]; ++i)
+      start[t].push_back(normal(rng));
+  for (auto &step : stepGrads)
+    for (int64_t size : sizes) {
+      step.emplace_back();
+      for (int64_t i = 0; i < size; ++i)
+        step.back().push_back(normal(rng));
+    }
+  auto view = [](std::vector<float> &data) {
+    TensorView v;
+    v.data = data.data();
+    v.shape = {static_cast<int64_t>(data.size())};
+    v.dtype = plan::F32;
+    return v;
+  };
+  // The reference: each tensor's own update kernel.
+  std::vector<plan::Instruction> perTensor;
+  for (double decay : decays)
+    perTensor.push_back(updateInstruction("adam", 0.0, decay));
+  std::vector<std::vector<float>> want = start, wantGrads(sizes.size());
+  std::vector<std::unique_ptr<Kernel>> reference;
+  for (size_t t = 0; t < sizes.size(); ++t) {
+    wantGrads[t].resize(sizes[t]);
+    KernelArgs args;
+    args.instruction = &perTensor[t];
+    args.inputs = {view(want[t]), view(wantGrads[t])};
+    reference.push_back(
+        (*KernelRegistry::instance().lookup("update", Backend::CPU))(args));
+  }
+  for (const auto &step : stepGrads)
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      wantGrads[t] = step[t];
+      reference[t]->run(StepContext());
+    }
+  plan::Instruction shard = updateInstruction("adam", 0.0, 0.0);
+  shard.set_op("shard_update");
+  plan::Attribute *weightDecays = shard.add_attributes();
+  weightDecays->set_name("weight_decays");
+  for (double decay : decays)
+    weightDecays->mutable_floats()->add_values(decay);
+  for (int devices : {1, 2, 3, 4}) {
+    LocalFabric fabric(devices);
+    std::vector<std::vector<std::vector<float>>> params(devices, start);
+    std::vector<std::vector<std::vector<float>>> grads(devices);
+    std::vector<int64_t> momentBytes(devices);
+    std::vector<std::thread> threads;
+    for (int d = 0; d < devices; ++d)
+      threads.emplace_back([&, d] {
+        grads[d] = stepGrads[0];
+        KernelArgs args;
+        args.instruction = &shard;
+        for (auto &p : params[d])
+          args.inputs.push_back(view(p));
+        for (auto &g : grads[d])
+          args.inputs.push_back(view(g));
+        args.communicator = &fabric.endpoint(d);
+        args.device = d;
+        auto kernel = (*KernelRegistry::instance().lookup("shard_update",
+                                                          Backend::CPU))(args);
+        for (int64_t step = 0; step < 3; ++step) {
+          for (size_t t = 0; t < sizes.size(); ++t)
+            std::copy(stepGrads[step][t].begin(), stepGrads[step][t].end(),
+                      grads[d][t].begin());
+          StepContext context;
+          context.step = step;
+          kernel->run(context);
+        }
+        for (auto &[name, moment] : kernel->state().tensors)
+          momentBytes[d] += moment.numel() * 4;
+      });
+    for (std::thread &thread : threads)
+      thread.join();
+    ShardLayout layout(sizes, devices);
+    for (int d = 0; d < devices; ++d) {
+      for (size_t t = 0; t < sizes.size(); ++t)
+        EXPECT_EQ(0, std::memcmp(params[d][t].data(), want[t].data(),
+                                 sizes[t] * sizeof(float)))
+            << devices << " devices: device " << d << ", tensor " << t;
+      // Adam's two moments of one shard: 8 x ceil(48 / N) bytes.
+      EXPECT_EQ(momentBytes[d], 8 * layout.shardSize());
     }
   }
 }

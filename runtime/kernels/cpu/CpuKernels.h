@@ -23,6 +23,8 @@ void registerNormalization(KernelRegistry &registry);
 void registerShape(KernelRegistry &registry);
 void registerLoss(KernelRegistry &registry);
 void registerOptimizer(KernelRegistry &registry);
+/// ZeRO stage 1: a stage's update on its shard, then an all-gather.
+void registerShardUpdate(KernelRegistry &registry);
 void registerCommunication(KernelRegistry &registry);
 
 /// Runs body(i) for every i in [0, count) on `threads` threads. With one

@@ -155,6 +155,7 @@ void registerCpuKernels(KernelRegistry &registry) {
   cpu::registerShape(registry);
   cpu::registerLoss(registry);
   cpu::registerOptimizer(registry);
+  cpu::registerShardUpdate(registry);
   cpu::registerCommunication(registry);
   cpu::registerDnnlPrimitives(
       registry); // after the project kernels they fall back to

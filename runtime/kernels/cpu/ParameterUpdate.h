@@ -37,7 +37,8 @@ public:
   void run(const std::vector<float *> &params,
            const std::vector<const float *> &grads);
 
-  int64_t updates() const { return steps; }
+  /// The updates run so far (a kernel's state, for checkpoints).
+  int64_t *stepCounter() { return &steps; }
   /// The moments, shardSize() elements each (empty where the rule keeps
   /// none); padding elements stay 0.
   std::vector<float> first, second;
