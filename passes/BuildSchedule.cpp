@@ -106,6 +106,19 @@ struct BuildSchedulePass
              builder.getNamedAttr("devices", builder.getI64IntegerAttr(N)),
              builder.getNamedAttr("stages", builder.getI64IntegerAttr(L)),
              builder.getNamedAttr("slots", builder.getI64IntegerAttr(N))}));
+    if (zero != 0) {
+      // Stage 1 for dp is built; the others are refused where the flag is
+      // read, and here for cdp-opt.
+      if (zero != 1 || *kind != Strategy::DP) {
+        func.emitError() << "ZeRO stage " << zero << " with " << strategy
+                         << " is not supported (stage 1 with dp is)";
+        return signalPassFailure();
+      }
+      NamedAttrList schedule(
+          func->getAttrOfType<DictionaryAttr>("cdp.schedule"));
+      schedule.set("zero", builder.getI64IntegerAttr(zero));
+      func->setAttr("cdp.schedule", schedule.getDictionary(func.getContext()));
+    }
     if (reduceAfterBackward(func, traitsOf(*kind).cyclic)) {
       NamedAttrList schedule(
           func->getAttrOfType<DictionaryAttr>("cdp.schedule"));

@@ -36,6 +36,7 @@ void addDataParallelSchedule(OpPassManager &pm,
   BuildScheduleOptions schedule;
   schedule.strategy = traitsOf(config.strategy).name;
   schedule.devices = config.devices;
+  schedule.zero = config.zero;
   pm.addPass(createBuildSchedule(schedule));
   DelayUpdatesOptions delay;
   delay.rule = config.cdpRule;
@@ -144,6 +145,10 @@ struct StrategyPipelineOptions
   Option<int64_t> devices{*this, "devices",
                           llvm::cl::desc("dp, cdp: devices (one slot each)"),
                           llvm::cl::init(4)};
+  Option<int64_t> zero{*this, "zero",
+                       llvm::cl::desc("dp: ZeRO stage (0 none, 1 sharded "
+                                      "optimizer state)"),
+                       llvm::cl::init(0)};
   Option<int64_t> microBatches{
       *this, "micro-batches",
       llvm::cl::desc("Pipelines: micro-batches per step and replica"),
@@ -198,6 +203,7 @@ struct StrategyPipelineOptions
     config.stages = stages;
     config.boundaries.assign(boundaries.begin(), boundaries.end());
     config.devices = devices;
+    config.zero = zero;
     config.microBatches = microBatches;
     config.replicas = replicas;
     config.cdpRule = cdpRule;

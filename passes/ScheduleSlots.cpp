@@ -175,7 +175,8 @@ void ScheduleSlotsPass::runOnOperation() {
       switch (entry.kind) {
       case SlotEntry::Wait:
         builder.create<sched::WaitReductionOp>(loc, stage, i64(entry.delay),
-                                               i64(1 + entry.delay), time);
+                                               i64(1 + entry.delay), time,
+                                               i64(recorded->zero));
         break;
       case SlotEntry::Forward:
         builder.create<sched::SlotComputeOp>(

@@ -19,6 +19,7 @@
 
 #include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
+#include "cdp/Plan/ShardLayout.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -39,7 +40,33 @@ enum Slot { kActivation = 0, kGradient = 1, kReduction = 2 };
 
 bool isGradientReader(std::string_view op) {
   return op == "reduce_start" || op == "chain_reduce" || op == "gradient" ||
-         op == "update";
+         op == "update" || op == "shard_update";
+}
+
+/// The optimizer's moments per parameter element (Adam 2, momentum 1).
+int momentCopies(const plan::Instruction &update) {
+  double momentum = 0;
+  std::string optimizer;
+  for (const plan::Attribute &a : update.attributes()) {
+    if (a.name() == "momentum")
+      momentum = a.f();
+    if (a.name() == "optimizer")
+      optimizer = a.s();
+  }
+  return optimizer == "adam" || optimizer == "adamw" ? 2
+         : momentum != 0.0                           ? 1
+                                                     : 0;
+}
+
+/// The shards of a shard_update's stage (its first half of inputs are the
+/// parameters) over the plan's devices.
+ShardLayout shardsOf(const std::vector<int64_t> &bytes, plan::IdRange inputs,
+                     int devices) {
+  std::vector<int64_t> sizes;
+  int tensors = static_cast<int>(inputs.size()) / 2;
+  for (int k = 0; k < tensors; ++k)
+    sizes.push_back(bytes[inputs[k]] / 4);
+  return ShardLayout(sizes, devices);
 }
 } // namespace
 
@@ -125,21 +152,12 @@ PlanFacts::PlanFacts(const plan::SpelledPlan &spelled) {
         if (isFed[id])
           ++uses[d][id];
       }
-      if (op == "update") {
-        double momentum = 0;
-        std::string optimizer;
-        for (const plan::Attribute &a : instruction.attributes()) {
-          if (a.name() == "momentum")
-            momentum = a.f();
-          if (a.name() == "optimizer")
-            optimizer = a.s();
-        }
-        int64_t paramBytes = bytes[inputs[0]];
-        optimizerBytes[d] += optimizer == "adam" || optimizer == "adamw"
-                                 ? 2 * paramBytes
-                             : momentum != 0.0 ? paramBytes
-                                               : 0;
-      }
+      if (op == "update")
+        optimizerBytes[d] += momentCopies(instruction) * bytes[inputs[0]];
+      // ZeRO stage 1: the moments of the device's shard only.
+      if (op == "shard_update")
+        optimizerBytes[d] += momentCopies(instruction) * 4 *
+                             shardsOf(bytes, inputs, devices).shardSize();
       uint64_t key = (static_cast<uint64_t>(instruction.stage()) << 33) |
                      (static_cast<uint64_t>(
                           static_cast<uint32_t>(spelledInstruction.microBatch))
@@ -345,6 +363,11 @@ void ReportBuilder::ran(int device, int64_t t, int index, bool countSent) {
     sent(device, tau, planFacts.bytes[inputs[0]]);
   if (countSent && op == "chain_relay" && device > 0)
     sent(device, tau, total(outputs) / 2); // one of 2 buffers
+  if (countSent && op == "shard_update") { // its shard to every other device
+    int N = plan.devices_size();
+    sent(device, tau,
+         (N - 1) * 4 * shardsOf(planFacts.bytes, inputs, N).shardSize());
+  }
   if (op != "reduce_start" && op != "chain_reduce")
     return;
   // Stage gradients become complete where they are handed over. An

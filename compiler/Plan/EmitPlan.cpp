@@ -1636,6 +1636,43 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
     }
     return success();
   };
+  // ZeRO stage 1: one shard_update of the stage instead of its updates:
+  // the parameters, then their mean gradients; the updates' rule, with
+  // each parameter's weight decay in `weight_decays`.
+  auto shardUpdate = [&](int64_t l, int64_t time,
+                         int64_t minStep) -> LogicalResult {
+    const auto &tensors = tables.byStage[l];
+    if (tensors.empty())
+      return success();
+    std::vector<plan::Instruction> updates;
+    for (const auto &t : tensors) {
+      if (failed(addInstruction(t.update, *device, false)))
+        return failure();
+      updates.push_back(device->instructions(device->instructions_size() - 1));
+      device->mutable_instructions()->RemoveLast();
+    }
+    plan::Instruction *shard =
+        stageInstruction("shard_update", l, time, "update");
+    shard->set_min_step(minStep);
+    for (const plan::Instruction &update : updates)
+      shard->add_inputs(update.inputs(0));
+    for (const auto &t : tensors)
+      shard->add_inputs(t.reduced);
+    for (const plan::Attribute &a : updates.front().attributes())
+      if (a.name() != "weight_decay" && a.name() != "name")
+        *shard->add_attributes() = a;
+    plan::Attribute *decays = shard->add_attributes();
+    decays->set_name("weight_decays");
+    for (const plan::Instruction &update : updates) {
+      double decay = 0;
+      for (const plan::Attribute &a : update.attributes())
+        if (a.name() == "weight_decay")
+          decay = a.f();
+      decays->mutable_floats()->add_values(decay);
+    }
+    setIntAttr(shard, "cycle", 2 * L);
+    return success();
+  };
   for (Operation &step : op.getBody().front()) {
     if (auto compute = dyn_cast<sched::SlotComputeOp>(step)) {
       if (failed(lowerSlotCompute(*device, compute, s, d, L)))
@@ -1643,7 +1680,9 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
     } else if (auto wait = dyn_cast<sched::WaitReductionOp>(step)) {
       int64_t l = wait.getStage();
       waitForMeans(l, wait.getTimeStep(), wait.getMinStep(), wait.getDelay());
-      if (failed(applyUpdates(l, wait.getTimeStep(), wait.getMinStep())))
+      if (failed(wait.getZero() == 1
+                     ? shardUpdate(l, wait.getTimeStep(), wait.getMinStep())
+                     : applyUpdates(l, wait.getTimeStep(), wait.getMinStep())))
         return failure();
     } else if (auto clip = dyn_cast<sched::ClipMeansOp>(step)) {
       // Every stage's mean, then one clip of them all, then the updates.

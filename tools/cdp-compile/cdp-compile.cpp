@@ -186,6 +186,14 @@ cl::opt<std::string> cdpReduce(
              "time step; refused where a version would arrive late)"),
     cl::value_desc("allreduce|chain"), cl::init("allreduce"),
     cl::cat(category));
+cl::opt<std::string> zeroStage(
+    "zero",
+    cl::desc("ZeRO-style sharding of the model states over the data-parallel "
+             "devices: 0 (default) none; 1 the optimizer state, each device "
+             "updating its shard of every stage and all-gathering the "
+             "updated parameters (--strategy dp; stages 2 and 3 are not "
+             "built yet)"),
+    cl::value_desc("0|1"), cl::init("0"), cl::cat(category));
 cl::opt<bool> inference(
     "inference",
     cl::desc("Compile a forward-only plan (no loss, no "
@@ -772,6 +780,7 @@ void checkMeaningfulFlags(const Settings &settings) {
                                               &warmupSteps,
                                               &warmupStartFactor,
                                               &clipGradNorm,
+                                              &zeroStage,
                                               &noFusion,
                                               std::addressof(noDecay),
                                               std::addressof(freeze),
@@ -785,6 +794,16 @@ void checkMeaningfulFlags(const Settings &settings) {
       refuse(*flag, "--strategy cdp and cdp-mp, not " + strategy);
   if (given(cdpReduce) && !traits.dataParallel)
     refuse(cdpReduce, "--strategy dp and cdp, not " + strategy);
+  int64_t zero = positiveInteger("--zero", zeroStage, 0, 3);
+  if (zero > 1)
+    die("--zero " + zeroStage +
+        " is not built yet: --zero 1 (sharded optimizer state) is, with "
+        "--strategy dp");
+  if (zero == 1 && strategy != "dp")
+    refuse(zeroStage, "--strategy dp, not " + strategy);
+  if (zero == 1 && given(clipGradNorm))
+    die("--zero 1 with --clip-grad-norm is not built yet: clip without "
+        "--zero, or shard without clipping");
   if (given(noDecay) && !given(weightDecay) && optimizer != "adamw")
     refuse(noDecay, "a weight decay (--weight-decay, or --optimizer adamw)");
   if (given(lrPeriod) && lrSchedule == "constant")
@@ -883,6 +902,7 @@ cdp::TrainingPipelineConfig pipelineConfigFor(const Settings &settings) {
   config.clipGradNorm = settings.clipGradNorm;
   config.fuse = !noFusion;
   config.devices = settings.deviceCount;
+  config.zero = positiveInteger("--zero", zeroStage, 0, 3);
   config.microBatches = settings.microBatchCount;
   config.replicas = settings.replicaCount;
   config.cdpRule = cdpRule;

@@ -55,6 +55,8 @@ struct TrainingPipelineConfig {
   /// (pipelines), the CDP rule and v2 table (cdp, cdp-mp), the reduction
   /// (cdp).
   int64_t devices = 1, microBatches = 1, replicas = 1;
+  /// ZeRO stage (dp): 0 none, 1 the optimizer state sharded over devices.
+  int64_t zero = 0;
   std::string cdpRule = "v2", v2Table = "timing", cdpReduce = "allreduce";
   /// interleaved-1f1b: stages each device runs. Any non-cyclic pipeline:
   /// a schedule CSV to follow instead of the strategy's own.

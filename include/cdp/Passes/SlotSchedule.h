@@ -24,6 +24,8 @@ struct SlotSchedule {
   int64_t devices = 1, stages = 1;
   /// cdp with gradient clipping: reductions start after the last backward.
   bool reduceAfterBackward = false;
+  /// The ZeRO stage of the updates (0: none; 1: sharded optimizer state).
+  int64_t zero = 0;
   mlir::DenseI64ArrayAttr offsets, reduceAt;
   mlir::ArrayAttr delays;
   /// Present once cdp-delay-updates ran (null otherwise).
@@ -68,6 +70,8 @@ inline std::optional<SlotSchedule> readSlotSchedule(mlir::ModuleOp module) {
   result.stages =
       mlir::cast<mlir::IntegerAttr>(schedule.get("stages")).getInt();
   result.reduceAfterBackward = reducesAfterBackward(schedule);
+  if (auto zero = schedule.getAs<mlir::IntegerAttr>("zero"))
+    result.zero = zero.getInt();
   return result;
 }
 

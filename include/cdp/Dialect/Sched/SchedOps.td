@@ -337,10 +337,16 @@ def Sched_WaitReductionOp : Sched_Op<"wait_reduction",
   let description = [{
     Before the stage's forward: waits for the mean gradients of step
     t - 1 - `delay` and applies the stage's updates with them, from step
-    `min_step` = 1 + `delay` on (the version table's delay).
+    `min_step` = 1 + `delay` on (the version table's delay). `zero` is the
+    ZeRO stage of the update: 0, every parameter's own update on every
+    device; 1, the optimizer state is sharded: the device updates its shard
+    of the stage (the stage's parameters concatenated and cut into one
+    equal shard per device) and an all-gather of the updated shards gives
+    every device the whole stage.
   }];
   let arguments = (ins Sched_Int:$stage, Sched_Int:$delay,
-                       Sched_Int:$min_step, Sched_Int:$time_step);
+                       Sched_Int:$min_step, Sched_Int:$time_step,
+                       DefaultValuedAttr<Sched_Int, "0">:$zero);
   let hasVerifier = 1;
 }
 
