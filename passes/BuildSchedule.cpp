@@ -109,9 +109,9 @@ struct BuildSchedulePass
     if (zero != 0) {
       // Stage 1 for dp is built; the others are refused where the flag is
       // read, and here for cdp-opt.
-      if (zero != 1 || *kind != Strategy::DP) {
+      if (zero < 1 || zero > 2 || *kind != Strategy::DP) {
         func.emitError() << "ZeRO stage " << zero << " with " << strategy
-                         << " is not supported (stage 1 with dp is)";
+                         << " is not supported (stages 1 and 2 with dp are)";
         return signalPassFailure();
       }
       NamedAttrList schedule(

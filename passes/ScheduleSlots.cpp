@@ -187,7 +187,8 @@ void ScheduleSlotsPass::runOnOperation() {
             loc, work(sched::WorkKind::Backward), stage, time);
         break;
       case SlotEntry::Start:
-        builder.create<sched::StartReductionOp>(loc, stage, time);
+        builder.create<sched::StartReductionOp>(loc, stage, time,
+                                                i64(recorded->zero));
         break;
       case SlotEntry::Relay:
         builder.create<sched::ChainRelayOp>(loc, stage, i64(entry.delay), time);

@@ -522,9 +522,11 @@ void Executor::flush(int64_t totalSteps, const Loader *loader,
       ++end;
     }
     // Blocks without a reduction wait (pipeline updates) are complete
-    // after the last step; only delayed reductions have a tail to run.
+    // after the last step; only delayed reductions have a tail to run
+    // (ZeRO stage 2's shard_update takes its reduce-scatter's shard).
     const std::string &head = device.instructions(begin).op();
-    if (head != "reduce_wait" && head != "chain_wait") {
+    if (head != "reduce_wait" && head != "chain_wait" &&
+        head != "shard_update") {
       begin = end;
       continue;
     }

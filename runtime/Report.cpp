@@ -40,7 +40,7 @@ enum Slot { kActivation = 0, kGradient = 1, kReduction = 2 };
 
 bool isGradientReader(std::string_view op) {
   return op == "reduce_start" || op == "chain_reduce" || op == "gradient" ||
-         op == "update" || op == "shard_update";
+         op == "update" || op == "shard_update" || op == "shard_reduce";
 }
 
 /// The optimizer's moments per parameter element (Adam 2, momentum 1).
@@ -58,15 +58,23 @@ int momentCopies(const plan::Instruction &update) {
                                                      : 0;
 }
 
-/// The shards of a shard_update's stage (its first half of inputs are the
-/// parameters) over the plan's devices.
+/// The shards of a stage over the plan's devices from its first `tensors`
+/// inputs (shard_update: the parameters; shard_reduce: the gradients).
 ShardLayout shardsOf(const std::vector<int64_t> &bytes, plan::IdRange inputs,
-                     int devices) {
+                     int tensors, int devices) {
   std::vector<int64_t> sizes;
-  int tensors = static_cast<int>(inputs.size()) / 2;
   for (int k = 0; k < tensors; ++k)
     sizes.push_back(bytes[inputs[k]] / 4);
   return ShardLayout(sizes, devices);
+}
+
+/// How many of a shard_update's inputs are the stage's parameters: all but
+/// the gradient shard (ZeRO stage 2), or half (stage 1).
+int parameterCount(const plan::Instruction &update, plan::IdRange inputs) {
+  for (const plan::Attribute &a : update.attributes())
+    if (a.name() == "zero" && a.i() == 2)
+      return static_cast<int>(inputs.size()) - 1;
+  return static_cast<int>(inputs.size()) / 2;
 }
 } // namespace
 
@@ -156,8 +164,11 @@ PlanFacts::PlanFacts(const plan::SpelledPlan &spelled) {
         optimizerBytes[d] += momentCopies(instruction) * bytes[inputs[0]];
       // ZeRO stage 1: the moments of the device's shard only.
       if (op == "shard_update")
-        optimizerBytes[d] += momentCopies(instruction) * 4 *
-                             shardsOf(bytes, inputs, devices).shardSize();
+        optimizerBytes[d] +=
+            momentCopies(instruction) * 4 *
+            shardsOf(bytes, inputs, parameterCount(instruction, inputs),
+                     devices)
+                .shardSize();
       uint64_t key = (static_cast<uint64_t>(instruction.stage()) << 33) |
                      (static_cast<uint64_t>(
                           static_cast<uint32_t>(spelledInstruction.microBatch))
@@ -363,10 +374,18 @@ void ReportBuilder::ran(int device, int64_t t, int index, bool countSent) {
     sent(device, tau, planFacts.bytes[inputs[0]]);
   if (countSent && op == "chain_relay" && device > 0)
     sent(device, tau, total(outputs) / 2); // one of 2 buffers
-  if (countSent && op == "shard_update") { // its shard to every other device
+  if (op == "shard_update" || op == "shard_reduce") {
+    // The all-gather sends the device's shard to every other device; the
+    // reduce-scatter every other device's shard of its gradients.
     int N = plan.devices_size();
-    sent(device, tau,
-         (N - 1) * 4 * shardsOf(planFacts.bytes, inputs, N).shardSize());
+    int tensors = op == "shard_update" ? parameterCount(*instruction, inputs)
+                                       : static_cast<int>(inputs.size());
+    int64_t shard =
+        shardsOf(planFacts.bytes, inputs, tensors, N).shardSize() * 4;
+    if (op == "shard_reduce") // the stage's gradients are complete
+      gradientReady(device, tau, total(inputs));
+    if (countSent)
+      sent(device, tau, (N - 1) * shard);
   }
   if (op != "reduce_start" && op != "chain_reduce")
     return;

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cdp/Plan/EmitPlan.h"
+#include "cdp/Plan/ShardLayout.h"
 
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "cdp/Dialect/Sched/SchedOps.h"
@@ -96,6 +97,10 @@ struct DataParallelTables {
   };
   std::vector<std::vector<Trained>> byStage;
   std::vector<std::array<int, 2>> chainBuffers;
+  /// ZeRO stage of the updates (sched.wait_reduction's `zero`), and with 2
+  /// per stage the tensor holding the device's shard of the mean gradients.
+  int64_t zero = 0;
+  std::vector<int> gradShards;
   /// The step's gradient clipping, if any (sched.clip_means or clip_own
   /// say where it runs).
   ClipGradNormOp clip;
@@ -1460,6 +1465,10 @@ LogicalResult Emitter::emitDataParallel(int64_t arenaBytes) {
   if (!program.getRule().empty())
     out->set_rule(program.getRule().str());
   out->set_reduce(tables.chain ? "chain" : "allreduce");
+  program.walk([&](sched::WaitReductionOp wait) {
+    tables.zero = std::max(tables.zero, wait.getZero());
+  });
+  out->set_zero(tables.zero);
   if (failed(addReducedTensors(tables)))
     return failure();
   func.walk([&](ClipGradNormOp clip) { tables.clip = clip; });
@@ -1558,6 +1567,25 @@ LogicalResult Emitter::addReducedTensors(DataParallelTables &tables) {
   }
   for (int64_t b : stageBytes)
     plan.mutable_schedule()->add_stage_param_bytes(b);
+  // ZeRO stage 2: per stage one shard of the mean gradients per device; no
+  // device holds a whole mean gradient to report as applied.
+  tables.gradShards.assign(L + 1, -1);
+  for (int64_t l = 1; tables.zero == 2 && l <= L; ++l) {
+    if (byStage[l].empty())
+      continue;
+    int64_t shard = ShardLayout({stageBytes[l - 1] / 4}, tables.N).shardSize();
+    plan::Tensor buffer;
+    buffer.set_id(plan.tensors_size());
+    buffer.set_name("stage" + std::to_string(l) + "@gradient_shard");
+    buffer.set_dtype(plan::F32);
+    buffer.set_kind(plan::REDUCED);
+    buffer.add_shape(shard);
+    buffer.set_bytes(4 * shard);
+    *plan.add_tensors() = buffer;
+    tables.gradShards[l] = buffer.id();
+  }
+  if (tables.zero == 2)
+    plan.clear_applied_gradients();
   // --cdp-reduce chain: per stage two buffers, by step parity, that hold a
   // step's mean from its arrival to the wait that applies it (a delayed
   // stage's next mean arrives before the wait: CDP's second version).
@@ -1639,8 +1667,8 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
   // ZeRO stage 1: one shard_update of the stage instead of its updates:
   // the parameters, then their mean gradients; the updates' rule, with
   // each parameter's weight decay in `weight_decays`.
-  auto shardUpdate = [&](int64_t l, int64_t time,
-                         int64_t minStep) -> LogicalResult {
+  auto shardUpdate = [&](int64_t l, int64_t time, int64_t minStep,
+                         int64_t zero) -> LogicalResult {
     const auto &tensors = tables.byStage[l];
     if (tensors.empty())
       return success();
@@ -1656,8 +1684,11 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
     shard->set_min_step(minStep);
     for (const plan::Instruction &update : updates)
       shard->add_inputs(update.inputs(0));
-    for (const auto &t : tensors)
-      shard->add_inputs(t.reduced);
+    if (zero == 2)
+      shard->add_inputs(tables.gradShards[l]);
+    else
+      for (const auto &t : tensors)
+        shard->add_inputs(t.reduced);
     for (const plan::Attribute &a : updates.front().attributes())
       if (a.name() != "weight_decay" && a.name() != "name")
         *shard->add_attributes() = a;
@@ -1671,6 +1702,7 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
       decays->mutable_floats()->add_values(decay);
     }
     setIntAttr(shard, "cycle", 2 * L);
+    setIntAttr(shard, "zero", zero);
     return success();
   };
   for (Operation &step : op.getBody().front()) {
@@ -1678,11 +1710,13 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
       if (failed(lowerSlotCompute(*device, compute, s, d, L)))
         return failure();
     } else if (auto wait = dyn_cast<sched::WaitReductionOp>(step)) {
-      int64_t l = wait.getStage();
-      waitForMeans(l, wait.getTimeStep(), wait.getMinStep(), wait.getDelay());
-      if (failed(wait.getZero() == 1
-                     ? shardUpdate(l, wait.getTimeStep(), wait.getMinStep())
-                     : applyUpdates(l, wait.getTimeStep(), wait.getMinStep())))
+      int64_t l = wait.getStage(), zero = wait.getZero();
+      if (zero != 2) // stage 2's shard arrived with the reduce-scatter
+        waitForMeans(l, wait.getTimeStep(), wait.getMinStep(), wait.getDelay());
+      if (failed(
+              zero > 0
+                  ? shardUpdate(l, wait.getTimeStep(), wait.getMinStep(), zero)
+                  : applyUpdates(l, wait.getTimeStep(), wait.getMinStep())))
         return failure();
     } else if (auto clip = dyn_cast<sched::ClipMeansOp>(step)) {
       // Every stage's mean, then one clip of them all, then the updates.
@@ -1714,11 +1748,15 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
       stamp(instruction, 1, clip.getTimeStep())->set_phase("backward");
     } else if (auto start = dyn_cast<sched::StartReductionOp>(step)) {
       int64_t l = start.getStage();
+      const char *opName = start.getZero() == 2 ? "shard_reduce"
+                           : tables.chain       ? "chain_reduce"
+                                                : "reduce_start";
       plan::Instruction *instruction =
-          stageInstruction(tables.chain ? "chain_reduce" : "reduce_start", l,
-                           start.getTimeStep(), "comm");
+          stageInstruction(opName, l, start.getTimeStep(), "comm");
       for (const auto &t : tables.byStage[l])
         instruction->add_inputs(t.grad);
+      if (start.getZero() == 2)
+        instruction->add_outputs(tables.gradShards[l]);
       if (tables.chain && d == tables.N - 1)
         for (int buffer : tables.chainBuffers[l])
           instruction->add_outputs(buffer);

@@ -702,16 +702,23 @@ makeRules() {
     c.allF32();
     c.count(c.in(1), c.in(0).numel());
   });
-  // The stage's parameters, then their mean gradients in the same order.
+  // The stage's parameters, then their mean gradients in the same order
+  // (zero 1) or the device's shard of them (zero 2).
   rules["shard_update"] = [](const Check &c, const KernelArgs &args) {
     c.arity(2, kMany, 0, 0);
     c.allF32();
+    if (c.attribute("zero", 1, 1, 2) == 2)
+      return; // the shard's size is checked at load against the layout
     size_t tensors = args.inputs.size() / 2;
     c.require(args.inputs.size() % 2 == 0,
               "needs each parameter and its gradient");
     for (size_t t = 0; t < tensors; ++t)
       c.count(c.in(tensors + t), c.in(t).numel());
   };
+  rules["shard_reduce"] = plain([](const Check &c) {
+    c.arity(1, kMany, 1, 1);
+    c.allF32();
+  });
   rules["squared_norm"] = plain([](const Check &c) {
     c.arity(1, kMany, 1, 1);
     c.allF32();

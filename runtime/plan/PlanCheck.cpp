@@ -109,7 +109,8 @@ const Plan &trafficOf(const Plan &plan, google::protobuf::Arena &arena) {
   std::vector<std::vector<int>> slotIds = slotCopyIds(plan);
   auto blocks = [](std::string_view op) {
     return op == "send" || op == "recv" || op == "reduce_start" ||
-           op == "reduce_wait" || op == "chain_reduce" || op == "chain_relay";
+           op == "reduce_wait" || op == "chain_reduce" || op == "chain_relay" ||
+           op == "shard_reduce" || op == "shard_update";
   };
   for (const Device &device : plan.devices()) {
     Device *out = traffic->add_devices();
@@ -136,7 +137,8 @@ std::string describe(const Instruction &instruction, int64_t step) {
        << instruction.time_step() << ")";
     return os.str();
   }
-  if (instruction.op().rfind("chain_", 0) == 0) {
+  if (instruction.op().rfind("chain_", 0) == 0 ||
+      instruction.op().rfind("shard_", 0) == 0) {
     os << instruction.op() << " at '" << instruction.location() << "' (stage "
        << attribute(instruction, "stage", 0) << ", time step "
        << instruction.time_step() << ")";
@@ -158,7 +160,9 @@ constexpr int kSteps = 3;
 /// `drain`) with buffered sends and blocking receives, in rounds: each
 /// device advances until a receive finds no message. With `reductions`,
 /// a reduce_wait also blocks until every device has run the reduce_start
-/// of its step and stage. With `cost`, each instruction lasts
+/// of its step and stage, and a blocking collective (ZeRO's shard_reduce
+/// and shard_update) until every device has reached the same one of its
+/// step and stage. With `cost`, each instruction lasts
 /// cost(device, instruction) on its device's clock and a receive starts no
 /// earlier than the end of its send.
 struct Simulation {
@@ -204,7 +208,9 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
   // receives: nothing else can block), with their part in the traffic.
   struct Traffic {
     int index = 0; ///< in the device's instructions
-    int kind = 0;  ///< 0 none, 1 send, 2 recv, 3 reduce_start, 4 reduce_wait
+    int kind = 0;  ///< 0 none, 1 send, 2 recv, 3 reduce_start, 4 reduce_wait,
+                   ///< 5 a blocking collective (`collective` names it)
+    int collective = 0; ///< 0 shard_reduce, 1 shard_update
     Message message;
     int64_t minStep = 0, stage = 0, delay = 0;
     bool drain = false;
@@ -226,7 +232,9 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
       bool reduction =
           reductions && (op == "reduce_start" || op == "reduce_wait");
       bool chain = reductions && (op == "chain_reduce" || op == "chain_relay");
-      if (!isMessage && !reduction && !chain && !cost)
+      bool collective =
+          reductions && (op == "shard_reduce" || op == "shard_update");
+      if (!isMessage && !reduction && !chain && !collective && !cost)
         continue;
       Traffic t;
       t.index = i;
@@ -241,6 +249,11 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
         t.kind = op == "reduce_start" ? 3 : 4;
         t.stage = attribute(instruction, "stage", 0);
         t.delay = attribute(instruction, "delay", 0);
+      }
+      if (collective) {
+        t.kind = 5;
+        t.collective = op == "shard_update";
+        t.stage = attribute(instruction, "stage", 0);
       }
       if (isMessage) {
         t.kind = op == "send" ? 1 : 2;
@@ -257,6 +270,10 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
   // (step, stage) -> (contributions, when the last one was made)
   std::map<std::pair<int64_t, int64_t>, std::pair<int, double>> reduced;
   std::map<std::pair<int64_t, int64_t>, std::set<int>> fetched;
+  // (step, stage, collective) -> (the devices that reached it, the latest
+  // arrival)
+  std::map<std::tuple<int64_t, int64_t, int>, std::pair<std::set<int>, double>>
+      collectives;
   std::vector<std::vector<double>> costs(devices);
   if (cost)
     for (int d = 0; d < devices; ++d)
@@ -307,6 +324,14 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
           it->second.pop_front();
           if (it->second.empty())
             inFlight.erase(it);
+        }
+        if (t.kind == 5) {
+          auto &[arrived, latest] = collectives[{step, t.stage, t.collective}];
+          if (arrived.insert(d).second)
+            latest = std::max(latest, clock);
+          if (static_cast<int>(arrived.size()) < devices)
+            break;
+          start = std::max(start, latest);
         }
         if (t.kind == 4) {
           std::pair<int64_t, int64_t> key{step - 1 - t.delay, t.stage};

@@ -235,6 +235,25 @@ void reduction(Device &device, const std::string &op) {
     instruction->set_min_step(1);
 }
 
+// ZeRO's shard_reduce and shard_update are blocking collectives: every
+// device must reach the same one (step, stage) before any goes on.
+TEST(PlanCheck, BlockingCollectivesNeedEveryDevice) {
+  Plan plan;
+  for (int d = 0; d < 2; ++d) {
+    Device &device = *plan.add_devices();
+    reduction(device, "shard_update");
+    compute(device);
+    reduction(device, "shard_reduce");
+  }
+  EXPECT_EQ(findSendRecvDeadlock(plan), "");
+  plan.mutable_devices(1)->mutable_instructions()->RemoveLast();
+  std::string report = findSendRecvDeadlock(plan);
+  EXPECT_NE(report.find("device 0 at instruction 2: shard_reduce at "
+                        "'stage 0' (stage 0"),
+            std::string::npos)
+      << report;
+}
+
 TEST(PlanCheck, ReductionsCompleteWhenEveryDeviceContributes) {
   Plan plan;
   for (int d = 0; d < 2; ++d) {

@@ -191,9 +191,10 @@ cl::opt<std::string> zeroStage(
     cl::desc("ZeRO-style sharding of the model states over the data-parallel "
              "devices: 0 (default) none; 1 the optimizer state, each device "
              "updating its shard of every stage and all-gathering the "
-             "updated parameters (--strategy dp; stages 2 and 3 are not "
-             "built yet)"),
-    cl::value_desc("0|1"), cl::init("0"), cl::cat(category));
+             "updated parameters; 2 also the gradients (a reduce-scatter "
+             "instead of the all-reduce). --strategy dp; stage 3 is not "
+             "built yet"),
+    cl::value_desc("0|1|2"), cl::init("0"), cl::cat(category));
 cl::opt<bool> inference(
     "inference",
     cl::desc("Compile a forward-only plan (no loss, no "
@@ -795,15 +796,16 @@ void checkMeaningfulFlags(const Settings &settings) {
   if (given(cdpReduce) && !traits.dataParallel)
     refuse(cdpReduce, "--strategy dp and cdp, not " + strategy);
   int64_t zero = positiveInteger("--zero", zeroStage, 0, 3);
-  if (zero > 1)
+  if (zero > 2)
     die("--zero " + zeroStage +
-        " is not built yet: --zero 1 (sharded optimizer state) is, with "
-        "--strategy dp");
-  if (zero == 1 && strategy != "dp")
+        " is not built yet: --zero 1 (sharded optimizer state) and 2 (and "
+        "gradients) are, with --strategy dp");
+  if (zero > 0 && strategy != "dp")
     refuse(zeroStage, "--strategy dp, not " + strategy);
-  if (zero == 1 && given(clipGradNorm))
-    die("--zero 1 with --clip-grad-norm is not built yet: clip without "
-        "--zero, or shard without clipping");
+  if (zero > 0 && given(clipGradNorm))
+    die("--zero " + zeroStage +
+        " with --clip-grad-norm is not built yet: clip without --zero, or "
+        "shard without clipping");
   if (given(noDecay) && !given(weightDecay) && optimizer != "adamw")
     refuse(noDecay, "a weight decay (--weight-decay, or --optimizer adamw)");
   if (given(lrPeriod) && lrSchedule == "constant")

@@ -221,8 +221,9 @@ def BuildSchedule : Pass<"cdp-build-schedule", "mlir::ModuleOp"> {
       l - 1 for F_l and 2L - l for B_l. Device i runs an op of step t at
       s_i + 2L t + `cdp.time`.
 
-    With `zero` = 1 (dp only), the schedule records `zero = 1`: the stages'
-    updates shard the optimizer state over the devices (ZeRO stage 1).
+    With `zero` = 1 or 2 (dp only), the schedule records it: the stages'
+    updates shard the optimizer state over the devices (ZeRO stage 1) and
+    with 2 the mean gradients too (stage 2: reduce-scatter).
 
     ```mlir
     func.func @main(...) attributes {cdp.offsets = array<i64: 0, 2, 4, 6>,
@@ -233,7 +234,8 @@ def BuildSchedule : Pass<"cdp-build-schedule", "mlir::ModuleOp"> {
     Option<"strategy", "strategy", "std::string", "\"cdp\"", "dp or cdp">,
     Option<"devices", "devices", "int64_t", "1", "Devices N (one slot each)">,
     Option<"zero", "zero", "int64_t", "0",
-           "ZeRO stage: 0 none, 1 shards the optimizer state (dp)">,
+           "ZeRO stage (dp): 0 none, 1 shards the optimizer state, 2 "
+           "also the gradients">,
   ];
 }
 

@@ -24,7 +24,8 @@ struct SlotSchedule {
   int64_t devices = 1, stages = 1;
   /// cdp with gradient clipping: reductions start after the last backward.
   bool reduceAfterBackward = false;
-  /// The ZeRO stage of the updates (0: none; 1: sharded optimizer state).
+  /// The ZeRO stage of the updates (0: none; 1: sharded optimizer state;
+  /// 2: and gradients).
   int64_t zero = 0;
   mlir::DenseI64ArrayAttr offsets, reduceAt;
   mlir::ArrayAttr delays;

@@ -48,17 +48,32 @@ ShardedUpdate::ShardedUpdate(std::vector<UpdateRule> rules,
     second.assign(layout.shardSize(), 0.0f);
 }
 
-void ShardedUpdate::run(const std::vector<float *> &params,
-                        const std::vector<const float *> &grads) {
+template <typename GradOf>
+void ShardedUpdate::update(const std::vector<float *> &params,
+                           const GradOf &gradOf) {
   ++steps;
   for (const ShardLayout::Piece &piece : pieces) {
     const UpdateRule &rule = rules[piece.tensor];
     float *m1 = first.empty() ? nullptr : first.data() + piece.shardOffset;
     float *m2 = second.empty() ? nullptr : second.data() + piece.shardOffset;
     applyUpdate(rule, steps, rule.scheduledLr(steps - 1),
-                params[piece.tensor] + piece.offset,
-                grads[piece.tensor] + piece.offset, m1, m2, piece.length);
+                params[piece.tensor] + piece.offset, gradOf(piece), m1, m2,
+                piece.length);
   }
+}
+
+void ShardedUpdate::run(const std::vector<float *> &params,
+                        const std::vector<const float *> &grads) {
+  update(params, [&](const ShardLayout::Piece &piece) {
+    return grads[piece.tensor] + piece.offset;
+  });
+}
+
+void ShardedUpdate::runOnShard(const std::vector<float *> &params,
+                               const float *shardGrads) {
+  update(params, [&](const ShardLayout::Piece &piece) {
+    return shardGrads + piece.shardOffset;
+  });
 }
 
 } // namespace cdp::runtime::cpu

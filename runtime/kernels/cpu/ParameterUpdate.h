@@ -36,6 +36,9 @@ public:
   /// whole) from the same elements of `grads`.
   void run(const std::vector<float *> &params,
            const std::vector<const float *> &grads);
+  /// The same from the shard's own gradients (ZeRO stage 2: the device's
+  /// shard of the mean, shardSize() elements).
+  void runOnShard(const std::vector<float *> &params, const float *shardGrads);
 
   /// The updates run so far (a kernel's state, for checkpoints).
   int64_t *stepCounter() { return &steps; }
@@ -44,6 +47,10 @@ public:
   std::vector<float> first, second;
 
 private:
+  /// One update of every piece, its gradients at `gradOf(piece)`.
+  template <typename GradOf>
+  void update(const std::vector<float *> &params, const GradOf &gradOf);
+
   std::vector<UpdateRule> rules;
   std::vector<ShardLayout::Piece> pieces;
   int64_t steps = 0;

@@ -342,7 +342,10 @@ def Sched_WaitReductionOp : Sched_Op<"wait_reduction",
     device; 1, the optimizer state is sharded: the device updates its shard
     of the stage (the stage's parameters concatenated and cut into one
     equal shard per device) and an all-gather of the updated shards gives
-    every device the whole stage.
+    every device the whole stage; 2, the gradients too: the device's
+    shard of the mean gradients comes from the stage's reduce-scatter
+    (`sched.start_reduction` with `zero` = 2) and no device holds the
+    stage's whole mean gradient.
   }];
   let arguments = (ins Sched_Int:$stage, Sched_Int:$delay,
                        Sched_Int:$min_step, Sched_Int:$time_step,
@@ -374,7 +377,13 @@ def Sched_ClipOwnOp : Sched_Op<"clip_own", [HasParent<"SlotDeviceOp">]> {
 def Sched_StartReductionOp : Sched_Op<"start_reduction",
                                       [HasParent<"SlotDeviceOp">]> {
   let summary = "hand a stage's gradients of the step to the reduction";
-  let arguments = (ins Sched_Int:$stage, Sched_Int:$time_step);
+  let description = [{
+    With `zero` = 2 the reduction is a reduce-scatter: the device keeps
+    the mean of its shard of the stage's gradients only (see
+    `sched.wait_reduction`).
+  }];
+  let arguments = (ins Sched_Int:$stage, Sched_Int:$time_step,
+                       DefaultValuedAttr<Sched_Int, "0">:$zero);
 }
 
 def Sched_ChainRelayOp : Sched_Op<"chain_relay", [HasParent<"SlotDeviceOp">]> {
