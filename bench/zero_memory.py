@@ -1,0 +1,84 @@
+#!/usr/bin/python3
+"""Model-state bytes per device under dp, --zero 1 and --zero 2 against
+ZeRO's formulas (fp32, Adam).
+
+Usage: bench/zero_memory.py [--build build] [--model transformer|resnet|...]
+Exports an e2e model, compiles dp plans (Adam, 4 stages) with --report for
+N = 4, 64 and 1024 devices, runs the N = 4 plans for 3 steps with --report
+(measured), and prints per device the weights, mean-gradient and optimizer
+bytes of the report beside Psi = the model's parameter bytes / 4 and the
+formulas: weights 4 Psi, gradients 4 Psi (stage 2: 4 Psi / N), optimizer
+8 Psi (stages 1 and 2: 8 Psi / N). The difference is the padding of each
+stage to N equal shards.
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "test", "e2e"))
+import export_torch_models as models  # noqa: E402
+
+
+def first_devices(report):
+    """Weights, mean-gradient and optimizer bytes of device 0 at the first
+    time step (resident for the whole run)."""
+    d = report["time_steps"][0]["devices"][0]
+    return d["weight_bytes"], d["gradient_bytes"], d["optimizer_bytes"]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--build", default="build")
+    parser.add_argument("--model", default="transformer")
+    args = parser.parse_args()
+    binary = lambda name: os.path.join(args.build, "bin", name)  # noqa: E731
+    with tempfile.TemporaryDirectory() as work:
+        path = models.export(args.model, work)
+        _, example, _ = models.build(args.model)
+        axis = 1 if args.model == "transformer" else 0
+        flags = ["--batch-axis", "input=1"] if args.model == "transformer" else []
+        print("%-12s %6s %5s %10s %10s %10s %10s %10s" %
+              ("model", "N", "zero", "weights", "gradients", "optimizer", "total",
+               "formula"))
+        for n in [4, 64, 1024]:
+            for zero in [0, 1, 2]:
+                report = os.path.join(work, "r.json")
+                plan = os.path.join(work, "p.cdp")
+                subprocess.run([binary("cdp-compile"), path, *flags, "--strategy", "dp",
+                                "--devices", str(n), "--stages", "4", "--optimizer", "adam",
+                                "--zero", str(zero), "--report", report, "-o", plan,
+                                "--steps", "3"], check=True, stdout=subprocess.DEVNULL)
+                predicted = json.load(open(report))
+                psi = sum(predicted["stage_param_bytes"]) // 4
+                grads = 4 * psi / n if zero == 2 else 4 * psi
+                opt = 8 * psi / n if zero else 8 * psi
+                row = first_devices(predicted)
+                kind = "predicted"
+                if n == 4:
+                    shape = list(example.shape)
+                    shape[axis] *= n * 3
+                    np.save(os.path.join(work, "x.npy"),
+                            np.random.default_rng(0).standard_normal(shape).astype(np.float32))
+                    np.save(os.path.join(work, "y.npy"),
+                            np.random.default_rng(1).integers(0, 10, shape[axis]))
+                    measured = os.path.join(work, "m.json")
+                    subprocess.run([binary("cdp-run"), plan, "--feed",
+                                    "input=" + os.path.join(work, "x.npy"), "--feed",
+                                    "labels=" + os.path.join(work, "y.npy"), "--steps", "3",
+                                    "--report", measured], check=True, stdout=subprocess.DEVNULL)
+                    measured_row = first_devices(json.load(open(measured)))
+                    kind = "measured = predicted" if measured_row == row else "MEASURED DIFFERS"
+                print("%-12s %6d %5d %10d %10d %10d %10d %10d   %s (Psi = %d)" %
+                      (args.model, n, zero, row[0], row[1], row[2], sum(row),
+                       math.ceil(4 * psi + grads + opt), kind, psi))
+
+
+if __name__ == "__main__":
+    main()
