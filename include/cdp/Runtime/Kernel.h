@@ -85,15 +85,18 @@ public:
   virtual int64_t workspaceBytes() const { return 0; }
 };
 
-/// A kernel made of one function.
+/// A kernel made of one function, with the bytes it sized at load.
 class FunctionKernel : public Kernel {
 public:
-  explicit FunctionKernel(std::function<void(const StepContext &)> body)
-      : body(std::move(body)) {}
+  explicit FunctionKernel(std::function<void(const StepContext &)> body,
+                          int64_t workspace = 0)
+      : body(std::move(body)), workspace(workspace) {}
   void run(const StepContext &context) override { body(context); }
+  int64_t workspaceBytes() const override { return workspace; }
 
 private:
   std::function<void(const StepContext &)> body;
+  int64_t workspace;
 };
 
 /// What a kernel factory gets: the instruction and its bound tensors.

@@ -117,7 +117,9 @@ void registerPipeline(KernelRegistry &registry) {
 void registerCommunication(KernelRegistry &registry) {
   registerChain(registry);
   registerPipeline(registry);
-  addKernel(registry, "reduce_start", [](const KernelArgs &args) {
+  // Each keeps a copy of the stage's gradients (the contribution, the
+  // mean) as workspace.
+  registry.add("reduce_start", Backend::CPU, [](const KernelArgs &args) {
     if (!args.communicator)
       args.fail("needs a communicator (a multi-device plan)");
     std::vector<TensorView> grads = args.inputs;
@@ -126,21 +128,23 @@ void registerCommunication(KernelRegistry &registry) {
     Communicator *comm = args.communicator;
     int64_t timeStep = args.instruction->time_step(),
             cycle = args.i("cycle", 1);
-    return [=](const StepContext &context) {
-      float *out = staging->data();
-      for (const TensorView &g : grads) {
-        std::memcpy(out, g.data, g.numel() * sizeof(float));
-        out += g.numel();
-      }
-      comm->reduceStart(reductionTag(context.step, stage),
-                        floats(staging->data(), staging->size()),
-                        timeStep + cycle * context.step);
-    };
+    return std::make_unique<FunctionKernel>(
+        [=](const StepContext &context) {
+          float *out = staging->data();
+          for (const TensorView &g : grads) {
+            std::memcpy(out, g.data, g.numel() * sizeof(float));
+            out += g.numel();
+          }
+          comm->reduceStart(reductionTag(context.step, stage),
+                            floats(staging->data(), staging->size()),
+                            timeStep + cycle * context.step);
+        },
+        static_cast<int64_t>(staging->size() * sizeof(float)));
   });
 
   // The mean of the stage's gradients of step t - 1 - delay, into the
   // reduced gradients.
-  addKernel(registry, "reduce_wait", [](const KernelArgs &args) {
+  registry.add("reduce_wait", Backend::CPU, [](const KernelArgs &args) {
     if (!args.communicator)
       args.fail("needs a communicator (a multi-device plan)");
     std::vector<TensorView> reduced = args.outputs;
@@ -148,15 +152,17 @@ void registerCommunication(KernelRegistry &registry) {
     auto staging = std::make_shared<std::vector<float>>(totalCount(reduced));
     Communicator *comm = args.communicator;
     int device = args.device;
-    return [=](const StepContext &context) {
-      int64_t step = context.step - 1 - delay;
-      if (!comm->reduceWait(reductionTag(step, stage),
-                            floats(staging->data(), staging->size())))
-        throw RuntimeError("device " + std::to_string(device) +
-                           ": stopped while waiting for a reduction (another "
-                           "device failed)");
-      unpack(staging->data(), reduced);
-    };
+    return std::make_unique<FunctionKernel>(
+        [=](const StepContext &context) {
+          int64_t step = context.step - 1 - delay;
+          if (!comm->reduceWait(reductionTag(step, stage),
+                                floats(staging->data(), staging->size())))
+            throw RuntimeError("device " + std::to_string(device) +
+                               ": stopped while waiting for a reduction "
+                               "(another device failed)");
+          unpack(staging->data(), reduced);
+        },
+        static_cast<int64_t>(staging->size() * sizeof(float)));
   });
 }
 
