@@ -110,7 +110,8 @@ struct BuildSchedulePass
       // Stage 1 for dp is built; the others are refused where the flag is
       // read, and here for cdp-opt.
       if (zero < 1 || zero > 2 || *kind != Strategy::DP) {
-        func.emitError() << "ZeRO stage " << zero << " with " << strategy
+        func.emitError() << "ZeRO stage " << zero.getValue() << " with "
+                         << strategy
                          << " is not supported (stages 1 and 2 with dp are)";
         return signalPassFailure();
       }

@@ -4,6 +4,8 @@
 // RUN: cdp-opt %s -cdp-build-schedule="strategy=cdp devices=8" -cdp-delay-updates="rule=v2 table=timing" | FileCheck %s --check-prefix=N8T
 // RUN: cdp-opt %s -cdp-build-schedule="strategy=cdp devices=8" -cdp-delay-updates="rule=v2 table=code" | FileCheck %s --check-prefix=N8C
 // RUN: cdp-opt %s -cdp-build-schedule="strategy=cdp devices=16" | FileCheck %s --check-prefix=N16
+// RUN: cdp-opt %s -cdp-build-schedule="strategy=dp devices=4 zero=2" | FileCheck %s --check-prefix=ZERO
+// RUN: not cdp-opt %s -cdp-build-schedule="strategy=cdp devices=4 zero=1" 2>&1 | FileCheck %s --check-prefix=ZEROCDP
 
 // Tests the decisions of the data-parallel schedule for L = 4 stages
 // (algorithms.md 2.2-2.4): start offsets s_i = floor(2Li/N), the version
@@ -53,3 +55,7 @@ func.func @main(%x: tensor<4xf32>) -> (tensor<f32> {cdp.name = "loss"}) attribut
   %g2 = cdp.unary_grad %x, %b {kind = "tanh", cdp.stage = 2 : i64, cdp.phase = "backward"} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   return %l : tensor<f32>
 }
+
+// ZeRO (dp only): the schedule records the stage for the slot programs.
+// ZERO: cdp.schedule = {devices = 4 : i64, slots = 4 : i64, stages = 4 : i64, strategy = "dp", zero = 2 : i64}
+// ZEROCDP: error: ZeRO stage 1 with cdp is not supported (stages 1 and 2 with dp are)
