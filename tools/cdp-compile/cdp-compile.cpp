@@ -800,6 +800,12 @@ void checkMeaningfulFlags(const Settings &settings) {
     die("--zero " + zeroStage +
         " is not built yet: --zero 1 (sharded optimizer state) and 2 (and "
         "gradients) are, with --strategy dp");
+  if (zero > 0 && strategy == "cdp")
+    die("--zero with --strategy cdp is not built yet: CDP's devices reach a "
+        "stage one after another, so its sharded model states are to move "
+        "point to point along the devices (CDP-ZeRO) rather than by dp's "
+        "collectives; use --strategy dp --zero " +
+        zeroStage);
   if (zero > 0 && strategy != "dp")
     refuse(zeroStage, "--strategy dp, not " + strategy);
   if (zero > 0 && given(clipGradNorm))
