@@ -3,13 +3,16 @@
 ZeRO's formulas (fp32, Adam).
 
 Usage: bench/zero_memory.py [--build build] [--model transformer|resnet|...]
+                             [--mpirun-steps S]
 Exports an e2e model, compiles dp plans (Adam, 4 stages) with --report for
 N = 4, 64 and 1024 devices, runs the N = 4 plans for 3 steps with --report
 (measured), and prints per device the weights, mean-gradient and optimizer
 bytes of the report beside Psi = the model's parameter bytes / 4 and the
 formulas: weights 4 Psi, gradients 4 Psi (stage 2: 4 Psi / N), optimizer
 8 Psi (stages 1 and 2: 8 Psi / N). The difference is the padding of each
-stage to N equal shards.
+stage to N equal shards. Then, under `mpirun -np 4` (one thread per rank),
+the mean step time of S steps and device 0's measured peak bytes for dp,
+dp --zero 1, dp --zero 2 and cdp.
 """
 import argparse
 import json
@@ -37,6 +40,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--build", default="build")
     parser.add_argument("--model", default="transformer")
+    parser.add_argument("--mpirun-steps", type=int, default=200)
     args = parser.parse_args()
     binary = lambda name: os.path.join(args.build, "bin", name)  # noqa: E731
     with tempfile.TemporaryDirectory() as work:
@@ -78,6 +82,38 @@ def main():
                 print("%-12s %6d %5d %10d %10d %10d %10d %10d   %s (Psi = %d)" %
                       (args.model, n, zero, row[0], row[1], row[2], sum(row),
                        math.ceil(4 * psi + grads + opt), kind, psi))
+        if args.mpirun_steps > 0:
+            mpirun_times(args, binary, path, flags, work, example.shape[axis])
+
+
+MPIRUN = ["mpirun", "--oversubscribe", "--mca", "btl", "self,vader", "--mca",
+          "btl_vader_single_copy_mechanism", "none", "-np", "4"]
+
+
+def mpirun_times(args, binary, path, flags, work, batch):
+    """Step time and peak bytes of 4 ranks for dp, dp --zero 1|2 and cdp.
+    The inputs are x.npy and y.npy of the N = 4 runs above."""
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    print("\nmpirun -np 4, one thread per rank, Adam, %d steps" % args.mpirun_steps)
+    print("%-12s %-14s %12s %16s" % ("model", "plan", "ms/step", "peak bytes (0)"))
+    for name, extra in [("dp", []), ("dp --zero 1", ["--zero", "1"]),
+                        ("dp --zero 2", ["--zero", "2"]), ("cdp", [])]:
+        strategy = name.split()[0]
+        plan = os.path.join(work, "t.cdp")
+        subprocess.run([binary("cdp-compile"), path, *flags, "--strategy", strategy,
+                        "--devices", "4", "--stages", "4", "--optimizer", "adam", *extra,
+                        "-o", plan], check=True, stdout=subprocess.DEVNULL)
+        metrics, report = os.path.join(work, "m.jsonl"), os.path.join(work, "t.json")
+        subprocess.run(MPIRUN + [binary("cdp-run"), plan, "--feed",
+                                 "input=" + os.path.join(work, "x.npy"), "--feed",
+                                 "labels=" + os.path.join(work, "y.npy"), "--steps",
+                                 str(args.mpirun_steps), "--threads", "1", "--metrics", metrics,
+                                 "--report", report], check=True, env=env,
+                       capture_output=True)
+        rates = [json.loads(line)["samples_per_s"] for line in open(metrics)][3:]
+        ms = float(np.mean([1e3 * 4 * batch / rate for rate in rates]))
+        peak = json.load(open(report))["peak"]["device_bytes"][0]
+        print("%-12s %-14s %12.3f %16d" % (args.model, name, ms, peak))
 
 
 if __name__ == "__main__":
