@@ -89,32 +89,19 @@ void eraseIfUnused(Value value) {
       op->erase();
 }
 
-void foldIntoMatMul(MatMulOp matmul) {
-  if (Value a = transposedFrom(matmul.getA(), matmul)) {
-    Value old = matmul.getA();
-    matmul.getAMutable().assign(a);
-    matmul.setTransA(!matmul.getTransA());
+/// Folds the Transposes feeding a MatMul's or Gemm's operands into its
+/// trans_a / trans_b flags.
+template <typename ProductOp> void foldIntoOperands(ProductOp product) {
+  if (Value a = transposedFrom(product.getA(), product)) {
+    Value old = product.getA();
+    product.getAMutable().assign(a);
+    product.setTransA(!product.getTransA());
     eraseIfUnused(old);
   }
-  if (Value b = transposedFrom(matmul.getB(), matmul)) {
-    Value old = matmul.getB();
-    matmul.getBMutable().assign(b);
-    matmul.setTransB(!matmul.getTransB());
-    eraseIfUnused(old);
-  }
-}
-
-void foldIntoGemm(GemmOp gemm) {
-  if (Value a = transposedFrom(gemm.getA(), gemm)) {
-    Value old = gemm.getA();
-    gemm.getAMutable().assign(a);
-    gemm.setTransA(!gemm.getTransA());
-    eraseIfUnused(old);
-  }
-  if (Value b = transposedFrom(gemm.getB(), gemm)) {
-    Value old = gemm.getB();
-    gemm.getBMutable().assign(b);
-    gemm.setTransB(!gemm.getTransB());
+  if (Value b = transposedFrom(product.getB(), product)) {
+    Value old = product.getB();
+    product.getBMutable().assign(b);
+    product.setTransB(!product.getTransB());
     eraseIfUnused(old);
   }
 }
@@ -160,9 +147,9 @@ struct FoldTransposePass
       swapProductOperands(t);
     getOperation().walk([&](Operation *op) {
       if (auto matmul = dyn_cast<MatMulOp>(op))
-        foldIntoMatMul(matmul);
+        foldIntoOperands(matmul);
       else if (auto gemm = dyn_cast<GemmOp>(op))
-        foldIntoGemm(gemm);
+        foldIntoOperands(gemm);
     });
   }
 };
