@@ -17,6 +17,7 @@
 
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "cdp/Passes/Passes.h"
+#include "cdp/Passes/SplatConstant.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
@@ -41,16 +42,10 @@ struct Chain {
 /// Whether `value` is a splat f32 constant within 1e-6 (relative) of
 /// `expected`; records it in `chain`.
 bool isConstant(Value value, double expected, Chain &chain) {
-  auto constant = value.getDefiningOp<ConstantOp>();
-  if (!constant)
+  std::optional<float> actual = splatValue(value);
+  if (!actual || std::fabs(*actual - expected) > 1e-6 * std::fabs(expected))
     return false;
-  auto dense = dyn_cast<DenseElementsAttr>(constant.getValue());
-  if (!dense || !dense.isSplat() || !dense.getElementType().isF32())
-    return false;
-  double actual = dense.getSplatValue<float>();
-  if (std::fabs(actual - expected) > 1e-6 * std::fabs(expected))
-    return false;
-  chain.constants.push_back(constant);
+  chain.constants.push_back(value.getDefiningOp());
   return true;
 }
 

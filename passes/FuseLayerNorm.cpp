@@ -16,6 +16,7 @@
 
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "cdp/Passes/Passes.h"
+#include "cdp/Passes/SplatConstant.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Matchers.h"
@@ -29,17 +30,6 @@ using namespace mlir;
 using namespace cdp;
 
 namespace {
-
-/// The one value of a splat f32 constant, if `value` is one.
-std::optional<float> splatValue(Value value) {
-  auto constant = value.getDefiningOp<ConstantOp>();
-  if (!constant)
-    return std::nullopt;
-  auto dense = dyn_cast<DenseElementsAttr>(constant.getValue());
-  if (!dense || !dense.isSplat() || !dense.getElementType().isF32())
-    return std::nullopt;
-  return dense.getSplatValue<float>();
-}
 
 /// `value`'s only user, or null.
 Operation *onlyUser(Value value) {
