@@ -46,14 +46,6 @@ ConstBuffer floats(const float *data, int64_t count) {
   return {plan::F32, data, count};
 }
 
-/// Copies a stage's flat mean into its reduced gradients, in order.
-void unpack(const float *in, const std::vector<TensorView> &reduced) {
-  for (const TensorView &r : reduced) {
-    std::memcpy(r.data, in, r.numel() * sizeof(float));
-    in += r.numel();
-  }
-}
-
 } // namespace
 
 void registerChain(KernelRegistry &registry);
@@ -130,11 +122,7 @@ void registerCommunication(KernelRegistry &registry) {
             cycle = args.i("cycle", 1);
     return std::make_unique<FunctionKernel>(
         [=](const StepContext &context) {
-          float *out = staging->data();
-          for (const TensorView &g : grads) {
-            std::memcpy(out, g.data, g.numel() * sizeof(float));
-            out += g.numel();
-          }
+          pack(grads, staging->data());
           comm->reduceStart(reductionTag(context.step, stage),
                             floats(staging->data(), staging->size()),
                             timeStep + cycle * context.step);

@@ -27,6 +27,21 @@ void registerOptimizer(KernelRegistry &registry);
 void registerShardUpdate(KernelRegistry &registry);
 void registerCommunication(KernelRegistry &registry);
 
+/// Copies float tensors one after another into `out` (a stage's gradients
+/// into a collective's contiguous buffer), and back.
+inline void pack(const std::vector<TensorView> &views, float *out) {
+  for (const TensorView &v : views) {
+    std::memcpy(out, v.data, v.numel() * sizeof(float));
+    out += v.numel();
+  }
+}
+inline void unpack(const float *in, const std::vector<TensorView> &views) {
+  for (const TensorView &v : views) {
+    std::memcpy(v.data, in, v.numel() * sizeof(float));
+    in += v.numel();
+  }
+}
+
 /// Runs body(i) for every i in [0, count) on `threads` threads. With one
 /// thread no parallel region opens at all: oneDNN called inside an inactive
 /// (one-thread) region starts a nested team of its own, whose threads are

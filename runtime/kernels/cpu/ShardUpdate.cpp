@@ -108,11 +108,7 @@ public:
                          ": stopped while gathering a stage's parameters "
                          "(another device failed)");
     // Shards are consecutive pieces of the concatenation, in device order.
-    const float *in = gathered.data();
-    for (const TensorView &param : params) {
-      std::memcpy(param.data, in, param.numel() * sizeof(float));
-      in += param.numel();
-    }
+    unpack(gathered.data(), params);
   }
 
   KernelState state() override {
@@ -162,11 +158,7 @@ public:
   }
 
   void run(const StepContext &context) override {
-    float *out = staging.data(); // the padding stays 0
-    for (const TensorView &g : grads) {
-      std::memcpy(out, g.data, g.numel() * sizeof(float));
-      out += g.numel();
-    }
+    pack(grads, staging.data()); // the padding stays 0
     if (!comm->reduceScatter(scatterTag(context.step, stage),
                              {plan::F32, staging.data(), layout.paddedSize()},
                              {plan::F32, shard.data, layout.shardSize()},
