@@ -94,60 +94,81 @@ plan::Instruction updateInstruction(const std::string &optimizer,
   return instruction;
 }
 
-TEST(ShardedUpdate, EqualsThePerTensorUpdateBitForBit) {
+/// A stage of 4 tensors (one in a group without weight decay), its start
+/// values and 3 steps of gradients, drawn from `seed`.
+struct Stage {
   std::vector<int64_t> sizes = {13, 4, 30, 1};
-  std::vector<double> decays = {1e-2, 0.0, 1e-2, 1e-2}; // a no-decay group
+  std::vector<double> decays = {1e-2, 0.0, 1e-2, 1e-2};
+  std::vector<std::vector<float>> start;
+  std::vector<std::vector<std::vector<float>>> stepGrads;
+
+  explicit Stage(unsigned seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal;
+    auto draw = [&] {
+      std::vector<std::vector<float>> tensors;
+      for (int64_t size : sizes) {
+        tensors.emplace_back();
+        for (int64_t i = 0; i < size; ++i)
+          tensors.back().push_back(normal(rng));
+      }
+      return tensors;
+    };
+    start = draw();
+    for (int step = 0; step < 3; ++step)
+      stepGrads.push_back(draw());
+  }
+};
+
+TensorView view(std::vector<float> &data) {
+  TensorView v;
+  v.data = data.data();
+  v.shape = {static_cast<int64_t>(data.size())};
+  v.dtype = plan::F32;
+  return v;
+}
+
+/// The reference: the stage after its steps, each tensor updated by its own
+/// `update` kernel (`instructions`, one per tensor).
+std::vector<std::vector<float>>
+perTensorUpdates(const Stage &stage,
+                 const std::vector<plan::Instruction> &instructions) {
+  std::vector<std::vector<float>> params = stage.start, grads = stage.start;
+  std::vector<std::unique_ptr<Kernel>> kernels;
+  for (size_t t = 0; t < params.size(); ++t) {
+    KernelArgs args;
+    args.instruction = &instructions[t];
+    args.inputs = {view(params[t]), view(grads[t])};
+    kernels.push_back(
+        (*KernelRegistry::instance().lookup("update", Backend::CPU))(args));
+  }
+  for (const auto &step : stage.stepGrads)
+    for (size_t t = 0; t < params.size(); ++t) {
+      grads[t] = step[t];
+      kernels[t]->run(StepContext());
+    }
+  return params;
+}
+
+TEST(ShardedUpdate, EqualsThePerTensorUpdateBitForBit) {
   struct Optimizer {
     std::string name;
     double momentum;
   };
   for (const Optimizer &opt : std::vector<Optimizer>{
            {"sgd", 0.0}, {"sgd", 0.9}, {"adam", 0.0}, {"adamw", 0.0}}) {
-    std::mt19937 rng(3);
-    std::normal_distribution<float> normal;
-    std::vector<std::vector<float>> start(sizes.size()), grads(3);
-    for (size_t t = 0; t < sizes.size(); ++t)
-      for (int64_t i = 0; i < sizes[t]; ++i)
-        start[t].push_back(normal(rng));
-    std::vector<std::vector<std::vector<float>>> stepGrads(3);
-    for (auto &step : stepGrads)
-      for (int64_t size : sizes) {
-        step.emplace_back();
-        for (int64_t i = 0; i < size; ++i)
-          step.back().push_back(normal(rng));
-      }
-    // The reference: one update kernel per tensor.
-    std::vector<std::vector<float>> want = start;
+    Stage stage(3);
+    const std::vector<int64_t> &sizes = stage.sizes;
     std::vector<plan::Instruction> instructions;
-    for (double decay : decays)
+    for (double decay : stage.decays)
       instructions.push_back(updateInstruction(opt.name, opt.momentum, decay));
-    std::vector<std::unique_ptr<Kernel>> kernels;
-    std::vector<std::vector<float>> gradBuffers(sizes.size());
-    for (size_t t = 0; t < sizes.size(); ++t) {
-      gradBuffers[t].resize(sizes[t]);
-      KernelArgs args;
-      args.instruction = &instructions[t];
-      TensorView p, g;
-      p.data = want[t].data();
-      p.shape = {sizes[t]};
-      p.dtype = plan::F32;
-      g = p;
-      g.data = gradBuffers[t].data();
-      args.inputs = {p, g};
-      args.outputs = {p};
-      kernels.push_back(
-          (*KernelRegistry::instance().lookup("update", Backend::CPU))(args));
-    }
-    for (const auto &step : stepGrads)
-      for (size_t t = 0; t < sizes.size(); ++t) {
-        gradBuffers[t] = step[t];
-        kernels[t]->run(StepContext());
-      }
+    std::vector<std::vector<float>> want =
+        perTensorUpdates(stage, instructions);
     // N devices, each its shard of every step; then the parameters as
     // an all-gather would assemble them.
     for (int devices : {1, 2, 3, 5, 48}) {
       ShardLayout layout(sizes, devices);
-      std::vector<std::vector<float>> got = start;
+      std::vector<std::vector<float>> got = stage.start;
       std::vector<ShardedUpdate> shards;
       for (int d = 0; d < devices; ++d) {
         std::vector<UpdateRule> rules;
@@ -158,7 +179,7 @@ TEST(ShardedUpdate, EqualsThePerTensorUpdateBitForBit) {
         }
         shards.emplace_back(rules, layout, d);
       }
-      for (const auto &step : stepGrads) {
+      for (const auto &step : stage.stepGrads) {
         std::vector<float *> params;
         std::vector<const float *> g;
         for (size_t t = 0; t < sizes.size(); ++t) {
@@ -184,47 +205,15 @@ TEST(ShardedUpdate, EqualsThePerTensorUpdateBitForBit) {
 /// Every device's copy of the stage after 3 steps of `shard_update` on a
 /// LocalFabric of `devices` (Adam, per-tensor weight decays).
 TEST(ShardUpdateKernel, EveryDeviceEndsWithTheUnshardedParameters) {
-  std::vector<int64_t> sizes = {13, 4, 30, 1};
-  std::vector<double> decays = {1e-2, 0.0, 1e-2, 1e-2};
-  std::mt19937 rng(5);
-  std::normal_distribution<float> normal;
-  std::vector<std::vector<float>> start(sizes.size());
-  std::vector<std::vector<std::vector<float>>> stepGrads(3);
-  for (size_t t = 0; t < sizes.size(); ++t)
-    for (int64_t i = 0; i < sizes[t]; ++i)
-      start[t].push_back(normal(rng));
-  for (auto &step : stepGrads)
-    for (int64_t size : sizes) {
-      step.emplace_back();
-      for (int64_t i = 0; i < size; ++i)
-        step.back().push_back(normal(rng));
-    }
-  auto view = [](std::vector<float> &data) {
-    TensorView v;
-    v.data = data.data();
-    v.shape = {static_cast<int64_t>(data.size())};
-    v.dtype = plan::F32;
-    return v;
-  };
-  // The reference: each tensor's own update kernel.
+  Stage stage(5);
+  const std::vector<int64_t> &sizes = stage.sizes;
+  const std::vector<double> &decays = stage.decays;
+  const auto &start = stage.start;
+  const auto &stepGrads = stage.stepGrads;
   std::vector<plan::Instruction> perTensor;
   for (double decay : decays)
     perTensor.push_back(updateInstruction("adam", 0.0, decay));
-  std::vector<std::vector<float>> want = start, wantGrads(sizes.size());
-  std::vector<std::unique_ptr<Kernel>> reference;
-  for (size_t t = 0; t < sizes.size(); ++t) {
-    wantGrads[t].resize(sizes[t]);
-    KernelArgs args;
-    args.instruction = &perTensor[t];
-    args.inputs = {view(want[t]), view(wantGrads[t])};
-    reference.push_back(
-        (*KernelRegistry::instance().lookup("update", Backend::CPU))(args));
-  }
-  for (const auto &step : stepGrads)
-    for (size_t t = 0; t < sizes.size(); ++t) {
-      wantGrads[t] = step[t];
-      reference[t]->run(StepContext());
-    }
+  std::vector<std::vector<float>> want = perTensorUpdates(stage, perTensor);
   plan::Instruction shard = updateInstruction("adam", 0.0, 0.0);
   shard.set_op("shard_update");
   plan::Attribute *weightDecays = shard.add_attributes();
