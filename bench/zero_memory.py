@@ -1,18 +1,19 @@
 #!/usr/bin/python3
-"""Model-state bytes per device under dp, --zero 1 and --zero 2 against
-ZeRO's formulas (fp32, Adam).
+"""Model-state bytes per device under dp and --zero 1, 2, 3 against ZeRO's
+formulas (fp32, Adam).
 
 Usage: bench/zero_memory.py [--build build] [--model transformer|resnet|...]
                              [--mpirun-steps S]
 Exports an e2e model, compiles dp plans (Adam, 4 stages) with --report for
 N = 4, 64 and 1024 devices, runs the N = 4 plans for 3 steps with --report
-(measured), and prints per device the weights, mean-gradient and optimizer
-bytes of the report beside Psi = the model's parameter bytes / 4 and the
-formulas: weights 4 Psi, gradients 4 Psi (stage 2: 4 Psi / N), optimizer
-8 Psi (stages 1 and 2: 8 Psi / N). The difference is the padding of each
-stage to N equal shards. Then, under `mpirun -np 4` (one thread per rank),
-the mean step time of S steps and device 0's measured peak bytes for dp,
-dp --zero 1, dp --zero 2 and cdp.
+(measured), and prints per device the resident weight, mean-gradient and
+optimizer bytes of the report beside Psi = the model's parameter bytes / 4
+and the formulas: weights 4 Psi (stage 3: 4 Psi / N), gradients 4 Psi
+(stages 2 and 3: 4 Psi / N), optimizer 8 Psi (stages 1 to 3: 8 Psi / N),
+and with stage 3 the most bytes of gathered parameters at one time step.
+The difference is the padding of each stage to N equal shards. Then, under
+`mpirun -np 4` (one thread per rank), the mean step time of S steps and
+device 0's measured peak bytes for dp, dp --zero 1|2|3 and cdp.
 """
 import argparse
 import json
@@ -31,9 +32,11 @@ import export_torch_models as models  # noqa: E402
 
 def first_devices(report):
     """Weights, mean-gradient and optimizer bytes of device 0 at the first
-    time step (resident for the whole run)."""
+    time step (resident for the whole run), and its most gathered
+    parameter bytes at one time step (stage 3)."""
     d = report["time_steps"][0]["devices"][0]
-    return d["weight_bytes"], d["gradient_bytes"], d["optimizer_bytes"]
+    gathered = max(t["devices"][0]["gathered_weight_bytes"] for t in report["time_steps"])
+    return d["weight_bytes"], d["gradient_bytes"], d["optimizer_bytes"], gathered
 
 
 def main():
@@ -48,11 +51,11 @@ def main():
         _, example, _ = models.build(args.model)
         axis = 1 if args.model == "transformer" else 0
         flags = ["--batch-axis", "input=1"] if args.model == "transformer" else []
-        print("%-12s %6s %5s %10s %10s %10s %10s %10s" %
+        print("%-12s %6s %5s %10s %10s %10s %10s %10s %10s" %
               ("model", "N", "zero", "weights", "gradients", "optimizer", "total",
-               "formula"))
+               "formula", "gathered"))
         for n in [4, 64, 1024]:
-            for zero in [0, 1, 2]:
+            for zero in [0, 1, 2, 3]:
                 report = os.path.join(work, "r.json")
                 plan = os.path.join(work, "p.cdp")
                 subprocess.run([binary("cdp-compile"), path, *flags, "--strategy", "dp",
@@ -61,7 +64,8 @@ def main():
                                 "--steps", "3"], check=True, stdout=subprocess.DEVNULL)
                 predicted = json.load(open(report))
                 psi = sum(predicted["stage_param_bytes"]) // 4
-                grads = 4 * psi / n if zero == 2 else 4 * psi
+                weights = 4 * psi / n if zero == 3 else 4 * psi
+                grads = 4 * psi / n if zero >= 2 else 4 * psi
                 opt = 8 * psi / n if zero else 8 * psi
                 row = first_devices(predicted)
                 kind = "predicted"
@@ -79,9 +83,9 @@ def main():
                                     "--report", measured], check=True, stdout=subprocess.DEVNULL)
                     measured_row = first_devices(json.load(open(measured)))
                     kind = "measured = predicted" if measured_row == row else "MEASURED DIFFERS"
-                print("%-12s %6d %5d %10d %10d %10d %10d %10d   %s (Psi = %d)" %
-                      (args.model, n, zero, row[0], row[1], row[2], sum(row),
-                       math.ceil(4 * psi + grads + opt), kind, psi))
+                print("%-12s %6d %5d %10d %10d %10d %10d %10d %10d   %s (Psi = %d)" %
+                      (args.model, n, zero, row[0], row[1], row[2], sum(row[:3]),
+                       math.ceil(weights + grads + opt), row[3], kind, psi))
         if args.mpirun_steps > 0:
             mpirun_times(args, binary, path, flags, work, example.shape[axis])
 
@@ -91,13 +95,14 @@ MPIRUN = ["mpirun", "--oversubscribe", "--mca", "btl", "self,vader", "--mca",
 
 
 def mpirun_times(args, binary, path, flags, work, batch):
-    """Step time and peak bytes of 4 ranks for dp, dp --zero 1|2 and cdp.
+    """Step time and peak bytes of 4 ranks for dp, dp --zero 1|2|3 and cdp.
     The inputs are x.npy and y.npy of the N = 4 runs above."""
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     print("\nmpirun -np 4, one thread per rank, Adam, %d steps" % args.mpirun_steps)
     print("%-12s %-14s %12s %16s" % ("model", "plan", "ms/step", "peak bytes (0)"))
     for name, extra in [("dp", []), ("dp --zero 1", ["--zero", "1"]),
-                        ("dp --zero 2", ["--zero", "2"]), ("cdp", [])]:
+                        ("dp --zero 2", ["--zero", "2"]), ("dp --zero 3", ["--zero", "3"]),
+                        ("cdp", [])]:
         strategy = name.split()[0]
         plan = os.path.join(work, "t.cdp")
         subprocess.run([binary("cdp-compile"), path, *flags, "--strategy", strategy,

@@ -107,12 +107,12 @@ struct BuildSchedulePass
              builder.getNamedAttr("stages", builder.getI64IntegerAttr(L)),
              builder.getNamedAttr("slots", builder.getI64IntegerAttr(N))}));
     if (zero != 0) {
-      // Stage 1 for dp is built; the others are refused where the flag is
-      // read, and here for cdp-opt.
-      if (zero < 1 || zero > 2 || *kind != Strategy::DP) {
+      // Stages 1 to 3 for dp are built; the others are refused where the
+      // flag is read, and here for cdp-opt.
+      if (zero < 1 || zero > 3 || *kind != Strategy::DP) {
         func.emitError() << "ZeRO stage " << zero.getValue() << " with "
                          << strategy
-                         << " is not supported (stages 1 and 2 with dp are)";
+                         << " is not supported (stages 1 to 3 with dp are)";
         return signalPassFailure();
       }
       NamedAttrList schedule(

@@ -46,6 +46,7 @@ void addDataParallelSchedule(OpPassManager &pm,
   stagger.reduce = config.cdpReduce;
   pm.addPass(createStaggerCollectives(stagger));
   pm.addPass(createScheduleSlots());
+  pm.addPass(createPlaceGatheredParams());
   if (config.timelineSteps > 0) {
     MaterializeScheduleOptions materialize;
     materialize.steps = config.timelineSteps;

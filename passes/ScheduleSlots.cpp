@@ -17,6 +17,8 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 
+#include <set>
+
 namespace cdp {
 #define GEN_PASS_DEF_SCHEDULESLOTS
 #include "cdp/Passes/Passes.h.inc"
@@ -30,24 +32,55 @@ namespace {
 /// One op of a slot's program, before it is built: its kind, stage and
 /// time step within the cycle.
 struct SlotEntry {
-  enum Kind { Wait, Forward, Backward, Start, Relay, ClipMeans, ClipOwn } kind;
+  enum Kind {
+    Wait,
+    Forward,
+    Backward,
+    Start,
+    Relay,
+    ClipMeans,
+    ClipOwn,
+    Gather,
+    Release
+  } kind;
   int64_t stage, time;
   int64_t delay = 0; ///< Wait: the version delay; Relay: the step offset
 };
 
 /// What the graph says about each stage: whether it has forward and
-/// backward ops, and whether it owns trained parameters; and whether the
-/// step clips its gradients.
+/// backward ops, whether it owns trained parameters, and whose trained
+/// parameters its forward and backward read (its own, and another stage's
+/// through a tied weight); and whether the step clips its gradients.
 struct StageFacts {
   SmallVector<bool> forward, backward, trained;
+  SmallVector<std::set<int64_t>> forwardReads, backwardReads;
   bool clip = false;
 };
+
+/// The stage that owns each trained parameter: its gradient's.
+llvm::DenseMap<Operation *, int64_t> parameterStages(func::FuncOp func) {
+  llvm::StringMap<int64_t> byName;
+  func.walk([&](GradientOp gradient) {
+    if (auto stage = gradient->getAttrOfType<IntegerAttr>("cdp.stage"))
+      byName[gradient.getName()] = stage.getInt();
+  });
+  llvm::DenseMap<Operation *, int64_t> stages;
+  func.walk([&](ParamOp param) {
+    auto it = byName.find(param.getName());
+    if (it != byName.end())
+      stages[param] = it->second;
+  });
+  return stages;
+}
 
 StageFacts factsOf(func::FuncOp func, int64_t L) {
   StageFacts facts;
   facts.forward.assign(L + 1, false);
   facts.backward.assign(L + 1, false);
   facts.trained.assign(L + 1, false);
+  facts.forwardReads.assign(L + 1, {});
+  facts.backwardReads.assign(L + 1, {});
+  llvm::DenseMap<Operation *, int64_t> owner = parameterStages(func);
   for (Operation &op : func.getBody().front().without_terminator()) {
     facts.clip |= isa<ClipGradNormOp>(op);
     if (isa<ParamOp, ConstantOp, UpdateOp, ClipGradNormOp>(op))
@@ -55,8 +88,12 @@ StageFacts factsOf(func::FuncOp func, int64_t L) {
     auto stage = op.getAttrOfType<IntegerAttr>("cdp.stage");
     auto phase = op.getAttrOfType<StringAttr>("cdp.phase");
     int64_t l = stage ? stage.getInt() : L;
-    (phase && phase.getValue() == "backward" ? facts.backward
-                                             : facts.forward)[l] = true;
+    bool backward = phase && phase.getValue() == "backward";
+    (backward ? facts.backward : facts.forward)[l] = true;
+    for (Value operand : op.getOperands())
+      if (auto it = owner.find(operand.getDefiningOp()); it != owner.end())
+        (backward ? facts.backwardReads : facts.forwardReads)[l].insert(
+            it->second);
     if (isa<GradientOp>(op) && stage)
       facts.trained[stage.getInt()] = true;
   }
@@ -99,6 +136,27 @@ std::vector<SlotEntry> slotProgram(int64_t L, ArrayRef<int64_t> delay,
         entries.push_back({SlotEntry::Start, l, 2 * L - 1});
   }
   return entries;
+}
+
+/// ZeRO stage 3: around each stage's forward and backward, the gathers of
+/// the stages whose parameters it reads, and their releases after it.
+void insertGathers(std::vector<SlotEntry> &entries, const StageFacts &facts) {
+  std::vector<SlotEntry> out;
+  for (const SlotEntry &entry : entries) {
+    bool forward = entry.kind == SlotEntry::Forward;
+    if (!forward && entry.kind != SlotEntry::Backward) {
+      out.push_back(entry);
+      continue;
+    }
+    const std::set<int64_t> &reads =
+        (forward ? facts.forwardReads : facts.backwardReads)[entry.stage];
+    for (int64_t k : reads)
+      out.push_back({SlotEntry::Gather, k, entry.time});
+    out.push_back(entry);
+    for (int64_t k : reads)
+      out.push_back({SlotEntry::Release, k, entry.time});
+  }
+  entries = std::move(out);
 }
 
 /// --cdp-reduce chain: the mean of step t's stage-l reduction leaves the
@@ -158,6 +216,8 @@ void ScheduleSlotsPass::runOnOperation() {
     bool afterBackward = recorded->reduceAfterBackward;
     std::vector<SlotEntry> entries =
         slotProgram(L, delay, facts, afterBackward);
+    if (recorded->zero == 3)
+      insertGathers(entries, facts);
     if (chain && j + 1 < N)
       for (int64_t l = 1; l <= L; ++l)
         if (facts.trained[l])
@@ -198,6 +258,12 @@ void ScheduleSlotsPass::runOnOperation() {
         break;
       case SlotEntry::ClipOwn:
         builder.create<sched::ClipOwnOp>(loc, time);
+        break;
+      case SlotEntry::Gather:
+        builder.create<sched::GatherParamsOp>(loc, stage, time, i64(0));
+        break;
+      case SlotEntry::Release:
+        builder.create<sched::ReleaseParamsOp>(loc, stage, time);
         break;
       }
     }

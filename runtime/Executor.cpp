@@ -4,6 +4,7 @@
 
 #include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
+#include "cdp/Plan/ShardGroups.h"
 #include "cdp/Runtime/Json.h"
 #include "cdp/Runtime/Report.h"
 #include "cdp/Runtime/Signatures.h"
@@ -27,8 +28,10 @@ Executor::Executor(const plan::Plan &plan, int threads, int deviceIndex,
   arena = backendDevice->allocate(static_cast<size_t>(arenaBytes));
   views.resize(plan.tensors_size());
   persistent.assign(plan.tensors_size(), nullptr);
+  gathered = plan::gatheredParameters(plan);
   for (int id = 0; id < plan.tensors_size(); ++id)
     placeTensor(id);
+  fillParameterShards();
   train = bind(device.instructions(), threads);
   eval = bind(device.eval_instructions(), threads);
 }
@@ -49,7 +52,10 @@ void Executor::placeTensor(int id) {
     throw RuntimeError("plan tensor '" + t.name() + "' declares " +
                        std::to_string(t.bytes()) + " bytes, its shape needs " +
                        std::to_string(bytes));
-  bool inArena = t.kind() == plan::ACTIVATION || t.kind() == plan::INPUT;
+  // ZeRO stage 3's parameters live in the arena's gather region: their
+  // values are in the device's shard (fillParameterShards).
+  bool inArena =
+      t.kind() == plan::ACTIVATION || t.kind() == plan::INPUT || gathered[id];
   if (inArena && t.has_device() && t.device() != deviceIndex)
     return; // another pipeline stage's stash copy
   if (inArena) {
@@ -68,6 +74,58 @@ void Executor::placeTensor(int id) {
                        std::to_string(t.data().size()) +
                        " bytes of data, expected " + std::to_string(bytes));
   backendDevice->upload(v.data, t.data().data(), bytes);
+}
+
+/// ZeRO stage 3: each shard starts as the device's part of its stage's
+/// initial parameters (the padding 0).
+void Executor::fillParameterShards() {
+  int rank = communicator ? communicator->rank() : 0;
+  for (const plan::ShardGroup &group : planRef.schedule().shard_groups()) {
+    ShardLayout layout = plan::layoutOf(planRef, group);
+    stageIn(group.shard(), [&](const TensorView &host) {
+      std::fill(host.f32(), host.f32() + host.numel(), 0.0f);
+      for (const ShardLayout::Piece &piece : layout.pieces(rank)) {
+        const std::string &data =
+            planRef.tensors(group.params(piece.tensor)).data();
+        if (data.empty())
+          continue; // a parameter without a value starts at 0
+        std::memcpy(host.f32() + piece.shardOffset,
+                    data.data() + piece.offset * sizeof(float),
+                    piece.length * sizeof(float));
+      }
+    });
+  }
+}
+
+/// ZeRO stage 3, after training: every stage gathered once more, into
+/// memory of its own that stays, so the trained parameters can be read
+/// (written out, checked, evaluated) like any plan's.
+void Executor::gatherShardedParameters() {
+  for (const plan::ShardGroup &group : planRef.schedule().shard_groups()) {
+    ShardLayout layout = plan::layoutOf(planRef, group);
+    int first = group.params(0);
+    persistent[first] = backendDevice->allocate(
+        static_cast<size_t>(layout.paddedSize() * sizeof(float)));
+    char *at = static_cast<char *>(persistent[first]);
+    for (int id : group.params()) {
+      views[id].data = at;
+      at += planRef.tensors(id).bytes();
+    }
+    HostTensor shard = stageOut(group.shard());
+    std::vector<float> whole(layout.paddedSize());
+    if (!communicator->allGather(
+            (int64_t(1) << 52) | group.shard(), // apart from the kernels
+            {plan::F32, shard.view().data, shard.view().numel()},
+            {plan::F32, whole.data(), layout.paddedSize()}, -1))
+      throw RuntimeError("device " + std::to_string(deviceIndex) +
+                         ": stopped while gathering the trained parameters "
+                         "(another device failed)");
+    upload({views[first].data,
+            {layout.totalSize()},
+            plan::F32,
+            views[first].space},
+           whole.data());
+  }
 }
 
 Executor::~Executor() {
@@ -607,6 +665,7 @@ static ConstBuffer hostBuffer(const TensorView &host) {
 void Executor::gatherOnDeviceZero() {
   if (!communicator)
     return;
+  gatherShardedParameters();
   const plan::Plan &plan = planRef;
   bool pipeline = plan::traitsOf(plan).pipelined;
   int devices = communicator->size();

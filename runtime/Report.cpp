@@ -19,6 +19,7 @@
 
 #include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
+#include "cdp/Plan/ShardGroups.h"
 #include "cdp/Plan/ShardLayout.h"
 
 #include <algorithm>
@@ -34,9 +35,8 @@
 namespace cdp::runtime {
 
 namespace {
-/// Byte series per device: activations, gradients, and reductions in
-/// flight (from a device's reduce_start to its own reduce_wait).
-enum Slot { kActivation = 0, kGradient = 1, kReduction = 2 };
+/// Byte series per device (kByteSeries of them).
+enum Slot { kActivation = 0, kGradient = 1, kReduction = 2, kGathered = 3 };
 
 bool isGradientReader(std::string_view op) {
   return op == "reduce_start" || op == "chain_reduce" || op == "gradient" ||
@@ -68,13 +68,27 @@ ShardLayout shardsOf(const std::vector<int64_t> &bytes, plan::IdRange inputs,
   return ShardLayout(sizes, devices);
 }
 
-/// How many of a shard_update's inputs are the stage's parameters: all but
-/// the gradient shard (ZeRO stage 2), or half (stage 1).
-int parameterCount(const plan::Instruction &update, plan::IdRange inputs) {
+int64_t zeroOf(const plan::Instruction &update) {
   for (const plan::Attribute &a : update.attributes())
-    if (a.name() == "zero" && a.i() == 2)
-      return static_cast<int>(inputs.size()) - 1;
-  return static_cast<int>(inputs.size()) / 2;
+    if (a.name() == "zero")
+      return a.i();
+  return 1;
+}
+
+/// Bytes of one device's shard of a shard_update's or shard_reduce's
+/// stage: the parameter shard itself (ZeRO stage 3), or of the stage's
+/// parameters (all its inputs but the gradient shard with stage 2, half
+/// with stage 1) or gradients (shard_reduce: all its inputs).
+int64_t shardBytes(const plan::Instruction &instruction, plan::IdRange inputs,
+                   const std::vector<int64_t> &bytes, int devices) {
+  int tensors = static_cast<int>(inputs.size());
+  if (instruction.op() == "shard_update") {
+    int64_t zero = zeroOf(instruction);
+    if (zero == 3)
+      return bytes[inputs[0]];
+    tensors = zero == 2 ? tensors - 1 : tensors / 2;
+  }
+  return shardsOf(bytes, inputs, tensors, devices).shardSize() * 4;
 }
 } // namespace
 
@@ -92,13 +106,19 @@ PlanFacts::PlanFacts(const plan::SpelledPlan &spelled) {
   // Weights, buffers, their second versions and gradient accumulators are
   // resident on the devices whose training program uses them: every device
   // for dp and cdp, the stage's devices (and replicas) for pipelines.
+  // ZeRO stage 3's parameters are not: their shards are, and the
+  // parameters count while gathered.
   std::vector<char> resident(tensors, 0);
+  std::vector<char> gathered = plan::gatheredParameters(plan);
   for (int id = 0; id < tensors; ++id) {
     plan::TensorKind kind = spelled.tensor(id).kind();
-    resident[id] =
-        kind == plan::PARAM || kind == plan::BUFFER || kind == plan::REDUCED;
+    bool isGathered = id < static_cast<int>(gathered.size()) && gathered[id];
+    resident[id] = (kind == plan::PARAM && !isGathered) ||
+                   kind == plan::BUFFER || kind == plan::REDUCED ||
+                   kind == plan::SHARD;
   }
   std::vector<int> countedOn(tensors, -1); // the device that last counted it
+  std::vector<char> gatheredOutput(tensors, 0); // written by a shard_gather
   cycle = plan.has_schedule() && plan.schedule().cycle() > 0
               ? plan.schedule().cycle()
               : 2;
@@ -137,7 +157,8 @@ PlanFacts::PlanFacts(const plan::SpelledPlan &spelled) {
           const plan::Tensor &t = spelled.tensor(id);
           if (t.has_previous_version_of())
             weightVersionBytes[d] += t.bytes();
-          else if (t.kind() == plan::PARAM || t.kind() == plan::BUFFER)
+          else if (t.kind() == plan::PARAM || t.kind() == plan::BUFFER ||
+                   t.kind() == plan::SHARD)
             weightBytes[d] += t.bytes();
           else if (t.kind() == plan::REDUCED)
             reducedBytes[d] += t.bytes();
@@ -162,13 +183,14 @@ PlanFacts::PlanFacts(const plan::SpelledPlan &spelled) {
       }
       if (op == "update")
         optimizerBytes[d] += momentCopies(instruction) * bytes[inputs[0]];
-      // ZeRO stage 1: the moments of the device's shard only.
+      // ZeRO: the moments of the device's shard only.
       if (op == "shard_update")
-        optimizerBytes[d] +=
-            momentCopies(instruction) * 4 *
-            shardsOf(bytes, inputs, parameterCount(instruction, inputs),
-                     devices)
-                .shardSize();
+        optimizerBytes[d] += momentCopies(instruction) *
+                             shardBytes(instruction, inputs, bytes, devices);
+      if (op == "shard_gather")
+        for (int id : outputs)
+          if (id >= 0)
+            gatheredOutput[id] = 1;
       uint64_t key = (static_cast<uint64_t>(instruction.stage()) << 33) |
                      (static_cast<uint64_t>(
                           static_cast<uint32_t>(spelledInstruction.microBatch))
@@ -194,6 +216,9 @@ PlanFacts::PlanFacts(const plan::SpelledPlan &spelled) {
              readBackward[id])
       category[id] = Category::Activation;
   }
+  for (int id = 0; id < tensors; ++id)
+    if (gatheredOutput[id])
+      category[id] = Category::Gathered;
   std::vector<int> lastWrite(tensors, -1);
   for (int d = 0; d < devices; ++d) {
     // Writes and reads over two passes of the program: a write's reads
@@ -251,7 +276,7 @@ ReportBuilder::ReportBuilder(const plan::Plan &plan, int64_t steps,
   for (Series &s : devices) {
     s.units.assign(horizon + 1, 0);
     s.unitEnds.assign(horizon + 1, 0);
-    for (int c = 0; c < 3; ++c) {
+    for (int c = 0; c < kByteSeries; ++c) {
       s.bornBytes[c].assign(horizon + 1, 0);
       s.diedBytes[c].assign(horizon + 1, 0);
     }
@@ -291,7 +316,9 @@ void ReportBuilder::startStep(int device, int64_t t) {
 }
 
 static int slotOf(Category c) {
-  return c == Category::Gradient ? kGradient : kActivation;
+  return c == Category::Gradient   ? kGradient
+         : c == Category::Gathered ? kGathered
+                                   : kActivation;
 }
 
 void ReportBuilder::born(int device, int64_t tau, int tensor, int instruction) {
@@ -374,17 +401,17 @@ void ReportBuilder::ran(int device, int64_t t, int index, bool countSent) {
     sent(device, tau, planFacts.bytes[inputs[0]]);
   if (countSent && op == "chain_relay" && device > 0)
     sent(device, tau, total(outputs) / 2); // one of 2 buffers
-  if (op == "shard_update" || op == "shard_reduce") {
-    // The all-gather sends the device's shard to every other device; the
-    // reduce-scatter every other device's shard of its gradients.
+  if (op == "shard_update" || op == "shard_reduce" || op == "shard_gather") {
+    // An all-gather sends the device's shard to every other device; the
+    // reduce-scatter every other device's shard of its gradients. Stage
+    // 3's shard_update gathers nothing (shard_gather does, where needed).
     int N = plan.devices_size();
-    int tensors = op == "shard_update" ? parameterCount(*instruction, inputs)
-                                       : static_cast<int>(inputs.size());
-    int64_t shard =
-        shardsOf(planFacts.bytes, inputs, tensors, N).shardSize() * 4;
+    int64_t shard = op == "shard_gather"
+                        ? planFacts.bytes[inputs[0]]
+                        : shardBytes(*instruction, inputs, planFacts.bytes, N);
     if (op == "shard_reduce") // the stage's gradients are complete
       gradientReady(device, tau, total(inputs));
-    if (countSent)
+    if (countSent && !(op == "shard_update" && zeroOf(*instruction) == 3))
       sent(device, tau, (N - 1) * shard);
   }
   if (op != "reduce_start" && op != "chain_reduce")
@@ -500,6 +527,7 @@ std::string ReportBuilder::json() const {
        << ", \"activation_bytes\": " << sample.activation
        << ", \"weight_bytes\": " << planFacts.weightBytes[d]
        << ", \"weight_version_bytes\": " << planFacts.weightVersionBytes[d]
+       << ", \"gathered_weight_bytes\": " << sample.gathered
        << ", \"gradient_bytes\": " << sample.gradient
        << ", \"reduction_bytes\": " << sample.reduction
        << ", \"optimizer_bytes\": " << optimizer[d]
@@ -527,7 +555,7 @@ std::string ReportBuilder::json() const {
 void ReportBuilder::forEachSample(
     const std::function<void(int64_t, int, const Sample &)> &visit) const {
   int N = devices.size();
-  std::vector<int64_t> units(N, 0), live[3];
+  std::vector<int64_t> units(N, 0), live[kByteSeries];
   for (std::vector<int64_t> &bytes : live)
     bytes.assign(N, 0);
   for (int64_t tau = 0; tau < horizon; ++tau)
@@ -541,15 +569,16 @@ void ReportBuilder::forEachSample(
       sample.gradient = live[kGradient][d] + s.bornBytes[kGradient][tau] +
                         planFacts.reducedBytes[d];
       sample.reduction = live[kReduction][d] + s.bornBytes[kReduction][tau];
-      sample.deviceBytes = sample.activation + sample.gradient +
-                           sample.reduction + planFacts.weightBytes[d] +
-                           planFacts.weightVersionBytes[d] + optimizer[d] +
-                           workspace[d];
+      sample.gathered = live[kGathered][d] + s.bornBytes[kGathered][tau];
+      sample.deviceBytes =
+          sample.activation + sample.gradient + sample.reduction +
+          sample.gathered + planFacts.weightBytes[d] +
+          planFacts.weightVersionBytes[d] + optimizer[d] + workspace[d];
       sample.sent = s.sent[tau];
       sample.ready = s.ready[tau];
       visit(tau, d, sample);
       units[d] -= s.unitEnds[tau];
-      for (int c = 0; c < 3; ++c)
+      for (int c = 0; c < kByteSeries; ++c)
         live[c][d] += s.bornBytes[c][tau] - s.diedBytes[c][tau];
     }
 }
@@ -658,7 +687,7 @@ template <typename SeriesT, typename Visit>
 void forEachVector(SeriesT &s, Visit visit) {
   visit(s.units);
   visit(s.unitEnds);
-  for (int c = 0; c < 3; ++c) {
+  for (int c = 0; c < kByteSeries; ++c) {
     visit(s.bornBytes[c]);
     visit(s.diedBytes[c]);
   }

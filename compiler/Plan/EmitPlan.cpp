@@ -101,6 +101,10 @@ struct DataParallelTables {
   /// per stage the tensor holding the device's shard of the mean gradients.
   int64_t zero = 0;
   std::vector<int> gradShards;
+  /// ZeRO stage 3, per stage: the SHARD tensor of its parameters, and what
+  /// its gather writes (the parameters, then the padding if any).
+  std::vector<int> paramShards;
+  std::vector<std::vector<int>> gathered;
   /// The step's gradient clipping, if any (sched.clip_means or clip_own
   /// say where it runs).
   ClipGradNormOp clip;
@@ -119,6 +123,8 @@ private:
                                bool forEval);
   LogicalResult emitDataParallel(int64_t arenaBytes);
   LogicalResult addReducedTensors(DataParallelTables &tables);
+  int64_t addShardGroups(sched::StepProgramOp program,
+                         DataParallelTables &tables, int64_t arenaBytes);
   LogicalResult lowerSlotDevice(sched::SlotDeviceOp op, plan::Device &out,
                                 const DataParallelTables &tables);
   std::vector<int64_t> slotProgramKey(sched::SlotDeviceOp op,
@@ -1471,6 +1477,8 @@ LogicalResult Emitter::emitDataParallel(int64_t arenaBytes) {
   out->set_zero(tables.zero);
   if (failed(addReducedTensors(tables)))
     return failure();
+  if (tables.zero == 3)
+    arenaBytes = addShardGroups(program, tables, arenaBytes);
   func.walk([&](ClipGradNormOp clip) { tables.clip = clip; });
   plan.clear_devices();
   // Devices whose programs differ only in their offset and micro-batch run
@@ -1521,6 +1529,10 @@ std::vector<int64_t> Emitter::slotProgramKey(sched::SlotDeviceOp op,
       key.insert(key.end(), {5, clip.getTimeStep(), clip.getMinStep()});
     else if (auto clip = dyn_cast<sched::ClipOwnOp>(step))
       key.insert(key.end(), {6, clip.getTimeStep()});
+    else if (auto gather = dyn_cast<sched::GatherParamsOp>(step))
+      key.insert(key.end(), {7, gather.getStage(), gather.getTimeStep()});
+    else if (auto release = dyn_cast<sched::ReleaseParamsOp>(step))
+      key.insert(key.end(), {8, release.getStage(), release.getTimeStep()});
     else
       key.insert(key.end(), {4, reinterpret_cast<intptr_t>(&step)});
   }
@@ -1567,10 +1579,10 @@ LogicalResult Emitter::addReducedTensors(DataParallelTables &tables) {
   }
   for (int64_t b : stageBytes)
     plan.mutable_schedule()->add_stage_param_bytes(b);
-  // ZeRO stage 2: per stage one shard of the mean gradients per device; no
-  // device holds a whole mean gradient to report as applied.
+  // ZeRO stages 2 and 3: per stage one shard of the mean gradients per
+  // device; no device holds a whole mean gradient to report as applied.
   tables.gradShards.assign(L + 1, -1);
-  for (int64_t l = 1; tables.zero == 2 && l <= L; ++l) {
+  for (int64_t l = 1; tables.zero >= 2 && l <= L; ++l) {
     if (byStage[l].empty())
       continue;
     int64_t shard = ShardLayout({stageBytes[l - 1] / 4}, tables.N).shardSize();
@@ -1584,7 +1596,7 @@ LogicalResult Emitter::addReducedTensors(DataParallelTables &tables) {
     *plan.add_tensors() = buffer;
     tables.gradShards[l] = buffer.id();
   }
-  if (tables.zero == 2)
+  if (tables.zero >= 2)
     plan.clear_applied_gradients();
   // --cdp-reduce chain: per stage two buffers, by step parity, that hold a
   // step's mean from its arrival to the wait that applies it (a delayed
@@ -1607,6 +1619,62 @@ LogicalResult Emitter::addReducedTensors(DataParallelTables &tables) {
     }
   }
   return success();
+}
+
+/// ZeRO stage 3: per stage, the device's SHARD of its parameters, and the
+/// parameters themselves moved into the gather region after the arena (at
+/// the offset cdp-place-gathered-params chose), one after another with the
+/// padding behind them, so that the all-gather writes them in place.
+/// Returns the device's arena with the region.
+int64_t Emitter::addShardGroups(sched::StepProgramOp program,
+                                DataParallelTables &tables,
+                                int64_t arenaBytes) {
+  std::map<int64_t, int64_t> offsets;
+  program.walk([&](sched::GatherParamsOp gather) {
+    offsets[gather.getStage()] = gather.getOffset();
+  });
+  int64_t base = (arenaBytes + 63) / 64 * 64, end = arenaBytes;
+  tables.paramShards.assign(tables.L + 1, -1);
+  tables.gathered.assign(tables.L + 1, {});
+  auto addTensor = [&](const std::string &name, plan::TensorKind kind,
+                       int64_t elements, int64_t offset) {
+    plan::Tensor *t = plan.add_tensors();
+    t->set_id(plan.tensors_size() - 1);
+    t->set_name(name);
+    t->set_dtype(plan::F32);
+    t->set_kind(kind);
+    t->add_shape(elements);
+    t->set_bytes(4 * elements);
+    t->set_offset(offset);
+    return t->id();
+  };
+  for (auto [l, offset] : offsets) {
+    std::vector<int64_t> sizes;
+    plan::ShardGroup *group = plan.mutable_schedule()->add_shard_groups();
+    group->set_stage(l);
+    int64_t at = base + offset;
+    for (const auto &t : tables.byStage[l]) {
+      plan::Tensor *param = plan.mutable_tensors(t.param);
+      param->set_offset(at);
+      at += param->bytes();
+      sizes.push_back(param->bytes() / 4);
+      group->add_params(t.param);
+      tables.gathered[l].push_back(t.param);
+    }
+    ShardLayout layout(sizes, tables.N);
+    std::string stage = "stage" + std::to_string(l);
+    group->set_padding(-1);
+    if (layout.padding() > 0) {
+      group->set_padding(addTensor(stage + "@gather_padding", plan::ACTIVATION,
+                                   layout.padding(), at));
+      tables.gathered[l].push_back(group->padding());
+    }
+    group->set_shard(
+        addTensor(stage + "@param_shard", plan::SHARD, layout.shardSize(), 0));
+    tables.paramShards[l] = group->shard();
+    end = std::max(end, base + offset + 4 * layout.paddedSize());
+  }
+  return end;
 }
 
 /// Slot d's program, op by op: a stage's forward or backward ops in the
@@ -1664,9 +1732,10 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
     }
     return success();
   };
-  // ZeRO stage 1: one shard_update of the stage instead of its updates:
-  // the parameters, then their mean gradients; the updates' rule, with
-  // each parameter's weight decay in `weight_decays`.
+  // ZeRO: one shard_update of the stage instead of its updates: the
+  // parameters (stage 3: their shard, with each one's `sizes`), then their
+  // mean gradients (stages 2 and 3: the device's shard of them); the
+  // updates' rule, with each parameter's weight decay in `weight_decays`.
   auto shardUpdate = [&](int64_t l, int64_t time, int64_t minStep,
                          int64_t zero) -> LogicalResult {
     const auto &tensors = tables.byStage[l];
@@ -1682,9 +1751,18 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
     plan::Instruction *shard =
         stageInstruction("shard_update", l, time, "update");
     shard->set_min_step(minStep);
-    for (const plan::Instruction &update : updates)
-      shard->add_inputs(update.inputs(0));
-    if (zero == 2)
+    if (zero == 3) { // the parameters' shard; the sizes give each its rule
+      shard->add_inputs(tables.paramShards[l]);
+      plan::Attribute *sizes = shard->add_attributes();
+      sizes->set_name("sizes");
+      for (const plan::Instruction &update : updates)
+        sizes->mutable_ints()->add_values(
+            plan.tensors(update.inputs(0)).bytes() / 4);
+    } else {
+      for (const plan::Instruction &update : updates)
+        shard->add_inputs(update.inputs(0));
+    }
+    if (zero >= 2)
       shard->add_inputs(tables.gradShards[l]);
     else
       for (const auto &t : tensors)
@@ -1711,7 +1789,7 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
         return failure();
     } else if (auto wait = dyn_cast<sched::WaitReductionOp>(step)) {
       int64_t l = wait.getStage(), zero = wait.getZero();
-      if (zero != 2) // stage 2's shard arrived with the reduce-scatter
+      if (zero < 2) // stage 2's and 3's shard came with the reduce-scatter
         waitForMeans(l, wait.getTimeStep(), wait.getMinStep(), wait.getDelay());
       if (failed(
               zero > 0
@@ -1748,19 +1826,33 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
       stamp(instruction, 1, clip.getTimeStep())->set_phase("backward");
     } else if (auto start = dyn_cast<sched::StartReductionOp>(step)) {
       int64_t l = start.getStage();
-      const char *opName = start.getZero() == 2 ? "shard_reduce"
+      const char *opName = start.getZero() >= 2 ? "shard_reduce"
                            : tables.chain       ? "chain_reduce"
                                                 : "reduce_start";
       plan::Instruction *instruction =
           stageInstruction(opName, l, start.getTimeStep(), "comm");
       for (const auto &t : tables.byStage[l])
         instruction->add_inputs(t.grad);
-      if (start.getZero() == 2)
+      if (start.getZero() >= 2)
         instruction->add_outputs(tables.gradShards[l]);
       if (tables.chain && d == tables.N - 1)
         for (int buffer : tables.chainBuffers[l])
           instruction->add_outputs(buffer);
       setIntAttr(instruction, "cycle", 2 * L);
+    } else if (auto gather = dyn_cast<sched::GatherParamsOp>(step)) {
+      int64_t l = gather.getStage();
+      plan::Instruction *instruction =
+          stageInstruction("shard_gather", l, gather.getTimeStep(), "comm");
+      instruction->add_inputs(tables.paramShards[l]);
+      for (int id : tables.gathered[l])
+        instruction->add_outputs(id);
+      setIntAttr(instruction, "cycle", 2 * L);
+    } else if (auto release = dyn_cast<sched::ReleaseParamsOp>(step)) {
+      int64_t l = release.getStage();
+      plan::Instruction *instruction =
+          stageInstruction("shard_release", l, release.getTimeStep(), "comm");
+      for (int id : tables.gathered[l])
+        instruction->add_inputs(id);
     } else if (auto relay = dyn_cast<sched::ChainRelayOp>(step)) {
       int64_t l = relay.getStage();
       plan::Instruction *instruction =

@@ -703,11 +703,17 @@ makeRules() {
     c.count(c.in(1), c.in(0).numel());
   });
   // The stage's parameters, then their mean gradients in the same order
-  // (zero 1) or the device's shard of them (zero 2).
+  // (zero 1) or the device's shard of them (zero 2); zero 3: the shard of
+  // the parameters and the shard of the mean gradients.
   rules["shard_update"] = [](const Check &c, const KernelArgs &args) {
     c.arity(2, kMany, 0, 0);
     c.allF32();
-    if (c.attribute("zero", 1, 1, 2) == 2)
+    int64_t zero = c.attribute("zero", 1, 1, 3);
+    if (zero == 3) {
+      c.arity(2, 2, 0, 0);
+      c.count(c.in(1), c.in(0).numel());
+    }
+    if (zero >= 2)
       return; // the shard's size is checked at load against the layout
     size_t tensors = args.inputs.size() / 2;
     c.require(args.inputs.size() % 2 == 0,
@@ -717,6 +723,17 @@ makeRules() {
   };
   rules["shard_reduce"] = plain([](const Check &c) {
     c.arity(1, kMany, 1, 1);
+    c.allF32();
+  });
+  // ZeRO stage 3: the device's shard in, the stage's parameters (and its
+  // padding) out, one after another (checked at load); the release reads
+  // them and runs nothing.
+  rules["shard_gather"] = plain([](const Check &c) {
+    c.arity(1, 1, 1, kMany);
+    c.allF32();
+  });
+  rules["shard_release"] = plain([](const Check &c) {
+    c.arity(1, kMany, 0, 0);
     c.allF32();
   });
   rules["squared_norm"] = plain([](const Check &c) {

@@ -110,7 +110,7 @@ const Plan &trafficOf(const Plan &plan, google::protobuf::Arena &arena) {
   auto blocks = [](std::string_view op) {
     return op == "send" || op == "recv" || op == "reduce_start" ||
            op == "reduce_wait" || op == "chain_reduce" || op == "chain_relay" ||
-           op == "shard_reduce" || op == "shard_update";
+           op == "shard_reduce" || op == "shard_update" || op == "shard_gather";
   };
   for (const Device &device : plan.devices()) {
     Device *out = traffic->add_devices();
@@ -160,11 +160,11 @@ constexpr int kSteps = 3;
 /// `drain`) with buffered sends and blocking receives, in rounds: each
 /// device advances until a receive finds no message. With `reductions`,
 /// a reduce_wait also blocks until every device has run the reduce_start
-/// of its step and stage, and a blocking collective (ZeRO's shard_reduce
-/// and shard_update) until every device has reached the same one of its
-/// step and stage. With `cost`, each instruction lasts
-/// cost(device, instruction) on its device's clock and a receive starts no
-/// earlier than the end of its send.
+/// of its step and stage, and a blocking collective (ZeRO's shard_reduce,
+/// shard_update and shard_gather) until every device has reached the same one
+/// of its step and stage. With `cost`, each instruction lasts cost(device,
+/// instruction) on its device's clock and a receive starts no earlier than the
+/// end of its send.
 struct Simulation {
   std::vector<int> next;                ///< per device: positions completed
   std::vector<std::vector<int>> rounds; ///< `next` after every round
@@ -210,7 +210,9 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
     int index = 0; ///< in the device's instructions
     int kind = 0;  ///< 0 none, 1 send, 2 recv, 3 reduce_start, 4 reduce_wait,
                    ///< 5 a blocking collective (`collective` names it)
-    int collective = 0; ///< 0 shard_reduce, 1 shard_update
+    /// 0 shard_reduce, 1 shard_update, 2 + its time step a shard_gather (a
+    /// stage is gathered more than once a step)
+    int64_t collective = 0;
     Message message;
     int64_t minStep = 0, stage = 0, delay = 0;
     bool drain = false;
@@ -233,7 +235,8 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
           reductions && (op == "reduce_start" || op == "reduce_wait");
       bool chain = reductions && (op == "chain_reduce" || op == "chain_relay");
       bool collective =
-          reductions && (op == "shard_reduce" || op == "shard_update");
+          reductions && (op == "shard_reduce" || op == "shard_update" ||
+                         op == "shard_gather");
       if (!isMessage && !reduction && !chain && !collective && !cost)
         continue;
       Traffic t;
@@ -252,7 +255,9 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
       }
       if (collective) {
         t.kind = 5;
-        t.collective = op == "shard_update";
+        t.collective = op == "shard_update"   ? 1
+                       : op == "shard_gather" ? 2 + instruction.time_step()
+                                              : 0;
         t.stage = attribute(instruction, "stage", 0);
       }
       if (isMessage) {
@@ -272,7 +277,8 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
   std::map<std::pair<int64_t, int64_t>, std::set<int>> fetched;
   // (step, stage, collective) -> (the devices that reached it, the latest
   // arrival)
-  std::map<std::tuple<int64_t, int64_t, int>, std::pair<std::set<int>, double>>
+  std::map<std::tuple<int64_t, int64_t, int64_t>,
+           std::pair<std::set<int>, double>>
       collectives;
   std::vector<std::vector<double>> costs(devices);
   if (cost)

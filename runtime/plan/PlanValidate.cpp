@@ -4,6 +4,7 @@
 
 #include "cdp/Plan/Checked.h"
 #include "cdp/Plan/PlanIO.h"
+#include "cdp/Plan/ShardGroups.h"
 
 #include <set>
 
@@ -28,7 +29,7 @@ bool inArena(const Tensor &t) {
 class Validator {
 public:
   Validator(const Plan &plan, int64_t maxBytes)
-      : plan(plan), maxBytes(maxBytes) {}
+      : plan(plan), maxBytes(maxBytes), gathered(gatheredParameters(plan)) {}
 
   std::string run() {
     checkPlan();
@@ -38,6 +39,8 @@ public:
       checkTensor(id);
     if (error.empty())
       checkIds();
+    if (error.empty())
+      fail(checkShardGroups(plan));
     for (int d = 0; error.empty() && d < plan.devices_size(); ++d) {
       for (const Instruction &i : plan.devices(d).instructions())
         checkInstruction(d, i);
@@ -132,7 +135,7 @@ private:
         (t.batch_axis() < -1 || t.batch_axis() >= t.shape_size()))
       return fail(name + " has batch axis " + std::to_string(t.batch_axis()) +
                   " of " + std::to_string(t.shape_size()));
-    if (inArena(t))
+    if (inArena(t) || gathered[id])
       checkArenaPlace(t, *bytes);
   }
 
@@ -233,6 +236,7 @@ private:
 
   const Plan &plan;
   int64_t maxBytes;
+  std::vector<char> gathered; ///< ZeRO stage 3's parameters, in the arena
   std::string error;
 };
 

@@ -192,9 +192,10 @@ cl::opt<std::string> zeroStage(
              "devices: 0 (default) none; 1 the optimizer state, each device "
              "updating its shard of every stage and all-gathering the "
              "updated parameters; 2 also the gradients (a reduce-scatter "
-             "instead of the all-reduce). --strategy dp; stage 3 is not "
-             "built yet"),
-    cl::value_desc("0|1|2"), cl::init("0"), cl::cat(category));
+             "instead of the all-reduce); 3 also the parameters, each "
+             "stage all-gathered before the work that reads it and freed "
+             "after. --strategy dp"),
+    cl::value_desc("0|1|2|3"), cl::init("0"), cl::cat(category));
 cl::opt<bool> inference(
     "inference",
     cl::desc("Compile a forward-only plan (no loss, no "
@@ -796,10 +797,6 @@ void checkMeaningfulFlags(const Settings &settings) {
   if (given(cdpReduce) && !traits.dataParallel)
     refuse(cdpReduce, "--strategy dp and cdp, not " + strategy);
   int64_t zero = positiveInteger("--zero", zeroStage, 0, 3);
-  if (zero > 2)
-    die("--zero " + zeroStage +
-        " is not built yet: --zero 1 (sharded optimizer state) and 2 (and "
-        "gradients) are, with --strategy dp");
   if (zero > 0 && strategy == "cdp")
     die("--zero with --strategy cdp is not built yet: CDP's devices reach a "
         "stage one after another, so its sharded model states are to move "

@@ -471,9 +471,11 @@ void checkMeaningfulFlags(const Options &options, const plan::Plan &plan) {
         die(std::string(flag) + " applies to training plans; " + options.plan +
             " is forward-only");
   }
-  if (!options.dumpGrads.empty() && plan.schedule().zero() == 2)
-    die("--dump-grads writes the mean gradients, which a --zero 2 plan keeps "
-        "only as one shard per device; compile with --zero 1 to dump them");
+  if (!options.dumpGrads.empty() && plan.schedule().zero() >= 2)
+    die("--dump-grads writes the mean gradients, which a --zero " +
+        std::to_string(plan.schedule().zero()) +
+        " plan keeps only as one shard per device; compile with --zero 1 "
+        "to dump them");
   if (options.eval && options.data.empty())
     die("--eval evaluates on the test split of --data; with --feed give the "
         "held-out data with --eval-feed NAME=FILE");

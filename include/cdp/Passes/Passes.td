@@ -221,9 +221,10 @@ def BuildSchedule : Pass<"cdp-build-schedule", "mlir::ModuleOp"> {
       l - 1 for F_l and 2L - l for B_l. Device i runs an op of step t at
       s_i + 2L t + `cdp.time`.
 
-    With `zero` = 1 or 2 (dp only), the schedule records it: the stages'
-    updates shard the optimizer state over the devices (ZeRO stage 1) and
-    with 2 the mean gradients too (stage 2: reduce-scatter).
+    With `zero` = 1, 2 or 3 (dp only), the schedule records it: the stages'
+    updates shard the optimizer state over the devices (ZeRO stage 1), with
+    2 the mean gradients too (stage 2: reduce-scatter) and with 3 the
+    parameters too (stage 3: gathered where they are read).
 
     ```mlir
     func.func @main(...) attributes {cdp.offsets = array<i64: 0, 2, 4, 6>,
@@ -235,7 +236,7 @@ def BuildSchedule : Pass<"cdp-build-schedule", "mlir::ModuleOp"> {
     Option<"devices", "devices", "int64_t", "1", "Devices N (one slot each)">,
     Option<"zero", "zero", "int64_t", "0",
            "ZeRO stage (dp): 0 none, 1 shards the optimizer state, 2 "
-           "also the gradients">,
+           "also the gradients, 3 also the parameters">,
   ];
 }
 
@@ -292,8 +293,24 @@ def ScheduleSlots : Pass<"cdp-schedule-slots", "mlir::ModuleOp"> {
     on) before its forward, `sched.slot_compute` forward F_1..F_L at times
     0..L-1 and backward B_L..B_1 at L..2L-1, a `sched.start_reduction` after
     each trained stage's backward, and under the chain reduction the
-    `sched.chain_relay`s of the mean's return trip. The plan emitter lowers
-    it op by op.
+    `sched.chain_relay`s of the mean's return trip. With ZeRO stage 3, a
+    `sched.gather_params` before each forward and backward for every stage
+    whose parameters it reads (its own, and a tied weight's owner's), and
+    a `sched.release_params` after it. The plan emitter lowers it op by op.
+  }];
+  let dependentDialects = ["cdp::sched::SchedDialect"];
+}
+
+def PlaceGatheredParams : Pass<"cdp-place-gathered-params", "mlir::ModuleOp"> {
+  let summary = "ZeRO stage 3: places each gathered stage in the gather region";
+  let description = [{
+    After cdp-schedule-slots with `zero` = 3: sets every
+    `sched.gather_params`'s `offset`, the stage's byte offset in the region
+    after the device's arena where it is gathered. A stage has one offset
+    (the plan's tensors have one place), aligned to 64 bytes; two stages
+    that some device holds gathered at the same time (a weight tied across
+    stages) get disjoint ranges, the others share, so without tied weights
+    the region is one stage, padded to equal shards.
   }];
   let dependentDialects = ["cdp::sched::SchedDialect"];
 }

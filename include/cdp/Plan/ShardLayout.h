@@ -39,6 +39,7 @@ public:
   }
 
   int64_t totalSize() const { return total; }
+  size_t tensors() const { return sizes.size(); }
   /// Elements of every shard, padding included.
   int64_t shardSize() const { return shard; }
   int64_t paddedSize() const { return shard * devices; }

@@ -171,6 +171,8 @@ public:
 
 private:
   void placeTensor(int id);
+  void fillParameterShards();
+  void gatherShardedParameters();
   void runInstructions(const StepContext &context, InstructionRange range);
   std::vector<std::unique_ptr<Kernel>>
   bind(const google::protobuf::RepeatedPtrField<plan::Instruction> &stream,
@@ -185,6 +187,7 @@ private:
   void *arena = nullptr;
   int64_t arenaBytes = 0;
   std::vector<void *> persistent;    // by tensor id; null for arena tensors
+  std::vector<char> gathered;        // by tensor id: ZeRO stage 3's parameters
   std::map<int, void *> hostStaging; // stageInWhole's, by tensor id
   std::vector<TensorView> views;
   std::vector<std::unique_ptr<Kernel>> train, eval;

@@ -28,8 +28,14 @@
 
 namespace cdp::runtime {
 
-/// How the report sees a tensor.
-enum class Category { None, Activation, Gradient };
+/// How the report sees a tensor: Gathered, ZeRO stage 3's parameters
+/// between a shard_gather and its shard_release.
+enum class Category { None, Activation, Gradient, Gathered };
+
+/// The byte series of a device the report keeps, one per kind of memory
+/// that comes and goes: activations, gradients, reductions in flight (from
+/// a device's reduce_start to its own reduce_wait), gathered parameters.
+constexpr int kByteSeries = 4;
 
 /// Facts about a plan the accounting needs, computed once.
 struct PlanFacts {
@@ -106,15 +112,15 @@ private:
   /// One device at one time step, as the report prints it.
   struct Sample {
     int64_t units = 0, activation = 0, gradient = 0, reduction = 0,
-            deviceBytes = 0, sent = 0, ready = 0;
+            gathered = 0, deviceBytes = 0, sent = 0, ready = 0;
   };
   /// Visits every (time step, device) in order, devices inner.
   void forEachSample(
       const std::function<void(int64_t, int, const Sample &)> &visit) const;
 
   struct Series {
-    std::vector<int64_t> units, unitEnds, bornBytes[3], diedBytes[3], sent,
-        ready;
+    std::vector<int64_t> units, unitEnds, bornBytes[kByteSeries],
+        diedBytes[kByteSeries], sent, ready;
   };
   const plan::Plan &plan;
   plan::SpelledPlan

@@ -48,32 +48,44 @@ ShardedUpdate::ShardedUpdate(std::vector<UpdateRule> rules,
     second.assign(layout.shardSize(), 0.0f);
 }
 
-template <typename GradOf>
-void ShardedUpdate::update(const std::vector<float *> &params,
-                           const GradOf &gradOf) {
+template <typename ParamOf, typename GradOf>
+void ShardedUpdate::update(const ParamOf &paramOf, const GradOf &gradOf) {
   ++steps;
   for (const ShardLayout::Piece &piece : pieces) {
     const UpdateRule &rule = rules[piece.tensor];
     float *m1 = first.empty() ? nullptr : first.data() + piece.shardOffset;
     float *m2 = second.empty() ? nullptr : second.data() + piece.shardOffset;
-    applyUpdate(rule, steps, rule.scheduledLr(steps - 1),
-                params[piece.tensor] + piece.offset, gradOf(piece), m1, m2,
-                piece.length);
+    applyUpdate(rule, steps, rule.scheduledLr(steps - 1), paramOf(piece),
+                gradOf(piece), m1, m2, piece.length);
   }
 }
 
+namespace {
+/// Where a piece lies in whole tensors, and in the shard.
+template <typename T> auto inTensors(const std::vector<T *> &tensors) {
+  return [&tensors](const ShardLayout::Piece &piece) {
+    return tensors[piece.tensor] + piece.offset;
+  };
+}
+template <typename T> auto inShard(T *shard) {
+  return [shard](const ShardLayout::Piece &piece) {
+    return shard + piece.shardOffset;
+  };
+}
+} // namespace
+
 void ShardedUpdate::run(const std::vector<float *> &params,
                         const std::vector<const float *> &grads) {
-  update(params, [&](const ShardLayout::Piece &piece) {
-    return grads[piece.tensor] + piece.offset;
-  });
+  update(inTensors(params), inTensors(grads));
 }
 
 void ShardedUpdate::runOnShard(const std::vector<float *> &params,
                                const float *shardGrads) {
-  update(params, [&](const ShardLayout::Piece &piece) {
-    return shardGrads + piece.shardOffset;
-  });
+  update(inTensors(params), inShard(shardGrads));
+}
+
+void ShardedUpdate::runOnShard(float *shardParams, const float *shardGrads) {
+  update(inShard(shardParams), inShard(shardGrads));
 }
 
 } // namespace cdp::runtime::cpu

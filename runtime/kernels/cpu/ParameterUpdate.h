@@ -39,6 +39,9 @@ public:
   /// The same from the shard's own gradients (ZeRO stage 2: the device's
   /// shard of the mean, shardSize() elements).
   void runOnShard(const std::vector<float *> &params, const float *shardGrads);
+  /// The same on the shard's own parameters (ZeRO stage 3: the device
+  /// keeps only its shard of the stage, shardSize() elements).
+  void runOnShard(float *shardParams, const float *shardGrads);
 
   /// The updates run so far (a kernel's state, for checkpoints).
   int64_t *stepCounter() { return &steps; }
@@ -47,9 +50,10 @@ public:
   std::vector<float> first, second;
 
 private:
-  /// One update of every piece, its gradients at `gradOf(piece)`.
-  template <typename GradOf>
-  void update(const std::vector<float *> &params, const GradOf &gradOf);
+  /// One update of every piece, its parameters at `paramOf(piece)` and its
+  /// gradients at `gradOf(piece)`.
+  template <typename ParamOf, typename GradOf>
+  void update(const ParamOf &paramOf, const GradOf &gradOf);
 
   std::vector<UpdateRule> rules;
   std::vector<ShardLayout::Piece> pieces;

@@ -14,9 +14,16 @@
 // order (`zero` = 1) or the device's shard of the stage's mean gradients
 // (`zero` = 2, from `shard_reduce`); the parameters are written in place.
 //
-// `shard_reduce` (ZeRO stage 2) replaces the stage's all-reduce: the
-// stage's gradients, concatenated and padded, are reduce-scattered, and the
-// device keeps the mean of its own shard.
+// `shard_reduce` (ZeRO stages 2 and 3) replaces the stage's all-reduce:
+// the stage's gradients, concatenated and padded, are reduce-scattered,
+// and the device keeps the mean of its own shard.
+//
+// ZeRO stage 3 keeps only the device's shard of the parameters (a SHARD
+// tensor): `shard_update` (`zero` = 3; `sizes`, the stage's tensors'
+// elements) updates it from the gradient shard and gathers nothing;
+// `shard_gather` all-gathers the stage into its parameters, which lie one
+// after another in the arena with the padding behind them, so the shards
+// land in place; `shard_release` marks them dead (it runs nothing).
 //
 //===----------------------------------------------------------------------===//
 
@@ -40,17 +47,39 @@ int64_t gatherTag(int64_t step, int64_t stage) {
 int64_t scatterTag(int64_t step, int64_t stage) {
   return (int64_t(1) << 54) | (step * 4096 + stage);
 }
+/// Stage 3's gathers: a stage may be gathered several times a step (its
+/// forward, its backward, a tied weight's reader), told apart by the time
+/// step within the cycle.
+int64_t parameterGatherTag(int64_t step, int64_t cycleTime, int64_t stage) {
+  return (int64_t(1) << 53) | ((step * 8192 + cycleTime) * 4096 + stage);
+}
 
-/// How many of a shard_update's inputs are parameters.
+/// How many of a shard_update's inputs are parameters (stage 3: the shard).
 size_t parameterCount(const KernelArgs &args) {
-  return args.i("zero", 1) == 2 ? args.inputs.size() - 1
-                                : args.inputs.size() / 2;
+  int64_t zero = args.i("zero", 1);
+  return zero == 3   ? 1
+         : zero == 2 ? args.inputs.size() - 1
+                     : args.inputs.size() / 2;
 }
 
 std::vector<int64_t> sizesOf(const std::vector<TensorView> &views) {
   std::vector<int64_t> sizes;
   for (const TensorView &v : views)
     sizes.push_back(v.numel());
+  return sizes;
+}
+
+/// The stage's tensors' elements: the parameters' own, or (stage 3, which
+/// holds their shard only) the `sizes` attribute.
+std::vector<int64_t> stageSizes(const KernelArgs &args,
+                                const std::vector<TensorView> &params) {
+  if (args.i("zero", 1) != 3)
+    return sizesOf(params);
+  std::vector<int64_t> sizes = args.ints("sizes");
+  for (int64_t size : sizes)
+    if (size <= 0)
+      args.fail("has a parameter of " + std::to_string(size) +
+                " elements in 'sizes'");
   return sizes;
 }
 
@@ -71,29 +100,42 @@ public:
   explicit ShardUpdateKernel(const KernelArgs &args)
       : params(args.inputs.begin(), args.inputs.begin() + parameterCount(args)),
         grads(args.inputs.begin() + parameterCount(args), args.inputs.end()),
-        layout(sizesOf(params), args.communicator->size()),
-        update(rulesOf(args, params.size()), layout, args.communicator->rank()),
+        layout(stageSizes(args, params), args.communicator->size()),
+        update(rulesOf(args, layout.tensors()), layout,
+               args.communicator->rank()),
         pieces(layout.pieces(args.communicator->rank())),
-        own(layout.shardSize(), 0.0f), gathered(layout.paddedSize()),
         comm(args.communicator), stage(args.i("stage", 0)),
         timeStep(args.instruction->time_step()), cycle(args.i("cycle", 1)),
         device(args.device), adam(UpdateRule(args).adam),
-        onShard(args.i("zero", 1) == 2) {
-    if (onShard && grads.front().numel() != layout.shardSize())
+        zero(args.i("zero", 1)) {
+    if (zero >= 2 && grads.front().numel() != layout.shardSize())
       args.fail("its gradient shard holds " +
                 std::to_string(grads.front().numel()) +
                 " elements, the stage's shards " +
                 std::to_string(layout.shardSize()));
+    if (zero == 3 && params.front().numel() != layout.shardSize())
+      args.fail("its parameter shard holds " +
+                std::to_string(params.front().numel()) +
+                " elements, the stage's shards " +
+                std::to_string(layout.shardSize()));
+    if (zero < 3) { // the shard sent and the stage gathered
+      own.assign(layout.shardSize(), 0.0f);
+      gathered.resize(layout.paddedSize());
+    }
   }
 
   void run(const StepContext &context) override {
+    if (zero == 3) { // the shards alone: gathered where they are read
+      update.runOnShard(params.front().f32(), grads.front().f32());
+      return;
+    }
     std::vector<float *> p;
     std::vector<const float *> g;
     for (const TensorView &param : params)
       p.push_back(param.f32());
     for (const TensorView &grad : grads)
       g.push_back(grad.f32());
-    if (onShard) // ZeRO stage 2: the device's shard of the mean gradients
+    if (zero == 2) // the device's shard of the mean gradients
       update.runOnShard(p, g.front());
     else
       update.run(p, g);
@@ -138,7 +180,8 @@ private:
   Communicator *comm;
   int64_t stage, timeStep, cycle;
   int device;
-  bool adam, onShard;
+  bool adam;
+  int64_t zero;
 };
 
 /// ZeRO stage 2's reduction of a stage: its gradients, concatenated and
@@ -183,6 +226,55 @@ private:
   int device;
 };
 
+/// ZeRO stage 3: the stage's parameters gathered from every device's
+/// shard, straight into place (no staging copy).
+class ShardGatherKernel : public Kernel {
+public:
+  explicit ShardGatherKernel(const KernelArgs &args)
+      : shard(args.inputs[0]), target(args.outputs[0]), comm(args.communicator),
+        stage(args.i("stage", 0)), cycle(args.i("cycle", 1)),
+        timeStep(args.instruction->time_step()), device(args.device) {
+    // The outputs must be one run of memory, the shards' concatenation.
+    char *next = static_cast<char *>(target.data);
+    int64_t elements = 0;
+    for (const TensorView &out : args.outputs) {
+      if (out.data != next)
+        args.fail("its parameters do not lie one after another");
+      next += out.numel() * 4;
+      elements += out.numel();
+    }
+    if (elements != shard.numel() * comm->size())
+      args.fail("gathers " + std::to_string(elements) + " elements from " +
+                std::to_string(comm->size()) + " shards of " +
+                std::to_string(shard.numel()));
+    target.shape = {elements};
+  }
+
+  void run(const StepContext &context) override {
+    if (!comm->allGather(
+            parameterGatherTag(context.step, timeStep % cycle, stage),
+            {plan::F32, shard.data, shard.numel()},
+            {plan::F32, target.data, target.numel()},
+            timeStep + cycle * context.step))
+      throw RuntimeError("device " + std::to_string(device) +
+                         ": stopped while gathering a stage's parameters "
+                         "(another device failed)");
+  }
+
+private:
+  TensorView shard, target;
+  Communicator *comm;
+  int64_t stage, cycle, timeStep;
+  int device;
+};
+
+/// The gathered stage is dead from here: what the report and the trace
+/// see; the memory is the arena's, reused by the next gather.
+class ShardReleaseKernel : public Kernel {
+public:
+  void run(const StepContext &) override {}
+};
+
 } // namespace
 
 void registerShardUpdate(KernelRegistry &registry) {
@@ -191,6 +283,16 @@ void registerShardUpdate(KernelRegistry &registry) {
                  if (!args.communicator)
                    args.fail("needs a communicator (a multi-device plan)");
                  return std::make_unique<ShardUpdateKernel>(args);
+               });
+  registry.add("shard_gather", Backend::CPU,
+               [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+                 if (!args.communicator)
+                   args.fail("needs a communicator (a multi-device plan)");
+                 return std::make_unique<ShardGatherKernel>(args);
+               });
+  registry.add("shard_release", Backend::CPU,
+               [](const KernelArgs &) -> std::unique_ptr<Kernel> {
+                 return std::make_unique<ShardReleaseKernel>();
                });
   registry.add("shard_reduce", Backend::CPU,
                [](const KernelArgs &args) -> std::unique_ptr<Kernel> {

@@ -345,7 +345,9 @@ def Sched_WaitReductionOp : Sched_Op<"wait_reduction",
     every device the whole stage; 2, the gradients too: the device's
     shard of the mean gradients comes from the stage's reduce-scatter
     (`sched.start_reduction` with `zero` = 2) and no device holds the
-    stage's whole mean gradient.
+    stage's whole mean gradient; 3, the parameters too: the device updates
+    its shard of the parameters (a SHARD tensor) and nothing is gathered
+    here (`sched.gather_params` gathers the stage where it is read).
   }];
   let arguments = (ins Sched_Int:$stage, Sched_Int:$delay,
                        Sched_Int:$min_step, Sched_Int:$time_step,
@@ -378,12 +380,38 @@ def Sched_StartReductionOp : Sched_Op<"start_reduction",
                                       [HasParent<"SlotDeviceOp">]> {
   let summary = "hand a stage's gradients of the step to the reduction";
   let description = [{
-    With `zero` = 2 the reduction is a reduce-scatter: the device keeps
+    With `zero` = 2 or 3 the reduction is a reduce-scatter: the device keeps
     the mean of its shard of the stage's gradients only (see
     `sched.wait_reduction`).
   }];
   let arguments = (ins Sched_Int:$stage, Sched_Int:$time_step,
                        DefaultValuedAttr<Sched_Int, "0">:$zero);
+}
+
+def Sched_GatherParamsOp : Sched_Op<"gather_params",
+                                    [HasParent<"SlotDeviceOp">]> {
+  let summary = "ZeRO stage 3: gather a stage's parameters from every device's shard";
+  let description = [{
+    Before work that reads stage `stage`'s parameters (the stage's forward
+    or backward, or another stage's that shares a tied weight): an
+    all-gather of the devices' shards puts the whole stage, padded to equal
+    shards, at byte `offset` of the device's gather region, where it stays
+    until the matching `sched.release_params`. Every device gathers at the
+    same point of its program (a collective). `cdp-place-gathered-params`
+    chooses the offsets: stages gathered at the same time never overlap.
+  }];
+  let arguments = (ins Sched_Int:$stage, Sched_Int:$time_step,
+                       DefaultValuedAttr<Sched_Int, "0">:$offset);
+}
+
+def Sched_ReleaseParamsOp : Sched_Op<"release_params",
+                                     [HasParent<"SlotDeviceOp">]> {
+  let summary = "ZeRO stage 3: free a gathered stage after the work that read it";
+  let description = [{
+    The device's whole copy of stage `stage`'s parameters is dead from
+    here; its part of the gather region may hold another stage.
+  }];
+  let arguments = (ins Sched_Int:$stage, Sched_Int:$time_step);
 }
 
 def Sched_ChainRelayOp : Sched_Op<"chain_relay", [HasParent<"SlotDeviceOp">]> {
