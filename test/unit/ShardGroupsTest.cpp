@@ -9,8 +9,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "cdp/Plan/PlanValidate.h"
 #include "cdp/Plan/ShardGroups.h"
+#include "cdp/Plan/PlanValidate.h"
 
 #include <gtest/gtest.h>
 
