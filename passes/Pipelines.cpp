@@ -66,6 +66,7 @@ void addPipelineSchedule(OpPassManager &pm,
   step.v2Table = config.v2Table;
   step.stagesPerDevice = config.stagesPerDevice;
   step.schedule = config.schedulePath;
+  step.zero = config.zero;
   pm.addPass(createSchedulePipeline(step));
   // The time-step timeline of gpipe, 1f1b and 2bw's own schedules.
   bool ownTimeline = config.strategy == Strategy::GPipe ||

@@ -319,6 +319,13 @@ void SchedulePipelinePass::runOnOperation() {
     module.emitError("micro-batches and replicas must be positive");
     return signalPassFailure();
   }
+  if (zero < 0 || zero > 1 || (zero == 1 && traitsOf(kind).cyclic)) {
+    module.emitError("ZeRO stage ")
+        << zero << " with " << strategy
+        << " is not supported (stage 1 over the replicas of gpipe, 1f1b, "
+           "2bw, interleaved-1f1b and zb-h1 is)";
+    return signalPassFailure();
+  }
   S = stagesAttr.getInt();
   M = microBatches;
   R = replicas;
@@ -516,17 +523,13 @@ void SchedulePipelinePass::buildUpdates(OpBuilder &builder,
         loc, builder.getDenseI64ArrayAttr(stages),
         builder.getDenseI64ArrayAttr(devices), k, time, step);
   }
-  for (UpdateOp update : updates.lookup(s)) {
-    auto param = update.getParam().getDefiningOp<ParamOp>();
-    if (!clips)
-      prepare(update);
-    builder.create<sched::ApplyUpdateOp>(loc, update.getNameAttr(), k, time,
-                                         step);
-    auto tied = params.replicas.find(param);
+  // A tied weight's new value goes to every replica of the tied stages
+  // that takes its value from this device (see tiedPeer).
+  auto sendTied = [&](UpdateOp update) {
+    auto tied =
+        params.replicas.find(update.getParam().getDefiningOp<ParamOp>());
     if (tied == params.replicas.end())
-      continue;
-    // To every replica of the tied stages that takes its value from this
-    // device (see tiedPeer).
+      return;
     for (int64_t q : tied->second)
       for (size_t other = 0; other < layout.deviceAt[q].size(); ++other)
         if (static_cast<int64_t>(other % replicasHere) == r &&
@@ -534,7 +537,34 @@ void SchedulePipelinePass::buildUpdates(OpBuilder &builder,
           builder.create<sched::ParamSendOp>(loc, update.getNameAttr(),
                                              i64(layout.deviceAt[q][other]), k,
                                              time, step);
+  };
+  // ZeRO stage 1 over the replicas: the stage's trained parameters are
+  // updated together, each replica its shard, after every exchange; tied
+  // weights leave once the shards are back.
+  bool sharded = zero == 1 && replicasHere > 1;
+  SmallVector<UpdateOp> shardedUpdates;
+  for (UpdateOp update : updates.lookup(s)) {
+    auto param = update.getParam().getDefiningOp<ParamOp>();
+    if (!clips)
+      prepare(update);
+    if (sharded && !param.getBuffer()) {
+      shardedUpdates.push_back(update);
+      continue;
+    }
+    builder.create<sched::ApplyUpdateOp>(loc, update.getNameAttr(), k, time,
+                                         step);
+    sendTied(update);
   }
+  if (shardedUpdates.empty())
+    return;
+  SmallVector<StringRef> names;
+  for (UpdateOp update : shardedUpdates)
+    names.push_back(update.getName());
+  builder.create<sched::ApplyShardUpdateOp>(
+      loc, builder.getStrArrayAttr(names),
+      builder.getDenseI64ArrayAttr(layout.deviceAt[s]), i64(r), k, time, step);
+  for (UpdateOp update : shardedUpdates)
+    sendTied(update);
 }
 
 void SchedulePipelinePass::buildCompute(OpBuilder &builder,

@@ -40,7 +40,8 @@ enum Slot { kActivation = 0, kGradient = 1, kReduction = 2, kGathered = 3 };
 
 bool isGradientReader(std::string_view op) {
   return op == "reduce_start" || op == "chain_reduce" || op == "gradient" ||
-         op == "update" || op == "shard_update" || op == "shard_reduce";
+         op == "update" || op == "shard_update" || op == "shard_reduce" ||
+         op == "replica_shard_update";
 }
 
 /// The optimizer's moments per parameter element (Adam 2, momentum 1).
@@ -68,6 +69,14 @@ ShardLayout shardsOf(const std::vector<int64_t> &bytes, plan::IdRange inputs,
   return ShardLayout(sizes, devices);
 }
 
+/// The devices a replica_shard_update's stage has (its `peers`).
+int replicasOf(const plan::Instruction &update) {
+  for (const plan::Attribute &a : update.attributes())
+    if (a.name() == "peers")
+      return a.ints().values_size();
+  return 1;
+}
+
 int64_t zeroOf(const plan::Instruction &update) {
   for (const plan::Attribute &a : update.attributes())
     if (a.name() == "zero")
@@ -82,6 +91,10 @@ int64_t zeroOf(const plan::Instruction &update) {
 int64_t shardBytes(const plan::Instruction &instruction, plan::IdRange inputs,
                    const std::vector<int64_t> &bytes, int devices) {
   int tensors = static_cast<int>(inputs.size());
+  if (instruction.op() == "replica_shard_update") // over the stage's replicas
+    return shardsOf(bytes, inputs, tensors / 2, replicasOf(instruction))
+               .shardSize() *
+           4;
   if (instruction.op() == "shard_update") {
     int64_t zero = zeroOf(instruction);
     if (zero == 3)
@@ -184,7 +197,7 @@ PlanFacts::PlanFacts(const plan::SpelledPlan &spelled) {
       if (op == "update")
         optimizerBytes[d] += momentCopies(instruction) * bytes[inputs[0]];
       // ZeRO: the moments of the device's shard only.
-      if (op == "shard_update")
+      if (op == "shard_update" || op == "replica_shard_update")
         optimizerBytes[d] += momentCopies(instruction) *
                              shardBytes(instruction, inputs, bytes, devices);
       if (op == "shard_gather")
@@ -400,7 +413,11 @@ void ReportBuilder::ran(int device, int64_t t, int index, bool countSent) {
   if (countSent && op == "send") // pipelines, point to point
     sent(device, tau, planFacts.bytes[inputs[0]]);
   if (countSent && op == "chain_relay" && device > 0)
-    sent(device, tau, total(outputs) / 2); // one of 2 buffers
+    sent(device, tau, total(outputs) / 2);       // one of 2 buffers
+  if (op == "replica_shard_update" && countSent) // to the other replicas
+    sent(device, tau,
+         (replicasOf(*instruction) - 1) *
+             shardBytes(*instruction, inputs, planFacts.bytes, 0));
   if (op == "shard_update" || op == "shard_reduce" || op == "shard_gather") {
     // An all-gather sends the device's shard to every other device; the
     // reduce-scatter every other device's shard of its gradients. Stage

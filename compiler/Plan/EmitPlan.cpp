@@ -162,6 +162,9 @@ private:
   void markStashSlots(DeviceLowering &lowering);
   LogicalResult lowerUpdateStep(DeviceLowering &lowering, Operation *op,
                                 const PipelineTables &tables);
+  LogicalResult lowerReplicaShardUpdate(DeviceLowering &lowering,
+                                        sched::ApplyShardUpdateOp shard,
+                                        const PipelineTables &tables);
   void lowerExchange(DeviceLowering &lowering,
                      sched::ExchangeGradientsOp exchange,
                      const PipelineTables &tables);
@@ -1206,6 +1209,8 @@ LogicalResult Emitter::lowerUpdateStep(DeviceLowering &lowering, Operation *op,
   }
   if (auto clip = dyn_cast<sched::ClipStagesOp>(op))
     return lowerClipStages(lowering, clip, tables);
+  if (auto shard = dyn_cast<sched::ApplyShardUpdateOp>(op))
+    return lowerReplicaShardUpdate(lowering, shard, tables);
   auto apply = dyn_cast<sched::ApplyUpdateOp>(op);
   if (!apply)
     return op->emitOpError("has no lowering to a pipeline plan");
@@ -1220,6 +1225,64 @@ LogicalResult Emitter::lowerUpdateStep(DeviceLowering &lowering, Operation *op,
                                  ? tables.replicaSum.lookup(apply.getParam())
                                  : tables.accumulator.lookup(apply.getParam()));
   instruction->set_phase("update");
+  return success();
+}
+
+/// The rule of a stage's `update` instructions onto the instruction that
+/// replaces them: their attributes, with each one's weight decay in
+/// `weight_decays` (parameter groups without decay).
+static void copyUpdateRule(const std::vector<plan::Instruction> &updates,
+                           plan::Instruction &out) {
+  for (const plan::Attribute &a : updates.front().attributes())
+    if (a.name() != "weight_decay" && a.name() != "name")
+      *out.add_attributes() = a;
+  plan::Attribute *decays = out.add_attributes();
+  decays->set_name("weight_decays");
+  for (const plan::Instruction &update : updates) {
+    double decay = 0;
+    for (const plan::Attribute &a : update.attributes())
+      if (a.name() == "weight_decay")
+        decay = a.f();
+    decays->mutable_floats()->add_values(decay);
+  }
+}
+
+/// ZeRO stage 1 over the stage's replicas: one replica_shard_update of the
+/// stage's parameters, then their replica sums; the updates' rule with
+/// each parameter's weight decay in `weight_decays`, the replicas' devices
+/// in `peers`.
+LogicalResult Emitter::lowerReplicaShardUpdate(DeviceLowering &lowering,
+                                               sched::ApplyShardUpdateOp shard,
+                                               const PipelineTables &tables) {
+  plan::Device *device = lowering.device;
+  std::vector<plan::Instruction> updates;
+  for (Attribute name : shard.getParams()) {
+    UpdateOp update = tables.updateOf.lookup(cast<StringAttr>(name).getValue());
+    if (!update)
+      return shard.emitOpError("names a parameter no cdp.update updates");
+    if (failed(addInstruction(update, *device, false)))
+      return failure();
+    updates.push_back(device->instructions(device->instructions_size() - 1));
+    device->mutable_instructions()->RemoveLast();
+  }
+  plan::Instruction *instruction =
+      stamp(device->add_instructions(), lowering.s, shard);
+  instruction->set_op("replica_shard_update");
+  instruction->set_phase("update");
+  instruction->set_location("stage " + std::to_string(lowering.s));
+  for (const plan::Instruction &update : updates)
+    instruction->add_inputs(update.inputs(0));
+  for (Attribute name : shard.getParams())
+    instruction->add_inputs(
+        tables.replicaSum.lookup(cast<StringAttr>(name).getValue()));
+  setIntAttr(instruction, "stage", lowering.s);
+  copyUpdateRule(updates, *instruction);
+  plan::Attribute *peers = instruction->add_attributes();
+  peers->set_name("peers");
+  for (int64_t peer : shard.getPeers())
+    peers->mutable_ints()->add_values(peer);
+  setIntAttr(instruction, "replica", shard.getReplica());
+  setIntAttr(instruction, "cycle", tables.cycle);
   return success();
 }
 
@@ -1767,18 +1830,7 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
     else
       for (const auto &t : tensors)
         shard->add_inputs(t.reduced);
-    for (const plan::Attribute &a : updates.front().attributes())
-      if (a.name() != "weight_decay" && a.name() != "name")
-        *shard->add_attributes() = a;
-    plan::Attribute *decays = shard->add_attributes();
-    decays->set_name("weight_decays");
-    for (const plan::Instruction &update : updates) {
-      double decay = 0;
-      for (const plan::Attribute &a : update.attributes())
-        if (a.name() == "weight_decay")
-          decay = a.f();
-      decays->mutable_floats()->add_values(decay);
-    }
+    copyUpdateRule(updates, *shard);
     setIntAttr(shard, "cycle", 2 * L);
     setIntAttr(shard, "zero", zero);
     return success();

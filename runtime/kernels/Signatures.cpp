@@ -725,6 +725,17 @@ makeRules() {
     c.arity(1, kMany, 1, 1);
     c.allF32();
   });
+  // ZeRO stage 1 over a pipeline stage's replicas: the stage's parameters,
+  // then their replica sums in the same order.
+  rules["replica_shard_update"] = [](const Check &c, const KernelArgs &args) {
+    c.arity(2, kMany, 0, 0);
+    c.allF32();
+    size_t tensors = args.inputs.size() / 2;
+    c.require(args.inputs.size() % 2 == 0,
+              "needs each parameter and its gradient sum");
+    for (size_t t = 0; t < tensors; ++t)
+      c.count(c.in(tensors + t), c.in(t).numel());
+  };
   // ZeRO stage 3: the device's shard in, the stage's parameters (and its
   // padding) out, one after another (checked at load); the release reads
   // them and runs nothing.

@@ -37,6 +37,14 @@ int64_t attribute(const Instruction &instruction, std::string_view name,
   return fallback;
 }
 
+/// How many values list attribute `name` holds (0 when absent).
+int64_t listSize(const Instruction &instruction, std::string_view name) {
+  for (const Attribute &a : instruction.attributes())
+    if (std::string_view(a.name()) == name)
+      return a.ints().values_size();
+  return 0;
+}
+
 /// A send or recv as the traffic sees it: the peer, the value and the
 /// micro-batch over the run it carries in a given step.
 struct Message {
@@ -210,9 +218,10 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
     int index = 0; ///< in the device's instructions
     int kind = 0;  ///< 0 none, 1 send, 2 recv, 3 reduce_start, 4 reduce_wait,
                    ///< 5 a blocking collective (`collective` names it)
-    /// 0 shard_reduce, 1 shard_update, 2 + its time step a shard_gather (a
-    /// stage is gathered more than once a step)
+    /// 0 shard_reduce, 1 shard_update, -1 replica_shard_update, 2 + its
+    /// time step a shard_gather (a stage is gathered more than once a step)
     int64_t collective = 0;
+    int64_t members = 0; ///< the devices that meet (0: all)
     Message message;
     int64_t minStep = 0, stage = 0, delay = 0;
     bool drain = false;
@@ -236,7 +245,7 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
       bool chain = reductions && (op == "chain_reduce" || op == "chain_relay");
       bool collective =
           reductions && (op == "shard_reduce" || op == "shard_update" ||
-                         op == "shard_gather");
+                         op == "shard_gather" || op == "replica_shard_update");
       if (!isMessage && !reduction && !chain && !collective && !cost)
         continue;
       Traffic t;
@@ -255,9 +264,12 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
       }
       if (collective) {
         t.kind = 5;
-        t.collective = op == "shard_update"   ? 1
+        t.collective = op == "shard_update"           ? 1
+                       : op == "replica_shard_update" ? -1
                        : op == "shard_gather" ? 2 + instruction.time_step()
                                               : 0;
+        if (op == "replica_shard_update") // the stage's replicas alone
+          t.members = listSize(instruction, "peers");
         t.stage = attribute(instruction, "stage", 0);
       }
       if (isMessage) {
@@ -335,7 +347,8 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
           auto &[arrived, latest] = collectives[{step, t.stage, t.collective}];
           if (arrived.insert(d).second)
             latest = std::max(latest, clock);
-          if (static_cast<int>(arrived.size()) < devices)
+          if (static_cast<int64_t>(arrived.size()) <
+              (t.members > 0 ? t.members : devices))
             break;
           start = std::max(start, latest);
         }

@@ -194,7 +194,8 @@ cl::opt<std::string> zeroStage(
              "updated parameters; 2 also the gradients (a reduce-scatter "
              "instead of the all-reduce); 3 also the parameters, each "
              "stage all-gathered before the work that reads it and freed "
-             "after. --strategy dp"),
+             "after. --strategy dp; the pipelines with --replicas 2 or more "
+             "take --zero 1 (sharded over a stage's replicas)"),
     cl::value_desc("0|1|2|3"), cl::init("0"), cl::cat(category));
 cl::opt<bool> inference(
     "inference",
@@ -803,8 +804,18 @@ void checkMeaningfulFlags(const Settings &settings) {
         "point to point along the devices (CDP-ZeRO) rather than by dp's "
         "collectives; use --strategy dp --zero " +
         zeroStage);
-  if (zero > 0 && strategy != "dp")
-    refuse(zeroStage, "--strategy dp, not " + strategy);
+  if (zero > 0 && traits.replicable && zero > 1)
+    die("--zero " + zeroStage + " with --strategy " + strategy +
+        " is not built yet: a pipeline shards its optimizer state over a "
+        "stage's --replicas with --zero 1");
+  if (zero > 0 && traits.replicable && settings.replicaCount < 2)
+    die("--zero 1 with --strategy " + strategy +
+        " shards each stage's optimizer state over the stage's replicas; "
+        "give --replicas 2 or more");
+  if (zero > 0 && strategy != "dp" && !traits.replicable)
+    refuse(zeroStage, "--strategy dp, and the --replicas of gpipe, 1f1b, "
+                      "2bw, interleaved-1f1b and zb-h1, not " +
+                          strategy);
   if (zero > 0 && given(clipGradNorm))
     die("--zero " + zeroStage +
         " with --clip-grad-norm is not built yet: clip without --zero, or "

@@ -163,6 +163,17 @@ LogicalResult ExchangeGradientsOp::verify() {
 
 LogicalResult ApplyUpdateOp::verify() { return verifyStep(*this); }
 
+LogicalResult ApplyShardUpdateOp::verify() {
+  int64_t replicas = getPeers().size();
+  if (replicas < 2 || getReplica() < 0 || getReplica() >= replicas ||
+      getPeers()[getReplica()] != deviceOf(*this).getIndex())
+    return emitOpError("needs two or more peers with this device at "
+                       "peers[replica]");
+  if (getParams().empty())
+    return emitOpError("updates no parameter");
+  return verifyStep(*this);
+}
+
 LogicalResult ClipStagesOp::verify() {
   ArrayRef<int64_t> stages = getStages(), devices = getDevices();
   auto program = cast<StepProgramOp>((*this)->getParentOp()->getParentOp());

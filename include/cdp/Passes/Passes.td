@@ -381,6 +381,9 @@ def SchedulePipeline : Pass<"cdp-schedule-pipeline", "mlir::ModuleOp"> {
            "interleaved-1f1b: stages each device runs">,
     Option<"schedule", "schedule", "std::string", "\"\"",
            "A schedule CSV to follow instead of the strategy's own">,
+    Option<"zero", "zero", "int64_t", "0",
+           "ZeRO stage 1 over a stage's replicas: each replica updates "
+           "its shard of the stage and the shards are exchanged">,
   ];
   let dependentDialects = ["cdp::sched::SchedDialect"];
 }

@@ -95,6 +95,22 @@ std::vector<UpdateRule> rulesOf(const KernelArgs &args, size_t tensors) {
   return rules;
 }
 
+/// A sharded update's state for checkpoints: its step count and the
+/// moments of its shard, named as PyTorch names them.
+KernelState shardState(ShardedUpdate &update, const ShardLayout &layout,
+                       bool adam) {
+  KernelState result;
+  result.counter = update.stepCounter();
+  auto add = [&](const char *name, std::vector<float> &values) {
+    if (!values.empty())
+      result.tensors.emplace_back(
+          name, TensorView{values.data(), {layout.shardSize()}, plan::F32});
+  };
+  add(adam ? "exp_avg" : "momentum_buffer", update.first);
+  add("exp_avg_sq", update.second);
+  return result;
+}
+
 class ShardUpdateKernel : public Kernel {
 public:
   explicit ShardUpdateKernel(const KernelArgs &args)
@@ -153,18 +169,7 @@ public:
     unpack(gathered.data(), params);
   }
 
-  KernelState state() override {
-    KernelState result;
-    result.counter = update.stepCounter();
-    auto add = [&](const char *name, std::vector<float> &values) {
-      if (!values.empty())
-        result.tensors.emplace_back(
-            name, TensorView{values.data(), {layout.shardSize()}, plan::F32});
-    };
-    add(adam ? "exp_avg" : "momentum_buffer", update.first);
-    add("exp_avg_sq", update.second);
-    return result;
-  }
+  KernelState state() override { return shardState(update, layout, adam); }
 
   /// The shard being sent and the gathered stage.
   int64_t workspaceBytes() const override {
@@ -268,6 +273,89 @@ private:
   int device;
 };
 
+/// ZeRO stage 1 over a pipeline stage's replicas (`peers`, the stage's
+/// devices by replica; this one `replica`): the device updates its shard
+/// of the stage from the replica sums, sends it to every other replica
+/// and writes theirs into place. Point to point within the group (the
+/// run's other devices hold other stages).
+class ReplicaShardUpdateKernel : public Kernel {
+public:
+  explicit ReplicaShardUpdateKernel(const KernelArgs &args)
+      : params(args.inputs.begin(),
+               args.inputs.begin() + args.inputs.size() / 2),
+        grads(args.inputs.begin() + args.inputs.size() / 2, args.inputs.end()),
+        peers(args.ints("peers")), replica(args.i("replica", 0)),
+        layout(sizesOf(params), static_cast<int>(peers.size())),
+        update(rulesOf(args, params.size()), layout, static_cast<int>(replica)),
+        own(layout.shardSize()), received(layout.shardSize()),
+        comm(args.communicator), stage(args.i("stage", 0)),
+        timeStep(args.instruction->time_step()), cycle(args.i("cycle", 1)),
+        device(args.device), adam(UpdateRule(args).adam) {
+    if (args.inputs.size() % 2 != 0)
+      args.fail("needs each parameter and its gradient sum");
+    if (peers.size() < 2 || replica < 0 ||
+        replica >= static_cast<int64_t>(peers.size()) ||
+        peers[replica] != args.device)
+      args.fail("needs two or more peers with this device at "
+                "peers[replica]");
+    for (int64_t peer : peers)
+      if (peer < 0 || peer >= comm->size())
+        args.fail("names device " + std::to_string(peer) +
+                  ", which the run lacks");
+  }
+
+  void run(const StepContext &context) override {
+    std::vector<float *> p;
+    std::vector<const float *> g;
+    for (const TensorView &param : params)
+      p.push_back(param.f32());
+    for (const TensorView &grad : grads)
+      g.push_back(grad.f32());
+    update.run(p, g);
+    int64_t tag = (int64_t(1) << 61) | (context.step * 4096 + stage);
+    for (const ShardLayout::Piece &piece : layout.pieces(replica))
+      std::memcpy(own.data() + piece.shardOffset,
+                  p[piece.tensor] + piece.offset, piece.length * sizeof(float));
+    int64_t tau = timeStep + cycle * context.step;
+    for (size_t q = 0; q < peers.size(); ++q)
+      if (static_cast<int64_t>(q) != replica)
+        comm->send(peers[q], tag, {plan::F32, own.data(), layout.shardSize()},
+                   tau);
+    for (size_t q = 0; q < peers.size(); ++q) {
+      if (static_cast<int64_t>(q) == replica)
+        continue;
+      if (!comm->recv(peers[q], tag,
+                      {plan::F32, received.data(), layout.shardSize()}))
+        throw RuntimeError("device " + std::to_string(device) +
+                           ": stopped while taking a replica's updated "
+                           "shard (another device failed)");
+      for (const ShardLayout::Piece &piece : layout.pieces(static_cast<int>(q)))
+        std::memcpy(p[piece.tensor] + piece.offset,
+                    received.data() + piece.shardOffset,
+                    piece.length * sizeof(float));
+    }
+  }
+
+  KernelState state() override { return shardState(update, layout, adam); }
+
+  /// The shard sent and one received from another replica.
+  int64_t workspaceBytes() const override {
+    return static_cast<int64_t>((own.size() + received.size()) * sizeof(float));
+  }
+
+private:
+  std::vector<TensorView> params, grads;
+  std::vector<int64_t> peers;
+  int64_t replica;
+  ShardLayout layout;
+  ShardedUpdate update;
+  std::vector<float> own, received; // the padding of `own` stays 0
+  Communicator *comm;
+  int64_t stage, timeStep, cycle;
+  int device;
+  bool adam;
+};
+
 /// The gathered stage is dead from here: what the report and the trace
 /// see; the memory is the arena's, reused by the next gather.
 class ShardReleaseKernel : public Kernel {
@@ -293,6 +381,12 @@ void registerShardUpdate(KernelRegistry &registry) {
   registry.add("shard_release", Backend::CPU,
                [](const KernelArgs &) -> std::unique_ptr<Kernel> {
                  return std::make_unique<ShardReleaseKernel>();
+               });
+  registry.add("replica_shard_update", Backend::CPU,
+               [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+                 if (!args.communicator)
+                   args.fail("needs a communicator (a multi-device plan)");
+                 return std::make_unique<ReplicaShardUpdateKernel>(args);
                });
   registry.add("shard_reduce", Backend::CPU,
                [](const KernelArgs &args) -> std::unique_ptr<Kernel> {

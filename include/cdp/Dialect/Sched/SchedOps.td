@@ -263,6 +263,24 @@ def Sched_ApplyUpdateOp : Sched_StepOp<"apply_update"> {
   let hasVerifier = 1;
 }
 
+def Sched_ApplyShardUpdateOp : Sched_StepOp<"apply_shard_update"> {
+  let summary = "ZeRO stage 1 over a stage's replicas: update the device's shard and exchange the shards";
+  let description = [{
+    Replaces the `sched.apply_update`s of `params` (the stage's trained
+    parameters, in plan order) after their `sched.exchange_gradients`: the
+    parameters, concatenated, are cut into one equal shard per replica
+    (`peers`, the stage's devices by replica; this one is
+    `peers[replica]`); the device updates its own shard from the summed
+    gradients, keeping the optimizer state of that shard only, sends it
+    to every other replica and writes theirs into place, so every replica
+    ends with the whole stage updated.
+  }];
+  let arguments = (ins StrArrayAttr:$params, DenseI64ArrayAttr:$peers,
+                       Sched_Int:$replica, Sched_Int:$micro_batch,
+                       Sched_Int:$time_step, Sched_Int:$step);
+  let hasVerifier = 1;
+}
+
 def Sched_ClipStagesOp : Sched_StepOp<"clip_stages"> {
   let summary = "clip the step's gradients by their global norm over the pipeline's stages";
   let description = [{
