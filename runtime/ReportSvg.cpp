@@ -31,11 +31,14 @@ std::optional<ReportCurves> readReportCurves(const std::string &json,
       error = "a time step without its devices";
       return std::nullopt;
     }
-    double total = 0;
+    double total = 0, gathered = 0;
     for (const nlohmann::json &device : step["devices"])
-      if (device.is_object())
+      if (device.is_object()) {
         total += device.value("activation_bytes", 0.0);
+        gathered += device.value("gathered_weight_bytes", 0.0);
+      }
     curves.activation.push_back(total);
+    curves.gathered.push_back(gathered);
     curves.ready.push_back(step.value("grad_ready_bytes", 0.0));
   }
   return curves;
@@ -168,8 +171,8 @@ private:
   size_t steps;
 };
 
-bool anyReady(const ReportCurves &curves) {
-  return std::any_of(curves.ready.begin(), curves.ready.end(),
+bool anyPositive(const std::vector<double> &values) {
+  return std::any_of(values.begin(), values.end(),
                      [](double v) { return v > 0; });
 }
 
@@ -178,9 +181,12 @@ bool anyReady(const ReportCurves &curves) {
 std::string reportSvg(const ReportCurves &run, const ReportCurves *other) {
   size_t steps = std::max<size_t>(
       std::max(run.activation.size(), other ? other->activation.size() : 0), 1);
-  bool gradients = anyReady(run) || (other && anyReady(*other));
+  bool gradients =
+      anyPositive(run.ready) || (other && anyPositive(other->ready));
+  bool gathers =
+      anyPositive(run.gathered) || (other && anyPositive(other->gathered));
   const double width = 900, left = 90, plotW = width - left - 30, plotH = 200;
-  double height = gradients ? 640 : 370;
+  double height = (gradients ? 640 : 370) + (gathers ? 280 : 0);
   std::ostringstream os;
   os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width
      << "\" height=\"" << height
@@ -210,6 +216,12 @@ std::string reportSvg(const ReportCurves &run, const ReportCurves *other) {
        << (other ? "these runs" : "this run")
        << " (pipelines update each stage where it is): no G(\u03c4) "
           "panel.</text>\n";
+  }
+  if (gathers) {
+    Panel gathered(os, gradients ? 640 : 370, left, plotW, plotH, steps);
+    gathered.draw("Parameter bytes gathered (ZeRO stage 3), all devices",
+                  run.gathered, other ? &other->gathered : nullptr,
+                  /*bars=*/false);
   }
   os << "</svg>\n";
   return os.str();

@@ -14,6 +14,8 @@ struct ReportCurves {
   std::string label;              ///< the run's name in the legend
   std::vector<double> activation; ///< per time step, all devices
   std::vector<double> ready;      ///< G(τ): gradient bytes ready
+  /// Per time step, all devices: parameters gathered (ZeRO stage 3).
+  std::vector<double> gathered;
 };
 
 /// Reads `json`, a report cdp-compile or cdp-run wrote; `label` names the
@@ -24,9 +26,11 @@ std::optional<ReportCurves> readReportCurves(const std::string &json,
                                              std::string &error);
 
 /// An SVG with axes, units and a legend: activation bytes live on all
-/// devices per time step, and the gradient bytes ready per time step (a
+/// devices per time step, the gradient bytes ready per time step (a
 /// panel drawn only where a run hands gradients to reductions: pipelines
-/// do not). `other`, if given, is drawn dashed for comparison.
+/// do not) and the parameter bytes gathered (a panel drawn only where a
+/// run gathers: --zero 3). `other`, if given, is drawn dashed for
+/// comparison.
 std::string reportSvg(const ReportCurves &run, const ReportCurves *other);
 
 } // namespace cdp::runtime
