@@ -8,7 +8,8 @@
 // AdamW with weight decay (one tensor without), over 3 steps. The
 // `shard_update` kernel does the same on N devices of a LocalFabric, each
 // holding 1/N of the moments, the all-gather giving every device the whole
-// stage.
+// stage. Stage 3's shard_update refuses `sizes` that do not fill its shards
+// before anything is sized by them.
 //
 //===----------------------------------------------------------------------===//
 
@@ -265,3 +266,35 @@ TEST(ShardUpdateKernel, EveryDeviceEndsWithTheUnshardedParameters) {
 }
 
 } // namespace
+
+// ZeRO stage 3's shard_update sizes its moments from `sizes`: sizes an
+// edited plan gives that do not cut into its parameter shard, one per
+// device, are refused before anything is allocated by them.
+TEST(ShardUpdateKernel, StageThreeRefusesSizesThatDoNotFillTheShards) {
+  LocalFabric fabric(2);
+  std::vector<float> shard(5, 0.0f), grad(5, 0.0f);
+  for (std::vector<int64_t> sizes :
+       {std::vector<int64_t>{int64_t(1) << 50}, {3, 3}, {4, -1, 2}, {}}) {
+    plan::Instruction instruction = updateInstruction("adam", 0.0, 0.0);
+    instruction.set_op("shard_update");
+    plan::Attribute *zero = instruction.add_attributes();
+    zero->set_name("zero");
+    zero->set_i(3);
+    plan::Attribute *decays = instruction.add_attributes();
+    decays->set_name("weight_decays");
+    plan::Attribute *given = instruction.add_attributes();
+    given->set_name("sizes");
+    for (int64_t size : sizes) {
+      given->mutable_ints()->add_values(size);
+      decays->mutable_floats()->add_values(0.0);
+    }
+    KernelArgs args;
+    args.instruction = &instruction;
+    args.inputs = {view(shard), view(grad)};
+    args.communicator = &fabric.endpoint(0);
+    EXPECT_THROW((*KernelRegistry::instance().lookup("shard_update",
+                                                     Backend::CPU))(args),
+                 RuntimeError)
+        << sizes.size() << " sizes";
+  }
+}

@@ -75,11 +75,20 @@ std::vector<int64_t> stageSizes(const KernelArgs &args,
                                 const std::vector<TensorView> &params) {
   if (args.i("zero", 1) != 3)
     return sizesOf(params);
+  // Checked before anything is sized by them: an edited plan's sizes must
+  // cut into the parameter shard it gives, one per device.
   std::vector<int64_t> sizes = args.ints("sizes");
-  for (int64_t size : sizes)
-    if (size <= 0)
-      args.fail("has a parameter of " + std::to_string(size) +
-                " elements in 'sizes'");
+  int64_t total = 0, shard = params.front().numel(),
+          devices = args.communicator->size();
+  for (int64_t size : sizes) {
+    if (size <= 0 || size > shard * devices - total)
+      args.fail("has 'sizes' that do not fill " + std::to_string(devices) +
+                " shards of " + std::to_string(shard) + " elements");
+    total += size;
+  }
+  if (sizes.empty() || (total + devices - 1) / devices != shard)
+    args.fail("has 'sizes' that do not fill " + std::to_string(devices) +
+              " shards of " + std::to_string(shard) + " elements");
   return sizes;
 }
 
