@@ -34,6 +34,7 @@ Executor::Executor(const plan::Plan &plan, int threads, int deviceIndex,
   fillParameterShards();
   train = bind(device.instructions(), threads);
   eval = bind(device.eval_instructions(), threads);
+  evalThreads = threads;
 }
 
 /// Tensor t's view: in the arena (activations, inputs) or in persistent
@@ -99,8 +100,11 @@ void Executor::fillParameterShards() {
 
 /// ZeRO stage 3, after training: every stage gathered once more, into
 /// memory of its own that stays, so the trained parameters can be read
-/// (written out, checked, evaluated) like any plan's.
+/// (written out, checked, evaluated) like any plan's. The evaluation
+/// stream's kernels are bound again: they held the gather region's views.
 void Executor::gatherShardedParameters() {
+  if (planRef.schedule().shard_groups().empty())
+    return;
   for (const plan::ShardGroup &group : planRef.schedule().shard_groups()) {
     ShardLayout layout = plan::layoutOf(planRef, group);
     int first = group.params(0);
@@ -126,6 +130,7 @@ void Executor::gatherShardedParameters() {
             views[first].space},
            whole.data());
   }
+  eval = bind(planRef.devices(deviceIndex).eval_instructions(), evalThreads);
 }
 
 Executor::~Executor() {

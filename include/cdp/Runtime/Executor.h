@@ -191,6 +191,7 @@ private:
   std::map<int, void *> hostStaging; // stageInWhole's, by tensor id
   std::vector<TensorView> views;
   std::vector<std::unique_ptr<Kernel>> train, eval;
+  int evalThreads = 1; ///< to bind the evaluation stream again
   std::vector<double> profile, firstStepProfile;
   int64_t steps = 0;
   bool draining = false; ///< flush: only `drain` instructions run
