@@ -254,7 +254,8 @@ void ScheduleSlotsPass::runOnOperation() {
         builder.create<sched::ChainRelayOp>(loc, stage, i64(entry.delay), time);
         break;
       case SlotEntry::ClipMeans:
-        builder.create<sched::ClipMeansOp>(loc, i64(1), time);
+        builder.create<sched::ClipMeansOp>(loc, i64(1), time,
+                                           i64(recorded->zero));
         break;
       case SlotEntry::ClipOwn:
         builder.create<sched::ClipOwnOp>(loc, time);

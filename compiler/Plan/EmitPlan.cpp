@@ -105,6 +105,9 @@ struct DataParallelTables {
   /// its gather writes (the parameters, then the padding if any).
   std::vector<int> paramShards;
   std::vector<std::vector<int>> gathered;
+  /// ZeRO stages 2 and 3 with clipping: the device's share of the squared
+  /// norm, summed over the devices in place.
+  int normShare = -1;
   /// The step's gradient clipping, if any (sched.clip_means or clip_own
   /// say where it runs).
   ClipGradNormOp clip;
@@ -1537,12 +1540,25 @@ LogicalResult Emitter::emitDataParallel(int64_t arenaBytes) {
   program.walk([&](sched::WaitReductionOp wait) {
     tables.zero = std::max(tables.zero, wait.getZero());
   });
+  program.walk([&](sched::ClipMeansOp clip) {
+    tables.zero = std::max(tables.zero, clip.getZero());
+  });
   out->set_zero(tables.zero);
   if (failed(addReducedTensors(tables)))
     return failure();
   if (tables.zero == 3)
     arenaBytes = addShardGroups(program, tables, arenaBytes);
   func.walk([&](ClipGradNormOp clip) { tables.clip = clip; });
+  if (tables.clip && tables.zero >= 2) { // each device's share of the norm
+    plan::Tensor *share = plan.add_tensors();
+    share->set_id(plan.tensors_size() - 1);
+    share->set_name("zero@norm_share");
+    share->set_dtype(plan::F32);
+    share->set_kind(plan::REDUCED);
+    share->add_shape(1);
+    share->set_bytes(4);
+    tables.normShare = share->id();
+  }
   plan.clear_devices();
   // Devices whose programs differ only in their offset and micro-batch run
   // one template (at 1024 devices, a handful of distinct programs).
@@ -1589,7 +1605,8 @@ std::vector<int64_t> Emitter::slotProgramKey(sched::SlotDeviceOp op,
       key.insert(key.end(), {3, relay.getStage(), relay.getTimeStep(),
                              relay.getStepOffset()});
     else if (auto clip = dyn_cast<sched::ClipMeansOp>(step))
-      key.insert(key.end(), {5, clip.getTimeStep(), clip.getMinStep()});
+      key.insert(key.end(),
+                 {5, clip.getTimeStep(), clip.getMinStep(), clip.getZero()});
     else if (auto clip = dyn_cast<sched::ClipOwnOp>(step))
       key.insert(key.end(), {6, clip.getTimeStep()});
     else if (auto gather = dyn_cast<sched::GatherParamsOp>(step))
@@ -1835,6 +1852,49 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
     setIntAttr(shard, "zero", zero);
     return success();
   };
+  // dp with clipping: every stage's mean, then one clip of them all, then
+  // the updates. With ZeRO stage 2 or 3 each device holds its shard of the
+  // means only: the squared norm is its shards' share, summed over the
+  // devices (norm_all_reduce), and each device clips its own shards.
+  auto clipMeans = [&](sched::ClipMeansOp clip) -> LogicalResult {
+    int64_t time = clip.getTimeStep(), minStep = clip.getMinStep();
+    std::vector<int> means, partials;
+    if (tables.zero >= 2) {
+      for (int64_t l = 1; l <= L; ++l)
+        if (!tables.byStage[l].empty())
+          means.push_back(tables.gradShards[l]);
+      plan::Instruction *share =
+          stageInstruction("squared_norm", 1, time, "update");
+      share->set_min_step(minStep);
+      for (int id : means)
+        share->add_inputs(id);
+      share->add_outputs(tables.normShare);
+      plan::Instruction *sum =
+          stageInstruction("norm_all_reduce", 1, time, "update");
+      sum->set_min_step(minStep);
+      sum->add_inputs(tables.normShare);
+      setIntAttr(sum, "cycle", 2 * L);
+      partials.push_back(tables.normShare);
+    } else {
+      for (int64_t l = 1; l <= L; ++l) {
+        if (tables.byStage[l].empty())
+          continue;
+        waitForMeans(l, time, minStep, 0);
+        for (const auto &t : tables.byStage[l])
+          means.push_back(t.reduced);
+      }
+    }
+    plan::Instruction *instruction =
+        lowerClip(*device, tables.clip, means, partials);
+    if (!instruction)
+      return failure();
+    stamp(instruction, 1, time)->set_min_step(minStep);
+    for (int64_t l = 1; l <= L; ++l)
+      if (failed(tables.zero > 0 ? shardUpdate(l, time, minStep, tables.zero)
+                                 : applyUpdates(l, time, minStep)))
+        return failure();
+    return success();
+  };
   for (Operation &step : op.getBody().front()) {
     if (auto compute = dyn_cast<sched::SlotComputeOp>(step)) {
       if (failed(lowerSlotCompute(*device, compute, s, d, L)))
@@ -1849,23 +1909,8 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
                   : applyUpdates(l, wait.getTimeStep(), wait.getMinStep())))
         return failure();
     } else if (auto clip = dyn_cast<sched::ClipMeansOp>(step)) {
-      // Every stage's mean, then one clip of them all, then the updates.
-      std::vector<int> means;
-      for (int64_t l = 1; l <= L; ++l) {
-        if (tables.byStage[l].empty())
-          continue;
-        waitForMeans(l, clip.getTimeStep(), clip.getMinStep(), 0);
-        for (const auto &t : tables.byStage[l])
-          means.push_back(t.reduced);
-      }
-      plan::Instruction *instruction = lowerClip(*device, tables.clip, means);
-      if (!instruction)
+      if (failed(clipMeans(clip)))
         return failure();
-      stamp(instruction, 1, clip.getTimeStep())
-          ->set_min_step(clip.getMinStep());
-      for (int64_t l = 1; l <= L; ++l)
-        if (failed(applyUpdates(l, clip.getTimeStep(), clip.getMinStep())))
-          return failure();
     } else if (auto clip = dyn_cast<sched::ClipOwnOp>(step)) {
       std::vector<int> own;
       for (int64_t l = 1; l <= L; ++l)

@@ -736,6 +736,13 @@ makeRules() {
     for (size_t t = 0; t < tensors; ++t)
       c.count(c.in(tensors + t), c.in(t).numel());
   };
+  // A device's share of the squared gradient norm, summed over the devices
+  // in place.
+  rules["norm_all_reduce"] = plain([](const Check &c) {
+    c.arity(1, 1, 0, 0);
+    c.allF32();
+    c.count(c.in(0), 1);
+  });
   // ZeRO stage 3: the device's shard in, the stage's parameters (and its
   // padding) out, one after another (checked at load); the release reads
   // them and runs nothing.

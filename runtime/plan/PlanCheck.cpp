@@ -218,8 +218,9 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
     int index = 0; ///< in the device's instructions
     int kind = 0;  ///< 0 none, 1 send, 2 recv, 3 reduce_start, 4 reduce_wait,
                    ///< 5 a blocking collective (`collective` names it)
-    /// 0 shard_reduce, 1 shard_update, -1 replica_shard_update, 2 + its
-    /// time step a shard_gather (a stage is gathered more than once a step)
+    /// 0 shard_reduce, 1 shard_update, -1 replica_shard_update, -2
+    /// norm_all_reduce, 2 + its time step a shard_gather (a stage is
+    /// gathered more than once a step)
     int64_t collective = 0;
     int64_t members = 0; ///< the devices that meet (0: all)
     Message message;
@@ -245,7 +246,8 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
       bool chain = reductions && (op == "chain_reduce" || op == "chain_relay");
       bool collective =
           reductions && (op == "shard_reduce" || op == "shard_update" ||
-                         op == "shard_gather" || op == "replica_shard_update");
+                         op == "shard_gather" || op == "replica_shard_update" ||
+                         op == "norm_all_reduce");
       if (!isMessage && !reduction && !chain && !collective && !cost)
         continue;
       Traffic t;
@@ -266,6 +268,7 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
         t.kind = 5;
         t.collective = op == "shard_update"           ? 1
                        : op == "replica_shard_update" ? -1
+                       : op == "norm_all_reduce"      ? -2
                        : op == "shard_gather" ? 2 + instruction.time_step()
                                               : 0;
         if (op == "replica_shard_update") // the stage's replicas alone

@@ -816,10 +816,6 @@ void checkMeaningfulFlags(const Settings &settings) {
     refuse(zeroStage, "--strategy dp, and the --replicas of gpipe, 1f1b, "
                       "2bw, interleaved-1f1b and zb-h1, not " +
                           strategy);
-  if (zero > 0 && given(clipGradNorm))
-    die("--zero " + zeroStage +
-        " with --clip-grad-norm is not built yet: clip without --zero, or "
-        "shard without clipping");
   if (given(noDecay) && !given(weightDecay) && optimizer != "adamw")
     refuse(noDecay, "a weight decay (--weight-decay, or --optimizer adamw)");
   if (given(lrPeriod) && lrSchedule == "constant")

@@ -365,6 +365,32 @@ private:
   bool adam;
 };
 
+/// dp's clipping of sharded means (ZeRO stages 2 and 3): the devices'
+/// shares of the squared norm, summed in device order into each device's
+/// share, so every device clips by the same coefficient.
+class NormAllReduceKernel : public Kernel {
+public:
+  explicit NormAllReduceKernel(const KernelArgs &args)
+      : share(args.inputs[0]), comm(args.communicator),
+        timeStep(args.instruction->time_step()), cycle(args.i("cycle", 1)),
+        device(args.device) {}
+
+  void run(const StepContext &context) override {
+    if (!comm->allReduce((int64_t(1) << 51) | context.step,
+                         {plan::F32, share.data, 1}, ReduceOp::Sum,
+                         timeStep + cycle * context.step))
+      throw RuntimeError("device " + std::to_string(device) +
+                         ": stopped while summing the gradient norm "
+                         "(another device failed)");
+  }
+
+private:
+  TensorView share;
+  Communicator *comm;
+  int64_t timeStep, cycle;
+  int device;
+};
+
 /// The gathered stage is dead from here: what the report and the trace
 /// see; the memory is the arena's, reused by the next gather.
 class ShardReleaseKernel : public Kernel {
@@ -396,6 +422,12 @@ void registerShardUpdate(KernelRegistry &registry) {
                  if (!args.communicator)
                    args.fail("needs a communicator (a multi-device plan)");
                  return std::make_unique<ReplicaShardUpdateKernel>(args);
+               });
+  registry.add("norm_all_reduce", Backend::CPU,
+               [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+                 if (!args.communicator)
+                   args.fail("needs a communicator (a multi-device plan)");
+                 return std::make_unique<NormAllReduceKernel>(args);
                });
   registry.add("shard_reduce", Backend::CPU,
                [](const KernelArgs &args) -> std::unique_ptr<Kernel> {

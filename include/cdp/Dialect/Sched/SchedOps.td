@@ -380,8 +380,12 @@ def Sched_ClipMeansOp : Sched_Op<"clip_means", [HasParent<"SlotDeviceOp">]> {
     `sched.wait_reduction`s: from step `min_step` on, it waits for every
     stage's mean gradients of step t - 1, scales them by the clip
     coefficient of their global norm and applies every stage's update.
+    `zero` is the ZeRO stage of the updates (see `sched.wait_reduction`);
+    with 2 or 3 a device holds its shard of each mean only, and the norm
+    is the sum of the devices' shares.
   }];
-  let arguments = (ins Sched_Int:$min_step, Sched_Int:$time_step);
+  let arguments = (ins Sched_Int:$min_step, Sched_Int:$time_step,
+                       DefaultValuedAttr<Sched_Int, "0">:$zero);
 }
 
 def Sched_ClipOwnOp : Sched_Op<"clip_own", [HasParent<"SlotDeviceOp">]> {
