@@ -86,8 +86,42 @@ def main():
                 print("%-12s %6d %5d %10d %10d %10d %10d %10d %10d   %s (Psi = %d)" %
                       (args.model, n, zero, row[0], row[1], row[2], sum(row[:3]),
                        math.ceil(weights + grads + opt), row[3], kind, psi))
+        deepspeed_beside(args, binary, path, flags, work)
         if args.mpirun_steps > 0:
             mpirun_times(args, binary, path, flags, work, example.shape[axis])
+
+
+def largest_layer(model):
+    """DeepSpeed's largest layer: the most parameters one module holds
+    directly (deepspeed.runtime.zero.stage3.model_to_params)."""
+    return max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
+
+
+def deepspeed_beside(args, binary, path, flags, work):
+    """ZeRO-3 per device beside DeepSpeed's published estimate
+    (estimate_zero3_model_states_mem_needs, no offload: 4 x largest layer +
+    18 bytes a parameter over N, for fp16 mixed precision with Adam) and its
+    fp32 counterpart (16 bytes a parameter: fp32 weights, gradients and
+    Adam's two moments). Ours: the resident shards plus the most bytes
+    gathered at one time step (a stage, where DeepSpeed gathers a module)."""
+    model, _, _ = models.build(args.model)
+    layer = largest_layer(model)
+    print("\nZeRO stage 3 per device (bytes) beside DeepSpeed's estimate (largest layer %d "
+          "parameters)" % layer)
+    print("%-12s %6s %12s %12s %16s %16s" % ("model", "N", "cdp resident", "cdp gathered",
+                                             "DeepSpeed fp16", "fp32 counterpart"))
+    for n in [4, 64, 1024]:
+        report = os.path.join(work, "ds.json")
+        subprocess.run([binary("cdp-compile"), path, *flags, "--strategy", "dp", "--devices",
+                        str(n), "--stages", "4", "--optimizer", "adam", "--zero", "3",
+                        "--report", report, "-o", os.path.join(work, "ds.cdp"), "--steps", "3"],
+                       check=True, stdout=subprocess.DEVNULL)
+        predicted = json.load(open(report))
+        psi = sum(predicted["stage_param_bytes"]) // 4
+        row = first_devices(predicted)
+        print("%-12s %6d %12d %12d %16d %16d" % (args.model, n, sum(row[:3]), row[3],
+                                                 4 * layer + int(18 * psi / n),
+                                                 4 * layer + int(16 * psi / n)))
 
 
 MPIRUN = ["mpirun", "--oversubscribe", "--mca", "btl", "self,vader", "--mca",
