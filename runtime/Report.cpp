@@ -294,6 +294,7 @@ ReportBuilder::ReportBuilder(const plan::Plan &plan, int64_t steps,
       s.diedBytes[c].assign(horizon + 1, 0);
     }
     s.sent.assign(horizon + 1, 0);
+    s.sentCollective.assign(horizon + 1, 0);
     s.ready.assign(horizon + 1, 0);
   }
   remaining.assign(plan.devices_size(), {});
@@ -372,9 +373,13 @@ void ReportBuilder::unitEnds(int device, int64_t tau) {
     ++devices[device].unitEnds[tau];
 }
 
-void ReportBuilder::sent(int device, int64_t tau, int64_t bytes) {
-  if (tau <= horizon)
-    devices[device].sent[tau] += bytes;
+void ReportBuilder::sent(int device, int64_t tau, int64_t bytes,
+                         bool collective) {
+  if (tau > horizon)
+    return;
+  devices[device].sent[tau] += bytes;
+  if (collective)
+    devices[device].sentCollective[tau] += bytes;
 }
 
 void ReportBuilder::gradientReady(int device, int64_t tau, int64_t bytes) {
@@ -418,6 +423,9 @@ void ReportBuilder::ran(int device, int64_t t, int index, bool countSent) {
     sent(device, tau,
          (replicasOf(*instruction) - 1) *
              shardBytes(*instruction, inputs, planFacts.bytes, 0));
+  if (op == "norm_all_reduce" && countSent) // a share to every other device
+    sent(device, tau, (plan.devices_size() - 1) * planFacts.bytes[inputs[0]],
+         /*collective=*/true);
   if (op == "shard_update" || op == "shard_reduce" || op == "shard_gather") {
     // An all-gather sends the device's shard to every other device; the
     // reduce-scatter every other device's shard of its gradients. Stage
@@ -429,7 +437,7 @@ void ReportBuilder::ran(int device, int64_t t, int index, bool countSent) {
     if (op == "shard_reduce") // the stage's gradients are complete
       gradientReady(device, tau, total(inputs));
     if (countSent && !(op == "shard_update" && zeroOf(*instruction) == 3))
-      sent(device, tau, (N - 1) * shard);
+      sent(device, tau, (N - 1) * shard, /*collective=*/true);
   }
   if (op != "reduce_start" && op != "chain_reduce")
     return;
@@ -445,7 +453,7 @@ void ReportBuilder::ran(int device, int64_t t, int index, bool countSent) {
     return;
   // The contribution, the partial sum on, or the mean back (the last slot).
   if (op == "reduce_start" || device + 1 < plan.devices_size() || device > 0)
-    sent(device, tau, bytes);
+    sent(device, tau, bytes, /*collective=*/op == "reduce_start");
 }
 
 void ReportBuilder::setWorkspace(int device, int64_t bytes) {
@@ -549,7 +557,8 @@ std::string ReportBuilder::json() const {
        << ", \"reduction_bytes\": " << sample.reduction
        << ", \"optimizer_bytes\": " << optimizer[d]
        << ", \"workspace_bytes\": " << workspace[d]
-       << ", \"sent_bytes\": " << sample.sent << "}";
+       << ", \"sent_bytes\": " << sample.sent
+       << ", \"sent_collective_bytes\": " << sample.sentCollective << "}";
     totalUnits += sample.units;
     ready += sample.ready;
     totalActivation += sample.activation;
@@ -592,6 +601,7 @@ void ReportBuilder::forEachSample(
           sample.gathered + planFacts.weightBytes[d] +
           planFacts.weightVersionBytes[d] + optimizer[d] + workspace[d];
       sample.sent = s.sent[tau];
+      sample.sentCollective = s.sentCollective[tau];
       sample.ready = s.ready[tau];
       visit(tau, d, sample);
       units[d] -= s.unitEnds[tau];
@@ -709,6 +719,7 @@ void forEachVector(SeriesT &s, Visit visit) {
     visit(s.diedBytes[c]);
   }
   visit(s.sent);
+  visit(s.sentCollective);
   visit(s.ready);
 }
 

@@ -134,7 +134,7 @@ void LocalCommunicator::send(int to, int64_t tag, ConstBuffer data,
   if (tau < 0 || to == device)
     return; // after training, or to itself: not part of a step's traffic
   std::lock_guard<std::mutex> lock(logMutex);
-  log.push_back({tau, data.bytes()});
+  log.push_back({tau, data.bytes(), isCollectiveTag(tag)});
 }
 
 bool LocalCommunicator::recv(int from, int64_t tag, Buffer out) {
@@ -187,7 +187,7 @@ void LocalCommunicator::reduceStart(int64_t tag, ConstBuffer data,
     }
   }
   std::lock_guard<std::mutex> lock(logMutex);
-  log.push_back({tau, data.bytes()});
+  log.push_back({tau, data.bytes(), true}); // a reduction
 }
 
 bool LocalCommunicator::reduceWait(int64_t tag, Buffer out) {

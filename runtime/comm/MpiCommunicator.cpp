@@ -226,7 +226,7 @@ void MpiCommunicator::send(int to, int64_t tag, ConstBuffer data, int64_t tau) {
   checkPeer(to);
   post(to, tag, data);
   if (tau >= 0 && to != device)
-    log.push_back({tau, data.bytes()});
+    log.push_back({tau, data.bytes(), isCollectiveTag(tag)});
 }
 
 void MpiCommunicator::checkMpi(int code, int peer) const {
@@ -365,7 +365,7 @@ void MpiCommunicator::reduceStart(int64_t tag, ConstBuffer data, int64_t tau) {
   for (int d = 0; d < fabric.devices; ++d)
     if (d != device)
       post(d, contributionTag(tag), data);
-  log.push_back({tau, data.bytes()});
+  log.push_back({tau, data.bytes(), true}); // a reduction
 }
 
 bool MpiCommunicator::reduceWait(int64_t tag, Buffer out) {
@@ -400,20 +400,22 @@ bool MpiCommunicator::reduceWait(int64_t tag, Buffer out) {
 void MpiCommunicator::abort() { fabric.aborted = true; }
 
 std::vector<std::vector<Communicator::SendRecord>> MpiFabric::gatherSendLogs() {
-  // (device, tau, bytes) triples of this process's devices, to rank 0.
+  // (device, tau, bytes, collective) of this process's devices, to rank 0.
   std::vector<int64_t> mine;
   for (int d = 0; d < devices; ++d)
     if (owns(d))
       for (const Communicator::SendRecord &record : endpoints[d]->sendLog())
-        mine.insert(mine.end(), {d, record.tau, record.bytes});
+        mine.insert(mine.end(),
+                    {d, record.tau, record.bytes, record.collective ? 1 : 0});
   std::vector<std::vector<Communicator::SendRecord>> logs(devices);
   for (const std::string &part :
        gatherOntoRoot(std::string(reinterpret_cast<const char *>(mine.data()),
                                   mine.size() * sizeof(int64_t)))) {
-    std::vector<int64_t> triples(part.size() / sizeof(int64_t));
-    copyBytes(triples.data(), part.data(), part.size());
-    for (size_t i = 0; i + 2 < triples.size(); i += 3)
-      logs[triples[i]].push_back({triples[i + 1], triples[i + 2]});
+    std::vector<int64_t> fields(part.size() / sizeof(int64_t));
+    copyBytes(fields.data(), part.data(), part.size());
+    for (size_t i = 0; i + 3 < fields.size(); i += 4)
+      logs[fields[i]].push_back(
+          {fields[i + 1], fields[i + 2], fields[i + 3] != 0});
   }
   return logs;
 }

@@ -1568,7 +1568,7 @@ void writeReport(Run &run) {
   ReportBuilder &report = *run.report;
   for (int d = 0; d < static_cast<int>(run.sendLogs.size()); ++d)
     for (const Communicator::SendRecord &record : run.sendLogs[d])
-      report.sent(d, record.tau, record.bytes);
+      report.sent(d, record.tau, record.bytes, record.collective);
   for (int d = 0; d < run.deviceCount; ++d) {
     bool gathered = d < static_cast<int>(run.workspaceBytes.size());
     report.setWorkspace(d, gathered

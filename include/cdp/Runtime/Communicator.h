@@ -153,11 +153,14 @@ public:
   /// Wakes every waiter of every device with failure (a device failed).
   virtual void abort() = 0;
 
-  /// (time step, bytes) of every message and contribution this device
-  /// sent, in order.
+  /// (time step, bytes, whether part of a collective) of every message
+  /// and contribution this device sent, in order.
   struct SendRecord {
     int64_t tau, bytes;
+    bool collective = false;
   };
+  /// Whether a message tag is one of a collective's (collectiveTag's).
+  static bool isCollectiveTag(int64_t tag) { return (tag >> 60) == 1; }
   virtual std::vector<SendRecord> sendLog() const = 0;
 
 protected:

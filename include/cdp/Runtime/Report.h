@@ -81,7 +81,10 @@ public:
   void used(int device, int64_t tau, int tensor); ///< frees on the last use
   void unitBegins(int device, int64_t tau);
   void unitEnds(int device, int64_t tau);
-  void sent(int device, int64_t tau, int64_t bytes);
+  /// Bytes a device sends at `tau`; `collective` where they are part of a
+  /// collective (all-reduce, reduce-scatter, all-gather), not a message to
+  /// one peer.
+  void sent(int device, int64_t tau, int64_t bytes, bool collective = false);
   void gradientReady(int device, int64_t tau, int64_t bytes);
   void setWorkspace(int device, int64_t bytes);
   void setOptimizer(int device, int64_t bytes);
@@ -112,7 +115,8 @@ private:
   /// One device at one time step, as the report prints it.
   struct Sample {
     int64_t units = 0, activation = 0, gradient = 0, reduction = 0,
-            gathered = 0, deviceBytes = 0, sent = 0, ready = 0;
+            gathered = 0, deviceBytes = 0, sent = 0, sentCollective = 0,
+            ready = 0;
   };
   /// Visits every (time step, device) in order, devices inner.
   void forEachSample(
@@ -120,7 +124,7 @@ private:
 
   struct Series {
     std::vector<int64_t> units, unitEnds, bornBytes[kByteSeries],
-        diedBytes[kByteSeries], sent, ready;
+        diedBytes[kByteSeries], sent, sentCollective, ready;
   };
   const plan::Plan &plan;
   plan::SpelledPlan
