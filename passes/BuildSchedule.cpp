@@ -107,12 +107,16 @@ struct BuildSchedulePass
              builder.getNamedAttr("stages", builder.getI64IntegerAttr(L)),
              builder.getNamedAttr("slots", builder.getI64IntegerAttr(N))}));
     if (zero != 0) {
-      // Stages 1 to 3 for dp are built; the others are refused where the
-      // flag is read, and here for cdp-opt.
-      if (zero < 1 || zero > 3 || *kind != Strategy::DP) {
+      // Stages 1 to 3 for dp and 3 for cdp (CDP-ZeRO) are built; the
+      // others are refused where the flag is read, and here for cdp-opt.
+      bool built =
+          zero >= 1 && zero <= 3 &&
+          (*kind == Strategy::DP || (*kind == Strategy::CDP && zero == 3));
+      if (!built) {
         func.emitError() << "ZeRO stage " << zero.getValue() << " with "
                          << strategy
-                         << " is not supported (stages 1 to 3 with dp are)";
+                         << " is not supported (stages 1 to 3 with dp and 3 "
+                            "with cdp are)";
         return signalPassFailure();
       }
       NamedAttrList schedule(

@@ -6,8 +6,9 @@
 // offset there (the plan's tensors have one place), and stages that are
 // ever gathered at the same time get disjoint ranges. Without tied weights
 // no two stages are, and the region is one stage (the largest, padded to
-// equal shards); a weight tied across stages keeps its owner's stage
-// gathered beside the reader's.
+// equal shards; CDP-ZeRO's, which arrive whole from one device, are not
+// padded); a weight tied across stages keeps its owner's stage gathered
+// beside the reader's.
 //
 //===----------------------------------------------------------------------===//
 
@@ -100,16 +101,20 @@ struct PlaceGatheredParamsPass
     ModuleOp module = getOperation();
     func::FuncOp func = module.lookupSymbol<func::FuncOp>("main");
     for (auto program : module.getOps<sched::StepProgramOp>()) {
-      bool gathers = false;
-      program.walk([&](sched::GatherParamsOp) { gathers = true; });
+      bool gathers = false, pointToPoint = false;
+      program.walk([&](sched::GatherParamsOp gather) {
+        gathers = true;
+        pointToPoint |= gather.getFrom() >= 0;
+      });
       if (!gathers)
         continue;
       if (!func) {
         module.emitError("no func.func @main");
         return signalPassFailure();
       }
+      // CDP-ZeRO's stages travel whole, unpadded (no shards).
       std::map<int64_t, int64_t> bytes =
-          gatheredBytes(func, program.getMicroBatches());
+          gatheredBytes(func, pointToPoint ? 1 : program.getMicroBatches());
       std::map<int64_t, int64_t> offsets = place(bytes, overlaps(program));
       Builder builder(module.getContext());
       WalkResult result = program.walk([&](sched::GatherParamsOp gather) {

@@ -41,10 +41,18 @@ struct SlotEntry {
     ClipMeans,
     ClipOwn,
     Gather,
-    Release
+    Release,
+    SendParams,
+    OwnerUpdate
   } kind;
   int64_t stage, time;
-  int64_t delay = 0; ///< Wait: the version delay; Relay: the step offset
+  int64_t delay = 0; ///< Wait: the version delay; Relay, SendParams: the
+                     ///< step offset
+  /// CDP-ZeRO: Gather's source, SendParams' destination, Start's owner,
+  /// OwnerUpdate's source (-1: none).
+  int64_t peer = -1;
+  int64_t use = 0;     ///< SendParams: the receiver's cycle time
+  bool master = false; ///< SendParams: from the owner's master copy
 };
 
 /// What the graph says about each stage: whether it has forward and
@@ -178,6 +186,131 @@ void insertRelay(std::vector<SlotEntry> &entries, int64_t j, int64_t N,
   entries.insert(at, {SlotEntry::Relay, l, x, k});
 }
 
+/// CDP-ZeRO: stage k's owner, the device that keeps its master copy and
+/// optimizer state. o_k = floor((k - 1) N / L) spreads the stages evenly
+/// over the devices, and puts each owner at most 2(k - 1) time steps
+/// behind slot 0 (s_o <= 2k - 2): after its own B_k in step t it has
+/// updated the stage before slot 0's F_k of step t + 1 needs the result.
+int64_t ownerOf(int64_t k, int64_t N, int64_t L) { return (k - 1) * N / L; }
+
+/// CDP-ZeRO (cdp --zero 3, rule v1), slot j's program. Every use of stage
+/// k's parameters (a forward or backward reading them, at cycle time c)
+/// is a chain along the slots: slot 0 receives them from the owner's
+/// master copy, slot j > 0 from slot j - 1 right after that slot's use,
+/// and the owner takes its own master copy instead (so its predecessor
+/// sends nothing). The gradients go along the same slots (the chain's
+/// partial sums) to the last, which hands the mean to the owner; the owner
+/// updates the stage after its own B_k. Its sends to slot 0 leave at slot
+/// 0's cycle time c, in the owner's step t at time c - s_o, or, where that
+/// is negative, in its step t - 1 at 2L + c - s_o, after that step's
+/// update (a send one step ahead).
+std::vector<SlotEntry> cdpZeroProgram(int64_t j, int64_t N, int64_t L,
+                                      ArrayRef<int64_t> offsets,
+                                      const StageFacts &facts) {
+  std::vector<SlotEntry> entries;
+  auto use = [&](const std::set<int64_t> &reads, SlotEntry work) {
+    for (int64_t k : reads) {
+      int64_t o = ownerOf(k, N, L);
+      SlotEntry gather{SlotEntry::Gather, k, work.time};
+      gather.peer = j == o ? j : j == 0 ? o : j - 1;
+      entries.push_back(gather);
+    }
+    entries.push_back(work);
+    if (work.kind == SlotEntry::Backward && facts.trained[work.stage]) {
+      SlotEntry start{SlotEntry::Start, work.stage, work.time};
+      start.peer = ownerOf(work.stage, N, L);
+      entries.push_back(start);
+    }
+    for (int64_t k : reads) {
+      if (j + 1 == N || j + 1 == ownerOf(k, N, L))
+        continue;
+      SlotEntry send{SlotEntry::SendParams, k, work.time};
+      send.peer = j + 1;
+      send.use = work.time;
+      entries.push_back(send);
+    }
+    for (int64_t k : reads)
+      entries.push_back({SlotEntry::Release, k, work.time});
+    if (work.kind == SlotEntry::Backward && facts.trained[work.stage] &&
+        ownerOf(work.stage, N, L) == j) {
+      SlotEntry update{SlotEntry::OwnerUpdate, work.stage, work.time};
+      update.peer = N - 1;
+      entries.push_back(update);
+    }
+  };
+  for (int64_t l = 1; l <= L; ++l)
+    if (facts.forward[l])
+      use(facts.forwardReads[l], {SlotEntry::Forward, l, l - 1});
+  for (int64_t l = L; l >= 1; --l)
+    if (facts.backward[l])
+      use(facts.backwardReads[l], {SlotEntry::Backward, l, 2 * L - l});
+  // The owner's master sends to slot 0, one per use of each stage it owns.
+  std::vector<SlotEntry> sends;
+  for (int64_t l = 1; l <= L; ++l)
+    for (auto [reads, time] : {std::pair(&facts.forwardReads[l], l - 1),
+                               std::pair(&facts.backwardReads[l], 2 * L - l)})
+      for (int64_t k : *reads) {
+        if (ownerOf(k, N, L) != j || j == 0 ||
+            (time == l - 1 ? !facts.forward[l] : !facts.backward[l]))
+          continue;
+        int64_t r = time - offsets[j];
+        SlotEntry send{SlotEntry::SendParams, k, r < 0 ? 2 * L + r : r};
+        send.delay = r < 0 ? 1 : 0;
+        send.peer = 0;
+        send.use = time;
+        send.master = true;
+        sends.push_back(send);
+      }
+  for (const SlotEntry &send : sends) {
+    auto at = entries.begin();
+    while (at != entries.end() && at->time <= send.time)
+      ++at;
+    entries.insert(at, send);
+  }
+  return entries;
+}
+
+/// Where CDP-ZeRO's timing holds: every owner's update of step t comes
+/// before its sends of the result (step t + 1's), which follow it in the
+/// program. Empty when it does, else what breaks.
+std::string checkCdpZero(ArrayRef<SlotEntry> entries) {
+  llvm::DenseMap<int64_t, size_t> updateAt;
+  for (size_t i = 0; i < entries.size(); ++i)
+    if (entries[i].kind == SlotEntry::OwnerUpdate)
+      updateAt[entries[i].stage] = i;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const SlotEntry &e = entries[i];
+    if (e.kind != SlotEntry::SendParams || !e.master)
+      continue;
+    auto it = updateAt.find(e.stage);
+    if (it == updateAt.end())
+      return "stage " + std::to_string(e.stage) + "'s owner never updates it";
+    if ((e.delay == 1) != (i > it->second))
+      return "stage " + std::to_string(e.stage) +
+             "'s owner sends a version before it is made";
+  }
+  return "";
+}
+
+/// What CDP-ZeRO is built for: rule v1 (every device reads a stage's
+/// version t - 1 in step t, so the owner keeps one copy), more than one
+/// device, no gradient clipping.
+LogicalResult checkCdpZeroSchedule(const SlotSchedule &recorded,
+                                   const StageFacts &facts) {
+  auto refuse = [&](const Twine &why) {
+    func::FuncOp func = recorded.func;
+    return func.emitError("CDP-ZeRO (cdp with ZeRO stage 3) " + why);
+  };
+  if (!recorded.rule || recorded.rule.getValue() != "v1")
+    return refuse("runs rule v1 only: under v2 a stage's owner would keep two "
+                  "versions and send each to a different part of the chain");
+  if (recorded.devices < 2)
+    return refuse("needs two or more devices");
+  if (facts.clip || recorded.reduceAfterBackward)
+    return refuse("does not clip gradients yet");
+  return success();
+}
+
 struct ScheduleSlotsPass
     : public cdp::impl::ScheduleSlotsBase<ScheduleSlotsPass> {
   void runOnOperation() override;
@@ -198,8 +331,12 @@ void ScheduleSlotsPass::runOnOperation() {
   DenseI64ArrayAttr offsets = recorded->offsets;
   ArrayAttr delays = recorded->delays;
   auto reduce = func->getAttrOfType<StringAttr>("cdp.reduce");
-  bool chain = reduce && reduce.getValue() == "chain";
   StageFacts facts = factsOf(func, L);
+  // CDP-ZeRO reduces along the chain, its own way (cdpZeroProgram).
+  bool cdpZero = recorded->zero == 3 && recorded->strategy.getValue() == "cdp";
+  if (cdpZero && failed(checkCdpZeroSchedule(*recorded, facts)))
+    return signalPassFailure();
+  bool chain = (reduce && reduce.getValue() == "chain") || cdpZero;
 
   OpBuilder builder = OpBuilder::atBlockEnd(module.getBody());
   MLIRContext *context = builder.getContext();
@@ -215,10 +352,18 @@ void ScheduleSlotsPass::runOnOperation() {
     ArrayRef<int64_t> delay = cast<DenseI64ArrayAttr>(delays[j]).asArrayRef();
     bool afterBackward = recorded->reduceAfterBackward;
     std::vector<SlotEntry> entries =
-        slotProgram(L, delay, facts, afterBackward);
-    if (recorded->zero == 3)
+        cdpZero ? cdpZeroProgram(j, N, L, offsets.asArrayRef(), facts)
+                : slotProgram(L, delay, facts, afterBackward);
+    if (cdpZero) {
+      std::string broken = checkCdpZero(entries);
+      if (!broken.empty()) {
+        func.emitError() << "CDP-ZeRO on slot " << j << ": " << broken;
+        return signalPassFailure();
+      }
+    }
+    if (recorded->zero == 3 && !cdpZero)
       insertGathers(entries, facts);
-    if (chain && j + 1 < N)
+    if (chain && j + 1 < N && !cdpZero)
       for (int64_t l = 1; l <= L; ++l)
         if (facts.trained[l])
           insertRelay(entries, j, N, L, l, offsets.asArrayRef(), afterBackward);
@@ -247,8 +392,16 @@ void ScheduleSlotsPass::runOnOperation() {
             loc, work(sched::WorkKind::Backward), stage, time);
         break;
       case SlotEntry::Start:
-        builder.create<sched::StartReductionOp>(loc, stage, time,
-                                                i64(recorded->zero));
+        builder.create<sched::StartReductionOp>(
+            loc, stage, time, i64(recorded->zero), i64(entry.peer));
+        break;
+      case SlotEntry::SendParams:
+        builder.create<sched::SendParamsOp>(
+            loc, stage, i64(entry.use), i64(entry.peer), time, i64(entry.delay),
+            builder.getBoolAttr(entry.master));
+        break;
+      case SlotEntry::OwnerUpdate:
+        builder.create<sched::OwnerUpdateOp>(loc, stage, i64(entry.peer), time);
         break;
       case SlotEntry::Relay:
         builder.create<sched::ChainRelayOp>(loc, stage, i64(entry.delay), time);
@@ -261,7 +414,8 @@ void ScheduleSlotsPass::runOnOperation() {
         builder.create<sched::ClipOwnOp>(loc, time);
         break;
       case SlotEntry::Gather:
-        builder.create<sched::GatherParamsOp>(loc, stage, time, i64(0));
+        builder.create<sched::GatherParamsOp>(loc, stage, time, i64(0),
+                                              i64(entry.peer));
         break;
       case SlotEntry::Release:
         builder.create<sched::ReleaseParamsOp>(loc, stage, time);

@@ -29,6 +29,7 @@ Executor::Executor(const plan::Plan &plan, int threads, int deviceIndex,
   views.resize(plan.tensors_size());
   persistent.assign(plan.tensors_size(), nullptr);
   gathered = plan::gatheredParameters(plan);
+  elsewhere = plan::ownedElsewhere(plan, deviceIndex);
   for (int id = 0; id < plan.tensors_size(); ++id)
     placeTensor(id);
   fillParameterShards();
@@ -66,6 +67,8 @@ void Executor::placeTensor(int id) {
     v.data = static_cast<char *>(arena) + t.offset();
     return;
   }
+  if (elsewhere[id])
+    return; // CDP-ZeRO: another device owns this stage's master copy
   persistent[id] = backendDevice->allocate(static_cast<size_t>(bytes));
   v.data = persistent[id];
   if (t.data().empty())
@@ -82,10 +85,13 @@ void Executor::placeTensor(int id) {
 void Executor::fillParameterShards() {
   int rank = communicator ? communicator->rank() : 0;
   for (const plan::ShardGroup &group : planRef.schedule().shard_groups()) {
+    if (group.has_owner() && group.owner() != deviceIndex)
+      continue; // CDP-ZeRO: the owner holds the whole stage
     ShardLayout layout = plan::layoutOf(planRef, group);
+    int shard = group.has_owner() ? 0 : rank;
     stageIn(group.shard(), [&](const TensorView &host) {
       std::fill(host.f32(), host.f32() + host.numel(), 0.0f);
-      for (const ShardLayout::Piece &piece : layout.pieces(rank)) {
+      for (const ShardLayout::Piece &piece : layout.pieces(shard)) {
         const std::string &data =
             planRef.tensors(group.params(piece.tensor)).data();
         if (data.empty())
@@ -114,6 +120,23 @@ void Executor::gatherShardedParameters() {
     for (int id : group.params()) {
       views[id].data = at;
       at += planRef.tensors(id).bytes();
+    }
+    if (group.has_owner()) { // CDP-ZeRO: the owner's master copy to all
+      std::vector<float> whole(layout.totalSize());
+      if (deviceIndex == group.owner())
+        download(views[group.shard()], whole.data());
+      if (!communicator->broadcast(
+              (int64_t(1) << 52) | group.shard(),
+              {plan::F32, whole.data(), layout.totalSize()}, group.owner(), -1))
+        throw RuntimeError("device " + std::to_string(deviceIndex) +
+                           ": stopped while taking the trained parameters "
+                           "from their owner (another device failed)");
+      upload({views[first].data,
+              {layout.totalSize()},
+              plan::F32,
+              views[first].space},
+             whole.data());
+      continue;
     }
     HostTensor shard = stageOut(group.shard());
     std::vector<float> whole(layout.paddedSize());
@@ -283,13 +306,16 @@ void Executor::runInstructions(const StepContext &context,
   const plan::Device &device = planRef.devices(deviceIndex);
   size_t begin = static_cast<size_t>(range.begin),
          end = range.end < 0 ? train.size() : static_cast<size_t>(range.end);
+  if (begin == 0 && steps == 0 && !draining)
+    runAhead(context);
   if (begin == 0)
     ++steps;
   int64_t lastSlot = std::max(planRef.micro_batches(), 1) - 1;
   auto skipped = [&](const plan::Instruction &instruction) {
     return instruction.min_step() > context.step ||
            (instruction.last_slot() && context.slot != lastSlot) ||
-           (draining && !instruction.drain());
+           (draining && !instruction.drain()) ||
+           (instruction.ahead() && context.step + 1 >= totalSteps);
   };
   if (!report && profile.empty() && !trace) {
     for (size_t i = begin; i < end; ++i)
@@ -319,6 +345,23 @@ void Executor::runInstructions(const StepContext &context,
     // over come from the communicator's own log (cdp-run).
     report->ran(deviceIndex, context.step, static_cast<int>(i),
                 /*countSent=*/false);
+  }
+}
+
+/// Before the first step this executor runs: the instructions that do
+/// the next step's work in each step's program (`ahead`), as the program
+/// of the step before would have run them.
+void Executor::runAhead(const StepContext &context) {
+  const plan::Device &device = planRef.devices(deviceIndex);
+  StepContext before = context;
+  before.step = context.step - 1;
+  for (size_t i = 0; i < train.size(); ++i) {
+    if (!device.instructions(i).ahead())
+      continue;
+    train[i]->run(before);
+    if (report)
+      report->ran(deviceIndex, before.step, static_cast<int>(i),
+                  /*countSent=*/false);
   }
 }
 

@@ -105,6 +105,12 @@ struct DataParallelTables {
   /// its gather writes (the parameters, then the padding if any).
   std::vector<int> paramShards;
   std::vector<std::vector<int>> gathered;
+  /// CDP-ZeRO (cdp --zero 3): paramShards hold each stage's master copy on
+  /// its owner; per stage the owner, the arena tensor the stage travels in
+  /// and the owner's buffer for the mean gradients.
+  bool cdpZero = false;
+  std::vector<int64_t> owners;
+  std::vector<int> regions, means;
   /// ZeRO stages 2 and 3 with clipping: the device's share of the squared
   /// norm, summed over the devices in place.
   int normShare = -1;
@@ -1543,6 +1549,12 @@ LogicalResult Emitter::emitDataParallel(int64_t arenaBytes) {
   program.walk([&](sched::ClipMeansOp clip) {
     tables.zero = std::max(tables.zero, clip.getZero());
   });
+  program.walk([&](sched::OwnerUpdateOp) { tables.cdpZero = true; });
+  program.walk([&](sched::GatherParamsOp gather) {
+    tables.cdpZero |= gather.getFrom() >= 0;
+  });
+  if (tables.cdpZero)
+    tables.zero = 3;
   out->set_zero(tables.zero);
   if (failed(addReducedTensors(tables)))
     return failure();
@@ -1591,6 +1603,9 @@ LogicalResult Emitter::emitDataParallel(int64_t arenaBytes) {
 std::vector<int64_t> Emitter::slotProgramKey(sched::SlotDeviceOp op,
                                              const DataParallelTables &tables) {
   std::vector<int64_t> key = {tables.chain && op.getIndex() == tables.N - 1};
+  // CDP-ZeRO's messages and updates name their devices: no two slots share.
+  if (tables.cdpZero)
+    key.push_back(op.getIndex());
   for (Operation &step : op.getBody().front()) {
     if (auto compute = dyn_cast<sched::SlotComputeOp>(step))
       key.insert(key.end(), {0, compute.getStage(),
@@ -1610,7 +1625,15 @@ std::vector<int64_t> Emitter::slotProgramKey(sched::SlotDeviceOp op,
     else if (auto clip = dyn_cast<sched::ClipOwnOp>(step))
       key.insert(key.end(), {6, clip.getTimeStep()});
     else if (auto gather = dyn_cast<sched::GatherParamsOp>(step))
-      key.insert(key.end(), {7, gather.getStage(), gather.getTimeStep()});
+      key.insert(key.end(), {7, gather.getStage(), gather.getTimeStep(),
+                             gather.getFrom()});
+    else if (auto send = dyn_cast<sched::SendParamsOp>(step))
+      key.insert(key.end(),
+                 {9, send.getStage(), send.getTimeStep(), send.getUse(),
+                  send.getTo(), send.getStepOffset(), send.getMaster()});
+    else if (auto update = dyn_cast<sched::OwnerUpdateOp>(step))
+      key.insert(key.end(), {10, update.getStage(), update.getTimeStep(),
+                             update.getFrom()});
     else if (auto release = dyn_cast<sched::ReleaseParamsOp>(step))
       key.insert(key.end(), {8, release.getStage(), release.getTimeStep()});
     else
@@ -1647,6 +1670,14 @@ LogicalResult Emitter::addReducedTensors(DataParallelTables &tables) {
       return gradient.emitOpError("has no stage or no update");
     int paramId = paramIds.lookup(name);
     plan::Tensor reduced = plan.tensors(paramId);
+    stageBytes[stage.getInt() - 1] += reduced.bytes();
+    // ZeRO stages 2 and 3 reduce into shards (or, CDP-ZeRO, the owner's
+    // buffer): a whole mean per parameter would be memory nothing reads.
+    if (tables.zero >= 2) {
+      byStage[stage.getInt()].push_back(
+          {paramId, ids.lookup(gradient.getGrad()), -1, update});
+      continue;
+    }
     reduced.set_id(plan.tensors_size());
     reduced.set_kind(plan::REDUCED);
     reduced.clear_data();
@@ -1655,14 +1686,13 @@ LogicalResult Emitter::addReducedTensors(DataParallelTables &tables) {
     plan.add_applied_gradients(reduced.id());
     byStage[stage.getInt()].push_back(
         {paramId, ids.lookup(gradient.getGrad()), reduced.id(), update});
-    stageBytes[stage.getInt() - 1] += reduced.bytes();
   }
   for (int64_t b : stageBytes)
     plan.mutable_schedule()->add_stage_param_bytes(b);
   // ZeRO stages 2 and 3: per stage one shard of the mean gradients per
   // device; no device holds a whole mean gradient to report as applied.
   tables.gradShards.assign(L + 1, -1);
-  for (int64_t l = 1; tables.zero >= 2 && l <= L; ++l) {
+  for (int64_t l = 1; tables.zero >= 2 && !tables.cdpZero && l <= L; ++l) {
     if (byStage[l].empty())
       continue;
     int64_t shard = ShardLayout({stageBytes[l - 1] / 4}, tables.N).shardSize();
@@ -1682,7 +1712,7 @@ LogicalResult Emitter::addReducedTensors(DataParallelTables &tables) {
   // step's mean from its arrival to the wait that applies it (a delayed
   // stage's next mean arrives before the wait: CDP's second version).
   tables.chainBuffers.assign(L + 1, {-1, -1});
-  for (int64_t l = 1; tables.chain && l <= L; ++l) {
+  for (int64_t l = 1; tables.chain && !tables.cdpZero && l <= L; ++l) {
     if (byStage[l].empty())
       continue;
     for (int parity = 0; parity < 2; ++parity) {
@@ -1705,6 +1735,9 @@ LogicalResult Emitter::addReducedTensors(DataParallelTables &tables) {
 /// parameters themselves moved into the gather region after the arena (at
 /// the offset cdp-place-gathered-params chose), one after another with the
 /// padding behind them, so that the all-gather writes them in place.
+/// CDP-ZeRO: a stage's shard is its whole master copy, on its owner only,
+/// beside the owner's buffer for the mean gradients; the stage travels
+/// point to point in one arena tensor over its parameters (the region).
 /// Returns the device's arena with the region.
 int64_t Emitter::addShardGroups(sched::StepProgramOp program,
                                 DataParallelTables &tables,
@@ -1713,6 +1746,13 @@ int64_t Emitter::addShardGroups(sched::StepProgramOp program,
   program.walk([&](sched::GatherParamsOp gather) {
     offsets[gather.getStage()] = gather.getOffset();
   });
+  tables.owners.assign(tables.L + 1, -1);
+  tables.regions.assign(tables.L + 1, -1);
+  tables.means.assign(tables.L + 1, -1);
+  for (auto device : program.getBody().getOps<sched::SlotDeviceOp>())
+    device.walk([&](sched::OwnerUpdateOp update) {
+      tables.owners[update.getStage()] = device.getIndex();
+    });
   int64_t base = (arenaBytes + 63) / 64 * 64, end = arenaBytes;
   tables.paramShards.assign(tables.L + 1, -1);
   tables.gathered.assign(tables.L + 1, {});
@@ -1741,9 +1781,26 @@ int64_t Emitter::addShardGroups(sched::StepProgramOp program,
       group->add_params(t.param);
       tables.gathered[l].push_back(t.param);
     }
-    ShardLayout layout(sizes, tables.N);
+    ShardLayout layout(sizes, tables.cdpZero ? 1 : tables.N);
     std::string stage = "stage" + std::to_string(l);
     group->set_padding(-1);
+    if (tables.cdpZero) {
+      int64_t owner = tables.owners[l];
+      group->set_owner(static_cast<int32_t>(owner));
+      group->set_region(addTensor(stage + "@params", plan::ACTIVATION,
+                                  layout.totalSize(), base + offset));
+      tables.regions[l] = group->region();
+      group->set_shard(
+          addTensor(stage + "@master", plan::SHARD, layout.totalSize(), 0));
+      tables.means[l] = addTensor(stage + "@mean_gradient", plan::REDUCED,
+                                  layout.totalSize(), 0);
+      group->set_mean(tables.means[l]);
+      for (int id : {group->shard(), tables.means[l]})
+        plan.mutable_tensors(id)->set_device(static_cast<int32_t>(owner));
+      tables.paramShards[l] = group->shard();
+      end = std::max(end, base + offset + 4 * layout.totalSize());
+      continue;
+    }
     if (layout.padding() > 0) {
       group->set_padding(addTensor(stage + "@gather_padding", plan::ACTIVATION,
                                    layout.padding(), at));
@@ -1842,7 +1899,9 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
       for (const plan::Instruction &update : updates)
         shard->add_inputs(update.inputs(0));
     }
-    if (zero >= 2)
+    if (tables.cdpZero) // the owner's whole stage from the chain's mean
+      shard->add_inputs(tables.means[l]);
+    else if (zero >= 2)
       shard->add_inputs(tables.gradShards[l]);
     else
       for (const auto &t : tensors)
@@ -1850,7 +1909,23 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
     copyUpdateRule(updates, *shard);
     setIntAttr(shard, "cycle", 2 * L);
     setIntAttr(shard, "zero", zero);
+    if (tables.cdpZero)
+      setIntAttr(shard, "owner", d);
     return success();
+  };
+  // CDP-ZeRO's messages of a stage's parameters: the value names the
+  // stage and the receiver's cycle time, the step the tag carries.
+  auto paramMessage = [&](const char *opName, int64_t l, int64_t time,
+                          int64_t peer, int64_t use, int64_t stepOffset) {
+    plan::Instruction *instruction = stageInstruction(opName, l, time, "comm");
+    setIntAttr(instruction, "peer", peer);
+    setIntAttr(instruction, "value", use * 4096 + l);
+    setIntAttr(instruction, "micro_batch", 0);
+    setIntAttr(instruction, "micro_batches", 1);
+    setIntAttr(instruction, "cycle", 2 * L);
+    if (stepOffset != 0)
+      setIntAttr(instruction, "step_offset", stepOffset);
+    return instruction;
   };
   // dp with clipping: every stage's mean, then one clip of them all, then
   // the updates. With ZeRO stage 2 or 3 each device holds its shard of the
@@ -1923,19 +1998,54 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
       stamp(instruction, 1, clip.getTimeStep())->set_phase("backward");
     } else if (auto start = dyn_cast<sched::StartReductionOp>(step)) {
       int64_t l = start.getStage();
-      const char *opName = start.getZero() >= 2 ? "shard_reduce"
-                           : tables.chain       ? "chain_reduce"
-                                                : "reduce_start";
+      const char *opName = start.getOwner() >= 0  ? "chain_reduce"
+                           : start.getZero() >= 2 ? "shard_reduce"
+                           : tables.chain         ? "chain_reduce"
+                                                  : "reduce_start";
       plan::Instruction *instruction =
           stageInstruction(opName, l, start.getTimeStep(), "comm");
       for (const auto &t : tables.byStage[l])
         instruction->add_inputs(t.grad);
-      if (start.getZero() >= 2)
+      if (start.getZero() >= 2 && !tables.cdpZero)
         instruction->add_outputs(tables.gradShards[l]);
-      if (tables.chain && d == tables.N - 1)
+      if (tables.chain && d == tables.N - 1 && !tables.cdpZero)
         for (int buffer : tables.chainBuffers[l])
           instruction->add_outputs(buffer);
       setIntAttr(instruction, "cycle", 2 * L);
+      if (start.getOwner() >= 0) // CDP-ZeRO: the last slot's mean goes there
+        setIntAttr(instruction, "owner", start.getOwner());
+    } else if (auto gather = dyn_cast<sched::GatherParamsOp>(step);
+               gather && gather.getFrom() >= 0) {
+      int64_t l = gather.getStage(), time = gather.getTimeStep();
+      if (gather.getFrom() == d) { // the owner's own master copy
+        plan::Instruction *copy =
+            stageInstruction("master_copy", l, time, "comm");
+        copy->add_inputs(tables.paramShards[l]);
+        copy->add_outputs(tables.regions[l]);
+      } else {
+        paramMessage("recv", l, time, gather.getFrom(), time, 0)
+            ->add_outputs(tables.regions[l]);
+      }
+    } else if (auto send = dyn_cast<sched::SendParamsOp>(step)) {
+      int64_t l = send.getStage();
+      plan::Instruction *instruction =
+          paramMessage("send", l, send.getTimeStep(), send.getTo(),
+                       send.getUse(), send.getStepOffset());
+      instruction->add_inputs(send.getMaster() ? tables.paramShards[l]
+                                               : tables.regions[l]);
+      instruction->set_ahead(send.getStepOffset() == 1);
+    } else if (auto update = dyn_cast<sched::OwnerUpdateOp>(step)) {
+      // The mean of step t - 1 from the chain's last slot, then the update
+      // of the master copy.
+      int64_t l = update.getStage(), time = update.getTimeStep();
+      plan::Instruction *wait =
+          stageInstruction("chain_wait", l, time, "update");
+      wait->set_min_step(1);
+      wait->add_outputs(tables.means[l]);
+      setIntAttr(wait, "delay", 0);
+      setIntAttr(wait, "from", update.getFrom());
+      if (failed(shardUpdate(l, time, 1, 3)))
+        return failure();
     } else if (auto gather = dyn_cast<sched::GatherParamsOp>(step)) {
       int64_t l = gather.getStage();
       plan::Instruction *instruction =
@@ -1948,8 +2058,11 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
       int64_t l = release.getStage();
       plan::Instruction *instruction =
           stageInstruction("shard_release", l, release.getTimeStep(), "comm");
-      for (int id : tables.gathered[l])
-        instruction->add_inputs(id);
+      if (tables.cdpZero)
+        instruction->add_inputs(tables.regions[l]);
+      else
+        for (int id : tables.gathered[l])
+          instruction->add_inputs(id);
     } else if (auto relay = dyn_cast<sched::ChainRelayOp>(step)) {
       int64_t l = relay.getStage();
       plan::Instruction *instruction =

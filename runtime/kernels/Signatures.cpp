@@ -439,6 +439,13 @@ void communication(const Check &c) {
   c.attribute("step_offset", 0, -kMostTagField, kMostTagField);
 }
 
+/// A device an instruction names besides its peer (CDP-ZeRO's `owner`
+/// and `from`): absent (-1) or one of the run's.
+void namedDevice(const Check &c, const KernelArgs &args, const char *name) {
+  int64_t devices = args.communicator ? args.communicator->size() : 1;
+  c.attribute(name, -1, -1, devices - 1);
+}
+
 void pointToPoint(const Check &c, const KernelArgs &args) {
   int64_t devices = args.communicator ? args.communicator->size() : 1;
   c.attribute("peer", 0, 0, devices - 1);
@@ -709,6 +716,7 @@ makeRules() {
     c.arity(2, kMany, 0, 0);
     c.allF32();
     int64_t zero = c.attribute("zero", 1, 1, 3);
+    namedDevice(c, args, "owner"); // CDP-ZeRO: the whole stage, owned
     if (zero == 3) {
       c.arity(2, 2, 0, 0);
       c.count(c.in(1), c.in(0).numel());
@@ -749,6 +757,13 @@ makeRules() {
   rules["shard_gather"] = plain([](const Check &c) {
     c.arity(1, 1, 1, kMany);
     c.allF32();
+  });
+  // CDP-ZeRO: the owner's master copy of a stage into the region the
+  // stage travels in.
+  rules["master_copy"] = plain([](const Check &c) {
+    c.arity(1, 1, 1, 1);
+    c.allF32();
+    c.count(c.out(0), c.in(0).numel());
   });
   rules["shard_release"] = plain([](const Check &c) {
     c.arity(1, kMany, 0, 0);
@@ -807,6 +822,7 @@ makeRules() {
   rules["chain_reduce"] = [](const Check &c, const KernelArgs &args) {
     c.arity(1, kMany, 0, 2);
     communication(c);
+    namedDevice(c, args, "owner");
     if (args.outputs.size() == 2)
       c.count(c.out(1), c.out(0).numel());
   };
@@ -815,7 +831,15 @@ makeRules() {
     communication(c);
     c.count(c.out(1), c.out(0).numel());
   };
+  // With `from` (CDP-ZeRO's owner): no buffers in, the mean arrives from
+  // that device.
   rules["chain_wait"] = [](const Check &c, const KernelArgs &args) {
+    namedDevice(c, args, "from");
+    if (args.i("from", -1) >= 0) {
+      c.arity(0, 0, 1, 1);
+      communication(c);
+      return;
+    }
     c.arity(2, 2, 1, kMany);
     communication(c);
     c.count(c.in(0), total(args.outputs));

@@ -79,17 +79,22 @@ std::vector<Traffic> chainHops(const Instruction &instruction, int d,
                                int devices, const Traffic &base) {
   int64_t stage = attribute(instruction, "stage", 0);
   bool relay = instruction.op() == "chain_relay";
+  bool wait = instruction.op() == "chain_wait";
+  int64_t owner = attribute(instruction, "owner", -1);
   auto hop = [&](int kind, int64_t peer, int64_t value) {
     Traffic t = base;
     t.kind = kind;
     t.message.peer = peer;
     t.message.value = value;
-    t.message.stepOffset =
-        relay ? -attribute(instruction, "step_offset", 0) : 0;
+    t.message.stepOffset = relay  ? -attribute(instruction, "step_offset", 0)
+                           : wait ? -1 - attribute(instruction, "delay", 0)
+                                  : 0;
     return t;
   };
   std::vector<Traffic> hops;
-  if (relay) {
+  if (wait) { // CDP-ZeRO's owner: the mean of an earlier step
+    hops.push_back(hop(2, attribute(instruction, "from", 0), meanValue(stage)));
+  } else if (relay) {
     hops.push_back(hop(2, d + 1, meanValue(stage)));
     if (d > 0)
       hops.push_back(hop(1, d - 1, meanValue(stage)));
@@ -98,6 +103,8 @@ std::vector<Traffic> chainHops(const Instruction &instruction, int d,
       hops.push_back(hop(2, d - 1, partialValue(stage)));
     if (d + 1 < devices)
       hops.push_back(hop(1, d + 1, partialValue(stage)));
+    else if (owner >= 0) // CDP-ZeRO: to the stage's owner
+      hops.push_back(hop(1, owner, meanValue(stage)));
     else if (d > 0)
       hops.push_back(hop(1, d - 1, meanValue(stage)));
   }
@@ -118,7 +125,8 @@ const Plan &trafficOf(const Plan &plan, google::protobuf::Arena &arena) {
   auto blocks = [](std::string_view op) {
     return op == "send" || op == "recv" || op == "reduce_start" ||
            op == "reduce_wait" || op == "chain_reduce" || op == "chain_relay" ||
-           op == "shard_reduce" || op == "shard_update" || op == "shard_gather";
+           op == "chain_wait" || op == "shard_reduce" || op == "shard_update" ||
+           op == "shard_gather";
   };
   for (const Device &device : plan.devices()) {
     Device *out = traffic->add_devices();
@@ -226,7 +234,8 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
     Message message;
     int64_t minStep = 0, stage = 0, delay = 0;
     bool drain = false;
-    bool free = false; ///< the second part of a chain hop: costs nothing
+    bool ahead = false; ///< the next step's work: a pass before step 0
+    bool free = false;  ///< the second part of a chain hop: costs nothing
   };
   std::vector<std::vector<Traffic>> traffic(devices);
   // The runtime runs a last_slot instruction only on the device whose slot
@@ -243,9 +252,13 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
       bool isMessage = op == "send" || op == "recv";
       bool reduction =
           reductions && (op == "reduce_start" || op == "reduce_wait");
-      bool chain = reductions && (op == "chain_reduce" || op == "chain_relay");
-      bool collective =
-          reductions && (op == "shard_reduce" || op == "shard_update" ||
+      bool chain =
+          reductions &&
+          (op == "chain_reduce" || op == "chain_relay" ||
+           (op == "chain_wait" && attribute(instruction, "from", -1) >= 0));
+      // CDP-ZeRO's owner updates its stage alone (`owner`).
+      bool collective = reductions && attribute(instruction, "owner", -1) < 0 &&
+                        (op == "shard_reduce" || op == "shard_update" ||
                          op == "shard_gather" || op == "replica_shard_update" ||
                          op == "norm_all_reduce");
       if (!isMessage && !reduction && !chain && !collective && !cost)
@@ -254,7 +267,8 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
       t.index = i;
       t.minStep = instruction.min_step();
       t.drain = instruction.drain();
-      if (reductions && (op == "chain_reduce" || op == "chain_relay")) {
+      t.ahead = instruction.ahead();
+      if (chain) {
         for (Traffic &hop : chainHops(instruction, d, devices, t))
           traffic[d].push_back(hop);
         continue;
@@ -304,15 +318,24 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
   sim.next.assign(devices, 0);
   sim.clock.assign(devices, 0.0);
   sim.passEnds.resize(devices);
-  int64_t passes = steps + (drain ? 1 : 0);
+  // Instructions that do the next step's work (`ahead`) run once, alone,
+  // before step 0 (a pass of its own, step -1) and not in the last step.
+  int64_t shift = 0;
+  for (const auto &stream : traffic)
+    for (const Traffic &t : stream)
+      shift = t.ahead ? 1 : shift;
+  int64_t passes = shift + steps + (drain ? 1 : 0);
   // Positions over the visited instructions of all passes, step-major.
   std::vector<int64_t> at(devices, 0);
   auto fullPosition = [&](int d) -> int {
     int size = streams.size(d);
     int64_t visited = traffic[d].size();
     if (at[d] >= passes * visited)
-      return passes * size;
-    return (at[d] / visited) * size + traffic[d][at[d] % visited].index;
+      return (passes - shift) * size;
+    int64_t pass = at[d] / visited;
+    if (pass < shift)
+      return 0;
+    return (pass - shift) * size + traffic[d][at[d] % visited].index;
   };
   for (bool moved = true; moved;) {
     moved = false;
@@ -324,13 +347,16 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
       auto advance = [&] {
         ++position;
         moved = true;
-        if (position % visited == 0)
+        if (position % visited == 0 && position / visited > shift)
           sim.passEnds[d].push_back(clock);
       };
       while (position < passes * visited) {
-        int64_t step = position / visited;
+        int64_t step = position / visited - shift;
         const Traffic &t = traffic[d][position % visited];
-        if (t.minStep > step || (step == steps && !t.drain)) {
+        bool runs = step < 0 ? t.ahead
+                             : t.minStep <= step && (step < steps || t.drain) &&
+                                   !(t.ahead && step == steps - 1);
+        if (!runs) {
           advance(); // not run in this step
           continue;
         }

@@ -82,6 +82,8 @@ void printInstruction(std::ostream &os, const Plan &plan,
     os << " min_step=" << instruction.min_step();
   if (instruction.drain())
     os << " drain";
+  if (instruction.ahead())
+    os << " ahead";
   if (instruction.last_slot())
     os << " last_slot";
   os << " " << (instruction.phase().empty() ? "-" : instruction.phase()) << " "

@@ -13,14 +13,51 @@ std::vector<char> gatheredParameters(const Plan &plan) {
   return gathered;
 }
 
+std::vector<char> ownedElsewhere(const Plan &plan, int device) {
+  std::vector<char> elsewhere(plan.tensors_size(), 0);
+  for (const ShardGroup &group : plan.schedule().shard_groups())
+    if (group.has_owner() && group.owner() != device)
+      for (int id : {group.shard(), group.mean()})
+        if (id >= 0 && id < plan.tensors_size())
+          elsewhere[id] = 1;
+  return elsewhere;
+}
+
 ShardLayout layoutOf(const Plan &plan, const ShardGroup &group) {
   std::vector<int64_t> sizes;
   for (int id : group.params())
     sizes.push_back(plan.tensors(id).bytes() / 4);
-  return ShardLayout(sizes, plan.devices_size());
+  return ShardLayout(sizes, group.has_owner() ? 1 : plan.devices_size());
 }
 
 namespace {
+
+/// CDP-ZeRO: the owner is a device of the plan and alone holds the master
+/// copy and the mean gradients, whole; the region covers the parameters.
+std::string checkOwned(const Plan &plan, const ShardGroup &group,
+                       const std::string &name, const ShardLayout &layout,
+                       int64_t end) {
+  auto valid = [&](int64_t id) { return id >= 0 && id < plan.tensors_size(); };
+  if (group.owner() < 0 || group.owner() >= plan.devices_size())
+    return name + " is owned by device " + std::to_string(group.owner()) +
+           ", which the plan lacks";
+  if (group.padding() != -1)
+    return name + " has padding, which an owned stage never has";
+  for (int id : {group.shard(), group.mean()})
+    if (!valid(id) || plan.tensors(id).device() != group.owner() ||
+        plan.tensors(id).bytes() != 4 * layout.totalSize() ||
+        plan.tensors(id).kind() != (id == group.shard() ? SHARD : REDUCED))
+      return name + ": its master copy and mean gradients are not the " +
+             "stage's " + std::to_string(layout.totalSize()) +
+             " elements on its owner";
+  const Tensor *region =
+      valid(group.region()) ? &plan.tensors(group.region()) : nullptr;
+  if (!region || region->kind() != ACTIVATION || region->has_device() ||
+      region->offset() + region->bytes() != end ||
+      region->bytes() != 4 * layout.totalSize())
+    return name + ": its region does not cover its parameters";
+  return "";
+}
 
 std::string checkGroup(const Plan &plan, const ShardGroup &group,
                        std::vector<char> &seen) {
@@ -48,6 +85,8 @@ std::string checkGroup(const Plan &plan, const ShardGroup &group,
       plan.tensors(group.shard()).bytes() != 4 * layout.shardSize())
     return name + ": its shard is not a SHARD tensor of " +
            std::to_string(layout.shardSize()) + " elements";
+  if (group.has_owner())
+    return checkOwned(plan, group, name, layout, end);
   if (layout.padding() == 0)
     return group.padding() == -1
                ? ""

@@ -58,4 +58,4 @@ func.func @main(%x: tensor<4xf32>) -> (tensor<f32> {cdp.name = "loss"}) attribut
 
 // ZeRO (dp only): the schedule records the stage for the slot programs.
 // ZERO: cdp.schedule = {devices = 4 : i64, slots = 4 : i64, stages = 4 : i64, strategy = "dp", zero = 2 : i64}
-// ZEROCDP: error: ZeRO stage 1 with cdp is not supported (stages 1 to 3 with dp are)
+// ZEROCDP: error: ZeRO stage 1 with cdp is not supported (stages 1 to 3 with dp and 3 with cdp are)

@@ -194,8 +194,11 @@ cl::opt<std::string> zeroStage(
              "updated parameters; 2 also the gradients (a reduce-scatter "
              "instead of the all-reduce); 3 also the parameters, each "
              "stage all-gathered before the work that reads it and freed "
-             "after. --strategy dp; the pipelines with --replicas 2 or more "
-             "take --zero 1 (sharded over a stage's replicas)"),
+             "after. --strategy dp; --strategy cdp takes --zero 3 with "
+             "--cdp-rule v1 (CDP-ZeRO: each stage has an owner device, its "
+             "parameters go from device to device point to point); the "
+             "pipelines with --replicas 2 or more take --zero 1 (sharded "
+             "over a stage's replicas)"),
     cl::value_desc("0|1|2|3"), cl::init("0"), cl::cat(category));
 cl::opt<bool> inference(
     "inference",
@@ -798,12 +801,26 @@ void checkMeaningfulFlags(const Settings &settings) {
   if (given(cdpReduce) && !traits.dataParallel)
     refuse(cdpReduce, "--strategy dp and cdp, not " + strategy);
   int64_t zero = positiveInteger("--zero", zeroStage, 0, 3);
-  if (zero > 0 && strategy == "cdp")
-    die("--zero with --strategy cdp is not built yet: CDP's devices reach a "
-        "stage one after another, so its sharded model states are to move "
-        "point to point along the devices (CDP-ZeRO) rather than by dp's "
-        "collectives; use --strategy dp --zero " +
-        zeroStage);
+  if (zero > 0 && zero < 3 && strategy == "cdp")
+    die("--zero " + zeroStage +
+        " with --strategy cdp is not built: CDP-ZeRO (--zero 3) moves "
+        "every model state point to point; sharding only the optimizer "
+        "state or the gradients would bring back dp's collectives (use "
+        "--strategy dp --zero " +
+        zeroStage + ")");
+  if (zero == 3 && strategy == "cdp" && cdpRule != "v1")
+    die("--zero 3 with --strategy cdp (CDP-ZeRO) runs update rule v1 only: "
+        "give --cdp-rule v1 (under v2 a stage's owner would keep and send "
+        "two versions)");
+  if (zero == 3 && strategy == "cdp" && given(cdpReduce) &&
+      cdpReduce != "chain")
+    die("--zero 3 with --strategy cdp (CDP-ZeRO) reduces gradients along "
+        "the chain of devices; drop --cdp-reduce " +
+        cdpReduce);
+  if (zero == 3 && strategy == "cdp" && given(clipGradNorm))
+    die("--clip-grad-norm with --strategy cdp --zero 3 is not built yet: "
+        "CDP-ZeRO's devices never hold a whole step's gradients; use "
+        "--strategy dp --zero 3 to clip");
   if (zero > 0 && traits.replicable && zero > 1)
     die("--zero " + zeroStage + " with --strategy " + strategy +
         " is not built yet: a pipeline shards its optimizer state over a "
@@ -812,9 +829,9 @@ void checkMeaningfulFlags(const Settings &settings) {
     die("--zero 1 with --strategy " + strategy +
         " shards each stage's optimizer state over the stage's replicas; "
         "give --replicas 2 or more");
-  if (zero > 0 && strategy != "dp" && !traits.replicable)
-    refuse(zeroStage, "--strategy dp, and the --replicas of gpipe, 1f1b, "
-                      "2bw, interleaved-1f1b and zb-h1, not " +
+  if (zero > 0 && strategy != "dp" && strategy != "cdp" && !traits.replicable)
+    refuse(zeroStage, "--strategy dp and cdp, and the --replicas of gpipe, "
+                      "1f1b, 2bw, interleaved-1f1b and zb-h1, not " +
                           strategy);
   if (given(noDecay) && !given(weightDecay) && optimizer != "adamw")
     refuse(noDecay, "a weight decay (--weight-decay, or --optimizer adamw)");

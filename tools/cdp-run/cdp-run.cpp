@@ -476,6 +476,14 @@ void checkMeaningfulFlags(const Options &options, const plan::Plan &plan) {
         std::to_string(plan.schedule().zero()) +
         " plan keeps only as one shard per device; compile with --zero 1 "
         "to dump them");
+  bool owned = std::any_of(plan.schedule().shard_groups().begin(),
+                           plan.schedule().shard_groups().end(),
+                           [](const auto &group) { return group.has_owner(); });
+  if (owned && (!options.checkpoint.empty() || !options.resume.empty()))
+    die(std::string(options.resume.empty() ? "--checkpoint" : "--resume") +
+        " is not built yet for a cdp --zero 3 plan (its stage owners send "
+        "the next step's parameters before the step starts); compile with "
+        "--strategy dp --zero 3 to checkpoint sharded model states");
   if (options.eval && options.data.empty())
     die("--eval evaluates on the test split of --data; with --feed give the "
         "held-out data with --eval-feed NAME=FILE");
@@ -1204,6 +1212,7 @@ void runDevice(Run &run, int d, DeviceThreads &shared) {
     if (pipeline || d == 0)
       progress = t + 1;
   };
+  ex.setTotalSteps(run.total);
   if (shared.start > 0)
     runPart(shared.start - 1, shared.cuts.at(shared.start, d), size);
   for (int64_t t = shared.start; t < run.total; ++t) {

@@ -2,9 +2,11 @@
 //
 // A plan compiled with --zero 3 keeps each stage's parameters as one shard
 // per device (a SHARD tensor) and gathers the stage into the arena only
-// around the work that reads it (Schedule.shard_groups). The runtime, the
-// validator and the report ask here which parameters those are and how a
-// group is cut.
+// around the work that reads it (Schedule.shard_groups). Under CDP-ZeRO
+// (cdp --zero 3) a group has an owner, which alone holds the whole stage
+// as its shard, and the stage travels point to point in a region tensor. The
+// runtime, the validator and the report ask here which parameters those are and
+// how a group is cut.
 //
 //===----------------------------------------------------------------------===//
 
@@ -23,7 +25,12 @@ namespace cdp::plan {
 /// in the arena and holds its stage only while gathered).
 std::vector<char> gatheredParameters(const Plan &plan);
 
-/// The group's parameters cut over the plan's devices.
+/// Per plan tensor: 1 where only another device than `device` holds it
+/// (CDP-ZeRO: a stage's master copy and mean gradients, on its owner).
+std::vector<char> ownedElsewhere(const Plan &plan, int device);
+
+/// The group's parameters cut over the plan's devices (CDP-ZeRO's owned
+/// groups: one shard, the whole stage).
 ShardLayout layoutOf(const Plan &plan, const ShardGroup &group);
 
 /// Empty when every shard group is well formed (ids, kinds, the shard's

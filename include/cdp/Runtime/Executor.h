@@ -14,6 +14,7 @@
 #include "cdp/Runtime/Kernel.h"
 
 #include <chrono>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -128,6 +129,9 @@ public:
   std::vector<double> profileSeconds() const;
   /// Training steps run so far.
   int64_t stepsRun() const { return steps; }
+  /// The run trains steps up to `total` - 1: instructions marked `ahead`
+  /// (they do the next step's work) are skipped in that last step.
+  void setTotalSteps(int64_t total) { totalSteps = total; }
   /// After the last of `steps` steps: applies the reductions still pending
   /// (delayed updates), so that the parameters are theta_T. 2bw and
   /// cdp-mp: the drain (the last micro-batches' backwards and the
@@ -174,6 +178,7 @@ private:
   void fillParameterShards();
   void gatherShardedParameters();
   void runInstructions(const StepContext &context, InstructionRange range);
+  void runAhead(const StepContext &context);
   std::vector<std::unique_ptr<Kernel>>
   bind(const google::protobuf::RepeatedPtrField<plan::Instruction> &stream,
        int threads);
@@ -188,12 +193,14 @@ private:
   int64_t arenaBytes = 0;
   std::vector<void *> persistent;    // by tensor id; null for arena tensors
   std::vector<char> gathered;        // by tensor id: ZeRO stage 3's parameters
+  std::vector<char> elsewhere;       // by tensor id: another device's only
   std::map<int, void *> hostStaging; // stageInWhole's, by tensor id
   std::vector<TensorView> views;
   std::vector<std::unique_ptr<Kernel>> train, eval;
   int evalThreads = 1; ///< to bind the evaluation stream again
   std::vector<double> profile, firstStepProfile;
   int64_t steps = 0;
+  int64_t totalSteps = std::numeric_limits<int64_t>::max();
   bool draining = false; ///< flush: only `drain` instructions run
 };
 

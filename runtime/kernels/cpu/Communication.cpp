@@ -186,7 +186,10 @@ void registerChain(KernelRegistry &registry) {
     Communicator *comm = args.communicator;
     int device = comm->rank(), devices = comm->size();
     bool last = device + 1 == devices;
-    if (last && (buffers.size() != 2 || totalCount({buffers[0]}) != count))
+    // CDP-ZeRO: the last slot hands the mean to the stage's owner instead.
+    int owner = static_cast<int>(args.i("owner", -1));
+    if (last && owner < 0 &&
+        (buffers.size() != 2 || totalCount({buffers[0]}) != count))
       args.fail("the last slot's chain_reduce needs its two chain buffers");
     return [=](const StepContext &context) {
       int64_t tau = timeStep + cycle * context.step;
@@ -208,6 +211,13 @@ void registerChain(KernelRegistry &registry) {
         return;
       }
       float scale = 1.0f / static_cast<float>(devices);
+      if (owner >= 0) {
+        for (float &x : *sum)
+          x *= scale;
+        comm->send(owner, meanTag(context.step, stage),
+                   floats(sum->data(), count), tau);
+        return;
+      }
       float *mean = chainBuffer(buffers, context.step);
       for (int64_t i = 0; i < count; ++i)
         mean[i] = (*sum)[i] * scale;
@@ -245,15 +255,33 @@ void registerChain(KernelRegistry &registry) {
 
   // The mean of step t - 1 - delay is in a chain buffer already: unpack it
   // into the reduced gradients (inputs: the two buffers).
-  addKernel(registry, "chain_wait", [](const KernelArgs &args) {
-    std::vector<TensorView> buffers = args.inputs, reduced = args.outputs;
-    if (buffers.size() != 2 || buffers[0].numel() != totalCount(reduced))
-      args.fail("chain_wait reads two chain buffers of its stage's size");
-    int64_t delay = args.i("delay", 0);
-    return [=](const StepContext &context) {
-      unpack(chainBuffer(buffers, context.step - 1 - delay), reduced);
-    };
-  });
+  addKernel(
+      registry, "chain_wait",
+      [](const KernelArgs &args) -> std::function<void(const StepContext &)> {
+        std::vector<TensorView> buffers = args.inputs, reduced = args.outputs;
+        int from = static_cast<int>(args.i("from", -1));
+        if (from >= 0) { // CDP-ZeRO's owner: the mean from the chain's last
+          if (!args.communicator)
+            args.fail("needs a communicator (a multi-device plan)");
+          Communicator *comm = args.communicator;
+          int64_t stage = args.i("stage", 0), delay = args.i("delay", 0);
+          int device = args.device;
+          TensorView mean = reduced.front();
+          return [=](const StepContext &context) {
+            if (!comm->recv(from, meanTag(context.step - 1 - delay, stage),
+                            receiving(mean)))
+              throw RuntimeError(
+                  "device " + std::to_string(device) +
+                  ": stopped while waiting for a reduced gradient");
+          };
+        }
+        if (buffers.size() != 2 || buffers[0].numel() != totalCount(reduced))
+          args.fail("chain_wait reads two chain buffers of its stage's size");
+        int64_t delay = args.i("delay", 0);
+        return [=](const StepContext &context) {
+          unpack(chainBuffer(buffers, context.step - 1 - delay), reduced);
+        };
+      });
 }
 
 } // namespace cdp::runtime::cpu

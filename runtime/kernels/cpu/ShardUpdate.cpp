@@ -25,6 +25,10 @@
 // after another in the arena with the padding behind them, so the shards
 // land in place; `shard_release` marks them dead (it runs nothing).
 //
+// CDP-ZeRO (`owner`): the owner's shard is the whole stage (its master
+// copy), updated from the chain's mean gradients; `master_copy` puts it
+// in the region the stage travels in, for the owner's own use.
+//
 //===----------------------------------------------------------------------===//
 
 #include "CpuKernels.h"
@@ -69,6 +73,16 @@ std::vector<int64_t> sizesOf(const std::vector<TensorView> &views) {
   return sizes;
 }
 
+/// Devices a stage is cut over: the run's, or one where the stage has an
+/// owner (CDP-ZeRO: the owner updates the whole stage).
+int shardDevices(const KernelArgs &args) {
+  return args.i("owner", -1) >= 0 ? 1 : args.communicator->size();
+}
+/// This device's shard of the stage.
+int shardIndex(const KernelArgs &args) {
+  return args.i("owner", -1) >= 0 ? 0 : args.communicator->rank();
+}
+
 /// The stage's tensors' elements: the parameters' own, or (stage 3, which
 /// holds their shard only) the `sizes` attribute.
 std::vector<int64_t> stageSizes(const KernelArgs &args,
@@ -79,7 +93,7 @@ std::vector<int64_t> stageSizes(const KernelArgs &args,
   // cut into the parameter shard it gives, one per device.
   std::vector<int64_t> sizes = args.ints("sizes");
   int64_t total = 0, shard = params.front().numel(),
-          devices = args.communicator->size();
+          devices = shardDevices(args);
   for (int64_t size : sizes) {
     if (size <= 0 || size > shard * devices - total)
       args.fail("has 'sizes' that do not fill " + std::to_string(devices) +
@@ -125,14 +139,12 @@ public:
   explicit ShardUpdateKernel(const KernelArgs &args)
       : params(args.inputs.begin(), args.inputs.begin() + parameterCount(args)),
         grads(args.inputs.begin() + parameterCount(args), args.inputs.end()),
-        layout(stageSizes(args, params), args.communicator->size()),
-        update(rulesOf(args, layout.tensors()), layout,
-               args.communicator->rank()),
-        pieces(layout.pieces(args.communicator->rank())),
-        comm(args.communicator), stage(args.i("stage", 0)),
-        timeStep(args.instruction->time_step()), cycle(args.i("cycle", 1)),
-        device(args.device), adam(UpdateRule(args).adam),
-        zero(args.i("zero", 1)) {
+        layout(stageSizes(args, params), shardDevices(args)),
+        update(rulesOf(args, layout.tensors()), layout, shardIndex(args)),
+        pieces(layout.pieces(shardIndex(args))), comm(args.communicator),
+        stage(args.i("stage", 0)), timeStep(args.instruction->time_step()),
+        cycle(args.i("cycle", 1)), device(args.device),
+        adam(UpdateRule(args).adam), zero(args.i("zero", 1)) {
     if (zero >= 2 && grads.front().numel() != layout.shardSize())
       args.fail("its gradient shard holds " +
                 std::to_string(grads.front().numel()) +
@@ -398,6 +410,20 @@ public:
   void run(const StepContext &) override {}
 };
 
+/// CDP-ZeRO: the owner's master copy of a stage into the region it
+/// travels in (the owner's own use of the stage).
+class MasterCopyKernel : public Kernel {
+public:
+  explicit MasterCopyKernel(const KernelArgs &args)
+      : master(args.inputs[0]), region(args.outputs[0]) {}
+  void run(const StepContext &) override {
+    std::memcpy(region.data, master.data, master.numel() * sizeof(float));
+  }
+
+private:
+  TensorView master, region;
+};
+
 } // namespace
 
 void registerShardUpdate(KernelRegistry &registry) {
@@ -412,6 +438,10 @@ void registerShardUpdate(KernelRegistry &registry) {
                  if (!args.communicator)
                    args.fail("needs a communicator (a multi-device plan)");
                  return std::make_unique<ShardGatherKernel>(args);
+               });
+  registry.add("master_copy", Backend::CPU,
+               [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+                 return std::make_unique<MasterCopyKernel>(args);
                });
   registry.add("shard_release", Backend::CPU,
                [](const KernelArgs &) -> std::unique_ptr<Kernel> {

@@ -404,10 +404,14 @@ def Sched_StartReductionOp : Sched_Op<"start_reduction",
   let description = [{
     With `zero` = 2 or 3 the reduction is a reduce-scatter: the device keeps
     the mean of its shard of the stage's gradients only (see
-    `sched.wait_reduction`).
+    `sched.wait_reduction`). CDP-ZeRO (`owner` >= 0): the chain's partial
+    sums go from slot to slot as with --cdp-reduce chain, and the last slot
+    hands the mean to device `owner`, which alone updates the stage
+    (`sched.owner_update`); nothing travels back.
   }];
   let arguments = (ins Sched_Int:$stage, Sched_Int:$time_step,
-                       DefaultValuedAttr<Sched_Int, "0">:$zero);
+                       DefaultValuedAttr<Sched_Int, "0">:$zero,
+                       DefaultValuedAttr<Sched_Int, "-1">:$owner);
 }
 
 def Sched_GatherParamsOp : Sched_Op<"gather_params",
@@ -421,9 +425,46 @@ def Sched_GatherParamsOp : Sched_Op<"gather_params",
     until the matching `sched.release_params`. Every device gathers at the
     same point of its program (a collective). `cdp-place-gathered-params`
     chooses the offsets: stages gathered at the same time never overlap.
+
+    CDP-ZeRO (`from` >= 0): the stage arrives point to point instead, from
+    device `from` (the slot before, which just used it, or the stage's
+    owner), or, where `from` is the device itself, from its own master
+    copy (it owns the stage). Nothing is padded.
   }];
   let arguments = (ins Sched_Int:$stage, Sched_Int:$time_step,
-                       DefaultValuedAttr<Sched_Int, "0">:$offset);
+                       DefaultValuedAttr<Sched_Int, "0">:$offset,
+                       DefaultValuedAttr<Sched_Int, "-1">:$from);
+}
+
+def Sched_SendParamsOp : Sched_Op<"send_params", [HasParent<"SlotDeviceOp">]> {
+  let summary = "CDP-ZeRO: pass a stage's parameters on to the next device";
+  let description = [{
+    Sends stage `stage`'s whole parameters to device `to` for its work at
+    cycle time `use` (the `sched.gather_params` with that time step and
+    `from` = this device receives them): the copy this device gathered and
+    has just used, or, with `master`, the owner's master copy. The message
+    is for the receiver's step t + `step_offset` (1: the owner sends the
+    next step's parameters after its update, before that step starts
+    here; such sends run once before the first step and not in the last).
+  }];
+  let arguments = (ins Sched_Int:$stage, Sched_Int:$use, Sched_Int:$to,
+                       Sched_Int:$time_step,
+                       DefaultValuedAttr<Sched_Int, "0">:$step_offset,
+                       DefaultValuedAttr<BoolAttr, "false">:$master);
+}
+
+def Sched_OwnerUpdateOp : Sched_Op<"owner_update",
+                                   [HasParent<"SlotDeviceOp">]> {
+  let summary = "CDP-ZeRO: the stage's owner applies the step's mean gradients";
+  let description = [{
+    On the owner of stage `stage`, after its own last use of the stage in
+    step t: takes the mean gradients of step t - 1 from device `from` (the
+    chain's last slot) and updates its master copy of the stage's
+    parameters and their optimizer state, from step 1 on. Under CDP rule v1
+    every device's step t + 1 reads the result.
+  }];
+  let arguments = (ins Sched_Int:$stage, Sched_Int:$from,
+                       Sched_Int:$time_step);
 }
 
 def Sched_ReleaseParamsOp : Sched_Op<"release_params",
