@@ -229,6 +229,10 @@ PlanFacts::PlanFacts(const plan::SpelledPlan &spelled) {
              readBackward[id])
       category[id] = Category::Activation;
   }
+  // CDP-ZeRO's stages arrive whole in their region (recv, master_copy).
+  for (const plan::ShardGroup &group : plan.schedule().shard_groups())
+    if (group.has_owner() && group.region() >= 0 && group.region() < tensors)
+      gatheredOutput[group.region()] = 1;
   for (int id = 0; id < tensors; ++id)
     if (gatheredOutput[id])
       category[id] = Category::Gathered;
@@ -392,6 +396,8 @@ void ReportBuilder::ran(int device, int64_t t, int index, bool countSent) {
   plan::IdRange inputs = spelled.inputs(device, instruction);
   plan::IdRange outputs = spelled.outputs(device, instruction);
   int64_t tau = planFacts.timeOf(instruction, t);
+  if (tau < 0)
+    return; // an edited plan's `ahead` work before the time axis starts
   if (planFacts.unitBegins[device][index])
     unitBegins(device, tau);
   if (planFacts.unitEnds[device][index])
@@ -451,8 +457,15 @@ void ReportBuilder::ran(int device, int64_t t, int index, bool countSent) {
     devices[device].bornBytes[kReduction][tau] += bytes;
   if (!countSent)
     return;
-  // The contribution, the partial sum on, or the mean back (the last slot).
-  if (op == "reduce_start" || device + 1 < plan.devices_size() || device > 0)
+  // The contribution, the partial sum on, or the mean back (the last
+  // slot; CDP-ZeRO: to the stage's owner, unless it is the owner).
+  int64_t owner = -1;
+  for (const plan::Attribute &a : instruction->attributes())
+    if (a.name() == "owner")
+      owner = a.i();
+  bool last = device + 1 == plan.devices_size();
+  if (op == "reduce_start" || !last ||
+      (owner >= 0 ? owner != device : device > 0))
     sent(device, tau, bytes, /*collective=*/op == "reduce_start");
 }
 
@@ -633,12 +646,18 @@ void predict(int64_t steps, ReportBuilder &report,
     bool drains = false;
     for (const plan::SpelledInstruction &instruction : spelled.program(d))
       drains |= instruction->drain();
+    // CDP-ZeRO's owners run the next step's sends (`ahead`) once before
+    // step 0, as step -1's program would, and not in the last step.
+    for (int i = 0; i < spelled.size(d); ++i)
+      if (spelled.at(d, i)->ahead())
+        report.ran(d, -1, i, /*countSent=*/true);
     for (int64_t t = 0; t < steps + (drains ? 1 : 0); ++t) {
       bool draining = t == steps;
       report.startStep(d, t);
       for (int i = 0; i < spelled.size(d); ++i) {
         const plan::Instruction &instruction = *spelled.at(d, i);
-        if (instruction.min_step() > t || (draining && !instruction.drain()))
+        if (instruction.min_step() > t || (draining && !instruction.drain()) ||
+            (instruction.ahead() && t + 1 >= steps))
           continue;
         report.ran(d, t, i, /*countSent=*/true);
       }
