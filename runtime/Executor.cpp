@@ -358,7 +358,11 @@ void Executor::runAhead(const StepContext &context) {
   for (size_t i = 0; i < train.size(); ++i) {
     if (!device.instructions(i).ahead())
       continue;
+    auto start = std::chrono::steady_clock::now();
     train[i]->run(before);
+    if (trace)
+      trace->record(deviceIndex, device.instructions(i), before.step, start,
+                    std::chrono::steady_clock::now());
     if (report)
       report->ran(deviceIndex, before.step, static_cast<int>(i),
                   /*countSent=*/false);

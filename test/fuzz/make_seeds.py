@@ -26,6 +26,8 @@ STRATEGIES = [[], ["--strategy", "dp", "--devices", "2"],
               ["--strategy", "cdp", "--devices", "2", "--cdp-reduce", "chain", "--cdp-rule", "v1"],
               ["--strategy", "1f1b", "--stages", "2", "--micro-batches", "2"],
               ["--strategy", "dp", "--devices", "2", "--zero", "3", "--optimizer", "adam"],
+              ["--strategy", "cdp", "--devices", "3", "--zero", "3", "--cdp-rule", "v1",
+               "--optimizer", "adam"],
               ["--strategy", "gpipe", "--stages", "2", "--micro-batches", "2", "--replicas", "2",
                "--devices", "4", "--zero", "1", "--optimizer", "momentum"]]
 

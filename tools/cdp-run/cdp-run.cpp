@@ -474,8 +474,9 @@ void checkMeaningfulFlags(const Options &options, const plan::Plan &plan) {
   if (!options.dumpGrads.empty() && plan.schedule().zero() >= 2)
     die("--dump-grads writes the mean gradients, which a --zero " +
         std::to_string(plan.schedule().zero()) +
-        " plan keeps only as one shard per device; compile with --zero 1 "
-        "to dump them");
+        " plan never holds whole on every device (dp: one shard per "
+        "device; cdp: on each stage's owner); compile with --strategy dp "
+        "--zero 1 to dump them");
   bool owned = std::any_of(plan.schedule().shard_groups().begin(),
                            plan.schedule().shard_groups().end(),
                            [](const auto &group) { return group.has_owner(); });
