@@ -13,7 +13,9 @@ and the formulas: weights 4 Psi (stage 3: 4 Psi / N), gradients 4 Psi
 and with stage 3 the most bytes of gathered parameters at one time step.
 The difference is the padding of each stage to N equal shards. Then, under
 `mpirun -np 4` (one thread per rank), the mean step time of S steps and
-device 0's measured peak bytes for dp, dp --zero 1|2|3 and cdp.
+the measured peak bytes of device 0 and of the fullest device for dp,
+dp --zero 1|2|3, cdp (rule v2, the default), cdp v1 and cdp --zero 3
+(CDP-ZeRO, rule v1).
 """
 import argparse
 import json
@@ -129,14 +131,17 @@ MPIRUN = ["mpirun", "--oversubscribe", "--mca", "btl", "self,vader", "--mca",
 
 
 def mpirun_times(args, binary, path, flags, work, batch):
-    """Step time and peak bytes of 4 ranks for dp, dp --zero 1|2|3 and cdp.
+    """Step time and peak bytes of 4 ranks for dp, dp --zero 1|2|3, cdp,
+    cdp v1 and cdp --zero 3.
     The inputs are x.npy and y.npy of the N = 4 runs above."""
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     print("\nmpirun -np 4, one thread per rank, Adam, %d steps" % args.mpirun_steps)
-    print("%-12s %-14s %12s %16s" % ("model", "plan", "ms/step", "peak bytes (0)"))
+    print("%-12s %-14s %12s %16s %16s" % ("model", "plan", "ms/step", "peak bytes (0)",
+                                          "peak bytes (max)"))
     for name, extra in [("dp", []), ("dp --zero 1", ["--zero", "1"]),
                         ("dp --zero 2", ["--zero", "2"]), ("dp --zero 3", ["--zero", "3"]),
-                        ("cdp", [])]:
+                        ("cdp", []), ("cdp v1", ["--cdp-rule", "v1"]),
+                        ("cdp --zero 3", ["--cdp-rule", "v1", "--zero", "3"])]:
         strategy = name.split()[0]
         plan = os.path.join(work, "t.cdp")
         subprocess.run([binary("cdp-compile"), path, *flags, "--strategy", strategy,
@@ -151,8 +156,8 @@ def mpirun_times(args, binary, path, flags, work, batch):
                        capture_output=True)
         rates = [json.loads(line)["samples_per_s"] for line in open(metrics)][3:]
         ms = float(np.mean([1e3 * 4 * batch / rate for rate in rates]))
-        peak = json.load(open(report))["peak"]["device_bytes"][0]
-        print("%-12s %-14s %12.3f %16d" % (args.model, name, ms, peak))
+        peaks = json.load(open(report))["peak"]["device_bytes"]
+        print("%-12s %-14s %12.3f %16d %16d" % (args.model, name, ms, peaks[0], max(peaks)))
 
 
 if __name__ == "__main__":
