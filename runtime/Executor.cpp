@@ -369,6 +369,46 @@ void Executor::runAhead(const StepContext &context) {
   }
 }
 
+/// CDP-ZeRO's gradient messages as flows: chain_reduce {owner} receives
+/// the partial sum from the device before and passes it on, the last
+/// device's mean to the owner; the owner's chain_wait {from} receives it
+/// (the mean of step t - 1 - delay). The flush after training is not
+/// traced: the last step's mean shows its send only.
+void TraceRecorder::recordChainFlows(int device,
+                                     const plan::Instruction &instruction,
+                                     int64_t step, double from, double to) {
+  int64_t owner = -1, source = -1, delay = 0;
+  for (const plan::Attribute &a : instruction.attributes()) {
+    if (a.name() == "owner")
+      owner = a.i();
+    else if (a.name() == "from")
+      source = a.i();
+    else if (a.name() == "delay")
+      delay = a.i();
+  }
+  std::string stage = std::to_string(instruction.stage());
+  auto flow = [&](int64_t sender, int64_t receiver, int64_t ofStep,
+                  const std::string &what) {
+    bool isSend = sender == device;
+    flows[device].push_back({std::to_string(sender) + ">" +
+                                 std::to_string(receiver) + ":" +
+                                 std::to_string(ofStep) + ":" + what + stage,
+                             isSend, isSend ? from : to});
+  };
+  int last = static_cast<int>(spans.size()) - 1;
+  if (instruction.op() == "chain_reduce" && owner >= 0) {
+    if (device > 0)
+      flow(device - 1, device, step, "g");
+    if (device < last)
+      flow(device, device + 1, step, "g");
+    else if (owner != device)
+      flow(device, owner, step, "m");
+  } else if (instruction.op() == "chain_wait" && source >= 0 &&
+             source != device) {
+    flow(source, device, step - 1 - delay, "m");
+  }
+}
+
 TraceRecorder::TraceRecorder(int devices)
     : origin(std::chrono::steady_clock::now()), spans(devices), flows(devices) {
 }
@@ -407,6 +447,7 @@ void TraceRecorder::record(int device, const plan::Instruction &instruction,
                      std::to_string(attribute("value", 0));
     flows[device].push_back({id, isSend, isSend ? from : to});
   }
+  recordChainFlows(device, instruction, step, from, to);
   std::vector<Span> &list = spans[device];
   if (!list.empty() && list.back().name == name && list.back().step == step &&
       list.back().microBatch == instruction.micro_batch()) {

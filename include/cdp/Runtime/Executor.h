@@ -41,6 +41,9 @@ public:
   void importDevices(const std::string &bytes);
 
 private:
+  void recordChainFlows(int device, const plan::Instruction &instruction,
+                        int64_t step, double from, double to);
+
   struct Span {
     std::string name;
     const char *category;
