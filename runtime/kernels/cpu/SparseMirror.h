@@ -1,0 +1,57 @@
+//===- SparseMirror.h - top-k selection and the mirror weight update -*- C++
+//-*-===//
+//
+// LaySA's arithmetic on one layer, apart from where it runs (issue 15's
+// first step; the strategy that schedules it is not built yet). A worker
+// keeps a mirror M of its weights W, M = W - r, where r is the part of
+// its updates it has not sent yet (error feedback):
+//
+//   absorb:  M <- M - lr * g            (the dense gradient is dead after)
+//   select:  a = W - M; (I, V) = the k entries of largest |a|
+//   apply:   S = (1/N) sum over workers n of V_n at I_n (in worker order)
+//            W <- W - S;  M <- M - S + V_self at I_self
+//
+// which gives the same W as top-k with an explicit residual buffer
+// (r <- r + lr g; select on r; r <- r - V_self at I_self) while keeping
+// two copies of the layer instead of three.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CDP_RUNTIME_KERNELS_CPU_SPARSEMIRROR_H
+#define CDP_RUNTIME_KERNELS_CPU_SPARSEMIRROR_H
+
+#include <cstdint>
+#include <vector>
+
+namespace cdp::runtime::cpu {
+
+/// A worker's sparse contribution: indices ascending, one value each.
+struct SparseSelection {
+  std::vector<int32_t> indices;
+  std::vector<float> values;
+};
+
+/// Entries a layer of `elements` sends at `density`: max(1, ceil(density
+/// * elements)), at most `elements`.
+int64_t sparseCount(int64_t elements, double density);
+
+/// The `k` entries of `a` (of `n`) with the largest magnitude; among equal
+/// magnitudes the lowest index wins, so every run selects the same set.
+/// Returned by ascending index.
+SparseSelection selectTopK(const float *a, int64_t n, int64_t k);
+
+/// M <- M - lr * g.
+void absorbGradient(float *mirror, const float *gradient, int64_t n, float lr);
+
+/// a = W - M, then its top-k.
+SparseSelection selectFromMirror(const float *weights, const float *mirror,
+                                 int64_t n, int64_t k);
+
+/// Applies the workers' selections (in worker order, `self` this one's):
+/// W <- W - S, M <- M - S + V_self at I_self, S their sum over N.
+void applySparseUpdate(float *weights, float *mirror, int64_t n,
+                       const std::vector<SparseSelection> &workers, int self);
+
+} // namespace cdp::runtime::cpu
+
+#endif // CDP_RUNTIME_KERNELS_CPU_SPARSEMIRROR_H
