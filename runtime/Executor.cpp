@@ -121,32 +121,30 @@ void Executor::gatherShardedParameters() {
       views[id].data = at;
       at += planRef.tensors(id).bytes();
     }
-    if (group.has_owner()) { // CDP-ZeRO: the owner's master copy to all
-      std::vector<float> whole(layout.totalSize());
+    // Apart from the kernels' tags; CDP-ZeRO: the owner's master copy to
+    // all (an owned stage has no padding), dp: every device's shard.
+    int64_t tag = (int64_t(1) << 52) | group.shard();
+    std::vector<float> whole(layout.paddedSize());
+    bool arrived;
+    if (group.has_owner()) {
       if (deviceIndex == group.owner())
         download(views[group.shard()], whole.data());
-      if (!communicator->broadcast(
-              (int64_t(1) << 52) | group.shard(),
-              {plan::F32, whole.data(), layout.totalSize()}, group.owner(), -1))
-        throw RuntimeError("device " + std::to_string(deviceIndex) +
-                           ": stopped while taking the trained parameters "
-                           "from their owner (another device failed)");
-      upload({views[first].data,
-              {layout.totalSize()},
-              plan::F32,
-              views[first].space},
-             whole.data());
-      continue;
+      arrived = communicator->broadcast(
+          tag, {plan::F32, whole.data(), layout.totalSize()}, group.owner(),
+          -1);
+    } else {
+      HostTensor shard = stageOut(group.shard());
+      arrived = communicator->allGather(
+          tag, {plan::F32, shard.view().data, shard.view().numel()},
+          {plan::F32, whole.data(), layout.paddedSize()}, -1);
     }
-    HostTensor shard = stageOut(group.shard());
-    std::vector<float> whole(layout.paddedSize());
-    if (!communicator->allGather(
-            (int64_t(1) << 52) | group.shard(), // apart from the kernels
-            {plan::F32, shard.view().data, shard.view().numel()},
-            {plan::F32, whole.data(), layout.paddedSize()}, -1))
+    if (!arrived)
       throw RuntimeError("device " + std::to_string(deviceIndex) +
-                         ": stopped while gathering the trained parameters "
-                         "(another device failed)");
+                         (group.has_owner()
+                              ? ": stopped while taking the trained parameters "
+                                "from their owner (another device failed)"
+                              : ": stopped while gathering the trained "
+                                "parameters (another device failed)"));
     upload({views[first].data,
             {layout.totalSize()},
             plan::F32,
@@ -377,15 +375,9 @@ void Executor::runAhead(const StepContext &context) {
 void TraceRecorder::recordChainFlows(int device,
                                      const plan::Instruction &instruction,
                                      int64_t step, double from, double to) {
-  int64_t owner = -1, source = -1, delay = 0;
-  for (const plan::Attribute &a : instruction.attributes()) {
-    if (a.name() == "owner")
-      owner = a.i();
-    else if (a.name() == "from")
-      source = a.i();
-    else if (a.name() == "delay")
-      delay = a.i();
-  }
+  int64_t owner = plan::intAttribute(instruction, "owner"),
+          source = plan::intAttribute(instruction, "from"),
+          delay = plan::intAttribute(instruction, "delay", 0);
   std::string stage = std::to_string(instruction.stage());
   auto flow = [&](int64_t sender, int64_t receiver, int64_t ofStep,
                   const std::string &what) {
@@ -431,10 +423,7 @@ void TraceRecorder::record(int device, const plan::Instruction &instruction,
   if (instruction.op() == "send" || instruction.op() == "recv") {
     // The arrow from a send to its recv (Chrome flow events).
     auto attribute = [&](const char *key, int64_t fallback) {
-      for (const plan::Attribute &a : instruction.attributes())
-        if (a.name() == key)
-          return a.i();
-      return fallback;
+      return plan::intAttribute(instruction, key, fallback);
     };
     bool isSend = instruction.op() == "send";
     int64_t peer = attribute("peer", 0);

@@ -77,13 +77,6 @@ int replicasOf(const plan::Instruction &update) {
   return 1;
 }
 
-int64_t zeroOf(const plan::Instruction &update) {
-  for (const plan::Attribute &a : update.attributes())
-    if (a.name() == "zero")
-      return a.i();
-  return 1;
-}
-
 /// Bytes of one device's shard of a shard_update's or shard_reduce's
 /// stage: the parameter shard itself (ZeRO stage 3), or of the stage's
 /// parameters (all its inputs but the gradient shard with stage 2, half
@@ -96,7 +89,7 @@ int64_t shardBytes(const plan::Instruction &instruction, plan::IdRange inputs,
                .shardSize() *
            4;
   if (instruction.op() == "shard_update") {
-    int64_t zero = zeroOf(instruction);
+    int64_t zero = plan::intAttribute(instruction, "zero", 1);
     if (zero == 3)
       return bytes[inputs[0]];
     tensors = zero == 2 ? tensors - 1 : tensors / 2;
@@ -442,7 +435,8 @@ void ReportBuilder::ran(int device, int64_t t, int index, bool countSent) {
                         : shardBytes(*instruction, inputs, planFacts.bytes, N);
     if (op == "shard_reduce") // the stage's gradients are complete
       gradientReady(device, tau, total(inputs));
-    if (countSent && !(op == "shard_update" && zeroOf(*instruction) == 3))
+    if (countSent && !(op == "shard_update" &&
+                       plan::intAttribute(*instruction, "zero", 1) == 3))
       sent(device, tau, (N - 1) * shard, /*collective=*/true);
   }
   if (op != "reduce_start" && op != "chain_reduce")
@@ -459,10 +453,7 @@ void ReportBuilder::ran(int device, int64_t t, int index, bool countSent) {
     return;
   // The contribution, the partial sum on, or the mean back (the last
   // slot; CDP-ZeRO: to the stage's owner, unless it is the owner).
-  int64_t owner = -1;
-  for (const plan::Attribute &a : instruction->attributes())
-    if (a.name() == "owner")
-      owner = a.i();
+  int64_t owner = plan::intAttribute(*instruction, "owner");
   bool last = device + 1 == plan.devices_size();
   if (op == "reduce_start" || !last ||
       (owner >= 0 ? owner != device : device > 0))

@@ -1549,7 +1549,7 @@ LogicalResult Emitter::emitDataParallel(int64_t arenaBytes) {
   program.walk([&](sched::ClipMeansOp clip) {
     tables.zero = std::max(tables.zero, clip.getZero());
   });
-  program.walk([&](sched::OwnerUpdateOp) { tables.cdpZero = true; });
+  // CDP-ZeRO: every use of a stage arrives point to point (`from`).
   program.walk([&](sched::GatherParamsOp gather) {
     tables.cdpZero |= gather.getFrom() >= 0;
   });

@@ -29,14 +29,6 @@ namespace cdp::plan {
 
 namespace {
 
-int64_t attribute(const Instruction &instruction, std::string_view name,
-                  int64_t fallback = -1) {
-  for (const Attribute &a : instruction.attributes())
-    if (std::string_view(a.name()) == name)
-      return a.i();
-  return fallback;
-}
-
 /// How many values list attribute `name` holds (0 when absent).
 int64_t listSize(const Instruction &instruction, std::string_view name) {
   for (const Attribute &a : instruction.attributes())
@@ -56,11 +48,11 @@ struct Message {
 
 Message messageOf(const Instruction &instruction) {
   Message m;
-  m.peer = attribute(instruction, "peer");
-  m.value = attribute(instruction, "value");
-  m.microBatch = attribute(instruction, "micro_batch", 0);
-  m.perStep = attribute(instruction, "micro_batches", 1);
-  m.stepOffset = attribute(instruction, "step_offset", 0);
+  m.peer = intAttribute(instruction, "peer");
+  m.value = intAttribute(instruction, "value");
+  m.microBatch = intAttribute(instruction, "micro_batch", 0);
+  m.perStep = intAttribute(instruction, "micro_batches", 1);
+  m.stepOffset = intAttribute(instruction, "step_offset", 0);
   return m;
 }
 
@@ -77,23 +69,24 @@ int64_t meanValue(int64_t stage) { return -3 - 2 * stage; }
 template <typename Traffic>
 std::vector<Traffic> chainHops(const Instruction &instruction, int d,
                                int devices, const Traffic &base) {
-  int64_t stage = attribute(instruction, "stage", 0);
+  int64_t stage = intAttribute(instruction, "stage", 0);
   bool relay = instruction.op() == "chain_relay";
   bool wait = instruction.op() == "chain_wait";
-  int64_t owner = attribute(instruction, "owner", -1);
+  int64_t owner = intAttribute(instruction, "owner", -1);
   auto hop = [&](int kind, int64_t peer, int64_t value) {
     Traffic t = base;
     t.kind = kind;
     t.message.peer = peer;
     t.message.value = value;
-    t.message.stepOffset = relay  ? -attribute(instruction, "step_offset", 0)
-                           : wait ? -1 - attribute(instruction, "delay", 0)
+    t.message.stepOffset = relay  ? -intAttribute(instruction, "step_offset", 0)
+                           : wait ? -1 - intAttribute(instruction, "delay", 0)
                                   : 0;
     return t;
   };
   std::vector<Traffic> hops;
   if (wait) { // CDP-ZeRO's owner: the mean of an earlier step
-    hops.push_back(hop(2, attribute(instruction, "from", 0), meanValue(stage)));
+    hops.push_back(
+        hop(2, intAttribute(instruction, "from", 0), meanValue(stage)));
   } else if (relay) {
     hops.push_back(hop(2, d + 1, meanValue(stage)));
     if (d > 0)
@@ -148,22 +141,22 @@ std::string describe(const Instruction &instruction, int64_t step) {
   std::ostringstream os;
   if (instruction.op() == "reduce_wait") {
     os << "reduce_wait at '" << instruction.location() << "' (stage "
-       << attribute(instruction, "stage", 0) << ", the reduction of step "
-       << step - 1 - attribute(instruction, "delay", 0) << ", time step "
+       << intAttribute(instruction, "stage", 0) << ", the reduction of step "
+       << step - 1 - intAttribute(instruction, "delay", 0) << ", time step "
        << instruction.time_step() << ")";
     return os.str();
   }
   if (instruction.op().rfind("chain_", 0) == 0 ||
       instruction.op().rfind("shard_", 0) == 0) {
     os << instruction.op() << " at '" << instruction.location() << "' (stage "
-       << attribute(instruction, "stage", 0) << ", time step "
+       << intAttribute(instruction, "stage", 0) << ", time step "
        << instruction.time_step() << ")";
     return os.str();
   }
   os << instruction.op() << " at '" << instruction.location()
-     << "' (micro-batch " << attribute(instruction, "micro_batch") << ", value "
-     << attribute(instruction, "value") << ", peer "
-     << attribute(instruction, "peer") << ", time step "
+     << "' (micro-batch " << intAttribute(instruction, "micro_batch")
+     << ", value " << intAttribute(instruction, "value") << ", peer "
+     << intAttribute(instruction, "peer") << ", time step "
      << instruction.time_step() << ")";
   return os.str();
 }
@@ -255,9 +248,10 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
       bool chain =
           reductions &&
           (op == "chain_reduce" || op == "chain_relay" ||
-           (op == "chain_wait" && attribute(instruction, "from", -1) >= 0));
+           (op == "chain_wait" && intAttribute(instruction, "from", -1) >= 0));
       // CDP-ZeRO's owner updates its stage alone (`owner`).
-      bool collective = reductions && attribute(instruction, "owner", -1) < 0 &&
+      bool collective = reductions &&
+                        intAttribute(instruction, "owner", -1) < 0 &&
                         (op == "shard_reduce" || op == "shard_update" ||
                          op == "shard_gather" || op == "replica_shard_update" ||
                          op == "norm_all_reduce");
@@ -275,8 +269,8 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
       }
       if (reduction) {
         t.kind = op == "reduce_start" ? 3 : 4;
-        t.stage = attribute(instruction, "stage", 0);
-        t.delay = attribute(instruction, "delay", 0);
+        t.stage = intAttribute(instruction, "stage", 0);
+        t.delay = intAttribute(instruction, "delay", 0);
       }
       if (collective) {
         t.kind = 5;
@@ -287,7 +281,7 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
                                               : 0;
         if (op == "replica_shard_update") // the stage's replicas alone
           t.members = listSize(instruction, "peers");
-        t.stage = attribute(instruction, "stage", 0);
+        t.stage = intAttribute(instruction, "stage", 0);
       }
       if (isMessage) {
         t.kind = op == "send" ? 1 : 2;

@@ -42,6 +42,14 @@ uint64_t checksum(const void *data, size_t size) {
   return hash;
 }
 
+int64_t intAttribute(const Instruction &instruction, std::string_view name,
+                     int64_t fallback) {
+  for (const Attribute &a : instruction.attributes())
+    if (std::string_view(a.name()) == name)
+      return a.i();
+  return fallback;
+}
+
 int64_t dtypeSize(DType type) {
   switch (type) {
   case F32:

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace cdp::plan {
 
@@ -34,6 +35,10 @@ uint64_t checksum(const void *data, size_t size);
 
 /// Bytes per element of a plan dtype.
 int64_t dtypeSize(DType type);
+
+/// Integer attribute `name` of `instruction`, or `fallback` when absent.
+int64_t intAttribute(const Instruction &instruction, std::string_view name,
+                     int64_t fallback = -1);
 
 /// The traits of the plan's strategy (pipelines: one device per stage and
 /// replica, tensors placed on devices, micro-batches loaded where stages

@@ -426,19 +426,24 @@ private:
 
 } // namespace
 
+/// A kernel that talks to the other devices: refused in a plan run
+/// without a communicator (one device).
+template <typename KernelType>
+void addCommunicating(KernelRegistry &registry, const char *op) {
+  registry.add(op, Backend::CPU,
+               [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+                 if (!args.communicator)
+                   args.fail("needs a communicator (a multi-device plan)");
+                 return std::make_unique<KernelType>(args);
+               });
+}
+
 void registerShardUpdate(KernelRegistry &registry) {
-  registry.add("shard_update", Backend::CPU,
-               [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
-                 if (!args.communicator)
-                   args.fail("needs a communicator (a multi-device plan)");
-                 return std::make_unique<ShardUpdateKernel>(args);
-               });
-  registry.add("shard_gather", Backend::CPU,
-               [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
-                 if (!args.communicator)
-                   args.fail("needs a communicator (a multi-device plan)");
-                 return std::make_unique<ShardGatherKernel>(args);
-               });
+  addCommunicating<ShardUpdateKernel>(registry, "shard_update");
+  addCommunicating<ShardGatherKernel>(registry, "shard_gather");
+  addCommunicating<ReplicaShardUpdateKernel>(registry, "replica_shard_update");
+  addCommunicating<NormAllReduceKernel>(registry, "norm_all_reduce");
+  addCommunicating<ShardReduceKernel>(registry, "shard_reduce");
   registry.add("master_copy", Backend::CPU,
                [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
                  return std::make_unique<MasterCopyKernel>(args);
@@ -446,24 +451,6 @@ void registerShardUpdate(KernelRegistry &registry) {
   registry.add("shard_release", Backend::CPU,
                [](const KernelArgs &) -> std::unique_ptr<Kernel> {
                  return std::make_unique<ShardReleaseKernel>();
-               });
-  registry.add("replica_shard_update", Backend::CPU,
-               [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
-                 if (!args.communicator)
-                   args.fail("needs a communicator (a multi-device plan)");
-                 return std::make_unique<ReplicaShardUpdateKernel>(args);
-               });
-  registry.add("norm_all_reduce", Backend::CPU,
-               [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
-                 if (!args.communicator)
-                   args.fail("needs a communicator (a multi-device plan)");
-                 return std::make_unique<NormAllReduceKernel>(args);
-               });
-  registry.add("shard_reduce", Backend::CPU,
-               [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
-                 if (!args.communicator)
-                   args.fail("needs a communicator (a multi-device plan)");
-                 return std::make_unique<ShardReduceKernel>(args);
                });
 }
 
