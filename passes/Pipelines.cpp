@@ -123,6 +123,13 @@ void buildTrainingPipeline(OpPassManager &pm,
   optimizer.warmupStart = config.warmupStart;
   optimizer.clipGradNorm = config.clipGradNorm;
   pm.addPass(createInsertOptimizer(optimizer));
+  if (config.strategy == Strategy::LaySA) {
+    SparsifyGradientsOptions sparse;
+    sparse.density = config.density;
+    sparse.denseBelow = config.denseBelow;
+    sparse.residual = config.sparseResidual;
+    pm.addPass(createSparsifyGradients(sparse));
+  }
   const StrategyTraits &traits = traitsOf(config.strategy);
   if (traits.dataParallel)
     addDataParallelSchedule(pm, config);
@@ -195,6 +202,18 @@ struct StrategyPipelineOptions
       *this, "timeline-steps",
       llvm::cl::desc("Also the time-step timeline over this many steps"),
       llvm::cl::init(0)};
+  Option<double> density{
+      *this, "density",
+      llvm::cl::desc("laysa: fraction of each parameter's entries sent"),
+      llvm::cl::init(0.01)};
+  Option<int64_t> denseBelow{
+      *this, "dense-below",
+      llvm::cl::desc("laysa: parameters smaller than this go whole"),
+      llvm::cl::init(1024)};
+  Option<bool> residual{
+      *this, "sparse-residual",
+      llvm::cl::desc("laysa: the naive explicit-residual baseline"),
+      llvm::cl::init(false)};
   Option<bool> planMemory{*this, "plan-memory",
                           llvm::cl::desc("End with cdp-plan-memory"),
                           llvm::cl::init(true)};
@@ -220,6 +239,9 @@ struct StrategyPipelineOptions
     config.fuse = fuse;
     config.timelineSteps = steps;
     config.planMemory = planMemory;
+    config.density = density;
+    config.denseBelow = denseBelow;
+    config.sparseResidual = residual;
     return config;
   }
 };
@@ -252,6 +274,9 @@ void registerStrategyPipelines() {
       {"cdp-zb-h1", Strategy::ZBH1,
        "Zero-bubble ZB-H1: 1F1B with backwards split into input and weight "
        "gradients"},
+      {"cdp-laysa", Strategy::LaySA,
+       "LaySA: synchronous data parallelism exchanging top-k updates with "
+       "error feedback kept in mirror weights"},
   };
   for (const auto &pipeline : pipelines) {
     Strategy strategy = pipeline.strategy;

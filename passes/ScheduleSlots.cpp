@@ -43,7 +43,10 @@ struct SlotEntry {
     Gather,
     Release,
     SendParams,
-    OwnerUpdate
+    OwnerUpdate,
+    Absorb,
+    SparseSend,
+    SparseApply
   } kind;
   int64_t stage, time;
   int64_t delay = 0; ///< Wait: the version delay; Relay, SendParams: the
@@ -142,6 +145,45 @@ std::vector<SlotEntry> slotProgram(int64_t L, ArrayRef<int64_t> delay,
     for (int64_t l = L; l >= 1; --l)
       if (facts.trained[l])
         entries.push_back({SlotEntry::Start, l, 2 * L - 1});
+  }
+  return entries;
+}
+
+/// laysa's slot program: F_1..F_L at 0..L-1, B_L..B_1 at L..2L-1 as dp's,
+/// each trained stage's gradients absorbed into the mirror right after its
+/// backward (not with the residual baseline), its selection sent one time
+/// step later (overlapping the next backward) and applied one after that,
+/// ahead of that time step's own selection, so that only one stage's
+/// communication buffers are in use at a time. The cycle is 2L + 2: the
+/// last stage's exchange ends two time steps after B_1.
+std::vector<SlotEntry> laysaProgram(int64_t L, const StageFacts &facts,
+                                    bool residual) {
+  std::vector<SlotEntry> entries;
+  for (int64_t l = 1; l <= L; ++l)
+    if (facts.forward[l])
+      entries.push_back({SlotEntry::Forward, l, l - 1});
+  std::vector<int64_t> trained; // in exchange order: L first
+  for (int64_t l = L; l >= 1; --l)
+    if (facts.trained[l])
+      trained.push_back(l);
+  // Time t's exchange work: the apply of the stage sent at t - 1, then
+  // the selection of the stage whose backward ended at t - 1.
+  auto exchanges = [&](int64_t t) {
+    for (int64_t l : trained)
+      if (2 * L - l + 2 == t)
+        entries.push_back({SlotEntry::SparseApply, l, t});
+    for (int64_t l : trained)
+      if (2 * L - l + 1 == t)
+        entries.push_back({SlotEntry::SparseSend, l, t});
+  };
+  for (int64_t t = L; t <= 2 * L + 1; ++t) {
+    exchanges(t);
+    int64_t l = 2 * L - t; // the backward at t, if any
+    if (l < 1 || !facts.backward[l])
+      continue;
+    entries.push_back({SlotEntry::Backward, l, t});
+    if (facts.trained[l] && !residual)
+      entries.push_back({SlotEntry::Absorb, l, t});
   }
   return entries;
 }
@@ -337,13 +379,22 @@ void ScheduleSlotsPass::runOnOperation() {
   if (cdpZero && failed(checkCdpZeroSchedule(*recorded, facts)))
     return signalPassFailure();
   bool chain = (reduce && reduce.getValue() == "chain") || cdpZero;
+  auto sparse = func->getAttrOfType<DictionaryAttr>("cdp.sparse");
+  auto form = sparse ? sparse.getAs<StringAttr>("form") : nullptr;
+  bool residual = form && form.getValue() == "residual";
+  if (sparse && (recorded->zero != 0 || chain)) {
+    func.emitError("laysa exchanges top-k selections; it takes no --zero "
+                   "or --cdp-reduce chain");
+    return signalPassFailure();
+  }
 
   OpBuilder builder = OpBuilder::atBlockEnd(module.getBody());
   MLIRContext *context = builder.getContext();
   auto i64 = [&](int64_t v) { return builder.getI64IntegerAttr(v); };
   auto program = builder.create<sched::StepProgramOp>(
-      func.getLoc(), recorded->strategy, i64(L), i64(N), i64(2 * L), i64(1),
-      recorded->rule, delays, recorded->live, recorded->reduceAt,
+      func.getLoc(), recorded->strategy, i64(L), i64(N),
+      i64(sparse ? 2 * L + 2 : 2 * L), i64(1), recorded->rule, delays,
+      recorded->live, recorded->reduceAt,
       sched::ReductionAttr::get(context, chain ? sched::Reduction::Chain
                                                : sched::Reduction::AllReduce));
   program.getBody().emplaceBlock();
@@ -352,8 +403,9 @@ void ScheduleSlotsPass::runOnOperation() {
     ArrayRef<int64_t> delay = cast<DenseI64ArrayAttr>(delays[j]).asArrayRef();
     bool afterBackward = recorded->reduceAfterBackward;
     std::vector<SlotEntry> entries =
-        cdpZero ? cdpZeroProgram(j, N, L, offsets.asArrayRef(), facts)
-                : slotProgram(L, delay, facts, afterBackward);
+        sparse    ? laysaProgram(L, facts, residual)
+        : cdpZero ? cdpZeroProgram(j, N, L, offsets.asArrayRef(), facts)
+                  : slotProgram(L, delay, facts, afterBackward);
     if (cdpZero) {
       std::string broken = checkCdpZero(entries);
       if (!broken.empty()) {
@@ -419,6 +471,17 @@ void ScheduleSlotsPass::runOnOperation() {
         break;
       case SlotEntry::Release:
         builder.create<sched::ReleaseParamsOp>(loc, stage, time);
+        break;
+      case SlotEntry::Absorb:
+        builder.create<sched::AbsorbGradientsOp>(loc, stage, time);
+        break;
+      case SlotEntry::SparseSend:
+        builder.create<sched::SparseSendOp>(loc, stage, time,
+                                            builder.getBoolAttr(residual));
+        break;
+      case SlotEntry::SparseApply:
+        builder.create<sched::SparseApplyOp>(loc, stage, time,
+                                             builder.getBoolAttr(residual));
         break;
       }
     }

@@ -62,7 +62,8 @@ std::map<std::string, TensorView> piecesOf(Executor &executor, bool withArena) {
   const plan::Plan &plan = executor.plan();
   for (const plan::Tensor &t : plan.tensors())
     if (t.kind() == plan::PARAM || t.kind() == plan::BUFFER ||
-        t.kind() == plan::REDUCED || t.kind() == plan::SHARD)
+        t.kind() == plan::REDUCED || t.kind() == plan::SHARD ||
+        t.kind() == plan::SPARSE_STATE)
       pieces[device + "tensor " + std::to_string(t.id())] =
           executor.view(t.id());
   int index = 0;

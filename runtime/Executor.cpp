@@ -71,13 +71,19 @@ void Executor::placeTensor(int id) {
     return; // CDP-ZeRO: another device owns this stage's master copy
   persistent[id] = backendDevice->allocate(static_cast<size_t>(bytes));
   v.data = persistent[id];
-  if (t.data().empty())
+  // laysa's mirror starts as its parameter's value (the plan holds it once).
+  const std::string &data =
+      t.has_mirror_of() ? planRef.tensors(t.mirror_of()).data() : t.data();
+  if (data.empty()) {
+    if (t.kind() == plan::SPARSE_STATE) // the residual starts at 0
+      backendDevice->fill(v.data, 0, bytes);
     return;
-  if (static_cast<int64_t>(t.data().size()) != bytes)
+  }
+  if (static_cast<int64_t>(data.size()) != bytes)
     throw RuntimeError("plan tensor '" + t.name() + "' has " +
-                       std::to_string(t.data().size()) +
+                       std::to_string(data.size()) +
                        " bytes of data, expected " + std::to_string(bytes));
-  backendDevice->upload(v.data, t.data().data(), bytes);
+  backendDevice->upload(v.data, data.data(), bytes);
 }
 
 /// ZeRO stage 3: each shard starts as the device's part of its stage's

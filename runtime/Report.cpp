@@ -121,7 +121,7 @@ PlanFacts::PlanFacts(const plan::SpelledPlan &spelled) {
     bool isGathered = id < static_cast<int>(gathered.size()) && gathered[id];
     resident[id] = (kind == plan::PARAM && !isGathered) ||
                    kind == plan::BUFFER || kind == plan::REDUCED ||
-                   kind == plan::SHARD;
+                   kind == plan::SHARD || kind == plan::SPARSE_STATE;
   }
   std::vector<int> countedOn(tensors, -1); // the device that last counted it
   std::vector<char> gatheredOutput(tensors, 0); // written by a shard_gather

@@ -10,6 +10,8 @@
 #include "cdp/Plan/EmitPlan.h"
 #include "cdp/Plan/ShardLayout.h"
 
+#include "SparseExchange.h"
+
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "cdp/Dialect/Sched/SchedOps.h"
 #include "cdp/Passes/FirstFit.h"
@@ -117,6 +119,9 @@ struct DataParallelTables {
   /// The step's gradient clipping, if any (sched.clip_means or clip_own
   /// say where it runs).
   ClipGradNormOp clip;
+  /// laysa: the stages' top-k exchanges (no reduced buffers then).
+  bool sparse = false;
+  sparse::Exchange exchange;
 };
 struct DeviceLowering;
 
@@ -132,6 +137,7 @@ private:
                                bool forEval);
   LogicalResult emitDataParallel(int64_t arenaBytes);
   LogicalResult addReducedTensors(DataParallelTables &tables);
+  LogicalResult prepareExchange(DataParallelTables &tables);
   int64_t addShardGroups(sched::StepProgramOp program,
                          DataParallelTables &tables, int64_t arenaBytes);
   LogicalResult lowerSlotDevice(sched::SlotDeviceOp op, plan::Device &out,
@@ -1556,8 +1562,17 @@ LogicalResult Emitter::emitDataParallel(int64_t arenaBytes) {
   if (tables.cdpZero)
     tables.zero = 3;
   out->set_zero(tables.zero);
+  program.walk([&](sched::SparseSendOp send) {
+    tables.sparse = true;
+    tables.exchange.residual = send.getResidual();
+  });
   if (failed(addReducedTensors(tables)))
     return failure();
+  if (tables.sparse) {
+    if (failed(prepareExchange(tables)))
+      return failure();
+    arenaBytes = sparse::addTensors(plan, tables.exchange, arenaBytes);
+  }
   if (tables.zero == 3)
     arenaBytes = addShardGroups(program, tables, arenaBytes);
   func.walk([&](ClipGradNormOp clip) { tables.clip = clip; });
@@ -1673,7 +1688,7 @@ LogicalResult Emitter::addReducedTensors(DataParallelTables &tables) {
     stageBytes[stage.getInt() - 1] += reduced.bytes();
     // ZeRO stages 2 and 3 reduce into shards (or, CDP-ZeRO, the owner's
     // buffer): a whole mean per parameter would be memory nothing reads.
-    if (tables.zero >= 2) {
+    if (tables.zero >= 2 || tables.sparse) { // laysa: no mean either
       byStage[stage.getInt()].push_back(
           {paramId, ids.lookup(gradient.getGrad()), -1, update});
       continue;
@@ -1706,7 +1721,7 @@ LogicalResult Emitter::addReducedTensors(DataParallelTables &tables) {
     *plan.add_tensors() = buffer;
     tables.gradShards[l] = buffer.id();
   }
-  if (tables.zero >= 2)
+  if (tables.zero >= 2 || tables.sparse)
     plan.clear_applied_gradients();
   // --cdp-reduce chain: per stage two buffers, by step parity, that hold a
   // step's mean from its arrival to the wait that applies it (a delayed
@@ -1728,6 +1743,32 @@ LogicalResult Emitter::addReducedTensors(DataParallelTables &tables) {
       tables.chainBuffers[l][parity] = buffer.id();
     }
   }
+  return success();
+}
+
+/// laysa: each stage's trained parameters with their gradients, the
+/// entries cdp-sparsify-gradients chose to send and their update's rule.
+LogicalResult Emitter::prepareExchange(DataParallelTables &tables) {
+  sparse::Exchange &exchange = tables.exchange;
+  exchange.devices = tables.N;
+  exchange.cycle = 2 * tables.L + 2;
+  exchange.stages.assign(tables.L + 1, {});
+  plan::Device scratch;
+  for (int64_t l = 1; l <= tables.L; ++l)
+    for (auto t : tables.byStage[l]) {
+      auto count = t.update->getAttrOfType<IntegerAttr>("cdp.sparse_count");
+      if (!count)
+        return t.update.emitOpError("has no cdp.sparse_count; run "
+                                    "cdp-sparsify-gradients first");
+      if (failed(addInstruction(t.update, scratch, false)))
+        return failure();
+      sparse::Param param;
+      param.param = t.param;
+      param.grad = t.grad;
+      param.count = count.getInt();
+      param.update = scratch.instructions(scratch.instructions_size() - 1);
+      exchange.stages[l].params.push_back(std::move(param));
+    }
   return success();
 }
 
@@ -1927,6 +1968,12 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
       setIntAttr(instruction, "step_offset", stepOffset);
     return instruction;
   };
+  // laysa: the exchange's instructions of stage l at `time`.
+  auto exchangeStep = [&](int64_t l, int64_t time) -> sparse::MakeInstruction {
+    return [&, l, time](const char *opName, const char *phase) {
+      return stageInstruction(opName, l, time, phase);
+    };
+  };
   // dp with clipping: every stage's mean, then one clip of them all, then
   // the updates. With ZeRO stage 2 or 3 each device holds its shard of the
   // means only: the squared norm is its shards' share, summed over the
@@ -2063,6 +2110,16 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
       else
         for (int id : tables.gathered[l])
           instruction->add_inputs(id);
+    } else if (auto absorb = dyn_cast<sched::AbsorbGradientsOp>(step)) {
+      sparse::lowerAbsorb(
+          tables.exchange, absorb.getStage(),
+          exchangeStep(absorb.getStage(), absorb.getTimeStep()));
+    } else if (auto send = dyn_cast<sched::SparseSendOp>(step)) {
+      sparse::lowerSend(tables.exchange, send.getStage(), d,
+                        exchangeStep(send.getStage(), send.getTimeStep()));
+    } else if (auto apply = dyn_cast<sched::SparseApplyOp>(step)) {
+      sparse::lowerApply(tables.exchange, apply.getStage(), d,
+                         exchangeStep(apply.getStage(), apply.getTimeStep()));
     } else if (auto relay = dyn_cast<sched::ChainRelayOp>(step)) {
       int64_t l = relay.getStage();
       plan::Instruction *instruction =

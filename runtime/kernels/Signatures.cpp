@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 
 namespace cdp::runtime {
@@ -446,6 +447,30 @@ void namedDevice(const Check &c, const KernelArgs &args, const char *name) {
   c.attribute(name, -1, -1, devices - 1);
 }
 
+/// laysa's select and apply: `counts` gives each of the stage's P
+/// parameters (inputs 0..P-1, their error feedback P..2P-1, all float32)
+/// its selection size, at most its size (all of it: sent whole). Returns
+/// the elements of the stage's values and of its indices.
+std::pair<int64_t, int64_t> sparseStage(const Check &c,
+                                        const KernelArgs &args) {
+  std::vector<int64_t> counts = args.ints("counts");
+  c.require(!counts.empty() && args.inputs.size() >= 2 * counts.size(),
+            "needs each parameter and its error feedback");
+  int64_t values = 0, indices = 0;
+  for (size_t p = 0; p < counts.size(); ++p) {
+    const TensorView &w = c.in(p), &state = c.in(counts.size() + p);
+    c.type(w, plan::F32);
+    c.type(state, plan::F32);
+    c.count(state, w.numel());
+    c.require(counts[p] >= 1 && counts[p] <= w.numel() &&
+                  w.numel() <= std::numeric_limits<int32_t>::max(),
+              "a selection count outside 1 to its parameter's size");
+    values += counts[p];
+    indices += counts[p] < w.numel() ? counts[p] : 0;
+  }
+  return {values, indices};
+}
+
 void pointToPoint(const Check &c, const KernelArgs &args) {
   int64_t devices = args.communicator ? args.communicator->size() : 1;
   c.attribute("peer", 0, 0, devices - 1);
@@ -758,6 +783,47 @@ makeRules() {
     c.arity(1, 1, 1, kMany);
     c.allF32();
   });
+  // laysa: a parameter, its gradient and its error feedback.
+  rules["sparse_absorb"] = plain([](const Check &c) {
+    c.arity(3, 3, 0, 0);
+    c.allF32();
+    c.count(c.in(1), c.in(0).numel());
+    c.count(c.in(2), c.in(0).numel());
+  });
+  // The stage's P parameters, then their error feedback; out: the values
+  // (float32) and, where some parameter is sparse, the indices (int32).
+  rules["sparse_select"] = [](const Check &c, const KernelArgs &args) {
+    std::pair<int64_t, int64_t> sizes = sparseStage(c, args);
+    c.arity(static_cast<int>(args.inputs.size()),
+            static_cast<int>(args.inputs.size()), sizes.second ? 2 : 1,
+            sizes.second ? 2 : 1);
+    c.type(c.out(0), plan::F32);
+    c.count(c.out(0), sizes.first);
+    if (sizes.second) {
+      c.type(c.out(1), plan::I32);
+      c.count(c.out(1), sizes.second);
+    }
+  };
+  // The same, then every device's values and indices (absent where no
+  // parameter is sparse), in device order.
+  rules["sparse_apply"] = [](const Check &c, const KernelArgs &args) {
+    std::pair<int64_t, int64_t> sizes = sparseStage(c, args);
+    int64_t devices = args.communicator ? args.communicator->size() : 1;
+    c.require(args.i("devices", 1) == devices,
+              "attribute 'devices' is not the run's device count");
+    c.attribute("self", 0, 0, devices - 1);
+    size_t first = 2 * args.ints("counts").size();
+    c.arity(static_cast<int>(first + 2 * devices),
+            static_cast<int>(first + 2 * devices), 0, 0);
+    for (size_t j = 0; j < static_cast<size_t>(devices); ++j) {
+      c.type(c.in(first + 2 * j), plan::F32);
+      c.count(c.in(first + 2 * j), sizes.first);
+      if (!sizes.second)
+        continue;
+      c.type(c.in(first + 2 * j + 1), plan::I32);
+      c.count(c.in(first + 2 * j + 1), sizes.second);
+    }
+  };
   // CDP-ZeRO: the owner's master copy of a stage into the region the
   // stage travels in.
   rules["master_copy"] = plain([](const Check &c) {

@@ -131,6 +131,11 @@ private:
                   " bytes of data, its shape needs " + std::to_string(*bytes));
     if (t.has_previous_version_of() && !tensorId(t.previous_version_of()))
       return fail(name + " is the previous version of a tensor the plan lacks");
+    if (t.has_mirror_of() &&
+        (t.kind() != SPARSE_STATE || !tensorId(t.mirror_of()) ||
+         plan.tensors(t.mirror_of()).kind() != PARAM ||
+         plan.tensors(t.mirror_of()).bytes() != t.bytes()))
+      return fail(name + " mirrors no parameter of its size");
     if (t.kind() == INPUT &&
         (t.batch_axis() < -1 || t.batch_axis() >= t.shape_size()))
       return fail(name + " has batch axis " + std::to_string(t.batch_axis()) +

@@ -23,6 +23,7 @@ constexpr StrategyTraits kTraits[] = {
   {Strategy::CDPMP,           "cdp-mp",           false,       true,     2,       false,  false,     true,  false},
   {Strategy::Interleaved1F1B, "interleaved-1f1b", false,       true,     1,       true,   true,      false, true},
   {Strategy::ZBH1,            "zb-h1",            false,       true,     1,       true,   true,      false, false},
+  {Strategy::LaySA,           "laysa",            true,        false,    1,       false,  false,     false, false},
 };
 // clang-format on
 

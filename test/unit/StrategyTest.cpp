@@ -16,7 +16,7 @@ namespace {
 
 TEST(Strategy, NamesRoundTrip) {
   for (const char *name :
-       {"single", "dp", "cdp", "gpipe", "1f1b", "2bw", "cdp-mp"}) {
+       {"single", "dp", "cdp", "gpipe", "1f1b", "2bw", "cdp-mp", "laysa"}) {
     std::optional<Strategy> strategy = parseStrategy(name);
     ASSERT_TRUE(strategy) << name;
     EXPECT_STREQ(traitsOf(*strategy).name, name);
@@ -25,8 +25,8 @@ TEST(Strategy, NamesRoundTrip) {
   EXPECT_FALSE(parseStrategy("CDP"));
   EXPECT_FALSE(parseStrategy(""));
   EXPECT_EQ(strategyNames(),
-            "single, dp, cdp, gpipe, 1f1b, 2bw, cdp-mp, interleaved-1f1b and "
-            "zb-h1");
+            "single, dp, cdp, gpipe, 1f1b, 2bw, cdp-mp, interleaved-1f1b, "
+            "zb-h1 and laysa");
 }
 
 TEST(Strategy, TraitsSeparateTheFamilies) {

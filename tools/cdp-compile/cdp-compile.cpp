@@ -91,9 +91,10 @@ cl::opt<std::string> strategy(
              "--micro-batches N share the devices of --stages L), "
              "interleaved-1f1b (each device runs --stages-per-device "
              "stages), zb-h1 (zero-bubble 1F1B: backwards split into input "
-             "and weight gradients)"),
+             "and weight gradients), laysa (dp exchanging top-k updates "
+             "with error feedback in mirror weights: --density)"),
     cl::value_desc("single|dp|cdp|gpipe|1f1b|2bw|cdp-mp|interleaved-1f1b|"
-                   "zb-h1"),
+                   "zb-h1|laysa"),
     cl::init("single"), cl::cat(category));
 cl::opt<std::string> stagesPerDevice(
     "stages-per-device",
@@ -200,6 +201,23 @@ cl::opt<std::string> zeroStage(
              "pipelines with --replicas 2 or more take --zero 1 (sharded "
              "over a stage's replicas)"),
     cl::value_desc("0|1|2|3"), cl::init("0"), cl::cat(category));
+cl::opt<std::string> density(
+    "density",
+    cl::desc("laysa: fraction of each parameter's entries a device sends per "
+             "step, the largest of its pending update (0 < D <= 1, default "
+             "0.01; 1 sends everything, which is dp)"),
+    cl::value_desc("D"), cl::init("0.01"), cl::cat(category));
+cl::opt<std::string> denseBelow(
+    "dense-below",
+    cl::desc("laysa: parameters with fewer elements than this go whole, "
+             "without indices (biases, normalization scales; default 1024)"),
+    cl::value_desc("ELEMENTS"), cl::init("1024"), cl::cat(category));
+cl::opt<std::string> sparseBaseline(
+    "sparse-baseline",
+    cl::desc("laysa: run the naive top-k baseline instead: residual (an "
+             "explicit residual buffer per parameter, the dense gradient "
+             "kept until the selection)"),
+    cl::value_desc("residual"), cl::cat(category));
 cl::opt<bool> inference(
     "inference",
     cl::desc("Compile a forward-only plan (no loss, no "
@@ -458,6 +476,10 @@ struct Settings {
          beta2 = 0, lrGamma = 0.1, lrMin = 0, lrStart = 1.0 / 3, lrEnd = 1,
          warmupStart = 1.0 / 3, clipGradNorm = 0;
   int64_t lrPeriod = 1, warmup = 0;
+  /// laysa's --density, --dense-below and --sparse-baseline residual.
+  double density = 0.01;
+  int64_t denseBelow = 1024;
+  bool sparseResidual = false;
   cdp::ImportOptions import;
   /// interleaved-1f1b's --stages-per-device (1 otherwise).
   int64_t stagesPerDevice = 1;
@@ -758,8 +780,36 @@ void readImportFlags(Settings &settings) {
         "or --emit=mlir to print IR");
 }
 
+/// laysa's flags, and what laysa does not combine with.
+void checkSparseFlags(Settings &settings) {
+  bool laysa = settings.kind == cdp::Strategy::LaySA;
+  for (const llvm::cl::opt<std::string> *flag :
+       {&density, &denseBelow, &sparseBaseline})
+    if (flag->getNumOccurrences() && !laysa)
+      die("--" + flag->ArgStr.str() + " applies to --strategy laysa, not " +
+          strategy);
+  if (!laysa)
+    return;
+  settings.density = parseReal("--density", density);
+  if (!(settings.density > 0 && settings.density <= 1))
+    die("--density must lie in (0, 1], got '" + density + "'");
+  settings.denseBelow = positiveInteger("--dense-below", denseBelow, 0);
+  if (sparseBaseline.getNumOccurrences() && sparseBaseline != "residual")
+    die("--sparse-baseline takes residual, got '" + sparseBaseline + "'");
+  settings.sparseResidual = sparseBaseline.getNumOccurrences() > 0;
+  if (optimizer == "adam" || optimizer == "adamw")
+    die("--strategy laysa accumulates SGD steps in its error feedback; use "
+        "--optimizer sgd or momentum, not " +
+        optimizer);
+  if (zeroStage != "0" || cdpReduce.getNumOccurrences() ||
+      settings.clipGradNorm > 0)
+    die("--strategy laysa takes no --zero, --cdp-reduce or "
+        "--clip-grad-norm (its devices never hold the step's mean "
+        "gradient)");
+}
+
 /// A flag given where it means nothing is refused rather than ignored.
-void checkMeaningfulFlags(const Settings &settings) {
+void checkMeaningfulFlags(Settings &settings) {
   const cdp::StrategyTraits &traits = *settings.traits;
   auto given = [](const llvm::cl::Option &flag) {
     return flag.getNumOccurrences() > 0;
@@ -833,6 +883,7 @@ void checkMeaningfulFlags(const Settings &settings) {
     refuse(zeroStage, "--strategy dp and cdp, and the --replicas of gpipe, "
                       "1f1b, 2bw, interleaved-1f1b and zb-h1, not " +
                           strategy);
+  checkSparseFlags(settings);
   if (given(noDecay) && !given(weightDecay) && optimizer != "adamw")
     refuse(noDecay, "a weight decay (--weight-decay, or --optimizer adamw)");
   if (given(lrPeriod) && lrSchedule == "constant")
@@ -932,6 +983,9 @@ cdp::TrainingPipelineConfig pipelineConfigFor(const Settings &settings) {
   config.fuse = !noFusion;
   config.devices = settings.deviceCount;
   config.zero = positiveInteger("--zero", zeroStage, 0, 3);
+  config.density = settings.density;
+  config.denseBelow = settings.denseBelow;
+  config.sparseResidual = settings.sparseResidual;
   config.microBatches = settings.microBatchCount;
   config.replicas = settings.replicaCount;
   config.cdpRule = cdpRule;

@@ -283,6 +283,28 @@ def StaggerCollectives : Pass<"cdp-stagger-collectives", "mlir::ModuleOp"> {
   ];
 }
 
+def SparsifyGradients : Pass<"cdp-sparsify-gradients", "mlir::ModuleOp"> {
+  let summary = "laysa: how many entries of each parameter's update travel each step";
+  let description = [{
+    After cdp-insert-optimizer: records on every `cdp.update` its
+    `cdp.sparse_count`, the entries its top-k exchange sends per device and
+    step: k = max(1, ceil(`density` * n)) for a parameter of n elements, or
+    n (sent whole, no indices) where n < `dense-below` or k would be n. On
+    @main it records `cdp.sparse` = {density, dense_below, form}: `mirror`
+    (LaySA's mirror weights M = W - r) or, with `residual`, the naive
+    baseline's explicit residual r. Error feedback accumulates SGD steps:
+    Adam and AdamW updates, and gradient clipping, are refused.
+  }];
+  let options = [
+    Option<"density", "density", "double", "0.01",
+           "Fraction of each parameter's entries sent per step (0 < d <= 1)">,
+    Option<"denseBelow", "dense-below", "int64_t", "1024",
+           "Parameters with fewer elements are sent whole">,
+    Option<"residual", "residual", "bool", "false",
+           "The naive baseline: an explicit residual instead of the mirror">,
+  ];
+}
+
 def ScheduleSlots : Pass<"cdp-schedule-slots", "mlir::ModuleOp"> {
   let summary = "Writes dp's and cdp's per-slot step programs";
   let description = [{
@@ -296,7 +318,12 @@ def ScheduleSlots : Pass<"cdp-schedule-slots", "mlir::ModuleOp"> {
     `sched.chain_relay`s of the mean's return trip. With ZeRO stage 3, a
     `sched.gather_params` before each forward and backward for every stage
     whose parameters it reads (its own, and a tied weight's owner's), and
-    a `sched.release_params` after it. The plan emitter lowers it op by op.
+    a `sched.release_params` after it. With `cdp.sparse` (laysa, from
+    cdp-sparsify-gradients) there are no waits or reductions: after each
+    trained stage's backward B_l (time 2L - l) a `sched.absorb_gradients`,
+    at the next time step (during B_(l-1)) the stage's `sched.sparse_send`
+    and one later its `sched.sparse_apply`, so the cycle is 2L + 2. The plan
+    emitter lowers it op by op.
   }];
   let dependentDialects = ["cdp::sched::SchedDialect"];
 }

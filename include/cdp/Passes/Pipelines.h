@@ -58,6 +58,12 @@ struct TrainingPipelineConfig {
   /// ZeRO stage (dp): 0 none, 1 the optimizer state sharded over devices.
   int64_t zero = 0;
   std::string cdpRule = "v2", v2Table = "timing", cdpReduce = "allreduce";
+  /// laysa: the fraction of each parameter's entries sent per step, the
+  /// size below which a parameter goes whole, and the naive baseline (an
+  /// explicit residual instead of the mirror).
+  double density = 0.01;
+  int64_t denseBelow = 1024;
+  bool sparseResidual = false;
   /// interleaved-1f1b: stages each device runs. Any non-cyclic pipeline:
   /// a schedule CSV to follow instead of the strategy's own.
   int64_t stagesPerDevice = 1;

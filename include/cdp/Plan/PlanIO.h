@@ -19,7 +19,7 @@
 namespace cdp::plan {
 
 /// Bumped whenever plan.proto changes meaning.
-constexpr uint32_t kPlanFormatVersion = 4;
+constexpr uint32_t kPlanFormatVersion = 5;
 
 /// Writes `plan` to `path`; returns false and sets `error` on failure.
 bool writePlan(const Plan &plan, const std::string &path, std::string &error);

@@ -28,6 +28,7 @@ enum class Strategy {
   CDPMP,
   Interleaved1F1B,
   ZBH1,
+  LaySA,
 };
 
 /// What a strategy does, in the terms the compiler and the runtime need.

@@ -26,6 +26,8 @@ void registerOptimizer(KernelRegistry &registry);
 /// ZeRO stage 1: a stage's update on its shard, then an all-gather.
 void registerShardUpdate(KernelRegistry &registry);
 void registerCommunication(KernelRegistry &registry);
+/// laysa: error feedback, top-k selection and the mean of the selections.
+void registerSparseExchange(KernelRegistry &registry);
 
 /// Copies float tensors one after another into `out` (a stage's gradients
 /// into a collective's contiguous buffer), and back.

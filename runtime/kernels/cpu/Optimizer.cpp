@@ -157,6 +157,7 @@ void registerCpuKernels(KernelRegistry &registry) {
   cpu::registerOptimizer(registry);
   cpu::registerShardUpdate(registry);
   cpu::registerCommunication(registry);
+  cpu::registerSparseExchange(registry);
   cpu::registerDnnlPrimitives(
       registry); // after the project kernels they fall back to
   cpu::registerPoolingFastPaths(registry); // ahead of oneDNN's pooling

@@ -63,8 +63,11 @@ void applySparseUpdate(float *weights, float *mirror, int64_t n,
       continue;
     float step = sum[i] * scale;
     weights[i] -= step;
-    mirror[i] -= step;
+    if (mirror)
+      mirror[i] -= step;
   }
+  if (!mirror)
+    return;
   const SparseSelection &own = workers[static_cast<size_t>(self)];
   for (size_t j = 0; j < own.indices.size(); ++j)
     mirror[own.indices[j]] += own.values[j];

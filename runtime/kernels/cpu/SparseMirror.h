@@ -1,8 +1,8 @@
 //===- SparseMirror.h - top-k selection and the mirror weight update -*- C++
 //-*-===//
 //
-// LaySA's arithmetic on one layer, apart from where it runs (issue 15's
-// first step; the strategy that schedules it is not built yet). A worker
+// LaySA's arithmetic on one layer, apart from where it runs
+// (SparseExchange.cpp wraps it in the plan's instructions). A worker
 // keeps a mirror M of its weights W, M = W - r, where r is the part of
 // its updates it has not sent yet (error feedback):
 //
@@ -48,7 +48,8 @@ SparseSelection selectFromMirror(const float *weights, const float *mirror,
                                  int64_t n, int64_t k);
 
 /// Applies the workers' selections (in worker order, `self` this one's):
-/// W <- W - S, M <- M - S + V_self at I_self, S their sum over N.
+/// W <- W - S, M <- M - S + V_self at I_self, S their sum over N. A null
+/// `mirror` updates W alone (the residual baseline).
 void applySparseUpdate(float *weights, float *mirror, int64_t n,
                        const std::vector<SparseSelection> &workers, int self);
 

@@ -487,4 +487,53 @@ def Sched_ChainRelayOp : Sched_Op<"chain_relay", [HasParent<"SlotDeviceOp">]> {
                        Sched_Int:$time_step);
 }
 
+//===----------------------------------------------------------------------===//
+// laysa: synchronous dp whose gradients travel as top-k selections with
+// error feedback (a mirror of the weights per device).
+//===----------------------------------------------------------------------===//
+
+def Sched_AbsorbGradientsOp : Sched_Op<"absorb_gradients",
+                                       [HasParent<"SlotDeviceOp">]> {
+  let summary = "laysa: fold a stage's gradients into the device's mirror weights";
+  let description = [{
+    Right after the stage's backward: each trained parameter's gradient
+    (with its weight decay, through its momentum where the optimizer has
+    one) is subtracted, times the learning rate, from the device's mirror
+    M of the parameter. The gradient is dead from here. The naive baseline
+    (`sched.sparse_send` with `residual`) has no such op: its gradients
+    wait for the selection.
+  }];
+  let arguments = (ins Sched_Int:$stage, Sched_Int:$time_step);
+}
+
+def Sched_SparseSendOp : Sched_Op<"sparse_send", [HasParent<"SlotDeviceOp">]> {
+  let summary = "laysa: select a stage's top-k updates and send them to every other device";
+  let description = [{
+    For each trained parameter of the stage, the `cdp.sparse_count` entries
+    of largest magnitude of W - M (with `residual`: of the residual r after
+    adding the learning rate times the gradient; r keeps what is not sent)
+    go, as float32 values and int32 indices, to every other device; a
+    parameter whose count is its size goes whole, as values only. The
+    stage's values and indices wait in the device's communication buffers
+    until its `sched.sparse_apply`, which comes before the next stage's
+    selection: one stage's buffers are in use at a time.
+  }];
+  let arguments = (ins Sched_Int:$stage, Sched_Int:$time_step,
+                       DefaultValuedAttr<BoolAttr, "false">:$residual);
+}
+
+def Sched_SparseApplyOp : Sched_Op<"sparse_apply",
+                                   [HasParent<"SlotDeviceOp">]> {
+  let summary = "laysa: receive every device's selection of a stage and apply their mean";
+  let description = [{
+    Receives the other devices' values and indices of the stage (into the
+    receive buffers, one selection per other device) and applies
+    S, their sum over the devices (in device order) divided by N: W <- W - S,
+    and, for the mirror, M <- M - S + this device's own values at its own
+    indices. Every device ends with the same W.
+  }];
+  let arguments = (ins Sched_Int:$stage, Sched_Int:$time_step,
+                       DefaultValuedAttr<BoolAttr, "false">:$residual);
+}
+
 #endif // CDP_DIALECT_SCHED_SCHEDOPS_TD

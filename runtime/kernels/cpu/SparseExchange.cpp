@@ -1,0 +1,206 @@
+//===- SparseExchange.cpp - laysa's error feedback as instructions --------===//
+//
+// A stage's top-k exchange runs as five kinds of instruction: after the
+// stage's backward, `sparse_absorb` folds each parameter's gradient into
+// its error feedback (the mirror M, or the residual baseline's r); a time
+// step later `sparse_select` writes the stage's selections into its
+// communication buffers, which `send`s to every other device; one more
+// time step later `recv`s take the others' selections and `sparse_apply`
+// applies their mean. The selections are plain tensors between plain
+// instructions, so the plan check, the report and the trace see the
+// messages as they see any other.
+//
+// A parameter whose count is its size goes whole: its values are its
+// pending update in index order, with no indices.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CpuKernels.h"
+#include "SparseMirror.h"
+
+#include "../LearningRate.h"
+
+#include <algorithm>
+
+namespace cdp::runtime::cpu {
+
+namespace {
+
+/// Whether the instruction's error feedback is the mirror (laysa) or the
+/// explicit residual (the naive baseline).
+bool isMirror(const KernelArgs &args) {
+  std::string form = args.s("form", "mirror");
+  if (form != "mirror" && form != "residual")
+    args.fail("form must be mirror or residual, got '" + form + "'");
+  return form == "mirror";
+}
+
+/// One parameter's pending update: the step d = g + wd * W (through the
+/// momentum buffer u = mu u + d where the optimizer keeps one, PyTorch's
+/// SGD), times the scheduled learning rate, taken from the mirror or added
+/// to the residual. The weight decay is part of what is sparsified.
+class AbsorbKernel : public Kernel {
+public:
+  explicit AbsorbKernel(const KernelArgs &args)
+      : weights(args.inputs[0]), gradient(args.inputs[1]),
+        feedback(args.inputs[2]), rule(args), mirror(isMirror(args)) {
+    if (rule.hasFirst())
+      momentum.assign(weights.numel(), 0.0f);
+  }
+
+  void run(const StepContext &) override {
+    float rate = rule.scheduledLr(steps);
+    ++steps;
+    const float *w = weights.f32(), *g = gradient.f32();
+    float *s = feedback.f32(), *u = momentum.data();
+    float sign = mirror ? -rate : rate;
+    for (int64_t i = 0, n = weights.numel(); i < n; ++i) {
+      float d = g[i] + rule.weightDecay * w[i];
+      if (u) {
+        u[i] = steps == 1 ? d : rule.momentum * u[i] + d;
+        d = u[i];
+      }
+      s[i] += sign * d;
+    }
+  }
+
+  KernelState state() override {
+    KernelState result;
+    result.counter = &steps;
+    if (!momentum.empty()) {
+      TensorView view = weights;
+      view.data = momentum.data();
+      result.tensors.emplace_back("momentum_buffer", view);
+    }
+    return result;
+  }
+
+private:
+  TensorView weights, gradient, feedback;
+  UpdateRule rule;
+  bool mirror;
+  int64_t steps = 0;
+  std::vector<float> momentum;
+};
+
+/// The stage's parameters and error feedback, as the select and apply
+/// instructions list them: W_1..W_P, then state_1..state_P.
+struct StageTensors {
+  std::vector<TensorView> weights, states;
+  std::vector<int64_t> counts;
+
+  explicit StageTensors(const KernelArgs &args) : counts(args.ints("counts")) {
+    size_t params = counts.size();
+    weights.assign(args.inputs.begin(), args.inputs.begin() + params);
+    states.assign(args.inputs.begin() + params,
+                  args.inputs.begin() + 2 * params);
+  }
+  bool whole(size_t p) const { return counts[p] == weights[p].numel(); }
+};
+
+/// Parameter p's pending update a: W - M, or r.
+std::vector<float> pendingUpdate(const StageTensors &stage, size_t p,
+                                 bool mirror) {
+  const float *w = stage.weights[p].f32(), *s = stage.states[p].f32();
+  int64_t n = stage.weights[p].numel();
+  std::vector<float> a(s, s + n);
+  if (mirror)
+    for (int64_t i = 0; i < n; ++i)
+      a[i] = w[i] - s[i];
+  return a;
+}
+
+void registerSelect(KernelRegistry &registry) {
+  addKernel(registry, "sparse_select", [](const KernelArgs &args) {
+    auto stage = std::make_shared<StageTensors>(args);
+    bool mirror = isMirror(args);
+    TensorView values = args.outputs[0];
+    TensorView indices =
+        args.outputs.size() > 1 ? args.outputs[1] : TensorView{};
+    return [=](const StepContext &) {
+      float *v = values.f32();
+      int32_t *at =
+          indices.data ? static_cast<int32_t *>(indices.data) : nullptr;
+      for (size_t p = 0; p < stage->counts.size(); ++p) {
+        std::vector<float> a = pendingUpdate(*stage, p, mirror);
+        if (stage->whole(p)) {
+          v = std::copy(a.begin(), a.end(), v);
+          continue;
+        }
+        SparseSelection chosen = selectTopK(
+            a.data(), static_cast<int64_t>(a.size()), stage->counts[p]);
+        v = std::copy(chosen.values.begin(), chosen.values.end(), v);
+        at = std::copy(chosen.indices.begin(), chosen.indices.end(), at);
+        if (!mirror) // the residual keeps what is not sent
+          for (int32_t i : chosen.indices)
+            stage->states[p].f32()[i] = 0.0f;
+      }
+    };
+  });
+}
+
+/// Every device's selection of parameter p, in device order, read from
+/// their values and indices at the parameter's offsets.
+std::vector<SparseSelection>
+selectionsOf(const std::vector<TensorView> &values,
+             const std::vector<TensorView> &indices, int64_t valueAt,
+             int64_t indexAt, int64_t count, bool whole) {
+  std::vector<SparseSelection> workers(values.size());
+  for (size_t j = 0; j < values.size(); ++j) {
+    const float *v = values[j].f32() + valueAt;
+    workers[j].values.assign(v, v + count);
+    workers[j].indices.resize(static_cast<size_t>(count));
+    if (whole)
+      std::iota(workers[j].indices.begin(), workers[j].indices.end(), 0);
+    else
+      std::copy_n(static_cast<const int32_t *>(indices[j].data) + indexAt,
+                  count, workers[j].indices.begin());
+  }
+  return workers;
+}
+
+void registerApply(KernelRegistry &registry) {
+  addKernel(registry, "sparse_apply", [](const KernelArgs &args) {
+    auto stage = std::make_shared<StageTensors>(args);
+    bool mirror = isMirror(args);
+    int self = static_cast<int>(args.i("self", 0));
+    size_t devices = static_cast<size_t>(args.i("devices", 1));
+    size_t first = 2 * stage->counts.size();
+    std::vector<TensorView> values, indices;
+    for (size_t j = 0; j < devices; ++j) {
+      values.push_back(args.inputs[first + 2 * j]);
+      indices.push_back(args.inputs[first + 2 * j + 1]);
+    }
+    return [=](const StepContext &) {
+      int64_t valueAt = 0, indexAt = 0;
+      for (size_t p = 0; p < stage->counts.size(); ++p) {
+        int64_t k = stage->counts[p], n = stage->weights[p].numel();
+        bool whole = stage->whole(p);
+        std::vector<SparseSelection> workers =
+            selectionsOf(values, indices, valueAt, indexAt, k, whole);
+        float *w = stage->weights[p].f32(), *s = stage->states[p].f32();
+        if (mirror)
+          applySparseUpdate(w, s, n, workers, self);
+        else
+          applySparseUpdate(w, nullptr, n, workers, self);
+        // Sent whole, nothing is left pending: the mirror is W again.
+        if (mirror && whole)
+          std::copy(w, w + n, s);
+        valueAt += k;
+        indexAt += whole ? 0 : k;
+      }
+    };
+  });
+}
+
+} // namespace
+
+void registerSparseExchange(KernelRegistry &registry) {
+  registry.add("sparse_absorb", Backend::CPU, [](const KernelArgs &args) {
+    return std::make_unique<AbsorbKernel>(args);
+  });
+  registerSelect(registry);
+  registerApply(registry);
+}
+
+} // namespace cdp::runtime::cpu
