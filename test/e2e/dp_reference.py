@@ -149,17 +149,10 @@ def reference(model, model_name, names, start, start_buffers, x, y, delay, strat
 CLIPPED = [0]  # how many clips scaled something
 
 
-def main():
-    global N, CLIP
-    argv = sys.argv[:]
-    if "--clip" in argv:
-        at = argv.index("--clip")
-        CLIP = float(argv[at + 1])
-        del argv[at:at + 2]
-    bin_dir, work, model_name, strategy = argv[1:5]
-    rule = argv[5] if len(argv) > 5 else "v2"
-    table = argv[6] if len(argv) > 6 else "timing"
-    N = int(argv[7]) if len(argv) > 7 else N
+def export_model(model_name, work, steps):
+    """The model exported to ONNX in WORK_DIR with cdp's initial weights
+    loaded back, the stage cuts (one layer each) and the data of `steps`
+    steps of N micro-batches (saved as x.npy and y.npy)."""
     os.makedirs(work, exist_ok=True)
     torch.manual_seed(0)
     model = DeepMLP() if model_name == "deep_mlp" else CNN()
@@ -184,12 +177,27 @@ def main():
                                    if any(inp.split(".")[0] in prefixes for inp in n.input)))
     boundaries = [nodes[i - 1].name for i in first_of_stage]
 
-    rows = N * B * STEPS
+    rows = N * B * steps
     x = torch.randn(rows, *INPUT[model_name][1:])
     y = torch.randint(0, 5, (rows,))
     np.save(os.path.join(work, "x.npy"), x.numpy())
     np.save(os.path.join(work, "y.npy"), y.numpy().astype(np.int64))
 
+    return model, path, boundaries, x, y
+
+
+def main():
+    global N, CLIP
+    argv = sys.argv[:]
+    if "--clip" in argv:
+        at = argv.index("--clip")
+        CLIP = float(argv[at + 1])
+        del argv[at:at + 2]
+    bin_dir, work, model_name, strategy = argv[1:5]
+    rule = argv[5] if len(argv) > 5 else "v2"
+    table = argv[6] if len(argv) > 6 else "timing"
+    N = int(argv[7]) if len(argv) > 7 else N
+    model, path, boundaries, x, y = export_model(model_name, work, STEPS)
     names = [n for n, _ in model.named_parameters()]
     start = {n: p.detach().clone() for n, p in model.named_parameters()}
     start_buffers = {n: b.clone() for n, b in model.named_buffers()}

@@ -125,6 +125,8 @@ void registerSelect(KernelRegistry &registry) {
         std::vector<float> a = pendingUpdate(*stage, p, mirror);
         if (stage->whole(p)) {
           v = std::copy(a.begin(), a.end(), v);
+          if (!mirror) // all of it sent: nothing left
+            std::fill_n(stage->states[p].f32(), a.size(), 0.0f);
           continue;
         }
         SparseSelection chosen = selectTopK(
