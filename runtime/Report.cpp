@@ -36,12 +36,18 @@ namespace cdp::runtime {
 
 namespace {
 /// Byte series per device (kByteSeries of them).
-enum Slot { kActivation = 0, kGradient = 1, kReduction = 2, kGathered = 3 };
+enum Slot {
+  kActivation = 0,
+  kGradient = 1,
+  kReduction = 2,
+  kGathered = 3,
+  kComm = 4
+};
 
 bool isGradientReader(std::string_view op) {
   return op == "reduce_start" || op == "chain_reduce" || op == "gradient" ||
          op == "update" || op == "shard_update" || op == "shard_reduce" ||
-         op == "replica_shard_update";
+         op == "replica_shard_update" || op == "sparse_absorb";
 }
 
 /// The optimizer's moments per parameter element (Adam 2, momentum 1).
@@ -107,6 +113,7 @@ PlanFacts::PlanFacts(const plan::SpelledPlan &spelled) {
   weightVersionBytes.assign(devices, 0);
   reducedBytes.assign(devices, 0);
   optimizerBytes.assign(devices, 0);
+  feedbackBytes.assign(devices, 0);
   for (int id = 0; id < tensors; ++id)
     bytes[id] = spelled.tensor(id).bytes();
   // Weights, buffers, their second versions and gradient accumulators are
@@ -124,6 +131,7 @@ PlanFacts::PlanFacts(const plan::SpelledPlan &spelled) {
                    kind == plan::SHARD || kind == plan::SPARSE_STATE;
   }
   std::vector<int> countedOn(tensors, -1); // the device that last counted it
+  std::vector<char> commBuffer(tensors, 0);
   std::vector<char> gatheredOutput(tensors, 0); // written by a shard_gather
   cycle = plan.has_schedule() && plan.schedule().cycle() > 0
               ? plan.schedule().cycle()
@@ -168,6 +176,8 @@ PlanFacts::PlanFacts(const plan::SpelledPlan &spelled) {
             weightBytes[d] += t.bytes();
           else if (t.kind() == plan::REDUCED)
             reducedBytes[d] += t.bytes();
+          else if (t.kind() == plan::SPARSE_STATE)
+            feedbackBytes[d] += t.bytes();
         }
       // string_view: compares lengths first.
       std::string_view phase = instruction.phase(), op = instruction.op();
@@ -187,8 +197,18 @@ PlanFacts::PlanFacts(const plan::SpelledPlan &spelled) {
         if (isFed[id])
           ++uses[d][id];
       }
-      if (op == "update")
+      if (op == "update" || op == "sparse_absorb")
         optimizerBytes[d] += momentCopies(instruction) * bytes[inputs[0]];
+      // laysa: what a selection writes and an apply reads (the other
+      // devices' selections arrive by recv).
+      if (op == "sparse_select")
+        for (int id : outputs)
+          if (id >= 0)
+            commBuffer[id] = 1;
+      if (op == "sparse_apply")
+        for (int id : inputs)
+          if (id >= 0 && spelled.tensor(id).kind() == plan::ACTIVATION)
+            commBuffer[id] = 1;
       // ZeRO: the moments of the device's shard only.
       if (op == "shard_update" || op == "replica_shard_update")
         optimizerBytes[d] += momentCopies(instruction) *
@@ -229,6 +249,8 @@ PlanFacts::PlanFacts(const plan::SpelledPlan &spelled) {
   for (int id = 0; id < tensors; ++id)
     if (gatheredOutput[id])
       category[id] = Category::Gathered;
+    else if (commBuffer[id])
+      category[id] = Category::Comm;
   std::vector<int> lastWrite(tensors, -1);
   for (int d = 0; d < devices; ++d) {
     // Writes and reads over two passes of the program: a write's reads
@@ -310,6 +332,7 @@ void ReportBuilder::copyDevice(int from, int to) {
   planFacts.weightVersionBytes[to] = planFacts.weightVersionBytes[from];
   planFacts.reducedBytes[to] = planFacts.reducedBytes[from];
   planFacts.optimizerBytes[to] = planFacts.optimizerBytes[from];
+  planFacts.feedbackBytes[to] = planFacts.feedbackBytes[from];
   streamOf[to] = streamOf[from];
 }
 
@@ -329,6 +352,7 @@ void ReportBuilder::startStep(int device, int64_t t) {
 static int slotOf(Category c) {
   return c == Category::Gradient   ? kGradient
          : c == Category::Gathered ? kGathered
+         : c == Category::Comm     ? kComm
                                    : kActivation;
 }
 
@@ -560,6 +584,8 @@ std::string ReportBuilder::json() const {
        << ", \"gradient_bytes\": " << sample.gradient
        << ", \"reduction_bytes\": " << sample.reduction
        << ", \"optimizer_bytes\": " << optimizer[d]
+       << ", \"error_feedback_bytes\": " << planFacts.feedbackBytes[d]
+       << ", \"comm_buffer_bytes\": " << sample.comm
        << ", \"workspace_bytes\": " << workspace[d]
        << ", \"sent_bytes\": " << sample.sent
        << ", \"sent_collective_bytes\": " << sample.sentCollective << "}";
@@ -600,10 +626,12 @@ void ReportBuilder::forEachSample(
                         planFacts.reducedBytes[d];
       sample.reduction = live[kReduction][d] + s.bornBytes[kReduction][tau];
       sample.gathered = live[kGathered][d] + s.bornBytes[kGathered][tau];
+      sample.comm = live[kComm][d] + s.bornBytes[kComm][tau];
       sample.deviceBytes =
           sample.activation + sample.gradient + sample.reduction +
-          sample.gathered + planFacts.weightBytes[d] +
-          planFacts.weightVersionBytes[d] + optimizer[d] + workspace[d];
+          sample.gathered + sample.comm + planFacts.weightBytes[d] +
+          planFacts.weightVersionBytes[d] + planFacts.feedbackBytes[d] +
+          optimizer[d] + workspace[d];
       sample.sent = s.sent[tau];
       sample.sentCollective = s.sentCollective[tau];
       sample.ready = s.ready[tau];

@@ -29,13 +29,15 @@
 namespace cdp::runtime {
 
 /// How the report sees a tensor: Gathered, ZeRO stage 3's parameters
-/// between a shard_gather and its shard_release.
-enum class Category { None, Activation, Gradient, Gathered };
+/// between a shard_gather and its shard_release; Comm, laysa's selections
+/// (sent and received) between the selection and the apply.
+enum class Category { None, Activation, Gradient, Gathered, Comm };
 
 /// The byte series of a device the report keeps, one per kind of memory
 /// that comes and goes: activations, gradients, reductions in flight (from
-/// a device's reduce_start to its own reduce_wait), gathered parameters.
-constexpr int kByteSeries = 4;
+/// a device's reduce_start to its own reduce_wait), gathered parameters,
+/// communication buffers.
+constexpr int kByteSeries = 5;
 
 /// Facts about a plan the accounting needs, computed once.
 struct PlanFacts {
@@ -48,6 +50,8 @@ struct PlanFacts {
   /// weightVersionBytes the extra versions (2bw's previous one).
   std::vector<int64_t> weightBytes, weightVersionBytes, reducedBytes,
       optimizerBytes;
+  /// laysa: the error feedback (mirrors, or the baseline's residuals).
+  std::vector<int64_t> feedbackBytes;
   /// Per device and instruction: whether an activation unit begins there
   /// (the first forward instruction of a stage's micro-batch) or ends
   /// there (its last backward instruction).
@@ -115,8 +119,8 @@ private:
   /// One device at one time step, as the report prints it.
   struct Sample {
     int64_t units = 0, activation = 0, gradient = 0, reduction = 0,
-            gathered = 0, deviceBytes = 0, sent = 0, sentCollective = 0,
-            ready = 0;
+            gathered = 0, comm = 0, deviceBytes = 0, sent = 0,
+            sentCollective = 0, ready = 0;
   };
   /// Visits every (time step, device) in order, devices inner.
   void forEachSample(
