@@ -162,19 +162,16 @@ std::vector<SlotEntry> laysaProgram(int64_t L, const StageFacts &facts,
   for (int64_t l = 1; l <= L; ++l)
     if (facts.forward[l])
       entries.push_back({SlotEntry::Forward, l, l - 1});
-  std::vector<int64_t> trained; // in exchange order: L first
-  for (int64_t l = L; l >= 1; --l)
-    if (facts.trained[l])
-      trained.push_back(l);
   // Time t's exchange work: the apply of the stage sent at t - 1, then
   // the selection of the stage whose backward ended at t - 1.
+  auto trained = [&](int64_t l) {
+    return l >= 1 && l <= L && facts.trained[l];
+  };
   auto exchanges = [&](int64_t t) {
-    for (int64_t l : trained)
-      if (2 * L - l + 2 == t)
-        entries.push_back({SlotEntry::SparseApply, l, t});
-    for (int64_t l : trained)
-      if (2 * L - l + 1 == t)
-        entries.push_back({SlotEntry::SparseSend, l, t});
+    if (trained(2 * L - t + 2))
+      entries.push_back({SlotEntry::SparseApply, 2 * L - t + 2, t});
+    if (trained(2 * L - t + 1))
+      entries.push_back({SlotEntry::SparseSend, 2 * L - t + 1, t});
   };
   for (int64_t t = L; t <= 2 * L + 1; ++t) {
     exchanges(t);

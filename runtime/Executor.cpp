@@ -71,14 +71,13 @@ void Executor::placeTensor(int id) {
     return; // CDP-ZeRO: another device owns this stage's master copy
   persistent[id] = backendDevice->allocate(static_cast<size_t>(bytes));
   v.data = persistent[id];
-  // laysa's mirror starts as its parameter's value (the plan holds it once).
+  // laysa's mirror starts as its parameter's value (the plan holds it once);
+  // a tensor without data (a residual, a reduced buffer) starts at 0, as
+  // every device's allocate leaves it.
   const std::string &data =
       t.has_mirror_of() ? planRef.tensors(t.mirror_of()).data() : t.data();
-  if (data.empty()) {
-    if (t.kind() == plan::SPARSE_STATE) // the residual starts at 0
-      backendDevice->fill(v.data, 0, bytes);
+  if (data.empty())
     return;
-  }
   if (static_cast<int64_t>(data.size()) != bytes)
     throw RuntimeError("plan tensor '" + t.name() + "' has " +
                        std::to_string(data.size()) +
