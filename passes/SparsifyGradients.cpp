@@ -10,11 +10,10 @@
 
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "cdp/Passes/Passes.h"
+#include "cdp/Plan/Strategy.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
-
-#include <cmath>
 
 namespace cdp {
 #define GEN_PASS_DEF_SPARSIFYGRADIENTS
@@ -25,15 +24,6 @@ using namespace mlir;
 using namespace cdp;
 
 namespace {
-
-/// Entries a parameter of n elements sends: max(1, ceil(density n)), or all
-/// of them below the size threshold.
-int64_t sparseCount(int64_t n, double density, int64_t denseBelow) {
-  if (n < denseBelow)
-    return n;
-  auto k = static_cast<int64_t>(std::ceil(density * static_cast<double>(n)));
-  return std::min(n, std::max<int64_t>(1, k));
-}
 
 struct SparsifyGradientsPass
     : public cdp::impl::SparsifyGradientsBase<SparsifyGradientsPass> {

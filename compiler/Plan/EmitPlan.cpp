@@ -971,13 +971,6 @@ int Emitter::mapped(DeviceLowering &lowering, int64_t slot, int id,
 
 namespace {
 
-void setIntAttr(plan::Instruction *instruction, const char *name,
-                int64_t value) {
-  plan::Attribute *a = instruction->add_attributes();
-  a->set_name(name);
-  a->set_i(value);
-}
-
 /// Adds micro-batch `k`'s `input` into a step accumulator (1/`share`
 /// each: gradients average over all replicas' micro-batches, the loss over
 /// the replica's own).
@@ -989,8 +982,8 @@ void accumulate(plan::Instruction *instruction, int input, int output,
   instruction->set_location(location);
   instruction->add_inputs(input);
   instruction->add_outputs(output);
-  setIntAttr(instruction, "slots", share);
-  setIntAttr(instruction, "reset", k == 0);
+  plan::setIntAttribute(instruction, "slots", share);
+  plan::setIntAttribute(instruction, "reset", k == 0);
 }
 
 /// The step the work of a program op belongs to: the previous step's runs
@@ -1024,12 +1017,12 @@ plan::Instruction *Emitter::message(plan::Instruction *instruction, bool isSend,
     instruction->add_inputs(id);
   else
     instruction->add_outputs(id);
-  setIntAttr(instruction, "peer", peer);
-  setIntAttr(instruction, "value", value);
-  setIntAttr(instruction, "micro_batch", microBatch);
-  setIntAttr(instruction, "micro_batches", tables.MB);
+  plan::setIntAttribute(instruction, "peer", peer);
+  plan::setIntAttribute(instruction, "value", value);
+  plan::setIntAttribute(instruction, "micro_batch", microBatch);
+  plan::setIntAttribute(instruction, "micro_batches", tables.MB);
   if (isSend)
-    setIntAttr(instruction, "cycle", tables.cycle);
+    plan::setIntAttribute(instruction, "cycle", tables.cycle);
   return instruction;
 }
 
@@ -1069,7 +1062,7 @@ LogicalResult Emitter::lowerStageDevice(sched::StageDeviceOp op,
                     refresh.getFrom(), id, 0, plan.tensors(id).name(), tables);
                 recv->set_stage(lowering.s);
                 recv->set_min_step(1);
-                setIntAttr(recv, "step_offset", -1);
+                plan::setIntAttribute(recv, "step_offset", -1);
                 return success();
               });
             })
@@ -1290,14 +1283,14 @@ LogicalResult Emitter::lowerReplicaShardUpdate(DeviceLowering &lowering,
   for (Attribute name : shard.getParams())
     instruction->add_inputs(
         tables.replicaSum.lookup(cast<StringAttr>(name).getValue()));
-  setIntAttr(instruction, "stage", lowering.s);
+  plan::setIntAttribute(instruction, "stage", lowering.s);
   copyUpdateRule(updates, *instruction);
   plan::Attribute *peers = instruction->add_attributes();
   peers->set_name("peers");
   for (int64_t peer : shard.getPeers())
     peers->mutable_ints()->add_values(peer);
-  setIntAttr(instruction, "replica", shard.getReplica());
-  setIntAttr(instruction, "cycle", tables.cycle);
+  plan::setIntAttribute(instruction, "replica", shard.getReplica());
+  plan::setIntAttribute(instruction, "cycle", tables.cycle);
   return success();
 }
 
@@ -1372,7 +1365,7 @@ LogicalResult Emitter::lowerClipStages(DeviceLowering &lowering,
       plan::Instruction *message =
           this->message(add(), isSend, share, peer, share, 0,
                         "stage " + std::to_string(s) + " norm", tables);
-      setIntAttr(message, "step_offset", clip.getStep());
+      plan::setIntAttribute(message, "step_offset", clip.getStep());
     }
   std::vector<int> shares;
   for (int64_t q : stages)
@@ -1440,8 +1433,8 @@ LogicalResult Emitter::lowerCompute(DeviceLowering &lowering,
         load->set_phase(forward ? "forward" : "backward");
         load->set_location(plan.tensors(id).name());
         load->add_outputs(copyOf(id));
-        setIntAttr(load, "input", id);
-        setIntAttr(load, "micro_batch", tagBatch);
+        plan::setIntAttribute(load, "input", id);
+        plan::setIntAttribute(load, "micro_batch", tagBatch);
         arrived.insert(id);
         continue;
       }
@@ -1466,7 +1459,7 @@ LogicalResult Emitter::lowerCompute(DeviceLowering &lowering,
     // Dropout draws its mask from the micro-batch's index in the step, as
     // under single and dp, not from the device's own count.
     if (isa<DropoutOp>(op))
-      setIntAttr(instruction, "step_micro_batch", j);
+      plan::setIntAttribute(instruction, "step_micro_batch", j);
     if (auto gradient = dyn_cast<GradientOp>(op))
       accumulate(add(), copyOf(ids.lookup(gradient.getGrad())),
                  tables.accumulator.lookup(gradient.getName()), "backward",
@@ -1877,7 +1870,7 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
     instruction->set_op(opName);
     instruction->set_location("stage " + std::to_string(l));
     instruction->set_phase(phase);
-    setIntAttr(instruction, "stage", l);
+    plan::setIntAttribute(instruction, "stage", l);
     return instruction;
   };
   int64_t L = tables.L;
@@ -1893,7 +1886,7 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
         instruction->add_inputs(buffer);
     for (const auto &t : tables.byStage[l])
       instruction->add_outputs(t.reduced);
-    setIntAttr(instruction, "delay", delay);
+    plan::setIntAttribute(instruction, "delay", delay);
   };
   // A stage's updates from its reduced buffers.
   auto applyUpdates = [&](int64_t l, int64_t time,
@@ -1948,10 +1941,10 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
       for (const auto &t : tensors)
         shard->add_inputs(t.reduced);
     copyUpdateRule(updates, *shard);
-    setIntAttr(shard, "cycle", 2 * L);
-    setIntAttr(shard, "zero", zero);
+    plan::setIntAttribute(shard, "cycle", 2 * L);
+    plan::setIntAttribute(shard, "zero", zero);
     if (tables.cdpZero)
-      setIntAttr(shard, "owner", d);
+      plan::setIntAttribute(shard, "owner", d);
     return success();
   };
   // CDP-ZeRO's messages of a stage's parameters: the value names the
@@ -1959,13 +1952,13 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
   auto paramMessage = [&](const char *opName, int64_t l, int64_t time,
                           int64_t peer, int64_t use, int64_t stepOffset) {
     plan::Instruction *instruction = stageInstruction(opName, l, time, "comm");
-    setIntAttr(instruction, "peer", peer);
-    setIntAttr(instruction, "value", use * 4096 + l);
-    setIntAttr(instruction, "micro_batch", 0);
-    setIntAttr(instruction, "micro_batches", 1);
-    setIntAttr(instruction, "cycle", 2 * L);
+    plan::setIntAttribute(instruction, "peer", peer);
+    plan::setIntAttribute(instruction, "value", use * 4096 + l);
+    plan::setIntAttribute(instruction, "micro_batch", 0);
+    plan::setIntAttribute(instruction, "micro_batches", 1);
+    plan::setIntAttribute(instruction, "cycle", 2 * L);
     if (stepOffset != 0)
-      setIntAttr(instruction, "step_offset", stepOffset);
+      plan::setIntAttribute(instruction, "step_offset", stepOffset);
     return instruction;
   };
   // laysa: the exchange's instructions of stage l at `time`.
@@ -1995,7 +1988,7 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
           stageInstruction("norm_all_reduce", 1, time, "update");
       sum->set_min_step(minStep);
       sum->add_inputs(tables.normShare);
-      setIntAttr(sum, "cycle", 2 * L);
+      plan::setIntAttribute(sum, "cycle", 2 * L);
       partials.push_back(tables.normShare);
     } else {
       for (int64_t l = 1; l <= L; ++l) {
@@ -2058,9 +2051,9 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
       if (tables.chain && d == tables.N - 1 && !tables.cdpZero)
         for (int buffer : tables.chainBuffers[l])
           instruction->add_outputs(buffer);
-      setIntAttr(instruction, "cycle", 2 * L);
+      plan::setIntAttribute(instruction, "cycle", 2 * L);
       if (start.getOwner() >= 0) // CDP-ZeRO: the last slot's mean goes there
-        setIntAttr(instruction, "owner", start.getOwner());
+        plan::setIntAttribute(instruction, "owner", start.getOwner());
     } else if (auto gather = dyn_cast<sched::GatherParamsOp>(step);
                gather && gather.getFrom() >= 0) {
       int64_t l = gather.getStage(), time = gather.getTimeStep();
@@ -2089,8 +2082,8 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
           stageInstruction("chain_wait", l, time, "update");
       wait->set_min_step(1);
       wait->add_outputs(tables.means[l]);
-      setIntAttr(wait, "delay", 0);
-      setIntAttr(wait, "from", update.getFrom());
+      plan::setIntAttribute(wait, "delay", 0);
+      plan::setIntAttribute(wait, "from", update.getFrom());
       if (failed(shardUpdate(l, time, 1, 3)))
         return failure();
     } else if (auto gather = dyn_cast<sched::GatherParamsOp>(step)) {
@@ -2100,7 +2093,7 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
       instruction->add_inputs(tables.paramShards[l]);
       for (int id : tables.gathered[l])
         instruction->add_outputs(id);
-      setIntAttr(instruction, "cycle", 2 * L);
+      plan::setIntAttribute(instruction, "cycle", 2 * L);
     } else if (auto release = dyn_cast<sched::ReleaseParamsOp>(step)) {
       int64_t l = release.getStage();
       plan::Instruction *instruction =
@@ -2127,8 +2120,8 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
       instruction->set_min_step(relay.getStepOffset());
       for (int buffer : tables.chainBuffers[l])
         instruction->add_outputs(buffer);
-      setIntAttr(instruction, "cycle", 2 * L);
-      setIntAttr(instruction, "step_offset", relay.getStepOffset());
+      plan::setIntAttribute(instruction, "cycle", 2 * L);
+      plan::setIntAttribute(instruction, "step_offset", relay.getStepOffset());
     } else {
       return step.emitOpError("has no lowering to a data-parallel plan");
     }
@@ -2157,7 +2150,7 @@ plan::Instruction *Emitter::lowerClip(plan::Device &device, ClipGradNormOp clip,
   for (int id : grads)
     instruction->add_inputs(id);
   if (!partials.empty())
-    setIntAttr(instruction, "partials", partials.size());
+    plan::setIntAttribute(instruction, "partials", partials.size());
   return instruction;
 }
 

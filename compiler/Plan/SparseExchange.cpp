@@ -2,18 +2,14 @@
 
 #include "SparseExchange.h"
 
+#include "cdp/Plan/PlanIO.h"
+
 #include <algorithm>
 #include <string>
 
 namespace cdp::sparse {
 
 namespace {
-
-void setInt(plan::Instruction *instruction, const char *name, int64_t value) {
-  plan::Attribute *a = instruction->add_attributes();
-  a->set_name(name);
-  a->set_i(value);
-}
 
 void setText(plan::Instruction *instruction, const char *name,
              const std::string &value) {
@@ -91,11 +87,11 @@ plan::Instruction *message(const Exchange &exchange,
                            const MakeInstruction &make, const char *op,
                            int64_t l, int64_t peer, int kind) {
   plan::Instruction *instruction = make(op, "comm");
-  setInt(instruction, "peer", peer);
-  setInt(instruction, "value", 2 * l + kind);
-  setInt(instruction, "micro_batch", 0);
-  setInt(instruction, "micro_batches", 1);
-  setInt(instruction, "cycle", exchange.cycle);
+  plan::setIntAttribute(instruction, "peer", peer);
+  plan::setIntAttribute(instruction, "value", 2 * l + kind);
+  plan::setIntAttribute(instruction, "micro_batch", 0);
+  plan::setIntAttribute(instruction, "micro_batches", 1);
+  plan::setIntAttribute(instruction, "cycle", exchange.cycle);
   return instruction;
 }
 
@@ -178,8 +174,8 @@ void lowerApply(const Exchange &exchange, int64_t l, int64_t d,
     apply->add_inputs(r == 0 ? stage.indices : stage.peerIndices[r - 1]);
   }
   setText(apply, "form", exchange.residual ? "residual" : "mirror");
-  setInt(apply, "self", d);
-  setInt(apply, "devices", N);
+  plan::setIntAttribute(apply, "self", d);
+  plan::setIntAttribute(apply, "devices", N);
 }
 
 } // namespace cdp::sparse

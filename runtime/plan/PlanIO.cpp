@@ -50,6 +50,13 @@ int64_t intAttribute(const Instruction &instruction, std::string_view name,
   return fallback;
 }
 
+void setIntAttribute(Instruction *instruction, std::string_view name,
+                     int64_t value) {
+  Attribute *a = instruction->add_attributes();
+  a->set_name(std::string(name));
+  a->set_i(value);
+}
+
 int64_t dtypeSize(DType type) {
   switch (type) {
   case F32:

@@ -5,6 +5,7 @@
 #include "cdp/Sched/Pipeline.h"
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 
 namespace cdp {
@@ -85,6 +86,14 @@ int64_t stashSlots(Strategy strategy, int64_t s, int64_t d, int64_t m) {
   default:
     return 1;
   }
+}
+
+int64_t sparseCount(int64_t elements, double density, int64_t denseBelow) {
+  if (elements < denseBelow)
+    return elements;
+  auto k =
+      static_cast<int64_t>(std::ceil(density * static_cast<double>(elements)));
+  return std::min(elements, std::max<int64_t>(1, k));
 }
 
 } // namespace cdp

@@ -10,6 +10,8 @@
 
 #include "kernels/cpu/SparseMirror.h"
 
+#include "cdp/Plan/Strategy.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -52,7 +54,7 @@ MirrorRun runBoth(int64_t n, int workers, double density, int steps, float lr,
   std::vector<double> wRef(w.begin(), w.end());
   std::vector<std::vector<float>> mirrors(workers, w);
   std::vector<std::vector<double>> residuals(workers, std::vector<double>(n));
-  int64_t k = sparseCount(n, density);
+  int64_t k = cdp::sparseCount(n, density);
   MirrorRun run;
   for (int step = 0; step < steps; ++step) {
     std::vector<SparseSelection> selections;
@@ -109,11 +111,14 @@ MirrorRun runBoth(int64_t n, int workers, double density, int steps, float lr,
 } // namespace
 
 TEST(SparseMirror, CountIsCeilOfDensityAtLeastOne) {
+  using cdp::sparseCount;
   EXPECT_EQ(sparseCount(1000, 0.01), 10);
   EXPECT_EQ(sparseCount(1001, 0.01), 11);
   EXPECT_EQ(sparseCount(50, 0.01), 1);
   EXPECT_EQ(sparseCount(7, 1.0), 7);
   EXPECT_EQ(sparseCount(7, 2.0), 7);
+  EXPECT_EQ(sparseCount(1000, 0.01, 1000), 10);
+  EXPECT_EQ(sparseCount(999, 0.01, 1000), 999); // below the threshold: whole
 }
 
 TEST(SparseMirror, TopKBreaksTiesToTheLowestIndex) {

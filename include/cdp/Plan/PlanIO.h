@@ -39,6 +39,9 @@ int64_t dtypeSize(DType type);
 /// Integer attribute `name` of `instruction`, or `fallback` when absent.
 int64_t intAttribute(const Instruction &instruction, std::string_view name,
                      int64_t fallback = -1);
+/// Adds integer attribute `name` = `value` to `instruction`.
+void setIntAttribute(Instruction *instruction, std::string_view name,
+                     int64_t value);
 
 /// The traits of the plan's strategy (pipelines: one device per stage and
 /// replica, tensors placed on devices, micro-batches loaded where stages

@@ -73,6 +73,12 @@ std::string strategyNames();
 /// partitioner's memory estimate and cdp-schedule-pipeline both read it.
 int64_t stashSlots(Strategy strategy, int64_t s, int64_t d, int64_t m);
 
+/// laysa: the entries a parameter of `elements` sends per device and step
+/// at `density`: max(1, ceil(density * elements)), at most `elements`; all
+/// of them (sent whole) below `denseBelow`. cdp-sparsify-gradients decides
+/// with it; the kernels select what the plan says.
+int64_t sparseCount(int64_t elements, double density, int64_t denseBelow = 0);
+
 } // namespace cdp
 
 #endif // CDP_PLAN_STRATEGY_H

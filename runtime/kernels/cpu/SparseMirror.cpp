@@ -8,12 +8,6 @@
 
 namespace cdp::runtime::cpu {
 
-int64_t sparseCount(int64_t elements, double density) {
-  auto k =
-      static_cast<int64_t>(std::ceil(density * static_cast<double>(elements)));
-  return std::min(elements, std::max<int64_t>(1, k));
-}
-
 SparseSelection selectTopK(const float *a, int64_t n, int64_t k) {
   k = std::clamp<int64_t>(k, 0, n);
   std::vector<int32_t> order(static_cast<size_t>(n));

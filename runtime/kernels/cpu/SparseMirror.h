@@ -31,10 +31,6 @@ struct SparseSelection {
   std::vector<float> values;
 };
 
-/// Entries a layer of `elements` sends at `density`: max(1, ceil(density
-/// * elements)), at most `elements`.
-int64_t sparseCount(int64_t elements, double density);
-
 /// The `k` entries of `a` (of `n`) with the largest magnitude; among equal
 /// magnitudes the lowest index wins, so every run selects the same set.
 /// Returned by ascending index.
