@@ -64,9 +64,11 @@ MirrorRun runBoth(int64_t n, int workers, double density, int steps, float lr,
       std::vector<float> g(n);
       for (float &x : g)
         x = normal(random);
-      absorbGradient(mirrors[worker].data(), g.data(), n, lr);
+      std::vector<float> &mirror = mirrors[worker];
+      for (int64_t i = 0; i < n; ++i) // absorb: M <- M - lr g
+        mirror[i] -= lr * g[i];
       selections.push_back(
-          selectFromMirror(w.data(), mirrors[worker].data(), n, k));
+          selectTopK(pendingUpdate(w.data(), mirror.data(), n).data(), n, k));
       std::vector<double> &r = residuals[worker];
       for (int64_t i = 0; i < n; ++i)
         r[i] += static_cast<double>(lr) * g[i];

@@ -99,15 +99,10 @@ struct StageTensors {
 };
 
 /// Parameter p's pending update a: W - M, or r.
-std::vector<float> pendingUpdate(const StageTensors &stage, size_t p,
-                                 bool mirror) {
+std::vector<float> pendingOf(const StageTensors &stage, size_t p, bool mirror) {
   const float *w = stage.weights[p].f32(), *s = stage.states[p].f32();
   int64_t n = stage.weights[p].numel();
-  std::vector<float> a(s, s + n);
-  if (mirror)
-    for (int64_t i = 0; i < n; ++i)
-      a[i] = w[i] - s[i];
-  return a;
+  return mirror ? pendingUpdate(w, s, n) : std::vector<float>(s, s + n);
 }
 
 void registerSelect(KernelRegistry &registry) {
@@ -122,7 +117,7 @@ void registerSelect(KernelRegistry &registry) {
       int32_t *at =
           indices.data ? static_cast<int32_t *>(indices.data) : nullptr;
       for (size_t p = 0; p < stage->counts.size(); ++p) {
-        std::vector<float> a = pendingUpdate(*stage, p, mirror);
+        std::vector<float> a = pendingOf(*stage, p, mirror);
         if (stage->whole(p)) {
           v = std::copy(a.begin(), a.end(), v);
           if (!mirror) // all of it sent: nothing left

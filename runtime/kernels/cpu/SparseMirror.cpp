@@ -28,17 +28,12 @@ SparseSelection selectTopK(const float *a, int64_t n, int64_t k) {
   return selection;
 }
 
-void absorbGradient(float *mirror, const float *gradient, int64_t n, float lr) {
-  for (int64_t i = 0; i < n; ++i)
-    mirror[i] -= lr * gradient[i];
-}
-
-SparseSelection selectFromMirror(const float *weights, const float *mirror,
-                                 int64_t n, int64_t k) {
+std::vector<float> pendingUpdate(const float *weights, const float *mirror,
+                                 int64_t n) {
   std::vector<float> pending(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i)
     pending[i] = weights[i] - mirror[i];
-  return selectTopK(pending.data(), n, k);
+  return pending;
 }
 
 void applySparseUpdate(float *weights, float *mirror, int64_t n,

@@ -2,7 +2,9 @@
 //-*-===//
 //
 // LaySA's arithmetic on one layer, apart from where it runs
-// (SparseExchange.cpp wraps it in the plan's instructions). A worker
+// (SparseExchange.cpp wraps it in the plan's instructions, and its
+// sparse_absorb does the absorb with the optimizer's momentum and weight
+// decay). A worker
 // keeps a mirror M of its weights W, M = W - r, where r is the part of
 // its updates it has not sent yet (error feedback):
 //
@@ -36,12 +38,9 @@ struct SparseSelection {
 /// Returned by ascending index.
 SparseSelection selectTopK(const float *a, int64_t n, int64_t k);
 
-/// M <- M - lr * g.
-void absorbGradient(float *mirror, const float *gradient, int64_t n, float lr);
-
-/// a = W - M, then its top-k.
-SparseSelection selectFromMirror(const float *weights, const float *mirror,
-                                 int64_t n, int64_t k);
+/// The update a worker has not sent yet: a = W - M.
+std::vector<float> pendingUpdate(const float *weights, const float *mirror,
+                                 int64_t n);
 
 /// Applies the workers' selections (in worker order, `self` this one's):
 /// W <- W - S, M <- M - S + V_self at I_self, S their sum over N. A null
