@@ -135,6 +135,8 @@ void buildTrainingPipeline(OpPassManager &pm,
     addDataParallelSchedule(pm, config);
   else if (traits.pipelined)
     addPipelineSchedule(pm, config);
+  if (config.layerReuse)
+    pm.addPass(createReuseLayerMemory());
   if (config.planMemory)
     pm.addPass(createPlanMemory());
 }
@@ -214,6 +216,11 @@ struct StrategyPipelineOptions
       *this, "sparse-residual",
       llvm::cl::desc("laysa: the naive explicit-residual baseline"),
       llvm::cl::init(false)};
+  Option<std::string> memoryReuse{
+      *this, "memory-reuse",
+      llvm::cl::desc("none, or layer: cdp-reuse-layer-memory before the "
+                     "memory plan"),
+      llvm::cl::init("none")};
   Option<bool> planMemory{*this, "plan-memory",
                           llvm::cl::desc("End with cdp-plan-memory"),
                           llvm::cl::init(true)};
@@ -239,6 +246,7 @@ struct StrategyPipelineOptions
     config.fuse = fuse;
     config.timelineSteps = steps;
     config.planMemory = planMemory;
+    config.layerReuse = memoryReuse == "layer";
     config.density = density;
     config.denseBelow = denseBelow;
     config.sparseResidual = residual;

@@ -6,6 +6,9 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
+#include <map>
+#include <optional>
+
 namespace cdp {
 #define GEN_PASS_DEF_PLANMEMORY
 #include "cdp/Passes/Passes.h.inc"
@@ -47,39 +50,73 @@ struct PlanMemoryPass : public cdp::impl::PlanMemoryBase<PlanMemoryPass> {
       index[&op] = count++;
     int64_t end = count;
 
+    // The last op of each time step, for gradients released at a hand-off.
+    std::map<int64_t, int64_t> lastOfTime;
+    for (Operation &op : body)
+      if (auto time = op.getAttrOfType<IntegerAttr>("cdp.time"))
+        lastOfTime[time.getInt()] = index[&op];
+    int64_t latest = 0;
+    for (auto &[time, last] : lastOfTime)
+      last = latest = std::max(latest, last);
+    auto lastAtOrBefore = [&](int64_t time) {
+      auto it = lastOfTime.upper_bound(time);
+      return it == lastOfTime.begin() ? int64_t(0) : std::prev(it)->second;
+    };
+
     std::vector<Interval> intervals;
     llvm::DenseMap<Value, size_t> slot;
     auto lastUse = [&](Value value, int64_t begin) {
       int64_t last = begin;
-      for (OpOperand &use : value.getUses()) {
-        Operation *user = use.getOwner();
-        if (isa<func::ReturnOp, GradientOp>(user))
+      std::optional<int64_t> released;
+      for (Operation *user : value.getUsers()) {
+        if (auto gradient = dyn_cast<GradientOp>(user)) {
+          if (auto time =
+                  gradient->getAttrOfType<IntegerAttr>("cdp.release_time"))
+            released = lastAtOrBefore(time.getInt());
+          else if (!gradient->hasAttr("cdp.release_at_last_use"))
+            return end; // --dump-grads reads it after the step
+        }
+        if (isa<func::ReturnOp>(user))
           return end;
-        last = std::max(last, index.lookup(user));
       }
-      return last;
+      for (Operation *user : value.getUsers())
+        if (!released || !isa<UpdateOp>(user)) // the update reads a copy
+          last = std::max(last, index.lookup(user));
+      return released ? std::max(last, *released) : last;
     };
     for (BlockArgument arg : func.getArguments()) {
       slot[arg] = intervals.size();
       intervals.push_back({arg, -1, end, bytesOf(arg.getType())});
     }
+    std::vector<size_t> sharedWith;
     for (Operation &op : body.without_terminator()) {
       if (persistent(&op))
         continue;
+      auto inPlace = op.getAttrOfType<IntegerAttr>("cdp.in_place");
       for (Value result : op.getResults()) {
         slot[result] = intervals.size();
         int64_t begin = index.lookup(&op);
         intervals.push_back(
             {result, begin, lastUse(result, begin), bytesOf(result.getType())});
       }
+      sharedWith.resize(intervals.size());
+      for (size_t i = sharedWith.size() - op.getNumResults();
+           i < sharedWith.size(); ++i)
+        sharedWith[i] = i;
+      if (inPlace)
+        sharedWith.back() = slot.lookup(op.getOperand(inPlace.getInt()));
     }
+    sharedWith.resize(intervals.size());
+    for (BlockArgument arg : func.getArguments())
+      sharedWith[slot[arg]] = slot[arg];
 
-    // First fit in order of definition.
+    // First fit in order of definition; in-place results share a block.
     std::vector<LiveRange> ranges;
     for (const Interval &interval : intervals)
       ranges.push_back({interval.begin, interval.end, interval.bytes});
     int64_t arena = 0;
-    std::vector<int64_t> offsets = packFirstFit(ranges, arena);
+    std::vector<int64_t> offsets =
+        packFirstFitShared(ranges, sharedWith, arena);
     for (size_t i = 0; i < intervals.size(); ++i)
       intervals[i].offset = offsets[i];
 

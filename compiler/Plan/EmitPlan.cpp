@@ -152,6 +152,10 @@ private:
                                  int64_t d, int64_t L);
   void accumulateMicroBatches(plan::Device &device, int64_t slots);
   LogicalResult emitPipeline(const EmitOptions &options, int64_t arenaBytes);
+  std::vector<size_t>
+  sharedTransients(int64_t s, ArrayRef<std::pair<Operation *, int64_t>> inPlace,
+                   const llvm::DenseMap<int, size_t> &rangeOf,
+                   const std::vector<LiveRange> &ranges, int64_t lastStage);
   void preparePipeline(sched::StepProgramOp program, PipelineTables &tables);
   void addAccumulators(int64_t S, PipelineTables &tables);
   void splitBackwards(PipelineTables &tables);
@@ -311,6 +315,8 @@ LogicalResult Emitter::run(const EmitOptions &options) {
   plan.set_source_name(options.sourceName);
   plan.set_source_model(options.sourceModel);
   plan.set_optimizer(options.optimizer);
+  if (auto reuse = func->getAttrOfType<StringAttr>("cdp.memory_reuse"))
+    plan.set_memory_reuse(reuse.str());
   plan.set_micro_batches(1);
   plan.set_loss(-1);
   plan.set_labels(-1);
@@ -845,6 +851,34 @@ void Emitter::addAccumulators(int64_t S, PipelineTables &tables) {
   }
 }
 
+/// Which transient of stage `s` takes which one's block (packFirstFitShared's
+/// `sharedWith`): a result with `cdp.in_place` over an operand made in this
+/// stage, read by no other stage (so never sent), not stashed, whose last
+/// read in the stage's order is that op.
+std::vector<size_t> Emitter::sharedTransients(
+    int64_t s, ArrayRef<std::pair<Operation *, int64_t>> inPlace,
+    const llvm::DenseMap<int, size_t> &rangeOf,
+    const std::vector<LiveRange> &ranges, int64_t lastStage) {
+  std::vector<size_t> sharedWith(ranges.size());
+  for (size_t i = 0; i < ranges.size(); ++i)
+    sharedWith[i] = i;
+  for (auto [op, position] : inPlace) {
+    Value operand =
+        op->getOperand(op->getAttrOfType<IntegerAttr>("cdp.in_place").getInt());
+    Operation *producer = operand.getDefiningOp();
+    auto from = rangeOf.find(ids.lookup(operand));
+    auto to = rangeOf.find(ids.lookup(op->getResult(0)));
+    bool local = producer && stageOf(producer, lastStage) == s &&
+                 llvm::all_of(operand.getUsers(), [&](Operation *user) {
+                   return stageOf(user, lastStage) == s;
+                 });
+    if (local && from != rangeOf.end() && to != rangeOf.end() &&
+        ranges[from->second].end == position && from->second < to->second)
+      sharedWith[to->second] = from->second;
+  }
+  return sharedWith;
+}
+
 /// Stage s's stash layout with `slots` slots (see StashLayout): the
 /// transient tensors are packed after the slots by their live ranges over
 /// the stage's ops (forward then backward; values brought in live from
@@ -914,8 +948,11 @@ StashLayout Emitter::layoutStash(int64_t s, int64_t slots, bool split,
   std::vector<const std::vector<Operation *> *> order = {&forward, &backward};
   if (split)
     order = {&forward, &tables.inputGradOps[s], &tables.weightGradOps[s]};
+  std::vector<std::pair<Operation *, int64_t>> inPlace; // op, its position
   for (const std::vector<Operation *> *ops : order)
     for (Operation *op : *ops) {
+      if (op->hasAttr("cdp.in_place"))
+        inPlace.push_back({op, position});
       for (auto values :
            {ValueRange(op->getOperands()), ValueRange(op->getResults())})
         for (Value value : values) {
@@ -931,7 +968,10 @@ StashLayout Emitter::layoutStash(int64_t s, int64_t slots, bool split,
         }
       ++position;
     }
-  std::vector<int64_t> packed = packFirstFit(ranges, layout.transientBytes);
+  std::vector<size_t> sharedWith =
+      sharedTransients(s, inPlace, rangeOf, ranges, tables.S);
+  std::vector<int64_t> packed =
+      packFirstFitShared(ranges, sharedWith, layout.transientBytes);
   for (size_t i = 0; i < ranges.size(); ++i)
     layout.transientOffset[rangeIds[i]] = packed[i];
   layout.transientBase = slots * layout.stashBytes;

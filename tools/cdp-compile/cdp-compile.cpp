@@ -218,6 +218,22 @@ cl::opt<std::string> sparseBaseline(
              "explicit residual buffer per parameter, the dense gradient "
              "kept until the selection)"),
     cl::value_desc("residual"), cl::cat(category));
+cl::opt<std::string> memoryReuse(
+    "memory-reuse",
+    cl::desc("none (default) or layer: layer-centric memory reuse, every "
+             "strategy: element-wise results overwrite the operands they "
+             "use last (a gradient over the activation it replaces), and a "
+             "gradient's buffer returns to the pool when the step hands it "
+             "off (all-reduce start, laysa's mirror, single's update moved "
+             "into the backward) instead of at the step's end; no result "
+             "changes"),
+    cl::value_desc("none|layer"), cl::init("none"), cl::cat(category));
+cl::opt<bool> offload(
+    "offload",
+    cl::desc("Move activations to host memory between their last forward "
+             "use and their backward (CUDA backend; refused on the CPU "
+             "backend)"),
+    cl::init(false), cl::cat(category));
 cl::opt<bool> inference(
     "inference",
     cl::desc("Compile a forward-only plan (no loss, no "
@@ -480,6 +496,8 @@ struct Settings {
   double density = 0.01;
   int64_t denseBelow = 1024;
   bool sparseResidual = false;
+  /// --memory-reuse layer.
+  bool layerReuse = false;
   cdp::ImportOptions import;
   /// interleaved-1f1b's --stages-per-device (1 otherwise).
   int64_t stagesPerDevice = 1;
@@ -780,6 +798,17 @@ void readImportFlags(Settings &settings) {
         "or --emit=mlir to print IR");
 }
 
+/// --memory-reuse and --offload.
+void checkMemoryFlags(Settings &settings) {
+  if (memoryReuse != "none" && memoryReuse != "layer")
+    die("--memory-reuse takes none or layer, got '" + memoryReuse + "'");
+  settings.layerReuse = memoryReuse == "layer";
+  if (offload)
+    die("--offload moves activations between GPU and host memory; the CPU "
+        "backend's activations are in host memory already, so there is "
+        "nothing to offload (use --memory-reuse layer to shrink them)");
+}
+
 /// laysa's flags, and what laysa does not combine with.
 void checkSparseFlags(Settings &settings) {
   bool laysa = settings.kind == cdp::Strategy::LaySA;
@@ -884,6 +913,7 @@ void checkMeaningfulFlags(Settings &settings) {
                       "1f1b, 2bw, interleaved-1f1b and zb-h1, not " +
                           strategy);
   checkSparseFlags(settings);
+  checkMemoryFlags(settings);
   if (given(noDecay) && !given(weightDecay) && optimizer != "adamw")
     refuse(noDecay, "a weight decay (--weight-decay, or --optimizer adamw)");
   if (given(lrPeriod) && lrSchedule == "constant")
@@ -986,6 +1016,7 @@ cdp::TrainingPipelineConfig pipelineConfigFor(const Settings &settings) {
   config.density = settings.density;
   config.denseBelow = settings.denseBelow;
   config.sparseResidual = settings.sparseResidual;
+  config.layerReuse = settings.layerReuse;
   config.microBatches = settings.microBatchCount;
   config.replicas = settings.replicaCount;
   config.cdpRule = cdpRule;

@@ -471,6 +471,12 @@ void checkMeaningfulFlags(const Options &options, const plan::Plan &plan) {
         die(std::string(flag) + " applies to training plans; " + options.plan +
             " is forward-only");
   }
+  if (!options.dumpGrads.empty() && plan.memory_reuse() == "layer" &&
+      plan.applied_gradients_size() == 0)
+    die("--dump-grads reads the gradients at the step's end, but " +
+        options.plan +
+        " reuses their memory once they are handed off (cdp-compile "
+        "--memory-reuse layer); compile without it to dump them");
   if (!options.dumpGrads.empty() && plan.schedule().zero() >= 2)
     die("--dump-grads writes the mean gradients, which a --zero " +
         std::to_string(plan.schedule().zero()) +

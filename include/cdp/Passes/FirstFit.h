@@ -197,6 +197,42 @@ inline std::vector<int64_t> packFirstFit(const std::vector<LiveRange> &ranges,
   return offsets;
 }
 
+/// packFirstFit where some ranges share one block (an op writing its result
+/// over an operand): range i takes the block of range `sharedWith[i]`, an
+/// earlier one, or its own where `sharedWith[i] == i`. A group is packed as
+/// one range over its members' union, as large as the largest. Sharing is a
+/// permission: where first fit happens to pack the ranges apart into less,
+/// that packing is returned.
+inline std::vector<int64_t>
+packFirstFitShared(const std::vector<LiveRange> &ranges,
+                   const std::vector<size_t> &sharedWith, int64_t &arenaBytes) {
+  std::vector<size_t> root(ranges.size()), group(ranges.size());
+  std::vector<LiveRange> groups;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    root[i] = sharedWith[i] < i ? root[sharedWith[i]] : i;
+    if (root[i] == i) {
+      group[i] = groups.size();
+      groups.push_back(ranges[i]);
+      continue;
+    }
+    LiveRange &g = groups[group[root[i]]];
+    g.begin = std::min(g.begin, ranges[i].begin);
+    g.end = std::max(g.end, ranges[i].end);
+    g.bytes = std::max(g.bytes, ranges[i].bytes);
+  }
+  std::vector<int64_t> packed = packFirstFit(groups, arenaBytes);
+  int64_t apartBytes = 0;
+  std::vector<int64_t> apart = packFirstFit(ranges, apartBytes);
+  if (apartBytes < arenaBytes) {
+    arenaBytes = apartBytes;
+    return apart;
+  }
+  std::vector<int64_t> offsets(ranges.size());
+  for (size_t i = 0; i < ranges.size(); ++i)
+    offsets[i] = packed[group[root[i]]];
+  return offsets;
+}
+
 } // namespace cdp
 
 #endif // CDP_PASSES_FIRSTFIT_H

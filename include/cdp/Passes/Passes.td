@@ -459,6 +459,43 @@ def CheckDeadlock : Pass<"cdp-check-deadlock", "mlir::ModuleOp"> {
   }];
 }
 
+def ReuseLayerMemory : Pass<"cdp-reuse-layer-memory", "mlir::ModuleOp"> {
+  let summary = "--memory-reuse layer: in-place element-wise ops and gradients released at their hand-off";
+  let description = [{
+    The layer-centric reuse of Layrub and LaySA, as decisions on @main that
+    cdp-plan-memory and the pipelines' stage layout honour; no result bit
+    changes.
+
+    - In place: an op with the `ElementwiseInPlace` trait whose result has
+      the type of an operand that it uses last (no later user, not a graph
+      input, output, parameter or constant) gets `cdp.in_place` = that
+      operand's index: the result overwrites it. A backward op prefers the
+      forward activation it reads (`dx` over `y`, the gradient aliased to
+      the activation it replaces), then the incoming gradient.
+    - Gradients (data-parallel step programs): a parameter's gradient is
+      handed off at the time step of its stage's `sched.start_reduction`
+      (an all-reduce: the contribution is copied when it starts) or
+      `sched.absorb_gradients` (laysa). Its `cdp.gradient` gets
+      `cdp.release_time` = that time step relative to the slot: the arena
+      copy is dead after the step's last op of that time, and the step's
+      update reads the reduction's or the mirror's copy. Chain and sharded
+      reductions read the gradient later and keep it to the step's end.
+    - Gradients (single): each `cdp.update` moves to just after the last
+      op that reads its parameter or gradient (PyTorch's optimizer step in
+      the backward), and its `cdp.gradient` gets `cdp.release_at_last_use`,
+      so the gradient dies at its update. Not with gradient clipping, whose
+      norm needs every gradient.
+
+    @main gets `cdp.memory_reuse = "layer"`.
+
+    ```mlir
+    %5 = cdp.tanh %4 {cdp.in_place = 0 : i64} : tensor<2x16xf32>
+    %9 = cdp.unary_grad %8, %5 {cdp.in_place = 1 : i64, kind = "tanh"} : ...
+    cdp.gradient "w1" %11 {cdp.release_time = 6 : i64} : tensor<16x16xf32>
+    ```
+  }];
+}
+
 def PlanMemory : Pass<"cdp-plan-memory", "mlir::ModuleOp"> {
   let summary = "Assigns every step-local tensor a static offset in the device arena";
   let description = [{
@@ -471,6 +508,12 @@ def PlanMemory : Pass<"cdp-plan-memory", "mlir::ModuleOp"> {
 
     The decisions stay on the IR: `cdp.offsets` on each op (one offset per
     result), `cdp.offset` on each argument, `cdp.arena_bytes` on `@main`.
+
+    After cdp-reuse-layer-memory: a result with `cdp.in_place` = i takes
+    operand i's block (one live range for both); a value held by a
+    `cdp.gradient` with `cdp.release_time` = t lives to the last op of time
+    step t (or its last other use, if later; the update reads another copy),
+    one with `cdp.release_at_last_use` to its last use.
 
     ```mlir
     %0 = cdp.relu %arg0 {cdp.offsets = array<i64: 64>} : tensor<16xf32>

@@ -73,6 +73,8 @@ struct TrainingPipelineConfig {
   int64_t timelineSteps = 0;
   /// Ends with cdp-plan-memory, as a plan needs.
   bool planMemory = true;
+  /// --memory-reuse layer: cdp-reuse-layer-memory before the memory plan.
+  bool layerReuse = false;
 };
 
 /// Appends the training passes of `config.strategy` to `pm` (a pass manager

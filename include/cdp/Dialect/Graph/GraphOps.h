@@ -11,6 +11,16 @@
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
+namespace cdp {
+
+/// See CDP_ElementwiseInPlace in GraphOps.td: the result may take the
+/// buffer of an operand of its type whose last use the op is.
+template <typename ConcreteType>
+class ElementwiseInPlace
+    : public mlir::OpTrait::TraitBase<ConcreteType, ElementwiseInPlace> {};
+
+} // namespace cdp
+
 #define GET_OP_CLASSES
 #include "cdp/Dialect/Graph/GraphOps.h.inc"
 

@@ -30,6 +30,13 @@ def CDP_AnyTensor : RankedTensorOf<[F32, I64, I1]>;
 // Base classes
 //===----------------------------------------------------------------------===//
 
+// Every backend's kernel computes result element i from element i of each
+// operand of the result's type alone, so the result may overwrite such an
+// operand whose last use this op is (cdp-reuse-layer-memory decides).
+def CDP_ElementwiseInPlace : NativeOpTrait<"ElementwiseInPlace"> {
+  let cppNamespace = "::cdp";
+}
+
 class CDP_BaseOp<string mnemonic, list<Trait> traits = []>
     : Op<CDP_Dialect, mnemonic, traits> {
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
@@ -39,8 +46,10 @@ class CDP_BaseOp<string mnemonic, list<Trait> traits = []>
 class CDP_Op<string mnemonic, list<Trait> traits = []>
     : CDP_BaseOp<mnemonic, !listconcat(traits, [Pure, InferTypeOpAdaptor])>;
 
-class CDP_UnaryOp<string mnemonic, string onnxName, Type type = CDP_F32Tensor>
-    : CDP_BaseOp<mnemonic, [Pure, SameOperandsAndResultType, InferTypeOpInterface]> {
+class CDP_UnaryOp<string mnemonic, string onnxName, Type type = CDP_F32Tensor,
+                  list<Trait> traits = [CDP_ElementwiseInPlace]>
+    : CDP_BaseOp<mnemonic, !listconcat(traits, [Pure, SameOperandsAndResultType,
+                                                InferTypeOpInterface])> {
   let summary = "element-wise " # onnxName;
   let description = "ONNX `" # onnxName # "`, applied element by element.";
   let arguments = (ins type:$input);
@@ -49,7 +58,7 @@ class CDP_UnaryOp<string mnemonic, string onnxName, Type type = CDP_F32Tensor>
 }
 
 class CDP_BroadcastOp<string mnemonic, string onnxName, Type type = CDP_NumTensor>
-    : CDP_Op<mnemonic> {
+    : CDP_Op<mnemonic, [CDP_ElementwiseInPlace]> {
   let summary = "element-wise " # onnxName # " with numpy broadcasting";
   let description = [{
     ONNX `}] # onnxName # [{`: both operands have the same element type;
@@ -285,9 +294,9 @@ def CDP_ErfOp : CDP_UnaryOp<"erf", "Erf">;
 def CDP_TanhOp : CDP_UnaryOp<"tanh", "Tanh">;
 def CDP_SigmoidOp : CDP_UnaryOp<"sigmoid", "Sigmoid">;
 def CDP_SqrtOp : CDP_UnaryOp<"sqrt", "Sqrt">;
-def CDP_IdentityOp : CDP_UnaryOp<"identity", "Identity", CDP_AnyTensor>;
+def CDP_IdentityOp : CDP_UnaryOp<"identity", "Identity", CDP_AnyTensor, []>;
 
-def CDP_ClipOp : CDP_BaseOp<"clip", [Pure, SameOperandsAndResultType, InferTypeOpInterface]> {
+def CDP_ClipOp : CDP_BaseOp<"clip", [CDP_ElementwiseInPlace, Pure, SameOperandsAndResultType, InferTypeOpInterface]> {
   let summary = "element-wise clamp to [min, max] (ONNX Clip)";
   let description = [{
     `min(max(x, min), max)`; torch's ReLU6 and hardtanh export as this. The
@@ -298,7 +307,7 @@ def CDP_ClipOp : CDP_BaseOp<"clip", [Pure, SameOperandsAndResultType, InferTypeO
   let assemblyFormat = "$input attr-dict `:` type($output)";
 }
 
-def CDP_HardSigmoidOp : CDP_BaseOp<"hard_sigmoid", [Pure, SameOperandsAndResultType, InferTypeOpInterface]> {
+def CDP_HardSigmoidOp : CDP_BaseOp<"hard_sigmoid", [CDP_ElementwiseInPlace, Pure, SameOperandsAndResultType, InferTypeOpInterface]> {
   let summary = "element-wise max(0, min(1, alpha x + beta)) (ONNX HardSigmoid)";
   let arguments = (ins CDP_F32Tensor:$input,
                        DefaultValuedAttr<F32Attr, "0.2f">:$alpha,
@@ -311,7 +320,7 @@ def CDP_HardSwishOp : CDP_UnaryOp<"hard_swish", "HardSwish"> {
   let description = "ONNX `HardSwish`: `x * max(0, min(1, x / 6 + 1 / 2))`.";
 }
 
-def CDP_GeluOp : CDP_BaseOp<"gelu", [Pure, SameOperandsAndResultType, InferTypeOpInterface]> {
+def CDP_GeluOp : CDP_BaseOp<"gelu", [CDP_ElementwiseInPlace, Pure, SameOperandsAndResultType, InferTypeOpInterface]> {
   let summary = "Gaussian error linear unit (ONNX Gelu)";
   let description = [{
     `approximate = "none"`: `x * 0.5 * (1 + erf(x / sqrt(2)))`;
@@ -486,7 +495,7 @@ def CDP_NllLossOp : CDP_Op<"nll_loss"> {
 // Training: gradient ops (made by autodiff), optimizer updates, buffer writes
 //===----------------------------------------------------------------------===//
 
-def CDP_UnaryGradOp : CDP_Op<"unary_grad"> {
+def CDP_UnaryGradOp : CDP_Op<"unary_grad", [CDP_ElementwiseInPlace]> {
   let summary = "gradient of an element-wise activation";
   let description = [{
     `dx = dy * f'(saved)`, where `saved` is the forward input `x` for
@@ -589,7 +598,7 @@ def CDP_SoftmaxGradOp : CDP_Op<"softmax_grad"> {
   let results = (outs CDP_F32Tensor:$output);
 }
 
-def CDP_DropoutGradOp : CDP_Op<"dropout_grad"> {
+def CDP_DropoutGradOp : CDP_Op<"dropout_grad", [CDP_ElementwiseInPlace]> {
   let summary = "dropout backward: `dy * mask / (1 - ratio)`";
   let arguments = (ins CDP_F32Tensor:$grad, CDP_BoolTensor:$mask,
                        DefaultValuedAttr<F32Attr, "0.5f">:$ratio);
