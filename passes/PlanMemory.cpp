@@ -88,35 +88,27 @@ struct PlanMemoryPass : public cdp::impl::PlanMemoryBase<PlanMemoryPass> {
       slot[arg] = intervals.size();
       intervals.push_back({arg, -1, end, bytesOf(arg.getType())});
     }
-    std::vector<size_t> sharedWith;
+    std::vector<std::pair<size_t, size_t>> shares; // result, operand
     for (Operation &op : body.without_terminator()) {
       if (persistent(&op))
         continue;
-      auto inPlace = op.getAttrOfType<IntegerAttr>("cdp.in_place");
       for (Value result : op.getResults()) {
         slot[result] = intervals.size();
         int64_t begin = index.lookup(&op);
         intervals.push_back(
             {result, begin, lastUse(result, begin), bytesOf(result.getType())});
       }
-      sharedWith.resize(intervals.size());
-      for (size_t i = sharedWith.size() - op.getNumResults();
-           i < sharedWith.size(); ++i)
-        sharedWith[i] = i;
-      if (inPlace)
-        sharedWith.back() = slot.lookup(op.getOperand(inPlace.getInt()));
+      if (auto inPlace = op.getAttrOfType<IntegerAttr>("cdp.in_place"))
+        shares.push_back({slot.lookup(op.getResult(0)),
+                          slot.lookup(op.getOperand(inPlace.getInt()))});
     }
-    sharedWith.resize(intervals.size());
-    for (BlockArgument arg : func.getArguments())
-      sharedWith[slot[arg]] = slot[arg];
 
     // First fit in order of definition; in-place results share a block.
     std::vector<LiveRange> ranges;
     for (const Interval &interval : intervals)
       ranges.push_back({interval.begin, interval.end, interval.bytes});
     int64_t arena = 0;
-    std::vector<int64_t> offsets =
-        packFirstFitShared(ranges, sharedWith, arena);
+    std::vector<int64_t> offsets = packFirstFitShared(ranges, shares, arena);
     for (size_t i = 0; i < intervals.size(); ++i)
       intervals[i].offset = offsets[i];
 

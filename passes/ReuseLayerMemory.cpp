@@ -139,13 +139,13 @@ void updateInBackward(func::FuncOp func, OpBuilder &builder) {
   func.walk([&](UpdateOp update) { updates.push_back(update); });
   for (UpdateOp update : updates) {
     Operation *last = update.getGrad().getDefiningOp();
-    for (Value value : {update.getParam(), update.getGrad()})
-      for (Operation *user : value.getUsers())
-        if (user != update && !isa<UpdateOp>(user) && last &&
-            last->isBeforeInBlock(user))
-          last = user;
     if (!last)
       continue;
+    for (Value value : {update.getParam(), update.getGrad()})
+      for (Operation *user : value.getUsers())
+        if (user != update && !isa<UpdateOp>(user) &&
+            last->isBeforeInBlock(user))
+          last = user;
     update->moveAfter(last);
   }
   func.walk([&](GradientOp gradient) {
@@ -164,11 +164,8 @@ struct ReuseLayerMemoryPass
     }
     OpBuilder builder(func.getContext());
     bool dataParallel = false, pipelined = false;
-    module.walk([&](sched::StepProgramOp program) {
-      program.walk([&](sched::SlotDeviceOp) { dataParallel = true; });
-      pipelined = !dataParallel;
-    });
-    module.walk([&](sched::ProgramOp) { pipelined = true; });
+    module.walk([&](sched::SlotDeviceOp) { dataParallel = true; });
+    module.walk([&](sched::StageDeviceOp) { pipelined = true; });
     // Moving updates first: in-place decisions follow the final order.
     if (dataParallel)
       releaseAtHandOff(module, func, builder);

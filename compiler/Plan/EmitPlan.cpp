@@ -152,7 +152,7 @@ private:
                                  int64_t d, int64_t L);
   void accumulateMicroBatches(plan::Device &device, int64_t slots);
   LogicalResult emitPipeline(const EmitOptions &options, int64_t arenaBytes);
-  std::vector<size_t>
+  std::vector<std::pair<size_t, size_t>>
   sharedTransients(int64_t s, ArrayRef<std::pair<Operation *, int64_t>> inPlace,
                    const llvm::DenseMap<int, size_t> &rangeOf,
                    const std::vector<LiveRange> &ranges, int64_t lastStage);
@@ -852,16 +852,14 @@ void Emitter::addAccumulators(int64_t S, PipelineTables &tables) {
 }
 
 /// Which transient of stage `s` takes which one's block (packFirstFitShared's
-/// `sharedWith`): a result with `cdp.in_place` over an operand made in this
+/// `shares`): a result with `cdp.in_place` over an operand made in this
 /// stage, read by no other stage (so never sent), not stashed, whose last
 /// read in the stage's order is that op.
-std::vector<size_t> Emitter::sharedTransients(
+std::vector<std::pair<size_t, size_t>> Emitter::sharedTransients(
     int64_t s, ArrayRef<std::pair<Operation *, int64_t>> inPlace,
     const llvm::DenseMap<int, size_t> &rangeOf,
     const std::vector<LiveRange> &ranges, int64_t lastStage) {
-  std::vector<size_t> sharedWith(ranges.size());
-  for (size_t i = 0; i < ranges.size(); ++i)
-    sharedWith[i] = i;
+  std::vector<std::pair<size_t, size_t>> shares;
   for (auto [op, position] : inPlace) {
     Value operand =
         op->getOperand(op->getAttrOfType<IntegerAttr>("cdp.in_place").getInt());
@@ -874,9 +872,9 @@ std::vector<size_t> Emitter::sharedTransients(
                  });
     if (local && from != rangeOf.end() && to != rangeOf.end() &&
         ranges[from->second].end == position && from->second < to->second)
-      sharedWith[to->second] = from->second;
+      shares.push_back({to->second, from->second});
   }
-  return sharedWith;
+  return shares;
 }
 
 /// Stage s's stash layout with `slots` slots (see StashLayout): the
@@ -968,10 +966,9 @@ StashLayout Emitter::layoutStash(int64_t s, int64_t slots, bool split,
         }
       ++position;
     }
-  std::vector<size_t> sharedWith =
-      sharedTransients(s, inPlace, rangeOf, ranges, tables.S);
-  std::vector<int64_t> packed =
-      packFirstFitShared(ranges, sharedWith, layout.transientBytes);
+  std::vector<int64_t> packed = packFirstFitShared(
+      ranges, sharedTransients(s, inPlace, rangeOf, ranges, tables.S),
+      layout.transientBytes);
   for (size_t i = 0; i < ranges.size(); ++i)
     layout.transientOffset[rangeIds[i]] = packed[i];
   layout.transientBase = slots * layout.stashBytes;

@@ -14,6 +14,7 @@
 #include <limits>
 #include <queue>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace cdp {
@@ -198,18 +199,26 @@ inline std::vector<int64_t> packFirstFit(const std::vector<LiveRange> &ranges,
 }
 
 /// packFirstFit where some ranges share one block (an op writing its result
-/// over an operand): range i takes the block of range `sharedWith[i]`, an
-/// earlier one, or its own where `sharedWith[i] == i`. A group is packed as
-/// one range over its members' union, as large as the largest. Sharing is a
-/// permission: where first fit happens to pack the ranges apart into less,
-/// that packing is returned.
+/// over an operand): each (i, j) of `shares` gives range i the block of
+/// range j, an earlier one. A group is packed as one range over its
+/// members' union, as large as the largest. Sharing is a permission: where
+/// first fit happens to pack the ranges apart into less, that packing is
+/// returned.
 inline std::vector<int64_t>
 packFirstFitShared(const std::vector<LiveRange> &ranges,
-                   const std::vector<size_t> &sharedWith, int64_t &arenaBytes) {
+                   const std::vector<std::pair<size_t, size_t>> &shares,
+                   int64_t &arenaBytes) {
+  std::vector<int64_t> apart = packFirstFit(ranges, arenaBytes);
+  if (shares.empty())
+    return apart;
   std::vector<size_t> root(ranges.size()), group(ranges.size());
+  for (size_t i = 0; i < ranges.size(); ++i)
+    root[i] = i;
+  for (auto [i, j] : shares)
+    root[i] = j;
   std::vector<LiveRange> groups;
   for (size_t i = 0; i < ranges.size(); ++i) {
-    root[i] = sharedWith[i] < i ? root[sharedWith[i]] : i;
+    root[i] = root[i] < i ? root[root[i]] : i;
     if (root[i] == i) {
       group[i] = groups.size();
       groups.push_back(ranges[i]);
@@ -220,13 +229,11 @@ packFirstFitShared(const std::vector<LiveRange> &ranges,
     g.end = std::max(g.end, ranges[i].end);
     g.bytes = std::max(g.bytes, ranges[i].bytes);
   }
-  std::vector<int64_t> packed = packFirstFit(groups, arenaBytes);
-  int64_t apartBytes = 0;
-  std::vector<int64_t> apart = packFirstFit(ranges, apartBytes);
-  if (apartBytes < arenaBytes) {
-    arenaBytes = apartBytes;
+  int64_t sharedBytes = 0;
+  std::vector<int64_t> packed = packFirstFit(groups, sharedBytes);
+  if (sharedBytes > arenaBytes)
     return apart;
-  }
+  arenaBytes = sharedBytes;
   std::vector<int64_t> offsets(ranges.size());
   for (size_t i = 0; i < ranges.size(); ++i)
     offsets[i] = packed[group[root[i]]];
