@@ -8,9 +8,12 @@
 # libraries it needs: oneDNN, protobuf, ONNX's proto library, OpenMP, Open
 # MPI), and cases/: the e2e models (MLP, LeNet, ResNet with
 # BatchNorm, transformer block) compiled for single, dp, cdp, gpipe, 1f1b and
-# 2bw (2 devices, which share the one GPU), and dp and cdp on one device
-# (their reductions through NCCL), each with small .npy inputs and the CPU
-# backend's parameters after 3 steps. DIR/run-gpu-checks.sh finds
+# 2bw (2 devices, which share the one GPU), dp and cdp on one device
+# (their reductions through NCCL), and the transformer under ZeRO stages
+# 1-3, CDP-ZeRO and laysa (its mirror and the residual baseline), each with
+# small .npy inputs and the CPU backend's parameters after 3 steps.
+# Libraries over 4 MiB (oneDNN) are gzipped: the bundle must fit the
+# 64 MiB a device carry takes, and the check script unpacks them. DIR/run-gpu-checks.sh finds
 # the machine's CUDA 13 libraries (its toolkit, or the NVIDIA wheels of its
 # PyTorch), runs every case with --backend cuda and the GPU unit tests, and
 # prints 'N passed, N failed'.
@@ -44,6 +47,7 @@ done | sort -u | while read -r lib; do
     *) cp -L "$lib" "$OUT/lib/" ;;
   esac
 done
+find "$OUT/lib" -type f -size +4M -exec gzip -6 {} +
 
 MODELS=$(mktemp -d)
 trap 'rm -rf "$MODELS"' EXIT
@@ -64,46 +68,53 @@ declare -A AXIS=([mlp]=0 [lenet]=0 [resnet]=0 [transformer]=1)
 # Gradient clipping on two cases, so the GPU's clip kernels run: the mean
 # clipped (dp) and the stages' shares exchanged (1f1b).
 declare -A EXTRA=([lenet-dp]="--clip-grad-norm 0.3" [lenet-1f1b]="--clip-grad-norm 0.3")
+# A case: its name, model and strategy flags; compiled, fed and run on the
+# CPU backend for its reference parameters.
+add_case() {
+  local name=$1 model=$2
+  shift 2
+  local case_dir="$OUT/cases/$name"
+  mkdir -p "$case_dir"
+  # shellcheck disable=SC2086
+  if ! "$BIN/cdp-compile" "$MODELS/$model.onnx" -o "$case_dir/plan.cdp" \
+      "$@" ${FLAGS[$model]} 2> "$case_dir/compile.log"; then
+    echo "gpu-bundle: skipped $name: $(head -1 "$case_dir/compile.log")" >&2
+    rm -rf "$case_dir"
+    return
+  fi
+  rm "$case_dir/compile.log"
+  /usr/bin/python3 scripts/gpu/make_inputs.py "$case_dir" "${SHAPE[$model]}" "${AXIS[$model]}" 2 10 7
+  "$BIN/cdp-run" "$case_dir/plan.cdp" --feed input="$case_dir/x.npy" \
+    --feed labels="$case_dir/labels.npy" --steps 3 --dump-params "$case_dir/cpu" > /dev/null
+}
+
 for model in mlp lenet resnet transformer; do
   for strategy in single dp cdp gpipe 1f1b 2bw; do
-    # The MLP's plans are the largest (784 inputs); its pipelines other
-    # than 2bw are covered by the three other models, and the bundle must
-    # fit a 64 MiB carry.
-    if [ "$model" = mlp ] && { [ "$strategy" = gpipe ] || [ "$strategy" = 1f1b ]; }; then
-      continue
-    fi
-    case_dir="$OUT/cases/$model-$strategy"
-    mkdir -p "$case_dir"
     devices=2 stages=""
     [ "$strategy" = single ] && devices=1
     case "$strategy" in gpipe|1f1b|2bw) stages="--stages 2" ;; esac
     # shellcheck disable=SC2086
-    if ! "$BIN/cdp-compile" "$MODELS/$model.onnx" -o "$case_dir/plan.cdp" \
-        --strategy "$strategy" --devices "$devices" $stages ${FLAGS[$model]} \
-        ${EXTRA[$model-$strategy]:-} 2> "$case_dir/compile.log"; then
-      echo "gpu-bundle: skipped $model-$strategy: $(head -1 "$case_dir/compile.log")" >&2
-      rm -rf "$case_dir"
-      continue
-    fi
-    rm "$case_dir/compile.log"
-    /usr/bin/python3 scripts/gpu/make_inputs.py "$case_dir" "${SHAPE[$model]}" "${AXIS[$model]}" 2 10 7
-    "$BIN/cdp-run" "$case_dir/plan.cdp" --feed input="$case_dir/x.npy" \
-      --feed labels="$case_dir/labels.npy" --steps 3 --dump-params "$case_dir/cpu" > /dev/null
+    add_case "$model-$strategy" "$model" --strategy "$strategy" \
+      --devices "$devices" $stages ${EXTRA[$model-$strategy]:-}
   done
 done
+
+# The kernels that run on host mirrors of their tensors (ZeRO's sharded
+# updates and gathers, laysa's exchange): the transformer's plans are the
+# smallest.
+for zero in 1 2 3; do
+  add_case "transformer-dp-zero$zero" transformer --strategy dp --devices 2 --zero "$zero"
+done
+add_case transformer-cdp-zero3 transformer --strategy cdp --devices 2 --zero 3 --cdp-rule v1
+add_case transformer-laysa transformer --strategy laysa --devices 2
+add_case transformer-laysa-residual transformer --strategy laysa --devices 2 \
+  --sparse-baseline residual
 
 # dp and cdp on one device: a communicator of one, whose reductions go
 # through NCCL (one rank), the path several GPUs take.
 for model in resnet transformer; do
   for strategy in dp cdp; do
-    case_dir="$OUT/cases/$model-$strategy-nccl"
-    mkdir -p "$case_dir"
-    # shellcheck disable=SC2086
-    "$BIN/cdp-compile" "$MODELS/$model.onnx" -o "$case_dir/plan.cdp" \
-      --strategy "$strategy" --devices 1 ${FLAGS[$model]}
-    /usr/bin/python3 scripts/gpu/make_inputs.py "$case_dir" "${SHAPE[$model]}" "${AXIS[$model]}" 2 10 7
-    "$BIN/cdp-run" "$case_dir/plan.cdp" --feed input="$case_dir/x.npy" \
-      --feed labels="$case_dir/labels.npy" --steps 3 --dump-params "$case_dir/cpu" > /dev/null
+    add_case "$model-$strategy-nccl" "$model" --strategy "$strategy" --devices 1
   done
 done
 

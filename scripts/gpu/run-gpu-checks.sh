@@ -15,7 +15,17 @@ for dir in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
     /usr/local/lib/python3*/dist-packages/nvidia/*/lib; do
   [ -d "$dir" ] && cuda_dirs="$cuda_dirs:$dir"
 done
-export LD_LIBRARY_PATH="$HERE/lib$cuda_dirs:${LD_LIBRARY_PATH:-}"
+# Libraries the bundle gzipped to fit a device carry, unpacked beside it.
+unpacked=$(mktemp -d)
+trap 'rm -rf "$unpacked"' EXIT
+for packed in "$HERE"/lib/*.gz; do
+  [ -e "$packed" ] || continue
+  target="$unpacked/$(basename "$packed" .gz)"
+  gzip -dc "$packed" > "$target" 2> /dev/null ||
+    python3 -c 'import gzip, shutil, sys; shutil.copyfileobj(gzip.open(sys.argv[1]), sys.stdout.buffer)' \
+      "$packed" > "$target"
+done
+export LD_LIBRARY_PATH="$HERE/lib:$unpacked$cuda_dirs:${LD_LIBRARY_PATH:-}"
 PYTHON=$(command -v python3 || true)
 
 passed=0

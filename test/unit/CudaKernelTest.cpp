@@ -608,3 +608,21 @@ TEST(CudaKernelErrors, LabelOutOfRangeFailsTheStep) {
 }
 
 } // namespace
+
+namespace {
+
+/// Registration needs no GPU, so this runs everywhere the backend is built:
+/// a plan the CPU backend runs must not meet "no CUDA kernel" on a GPU.
+TEST(CudaKernelCoverage, EveryCpuOpHasACudaKernel) {
+  KernelRegistry &registry = KernelRegistry::instance();
+  std::vector<std::string> missing;
+  for (const std::string &op : registry.ops(Backend::CPU))
+    if (!registry.lookup(op, Backend::CUDA))
+      missing.push_back(op);
+  std::string list;
+  for (const std::string &op : missing)
+    list += " " + op;
+  EXPECT_TRUE(missing.empty()) << "CPU ops without a CUDA kernel:" << list;
+}
+
+} // namespace

@@ -1,19 +1,21 @@
 //===- Communication.cu - communication staged through the host ----------===//
 //
 // The communicators carry host memory (in-process and MPI alike), so a
-// GPU's send, recv, load, reductions and chain hops run the CPU kernel of
-// the same op on page-locked host mirrors of their tensors: the stream's
-// work up to the instruction is waited for, inputs and outputs are copied
-// out, the CPU kernel runs (tags, chain order and logs are the CPU's), and
-// the outputs are copied back asynchronously. dp's and cdp's reductions go
-// through NCCL instead where every device has a GPU of its own
-// (NcclReduce.cu).
+// GPU's send, recv, load, reductions, chain hops, ZeRO's sharded updates
+// and laysa's exchange run the CPU kernel of the same op on page-locked
+// host mirrors of their tensors: the stream's work up to the instruction
+// is waited for, the tensors are copied out, the CPU kernel runs (tags,
+// chain order, optimizer state and logs are the CPU's), and what it wrote
+// is copied back asynchronously. dp's and cdp's reductions go through NCCL
+// instead where every device has a GPU of its own (NcclReduce.cu).
+//
+// A mirror covers a run of device memory, not a tensor (MirrorSpans.h).
 //
 //===----------------------------------------------------------------------===//
 
 #include "CudaKernels.h"
 
-#include <map>
+#include "../MirrorSpans.h"
 
 namespace cdp::runtime::cuda {
 
@@ -21,16 +23,18 @@ namespace {
 
 class HostStagedKernel : public Kernel {
 public:
-  HostStagedKernel(const KernelArgs &args, const KernelFactory &cpu)
+  /// `writesInputs`: the op updates some inputs in place (parameters,
+  /// error feedback), so every mirror goes back, not only the outputs'.
+  HostStagedKernel(const KernelArgs &args, const KernelFactory &cpu,
+                   bool writesInputs)
       : device(deviceOf(args)) {
+    for (const TensorView &view : args.inputs)
+      reserve(view, writesInputs);
+    for (const TensorView &view : args.outputs)
+      reserve(view, /*written=*/true);
+    mergeTouching();
     KernelArgs host = args;
     host.runsOn = nullptr;
-    for (const TensorView &view : args.inputs)
-      reserve(view, /*isOutput=*/false);
-    for (const TensorView &view : args.outputs)
-      reserve(view, /*isOutput=*/true);
-    for (Mirror &m : mirrors)
-      m.host = std::make_shared<PinnedBuffer>(device, m.bytes);
     for (TensorView &view : host.inputs)
       redirect(view);
     for (TensorView &view : host.outputs)
@@ -40,53 +44,59 @@ public:
 
   void run(const StepContext &context) override {
     cudaStream_t stream = streamOf(context);
-    for (const Mirror &m : mirrors)
-      if (m.bytes)
-        checkCuda(cudaMemcpyAsync(m.host->as<void>(), m.device, m.bytes,
-                                  cudaMemcpyDeviceToHost, stream),
-                  "stage to the host");
+    for (size_t k = 0; k < spans.size(); ++k)
+      checkCuda(cudaMemcpyAsync(hosts[k]->as<void>(), spans[k].begin,
+                                spans[k].bytes, cudaMemcpyDeviceToHost, stream),
+                "stage to the host");
     checkCuda(cudaStreamSynchronize(stream), "stage to the host");
     StepContext host = context;
     host.queue = nullptr;
     inner->run(host);
-    for (const Mirror &m : mirrors)
-      if (m.written && m.bytes)
-        checkCuda(cudaMemcpyAsync(m.device, m.host->as<void>(), m.bytes,
-                                  cudaMemcpyHostToDevice, stream),
+    for (size_t k = 0; k < spans.size(); ++k)
+      if (spans[k].written)
+        checkCuda(cudaMemcpyAsync(spans[k].begin, hosts[k]->as<void>(),
+                                  spans[k].bytes, cudaMemcpyHostToDevice,
+                                  stream),
                   "stage to the GPU");
   }
 
-private:
-  struct Mirror {
-    void *device;
-    size_t bytes;
-    std::shared_ptr<PinnedBuffer> host;
-    bool written;
-  };
+  /// The CPU kernel's state (optimizer moments, step counts) lives in host
+  /// memory, where checkpoints read it as they read the CPU backend's.
+  KernelState state() override { return inner->state(); }
+  int64_t workspaceBytes() const override { return inner->workspaceBytes(); }
 
-  /// One mirror per distinct tensor memory, as large as its largest view.
-  void reserve(const TensorView &view, bool isOutput) {
-    if (!view.present())
-      return;
-    auto [found, added] = byPointer.emplace(view.data, mirrors.size());
-    if (added)
-      mirrors.push_back({view.data, 0, nullptr, false});
-    Mirror &m = mirrors[found->second];
-    m.bytes = std::max(m.bytes, byteSize(view));
-    m.written = m.written || isOutput;
+private:
+  void reserve(const TensorView &view, bool written) {
+    if (view.present() && byteSize(view))
+      spans.push_back(
+          {static_cast<char *>(view.data), byteSize(view), written});
   }
 
-  void redirect(TensorView &view) {
-    if (!view.present())
+  void mergeTouching() {
+    spans = mergeSpans(std::move(spans));
+    for (const MirrorSpan &span : spans)
+      hosts.push_back(std::make_unique<PinnedBuffer>(device, span.bytes));
+  }
+
+  void redirect(TensorView &view) const {
+    if (!view.present() || !byteSize(view))
       return;
-    view.data = mirrors[byPointer.at(view.data)].host->as<void>();
+    char *at = static_cast<char *>(view.data);
+    size_t k = spanHolding(spans, at);
+    view.data = hosts[k]->as<char>() + (at - spans[k].begin);
     view.space = MemorySpace::Host;
   }
 
   CudaDevice &device;
-  std::vector<Mirror> mirrors;
-  std::map<void *, size_t> byPointer;
+  std::vector<MirrorSpan> spans;                    ///< merged once reserved
+  std::vector<std::unique_ptr<PinnedBuffer>> hosts; ///< one per span
   std::unique_ptr<Kernel> inner;
+};
+
+/// ZeRO stage 3's release marks the gathered stage dead; it runs nothing.
+class NothingKernel : public Kernel {
+public:
+  void run(const StepContext &) override {}
 };
 
 } // namespace
@@ -95,24 +105,37 @@ std::unique_ptr<Kernel> makeNcclKernel(const std::string &op,
                                        const KernelArgs &args);
 
 void registerCommunication(KernelRegistry &registry) {
-  for (const char *op : {"send", "recv", "load", "reduce_start", "reduce_wait",
-                         "chain_reduce", "chain_relay", "chain_wait"}) {
+  // Whether the op updates inputs in place, by op.
+  const std::pair<const char *, bool> staged[] = {
+      {"send", false},           {"recv", false},
+      {"load", false},           {"reduce_start", false},
+      {"reduce_wait", false},    {"chain_reduce", false},
+      {"chain_relay", false},    {"chain_wait", false},
+      {"shard_reduce", false},   {"shard_gather", false},
+      {"shard_update", true},    {"replica_shard_update", true},
+      {"norm_all_reduce", true}, {"sparse_absorb", true},
+      {"sparse_select", true},   {"sparse_apply", true}};
+  for (auto [op, writesInputs] : staged) {
     const KernelFactory *cpu = registry.lookup(op, Backend::CPU);
     if (!cpu)
       continue;
     KernelFactory factory = *cpu;
     bool reduction =
         std::string(op) == "reduce_start" || std::string(op) == "reduce_wait";
-    registry.add(op, Backend::CUDA,
-                 [factory, reduction, name = std::string(op)](
-                     const KernelArgs &args) -> std::unique_ptr<Kernel> {
-                   if (reduction)
-                     if (std::unique_ptr<Kernel> nccl =
-                             makeNcclKernel(name, args))
-                       return nccl;
-                   return std::make_unique<HostStagedKernel>(args, factory);
-                 });
+    registry.add(
+        op, Backend::CUDA,
+        [factory, reduction, writes = writesInputs, name = std::string(op)](
+            const KernelArgs &args) -> std::unique_ptr<Kernel> {
+          if (reduction)
+            if (std::unique_ptr<Kernel> nccl = makeNcclKernel(name, args))
+              return nccl;
+          return std::make_unique<HostStagedKernel>(args, factory, writes);
+        });
   }
+  registry.add("shard_release", Backend::CUDA,
+               [](const KernelArgs &) -> std::unique_ptr<Kernel> {
+                 return std::make_unique<NothingKernel>();
+               });
 }
 
 void registerCudaKernelsInto(KernelRegistry &registry) {

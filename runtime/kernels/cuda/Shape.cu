@@ -77,8 +77,8 @@ __global__ void gatherGradKernel(const float *dy, const int64_t *indices,
 }
 
 void registerCopies(KernelRegistry &registry) {
-  for (const char *op :
-       {"reshape", "flatten", "squeeze", "unsqueeze", "identity"})
+  for (const char *op : {"reshape", "flatten", "squeeze", "unsqueeze",
+                         "identity", "master_copy"})
     addKernel(registry, op, [](const KernelArgs &args) {
       TensorView x = args.inputs[0], y = args.outputs[0];
       size_t bytes = byteSize(y);
