@@ -151,7 +151,7 @@ private:
                                  sched::SlotComputeOp compute, int64_t offset,
                                  int64_t d, int64_t L);
   void accumulateMicroBatches(plan::Device &device, int64_t slots);
-  LogicalResult emitPipeline(const EmitOptions &options, int64_t arenaBytes);
+  LogicalResult emitPipeline(const EmitOptions &options);
   std::vector<std::pair<size_t, size_t>>
   sharedTransients(int64_t s, ArrayRef<std::pair<Operation *, int64_t>> inPlace,
                    const llvm::DenseMap<int, size_t> &rangeOf,
@@ -397,7 +397,7 @@ LogicalResult Emitter::run(const EmitOptions &options) {
     plan.set_loss(ids.lookup(returnOp.getOperand(loss.getInt())));
 
   if (traitsOf(options.strategy).pipelined) {
-    if (failed(emitPipeline(options, arena.getInt())))
+    if (failed(emitPipeline(options)))
       return failure();
     std::string hang = plan::findSendRecvDeadlock(plan);
     if (!hang.empty())
@@ -454,8 +454,12 @@ LogicalResult Emitter::run(const EmitOptions &options) {
   }
   // A pipeline's devices name their own copies of the activations: the
   // originals the evaluation stream does not read are named by nothing.
-  if (traitsOf(options.strategy).pipelined)
+  if (traitsOf(options.strategy).pipelined) {
     dropUnnamedActivations(plan);
+    plan::Device &first = *plan.mutable_devices(0);
+    first.set_arena_bytes(
+        std::max(first.arena_bytes(), packEvaluationArena(plan)));
+  }
   return success();
 }
 
@@ -584,8 +588,7 @@ struct DeviceLowering {
   std::map<std::vector<int64_t>, int> computeTemplates;
 };
 
-LogicalResult Emitter::emitPipeline(const EmitOptions &options,
-                                    int64_t arenaBytes) {
+LogicalResult Emitter::emitPipeline(const EmitOptions &options) {
   sched::StepProgramOp program;
   for (Operation &op : func->getParentOfType<ModuleOp>().getOps())
     if (auto found = dyn_cast<sched::StepProgramOp>(op))
@@ -613,16 +616,15 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options,
                      });
   }
   // The training programs name copies only. The one-micro-batch tensors
-  // themselves serve device 0's evaluation stream (after training), in its
-  // arena's first arenaBytes.
+  // themselves serve device 0's evaluation stream (after training), packed
+  // again by that stream's lifetimes into its arena (emit, once the
+  // originals nothing names are gone).
   for (int id = 0; id < tables.originalTensors; ++id) {
     plan::Tensor &t = *plan.mutable_tensors(id);
     if ((t.kind() == plan::ACTIVATION || t.kind() == plan::INPUT) &&
         !t.has_device())
       t.set_device(0);
   }
-  plan::Device &first = *plan.mutable_devices(0);
-  first.set_arena_bytes(std::max(first.arena_bytes(), arenaBytes));
   return success();
 }
 

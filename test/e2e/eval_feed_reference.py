@@ -27,6 +27,11 @@ STRATEGIES = {
     "single": ["--micro-batches", "2"],
     "dp": ["--strategy", "dp", "--devices", "2"],
     "1f1b": ["--strategy", "1f1b", "--stages", "2", "--micro-batches", "2"],
+    # Device 0's evaluation stream packs its tensors by its own lifetimes,
+    # over the memory its training stages use.
+    "zb-h1": ["--strategy", "zb-h1", "--stages", "2", "--micro-batches", "2"],
+    "interleaved-1f1b": ["--strategy", "interleaved-1f1b", "--stages", "4", "--devices", "2",
+                         "--micro-batches", "2"],
 }
 
 
@@ -72,7 +77,7 @@ def main():
             accuracy = (logits.argmax(1) == labels).float().mean().item()
         good = abs(last["test_loss"] - loss) <= ATOL and abs(last["accuracy"] - accuracy) < 1e-9
         ok &= good
-        print("%s %-6s test loss %.6f (torch %.6f), accuracy %.4f (torch %.4f)"
+        print("%s %-16s test loss %.6f (torch %.6f), accuracy %.4f (torch %.4f)"
               % ("ok  " if good else "FAIL", strategy, last["test_loss"], loss,
                  last["accuracy"], accuracy))
     print("%s: %s" % (name, "all match" if ok else "MISMATCH"))

@@ -2,7 +2,9 @@
 //
 // A pipeline plan's devices name their own copies of the one-micro-batch
 // graph's activations; of the originals only those device 0's evaluation
-// stream reads stay in use. The rest would be dead entries in every plan.
+// stream reads stay in use. The rest would be dead entries in every plan,
+// and the used ones keep the whole training graph's offsets unless packed
+// again by the stream's own lifetimes.
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,6 +22,13 @@ namespace cdp {
 /// renumbers the others in their order, every reference with them.
 /// Returns how many it removed.
 int dropUnnamedActivations(plan::Plan &plan);
+
+/// Packs the tensors only device 0's evaluation stream uses (a pipeline
+/// plan's originals, which no training program names) by their live ranges
+/// over that stream, first fit from offset 0 of device 0's arena (the
+/// stream runs after training, over the same memory). Returns the bytes
+/// they need, for device 0's arena to cover.
+int64_t packEvaluationArena(plan::Plan &plan);
 
 } // namespace cdp
 
