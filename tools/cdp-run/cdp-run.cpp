@@ -1402,6 +1402,15 @@ float runSingleStep(Run &run, int64_t step, const std::vector<int64_t> &order) {
   return stepLoss;
 }
 
+/// The line of an evaluation after the run's steps (not per epoch).
+void printHeldOut(const Run &run, const Evaluation &evaluation) {
+  std::printf("after %lld steps", (long long)run.total);
+  if (run.evalSamples > 0)
+    std::printf(", held-out %lld samples", (long long)run.evalSamples);
+  printEvaluation(evaluation);
+  std::printf("\n");
+}
+
 /// One device, from `step` (0, or --resume's): per step the metrics line,
 /// progress on a terminal, checkpoints, and a line per epoch with --data.
 void runSingleDevice(Run &run, int64_t step) {
@@ -1466,12 +1475,12 @@ void runSingleDevice(Run &run, int64_t step) {
       std::fflush(stdout);
     } else if (last && evaluates(run)) {
       // --feed training: one evaluation, after the last step.
-      std::printf("after %lld steps, held-out %lld samples",
-                  (long long)run.total, (long long)run.evalSamples);
-      printEvaluation(evaluation);
-      std::printf("\n");
+      printHeldOut(run, evaluation);
     }
   }
+  // --steps 0, or a resume at the end: the parameters as they are.
+  if (step0 == run.total && evaluates(run))
+    printHeldOut(run, evaluate(run));
   if (run.terminal && options.data.empty())
     std::fprintf(stderr, "\n");
   // A resume at the end still leaves a checkpoint there.
