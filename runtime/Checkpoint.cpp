@@ -64,8 +64,9 @@ std::map<std::string, TensorView> piecesOf(Executor &executor, bool withArena) {
     if (t.kind() == plan::PARAM || t.kind() == plan::BUFFER ||
         t.kind() == plan::REDUCED || t.kind() == plan::SHARD ||
         t.kind() == plan::SPARSE_STATE)
-      pieces[device + "tensor " + std::to_string(t.id())] =
-          executor.view(t.id());
+      if (executor.view(t.id()).data) // another pipeline stage's: not held
+        pieces[device + "tensor " + std::to_string(t.id())] =
+            executor.view(t.id());
   int index = 0;
   for (auto &[instruction, kernel] : executor.statefulKernels()) {
     KernelState s = kernel->state();

@@ -17,6 +17,36 @@
 
 namespace cdp::runtime {
 
+namespace {
+
+/// A pipeline's parameters, buffers and accumulators belong to their stage's
+/// device (Tensor.device): another device allocates them only where one of
+/// its instructions names them (a tied weight's or a replica's copy), and
+/// device 0, which gathers the trained model after training, holds them all.
+std::vector<char> otherStagesTensors(const plan::Plan &plan, int deviceIndex) {
+  std::vector<char> other(plan.tensors_size(), 0);
+  if (deviceIndex == 0 || !plan::traitsOf(plan).pipelined)
+    return other;
+  for (const plan::Tensor &t : plan.tensors())
+    other[t.id()] = t.has_device() && t.device() != deviceIndex;
+  auto named = [&](int id) {
+    if (id >= 0 && id < plan.tensors_size())
+      other[id] = 0;
+  };
+  const plan::Device &device = plan.devices(deviceIndex);
+  for (const auto *stream :
+       {&device.instructions(), &device.eval_instructions()})
+    for (const plan::Instruction &instruction : *stream) {
+      std::for_each(instruction.inputs().begin(), instruction.inputs().end(),
+                    named);
+      std::for_each(instruction.outputs().begin(), instruction.outputs().end(),
+                    named);
+    }
+  return other;
+}
+
+} // namespace
+
 Executor::Executor(const plan::Plan &plan, int threads, int deviceIndex,
                    Communicator *communicator)
     : planRef(plan), deviceIndex(deviceIndex), communicator(communicator) {
@@ -30,6 +60,7 @@ Executor::Executor(const plan::Plan &plan, int threads, int deviceIndex,
   persistent.assign(plan.tensors_size(), nullptr);
   gathered = plan::gatheredParameters(plan);
   elsewhere = plan::ownedElsewhere(plan, deviceIndex);
+  otherStage = otherStagesTensors(plan, deviceIndex);
   for (int id = 0; id < plan.tensors_size(); ++id)
     placeTensor(id);
   fillParameterShards();
@@ -67,8 +98,8 @@ void Executor::placeTensor(int id) {
     v.data = static_cast<char *>(arena) + t.offset();
     return;
   }
-  if (elsewhere[id])
-    return; // CDP-ZeRO: another device owns this stage's master copy
+  if (elsewhere[id] || otherStage[id])
+    return; // CDP-ZeRO's master copy or a pipeline stage held elsewhere
   persistent[id] = backendDevice->allocate(static_cast<size_t>(bytes));
   v.data = persistent[id];
   // laysa's mirror starts as its parameter's value (the plan holds it once);

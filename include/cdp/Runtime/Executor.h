@@ -197,6 +197,8 @@ private:
   std::vector<void *> persistent;    // by tensor id; null for arena tensors
   std::vector<char> gathered;        // by tensor id: ZeRO stage 3's parameters
   std::vector<char> elsewhere;       // by tensor id: another device's only
+  std::vector<char> otherStage;      // by tensor id: another pipeline
+                                     // device's, which this one never names
   std::map<int, void *> hostStaging; // stageInWhole's, by tensor id
   std::vector<TensorView> views;
   std::vector<std::unique_ptr<Kernel>> train, eval;

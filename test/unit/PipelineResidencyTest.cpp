@@ -1,0 +1,70 @@
+//===- PipelineResidencyTest.cpp - a stage's model states stay on it ------===//
+//
+// In a pipeline plan a parameter belongs to its stage's device: another
+// device allocates it only where one of its instructions names it, and
+// device 0 holds every stage's (it gathers the trained model).
+//
+//===----------------------------------------------------------------------===//
+
+#include "cdp/Plan/PlanIO.h"
+#include "cdp/Runtime/Executor.h"
+
+#include <gtest/gtest.h>
+
+namespace cdp::runtime {
+namespace {
+
+plan::Tensor *addParam(plan::Plan &plan, const std::string &name, int device) {
+  plan::Tensor *t = plan.add_tensors();
+  t->set_id(plan.tensors_size() - 1);
+  t->set_name(name);
+  t->set_dtype(plan::F32);
+  t->add_shape(4);
+  t->set_bytes(16);
+  t->set_kind(plan::PARAM);
+  t->set_trainable(true);
+  t->set_device(device);
+  return t;
+}
+
+/// Two stages on two devices, then a weight of stage 1 that stage 2 names
+/// too (tied).
+plan::Plan twoStages() {
+  plan::Plan plan;
+  plan.set_strategy("1f1b");
+  addParam(plan, "w1", 0);
+  addParam(plan, "w2", 1);
+  addParam(plan, "tied", 0);
+  for (int d = 0; d < 2; ++d)
+    plan.add_devices()->set_arena_bytes(0);
+  plan::Instruction *scale = plan.mutable_devices(1)->add_instructions();
+  scale->set_op("identity");
+  scale->add_inputs(2);
+  scale->add_outputs(1);
+  return plan;
+}
+
+TEST(PipelineResidency, AStageDeviceHoldsItsOwnAndWhatItNames) {
+  plan::Plan plan = twoStages();
+  Executor second(plan, 1, 1);
+  EXPECT_EQ(second.view(0).data, nullptr) << "stage 1's weight on device 1";
+  EXPECT_NE(second.view(1).data, nullptr);
+  EXPECT_NE(second.view(2).data, nullptr) << "named by device 1";
+}
+
+TEST(PipelineResidency, DeviceZeroHoldsEveryStage) {
+  plan::Plan plan = twoStages();
+  Executor first(plan, 1, 0);
+  for (int id = 0; id < 3; ++id)
+    EXPECT_NE(first.view(id).data, nullptr) << "tensor " << id;
+}
+
+TEST(PipelineResidency, DataParallelDevicesHoldEverything) {
+  plan::Plan plan = twoStages();
+  plan.set_strategy("dp");
+  Executor second(plan, 1, 1);
+  EXPECT_NE(second.view(0).data, nullptr);
+}
+
+} // namespace
+} // namespace cdp::runtime
