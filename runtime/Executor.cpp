@@ -20,28 +20,32 @@ namespace cdp::runtime {
 namespace {
 
 /// A pipeline's parameters, buffers and accumulators belong to their stage's
-/// device (Tensor.device): another device allocates them only where one of
-/// its instructions names them (a tied weight's or a replica's copy), and
-/// device 0, which gathers the trained model after training, holds them all.
+/// device (Tensor.device). During training another device holds them only
+/// where its training instructions name them (a tied weight's or a
+/// replica's copy); device 0 takes the trained ones after training
+/// (gatherOnDeviceZero) and allocates them then, for its evaluation stream,
+/// the dumps and the saved model.
 std::vector<char> otherStagesTensors(const plan::Plan &plan, int deviceIndex) {
   std::vector<char> other(plan.tensors_size(), 0);
-  if (deviceIndex == 0 || !plan::traitsOf(plan).pipelined)
+  if (!plan::traitsOf(plan).pipelined)
     return other;
-  for (const plan::Tensor &t : plan.tensors())
-    other[t.id()] = t.has_device() && t.device() != deviceIndex;
+  for (const plan::Tensor &t : plan.tensors()) {
+    bool gatheredLater = t.kind() == plan::PARAM || t.kind() == plan::BUFFER ||
+                         t.kind() == plan::REDUCED;
+    other[t.id()] = t.has_device() && t.device() != deviceIndex &&
+                    (deviceIndex != 0 || gatheredLater);
+  }
   auto named = [&](int id) {
     if (id >= 0 && id < plan.tensors_size())
       other[id] = 0;
   };
-  const plan::Device &device = plan.devices(deviceIndex);
-  for (const auto *stream :
-       {&device.instructions(), &device.eval_instructions()})
-    for (const plan::Instruction &instruction : *stream) {
-      std::for_each(instruction.inputs().begin(), instruction.inputs().end(),
-                    named);
-      std::for_each(instruction.outputs().begin(), instruction.outputs().end(),
-                    named);
-    }
+  for (const plan::Instruction &instruction :
+       plan.devices(deviceIndex).instructions()) {
+    std::for_each(instruction.inputs().begin(), instruction.inputs().end(),
+                  named);
+    std::for_each(instruction.outputs().begin(), instruction.outputs().end(),
+                  named);
+  }
   return other;
 }
 
@@ -65,8 +69,13 @@ Executor::Executor(const plan::Plan &plan, int threads, int deviceIndex,
     placeTensor(id);
   fillParameterShards();
   train = bind(device.instructions(), threads);
-  eval = bind(device.eval_instructions(), threads);
   evalThreads = threads;
+  // Device 0 of a pipeline evaluates the model gathered after training.
+  evalBound = std::none_of(otherStage.begin(), otherStage.end(),
+                           [](char other) { return other; }) ||
+              deviceIndex != 0;
+  if (evalBound)
+    eval = bind(device.eval_instructions(), threads);
 }
 
 /// Tensor t's view: in the arena (activations, inputs) or in persistent
@@ -187,7 +196,8 @@ void Executor::gatherShardedParameters() {
             views[first].space},
            whole.data());
   }
-  eval = bind(planRef.devices(deviceIndex).eval_instructions(), evalThreads);
+  if (evalBound)
+    eval = bind(planRef.devices(deviceIndex).eval_instructions(), evalThreads);
 }
 
 Executor::~Executor() {
@@ -720,6 +730,9 @@ void Executor::flush(int64_t totalSteps, const Loader *loader,
 }
 
 void Executor::runEval(const StepContext &context) {
+  if (!evalBound)
+    throw RuntimeError("device 0 evaluates a pipeline's model once it is "
+                       "gathered, after training");
   StepContext queued = context;
   queued.queue = backendDevice->queue();
   for (auto &kernel : eval)
@@ -801,6 +814,10 @@ void Executor::gatherOnDeviceZero() {
       HostTensor mine = stageOut(v);
       communicator->send(0, gatherTag(t.id()), hostBuffer(mine.view()), -1);
     } else if (deviceIndex == 0) {
+      if (!views[t.id()].data) { // held by its stage until now
+        persistent[t.id()] = backendDevice->allocate(t.bytes());
+        views[t.id()].data = persistent[t.id()];
+      }
       stageIn(t.id(), [&](const TensorView &host) {
         if (!communicator->recv(t.device(), gatherTag(t.id()),
                                 {host.dtype, host.data, host.numel()}))
@@ -833,6 +850,10 @@ void Executor::gatherOnDeviceZero() {
       for (int64_t i = 0; i < n; ++i)
         host.f32()[i] = static_cast<float>(sum[i] / devices);
     });
+  }
+  if (!evalBound) { // the other stages' tensors have arrived
+    eval = bind(planRef.devices(deviceIndex).eval_instructions(), evalThreads);
+    evalBound = true;
   }
 }
 

@@ -1,15 +1,19 @@
 //===- PipelineResidencyTest.cpp - a stage's model states stay on it ------===//
 //
-// In a pipeline plan a parameter belongs to its stage's device: another
-// device allocates it only where one of its instructions names it, and
-// device 0 holds every stage's (it gathers the trained model).
+// In a pipeline plan a parameter belongs to its stage's device: during
+// training another device allocates it only where one of its instructions
+// names it; device 0 takes every stage's after training (the gather), for
+// its evaluation stream and the saved model.
 //
 //===----------------------------------------------------------------------===//
 
 #include "cdp/Plan/PlanIO.h"
+#include "cdp/Runtime/Communicator.h"
 #include "cdp/Runtime/Executor.h"
 
 #include <gtest/gtest.h>
+
+#include <thread>
 
 namespace cdp::runtime {
 namespace {
@@ -52,11 +56,24 @@ TEST(PipelineResidency, AStageDeviceHoldsItsOwnAndWhatItNames) {
   EXPECT_NE(second.view(2).data, nullptr) << "named by device 1";
 }
 
-TEST(PipelineResidency, DeviceZeroHoldsEveryStage) {
+TEST(PipelineResidency, DeviceZeroTakesTheOtherStagesAfterTraining) {
   plan::Plan plan = twoStages();
-  Executor first(plan, 1, 0);
-  for (int id = 0; id < 3; ++id)
-    EXPECT_NE(first.view(id).data, nullptr) << "tensor " << id;
+  for (int id : {0, 1, 2})
+    plan.mutable_tensors(id)->set_data(std::string(16, char(id + 1)));
+  LocalFabric fabric(2);
+  Executor first(plan, 1, 0, &fabric.endpoint(0));
+  Executor second(plan, 1, 1, &fabric.endpoint(1));
+  EXPECT_NE(first.view(0).data, nullptr);
+  EXPECT_EQ(first.view(1).data, nullptr) << "stage 2's weight during training";
+  EXPECT_THROW(first.runEval(StepContext()), RuntimeError);
+  std::thread sender([&] { second.gatherOnDeviceZero(); });
+  first.gatherOnDeviceZero();
+  sender.join();
+  ASSERT_NE(first.view(1).data, nullptr);
+  EXPECT_EQ(std::string(static_cast<const char *>(first.view(1).data), 16),
+            std::string(16, char(2)))
+      << "stage 2's weight gathered from device 1";
+  EXPECT_NO_THROW(first.runEval(StepContext()));
 }
 
 TEST(PipelineResidency, DataParallelDevicesHoldEverything) {
