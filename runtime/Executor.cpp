@@ -4,6 +4,7 @@
 
 #include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
+#include "cdp/Plan/Residency.h"
 #include "cdp/Plan/ShardGroups.h"
 #include "cdp/Runtime/Json.h"
 #include "cdp/Runtime/Report.h"
@@ -17,40 +18,6 @@
 
 namespace cdp::runtime {
 
-namespace {
-
-/// A pipeline's parameters, buffers and accumulators belong to their stage's
-/// device (Tensor.device). During training another device holds them only
-/// where its training instructions name them (a tied weight's or a
-/// replica's copy); device 0 takes the trained ones after training
-/// (gatherOnDeviceZero) and allocates them then, for its evaluation stream,
-/// the dumps and the saved model.
-std::vector<char> otherStagesTensors(const plan::Plan &plan, int deviceIndex) {
-  std::vector<char> other(plan.tensors_size(), 0);
-  if (!plan::traitsOf(plan).pipelined)
-    return other;
-  for (const plan::Tensor &t : plan.tensors()) {
-    bool gatheredLater = t.kind() == plan::PARAM || t.kind() == plan::BUFFER ||
-                         t.kind() == plan::REDUCED;
-    other[t.id()] = t.has_device() && t.device() != deviceIndex &&
-                    (deviceIndex != 0 || gatheredLater);
-  }
-  auto named = [&](int id) {
-    if (id >= 0 && id < plan.tensors_size())
-      other[id] = 0;
-  };
-  for (const plan::Instruction &instruction :
-       plan.devices(deviceIndex).instructions()) {
-    std::for_each(instruction.inputs().begin(), instruction.inputs().end(),
-                  named);
-    std::for_each(instruction.outputs().begin(), instruction.outputs().end(),
-                  named);
-  }
-  return other;
-}
-
-} // namespace
-
 Executor::Executor(const plan::Plan &plan, int threads, int deviceIndex,
                    Communicator *communicator)
     : planRef(plan), deviceIndex(deviceIndex), communicator(communicator) {
@@ -63,17 +30,15 @@ Executor::Executor(const plan::Plan &plan, int threads, int deviceIndex,
   views.resize(plan.tensors_size());
   persistent.assign(plan.tensors_size(), nullptr);
   gathered = plan::gatheredParameters(plan);
-  elsewhere = plan::ownedElsewhere(plan, deviceIndex);
-  otherStage = otherStagesTensors(plan, deviceIndex);
+  persistentHere = plan::persistentOn(plan, deviceIndex, &gatheredLater);
   for (int id = 0; id < plan.tensors_size(); ++id)
     placeTensor(id);
   fillParameterShards();
   train = bind(device.instructions(), threads);
   evalThreads = threads;
   // Device 0 of a pipeline evaluates the model gathered after training.
-  evalBound = std::none_of(otherStage.begin(), otherStage.end(),
-                           [](char other) { return other; }) ||
-              deviceIndex != 0;
+  evalBound = std::none_of(gatheredLater.begin(), gatheredLater.end(),
+                           [](char later) { return later; });
   if (evalBound)
     eval = bind(device.eval_instructions(), threads);
 }
@@ -107,8 +72,8 @@ void Executor::placeTensor(int id) {
     v.data = static_cast<char *>(arena) + t.offset();
     return;
   }
-  if (elsewhere[id] || otherStage[id])
-    return; // CDP-ZeRO's master copy or a pipeline stage held elsewhere
+  if (!persistentHere[id])
+    return; // CDP-ZeRO's master copy, or a pipeline stage held elsewhere
   persistent[id] = backendDevice->allocate(static_cast<size_t>(bytes));
   v.data = persistent[id];
   // laysa's mirror starts as its parameter's value (the plan holds it once);

@@ -19,6 +19,7 @@
 
 #include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
+#include "cdp/Plan/Residency.h"
 #include "cdp/Plan/ShardGroups.h"
 #include "cdp/Plan/ShardLayout.h"
 
@@ -515,6 +516,11 @@ std::string ReportBuilder::json() const {
   head["arena_bytes"] = Json::array();
   for (int d = 0; d < N; ++d)
     head["arena_bytes"].push_back(plan.devices(d).arena_bytes());
+  // And with the persistent tensors it holds during training: what cdp-run
+  // allocates per device at load (kernels' workspace aside).
+  head["allocated_bytes"] = Json::array();
+  for (int d = 0; d < N; ++d)
+    head["allocated_bytes"].push_back(plan::allocatedBytes(plan, d));
   if (plan::traitsOf(plan).pipelined) {
     // Which stage each device runs (cdp-mp gives some stages more devices
     // than others).
@@ -743,6 +749,14 @@ std::string predictReport(const plan::Plan &plan, int64_t steps) {
 std::vector<int64_t> predictDevicePeaks(const plan::Plan &plan, int64_t steps) {
   return predictPlan<std::vector<int64_t>>(plan, steps,
                                            &ReportBuilder::devicePeaks);
+}
+
+std::vector<int64_t> predictDeviceNeeds(const plan::Plan &plan, int64_t steps) {
+  std::vector<int64_t> needs = predictDevicePeaks(plan, steps);
+  for (size_t d = 0; d < needs.size(); ++d)
+    needs[d] = std::max(needs[d],
+                        plan::allocatedBytes(plan, static_cast<int>(d)));
+  return needs;
 }
 
 namespace {

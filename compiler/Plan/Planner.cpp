@@ -61,7 +61,7 @@ void evaluateCandidate(mlir::ModuleOp source, TrainingPipelineConfig config,
     return;
   }
   plan::SimulatedTime time = predictStepMs(plan, cost, 3);
-  for (int64_t bytes : runtime::predictDevicePeaks(plan, 2))
+  for (int64_t bytes : runtime::predictDeviceNeeds(plan, 2))
     candidate.peak = std::max(candidate.peak, bytes);
   using Status = plan::SimulatedTime::Status;
   if (time.status == Status::UnknownCost)

@@ -17,6 +17,7 @@
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Plan/PlanText.h"
 #include "cdp/Plan/Planner.h"
+#include "cdp/Plan/Residency.h"
 #include "cdp/Runtime/Report.h"
 #include "cdp/Sched/Pipeline.h"
 #include "cdp/Sched/ScheduleTable.h"
@@ -1125,7 +1126,7 @@ void planAutomatically(mlir::ModuleOp source, Settings &settings,
               "(micro-batch %lld)\n",
               (long long)deviceCount, (long long)samples, (long long)batch);
   std::printf("%8s %9s %14s %12s %14s  %s\n", "stages", "replicas",
-              "micro-batches", "step ms", "peak bytes", "");
+              "micro-batches", "step ms", "needs bytes", "");
   std::vector<cdp::PlanCandidate> candidates =
       cdp::planCandidates(deviceCount, samples, batch);
   std::string capName =
@@ -1152,20 +1153,26 @@ void planAutomatically(mlir::ModuleOp source, Settings &settings,
 }
 
 /// --device-memory: the partition fit the estimate; hold the plan itself
-/// to the cap too (its peak over two steps, 2bw's second version included).
+/// to the cap too: what each device allocates at load (its persistent
+/// tensors and arena) and its live peak over two steps (2bw's second
+/// version and the reductions in flight included), whichever is more.
 void checkPlanPeaks(const cdp::plan::Plan &plan, const Settings &settings) {
   if (settings.deviceMemoryBytes <= 0)
     return;
   for (auto [device, peak] :
        llvm::enumerate(cdp::runtime::predictDevicePeaks(plan, 2))) {
-    if (peak <= settings.deviceMemoryBytes)
+    int64_t allocated =
+        cdp::plan::allocatedBytes(plan, static_cast<int>(device));
+    if (std::max(peak, allocated) <= settings.deviceMemoryBytes)
       continue;
-    die(inputPath + ": the plan's predicted peak on device " +
-        std::to_string(device) + " is " + std::to_string(peak) +
-        " bytes, above --device-memory " + deviceMemory +
+    die(inputPath + ": device " + std::to_string(device) +
+        " of the plan needs " + std::to_string(std::max(peak, allocated)) +
+        " bytes (it allocates " + std::to_string(allocated) +
+        " for its tensors and arena; its predicted live peak is " +
+        std::to_string(peak) + "), above --device-memory " + deviceMemory +
         " (the partition's estimate counts a stage's own results, not "
-        "the inputs it loads or receives and keeps for its backward; "
-        "raise the cap or use more stages)");
+        "the inputs it loads or receives and keeps for its backward, nor "
+        "the arena's layout; raise the cap or use more stages)");
   }
 }
 

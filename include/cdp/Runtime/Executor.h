@@ -194,12 +194,10 @@ private:
   std::unique_ptr<Device> backendDevice;
   void *arena = nullptr;
   int64_t arenaBytes = 0;
-  std::vector<void *> persistent; // by tensor id; null for arena tensors
-  std::vector<char> gathered;     // by tensor id: ZeRO stage 3's parameters
-  std::vector<char> elsewhere;    // by tensor id: another device's only
-  std::vector<char> otherStage;   // by tensor id: another pipeline
-                                  // device's, which this one never names
-                                  // in training
+  std::vector<void *> persistent;   // by tensor id; null for arena tensors
+  std::vector<char> gathered;       // by tensor id: ZeRO stage 3's parameters
+  std::vector<char> persistentHere; // by tensor id: own memory at load
+  std::vector<char> gatheredLater;  // by tensor id: device 0's after training
   bool evalBound = true; // false on a pipeline's device 0 until the gather
   std::map<int, void *> hostStaging; // stageInWhole's, by tensor id
   std::vector<TensorView> views;

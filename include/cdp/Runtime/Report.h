@@ -146,6 +146,9 @@ private:
 std::string predictReport(const plan::Plan &plan, int64_t steps);
 /// Its peak.device_bytes alone.
 std::vector<int64_t> predictDevicePeaks(const plan::Plan &plan, int64_t steps);
+/// Per device, the memory it needs: the larger of its predicted live peak
+/// and what it allocates at load (allocated_bytes), for memory caps.
+std::vector<int64_t> predictDeviceNeeds(const plan::Plan &plan, int64_t steps);
 
 } // namespace cdp::runtime
 

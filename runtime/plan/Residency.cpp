@@ -1,0 +1,72 @@
+//===- Residency.cpp - what a device allocates at load --------------------===//
+
+#include "cdp/Plan/Residency.h"
+
+#include "cdp/Plan/PlanIO.h"
+#include "cdp/Plan/ShardGroups.h"
+
+namespace cdp::plan {
+
+namespace {
+
+bool inArena(const Tensor &t) {
+  return t.kind() == ACTIVATION || t.kind() == INPUT;
+}
+
+/// What gatherOnDeviceZero brings to device 0 after training.
+bool gatheredLater(const Tensor &t) {
+  return t.kind() == PARAM || t.kind() == BUFFER || t.kind() == REDUCED;
+}
+
+/// Per tensor: 1 where `device`'s training instructions read or write it.
+std::vector<char> namedInTraining(const Plan &plan, int device) {
+  std::vector<char> named(plan.tensors_size(), 0);
+  auto mark = [&](int id) {
+    if (id >= 0 && id < plan.tensors_size())
+      named[id] = 1;
+  };
+  for (const Instruction &instruction : plan.devices(device).instructions()) {
+    for (int id : instruction.inputs())
+      mark(id);
+    for (int id : instruction.outputs())
+      mark(id);
+  }
+  return named;
+}
+
+} // namespace
+
+std::vector<char> persistentOn(const Plan &plan, int device,
+                               std::vector<char> *gatheredAfterTraining) {
+  std::vector<char> held(plan.tensors_size(), 0);
+  if (gatheredAfterTraining)
+    gatheredAfterTraining->assign(plan.tensors_size(), 0);
+  std::vector<char> gathered = gatheredParameters(plan),
+                    elsewhere = ownedElsewhere(plan, device), named;
+  bool pipelined = traitsOf(plan).pipelined;
+  if (pipelined)
+    named = namedInTraining(plan, device);
+  for (const Tensor &t : plan.tensors()) {
+    int id = t.id();
+    if (id < 0 || id >= plan.tensors_size() || inArena(t) || gathered[id] ||
+        elsewhere[id])
+      continue;
+    bool otherStage = pipelined && t.has_device() && t.device() != device &&
+                      !named[id] && (device != 0 || gatheredLater(t));
+    held[id] = !otherStage;
+    if (otherStage && device == 0 && gatheredAfterTraining)
+      (*gatheredAfterTraining)[id] = 1;
+  }
+  return held;
+}
+
+int64_t allocatedBytes(const Plan &plan, int device) {
+  int64_t bytes = plan.devices(device).arena_bytes();
+  std::vector<char> held = persistentOn(plan, device);
+  for (const Tensor &t : plan.tensors())
+    if (t.id() >= 0 && t.id() < plan.tensors_size() && held[t.id()])
+      bytes += t.bytes();
+  return bytes;
+}
+
+} // namespace cdp::plan
