@@ -754,8 +754,8 @@ std::vector<int64_t> predictDevicePeaks(const plan::Plan &plan, int64_t steps) {
 std::vector<int64_t> predictDeviceNeeds(const plan::Plan &plan, int64_t steps) {
   std::vector<int64_t> needs = predictDevicePeaks(plan, steps);
   for (size_t d = 0; d < needs.size(); ++d)
-    needs[d] = std::max(needs[d],
-                        plan::allocatedBytes(plan, static_cast<int>(d)));
+    needs[d] =
+        std::max(needs[d], plan::allocatedBytes(plan, static_cast<int>(d)));
   return needs;
 }
 
