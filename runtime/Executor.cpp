@@ -31,6 +31,7 @@ Executor::Executor(const plan::Plan &plan, int threads, int deviceIndex,
   persistent.assign(plan.tensors_size(), nullptr);
   gathered = plan::gatheredParameters(plan);
   persistentHere = plan::persistentOn(plan, deviceIndex, &gatheredLater);
+  allocatePersistentBlock();
   for (int id = 0; id < plan.tensors_size(); ++id)
     placeTensor(id);
   fillParameterShards();
@@ -41,6 +42,23 @@ Executor::Executor(const plan::Plan &plan, int threads, int deviceIndex,
                            [](char later) { return later; });
   if (evalBound)
     eval = bind(device.eval_instructions(), threads);
+}
+
+/// The persistent tensors this device holds during training, in one
+/// allocation (one cudaMalloc on a GPU), each at a 64-byte aligned offset
+/// in plan order: parameters lie together, so a whole-model kernel or copy
+/// can cover them at once.
+void Executor::allocatePersistentBlock() {
+  persistentOffset.assign(planRef.tensors_size(), -1);
+  int64_t total = 0;
+  for (int id = 0; id < planRef.tensors_size(); ++id) {
+    if (!persistentHere[id])
+      continue;
+    persistentOffset[id] = total;
+    total += (std::max<int64_t>(planRef.tensors(id).bytes(), 1) + 63) / 64 * 64;
+  }
+  if (total > 0)
+    persistentBlock = backendDevice->allocate(static_cast<size_t>(total));
 }
 
 /// Tensor t's view: in the arena (activations, inputs) or in persistent
@@ -74,8 +92,7 @@ void Executor::placeTensor(int id) {
   }
   if (!persistentHere[id])
     return; // CDP-ZeRO's master copy, or a pipeline stage held elsewhere
-  persistent[id] = backendDevice->allocate(static_cast<size_t>(bytes));
-  v.data = persistent[id];
+  v.data = static_cast<char *>(persistentBlock) + persistentOffset[id];
   // laysa's mirror starts as its parameter's value (the plan holds it once);
   // a tensor without data (a residual, a reduced buffer) starts at 0, as
   // every device's allocate leaves it.
@@ -175,6 +192,8 @@ Executor::~Executor() {
   for (void *memory : persistent)
     if (memory)
       backendDevice->release(memory);
+  if (persistentBlock)
+    backendDevice->release(persistentBlock);
   backendDevice->release(arena);
 }
 

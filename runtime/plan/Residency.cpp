@@ -18,19 +18,30 @@ bool gatheredLater(const Tensor &t) {
   return t.kind() == PARAM || t.kind() == BUFFER || t.kind() == REDUCED;
 }
 
-/// Per tensor: 1 where `device`'s training instructions read or write it.
+/// Per tensor: 1 where `device`'s training instructions read or write it,
+/// spelled out or as runs of templates.
 std::vector<char> namedInTraining(const Plan &plan, int device) {
   std::vector<char> named(plan.tensors_size(), 0);
   auto mark = [&](int id) {
     if (id >= 0 && id < plan.tensors_size())
       named[id] = 1;
   };
-  for (const Instruction &instruction : plan.devices(device).instructions()) {
+  auto markAll = [&](const Instruction &instruction) {
     for (int id : instruction.inputs())
       mark(id);
     for (int id : instruction.outputs())
       mark(id);
-  }
+  };
+  const Device &stream = plan.devices(device);
+  for (const Instruction &instruction : stream.instructions())
+    markAll(instruction);
+  // Format 4: the runs' templates (persistent tensors have no slot copies,
+  // so a template names them as its runs do).
+  for (const Run &run : stream.runs())
+    if (run.template_() >= 0 && run.template_() < plan.templates_size())
+      for (const Instruction &instruction :
+           plan.templates(run.template_()).instructions())
+        markAll(instruction);
   return named;
 }
 

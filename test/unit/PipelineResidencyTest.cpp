@@ -70,6 +70,11 @@ TEST(PipelineResidency, DeviceZeroTakesTheOtherStagesAfterTraining) {
   Executor second(plan, 1, 1, &fabric.endpoint(1));
   EXPECT_NE(first.view(0).data, nullptr);
   EXPECT_EQ(first.view(1).data, nullptr) << "stage 2's weight during training";
+  // What a device holds at load is one allocation, 64-byte aligned pieces
+  // in plan order.
+  EXPECT_EQ(static_cast<const char *>(first.view(2).data) -
+                static_cast<const char *>(first.view(0).data),
+            64);
   EXPECT_THROW(first.runEval(StepContext()), RuntimeError);
   std::thread sender([&] { second.gatherOnDeviceZero(); });
   first.gatherOnDeviceZero();

@@ -177,6 +177,7 @@ public:
   void gatherOnDeviceZero();
 
 private:
+  void allocatePersistentBlock();
   void placeTensor(int id);
   void fillParameterShards();
   void gatherShardedParameters();
@@ -194,7 +195,9 @@ private:
   std::unique_ptr<Device> backendDevice;
   void *arena = nullptr;
   int64_t arenaBytes = 0;
-  std::vector<void *> persistent;   // by tensor id; null for arena tensors
+  void *persistentBlock = nullptr;       // the persistent tensors held at load
+  std::vector<int64_t> persistentOffset; // by tensor id, in the block
+  std::vector<void *> persistent;   // by tensor id: allocated after training
   std::vector<char> gathered;       // by tensor id: ZeRO stage 3's parameters
   std::vector<char> persistentHere; // by tensor id: own memory at load
   std::vector<char> gatheredLater;  // by tensor id: device 0's after training
