@@ -232,8 +232,8 @@ cl::opt<std::string> memoryReuse(
 cl::opt<bool> offload(
     "offload",
     cl::desc("Move activations to host memory between their last forward "
-             "use and their backward (CUDA backend; refused on the CPU "
-             "backend)"),
+             "use and their backward (CUDA backend, not built yet; "
+             "refused on the CPU backend)"),
     cl::init(false), cl::cat(category));
 cl::opt<bool> inference(
     "inference",
@@ -804,6 +804,10 @@ void checkMemoryFlags(Settings &settings) {
   if (memoryReuse != "none" && memoryReuse != "layer")
     die("--memory-reuse takes none or layer, got '" + memoryReuse + "'");
   settings.layerReuse = memoryReuse == "layer";
+  if (offload && backendName == "cuda")
+    die("--offload (activations to host memory between their forward and "
+        "backward on the CUDA backend) is not built yet; use --memory-reuse "
+        "layer to shrink the activations");
   if (offload)
     die("--offload moves activations between GPU and host memory; the CPU "
         "backend's activations are in host memory already, so there is "
