@@ -49,14 +49,8 @@ Executor::Executor(const plan::Plan &plan, int threads, int deviceIndex,
 /// in plan order: parameters lie together, so a whole-model kernel or copy
 /// can cover them at once.
 void Executor::allocatePersistentBlock() {
-  persistentOffset.assign(planRef.tensors_size(), -1);
   int64_t total = 0;
-  for (int id = 0; id < planRef.tensors_size(); ++id) {
-    if (!persistentHere[id])
-      continue;
-    persistentOffset[id] = total;
-    total += (std::max<int64_t>(planRef.tensors(id).bytes(), 1) + 63) / 64 * 64;
-  }
+  persistentOffset = plan::persistentOffsets(planRef, persistentHere, total);
   if (total > 0)
     persistentBlock = backendDevice->allocate(static_cast<size_t>(total));
 }

@@ -5,6 +5,8 @@
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Plan/ShardGroups.h"
 
+#include <algorithm>
+
 namespace cdp::plan {
 
 namespace {
@@ -71,13 +73,25 @@ std::vector<char> persistentOn(const Plan &plan, int device,
   return held;
 }
 
+std::vector<int64_t> persistentOffsets(const Plan &plan,
+                                       const std::vector<char> &held,
+                                       int64_t &blockBytes) {
+  std::vector<int64_t> offsets(plan.tensors_size(), -1);
+  blockBytes = 0;
+  for (int id = 0; id < plan.tensors_size(); ++id) {
+    if (!held[id])
+      continue;
+    offsets[id] = blockBytes;
+    blockBytes +=
+        (std::max<int64_t>(plan.tensors(id).bytes(), 1) + 63) / 64 * 64;
+  }
+  return offsets;
+}
+
 int64_t allocatedBytes(const Plan &plan, int device) {
-  int64_t bytes = plan.devices(device).arena_bytes();
-  std::vector<char> held = persistentOn(plan, device);
-  for (const Tensor &t : plan.tensors())
-    if (t.id() >= 0 && t.id() < plan.tensors_size() && held[t.id()])
-      bytes += t.bytes();
-  return bytes;
+  int64_t block = 0;
+  persistentOffsets(plan, persistentOn(plan, device), block);
+  return plan.devices(device).arena_bytes() + block;
 }
 
 } // namespace cdp::plan

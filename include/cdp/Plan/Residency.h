@@ -28,8 +28,16 @@ std::vector<char>
 persistentOn(const Plan &plan, int device,
              std::vector<char> *gatheredAfterTraining = nullptr);
 
+/// Where the persistent tensors `held` (persistentOn's) lie in the one block
+/// their device allocates for them: per tensor its offset (-1 where not
+/// held), each piece 64-byte aligned, in plan order; `blockBytes` gets the
+/// block's size.
+std::vector<int64_t> persistentOffsets(const Plan &plan,
+                                       const std::vector<char> &held,
+                                       int64_t &blockBytes);
+
 /// The bytes `device` allocates at load: its arena and its persistent
-/// tensors (kernels' workspace aside).
+/// block (kernels' workspace aside).
 int64_t allocatedBytes(const Plan &plan, int device);
 
 } // namespace cdp::plan
