@@ -156,7 +156,8 @@ cl::opt<std::string> deviceMemory(
     cl::desc("Per-device memory cap in bytes for gpipe, 1f1b, 2bw and "
              "cdp-mp: stages are cut so that each fits (weights x versions, "
              "gradients, optimizer state, stashed activations), balancing "
-             "cost among the partitions that do"),
+             "cost among the partitions that do; the plan is then held to "
+             "the cap: what each device allocates and its live peak"),
     cl::value_desc("BYTES"), cl::cat(category));
 cl::opt<std::string> profilePath(
     "profile",
