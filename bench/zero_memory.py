@@ -11,7 +11,10 @@ optimizer bytes of the report beside Psi = the model's parameter bytes / 4
 and the formulas: weights 4 Psi (stage 3: 4 Psi / N), gradients 4 Psi
 (stages 2 and 3: 4 Psi / N), optimizer 8 Psi (stages 1 to 3: 8 Psi / N),
 and with stage 3 the most bytes of gathered parameters at one time step.
-The difference is the padding of each stage to N equal shards. Then, under
+The difference is the padding of each stage to N equal shards. For N = 4
+it then prints device 0's measured bytes per category (weights, gathered
+parameters, mean gradients, optimizer state, kernel workspace, arena,
+peak, bytes sent). Then, under
 `mpirun -np 4` (one thread per rank), the mean step time of S steps and
 the measured peak bytes of device 0 and of the fullest device for dp,
 dp --zero 1|2|3, cdp (rule v2, the default), cdp v1 and cdp --zero 3
@@ -56,6 +59,7 @@ def main():
         print("%-12s %6s %5s %10s %10s %10s %10s %10s %10s" %
               ("model", "N", "zero", "weights", "gradients", "optimizer", "total",
                "formula", "gathered"))
+        categories = []
         for n in [4, 64, 1024]:
             for zero in [0, 1, 2, 3]:
                 report = os.path.join(work, "r.json")
@@ -83,14 +87,36 @@ def main():
                                     "input=" + os.path.join(work, "x.npy"), "--feed",
                                     "labels=" + os.path.join(work, "y.npy"), "--steps", "3",
                                     "--report", measured], check=True, stdout=subprocess.DEVNULL)
-                    measured_row = first_devices(json.load(open(measured)))
+                    measured_report = json.load(open(measured))
+                    categories.append((zero, measured_report))
+                    measured_row = first_devices(measured_report)
                     kind = "measured = predicted" if measured_row == row else "MEASURED DIFFERS"
                 print("%-12s %6d %5d %10d %10d %10d %10d %10d %10d   %s (Psi = %d)" %
                       (args.model, n, zero, row[0], row[1], row[2], sum(row[:3]),
                        math.ceil(weights + grads + opt), row[3], kind, psi))
+        print_categories(args.model, categories)
         deepspeed_beside(args, binary, path, flags, work)
         if args.mpirun_steps > 0:
             mpirun_times(args, binary, path, flags, work, example.shape[axis])
+
+
+def print_categories(model, categories):
+    """Device 0 of the measured N = 4 runs: its resident weights, mean
+    gradients and optimizer state (the first time step), the most
+    parameter bytes gathered at one time step, the kernels' workspace, its
+    arena, its peak and the bytes it sent in the run."""
+    print("\nN = 4, measured, device 0 (bytes)")
+    print("%-12s %5s %9s %9s %9s %9s %10s %9s %10s %9s" %
+          ("model", "zero", "weights", "gathered", "means", "optimizer", "workspace", "arena",
+           "peak", "sent"))
+    for zero, report in categories:
+        rows = [t["devices"][0] for t in report["time_steps"]]
+        first = rows[0]
+        print("%-12s %5d %9d %9d %9d %9d %10d %9d %10d %9d" % (
+            model, zero, first["weight_bytes"], max(r["gathered_weight_bytes"] for r in rows),
+            first["gradient_bytes"], first["optimizer_bytes"], first["workspace_bytes"],
+            report["arena_bytes"][0], report["peak"]["device_bytes"][0],
+            sum(r["sent_bytes"] for r in rows)))
 
 
 def largest_layer(model):

@@ -7,6 +7,7 @@
 #include "cdp/Runtime/Kernel.h"
 #include "cdp/Runtime/MpiCommunicator.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -37,6 +38,44 @@ void Communicator::checkReducible(plan::DType dtype) {
   if (dtype != plan::F32)
     throw RuntimeError("reductions are of float32 tensors, not " +
                        plan::DType_Name(dtype));
+}
+
+std::vector<float>
+Communicator::concatenate(const std::vector<ConstBuffer> &parts) {
+  int64_t count = 0;
+  for (const ConstBuffer &part : parts) {
+    checkReducible(part.dtype);
+    count += part.count;
+  }
+  std::vector<float> values(count);
+  float *at = values.data();
+  for (const ConstBuffer &part : parts) {
+    copyBytes(at, part.data, part.bytes());
+    at += part.count;
+  }
+  return values;
+}
+
+int64_t Communicator::reducedCount(int64_t tag,
+                                   const std::vector<Buffer> &parts) const {
+  int64_t count = 0;
+  for (const Buffer &part : parts) {
+    if (part.dtype != plan::F32)
+      throw RuntimeError("reduction " + std::to_string(tag) +
+                         " is of float32 values, device " +
+                         std::to_string(rank()) + " expects " +
+                         plan::DType_Name(part.dtype));
+    count += part.count;
+  }
+  return count;
+}
+
+void Communicator::scatter(const float *values,
+                           const std::vector<Buffer> &parts) {
+  for (const Buffer &part : parts) {
+    copyBytes(part.data, values, part.bytes());
+    values += part.count;
+  }
 }
 
 bool Request::test() {
@@ -129,11 +168,66 @@ void reduceInDeviceOrder(Buffer out, const std::vector<char> &parts,
     values[i] *= scale;
 }
 
-char *bytesAt(void *data, int64_t offset) {
-  return static_cast<char *>(data) + offset;
+/// Refuses a collective's list of buffers of another dtype than the
+/// collective's, or holding more than `most` elements together.
+template <typename BufferType>
+void checkParts(const std::vector<BufferType> &parts, plan::DType dtype,
+                int64_t most, const char *collective) {
+  int64_t count = 0;
+  for (const BufferType &part : parts) {
+    if (part.dtype != dtype)
+      throw RuntimeError(std::string(collective) + " of " +
+                         plan::DType_Name(dtype) + " with a buffer of " +
+                         plan::DType_Name(part.dtype));
+    count += part.count;
+  }
+  if (count > most)
+    throw RuntimeError(std::string(collective) + " of at most " +
+                       std::to_string(most) + " elements given buffers of " +
+                       std::to_string(count));
 }
-const char *bytesAt(const void *data, int64_t offset) {
-  return static_cast<const char *>(data) + offset;
+
+/// Elements [offset, offset + out.count) of the parts read one after
+/// another into `out`; past the parts' end, zeros.
+void readRange(const std::vector<ConstBuffer> &parts, int64_t offset,
+               Buffer out) {
+  int64_t size = plan::dtypeSize(out.dtype), done = 0;
+  char *to = static_cast<char *>(out.data);
+  for (const ConstBuffer &part : parts) {
+    if (done == out.count)
+      return;
+    if (offset >= part.count) {
+      offset -= part.count;
+      continue;
+    }
+    int64_t n = std::min(part.count - offset, out.count - done);
+    copyBytes(to + done * size,
+              static_cast<const char *>(part.data) + offset * size, n * size);
+    done += n;
+    offset = 0;
+  }
+  std::memset(to + done * size, 0, (out.count - done) * size);
+}
+
+/// `in` into elements [offset, offset + in.count) of the parts filled one
+/// after another; what falls past their end is dropped.
+void writeRange(ConstBuffer in, int64_t offset,
+                const std::vector<Buffer> &parts) {
+  int64_t size = plan::dtypeSize(in.dtype), done = 0;
+  const char *from = static_cast<const char *>(in.data);
+  for (const Buffer &part : parts) {
+    if (done == in.count)
+      return;
+    if (offset >= part.count) {
+      offset -= part.count;
+      continue;
+    }
+    int64_t n = std::min(part.count - offset, in.count - done);
+    copyBytes(static_cast<char *>(part.data) + offset * size,
+              from + done * size, n * size);
+    done += n;
+    offset = 0;
+  }
 }
 
 } // namespace
@@ -181,39 +275,71 @@ bool Communicator::allReduce(int64_t tag, Buffer data, ReduceOp op,
 
 bool Communicator::reduceScatter(int64_t tag, ConstBuffer in, Buffer out,
                                  ReduceOp op, int64_t tau) {
-  if (in.dtype != out.dtype || in.count != out.count * size())
+  if (in.count != out.count * size())
     throw RuntimeError("reduce-scatter of " + std::to_string(in.count) +
                        " elements into " + std::to_string(size()) +
                        " chunks of " + std::to_string(out.count));
+  return reduceScatter(tag, std::vector<ConstBuffer>{in}, out, op, tau);
+}
+
+bool Communicator::reduceScatter(int64_t tag,
+                                 const std::vector<ConstBuffer> &in, Buffer out,
+                                 ReduceOp op, int64_t tau) {
+  checkParts(in, out.dtype, out.count * size(), "reduce-scatter");
   checkReduction(out.dtype, op);
-  int64_t bytes = out.bytes(), message = collectiveTag(tag, 1);
+  int64_t message = collectiveTag(tag, 1);
+  std::vector<char> chunk(out.bytes());
+  Buffer chunkBuffer{out.dtype, chunk.data(), out.count};
   for (int d = 0; d < size(); ++d)
-    if (d != rank())
-      send(d, message, {in.dtype, bytesAt(in.data, d * bytes), out.count}, tau);
-  std::vector<char> chunks(size() * bytes);
-  copyBytes(chunks.data() + rank() * bytes, bytesAt(in.data, rank() * bytes),
-            bytes);
-  for (int d = 0; d < size(); ++d)
-    if (d != rank() &&
-        !recv(d, message, {out.dtype, chunks.data() + d * bytes, out.count}))
+    if (d != rank()) {
+      readRange(in, d * out.count, chunkBuffer);
+      send(d, message, chunkBuffer, tau);
+    }
+  // Added in device order from device 0's chunk: the same bits on every
+  // device, and one chunk of memory beside `out`.
+  for (int d = 0; d < size(); ++d) {
+    if (d == rank())
+      readRange(in, d * out.count, chunkBuffer);
+    else if (!recv(d, message, chunkBuffer))
       return false;
-  reduceInDeviceOrder(out, chunks, size(), op);
+    if (d == 0)
+      copyBytes(out.data, chunk.data(), out.bytes());
+    else
+      accumulate(out.dtype, out.data, chunk.data(), out.count);
+  }
+  if (op == ReduceOp::Mean) {
+    float scale = 1.0f / static_cast<float>(size());
+    float *values = static_cast<float *>(out.data);
+    for (int64_t i = 0; i < out.count; ++i)
+      values[i] *= scale;
+  }
   return true;
 }
 
 bool Communicator::allGather(int64_t tag, ConstBuffer in, Buffer out,
                              int64_t tau) {
-  if (in.dtype != out.dtype || out.count != in.count * size())
+  if (out.count != in.count * size())
     throw RuntimeError("all-gather of " + std::to_string(in.count) +
                        " elements from " + std::to_string(size()) +
                        " devices into " + std::to_string(out.count));
-  int64_t bytes = in.bytes(), message = collectiveTag(tag, 2);
+  return allGather(tag, in, std::vector<Buffer>{out}, tau);
+}
+
+bool Communicator::allGather(int64_t tag, ConstBuffer in,
+                             const std::vector<Buffer> &out, int64_t tau) {
+  checkParts(out, in.dtype, in.count * size(), "all-gather");
+  int64_t message = collectiveTag(tag, 2);
   sendToAll(message, in, tau);
-  copyBytes(bytesAt(out.data, rank() * bytes), in.data, bytes);
-  for (int d = 0; d < size(); ++d)
-    if (d != rank() &&
-        !recv(d, message, {in.dtype, bytesAt(out.data, d * bytes), in.count}))
+  writeRange(in, rank() * in.count, out);
+  std::vector<char> chunk(in.bytes());
+  Buffer chunkBuffer{in.dtype, chunk.data(), in.count};
+  for (int d = 0; d < size(); ++d) {
+    if (d == rank())
+      continue;
+    if (!recv(d, message, chunkBuffer))
       return false;
+    writeRange(chunkBuffer, d * in.count, out);
+  }
   return true;
 }
 

@@ -20,8 +20,9 @@ public:
   void send(int to, int64_t tag, ConstBuffer data, int64_t tau) override;
   bool recv(int from, int64_t tag, Buffer out) override;
   bool arrived(int from, int64_t tag) override;
-  void reduceStart(int64_t tag, ConstBuffer data, int64_t tau) override;
-  bool reduceWait(int64_t tag, Buffer out) override;
+  void reduceStart(int64_t tag, const std::vector<ConstBuffer> &parts,
+                   int64_t tau) override;
+  bool reduceWait(int64_t tag, const std::vector<Buffer> &parts) override;
   void abort() override;
   std::vector<SendRecord> sendLog() const override;
 
@@ -157,11 +158,11 @@ bool LocalCommunicator::arrived(int from, int64_t tag) {
   return fabric.mailboxes.count(std::make_tuple(from, device, tag)) > 0;
 }
 
-void LocalCommunicator::reduceStart(int64_t tag, ConstBuffer data,
+void LocalCommunicator::reduceStart(int64_t tag,
+                                    const std::vector<ConstBuffer> &parts,
                                     int64_t tau) {
-  checkReducible(data.dtype);
-  const float *values = static_cast<const float *>(data.data);
-  std::vector<float> contribution(values, values + data.count);
+  std::vector<float> contribution = concatenate(parts);
+  int64_t count = static_cast<int64_t>(contribution.size());
   {
     std::lock_guard<std::mutex> lock(fabric.mutex);
     LocalFabric::Reduction &r = fabric.reductions[tag];
@@ -174,9 +175,9 @@ void LocalCommunicator::reduceStart(int64_t tag, ConstBuffer data,
     r.contributions[device] = std::move(contribution);
     if (++r.arrived == fabric.devices) {
       // Sum in device order: every device gets the same bits.
-      r.mean.assign(data.count, 0.0f);
+      r.mean.assign(count, 0.0f);
       for (const std::vector<float> &part : r.contributions)
-        for (int64_t i = 0; i < data.count; ++i)
+        for (int64_t i = 0; i < count; ++i)
           r.mean[i] += part[i];
       float scale = 1.0f / static_cast<float>(fabric.devices);
       for (float &v : r.mean)
@@ -187,10 +188,12 @@ void LocalCommunicator::reduceStart(int64_t tag, ConstBuffer data,
     }
   }
   std::lock_guard<std::mutex> lock(logMutex);
-  log.push_back({tau, data.bytes(), true}); // a reduction
+  log.push_back({tau, count * int64_t(sizeof(float)), true}); // a reduction
 }
 
-bool LocalCommunicator::reduceWait(int64_t tag, Buffer out) {
+bool LocalCommunicator::reduceWait(int64_t tag,
+                                   const std::vector<Buffer> &parts) {
+  int64_t count = reducedCount(tag, parts);
   std::unique_lock<std::mutex> lock(fabric.mutex);
   fabric.changed.wait(lock, [&] {
     auto it = fabric.reductions.find(tag);
@@ -199,14 +202,12 @@ bool LocalCommunicator::reduceWait(int64_t tag, Buffer out) {
   if (fabric.aborted)
     return false;
   LocalFabric::Reduction &r = fabric.reductions[tag];
-  if (out.dtype != plan::F32 ||
-      static_cast<int64_t>(r.mean.size()) != out.count)
+  if (static_cast<int64_t>(r.mean.size()) != count)
     throw RuntimeError("reduction " + std::to_string(tag) + " has " +
                        std::to_string(r.mean.size()) + " float32 values, " +
                        "device " + std::to_string(device) + " expects " +
-                       std::to_string(out.count) + " " +
-                       plan::DType_Name(out.dtype));
-  copyBytes(out.data, r.mean.data(), out.bytes());
+                       std::to_string(count));
+  scatter(r.mean.data(), parts);
   if (++r.fetched == fabric.devices)
     fabric.reductions.erase(tag);
   return true;

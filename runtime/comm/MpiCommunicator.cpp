@@ -62,8 +62,9 @@ public:
   void send(int to, int64_t tag, ConstBuffer data, int64_t tau) override;
   bool recv(int from, int64_t tag, Buffer out) override;
   bool arrived(int from, int64_t tag) override;
-  void reduceStart(int64_t tag, ConstBuffer data, int64_t tau) override;
-  bool reduceWait(int64_t tag, Buffer out) override;
+  void reduceStart(int64_t tag, const std::vector<ConstBuffer> &parts,
+                   int64_t tau) override;
+  bool reduceWait(int64_t tag, const std::vector<Buffer> &parts) override;
   void abort() override;
   std::vector<SendRecord> sendLog() const override { return log; }
 
@@ -358,42 +359,45 @@ bool MpiCommunicator::recv(int from, int64_t tag, Buffer out) {
   return true;
 }
 
-void MpiCommunicator::reduceStart(int64_t tag, ConstBuffer data, int64_t tau) {
-  checkReducible(data.dtype);
-  const float *values = static_cast<const float *>(data.data);
-  own[tag].assign(values, values + data.count);
+void MpiCommunicator::reduceStart(int64_t tag,
+                                  const std::vector<ConstBuffer> &parts,
+                                  int64_t tau) {
+  std::vector<float> &mine = own[tag] = concatenate(parts);
+  ConstBuffer contribution{plan::F32, mine.data(),
+                           static_cast<int64_t>(mine.size())};
   for (int d = 0; d < fabric.devices; ++d)
     if (d != device)
-      post(d, contributionTag(tag), data);
-  log.push_back({tau, data.bytes(), true}); // a reduction
+      post(d, contributionTag(tag), contribution);
+  log.push_back({tau, contribution.bytes(), true}); // a reduction
 }
 
-bool MpiCommunicator::reduceWait(int64_t tag, Buffer out) {
+bool MpiCommunicator::reduceWait(int64_t tag,
+                                 const std::vector<Buffer> &parts) {
+  int64_t count = reducedCount(tag, parts);
   auto mine = own.find(tag);
-  if (out.dtype != plan::F32 || mine == own.end() ||
-      static_cast<int64_t>(mine->second.size()) != out.count)
-    throw RuntimeError(
-        "device " + std::to_string(device) + " waits for reduction " +
-        std::to_string(tag) + " of " + std::to_string(out.count) + " " +
-        plan::DType_Name(out.dtype) + " values it did not contribute");
+  if (mine == own.end() || static_cast<int64_t>(mine->second.size()) != count)
+    throw RuntimeError("device " + std::to_string(device) +
+                       " waits for reduction " + std::to_string(tag) + " of " +
+                       std::to_string(count) +
+                       " float32 values it did not contribute");
   // Sum in device order, from zero, as in-process: the same bits on every
   // device and in every run.
-  std::vector<float> sum(out.count, 0.0f), part(out.count);
+  std::vector<float> sum(count, 0.0f), part(count);
   for (int d = 0; d < fabric.devices; ++d) {
     const float *values = mine->second.data();
     if (d != device) {
-      if (!recv(d, contributionTag(tag), {plan::F32, part.data(), out.count}))
+      if (!recv(d, contributionTag(tag), {plan::F32, part.data(), count}))
         return false;
       values = part.data();
     }
-    for (int64_t i = 0; i < out.count; ++i)
+    for (int64_t i = 0; i < count; ++i)
       sum[i] += values[i];
   }
   own.erase(mine);
   float scale = 1.0f / static_cast<float>(fabric.devices);
-  float *result = static_cast<float *>(out.data);
-  for (int64_t i = 0; i < out.count; ++i)
-    result[i] = sum[i] * scale;
+  for (float &v : sum)
+    v *= scale;
+  scatter(sum.data(), parts);
   return true;
 }
 

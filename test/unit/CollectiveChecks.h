@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <thread>
@@ -98,6 +99,41 @@ inline void allGatherInDeviceOrder(Fabric &fabric) {
       EXPECT_EQ(all[2 * d], d);
       EXPECT_EQ(all[2 * d + 1], -d);
     }
+  });
+}
+
+/// A stage as its tensors where they lie: reduce-scattered from parts cut
+/// across the chunks' borders, padded with zeros past the last part, and
+/// gathered back into parts cut differently, the padding dropped.
+inline void collectivesOfParts(Fabric &fabric) {
+  const int64_t chunk = 4;
+  int N = fabric.size();
+  int64_t stage = N * chunk - 3; // the last chunk holds 3 zeros of padding
+  onEveryDevice(fabric, [&](Communicator &comm) {
+    std::vector<float> grads(stage);
+    for (int64_t i = 0; i < stage; ++i)
+      grads[i] = contribution(comm.rank(), i);
+    // Three tensors, cut after the first element and at the middle.
+    int64_t middle = std::max<int64_t>(1, stage / 2);
+    std::vector<ConstBuffer> in = {
+        {plan::F32, grads.data(), 1},
+        {plan::F32, grads.data() + 1, middle - 1},
+        {plan::F32, grads.data() + middle, stage - middle}};
+    std::vector<float> shard(chunk);
+    ASSERT_TRUE(comm.reduceScatter(7, in, {plan::F32, shard.data(), chunk},
+                                   ReduceOp::Sum, 0));
+    for (int64_t i = 0; i < chunk; ++i) {
+      int64_t at = comm.rank() * chunk + i;
+      EXPECT_EQ(shard[i], at < stage ? orderedSum(N, at) : 0.0f)
+          << "element " << at;
+    }
+    std::vector<float> params(stage, -1.0f);
+    std::vector<Buffer> out = {{plan::F32, params.data(), 2},
+                               {plan::F32, params.data() + 2, 0},
+                               {plan::F32, params.data() + 2, stage - 2}};
+    ASSERT_TRUE(comm.allGather(8, {plan::F32, shard.data(), chunk}, out, 0));
+    for (int64_t i = 0; i < stage; ++i)
+      EXPECT_EQ(params[i], orderedSum(N, i)) << "element " << i;
   });
 }
 

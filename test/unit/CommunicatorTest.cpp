@@ -85,8 +85,8 @@ TEST(Communicator, MeanIsTheSameBitsOnEveryDevice) {
     threads.emplace_back([&, d] {
       float mine = 0.1f * static_cast<float>(d + 1);
       Communicator &endpoint = fabric.endpoint(d);
-      endpoint.reduceStart(9, {plan::F32, &mine, 1}, d);
-      ASSERT_TRUE(endpoint.reduceWait(9, {plan::F32, means[d].data(), 1}));
+      endpoint.reduceStart(9, {{plan::F32, &mine, 1}}, d);
+      ASSERT_TRUE(endpoint.reduceWait(9, {{plan::F32, means[d].data(), 1}}));
     });
   for (std::thread &thread : threads)
     thread.join();
@@ -99,10 +99,36 @@ TEST(Communicator, MeanIsTheSameBitsOnEveryDevice) {
     EXPECT_EQ(means[d][0], expected) << "device " << d;
 }
 
+TEST(Communicator, ReductionOfPartsComesBackInTheSameParts) {
+  // A stage's gradients are several tensors: each device hands them over
+  // where they lie, cut differently on the two sides, and gets the means
+  // back in its own cut.
+  LocalFabric fabric(2);
+  std::vector<std::vector<float>> means(2, std::vector<float>(5));
+  std::vector<std::thread> threads;
+  for (int d = 0; d < 2; ++d)
+    threads.emplace_back([&, d] {
+      float scale = static_cast<float>(d + 1);
+      float a[2] = {1 * scale, 2 * scale},
+            b[3] = {3 * scale, 4 * scale, 5 * scale};
+      Communicator &endpoint = fabric.endpoint(d);
+      endpoint.reduceStart(3, {{plan::F32, a, 2}, {plan::F32, b, 3}}, 0);
+      float *out = means[d].data();
+      ASSERT_TRUE(endpoint.reduceWait(3, {{plan::F32, out, 1},
+                                          {plan::F32, out + 1, 0},
+                                          {plan::F32, out + 1, 4}}));
+    });
+  for (std::thread &thread : threads)
+    thread.join();
+  for (int d = 0; d < 2; ++d)
+    EXPECT_EQ(means[d], (std::vector<float>{1.5f, 3.0f, 4.5f, 6.0f, 7.5f}))
+        << "device " << d;
+}
+
 TEST(Communicator, ReductionsAreOfFloats) {
   LocalFabric fabric(1);
   int64_t x = 3;
-  EXPECT_THROW(fabric.endpoint(0).reduceStart(1, {plan::I64, &x, 1}, 0),
+  EXPECT_THROW(fabric.endpoint(0).reduceStart(1, {{plan::I64, &x, 1}}, 0),
                RuntimeError);
 }
 
@@ -115,7 +141,7 @@ TEST(Communicator, AbortWakesEveryWaiter) {
   });
   std::thread reducer([&] {
     float y;
-    reduced = fabric.endpoint(2).reduceWait(4, {plan::F32, &y, 1});
+    reduced = fabric.endpoint(2).reduceWait(4, {{plan::F32, &y, 1}});
   });
   fabric.endpoint(0).abort();
   receiver.join();
@@ -132,6 +158,25 @@ TEST(Communicator, AllReduceSumAndMean) {
 TEST(Communicator, ReduceScatter) {
   LocalFabric fabric(4);
   checks::reduceScatterGivesEachDeviceItsChunk(fabric);
+}
+
+TEST(Communicator, CollectivesOfParts) {
+  for (int devices : {1, 2, 3, 5}) {
+    LocalFabric fabric(devices);
+    checks::collectivesOfParts(fabric);
+  }
+}
+
+TEST(Communicator, CollectivesRefuseTooManyParts) {
+  LocalFabric fabric(2);
+  float x[5];
+  Communicator &comm = fabric.endpoint(0);
+  std::vector<ConstBuffer> in = {{plan::F32, x, 3}, {plan::F32, x, 2}};
+  EXPECT_THROW(comm.reduceScatter(1, in, {plan::F32, x, 2}, ReduceOp::Sum, 0),
+               RuntimeError); // 5 elements into 2 chunks of 2
+  std::vector<Buffer> out = {{plan::F32, x, 3}, {plan::I32, x, 1}};
+  EXPECT_THROW(comm.allGather(2, {plan::F32, x, 2}, out, 0),
+               RuntimeError); // an int32 part
 }
 
 TEST(Communicator, AllGather) {

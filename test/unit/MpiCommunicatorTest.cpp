@@ -31,6 +31,9 @@ TEST(MpiCommunicator, AllGather) {
   checks::allGatherInDeviceOrder(*fabric);
   checks::allGatherOfVariableLengths(*fabric);
 }
+TEST(MpiCommunicator, CollectivesOfParts) {
+  checks::collectivesOfParts(*fabric);
+}
 TEST(MpiCommunicator, Broadcast) { checks::broadcastFromEveryRoot(*fabric); }
 TEST(MpiCommunicator, NonBlockingReceive) {
   checks::nonBlockingReceiveCompletesOnWait(*fabric);

@@ -130,11 +130,22 @@ public:
   virtual bool allReduce(int64_t tag, Buffer data, ReduceOp op, int64_t tau);
   /// `in` holds size() chunks of out.count elements; device r's `out`
   /// becomes the reduction of every device's chunk r.
-  virtual bool reduceScatter(int64_t tag, ConstBuffer in, Buffer out,
-                             ReduceOp op, int64_t tau);
+  bool reduceScatter(int64_t tag, ConstBuffer in, Buffer out, ReduceOp op,
+                     int64_t tau);
+  /// The same with `in` a list of buffers read one after another (a
+  /// stage's tensors where they lie) holding at most size() × out.count
+  /// elements; the missing tail counts as zeros (the padding of the last
+  /// chunk), so no one has to pack the stage first.
+  virtual bool reduceScatter(int64_t tag, const std::vector<ConstBuffer> &in,
+                             Buffer out, ReduceOp op, int64_t tau);
   /// `out` (size() × in.count elements) becomes every device's `in`, in
   /// device order.
-  virtual bool allGather(int64_t tag, ConstBuffer in, Buffer out, int64_t tau);
+  bool allGather(int64_t tag, ConstBuffer in, Buffer out, int64_t tau);
+  /// The same with `out` a list of buffers filled one after another,
+  /// holding at most size() × in.count elements: the gathered elements
+  /// past their end (the padding) are dropped.
+  virtual bool allGather(int64_t tag, ConstBuffer in,
+                         const std::vector<Buffer> &out, int64_t tau);
   /// Contributions of any length (sparse gradients: each device's top-k
   /// values or indices), one dtype: `out` gets them all, by device.
   virtual bool allGatherV(int64_t tag, ConstBuffer in, Gathered &out,
@@ -142,13 +153,17 @@ public:
   /// Every device's `data` becomes device `root`'s.
   virtual bool broadcast(int64_t tag, Buffer data, int root, int64_t tau);
 
-  /// Hands over this device's contribution to the mean-reduction `tag`
-  /// (float32) and returns.
-  virtual void reduceStart(int64_t tag, ConstBuffer data, int64_t tau) = 0;
+  /// Hands over this device's contribution to the mean-reduction `tag`:
+  /// the float32 `parts` one after another (a stage's gradients where they
+  /// lie, so no kernel packs them first). The communicator keeps its own
+  /// copy, so the parts may change as soon as it returns.
+  virtual void reduceStart(int64_t tag, const std::vector<ConstBuffer> &parts,
+                           int64_t tau) = 0;
   /// Blocks until every device contributed to `tag`, then copies the mean
   /// (summed in device order, so every device gets the same bits) into
-  /// `out`. Returns false when the communicator was aborted.
-  virtual bool reduceWait(int64_t tag, Buffer out) = 0;
+  /// `parts`, one after another. Returns false when the communicator was
+  /// aborted.
+  virtual bool reduceWait(int64_t tag, const std::vector<Buffer> &parts) = 0;
 
   /// Wakes every waiter of every device with failure (a device failed).
   virtual void abort() = 0;
@@ -173,6 +188,13 @@ protected:
   void checkArrival(int64_t tag, int from, plan::DType dtype, int64_t count,
                     const Buffer &out) const;
   static void checkReducible(plan::DType dtype);
+  /// A reduction's float32 parts, checked, one after another.
+  static std::vector<float> concatenate(const std::vector<ConstBuffer> &parts);
+  /// How many float32 values the parts hold together (a RuntimeError naming
+  /// the reduction and this device when one is not float32).
+  int64_t reducedCount(int64_t tag, const std::vector<Buffer> &parts) const;
+  /// Copies `values` into the parts, one after another.
+  static void scatter(const float *values, const std::vector<Buffer> &parts);
 
 private:
   /// The point-to-point tag of a collective's message (phase: which of its

@@ -109,48 +109,38 @@ void registerPipeline(KernelRegistry &registry) {
 void registerCommunication(KernelRegistry &registry) {
   registerChain(registry);
   registerPipeline(registry);
-  // Each keeps a copy of the stage's gradients (the contribution, the
-  // mean) as workspace.
-  registry.add("reduce_start", Backend::CPU, [](const KernelArgs &args) {
+  // The communicator copies the stage's gradients where they lie and
+  // writes the means where the update reads them: no staging copy here.
+  addKernel(registry, "reduce_start", [](const KernelArgs &args) {
     if (!args.communicator)
       args.fail("needs a communicator (a multi-device plan)");
-    std::vector<TensorView> grads = args.inputs;
+    std::vector<ConstBuffer> grads = readBuffers(args.inputs);
     int64_t stage = args.i("stage", 0);
-    auto staging = std::make_shared<std::vector<float>>(totalCount(grads));
     Communicator *comm = args.communicator;
     int64_t timeStep = args.instruction->time_step(),
             cycle = args.i("cycle", 1);
-    return std::make_unique<FunctionKernel>(
-        [=](const StepContext &context) {
-          pack(grads, staging->data());
-          comm->reduceStart(reductionTag(context.step, stage),
-                            floats(staging->data(), staging->size()),
-                            timeStep + cycle * context.step);
-        },
-        static_cast<int64_t>(staging->size() * sizeof(float)));
+    return [=](const StepContext &context) {
+      comm->reduceStart(reductionTag(context.step, stage), grads,
+                        timeStep + cycle * context.step);
+    };
   });
 
   // The mean of the stage's gradients of step t - 1 - delay, into the
   // reduced gradients.
-  registry.add("reduce_wait", Backend::CPU, [](const KernelArgs &args) {
+  addKernel(registry, "reduce_wait", [](const KernelArgs &args) {
     if (!args.communicator)
       args.fail("needs a communicator (a multi-device plan)");
-    std::vector<TensorView> reduced = args.outputs;
+    std::vector<Buffer> reduced = writtenBuffers(args.outputs);
     int64_t stage = args.i("stage", 0), delay = args.i("delay", 0);
-    auto staging = std::make_shared<std::vector<float>>(totalCount(reduced));
     Communicator *comm = args.communicator;
     int device = args.device;
-    return std::make_unique<FunctionKernel>(
-        [=](const StepContext &context) {
-          int64_t step = context.step - 1 - delay;
-          if (!comm->reduceWait(reductionTag(step, stage),
-                                floats(staging->data(), staging->size())))
-            throw RuntimeError("device " + std::to_string(device) +
-                               ": stopped while waiting for a reduction "
-                               "(another device failed)");
-          unpack(staging->data(), reduced);
-        },
-        static_cast<int64_t>(staging->size() * sizeof(float)));
+    return [=](const StepContext &context) {
+      int64_t step = context.step - 1 - delay;
+      if (!comm->reduceWait(reductionTag(step, stage), reduced))
+        throw RuntimeError("device " + std::to_string(device) +
+                           ": stopped while waiting for a reduction "
+                           "(another device failed)");
+    };
   });
 }
 

@@ -3,6 +3,7 @@
 #ifndef CDP_RUNTIME_KERNELS_CPU_CPUKERNELS_H
 #define CDP_RUNTIME_KERNELS_CPU_CPUKERNELS_H
 
+#include "cdp/Runtime/Communicator.h"
 #include "cdp/Runtime/Kernel.h"
 
 #include <cstring>
@@ -29,19 +30,31 @@ void registerCommunication(KernelRegistry &registry);
 /// laysa: error feedback, top-k selection and the mean of the selections.
 void registerSparseExchange(KernelRegistry &registry);
 
-/// Copies float tensors one after another into `out` (a stage's gradients
-/// into a collective's contiguous buffer), and back.
-inline void pack(const std::vector<TensorView> &views, float *out) {
-  for (const TensorView &v : views) {
-    std::memcpy(out, v.data, v.numel() * sizeof(float));
-    out += v.numel();
-  }
-}
+/// Copies float tensors one after another from `in` (a collective's
+/// contiguous buffer) into the tensors.
 inline void unpack(const float *in, const std::vector<TensorView> &views) {
   for (const TensorView &v : views) {
     std::memcpy(v.data, in, v.numel() * sizeof(float));
     in += v.numel();
   }
+}
+
+/// Tensors as a communicator's list of buffers, read or filled one after
+/// another: a stage's gradients or parameters where they lie, so no kernel
+/// packs them into a copy first.
+inline std::vector<ConstBuffer>
+readBuffers(const std::vector<TensorView> &views) {
+  std::vector<ConstBuffer> buffers;
+  for (const TensorView &v : views)
+    buffers.emplace_back(v.dtype, v.data, v.numel());
+  return buffers;
+}
+inline std::vector<Buffer>
+writtenBuffers(const std::vector<TensorView> &views) {
+  std::vector<Buffer> buffers;
+  for (const TensorView &v : views)
+    buffers.push_back({v.dtype, v.data, v.numel()});
+  return buffers;
 }
 
 /// Runs body(i) for every i in [0, count) on `threads` threads. With one

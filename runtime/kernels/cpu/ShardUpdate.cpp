@@ -15,8 +15,9 @@
 // (`zero` = 2, from `shard_reduce`); the parameters are written in place.
 //
 // `shard_reduce` (ZeRO stages 2 and 3) replaces the stage's all-reduce:
-// the stage's gradients, concatenated and padded, are reduce-scattered,
-// and the device keeps the mean of its own shard.
+// the stage's gradients, read where they lie and padded with zeros, are
+// reduce-scattered, and the device keeps the mean of its own shard. No
+// kernel packs the stage: the communicator takes lists of buffers.
 //
 // ZeRO stage 3 keeps only the device's shard of the parameters (a SHARD
 // tensor): `shard_update` (`zero` = 3; `sizes`, the stage's tensors'
@@ -155,10 +156,8 @@ public:
                 std::to_string(params.front().numel()) +
                 " elements, the stage's shards " +
                 std::to_string(layout.shardSize()));
-    if (zero < 3) { // the shard sent and the stage gathered
+    if (zero < 3) // the shard sent; the stage is gathered into place
       own.assign(layout.shardSize(), 0.0f);
-      gathered.resize(layout.paddedSize());
-    }
   }
 
   void run(const StepContext &context) override {
@@ -179,22 +178,22 @@ public:
     for (const ShardLayout::Piece &piece : pieces)
       std::memcpy(own.data() + piece.shardOffset,
                   p[piece.tensor] + piece.offset, piece.length * sizeof(float));
+    // Shards are consecutive pieces of the concatenation, in device order:
+    // gathered straight into the parameters, the padding dropped.
     if (!comm->allGather(gatherTag(context.step, stage),
                          {plan::F32, own.data(), layout.shardSize()},
-                         {plan::F32, gathered.data(), layout.paddedSize()},
+                         writtenBuffers(params),
                          timeStep + cycle * context.step))
       throw RuntimeError("device " + std::to_string(device) +
                          ": stopped while gathering a stage's parameters "
                          "(another device failed)");
-    // Shards are consecutive pieces of the concatenation, in device order.
-    unpack(gathered.data(), params);
   }
 
   KernelState state() override { return shardState(update, layout, adam); }
 
-  /// The shard being sent and the gathered stage.
+  /// The shard being sent.
   int64_t workspaceBytes() const override {
-    return static_cast<int64_t>((own.size() + gathered.size()) * sizeof(float));
+    return static_cast<int64_t>(own.size() * sizeof(float));
   }
 
 private:
@@ -202,7 +201,7 @@ private:
   ShardLayout layout;
   ShardedUpdate update;
   std::vector<ShardLayout::Piece> pieces;
-  std::vector<float> own, gathered;
+  std::vector<float> own;
   Communicator *comm;
   int64_t stage, timeStep, cycle;
   int device;
@@ -210,16 +209,17 @@ private:
   int64_t zero;
 };
 
-/// ZeRO stage 2's reduction of a stage: its gradients, concatenated and
-/// padded, reduce-scattered; the device keeps the mean of its shard.
+/// ZeRO stage 2's reduction of a stage: its gradients, read where they lie
+/// and padded with zeros, reduce-scattered; the device keeps the mean of
+/// its shard.
 class ShardReduceKernel : public Kernel {
 public:
   explicit ShardReduceKernel(const KernelArgs &args)
-      : grads(args.inputs), shard(args.outputs[0]),
-        layout(sizesOf(grads), args.communicator->size()),
-        staging(layout.paddedSize(), 0.0f), comm(args.communicator),
-        stage(args.i("stage", 0)), cycle(args.i("cycle", 1)),
-        timeStep(args.instruction->time_step()), device(args.device) {
+      : grads(readBuffers(args.inputs)), shard(args.outputs[0]),
+        layout(sizesOf(args.inputs), args.communicator->size()),
+        comm(args.communicator), stage(args.i("stage", 0)),
+        cycle(args.i("cycle", 1)), timeStep(args.instruction->time_step()),
+        device(args.device) {
     if (shard.numel() != layout.shardSize())
       args.fail("its shard holds " + std::to_string(shard.numel()) +
                 " elements, the stage's shards " +
@@ -227,9 +227,7 @@ public:
   }
 
   void run(const StepContext &context) override {
-    pack(grads, staging.data()); // the padding stays 0
-    if (!comm->reduceScatter(scatterTag(context.step, stage),
-                             {plan::F32, staging.data(), layout.paddedSize()},
+    if (!comm->reduceScatter(scatterTag(context.step, stage), grads,
                              {plan::F32, shard.data, layout.shardSize()},
                              ReduceOp::Mean, timeStep + cycle * context.step))
       throw RuntimeError("device " + std::to_string(device) +
@@ -237,16 +235,10 @@ public:
                          "(another device failed)");
   }
 
-  /// The stage's gradients, concatenated and padded.
-  int64_t workspaceBytes() const override {
-    return static_cast<int64_t>(staging.size() * sizeof(float));
-  }
-
 private:
-  std::vector<TensorView> grads;
+  std::vector<ConstBuffer> grads;
   TensorView shard;
   ShardLayout layout;
-  std::vector<float> staging;
   Communicator *comm;
   int64_t stage, cycle, timeStep;
   int device;
