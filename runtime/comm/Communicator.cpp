@@ -40,20 +40,53 @@ void Communicator::checkReducible(plan::DType dtype) {
                        plan::DType_Name(dtype));
 }
 
-std::vector<float>
-Communicator::concatenate(const std::vector<ConstBuffer> &parts) {
+void Communicator::send(int to, int64_t tag, ConstBuffer data, int64_t tau) {
+  send(to, tag, std::vector<ConstBuffer>{data}, tau);
+}
+
+std::pair<plan::DType, int64_t>
+Communicator::describe(const std::vector<ConstBuffer> &parts) {
+  plan::DType dtype = parts.empty() ? plan::F32 : parts.front().dtype;
   int64_t count = 0;
   for (const ConstBuffer &part : parts) {
-    checkReducible(part.dtype);
+    if (part.dtype != dtype)
+      throw RuntimeError("a message of " + plan::DType_Name(dtype) +
+                         " with a part of " + plan::DType_Name(part.dtype));
     count += part.count;
   }
-  std::vector<float> values(count);
-  float *at = values.data();
+  return {dtype, count};
+}
+
+void Communicator::copyParts(const std::vector<ConstBuffer> &parts, char *to) {
   for (const ConstBuffer &part : parts) {
-    copyBytes(at, part.data, part.bytes());
-    at += part.count;
+    copyBytes(to, part.data, part.bytes());
+    to += part.bytes();
   }
+}
+
+std::vector<float>
+Communicator::concatenate(const std::vector<ConstBuffer> &parts) {
+  for (const ConstBuffer &part : parts)
+    checkReducible(part.dtype);
+  std::vector<float> values(describe(parts).second);
+  copyParts(parts, reinterpret_cast<char *>(values.data()));
   return values;
+}
+
+void Communicator::addArrival(int64_t tag, int from, plan::DType dtype,
+                              int64_t count, const char *values,
+                              const std::vector<Buffer> &parts) const {
+  checkArrival(tag, from, dtype, count,
+               {plan::F32, nullptr, reducedCount(tag, parts)});
+  for (const Buffer &part : parts) {
+    float *acc = static_cast<float *>(part.data);
+    for (int64_t i = 0; i < part.count; ++i) {
+      float value; // a message's bytes need not be aligned for float
+      std::memcpy(&value, values + i * sizeof(float), sizeof(float));
+      acc[i] += value;
+    }
+    values += part.bytes();
+  }
 }
 
 int64_t Communicator::reducedCount(int64_t tag,

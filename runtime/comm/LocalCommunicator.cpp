@@ -7,6 +7,7 @@
 #include "cdp/Runtime/Kernel.h"
 
 #include <cstring>
+#include <functional>
 
 namespace cdp::runtime {
 
@@ -17,8 +18,12 @@ public:
       : fabric(fabric), device(device) {}
   int rank() const override { return device; }
   int size() const override { return fabric.devices; }
-  void send(int to, int64_t tag, ConstBuffer data, int64_t tau) override;
+  using Communicator::send;
+  void send(int to, int64_t tag, const std::vector<ConstBuffer> &parts,
+            int64_t tau) override;
   bool recv(int from, int64_t tag, Buffer out) override;
+  bool recvAdd(int from, int64_t tag,
+               const std::vector<Buffer> &parts) override;
   bool arrived(int from, int64_t tag) override;
   void reduceStart(int64_t tag, const std::vector<ConstBuffer> &parts,
                    int64_t tau) override;
@@ -27,6 +32,11 @@ public:
   std::vector<SendRecord> sendLog() const override;
 
 private:
+  /// Waits for message `tag` from `from` and hands it to `use`, then
+  /// drops it; false when the fabric was aborted.
+  bool receive(int from, int64_t tag,
+               const std::function<void(const LocalFabric::Message &)> &use);
+
   LocalFabric &fabric;
   int device;
   mutable std::mutex logMutex;
@@ -116,12 +126,15 @@ void LocalFabric::restoreInFlight(const std::string &bytes) {
     in.fail();
 }
 
-void LocalCommunicator::send(int to, int64_t tag, ConstBuffer data,
+void LocalCommunicator::send(int to, int64_t tag,
+                             const std::vector<ConstBuffer> &parts,
                              int64_t tau) {
   checkPeer(to);
-  const char *bytes = static_cast<const char *>(data.data);
-  LocalFabric::Message message{data.dtype, data.count,
-                               std::vector<char>(bytes, bytes + data.bytes())};
+  auto [dtype, count] = describe(parts);
+  LocalFabric::Message message{
+      dtype, count, std::vector<char>(count * plan::dtypeSize(dtype))};
+  copyParts(parts, message.bytes.data());
+  int64_t bytes = static_cast<int64_t>(message.bytes.size());
   {
     std::lock_guard<std::mutex> lock(fabric.mutex);
     auto key = std::make_tuple(device, to, tag);
@@ -135,10 +148,12 @@ void LocalCommunicator::send(int to, int64_t tag, ConstBuffer data,
   if (tau < 0 || to == device)
     return; // after training, or to itself: not part of a step's traffic
   std::lock_guard<std::mutex> lock(logMutex);
-  log.push_back({tau, data.bytes(), isCollectiveTag(tag)});
+  log.push_back({tau, bytes, isCollectiveTag(tag)});
 }
 
-bool LocalCommunicator::recv(int from, int64_t tag, Buffer out) {
+bool LocalCommunicator::receive(
+    int from, int64_t tag,
+    const std::function<void(const LocalFabric::Message &)> &use) {
   checkPeer(from);
   std::unique_lock<std::mutex> lock(fabric.mutex);
   auto key = std::make_tuple(from, device, tag);
@@ -146,11 +161,24 @@ bool LocalCommunicator::recv(int from, int64_t tag, Buffer out) {
       lock, [&] { return fabric.aborted || fabric.mailboxes.count(key); });
   if (fabric.aborted)
     return false;
-  LocalFabric::Message &message = fabric.mailboxes[key];
-  checkArrival(tag, from, message.dtype, message.count, out);
-  copyBytes(out.data, message.bytes.data(), message.bytes.size());
+  use(fabric.mailboxes[key]);
   fabric.mailboxes.erase(key);
   return true;
+}
+
+bool LocalCommunicator::recv(int from, int64_t tag, Buffer out) {
+  return receive(from, tag, [&](const LocalFabric::Message &message) {
+    checkArrival(tag, from, message.dtype, message.count, out);
+    copyBytes(out.data, message.bytes.data(), message.bytes.size());
+  });
+}
+
+bool LocalCommunicator::recvAdd(int from, int64_t tag,
+                                const std::vector<Buffer> &parts) {
+  return receive(from, tag, [&](const LocalFabric::Message &message) {
+    addArrival(tag, from, message.dtype, message.count, message.bytes.data(),
+               parts);
+  });
 }
 
 bool LocalCommunicator::arrived(int from, int64_t tag) {

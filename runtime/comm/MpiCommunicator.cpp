@@ -59,8 +59,12 @@ public:
   ~MpiCommunicator() override;
   int rank() const override { return device; }
   int size() const override;
-  void send(int to, int64_t tag, ConstBuffer data, int64_t tau) override;
+  using Communicator::send;
+  void send(int to, int64_t tag, const std::vector<ConstBuffer> &parts,
+            int64_t tau) override;
   bool recv(int from, int64_t tag, Buffer out) override;
+  bool recvAdd(int from, int64_t tag,
+               const std::vector<Buffer> &parts) override;
   bool arrived(int from, int64_t tag) override;
   void reduceStart(int64_t tag, const std::vector<ConstBuffer> &parts,
                    int64_t tau) override;
@@ -78,7 +82,9 @@ public:
   void restoreInFlight(ByteReader &in);
 
 private:
-  void post(int to, int64_t tag, ConstBuffer data);
+  /// Sends the parts as one message (the header, then their bytes) and
+  /// returns: the message is the copy the send reads.
+  int64_t post(int to, int64_t tag, const std::vector<ConstBuffer> &parts);
   void reap(bool all);
   /// Receives the next message from `from` into `early` if one is there.
   bool receiveOne(int from);
@@ -206,14 +212,15 @@ void MpiCommunicator::reap(bool all) {
   }
 }
 
-void MpiCommunicator::post(int to, int64_t tag, ConstBuffer data) {
+int64_t MpiCommunicator::post(int to, int64_t tag,
+                              const std::vector<ConstBuffer> &parts) {
   reap(false);
-  auto message =
-      std::make_unique<std::vector<char>>(sizeof(Header) + data.bytes());
-  Header header{tag, data.count, static_cast<int32_t>(data.dtype), 0};
+  auto [dtype, count] = describe(parts);
+  int64_t bytes = count * plan::dtypeSize(dtype);
+  auto message = std::make_unique<std::vector<char>>(sizeof(Header) + bytes);
+  Header header{tag, count, static_cast<int32_t>(dtype), 0};
   copyBytes(message->data(), &header, sizeof(Header));
-  if (data.bytes())
-    copyBytes(message->data() + sizeof(Header), data.data, data.bytes());
+  copyParts(parts, message->data() + sizeof(Header));
   MPI_Request request;
   checkMpi(MPI_Isend(message->data(), static_cast<int>(message->size()),
                      MPI_BYTE, fabric.rankOf(to), device, fabric.perDevice[to],
@@ -221,13 +228,15 @@ void MpiCommunicator::post(int to, int64_t tag, ConstBuffer data) {
            to);
   ++sentTo[to];
   pending.emplace_back(request, std::move(message));
+  return bytes;
 }
 
-void MpiCommunicator::send(int to, int64_t tag, ConstBuffer data, int64_t tau) {
+void MpiCommunicator::send(int to, int64_t tag,
+                           const std::vector<ConstBuffer> &parts, int64_t tau) {
   checkPeer(to);
-  post(to, tag, data);
+  int64_t bytes = post(to, tag, parts);
   if (tau >= 0 && to != device)
-    log.push_back({tau, data.bytes(), isCollectiveTag(tag)});
+    log.push_back({tau, bytes, isCollectiveTag(tag)});
 }
 
 void MpiCommunicator::checkMpi(int code, int peer) const {
@@ -359,6 +368,20 @@ bool MpiCommunicator::recv(int from, int64_t tag, Buffer out) {
   return true;
 }
 
+bool MpiCommunicator::recvAdd(int from, int64_t tag,
+                              const std::vector<Buffer> &parts) {
+  checkPeer(from);
+  std::vector<char> *message = take(from, tag);
+  if (!message)
+    return false;
+  Header header;
+  copyBytes(&header, message->data(), sizeof(Header));
+  addArrival(tag, from, static_cast<plan::DType>(header.dtype), header.count,
+             message->data() + sizeof(Header), parts);
+  early.erase({from, tag});
+  return true;
+}
+
 void MpiCommunicator::reduceStart(int64_t tag,
                                   const std::vector<ConstBuffer> &parts,
                                   int64_t tau) {
@@ -367,7 +390,7 @@ void MpiCommunicator::reduceStart(int64_t tag,
                            static_cast<int64_t>(mine.size())};
   for (int d = 0; d < fabric.devices; ++d)
     if (d != device)
-      post(d, contributionTag(tag), contribution);
+      post(d, contributionTag(tag), {contribution});
   log.push_back({tau, contribution.bytes(), true}); // a reduction
 }
 

@@ -137,6 +137,31 @@ inline void collectivesOfParts(Fabric &fabric) {
   });
 }
 
+/// The chain's hop: each device adds the partial sum of the devices
+/// before it into its own values, cut into tensors differently on the two
+/// sides, and sends the sum on as its tensors; the last has the sum.
+inline void partialSumsArriveInPlace(Fabric &fabric) {
+  const int64_t n = 7;
+  int N = fabric.size();
+  onEveryDevice(fabric, [&](Communicator &comm) {
+    int d = comm.rank();
+    std::vector<float> values(n);
+    for (int64_t i = 0; i < n; ++i)
+      values[i] = contribution(d, i);
+    int64_t cut = 1 + d % 3; // every device cuts its tensors elsewhere
+    std::vector<Buffer> parts = {{plan::F32, values.data(), cut},
+                                 {plan::F32, values.data() + cut, n - cut}};
+    if (d > 0)
+      ASSERT_TRUE(comm.recvAdd(d - 1, 11, parts));
+    if (d + 1 < N) {
+      comm.send(d + 1, 11, {parts[0], parts[1]}, 0);
+      return;
+    }
+    for (int64_t i = 0; i < n; ++i) // partial + own is own + partial
+      EXPECT_EQ(values[i], orderedSum(N, i)) << "element " << i;
+  });
+}
+
 inline void allGatherOfVariableLengths(Fabric &fabric) {
   int N = fabric.size();
   onEveryDevice(fabric, [&](Communicator &comm) {

@@ -167,6 +167,16 @@ TEST(Communicator, CollectivesOfParts) {
   }
 }
 
+TEST(Communicator, PartialSumsArriveInPlace) {
+  LocalFabric fabric(4);
+  checks::partialSumsArriveInPlace(fabric);
+  LocalFabric two(2);
+  float x[3] = {1, 2, 3}, y[2] = {0, 0};
+  two.endpoint(0).send(1, 5, {plan::F32, x, 3}, 0);
+  EXPECT_THROW(two.endpoint(1).recvAdd(0, 5, {{plan::F32, y, 2}}),
+               RuntimeError); // 3 values do not fit 2
+}
+
 TEST(Communicator, CollectivesRefuseTooManyParts) {
   LocalFabric fabric(2);
   float x[5];

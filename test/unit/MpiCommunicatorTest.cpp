@@ -34,6 +34,9 @@ TEST(MpiCommunicator, AllGather) {
 TEST(MpiCommunicator, CollectivesOfParts) {
   checks::collectivesOfParts(*fabric);
 }
+TEST(MpiCommunicator, PartialSumsArriveInPlace) {
+  checks::partialSumsArriveInPlace(*fabric);
+}
 TEST(MpiCommunicator, Broadcast) { checks::broadcastFromEveryRoot(*fabric); }
 TEST(MpiCommunicator, NonBlockingReceive) {
   checks::nonBlockingReceiveCompletesOnWait(*fabric);

@@ -107,11 +107,21 @@ public:
   /// once the buffer may be reused; `tau` is the sender's time step (for
   /// the report; negative after training, and then not logged, as a
   /// message to the device itself never is).
-  virtual void send(int to, int64_t tag, ConstBuffer data, int64_t tau) = 0;
+  void send(int to, int64_t tag, ConstBuffer data, int64_t tau);
+  /// The same with the message's data a list of buffers of one dtype read
+  /// one after another (a stage's tensors where they lie).
+  virtual void send(int to, int64_t tag, const std::vector<ConstBuffer> &parts,
+                    int64_t tau) = 0;
   /// Blocks until the message `tag` from device `from` is there and copies
   /// it into `out` (same dtype and count, or a RuntimeError). Returns false
   /// when the communicator was aborted.
   virtual bool recv(int from, int64_t tag, Buffer out) = 0;
+  /// Like recv, but the float32 message is added to what `parts` (filled
+  /// one after another) hold, element by element: a partial sum arriving
+  /// where the receiver's own contribution lies, with no buffer of its
+  /// own (`part += message`, the same bits as `message + part`).
+  virtual bool recvAdd(int from, int64_t tag,
+                       const std::vector<Buffer> &parts) = 0;
 
   /// Whether message `tag` from device `from` is there, so that recv would
   /// not block.
@@ -190,6 +200,16 @@ protected:
   static void checkReducible(plan::DType dtype);
   /// A reduction's float32 parts, checked, one after another.
   static std::vector<float> concatenate(const std::vector<ConstBuffer> &parts);
+  /// The dtype and element count of a message made of `parts` (one dtype,
+  /// or a RuntimeError; float32 when there are none).
+  static std::pair<plan::DType, int64_t>
+  describe(const std::vector<ConstBuffer> &parts);
+  /// Copies the parts one after another to `to`.
+  static void copyParts(const std::vector<ConstBuffer> &parts, char *to);
+  /// Checks that a float32 message of `count` elements from `from` fits
+  /// `parts` (recvAdd), then adds it to them.
+  void addArrival(int64_t tag, int from, plan::DType dtype, int64_t count,
+                  const char *values, const std::vector<Buffer> &parts) const;
   /// How many float32 values the parts hold together (a RuntimeError naming
   /// the reduction and this device when one is not float32).
   int64_t reducedCount(int64_t tag, const std::vector<Buffer> &parts) const;

@@ -152,6 +152,15 @@ int64_t meanTag(int64_t step, int64_t stage) {
   return 2 * reductionTag(step, stage) + 1;
 }
 
+/// Slot 0's gradients as the chain's first partial sum: the all-reduce
+/// adds contributions from +0, which turns a -0 into +0; so does this.
+void startFromZero(const std::vector<TensorView> &grads) {
+  for (const TensorView &g : grads)
+    for (int64_t i = 0; i < g.numel(); ++i)
+      if (g.f32()[i] == 0.0f)
+        g.f32()[i] = 0.0f;
+}
+
 /// The chain buffer (one of the instruction's two, by step parity) that
 /// holds the mean of step `step`'s reduction until the wait that uses it.
 float *chainBuffer(const std::vector<TensorView> &buffers, int64_t step) {
@@ -165,62 +174,55 @@ void registerChain(KernelRegistry &registry) {
   // its chain buffer and sends it back to slot N - 2; each chain_relay
   // passes it one hop further a time step later (outputs: the two chain
   // buffers, on the last slot).
-  // The partial sum is the kernel's workspace (a stage's bytes).
-  registry.add(
-      "chain_reduce", Backend::CPU,
-      [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
-        if (!args.communicator)
-          args.fail("needs a communicator (a multi-device plan)");
-        std::vector<TensorView> grads = args.inputs, buffers = args.outputs;
-        int64_t stage = args.i("stage", 0), cycle = args.i("cycle", 1);
-        int64_t timeStep = args.instruction->time_step();
-        int64_t count = totalCount(grads);
-        auto sum = std::make_shared<std::vector<float>>(count);
-        Communicator *comm = args.communicator;
-        int device = comm->rank(), devices = comm->size();
-        bool last = device + 1 == devices;
-        // CDP-ZeRO: the last slot hands the mean to the stage's owner instead.
-        int owner = static_cast<int>(args.i("owner", -1));
-        if (last && owner < 0 &&
-            (buffers.size() != 2 || totalCount({buffers[0]}) != count))
-          args.fail("the last slot's chain_reduce needs its two chain buffers");
-        auto run = [=](const StepContext &context) {
-          int64_t tau = timeStep + cycle * context.step;
-          if (device > 0) {
-            if (!comm->recv(device - 1, partialTag(context.step, stage),
-                            floats(sum->data(), count)))
-              throw RuntimeError("device " + std::to_string(device) +
-                                 ": stopped while waiting for a partial sum");
-          } else {
-            std::fill(sum->begin(), sum->end(), 0.0f);
-          }
-          float *at = sum->data();
-          for (const TensorView &g : grads)
-            for (int64_t i = 0; i < g.numel(); ++i)
-              *at++ += g.f32()[i];
-          if (!last) {
-            comm->send(device + 1, partialTag(context.step, stage),
-                       floats(sum->data(), count), tau);
-            return;
-          }
-          float scale = 1.0f / static_cast<float>(devices);
-          if (owner >= 0) {
-            for (float &x : *sum)
-              x *= scale;
-            comm->send(owner, meanTag(context.step, stage),
-                       floats(sum->data(), count), tau);
-            return;
-          }
-          float *mean = chainBuffer(buffers, context.step);
-          for (int64_t i = 0; i < count; ++i)
-            mean[i] = (*sum)[i] * scale;
-          if (device > 0)
-            comm->send(device - 1, meanTag(context.step, stage),
-                       floats(mean, count), tau);
-        };
-        return std::make_unique<FunctionKernel>(
-            run, static_cast<int64_t>(count * sizeof(float)));
-      });
+  // The partial sum arrives into the slot's own gradients, which are dead
+  // after this hand-off (g += partial, the same bits as partial + g), so
+  // the kernel keeps no buffer of a stage's size.
+  addKernel(registry, "chain_reduce", [](const KernelArgs &args) {
+    if (!args.communicator)
+      args.fail("needs a communicator (a multi-device plan)");
+    std::vector<TensorView> grads = args.inputs, buffers = args.outputs;
+    std::vector<ConstBuffer> partial = readBuffers(grads);
+    std::vector<Buffer> arriving = writtenBuffers(grads);
+    int64_t stage = args.i("stage", 0), cycle = args.i("cycle", 1);
+    int64_t timeStep = args.instruction->time_step();
+    int64_t count = totalCount(grads);
+    Communicator *comm = args.communicator;
+    int device = comm->rank(), devices = comm->size();
+    bool last = device + 1 == devices;
+    // CDP-ZeRO: the last slot hands the mean to the stage's owner instead.
+    int owner = static_cast<int>(args.i("owner", -1));
+    if (last && owner < 0 &&
+        (buffers.size() != 2 || totalCount({buffers[0]}) != count))
+      args.fail("the last slot's chain_reduce needs its two chain buffers");
+    float scale = 1.0f / static_cast<float>(devices);
+    return [=](const StepContext &context) {
+      int64_t tau = timeStep + cycle * context.step;
+      if (device == 0)
+        startFromZero(grads);
+      else if (!comm->recvAdd(device - 1, partialTag(context.step, stage),
+                              arriving))
+        throw RuntimeError("device " + std::to_string(device) +
+                           ": stopped while waiting for a partial sum");
+      if (!last) {
+        comm->send(device + 1, partialTag(context.step, stage), partial, tau);
+        return;
+      }
+      if (owner >= 0) {
+        for (const TensorView &g : grads)
+          for (int64_t i = 0; i < g.numel(); ++i)
+            g.f32()[i] *= scale;
+        comm->send(owner, meanTag(context.step, stage), partial, tau);
+        return;
+      }
+      float *mean = chainBuffer(buffers, context.step), *at = mean;
+      for (const TensorView &g : grads)
+        for (int64_t i = 0; i < g.numel(); ++i)
+          *at++ = g.f32()[i] * scale;
+      if (device > 0)
+        comm->send(device - 1, meanTag(context.step, stage),
+                   floats(mean, count), tau);
+    };
+  });
 
   // Slot j < N - 1 takes the mean of step t - step_offset from slot j + 1
   // into its chain buffer and passes it to slot j - 1.
