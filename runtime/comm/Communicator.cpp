@@ -49,6 +49,9 @@ Communicator::describe(const std::vector<ConstBuffer> &parts) {
   plan::DType dtype = parts.empty() ? plan::F32 : parts.front().dtype;
   int64_t count = 0;
   for (const ConstBuffer &part : parts) {
+    if (part.count < 0)
+      throw RuntimeError("a message with a part of " +
+                         std::to_string(part.count) + " elements");
     if (part.dtype != dtype)
       throw RuntimeError("a message of " + plan::DType_Name(dtype) +
                          " with a part of " + plan::DType_Name(part.dtype));
@@ -93,6 +96,9 @@ int64_t Communicator::reducedCount(int64_t tag,
                                    const std::vector<Buffer> &parts) const {
   int64_t count = 0;
   for (const Buffer &part : parts) {
+    if (part.count < 0)
+      throw RuntimeError("reduction " + std::to_string(tag) + " given " +
+                         std::to_string(part.count) + " elements to fill");
     if (part.dtype != plan::F32)
       throw RuntimeError("reduction " + std::to_string(tag) +
                          " is of float32 values, device " +
@@ -208,6 +214,9 @@ void checkParts(const std::vector<BufferType> &parts, plan::DType dtype,
                 int64_t most, const char *collective) {
   int64_t count = 0;
   for (const BufferType &part : parts) {
+    if (part.count < 0)
+      throw RuntimeError(std::string(collective) + " given a buffer of " +
+                         std::to_string(part.count) + " elements");
     if (part.dtype != dtype)
       throw RuntimeError(std::string(collective) + " of " +
                          plan::DType_Name(dtype) + " with a buffer of " +

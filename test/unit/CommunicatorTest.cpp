@@ -187,6 +187,9 @@ TEST(Communicator, CollectivesRefuseTooManyParts) {
   std::vector<Buffer> out = {{plan::F32, x, 3}, {plan::I32, x, 1}};
   EXPECT_THROW(comm.allGather(2, {plan::F32, x, 2}, out, 0),
                RuntimeError); // an int32 part
+  std::vector<Buffer> negative = {{plan::F32, x, 5}, {plan::F32, x, -1}};
+  EXPECT_THROW(comm.allGather(3, {plan::F32, x, 2}, negative, 0),
+               RuntimeError); // 4 elements in all, but one part is -1
 }
 
 TEST(Communicator, AllGather) {
