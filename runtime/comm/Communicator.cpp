@@ -40,6 +40,28 @@ void Communicator::checkReducible(plan::DType dtype) {
                        plan::DType_Name(dtype));
 }
 
+namespace {
+
+/// The elements `parts` hold together; a RuntimeError naming `what` when
+/// one holds a negative count or is of another dtype than `dtype`.
+template <typename BufferType>
+int64_t countParts(const std::vector<BufferType> &parts, plan::DType dtype,
+                   const std::string &what) {
+  int64_t count = 0;
+  for (const BufferType &part : parts) {
+    if (part.count < 0)
+      throw RuntimeError(what + " given a buffer of " +
+                         std::to_string(part.count) + " elements");
+    if (part.dtype != dtype)
+      throw RuntimeError(what + " of " + plan::DType_Name(dtype) +
+                         " with a buffer of " + plan::DType_Name(part.dtype));
+    count += part.count;
+  }
+  return count;
+}
+
+} // namespace
+
 void Communicator::send(int to, int64_t tag, ConstBuffer data, int64_t tau) {
   send(to, tag, std::vector<ConstBuffer>{data}, tau);
 }
@@ -47,17 +69,7 @@ void Communicator::send(int to, int64_t tag, ConstBuffer data, int64_t tau) {
 std::pair<plan::DType, int64_t>
 Communicator::describe(const std::vector<ConstBuffer> &parts) {
   plan::DType dtype = parts.empty() ? plan::F32 : parts.front().dtype;
-  int64_t count = 0;
-  for (const ConstBuffer &part : parts) {
-    if (part.count < 0)
-      throw RuntimeError("a message with a part of " +
-                         std::to_string(part.count) + " elements");
-    if (part.dtype != dtype)
-      throw RuntimeError("a message of " + plan::DType_Name(dtype) +
-                         " with a part of " + plan::DType_Name(part.dtype));
-    count += part.count;
-  }
-  return {dtype, count};
+  return {dtype, countParts(parts, dtype, "a message")};
 }
 
 void Communicator::copyParts(const std::vector<ConstBuffer> &parts, char *to) {
@@ -94,19 +106,9 @@ void Communicator::addArrival(int64_t tag, int from, plan::DType dtype,
 
 int64_t Communicator::reducedCount(int64_t tag,
                                    const std::vector<Buffer> &parts) const {
-  int64_t count = 0;
-  for (const Buffer &part : parts) {
-    if (part.count < 0)
-      throw RuntimeError("reduction " + std::to_string(tag) + " given " +
-                         std::to_string(part.count) + " elements to fill");
-    if (part.dtype != plan::F32)
-      throw RuntimeError("reduction " + std::to_string(tag) +
-                         " is of float32 values, device " +
-                         std::to_string(rank()) + " expects " +
-                         plan::DType_Name(part.dtype));
-    count += part.count;
-  }
-  return count;
+  return countParts(parts, plan::F32,
+                    "reduction " + std::to_string(tag) + " on device " +
+                        std::to_string(rank()));
 }
 
 void Communicator::scatter(const float *values,
@@ -189,6 +191,17 @@ void accumulate(plan::DType dtype, void *acc, const void *part, int64_t count) {
   }
 }
 
+/// A mean's sum scaled by 1 / devices, as the plans' reductions do; a sum
+/// stays as it is.
+void scaleForMean(Buffer sum, int devices, ReduceOp op) {
+  if (op != ReduceOp::Mean)
+    return;
+  float scale = 1.0f / static_cast<float>(devices);
+  float *values = static_cast<float *>(sum.data);
+  for (int64_t i = 0; i < sum.count; ++i)
+    values[i] *= scale;
+}
+
 /// `out` becomes the reduction of `devices` contributions of out.count
 /// elements laid one after another in `parts`: added in device order (the
 /// same bits on every device), a mean then scaled by 1 / devices as the
@@ -199,12 +212,7 @@ void reduceInDeviceOrder(Buffer out, const std::vector<char> &parts,
   copyBytes(out.data, parts.data(), bytes);
   for (int d = 1; d < devices; ++d)
     accumulate(out.dtype, out.data, parts.data() + d * bytes, out.count);
-  if (op != ReduceOp::Mean)
-    return;
-  float scale = 1.0f / static_cast<float>(devices);
-  float *values = static_cast<float *>(out.data);
-  for (int64_t i = 0; i < out.count; ++i)
-    values[i] *= scale;
+  scaleForMean(out, devices, op);
 }
 
 /// Refuses a collective's list of buffers of another dtype than the
@@ -212,42 +220,49 @@ void reduceInDeviceOrder(Buffer out, const std::vector<char> &parts,
 template <typename BufferType>
 void checkParts(const std::vector<BufferType> &parts, plan::DType dtype,
                 int64_t most, const char *collective) {
-  int64_t count = 0;
-  for (const BufferType &part : parts) {
-    if (part.count < 0)
-      throw RuntimeError(std::string(collective) + " given a buffer of " +
-                         std::to_string(part.count) + " elements");
-    if (part.dtype != dtype)
-      throw RuntimeError(std::string(collective) + " of " +
-                         plan::DType_Name(dtype) + " with a buffer of " +
-                         plan::DType_Name(part.dtype));
-    count += part.count;
-  }
+  int64_t count = countParts(parts, dtype, collective);
   if (count > most)
     throw RuntimeError(std::string(collective) + " of at most " +
                        std::to_string(most) + " elements given buffers of " +
                        std::to_string(count));
 }
 
-/// Elements [offset, offset + out.count) of the parts read one after
-/// another into `out`; past the parts' end, zeros.
-void readRange(const std::vector<ConstBuffer> &parts, int64_t offset,
-               Buffer out) {
-  int64_t size = plan::dtypeSize(out.dtype), done = 0;
-  char *to = static_cast<char *>(out.data);
-  for (const ConstBuffer &part : parts) {
-    if (done == out.count)
-      return;
+/// Calls visit(part, first, done, n) for each piece of elements [offset,
+/// offset + count) of the parts laid one after another: `n` elements from
+/// element `first` of `part`, the range's elements [done, done + n).
+/// Returns how many of the range's elements the parts hold.
+template <typename BufferType, typename Visit>
+int64_t forEachPiece(const std::vector<BufferType> &parts, int64_t offset,
+                     int64_t count, Visit visit) {
+  int64_t done = 0;
+  for (const BufferType &part : parts) {
+    if (done == count)
+      break;
     if (offset >= part.count) {
       offset -= part.count;
       continue;
     }
-    int64_t n = std::min(part.count - offset, out.count - done);
-    copyBytes(to + done * size,
-              static_cast<const char *>(part.data) + offset * size, n * size);
+    int64_t n = std::min(part.count - offset, count - done);
+    visit(part, offset, done, n);
     done += n;
     offset = 0;
   }
+  return done;
+}
+
+/// Elements [offset, offset + out.count) of the parts read one after
+/// another into `out`; past the parts' end, zeros.
+void readRange(const std::vector<ConstBuffer> &parts, int64_t offset,
+               Buffer out) {
+  int64_t size = plan::dtypeSize(out.dtype);
+  char *to = static_cast<char *>(out.data);
+  int64_t done = forEachPiece(
+      parts, offset, out.count,
+      [&](const ConstBuffer &part, int64_t first, int64_t at, int64_t n) {
+        copyBytes(to + at * size,
+                  static_cast<const char *>(part.data) + first * size,
+                  n * size);
+      });
   std::memset(to + done * size, 0, (out.count - done) * size);
 }
 
@@ -255,21 +270,13 @@ void readRange(const std::vector<ConstBuffer> &parts, int64_t offset,
 /// after another; what falls past their end is dropped.
 void writeRange(ConstBuffer in, int64_t offset,
                 const std::vector<Buffer> &parts) {
-  int64_t size = plan::dtypeSize(in.dtype), done = 0;
+  int64_t size = plan::dtypeSize(in.dtype);
   const char *from = static_cast<const char *>(in.data);
-  for (const Buffer &part : parts) {
-    if (done == in.count)
-      return;
-    if (offset >= part.count) {
-      offset -= part.count;
-      continue;
-    }
-    int64_t n = std::min(part.count - offset, in.count - done);
-    copyBytes(static_cast<char *>(part.data) + offset * size,
-              from + done * size, n * size);
-    done += n;
-    offset = 0;
-  }
+  forEachPiece(parts, offset, in.count,
+               [&](const Buffer &part, int64_t first, int64_t at, int64_t n) {
+                 copyBytes(static_cast<char *>(part.data) + first * size,
+                           from + at * size, n * size);
+               });
 }
 
 } // namespace
@@ -349,12 +356,7 @@ bool Communicator::reduceScatter(int64_t tag,
     else
       accumulate(out.dtype, out.data, chunk.data(), out.count);
   }
-  if (op == ReduceOp::Mean) {
-    float scale = 1.0f / static_cast<float>(size());
-    float *values = static_cast<float *>(out.data);
-    for (int64_t i = 0; i < out.count; ++i)
-      values[i] *= scale;
-  }
+  scaleForMean(out, size(), op);
   return true;
 }
 

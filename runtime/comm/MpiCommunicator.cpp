@@ -94,6 +94,10 @@ private:
   /// when the run was aborted. Throws after --comm-timeout without one.
   bool receiveUntil(int from, const std::function<bool()> &done);
   std::vector<char> *take(int from, int64_t tag);
+  /// Waits for message `tag` from `from`, hands its header and data to
+  /// `use` and drops it; false when the run was aborted.
+  bool receive(int from, int64_t tag,
+               const std::function<void(const Header &, const char *)> &use);
 
   MpiFabric &fabric;
   int device;
@@ -353,33 +357,34 @@ void MpiCommunicator::restoreInFlight(ByteReader &in) {
   }
 }
 
-bool MpiCommunicator::recv(int from, int64_t tag, Buffer out) {
+bool MpiCommunicator::receive(
+    int from, int64_t tag,
+    const std::function<void(const Header &, const char *)> &use) {
   checkPeer(from);
   std::vector<char> *message = take(from, tag);
   if (!message)
     return false;
   Header header;
   copyBytes(&header, message->data(), sizeof(Header));
-  checkArrival(tag, from, static_cast<plan::DType>(header.dtype), header.count,
-               out);
-  if (out.bytes())
-    copyBytes(out.data, message->data() + sizeof(Header), out.bytes());
+  use(header, message->data() + sizeof(Header));
   early.erase({from, tag});
   return true;
 }
 
+bool MpiCommunicator::recv(int from, int64_t tag, Buffer out) {
+  return receive(from, tag, [&](const Header &header, const char *data) {
+    checkArrival(tag, from, static_cast<plan::DType>(header.dtype),
+                 header.count, out);
+    copyBytes(out.data, data, out.bytes());
+  });
+}
+
 bool MpiCommunicator::recvAdd(int from, int64_t tag,
                               const std::vector<Buffer> &parts) {
-  checkPeer(from);
-  std::vector<char> *message = take(from, tag);
-  if (!message)
-    return false;
-  Header header;
-  copyBytes(&header, message->data(), sizeof(Header));
-  addArrival(tag, from, static_cast<plan::DType>(header.dtype), header.count,
-             message->data() + sizeof(Header), parts);
-  early.erase({from, tag});
-  return true;
+  return receive(from, tag, [&](const Header &header, const char *data) {
+    addArrival(tag, from, static_cast<plan::DType>(header.dtype), header.count,
+               data, parts);
+  });
 }
 
 void MpiCommunicator::reduceStart(int64_t tag,
