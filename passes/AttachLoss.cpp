@@ -70,6 +70,53 @@ struct AttachLossPass : public cdp::impl::AttachLossBase<AttachLossPass> {
       signalPassFailure();
   }
 
+  /// The scores with their classes at axis 1, as the loss op reads them:
+  /// rank 2 as they are; rank 3 or more where --class-axis says (`last`
+  /// is transposed to axis 1).
+  FailureOr<Value> classesAtAxis1(func::FuncOp func, Value scores,
+                                  OpBuilder &builder) {
+    auto type = cast<RankedTensorType>(scores.getType());
+    int64_t rank = type.getRank();
+    if (rank < 2) {
+      func.emitError("softmax-cross-entropy needs scores of rank >= 2 "
+                     "(N, C, ...); the first output has type ")
+          << type;
+      return failure();
+    }
+    if (classAxis != "" && classAxis != "1" && classAxis != "last") {
+      func.emitError("class-axis must be 1 or last, got '") << classAxis << "'";
+      return failure();
+    }
+    // (N, C) and images' (N, C, H, W, ...) read one way; (N, S, V) is a
+    // language model's as often as a 1-D segmentation's (N, C, L).
+    if (rank != 3 && classAxis.empty())
+      return scores;
+    if (classAxis == "1")
+      return scores;
+    if (classAxis.empty()) {
+      func.emitError("the first output has shape [")
+          << llvm::make_range(type.getShape().begin(), type.getShape().end())
+          << "]: say where its classes are with --class-axis 1 (N, C, d1, "
+             "...: images) or --class-axis last (N, ..., C: Hugging Face's "
+             "language-model logits)";
+      return failure();
+    }
+    SmallVector<int64_t> perm{0, rank - 1};
+    for (int64_t d = 1; d < rank - 1; ++d)
+      perm.push_back(d);
+    std::string error;
+    Operation *transpose = createInferred(
+        builder, NameLoc::get(builder.getStringAttr("loss.classes")),
+        TransposeOp::getOperationName(), {scores},
+        {builder.getNamedAttr("perm", builder.getDenseI64ArrayAttr(perm))}, 1,
+        error);
+    if (!transpose) {
+      func.emitError("cannot move the classes to axis 1: ") << error;
+      return failure();
+    }
+    return transpose->getResult(0);
+  }
+
   LogicalResult attach(func::FuncOp func) {
     auto returnOp = cast<func::ReturnOp>(func.getBody().back().getTerminator());
     unsigned numResults = func.getNumResults();
@@ -110,13 +157,14 @@ struct AttachLossPass : public cdp::impl::AttachLossBase<AttachLossPass> {
     if (loss == "mse") {
       labelsType = scoresType;
     } else {
-      if (scoresType.getRank() < 2)
-        return func.emitError("softmax-cross-entropy needs scores of rank >= 2 "
-                              "(N, C, ...); the first output has type ")
-               << scoresType;
-      SmallVector<int64_t> shape{scoresType.getDimSize(0)};
-      for (int64_t d = 2; d < scoresType.getRank(); ++d)
-        shape.push_back(scoresType.getDimSize(d));
+      FailureOr<Value> classFirst = classesAtAxis1(func, scores, builder);
+      if (failed(classFirst))
+        return failure();
+      scores = *classFirst;
+      auto type = cast<RankedTensorType>(scores.getType());
+      SmallVector<int64_t> shape{type.getDimSize(0)};
+      for (int64_t d = 2; d < type.getRank(); ++d)
+        shape.push_back(type.getDimSize(d));
       labelsType = RankedTensorType::get(shape, builder.getI64Type());
     }
     unsigned labelsIndex = func.getNumArguments();
@@ -159,7 +207,10 @@ struct AttachLossPass : public cdp::impl::AttachLossBase<AttachLossPass> {
     } else {
       Operation *sce = createInferred(
           builder, loc, SoftmaxCrossEntropyLossOp::getOperationName(),
-          {scores, labels}, {}, 2, error);
+          {scores, labels},
+          {builder.getNamedAttr("ignore_index",
+                                builder.getI64IntegerAttr(ignoreIndex))},
+          2, error);
       if (!sce)
         return func.emitError("cannot build the loss: ") << error;
       lossValue = sce->getResult(0);

@@ -96,6 +96,8 @@ void buildTrainingPipeline(OpPassManager &pm,
   loss.loss = config.loss;
   loss.labelsName = config.labelsName;
   loss.lossOutput = config.lossOutput;
+  loss.classAxis = config.classAxis;
+  loss.ignoreIndex = config.ignoreIndex;
   pm.addPass(createAttachLoss(loss));
   addPartition(pm, config);
   AutodiffOptions autodiff;
@@ -188,6 +190,13 @@ struct StrategyPipelineOptions
   Option<std::string> loss{*this, "loss",
                            llvm::cl::desc("softmax-cross-entropy, mse or none"),
                            llvm::cl::init("softmax-cross-entropy")};
+  Option<std::string> classAxis{
+      *this, "class-axis",
+      llvm::cl::desc("Where the scores' classes are: 1 or last (rank >= 3)")};
+  Option<int64_t> ignoreIndex{
+      *this, "ignore-index",
+      llvm::cl::desc("The label that counts for nothing (default -100)"),
+      llvm::cl::init(-100)};
   Option<std::string> optimizer{*this, "optimizer",
                                 llvm::cl::desc("sgd, momentum, adam or adamw"),
                                 llvm::cl::init("sgd")};
@@ -240,6 +249,8 @@ struct StrategyPipelineOptions
     config.stagesPerDevice = stagesPerDevice;
     config.schedulePath = schedule;
     config.loss = loss;
+    config.classAxis = classAxis;
+    config.ignoreIndex = ignoreIndex;
     config.optimizer = optimizer;
     config.lr = lr;
     config.clipGradNorm = clipGradNorm;

@@ -346,6 +346,28 @@ cl::list<std::string> noDecay(
 cl::list<std::string> freeze("freeze",
                              cl::desc("Keep this parameter fixed; repeatable"),
                              cl::value_desc("NAME"), cl::cat(category));
+cl::opt<std::string> trainableFrom(
+    "trainable-from",
+    cl::desc("Train exactly the initializers this file names, one per line: "
+             "the names of torch's model.named_parameters() (needed for "
+             "models from torch.onnx.export(..., dynamo=True))"),
+    cl::value_desc("FILE"), cl::cat(category));
+cl::list<std::string>
+    trainableNames("trainable",
+                   cl::desc("Train this initializer too (a scalar, or one "
+                            "cdp took for a buffer); repeatable"),
+                   cl::value_desc("NAME"), cl::cat(category));
+cl::opt<std::string> classAxis(
+    "class-axis",
+    cl::desc("Where the first output's classes are, for scores of rank 3 or "
+             "more: 1 (N, C, d1, ...) or last (N, ..., C: Hugging Face's "
+             "language-model logits)"),
+    cl::value_desc("1|last"), cl::cat(category));
+cl::opt<std::string> ignoreIndex(
+    "ignore-index",
+    cl::desc("The label that counts for nothing in softmax-cross-entropy "
+             "(default -100, as torch)"),
+    cl::value_desc("I"), cl::init("-100"), cl::cat(category));
 cl::opt<std::string> bnRunningVar(
     "bn-running-var",
     cl::desc("Batch variance entering BatchNorm's running_var: unbiased "
@@ -489,7 +511,8 @@ struct Settings {
   bool cyclicPipeline() const { return traits->pipelined && traits->cyclic; }
   int64_t deviceCount = 1, stageCount = 0, replicaCount = 1,
           microBatchCount = 1, deviceMemoryBytes = 0, reportStepCount = 3;
-  bool reportOnly = false; ///< --report without -o
+  bool reportOnly = false;    ///< --report without -o
+  int64_t ignoreIndex = -100; ///< --ignore-index
   double lr = 0, weightDecay = 0, momentum = -1, epsilon = 0, beta1 = 0,
          beta2 = 0, lrGamma = 0.1, lrMin = 0, lrStart = 1.0 / 3, lrEnd = 1,
          warmupStart = 1.0 / 3, clipGradNorm = 0;
@@ -764,6 +787,53 @@ void readOptimizerFlags(Settings &settings) {
   settings.beta2 = parseReal("--adam-betas", beta2Text.str());
 }
 
+/// --trainable-from FILE: one parameter per line, its names separated by
+/// spaces where torch ties several; blank lines and lines that start with
+/// '#' are skipped.
+std::vector<std::vector<std::string>>
+readTrainableFile(const std::string &path) {
+  if (llvm::sys::fs::exists(path) && !llvm::sys::fs::is_regular_file(path))
+    die("--trainable-from " + path +
+        ": not a regular file (a FIFO, device or folder)");
+  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
+  if (!buffer)
+    die("--trainable-from " + path + ": " + buffer.getError().message());
+  std::vector<std::vector<std::string>> names;
+  llvm::SmallVector<llvm::StringRef> lines;
+  (*buffer)->getBuffer().split(lines, '\n');
+  for (llvm::StringRef line : lines) {
+    line = line.trim();
+    if (line.empty() || line.starts_with("#"))
+      continue;
+    llvm::SmallVector<llvm::StringRef> aliases;
+    line.split(aliases, ' ', -1, /*KeepEmpty=*/false);
+    names.emplace_back();
+    for (llvm::StringRef alias : aliases)
+      names.back().push_back(alias.trim().str());
+  }
+  if (names.empty())
+    die("--trainable-from " + path + " names no parameter");
+  return names;
+}
+
+/// What is trained: the importer decides from these.
+void readTrainableFlags(Settings &settings) {
+  cdp::ImportOptions &options = settings.import;
+  options.training = !inference;
+  if (!trainableFrom.empty())
+    options.trainableFrom = readTrainableFile(trainableFrom);
+  options.trainable.assign(trainableNames.begin(), trainableNames.end());
+  options.freeze.assign(freeze.begin(), freeze.end());
+  options.warn = [](const std::string &line) {
+    llvm::errs() << "cdp-compile: warning: " << line << "\n";
+  };
+  if (classAxis.getNumOccurrences() && classAxis != "1" && classAxis != "last")
+    die("--class-axis takes 1 or last, got '" + classAxis + "'");
+  if (!llvm::to_integer(llvm::StringRef(ignoreIndex).trim(),
+                        settings.ignoreIndex, 10))
+    die("--ignore-index takes an integer, got '" + ignoreIndex + "'");
+}
+
 /// What the importer needs, and where the outputs go.
 void readImportFlags(Settings &settings) {
   cdp::ImportOptions &options = settings.import;
@@ -788,6 +858,7 @@ void readImportFlags(Settings &settings) {
       die("--const-input takes NAME=FILE, got '" + entry + "'");
     options.constInputs[name.str()] = file.str();
   }
+  readTrainableFlags(settings);
   settings.reportStepCount =
       positiveInteger("--steps", reportSteps, 1, kMostReportSteps);
   settings.reportOnly = !reportPath.empty() && outputPath == "-" &&
@@ -875,6 +946,10 @@ void checkMeaningfulFlags(Settings &settings) {
                                               &noFusion,
                                               std::addressof(noDecay),
                                               std::addressof(freeze),
+                                              &trainableFrom,
+                                              std::addressof(trainableNames),
+                                              &classAxis,
+                                              &ignoreIndex,
                                               &loss,
                                               &lossOutput,
                                               &labelsName})
@@ -997,7 +1072,8 @@ cdp::TrainingPipelineConfig pipelineConfigFor(const Settings &settings) {
   config.optimizerCopies = optimizer == "adam" || optimizer == "adamw" ? 2
                            : withMomentum                              ? 1
                                                                        : 0;
-  config.freeze.assign(freeze.begin(), freeze.end());
+  config.classAxis = classAxis;
+  config.ignoreIndex = settings.ignoreIndex;
   config.bnRunningVar = bnRunningVar;
   config.optimizer = optimizer;
   config.lr = settings.lr;

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cdp/Dialect/Graph/GraphOps.h"
+#include "ShapeRules.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
@@ -18,94 +19,9 @@
 
 using namespace mlir;
 using namespace cdp;
+using namespace cdp::shape_rules;
 
 namespace {
-
-using Shape = SmallVector<int64_t>;
-using Loc = std::optional<Location>;
-
-LogicalResult fail(Loc loc, const Twine &message) {
-  return emitOptionalError(loc, message);
-}
-
-/// The ranked tensor type of `value`, or null when the operand is not one
-/// (the ODS constraints report that case).
-RankedTensorType rankedType(Value value) {
-  return value ? dyn_cast<RankedTensorType>(value.getType()) : nullptr;
-}
-
-RankedTensorType tensorOf(ArrayRef<int64_t> shape, Type elementType) {
-  return RankedTensorType::get(shape, elementType);
-}
-
-std::string shapeString(ArrayRef<int64_t> shape) {
-  std::string text = "[";
-  llvm::raw_string_ostream os(text);
-  llvm::interleave(shape, os, ",");
-  os << "]";
-  return text;
-}
-
-/// Normalizes `axis` into [0, rank), accepting [-rank, rank).
-FailureOr<int64_t> normalizeAxis(Loc loc, int64_t axis, int64_t rank,
-                                 StringRef what = "axis") {
-  if (axis < -rank || axis >= rank) {
-    (void)fail(loc, what + " " + Twine(axis) + " is out of range for rank " +
-                        Twine(rank));
-    return failure();
-  }
-  return axis < 0 ? axis + rank : axis;
-}
-
-/// Normalizes a list of distinct axes into [0, rank).
-FailureOr<Shape> normalizeAxes(Loc loc, ArrayRef<int64_t> axes, int64_t rank) {
-  Shape result;
-  llvm::SmallSet<int64_t, 8> seen;
-  for (int64_t axis : axes) {
-    FailureOr<int64_t> normalized = normalizeAxis(loc, axis, rank);
-    if (failed(normalized))
-      return failure();
-    if (!seen.insert(*normalized).second) {
-      (void)fail(loc, "axis " + Twine(axis) + " is repeated");
-      return failure();
-    }
-    result.push_back(*normalized);
-  }
-  return result;
-}
-
-/// numpy broadcasting of two shapes.
-FailureOr<Shape> broadcastShapes(Loc loc, ArrayRef<int64_t> lhs,
-                                 ArrayRef<int64_t> rhs) {
-  size_t rank = std::max(lhs.size(), rhs.size());
-  Shape result(rank);
-  for (size_t i = 0; i < rank; ++i) {
-    int64_t l = i < rank - lhs.size() ? 1 : lhs[i - (rank - lhs.size())];
-    int64_t r = i < rank - rhs.size() ? 1 : rhs[i - (rank - rhs.size())];
-    if (l != r && l != 1 && r != 1) {
-      (void)fail(loc, "shapes " + shapeString(lhs) + " and " +
-                          shapeString(rhs) + " do not broadcast");
-      return failure();
-    }
-    result[i] = l == 1 ? r : l;
-  }
-  return result;
-}
-
-LogicalResult checkLength(Loc loc, StringRef name, ArrayRef<int64_t> values,
-                          size_t expected) {
-  if (values.size() != expected)
-    return fail(loc, name + " must have " + Twine(expected) + " values, got " +
-                         Twine(values.size()));
-  return success();
-}
-
-LogicalResult checkPositive(Loc loc, StringRef name, ArrayRef<int64_t> values) {
-  for (int64_t v : values)
-    if (v < 1)
-      return fail(loc, name + " must be positive, got " + Twine(v));
-  return success();
-}
 
 /// Output size of one spatial dimension of a sliding window (conv, pooling).
 /// In ceil mode a last window that would start inside the end padding is
@@ -614,6 +530,8 @@ CDP_BROADCAST_INFER(SubOp)
 CDP_BROADCAST_INFER(MulOp)
 CDP_BROADCAST_INFER(DivOp)
 CDP_BROADCAST_INFER(PowOp)
+CDP_BROADCAST_INFER(MinOp)
+CDP_BROADCAST_INFER(MaxOp)
 #undef CDP_BROADCAST_INFER
 
 LogicalResult CastOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,
@@ -951,9 +869,10 @@ LogicalResult UnaryGradOp::inferReturnTypes(MLIRContext *, Loc loc,
                                             Adaptor adaptor,
                                             SmallVectorImpl<Type> &types) {
   static const std::pair<const char *, size_t> kinds[] = {
-      {"relu", 0},         {"gelu", 0},      {"gelu_tanh", 0}, {"erf", 0},
-      {"sigmoid", 0},      {"tanh", 0},      {"sqrt", 0},      {"clip", 2},
-      {"hard_sigmoid", 2}, {"hard_swish", 0}};
+      {"relu", 0},         {"gelu", 0},       {"gelu_tanh", 0},  {"erf", 0},
+      {"sigmoid", 0},      {"tanh", 0},       {"sqrt", 0},       {"clip", 2},
+      {"hard_sigmoid", 2}, {"hard_swish", 0}, {"reciprocal", 0}, {"sin", 0},
+      {"cos", 0},          {"abs", 0},        {"exp", 0},        {"log", 0}};
   const auto *kind = llvm::find_if(
       kinds, [&](const auto &k) { return adaptor.getKind() == k.first; });
   if (kind == std::end(kinds))

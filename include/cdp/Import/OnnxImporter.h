@@ -13,6 +13,7 @@
 #include "mlir/IR/OwningOpRef.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -36,6 +37,18 @@ struct ImportOptions {
   std::map<std::string, std::string> constInputs;
   /// Keep initializer data out of the module (shapes only), for reports.
   bool shapesOnly = false;
+  /// A training compile: what is trained is decided, and exports that
+  /// would train a different network than torch's are refused.
+  bool training = true;
+  /// --trainable-from: one entry per parameter torch trains, its names
+  /// (several where torch ties it: `named_parameters(remove_duplicate=
+  /// False)`); unset: every float32 initializer that can be a parameter is
+  /// trained.
+  std::optional<std::vector<std::vector<std::string>>> trainableFrom;
+  /// --trainable and --freeze: single names added to or removed from it.
+  std::vector<std::string> trainable, freeze;
+  /// Receives one line per warning (what is trained, eval-mode exports).
+  std::function<void(const std::string &)> warn;
 };
 
 /// Imports the ONNX model at `path`. On failure returns null and sets `error`

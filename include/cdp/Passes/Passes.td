@@ -17,7 +17,11 @@ def AttachLoss : Pass<"cdp-attach-loss", "mlir::ModuleOp"> {
     `cdp.loss_index`. With `loss=softmax-cross-entropy` the first graph
     output is taken as the scores `(N, C, ...)` and a new int64 argument named
     `labels-name` (`(N, ...)`, batch axis 0) feeds a mean
-    `cdp.softmax_cross_entropy_loss`; with `mse` the new argument is float32
+    `cdp.softmax_cross_entropy_loss` over the labels that are not
+    `ignore-index`; `class-axis` says where the classes are: `1` for
+    `(N, C, d1, ...)`, `last` for `(N, d1, ..., C)` (Hugging Face's
+    language-model logits), which are transposed to the former; scores of
+    rank 3 need it, ranks 2 and 4 or more default to `1`; with `mse` the new argument is float32
     shaped like the output and the loss is the mean squared error; with
     `none` the model computes its own loss, the output named `loss-output`.
 
@@ -39,6 +43,11 @@ def AttachLoss : Pass<"cdp-attach-loss", "mlir::ModuleOp"> {
            "Name of the labels input the loss adds">,
     Option<"lossOutput", "loss-output", "std::string", "\"\"",
            "With loss=none: the graph output that is the loss">,
+    Option<"classAxis", "class-axis", "std::string", "\"\"",
+           "Where the scores' classes are: 1 (N, C, d1, ...) or last "
+           "(N, ..., C); needed for scores of rank 3">,
+    Option<"ignoreIndex", "ignore-index", "int64_t", "-100",
+           "The label that counts for nothing (torch's default, -100)">,
   ];
   let dependentDialects = ["cdp::CDPDialect"];
 }

@@ -24,6 +24,10 @@ struct TrainingPipelineConfig {
   Strategy strategy = Strategy::Single;
   /// cdp-attach-loss.
   std::string loss = "softmax-cross-entropy", labelsName = "labels", lossOutput;
+  /// Where the scores' classes are ("", "1" or "last") and the label that
+  /// counts for nothing.
+  std::string classAxis;
+  int64_t ignoreIndex = -100;
   /// cdp-partition-stages: the stage count (0: its default) or the names of
   /// the nodes to cut after; a profile; the per-device memory cap (0: none)
   /// and the optimizer state per parameter byte it counts.

@@ -22,6 +22,10 @@ void registerPooling(KernelRegistry &registry);
 void registerPoolingFastPaths(KernelRegistry &registry);
 void registerNormalization(KernelRegistry &registry);
 void registerShape(KernelRegistry &registry);
+/// Where, comparisons, logic, IsNaN and IsInf.
+void registerSelection(KernelRegistry &registry);
+/// GatherElements, GatherND, CumSum, Trilu and the gathers' gradients.
+void registerIndexing(KernelRegistry &registry);
 void registerLoss(KernelRegistry &registry);
 void registerOptimizer(KernelRegistry &registry);
 /// ZeRO stage 1: a stage's update on its shard, then an all-gather.

@@ -102,6 +102,13 @@ void registerElementwise(KernelRegistry &registry) {
       });
     return binary<float>(args, [](float a, float b) { return a / b; });
   });
+  // NaN wins, as torch.minimum/maximum (std::min would keep the first).
+  addBinary(registry, "min", [](auto a, auto b) {
+    return a != a ? a : b != b ? b : (b < a ? b : a);
+  });
+  addBinary(registry, "max", [](auto a, auto b) {
+    return a != a ? a : b != b ? b : (b > a ? b : a);
+  });
   addKernel(registry, "pow", [](const KernelArgs &args) {
     return binary<float>(args, [](float a, float b) {
       return b == 2.0f ? a * a : std::pow(a, b);
@@ -114,6 +121,12 @@ void registerElementwise(KernelRegistry &registry) {
   addUnary(registry, "sigmoid",
            [](float x) { return 1.0f / (1.0f + std::exp(-x)); });
   addUnary(registry, "sqrt", [](float x) { return std::sqrt(x); });
+  addUnary(registry, "reciprocal", [](float x) { return 1.0f / x; });
+  addUnary(registry, "sin", [](float x) { return std::sin(x); });
+  addUnary(registry, "cos", [](float x) { return std::cos(x); });
+  addUnary(registry, "abs", [](float x) { return std::fabs(x); });
+  addUnary(registry, "exp", [](float x) { return std::exp(x); });
+  addUnary(registry, "log", [](float x) { return std::log(x); });
   addUnary(registry, "hard_swish", [](float x) {
     return x * std::min(1.0f, std::max(0.0f, x / 6.0f + 0.5f));
   });
@@ -206,6 +219,21 @@ void registerElementwise(KernelRegistry &registry) {
           return loop([](float g, float y) { return g * (1.0f - y * y); });
         if (kind == "sqrt")
           return loop([](float g, float y) { return g * 0.5f / y; });
+        // torch's rules: d(1/x) = -g y^2, |x|' = sign(x) (0 at 0).
+        if (kind == "reciprocal")
+          return loop([](float g, float y) { return -g * y * y; });
+        if (kind == "sin")
+          return loop([](float g, float x) { return g * std::cos(x); });
+        if (kind == "cos")
+          return loop([](float g, float x) { return -g * std::sin(x); });
+        if (kind == "abs")
+          return loop([](float g, float x) {
+            return x > 0.0f ? g : x < 0.0f ? -g : 0.0f;
+          });
+        if (kind == "exp")
+          return loop([](float g, float y) { return g * y; });
+        if (kind == "log")
+          return loop([](float g, float x) { return g / x; });
         args.fail("unknown activation '" + kind + "'");
       });
 

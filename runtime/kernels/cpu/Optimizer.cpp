@@ -153,6 +153,8 @@ void registerCpuKernels(KernelRegistry &registry) {
   cpu::registerPooling(registry);
   cpu::registerNormalization(registry);
   cpu::registerShape(registry);
+  cpu::registerSelection(registry);
+  cpu::registerIndexing(registry);
   cpu::registerLoss(registry);
   cpu::registerOptimizer(registry);
   cpu::registerShardUpdate(registry);

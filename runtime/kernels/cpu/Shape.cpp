@@ -301,6 +301,9 @@ void registerShape(KernelRegistry &registry) {
                dx = args.outputs[0];
     int64_t outer, dim, inner;
     gatherGeometry(args, dx.shape, outer, dim, inner);
+    // nn.Embedding's padding_idx: its lookups give that row nothing.
+    int64_t padding = args.i("padding_idx", -1);
+    padding += padding < 0 && args.find("padding_idx") ? dim : 0;
     return [=](const StepContext &) {
       std::fill(dx.f32(), dx.f32() + dx.numel(), 0.0f);
       int64_t count = indices.numel();
@@ -309,7 +312,7 @@ void registerShape(KernelRegistry &registry) {
           int64_t index = indices.i64()[k];
           if (index < 0)
             index += dim;
-          if (index < 0 || index >= dim)
+          if (index < 0 || index >= dim || index == padding)
             continue;
           float *to = dx.f32() + (o * dim + index) * inner;
           const float *from = dy.f32() + (o * count + k) * inner;

@@ -107,14 +107,30 @@ std::unique_ptr<Kernel> makeNcclKernel(const std::string &op,
 void registerCommunication(KernelRegistry &registry) {
   // Whether the op updates inputs in place, by op.
   const std::pair<const char *, bool> staged[] = {
-      {"send", false},           {"recv", false},
-      {"load", false},           {"reduce_start", false},
-      {"reduce_wait", false},    {"chain_reduce", false},
-      {"chain_relay", false},    {"chain_wait", false},
-      {"shard_reduce", false},   {"shard_gather", false},
-      {"shard_update", true},    {"replica_shard_update", true},
-      {"norm_all_reduce", true}, {"sparse_absorb", true},
-      {"sparse_select", true},   {"sparse_apply", true}};
+      {"send", false},
+      {"recv", false},
+      {"load", false},
+      {"reduce_start", false},
+      {"reduce_wait", false},
+      {"chain_reduce", false},
+      {"chain_relay", false},
+      {"chain_wait", false},
+      {"shard_reduce", false},
+      {"shard_gather", false},
+      {"shard_update", true},
+      {"replica_shard_update", true},
+      {"norm_all_reduce", true},
+      {"sparse_absorb", true},
+      {"sparse_select", true},
+      {"sparse_apply", true},
+      // Indexing ops exporters emit for positions and masks; not yet
+      // kernels of their own on the GPU.
+      {"gather_elements", false},
+      {"gather_elements_grad", false},
+      {"gather_nd", false},
+      {"gather_nd_grad", false},
+      {"cum_sum", false},
+      {"trilu", false}};
   for (auto [op, writesInputs] : staged) {
     const KernelFactory *cpu = registry.lookup(op, Backend::CPU);
     if (!cpu)

@@ -23,6 +23,8 @@ namespace cdp::runtime::cuda {
 
 void registerElementwise(KernelRegistry &registry);
 void registerShape(KernelRegistry &registry);
+/// Where, comparisons, logic, IsNaN and IsInf.
+void registerSelection(KernelRegistry &registry);
 void registerLinalg(KernelRegistry &registry);
 void registerConvolution(KernelRegistry &registry);
 void registerNormalization(KernelRegistry &registry);

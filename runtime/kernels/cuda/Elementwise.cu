@@ -21,7 +21,7 @@ constexpr float kSqrt1_2 = 0.70710678118654752f;
 constexpr float kSqrt2OverPi = 0.79788456080286536f;
 constexpr float kTwoOverSqrtPi = 1.1283791670955126f;
 
-enum class BinaryOp { Add, Sub, Mul, Div, Pow };
+enum class BinaryOp { Add, Sub, Mul, Div, Pow, Min, Max };
 
 template <typename T> __device__ T apply(BinaryOp op, T a, T b) {
   switch (op) {
@@ -36,6 +36,10 @@ template <typename T> __device__ T apply(BinaryOp op, T a, T b) {
       return b == 0 ? T(0) : a / b;
     else
       return a / b;
+  case BinaryOp::Min: // NaN wins, as torch.minimum
+    return a != a ? a : b != b ? b : (b < a ? b : a);
+  case BinaryOp::Max:
+    return a != a ? a : b != b ? b : (b > a ? b : a);
   default:
     if constexpr (std::is_integral_v<T>)
       return a;
@@ -84,7 +88,13 @@ enum class UnaryOp {
   Clip,
   HardSigmoid,
   Gelu,
-  GeluTanh
+  GeluTanh,
+  Reciprocal,
+  Sin,
+  Cos,
+  Abs,
+  Exp,
+  Log
 };
 
 __device__ float applyUnary(UnaryOp op, float x, float p, float q) {
@@ -107,6 +117,18 @@ __device__ float applyUnary(UnaryOp op, float x, float p, float q) {
     return fminf(1.0f, fmaxf(0.0f, p * x + q));
   case UnaryOp::Gelu:
     return 0.5f * x * (1.0f + erff(x * kSqrt1_2));
+  case UnaryOp::Reciprocal:
+    return 1.0f / x;
+  case UnaryOp::Sin:
+    return sinf(x);
+  case UnaryOp::Cos:
+    return cosf(x);
+  case UnaryOp::Abs:
+    return fabsf(x);
+  case UnaryOp::Exp:
+    return expf(x);
+  case UnaryOp::Log:
+    return logf(x);
   default:
     return 0.5f * x *
            (1.0f + tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
@@ -149,7 +171,13 @@ enum class GradOp {
   HardSwish,
   Sigmoid,
   Tanh,
-  Sqrt
+  Sqrt,
+  Reciprocal,
+  Sin,
+  Cos,
+  Abs,
+  Exp,
+  Log
 };
 
 __device__ float applyGrad(GradOp op, float g, float x, float p, float q) {
@@ -181,6 +209,18 @@ __device__ float applyGrad(GradOp op, float g, float x, float p, float q) {
     return g * x * (1.0f - x);
   case GradOp::Tanh:
     return g * (1.0f - x * x);
+  case GradOp::Reciprocal: // x holds the result y here
+    return -g * x * x;
+  case GradOp::Sin:
+    return g * cosf(x);
+  case GradOp::Cos:
+    return -g * sinf(x);
+  case GradOp::Abs:
+    return x > 0.0f ? g : x < 0.0f ? -g : 0.0f;
+  case GradOp::Exp: // x holds the result y here
+    return g * x;
+  case GradOp::Log:
+    return g / x;
   default:
     return g * 0.5f / x;
   }
@@ -202,7 +242,13 @@ GradOp gradOf(const KernelArgs &args, const std::string &kind) {
       {"hard_swish", GradOp::HardSwish},
       {"sigmoid", GradOp::Sigmoid},
       {"tanh", GradOp::Tanh},
-      {"sqrt", GradOp::Sqrt}};
+      {"sqrt", GradOp::Sqrt},
+      {"reciprocal", GradOp::Reciprocal},
+      {"sin", GradOp::Sin},
+      {"cos", GradOp::Cos},
+      {"abs", GradOp::Abs},
+      {"exp", GradOp::Exp},
+      {"log", GradOp::Log}};
   for (auto [name, op] : kinds)
     if (kind == name)
       return op;
@@ -256,6 +302,12 @@ void registerActivations(KernelRegistry &registry) {
   addUnary(registry, "sigmoid", fixed(UnaryOp::Sigmoid));
   addUnary(registry, "sqrt", fixed(UnaryOp::Sqrt));
   addUnary(registry, "hard_swish", fixed(UnaryOp::HardSwish));
+  addUnary(registry, "reciprocal", fixed(UnaryOp::Reciprocal));
+  addUnary(registry, "sin", fixed(UnaryOp::Sin));
+  addUnary(registry, "cos", fixed(UnaryOp::Cos));
+  addUnary(registry, "abs", fixed(UnaryOp::Abs));
+  addUnary(registry, "exp", fixed(UnaryOp::Exp));
+  addUnary(registry, "log", fixed(UnaryOp::Log));
   addUnary(registry, "clip", fixed(UnaryOp::Clip), [](const KernelArgs &args) {
     return std::pair<float, float>(static_cast<float>(args.f("min", -INFINITY)),
                                    static_cast<float>(args.f("max", INFINITY)));
@@ -332,7 +384,10 @@ void registerElementwise(KernelRegistry &registry) {
   addBinary(registry, "mul", BinaryOp::Mul);
   addBinary(registry, "div", BinaryOp::Div);
   addBinary(registry, "pow", BinaryOp::Pow);
+  addBinary(registry, "min", BinaryOp::Min);
+  addBinary(registry, "max", BinaryOp::Max);
   registerActivations(registry);
+  registerSelection(registry);
   registerDropout(registry);
 
   addKernel(registry, "cast", [](const KernelArgs &args) {

@@ -65,13 +65,13 @@ __global__ void gatherRowsKernel(const char *data, const int64_t *indices,
 
 __global__ void gatherGradKernel(const float *dy, const int64_t *indices,
                                  float *dx, int64_t outer, int64_t count,
-                                 int64_t dim, int64_t inner) {
+                                 int64_t dim, int64_t inner, int64_t padding) {
   CDP_FOR_EACH(e, outer * count * inner) {
     int64_t j = e % inner, k = e / inner % count, o = e / (inner * count);
     int64_t index = indices[k];
     if (index < 0)
       index += dim;
-    if (index >= 0 && index < dim)
+    if (index >= 0 && index < dim && index != padding)
       atomicAdd(dx + (o * dim + index) * inner + j, dy[e]);
   }
 }
@@ -273,6 +273,8 @@ void registerGather(KernelRegistry &registry) {
                dx = args.outputs[0];
     int64_t outer, dim, inner;
     geometry(args, dx.shape, outer, dim, inner);
+    int64_t padding = args.i("padding_idx", -1);
+    padding += padding < 0 && args.find("padding_idx") ? dim : 0;
     return [=](const StepContext &context) {
       cudaStream_t stream = streamOf(context);
       checkCuda(cudaMemsetAsync(dx.data, 0, byteSize(dx), stream), "memset");
@@ -280,8 +282,8 @@ void registerGather(KernelRegistry &registry) {
       if (n == 0)
         return;
       gatherGradKernel<<<blocksFor(n), kThreads, 0, stream>>>(
-          dy.f32(), indices.i64(), dx.f32(), outer, indices.numel(), dim,
-          inner);
+          dy.f32(), indices.i64(), dx.f32(), outer, indices.numel(), dim, inner,
+          padding);
       launched("gather_grad");
     };
   });

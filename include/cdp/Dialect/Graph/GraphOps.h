@@ -3,6 +3,7 @@
 #ifndef CDP_DIALECT_GRAPH_GRAPHOPS_H
 #define CDP_DIALECT_GRAPH_GRAPHOPS_H
 
+#include "cdp/Dialect/Graph/GradientBuilder.h"
 #include "cdp/Dialect/Graph/GraphDialect.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinTypes.h"
@@ -20,6 +21,8 @@ class ElementwiseInPlace
     : public mlir::OpTrait::TraitBase<ConcreteType, ElementwiseInPlace> {};
 
 } // namespace cdp
+
+#include "cdp/Dialect/Graph/GradientInterface.h.inc"
 
 #define GET_OP_CLASSES
 #include "cdp/Dialect/Graph/GraphOps.h.inc"

@@ -11,6 +11,7 @@
 #define CDP_DIALECT_GRAPH_GRAPHOPS_TD
 
 include "cdp/Dialect/Graph/GraphDialect.td"
+include "cdp/Dialect/Graph/GradientInterface.td"
 include "mlir/IR/OpBase.td"
 include "mlir/IR/BuiltinAttributeInterfaces.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
@@ -37,6 +38,9 @@ def CDP_ElementwiseInPlace : NativeOpTrait<"ElementwiseInPlace"> {
   let cppNamespace = "::cdp";
 }
 
+// The op carries its gradient rule (GraphGradients.cpp, or generated below).
+defvar CDP_Differentiable = DeclareOpInterfaceMethods<CDP_DifferentiableOpInterface>;
+
 class CDP_BaseOp<string mnemonic, list<Trait> traits = []>
     : Op<CDP_Dialect, mnemonic, traits> {
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
@@ -58,7 +62,7 @@ class CDP_UnaryOp<string mnemonic, string onnxName, Type type = CDP_F32Tensor,
 }
 
 class CDP_BroadcastOp<string mnemonic, string onnxName, Type type = CDP_NumTensor>
-    : CDP_Op<mnemonic, [CDP_ElementwiseInPlace]> {
+    : CDP_Op<mnemonic, [CDP_ElementwiseInPlace, CDP_Differentiable]> {
   let summary = "element-wise " # onnxName # " with numpy broadcasting";
   let description = [{
     ONNX `}] # onnxName # [{`: both operands have the same element type;
@@ -82,15 +86,17 @@ def CDP_ParamOp : CDP_BaseOp<"param", [Pure]> {
     data is an MLIR resource (`dense_resource<...>`), so it does not bloat the
     printed IR; `value` may be absent when only the shape is known. Every use
     of one initializer reads the same op, so tied weights stay one parameter.
+    `frozen` marks a value that is not trained: an initializer torch does not
+    train (a mask, a frequency table, a frozen layer), which keeps its name.
 
     ```mlir
     %w = cdp.param "fc1.weight" {value = dense_resource<fc1.weight> : tensor<64x784xf32>} : tensor<64x784xf32>
     ```
   }];
   let arguments = (ins StrAttr:$name, OptionalAttr<ElementsAttr>:$value,
-                       UnitAttr:$buffer);
+                       UnitAttr:$buffer, UnitAttr:$frozen);
   let results = (outs CDP_AnyTensor:$output);
-  let assemblyFormat = "$name (`buffer` $buffer^)? attr-dict `:` type($output)";
+  let assemblyFormat = "$name (`buffer` $buffer^)? (`frozen` $frozen^)? attr-dict `:` type($output)";
   let hasVerifier = 1;
 }
 
@@ -124,7 +130,7 @@ def CDP_ShapeOp : CDP_Op<"shape"> {
 // Linear algebra and convolution
 //===----------------------------------------------------------------------===//
 
-def CDP_GemmOp : CDP_Op<"gemm"> {
+def CDP_GemmOp : CDP_Op<"gemm", [CDP_Differentiable]> {
   let summary = "general matrix multiply (ONNX Gemm)";
   let description = [{
     `Y = alpha * op(A) * op(B) + beta * C`, with `op` transposing when
@@ -138,7 +144,7 @@ def CDP_GemmOp : CDP_Op<"gemm"> {
   let results = (outs CDP_F32Tensor:$output);
 }
 
-def CDP_MatMulOp : CDP_Op<"matmul"> {
+def CDP_MatMulOp : CDP_Op<"matmul", [CDP_Differentiable]> {
   let summary = "matrix product with numpy semantics (ONNX MatMul)";
   let description = [{
     1-D operands are promoted to matrices and the promoted dimension removed
@@ -154,7 +160,7 @@ def CDP_MatMulOp : CDP_Op<"matmul"> {
   let results = (outs CDP_F32Tensor:$output);
 }
 
-def CDP_ConvOp : CDP_Op<"conv"> {
+def CDP_ConvOp : CDP_Op<"conv", [CDP_Differentiable]> {
   let summary = "2-D convolution (ONNX Conv)";
   let description = [{
     Input `(N, C, H, W)`, weight `(M, C/group, kH, kW)`, optional bias `(M)`.
@@ -173,7 +179,7 @@ def CDP_ConvOp : CDP_Op<"conv"> {
 // Pooling and normalization
 //===----------------------------------------------------------------------===//
 
-def CDP_MaxPoolOp : CDP_Op<"max_pool"> {
+def CDP_MaxPoolOp : CDP_Op<"max_pool", [CDP_Differentiable]> {
   let summary = "max pooling over 1 to 3 spatial dimensions (ONNX MaxPool)";
   let description = [{
     Padding never wins a maximum; `ceil_mode` rounds the output size up.
@@ -203,7 +209,7 @@ def CDP_MaxPoolIndicesOp : CDP_Op<"max_pool_indices"> {
   let results = (outs CDP_I64Tensor:$output);
 }
 
-def CDP_AveragePoolOp : CDP_Op<"average_pool"> {
+def CDP_AveragePoolOp : CDP_Op<"average_pool", [CDP_Differentiable]> {
   let summary = "average pooling over 1 to 3 spatial dimensions (ONNX AveragePool)";
   let description = [{
     `count_include_pad` divides by the whole window (padding included)
@@ -217,13 +223,13 @@ def CDP_AveragePoolOp : CDP_Op<"average_pool"> {
   let results = (outs CDP_F32Tensor:$output);
 }
 
-def CDP_GlobalAveragePoolOp : CDP_Op<"global_average_pool"> {
+def CDP_GlobalAveragePoolOp : CDP_Op<"global_average_pool", [CDP_Differentiable]> {
   let summary = "mean over the spatial dimensions (ONNX GlobalAveragePool)";
   let arguments = (ins CDP_F32Tensor:$input);
   let results = (outs CDP_F32Tensor:$output);
 }
 
-def CDP_BatchNormOp : CDP_Op<"batch_norm"> {
+def CDP_BatchNormOp : CDP_Op<"batch_norm", [CDP_Differentiable]> {
   let summary = "batch normalization (ONNX BatchNormalization)";
   let description = [{
     Inference mode normalizes with `mean` and `var`; training mode with the
@@ -243,7 +249,7 @@ def CDP_BatchNormOp : CDP_Op<"batch_norm"> {
                       CDP_F32Tensor:$running_var);
 }
 
-def CDP_LayerNormOp : CDP_Op<"layer_norm"> {
+def CDP_LayerNormOp : CDP_Op<"layer_norm", [CDP_Differentiable]> {
   let summary = "layer normalization (ONNX LayerNormalization)";
   let description = [{
     Normalizes over the dimensions from `axis` on. Also returns the mean and
@@ -258,20 +264,20 @@ def CDP_LayerNormOp : CDP_Op<"layer_norm"> {
                       CDP_F32Tensor:$inv_std_dev);
 }
 
-def CDP_SoftmaxOp : CDP_Op<"softmax"> {
+def CDP_SoftmaxOp : CDP_Op<"softmax", [CDP_Differentiable]> {
   let summary = "softmax along one axis (ONNX Softmax, opset 13 semantics)";
   let arguments = (ins CDP_F32Tensor:$input, DefaultValuedAttr<I64Attr, "-1">:$axis);
   let results = (outs CDP_F32Tensor:$output);
 }
 
-def CDP_LogSoftmaxOp : CDP_Op<"log_softmax"> {
+def CDP_LogSoftmaxOp : CDP_Op<"log_softmax", [CDP_Differentiable]> {
   let summary = "log of softmax along one axis (ONNX LogSoftmax, opset 13 semantics)";
   let arguments = (ins CDP_F32Tensor:$input, DefaultValuedAttr<I64Attr, "-1">:$axis);
   let results = (outs CDP_F32Tensor:$output);
 }
 
 // Not Pure: two dropouts of one tensor draw different masks.
-def CDP_DropoutOp : CDP_BaseOp<"dropout", [InferTypeOpAdaptor]> {
+def CDP_DropoutOp : CDP_BaseOp<"dropout", [InferTypeOpAdaptor, CDP_Differentiable]> {
   let summary = "random zeroing with rescaling (ONNX Dropout)";
   let description = [{
     In training mode each element is kept with probability `1 - ratio` and
@@ -289,14 +295,29 @@ def CDP_DropoutOp : CDP_BaseOp<"dropout", [InferTypeOpAdaptor]> {
 // Element-wise
 //===----------------------------------------------------------------------===//
 
-def CDP_ReluOp : CDP_UnaryOp<"relu", "Relu">;
-def CDP_ErfOp : CDP_UnaryOp<"erf", "Erf">;
-def CDP_TanhOp : CDP_UnaryOp<"tanh", "Tanh">;
-def CDP_SigmoidOp : CDP_UnaryOp<"sigmoid", "Sigmoid">;
-def CDP_SqrtOp : CDP_UnaryOp<"sqrt", "Sqrt">;
-def CDP_IdentityOp : CDP_UnaryOp<"identity", "Identity", CDP_AnyTensor, []>;
+// An element-wise function whose gradient is `unary_grad` of kind
+// `gradKind`, which reads the op's input, or its result where `savesResult`
+// (the cheaper one to differentiate from: sigmoid, tanh, sqrt).
+class CDP_ActivationOp<string mnemonic, string onnxName, string gradKind,
+                       bit savesResult = 0>
+    : CDP_UnaryOp<mnemonic, onnxName, CDP_F32Tensor,
+                  [CDP_ElementwiseInPlace, CDP_Differentiable]> {
+  let extraClassDefinition = [{
+    ::mlir::LogicalResult $cppClass::buildGradient(::cdp::GradientBuilder &g) {
+      return g.unary(g.gradOf(getOutput()), }] #
+        !if(savesResult, "getOutput()", "getInput()") # [{, "}] # gradKind # [{");
+    }
+  }];
+}
 
-def CDP_ClipOp : CDP_BaseOp<"clip", [CDP_ElementwiseInPlace, Pure, SameOperandsAndResultType, InferTypeOpInterface]> {
+def CDP_ReluOp : CDP_ActivationOp<"relu", "Relu", "relu">;
+def CDP_ErfOp : CDP_ActivationOp<"erf", "Erf", "erf">;
+def CDP_TanhOp : CDP_ActivationOp<"tanh", "Tanh", "tanh", 1>;
+def CDP_SigmoidOp : CDP_ActivationOp<"sigmoid", "Sigmoid", "sigmoid", 1>;
+def CDP_SqrtOp : CDP_ActivationOp<"sqrt", "Sqrt", "sqrt", 1>;
+def CDP_IdentityOp : CDP_UnaryOp<"identity", "Identity", CDP_AnyTensor, [CDP_Differentiable]>;
+
+def CDP_ClipOp : CDP_BaseOp<"clip", [CDP_ElementwiseInPlace, CDP_Differentiable, Pure, SameOperandsAndResultType, InferTypeOpInterface]> {
   let summary = "element-wise clamp to [min, max] (ONNX Clip)";
   let description = [{
     `min(max(x, min), max)`; torch's ReLU6 and hardtanh export as this. The
@@ -307,7 +328,7 @@ def CDP_ClipOp : CDP_BaseOp<"clip", [CDP_ElementwiseInPlace, Pure, SameOperandsA
   let assemblyFormat = "$input attr-dict `:` type($output)";
 }
 
-def CDP_HardSigmoidOp : CDP_BaseOp<"hard_sigmoid", [CDP_ElementwiseInPlace, Pure, SameOperandsAndResultType, InferTypeOpInterface]> {
+def CDP_HardSigmoidOp : CDP_BaseOp<"hard_sigmoid", [CDP_ElementwiseInPlace, CDP_Differentiable, Pure, SameOperandsAndResultType, InferTypeOpInterface]> {
   let summary = "element-wise max(0, min(1, alpha x + beta)) (ONNX HardSigmoid)";
   let arguments = (ins CDP_F32Tensor:$input,
                        DefaultValuedAttr<F32Attr, "0.2f">:$alpha,
@@ -316,11 +337,11 @@ def CDP_HardSigmoidOp : CDP_BaseOp<"hard_sigmoid", [CDP_ElementwiseInPlace, Pure
   let assemblyFormat = "$input attr-dict `:` type($output)";
 }
 
-def CDP_HardSwishOp : CDP_UnaryOp<"hard_swish", "HardSwish"> {
+def CDP_HardSwishOp : CDP_ActivationOp<"hard_swish", "HardSwish", "hard_swish"> {
   let description = "ONNX `HardSwish`: `x * max(0, min(1, x / 6 + 1 / 2))`.";
 }
 
-def CDP_GeluOp : CDP_BaseOp<"gelu", [CDP_ElementwiseInPlace, Pure, SameOperandsAndResultType, InferTypeOpInterface]> {
+def CDP_GeluOp : CDP_BaseOp<"gelu", [CDP_ElementwiseInPlace, CDP_Differentiable, Pure, SameOperandsAndResultType, InferTypeOpInterface]> {
   let summary = "Gaussian error linear unit (ONNX Gelu)";
   let description = [{
     `approximate = "none"`: `x * 0.5 * (1 + erf(x / sqrt(2)))`;
@@ -338,8 +359,78 @@ def CDP_SubOp : CDP_BroadcastOp<"sub", "Sub">;
 def CDP_MulOp : CDP_BroadcastOp<"mul", "Mul">;
 def CDP_DivOp : CDP_BroadcastOp<"div", "Div">;
 def CDP_PowOp : CDP_BroadcastOp<"pow", "Pow", CDP_F32Tensor>;
+def CDP_MinOp : CDP_BroadcastOp<"min", "Min">;
+def CDP_MaxOp : CDP_BroadcastOp<"max", "Max">;
 
-def CDP_CastOp : CDP_Op<"cast"> {
+def CDP_ReciprocalOp : CDP_ActivationOp<"reciprocal", "Reciprocal", "reciprocal", 1>;
+def CDP_SinOp : CDP_ActivationOp<"sin", "Sin", "sin">;
+def CDP_CosOp : CDP_ActivationOp<"cos", "Cos", "cos">;
+def CDP_AbsOp : CDP_ActivationOp<"abs", "Abs", "abs">;
+def CDP_ExpOp : CDP_ActivationOp<"exp", "Exp", "exp", 1>;
+def CDP_LogOp : CDP_ActivationOp<"log", "Log", "log">;
+
+//===----------------------------------------------------------------------===//
+// Selection, comparison and logic
+//===----------------------------------------------------------------------===//
+
+def CDP_WhereOp : CDP_Op<"where", [CDP_Differentiable]> {
+  let summary = "element-wise select with numpy broadcasting (ONNX Where)";
+  let description = [{
+    `condition ? x : y` per element, the three shapes broadcast as in numpy;
+    `x` and `y` have one element type. The gradient of each branch is the
+    result's where that branch was chosen, summed back to its shape.
+  }];
+  let arguments = (ins CDP_BoolTensor:$condition, CDP_NumTensor:$x,
+                       CDP_NumTensor:$y);
+  let results = (outs CDP_NumTensor:$output);
+}
+
+class CDP_CompareOp<string mnemonic, string onnxName> : CDP_Op<mnemonic> {
+  let summary = "element-wise " # onnxName # " with numpy broadcasting";
+  let description = [{
+    ONNX `}] # onnxName # [{`: both operands have one element type; the
+    result is bool and carries no gradient.
+  }];
+  let arguments = (ins CDP_NumTensor:$lhs, CDP_NumTensor:$rhs);
+  let results = (outs CDP_BoolTensor:$output);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+}
+
+def CDP_EqualOp : CDP_CompareOp<"equal", "Equal">;
+def CDP_LessOp : CDP_CompareOp<"less", "Less">;
+def CDP_LessOrEqualOp : CDP_CompareOp<"less_or_equal", "LessOrEqual">;
+def CDP_GreaterOp : CDP_CompareOp<"greater", "Greater">;
+def CDP_GreaterOrEqualOp : CDP_CompareOp<"greater_or_equal", "GreaterOrEqual">;
+
+class CDP_LogicOp<string mnemonic, string onnxName> : CDP_Op<mnemonic, [CDP_ElementwiseInPlace]> {
+  let summary = "element-wise " # onnxName # " of bool tensors with numpy broadcasting";
+  let arguments = (ins CDP_BoolTensor:$lhs, CDP_BoolTensor:$rhs);
+  let results = (outs CDP_BoolTensor:$output);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+}
+
+def CDP_AndOp : CDP_LogicOp<"and", "And">;
+def CDP_OrOp : CDP_LogicOp<"or", "Or">;
+def CDP_XorOp : CDP_LogicOp<"xor", "Xor">;
+def CDP_NotOp : CDP_UnaryOp<"not", "Not", CDP_BoolTensor>;
+
+def CDP_IsNaNOp : CDP_Op<"is_nan"> {
+  let summary = "element-wise test for NaN (ONNX IsNaN)";
+  let arguments = (ins CDP_F32Tensor:$input);
+  let results = (outs CDP_BoolTensor:$output);
+  let assemblyFormat = "$input attr-dict `:` functional-type(operands, results)";
+}
+
+def CDP_IsInfOp : CDP_Op<"is_inf"> {
+  let summary = "element-wise test for infinities (ONNX IsInf)";
+  let arguments = (ins CDP_F32Tensor:$input,
+                       DefaultValuedAttr<BoolAttr, "true">:$detect_positive,
+                       DefaultValuedAttr<BoolAttr, "true">:$detect_negative);
+  let results = (outs CDP_BoolTensor:$output);
+  let assemblyFormat = "$input attr-dict `:` functional-type(operands, results)";
+}
+
+def CDP_CastOp : CDP_Op<"cast", [CDP_Differentiable]> {
   let summary = "element type conversion (ONNX Cast)";
   let description = "Float to integer truncates toward zero; to i1, non-zero is true.";
   let arguments = (ins CDP_AnyTensor:$input, TypeAttr:$to);
@@ -350,7 +441,7 @@ def CDP_CastOp : CDP_Op<"cast"> {
 // Shape manipulation
 //===----------------------------------------------------------------------===//
 
-def CDP_ReshapeOp : CDP_Op<"reshape"> {
+def CDP_ReshapeOp : CDP_Op<"reshape", [CDP_Differentiable]> {
   let summary = "reinterpret the shape (ONNX Reshape)";
   let description = [{
     `shape` is the final static shape: the importer resolves `0` and `-1`
@@ -360,32 +451,32 @@ def CDP_ReshapeOp : CDP_Op<"reshape"> {
   let results = (outs CDP_AnyTensor:$output);
 }
 
-def CDP_FlattenOp : CDP_Op<"flatten"> {
+def CDP_FlattenOp : CDP_Op<"flatten", [CDP_Differentiable]> {
   let summary = "collapse to 2-D around an axis (ONNX Flatten)";
   let arguments = (ins CDP_AnyTensor:$input, DefaultValuedAttr<I64Attr, "1">:$axis);
   let results = (outs CDP_AnyTensor:$output);
 }
 
-def CDP_TransposeOp : CDP_Op<"transpose"> {
+def CDP_TransposeOp : CDP_Op<"transpose", [CDP_Differentiable]> {
   let summary = "permute dimensions (ONNX Transpose)";
   let arguments = (ins CDP_AnyTensor:$input, DenseI64ArrayAttr:$perm);
   let results = (outs CDP_AnyTensor:$output);
 }
 
-def CDP_ConcatOp : CDP_Op<"concat"> {
+def CDP_ConcatOp : CDP_Op<"concat", [CDP_Differentiable]> {
   let summary = "join along an axis (ONNX Concat)";
   let arguments = (ins Variadic<CDP_AnyTensor>:$inputs, I64Attr:$axis);
   let results = (outs CDP_AnyTensor:$output);
 }
 
-def CDP_SplitOp : CDP_Op<"split"> {
+def CDP_SplitOp : CDP_Op<"split", [CDP_Differentiable]> {
   let summary = "cut along an axis (ONNX Split)";
   let description = "`split` lists the size of every piece; they sum to the axis length.";
   let arguments = (ins CDP_AnyTensor:$input, I64Attr:$axis, DenseI64ArrayAttr:$split);
   let results = (outs Variadic<CDP_AnyTensor>:$outputs);
 }
 
-def CDP_SliceOp : CDP_Op<"slice"> {
+def CDP_SliceOp : CDP_Op<"slice", [CDP_Differentiable]> {
   let summary = "strided sub-tensor (ONNX Slice)";
   let description = [{
     `starts`, `ends`, `axes` and `steps` have ONNX semantics: negative values
@@ -397,7 +488,7 @@ def CDP_SliceOp : CDP_Op<"slice"> {
   let results = (outs CDP_AnyTensor:$output);
 }
 
-def CDP_PadOp : CDP_Op<"pad"> {
+def CDP_PadOp : CDP_Op<"pad", [CDP_Differentiable]> {
   let summary = "constant padding (ONNX Pad, mode constant)";
   let description = [{
     `pads` lists the elements added before each axis, then after each axis
@@ -408,31 +499,46 @@ def CDP_PadOp : CDP_Op<"pad"> {
   let results = (outs CDP_AnyTensor:$output);
 }
 
-def CDP_SqueezeOp : CDP_Op<"squeeze"> {
+def CDP_SqueezeOp : CDP_Op<"squeeze", [CDP_Differentiable]> {
   let summary = "remove size-1 dimensions (ONNX Squeeze)";
   let description = "Empty `axes` removes every size-1 dimension.";
   let arguments = (ins CDP_AnyTensor:$input, DenseI64ArrayAttr:$axes);
   let results = (outs CDP_AnyTensor:$output);
 }
 
-def CDP_UnsqueezeOp : CDP_Op<"unsqueeze"> {
+def CDP_UnsqueezeOp : CDP_Op<"unsqueeze", [CDP_Differentiable]> {
   let summary = "insert size-1 dimensions (ONNX Unsqueeze)";
   let description = "`axes` index the output's dimensions.";
   let arguments = (ins CDP_AnyTensor:$input, DenseI64ArrayAttr:$axes);
   let results = (outs CDP_AnyTensor:$output);
 }
 
-def CDP_ExpandOp : CDP_Op<"expand"> {
+def CDP_ExpandOp : CDP_Op<"expand", [CDP_Differentiable]> {
   let summary = "broadcast to a shape (ONNX Expand)";
   let description = "The result shape is the numpy broadcast of the input shape and `shape`.";
   let arguments = (ins CDP_AnyTensor:$input, DenseI64ArrayAttr:$shape);
   let results = (outs CDP_AnyTensor:$output);
 }
 
-def CDP_GatherOp : CDP_Op<"gather"> {
+def CDP_GatherOp : CDP_Op<"gather", [CDP_Differentiable]> {
   let summary = "take entries along an axis (ONNX Gather)";
   let description = [{
     Result shape: `data.shape[:axis] + indices.shape + data.shape[axis+1:]`.
+    Negative indices count from the end. `padding_idx` (an embedding lookup's,
+    as torch's `nn.Embedding(padding_idx=...)`): lookups of that entry give
+    the data no gradient.
+  }];
+  let arguments = (ins CDP_AnyTensor:$data, CDP_I64Tensor:$indices,
+                       DefaultValuedAttr<I64Attr, "0">:$axis,
+                       OptionalAttr<I64Attr>:$padding_idx);
+  let results = (outs CDP_AnyTensor:$output);
+}
+
+def CDP_GatherElementsOp : CDP_Op<"gather_elements", [CDP_Differentiable]> {
+  let summary = "take one entry per index along an axis (ONNX GatherElements)";
+  let description = [{
+    `output[i][j][k] = data[index[i][j][k]][j][k]` for axis 0 (likewise for
+    the other axes); `indices` has the data's rank and the result its shape.
     Negative indices count from the end.
   }];
   let arguments = (ins CDP_AnyTensor:$data, CDP_I64Tensor:$indices,
@@ -440,11 +546,46 @@ def CDP_GatherOp : CDP_Op<"gather"> {
   let results = (outs CDP_AnyTensor:$output);
 }
 
+def CDP_GatherNDOp : CDP_Op<"gather_nd", [CDP_Differentiable]> {
+  let summary = "take slices by index tuples (ONNX GatherND)";
+  let description = [{
+    The last axis of `indices` (length r) indexes the first r axes of
+    `data` after `batch_dims` leading axes shared by both; the result is
+    `indices.shape[:-1] + data.shape[batch_dims + r:]`.
+  }];
+  let arguments = (ins CDP_AnyTensor:$data, CDP_I64Tensor:$indices,
+                       DefaultValuedAttr<I64Attr, "0">:$batch_dims);
+  let results = (outs CDP_AnyTensor:$output);
+}
+
+def CDP_CumSumOp : CDP_Op<"cum_sum", [CDP_Differentiable]> {
+  let summary = "cumulative sum along an axis (ONNX CumSum)";
+  let description = [{
+    `exclusive` leaves out the element itself; `reverse` sums from the end.
+    The axis, an input in ONNX, is static here.
+  }];
+  let arguments = (ins CDP_NumTensor:$input, I64Attr:$axis,
+                       DefaultValuedAttr<BoolAttr, "false">:$exclusive,
+                       DefaultValuedAttr<BoolAttr, "false">:$reverse);
+  let results = (outs CDP_NumTensor:$output);
+}
+
+def CDP_TriluOp : CDP_Op<"trilu", [CDP_Differentiable]> {
+  let summary = "upper or lower triangle of the last two axes (ONNX Trilu)";
+  let description = [{
+    Keeps `(row, column)` where `column - row >= k` (upper) or `<= k`
+    (lower), zero elsewhere. `k`, an input in ONNX, is static here.
+  }];
+  let arguments = (ins CDP_NumTensor:$input, DefaultValuedAttr<I64Attr, "0">:$k,
+                       DefaultValuedAttr<BoolAttr, "true">:$upper);
+  let results = (outs CDP_NumTensor:$output);
+}
+
 //===----------------------------------------------------------------------===//
 // Reductions
 //===----------------------------------------------------------------------===//
 
-class CDP_ReduceOp<string mnemonic, string onnxName> : CDP_Op<mnemonic> {
+class CDP_ReduceOp<string mnemonic, string onnxName> : CDP_Op<mnemonic, [CDP_Differentiable]> {
   let summary = onnxName # " over axes";
   let description = [{
     ONNX `}] # onnxName # [{`. `axes` are non-negative after import; empty
@@ -462,7 +603,7 @@ def CDP_ReduceSumOp : CDP_ReduceOp<"reduce_sum", "ReduceSum">;
 // Losses
 //===----------------------------------------------------------------------===//
 
-def CDP_SoftmaxCrossEntropyLossOp : CDP_Op<"softmax_cross_entropy_loss"> {
+def CDP_SoftmaxCrossEntropyLossOp : CDP_Op<"softmax_cross_entropy_loss", [CDP_Differentiable]> {
   let summary = "softmax cross-entropy (ONNX SoftmaxCrossEntropyLoss)";
   let description = [{
     Scores `(N, C, d1, ...)`, labels `(N, d1, ...)`, optional class weights
@@ -476,7 +617,7 @@ def CDP_SoftmaxCrossEntropyLossOp : CDP_Op<"softmax_cross_entropy_loss"> {
   let results = (outs CDP_F32Tensor:$loss, CDP_F32Tensor:$log_prob);
 }
 
-def CDP_NllLossOp : CDP_Op<"nll_loss"> {
+def CDP_NllLossOp : CDP_Op<"nll_loss", [CDP_Differentiable]> {
   let summary = "negative log-likelihood (ONNX NegativeLogLikelihoodLoss)";
   let description = [{
     Input `(N, C, d1, ...)` of log-probabilities, target `(N, d1, ...)`,
@@ -615,9 +756,27 @@ def CDP_SliceGradOp : CDP_Op<"slice_grad"> {
 
 def CDP_GatherGradOp : CDP_Op<"gather_grad"> {
   let summary = "gather backward: scatter-add into zeros of the data's shape";
+  let description = "Entries at `padding_idx` receive nothing.";
+  let arguments = (ins CDP_F32Tensor:$grad, CDP_I64Tensor:$indices,
+                       DenseI64ArrayAttr:$data_shape,
+                       DefaultValuedAttr<I64Attr, "0">:$axis,
+                       OptionalAttr<I64Attr>:$padding_idx);
+  let results = (outs CDP_F32Tensor:$output);
+}
+
+def CDP_GatherElementsGradOp : CDP_Op<"gather_elements_grad"> {
+  let summary = "GatherElements backward: scatter-add into zeros of the data's shape";
   let arguments = (ins CDP_F32Tensor:$grad, CDP_I64Tensor:$indices,
                        DenseI64ArrayAttr:$data_shape,
                        DefaultValuedAttr<I64Attr, "0">:$axis);
+  let results = (outs CDP_F32Tensor:$output);
+}
+
+def CDP_GatherNDGradOp : CDP_Op<"gather_nd_grad"> {
+  let summary = "GatherND backward: scatter-add into zeros of the data's shape";
+  let arguments = (ins CDP_F32Tensor:$grad, CDP_I64Tensor:$indices,
+                       DenseI64ArrayAttr:$data_shape,
+                       DefaultValuedAttr<I64Attr, "0">:$batch_dims);
   let results = (outs CDP_F32Tensor:$output);
 }
 

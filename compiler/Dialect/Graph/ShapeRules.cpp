@@ -1,0 +1,95 @@
+//===- ShapeRules.cpp - helpers of the ops' shape rules -------------------===//
+
+#include "ShapeRules.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallSet.h"
+
+using namespace mlir;
+
+namespace cdp::shape_rules {
+
+LogicalResult fail(Loc loc, const Twine &message) {
+  return emitOptionalError(loc, message);
+}
+
+/// The ranked tensor type of `value`, or null when the operand is not one
+/// (the ODS constraints report that case).
+RankedTensorType rankedType(Value value) {
+  return value ? dyn_cast<RankedTensorType>(value.getType()) : nullptr;
+}
+
+RankedTensorType tensorOf(ArrayRef<int64_t> shape, Type elementType) {
+  return RankedTensorType::get(shape, elementType);
+}
+
+std::string shapeString(ArrayRef<int64_t> shape) {
+  std::string text = "[";
+  llvm::raw_string_ostream os(text);
+  llvm::interleave(shape, os, ",");
+  os << "]";
+  return text;
+}
+
+/// Normalizes `axis` into [0, rank), accepting [-rank, rank).
+FailureOr<int64_t> normalizeAxis(Loc loc, int64_t axis, int64_t rank,
+                                 StringRef what) {
+  if (axis < -rank || axis >= rank) {
+    (void)fail(loc, what + " " + Twine(axis) + " is out of range for rank " +
+                        Twine(rank));
+    return failure();
+  }
+  return axis < 0 ? axis + rank : axis;
+}
+
+/// Normalizes a list of distinct axes into [0, rank).
+FailureOr<Shape> normalizeAxes(Loc loc, ArrayRef<int64_t> axes, int64_t rank) {
+  Shape result;
+  llvm::SmallSet<int64_t, 8> seen;
+  for (int64_t axis : axes) {
+    FailureOr<int64_t> normalized = normalizeAxis(loc, axis, rank);
+    if (failed(normalized))
+      return failure();
+    if (!seen.insert(*normalized).second) {
+      (void)fail(loc, "axis " + Twine(axis) + " is repeated");
+      return failure();
+    }
+    result.push_back(*normalized);
+  }
+  return result;
+}
+
+/// numpy broadcasting of two shapes.
+FailureOr<Shape> broadcastShapes(Loc loc, ArrayRef<int64_t> lhs,
+                                 ArrayRef<int64_t> rhs) {
+  size_t rank = std::max(lhs.size(), rhs.size());
+  Shape result(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t l = i < rank - lhs.size() ? 1 : lhs[i - (rank - lhs.size())];
+    int64_t r = i < rank - rhs.size() ? 1 : rhs[i - (rank - rhs.size())];
+    if (l != r && l != 1 && r != 1) {
+      (void)fail(loc, "shapes " + shapeString(lhs) + " and " +
+                          shapeString(rhs) + " do not broadcast");
+      return failure();
+    }
+    result[i] = l == 1 ? r : l;
+  }
+  return result;
+}
+
+LogicalResult checkLength(Loc loc, StringRef name, ArrayRef<int64_t> values,
+                          size_t expected) {
+  if (values.size() != expected)
+    return fail(loc, name + " must have " + Twine(expected) + " values, got " +
+                         Twine(values.size()));
+  return success();
+}
+
+LogicalResult checkPositive(Loc loc, StringRef name, ArrayRef<int64_t> values) {
+  for (int64_t v : values)
+    if (v < 1)
+      return fail(loc, name + " must be positive, got " + Twine(v));
+  return success();
+}
+
+} // namespace cdp::shape_rules

@@ -1,0 +1,48 @@
+//===- ShapeRules.h - helpers of the ops' shape rules -----------*- C++ -*-===//
+//
+// Shared by the files that implement inferReturnTypes (GraphOps.cpp,
+// IndexingOps.cpp). Each check reports through the optional location, so a
+// rule run by the importer names the node that broke it.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CDP_COMPILER_DIALECT_GRAPH_SHAPERULES_H
+#define CDP_COMPILER_DIALECT_GRAPH_SHAPERULES_H
+
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Value.h"
+
+#include <optional>
+#include <string>
+
+namespace cdp::shape_rules {
+
+using Shape = llvm::SmallVector<int64_t>;
+using Loc = std::optional<mlir::Location>;
+
+mlir::LogicalResult fail(Loc loc, const llvm::Twine &message);
+/// The ranked tensor type of `value`, or null when the operand is not one
+/// (the ODS constraints report that case).
+mlir::RankedTensorType rankedType(mlir::Value value);
+mlir::RankedTensorType tensorOf(llvm::ArrayRef<int64_t> shape,
+                                mlir::Type elementType);
+std::string shapeString(llvm::ArrayRef<int64_t> shape);
+/// Normalizes `axis` into [0, rank), accepting [-rank, rank).
+mlir::FailureOr<int64_t> normalizeAxis(Loc loc, int64_t axis, int64_t rank,
+                                       llvm::StringRef what = "axis");
+/// Normalizes a list of distinct axes into [0, rank).
+mlir::FailureOr<Shape> normalizeAxes(Loc loc, llvm::ArrayRef<int64_t> axes,
+                                     int64_t rank);
+/// numpy broadcasting of two shapes.
+mlir::FailureOr<Shape> broadcastShapes(Loc loc, llvm::ArrayRef<int64_t> lhs,
+                                       llvm::ArrayRef<int64_t> rhs);
+mlir::LogicalResult checkLength(Loc loc, llvm::StringRef name,
+                                llvm::ArrayRef<int64_t> values,
+                                size_t expected);
+mlir::LogicalResult checkPositive(Loc loc, llvm::StringRef name,
+                                  llvm::ArrayRef<int64_t> values);
+
+} // namespace cdp::shape_rules
+
+#endif // CDP_COMPILER_DIALECT_GRAPH_SHAPERULES_H

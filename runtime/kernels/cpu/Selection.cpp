@@ -1,0 +1,127 @@
+//===- Selection.cpp - where, comparisons, logic and the NaN tests --------===//
+//
+// What exporters build attention masks and guards from at run time:
+// `Where(mask, scores, -inf)`, `Where(IsNaN(p), 0, p)`, `And` of masks. The
+// operands broadcast as in numpy (their read indices are computed once, at
+// load); comparisons read f32 or i64 and write bool.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CpuKernels.h"
+
+#include <cmath>
+
+namespace cdp::runtime::cpu {
+
+namespace {
+
+using Body = std::function<void(const StepContext &)>;
+using Index = std::shared_ptr<std::vector<int64_t>>;
+
+/// The read index of each operand for each element of `y`, or null where
+/// the operand already has y's shape.
+Index indexFor(const TensorView &x, const TensorView &y) {
+  if (x.shape == y.shape)
+    return nullptr;
+  return std::make_shared<std::vector<int64_t>>(
+      broadcastIndex(x.shape, y.shape));
+}
+
+inline int64_t at(const Index &index, int64_t i) {
+  return index ? (*index)[i] : i;
+}
+
+template <typename T> Body selectAs(const KernelArgs &args) {
+  TensorView c = args.inputs[0], x = args.inputs[1], z = args.inputs[2],
+             y = args.outputs[0];
+  Index ic = indexFor(c, y), ix = indexFor(x, y), iz = indexFor(z, y);
+  int64_t n = y.numel();
+  return [=](const StepContext &) {
+    const uint8_t *pc = c.b8();
+    const T *px = static_cast<const T *>(x.data);
+    const T *pz = static_cast<const T *>(z.data);
+    T *py = static_cast<T *>(y.data);
+    for (int64_t i = 0; i < n; ++i)
+      py[i] = pc[at(ic, i)] ? px[at(ix, i)] : pz[at(iz, i)];
+  };
+}
+
+/// A bool result from two operands of type T.
+template <typename T, typename Fn>
+Body compareAs(const KernelArgs &args, Fn fn) {
+  TensorView a = args.inputs[0], b = args.inputs[1], y = args.outputs[0];
+  Index ia = indexFor(a, y), ib = indexFor(b, y);
+  int64_t n = y.numel();
+  return [=](const StepContext &) {
+    const T *pa = static_cast<const T *>(a.data);
+    const T *pb = static_cast<const T *>(b.data);
+    uint8_t *py = y.b8();
+    for (int64_t i = 0; i < n; ++i)
+      py[i] = fn(pa[at(ia, i)], pb[at(ib, i)]);
+  };
+}
+
+template <typename Fn>
+void addComparison(KernelRegistry &registry, const std::string &op, Fn fn) {
+  addKernel(registry, op, [fn](const KernelArgs &args) {
+    if (args.inputs[0].dtype == plan::I64)
+      return compareAs<int64_t>(args, fn);
+    if (args.inputs[0].dtype == plan::BOOL)
+      return compareAs<uint8_t>(args, fn);
+    return compareAs<float>(args, fn);
+  });
+}
+
+template <typename Fn>
+void addTest(KernelRegistry &registry, const std::string &op, Fn make) {
+  addKernel(registry, op, [make](const KernelArgs &args) -> Body {
+    TensorView x = args.inputs[0], y = args.outputs[0];
+    auto test = make(args);
+    int64_t n = y.numel();
+    return [=](const StepContext &) {
+      for (int64_t i = 0; i < n; ++i)
+        y.b8()[i] = test(x.f32()[i]);
+    };
+  });
+}
+
+} // namespace
+
+void registerSelection(KernelRegistry &registry) {
+  addKernel(registry, "where", [](const KernelArgs &args) {
+    return args.outputs[0].dtype == plan::I64 ? selectAs<int64_t>(args)
+                                              : selectAs<float>(args);
+  });
+  addComparison(registry, "equal", [](auto a, auto b) { return a == b; });
+  addComparison(registry, "less", [](auto a, auto b) { return a < b; });
+  addComparison(registry, "less_or_equal",
+                [](auto a, auto b) { return a <= b; });
+  addComparison(registry, "greater", [](auto a, auto b) { return a > b; });
+  addComparison(registry, "greater_or_equal",
+                [](auto a, auto b) { return a >= b; });
+  addComparison(registry, "and",
+                [](auto a, auto b) { return a != 0 && b != 0; });
+  addComparison(registry, "or",
+                [](auto a, auto b) { return a != 0 || b != 0; });
+  addComparison(registry, "xor",
+                [](auto a, auto b) { return (a != 0) != (b != 0); });
+  addKernel(registry, "not", [](const KernelArgs &args) -> Body {
+    TensorView x = args.inputs[0], y = args.outputs[0];
+    int64_t n = y.numel();
+    return [=](const StepContext &) {
+      for (int64_t i = 0; i < n; ++i)
+        y.b8()[i] = !x.b8()[i];
+    };
+  });
+  addTest(registry, "is_nan", [](const KernelArgs &) {
+    return [](float v) { return std::isnan(v); };
+  });
+  addTest(registry, "is_inf", [](const KernelArgs &args) {
+    bool positive = args.i("detect_positive", 1) != 0,
+         negative = args.i("detect_negative", 1) != 0;
+    return
+        [=](float v) { return std::isinf(v) && (v > 0 ? positive : negative); };
+  });
+}
+
+} // namespace cdp::runtime::cpu

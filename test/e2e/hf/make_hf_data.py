@@ -1,0 +1,298 @@
+#!/usr/bin/env python3
+"""Makes the transformer test data: exports and PyTorch's reference results.
+
+Usage: test/e2e/hf/make_hf_data.py [--out test/e2e/hf/data] [CASE ...]
+
+The suite (test/e2e/hf-transformers.test) compiles and trains the committed
+files; this script is how they were made, with today's PyPI exporters. On
+first use it makes a venv, bench/.venv-export, with torch, transformers,
+timm, onnx and onnxscript from PyPI (the versions it ran with are written
+to data/VERSIONS), and runs itself again inside it. Nothing here runs in CI.
+
+Each case is a tiny Hugging Face model (random init, seed 0, dropout 0)
+wrapped to return its logits, exported as the user guide says:
+
+  ts:      torch.onnx.export(model, args, f, dynamo=False, opset_version=17,
+                             training=torch.onnx.TrainingMode.TRAINING,
+                             do_constant_folding=False)
+  dynamo:  torch.onnx.export(model, args, f, dynamo=True, opset_version=18,
+                             optimize=False)
+  default: torch.onnx.export(model, args, f, dynamo=True) (the optimizer on:
+           it folds and merges parameters; cdp must refuse it)
+  tsfold:  the TorchScript exporter with its default constant folding (GPT-2's
+           tied LM head becomes a transposed copy cdp must tie back)
+
+and beside each model.onnx: the inputs and labels (.npy), trainable.txt (the
+names of model.named_parameters()), and ref.npz: PyTorch's parameters after
+3 SGD steps (lr 0.1, cross-entropy with ignore_index -100 over the logits'
+last axis; batch 2, step t on rows [2t, 2t + 2) of the 4 fed) in float64 (`p64/NAME`), its float32 run's distance from them
+(`err32/NAME`), the losses (`loss64`, `loss32`), and the same after one step
+over both batches, their losses averaged (`dp64/NAME`, `dperr32/NAME`: what
+dp over 2 devices and 1f1b over 2 micro-batches compute).
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+VENV = os.path.join(ROOT, "bench", ".venv-export")
+PACKAGES = ["torch", "transformers", "timm", "onnx", "onnxscript", "numpy"]
+VOCAB = 96
+LR = 0.1
+STEPS = 3
+BATCH = 2  # the export's batch: one micro-batch
+ROWS = 4   # fed rows: step t trains rows [2t, 2t + 2) modulo 4
+
+
+def ensure_venv():
+    python = os.path.join(VENV, "bin", "python")
+    if os.path.realpath(sys.prefix) == os.path.realpath(VENV):
+        return
+    if not os.path.exists(python):
+        print("making %s with %s (once)" % (VENV, ", ".join(PACKAGES)), flush=True)
+        subprocess.run([sys.executable, "-m", "venv", VENV], check=True)
+        subprocess.run([python, "-m", "pip", "install", "-q", *PACKAGES], check=True)
+    os.execv(python, [python, os.path.abspath(__file__), *sys.argv[1:]])
+
+
+# --------------------------------------------------------------------------
+# Models: (module, input names, inputs, labels)
+# --------------------------------------------------------------------------
+
+def token_batch(generator, length=8):
+    """Two batches of 2 sequences; the second of each is padded."""
+    import torch
+    ids = torch.randint(0, VOCAB, (ROWS, length), generator=generator)
+    mask = torch.ones(ROWS, length, dtype=torch.long)
+    mask[1, length - 2:] = 0
+    mask[3, length - 3:] = 0
+    return ids, mask
+
+
+def next_token_labels(ids, mask):
+    import torch
+    labels = torch.full_like(ids, -100)
+    labels[:, :-1] = ids[:, 1:]
+    labels[:, :-1][mask[:, 1:] == 0] = -100
+    return labels
+
+
+def gpt2(g):
+    import transformers as T
+    config = T.GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=VOCAB, n_positions=32,
+                          resid_pdrop=0, embd_pdrop=0, attn_pdrop=0,
+                          bos_token_id=0, eos_token_id=0)
+    ids, mask = token_batch(g)
+    return T.GPT2LMHeadModel(config), ["input_ids", "attention_mask"], [ids, mask], \
+        next_token_labels(ids, mask)
+
+
+def llama(g):
+    import transformers as T
+    config = T.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB,
+                           max_position_embeddings=32, bos_token_id=0, eos_token_id=0)
+    ids, mask = token_batch(g)
+    return T.LlamaForCausalLM(config), ["input_ids", "attention_mask"], [ids, mask], \
+        next_token_labels(ids, mask)
+
+
+def bert(g):
+    import torch
+    import transformers as T
+    config = T.BertConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                          num_attention_heads=4, vocab_size=VOCAB, max_position_embeddings=32,
+                          hidden_dropout_prob=0, attention_probs_dropout_prob=0)
+    ids, mask = token_batch(g)
+    labels = torch.full_like(ids, -100)
+    chosen = torch.rand(ids.shape, generator=g) < 0.4
+    labels[chosen] = torch.randint(0, VOCAB, ids.shape, generator=g)[chosen]
+    labels[:, 0] = 7  # at least one counted position per sequence
+    labels[mask == 0] = -100
+    return T.BertForMaskedLM(config), ["input_ids", "attention_mask"], [ids, mask], labels
+
+
+def vit(g):
+    import torch
+    import transformers as T
+    config = T.ViTConfig(image_size=16, patch_size=4, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=4, num_labels=10,
+                         hidden_dropout_prob=0, attention_probs_dropout_prob=0)
+    pixels = torch.randn(ROWS, 3, 16, 16, generator=g)
+    return T.ViTForImageClassification(config), ["pixel_values"], [pixels], \
+        torch.tensor([3, 7, 1, 7])
+
+
+def t5(g):
+    import torch
+    import transformers as T
+    config = T.T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=2,
+                        num_decoder_layers=2, num_heads=4, relative_attention_num_buckets=8,
+                        dropout_rate=0, decoder_start_token_id=0, pad_token_id=0,
+                        eos_token_id=1)
+    ids, mask = token_batch(g)
+    labels = torch.randint(2, VOCAB, (ROWS, 6), generator=g)
+    decoder = torch.zeros_like(labels)
+    decoder[:, 1:] = labels[:, :-1]
+    return T.T5ForConditionalGeneration(config), \
+        ["input_ids", "attention_mask", "decoder_input_ids"], [ids, mask, decoder], labels
+
+
+MODELS = {"gpt2": gpt2, "llama": llama, "bert": bert, "vit": vit, "t5": t5}
+# (model, exporter): what the suite checks. T5 has no dynamo case: torch's
+# own exporter fails on it ("Cannot view a tensor ... as a tensor with shape",
+# torch 2.15 and transformers 5.24), before cdp sees anything.
+CASES = [(m, "ts") for m in MODELS] + \
+        [(m, "dynamo") for m in ["gpt2", "llama", "bert", "vit"]] + \
+        [("gpt2", "default"), ("gpt2", "tsfold")]
+
+
+class Logits:
+    """Wraps a model so that the export's only output is its logits."""
+
+    def __new__(cls, model, names):
+        import torch
+
+        class Wrapper(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.m = model
+
+            def forward(self, *args):
+                kwargs = dict(zip(names, args))
+                if "pixel_values" not in kwargs:
+                    kwargs["use_cache"] = False
+                return self.m(**kwargs).logits
+        return Wrapper()
+
+
+def export(wrapper, names, inputs, exporter, path):
+    import torch
+    common = dict(input_names=names, output_names=["logits"])
+    if exporter in ("ts", "tsfold"):
+        torch.onnx.export(wrapper, tuple(inputs), path, dynamo=False, opset_version=17,
+                          training=torch.onnx.TrainingMode.TRAINING,
+                          do_constant_folding=exporter == "tsfold", **common)
+    elif exporter == "dynamo":
+        torch.onnx.export(wrapper, tuple(inputs), path, dynamo=True, opset_version=18,
+                          optimize=False, **common)
+    else:
+        torch.onnx.export(wrapper, tuple(inputs), path, dynamo=True, **common)
+
+
+# --------------------------------------------------------------------------
+# PyTorch's reference
+# --------------------------------------------------------------------------
+
+def loss_of(logits, labels):
+    import torch
+    flat = logits.reshape(-1, logits.shape[-1]) if logits.dim() > 2 else logits
+    return torch.nn.functional.cross_entropy(flat, labels.reshape(-1), ignore_index=-100)
+
+
+def train(wrapper, inputs, labels, dtype, steps, batches_per_step=1):
+    """SGD as cdp runs it: step t's batches are rows [t·k·B, (t+1)·k·B)
+    modulo the rows, k batches of B a step (dp's devices, 1f1b's
+    micro-batches), the step's loss their losses' mean."""
+    import copy
+    import torch
+    model = copy.deepcopy(wrapper).to(dtype)
+    model.train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    cast = [x.to(dtype) if x.is_floating_point() else x for x in inputs]
+    losses, batch = [], 0
+    for _ in range(steps):
+        optimizer.zero_grad()
+        total = 0
+        for _ in range(batches_per_step):
+            rows = slice((batch * BATCH) % ROWS, (batch * BATCH) % ROWS + BATCH)
+            total = total + loss_of(model(*[x[rows] for x in cast]), labels[rows])
+            batch += 1
+        loss = total / batches_per_step
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return {n: p.detach().double().numpy() for n, p in model.named_parameters()}, losses
+
+
+def references(wrapper, inputs, labels):
+    import numpy as np
+    import torch
+    result = {}
+    p64, loss64 = train(wrapper, inputs, labels, torch.float64, STEPS)
+    p32, loss32 = train(wrapper, inputs, labels, torch.float32, STEPS)
+    d64, _ = train(wrapper, inputs, labels, torch.float64, 1, batches_per_step=2)
+    d32, _ = train(wrapper, inputs, labels, torch.float32, 1, batches_per_step=2)
+    for name in p64:
+        result["p64/" + name] = p64[name]
+        result["err32/" + name] = np.abs(p32[name] - p64[name]).max()
+        result["dp64/" + name] = d64[name]
+        result["dperr32/" + name] = np.abs(d32[name] - d64[name]).max()
+    result["loss64"] = np.array(loss64)
+    result["loss32"] = np.array(loss32)
+    return result
+
+
+def write_trainable(model, path):
+    """The user guide's recipe: one line per parameter torch trains, its
+    names separated by spaces where it is tied (GPT-2's embedding and LM
+    head): the exporters keep one of them."""
+    import collections
+    names = collections.defaultdict(list)
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        names[id(parameter)].append(name)
+    with open(path, "w") as f:
+        f.write("\n".join(" ".join(n) for n in names.values()) + "\n")
+
+
+def make_case(model_name, exporter, out):
+    import numpy as np
+    import torch
+    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(1)
+    model, names, inputs, labels = MODELS[model_name](generator)
+    wrapper = Logits(model, names)
+    folder = os.path.join(out, "%s-%s" % (model_name, exporter))
+    os.makedirs(folder, exist_ok=True)
+    export(wrapper, names, [x[:BATCH] for x in inputs], exporter,
+           os.path.join(folder, "model.onnx"))
+    for name, value in zip(names, inputs):
+        np.save(os.path.join(folder, name + ".npy"), value.numpy())
+    np.save(os.path.join(folder, "labels.npy"), labels.numpy())
+    write_trainable(wrapper, os.path.join(folder, "trainable.txt"))
+    with open(os.path.join(folder, "inputs.txt"), "w") as f:
+        f.write(" ".join(names) + "\n")
+    if exporter in ("ts", "dynamo", "tsfold"):
+        np.savez_compressed(os.path.join(folder, "ref.npz"),
+                            **references(wrapper, inputs, labels))
+    print("made", folder, flush=True)
+
+
+def main():
+    ensure_venv()
+    import warnings
+    warnings.filterwarnings("ignore")
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default=os.path.join(HERE, "data"))
+    parser.add_argument("cases", nargs="*")
+    args = parser.parse_args()
+    import onnx
+    import onnxscript
+    import torch
+    import transformers
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "VERSIONS"), "w") as f:
+        f.write("torch %s\ntransformers %s\nonnx %s\nonnxscript %s\n" % (
+            torch.__version__, transformers.__version__, onnx.__version__,
+            onnxscript.__version__))
+    for model_name, exporter in CASES:
+        if args.cases and "%s-%s" % (model_name, exporter) not in args.cases:
+            continue
+        make_case(model_name, exporter, args.out)
+
+
+if __name__ == "__main__":
+    main()
