@@ -86,6 +86,53 @@ plan::Attribute reals(const std::string &name, std::vector<double> values) {
   return a;
 }
 
+/// The ops transformer exports bring (where, comparisons and logic, the
+/// math they add, the indexing ops, host-staged on the GPU).
+std::vector<Case> transformerCases() {
+  std::vector<Case> cases = {
+      {"where",
+       "where",
+       {mask({2, 1, 4}), f32({2, 3, 4}), f32({3, 1})},
+       {f32({2, 3, 4})}},
+      {"where_int",
+       "where",
+       {mask({5}), labels({5}, 9), labels({1}, 9)},
+       {i64({5})}},
+      {"min", "min", {f32({4, 3}), f32({3})}, {f32({4, 3})}},
+      {"max", "max", {f32({4, 3}), f32({3})}, {f32({4, 3})}},
+      {"less_int", "less", {labels({2, 4}, 5), labels({4}, 5)}, {mask({2, 4})}},
+      {"greater_or_equal",
+       "greater_or_equal",
+       {f32({6}), f32({1})},
+       {mask({6})}},
+      {"and", "and", {mask({3, 4}), mask({4})}, {mask({3, 4})}},
+      {"not", "not", {mask({7})}, {mask({7})}},
+      {"is_nan", "is_nan", {f32({7})}, {mask({7})}},
+      {"gather_elements",
+       "gather_elements",
+       {f32({3, 4}), labels({2, 4}, 3)},
+       {f32({2, 4})},
+       {attr("axis", 0)}},
+      {"gather_nd",
+       "gather_nd",
+       {f32({3, 4, 2}), labels({5, 1}, 3)},
+       {f32({5, 4, 2})}},
+      {"cum_sum", "cum_sum", {f32({3, 4})}, {f32({3, 4})}, {attr("axis", 1)}},
+      {"trilu", "trilu", {f32({2, 3, 4})}, {f32({2, 3, 4})}, {attr("k", 1)}},
+  };
+  for (const char *op : {"sin", "cos", "abs", "exp"})
+    cases.push_back({op, op, {f32({33})}, {f32({33})}});
+  for (const char *op : {"reciprocal", "log"})
+    cases.push_back({op, op, {f32({33}, Fill::Positive)}, {f32({33})}});
+  for (const char *kind : {"sin", "cos", "abs", "exp", "reciprocal", "log"})
+    cases.push_back({std::string("unary_grad_") + kind,
+                     "unary_grad",
+                     {f32({33}), f32({33}, Fill::Positive)},
+                     {f32({33})},
+                     {text("kind", kind)}});
+  return cases;
+}
+
 std::vector<Case> elementwiseCases() {
   std::vector<Case> cases = {
       {"add_broadcast", "add", {f32({4, 3}), f32({3})}, {f32({4, 3})}},
@@ -426,7 +473,7 @@ std::vector<Case> allCases() {
   std::vector<Case> all;
   for (auto group :
        {elementwiseCases(), shapeCases(), linalgCases(), convolutionCases(),
-        normalizationCases(), lossAndUpdateCases()})
+        normalizationCases(), lossAndUpdateCases(), transformerCases()})
     all.insert(all.end(), group.begin(), group.end());
   return all;
 }

@@ -178,8 +178,76 @@ TEST_P(GradientCheck, MatchesFiniteDifferences) {
 
 const char *kF = "f32";
 
+/// The ops transformer exports bring: element-wise math, selection and
+/// the indexing ops (Hugging Face's GPT-2, Llama, BERT, ViT and T5).
+void addTransformerCases(std::vector<Case> &list) {
+  auto unary = [&](const std::string &op, float low, float high) {
+    list.push_back({op,
+                    {{"x", {2, 5}, low, high}},
+                    "%y = cdp." + op + " %p0 : tensor<2x5xf32>",
+                    "tensor<2x5xf32>"});
+  };
+  unary("reciprocal", 0.5f, 2.0f);
+  unary("sin", -3.0f, 3.0f);
+  unary("cos", -3.0f, 3.0f);
+  unary("abs", -2.0f, 2.0f);
+  unary("exp", -2.0f, 2.0f);
+  unary("log", 0.5f, 2.0f);
+  for (const char *op : {"min", "max"})
+    list.push_back({std::string(op) + "_broadcast",
+                    {{"a", {2, 3, 4}}, {"b", {3, 1}}},
+                    std::string("%y = cdp.") + op +
+                        " %p0, %p1 : (tensor<2x3x4xf32>, tensor<3x1xf32>) -> "
+                        "tensor<2x3x4xf32>",
+                    "tensor<2x3x4xf32>"});
+  list.push_back(
+      {"where_broadcast",
+       {{"a", {2, 3, 4}}, {"b", {3, 1}}},
+       "%y = cdp.where %cond, %p0, %p1 : (tensor<2x1x4xi1>, tensor<2x3x4xf32>, "
+       "tensor<3x1xf32>) -> tensor<2x3x4xf32>",
+       "tensor<2x3x4xf32>",
+       {"%cond = cdp.constant dense<[[[true, false, true, true]], [[false, "
+        "false, true, false]]]> : tensor<2x1x4xi1>"}});
+  list.push_back({"gather_elements_axis1",
+                  {{"table", {3, 4}}},
+                  "%y = cdp.gather_elements %p0, %ids {axis = 1 : i64} : "
+                  "(tensor<3x4xf32>, "
+                  "tensor<2x4xi64>) -> tensor<2x4xf32>",
+                  "tensor<2x4xf32>",
+                  {"%ids = cdp.constant dense<[[3, 0, 0, -1], [1, 1, 2, 0]]> : "
+                   "tensor<2x4xi64>"}});
+  list.push_back(
+      {"gather_nd_repeated",
+       {{"data", {3, 4, 2}}},
+       "%y = cdp.gather_nd %p0, %ids : (tensor<3x4x2xf32>, tensor<3x2xi64>) "
+       "-> tensor<3x2xf32>",
+       "tensor<3x2xf32>",
+       {"%ids = cdp.constant dense<[[0, 1], [2, 3], [0, 1]]> : "
+        "tensor<3x2xi64>"}});
+  list.push_back({"gather_nd_batch_dims",
+                  {{"data", {2, 3, 4}}},
+                  "%y = cdp.gather_nd %p0, %ids {batch_dims = 1 : i64} : "
+                  "(tensor<2x3x4xf32>, tensor<2x2x1xi64>) -> tensor<2x2x4xf32>",
+                  "tensor<2x2x4xf32>",
+                  {"%ids = cdp.constant dense<[[[2], [0]], [[1], [1]]]> : "
+                   "tensor<2x2x1xi64>"}});
+  list.push_back({"cum_sum_exclusive_reverse",
+                  {{"x", {2, 3, 4}}},
+                  "%y = cdp.cum_sum %p0 {axis = 1 : i64, exclusive = true, "
+                  "reverse = true} : (tensor<2x3x4xf32>) -> tensor<2x3x4xf32>",
+                  "tensor<2x3x4xf32>"});
+  for (const char *triangle :
+       {"{k = 1 : i64}", "{k = -1 : i64, upper = false}"})
+    list.push_back({std::string("trilu") + triangle,
+                    {{"x", {2, 3, 4}}},
+                    std::string("%y = cdp.trilu %p0 ") + triangle +
+                        " : (tensor<2x3x4xf32>) -> tensor<2x3x4xf32>",
+                    "tensor<2x3x4xf32>"});
+}
+
 std::vector<Case> cases() {
   std::vector<Case> list;
+  addTransformerCases(list);
   auto unary = [&](const std::string &op, const std::string &attrs = "",
                    float low = -2.0f, float high = 2.0f) {
     list.push_back({op + attrs,

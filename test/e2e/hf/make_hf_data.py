@@ -141,13 +141,71 @@ def t5(g):
         ["input_ids", "attention_mask", "decoder_input_ids"], [ids, mask, decoder], labels
 
 
-MODELS = {"gpt2": gpt2, "llama": llama, "bert": bert, "vit": vit, "t5": t5}
+def encoder(g):
+    """A stock nn.TransformerEncoder language model whose causal mask is a
+    buffer of -inf (torch's generate_square_subsequent_mask)."""
+    import torch
+
+    class EncoderLM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(VOCAB, 32)
+            layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0,
+                                                     batch_first=True)
+            self.encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+            self.head = torch.nn.Linear(32, VOCAB)
+            self.register_buffer("causal", torch.nn.Transformer.generate_square_subsequent_mask(8))
+
+        def forward(self, input_ids):
+            return self.head(self.encoder(self.embed(input_ids), mask=self.causal))
+
+    ids, mask = token_batch(g)
+    return EncoderLM(), ["input_ids"], [ids], next_token_labels(ids, torch.ones_like(mask))
+
+
+def maskbuf(g):
+    """A model with its own 0/1 mask buffer (a user's causal mask as a float
+    matrix), which a float initializer alone cannot tell from a weight."""
+    import torch
+
+    class MaskedMixer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(VOCAB, 16)
+            self.mix = torch.nn.Parameter(torch.randn(8, 8) * 0.3)
+            self.register_buffer("keep", torch.tril(torch.ones(8, 8)))
+            self.head = torch.nn.Linear(16, VOCAB)
+
+        def forward(self, input_ids):
+            weights = (self.mix * self.keep).softmax(-1)
+            return self.head(weights @ self.embed(input_ids))
+
+    ids, mask = token_batch(g)
+    return MaskedMixer(), ["input_ids"], [ids], next_token_labels(ids, torch.ones_like(mask))
+
+
+def cnn(g):
+    """The Conv/BatchNorm pattern of resnet18, mobilenet and efficientnet,
+    narrow: dynamo exports BatchNorm in inference mode (and its optimizer
+    folds it into the Conv), which cdp must refuse."""
+    import torch
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3, padding=1, bias=False),
+        torch.nn.BatchNorm2d(8), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(), torch.nn.Linear(8, 10))
+    return model, ["input"], [torch.randn(ROWS, 3, 8, 8, generator=g)], \
+        torch.tensor([1, 2, 3, 4])
+
+
+MODELS = {"gpt2": gpt2, "llama": llama, "bert": bert, "vit": vit, "t5": t5,
+          "encoder": encoder, "maskbuf": maskbuf, "cnn": cnn}
 # (model, exporter): what the suite checks. T5 has no dynamo case: torch's
 # own exporter fails on it ("Cannot view a tensor ... as a tensor with shape",
 # torch 2.15 and transformers 5.24), before cdp sees anything.
-CASES = [(m, "ts") for m in MODELS] + \
-        [(m, "dynamo") for m in ["gpt2", "llama", "bert", "vit"]] + \
-        [("gpt2", "default"), ("gpt2", "tsfold")]
+CASES = [(m, "ts") for m in ["gpt2", "llama", "bert", "vit", "t5", "encoder", "maskbuf"]] + \
+        [(m, "dynamo") for m in ["gpt2", "llama", "bert", "vit", "cnn"]] + \
+        [("gpt2", "default"), ("gpt2", "tsfold"), ("cnn", "default")]
 
 
 class Logits:
@@ -163,6 +221,8 @@ class Logits:
 
             def forward(self, *args):
                 kwargs = dict(zip(names, args))
+                if not hasattr(model, "config"):  # a plain torch module
+                    return self.m(*args)
                 if "pixel_values" not in kwargs:
                     kwargs["use_cache"] = False
                 return self.m(**kwargs).logits
@@ -265,7 +325,7 @@ def make_case(model_name, exporter, out):
     write_trainable(wrapper, os.path.join(folder, "trainable.txt"))
     with open(os.path.join(folder, "inputs.txt"), "w") as f:
         f.write(" ".join(names) + "\n")
-    if exporter in ("ts", "dynamo", "tsfold"):
+    if exporter in ("ts", "dynamo", "tsfold") and model_name != "cnn":
         np.savez_compressed(os.path.join(folder, "ref.npz"),
                             **references(wrapper, inputs, labels))
     print("made", folder, flush=True)
