@@ -987,6 +987,14 @@ bool foldConstant(Importer &im) {
 
 } // namespace
 
+std::vector<std::string> foldedOps() {
+  std::vector<std::string> ops{"Shape", "Constant"};
+  for (const auto &rule : foldRules())
+    ops.push_back(rule.getKey().str());
+  std::sort(ops.begin(), ops.end());
+  return ops;
+}
+
 bool tryFold(Importer &im, StringRef opType) {
   if (opType == "Shape")
     return foldShape(im);

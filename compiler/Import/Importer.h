@@ -221,6 +221,8 @@ bool tryFold(Importer &importer, llvm::StringRef opType);
 void importOp(Importer &importer, llvm::StringRef opType);
 /// Every ONNX op the table builds, with the first opset it reads.
 std::vector<std::pair<std::string, int64_t>> importedOps();
+/// Every ONNX op evaluated at import when its inputs are known.
+std::vector<std::string> foldedOps();
 
 } // namespace cdp::import
 

@@ -55,7 +55,8 @@ def ensure_venv():
         print("making %s with %s (once)" % (VENV, ", ".join(PACKAGES)), flush=True)
         subprocess.run([sys.executable, "-m", "venv", VENV], check=True)
         subprocess.run([python, "-m", "pip", "install", "-q", *PACKAGES], check=True)
-    os.execv(python, [python, os.path.abspath(__file__), *sys.argv[1:]])
+    # The script that asked (this one, or a bench script importing it).
+    os.execv(python, [python, os.path.abspath(sys.argv[0]), *sys.argv[1:]])
 
 
 # --------------------------------------------------------------------------
