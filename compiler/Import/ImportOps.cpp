@@ -844,6 +844,9 @@ const llvm::StringMap<OpRule> &opRules() {
       {"ConstantOfShape", {kMinOpset, importConstantOfShape}},
       {"SplitToSequence", {kMinOpset, importSplitToSequence}},
       {"SequenceAt", {kMinOpset, importSequenceAt}},
+      // Recurrent layers, unrolled.
+      {"LSTM", {kMinOpset, importLSTM}},
+      {"GRU", {kMinOpset, importGRU}},
       // Losses.
       {"SoftmaxCrossEntropyLoss",
        {kMinOpset,

@@ -219,6 +219,10 @@ bool tryFold(Importer &importer, llvm::StringRef opType);
 /// Builds the current node's ops; raises when the op is not supported at
 /// the model's opset (ImportOps.cpp).
 void importOp(Importer &importer, llvm::StringRef opType);
+/// ONNX LSTM and GRU, unrolled over their static sequence length
+/// (ImportRecurrent.cpp).
+void importLSTM(Importer &importer);
+void importGRU(Importer &importer);
 /// Every ONNX op the table builds, with the first opset it reads.
 std::vector<std::pair<std::string, int64_t>> importedOps();
 /// Every ONNX op evaluated at import when its inputs are known.

@@ -199,14 +199,39 @@ def cnn(g):
         torch.tensor([1, 2, 3, 4])
 
 
+def recurrent(kind, bidirectional=False):
+    """A language model over torch.nn.LSTM or GRU (batch_first, two layers)."""
+    def build(g):
+        import torch
+
+        class RecurrentLM(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.embed = torch.nn.Embedding(VOCAB, 16)
+                layer = getattr(torch.nn, kind)
+                self.rnn = layer(16, 24, num_layers=2, batch_first=True,
+                                 bidirectional=bidirectional)
+                self.head = torch.nn.Linear(48 if bidirectional else 24, VOCAB)
+
+            def forward(self, input_ids):
+                return self.head(self.rnn(self.embed(input_ids))[0])
+
+        ids, mask = token_batch(g)
+        return RecurrentLM(), ["input_ids"], [ids], next_token_labels(ids, torch.ones_like(mask))
+    return build
+
+
 MODELS = {"gpt2": gpt2, "llama": llama, "bert": bert, "vit": vit, "t5": t5,
-          "encoder": encoder, "maskbuf": maskbuf, "cnn": cnn}
+          "encoder": encoder, "maskbuf": maskbuf, "cnn": cnn,
+          "lstm": recurrent("LSTM"), "gru": recurrent("GRU"),
+          "bilstm": recurrent("LSTM", bidirectional=True)}
 # (model, exporter): what the suite checks. T5 has no dynamo case: torch's
 # own exporter fails on it ("Cannot view a tensor ... as a tensor with shape",
 # torch 2.15 and transformers 5.24), before cdp sees anything.
 CASES = [(m, "ts") for m in ["gpt2", "llama", "bert", "vit", "t5", "encoder", "maskbuf"]] + \
         [(m, "dynamo") for m in ["gpt2", "llama", "bert", "vit", "cnn"]] + \
-        [("gpt2", "default"), ("gpt2", "tsfold"), ("cnn", "default")]
+        [("gpt2", "default"), ("gpt2", "tsfold"), ("cnn", "default")] + \
+        [(m, e) for m in ["lstm", "gru", "bilstm"] for e in ["ts", "ts14", "dynamo"]]
 
 
 class Logits:
@@ -233,8 +258,9 @@ class Logits:
 def export(wrapper, names, inputs, exporter, path):
     import torch
     common = dict(input_names=names, output_names=["logits"])
-    if exporter in ("ts", "tsfold"):
-        torch.onnx.export(wrapper, tuple(inputs), path, dynamo=False, opset_version=17,
+    if exporter in ("ts", "tsfold", "ts14"):
+        torch.onnx.export(wrapper, tuple(inputs), path, dynamo=False,
+                          opset_version=14 if exporter == "ts14" else 17,
                           training=torch.onnx.TrainingMode.TRAINING,
                           do_constant_folding=exporter == "tsfold", **common)
     elif exporter == "dynamo":
@@ -326,7 +352,7 @@ def make_case(model_name, exporter, out):
     write_trainable(wrapper, os.path.join(folder, "trainable.txt"))
     with open(os.path.join(folder, "inputs.txt"), "w") as f:
         f.write(" ".join(names) + "\n")
-    if exporter in ("ts", "dynamo", "tsfold") and model_name != "cnn":
+    if exporter in ("ts", "ts14", "dynamo", "tsfold") and model_name != "cnn":
         np.savez_compressed(os.path.join(folder, "ref.npz"),
                             **references(wrapper, inputs, labels))
     print("made", folder, flush=True)
