@@ -10,8 +10,9 @@
 # BatchNorm, transformer block) compiled for single, dp, cdp, gpipe, 1f1b and
 # 2bw (2 devices, which share the one GPU), dp and cdp on one device
 # (their reductions through NCCL), and the transformer under ZeRO stages
-# 1-3, CDP-ZeRO and laysa (its mirror and the residual baseline), each with
-# small .npy inputs and the CPU backend's parameters after 3 steps.
+# 1-3, CDP-ZeRO and laysa (its mirror and the residual baseline), and the
+# committed Hugging Face and LSTM exports of test/e2e/hf, each with small
+# .npy inputs and the CPU backend's parameters after 3 steps.
 # Libraries over 4 MiB (oneDNN) are gzipped: the bundle must fit the
 # 64 MiB a device carry takes, and the check script unpacks them. DIR/run-gpu-checks.sh finds
 # the machine's CUDA 13 libraries (its toolkit, or the NVIDIA wheels of its
@@ -117,6 +118,36 @@ for model in resnet transformer; do
     add_case "$model-$strategy-nccl" "$model" --strategy "$strategy" --devices 1
   done
 done
+
+# Transformers and recurrent models from today's exporters (the committed
+# exports of test/e2e/hf): their new ops (where, comparisons, the gathers,
+# sin/cos, unrolled LSTM) against the CPU backend, single and dp.
+add_hf_case() {
+  local name=$1 data=test/e2e/hf/data/$2
+  shift 2
+  local case_dir="$OUT/cases/$name"
+  mkdir -p "$case_dir"
+  "$BIN/cdp-compile" "$data/model.onnx" -o "$case_dir/plan.cdp" --class-axis last \
+    --trainable-from "$data/trainable.txt" --lr 0.1 "$@" 2> /dev/null || {
+    echo "gpu-bundle: skipped $name" >&2
+    rm -rf "$case_dir"
+    return
+  }
+  local feeds
+  feeds="$(cat "$data/inputs.txt") labels"
+  echo "$feeds" > "$case_dir/feeds.txt"
+  local args=()
+  for feed in $feeds; do
+    cp "$data/$feed.npy" "$case_dir/"
+    args+=(--feed "$feed=$case_dir/$feed.npy")
+  done
+  "$BIN/cdp-run" "$case_dir/plan.cdp" "${args[@]}" --steps 3 \
+    --dump-params "$case_dir/cpu" > /dev/null
+}
+for model in gpt2-ts llama-ts bert-ts t5-ts lstm-ts; do
+  add_hf_case "hf-$model" "$model"
+done
+add_hf_case hf-llama-ts-dp llama-ts --strategy dp --devices 2
 
 cp scripts/gpu/compare_params.py "$OUT/"
 cp scripts/gpu/run-gpu-checks.sh "$OUT/"

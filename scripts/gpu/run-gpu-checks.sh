@@ -53,9 +53,17 @@ for case_dir in "$HERE"/cases/*/; do
   # *-nccl cases must reduce through NCCL: its own log says it initialized.
   nccl_debug=""
   case "$name" in *-nccl) nccl_debug=INFO ;; esac
+  # A case's inputs: input and labels, or the names its feeds.txt lists
+  # (the transformers' input_ids, attention_mask, ...).
+  feeds=(--feed input="$case_dir/x.npy" --feed labels="$case_dir/labels.npy")
+  if [ -f "$case_dir/feeds.txt" ]; then
+    feeds=()
+    for feed in $(cat "$case_dir/feeds.txt"); do
+      feeds+=(--feed "$feed=$case_dir/$feed.npy")
+    done
+  fi
   if NCCL_DEBUG=$nccl_debug "$HERE/bin/cdp-run" "$case_dir/plan.cdp" --backend cuda \
-      --feed input="$case_dir/x.npy" --feed labels="$case_dir/labels.npy" \
-      --steps 3 --dump-params "$work/gpu" > "$work/log" 2>&1; then
+      "${feeds[@]}" --steps 3 --dump-params "$work/gpu" > "$work/log" 2>&1; then
     detail=$("$PYTHON" "$HERE/compare_params.py" "$case_dir/cpu" "$work/gpu" "$TOL")
     status=$?
     if [ -n "$nccl_debug" ] && ! grep -q "NCCL INFO" "$work/log"; then
