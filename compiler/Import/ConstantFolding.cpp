@@ -658,16 +658,7 @@ bool foldConcat(Importer &im, const Inputs &in, ConstTensor &out) {
 bool foldSlice(Importer &im, const Inputs &in, ConstTensor &out) {
   const ConstTensor &x = *in[0];
   int64_t rank = x.shape.size();
-  std::vector<int64_t> starts = im.constInts(1, "starts"),
-                       ends = im.constInts(2, "ends");
-  std::vector<int64_t> axes, steps;
-  if (im.hasInput(3))
-    axes = im.constInts(3, "axes");
-  else
-    for (size_t i = 0; i < starts.size(); ++i)
-      axes.push_back(i);
-  steps = im.hasInput(4) ? im.constInts(4, "steps")
-                         : std::vector<int64_t>(starts.size(), 1);
+  auto [starts, ends, axes, steps] = im.sliceInputs();
   if (ends.size() != starts.size() || axes.size() != starts.size() ||
       steps.size() != starts.size())
     raise(im.where() + ": starts, ends, axes and steps differ in length");

@@ -447,16 +447,7 @@ void importSplit(Importer &im) {
 void importSlice(Importer &im) {
   im.checkAttributes({});
   Value x = im.input(0);
-  std::vector<int64_t> starts = im.constInts(1, "starts"),
-                       ends = im.constInts(2, "ends");
-  std::vector<int64_t> axes, steps;
-  if (im.hasInput(3))
-    axes = im.constInts(3, "axes");
-  else
-    for (size_t i = 0; i < starts.size(); ++i)
-      axes.push_back(i);
-  steps = im.hasInput(4) ? im.constInts(4, "steps")
-                         : std::vector<int64_t>(starts.size(), 1);
+  auto [starts, ends, axes, steps] = im.sliceInputs();
   return im.bindResults(im.create(
       SliceOp::getOperationName(), {x},
       {im.named("starts", im.i64s(starts)), im.named("ends", im.i64s(ends)),

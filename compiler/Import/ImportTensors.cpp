@@ -675,4 +675,16 @@ std::vector<int64_t> Importer::constInts(int i, StringRef role) {
   return constant.ints;
 }
 
+Importer::SliceInputs Importer::sliceInputs() {
+  SliceInputs in{constInts(1, "starts"), constInts(2, "ends"), {}, {}};
+  if (hasInput(3))
+    in.axes = constInts(3, "axes");
+  else
+    for (size_t i = 0; i < in.starts.size(); ++i)
+      in.axes.push_back(i);
+  in.steps = hasInput(4) ? constInts(4, "steps")
+                         : std::vector<int64_t>(in.starts.size(), 1);
+  return in;
+}
+
 } // namespace cdp::import

@@ -105,6 +105,11 @@ public:
   const ConstTensor *constInput(int i);
   const ConstTensor &requireConst(int i, llvm::StringRef role);
   std::vector<int64_t> constInts(int i, llvm::StringRef role);
+  /// Slice's starts, ends, axes (default 0, 1, ...) and steps (default 1).
+  struct SliceInputs {
+    std::vector<int64_t> starts, ends, axes, steps;
+  };
+  SliceInputs sliceInputs();
   const onnx::AttributeProto *attr(llvm::StringRef name) const;
   /// The attribute, or null; an error when it holds another type.
   const onnx::AttributeProto *

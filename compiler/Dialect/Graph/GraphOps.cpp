@@ -460,23 +460,15 @@ LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *, Loc loc,
 LogicalResult SoftmaxOp::inferReturnTypes(MLIRContext *, Loc loc,
                                           Adaptor adaptor,
                                           SmallVectorImpl<Type> &types) {
-  RankedTensorType type = rankedType(adaptor.getInput());
-  if (!type || failed(normalizeAxis(loc, adaptor.getAxisAttr().getInt(),
-                                    type.getRank())))
-    return failure();
-  types.push_back(type);
-  return success();
+  return inferSameWithAxis(loc, adaptor.getInput(),
+                           adaptor.getAxisAttr().getInt(), types);
 }
 
 LogicalResult LogSoftmaxOp::inferReturnTypes(MLIRContext *, Loc loc,
                                              Adaptor adaptor,
                                              SmallVectorImpl<Type> &types) {
-  RankedTensorType type = rankedType(adaptor.getInput());
-  if (!type || failed(normalizeAxis(loc, adaptor.getAxisAttr().getInt(),
-                                    type.getRank())))
-    return failure();
-  types.push_back(type);
-  return success();
+  return inferSameWithAxis(loc, adaptor.getInput(),
+                           adaptor.getAxisAttr().getInt(), types);
 }
 
 LogicalResult DropoutOp::inferReturnTypes(MLIRContext *context, Loc loc,

@@ -153,12 +153,8 @@ LogicalResult GatherNDOp::inferReturnTypes(MLIRContext *, Loc loc,
 LogicalResult CumSumOp::inferReturnTypes(MLIRContext *, Loc loc,
                                          Adaptor adaptor,
                                          SmallVectorImpl<Type> &types) {
-  RankedTensorType type = rankedType(adaptor.getInput());
-  if (!type || failed(normalizeAxis(loc, adaptor.getAxisAttr().getInt(),
-                                    type.getRank())))
-    return failure();
-  types.push_back(type);
-  return success();
+  return inferSameWithAxis(loc, adaptor.getInput(),
+                           adaptor.getAxisAttr().getInt(), types);
 }
 
 LogicalResult TriluOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,

@@ -92,4 +92,13 @@ LogicalResult checkPositive(Loc loc, StringRef name, ArrayRef<int64_t> values) {
   return success();
 }
 
+LogicalResult inferSameWithAxis(Loc loc, Value input, int64_t axis,
+                                SmallVectorImpl<Type> &types) {
+  RankedTensorType type = rankedType(input);
+  if (!type || failed(normalizeAxis(loc, axis, type.getRank())))
+    return failure();
+  types.push_back(type);
+  return success();
+}
+
 } // namespace cdp::shape_rules

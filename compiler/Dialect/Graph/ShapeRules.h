@@ -37,6 +37,10 @@ mlir::FailureOr<Shape> normalizeAxes(Loc loc, llvm::ArrayRef<int64_t> axes,
 /// numpy broadcasting of two shapes.
 mlir::FailureOr<Shape> broadcastShapes(Loc loc, llvm::ArrayRef<int64_t> lhs,
                                        llvm::ArrayRef<int64_t> rhs);
+/// The input's own type, once `axis` is checked against its rank (softmax,
+/// cum_sum).
+mlir::LogicalResult inferSameWithAxis(Loc loc, mlir::Value input, int64_t axis,
+                                      llvm::SmallVectorImpl<mlir::Type> &types);
 mlir::LogicalResult checkLength(Loc loc, llvm::StringRef name,
                                 llvm::ArrayRef<int64_t> values,
                                 size_t expected);
