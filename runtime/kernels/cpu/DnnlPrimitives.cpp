@@ -236,8 +236,9 @@ void registerDnnlPrimitives(KernelRegistry &registry) {
            return nullptr; // the project kernel (see BatchNormInference)
          return std::make_unique<BatchNormInference>(args);
        });
-  for (auto [op, alg] : {std::pair{"relu", algorithm::eltwise_relu},
-                         {"tanh", algorithm::eltwise_tanh},
+  // Not relu: oneDNN's gives 0 for NaN, where torch keeps NaN visible
+  // (the project kernel in Elementwise.cpp does).
+  for (auto [op, alg] : {std::pair{"tanh", algorithm::eltwise_tanh},
                          {"sigmoid", algorithm::eltwise_logistic},
                          {"sqrt", algorithm::eltwise_sqrt}})
     wrap(registry, op, [alg = alg](const KernelArgs &args) {

@@ -115,7 +115,9 @@ void registerElementwise(KernelRegistry &registry) {
     });
   });
 
-  addUnary(registry, "relu", [](float x) { return x > 0.0f ? x : 0.0f; });
+  // torch.relu: NaN stays NaN (a diverged run stays visible), -0 is +0.
+  addUnary(registry, "relu",
+           [](float x) { return x > 0.0f || x != x ? x : 0.0f; });
   addUnary(registry, "erf", [](float x) { return std::erf(x); });
   addUnary(registry, "tanh", [](float x) { return std::tanh(x); });
   addUnary(registry, "sigmoid",

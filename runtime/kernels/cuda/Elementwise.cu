@@ -99,8 +99,8 @@ enum class UnaryOp {
 
 __device__ float applyUnary(UnaryOp op, float x, float p, float q) {
   switch (op) {
-  case UnaryOp::Relu:
-    return x > 0.0f ? x : 0.0f;
+  case UnaryOp::Relu: // NaN stays NaN, as torch.relu
+    return x > 0.0f || x != x ? x : 0.0f;
   case UnaryOp::Erf:
     return erff(x);
   case UnaryOp::Tanh:
