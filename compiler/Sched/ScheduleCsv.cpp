@@ -21,6 +21,8 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+
+#include <sys/stat.h>
 #include <map>
 #include <regex>
 #include <set>
@@ -488,6 +490,15 @@ CsvResult readScheduleCsv(const std::string &text, int64_t S, int64_t M) {
 
 CsvResult readScheduleFile(const std::string &path, int64_t S, int64_t M,
                            Strategy strategy) {
+  // A device never ends (/dev/zero read until memory ran out) and a FIFO
+  // blocks without a writer: only a regular file is read.
+  struct stat info;
+  if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
+    CsvResult refused;
+    refused.error = path + ": not a regular file (a FIFO, device or folder); "
+                           "give the schedule's CSV file";
+    return refused;
+  }
   std::ifstream in(path, std::ios::binary);
   std::ostringstream text;
   text << in.rdbuf();
