@@ -435,7 +435,7 @@ void checkTrailingFlag(int argc, char **argv) {
   auto it = options.find(name);
   if (it != options.end() &&
       it->second->getValueExpectedFlag() == cl::ValueRequired)
-    die("--" + name + " needs a value (see cdp-compile --help)");
+    die(last + " needs a value (see cdp-compile --help)"); // as typed
 }
 
 /// Runs LLVM's parser but reports a bad flag as one line.
