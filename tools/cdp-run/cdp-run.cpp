@@ -824,6 +824,8 @@ readFeeds(Run &run,
   std::map<int, Array> feeds;
   for (auto &[name, file] : given) {
     auto it = inputByName.find(name);
+    if (it != inputByName.end() && feeds.count(it->second))
+      die(flag + " names input '" + name + "' twice");
     if (it == inputByName.end()) {
       std::string names;
       for (auto &[n, id] : inputByName)
@@ -855,10 +857,6 @@ readFeeds(Run &run,
   return feeds;
 }
 
-void bindFeeds(Run &run) {
-  run.feeds = readFeeds(run, run.options.feeds, "--feed");
-}
-
 /// The samples `feeds` hold along their inputs' batch axes, which must
 /// agree (refused in one line naming `flag` otherwise), and the plan's
 /// batch along them; {-1, -1} when no input has a batch axis.
@@ -880,6 +878,15 @@ std::pair<int64_t, int64_t> feedSamples(const Run &run,
     batch = t.shape(t.batch_axis());
   }
   return {samples, batch};
+}
+
+/// Training feeds pair row i of every input: their lengths must agree
+/// (each wrapping modulo its own length would pair other rows).
+void bindFeeds(Run &run) {
+  run.feeds = readFeeds(run, run.options.feeds, "--feed");
+  if (run.plan.inference())
+    return; // inference checks its own feeds (runInference)
+  feedSamples(run, run.feeds, "--feed");
 }
 
 /// --eval-feed's arrays: the same number of samples along every input's
