@@ -53,6 +53,13 @@ bool exporterMade(StringRef name) {
   return name.starts_with("onnx::") || std::regex_match(name.str(), dynamo);
 }
 
+bool isFloating(int32_t type) {
+  return type == onnx::TensorProto::FLOAT ||
+         type == onnx::TensorProto::DOUBLE ||
+         type == onnx::TensorProto::FLOAT16 ||
+         type == onnx::TensorProto::BFLOAT16;
+}
+
 bool allFinite(const ConstTensor &t) {
   for (int64_t i = 0; i < t.size(); ++i)
     if (!std::isfinite(t.at(i)))
@@ -187,11 +194,15 @@ void Importer::decideTrained() {
             "optimizer folds and merges them); " +
             std::string(kTrainableRecipe));
     for (const auto &[name, tensor] : initializers) {
-      if (tensor->data_type() != onnx::TensorProto::FLOAT ||
-          statistics.count(name))
+      if (statistics.count(name) || !isFloating(tensor->data_type()) ||
+          !trainedByDefault(name, *tensor).empty())
         continue;
-      if (trainedByDefault(name, *tensor).empty())
-        trained.insert(name);
+      if (tensor->data_type() != onnx::TensorProto::FLOAT)
+        raise("initializer '" + name + "' is " +
+              onnxTypeName(tensor->data_type()) +
+              ", which cdp does not train (float32 only): export the model "
+              "in float32 (model.float())");
+      trained.insert(name);
     }
   }
   for (const std::string &name : options.trainable)
