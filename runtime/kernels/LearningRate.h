@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 namespace cdp::runtime {
 
@@ -33,7 +34,18 @@ struct UpdateRule {
         gamma(args.f("lr_gamma", 0.1)), lrMin(args.f("lr_min", 0.0)),
         startFactor(args.f("lr_start", 1.0)), endFactor(args.f("lr_end", 1.0)),
         warmup(std::max<int64_t>(args.i("lr_warmup", 0), 0)),
-        warmupStart(args.f("lr_warmup_start", 1.0)) {}
+        warmupStart(args.f("lr_warmup_start", 1.0)) {
+    // An optimizer the kernels do not know would silently run as SGD.
+    std::string optimizer = args.s("optimizer", "sgd");
+    if (optimizer != "sgd" && optimizer != "momentum" && optimizer != "adam" &&
+        optimizer != "adamw")
+      args.fail("optimizer '" + optimizer +
+                "' is not one cdp runs (sgd, momentum, adam, adamw)");
+    if (schedule != "constant" && schedule != "step" && schedule != "cosine" &&
+        schedule != "linear")
+      args.fail("learning-rate schedule '" + schedule +
+                "' is not one cdp runs (constant, step, cosine, linear)");
+  }
 
   /// The learning rate of the k-th update (k from 0).
   float scheduledLr(int64_t k) const {

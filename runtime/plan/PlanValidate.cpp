@@ -33,6 +33,7 @@ public:
 
   std::string run() {
     checkPlan();
+    checkSomethingRuns();
     for (int d = 0; error.empty() && d < plan.devices_size(); ++d)
       checkDevice(d);
     for (int id = 0; error.empty() && id < plan.tensors_size(); ++id)
@@ -54,6 +55,18 @@ private:
   void fail(const std::string &message) {
     if (error.empty())
       error = message;
+  }
+
+  /// A plan whose devices run nothing would train nothing and report a
+  /// loss of 0 (a re-sealed plan with its streams emptied).
+  void checkSomethingRuns() {
+    int64_t work = 0;
+    for (const Device &device : plan.devices())
+      work += device.instructions_size() + device.runs_size();
+    for (const Template &t : plan.templates())
+      work += t.instructions_size();
+    if (work == 0)
+      fail("the plan has no instructions: its devices run nothing");
   }
   bool tensorId(int64_t id) const {
     return id >= 0 && id < plan.tensors_size();

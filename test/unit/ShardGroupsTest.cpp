@@ -44,6 +44,10 @@ plan::Plan wellFormed() {
     plan::Device *device = p.add_devices();
     device->set_index(d);
     device->set_arena_bytes(64);
+    // Something to run: a plan whose devices run nothing is refused.
+    plan::Instruction *gather = device->add_instructions();
+    gather->set_op("shard_gather");
+    gather->set_location("stage1");
   }
   addTensor(p, "a", plan::PARAM, 3, 0)->set_trainable(true);
   addTensor(p, "b", plan::PARAM, 2, 12)->set_trainable(true);
