@@ -57,16 +57,19 @@ private:
       error = message;
   }
 
-  /// A plan whose devices run nothing would train nothing and report a
-  /// loss of 0 (a re-sealed plan with its streams emptied).
+  /// A training plan whose devices run nothing would train nothing and
+  /// report a loss of 0 (a re-sealed plan with its streams emptied). An
+  /// inference plan may hold constants alone.
   void checkSomethingRuns() {
+    if (plan.inference())
+      return;
     int64_t work = 0;
     for (const Device &device : plan.devices())
       work += device.instructions_size() + device.runs_size();
     for (const Template &t : plan.templates())
       work += t.instructions_size();
     if (work == 0)
-      fail("the plan has no instructions: its devices run nothing");
+      fail("the training plan has no instructions: its devices run nothing");
   }
   bool tensorId(int64_t id) const {
     return id >= 0 && id < plan.tensors_size();
