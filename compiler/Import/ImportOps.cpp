@@ -152,7 +152,7 @@ void importPool(Importer &im, bool isMax) {
 void importReduce(Importer &im, StringRef opName) {
   im.checkAttributes({"axes", "keepdims", "noop_with_empty_axes"});
   Value x = im.input(0);
-  // ReduceSum takes axes as an input from im.opset 13, ReduceMean from 18.
+  // ReduceSum takes axes as an input from opset 13, ReduceMean from 18.
   bool axesInput = opName == ReduceSumOp::getOperationName() ? im.opset >= 13
                                                              : im.opset >= 18;
   std::vector<int64_t> axes =
@@ -183,7 +183,7 @@ void importNeg(Importer &im) {
   im.bindResults(im.create(MulOp::getOperationName(), {x, factor}, {}, 1));
 }
 
-/// Clip's bounds are attributes before im.opset 11 and constant inputs after;
+/// Clip's bounds are attributes before opset 11 and constant inputs after;
 /// a missing bound is unbounded.
 void importClip(Importer &im) {
   im.checkAttributes({"min", "max"});
@@ -212,8 +212,8 @@ void importClip(Importer &im) {
                            1));
 }
 
-/// Pad in constant mode with pads as an attribute (before im.opset 11) or a
-/// constant input, optionally over some axes only (im.opset 18).
+/// Pad in constant mode with pads as an attribute (before opset 11) or a
+/// constant input, optionally over some axes only (opset 18).
 void importPad(Importer &im) {
   im.checkAttributes({"mode", "pads", "value"});
   std::string mode = im.stringAttr("mode", "constant");
@@ -323,7 +323,7 @@ void importBatchNormalization(Importer &im) {
       im.node->output_size() > 1 &&
       llvm::any_of(llvm::drop_begin(im.node->output()),
                    [](const std::string &o) { return !o.empty(); });
-  // Before im.opset 14 there is no training_mode: asking for the running
+  // Before opset 14 there is no training_mode: asking for the running
   // statistics is what selects training (torch exports it so at 13).
   bool training =
       im.opset < 14 ? statistics : im.intAttr("training_mode", 0) != 0;

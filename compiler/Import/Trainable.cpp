@@ -255,9 +255,9 @@ void Importer::checkInferenceBatchNorms() {
     if (n.op_type() != "BatchNormalization" || n.input_size() < 3)
       continue;
     node = &n;
-    bool statistics =
-        llvm::any_of(llvm::drop_begin(n.output()),
-                     [](const std::string &o) { return !o.empty(); });
+    bool statistics = false; // any output past the first named
+    for (int k = 1; k < n.output_size(); ++k)
+      statistics = statistics || !n.output(k).empty();
     bool training = opset < 14 ? statistics : intAttr("training_mode", 0) != 0;
     if (!training && (trained.count(n.input(1)) || trained.count(n.input(2))))
       raise(where() +
