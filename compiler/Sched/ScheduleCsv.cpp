@@ -22,11 +22,11 @@
 #include <cstring>
 #include <fstream>
 
-#include <sys/stat.h>
 #include <map>
 #include <regex>
 #include <set>
 #include <sstream>
+#include <sys/stat.h>
 
 namespace cdp::pipeline {
 

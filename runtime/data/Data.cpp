@@ -59,8 +59,7 @@ Array parseNpy(const std::string &data, const std::string &path) {
     throw RuntimeError(path + ": not a .npy file");
   int major = static_cast<unsigned char>(data[6]);
   if (major < 1 || major > 3)
-    throw RuntimeError(path + ": .npy format version " +
-                       std::to_string(major) +
+    throw RuntimeError(path + ": .npy format version " + std::to_string(major) +
                        " is not one numpy writes (1, 2 or 3)");
   size_t headerLength, start;
   if (major == 1) {

@@ -15,7 +15,8 @@
 namespace {
 
 std::string reference() {
-  std::ifstream file(std::string(CDP_SOURCE_DIR) + "/docs/reference/onnx-ops.md");
+  std::ifstream file(std::string(CDP_SOURCE_DIR) +
+                     "/docs/reference/onnx-ops.md");
   std::stringstream text;
   text << file.rdbuf();
   return text.str();
