@@ -485,7 +485,8 @@ void importGather(Importer &im) {
   SmallVector<NamedAttribute> attrs{
       im.named("axis", im.builder.getI64IntegerAttr(axis))};
   if (axis == 0)
-    if (std::optional<int64_t> row = im.embeddingPaddingRow(im.node->input(0)))
+    if (std::optional<int64_t> row =
+            im.embeddingPaddingRow(im.node->input(0), data))
       attrs.push_back(
           im.named("padding_idx", im.builder.getI64IntegerAttr(*row)));
   return im.bindResults(

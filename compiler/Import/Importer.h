@@ -145,7 +145,8 @@ public:
   /// An embedding table's padding row: the only all-zero row of a trained
   /// 2-D initializer, which torch's nn.Embedding(padding_idx) keeps at zero
   /// and gives no gradient (Trainable.cpp).
-  std::optional<int64_t> embeddingPaddingRow(const std::string &name);
+  std::optional<int64_t> embeddingPaddingRow(const std::string &name,
+                                             mlir::Value data);
 
   // Tensors.
   mlir::Type elementTypeOf(int32_t onnxType, const llvm::Twine &what);
@@ -209,6 +210,8 @@ private:
   std::unordered_set<std::string> trained;
   /// Exporter-made initializers read as the transpose of another, by name.
   std::map<std::string, std::string> transposeOf;
+  /// Float initializers whose values are all 0 and 1 (trainedByDefault).
+  std::unordered_set<std::string> maskLike;
   /// embeddingPaddingRow's answers, by initializer.
   std::map<std::string, std::optional<int64_t>> paddingRows;
   mlir::Block *body = nullptr;

@@ -33,6 +33,7 @@
 #include <google/protobuf/unknown_field_set.h>
 
 #include <cmath>
+#include <cstring>
 #include <regex>
 
 using namespace mlir;
@@ -84,6 +85,21 @@ bool constantValued(const ConstTensor &t) {
   return true;
 }
 
+/// Element 0 of a float32 tensor stored inline, without reading the rest;
+/// none when it is stored elsewhere (then only a full read tells). Both a
+/// matrix and its transpose start with it.
+std::optional<float> firstFloat(const onnx::TensorProto &t) {
+  if (t.data_location() != onnx::TensorProto::EXTERNAL &&
+      t.raw_data().size() >= sizeof(float)) {
+    float value;
+    std::memcpy(&value, t.raw_data().data(), sizeof value);
+    return value;
+  }
+  if (t.float_data_size() > 0)
+    return t.float_data(0);
+  return std::nullopt;
+}
+
 /// `a` (k x m) is exactly the transpose of `b` (m x k).
 bool isTransposeOf(const ConstTensor &a, const ConstTensor &b) {
   if (a.shape.size() != 2 || b.shape.size() != 2 || a.shape[0] != b.shape[1] ||
@@ -129,6 +145,8 @@ std::string Importer::trainedByDefault(const std::string &name,
   ConstTensor value = readTensor(tensor, "initializer '" + name + "'");
   if (!allFinite(value))
     return "holds non-finite values (a mask)";
+  if (looksLikeMask(value)) // said if trained (reportTrained), read once
+    maskLike.insert(name);
   return "";
 }
 
@@ -237,13 +255,17 @@ void Importer::findFoldedTransposes() {
     ConstTensor folded = readTensor(*tensor, "initializer '" + name + "'");
     if (constantValued(folded))
       continue; // a constant matrix could be any parameter's fold
-    for (const std::string &source : candidates->second)
+    for (const std::string &source : candidates->second) {
+      std::optional<float> first = firstFloat(*initializers.at(source));
+      if (first && *first != folded.floats.front())
+        continue; // differ already; no full read
       if (isTransposeOf(folded, readTensor(*initializers.at(source),
                                            "initializer '" + source + "'"))) {
         transposeOf[name] = source;
         trained.erase(name);
         break;
       }
+    }
   }
 }
 
@@ -276,21 +298,27 @@ void Importer::checkInferenceBatchNorms() {
 /// the padding_idx, which keeps row p out of the gradient, is lost. Row p
 /// is the table's only all-zero row (torch zeroes it at init, and it never
 /// learns), so that is how it is found again; the compile says so.
-std::optional<int64_t> Importer::embeddingPaddingRow(const std::string &name) {
+std::optional<int64_t> Importer::embeddingPaddingRow(const std::string &name,
+                                                     Value data) {
   auto known = paddingRows.find(name);
   if (known != paddingRows.end())
     return known->second;
   std::optional<int64_t> &row = paddingRows[name];
-  auto it = initializers.find(name);
-  if (options.shapesOnly || it == initializers.end() || !trained.count(name) ||
-      it->second->dims_size() != 2)
+  // The table as the parameter holds it (no second read of the model).
+  auto param = data.getDefiningOp<ParamOp>();
+  auto value =
+      param
+          ? dyn_cast_or_null<DenseF32ResourceElementsAttr>(param.getValueAttr())
+          : nullptr;
+  std::optional<ArrayRef<float>> table =
+      value ? value.tryGetAsArrayRef() : std::nullopt;
+  if (!table || !trained.count(name) || param.getType().getRank() != 2)
     return row;
-  ConstTensor table = readTensor(*it->second, "initializer '" + name + "'");
-  int64_t rows = table.shape[0], width = table.shape[1];
+  int64_t rows = param.getType().getDimSize(0),
+          width = param.getType().getDimSize(1);
   for (int64_t r = 0; r < rows && width > 0; ++r) {
-    bool zero = std::all_of(table.floats.begin() + r * width,
-                            table.floats.begin() + (r + 1) * width,
-                            [](float v) { return v == 0.0f; });
+    ArrayRef<float> values = table->slice(r * width, width);
+    bool zero = llvm::all_of(values, [](float v) { return v == 0.0f; });
     if (zero && row)
       return row = std::nullopt; // two zero rows: nothing to tell by
     if (zero)
@@ -313,8 +341,7 @@ void Importer::reportTrained() {
   for (const std::string &name : trained) {
     if (exporterMade(name))
       folds.push_back(name);
-    else if (looksLikeMask(readTensor(*initializers.at(name),
-                                      "initializer '" + name + "'")))
+    else if (maskLike.count(name))
       masks.push_back(name);
   }
   std::sort(masks.begin(), masks.end());
