@@ -228,6 +228,9 @@ Manifest readManifest(const std::string &dir) {
   m.processes = in.get<int32_t>();
   if (m.processes < 1 || m.processes > m.devices)
     in.fail();
+  if (m.nextStep < 0)
+    throw RuntimeError(path + ": the checkpoint is before step " +
+                       std::to_string(m.nextStep) + ", which no run reaches");
   for (int r = 0; r < m.processes; ++r) {
     Manifest::Shard shard;
     shard.file = in.getString();

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 namespace cdp::runtime {
 
@@ -32,6 +33,24 @@ void Communicator::checkArrival(int64_t tag, int from, plan::DType dtype,
                        ", device " + std::to_string(rank()) + " expects " +
                        std::to_string(out.count) + " " +
                        plan::DType_Name(out.dtype));
+}
+
+void checkRestoredMessage(int64_t tag, int from, int to, int32_t dtype,
+                          int64_t count, uint64_t bytes) {
+  std::string message = "message " + std::to_string(tag) + " from device " +
+                        std::to_string(from) + " to device " +
+                        std::to_string(to) + " in flight";
+  if (!plan::DType_IsValid(dtype))
+    throw RuntimeError(message + " has type " + std::to_string(dtype) +
+                       ", not one cdp sends");
+  auto type = static_cast<plan::DType>(dtype);
+  int64_t size = plan::dtypeSize(type);
+  if (count < 0 || count > std::numeric_limits<int64_t>::max() / size ||
+      bytes != static_cast<uint64_t>(count * size))
+    throw RuntimeError(
+        message + " holds " + std::to_string(bytes) + " bytes where its " +
+        std::to_string(count) + " " + plan::DType_Name(type) + " values take " +
+        (count < 0 ? std::string("none") : std::to_string(count * size)));
 }
 
 void Communicator::checkReducible(plan::DType dtype) {

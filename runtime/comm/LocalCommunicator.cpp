@@ -43,7 +43,7 @@ private:
   std::vector<SendRecord> log;
 };
 
-LocalFabric::LocalFabric(int devices) : devices(devices) {
+LocalFabric::LocalFabric(int devices) : devices(devices), waits(devices) {
   for (int d = 0; d < devices; ++d)
     endpoints.push_back(std::make_unique<LocalCommunicator>(*this, d));
 }
@@ -53,6 +53,56 @@ LocalFabric::~LocalFabric() = default;
 Communicator &LocalFabric::endpoint(int d) { return *endpoints.at(d); }
 
 void LocalFabric::abortRun() { endpoint(0).abort(); }
+
+void LocalFabric::setParked(int device, bool parked) {
+  std::lock_guard<std::mutex> lock(mutex);
+  waits.at(device).kind = parked ? Wait::Parked : Wait::Running;
+  if (parked)
+    checkStall();
+}
+
+void LocalFabric::checkStall() {
+  int waiter = -1;
+  for (int d = 0; d < devices; ++d) {
+    const Wait &w = waits[d];
+    if (w.kind == Wait::Running)
+      return;
+    if (w.kind == Wait::Parked)
+      continue;
+    auto reduction = reductions.find(w.tag);
+    if (w.kind == Wait::Message
+            ? mailboxes.count({w.from, d, w.tag}) > 0
+            : reduction != reductions.end() && reduction->second.done)
+      return; // woken, not yet running
+    waiter = waiter < 0 ? d : waiter;
+  }
+  if (waiter < 0)
+    return; // all between steps, or done
+  const Wait &w = waits[waiter];
+  stall =
+      "every device waits and nothing in flight ends a wait: device " +
+      std::to_string(waiter) + " for " +
+      (w.kind == Wait::Message ? "message " + std::to_string(w.tag) +
+                                     " from device " + std::to_string(w.from)
+                               : "reduction " + std::to_string(w.tag)) +
+      "; was the run resumed from a checkpoint whose state in flight "
+      "does not fit the plan?";
+  aborted = true;
+  changed.notify_all();
+}
+
+bool LocalFabric::waitFor(std::unique_lock<std::mutex> &lock, int d, Wait wait,
+                          const std::function<bool()> &ready) {
+  if (!aborted && !ready()) {
+    waits[d] = wait;
+    checkStall();
+    changed.wait(lock, [&] { return aborted || ready(); });
+    waits[d] = Wait();
+  }
+  if (aborted && !stall.empty())
+    throw RuntimeError(stall);
+  return !aborted;
+}
 
 std::vector<std::vector<Communicator::SendRecord>>
 LocalFabric::gatherSendLogs() {
@@ -104,13 +154,20 @@ void LocalFabric::restoreInFlight(const std::string &bytes) {
     if (!owns(from) || !owns(to))
       in.fail();
     int64_t tag = in.get<int64_t>();
-    Message &message = mailboxes[std::make_tuple(from, to, tag)];
-    message.dtype = static_cast<plan::DType>(in.get<int32_t>());
-    message.count = in.get<int64_t>();
-    message.bytes = in.getVector<char>();
+    int32_t dtype = in.get<int32_t>();
+    int64_t count = in.get<int64_t>();
+    std::vector<char> bytes = in.getVector<char>();
+    checkRestoredMessage(tag, from, to, dtype, count, bytes.size());
+    if (mailboxes.count(std::make_tuple(from, to, tag)))
+      in.fail();
+    mailboxes[std::make_tuple(from, to, tag)] = {
+        static_cast<plan::DType>(dtype), count, std::move(bytes)};
   }
   for (uint64_t n = in.get<uint64_t>(); n > 0; --n) {
-    Reduction &r = reductions[in.get<int64_t>()];
+    int64_t tag = in.get<int64_t>();
+    if (reductions.count(tag))
+      in.fail();
+    Reduction &r = reductions[tag];
     r.arrived = in.get<int32_t>();
     r.fetched = in.get<int32_t>();
     r.done = in.get<uint8_t>();
@@ -121,9 +178,36 @@ void LocalFabric::restoreInFlight(const std::string &bytes) {
     r.contributions.resize(parts);
     for (std::vector<float> &part : r.contributions)
       part = in.getVector<float>();
+    if (!leftByARun(r))
+      throw RuntimeError("reduction " + std::to_string(tag) +
+                         " in flight is in no state a run leaves it (" +
+                         std::to_string(r.arrived) + " contributions, " +
+                         std::to_string(r.fetched) + " fetched)");
   }
   if (!in.atEnd())
     in.fail();
+}
+
+// Before the last contribution: some, each of the same size, one slot per
+// device, nothing fetched. After it: every device's sum in the mean, some
+// devices still to fetch it.
+bool LocalFabric::leftByARun(const Reduction &r) const {
+  if (r.done)
+    return r.arrived == devices && r.fetched >= 0 && r.fetched < devices &&
+           r.contributions.empty();
+  if (r.arrived <= 0 || r.arrived >= devices || r.fetched != 0 ||
+      !r.mean.empty() || r.contributions.size() != size_t(devices))
+    return false;
+  int given = 0;
+  size_t size = 0;
+  for (const std::vector<float> &part : r.contributions) {
+    if (part.empty())
+      continue;
+    if (given++ && part.size() != size)
+      return false;
+    size = part.size();
+  }
+  return given == r.arrived;
 }
 
 void LocalCommunicator::send(int to, int64_t tag,
@@ -157,9 +241,8 @@ bool LocalCommunicator::receive(
   checkPeer(from);
   std::unique_lock<std::mutex> lock(fabric.mutex);
   auto key = std::make_tuple(from, device, tag);
-  fabric.changed.wait(
-      lock, [&] { return fabric.aborted || fabric.mailboxes.count(key); });
-  if (fabric.aborted)
+  if (!fabric.waitFor(lock, device, {LocalFabric::Wait::Message, from, tag},
+                      [&] { return fabric.mailboxes.count(key) > 0; }))
     return false;
   use(fabric.mailboxes[key]);
   fabric.mailboxes.erase(key);
@@ -169,7 +252,7 @@ bool LocalCommunicator::receive(
 bool LocalCommunicator::recv(int from, int64_t tag, Buffer out) {
   return receive(from, tag, [&](const LocalFabric::Message &message) {
     checkArrival(tag, from, message.dtype, message.count, out);
-    copyBytes(out.data, message.bytes.data(), message.bytes.size());
+    copyBytes(out.data, message.bytes.data(), out.bytes());
   });
 }
 
@@ -200,6 +283,12 @@ void LocalCommunicator::reduceStart(int64_t tag,
       throw RuntimeError("device " + std::to_string(device) +
                          " contributed twice to reduction " +
                          std::to_string(tag));
+    for (const std::vector<float> &part : r.contributions)
+      if (!part.empty() && static_cast<int64_t>(part.size()) != count)
+        throw RuntimeError("device " + std::to_string(device) + " adds " +
+                           std::to_string(count) + " values to reduction " +
+                           std::to_string(tag) + ", another device " +
+                           std::to_string(part.size()));
     r.contributions[device] = std::move(contribution);
     if (++r.arrived == fabric.devices) {
       // Sum in device order: every device gets the same bits.
@@ -223,11 +312,11 @@ bool LocalCommunicator::reduceWait(int64_t tag,
                                    const std::vector<Buffer> &parts) {
   int64_t count = reducedCount(tag, parts);
   std::unique_lock<std::mutex> lock(fabric.mutex);
-  fabric.changed.wait(lock, [&] {
-    auto it = fabric.reductions.find(tag);
-    return fabric.aborted || (it != fabric.reductions.end() && it->second.done);
-  });
-  if (fabric.aborted)
+  if (!fabric.waitFor(lock, device, {LocalFabric::Wait::Reduction, 0, tag},
+                      [&] {
+                        auto it = fabric.reductions.find(tag);
+                        return it != fabric.reductions.end() && it->second.done;
+                      }))
     return false;
   LocalFabric::Reduction &r = fabric.reductions[tag];
   if (static_cast<int64_t>(r.mean.size()) != count)

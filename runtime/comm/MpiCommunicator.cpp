@@ -349,7 +349,17 @@ void MpiCommunicator::restoreInFlight(ByteReader &in) {
   for (uint64_t n = in.get<uint64_t>(); n > 0; --n) {
     int from = in.get<int32_t>();
     int64_t tag = in.get<int64_t>();
-    early[{from, tag}] = in.getVector<char>();
+    std::vector<char> message = in.getVector<char>();
+    Header header;
+    if (from < 0 || from >= fabric.devices || message.size() < sizeof(Header) ||
+        early.count({from, tag}))
+      in.fail();
+    copyBytes(&header, message.data(), sizeof(Header));
+    if (header.tag != tag)
+      in.fail();
+    checkRestoredMessage(tag, from, device, header.dtype, header.count,
+                         message.size() - sizeof(Header));
+    early[{from, tag}] = std::move(message);
   }
   for (uint64_t n = in.get<uint64_t>(); n > 0; --n) {
     int64_t tag = in.get<int64_t>();

@@ -660,13 +660,18 @@ struct Run {
 /// arrive runs the action (a checkpoint) while the others wait, so that no
 /// device has begun the next step. A failed action, or a device that
 /// failed elsewhere (abandon), fails every thread that meets.
+/// Waiting devices are parked in the fabric (its stall check); the last
+/// sets them running before it wakes them.
 class StepRendezvous {
 public:
-  explicit StepRendezvous(int threads) : threads(threads) {}
-  void meet(const std::function<void()> &action) {
+  StepRendezvous(int threads, Fabric &fabric)
+      : threads(threads), fabric(fabric) {}
+  void meet(int device, const std::function<void()> &action) {
     std::unique_lock<std::mutex> lock(mutex);
     int64_t mine = generation;
     if (failure.empty() && ++arrived < threads) {
+      parked.push_back(device);
+      fabric.setParked(device, true);
       changed.wait(lock,
                    [&] { return generation != mine || !failure.empty(); });
     } else if (failure.empty()) {
@@ -677,6 +682,9 @@ public:
       }
       arrived = 0;
       ++generation;
+      for (int d : parked)
+        fabric.setParked(d, false);
+      parked.clear();
       changed.notify_all();
     }
     if (!failure.empty())
@@ -691,6 +699,8 @@ public:
 
 private:
   const int threads;
+  Fabric &fabric;
+  std::vector<int> parked;
   std::mutex mutex;
   std::condition_variable changed;
   int arrived = 0;
@@ -1236,7 +1246,7 @@ void runDevice(Run &run, int d, DeviceThreads &shared) {
     }
     int cut = shared.cuts.at(t + 1, d);
     runPart(t, 0, cut);
-    shared.rendezvous.meet([&] {
+    shared.rendezvous.meet(d, [&] {
       saveCheckpoint(options.checkpoint, run.checkpointScope(),
                      runIdentity(run), t + 1);
     });
@@ -1297,7 +1307,7 @@ void runDevices(Run &run, int64_t start) {
   int owned = 0;
   for (int d = 0; d < N; ++d)
     owned += run.fabric->owns(d);
-  StepRendezvous rendezvous(owned);
+  StepRendezvous rendezvous(owned, *run.fabric);
   CheckpointCuts cuts(run.plan);
   DeviceThreads shared{orders, losses, progress, rendezvous, cuts, start};
   std::vector<std::thread> threads;
@@ -1318,6 +1328,7 @@ void runDevices(Run &run, int64_t start) {
         threads.emplace_back([&, d] {
           try {
             runDevice(run, d, shared);
+            run.fabric->setParked(d, true); // done: it sends no more
           } catch (const RuntimeError &e) {
             std::lock_guard<std::mutex> lock(errorMutex);
             if (firstError.empty())

@@ -224,6 +224,14 @@ private:
   void sendToAll(int64_t tag, ConstBuffer data, int64_t tau);
 };
 
+/// Checks a message restored from a checkpoint: a type cdp sends, a count
+/// that is not negative, and `bytes` that are exactly its values'. Throws
+/// a one-line RuntimeError naming the message otherwise (a re-sealed
+/// checkpoint: the receive would copy past its tensor, or read past the
+/// message).
+void checkRestoredMessage(int64_t tag, int from, int to, int32_t dtype,
+                          int64_t count, uint64_t bytes);
+
 /// The devices of a run and where they live: every device's endpoint, the
 /// processes they are spread over, and the few whole-run gathers a run
 /// needs after training. In-process (LocalFabric) every device is a thread
@@ -267,6 +275,13 @@ public:
   /// Puts back what saveInFlight returned, before a resumed run's first
   /// step. Throws RuntimeError when the bytes are not such a state.
   virtual void restoreInFlight(const std::string &bytes) = 0;
+
+  /// Device `device` waits outside the fabric (where the devices meet
+  /// between steps, or done) and sends nothing until set back. In-process,
+  /// a run whose devices all wait, none for anything in flight, then
+  /// fails in one line instead of hanging (a checkpoint's state in flight
+  /// that does not fit the plan).
+  virtual void setParked(int device, bool parked) {}
 };
 
 /// Devices as threads of this process: the fabric holds the messages in
@@ -291,9 +306,25 @@ public:
   void abortRun() override;
   std::string saveInFlight() override;
   void restoreInFlight(const std::string &bytes) override;
+  void setParked(int device, bool parked) override;
 
 private:
   friend class LocalCommunicator;
+  /// What a device waits for: nothing (it runs), a message, a reduction's
+  /// mean, or something outside the fabric (parked).
+  struct Wait {
+    enum Kind { Running, Message, Reduction, Parked } kind = Running;
+    int from = 0;
+    int64_t tag = 0;
+  };
+  /// Called (holding `mutex`) when a device starts to wait: when every
+  /// device waits and no message or mean they wait for is here, none ever
+  /// will be; the run is stopped with `stall` saying who waits for what.
+  void checkStall();
+  /// Device d waits (`wait`) until `ready` (holding `lock`); false when the
+  /// run was aborted, a RuntimeError when it stalled.
+  bool waitFor(std::unique_lock<std::mutex> &lock, int d, Wait wait,
+               const std::function<bool()> &ready);
   struct Reduction {
     std::vector<std::vector<float>> contributions;
     std::vector<float> mean;
@@ -305,6 +336,9 @@ private:
     int64_t count;
     std::vector<char> bytes;
   };
+  /// Whether a restored reduction is in a state reduceStart and
+  /// reduceWait leave one in.
+  bool leftByARun(const Reduction &r) const;
   int devices;
   mutable std::mutex mutex;
   std::condition_variable changed;
@@ -312,6 +346,8 @@ private:
   /// (from, to, tag) -> the message.
   std::map<std::tuple<int, int, int64_t>, Message> mailboxes;
   bool aborted = false;
+  std::vector<Wait> waits;
+  std::string stall;
   std::vector<std::unique_ptr<Communicator>> endpoints;
 };
 
