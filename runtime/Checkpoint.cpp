@@ -1,7 +1,9 @@
 //===- Checkpoint.cpp - saving and resuming training state ----------------===//
 //
-// DIR/manifest.bin: "CDPCKPT3", then (host byte order, strings and blobs
-// length-prefixed) the plan checksum, seed, data, next step, device and
+// DIR/manifest.bin: "CDPCKPT4", then (host byte order, strings and blobs
+// length-prefixed) the plan checksum, seed, data, the data files'
+// fingerprints (count; per file its path, size, modification time and
+// hash), next step, device and
 // process counts, per process its shard's file name, size and FNV-1a
 // checksum, and the checksum of everything before it.
 //
@@ -21,6 +23,7 @@
 #include "cdp/Runtime/Data.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -34,7 +37,7 @@ namespace cdp::runtime {
 
 namespace {
 
-constexpr char kManifestMagic[8] = {'C', 'D', 'P', 'C', 'K', 'P', 'T', '3'};
+constexpr char kManifestMagic[8] = {'C', 'D', 'P', 'C', 'K', 'P', 'T', '4'};
 constexpr char kShardMagic[8] = {'C', 'D', 'P', 'S', 'H', 'R', 'D', '3'};
 
 /// Whether the arena holds live activations at the checkpoint before step
@@ -165,6 +168,21 @@ void removeOtherShards(const std::string &dir, int process,
   closedir(folder);
 }
 
+/// Reads `size` bytes at `offset`; false on an error or an early end.
+bool preadAll(int fd, char *to, size_t size, off_t offset) {
+  while (size > 0) {
+    ssize_t got = pread(fd, to, size, offset);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got <= 0)
+      return false;
+    to += got;
+    size -= got;
+    offset += got;
+  }
+  return true;
+}
+
 void writeOrThrow(const std::string &path, const std::string &bytes) {
   std::string error;
   if (!writeFileAtomically(path, bytes, error))
@@ -179,6 +197,13 @@ std::string buildManifest(const CheckpointScope &scope,
   out.put<uint64_t>(identity.planChecksum);
   out.put<uint64_t>(identity.seed);
   out.putString(identity.data);
+  out.put<uint64_t>(identity.files.size());
+  for (const FileFingerprint &file : identity.files) {
+    out.putString(file.path);
+    out.put<uint64_t>(file.size);
+    out.put<int64_t>(file.modified);
+    out.put<uint64_t>(file.hash);
+  }
   out.put<int64_t>(nextStep);
   out.put<int32_t>(scope.devices[0]->plan().devices_size());
   out.put<int32_t>(processCount(scope));
@@ -191,6 +216,7 @@ std::string buildManifest(const CheckpointScope &scope,
 struct Manifest {
   uint64_t planChecksum, seed;
   std::string data;
+  std::vector<FileFingerprint> files;
   int64_t nextStep;
   int32_t devices, processes;
   struct Shard {
@@ -223,6 +249,14 @@ Manifest readManifest(const std::string &dir) {
   m.planChecksum = in.get<uint64_t>();
   m.seed = in.get<uint64_t>();
   m.data = in.getString();
+  for (uint64_t n = in.get<uint64_t>(); n > 0; --n) {
+    FileFingerprint file;
+    file.path = in.getString();
+    file.size = in.get<uint64_t>();
+    file.modified = in.get<int64_t>();
+    file.hash = in.get<uint64_t>();
+    m.files.push_back(file);
+  }
   m.nextStep = in.get<int64_t>();
   m.devices = in.get<int32_t>();
   m.processes = in.get<int32_t>();
@@ -268,6 +302,12 @@ void checkSameRun(const std::string &path, const Manifest &m,
   if (m.data != identity.data)
     throw RuntimeError(path + ": the checkpoint was taken training on " +
                        m.data + "; resume on the same data");
+  for (size_t i = 0; i < m.files.size() && i < identity.files.size(); ++i)
+    if (!(m.files[i] == identity.files[i]))
+      throw RuntimeError(path + ": " + identity.files[i].path +
+                         " changed since the checkpoint (its size, "
+                         "modification time or contents); resume on the "
+                         "data it was taken on");
   if (m.processes != processCount(scope))
     throw RuntimeError(path + ": the checkpoint was written by " +
                        std::to_string(m.processes) + " process" +
@@ -326,6 +366,33 @@ void restoreShard(const std::string &path, const std::string &bytes,
 }
 
 } // namespace
+
+FileFingerprint fingerprintFile(const std::string &path) {
+  constexpr uint64_t kEnds = uint64_t(1) << 20;
+  FileFingerprint file;
+  file.path = path;
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat info;
+  if (fd < 0 || fstat(fd, &info) != 0) {
+    std::string why = std::strerror(errno);
+    if (fd >= 0)
+      close(fd);
+    throw RuntimeError(path + ": cannot read: " + why);
+  }
+  file.size = info.st_size;
+  file.modified =
+      int64_t(info.st_mtim.tv_sec) * 1000000000 + info.st_mtim.tv_nsec;
+  // The first MiB and the last (overlapping in a small file).
+  std::string ends(std::min(file.size, kEnds) * 2, '\0');
+  size_t half = ends.size() / 2;
+  bool read = preadAll(fd, ends.data(), half, 0) &&
+              preadAll(fd, ends.data() + half, half, file.size - half);
+  close(fd);
+  if (!read)
+    throw RuntimeError(path + ": cannot read: " + std::strerror(errno));
+  file.hash = plan::checksum(ends.data(), ends.size());
+  return file;
+}
 
 void saveCheckpoint(const std::string &dir, const CheckpointScope &scope,
                     const RunIdentity &identity, int64_t nextStep) {

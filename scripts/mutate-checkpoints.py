@@ -45,7 +45,7 @@ CONFIGS = {
 }
 MODEL = "mlp4tied"
 EXTREMES = [0, 1, -1, 2, 3, 7, 255, 2**31 - 1, -2**31, 2**62, 2**63 - 1, -2**63]
-MANIFEST_MAGIC, SHARD_MAGIC = b"CDPCKPT3", b"CDPSHRD3"
+MANIFEST_MAGIC, SHARD_MAGIC = b"CDPCKPT4", b"CDPSHRD3"
 
 
 def fnv1a(data):
@@ -81,8 +81,9 @@ def blob(data):
 
 def read_manifest(data):
     r = Reader(data[:-8], len(MANIFEST_MAGIC))
-    m = {"plan": r.get("Q"), "seed": r.get("Q"), "data": r.blob(), "next": r.get("q"),
-         "devices": r.get("i"), "processes": r.get("i"), "shards": []}
+    m = {"plan": r.get("Q"), "seed": r.get("Q"), "data": r.blob()}
+    m["files"] = [[r.blob(), r.get("Q"), r.get("q"), r.get("Q")] for _ in range(r.get("Q"))]
+    m.update({"next": r.get("q"), "devices": r.get("i"), "processes": r.get("i"), "shards": []})
     for _ in range(m["processes"]):
         m["shards"].append([r.blob(), r.get("Q"), r.get("Q")])
     return m
@@ -90,6 +91,9 @@ def read_manifest(data):
 
 def write_manifest(m):
     out = MANIFEST_MAGIC + struct.pack("<QQ", m["plan"], m["seed"]) + blob(m["data"])
+    out += struct.pack("<Q", len(m["files"]))
+    for path, size, modified, digest in m["files"]:
+        out += blob(path) + struct.pack("<QqQ", size, modified, digest)
     out += struct.pack("<qii", m["next"], m["devices"], m["processes"])
     for name, size, digest in m["shards"]:
         out += blob(name) + struct.pack("<QQ", size, digest)

@@ -299,10 +299,16 @@ void writeNpy(const std::string &path, const TensorView &view) {
     throw RuntimeError(path + ": " + error);
 }
 
+std::vector<std::string> idxSplitFiles(const std::string &dir,
+                                       const std::string &prefix) {
+  return {findIdx(dir, prefix + "-images-idx3-ubyte"),
+          findIdx(dir, prefix + "-labels-idx1-ubyte")};
+}
+
 Dataset readIdxSplit(const std::string &dir, const std::string &prefix,
                      int64_t maxBytes) {
-  std::string imagesPath = findIdx(dir, prefix + "-images-idx3-ubyte");
-  std::string labelsPath = findIdx(dir, prefix + "-labels-idx1-ubyte");
+  std::vector<std::string> files = idxSplitFiles(dir, prefix);
+  const std::string &imagesPath = files[0], &labelsPath = files[1];
   requireRegularFile(imagesPath);
   requireRegularFile(labelsPath);
   // A float per pixel: the images take 4 bytes per stored byte.

@@ -602,6 +602,9 @@ struct Run {
   const Options &options;
   plan::Plan &plan;
   uint64_t planChecksum = 0;
+  /// What its checkpoints record of the run (runIdentity), once the data
+  /// are read.
+  RunIdentity identity;
   bool training = false, terminal = false;
   int deviceCount = 1, threadsPerDevice = 1;
   /// Devices as threads that communicate (every multi-device plan, and dp
@@ -914,15 +917,19 @@ void bindEvalFeeds(Run &run) {
   run.evalSamples = std::max<int64_t>(samples, 0);
 }
 
+/// --data's folder (fashion-mnist: the packaged one).
+std::string dataFolder(const Options &options) {
+  return options.data == "fashion-mnist" ? "/usr/share/datasets/fashion-mnist"
+                                         : options.data;
+}
+
 /// --data: the IDX data set, checked against the plan's image input.
 void loadDataset(Run &run) {
   const Options &options = run.options;
   const plan::Plan &plan = run.plan;
   if (options.data.empty())
     return;
-  std::string dir = options.data == "fashion-mnist"
-                        ? "/usr/share/datasets/fashion-mnist"
-                        : options.data;
+  std::string dir = dataFolder(options);
   if (plan.labels() < 0)
     die("--data needs a plan compiled with a loss on labels "
         "(--loss softmax-cross-entropy)");
@@ -1115,16 +1122,23 @@ void countSteps(Run &run) {
   }
 }
 
-/// What a checkpoint records of this run, so that --resume continues it.
+/// What a checkpoint records of this run, so that --resume continues it:
+/// with the data's files as they are when training begins.
 RunIdentity runIdentity(const Run &run) {
   RunIdentity identity;
   identity.planChecksum = run.planChecksum;
   identity.seed = run.options.seed;
-  if (!run.options.data.empty())
+  if (!run.options.data.empty()) {
     identity.data = "--data " + run.options.data;
-  for (const auto &[name, file] : run.options.feeds)
+    for (const std::string &file :
+         idxSplitFiles(dataFolder(run.options), "train"))
+      identity.files.push_back(fingerprintFile(file));
+  }
+  for (const auto &[name, file] : run.options.feeds) {
     identity.data += (identity.data.empty() ? "" : " ") +
                      std::string("--feed ") + name + "=" + file;
+    identity.files.push_back(fingerprintFile(file));
+  }
   return identity;
 }
 
@@ -1247,8 +1261,8 @@ void runDevice(Run &run, int d, DeviceThreads &shared) {
     int cut = shared.cuts.at(t + 1, d);
     runPart(t, 0, cut);
     shared.rendezvous.meet(d, [&] {
-      saveCheckpoint(options.checkpoint, run.checkpointScope(),
-                     runIdentity(run), t + 1);
+      saveCheckpoint(options.checkpoint, run.checkpointScope(), run.identity,
+                     t + 1);
     });
     runPart(t, cut, size);
   }
@@ -1476,8 +1490,8 @@ void runSingleDevice(Run &run, int64_t step) {
           (long long)epoch + 1, (long long)run.epochs, (long long)s + 1,
           (long long)run.stepsPerEpoch, loss, rate);
     if (checkpointDue(run, step + 1))
-      saveCheckpoint(options.checkpoint, run.checkpointScope(),
-                     runIdentity(run), step + 1);
+      saveCheckpoint(options.checkpoint, run.checkpointScope(), run.identity,
+                     step + 1);
     if (last && !options.data.empty()) {
       double elapsed = std::chrono::duration<double>(
                            std::chrono::steady_clock::now() - started)
@@ -1503,7 +1517,7 @@ void runSingleDevice(Run &run, int64_t step) {
     std::fprintf(stderr, "\n");
   // A resume at the end still leaves a checkpoint there.
   if (!options.checkpoint.empty() && step0 == run.total)
-    saveCheckpoint(options.checkpoint, run.checkpointScope(), runIdentity(run),
+    saveCheckpoint(options.checkpoint, run.checkpointScope(), run.identity,
                    run.total);
 }
 
@@ -1568,11 +1582,13 @@ void runInference(Run &run) {
 /// Training, on one device or several, from the start or --resume.
 void train(Run &run) {
   countSteps(run);
+  if (!run.options.checkpoint.empty() || !run.options.resume.empty())
+    run.identity = runIdentity(run);
   int64_t step = 0;
   if (!run.options.resume.empty()) {
     try {
       step = loadCheckpoint(run.options.resume, run.checkpointScope(),
-                            runIdentity(run));
+                            run.identity);
     } catch (const RuntimeError &e) {
       die(e.what());
     }

@@ -22,12 +22,31 @@
 
 namespace cdp::runtime {
 
+/// A data file as a checkpoint remembers it, without reading it whole:
+/// its size, modification time and a hash of its first and last MiB.
+struct FileFingerprint {
+  std::string path; ///< as the user named it
+  uint64_t size = 0;
+  int64_t modified = 0; ///< nanoseconds since the epoch
+  uint64_t hash = 0;
+  bool operator==(const FileFingerprint &other) const {
+    return path == other.path && size == other.size &&
+           modified == other.modified && hash == other.hash;
+  }
+};
+
+/// The fingerprint of the file at `path` (a RuntimeError if it cannot be
+/// read).
+FileFingerprint fingerprintFile(const std::string &path);
+
 /// What a resumed run must share with the run that wrote the checkpoint to
-/// continue it: the plan, the seed (shuffling, Dropout) and the data.
+/// continue it: the plan, the seed (shuffling, Dropout) and the data --
+/// the same files, unchanged.
 struct RunIdentity {
   uint64_t planChecksum = 0;
   uint64_t seed = 0;
   std::string data; ///< the --data folder or the --feed list, as given
+  std::vector<FileFingerprint> files; ///< the data's files
 };
 
 /// This process's part of a run: its devices (in device order) and the

@@ -40,6 +40,11 @@ struct Dataset {
   Array images, labels;
 };
 
+/// The paths of a split's images and labels in `dir`: each file, or its
+/// .gz (a RuntimeError naming the one missing).
+std::vector<std::string> idxSplitFiles(const std::string &dir,
+                                       const std::string &prefix);
+
 /// Reads `<prefix>-images-idx3-ubyte[.gz]` and
 /// `<prefix>-labels-idx1-ubyte[.gz]` from `dir` (prefix: train or t10k),
 /// refusing files that hold (decompressed) more than `maxBytes` of tensor.
