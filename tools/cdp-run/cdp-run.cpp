@@ -14,6 +14,7 @@
 #include "cdp/Runtime/Data.h"
 #include "cdp/Runtime/Executor.h"
 #include "cdp/Runtime/Json.h"
+#include "cdp/Runtime/MetricsLog.h"
 #include "cdp/Runtime/MpiCommunicator.h"
 #include "cdp/Runtime/OnnxInferenceMode.h"
 #include "cdp/Runtime/Report.h"
@@ -630,7 +631,7 @@ struct Run {
   int imageInput = -1;
   int64_t slots = 1, batch = 1, perStep = 1, stepsPerEpoch = 0, epochs = 1,
           total = 0;
-  std::ofstream metrics;
+  MetricsLog metrics;
   /// --dump-grads and --save-outputs written (before a final evaluation,
   /// which reuses their buffers).
   bool stepOutputsWritten = false;
@@ -1003,7 +1004,7 @@ void writeMetricsLine(Run &run, int64_t step, double loss, double rate,
     line["test_loss"] = evaluation.loss;
   if (evaluation.accuracy >= 0)
     line["accuracy"] = evaluation.accuracy;
-  run.metrics << runtime::jsonText(line) << "\n" << std::flush;
+  run.metrics.writeLine(runtime::jsonText(line));
 }
 
 /// Whether the run evaluates: --eval on --data's test split, or --eval-feed.
@@ -1384,7 +1385,7 @@ void runDevices(Run &run, int64_t start) {
     evaluation = evaluate(run);
   }
   double rate = elapsed > 0 ? (run.total - start) * run.perStep / elapsed : 0.0;
-  for (int64_t t = start; t < run.total && run.metrics.is_open(); ++t) {
+  for (int64_t t = start; t < run.total && run.metrics.isOpen(); ++t) {
     double loss = 0;
     for (int d = 0; d < N; ++d)
       loss += losses[t * N + d];
@@ -1481,7 +1482,7 @@ void runSingleDevice(Run &run, int64_t step) {
         writeStepOutputs(run); // before the evaluation reuses the buffers
       evaluation = evaluate(run);
     }
-    if (run.metrics.is_open())
+    if (run.metrics.isOpen())
       writeMetricsLine(run, step, loss, rate, evaluation);
     if (run.terminal && (s % 10 == 0 || last))
       std::fprintf(
@@ -1596,6 +1597,8 @@ void train(Run &run) {
       die("--resume: the checkpoint is at step " + std::to_string(step) +
           ", past the " + std::to_string(run.total) + " steps asked for");
   }
+  if (!run.options.metrics.empty() && run.root())
+    run.metrics.open(run.options.metrics, step);
   if (run.multiDevice)
     runDevices(run, step);
   else
@@ -1690,11 +1693,7 @@ void writeOutputs(Run &run) {
   Executor &executor = run.first();
   if (run.training)
     checkTrainedFinite(run);
-  if (run.metrics.is_open()) {
-    run.metrics.close();
-    if (run.metrics.fail())
-      die("--metrics " + options.metrics + ": write failed");
-  }
+  run.metrics.close();
   if (!options.profile.empty())
     writeProfile(run);
   if (run.trace)
@@ -1763,11 +1762,6 @@ int main(int argc, char **argv) {
     loadDataset(run);
     if (!options.profile.empty())
       run.first().enableProfiling();
-    if (!options.metrics.empty() && run.root()) {
-      run.metrics.open(options.metrics);
-      if (!run.metrics)
-        die(options.metrics + ": cannot write: " + std::strerror(errno));
-    }
     run.terminal = isatty(2);
     if (!run.training) {
       runInference(run);
