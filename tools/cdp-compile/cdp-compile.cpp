@@ -31,14 +31,12 @@
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/OperationSupport.h"
-#include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/Path.h"
-#include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
@@ -420,6 +418,20 @@ cl::opt<bool> printParamData(
 [[noreturn]] void die(const llvm::Twine &message) {
   llvm::errs() << "cdp-compile: error: " << message << "\n";
   std::exit(1);
+}
+
+/// Writes an output at once ("-": stdout): a full disk or a killed run
+/// leaves the previous file whole (cdp::writeFileAtomically), and a failed
+/// write is one line.
+void writeOutput(const std::string &path, const std::string &text) {
+  if (path == "-") {
+    llvm::outs() << text;
+    llvm::outs().flush();
+    return;
+  }
+  std::string error;
+  if (!cdp::writeFileAtomically(path, text, error))
+    die(path + ": " + error);
 }
 
 /// LLVM prints "requires a value!" itself for a flag given last without
@@ -1276,14 +1288,7 @@ void writeReport(const cdp::plan::Plan &plan, const Settings &settings,
     json.insert(close,
                 ",\n\"predicted_step_ms\": " + std::to_string(time.end) + "\n");
   }
-  std::error_code ec;
-  llvm::raw_fd_ostream out(reportPath, ec);
-  if (ec)
-    die(reportPath + ": " + ec.message());
-  out << json;
-  out.close();
-  if (out.has_error())
-    die(reportPath + ": write failed");
+  writeOutput(reportPath, json);
 }
 
 /// Bytes as B, KiB, MiB or GiB with one decimal.
@@ -1375,15 +1380,9 @@ void printStageBalance(mlir::ModuleOp module, const cdp::plan::Plan &plan) {
   if (!reportPath.empty())
     writeReport(plan, settings, stepCost);
   if (settings.planText) {
-    std::string errorMessage;
-    auto output = mlir::openOutputFile(outputPath, &errorMessage);
-    if (!output)
-      die(outputPath + ": " + errorMessage);
     std::ostringstream text;
     cdp::plan::printPlanText(plan, text);
-    output->os() << text.str();
-    output->os().flush(); // _Exit below flushes no raw_ostream
-    output->keep();
+    writeOutput(outputPath, text.str());
   } else if (!settings.reportOnly) {
     std::string writeError;
     if (!cdp::plan::writePlan(plan, outputPath, writeError))
@@ -1414,16 +1413,14 @@ void checkTrainingBatch(mlir::ModuleOp module) {
 
 /// --emit=sched-mlir: the sched.program ops alone.
 void printSchedules(mlir::ModuleOp module) {
-  std::string errorMessage;
-  auto output = mlir::openOutputFile(outputPath, &errorMessage);
-  if (!output)
-    die(outputPath + ": " + errorMessage);
+  std::string text;
+  llvm::raw_string_ostream stream(text);
   for (mlir::Operation &op : module.getBody()->getOperations())
     if (mlir::isa<cdp::sched::ProgramOp, cdp::sched::StepProgramOp>(op)) {
-      op.print(output->os());
-      output->os() << "\n";
+      op.print(stream);
+      stream << "\n";
     }
-  output->keep();
+  writeOutput(outputPath, text);
 }
 
 /// --emit=schedule-csv: the step the plan would run, as a table (the
@@ -1436,39 +1433,30 @@ void printScheduleCsv(const Settings &settings) {
           : cdp::pipeline::strategyTable(settings.kind, S,
                                          settings.microBatchCount,
                                          settings.stagesPerDevice);
-  std::string errorMessage;
-  auto output = mlir::openOutputFile(outputPath, &errorMessage);
-  if (!output)
-    die(outputPath + ": " + errorMessage);
-  output->os() << cdp::pipeline::writeScheduleCsv(table);
-  output->keep();
+  writeOutput(outputPath, cdp::pipeline::writeScheduleCsv(table));
 }
 
 /// --emit=mlir and train-mlir: the module, parameter data elided unless
 /// --print-param-data.
 void printModule(mlir::ModuleOp module) {
-  std::string errorMessage;
-  auto output = mlir::openOutputFile(outputPath, &errorMessage);
-  if (!output)
-    die(outputPath + ": " + errorMessage);
   mlir::OpPrintingFlags flags;
+  std::string text;
+  llvm::raw_string_ostream stream(text);
   if (printParamData) {
-    module->print(output->os(), flags);
-  } else {
-    // Elided resources still print an empty metadata block; drop it so the
-    // IR reads as the graph alone.
-    flags.elideLargeResourceString(0);
-    std::string text;
-    llvm::raw_string_ostream stream(text);
     module->print(stream, flags);
-    llvm::StringRef printed(text);
-    size_t metadata = printed.rfind("{-#");
-    if (metadata != llvm::StringRef::npos &&
-        printed.drop_front(metadata + 3).trim() == "#-}")
-      printed = printed.take_front(metadata);
-    output->os() << printed.rtrim() << "\n";
+    writeOutput(outputPath, text);
+    return;
   }
-  output->keep();
+  // Elided resources still print an empty metadata block; drop it so the
+  // IR reads as the graph alone.
+  flags.elideLargeResourceString(0);
+  module->print(stream, flags);
+  llvm::StringRef printed(text);
+  size_t metadata = printed.rfind("{-#");
+  if (metadata != llvm::StringRef::npos &&
+      printed.drop_front(metadata + 3).trim() == "#-}")
+    printed = printed.take_front(metadata);
+  writeOutput(outputPath, printed.rtrim().str() + "\n");
 }
 
 } // namespace
