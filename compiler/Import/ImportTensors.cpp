@@ -393,6 +393,18 @@ void Importer::checkContained(StringRef full, StringRef location,
           "only files inside it are read");
 }
 
+void Importer::noteExternalData(const onnx::TensorProto &tensor) {
+  if (!options.externalData ||
+      tensor.data_location() != onnx::TensorProto::EXTERNAL)
+    return;
+  for (const onnx::StringStringEntryProto &entry : tensor.external_data())
+    if (entry.key() == "location") {
+      SmallString<256> full(llvm::sys::path::parent_path(path));
+      llvm::sys::path::append(full, entry.value());
+      options.externalData(full.str().str());
+    }
+}
+
 std::string Importer::readExternal(const onnx::TensorProto &tensor,
                                    int64_t bytes, const Twine &what) {
   std::string location;
@@ -430,6 +442,8 @@ std::string Importer::readExternal(const onnx::TensorProto &tensor,
   }
   SmallString<256> full(llvm::sys::path::parent_path(path));
   llvm::sys::path::append(full, location);
+  if (options.externalData)
+    options.externalData(full.str().str());
   if (length >= 0 && length != bytes)
     raise(what + " declares " + Twine(length) +
           " bytes of external data, "
@@ -551,6 +565,7 @@ Value Importer::paramFor(const std::string &name, Entry &entry) {
     attributes.push_back(named("frozen", builder.getUnitAttr()));
   RankedTensorType type;
   if (options.shapesOnly) {
+    noteExternalData(tensor);
     type = RankedTensorType::get(
         checkedShape(
             SmallVector<int64_t>(tensor.dims().begin(), tensor.dims().end()),

@@ -180,6 +180,8 @@ private:
                       const llvm::Twine &what);
   std::string readExternal(const onnx::TensorProto &tensor, int64_t bytes,
                            const llvm::Twine &what);
+  /// Hands an external tensor's file to options.externalData unread.
+  void noteExternalData(const onnx::TensorProto &tensor);
   mlir::Value materialize(const std::string &name, Entry &entry);
   mlir::Value paramFor(const std::string &name, Entry &entry);
 

@@ -41,6 +41,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <future>
 #include <limits>
@@ -828,6 +829,19 @@ readTrainableFile(const std::string &path) {
   return names;
 }
 
+/// No output replaces the model's external data (named as the importer
+/// finds it, before anything is written).
+void checkNotExternalData(const std::string &file) {
+  std::error_code ec;
+  for (auto [flag, path] :
+       {std::pair<const char *, std::string>{"-o", outputPath.getValue()},
+        {"--report", reportPath.getValue()}})
+    if (!path.empty() && path != "-" &&
+        std::filesystem::equivalent(path, file, ec))
+      die(std::string(flag) + " " + path + " is the external data of " +
+          inputPath + "; give another path");
+}
+
 /// What is trained: the importer decides from these.
 void readTrainableFlags(Settings &settings) {
   cdp::ImportOptions &options = settings.import;
@@ -836,6 +850,9 @@ void readTrainableFlags(Settings &settings) {
     options.trainableFrom = readTrainableFile(trainableFrom);
   options.trainable.assign(trainableNames.begin(), trainableNames.end());
   options.freeze.assign(freeze.begin(), freeze.end());
+  options.externalData = [](const std::string &file) {
+    checkNotExternalData(file);
+  };
   options.warn = [](const std::string &line) {
     llvm::errs() << "cdp-compile: warning: " << line << "\n";
   };
@@ -1038,7 +1055,8 @@ void checkMeaningfulFlags(Settings &settings) {
 /// Before any work: no output names an input, and every output's folder
 /// exists.
 void checkOutputPaths() {
-  std::vector<std::string> inputs{inputPath, profilePath, hardwarePath};
+  std::vector<std::string> inputs{inputPath, profilePath, hardwarePath,
+                                  schedulePath};
   for (const std::string &entry : constInput)
     inputs.push_back(llvm::StringRef(entry).split('=').second.str());
   for (auto [flag, path] :

@@ -1727,6 +1727,22 @@ void checkOutputPaths(const Options &options) {
   std::vector<std::string> inputs{options.plan, options.compareReport};
   for (const auto &[name, file] : options.feeds)
     inputs.push_back(file);
+  for (const auto &[name, file] : options.evalFeeds)
+    inputs.push_back(file);
+  for (const char *split : {"train", "t10k"})
+    if (!options.data.empty())
+      try {
+        for (const std::string &file :
+             idxSplitFiles(dataFolder(options), split))
+          inputs.push_back(file);
+      } catch (const RuntimeError &) {
+        // Missing: loading the data says so.
+      }
+  std::error_code ec;
+  if (!options.resume.empty())
+    for (const auto &entry :
+         std::filesystem::directory_iterator(options.resume, ec))
+      inputs.push_back(entry.path().string());
   for (auto [flag, path] : {std::pair<const char *, const std::string *>{
                                 "--metrics", &options.metrics},
                             {"--save-onnx", &options.saveOnnx},

@@ -49,6 +49,9 @@ struct ImportOptions {
   std::vector<std::string> trainable, freeze;
   /// Receives one line per warning (what is trained, eval-mode exports).
   std::function<void(const std::string &)> warn;
+  /// Receives the path of every external-data file an initializer names
+  /// (read or, with shapesOnly, not), so that no output replaces one.
+  std::function<void(const std::string &)> externalData;
 };
 
 /// Imports the ONNX model at `path`. On failure returns null and sets `error`
