@@ -24,6 +24,44 @@ std::string checkInputFile(const std::string &path) {
   return "not a regular file (a FIFO, device or folder)";
 }
 
+namespace {
+
+/// Empty when a new file can be made in `folder` (a temporary one is made
+/// and removed: a read-only file system, a full quota or a folder the user
+/// may not write to are found before any work); else why not.
+std::string probeWritable(const std::string &flag, const std::string &path,
+                          const std::string &folder) {
+  std::string probe = (folder.empty() ? "." : folder) + "/.cdp-probe-XXXXXX";
+  std::vector<char> name(probe.begin(), probe.end());
+  name.push_back('\0');
+  int fd = mkstemp(name.data());
+  if (fd < 0)
+    return flag + " " + path + ": cannot write in " +
+           (folder.empty() ? "." : folder) + ": " + std::strerror(errno);
+  close(fd);
+  unlink(name.data());
+  return "";
+}
+
+} // namespace
+
+std::string checkOutputFolder(const std::string &flag,
+                              const std::string &path) {
+  namespace fs = std::filesystem;
+  if (path.empty())
+    return "";
+  std::error_code ec;
+  fs::file_status status = fs::status(path, ec);
+  if (!ec && fs::exists(status) && !fs::is_directory(status))
+    return flag + " " + path + " is a file; give a folder path";
+  if (fs::is_directory(status))
+    return probeWritable(flag, path, path);
+  std::string parent = fs::path(path).parent_path().string();
+  if (!parent.empty() && !fs::is_directory(parent, ec))
+    return flag + " " + path + ": the folder " + parent + " does not exist";
+  return probeWritable(flag, path, parent);
+}
+
 std::string checkOutputPath(const std::string &flag, const std::string &path,
                             const std::vector<std::string> &inputs,
                             bool replaced) {
@@ -46,7 +84,9 @@ std::string checkOutputPath(const std::string &flag, const std::string &path,
   if (!folder.empty() && !fs::is_directory(folder, ec))
     return flag + " " + path + ": the folder " + folder.string() +
            " does not exist";
-  return "";
+  if (!ec && fs::exists(status) && !fs::is_regular_file(status))
+    return ""; // a device or stream, written in place
+  return probeWritable(flag, path, folder.string());
 }
 
 namespace {

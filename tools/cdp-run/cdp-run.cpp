@@ -1757,6 +1757,15 @@ void checkOutputPaths(const Options &options) {
     if (!problem.empty())
       die(problem);
   }
+  for (auto [flag, path] : {std::pair<const char *, const std::string *>{
+                                "--dump-params", &options.dumpParams},
+                            {"--dump-grads", &options.dumpGrads},
+                            {"--save-outputs", &options.saveOutputs},
+                            {"--checkpoint", &options.checkpoint}}) {
+    std::string problem = checkOutputFolder(flag, *path);
+    if (!problem.empty())
+      die(problem);
+  }
 }
 
 } // namespace

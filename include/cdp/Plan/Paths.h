@@ -1,5 +1,4 @@
-//===- Paths.h - output paths checked before any work ------------*- C++
-//-*-===//
+//===- Paths.h - output paths checked before any work ---------*- C++ -*-===//
 //
 // Both tools check every output path before they import, compile or train:
 // an output must not be one of the run's inputs (writing it would destroy
@@ -21,13 +20,20 @@ namespace cdp {
 /// block the read forever, a device never end it.
 std::string checkInputFile(const std::string &path);
 
-/// Empty when `path`, the output of `flag`, may be written; else one line
-/// saying why not. "-" (standard output) always may. An output written
+/// Empty when `path`, the output of `flag`, may be written (not an input;
+/// its folder exists and a file can be made there); else one line saying
+/// why not. "-" (standard output) always may. An output written
 /// whole and renamed into place (`replaced`) may not be a device or FIFO;
 /// a stream written as it goes (--metrics) may.
 std::string checkOutputPath(const std::string &flag, const std::string &path,
                             const std::vector<std::string> &inputs,
                             bool replaced = true);
+
+/// The same for an output folder (`--dump-params DIR`): empty when it is a
+/// folder, or can be made, and files can be made in it; else one line
+/// saying why not (a regular file there, a missing parent, a read-only
+/// file system).
+std::string checkOutputFolder(const std::string &flag, const std::string &path);
 
 /// Replaces `path` with `bytes` all at once: written to a fresh temporary
 /// file beside it, flushed to disk, then renamed over it, so a crash or a
