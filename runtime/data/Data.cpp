@@ -272,7 +272,7 @@ Array readArray(const std::string &path) {
                             "TensorProto .pb)");
 }
 
-void writeNpy(const std::string &path, const TensorView &view) {
+std::string npyBytes(const TensorView &view) {
   std::string descr = view.dtype == plan::F32   ? "<f4"
                       : view.dtype == plan::I64 ? "<i8"
                       : view.dtype == plan::I32 ? "<i4"
@@ -294,8 +294,12 @@ void writeNpy(const std::string &path, const TensorView &view) {
   bytes += header;
   bytes.append(static_cast<const char *>(view.data),
                view.numel() * plan::dtypeSize(view.dtype));
+  return bytes;
+}
+
+void writeNpy(const std::string &path, const TensorView &view) {
   std::string error;
-  if (!writeFileAtomically(path, bytes, error))
+  if (!writeFileAtomically(path, npyBytes(view), error))
     throw RuntimeError(path + ": " + error);
 }
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
+#include <signal.h>
 #include <sys/stat.h>
 #include <system_error>
 #include <unistd.h>
@@ -45,8 +46,8 @@ std::string probeWritable(const std::string &flag, const std::string &path,
 
 } // namespace
 
-std::string checkOutputFolder(const std::string &flag,
-                              const std::string &path) {
+std::string checkOutputFolder(const std::string &flag, const std::string &path,
+                              bool replaced) {
   namespace fs = std::filesystem;
   if (path.empty())
     return "";
@@ -54,9 +55,12 @@ std::string checkOutputFolder(const std::string &flag,
   fs::file_status status = fs::status(path, ec);
   if (!ec && fs::exists(status) && !fs::is_directory(status))
     return flag + " " + path + " is a file; give a folder path";
-  if (fs::is_directory(status))
+  if (fs::is_directory(status) && !replaced)
     return probeWritable(flag, path, path);
-  std::string parent = fs::path(path).parent_path().string();
+  fs::path normal = fs::path(path).lexically_normal();
+  if (!normal.has_filename()) // a trailing slash
+    normal = normal.parent_path();
+  std::string parent = normal.parent_path().string();
   if (!parent.empty() && !fs::is_directory(parent, ec))
     return flag + " " + path + ": the folder " + parent + " does not exist";
   return probeWritable(flag, path, parent);
@@ -184,6 +188,126 @@ bool writeFileAtomically(const std::string &given, const std::string &bytes,
     close(dir);
   }
   return true;
+}
+
+} // namespace cdp
+
+namespace cdp {
+
+namespace {
+
+/// The folder and the name of `dir` (a trailing slash ignored), through a
+/// symbolic link to the folder it names.
+std::pair<std::string, std::string> splitFolder(const std::string &dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path path = fs::path(dir).lexically_normal();
+  if (!path.has_filename())
+    path = path.parent_path();
+  if (fs::is_symlink(fs::symlink_status(path, ec)))
+    path = fs::canonical(path, ec);
+  std::string parent = path.parent_path().string();
+  return {parent.empty() ? "." : parent, path.filename().string()};
+}
+
+/// Removes the partial folders beside `parent/name` that processes which
+/// no longer run left (killed mid-write).
+void removeDeadPartials(const std::string &parent, const std::string &name) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::string prefix = "." + name + ".partial-";
+  for (const auto &entry : fs::directory_iterator(parent, ec)) {
+    std::string file = entry.path().filename().string();
+    if (file.rfind(prefix, 0) != 0)
+      continue;
+    long pid = std::strtol(file.c_str() + prefix.size(), nullptr, 10);
+    if (pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+      fs::remove_all(entry.path(), ec);
+  }
+}
+
+void syncFolder(const std::string &folder) {
+  int fd = open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    fsync(fd);
+    close(fd);
+  }
+}
+
+/// Puts the folder `staged` where `target` is, at once where the file
+/// system can swap two names (the old set then lies at `staged`).
+bool swapIn(const std::string &staged, const std::string &target,
+            std::string &error) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(target, ec)) {
+    if (std::rename(staged.c_str(), target.c_str()) == 0)
+      return true;
+  } else if (renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, target.c_str(),
+                       RENAME_EXCHANGE) == 0) {
+    return true;
+  } else if (errno == EINVAL || errno == ENOSYS) {
+    // No exchange here (some network file systems): the old set is moved
+    // aside first, then the new one in.
+    std::string aside = staged + ".old";
+    if (std::rename(target.c_str(), aside.c_str()) == 0 &&
+        std::rename(staged.c_str(), target.c_str()) == 0 &&
+        std::rename(aside.c_str(), staged.c_str()) == 0)
+      return true;
+  }
+  error = std::string("cannot write: ") + std::strerror(errno);
+  return false;
+}
+
+} // namespace
+
+bool writeFolderAtomically(
+    const std::string &dir,
+    const std::vector<std::pair<std::string, std::string>> &files,
+    std::string &error) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  auto [parent, name] = splitFolder(dir);
+  std::string target = parent + "/" + name;
+  if (fs::exists(target, ec) && !fs::is_directory(target, ec)) {
+    error = "is a file; give a folder path";
+    return false;
+  }
+  removeDeadPartials(parent, name);
+  std::string staged =
+      parent + "/." + name + ".partial-" + std::to_string(getpid());
+  fs::remove_all(staged, ec);
+  if (!fs::create_directory(staged, ec)) {
+    error = "cannot write: " + ec.message();
+    return false;
+  }
+  for (const auto &[file, bytes] : files)
+    if (!writeFileAtomically(staged + "/" + file, bytes, error)) {
+      fs::remove_all(staged, ec);
+      return false;
+    }
+  syncFolder(staged);
+  bool swapped = swapIn(staged, target, error);
+  fs::remove_all(staged, ec); // the previous set, or the failed new one
+  syncFolder(parent);
+  return swapped;
+}
+
+std::string
+checkReplaceableFolder(const std::string &flag, const std::string &dir,
+                       const std::function<bool(const std::string &)> &ours) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (dir.empty() || !fs::is_directory(dir, ec))
+    return "";
+  for (const auto &entry : fs::directory_iterator(dir, ec)) {
+    std::string file = entry.path().filename().string();
+    if (!entry.is_regular_file(ec) || !ours(file))
+      return flag + " " + dir + " holds " + file +
+             ", which a dump does not write; give a new folder or one a "
+             "dump wrote";
+  }
+  return "";
 }
 
 } // namespace cdp

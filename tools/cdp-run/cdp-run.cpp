@@ -303,12 +303,6 @@ Options parseArguments(int argc, char **argv) {
   return o;
 }
 
-void makeDirectory(const std::string &dir) {
-  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
-    die(dir + ": cannot create: " + std::strerror(errno));
-}
-
-/// Writes views as .npy files plus index.json mapping ONNX names to files.
 /// Writes an output file all at once (cdp::writeFileAtomically): a crash
 /// or a full disk never leaves half of it.
 void writeOutput(const std::string &path, const std::string &bytes) {
@@ -317,18 +311,23 @@ void writeOutput(const std::string &path, const std::string &bytes) {
     die(path + ": " + error);
 }
 
+/// Writes views as .npy files plus index.json mapping ONNX names to files,
+/// as a set: the folder is replaced at once (writeFolderAtomically).
 void writeFolder(
     const std::string &dir,
     const std::vector<std::pair<std::string, TensorView>> &tensors) {
-  makeDirectory(dir);
   FileNamer namer;
   runtime::Json index = runtime::Json::object();
+  std::vector<std::pair<std::string, std::string>> files;
   for (const auto &[name, view] : tensors) {
     std::string file = namer.name(name) + ".npy";
-    writeNpy(dir + "/" + file, view);
+    files.emplace_back(file, npyBytes(view));
     index[name] = file;
   }
-  writeOutput(dir + "/index.json", runtime::jsonText(index, 1) + "\n");
+  files.emplace_back("index.json", runtime::jsonText(index, 1) + "\n");
+  std::string error;
+  if (!writeFolderAtomically(dir, files, error))
+    die(dir + ": " + error);
 }
 
 /// Tensors of `executor` by name, staged out of the device, into a folder.
@@ -1757,12 +1756,19 @@ void checkOutputPaths(const Options &options) {
     if (!problem.empty())
       die(problem);
   }
+  auto dumped = [](const std::string &file) {
+    return file == "index.json" ||
+           (file.size() > 4 && file.compare(file.size() - 4, 4, ".npy") == 0);
+  };
   for (auto [flag, path] : {std::pair<const char *, const std::string *>{
                                 "--dump-params", &options.dumpParams},
                             {"--dump-grads", &options.dumpGrads},
                             {"--save-outputs", &options.saveOutputs},
                             {"--checkpoint", &options.checkpoint}}) {
-    std::string problem = checkOutputFolder(flag, *path);
+    bool replaced = std::string(flag) != "--checkpoint";
+    std::string problem = checkOutputFolder(flag, *path, replaced);
+    if (problem.empty() && replaced)
+      problem = checkReplaceableFolder(flag, *path, dumped);
     if (!problem.empty())
       die(problem);
   }

@@ -10,7 +10,9 @@
 #ifndef CDP_PLAN_PATHS_H
 #define CDP_PLAN_PATHS_H
 
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cdp {
@@ -33,7 +35,10 @@ std::string checkOutputPath(const std::string &flag, const std::string &path,
 /// folder, or can be made, and files can be made in it; else one line
 /// saying why not (a regular file there, a missing parent, a read-only
 /// file system).
-std::string checkOutputFolder(const std::string &flag, const std::string &path);
+/// A folder `replaced` whole (writeFolderAtomically) is written beside,
+/// one written into (a checkpoint's) inside.
+std::string checkOutputFolder(const std::string &flag, const std::string &path,
+                              bool replaced);
 
 /// Replaces `path` with `bytes` all at once: written to a fresh temporary
 /// file beside it, flushed to disk, then renamed over it, so a crash or a
@@ -43,6 +48,23 @@ std::string checkOutputFolder(const std::string &flag, const std::string &path);
 /// is replaced); a device or FIFO (/dev/null, a pipe) is written in place.
 bool writeFileAtomically(const std::string &path, const std::string &bytes,
                          std::string &error);
+
+/// Replaces the folder `dir` with one holding exactly `files` (name,
+/// bytes), all at once: the set is written into `.NAME.partial-PID` beside
+/// it, then swapped in with one rename, and the previous set removed. A
+/// killed run leaves the previous folder whole; its partial folder is
+/// removed by the next write beside it. False with `error` on failure.
+bool writeFolderAtomically(
+    const std::string &dir,
+    const std::vector<std::pair<std::string, std::string>> &files,
+    std::string &error);
+
+/// Empty when `dir` may be replaced by writeFolderAtomically: absent, or
+/// holding only files whose names `ours` accepts; else one line naming
+/// the first other file.
+std::string
+checkReplaceableFolder(const std::string &flag, const std::string &dir,
+                       const std::function<bool(const std::string &)> &ours);
 
 } // namespace cdp
 
