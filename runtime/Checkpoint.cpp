@@ -24,6 +24,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -392,6 +393,27 @@ FileFingerprint fingerprintFile(const std::string &path) {
     throw RuntimeError(path + ": cannot read: " + std::strerror(errno));
   file.hash = plan::checksum(ends.data(), ends.size());
   return file;
+}
+
+void lockCheckpointFolder(const std::string &dir) {
+  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+    throw RuntimeError("--checkpoint " + dir +
+                       ": cannot create: " + std::strerror(errno));
+  std::string path = dir + "/.lock";
+  // Held until the process ends: the descriptor is never closed.
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw RuntimeError("--checkpoint " + dir +
+                       ": cannot write: " + std::strerror(errno));
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    bool held = errno == EWOULDBLOCK;
+    std::string why = std::strerror(errno);
+    close(fd);
+    throw RuntimeError("--checkpoint " + dir +
+                       (held ? " is in use by another run (it holds " + path +
+                                   "); give each run its own folder"
+                             : ": cannot lock " + path + ": " + why));
+  }
 }
 
 void saveCheckpoint(const std::string &dir, const CheckpointScope &scope,

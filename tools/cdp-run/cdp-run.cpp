@@ -1582,6 +1582,12 @@ void runInference(Run &run) {
 /// Training, on one device or several, from the start or --resume.
 void train(Run &run) {
   countSteps(run);
+  if (!run.options.checkpoint.empty() && run.root())
+    try {
+      lockCheckpointFolder(run.options.checkpoint);
+    } catch (const RuntimeError &e) {
+      die(e.what());
+    }
   if (!run.options.checkpoint.empty() || !run.options.resume.empty())
     run.identity = runIdentity(run);
   int64_t step = 0;

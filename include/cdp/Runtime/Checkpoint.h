@@ -62,6 +62,12 @@ struct CheckpointScope {
 void saveCheckpoint(const std::string &dir, const CheckpointScope &scope,
                     const RunIdentity &identity, int64_t nextStep);
 
+/// Takes DIR/.lock (creating DIR) for the rest of this process's life, so
+/// that no other run writes checkpoints into DIR meanwhile (each would
+/// remove the other's shards). Throws RuntimeError when another run holds
+/// it. Under MPI the root takes it for the run.
+void lockCheckpointFolder(const std::string &dir);
+
 /// Restores the state saved by saveCheckpoint; returns the next step.
 /// Throws RuntimeError (one line) when the checkpoint is corrupt or
 /// truncated, or was written by a run of another plan, seed, data, device
