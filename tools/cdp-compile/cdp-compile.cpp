@@ -17,6 +17,7 @@
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Plan/PlanText.h"
 #include "cdp/Plan/Planner.h"
+#include "cdp/Plan/Printable.h"
 #include "cdp/Plan/Residency.h"
 #include "cdp/Runtime/Report.h"
 #include "cdp/Sched/Pipeline.h"
@@ -417,7 +418,8 @@ cl::opt<bool> printParamData(
     cl::init(false), cl::cat(category));
 
 [[noreturn]] void die(const llvm::Twine &message) {
-  llvm::errs() << "cdp-compile: error: " << message << "\n";
+  llvm::errs() << "cdp-compile: error: " << cdp::printable(message.str())
+               << "\n";
   std::exit(1);
 }
 
@@ -854,7 +856,7 @@ void readTrainableFlags(Settings &settings) {
     checkNotExternalData(file);
   };
   options.warn = [](const std::string &line) {
-    llvm::errs() << "cdp-compile: warning: " << line << "\n";
+    llvm::errs() << "cdp-compile: warning: " << cdp::printable(line) << "\n";
   };
   if (classAxis.getNumOccurrences() && classAxis != "1" && classAxis != "last")
     die("--class-axis takes 1 or last, got '" + classAxis + "'");

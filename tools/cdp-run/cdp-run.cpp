@@ -10,6 +10,7 @@
 #include "cdp/Plan/Paths.h"
 #include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
+#include "cdp/Plan/Printable.h"
 #include "cdp/Runtime/Checkpoint.h"
 #include "cdp/Runtime/Data.h"
 #include "cdp/Runtime/Executor.h"
@@ -52,7 +53,7 @@ namespace {
 cdp::runtime::Fabric *mpiFabric = nullptr;
 
 [[noreturn]] void die(const std::string &message) {
-  std::cerr << "cdp-run: error: " << message << "\n";
+  std::cerr << "cdp-run: error: " << printable(message) << "\n";
   if (mpiFabric) {
     std::cerr << std::flush;
     mpiFabric->abortRun();
