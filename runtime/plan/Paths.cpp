@@ -133,13 +133,17 @@ bool writeFileAtomically(const std::string &given, const std::string &bytes,
                          std::string &error) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  // Through a symbolic link to the file it names, which is replaced.
-  std::string path = given;
-  if (fs::is_symlink(fs::symlink_status(given, ec))) {
-    fs::path target = fs::weakly_canonical(given, ec);
-    if (!ec)
-      path = target.string();
+  // Through symbolic links to the file they name, which is replaced (or
+  // made, where the last link dangles, as a shell redirection does).
+  fs::path link = given;
+  for (int hops = 0; hops < 40 && fs::is_symlink(fs::symlink_status(link, ec));
+       ++hops) {
+    fs::path target = fs::read_symlink(link, ec);
+    if (ec)
+      break;
+    link = target.is_absolute() ? target : link.parent_path() / target;
   }
+  std::string path = link.string();
   fs::file_status status = fs::status(path, ec);
   if (!ec && fs::exists(status) && !fs::is_regular_file(status) &&
       !fs::is_directory(status))
