@@ -439,7 +439,11 @@ void ReportBuilder::ran(int device, int64_t t, int index, bool countSent) {
       devices[device].diedBytes[kReduction][tau] += total(outputs);
     return;
   }
-  if (countSent && op == "send") // pipelines, point to point
+  // Pipelines, point to point; a send to the device itself (interleaved
+  // stages on one device) moves nothing between devices, as the runtime's
+  // log counts it.
+  if (countSent && op == "send" &&
+      plan::intAttribute(*instruction, "peer", -1) != device)
     sent(device, tau, planFacts.bytes[inputs[0]]);
   if (countSent && op == "chain_relay" && device > 0)
     sent(device, tau, total(outputs) / 2);       // one of 2 buffers
