@@ -563,15 +563,70 @@ void reportOnTerminate(int rank, int ranks) {
 }
 } // namespace lost
 
+/// Every process's values, by process (MPI_COMM_WORLD).
+std::vector<uint64_t> allGather(const std::vector<uint64_t> &mine, int ranks) {
+  std::vector<uint64_t> all(mine.size() * ranks);
+  MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_UINT64_T,
+                all.data(), static_cast<int>(mine.size()), MPI_UINT64_T,
+                MPI_COMM_WORLD);
+  return all;
+}
+
+/// The first process whose agreement differs from process 0's (0: none),
+/// with `error` saying how. Plan and command line first: where they agree,
+/// every process names the same files, one hash each.
+int firstDisagreement(const RunAgreement &agreement, int ranks,
+                      std::string &error) {
+  std::vector<uint64_t> all = allGather(
+      {agreement.plan, agreement.flags, agreement.files.size()}, ranks);
+  for (int r = 1; r < ranks; ++r) {
+    std::string process = "mpirun's process " + std::to_string(r);
+    if (all[3 * r] != all[0]) {
+      error = process + " runs another plan than process 0; give every "
+                        "process the same plan";
+      return r;
+    }
+    if (all[3 * r + 1] != all[1] || all[3 * r + 2] != all[2]) {
+      error = process + " runs with other flags than process 0; give every "
+                        "process the same command line";
+      return r;
+    }
+  }
+  std::vector<uint64_t> hashes;
+  for (const auto &[name, hash] : agreement.files)
+    hashes.push_back(hash);
+  if (hashes.empty())
+    return 0;
+  all = allGather(hashes, ranks);
+  for (int r = 1; r < ranks; ++r)
+    for (size_t f = 0; f < hashes.size(); ++f)
+      if (all[r * hashes.size() + f] != all[f]) {
+        error = "mpirun's process " + std::to_string(r) +
+                " reads other data than process 0 (" +
+                agreement.files[f].first +
+                " differs); give every process the same files";
+        return r;
+      }
+  return 0;
+}
+
 } // namespace
 
 std::unique_ptr<Fabric> createMpiFabric(int devices, double timeoutSeconds,
+                                        const RunAgreement &agreement,
                                         std::string &error) {
   int provided = 0;
   MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
   int rank = 0, ranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  int differs = firstDisagreement(agreement, ranks, error);
+  if (differs > 0) {
+    if (rank != 0)
+      error.clear(); // the root says it, once
+    MPI_Finalize();
+    return nullptr;
+  }
   if (provided < MPI_THREAD_MULTIPLE)
     error = "this MPI does not support threads (MPI_THREAD_MULTIPLE), "
             "which cdp-run's device threads need";

@@ -4,7 +4,8 @@
 
 namespace cdp::runtime {
 
-std::unique_ptr<Fabric> createMpiFabric(int, double, std::string &error) {
+std::unique_ptr<Fabric> createMpiFabric(int, double, const RunAgreement &,
+                                        std::string &error) {
   error = "this cdp-run was built without Open MPI (CDP_ENABLE_MPI=OFF); "
           "rebuild with libopenmpi-dev installed to run under mpirun";
   return nullptr;

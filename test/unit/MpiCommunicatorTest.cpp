@@ -47,7 +47,7 @@ TEST(MpiCommunicator, NonBlockingReceive) {
 int main(int argc, char **argv) {
   testing::InitGoogleTest(&argc, argv);
   std::string error;
-  std::unique_ptr<Fabric> mpi = createMpiFabric(4, 60, error);
+  std::unique_ptr<Fabric> mpi = createMpiFabric(4, 60, RunAgreement(), error);
   if (!mpi) {
     std::fprintf(stderr, "MpiCommunicatorChecks: %s\n", error.c_str());
     return 1;

@@ -63,6 +63,8 @@ cdp::runtime::Fabric *mpiFabric = nullptr;
 
 struct Options {
   std::string plan;
+  /// The flags and values every process of an mpirun job must share.
+  std::string agreedFlags;
   std::vector<std::pair<std::string, std::string>> feeds;
   /// --eval-feed: held-out arrays for the plan's inputs, labels included.
   std::vector<std::pair<std::string, std::string>> evalFeeds;
@@ -298,6 +300,10 @@ Options parseArguments(int argc, char **argv) {
       die(name + " takes no value");
     }
     flag->set(value);
+    // What mpirun's processes must share (the threads and the timeout may
+    // differ from machine to machine).
+    if (name != "--threads" && name != "--comm-timeout")
+      o.agreedFlags += name + '\0' + value + '\0';
   }
   if (o.plan.empty())
     die("no plan given (usage: cdp-run MODEL.cdp [options])");
@@ -728,6 +734,43 @@ int mpiThreadsPerDevice(int devices, int cores) {
 
 /// One executor per device, each with its own memory; devices of
 /// multi-device plans talk through the in-process communicator.
+/// --data's folder (fashion-mnist: the packaged one).
+std::string dataFolder(const Options &options) {
+  return options.data == "fashion-mnist" ? "/usr/share/datasets/fashion-mnist"
+                                         : options.data;
+}
+
+/// What this process must share with the others of an mpirun job: the
+/// plan, the flags, and its data files' sizes and contents (the first and
+/// last MiB: another machine's copy of a file has another modification
+/// time).
+RunAgreement agreementOf(const Run &run) {
+  const Options &options = run.options;
+  RunAgreement agreement;
+  agreement.plan = run.planChecksum;
+  agreement.flags =
+      plan::checksum(options.agreedFlags.data(), options.agreedFlags.size());
+  auto add = [&](const std::string &flag, const std::string &file) {
+    FileFingerprint print = fingerprintFile(file);
+    agreement.files.emplace_back(flag, print.hash ^ print.size);
+  };
+  try {
+    for (const auto &[name, file] : options.feeds)
+      add("--feed " + name + "=" + file, file);
+    for (const auto &[name, file] : options.evalFeeds)
+      add("--eval-feed " + name + "=" + file, file);
+    if (!options.data.empty())
+      for (const char *split : {"train", "t10k"})
+        if (std::string(split) == "train" || options.eval)
+          for (const std::string &file :
+               idxSplitFiles(dataFolder(options), split))
+            add("--data " + file, file);
+  } catch (const RuntimeError &e) {
+    die(e.what());
+  }
+  return agreement;
+}
+
 void createDevices(Run &run, int cores) {
   const Options &options = run.options;
   run.deviceCount = run.plan.devices_size();
@@ -744,8 +787,11 @@ void createDevices(Run &run, int cores) {
   run.mpi = launchedByMpirun();
   if (run.mpi) {
     std::string error;
-    run.fabric = createMpiFabric(
-        run.deviceCount, static_cast<double>(options.commTimeout), error);
+    run.fabric = createMpiFabric(run.deviceCount,
+                                 static_cast<double>(options.commTimeout),
+                                 agreementOf(run), error);
+    if (!run.fabric && error.empty())
+      std::exit(1); // the root says why
     if (!run.fabric)
       die(error);
     mpiFabric = run.fabric.get();
@@ -916,12 +962,6 @@ void bindEvalFeeds(Run &run) {
         " (the test loss is a mean per batch: every sample must sit in a "
         "full one)");
   run.evalSamples = std::max<int64_t>(samples, 0);
-}
-
-/// --data's folder (fashion-mnist: the packaged one).
-std::string dataFolder(const Options &options) {
-  return options.data == "fashion-mnist" ? "/usr/share/datasets/fashion-mnist"
-                                         : options.data;
 }
 
 /// --data: the IDX data set, checked against the plan's image input.
