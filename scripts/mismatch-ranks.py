@@ -103,8 +103,8 @@ def main():
         np.save(os.path.join(out, folder, "x.npy"),
                 rng_np.standard_normal((64, 16)).astype(np.float32))
         np.save(os.path.join(out, folder, "y.npy"), np.tile(np.arange(16), 4))
-        if folder:
-            shutil.copy(os.path.join(out, "dp.cdp"), os.path.join(out, folder, "dp.cdp"))
+        for plan in ["dp.cdp", "dp-lr.cdp", "dp-adam.cdp"] if folder else []:
+            shutil.copy(os.path.join(out, plan), os.path.join(out, folder, plan))
     np.save(os.path.join(out, "x2.npy"), rng_np.standard_normal((64, 16)).astype(np.float32))
     shutil.copy(os.path.join(out, "x2.npy"), os.path.join(out, "other", "x2.npy"))
     rng = random.Random(args.seed)
