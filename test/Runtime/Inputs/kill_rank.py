@@ -1,9 +1,15 @@
 """Starts `mpirun -np 2 cdp-run PLAN [ARGS...]` (for many steps unless ARGS
-has --steps), kills one of the cdp-run processes with SIGKILL once both run
-(and, with --checkpoint DIR in ARGS, once DIR holds a checkpoint), and
-reports whether the job ended non-zero and within a bound (instead of
-hanging). Run in the folder holding PLAN, x.npy and y.npy; cdp-run and
-mpirun on PATH."""
+has --steps), kills one of the cdp-run processes with SIGKILL once both
+train, and reports whether the job ended non-zero and within a bound
+(instead of hanging). Run in the folder holding PLAN, x.npy and y.npy;
+cdp-run and mpirun on PATH.
+
+Both train once a checkpoint is there (a checkpoint is collective): without
+--checkpoint DIR in ARGS, one is taken every 10 steps into a folder of its
+own. (A fixed pause before the kill was the timing dependence of
+test/Runtime/mpi.test: under load a process could still be in MPI_Init a
+second after it started, before it sets up the SIGTERM handler that names
+the lost process, and the job then ended without that line.)"""
 
 import os
 import signal
@@ -14,8 +20,9 @@ import time
 plan, extra = sys.argv[1], sys.argv[2:]
 if "--steps" not in extra:
     extra += ["--steps", "10000000"]
-checkpoint = (extra[extra.index("--checkpoint") + 1]
-              if "--checkpoint" in extra else None)
+if "--checkpoint" not in extra:
+    extra += ["--checkpoint", "kill_rank.%d.ck" % os.getpid(), "--checkpoint-every", "10"]
+checkpoint = extra[extra.index("--checkpoint") + 1]
 job = subprocess.Popen(
     ["mpirun", "--oversubscribe", "--mca", "btl", "self,tcp", "--mca",
      "btl_tcp_if_include", "lo", "-np", "2", "cdp-run", plan, "--feed",
@@ -42,15 +49,12 @@ def ranks():
     return sorted(found)
 
 
-deadline = time.time() + 30
+deadline = time.time() + 120
 while len(ranks()) < 2 and time.time() < deadline:
     time.sleep(0.1)
-if checkpoint:
-    while (not os.path.exists(os.path.join(checkpoint, "manifest.bin"))
-           and time.time() < deadline):
-        time.sleep(0.01)
-else:
-    time.sleep(1.0)  # both in their steps
+while (not os.path.exists(os.path.join(checkpoint, "manifest.bin"))
+       and time.time() < deadline):
+    time.sleep(0.01)
 victims = ranks()
 if not victims:
     print("no cdp-run process to kill")
