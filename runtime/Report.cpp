@@ -200,8 +200,8 @@ PlanFacts::PlanFacts(const plan::SpelledPlan &spelled) {
       }
       if (op == "update" || op == "sparse_absorb")
         optimizerBytes[d] += momentCopies(instruction) * bytes[inputs[0]];
-      // laysa: what a selection writes and an apply reads (the other
-      // devices' selections arrive by recv).
+      // laysa: what a selection writes and an apply reads (every device's
+      // selections, gathered).
       if (op == "sparse_select")
         for (int id : outputs)
           if (id >= 0)
@@ -451,6 +451,9 @@ void ReportBuilder::ran(int device, int64_t t, int index, bool countSent) {
     sent(device, tau,
          (replicasOf(*instruction) - 1) *
              shardBytes(*instruction, inputs, planFacts.bytes, 0));
+  if (op == "sparse_gather" && countSent) // the selection to every other one
+    sent(device, tau, (plan.devices_size() - 1) * total(inputs),
+         /*collective=*/true);
   if (op == "norm_all_reduce" && countSent) // a share to every other device
     sent(device, tau, (plan.devices_size() - 1) * planFacts.bytes[inputs[0]],
          /*collective=*/true);

@@ -45,7 +45,7 @@ def main():
         elif name == "sparse_apply":
             rows[t]["apply"].append(l)
             applied[l] = t
-    print("| τ | compute (every device) | select and send | receive and apply | gradients live | comm buffers live |")
+    print("| τ | compute (every device) | select | gather and apply | gradients live | comm buffers live |")
     print("|---|---|---|---|---|---|")
     # A stage's gradient lives from its backward to its absorb (the residual
     # baseline: to its selection), its buffers from selection to apply.

@@ -1686,6 +1686,12 @@ std::vector<int64_t> Emitter::slotProgramKey(sched::SlotDeviceOp op,
                              update.getFrom()});
     else if (auto release = dyn_cast<sched::ReleaseParamsOp>(step))
       key.insert(key.end(), {8, release.getStage(), release.getTimeStep()});
+    else if (auto absorb = dyn_cast<sched::AbsorbGradientsOp>(step))
+      key.insert(key.end(), {11, absorb.getStage(), absorb.getTimeStep()});
+    else if (auto send = dyn_cast<sched::SparseSendOp>(step))
+      key.insert(key.end(), {12, send.getStage(), send.getTimeStep()});
+    else if (auto apply = dyn_cast<sched::SparseApplyOp>(step))
+      key.insert(key.end(), {13, apply.getStage(), apply.getTimeStep()});
     else
       key.insert(key.end(), {4, reinterpret_cast<intptr_t>(&step)});
   }
@@ -2152,10 +2158,10 @@ LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
           tables.exchange, absorb.getStage(),
           exchangeStep(absorb.getStage(), absorb.getTimeStep()));
     } else if (auto send = dyn_cast<sched::SparseSendOp>(step)) {
-      sparse::lowerSend(tables.exchange, send.getStage(), d,
+      sparse::lowerSend(tables.exchange, send.getStage(),
                         exchangeStep(send.getStage(), send.getTimeStep()));
     } else if (auto apply = dyn_cast<sched::SparseApplyOp>(step)) {
-      sparse::lowerApply(tables.exchange, apply.getStage(), d,
+      sparse::lowerApply(tables.exchange, apply.getStage(),
                          exchangeStep(apply.getStage(), apply.getTimeStep()));
     } else if (auto relay = dyn_cast<sched::ChainRelayOp>(step)) {
       int64_t l = relay.getStage();

@@ -44,7 +44,7 @@ std::pair<int64_t, int64_t> selectionSizes(const Stage &stage,
 }
 
 /// The stage's buffers, one after another from `base` (64-byte aligned):
-/// this device's values and indices, then each other device's.
+/// this device's values and indices, then every device's.
 int64_t addBuffers(plan::Plan &plan, Stage &stage, int64_t l, int64_t devices,
                    int64_t base) {
   auto [values, indices] = selectionSizes(stage, plan);
@@ -60,12 +60,9 @@ int64_t addBuffers(plan::Plan &plan, Stage &stage, int64_t l, int64_t devices,
   stage.values = place("@values", plan::F32, values);
   if (indices > 0)
     stage.indices = place("@indices", plan::I32, indices);
-  for (int64_t r = 1; r < devices; ++r) {
-    std::string peer = ".peer" + std::to_string(r);
-    stage.peerValues.push_back(place("@values" + peer, plan::F32, values));
-    stage.peerIndices.push_back(
-        indices > 0 ? place("@indices" + peer, plan::I32, indices) : -1);
-  }
+  stage.allValues = place("@values.all", plan::F32, devices * values);
+  if (indices > 0)
+    stage.allIndices = place("@indices.all", plan::I32, devices * indices);
   return at;
 }
 
@@ -79,20 +76,6 @@ void addStageInputs(plan::Instruction *instruction, const Stage &stage) {
   counts->set_name("counts");
   for (const Param &p : stage.params)
     counts->mutable_ints()->add_values(p.count);
-}
-
-/// A message of the stage's selection: the value names the stage and
-/// whether it carries values (0) or indices (1); the tag adds the step.
-plan::Instruction *message(const Exchange &exchange,
-                           const MakeInstruction &make, const char *op,
-                           int64_t l, int64_t peer, int kind) {
-  plan::Instruction *instruction = make(op, "comm");
-  plan::setIntAttribute(instruction, "peer", peer);
-  plan::setIntAttribute(instruction, "value", 2 * l + kind);
-  plan::setIntAttribute(instruction, "micro_batch", 0);
-  plan::setIntAttribute(instruction, "micro_batches", 1);
-  plan::setIntAttribute(instruction, "cycle", exchange.cycle);
-  return instruction;
 }
 
 } // namespace
@@ -134,7 +117,7 @@ void lowerAbsorb(const Exchange &exchange, int64_t l,
   }
 }
 
-void lowerSend(const Exchange &exchange, int64_t l, int64_t d,
+void lowerSend(const Exchange &exchange, int64_t l,
                const MakeInstruction &make) {
   const Stage &stage = exchange.stages[l];
   if (exchange.residual) // the gradient waited for the selection
@@ -145,36 +128,25 @@ void lowerSend(const Exchange &exchange, int64_t l, int64_t d,
   if (stage.indices >= 0)
     select->add_outputs(stage.indices);
   setText(select, "form", exchange.residual ? "residual" : "mirror");
-  int64_t N = exchange.devices;
-  for (int64_t r = 1; r < N; ++r) {
-    int64_t to = (d + r) % N;
-    message(exchange, make, "send", l, to, 0)->add_inputs(stage.values);
-    if (stage.indices >= 0)
-      message(exchange, make, "send", l, to, 1)->add_inputs(stage.indices);
-  }
 }
 
-void lowerApply(const Exchange &exchange, int64_t l, int64_t d,
+void lowerApply(const Exchange &exchange, int64_t l,
                 const MakeInstruction &make) {
   const Stage &stage = exchange.stages[l];
   int64_t N = exchange.devices;
-  for (int64_t r = 1; r < N; ++r) {
-    int64_t from = (d + r) % N;
-    message(exchange, make, "recv", l, from, 0)
-        ->add_outputs(stage.peerValues[r - 1]);
-    if (stage.indices >= 0)
-      message(exchange, make, "recv", l, from, 1)
-          ->add_outputs(stage.peerIndices[r - 1]);
+  plan::Instruction *gather = make("sparse_gather", "comm");
+  gather->add_inputs(stage.values);
+  gather->add_outputs(stage.allValues);
+  if (stage.indices >= 0) {
+    gather->add_inputs(stage.indices);
+    gather->add_outputs(stage.allIndices);
   }
+  plan::setIntAttribute(gather, "cycle", exchange.cycle);
   plan::Instruction *apply = make("sparse_apply", "update");
   addStageInputs(apply, stage);
-  for (int64_t j = 0; j < N; ++j) { // device order: the mean's sum order
-    int64_t r = (j - d + N) % N;
-    apply->add_inputs(r == 0 ? stage.values : stage.peerValues[r - 1]);
-    apply->add_inputs(r == 0 ? stage.indices : stage.peerIndices[r - 1]);
-  }
+  apply->add_inputs(stage.allValues);
+  apply->add_inputs(stage.allIndices);
   setText(apply, "form", exchange.residual ? "residual" : "mirror");
-  plan::setIntAttribute(apply, "self", d);
   plan::setIntAttribute(apply, "devices", N);
 }
 

@@ -28,12 +28,14 @@ struct Param {
 };
 
 /// A stage's exchange: its parameters, this device's selection (values
-/// and, where some parameter is sparse, indices) and the other devices'
-/// (peer r - 1 holds device (d + r) mod N's).
+/// and, where some parameter is sparse, indices) and every device's, one
+/// after another in device order (the all-gather's buffers). No tensor or
+/// instruction names a device, so every device runs one template and the
+/// plan grows with the devices as dp's does.
 struct Stage {
   std::vector<Param> params;
   int values = -1, indices = -1;
-  std::vector<int> peerValues, peerIndices;
+  int allValues = -1, allIndices = -1;
 };
 
 struct Exchange {
@@ -57,13 +59,13 @@ using MakeInstruction =
 /// sched.absorb_gradients: one sparse_absorb per parameter.
 void lowerAbsorb(const Exchange &exchange, int64_t stage,
                  const MakeInstruction &make);
-/// sched.sparse_send on device d: (the residual baseline's absorbs,) the
-/// stage's selection, and its messages to every other device.
-void lowerSend(const Exchange &exchange, int64_t stage, int64_t d,
+/// sched.sparse_send: (the residual baseline's absorbs,) the stage's
+/// selection.
+void lowerSend(const Exchange &exchange, int64_t stage,
                const MakeInstruction &make);
-/// sched.sparse_apply on device d: the other devices' messages, then the
-/// mean of every selection.
-void lowerApply(const Exchange &exchange, int64_t stage, int64_t d,
+/// sched.sparse_apply: the all-gather of every device's selection
+/// (sparse_gather), then the mean of them all.
+void lowerApply(const Exchange &exchange, int64_t stage,
                 const MakeInstruction &make);
 
 } // namespace cdp::sparse

@@ -872,24 +872,34 @@ Rules makeRules() {
       c.count(c.out(1), sizes.second);
     }
   };
-  // The same, then every device's values and indices (absent where no
-  // parameter is sparse), in device order.
+  // The same, then the gathered values and indices (absent where no
+  // parameter is sparse) of every device, in device order.
   rules["sparse_apply"] = [](const Check &c, const KernelArgs &args) {
     std::pair<int64_t, int64_t> sizes = sparseStage(c, args);
     int64_t devices = args.communicator ? args.communicator->size() : 1;
     c.require(args.i("devices", 1) == devices,
               "attribute 'devices' is not the run's device count");
-    c.attribute("self", 0, 0, devices - 1);
     size_t first = 2 * args.ints("counts").size();
-    c.arity(static_cast<int>(first + 2 * devices),
-            static_cast<int>(first + 2 * devices), 0, 0);
-    for (size_t j = 0; j < static_cast<size_t>(devices); ++j) {
-      c.type(c.in(first + 2 * j), plan::F32);
-      c.count(c.in(first + 2 * j), sizes.first);
-      if (!sizes.second)
-        continue;
-      c.type(c.in(first + 2 * j + 1), plan::I32);
-      c.count(c.in(first + 2 * j + 1), sizes.second);
+    c.arity(static_cast<int>(first + 2), static_cast<int>(first + 2), 0, 0);
+    c.type(c.in(first), plan::F32);
+    c.count(c.in(first), devices * sizes.first);
+    if (sizes.second) {
+      c.type(c.in(first + 1), plan::I32);
+      c.count(c.in(first + 1), devices * sizes.second);
+    }
+  };
+  // A selection's values (float32) and indices (int32, where there are
+  // any) in; every device's, one after another, out.
+  rules["sparse_gather"] = [](const Check &c, const KernelArgs &args) {
+    int64_t devices = args.communicator ? args.communicator->size() : 1;
+    c.arity(1, 2, 1, 2);
+    c.require(args.inputs.size() == args.outputs.size(),
+              "gathers as many buffers as it sends");
+    c.attribute("stage", 0, 0, 4095);
+    for (size_t k = 0; k < args.inputs.size(); ++k) {
+      c.type(c.in(k), k == 0 ? plan::F32 : plan::I32);
+      c.type(c.out(k), k == 0 ? plan::F32 : plan::I32);
+      c.count(c.out(k), devices * c.in(k).numel());
     }
   };
   // CDP-ZeRO: the owner's master copy of a stage into the region the

@@ -119,7 +119,7 @@ const Plan &trafficOf(const Plan &plan, google::protobuf::Arena &arena) {
     return op == "send" || op == "recv" || op == "reduce_start" ||
            op == "reduce_wait" || op == "chain_reduce" || op == "chain_relay" ||
            op == "chain_wait" || op == "shard_reduce" || op == "shard_update" ||
-           op == "shard_gather";
+           op == "shard_gather" || op == "sparse_gather";
   };
   for (const Device &device : plan.devices()) {
     Device *out = traffic->add_devices();
@@ -220,8 +220,8 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
     int kind = 0;  ///< 0 none, 1 send, 2 recv, 3 reduce_start, 4 reduce_wait,
                    ///< 5 a blocking collective (`collective` names it)
     /// 0 shard_reduce, 1 shard_update, -1 replica_shard_update, -2
-    /// norm_all_reduce, 2 + its time step a shard_gather (a stage is
-    /// gathered more than once a step)
+    /// norm_all_reduce, -3 sparse_gather, 2 + its time step a shard_gather
+    /// (a stage is gathered more than once a step)
     int64_t collective = 0;
     int64_t members = 0; ///< the devices that meet (0: all)
     Message message;
@@ -254,7 +254,7 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
                         intAttribute(instruction, "owner", -1) < 0 &&
                         (op == "shard_reduce" || op == "shard_update" ||
                          op == "shard_gather" || op == "replica_shard_update" ||
-                         op == "norm_all_reduce");
+                         op == "norm_all_reduce" || op == "sparse_gather");
       if (!isMessage && !reduction && !chain && !collective && !cost)
         continue;
       Traffic t;
@@ -277,6 +277,7 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
         t.collective = op == "shard_update"           ? 1
                        : op == "replica_shard_update" ? -1
                        : op == "norm_all_reduce"      ? -2
+                       : op == "sparse_gather"        ? -3
                        : op == "shard_gather" ? 2 + instruction.time_step()
                                               : 0;
         if (op == "replica_shard_update") // the stage's replicas alone

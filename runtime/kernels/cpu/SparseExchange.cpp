@@ -1,14 +1,14 @@
 //===- SparseExchange.cpp - laysa's error feedback as instructions --------===//
 //
-// A stage's top-k exchange runs as five kinds of instruction: after the
+// A stage's top-k exchange runs as four kinds of instruction: after the
 // stage's backward, `sparse_absorb` folds each parameter's gradient into
 // its error feedback (the mirror M, or the residual baseline's r); a time
 // step later `sparse_select` writes the stage's selections into its
-// communication buffers, which `send`s to every other device; one more
-// time step later `recv`s take the others' selections and `sparse_apply`
-// applies their mean. The selections are plain tensors between plain
-// instructions, so the plan check, the report and the trace see the
-// messages as they see any other.
+// communication buffers; one more time step later `sparse_gather`
+// all-gathers every device's selection (values, then indices) into the
+// stage's gathered buffers, in device order, and `sparse_apply` applies
+// their mean. No instruction names a device: every device runs the same
+// program (one template, as dp's devices do).
 //
 // A parameter whose count is its size goes whole: its values are its
 // pending update in index order, with no indices.
@@ -19,6 +19,7 @@
 #include "SparseMirror.h"
 
 #include "../LearningRate.h"
+#include "cdp/Plan/PlanIO.h"
 
 #include <algorithm>
 
@@ -156,17 +157,58 @@ selectionsOf(const std::vector<TensorView> &values,
   return workers;
 }
 
+/// Device j's part of a gathered buffer of `devices` equal parts.
+TensorView partOf(const TensorView &all, size_t j, size_t devices) {
+  if (!all.data)
+    return all;
+  int64_t part = all.numel() / static_cast<int64_t>(devices);
+  TensorView view = all;
+  view.shape = {part};
+  view.data =
+      static_cast<char *>(all.data) + j * part * plan::dtypeSize(all.dtype);
+  return view;
+}
+
+/// The stage's selections of every device, one after another in device
+/// order, into the gathered buffers (values, then indices where the stage
+/// has a sparse parameter).
+void registerGather(KernelRegistry &registry) {
+  addKernel(registry, "sparse_gather", [](const KernelArgs &args) {
+    if (!args.communicator)
+      args.fail("needs a communicator (a multi-device plan)");
+    Communicator *comm = args.communicator;
+    std::vector<TensorView> mine = args.inputs, all = args.outputs;
+    int64_t stage = args.i("stage", 0), cycle = args.i("cycle", 1);
+    int64_t timeStep = args.instruction->time_step();
+    int device = args.device;
+    return [=](const StepContext &context) {
+      for (size_t kind = 0; kind < mine.size(); ++kind) {
+        // Values and indices of a step's stage, beside the other tags.
+        int64_t tag = (int64_t(1) << 50) |
+                      ((context.step * 4096 + stage) * 2 + int64_t(kind));
+        if (!comm->allGather(
+                tag, {mine[kind].dtype, mine[kind].data, mine[kind].numel()},
+                {all[kind].dtype, all[kind].data, all[kind].numel()},
+                timeStep + cycle * context.step))
+          throw RuntimeError("device " + std::to_string(device) +
+                             ": stopped while gathering the selections "
+                             "(another device failed)");
+      }
+    };
+  });
+}
+
 void registerApply(KernelRegistry &registry) {
   addKernel(registry, "sparse_apply", [](const KernelArgs &args) {
     auto stage = std::make_shared<StageTensors>(args);
     bool mirror = isMirror(args);
-    int self = static_cast<int>(args.i("self", 0));
+    int self = args.device;
     size_t devices = static_cast<size_t>(args.i("devices", 1));
     size_t first = 2 * stage->counts.size();
     std::vector<TensorView> values, indices;
     for (size_t j = 0; j < devices; ++j) {
-      values.push_back(args.inputs[first + 2 * j]);
-      indices.push_back(args.inputs[first + 2 * j + 1]);
+      values.push_back(partOf(args.inputs[first], j, devices));
+      indices.push_back(partOf(args.inputs[first + 1], j, devices));
     }
     return [=](const StepContext &) {
       int64_t valueAt = 0, indexAt = 0;
@@ -197,6 +239,7 @@ void registerSparseExchange(KernelRegistry &registry) {
     return std::make_unique<AbsorbKernel>(args);
   });
   registerSelect(registry);
+  registerGather(registry);
   registerApply(registry);
 }
 
