@@ -122,6 +122,7 @@ void registerCommunication(KernelRegistry &registry) {
       {"norm_all_reduce", true},
       {"sparse_absorb", true},
       {"sparse_select", true},
+      {"sparse_gather", false},
       {"sparse_apply", true},
       // Indexing ops exporters emit for positions and masks; not yet
       // kernels of their own on the GPU.
