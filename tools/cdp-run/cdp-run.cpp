@@ -183,11 +183,12 @@ Options parseArguments(int argc, char **argv) {
            die("--threads must be at most 1024, got '" + v + "'");
        }},
       {"--metrics", "FILE",
-       "JSON lines, one per step: step, loss, samples_per_s (and accuracy)",
+       "JSON lines, one per step: step, loss, samples_per_s (and accuracy); "
+       "a resumed run keeps the lines of earlier steps and appends",
        [&](const std::string &v) { o.metrics = v; }},
       {"--dump-params", "DIR",
        "Write every trainable parameter and buffer after the run (.npy + "
-       "index.json)",
+       "index.json), the folder replaced as a whole",
        [&](const std::string &v) { o.dumpParams = v; }},
       {"--dump-grads", "DIR",
        "Write the loss gradients the last update applied (.npy + index.json)",
@@ -207,7 +208,8 @@ Options parseArguments(int argc, char **argv) {
        "Save every device's parameters, buffers, optimizer state and "
        "micro-batches in flight to DIR (at the end, or every "
        "--checkpoint-every steps): one shard per process and manifest.bin, "
-       "so that a crash keeps the previous checkpoint whole",
+       "so that a crash keeps the previous checkpoint whole; one run at a "
+       "time per folder (DIR/.lock)",
        [&](const std::string &v) { o.checkpoint = v; }},
       {"--checkpoint-every", "N",
        "Checkpoint every N steps (default: at the end)",
@@ -215,9 +217,9 @@ Options parseArguments(int argc, char **argv) {
          o.checkpointEvery = parseCount("--checkpoint-every", v, 1);
        }},
       {"--resume", "DIR",
-       "Continue from a checkpoint of the same plan, seed, data and process "
-       "count; --steps/--epochs count from the start of training, so the "
-       "result is bit-identical to an uninterrupted run",
+       "Continue from a checkpoint of the same plan, seed, data (files "
+       "unchanged) and process count; --steps/--epochs count from the start "
+       "of training, so the result is bit-identical to an uninterrupted run",
        [&](const std::string &v) { o.resume = v; }},
       {"--profile", "FILE",
        "Measure every instruction and write its mean time per step as JSON "
