@@ -8,6 +8,11 @@ Exports the transformer block, then times `cdp-compile --strategy cdp
 48-layer transformer: cdp on 16 to 1024 devices (seconds and peak memory),
 gpipe, 1f1b and 2bw on 64 stages and devices, and the 2bw plan's size
 (templates, runs, tensors; format 4).
+
+With --every-strategy it prints instead, for the 48-layer transformer, one
+`--report --steps 3` per strategy at the largest device count up to 1024 it
+accepts (48 stages; pipelines 48 stages x 21 replicas = 1008 devices), one
+run each: seconds, peak MB and the report's and plan's bytes.
 """
 import argparse
 import os
@@ -23,20 +28,23 @@ import export_torch_models as models  # noqa: E402
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--build", default="build")
+parser.add_argument("--every-strategy", action="store_true")
 args = parser.parse_args()
-with tempfile.TemporaryDirectory() as work:
-    path = models.export("transformer", work)
-    print("%8s %10s %14s" % ("devices", "seconds", "report bytes"))
-    for n in [4, 64, 256, 1024]:
-        best = None
-        for _ in range(3):
-            start = time.perf_counter()
-            subprocess.run([os.path.join(args.build, "bin", "cdp-compile"), path, "--batch-axis",
-                            "input=1", "--strategy", "cdp", "--devices", str(n), "--stages", "4",
-                            "--report", os.path.join(work, "r.json"), "--steps", "3"], check=True)
-            elapsed = time.perf_counter() - start
-            best = elapsed if best is None else min(best, elapsed)
-        print("%8d %10.3f %14d" % (n, best, os.path.getsize(os.path.join(work, "r.json"))))
+if not args.every_strategy:  # the transformer block, cdp on 4 to 1024 devices
+    with tempfile.TemporaryDirectory() as work:
+        path = models.export("transformer", work)
+        print("%8s %10s %14s" % ("devices", "seconds", "report bytes"))
+        for n in [4, 64, 256, 1024]:
+            best = None
+            for _ in range(3):
+                start = time.perf_counter()
+                subprocess.run([os.path.join(args.build, "bin", "cdp-compile"), path, "--batch-axis",
+                                "input=1", "--strategy", "cdp", "--devices", str(n), "--stages", "4",
+                                "--report", os.path.join(work, "r.json"), "--steps", "3"], check=True)
+                elapsed = time.perf_counter() - start
+                best = elapsed if best is None else min(best, elapsed)
+            print("%8d %10.3f %14d" % (n, best, os.path.getsize(os.path.join(work, "r.json"))))
+
 
 # Pipelines: a 48-layer transformer encoder (the block of the test models,
 # 48 times) cut into 64 stages on 64 devices, 64 micro-batches per step.
@@ -81,6 +89,35 @@ def timed(arguments):
     return best, peak
 
 
+EVERY = [
+    ("dp", ["--devices", "1024"]),
+    ("cdp", ["--devices", "1024", "--stages", "48"]),
+    ("laysa", ["--devices", "1024"]),
+    ("gpipe", ["--stages", "48", "--replicas", "21", "--micro-batches", "48"]),
+    ("1f1b", ["--stages", "48", "--replicas", "21", "--micro-batches", "48"]),
+    ("2bw", ["--stages", "48", "--replicas", "21", "--micro-batches", "48"]),
+    ("zb-h1", ["--stages", "48", "--replicas", "21", "--micro-batches", "48"]),
+]
+
+
+def every_strategy(path, work):
+    """One --report per strategy at its largest device count up to 1024."""
+    print("48-layer transformer, --report --steps 3, one run each:")
+    print("%8s %50s %9s %9s %14s %12s" % ("strategy", "layout", "seconds", "peak MB",
+                                        "report bytes", "plan bytes"))
+    for strategy, flags in EVERY:
+        report, plan = os.path.join(work, "r.json"), os.path.join(work, "p.cdp")
+        out = subprocess.run([sys.executable, "-c", MEASURE,
+                              os.path.join(args.build, "bin", "cdp-compile"), path,
+                              "--batch-axis", "input=1", "--strategy", strategy, "--report",
+                              report, "--steps", "3", "-o", plan] + flags,
+                             check=True, capture_output=True,
+                             text=True).stdout.splitlines()[-1].split()
+        print("%8s %50s %9.2f %9.0f %14d %12d" % (strategy, " ".join(flags), float(out[0]),
+                                                  float(out[1]), os.path.getsize(report),
+                                                  os.path.getsize(plan)))
+
+
 with tempfile.TemporaryDirectory() as work:
     torch.manual_seed(0)
     path = os.path.join(work, "deep.onnx")
@@ -89,6 +126,9 @@ with tempfile.TemporaryDirectory() as work:
     torch.onnx.export(model, torch.randn(6, 8, 32), path, input_names=["input"],
                       output_names=["logits"], opset_version=14,
                       training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+    if args.every_strategy:
+        every_strategy(path, work)
+        sys.exit(0)
     print("\n48-layer transformer, 64 stages on 64 devices, 64 micro-batches per step:")
     print("%8s %10s %10s %14s" % ("strategy", "seconds", "peak MB", "report bytes"))
     for strategy in ["gpipe", "1f1b", "2bw"]:
