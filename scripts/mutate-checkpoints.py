@@ -33,6 +33,8 @@ import struct
 import subprocess
 import sys
 
+import hostile_runs
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CONFIGS = {
@@ -334,17 +336,8 @@ def mutant(args, out, seed, index, rng, case=None):
 def resume(args, feeds, plan, folder):
     command = [os.path.join(args.build, "bin", "cdp-run"), plan, "--steps", "6",
                "--resume", folder] + feeds
-    try:
-        result = subprocess.run(command, capture_output=True, timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        return "hung", ""
-    err = result.stderr.decode(errors="replace")
-    if result.returncode == 0:
-        return "ran", err
-    lines = [line for line in err.splitlines() if line.strip()]
-    if result.returncode == 1 and len(lines) == 1 and lines[0].startswith("cdp-run: error: "):
-        return "refused", err
-    return "crashed", err
+    kind, err = hostile_runs.outcome(command, args.timeout)
+    return ("ran" if kind == "ok" else kind), err
 
 
 def main():

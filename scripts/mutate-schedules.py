@@ -28,6 +28,8 @@ import shutil
 import subprocess
 import sys
 
+import hostile_runs
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STRATEGIES = {
     "gpipe": [],
@@ -44,18 +46,7 @@ GARBAGE = ["", "x", "0", "-1F0", "9999999999999999999F0", "0F", "F0", "0Q0", "0F
 
 
 def run(command, timeout):
-    try:
-        result = subprocess.run(command, capture_output=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return "hung", ""
-    err = result.stderr.decode(errors="replace")
-    if result.returncode == 0:
-        return "ok", err
-    lines = [line for line in err.splitlines() if line.strip()]
-    tool = os.path.basename(command[0])
-    if result.returncode == 1 and len(lines) == 1 and lines[0].startswith(tool + ": error: "):
-        return "refused", err
-    return "crashed", err
+    return hostile_runs.outcome(command, timeout)
 
 
 def edit_token(rng, token):
