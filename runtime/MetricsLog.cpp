@@ -13,7 +13,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 
 namespace cdp::runtime {
 
@@ -74,20 +73,8 @@ void MetricsLog::open(const std::string &file, int64_t start) {
 }
 
 void MetricsLog::writeLine(const std::string &line) {
-  std::string bytes = line + "\n";
-  const char *at = bytes.data();
-  size_t left = bytes.size();
-  while (left > 0 && !failed) {
-    ssize_t wrote = ::write(fd, at, left);
-    if (wrote < 0 && errno == EINTR)
-      continue;
-    if (wrote <= 0) {
-      failed = true;
-      break;
-    }
-    at += wrote;
-    left -= wrote;
-  }
+  if (!failed)
+    failed = !writeAll(fd, line + "\n");
 }
 
 void MetricsLog::close() {

@@ -25,7 +25,25 @@ std::string checkInputFile(const std::string &path) {
   return "not a regular file (a FIFO, device or folder)";
 }
 
+bool writeAll(int fd, const std::string &bytes) {
+  for (size_t done = 0; done < bytes.size();) {
+    ssize_t wrote = write(fd, bytes.data() + done, bytes.size() - done);
+    if (wrote < 0 && errno == EINTR)
+      continue;
+    if (wrote <= 0)
+      return false;
+    done += static_cast<size_t>(wrote);
+  }
+  return true;
+}
+
 namespace {
+
+/// `path` as a folder names it: normalized, without a trailing slash.
+std::filesystem::path folderPath(const std::string &path) {
+  std::filesystem::path normal = std::filesystem::path(path).lexically_normal();
+  return normal.has_filename() ? normal : normal.parent_path();
+}
 
 /// Empty when a new file can be made in `folder` (a temporary one is made
 /// and removed: a read-only file system, a full quota or a folder the user
@@ -57,10 +75,7 @@ std::string checkOutputFolder(const std::string &flag, const std::string &path,
     return flag + " " + path + " is a file; give a folder path";
   if (fs::is_directory(status) && !replaced)
     return probeWritable(flag, path, path);
-  fs::path normal = fs::path(path).lexically_normal();
-  if (!normal.has_filename()) // a trailing slash
-    normal = normal.parent_path();
-  std::string parent = normal.parent_path().string();
+  std::string parent = folderPath(path).parent_path().string();
   if (!parent.empty() && !fs::is_directory(parent, ec))
     return flag + " " + path + ": the folder " + parent + " does not exist";
   return probeWritable(flag, path, parent);
@@ -95,19 +110,6 @@ std::string checkOutputPath(const std::string &flag, const std::string &path,
 
 namespace {
 
-/// Writes every byte to `fd`; false with errno set on failure.
-bool writeAll(int fd, const std::string &bytes) {
-  for (size_t done = 0; done < bytes.size();) {
-    ssize_t wrote = write(fd, bytes.data() + done, bytes.size() - done);
-    if (wrote < 0 && errno == EINTR)
-      continue;
-    if (wrote <= 0)
-      return false;
-    done += static_cast<size_t>(wrote);
-  }
-  return true;
-}
-
 /// A device or FIFO (-o /dev/null, /dev/stdout, a pipe) is written in
 /// place: replacing it by a file would destroy it.
 bool writeInPlace(const std::string &path, const std::string &bytes,
@@ -125,6 +127,16 @@ bool writeInPlace(const std::string &path, const std::string &bytes,
     return false;
   }
   return true;
+}
+
+/// Makes a rename in `folder` reach the disk (best effort).
+void syncFolder(const std::string &folder) {
+  int fd = open(folder.empty() ? "." : folder.c_str(),
+                O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    fsync(fd);
+    close(fd);
+  }
 }
 
 } // namespace
@@ -184,19 +196,9 @@ bool writeFileAtomically(const std::string &given, const std::string &bytes,
     std::remove(temporary.c_str());
     return false;
   }
-  // The rename itself reaches the disk with its folder (best effort).
-  std::string folder = std::filesystem::path(path).parent_path().string();
-  int dir = open(folder.empty() ? "." : folder.c_str(), O_RDONLY | O_DIRECTORY);
-  if (dir >= 0) {
-    fsync(dir);
-    close(dir);
-  }
+  syncFolder(std::filesystem::path(path).parent_path().string());
   return true;
 }
-
-} // namespace cdp
-
-namespace cdp {
 
 namespace {
 
@@ -205,9 +207,7 @@ namespace {
 std::pair<std::string, std::string> splitFolder(const std::string &dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  fs::path path = fs::path(dir).lexically_normal();
-  if (!path.has_filename())
-    path = path.parent_path();
+  fs::path path = folderPath(dir);
   if (fs::is_symlink(fs::symlink_status(path, ec)))
     path = fs::canonical(path, ec);
   std::string parent = path.parent_path().string();
@@ -227,14 +227,6 @@ void removeDeadPartials(const std::string &parent, const std::string &name) {
     long pid = std::strtol(file.c_str() + prefix.size(), nullptr, 10);
     if (pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
       fs::remove_all(entry.path(), ec);
-  }
-}
-
-void syncFolder(const std::string &folder) {
-  int fd = open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    fsync(fd);
-    close(fd);
   }
 }
 

@@ -40,6 +40,10 @@ std::string checkOutputPath(const std::string &flag, const std::string &path,
 std::string checkOutputFolder(const std::string &flag, const std::string &path,
                               bool replaced);
 
+/// Writes every byte to `fd` (again after a short write or EINTR); false
+/// with errno set on failure.
+bool writeAll(int fd, const std::string &bytes);
+
 /// Replaces `path` with `bytes` all at once: written to a fresh temporary
 /// file beside it, flushed to disk, then renamed over it, so a crash or a
 /// full disk mid-write leaves the previous file (or none) whole, never a
