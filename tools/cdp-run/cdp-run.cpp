@@ -734,12 +734,23 @@ int mpiThreadsPerDevice(int devices, int cores) {
                   1);
 }
 
-/// One executor per device, each with its own memory; devices of
-/// multi-device plans talk through the in-process communicator.
 /// --data's folder (fashion-mnist: the packaged one).
 std::string dataFolder(const Options &options) {
   return options.data == "fashion-mnist" ? "/usr/share/datasets/fashion-mnist"
                                          : options.data;
+}
+
+/// The files --data reads: the training split's, and the test split's
+/// with `withTest` (a RuntimeError naming one that is missing).
+std::vector<std::string> dataFiles(const Options &options, bool withTest) {
+  std::vector<std::string> files;
+  if (options.data.empty())
+    return files;
+  files = idxSplitFiles(dataFolder(options), "train");
+  if (withTest)
+    for (std::string &file : idxSplitFiles(dataFolder(options), "t10k"))
+      files.push_back(std::move(file));
+  return files;
 }
 
 /// What this process must share with the others of an mpirun job: the
@@ -761,18 +772,16 @@ RunAgreement agreementOf(const Run &run) {
       add("--feed " + name + "=" + file, file);
     for (const auto &[name, file] : options.evalFeeds)
       add("--eval-feed " + name + "=" + file, file);
-    if (!options.data.empty())
-      for (const char *split : {"train", "t10k"})
-        if (std::string(split) == "train" || options.eval)
-          for (const std::string &file :
-               idxSplitFiles(dataFolder(options), split))
-            add("--data " + file, file);
+    for (const std::string &file : dataFiles(options, options.eval))
+      add("--data " + file, file);
   } catch (const RuntimeError &e) {
     die(e.what());
   }
   return agreement;
 }
 
+/// One executor per device, each with its own memory; devices of
+/// multi-device plans talk through the in-process communicator.
 void createDevices(Run &run, int cores) {
   const Options &options = run.options;
   run.deviceCount = run.plan.devices_size();
@@ -1171,12 +1180,10 @@ RunIdentity runIdentity(const Run &run) {
   RunIdentity identity;
   identity.planChecksum = run.planChecksum;
   identity.seed = run.options.seed;
-  if (!run.options.data.empty()) {
+  if (!run.options.data.empty())
     identity.data = "--data " + run.options.data;
-    for (const std::string &file :
-         idxSplitFiles(dataFolder(run.options), "train"))
-      identity.files.push_back(fingerprintFile(file));
-  }
+  for (const std::string &file : dataFiles(run.options, false))
+    identity.files.push_back(fingerprintFile(file));
   for (const auto &[name, file] : run.options.feeds) {
     identity.data += (identity.data.empty() ? "" : " ") +
                      std::string("--feed ") + name + "=" + file;
