@@ -835,15 +835,12 @@ void Emitter::addAccumulators(int64_t S, PipelineTables &tables) {
   func.getBody().walk([&](GradientOp gradient) {
     gradientStage[gradient.getName()] = stageOf(gradient, S);
   });
-  // Parameters by name, once (a walk per gradient was quadratic).
-  llvm::StringMap<int> paramByName;
-  for (const plan::Tensor &t : plan.tensors())
-    if (t.kind() == plan::PARAM)
-      paramByName[t.name()] = t.id();
   plan.clear_applied_gradients();
   for (const std::string &name : plan.gradients()) {
-    auto found = paramByName.find(name);
-    int param = found == paramByName.end() ? -1 : found->second;
+    // By name through preparePipeline's map (a scan of every tensor per
+    // gradient was quadratic).
+    auto found = tables.paramId.find(name);
+    int param = found == tables.paramId.end() ? -1 : found->second;
     tables.accumulator[name] = addAccumulator(
         param, name, tables.stageDevice[gradientStage.lookup(name)]);
     plan.add_applied_gradients(tables.accumulator[name]);
