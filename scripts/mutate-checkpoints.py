@@ -24,7 +24,6 @@ Usage: scripts/mutate-checkpoints.py OUT [--count N] [--timeout S]
 message-shorter, drop-message, retag-message, drop-reduction) and prints
 its outcome and cdp-run's output.
 """
-import argparse
 import concurrent.futures
 import os
 import random
@@ -341,13 +340,7 @@ def resume(args, feeds, plan, folder):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("out")
-    parser.add_argument("--count", type=int, default=200)
-    parser.add_argument("--timeout", type=float, default=30)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser = hostile_runs.arguments()
     parser.add_argument("--case", action="append", default=[])
     args = parser.parse_args()
     shutil.rmtree(args.out, ignore_errors=True)

@@ -19,7 +19,6 @@ OUT/findings with its edits and output.
 Usage: scripts/mutate-schedules.py OUT [--count N] [--timeout S]
                                    [--seed S] [--build DIR] [--jobs J]
 """
-import argparse
 import concurrent.futures
 import os
 import random
@@ -123,13 +122,7 @@ def edit(rng, rows, note):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("out")
-    parser.add_argument("--count", type=int, default=200)
-    parser.add_argument("--timeout", type=float, default=30)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser = hostile_runs.arguments()
     args = parser.parse_args()
     shutil.rmtree(args.out, ignore_errors=True)
     os.makedirs(args.out)
