@@ -102,8 +102,18 @@ def cdp_environment(out, torch):
     itself loads (its NVIDIA wheels), then the toolkit's and the system's.
     Only cdp-run gets them: PyTorch refuses another cuDNN than its own."""
     import glob
+    import gzip
+    import shutil
+    import tempfile
+    # The libraries the bundle gzipped to fit a device carry, unpacked.
+    unpacked = tempfile.mkdtemp(prefix="cdp-lib-")
+    for packed in glob.glob(os.path.join(out, "lib", "*.gz")):
+        name = os.path.join(unpacked, os.path.basename(packed)[:-3])
+        with gzip.open(packed) as source, open(name, "wb") as target:
+            shutil.copyfileobj(source, target)
     wheels = glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "*", "lib"))
-    dirs = [os.path.join(out, "lib")] + wheels + ["/usr/local/cuda/lib64", "/usr/lib/x86_64-linux-gnu"]
+    dirs = [os.path.join(out, "lib"), unpacked] + wheels + [
+        "/usr/local/cuda/lib64", "/usr/lib/x86_64-linux-gnu"]
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = ":".join(dirs)
     return env
@@ -132,6 +142,10 @@ def torch_step_ms(torch, model, x, y, steps, compiled):
         optimizer.step()
 
     if compiled:
+        # Compiled once per model: without the reset the same `step` code
+        # collects a cache entry per model and, past dynamo's recompile
+        # limit (8), silently runs eager.
+        torch._dynamo.reset()
         step = torch.compile(step)
     for _ in range(5):
         step()

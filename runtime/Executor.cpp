@@ -181,8 +181,11 @@ Executor::~Executor() {
   train.clear();
   eval.clear();
   backendDevice->synchronize(); // no staged upload still reads its memory
-  for (auto &[id, host] : hostStaging)
-    backendDevice->releaseHost(host);
+  for (auto &[id, input] : stagedInputs) {
+    backendDevice->releaseHost(input.host[0]);
+    backendDevice->releaseHost(input.host[1]);
+    backendDevice->release(input.staging);
+  }
   for (void *memory : persistent)
     if (memory)
       backendDevice->release(memory);
@@ -220,14 +223,37 @@ void Executor::stageInWhole(
     return;
   }
   size_t bytes = view.numel() * plan::dtypeSize(view.dtype);
-  void *&host = hostStaging[id];
-  if (!host)
-    host = backendDevice->allocateHost(bytes);
+  StagedInput &input = stagedInputs[id];
+  if (!input.staging) {
+    input.host[0] = backendDevice->allocateHost(bytes);
+    input.host[1] = backendDevice->allocateHost(bytes);
+    input.staging = backendDevice->allocate(bytes);
+  }
+  // The other buffer may still be read by the upload of the step that runs
+  // now; this one's upload was taken by a step that has ended.
+  void *host = input.host[input.nextHost];
+  input.nextHost ^= 1;
   TensorView staged = view;
   staged.data = host;
   staged.space = MemorySpace::Host;
   fill(staged);
-  backendDevice->uploadAsync(view.data, host, bytes);
+  backendDevice->uploadAhead(input.staging, host, bytes);
+  input.pending = true;
+}
+
+bool Executor::stagesAhead() const {
+  return backendDevice->space() != MemorySpace::Host;
+}
+
+void Executor::takeStagedInputs() {
+  for (auto &[id, input] : stagedInputs) {
+    if (!input.pending)
+      continue;
+    const TensorView &view = views[id];
+    backendDevice->takeUploaded(view.data, input.staging,
+                                view.numel() * plan::dtypeSize(view.dtype));
+    input.pending = false;
+  }
 }
 
 HostTensor Executor::stageOut(const TensorView &view) const {
@@ -308,11 +334,15 @@ std::vector<std::unique_ptr<Kernel>> Executor::bind(
   return kernels;
 }
 
-void Executor::runStep(const StepContext &step, InstructionRange range) {
+void Executor::runStep(const StepContext &step, InstructionRange range,
+                       const std::function<void()> &whileRunning) {
   StepContext context = step;
   context.queue = backendDevice->queue();
   try {
+    takeStagedInputs();
     runInstructions(context, range);
+    if (whileRunning)
+      whileRunning();
     backendDevice->finishStep(context.step);
   } catch (const RuntimeError &) {
     throw;
@@ -713,6 +743,7 @@ void Executor::runEval(const StepContext &context) {
                        "gathered, after training");
   StepContext queued = context;
   queued.queue = backendDevice->queue();
+  takeStagedInputs();
   for (auto &kernel : eval)
     kernel->run(queued);
   backendDevice->finishStep(context.step);

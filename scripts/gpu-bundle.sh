@@ -84,7 +84,7 @@ add_case() {
     return
   fi
   rm "$case_dir/compile.log"
-  /usr/bin/python3 scripts/gpu/make_inputs.py "$case_dir" "${SHAPE[$model]}" "${AXIS[$model]}" 2 10 7
+  /usr/bin/python3 scripts/gpu/make_inputs.py "$case_dir" "${SHAPE[$model]}" "${AXIS[$model]}" 3 10 7
   "$BIN/cdp-run" "$case_dir/plan.cdp" --feed input="$case_dir/x.npy" \
     --feed labels="$case_dir/labels.npy" --steps 3 --dump-params "$case_dir/cpu" > /dev/null
 }

@@ -49,6 +49,10 @@ void *Device::allocateHost(size_t bytes) {
 
 void Device::releaseHost(void *memory) { std::free(memory); }
 
+void Device::takeUploaded(void *memory, const void *staging, size_t bytes) {
+  std::memcpy(memory, staging, bytes);
+}
+
 Backend parseBackend(const std::string &name) {
   if (name.empty() || name == "cpu")
     return Backend::CPU;

@@ -57,6 +57,12 @@ CudaDevice::CudaDevice(int index) : deviceIndex(index) {
 CudaDevice::~CudaDevice() {
   cudaSetDevice(gpuIndex);
   cudaStreamSynchronize(work);
+  if (copies) {
+    cudaStreamSynchronize(copies);
+    cudaEventDestroy(uploaded);
+    cudaEventDestroy(taken);
+    cudaStreamDestroy(copies);
+  }
   cudaFree(statusWord);
   cudaFreeHost(statusHost);
   cudnnDestroy(dnnHandle);
@@ -109,10 +115,36 @@ void CudaDevice::upload(void *memory, const void *host, size_t bytes) {
   checkCuda(cudaStreamSynchronize(work), "copy to the GPU");
 }
 
-void CudaDevice::uploadAsync(void *memory, const void *host, size_t bytes) {
+/// The upload goes on a stream of its own, so that it overlaps the step
+/// running on `work`; it waits for the last copy out of the staging memory
+/// (`taken`) and is marked done by `uploaded`.
+void CudaDevice::uploadAhead(void *staging, const void *host, size_t bytes) {
   checkCuda(cudaSetDevice(gpuIndex), "cudaSetDevice");
-  checkCuda(cudaMemcpyAsync(memory, host, bytes, cudaMemcpyHostToDevice, work),
-            "copy to the GPU");
+  if (!copies) {
+    checkCuda(cudaStreamCreateWithFlags(&copies, cudaStreamNonBlocking),
+              "cudaStreamCreate");
+    checkCuda(cudaEventCreateWithFlags(&uploaded, cudaEventDisableTiming),
+              "cudaEventCreate");
+    checkCuda(cudaEventCreateWithFlags(&taken, cudaEventDisableTiming),
+              "cudaEventCreate");
+  }
+  // An event never recorded is complete: the first upload waits for nothing.
+  checkCuda(cudaStreamWaitEvent(copies, taken, 0), "cudaStreamWaitEvent");
+  checkCuda(
+      cudaMemcpyAsync(staging, host, bytes, cudaMemcpyHostToDevice, copies),
+      "copy to the GPU");
+  checkCuda(cudaEventRecord(uploaded, copies), "cudaEventRecord");
+}
+
+void CudaDevice::takeUploaded(void *memory, const void *staging, size_t bytes) {
+  checkCuda(cudaSetDevice(gpuIndex), "cudaSetDevice");
+  if (copies)
+    checkCuda(cudaStreamWaitEvent(work, uploaded, 0), "cudaStreamWaitEvent");
+  checkCuda(
+      cudaMemcpyAsync(memory, staging, bytes, cudaMemcpyDeviceToDevice, work),
+      "copy on the GPU");
+  if (copies)
+    checkCuda(cudaEventRecord(taken, work), "cudaEventRecord");
 }
 
 void CudaDevice::fill(void *memory, unsigned char value, size_t bytes) {
@@ -128,6 +160,8 @@ void *CudaDevice::queue() {
 
 void CudaDevice::synchronize() {
   checkCuda(cudaStreamSynchronize(work), "a kernel failed");
+  if (copies)
+    checkCuda(cudaStreamSynchronize(copies), "copy to the GPU");
 }
 
 /// The step's one small read: the status word, which also surfaces any

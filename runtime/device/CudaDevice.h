@@ -49,7 +49,8 @@ public:
   /// Page-locked host memory for staging.
   void *allocateHost(size_t bytes) override;
   void releaseHost(void *memory) override;
-  void uploadAsync(void *memory, const void *host, size_t bytes) override;
+  void uploadAhead(void *staging, const void *host, size_t bytes) override;
+  void takeUploaded(void *memory, const void *staging, size_t bytes) override;
 
   int gpu() const { return gpuIndex; }
   cudaStream_t stream() const { return work; }
@@ -70,6 +71,10 @@ private:
   cudaStream_t work = nullptr;
   cublasHandle_t blasHandle = nullptr;
   cudnnHandle_t dnnHandle = nullptr;
+  // uploadAhead's stream (made on first use) and the events that order its
+  // copies with the kernels' stream.
+  cudaStream_t copies = nullptr;
+  cudaEvent_t uploaded = nullptr, taken = nullptr;
   int *statusWord = nullptr;
   int *statusHost = nullptr;
 };

@@ -1458,25 +1458,44 @@ void runDevices(Run &run, int64_t start) {
   std::printf("\n");
 }
 
-/// One device's step `step`: its slots one after another, the step's loss
-/// the mean over them (a non-finite slot stops the run right there).
-float runSingleStep(Run &run, int64_t step, const std::vector<int64_t> &order) {
-  const plan::Plan &plan = run.plan;
+/// Stages the inputs of slot `k` of step `step` (with --data, rows of
+/// `order`, the shuffle of the step's epoch).
+void stageSlot(Run &run, int64_t step, int64_t k,
+               const std::vector<int64_t> &order) {
   Executor &executor = run.first();
-  int64_t s = step % run.stepsPerEpoch;
+  if (run.options.data.empty()) {
+    for (auto &[id, array] : run.feeds)
+      stageRows(executor, id, array, run.plan.tensors(id).batch_axis(),
+                (step * run.slots + k) * run.batch);
+    return;
+  }
+  int64_t first = ((step % run.stepsPerEpoch) * run.slots + k) * run.batch;
+  stageRows(executor, run.imageInput, run.train.images, 0, first, &order);
+  stageRows(executor, run.plan.labels(), run.train.labels, 0, first, &order);
+}
+
+/// One device's step `step`: its slots one after another, the step's loss
+/// the mean over them (a non-finite slot stops the run right there). On a
+/// GPU the next slot of the epoch is staged while one runs; `staged` says
+/// whether slot 0 of `step` already was.
+float runSingleStep(Run &run, int64_t step, const std::vector<int64_t> &order,
+                    bool &staged) {
+  Executor &executor = run.first();
   float stepLoss = 0.0f;
   for (int64_t k = 0; k < run.slots; ++k) {
-    int64_t first = (s * run.slots + k) * run.batch;
-    if (run.options.data.empty()) {
-      for (auto &[id, array] : run.feeds)
-        stageRows(executor, id, array, plan.tensors(id).batch_axis(),
-                  (step * run.slots + k) * run.batch);
-    } else {
-      stageRows(executor, run.imageInput, run.train.images, 0, first, &order);
-      stageRows(executor, plan.labels(), run.train.labels, 0, first, &order);
-    }
-    executor.runStep(StepContext{step, k, run.options.seed});
-    float slotLoss = readLoss(plan, executor);
+    if (!staged)
+      stageSlot(run, step, k, order);
+    // Not across an epoch's end: its evaluation stages inputs of its own,
+    // and the next epoch's order is not drawn yet.
+    int64_t nextStep = k + 1 < run.slots ? step : step + 1,
+            nextSlot = k + 1 < run.slots ? k + 1 : 0;
+    staged = executor.stagesAhead() && nextStep < run.total &&
+             (nextStep == step || nextStep % run.stepsPerEpoch != 0);
+    executor.runStep(StepContext{step, k, run.options.seed}, {}, [&] {
+      if (staged)
+        stageSlot(run, nextStep, nextSlot, order);
+    });
+    float slotLoss = readLoss(run.plan, executor);
     stepLoss += slotLoss / run.slots;
     if (!std::isfinite(slotLoss))
       return slotLoss;
@@ -1503,6 +1522,7 @@ void runSingleDevice(Run &run, int64_t step) {
   auto started = std::chrono::steady_clock::now();
   double epochLoss = 0;
   int64_t epochSteps = 0;
+  bool staged = false; // the step's first slot, while the step before ran
   for (; step < run.total; ++step) {
     int64_t epoch = step / run.stepsPerEpoch, s = step % run.stepsPerEpoch;
     if (!options.data.empty() && epoch != shuffledEpoch) {
@@ -1515,7 +1535,7 @@ void runSingleDevice(Run &run, int64_t step) {
       epochSteps = 0;
     }
     auto stepStart = std::chrono::steady_clock::now();
-    float loss = runSingleStep(run, step, order);
+    float loss = runSingleStep(run, step, order, staged);
     epochLoss += loss;
     ++epochSteps;
     if (!std::isfinite(loss))

@@ -41,15 +41,22 @@ public:
   /// from it run asynchronously), and its release.
   virtual void *allocateHost(size_t bytes);
   virtual void releaseHost(void *memory);
-  /// Queues a copy from host memory of allocateHost's; the host memory must
-  /// stay unchanged until the step ends (finishStep).
-  virtual void uploadAsync(void *memory, const void *host, size_t bytes) {
-    upload(memory, host, bytes);
+  /// Uploads ahead of the step that reads them (the next micro-batch copied
+  /// while the current step runs). `uploadAhead` queues a copy from host
+  /// memory of allocateHost's into `staging` (this device's memory) on a
+  /// queue of its own, after every copy out of `staging` queued before;
+  /// `takeUploaded` queues on the kernels' queue the copy from `staging`
+  /// into `memory`, after every upload queued before. The host memory must
+  /// stay unchanged until the step that takes it ends. The CPU's are plain
+  /// copies made when called.
+  virtual void uploadAhead(void *staging, const void *host, size_t bytes) {
+    upload(staging, host, bytes);
   }
+  virtual void takeUploaded(void *memory, const void *staging, size_t bytes);
   /// The queue kernels enqueue work on, passed to them in the step context
   /// (a CUDA stream; the CPU runs work when called and has none).
   virtual void *queue() { return nullptr; }
-  /// Returns when all work queued so far is done.
+  /// Returns when all work queued so far is done, uploads ahead included.
   virtual void synchronize() {}
   /// After a step's instructions: a device whose kernels cannot throw (a
   /// GPU's) waits for them here and throws the RuntimeError one of them

@@ -100,10 +100,18 @@ public:
   /// tensor itself on the CPU, else a staging buffer uploaded afterwards).
   void stageIn(int id, const std::function<void(const TensorView &)> &fill);
   /// stageIn for a `fill` that writes every byte (a micro-batch of input
-  /// rows): nothing is copied out first, and on a GPU the bytes go through
-  /// page-locked memory kept per tensor, uploaded on the device's queue.
+  /// rows): nothing is copied out first. On a GPU the bytes go through
+  /// page-locked memory kept per tensor (two buffers, alternating) and are
+  /// uploaded into staging memory on a stream of their own; the next
+  /// runStep or runEval copies them into the tensor before its kernels.
+  /// So a GPU's next micro-batch may be staged while a step runs (see
+  /// runStep's `whileRunning` and stagesAhead).
   void stageInWhole(int id,
                     const std::function<void(const TensorView &)> &fill);
+  /// Whether stageInWhole leaves the tensor itself alone until the next
+  /// step (a GPU), so that it may run while a step runs; the CPU's fills
+  /// the tensor in place.
+  bool stagesAhead() const;
   /// Tensor `id`'s view; throws when another device holds it (an edited
   /// plan naming another stage's tensor as its loss or output).
   const TensorView &held(int id) const;
@@ -120,7 +128,11 @@ public:
   /// One training (or inference) step, or the part [begin, end) of its
   /// instructions (a checkpoint cuts a step in two: checkpointCut); only the
   /// part that starts at 0 counts as a step.
-  void runStep(const StepContext &context, InstructionRange range = {});
+  /// `whileRunning`, when given, runs once the instructions are queued and
+  /// before the device finishes them: on a GPU, host work (staging the next
+  /// micro-batch) that overlaps the step.
+  void runStep(const StepContext &context, InstructionRange range = {},
+               const std::function<void()> &whileRunning = {});
 
   /// Times every instruction of later steps (seconds, summed over steps).
   void enableProfiling() {
@@ -202,7 +214,16 @@ private:
   std::vector<char> persistentHere; // by tensor id: own memory at load
   std::vector<char> gatheredLater;  // by tensor id: device 0's after training
   bool evalBound = true; // false on a pipeline's device 0 until the gather
-  std::map<int, void *> hostStaging; // stageInWhole's, by tensor id
+  /// stageInWhole's memory for one tensor on a GPU.
+  struct StagedInput {
+    void *host[2] = {nullptr, nullptr}; // page-locked, filled alternately
+    void *staging = nullptr;            // device memory uploaded into
+    int nextHost = 0;
+    bool pending = false; // uploaded, not yet copied into the tensor
+  };
+  std::map<int, StagedInput> stagedInputs; // by tensor id
+  /// Queues the copies of pending staged inputs into their tensors.
+  void takeStagedInputs();
   std::vector<TensorView> views;
   std::vector<std::unique_ptr<Kernel>> train, eval;
   int evalThreads = 1; ///< to bind the evaluation stream again
