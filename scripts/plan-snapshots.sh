@@ -26,18 +26,40 @@ configs=(
   "gpipe-r2:--strategy gpipe --stages 2 --replicas 2 --devices 4 --micro-batches 2"
   "cdp-mp:--strategy cdp-mp --stages 2 --micro-batches 4"
   "cdp-mp-n3:--strategy cdp-mp --stages 2 --micro-batches 3"
+  "interleaved-1f1b:--strategy interleaved-1f1b --stages 4 --devices 2 --micro-batches 4"
+  "zb-h1:--strategy zb-h1 --stages 2 --devices 2 --micro-batches 4"
+  "dp-zero1:--strategy dp --devices 2 --stages 2 --zero 1"
+  "dp-zero2:--strategy dp --devices 2 --stages 2 --zero 2"
+  "dp-zero3:--strategy dp --devices 2 --stages 2 --zero 3"
+  "cdp-zero3:--strategy cdp --devices 2 --stages 2 --cdp-rule v1 --zero 3"
+  "laysa:--strategy laysa --devices 2 --stages 2"
+  "laysa-residual:--strategy laysa --devices 2 --stages 2 --sparse-baseline residual"
+  "single-reuse:--memory-reuse layer"
+  "1f1b-reuse:--strategy 1f1b --stages 2 --devices 2 --micro-batches 4 --memory-reuse layer"
+  "adam-clip:--strategy dp --devices 2 --optimizer adam --clip-grad-norm 1"
+  "1f1b-schedule:--strategy 1f1b --stages 2 --devices 2 --micro-batches 4 --schedule SCHEDULE"
 )
+# --schedule's input: gpipe's order (a schedule CSV), so that 1f1b follows
+# a table other than its own.
+SCHEDULE="$OUT/models/gpipe-schedule.csv"
 for model in "$OUT"/models/*.onnx; do
   name=$(basename "$model" .onnx)
   for config in "${configs[@]}"; do
     label=${config%%:*}
-    # shellcheck disable=SC2086
     batch=()
     [ "$name" = mlp ] && batch=(--batch-size 8) # its batch is symbolic
     [ "$name" = transformer ] && batch=(--batch-axis input=1) # (S, N, E)
+    flags=${config#*:}
+    if [[ $flags == *SCHEDULE* ]]; then
+      "$COMPILE" "$model" "${batch[@]}" --strategy gpipe --stages 2 --devices 2 \
+        --micro-batches 4 --emit=schedule-csv -o "$SCHEDULE" >/dev/null 2>&1 || true
+      flags=${flags/SCHEDULE/$SCHEDULE}
+    fi
+    # --optimizer comes first: a configuration's own (adam-clip) wins.
+    # shellcheck disable=SC2086
     if ! "$COMPILE" "$model" "${batch[@]}" --optimizer momentum \
-         ${config#*:} --emit=plan-text -o "$OUT/$name-$label.txt" \
-         2>"$OUT/$name-$label.err"; then
+         $flags --emit=plan-text -o "$OUT/$name-$label.txt" \
+         >/dev/null 2>"$OUT/$name-$label.err"; then
       echo "$name $label: $(head -1 "$OUT/$name-$label.err")"
     fi
     [ -s "$OUT/$name-$label.err" ] || rm -f "$OUT/$name-$label.err"
