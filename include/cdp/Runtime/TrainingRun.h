@@ -1,0 +1,84 @@
+//===- TrainingRun.h - a plan run as cdp-run runs it ------------*- C++ -*-===//
+//
+// A run of a plan: its devices (threads, or processes under mpirun), the
+// data fed to its inputs, training on one device or several (or an
+// inference plan's batches), checkpoints, evaluation and everything it
+// writes. cdp-run parses its flags into RunOptions and hands them here;
+// every refusal is a RuntimeError of one line.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CDP_RUNTIME_TRAININGRUN_H
+#define CDP_RUNTIME_TRAININGRUN_H
+
+#include "cdp/Runtime/Kernel.h"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace cdp::runtime {
+
+class Fabric;
+namespace training {
+struct Run;
+} // namespace training
+
+/// What cdp-run's flags ask of a run (cdp-run --help says what each does).
+struct RunOptions {
+  std::string plan;
+  /// The flags and values every process of an mpirun job must share.
+  std::string agreedFlags;
+  std::vector<std::pair<std::string, std::string>> feeds;
+  /// --eval-feed: held-out arrays for the plan's inputs, labels included.
+  std::vector<std::pair<std::string, std::string>> evalFeeds;
+  std::string data;
+  int64_t steps = -1, epochs = -1;
+  uint64_t seed = 0;
+  bool eval = false;
+  bool allowNonfinite = false; ///< train on fed NaN or infinities
+  int threads = 0;
+  int64_t commTimeout = 300; ///< seconds a device waits for a message
+  std::string metrics, dumpParams, dumpGrads, saveOutputs, saveOnnx,
+      saveOnnxEval;
+  std::string checkpoint, resume, profile;
+  std::string report, reportSvg, compareReport, trace;
+  int64_t reportSteps = -1;
+  int64_t checkpointEvery = 0;
+  int64_t maxTensorBytes = int64_t(16) << 30;
+  std::string backend; ///< empty: the plan's
+  bool allowTf32 = false, allowNondeterministic = false;
+};
+
+/// Thrown by a process of an mpirun job whose error another process prints
+/// (the root): it ends with status 1 and no line of its own.
+class ReportedElsewhere : public RuntimeError {
+public:
+  ReportedElsewhere() : RuntimeError("") {}
+};
+
+class TrainingRun {
+public:
+  /// `abortAll` prints an error and ends every process of an mpirun job;
+  /// a device thread that fails under mpirun calls it, since the other
+  /// processes would otherwise wait for its messages.
+  TrainingRun(const RunOptions &options,
+              std::function<void(const std::string &)> abortAll);
+  ~TrainingRun();
+  /// Checks the outputs and the plan against the flags, then runs it and
+  /// writes what was asked for. Throws RuntimeError.
+  void execute();
+  /// The fabric of an mpirun job once its devices exist (else null): an
+  /// error after that must end every process.
+  Fabric *mpiFabric() const;
+
+private:
+  std::unique_ptr<training::Run> run;
+};
+
+} // namespace cdp::runtime
+
+#endif // CDP_RUNTIME_TRAININGRUN_H

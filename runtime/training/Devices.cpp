@@ -1,0 +1,348 @@
+//===- Devices.cpp - training on device threads
+//----------------------------===//
+//
+// Multi-device runs: a thread per device of this process, the step
+// rendezvous for checkpoints, and the summary the root prints.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Run.h"
+#include "cdp/Plan/PlanCheck.h"
+
+#include <omp.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+namespace cdp::runtime::training {
+
+/// Whether --checkpoint saves before step `next`: every
+/// --checkpoint-every steps, and at the end.
+bool checkpointDue(const Run &run, int64_t next) {
+  const RunOptions &options = run.options;
+  return !options.checkpoint.empty() &&
+         (next == run.total ||
+          (options.checkpointEvery > 0 && next % options.checkpointEvery == 0));
+}
+
+namespace {
+/// The device threads of this process meet between two steps: the last to
+/// arrive runs the action (a checkpoint) while the others wait, so that no
+/// device has begun the next step. A failed action, or a device that
+/// failed elsewhere (abandon), fails every thread that meets.
+/// Waiting devices are parked in the fabric (its stall check); the last
+/// sets them running before it wakes them.
+class StepRendezvous {
+public:
+  StepRendezvous(int threads, Fabric &fabric)
+      : threads(threads), fabric(fabric) {}
+  void meet(int device, const std::function<void()> &action) {
+    std::unique_lock<std::mutex> lock(mutex);
+    int64_t mine = generation;
+    if (failure.empty() && ++arrived < threads) {
+      parked.push_back(device);
+      fabric.setParked(device, true);
+      changed.wait(lock,
+                   [&] { return generation != mine || !failure.empty(); });
+    } else if (failure.empty()) {
+      try {
+        action();
+      } catch (const RuntimeError &e) {
+        failure = e.what();
+      }
+      arrived = 0;
+      ++generation;
+      for (int d : parked)
+        fabric.setParked(d, false);
+      parked.clear();
+      changed.notify_all();
+    }
+    if (!failure.empty())
+      throw RuntimeError(failure);
+  }
+  void abandon(const std::string &why) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (failure.empty())
+      failure = why;
+    changed.notify_all();
+  }
+
+private:
+  const int threads;
+  Fabric &fabric;
+  std::vector<int> parked;
+  std::mutex mutex;
+  std::condition_variable changed;
+  int arrived = 0;
+  int64_t generation = 0;
+  std::string failure;
+};
+} // namespace
+
+namespace {
+/// The checkpoint cuts of a run (plan::checkpointCut), computed once per
+/// checkpoint by whichever device thread asks first.
+class CheckpointCuts {
+public:
+  explicit CheckpointCuts(const plan::Plan &plan) : plan(plan) {}
+  /// Where device d stops in step `next - 1` for the checkpoint before
+  /// step `next`.
+  int at(int64_t next, int d) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = cuts.find(next);
+    if (it == cuts.end()) {
+      std::string error;
+      std::vector<int> cut = plan::checkpointCut(plan, next, error);
+      if (cut.empty())
+        throw RuntimeError(error);
+      it = cuts.emplace(next, std::move(cut)).first;
+    }
+    return it->second[d];
+  }
+
+private:
+  const plan::Plan &plan;
+  std::mutex mutex;
+  std::map<int64_t, std::vector<int>> cuts;
+};
+} // namespace
+
+namespace {
+/// Where the devices' threads meet and what they share.
+struct DeviceThreads {
+  const std::vector<std::vector<int64_t>> &orders;
+  std::vector<float> &losses; ///< [t * N + d]
+  std::atomic<int64_t> &progress;
+  StepRendezvous &rendezvous;
+  CheckpointCuts &cuts;
+  int64_t start; ///< the first step (--resume's)
+};
+} // namespace
+
+/// Device d's part of a multi-device run: every step (pipelines load each
+/// micro-batch where a stage reads it, rows (t * M + k) * B on, the same
+/// rows dp gives slot k), with the process's checkpoints, then the flush.
+/// A checkpoint before step t + 1 is taken where its cut stops each device
+/// in step t; a resumed run first finishes that step. Losses go to
+/// `losses[t * N + d]`.
+static void runDevice(Run &run, int d, DeviceThreads &shared) {
+  const std::vector<std::vector<int64_t>> &orders = shared.orders;
+  std::vector<float> &losses = shared.losses;
+  std::atomic<int64_t> &progress = shared.progress;
+  const RunOptions &options = run.options;
+  const plan::Plan &plan = run.plan;
+  omp_set_num_threads(run.threadsPerDevice);
+  Executor &ex = *run.executors[d];
+  bool pipeline = plan::traitsOf(plan).pipelined;
+  int64_t slots = run.slots, batch = run.batch;
+  int size = plan.devices(d).instructions_size();
+  Loader loader = [&](int input, int64_t t, int64_t k,
+                      const TensorView &target) {
+    int64_t first = (t * slots + k) * batch;
+    if (options.data.empty()) {
+      copyRows(run.feeds.at(input), target, plan.tensors(input).batch_axis(),
+               first);
+      return;
+    }
+    int64_t epoch = t / run.stepsPerEpoch;
+    first = ((t % run.stepsPerEpoch) * slots + k) * batch;
+    copyRows(input == plan.labels() ? run.train.labels : run.train.images,
+             target, 0, first, &orders[epoch]);
+  };
+  // Slot k = d of step t's rows (dp, cdp).
+  auto stageSlot = [&](int64_t t) {
+    if (options.data.empty()) {
+      for (auto &[id, array] : run.feeds)
+        stageRows(ex, id, array, plan.tensors(id).batch_axis(),
+                  (t * slots + d) * batch);
+      return;
+    }
+    int64_t epoch = t / run.stepsPerEpoch, s = t % run.stepsPerEpoch;
+    int64_t first = (s * slots + d) * batch;
+    stageRows(ex, run.imageInput, run.train.images, 0, first, &orders[epoch]);
+    stageRows(ex, plan.labels(), run.train.labels, 0, first, &orders[epoch]);
+  };
+  // Instructions [begin, end) of step t; the step's loss once it is whole.
+  auto runPart = [&](int64_t t, int begin, int end) {
+    if (begin >= end)
+      return;
+    if (!pipeline && begin == 0)
+      stageSlot(t);
+    ex.runStep(StepContext{t, pipeline ? 0 : d, options.seed,
+                           pipeline ? &loader : nullptr},
+               InstructionRange{begin, end});
+    if (end < size || (pipeline && d != plan.loss_device()))
+      return;
+    float loss = readLoss(plan, ex);
+    for (int q = 0; q < run.deviceCount; ++q)
+      if (pipeline || q == d)
+        losses[t * run.deviceCount + q] = loss;
+    if (!std::isfinite(loss))
+      throw RuntimeError(nonFiniteLoss(plan, ex, t, loss));
+    if (pipeline || d == 0)
+      progress = t + 1;
+  };
+  ex.setTotalSteps(run.total);
+  if (shared.start > 0)
+    runPart(shared.start - 1, shared.cuts.at(shared.start, d), size);
+  for (int64_t t = shared.start; t < run.total; ++t) {
+    if (!checkpointDue(run, t + 1)) {
+      runPart(t, 0, size);
+      continue;
+    }
+    int cut = shared.cuts.at(t + 1, d);
+    runPart(t, 0, cut);
+    shared.rendezvous.meet(d, [&] {
+      saveCheckpoint(options.checkpoint, run.checkpointScope(), run.identity,
+                     t + 1);
+    });
+    runPart(t, cut, size);
+  }
+  ex.flush(run.total, &loader);
+  ex.gatherOnDeviceZero();
+}
+
+/// After a multi-device run, onto the root (collective under mpirun): the
+/// step losses (each written by one device), every device's send log,
+/// workspace and optimizer bytes.
+static void gatherRunFacts(Run &run, std::vector<float> &losses) {
+  std::vector<double> all(losses.begin(), losses.end());
+  run.fabric->sumOntoRoot(all);
+  std::copy(all.begin(), all.end(), losses.begin());
+  run.sendLogs = run.fabric->gatherSendLogs();
+  run.workspaceBytes.assign(run.deviceCount, 0.0);
+  run.optimizerBytes.assign(run.deviceCount, 0.0);
+  for (int d = 0; d < run.deviceCount; ++d)
+    if (run.executors[d]) {
+      run.workspaceBytes[d] = run.executors[d]->workspaceBytes();
+      run.optimizerBytes[d] = run.executors[d]->optimizerBytes();
+    }
+  run.fabric->sumOntoRoot(run.workspaceBytes);
+  run.fabric->sumOntoRoot(run.optimizerBytes);
+  if (run.report && run.mpi) {
+    std::vector<double> series = run.report->exportSeries();
+    run.fabric->sumOntoRoot(series);
+    if (run.root())
+      run.report->importSeries(series);
+  }
+  if (run.trace && run.mpi) {
+    std::vector<std::string> parts =
+        run.fabric->gatherOntoRoot(run.trace->exportDevices());
+    for (size_t r = 1; r < parts.size(); ++r)
+      run.trace->importDevices(parts[r]);
+  }
+}
+
+/// Every device of this process on a thread of its own from step `start`,
+/// with a progress line on a terminal; then (on the root) the metrics and
+/// the summary line.
+void runDevices(Run &run, int64_t start) {
+  const RunOptions &options = run.options;
+  // Each epoch's order, precomputed: device threads read it freely.
+  std::vector<std::vector<int64_t>> orders;
+  if (!options.data.empty())
+    for (int64_t e = 0; e < run.epochs; ++e)
+      orders.push_back(
+          shuffledOrder(options.seed, e, run.train.labels.numel()));
+  int N = run.deviceCount;
+  std::vector<float> losses(run.total * N, 0.0f);
+  std::atomic<int64_t> progress{start};
+  std::mutex errorMutex;
+  std::string firstError;
+  auto started = std::chrono::steady_clock::now();
+  int owned = 0;
+  for (int d = 0; d < N; ++d)
+    owned += run.fabric->owns(d);
+  StepRendezvous rendezvous(owned, *run.fabric);
+  CheckpointCuts cuts(run.plan);
+  DeviceThreads shared{orders, losses, progress, rendezvous, cuts, start};
+  std::vector<std::thread> threads;
+  // The system may refuse a thread (more devices than it allows): the
+  // devices already started are stopped and joined before the error goes
+  // on, or their still-joinable threads would abort the process.
+  auto stopStarted = [&](const std::string &why) {
+    for (int d = 0; d < N; ++d)
+      if (run.fabric->owns(d))
+        run.fabric->endpoint(d).abort();
+    rendezvous.abandon(why);
+    for (std::thread &thread : threads)
+      thread.join();
+  };
+  for (int d = 0; d < N; ++d)
+    if (run.fabric->owns(d))
+      try {
+        threads.emplace_back([&, d] {
+          try {
+            runDevice(run, d, shared);
+            run.fabric->setParked(d, true); // done: it sends no more
+          } catch (const RuntimeError &e) {
+            std::lock_guard<std::mutex> lock(errorMutex);
+            if (firstError.empty())
+              firstError = e.what();
+            if (run.mpi) // every process ends, with this one's reason
+              run.abortAll("device " + std::to_string(d) + ": " + e.what());
+            run.fabric->endpoint(d).abort();
+            rendezvous.abandon(e.what());
+          }
+        });
+      } catch (const std::system_error &e) {
+        stopStarted(e.what());
+        throw;
+      }
+  while (run.terminal && run.root()) {
+    int64_t done = progress;
+    std::fprintf(stderr, "\r%s on %d devices: step %lld/%lld   ",
+                 run.plan.strategy().c_str(), N, (long long)done,
+                 (long long)run.total);
+    if (done >= run.total || !firstError.empty())
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  for (std::thread &thread : threads)
+    thread.join();
+  if (run.terminal && run.root())
+    std::fprintf(stderr, "\n");
+  if (!firstError.empty())
+    fail(firstError);
+  double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
+          .count();
+  gatherRunFacts(run, losses);
+  if (!run.root())
+    return;
+  Evaluation evaluation;
+  if (evaluates(run)) {
+    writeStepOutputs(run); // before the evaluation reuses the buffers
+    evaluation = evaluate(run);
+  }
+  double rate = elapsed > 0 ? (run.total - start) * run.perStep / elapsed : 0.0;
+  for (int64_t t = start; t < run.total && run.metrics.isOpen(); ++t) {
+    double loss = 0;
+    for (int d = 0; d < N; ++d)
+      loss += losses[t * N + d];
+    writeMetricsLine(run, t, loss / N, rate,
+                     t + 1 == run.total ? evaluation : Evaluation());
+  }
+  std::printf("%s on %d devices: %lld steps", run.plan.strategy().c_str(), N,
+              (long long)run.total);
+  if (run.total > start) {
+    // As the single-device epoch line: the mean over the last epoch's steps
+    // this run made (with --feed, over all of them).
+    int64_t from = std::max(start, run.total - run.stepsPerEpoch);
+    double meanLoss = 0;
+    for (int64_t t = from; t < run.total; ++t)
+      for (int d = 0; d < N; ++d)
+        meanLoss += losses[t * N + d] / N;
+    std::printf(", loss %.4f", meanLoss / (run.total - from));
+  }
+  std::printf(", %.1f s", elapsed);
+  printEvaluation(evaluation);
+  std::printf("\n");
+}
+
+} // namespace cdp::runtime::training

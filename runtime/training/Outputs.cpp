@@ -1,0 +1,224 @@
+//===- Outputs.cpp - what a run writes
+//-------------------------------------===//
+//
+// Everything a run writes after it ends: parameters, gradients, outputs,
+// the trained ONNX model, the profile, the trace and the report.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Run.h"
+
+#include "cdp/Plan/Paths.h"
+#include "cdp/Runtime/Json.h"
+#include "cdp/Runtime/OnnxInferenceMode.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <fstream>
+
+namespace cdp::runtime::training {
+
+/// Writes an output file all at once (cdp::writeFileAtomically): a crash
+/// or a full disk never leaves half of it.
+static void writeOutput(const std::string &path, const std::string &bytes) {
+  std::string error;
+  if (!writeFileAtomically(path, bytes, error))
+    fail(path + ": " + error);
+}
+
+/// Writes views as .npy files plus index.json mapping ONNX names to files,
+/// as a set: the folder is replaced at once (writeFolderAtomically).
+static void
+writeFolder(const std::string &dir,
+            const std::vector<std::pair<std::string, TensorView>> &tensors) {
+  FileNamer namer;
+  runtime::Json index = runtime::Json::object();
+  std::vector<std::pair<std::string, std::string>> files;
+  for (const auto &[name, view] : tensors) {
+    std::string file = namer.name(name) + ".npy";
+    files.emplace_back(file, npyBytes(view));
+    index[name] = file;
+  }
+  files.emplace_back("index.json", runtime::jsonText(index, 1) + "\n");
+  std::string error;
+  if (!writeFolderAtomically(dir, files, error))
+    fail(dir + ": " + error);
+}
+
+/// Tensors of `executor` by name, staged out of the device, into a folder.
+static void
+writeTensors(const std::string &dir, const Executor &executor,
+             const std::vector<std::pair<std::string, int>> &tensors) {
+  std::vector<HostTensor> staged;
+  std::vector<std::pair<std::string, TensorView>> views;
+  for (const auto &[name, id] : tensors)
+    staged.push_back(executor.stageOut(id));
+  for (size_t i = 0; i < tensors.size(); ++i)
+    views.emplace_back(tensors[i].first, staged[i].view());
+  writeFolder(dir, views);
+}
+
+/// After training: a parameter or buffer that ended non-finite stops the
+/// run before anything is written (a NaN the loss never saw, behind a
+/// ReLU, would otherwise be saved as the trained model).
+static void checkTrainedFinite(Run &run) {
+  Executor &executor = run.first();
+  for (const plan::Tensor &t : run.plan.tensors()) {
+    bool trained =
+        (t.kind() == plan::PARAM && t.trainable()) || t.kind() == plan::BUFFER;
+    int64_t bad = trained ? executor.firstNonFiniteElement(t.id()) : -1;
+    if (bad >= 0)
+      fail("after " + std::to_string(run.total) +
+           " steps the trained parameter '" + t.name() +
+           "' holds a non-finite value (" +
+           nonFiniteName(executor.stageOut(t.id()).view().f32()[bad]) +
+           "); nothing was written");
+  }
+}
+
+/// --dump-grads and --save-outputs: the last step's gradients and outputs.
+void writeStepOutputs(Run &run) {
+  const RunOptions &options = run.options;
+  Executor &executor = run.first();
+  if (!options.dumpGrads.empty()) {
+    std::vector<std::pair<std::string, int>> tensors = executor.gradients();
+    writeTensors(options.dumpGrads, executor, tensors);
+  }
+  if (!options.saveOutputs.empty()) {
+    std::vector<HostTensor> staged;
+    staged.reserve(run.plan.outputs_size()); // the views point into them
+    std::vector<std::pair<std::string, TensorView>> views;
+    for (const plan::Output &output : run.plan.outputs()) {
+      auto gathered = run.gatheredOutputs.find(output.tensor());
+      if (gathered != run.gatheredOutputs.end()) {
+        Array &rows = gathered->second;
+        views.emplace_back(output.name(),
+                           TensorView{rows.bytes.data(), rows.shape, rows.dtype,
+                                      MemorySpace::Host});
+        continue;
+      }
+      staged.push_back(executor.stageOut(output.tensor()));
+      views.emplace_back(output.name(), staged.back().view());
+    }
+    writeFolder(options.saveOutputs, views);
+  }
+  run.stepOutputsWritten = true;
+}
+
+/// --profile: every instruction's mean time per step over the steps after
+/// the first (setup) when more ran.
+static void writeProfile(Run &run) {
+  const RunOptions &options = run.options;
+  std::vector<double> seconds = run.first().profileSeconds();
+  const plan::Device &device = run.plan.devices(0);
+  int64_t steps = std::max<int64_t>(1, run.first().stepsRun());
+  runtime::Json instructions = runtime::Json::array();
+  for (size_t i = 0; i < seconds.size(); ++i)
+    instructions.push_back({{"index", i},
+                            {"op", device.instructions(i).op()},
+                            {"location", device.instructions(i).location()},
+                            {"ms", seconds[i] * 1e3}});
+  runtime::Json profile = {{"schema", "cdp-profile/1"},
+                           {"steps", steps},
+                           {"instructions", std::move(instructions)}};
+  writeOutput(options.profile, runtime::jsonText(profile, 1) + "\n");
+}
+
+/// --report (with the bytes the communicator logged), --report-svg.
+static void writeReport(Run &run) {
+  const RunOptions &options = run.options;
+  ReportBuilder &report = *run.report;
+  for (int d = 0; d < static_cast<int>(run.sendLogs.size()); ++d)
+    for (const Communicator::SendRecord &record : run.sendLogs[d])
+      report.sent(d, record.tau, record.bytes, record.collective);
+  for (int d = 0; d < run.deviceCount; ++d) {
+    bool gathered = d < static_cast<int>(run.workspaceBytes.size());
+    report.setWorkspace(d, gathered
+                               ? static_cast<int64_t>(run.workspaceBytes[d])
+                               : run.executors[d]->workspaceBytes());
+    report.setOptimizer(d, gathered
+                               ? static_cast<int64_t>(run.optimizerBytes[d])
+                               : run.executors[d]->optimizerBytes());
+  }
+  std::string json = report.json();
+  writeOutput(options.report, json);
+  if (options.reportSvg.empty())
+    return;
+  std::string error;
+  std::optional<runtime::ReportCurves> curves =
+      runtime::readReportCurves(json, fileName(options.report), error);
+  if (!curves)
+    fail("the run's report does not read back: " + error);
+  writeOutput(
+      options.reportSvg,
+      runtime::reportSvg(*curves, run.comparison ? &*run.comparison : nullptr));
+}
+
+/// --save-onnx: the original model with the trained parameters and
+/// buffers as its initializers; --save-onnx-eval (`inference`): the same
+/// in inference mode.
+static void saveOnnx(Run &run, const std::string &path, bool inference) {
+  onnx::ModelProto model;
+  if (!model.ParseFromString(run.plan.source_model()))
+    fail("the plan holds no readable ONNX model to save into");
+  std::map<std::string, int> byName;
+  for (const plan::Tensor &t : run.plan.tensors())
+    if (t.kind() == plan::PARAM || t.kind() == plan::BUFFER)
+      byName[t.name()] = t.id();
+  for (onnx::TensorProto &initializer :
+       *model.mutable_graph()->mutable_initializer()) {
+    auto it = byName.find(initializer.name());
+    if (it == byName.end())
+      continue;
+    HostTensor trained = run.first().stageOut(it->second);
+    const TensorView &view = trained.view();
+    initializer.clear_float_data();
+    initializer.clear_external_data();
+    initializer.set_data_location(onnx::TensorProto::DEFAULT);
+    initializer.set_raw_data(view.data,
+                             view.numel() * plan::dtypeSize(view.dtype));
+  }
+  if (inference)
+    if (std::string problem = runtime::toInferenceMode(model); !problem.empty())
+      fail("--save-onnx-eval: " + problem);
+  std::string bytes;
+  if (!model.SerializeToString(&bytes))
+    fail(path + ": the model does not serialize (over 2 GiB?)");
+  writeOutput(path, bytes);
+}
+
+/// Everything the run writes after it ends.
+void writeOutputs(Run &run) {
+  const RunOptions &options = run.options;
+  Executor &executor = run.first();
+  if (run.training)
+    checkTrainedFinite(run);
+  run.metrics.close();
+  if (!options.profile.empty())
+    writeProfile(run);
+  if (run.trace)
+    writeOutput(
+        options.trace,
+        run.trace->json(run.plan.has_schedule()
+                            ? std::max<int64_t>(run.plan.schedule().cycle(), 1)
+                            : 1));
+  // Training runs only: --report on a forward-only plan was refused first.
+  if (run.report)
+    writeReport(run);
+  if (!options.dumpParams.empty()) {
+    std::vector<std::pair<std::string, int>> tensors;
+    for (const plan::Tensor &t : run.plan.tensors())
+      if ((t.kind() == plan::PARAM && t.trainable()) ||
+          t.kind() == plan::BUFFER)
+        tensors.emplace_back(t.name(), t.id());
+    writeTensors(options.dumpParams, executor, tensors);
+  }
+  if (!run.stepOutputsWritten)
+    writeStepOutputs(run);
+  if (!options.saveOnnx.empty())
+    saveOnnx(run, options.saveOnnx, /*inference=*/false);
+  if (!options.saveOnnxEval.empty())
+    saveOnnx(run, options.saveOnnxEval, /*inference=*/true);
+}
+
+} // namespace cdp::runtime::training

@@ -1,0 +1,161 @@
+//===- Run.h - the state of a training run (internal) -----------*- C++ -*-===//
+//
+// What the files of a training run share: the Run (its devices, data, step
+// counts and records) and the functions one file calls in another.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CDP_RUNTIME_TRAINING_RUN_H
+#define CDP_RUNTIME_TRAINING_RUN_H
+
+#include "cdp/Plan/PlanIO.h"
+#include "cdp/Runtime/Checkpoint.h"
+#include "cdp/Runtime/Data.h"
+#include "cdp/Runtime/Executor.h"
+#include "cdp/Runtime/MetricsLog.h"
+#include "cdp/Runtime/Report.h"
+#include "cdp/Runtime/ReportSvg.h"
+#include "cdp/Runtime/TrainingRun.h"
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cdp::runtime::training {
+
+/// Throws the run's one-line error.
+[[noreturn]] inline void fail(const std::string &message) {
+  throw RuntimeError(message);
+}
+
+/// One run of a plan: its devices, the data bound to its inputs, the step
+/// counts and what records the run.
+struct Run {
+  Run(const RunOptions &options,
+      std::function<void(const std::string &)> abortAll)
+      : options(options), abortAll(std::move(abortAll)) {}
+  const RunOptions options;
+  /// Ends every process of an mpirun job with a message.
+  std::function<void(const std::string &)> abortAll;
+  plan::Plan plan;
+  uint64_t planChecksum = 0;
+  /// What its checkpoints record of the run (runIdentity), once the data
+  /// are read.
+  RunIdentity identity;
+  bool training = false, terminal = false;
+  int deviceCount = 1, threadsPerDevice = 1;
+  /// Devices as threads that communicate (every multi-device plan, and dp
+  /// and cdp on one device).
+  bool multiDevice = false;
+  /// The devices' fabric (in-process, or over mpirun's processes): each
+  /// device's executor talks through its own endpoint.
+  std::unique_ptr<Fabric> fabric;
+  bool mpi = false; ///< started by mpirun: this process runs some devices
+  /// Gathered after a multi-device run: every device's send log, workspace
+  /// and optimizer bytes (on the root).
+  std::vector<std::vector<Communicator::SendRecord>> sendLogs;
+  std::vector<double> workspaceBytes, optimizerBytes;
+  std::vector<std::unique_ptr<Executor>> executors;
+  std::unique_ptr<ReportBuilder> report;
+  /// --compare-report: the other run, drawn dashed in --report-svg.
+  std::optional<runtime::ReportCurves> comparison;
+  std::unique_ptr<TraceRecorder> trace;
+  std::map<int, Array> feeds;
+  std::map<int, Array> evalFeeds; ///< --eval-feed, by input id
+  int64_t evalSamples = 0;
+  Dataset train, test;
+  int imageInput = -1;
+  int64_t slots = 1, batch = 1, perStep = 1, stepsPerEpoch = 0, epochs = 1,
+          total = 0;
+  MetricsLog metrics;
+  /// --dump-grads and --save-outputs written (before a final evaluation,
+  /// which reuses their buffers).
+  bool stepOutputsWritten = false;
+  /// An inference plan run batch by batch: its outputs with a batch axis,
+  /// one row per fed sample (by tensor id).
+  std::map<int, Array> gatheredOutputs;
+  /// Device 0: where parameters are gathered and outputs are read.
+  Executor &first() { return *executors[0]; }
+  /// A device this process runs (shapes for checking feeds).
+  Executor &local() {
+    for (auto &executor : executors)
+      if (executor)
+        return *executor;
+    fail("no device runs in this process");
+  }
+  /// Whether this process writes the outputs.
+  bool root() const { return !fabric || fabric->isRoot(); }
+  /// What a checkpoint of this process holds.
+  CheckpointScope checkpointScope() {
+    CheckpointScope scope;
+    for (auto &executor : executors)
+      if (executor)
+        scope.devices.push_back(executor.get());
+    scope.fabric = fabric.get();
+    return scope;
+  }
+};
+
+/// What an evaluation measured: the mean test loss over full batches, and
+/// the accuracy of a classifier (negative: not measured).
+struct Evaluation {
+  double loss = -1, accuracy = -1;
+};
+
+// Setup.cpp
+void checkOutputPaths(const RunOptions &options);
+void readCheckedPlan(const RunOptions &options, plan::Plan &plan,
+                     uint64_t &planChecksum);
+std::string dataFolder(const RunOptions &options);
+std::string fileName(const std::string &path);
+std::vector<std::string> dataFiles(const RunOptions &options, bool withTest);
+void createDevices(Run &run, int cores);
+void countSteps(Run &run);
+RunIdentity runIdentity(const Run &run);
+
+// Feeds.cpp
+void copyRows(const Array &source, const TensorView &target, int64_t batchAxis,
+              int64_t first, const std::vector<int64_t> *order = nullptr);
+void stageRows(Executor &executor, int id, const Array &source,
+               int64_t batchAxis, int64_t first,
+               const std::vector<int64_t> *order = nullptr);
+std::vector<int64_t> shuffledOrder(uint64_t seed, int64_t epoch, int64_t n);
+std::string nonFiniteName(float value);
+std::pair<int64_t, int64_t> feedSamples(const Run &run,
+                                        const std::map<int, Array> &feeds,
+                                        const std::string &flag);
+void bindFeeds(Run &run);
+void bindEvalFeeds(Run &run);
+void loadDataset(Run &run);
+
+// Evaluation.cpp
+void writeMetricsLine(Run &run, int64_t step, double loss, double rate,
+                      const Evaluation &evaluation);
+bool evaluates(const Run &run);
+void printEvaluation(const Evaluation &evaluation);
+Evaluation evaluate(Run &run);
+void printHeldOut(const Run &run, const Evaluation &evaluation);
+
+// SingleDevice.cpp
+float readLoss(const plan::Plan &plan, const Executor &executor);
+std::string nonFiniteLoss(const plan::Plan &plan, Executor &executor,
+                          int64_t step, float loss);
+void runSingleDevice(Run &run, int64_t step);
+
+// Devices.cpp
+bool checkpointDue(const Run &run, int64_t next);
+void runDevices(Run &run, int64_t start);
+
+// Inference.cpp
+void runInference(Run &run);
+
+// Outputs.cpp
+void writeStepOutputs(Run &run);
+void writeOutputs(Run &run);
+
+} // namespace cdp::runtime::training
+
+#endif // CDP_RUNTIME_TRAINING_RUN_H

@@ -1,0 +1,86 @@
+//===- TrainingRun.cpp - a plan run as cdp-run runs it -----------------===//
+//
+// The run's order: outputs and plan checked, devices made, data bound,
+// then training (or inference) and the outputs.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Run.h"
+
+#include <omp.h>
+#include <unistd.h>
+
+namespace cdp::runtime {
+namespace training {
+namespace {
+
+/// Training, on one device or several, from the start or --resume.
+void train(Run &run) {
+  countSteps(run);
+  if (!run.options.checkpoint.empty() && run.root())
+    try {
+      lockCheckpointFolder(run.options.checkpoint);
+    } catch (const RuntimeError &e) {
+      fail(e.what());
+    }
+  if (!run.options.checkpoint.empty() || !run.options.resume.empty())
+    run.identity = runIdentity(run);
+  int64_t step = 0;
+  if (!run.options.resume.empty()) {
+    try {
+      step = loadCheckpoint(run.options.resume, run.checkpointScope(),
+                            run.identity);
+    } catch (const RuntimeError &e) {
+      fail(e.what());
+    }
+    if (step > run.total)
+      fail("--resume: the checkpoint is at step " + std::to_string(step) +
+           ", past the " + std::to_string(run.total) + " steps asked for");
+  }
+  if (!run.options.metrics.empty() && run.root())
+    run.metrics.open(run.options.metrics, step);
+  if (run.multiDevice)
+    runDevices(run, step);
+  else
+    runSingleDevice(run, step);
+}
+
+} // namespace
+} // namespace training
+
+using namespace training;
+
+TrainingRun::TrainingRun(const RunOptions &options,
+                         std::function<void(const std::string &)> abortAll)
+    : run(std::make_unique<Run>(options, std::move(abortAll))) {}
+
+TrainingRun::~TrainingRun() = default;
+
+Fabric *TrainingRun::mpiFabric() const {
+  return run->mpi ? run->fabric.get() : nullptr;
+}
+
+void TrainingRun::execute() {
+  const RunOptions &options = run->options;
+  checkOutputPaths(options);
+  readCheckedPlan(options, run->plan, run->planChecksum);
+  run->training = !run->plan.inference();
+  int cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  omp_set_num_threads(options.threads > 0 ? options.threads
+                                          : std::max(cores, 1));
+  createDevices(*run, cores);
+  bindFeeds(*run);
+  bindEvalFeeds(*run);
+  loadDataset(*run);
+  if (!options.profile.empty())
+    run->first().enableProfiling();
+  run->terminal = isatty(2);
+  if (run->training)
+    train(*run);
+  else
+    runInference(*run);
+  if (run->root())
+    writeOutputs(*run);
+}
+
+} // namespace cdp::runtime
