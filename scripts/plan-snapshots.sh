@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: scripts/plan-snapshots.sh DIR [BUILD_DIR]}
 BUILD_DIR=${2:-${CDP_BUILD_DIR:-build}}
-COMPILE="$BUILD_DIR/bin/cdp-compile"
+COMPILE="$(realpath "$BUILD_DIR/bin/cdp-compile")"
 mkdir -p "$OUT/models"
 /usr/bin/python3 -W ignore test/e2e/export_torch_models.py "$OUT/models" \
   mlp lenet resnet transformer >/dev/null 2>&1
@@ -41,8 +41,11 @@ configs=(
 )
 # --schedule's input: gpipe's order (a schedule CSV), so that 1f1b follows
 # a table other than its own.
-SCHEDULE="$OUT/models/gpipe-schedule.csv"
-for model in "$OUT"/models/*.onnx; do
+SCHEDULE=models/gpipe-schedule.csv
+# Models by a path relative to DIR: a plan's locations name the model, and
+# two snapshot folders must compare equal.
+cd "$OUT"
+for model in models/*.onnx; do
   name=$(basename "$model" .onnx)
   for config in "${configs[@]}"; do
     label=${config%%:*}
@@ -58,11 +61,11 @@ for model in "$OUT"/models/*.onnx; do
     # --optimizer comes first: a configuration's own (adam-clip) wins.
     # shellcheck disable=SC2086
     if ! "$COMPILE" "$model" "${batch[@]}" --optimizer momentum \
-         $flags --emit=plan-text -o "$OUT/$name-$label.txt" \
-         >/dev/null 2>"$OUT/$name-$label.err"; then
-      echo "$name $label: $(head -1 "$OUT/$name-$label.err")"
+         $flags --emit=plan-text -o "$name-$label.txt" \
+         >/dev/null 2>"$name-$label.err"; then
+      echo "$name $label: $(head -1 "$name-$label.err")"
     fi
-    [ -s "$OUT/$name-$label.err" ] || rm -f "$OUT/$name-$label.err"
+    [ -s "$name-$label.err" ] || rm -f "$name-$label.err"
   done
 done
-echo "$(ls "$OUT"/*.txt | wc -l) plan texts in $OUT"
+echo "$(find . -maxdepth 1 -name '*.txt' | wc -l) plan texts in $OUT"
