@@ -1,0 +1,703 @@
+//===- EmitDataParallel.cpp - dp, cdp and laysa's programs
+//-----------------===//
+//
+// The data-parallel strategies (dp, cdp, laysa): every slot's program
+// over the reduced buffers, ZeRO's shard groups, the chain, clipping and
+// the sparse exchange.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Emitter.h"
+
+namespace cdp::emit {
+
+/// dp and cdp lower cdp-schedule-slots' sched.step_program: one program
+/// per device (slot), every stage of its own micro-batch; each stage's
+/// gradients go to the communicator after its backward and come back
+/// reduced just before the forward that needs the next version.
+LogicalResult Emitter::emitDataParallel(int64_t arenaBytes) {
+  sched::StepProgramOp program;
+  for (Operation &op : func->getParentOfType<ModuleOp>().getOps())
+    if (auto found = dyn_cast<sched::StepProgramOp>(op))
+      program = found;
+  if (!program || !program.getReduceAt() || !program.getVersionDelay() ||
+      !program.getLiveVersions() || !program.getReduction())
+    return func.emitError("no data-parallel step program; run "
+                          "cdp-schedule-slots first");
+  DataParallelTables tables;
+  tables.N = program.getMicroBatches();
+  tables.L = program.getStages();
+  tables.chain = *program.getReduction() == sched::Reduction::Chain;
+  plan.set_strategy(program.getStrategy().str());
+  plan.set_micro_batches(tables.N);
+  plan::Schedule *out = plan.mutable_schedule();
+  out->set_stages(tables.L);
+  out->set_cycle(program.getCycle());
+  for (auto device : program.getBody().getOps<sched::SlotDeviceOp>())
+    out->add_offsets(device.getOffset());
+  for (Attribute row : program.getVersionDelayAttr()) {
+    plan::Ints *ints = out->add_version_delay();
+    for (int64_t d : cast<DenseI64ArrayAttr>(row).asArrayRef())
+      ints->add_values(d);
+  }
+  for (int64_t t : program.getReduceAtAttr().asArrayRef())
+    out->add_reduce_at(t);
+  for (int64_t v : program.getLiveVersionsAttr().asArrayRef())
+    out->add_live_versions(v);
+  if (!program.getRule().empty())
+    out->set_rule(program.getRule().str());
+  out->set_reduce(tables.chain ? "chain" : "allreduce");
+  program.walk([&](sched::WaitReductionOp wait) {
+    tables.zero = std::max(tables.zero, wait.getZero());
+  });
+  program.walk([&](sched::ClipMeansOp clip) {
+    tables.zero = std::max(tables.zero, clip.getZero());
+  });
+  // CDP-ZeRO: every use of a stage arrives point to point (`from`).
+  program.walk([&](sched::GatherParamsOp gather) {
+    tables.cdpZero |= gather.getFrom() >= 0;
+  });
+  if (tables.cdpZero)
+    tables.zero = 3;
+  out->set_zero(tables.zero);
+  program.walk([&](sched::SparseSendOp send) {
+    tables.sparse = true;
+    tables.exchange.residual = send.getResidual();
+  });
+  if (failed(addReducedTensors(tables)))
+    return failure();
+  if (tables.sparse) {
+    if (failed(prepareExchange(tables)))
+      return failure();
+    arenaBytes = sparse::addTensors(plan, tables.exchange, arenaBytes);
+  }
+  if (tables.zero == 3)
+    arenaBytes = addShardGroups(program, tables, arenaBytes);
+  func.walk([&](ClipGradNormOp clip) { tables.clip = clip; });
+  if (tables.clip && tables.zero >= 2) { // each device's share of the norm
+    plan::Tensor *share = plan.add_tensors();
+    share->set_id(plan.tensors_size() - 1);
+    share->set_name("zero@norm_share");
+    share->set_dtype(plan::F32);
+    share->set_kind(plan::REDUCED);
+    share->add_shape(1);
+    share->set_bytes(4);
+    tables.normShare = share->id();
+  }
+  plan.clear_devices();
+  // Devices whose programs differ only in their offset and micro-batch run
+  // one template (at 1024 devices, a handful of distinct programs).
+  std::map<std::vector<int64_t>, int> templates;
+  for (auto device : program.getBody().getOps<sched::SlotDeviceOp>()) {
+    int64_t d = device.getIndex(), offset = device.getOffset();
+    auto [it, added] =
+        templates.try_emplace(slotProgramKey(device, tables), -1);
+    plan::Device *out = plan.add_devices();
+    out->set_index(d);
+    out->set_arena_bytes(arenaBytes);
+    if (added) {
+      plan::Device scratch;
+      if (failed(lowerSlotDevice(device, scratch, tables)))
+        return failure();
+      it->second = addTemplate(scratch, offset, d, 0, 0);
+    }
+    plan::Run *run = out->add_runs();
+    run->set_template_(it->second);
+    run->set_time_step(offset);
+    run->set_micro_batch(d);
+  }
+  return success();
+}
+
+/// What sets a data-parallel device's program apart from another's besides
+/// its offset and micro-batch: its schedule ops (times relative to the
+/// offset, waits' delays and first steps) and, for the chain, whether it
+/// is the last device (its reduce_start writes the means).
+std::vector<int64_t> Emitter::slotProgramKey(sched::SlotDeviceOp op,
+                                             const DataParallelTables &tables) {
+  std::vector<int64_t> key = {tables.chain && op.getIndex() == tables.N - 1};
+  // CDP-ZeRO's messages and updates name their devices: no two slots share.
+  if (tables.cdpZero)
+    key.push_back(op.getIndex());
+  for (Operation &step : op.getBody().front()) {
+    if (auto compute = dyn_cast<sched::SlotComputeOp>(step))
+      key.insert(key.end(), {0, compute.getStage(),
+                             static_cast<int64_t>(compute.getKind()),
+                             compute.getTimeStep()});
+    else if (auto wait = dyn_cast<sched::WaitReductionOp>(step))
+      key.insert(key.end(), {1, wait.getStage(), wait.getTimeStep(),
+                             wait.getMinStep(), wait.getDelay()});
+    else if (auto start = dyn_cast<sched::StartReductionOp>(step))
+      key.insert(key.end(), {2, start.getStage(), start.getTimeStep()});
+    else if (auto relay = dyn_cast<sched::ChainRelayOp>(step))
+      key.insert(key.end(), {3, relay.getStage(), relay.getTimeStep(),
+                             relay.getStepOffset()});
+    else if (auto clip = dyn_cast<sched::ClipMeansOp>(step))
+      key.insert(key.end(),
+                 {5, clip.getTimeStep(), clip.getMinStep(), clip.getZero()});
+    else if (auto clip = dyn_cast<sched::ClipOwnOp>(step))
+      key.insert(key.end(), {6, clip.getTimeStep()});
+    else if (auto gather = dyn_cast<sched::GatherParamsOp>(step))
+      key.insert(key.end(), {7, gather.getStage(), gather.getTimeStep(),
+                             gather.getFrom()});
+    else if (auto send = dyn_cast<sched::SendParamsOp>(step))
+      key.insert(key.end(),
+                 {9, send.getStage(), send.getTimeStep(), send.getUse(),
+                  send.getTo(), send.getStepOffset(), send.getMaster()});
+    else if (auto update = dyn_cast<sched::OwnerUpdateOp>(step))
+      key.insert(key.end(), {10, update.getStage(), update.getTimeStep(),
+                             update.getFrom()});
+    else if (auto release = dyn_cast<sched::ReleaseParamsOp>(step))
+      key.insert(key.end(), {8, release.getStage(), release.getTimeStep()});
+    else if (auto absorb = dyn_cast<sched::AbsorbGradientsOp>(step))
+      key.insert(key.end(), {11, absorb.getStage(), absorb.getTimeStep()});
+    else if (auto send = dyn_cast<sched::SparseSendOp>(step))
+      key.insert(key.end(), {12, send.getStage(), send.getTimeStep()});
+    else if (auto apply = dyn_cast<sched::SparseApplyOp>(step))
+      key.insert(key.end(), {13, apply.getStage(), apply.getTimeStep()});
+    else
+      key.insert(key.end(), {4, reinterpret_cast<intptr_t>(&step)});
+  }
+  return key;
+}
+
+/// Per stage: the parameters, their gradients, the reduced buffers their
+/// updates read, and (--cdp-reduce chain) the chain buffers.
+LogicalResult Emitter::addReducedTensors(DataParallelTables &tables) {
+  int64_t L = tables.L;
+  Block &body = func.getBody().front();
+  auto &byStage = tables.byStage;
+  byStage.assign(L + 1, {});
+  llvm::StringMap<UpdateOp> updates;
+  body.walk([&](UpdateOp update) { updates[update.getName()] = update; });
+  llvm::StringMap<int> paramIds;
+  for (const plan::Tensor &t : plan.tensors())
+    if (t.kind() == plan::PARAM)
+      paramIds[t.name()] = t.id();
+  // Gradients by name, once (a walk of the body per gradient was
+  // quadratic: 52 s for 10k MatMuls).
+  llvm::StringMap<GradientOp> gradients;
+  body.walk([&](GradientOp g) { gradients[g.getName()] = g; });
+  plan.clear_applied_gradients();
+  std::vector<int64_t> stageBytes(L, 0);
+  for (int i = 0; i < plan.gradients_size(); ++i) {
+    const std::string &name = plan.gradients(i);
+    GradientOp gradient = gradients.lookup(name);
+    if (!gradient)
+      return func.emitOpError("has no gradient op for '" + name + "'");
+    auto stage = gradient->getAttrOfType<IntegerAttr>("cdp.stage");
+    UpdateOp update = updates.lookup(name);
+    if (!stage || !update)
+      return gradient.emitOpError("has no stage or no update");
+    int paramId = paramIds.lookup(name);
+    plan::Tensor reduced = plan.tensors(paramId);
+    stageBytes[stage.getInt() - 1] += reduced.bytes();
+    // ZeRO stages 2 and 3 reduce into shards (or, CDP-ZeRO, the owner's
+    // buffer): a whole mean per parameter would be memory nothing reads.
+    if (tables.zero >= 2 || tables.sparse) { // laysa: no mean either
+      byStage[stage.getInt()].push_back(
+          {paramId, ids.lookup(gradient.getGrad()), -1, update});
+      continue;
+    }
+    reduced.set_id(plan.tensors_size());
+    reduced.set_kind(plan::REDUCED);
+    reduced.clear_data();
+    reduced.set_trainable(false);
+    *plan.add_tensors() = reduced;
+    plan.add_applied_gradients(reduced.id());
+    byStage[stage.getInt()].push_back(
+        {paramId, ids.lookup(gradient.getGrad()), reduced.id(), update});
+  }
+  for (int64_t b : stageBytes)
+    plan.mutable_schedule()->add_stage_param_bytes(b);
+  // ZeRO stages 2 and 3: per stage one shard of the mean gradients per
+  // device; no device holds a whole mean gradient to report as applied.
+  tables.gradShards.assign(L + 1, -1);
+  for (int64_t l = 1; tables.zero >= 2 && !tables.cdpZero && l <= L; ++l) {
+    if (byStage[l].empty())
+      continue;
+    int64_t shard = ShardLayout({stageBytes[l - 1] / 4}, tables.N).shardSize();
+    plan::Tensor buffer;
+    buffer.set_id(plan.tensors_size());
+    buffer.set_name("stage" + std::to_string(l) + "@gradient_shard");
+    buffer.set_dtype(plan::F32);
+    buffer.set_kind(plan::REDUCED);
+    buffer.add_shape(shard);
+    buffer.set_bytes(4 * shard);
+    *plan.add_tensors() = buffer;
+    tables.gradShards[l] = buffer.id();
+  }
+  if (tables.zero >= 2 || tables.sparse)
+    plan.clear_applied_gradients();
+  // --cdp-reduce chain: per stage two buffers, by step parity, that hold a
+  // step's mean from its arrival to the wait that applies it (a delayed
+  // stage's next mean arrives before the wait: CDP's second version).
+  tables.chainBuffers.assign(L + 1, {-1, -1});
+  for (int64_t l = 1; tables.chain && !tables.cdpZero && l <= L; ++l) {
+    if (byStage[l].empty())
+      continue;
+    for (int parity = 0; parity < 2; ++parity) {
+      plan::Tensor buffer;
+      buffer.set_id(plan.tensors_size());
+      buffer.set_name("stage" + std::to_string(l) + "@chain" +
+                      std::to_string(parity));
+      buffer.set_dtype(plan::F32);
+      buffer.set_kind(plan::REDUCED);
+      buffer.add_shape(stageBytes[l - 1] / 4);
+      buffer.set_bytes(stageBytes[l - 1]);
+      *plan.add_tensors() = buffer;
+      tables.chainBuffers[l][parity] = buffer.id();
+    }
+  }
+  return success();
+}
+
+/// laysa: each stage's trained parameters with their gradients, the
+/// entries cdp-sparsify-gradients chose to send and their update's rule.
+LogicalResult Emitter::prepareExchange(DataParallelTables &tables) {
+  sparse::Exchange &exchange = tables.exchange;
+  exchange.devices = tables.N;
+  exchange.cycle = 2 * tables.L + 2;
+  exchange.stages.assign(tables.L + 1, {});
+  plan::Device scratch;
+  for (int64_t l = 1; l <= tables.L; ++l)
+    for (auto t : tables.byStage[l]) {
+      auto count = t.update->getAttrOfType<IntegerAttr>("cdp.sparse_count");
+      if (!count)
+        return t.update.emitOpError("has no cdp.sparse_count; run "
+                                    "cdp-sparsify-gradients first");
+      if (failed(addInstruction(t.update, scratch, false)))
+        return failure();
+      sparse::Param param;
+      param.param = t.param;
+      param.grad = t.grad;
+      param.count = count.getInt();
+      param.update = scratch.instructions(scratch.instructions_size() - 1);
+      exchange.stages[l].params.push_back(std::move(param));
+    }
+  return success();
+}
+
+/// ZeRO stage 3: per stage, the device's SHARD of its parameters, and the
+/// parameters themselves moved into the gather region after the arena (at
+/// the offset cdp-place-gathered-params chose), one after another with the
+/// padding behind them, so that the all-gather writes them in place.
+/// CDP-ZeRO: a stage's shard is its whole master copy, on its owner only,
+/// beside the owner's buffer for the mean gradients; the stage travels
+/// point to point in one arena tensor over its parameters (the region).
+/// Returns the device's arena with the region.
+int64_t Emitter::addShardGroups(sched::StepProgramOp program,
+                                DataParallelTables &tables,
+                                int64_t arenaBytes) {
+  std::map<int64_t, int64_t> offsets;
+  program.walk([&](sched::GatherParamsOp gather) {
+    offsets[gather.getStage()] = gather.getOffset();
+  });
+  tables.owners.assign(tables.L + 1, -1);
+  tables.regions.assign(tables.L + 1, -1);
+  tables.means.assign(tables.L + 1, -1);
+  for (auto device : program.getBody().getOps<sched::SlotDeviceOp>())
+    device.walk([&](sched::OwnerUpdateOp update) {
+      tables.owners[update.getStage()] = device.getIndex();
+    });
+  int64_t base = (arenaBytes + 63) / 64 * 64, end = arenaBytes;
+  tables.paramShards.assign(tables.L + 1, -1);
+  tables.gathered.assign(tables.L + 1, {});
+  auto addTensor = [&](const std::string &name, plan::TensorKind kind,
+                       int64_t elements, int64_t offset) {
+    plan::Tensor *t = plan.add_tensors();
+    t->set_id(plan.tensors_size() - 1);
+    t->set_name(name);
+    t->set_dtype(plan::F32);
+    t->set_kind(kind);
+    t->add_shape(elements);
+    t->set_bytes(4 * elements);
+    t->set_offset(offset);
+    return t->id();
+  };
+  for (auto [l, offset] : offsets) {
+    std::vector<int64_t> sizes;
+    plan::ShardGroup *group = plan.mutable_schedule()->add_shard_groups();
+    group->set_stage(l);
+    int64_t at = base + offset;
+    for (const auto &t : tables.byStage[l]) {
+      plan::Tensor *param = plan.mutable_tensors(t.param);
+      param->set_offset(at);
+      at += param->bytes();
+      sizes.push_back(param->bytes() / 4);
+      group->add_params(t.param);
+      tables.gathered[l].push_back(t.param);
+    }
+    ShardLayout layout(sizes, tables.cdpZero ? 1 : tables.N);
+    std::string stage = "stage" + std::to_string(l);
+    group->set_padding(-1);
+    if (tables.cdpZero) {
+      int64_t owner = tables.owners[l];
+      group->set_owner(static_cast<int32_t>(owner));
+      group->set_region(addTensor(stage + "@params", plan::ACTIVATION,
+                                  layout.totalSize(), base + offset));
+      tables.regions[l] = group->region();
+      group->set_shard(
+          addTensor(stage + "@master", plan::SHARD, layout.totalSize(), 0));
+      tables.means[l] = addTensor(stage + "@mean_gradient", plan::REDUCED,
+                                  layout.totalSize(), 0);
+      group->set_mean(tables.means[l]);
+      for (int id : {group->shard(), tables.means[l]})
+        plan.mutable_tensors(id)->set_device(static_cast<int32_t>(owner));
+      tables.paramShards[l] = group->shard();
+      end = std::max(end, base + offset + 4 * layout.totalSize());
+      continue;
+    }
+    if (layout.padding() > 0) {
+      group->set_padding(addTensor(stage + "@gather_padding", plan::ACTIVATION,
+                                   layout.padding(), at));
+      tables.gathered[l].push_back(group->padding());
+    }
+    group->set_shard(
+        addTensor(stage + "@param_shard", plan::SHARD, layout.shardSize(), 0));
+    tables.paramShards[l] = group->shard();
+    end = std::max(end, base + offset + 4 * layout.paddedSize());
+  }
+  return end;
+}
+
+/// Slot d's program, op by op: a stage's forward or backward ops in the
+/// order of @main; the wait for a stage's reduced gradients with its
+/// updates; the start of a stage's reduction; the chain's relays.
+LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
+                                       plan::Device &out,
+                                       const DataParallelTables &tables) {
+  int64_t d = op.getIndex(), s = op.getOffset();
+  plan::Device *device = &out;
+  auto stamp = [&](plan::Instruction *instruction, int64_t stage,
+                   int64_t time) {
+    instruction->set_stage(stage);
+    instruction->set_micro_batch(d);
+    instruction->set_time_step(s + time);
+    return instruction;
+  };
+  // A reduction instruction of stage l: waits, starts and relays.
+  auto stageInstruction = [&](const char *opName, int64_t l, int64_t time,
+                              const char *phase) {
+    plan::Instruction *instruction = stamp(device->add_instructions(), l, time);
+    instruction->set_op(opName);
+    instruction->set_location("stage " + std::to_string(l));
+    instruction->set_phase(phase);
+    plan::setIntAttribute(instruction, "stage", l);
+    return instruction;
+  };
+  int64_t L = tables.L;
+  // A stage's mean gradients of step t - 1 - delay, into its reduced
+  // buffers (from the chain's buffers with --cdp-reduce chain).
+  auto waitForMeans = [&](int64_t l, int64_t time, int64_t minStep,
+                          int64_t delay) {
+    plan::Instruction *instruction = stageInstruction(
+        tables.chain ? "chain_wait" : "reduce_wait", l, time, "update");
+    instruction->set_min_step(minStep);
+    if (tables.chain)
+      for (int buffer : tables.chainBuffers[l])
+        instruction->add_inputs(buffer);
+    for (const auto &t : tables.byStage[l])
+      instruction->add_outputs(t.reduced);
+    plan::setIntAttribute(instruction, "delay", delay);
+  };
+  // A stage's updates from its reduced buffers.
+  auto applyUpdates = [&](int64_t l, int64_t time,
+                          int64_t minStep) -> LogicalResult {
+    for (const auto &t : tables.byStage[l]) {
+      if (failed(addInstruction(t.update, *device, false)))
+        return failure();
+      plan::Instruction *update =
+          device->mutable_instructions(device->instructions_size() - 1);
+      update->set_inputs(1, t.reduced);
+      update->set_phase("update");
+      update->set_min_step(minStep);
+      stamp(update, l, time);
+    }
+    return success();
+  };
+  // ZeRO: one shard_update of the stage instead of its updates: the
+  // parameters (stage 3: their shard, with each one's `sizes`), then their
+  // mean gradients (stages 2 and 3: the device's shard of them); the
+  // updates' rule, with each parameter's weight decay in `weight_decays`.
+  auto shardUpdate = [&](int64_t l, int64_t time, int64_t minStep,
+                         int64_t zero) -> LogicalResult {
+    const auto &tensors = tables.byStage[l];
+    if (tensors.empty())
+      return success();
+    std::vector<plan::Instruction> updates;
+    for (const auto &t : tensors) {
+      if (failed(addInstruction(t.update, *device, false)))
+        return failure();
+      updates.push_back(device->instructions(device->instructions_size() - 1));
+      device->mutable_instructions()->RemoveLast();
+    }
+    plan::Instruction *shard =
+        stageInstruction("shard_update", l, time, "update");
+    shard->set_min_step(minStep);
+    if (zero == 3) { // the parameters' shard; the sizes give each its rule
+      shard->add_inputs(tables.paramShards[l]);
+      plan::Attribute *sizes = shard->add_attributes();
+      sizes->set_name("sizes");
+      for (const plan::Instruction &update : updates)
+        sizes->mutable_ints()->add_values(
+            plan.tensors(update.inputs(0)).bytes() / 4);
+    } else {
+      for (const plan::Instruction &update : updates)
+        shard->add_inputs(update.inputs(0));
+    }
+    if (tables.cdpZero) // the owner's whole stage from the chain's mean
+      shard->add_inputs(tables.means[l]);
+    else if (zero >= 2)
+      shard->add_inputs(tables.gradShards[l]);
+    else
+      for (const auto &t : tensors)
+        shard->add_inputs(t.reduced);
+    copyUpdateRule(updates, *shard);
+    plan::setIntAttribute(shard, "cycle", 2 * L);
+    plan::setIntAttribute(shard, "zero", zero);
+    if (tables.cdpZero)
+      plan::setIntAttribute(shard, "owner", d);
+    return success();
+  };
+  // CDP-ZeRO's messages of a stage's parameters: the value names the
+  // stage and the receiver's cycle time, the step the tag carries.
+  auto paramMessage = [&](const char *opName, int64_t l, int64_t time,
+                          int64_t peer, int64_t use, int64_t stepOffset) {
+    plan::Instruction *instruction = stageInstruction(opName, l, time, "comm");
+    plan::setIntAttribute(instruction, "peer", peer);
+    plan::setIntAttribute(instruction, "value", use * 4096 + l);
+    plan::setIntAttribute(instruction, "micro_batch", 0);
+    plan::setIntAttribute(instruction, "micro_batches", 1);
+    plan::setIntAttribute(instruction, "cycle", 2 * L);
+    if (stepOffset != 0)
+      plan::setIntAttribute(instruction, "step_offset", stepOffset);
+    return instruction;
+  };
+  // laysa: the exchange's instructions of stage l at `time`.
+  auto exchangeStep = [&](int64_t l, int64_t time) -> sparse::MakeInstruction {
+    return [&, l, time](const char *opName, const char *phase) {
+      return stageInstruction(opName, l, time, phase);
+    };
+  };
+  // dp with clipping: every stage's mean, then one clip of them all, then
+  // the updates. With ZeRO stage 2 or 3 each device holds its shard of the
+  // means only: the squared norm is its shards' share, summed over the
+  // devices (norm_all_reduce), and each device clips its own shards.
+  auto clipMeans = [&](sched::ClipMeansOp clip) -> LogicalResult {
+    int64_t time = clip.getTimeStep(), minStep = clip.getMinStep();
+    std::vector<int> means, partials;
+    if (tables.zero >= 2) {
+      for (int64_t l = 1; l <= L; ++l)
+        if (!tables.byStage[l].empty())
+          means.push_back(tables.gradShards[l]);
+      plan::Instruction *share =
+          stageInstruction("squared_norm", 1, time, "update");
+      share->set_min_step(minStep);
+      for (int id : means)
+        share->add_inputs(id);
+      share->add_outputs(tables.normShare);
+      plan::Instruction *sum =
+          stageInstruction("norm_all_reduce", 1, time, "update");
+      sum->set_min_step(minStep);
+      sum->add_inputs(tables.normShare);
+      plan::setIntAttribute(sum, "cycle", 2 * L);
+      partials.push_back(tables.normShare);
+    } else {
+      for (int64_t l = 1; l <= L; ++l) {
+        if (tables.byStage[l].empty())
+          continue;
+        waitForMeans(l, time, minStep, 0);
+        for (const auto &t : tables.byStage[l])
+          means.push_back(t.reduced);
+      }
+    }
+    plan::Instruction *instruction =
+        lowerClip(*device, tables.clip, means, partials);
+    if (!instruction)
+      return failure();
+    stamp(instruction, 1, time)->set_min_step(minStep);
+    for (int64_t l = 1; l <= L; ++l)
+      if (failed(tables.zero > 0 ? shardUpdate(l, time, minStep, tables.zero)
+                                 : applyUpdates(l, time, minStep)))
+        return failure();
+    return success();
+  };
+  for (Operation &step : op.getBody().front()) {
+    if (auto compute = dyn_cast<sched::SlotComputeOp>(step)) {
+      if (failed(lowerSlotCompute(*device, compute, s, d, L)))
+        return failure();
+    } else if (auto wait = dyn_cast<sched::WaitReductionOp>(step)) {
+      int64_t l = wait.getStage(), zero = wait.getZero();
+      if (zero < 2) // stage 2's and 3's shard came with the reduce-scatter
+        waitForMeans(l, wait.getTimeStep(), wait.getMinStep(), wait.getDelay());
+      if (failed(
+              zero > 0
+                  ? shardUpdate(l, wait.getTimeStep(), wait.getMinStep(), zero)
+                  : applyUpdates(l, wait.getTimeStep(), wait.getMinStep())))
+        return failure();
+    } else if (auto clip = dyn_cast<sched::ClipMeansOp>(step)) {
+      if (failed(clipMeans(clip)))
+        return failure();
+    } else if (auto clip = dyn_cast<sched::ClipOwnOp>(step)) {
+      std::vector<int> own;
+      for (int64_t l = 1; l <= L; ++l)
+        for (const auto &t : tables.byStage[l])
+          own.push_back(t.grad);
+      plan::Instruction *instruction = lowerClip(*device, tables.clip, own);
+      if (!instruction)
+        return failure();
+      // Not an update block's: it runs in the step, before the reductions.
+      stamp(instruction, 1, clip.getTimeStep())->set_phase("backward");
+    } else if (auto start = dyn_cast<sched::StartReductionOp>(step)) {
+      int64_t l = start.getStage();
+      const char *opName = start.getOwner() >= 0  ? "chain_reduce"
+                           : start.getZero() >= 2 ? "shard_reduce"
+                           : tables.chain         ? "chain_reduce"
+                                                  : "reduce_start";
+      plan::Instruction *instruction =
+          stageInstruction(opName, l, start.getTimeStep(), "comm");
+      for (const auto &t : tables.byStage[l])
+        instruction->add_inputs(t.grad);
+      if (start.getZero() >= 2 && !tables.cdpZero)
+        instruction->add_outputs(tables.gradShards[l]);
+      if (tables.chain && d == tables.N - 1 && !tables.cdpZero)
+        for (int buffer : tables.chainBuffers[l])
+          instruction->add_outputs(buffer);
+      plan::setIntAttribute(instruction, "cycle", 2 * L);
+      if (start.getOwner() >= 0) // CDP-ZeRO: the last slot's mean goes there
+        plan::setIntAttribute(instruction, "owner", start.getOwner());
+    } else if (auto gather = dyn_cast<sched::GatherParamsOp>(step);
+               gather && gather.getFrom() >= 0) {
+      int64_t l = gather.getStage(), time = gather.getTimeStep();
+      if (gather.getFrom() == d) { // the owner's own master copy
+        plan::Instruction *copy =
+            stageInstruction("master_copy", l, time, "comm");
+        copy->add_inputs(tables.paramShards[l]);
+        copy->add_outputs(tables.regions[l]);
+      } else {
+        paramMessage("recv", l, time, gather.getFrom(), time, 0)
+            ->add_outputs(tables.regions[l]);
+      }
+    } else if (auto send = dyn_cast<sched::SendParamsOp>(step)) {
+      int64_t l = send.getStage();
+      plan::Instruction *instruction =
+          paramMessage("send", l, send.getTimeStep(), send.getTo(),
+                       send.getUse(), send.getStepOffset());
+      instruction->add_inputs(send.getMaster() ? tables.paramShards[l]
+                                               : tables.regions[l]);
+      instruction->set_ahead(send.getStepOffset() == 1);
+    } else if (auto update = dyn_cast<sched::OwnerUpdateOp>(step)) {
+      // The mean of step t - 1 from the chain's last slot, then the update
+      // of the master copy.
+      int64_t l = update.getStage(), time = update.getTimeStep();
+      plan::Instruction *wait =
+          stageInstruction("chain_wait", l, time, "update");
+      wait->set_min_step(1);
+      wait->add_outputs(tables.means[l]);
+      plan::setIntAttribute(wait, "delay", 0);
+      plan::setIntAttribute(wait, "from", update.getFrom());
+      if (failed(shardUpdate(l, time, 1, 3)))
+        return failure();
+    } else if (auto gather = dyn_cast<sched::GatherParamsOp>(step)) {
+      int64_t l = gather.getStage();
+      plan::Instruction *instruction =
+          stageInstruction("shard_gather", l, gather.getTimeStep(), "comm");
+      instruction->add_inputs(tables.paramShards[l]);
+      for (int id : tables.gathered[l])
+        instruction->add_outputs(id);
+      plan::setIntAttribute(instruction, "cycle", 2 * L);
+    } else if (auto release = dyn_cast<sched::ReleaseParamsOp>(step)) {
+      int64_t l = release.getStage();
+      plan::Instruction *instruction =
+          stageInstruction("shard_release", l, release.getTimeStep(), "comm");
+      if (tables.cdpZero)
+        instruction->add_inputs(tables.regions[l]);
+      else
+        for (int id : tables.gathered[l])
+          instruction->add_inputs(id);
+    } else if (auto absorb = dyn_cast<sched::AbsorbGradientsOp>(step)) {
+      sparse::lowerAbsorb(
+          tables.exchange, absorb.getStage(),
+          exchangeStep(absorb.getStage(), absorb.getTimeStep()));
+    } else if (auto send = dyn_cast<sched::SparseSendOp>(step)) {
+      sparse::lowerSend(tables.exchange, send.getStage(),
+                        exchangeStep(send.getStage(), send.getTimeStep()));
+    } else if (auto apply = dyn_cast<sched::SparseApplyOp>(step)) {
+      sparse::lowerApply(tables.exchange, apply.getStage(),
+                         exchangeStep(apply.getStage(), apply.getTimeStep()));
+    } else if (auto relay = dyn_cast<sched::ChainRelayOp>(step)) {
+      int64_t l = relay.getStage();
+      plan::Instruction *instruction =
+          stageInstruction("chain_relay", l, relay.getTimeStep(), "comm");
+      instruction->set_min_step(relay.getStepOffset());
+      for (int buffer : tables.chainBuffers[l])
+        instruction->add_outputs(buffer);
+      plan::setIntAttribute(instruction, "cycle", 2 * L);
+      plan::setIntAttribute(instruction, "step_offset", relay.getStepOffset());
+    } else {
+      return step.emitOpError("has no lowering to a data-parallel plan");
+    }
+  }
+  return success();
+}
+
+/// The graph's clip_grad_norm, scaling `grads` (the plan's tensors the
+/// step's updates read) in place; with `partials`, the squared norm is
+/// their sum (every stage's share) instead of the gradients' own. Null
+/// after reporting an error.
+plan::Instruction *Emitter::lowerClip(plan::Device &device, ClipGradNormOp clip,
+                                      ArrayRef<int> grads,
+                                      ArrayRef<int> partials) {
+  if (!clip) {
+    func.emitError("a clip step without a cdp.clip_grad_norm");
+    return nullptr;
+  }
+  if (failed(addInstruction(clip, device, false)))
+    return nullptr;
+  plan::Instruction *instruction =
+      device.mutable_instructions(device.instructions_size() - 1);
+  instruction->clear_inputs();
+  for (int id : partials)
+    instruction->add_inputs(id);
+  for (int id : grads)
+    instruction->add_inputs(id);
+  if (!partials.empty())
+    plan::setIntAttribute(instruction, "partials", partials.size());
+  return instruction;
+}
+
+/// A stage's forward (ops without a phase, buffer writes included) or
+/// backward ops, in the order of @main. Ops without a time of their own
+/// (buffer writes after a forward) run in the time step of the instruction
+/// before them, so that a device's times never decrease along its stream.
+LogicalResult Emitter::lowerSlotCompute(plan::Device &device,
+                                        sched::SlotComputeOp compute,
+                                        int64_t offset, int64_t d, int64_t L) {
+  bool backward = compute.getKind() == sched::WorkKind::Backward;
+  for (Operation &op : func.getBody().front().without_terminator()) {
+    if (isa<ParamOp, ConstantOp, UpdateOp, ClipGradNormOp>(op))
+      continue;
+    auto phase = op.getAttrOfType<StringAttr>("cdp.phase");
+    auto stage = op.getAttrOfType<IntegerAttr>("cdp.stage");
+    if ((stage ? stage.getInt() : L) != compute.getStage() ||
+        (phase && phase.getValue() == "backward") != backward)
+      continue;
+    if (failed(addInstruction(&op, device, false)))
+      return failure();
+    plan::Instruction *instruction =
+        device.mutable_instructions(device.instructions_size() - 1);
+    auto time = op.getAttrOfType<IntegerAttr>("cdp.time");
+    int64_t previous =
+        device.instructions_size() > 1
+            ? device.instructions(device.instructions_size() - 2).time_step() -
+                  offset
+            : 0;
+    instruction->set_stage(compute.getStage());
+    instruction->set_micro_batch(d);
+    instruction->set_time_step(offset + (time ? time.getInt() : previous));
+  }
+  return success();
+}
+
+} // namespace cdp::emit

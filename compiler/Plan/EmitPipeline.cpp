@@ -1,0 +1,434 @@
+//===- EmitPipeline.cpp - a pipeline's tables and stash
+//--------------------===//
+//
+// The pipelines (gpipe, 1f1b, 2bw, cdp-mp) before their devices are
+// lowered: the tables read from sched.step_program, the split backward,
+// the accumulators, and the stash layout of each stage's slots.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Emitter.h"
+
+namespace cdp::emit {
+
+LogicalResult Emitter::emitPipeline(const EmitOptions &options) {
+  sched::StepProgramOp program;
+  for (Operation &op : func->getParentOfType<ModuleOp>().getOps())
+    if (auto found = dyn_cast<sched::StepProgramOp>(op))
+      program = found;
+  if (!program)
+    return func.emitError("no step program; run cdp-schedule-pipeline first");
+  PipelineTables tables;
+  preparePipeline(program, tables);
+  plan.clear_devices();
+  std::set<int> merged;
+  for (Operation &op : program.getBody().front())
+    if (auto device = dyn_cast<sched::StageDeviceOp>(op)) {
+      if (plan.devices_size() > device.getIndex())
+        merged.insert(device.getIndex());
+      if (failed(lowerStageDevice(device, tables)))
+        return failure();
+    }
+  // A device running several stages runs their programs merged by time
+  // step (stable: within a time step, in stage order).
+  for (int index : merged) {
+    auto *runs = plan.mutable_devices(index)->mutable_runs();
+    std::stable_sort(runs->begin(), runs->end(),
+                     [](const plan::Run &a, const plan::Run &b) {
+                       return a.time_step() < b.time_step();
+                     });
+  }
+  // The training programs name copies only. The one-micro-batch tensors
+  // themselves serve device 0's evaluation stream (after training), packed
+  // again by that stream's lifetimes into its arena (emit, once the
+  // originals nothing names are gone).
+  for (int id = 0; id < tables.originalTensors; ++id) {
+    plan::Tensor &t = *plan.mutable_tensors(id);
+    if ((t.kind() == plan::ACTIVATION || t.kind() == plan::INPUT) &&
+        !t.has_device())
+      t.set_device(0);
+  }
+  return success();
+}
+
+/// The graph side (each stage's forward and backward ops), the placement
+/// tables and the tensors every device shares: accumulators, previous
+/// versions, replicas' gradient sums.
+void Emitter::preparePipeline(sched::StepProgramOp program,
+                              PipelineTables &tables) {
+  int64_t S = tables.S = program.getStages();
+  tables.MB = program.getMicroBatches();
+  tables.cycle = program.getCycle();
+  Block &body = func.getBody().front();
+  tables.forwardOps.resize(S + 1);
+  tables.backwardOps.resize(S + 1);
+  for (Operation &op : body.without_terminator()) {
+    if (isa<ParamOp, ConstantOp>(op))
+      continue;
+    if (auto update = dyn_cast<UpdateOp>(op)) {
+      tables.updateOf[update.getName()] = update;
+      continue;
+    }
+    if (auto clip = dyn_cast<ClipGradNormOp>(op)) {
+      tables.clip = clip;
+      continue;
+    }
+    auto phase = op.getAttrOfType<StringAttr>("cdp.phase");
+    bool backward = phase && phase.getValue() == "backward";
+    (backward ? tables.backwardOps : tables.forwardOps)[stageOf(&op, S)]
+        .push_back(&op);
+  }
+  splitBackwards(tables);
+  llvm::StringMap<int> &paramId = tables.paramId;
+  body.walk(
+      [&](ParamOp param) { paramId[param.getName()] = ids.lookup(param); });
+  tables.runs.assign(S + 1, std::vector<int64_t>(tables.MB, -1));
+  tables.stageDevice.assign(S + 1, 0);
+  int64_t deviceCount = 0, mostReplicas = 0;
+  for (Operation &op : program.getBody().front())
+    if (auto device = dyn_cast<sched::StageDeviceOp>(op)) {
+      for (int64_t j : device.getMicroBatches())
+        tables.runs[device.getStage()][j] = device.getIndex();
+      if (device.getReplica() == 0)
+        tables.stageDevice[device.getStage()] = device.getIndex();
+      deviceCount = std::max<int64_t>(deviceCount, device.getIndex() + 1);
+      mostReplicas = std::max<int64_t>(mostReplicas, device.getReplica() + 1);
+    }
+
+  plan.set_strategy(program.getStrategy().str());
+  plan.set_micro_batches(tables.MB);
+  plan::Schedule *schedule = plan.mutable_schedule();
+  schedule->set_stages(S);
+  schedule->set_cycle(tables.cycle);
+  schedule->set_rule(program.getRule().str());
+  std::vector<int64_t> stageBytes(S, 0);
+  for (auto place : program.getBody().getOps<sched::PlaceParamOp>()) {
+    int id = paramId.lookup(place.getParam());
+    plan::Tensor &t = *plan.mutable_tensors(id);
+    t.set_device(tables.stageDevice[place.getStage()]);
+    if (t.kind() == plan::PARAM && t.trainable())
+      stageBytes[place.getStage() - 1] += t.bytes();
+    if (!place.getReplicas().empty())
+      tables.tied.insert(id);
+  }
+  for (int64_t bytes : stageBytes)
+    schedule->add_stage_param_bytes(bytes);
+  for (int64_t d = 0; d < deviceCount; ++d)
+    schedule->add_offsets(0);
+  if (std::optional<ArrayAttr> delays = program.getVersionDelay())
+    for (Attribute row : *delays) {
+      plan::Ints *out = schedule->add_version_delay();
+      for (int64_t delay : cast<DenseI64ArrayAttr>(row).asArrayRef())
+        out->add_values(delay);
+    }
+  if (std::optional<ArrayRef<int64_t>> live = program.getLiveVersions())
+    for (int64_t versions : *live)
+      schedule->add_live_versions(versions);
+  addAccumulators(S, tables);
+  if (tables.clip)
+    for (int64_t s = 0; s <= S; ++s) {
+      plan::Tensor share;
+      share.set_id(plan.tensors_size());
+      share.set_name("stage" + std::to_string(s) + "@norm2");
+      share.set_dtype(plan::F32);
+      share.set_kind(plan::REDUCED);
+      share.set_bytes(4);
+      *plan.add_tensors() = share;
+      tables.normShare.push_back(share.id());
+    }
+  // 2bw and cdp-mp keep two versions of every trained parameter: the plan's
+  // tensor (the latest, updated in place) and its previous value, copied
+  // just before each update.
+  if (program.getWeightVersions() == 2)
+    for (auto place : program.getBody().getOps<sched::PlaceParamOp>()) {
+      int id = paramId.lookup(place.getParam());
+      if (plan.tensors(id).kind() != plan::PARAM)
+        continue;
+      plan::Tensor copy = plan.tensors(id);
+      copy.set_id(plan.tensors_size());
+      copy.set_name(copy.name() + "@previous");
+      copy.set_trainable(false);
+      copy.set_previous_version_of(id);
+      *plan.add_tensors() = copy;
+      tables.previousVersion[id] = copy.id();
+    }
+  tables.originalTensors = plan.tensors_size();
+  // Replicas: every stage's gradient sums arrive from the other replicas
+  // (one buffer per replica) and are added in replica order, so every
+  // replica applies the same update.
+  if (mostReplicas > 1)
+    for (const std::string &name : plan.gradients()) {
+      int own = tables.accumulator.lookup(name);
+      for (int64_t r = 0; r < mostReplicas; ++r) {
+        plan::Tensor t = plan.tensors(own);
+        t.set_id(plan.tensors_size());
+        t.set_name(name + "@replica" + std::to_string(r));
+        t.clear_device();
+        *plan.add_tensors() = t;
+        tables.incoming[name].push_back(t.id());
+      }
+      plan::Tensor sum = plan.tensors(own);
+      sum.set_id(plan.tensors_size());
+      sum.set_name(name + "@replicas");
+      *plan.add_tensors() = sum;
+      tables.replicaSum[name] = sum.id();
+    }
+  if (auto index = func->getAttrOfType<IntegerAttr>("cdp.loss_index"))
+    tables.lossResult = ids.lookup(
+        cast<func::ReturnOp>(body.getTerminator()).getOperand(index.getInt()));
+}
+
+namespace {
+
+/// The weights, and the values computed from weights and constants alone
+/// (the transpose torch exports for a Linear weight), in one walk over
+/// @main's block (operands come before their users).
+llvm::DenseSet<Value> weightDerivedValues(Block &body) {
+  llvm::DenseSet<Value> derived;
+  for (Operation &op : body.without_terminator()) {
+    if (auto param = dyn_cast<ParamOp>(op)) {
+      if (!param.getBuffer())
+        derived.insert(param);
+      continue;
+    }
+    if (isa<ConstantOp>(op) || op.getNumOperands() == 0)
+      continue;
+    if (llvm::all_of(op.getOperands(), [&](Value operand) {
+          return isa_and_nonnull<ConstantOp>(operand.getDefiningOp()) ||
+                 derived.contains(operand);
+        }))
+      derived.insert(op.result_begin(), op.result_end());
+  }
+  return derived;
+}
+
+} // namespace
+
+/// Splits each stage's backward in two (zb-h1's I and W, after Qi et al.:
+/// B the gradients of the layers' inputs, W those of their weights).
+/// Walking it backwards, an op is in I when another stage reads a result,
+/// when it reads a weight (an input gradient: dY·Wᵀ, a convolution's
+/// backward data, a norm's input gradient), or when an I op needs a
+/// result; the rest, which only the parameter gradients need, is W. Both
+/// keep @main's order.
+void Emitter::splitBackwards(PipelineTables &tables) {
+  int64_t S = tables.S;
+  tables.inputGradOps.assign(S + 1, {});
+  tables.weightGradOps.assign(S + 1, {});
+  llvm::DenseSet<Value> weights = weightDerivedValues(func.getBody().front());
+  for (int64_t s = 1; s <= S; ++s) {
+    const std::vector<Operation *> &ops = tables.backwardOps[s];
+    llvm::DenseSet<Value> needed;
+    std::vector<bool> input(ops.size(), false);
+    for (size_t i = ops.size(); i-- > 0;) {
+      if (isa<GradientOp>(ops[i]))
+        continue;
+      for (Value operand : ops[i]->getOperands())
+        input[i] = input[i] || weights.contains(operand);
+      for (Value result : ops[i]->getResults())
+        for (Operation *user : result.getUsers())
+          if (needed.contains(result) ||
+              (!isa<func::ReturnOp>(user) && stageOf(user, S) != s))
+            input[i] = true;
+      if (input[i])
+        for (Value operand : ops[i]->getOperands())
+          needed.insert(operand);
+    }
+    for (size_t i = 0; i < ops.size(); ++i)
+      (input[i] ? tables.inputGradOps : tables.weightGradOps)[s].push_back(
+          ops[i]);
+  }
+}
+
+/// Persistent accumulators: one per trained parameter (on its stage's
+/// device), one for the loss (on the last stage's).
+void Emitter::addAccumulators(int64_t S, PipelineTables &tables) {
+  auto addAccumulator = [&](int like, const std::string &name, int device) {
+    plan::Tensor t = plan.tensors(like);
+    t.set_id(plan.tensors_size());
+    t.set_kind(plan::REDUCED);
+    t.set_name(name);
+    t.clear_data();
+    t.set_trainable(false);
+    t.set_device(device);
+    *plan.add_tensors() = t;
+    return t.id();
+  };
+  llvm::StringMap<int64_t> gradientStage;
+  func.getBody().walk([&](GradientOp gradient) {
+    gradientStage[gradient.getName()] = stageOf(gradient, S);
+  });
+  plan.clear_applied_gradients();
+  for (const std::string &name : plan.gradients()) {
+    // By name through preparePipeline's map (a scan of every tensor per
+    // gradient was quadratic).
+    auto found = tables.paramId.find(name);
+    int param = found == tables.paramId.end() ? -1 : found->second;
+    tables.accumulator[name] = addAccumulator(
+        param, name, tables.stageDevice[gradientStage.lookup(name)]);
+    plan.add_applied_gradients(tables.accumulator[name]);
+  }
+  if (plan.loss() >= 0) {
+    tables.lossAccumulator =
+        addAccumulator(plan.loss(), "loss", tables.stageDevice[S]);
+    plan.set_loss(tables.lossAccumulator);
+    plan.set_loss_device(tables.stageDevice[S]);
+  }
+}
+
+/// Which transient of stage `s` takes which one's block (packFirstFitShared's
+/// `shares`): a result with `cdp.in_place` over an operand made in this
+/// stage, read by no other stage (so never sent), not stashed, whose last
+/// read in the stage's order is that op.
+std::vector<std::pair<size_t, size_t>> Emitter::sharedTransients(
+    int64_t s, ArrayRef<std::pair<Operation *, int64_t>> inPlace,
+    const llvm::DenseMap<int, size_t> &rangeOf,
+    const std::vector<LiveRange> &ranges, int64_t lastStage) {
+  std::vector<std::pair<size_t, size_t>> shares;
+  for (auto [op, position] : inPlace) {
+    Value operand =
+        op->getOperand(op->getAttrOfType<IntegerAttr>("cdp.in_place").getInt());
+    Operation *producer = operand.getDefiningOp();
+    auto from = rangeOf.find(ids.lookup(operand));
+    auto to = rangeOf.find(ids.lookup(op->getResult(0)));
+    bool local = producer && stageOf(producer, lastStage) == s &&
+                 llvm::all_of(operand.getUsers(), [&](Operation *user) {
+                   return stageOf(user, lastStage) == s;
+                 });
+    if (local && from != rangeOf.end() && to != rangeOf.end() &&
+        ranges[from->second].end == position && from->second < to->second)
+      shares.push_back({to->second, from->second});
+  }
+  return shares;
+}
+
+/// Stage s's stash layout with `slots` slots (see StashLayout): the
+/// transient tensors are packed after the slots by their live ranges over
+/// the stage's ops (forward then backward; values brought in live from
+/// their first reader), as cdp-plan-memory packs the one-micro-batch arena.
+/// A split backward (`split`: I, then W later) also stashes what I makes or
+/// brings in and W reads.
+StashLayout Emitter::layoutStash(int64_t s, int64_t slots, bool split,
+                                 const PipelineTables &tables) {
+  StashLayout layout;
+  const std::vector<Operation *> &forward = tables.forwardOps[s],
+                                 &backward = tables.backwardOps[s];
+  auto broughtIn = [&](Value operand) {
+    Operation *producer = operand.getDefiningOp();
+    return isa<BlockArgument>(operand) ||
+           (producer && !isa<ParamOp, ConstantOp>(producer) &&
+            stageOf(producer, tables.S) != s);
+  };
+  for (Operation *op : forward)
+    for (Value operand : op->getOperands())
+      if (broughtIn(operand))
+        layout.broughtByForward.insert(ids.lookup(operand));
+  std::set<int> madeByInputGrad;
+  if (split) {
+    llvm::DenseSet<int> readByWeightGrad;
+    for (Operation *op : tables.weightGradOps[s])
+      for (Value operand : op->getOperands())
+        readByWeightGrad.insert(ids.lookup(operand));
+    for (Operation *op : tables.inputGradOps[s]) {
+      for (Value operand : op->getOperands()) {
+        int id = ids.lookup(operand);
+        if (broughtIn(operand) && !layout.broughtByForward.count(id) &&
+            readByWeightGrad.contains(id))
+          layout.broughtByInputGrad.insert(id);
+      }
+      for (Value result : op->getResults())
+        if (readByWeightGrad.contains(ids.lookup(result)))
+          madeByInputGrad.insert(ids.lookup(result));
+    }
+  }
+  llvm::DenseSet<int> readByBackward;
+  for (Operation *op : backward)
+    for (Value operand : op->getOperands())
+      readByBackward.insert(ids.lookup(operand));
+  auto isActivation = [&](int id) {
+    plan::TensorKind kind = plan.tensors(id).kind();
+    return kind == plan::ACTIVATION || kind == plan::INPUT;
+  };
+  auto stash = [&](int id) {
+    if (!readByBackward.contains(id) || !isActivation(id) ||
+        !layout.stashOffset.try_emplace(id, layout.stashBytes).second)
+      return;
+    layout.stashBytes += alignToArena(plan.tensors(id).bytes());
+  };
+  for (Operation *op : forward)
+    for (Value result : op->getResults())
+      stash(ids.lookup(result));
+  for (int id : layout.broughtByForward)
+    stash(id);
+  for (const std::set<int> *ids :
+       {&madeByInputGrad, &layout.broughtByInputGrad})
+    for (int id : *ids)
+      stash(id);
+  llvm::DenseMap<int, size_t> rangeOf;
+  std::vector<int> rangeIds;
+  std::vector<LiveRange> ranges;
+  int64_t position = 0;
+  std::vector<const std::vector<Operation *> *> order = {&forward, &backward};
+  if (split)
+    order = {&forward, &tables.inputGradOps[s], &tables.weightGradOps[s]};
+  std::vector<std::pair<Operation *, int64_t>> inPlace; // op, its position
+  for (const std::vector<Operation *> *ops : order)
+    for (Operation *op : *ops) {
+      if (op->hasAttr("cdp.in_place"))
+        inPlace.push_back({op, position});
+      for (auto values :
+           {ValueRange(op->getOperands()), ValueRange(op->getResults())})
+        for (Value value : values) {
+          int id = ids.lookup(value);
+          if (!isActivation(id) || layout.stashOffset.count(id))
+            continue;
+          auto [it, added] = rangeOf.try_emplace(id, ranges.size());
+          if (added) {
+            rangeIds.push_back(id);
+            ranges.push_back({position, position, plan.tensors(id).bytes()});
+          }
+          ranges[it->second].end = position;
+        }
+      ++position;
+    }
+  std::vector<int64_t> packed = packFirstFitShared(
+      ranges, sharedTransients(s, inPlace, rangeOf, ranges, tables.S),
+      layout.transientBytes);
+  for (size_t i = 0; i < ranges.size(); ++i)
+    layout.transientOffset[rangeIds[i]] = packed[i];
+  layout.transientBase = slots * layout.stashBytes;
+  return layout;
+}
+
+/// The copy of tensor `id` micro-batch slot `slot` uses on the device.
+int Emitter::mapped(DeviceLowering &lowering, int64_t slot, int id,
+                    const PipelineTables &tables) {
+  if (id < 0 || id >= tables.originalTensors)
+    return id;
+  const plan::Tensor &t = plan.tensors(id);
+  if (t.kind() != plan::ACTIVATION && t.kind() != plan::INPUT)
+    return id;
+  const StashLayout &layout = lowering.layout;
+  auto stashed = layout.stashOffset.find(id);
+  if (stashed == layout.stashOffset.end())
+    slot = -1;
+  int64_t key = ((slot + 1) << 32) | static_cast<uint32_t>(id);
+  auto it = lowering.copies.find(key);
+  if (it != lowering.copies.end())
+    return it->second;
+  // Elements of a repeated field keep their address when it grows.
+  int copyId = plan.tensors_size();
+  plan::Tensor &copy = *plan.add_tensors();
+  copy = t;
+  copy.set_id(copyId);
+  copy.set_kind(plan::ACTIVATION);
+  copy.set_offset(
+      lowering.base +
+      (slot < 0 ? layout.transientBase + layout.transientOffset.lookup(id)
+                : slot * layout.stashBytes + stashed->second));
+  copy.set_device(lowering.self);
+  lowering.copies.emplace(key, copyId);
+  return copyId;
+}
+
+} // namespace cdp::emit

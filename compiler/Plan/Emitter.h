@@ -1,0 +1,251 @@
+//===- Emitter.h - the plan emitter (internal) ----------------*- C++ -*-===//
+//
+// What the emitter's files share: the Emitter (one plan tensor per SSA
+// value, one instruction per op), the data-parallel tables, and the
+// pipelines' tables, stash layout and per-device lowering state.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CDP_COMPILER_PLAN_EMITTER_H
+#define CDP_COMPILER_PLAN_EMITTER_H
+
+#include "cdp/Plan/EmitPlan.h"
+#include "cdp/Plan/ShardLayout.h"
+
+#include "SparseExchange.h"
+
+#include "cdp/Dialect/Graph/GraphOps.h"
+#include "cdp/Dialect/Sched/SchedOps.h"
+#include "cdp/Passes/FirstFit.h"
+#include "cdp/Plan/DropUnnamedTensors.h"
+#include "cdp/Plan/PlanCheck.h"
+#include "cdp/Plan/PlanIO.h"
+#include "cdp/Plan/PlanInstantiate.h"
+#include "cdp/Sched/Pipeline.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <array>
+#include <functional>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+namespace cdp::emit {
+
+using namespace mlir;
+
+/// The plan's element type of an MLIR element type.
+plan::DType dtypeOf(Type element);
+/// The bytes of an elements attribute, row-major, little-endian.
+FailureOr<std::string> elementsBytes(ElementsAttr attr);
+/// An op's location as errors and the plan print it.
+std::string locationName(Location loc);
+/// The rule of a stage's `update` instructions onto the instruction that
+/// replaces them: their attributes, with each one's weight decay in
+/// `weight_decays` (parameter groups without decay).
+void copyUpdateRule(const std::vector<plan::Instruction> &updates,
+                    plan::Instruction &out);
+
+struct PipelineTables;
+struct StashLayout;
+
+/// dp and cdp: what every slot's program shares.
+struct DataParallelTables {
+  int64_t N = 1, L = 1;
+  bool chain = false;
+  /// Per stage: the parameters, their gradients, reduced buffers, updates.
+  struct Trained {
+    int param, grad, reduced;
+    UpdateOp update;
+  };
+  std::vector<std::vector<Trained>> byStage;
+  std::vector<std::array<int, 2>> chainBuffers;
+  /// ZeRO stage of the updates (sched.wait_reduction's `zero`), and with 2
+  /// per stage the tensor holding the device's shard of the mean gradients.
+  int64_t zero = 0;
+  std::vector<int> gradShards;
+  /// ZeRO stage 3, per stage: the SHARD tensor of its parameters, and what
+  /// its gather writes (the parameters, then the padding if any).
+  std::vector<int> paramShards;
+  std::vector<std::vector<int>> gathered;
+  /// CDP-ZeRO (cdp --zero 3): paramShards hold each stage's master copy on
+  /// its owner; per stage the owner, the arena tensor the stage travels in
+  /// and the owner's buffer for the mean gradients.
+  bool cdpZero = false;
+  std::vector<int64_t> owners;
+  std::vector<int> regions, means;
+  /// ZeRO stages 2 and 3 with clipping: the device's share of the squared
+  /// norm, summed over the devices in place.
+  int normShare = -1;
+  /// The step's gradient clipping, if any (sched.clip_means or clip_own
+  /// say where it runs).
+  ClipGradNormOp clip;
+  /// laysa: the stages' top-k exchanges (no reduced buffers then).
+  bool sparse = false;
+  sparse::Exchange exchange;
+};
+struct DeviceLowering;
+
+class Emitter {
+public:
+  Emitter(func::FuncOp func, plan::Plan &plan) : func(func), plan(plan) {}
+
+  LogicalResult run(const EmitOptions &options);
+
+private:
+  int addTensor(Value value, plan::TensorKind kind, StringRef name);
+  LogicalResult addInstruction(Operation *op, plan::Device &device,
+                               bool forEval);
+  LogicalResult emitDataParallel(int64_t arenaBytes);
+  LogicalResult addReducedTensors(DataParallelTables &tables);
+  LogicalResult prepareExchange(DataParallelTables &tables);
+  int64_t addShardGroups(sched::StepProgramOp program,
+                         DataParallelTables &tables, int64_t arenaBytes);
+  LogicalResult lowerSlotDevice(sched::SlotDeviceOp op, plan::Device &out,
+                                const DataParallelTables &tables);
+  std::vector<int64_t> slotProgramKey(sched::SlotDeviceOp op,
+                                      const DataParallelTables &tables);
+  plan::Instruction *lowerClip(plan::Device &device, ClipGradNormOp clip,
+                               ArrayRef<int> grads,
+                               ArrayRef<int> partials = {});
+  LogicalResult lowerSlotCompute(plan::Device &device,
+                                 sched::SlotComputeOp compute, int64_t offset,
+                                 int64_t d, int64_t L);
+  void accumulateMicroBatches(plan::Device &device, int64_t slots);
+  LogicalResult emitPipeline(const EmitOptions &options);
+  std::vector<std::pair<size_t, size_t>>
+  sharedTransients(int64_t s, ArrayRef<std::pair<Operation *, int64_t>> inPlace,
+                   const llvm::DenseMap<int, size_t> &rangeOf,
+                   const std::vector<LiveRange> &ranges, int64_t lastStage);
+  void preparePipeline(sched::StepProgramOp program, PipelineTables &tables);
+  void addAccumulators(int64_t S, PipelineTables &tables);
+  void splitBackwards(PipelineTables &tables);
+  StashLayout layoutStash(int64_t s, int64_t slots, bool split,
+                          const PipelineTables &tables);
+  int mapped(DeviceLowering &lowering, int64_t slot, int id,
+             const PipelineTables &tables);
+  plan::Instruction *message(plan::Instruction *instruction, bool isSend,
+                             int id, int64_t peer, int value,
+                             int64_t microBatch, const std::string &location,
+                             const PipelineTables &tables);
+  LogicalResult lowerStageDevice(sched::StageDeviceOp op,
+                                 const PipelineTables &tables);
+  int addTemplate(plan::Device &scratch, int64_t timeStep, int64_t microBatch,
+                  int64_t messageBatch, int64_t stepMicroBatch);
+  LogicalResult lowerInto(DeviceLowering &lowering, plan::Device &scratch,
+                          llvm::function_ref<LogicalResult()> lower);
+  LogicalResult addBlockRun(DeviceLowering &lowering,
+                            llvm::function_ref<LogicalResult()> lower);
+  LogicalResult addComputeRun(DeviceLowering &lowering,
+                              sched::ComputeOp compute,
+                              const PipelineTables &tables);
+  void markStashSlots(DeviceLowering &lowering);
+  LogicalResult lowerUpdateStep(DeviceLowering &lowering, Operation *op,
+                                const PipelineTables &tables);
+  LogicalResult lowerReplicaShardUpdate(DeviceLowering &lowering,
+                                        sched::ApplyShardUpdateOp shard,
+                                        const PipelineTables &tables);
+  void lowerExchange(DeviceLowering &lowering,
+                     sched::ExchangeGradientsOp exchange,
+                     const PipelineTables &tables);
+  LogicalResult lowerClipStages(DeviceLowering &lowering,
+                                sched::ClipStagesOp clip,
+                                const PipelineTables &tables);
+  LogicalResult lowerCompute(DeviceLowering &lowering, sched::ComputeOp compute,
+                             const PipelineTables &tables);
+  LogicalResult sendResults(DeviceLowering &lowering, sched::ComputeOp compute,
+                            Operation *op, int64_t tagBatch,
+                            std::set<int> &sent, const PipelineTables &tables);
+  LogicalResult convertAttribute(Operation *op, NamedAttribute attribute,
+                                 plan::Attribute &out);
+  const std::string &locationOf(Operation *op);
+
+  func::FuncOp func;
+  plan::Plan &plan;
+  llvm::DenseMap<Value, int> ids;
+  /// Training instructions as first built, per op: pipelines emit every
+  /// op once per micro-batch, and copying beats converting it again.
+  llvm::DenseMap<Operation *, std::unique_ptr<plan::Instruction>> prototypes;
+  llvm::DenseMap<Operation *, std::string> locations;
+};
+
+/// The pipelines (gpipe, 1f1b, 2bw, cdp-mp) lower cdp-schedule-pipeline's
+/// sched.step_program: every decision (placement, programs, versions, stash
+/// slots, tied-weight and replica messages) is read from it. A
+/// sched.compute becomes the stage's ops for one micro-batch, in its stash
+/// slot's copies of the stage's tensors; values crossing a cut travel by
+/// send and recv, graph inputs are loaded where a stage reads them, and
+/// parameter gradients and the loss are accumulated over the step's
+/// micro-batches.
+struct PipelineTables {
+  int64_t S = 1, MB = 1, cycle = 1;
+  std::vector<std::vector<Operation *>> forwardOps, backwardOps;
+  /// zb-h1's halves of each stage's backward: the ops the gradients sent
+  /// to earlier stages need (I), and the rest: parameter gradients (W).
+  std::vector<std::vector<Operation *>> inputGradOps, weightGradOps;
+  llvm::StringMap<UpdateOp> updateOf;
+  /// runs[s][j]: the device running micro-batch j at stage s.
+  std::vector<std::vector<int64_t>> runs;
+  /// stageDevice[s]: the device running stage s of the first replica,
+  /// where the stage's parameters, accumulators and loss live.
+  std::vector<int64_t> stageDevice;
+  llvm::StringMap<int> paramId;
+  /// Tied weights (those with replicas), by tensor id.
+  llvm::DenseSet<int> tied;
+  llvm::StringMap<int> accumulator, replicaSum;
+  llvm::StringMap<SmallVector<int>> incoming;
+  llvm::DenseMap<int, int> previousVersion;
+  int lossAccumulator = -1, lossResult = -1, originalTensors = 0;
+  /// Gradient clipping: the graph's clip and, per stage, the scalar that
+  /// holds the stage's share of the squared norm on every device.
+  ClipGradNormOp clip;
+  std::vector<int> normShare;
+};
+
+/// Where a stage device keeps a micro-batch's tensors: what the stage's
+/// forward makes or brings in and its backward reads is stashed, one copy
+/// per slot; everything else lives within one forward or backward, one
+/// copy per device after the slots.
+struct StashLayout {
+  std::set<int> broughtByForward;
+  /// Split backwards: what the I half receives or loads and the W half
+  /// reads too (stashed, and not brought in again).
+  std::set<int> broughtByInputGrad;
+  llvm::DenseMap<int, int64_t> stashOffset, transientOffset;
+  int64_t stashBytes = 0, transientBase = 0, transientBytes = 0;
+};
+
+/// One stage device being lowered.
+struct DeviceLowering {
+  sched::StageDeviceOp op;
+  plan::Device *device = nullptr;
+  int64_t self = 0, s = 1;
+  ArrayRef<int64_t> mine;
+  StashLayout layout;
+  /// Where this stage's part of the device arena starts (a device running
+  /// several stages gives each its own part).
+  int64_t base = 0;
+  /// (slot, tensor) -> the slot's copy of a stashed tensor; (-1, tensor)
+  /// the device's copy of any other.
+  std::unordered_map<int64_t, int> copies;
+  /// Parameters whose gradient this step was summed over replicas.
+  llvm::StringSet<> exchanged;
+  /// The stash slot the instructions being built name (0: templates name
+  /// slot 0's copies, and each run its own slot).
+  int64_t slot = 0;
+  /// Compute templates built for this device, by what sets them apart
+  /// (see addComputeRun).
+  std::map<std::vector<int64_t>, int> computeTemplates;
+};
+
+} // namespace cdp::emit
+
+#endif // CDP_COMPILER_PLAN_EMITTER_H
