@@ -361,284 +361,371 @@ int64_t Emitter::addShardGroups(sched::StepProgramOp program,
   return end;
 }
 
+/// The lowering of one slot device's program: what every instruction of
+/// it shares (the device, its slot d, its offset s), and a method per kind
+/// of sched op.
+class SlotLowering {
+public:
+  SlotLowering(Emitter &emitter, sched::SlotDeviceOp op, plan::Device &out,
+               const DataParallelTables &tables)
+      : emitter(emitter), tables(tables), device(&out), d(op.getIndex()),
+        s(op.getOffset()), L(tables.L) {}
+  LogicalResult lower(Operation &step);
+
+private:
+  plan::Instruction *stamp(plan::Instruction *instruction, int64_t stage,
+                           int64_t time);
+  plan::Instruction *stageInstruction(const char *opName, int64_t l,
+                                      int64_t time, const char *phase);
+  void waitForMeans(int64_t l, int64_t time, int64_t minStep, int64_t delay);
+  LogicalResult applyUpdates(int64_t l, int64_t time, int64_t minStep);
+  LogicalResult shardUpdate(int64_t l, int64_t time, int64_t minStep,
+                            int64_t zero);
+  LogicalResult updateStage(int64_t l, int64_t time, int64_t minStep,
+                            int64_t zero);
+  plan::Instruction *paramMessage(const char *opName, int64_t l, int64_t time,
+                                  int64_t peer, int64_t use,
+                                  int64_t stepOffset);
+  sparse::MakeInstruction exchangeStep(int64_t l, int64_t time);
+  LogicalResult clipMeans(sched::ClipMeansOp clip);
+  LogicalResult clipOwn(sched::ClipOwnOp clip);
+  void startReduction(sched::StartReductionOp start);
+  void takeFromOwner(sched::GatherParamsOp gather);
+  void sendParams(sched::SendParamsOp send);
+  LogicalResult updateOwned(sched::OwnerUpdateOp update);
+  void gatherShards(sched::GatherParamsOp gather);
+  void releaseParams(sched::ReleaseParamsOp release);
+  void relayChain(sched::ChainRelayOp relay);
+
+  Emitter &emitter;
+  const DataParallelTables &tables;
+  plan::Device *device;
+  int64_t d, s, L;
+};
+
+plan::Instruction *SlotLowering::stamp(plan::Instruction *instruction,
+                                       int64_t stage, int64_t time) {
+  instruction->set_stage(stage);
+  instruction->set_micro_batch(d);
+  instruction->set_time_step(s + time);
+  return instruction;
+}
+
+/// A reduction instruction of stage l: waits, starts and relays.
+plan::Instruction *SlotLowering::stageInstruction(const char *opName, int64_t l,
+                                                  int64_t time,
+                                                  const char *phase) {
+  plan::Instruction *instruction = stamp(device->add_instructions(), l, time);
+  instruction->set_op(opName);
+  instruction->set_location("stage " + std::to_string(l));
+  instruction->set_phase(phase);
+  plan::setIntAttribute(instruction, "stage", l);
+  return instruction;
+}
+
+/// A stage's mean gradients of step t - 1 - delay, into its reduced
+/// buffers (from the chain's buffers with --cdp-reduce chain).
+void SlotLowering::waitForMeans(int64_t l, int64_t time, int64_t minStep,
+                                int64_t delay) {
+  plan::Instruction *instruction = stageInstruction(
+      tables.chain ? "chain_wait" : "reduce_wait", l, time, "update");
+  instruction->set_min_step(minStep);
+  if (tables.chain)
+    for (int buffer : tables.chainBuffers[l])
+      instruction->add_inputs(buffer);
+  for (const auto &t : tables.byStage[l])
+    instruction->add_outputs(t.reduced);
+  plan::setIntAttribute(instruction, "delay", delay);
+}
+
+/// A stage's updates from its reduced buffers.
+LogicalResult SlotLowering::applyUpdates(int64_t l, int64_t time,
+                                         int64_t minStep) {
+  for (const auto &t : tables.byStage[l]) {
+    if (failed(emitter.addInstruction(t.update, *device, false)))
+      return failure();
+    plan::Instruction *update =
+        device->mutable_instructions(device->instructions_size() - 1);
+    update->set_inputs(1, t.reduced);
+    update->set_phase("update");
+    update->set_min_step(minStep);
+    stamp(update, l, time);
+  }
+  return success();
+}
+
+/// ZeRO: one shard_update of the stage instead of its updates: the
+/// parameters (stage 3: their shard, with each one's `sizes`), then their
+/// mean gradients (stages 2 and 3: the device's shard of them); the
+/// updates' rule, with each parameter's weight decay in `weight_decays`.
+LogicalResult SlotLowering::shardUpdate(int64_t l, int64_t time,
+                                        int64_t minStep, int64_t zero) {
+  const auto &tensors = tables.byStage[l];
+  if (tensors.empty())
+    return success();
+  std::vector<plan::Instruction> updates;
+  for (const auto &t : tensors) {
+    if (failed(emitter.addInstruction(t.update, *device, false)))
+      return failure();
+    updates.push_back(device->instructions(device->instructions_size() - 1));
+    device->mutable_instructions()->RemoveLast();
+  }
+  plan::Instruction *shard =
+      stageInstruction("shard_update", l, time, "update");
+  shard->set_min_step(minStep);
+  if (zero == 3) { // the parameters' shard; the sizes give each its rule
+    shard->add_inputs(tables.paramShards[l]);
+    plan::Attribute *sizes = shard->add_attributes();
+    sizes->set_name("sizes");
+    for (const plan::Instruction &update : updates)
+      sizes->mutable_ints()->add_values(
+          emitter.plan.tensors(update.inputs(0)).bytes() / 4);
+  } else {
+    for (const plan::Instruction &update : updates)
+      shard->add_inputs(update.inputs(0));
+  }
+  if (tables.cdpZero) // the owner's whole stage from the chain's mean
+    shard->add_inputs(tables.means[l]);
+  else if (zero >= 2)
+    shard->add_inputs(tables.gradShards[l]);
+  else
+    for (const auto &t : tensors)
+      shard->add_inputs(t.reduced);
+  copyUpdateRule(updates, *shard);
+  plan::setIntAttribute(shard, "cycle", 2 * L);
+  plan::setIntAttribute(shard, "zero", zero);
+  if (tables.cdpZero)
+    plan::setIntAttribute(shard, "owner", d);
+  return success();
+}
+
+/// A stage's update: sharded under ZeRO, else one per parameter.
+LogicalResult SlotLowering::updateStage(int64_t l, int64_t time,
+                                        int64_t minStep, int64_t zero) {
+  return zero > 0 ? shardUpdate(l, time, minStep, zero)
+                  : applyUpdates(l, time, minStep);
+}
+
+/// CDP-ZeRO's messages of a stage's parameters: the value names the
+/// stage and the receiver's cycle time, the step the tag carries.
+plan::Instruction *SlotLowering::paramMessage(const char *opName, int64_t l,
+                                              int64_t time, int64_t peer,
+                                              int64_t use, int64_t stepOffset) {
+  plan::Instruction *instruction = stageInstruction(opName, l, time, "comm");
+  plan::setIntAttribute(instruction, "peer", peer);
+  plan::setIntAttribute(instruction, "value", use * 4096 + l);
+  plan::setIntAttribute(instruction, "micro_batch", 0);
+  plan::setIntAttribute(instruction, "micro_batches", 1);
+  plan::setIntAttribute(instruction, "cycle", 2 * L);
+  if (stepOffset != 0)
+    plan::setIntAttribute(instruction, "step_offset", stepOffset);
+  return instruction;
+}
+
+/// laysa: the exchange's instructions of stage l at `time`.
+sparse::MakeInstruction SlotLowering::exchangeStep(int64_t l, int64_t time) {
+  return [this, l, time](const char *opName, const char *phase) {
+    return stageInstruction(opName, l, time, phase);
+  };
+}
+
+/// dp with clipping: every stage's mean, then one clip of them all, then
+/// the updates. With ZeRO stage 2 or 3 each device holds its shard of the
+/// means only: the squared norm is its shards' share, summed over the
+/// devices (norm_all_reduce), and each device clips its own shards.
+LogicalResult SlotLowering::clipMeans(sched::ClipMeansOp clip) {
+  int64_t time = clip.getTimeStep(), minStep = clip.getMinStep();
+  std::vector<int> means, partials;
+  if (tables.zero >= 2) {
+    for (int64_t l = 1; l <= L; ++l)
+      if (!tables.byStage[l].empty())
+        means.push_back(tables.gradShards[l]);
+    plan::Instruction *share =
+        stageInstruction("squared_norm", 1, time, "update");
+    share->set_min_step(minStep);
+    for (int id : means)
+      share->add_inputs(id);
+    share->add_outputs(tables.normShare);
+    plan::Instruction *sum =
+        stageInstruction("norm_all_reduce", 1, time, "update");
+    sum->set_min_step(minStep);
+    sum->add_inputs(tables.normShare);
+    plan::setIntAttribute(sum, "cycle", 2 * L);
+    partials.push_back(tables.normShare);
+  } else {
+    for (int64_t l = 1; l <= L; ++l) {
+      if (tables.byStage[l].empty())
+        continue;
+      waitForMeans(l, time, minStep, 0);
+      for (const auto &t : tables.byStage[l])
+        means.push_back(t.reduced);
+    }
+  }
+  plan::Instruction *instruction =
+      emitter.lowerClip(*device, tables.clip, means, partials);
+  if (!instruction)
+    return failure();
+  stamp(instruction, 1, time)->set_min_step(minStep);
+  for (int64_t l = 1; l <= L; ++l)
+    if (failed(updateStage(l, time, minStep, tables.zero)))
+      return failure();
+  return success();
+}
+
+/// cdp's clip of each device's own gradients, before the reductions.
+LogicalResult SlotLowering::clipOwn(sched::ClipOwnOp clip) {
+  std::vector<int> own;
+  for (int64_t l = 1; l <= L; ++l)
+    for (const auto &t : tables.byStage[l])
+      own.push_back(t.grad);
+  plan::Instruction *instruction = emitter.lowerClip(*device, tables.clip, own);
+  if (!instruction)
+    return failure();
+  // Not an update block's: it runs in the step, before the reductions.
+  stamp(instruction, 1, clip.getTimeStep())->set_phase("backward");
+  return success();
+}
+
+/// A stage's reduction started: an all-reduce, ZeRO's reduce-scatter, or
+/// the chain's first hop (CDP-ZeRO: towards the stage's owner).
+void SlotLowering::startReduction(sched::StartReductionOp start) {
+  int64_t l = start.getStage();
+  const char *opName = start.getOwner() >= 0  ? "chain_reduce"
+                       : start.getZero() >= 2 ? "shard_reduce"
+                       : tables.chain         ? "chain_reduce"
+                                              : "reduce_start";
+  plan::Instruction *instruction =
+      stageInstruction(opName, l, start.getTimeStep(), "comm");
+  for (const auto &t : tables.byStage[l])
+    instruction->add_inputs(t.grad);
+  if (start.getZero() >= 2 && !tables.cdpZero)
+    instruction->add_outputs(tables.gradShards[l]);
+  if (tables.chain && d == tables.N - 1 && !tables.cdpZero)
+    for (int buffer : tables.chainBuffers[l])
+      instruction->add_outputs(buffer);
+  plan::setIntAttribute(instruction, "cycle", 2 * L);
+  if (start.getOwner() >= 0) // CDP-ZeRO: the last slot's mean goes there
+    plan::setIntAttribute(instruction, "owner", start.getOwner());
+}
+
+/// CDP-ZeRO: a stage's parameters from its owner (the owner copies its
+/// own master copy).
+void SlotLowering::takeFromOwner(sched::GatherParamsOp gather) {
+  int64_t l = gather.getStage(), time = gather.getTimeStep();
+  if (gather.getFrom() == d) {
+    plan::Instruction *copy = stageInstruction("master_copy", l, time, "comm");
+    copy->add_inputs(tables.paramShards[l]);
+    copy->add_outputs(tables.regions[l]);
+    return;
+  }
+  paramMessage("recv", l, time, gather.getFrom(), time, 0)
+      ->add_outputs(tables.regions[l]);
+}
+
+void SlotLowering::sendParams(sched::SendParamsOp send) {
+  int64_t l = send.getStage();
+  plan::Instruction *instruction =
+      paramMessage("send", l, send.getTimeStep(), send.getTo(), send.getUse(),
+                   send.getStepOffset());
+  instruction->add_inputs(send.getMaster() ? tables.paramShards[l]
+                                           : tables.regions[l]);
+  instruction->set_ahead(send.getStepOffset() == 1);
+}
+
+/// CDP-ZeRO's owner: the mean of step t - 1 from the chain's last slot,
+/// then the update of the master copy.
+LogicalResult SlotLowering::updateOwned(sched::OwnerUpdateOp update) {
+  int64_t l = update.getStage(), time = update.getTimeStep();
+  plan::Instruction *wait = stageInstruction("chain_wait", l, time, "update");
+  wait->set_min_step(1);
+  wait->add_outputs(tables.means[l]);
+  plan::setIntAttribute(wait, "delay", 0);
+  plan::setIntAttribute(wait, "from", update.getFrom());
+  return shardUpdate(l, time, 1, 3);
+}
+
+/// ZeRO stage 3: the stage's parameters all-gathered from the shards.
+void SlotLowering::gatherShards(sched::GatherParamsOp gather) {
+  int64_t l = gather.getStage();
+  plan::Instruction *instruction =
+      stageInstruction("shard_gather", l, gather.getTimeStep(), "comm");
+  instruction->add_inputs(tables.paramShards[l]);
+  for (int id : tables.gathered[l])
+    instruction->add_outputs(id);
+  plan::setIntAttribute(instruction, "cycle", 2 * L);
+}
+
+void SlotLowering::releaseParams(sched::ReleaseParamsOp release) {
+  int64_t l = release.getStage();
+  plan::Instruction *instruction =
+      stageInstruction("shard_release", l, release.getTimeStep(), "comm");
+  if (tables.cdpZero)
+    instruction->add_inputs(tables.regions[l]);
+  else
+    for (int id : tables.gathered[l])
+      instruction->add_inputs(id);
+}
+
+void SlotLowering::relayChain(sched::ChainRelayOp relay) {
+  int64_t l = relay.getStage();
+  plan::Instruction *instruction =
+      stageInstruction("chain_relay", l, relay.getTimeStep(), "comm");
+  instruction->set_min_step(relay.getStepOffset());
+  for (int buffer : tables.chainBuffers[l])
+    instruction->add_outputs(buffer);
+  plan::setIntAttribute(instruction, "cycle", 2 * L);
+  plan::setIntAttribute(instruction, "step_offset", relay.getStepOffset());
+}
+
+LogicalResult SlotLowering::lower(Operation &step) {
+  if (auto compute = dyn_cast<sched::SlotComputeOp>(step))
+    return emitter.lowerSlotCompute(*device, compute, s, d, L);
+  if (auto wait = dyn_cast<sched::WaitReductionOp>(step)) {
+    int64_t l = wait.getStage(), zero = wait.getZero();
+    if (zero < 2) // stage 2's and 3's shard came with the reduce-scatter
+      waitForMeans(l, wait.getTimeStep(), wait.getMinStep(), wait.getDelay());
+    return updateStage(l, wait.getTimeStep(), wait.getMinStep(), zero);
+  }
+  if (auto clip = dyn_cast<sched::ClipMeansOp>(step))
+    return clipMeans(clip);
+  if (auto clip = dyn_cast<sched::ClipOwnOp>(step))
+    return clipOwn(clip);
+  if (auto update = dyn_cast<sched::OwnerUpdateOp>(step))
+    return updateOwned(update);
+  if (auto start = dyn_cast<sched::StartReductionOp>(step))
+    startReduction(start);
+  else if (auto gather = dyn_cast<sched::GatherParamsOp>(step))
+    gather.getFrom() >= 0 ? takeFromOwner(gather) : gatherShards(gather);
+  else if (auto send = dyn_cast<sched::SendParamsOp>(step))
+    sendParams(send);
+  else if (auto release = dyn_cast<sched::ReleaseParamsOp>(step))
+    releaseParams(release);
+  else if (auto absorb = dyn_cast<sched::AbsorbGradientsOp>(step))
+    sparse::lowerAbsorb(tables.exchange, absorb.getStage(),
+                        exchangeStep(absorb.getStage(), absorb.getTimeStep()));
+  else if (auto send = dyn_cast<sched::SparseSendOp>(step))
+    sparse::lowerSend(tables.exchange, send.getStage(),
+                      exchangeStep(send.getStage(), send.getTimeStep()));
+  else if (auto apply = dyn_cast<sched::SparseApplyOp>(step))
+    sparse::lowerApply(tables.exchange, apply.getStage(),
+                       exchangeStep(apply.getStage(), apply.getTimeStep()));
+  else if (auto relay = dyn_cast<sched::ChainRelayOp>(step))
+    relayChain(relay);
+  else
+    return step.emitOpError("has no lowering to a data-parallel plan");
+  return success();
+}
+
 /// Slot d's program, op by op: a stage's forward or backward ops in the
 /// order of @main; the wait for a stage's reduced gradients with its
 /// updates; the start of a stage's reduction; the chain's relays.
 LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
                                        plan::Device &out,
                                        const DataParallelTables &tables) {
-  int64_t d = op.getIndex(), s = op.getOffset();
-  plan::Device *device = &out;
-  auto stamp = [&](plan::Instruction *instruction, int64_t stage,
-                   int64_t time) {
-    instruction->set_stage(stage);
-    instruction->set_micro_batch(d);
-    instruction->set_time_step(s + time);
-    return instruction;
-  };
-  // A reduction instruction of stage l: waits, starts and relays.
-  auto stageInstruction = [&](const char *opName, int64_t l, int64_t time,
-                              const char *phase) {
-    plan::Instruction *instruction = stamp(device->add_instructions(), l, time);
-    instruction->set_op(opName);
-    instruction->set_location("stage " + std::to_string(l));
-    instruction->set_phase(phase);
-    plan::setIntAttribute(instruction, "stage", l);
-    return instruction;
-  };
-  int64_t L = tables.L;
-  // A stage's mean gradients of step t - 1 - delay, into its reduced
-  // buffers (from the chain's buffers with --cdp-reduce chain).
-  auto waitForMeans = [&](int64_t l, int64_t time, int64_t minStep,
-                          int64_t delay) {
-    plan::Instruction *instruction = stageInstruction(
-        tables.chain ? "chain_wait" : "reduce_wait", l, time, "update");
-    instruction->set_min_step(minStep);
-    if (tables.chain)
-      for (int buffer : tables.chainBuffers[l])
-        instruction->add_inputs(buffer);
-    for (const auto &t : tables.byStage[l])
-      instruction->add_outputs(t.reduced);
-    plan::setIntAttribute(instruction, "delay", delay);
-  };
-  // A stage's updates from its reduced buffers.
-  auto applyUpdates = [&](int64_t l, int64_t time,
-                          int64_t minStep) -> LogicalResult {
-    for (const auto &t : tables.byStage[l]) {
-      if (failed(addInstruction(t.update, *device, false)))
-        return failure();
-      plan::Instruction *update =
-          device->mutable_instructions(device->instructions_size() - 1);
-      update->set_inputs(1, t.reduced);
-      update->set_phase("update");
-      update->set_min_step(minStep);
-      stamp(update, l, time);
-    }
-    return success();
-  };
-  // ZeRO: one shard_update of the stage instead of its updates: the
-  // parameters (stage 3: their shard, with each one's `sizes`), then their
-  // mean gradients (stages 2 and 3: the device's shard of them); the
-  // updates' rule, with each parameter's weight decay in `weight_decays`.
-  auto shardUpdate = [&](int64_t l, int64_t time, int64_t minStep,
-                         int64_t zero) -> LogicalResult {
-    const auto &tensors = tables.byStage[l];
-    if (tensors.empty())
-      return success();
-    std::vector<plan::Instruction> updates;
-    for (const auto &t : tensors) {
-      if (failed(addInstruction(t.update, *device, false)))
-        return failure();
-      updates.push_back(device->instructions(device->instructions_size() - 1));
-      device->mutable_instructions()->RemoveLast();
-    }
-    plan::Instruction *shard =
-        stageInstruction("shard_update", l, time, "update");
-    shard->set_min_step(minStep);
-    if (zero == 3) { // the parameters' shard; the sizes give each its rule
-      shard->add_inputs(tables.paramShards[l]);
-      plan::Attribute *sizes = shard->add_attributes();
-      sizes->set_name("sizes");
-      for (const plan::Instruction &update : updates)
-        sizes->mutable_ints()->add_values(
-            plan.tensors(update.inputs(0)).bytes() / 4);
-    } else {
-      for (const plan::Instruction &update : updates)
-        shard->add_inputs(update.inputs(0));
-    }
-    if (tables.cdpZero) // the owner's whole stage from the chain's mean
-      shard->add_inputs(tables.means[l]);
-    else if (zero >= 2)
-      shard->add_inputs(tables.gradShards[l]);
-    else
-      for (const auto &t : tensors)
-        shard->add_inputs(t.reduced);
-    copyUpdateRule(updates, *shard);
-    plan::setIntAttribute(shard, "cycle", 2 * L);
-    plan::setIntAttribute(shard, "zero", zero);
-    if (tables.cdpZero)
-      plan::setIntAttribute(shard, "owner", d);
-    return success();
-  };
-  // CDP-ZeRO's messages of a stage's parameters: the value names the
-  // stage and the receiver's cycle time, the step the tag carries.
-  auto paramMessage = [&](const char *opName, int64_t l, int64_t time,
-                          int64_t peer, int64_t use, int64_t stepOffset) {
-    plan::Instruction *instruction = stageInstruction(opName, l, time, "comm");
-    plan::setIntAttribute(instruction, "peer", peer);
-    plan::setIntAttribute(instruction, "value", use * 4096 + l);
-    plan::setIntAttribute(instruction, "micro_batch", 0);
-    plan::setIntAttribute(instruction, "micro_batches", 1);
-    plan::setIntAttribute(instruction, "cycle", 2 * L);
-    if (stepOffset != 0)
-      plan::setIntAttribute(instruction, "step_offset", stepOffset);
-    return instruction;
-  };
-  // laysa: the exchange's instructions of stage l at `time`.
-  auto exchangeStep = [&](int64_t l, int64_t time) -> sparse::MakeInstruction {
-    return [&, l, time](const char *opName, const char *phase) {
-      return stageInstruction(opName, l, time, phase);
-    };
-  };
-  // dp with clipping: every stage's mean, then one clip of them all, then
-  // the updates. With ZeRO stage 2 or 3 each device holds its shard of the
-  // means only: the squared norm is its shards' share, summed over the
-  // devices (norm_all_reduce), and each device clips its own shards.
-  auto clipMeans = [&](sched::ClipMeansOp clip) -> LogicalResult {
-    int64_t time = clip.getTimeStep(), minStep = clip.getMinStep();
-    std::vector<int> means, partials;
-    if (tables.zero >= 2) {
-      for (int64_t l = 1; l <= L; ++l)
-        if (!tables.byStage[l].empty())
-          means.push_back(tables.gradShards[l]);
-      plan::Instruction *share =
-          stageInstruction("squared_norm", 1, time, "update");
-      share->set_min_step(minStep);
-      for (int id : means)
-        share->add_inputs(id);
-      share->add_outputs(tables.normShare);
-      plan::Instruction *sum =
-          stageInstruction("norm_all_reduce", 1, time, "update");
-      sum->set_min_step(minStep);
-      sum->add_inputs(tables.normShare);
-      plan::setIntAttribute(sum, "cycle", 2 * L);
-      partials.push_back(tables.normShare);
-    } else {
-      for (int64_t l = 1; l <= L; ++l) {
-        if (tables.byStage[l].empty())
-          continue;
-        waitForMeans(l, time, minStep, 0);
-        for (const auto &t : tables.byStage[l])
-          means.push_back(t.reduced);
-      }
-    }
-    plan::Instruction *instruction =
-        lowerClip(*device, tables.clip, means, partials);
-    if (!instruction)
+  SlotLowering lowering(*this, op, out, tables);
+  for (Operation &step : op.getBody().front())
+    if (failed(lowering.lower(step)))
       return failure();
-    stamp(instruction, 1, time)->set_min_step(minStep);
-    for (int64_t l = 1; l <= L; ++l)
-      if (failed(tables.zero > 0 ? shardUpdate(l, time, minStep, tables.zero)
-                                 : applyUpdates(l, time, minStep)))
-        return failure();
-    return success();
-  };
-  for (Operation &step : op.getBody().front()) {
-    if (auto compute = dyn_cast<sched::SlotComputeOp>(step)) {
-      if (failed(lowerSlotCompute(*device, compute, s, d, L)))
-        return failure();
-    } else if (auto wait = dyn_cast<sched::WaitReductionOp>(step)) {
-      int64_t l = wait.getStage(), zero = wait.getZero();
-      if (zero < 2) // stage 2's and 3's shard came with the reduce-scatter
-        waitForMeans(l, wait.getTimeStep(), wait.getMinStep(), wait.getDelay());
-      if (failed(
-              zero > 0
-                  ? shardUpdate(l, wait.getTimeStep(), wait.getMinStep(), zero)
-                  : applyUpdates(l, wait.getTimeStep(), wait.getMinStep())))
-        return failure();
-    } else if (auto clip = dyn_cast<sched::ClipMeansOp>(step)) {
-      if (failed(clipMeans(clip)))
-        return failure();
-    } else if (auto clip = dyn_cast<sched::ClipOwnOp>(step)) {
-      std::vector<int> own;
-      for (int64_t l = 1; l <= L; ++l)
-        for (const auto &t : tables.byStage[l])
-          own.push_back(t.grad);
-      plan::Instruction *instruction = lowerClip(*device, tables.clip, own);
-      if (!instruction)
-        return failure();
-      // Not an update block's: it runs in the step, before the reductions.
-      stamp(instruction, 1, clip.getTimeStep())->set_phase("backward");
-    } else if (auto start = dyn_cast<sched::StartReductionOp>(step)) {
-      int64_t l = start.getStage();
-      const char *opName = start.getOwner() >= 0  ? "chain_reduce"
-                           : start.getZero() >= 2 ? "shard_reduce"
-                           : tables.chain         ? "chain_reduce"
-                                                  : "reduce_start";
-      plan::Instruction *instruction =
-          stageInstruction(opName, l, start.getTimeStep(), "comm");
-      for (const auto &t : tables.byStage[l])
-        instruction->add_inputs(t.grad);
-      if (start.getZero() >= 2 && !tables.cdpZero)
-        instruction->add_outputs(tables.gradShards[l]);
-      if (tables.chain && d == tables.N - 1 && !tables.cdpZero)
-        for (int buffer : tables.chainBuffers[l])
-          instruction->add_outputs(buffer);
-      plan::setIntAttribute(instruction, "cycle", 2 * L);
-      if (start.getOwner() >= 0) // CDP-ZeRO: the last slot's mean goes there
-        plan::setIntAttribute(instruction, "owner", start.getOwner());
-    } else if (auto gather = dyn_cast<sched::GatherParamsOp>(step);
-               gather && gather.getFrom() >= 0) {
-      int64_t l = gather.getStage(), time = gather.getTimeStep();
-      if (gather.getFrom() == d) { // the owner's own master copy
-        plan::Instruction *copy =
-            stageInstruction("master_copy", l, time, "comm");
-        copy->add_inputs(tables.paramShards[l]);
-        copy->add_outputs(tables.regions[l]);
-      } else {
-        paramMessage("recv", l, time, gather.getFrom(), time, 0)
-            ->add_outputs(tables.regions[l]);
-      }
-    } else if (auto send = dyn_cast<sched::SendParamsOp>(step)) {
-      int64_t l = send.getStage();
-      plan::Instruction *instruction =
-          paramMessage("send", l, send.getTimeStep(), send.getTo(),
-                       send.getUse(), send.getStepOffset());
-      instruction->add_inputs(send.getMaster() ? tables.paramShards[l]
-                                               : tables.regions[l]);
-      instruction->set_ahead(send.getStepOffset() == 1);
-    } else if (auto update = dyn_cast<sched::OwnerUpdateOp>(step)) {
-      // The mean of step t - 1 from the chain's last slot, then the update
-      // of the master copy.
-      int64_t l = update.getStage(), time = update.getTimeStep();
-      plan::Instruction *wait =
-          stageInstruction("chain_wait", l, time, "update");
-      wait->set_min_step(1);
-      wait->add_outputs(tables.means[l]);
-      plan::setIntAttribute(wait, "delay", 0);
-      plan::setIntAttribute(wait, "from", update.getFrom());
-      if (failed(shardUpdate(l, time, 1, 3)))
-        return failure();
-    } else if (auto gather = dyn_cast<sched::GatherParamsOp>(step)) {
-      int64_t l = gather.getStage();
-      plan::Instruction *instruction =
-          stageInstruction("shard_gather", l, gather.getTimeStep(), "comm");
-      instruction->add_inputs(tables.paramShards[l]);
-      for (int id : tables.gathered[l])
-        instruction->add_outputs(id);
-      plan::setIntAttribute(instruction, "cycle", 2 * L);
-    } else if (auto release = dyn_cast<sched::ReleaseParamsOp>(step)) {
-      int64_t l = release.getStage();
-      plan::Instruction *instruction =
-          stageInstruction("shard_release", l, release.getTimeStep(), "comm");
-      if (tables.cdpZero)
-        instruction->add_inputs(tables.regions[l]);
-      else
-        for (int id : tables.gathered[l])
-          instruction->add_inputs(id);
-    } else if (auto absorb = dyn_cast<sched::AbsorbGradientsOp>(step)) {
-      sparse::lowerAbsorb(
-          tables.exchange, absorb.getStage(),
-          exchangeStep(absorb.getStage(), absorb.getTimeStep()));
-    } else if (auto send = dyn_cast<sched::SparseSendOp>(step)) {
-      sparse::lowerSend(tables.exchange, send.getStage(),
-                        exchangeStep(send.getStage(), send.getTimeStep()));
-    } else if (auto apply = dyn_cast<sched::SparseApplyOp>(step)) {
-      sparse::lowerApply(tables.exchange, apply.getStage(),
-                         exchangeStep(apply.getStage(), apply.getTimeStep()));
-    } else if (auto relay = dyn_cast<sched::ChainRelayOp>(step)) {
-      int64_t l = relay.getStage();
-      plan::Instruction *instruction =
-          stageInstruction("chain_relay", l, relay.getTimeStep(), "comm");
-      instruction->set_min_step(relay.getStepOffset());
-      for (int buffer : tables.chainBuffers[l])
-        instruction->add_outputs(buffer);
-      plan::setIntAttribute(instruction, "cycle", 2 * L);
-      plan::setIntAttribute(instruction, "step_offset", relay.getStepOffset());
-    } else {
-      return step.emitOpError("has no lowering to a data-parallel plan");
-    }
-  }
   return success();
 }
 

@@ -154,10 +154,8 @@ LogicalResult Emitter::addInstruction(Operation *op, plan::Device &device,
   return success();
 }
 
-LogicalResult Emitter::run(const EmitOptions &options) {
-  auto arena = func->getAttrOfType<IntegerAttr>("cdp.arena_bytes");
-  if (!arena)
-    return func.emitError("no memory plan; run cdp-plan-memory first");
+/// The plan's fields every strategy sets alike.
+void Emitter::setPlanHeader(const EmitOptions &options) {
   plan.set_producer("cdp-compile");
   plan.set_strategy(traitsOf(options.strategy).name);
   plan.set_inference(options.inference);
@@ -170,10 +168,10 @@ LogicalResult Emitter::run(const EmitOptions &options) {
   plan.set_loss(-1);
   plan.set_labels(-1);
   plan.set_scores(-1);
-  plan::Device *device = plan.add_devices();
-  device->set_index(0);
-  device->set_arena_bytes(arena.getInt());
+}
 
+/// One INPUT tensor per argument of @main, in feed order.
+void Emitter::addInputs() {
   for (BlockArgument arg : func.getArguments()) {
     auto name =
         func.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "cdp.name");
@@ -189,7 +187,11 @@ LogicalResult Emitter::run(const EmitOptions &options) {
   }
   if (auto labels = func->getAttrOfType<IntegerAttr>("cdp.labels_index"))
     plan.set_labels(ids.lookup(func.getArgument(labels.getInt())));
+}
 
+/// Parameters, buffers and constants as persistent tensors, every other op
+/// as an instruction of the single-device training stream.
+LogicalResult Emitter::addTrainingStream(plan::Device &device) {
   Block &body = func.getBody().front();
   llvm::DenseSet<StringRef> trainable;
   body.walk([&](GradientOp gradient) {
@@ -226,10 +228,15 @@ LogicalResult Emitter::run(const EmitOptions &options) {
       int id = addTensor(result, plan::ACTIVATION, "");
       plan.mutable_tensors(id)->set_offset(offsets[i]);
     }
-    if (failed(addInstruction(&op, *device, /*forEval=*/false)))
+    if (failed(addInstruction(&op, device, /*forEval=*/false)))
       return failure();
   }
+  return success();
+}
 
+/// @main's results as the plan's outputs; the loss among them.
+void Emitter::addOutputs() {
+  Block &body = func.getBody().front();
   auto returnOp = cast<func::ReturnOp>(body.getTerminator());
   for (auto [i, value] : llvm::enumerate(returnOp.getOperands())) {
     auto name = func.getResultAttrOfType<StringAttr>(i, "cdp.name");
@@ -244,7 +251,72 @@ LogicalResult Emitter::run(const EmitOptions &options) {
   }
   if (auto loss = func->getAttrOfType<IntegerAttr>("cdp.loss_index"))
     plan.set_loss(ids.lookup(returnOp.getOperand(loss.getInt())));
+}
 
+/// One device, one stage: the forward is time step 0 of a step, the
+/// backward and the updates time step 1 (cycle 2L = 2).
+void Emitter::scheduleSingleDevice(const EmitOptions &options,
+                                   plan::Device &device) {
+  plan::Schedule *single = plan.mutable_schedule();
+  single->set_stages(1);
+  single->set_cycle(options.inference ? 1 : 2);
+  single->add_offsets(0);
+  single->set_rule(options.inference ? "inference" : "single");
+  int64_t paramBytes = 0;
+  for (const plan::Tensor &t : plan.tensors())
+    if (t.kind() == plan::PARAM && t.trainable())
+      paramBytes += t.bytes();
+  single->add_stage_param_bytes(paramBytes);
+  for (plan::Instruction &instruction : *device.mutable_instructions()) {
+    instruction.set_time_step(instruction.phase() == "forward" ? 0 : 1);
+    instruction.set_stage(1);
+  }
+  if (options.microBatches > 1 && !options.inference)
+    accumulateMicroBatches(device, options.microBatches);
+}
+
+/// The evaluation stream: what the first output needs, and the loss (on
+/// the labels fed with the held-out data), in op order.
+LogicalResult Emitter::addEvalStream(plan::Device &device) {
+  Block &body = func.getBody().front();
+  auto returnOp = cast<func::ReturnOp>(body.getTerminator());
+  if (returnOp.getNumOperands() == 0)
+    return success();
+  Value scores = returnOp.getOperand(0);
+  plan.set_scores(ids.lookup(scores));
+  llvm::DenseSet<Operation *> needed;
+  SmallVector<Value> work{scores};
+  if (auto loss = func->getAttrOfType<IntegerAttr>("cdp.loss_index")) {
+    Value lossValue = returnOp.getOperand(loss.getInt());
+    work.push_back(lossValue);
+    plan.set_eval_loss(ids.lookup(lossValue));
+  }
+  while (!work.empty()) {
+    Operation *producer = work.pop_back_val().getDefiningOp();
+    if (!producer || !needed.insert(producer).second)
+      continue;
+    for (Value operand : producer->getOperands())
+      work.push_back(operand);
+  }
+  for (Operation &op : body.without_terminator())
+    if (needed.contains(&op) && !isa<ParamOp, ConstantOp>(op))
+      if (failed(addInstruction(&op, device, /*forEval=*/true)))
+        return failure();
+  return success();
+}
+
+LogicalResult Emitter::run(const EmitOptions &options) {
+  auto arena = func->getAttrOfType<IntegerAttr>("cdp.arena_bytes");
+  if (!arena)
+    return func.emitError("no memory plan; run cdp-plan-memory first");
+  setPlanHeader(options);
+  plan::Device *device = plan.add_devices();
+  device->set_index(0);
+  device->set_arena_bytes(arena.getInt());
+  addInputs();
+  if (failed(addTrainingStream(*device)))
+    return failure();
+  addOutputs();
   if (traitsOf(options.strategy).pipelined) {
     if (failed(emitPipeline(options)))
       return failure();
@@ -257,50 +329,10 @@ LogicalResult Emitter::run(const EmitOptions &options) {
       return failure();
     device = plan.mutable_devices(0); // the devices were rebuilt
   } else {
-    // One device, one stage: the forward is time step 0 of a step, the
-    // backward and the updates time step 1 (cycle 2L = 2).
-    plan::Schedule *single = plan.mutable_schedule();
-    single->set_stages(1);
-    single->set_cycle(options.inference ? 1 : 2);
-    single->add_offsets(0);
-    single->set_rule(options.inference ? "inference" : "single");
-    int64_t paramBytes = 0;
-    for (const plan::Tensor &t : plan.tensors())
-      if (t.kind() == plan::PARAM && t.trainable())
-        paramBytes += t.bytes();
-    single->add_stage_param_bytes(paramBytes);
-    for (plan::Instruction &instruction : *device->mutable_instructions()) {
-      instruction.set_time_step(instruction.phase() == "forward" ? 0 : 1);
-      instruction.set_stage(1);
-    }
-    if (options.microBatches > 1 && !options.inference)
-      accumulateMicroBatches(*device, options.microBatches);
+    scheduleSingleDevice(options, *device);
   }
-
-  // The evaluation stream: what the first output needs, and the loss (on
-  // the labels fed with the held-out data), in op order.
-  if (returnOp.getNumOperands() > 0) {
-    Value scores = returnOp.getOperand(0);
-    plan.set_scores(ids.lookup(scores));
-    llvm::DenseSet<Operation *> needed;
-    SmallVector<Value> work{scores};
-    if (auto loss = func->getAttrOfType<IntegerAttr>("cdp.loss_index")) {
-      Value lossValue = returnOp.getOperand(loss.getInt());
-      work.push_back(lossValue);
-      plan.set_eval_loss(ids.lookup(lossValue));
-    }
-    while (!work.empty()) {
-      Operation *producer = work.pop_back_val().getDefiningOp();
-      if (!producer || !needed.insert(producer).second)
-        continue;
-      for (Value operand : producer->getOperands())
-        work.push_back(operand);
-    }
-    for (Operation &op : body.without_terminator())
-      if (needed.contains(&op) && !isa<ParamOp, ConstantOp>(op))
-        if (failed(addInstruction(&op, *device, /*forEval=*/true)))
-          return failure();
-  }
+  if (failed(addEvalStream(*device)))
+    return failure();
   // A pipeline's devices name their own copies of the activations: the
   // originals the evaluation stream does not read are named by nothing.
   if (traitsOf(options.strategy).pipelined) {

@@ -93,6 +93,7 @@ struct DataParallelTables {
   sparse::Exchange exchange;
 };
 struct DeviceLowering;
+class SlotLowering;
 
 class Emitter {
 public:
@@ -101,6 +102,13 @@ public:
   LogicalResult run(const EmitOptions &options);
 
 private:
+  friend class SlotLowering;
+  void setPlanHeader(const EmitOptions &options);
+  void addInputs();
+  LogicalResult addTrainingStream(plan::Device &device);
+  void addOutputs();
+  void scheduleSingleDevice(const EmitOptions &options, plan::Device &device);
+  LogicalResult addEvalStream(plan::Device &device);
   int addTensor(Value value, plan::TensorKind kind, StringRef name);
   LogicalResult addInstruction(Operation *op, plan::Device &device,
                                bool forEval);
