@@ -105,6 +105,22 @@ int64_t shardBytes(const plan::Instruction &instruction, plan::IdRange inputs,
 }
 } // namespace
 
+/// What one pass over the programs learns of each tensor (by id), beside
+/// the resident bytes it counts.
+struct PlanFacts::TensorRoles {
+  explicit TensorRoles(int tensors)
+      : resident(tensors, 0), countedOn(tensors, -1), commBuffer(tensors, 0),
+        gatheredOutput(tensors, 0), isFed(tensors, 0),
+        writtenForward(tensors, false), readBackward(tensors, false),
+        readByGradient(tensors, false) {}
+  std::vector<char> resident;
+  std::vector<int> countedOn; ///< the device that last counted it
+  std::vector<char> commBuffer;
+  std::vector<char> gatheredOutput; ///< written by a shard_gather
+  std::vector<char> isFed;          ///< uses are counted for these only
+  std::vector<bool> writtenForward, readBackward, readByGradient;
+};
+
 PlanFacts::PlanFacts(const plan::SpelledPlan &spelled) {
   const plan::Plan &plan = spelled.plan();
   int tensors = spelled.tensors(), devices = plan.devices_size();
@@ -117,39 +133,41 @@ PlanFacts::PlanFacts(const plan::SpelledPlan &spelled) {
   feedbackBytes.assign(devices, 0);
   for (int id = 0; id < tensors; ++id)
     bytes[id] = spelled.tensor(id).bytes();
+  TensorRoles roles(tensors);
   // Weights, buffers, their second versions and gradient accumulators are
   // resident on the devices whose training program uses them: every device
   // for dp and cdp, the stage's devices (and replicas) for pipelines.
   // ZeRO stage 3's parameters are not: their shards are, and the
   // parameters count while gathered.
-  std::vector<char> resident(tensors, 0);
   std::vector<char> gathered = plan::gatheredParameters(plan);
   for (int id = 0; id < tensors; ++id) {
     plan::TensorKind kind = spelled.tensor(id).kind();
     bool isGathered = id < static_cast<int>(gathered.size()) && gathered[id];
-    resident[id] = (kind == plan::PARAM && !isGathered) ||
-                   kind == plan::BUFFER || kind == plan::REDUCED ||
-                   kind == plan::SHARD || kind == plan::SPARSE_STATE;
+    roles.resident[id] = (kind == plan::PARAM && !isGathered) ||
+                         kind == plan::BUFFER || kind == plan::REDUCED ||
+                         kind == plan::SHARD || kind == plan::SPARSE_STATE;
   }
-  std::vector<int> countedOn(tensors, -1); // the device that last counted it
-  std::vector<char> commBuffer(tensors, 0);
-  std::vector<char> gatheredOutput(tensors, 0); // written by a shard_gather
   cycle = plan.has_schedule() && plan.schedule().cycle() > 0
               ? plan.schedule().cycle()
               : 2;
-  std::vector<bool> writtenForward(tensors, false),
-      readBackward(tensors, false), readByGradient(tensors, false);
   unitBegins.assign(devices, {});
   unitEnds.assign(devices, {});
   uses.assign(devices, {});
   readsOfWrite.assign(devices, {});
   outputStart.assign(devices, {});
-  std::vector<char> isFed(tensors, 0); // uses are counted for these only
   for (int id : plan.inputs())
     if (id >= 0 && id < tensors)
-      isFed[id] = 1;
-  // One pass over every device's instructions (plans may hold hundreds of
-  // thousands): resident bytes, how tensors are written and read, units.
+      roles.isFed[id] = 1;
+  scanPrograms(spelled, roles);
+  categorize(spelled, roles);
+  countReadsOfWrites(spelled);
+}
+
+/// One pass over every device's instructions (plans may hold hundreds of
+/// thousands): resident bytes, how tensors are written and read, units.
+void PlanFacts::scanPrograms(const plan::SpelledPlan &spelled,
+                             TensorRoles &roles) {
+  int devices = spelled.plan().devices_size();
   for (int d = 0; d < devices; ++d) {
     int n = spelled.size(d);
     unitBegins[d].assign(n, 0);
@@ -166,9 +184,9 @@ PlanFacts::PlanFacts(const plan::SpelledPlan &spelled) {
       plan::IdRange outputs = spelled.outputs(d, spelledInstruction);
       for (plan::IdRange ids : {inputs, outputs})
         for (int id : ids) {
-          if (id < 0 || !resident[id] || countedOn[id] == d)
+          if (id < 0 || !roles.resident[id] || roles.countedOn[id] == d)
             continue;
-          countedOn[id] = d;
+          roles.countedOn[id] = d;
           const plan::Tensor &t = spelled.tensor(id);
           if (t.has_previous_version_of())
             weightVersionBytes[d] += t.bytes();
@@ -187,15 +205,15 @@ PlanFacts::PlanFacts(const plan::SpelledPlan &spelled) {
       bool gradientReader = isGradientReader(op);
       for (int id : outputs)
         if (id >= 0 && forward)
-          writtenForward[id] = true;
+          roles.writtenForward[id] = true;
       for (int id : inputs) {
         if (id < 0)
           continue;
         if (backward)
-          readBackward[id] = true;
+          roles.readBackward[id] = true;
         if (gradientReader)
-          readByGradient[id] = true;
-        if (isFed[id])
+          roles.readByGradient[id] = true;
+        if (roles.isFed[id])
           ++uses[d][id];
       }
       if (op == "update" || op == "sparse_absorb")
@@ -205,11 +223,11 @@ PlanFacts::PlanFacts(const plan::SpelledPlan &spelled) {
       if (op == "sparse_select")
         for (int id : outputs)
           if (id >= 0)
-            commBuffer[id] = 1;
+            roles.commBuffer[id] = 1;
       if (op == "sparse_apply")
         for (int id : inputs)
           if (id >= 0 && spelled.tensor(id).kind() == plan::ACTIVATION)
-            commBuffer[id] = 1;
+            roles.commBuffer[id] = 1;
       // ZeRO: the moments of the device's shard only.
       if (op == "shard_update" || op == "replica_shard_update")
         optimizerBytes[d] += momentCopies(instruction) *
@@ -217,7 +235,7 @@ PlanFacts::PlanFacts(const plan::SpelledPlan &spelled) {
       if (op == "shard_gather")
         for (int id : outputs)
           if (id >= 0)
-            gatheredOutput[id] = 1;
+            roles.gatheredOutput[id] = 1;
       uint64_t key = (static_cast<uint64_t>(instruction.stage()) << 33) |
                      (static_cast<uint64_t>(
                           static_cast<uint32_t>(spelledInstruction.microBatch))
@@ -233,25 +251,38 @@ PlanFacts::PlanFacts(const plan::SpelledPlan &spelled) {
     for (auto &[key, i] : last)
       unitEnds[d][i] = 1;
   }
+}
+
+/// Activations, gradients, gathered parameters and laysa's exchange
+/// buffers, by how the programs write and read them.
+void PlanFacts::categorize(const plan::SpelledPlan &spelled,
+                           TensorRoles &roles) {
+  const plan::Plan &plan = spelled.plan();
+  int tensors = spelled.tensors();
   for (int id = 0; id < tensors; ++id) {
     const plan::Tensor &t = spelled.tensor(id);
     if (t.kind() != plan::ACTIVATION && t.kind() != plan::INPUT)
       continue;
-    if (readByGradient[id] && !writtenForward[id])
+    if (roles.readByGradient[id] && !roles.writtenForward[id])
       category[id] = Category::Gradient;
-    else if ((writtenForward[id] || t.kind() == plan::INPUT) &&
-             readBackward[id])
+    else if ((roles.writtenForward[id] || t.kind() == plan::INPUT) &&
+             roles.readBackward[id])
       category[id] = Category::Activation;
   }
   // CDP-ZeRO's stages arrive whole in their region (recv, master_copy).
   for (const plan::ShardGroup &group : plan.schedule().shard_groups())
     if (group.has_owner() && group.region() >= 0 && group.region() < tensors)
-      gatheredOutput[group.region()] = 1;
+      roles.gatheredOutput[group.region()] = 1;
   for (int id = 0; id < tensors; ++id)
-    if (gatheredOutput[id])
+    if (roles.gatheredOutput[id])
       category[id] = Category::Gathered;
-    else if (commBuffer[id])
+    else if (roles.commBuffer[id])
       category[id] = Category::Comm;
+}
+
+/// Per device, the reads of each write up to the next write of the tensor.
+void PlanFacts::countReadsOfWrites(const plan::SpelledPlan &spelled) {
+  int tensors = spelled.tensors(), devices = spelled.plan().devices_size();
   std::vector<int> lastWrite(tensors, -1);
   for (int d = 0; d < devices; ++d) {
     // Writes and reads over two passes of the program: a write's reads

@@ -226,6 +226,11 @@ private:
 /// Folds the current node when every input is known and the result is
 /// small; false when it must become an op (ConstantFolding.cpp).
 bool tryFold(Importer &importer, llvm::StringRef opType);
+/// A folding rule's known inputs, in the node's order.
+using FoldInputs = std::vector<const ConstTensor *>;
+/// Cast and CastLike on known values (FoldCasts.cpp).
+bool foldCast(Importer &importer, const FoldInputs &in, ConstTensor &out);
+bool foldCastLike(Importer &importer, const FoldInputs &in, ConstTensor &out);
 /// Builds the current node's ops; raises when the op is not supported at
 /// the model's opset (ImportOps.cpp).
 void importOp(Importer &importer, llvm::StringRef opType);

@@ -208,28 +208,31 @@ struct SpelledStreams {
   }
 };
 
+/// An instruction the simulation visits, with its part in the traffic.
+struct Traffic {
+  int index = 0; ///< in the device's instructions
+  int kind = 0;  ///< 0 none, 1 send, 2 recv, 3 reduce_start, 4 reduce_wait,
+                 ///< 5 a blocking collective (`collective` names it)
+  /// 0 shard_reduce, 1 shard_update, -1 replica_shard_update, -2
+  /// norm_all_reduce, -3 sparse_gather, 2 + its time step a shard_gather
+  /// (a stage is gathered more than once a step)
+  int64_t collective = 0;
+  int64_t members = 0; ///< the devices that meet (0: all)
+  Message message;
+  int64_t minStep = 0, stage = 0, delay = 0;
+  bool drain = false;
+  bool ahead = false; ///< the next step's work: a pass before step 0
+  bool free = false;  ///< the second part of a chain hop: costs nothing
+};
+
+/// Every device's instructions the simulation visits (all with a cost;
+/// without, only those that can block: messages and, with `reductions`,
+/// reductions, chain hops and collectives), with their part in the traffic.
 template <typename Streams>
-Simulation simulate(const Streams &streams, int64_t steps, bool drain,
-                    const InstructionTime *cost, bool reductions = false) {
+std::vector<std::vector<Traffic>> collectTraffic(const Streams &streams,
+                                                 bool reductions, bool costed) {
   const Plan &plan = streams.plan();
   int devices = plan.devices_size();
-  // The instructions visited (all with a cost; without, only sends and
-  // receives: nothing else can block), with their part in the traffic.
-  struct Traffic {
-    int index = 0; ///< in the device's instructions
-    int kind = 0;  ///< 0 none, 1 send, 2 recv, 3 reduce_start, 4 reduce_wait,
-                   ///< 5 a blocking collective (`collective` names it)
-    /// 0 shard_reduce, 1 shard_update, -1 replica_shard_update, -2
-    /// norm_all_reduce, -3 sparse_gather, 2 + its time step a shard_gather
-    /// (a stage is gathered more than once a step)
-    int64_t collective = 0;
-    int64_t members = 0; ///< the devices that meet (0: all)
-    Message message;
-    int64_t minStep = 0, stage = 0, delay = 0;
-    bool drain = false;
-    bool ahead = false; ///< the next step's work: a pass before step 0
-    bool free = false;  ///< the second part of a chain hop: costs nothing
-  };
   std::vector<std::vector<Traffic>> traffic(devices);
   // The runtime runs a last_slot instruction only on the device whose slot
   // is the step's last (dp, cdp: slot d on device d; pipelines: slot 0).
@@ -255,7 +258,7 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
                         (op == "shard_reduce" || op == "shard_update" ||
                          op == "shard_gather" || op == "replica_shard_update" ||
                          op == "norm_all_reduce" || op == "sparse_gather");
-      if (!isMessage && !reduction && !chain && !collective && !cost)
+      if (!isMessage && !reduction && !chain && !collective && !costed)
         continue;
       Traffic t;
       t.index = i;
@@ -292,6 +295,16 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
       traffic[d].push_back(t);
     }
   }
+  return traffic;
+}
+
+template <typename Streams>
+Simulation simulate(const Streams &streams, int64_t steps, bool drain,
+                    const InstructionTime *cost, bool reductions = false) {
+  const Plan &plan = streams.plan();
+  int devices = plan.devices_size();
+  std::vector<std::vector<Traffic>> traffic =
+      collectTraffic(streams, reductions, cost != nullptr);
   // (from, to, value, micro-batch over the run) -> the end times of the
   // messages in flight, oldest first
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t>;

@@ -70,6 +70,12 @@ struct PlanFacts {
   int64_t timeOf(const plan::SpelledInstruction &instruction, int64_t t) const {
     return instruction.timeStep + cycle * t;
   }
+
+private:
+  struct TensorRoles;
+  void scanPrograms(const plan::SpelledPlan &spelled, TensorRoles &roles);
+  void categorize(const plan::SpelledPlan &spelled, TensorRoles &roles);
+  void countReadsOfWrites(const plan::SpelledPlan &spelled);
 };
 
 class ReportBuilder {

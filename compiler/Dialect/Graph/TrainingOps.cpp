@@ -1,0 +1,180 @@
+//===- TrainingOps.cpp - shape rules of the training graph's ops ---------===//
+//
+// The ops autodiff and the optimizer pass add: the gradients of the
+// forward ops, reductions back to a parameter's shape, and the verifiers
+// of `update` and `clip_grad_norm`.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ShapeRules.h"
+#include "cdp/Dialect/Graph/GraphOps.h"
+
+using namespace mlir;
+using namespace cdp;
+using namespace cdp::shape_rules;
+
+namespace {
+/// Result type `shape` x f32, checked to be a valid static shape.
+LogicalResult inferStaticF32(MLIRContext *context, Loc loc,
+                             ArrayRef<int64_t> shape,
+                             SmallVectorImpl<Type> &types) {
+  for (int64_t dim : shape)
+    if (dim < 0)
+      return fail(loc,
+                  "shape " + shapeString(shape) + " has a negative dimension");
+  types.push_back(tensorOf(shape, Float32Type::get(context)));
+  return success();
+}
+
+LogicalResult inferSameAs(Value value, SmallVectorImpl<Type> &types) {
+  if (!rankedType(value))
+    return failure();
+  types.push_back(value.getType());
+  return success();
+}
+} // namespace
+
+LogicalResult UnaryGradOp::inferReturnTypes(MLIRContext *, Loc loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  static const std::pair<const char *, size_t> kinds[] = {
+      {"relu", 0},         {"gelu", 0},       {"gelu_tanh", 0},  {"erf", 0},
+      {"sigmoid", 0},      {"tanh", 0},       {"sqrt", 0},       {"clip", 2},
+      {"hard_sigmoid", 2}, {"hard_swish", 0}, {"reciprocal", 0}, {"sin", 0},
+      {"cos", 0},          {"abs", 0},        {"exp", 0},        {"log", 0}};
+  const auto *kind = llvm::find_if(
+      kinds, [&](const auto &k) { return adaptor.getKind() == k.first; });
+  if (kind == std::end(kinds))
+    return fail(loc, "unknown activation '" + adaptor.getKind() + "'");
+  if (adaptor.getParams().size() != kind->second)
+    return fail(loc, "activation '" + adaptor.getKind() + "' takes " +
+                         Twine(kind->second) + " params");
+  if (adaptor.getGrad().getType() != adaptor.getSaved().getType())
+    return fail(loc, "grad and saved value must have the same type");
+  return inferSameAs(adaptor.getGrad(), types);
+}
+
+LogicalResult ReduceToOp::inferReturnTypes(MLIRContext *context, Loc loc,
+                                           Adaptor adaptor,
+                                           SmallVectorImpl<Type> &types) {
+  RankedTensorType type = rankedType(adaptor.getInput());
+  if (!type)
+    return failure();
+  FailureOr<Shape> shape =
+      broadcastShapes(loc, adaptor.getShape(), type.getShape());
+  if (failed(shape))
+    return failure();
+  if (ArrayRef<int64_t>(*shape) != type.getShape())
+    return fail(loc, "shape " + shapeString(adaptor.getShape()) +
+                         " does not broadcast to the input shape " +
+                         shapeString(type.getShape()));
+  return inferStaticF32(context, loc, adaptor.getShape(), types);
+}
+
+LogicalResult ConvGradInputOp::inferReturnTypes(MLIRContext *context, Loc loc,
+                                                Adaptor adaptor,
+                                                SmallVectorImpl<Type> &types) {
+  if (adaptor.getInputShape().size() != 4)
+    return fail(loc, "input_shape must have 4 dimensions");
+  return inferStaticF32(context, loc, adaptor.getInputShape(), types);
+}
+
+LogicalResult ConvGradWeightOp::inferReturnTypes(MLIRContext *context, Loc loc,
+                                                 Adaptor adaptor,
+                                                 SmallVectorImpl<Type> &types) {
+  if (adaptor.getWeightShape().size() != 4)
+    return fail(loc, "weight_shape must have 4 dimensions");
+  return inferStaticF32(context, loc, adaptor.getWeightShape(), types);
+}
+
+LogicalResult MaxPoolGradOp::inferReturnTypes(MLIRContext *, Loc,
+                                              Adaptor adaptor,
+                                              SmallVectorImpl<Type> &types) {
+  return inferSameAs(adaptor.getInput(), types);
+}
+
+LogicalResult
+AveragePoolGradOp::inferReturnTypes(MLIRContext *context, Loc loc,
+                                    Adaptor adaptor,
+                                    SmallVectorImpl<Type> &types) {
+  return inferStaticF32(context, loc, adaptor.getInputShape(), types);
+}
+
+LogicalResult BatchNormGradOp::inferReturnTypes(MLIRContext *, Loc,
+                                                Adaptor adaptor,
+                                                SmallVectorImpl<Type> &types) {
+  if (!rankedType(adaptor.getInput()) || !rankedType(adaptor.getScale()))
+    return failure();
+  types.append({adaptor.getInput().getType(), adaptor.getScale().getType(),
+                adaptor.getScale().getType()});
+  return success();
+}
+
+LogicalResult LayerNormGradOp::inferReturnTypes(MLIRContext *, Loc,
+                                                Adaptor adaptor,
+                                                SmallVectorImpl<Type> &types) {
+  if (!rankedType(adaptor.getInput()) || !rankedType(adaptor.getScale()))
+    return failure();
+  types.append({adaptor.getInput().getType(), adaptor.getScale().getType(),
+                adaptor.getScale().getType()});
+  return success();
+}
+
+LogicalResult SoftmaxGradOp::inferReturnTypes(MLIRContext *, Loc,
+                                              Adaptor adaptor,
+                                              SmallVectorImpl<Type> &types) {
+  return inferSameAs(adaptor.getGrad(), types);
+}
+
+LogicalResult DropoutGradOp::inferReturnTypes(MLIRContext *, Loc,
+                                              Adaptor adaptor,
+                                              SmallVectorImpl<Type> &types) {
+  return inferSameAs(adaptor.getGrad(), types);
+}
+
+LogicalResult SliceGradOp::inferReturnTypes(MLIRContext *context, Loc loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  return inferStaticF32(context, loc, adaptor.getInputShape(), types);
+}
+
+LogicalResult GatherGradOp::inferReturnTypes(MLIRContext *context, Loc loc,
+                                             Adaptor adaptor,
+                                             SmallVectorImpl<Type> &types) {
+  return inferStaticF32(context, loc, adaptor.getDataShape(), types);
+}
+
+LogicalResult SoftmaxCrossEntropyLossGradOp::inferReturnTypes(
+    MLIRContext *, Loc, Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  return inferSameAs(adaptor.getLogProb(), types);
+}
+
+LogicalResult NllLossGradOp::inferReturnTypes(MLIRContext *context, Loc loc,
+                                              Adaptor adaptor,
+                                              SmallVectorImpl<Type> &types) {
+  return inferStaticF32(context, loc, adaptor.getInputShape(), types);
+}
+
+LogicalResult UpdateOp::verify() {
+  StringRef schedule = getLrSchedule().value_or("constant");
+  if (schedule != "constant" && schedule != "step" && schedule != "cosine" &&
+      schedule != "linear")
+    return emitOpError("lr_schedule must be 'constant', 'step', 'cosine' or "
+                       "'linear', got '")
+           << schedule << "'";
+  if (static_cast<int64_t>(getLrPeriod().value_or(1)) < 1)
+    return emitOpError("lr_period must be at least 1");
+  if (getOptimizer() != "sgd" && getOptimizer() != "adam" &&
+      getOptimizer() != "adamw")
+    return emitOpError("optimizer must be 'sgd', 'adam' or 'adamw', got '")
+           << getOptimizer() << "'";
+  return success();
+}
+
+LogicalResult ClipGradNormOp::verify() {
+  if (getGrads().empty())
+    return emitOpError("needs at least one gradient");
+  if (!(getMaxNorm().convertToFloat() > 0))
+    return emitOpError("max_norm must be positive");
+  return success();
+}
