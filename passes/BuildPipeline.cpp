@@ -2,8 +2,8 @@
 
 #include "cdp/Dialect/Sched/SchedOps.h"
 #include "cdp/Passes/Passes.h"
-#include "cdp/Plan/Strategy.h"
-#include "cdp/Sched/Pipeline.h"
+#include "cdp/Schedule/Pipeline.h"
+#include "cdp/Schedule/Strategy.h"
 
 #include "mlir/IR/Builders.h"
 

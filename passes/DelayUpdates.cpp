@@ -3,8 +3,8 @@
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "cdp/Passes/Passes.h"
 #include "cdp/Passes/SlotSchedule.h"
-#include "cdp/Plan/Strategy.h"
-#include "cdp/Sched/Pipeline.h"
+#include "cdp/Schedule/Pipeline.h"
+#include "cdp/Schedule/Strategy.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 

@@ -3,8 +3,8 @@
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "cdp/Passes/Passes.h"
 #include "cdp/Passes/Profile.h"
-#include "cdp/Plan/Strategy.h"
-#include "cdp/Sched/ScheduleTable.h"
+#include "cdp/Schedule/ScheduleTable.h"
+#include "cdp/Schedule/Strategy.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseSet.h"

@@ -11,9 +11,9 @@
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "cdp/Dialect/Sched/SchedOps.h"
 #include "cdp/Passes/Passes.h"
-#include "cdp/Plan/Strategy.h"
-#include "cdp/Sched/Pipeline.h"
-#include "cdp/Sched/ScheduleTable.h"
+#include "cdp/Schedule/Pipeline.h"
+#include "cdp/Schedule/ScheduleTable.h"
+#include "cdp/Schedule/Strategy.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"

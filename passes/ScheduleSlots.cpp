@@ -12,7 +12,7 @@
 #include "cdp/Dialect/Sched/SchedOps.h"
 #include "cdp/Passes/Passes.h"
 #include "cdp/Passes/SlotSchedule.h"
-#include "cdp/Sched/Pipeline.h"
+#include "cdp/Schedule/Pipeline.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"

@@ -3,7 +3,7 @@
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "cdp/Passes/Passes.h"
 #include "cdp/Passes/SlotSchedule.h"
-#include "cdp/Sched/Pipeline.h"
+#include "cdp/Schedule/Pipeline.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 

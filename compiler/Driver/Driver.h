@@ -23,8 +23,8 @@
 #include "cdp/Plan/Printable.h"
 #include "cdp/Plan/Residency.h"
 #include "cdp/Runtime/Report.h"
-#include "cdp/Sched/Pipeline.h"
-#include "cdp/Sched/ScheduleTable.h"
+#include "cdp/Schedule/Pipeline.h"
+#include "cdp/Schedule/ScheduleTable.h"
 
 #include <google/protobuf/arena.h>
 

@@ -21,7 +21,7 @@
 #include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Plan/PlanInstantiate.h"
-#include "cdp/Sched/Pipeline.h"
+#include "cdp/Schedule/Pipeline.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/AsmState.h"

@@ -7,7 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "cdp/Sched/Pipeline.h"
+#include "cdp/Schedule/Pipeline.h"
 
 #include <gtest/gtest.h>
 

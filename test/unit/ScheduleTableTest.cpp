@@ -7,7 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "cdp/Sched/ScheduleTable.h"
+#include "cdp/Schedule/ScheduleTable.h"
 
 #include <gtest/gtest.h>
 

@@ -10,7 +10,7 @@
 
 #include "kernels/cpu/SparseMirror.h"
 
-#include "cdp/Plan/Strategy.h"
+#include "cdp/Schedule/Strategy.h"
 
 #include <gtest/gtest.h>
 

@@ -5,8 +5,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "cdp/Plan/Strategy.h"
-#include "cdp/Sched/Pipeline.h"
+#include "cdp/Schedule/Strategy.h"
+#include "cdp/Schedule/Pipeline.h"
 
 #include <gtest/gtest.h>
 

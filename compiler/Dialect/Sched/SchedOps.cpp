@@ -2,7 +2,7 @@
 
 #include "cdp/Dialect/Sched/SchedOps.h"
 
-#include "cdp/Plan/Strategy.h"
+#include "cdp/Schedule/Strategy.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"

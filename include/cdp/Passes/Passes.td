@@ -381,7 +381,7 @@ def SchedulePipeline : Pass<"cdp-schedule-pipeline", "mlir::ModuleOp"> {
     For the pipelines, after cdp-insert-optimizer: appends a
     `sched.step_program` holding every decision the plan emitter lowers.
     gpipe, 1f1b, 2bw, interleaved-1f1b and zb-h1 follow their schedule
-    table (include/cdp/Sched/ScheduleTable.h), or the CSV `schedule` names;
+    table (include/cdp/Schedule/ScheduleTable.h), or the CSV `schedule` names;
     cdp-mp follows CDP's cycle.
     Parameters live on the stage that updates them; a tied weight read by
     other stages gets replicas there (`sched.place_param`). Devices are

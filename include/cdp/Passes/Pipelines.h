@@ -9,7 +9,7 @@
 #ifndef CDP_PASSES_PIPELINES_H
 #define CDP_PASSES_PIPELINES_H
 
-#include "cdp/Plan/Strategy.h"
+#include "cdp/Schedule/Strategy.h"
 
 #include "mlir/Pass/PassManager.h"
 

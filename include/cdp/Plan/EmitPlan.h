@@ -3,8 +3,8 @@
 #ifndef CDP_PLAN_EMITPLAN_H
 #define CDP_PLAN_EMITPLAN_H
 
-#include "cdp/Plan/Strategy.h"
 #include "cdp/Plan/plan.pb.h"
+#include "cdp/Schedule/Strategy.h"
 #include "mlir/IR/BuiltinOps.h"
 
 #include <string>

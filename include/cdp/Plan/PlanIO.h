@@ -9,8 +9,8 @@
 #ifndef CDP_PLAN_PLANIO_H
 #define CDP_PLAN_PLANIO_H
 
-#include "cdp/Plan/Strategy.h"
 #include "cdp/Plan/plan.pb.h"
+#include "cdp/Schedule/Strategy.h"
 
 #include <cstdint>
 #include <string>

@@ -1,5 +1,4 @@
-//===- Pipeline.h - stage op orders and timing of pipeline schedules -*- C++
-//-*-===//
+//===- Pipeline.h - stage orders and timing of pipelines -------*- C++ -*-===//
 //
 // The order in which each stage runs its forwards, backwards and updates
 // under gpipe, 1f1b and 2bw (docs/strategies/2bw.md), and their time steps when
@@ -9,10 +8,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef CDP_SCHED_PIPELINE_H
-#define CDP_SCHED_PIPELINE_H
+#ifndef CDP_SCHEDULE_PIPELINE_H
+#define CDP_SCHEDULE_PIPELINE_H
 
-#include "cdp/Plan/Strategy.h"
+#include "cdp/Schedule/Strategy.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -288,4 +287,4 @@ inline std::pair<int64_t, int64_t> cdpCodeTableTooEarly(int64_t L, int64_t N) {
 
 } // namespace cdp::pipeline
 
-#endif // CDP_SCHED_PIPELINE_H
+#endif // CDP_SCHEDULE_PIPELINE_H

@@ -8,8 +8,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef CDP_PLAN_STRATEGY_H
-#define CDP_PLAN_STRATEGY_H
+#ifndef CDP_SCHEDULE_STRATEGY_H
+#define CDP_SCHEDULE_STRATEGY_H
 
 #include <cstdint>
 #include <optional>
@@ -81,4 +81,4 @@ int64_t sparseCount(int64_t elements, double density, int64_t denseBelow = 0);
 
 } // namespace cdp
 
-#endif // CDP_PLAN_STRATEGY_H
+#endif // CDP_SCHEDULE_STRATEGY_H

@@ -7,7 +7,7 @@
 #ifndef CDP_COMPILER_SCHED_DEPENDENCIES_H
 #define CDP_COMPILER_SCHED_DEPENDENCIES_H
 
-#include "cdp/Sched/ScheduleTable.h"
+#include "cdp/Schedule/ScheduleTable.h"
 
 #include <tuple>
 #include <vector>

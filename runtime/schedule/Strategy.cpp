@@ -1,8 +1,8 @@
 //===- Strategy.cpp - the parallel strategies and their traits ------------===//
 
-#include "cdp/Plan/Strategy.h"
+#include "cdp/Schedule/Strategy.h"
 
-#include "cdp/Sched/Pipeline.h"
+#include "cdp/Schedule/Pipeline.h"
 
 #include <algorithm>
 #include <cmath>

@@ -10,10 +10,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef CDP_SCHED_SCHEDULETABLE_H
-#define CDP_SCHED_SCHEDULETABLE_H
+#ifndef CDP_SCHEDULE_SCHEDULETABLE_H
+#define CDP_SCHEDULE_SCHEDULETABLE_H
 
-#include "cdp/Plan/Strategy.h"
+#include "cdp/Schedule/Strategy.h"
 
 #include <cstdint>
 #include <optional>
@@ -170,4 +170,4 @@ CsvResult readScheduleFile(const std::string &path, int64_t S, int64_t M,
 
 } // namespace cdp::pipeline
 
-#endif // CDP_SCHED_SCHEDULETABLE_H
+#endif // CDP_SCHEDULE_SCHEDULETABLE_H

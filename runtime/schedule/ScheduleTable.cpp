@@ -1,9 +1,9 @@
 //===- ScheduleTable.cpp - the pipelines' schedules as tables -------------===//
 
-#include "cdp/Sched/ScheduleTable.h"
+#include "cdp/Schedule/ScheduleTable.h"
 
 #include "Dependencies.h"
-#include "cdp/Sched/Pipeline.h"
+#include "cdp/Schedule/Pipeline.h"
 
 #include <algorithm>
 #include <map>
