@@ -1,8 +1,8 @@
 //===- PlanMemory.cpp - static arena offsets from liveness ----------------===//
 
 #include "cdp/Dialect/Graph/GraphOps.h"
-#include "cdp/Passes/FirstFit.h"
 #include "cdp/Passes/Passes.h"
+#include "cdp/Plan/FirstFit.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 

@@ -2,7 +2,7 @@
 
 #include "cdp/Plan/DropUnnamedTensors.h"
 
-#include "cdp/Passes/FirstFit.h"
+#include "cdp/Plan/FirstFit.h"
 
 #include <algorithm>
 #include <functional>

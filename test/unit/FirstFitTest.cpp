@@ -7,7 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "cdp/Passes/FirstFit.h"
+#include "cdp/Plan/FirstFit.h"
 
 #include <gtest/gtest.h>
 

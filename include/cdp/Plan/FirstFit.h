@@ -1,13 +1,12 @@
-//===- FirstFit.h - packing live ranges into an arena -------------*- C++
-//-*-===//
+//===- FirstFit.h - packing live ranges into an arena ----------*- C++ -*-===//
 //
 // cdp-plan-memory packs the one-micro-batch arena with it, and the pipeline
 // emitter a stage's tensors that live within one forward or backward.
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef CDP_PASSES_FIRSTFIT_H
-#define CDP_PASSES_FIRSTFIT_H
+#ifndef CDP_PLAN_FIRSTFIT_H
+#define CDP_PLAN_FIRSTFIT_H
 
 #include <algorithm>
 #include <cstdint>
@@ -242,4 +241,4 @@ packFirstFitShared(const std::vector<LiveRange> &ranges,
 
 } // namespace cdp
 
-#endif // CDP_PASSES_FIRSTFIT_H
+#endif // CDP_PLAN_FIRSTFIT_H
