@@ -361,8 +361,9 @@ static void checkMemoryFlags(Settings &settings) {
   settings.layerReuse = memoryReuse == "layer";
   if (offload && backendName == "cuda")
     die("--offload (activations to host memory between their forward and "
-        "backward on the CUDA backend) is not built yet; use --memory-reuse "
-        "layer to shrink the activations");
+        "backward) is not implemented: the CUDA backend keeps every "
+        "activation on the GPU; use --memory-reuse layer to shrink the "
+        "activations");
   if (offload)
     die("--offload moves activations between GPU and host memory; the CPU "
         "backend's activations are in host memory already, so there is "

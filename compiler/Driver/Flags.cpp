@@ -102,10 +102,11 @@ cl::opt<std::string> globalBatch(
     cl::value_desc("G"), cl::cat(category));
 cl::opt<std::string> replicas(
     "replicas",
-    cl::desc("Pipelines (gpipe, 1f1b, 2bw): data-parallel copies of the "
-             "pipeline, each running --micro-batches a step; stage gradients "
-             "are summed over them before every update (devices = stages x "
-             "replicas; default 1)"),
+    cl::desc("Pipelines (gpipe, 1f1b, 2bw, interleaved-1f1b, zb-h1): "
+             "data-parallel copies of the pipeline, each running "
+             "--micro-batches a step; stage gradients are summed over them "
+             "before every update (devices = stages x replicas, "
+             "interleaved-1f1b: devices per replica x replicas; default 1)"),
     cl::value_desc("R"), cl::init("1"), cl::cat(category));
 cl::opt<std::string> deviceMemory(
     "device-memory",
@@ -189,8 +190,9 @@ cl::opt<std::string> memoryReuse(
 cl::opt<bool> offload(
     "offload",
     cl::desc("Move activations to host memory between their last forward "
-             "use and their backward (CUDA backend, not built yet; "
-             "refused on the CPU backend)"),
+             "use and their backward: reserved, refused on every backend "
+             "(the CUDA backend keeps activations on the GPU; the CPU's are "
+             "in host memory already); --memory-reuse layer shrinks them"),
     cl::init(false), cl::cat(category));
 cl::opt<bool> inference(
     "inference",
