@@ -328,21 +328,16 @@ void runDevices(Run &run, int64_t start) {
     writeMetricsLine(run, t, loss / N, rate,
                      t + 1 == run.total ? evaluation : Evaluation());
   }
-  std::printf("%s on %d devices: %lld steps", run.plan.strategy().c_str(), N,
-              (long long)run.total);
-  if (run.total > start) {
-    // As the single-device epoch line: the mean over the last epoch's steps
-    // this run made (with --feed, over all of them).
-    int64_t from = std::max(start, run.total - run.stepsPerEpoch);
-    double meanLoss = 0;
-    for (int64_t t = from; t < run.total; ++t)
-      for (int d = 0; d < N; ++d)
-        meanLoss += losses[t * N + d] / N;
-    std::printf(", loss %.4f", meanLoss / (run.total - from));
-  }
-  std::printf(", %.1f s", elapsed);
-  printEvaluation(evaluation);
-  std::printf("\n");
+  // As the single-device epoch line: the mean over the last epoch's steps
+  // this run made (with --feed, over all of them).
+  int64_t from = std::max(start, run.total - run.stepsPerEpoch);
+  double meanLoss = 0;
+  for (int64_t t = from; t < run.total; ++t)
+    for (int d = 0; d < N; ++d)
+      meanLoss += losses[t * N + d] / N;
+  if (run.total > from)
+    meanLoss /= run.total - from;
+  printRunSummary(run, start, meanLoss, elapsed, evaluation);
 }
 
 } // namespace cdp::runtime::training

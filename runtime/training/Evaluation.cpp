@@ -119,4 +119,23 @@ void printHeldOut(const Run &run, const Evaluation &evaluation) {
   std::printf("\n");
 }
 
+/// The run's last line: what ran (after --resume, the steps this run made
+/// and where it started), the mean loss over `meanOver` of them, seconds,
+/// and the evaluation.
+void printRunSummary(const Run &run, int64_t start, double meanLoss,
+                     double seconds, const Evaluation &evaluation) {
+  int devices = run.deviceCount;
+  std::printf("%s on %d device%s: %lld steps", run.plan.strategy().c_str(),
+              devices, devices == 1 ? "" : "s", (long long)(run.total - start));
+  if (start > 0)
+    std::printf(" from the checkpoint at step %lld (%lld in all)",
+                (long long)start, (long long)run.total);
+  if (run.total > start)
+    std::printf(", loss %.4f", meanLoss);
+  std::printf(", %.1f s", seconds);
+  printEvaluation(evaluation);
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
 } // namespace cdp::runtime::training

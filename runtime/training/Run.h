@@ -138,6 +138,8 @@ bool evaluates(const Run &run);
 void printEvaluation(const Evaluation &evaluation);
 Evaluation evaluate(Run &run);
 void printHeldOut(const Run &run, const Evaluation &evaluation);
+void printRunSummary(const Run &run, int64_t start, double meanLoss,
+                     double seconds, const Evaluation &evaluation);
 
 // SingleDevice.cpp
 float readLoss(const plan::Plan &plan, const Executor &executor);

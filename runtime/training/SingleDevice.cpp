@@ -95,7 +95,7 @@ void runSingleDevice(Run &run, int64_t step) {
   const int64_t step0 = step;
   std::vector<int64_t> order;
   int64_t shuffledEpoch = -1;
-  auto started = std::chrono::steady_clock::now();
+  auto started = std::chrono::steady_clock::now(), runStarted = started;
   double epochLoss = 0;
   int64_t epochSteps = 0;
   bool staged = false; // the step's first slot, while the step before ran
@@ -161,6 +161,14 @@ void runSingleDevice(Run &run, int64_t step) {
     printHeldOut(run, evaluate(run));
   if (run.terminal && options.data.empty())
     std::fprintf(stderr, "\n");
+  // --feed training ends with one line, as a multi-device run does (--data
+  // printed a line per epoch).
+  if (options.data.empty() && step0 < run.total)
+    printRunSummary(run, step0, epochSteps ? epochLoss / epochSteps : 0.0,
+                    std::chrono::duration<double>(
+                        std::chrono::steady_clock::now() - runStarted)
+                        .count(),
+                    Evaluation());
   // A resume at the end still leaves a checkpoint there.
   if (!options.checkpoint.empty() && step0 == run.total)
     saveCheckpoint(options.checkpoint, run.checkpointScope(), run.identity,
