@@ -6,20 +6,49 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "../kernels/LearningRate.h"
 #include "Run.h"
 #include "cdp/Runtime/Json.h"
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 namespace cdp::runtime::training {
 
 /// One line of --metrics: the step, its loss and speed, and the test loss
 /// and accuracy where they were evaluated.
+/// The learning rate step `step`'s updates use: that of the first
+/// instruction with a rate (update, shard_update, ...) on a device of this
+/// process, at its update count then (the kernels count their own runs:
+/// update k runs in step k + min_step). Negative before its first update
+/// (cdp's delayed updates) or in a plan without one.
+static double stepLearningRate(Run &run, int64_t step) {
+  Executor &executor = run.local();
+  const plan::Device &device = executor.plan().devices(executor.device());
+  for (const plan::Instruction &instruction : device.instructions()) {
+    KernelArgs args;
+    args.instruction = &instruction;
+    if (!args.find("lr"))
+      continue;
+    int64_t k = step - instruction.min_step();
+    if (k < 0)
+      return -1.0;
+    // The kernels' float32 rate, printed as the float it is.
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.7g",
+                  static_cast<double>(UpdateRule(args).scheduledLr(k)));
+    return std::strtod(text, nullptr);
+  }
+  return -1.0;
+}
+
 void writeMetricsLine(Run &run, int64_t step, double loss, double rate,
                       const Evaluation &evaluation) {
   runtime::Json line = {
       {"step", step}, {"loss", loss}, {"samples_per_s", rate}};
+  if (double lr = stepLearningRate(run, step); lr >= 0)
+    line["lr"] = lr;
   if (evaluation.loss >= 0)
     line["test_loss"] = evaluation.loss;
   if (evaluation.accuracy >= 0)
