@@ -113,10 +113,77 @@ private:
 } // namespace
 
 namespace {
+/// When each step ends, and the --metrics lines written as steps end: in a
+/// run in one process, a step ends when every device wrote its loss (a
+/// pipeline: the loss device, for all); its line gives the samples/s of that
+/// step alone. Under mpirun the other processes' losses arrive after the
+/// run, so the lines are written then, with the run's average rate.
+class StepLog {
+public:
+  StepLog(Run &run, int64_t start, int writers)
+      : run(run), start(start), written(start), writers(writers),
+        arrived(run.total), endNanos(run.total),
+        began(std::chrono::steady_clock::now()) {}
+  /// A writer's losses of step t are in place.
+  void stepDone(int64_t t) {
+    if (++arrived[t] == writers)
+      endNanos[t] = std::max<int64_t>(1, sinceBegan());
+  }
+  /// The lines of the steps that ended, but the last step's (its line waits
+  /// for the evaluation).
+  void writeEnded(const std::vector<float> &losses) {
+    if (run.mpi)
+      return;
+    while (written + 1 < run.total && endNanos[written] != 0)
+      writeLine(losses, written++, Evaluation());
+  }
+  /// After the run: the remaining lines, the last with `evaluation`.
+  void writeRest(const std::vector<float> &losses, double elapsed,
+                 const Evaluation &evaluation) {
+    average = elapsed > 0 ? (run.total - start) * run.perStep / elapsed : 0.0;
+    for (; written < run.total; ++written)
+      writeLine(losses, written,
+                written + 1 == run.total ? evaluation : Evaluation());
+  }
+
+private:
+  int64_t sinceBegan() const {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now() - began)
+        .count();
+  }
+  void writeLine(const std::vector<float> &losses, int64_t t,
+                 const Evaluation &evaluation) {
+    if (!run.metrics.isOpen())
+      return;
+    int N = run.deviceCount;
+    double loss = 0;
+    for (int d = 0; d < N; ++d)
+      loss += losses[t * N + d];
+    double rate = average;
+    if (!run.mpi) {
+      int64_t from = t > start ? endNanos[t - 1].load() : 0;
+      double seconds = (endNanos[t] - from) * 1e-9;
+      rate = seconds > 0 ? run.perStep / seconds : 0.0;
+    }
+    writeMetricsLine(run, t, loss / N, rate, evaluation);
+  }
+
+  Run &run;
+  const int64_t start;
+  int64_t written;
+  const int writers;
+  std::vector<std::atomic<int>> arrived;
+  std::vector<std::atomic<int64_t>> endNanos; ///< 0: not ended yet
+  std::chrono::steady_clock::time_point began;
+  double average = 0;
+};
+
 /// Where the devices' threads meet and what they share.
 struct DeviceThreads {
   const std::vector<std::vector<int64_t>> &orders;
   std::vector<float> &losses; ///< [t * N + d]
+  StepLog &log;
   std::atomic<int64_t> &progress;
   StepRendezvous &rendezvous;
   CheckpointCuts &cuts;
@@ -184,6 +251,7 @@ static void runDevice(Run &run, int d, DeviceThreads &shared) {
         losses[t * run.deviceCount + q] = loss;
     if (!std::isfinite(loss))
       throw RuntimeError(nonFiniteLoss(plan, ex, t, loss));
+    shared.log.stepDone(t);
     if (pipeline || d == 0)
       progress = t + 1;
   };
@@ -252,6 +320,7 @@ void runDevices(Run &run, int64_t start) {
   int N = run.deviceCount;
   std::vector<float> losses(run.total * N, 0.0f);
   std::atomic<int64_t> progress{start};
+  std::atomic<int> finishedThreads{0};
   std::mutex errorMutex;
   std::string firstError;
   auto started = std::chrono::steady_clock::now();
@@ -260,7 +329,8 @@ void runDevices(Run &run, int64_t start) {
     owned += run.fabric->owns(d);
   StepRendezvous rendezvous(owned, *run.fabric);
   CheckpointCuts cuts(run.plan);
-  DeviceThreads shared{orders, losses, progress, rendezvous, cuts, start};
+  StepLog log(run, start, plan::traitsOf(run.plan).pipelined ? 1 : N);
+  DeviceThreads shared{orders, losses, log, progress, rendezvous, cuts, start};
   std::vector<std::thread> threads;
   // The system may refuse a thread (more devices than it allows): the
   // devices already started are stopped and joined before the error goes
@@ -277,6 +347,13 @@ void runDevices(Run &run, int64_t start) {
     if (run.fabric->owns(d))
       try {
         threads.emplace_back([&, d] {
+          // However the thread ends, the main loop below stops waiting
+          // for it (a pipeline's progress is the loss device's, which
+          // under mpirun may run in another process).
+          struct Finished {
+            std::atomic<int> &count;
+            ~Finished() { ++count; }
+          } finished{finishedThreads};
           try {
             runDevice(run, d, shared);
             run.fabric->setParked(d, true); // done: it sends no more
@@ -294,14 +371,17 @@ void runDevices(Run &run, int64_t start) {
         stopStarted(e.what());
         throw;
       }
-  while (run.terminal && run.root()) {
+  while (run.root()) {
     int64_t done = progress;
-    std::fprintf(stderr, "\r%s on %d devices: step %lld/%lld   ",
-                 run.plan.strategy().c_str(), N, (long long)done,
-                 (long long)run.total);
-    if (done >= run.total || !firstError.empty())
+    log.writeEnded(losses);
+    if (run.terminal)
+      std::fprintf(stderr, "\r%s on %d devices: step %lld/%lld   ",
+                   run.plan.strategy().c_str(), N, (long long)done,
+                   (long long)run.total);
+    if (done >= run.total || !firstError.empty() ||
+        finishedThreads == static_cast<int>(threads.size()))
       break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   for (std::thread &thread : threads)
     thread.join();
@@ -320,14 +400,7 @@ void runDevices(Run &run, int64_t start) {
     writeStepOutputs(run); // before the evaluation reuses the buffers
     evaluation = evaluate(run);
   }
-  double rate = elapsed > 0 ? (run.total - start) * run.perStep / elapsed : 0.0;
-  for (int64_t t = start; t < run.total && run.metrics.isOpen(); ++t) {
-    double loss = 0;
-    for (int d = 0; d < N; ++d)
-      loss += losses[t * N + d];
-    writeMetricsLine(run, t, loss / N, rate,
-                     t + 1 == run.total ? evaluation : Evaluation());
-  }
+  log.writeRest(losses, elapsed, evaluation);
   // As the single-device epoch line: the mean over the last epoch's steps
   // this run made (with --feed, over all of them).
   int64_t from = std::max(start, run.total - run.stepsPerEpoch);

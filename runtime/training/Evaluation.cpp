@@ -18,11 +18,11 @@ namespace cdp::runtime::training {
 
 /// One line of --metrics: the step, its loss and speed, and the test loss
 /// and accuracy where they were evaluated.
-/// The learning rate step `step`'s updates use: that of the first
+/// The learning rate applied to step `step`'s gradients: that of the first
 /// instruction with a rate (update, shard_update, ...) on a device of this
-/// process, at its update count then (the kernels count their own runs:
-/// update k runs in step k + min_step). Negative before its first update
-/// (cdp's delayed updates) or in a plan without one.
+/// process, at update `step` (each parameter's k-th update applies the
+/// gradients of step k, whatever step's program runs it: dp's and cdp's
+/// run in the next). Negative in a plan without updates.
 static double stepLearningRate(Run &run, int64_t step) {
   Executor &executor = run.local();
   const plan::Device &device = executor.plan().devices(executor.device());
@@ -31,13 +31,10 @@ static double stepLearningRate(Run &run, int64_t step) {
     args.instruction = &instruction;
     if (!args.find("lr"))
       continue;
-    int64_t k = step - instruction.min_step();
-    if (k < 0)
-      return -1.0;
     // The kernels' float32 rate, printed as the float it is.
     char text[32];
     std::snprintf(text, sizeof(text), "%.7g",
-                  static_cast<double>(UpdateRule(args).scheduledLr(k)));
+                  static_cast<double>(UpdateRule(args).scheduledLr(step)));
     return std::strtod(text, nullptr);
   }
   return -1.0;
