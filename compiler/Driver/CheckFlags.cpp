@@ -1,5 +1,4 @@
-//===- CheckFlags.cpp - the flags checked into Settings
-//--------------------===//
+//===- CheckFlags.cpp - the flags checked into Settings -------------------===//
 //
 // The flags checked against each other and read into Settings: strategy
 // and layout, micro-batches, optimizer, import, memory and laysa flags,

@@ -1,5 +1,4 @@
-//===- Compile.cpp - a model compiled as the flags say
-//---------------------===//
+//===- Compile.cpp - a model compiled as the flags say --------------------===//
 //
 // compileMain: the model imported, the training passes run for the
 // strategy (after --plan auto's search), and the result written in the

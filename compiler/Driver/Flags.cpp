@@ -1,5 +1,4 @@
-//===- Flags.cpp - cdp-compile's flags
-//-------------------------------------===//
+//===- Flags.cpp - cdp-compile's flags ------------------------------------===//
 //
 // The flags (LLVM cl options in one category, each with its --help text)
 // and the command line parsed into them with every problem on one line.

@@ -1,5 +1,4 @@
-//===- PlanOutputs.cpp - the plan, its report and its summary
-//--------------===//
+//===- PlanOutputs.cpp - the plan, its report and its summary -------------===//
 //
 // The plan artefact (or its text), the --report prediction, the check of
 // its peaks against --device-memory and the stage balance printed after.

@@ -1,5 +1,4 @@
-//===- EmitDataParallel.cpp - dp, cdp and laysa's programs
-//-----------------===//
+//===- EmitDataParallel.cpp - dp, cdp and laysa's programs ----------------===//
 //
 // The data-parallel strategies (dp, cdp, laysa): every slot's program
 // over the reduced buffers, ZeRO's shard groups, the chain, clipping and

@@ -1,5 +1,4 @@
-//===- EmitPipeline.cpp - a pipeline's tables and stash
-//--------------------===//
+//===- EmitPipeline.cpp - a pipeline's tables and stash -------------------===//
 //
 // The pipelines (gpipe, 1f1b, 2bw, cdp-mp) before their devices are
 // lowered: the tables read from sched.step_program, the split backward,

@@ -1,5 +1,4 @@
-//===- EmitPipelineDevices.cpp - a pipeline device's instructions
-//----------===//
+//===- EmitPipelineDevices.cpp - a pipeline device's instructions ---------===//
 //
 // One pipeline device's programs lowered into templates and runs: its
 // computes in their stash slots, messages, updates (replicas' sharded

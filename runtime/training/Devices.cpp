@@ -1,5 +1,4 @@
-//===- Devices.cpp - training on device threads
-//----------------------------===//
+//===- Devices.cpp - training on device threads ---------------------------===//
 //
 // Multi-device runs: a thread per device of this process, the step
 // rendezvous for checkpoints, and the summary the root prints.

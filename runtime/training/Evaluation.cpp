@@ -1,5 +1,4 @@
-//===- Evaluation.cpp - held-out evaluation and metrics lines
-//--------------===//
+//===- Evaluation.cpp - held-out evaluation and metrics lines -------------===//
 //
 // The held-out loss and accuracy (--eval, --eval-feed) and the --metrics
 // lines.

@@ -1,5 +1,4 @@
-//===- Feeds.cpp - the data a run feeds its inputs
-//-------------------------===//
+//===- Feeds.cpp - the data a run feeds its inputs ------------------------===//
 //
 // --feed arrays and --data sets bound to the plan's inputs, checked, and
 // their rows staged into the devices micro-batch by micro-batch.

@@ -1,5 +1,4 @@
-//===- Inference.cpp - running an inference plan
-//---------------------------===//
+//===- Inference.cpp - running an inference plan --------------------------===//
 //
 // A forward-only plan over its feeds, batch by batch.
 //

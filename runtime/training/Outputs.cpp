@@ -1,5 +1,4 @@
-//===- Outputs.cpp - what a run writes
-//-------------------------------------===//
+//===- Outputs.cpp - what a run writes ------------------------------------===//
 //
 // Everything a run writes after it ends: parameters, gradients, outputs,
 // the trained ONNX model, the profile, the trace and the report.

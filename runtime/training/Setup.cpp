@@ -1,5 +1,4 @@
-//===- Setup.cpp - a training run's plan, flags and devices
-//----------------===//
+//===- Setup.cpp - a training run's plan, flags and devices ---------------===//
 //
 // Reads and checks the plan against the flags, makes the devices and their
 // fabric (in-process or over mpirun), and counts the steps.

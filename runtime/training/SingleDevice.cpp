@@ -1,5 +1,4 @@
-//===- SingleDevice.cpp - training on one device
-//---------------------------===//
+//===- SingleDevice.cpp - training on one device --------------------------===//
 //
 // The single-device loop: per step its slots, the loss, progress,
 // checkpoints and per-epoch lines.
