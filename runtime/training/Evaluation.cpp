@@ -15,30 +15,42 @@
 
 namespace cdp::runtime::training {
 
-/// One line of --metrics: the step, its loss and speed, and the test loss
-/// and accuracy where they were evaluated.
-/// The learning rate applied to step `step`'s gradients: that of the first
-/// instruction with a rate (update, shard_update, ...) on a device of this
-/// process, at update `step` (each parameter's k-th update applies the
-/// gradients of step k, whatever step's program runs it: dp's and cdp's
-/// run in the next). Negative in a plan without updates.
-static double stepLearningRate(Run &run, int64_t step) {
+/// The rule of the first instruction with a rate (update, shard_update,
+/// ...) on a device of this process, looked for once; null without one.
+static const UpdateRule *reportedRule(Run &run) {
+  if (run.reportedRuleFound)
+    return run.reportedRule.get();
+  run.reportedRuleFound = true;
   Executor &executor = run.local();
   const plan::Device &device = executor.plan().devices(executor.device());
   for (const plan::Instruction &instruction : device.instructions()) {
     KernelArgs args;
     args.instruction = &instruction;
-    if (!args.find("lr"))
-      continue;
-    // The kernels' float32 rate, printed as the float it is.
-    char text[32];
-    std::snprintf(text, sizeof(text), "%.7g",
-                  static_cast<double>(UpdateRule(args).scheduledLr(step)));
-    return std::strtod(text, nullptr);
+    if (args.find("lr")) {
+      run.reportedRule = std::make_shared<const UpdateRule>(args);
+      break;
+    }
   }
-  return -1.0;
+  return run.reportedRule.get();
 }
 
+/// The learning rate applied to step `step`'s gradients: the reported
+/// rule's at update `step` (each parameter's k-th update applies the
+/// gradients of step k, whatever step's program runs it: dp's and cdp's
+/// run in the next). Negative in a plan without updates.
+static double stepLearningRate(Run &run, int64_t step) {
+  const UpdateRule *rule = reportedRule(run);
+  if (!rule)
+    return -1.0;
+  // The kernels' float32 rate, printed as the float it is.
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.7g",
+                static_cast<double>(rule->scheduledLr(step)));
+  return std::strtod(text, nullptr);
+}
+
+/// One line of --metrics: the step, its loss, speed and learning rate, and
+/// the test loss and accuracy where they were evaluated.
 void writeMetricsLine(Run &run, int64_t step, double loss, double rate,
                       const Evaluation &evaluation) {
   runtime::Json line = {

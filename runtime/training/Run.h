@@ -24,6 +24,10 @@
 #include <string>
 #include <vector>
 
+namespace cdp::runtime {
+struct UpdateRule;
+} // namespace cdp::runtime
+
 namespace cdp::runtime::training {
 
 /// Throws the run's one-line error.
@@ -71,6 +75,10 @@ struct Run {
   int64_t slots = 1, batch = 1, perStep = 1, stepsPerEpoch = 0, epochs = 1,
           total = 0;
   MetricsLog metrics;
+  /// The update rule whose rate --metrics reports, found on its first line
+  /// (null: the plan has no update, or not looked for yet).
+  std::shared_ptr<const UpdateRule> reportedRule;
+  bool reportedRuleFound = false;
   /// --dump-grads and --save-outputs written (before a final evaluation,
   /// which reuses their buffers).
   bool stepOutputsWritten = false;
