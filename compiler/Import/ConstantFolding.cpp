@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Importer.h"
+#include "cdp/Dialect/Graph/SliceBounds.h"
 
 #include "llvm/ADT/StringMap.h"
 
@@ -552,26 +553,10 @@ bool foldSlice(Importer &im, const Inputs &in, ConstTensor &out) {
     int64_t axis = normalizedAxis(im, axes[i], rank), dim = x.shape[axis];
     if (steps[i] == 0)
       raise(im.where() + ": a step is 0");
-    int64_t s = starts[i] < 0 ? starts[i] + dim : starts[i];
-    int64_t e = ends[i] < 0 ? ends[i] + dim : ends[i];
-    int64_t count;
-    if (dim == 0) {
-      count = 0;
-    } else if (steps[i] > 0) { // counts without overflow at steps near 2^63
-      s = std::clamp<int64_t>(s, 0, dim);
-      e = std::clamp<int64_t>(e, 0, dim);
-      count = e > s ? 1 + (e - s - 1) / steps[i] : 0;
-    } else {
-      s = std::clamp<int64_t>(s, 0, dim - 1);
-      e = std::clamp<int64_t>(e, -1, dim - 1);
-      int64_t stride = steps[i] == std::numeric_limits<int64_t>::min()
-                           ? std::numeric_limits<int64_t>::max()
-                           : -steps[i];
-      count = s > e ? 1 + (s - e - 1) / stride : 0;
-    }
-    first[axis] = s;
+    SliceAxis kept = resolveSliceAxis(starts[i], ends[i], steps[i], dim);
+    first[axis] = kept.first;
     step[axis] = steps[i];
-    shape[axis] = count;
+    shape[axis] = kept.count;
   }
   SmallVector<int64_t> strides = stridesOf(x.shape);
   out = ConstTensor::empty(x.kind, shape);

@@ -8,6 +8,7 @@
 
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "ShapeRules.h"
+#include "cdp/Dialect/Graph/SliceBounds.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
@@ -30,8 +31,15 @@ FailureOr<int64_t> windowOutputSize(Loc loc, int64_t input, int64_t kernel,
                                     int64_t padBegin, int64_t padEnd,
                                     int64_t stride, int64_t dilation,
                                     bool ceilMode) {
-  int64_t span = (kernel - 1) * dilation + 1;
-  int64_t padded = input + padBegin + padEnd;
+  // Attributes come from the model file: any int64 reaches here.
+  int64_t span, padded;
+  if (__builtin_mul_overflow(kernel - 1, dilation, &span) ||
+      __builtin_add_overflow(span, 1, &span) ||
+      __builtin_add_overflow(input, padBegin, &padded) ||
+      __builtin_add_overflow(padded, padEnd, &padded)) {
+    (void)fail(loc, "window size or padding overflows 64 bits");
+    return failure();
+  }
   if (padded < span) {
     (void)fail(loc, "window of " + Twine(span) +
                         " elements is larger than the padded input of " +
@@ -41,7 +49,9 @@ FailureOr<int64_t> windowOutputSize(Loc loc, int64_t input, int64_t kernel,
   int64_t size = (padded - span) / stride + 1;
   if (ceilMode && (padded - span) % stride != 0) {
     ++size;
-    if ((size - 1) * stride >= input + padBegin)
+    int64_t lastStart;
+    if (__builtin_mul_overflow(size - 1, stride, &lastStart) ||
+        lastStart >= input + padBegin)
       --size;
   }
   return size;
@@ -150,11 +160,14 @@ LogicalResult inferClassLoss(Loc loc, Value scores, Value labels, Value weights,
   return success();
 }
 
+/// Elements of `shape[begin, end)`, or -1 when the count overflows 64 bits
+/// (a shape attribute can hold any int64, and -1 matches no tensor).
 int64_t product(ArrayRef<int64_t> shape, size_t begin = 0,
                 size_t end = ~size_t(0)) {
   int64_t result = 1;
   for (size_t i = begin; i < std::min(end, shape.size()); ++i)
-    result *= shape[i];
+    if (__builtin_mul_overflow(result, shape[i], &result))
+      return -1;
   return result;
 }
 
@@ -331,7 +344,7 @@ LogicalResult ConvOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,
     return fail(loc, "group " + Twine(group) + " must divide the " +
                          Twine(channels) + " input channels and the " +
                          Twine(filters) + " filters");
-  if (weight.getDimSize(1) * group != channels)
+  if (weight.getDimSize(1) != channels / group)
     return fail(loc, "weight has " + Twine(weight.getDimSize(1)) +
                          " channels per group, input has " + Twine(channels) +
                          " channels in " + Twine(group) + " groups");
@@ -625,7 +638,9 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext *, Loc loc,
         return fail(loc, "input shapes " + shapeString(first.getShape()) +
                              " and " + shapeString(type.getShape()) +
                              " differ outside axis " + Twine(*axis));
-    shape[*axis] += type.getDimSize(*axis);
+    if (__builtin_add_overflow(shape[*axis], type.getDimSize(*axis),
+                               &shape[*axis]))
+      return fail(loc, "concatenated dimension overflows 64 bits");
   }
   types.push_back(tensorOf(shape, first.getElementType()));
   return success();
@@ -672,7 +687,9 @@ LogicalResult PadOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,
   for (int64_t d = 0; d < rank; ++d) {
     if (pads[d] < 0 || pads[d + rank] < 0)
       return fail(loc, "pads must not be negative");
-    shape[d] += pads[d] + pads[d + rank];
+    if (__builtin_add_overflow(shape[d], pads[d], &shape[d]) ||
+        __builtin_add_overflow(shape[d], pads[d + rank], &shape[d]))
+      return fail(loc, "padded dimension overflows 64 bits");
   }
   types.push_back(tensorOf(shape, type.getElementType()));
   return success();
@@ -697,20 +714,9 @@ LogicalResult SliceOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,
     int64_t dim = shape[(*axes)[i]], step = steps[i];
     if (step == 0)
       return fail(loc, "steps must not be zero");
-    int64_t start = starts[i], end = ends[i];
-    if (start < 0)
-      start += dim;
-    if (end < 0)
-      end += dim;
-    if (step > 0) {
-      start = std::clamp<int64_t>(start, 0, dim);
-      end = std::clamp<int64_t>(end, 0, dim);
-      shape[(*axes)[i]] = end > start ? (end - start + step - 1) / step : 0;
-    } else {
-      start = std::clamp<int64_t>(start, 0, dim - 1);
-      end = std::clamp<int64_t>(end, -1, dim - 1);
-      shape[(*axes)[i]] = start > end ? (start - end - step - 1) / -step : 0;
-    }
+    if (ShapedType::isDynamic(dim))
+      continue;
+    shape[(*axes)[i]] = resolveSliceAxis(starts[i], ends[i], step, dim).count;
   }
   types.push_back(tensorOf(shape, type.getElementType()));
   return success();

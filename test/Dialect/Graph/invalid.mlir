@@ -426,3 +426,35 @@ func.func @nll_loss(%x: tensor<4x10xf32>, %s: tensor<4xi64>) {
   %0 = cdp.nll_loss %x, %s {reduction = "avg"} : (tensor<4x10xf32>, tensor<4xi64>) -> tensor<f32>
   return
 }
+
+// -----
+
+// Tests that a window whose dilated size overflows 64 bits is refused, not
+// wrapped (attributes come from the model file and can hold any int64).
+func.func @max_pool_dilation_overflow(%x: tensor<1x1x4xf32>) {
+  // expected-error@+2 {{window size or padding overflows 64 bits}}
+  // expected-error@+1 {{'cdp.max_pool' op failed to infer returned types}}
+  %0 = cdp.max_pool %x {kernel_shape = array<i64: 3>, pads = array<i64: 0, 0>, strides = array<i64: 1>, dilations = array<i64: 4611686018427387904>} : (tensor<1x1x4xf32>) -> tensor<1x1x1xf32>
+  return
+}
+
+// -----
+
+// Tests that a padded dimension overflowing 64 bits is refused.
+func.func @pad_overflow(%x: tensor<2x3xf32>) {
+  // expected-error@+2 {{padded dimension overflows 64 bits}}
+  // expected-error@+1 {{'cdp.pad' op failed to infer returned types}}
+  %0 = cdp.pad %x {pads = array<i64: 0, 9223372036854775807, 0, 1>} : (tensor<2x3xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+// Tests that a reshape target whose element count overflows 64 bits is
+// refused (it must not wrap around to the input's count).
+func.func @reshape_overflow(%x: tensor<4xf32>) {
+  // expected-error@+2 {{cannot reshape [4] into [4611686018427387905,4]}}
+  // expected-error@+1 {{'cdp.reshape' op failed to infer returned types}}
+  %0 = cdp.reshape %x {shape = array<i64: 4611686018427387905, 4>} : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}

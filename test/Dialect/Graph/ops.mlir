@@ -285,6 +285,14 @@ func.func @slice(%arg0: tensor<2x6x4xf32> {cdp.name = "x"}) -> (tensor<2x3x4xf32
   return %0 : tensor<2x3x4xf32>
 }
 
+// Steps near +-2^63 keep one element (the shape rule counts without overflow).
+// CHECK-LABEL: func.func @slice_extreme_steps
+// CHECK-NEXT: cdp.slice {{.*}} -> tensor<1x1x0xf32>
+func.func @slice_extreme_steps(%arg0: tensor<2x6x4xf32> {cdp.name = "x"}) -> (tensor<1x1x0xf32> {cdp.name = "y"}) {
+  %0 = cdp.slice %arg0 {axes = array<i64: 0, 1, 2>, ends = array<i64: 9223372036854775807, -9223372036854775808, 0>, starts = array<i64: 0, 5, 0>, steps = array<i64: 9223372036854775807, -9223372036854775806, -9223372036854775808>} : (tensor<2x6x4xf32>) -> tensor<1x1x0xf32>
+  return %0 : tensor<1x1x0xf32>
+}
+
 // CHECK-LABEL: func.func @softmax(%arg0: tensor<2x3x4xf32> {cdp.name = "x"}) -> (tensor<2x3x4xf32> {cdp.name = "y"}) {
 // CHECK-NEXT: %0 = cdp.softmax %arg0 {axis = 1 : i64} : (tensor<2x3x4xf32>) -> tensor<2x3x4xf32>
 // CHECK-NEXT: return %0 : tensor<2x3x4xf32>
