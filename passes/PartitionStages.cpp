@@ -209,11 +209,14 @@ struct PartitionStagesPass
                                   ArrayRef<double> costs, int64_t count,
                                   SmallVector<int64_t> &stageOf) {
     std::optional<Strategy> kind = parseStrategy(strategy.getValue());
-    if (!kind || !traitsOf(*kind).pipelined || traitsOf(*kind).interleaved)
+    if (!kind || !traitsOf(*kind).pipelined ||
+        traitsOf(*kind).stagesPerDevice != 1)
       return func.emitError("the memory estimate takes a pipeline strategy "
-                            "with one stage per device (gpipe, 1f1b, 2bw, "
-                            "cdp-mp or zb-h1), got '")
-             << strategy << "'";
+                            "with one stage per device (")
+             << strategyNames([](const StrategyTraits &t) {
+                  return t.pipelined && t.stagesPerDevice == 1;
+                })
+             << "), got '" << strategy << "'";
     // The stash slots each stage keeps, as the step program sizes them.
     std::vector<int64_t> slots =
         pipeline::stashSlotsPerStage(*kind, count, microBatches);

@@ -69,10 +69,8 @@ void addPipelineSchedule(OpPassManager &pm,
   step.zero = config.zero;
   pm.addPass(createSchedulePipeline(step));
   // The time-step timeline of gpipe, 1f1b and 2bw's own schedules.
-  bool ownTimeline = config.strategy == Strategy::GPipe ||
-                     config.strategy == Strategy::OneFOneB ||
-                     config.strategy == Strategy::TwoBW;
-  if (config.timelineSteps > 0 && ownTimeline && config.schedulePath.empty()) {
+  if (config.timelineSteps > 0 && traits.ordersStages &&
+      config.schedulePath.empty()) {
     BuildPipelineOptions timeline;
     timeline.strategy = traits.name;
     timeline.stages = config.boundaries.empty()
@@ -168,8 +166,7 @@ struct StrategyPipelineOptions
       llvm::cl::init(4)};
   Option<int64_t> replicas{
       *this, "replicas",
-      llvm::cl::desc("gpipe, 1f1b, 2bw, interleaved-1f1b, zb-h1: pipeline "
-                     "copies"),
+      llvm::cl::desc("Pipelines but cdp-mp: pipeline copies"),
       llvm::cl::init(1)};
   Option<std::string> cdpRule{*this, "cdp-rule",
                               llvm::cl::desc("cdp, cdp-mp: v1 or v2"),
@@ -268,39 +265,12 @@ struct StrategyPipelineOptions
 } // namespace
 
 void registerStrategyPipelines() {
-  static const struct {
-    const char *name;
-    Strategy strategy;
-    const char *summary;
-  } pipelines[] = {
-      {"cdp-dp", Strategy::DP,
-       "Data parallelism: every device runs every stage of its micro-batch, "
-       "gradients all-reduced each step"},
-      {"cdp-cyclic", Strategy::CDP,
-       "Cyclic data parallelism: micro-batches start one after another, "
-       "updates delayed by the CDP rule"},
-      {"cdp-gpipe", Strategy::GPipe,
-       "GPipe: all forwards, then all backwards, then the update"},
-      {"cdp-1f1b", Strategy::OneFOneB,
-       "PipeDream-Flush: one forward, one backward, flushed every step"},
-      {"cdp-2bw", Strategy::TwoBW,
-       "PipeDream-2BW: 1F1B without a flush on two weight versions"},
-      {"cdp-mp", Strategy::CDPMP,
-       "CDP under model parallelism: CDP's slots on shared stage devices"},
-      {"cdp-interleaved-1f1b", Strategy::Interleaved1F1B,
-       "Interleaved 1F1B: each device runs several stages, flushed every "
-       "step"},
-      {"cdp-zb-h1", Strategy::ZBH1,
-       "Zero-bubble ZB-H1: 1F1B with backwards split into input and weight "
-       "gradients"},
-      {"cdp-laysa", Strategy::LaySA,
-       "LaySA: synchronous data parallelism exchanging top-k updates with "
-       "error feedback kept in mirror weights"},
-  };
-  for (const auto &pipeline : pipelines) {
-    Strategy strategy = pipeline.strategy;
+  for (const StrategyTraits *traits : allStrategies()) {
+    if (!traits->passPipeline)
+      continue;
+    Strategy strategy = traits->strategy;
     PassPipelineRegistration<StrategyPipelineOptions>(
-        pipeline.name, pipeline.summary,
+        traits->passPipeline, traits->summary,
         [strategy](OpPassManager &pm, const StrategyPipelineOptions &options) {
           buildTrainingPipeline(pm, options.configFor(strategy));
         });

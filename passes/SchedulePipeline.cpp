@@ -275,12 +275,13 @@ SchedulePipelinePass::programOf(int64_t s, ArrayRef<int64_t> mine) const {
 LogicalResult SchedulePipelinePass::buildScheduleTable() {
   const StrategyTraits &traits = traitsOf(kind);
   if (schedule.empty()) {
-    int64_t V = traits.interleaved ? stagesPerDevice : 1;
-    if (traits.interleaved && (V < 1 || S % V != 0 || (M % (S / V)) != 0))
-      return func.emitError("interleaved-1f1b needs the stages (")
-             << S << ") a multiple of the stages per device (" << V
-             << ") and the micro-batches (" << M
-             << ") a multiple of the devices (" << (V > 0 ? S / V : 0) << ")";
+    int64_t V = cdp::stagesPerDevice(traits, stagesPerDevice);
+    if (V < 1)
+      return func.emitError("stages-per-device must be positive, got ") << V;
+    std::string problem =
+        traits.checkShape ? traits.checkShape(S, M, V) : std::string();
+    if (!problem.empty())
+      return func.emitError(problem);
     scheduleTable = pipeline::strategyTable(kind, S, M, V);
   } else {
     pipeline::CsvResult read = pipeline::readScheduleFile(schedule, S, M, kind);

@@ -28,24 +28,36 @@ static double parseReal(const std::string &flag, const std::string &text) {
   return value;
 }
 
+/// The strategies that take --replicas, for messages.
+static std::string replicableNames() {
+  return cdp::strategyNames(
+      [](const cdp::StrategyTraits &t) { return t.replicable; });
+}
+
 /// --emit=schedule-csv, --stages-per-device and --schedule against the
 /// strategy.
 static void checkScheduleFlags(Settings &settings) {
   const cdp::StrategyTraits &traits = *settings.traits;
-  bool tabled = traits.pipelined && !traits.cyclic;
-  const char *tabledNames = "gpipe, 1f1b, 2bw, interleaved-1f1b and zb-h1";
+  bool tabled = traits.table != nullptr;
+  std::string tabledNames = cdp::strategyNames(
+      [](const cdp::StrategyTraits &t) { return t.table != nullptr; });
   if (emit == "schedule-csv" && !tabled)
     die(std::string("--emit=schedule-csv writes the schedules of ") +
         tabledNames + ", not --strategy " + strategy);
   if (!schedulePath.empty() && !tabled)
     die(std::string("--schedule applies to ") + tabledNames +
         ", not --strategy " + strategy);
-  if (stagesPerDevice.getNumOccurrences() && !traits.interleaved)
-    die("--stages-per-device applies to interleaved-1f1b, not --strategy " +
-        strategy);
-  if (traits.interleaved)
-    settings.stagesPerDevice = positiveInteger(
-        "--stages-per-device", stagesPerDevice, 1, kMostDevices);
+  bool takesFlag = traits.stagesPerDevice == 0;
+  if (stagesPerDevice.getNumOccurrences() && !takesFlag)
+    die("--stages-per-device applies to " +
+        cdp::strategyNames([](const cdp::StrategyTraits &t) {
+          return t.stagesPerDevice == 0;
+        }) +
+        ", not --strategy " + strategy);
+  settings.stagesPerDevice = cdp::stagesPerDevice(
+      traits, takesFlag ? positiveInteger("--stages-per-device",
+                                          stagesPerDevice, 1, kMostDevices)
+                        : 1);
 }
 
 /// --schedule: the CSV, read and checked for S stages and M micro-batches.
@@ -105,8 +117,7 @@ static void checkStrategyFlags(Settings &settings) {
   settings.replicaCount =
       positiveInteger("--replicas", replicas, 1, kMostDevices);
   if (settings.replicaCount > 1 && !traits.replicable)
-    die("--replicas applies to gpipe, 1f1b, 2bw, interleaved-1f1b and zb-h1, "
-        "not --strategy " +
+    die("--replicas applies to " + replicableNames() + ", not --strategy " +
         strategy);
   if (deviceMemory.getNumOccurrences()) {
     int64_t bytes = 0;
@@ -121,9 +132,9 @@ static void checkStrategyFlags(Settings &settings) {
           strategy);
     if (!stageBoundaries.empty())
       die("--device-memory cuts the stages itself; drop --stage-boundaries");
-    if (traits.interleaved)
-      die("--device-memory sizes one stage per device; interleaved-1f1b runs "
-          "several (not supported yet)");
+    if (settings.stagesPerDevice != 1)
+      die("--device-memory sizes one stage per device; --strategy " + strategy +
+          " runs several (not supported yet)");
   }
 }
 
@@ -154,18 +165,15 @@ static void deriveCdpMpDevices(Settings &settings, int64_t L) {
   settings.deviceCount = derived;
 }
 
-/// interleaved-1f1b: the devices of one replica, L / V, which must divide
-/// the micro-batches (Megatron-LM's order goes through the devices' stages
-/// a round of L / V micro-batches at a time).
-static int64_t interleavedDevices(const Settings &settings, int64_t L) {
+/// What the strategy asks of L stages and the micro-batches (its own
+/// check), then the devices of one replica: L / V.
+static int64_t devicesPerReplica(const Settings &settings, int64_t L) {
   int64_t V = settings.stagesPerDevice, M = settings.microBatchCount;
-  if (L % V != 0)
-    die("--strategy interleaved-1f1b: --stages " + std::to_string(L) +
-        " is not a multiple of --stages-per-device " + std::to_string(V));
-  if (M % (L / V) != 0)
-    die("--strategy interleaved-1f1b: --micro-batches " + std::to_string(M) +
-        " is not a multiple of the " + std::to_string(L / V) +
-        " devices (stages / stages per device)");
+  if (settings.traits->checkShape && planMode != "auto") {
+    std::string problem = settings.traits->checkShape(L, M, V);
+    if (!problem.empty())
+      die(problem);
+  }
   return L / V;
 }
 
@@ -180,9 +188,8 @@ static void checkMicroBatches(Settings &settings) {
       settings.microBatchCount = pipelineStages;
     if (settings.cyclicPipeline())
       deriveCdpMpDevices(settings, pipelineStages);
-    int64_t R = settings.replicaCount, perReplica = pipelineStages;
-    if (settings.traits->interleaved)
-      perReplica = interleavedDevices(settings, pipelineStages);
+    int64_t R = settings.replicaCount;
+    int64_t perReplica = devicesPerReplica(settings, pipelineStages);
     readScheduleFile(settings, pipelineStages, settings.microBatchCount);
     if (settings.schedule)
       perReplica = settings.schedule->devices;
@@ -200,12 +207,6 @@ static void checkMicroBatches(Settings &settings) {
           (R > 1 ? " x " + std::to_string(R) + " replicas" : ""));
     if (planMode != "auto" && !settings.cyclicPipeline())
       settings.deviceCount = perReplica * R;
-    if (planMode != "auto" && settings.kind == cdp::Strategy::TwoBW &&
-        settings.microBatchCount < pipelineStages)
-      die("--strategy 2bw needs at least as many micro-batches as stages "
-          "(m >= d): got --micro-batches " +
-          std::to_string(settings.microBatchCount) + " for " +
-          std::to_string(pipelineStages) + " stages");
   }
   if (settings.dataParallel() && microBatches.getNumOccurrences() &&
       settings.microBatchCount != settings.deviceCount)
@@ -473,9 +474,8 @@ static void checkMeaningfulFlags(Settings &settings) {
         " shards each stage's optimizer state over the stage's replicas; "
         "give --replicas 2 or more");
   if (zero > 0 && strategy != "dp" && strategy != "cdp" && !traits.replicable)
-    refuse(zeroStage, "--strategy dp and cdp, and the --replicas of gpipe, "
-                      "1f1b, 2bw, interleaved-1f1b and zb-h1, not " +
-                          strategy);
+    refuse(zeroStage, "--strategy dp and cdp, and the --replicas of " +
+                          replicableNames() + ", not " + strategy);
   checkSparseFlags(settings);
   checkMemoryFlags(settings);
   if (given(noDecay) && !given(weightDecay) && optimizer != "adamw")

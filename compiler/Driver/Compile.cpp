@@ -184,9 +184,11 @@ static void printCandidate(const cdp::PlanCandidate &candidate) {
 static void planAutomatically(mlir::ModuleOp source, Settings &settings,
                               const InstructionCost &stepCost,
                               double memoryCap) {
-  if (settings.kind != cdp::Strategy::TwoBW)
-    die("--plan auto plans --strategy 2bw (docs/design/planner.md), not " +
-        strategy);
+  if (!settings.traits->autoPlans)
+    die("--plan auto plans --strategy " +
+        cdp::strategyNames(
+            [](const cdp::StrategyTraits &t) { return t.autoPlans; }) +
+        " (docs/design/planner.md), not " + strategy);
   int64_t samples = 0;
   if (!globalBatch.getNumOccurrences() ||
       !llvm::to_integer(llvm::StringRef(globalBatch), samples, 10) ||

@@ -39,19 +39,35 @@ cl::opt<std::string>
                          "(default) or cuda (NVIDIA GPUs); cdp-run --backend "
                          "overrides it"),
                 cl::value_desc("cpu|cuda"), cl::init("cpu"), cl::cat(category));
-cl::opt<std::string> strategy(
-    "strategy",
-    cl::desc("Parallel strategy: single (one device), dp (data parallel), cdp "
-             "(cyclic data parallel), gpipe, 1f1b (PipeDream-Flush), 2bw "
-             "(PipeDream-2BW), cdp-mp (CDP with model parallelism: "
-             "--micro-batches N share the devices of --stages L), "
-             "interleaved-1f1b (each device runs --stages-per-device "
-             "stages), zb-h1 (zero-bubble 1F1B: backwards split into input "
-             "and weight gradients), laysa (dp exchanging top-k updates "
-             "with error feedback in mirror weights: --density)"),
-    cl::value_desc("single|dp|cdp|gpipe|1f1b|2bw|cdp-mp|interleaved-1f1b|"
-                   "zb-h1|laysa"),
-    cl::init("single"), cl::cat(category));
+/// --strategy's help and value names, from the registered strategies.
+static const std::string &strategyHelp() {
+  static const std::string help = [] {
+    std::string text = "Parallel strategy: ";
+    for (const cdp::StrategyTraits *traits : cdp::allStrategies()) {
+      if (traits != cdp::allStrategies().front())
+        text += ", ";
+      text += traits->name;
+      if (traits->help)
+        text += std::string(" (") + traits->help + ")";
+    }
+    return text;
+  }();
+  return help;
+}
+
+static const std::string &strategyValues() {
+  static const std::string values = [] {
+    std::string text;
+    for (const cdp::StrategyTraits *traits : cdp::allStrategies())
+      text += (text.empty() ? "" : "|") + std::string(traits->name);
+    return text;
+  }();
+  return values;
+}
+
+cl::opt<std::string> strategy("strategy", cl::desc(strategyHelp()),
+                              cl::value_desc(strategyValues()),
+                              cl::init("single"), cl::cat(category));
 cl::opt<std::string> stagesPerDevice(
     "stages-per-device",
     cl::desc("interleaved-1f1b: stages V each device runs, stage s on device "

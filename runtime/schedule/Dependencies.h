@@ -1,6 +1,7 @@
 //===- Dependencies.h - what a pipeline action waits for --------*- C++ -*-===//
 //
-// Shared by the schedule tables' builders, checks and CSV reader.
+// Shared by the schedule tables' builders (the strategies' own files),
+// checks and CSV reader.
 //
 //===----------------------------------------------------------------------===//
 
@@ -50,6 +51,13 @@ inline std::vector<WorkKey> needsOf(const Action &action, int64_t S,
   }
   return {};
 }
+
+/// The earliest time step of every action, each lasting one step, given
+/// each device's order: an action starts once its device is free and what
+/// it needs has ended. Updates take no time and run when their device
+/// has finished its step's work. The strategies' tables are built so.
+ScheduleTable timeOrders(ScheduleTable table,
+                         const std::vector<std::vector<Action>> &orders);
 
 /// The token of an action in a schedule CSV: "0F1", "2B-1", "1U".
 std::string actionToken(const Action &action);

@@ -117,12 +117,6 @@ int64_t tableStashSlots(const ScheduleTable &table, int64_t s) {
   }
 }
 
-namespace {
-
-/// The earliest time step of every action, each lasting one step, given
-/// each device's order: an action starts once its device is free and what
-/// it needs has ended. Updates take no time and run when their device
-/// has finished its step's work.
 ScheduleTable timeOrders(ScheduleTable table,
                          const std::vector<std::vector<Action>> &orders) {
   int64_t D = table.devices;
@@ -155,8 +149,6 @@ ScheduleTable timeOrders(ScheduleTable table,
   return table;
 }
 
-} // namespace
-
 ScheduleTable flushedTable(Strategy strategy, int64_t S, int64_t M) {
   ScheduleTable table(S, S, M, WeightRule::Synchronous);
   std::vector<std::vector<StageOp>> orders;
@@ -172,80 +164,6 @@ ScheduleTable flushedTable(Strategy strategy, int64_t S, int64_t M) {
                                op.kind == 'U' ? 0 : op.microBatch - 1});
     }
   return table;
-}
-
-ScheduleTable twoBwTable(int64_t S, int64_t M) {
-  ScheduleTable table(S, S, M, WeightRule::OneStale);
-  // Every stage's program repeats every 2M time steps; stage s's runs one
-  // time step after stage s - 1's, so that each forward follows the
-  // previous stage's and each backward the next stage's.
-  table.period = 2 * M;
-  for (int64_t s = 1; s <= S; ++s) {
-    table.deviceOf[s - 1] = s - 1;
-    for (const StepEntry &entry : twoBwStepProgram(s, S, M))
-      table.add(entry.time + s - 1,
-                {s, static_cast<ActionKind>(entry.kind),
-                 entry.kind == 'U' ? 0 : entry.k + entry.stepRel * M});
-  }
-  return table;
-}
-
-ScheduleTable interleavedTable(int64_t D, int64_t V, int64_t M) {
-  int64_t S = D * V, total = V * M;
-  ScheduleTable table(S, D, M, WeightRule::Synchronous);
-  for (int64_t s = 1; s <= S; ++s)
-    table.deviceOf[s - 1] = (s - 1) % D;
-  // Megatron-LM's order: forwards go through the device's stages D
-  // micro-batches at a time, backwards in reverse stage order; the warm-up
-  // fills the pipeline of all V·D stages before 1F1B's alternation.
-  std::vector<std::vector<Action>> orders(D);
-  for (int64_t d = 0; d < D; ++d) {
-    auto work = [&](int64_t i, bool forward) {
-      int64_t chunk = (i / D) % V;
-      if (!forward)
-        chunk = V - 1 - chunk;
-      int64_t k = (i / (D * V)) * D + i % D;
-      return Action{chunk * D + d + 1,
-                    forward ? ActionKind::Forward : ActionKind::Backward, k};
-    };
-    int64_t warmup = std::min((D - d - 1) * 2 + (V - 1) * D, total);
-    int64_t f = 0, b = 0;
-    for (; f < warmup; ++f)
-      orders[d].push_back(work(f, true));
-    for (; b < total; ++b) {
-      if (f < total)
-        orders[d].push_back(work(f++, true));
-      orders[d].push_back(work(b, false));
-    }
-    for (int64_t chunk = 0; chunk < V; ++chunk)
-      orders[d].push_back({chunk * D + d + 1, ActionKind::Update, 0});
-  }
-  return timeOrders(table, orders);
-}
-
-ScheduleTable zbH1Table(int64_t S, int64_t M) {
-  ScheduleTable table(S, S, M, WeightRule::Synchronous);
-  std::vector<std::vector<Action>> orders(S);
-  for (int64_t s = 1; s <= S; ++s) {
-    table.deviceOf[s - 1] = s - 1;
-    std::vector<Action> &order = orders[s - 1];
-    int64_t warmup = std::min(S - s + 1, M), putOff = s - 1;
-    int64_t nextF = 0, nextW = 0;
-    for (; nextF < warmup; ++nextF)
-      order.push_back({s, ActionKind::Forward, nextF});
-    // After each I: the W put off by s - 1 micro-batches, then the next F.
-    for (int64_t k = 0; k < M; ++k) {
-      order.push_back({s, ActionKind::InputGrad, k});
-      if (k - putOff >= 0 && nextW == k - putOff)
-        order.push_back({s, ActionKind::WeightGrad, nextW++});
-      if (nextF < M)
-        order.push_back({s, ActionKind::Forward, nextF++});
-    }
-    for (; nextW < M; ++nextW)
-      order.push_back({s, ActionKind::WeightGrad, nextW});
-    order.push_back({s, ActionKind::Update, 0});
-  }
-  return timeOrders(table, orders);
 }
 
 std::vector<int64_t> stashSlotsPerStage(Strategy strategy, int64_t S, int64_t M,
@@ -264,16 +182,7 @@ std::vector<int64_t> stashSlotsPerStage(Strategy strategy, int64_t S, int64_t M,
 
 ScheduleTable strategyTable(Strategy strategy, int64_t S, int64_t M,
                             int64_t V) {
-  switch (strategy) {
-  case Strategy::TwoBW:
-    return twoBwTable(S, M);
-  case Strategy::Interleaved1F1B:
-    return interleavedTable(S / V, V, M);
-  case Strategy::ZBH1:
-    return zbH1Table(S, M);
-  default:
-    return flushedTable(strategy, S, M);
-  }
+  return traitsOf(strategy).table(S, M, V);
 }
 
 } // namespace cdp::pipeline

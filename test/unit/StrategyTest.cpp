@@ -1,7 +1,9 @@
 //===- StrategyTest.cpp - the strategy names and traits -------------------===//
 //
 // Every name parses to its strategy and back; unknown names do not; the
-// stash rule the partitioner's estimate and the emitter share.
+// registry holds each descriptor at its enumerator's index, each with the
+// pieces its family needs; the stash rule the partitioner's estimate and
+// the emitter share.
 //
 //===----------------------------------------------------------------------===//
 
@@ -27,6 +29,26 @@ TEST(Strategy, NamesRoundTrip) {
   EXPECT_EQ(strategyNames(),
             "single, dp, cdp, gpipe, 1f1b, 2bw, cdp-mp, interleaved-1f1b, "
             "zb-h1 and laysa");
+}
+
+TEST(Strategy, RegistryIsInEnumOrderAndComplete) {
+  const std::vector<const StrategyTraits *> &all = allStrategies();
+  for (size_t i = 0; i < all.size(); ++i) {
+    const StrategyTraits &traits = *all[i];
+    EXPECT_EQ(static_cast<size_t>(traits.strategy), i) << traits.name;
+    EXPECT_EQ(&traitsOf(traits.strategy), &traits) << traits.name;
+    EXPECT_EQ(parseStrategy(traits.name), traits.strategy);
+    // A pipeline that is not cyclic follows a table; every strategy but
+    // single has a cdp-opt pipeline.
+    EXPECT_EQ(traits.table != nullptr, traits.pipelined && !traits.cyclic)
+        << traits.name;
+    EXPECT_EQ(traits.passPipeline != nullptr,
+              traits.strategy != Strategy::Single)
+        << traits.name;
+    EXPECT_GE(traits.stagesPerDevice, 0) << traits.name;
+  }
+  EXPECT_EQ(strategyNames([](const StrategyTraits &t) { return t.replicable; }),
+            "gpipe, 1f1b, 2bw, interleaved-1f1b and zb-h1");
 }
 
 TEST(Strategy, TraitsSeparateTheFamilies) {

@@ -3,8 +3,9 @@
 // The one place a strategy's name is read (cdp-compile's --strategy, a
 // plan's `strategy`, the passes' options) and the one place its traits are
 // stated: the partitioner's estimate, the passes, the emitter, the report
-// and the runtime ask here instead of comparing names. No MLIR: the runtime
-// uses it too.
+// and the runtime ask here instead of comparing names. Each strategy is a
+// descriptor of its own file (runtime/schedule/strategies/), registered in
+// Strategies.def. No MLIR: the runtime uses it too.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,45 +16,64 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace cdp {
 
+namespace pipeline {
+struct ScheduleTable;
+} // namespace pipeline
+
 enum class Strategy {
-  Single,
-  DP,
-  CDP,
-  GPipe,
-  OneFOneB,
-  TwoBW,
-  CDPMP,
-  Interleaved1F1B,
-  ZBH1,
-  LaySA,
+#define CDP_STRATEGY(Id) Id,
+#include "cdp/Schedule/Strategies.def"
 };
 
-/// What a strategy does, in the terms the compiler and the runtime need.
+/// What a strategy does, in the terms the compiler and the runtime need:
+/// one descriptor per strategy, constant-initialized.
 struct StrategyTraits {
-  Strategy strategy;
-  const char *name; ///< as --strategy and the plan spell it
+  Strategy strategy = Strategy::Single;
+  const char *name = ""; ///< as --strategy and the plan spell it
+  /// What --strategy's help says after the name: "data parallel".
+  const char *help = nullptr;
+  /// cdp-opt's one line for its pass pipeline.
+  const char *summary = "";
+  /// cdp-opt's pass pipeline for the strategy (nullptr: none).
+  const char *passPipeline = nullptr;
   /// Every device runs the whole model on its own micro-batch, gradients
   /// reduced per stage (dp, cdp).
-  bool dataParallel;
+  bool dataParallel = false;
   /// Devices run stages: one device per stage and replica (gpipe, 1f1b,
   /// 2bw), or per stage and CDP slot group (cdp-mp).
-  bool pipelined;
+  bool pipelined = false;
   /// Weight versions a pipeline stage keeps: 2 where micro-batches in
   /// flight read the previous one (2bw, cdp-mp), else 1.
-  int weightVersions;
+  int weightVersions = 1;
   /// The pipeline flushes every step: all backwards before the update
   /// (gpipe, 1f1b).
-  bool flushes;
+  bool flushes = false;
   /// Takes --replicas: data-parallel copies of the whole pipeline.
-  bool replicable;
+  bool replicable = false;
   /// Micro-batches are CDP slots (cdp, cdp-mp): start offsets, a version
   /// table and the v1/v2 rules.
-  bool cyclic;
-  /// A device runs several stages (interleaved-1f1b: --stages-per-device).
-  bool interleaved;
+  bool cyclic = false;
+  /// Stages each device of a pipeline replica runs: 1, or 0 where
+  /// --stages-per-device says (interleaved-1f1b).
+  int stagesPerDevice = 1;
+  /// cdp-build-pipeline's stage orders give its time-step timeline (gpipe,
+  /// 1f1b, 2bw).
+  bool ordersStages = false;
+  /// --plan auto searches its stages, replicas and micro-batches (2bw).
+  bool autoPlans = false;
+  /// A pipeline that follows a schedule table: the step's table for S
+  /// stages, M micro-batches and V stages per device (nullptr otherwise).
+  pipeline::ScheduleTable (*table)(int64_t S, int64_t M, int64_t V) = nullptr;
+  /// Activation stash slots stage s (1-indexed) of S keeps with M
+  /// micro-batches a step (nullptr: 1).
+  int64_t (*stash)(int64_t s, int64_t S, int64_t M) = nullptr;
+  /// What the strategy asks of S stages, M micro-batches and V stages per
+  /// device: the problem, in a whole message, or "" (nullptr: nothing).
+  std::string (*checkShape)(int64_t S, int64_t M, int64_t V) = nullptr;
 };
 
 /// The strategy `name` spells, if any.
@@ -62,8 +82,16 @@ std::optional<Strategy> parseStrategy(std::string_view name);
 /// The traits of `strategy`.
 const StrategyTraits &traitsOf(Strategy strategy);
 
-/// Every strategy's name, for messages: "single, dp, cdp, ... and cdp-mp".
-std::string strategyNames();
+/// Every registered strategy, in enum order.
+const std::vector<const StrategyTraits *> &allStrategies();
+
+/// The names of the strategies `which` selects, for messages: "gpipe,
+/// 1f1b and 2bw" (every strategy's without `which`).
+std::string strategyNames(bool (*which)(const StrategyTraits &) = nullptr);
+
+/// Stages each device of a replica runs: the strategy's own count, or
+/// --stages-per-device's `requested` where it takes the flag.
+int64_t stagesPerDevice(const StrategyTraits &traits, int64_t requested);
 
 /// Activation stash slots stage s (1-indexed) of d keeps with m
 /// micro-batches a step: gpipe holds all m; 1f1b and 2bw at most

@@ -1,0 +1,15 @@
+//===- Single.cpp - single: one device, no parallelism --------------------===//
+
+#include "Descriptors.h"
+
+namespace cdp {
+
+constexpr StrategyTraits kSingleStrategy = [] {
+  StrategyTraits traits;
+  traits.strategy = Strategy::Single;
+  traits.name = "single";
+  traits.help = "one device";
+  return traits;
+}();
+
+} // namespace cdp
