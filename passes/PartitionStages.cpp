@@ -213,9 +213,11 @@ struct PartitionStagesPass
         traitsOf(*kind).stagesPerDevice != 1)
       return func.emitError("the memory estimate takes a pipeline strategy "
                             "with one stage per device (")
-             << strategyNames([](const StrategyTraits &t) {
-                  return t.pipelined && t.stagesPerDevice == 1;
-                })
+             << strategyNames(
+                    [](const StrategyTraits &t) {
+                      return t.pipelined && t.stagesPerDevice == 1;
+                    },
+                    " or ")
              << "), got '" << strategy << "'";
     // The stash slots each stage keeps, as the step program sizes them.
     std::vector<int64_t> slots =

@@ -421,8 +421,8 @@ void SchedulePipelinePass::runOnOperation() {
             func.emitError("gradient clipping needs one trained stage per "
                            "device, but device ")
                 << device << " runs stages " << trainedStageOf[device]
-                << " and " << s
-                << " (interleaved-1f1b: use 1f1b or zb-h1 to clip)";
+                << " and " << s << " (" << traitsOf(kind).name
+                << ": use 1f1b or zb-h1 to clip)";
             return signalPassFailure();
           }
   }

@@ -488,6 +488,25 @@ CsvResult readScheduleCsv(const std::string &text, int64_t S, int64_t M) {
   return result;
 }
 
+namespace {
+
+/// The strategies whose own tables follow `rule`, for messages.
+std::string namesFollowing(WeightRule rule) {
+  return rule == WeightRule::OneStale
+             ? strategyNames(
+                   [](const StrategyTraits &t) {
+                     return t.table && t.weightVersions == 2;
+                   },
+                   " or ")
+             : strategyNames(
+                   [](const StrategyTraits &t) {
+                     return t.table && t.weightVersions == 1;
+                   },
+                   " or ");
+}
+
+} // namespace
+
 CsvResult readScheduleFile(const std::string &path, int64_t S, int64_t M,
                            Strategy strategy) {
   // A device never ends (/dev/zero read until memory ran out) and a FIFO
@@ -518,8 +537,7 @@ CsvResult readScheduleFile(const std::string &path, int64_t S, int64_t M,
     read.error = path + ": line 1: the schedule's rule is " +
                  ruleName(read.table->rule) + " but --strategy " + traits.name +
                  " follows the " + (oneStale ? "synchronous" : "1-stale") +
-                 " rule (use " + (oneStale ? "2bw" : "gpipe, 1f1b or zb-h1") +
-                 ")";
+                 " rule (use " + namesFollowing(read.table->rule) + ")";
     read.table.reset();
   }
   return read;

@@ -35,7 +35,8 @@ const StrategyTraits &traitsOf(Strategy strategy) {
   return *kStrategies[static_cast<int>(strategy)];
 }
 
-std::string strategyNames(bool (*which)(const StrategyTraits &)) {
+std::string strategyNames(bool (*which)(const StrategyTraits &),
+                          const char *last) {
   std::vector<const char *> names;
   for (const StrategyTraits *traits : kStrategies)
     if (!which || which(*traits))
@@ -43,7 +44,7 @@ std::string strategyNames(bool (*which)(const StrategyTraits &)) {
   std::string text;
   for (size_t i = 0; i < names.size(); ++i)
     text += std::string(i == 0                  ? ""
-                        : i + 1 == names.size() ? " and "
+                        : i + 1 == names.size() ? last
                                                 : ", ") +
             names[i];
   return text;

@@ -86,8 +86,10 @@ const StrategyTraits &traitsOf(Strategy strategy);
 const std::vector<const StrategyTraits *> &allStrategies();
 
 /// The names of the strategies `which` selects, for messages: "gpipe,
-/// 1f1b and 2bw" (every strategy's without `which`).
-std::string strategyNames(bool (*which)(const StrategyTraits &) = nullptr);
+/// 1f1b and 2bw" (every strategy's without `which`; `last` joins the last
+/// two, " or " for a choice).
+std::string strategyNames(bool (*which)(const StrategyTraits &) = nullptr,
+                          const char *last = " and ");
 
 /// Stages each device of a replica runs: the strategy's own count, or
 /// --stages-per-device's `requested` where it takes the flag.
