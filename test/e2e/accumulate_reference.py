@@ -98,11 +98,11 @@ def main():
     plan = os.path.join(work, "plan.cdp")
     pipeline = []
     if strategy != "single":
-        # interleaved-1f1b: two stages per device.
-        per_device = 2 if strategy == "interleaved-1f1b" else 1
+        # interleaved-1f1b (by --stages-per-device) and zb-v: two stages per device.
+        per_device = 2 if strategy in ("interleaved-1f1b", "zb-v") else 1
         pipeline = ["--strategy", strategy, "--stages", str(stages), "--devices",
                     str(stages // per_device * replicas), "--replicas", str(replicas)]
-        if per_device > 1:
+        if strategy == "interleaved-1f1b":
             pipeline += ["--stages-per-device", str(per_device)]
         if boundaries:
             pipeline += ["--stage-boundaries", boundaries]

@@ -17,8 +17,8 @@ using namespace cdp;
 namespace {
 
 TEST(Strategy, NamesRoundTrip) {
-  for (const char *name :
-       {"single", "dp", "cdp", "gpipe", "1f1b", "2bw", "cdp-mp", "laysa"}) {
+  for (const char *name : {"single", "dp", "cdp", "gpipe", "1f1b", "2bw",
+                           "cdp-mp", "laysa", "zb-v"}) {
     std::optional<Strategy> strategy = parseStrategy(name);
     ASSERT_TRUE(strategy) << name;
     EXPECT_STREQ(traitsOf(*strategy).name, name);
@@ -28,7 +28,7 @@ TEST(Strategy, NamesRoundTrip) {
   EXPECT_FALSE(parseStrategy(""));
   EXPECT_EQ(strategyNames(),
             "single, dp, cdp, gpipe, 1f1b, 2bw, cdp-mp, interleaved-1f1b, "
-            "zb-h1 and laysa");
+            "zb-h1, laysa and zb-v");
 }
 
 TEST(Strategy, RegistryIsInEnumOrderAndComplete) {
@@ -48,7 +48,7 @@ TEST(Strategy, RegistryIsInEnumOrderAndComplete) {
     EXPECT_GE(traits.stagesPerDevice, 0) << traits.name;
   }
   EXPECT_EQ(strategyNames([](const StrategyTraits &t) { return t.replicable; }),
-            "gpipe, 1f1b, 2bw, interleaved-1f1b and zb-h1");
+            "gpipe, 1f1b, 2bw, interleaved-1f1b, zb-h1 and zb-v");
 }
 
 TEST(Strategy, TraitsSeparateTheFamilies) {
