@@ -353,6 +353,12 @@ bool foldConstantOfShape(Importer &im, const Inputs &, ConstTensor &out) {
   return true;
 }
 
+/// ONNX's gathers take int32 or int64 indices.
+void requireIntegerIndices(Importer &im, const ConstTensor &indices) {
+  if (indices.isFloat())
+    raise(im.where() + ": indices must be int32 or int64, not floats");
+}
+
 bool foldGather(Importer &im, const Inputs &in, ConstTensor &out) {
   im.checkAttributes({"axis"});
   const ConstTensor &data = *in[0];
@@ -366,6 +372,7 @@ bool foldGather(Importer &im, const Inputs &in, ConstTensor &out) {
     outer *= data.shape[d];
   for (int64_t d = axis + 1; d < rank; ++d)
     inner *= data.shape[d];
+  requireIntegerIndices(im, indices);
   out = ConstTensor::empty(data.kind, {});
   out.shape.assign(data.shape.begin(), data.shape.begin() + axis);
   out.shape.append(indices.shape.begin(), indices.shape.end());
@@ -393,6 +400,7 @@ bool foldGatherElements(Importer &im, const Inputs &in, ConstTensor &out) {
   if (rank == 0 || static_cast<int64_t>(indices.shape.size()) != rank)
     raise(im.where() + ": data and indices must have one rank, at least 1");
   int64_t axis = normalizedAxis(im, im.intAttr("axis", 0), rank);
+  requireIntegerIndices(im, indices);
   SmallVector<int64_t> dataStrides = stridesOf(data.shape);
   out = ConstTensor::empty(data.kind, indices.shape);
   for (int64_t i = 0; i < indices.size(); ++i) {

@@ -10,7 +10,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <limits>
 
 namespace cdp::import {
 
@@ -60,11 +59,7 @@ void pushCast(Importer &im, ConstTensor &out, int32_t to, double v,
   } else if (fromInteger) {
     out.ints.push_back(exact);
   } else {
-    // Out of range (T5's log(0) = -inf before a Where discards it): what
-    // x86's conversion, and so torch on it, gives, instead of C++'s UB.
-    bool inRange = std::isfinite(v) && std::fabs(v) < 9.2e18;
-    out.ints.push_back(inRange ? static_cast<int64_t>(std::trunc(v))
-                               : std::numeric_limits<int64_t>::min());
+    out.ints.push_back(truncateToInt64(v));
   }
 }
 

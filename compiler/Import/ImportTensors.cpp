@@ -20,12 +20,19 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 using namespace mlir;
 
 namespace cdp::import {
 
 void raise(const Twine &message) { throw ImportError{message.str()}; }
+
+int64_t truncateToInt64(double value) {
+  bool inRange = std::isfinite(value) && std::fabs(value) < 9.2e18;
+  return inRange ? static_cast<int64_t>(std::trunc(value))
+                 : std::numeric_limits<int64_t>::min();
+}
 
 //===----------------------------------------------------------------------===//
 // ConstTensor
@@ -54,7 +61,7 @@ double ConstTensor::at(int64_t i) const {
 }
 
 int64_t ConstTensor::intAt(int64_t i) const {
-  return isFloat() ? static_cast<int64_t>(at(i)) : ints[i];
+  return isFloat() ? truncateToInt64(at(i)) : ints[i];
 }
 
 void ConstTensor::push(double value) {
@@ -65,7 +72,7 @@ void ConstTensor::push(double value) {
   else if (kind == Bool)
     ints.push_back(value != 0);
   else
-    ints.push_back(static_cast<int64_t>(value));
+    ints.push_back(truncateToInt64(value));
 }
 
 void ConstTensor::append(const ConstTensor &source, int64_t i) {

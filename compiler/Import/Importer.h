@@ -35,6 +35,12 @@ struct ImportError {
 
 [[noreturn]] void raise(const llvm::Twine &message);
 
+/// A float as int64 the way x86's conversion, and so torch on it, gives it:
+/// truncated, and the lowest int64 for NaN and values out of range (T5's
+/// log(0) = -inf before a Where discards it) instead of C++'s undefined
+/// behaviour.
+int64_t truncateToInt64(double value);
+
 /// A small tensor whose values the importer knows: ONNX constants, integer
 /// initializers, initializers that are not trained, and folded
 /// computations. Floating types other than float32 (double, float16,

@@ -280,7 +280,7 @@ Value Importer::scalarConstant(Type elementType, double value) {
   DenseElementsAttr attr =
       elementType.isF32()
           ? DenseElementsAttr::get(scalar, static_cast<float>(value))
-          : DenseElementsAttr::get(scalar, static_cast<int64_t>(value));
+          : DenseElementsAttr::get(scalar, truncateToInt64(value));
   return builder.create<ConstantOp>(
       NameLoc::get(builder.getStringAttr(where())), cast<ElementsAttr>(attr));
 }

@@ -45,6 +45,11 @@ def main():
     save(out, "slice_step", [const("d", [2, 3, 1]), const("b", [0]), const("e", [3]), const("a", [0]),
                              const("p", [INT64_MAX]),
                              helper.make_node("Slice", ["d", "b", "e", "a", "p"], ["s"])])
+    # Float indices (ONNX allows int32 and int64 only), one of them beyond int64.
+    float_indices = helper.make_node(
+        "Constant", [], ["i"], value=numpy_helper.from_array(np.array([1.0, 2.8e29], np.float32)))
+    save(out, "gather_float_indices", [const("d", [2, 3]), float_indices,
+                                       helper.make_node("Gather", ["d", "i"], ["s"])])
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
     empty = numpy_helper.from_array(np.zeros((0,), dtype=np.float32), "low")
