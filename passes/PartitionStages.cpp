@@ -2,9 +2,9 @@
 
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "cdp/Passes/Passes.h"
-#include "cdp/Passes/Profile.h"
 #include "cdp/Schedule/ScheduleTable.h"
 #include "cdp/Schedule/Strategy.h"
+#include "cdp/Support/Profile.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseSet.h"

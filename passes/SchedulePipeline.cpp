@@ -302,9 +302,9 @@ void SchedulePipelinePass::runOnOperation() {
   ModuleOp module = getOperation();
   std::optional<Strategy> parsed = parseStrategy(strategy.getValue());
   if (!parsed || !traitsOf(*parsed).pipelined) {
-    module.emitError("schedule-pipeline handles the pipelines (gpipe, 1f1b, "
-                     "2bw, cdp-mp, interleaved-1f1b, zb-h1), not '")
-        << strategy << "'";
+    module.emitError("schedule-pipeline handles the pipelines (")
+        << strategyNames([](const StrategyTraits &t) { return t.pipelined; })
+        << "), not '" << strategy << "'";
     return signalPassFailure();
   }
   kind = *parsed;
@@ -323,8 +323,9 @@ void SchedulePipelinePass::runOnOperation() {
   if (zero < 0 || zero > 1 || (zero == 1 && traitsOf(kind).cyclic)) {
     module.emitError("ZeRO stage ")
         << zero << " with " << strategy
-        << " is not supported (stage 1 over the replicas of gpipe, 1f1b, "
-           "2bw, interleaved-1f1b and zb-h1 is)";
+        << " is not supported (stage 1 over the replicas of "
+        << strategyNames([](const StrategyTraits &t) { return t.replicable; })
+        << " is)";
     return signalPassFailure();
   }
   S = stagesAttr.getInt();

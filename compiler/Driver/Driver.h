@@ -12,7 +12,6 @@
 #include "cdp/Import/OnnxImporter.h"
 #include "cdp/InitAll.h"
 #include "cdp/Passes/Pipelines.h"
-#include "cdp/Passes/Profile.h"
 #include "cdp/Plan/CostModel.h"
 #include "cdp/Plan/EmitPlan.h"
 #include "cdp/Plan/Paths.h"
@@ -25,6 +24,7 @@
 #include "cdp/Runtime/Report.h"
 #include "cdp/Schedule/Pipeline.h"
 #include "cdp/Schedule/ScheduleTable.h"
+#include "cdp/Support/Profile.h"
 
 #include <google/protobuf/arena.h>
 

@@ -2,7 +2,7 @@
 
 #include "cdp/Plan/CostModel.h"
 
-#include "cdp/Passes/Profile.h"
+#include "cdp/Support/Profile.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/JSON.h"

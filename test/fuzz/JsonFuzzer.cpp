@@ -5,8 +5,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "cdp/Passes/Profile.h"
 #include "cdp/Plan/CostModel.h"
+#include "cdp/Support/Profile.h"
 
 #include <cstdint>
 #include <string>

@@ -380,8 +380,9 @@ def SchedulePipeline : Pass<"cdp-schedule-pipeline", "mlir::ModuleOp"> {
   let description = [{
     For the pipelines, after cdp-insert-optimizer: appends a
     `sched.step_program` holding every decision the plan emitter lowers.
-    gpipe, 1f1b, 2bw, interleaved-1f1b and zb-h1 follow their schedule
-    table (include/cdp/Schedule/ScheduleTable.h), or the CSV `schedule` names;
+    gpipe, 1f1b, 2bw, interleaved-1f1b, zb-h1 and zb-v follow their schedule
+    table (built by their descriptors, runtime/schedule/strategies/), or the
+    CSV `schedule` names;
     cdp-mp follows CDP's cycle.
     Parameters live on the stage that updates them; a tied weight read by
     other stages gets replicas there (`sched.place_param`). Devices are
@@ -404,7 +405,7 @@ def SchedulePipeline : Pass<"cdp-schedule-pipeline", "mlir::ModuleOp"> {
   }];
   let options = [
     Option<"strategy", "strategy", "std::string", "\"gpipe\"",
-           "gpipe, 1f1b, 2bw, cdp-mp, interleaved-1f1b or zb-h1">,
+           "A pipeline: gpipe, 1f1b, 2bw, cdp-mp, interleaved-1f1b, zb-h1 or zb-v">,
     Option<"microBatches", "micro-batches", "int64_t", "1",
            "Micro-batches per step and replica">,
     Option<"replicas", "replicas", "int64_t", "1",

@@ -1,14 +1,14 @@
-//===- Profile.h - reading cdp-run --profile files ---------------*- C++
-//-*-===//
+//===- Profile.h - reading cdp-run --profile files --------------*- C++ -*-===//
 //
 // cdp-run --profile writes every instruction's mean milliseconds per step
 // with its kernel and ONNX node; the stage partitioner and the step-time
-// prediction of cdp-compile read it back.
+// prediction of cdp-compile read it back. LLVM Support only, below the
+// passes and the planner alike.
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef CDP_PASSES_PROFILE_H
-#define CDP_PASSES_PROFILE_H
+#ifndef CDP_SUPPORT_PROFILE_H
+#define CDP_SUPPORT_PROFILE_H
 
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -110,4 +110,4 @@ inline bool readProfile(llvm::StringRef path,
 
 } // namespace cdp
 
-#endif // CDP_PASSES_PROFILE_H
+#endif // CDP_SUPPORT_PROFILE_H
