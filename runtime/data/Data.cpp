@@ -12,9 +12,11 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <sys/stat.h>
 
@@ -54,7 +56,135 @@ bool endsWith(const std::string &text, const std::string &suffix) {
 
 } // namespace
 
-Array parseNpy(const std::string &data, const std::string &path) {
+namespace {
+
+/// A .npy element type: 'f' float, 'i' signed, 'u' unsigned integer, 'b'
+/// bool, and its bytes.
+struct NpyType {
+  char kind;
+  int width;
+};
+
+/// The element type `descr` spells, little-endian or byte-wide; nothing
+/// for what cdp does not read.
+std::optional<NpyType> npyType(const std::string &descr) {
+  if (descr.size() < 3 || (descr[0] != '<' && descr[0] != '|'))
+    return std::nullopt;
+  char kind = descr[1];
+  int width = descr[2] - '0';
+  if (descr.size() != 3 ||
+      (width != 1 && width != 2 && width != 4 && width != 8))
+    return std::nullopt;
+  bool known = (kind == 'f' && width >= 2) || kind == 'i' || kind == 'u' ||
+               (kind == 'b' && width == 1);
+  if (!known || (width == 1) != (descr[0] == '|'))
+    return std::nullopt;
+  return NpyType{kind, width};
+}
+
+/// Where an element type goes without a conversion: floats to float32,
+/// integers to int64, bool and uint8 (numpy's mask type) to bool.
+plan::DType naturalTarget(NpyType type) {
+  if (type.kind == 'f')
+    return plan::F32;
+  if (type.kind == 'b' || (type.kind == 'u' && type.width == 1))
+    return plan::BOOL;
+  return plan::I64;
+}
+
+float halfToFloat(uint16_t half) {
+  uint32_t sign = (half >> 15) & 1, exponent = (half >> 10) & 0x1f,
+           mantissa = half & 0x3ff;
+  float magnitude =
+      exponent == 0    ? std::ldexp(static_cast<float>(mantissa), -24)
+      : exponent == 31 ? (mantissa ? std::numeric_limits<float>::quiet_NaN()
+                                   : std::numeric_limits<float>::infinity())
+                       : std::ldexp(static_cast<float>(mantissa | 0x400),
+                                    static_cast<int>(exponent) - 25);
+  return sign ? -magnitude : magnitude;
+}
+
+/// Element i of `raw` as a double (floats) or an int64 (integers, bool);
+/// `exact` says which one holds it.
+struct Element {
+  double real = 0;
+  int64_t integer = 0;
+  bool exact = true;
+};
+
+Element elementAt(const char *raw, NpyType type, int64_t i) {
+  const char *at = raw + i * type.width;
+  Element e;
+  if (type.kind == 'f') {
+    e.exact = false;
+    if (type.width == 2) {
+      uint16_t h;
+      std::memcpy(&h, at, 2);
+      e.real = halfToFloat(h);
+    } else if (type.width == 4) {
+      float f;
+      std::memcpy(&f, at, 4);
+      e.real = f;
+    } else {
+      std::memcpy(&e.real, at, 8);
+    }
+    return e;
+  }
+  uint64_t bits = 0;
+  std::memcpy(&bits, at, type.width);
+  if (type.kind == 'i' && type.width < 8 &&
+      (bits >> (8 * type.width - 1)) & 1) // sign-extend
+    bits |= ~uint64_t(0) << (8 * type.width);
+  e.integer = static_cast<int64_t>(bits);
+  e.real = type.kind == 'u' ? static_cast<double>(bits)
+                            : static_cast<double>(e.integer);
+  if (type.kind == 'u' && type.width == 8 && e.integer < 0)
+    e.exact = false; // beyond int64: only the float target takes it
+  return e;
+}
+
+/// The bytes of `count` elements of `raw` as `into` asks.
+std::vector<char> convertElements(const char *raw, NpyType type, int64_t count,
+                                  const Conversion &into,
+                                  const std::string &path) {
+  int width = plan::dtypeSize(into.target);
+  std::vector<char> bytes(count * width);
+  bool same =
+      (type.kind == 'f' && type.width == 4 && into.target == plan::F32) ||
+      (type.kind == 'i' && type.width == 8 && into.target == plan::I64) ||
+      (type.kind == 'b' && into.target == plan::BOOL);
+  if (same) {
+    if (!bytes.empty()) // memcpy to an empty vector's null is UB
+      std::memcpy(bytes.data(), raw, bytes.size());
+    return bytes;
+  }
+  bool scaled = type.kind != 'f';
+  for (int64_t i = 0; i < count; ++i) {
+    Element e = elementAt(raw, type, i);
+    char *out = bytes.data() + i * width;
+    if (into.target == plan::F32) {
+      float f = static_cast<float>(scaled ? e.real * into.scale + into.offset
+                                          : e.real);
+      std::memcpy(out, &f, 4);
+    } else if (!e.exact) {
+      throw RuntimeError(path + ": element " + std::to_string(i) + " is " +
+                         (type.kind == 'f' ? "floating point" : "above int64") +
+                         "; an " +
+                         (into.target == plan::I64 ? "int64" : "bool") +
+                         " input takes integer data");
+    } else if (into.target == plan::I64) {
+      std::memcpy(out, &e.integer, 8);
+    } else {
+      *out = e.integer != 0;
+    }
+  }
+  return bytes;
+}
+
+} // namespace
+
+Array parseNpy(const std::string &data, const std::string &path,
+               const Conversion *into) {
   if (data.size() < 10 || data.compare(0, 6, "\x93NUMPY") != 0)
     throw RuntimeError(path + ": not a .npy file");
   int major = static_cast<unsigned char>(data[6]);
@@ -89,22 +219,11 @@ Array parseNpy(const std::string &data, const std::string &path) {
   std::string descr = field("descr");
   descr = descr.substr(descr.find('\'') + 1);
   descr = descr.substr(0, descr.find('\''));
-  // numpy's defaults, float64 and int32, are read as the plan's float32
-  // and int64 (below, once the data is there).
-  int widen = 0; // 1: float64 -> float32, 2: int32 -> int64
-  if (descr == "<f4" || descr == "<f8") {
-    array.dtype = plan::F32;
-    widen = descr == "<f8" ? 1 : 0;
-  } else if (descr == "<i8" || descr == "<i4") {
-    array.dtype = plan::I64;
-    widen = descr == "<i4" ? 2 : 0;
-  } else if (descr == "|b1" || descr == "|u1") {
-    array.dtype = plan::BOOL;
-  } else {
+  std::optional<NpyType> type = npyType(descr);
+  if (!type)
     throw RuntimeError(path + ": .npy dtype '" + descr +
-                       "' is not supported (float32 or float64, int64 or "
-                       "int32, bool)");
-  }
+                       "' is not supported (little-endian float16, float32, "
+                       "float64, int8 to int64, uint8 to uint64, bool)");
   if (field("fortran_order").find("True") < field("fortran_order").find(','))
     throw RuntimeError(path + ": Fortran-order .npy files are not supported");
   std::string shape = field("shape");
@@ -131,35 +250,18 @@ Array parseNpy(const std::string &data, const std::string &path) {
                                 "holds");
     array.shape.push_back(value);
   }
-  int64_t stored = widen == 1   ? 8
-                   : widen == 2 ? 4
-                                : plan::dtypeSize(array.dtype);
   int64_t bytes = 0;
   size_t offset = start + headerLength;
-  if (__builtin_mul_overflow(count, stored, &bytes) ||
+  if (__builtin_mul_overflow(count, type->width, &bytes) ||
       static_cast<uint64_t>(bytes) != data.size() - offset)
     throw RuntimeError(path + ": has " + std::to_string(data.size() - offset) +
                        " bytes of data, its header needs " +
                        std::to_string(count) + " elements of " +
-                       std::to_string(stored) + " bytes");
-  const char *raw = data.data() + offset;
-  array.bytes.resize(count * plan::dtypeSize(array.dtype));
-  if (widen == 1)
-    for (int64_t i = 0; i < count; ++i) {
-      double v;
-      std::memcpy(&v, raw + 8 * i, 8);
-      float f = static_cast<float>(v);
-      std::memcpy(&array.bytes[4 * i], &f, 4);
-    }
-  else if (widen == 2)
-    for (int64_t i = 0; i < count; ++i) {
-      int32_t v;
-      std::memcpy(&v, raw + 4 * i, 4);
-      int64_t w = v;
-      std::memcpy(&array.bytes[8 * i], &w, 8);
-    }
-  else if (!array.bytes.empty()) // memcpy to an empty vector's null is UB
-    std::memcpy(array.bytes.data(), raw, array.bytes.size());
+                       std::to_string(type->width) + " bytes");
+  Conversion natural{naturalTarget(*type)};
+  array.dtype = into ? into->target : natural.target;
+  array.bytes = convertElements(data.data() + offset, *type, count,
+                                into ? *into : natural, path);
   return array;
 }
 
@@ -262,10 +364,10 @@ uint32_t bigEndian(const std::string &data, size_t at) {
 
 } // namespace
 
-Array readArray(const std::string &path) {
+Array readArray(const std::string &path, const Conversion *into) {
   requireRegularFile(path);
   if (endsWith(path, ".npy"))
-    return parseNpy(readFileBytes(path), path);
+    return parseNpy(readFileBytes(path), path, into);
   if (endsWith(path, ".pb"))
     return parseTensorProto(readFileBytes(path), path);
   throw RuntimeError(path + ": unknown file type (use .npy or an ONNX "

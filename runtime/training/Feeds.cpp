@@ -140,7 +140,9 @@ readFeeds(Run &run,
     }
     Array array;
     try {
-      array = readArray(file);
+      Conversion into{run.local().view(it->second).dtype, run.options.feedScale,
+                      run.options.feedOffset};
+      array = readArray(file, &into);
     } catch (const RuntimeError &e) {
       fail(flag + " " + name + "=" + e.what());
     }

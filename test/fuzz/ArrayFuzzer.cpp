@@ -17,8 +17,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   try {
     if (data[0] & 1)
       cdp::runtime::parseTensorProto(bytes, "fuzz.pb");
-    else
+    else if (data[0] & 2)
       cdp::runtime::parseNpy(bytes, "fuzz.npy");
+    else {
+      // Into each of a feed's targets, as cdp-run converts them.
+      cdp::runtime::Conversion into{data[0] & 4   ? cdp::plan::F32
+                                    : data[0] & 8 ? cdp::plan::I64
+                                                  : cdp::plan::BOOL,
+                                    1.0 / 255, -0.5};
+      cdp::runtime::parseNpy(bytes, "fuzz.npy", &into);
+    }
   } catch (const cdp::runtime::RuntimeError &) {
   }
   return 0;

@@ -14,6 +14,7 @@
 #include "cdp/Runtime/TrainingRun.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -56,6 +57,15 @@ int64_t parseCount(const std::string &flag, const std::string &text,
   return value;
 }
 
+double parseReal(const std::string &flag, const std::string &text) {
+  char *end = nullptr;
+  errno = 0;
+  double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end || errno || !std::isfinite(value))
+    die(flag + " must be a finite number, got '" + text + "'");
+  return value;
+}
+
 /// NAME=FILE of --feed and --eval-feed.
 std::pair<std::string, std::string> nameAndFile(const char *flag,
                                                 const std::string &v) {
@@ -81,6 +91,19 @@ RunOptions parseArguments(int argc, char **argv) {
        "classifier, the test accuracy over it, in full batches",
        [&](const std::string &v) {
          o.evalFeeds.push_back(nameAndFile("--eval-feed", v));
+       }},
+      {"--feed-scale", "X",
+       "Integer or bool .npy data fed to a float32 input is multiplied by X "
+       "(1/255 = 0.00392156862745098 turns image bytes into [0, 1], as "
+       "torchvision's ToTensor; default 1)",
+       [&](const std::string &v) {
+         o.feedScale = parseReal("--feed-scale", v);
+       }},
+      {"--feed-offset", "Y",
+       "Added to integer or bool .npy data fed to a float32 input, after "
+       "--feed-scale (default 0); float data is fed as it is",
+       [&](const std::string &v) {
+         o.feedOffset = parseReal("--feed-offset", v);
        }},
       {"--data", "DIR|fashion-mnist",
        "Train on an IDX data set (train-/t10k- images and labels, .gz read "

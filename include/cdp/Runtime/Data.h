@@ -22,13 +22,25 @@ struct Array {
 /// end). Throws RuntimeError naming the file.
 std::string readFileBytes(const std::string &path);
 
-/// Reads `.npy` (float32, int64, bool; C order) or an ONNX TensorProto
-/// `.pb`, by extension. Throws RuntimeError naming the file.
-Array readArray(const std::string &path);
+/// How a `.npy` file's elements become an input's: integers and bool
+/// become float32 (times `scale`, plus `offset`: 1/255 for image bytes),
+/// int64 or bool (non-zero is true); floats become float32 and refuse the
+/// integer and bool targets.
+struct Conversion {
+  plan::DType target = plan::F32;
+  double scale = 1, offset = 0;
+};
+
+/// Reads `.npy` (C order; little-endian float16/32/64, int8 to int64,
+/// uint8 to uint64, bool) or an ONNX TensorProto `.pb`, by extension.
+/// Without `into`, floats become float32, integers int64, and bool and
+/// uint8 bool. Throws RuntimeError naming the file.
+Array readArray(const std::string &path, const Conversion *into = nullptr);
 
 /// The same from a file's bytes (`what` names it in errors): what the
 /// fuzz targets call.
-Array parseNpy(const std::string &bytes, const std::string &what);
+Array parseNpy(const std::string &bytes, const std::string &what,
+               const Conversion *into = nullptr);
 Array parseTensorProto(const std::string &bytes, const std::string &what);
 
 /// Writes a `.npy` file.

@@ -40,6 +40,9 @@ struct RunOptions {
   uint64_t seed = 0;
   bool eval = false;
   bool allowNonfinite = false; ///< train on fed NaN or infinities
+  /// Integer and bool .npy data fed to a float32 input: value * feedScale
+  /// + feedOffset (--feed-scale, --feed-offset).
+  double feedScale = 1, feedOffset = 0;
   int threads = 0;
   int64_t commTimeout = 300; ///< seconds a device waits for a message
   std::string metrics, dumpParams, dumpGrads, saveOutputs, saveOnnx,
