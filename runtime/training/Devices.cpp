@@ -186,6 +186,7 @@ struct DeviceThreads {
   std::atomic<int64_t> &progress;
   StepRendezvous &rendezvous;
   CheckpointCuts &cuts;
+  StopPoint &stop;
   int64_t start; ///< the first step (--resume's)
 };
 } // namespace
@@ -258,7 +259,9 @@ static void runDevice(Run &run, int d, DeviceThreads &shared) {
   if (shared.start > 0)
     runPart(shared.start - 1, shared.cuts.at(shared.start, d), size);
   for (int64_t t = shared.start; t < run.total; ++t) {
-    if (!checkpointDue(run, t + 1)) {
+    bool stop = !options.checkpoint.empty() && t + 1 < run.total &&
+                shared.stop.checkpointBefore(t + 1);
+    if (!checkpointDue(run, t + 1) && !stop) {
       runPart(t, 0, size);
       continue;
     }
@@ -268,6 +271,8 @@ static void runDevice(Run &run, int d, DeviceThreads &shared) {
       saveCheckpoint(options.checkpoint, run.checkpointScope(), run.identity,
                      t + 1);
     });
+    if (stop) // the rest of step t is the checkpoint's in-flight work
+      return;
     runPart(t, cut, size);
   }
   ex.flush(run.total, &loader);
@@ -329,7 +334,9 @@ void runDevices(Run &run, int64_t start) {
   StepRendezvous rendezvous(owned, *run.fabric);
   CheckpointCuts cuts(run.plan);
   StepLog log(run, start, plan::traitsOf(run.plan).pipelined ? 1 : N);
-  DeviceThreads shared{orders, losses, log, progress, rendezvous, cuts, start};
+  StopPoint stop;
+  DeviceThreads shared{orders,     losses, log,  progress,
+                       rendezvous, cuts,   stop, start};
   std::vector<std::thread> threads;
   // The system may refuse a thread (more devices than it allows): the
   // devices already started are stopped and joined before the error goes
@@ -388,6 +395,11 @@ void runDevices(Run &run, int64_t start) {
     std::fprintf(stderr, "\n");
   if (!firstError.empty())
     fail(firstError);
+  if (stop.at() >= 0) {
+    run.stoppedAt = stop.at();
+    std::printf("%s\n", stopLine(run, stop.at()).c_str());
+    return;
+  }
   double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
           .count();

@@ -17,6 +17,7 @@
 #include "cdp/Runtime/ReportSvg.h"
 #include "cdp/Runtime/TrainingRun.h"
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -37,6 +38,20 @@ namespace cdp::runtime::training {
 
 /// One run of a plan: its devices, the data bound to its inputs, the step
 /// counts and what records the run.
+/// Where SIGTERM or SIGINT stops a run of several devices: at the
+/// checkpoint before step `at()`. Each device asks before step t whether
+/// the checkpoint before t + 1 is it (StopSignal.cpp).
+class StopPoint {
+public:
+  bool checkpointBefore(int64_t next);
+  /// The step of the stop's checkpoint, or -1 while none is asked for.
+  int64_t at() const { return stopAt; }
+
+private:
+  static constexpr int64_t kNone = -1;
+  std::atomic<int64_t> highest{0}, stopAt{kNone};
+};
+
 struct Run {
   Run(const RunOptions &options,
       std::function<void(const std::string &)> abortAll)
@@ -82,6 +97,9 @@ struct Run {
   /// --dump-grads and --save-outputs written (before a final evaluation,
   /// which reuses their buffers).
   bool stepOutputsWritten = false;
+  /// SIGTERM or SIGINT stopped the run at the checkpoint before this step
+  /// (-1: it ran to the end); its outputs are not written.
+  int64_t stoppedAt = -1;
   /// An inference plan run batch by batch: its outputs with a batch axis,
   /// one row per fed sample (by tensor id).
   std::map<int, Array> gatheredOutputs;
@@ -157,6 +175,14 @@ void runSingleDevice(Run &run, int64_t step);
 
 // Devices.cpp
 bool checkpointDue(const Run &run, int64_t next);
+
+/// With --checkpoint in one process: SIGTERM and SIGINT ask the run to stop
+/// at the next step boundary (a second one ends it at once).
+void installStopSignals();
+/// The signal that asked for a stop, or 0.
+int stopSignal();
+/// The line a stopped run ends with: where its checkpoint is.
+std::string stopLine(const Run &run, int64_t step);
 void runDevices(Run &run, int64_t start);
 
 // Inference.cpp

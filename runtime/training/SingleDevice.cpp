@@ -134,9 +134,18 @@ void runSingleDevice(Run &run, int64_t step) {
           "\repoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f samples/s   ",
           (long long)epoch + 1, (long long)run.epochs, (long long)s + 1,
           (long long)run.stepsPerEpoch, loss, rate);
-    if (checkpointDue(run, step + 1))
+    bool stop = !options.checkpoint.empty() && stopSignal() != 0 &&
+                step + 1 < run.total;
+    if (checkpointDue(run, step + 1) || stop)
       saveCheckpoint(options.checkpoint, run.checkpointScope(), run.identity,
                      step + 1);
+    if (stop) {
+      run.stoppedAt = step + 1;
+      if (run.terminal)
+        std::fprintf(stderr, "\n");
+      std::printf("%s\n", stopLine(run, step + 1).c_str());
+      return;
+    }
     if (last && !options.data.empty()) {
       double elapsed = std::chrono::duration<double>(
                            std::chrono::steady_clock::now() - started)

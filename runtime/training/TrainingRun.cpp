@@ -39,6 +39,8 @@ void train(Run &run) {
   }
   if (!run.options.metrics.empty() && run.root())
     run.metrics.open(run.options.metrics, step);
+  if (!run.options.checkpoint.empty() && !run.mpi)
+    installStopSignals();
   if (run.multiDevice)
     runDevices(run, step);
   else
@@ -79,7 +81,7 @@ void TrainingRun::execute() {
     train(*run);
   else
     runInference(*run);
-  if (run->root())
+  if (run->root() && run->stoppedAt < 0)
     writeOutputs(*run);
 }
 

@@ -184,7 +184,9 @@ RunOptions parseArguments(int argc, char **argv) {
        "micro-batches in flight to DIR (at the end, or every "
        "--checkpoint-every steps): one shard per process and manifest.bin, "
        "so that a crash keeps the previous checkpoint whole; one run at a "
-       "time per folder (DIR/.lock)",
+       "time per folder (DIR/.lock). SIGTERM or SIGINT (Ctrl-C) then stops "
+       "the run at the next step boundary with a checkpoint there and exit "
+       "status 0 (in one process; under mpirun they end it)",
        [&](const std::string &v) { o.checkpoint = v; }},
       {"--checkpoint-every", "N",
        "Checkpoint every N steps (default: at the end)",
