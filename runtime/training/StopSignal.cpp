@@ -12,13 +12,16 @@
 
 #include "Run.h"
 
+#include <atomic>
 #include <csignal>
 
 namespace cdp::runtime::training {
 
 namespace {
 
-volatile std::sig_atomic_t requestedBy = 0;
+// Lock-free, so a signal handler may store to it, and threads read it.
+std::atomic<int> requestedBy{0};
+static_assert(std::atomic<int>::is_always_lock_free);
 
 extern "C" void requestStop(int signal) {
   requestedBy = signal;
