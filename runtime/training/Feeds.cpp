@@ -15,9 +15,11 @@
 namespace cdp::runtime::training {
 
 /// Copies slot rows of `source` into the input tensor: along the batch axis,
-/// entry j of the slot is source entry (first + j) modulo its length.
+/// entry j of the slot is source entry (first + j) modulo its length (of
+/// `order`, --data's epoch; with `shuffled`, --shuffle's of row first + j).
 void copyRows(const Array &source, const TensorView &target, int64_t batchAxis,
-              int64_t first, const std::vector<int64_t> *order) {
+              int64_t first, const std::vector<int64_t> *order,
+              EpochOrders *shuffled) {
   int64_t width = plan::dtypeSize(target.dtype);
   if (batchAxis < 0) {
     if (target.numel() > 0) // an empty tensor's data may be null
@@ -34,10 +36,13 @@ void copyRows(const Array &source, const TensorView &target, int64_t batchAxis,
   // A large micro-batch is copied by every thread of the process: on a GPU
   // the copy into the staging memory is on the step's critical path.
   bool large = outer * rows * inner * width > (int64_t(1) << 20);
+  std::vector<int64_t> picked;
+  if (shuffled)
+    picked = shuffled->samples(first, rows);
 #pragma omp parallel for collapse(2) if (large)
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t j = 0; j < rows; ++j) {
-      int64_t entry = (first + j) % length;
+      int64_t entry = shuffled ? picked[j] : (first + j) % length;
       if (order)
         entry = (*order)[entry];
       std::memcpy(static_cast<char *>(target.data) +
@@ -78,9 +83,9 @@ static void checkFeed(const std::string &flag, const std::string &name,
 /// Fills input `id` with the rows `copy` writes, staged into the device.
 void stageRows(Executor &executor, int id, const Array &source,
                int64_t batchAxis, int64_t first,
-               const std::vector<int64_t> *order) {
+               const std::vector<int64_t> *order, EpochOrders *shuffled) {
   executor.stageInWhole(id, [&](const TensorView &host) {
-    copyRows(source, host, batchAxis, first, order);
+    copyRows(source, host, batchAxis, first, order, shuffled);
   });
 }
 
@@ -193,7 +198,9 @@ void bindFeeds(Run &run) {
   run.feeds = readFeeds(run, run.options.feeds, "--feed");
   if (run.plan.inference())
     return; // inference checks its own feeds (runInference)
-  feedSamples(run, run.feeds, "--feed");
+  auto [samples, batch] = feedSamples(run, run.feeds, "--feed");
+  if (run.options.shuffle && samples > 0)
+    run.feedOrder = std::make_unique<EpochOrders>(run.options.seed, samples);
 }
 
 /// --eval-feed's arrays: the same number of samples along every input's

@@ -15,6 +15,7 @@
 #include "cdp/Runtime/MetricsLog.h"
 #include "cdp/Runtime/Report.h"
 #include "cdp/Runtime/ReportSvg.h"
+#include "cdp/Runtime/Shuffle.h"
 #include "cdp/Runtime/TrainingRun.h"
 
 #include <atomic>
@@ -83,6 +84,8 @@ struct Run {
   std::optional<runtime::ReportCurves> comparison;
   std::unique_ptr<TraceRecorder> trace;
   std::map<int, Array> feeds;
+  /// --shuffle: each epoch of the feeds in NumPy's order (null: in order).
+  std::unique_ptr<EpochOrders> feedOrder;
   std::map<int, Array> evalFeeds; ///< --eval-feed, by input id
   int64_t evalSamples = 0;
   Dataset train, test;
@@ -144,10 +147,12 @@ RunIdentity runIdentity(const Run &run);
 
 // Feeds.cpp
 void copyRows(const Array &source, const TensorView &target, int64_t batchAxis,
-              int64_t first, const std::vector<int64_t> *order = nullptr);
+              int64_t first, const std::vector<int64_t> *order = nullptr,
+              EpochOrders *shuffled = nullptr);
 void stageRows(Executor &executor, int id, const Array &source,
                int64_t batchAxis, int64_t first,
-               const std::vector<int64_t> *order = nullptr);
+               const std::vector<int64_t> *order = nullptr,
+               EpochOrders *shuffled = nullptr);
 std::vector<int64_t> shuffledOrder(uint64_t seed, int64_t epoch, int64_t n);
 std::string nonFiniteName(float value);
 std::pair<int64_t, int64_t> feedSamples(const Run &run,

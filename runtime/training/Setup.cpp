@@ -129,6 +129,9 @@ static void checkMeaningfulFlags(const RunOptions &options,
   if (options.allowNonfinite && options.feeds.empty())
     fail("--allow-nonfinite applies to --feed data (a data set's pixels are "
          "always finite)");
+  if (options.shuffle && options.feeds.empty())
+    fail("--shuffle applies to --feed data (--data is shuffled every epoch "
+         "already)");
 }
 
 /// --backend overrides the plan's devices' backend; --allow-tf32 and
@@ -390,6 +393,8 @@ RunIdentity runIdentity(const Run &run) {
                      std::string("--feed ") + name + "=" + file;
     identity.files.push_back(fingerprintFile(file));
   }
+  if (run.options.shuffle && !run.options.feeds.empty())
+    identity.data += " --shuffle"; // another order: another run
   return identity;
 }
 

@@ -105,6 +105,12 @@ RunOptions parseArguments(int argc, char **argv) {
        [&](const std::string &v) {
          o.feedOffset = parseReal("--feed-offset", v);
        }},
+      {"--shuffle", nullptr,
+       "Feed each epoch of --feed's samples in a new order: epoch e (every "
+       "n samples along the batch axes) in the order "
+       "numpy.random.default_rng(seed + e).permutation(n) gives, the same "
+       "for every feed (--seed S; default: in file order)",
+       [&](const std::string &) { o.shuffle = true; }},
       {"--data", "DIR|fashion-mnist",
        "Train on an IDX data set (train-/t10k- images and labels, .gz read "
        "directly); fashion-mnist is /usr/share/datasets/fashion-mnist",

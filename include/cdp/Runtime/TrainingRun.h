@@ -43,6 +43,9 @@ struct RunOptions {
   /// Integer and bool .npy data fed to a float32 input: value * feedScale
   /// + feedOffset (--feed-scale, --feed-offset).
   double feedScale = 1, feedOffset = 0;
+  /// --shuffle: epoch e of --feed in the order of NumPy's
+  /// default_rng(seed + e).permutation(n).
+  bool shuffle = false;
   int threads = 0;
   int64_t commTimeout = 300; ///< seconds a device waits for a message
   std::string metrics, dumpParams, dumpGrads, saveOutputs, saveOnnx,
