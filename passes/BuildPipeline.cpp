@@ -30,9 +30,13 @@ struct BuildPipelinePass
   void runOnOperation() override {
     ModuleOp module = getOperation();
     std::optional<Strategy> kind = parseStrategy(strategy.getValue());
-    if (!kind || !traitsOf(*kind).replicable) {
-      module.emitError("pipeline strategy must be gpipe, 1f1b or 2bw, got '")
-          << strategy << "'";
+    // The strategies whose stage orders this timeline knows (the others'
+    // orders come from their schedule tables: cdp-schedule-pipeline).
+    if (!kind || !traitsOf(*kind).ordersStages) {
+      module.emitError("pipeline strategy must be ")
+          << strategyNames(
+                 [](const StrategyTraits &t) { return t.ordersStages; }, " or ")
+          << ", got '" << strategy << "'";
       return signalPassFailure();
     }
     bool stale = traitsOf(*kind).weightVersions == 2;

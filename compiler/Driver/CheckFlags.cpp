@@ -127,9 +127,11 @@ static void checkStrategyFlags(Settings &settings) {
           deviceMemory + "'");
     settings.deviceMemoryBytes = bytes;
     if (!settings.pipelined())
-      die("--device-memory applies to the pipelines (gpipe, 1f1b, 2bw, "
-          "cdp-mp), not --strategy " +
-          strategy);
+      die("--device-memory applies to the pipelines (" +
+          cdp::strategyNames([](const cdp::StrategyTraits &t) {
+            return t.pipelined && t.stagesPerDevice == 1;
+          }) +
+          "), not --strategy " + strategy);
     if (!stageBoundaries.empty())
       die("--device-memory cuts the stages itself; drop --stage-boundaries");
     if (settings.stagesPerDevice != 1)
@@ -499,7 +501,10 @@ static void checkMeaningfulFlags(Settings &settings) {
       refuse(*flag, "--optimizer adam and adamw, not " + optimizer);
   if (given(hardwarePath) && !traits.pipelined)
     refuse(hardwarePath,
-           "the pipelines (gpipe, 1f1b, 2bw, cdp-mp), not " + strategy);
+           "the pipelines (" +
+               cdp::strategyNames(
+                   [](const cdp::StrategyTraits &t) { return t.pipelined; }) +
+               "), not " + strategy);
   if (given(globalBatch) && planMode != "auto")
     refuse(globalBatch, "--plan auto");
   if (given(reportSteps) && reportPath.empty() && emit != "sched-mlir")

@@ -83,17 +83,19 @@ cl::opt<std::string> schedulePath(
     cl::value_desc("FILE.csv"), cl::cat(category));
 cl::opt<std::string> devices("devices",
                              cl::desc("Devices N: dp and cdp run one "
-                                      "micro-batch each per step; gpipe, 1f1b "
-                                      "and 2bw one stage each (N = stages x "
-                                      "replicas); cdp-mp derives it from N "
-                                      "and L (docs/strategies/cdp-mp.md)"),
+                                      "micro-batch each per step; the "
+                                      "pipelines one stage each (N = stages x "
+                                      "replicas; interleaved-1f1b and zb-v "
+                                      "run several a device); cdp-mp derives "
+                                      "it from N and L "
+                                      "(docs/strategies/cdp-mp.md)"),
                              cl::value_desc("N"), cl::init("1"),
                              cl::cat(category));
 cl::opt<std::string>
     stages("stages",
            cl::desc("Stages L: granularity of reductions (dp), the time-step "
-                    "model's L (cdp), the pipeline's depth (gpipe, 1f1b, 2bw, "
-                    "cdp-mp); default min(4, ops with parameters)"),
+                    "model's L (cdp), the pipeline's depth (the pipelines); "
+                    "default min(4, ops with parameters)"),
            cl::value_desc("L"), cl::init("0"), cl::cat(category));
 cl::opt<std::string> stageBoundaries(
     "stage-boundaries",
@@ -115,18 +117,26 @@ cl::opt<std::string> globalBatch(
     cl::desc("With --plan auto: samples per step over all micro-batches and "
              "replicas"),
     cl::value_desc("G"), cl::cat(category));
-cl::opt<std::string> replicas(
-    "replicas",
-    cl::desc("Pipelines (gpipe, 1f1b, 2bw, interleaved-1f1b, zb-h1): "
-             "data-parallel copies of the pipeline, each running "
-             "--micro-batches a step; stage gradients are summed over them "
-             "before every update (devices = stages x replicas, "
-             "interleaved-1f1b: devices per replica x replicas; default 1)"),
-    cl::value_desc("R"), cl::init("1"), cl::cat(category));
+/// --replicas' help: the strategies that take it, from the registry.
+static const std::string &replicasHelp() {
+  static const std::string help =
+      "Pipelines (" + cdp::strategyNames([](const cdp::StrategyTraits &t) {
+        return t.replicable;
+      }) +
+      "): data-parallel copies of the pipeline, each running "
+      "--micro-batches a step; stage gradients are summed over them before "
+      "every update (devices = devices per replica x replicas; default 1)";
+  return help;
+}
+
+cl::opt<std::string> replicas("replicas", cl::desc(replicasHelp()),
+                              cl::value_desc("R"), cl::init("1"),
+                              cl::cat(category));
 cl::opt<std::string> deviceMemory(
     "device-memory",
-    cl::desc("Per-device memory cap in bytes for gpipe, 1f1b, 2bw and "
-             "cdp-mp: stages are cut so that each fits (weights x versions, "
+    cl::desc("Per-device memory cap in bytes for the pipelines that run "
+             "one stage per device: stages are cut so that each fits (weights "
+             "x versions, "
              "gradients, optimizer state, stashed activations), balancing "
              "cost among the partitions that do; the plan is then held to "
              "the cap: what each device allocates and its live peak"),
