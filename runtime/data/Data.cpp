@@ -1,6 +1,7 @@
 //===- Data.cpp - reading and writing tensors and data sets ---------------===//
 
 #include "cdp/Runtime/Data.h"
+#include "Npy.h"
 
 #include "cdp/Plan/Checked.h"
 
@@ -11,14 +12,17 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <fcntl.h>
 #include <fstream>
 #include <limits>
 #include <optional>
 #include <sstream>
 #include <sys/stat.h>
+#include <unistd.h>
 
 namespace cdp::runtime {
 
@@ -27,6 +31,16 @@ int64_t Array::numel() const {
   for (int64_t d : shape)
     n *= d;
   return n;
+}
+
+void Array::readElements(int64_t first, int64_t count, char *out) const {
+  if (source) {
+    source->read(first, count, out);
+    return;
+  }
+  int64_t width = plan::dtypeSize(dtype);
+  if (count > 0) // an empty array's data may be null
+    std::memcpy(out, bytes.data() + first * width, count * width);
 }
 
 std::string readFileBytes(const std::string &path) {
@@ -56,212 +70,18 @@ bool endsWith(const std::string &text, const std::string &suffix) {
 
 } // namespace
 
-namespace {
-
-/// A .npy element type: 'f' float, 'i' signed, 'u' unsigned integer, 'b'
-/// bool, and its bytes.
-struct NpyType {
-  char kind;
-  int width;
-};
-
-/// The element type `descr` spells, little-endian or byte-wide; nothing
-/// for what cdp does not read.
-std::optional<NpyType> npyType(const std::string &descr) {
-  if (descr.size() < 3 || (descr[0] != '<' && descr[0] != '|'))
-    return std::nullopt;
-  char kind = descr[1];
-  int width = descr[2] - '0';
-  if (descr.size() != 3 ||
-      (width != 1 && width != 2 && width != 4 && width != 8))
-    return std::nullopt;
-  bool known = (kind == 'f' && width >= 2) || kind == 'i' || kind == 'u' ||
-               (kind == 'b' && width == 1);
-  if (!known || (width == 1) != (descr[0] == '|'))
-    return std::nullopt;
-  return NpyType{kind, width};
-}
-
-/// Where an element type goes without a conversion: floats to float32,
-/// integers to int64, bool and uint8 (numpy's mask type) to bool.
-plan::DType naturalTarget(NpyType type) {
-  if (type.kind == 'f')
-    return plan::F32;
-  if (type.kind == 'b' || (type.kind == 'u' && type.width == 1))
-    return plan::BOOL;
-  return plan::I64;
-}
-
-float halfToFloat(uint16_t half) {
-  uint32_t sign = (half >> 15) & 1, exponent = (half >> 10) & 0x1f,
-           mantissa = half & 0x3ff;
-  float magnitude =
-      exponent == 0    ? std::ldexp(static_cast<float>(mantissa), -24)
-      : exponent == 31 ? (mantissa ? std::numeric_limits<float>::quiet_NaN()
-                                   : std::numeric_limits<float>::infinity())
-                       : std::ldexp(static_cast<float>(mantissa | 0x400),
-                                    static_cast<int>(exponent) - 25);
-  return sign ? -magnitude : magnitude;
-}
-
-/// Element i of `raw` as a double (floats) or an int64 (integers, bool);
-/// `exact` says which one holds it.
-struct Element {
-  double real = 0;
-  int64_t integer = 0;
-  bool exact = true;
-};
-
-Element elementAt(const char *raw, NpyType type, int64_t i) {
-  const char *at = raw + i * type.width;
-  Element e;
-  if (type.kind == 'f') {
-    e.exact = false;
-    if (type.width == 2) {
-      uint16_t h;
-      std::memcpy(&h, at, 2);
-      e.real = halfToFloat(h);
-    } else if (type.width == 4) {
-      float f;
-      std::memcpy(&f, at, 4);
-      e.real = f;
-    } else {
-      std::memcpy(&e.real, at, 8);
-    }
-    return e;
-  }
-  uint64_t bits = 0;
-  std::memcpy(&bits, at, type.width);
-  if (type.kind == 'i' && type.width < 8 &&
-      (bits >> (8 * type.width - 1)) & 1) // sign-extend
-    bits |= ~uint64_t(0) << (8 * type.width);
-  e.integer = static_cast<int64_t>(bits);
-  e.real = type.kind == 'u' ? static_cast<double>(bits)
-                            : static_cast<double>(e.integer);
-  if (type.kind == 'u' && type.width == 8 && e.integer < 0)
-    e.exact = false; // beyond int64: only the float target takes it
-  return e;
-}
-
-/// The bytes of `count` elements of `raw` as `into` asks.
-std::vector<char> convertElements(const char *raw, NpyType type, int64_t count,
-                                  const Conversion &into,
-                                  const std::string &path) {
-  int width = plan::dtypeSize(into.target);
-  std::vector<char> bytes(count * width);
-  bool same =
-      (type.kind == 'f' && type.width == 4 && into.target == plan::F32) ||
-      (type.kind == 'i' && type.width == 8 && into.target == plan::I64) ||
-      (type.kind == 'b' && into.target == plan::BOOL);
-  if (same) {
-    if (!bytes.empty()) // memcpy to an empty vector's null is UB
-      std::memcpy(bytes.data(), raw, bytes.size());
-    return bytes;
-  }
-  bool scaled = type.kind != 'f';
-  for (int64_t i = 0; i < count; ++i) {
-    Element e = elementAt(raw, type, i);
-    char *out = bytes.data() + i * width;
-    if (into.target == plan::F32) {
-      float f = static_cast<float>(scaled ? e.real * into.scale + into.offset
-                                          : e.real);
-      std::memcpy(out, &f, 4);
-    } else if (!e.exact) {
-      throw RuntimeError(path + ": element " + std::to_string(i) + " is " +
-                         (type.kind == 'f' ? "floating point" : "above int64") +
-                         "; an " +
-                         (into.target == plan::I64 ? "int64" : "bool") +
-                         " input takes integer data");
-    } else if (into.target == plan::I64) {
-      std::memcpy(out, &e.integer, 8);
-    } else {
-      *out = e.integer != 0;
-    }
-  }
-  return bytes;
-}
-
-} // namespace
-
 Array parseNpy(const std::string &data, const std::string &path,
                const Conversion *into) {
-  if (data.size() < 10 || data.compare(0, 6, "\x93NUMPY") != 0)
-    throw RuntimeError(path + ": not a .npy file");
-  int major = static_cast<unsigned char>(data[6]);
-  if (major < 1 || major > 3)
-    throw RuntimeError(path + ": .npy format version " + std::to_string(major) +
-                       " is not one numpy writes (1, 2 or 3)");
-  size_t headerLength, start;
-  if (major == 1) {
-    headerLength = static_cast<unsigned char>(data[8]) |
-                   (static_cast<unsigned char>(data[9]) << 8);
-    start = 10;
-  } else {
-    if (data.size() < 12)
-      throw RuntimeError(path + ": truncated .npy header");
-    headerLength = 0;
-    for (int i = 0; i < 4; ++i)
-      headerLength |=
-          static_cast<size_t>(static_cast<unsigned char>(data[8 + i]))
-          << (8 * i);
-    start = 12;
-  }
-  if (start + headerLength > data.size())
-    throw RuntimeError(path + ": truncated .npy header");
-  std::string header = data.substr(start, headerLength);
+  uint64_t end = npy::headerEnd(data, data.size(), path);
+  npy::Header header = npy::parseHeader(data.substr(0, end), data.size(), path);
+  Conversion natural{npy::naturalTarget(header.type)};
+  const Conversion &conversion = into ? *into : natural;
   Array array;
-  auto field = [&](const std::string &key) {
-    size_t at = header.find("'" + key + "'");
-    if (at == std::string::npos)
-      throw RuntimeError(path + ": .npy header lacks '" + key + "'");
-    return header.substr(header.find(':', at) + 1);
-  };
-  std::string descr = field("descr");
-  descr = descr.substr(descr.find('\'') + 1);
-  descr = descr.substr(0, descr.find('\''));
-  std::optional<NpyType> type = npyType(descr);
-  if (!type)
-    throw RuntimeError(path + ": .npy dtype '" + descr +
-                       "' is not supported (little-endian float16, float32, "
-                       "float64, int8 to int64, uint8 to uint64, bool)");
-  if (field("fortran_order").find("True") < field("fortran_order").find(','))
-    throw RuntimeError(path + ": Fortran-order .npy files are not supported");
-  std::string shape = field("shape");
-  shape =
-      shape.substr(shape.find('(') + 1, shape.find(')') - shape.find('(') - 1);
-  std::stringstream dims(shape);
-  std::string dim;
-  int64_t count = 1;
-  while (std::getline(dims, dim, ',')) {
-    size_t first = dim.find_first_not_of(" "), last = dim.find_last_not_of(" ");
-    if (first == std::string::npos)
-      continue;
-    dim = dim.substr(first, last - first + 1);
-    int64_t value = -1;
-    auto [end, error] =
-        std::from_chars(dim.data(), dim.data() + dim.size(), value);
-    if (error != std::errc() || end != dim.data() + dim.size() || value < 0) {
-      dim.erase(std::remove(dim.begin(), dim.end(), '\''), dim.end());
-      throw RuntimeError(path + ": .npy dimension '" + dim +
-                         "' is not a non-negative integer");
-    }
-    if (__builtin_mul_overflow(count, value, &count))
-      throw RuntimeError(path + ": .npy shape has more elements than int64 "
-                                "holds");
-    array.shape.push_back(value);
-  }
-  int64_t bytes = 0;
-  size_t offset = start + headerLength;
-  if (__builtin_mul_overflow(count, type->width, &bytes) ||
-      static_cast<uint64_t>(bytes) != data.size() - offset)
-    throw RuntimeError(path + ": has " + std::to_string(data.size() - offset) +
-                       " bytes of data, its header needs " +
-                       std::to_string(count) + " elements of " +
-                       std::to_string(type->width) + " bytes");
-  Conversion natural{naturalTarget(*type)};
-  array.dtype = into ? into->target : natural.target;
-  array.bytes = convertElements(data.data() + offset, *type, count,
-                                into ? *into : natural, path);
+  array.shape = header.shape;
+  array.dtype = conversion.target;
+  array.bytes.resize(header.count * plan::dtypeSize(array.dtype));
+  npy::convert(data.data() + header.dataOffset, header.type, header.count,
+               conversion, 0, array.bytes.data(), path);
   return array;
 }
 
@@ -363,6 +183,106 @@ uint32_t bigEndian(const std::string &data, size_t at) {
 }
 
 } // namespace
+
+namespace {
+
+/// Reads `size` bytes at `offset` of `fd` whole (pread may return less).
+void readAt(int fd, uint64_t offset, size_t size, char *out,
+            const std::string &path) {
+  while (size > 0) {
+    ssize_t got = ::pread(fd, out, size, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got <= 0)
+      throw RuntimeError(
+          path + ": " +
+          (got < 0 ? std::string("cannot read: ") + std::strerror(errno)
+                   : std::string("the file got shorter while "
+                                 "it was read")));
+    out += got;
+    size -= got;
+    offset += got;
+  }
+}
+
+/// A .npy file's elements, read with pread as they are asked for and
+/// converted into a buffer of the calling thread's own.
+class NpyStream : public ArraySource {
+public:
+  NpyStream(int fd, npy::Header header, Conversion into, std::string path)
+      : fd(fd), header(std::move(header)), into(into), path(std::move(path)) {}
+  ~NpyStream() override { ::close(fd); }
+  void read(int64_t first, int64_t count, char *out) const override {
+    uint64_t at = header.dataOffset + first * header.type.width;
+    size_t bytes = count * header.type.width;
+    if (npy::sameBytes(header.type, into.target)) {
+      readAt(fd, at, bytes, out, path);
+      return;
+    }
+    thread_local std::vector<char> raw;
+    raw.resize(bytes);
+    readAt(fd, at, bytes, raw.data(), path);
+    npy::convert(raw.data(), header.type, count, into, first, out, path);
+  }
+
+private:
+  int fd;
+  npy::Header header;
+  Conversion into;
+  std::string path;
+};
+
+/// Reads every element once, in chunks (what a conversion may refuse is
+/// found before training, not in the middle of it).
+void readThrough(const Array &array) {
+  constexpr int64_t kChunk = int64_t(1) << 20;
+  std::vector<char> buffer(kChunk * plan::dtypeSize(array.dtype));
+  for (int64_t first = 0, n = array.numel(); first < n; first += kChunk)
+    array.readElements(first, std::min(kChunk, n - first), buffer.data());
+}
+
+} // namespace
+
+Array readFeedArray(const std::string &path, const Conversion &into) {
+  if (!endsWith(path, ".npy"))
+    return readArray(path, &into);
+  requireRegularFile(path);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    throw RuntimeError(path + ": cannot open: " + std::strerror(errno));
+  struct stat info;
+  if (::fstat(fd, &info) != 0) {
+    ::close(fd);
+    throw RuntimeError(path + ": cannot read: " + std::strerror(errno));
+  }
+  uint64_t size = info.st_size;
+  npy::Header header;
+  try {
+    std::string start(std::min<uint64_t>(size, 12), '\0');
+    readAt(fd, 0, start.size(), start.data(), path);
+    std::string prefix(npy::headerEnd(start, size, path), '\0');
+    readAt(fd, 0, prefix.size(), prefix.data(), path);
+    header = npy::parseHeader(prefix, size, path);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  Array array;
+  array.dtype = into.target;
+  array.shape = header.shape;
+  bool exact = header.type.kind != 'f' &&
+               !(header.type.kind == 'u' && header.type.width == 8);
+  auto source = std::make_shared<NpyStream>(fd, header, into, path);
+  array.source = source;
+  if (into.target != plan::F32 && header.type.kind == 'f' && array.numel())
+    throw RuntimeError(
+        path + ": element 0 is floating point; an " +
+        std::string(into.target == plan::I64 ? "int64" : "bool") +
+        " input takes integer data");
+  if (into.target != plan::F32 && !exact)
+    readThrough(array); // uint64 beyond int64 is refused on the way
+  return array;
+}
 
 Array readArray(const std::string &path, const Conversion *into) {
   requireRegularFile(path);

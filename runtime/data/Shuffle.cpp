@@ -10,6 +10,7 @@
 #include "cdp/Runtime/Shuffle.h"
 
 #include <array>
+#include <iterator>
 #include <numeric>
 
 namespace cdp::runtime {
@@ -124,13 +125,23 @@ uint64_t randomInterval(Pcg64 &rng, uint64_t max) {
 
 } // namespace
 
-std::vector<int64_t> numpyPermutation(uint64_t seed, int64_t n) {
-  std::vector<int64_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
+namespace {
+
+/// The permutation in indices of type T (uint32_t halves the memory of an
+/// epoch's order below 2^32 samples).
+template <typename T> std::vector<T> permutation(uint64_t seed, int64_t n) {
+  std::vector<T> order(n);
+  std::iota(order.begin(), order.end(), T(0));
   Pcg64 rng(seed);
   for (int64_t i = n - 1; i >= 1; --i)
     std::swap(order[i], order[randomInterval(rng, i)]);
   return order;
+}
+
+} // namespace
+
+std::vector<int64_t> numpyPermutation(uint64_t seed, int64_t n) {
+  return permutation<int64_t>(seed, n);
 }
 
 std::vector<int64_t> EpochOrders::samples(int64_t first, int64_t count) {
@@ -138,18 +149,28 @@ std::vector<int64_t> EpochOrders::samples(int64_t first, int64_t count) {
   std::vector<int64_t> picked(count);
   for (int64_t j = 0; j < count; ++j) {
     int64_t row = first + j;
-    picked[j] = epoch(row / n)[row % n];
+    const Order &order = epoch(row / n);
+    picked[j] =
+        order.narrow.empty() ? order.wide[row % n] : order.narrow[row % n];
   }
   return picked;
 }
 
-const std::vector<int64_t> &EpochOrders::epoch(int64_t e) {
+const EpochOrders::Order &EpochOrders::epoch(int64_t e) {
   auto it = cached.find(e);
   if (it != cached.end())
     return it->second;
-  while (cached.size() >= 4 && cached.begin()->first < e)
-    cached.erase(cached.begin());
-  return cached.emplace(e, numpyPermutation(seed + e, n)).first->second;
+  // Two epochs: the one a batch ends and the next it starts (an order of
+  // 2^27 samples is half a GiB).
+  while (cached.size() >= 2)
+    cached.erase(cached.begin()->first < e ? cached.begin()
+                                           : std::prev(cached.end()));
+  Order order;
+  if (n <= (int64_t(1) << 32))
+    order.narrow = permutation<uint32_t>(seed + e, n);
+  else
+    order.wide = permutation<int64_t>(seed + e, n);
+  return cached.emplace(e, std::move(order)).first->second;
 }
 
 } // namespace cdp::runtime

@@ -123,10 +123,15 @@ Evaluation evaluate(Run &run) {
   Executor &executor = run.first();
   if (!run.evalFeeds.empty()) {
     const int64_t *labels = nullptr;
+    std::vector<int64_t> held; // the labels, out of a streamed feed
     auto it = run.evalFeeds.find(run.plan.labels());
     if (it != run.evalFeeds.end() && it->second.dtype == plan::I64 &&
-        it->second.shape.size() == 1)
-      labels = reinterpret_cast<const int64_t *>(it->second.bytes.data());
+        it->second.shape.size() == 1) {
+      held.resize(it->second.numel());
+      it->second.readElements(0, held.size(),
+                              reinterpret_cast<char *>(held.data()));
+      labels = held.data();
+    }
     return evaluateBatches(
         run, run.evalSamples,
         [&](int64_t first) {

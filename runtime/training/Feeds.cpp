@@ -21,9 +21,9 @@ void copyRows(const Array &source, const TensorView &target, int64_t batchAxis,
               int64_t first, const std::vector<int64_t> *order,
               EpochOrders *shuffled) {
   int64_t width = plan::dtypeSize(target.dtype);
+  char *out = static_cast<char *>(target.data);
   if (batchAxis < 0) {
-    if (target.numel() > 0) // an empty tensor's data may be null
-      std::memcpy(target.data, source.bytes.data(), target.numel() * width);
+    source.readElements(0, target.numel(), out);
     return;
   }
   int64_t outer = 1, inner = 1;
@@ -39,17 +39,26 @@ void copyRows(const Array &source, const TensorView &target, int64_t batchAxis,
   std::vector<int64_t> picked;
   if (shuffled)
     picked = shuffled->samples(first, rows);
+  auto entryOf = [&](int64_t j) {
+    int64_t entry = shuffled ? picked[j] : (first + j) % length;
+    return order ? (*order)[entry] : entry;
+  };
+  if (source.source && !shuffled && !order) {
+    // Streamed in file order: each run of consecutive rows in one read.
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t j = 0; j < rows;) {
+        int64_t entry = entryOf(j), run = std::min(rows - j, length - entry);
+        source.readElements((o * length + entry) * inner, run * inner,
+                            out + ((o * rows + j) * inner) * width);
+        j += run;
+      }
+    return;
+  }
 #pragma omp parallel for collapse(2) if (large)
   for (int64_t o = 0; o < outer; ++o)
-    for (int64_t j = 0; j < rows; ++j) {
-      int64_t entry = shuffled ? picked[j] : (first + j) % length;
-      if (order)
-        entry = (*order)[entry];
-      std::memcpy(static_cast<char *>(target.data) +
-                      ((o * rows + j) * inner) * width,
-                  source.bytes.data() + ((o * length + entry) * inner) * width,
-                  inner * width);
-    }
+    for (int64_t j = 0; j < rows; ++j)
+      source.readElements((o * length + entryOf(j)) * inner, inner,
+                          out + ((o * rows + j) * inner) * width);
 }
 
 static void checkFeed(const std::string &flag, const std::string &name,
@@ -112,13 +121,19 @@ static void checkFinite(const std::string &flag, const std::string &name,
                         const std::string &file, const Array &array) {
   if (array.dtype != plan::F32)
     return;
-  const float *values = reinterpret_cast<const float *>(array.bytes.data());
-  for (int64_t i = 0; i < array.numel(); ++i)
-    if (!std::isfinite(values[i]))
-      fail(flag + " " + name + "=" + file + ": element " + std::to_string(i) +
-           " is " + nonFiniteName(values[i]) +
-           "; the data must be finite (--allow-nonfinite trains on it "
-           "anyway)");
+  // In chunks: a streamed feed is read through once, never held whole.
+  constexpr int64_t kChunk = int64_t(1) << 20;
+  std::vector<float> values(std::min(kChunk, array.numel()));
+  for (int64_t first = 0, n = array.numel(); first < n; first += kChunk) {
+    int64_t count = std::min(kChunk, n - first);
+    array.readElements(first, count, reinterpret_cast<char *>(values.data()));
+    for (int64_t i = 0; i < count; ++i)
+      if (!std::isfinite(values[i]))
+        fail(flag + " " + name + "=" + file + ": element " +
+             std::to_string(first + i) + " is " + nonFiniteName(values[i]) +
+             "; the data must be finite (--allow-nonfinite trains on it "
+             "anyway)");
+  }
 }
 
 /// The arrays `given` names (--feed or --eval-feed, `flag`), each checked
@@ -147,10 +162,11 @@ readFeeds(Run &run,
     try {
       Conversion into{run.local().view(it->second).dtype, run.options.feedScale,
                       run.options.feedOffset};
-      array = readArray(file, &into);
+      array = readFeedArray(file, into);
     } catch (const RuntimeError &e) {
       fail(flag + " " + name + "=" + e.what());
     }
+    // Streamed .npy feeds hold no memory; a .pb is read whole.
     if (static_cast<int64_t>(array.bytes.size()) > run.options.maxTensorBytes)
       fail(flag + " " + name + "=" + file + ": " +
            std::to_string(array.bytes.size()) +

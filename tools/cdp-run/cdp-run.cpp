@@ -228,7 +228,8 @@ RunOptions parseArguments(int argc, char **argv) {
          o.reportSteps = parseCount("--report-steps", v, 1);
        }},
       {"--max-tensor-bytes", "N",
-       "Refuse a fed tensor larger than N bytes (default 16 GiB)",
+       "Refuse a fed .pb tensor (read whole) larger than N bytes (default "
+       "16 GiB); .npy feeds are streamed and take no memory",
        [&](const std::string &v) {
          o.maxTensorBytes = parseCount("--max-tensor-bytes", v, 1);
        }},

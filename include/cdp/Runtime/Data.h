@@ -5,17 +5,32 @@
 
 #include "cdp/Runtime/Kernel.h"
 
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace cdp::runtime {
 
-/// A whole array in host memory.
+/// Elements that stay in their file, read and converted as they are needed
+/// (a .npy feed: a file of any size costs no memory).
+class ArraySource {
+public:
+  virtual ~ArraySource() = default;
+  /// Elements [first, first + count), converted, into `out`; safe from
+  /// several threads at once. Throws RuntimeError naming the file.
+  virtual void read(int64_t first, int64_t count, char *out) const = 0;
+};
+
+/// An array: its elements in host memory (`bytes`), or left in a file
+/// (`source`, with `bytes` empty).
 struct Array {
   plan::DType dtype = plan::F32;
   std::vector<int64_t> shape;
   std::vector<char> bytes;
+  std::shared_ptr<const ArraySource> source;
   int64_t numel() const;
+  /// Elements [first, first + count), in `dtype`, into `out`.
+  void readElements(int64_t first, int64_t count, char *out) const;
 };
 
 /// A whole regular file (a FIFO or device is refused: its read would not
@@ -36,6 +51,11 @@ struct Conversion {
 /// Without `into`, floats become float32, integers int64, and bool and
 /// uint8 bool. Throws RuntimeError naming the file.
 Array readArray(const std::string &path, const Conversion *into = nullptr);
+
+/// A feed's array: a `.npy` file streamed (its header checked now, its
+/// rows read and converted as they are staged; float data refused for an
+/// integer input here, before training), a `.pb` read whole.
+Array readFeedArray(const std::string &path, const Conversion &into);
 
 /// The same from a file's bytes (`what` names it in errors): what the
 /// fuzz targets call.

@@ -30,13 +30,18 @@ public:
   std::vector<int64_t> samples(int64_t first, int64_t count);
 
 private:
-  const std::vector<int64_t> &epoch(int64_t e);
+  /// One epoch's order, in 32-bit indices where they fit.
+  struct Order {
+    std::vector<uint32_t> narrow;
+    std::vector<int64_t> wide;
+  };
+  const Order &epoch(int64_t e);
   uint64_t seed;
   int64_t n;
   std::mutex mutex;
-  /// The epochs asked for lately (the devices run at most a few steps
-  /// apart, so older ones are dropped; a dropped one is made again).
-  std::map<int64_t, std::vector<int64_t>> cached;
+  /// The epochs asked for lately (a batch spans at most two; a dropped one
+  /// is made again).
+  std::map<int64_t, Order> cached;
 };
 
 } // namespace cdp::runtime

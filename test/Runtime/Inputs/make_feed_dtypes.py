@@ -19,6 +19,8 @@ np.save(os.path.join(out, "x_u8.npy"), pixels)
 np.save(os.path.join(out, "x_u8_as_f32.npy"),
         (pixels.astype(np.float64) * (1 / 255) + -0.5).astype(np.float32))
 half = rng.standard_normal((24, 16)).astype(np.float16)
+# The corners of the format: subnormals, the largest, the smallest normal, -0.
+half[0, :7] = np.array([6e-8, 1e-7, 3e-5, 6.104e-5, 65504, -65504, -0.0], np.float16)
 np.save(os.path.join(out, "x_f16.npy"), half)
 np.save(os.path.join(out, "x_f16_as_f32.npy"), half.astype(np.float32))
 labels = rng.integers(0, 16, 24)
