@@ -213,7 +213,7 @@ static void runDevice(Run &run, int d, DeviceThreads &shared) {
     int64_t first = (t * slots + k) * batch;
     if (options.data.empty()) {
       copyRows(run.feeds.at(input), target, plan.tensors(input).batch_axis(),
-               first, nullptr, run.feedOrder.get());
+               run.feedRow(first), nullptr, run.feedOrder.get());
       return;
     }
     int64_t epoch = t / run.stepsPerEpoch;
@@ -226,7 +226,8 @@ static void runDevice(Run &run, int d, DeviceThreads &shared) {
     if (options.data.empty()) {
       for (auto &[id, array] : run.feeds)
         stageRows(ex, id, array, plan.tensors(id).batch_axis(),
-                  (t * slots + d) * batch, nullptr, run.feedOrder.get());
+                  run.feedRow((t * slots + d) * batch), nullptr,
+                  run.feedOrder.get());
       return;
     }
     int64_t epoch = t / run.stepsPerEpoch, s = t % run.stepsPerEpoch;

@@ -208,6 +208,24 @@ std::pair<int64_t, int64_t> feedSamples(const Run &run,
   return {samples, batch};
 }
 
+/// --partial-batch against the feeds' samples and the rows a step takes
+/// (once the steps are counted).
+void bindPartialBatch(Run &run) {
+  const std::string &mode = run.options.partialBatch;
+  int64_t rows = run.perStep, samples = run.feedSamples;
+  if (samples <= 0 || samples % rows == 0 || mode == "wrap")
+    return;
+  if (mode == "error")
+    fail("--feed: " + std::to_string(samples) +
+         " samples are not a whole number of steps of " + std::to_string(rows) +
+         " (--partial-batch drop uses the whole steps of each epoch, wrap "
+         "carries the rest into the next)");
+  if (samples < rows)
+    fail("--partial-batch drop: " + std::to_string(samples) +
+         " samples hold no whole step of " + std::to_string(rows));
+  run.feedEpochRows = samples / rows * rows;
+}
+
 /// Training feeds pair row i of every input: their lengths must agree
 /// (each wrapping modulo its own length would pair other rows).
 void bindFeeds(Run &run) {
@@ -217,6 +235,7 @@ void bindFeeds(Run &run) {
   auto [samples, batch] = feedSamples(run, run.feeds, "--feed");
   if (run.options.shuffle && samples > 0)
     run.feedOrder = std::make_unique<EpochOrders>(run.options.seed, samples);
+  run.feedSamples = std::max<int64_t>(samples, 0);
 }
 
 /// --eval-feed's arrays: the same number of samples along every input's

@@ -86,6 +86,16 @@ struct Run {
   std::map<int, Array> feeds;
   /// --shuffle: each epoch of the feeds in NumPy's order (null: in order).
   std::unique_ptr<EpochOrders> feedOrder;
+  /// --feed training: the samples an epoch uses (n, or its whole steps'
+  /// with --partial-batch drop) out of the n the feeds hold.
+  int64_t feedEpochRows = 0, feedSamples = 0;
+  /// Row `first` of the run as the feeds' row (--partial-batch drop skips
+  /// each epoch's rest); a slot's rows stay in one epoch.
+  int64_t feedRow(int64_t first) const {
+    if (feedEpochRows <= 0 || feedEpochRows == feedSamples)
+      return first;
+    return first / feedEpochRows * feedSamples + first % feedEpochRows;
+  }
   std::map<int, Array> evalFeeds; ///< --eval-feed, by input id
   int64_t evalSamples = 0;
   Dataset train, test;
@@ -154,6 +164,7 @@ void stageRows(Executor &executor, int id, const Array &source,
                const std::vector<int64_t> *order = nullptr,
                EpochOrders *shuffled = nullptr);
 std::vector<int64_t> shuffledOrder(uint64_t seed, int64_t epoch, int64_t n);
+void bindPartialBatch(Run &run);
 std::string nonFiniteName(float value);
 std::pair<int64_t, int64_t> feedSamples(const Run &run,
                                         const std::map<int, Array> &feeds,

@@ -129,6 +129,9 @@ static void checkMeaningfulFlags(const RunOptions &options,
   if (options.allowNonfinite && options.feeds.empty())
     fail("--allow-nonfinite applies to --feed data (a data set's pixels are "
          "always finite)");
+  if (options.partialBatch != "wrap" && options.feeds.empty())
+    fail("--partial-batch applies to --feed training (--data drops an "
+         "epoch's incomplete last step already)");
   if (options.shuffle && options.feeds.empty())
     fail("--shuffle applies to --feed data (--data is shuffled every epoch "
          "already)");
@@ -395,6 +398,8 @@ RunIdentity runIdentity(const Run &run) {
   }
   if (run.options.shuffle && !run.options.feeds.empty())
     identity.data += " --shuffle"; // another order: another run
+  if (run.options.partialBatch == "drop" && !run.options.feeds.empty())
+    identity.data += " --partial-batch drop";
   return identity;
 }
 

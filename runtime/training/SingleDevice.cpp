@@ -50,7 +50,7 @@ static void stageSlot(Run &run, int64_t step, int64_t k,
   if (run.options.data.empty()) {
     for (auto &[id, array] : run.feeds)
       stageRows(executor, id, array, run.plan.tensors(id).batch_axis(),
-                (step * run.slots + k) * run.batch, nullptr,
+                run.feedRow((step * run.slots + k) * run.batch), nullptr,
                 run.feedOrder.get());
     return;
   }

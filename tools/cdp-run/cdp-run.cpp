@@ -111,6 +111,16 @@ RunOptions parseArguments(int argc, char **argv) {
        "numpy.random.default_rng(seed + e).permutation(n) gives, the same "
        "for every feed (--seed S; default: in file order)",
        [&](const std::string &) { o.shuffle = true; }},
+      {"--partial-batch", "wrap|drop|error",
+       "--feed training when the samples are not a whole number of steps: "
+       "wrap (the last step of an epoch takes the next epoch's first "
+       "samples; default), drop (an epoch is its whole steps, the rest "
+       "unused, as PyTorch's DataLoader(drop_last=True)) or error",
+       [&](const std::string &v) {
+         if (v != "wrap" && v != "drop" && v != "error")
+           die("--partial-batch must be wrap, drop or error, got '" + v + "'");
+         o.partialBatch = v;
+       }},
       {"--data", "DIR|fashion-mnist",
        "Train on an IDX data set (train-/t10k- images and labels, .gz read "
        "directly); fashion-mnist is /usr/share/datasets/fashion-mnist",

@@ -46,6 +46,10 @@ struct RunOptions {
   /// --shuffle: epoch e of --feed in the order of NumPy's
   /// default_rng(seed + e).permutation(n).
   bool shuffle = false;
+  /// --partial-batch: what --feed training does with the samples an epoch
+  /// leaves after its last whole step: "wrap" (into the next epoch's
+  /// first step, the default), "drop" them, or "error".
+  std::string partialBatch = "wrap";
   int threads = 0;
   int64_t commTimeout = 300; ///< seconds a device waits for a message
   std::string metrics, dumpParams, dumpGrads, saveOutputs, saveOnnx,
