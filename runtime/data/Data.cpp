@@ -232,20 +232,24 @@ private:
   std::string path;
 };
 
-/// Reads every element once, in chunks (what a conversion may refuse is
-/// found before training, not in the middle of it).
-void readThrough(const Array &array) {
-  constexpr int64_t kChunk = int64_t(1) << 20;
-  std::vector<char> buffer(kChunk * plan::dtypeSize(array.dtype));
-  for (int64_t first = 0, n = array.numel(); first < n; first += kChunk)
-    array.readElements(first, std::min(kChunk, n - first), buffer.data());
-}
-
 } // namespace
+
+void forEachChunk(const Array &array,
+                  const std::function<void(int64_t first, int64_t count,
+                                           const char *)> &visit) {
+  constexpr int64_t kChunk = int64_t(1) << 20;
+  int64_t n = array.numel();
+  std::vector<char> buffer(std::min(kChunk, n) * plan::dtypeSize(array.dtype));
+  for (int64_t first = 0; first < n; first += kChunk) {
+    int64_t count = std::min(kChunk, n - first);
+    array.readElements(first, count, buffer.data());
+    visit(first, count, buffer.data());
+  }
+}
 
 Array readFeedArray(const std::string &path, const Conversion &into) {
   if (!endsWith(path, ".npy"))
-    return readArray(path, &into);
+    return readArray(path);
   requireRegularFile(path);
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0)
@@ -270,24 +274,22 @@ Array readFeedArray(const std::string &path, const Conversion &into) {
   Array array;
   array.dtype = into.target;
   array.shape = header.shape;
-  bool exact = header.type.kind != 'f' &&
-               !(header.type.kind == 'u' && header.type.width == 8);
-  auto source = std::make_shared<NpyStream>(fd, header, into, path);
-  array.source = source;
-  if (into.target != plan::F32 && header.type.kind == 'f' && array.numel())
-    throw RuntimeError(
-        path + ": element 0 is floating point; an " +
-        std::string(into.target == plan::I64 ? "int64" : "bool") +
-        " input takes integer data");
-  if (into.target != plan::F32 && !exact)
-    readThrough(array); // uint64 beyond int64 is refused on the way
+  array.source = std::make_shared<NpyStream>(fd, header, into, path);
+  // What the conversion refuses is found before training, not in the
+  // middle of it: floats into an integer input (at element 0), uint64
+  // beyond int64 (wherever it is).
+  bool mayRefuse = into.target != plan::F32 &&
+                   (header.type.kind == 'f' ||
+                    (header.type.kind == 'u' && header.type.width == 8));
+  if (mayRefuse)
+    forEachChunk(array, [](int64_t, int64_t, const char *) {});
   return array;
 }
 
-Array readArray(const std::string &path, const Conversion *into) {
+Array readArray(const std::string &path) {
   requireRegularFile(path);
   if (endsWith(path, ".npy"))
-    return parseNpy(readFileBytes(path), path, into);
+    return parseNpy(readFileBytes(path), path);
   if (endsWith(path, ".pb"))
     return parseTensorProto(readFileBytes(path), path);
   throw RuntimeError(path + ": unknown file type (use .npy or an ONNX "

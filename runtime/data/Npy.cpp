@@ -111,6 +111,16 @@ bool sameBytes(Type type, plan::DType target) {
          (type.kind == 'b' && target == plan::BOOL);
 }
 
+namespace {
+
+/// Where the header's text starts: version 1 stores its length in 2 bytes,
+/// versions 2 and 3 in 4.
+size_t textStart(const std::string &data) {
+  return static_cast<unsigned char>(data[6]) == 1 ? 10 : 12;
+}
+
+} // namespace
+
 uint64_t headerEnd(const std::string &data, uint64_t fileSize,
                    const std::string &path) {
   if (data.size() < 10 || data.compare(0, 6, "\x93NUMPY") != 0)
@@ -119,21 +129,12 @@ uint64_t headerEnd(const std::string &data, uint64_t fileSize,
   if (major < 1 || major > 3)
     throw RuntimeError(path + ": .npy format version " + std::to_string(major) +
                        " is not one numpy writes (1, 2 or 3)");
-  size_t headerLength, start;
-  if (major == 1) {
-    headerLength = static_cast<unsigned char>(data[8]) |
-                   (static_cast<unsigned char>(data[9]) << 8);
-    start = 10;
-  } else {
-    if (data.size() < 12)
-      throw RuntimeError(path + ": truncated .npy header");
-    headerLength = 0;
-    for (int i = 0; i < 4; ++i)
-      headerLength |=
-          static_cast<size_t>(static_cast<unsigned char>(data[8 + i]))
-          << (8 * i);
-    start = 12;
-  }
+  size_t start = textStart(data), headerLength = 0;
+  if (data.size() < start)
+    throw RuntimeError(path + ": truncated .npy header");
+  for (size_t i = 8; i < start; ++i) // little-endian length
+    headerLength |= static_cast<size_t>(static_cast<unsigned char>(data[i]))
+                    << (8 * (i - 8));
   // numpy's headers are a few hundred bytes: a longer one is not read.
   if (headerLength > (size_t(1) << 20))
     throw RuntimeError(path + ": .npy header of " +
@@ -146,8 +147,7 @@ uint64_t headerEnd(const std::string &data, uint64_t fileSize,
 
 Header parseHeader(const std::string &data, uint64_t fileSize,
                    const std::string &path) {
-  size_t start = static_cast<unsigned char>(data[6]) == 1 ? 10 : 12;
-  std::string header = data.substr(start);
+  std::string header = data.substr(textStart(data));
   Header result;
   auto field = [&](const std::string &key) {
     size_t at = header.find("'" + key + "'");

@@ -121,19 +121,17 @@ static void checkFinite(const std::string &flag, const std::string &name,
                         const std::string &file, const Array &array) {
   if (array.dtype != plan::F32)
     return;
-  // In chunks: a streamed feed is read through once, never held whole.
-  constexpr int64_t kChunk = int64_t(1) << 20;
-  std::vector<float> values(std::min(kChunk, array.numel()));
-  for (int64_t first = 0, n = array.numel(); first < n; first += kChunk) {
-    int64_t count = std::min(kChunk, n - first);
-    array.readElements(first, count, reinterpret_cast<char *>(values.data()));
-    for (int64_t i = 0; i < count; ++i)
-      if (!std::isfinite(values[i]))
+  forEachChunk(array, [&](int64_t first, int64_t count, const char *bytes) {
+    for (int64_t i = 0; i < count; ++i) {
+      float value;
+      std::memcpy(&value, bytes + 4 * i, 4);
+      if (!std::isfinite(value))
         fail(flag + " " + name + "=" + file + ": element " +
-             std::to_string(first + i) + " is " + nonFiniteName(values[i]) +
+             std::to_string(first + i) + " is " + nonFiniteName(value) +
              "; the data must be finite (--allow-nonfinite trains on it "
              "anyway)");
-  }
+    }
+  });
 }
 
 /// The arrays `given` names (--feed or --eval-feed, `flag`), each checked

@@ -5,6 +5,7 @@
 
 #include "cdp/Runtime/Kernel.h"
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,10 +48,17 @@ struct Conversion {
 };
 
 /// Reads `.npy` (C order; little-endian float16/32/64, int8 to int64,
-/// uint8 to uint64, bool) or an ONNX TensorProto `.pb`, by extension.
-/// Without `into`, floats become float32, integers int64, and bool and
-/// uint8 bool. Throws RuntimeError naming the file.
-Array readArray(const std::string &path, const Conversion *into = nullptr);
+/// uint8 to uint64, bool) or an ONNX TensorProto `.pb`, by extension,
+/// whole: floats become float32, integers int64, and bool and uint8 bool.
+/// Throws RuntimeError naming the file.
+Array readArray(const std::string &path);
+
+/// Reads `array` through once, a million elements at a time, handing
+/// `visit` each chunk's first index, count and elements (in `dtype`): a
+/// streamed array is never held whole.
+void forEachChunk(const Array &array,
+                  const std::function<void(int64_t first, int64_t count,
+                                           const char *)> &visit);
 
 /// A feed's array: a `.npy` file streamed (its header checked now, its
 /// rows read and converted as they are staged; float data refused for an
