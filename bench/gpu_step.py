@@ -17,6 +17,11 @@ loss and optimizer in PyTorch, eager and torch.compile (after warm-up), all
 float32 with TF32 off (cdp also with --allow-nondeterministic: "any-bits"),
 and prints one table row per model, plus the GEMM MLP's TFLOP/s against
 cuBLAS's (torch.matmul) for its shapes.
+
+  python3 DIR/gpu_step.py ab DIR       (GPU machine)
+
+times DIR/bin/cdp-run-* (builds from before a change) against
+DIR/bin/cdp-run on every case, alternating, and prints the medians.
 """
 
 import json
@@ -119,10 +124,10 @@ def cdp_environment(out, torch):
     return env
 
 
-def cdp_step_ms(out, tag, batch, steps, env, flags=()):
+def cdp_step_ms(out, tag, batch, steps, env, flags=(), binary="cdp-run"):
     metrics = os.path.join("/tmp", tag + "-metrics.jsonl")
     bench = os.path.join(out, "bench")
-    subprocess.run([os.path.join(out, "bin", "cdp-run"), os.path.join(bench, tag + ".cdp"),
+    subprocess.run([os.path.join(out, "bin", binary), os.path.join(bench, tag + ".cdp"),
                     "--feed", "input=" + os.path.join(bench, tag + "-x.npy"),
                     "--feed", "labels=" + os.path.join(bench, tag + "-y.npy"),
                     "--steps", str(steps + 5), "--metrics", metrics, *flags],
@@ -213,7 +218,33 @@ def run(out, steps=50):
                       100 * blas_ms / ours))
 
 
+def ab(out, steps=200, rounds=3):
+    """DIR/bin/cdp-run-* (builds from before a change) against DIR/bin/cdp-run
+    on the same GPU, alternating, so that a lease's drift falls on all: the
+    median of `rounds` runs of each."""
+    import glob
+    import statistics
+    import torch
+    env = cdp_environment(out, torch)
+    binaries = sorted(os.path.basename(b) for b in glob.glob(os.path.join(out, "bin", "cdp-run-*")))
+    binaries.append("cdp-run")
+    print("A/B on %s: ms per step over %d steps, the median of %d runs" % (
+        torch.cuda.get_device_name(), steps, rounds))
+    print("%-12s %6s" % ("model", "batch") + "".join(" %16s" % b for b in binaries))
+    for name, batch in cases():
+        tag = "%s-%d" % (name, batch)
+        times = {binary: [] for binary in binaries}
+        for _ in range(rounds):
+            for binary in binaries:
+                times[binary].append(cdp_step_ms(out, tag, batch, steps, env, binary=binary))
+        print("%-12s %6d" % (name, batch) +
+              "".join(" %16.3f" % statistics.median(times[b]) for b in binaries))
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "ab":
+        ab(sys.argv[2])
+        sys.exit(0)
     if len(sys.argv) != 3 or sys.argv[1] not in ("prepare", "run"):
         sys.exit(__doc__)
     prepare(sys.argv[2]) if sys.argv[1] == "prepare" else run(sys.argv[2])

@@ -46,7 +46,7 @@ CudaDevice::CudaDevice(int index) : deviceIndex(index) {
   checkCublas(cublasCreate(&blasHandle), "cublasCreate");
   checkCublas(cublasSetStream(blasHandle, work), "cublasSetStream");
   checkCublas(cublasSetMathMode(blasHandle, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                 : CUBLAS_PEDANTIC_MATH),
+                                                 : CUBLAS_DEFAULT_MATH),
               "cublasSetMathMode");
   checkCudnn(cudnnCreate(&dnnHandle), "cudnnCreate");
   checkCudnn(cudnnSetStream(dnnHandle, work), "cudnnSetStream");

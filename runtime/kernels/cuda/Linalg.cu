@@ -2,7 +2,8 @@
 //
 // cuBLAS is column-major; a row-major C = op(A) op(B) is the column-major
 // C^T = op(B)^T op(A)^T, so every call swaps the operands. Products run in
-// float32 (CUBLAS_PEDANTIC_MATH) unless --allow-tf32 chose tensor cores.
+// float32 (CUBLAS_DEFAULT_MATH: no TF32) unless --allow-tf32 chose tensor
+// cores.
 //
 //===----------------------------------------------------------------------===//
 
