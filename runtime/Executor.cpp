@@ -19,8 +19,9 @@
 namespace cdp::runtime {
 
 Executor::Executor(const plan::Plan &plan, int threads, int deviceIndex,
-                   Communicator *communicator)
-    : planRef(plan), deviceIndex(deviceIndex), communicator(communicator) {
+                   Communicator *communicator, const plan::PlanWeights *weights)
+    : planRef(plan), weights(weights), deviceIndex(deviceIndex),
+      communicator(communicator) {
   if (deviceIndex < 0 || deviceIndex >= plan.devices_size())
     throw RuntimeError("plan has no device " + std::to_string(deviceIndex));
   const plan::Device &device = plan.devices(deviceIndex);
@@ -90,15 +91,33 @@ void Executor::placeTensor(int id) {
   // laysa's mirror starts as its parameter's value (the plan holds it once);
   // a tensor without data (a residual, a reduced buffer) starts at 0, as
   // every device's allocate leaves it.
-  const std::string &data =
-      t.has_mirror_of() ? planRef.tensors(t.mirror_of()).data() : t.data();
-  if (data.empty())
+  const plan::Tensor &source =
+      t.has_mirror_of() ? planRef.tensors(t.mirror_of()) : t;
+  if (!plan::hasInitialValue(source))
     return;
-  if (static_cast<int64_t>(data.size()) != bytes)
-    throw RuntimeError("plan tensor '" + t.name() + "' has " +
-                       std::to_string(data.size()) +
-                       " bytes of data, expected " + std::to_string(bytes));
-  backendDevice->upload(v.data, data.data(), bytes);
+  if (v.space == MemorySpace::Host) {
+    readInitial(source, static_cast<char *>(v.data));
+    return;
+  }
+  std::vector<char> host(bytes);
+  readInitial(source, host.data());
+  backendDevice->upload(v.data, host.data(), bytes);
+}
+
+/// Tensor `t`'s initial value into `out` (its bytes); false when it has
+/// none. Throws RuntimeError when it cannot be read.
+bool Executor::readInitial(const plan::Tensor &t, char *out) const {
+  if (!plan::hasInitialValue(t))
+    return false;
+  std::string problem = weights ? weights->read(t, out)
+                        : t.has_initial()
+                            ? "the initial value of plan tensor '" + t.name() +
+                                  "' is in the plan's weights file, which "
+                                  "was not opened"
+                            : plan::PlanWeights::readInline(t, out);
+  if (!problem.empty())
+    throw RuntimeError(problem);
+  return true;
 }
 
 /// ZeRO stage 3: each shard starts as the device's part of its stage's
@@ -112,14 +131,14 @@ void Executor::fillParameterShards() {
     int shard = group.has_owner() ? 0 : rank;
     stageIn(group.shard(), [&](const TensorView &host) {
       std::fill(host.f32(), host.f32() + host.numel(), 0.0f);
+      std::vector<float> whole;
       for (const ShardLayout::Piece &piece : layout.pieces(shard)) {
-        const std::string &data =
-            planRef.tensors(group.params(piece.tensor)).data();
-        if (data.empty())
-          continue; // a parameter without a value starts at 0
-        std::memcpy(host.f32() + piece.shardOffset,
-                    data.data() + piece.offset * sizeof(float),
-                    piece.length * sizeof(float));
+        const plan::Tensor &param = planRef.tensors(group.params(piece.tensor));
+        whole.resize(param.bytes() / sizeof(float));
+        // A parameter without a value starts at 0.
+        if (readInitial(param, reinterpret_cast<char *>(whole.data())))
+          std::copy_n(whole.data() + piece.offset, piece.length,
+                      host.f32() + piece.shardOffset);
       }
     });
   }

@@ -104,7 +104,8 @@ def main():
                 rng_np.standard_normal((64, 16)).astype(np.float32))
         np.save(os.path.join(out, folder, "y.npy"), np.tile(np.arange(16), 4))
         for plan in ["dp.cdp", "dp-lr.cdp", "dp-adam.cdp"] if folder else []:
-            shutil.copy(os.path.join(out, plan), os.path.join(out, folder, plan))
+            for name in (plan, plan + ".weights"):  # a plan and its weights file
+                shutil.copy(os.path.join(out, name), os.path.join(out, folder, name))
     np.save(os.path.join(out, "x2.npy"), rng_np.standard_normal((64, 16)).astype(np.float32))
     shutil.copy(os.path.join(out, "x2.npy"), os.path.join(out, "other", "x2.npy"))
     rng = random.Random(args.seed)

@@ -308,6 +308,11 @@ def edit_tensor(rng, plan, note):
         value = clamp32(near(rng, tensor.device if tensor.HasField("device") else 0))
         note.append("tensor %d device -> %d" % (tensor.id, value))
         tensor.device = value
+    elif kind == 7 and tensor.HasField("initial"):  # where in the weights file
+        field = pick(rng, ["offset", "size", "checksum"])
+        value = max(0, min(2**64 - 1, near(rng, getattr(tensor.initial, field))))
+        note.append("tensor %d initial %s -> %d" % (tensor.id, field, value))
+        setattr(tensor.initial, field, value)
     elif kind == 7:
         note.append("tensor %d data cut to %d bytes" % (tensor.id, len(tensor.data) // 2))
         tensor.data = tensor.data[:len(tensor.data) // 2]
@@ -325,8 +330,16 @@ def edit_tensor(rng, plan, note):
 
 
 def edit_plan(rng, plan, note):
-    kind = rng.randrange(10)
-    if kind == 0:
+    kind = rng.randrange(11)
+    if kind == 10:  # the weights file it names
+        field = pick(rng, ["weights_file", "weights_bytes", "weights_stamp"])
+        if field == "weights_file":
+            value = rng.choice(["", "..", "../x.weights", "/etc/passwd", "a\0b", "other.weights"])
+        else:
+            value = max(0, min(2**64 - 1, near(rng, getattr(plan, field))))
+        note.append("%s -> %r" % (field, value))
+        setattr(plan, field, value)
+    elif kind == 0:
         value = clamp32(near(rng, plan.loss))
         note.append("loss %d -> %d" % (plan.loss, value))
         plan.loss = value
@@ -442,6 +455,11 @@ def main():
         path = os.path.join(args.out, "edited", "%04d.cdp" % n)
         with open(path, "wb") as f:
             f.write(seal(header, plan))
+        # The seed's weights file beside the edited plans (once per seed).
+        weights = os.path.basename(source) + ".weights"
+        beside = os.path.join(args.out, "edited", weights)
+        if os.path.exists(source + ".weights") and not os.path.exists(beside):
+            os.symlink(os.path.join("..", weights), beside)
         jobs.append((n, os.path.basename(source), note, path, feeds))
     counts = {"ran": 0, "refused": 0, "crash": 0, "hang": 0}
     findings = os.path.join(args.out, "findings")

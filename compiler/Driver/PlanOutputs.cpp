@@ -7,6 +7,10 @@
 
 #include "Driver.h"
 
+#include <onnx/onnx_pb.h>
+
+#include <set>
+
 namespace cdp::driver {
 
 /// Writes an output at once ("-": stdout): a full disk or a killed run
@@ -135,6 +139,33 @@ static void printStageBalance(mlir::ModuleOp module,
                   : "");
 }
 
+/// The source model without the values of its initializers that are the
+/// plan's parameters and buffers: the weights file holds their initial
+/// values, and --save-onnx writes the trained ones in their place.
+static void dropTrainedInitializerData(cdp::plan::Plan &plan) {
+  onnx::ModelProto model;
+  if (plan.source_model().empty() ||
+      !model.ParseFromString(plan.source_model()))
+    return;
+  std::set<std::string> trained;
+  for (const cdp::plan::Tensor &t : plan.tensors())
+    if (t.kind() == cdp::plan::PARAM || t.kind() == cdp::plan::BUFFER)
+      trained.insert(t.name());
+  for (onnx::TensorProto &initializer :
+       *model.mutable_graph()->mutable_initializer()) {
+    if (!trained.count(initializer.name()))
+      continue;
+    initializer.clear_raw_data();
+    initializer.clear_float_data();
+    initializer.clear_double_data();
+    initializer.clear_int32_data();
+    initializer.clear_int64_data();
+  }
+  std::string bytes;
+  if (model.SerializeToString(&bytes))
+    plan.set_source_model(std::move(bytes));
+}
+
 /// The plan, its text (--emit=plan-text) and its report; then ends the
 /// process without tearing down the MLIR context and the plan (a tenth of
 /// a large pipeline's compile time).
@@ -165,6 +196,7 @@ static void printStageBalance(mlir::ModuleOp module,
     writeOutput(outputPath, text.str());
   } else if (!settings.reportOnly) {
     std::string writeError;
+    dropTrainedInitializerData(plan);
     if (!cdp::plan::writePlan(plan, outputPath, writeError))
       die(outputPath + ": " + writeError);
   }

@@ -26,8 +26,12 @@ std::string checkInputFile(const std::string &path) {
 }
 
 bool writeAll(int fd, const std::string &bytes) {
-  for (size_t done = 0; done < bytes.size();) {
-    ssize_t wrote = write(fd, bytes.data() + done, bytes.size() - done);
+  return writeAll(fd, bytes.data(), bytes.size());
+}
+
+bool writeAll(int fd, const char *bytes, size_t size) {
+  for (size_t done = 0; done < size;) {
+    ssize_t wrote = write(fd, bytes + done, size - done);
     if (wrote < 0 && errno == EINTR)
       continue;
     if (wrote <= 0)
@@ -112,10 +116,10 @@ namespace {
 
 /// A device or FIFO (-o /dev/null, /dev/stdout, a pipe) is written in
 /// place: replacing it by a file would destroy it.
-bool writeInPlace(const std::string &path, const std::string &bytes,
+bool writeInPlace(const std::string &path, const FileWriter &write,
                   std::string &error) {
   int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0 || !writeAll(fd, bytes)) {
+  if (fd < 0 || !write(fd)) {
     error = std::string(fd < 0 ? "cannot write: " : "write failed: ") +
             std::strerror(errno);
     if (fd >= 0)
@@ -141,12 +145,9 @@ void syncFolder(const std::string &folder) {
 
 } // namespace
 
-bool writeFileAtomically(const std::string &given, const std::string &bytes,
-                         std::string &error) {
+std::string followLinks(const std::string &given) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  // Through symbolic links to the file they name, which is replaced (or
-  // made, where the last link dangles, as a shell redirection does).
   fs::path link = given;
   for (int hops = 0; hops < 40 && fs::is_symlink(fs::symlink_status(link, ec));
        ++hops) {
@@ -155,11 +156,25 @@ bool writeFileAtomically(const std::string &given, const std::string &bytes,
       break;
     link = target.is_absolute() ? target : link.parent_path() / target;
   }
-  std::string path = link.string();
+  return link.string();
+}
+
+bool writeFileAtomically(const std::string &path, const std::string &bytes,
+                         std::string &error) {
+  return writeFileAtomically(
+      path, [&](int fd) { return writeAll(fd, bytes); }, error);
+}
+
+bool writeFileAtomically(const std::string &given, const FileWriter &write,
+                         std::string &error) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  // The file a symbolic link names is replaced, not the link.
+  std::string path = followLinks(given);
   fs::file_status status = fs::status(path, ec);
   if (!ec && fs::exists(status) && !fs::is_regular_file(status) &&
       !fs::is_directory(status))
-    return writeInPlace(path, bytes, error);
+    return writeInPlace(path, write, error);
   std::string pattern = path + ".tmp-XXXXXX";
   std::vector<char> name(pattern.begin(), pattern.end());
   name.push_back('\0');
@@ -175,7 +190,7 @@ bool writeFileAtomically(const std::string &given, const std::string &bytes,
     std::remove(temporary.c_str());
     return false;
   };
-  if (!writeAll(fd, bytes))
+  if (!write(fd))
     return fail("write failed: ");
   // mkstemp makes the file private; give it the permissions a plain open
   // would (the umask read once: reading it means setting it).

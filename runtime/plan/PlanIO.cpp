@@ -5,6 +5,7 @@
 #include "cdp/Plan/Paths.h"
 #include "cdp/Plan/PlanInstantiate.h"
 #include "cdp/Plan/PlanValidate.h"
+#include "cdp/Plan/PlanWeights.h"
 
 #include <cerrno>
 #include <cstring>
@@ -77,7 +78,10 @@ const StrategyTraits &traitsOf(const Plan &plan) {
       parseStrategy(plan.strategy()).value_or(Strategy::Single));
 }
 
-bool writePlan(const Plan &plan, const std::string &path, std::string &error) {
+bool writePlan(Plan &plan, const std::string &path, std::string &error) {
+  // The weights first: a plan on disk never names a file not yet written.
+  if (!writeWeights(plan, path, error))
+    return false;
   std::string payload;
   if (!plan.SerializeToString(&payload)) {
     error = "cannot serialize the plan (larger than 2 GiB?)";

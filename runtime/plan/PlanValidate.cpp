@@ -99,6 +99,12 @@ private:
         counters = counters && v >= 0 && v <= kMostCounter;
     if (!counters)
       fail("the plan's schedule holds a count out of range");
+    // A name in the plan's folder: a plan never reads outside it.
+    const std::string &weights = plan.weights_file();
+    if (weights == "." || weights == ".." ||
+        weights.find_first_of(std::string("/\0", 2)) != std::string::npos)
+      fail("the plan's weights file '" + weights +
+           "' is not a file name beside the plan");
   }
 
   void checkDevice(int d) {
@@ -145,6 +151,8 @@ private:
     if (!t.data().empty() && static_cast<int64_t>(t.data().size()) != *bytes)
       return fail(name + " has " + std::to_string(t.data().size()) +
                   " bytes of data, its shape needs " + std::to_string(*bytes));
+    if (t.has_initial())
+      checkInitial(t, name, *bytes);
     if (t.has_previous_version_of() && !tensorId(t.previous_version_of()))
       return fail(name + " is the previous version of a tensor the plan lacks");
     if (t.has_mirror_of() &&
@@ -161,6 +169,21 @@ private:
   }
 
   /// An arena tensor lies inside the arena of every device that holds it.
+  /// Format 6: the value lies wholly in the weights file, past its header,
+  /// and is the tensor's size; never also inline.
+  void checkInitial(const Tensor &t, const std::string &name, int64_t bytes) {
+    const DataRef &ref = t.initial();
+    if (!t.data().empty())
+      return fail(name + " has both an inline and a stored initial value");
+    if (ref.size() != static_cast<uint64_t>(bytes))
+      return fail(name + "'s initial value has " + std::to_string(ref.size()) +
+                  " bytes, its shape needs " + std::to_string(bytes));
+    if (plan.weights_file().empty() || ref.offset() < 64 ||
+        ref.offset() > plan.weights_bytes() ||
+        ref.size() > plan.weights_bytes() - ref.offset())
+      return fail(name + "'s initial value lies outside the weights file");
+  }
+
   void checkArenaPlace(const Tensor &t, int64_t bytes) {
     std::optional<int64_t> end = checkedAdd(t.offset(), bytes);
     for (int d = 0; d < plan.devices_size(); ++d) {

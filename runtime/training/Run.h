@@ -61,6 +61,9 @@ struct Run {
   /// Ends every process of an mpirun job with a message.
   std::function<void(const std::string &)> abortAll;
   plan::Plan plan;
+  /// The plan's weights file (format 6), read by each device's executor
+  /// for the tensors it holds.
+  std::unique_ptr<plan::PlanWeights> weights;
   uint64_t planChecksum = 0;
   /// What its checkpoints record of the run (runIdentity), once the data
   /// are read.

@@ -320,7 +320,8 @@ void createDevices(Run &run, int cores) {
             ? std::unique_ptr<Executor>()
             : std::make_unique<Executor>(run.plan, run.threadsPerDevice, d,
                                          run.fabric ? &run.fabric->endpoint(d)
-                                                    : nullptr));
+                                                    : nullptr,
+                                         run.weights.get()));
   if (run.multiDevice && !options.profile.empty())
     fail("--profile is not available yet for dp, cdp and multi-device plans "
          "(" +

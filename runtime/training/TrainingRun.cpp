@@ -67,6 +67,10 @@ void TrainingRun::execute() {
   const RunOptions &options = run->options;
   checkOutputPaths(options);
   readCheckedPlan(options, run->plan, run->planChecksum);
+  std::string error;
+  run->weights = plan::PlanWeights::open(options.plan, run->plan, error);
+  if (!run->weights)
+    fail(error);
   run->training = !run->plan.inference();
   int cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   omp_set_num_threads(options.threads > 0 ? options.threads

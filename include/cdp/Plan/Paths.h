@@ -43,6 +43,11 @@ std::string checkOutputFolder(const std::string &flag, const std::string &path,
 /// Writes every byte to `fd` (again after a short write or EINTR); false
 /// with errno set on failure.
 bool writeAll(int fd, const std::string &bytes);
+bool writeAll(int fd, const char *bytes, size_t size);
+
+/// `path` through its symbolic links: the file they name, which may not
+/// exist yet where the last link dangles (a shell redirection makes it).
+std::string followLinks(const std::string &path);
 
 /// Replaces `path` with `bytes` all at once: written to a fresh temporary
 /// file beside it, flushed to disk, then renamed over it, so a crash or a
@@ -51,6 +56,14 @@ bool writeAll(int fd, const std::string &bytes);
 /// and says why in `error`. A symbolic link is followed (the file it names
 /// is replaced); a device or FIFO (/dev/null, a pipe) is written in place.
 bool writeFileAtomically(const std::string &path, const std::string &bytes,
+                         std::string &error);
+
+/// Writes a file's bytes to `fd`; false with errno set on failure.
+using FileWriter = std::function<bool(int fd)>;
+
+/// The same, the bytes written by `write` as it goes (a file too large to
+/// hold in memory twice).
+bool writeFileAtomically(const std::string &path, const FileWriter &write,
                          std::string &error);
 
 /// Replaces the folder `dir` with one holding exactly `files` (name,

@@ -19,10 +19,12 @@
 namespace cdp::plan {
 
 /// Bumped whenever plan.proto changes meaning.
-constexpr uint32_t kPlanFormatVersion = 5;
+constexpr uint32_t kPlanFormatVersion = 6;
 
-/// Writes `plan` to `path`; returns false and sets `error` on failure.
-bool writePlan(const Plan &plan, const std::string &path, std::string &error);
+/// Writes `plan` to `path` and its tensors' initial values to the weights
+/// file beside it (PlanWeights.h), which `plan` then refers to instead of
+/// holding them; returns false and sets `error` on failure.
+bool writePlan(Plan &plan, const std::string &path, std::string &error);
 
 /// Reads and checks a plan (its header, then validatePlan with every tensor
 /// and arena at most `maxBytes`); returns false and sets `error` (one line,

@@ -9,6 +9,7 @@
 #ifndef CDP_RUNTIME_EXECUTOR_H
 #define CDP_RUNTIME_EXECUTOR_H
 
+#include "cdp/Plan/PlanWeights.h"
 #include "cdp/Runtime/Communicator.h"
 #include "cdp/Runtime/Device.h"
 #include "cdp/Runtime/Kernel.h"
@@ -84,9 +85,12 @@ struct InstructionRange {
 class Executor {
 public:
   /// Throws RuntimeError when the plan is inconsistent or needs a kernel
-  /// this build lacks.
+  /// this build lacks. Initial values come from `weights` (the plan's
+  /// weights file, read for the tensors this device holds) or, without it,
+  /// from the tensors' inline data.
   Executor(const plan::Plan &plan, int threads, int device = 0,
-           Communicator *communicator = nullptr);
+           Communicator *communicator = nullptr,
+           const plan::PlanWeights *weights = nullptr);
   ~Executor();
 
   const plan::Plan &plan() const { return planRef; }
@@ -199,7 +203,10 @@ private:
   bind(const google::protobuf::RepeatedPtrField<plan::Instruction> &stream,
        int threads);
 
+  bool readInitial(const plan::Tensor &t, char *out) const;
+
   const plan::Plan &planRef;
+  const plan::PlanWeights *weights = nullptr;
   int deviceIndex = 0;
   Communicator *communicator = nullptr;
   class ReportBuilder *report = nullptr;
