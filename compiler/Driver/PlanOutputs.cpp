@@ -7,8 +7,11 @@
 
 #include "Driver.h"
 
+#include "cdp/Plan/PlanWeights.h"
+
 #include <onnx/onnx_pb.h>
 
+#include <fstream>
 #include <set>
 
 namespace cdp::driver {
@@ -139,14 +142,16 @@ static void printStageBalance(mlir::ModuleOp module,
                   : "");
 }
 
-/// The source model without the values of its initializers that are the
-/// plan's parameters and buffers: the weights file holds their initial
-/// values, and --save-onnx writes the trained ones in their place.
-static void dropTrainedInitializerData(cdp::plan::Plan &plan) {
+/// The source model, for --save-onnx, without the values of its
+/// initializers that are the plan's parameters and buffers: the weights
+/// file holds their initial values, and --save-onnx writes the trained ones
+/// in their place. Parsed from the file (not copied from it first), so
+/// that a large model is in memory once more here, not three times.
+static void attachSourceModel(cdp::plan::Plan &plan) {
   onnx::ModelProto model;
-  if (plan.source_model().empty() ||
-      !model.ParseFromString(plan.source_model()))
-    return;
+  std::ifstream in(inputPath, std::ios::binary);
+  if (!in || !model.ParseFromIstream(&in))
+    return; // imported, so readable: only a model changed since lacks it
   std::set<std::string> trained;
   for (const cdp::plan::Tensor &t : plan.tensors())
     if (t.kind() == cdp::plan::PARAM || t.kind() == cdp::plan::BUFFER)
@@ -161,9 +166,7 @@ static void dropTrainedInitializerData(cdp::plan::Plan &plan) {
     initializer.clear_int32_data();
     initializer.clear_int64_data();
   }
-  std::string bytes;
-  if (model.SerializeToString(&bytes))
-    plan.set_source_model(std::move(bytes));
+  model.SerializeToString(plan.mutable_source_model());
 }
 
 /// The plan, its text (--emit=plan-text) and its report; then ends the
@@ -174,8 +177,6 @@ static void dropTrainedInitializerData(cdp::plan::Plan &plan) {
                                    const InstructionCost &stepCost,
                                    const std::string &diagnostic) {
   cdp::EmitOptions emitOptions = emitOptionsFor(settings);
-  if (auto file = llvm::MemoryBuffer::getFile(inputPath))
-    emitOptions.sourceModel = (*file)->getBuffer().str();
   // On an arena: a pipeline plan holds a message per instruction and
   // tensor copy (hundreds of thousands for 64 x 64), which an arena
   // allocates in blocks and frees at once.
@@ -195,8 +196,12 @@ static void dropTrainedInitializerData(cdp::plan::Plan &plan) {
     cdp::plan::printPlanText(plan, text);
     writeOutput(outputPath, text.str());
   } else if (!settings.reportOnly) {
+    // The weights first: their memory is freed before the source model
+    // is read.
     std::string writeError;
-    dropTrainedInitializerData(plan);
+    if (!cdp::plan::writeWeights(plan, outputPath, writeError))
+      die(outputPath + ": " + writeError);
+    attachSourceModel(plan);
     if (!cdp::plan::writePlan(plan, outputPath, writeError))
       die(outputPath + ": " + writeError);
   }

@@ -160,7 +160,6 @@ void Emitter::setPlanHeader(const EmitOptions &options) {
   plan.set_strategy(traitsOf(options.strategy).name);
   plan.set_inference(options.inference);
   plan.set_source_name(options.sourceName);
-  plan.set_source_model(options.sourceModel);
   plan.set_optimizer(options.optimizer);
   if (auto reuse = func->getAttrOfType<StringAttr>("cdp.memory_reuse"))
     plan.set_memory_reuse(reuse.str());

@@ -12,6 +12,7 @@
 #include "cdp/Plan/Paths.h"
 #include "cdp/Plan/PlanIO.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -105,13 +106,18 @@ std::string weightsFileName(const std::string &planPath) {
 }
 
 bool writeWeights(Plan &plan, const std::string &planPath, std::string &error) {
-  // A value already moved to a weights file is not in memory to copy.
-  for (const Tensor &t : plan.tensors())
-    if (t.has_initial() && t.data().empty()) {
-      error = "plan tensor '" + t.name() +
-              "' has its initial value in a weights file already";
-      return false;
-    }
+  // Values already moved out are not in memory to copy: done, where they
+  // went to this plan's weights file.
+  auto moved = [](const Tensor &t) {
+    return t.has_initial() && t.data().empty();
+  };
+  if (std::any_of(plan.tensors().begin(), plan.tensors().end(), moved)) {
+    if (plan.weights_file() == weightsFileName(followLinks(planPath)))
+      return true;
+    error = "the plan's values are in " + plan.weights_file() +
+            " already, not in memory to write beside " + planPath;
+    return false;
+  }
   uint64_t end = 0;
   std::vector<int> distinct = layOut(plan, end);
   if (distinct.empty())
@@ -139,7 +145,7 @@ bool writeWeights(Plan &plan, const std::string &planPath, std::string &error) {
     return false;
   }
   for (Tensor &t : *plan.mutable_tensors())
-    t.clear_data();
+    std::string().swap(*t.mutable_data()); // frees it (clear keeps it)
   plan.set_weights_file(name);
   plan.set_weights_bytes(end);
   plan.set_weights_stamp(stamp);

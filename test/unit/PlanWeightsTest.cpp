@@ -131,8 +131,12 @@ TEST_F(PlanWeightsTest, AValueAlreadyMovedOutIsNotWrittenAgain) {
   add(plan, "w", std::string(8, 'w'));
   std::string error;
   ASSERT_TRUE(writeWeights(plan, planPath, error)) << error;
+  EXPECT_TRUE(writeWeights(plan, planPath, error)) << error; // done already
+  EXPECT_EQ(plan.weights_file(), "model.cdp.weights");
   EXPECT_FALSE(writeWeights(plan, folder + "again.cdp", error));
-  EXPECT_NE(error.find("plan tensor 'w'"), std::string::npos) << error;
+  EXPECT_NE(error.find("the plan's values are in model.cdp.weights already"),
+            std::string::npos)
+      << error;
 }
 
 } // namespace

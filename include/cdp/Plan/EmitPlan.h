@@ -18,8 +18,7 @@ struct EmitOptions {
   /// single: micro-batches whose gradients one update averages (the
   /// pipelines read theirs from the sched.step_program).
   int64_t microBatches = 1;
-  std::string sourceName;  ///< the ONNX file name
-  std::string sourceModel; ///< the ONNX file's bytes, for --save-onnx
+  std::string sourceName; ///< the ONNX file name
   /// The backend every device runs on by default ("cpu" or "cuda");
   /// cdp-run --backend overrides it.
   std::string backend = "cpu";

@@ -26,7 +26,8 @@ std::string weightsFileName(const std::string &planPath);
 /// Moves every tensor's `data` of `plan` into the weights file beside
 /// `planPath` (written whole, then renamed into place; equal values once)
 /// and records where (`initial`, and the plan's weights_* fields). A plan
-/// without data writes no file. False with `error` on failure.
+/// without data writes no file; one whose values went to this path's
+/// weights file already is left as it is. False with `error` on failure.
 bool writeWeights(Plan &plan, const std::string &planPath, std::string &error);
 
 /// The weights file of a plan that was read, open for reading.
