@@ -13,6 +13,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <filesystem>
 #include <fstream>
 
 namespace cdp::runtime::training {
@@ -153,37 +154,101 @@ static void writeReport(Run &run) {
       runtime::reportSvg(*curves, run.comparison ? &*run.comparison : nullptr));
 }
 
-/// --save-onnx: the original model with the trained parameters and
-/// buffers as its initializers; --save-onnx-eval (`inference`): the same
-/// in inference mode.
-static void saveOnnx(Run &run, const std::string &path, bool inference) {
-  onnx::ModelProto model;
-  if (!model.ParseFromString(run.plan.source_model()))
-    fail("the plan holds no readable ONNX model to save into");
-  std::map<std::string, int> byName;
-  for (const plan::Tensor &t : run.plan.tensors())
-    if (t.kind() == plan::PARAM || t.kind() == plan::BUFFER)
-      byName[t.name()] = t.id();
+/// Protobuf serializes no message past 2 GiB: a model whose values would
+/// come near it is saved with external data.
+constexpr uint64_t kMostInlineOnnxBytes = (uint64_t(1) << 31) - (64u << 20);
+
+/// The values of `model`'s initializers moved to `path`.data (ONNX
+/// external data, as onnx.save(save_as_external_data=True) writes it: one
+/// file, each value at its offset), the trained ones (`trained`: tensor id
+/// by initializer name) read from the devices one at a time.
+static void writeExternalValues(Run &run, onnx::ModelProto &model,
+                                const std::map<std::string, int> &trained,
+                                const std::string &path) {
+  std::string dataPath = path + ".data";
+  std::string location = std::filesystem::path(dataPath).filename().string();
+  auto write = [&](int fd) {
+    uint64_t offset = 0;
+    for (onnx::TensorProto &initializer :
+         *model.mutable_graph()->mutable_initializer()) {
+      auto it = trained.find(initializer.name());
+      if (it == trained.end() && initializer.raw_data().empty())
+        continue; // typed fields (small) or another external file: kept
+      std::string value;
+      if (it != trained.end()) {
+        HostTensor host = run.first().stageOut(it->second);
+        const TensorView &view = host.view();
+        value.assign(static_cast<const char *>(view.data),
+                     view.numel() * plan::dtypeSize(view.dtype));
+      } else {
+        value.swap(*initializer.mutable_raw_data());
+      }
+      if (!writeAll(fd, value))
+        return false;
+      initializer.clear_raw_data();
+      initializer.clear_float_data();
+      initializer.clear_external_data();
+      initializer.set_data_location(onnx::TensorProto::EXTERNAL);
+      for (auto [key, entry] :
+           {std::pair<const char *, std::string>{"location", location},
+            {"offset", std::to_string(offset)},
+            {"length", std::to_string(value.size())}}) {
+        onnx::StringStringEntryProto *field = initializer.add_external_data();
+        field->set_key(key);
+        field->set_value(entry);
+      }
+      offset += value.size();
+    }
+    return true;
+  };
+  std::string error;
+  if (!writeFileAtomically(dataPath, write, error))
+    fail(dataPath + ": " + error);
+}
+
+/// The trained values in `model`'s initializers themselves.
+static void writeInlineValues(Run &run, onnx::ModelProto &model,
+                              const std::map<std::string, int> &trained) {
   for (onnx::TensorProto &initializer :
        *model.mutable_graph()->mutable_initializer()) {
-    auto it = byName.find(initializer.name());
-    if (it == byName.end())
+    auto it = trained.find(initializer.name());
+    if (it == trained.end())
       continue;
-    HostTensor trained = run.first().stageOut(it->second);
-    const TensorView &view = trained.view();
+    HostTensor host = run.first().stageOut(it->second);
+    const TensorView &view = host.view();
     initializer.clear_float_data();
     initializer.clear_external_data();
     initializer.set_data_location(onnx::TensorProto::DEFAULT);
     initializer.set_raw_data(view.data,
                              view.numel() * plan::dtypeSize(view.dtype));
   }
+}
+
+/// --save-onnx: the original model with the trained parameters and
+/// buffers as its initializers; --save-onnx-eval (`inference`): the same
+/// in inference mode. The values go to FILE.data beside it with
+/// --save-onnx-external-data, or where the model would pass 2 GiB.
+static void saveOnnx(Run &run, const std::string &path, bool inference) {
+  onnx::ModelProto model;
+  if (!model.ParseFromString(run.plan.source_model()))
+    fail("the plan holds no readable ONNX model to save into");
+  std::map<std::string, int> trained;
+  uint64_t bytes = model.ByteSizeLong();
+  for (const plan::Tensor &t : run.plan.tensors())
+    if (t.kind() == plan::PARAM || t.kind() == plan::BUFFER)
+      if (trained.insert_or_assign(t.name(), t.id()).second)
+        bytes += static_cast<uint64_t>(t.bytes());
   if (inference)
     if (std::string problem = runtime::toInferenceMode(model); !problem.empty())
       fail("--save-onnx-eval: " + problem);
-  std::string bytes;
-  if (!model.SerializeToString(&bytes))
-    fail(path + ": the model does not serialize (over 2 GiB?)");
-  writeOutput(path, bytes);
+  if (run.options.saveOnnxExternalData || bytes > kMostInlineOnnxBytes)
+    writeExternalValues(run, model, trained, path);
+  else
+    writeInlineValues(run, model, trained);
+  std::string serialized;
+  if (!model.SerializeToString(&serialized))
+    fail(path + ": the model does not serialize");
+  writeOutput(path, serialized);
 }
 
 /// Everything the run writes after it ends.

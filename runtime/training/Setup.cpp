@@ -58,6 +58,12 @@ void checkOutputPaths(const RunOptions &options) {
                         /*replaced=*/std::string(flag) != "--metrics");
     if (!problem.empty())
       fail(problem);
+    // A saved model's values may go beside it (external data).
+    bool model = std::string(flag).rfind("--save-onnx", 0) == 0;
+    if (model && !path->empty() && *path != "-")
+      if (std::string data = checkOutputPath(flag, *path + ".data", inputs);
+          !data.empty())
+        fail(data);
   }
   auto dumped = [](const std::string &file) {
     return file == "index.json" ||
@@ -96,6 +102,10 @@ static void checkMeaningfulFlags(const RunOptions &options,
         fail(std::string(flag) + " applies to training plans; " + options.plan +
              " is forward-only");
   }
+  if (options.saveOnnxExternalData && options.saveOnnx.empty() &&
+      options.saveOnnxEval.empty())
+    fail("--save-onnx-external-data goes with --save-onnx or "
+         "--save-onnx-eval");
   if (!options.dumpGrads.empty() && plan.memory_reuse() == "layer" &&
       plan.applied_gradients_size() == 0)
     fail("--dump-grads reads the gradients at the step's end, but " +

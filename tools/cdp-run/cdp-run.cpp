@@ -195,6 +195,12 @@ RunOptions parseArguments(int argc, char **argv) {
        "passing its input through (a training-mode export keeps both in "
        "training mode, and ONNX runtimes and --inference follow the file)",
        [&](const std::string &v) { o.saveOnnxEval = v; }},
+      {"--save-onnx-external-data", nullptr,
+       "Write the values of --save-onnx's and --save-onnx-eval's models to "
+       "FILE.data beside each (ONNX external data, as onnx.save(..., "
+       "save_as_external_data=True)); without it they go there only where a "
+       "model would pass protobuf's 2 GiB",
+       [&](const std::string &) { o.saveOnnxExternalData = true; }},
       {"--checkpoint", "DIR",
        "Save every device's parameters, buffers, optimizer state and "
        "micro-batches in flight to DIR (at the end, or every "

@@ -61,6 +61,8 @@ struct RunOptions {
   int64_t maxTensorBytes = int64_t(16) << 30;
   std::string backend; ///< empty: the plan's
   bool allowTf32 = false, allowNondeterministic = false;
+  /// --save-onnx-external-data: the saved models' values in FILE.data.
+  bool saveOnnxExternalData = false;
 };
 
 /// Thrown by a process of an mpirun job whose error another process prints
