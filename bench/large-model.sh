@@ -42,13 +42,22 @@ compile() { # name, flags...
   echo "  plan $(stat -c %s "$WORK/$name.cdp") bytes, weights file $(stat -c %s "$WORK/$name.cdp.weights") bytes"
 }
 compile cdp --strategy cdp --devices 4 --stages 4
-compile 1f1b --strategy 1f1b --stages 4 --micro-batches 4
+compile 1f1b --strategy 1f1b --stages 4 --micro-batches 4 --report "$WORK/1f1b.json"
+/usr/bin/python3 -c "import json, sys; print('  the report predicts per device (bytes):', json.load(open(sys.argv[1]))['peak']['device_bytes'])" "$WORK/1f1b.json"
 cd "$WORK"
 ROOT=()
 [ "$(id -u)" = 0 ] && ROOT=(--allow-run-as-root) # a container's root
 mpirun "${ROOT[@]}" --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo -np 4 \
   sh -c 'exec /usr/bin/time -o time.$OMPI_COMM_WORLD_RANK -f "rank $OMPI_COMM_WORLD_RANK: peak resident %M KiB" strace -f -qq -e trace=openat,pread64 -e signal=none -o trace.$OMPI_COMM_WORLD_RANK '"$BIN"'/cdp-run 1f1b.cdp --feed input=x.npy --feed labels=y.npy --steps 2' > /dev/null
 cat time.*
+# The constant: a rank's peak on a model of a few hundred parameters.
+/usr/bin/python3 "$OLDPWD/test/Import/make_models.py" mlp4eq tiny.onnx
+"$BIN/cdp-compile" tiny.onnx -o tiny.cdp --strategy 1f1b --stages 4 --micro-batches 4 \
+  --stage-boundaries tanh0,tanh1,tanh2 > /dev/null
+/usr/bin/python3 -c "import numpy as np; np.save('tx.npy', np.zeros((8, 16), np.float32)); np.save('ty.npy', np.zeros(8, np.int64))"
+mpirun "${ROOT[@]}" --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo -np 4 \
+  sh -c 'exec /usr/bin/time -o tiny.$OMPI_COMM_WORLD_RANK -f "%M" '"$BIN"'/cdp-run tiny.cdp --feed x=tx.npy --feed labels=ty.npy --steps 2' > /dev/null
+echo "a rank's constant (the same under mpirun on a 4-layer MLP of width 16): $(sort -n tiny.* | tail -1) KiB"
 # The bytes each rank read of the weights file: its preads on that file.
 /usr/bin/python3 - 1f1b.cdp.weights <<'PY'
 import glob, re, sys

@@ -819,6 +819,10 @@ std::vector<std::pair<std::string, int>> Executor::gradients() const {
 /// Tags of the gather after training: beside the step tags (reductions
 /// count steps from 0 up, pipeline messages set bit 62).
 static int64_t gatherTag(int id) { return (int64_t(3) << 60) | id; }
+/// Device 0's go-ahead for the gather of tensor `id`.
+static int64_t gatherReadyTag(int id) {
+  return (int64_t(3) << 60) | (int64_t(1) << 40) | id;
+}
 
 static ConstBuffer hostBuffer(const TensorView &host) {
   return {host.dtype, host.data, host.numel()};
@@ -838,7 +842,15 @@ void Executor::gatherOnDeviceZero() {
       continue;
     const TensorView &v = views[t.id()];
     // Communicators carry host memory: the tensor is staged out and in.
+    // One at a time, on device 0's go-ahead: sent at once, every stage's
+    // parameters were in flight together (a copy of the model's).
+    float ready = 0;
     if (deviceIndex == t.device()) {
+      if (!communicator->recv(0, gatherReadyTag(t.id()),
+                              {plan::F32, &ready, 1}))
+        throw RuntimeError("device " + std::to_string(deviceIndex) +
+                           ": stopped while handing '" + t.name() +
+                           "' to device 0 (another device failed)");
       HostTensor mine = stageOut(v);
       communicator->send(0, gatherTag(t.id()), hostBuffer(mine.view()), -1);
     } else if (deviceIndex == 0) {
@@ -846,6 +858,8 @@ void Executor::gatherOnDeviceZero() {
         persistent[t.id()] = backendDevice->allocate(t.bytes());
         views[t.id()].data = persistent[t.id()];
       }
+      communicator->send(t.device(), gatherReadyTag(t.id()),
+                         {plan::F32, &ready, 1}, -1);
       stageIn(t.id(), [&](const TensorView &host) {
         if (!communicator->recv(t.device(), gatherTag(t.id()),
                                 {host.dtype, host.data, host.numel()}))
