@@ -423,7 +423,8 @@ def classify(result):
 
 def try_plan(args, path, feeds):
     run_bin = os.path.join(args.build, "bin", "cdp-run")
-    command = [run_bin, path, "--steps", "3", "--threads", "1"] + feeds
+    # No progress lines: a refusal is judged by being the only line.
+    command = [run_bin, path, "--steps", "3", "--threads", "1", "--progress-every", "0"] + feeds
     try:
         result = subprocess.run(command, capture_output=True, timeout=args.timeout)
         return classify(result), result.returncode, result.stderr.decode(errors="replace")

@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Progress.h"
 #include "Run.h"
 #include "cdp/Plan/PlanCheck.h"
 
@@ -145,27 +146,44 @@ public:
                 written + 1 == run.total ? evaluation : Evaluation());
   }
 
-private:
   int64_t sinceBegan() const {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(
                std::chrono::steady_clock::now() - began)
         .count();
   }
-  void writeLine(const std::vector<float> &losses, int64_t t,
-                 const Evaluation &evaluation) {
-    if (!run.metrics.isOpen())
-      return;
+  /// The loss of the last step before `done` whose writers all wrote
+  /// theirs (device 0 may be a step ahead of the others); negative where
+  /// none has, and under mpirun, where the other processes' parts are not.
+  double latestLoss(const std::vector<float> &losses, int64_t done) const {
+    if (run.mpi)
+      return -1;
+    for (int64_t t = std::min(done, run.total) - 1;
+         t >= std::max(start, done - 8); --t)
+      if (endNanos[t] != 0)
+        return lossOf(losses, t);
+    return -1;
+  }
+
+private:
+  double lossOf(const std::vector<float> &losses, int64_t t) const {
     int N = run.deviceCount;
     double loss = 0;
     for (int d = 0; d < N; ++d)
       loss += losses[t * N + d];
+    return loss / N;
+  }
+  void writeLine(const std::vector<float> &losses, int64_t t,
+                 const Evaluation &evaluation) {
+    if (!run.metrics.isOpen())
+      return;
+    double loss = lossOf(losses, t);
     double rate = average;
     if (!run.mpi) {
       int64_t from = t > start ? endNanos[t - 1].load() : 0;
       double seconds = (endNanos[t] - from) * 1e-9;
       rate = seconds > 0 ? run.perStep / seconds : 0.0;
     }
-    writeMetricsLine(run, t, loss / N, rate, evaluation);
+    writeMetricsLine(run, t, loss, rate, evaluation);
   }
 
   Run &run;
@@ -378,13 +396,11 @@ void runDevices(Run &run, int64_t start) {
         stopStarted(e.what());
         throw;
       }
+  ProgressLine line(run, start);
   while (run.root()) {
     int64_t done = progress;
     log.writeEnded(losses);
-    if (run.terminal)
-      std::fprintf(stderr, "\r%s on %d devices: step %lld/%lld   ",
-                   run.plan.strategy().c_str(), N, (long long)done,
-                   (long long)run.total);
+    line.update(done, log.latestLoss(losses, done));
     if (done >= run.total || !firstError.empty() ||
         finishedThreads == static_cast<int>(threads.size()))
       break;
@@ -392,8 +408,7 @@ void runDevices(Run &run, int64_t start) {
   }
   for (std::thread &thread : threads)
     thread.join();
-  if (run.terminal && run.root())
-    std::fprintf(stderr, "\n");
+  line.finish();
   if (!firstError.empty())
     fail(firstError);
   if (stop.at() >= 0) {

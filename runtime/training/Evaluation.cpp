@@ -38,7 +38,7 @@ static const UpdateRule *reportedRule(Run &run) {
 /// rule's at update `step` (each parameter's k-th update applies the
 /// gradients of step k, whatever step's program runs it: dp's and cdp's
 /// run in the next). Negative in a plan without updates.
-static double stepLearningRate(Run &run, int64_t step) {
+double learningRateAt(Run &run, int64_t step) {
   const UpdateRule *rule = reportedRule(run);
   if (!rule)
     return -1.0;
@@ -55,7 +55,7 @@ void writeMetricsLine(Run &run, int64_t step, double loss, double rate,
                       const Evaluation &evaluation) {
   runtime::Json line = {
       {"step", step}, {"loss", loss}, {"samples_per_s", rate}};
-  if (double lr = stepLearningRate(run, step); lr >= 0)
+  if (double lr = learningRateAt(run, step); lr >= 0)
     line["lr"] = lr;
   if (evaluation.loss >= 0)
     line["test_loss"] = evaluation.loss;

@@ -177,6 +177,9 @@ void bindEvalFeeds(Run &run);
 void loadDataset(Run &run);
 
 // Evaluation.cpp
+/// The learning rate applied to step `step`'s gradients, as the float the
+/// kernels use; negative in a plan without updates.
+double learningRateAt(Run &run, int64_t step);
 void writeMetricsLine(Run &run, int64_t step, double loss, double rate,
                       const Evaluation &evaluation);
 bool evaluates(const Run &run);

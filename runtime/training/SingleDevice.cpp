@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Progress.h"
 #include "Run.h"
 
 #include <chrono>
@@ -99,6 +100,7 @@ void runSingleDevice(Run &run, int64_t step) {
   double epochLoss = 0;
   int64_t epochSteps = 0;
   bool staged = false; // the step's first slot, while the step before ran
+  ProgressLine line(run, step);
   for (; step < run.total; ++step) {
     int64_t epoch = step / run.stepsPerEpoch, s = step % run.stepsPerEpoch;
     if (!options.data.empty() && epoch != shuffledEpoch) {
@@ -129,12 +131,7 @@ void runSingleDevice(Run &run, int64_t step) {
     }
     if (run.metrics.isOpen())
       writeMetricsLine(run, step, loss, rate, evaluation);
-    if (run.terminal && (s % 10 == 0 || last))
-      std::fprintf(
-          stderr,
-          "\repoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f samples/s   ",
-          (long long)epoch + 1, (long long)run.epochs, (long long)s + 1,
-          (long long)run.stepsPerEpoch, loss, rate);
+    line.update(step + 1, loss);
     bool stop = !options.checkpoint.empty() && stopSignal() != 0 &&
                 step + 1 < run.total;
     if (checkpointDue(run, step + 1) || stop)
@@ -142,8 +139,7 @@ void runSingleDevice(Run &run, int64_t step) {
                      step + 1);
     if (stop) {
       run.stoppedAt = step + 1;
-      if (run.terminal)
-        std::fprintf(stderr, "\n");
+      line.finish();
       std::printf("%s\n", stopLine(run, step + 1).c_str());
       return;
     }
@@ -151,8 +147,7 @@ void runSingleDevice(Run &run, int64_t step) {
       double elapsed = std::chrono::duration<double>(
                            std::chrono::steady_clock::now() - started)
                            .count();
-      if (run.terminal)
-        std::fprintf(stderr, "\n");
+      line.finish();
       // The epoch's mean loss (over the steps this run made of it).
       std::printf("epoch %lld: %lld steps, loss %.4f, %.1f s",
                   (long long)epoch + 1, (long long)run.stepsPerEpoch,
@@ -168,8 +163,7 @@ void runSingleDevice(Run &run, int64_t step) {
   // --steps 0, or a resume at the end: the parameters as they are.
   if (step0 == run.total && evaluates(run))
     printHeldOut(run, evaluate(run));
-  if (run.terminal && options.data.empty())
-    std::fprintf(stderr, "\n");
+  line.finish();
   // --feed training ends with one line, as a multi-device run does (--data
   // printed a line per epoch).
   if (options.data.empty() && step0 < run.total)

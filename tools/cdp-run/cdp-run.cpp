@@ -173,6 +173,16 @@ RunOptions parseArguments(int argc, char **argv) {
          if (o.threads > 1024) // OpenMP cannot create them; nor is it useful
            die("--threads must be at most 1024, got '" + v + "'");
        }},
+      {"--progress-every", "S",
+       "Where standard error is not a terminal (a log file, a scheduler's "
+       "output), print the progress line (step, loss, samples/s over the "
+       "last interval, learning rate, time left) every S seconds (default "
+       "10; 0: never); on a terminal it is redrawn in place",
+       [&](const std::string &v) {
+         o.progressEvery = parseReal("--progress-every", v);
+         if (o.progressEvery < 0)
+           die("--progress-every must be >= 0, got '" + v + "'");
+       }},
       {"--metrics", "FILE",
        "JSON lines, one per step: step, loss, samples_per_s (and accuracy); "
        "a resumed run keeps the lines of earlier steps and appends",
@@ -304,7 +314,8 @@ RunOptions parseArguments(int argc, char **argv) {
     flag->set(value);
     // What mpirun's processes must share (the threads and the timeout may
     // differ from machine to machine).
-    if (name != "--threads" && name != "--comm-timeout")
+    if (name != "--threads" && name != "--comm-timeout" &&
+        name != "--progress-every")
       o.agreedFlags += name + '\0' + value + '\0';
   }
   if (o.plan.empty())

@@ -61,6 +61,9 @@ struct RunOptions {
   int64_t maxTensorBytes = int64_t(16) << 30;
   std::string backend; ///< empty: the plan's
   bool allowTf32 = false, allowNondeterministic = false;
+  /// --progress-every: seconds between progress lines when standard error
+  /// is not a terminal (0: none).
+  double progressEvery = 10;
   /// --save-onnx-external-data: the saved models' values in FILE.data.
   bool saveOnnxExternalData = false;
 };
