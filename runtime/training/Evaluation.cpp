@@ -7,7 +7,9 @@
 
 #include "../kernels/LearningRate.h"
 #include "Run.h"
+
 #include "cdp/Runtime/Json.h"
+#include <numeric>
 
 #include <cmath>
 #include <cstdio>
@@ -70,43 +72,95 @@ bool evaluates(const Run &run) {
          !run.evalFeeds.empty();
 }
 
-/// Runs the evaluation stream over `samples` held-out samples, batch by
-/// batch: `stage(first)` fills the inputs with the batch starting at
-/// sample `first`; `labels` (may be null) are the class of each sample for
-/// the accuracy. The loss averages full batches only.
-static Evaluation evaluateBatches(Run &run, int64_t samples,
-                                  const std::function<void(int64_t)> &stage,
-                                  const int64_t *labels) {
-  Executor &executor = run.first();
-  int64_t batch = run.batch, correct = 0, fullBatches = 0;
-  double lossSum = 0;
-  bool classifier = labels && run.plan.scores() >= 0 &&
-                    executor.view(run.plan.scores()).shape.size() == 2;
-  int64_t classes =
-      classifier ? executor.view(run.plan.scores()).numel() / batch : 0;
-  for (int64_t first = 0; first < samples; first += batch) {
-    stage(first);
+bool masksPartialBatch(const Run &run) {
+  return run.plan.labels() >= 0 && run.plan.has_eval_loss() &&
+         run.plan.eval_loss() >= 0;
+}
+
+namespace {
+
+/// The evaluation stream over held-out samples, batch by batch, summing
+/// per-sample losses and counting correct predictions.
+class HeldOutPass {
+public:
+  using Stage = std::function<void(const std::vector<int64_t> &rows)>;
+  HeldOutPass(Run &run, const Stage &stage, const int64_t *labels)
+      : run(run), executor(run.first()), stage(stage), labels(labels),
+        batch(run.batch) {
+    classifier = labels && run.plan.scores() >= 0 &&
+                 executor.view(run.plan.scores()).shape.size() == 2;
+    classes = classifier ? executor.view(run.plan.scores()).numel() / batch : 0;
+    hasLoss = run.plan.has_eval_loss() && run.plan.eval_loss() >= 0;
+  }
+
+  /// Samples [first, first + count), count <= batch. A partial batch is
+  /// padded with copies of its first sample; a second pass of that sample
+  /// alone gives its loss, which the padding's share subtracts: the loss,
+  /// a mean of per-sample terms, becomes the mean over the real samples.
+  void add(int64_t first, int64_t count) {
+    std::vector<int64_t> rows(batch, first);
+    std::iota(rows.begin(), rows.begin() + count, first);
+    double mean = evaluateRows(rows, first, count);
+    if (!hasLoss || (count < batch && !masksPartialBatch(run)))
+      return; // a model's own loss: whole batches only
+    double padding = 0;
+    if (count < batch)
+      padding = (batch - count) *
+                evaluateRows(std::vector<int64_t>(batch, first), first, 0);
+    lossSum += mean * batch - padding;
+    lossSamples += count;
+  }
+
+  Evaluation result(int64_t samples) const {
+    Evaluation evaluation;
+    if (lossSamples > 0)
+      evaluation.loss = lossSum / lossSamples;
+    if (classifier && samples > 0)
+      evaluation.accuracy = static_cast<double>(correct) / samples;
+    return evaluation;
+  }
+
+private:
+  /// One batch of `rows`; its first `scored` rows (samples from `first`)
+  /// count for the accuracy. Returns the batch's loss (0 without one).
+  double evaluateRows(const std::vector<int64_t> &rows, int64_t first,
+                      int64_t scored) {
+    stage(rows);
     executor.runEval(StepContext{0, 0, run.options.seed});
-    if (run.plan.has_eval_loss() && run.plan.eval_loss() >= 0 &&
-        first + batch <= samples) {
-      lossSum += executor.stageOut(run.plan.eval_loss()).view().f32()[0];
-      ++fullBatches;
-    }
-    if (!classifier)
-      continue;
+    double loss =
+        hasLoss ? executor.stageOut(run.plan.eval_loss()).view().f32()[0] : 0.0;
+    if (!classifier || scored == 0)
+      return loss;
     HostTensor scores = executor.stageOut(run.plan.scores());
-    for (int64_t j = 0; j < batch && first + j < samples; ++j) {
+    for (int64_t j = 0; j < scored; ++j) {
       const float *row = scores.view().f32() + j * classes;
       int64_t best = std::max_element(row, row + classes) - row;
       correct += best == labels[first + j];
     }
+    return loss;
   }
-  Evaluation result;
-  if (fullBatches > 0)
-    result.loss = lossSum / fullBatches;
-  if (classifier && samples > 0)
-    result.accuracy = static_cast<double>(correct) / samples;
-  return result;
+
+  Run &run;
+  Executor &executor;
+  const Stage &stage;
+  const int64_t *labels;
+  int64_t batch, classes = 0, correct = 0, lossSamples = 0;
+  bool classifier = false, hasLoss = false;
+  double lossSum = 0;
+};
+
+} // namespace
+
+/// Runs the evaluation stream over `samples` held-out samples, batch by
+/// batch: `stage(rows)` fills the inputs with those samples; `labels` (may
+/// be null) are the class of each sample for the accuracy.
+static Evaluation evaluateBatches(Run &run, int64_t samples,
+                                  const HeldOutPass::Stage &stage,
+                                  const int64_t *labels) {
+  HeldOutPass pass(run, stage, labels);
+  for (int64_t first = 0; first < samples; first += run.batch)
+    pass.add(first, std::min(run.batch, samples - first));
+  return pass.result(samples);
 }
 
 /// ", test loss L, test accuracy A" for the lines cdp-run prints.
@@ -134,10 +188,10 @@ Evaluation evaluate(Run &run) {
     }
     return evaluateBatches(
         run, run.evalSamples,
-        [&](int64_t first) {
+        [&](const std::vector<int64_t> &rows) {
           for (auto &[id, array] : run.evalFeeds)
-            stageRows(executor, id, array, run.plan.tensors(id).batch_axis(),
-                      first);
+            stageRowList(executor, id, array, run.plan.tensors(id).batch_axis(),
+                         rows);
         },
         labels);
   }
@@ -145,9 +199,9 @@ Evaluation evaluate(Run &run) {
       reinterpret_cast<const int64_t *>(run.test.labels.bytes.data());
   return evaluateBatches(
       run, run.test.labels.numel(),
-      [&](int64_t first) {
-        stageRows(executor, run.imageInput, run.test.images, 0, first);
-        stageRows(executor, run.plan.labels(), run.test.labels, 0, first);
+      [&](const std::vector<int64_t> &rows) {
+        stageRowList(executor, run.imageInput, run.test.images, 0, rows);
+        stageRowList(executor, run.plan.labels(), run.test.labels, 0, rows);
       },
       labels);
 }

@@ -98,6 +98,35 @@ void stageRows(Executor &executor, int id, const Array &source,
   });
 }
 
+/// Fills input `id` with `source`'s entries `rows` along the batch axis,
+/// in that order (runs of consecutive entries read at once).
+void stageRowList(Executor &executor, int id, const Array &source,
+                  int64_t batchAxis, const std::vector<int64_t> &rows) {
+  executor.stageInWhole(id, [&](const TensorView &host) {
+    char *out = static_cast<char *>(host.data);
+    if (batchAxis < 0) {
+      source.readElements(0, host.numel(), out);
+      return;
+    }
+    int64_t width = plan::dtypeSize(host.dtype), outer = 1, inner = 1;
+    for (int64_t d = 0; d < batchAxis; ++d)
+      outer *= host.shape[d];
+    for (size_t d = batchAxis + 1; d < host.shape.size(); ++d)
+      inner *= host.shape[d];
+    int64_t count = static_cast<int64_t>(rows.size()),
+            length = source.numel() / (outer * inner);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t j = 0; j < count;) {
+        int64_t run = 1;
+        while (j + run < count && rows[j + run] == rows[j] + run)
+          ++run;
+        source.readElements((o * length + rows[j]) * inner, run * inner,
+                            out + (o * count + j) * inner * width);
+        j += run;
+      }
+  });
+}
+
 /// The training order of epoch `epoch`: every sample once, shuffled by
 /// --seed and the epoch.
 std::vector<int64_t> shuffledOrder(uint64_t seed, int64_t epoch, int64_t n) {
@@ -237,12 +266,13 @@ void bindFeeds(Run &run) {
 }
 
 /// --eval-feed's arrays: the same number of samples along every input's
-/// batch axis, a whole number of the plan's batches (the loss is a mean
-/// per batch, so every sample must sit in a full one).
+/// batch axis. A last partial batch is evaluated padded and masked where
+/// the loss is cdp-compile's own (a mean of per-sample terms); a model's
+/// own loss (which may weigh samples unequally) needs whole batches.
 void bindEvalFeeds(Run &run) {
   run.evalFeeds = readFeeds(run, run.options.evalFeeds, "--eval-feed");
   auto [samples, batch] = feedSamples(run, run.evalFeeds, "--eval-feed");
-  if (samples >= 0 && samples % batch != 0)
+  if (samples >= 0 && samples % batch != 0 && !masksPartialBatch(run))
     fail("--eval-feed: " + std::to_string(samples) +
          " held-out samples are not a whole number of the plan's batches of " +
          std::to_string(batch) +

@@ -166,7 +166,12 @@ void stageRows(Executor &executor, int id, const Array &source,
                int64_t batchAxis, int64_t first,
                const std::vector<int64_t> *order = nullptr,
                EpochOrders *shuffled = nullptr);
+void stageRowList(Executor &executor, int id, const Array &source,
+                  int64_t batchAxis, const std::vector<int64_t> &rows);
 std::vector<int64_t> shuffledOrder(uint64_t seed, int64_t epoch, int64_t n);
+/// Whether an evaluation's last partial batch is padded and masked: the
+/// loss is cdp-compile's own, a mean of per-sample terms.
+bool masksPartialBatch(const Run &run);
 void bindPartialBatch(Run &run);
 std::string nonFiniteName(float value);
 std::pair<int64_t, int64_t> feedSamples(const Run &run,
