@@ -75,9 +75,9 @@ std::pair<std::string, std::string> nameAndFile(const char *flag,
   return {v.substr(0, eq), v.substr(eq + 1)};
 }
 
-RunOptions parseArguments(int argc, char **argv) {
-  RunOptions o;
-  std::vector<Flag> flags = {
+/// cdp-run's flags: each its value, help and what it sets in `o`.
+std::vector<Flag> runFlags(RunOptions &o) {
+  return {
       {"--feed", "NAME=FILE",
        "Feed graph input NAME from FILE (.npy or ONNX TensorProto .pb); "
        "repeatable. Slot k of step t takes entries [(t*K+k)*B, (t*K+k+1)*B) "
@@ -260,28 +260,34 @@ RunOptions parseArguments(int argc, char **argv) {
          o.maxTensorBytes = parseCount("--max-tensor-bytes", v, 1);
        }},
   };
-  auto help = [&]() {
-    std::cout << "OVERVIEW: cdp-run: runs a plan compiled by cdp-compile\n\n"
-                 "USAGE: cdp-run MODEL.cdp [options]\n\n"
-                 "  cdp-run lenet.cdp --data fashion-mnist --epochs 1 --eval\n"
-                 "  cdp-run mlp.cdp --feed input=x.npy --feed labels=y.npy "
-                 "--steps 3 --dump-params out/\n\nOPTIONS:\n";
-    for (const Flag &f : flags) {
-      std::string left = std::string(f.name) +
-                         (f.value ? std::string("=<") + f.value + ">" : "");
-      std::cout << "  " << left
-                << std::string(left.size() < 30 ? 30 - left.size() : 1, ' ')
-                << "- " << f.help << "\n";
-    }
-    std::cout << "  --help                        - This text\n";
-    std::cout
-        << "  --version                     - cdp's version and plan format\n";
-    std::exit(0);
-  };
+}
+
+[[noreturn]] void printHelp(const std::vector<Flag> &flags) {
+  std::cout << "OVERVIEW: cdp-run: runs a plan compiled by cdp-compile\n\n"
+               "USAGE: cdp-run MODEL.cdp [options]\n\n"
+               "  cdp-run lenet.cdp --data fashion-mnist --epochs 1 --eval\n"
+               "  cdp-run mlp.cdp --feed input=x.npy --feed labels=y.npy "
+               "--steps 3 --dump-params out/\n\nOPTIONS:\n";
+  for (const Flag &f : flags) {
+    std::string left = std::string(f.name) +
+                       (f.value ? std::string("=<") + f.value + ">" : "");
+    std::cout << "  " << left
+              << std::string(left.size() < 30 ? 30 - left.size() : 1, ' ')
+              << "- " << f.help << "\n";
+  }
+  std::cout << "  --help                        - This text\n";
+  std::cout
+      << "  --version                     - cdp's version and plan format\n";
+  std::exit(0);
+}
+
+RunOptions parseArguments(int argc, char **argv) {
+  RunOptions o;
+  std::vector<Flag> flags = runFlags(o);
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h")
-      help();
+      printHelp(flags);
     if (arg == "--version") {
       std::cout << "cdp-run (cdp " CDP_VERSION "), plan format "
                 << plan::kPlanFormatVersion << "\n";
