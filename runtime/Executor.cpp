@@ -828,7 +828,7 @@ static ConstBuffer hostBuffer(const TensorView &host) {
   return {host.dtype, host.data, host.numel()};
 }
 
-void Executor::gatherOnDeviceZero() {
+void Executor::gatherOnDeviceZero(bool gradients) {
   if (!communicator)
     return;
   gatherShardedParameters();
@@ -837,7 +837,7 @@ void Executor::gatherOnDeviceZero() {
   int devices = communicator->size();
   for (const plan::Tensor &t : plan.tensors()) {
     bool owned = t.kind() == plan::PARAM || t.kind() == plan::BUFFER ||
-                 t.kind() == plan::REDUCED;
+                 (gradients && t.kind() == plan::REDUCED);
     if (!pipeline || !owned || !t.has_device() || t.device() == 0)
       continue;
     const TensorView &v = views[t.id()];

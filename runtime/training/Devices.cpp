@@ -295,7 +295,9 @@ static void runDevice(Run &run, int d, DeviceThreads &shared) {
     runPart(t, cut, size);
   }
   ex.flush(run.total, &loader);
-  ex.gatherOnDeviceZero();
+  // The mean gradients only where --dump-grads writes them: at a model's
+  // size they are as large as its parameters.
+  ex.gatherOnDeviceZero(!options.dumpGrads.empty());
 }
 
 /// After a multi-device run, onto the root (collective under mpirun): the

@@ -185,12 +185,13 @@ public:
   std::vector<std::pair<std::string, int>> gradients() const;
 
   /// After training (and flush), on every device of a multi-device run:
-  /// a pipeline's parameters, buffers and reduced gradients travel from
-  /// the devices that own them to device 0, where the model is written;
-  /// dp's and cdp's float32 buffers (BatchNorm statistics) are averaged
-  /// over the devices onto device 0 (summed in double, in device order).
-  /// Only through the communicator: no device reads another's memory.
-  void gatherOnDeviceZero();
+  /// a pipeline's parameters and buffers, and with `gradients` its reduced
+  /// gradients (for --dump-grads), travel from the devices that own them
+  /// to device 0, where the model is written; dp's and cdp's float32
+  /// buffers (BatchNorm statistics) are averaged over the devices onto
+  /// device 0 (summed in double, in device order). Only through the
+  /// communicator: no device reads another's memory.
+  void gatherOnDeviceZero(bool gradients = true);
 
 private:
   void allocatePersistentBlock();
