@@ -24,6 +24,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <filesystem>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -368,7 +369,34 @@ void restoreShard(const std::string &path, const std::string &bytes,
 
 } // namespace
 
+/// A folder of shards (--feed NAME=DIR): its .npy files' fingerprints,
+/// in name order, combined.
+static FileFingerprint fingerprintFolder(const std::string &dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto &entry : std::filesystem::directory_iterator(dir, ec))
+    if (entry.path().extension() == ".npy")
+      names.push_back(entry.path().string());
+  if (ec)
+    throw RuntimeError(dir + ": cannot read: " + ec.message());
+  std::sort(names.begin(), names.end());
+  FileFingerprint folder;
+  folder.path = dir;
+  std::vector<uint64_t> parts;
+  for (const std::string &name : names) {
+    FileFingerprint shard = fingerprintFile(name);
+    folder.size += shard.size;
+    folder.modified = std::max(folder.modified, shard.modified);
+    parts.insert(parts.end(), {plan::checksum(name.data(), name.size()),
+                               shard.size, shard.hash});
+  }
+  folder.hash = plan::checksum(parts.data(), parts.size() * sizeof(uint64_t));
+  return folder;
+}
+
 FileFingerprint fingerprintFile(const std::string &path) {
+  if (std::filesystem::is_directory(path))
+    return fingerprintFolder(path);
   constexpr uint64_t kEnds = uint64_t(1) << 20;
   FileFingerprint file;
   file.path = path;

@@ -3,6 +3,8 @@
 #include "cdp/Runtime/Data.h"
 #include "Npy.h"
 
+#include "../kernels/SignatureCheck.h"
+
 #include "cdp/Plan/Checked.h"
 
 #include "cdp/Plan/Paths.h"
@@ -17,6 +19,7 @@
 #include <cmath>
 #include <cstring>
 #include <fcntl.h>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <limits>
@@ -253,6 +256,74 @@ private:
   std::string path;
 };
 
+/// A folder's shards as one array, concatenated along their first axis:
+/// elements [first, first + count) may span several shards.
+class ShardedSource : public ArraySource {
+public:
+  explicit ShardedSource(std::vector<Array> shards)
+      : shards(std::move(shards)) {
+    int64_t end = 0;
+    for (const Array &shard : this->shards)
+      ends.push_back(end += shard.numel());
+  }
+  void read(int64_t first, int64_t count, char *out) const override {
+    int64_t width = plan::dtypeSize(shards.front().dtype);
+    size_t k = std::upper_bound(ends.begin(), ends.end(), first) - ends.begin();
+    while (count > 0 && k < shards.size()) {
+      int64_t begin = k ? ends[k - 1] : 0;
+      int64_t n = std::min(count, ends[k] - first);
+      shards[k].readElements(first - begin, n, out);
+      out += n * width;
+      first += n;
+      count -= n;
+      ++k;
+    }
+  }
+
+private:
+  std::vector<Array> shards;
+  std::vector<int64_t> ends; ///< cumulative elements
+};
+
+/// A folder of .npy shards, in name order, read as one array along their
+/// first axis (the samples); every shard streamed.
+Array readShardFolder(const std::string &dir, const Conversion &into) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto &entry : std::filesystem::directory_iterator(dir, ec))
+    if (entry.is_regular_file(ec) && endsWith(entry.path().string(), ".npy"))
+      names.push_back(entry.path().string());
+  if (ec)
+    throw RuntimeError(dir + ": cannot read the folder: " + ec.message());
+  if (names.empty())
+    throw RuntimeError(dir + ": a folder of shards holds no .npy file");
+  std::sort(names.begin(), names.end());
+  std::vector<Array> shards;
+  Array result;
+  for (const std::string &name : names) {
+    shards.push_back(readFeedArray(name, into));
+    const Array &shard = shards.back();
+    if (shard.shape.empty())
+      throw RuntimeError(name + ": a shard needs a first axis to concatenate "
+                                "along (it is a scalar)");
+    if (shards.size() == 1) {
+      result.dtype = shard.dtype;
+      result.shape = shard.shape;
+      continue;
+    }
+    if (!std::equal(shard.shape.begin() + 1, shard.shape.end(),
+                    result.shape.begin() + 1, result.shape.end()))
+      throw RuntimeError(name + ": shape " +
+                         signatures::shapeText(shard.shape) +
+                         " does not continue " + names.front() + "'s " +
+                         signatures::shapeText(shards.front().shape) +
+                         " (shards differ only along their first axis)");
+    result.shape[0] += shard.shape[0];
+  }
+  result.source = std::make_shared<ShardedSource>(std::move(shards));
+  return result;
+}
+
 } // namespace
 
 void forEachChunk(const Array &array,
@@ -269,6 +340,8 @@ void forEachChunk(const Array &array,
 }
 
 Array readFeedArray(const std::string &path, const Conversion &into) {
+  if (std::filesystem::is_directory(path))
+    return readShardFolder(path, into);
   if (!endsWith(path, ".npy"))
     return readArray(path);
   requireRegularFile(path);

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <numeric>
 #include <random>
 
@@ -199,6 +200,13 @@ readFeeds(Run &run,
            std::to_string(array.bytes.size()) +
            " bytes, more than --max-tensor-bytes");
     const plan::Tensor &t = plan.tensors(it->second);
+    // A folder's shards are joined along their first axis: the samples'
+    // only where the input's batch axis is 0.
+    if (std::filesystem::is_directory(file) && t.batch_axis() != 0)
+      fail(flag + " " + name + "=" + file +
+           ": a folder of shards joins them along their first axis, and "
+           "this input's batch axis is " +
+           std::to_string(t.batch_axis()) + "; give one .npy file");
     checkFeed(flag, name, file, array, run.local().view(it->second),
               t.batch_axis());
     if (!run.options.allowNonfinite)

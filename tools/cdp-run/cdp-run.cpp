@@ -79,9 +79,10 @@ std::pair<std::string, std::string> nameAndFile(const char *flag,
 std::vector<Flag> runFlags(RunOptions &o) {
   return {
       {"--feed", "NAME=FILE",
-       "Feed graph input NAME from FILE (.npy or ONNX TensorProto .pb); "
-       "repeatable. Slot k of step t takes entries [(t*K+k)*B, (t*K+k+1)*B) "
-       "along the input's batch axis, modulo its length",
+       "Feed graph input NAME from FILE (.npy, ONNX TensorProto .pb, or a "
+       "folder of .npy shards joined along their first axis in name "
+       "order); repeatable. Slot k of step t takes entries [(t*K+k)*B, "
+       "(t*K+k+1)*B) along the input's batch axis, modulo its length",
        [&](const std::string &v) {
          o.feeds.push_back(nameAndFile("--feed", v));
        }},
