@@ -22,6 +22,11 @@ cuBLAS's (torch.matmul) for its shapes.
 
 times DIR/bin/cdp-run-* (builds from before a change) against
 DIR/bin/cdp-run on every case, alternating, and prints the medians.
+
+  python3 DIR/gpu_step.py memory DIR   (GPU machine)
+
+prints each case's peak GPU memory (nvidia-smi, less an empty context's)
+against the --report's allocated bytes.
 """
 
 import json
@@ -241,9 +246,57 @@ def ab(out, steps=200, rounds=3):
               "".join(" %16.3f" % statistics.median(times[b]) for b in binaries))
 
 
+def gpu_used_mib():
+    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True).stdout
+    return int(out.split()[0])
+
+
+def peak_gpu_mib(command, env):
+    """The most GPU memory in use while `command` runs, less what was in
+    use before it started (MiB, sampled every 20 ms; the lease's GPU runs
+    nothing else)."""
+    idle = gpu_used_mib()
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
+    peak = idle
+    while process.poll() is None:
+        peak = max(peak, gpu_used_mib())
+        time.sleep(0.02)
+    if process.returncode != 0:
+        raise RuntimeError("%s failed" % command)
+    return peak - idle
+
+
+def memory(out, steps=200):
+    """Per case: cdp-run's peak GPU memory (nvidia-smi) less an empty
+    context's (a process that made its context and nothing else), against
+    the --report's allocated bytes for the device."""
+    import torch
+    env = cdp_environment(out, torch)
+    context = peak_gpu_mib([sys.executable, "-c",
+                            "import ctypes, glob, os, time\n"
+                            "dirs = os.environ['LD_LIBRARY_PATH'].split(':')\n"
+                            "lib = [f for d in dirs for f in glob.glob(d + '/libcudart.so*')][0]\n"
+                            "ctypes.CDLL(lib).cudaFree(0)\n"
+                            "time.sleep(1)"], env)
+    print("GPU memory on %s: an empty context %d MiB" % (torch.cuda.get_device_name(), context))
+    print("%-12s %6s %14s %14s %10s" % ("model", "batch", "measured MiB", "report MiB", "ratio"))
+    for name, batch in cases():
+        tag = "%s-%d" % (name, batch)
+        bench = os.path.join(out, "bench")
+        report = os.path.join("/tmp", tag + "-report.json")
+        used = peak_gpu_mib([os.path.join(out, "bin", "cdp-run"), os.path.join(bench, tag + ".cdp"),
+                             "--feed", "input=" + os.path.join(bench, tag + "-x.npy"),
+                             "--feed", "labels=" + os.path.join(bench, tag + "-y.npy"),
+                             "--steps", str(steps), "--report", report], env) - context
+        allocated = json.load(open(report))["allocated_bytes"][0] / 2**20
+        print("%-12s %6d %14d %14.1f %10.2f" % (name, batch, used, allocated,
+                                                 used / allocated if allocated else 0))
+
+
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "ab":
-        ab(sys.argv[2])
+    if len(sys.argv) == 3 and sys.argv[1] in ("ab", "memory"):
+        (ab if sys.argv[1] == "ab" else memory)(sys.argv[2])
         sys.exit(0)
     if len(sys.argv) != 3 or sys.argv[1] not in ("prepare", "run"):
         sys.exit(__doc__)
