@@ -91,7 +91,8 @@ float geluTanh(float x) {
 
 } // namespace
 
-void registerElementwise(KernelRegistry &registry) {
+/// Element-wise arithmetic and activations, broadcasting.
+static void registerArithmetic(KernelRegistry &registry) {
   addBinary(registry, "add", [](auto a, auto b) { return a + b; });
   addBinary(registry, "sub", [](auto a, auto b) { return a - b; });
   addBinary(registry, "mul", [](auto a, auto b) { return a * b; });
@@ -238,7 +239,10 @@ void registerElementwise(KernelRegistry &registry) {
           return loop([](float g, float x) { return g / x; });
         args.fail("unknown activation '" + kind + "'");
       });
+}
 
+/// Cast, dropout and its gradient, reduce_to and expand.
+static void registerConversions(KernelRegistry &registry) {
   addKernel(registry, "cast", [](const KernelArgs &args) {
     TensorView x = args.inputs[0], y = args.outputs[0];
     int64_t n = y.numel();
@@ -315,6 +319,11 @@ void registerElementwise(KernelRegistry &registry) {
         std::memcpy(py + i * width, px + ix[i] * width, width);
     };
   });
+}
+
+void registerElementwise(KernelRegistry &registry) {
+  registerArithmetic(registry);
+  registerConversions(registry);
 }
 
 } // namespace cdp::runtime::cpu

@@ -70,7 +70,8 @@ void batchStats(const ChannelView &v, const float *x, int64_t c, double &mean,
 
 } // namespace
 
-void registerNormalization(KernelRegistry &registry) {
+/// Batch normalization and its gradient.
+static void registerBatchNorm(KernelRegistry &registry) {
   addKernel(registry, "batch_norm", [](const KernelArgs &args) {
     TensorView x = args.inputs[0], scale = args.inputs[1],
                bias = args.inputs[2], mean = args.inputs[3],
@@ -155,7 +156,10 @@ void registerNormalization(KernelRegistry &registry) {
       }
     };
   });
+}
 
+/// Layer normalization and its gradient.
+static void registerLayerNorm(KernelRegistry &registry) {
   addKernel(registry, "layer_norm", [](const KernelArgs &args) {
     TensorView x = args.inputs[0], scale = args.inputs[1];
     TensorView bias = args.inputs.size() > 2 ? args.inputs[2] : TensorView();
@@ -228,7 +232,10 @@ void registerNormalization(KernelRegistry &registry) {
       }
     };
   });
+}
 
+/// Softmax and log-softmax and their gradient.
+static void registerSoftmax(KernelRegistry &registry) {
   for (bool log : {false, true})
     addKernel(
         registry, log ? "log_softmax" : "softmax",
@@ -283,6 +290,12 @@ void registerNormalization(KernelRegistry &registry) {
         }
     };
   });
+}
+
+void registerNormalization(KernelRegistry &registry) {
+  registerBatchNorm(registry);
+  registerLayerNorm(registry);
+  registerSoftmax(registry);
 }
 
 } // namespace cdp::runtime::cpu

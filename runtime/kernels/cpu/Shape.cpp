@@ -143,7 +143,8 @@ void sumKeptRun(const float *x, std::array<int64_t, 3> extents, double *sums) {
 
 } // namespace
 
-void registerShape(KernelRegistry &registry) {
+/// Reshapes, transpose, concat and split: copies of their input.
+static void registerCopies(KernelRegistry &registry) {
   for (const char *op :
        {"reshape", "flatten", "squeeze", "unsqueeze", "identity"})
     addKernel(registry, op, [](const KernelArgs &args) {
@@ -200,7 +201,10 @@ void registerShape(KernelRegistry &registry) {
       }
     };
   });
+}
 
+/// Slice, pad and the slice gradient.
+static void registerSlicing(KernelRegistry &registry) {
   addKernel(registry, "slice", [](const KernelArgs &args) {
     TensorView x = args.inputs[0], y = args.outputs[0];
     auto runs = std::make_shared<CopyRuns>(
@@ -261,7 +265,10 @@ void registerShape(KernelRegistry &registry) {
       }
     };
   });
+}
 
+/// Gather and its gradient along one axis.
+static void registerGathers(KernelRegistry &registry) {
   auto gatherGeometry = [](const KernelArgs &args,
                            const std::vector<int64_t> &data, int64_t &outer,
                            int64_t &dim, int64_t &inner) {
@@ -321,7 +328,10 @@ void registerShape(KernelRegistry &registry) {
         }
     };
   });
+}
 
+/// Constant-of-shape, shape, and the reductions over axes.
+static void registerShapeQueries(KernelRegistry &registry) {
   addKernel(registry, "constant_of_shape", [](const KernelArgs &args) {
     TensorView y = args.outputs[0];
     const plan::Tensor *value = args.tensor("value");
@@ -372,6 +382,13 @@ void registerShape(KernelRegistry &registry) {
               y.f32()[i] = static_cast<float>((*sums)[i] * scale);
           };
         });
+}
+
+void registerShape(KernelRegistry &registry) {
+  registerCopies(registry);
+  registerSlicing(registry);
+  registerGathers(registry);
+  registerShapeQueries(registry);
 }
 
 } // namespace cdp::runtime::cpu
