@@ -170,21 +170,6 @@ void removeOtherShards(const std::string &dir, int process,
   closedir(folder);
 }
 
-/// Reads `size` bytes at `offset`; false on an error or an early end.
-bool preadAll(int fd, char *to, size_t size, off_t offset) {
-  while (size > 0) {
-    ssize_t got = pread(fd, to, size, offset);
-    if (got < 0 && errno == EINTR)
-      continue;
-    if (got <= 0)
-      return false;
-    to += got;
-    size -= got;
-    offset += got;
-  }
-  return true;
-}
-
 void writeOrThrow(const std::string &path, const std::string &bytes) {
   std::string error;
   if (!writeFileAtomically(path, bytes, error))
@@ -372,18 +357,10 @@ void restoreShard(const std::string &path, const std::string &bytes,
 /// A folder of shards (--feed NAME=DIR): its .npy files' fingerprints,
 /// in name order, combined.
 static FileFingerprint fingerprintFolder(const std::string &dir) {
-  std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto &entry : std::filesystem::directory_iterator(dir, ec))
-    if (entry.path().extension() == ".npy")
-      names.push_back(entry.path().string());
-  if (ec)
-    throw RuntimeError(dir + ": cannot read: " + ec.message());
-  std::sort(names.begin(), names.end());
   FileFingerprint folder;
   folder.path = dir;
   std::vector<uint64_t> parts;
-  for (const std::string &name : names) {
+  for (const std::string &name : shardFiles(dir)) {
     FileFingerprint shard = fingerprintFile(name);
     folder.size += shard.size;
     folder.modified = std::max(folder.modified, shard.modified);

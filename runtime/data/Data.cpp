@@ -190,23 +190,15 @@ uint32_t bigEndian(const std::string &data, size_t at) {
 
 namespace {
 
-/// Reads `size` bytes at `offset` of `fd` whole (pread may return less).
+/// Reads `size` bytes at `offset` of `fd` whole; throws naming the file.
 void readAt(int fd, uint64_t offset, size_t size, char *out,
             const std::string &path) {
-  while (size > 0) {
-    ssize_t got = ::pread(fd, out, size, static_cast<off_t>(offset));
-    if (got < 0 && errno == EINTR)
-      continue;
-    if (got <= 0)
-      throw RuntimeError(
-          path + ": " +
-          (got < 0 ? std::string("cannot read: ") + std::strerror(errno)
-                   : std::string("the file got shorter while "
-                                 "it was read")));
-    out += got;
-    size -= got;
-    offset += got;
-  }
+  if (!preadAll(fd, out, size, offset))
+    throw RuntimeError(
+        path + ": " +
+        (errno ? std::string("cannot read: ") + std::strerror(errno)
+               : std::string("the file got shorter while "
+                             "it was read")));
 }
 
 /// A .npy file's elements, read with pread as they are asked for and
@@ -288,16 +280,9 @@ private:
 /// A folder of .npy shards, in name order, read as one array along their
 /// first axis (the samples); every shard streamed.
 Array readShardFolder(const std::string &dir, const Conversion &into) {
-  std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto &entry : std::filesystem::directory_iterator(dir, ec))
-    if (entry.is_regular_file(ec) && endsWith(entry.path().string(), ".npy"))
-      names.push_back(entry.path().string());
-  if (ec)
-    throw RuntimeError(dir + ": cannot read the folder: " + ec.message());
+  std::vector<std::string> names = shardFiles(dir);
   if (names.empty())
     throw RuntimeError(dir + ": a folder of shards holds no .npy file");
-  std::sort(names.begin(), names.end());
   std::vector<Array> shards;
   Array result;
   for (const std::string &name : names) {
@@ -337,6 +322,18 @@ void forEachChunk(const Array &array,
     array.readElements(first, count, buffer.data());
     visit(first, count, buffer.data());
   }
+}
+
+std::vector<std::string> shardFiles(const std::string &dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto &entry : std::filesystem::directory_iterator(dir, ec))
+    if (entry.is_regular_file(ec) && endsWith(entry.path().string(), ".npy"))
+      names.push_back(entry.path().string());
+  if (ec)
+    throw RuntimeError(dir + ": cannot read the folder: " + ec.message());
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 Array readFeedArray(const std::string &path, const Conversion &into) {

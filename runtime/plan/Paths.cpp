@@ -29,6 +29,23 @@ bool writeAll(int fd, const std::string &bytes) {
   return writeAll(fd, bytes.data(), bytes.size());
 }
 
+bool preadAll(int fd, char *out, size_t size, uint64_t offset) {
+  while (size > 0) {
+    ssize_t got = pread(fd, out, size, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got <= 0) {
+      if (got == 0)
+        errno = 0;
+      return false;
+    }
+    out += got;
+    size -= static_cast<size_t>(got);
+    offset += static_cast<uint64_t>(got);
+  }
+  return true;
+}
+
 bool writeAll(int fd, const char *bytes, size_t size) {
   for (size_t done = 0; done < size;) {
     ssize_t wrote = write(fd, bytes + done, size - done);

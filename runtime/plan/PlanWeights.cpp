@@ -80,25 +80,6 @@ uint64_t stampOf(const Plan &plan) {
   return checksum(fields.data(), fields.size() * sizeof(uint64_t));
 }
 
-/// Reads `size` bytes at `offset` whole; false with errno (0: the file
-/// ended) on failure.
-bool readAt(int fd, uint64_t offset, size_t size, char *out) {
-  while (size > 0) {
-    ssize_t got = ::pread(fd, out, size, static_cast<off_t>(offset));
-    if (got < 0 && errno == EINTR)
-      continue;
-    if (got <= 0) {
-      if (got == 0)
-        errno = 0;
-      return false;
-    }
-    out += got;
-    size -= static_cast<size_t>(got);
-    offset += static_cast<uint64_t>(got);
-  }
-  return true;
-}
-
 } // namespace
 
 std::string weightsFileName(const std::string &planPath) {
@@ -182,7 +163,7 @@ std::unique_ptr<PlanWeights> PlanWeights::open(const std::string &planPath,
             std::to_string(plan.weights_bytes()) + advice;
     return nullptr;
   }
-  if (!readAt(fd, 0, head.size(), head.data()) ||
+  if (!preadAll(fd, head.data(), head.size(), 0) ||
       head != header(plan.weights_stamp())) {
     error = path +
             ": is not the weights file of this plan (its header or "
@@ -206,7 +187,7 @@ std::string PlanWeights::read(const Tensor &tensor, char *out) const {
   if (fd < 0)
     return "the initial value of " + name +
            " is in a weights file, and the plan names none";
-  if (!readAt(fd, ref.offset(), ref.size(), out))
+  if (!preadAll(fd, out, ref.size(), ref.offset()))
     return path + ": cannot read " + name + ": " +
            (errno ? std::strerror(errno) : "the file got shorter");
   readSoFar += ref.size();

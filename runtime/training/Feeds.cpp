@@ -15,51 +15,82 @@
 
 namespace cdp::runtime::training {
 
+namespace {
+
+/// An input seen along its batch axis: `outer` blocks before it, `inner`
+/// elements after it, `length` entries of the source along it.
+struct RowGeometry {
+  int64_t outer = 1, inner = 1, length = 0;
+};
+
+RowGeometry rowGeometry(const Array &source, const TensorView &target,
+                        int64_t batchAxis) {
+  RowGeometry g;
+  for (int64_t d = 0; d < batchAxis; ++d)
+    g.outer *= target.shape[d];
+  for (size_t d = batchAxis + 1; d < target.shape.size(); ++d)
+    g.inner *= target.shape[d];
+  g.length = source.numel() / (g.outer * g.inner);
+  return g;
+}
+
+/// Copies `source`'s entries `entries`, in that order along the batch axis,
+/// into `target` (the whole source where there is no batch axis): a
+/// streamed source in one read per run of consecutive entries, one in
+/// memory an entry at a time.
+void copyEntries(const Array &source, const TensorView &target,
+                 int64_t batchAxis, const std::vector<int64_t> &entries) {
+  char *out = static_cast<char *>(target.data);
+  if (batchAxis < 0) {
+    source.readElements(0, target.numel(), out);
+    return;
+  }
+  RowGeometry g = rowGeometry(source, target, batchAxis);
+  int64_t width = plan::dtypeSize(target.dtype),
+          rows = static_cast<int64_t>(entries.size());
+  if (source.source) {
+    for (int64_t o = 0; o < g.outer; ++o)
+      for (int64_t j = 0; j < rows;) {
+        int64_t run = 1;
+        while (j + run < rows && entries[j + run] == entries[j] + run)
+          ++run;
+        source.readElements((o * g.length + entries[j]) * g.inner,
+                            run * g.inner,
+                            out + (o * rows + j) * g.inner * width);
+        j += run;
+      }
+    return;
+  }
+  // A large micro-batch is copied by every thread of the process: on a GPU
+  // the copy into the staging memory is on the step's critical path.
+  bool large = g.outer * rows * g.inner * width > (int64_t(1) << 20);
+#pragma omp parallel for collapse(2) if (large)
+  for (int64_t o = 0; o < g.outer; ++o)
+    for (int64_t j = 0; j < rows; ++j)
+      source.readElements((o * g.length + entries[j]) * g.inner, g.inner,
+                          out + (o * rows + j) * g.inner * width);
+}
+
+} // namespace
+
 /// Copies slot rows of `source` into the input tensor: along the batch axis,
 /// entry j of the slot is source entry (first + j) modulo its length (of
 /// `order`, --data's epoch; with `shuffled`, --shuffle's of row first + j).
 void copyRows(const Array &source, const TensorView &target, int64_t batchAxis,
               int64_t first, const std::vector<int64_t> *order,
               EpochOrders *shuffled) {
-  int64_t width = plan::dtypeSize(target.dtype);
-  char *out = static_cast<char *>(target.data);
-  if (batchAxis < 0) {
-    source.readElements(0, target.numel(), out);
-    return;
+  std::vector<int64_t> entries;
+  if (batchAxis >= 0) {
+    int64_t rows = target.shape[batchAxis],
+            length = rowGeometry(source, target, batchAxis).length;
+    entries =
+        shuffled ? shuffled->samples(first, rows) : std::vector<int64_t>(rows);
+    for (int64_t j = 0; j < rows; ++j) {
+      int64_t entry = shuffled ? entries[j] : (first + j) % length;
+      entries[j] = order ? (*order)[entry] : entry;
+    }
   }
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < batchAxis; ++d)
-    outer *= target.shape[d];
-  for (size_t d = batchAxis + 1; d < target.shape.size(); ++d)
-    inner *= target.shape[d];
-  int64_t rows = target.shape[batchAxis],
-          length = source.numel() / (outer * inner);
-  // A large micro-batch is copied by every thread of the process: on a GPU
-  // the copy into the staging memory is on the step's critical path.
-  bool large = outer * rows * inner * width > (int64_t(1) << 20);
-  std::vector<int64_t> picked;
-  if (shuffled)
-    picked = shuffled->samples(first, rows);
-  auto entryOf = [&](int64_t j) {
-    int64_t entry = shuffled ? picked[j] : (first + j) % length;
-    return order ? (*order)[entry] : entry;
-  };
-  if (source.source && !shuffled && !order) {
-    // Streamed in file order: each run of consecutive rows in one read.
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t j = 0; j < rows;) {
-        int64_t entry = entryOf(j), run = std::min(rows - j, length - entry);
-        source.readElements((o * length + entry) * inner, run * inner,
-                            out + ((o * rows + j) * inner) * width);
-        j += run;
-      }
-    return;
-  }
-#pragma omp parallel for collapse(2) if (large)
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t j = 0; j < rows; ++j)
-      source.readElements((o * length + entryOf(j)) * inner, inner,
-                          out + ((o * rows + j) * inner) * width);
+  copyEntries(source, target, batchAxis, entries);
 }
 
 static void checkFeed(const std::string &flag, const std::string &name,
@@ -100,31 +131,11 @@ void stageRows(Executor &executor, int id, const Array &source,
 }
 
 /// Fills input `id` with `source`'s entries `rows` along the batch axis,
-/// in that order (runs of consecutive entries read at once).
+/// in that order.
 void stageRowList(Executor &executor, int id, const Array &source,
                   int64_t batchAxis, const std::vector<int64_t> &rows) {
   executor.stageInWhole(id, [&](const TensorView &host) {
-    char *out = static_cast<char *>(host.data);
-    if (batchAxis < 0) {
-      source.readElements(0, host.numel(), out);
-      return;
-    }
-    int64_t width = plan::dtypeSize(host.dtype), outer = 1, inner = 1;
-    for (int64_t d = 0; d < batchAxis; ++d)
-      outer *= host.shape[d];
-    for (size_t d = batchAxis + 1; d < host.shape.size(); ++d)
-      inner *= host.shape[d];
-    int64_t count = static_cast<int64_t>(rows.size()),
-            length = source.numel() / (outer * inner);
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t j = 0; j < count;) {
-        int64_t run = 1;
-        while (j + run < count && rows[j + run] == rows[j] + run)
-          ++run;
-        source.readElements((o * length + rows[j]) * inner, run * inner,
-                            out + (o * count + j) * inner * width);
-        j += run;
-      }
+    copyEntries(source, host, batchAxis, rows);
   });
 }
 

@@ -15,8 +15,8 @@ static constexpr double kRateWindowSeconds = 1.0;
 static constexpr double kRedrawSeconds = 0.1;
 
 ProgressLine::ProgressLine(Run &run, int64_t start)
-    : run(run), start(start), lastShown(Clock::now()),
-      windowStart(lastShown), windowSteps(start) {}
+    : run(run), start(start), lastShown(Clock::now()), windowStart(lastShown),
+      windowSteps(start) {}
 
 std::string formatDuration(double seconds) {
   auto s = static_cast<int64_t>(std::llround(std::max(seconds, 0.0)));
@@ -66,9 +66,9 @@ void ProgressLine::update(int64_t done, double loss) {
   Clock::time_point now = Clock::now();
   double window = std::chrono::duration<double>(now - windowStart).count();
   // Out of a terminal the speed is the interval's since the last line.
-  double least = run.terminal ? kRateWindowSeconds
-                              : std::min(kRateWindowSeconds,
-                                         run.options.progressEvery);
+  double least = run.terminal
+                     ? kRateWindowSeconds
+                     : std::min(kRateWindowSeconds, run.options.progressEvery);
   if (window >= least && done > windowSteps) {
     secondsPerStep = window / static_cast<double>(done - windowSteps);
     rate = static_cast<double>(run.perStep) / secondsPerStep;

@@ -10,6 +10,7 @@
 #ifndef CDP_PLAN_PATHS_H
 #define CDP_PLAN_PATHS_H
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <utility>
@@ -44,6 +45,10 @@ std::string checkOutputFolder(const std::string &flag, const std::string &path,
 /// with errno set on failure.
 bool writeAll(int fd, const std::string &bytes);
 bool writeAll(int fd, const char *bytes, size_t size);
+
+/// Reads `size` bytes at `offset` of `fd` whole (again after a short read
+/// or EINTR); false on failure, with errno set (0: the file ended first).
+bool preadAll(int fd, char *out, size_t size, uint64_t offset);
 
 /// `path` through its symbolic links: the file they name, which may not
 /// exist yet where the last link dangles (a shell redirection makes it).

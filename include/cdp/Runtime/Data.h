@@ -65,6 +65,10 @@ void forEachChunk(const Array &array,
 /// integer input here, before training), a `.pb` read whole.
 Array readFeedArray(const std::string &path, const Conversion &into);
 
+/// The shards of a folder fed as one array (`--feed NAME=DIR`): its
+/// regular .npy files, in name order. Throws RuntimeError naming it.
+std::vector<std::string> shardFiles(const std::string &dir);
+
 /// The same from a file's bytes (`what` names it in errors): what the
 /// fuzz targets call.
 Array parseNpy(const std::string &bytes, const std::string &what,
