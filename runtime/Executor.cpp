@@ -117,6 +117,8 @@ bool Executor::readInitial(const plan::Tensor &t, char *out) const {
                             : plan::PlanWeights::readInline(t, out);
   if (!problem.empty())
     throw RuntimeError(problem);
+  if (weights && t.has_initial())
+    weightsRead += t.initial().size();
   return true;
 }
 

@@ -529,6 +529,10 @@ void ReportBuilder::setWorkspace(int device, int64_t bytes) {
 void ReportBuilder::setOptimizer(int device, int64_t bytes) {
   optimizer[device] = bytes;
 }
+void ReportBuilder::setWeightsRead(int device, int64_t bytes) {
+  weightsRead.resize(devices.size(), 0);
+  weightsRead[device] = bytes;
+}
 
 std::string ReportBuilder::json() const {
   int N = devices.size();
@@ -559,6 +563,8 @@ std::string ReportBuilder::json() const {
   head["allocated_bytes"] = Json::array();
   for (int d = 0; d < N; ++d)
     head["allocated_bytes"].push_back(plan::allocatedBytes(plan, d));
+  if (!weightsRead.empty())
+    head["weights_read_bytes"] = weightsRead;
   if (plan::traitsOf(plan).pipelined) {
     // Which stage each device runs (cdp-mp gives some stages more devices
     // than others).

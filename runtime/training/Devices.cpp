@@ -310,13 +310,16 @@ static void gatherRunFacts(Run &run, std::vector<float> &losses) {
   run.sendLogs = run.fabric->gatherSendLogs();
   run.workspaceBytes.assign(run.deviceCount, 0.0);
   run.optimizerBytes.assign(run.deviceCount, 0.0);
+  run.weightsReadBytes.assign(run.deviceCount, 0.0);
   for (int d = 0; d < run.deviceCount; ++d)
     if (run.executors[d]) {
       run.workspaceBytes[d] = run.executors[d]->workspaceBytes();
       run.optimizerBytes[d] = run.executors[d]->optimizerBytes();
+      run.weightsReadBytes[d] = run.executors[d]->weightsReadBytes();
     }
   run.fabric->sumOntoRoot(run.workspaceBytes);
   run.fabric->sumOntoRoot(run.optimizerBytes);
+  run.fabric->sumOntoRoot(run.weightsReadBytes);
   if (run.report && run.mpi) {
     std::vector<double> series = run.report->exportSeries();
     run.fabric->sumOntoRoot(series);

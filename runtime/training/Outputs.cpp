@@ -139,6 +139,9 @@ static void writeReport(Run &run) {
     report.setOptimizer(d, gathered
                                ? static_cast<int64_t>(run.optimizerBytes[d])
                                : run.executors[d]->optimizerBytes());
+    report.setWeightsRead(d, gathered
+                                 ? static_cast<int64_t>(run.weightsReadBytes[d])
+                                 : run.executors[d]->weightsReadBytes());
   }
   std::string json = report.json();
   writeOutput(options.report, json);

@@ -80,7 +80,7 @@ struct Run {
   /// Gathered after a multi-device run: every device's send log, workspace
   /// and optimizer bytes (on the root).
   std::vector<std::vector<Communicator::SendRecord>> sendLogs;
-  std::vector<double> workspaceBytes, optimizerBytes;
+  std::vector<double> workspaceBytes, optimizerBytes, weightsReadBytes;
   std::vector<std::unique_ptr<Executor>> executors;
   std::unique_ptr<ReportBuilder> report;
   /// --compare-report: the other run, drawn dashed in --report-svg.

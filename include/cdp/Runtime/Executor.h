@@ -167,6 +167,9 @@ public:
   int64_t workspaceBytes() const;
   /// Optimizer state bytes.
   int64_t optimizerBytes();
+  /// Bytes this device read of the plan's weights file at load: its own
+  /// tensors' initial values (what --report prints as weights_read_bytes).
+  int64_t weightsReadBytes() const { return weightsRead; }
 
   /// The forward-only evaluation stream.
   void runEval(const StepContext &context);
@@ -205,6 +208,7 @@ private:
        int threads);
 
   bool readInitial(const plan::Tensor &t, char *out) const;
+  mutable int64_t weightsRead = 0; ///< see weightsReadBytes()
 
   const plan::Plan &planRef;
   const plan::PlanWeights *weights = nullptr;

@@ -98,6 +98,9 @@ public:
   void gradientReady(int device, int64_t tau, int64_t bytes);
   void setWorkspace(int device, int64_t bytes);
   void setOptimizer(int device, int64_t bytes);
+  /// A run's measured bytes of the weights file each device read at load
+  /// (printed as weights_read_bytes; a prediction has none).
+  void setWeightsRead(int device, int64_t bytes);
   /// A device starts step `t`: its inputs are loaded at its first time step.
   void startStep(int device, int64_t t);
   /// Instruction `index` of `device` ran in step `t`: the units, tensors and
@@ -144,6 +147,7 @@ private:
   std::vector<Series> devices;
   std::vector<std::unordered_map<int, int>> remaining; // uses left
   std::vector<int64_t> workspace, optimizer;
+  std::vector<int64_t> weightsRead; ///< empty: not measured
   /// Per device: whose instruction stream it runs (itself, unless copied).
   std::vector<int> streamOf;
 };
