@@ -146,55 +146,90 @@ void Executor::fillParameterShards() {
   }
 }
 
-/// ZeRO stage 3, after training: every stage gathered once more, into
-/// memory of its own that stays, so the trained parameters can be read
-/// (written out, checked, evaluated) like any plan's. The evaluation
-/// stream's kernels are bound again: they held the gather region's views.
+static ConstBuffer hostBuffer(const TensorView &host) {
+  return {host.dtype, host.data, host.numel()};
+}
+
+/// ZeRO stage 3 and CDP-ZeRO, after training: device 0 takes every stage's
+/// parameters into memory of its own that stays, so the trained model can
+/// be read (written out, checked, evaluated) like any plan's. Only device 0
+/// assembles them: the others hand over their shards and keep nothing new
+/// (a copy on every device was the model's bytes on each, past what the
+/// report predicts). Device 0's evaluation kernels are bound again.
 void Executor::gatherShardedParameters() {
   if (planRef.schedule().shard_groups().empty())
     return;
-  for (const plan::ShardGroup &group : planRef.schedule().shard_groups()) {
-    ShardLayout layout = plan::layoutOf(planRef, group);
-    int first = group.params(0);
-    persistent[first] = backendDevice->allocate(
-        static_cast<size_t>(layout.paddedSize() * sizeof(float)));
-    char *at = static_cast<char *>(persistent[first]);
-    for (int id : group.params()) {
-      views[id].data = at;
-      at += planRef.tensors(id).bytes();
-    }
-    // Apart from the kernels' tags; CDP-ZeRO: the owner's master copy to
-    // all (an owned stage has no padding), dp: every device's shard.
-    int64_t tag = (int64_t(1) << 52) | group.shard();
-    std::vector<float> whole(layout.paddedSize());
-    bool arrived;
-    if (group.has_owner()) {
-      if (deviceIndex == group.owner())
-        download(views[group.shard()], whole.data());
-      arrived = communicator->broadcast(
-          tag, {plan::F32, whole.data(), layout.totalSize()}, group.owner(),
-          -1);
-    } else {
-      HostTensor shard = stageOut(group.shard());
-      arrived = communicator->allGather(
-          tag, {plan::F32, shard.view().data, shard.view().numel()},
-          {plan::F32, whole.data(), layout.paddedSize()}, -1);
-    }
-    if (!arrived)
-      throw RuntimeError("device " + std::to_string(deviceIndex) +
-                         (group.has_owner()
-                              ? ": stopped while taking the trained parameters "
-                                "from their owner (another device failed)"
-                              : ": stopped while gathering the trained "
-                                "parameters (another device failed)"));
-    upload({views[first].data,
-            {layout.totalSize()},
-            plan::F32,
-            views[first].space},
-           whole.data());
-  }
-  if (evalBound)
+  for (const plan::ShardGroup &group : planRef.schedule().shard_groups())
+    if (deviceIndex == 0)
+      takeShardGroup(group);
+    else
+      handOverShard(group);
+  // Device 0's evaluation kernels held the gather region's views.
+  if (evalBound && deviceIndex == 0)
     eval = bind(planRef.devices(deviceIndex).eval_instructions(), evalThreads);
+}
+
+/// Apart from the kernels' tags: shard group `shard`'s piece from a device
+/// to device 0, and device 0's go-ahead for it (pieces move one at a time,
+/// so no more than one is in flight).
+static int64_t shardGatherTag(int shard) { return (int64_t(1) << 52) | shard; }
+static int64_t shardReadyTag(int shard) {
+  return (int64_t(1) << 52) | (int64_t(1) << 40) | shard;
+}
+
+/// A device other than 0: its shard of `group` (CDP-ZeRO: the owner its
+/// whole stage) to device 0 on device 0's go-ahead.
+void Executor::handOverShard(const plan::ShardGroup &group) {
+  if (group.has_owner() && group.owner() != deviceIndex)
+    return;
+  float ready = 0;
+  if (!communicator->recv(0, shardReadyTag(group.shard()),
+                          {plan::F32, &ready, 1}))
+    throw RuntimeError("device " + std::to_string(deviceIndex) +
+                       ": stopped while handing the trained parameters to "
+                       "device 0 (another device failed)");
+  HostTensor shard = stageOut(group.shard());
+  communicator->send(0, shardGatherTag(group.shard()), hostBuffer(shard.view()),
+                     -1);
+}
+
+/// Device 0: `group`'s parameters whole, from each device's shard (or the
+/// owner's stage), into memory of their own.
+void Executor::takeShardGroup(const plan::ShardGroup &group) {
+  ShardLayout layout = plan::layoutOf(planRef, group);
+  int first = group.params(0);
+  persistent[first] = backendDevice->allocate(
+      static_cast<size_t>(layout.paddedSize() * sizeof(float)));
+  char *at = static_cast<char *>(persistent[first]);
+  for (int id : group.params()) {
+    views[id].data = at;
+    at += planRef.tensors(id).bytes();
+  }
+  std::vector<float> whole(layout.paddedSize());
+  std::vector<int> senders;
+  if (group.has_owner())
+    senders.push_back(group.owner());
+  else
+    for (int d = 0; d < communicator->size(); ++d)
+      senders.push_back(d);
+  int64_t piece = layout.paddedSize() / static_cast<int64_t>(senders.size());
+  for (size_t i = 0; i < senders.size(); ++i) {
+    float *into = whole.data() + i * piece;
+    if (senders[i] == 0) {
+      download(views[group.shard()], into);
+      continue;
+    }
+    float ready = 1;
+    communicator->send(senders[i], shardReadyTag(group.shard()),
+                       {plan::F32, &ready, 1}, -1);
+    if (!communicator->recv(senders[i], shardGatherTag(group.shard()),
+                            {plan::F32, into, piece}))
+      throw RuntimeError("device 0: stopped while gathering the trained "
+                         "parameters (another device failed)");
+  }
+  upload(
+      {views[first].data, {layout.totalSize()}, plan::F32, views[first].space},
+      whole.data());
 }
 
 Executor::~Executor() {
@@ -824,10 +859,6 @@ static int64_t gatherTag(int id) { return (int64_t(3) << 60) | id; }
 /// Device 0's go-ahead for the gather of tensor `id`.
 static int64_t gatherReadyTag(int id) {
   return (int64_t(3) << 60) | (int64_t(1) << 40) | id;
-}
-
-static ConstBuffer hostBuffer(const TensorView &host) {
-  return {host.dtype, host.data, host.numel()};
 }
 
 void Executor::gatherOnDeviceZero(bool gradients) {

@@ -201,6 +201,8 @@ private:
   void placeTensor(int id);
   void fillParameterShards();
   void gatherShardedParameters();
+  void handOverShard(const plan::ShardGroup &group);
+  void takeShardGroup(const plan::ShardGroup &group);
   void runInstructions(const StepContext &context, InstructionRange range);
   void runAhead(const StepContext &context);
   std::vector<std::unique_ptr<Kernel>>
