@@ -150,6 +150,37 @@ broadcastIndex(const std::vector<int64_t> &inShape,
   return index;
 }
 
+/// NumPy broadcasting of several operands to `outShape` without an index
+/// per element (a kernel's index vector was 8 bytes per output element,
+/// held for the run: hundreds of MB per device on a transformer). The
+/// output's axes are merged where every operand is contiguous across them
+/// or repeated along both, then walked row by row: a row is the last
+/// merged axis, along which each operand steps by 0 or 1.
+class BroadcastWalk {
+public:
+  BroadcastWalk(const std::vector<std::vector<int64_t>> &inShapes,
+                const std::vector<int64_t> &outShape);
+  int64_t rows() const { return rowCount; }
+  int64_t rowLength() const { return length; }
+  /// Operand `k`'s step along a row: 0 (repeated) or 1.
+  int64_t step(size_t k) const { return steps[k]; }
+  /// Operand `k`'s offset of row `row`'s first element.
+  int64_t rowStart(size_t k, int64_t row) const {
+    int64_t offset = 0;
+    for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
+      offset += (row % sizes[d]) * strides[k][d];
+      row /= sizes[d];
+    }
+    return offset;
+  }
+
+private:
+  std::vector<int64_t> sizes;                ///< merged axes but the last
+  std::vector<std::vector<int64_t>> strides; ///< per operand, per axis
+  std::vector<int64_t> steps;
+  int64_t length = 1, rowCount = 1;
+};
+
 /// Splits `shape` around `axis` into (outer, axis length, inner).
 inline void splitAxis(const std::vector<int64_t> &shape, int64_t axis,
                       int64_t &outer, int64_t &length, int64_t &inner) {

@@ -37,18 +37,22 @@ std::function<void(const StepContext &)> binary(const KernelArgs &args, Fn fn) {
       for (int64_t i = 0; i < n; ++i)
         py[i] = fn(pa[i], vb);
     };
-  auto ia =
-      std::make_shared<std::vector<int64_t>>(broadcastIndex(a.shape, y.shape));
-  auto ib =
-      std::make_shared<std::vector<int64_t>>(broadcastIndex(b.shape, y.shape));
+  auto walk = std::make_shared<const BroadcastWalk>(
+      std::vector<std::vector<int64_t>>{a.shape, b.shape}, y.shape);
   return [=](const StepContext &) {
     const T *pa = static_cast<const T *>(a.data);
     const T *pb = static_cast<const T *>(b.data);
     T *py = static_cast<T *>(y.data);
-    const int64_t *xa = ia->data(), *xb = ib->data();
+    int64_t rows = walk->rows(), length = walk->rowLength();
+    int64_t sa = walk->step(0), sb = walk->step(1);
 #pragma omp parallel for if (n > 65536)
-    for (int64_t i = 0; i < n; ++i)
-      py[i] = fn(pa[xa[i]], pb[xb[i]]);
+    for (int64_t row = 0; row < rows; ++row) {
+      const T *ra = pa + walk->rowStart(0, row);
+      const T *rb = pb + walk->rowStart(1, row);
+      T *ry = py + row * length;
+      for (int64_t i = 0; i < length; ++i)
+        ry[i] = fn(ra[i * sa], rb[i * sb]);
+    }
   };
 }
 

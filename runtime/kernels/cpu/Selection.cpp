@@ -16,33 +16,38 @@ namespace cdp::runtime::cpu {
 namespace {
 
 using Body = std::function<void(const StepContext &)>;
-using Index = std::shared_ptr<std::vector<int64_t>>;
 
-/// The read index of each operand for each element of `y`, or null where
-/// the operand already has y's shape.
-Index indexFor(const TensorView &x, const TensorView &y) {
-  if (x.shape == y.shape)
-    return nullptr;
-  return std::make_shared<std::vector<int64_t>>(
-      broadcastIndex(x.shape, y.shape));
-}
-
-inline int64_t at(const Index &index, int64_t i) {
-  return index ? (*index)[i] : i;
+/// Visits every element of `y` with the offsets of operands `walk` was
+/// made for (three at most) without an index per element.
+template <typename Visit>
+inline void forEachElement(const BroadcastWalk &walk, size_t operands,
+                           Visit visit) {
+  int64_t length = walk.rowLength();
+  for (int64_t row = 0; row < walk.rows(); ++row) {
+    int64_t start[3] = {0, 0, 0};
+    for (size_t k = 0; k < operands; ++k)
+      start[k] = walk.rowStart(k, row);
+    for (int64_t i = 0; i < length; ++i)
+      visit(row * length + i, start[0] + i * walk.step(0),
+            start[1] + i * walk.step(1),
+            operands > 2 ? start[2] + i * walk.step(2) : 0);
+  }
 }
 
 template <typename T> Body selectAs(const KernelArgs &args) {
   TensorView c = args.inputs[0], x = args.inputs[1], z = args.inputs[2],
              y = args.outputs[0];
-  Index ic = indexFor(c, y), ix = indexFor(x, y), iz = indexFor(z, y);
-  int64_t n = y.numel();
+  auto walk = std::make_shared<const BroadcastWalk>(
+      std::vector<std::vector<int64_t>>{c.shape, x.shape, z.shape}, y.shape);
   return [=](const StepContext &) {
     const uint8_t *pc = c.b8();
     const T *px = static_cast<const T *>(x.data);
     const T *pz = static_cast<const T *>(z.data);
     T *py = static_cast<T *>(y.data);
-    for (int64_t i = 0; i < n; ++i)
-      py[i] = pc[at(ic, i)] ? px[at(ix, i)] : pz[at(iz, i)];
+    forEachElement(*walk, 3,
+                   [&](int64_t i, int64_t ic, int64_t ix, int64_t iz) {
+                     py[i] = pc[ic] ? px[ix] : pz[iz];
+                   });
   };
 }
 
@@ -50,14 +55,15 @@ template <typename T> Body selectAs(const KernelArgs &args) {
 template <typename T, typename Fn>
 Body compareAs(const KernelArgs &args, Fn fn) {
   TensorView a = args.inputs[0], b = args.inputs[1], y = args.outputs[0];
-  Index ia = indexFor(a, y), ib = indexFor(b, y);
-  int64_t n = y.numel();
+  auto walk = std::make_shared<const BroadcastWalk>(
+      std::vector<std::vector<int64_t>>{a.shape, b.shape}, y.shape);
   return [=](const StepContext &) {
     const T *pa = static_cast<const T *>(a.data);
     const T *pb = static_cast<const T *>(b.data);
     uint8_t *py = y.b8();
-    for (int64_t i = 0; i < n; ++i)
-      py[i] = fn(pa[at(ia, i)], pb[at(ib, i)]);
+    forEachElement(*walk, 2, [&](int64_t i, int64_t ia, int64_t ib, int64_t) {
+      py[i] = fn(pa[ia], pb[ib]);
+    });
   };
 }
 
