@@ -177,6 +177,7 @@ static void attachSourceModel(cdp::plan::Plan &plan) {
                                    const InstructionCost &stepCost,
                                    const std::string &diagnostic) {
   cdp::EmitOptions emitOptions = emitOptionsFor(settings);
+  emitOptions.moveValues = true; // the module's last use but the stage table
   // On an arena: a pipeline plan holds a message per instruction and
   // tensor copy (hundreds of thousands for 64 x 64), which an arena
   // allocates in blocks and frees at once.

@@ -414,6 +414,12 @@ void Importer::noteExternalData(const onnx::TensorProto &tensor) {
 
 std::string Importer::readExternal(const onnx::TensorProto &tensor,
                                    int64_t bytes, const Twine &what) {
+  return mapExternal(tensor, bytes, what)->getBuffer().str();
+}
+
+std::unique_ptr<llvm::MemoryBuffer>
+Importer::mapExternal(const onnx::TensorProto &tensor, int64_t bytes,
+                      const Twine &what) {
   std::string location;
   int64_t offset = 0, length = -1;
   for (const onnx::StringStringEntryProto &entry : tensor.external_data()) {
@@ -471,7 +477,7 @@ std::string Importer::readExternal(const onnx::TensorProto &tensor,
     raise(what + ": external data file '" + location + "' has " +
           Twine(fileSize) + " bytes, shorter than offset " + Twine(offset) +
           " + " + Twine(bytes) + " bytes declared");
-  return (*buffer)->getBuffer().str();
+  return std::move(*buffer);
 }
 
 ConstTensor Importer::readTensor(const onnx::TensorProto &tensor,
@@ -579,17 +585,14 @@ Value Importer::paramFor(const std::string &name, Entry &entry) {
             elementType, what),
         elementType);
   } else {
-    ConstTensor data = readTensor(tensor, what);
-    type = RankedTensorType::get(data.shape, elementType);
-    // An empty vector's data() is null, which MLIR would pass to memcpy.
-    static const float nothing = 0.0f;
-    ArrayRef<float> values = data.floats.empty()
-                                 ? ArrayRef<float>(&nothing, size_t(0))
-                                 : ArrayRef<float>(data.floats);
-    AsmResourceBlob blob =
-        HeapAsmResourceBlob::allocateAndCopyInferAlign<float>(values);
+    SmallVector<int64_t> shape = checkedShape(
+        SmallVector<int64_t>(tensor.dims().begin(), tensor.dims().end()),
+        elementType, what);
+    type = RankedTensorType::get(shape, elementType);
+    AsmResourceBlob blob = paramBlob(tensor, shape, what);
     attributes.push_back(named(
         "value", DenseResourceElementsAttr::get(type, name, std::move(blob))));
+    releaseInitializerData(name);
   }
   OperationState state(NameLoc::get(builder.getStringAttr(name)),
                        ParamOp::getOperationName());
@@ -597,6 +600,53 @@ Value Importer::paramFor(const std::string &name, Entry &entry) {
   state.addTypes(type);
   lastParam = builder.create(state);
   return lastParam->getResult(0);
+}
+
+/// A parameter's value lives in its blob from now on: the model's copy (an
+/// inline initializer's bytes) is freed, so a model's weights are held once
+/// during the import, not twice.
+void Importer::releaseInitializerData(const std::string &name) {
+  auto it = initializers.find(name);
+  if (it == initializers.end())
+    return;
+  onnx::TensorProto &tensor = *it->second;
+  std::string().swap(*tensor.mutable_raw_data()); // clear() keeps capacity
+  google::protobuf::RepeatedField<float>().Swap(tensor.mutable_float_data());
+}
+
+/// A float32 initializer's value as a parameter's blob, copied once from
+/// the model's raw bytes or its external-data file (mapped, not read into
+/// a string first): at most one extra copy of the largest tensor is in
+/// memory while a model is imported.
+AsmResourceBlob Importer::paramBlob(const onnx::TensorProto &tensor,
+                                    ArrayRef<int64_t> shape,
+                                    const Twine &what) {
+  int64_t bytes = elementCount(shape) * static_cast<int64_t>(sizeof(float));
+  // An empty vector's data() is null, which MLIR would pass to memcpy.
+  auto copy = [](ArrayRef<char> data) {
+    static const char nothing = 0;
+    return HeapAsmResourceBlob::allocateAndCopyWithAlign(
+        data.empty() ? ArrayRef<char>(&nothing, size_t(0)) : data,
+        alignof(float));
+  };
+  std::unique_ptr<llvm::MemoryBuffer> mapped;
+  ArrayRef<char> raw;
+  if (tensor.data_location() == onnx::TensorProto::EXTERNAL) {
+    mapped = mapExternal(tensor, bytes, what);
+    raw = ArrayRef<char>(mapped->getBufferStart(), mapped->getBufferSize());
+  } else if (tensor.has_raw_data()) {
+    raw = ArrayRef<char>(tensor.raw_data().data(), tensor.raw_data().size());
+  } else { // typed float_data: read as any tensor
+    ConstTensor data = readTensor(tensor, what);
+    return copy(
+        ArrayRef<char>(reinterpret_cast<const char *>(data.floats.data()),
+                       data.floats.size() * sizeof(float)));
+  }
+  if (static_cast<int64_t>(raw.size()) != bytes)
+    raise(what + " has " + Twine(raw.size()) + " bytes of data, expected " +
+          Twine(bytes) + " for shape " + shapeText(shape) + " of " +
+          onnxTypeName(tensor.data_type()));
+  return copy(raw);
 }
 
 Value Importer::materialize(const std::string &name, Entry &entry) {

@@ -186,6 +186,13 @@ private:
                       const llvm::Twine &what);
   std::string readExternal(const onnx::TensorProto &tensor, int64_t bytes,
                            const llvm::Twine &what);
+  /// The external data's bytes, mapped (not copied).
+  std::unique_ptr<llvm::MemoryBuffer>
+  mapExternal(const onnx::TensorProto &tensor, int64_t bytes,
+              const llvm::Twine &what);
+  mlir::AsmResourceBlob paramBlob(const onnx::TensorProto &tensor,
+                                  llvm::ArrayRef<int64_t> shape,
+                                  const llvm::Twine &what);
   /// Hands an external tensor's file to options.externalData unread.
   void noteExternalData(const onnx::TensorProto &tensor);
   mlir::Value materialize(const std::string &name, Entry &entry);
@@ -212,7 +219,8 @@ private:
   std::string path;
   const ImportOptions &options;
   onnx::ModelProto model;
-  std::unordered_map<std::string, const onnx::TensorProto *> initializers;
+  std::unordered_map<std::string, onnx::TensorProto *> initializers;
+  void releaseInitializerData(const std::string &name);
   /// Float initializers that become trained parameters; the others are
   /// constants (folded where small, else frozen `cdp.param`s).
   std::unordered_set<std::string> trained;

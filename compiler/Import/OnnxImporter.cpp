@@ -20,14 +20,19 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
 #include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl.h>
 
+#include <cerrno>
 #include <cstring>
 #include <deque>
+#include <fcntl.h>
+#include <unistd.h>
 
 using namespace mlir;
 
@@ -44,20 +49,24 @@ void Importer::loadModel() {
   if (llvm::sys::fs::exists(path) && !llvm::sys::fs::is_regular_file(path))
     raise("not a regular file (a FIFO, device or folder); give the model "
           "file itself");
-  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
-                                            /*RequiresNullTerminator=*/false);
-  if (!buffer)
-    raise("cannot open: " + buffer.getError().message());
-  StringRef data = (*buffer)->getBuffer();
-  if (data.empty())
+  // Read through a small buffer, not mapped whole: the model's bytes are
+  // then in memory once (the parsed message), not twice while parsing.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    raise("cannot open: " + Twine(std::strerror(errno)));
+  auto closeFile = llvm::make_scope_exit([&] { ::close(fd); });
+  char head[256];
+  ssize_t headBytes = ::pread(fd, head, sizeof(head), 0);
+  if (headBytes < 0)
+    raise("cannot read: " + Twine(std::strerror(errno)));
+  if (headBytes == 0)
     raise("file is empty, not an ONNX model");
-  google::protobuf::io::CodedInputStream stream(
-      reinterpret_cast<const uint8_t *>(data.data()),
-      static_cast<int>(std::min<size_t>(data.size(), INT32_MAX)));
+  google::protobuf::io::FileInputStream input(fd);
+  google::protobuf::io::CodedInputStream stream(&input);
   stream.SetTotalBytesLimit(INT32_MAX);
-  bool parsed =
-      model.ParseFromCodedStream(&stream) && stream.ConsumedEntireMessage();
-  bool looksLikeText = llvm::all_of(data.take_front(256), [](char c) {
+  bool parsed = model.ParseFromCodedStream(&stream) &&
+                stream.ConsumedEntireMessage() && input.GetErrno() == 0;
+  bool looksLikeText = llvm::all_of(StringRef(head, headBytes), [](char c) {
     return std::isprint(static_cast<unsigned char>(c)) || std::isspace(c);
   });
   if (!parsed) {
@@ -419,8 +428,8 @@ ConstTensor Importer::readConstInput(const onnx::ValueInfoProto &info,
 }
 
 void Importer::collectInitializers() {
-  const onnx::GraphProto &graph = model.graph();
-  for (const onnx::TensorProto &tensor : graph.initializer()) {
+  onnx::GraphProto &graph = *model.mutable_graph();
+  for (onnx::TensorProto &tensor : *graph.mutable_initializer()) {
     if (tensor.name().empty())
       raise("an initializer has no name");
     if (!initializers.emplace(tensor.name(), &tensor).second)

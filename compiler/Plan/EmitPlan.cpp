@@ -188,6 +188,20 @@ void Emitter::addInputs() {
     plan.set_labels(ids.lookup(func.getArgument(labels.getInt())));
 }
 
+/// A parameter's value into its plan tensor (moved in: on the plan's arena
+/// a string is taken over, not copied); with moveValues a resource blob is
+/// released then, so the value is in memory once, in the plan.
+LogicalResult Emitter::setParamData(plan::Tensor &tensor, ElementsAttr value) {
+  FailureOr<std::string> bytes = elementsBytes(value);
+  if (failed(bytes))
+    return failure();
+  tensor.set_data(std::move(*bytes));
+  if (auto resource = dyn_cast<DenseResourceElementsAttr>(value);
+      resource && moveValues)
+    resource.getRawHandle().getResource()->setBlob(AsmResourceBlob());
+  return success();
+}
+
 /// Parameters, buffers and constants as persistent tensors, every other op
 /// as an instruction of the single-device training stream.
 LogicalResult Emitter::addTrainingStream(plan::Device &device) {
@@ -203,12 +217,9 @@ LogicalResult Emitter::addTrainingStream(plan::Device &device) {
                          param.getName());
       plan::Tensor *tensor = plan.mutable_tensors(id);
       tensor->set_trainable(trainable.contains(param.getName()));
-      if (std::optional<ElementsAttr> value = param.getValue()) {
-        FailureOr<std::string> bytes = elementsBytes(*value);
-        if (failed(bytes))
+      if (std::optional<ElementsAttr> value = param.getValue())
+        if (failed(setParamData(*tensor, *value)))
           return param.emitOpError("has data the plan cannot hold");
-        tensor->set_data(*bytes);
-      }
       continue;
     }
     if (auto constant = dyn_cast<ConstantOp>(op)) {
@@ -309,6 +320,7 @@ LogicalResult Emitter::run(const EmitOptions &options) {
   if (!arena)
     return func.emitError("no memory plan; run cdp-plan-memory first");
   setPlanHeader(options);
+  moveValues = options.moveValues;
   plan::Device *device = plan.add_devices();
   device->set_index(0);
   device->set_arena_bytes(arena.getInt());

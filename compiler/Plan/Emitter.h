@@ -103,9 +103,11 @@ public:
 
 private:
   friend class SlotLowering;
+  bool moveValues = false; ///< EmitOptions::moveValues
   void setPlanHeader(const EmitOptions &options);
   void addInputs();
   LogicalResult addTrainingStream(plan::Device &device);
+  LogicalResult setParamData(plan::Tensor &tensor, ElementsAttr value);
   void addOutputs();
   void scheduleSingleDevice(const EmitOptions &options, plan::Device &device);
   LogicalResult addEvalStream(plan::Device &device);

@@ -22,6 +22,11 @@ struct EmitOptions {
   /// The backend every device runs on by default ("cpu" or "cuda");
   /// cdp-run --backend overrides it.
   std::string backend = "cpu";
+  /// Move each parameter's value out of the module into the plan: its
+  /// MLIR resource blob is released once copied, so a model's weights are
+  /// in memory once, not twice (the final emission; the planner's
+  /// candidates share the blobs and keep them).
+  bool moveValues = false;
 };
 
 /// Serializes a module that went through cdp-plan-memory (and, for
