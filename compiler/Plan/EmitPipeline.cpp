@@ -153,19 +153,18 @@ void Emitter::preparePipeline(sched::StepProgramOp program,
     }
   tables.originalTensors = plan.tensors_size();
   // Replicas: every stage's gradient sums arrive from the other replicas
-  // (one buffer per replica) and are added in replica order, so every
-  // replica applies the same update.
+  // one after another into one buffer and are added in replica order, so
+  // every replica applies the same update (a buffer per replica held R
+  // copies of the stage's gradients on every device).
   if (mostReplicas > 1)
     for (const std::string &name : plan.gradients()) {
       int own = tables.accumulator.lookup(name);
-      for (int64_t r = 0; r < mostReplicas; ++r) {
-        plan::Tensor t = plan.tensors(own);
-        t.set_id(plan.tensors_size());
-        t.set_name(name + "@replica" + std::to_string(r));
-        t.clear_device();
-        *plan.add_tensors() = t;
-        tables.incoming[name].push_back(t.id());
-      }
+      plan::Tensor incoming = plan.tensors(own);
+      incoming.set_id(plan.tensors_size());
+      incoming.set_name(name + "@incoming");
+      incoming.clear_device();
+      *plan.add_tensors() = incoming;
+      tables.incoming[name] = incoming.id();
       plan::Tensor sum = plan.tensors(own);
       sum.set_id(plan.tensors_size());
       sum.set_name(name + "@replicas");

@@ -335,8 +335,10 @@ LogicalResult Emitter::lowerReplicaShardUpdate(DeviceLowering &lowering,
   return success();
 }
 
-/// Sends the step's gradient sum to the stage's other replicas, receives
-/// theirs, and adds all of them in replica order.
+/// Sends the step's gradient sum to the stage's other replicas, then takes
+/// theirs in replica order, each added as it arrives: sum = ((g_0 + g_1) +
+/// g_2) + ..., replica 0's received straight into the sum, every other one
+/// into the one incoming buffer.
 void Emitter::lowerExchange(DeviceLowering &lowering,
                             sched::ExchangeGradientsOp exchange,
                             const PipelineTables &tables) {
@@ -348,23 +350,25 @@ void Emitter::lowerExchange(DeviceLowering &lowering,
   int gradient = tables.accumulator.lookup(name);
   ArrayRef<int64_t> peers = exchange.getPeers();
   int64_t r = exchange.getReplica(), replicas = peers.size();
-  const SmallVector<int> &parts = tables.incoming.find(name)->second;
+  int incoming = tables.incoming.lookup(name);
+  int sum = tables.replicaSum.lookup(name);
+  auto receive = [&](int64_t q, int into) {
+    message(add(), false, into, peers[q], gradient, q, name, tables);
+  };
   for (int64_t other = 0; other < replicas; ++other)
     if (other != r)
       message(add(), true, gradient, peers[other], gradient, r, name, tables);
-  for (int64_t other = 0; other < replicas; ++other)
-    if (other != r)
-      message(add(), false, parts[other], peers[other], gradient, other, name,
-              tables);
-  int sum = tables.replicaSum.lookup(name);
-  auto part = [&](int64_t q) { return q == r ? gradient : parts[q]; };
+  if (r != 0)
+    receive(0, sum);
   for (int64_t q = 1; q < replicas; ++q) {
+    if (q != r)
+      receive(q, incoming);
     plan::Instruction *instruction = add();
     instruction->set_op("add");
     instruction->set_phase("update");
     instruction->set_location(name);
-    instruction->add_inputs(q == 1 ? part(0) : sum);
-    instruction->add_inputs(part(q));
+    instruction->add_inputs(q == 1 && r == 0 ? gradient : sum);
+    instruction->add_inputs(q == r ? gradient : incoming);
     instruction->add_outputs(sum);
   }
   lowering.exchanged.insert(name);
