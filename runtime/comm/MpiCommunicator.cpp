@@ -24,6 +24,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -31,6 +33,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 namespace cdp::runtime {
@@ -126,6 +129,7 @@ public:
       MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
     }
     MPI_Comm_dup(MPI_COMM_WORLD, &control);
+    MPI_Comm_dup(MPI_COMM_WORLD, &live);
     for (int d = 0; d < devices; ++d)
       endpoints.push_back(
           owns(d) ? std::make_unique<MpiCommunicator>(*this, d, devices)
@@ -133,10 +137,12 @@ public:
   }
   ~MpiFabric() override {
     endpoints.clear(); // completes their sends
+    completeStepLosses();
     MPI_Barrier(control);
     for (MPI_Comm &comm : perDevice)
       MPI_Comm_free(&comm);
     MPI_Comm_free(&control);
+    MPI_Comm_free(&live);
     MPI_Finalize();
   }
   int size() const override { return devices; }
@@ -178,6 +184,53 @@ public:
     return parts;
   }
   void barrier() override { MPI_Barrier(control); }
+  void postStepLoss(const StepLoss &loss) override {
+    if (myRank == 0)
+      return;
+    std::lock_guard<std::mutex> lock(liveMutex);
+    // The sends delivered so far free their buffers (one a step).
+    livePosts.erase(std::remove_if(livePosts.begin(), livePosts.end(),
+                                   [](auto &post) {
+                                     int done = 0;
+                                     MPI_Test(&post.first, &done,
+                                              MPI_STATUS_IGNORE);
+                                     return done != 0;
+                                   }),
+                    livePosts.end());
+    auto message =
+        std::make_unique<std::array<double, 3>>(std::array<double, 3>{
+            double(loss.device), double(loss.step), double(loss.loss)});
+    MPI_Request request;
+    MPI_Isend(message->data(), 3, MPI_DOUBLE, 0, 0, live, &request);
+    livePosts.emplace_back(request, std::move(message));
+  }
+  bool takeStepLoss(StepLoss &loss, bool wait) override {
+    if (myRank != 0)
+      return false;
+    int arrived = 0;
+    MPI_Status status;
+    if (wait)
+      MPI_Probe(MPI_ANY_SOURCE, 0, live, &status), arrived = 1;
+    else
+      MPI_Iprobe(MPI_ANY_SOURCE, 0, live, &arrived, &status);
+    if (!arrived)
+      return false;
+    std::array<double, 3> message;
+    MPI_Recv(message.data(), 3, MPI_DOUBLE, status.MPI_SOURCE, 0, live,
+             MPI_STATUS_IGNORE);
+    loss.device = static_cast<int>(message[0]);
+    loss.step = static_cast<int64_t>(message[1]);
+    loss.loss = static_cast<float>(message[2]);
+    return true;
+  }
+  /// The posted losses delivered (the root takes every one before the run
+  /// ends), their buffers freed.
+  void completeStepLosses() {
+    std::lock_guard<std::mutex> lock(liveMutex);
+    for (auto &[request, message] : livePosts)
+      MPI_Wait(&request, MPI_STATUS_IGNORE);
+    livePosts.clear();
+  }
   int processRank() const override { return myRank; }
   int processCount() const override { return processes; }
   std::string saveInFlight() override;
@@ -192,6 +245,12 @@ public:
   std::atomic<bool> aborted{false};
   std::vector<MPI_Comm> perDevice;
   MPI_Comm control;
+  /// Live step losses to the root (postStepLoss): sends in flight and the
+  /// values they read.
+  MPI_Comm live;
+  std::mutex liveMutex;
+  std::vector<std::pair<MPI_Request, std::unique_ptr<std::array<double, 3>>>>
+      livePosts;
   std::vector<std::unique_ptr<MpiCommunicator>> endpoints;
 };
 

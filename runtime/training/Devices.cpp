@@ -113,17 +113,31 @@ private:
 } // namespace
 
 namespace {
-/// When each step ends, and the --metrics lines written as steps end: in a
-/// run in one process, a step ends when every device wrote its loss (a
-/// pipeline: the loss device, for all); its line gives the samples/s of that
-/// step alone. Under mpirun the other processes' losses arrive after the
-/// run, so the lines are written then, with the run's average rate.
+/// When each step ends, and the --metrics lines written as steps end: a
+/// step ends when every device wrote its loss (a pipeline: the loss device,
+/// for all); its line gives the samples/s of that step alone. Under mpirun
+/// the other processes' devices post their losses to the root as their
+/// steps end (remoteLoss), kept apart from `losses` until the run's facts
+/// are gathered.
 class StepLog {
 public:
   StepLog(Run &run, int64_t start, int writers)
       : run(run), start(start), written(start), writers(writers),
         arrived(run.total), endNanos(run.total),
+        remote(run.mpi && run.root() ? run.total * run.deviceCount : 0, 0.0f),
         began(std::chrono::steady_clock::now()) {}
+  /// Another process's device's loss of a step (the root, under mpirun).
+  void remoteLoss(const Fabric::StepLoss &posted) {
+    int N = run.deviceCount;
+    if (posted.step < 0 || posted.step >= run.total)
+      return;
+    for (int q = 0; q < N; ++q)
+      if (plan::traitsOf(run.plan).pipelined || q == posted.device)
+        remote[posted.step * N + q] = posted.loss;
+    stepDone(posted.step);
+  }
+  /// The run's facts are gathered: `losses` holds every device's.
+  void remoteGathered() { remote.assign(remote.size(), 0.0f); }
   /// A writer's losses of step t are in place.
   void stepDone(int64_t t) {
     if (++arrived[t] == writers)
@@ -132,8 +146,6 @@ public:
   /// The lines of the steps that ended, but the last step's (its line waits
   /// for the evaluation).
   void writeEnded(const std::vector<float> &losses) {
-    if (run.mpi)
-      return;
     while (written + 1 < run.total && endNanos[written] != 0)
       writeLine(losses, written++, Evaluation());
   }
@@ -155,8 +167,6 @@ public:
   /// theirs (device 0 may be a step ahead of the others); negative where
   /// none has, and under mpirun, where the other processes' parts are not.
   double latestLoss(const std::vector<float> &losses, int64_t done) const {
-    if (run.mpi)
-      return -1;
     for (int64_t t = std::min(done, run.total) - 1;
          t >= std::max(start, done - 8); --t)
       if (endNanos[t] != 0)
@@ -169,7 +179,7 @@ private:
     int N = run.deviceCount;
     double loss = 0;
     for (int d = 0; d < N; ++d)
-      loss += losses[t * N + d];
+      loss += losses[t * N + d] + (remote.empty() ? 0.0f : remote[t * N + d]);
     return loss / N;
   }
   void writeLine(const std::vector<float> &losses, int64_t t,
@@ -177,13 +187,23 @@ private:
     if (!run.metrics.isOpen())
       return;
     double loss = lossOf(losses, t);
-    double rate = average;
-    if (!run.mpi) {
-      int64_t from = t > start ? endNanos[t - 1].load() : 0;
-      double seconds = (endNanos[t] - from) * 1e-9;
-      rate = seconds > 0 ? run.perStep / seconds : 0.0;
-    }
-    writeMetricsLine(run, t, loss, rate, evaluation);
+    writeMetricsLine(run, t, loss, rateAt(t), evaluation);
+  }
+  /// Samples/s of step t: of that step alone in one process; under mpirun,
+  /// where other processes' steps are seen ending as the root polls (every
+  /// 20 ms), over the steps that ended in the last 100 ms or more.
+  double rateAt(int64_t t) const {
+    if (endNanos[t] == 0)
+      return average;
+    int64_t window = run.mpi ? 100'000'000 : 0;
+    int64_t u = t - 1; // the last step ended before the window
+    while (u >= start && endNanos[u] != 0 && endNanos[t] - endNanos[u] < window)
+      --u;
+    if (u >= start && endNanos[u] == 0)
+      return average;
+    int64_t from = u >= start ? endNanos[u].load() : 0;
+    double seconds = (endNanos[t] - from) * 1e-9;
+    return seconds > 0 ? (t - u) * run.perStep / seconds : 0.0;
   }
 
   Run &run;
@@ -192,6 +212,7 @@ private:
   const int writers;
   std::vector<std::atomic<int>> arrived;
   std::vector<std::atomic<int64_t>> endNanos; ///< 0: not ended yet
+  std::vector<float> remote; ///< [t * N + d], the root under mpirun
   std::chrono::steady_clock::time_point began;
   double average = 0;
 };
@@ -270,6 +291,8 @@ static void runDevice(Run &run, int d, DeviceThreads &shared) {
         losses[t * run.deviceCount + q] = loss;
     if (!std::isfinite(loss))
       throw RuntimeError(nonFiniteLoss(plan, ex, t, loss));
+    if (run.mpi && !run.root())
+      run.fabric->postStepLoss({d, t, loss});
     shared.log.stepDone(t);
     if (pipeline || d == 0)
       progress = t + 1;
@@ -402,7 +425,22 @@ void runDevices(Run &run, int64_t start) {
         throw;
       }
   ProgressLine line(run, start);
+  int finishedProcesses = 0; // other processes done posting their losses
+  auto takeRemoteLosses = [&](bool wait) {
+    Fabric::StepLoss posted;
+    while (finishedProcesses + 1 < run.fabric->processCount() &&
+           run.fabric->takeStepLoss(posted, wait)) {
+      if (posted.step < 0) {
+        ++finishedProcesses;
+        continue;
+      }
+      log.remoteLoss(posted);
+      if (plan::traitsOf(run.plan).pipelined && progress < posted.step + 1)
+        progress = posted.step + 1; // the loss device runs elsewhere
+    }
+  };
   while (run.root()) {
+    takeRemoteLosses(false);
     int64_t done = progress;
     log.writeEnded(losses);
     line.update(done, log.latestLoss(losses, done));
@@ -413,6 +451,12 @@ void runDevices(Run &run, int64_t start) {
   }
   for (std::thread &thread : threads)
     thread.join();
+  if (run.mpi && firstError.empty()) {
+    if (!run.root())
+      run.fabric->postStepLoss({0, -1, 0.0f}); // done posting
+    else
+      takeRemoteLosses(true); // every loss posted, before the run ends
+  }
   line.finish();
   if (!firstError.empty())
     fail(firstError);
@@ -425,6 +469,7 @@ void runDevices(Run &run, int64_t start) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
           .count();
   gatherRunFacts(run, losses);
+  log.remoteGathered();
   if (!run.root())
     return;
   Evaluation evaluation;

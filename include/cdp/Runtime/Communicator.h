@@ -282,6 +282,20 @@ public:
   /// fails in one line instead of hanging (a checkpoint's state in flight
   /// that does not fit the plan).
   virtual void setParked(int device, bool parked) {}
+
+  /// Live step losses for the root's progress line and --metrics, apart
+  /// from the devices' messages: a device of another process posts its
+  /// step `step` loss (non-blocking); the root takes what has arrived.
+  /// In one process the root reads the losses itself: nothing moves.
+  struct StepLoss {
+    int device = 0;
+    int64_t step = 0; ///< -1: the process is done posting
+    float loss = 0;
+  };
+  virtual void postStepLoss(const StepLoss &loss) {}
+  /// Another process's posted loss, if one has arrived (`wait`: blocks
+  /// until one does).
+  virtual bool takeStepLoss(StepLoss &loss, bool wait) { return false; }
 };
 
 /// Devices as threads of this process: the fabric holds the messages in
