@@ -387,7 +387,7 @@ Array readArray(const std::string &path) {
                             "TensorProto .pb)");
 }
 
-std::string npyBytes(const TensorView &view) {
+std::string npyHeader(const TensorView &view) {
   std::string descr = view.dtype == plan::F32   ? "<f4"
                       : view.dtype == plan::I64 ? "<i8"
                       : view.dtype == plan::I32 ? "<i4"
@@ -407,6 +407,11 @@ std::string npyBytes(const TensorView &view) {
   bytes.push_back(static_cast<char>(header.size() & 0xff));
   bytes.push_back(static_cast<char>(header.size() >> 8));
   bytes += header;
+  return bytes;
+}
+
+std::string npyBytes(const TensorView &view) {
+  std::string bytes = npyHeader(view);
   bytes.append(static_cast<const char *>(view.data),
                view.numel() * plan::dtypeSize(view.dtype));
   return bytes;

@@ -293,6 +293,17 @@ bool writeFolderAtomically(
     const std::string &dir,
     const std::vector<std::pair<std::string, std::string>> &files,
     std::string &error) {
+  std::vector<std::pair<std::string, FileWriter>> writers;
+  for (const auto &[file, bytes] : files)
+    writers.emplace_back(
+        file, [&bytes = bytes](int fd) { return writeAll(fd, bytes); });
+  return writeFolderAtomically(dir, writers, error);
+}
+
+bool writeFolderAtomically(
+    const std::string &dir,
+    const std::vector<std::pair<std::string, FileWriter>> &files,
+    std::string &error) {
   namespace fs = std::filesystem;
   std::error_code ec;
   auto [parent, name] = splitFolder(dir);
@@ -309,8 +320,8 @@ bool writeFolderAtomically(
     error = "cannot write: " + ec.message();
     return false;
   }
-  for (const auto &[file, bytes] : files)
-    if (!writeFileAtomically(staged + "/" + file, bytes, error)) {
+  for (const auto &[file, write] : files)
+    if (!writeFileAtomically(staged + "/" + file, write, error)) {
       fs::remove_all(staged, ec);
       return false;
     }

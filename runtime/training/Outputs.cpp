@@ -33,13 +33,21 @@ writeFolder(const std::string &dir,
             const std::vector<std::pair<std::string, TensorView>> &tensors) {
   FileNamer namer;
   runtime::Json index = runtime::Json::object();
-  std::vector<std::pair<std::string, std::string>> files;
+  // Each file from its tensor's memory: a model's parameters as one set of
+  // bytes were its size once more on the root.
+  std::vector<std::pair<std::string, FileWriter>> files;
   for (const auto &[name, view] : tensors) {
     std::string file = namer.name(name) + ".npy";
-    files.emplace_back(file, npyBytes(view));
+    files.emplace_back(file, [&view = view](int fd) {
+      return writeAll(fd, npyHeader(view)) &&
+             writeAll(fd, static_cast<const char *>(view.data),
+                      view.numel() * plan::dtypeSize(view.dtype));
+    });
     index[name] = file;
   }
-  files.emplace_back("index.json", runtime::jsonText(index, 1) + "\n");
+  std::string indexText = runtime::jsonText(index, 1) + "\n";
+  files.emplace_back("index.json",
+                     [&indexText](int fd) { return writeAll(fd, indexText); });
   std::string error;
   if (!writeFolderAtomically(dir, files, error))
     fail(dir + ": " + error);

@@ -80,6 +80,12 @@ bool writeFolderAtomically(
     const std::string &dir,
     const std::vector<std::pair<std::string, std::string>> &files,
     std::string &error);
+/// The same, each file written by its FileWriter (a set of large tensors is
+/// then never in memory as bytes).
+bool writeFolderAtomically(
+    const std::string &dir,
+    const std::vector<std::pair<std::string, FileWriter>> &files,
+    std::string &error);
 
 /// Empty when `dir` may be replaced by writeFolderAtomically: absent, or
 /// holding only files whose names `ours` accepts; else one line naming

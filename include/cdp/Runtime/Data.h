@@ -79,6 +79,8 @@ Array parseTensorProto(const std::string &bytes, const std::string &what);
 void writeNpy(const std::string &path, const TensorView &view);
 /// The bytes writeNpy writes.
 std::string npyBytes(const TensorView &view);
+/// Its header alone (the data follows it).
+std::string npyHeader(const TensorView &view);
 
 /// An IDX data set split: images as float32 in [0, 1], (N, pixels), and
 /// labels as int64, (N).
