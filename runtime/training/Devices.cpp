@@ -136,6 +136,22 @@ public:
         remote[posted.step * N + q] = posted.loss;
     stepDone(posted.step);
   }
+  /// The root, under mpirun: the losses other processes posted so far
+  /// (`wait`: all of them, until every process said it is done); a
+  /// pipeline whose loss device runs elsewhere progresses with them.
+  void takeRemoteLosses(std::atomic<int64_t> &progress, bool wait) {
+    Fabric::StepLoss posted;
+    while (finishedProcesses + 1 < run.fabric->processCount() &&
+           run.fabric->takeStepLoss(posted, wait)) {
+      if (posted.step < 0) {
+        ++finishedProcesses;
+        continue;
+      }
+      remoteLoss(posted);
+      if (plan::traitsOf(run.plan).pipelined && progress < posted.step + 1)
+        progress = posted.step + 1;
+    }
+  }
   /// The run's facts are gathered: `losses` holds every device's.
   void remoteGathered() { remote.assign(remote.size(), 0.0f); }
   /// A writer's losses of step t are in place.
@@ -213,6 +229,7 @@ private:
   std::vector<std::atomic<int>> arrived;
   std::vector<std::atomic<int64_t>> endNanos; ///< 0: not ended yet
   std::vector<float> remote; ///< [t * N + d], the root under mpirun
+  int finishedProcesses = 0; ///< other processes done posting losses
   std::chrono::steady_clock::time_point began;
   double average = 0;
 };
@@ -425,22 +442,8 @@ void runDevices(Run &run, int64_t start) {
         throw;
       }
   ProgressLine line(run, start);
-  int finishedProcesses = 0; // other processes done posting their losses
-  auto takeRemoteLosses = [&](bool wait) {
-    Fabric::StepLoss posted;
-    while (finishedProcesses + 1 < run.fabric->processCount() &&
-           run.fabric->takeStepLoss(posted, wait)) {
-      if (posted.step < 0) {
-        ++finishedProcesses;
-        continue;
-      }
-      log.remoteLoss(posted);
-      if (plan::traitsOf(run.plan).pipelined && progress < posted.step + 1)
-        progress = posted.step + 1; // the loss device runs elsewhere
-    }
-  };
   while (run.root()) {
-    takeRemoteLosses(false);
+    log.takeRemoteLosses(progress, false);
     int64_t done = progress;
     log.writeEnded(losses);
     line.update(done, log.latestLoss(losses, done));
@@ -455,7 +458,7 @@ void runDevices(Run &run, int64_t start) {
     if (!run.root())
       run.fabric->postStepLoss({0, -1, 0.0f}); // done posting
     else
-      takeRemoteLosses(true); // every loss posted, before the run ends
+      log.takeRemoteLosses(progress, true); // all, before the run ends
   }
   line.finish();
   if (!firstError.empty())
