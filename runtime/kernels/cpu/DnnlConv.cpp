@@ -12,6 +12,8 @@
 #include "CpuKernels.h"
 #include "Dnnl.h"
 
+#include <omp.h>
+
 namespace cdp::runtime::cpu {
 
 namespace {
@@ -19,6 +21,10 @@ namespace {
 using dnnl::memory;
 using Tag = memory::format_tag;
 using DT = memory::data_type;
+
+/// A weight gradient of fewer multiply-adds than this is computed on one
+/// thread (see ConvBackwardWeights).
+constexpr double kSerialWeightGradientMacs = 4e6;
 
 struct ConvShapes {
   memory::dims src, weights, dst, bias, strides, dilates, padL, padR;
@@ -44,6 +50,16 @@ struct ConvShapes {
     dilates = {d[0] - 1, d[1] - 1}; // oneDNN counts extra gaps
     padL = {pads[0], pads[1]};
     padR = {pads[2], pads[3]};
+  }
+  /// Multiply-adds of the weight gradient: every output element of every
+  /// sample times the weights of one group.
+  double weightGradientMacs() const {
+    double outputs = 1, perOutput = 1;
+    for (int64_t d : dst)
+      outputs *= static_cast<double>(d);
+    for (size_t i = weights.size() - 3; i < weights.size(); ++i)
+      perOutput *= static_cast<double>(weights[i]); // (ic per group) x kh x kw
+    return outputs * perOutput;
   }
   memory::desc any(const memory::dims &dims) const {
     return memory::desc(dims, DT::f32, Tag::any);
@@ -192,9 +208,18 @@ public:
         dnnl::algorithm::convolution_direct, shapes.any(shapes.src),
         shapes.any(shapes.weights), shapes.any(shapes.dst), shapes.strides,
         shapes.dilates, shapes.padL, shapes.padR);
+    // oneDNN splits the reduction over the batch among the threads it is
+    // created for, so the bits of the gradient depend on --threads. A small
+    // one gains nothing from threads (LeNet's: faster on one) and is made
+    // for one thread: its bits are then the same for any --threads (the
+    // demo's model trains to the same parameters at 1, 2 or 3 threads).
+    int threads = omp_get_max_threads();
+    if (shapes.weightGradientMacs() < kSerialWeightGradientMacs)
+      omp_set_num_threads(1);
     dnnl::convolution_backward_weights::primitive_desc pd(desc, ownScratchpad(),
                                                           engine(), hint);
     primitive = dnnl::convolution_backward_weights(pd);
+    omp_set_num_threads(threads);
     diffDst = std::make_unique<Binding>(
         memory::desc(shapes.dst, DT::f32, Tag::nchw), pd.diff_dst_desc(),
         args.inputs[0].data, true);
