@@ -75,6 +75,10 @@ public:
   void abort() override;
   std::vector<SendRecord> sendLog() const override { return log; }
 
+protected:
+  void sendToAll(int64_t tag, ConstBuffer data, int64_t tau) override;
+
+public:
   /// Messages this device sent to each device (contributions included).
   const std::vector<int64_t> &sentCounts() const { return sentTo; }
   /// Receives every message `from` sent this device so far (`expected`
@@ -85,9 +89,11 @@ public:
   void restoreInFlight(ByteReader &in);
 
 private:
-  /// Sends the parts as one message (the header, then their bytes) and
-  /// returns: the message is the copy the send reads.
-  int64_t post(int to, int64_t tag, const std::vector<ConstBuffer> &parts);
+  /// Sends the parts as one message (the header, then their bytes) to each
+  /// of `to` and returns: one copy of the message is what every send
+  /// reads (a copy per peer held a reduction's gradients N - 1 times).
+  int64_t post(const std::vector<int> &to, int64_t tag,
+               const std::vector<ConstBuffer> &parts);
   void reap(bool all);
   /// Receives the next message from `from` into `early` if one is there.
   bool receiveOne(int from);
@@ -106,7 +112,7 @@ private:
   int device;
   std::vector<SendRecord> log;
   /// Sends in flight: their requests and the copies they read.
-  std::vector<std::pair<MPI_Request, std::unique_ptr<std::vector<char>>>>
+  std::vector<std::pair<MPI_Request, std::shared_ptr<std::vector<char>>>>
       pending;
   /// Messages that arrived before they were asked for, by (from, tag).
   std::map<std::pair<int, int64_t>, std::vector<char>> early;
@@ -275,31 +281,46 @@ void MpiCommunicator::reap(bool all) {
   }
 }
 
-int64_t MpiCommunicator::post(int to, int64_t tag,
+int64_t MpiCommunicator::post(const std::vector<int> &to, int64_t tag,
                               const std::vector<ConstBuffer> &parts) {
   reap(false);
   auto [dtype, count] = describe(parts);
   int64_t bytes = count * plan::dtypeSize(dtype);
-  auto message = std::make_unique<std::vector<char>>(sizeof(Header) + bytes);
+  auto message = std::make_shared<std::vector<char>>(sizeof(Header) + bytes);
   Header header{tag, count, static_cast<int32_t>(dtype), 0};
   copyBytes(message->data(), &header, sizeof(Header));
   copyParts(parts, message->data() + sizeof(Header));
-  MPI_Request request;
-  checkMpi(MPI_Isend(message->data(), static_cast<int>(message->size()),
-                     MPI_BYTE, fabric.rankOf(to), device, fabric.perDevice[to],
-                     &request),
-           to);
-  ++sentTo[to];
-  pending.emplace_back(request, std::move(message));
+  for (int peer : to) {
+    MPI_Request request;
+    checkMpi(MPI_Isend(message->data(), static_cast<int>(message->size()),
+                       MPI_BYTE, fabric.rankOf(peer), device,
+                       fabric.perDevice[peer], &request),
+             peer);
+    ++sentTo[peer];
+    pending.emplace_back(request, message);
+  }
   return bytes;
 }
 
 void MpiCommunicator::send(int to, int64_t tag,
                            const std::vector<ConstBuffer> &parts, int64_t tau) {
   checkPeer(to);
-  int64_t bytes = post(to, tag, parts);
+  int64_t bytes = post({to}, tag, parts);
   if (tau >= 0 && to != device)
     log.push_back({tau, bytes, isCollectiveTag(tag)});
+}
+
+/// One copy of the message read by every peer's send (a ZeRO-3 gather's
+/// shard was held once per peer until received).
+void MpiCommunicator::sendToAll(int64_t tag, ConstBuffer data, int64_t tau) {
+  std::vector<int> others;
+  for (int d = 0; d < fabric.devices; ++d)
+    if (d != device)
+      others.push_back(d);
+  int64_t bytes = post(others, tag, {data});
+  if (tau >= 0)
+    for (size_t i = 0; i < others.size(); ++i)
+      log.push_back({tau, bytes, isCollectiveTag(tag)});
 }
 
 void MpiCommunicator::checkMpi(int code, int peer) const {
@@ -462,9 +483,11 @@ void MpiCommunicator::reduceStart(int64_t tag,
   std::vector<float> &mine = own[tag] = concatenate(parts);
   ConstBuffer contribution{plan::F32, mine.data(),
                            static_cast<int64_t>(mine.size())};
+  std::vector<int> others;
   for (int d = 0; d < fabric.devices; ++d)
     if (d != device)
-      post(d, contributionTag(tag), {contribution});
+      others.push_back(d);
+  post(others, contributionTag(tag), {contribution});
   log.push_back({tau, contribution.bytes(), true}); // a reduction
 }
 

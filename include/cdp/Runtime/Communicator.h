@@ -216,12 +216,15 @@ protected:
   /// Copies `values` into the parts, one after another.
   static void scatter(const float *values, const std::vector<Buffer> &parts);
 
+protected:
+  /// Sends `data` to every other device under `tag` (a fabric may send one
+  /// copy to all).
+  virtual void sendToAll(int64_t tag, ConstBuffer data, int64_t tau);
+
 private:
   /// The point-to-point tag of a collective's message (phase: which of its
   /// messages), out of the plans' tag space.
   int64_t collectiveTag(int64_t tag, int phase) const;
-  /// Sends `data` to every other device under `tag`.
-  void sendToAll(int64_t tag, ConstBuffer data, int64_t tau);
 };
 
 /// Checks a message restored from a checkpoint: a type cdp sends, a count
