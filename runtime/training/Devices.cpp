@@ -113,6 +113,17 @@ private:
 } // namespace
 
 namespace {
+/// Device d's loss of step t into `losses` ([t * N + q]): a pipeline's loss
+/// device writes the step's loss for every device, a data-parallel device
+/// its own.
+void storeLoss(const Run &run, std::vector<float> &losses, int64_t t, int d,
+               float loss) {
+  bool pipeline = plan::traitsOf(run.plan).pipelined;
+  for (int q = 0; q < run.deviceCount; ++q)
+    if (pipeline || q == d)
+      losses[t * run.deviceCount + q] = loss;
+}
+
 /// When each step ends, and the --metrics lines written as steps end: a
 /// step ends when every device wrote its loss (a pipeline: the loss device,
 /// for all); its line gives the samples/s of that step alone. Under mpirun
@@ -128,12 +139,9 @@ public:
         began(std::chrono::steady_clock::now()) {}
   /// Another process's device's loss of a step (the root, under mpirun).
   void remoteLoss(const Fabric::StepLoss &posted) {
-    int N = run.deviceCount;
     if (posted.step < 0 || posted.step >= run.total)
       return;
-    for (int q = 0; q < N; ++q)
-      if (plan::traitsOf(run.plan).pipelined || q == posted.device)
-        remote[posted.step * N + q] = posted.loss;
+    storeLoss(run, remote, posted.step, posted.device, posted.loss);
     stepDone(posted.step);
   }
   /// The root, under mpirun: the losses other processes posted so far
@@ -180,8 +188,8 @@ public:
         .count();
   }
   /// The loss of the last step before `done` whose writers all wrote
-  /// theirs (device 0 may be a step ahead of the others); negative where
-  /// none has, and under mpirun, where the other processes' parts are not.
+  /// theirs (device 0 may be a step ahead of the others, and other
+  /// processes' losses arrive as the root polls); negative where none has.
   double latestLoss(const std::vector<float> &losses, int64_t done) const {
     for (int64_t t = std::min(done, run.total) - 1;
          t >= std::max(start, done - 8); --t)
@@ -303,9 +311,7 @@ static void runDevice(Run &run, int d, DeviceThreads &shared) {
     if (end < size || (pipeline && d != plan.loss_device()))
       return;
     float loss = readLoss(plan, ex);
-    for (int q = 0; q < run.deviceCount; ++q)
-      if (pipeline || q == d)
-        losses[t * run.deviceCount + q] = loss;
+    storeLoss(run, losses, t, d, loss);
     if (!std::isfinite(loss))
       throw RuntimeError(nonFiniteLoss(plan, ex, t, loss));
     if (run.mpi && !run.root())
