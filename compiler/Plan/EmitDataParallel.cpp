@@ -95,10 +95,10 @@ LogicalResult Emitter::emitDataParallel(int64_t arenaBytes) {
     out->set_index(d);
     out->set_arena_bytes(arenaBytes);
     if (added) {
-      plan::Device scratch;
-      if (failed(lowerSlotDevice(device, scratch, tables)))
+      ScratchDevice scratch(plan);
+      if (failed(lowerSlotDevice(device, *scratch, tables)))
         return failure();
-      it->second = addTemplate(scratch, offset, d, 0, 0);
+      it->second = addTemplate(*scratch, offset, d, 0, 0);
     }
     plan::Run *run = out->add_runs();
     run->set_template_(it->second);
@@ -757,23 +757,34 @@ plan::Instruction *Emitter::lowerClip(plan::Device &device, ClipGradNormOp clip,
 /// backward ops, in the order of @main. Ops without a time of their own
 /// (buffer writes after a forward) run in the time step of the instruction
 /// before them, so that a device's times never decrease along its stream.
+ArrayRef<Operation *> Emitter::slotStageOpsOf(int64_t stage, bool backward,
+                                              int64_t L) {
+  if (slotStageOps.empty())
+    for (Operation &op : func.getBody().front().without_terminator()) {
+      if (isa<ParamOp, ConstantOp, UpdateOp, ClipGradNormOp>(op))
+        continue;
+      auto phase = op.getAttrOfType<StringAttr>("cdp.phase");
+      auto opStage = op.getAttrOfType<IntegerAttr>("cdp.stage");
+      slotStageOps[{opStage ? opStage.getInt() : L,
+                    phase && phase.getValue() == "backward"}]
+          .push_back(&op);
+    }
+  auto it = slotStageOps.find({stage, backward});
+  if (it == slotStageOps.end())
+    return {};
+  return it->second;
+}
+
 LogicalResult Emitter::lowerSlotCompute(plan::Device &device,
                                         sched::SlotComputeOp compute,
                                         int64_t offset, int64_t d, int64_t L) {
   bool backward = compute.getKind() == sched::WorkKind::Backward;
-  for (Operation &op : func.getBody().front().without_terminator()) {
-    if (isa<ParamOp, ConstantOp, UpdateOp, ClipGradNormOp>(op))
-      continue;
-    auto phase = op.getAttrOfType<StringAttr>("cdp.phase");
-    auto stage = op.getAttrOfType<IntegerAttr>("cdp.stage");
-    if ((stage ? stage.getInt() : L) != compute.getStage() ||
-        (phase && phase.getValue() == "backward") != backward)
-      continue;
-    if (failed(addInstruction(&op, device, false)))
+  for (Operation *op : slotStageOpsOf(compute.getStage(), backward, L)) {
+    if (failed(addInstruction(op, device, false)))
       return failure();
     plan::Instruction *instruction =
         device.mutable_instructions(device.instructions_size() - 1);
-    auto time = op.getAttrOfType<IntegerAttr>("cdp.time");
+    auto time = op->getAttrOfType<IntegerAttr>("cdp.time");
     int64_t previous =
         device.instructions_size() > 1
             ? device.instructions(device.instructions_size() - 2).time_step() -

@@ -153,14 +153,14 @@ LogicalResult Emitter::lowerInto(DeviceLowering &lowering,
 /// a template run once: its instructions share one time step.
 LogicalResult Emitter::addBlockRun(DeviceLowering &lowering,
                                    llvm::function_ref<LogicalResult()> lower) {
-  plan::Device scratch;
-  if (failed(lowerInto(lowering, scratch, lower)))
+  ScratchDevice scratch(plan);
+  if (failed(lowerInto(lowering, *scratch, lower)))
     return failure();
-  if (scratch.instructions().empty())
+  if (scratch->instructions().empty())
     return success();
-  int64_t timeStep = scratch.instructions(0).time_step();
+  int64_t timeStep = scratch->instructions(0).time_step();
   plan::Run *run = lowering.device->add_runs();
-  run->set_template_(addTemplate(scratch, timeStep, 0, 0, 0));
+  run->set_template_(addTemplate(*scratch, timeStep, 0, 0, 0));
   run->set_time_step(timeStep);
   return success();
 }
@@ -187,13 +187,13 @@ LogicalResult Emitter::addComputeRun(DeviceLowering &lowering,
     key.push_back(tables.runs[s][j]);
   auto [it, added] = lowering.computeTemplates.try_emplace(key, -1);
   if (added) {
-    plan::Device scratch;
+    ScratchDevice scratch(plan);
     lowering.slot = 0;
-    if (failed(lowerInto(lowering, scratch, [&] {
+    if (failed(lowerInto(lowering, *scratch, [&] {
           return lowerCompute(lowering, compute, tables);
         })))
       return failure();
-    it->second = addTemplate(scratch, compute.getTimeStep(), k, tagBatch, j);
+    it->second = addTemplate(*scratch, compute.getTimeStep(), k, tagBatch, j);
   }
   plan::Run *run = lowering.device->add_runs();
   run->set_template_(it->second);

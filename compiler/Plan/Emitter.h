@@ -57,6 +57,25 @@ void copyUpdateRule(const std::vector<plan::Instruction> &updates,
 struct PipelineTables;
 struct StashLayout;
 
+/// A device to lower into before its instructions become a template, made
+/// on the plan's arena: addTemplate's swap then moves the instructions (a
+/// swap across arenas copies every one).
+class ScratchDevice {
+public:
+  explicit ScratchDevice(plan::Plan &plan) {
+    if (google::protobuf::Arena *arena = plan.GetArena())
+      device = google::protobuf::Arena::CreateMessage<plan::Device>(arena);
+    else
+      device = (owned = std::make_unique<plan::Device>()).get();
+  }
+  plan::Device &operator*() { return *device; }
+  plan::Device *operator->() { return device; }
+
+private:
+  std::unique_ptr<plan::Device> owned;
+  plan::Device *device;
+};
+
 /// dp and cdp: what every slot's program shares.
 struct DataParallelTables {
   int64_t N = 1, L = 1;
@@ -185,6 +204,11 @@ private:
   /// op once per micro-batch, and copying beats converting it again.
   llvm::DenseMap<Operation *, std::unique_ptr<plan::Instruction>> prototypes;
   llvm::DenseMap<Operation *, std::string> locations;
+  /// dp and cdp: @main's ops of each stage's forward and backward, in op
+  /// order, built once (every slot template reads them; scanning @main per
+  /// stage and template was quadratic at 48 stages x 49 templates).
+  std::map<std::pair<int64_t, bool>, std::vector<Operation *>> slotStageOps;
+  ArrayRef<Operation *> slotStageOpsOf(int64_t stage, bool backward, int64_t L);
 };
 
 /// The pipelines (gpipe, 1f1b, 2bw, cdp-mp) lower cdp-schedule-pipeline's
