@@ -5,6 +5,7 @@ every layout the issue names, train 2 steps in one process and under
 
 Usage: bench/gpt2_medium.py [--build build] [--work bench/out/gpt2-medium]
                             [--layers 24] [--skip-runs] [--only NAME,...]
+                            (NAME: a layout, or recompute)
 
 Runs in bench/.venv-export (made on first use by
 test/e2e/hf/make_hf_data.py's rules). GPT-2 medium's real config (24
@@ -29,6 +30,11 @@ Prints one table per phase:
            bytes of the weights file each rank read (cdp-run's own count,
            the measured report's weights_read_bytes) against the parameter
            bytes of the stages its device runs;
+  recompute  1f1b --stages 4 --micro-batches 4 compiled again with
+           `--recompute layer`: the report's activation bytes at each
+           device's peak and its predicted step time, with and without;
+           both plans trained 2 steps in one process, their parameters
+           compared bit for bit (--only recompute runs this phase alone);
   saved    the single plan trained one step and saved with --save-onnx as
            external data, run by onnxruntime (pip, in this venv) and by
            `cdp-compile --inference` on the 8 rows: the largest logit
@@ -206,6 +212,45 @@ def run_layout(args, name, predicted):
     return equal
 
 
+def activation_peaks(report):
+    """Per device, the most activation bytes it holds at any time step."""
+    return [max(t["devices"][d]["activation_bytes"] for t in report["time_steps"])
+            for d in range(report["devices"])]
+
+
+def recompute_check(args, model):
+    """1f1b with and without --recompute layer: the report's activations
+    and step time, and 2 steps in one process, parameters compared."""
+    bin_dir = os.path.join(args.build, "bin")
+    flags = ["--optimizer", "sgd", "--momentum", "0.9", "--lr", "0.01", "--class-axis", "last",
+             "--trainable-from", os.path.join(args.work, "trainable.txt"), "--steps", "2",
+             "--strategy", "1f1b", "--stages", "4", "--micro-batches", "4"]
+    print("\n1f1b --stages 4 --micro-batches 4, activations at each device's peak (report):")
+    dumps, reports = [], []
+    for mode in ["none", "layer"]:
+        plan = os.path.join(args.work, "1f1b-recompute-%s.cdp" % mode)
+        report = os.path.join(args.work, "1f1b-recompute-%s.json" % mode)
+        seconds, peak = timed([os.path.join(bin_dir, "cdp-compile"), model, "-o", plan,
+                               "--report", report, "--recompute", mode] + flags)
+        reports.append(json.load(open(report)))
+        dump = os.path.join(args.work, "1f1b-recompute-%s.params" % mode)
+        run_seconds, run_peak = timed([os.path.join(bin_dir, "cdp-run"), plan, "--steps", "2",
+                                       "--progress-every", "0", "--dump-params", dump]
+                                      + feeds(args.work))
+        dumps.append(dump)
+        print("  --recompute %-5s activations MB %s; predicted step %.2f s; compile %.1f s; "
+              "2 steps %.1f s, peak %.0f MB" % (
+                  mode, " ".join("%.0f" % (b / 2**20) for b in activation_peaks(reports[-1])),
+                  reports[-1]["predicted_step_ms"] / 1000, seconds, run_seconds,
+                  run_peak / 2**20), flush=True)
+    ratios = [a / b for a, b in zip(activation_peaks(reports[1]), activation_peaks(reports[0]))]
+    equal, count = same_parameters(*dumps)
+    print("  layer / none: %s (the aim: at most 0.5); %d trained parameters %s" % (
+        " ".join("%.3f" % r for r in ratios), count,
+        "bit-identical" if equal else "DIFFER"), flush=True)
+    return equal and max(ratios) <= 0.5
+
+
 def memory_bytes():
     """This machine's memory (MemTotal)."""
     for line in open("/proc/meminfo"):
@@ -292,6 +337,8 @@ def main():
     model = export(args, args.work)
     if args.onnxruntime_only:
         sys.exit(0 if onnxruntime_check(args) else 1)
+    if args.only == ["recompute"]:
+        sys.exit(0 if recompute_check(args, model) else 1)
     reports = compile_all(args, model)
     if args.skip_runs:
         return
@@ -304,6 +351,8 @@ def main():
                   "%.1f GB" % (name, sum(reports[name]) / 1e9, memory_bytes() / 1e9), flush=True)
             continue
         verdicts.append(run_layout(args, name, reports[name]))
+    if not args.only or "recompute" in args.only:
+        verdicts.append(recompute_check(args, model))
     if "single" in reports:
         verdicts.append(onnxruntime_check(args))
     sys.exit(0 if all(verdicts) else 1)

@@ -104,6 +104,11 @@ void buildTrainingPipeline(OpPassManager &pm,
   pm.addPass(createAutodiff(autodiff));
   if (config.fuse)
     pm.addPass(createFoldTranspose());
+  if (config.recompute) {
+    RecomputeOptions recompute;
+    recompute.mode = *config.recompute;
+    pm.addPass(createRecompute(recompute));
+  }
   InsertOptimizerOptions optimizer;
   optimizer.optimizer = config.optimizer;
   optimizer.lr = config.lr;
@@ -227,6 +232,20 @@ struct StrategyPipelineOptions
       llvm::cl::desc("none, or layer: cdp-reuse-layer-memory before the "
                      "memory plan"),
       llvm::cl::init("none")};
+  /// --recompute's values, none among them (an unknown one is refused by
+  /// the option's parser).
+  enum class Recompute { None, Stage, Layer, Selective };
+  Option<Recompute> recompute{
+      *this, "recompute",
+      llvm::cl::desc("cdp-recompute after autodiff (default none)"),
+      llvm::cl::values(
+          clEnumValN(Recompute::None, "none", "keep every activation"),
+          clEnumValN(Recompute::Stage, "stage", "keep each stage's inputs"),
+          clEnumValN(Recompute::Layer, "layer", "keep each layer's inputs"),
+          clEnumValN(Recompute::Selective, "selective",
+                     "recompute element-wise, softmax and attention "
+                     "products")),
+      llvm::cl::init(Recompute::None)};
   Option<bool> planMemory{*this, "plan-memory",
                           llvm::cl::desc("End with cdp-plan-memory"),
                           llvm::cl::init(true)};
@@ -255,6 +274,10 @@ struct StrategyPipelineOptions
     config.timelineSteps = steps;
     config.planMemory = planMemory;
     config.layerReuse = memoryReuse == "layer";
+    const std::optional<RecomputeMode> modes[] = {
+        std::nullopt, RecomputeMode::Stage, RecomputeMode::Layer,
+        RecomputeMode::Selective};
+    config.recompute = modes[static_cast<int>(recompute.getValue())];
     config.density = density;
     config.denseBelow = denseBelow;
     config.sparseResidual = residual;

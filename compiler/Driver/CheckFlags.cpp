@@ -361,6 +361,16 @@ static void checkMemoryFlags(Settings &settings) {
   if (memoryReuse != "none" && memoryReuse != "layer")
     die("--memory-reuse takes none or layer, got '" + memoryReuse + "'");
   settings.layerReuse = memoryReuse == "layer";
+  static const std::pair<const char *, cdp::RecomputeMode> modes[] = {
+      {"stage", cdp::RecomputeMode::Stage},
+      {"layer", cdp::RecomputeMode::Layer},
+      {"selective", cdp::RecomputeMode::Selective}};
+  for (const auto &[name, mode] : modes)
+    if (recompute == name)
+      settings.recompute = mode;
+  if (!settings.recompute && recompute != "none")
+    die("--recompute takes none, stage, layer or selective, got '" + recompute +
+        "'");
   if (offload && backendName == "cuda")
     die("--offload (activations to host memory between their forward and "
         "backward) is not implemented: the CUDA backend keeps every "
@@ -438,7 +448,8 @@ static void checkMeaningfulFlags(Settings &settings) {
                                               &ignoreIndex,
                                               &loss,
                                               &lossOutput,
-                                              &labelsName})
+                                              &labelsName,
+                                              &recompute})
       if (given(*flag))
         refuse(*flag, "training plans, not --inference");
   for (const llvm::cl::Option *flag : Flags{&cdpRule, &v2Table})

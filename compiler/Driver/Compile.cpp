@@ -93,6 +93,7 @@ static cdp::TrainingPipelineConfig pipelineConfigFor(const Settings &settings) {
   config.denseBelow = settings.denseBelow;
   config.sparseResidual = settings.sparseResidual;
   config.layerReuse = settings.layerReuse;
+  config.recompute = settings.recompute;
   config.microBatches = settings.microBatchCount;
   config.replicas = settings.replicaCount;
   config.cdpRule = cdpRule;

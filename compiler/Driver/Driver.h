@@ -84,6 +84,7 @@ extern cl::opt<std::string> density;
 extern cl::opt<std::string> denseBelow;
 extern cl::opt<std::string> sparseBaseline;
 extern cl::opt<std::string> memoryReuse;
+extern cl::opt<std::string> recompute;
 extern cl::opt<bool> offload;
 extern cl::opt<bool> inference;
 extern cl::opt<std::string> loss;
@@ -145,6 +146,8 @@ struct Settings {
   bool sparseResidual = false;
   /// --memory-reuse layer.
   bool layerReuse = false;
+  /// --recompute (none: unset).
+  std::optional<cdp::RecomputeMode> recompute;
   cdp::ImportOptions import;
   /// interleaved-1f1b's --stages-per-device (1 otherwise).
   int64_t stagesPerDevice = 1;

@@ -212,6 +212,18 @@ cl::opt<std::string> memoryReuse(
              "into the backward) instead of at the step's end; no result "
              "changes"),
     cl::value_desc("none|layer"), cl::init("none"), cl::cat(category));
+cl::opt<std::string> recompute(
+    "recompute",
+    cl::desc("none (default), stage, layer or selective: activations "
+             "dropped after the forward and recomputed in the backward, "
+             "every strategy, the same results bit for bit. stage keeps "
+             "each stage's inputs; layer the inputs of each layer (a "
+             "transformer block is two: attention, MLP); selective all but "
+             "element-wise and softmax results (Megatron's selective "
+             "recompute). --report shows the activation bytes saved and "
+             "the step time it costs"),
+    cl::value_desc("none|stage|layer|selective"), cl::init("none"),
+    cl::cat(category));
 cl::opt<bool> offload(
     "offload",
     cl::desc("Move activations to host memory between their last forward "

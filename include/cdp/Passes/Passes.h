@@ -5,6 +5,7 @@
 
 #include "cdp/Dialect/Graph/GraphDialect.h"
 #include "cdp/Dialect/Sched/SchedOps.h"
+#include "cdp/Passes/RecomputeMode.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
 

@@ -82,6 +82,63 @@ def Autodiff : Pass<"cdp-autodiff", "mlir::ModuleOp"> {
   let dependentDialects = ["cdp::CDPDialect"];
 }
 
+def Recompute : Pass<"cdp-recompute", "mlir::ModuleOp"> {
+  let summary = "Activation recomputation: forward results dropped after the forward and recomputed in the backward";
+  let description = [{
+    Runs on the training graph (after cdp-autodiff). A forward op whose
+    result the backward reads is either kept (its result lives from the
+    forward to its last backward use, as without this pass) or recomputed:
+    every backward op that reads it reads a clone instead, made in the
+    backward (`cdp.phase = "backward"`, the op's stage) just before the
+    first backward op that needs it, from kept values and other clones. The
+    forward result then dies at its last forward use. Clones compute the
+    same bits from the same inputs, so training is bit-identical.
+
+    Always kept: graph inputs, parameters and constants; results of ops
+    that are not pure (dropout: its mask is random); results read outside
+    their stage's forward and backward (by another stage, by a buffer write
+    such as BatchNorm's running statistics, or returned). Beyond that,
+    `mode`:
+
+    - `stage`: nothing else (each stage's inputs: its forward is recomputed
+      at the start of its backward).
+    - `layer`: the inputs of each layer. A layer ends where the forward of
+      its stage narrows to one value that depends on trained weights (a
+      residual stream between blocks; masks and other values computed
+      without weights may cross), at the last such point before the next op
+      that computes on the data with a trained weight (a product or a norm;
+      a bias add belongs to its product): a transformer block is two layers
+      (attention, then the MLP), each recomputed from its input.
+    - `selective`: everything but element-wise results, softmax and the
+      products of two activations (attention's QK^T and its scores times V;
+      Megatron's selective recompute: cheap to redo, large to keep), each
+      only where what it reads lives into the backward anyway (so that no
+      other value is kept longer: a bias add is not recomputed from the
+      product before it, which the backward does not read).
+
+    `@main` gets `cdp.recompute` = the mode.
+
+    ```mlir
+    %h = cdp.gemm %x, %w1 {cdp.stage = 1 : i64} ...
+    %a = cdp.gelu %h {cdp.stage = 1 : i64} ...
+    // selective: the backward reads a clone of %a, not %a
+    %a2 = cdp.gelu %h {cdp.phase = "backward", cdp.stage = 1 : i64} ...
+    %dw2 = cdp.matmul %a2, %dy {cdp.phase = "backward", trans_a = true} ...
+    ```
+  }];
+  let options = [
+    Option<"mode", "mode", "::cdp::RecomputeMode", "::cdp::RecomputeMode::Layer",
+           "What the forward keeps for the backward: stage, layer or selective",
+           [{::llvm::cl::values(
+               clEnumValN(::cdp::RecomputeMode::Stage, "stage",
+                          "each stage's inputs"),
+               clEnumValN(::cdp::RecomputeMode::Layer, "layer",
+                          "each layer's inputs"),
+               clEnumValN(::cdp::RecomputeMode::Selective, "selective",
+                          "all but element-wise and softmax results"))}]>,
+  ];
+}
+
 def FuseLayerNorm : Pass<"cdp-fuse-layer-norm", "mlir::ModuleOp"> {
   let summary = "Replaces a decomposed LayerNorm (as torch exports it below opset 17) with cdp.layer_norm";
   let description = [{

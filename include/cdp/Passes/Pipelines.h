@@ -9,10 +9,12 @@
 #ifndef CDP_PASSES_PIPELINES_H
 #define CDP_PASSES_PIPELINES_H
 
+#include "cdp/Passes/RecomputeMode.h"
 #include "cdp/Schedule/Strategy.h"
 
 #include "mlir/Pass/PassManager.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,6 +81,8 @@ struct TrainingPipelineConfig {
   bool planMemory = true;
   /// --memory-reuse layer: cdp-reuse-layer-memory before the memory plan.
   bool layerReuse = false;
+  /// --recompute: cdp-recompute after autodiff (none without it).
+  std::optional<RecomputeMode> recompute;
 };
 
 /// Appends the training passes of `config.strategy` to `pm` (a pass manager
