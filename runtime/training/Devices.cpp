@@ -208,7 +208,7 @@ private:
   }
   void writeLine(const std::vector<float> &losses, int64_t t,
                  const Evaluation &evaluation) {
-    if (!run.metrics.isOpen())
+    if (!run.logsSteps())
       return;
     double loss = lossOf(losses, t);
     writeMetricsLine(run, t, loss, rateAt(t), evaluation);

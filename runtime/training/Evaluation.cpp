@@ -51,8 +51,9 @@ double learningRateAt(Run &run, int64_t step) {
   return std::strtod(text, nullptr);
 }
 
-/// One line of --metrics: the step, its loss, speed and learning rate, and
-/// the test loss and accuracy where they were evaluated.
+/// One line of --metrics and one event of --tensorboard: the step, its
+/// loss, speed and learning rate, and the test loss and accuracy where they
+/// were evaluated (the same names in both).
 void writeMetricsLine(Run &run, int64_t step, double loss, double rate,
                       const Evaluation &evaluation) {
   runtime::Json line = {
@@ -63,7 +64,15 @@ void writeMetricsLine(Run &run, int64_t step, double loss, double rate,
     line["test_loss"] = evaluation.loss;
   if (evaluation.accuracy >= 0)
     line["accuracy"] = evaluation.accuracy;
-  run.metrics.writeLine(runtime::jsonText(line));
+  if (run.metrics.isOpen())
+    run.metrics.writeLine(runtime::jsonText(line));
+  if (run.tensorboard.isOpen()) {
+    std::vector<std::pair<std::string, float>> scalars;
+    for (const auto &[name, value] : line.items())
+      if (name != "step")
+        scalars.push_back({name, value.get<float>()});
+    run.tensorboard.writeStep(step, scalars);
+  }
 }
 
 /// Whether the run evaluates: --eval on --data's test split, or --eval-feed.

@@ -269,6 +269,7 @@ void writeOutputs(Run &run) {
   if (run.training)
     checkTrainedFinite(run);
   run.metrics.close();
+  run.tensorboard.close();
   if (!options.profile.empty())
     writeProfile(run);
   if (run.trace)

@@ -16,6 +16,7 @@
 #include "cdp/Runtime/Report.h"
 #include "cdp/Runtime/ReportSvg.h"
 #include "cdp/Runtime/Shuffle.h"
+#include "cdp/Runtime/TensorBoardLog.h"
 #include "cdp/Runtime/TrainingRun.h"
 
 #include <atomic>
@@ -106,6 +107,10 @@ struct Run {
   int64_t slots = 1, batch = 1, perStep = 1, stepsPerEpoch = 0, epochs = 1,
           total = 0;
   MetricsLog metrics;
+  TensorBoardLog tensorboard;
+  /// Whether each step's figures are written somewhere (--metrics,
+  /// --tensorboard).
+  bool logsSteps() const { return metrics.isOpen() || tensorboard.isOpen(); }
   /// The update rule whose rate --metrics reports, found on its first line
   /// (null: the plan has no update, or not looked for yet).
   std::shared_ptr<const UpdateRule> reportedRule;

@@ -73,8 +73,12 @@ void checkOutputPaths(const RunOptions &options) {
                                 "--dump-params", &options.dumpParams},
                             {"--dump-grads", &options.dumpGrads},
                             {"--save-outputs", &options.saveOutputs},
-                            {"--checkpoint", &options.checkpoint}}) {
-    bool replaced = std::string(flag) != "--checkpoint";
+                            {"--checkpoint", &options.checkpoint},
+                            {"--tensorboard", &options.tensorboard}}) {
+    // A checkpoint's and TensorBoard's folders are written into, the
+    // others replaced whole.
+    bool replaced = std::string(flag) != "--checkpoint" &&
+                    std::string(flag) != "--tensorboard";
     std::string problem = checkOutputFolder(flag, *path, replaced);
     if (problem.empty() && replaced)
       problem = checkReplaceableFolder(flag, *path, dumped);
@@ -97,7 +101,8 @@ static void checkMeaningfulFlags(const RunOptions &options,
           {"--checkpoint", !options.checkpoint.empty()},
           {"--resume", !options.resume.empty()},
           {"--report", !options.report.empty()},
-          {"--metrics", !options.metrics.empty()}})
+          {"--metrics", !options.metrics.empty()},
+          {"--tensorboard", !options.tensorboard.empty()}})
       if (given)
         fail(std::string(flag) + " applies to training plans; " + options.plan +
              " is forward-only");

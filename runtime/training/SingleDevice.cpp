@@ -129,7 +129,7 @@ void runSingleDevice(Run &run, int64_t step) {
         writeStepOutputs(run); // before the evaluation reuses the buffers
       evaluation = evaluate(run);
     }
-    if (run.metrics.isOpen())
+    if (run.logsSteps())
       writeMetricsLine(run, step, loss, rate, evaluation);
     line.update(step + 1, loss);
     bool stop = !options.checkpoint.empty() && stopSignal() != 0 &&

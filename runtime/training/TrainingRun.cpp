@@ -40,6 +40,8 @@ void train(Run &run) {
   }
   if (!run.options.metrics.empty() && run.root())
     run.metrics.open(run.options.metrics, step);
+  if (!run.options.tensorboard.empty() && run.root())
+    run.tensorboard.open(run.options.tensorboard, step);
   if (!run.options.checkpoint.empty() && !run.mpi)
     installStopSignals();
   if (run.multiDevice)

@@ -188,6 +188,13 @@ std::vector<Flag> runFlags(RunOptions &o) {
        "JSON lines, one per step: step, loss, samples_per_s (and accuracy); "
        "a resumed run keeps the lines of earlier steps and appends",
        [&](const std::string &v) { o.metrics = v; }},
+      {"--tensorboard", "DIR",
+       "Write TensorBoard event files into DIR (made if needed), one event "
+       "per step with the --metrics scalars: loss, lr, samples_per_s, and "
+       "test_loss and accuracy where evaluated; `tensorboard --logdir DIR` "
+       "shows them as the run goes. A resumed run adds a file that "
+       "replaces the steps it runs again",
+       [&](const std::string &v) { o.tensorboard = v; }},
       {"--dump-params", "DIR",
        "Write every trainable parameter and buffer after the run (.npy + "
        "index.json), the folder replaced as a whole",

@@ -52,8 +52,8 @@ struct RunOptions {
   std::string partialBatch = "wrap";
   int threads = 0;
   int64_t commTimeout = 300; ///< seconds a device waits for a message
-  std::string metrics, dumpParams, dumpGrads, saveOutputs, saveOnnx,
-      saveOnnxEval;
+  std::string metrics, tensorboard, dumpParams, dumpGrads, saveOutputs,
+      saveOnnx, saveOnnxEval;
   std::string checkpoint, resume, profile;
   std::string report, reportSvg, compareReport, trace;
   int64_t reportSteps = -1;
