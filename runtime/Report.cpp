@@ -566,6 +566,8 @@ std::string ReportBuilder::json() const {
     head["allocated_bytes"].push_back(plan::allocatedBytes(plan, d));
   if (!weightsRead.empty())
     head["weights_read_bytes"] = weightsRead;
+  if (threads > 0)
+    head["threads_per_device"] = threads;
   if (plan::traitsOf(plan).pipelined) {
     // Which stage each device runs (cdp-mp gives some stages more devices
     // than others).

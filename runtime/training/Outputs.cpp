@@ -151,6 +151,7 @@ static void writeReport(Run &run) {
                                  ? static_cast<int64_t>(run.weightsReadBytes[d])
                                  : run.executors[d]->weightsReadBytes());
   }
+  report.setThreads(run.threadsPerDevice);
   std::string json = report.json();
   writeOutput(options.report, json);
   if (options.reportSvg.empty())

@@ -7,6 +7,8 @@
 
 #include "Run.h"
 
+#include "cdp/Plan/StepWork.h"
+
 #include "cdp/Plan/Paths.h"
 #include "cdp/Plan/PlanCheck.h"
 #include "cdp/Runtime/MpiCommunicator.h"
@@ -300,6 +302,20 @@ static RunAgreement agreementOf(const Run &run) {
   return agreement;
 }
 
+/// Whether every device's step is too small to share among threads: below
+/// 50 million multiply-adds (LeNet at batch 8: 9 million; the e2e ResNet:
+/// 41 million) 2 threads ran no faster than 1 on this project's 2-core
+/// machine, and with another busy process 2-3x slower (docs/results.md,
+/// "Threads"); from 74 million (LeNet at batch 64) 2 threads were 1.35-1.7x
+/// faster.
+static bool smallSteps(const plan::Plan &plan) {
+  constexpr double kSharedWork = 5e7;
+  for (int d = 0; d < plan.devices_size(); ++d)
+    if (plan::stepWork(plan, d) >= kSharedWork)
+      return false;
+  return true;
+}
+
 /// One executor per device, each with its own memory; devices of
 /// multi-device plans talk through the in-process communicator.
 void createDevices(Run &run, int cores) {
@@ -310,6 +326,8 @@ void createDevices(Run &run, int cores) {
                                                : std::max(cores, 1);
   if (options.threads == 0 && launchedByMpirun())
     run.threadsPerDevice = mpiThreadsPerDevice(run.deviceCount, cores);
+  if (options.threads == 0 && smallSteps(run.plan))
+    run.threadsPerDevice = 1;
   omp_set_num_threads(run.threadsPerDevice);
   // dp and cdp reduce even on one device (a communicator of one), and their
   // last reductions are applied after training: they run as device threads.

@@ -168,7 +168,8 @@ std::vector<Flag> runFlags(RunOptions &o) {
       {"--threads", "T",
        "oneDNN/OpenMP threads per device (default: all cores for one device, "
        "1 per device for several; under mpirun the node's cores shared "
-       "among the devices its processes run)",
+       "among the devices its processes run; 1 where every device's step "
+       "is under 50 million multiply-adds, too short to share)",
        [&](const std::string &v) {
          o.threads = parseCount("--threads", v, 1);
          if (o.threads > 1024) // OpenMP cannot create them; nor is it useful

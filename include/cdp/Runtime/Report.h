@@ -101,6 +101,9 @@ public:
   /// A run's measured bytes of the weights file each device read at load
   /// (printed as weights_read_bytes; a prediction has none).
   void setWeightsRead(int device, int64_t bytes);
+  /// A run's OpenMP threads per device (the root process's; printed as
+  /// threads_per_device; a prediction has none).
+  void setThreads(int threadsPerDevice) { threads = threadsPerDevice; }
   /// A device starts step `t`: its inputs are loaded at its first time step.
   void startStep(int device, int64_t t);
   /// Instruction `index` of `device` ran in step `t`: the units, tensors and
@@ -148,6 +151,7 @@ private:
   std::vector<std::unordered_map<int, int>> remaining; // uses left
   std::vector<int64_t> workspace, optimizer;
   std::vector<int64_t> weightsRead; ///< empty: not measured
+  int threads = 0;                  ///< 0: not measured
   /// Per device: whose instruction stream it runs (itself, unless copied).
   std::vector<int> streamOf;
 };
