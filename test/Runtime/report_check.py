@@ -40,6 +40,7 @@ def strip(report):
             d.pop("workspace_bytes")
     report["peak"].pop("device_bytes")
     report.pop("weights_read_bytes", None)  # measured only
+    report.pop("threads_per_device", None)  # measured only
     return report
 
 
