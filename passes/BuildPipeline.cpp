@@ -29,10 +29,14 @@ struct BuildPipelinePass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    std::optional<Strategy> kind = parseStrategy(strategy.getValue());
+    auto strategyAttr = sched::StrategyAttr::ofModule(module);
+    if (!strategyAttr)
+      return signalPassFailure();
+    std::optional<Strategy> kind = strategyAttr.getValue();
+    StringRef strategy = traitsOf(*kind).name;
     // The strategies whose stage orders this timeline knows (the others'
     // orders come from their schedule tables: cdp-schedule-pipeline).
-    if (!kind || !traitsOf(*kind).ordersStages) {
+    if (!traitsOf(*kind).ordersStages) {
       module.emitError("pipeline strategy must be ")
           << strategyNames(
                  [](const StrategyTraits &t) { return t.ordersStages; }, " or ")
@@ -109,7 +113,7 @@ struct BuildPipelinePass
     auto i64 = [&](int64_t v) { return builder.getI64IntegerAttr(v); };
     Location loc = module.getLoc();
     auto program = builder.create<sched::ProgramOp>(
-        loc, builder.getStringAttr(strategy), i64(d), i64(d), i64(steps),
+        loc, strategyAttr, i64(d), i64(d), i64(steps),
         builder.getStringAttr(stale ? "1-stale" : "synchronous"), i64(makespan),
         builder.getDenseI64ArrayAttr(stashPeak),
         builder.getDenseI64ArrayAttr(livePeak));

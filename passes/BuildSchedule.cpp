@@ -42,8 +42,12 @@ struct BuildSchedulePass
           "@main is not partitioned; run cdp-partition-stages first");
       return signalPassFailure();
     }
-    std::optional<Strategy> kind = parseStrategy(strategy.getValue());
-    if (!kind || !traitsOf(*kind).dataParallel) {
+    auto strategyAttr = sched::StrategyAttr::ofModule(getOperation());
+    if (!strategyAttr)
+      return signalPassFailure();
+    std::optional<Strategy> kind = strategyAttr.getValue();
+    StringRef strategy = traitsOf(*kind).name;
+    if (!traitsOf(*kind).dataParallel) {
       func.emitError("build-schedule handles dp and cdp, not '")
           << strategy << "'";
       return signalPassFailure();
@@ -102,7 +106,7 @@ struct BuildSchedulePass
     func->setAttr(
         "cdp.schedule",
         builder.getDictionaryAttr(
-            {builder.getNamedAttr("strategy", builder.getStringAttr(strategy)),
+            {builder.getNamedAttr("strategy", strategyAttr),
              builder.getNamedAttr("devices", builder.getI64IntegerAttr(N)),
              builder.getNamedAttr("stages", builder.getI64IntegerAttr(L)),
              builder.getNamedAttr("slots", builder.getI64IntegerAttr(N))}));

@@ -40,12 +40,13 @@ struct DelayUpdatesPass : public cdp::impl::DelayUpdatesBase<DelayUpdatesPass> {
           << table << "'";
       return signalPassFailure();
     }
-    std::optional<Strategy> kind = parseStrategy(
-        cast<StringAttr>(schedule.get("strategy")).getValue().str());
-    if (!kind) {
-      func.emitError("cdp.schedule names an unknown strategy");
+    auto strategy =
+        dyn_cast_or_null<sched::StrategyAttr>(schedule.get("strategy"));
+    if (!strategy) {
+      func.emitError("cdp.schedule names no strategy");
       return signalPassFailure();
     }
+    std::optional<Strategy> kind = strategy.getValue();
     bool cdp = traitsOf(*kind).cyclic;
     bool afterBackward = reducesAfterBackward(schedule);
     int64_t L = cast<IntegerAttr>(schedule.get("stages")).getInt();

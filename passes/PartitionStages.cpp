@@ -208,9 +208,12 @@ struct PartitionStagesPass
   LogicalResult partitionUnderCap(func::FuncOp func, ArrayRef<Operation *> ops,
                                   ArrayRef<double> costs, int64_t count,
                                   SmallVector<int64_t> &stageOf) {
-    std::optional<Strategy> kind = parseStrategy(strategy.getValue());
-    if (!kind || !traitsOf(*kind).pipelined ||
-        traitsOf(*kind).stagesPerDevice != 1)
+    auto strategyAttr = sched::StrategyAttr::ofModule(getOperation());
+    if (!strategyAttr)
+      return failure();
+    std::optional<Strategy> kind = strategyAttr.getValue();
+    StringRef strategy = traitsOf(*kind).name;
+    if (!traitsOf(*kind).pipelined || traitsOf(*kind).stagesPerDevice != 1)
       return func.emitError("the memory estimate takes a pipeline strategy "
                             "with one stage per device (")
              << strategyNames(

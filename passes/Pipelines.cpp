@@ -23,7 +23,6 @@ void addPartition(OpPassManager &pm, const TrainingPipelineConfig &config) {
   partition.profile = config.profile;
   if (config.deviceMemory > 0) {
     partition.deviceMemory = config.deviceMemory;
-    partition.strategy = traits.name;
     partition.microBatches = config.microBatches;
     partition.optimizerCopies = config.optimizerCopies;
   }
@@ -34,7 +33,6 @@ void addPartition(OpPassManager &pm, const TrainingPipelineConfig &config) {
 void addDataParallelSchedule(OpPassManager &pm,
                              const TrainingPipelineConfig &config) {
   BuildScheduleOptions schedule;
-  schedule.strategy = traitsOf(config.strategy).name;
   schedule.devices = config.devices;
   schedule.zero = config.zero;
   pm.addPass(createBuildSchedule(schedule));
@@ -59,7 +57,6 @@ void addPipelineSchedule(OpPassManager &pm,
                          const TrainingPipelineConfig &config) {
   const StrategyTraits &traits = traitsOf(config.strategy);
   SchedulePipelineOptions step;
-  step.strategy = traits.name;
   step.microBatches = config.microBatches;
   step.replicas = config.replicas;
   step.cdpRule = config.cdpRule;
@@ -72,7 +69,6 @@ void addPipelineSchedule(OpPassManager &pm,
   if (config.timelineSteps > 0 && traits.ordersStages &&
       config.schedulePath.empty()) {
     BuildPipelineOptions timeline;
-    timeline.strategy = traits.name;
     timeline.stages = config.boundaries.empty()
                           ? config.stages
                           : static_cast<int64_t>(config.boundaries.size()) + 1;
@@ -86,6 +82,10 @@ void addPipelineSchedule(OpPassManager &pm,
 
 void buildTrainingPipeline(OpPassManager &pm,
                            const TrainingPipelineConfig &config) {
+  // The strategy as typed IR on the module: the passes below read it there.
+  SetStrategyOptions strategy;
+  strategy.strategy = traitsOf(config.strategy).name;
+  pm.addPass(createSetStrategy(strategy));
   if (config.fuse) {
     pm.addPass(createFuseLayerNorm());
     pm.addPass(createFuseGelu());

@@ -300,8 +300,12 @@ LogicalResult SchedulePipelinePass::buildScheduleTable() {
 
 void SchedulePipelinePass::runOnOperation() {
   ModuleOp module = getOperation();
-  std::optional<Strategy> parsed = parseStrategy(strategy.getValue());
-  if (!parsed || !traitsOf(*parsed).pipelined) {
+  auto strategyAttr = sched::StrategyAttr::ofModule(module);
+  if (!strategyAttr)
+    return signalPassFailure();
+  std::optional<Strategy> parsed = strategyAttr.getValue();
+  StringRef strategy = traitsOf(*parsed).name;
+  if (!traitsOf(*parsed).pipelined) {
     module.emitError("schedule-pipeline handles the pipelines (")
         << strategyNames([](const StrategyTraits &t) { return t.pipelined; })
         << "), not '" << strategy << "'";
@@ -364,7 +368,7 @@ void SchedulePipelinePass::runOnOperation() {
 
   OpBuilder builder = OpBuilder::atBlockEnd(module.getBody());
   auto program = builder.create<sched::StepProgramOp>(
-      func.getLoc(), builder.getStringAttr(traits.name),
+      func.getLoc(), sched::StrategyAttr::get(builder.getContext(), kind),
       builder.getI64IntegerAttr(S), builder.getI64IntegerAttr(MB),
       builder.getI64IntegerAttr(cycle),
       builder.getI64IntegerAttr(traits.weightVersions),

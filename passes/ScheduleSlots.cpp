@@ -372,7 +372,8 @@ void ScheduleSlotsPass::runOnOperation() {
   auto reduce = func->getAttrOfType<StringAttr>("cdp.reduce");
   StageFacts facts = factsOf(func, L);
   // CDP-ZeRO reduces along the chain, its own way (cdpZeroProgram).
-  bool cdpZero = recorded->zero == 3 && recorded->strategy.getValue() == "cdp";
+  bool cdpZero =
+      recorded->zero == 3 && recorded->strategy.getValue() == Strategy::CDP;
   if (cdpZero && failed(checkCdpZeroSchedule(*recorded, facts)))
     return signalPassFailure();
   bool chain = (reduce && reduce.getValue() == "chain") || cdpZero;

@@ -1,10 +1,10 @@
-// RUN: cdp-opt %s -cdp-build-pipeline="strategy=gpipe stages=4 micro-batches=4 steps=1" -cdp-check-deadlock | FileCheck %s --check-prefix=GPIPE
-// RUN: cdp-opt %s -cdp-build-pipeline="strategy=1f1b stages=4 micro-batches=4 steps=3" -cdp-check-deadlock | FileCheck %s --check-prefix=FLUSH
-// RUN: cdp-opt %s -cdp-build-pipeline="strategy=2bw stages=4 micro-batches=4 steps=3" -cdp-check-deadlock | FileCheck %s --check-prefix=TWOBW
-// RUN: not cdp-opt %s -cdp-build-pipeline="strategy=2bw stages=4 micro-batches=3" 2>&1 | FileCheck %s --check-prefix=SHORT
+// RUN: cdp-opt %s -cdp-set-strategy=strategy=gpipe -cdp-build-pipeline="stages=4 micro-batches=4 steps=1" -cdp-check-deadlock | FileCheck %s --check-prefix=GPIPE
+// RUN: cdp-opt %s -cdp-set-strategy=strategy=1f1b -cdp-build-pipeline="stages=4 micro-batches=4 steps=3" -cdp-check-deadlock | FileCheck %s --check-prefix=FLUSH
+// RUN: cdp-opt %s -cdp-set-strategy=strategy=2bw -cdp-build-pipeline="stages=4 micro-batches=4 steps=3" -cdp-check-deadlock | FileCheck %s --check-prefix=TWOBW
+// RUN: not cdp-opt %s -cdp-set-strategy=strategy=2bw -cdp-build-pipeline="stages=4 micro-batches=3" 2>&1 | FileCheck %s --check-prefix=SHORT
 // A tabled schedule's timeline is not this pass's to build (it would have
 // been 1F1B's order, silently): refused.
-// RUN: not cdp-opt %s -cdp-build-pipeline="strategy=zb-h1 stages=4 micro-batches=4" 2>&1 | FileCheck %s --check-prefix=TABLED
+// RUN: not cdp-opt %s -cdp-set-strategy=strategy=zb-h1 -cdp-build-pipeline="stages=4 micro-batches=4" 2>&1 | FileCheck %s --check-prefix=TABLED
 // TABLED: error: pipeline strategy must be gpipe, 1f1b or 2bw, got 'zb-h1'
 
 // Tests the pipeline schedules of algorithms.md 3.2 with d = m = 4, one

@@ -9,7 +9,7 @@
 // CHECK-NEXT: device 1 at op 1: sched.recv at=1 from=0 kind=activation slot=1 step=0
 // CHECK-NEXT: round x device (the last op each device completed in the round):
 // CHECK-NEXT: 0: run run
-sched.program attributes {devices = 2 : i64, rule = "hand-written", stages = 2 : i64, steps = 1 : i64, strategy = "custom"} {
+sched.program attributes {devices = 2 : i64, rule = "hand-written", stages = 2 : i64, steps = 1 : i64, strategy = #sched.strategy<"gpipe">} {
   sched.device attributes {idle = 0 : i64, index = 0 : i64, offset = 0 : i64} {
     sched.run {at = 0 : i64, kind = "F", slot = 1 : i64, stage = 1 : i64, step = 0 : i64, version = 0 : i64}
     sched.recv {at = 1 : i64, from = 1 : i64, kind = "activation", slot = 2 : i64, step = 0 : i64}

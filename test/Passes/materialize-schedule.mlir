@@ -1,5 +1,5 @@
-// RUN: cdp-opt %s -cdp-build-schedule="strategy=cdp devices=4" -cdp-delay-updates="rule=v2 table=timing" -cdp-stagger-collectives -cdp-materialize-schedule=steps=2 | FileCheck %s
-// RUN: cdp-opt %s -cdp-build-schedule="strategy=cdp devices=4" -cdp-delay-updates="rule=v1" -cdp-stagger-collectives -cdp-materialize-schedule=steps=3 | FileCheck %s --check-prefix=V1
+// RUN: cdp-opt %s -cdp-set-strategy=strategy=cdp -cdp-build-schedule="devices=4" -cdp-delay-updates="rule=v2 table=timing" -cdp-stagger-collectives -cdp-materialize-schedule=steps=2 | FileCheck %s
+// RUN: cdp-opt %s -cdp-set-strategy=strategy=cdp -cdp-build-schedule="devices=4" -cdp-delay-updates="rule=v1" -cdp-stagger-collectives -cdp-materialize-schedule=steps=3 | FileCheck %s --check-prefix=V1
 
 // Tests the schedule written out for N = L = 4 (algorithms.md 2.3.1 and
 // 2.3.4): device i starts at time step 2i; the stage-4 reduction of step t
@@ -7,7 +7,7 @@
 // time step 11 on version 1, right after taking the reduction of step 0,
 // while its B3 of step 1 still reads version 0; under v1 every run of step t
 // reads version t - 1 (steps 0 and 1 both read version 0).
-// CHECK: sched.program attributes {devices = 4 : i64, rule = "v2-timing", stages = 4 : i64, steps = 2 : i64, strategy = "cdp"}
+// CHECK: sched.program attributes {devices = 4 : i64, rule = "v2-timing", stages = 4 : i64, steps = 2 : i64, strategy = #sched.strategy<"cdp">}
 // CHECK: sched.device attributes {idle = 0 : i64, index = 0 : i64, offset = 0 : i64}
 // CHECK: sched.run {at = 0 : i64, kind = "F", slot = 0 : i64, stage = 1 : i64, step = 0 : i64, version = 0 : i64}
 // CHECK: sched.reduce_start {at = 4 : i64, ready_at = 10 : i64, stage = 4 : i64, step = 0 : i64}

@@ -21,7 +21,7 @@ func.func @main(%g1: tensor<10xf32>, %g2: tensor<7xf32>, %g3: tensor<5xf32>) {
   return
 }
 
-sched.step_program attributes {cycle = 6 : i64, live_versions = array<i64: 1, 1, 1>, micro_batches = 4 : i64, reduce_at = array<i64: 5, 4, 3>, reduction = #sched.reduction<all_reduce>, rule = "dp", stages = 3 : i64, strategy = "dp", version_delay = [array<i64: 0, 0, 0>], weight_versions = 1 : i64} {
+sched.step_program attributes {cycle = 6 : i64, live_versions = array<i64: 1, 1, 1>, micro_batches = 4 : i64, reduce_at = array<i64: 5, 4, 3>, reduction = #sched.reduction<all_reduce>, rule = "dp", stages = 3 : i64, strategy = #sched.strategy<"dp">, version_delay = [array<i64: 0, 0, 0>], weight_versions = 1 : i64} {
   sched.slot_device attributes {index = 0 : i64, offset = 0 : i64} {
     sched.gather_params {stage = 1 : i64, time_step = 0 : i64}
     sched.gather_params {stage = 2 : i64, time_step = 0 : i64}
@@ -43,7 +43,7 @@ func.func @main(%g1: tensor<10xf32>) {
   return
 }
 
-sched.step_program attributes {cycle = 4 : i64, live_versions = array<i64: 1, 1>, micro_batches = 4 : i64, reduce_at = array<i64: 3, 2>, reduction = #sched.reduction<all_reduce>, rule = "dp", stages = 2 : i64, strategy = "dp", version_delay = [array<i64: 0, 0>], weight_versions = 1 : i64} {
+sched.step_program attributes {cycle = 4 : i64, live_versions = array<i64: 1, 1>, micro_batches = 4 : i64, reduce_at = array<i64: 3, 2>, reduction = #sched.reduction<all_reduce>, rule = "dp", stages = 2 : i64, strategy = #sched.strategy<"dp">, version_delay = [array<i64: 0, 0>], weight_versions = 1 : i64} {
   sched.slot_device attributes {index = 0 : i64, offset = 0 : i64} {
     // expected-error @+1 {{gathers a stage without trained parameters}}
     sched.gather_params {stage = 2 : i64, time_step = 1 : i64}

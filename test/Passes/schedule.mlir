@@ -1,11 +1,17 @@
-// RUN: cdp-opt %s -cdp-build-schedule="strategy=cdp devices=4" -cdp-delay-updates="rule=v2 table=timing" -cdp-stagger-collectives | FileCheck %s --check-prefix=V2
-// RUN: cdp-opt %s -cdp-build-schedule="strategy=cdp devices=4" -cdp-delay-updates="rule=v1" -cdp-stagger-collectives | FileCheck %s --check-prefix=V1
-// RUN: cdp-opt %s -cdp-build-schedule="strategy=dp devices=4" -cdp-delay-updates -cdp-stagger-collectives | FileCheck %s --check-prefix=DP
-// RUN: cdp-opt %s -cdp-build-schedule="strategy=cdp devices=8" -cdp-delay-updates="rule=v2 table=timing" | FileCheck %s --check-prefix=N8T
-// RUN: cdp-opt %s -cdp-build-schedule="strategy=cdp devices=8" -cdp-delay-updates="rule=v2 table=code" | FileCheck %s --check-prefix=N8C
-// RUN: cdp-opt %s -cdp-build-schedule="strategy=cdp devices=16" | FileCheck %s --check-prefix=N16
-// RUN: cdp-opt %s -cdp-build-schedule="strategy=dp devices=4 zero=2" | FileCheck %s --check-prefix=ZERO
-// RUN: not cdp-opt %s -cdp-build-schedule="strategy=cdp devices=4 zero=1" 2>&1 | FileCheck %s --check-prefix=ZEROCDP
+// RUN: cdp-opt %s -cdp-set-strategy=strategy=cdp -cdp-build-schedule="devices=4" -cdp-delay-updates="rule=v2 table=timing" -cdp-stagger-collectives | FileCheck %s --check-prefix=V2
+// RUN: cdp-opt %s -cdp-set-strategy=strategy=cdp -cdp-build-schedule="devices=4" -cdp-delay-updates="rule=v1" -cdp-stagger-collectives | FileCheck %s --check-prefix=V1
+// RUN: cdp-opt %s -cdp-set-strategy=strategy=dp -cdp-build-schedule="devices=4" -cdp-delay-updates -cdp-stagger-collectives | FileCheck %s --check-prefix=DP
+// RUN: cdp-opt %s -cdp-set-strategy=strategy=cdp -cdp-build-schedule="devices=8" -cdp-delay-updates="rule=v2 table=timing" | FileCheck %s --check-prefix=N8T
+// RUN: cdp-opt %s -cdp-set-strategy=strategy=cdp -cdp-build-schedule="devices=8" -cdp-delay-updates="rule=v2 table=code" | FileCheck %s --check-prefix=N8C
+// RUN: cdp-opt %s -cdp-set-strategy=strategy=cdp -cdp-build-schedule="devices=16" | FileCheck %s --check-prefix=N16
+// RUN: cdp-opt %s -cdp-set-strategy=strategy=dp -cdp-build-schedule="devices=4 zero=2" | FileCheck %s --check-prefix=ZERO
+// RUN: not cdp-opt %s -cdp-set-strategy=strategy=cdp -cdp-build-schedule="devices=4 zero=1" 2>&1 | FileCheck %s --check-prefix=ZEROCDP
+// RUN: not cdp-opt %s -cdp-build-schedule="devices=4" 2>&1 | FileCheck %s --check-prefix=NOSTRATEGY
+// RUN: not cdp-opt %s -cdp-set-strategy=strategy=bogus 2>&1 | FileCheck %s --check-prefix=BOGUS
+// The strategy is typed IR on the module (cdp-set-strategy), not an option
+// of the schedule passes.
+// NOSTRATEGY: error: the module names no strategy (sched.strategy); run cdp-set-strategy first
+// BOGUS: error: cdp-set-strategy: 'bogus' is not a strategy (single, dp, cdp, gpipe, 1f1b, 2bw, cdp-mp, interleaved-1f1b, zb-h1, laysa or zb-v)
 
 // Tests the decisions of the data-parallel schedule for L = 4 stages
 // (algorithms.md 2.2-2.4): start offsets s_i = floor(2Li/N), the version
@@ -16,7 +22,7 @@
 // V2-SAME: cdp.offsets = array<i64: 0, 2, 4, 6>
 // V2-SAME: cdp.reduce = "allreduce", cdp.reduce_at = array<i64: 13, 12, 11, 10>
 // V2-SAME: cdp.rule = "v2-timing"
-// V2-SAME: cdp.schedule = {devices = 4 : i64, slots = 4 : i64, stages = 4 : i64, strategy = "cdp"}
+// V2-SAME: cdp.schedule = {devices = 4 : i64, slots = 4 : i64, stages = 4 : i64, strategy = #sched.strategy<"cdp">}
 // V2-SAME: cdp.version_delay = [array<i64: 1, 1, 1, 0>, array<i64: 1, 1, 0, 0>, array<i64: 1, 0, 0, 0>, array<i64: 0, 0, 0, 0>]
 // V1: cdp.live_versions = array<i64: 2, 2, 2, 2>
 // V1-SAME: cdp.version_delay = [array<i64: 1, 1, 1, 1>, array<i64: 1, 1, 1, 1>, array<i64: 1, 1, 1, 1>, array<i64: 1, 1, 1, 1>]
@@ -57,5 +63,5 @@ func.func @main(%x: tensor<4xf32>) -> (tensor<f32> {cdp.name = "loss"}) attribut
 }
 
 // ZeRO (dp only): the schedule records the stage for the slot programs.
-// ZERO: cdp.schedule = {devices = 4 : i64, slots = 4 : i64, stages = 4 : i64, strategy = "dp", zero = 2 : i64}
+// ZERO: cdp.schedule = {devices = 4 : i64, slots = 4 : i64, stages = 4 : i64, strategy = #sched.strategy<"dp">, zero = 2 : i64}
 // ZEROCDP: error: ZeRO stage 1 with cdp is not supported (stages 1 to 3 with dp and 3 with cdp are)

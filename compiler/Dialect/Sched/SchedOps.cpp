@@ -30,12 +30,40 @@ void SchedDialect::initialize() {
 }
 
 //===----------------------------------------------------------------------===//
+// #sched.strategy<"name">
+//===----------------------------------------------------------------------===//
+
+Attribute StrategyAttr::parse(AsmParser &parser, Type) {
+  std::string name;
+  SMLoc at = parser.getCurrentLocation();
+  if (parser.parseLess() || parser.parseString(&name) || parser.parseGreater())
+    return {};
+  std::optional<cdp::Strategy> strategy = cdp::parseStrategy(name);
+  if (!strategy) {
+    parser.emitError(at, "'") << name << "' is not a strategy ("
+                              << cdp::strategyNames(nullptr, " or ") << ")";
+    return {};
+  }
+  return StrategyAttr::get(parser.getContext(), *strategy);
+}
+
+void StrategyAttr::print(AsmPrinter &printer) const {
+  printer << "<\"" << cdp::traitsOf(getValue()).name << "\">";
+}
+
+StrategyAttr StrategyAttr::ofModule(ModuleOp module) {
+  auto strategy = module->getAttrOfType<StrategyAttr>("sched.strategy");
+  if (!strategy)
+    module.emitError("the module names no strategy (sched.strategy); run "
+                     "cdp-set-strategy first");
+  return strategy;
+}
+
+//===----------------------------------------------------------------------===//
 // Verifiers
 //===----------------------------------------------------------------------===//
 
 LogicalResult StepProgramOp::verify() {
-  if (!cdp::parseStrategy(getStrategy()))
-    return emitOpError("names no strategy: '") << getStrategy() << "'";
   if (getStages() < 1 || getMicroBatches() < 1 || getCycle() < 1)
     return emitOpError("stages, micro_batches and cycle must be positive");
   if (getWeightVersions() != 1 && getWeightVersions() != 2)

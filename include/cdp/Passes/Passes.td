@@ -52,6 +52,27 @@ def AttachLoss : Pass<"cdp-attach-loss", "mlir::ModuleOp"> {
   let dependentDialects = ["cdp::CDPDialect"];
 }
 
+def SetStrategy : Pass<"cdp-set-strategy", "mlir::ModuleOp"> {
+  let summary = "Records the training strategy on the module, as typed IR";
+  let description = [{
+    Sets the module's `sched.strategy` to `#sched.strategy<"name">`, the
+    strategy `strategy` names (an unknown name fails the pass, listing the
+    strategies). Every pass that depends on the strategy (the partitioner's
+    memory estimate, the schedule builders) reads it there, so a pipeline
+    names its strategy once. Each strategy pipeline (`cdp-dp`, `cdp-1f1b`,
+    ...) starts with it.
+
+    ```mlir
+    module attributes {sched.strategy = #sched.strategy<"1f1b">} { ... }
+    ```
+  }];
+  let options = [
+    Option<"strategy", "strategy", "std::string", "\"single\"",
+           "The strategy, as cdp-compile --strategy names it">,
+  ];
+  let dependentDialects = ["cdp::sched::SchedDialect"];
+}
+
 def Autodiff : Pass<"cdp-autodiff", "mlir::ModuleOp"> {
   let summary = "Builds the backward graph: the loss gradient of every trainable parameter";
   let description = [{
@@ -236,7 +257,8 @@ def PartitionStages : Pass<"cdp-partition-stages", "mlir::ModuleOp"> {
     smallest largest stage cost among those whose every stage fits the cap
     by the estimate: parameters × (weight versions + a micro-batch's gradient +
     the accumulator + optimizer copies) plus the stashed micro-batches (GPipe m; 1F1B, 2BW,
-    cdp-mp min(L - s + 1, m)) × the bytes the stage's forward ops write.
+    cdp-mp min(L - s + 1, m)) × the bytes the stage's forward ops write, for
+    the module's `sched.strategy`.
     When none fits, the error names the smallest cap that would. With
     `profile` (a `cdp-run --profile` file of the same model), an op's cost
     is the measured time of its ONNX node, forward and backward, shared
@@ -258,9 +280,6 @@ def PartitionStages : Pass<"cdp-partition-stages", "mlir::ModuleOp"> {
                "Cut after these ONNX nodes instead of using the cost model">,
     Option<"deviceMemory", "device-memory", "int64_t", "0",
            "Per-device cap in bytes on the estimated stage memory (0: none)">,
-    Option<"strategy", "strategy", "std::string", "\"gpipe\"",
-           "Pipeline strategy whose stash and weight versions the memory "
-           "estimate counts (gpipe, 1f1b, 2bw, cdp-mp)">,
     Option<"microBatches", "micro-batches", "int64_t", "1",
            "Micro-batches per step (the stash of the memory estimate)">,
     Option<"optimizerCopies", "optimizer-copies", "int64_t", "0",
@@ -274,8 +293,9 @@ def PartitionStages : Pass<"cdp-partition-stages", "mlir::ModuleOp"> {
 def BuildSchedule : Pass<"cdp-build-schedule", "mlir::ModuleOp"> {
   let summary = "Orders a partitioned training step for data-parallel devices";
   let description = [{
-    For `dp` and `cdp` every device runs one micro-batch (slot) per step
-    through all stages: F_1 .. F_L, then B_L .. B_1. The pass reorders the
+    For `dp` and `cdp` (the module's `sched.strategy`) every device runs one
+    micro-batch (slot) per step through all stages: F_1 .. F_L, then B_L ..
+    B_1. The pass reorders the
     ops of `@main` into that order (forward ops by stage, BatchNorm buffer
     writes right after their stage's forward, backward ops by stage
     descending, updates last) and records the schedule:
@@ -294,11 +314,11 @@ def BuildSchedule : Pass<"cdp-build-schedule", "mlir::ModuleOp"> {
 
     ```mlir
     func.func @main(...) attributes {cdp.offsets = array<i64: 0, 2, 4, 6>,
-        cdp.schedule = {devices = 4, slots = 4, stages = 4, strategy = "cdp"}}
+        cdp.schedule = {devices = 4, slots = 4, stages = 4,
+                        strategy = #sched.strategy<"cdp">}}
     ```
   }];
   let options = [
-    Option<"strategy", "strategy", "std::string", "\"cdp\"", "dp or cdp">,
     Option<"devices", "devices", "int64_t", "1", "Devices N (one slot each)">,
     Option<"zero", "zero", "int64_t", "0",
            "ZeRO stage (dp): 0 none, 1 shards the optimizer state, 2 "
@@ -435,8 +455,9 @@ def MaterializeSchedule : Pass<"cdp-materialize-schedule", "mlir::ModuleOp"> {
 def SchedulePipeline : Pass<"cdp-schedule-pipeline", "mlir::ModuleOp"> {
   let summary = "Places a pipeline's parameters and micro-batches and writes each device's step program";
   let description = [{
-    For the pipelines, after cdp-insert-optimizer: appends a
-    `sched.step_program` holding every decision the plan emitter lowers.
+    For the pipelines (the module's `sched.strategy`), after
+    cdp-insert-optimizer: appends a `sched.step_program` holding every
+    decision the plan emitter lowers.
     gpipe, 1f1b, 2bw, interleaved-1f1b, zb-h1 and zb-v follow their schedule
     table (built by their descriptors, runtime/schedule/strategies/), or the
     CSV `schedule` names;
@@ -461,8 +482,6 @@ def SchedulePipeline : Pass<"cdp-schedule-pipeline", "mlir::ModuleOp"> {
     ```
   }];
   let options = [
-    Option<"strategy", "strategy", "std::string", "\"gpipe\"",
-           "A pipeline: gpipe, 1f1b, 2bw, cdp-mp, interleaved-1f1b, zb-h1 or zb-v">,
     Option<"microBatches", "micro-batches", "int64_t", "1",
            "Micro-batches per step and replica">,
     Option<"replicas", "replicas", "int64_t", "1",
@@ -485,7 +504,8 @@ def SchedulePipeline : Pass<"cdp-schedule-pipeline", "mlir::ModuleOp"> {
 def BuildPipeline : Pass<"cdp-build-pipeline", "mlir::ModuleOp"> {
   let summary = "Writes a pipeline schedule (gpipe, 1f1b, 2bw) as sched streams";
   let description = [{
-    One device per stage; micro-batches flow forward through the stages and
+    For the module's `sched.strategy`, one device per stage; micro-batches
+    flow forward through the stages and
     their gradients back, with a `sched.send`/`sched.recv` pair at every
     cut. Per stage s of d, with m micro-batches a step (docs/strategies/2bw.md, docs/design/pipeline.md):
 
@@ -505,7 +525,6 @@ def BuildPipeline : Pass<"cdp-build-pipeline", "mlir::ModuleOp"> {
     and the makespan are recorded on the `sched.program`.
   }];
   let options = [
-    Option<"strategy", "strategy", "std::string", "\"1f1b\"", "gpipe, 1f1b or 2bw">,
     Option<"stages", "stages", "int64_t", "4", "Pipeline depth d">,
     Option<"microBatches", "micro-batches", "int64_t", "4", "Micro-batches m per step">,
     Option<"steps", "steps", "int64_t", "1", "Steps (batches) to write out">,

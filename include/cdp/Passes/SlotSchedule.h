@@ -20,7 +20,8 @@ namespace cdp {
 
 struct SlotSchedule {
   mlir::func::FuncOp func;
-  mlir::StringAttr strategy, rule; ///< rule: "" before cdp-delay-updates
+  sched::StrategyAttr strategy;
+  mlir::StringAttr rule; ///< "" before cdp-delay-updates
   int64_t devices = 1, stages = 1;
   /// cdp with gradient clipping: reductions start after the last backward.
   bool reduceAfterBackward = false;
@@ -63,7 +64,7 @@ inline std::optional<SlotSchedule> readSlotSchedule(mlir::ModuleOp module) {
                      "cdp-delay-updates and cdp-stagger-collectives first");
     return std::nullopt;
   }
-  result.strategy = mlir::cast<mlir::StringAttr>(schedule.get("strategy"));
+  result.strategy = mlir::cast<sched::StrategyAttr>(schedule.get("strategy"));
   if (!result.rule)
     result.rule = mlir::StringAttr::get(module.getContext(), "");
   result.devices =

@@ -2,25 +2,26 @@
 // program op.
 // RUN: cdp-opt %s -split-input-file -verify-diagnostics
 
-// expected-error@+1 {{'sched.step_program' op names no strategy: 'zero'}}
-sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = "zero", weight_versions = 1} {
+// A strategy outside the registry does not parse.
+// expected-error@+1 {{'zero' is not a strategy (single, dp, cdp, gpipe, 1f1b, 2bw, cdp-mp, interleaved-1f1b, zb-h1, laysa or zb-v)}}
+sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = #sched.strategy<"zero">, weight_versions = 1} {
 }
 
 // -----
 
 // expected-error@+1 {{'sched.step_program' op weight_versions must be 1 or 2, got 3}}
-sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = "2bw", weight_versions = 3} {
+sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = #sched.strategy<"2bw">, weight_versions = 3} {
 }
 
 // -----
 
 // expected-error@+1 {{'sched.step_program' op stages, micro_batches and cycle must be positive}}
-sched.step_program attributes {cycle = 0, micro_batches = 2, rule = "", stages = 2, strategy = "gpipe", weight_versions = 1} {
+sched.step_program attributes {cycle = 0, micro_batches = 2, rule = "", stages = 2, strategy = #sched.strategy<"gpipe">, weight_versions = 1} {
 }
 
 // -----
 
-sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = "gpipe", weight_versions = 1} {
+sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = #sched.strategy<"gpipe">, weight_versions = 1} {
   // expected-error@+1 {{'sched.stage_device' op has index 1 where 0 is expected (devices are numbered in order)}}
   sched.stage_device attributes {index = 1, micro_batches = array<i64: 0>, replica = 0, slots = 1, stage = 1} {
   }
@@ -28,7 +29,7 @@ sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages =
 
 // -----
 
-sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = "gpipe", weight_versions = 1} {
+sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = #sched.strategy<"gpipe">, weight_versions = 1} {
   // expected-error@+1 {{'sched.stage_device' op runs stage 3 of a program with 2}}
   sched.stage_device attributes {index = 0, micro_batches = array<i64: 0>, replica = 0, slots = 1, stage = 3} {
   }
@@ -36,7 +37,7 @@ sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages =
 
 // -----
 
-sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = "gpipe", weight_versions = 1} {
+sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = #sched.strategy<"gpipe">, weight_versions = 1} {
   // expected-error@+1 {{'sched.stage_device' op lists micro-batch 2 twice or outside 0..1}}
   sched.stage_device attributes {index = 0, micro_batches = array<i64: 0, 2>, replica = 0, slots = 1, stage = 1} {
   }
@@ -44,7 +45,7 @@ sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages =
 
 // -----
 
-sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = "gpipe", weight_versions = 1} {
+sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = #sched.strategy<"gpipe">, weight_versions = 1} {
   sched.stage_device attributes {index = 0, micro_batches = array<i64: 0, 1>, replica = 0, slots = 1, stage = 1} {
     // expected-error@+1 {{'sched.compute' op uses stash slot 1 of a device that has 1}}
     sched.compute {kind = #sched.work<forward>, micro_batch = 1, slot = 1, step = 0, time_step = 0, version = #sched.version<latest>}
@@ -53,7 +54,7 @@ sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages =
 
 // -----
 
-sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = "gpipe", weight_versions = 1} {
+sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = #sched.strategy<"gpipe">, weight_versions = 1} {
   sched.stage_device attributes {index = 0, micro_batches = array<i64: 0, 1>, replica = 0, slots = 2, stage = 1} {
     // expected-error@+1 {{'sched.compute' op runs micro-batch 2 of a device that has 2}}
     sched.compute {kind = #sched.work<backward>, micro_batch = 2, slot = 0, step = 0, time_step = 0, version = #sched.version<latest>}
@@ -62,7 +63,7 @@ sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages =
 
 // -----
 
-sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = "gpipe", weight_versions = 1} {
+sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = #sched.strategy<"gpipe">, weight_versions = 1} {
   sched.stage_device attributes {index = 0, micro_batches = array<i64: 0, 1>, replica = 0, slots = 2, stage = 1} {
     // expected-error@+1 {{'sched.compute' op reads a previous version in a program that keeps one}}
     sched.compute {kind = #sched.work<backward>, micro_batch = 0, slot = 0, step = 0, time_step = 0, version = #sched.version<previous>}
@@ -71,7 +72,7 @@ sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages =
 
 // -----
 
-sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = "2bw", weight_versions = 2} {
+sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = #sched.strategy<"2bw">, weight_versions = 2} {
   sched.stage_device attributes {index = 0, micro_batches = array<i64: 0, 1>, replica = 0, slots = 2, stage = 1} {
     // expected-error@+1 {{'sched.compute' op step must be 0 (this step) or -1 (the previous step), got -2}}
     sched.compute {kind = #sched.work<backward>, micro_batch = 0, slot = 0, step = -2, time_step = 0, version = #sched.version<previous>}
@@ -80,7 +81,7 @@ sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages =
 
 // -----
 
-sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = "2bw", weight_versions = 2} {
+sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = #sched.strategy<"2bw">, weight_versions = 2} {
   sched.stage_device attributes {index = 0, micro_batches = array<i64: 0, 1>, replica = 0, slots = 2, stage = 1} {
     // expected-error@+1 {{'sched.apply_update' op has a negative time_step}}
     sched.apply_update {micro_batch = 0, param = "w", step = 0, time_step = -1}
@@ -89,7 +90,7 @@ sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages =
 
 // -----
 
-sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = "2bw", weight_versions = 2} {
+sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = #sched.strategy<"2bw">, weight_versions = 2} {
   sched.stage_device attributes {index = 0, micro_batches = array<i64: 0, 1>, replica = 0, slots = 2, stage = 1} {
     // expected-error@+2 {{expected ::cdp::sched::WorkKind to be one of: forward, backward}}
     // expected-error@+1 {{failed to parse Sched_WorkKindAttr parameter 'value'}}
@@ -99,7 +100,7 @@ sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages =
 
 // -----
 
-sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = "gpipe", weight_versions = 1} {
+sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = #sched.strategy<"gpipe">, weight_versions = 1} {
   sched.stage_device attributes {index = 0, micro_batches = array<i64: 0, 1>, replica = 0, slots = 2, stage = 1} {
     // expected-error@+1 {{'sched.keep_previous' op keeps a previous version in a program that keeps one}}
     sched.keep_previous {micro_batch = 0, param = "w", step = 0, time_step = 0}
@@ -108,7 +109,7 @@ sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages =
 
 // -----
 
-sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 1, strategy = "gpipe", weight_versions = 1} {
+sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 1, strategy = #sched.strategy<"gpipe">, weight_versions = 1} {
   sched.stage_device attributes {index = 0, micro_batches = array<i64: 0>, replica = 0, slots = 1, stage = 1} {
     // expected-error@+1 {{'sched.exchange_gradients' op needs two or more peers with this device at peers[replica]}}
     sched.exchange_gradients {micro_batch = 0, param = "w", peers = array<i64: 1, 0>, replica = 0, step = 0, time_step = 0}
@@ -119,7 +120,7 @@ sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages =
 
 // -----
 
-sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = "gpipe", weight_versions = 1} {
+sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = #sched.strategy<"gpipe">, weight_versions = 1} {
   sched.stage_device attributes {index = 0, micro_batches = array<i64: 0, 1>, replica = 0, slots = 2, stage = 1} {
     // expected-error@+1 {{'sched.param_send' op names its own device as the peer}}
     sched.param_send {micro_batch = 0, param = "w", step = 0, time_step = 0, to = 0}
@@ -128,7 +129,7 @@ sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages =
 
 // -----
 
-sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = "gpipe", weight_versions = 1} {
+sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = #sched.strategy<"gpipe">, weight_versions = 1} {
   sched.stage_device attributes {index = 0, micro_batches = array<i64: 0, 1>, replica = 0, slots = 2, stage = 1} {
     // expected-error@+1 {{'sched.param_recv' op names device 5; the program has 1}}
     sched.param_recv {from = 5, micro_batch = 0, param = "w", step = 0, time_step = 0}
@@ -137,7 +138,7 @@ sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages =
 
 // -----
 
-sched.step_program attributes {cycle = 4, micro_batches = 1, rule = "", stages = 2, strategy = "dp", weight_versions = 1} {
+sched.step_program attributes {cycle = 4, micro_batches = 1, rule = "", stages = 2, strategy = #sched.strategy<"dp">, weight_versions = 1} {
   sched.slot_device attributes {index = 0, offset = 0} {
     // expected-error@+1 {{'sched.slot_compute' op runs stage 3 of a program with 2}}
     sched.slot_compute {kind = #sched.work<forward>, stage = 3, time_step = 0}
@@ -146,7 +147,7 @@ sched.step_program attributes {cycle = 4, micro_batches = 1, rule = "", stages =
 
 // -----
 
-sched.step_program attributes {cycle = 4, micro_batches = 1, rule = "", stages = 2, strategy = "cdp", weight_versions = 1} {
+sched.step_program attributes {cycle = 4, micro_batches = 1, rule = "", stages = 2, strategy = #sched.strategy<"cdp">, weight_versions = 1} {
   sched.slot_device attributes {index = 0, offset = 0} {
     // expected-error@+1 {{'sched.wait_reduction' op waits from step 1 with delay 1; a delay d >= 0 waits from step 1 + d}}
     sched.wait_reduction {delay = 1, min_step = 1, stage = 1, time_step = 0}
@@ -155,7 +156,7 @@ sched.step_program attributes {cycle = 4, micro_batches = 1, rule = "", stages =
 
 // -----
 
-sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = "dp", weight_versions = 1} {
+sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = #sched.strategy<"dp">, weight_versions = 1} {
   sched.slot_device attributes {index = 0, offset = 0} {
   }
   // expected-error@+1 {{'sched.slot_device' op has index 0 where 1 is expected (devices are numbered in order)}}
@@ -165,7 +166,7 @@ sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages =
 
 // -----
 
-sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = "gpipe", weight_versions = 1} {
+sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = #sched.strategy<"gpipe">, weight_versions = 1} {
   sched.stage_device attributes {index = 0, micro_batches = array<i64: 0>, replica = 0, slots = 1, stage = 1} {
     // expected-error@+1 {{'sched.clip_stages' op needs one device per stage, the stages in order and this device's stage among them}}
     sched.clip_stages {devices = array<i64: 1>, micro_batch = 0, stages = array<i64: 2>, step = 0, time_step = 1}
@@ -174,7 +175,7 @@ sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages =
 
 // -----
 
-sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = "gpipe", weight_versions = 1} {
+sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages = 2, strategy = #sched.strategy<"gpipe">, weight_versions = 1} {
   sched.stage_device attributes {index = 0, micro_batches = array<i64: 0>, replica = 0, slots = 1, stage = 1} {
     // expected-error@+1 {{'sched.clip_stages' op names stage 3 of a program with 2}}
     sched.clip_stages {devices = array<i64: 0, 1>, micro_batch = 0, stages = array<i64: 1, 3>, step = 0, time_step = 1}

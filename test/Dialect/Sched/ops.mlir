@@ -3,7 +3,7 @@
 // replicas) with a tied weight, and the time-step timeline ops.
 // RUN: cdp-opt %s | cdp-opt | FileCheck %s
 
-// CHECK: sched.step_program attributes {cycle = 4 : i64, live_versions = array<i64: 2, 2>, micro_batches = 2 : i64, rule = "v1", stages = 2 : i64, strategy = "cdp-mp", version_delay = [array<i64: 1, 1>, array<i64: 1, 1>], weight_versions = 2 : i64} {
+// CHECK: sched.step_program attributes {cycle = 4 : i64, live_versions = array<i64: 2, 2>, micro_batches = 2 : i64, rule = "v1", stages = 2 : i64, strategy = #sched.strategy<"cdp-mp">, version_delay = [array<i64: 1, 1>, array<i64: 1, 1>], weight_versions = 2 : i64} {
 // CHECK-NEXT: sched.place_param {param = "w", replicas = array<i64: 2>, stage = 1 : i64}
 // CHECK-NEXT: sched.stage_device attributes {index = 0 : i64, micro_batches = array<i64: 0>, replica = 0 : i64, slots = 1 : i64, stage = 1 : i64} {
 // CHECK-NEXT: sched.compute {kind = #sched.work<forward>, micro_batch = 0 : i64, slot = 0 : i64, step = 0 : i64, tied_previous = ["w"], time_step = 0 : i64, version = #sched.version<latest>}
@@ -17,7 +17,7 @@
 // CHECK-NEXT: sched.stage_device attributes {index = 1 : i64
 // CHECK-NEXT: sched.param_recv {from = 0 : i64, micro_batch = 0 : i64, param = "w", step = 0 : i64, time_step = 0 : i64}
 // CHECK-NEXT: sched.param_refresh {from = 2 : i64, param = "w"}
-sched.step_program attributes {cycle = 4 : i64, live_versions = array<i64: 2, 2>, micro_batches = 2 : i64, rule = "v1", stages = 2 : i64, strategy = "cdp-mp", version_delay = [array<i64: 1, 1>, array<i64: 1, 1>], weight_versions = 2 : i64} {
+sched.step_program attributes {cycle = 4 : i64, live_versions = array<i64: 2, 2>, micro_batches = 2 : i64, rule = "v1", stages = 2 : i64, strategy = #sched.strategy<"cdp-mp">, version_delay = [array<i64: 1, 1>, array<i64: 1, 1>], weight_versions = 2 : i64} {
   sched.place_param {param = "w", replicas = array<i64: 2>, stage = 1 : i64}
   sched.stage_device attributes {index = 0 : i64, micro_batches = array<i64: 0>, replica = 0 : i64, slots = 1 : i64, stage = 1 : i64} {
     sched.compute {kind = #sched.work<forward>, micro_batch = 0 : i64, slot = 0 : i64, step = 0 : i64, tied_previous = ["w"], time_step = 0 : i64, version = #sched.version<latest>}
@@ -36,7 +36,7 @@ sched.step_program attributes {cycle = 4 : i64, live_versions = array<i64: 2, 2>
   }
 }
 
-// CHECK: sched.step_program attributes {cycle = 2 : i64, live_versions = array<i64: 2>, micro_batches = 2 : i64, reduce_at = array<i64: 2>, reduction = #sched.reduction<chain>, rule = "v1", stages = 1 : i64, strategy = "cdp", version_delay = [array<i64: 1>, array<i64: 1>], weight_versions = 1 : i64} {
+// CHECK: sched.step_program attributes {cycle = 2 : i64, live_versions = array<i64: 2>, micro_batches = 2 : i64, reduce_at = array<i64: 2>, reduction = #sched.reduction<chain>, rule = "v1", stages = 1 : i64, strategy = #sched.strategy<"cdp">, version_delay = [array<i64: 1>, array<i64: 1>], weight_versions = 1 : i64} {
 // CHECK-NEXT: sched.slot_device attributes {index = 0 : i64, offset = 0 : i64} {
 // CHECK-NEXT: sched.wait_reduction {delay = 1 : i64, min_step = 2 : i64, stage = 1 : i64, time_step = 0 : i64}
 // CHECK-NEXT: sched.slot_compute {kind = #sched.work<forward>, stage = 1 : i64, time_step = 0 : i64}
@@ -46,7 +46,7 @@ sched.step_program attributes {cycle = 4 : i64, live_versions = array<i64: 2, 2>
 // CHECK: sched.slot_device attributes {index = 1 : i64, offset = 1 : i64} {
 // CHECK-NEXT: sched.clip_means {min_step = 1 : i64, time_step = 0 : i64}
 // CHECK-NEXT: sched.clip_own {time_step = 1 : i64}
-sched.step_program attributes {cycle = 2 : i64, live_versions = array<i64: 2>, micro_batches = 2 : i64, reduce_at = array<i64: 2>, reduction = #sched.reduction<chain>, rule = "v1", stages = 1 : i64, strategy = "cdp", version_delay = [array<i64: 1>, array<i64: 1>], weight_versions = 1 : i64} {
+sched.step_program attributes {cycle = 2 : i64, live_versions = array<i64: 2>, micro_batches = 2 : i64, reduce_at = array<i64: 2>, reduction = #sched.reduction<chain>, rule = "v1", stages = 1 : i64, strategy = #sched.strategy<"cdp">, version_delay = [array<i64: 1>, array<i64: 1>], weight_versions = 1 : i64} {
   sched.slot_device attributes {index = 0 : i64, offset = 0 : i64} {
     sched.wait_reduction {delay = 1 : i64, min_step = 2 : i64, stage = 1 : i64, time_step = 0 : i64}
     sched.slot_compute {kind = #sched.work<forward>, stage = 1 : i64, time_step = 0 : i64}
@@ -60,7 +60,7 @@ sched.step_program attributes {cycle = 2 : i64, live_versions = array<i64: 2>, m
   }
 }
 
-// CHECK: sched.program attributes {devices = 2 : i64, rule = "synchronous", stages = 1 : i64, steps = 1 : i64, strategy = "gpipe"} {
+// CHECK: sched.program attributes {devices = 2 : i64, rule = "synchronous", stages = 1 : i64, steps = 1 : i64, strategy = #sched.strategy<"gpipe">} {
 // CHECK-NEXT: sched.device attributes {idle = 0 : i64, index = 0 : i64, offset = 0 : i64} {
 // CHECK-NEXT: sched.load {at = 0 : i64, slot = 0 : i64, step = 0 : i64}
 // CHECK-NEXT: sched.run {at = 0 : i64, kind = "F", slot = 0 : i64, stage = 1 : i64, step = 0 : i64, version = 0 : i64}
@@ -69,7 +69,7 @@ sched.step_program attributes {cycle = 2 : i64, live_versions = array<i64: 2>, m
 // CHECK-NEXT: sched.reduce_wait {at = 2 : i64, stage = 1 : i64, step = 0 : i64}
 // CHECK-NEXT: sched.update {at = 2 : i64, stage = 1 : i64, version = 1 : i64}
 // CHECK: sched.recv {at = 1 : i64, from = 0 : i64, kind = "activation", slot = 0 : i64, step = 0 : i64}
-sched.program attributes {devices = 2 : i64, rule = "synchronous", stages = 1 : i64, steps = 1 : i64, strategy = "gpipe"} {
+sched.program attributes {devices = 2 : i64, rule = "synchronous", stages = 1 : i64, steps = 1 : i64, strategy = #sched.strategy<"gpipe">} {
   sched.device attributes {idle = 0 : i64, index = 0 : i64, offset = 0 : i64} {
     sched.load {at = 0 : i64, slot = 0 : i64, step = 0 : i64}
     sched.run {at = 0 : i64, kind = "F", slot = 0 : i64, stage = 1 : i64, step = 0 : i64, version = 0 : i64}

@@ -3,8 +3,11 @@
 #ifndef CDP_DIALECT_SCHED_SCHEDOPS_H
 #define CDP_DIALECT_SCHED_SCHEDOPS_H
 
+#include "cdp/Schedule/Strategy.h"
+
 #include "mlir/IR/Attributes.h"
 #include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Dialect.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/OpImplementation.h"

@@ -41,6 +41,29 @@ def Sched_Dialect : Dialect {
 // Kinds, as enums: a misspelt kind is a parse error, not a silent no-op.
 //===----------------------------------------------------------------------===//
 
+def Sched_StrategyAttr : AttrDef<Sched_Dialect, "Strategy"> {
+  let mnemonic = "strategy";
+  let summary = "a training strategy of the registry";
+  let description = [{
+    One of the strategies `cdp-compile --strategy` names (the registry of
+    include/cdp/Schedule/Strategies.def), as the enum the passes branch on:
+    `#sched.strategy<"1f1b">`. An unknown name is a parse error. The module
+    carries the run's as `sched.strategy` (cdp-set-strategy writes it); the
+    schedule passes read it there, never from an option of their own.
+  }];
+  let parameters = (ins "::cdp::Strategy":$value);
+  let hasCustomAssemblyFormat = 1;
+  // As an op's argument: the accessor returns the enum.
+  let returnType = "::cdp::Strategy";
+  let convertFromStorage = "$_self.getValue()";
+  let constBuilderCall =
+      "::cdp::sched::StrategyAttr::get($_builder.getContext(), $0)";
+  let extraClassDeclaration = [{
+    /// The module's `sched.strategy`, or null (an error at `module`).
+    static StrategyAttr ofModule(::mlir::ModuleOp module);
+  }];
+}
+
 def Sched_WorkKind : I32EnumAttr<"WorkKind", "what a stage runs for a micro-batch", [
     I32EnumAttrCase<"Forward", 0, "forward">,
     I32EnumAttrCase<"Backward", 1, "backward">,
@@ -82,7 +105,7 @@ class Sched_Op<string mnemonic, list<Trait> traits = []>
 
 def Sched_ProgramOp : Sched_Op<"program", [NoTerminator, SingleBlock]> {
   let summary = "a whole schedule: one sched.device per device";
-  let arguments = (ins StrAttr:$strategy, I64Attr:$devices, I64Attr:$stages,
+  let arguments = (ins Sched_StrategyAttr:$strategy, I64Attr:$devices, I64Attr:$stages,
                        I64Attr:$steps, StrAttr:$rule,
                        OptionalAttr<I64Attr>:$makespan,
                        OptionalAttr<DenseI64ArrayAttr>:$stash_peak,
@@ -168,7 +191,7 @@ def Sched_StepProgramOp : Sched_Op<"step_program", [NoTerminator, SingleBlock]> 
     holds. dp and cdp (`sched.slot_device`s) also give each stage's
     `reduce_at` (tau*_l of step 0) and the `reduction`.
   }];
-  let arguments = (ins StrAttr:$strategy, Sched_Int:$stages,
+  let arguments = (ins Sched_StrategyAttr:$strategy, Sched_Int:$stages,
                        Sched_Int:$micro_batches, Sched_Int:$cycle,
                        Sched_Int:$weight_versions, StrAttr:$rule,
                        OptionalAttr<ArrayAttr>:$version_delay,
