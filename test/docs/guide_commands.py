@@ -57,6 +57,8 @@ RUN_ORDER = [
     "--eval-feed input=x_test.npy --eval-feed labels=y_test.npy --metrics m.jsonl",
     "cdp-run model.cdp --feed input=x.npy --feed labels=y.npy --steps 100 "
     "--save-onnx-eval trained-eval.onnx",
+    "cdp-run model.cdp --feed input=shards/ --feed labels=labels_u8.npy "
+    "--feed-scale 0.00392156862745098 --shuffle --partial-batch drop --steps 100",
     "cdp-compile trained-eval.onnx --inference -o eval.cdp",
     "cdp-run eval.cdp --feed input=test.npy --save-outputs out/",
     "cdp-compile lenet.onnx --emit=mlir",
@@ -111,6 +113,12 @@ for name, rows in [("x", 64), ("x_test", 37), ("test", 20)]:
     np.save(sys.argv[1] + "/" + name + ".npy", g.standard_normal((rows, 1, 28, 28)).astype(np.float32))
 for name, rows in [("y", 64), ("y_test", 37)]:
     np.save(sys.argv[1] + "/" + name + ".npy", g.integers(0, 10, rows))
+import os
+os.makedirs(sys.argv[1] + "/shards")
+for part, rows in [(0, 40), (1, 30)]:  # image bytes in two shards, 70 samples
+    np.save(sys.argv[1] + "/shards/part-%d.npy" % part,
+            g.integers(0, 256, (rows, 1, 28, 28)).astype(np.uint8))
+np.save(sys.argv[1] + "/labels_u8.npy", g.integers(0, 10, 70).astype(np.uint8))
 """, work], check=True)
     subprocess.run([python, "-c", """
 import onnx, sys
