@@ -38,6 +38,9 @@ STRATEGIES = [
     ["--strategy", "2bw", "--devices", "2", "--stages", "2"],
     ["--strategy", "zb-h1", "--devices", "2", "--stages", "2"],
     ["--strategy", "zb-v", "--devices", "2", "--stages", "4"],
+    ["--strategy", "interleaved-1f1b", "--devices", "2", "--stages", "4"],
+    ["--strategy", "cdp-mp", "--stages", "2", "--micro-batches", "4"],
+    ["--strategy", "2bw", "--stages", "2", "--replicas", "2", "--micro-batches", "2"],
 ]
 
 
