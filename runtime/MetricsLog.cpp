@@ -50,13 +50,8 @@ void keepStepsBefore(const std::string &path, int64_t start) {
 
 } // namespace
 
-MetricsLog::~MetricsLog() {
-  if (fd >= 0)
-    ::close(fd);
-}
-
-void MetricsLog::open(const std::string &file, int64_t start) {
-  path = file;
+void MetricsLog::open(const std::string &path, int64_t start) {
+  int fd;
   if (path == "/dev/stdout" || path == "/dev/stderr") {
     fd = fcntl(path == "/dev/stdout" ? 1 : 2, F_DUPFD_CLOEXEC, 3);
   } else {
@@ -70,20 +65,7 @@ void MetricsLog::open(const std::string &file, int64_t start) {
   if (fd < 0)
     throw RuntimeError("--metrics " + path +
                        ": cannot write: " + std::strerror(errno));
-}
-
-void MetricsLog::writeLine(const std::string &line) {
-  if (!failed)
-    failed = !writeAll(fd, line + "\n");
-}
-
-void MetricsLog::close() {
-  if (fd < 0)
-    return;
-  bool closed = ::close(fd) == 0;
-  fd = -1;
-  if (failed || !closed)
-    throw RuntimeError("--metrics " + path + ": write failed");
+  file.adopt(fd, "--metrics", path);
 }
 
 } // namespace cdp::runtime

@@ -127,11 +127,6 @@ eventBytes(double wallTime, int64_t step,
   return out;
 }
 
-TensorBoardLog::~TensorBoardLog() {
-  if (fd >= 0)
-    ::close(fd);
-}
-
 void TensorBoardLog::open(const std::string &folder, int64_t start) {
   std::error_code ec;
   std::filesystem::create_directories(folder, ec);
@@ -140,37 +135,24 @@ void TensorBoardLog::open(const std::string &folder, int64_t start) {
   double now = secondsSinceEpoch();
   // TensorFlow's name: events.out.tfevents.<seconds>.<host>; the pid
   // keeps two runs started in the same second apart.
-  path = folder + "/events.out.tfevents." +
-         std::to_string(static_cast<int64_t>(now)) + "." + host + "." +
-         std::to_string(getpid()) + ".cdp";
-  fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  std::string path = folder + "/events.out.tfevents." +
+                     std::to_string(static_cast<int64_t>(now)) + "." + host +
+                     "." + std::to_string(getpid()) + ".cdp";
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0)
     throw RuntimeError(
         "--tensorboard " + folder +
         ": cannot write an event file there: " + std::strerror(errno));
+  file.adopt(fd, "--tensorboard", path);
   std::string head = tfRecord(eventBytes(now, 0, {}, "brain.Event:2"));
   if (start > 0)
     head += tfRecord(eventBytes(now, start, {}, "", /*start=*/true));
-  write(head);
+  file.write(head);
 }
 
 void TensorBoardLog::writeStep(
     int64_t step, const std::vector<std::pair<std::string, float>> &scalars) {
-  write(tfRecord(eventBytes(secondsSinceEpoch(), step, scalars)));
-}
-
-void TensorBoardLog::write(const std::string &record) {
-  if (!failed)
-    failed = !writeAll(fd, record);
-}
-
-void TensorBoardLog::close() {
-  if (fd < 0)
-    return;
-  bool closed = ::close(fd) == 0;
-  fd = -1;
-  if (failed || !closed)
-    throw RuntimeError("--tensorboard " + path + ": write failed");
+  file.write(tfRecord(eventBytes(secondsSinceEpoch(), step, scalars)));
 }
 
 } // namespace cdp::runtime

@@ -40,6 +40,23 @@ namespace cdp::runtime {
 
 namespace {
 
+/// Drops the sends that completed, and the buffers they read (`all`: waits
+/// for every one first).
+template <typename Buffer>
+void reapSends(std::vector<std::pair<MPI_Request, Buffer>> &sends, bool all) {
+  sends.erase(std::remove_if(sends.begin(), sends.end(),
+                             [all](auto &send) {
+                               int done = 1;
+                               if (all)
+                                 MPI_Wait(&send.first, MPI_STATUS_IGNORE);
+                               else
+                                 MPI_Test(&send.first, &done,
+                                          MPI_STATUS_IGNORE);
+                               return done != 0;
+                             }),
+              sends.end());
+}
+
 /// What precedes every message's payload.
 struct Header {
   int64_t tag;
@@ -94,7 +111,10 @@ private:
   /// reads (a copy per peer held a reduction's gradients N - 1 times).
   int64_t post(const std::vector<int> &to, int64_t tag,
                const std::vector<ConstBuffer> &parts);
+  /// Drops the sends that completed (all: waits for every one).
   void reap(bool all);
+  /// Every device but this one, in order.
+  std::vector<int> otherDevices() const;
   /// Receives the next message from `from` into `early` if one is there.
   bool receiveOne(int from);
   /// Throws a RuntimeError naming the peer when an MPI call with it failed.
@@ -194,15 +214,7 @@ public:
     if (myRank == 0)
       return;
     std::lock_guard<std::mutex> lock(liveMutex);
-    // The sends delivered so far free their buffers (one a step).
-    livePosts.erase(std::remove_if(livePosts.begin(), livePosts.end(),
-                                   [](auto &post) {
-                                     int done = 0;
-                                     MPI_Test(&post.first, &done,
-                                              MPI_STATUS_IGNORE);
-                                     return done != 0;
-                                   }),
-                    livePosts.end());
+    reapSends(livePosts, false); // the delivered ones (one a step)
     auto message =
         std::make_unique<std::array<double, 3>>(std::array<double, 3>{
             double(loss.device), double(loss.step), double(loss.loss)});
@@ -233,9 +245,7 @@ public:
   /// ends), their buffers freed.
   void completeStepLosses() {
     std::lock_guard<std::mutex> lock(liveMutex);
-    for (auto &[request, message] : livePosts)
-      MPI_Wait(&request, MPI_STATUS_IGNORE);
-    livePosts.clear();
+    reapSends(livePosts, true);
   }
   int processRank() const override { return myRank; }
   int processCount() const override { return processes; }
@@ -264,21 +274,14 @@ int MpiCommunicator::size() const { return fabric.devices; }
 
 MpiCommunicator::~MpiCommunicator() { reap(true); }
 
-/// Drops the sends that completed (all: waits for every one).
-void MpiCommunicator::reap(bool all) {
-  for (size_t i = 0; i < pending.size();) {
-    int done = 0;
-    if (all)
-      MPI_Wait(&pending[i].first, MPI_STATUS_IGNORE), done = 1;
-    else
-      MPI_Test(&pending[i].first, &done, MPI_STATUS_IGNORE);
-    if (done) {
-      pending[i] = std::move(pending.back());
-      pending.pop_back();
-    } else {
-      ++i;
-    }
-  }
+void MpiCommunicator::reap(bool all) { reapSends(pending, all); }
+
+std::vector<int> MpiCommunicator::otherDevices() const {
+  std::vector<int> others;
+  for (int d = 0; d < fabric.devices; ++d)
+    if (d != device)
+      others.push_back(d);
+  return others;
 }
 
 int64_t MpiCommunicator::post(const std::vector<int> &to, int64_t tag,
@@ -313,10 +316,7 @@ void MpiCommunicator::send(int to, int64_t tag,
 /// One copy of the message read by every peer's send (a ZeRO-3 gather's
 /// shard was held once per peer until received).
 void MpiCommunicator::sendToAll(int64_t tag, ConstBuffer data, int64_t tau) {
-  std::vector<int> others;
-  for (int d = 0; d < fabric.devices; ++d)
-    if (d != device)
-      others.push_back(d);
+  std::vector<int> others = otherDevices();
   int64_t bytes = post(others, tag, {data});
   if (tau >= 0)
     for (size_t i = 0; i < others.size(); ++i)
@@ -487,11 +487,7 @@ void MpiCommunicator::reduceStart(int64_t tag,
   std::vector<float> &mine = own[tag] = concatenate(parts);
   ConstBuffer contribution{plan::F32, mine.data(),
                            static_cast<int64_t>(mine.size())};
-  std::vector<int> others;
-  for (int d = 0; d < fabric.devices; ++d)
-    if (d != device)
-      others.push_back(d);
-  post(others, contributionTag(tag), {contribution});
+  post(otherDevices(), contributionTag(tag), {contribution});
   log.push_back({tau, contribution.bytes(), true}); // a reduction
 }
 

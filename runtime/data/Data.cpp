@@ -387,7 +387,8 @@ Array readArray(const std::string &path) {
                             "TensorProto .pb)");
 }
 
-std::string npyHeader(const TensorView &view) {
+/// The `.npy` header of `view` (the data follows it).
+static std::string npyHeader(const TensorView &view) {
   std::string descr = view.dtype == plan::F32   ? "<f4"
                       : view.dtype == plan::I64 ? "<i8"
                       : view.dtype == plan::I32 ? "<i4"
@@ -410,16 +411,17 @@ std::string npyHeader(const TensorView &view) {
   return bytes;
 }
 
-std::string npyBytes(const TensorView &view) {
-  std::string bytes = npyHeader(view);
-  bytes.append(static_cast<const char *>(view.data),
-               view.numel() * plan::dtypeSize(view.dtype));
-  return bytes;
+std::function<bool(int)> npyWriter(const TensorView &view) {
+  return [view](int fd) {
+    return writeAll(fd, npyHeader(view)) &&
+           writeAll(fd, static_cast<const char *>(view.data),
+                    view.numel() * plan::dtypeSize(view.dtype));
+  };
 }
 
 void writeNpy(const std::string &path, const TensorView &view) {
   std::string error;
-  if (!writeFileAtomically(path, npyBytes(view), error))
+  if (!writeFileAtomically(path, npyWriter(view), error))
     throw RuntimeError(path + ": " + error);
 }
 

@@ -38,11 +38,7 @@ writeFolder(const std::string &dir,
   std::vector<std::pair<std::string, FileWriter>> files;
   for (const auto &[name, view] : tensors) {
     std::string file = namer.name(name) + ".npy";
-    files.emplace_back(file, [&view = view](int fd) {
-      return writeAll(fd, npyHeader(view)) &&
-             writeAll(fd, static_cast<const char *>(view.data),
-                      view.numel() * plan::dtypeSize(view.dtype));
-    });
+    files.emplace_back(file, npyWriter(view));
     index[name] = file;
   }
   std::string indexText = runtime::jsonText(index, 1) + "\n";

@@ -7,10 +7,9 @@
 
 #include "Run.h"
 
-#include "cdp/Plan/StepWork.h"
-
 #include "cdp/Plan/Paths.h"
 #include "cdp/Plan/PlanCheck.h"
+#include "cdp/Plan/StepWork.h"
 #include "cdp/Runtime/MpiCommunicator.h"
 #include "cdp/Runtime/OnnxInferenceMode.h"
 

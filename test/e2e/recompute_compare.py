@@ -15,13 +15,13 @@ and LARGER where the largest device peak grew.
 """
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import export_torch_models as models  # noqa: E402
+from memory_reuse_compare import run  # noqa: E402
 
 STRATEGIES = [
     ["--strategy", "single"],
@@ -42,13 +42,6 @@ STRATEGIES = [
     ["--strategy", "cdp-mp", "--stages", "2", "--micro-batches", "4"],
     ["--strategy", "2bw", "--stages", "2", "--replicas", "2", "--micro-batches", "2"],
 ]
-
-
-def run(cmd):
-    result = subprocess.run(cmd, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise SystemExit("failed: %s\n%s" % (" ".join(cmd), result.stderr.strip()))
-    return result.stdout
 
 
 def predicted(report_path):

@@ -215,8 +215,6 @@ protected:
   int64_t reducedCount(int64_t tag, const std::vector<Buffer> &parts) const;
   /// Copies `values` into the parts, one after another.
   static void scatter(const float *values, const std::vector<Buffer> &parts);
-
-protected:
   /// Sends `data` to every other device under `tag` (a fabric may send one
   /// copy to all).
   virtual void sendToAll(int64_t tag, ConstBuffer data, int64_t tau);

@@ -77,10 +77,10 @@ Array parseTensorProto(const std::string &bytes, const std::string &what);
 
 /// Writes a `.npy` file.
 void writeNpy(const std::string &path, const TensorView &view);
-/// The bytes writeNpy writes.
-std::string npyBytes(const TensorView &view);
-/// Its header alone (the data follows it).
-std::string npyHeader(const TensorView &view);
+/// What writeNpy writes, to a file descriptor (false when a write
+/// fails): the header, then the data straight from the view's memory, never
+/// the whole file as bytes. The view must outlive it.
+std::function<bool(int)> npyWriter(const TensorView &view);
 
 /// An IDX data set split: images as float32 in [0, 1], (N, pixels), and
 /// labels as int64, (N).

@@ -12,6 +12,8 @@
 #ifndef CDP_RUNTIME_METRICSLOG_H
 #define CDP_RUNTIME_METRICSLOG_H
 
+#include "cdp/Runtime/StreamedFile.h"
+
 #include <cstdint>
 #include <string>
 
@@ -19,25 +21,18 @@ namespace cdp::runtime {
 
 class MetricsLog {
 public:
-  MetricsLog() = default;
-  MetricsLog(const MetricsLog &) = delete;
-  MetricsLog &operator=(const MetricsLog &) = delete;
-  ~MetricsLog();
-
   /// Opens `path` for a run from step `start`: from 0 it starts the log
   /// afresh; later (--resume) it keeps the lines of earlier steps. Throws
   /// a one-line RuntimeError when the file cannot be written.
   void open(const std::string &path, int64_t start);
-  bool isOpen() const { return fd >= 0; }
+  bool isOpen() const { return file.isOpen(); }
   /// Writes one line (without its newline) at once.
-  void writeLine(const std::string &line);
+  void writeLine(const std::string &line) { file.write(line + "\n"); }
   /// Closes the log; a RuntimeError when a write failed.
-  void close();
+  void close() { file.close(); }
 
 private:
-  std::string path;
-  int fd = -1;
-  bool failed = false;
+  StreamedFile file;
 };
 
 } // namespace cdp::runtime

@@ -13,6 +13,8 @@
 #ifndef CDP_RUNTIME_TENSORBOARDLOG_H
 #define CDP_RUNTIME_TENSORBOARDLOG_H
 
+#include "cdp/Runtime/StreamedFile.h"
+
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -35,30 +37,19 @@ eventBytes(double wallTime, int64_t step,
 
 class TensorBoardLog {
 public:
-  TensorBoardLog() = default;
-  TensorBoardLog(const TensorBoardLog &) = delete;
-  TensorBoardLog &operator=(const TensorBoardLog &) = delete;
-  ~TensorBoardLog();
-
   /// Makes `folder` if needed and starts a new event file in it for a run
   /// from step `start`. Throws a one-line RuntimeError when it cannot.
   void open(const std::string &folder, int64_t start);
-  bool isOpen() const { return fd >= 0; }
+  bool isOpen() const { return file.isOpen(); }
   /// One step's scalars, written at once (TensorBoard reads files that are
   /// still being written).
   void writeStep(int64_t step,
                  const std::vector<std::pair<std::string, float>> &scalars);
   /// Closes the file; a RuntimeError when a write failed.
-  void close();
-  /// The event file's path (empty before open).
-  const std::string &file() const { return path; }
+  void close() { file.close(); }
 
 private:
-  void write(const std::string &record);
-
-  std::string path;
-  int fd = -1;
-  bool failed = false;
+  StreamedFile file;
 };
 
 } // namespace cdp::runtime
