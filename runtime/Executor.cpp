@@ -861,22 +861,33 @@ static int64_t gatherReadyTag(int id) {
   return (int64_t(3) << 60) | (int64_t(1) << 40) | id;
 }
 
-void Executor::gatherOnDeviceZero(bool gradients) {
+void Executor::gatherOnDeviceZero(bool wholeModel) {
   if (!communicator)
     return;
-  gatherShardedParameters();
+  if (wholeModel) {
+    gatherShardedParameters();
+    gatherStageTensors();
+  }
+  averageBuffersOntoDeviceZero();
+  if (wholeModel && !evalBound) { // the other stages' tensors have arrived
+    eval = bind(planRef.devices(deviceIndex).eval_instructions(), evalThreads);
+    evalBound = true;
+  }
+}
+
+/// A pipeline's parameters and buffers, from the stages that own them to
+/// device 0, one at a time on device 0's go-ahead (sent at once, every
+/// stage's parameters were in flight together: a copy of the model's).
+/// Communicators carry host memory: each tensor is staged out and in.
+void Executor::gatherStageTensors() {
   const plan::Plan &plan = planRef;
-  bool pipeline = plan::traitsOf(plan).pipelined;
-  int devices = communicator->size();
+  if (!plan::traitsOf(plan).pipelined)
+    return;
   for (const plan::Tensor &t : plan.tensors()) {
-    bool owned = t.kind() == plan::PARAM || t.kind() == plan::BUFFER ||
-                 (gradients && t.kind() == plan::REDUCED);
-    if (!pipeline || !owned || !t.has_device() || t.device() == 0)
+    bool owned = t.kind() == plan::PARAM || t.kind() == plan::BUFFER;
+    if (!owned || !t.has_device() || t.device() == 0)
       continue;
     const TensorView &v = views[t.id()];
-    // Communicators carry host memory: the tensor is staged out and in.
-    // One at a time, on device 0's go-ahead: sent at once, every stage's
-    // parameters were in flight together (a copy of the model's).
     float ready = 0;
     if (deviceIndex == t.device()) {
       if (!communicator->recv(0, gatherReadyTag(t.id()),
@@ -901,6 +912,14 @@ void Executor::gatherOnDeviceZero(bool gradients) {
       });
     }
   }
+}
+
+/// dp's and cdp's float32 buffers (BatchNorm statistics): the devices'
+/// mean onto device 0, summed in double in device order.
+void Executor::averageBuffersOntoDeviceZero() {
+  const plan::Plan &plan = planRef;
+  bool pipeline = plan::traitsOf(plan).pipelined;
+  int devices = communicator->size();
   for (const plan::Tensor &t : plan.tensors()) {
     if (pipeline || t.kind() != plan::BUFFER || t.dtype() != plan::F32 ||
         devices < 2)
@@ -925,10 +944,6 @@ void Executor::gatherOnDeviceZero(bool gradients) {
       for (int64_t i = 0; i < n; ++i)
         host.f32()[i] = static_cast<float>(sum[i] / devices);
     });
-  }
-  if (!evalBound) { // the other stages' tensors have arrived
-    eval = bind(planRef.devices(deviceIndex).eval_instructions(), evalThreads);
-    evalBound = true;
   }
 }
 

@@ -341,9 +341,7 @@ static void runDevice(Run &run, int d, DeviceThreads &shared) {
     runPart(t, cut, size);
   }
   ex.flush(run.total, &loader);
-  // The mean gradients only where --dump-grads writes them: at a model's
-  // size they are as large as its parameters.
-  ex.gatherOnDeviceZero(!options.dumpGrads.empty());
+  ex.gatherOnDeviceZero(run.modelOnDeviceZero);
 }
 
 /// After a multi-device run, onto the root (collective under mpirun): the
@@ -392,6 +390,9 @@ void runDevices(Run &run, int64_t start) {
       orders.push_back(
           shuffledOrder(options.seed, e, run.train.labels.numel()));
   int N = run.deviceCount;
+  // Only an evaluation after training needs the whole model on device 0;
+  // the outputs read each trained tensor where it lies (fetchTrained).
+  run.modelOnDeviceZero = evaluates(run);
   std::vector<float> losses(run.total * N, 0.0f);
   std::atomic<int64_t> progress{start};
   std::atomic<int> finishedThreads{0};

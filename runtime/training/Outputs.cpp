@@ -13,6 +13,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -49,34 +50,47 @@ writeFolder(const std::string &dir,
     fail(dir + ": " + error);
 }
 
-/// Tensors of `executor` by name, staged out of the device, into a folder.
+/// The trained tensors by name into a folder, each read from its device
+/// as its file is written (fetchTrained), so one is in memory at a time.
 static void
-writeTensors(const std::string &dir, const Executor &executor,
-             const std::vector<std::pair<std::string, int>> &tensors) {
-  std::vector<HostTensor> staged;
-  std::vector<std::pair<std::string, TensorView>> views;
-  for (const auto &[name, id] : tensors)
-    staged.push_back(executor.stageOut(id));
-  for (size_t i = 0; i < tensors.size(); ++i)
-    views.emplace_back(tensors[i].first, staged[i].view());
-  writeFolder(dir, views);
+writeTrainedTensors(Run &run, const std::string &dir,
+                    const std::vector<std::pair<std::string, int>> &tensors) {
+  FileNamer namer;
+  runtime::Json index = runtime::Json::object();
+  std::vector<std::pair<std::string, FileWriter>> files;
+  for (const auto &[name, id] : tensors) {
+    std::string file = namer.name(name) + ".npy";
+    files.emplace_back(file, [&run, id = id](int fd) {
+      TrainedValue value = fetchTrained(run, id);
+      return npyWriter(value.view)(fd);
+    });
+    index[name] = file;
+  }
+  std::string indexText = runtime::jsonText(index, 1) + "\n";
+  files.emplace_back("index.json",
+                     [&indexText](int fd) { return writeAll(fd, indexText); });
+  std::string error;
+  if (!writeFolderAtomically(dir, files, error))
+    fail(dir + ": " + error);
 }
 
 /// After training: a parameter or buffer that ended non-finite stops the
 /// run before anything is written (a NaN the loss never saw, behind a
 /// ReLU, would otherwise be saved as the trained model).
 static void checkTrainedFinite(Run &run) {
-  Executor &executor = run.first();
   for (const plan::Tensor &t : run.plan.tensors()) {
     bool trained =
         (t.kind() == plan::PARAM && t.trainable()) || t.kind() == plan::BUFFER;
-    int64_t bad = trained ? executor.firstNonFiniteElement(t.id()) : -1;
-    if (bad >= 0)
-      fail("after " + std::to_string(run.total) +
-           " steps the trained parameter '" + t.name() +
-           "' holds a non-finite value (" +
-           nonFiniteName(executor.stageOut(t.id()).view().f32()[bad]) +
-           "); nothing was written");
+    if (!trained || t.dtype() != plan::F32)
+      continue;
+    TrainedValue value = fetchTrained(run, t.id());
+    const float *values = value.view.f32();
+    for (int64_t k = 0; k < value.view.numel(); ++k)
+      if (!std::isfinite(values[k]))
+        fail("after " + std::to_string(run.total) +
+             " steps the trained parameter '" + t.name() +
+             "' holds a non-finite value (" + nonFiniteName(values[k]) +
+             "); nothing was written");
   }
 }
 
@@ -85,8 +99,7 @@ void writeStepOutputs(Run &run) {
   const RunOptions &options = run.options;
   Executor &executor = run.first();
   if (!options.dumpGrads.empty()) {
-    std::vector<std::pair<std::string, int>> tensors = executor.gradients();
-    writeTensors(options.dumpGrads, executor, tensors);
+    writeTrainedTensors(run, options.dumpGrads, executor.gradients());
   }
   if (!options.saveOutputs.empty()) {
     std::vector<HostTensor> staged;
@@ -182,16 +195,22 @@ static void writeExternalValues(Run &run, onnx::ModelProto &model,
       auto it = trained.find(initializer.name());
       if (it == trained.end() && initializer.raw_data().empty())
         continue; // typed fields (small) or another external file: kept
-      std::string value;
+      // The trained value straight from its fetched copy (a string of it
+      // was the largest tensor once more).
+      std::string untrained;
+      TrainedValue trainedValue;
+      const char *bytes;
+      size_t size;
       if (it != trained.end()) {
-        HostTensor host = run.first().stageOut(it->second);
-        const TensorView &view = host.view();
-        value.assign(static_cast<const char *>(view.data),
-                     view.numel() * plan::dtypeSize(view.dtype));
+        trainedValue = fetchTrained(run, it->second);
+        bytes = trainedValue.storage.data();
+        size = trainedValue.storage.size();
       } else {
-        value.swap(*initializer.mutable_raw_data());
+        untrained.swap(*initializer.mutable_raw_data());
+        bytes = untrained.data();
+        size = untrained.size();
       }
-      if (!writeAll(fd, value))
+      if (!writeAll(fd, bytes, size))
         return false;
       initializer.clear_raw_data();
       initializer.clear_float_data();
@@ -200,12 +219,12 @@ static void writeExternalValues(Run &run, onnx::ModelProto &model,
       for (auto [key, entry] :
            {std::pair<const char *, std::string>{"location", location},
             {"offset", std::to_string(offset)},
-            {"length", std::to_string(value.size())}}) {
+            {"length", std::to_string(size)}}) {
         onnx::StringStringEntryProto *field = initializer.add_external_data();
         field->set_key(key);
         field->set_value(entry);
       }
-      offset += value.size();
+      offset += size;
     }
     return true;
   };
@@ -222,8 +241,8 @@ static void writeInlineValues(Run &run, onnx::ModelProto &model,
     auto it = trained.find(initializer.name());
     if (it == trained.end())
       continue;
-    HostTensor host = run.first().stageOut(it->second);
-    const TensorView &view = host.view();
+    TrainedValue value = fetchTrained(run, it->second);
+    const TensorView &view = value.view;
     initializer.clear_float_data();
     initializer.clear_external_data();
     initializer.set_data_location(onnx::TensorProto::DEFAULT);
@@ -262,7 +281,6 @@ static void saveOnnx(Run &run, const std::string &path, bool inference) {
 /// Everything the run writes after it ends.
 void writeOutputs(Run &run) {
   const RunOptions &options = run.options;
-  Executor &executor = run.first();
   if (run.training)
     checkTrainedFinite(run);
   run.metrics.close();
@@ -284,7 +302,7 @@ void writeOutputs(Run &run) {
       if ((t.kind() == plan::PARAM && t.trainable()) ||
           t.kind() == plan::BUFFER)
         tensors.emplace_back(t.name(), t.id());
-    writeTensors(options.dumpParams, executor, tensors);
+    writeTrainedTensors(run, options.dumpParams, tensors);
   }
   if (!run.stepOutputsWritten)
     writeStepOutputs(run);

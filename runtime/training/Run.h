@@ -124,7 +124,11 @@ struct Run {
   /// An inference plan run batch by batch: its outputs with a batch axis,
   /// one row per fed sample (by tensor id).
   std::map<int, Array> gatheredOutputs;
-  /// Device 0: where parameters are gathered and outputs are read.
+  /// Whether device 0 holds the whole trained model (gathered for an
+  /// evaluation after training); otherwise fetchTrained reads each tensor
+  /// where it lies.
+  bool modelOnDeviceZero = false;
+  /// Device 0: where outputs are read.
   Executor &first() { return *executors[0]; }
   /// A device this process runs (shapes for checking feeds).
   Executor &local() {
@@ -216,6 +220,22 @@ int stopSignal();
 /// The line a stopped run ends with: where its checkpoint is.
 std::string stopLine(const Run &run, int64_t step);
 void runDevices(Run &run, int64_t start);
+
+// TrainedTensors.cpp
+/// A trained tensor's value in host memory of its own.
+struct TrainedValue {
+  TensorView view;
+  std::vector<char> storage;
+};
+/// On the root after training: tensor `id`'s value from the device that
+/// holds it (another process's under mpirun, which serveTrainedTensors
+/// answers), one tensor at a time.
+TrainedValue fetchTrained(Run &run, int id);
+/// Under mpirun, a process other than the root after training: answers the
+/// root's fetchTrained until endTrainedFetches.
+void serveTrainedTensors(Run &run);
+/// The root, once its outputs are written: the other processes may end.
+void endTrainedFetches(Run &run);
 
 // Inference.cpp
 void runInference(Run &run);

@@ -88,8 +88,17 @@ void TrainingRun::execute() {
     train(*run);
   else
     runInference(*run);
-  if (run->root() && run->stoppedAt < 0)
-    writeOutputs(*run);
+  if (run->stoppedAt >= 0)
+    return;
+  bool served = run->mpi && run->training;
+  if (!run->root()) {
+    if (served) // the root reads the trained tensors it writes
+      serveTrainedTensors(*run);
+    return;
+  }
+  writeOutputs(*run);
+  if (served)
+    endTrainedFetches(*run);
 }
 
 } // namespace cdp::runtime

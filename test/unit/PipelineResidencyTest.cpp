@@ -2,8 +2,8 @@
 //
 // In a pipeline plan a parameter belongs to its stage's device: during
 // training another device allocates it only where one of its instructions
-// names it; device 0 takes every stage's after training (the gather), for
-// its evaluation stream and the saved model.
+// names it; device 0 takes every stage's after training (the gather) only
+// for an evaluation stream (the outputs read each tensor where it lies).
 //
 //===----------------------------------------------------------------------===//
 
@@ -76,14 +76,28 @@ TEST(PipelineResidency, DeviceZeroTakesTheOtherStagesAfterTraining) {
                 static_cast<const char *>(first.view(0).data),
             64);
   EXPECT_THROW(first.runEval(StepContext()), RuntimeError);
-  std::thread sender([&] { second.gatherOnDeviceZero(); });
-  first.gatherOnDeviceZero();
+  std::thread sender([&] { second.gatherOnDeviceZero(/*wholeModel=*/true); });
+  first.gatherOnDeviceZero(/*wholeModel=*/true);
   sender.join();
   ASSERT_NE(first.view(1).data, nullptr);
   EXPECT_EQ(std::string(static_cast<const char *>(first.view(1).data), 16),
             std::string(16, char(2)))
       << "stage 2's weight gathered from device 1";
   EXPECT_NO_THROW(first.runEval(StepContext()));
+}
+
+TEST(PipelineResidency, WithoutAnEvaluationNoStageIsGathered) {
+  // The outputs read each trained tensor where it lies: device 0 taking
+  // the others' was the model's size once more on it.
+  plan::Plan plan = twoStages();
+  LocalFabric fabric(2);
+  Executor first(plan, 1, 0, &fabric.endpoint(0));
+  Executor second(plan, 1, 1, &fabric.endpoint(1));
+  std::thread sender([&] { second.gatherOnDeviceZero(/*wholeModel=*/false); });
+  first.gatherOnDeviceZero(/*wholeModel=*/false);
+  sender.join();
+  EXPECT_EQ(first.view(1).data, nullptr)
+      << "stage 2's weight stays on device 1";
 }
 
 TEST(PipelineResidency, DataParallelDevicesHoldEverything) {

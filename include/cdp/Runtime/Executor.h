@@ -188,19 +188,21 @@ public:
   std::vector<std::pair<std::string, int>> gradients() const;
 
   /// After training (and flush), on every device of a multi-device run:
-  /// a pipeline's parameters and buffers, and with `gradients` its reduced
-  /// gradients (for --dump-grads), travel from the devices that own them
-  /// to device 0, where the model is written; dp's and cdp's float32
-  /// buffers (BatchNorm statistics) are averaged over the devices onto
-  /// device 0 (summed in double, in device order). Only through the
-  /// communicator: no device reads another's memory.
-  void gatherOnDeviceZero(bool gradients = true);
+  /// dp's and cdp's float32 buffers (BatchNorm statistics) are averaged
+  /// over the devices onto device 0 (summed in double, in device order);
+  /// with `wholeModel` (an evaluation after training runs on device 0) a
+  /// pipeline's parameters and buffers and ZeRO's sharded parameters
+  /// travel to device 0 too. Only through the communicator: no device
+  /// reads another's memory.
+  void gatherOnDeviceZero(bool wholeModel);
 
 private:
   void allocatePersistentBlock();
   void placeTensor(int id);
   void fillParameterShards();
   void gatherShardedParameters();
+  void gatherStageTensors();
+  void averageBuffersOntoDeviceZero();
   void handOverShard(const plan::ShardGroup &group);
   void takeShardGroup(const plan::ShardGroup &group);
   void runInstructions(const StepContext &context, InstructionRange range);
