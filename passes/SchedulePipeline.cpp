@@ -540,9 +540,9 @@ void SchedulePipelinePass::buildUpdates(OpBuilder &builder,
       for (size_t other = 0; other < layout.deviceAt[q].size(); ++other)
         if (static_cast<int64_t>(other % replicasHere) == r &&
             layout.deviceAt[q][other] != layout.deviceAt[s][r])
-          builder.create<sched::ParamSendOp>(loc, update.getNameAttr(),
-                                             i64(layout.deviceAt[q][other]), k,
-                                             time, step);
+          builder.create<sched::ParamSendOp>(
+              loc, update.getNameAttr(), i64(layout.deviceAt[q][other]), k,
+              time, step, twoVersions ? UnitAttr() : builder.getUnitAttr());
   };
   // ZeRO stage 1 over the replicas: the stage's trained parameters are
   // updated together, each replica its shard, after every exchange; tied

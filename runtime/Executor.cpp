@@ -423,7 +423,9 @@ void Executor::runInstructions(const StepContext &context,
     return instruction.min_step() > context.step ||
            (instruction.last_slot() && context.slot != lastSlot) ||
            (draining && !instruction.drain()) ||
-           (instruction.ahead() && context.step + 1 >= totalSteps);
+           ((instruction.ahead() ||
+             (instruction.next_step_only() && !sendsAfterLastStep)) &&
+            context.step + 1 >= totalSteps);
   };
   if (!report && profile.empty() && !trace) {
     for (size_t i = begin; i < end; ++i)

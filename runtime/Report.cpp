@@ -747,8 +747,11 @@ void predict(int64_t steps, ReportBuilder &report,
       report.startStep(d, t);
       for (int i = 0; i < spelled.size(d); ++i) {
         const plan::Instruction &instruction = *spelled.at(d, i);
+        // A run without a checkpoint at its end: `next_step_only` sends
+        // are skipped in its last step too.
         if (instruction.min_step() > t || (draining && !instruction.drain()) ||
-            (instruction.ahead() && t + 1 >= steps))
+            ((instruction.ahead() || instruction.next_step_only()) &&
+             t + 1 >= steps))
           continue;
         report.ran(d, t, i, /*countSent=*/true);
       }

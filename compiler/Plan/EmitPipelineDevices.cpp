@@ -248,8 +248,10 @@ LogicalResult Emitter::lowerUpdateStep(DeviceLowering &lowering, Operation *op,
   }
   if (auto send = dyn_cast<sched::ParamSendOp>(op)) {
     int param = tables.paramId.lookup(send.getParam());
-    message(add(send), true, param, send.getTo(), param, relative(send),
-            send.getParam().str(), tables);
+    plan::Instruction *instruction =
+        message(add(send), true, param, send.getTo(), param, relative(send),
+                send.getParam().str(), tables);
+    instruction->set_next_step_only(send.getNextStepOnly());
     return success();
   }
   if (auto exchange = dyn_cast<sched::ExchangeGradientsOp>(op)) {

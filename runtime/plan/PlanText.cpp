@@ -84,6 +84,8 @@ void printInstruction(std::ostream &os, const Plan &plan,
     os << " drain";
   if (instruction.ahead())
     os << " ahead";
+  if (instruction.next_step_only())
+    os << " next_step_only";
   if (instruction.last_slot())
     os << " last_slot";
   os << " " << (instruction.phase().empty() ? "-" : instruction.phase()) << " "

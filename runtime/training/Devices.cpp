@@ -320,7 +320,7 @@ static void runDevice(Run &run, int d, DeviceThreads &shared) {
     if (pipeline || d == 0)
       progress = t + 1;
   };
-  ex.setTotalSteps(run.total);
+  ex.setTotalSteps(run.total, checkpointDue(run, run.total));
   if (shared.start > 0)
     runPart(shared.start - 1, shared.cuts.at(shared.start, d), size);
   for (int64_t t = shared.start; t < run.total; ++t) {

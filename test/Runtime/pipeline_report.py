@@ -59,3 +59,4 @@ print("step", report["step_time_steps"], "time steps, bubble",
       "[" + ", ".join("%g" % b for b in report["bubble_fraction"]) + "]")
 print("sent bytes per step", sum(d["sent_bytes"] for t in got[:len(got) // steps] for d in t))
 print("arena bytes", report["arena_bytes"])
+print("sent bytes in the run", sum(d["sent_bytes"] for t in got for d in t))

@@ -149,8 +149,13 @@ public:
   /// Training steps run so far.
   int64_t stepsRun() const { return steps; }
   /// The run trains steps up to `total` - 1: instructions marked `ahead`
-  /// (they do the next step's work) are skipped in that last step.
-  void setTotalSteps(int64_t total) { totalSteps = total; }
+  /// (they do the next step's work) are skipped in that last step, and so
+  /// are those marked `next_step_only` unless `checkpointAtEnd` (the
+  /// checkpoint after the last step carries their messages).
+  void setTotalSteps(int64_t total, bool checkpointAtEnd) {
+    totalSteps = total;
+    sendsAfterLastStep = checkpointAtEnd;
+  }
   /// After the last of `steps` steps: applies the reductions still pending
   /// (delayed updates), so that the parameters are theta_T. 2bw and
   /// cdp-mp: the drain (the last micro-batches' backwards and the
@@ -246,6 +251,7 @@ private:
   std::vector<double> profile, firstStepProfile;
   int64_t steps = 0;
   int64_t totalSteps = std::numeric_limits<int64_t>::max();
+  bool sendsAfterLastStep = false;
   bool draining = false; ///< flush: only `drain` instructions run
 };
 

@@ -322,8 +322,14 @@ def Sched_ClipStagesOp : Sched_StepOp<"clip_stages"> {
 
 def Sched_ParamSendOp : Sched_StepOp<"param_send"> {
   let summary = "send `param`'s new value to the device `to` holding a replica";
+  let description = [{
+    `next_step_only`: the replica takes the value at the start of the next
+    step (a `param_refresh`), so a run's last step need not send it unless
+    a checkpoint written after it carries the message to a resumed run.
+  }];
   let arguments = (ins StrAttr:$param, Sched_Int:$to, Sched_Int:$micro_batch,
-                       Sched_Int:$time_step, Sched_Int:$step);
+                       Sched_Int:$time_step, Sched_Int:$step,
+                       UnitAttr:$next_step_only);
   let hasVerifier = 1;
 }
 
