@@ -241,6 +241,30 @@ public:
     loss.loss = static_cast<float>(message[2]);
     return true;
   }
+  void postNote(int to, int64_t kind, int64_t value) override {
+    std::lock_guard<std::mutex> lock(liveMutex);
+    reapSends(livePosts, false);
+    auto message = std::make_unique<std::array<double, 3>>(
+        std::array<double, 3>{double(myRank), double(kind), double(value)});
+    MPI_Request request;
+    MPI_Isend(message->data(), 3, MPI_DOUBLE, to, kNoteTag, live, &request);
+    livePosts.emplace_back(request, std::move(message));
+  }
+  bool takeNote(Note &note) override {
+    int arrived = 0;
+    MPI_Status status;
+    MPI_Iprobe(MPI_ANY_SOURCE, kNoteTag, live, &arrived, &status);
+    if (!arrived)
+      return false;
+    std::array<double, 3> message;
+    MPI_Recv(message.data(), 3, MPI_DOUBLE, status.MPI_SOURCE, kNoteTag, live,
+             MPI_STATUS_IGNORE);
+    note.from = static_cast<int>(message[0]);
+    note.kind = static_cast<int64_t>(message[1]);
+    note.value = static_cast<int64_t>(message[2]);
+    return true;
+  }
+  void onTerminateRequest(void (*handler)(int)) override;
   /// The posted losses delivered (the root takes every one before the run
   /// ends), their buffers freed.
   void completeStepLosses() {
@@ -256,6 +280,8 @@ public:
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
 
+  /// The notes' tag on `live` (the step losses use 0).
+  static constexpr int kNoteTag = 1;
   int devices, myRank, processes;
   double timeout;
   std::atomic<bool> aborted{false};
@@ -590,6 +616,8 @@ pid_t pids[kMaxProcesses];     ///< 0: this process, or on another machine
 char stats[kMaxProcesses][40]; ///< /proc/<pid>/stat
 char lines[kMaxProcesses][128];
 int processes = 0;
+/// Called where no process is gone (a stop request), or null.
+std::atomic<void (*)(int)> requestHandler{nullptr};
 
 bool isGone(int r) {
   if (kill(pids[r], 0) == -1)
@@ -608,12 +636,20 @@ bool isGone(int r) {
   return name && name[1] == ' ' && (name[2] == 'Z' || name[2] == 'X');
 }
 
-void onTerminate(int) {
+void onTerminate(int number) {
   int saved = errno;
+  bool gone = false;
   for (int r = 0; r < processes; ++r)
-    if (pids[r] > 0 && isGone(r))
+    if (pids[r] > 0 && isGone(r)) {
+      gone = true;
       (void)!write(STDERR_FILENO, lines[r], std::strlen(lines[r]));
+    }
   errno = saved;
+  void (*handler)(int) = requestHandler.load();
+  if (!gone && handler) {
+    handler(number); // a stop request: the run stops at a checkpoint
+    return;
+  }
   signal(SIGTERM, SIG_DFL);
   raise(SIGTERM);
 }
@@ -644,6 +680,11 @@ void reportOnTerminate(int rank, int ranks) {
   sigaction(SIGTERM, &action, nullptr);
 }
 } // namespace lost
+
+void MpiFabric::onTerminateRequest(void (*handler)(int)) {
+  static_assert(std::atomic<void (*)(int)>::is_always_lock_free);
+  lost::requestHandler = handler;
+}
 
 /// Every process's values, by process (MPI_COMM_WORLD).
 std::vector<uint64_t> allGather(const std::vector<uint64_t> &mine, int ranks) {

@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 namespace cdp::runtime::training {
@@ -405,7 +406,12 @@ void runDevices(Run &run, int64_t start) {
   StepRendezvous rendezvous(owned, *run.fabric);
   CheckpointCuts cuts(run.plan);
   StepLog log(run, start, plan::traitsOf(run.plan).pipelined ? 1 : N);
-  StopPoint stop;
+  // Under mpirun the processes agree on where a signal stops the run.
+  bool agreed = run.mpi && !options.checkpoint.empty();
+  StopPoint stop(agreed);
+  std::optional<StopAgreement> agreement;
+  if (agreed)
+    agreement.emplace(run, stop);
   DeviceThreads shared{orders,     losses, log,  progress,
                        rendezvous, cuts,   stop, start};
   std::vector<std::thread> threads;
@@ -449,18 +455,30 @@ void runDevices(Run &run, int64_t start) {
         throw;
       }
   ProgressLine line(run, start);
+  auto threadsRunning = [&] {
+    return finishedThreads < static_cast<int>(threads.size());
+  };
   while (run.root()) {
+    if (agreement)
+      agreement->poll();
     log.takeRemoteLosses(progress, false);
     int64_t done = progress;
     log.writeEnded(losses);
     line.update(done, log.latestLoss(losses, done));
-    if (done >= run.total || !firstError.empty() ||
-        finishedThreads == static_cast<int>(threads.size()))
+    if (done >= run.total || !firstError.empty() || !threadsRunning())
       break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // Devices may wait for the processes' agreement on a stop: it goes on
+  // until they end.
+  while (agreement && threadsRunning()) {
+    agreement->poll();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   for (std::thread &thread : threads)
     thread.join();
+  if (agreement && firstError.empty())
+    agreement->finish();
   if (run.mpi && firstError.empty()) {
     if (!run.root())
       run.fabric->postStepLoss({0, -1, 0.0f}); // done posting
@@ -472,7 +490,8 @@ void runDevices(Run &run, int64_t start) {
     fail(firstError);
   if (stop.at() >= 0) {
     run.stoppedAt = stop.at();
-    std::printf("%s\n", stopLine(run, stop.at()).c_str());
+    if (run.root())
+      std::printf("%s\n", stopLine(run, stop.at()).c_str());
     return;
   }
   double elapsed =

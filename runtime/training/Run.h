@@ -38,22 +38,59 @@ namespace cdp::runtime::training {
   throw RuntimeError(message);
 }
 
-/// One run of a plan: its devices, the data bound to its inputs, the step
-/// counts and what records the run.
+struct Run;
+
 /// Where SIGTERM or SIGINT stops a run of several devices: at the
 /// checkpoint before step `at()`. Each device asks before step t whether
-/// the checkpoint before t + 1 is it (StopSignal.cpp).
+/// the checkpoint before t + 1 is it (StopSignal.cpp). In one process the
+/// first device to ask after the signal picks the step; under mpirun
+/// (`agreed`) the processes pick it together (StopAgreement): a frozen
+/// device waits at its question until they have.
 class StopPoint {
 public:
+  explicit StopPoint(bool agreed = false) : agreed(agreed) {}
   bool checkpointBefore(int64_t next);
   /// The step of the stop's checkpoint, or -1 while none is asked for.
   int64_t at() const { return stopAt; }
+  /// Agreed stops: devices asking from now on wait for decide(); returns
+  /// the furthest step any device of this process has been answered for
+  /// (or is waiting at).
+  int64_t freeze();
+  void decide(int64_t step);
 
 private:
   static constexpr int64_t kNone = -1;
+  const bool agreed;
   std::atomic<int64_t> highest{0}, stopAt{kNone};
+  std::atomic<bool> frozen{false};
 };
 
+/// Under mpirun with --checkpoint: the processes' main threads agree on
+/// the step a SIGTERM or SIGINT stops at, whichever process got it. A
+/// process that got one asks the root; the root freezes every process's
+/// devices, takes each one's furthest step and decides the step after the
+/// furthest (no device has passed its checkpoint's cut).
+class StopAgreement {
+public:
+  StopAgreement(Run &run, StopPoint &stop);
+  /// While the devices run: the signal, and the notes that arrived.
+  void poll();
+  /// After this process's devices ended: answers until every process has.
+  void finish();
+
+private:
+  void take(const Fabric::Note &note);
+  void freezeAll();
+  Run &run;
+  StopPoint &stop;
+  const int processes;
+  bool asked = false, deciding = false, ended = false;
+  int replies = 0, done = 0;
+  int64_t furthest = 0;
+};
+
+/// One run of a plan: its devices, the data bound to its inputs, the step
+/// counts and what records the run.
 struct Run {
   Run(const RunOptions &options,
       std::function<void(const std::string &)> abortAll)
@@ -212,9 +249,10 @@ void runSingleDevice(Run &run, int64_t step);
 // Devices.cpp
 bool checkpointDue(const Run &run, int64_t next);
 
-/// With --checkpoint in one process: SIGTERM and SIGINT ask the run to stop
-/// at the next step boundary (a second one ends it at once).
-void installStopSignals();
+/// With --checkpoint: SIGTERM and SIGINT ask the run to stop at the next
+/// step boundary (a second one ends it at once); under mpirun (`fabric`)
+/// the processes agree on the step (StopAgreement).
+void installStopSignals(Fabric *fabric);
 /// The signal that asked for a stop, or 0.
 int stopSignal();
 /// The line a stopped run ends with: where its checkpoint is.

@@ -42,8 +42,8 @@ void train(Run &run) {
     run.metrics.open(run.options.metrics, step);
   if (!run.options.tensorboard.empty() && run.root())
     run.tensorboard.open(run.options.tensorboard, step);
-  if (!run.options.checkpoint.empty() && !run.mpi)
-    installStopSignals();
+  if (!run.options.checkpoint.empty())
+    installStopSignals(run.mpi ? run.fabric.get() : nullptr);
   if (run.multiDevice)
     runDevices(run, step);
   else

@@ -227,7 +227,8 @@ std::vector<Flag> runFlags(RunOptions &o) {
        "so that a crash keeps the previous checkpoint whole; one run at a "
        "time per folder (DIR/.lock). SIGTERM or SIGINT (Ctrl-C) then stops "
        "the run at the next step boundary with a checkpoint there and exit "
-       "status 0 (in one process; under mpirun they end it)",
+       "status 0 (under mpirun the processes agree on the step, whichever "
+       "got the signal)",
        [&](const std::string &v) { o.checkpoint = v; }},
       {"--checkpoint-every", "N",
        "Checkpoint every N steps (default: at the end)",

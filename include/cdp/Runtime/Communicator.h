@@ -297,6 +297,20 @@ public:
   /// Another process's posted loss, if one has arrived (`wait`: blocks
   /// until one does).
   virtual bool takeStepLoss(StepLoss &loss, bool wait) { return false; }
+
+  /// Notes between the processes' main threads (mpirun's agreement on the
+  /// step a SIGTERM stops at): `kind` and `value` to process `to`
+  /// (non-blocking), and the next note that arrived, if any.
+  struct Note {
+    int from = 0;
+    int64_t kind = 0, value = 0;
+  };
+  virtual void postNote(int to, int64_t kind, int64_t value) {}
+  virtual bool takeNote(Note &note) { return false; }
+  /// Under mpirun SIGTERM also comes from mpirun when another process of
+  /// the job is gone, and the fabric's handler says which and ends this
+  /// one; where none is gone, it calls `handler` instead.
+  virtual void onTerminateRequest(void (*handler)(int)) {}
 };
 
 /// Devices as threads of this process: the fabric holds the messages in
