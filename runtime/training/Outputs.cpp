@@ -27,19 +27,18 @@ static void writeOutput(const std::string &path, const std::string &bytes) {
     fail(path + ": " + error);
 }
 
-/// Writes views as .npy files plus index.json mapping ONNX names to files,
-/// as a set: the folder is replaced at once (writeFolderAtomically).
+/// Writes one .npy file per ONNX name, each by its writer, plus index.json
+/// mapping the names to files, as a set: the folder is replaced at once
+/// (writeFolderAtomically).
 static void
-writeFolder(const std::string &dir,
-            const std::vector<std::pair<std::string, TensorView>> &tensors) {
+writeNpyFolder(const std::string &dir,
+               const std::vector<std::pair<std::string, FileWriter>> &npys) {
   FileNamer namer;
   runtime::Json index = runtime::Json::object();
-  // Each file from its tensor's memory: a model's parameters as one set of
-  // bytes were its size once more on the root.
   std::vector<std::pair<std::string, FileWriter>> files;
-  for (const auto &[name, view] : tensors) {
+  for (const auto &[name, writer] : npys) {
     std::string file = namer.name(name) + ".npy";
-    files.emplace_back(file, npyWriter(view));
+    files.emplace_back(file, writer);
     index[name] = file;
   }
   std::string indexText = runtime::jsonText(index, 1) + "\n";
@@ -50,28 +49,30 @@ writeFolder(const std::string &dir,
     fail(dir + ": " + error);
 }
 
+/// Views as a folder of .npy files, each written from its tensor's memory
+/// (a model's parameters as one set of bytes were its size once more on
+/// the root).
+static void
+writeFolder(const std::string &dir,
+            const std::vector<std::pair<std::string, TensorView>> &tensors) {
+  std::vector<std::pair<std::string, FileWriter>> npys;
+  for (const auto &[name, view] : tensors)
+    npys.emplace_back(name, npyWriter(view));
+  writeNpyFolder(dir, npys);
+}
+
 /// The trained tensors by name into a folder, each read from its device
 /// as its file is written (fetchTrained), so one is in memory at a time.
 static void
 writeTrainedTensors(Run &run, const std::string &dir,
                     const std::vector<std::pair<std::string, int>> &tensors) {
-  FileNamer namer;
-  runtime::Json index = runtime::Json::object();
-  std::vector<std::pair<std::string, FileWriter>> files;
-  for (const auto &[name, id] : tensors) {
-    std::string file = namer.name(name) + ".npy";
-    files.emplace_back(file, [&run, id = id](int fd) {
+  std::vector<std::pair<std::string, FileWriter>> npys;
+  for (const auto &[name, id] : tensors)
+    npys.emplace_back(name, [&run, id = id](int fd) {
       TrainedValue value = fetchTrained(run, id);
       return npyWriter(value.view)(fd);
     });
-    index[name] = file;
-  }
-  std::string indexText = runtime::jsonText(index, 1) + "\n";
-  files.emplace_back("index.json",
-                     [&indexText](int fd) { return writeAll(fd, indexText); });
-  std::string error;
-  if (!writeFolderAtomically(dir, files, error))
-    fail(dir + ": " + error);
+  writeNpyFolder(dir, npys);
 }
 
 /// After training: a parameter or buffer that ended non-finite stops the

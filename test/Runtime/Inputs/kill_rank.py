@@ -17,6 +17,8 @@ import subprocess
 import sys
 import time
 
+from job_processes import cdp_run_processes
+
 plan, extra = sys.argv[1], sys.argv[2:]
 if "--steps" not in extra:
     extra += ["--steps", "10000000"]
@@ -31,22 +33,9 @@ job = subprocess.Popen(
 
 
 def ranks():
-    """The job's cdp-run processes (its session, read from /proc: no pgrep
-    needed)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == job.pid:
-            continue
-        try:
-            if os.getsid(int(entry)) != job.pid:
-                continue
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except (OSError, ProcessLookupError):
-            continue
-        if argv and os.path.basename(argv[0]) == b"cdp-run" and plan.encode() in argv:
-            found.append(int(entry))
-    return sorted(found)
+    """The job's cdp-run processes running PLAN."""
+    return sorted(pid for pid, (argv, _) in cdp_run_processes(job).items()
+                  if plan.encode() in argv)
 
 
 deadline = time.time() + 120

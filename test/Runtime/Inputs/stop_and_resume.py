@@ -4,22 +4,17 @@ checkpoint; prints the line and the step it stopped at.
 
 Usage: stop_and_resume.py SIGNAL METRICS_FILE -- CDP_RUN ARGS...
 """
-import os
 import signal
 import subprocess
 import sys
-import time
+
+from job_processes import wait_for_steps
 
 sig = getattr(signal, sys.argv[1])
 metrics = sys.argv[2]
 command = sys.argv[sys.argv.index("--") + 1:]
 proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-deadline = time.time() + 60
-while time.time() < deadline and proc.poll() is None:
-    if os.path.exists(metrics) and sum(1 for _ in open(metrics)) >= 3:
-        break
-    time.sleep(0.01)
-if proc.poll() is not None:
+if not wait_for_steps(metrics, proc, 60):
     sys.exit("the run ended before the signal: raise --steps")
 proc.send_signal(sig)
 out, err = proc.communicate(timeout=60)

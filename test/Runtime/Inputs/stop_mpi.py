@@ -12,7 +12,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
+
+from job_processes import cdp_run_processes, wait_for_steps
 
 who, metrics = sys.argv[1], sys.argv[2]
 args = sys.argv[sys.argv.index("--") + 1:]
@@ -21,36 +22,9 @@ job = subprocess.Popen(
      "btl_tcp_if_include", "lo", "-np", "2", "cdp-run"] + args,
     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     start_new_session=True)
-
-
-def ranks():
-    """The job's cdp-run processes by MPI rank (from /proc: its session)."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == job.pid:
-            continue
-        try:
-            if os.getsid(int(entry)) != job.pid:
-                continue
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                environ = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
-        except (OSError, ProcessLookupError, ValueError):
-            continue
-        if argv and os.path.basename(argv[0]) == b"cdp-run":
-            found[int(environ.get(b"OMPI_COMM_WORLD_RANK", b"-1"))] = int(entry)
-    return found
-
-
-deadline = time.time() + 120
-while time.time() < deadline and job.poll() is None:
-    if os.path.exists(metrics) and sum(1 for _ in open(metrics)) >= 3:
-        break
-    time.sleep(0.01)
-if job.poll() is not None:
+if not wait_for_steps(metrics, job, 120):
     sys.exit("the run ended before the signal (raise --steps): " + job.communicate()[1])
-processes = ranks()
+processes = {rank: pid for pid, (_, rank) in cdp_run_processes(job).items()}
 for rank in ([1] if who == "one" else sorted(processes)):
     os.kill(processes[rank], signal.SIGTERM)
 try:
