@@ -281,20 +281,11 @@ void checkSameRun(const std::string &path, const Manifest &m,
   if (m.planChecksum != identity.planChecksum)
     throw RuntimeError(path + ": the checkpoint was taken from another plan; "
                               "resume with the plan that wrote it");
-  if (m.seed != identity.seed)
-    throw RuntimeError(path + ": the checkpoint was taken with --seed " +
-                       std::to_string(m.seed) + ", not " +
-                       std::to_string(identity.seed) +
-                       "; resume with the same seed");
-  if (m.data != identity.data)
-    throw RuntimeError(path + ": the checkpoint was taken training on " +
-                       m.data + "; resume on the same data");
-  for (size_t i = 0; i < m.files.size() && i < identity.files.size(); ++i)
-    if (!(m.files[i] == identity.files[i]))
-      throw RuntimeError(path + ": " + identity.files[i].path +
-                         " changed since the checkpoint (its size, "
-                         "modification time or contents); resume on the "
-                         "data it was taken on");
+  RunIdentity taken;
+  taken.seed = m.seed;
+  taken.data = m.data;
+  taken.files = m.files;
+  checkSameData(path, taken, identity);
   if (m.processes != processCount(scope))
     throw RuntimeError(path + ": the checkpoint was written by " +
                        std::to_string(m.processes) + " process" +
@@ -353,6 +344,24 @@ void restoreShard(const std::string &path, const std::string &bytes,
 }
 
 } // namespace
+
+void checkSameData(const std::string &path, const RunIdentity &taken,
+                   const RunIdentity &identity) {
+  if (taken.seed != identity.seed)
+    throw RuntimeError(path + ": the checkpoint was taken with --seed " +
+                       std::to_string(taken.seed) + ", not " +
+                       std::to_string(identity.seed) +
+                       "; resume with the same seed");
+  if (taken.data != identity.data)
+    throw RuntimeError(path + ": the checkpoint was taken training on " +
+                       taken.data + "; resume on the same data");
+  for (size_t i = 0; i < taken.files.size() && i < identity.files.size(); ++i)
+    if (!(taken.files[i] == identity.files[i]))
+      throw RuntimeError(path + ": " + identity.files[i].path +
+                         " changed since the checkpoint (its size, "
+                         "modification time or contents); resume on the "
+                         "data it was taken on");
+}
 
 /// A folder of shards (--feed NAME=DIR): its .npy files' fingerprints,
 /// in name order, combined.

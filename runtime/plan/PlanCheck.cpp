@@ -453,14 +453,14 @@ namespace {
 
 template <typename InstructionAt>
 void visitRelaysAfterTraining(
-    int size, InstructionAt at, int64_t steps,
+    int size, InstructionAt at, int64_t steps, int64_t origin,
     const std::function<void(int index, int64_t step)> &visit) {
   for (int i = 0; i < size; ++i) {
     const Instruction &instruction = at(i);
     if (instruction.op() != "chain_relay")
       continue;
     int64_t offset = instruction.min_step();
-    for (int64_t t = std::max(steps, offset); t < steps + offset; ++t)
+    for (int64_t t = std::max(steps, origin + offset); t < steps + offset; ++t)
       visit(i, t);
   }
 }
@@ -468,12 +468,12 @@ void visitRelaysAfterTraining(
 } // namespace
 
 void forEachRelayAfterTraining(
-    const Device &device, int64_t steps,
+    const Device &device, int64_t steps, int64_t origin,
     const std::function<void(int index, int64_t step)> &visit) {
   visitRelaysAfterTraining(
       device.instructions_size(),
       [&](int i) -> const Instruction & { return device.instructions(i); },
-      steps, visit);
+      steps, origin, visit);
 }
 
 void forEachRelayAfterTraining(
@@ -482,7 +482,7 @@ void forEachRelayAfterTraining(
   visitRelaysAfterTraining(
       spelled.size(device),
       [&](int i) -> const Instruction & { return *spelled.at(device, i); },
-      steps, visit);
+      steps, 0, visit);
 }
 
 std::string findSendRecvDeadlock(const Plan &plan) {

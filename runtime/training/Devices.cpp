@@ -322,7 +322,7 @@ static void runDevice(Run &run, int d, DeviceThreads &shared) {
       progress = t + 1;
   };
   ex.setTotalSteps(run.total, checkpointDue(run, run.total));
-  if (shared.start > 0)
+  if (shared.start > 0 && !run.portableResume) // the checkpoint's cut step
     runPart(shared.start - 1, shared.cuts.at(shared.start, d), size);
   for (int64_t t = shared.start; t < run.total; ++t) {
     bool stop = !options.checkpoint.empty() && t + 1 < run.total &&

@@ -284,6 +284,8 @@ void writeOutputs(Run &run) {
   const RunOptions &options = run.options;
   if (run.training)
     checkTrainedFinite(run);
+  if (!options.portableCheckpoint.empty())
+    writePortableCheckpoint(run);
   run.metrics.close();
   run.tensorboard.close();
   if (!options.profile.empty())

@@ -152,6 +152,8 @@ struct Run {
   /// (null: the plan has no update, or not looked for yet).
   std::shared_ptr<const UpdateRule> reportedRule;
   bool reportedRuleFound = false;
+  /// --resume from a portable checkpoint: the schedule starts afresh.
+  bool portableResume = false;
   /// --dump-grads and --save-outputs written (before a final evaluation,
   /// which reuses their buffers).
   bool stepOutputsWritten = false;
@@ -274,6 +276,40 @@ TrainedValue fetchTrained(Run &run, int id);
 void serveTrainedTensors(Run &run);
 /// The root, once its outputs are written: the other processes may end.
 void endTrainedFetches(Run &run);
+
+/// Optimizer states as PyTorch's optimizers name them; a StateRecord
+/// holds the index.
+constexpr const char *kStateNames[] = {"momentum_buffer", "exp_avg",
+                                       "exp_avg_sq"};
+constexpr int kStateNameCount = 3;
+/// Where a part of a parameter's optimizer state lies: on `device`, in
+/// state tensor `state` of its stateful kernel `kernel` (in
+/// Executor::statefulKernels' order; -1: the kernel keeps only a step
+/// count), named kStateNames[name], elements [paramOffset, paramOffset +
+/// length) of parameter `param` from element `stateOffset` on; `counter`:
+/// the updates the kernel has applied.
+struct StateRecord {
+  int device;
+  int64_t kernel, state, name, param, paramOffset, stateOffset, length, counter;
+};
+/// The records of a device of this process.
+std::vector<StateRecord> localStateRecords(Run &run, Executor &executor);
+/// The records of any device (on the root: another process's on request).
+std::vector<StateRecord> stateRecords(Run &run, int device);
+/// A record's elements of its state tensor, on its device.
+TensorView stateView(Executor &executor, const StateRecord &record);
+/// A record's elements (float32) into `out` (the root, after training).
+void readStatePiece(Run &run, const StateRecord &record, char *out);
+
+// PortableCheckpoint.cpp
+/// The root after training: --portable-checkpoint's folder.
+void writePortableCheckpoint(Run &run);
+/// Whether `dir` holds a portable checkpoint (else an exact one).
+bool isPortableCheckpoint(const std::string &dir);
+/// Every process: puts --resume's portable checkpoint into the devices of
+/// this process wherever the plan keeps each value; returns the step the
+/// plan starts at (the same samples consumed).
+int64_t loadPortableCheckpoint(Run &run);
 
 // Inference.cpp
 void runInference(Run &run);

@@ -66,16 +66,33 @@ void checkOutputPaths(const RunOptions &options) {
           !data.empty())
         fail(data);
   }
+  // One folder cannot take both kinds of checkpoint: the portable one
+  // replaces its folder whole, and a resume prefers checkpoint.json.
+  auto resolved = [](const std::string &path) {
+    std::error_code ignored;
+    return std::filesystem::weakly_canonical(std::filesystem::absolute(path),
+                                             ignored);
+  };
+  if (!options.checkpoint.empty() && !options.portableCheckpoint.empty() &&
+      resolved(options.checkpoint) == resolved(options.portableCheckpoint))
+    fail("--checkpoint and --portable-checkpoint name the same folder (" +
+         options.checkpoint + "); give each a folder of its own");
+  if (!options.checkpoint.empty() && isPortableCheckpoint(options.checkpoint))
+    fail("--checkpoint " + options.checkpoint +
+         " holds a portable checkpoint (checkpoint.json); give --checkpoint "
+         "a folder of its own");
   auto dumped = [](const std::string &file) {
-    return file == "index.json" ||
+    return file == "index.json" || file == "checkpoint.json" ||
            (file.size() > 4 && file.compare(file.size() - 4, 4, ".npy") == 0);
   };
-  for (auto [flag, path] : {std::pair<const char *, const std::string *>{
-                                "--dump-params", &options.dumpParams},
-                            {"--dump-grads", &options.dumpGrads},
-                            {"--save-outputs", &options.saveOutputs},
-                            {"--checkpoint", &options.checkpoint},
-                            {"--tensorboard", &options.tensorboard}}) {
+  for (auto [flag, path] :
+       {std::pair<const char *, const std::string *>{"--dump-params",
+                                                     &options.dumpParams},
+        {"--dump-grads", &options.dumpGrads},
+        {"--save-outputs", &options.saveOutputs},
+        {"--checkpoint", &options.checkpoint},
+        {"--portable-checkpoint", &options.portableCheckpoint},
+        {"--tensorboard", &options.tensorboard}}) {
     // A checkpoint's and TensorBoard's folders are written into, the
     // others replaced whole.
     bool replaced = std::string(flag) != "--checkpoint" &&
@@ -100,6 +117,7 @@ static void checkMeaningfulFlags(const RunOptions &options,
           {"--eval-feed", !options.evalFeeds.empty()},
           {"--dump-grads", !options.dumpGrads.empty()},
           {"--checkpoint", !options.checkpoint.empty()},
+          {"--portable-checkpoint", !options.portableCheckpoint.empty()},
           {"--resume", !options.resume.empty()},
           {"--report", !options.report.empty()},
           {"--metrics", !options.metrics.empty()},
@@ -127,11 +145,15 @@ static void checkMeaningfulFlags(const RunOptions &options,
   bool owned = std::any_of(plan.schedule().shard_groups().begin(),
                            plan.schedule().shard_groups().end(),
                            [](const auto &group) { return group.has_owner(); });
-  if (owned && (!options.checkpoint.empty() || !options.resume.empty()))
-    fail(std::string(options.resume.empty() ? "--checkpoint" : "--resume") +
+  // A portable checkpoint has nothing in flight: the owners start afresh.
+  bool exactResume =
+      !options.resume.empty() && !isPortableCheckpoint(options.resume);
+  if (owned && (!options.checkpoint.empty() || exactResume))
+    fail(std::string(options.checkpoint.empty() ? "--resume" : "--checkpoint") +
          " is not built yet for a cdp --zero 3 plan (its stage owners send "
          "the next step's parameters before the step starts); compile with "
-         "--strategy dp --zero 3 to checkpoint sharded model states");
+         "--strategy dp --zero 3 to checkpoint sharded model states, or "
+         "write a --portable-checkpoint after the run");
   if (options.eval && options.data.empty())
     fail("--eval evaluates on the test split of --data; with --feed give the "
          "held-out data with --eval-feed NAME=FILE");

@@ -6,6 +6,9 @@
 // under mpirun from another process on request. Only one tensor is ever
 // in flight, so the root's memory stays its own devices' plus the largest
 // tensor (the model gathered whole on device 0 was its size once more).
+// The optimizer's state (a portable checkpoint) is read the same way: each
+// device first says which parts of which parameters' state its kernels
+// hold (StateRecord), then the root asks for the parts it needs.
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,11 +23,40 @@ namespace cdp::runtime::training {
 
 namespace {
 
-/// Beside the step and gather tags: device 0's request for a piece of a
-/// tensor (its id, first element, count; id -1: no more requests) and the
-/// piece in answer.
+/// Beside the step and gather tags: device 0's request (a Request) and
+/// the answer.
 constexpr int64_t kFetchRequestTag = (int64_t(3) << 60) | (int64_t(1) << 44);
 constexpr int64_t kFetchReplyTag = (int64_t(3) << 60) | (int64_t(1) << 45);
+
+/// What device 0 asks another process's device for: elements [first,
+/// first + count) of tensor `a` (kTensor) or of state tensor `b` of the
+/// device's stateful kernel `a` (kStatePiece); its state records
+/// (kStateRecords: their count, then the records); or nothing more.
+enum RequestKind : int64_t {
+  kDone = -1,
+  kTensor = 0,
+  kStateRecords = 1,
+  kStatePiece = 2
+};
+struct Request {
+  int64_t kind = kDone, a = 0, b = 0, first = 0, count = 0;
+};
+constexpr int64_t kRequestFields = 5;
+constexpr int64_t kRecordFields = 8;
+
+void sendRequest(Communicator &root, int device, const Request &request) {
+  int64_t fields[kRequestFields] = {request.kind, request.a, request.b,
+                                    request.first, request.count};
+  root.send(device, kFetchRequestTag, {plan::I64, fields, kRequestFields}, -1);
+}
+
+/// Answers are read only while the run holds: a failed device ends them.
+void receiveAnswer(Run &run, int device, const Buffer &into,
+                   const std::string &what) {
+  if (!run.fabric->endpoint(0).recv(device, kFetchReplyTag, into))
+    fail("device 0: stopped while reading " + what + " from device " +
+         std::to_string(device) + " (another device failed)");
+}
 
 /// Elements [first, first + count) of tensor `id` as `executor` holds it.
 TensorView piece(const Executor &executor, int id, int64_t first,
@@ -51,14 +83,9 @@ void readPiece(Run &run, int device, int id, int64_t first, int64_t count,
     executor.download(piece(executor, id, first, count), out);
     return;
   }
-  Communicator &root = run.fabric->endpoint(0);
-  int64_t request[3] = {id, first, count};
-  root.send(device, kFetchRequestTag, {plan::I64, request, 3}, -1);
-  if (!root.recv(device, kFetchReplyTag,
-                 {run.plan.tensors(id).dtype(), out, count}))
-    fail("device 0: stopped while reading the trained '" +
-         run.plan.tensors(id).name() + "' from device " +
-         std::to_string(device) + " (another device failed)");
+  sendRequest(run.fabric->endpoint(0), device, {kTensor, id, 0, first, count});
+  receiveAnswer(run, device, {run.plan.tensors(id).dtype(), out, count},
+                "the trained '" + run.plan.tensors(id).name() + "'");
 }
 
 /// A shard group parameter whole, from the shards each device holds (the
@@ -98,7 +125,138 @@ const plan::ShardGroup *shardGroupOf(const plan::Plan &plan, int id) {
   return nullptr;
 }
 
+/// The parameters, in its stage's order, whose elements a stateful
+/// instruction's state spans name.
+std::vector<int> stageParams(const plan::Plan &plan,
+                             const plan::Instruction &instruction) {
+  const std::string &op = instruction.op();
+  int inputs = instruction.inputs_size(), count = 1;
+  if (op == "shard_update") {
+    int64_t zero = plan::intAttribute(instruction, "zero", 1);
+    if (zero == 3) // the parameters' shard: its group names them
+      for (const plan::ShardGroup &group : plan.schedule().shard_groups())
+        if (group.shard() == instruction.inputs(0))
+          return {group.params().begin(), group.params().end()};
+    count = zero == 2 ? inputs - 1 : inputs / 2;
+  } else if (op == "replica_shard_update") {
+    count = inputs / 2;
+  }
+  if (count < 1 || count > inputs)
+    fail("the optimizer state of '" + instruction.location() +
+         "' names no parameter");
+  return {instruction.inputs().begin(), instruction.inputs().begin() + count};
+}
+
+int stateCode(const std::string &name) {
+  for (int code = 0; code < kStateNameCount; ++code)
+    if (name == kStateNames[code])
+      return code;
+  fail("optimizer state '" + name + "' has no name in a checkpoint");
+}
+
+/// Elements [first, first + count) of state tensor `state` of `executor`'s
+/// stateful kernel `kernel`.
+TensorView statePiece(Executor &executor, int64_t kernel, int64_t state,
+                      int64_t first, int64_t count) {
+  auto kernels = executor.statefulKernels();
+  if (kernel < 0 || kernel >= static_cast<int64_t>(kernels.size()))
+    fail("device " + std::to_string(executor.device()) + " has no optimizer " +
+         "state " + std::to_string(kernel));
+  KernelState s = kernels[kernel].second->state();
+  if (state < 0 || state >= static_cast<int64_t>(s.tensors.size()))
+    fail("device " + std::to_string(executor.device()) + " has no optimizer " +
+         "state " + std::to_string(kernel) + "." + std::to_string(state));
+  TensorView whole = s.tensors[state].second;
+  if (first < 0 || count < 0 || first + count > whole.numel())
+    fail("device " + std::to_string(executor.device()) +
+         ": optimizer state elements past its end asked for");
+  return {static_cast<char *>(whole.data) + first * sizeof(float),
+          {count},
+          whole.dtype,
+          whole.space};
+}
+
+std::vector<int64_t> flatten(const std::vector<StateRecord> &records) {
+  std::vector<int64_t> fields;
+  for (const StateRecord &r : records)
+    fields.insert(fields.end(),
+                  {r.kernel, r.state, r.name, r.param, r.paramOffset,
+                   r.stateOffset, r.length, r.counter});
+  return fields;
+}
+
 } // namespace
+
+std::vector<StateRecord> localStateRecords(Run &run, Executor &executor) {
+  std::vector<StateRecord> records;
+  int64_t kernel = 0;
+  for (auto &[instruction, stateful] : executor.statefulKernels()) {
+    KernelState s = stateful->state();
+    std::vector<int> params = stageParams(run.plan, *instruction);
+    std::vector<KernelState::Span> spans = s.spans;
+    if (spans.empty())
+      spans.push_back({0, 0, 0, run.plan.tensors(params[0]).bytes() / 4});
+    int64_t counter = s.counter ? *s.counter : 0;
+    for (const KernelState::Span &span : spans) {
+      if (span.tensor < 0 || span.tensor >= static_cast<int>(params.size()))
+        fail("the optimizer state of '" + instruction->location() +
+             "' names a parameter its instruction lacks");
+      StateRecord r{executor.device(),
+                    kernel,
+                    -1,
+                    -1,
+                    params[span.tensor],
+                    span.offset,
+                    span.stateOffset,
+                    span.length,
+                    counter};
+      if (s.tensors.empty())
+        records.push_back(r);
+      for (size_t j = 0; j < s.tensors.size(); ++j) {
+        r.state = static_cast<int64_t>(j);
+        r.name = stateCode(s.tensors[j].first);
+        records.push_back(r);
+      }
+    }
+    ++kernel;
+  }
+  return records;
+}
+
+TensorView stateView(Executor &executor, const StateRecord &record) {
+  return statePiece(executor, record.kernel, record.state, record.stateOffset,
+                    record.length);
+}
+
+std::vector<StateRecord> stateRecords(Run &run, int device) {
+  if (!run.fabric || run.fabric->owns(device))
+    return localStateRecords(run, *run.executors.at(device));
+  sendRequest(run.fabric->endpoint(0), device, {kStateRecords});
+  int64_t count = 0;
+  receiveAnswer(run, device, {plan::I64, &count, 1}, "the optimizer state");
+  std::vector<int64_t> fields(count * kRecordFields);
+  receiveAnswer(run, device, {plan::I64, fields.data(), int64_t(fields.size())},
+                "the optimizer state");
+  std::vector<StateRecord> records;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t *f = fields.data() + i * kRecordFields;
+    records.push_back({device, f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]});
+  }
+  return records;
+}
+
+void readStatePiece(Run &run, const StateRecord &record, char *out) {
+  if (!run.fabric || run.fabric->owns(record.device)) {
+    Executor &executor = *run.executors.at(record.device);
+    executor.download(stateView(executor, record), out);
+    return;
+  }
+  sendRequest(run.fabric->endpoint(0), record.device,
+              {kStatePiece, record.kernel, record.state, record.stateOffset,
+               record.length});
+  receiveAnswer(run, record.device, {plan::F32, out, record.length},
+                "the optimizer state");
+}
 
 TrainedValue fetchTrained(Run &run, int id) {
   const plan::Tensor &t = run.plan.tensors(id);
@@ -126,21 +284,38 @@ TrainedValue fetchTrained(Run &run, int id) {
 /// requests until it asks for no more.
 static void serveDevice(Run &run, int device) {
   Communicator &endpoint = run.fabric->endpoint(device);
-  const Executor &executor = *run.executors.at(device);
+  Executor &executor = *run.executors.at(device);
   for (;;) {
-    int64_t request[3] = {-1, 0, 0};
-    if (!endpoint.recv(0, kFetchRequestTag, {plan::I64, request, 3}))
+    int64_t fields[kRequestFields] = {kDone, 0, 0, 0, 0};
+    if (!endpoint.recv(0, kFetchRequestTag,
+                       {plan::I64, fields, kRequestFields}))
       return; // the run was aborted: the root says why
-    int id = static_cast<int>(request[0]);
-    if (id < 0)
+    Request request{fields[0], fields[1], fields[2], fields[3], fields[4]};
+    if (request.kind == kDone)
       return;
-    if (id >= run.plan.tensors_size())
-      fail("device 0 asked for tensor " + std::to_string(id) +
+    if (request.kind == kStateRecords) {
+      std::vector<int64_t> records = flatten(localStateRecords(run, executor));
+      int64_t count = static_cast<int64_t>(records.size()) / kRecordFields;
+      endpoint.send(0, kFetchReplyTag, {plan::I64, &count, 1}, -1);
+      endpoint.send(0, kFetchReplyTag,
+                    {plan::I64, records.data(), int64_t(records.size())}, -1);
+      continue;
+    }
+    if (request.kind == kTensor &&
+        (request.a < 0 || request.a >= run.plan.tensors_size()))
+      fail("device 0 asked for tensor " + std::to_string(request.a) +
            ", which the plan does not hold");
-    TensorView asked = piece(executor, id, request[1], request[2]);
+    if (request.kind != kTensor && request.kind != kStatePiece)
+      fail("device 0 asked for something unknown (" +
+           std::to_string(request.kind) + ")");
+    TensorView asked = request.kind == kTensor
+                           ? piece(executor, static_cast<int>(request.a),
+                                   request.first, request.count)
+                           : statePiece(executor, request.a, request.b,
+                                        request.first, request.count);
     HostTensor host = executor.stageOut(asked);
     endpoint.send(0, kFetchReplyTag,
-                  {host.view().dtype, host.view().data, request[2]}, -1);
+                  {host.view().dtype, host.view().data, request.count}, -1);
   }
 }
 
@@ -166,11 +341,9 @@ void serveTrainedTensors(Run &run) {
 }
 
 void endTrainedFetches(Run &run) {
-  Communicator &root = run.fabric->endpoint(0);
-  int64_t done[3] = {-1, 0, 0};
   for (int d = 0; d < run.deviceCount; ++d)
     if (!run.fabric->owns(d))
-      root.send(d, kFetchRequestTag, {plan::I64, done, 3}, -1);
+      sendRequest(run.fabric->endpoint(0), d, {kDone});
 }
 
 } // namespace cdp::runtime::training

@@ -24,20 +24,31 @@ void train(Run &run) {
     } catch (const RuntimeError &e) {
       fail(e.what());
     }
-  if (!run.options.checkpoint.empty() || !run.options.resume.empty())
+  if (!run.options.checkpoint.empty() || !run.options.resume.empty() ||
+      !run.options.portableCheckpoint.empty())
     run.identity = runIdentity(run);
   int64_t step = 0;
-  if (!run.options.resume.empty()) {
+  if (!run.options.resume.empty() && isPortableCheckpoint(run.options.resume)) {
+    step = loadPortableCheckpoint(run);
+    run.portableResume = true;
+    for (auto &executor : run.executors)
+      if (executor)
+        executor->setStepOrigin(step);
+  } else if (!run.options.resume.empty()) {
     try {
       step = loadCheckpoint(run.options.resume, run.checkpointScope(),
                             run.identity);
     } catch (const RuntimeError &e) {
       fail(e.what());
     }
-    if (step > run.total)
-      fail("--resume: the checkpoint is at step " + std::to_string(step) +
-           ", past the " + std::to_string(run.total) + " steps asked for");
   }
+  if (step > run.total)
+    fail("--resume: the checkpoint is at step " + std::to_string(step) +
+         (run.portableResume
+              ? " of this plan (" + std::to_string(step * run.perStep) +
+                    " samples)"
+              : std::string()) +
+         ", past the " + std::to_string(run.total) + " steps asked for");
   if (!run.options.metrics.empty() && run.root())
     run.metrics.open(run.options.metrics, step);
   if (!run.options.tensorboard.empty() && run.root())

@@ -59,6 +59,11 @@ RUN_ORDER = [
     "--save-onnx-eval trained-eval.onnx",
     "cdp-run model.cdp --feed input=shards/ --feed labels=labels_u8.npy "
     "--feed-scale 0.00392156862745098 --shuffle --partial-batch drop --steps 100",
+    "cdp-compile model.onnx -o dp2.cdp --strategy dp --devices 2 --optimizer momentum",
+    "cdp-run dp2.cdp --feed input=x.npy --feed labels=y.npy --steps 4 --portable-checkpoint state/",
+    "cdp-compile model.onnx -o 1f1b.cdp --strategy 1f1b --stages 2 --micro-batches 2 "
+    "--optimizer momentum --lr 0.005",
+    "cdp-run 1f1b.cdp --feed input=x.npy --feed labels=y.npy --steps 8 --resume state/",
     "cdp-compile trained-eval.onnx --inference -o eval.cdp",
     "cdp-run eval.cdp --feed input=test.npy --save-outputs out/",
     "cdp-compile lenet.onnx --emit=mlir",

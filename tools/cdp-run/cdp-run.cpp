@@ -230,6 +230,15 @@ std::vector<Flag> runFlags(RunOptions &o) {
        "status 0 (under mpirun the processes agree on the step, whichever "
        "got the signal)",
        [&](const std::string &v) { o.checkpoint = v; }},
+      {"--portable-checkpoint", "DIR",
+       "After the run, write its state by name into DIR (replaced as a "
+       "whole): every parameter and buffer, and each parameter's optimizer "
+       "state (momentum_buffer, exp_avg, exp_avg_sq) as .npy, with "
+       "checkpoint.json naming them and the step, samples consumed, update "
+       "count and data. --resume DIR continues from it with another plan "
+       "of the same model: another strategy, device or process count, "
+       "learning rate or schedule (the same optimizer, seed and data)",
+       [&](const std::string &v) { o.portableCheckpoint = v; }},
       {"--checkpoint-every", "N",
        "Checkpoint every N steps (default: at the end)",
        [&](const std::string &v) {
@@ -238,7 +247,10 @@ std::vector<Flag> runFlags(RunOptions &o) {
       {"--resume", "DIR",
        "Continue from a checkpoint of the same plan, seed, data (files "
        "unchanged) and process count; --steps/--epochs count from the start "
-       "of training, so the result is bit-identical to an uninterrupted run",
+       "of training, so the result is bit-identical to an uninterrupted run. "
+       "From a --portable-checkpoint folder: any plan of the same model and "
+       "optimizer, starting at the step that has consumed the same samples "
+       "(its schedule starts afresh there)",
        [&](const std::string &v) { o.resume = v; }},
       {"--profile", "FILE",
        "Measure every instruction and write its mean time per step as JSON "

@@ -53,8 +53,10 @@ SimulatedTime simulateTime(const Plan &plan, int64_t steps,
 /// --cdp-reduce chain: after `steps` steps of training, the relays of the
 /// last steps' means still to run (a relay with min_step k passes step
 /// t - k's mean in step t): visit(instruction index, step) in order.
+/// A run whose schedule started at step `origin` (a portable resume) has
+/// no means before it.
 void forEachRelayAfterTraining(
-    const Device &device, int64_t steps,
+    const Device &device, int64_t steps, int64_t origin,
     const std::function<void(int index, int64_t step)> &visit);
 /// The same over device `device` of a spelled-out plan.
 void forEachRelayAfterTraining(

@@ -49,6 +49,12 @@ struct RunIdentity {
   std::vector<FileFingerprint> files; ///< the data's files
 };
 
+/// Refuses (a RuntimeError of one line naming the checkpoint `path`) a
+/// checkpoint `taken` with another seed or data than `identity`, or on
+/// data files changed since.
+void checkSameData(const std::string &path, const RunIdentity &taken,
+                   const RunIdentity &identity);
+
 /// This process's part of a run: its devices (in device order) and the
 /// fabric between them (null for one device that does not communicate).
 struct CheckpointScope {

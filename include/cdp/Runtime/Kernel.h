@@ -72,8 +72,19 @@ struct StepContext {
 /// State a kernel carries from step to step (optimizer moments and step
 /// count), exposed for checkpoints and tests.
 struct KernelState {
+  /// Where a state tensor's elements lie in the parameters': element
+  /// `offset` on of the kernel's `tensor`-th parameter (in the order of
+  /// its stage) at `stateOffset` in the state, for `length` elements.
+  struct Span {
+    int tensor;
+    int64_t offset, stateOffset, length;
+  };
   std::vector<std::pair<std::string, TensorView>> tensors;
   int64_t *counter = nullptr;
+  /// Empty: every state tensor is shaped as the kernel's one parameter
+  /// (an update of one tensor); else the spans of a sharded update's
+  /// shard (the same for each of its state tensors).
+  std::vector<Span> spans;
 };
 
 class Kernel {

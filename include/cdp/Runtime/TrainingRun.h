@@ -55,6 +55,8 @@ struct RunOptions {
   std::string metrics, tensorboard, dumpParams, dumpGrads, saveOutputs,
       saveOnnx, saveOnnxEval;
   std::string checkpoint, resume, profile;
+  /// --portable-checkpoint: the state by name, written after the run.
+  std::string portableCheckpoint;
   std::string report, reportSvg, compareReport, trace;
   int64_t reportSteps = -1;
   int64_t checkpointEvery = 0;

@@ -122,9 +122,12 @@ std::vector<UpdateRule> rulesOf(const KernelArgs &args, size_t tensors) {
 /// A sharded update's state for checkpoints: its step count and the
 /// moments of its shard, named as PyTorch names them.
 KernelState shardState(ShardedUpdate &update, const ShardLayout &layout,
-                       bool adam) {
+                       int shard, bool adam) {
   KernelState result;
   result.counter = update.stepCounter();
+  for (const ShardLayout::Piece &piece : layout.pieces(shard))
+    result.spans.push_back(
+        {piece.tensor, piece.offset, piece.shardOffset, piece.length});
   auto add = [&](const char *name, std::vector<float> &values) {
     if (!values.empty())
       result.tensors.emplace_back(
@@ -144,7 +147,7 @@ public:
         update(rulesOf(args, layout.tensors()), layout, shardIndex(args)),
         pieces(layout.pieces(shardIndex(args))), comm(args.communicator),
         stage(args.i("stage", 0)), timeStep(args.instruction->time_step()),
-        cycle(args.i("cycle", 1)), device(args.device),
+        cycle(args.i("cycle", 1)), device(args.device), shard(shardIndex(args)),
         adam(UpdateRule(args).adam), zero(args.i("zero", 1)) {
     if (zero >= 2 && grads.front().numel() != layout.shardSize())
       args.fail("its gradient shard holds " +
@@ -189,7 +192,9 @@ public:
                          "(another device failed)");
   }
 
-  KernelState state() override { return shardState(update, layout, adam); }
+  KernelState state() override {
+    return shardState(update, layout, shard, adam);
+  }
 
   /// The shard being sent.
   int64_t workspaceBytes() const override {
@@ -205,6 +210,7 @@ private:
   Communicator *comm;
   int64_t stage, timeStep, cycle;
   int device;
+  int shard; ///< this device's shard of the stage
   bool adam;
   int64_t zero;
 };
@@ -349,7 +355,9 @@ public:
     }
   }
 
-  KernelState state() override { return shardState(update, layout, adam); }
+  KernelState state() override {
+    return shardState(update, layout, static_cast<int>(replica), adam);
+  }
 
   /// The shard sent and one received from another replica.
   int64_t workspaceBytes() const override {
