@@ -226,7 +226,8 @@ Portable readPortable(const std::string &dir) {
   std::string path = dir + "/" + kIndex;
   Json j =
       Json::parse(readFileBytes(path), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object() || j.value("format", "") != kFormat)
+  if (j.is_discarded() || !j.is_object() || !j.contains("format") ||
+      j["format"] != kFormat)
     fail(path + ": not a cdp portable checkpoint");
   try {
     return parsePortable(path, j);
