@@ -37,6 +37,7 @@ STRATEGIES = {
 
 def main():
     bin_dir, work, name = sys.argv[1], sys.argv[2], sys.argv[3]
+    held_out = int(sys.argv[4]) if len(sys.argv) > 4 else 37  # 1001: results.md
     os.makedirs(work, exist_ok=True)
     path = models.export(name, work)
     model, example, dynamic = models.build(name)
@@ -46,7 +47,7 @@ def main():
     files = {}
     # 37 held-out samples: four batches of 8 and a last one of 5, padded and
     # masked.
-    for split, count in [("train", 64), ("test", 37)]:
+    for split, count in [("train", 64), ("test", held_out)]:
         files[split + "_x"] = os.path.join(work, split + "_x.npy")
         files[split + "_y"] = os.path.join(work, split + "_y.npy")
         np.save(files[split + "_x"], rng.standard_normal([count] + shape).astype(np.float32))
