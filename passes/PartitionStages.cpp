@@ -1,6 +1,7 @@
 //===- PartitionStages.cpp - contiguous cost-balanced stages --------------===//
 
 #include "cdp/Dialect/Graph/GraphOps.h"
+#include "cdp/Passes/ForwardLayers.h"
 #include "cdp/Passes/Passes.h"
 #include "cdp/Schedule/ScheduleTable.h"
 #include "cdp/Schedule/Strategy.h"
@@ -63,6 +64,83 @@ int64_t bytesOf(Value value) {
   int64_t width = std::max<int64_t>(type.getElementTypeBitWidth() / 8, 1);
   return type.getNumElements() * width;
 }
+
+/// Activation bytes of the stages a cut can make, as --device-memory's
+/// estimate counts them: without recomputation every forward result is
+/// stashed per micro-batch in flight; with it (cdp-recompute) a stage
+/// stashes what leaves it and what the mode keeps inside (layer: each
+/// layer's input; selective: all but element-wise, softmax and
+/// activation-by-activation products), and the backward recomputes the
+/// rest of one micro-batch's forward at a time.
+class ActivationEstimate {
+public:
+  ActivationEstimate(ArrayRef<Operation *> ops, StringRef mode,
+                     const WeightFlow &flow)
+      : recompute(mode != "none") {
+    size_t n = ops.size();
+    results.assign(n + 1, 0);
+    kept.assign(n + 1, 0);
+    crossing.assign(n + 1, 0);
+    llvm::DenseMap<Operation *, size_t> index;
+    for (size_t i = 0; i < n; ++i)
+      index[ops[i]] = i;
+    std::vector<double> delta(n + 2, 0);
+    std::vector<int64_t> layer;
+    if (mode == "layer")
+      layer = layersOf(ops, flow, 0);
+    for (size_t i = 0; i < n; ++i) {
+      double bytes = 0;
+      for (Value result : ops[i]->getResults()) {
+        bytes += bytesOf(result);
+        size_t last = i;
+        for (Operation *user : result.getUsers()) {
+          auto it = index.find(user);
+          last = std::max(last, it == index.end() ? n : it->second);
+        }
+        delta[i + 1] += bytesOf(result); // live across cuts i+1 .. last
+        delta[last + 1] -= bytesOf(result);
+      }
+      results[i + 1] = results[i] + bytes;
+      double inside = 0;
+      if (mode == "selective" && !cheap(ops[i], flow))
+        inside = bytes;
+      keptAt.push_back(inside);
+      layerStart.push_back(!layer.empty() && i > 0 && layer[i] != layer[i - 1]);
+    }
+    for (size_t j = 1; j <= n; ++j)
+      crossing[j] = crossing[j - 1] + delta[j];
+    for (size_t i = 0; i < n; ++i)
+      kept[i + 1] = kept[i] + keptAt[i] + (layerStart[i] ? crossing[i] : 0);
+  }
+
+  /// Bytes the stage of ops [begin, end) keeps per stashed micro-batch:
+  /// every result, or with recomputation what leaves the stage and what
+  /// the mode keeps inside it.
+  double stashed(size_t begin, size_t end) const {
+    double all = results[end] - results[begin];
+    if (!recompute)
+      return all;
+    return std::min(all, crossing[end] + kept[end] - kept[begin + 1]);
+  }
+  /// The rest of one micro-batch's results, which the backward recomputes
+  /// (held at once, at most).
+  double working(size_t begin, size_t end) const {
+    return results[end] - results[begin] - stashed(begin, end);
+  }
+
+private:
+  /// Recomputed under selective: cheap to redo, large to keep.
+  static bool cheap(Operation *op, const WeightFlow &flow) {
+    auto product = dyn_cast<MatMulOp>(op);
+    return op->hasTrait<ElementwiseInPlace>() || isa<SoftmaxOp>(op) ||
+           (product && !flow.weightOnly.contains(product.getA()) &&
+            !flow.weightOnly.contains(product.getB()));
+  }
+
+  bool recompute;
+  std::vector<double> results, kept, crossing, keptAt;
+  std::vector<bool> layerStart;
+};
 
 /// The contiguous cut of n ops into `count` stages that minimises the
 /// largest `objective(begin, end, stage)` of a stage (ops [begin, end),
@@ -222,25 +300,28 @@ struct PartitionStagesPass
                     },
                     " or ")
              << "), got '" << strategy << "'";
+    if (recompute != "none" && recompute != "stage" && recompute != "layer" &&
+        recompute != "selective")
+      return func.emitError("recompute must be none, stage, layer or "
+                            "selective, got '")
+             << recompute.getValue() << "'";
     // The stash slots each stage keeps, as the step program sizes them.
     std::vector<int64_t> slots =
         pipeline::stashSlotsPerStage(*kind, count, microBatches);
     size_t n = ops.size();
-    SmallVector<double> costPrefix(n + 1, 0), paramPrefix(n + 1, 0),
-        activationPrefix(n + 1, 0);
+    SmallVector<double> costPrefix(n + 1, 0), paramPrefix(n + 1, 0);
     llvm::DenseSet<Value> counted;
     for (size_t i = 0; i < n; ++i) {
-      double params = 0, activations = 0;
+      double params = 0;
       for (Value operand : ops[i]->getOperands())
         if (auto param = operand.getDefiningOp<ParamOp>())
           if (!param.getBuffer() && counted.insert(operand).second)
             params += bytesOf(operand);
-      for (Value result : ops[i]->getResults())
-        activations += bytesOf(result);
       costPrefix[i + 1] = costPrefix[i] + costs[i];
       paramPrefix[i + 1] = paramPrefix[i] + params;
-      activationPrefix[i + 1] = activationPrefix[i] + activations;
     }
+    ActivationEstimate activations(ops, recompute,
+                                   WeightFlow(func.getBody().front()));
     // Weights (one or two versions), a micro-batch's gradient and the
     // step's accumulator, optimizer state; the stash as the emitter sizes
     // it (both from the strategy's traits).
@@ -249,7 +330,8 @@ struct PartitionStagesPass
     auto memory = [&](size_t begin, size_t end, int64_t s) {
       int64_t stash = slots[s];
       return perParamByte * (paramPrefix[end] - paramPrefix[begin]) +
-             stash * (activationPrefix[end] - activationPrefix[begin]);
+             stash * activations.stashed(begin, end) +
+             activations.working(begin, end);
     };
     auto cost = [&](size_t begin, size_t end) {
       return costPrefix[end] - costPrefix[begin];
@@ -273,7 +355,13 @@ struct PartitionStagesPass
           << static_cast<int64_t>(std::ceil(smallest))
           << " bytes (estimate: weights x versions, gradients, optimizer "
              "state and "
-          << strategy << "'s stashed activations; or use more stages)";
+          << strategy << "'s stashed activations"
+          << (recompute == "none"
+                  ? std::string()
+                  : " as --recompute " + recompute.getValue() +
+                        " keeps them, and one micro-batch's recomputed "
+                        "forward")
+          << "; or use more stages)";
       return failure();
     }
     applyCut(from, n, count, stageOf);

@@ -25,6 +25,9 @@ void addPartition(OpPassManager &pm, const TrainingPipelineConfig &config) {
     partition.deviceMemory = config.deviceMemory;
     partition.microBatches = config.microBatches;
     partition.optimizerCopies = config.optimizerCopies;
+    const char *modes[] = {"stage", "layer", "selective"};
+    if (config.recompute)
+      partition.recompute = modes[static_cast<int>(*config.recompute)];
   }
   pm.addPass(createPartitionStages(partition));
 }

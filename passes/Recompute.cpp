@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cdp/Dialect/Graph/GraphOps.h"
+#include "cdp/Passes/ForwardLayers.h"
 #include "cdp/Passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -32,11 +33,6 @@ using namespace cdp;
 
 namespace {
 
-bool isBackward(Operation *op) {
-  auto phase = op->getAttrOfType<StringAttr>("cdp.phase");
-  return phase && phase.getValue() == "backward";
-}
-
 int64_t stageOf(Operation *op) {
   auto stage = op->getAttrOfType<IntegerAttr>("cdp.stage");
   return stage ? stage.getInt() : 0;
@@ -51,113 +47,20 @@ bool recomputable(Operation *op) {
 }
 
 /// The forward of `@main` as the pass sees it: ops in order per stage,
-/// which values come from trained weights alone (a parameter, or a
-/// transpose of one), and which depend on one through the data.
+/// and where each value comes from (WeightFlow).
 struct Forward {
   std::map<int64_t, std::vector<Operation *>> byStage;
   llvm::DenseMap<Operation *, size_t> position;
-  llvm::DenseSet<Value> weightOnly, weightDependent;
+  WeightFlow flow;
 
-  explicit Forward(Block &body) {
+  explicit Forward(Block &body) : flow(body) {
     for (Operation &op : body.without_terminator()) {
       position[&op] = position.size();
-      classify(op);
       if (recomputable(&op))
         byStage[stageOf(&op)].push_back(&op);
     }
   }
-
-  void classify(Operation &op) {
-    if (auto param = dyn_cast<ParamOp>(op)) {
-      if (!param.getBuffer())
-        weightOnly.insert(param);
-      return;
-    }
-    if (isa<ConstantOp>(op) || op.getNumOperands() == 0 || isBackward(&op))
-      return;
-    bool fromWeights = llvm::all_of(op.getOperands(), [&](Value v) {
-      return weightOnly.contains(v) ||
-             isa_and_nonnull<ConstantOp>(v.getDefiningOp());
-    });
-    bool dependent = llvm::any_of(op.getOperands(), [&](Value v) {
-      return weightOnly.contains(v) || weightDependent.contains(v);
-    });
-    for (Value result : op.getResults())
-      if (fromWeights)
-        weightOnly.insert(result);
-      else if (dependent)
-        weightDependent.insert(result);
-  }
-
-  /// Computes on the data with a trained weight: a product, a norm; not a
-  /// transpose of the weight alone, nor an element-wise bias or scale
-  /// (which belongs to the product before it).
-  bool readsWeight(Operation *op) const {
-    return !weightOnly.contains(op->getResult(0)) &&
-           !op->hasTrait<ElementwiseInPlace>() &&
-           llvm::any_of(op->getOperands(),
-                        [&](Value v) { return weightOnly.contains(v); });
-  }
 };
-
-/// Where each of a stage's forward ops is followed by one weight-dependent
-/// value alone: after op i, the number of such values made at or before i
-/// and read by a forward op of the stage after i (or by another stage).
-std::vector<bool> narrowPoints(const std::vector<Operation *> &ops,
-                               const Forward &forward) {
-  size_t n = ops.size();
-  llvm::DenseMap<Operation *, size_t> index;
-  for (size_t i = 0; i < n; ++i)
-    index[ops[i]] = i;
-  std::vector<int64_t> delta(n + 1, 0);
-  for (size_t i = 0; i < n; ++i)
-    for (Value result : ops[i]->getResults()) {
-      if (!forward.weightDependent.contains(result))
-        continue;
-      size_t last = i;
-      for (Operation *user : result.getUsers()) {
-        if (isBackward(user))
-          continue;
-        auto it = index.find(user);
-        last = std::max(last, it == index.end() ? n : it->second);
-      }
-      if (last > i) {
-        ++delta[i];
-        --delta[last];
-      }
-    }
-  std::vector<bool> narrow(n);
-  for (int64_t open = 0, i = 0; i < static_cast<int64_t>(n); ++i)
-    narrow[i] = (open += delta[i]) <= 1;
-  return narrow;
-}
-
-/// The layer of each of a stage's forward ops (numbered from `first`): a
-/// layer closes at the last narrow point before the next op that reads a
-/// weight, once it holds one.
-std::vector<int64_t> layersOf(const std::vector<Operation *> &ops,
-                              const Forward &forward, int64_t first) {
-  std::vector<bool> narrow = narrowPoints(ops, forward);
-  std::vector<int64_t> layer(ops.size(), first);
-  int64_t current = first;
-  bool holdsWeight = false;
-  int64_t lastNarrow = -1; // since the layer's last weight-reading op
-  for (size_t i = 0; i < ops.size(); ++i) {
-    if (forward.readsWeight(ops[i])) {
-      if (holdsWeight && lastNarrow >= 0) {
-        ++current;
-        for (size_t j = lastNarrow + 1; j < i; ++j)
-          layer[j] = current;
-      }
-      holdsWeight = true;
-      lastNarrow = -1;
-    }
-    layer[i] = current;
-    if (narrow[i] && holdsWeight)
-      lastNarrow = i;
-  }
-  return layer;
-}
 
 struct RecomputePass : public cdp::impl::RecomputeBase<RecomputePass> {
   using RecomputeBase::RecomputeBase;
@@ -195,7 +98,7 @@ struct RecomputePass : public cdp::impl::RecomputeBase<RecomputePass> {
   void chooseRecomputed(const Forward &forward) {
     int64_t nextLayer = 0;
     for (const auto &[stage, ops] : forward.byStage) {
-      std::vector<int64_t> layer = layersOf(ops, forward, nextLayer);
+      std::vector<int64_t> layer = layersOf(ops, forward.flow, nextLayer);
       nextLayer = layer.empty() ? nextLayer : layer.back() + 1;
       llvm::DenseMap<Operation *, int64_t> layerOf;
       for (size_t i = 0; i < ops.size(); ++i)
@@ -229,9 +132,10 @@ struct RecomputePass : public cdp::impl::RecomputeBase<RecomputePass> {
   /// product instead, the same bytes.
   bool selective(Operation *op, const Forward &forward) const {
     auto product = dyn_cast<MatMulOp>(op);
-    bool cheap = op->hasTrait<ElementwiseInPlace>() || isa<SoftmaxOp>(op) ||
-                 (product && !forward.weightOnly.contains(product.getA()) &&
-                  !forward.weightOnly.contains(product.getB()));
+    bool cheap =
+        op->hasTrait<ElementwiseInPlace>() || isa<SoftmaxOp>(op) ||
+        (product && !forward.flow.weightOnly.contains(product.getA()) &&
+         !forward.flow.weightOnly.contains(product.getB()));
     return cheap && llvm::all_of(op->getOperands(), [&](Value operand) {
              Operation *producer = operand.getDefiningOp();
              return !producer || isa<ParamOp, ConstantOp>(producer) ||

@@ -284,6 +284,9 @@ def PartitionStages : Pass<"cdp-partition-stages", "mlir::ModuleOp"> {
            "Micro-batches per step (the stash of the memory estimate)">,
     Option<"optimizerCopies", "optimizer-copies", "int64_t", "0",
            "Optimizer state per parameter byte (momentum 1, Adam 2)">,
+    Option<"recompute", "recompute", "std::string", "\"none\"",
+           "The activation recomputation the memory estimate assumes "
+           "(cdp-recompute's mode): none, stage, layer or selective">,
     Option<"profile", "profile", "std::string", "",
            "A cdp-run --profile JSON: op costs are the measured times of "
            "their ONNX node (forward and backward) instead of the model">,
