@@ -240,6 +240,8 @@ std::vector<std::vector<Traffic>> collectTraffic(const Streams &streams,
   bool pipelined = traitsOf(plan).pipelined;
   for (int d = 0; d < devices; ++d) {
     int64_t slot = pipelined ? 0 : d;
+    if (costed) // every instruction: no regrowth (13 % of a 1008-device report)
+      traffic[d].reserve(streams.size(d));
     for (int i = 0; i < streams.size(d); ++i) {
       const Instruction &instruction = streams.instruction(d, i);
       std::string_view op = instruction.op();
