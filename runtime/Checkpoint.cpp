@@ -1,9 +1,10 @@
 //===- Checkpoint.cpp - saving and resuming training state ----------------===//
 //
-// DIR/manifest.bin: "CDPCKPT4", then (host byte order, strings and blobs
+// DIR/manifest.bin: "CDPCKPT5", then (host byte order, strings and blobs
 // length-prefixed) the plan checksum, seed, data, the data files'
 // fingerprints (count; per file its path, size, modification time and
-// hash), next step, device and
+// hash), next step, the step the schedule started at (0, or a portable
+// checkpoint's resume: Executor::setStepOrigin), device and
 // process counts, per process its shard's file name, size and FNV-1a
 // checksum, and the checksum of everything before it.
 //
@@ -39,7 +40,7 @@ namespace cdp::runtime {
 
 namespace {
 
-constexpr char kManifestMagic[8] = {'C', 'D', 'P', 'C', 'K', 'P', 'T', '4'};
+constexpr char kManifestMagic[8] = {'C', 'D', 'P', 'C', 'K', 'P', 'T', '5'};
 constexpr char kShardMagic[8] = {'C', 'D', 'P', 'S', 'H', 'R', 'D', '3'};
 
 /// Whether the arena holds live activations at the checkpoint before step
@@ -192,6 +193,7 @@ std::string buildManifest(const CheckpointScope &scope,
     out.put<uint64_t>(file.hash);
   }
   out.put<int64_t>(nextStep);
+  out.put<int64_t>(scope.devices[0]->stepOrigin());
   out.put<int32_t>(scope.devices[0]->plan().devices_size());
   out.put<int32_t>(processCount(scope));
   for (const std::string &entry : entries)
@@ -204,7 +206,7 @@ struct Manifest {
   uint64_t planChecksum, seed;
   std::string data;
   std::vector<FileFingerprint> files;
-  int64_t nextStep;
+  int64_t nextStep, stepOrigin;
   int32_t devices, processes;
   struct Shard {
     std::string file;
@@ -245,6 +247,7 @@ Manifest readManifest(const std::string &dir) {
     m.files.push_back(file);
   }
   m.nextStep = in.get<int64_t>();
+  m.stepOrigin = in.get<int64_t>();
   m.devices = in.get<int32_t>();
   m.processes = in.get<int32_t>();
   if (m.processes < 1 || m.processes > m.devices)
@@ -252,6 +255,10 @@ Manifest readManifest(const std::string &dir) {
   if (m.nextStep < 0)
     throw RuntimeError(path + ": the checkpoint is before step " +
                        std::to_string(m.nextStep) + ", which no run reaches");
+  if (m.stepOrigin < 0 || m.stepOrigin > m.nextStep)
+    throw RuntimeError(path + ": the checkpoint's schedule starts at step " +
+                       std::to_string(m.stepOrigin) + ", outside steps 0 to " +
+                       std::to_string(m.nextStep));
   for (int r = 0; r < m.processes; ++r) {
     Manifest::Shard shard;
     shard.file = in.getString();
@@ -455,15 +462,15 @@ void saveCheckpoint(const std::string &dir, const CheckpointScope &scope,
   removeOtherShards(dir, process, name);
 }
 
-int64_t loadCheckpoint(const std::string &dir, const CheckpointScope &scope,
-                       const RunIdentity &identity) {
+ResumePoint loadCheckpoint(const std::string &dir, const CheckpointScope &scope,
+                           const RunIdentity &identity) {
   std::string path = dir + "/manifest.bin";
   Manifest manifest = readManifest(dir);
   checkSameRun(path, manifest, scope, identity);
   const Manifest::Shard &mine = manifest.shards[processRank(scope)];
   restoreShard(dir + "/" + mine.file, readShard(dir, mine), scope,
                manifest.nextStep);
-  return manifest.nextStep;
+  return {manifest.nextStep, manifest.stepOrigin};
 }
 
 } // namespace cdp::runtime

@@ -420,7 +420,7 @@ void Executor::runInstructions(const StepContext &context,
     ++steps;
   int64_t lastSlot = std::max(planRef.micro_batches(), 1) - 1;
   auto skipped = [&](const plan::Instruction &instruction) {
-    return instruction.min_step() > context.step - stepOrigin ||
+    return instruction.min_step() > context.step - scheduleOrigin ||
            (instruction.last_slot() && context.slot != lastSlot) ||
            (draining && !instruction.drain()) ||
            ((instruction.ahead() ||
@@ -751,7 +751,7 @@ void Executor::flush(int64_t totalSteps, const Loader *loader,
   // --cdp-reduce chain: the relays of the last steps' means run k steps
   // after their reduction (k: their min_step), past the end of training.
   plan::forEachRelayAfterTraining(
-      device, totalSteps, stepOrigin, [&](int index, int64_t step) {
+      device, totalSteps, scheduleOrigin, [&](int index, int64_t step) {
         train[index]->run(
             StepContext{step, deviceIndex, 0, nullptr, backendDevice->queue()});
       });
@@ -785,7 +785,7 @@ void Executor::flush(int64_t totalSteps, const Loader *loader,
       begin = end;
       continue;
     }
-    int64_t first = std::max<int64_t>(totalSteps, stepOrigin + 1 + delay);
+    int64_t first = std::max<int64_t>(totalSteps, scheduleOrigin + 1 + delay);
     for (int64_t st = first; st <= totalSteps + delay; ++st) {
       StepContext context{st, deviceIndex, 0, nullptr, backendDevice->queue()};
       for (int i = begin; i < end; ++i)

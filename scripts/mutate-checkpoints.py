@@ -46,7 +46,7 @@ CONFIGS = {
 }
 MODEL = "mlp4tied"
 EXTREMES = [0, 1, -1, 2, 3, 7, 255, 2**31 - 1, -2**31, 2**62, 2**63 - 1, -2**63]
-MANIFEST_MAGIC, SHARD_MAGIC = b"CDPCKPT4", b"CDPSHRD3"
+MANIFEST_MAGIC, SHARD_MAGIC = b"CDPCKPT5", b"CDPSHRD3"
 
 
 def fnv1a(data):
@@ -84,7 +84,8 @@ def read_manifest(data):
     r = Reader(data[:-8], len(MANIFEST_MAGIC))
     m = {"plan": r.get("Q"), "seed": r.get("Q"), "data": r.blob()}
     m["files"] = [[r.blob(), r.get("Q"), r.get("q"), r.get("Q")] for _ in range(r.get("Q"))]
-    m.update({"next": r.get("q"), "devices": r.get("i"), "processes": r.get("i"), "shards": []})
+    m.update({"next": r.get("q"), "origin": r.get("q"), "devices": r.get("i"),
+              "processes": r.get("i"), "shards": []})
     for _ in range(m["processes"]):
         m["shards"].append([r.blob(), r.get("Q"), r.get("Q")])
     return m
@@ -95,7 +96,7 @@ def write_manifest(m):
     out += struct.pack("<Q", len(m["files"]))
     for path, size, modified, digest in m["files"]:
         out += blob(path) + struct.pack("<QqQ", size, modified, digest)
-    out += struct.pack("<qii", m["next"], m["devices"], m["processes"])
+    out += struct.pack("<qqii", m["next"], m["origin"], m["devices"], m["processes"])
     for name, size, digest in m["shards"]:
         out += blob(name) + struct.pack("<QQ", size, digest)
     return sealed(out)

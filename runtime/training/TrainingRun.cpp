@@ -27,21 +27,24 @@ void train(Run &run) {
   if (!run.options.checkpoint.empty() || !run.options.resume.empty() ||
       !run.options.portableCheckpoint.empty())
     run.identity = runIdentity(run);
-  int64_t step = 0;
+  ResumePoint resumed;
   if (!run.options.resume.empty() && isPortableCheckpoint(run.options.resume)) {
-    step = loadPortableCheckpoint(run);
+    resumed.nextStep = resumed.stepOrigin = loadPortableCheckpoint(run);
     run.portableResume = true;
-    for (auto &executor : run.executors)
-      if (executor)
-        executor->setStepOrigin(step);
   } else if (!run.options.resume.empty()) {
     try {
-      step = loadCheckpoint(run.options.resume, run.checkpointScope(),
-                            run.identity);
+      resumed = loadCheckpoint(run.options.resume, run.checkpointScope(),
+                               run.identity);
     } catch (const RuntimeError &e) {
       fail(e.what());
     }
   }
+  // A run resumed from a portable checkpoint, or from an exact one of such
+  // a run, counts its schedule's delays from where it began.
+  for (auto &executor : run.executors)
+    if (executor)
+      executor->setStepOrigin(resumed.stepOrigin);
+  int64_t step = resumed.nextStep;
   if (step > run.total)
     fail("--resume: the checkpoint is at step " + std::to_string(step) +
          (run.portableResume

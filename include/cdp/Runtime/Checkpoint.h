@@ -74,12 +74,18 @@ void saveCheckpoint(const std::string &dir, const CheckpointScope &scope,
 /// it. Under MPI the root takes it for the run.
 void lockCheckpointFolder(const std::string &dir);
 
-/// Restores the state saved by saveCheckpoint; returns the next step.
-/// Throws RuntimeError (one line) when the checkpoint is corrupt or
-/// truncated, or was written by a run of another plan, seed, data, device
-/// count or process count.
-int64_t loadCheckpoint(const std::string &dir, const CheckpointScope &scope,
-                       const RunIdentity &identity);
+/// Where a restored run goes on: the next step, and the step its schedule
+/// started at (Executor::setStepOrigin: 0, or where a run resumed from a
+/// portable checkpoint began, whose delays count from there).
+struct ResumePoint {
+  int64_t nextStep = 0, stepOrigin = 0;
+};
+
+/// Restores the state saved by saveCheckpoint. Throws RuntimeError (one
+/// line) when the checkpoint is corrupt or truncated, or was written by a
+/// run of another plan, seed, data, device count or process count.
+ResumePoint loadCheckpoint(const std::string &dir, const CheckpointScope &scope,
+                           const RunIdentity &identity);
 
 } // namespace cdp::runtime
 

@@ -160,7 +160,8 @@ public:
   /// at step `origin`: an instruction with `min_step` k first runs at step
   /// origin + k, as k steps into a new run (nothing was in flight), and
   /// the flush counts the delayed reductions from there.
-  void setStepOrigin(int64_t origin) { stepOrigin = origin; }
+  void setStepOrigin(int64_t origin) { scheduleOrigin = origin; }
+  int64_t stepOrigin() const { return scheduleOrigin; }
   /// After the last of `steps` steps: applies the reductions still pending
   /// (delayed updates), so that the parameters are theta_T. 2bw and
   /// cdp-mp: the drain (the last micro-batches' backwards and the
@@ -256,7 +257,7 @@ private:
   std::vector<double> profile, firstStepProfile;
   int64_t steps = 0;
   int64_t totalSteps = std::numeric_limits<int64_t>::max();
-  int64_t stepOrigin = 0;
+  int64_t scheduleOrigin = 0; ///< setStepOrigin
   bool sendsAfterLastStep = false;
   bool draining = false; ///< flush: only `drain` instructions run
 };
