@@ -388,7 +388,7 @@ Array readArray(const std::string &path) {
 }
 
 /// The `.npy` header of `view` (the data follows it).
-static std::string npyHeader(const TensorView &view) {
+std::string npyHeader(const TensorView &view) {
   std::string descr = view.dtype == plan::F32   ? "<f4"
                       : view.dtype == plan::I64 ? "<i8"
                       : view.dtype == plan::I32 ? "<i4"

@@ -62,15 +62,24 @@ writeFolder(const std::string &dir,
 }
 
 /// The trained tensors by name into a folder, each read from its device
-/// as its file is written (fetchTrained), so one is in memory at a time.
+/// as its file is written, 16 MiB at a time (forEachTrainedChunk).
 static void
 writeTrainedTensors(Run &run, const std::string &dir,
                     const std::vector<std::pair<std::string, int>> &tensors) {
   std::vector<std::pair<std::string, FileWriter>> npys;
   for (const auto &[name, id] : tensors)
     npys.emplace_back(name, [&run, id = id](int fd) {
-      TrainedValue value = fetchTrained(run, id);
-      return npyWriter(value.view)(fd);
+      const plan::Tensor &t = run.plan.tensors(id);
+      TensorView shape{nullptr,
+                       {t.shape().begin(), t.shape().end()},
+                       t.dtype(),
+                       MemorySpace::Host};
+      int64_t size = plan::dtypeSize(t.dtype());
+      return writeAll(fd, npyHeader(shape)) &&
+             forEachTrainedChunk(
+                 run, id, [&](int64_t, int64_t count, const char *bytes) {
+                   return writeAll(fd, bytes, count * size);
+                 });
     });
   writeNpyFolder(dir, npys);
 }
@@ -84,14 +93,17 @@ static void checkTrainedFinite(Run &run) {
         (t.kind() == plan::PARAM && t.trainable()) || t.kind() == plan::BUFFER;
     if (!trained || t.dtype() != plan::F32)
       continue;
-    TrainedValue value = fetchTrained(run, t.id());
-    const float *values = value.view.f32();
-    for (int64_t k = 0; k < value.view.numel(); ++k)
-      if (!std::isfinite(values[k]))
-        fail("after " + std::to_string(run.total) +
-             " steps the trained parameter '" + t.name() +
-             "' holds a non-finite value (" + nonFiniteName(values[k]) +
-             "); nothing was written");
+    forEachTrainedChunk(
+        run, t.id(), [&](int64_t, int64_t count, const char *bytes) {
+          const float *values = reinterpret_cast<const float *>(bytes);
+          for (int64_t k = 0; k < count; ++k)
+            if (!std::isfinite(values[k]))
+              fail("after " + std::to_string(run.total) +
+                   " steps the trained parameter '" + t.name() +
+                   "' holds a non-finite value (" + nonFiniteName(values[k]) +
+                   "); nothing was written");
+          return true;
+        });
   }
 }
 
@@ -196,23 +208,25 @@ static void writeExternalValues(Run &run, onnx::ModelProto &model,
       auto it = trained.find(initializer.name());
       if (it == trained.end() && initializer.raw_data().empty())
         continue; // typed fields (small) or another external file: kept
-      // The trained value straight from its fetched copy (a string of it
-      // was the largest tensor once more).
-      std::string untrained;
-      TrainedValue trainedValue;
-      const char *bytes;
+      // The trained value 16 MiB at a time as it is read from where it
+      // lies (a whole copy was the largest tensor once more).
       size_t size;
       if (it != trained.end()) {
-        trainedValue = fetchTrained(run, it->second);
-        bytes = trainedValue.storage.data();
-        size = trainedValue.storage.size();
+        const plan::Tensor &t = run.plan.tensors(it->second);
+        size = t.bytes();
+        int64_t element = plan::dtypeSize(t.dtype());
+        if (!forEachTrainedChunk(run, it->second,
+                                 [&](int64_t, int64_t count, const char *b) {
+                                   return writeAll(fd, b, count * element);
+                                 }))
+          return false;
       } else {
+        std::string untrained;
         untrained.swap(*initializer.mutable_raw_data());
-        bytes = untrained.data();
         size = untrained.size();
+        if (!writeAll(fd, untrained))
+          return false;
       }
-      if (!writeAll(fd, bytes, size))
-        return false;
       initializer.clear_raw_data();
       initializer.clear_float_data();
       initializer.clear_external_data();

@@ -271,6 +271,14 @@ struct TrainedValue {
 /// holds it (another process's under mpirun, which serveTrainedTensors
 /// answers), one tensor at a time.
 TrainedValue fetchTrained(Run &run, int id);
+/// Elements [first, first + count) of the trained tensor `id` into `out`.
+void readTrained(Run &run, int id, int64_t first, int64_t count, char *out);
+/// The trained tensor `id` 16 MiB at a time, handed to `visit` (its first
+/// element, count and bytes) until it returns false (then false), so that
+/// the root never holds a large tensor whole (GPT-2's 206 MB embedding).
+bool forEachTrainedChunk(Run &run, int id,
+                         const std::function<bool(int64_t first, int64_t count,
+                                                  const char *)> &visit);
 /// Under mpirun, a process other than the root after training: answers the
 /// root's fetchTrained until endTrainedFetches.
 void serveTrainedTensors(Run &run);

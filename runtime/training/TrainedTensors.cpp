@@ -88,10 +88,10 @@ void readPiece(Run &run, int device, int id, int64_t first, int64_t count,
                 "the trained '" + run.plan.tensors(id).name() + "'");
 }
 
-/// A shard group parameter whole, from the shards each device holds (the
-/// owner's whole stage under CDP-ZeRO).
+/// Elements [first, first + count) of a shard group's parameter, from
+/// the shards each device holds (the owner's whole stage under CDP-ZeRO).
 void readFromShards(Run &run, const plan::ShardGroup &group, int id,
-                    char *out) {
+                    int64_t first, int64_t count, char *out) {
   ShardLayout layout = plan::layoutOf(run.plan, group);
   int64_t begin = 0; // the parameter's first element in the group
   for (int p : group.params()) {
@@ -99,7 +99,8 @@ void readFromShards(Run &run, const plan::ShardGroup &group, int id,
       break;
     begin += run.plan.tensors(p).bytes() / sizeof(float);
   }
-  int64_t end = begin + run.plan.tensors(id).bytes() / sizeof(float);
+  begin += first;
+  int64_t end = begin + count;
   std::vector<int> holders;
   if (group.has_owner())
     holders.push_back(group.owner());
@@ -258,6 +259,20 @@ void readStatePiece(Run &run, const StateRecord &record, char *out) {
                 "the optimizer state");
 }
 
+void readTrained(Run &run, int id, int64_t first, int64_t count, char *out) {
+  const plan::Tensor &t = run.plan.tensors(id);
+  // Device 0 holds the whole trained model where the evaluation gathered
+  // it; otherwise a tensor lies where the plan placed it.
+  bool onDeviceZero = run.modelOnDeviceZero && run.first().view(id).present();
+  const plan::ShardGroup *group =
+      onDeviceZero ? nullptr : shardGroupOf(run.plan, id);
+  int holder = !onDeviceZero && t.has_device() ? t.device() : 0;
+  if (group)
+    readFromShards(run, *group, id, first, count, out);
+  else
+    readPiece(run, holder, id, first, count, out);
+}
+
 TrainedValue fetchTrained(Run &run, int id) {
   const plan::Tensor &t = run.plan.tensors(id);
   TrainedValue value;
@@ -267,17 +282,25 @@ TrainedValue fetchTrained(Run &run, int id) {
                 MemorySpace::Host};
   value.storage.resize(t.bytes());
   value.view.data = value.storage.data();
-  // Device 0 holds the whole trained model where the evaluation gathered
-  // it; otherwise a tensor lies where the plan placed it.
-  bool onDeviceZero = run.modelOnDeviceZero && run.first().view(id).present();
-  const plan::ShardGroup *group =
-      onDeviceZero ? nullptr : shardGroupOf(run.plan, id);
-  int holder = !onDeviceZero && t.has_device() ? t.device() : 0;
-  if (group)
-    readFromShards(run, *group, id, value.storage.data());
-  else
-    readPiece(run, holder, id, 0, value.view.numel(), value.storage.data());
+  readTrained(run, id, 0, value.view.numel(), value.storage.data());
   return value;
+}
+
+bool forEachTrainedChunk(Run &run, int id,
+                         const std::function<bool(int64_t first, int64_t count,
+                                                  const char *)> &visit) {
+  constexpr int64_t kChunkBytes = int64_t(16) << 20;
+  const plan::Tensor &t = run.plan.tensors(id);
+  int64_t size = plan::dtypeSize(t.dtype()), numel = t.bytes() / size;
+  int64_t chunk = std::max<int64_t>(1, kChunkBytes / size);
+  std::vector<char> bytes(std::min(numel, chunk) * size);
+  for (int64_t first = 0; first < numel; first += chunk) {
+    int64_t count = std::min(chunk, numel - first);
+    readTrained(run, id, first, count, bytes.data());
+    if (!visit(first, count, bytes.data()))
+      return false;
+  }
+  return true;
 }
 
 /// One device of a process other than the root: answers device 0's

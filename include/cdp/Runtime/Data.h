@@ -75,6 +75,9 @@ Array parseNpy(const std::string &bytes, const std::string &what,
                const Conversion *into = nullptr);
 Array parseTensorProto(const std::string &bytes, const std::string &what);
 
+/// The `.npy` header of an array of `view`'s shape and dtype (its data
+/// follows it in the file; `view.data` is not read).
+std::string npyHeader(const TensorView &view);
 /// Writes a `.npy` file.
 void writeNpy(const std::string &path, const TensorView &view);
 /// What writeNpy writes, to a file descriptor (false when a write
