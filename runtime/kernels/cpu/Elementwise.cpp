@@ -311,16 +311,20 @@ static void registerConversions(KernelRegistry &registry) {
 
   addKernel(registry, "expand", [](const KernelArgs &args) {
     TensorView x = args.inputs[0], y = args.outputs[0];
-    auto index = std::make_shared<std::vector<int64_t>>(
-        broadcastIndex(x.shape, y.shape));
+    auto walk = std::make_shared<const BroadcastWalk>(
+        std::vector<std::vector<int64_t>>{x.shape}, y.shape);
     int64_t n = y.numel();
     size_t width = byteSize(y) / std::max<int64_t>(n, 1);
     return [=](const StepContext &) {
-      const int64_t *ix = index->data();
       const char *px = static_cast<const char *>(x.data);
       char *py = static_cast<char *>(y.data);
-      for (int64_t i = 0; i < n; ++i)
-        std::memcpy(py + i * width, px + ix[i] * width, width);
+      int64_t length = walk->rowLength(), step = walk->step(0);
+      for (int64_t row = 0; row < walk->rows(); ++row) {
+        const char *from = px + walk->rowStart(0, row) * width;
+        char *to = py + row * length * width;
+        for (int64_t i = 0; i < length; ++i)
+          std::memcpy(to + i * width, from + i * step * width, width);
+      }
     };
   });
 }
