@@ -54,6 +54,13 @@ bool WeightFlow::readsWeight(Operation *op) const {
                       [&](Value v) { return weightOnly.contains(v); });
 }
 
+bool WeightFlow::cheapToRecompute(Operation *op) const {
+  auto product = dyn_cast<MatMulOp>(op);
+  return op->hasTrait<ElementwiseInPlace>() || isa<SoftmaxOp>(op) ||
+         (product && !weightOnly.contains(product.getA()) &&
+          !weightOnly.contains(product.getB()));
+}
+
 std::vector<bool> narrowPoints(ArrayRef<Operation *> ops,
                                const WeightFlow &flow) {
   size_t n = ops.size();

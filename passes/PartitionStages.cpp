@@ -84,7 +84,8 @@ public:
     llvm::DenseMap<Operation *, size_t> index;
     for (size_t i = 0; i < n; ++i)
       index[ops[i]] = i;
-    std::vector<double> delta(n + 2, 0);
+    std::vector<double> delta(n + 2, 0), keptAt;
+    std::vector<bool> layerStart;
     std::vector<int64_t> layer;
     if (mode == "layer")
       layer = layersOf(ops, flow, 0);
@@ -102,7 +103,7 @@ public:
       }
       results[i + 1] = results[i] + bytes;
       double inside = 0;
-      if (mode == "selective" && !cheap(ops[i], flow))
+      if (mode == "selective" && !flow.cheapToRecompute(ops[i]))
         inside = bytes;
       keptAt.push_back(inside);
       layerStart.push_back(!layer.empty() && i > 0 && layer[i] != layer[i - 1]);
@@ -129,17 +130,8 @@ public:
   }
 
 private:
-  /// Recomputed under selective: cheap to redo, large to keep.
-  static bool cheap(Operation *op, const WeightFlow &flow) {
-    auto product = dyn_cast<MatMulOp>(op);
-    return op->hasTrait<ElementwiseInPlace>() || isa<SoftmaxOp>(op) ||
-           (product && !flow.weightOnly.contains(product.getA()) &&
-            !flow.weightOnly.contains(product.getB()));
-  }
-
   bool recompute;
-  std::vector<double> results, kept, crossing, keptAt;
-  std::vector<bool> layerStart;
+  std::vector<double> results, kept, crossing;
 };
 
 /// The contiguous cut of n ops into `count` stages that minimises the

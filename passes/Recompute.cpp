@@ -131,12 +131,8 @@ struct RecomputePass : public cdp::impl::RecomputeBase<RecomputePass> {
   /// clone): recomputing a bias add from its product would keep the
   /// product instead, the same bytes.
   bool selective(Operation *op, const Forward &forward) const {
-    auto product = dyn_cast<MatMulOp>(op);
-    bool cheap =
-        op->hasTrait<ElementwiseInPlace>() || isa<SoftmaxOp>(op) ||
-        (product && !forward.flow.weightOnly.contains(product.getA()) &&
-         !forward.flow.weightOnly.contains(product.getB()));
-    return cheap && llvm::all_of(op->getOperands(), [&](Value operand) {
+    return forward.flow.cheapToRecompute(op) &&
+           llvm::all_of(op->getOperands(), [&](Value operand) {
              Operation *producer = operand.getDefiningOp();
              return !producer || isa<ParamOp, ConstantOp>(producer) ||
                     recomputed.contains(producer) ||

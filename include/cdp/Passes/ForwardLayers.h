@@ -36,6 +36,10 @@ struct WeightFlow {
   /// transpose of the weight alone, nor an element-wise bias or scale
   /// (which belongs to the product before it).
   bool readsWeight(mlir::Operation *op) const;
+  /// What selective recomputation redoes rather than keeps (Megatron's
+  /// choice): element-wise results, softmax, and products of two
+  /// activations (attention's QK^T and its scores times V).
+  bool cheapToRecompute(mlir::Operation *op) const;
 
 private:
   void classify(mlir::Operation &op);
