@@ -30,6 +30,15 @@ ShardLayout layoutOf(const Plan &plan, const ShardGroup &group) {
   return ShardLayout(sizes, group.has_owner() ? 1 : plan.devices_size());
 }
 
+std::vector<int> shardHolders(const Plan &plan, const ShardGroup &group) {
+  if (group.has_owner())
+    return {group.owner()};
+  std::vector<int> holders(plan.devices_size());
+  for (int d = 0; d < plan.devices_size(); ++d)
+    holders[d] = d;
+  return holders;
+}
+
 namespace {
 
 /// CDP-ZeRO: the owner is a device of the plan and alone holds the master

@@ -317,12 +317,16 @@ struct Staging {
   }
 };
 
+/// A shard group's shard a device of this process holds.
+struct ShardTarget {
+  Staging staging;
+  const plan::ShardGroup *group;
+  std::vector<ShardLayout::Piece> pieces; ///< the parameters' parts in it
+};
+
 struct LocalTargets {
   std::map<std::string, std::vector<std::pair<Executor *, int>>> whole;
-  std::vector<Staging> shards; ///< one per shard group held here
-  std::vector<ShardLayout> layouts;
-  std::vector<const plan::ShardGroup *> groups;
-  std::vector<int> shardIndex;
+  std::vector<ShardTarget> shards;
   std::vector<StateRecord> records;
   std::map<std::tuple<int, int64_t, int64_t>, Staging> states;
   /// Each local device's stateful kernels' state, by device.
@@ -350,11 +354,14 @@ LocalTargets localTargets(Run &run) {
     for (const plan::ShardGroup &group : run.plan.schedule().shard_groups()) {
       if (!executor.view(group.shard()).present())
         continue;
+      std::vector<int> holders = plan::shardHolders(run.plan, group);
+      auto index = std::find(holders.begin(), holders.end(), executor.device());
+      if (index == holders.end())
+        continue;
       targets.shards.push_back(
-          stagingFor(executor, executor.view(group.shard())));
-      targets.layouts.push_back(plan::layoutOf(run.plan, group));
-      targets.groups.push_back(&group);
-      targets.shardIndex.push_back(group.has_owner() ? 0 : executor.device());
+          {stagingFor(executor, executor.view(group.shard())), &group,
+           plan::layoutOf(run.plan, group)
+               .pieces(static_cast<int>(index - holders.begin()))});
     }
     std::vector<KernelState> &kernels = targets.kernels[executor.device()];
     for (auto &[instruction, kernel] : executor.statefulKernels())
@@ -426,11 +433,10 @@ int64_t loadPortableCheckpoint(Run &run) {
     Array value = readValue(dir, entry.file, entry.checksum, t);
     for (auto [executor, id] : targets.whole[name])
       executor->upload(executor->view(id), value.bytes.data());
-    for (size_t g = 0; g < targets.shards.size(); ++g)
-      for (const ShardLayout::Piece &piece :
-           targets.layouts[g].pieces(targets.shardIndex[g]))
-        if (targets.groups[g]->params(piece.tensor) == t.id())
-          std::memcpy(targets.shards[g].data() + piece.shardOffset * 4,
+    for (ShardTarget &shard : targets.shards)
+      for (const ShardLayout::Piece &piece : shard.pieces)
+        if (shard.group->params(piece.tensor) == t.id())
+          std::memcpy(shard.staging.data() + piece.shardOffset * 4,
                       value.bytes.data() + piece.offset * 4, piece.length * 4);
     for (const auto &[stateName, file] : entry.states) {
       Array state = readValue(dir, file.first, file.second, t);
@@ -442,9 +448,10 @@ int64_t loadPortableCheckpoint(Run &run) {
                       state.bytes.data() + r.paramOffset * 4, r.length * 4);
     }
   }
-  for (Staging &staging : targets.shards)
-    if (!staging.host.empty())
-      staging.executor->upload(staging.view, staging.host.data());
+  for (ShardTarget &shard : targets.shards)
+    if (!shard.staging.host.empty())
+      shard.staging.executor->upload(shard.staging.view,
+                                     shard.staging.host.data());
   for (auto &[key, staging] : targets.states)
     if (!staging.host.empty())
       staging.executor->upload(staging.view, staging.host.data());

@@ -101,12 +101,7 @@ void readFromShards(Run &run, const plan::ShardGroup &group, int id,
   }
   begin += first;
   int64_t end = begin + count;
-  std::vector<int> holders;
-  if (group.has_owner())
-    holders.push_back(group.owner());
-  else
-    for (int d = 0; d < run.deviceCount; ++d)
-      holders.push_back(d);
+  std::vector<int> holders = plan::shardHolders(run.plan, group);
   int64_t shard = layout.paddedSize() / static_cast<int64_t>(holders.size());
   for (size_t i = 0; i < holders.size(); ++i) {
     int64_t from = std::max<int64_t>(begin, i * shard);

@@ -33,6 +33,10 @@ std::vector<char> ownedElsewhere(const Plan &plan, int device);
 /// groups: one shard, the whole stage).
 ShardLayout layoutOf(const Plan &plan, const ShardGroup &group);
 
+/// The devices holding the group's shards, in shard order: its owner
+/// alone (CDP-ZeRO), or every device of the plan.
+std::vector<int> shardHolders(const Plan &plan, const ShardGroup &group);
+
 /// Empty when every shard group is well formed (ids, kinds, the shard's
 /// size, the parameters one after another in the arena with the padding
 /// behind them); otherwise one line naming the first fault.
