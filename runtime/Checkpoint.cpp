@@ -203,9 +203,7 @@ std::string buildManifest(const CheckpointScope &scope,
 
 /// What the manifest says of the run and of one process's shard.
 struct Manifest {
-  uint64_t planChecksum, seed;
-  std::string data;
-  std::vector<FileFingerprint> files;
+  RunIdentity taken; ///< the plan, seed and data it was taken with
   int64_t nextStep, stepOrigin;
   int32_t devices, processes;
   struct Shard {
@@ -235,16 +233,16 @@ Manifest readManifest(const std::string &dir) {
   bytes.resize(bytes.size() - 8);
   ByteReader in(bytes, path, sizeof(kManifestMagic));
   Manifest m;
-  m.planChecksum = in.get<uint64_t>();
-  m.seed = in.get<uint64_t>();
-  m.data = in.getString();
+  m.taken.planChecksum = in.get<uint64_t>();
+  m.taken.seed = in.get<uint64_t>();
+  m.taken.data = in.getString();
   for (uint64_t n = in.get<uint64_t>(); n > 0; --n) {
     FileFingerprint file;
     file.path = in.getString();
     file.size = in.get<uint64_t>();
     file.modified = in.get<int64_t>();
     file.hash = in.get<uint64_t>();
-    m.files.push_back(file);
+    m.taken.files.push_back(file);
   }
   m.nextStep = in.get<int64_t>();
   m.stepOrigin = in.get<int64_t>();
@@ -285,14 +283,10 @@ void checkSameRun(const std::string &path, const Manifest &m,
                        std::to_string(m.devices) + " devices, this plan runs " +
                        "on " + std::to_string(devices) +
                        "; resume with the plan that wrote it");
-  if (m.planChecksum != identity.planChecksum)
+  if (m.taken.planChecksum != identity.planChecksum)
     throw RuntimeError(path + ": the checkpoint was taken from another plan; "
                               "resume with the plan that wrote it");
-  RunIdentity taken;
-  taken.seed = m.seed;
-  taken.data = m.data;
-  taken.files = m.files;
-  checkSameData(path, taken, identity);
+  checkSameData(path, m.taken, identity);
   if (m.processes != processCount(scope))
     throw RuntimeError(path + ": the checkpoint was written by " +
                        std::to_string(m.processes) + " process" +
