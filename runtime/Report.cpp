@@ -562,8 +562,8 @@ std::string ReportBuilder::json() const {
   // And with the persistent tensors it holds during training: what cdp-run
   // allocates per device at load (kernels' workspace aside).
   head["allocated_bytes"] = Json::array();
-  for (int d = 0; d < N; ++d)
-    head["allocated_bytes"].push_back(plan::allocatedBytes(plan, d));
+  for (int64_t bytes : plan::allocatedBytesPerDevice(plan))
+    head["allocated_bytes"].push_back(bytes);
   if (!weightsRead.empty())
     head["weights_read_bytes"] = weightsRead;
   if (threads > 0)
@@ -822,9 +822,9 @@ std::vector<int64_t> predictDevicePeaks(const plan::Plan &plan, int64_t steps) {
 
 std::vector<int64_t> predictDeviceNeeds(const plan::Plan &plan, int64_t steps) {
   std::vector<int64_t> needs = predictDevicePeaks(plan, steps);
+  std::vector<int64_t> allocated = plan::allocatedBytesPerDevice(plan);
   for (size_t d = 0; d < needs.size(); ++d)
-    needs[d] =
-        std::max(needs[d], plan::allocatedBytes(plan, static_cast<int>(d)));
+    needs[d] = std::max(needs[d], allocated[d]);
   return needs;
 }
 

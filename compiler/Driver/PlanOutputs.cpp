@@ -38,10 +38,11 @@ static void checkPlanPeaks(const cdp::plan::Plan &plan,
                            const Settings &settings) {
   if (settings.deviceMemoryBytes <= 0)
     return;
+  std::vector<int64_t> allocatedPerDevice =
+      cdp::plan::allocatedBytesPerDevice(plan);
   for (auto [device, peak] :
        llvm::enumerate(cdp::runtime::predictDevicePeaks(plan, 2))) {
-    int64_t allocated =
-        cdp::plan::allocatedBytes(plan, static_cast<int>(device));
+    int64_t allocated = allocatedPerDevice[device];
     if (std::max(peak, allocated) <= settings.deviceMemoryBytes)
       continue;
     die(inputPath + ": device " + std::to_string(device) +

@@ -107,5 +107,35 @@ TEST(PipelineResidency, DataParallelDevicesHoldEverything) {
   EXPECT_NE(second.view(0).data, nullptr);
 }
 
+/// allocatedBytesPerDevice counts, for all devices at once, what each
+/// device's persistentOn holds one device at a time: names reached through
+/// a template run, an exchange buffer named by one device only, a tied
+/// weight, and device 0's arena.
+TEST(PipelineResidency, EveryDeviceAtOnceEqualsOneAtATime) {
+  plan::Plan plan = twoStages();
+  plan.add_devices()->set_arena_bytes(0);
+  plan.mutable_devices(0)->set_arena_bytes(4096);
+  addParam(plan, "w3", 2);
+  plan::Tensor *exchange = addParam(plan, "exchange", 0);
+  exchange->clear_device();
+  exchange->set_kind(plan::REDUCED);
+  exchange->set_bytes(100);
+  exchange->clear_shape();
+  exchange->add_shape(25);
+  plan::Instruction *read = plan.add_templates()->add_instructions();
+  read->set_op("identity");
+  read->add_inputs(4);
+  read->add_outputs(0);
+  plan.mutable_devices(2)->add_runs()->set_template_(0);
+  std::vector<int64_t> all = plan::allocatedBytesPerDevice(plan);
+  ASSERT_EQ(all.size(), 3u);
+  for (int d = 0; d < 3; ++d) {
+    int64_t block = 0;
+    plan::persistentOffsets(plan, plan::persistentOn(plan, d), block);
+    EXPECT_EQ(all[d], plan.devices(d).arena_bytes() + block) << "device " << d;
+  }
+  EXPECT_EQ(all[2], 64 + 128 + 64) << "w3, the exchange buffer and w1";
+}
+
 } // namespace
 } // namespace cdp::runtime

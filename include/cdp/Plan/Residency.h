@@ -40,6 +40,9 @@ std::vector<int64_t> persistentOffsets(const Plan &plan,
 /// block (kernels' workspace aside).
 int64_t allocatedBytes(const Plan &plan, int device);
 
+/// allocatedBytes of every device, in time linear in the plan.
+std::vector<int64_t> allocatedBytesPerDevice(const Plan &plan);
+
 } // namespace cdp::plan
 
 #endif // CDP_PLAN_RESIDENCY_H
