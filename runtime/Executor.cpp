@@ -76,7 +76,8 @@ void Executor::placeTensor(int id) {
   // values are in the device's shard (fillParameterShards).
   bool inArena =
       t.kind() == plan::ACTIVATION || t.kind() == plan::INPUT || gathered[id];
-  if (inArena && t.has_device() && t.device() != deviceIndex)
+  if (inArena && t.has_device() &&
+      t.device() != plan::arenaHome(planRef, deviceIndex))
     return; // another pipeline stage's stash copy
   if (inArena) {
     if (t.offset() < 0 || t.offset() + bytes > arenaBytes)

@@ -475,7 +475,8 @@ void ReportBuilder::ran(int device, int64_t t, int index, bool countSent) {
   // stages on one device) moves nothing between devices, as the runtime's
   // log counts it.
   if (countSent && op == "send" &&
-      plan::intAttribute(*instruction, "peer", -1) != device)
+      plan::intAttribute(*instruction, "peer", -1) + instruction.peerOffset !=
+          device)
     sent(device, tau, planFacts.bytes[inputs[0]]);
   if (countSent && op == "chain_relay" && device > 0)
     sent(device, tau, total(outputs) / 2);       // one of 2 buffers

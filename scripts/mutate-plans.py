@@ -40,8 +40,10 @@ CONFIGS = {
     "1f1b": ["--strategy", "1f1b", "--stages", "2", "--devices", "2", "--micro-batches", "4"],
     "2bw": ["--strategy", "2bw", "--stages", "2", "--devices", "2", "--micro-batches", "4"],
     "cdp-mp": ["--strategy", "cdp-mp", "--stages", "2", "--micro-batches", "3"],
+    "1f1b-r2": ["--strategy", "1f1b", "--stages", "2", "--replicas", "2", "--devices", "4",
+                "--micro-batches", "2"],
 }
-QUICK_CONFIGS = ["single", "cdp-chain", "1f1b", "2bw"]
+QUICK_CONFIGS = ["single", "cdp-chain", "1f1b", "2bw", "1f1b-r2"]
 MODELS = ["mlp4tied", "conv", "mlp4drop", "layernormalization", "gather", "maxpool"]
 QUICK_MODELS = ["mlp4tied", "conv"]
 
@@ -157,7 +159,7 @@ def edit_run(rng, plan, note):
         device.runs.add().CopyFrom(run)
     else:
         field = pick(rng, ["template", "slot", "time_step", "micro_batch", "message_batch",
-                           "step_micro_batch"])
+                           "step_micro_batch", "peer_offset"])
         value = near(rng, getattr(run, field))
         if field not in ("time_step", "message_batch"):
             value = clamp32(value)
@@ -330,8 +332,12 @@ def edit_tensor(rng, plan, note):
 
 
 def edit_plan(rng, plan, note):
-    kind = rng.randrange(11)
-    if kind == 10:  # the weights file it names
+    kind = rng.randrange(12)
+    if kind == 11:  # replicas sharing the first replica's stash (format 7)
+        value = clamp32(near(rng, plan.replica_devices))
+        note.append("replica_devices %d -> %d" % (plan.replica_devices, value))
+        plan.replica_devices = value
+    elif kind == 10:  # the weights file it names
         field = pick(rng, ["weights_file", "weights_bytes", "weights_stamp"])
         if field == "weights_file":
             value = rng.choice(["", "..", "../x.weights", "/etc/passwd", "a\0b", "other.weights"])

@@ -20,6 +20,8 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options) {
   PipelineTables tables;
   preparePipeline(program, tables);
   plan.clear_devices();
+  replicaDevices = sharedReplicaDevices(program);
+  plan.set_replica_devices(replicaDevices);
   std::set<int> merged;
   for (Operation &op : program.getBody().front())
     if (auto device = dyn_cast<sched::StageDeviceOp>(op)) {
@@ -48,6 +50,44 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options) {
       t.set_device(0);
   }
   return success();
+}
+
+/// Devices per replica when the replicas' devices can run the first
+/// replica's templates: replica r's device for a stage is the first
+/// replica's plus r times the devices of a replica, with as many stash
+/// slots and the same micro-batches r replicas' worth later, for every
+/// stage device (0 without replicas, or where the layout is not that
+/// regular: cdp-mp's slots share devices unevenly).
+int64_t Emitter::sharedReplicaDevices(sched::StepProgramOp program) {
+  std::map<int64_t, sched::StageDeviceOp> firstReplica; // by stage
+  int64_t perReplica = 0, replicas = 0;
+  auto devices = program.getBody().getOps<sched::StageDeviceOp>();
+  for (sched::StageDeviceOp device : devices) {
+    replicas = std::max<int64_t>(replicas, device.getReplica() + 1);
+    if (device.getReplica() != 0)
+      continue;
+    if (!firstReplica.try_emplace(device.getStage(), device).second)
+      return 0; // a stage with two devices in one replica
+    perReplica = std::max<int64_t>(perReplica, device.getIndex() + 1);
+  }
+  if (replicas <= 1)
+    return 0;
+  for (sched::StageDeviceOp device : devices) {
+    auto it = firstReplica.find(device.getStage());
+    if (it == firstReplica.end())
+      return 0;
+    sched::StageDeviceOp first = it->second;
+    int64_t r = device.getReplica();
+    ArrayRef<int64_t> mine = device.getMicroBatches(),
+                      theirs = first.getMicroBatches();
+    if (device.getIndex() != first.getIndex() + r * perReplica ||
+        device.getSlots() != first.getSlots() || mine.size() != theirs.size())
+      return 0;
+    for (size_t i = 0; i < mine.size(); ++i)
+      if (mine[i] != theirs[i] + r * static_cast<int64_t>(mine.size()))
+        return 0;
+  }
+  return perReplica;
 }
 
 /// The graph side (each stage's forward and backward ops), the placement
@@ -411,8 +451,8 @@ int Emitter::mapped(DeviceLowering &lowering, int64_t slot, int id,
   if (stashed == layout.stashOffset.end())
     slot = -1;
   int64_t key = ((slot + 1) << 32) | static_cast<uint32_t>(id);
-  auto it = lowering.copies.find(key);
-  if (it != lowering.copies.end())
+  auto it = lowering.shared->copies.find(key);
+  if (it != lowering.shared->copies.end())
     return it->second;
   // Elements of a repeated field keep their address when it grows.
   int copyId = plan.tensors_size();
@@ -424,8 +464,8 @@ int Emitter::mapped(DeviceLowering &lowering, int64_t slot, int id,
       lowering.base +
       (slot < 0 ? layout.transientBase + layout.transientOffset.lookup(id)
                 : slot * layout.stashBytes + stashed->second));
-  copy.set_device(lowering.self);
-  lowering.copies.emplace(key, copyId);
+  copy.set_device(lowering.home);
+  lowering.shared->copies.emplace(key, copyId);
   return copyId;
 }
 

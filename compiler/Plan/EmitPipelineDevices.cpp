@@ -73,6 +73,9 @@ LogicalResult Emitter::lowerStageDevice(sched::StageDeviceOp op,
   lowering.op = op;
   lowering.self = op.getIndex();
   lowering.s = op.getStage();
+  lowering.peerOffset = op.getReplica() * replicaDevices;
+  lowering.home = lowering.self - lowering.peerOffset;
+  lowering.shared = &sharedStageDevices[{lowering.s, lowering.home}];
   lowering.mine = op.getMicroBatches();
   // zb-h1: the stage's backward runs as an I and a later W.
   bool split = false;
@@ -122,11 +125,12 @@ LogicalResult Emitter::lowerStageDevice(sched::StageDeviceOp op,
 
 /// Moves the instructions built in `scratch` into a new template, relative
 /// to the run that built them (its time step, micro-batch, message and
-/// dropout batch), and returns its index.
+/// dropout batch, and its replica's peers), and returns its index.
 int Emitter::addTemplate(plan::Device &scratch, int64_t timeStep,
                          int64_t microBatch, int64_t messageBatch,
-                         int64_t stepMicroBatch) {
+                         int64_t stepMicroBatch, int64_t peerOffset) {
   plan::Run built;
+  built.set_peer_offset(peerOffset);
   built.set_time_step(timeStep);
   built.set_micro_batch(microBatch);
   built.set_message_batch(messageBatch);
@@ -184,8 +188,8 @@ LogicalResult Emitter::addComputeRun(DeviceLowering &lowering,
       reinterpret_cast<intptr_t>(
           compute.getTiedPreviousAttr().getAsOpaquePointer())};
   for (int64_t s = 1; s <= tables.S; ++s)
-    key.push_back(tables.runs[s][j]);
-  auto [it, added] = lowering.computeTemplates.try_emplace(key, -1);
+    key.push_back(tables.runs[s][j] - lowering.peerOffset);
+  auto [it, added] = lowering.shared->computeTemplates.try_emplace(key, -1);
   if (added) {
     ScratchDevice scratch(plan);
     lowering.slot = 0;
@@ -193,7 +197,8 @@ LogicalResult Emitter::addComputeRun(DeviceLowering &lowering,
           return lowerCompute(lowering, compute, tables);
         })))
       return failure();
-    it->second = addTemplate(*scratch, compute.getTimeStep(), k, tagBatch, j);
+    it->second = addTemplate(*scratch, compute.getTimeStep(), k, tagBatch, j,
+                             lowering.peerOffset);
   }
   plan::Run *run = lowering.device->add_runs();
   run->set_template_(it->second);
@@ -202,6 +207,7 @@ LogicalResult Emitter::addComputeRun(DeviceLowering &lowering,
   run->set_slot(compute.getSlot());
   run->set_message_batch(tagBatch);
   run->set_step_micro_batch(j);
+  run->set_peer_offset(lowering.peerOffset);
   return success();
 }
 
@@ -211,7 +217,7 @@ void Emitter::markStashSlots(DeviceLowering &lowering) {
   int64_t slots = lowering.op.getSlots();
   if (slots <= 1)
     return;
-  for (const auto &[key, copyId] : lowering.copies) {
+  for (const auto &[key, copyId] : lowering.shared->copies) {
     if ((key >> 32) == 0)
       continue; // not a slot's copy
     plan::Tensor &copy = *plan.mutable_tensors(copyId);

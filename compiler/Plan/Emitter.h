@@ -111,6 +111,18 @@ struct DataParallelTables {
   bool sparse = false;
   sparse::Exchange exchange;
 };
+/// What the devices running one stage in the same place of every replica
+/// share: the first replica's stash copies and compute templates, which
+/// the other replicas' runs name with their peers offset (the plan's
+/// replica_devices).
+struct SharedStageDevice {
+  /// (slot, tensor) -> the slot's copy of a stashed tensor; (-1, tensor)
+  /// the device's copy of any other.
+  std::unordered_map<int64_t, int> copies;
+  /// Compute templates built, by what sets them apart (see addComputeRun).
+  std::map<std::vector<int64_t>, int> computeTemplates;
+};
+
 struct DeviceLowering;
 class SlotLowering;
 
@@ -168,7 +180,9 @@ private:
   LogicalResult lowerStageDevice(sched::StageDeviceOp op,
                                  const PipelineTables &tables);
   int addTemplate(plan::Device &scratch, int64_t timeStep, int64_t microBatch,
-                  int64_t messageBatch, int64_t stepMicroBatch);
+                  int64_t messageBatch, int64_t stepMicroBatch,
+                  int64_t peerOffset = 0);
+  int64_t sharedReplicaDevices(sched::StepProgramOp program);
   LogicalResult lowerInto(DeviceLowering &lowering, plan::Device &scratch,
                           llvm::function_ref<LogicalResult()> lower);
   LogicalResult addBlockRun(DeviceLowering &lowering,
@@ -208,6 +222,11 @@ private:
   /// order, built once (every slot template reads them; scanning @main per
   /// stage and template was quadratic at 48 stages x 49 templates).
   std::map<std::pair<int64_t, bool>, std::vector<Operation *>> slotStageOps;
+  /// Pipelines: devices per replica where every replica runs the first
+  /// replica's templates (0: each device its own), and what they share by
+  /// (stage, device of the first replica).
+  int64_t replicaDevices = 0;
+  std::map<std::pair<int64_t, int64_t>, SharedStageDevice> sharedStageDevices;
   ArrayRef<Operation *> slotStageOpsOf(int64_t stage, bool backward, int64_t L);
 };
 
@@ -261,22 +280,20 @@ struct DeviceLowering {
   sched::StageDeviceOp op;
   plan::Device *device = nullptr;
   int64_t self = 0, s = 1;
+  /// The device of the first replica this one runs as (`self` without
+  /// replicas sharing), and how much further its peers are.
+  int64_t home = 0, peerOffset = 0;
   ArrayRef<int64_t> mine;
   StashLayout layout;
   /// Where this stage's part of the device arena starts (a device running
   /// several stages gives each its own part).
   int64_t base = 0;
-  /// (slot, tensor) -> the slot's copy of a stashed tensor; (-1, tensor)
-  /// the device's copy of any other.
-  std::unordered_map<int64_t, int> copies;
+  SharedStageDevice *shared = nullptr;
   /// Parameters whose gradient this step was summed over replicas.
   llvm::StringSet<> exchanged;
   /// The stash slot the instructions being built name (0: templates name
   /// slot 0's copies, and each run its own slot).
   int64_t slot = 0;
-  /// Compute templates built for this device, by what sets them apart
-  /// (see addComputeRun).
-  std::map<std::vector<int64_t>, int> computeTemplates;
 };
 
 } // namespace cdp::emit

@@ -194,6 +194,7 @@ struct PlainStreams {
     return source.devices(d).instructions(i);
   }
   int64_t messageBatch(int, int) const { return 0; }
+  int64_t peerOffset(int, int) const { return 0; }
 };
 
 struct SpelledStreams {
@@ -206,6 +207,7 @@ struct SpelledStreams {
   int64_t messageBatch(int d, int i) const {
     return spelled.at(d, i).messageBatch;
   }
+  int64_t peerOffset(int d, int i) const { return spelled.at(d, i).peerOffset; }
 };
 
 /// An instruction the simulation visits, with its part in the traffic.
@@ -293,6 +295,7 @@ std::vector<std::vector<Traffic>> collectTraffic(const Streams &streams,
         t.kind = op == "send" ? 1 : 2;
         t.message = messageOf(instruction);
         t.message.microBatch += streams.messageBatch(d, i);
+        t.message.peer += streams.peerOffset(d, i);
       }
       traffic[d].push_back(t);
     }

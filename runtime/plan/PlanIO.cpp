@@ -71,6 +71,10 @@ int64_t dtypeSize(DType type) {
   }
 }
 
+int arenaHome(const Plan &plan, int device) {
+  return plan.replica_devices() > 0 ? device % plan.replica_devices() : device;
+}
+
 const StrategyTraits &traitsOf(const Plan &plan) {
   // readPlan refuses plans of other strategies; an emitter's plan names
   // one of them.

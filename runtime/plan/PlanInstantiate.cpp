@@ -102,9 +102,12 @@ void shiftByRun(Instruction &instruction, const Run &run, int sign) {
   instruction.set_micro_batch(instruction.micro_batch() +
                               sign * run.micro_batch());
   bool message = carriesMessageBatch(instruction);
+  bool peered = instruction.op() == "send" || instruction.op() == "recv";
   for (Attribute &a : *instruction.mutable_attributes()) {
     if (message && a.name() == "micro_batch")
       a.set_i(a.i() + sign * run.message_batch());
+    else if (peered && a.name() == "peer")
+      a.set_i(a.i() + sign * run.peer_offset());
     else if (a.name() == "step_micro_batch")
       a.set_i(a.i() + sign * run.step_micro_batch());
   }

@@ -99,6 +99,12 @@ private:
         counters = counters && v >= 0 && v <= kMostCounter;
     if (!counters)
       fail("the plan's schedule holds a count out of range");
+    int replicaDevices = plan.replica_devices();
+    if (replicaDevices < 0 || replicaDevices > plan.devices_size() ||
+        (replicaDevices > 0 && plan.devices_size() % replicaDevices != 0))
+      fail("the plan's " + std::to_string(replicaDevices) +
+           " devices per replica do not divide its " +
+           std::to_string(plan.devices_size()) + " devices");
     // A name in the plan's folder: a plan never reads outside it.
     const std::string &weights = plan.weights_file();
     if (weights == "." || weights == ".." ||
@@ -186,8 +192,14 @@ private:
 
   void checkArenaPlace(const Tensor &t, int64_t bytes) {
     std::optional<int64_t> end = checkedAdd(t.offset(), bytes);
+    // Shared by replicas: the first replica's devices name them.
+    if (t.has_device() && plan.replica_devices() > 0 &&
+        t.device() >= plan.replica_devices())
+      return fail(tensorName(t) + " is on device " +
+                  std::to_string(t.device()) + ", outside the first of " +
+                  "the replicas whose devices hold it");
     for (int d = 0; d < plan.devices_size(); ++d) {
-      if (t.has_device() && t.device() != d)
+      if (t.has_device() && t.device() != arenaHome(plan, d))
         continue;
       if (t.offset() < 0 || !end || *end > plan.devices(d).arena_bytes())
         return fail(tensorName(t) + " lies outside device " +

@@ -49,6 +49,9 @@ SpelledPlan::SpelledPlan(const Plan &plan, const std::function<bool(int)> &keep)
         spelled.microBatch += run->micro_batch();
         if (carriesMessageBatch(instruction))
           spelled.messageBatch = run->message_batch();
+        std::string_view op = instruction.op();
+        if (op == "send" || op == "recv")
+          spelled.peerOffset = run->peer_offset();
       }
       program.push_back(spelled);
     };

@@ -5,7 +5,7 @@ agree key by key (workspace aside), and prints per device the peak stashed
 activation units (and per stage the peak of their sum), the peak activation bytes and the weight bytes of the
 extra versions.
 
-Usage: pipeline_report.py BIN_DIR WORK_DIR MODEL.onnx STRATEGY M
+Usage: pipeline_report.py BIN_DIR WORK_DIR MODEL.onnx STRATEGY M [REPLICAS]
 """
 import json
 import os
@@ -16,18 +16,21 @@ import numpy as np
 
 bin_dir, work, model, strategy, m = sys.argv[1:6]
 m, steps = int(m), 3
+replicas = int(sys.argv[6]) if len(sys.argv) > 6 else 1
 os.makedirs(work, exist_ok=True)
 plan, predicted, measured = (os.path.join(work, f) for f in
                              ("plan.cdp", "predicted.json", "measured.json"))
 # cdp-mp: M is N, the micro-batches (CDP slots) sharing the devices.
 count = ["--micro-batches", str(m)]
+if replicas > 1:
+    count += ["--replicas", str(replicas), "--devices", str(4 * replicas)]
 subprocess.run([os.path.join(bin_dir, "cdp-compile"), model, "-o", plan, "--strategy", strategy]
                + count + ["--stage-boundaries", "tanh0,tanh1,tanh2",
                           "--optimizer", "momentum", "--report", predicted, "--steps", str(steps)],
                check=True)
 rng = np.random.default_rng(0)
-np.save(os.path.join(work, "x.npy"), rng.standard_normal((2 * m * steps, 16)).astype(np.float32))
-np.save(os.path.join(work, "y.npy"), rng.integers(0, 16, 2 * m * steps).astype(np.int64))
+np.save(os.path.join(work, "x.npy"), rng.standard_normal((2 * m * steps * replicas, 16)).astype(np.float32))
+np.save(os.path.join(work, "y.npy"), rng.integers(0, 16, 2 * m * steps * replicas).astype(np.int64))
 subprocess.run([os.path.join(bin_dir, "cdp-run"), plan, "--feed", "x=" + os.path.join(work, "x.npy"),
                 "--feed", "labels=" + os.path.join(work, "y.npy"), "--steps", str(steps),
                 "--report", measured], check=True, stdout=subprocess.DEVNULL)

@@ -3,6 +3,7 @@
 #include "cdp/Plan/PlanInstantiate.h"
 
 #include "cdp/Plan/PlanCheck.h"
+#include "cdp/Plan/PlanIO.h"
 #include "cdp/Plan/SpelledPlan.h"
 #include "cdp/Runtime/Report.h"
 
@@ -244,6 +245,40 @@ TEST(SpelledPlan, ReportAndStepTimeEqualTheInstantiatedPlans) {
   EXPECT_EQ(fromRunsTime.status, SimulatedTime::Status::Ok);
   EXPECT_EQ(fromRunsTime.end, spelledTime.end);
   EXPECT_GT(fromRunsTime.end, 0);
+}
+
+/// Replicas running the first replica's templates (format 7): a second
+/// replica's devices 2 and 3 run devices 0 and 1's templates, their
+/// messages' peers offset by 2. Instantiation, the deadlock check, the
+/// report and the step time all read the offset (without it, device 2
+/// would send to device 1 and device 3 wait forever).
+TEST(SpelledPlan, ReplicasRunTheFirstReplicasTemplatesWithTheirPeers) {
+  Plan plan = twoStagePlan();
+  plan.set_replica_devices(2);
+  for (int d = 0; d < 2; ++d) {
+    Device *replica = plan.add_devices();
+    *replica->mutable_runs() = plan.devices(d).runs();
+    for (cdp::plan::Run &run : *replica->mutable_runs()) {
+      run.set_peer_offset(2);
+      run.set_message_batch(run.message_batch() + 2);
+    }
+  }
+  ASSERT_EQ(checkRuns(plan), "");
+  EXPECT_EQ(arenaHome(plan, 3), 1);
+  EXPECT_EQ(findSendRecvDeadlock(plan), "");
+  Plan instantiated = plan;
+  instantiate(instantiated);
+  std::vector<int64_t> peers;
+  for (const Instruction &instruction : instantiated.devices(2).instructions())
+    if (instruction.op() == "send" || instruction.op() == "recv")
+      peers.push_back(intAttribute(instruction, "peer"));
+  EXPECT_EQ(peers, std::vector<int64_t>({3, 3, 3, 3}));
+  EXPECT_EQ(cdp::runtime::predictReport(plan, 3),
+            cdp::runtime::predictReport(instantiated, 3));
+  auto cost = [](int, const Instruction &) { return 1.0; };
+  SimulatedTime fromRuns = simulateTime(plan, 3, cost);
+  EXPECT_EQ(fromRuns.status, SimulatedTime::Status::Ok);
+  EXPECT_EQ(fromRuns.end, simulateTime(instantiated, 3, cost).end);
 }
 
 } // namespace

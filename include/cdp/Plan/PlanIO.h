@@ -19,7 +19,7 @@
 namespace cdp::plan {
 
 /// Bumped whenever plan.proto changes meaning.
-constexpr uint32_t kPlanFormatVersion = 6;
+constexpr uint32_t kPlanFormatVersion = 7;
 
 /// Writes `plan` to `path` and its tensors' initial values to the weights
 /// file beside it (PlanWeights.h), which `plan` then refers to instead of
@@ -49,6 +49,11 @@ void setIntAttribute(Instruction *instruction, std::string_view name,
 /// replica, tensors placed on devices, micro-batches loaded where stages
 /// read them).
 const StrategyTraits &traitsOf(const Plan &plan);
+
+/// Whose stash copies `device` holds in its arena: its own, or where
+/// replicas run their first replica's templates (replica_devices), those of
+/// the same device of the first replica.
+int arenaHome(const Plan &plan, int device);
 
 } // namespace cdp::plan
 

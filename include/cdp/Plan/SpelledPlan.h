@@ -44,6 +44,8 @@ struct SpelledInstruction {
   int64_t microBatch = 0;
   /// What the run adds to a load's, send's or recv's micro_batch attribute.
   int64_t messageBatch = 0;
+  /// What the run adds to a send's or recv's peer attribute.
+  int32_t peerOffset = 0;
   uint32_t firstId = 0; ///< its inputs, then its outputs, in SpelledPlan ids
   uint32_t inputs = 0, outputs = 0;
   const Instruction &operator*() const { return *source; }
