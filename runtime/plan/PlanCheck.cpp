@@ -15,14 +15,15 @@
 #include "cdp/Plan/SpelledPlan.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
-#include <deque>
 #include <limits>
 #include <map>
 #include <set>
 #include <sstream>
 #include <string_view>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 namespace cdp::plan {
@@ -303,6 +304,45 @@ std::vector<std::vector<Traffic>> collectTraffic(const Streams &streams,
   return traffic;
 }
 
+/// A message in the simulation: (from, to, value, micro-batch over the
+/// run).
+using MessageKey = std::array<int64_t, 4>;
+
+struct MessageKeyHash {
+  size_t operator()(const MessageKey &key) const {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (int64_t part : key)
+      h = (h ^ static_cast<uint64_t>(part)) * 0x100000001b3ULL;
+    return static_cast<size_t>(h ^ (h >> 29));
+  }
+};
+
+/// The end times of the messages in flight under one key, oldest first:
+/// one in almost every case, so the first is kept without an allocation.
+class InFlight {
+public:
+  void push(double end) {
+    if (count++ == 0)
+      first = end;
+    else
+      later.push_back(end);
+  }
+  double pop() {
+    double oldest = first;
+    if (--count > 0) {
+      first = later.front();
+      later.erase(later.begin());
+    }
+    return oldest;
+  }
+  bool empty() const { return count == 0; }
+
+private:
+  double first = 0;
+  size_t count = 0;
+  std::vector<double> later;
+};
+
 template <typename Streams>
 Simulation simulate(const Streams &streams, int64_t steps, bool drain,
                     const InstructionTime *cost, bool reductions = false) {
@@ -311,9 +351,9 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
   std::vector<std::vector<Traffic>> traffic =
       collectTraffic(streams, reductions, cost != nullptr);
   // (from, to, value, micro-batch over the run) -> the end times of the
-  // messages in flight, oldest first
-  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t>;
-  std::map<Key, std::deque<double>> inFlight;
+  // messages in flight, oldest first (hashed: a 1,008-device pipeline has
+  // 2 million messages a step, rarely two under one key)
+  std::unordered_map<MessageKey, InFlight, MessageKeyHash> inFlight;
   // (step, stage) -> (contributions, when the last one was made)
   std::map<std::pair<int64_t, int64_t>, std::pair<int, double>> reduced;
   std::map<std::pair<int64_t, int64_t>, std::set<int>> fetched;
@@ -380,8 +420,7 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
           auto it = inFlight.find({m.peer, d, m.value, runMicroBatch});
           if (it == inFlight.end())
             break;
-          start = std::max(start, it->second.front());
-          it->second.pop_front();
+          start = std::max(start, it->second.pop());
           if (it->second.empty())
             inFlight.erase(it);
         }
@@ -413,7 +452,7 @@ Simulation simulate(const Streams &streams, int64_t steps, bool drain,
           clock = start + std::max(time, 0.0);
         }
         if (t.kind == 1)
-          inFlight[{d, m.peer, m.value, runMicroBatch}].push_back(clock);
+          inFlight[{d, m.peer, m.value, runMicroBatch}].push(clock);
         if (t.kind == 3) {
           auto &[count, last] = reduced[{step, t.stage}];
           ++count;
