@@ -173,11 +173,16 @@ std::vector<int64_t> allocatedBytesPerDevice(const Plan &plan) {
   for (int id = 0; id < plan.tensors_size(); ++id)
     if (table.holder[id] == Holder::kEvery)
       everywhere += blockPiece(plan.tensors(id));
-  // Which device last named a tensor: no clearing between devices.
+  // Which device last named a tensor: no clearing between devices. Only
+  // pipelines' tensors depend on being named (not dp's or cdp's).
   std::vector<int> namedBy(plan.tensors_size(), -1);
+  bool byName = false;
+  for (int id : table.conditional)
+    byName |= table.holder[id] != Holder::kOwner;
   std::vector<int64_t> bytes(plan.devices_size());
   for (int d = 0; d < plan.devices_size(); ++d) {
-    forEachNamedInTraining(plan, d, [&](int id) { namedBy[id] = d; });
+    if (byName)
+      forEachNamedInTraining(plan, d, [&](int id) { namedBy[id] = d; });
     int64_t block = everywhere;
     for (int id : table.conditional) {
       bool later = false;
