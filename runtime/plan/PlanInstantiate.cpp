@@ -102,7 +102,7 @@ void shiftByRun(Instruction &instruction, const Run &run, int sign) {
   instruction.set_micro_batch(instruction.micro_batch() +
                               sign * run.micro_batch());
   bool message = carriesMessageBatch(instruction);
-  bool peered = instruction.op() == "send" || instruction.op() == "recv";
+  bool peered = carriesPeer(instruction);
   for (Attribute &a : *instruction.mutable_attributes()) {
     if (message && a.name() == "micro_batch")
       a.set_i(a.i() + sign * run.message_batch());

@@ -66,6 +66,9 @@ struct HolderTable {
   std::vector<Holder> holder;
   std::vector<int> device;      ///< kOwner: the owner; kStage: its device
   std::vector<int> conditional; ///< ids whose holding depends on the device
+  /// Whether any depends on the device's instructions naming it (pipelines'
+  /// tensors; not dp's, cdp's or CDP-ZeRO's owners').
+  bool byName = false;
 };
 
 HolderTable holdersOf(const Plan &plan) {
@@ -99,6 +102,7 @@ HolderTable holdersOf(const Plan &plan) {
       holder = Holder::kNamed;
     if (holder != Holder::kNone && holder != Holder::kEvery)
       table.conditional.push_back(id);
+    table.byName |= holder == Holder::kStage || holder == Holder::kNamed;
   }
   return table;
 }
@@ -139,7 +143,8 @@ std::vector<char> persistentOn(const Plan &plan, int device,
   std::vector<char> held(tensors, 0), named(tensors, 0);
   if (gatheredAfterTraining)
     gatheredAfterTraining->assign(tensors, 0);
-  forEachNamedInTraining(plan, device, [&](int id) { named[id] = 1; });
+  if (table.byName)
+    forEachNamedInTraining(plan, device, [&](int id) { named[id] = 1; });
   for (int id = 0; id < tensors; ++id) {
     bool later = false;
     held[id] = heldOn(plan, table, id, device, named[id], later);
@@ -164,7 +169,9 @@ std::vector<int64_t> persistentOffsets(const Plan &plan,
 }
 
 int64_t allocatedBytes(const Plan &plan, int device) {
-  return allocatedBytesPerDevice(plan)[device];
+  int64_t block = 0;
+  persistentOffsets(plan, persistentOn(plan, device), block);
+  return plan.devices(device).arena_bytes() + block;
 }
 
 std::vector<int64_t> allocatedBytesPerDevice(const Plan &plan) {
@@ -173,15 +180,11 @@ std::vector<int64_t> allocatedBytesPerDevice(const Plan &plan) {
   for (int id = 0; id < plan.tensors_size(); ++id)
     if (table.holder[id] == Holder::kEvery)
       everywhere += blockPiece(plan.tensors(id));
-  // Which device last named a tensor: no clearing between devices. Only
-  // pipelines' tensors depend on being named (not dp's or cdp's).
+  // Which device last named a tensor: no clearing between devices.
   std::vector<int> namedBy(plan.tensors_size(), -1);
-  bool byName = false;
-  for (int id : table.conditional)
-    byName |= table.holder[id] != Holder::kOwner;
   std::vector<int64_t> bytes(plan.devices_size());
   for (int d = 0; d < plan.devices_size(); ++d) {
-    if (byName)
+    if (table.byName)
       forEachNamedInTraining(plan, d, [&](int id) { namedBy[id] = d; });
     int64_t block = everywhere;
     for (int id : table.conditional) {

@@ -13,16 +13,6 @@ std::vector<char> gatheredParameters(const Plan &plan) {
   return gathered;
 }
 
-std::vector<char> ownedElsewhere(const Plan &plan, int device) {
-  std::vector<char> elsewhere(plan.tensors_size(), 0);
-  for (const ShardGroup &group : plan.schedule().shard_groups())
-    if (group.has_owner() && group.owner() != device)
-      for (int id : {group.shard(), group.mean()})
-        if (id >= 0 && id < plan.tensors_size())
-          elsewhere[id] = 1;
-  return elsewhere;
-}
-
 ShardLayout layoutOf(const Plan &plan, const ShardGroup &group) {
   std::vector<int64_t> sizes;
   for (int id : group.params())

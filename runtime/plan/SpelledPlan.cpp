@@ -14,6 +14,11 @@ bool carriesMessageBatch(const Instruction &instruction) {
   return op == "load" || op == "send" || op == "recv";
 }
 
+bool carriesPeer(const Instruction &instruction) {
+  std::string_view op = instruction.op();
+  return op == "send" || op == "recv";
+}
+
 SpelledPlan::SpelledPlan(const Plan &plan, const std::function<bool(int)> &keep)
     : source(&plan), programs(plan.devices_size()), ids(plan.devices_size()) {
   std::vector<std::vector<int>> slotIds = slotCopyIds(plan);
@@ -49,8 +54,7 @@ SpelledPlan::SpelledPlan(const Plan &plan, const std::function<bool(int)> &keep)
         spelled.microBatch += run->micro_batch();
         if (carriesMessageBatch(instruction))
           spelled.messageBatch = run->message_batch();
-        std::string_view op = instruction.op();
-        if (op == "send" || op == "recv")
+        if (carriesPeer(instruction))
           spelled.peerOffset = run->peer_offset();
       }
       program.push_back(spelled);

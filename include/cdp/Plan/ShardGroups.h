@@ -25,10 +25,6 @@ namespace cdp::plan {
 /// in the arena and holds its stage only while gathered).
 std::vector<char> gatheredParameters(const Plan &plan);
 
-/// Per plan tensor: 1 where only another device than `device` holds it
-/// (CDP-ZeRO: a stage's master copy and mean gradients, on its owner).
-std::vector<char> ownedElsewhere(const Plan &plan, int device);
-
 /// The group's parameters cut over the plan's devices (CDP-ZeRO's owned
 /// groups: one shard, the whole stage).
 ShardLayout layoutOf(const Plan &plan, const ShardGroup &group);

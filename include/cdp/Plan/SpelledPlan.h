@@ -90,6 +90,10 @@ private:
 /// (loads, sends and receives; nothing for others), as shiftByRun adds it.
 bool carriesMessageBatch(const Instruction &instruction);
 
+/// Whether a run adds its peer_offset to `instruction`'s peer attribute
+/// (sends and receives), as shiftByRun adds it.
+bool carriesPeer(const Instruction &instruction);
+
 } // namespace cdp::plan
 
 #endif // CDP_PLAN_SPELLEDPLAN_H
