@@ -484,6 +484,8 @@ void ReportBuilder::ran(int device, int64_t t, int index, bool countSent) {
     sent(device, tau,
          (replicasOf(*instruction) - 1) *
              shardBytes(*instruction, inputs, planFacts.bytes, 0));
+  if (op == "replica_sum" && countSent) // the gradient to the other replicas
+    sent(device, tau, (replicasOf(*instruction) - 1) * total(inputs));
   if (op == "sparse_gather" && countSent) // the selection to every other one
     sent(device, tau, (plan.devices_size() - 1) * total(inputs),
          /*collective=*/true);

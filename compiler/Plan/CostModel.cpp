@@ -56,6 +56,14 @@ double elementsOf(const plan::Tensor &tensor) {
   return n;
 }
 
+/// The replicas a replica_sum adds over (its `peers`).
+double replicasOf(const plan::Instruction &instruction) {
+  for (const plan::Attribute &a : instruction.attributes())
+    if (a.name() == "peers")
+      return a.ints().values_size();
+  return 1;
+}
+
 /// Floating-point operations of a compute instruction (see hardwareCost).
 double flopsOf(const plan::Plan &plan, const plan::Instruction &instruction) {
   auto tensor = [&](int id) -> const plan::Tensor & {
@@ -101,6 +109,13 @@ InstructionCost hardwareCost(const Hardware &hw) {
       return 1e3 *
              (hw.linkLatency +
               plan.tensors(instruction.inputs(0)).bytes() / hw.linkBandwidth);
+    if (instruction.op() == "replica_sum" && instruction.inputs_size() > 0) {
+      // Per other replica: the gradient sent, theirs received and added.
+      double gradient = plan.tensors(instruction.inputs(0)).bytes();
+      return 1e3 * (replicasOf(instruction) - 1) *
+             (hw.linkLatency + gradient / hw.linkBandwidth +
+              3 * gradient / hw.memoryBandwidth);
+    }
     if (instruction.outputs_size() == 0 || instruction.inputs_size() == 0)
       return 1e3 * bytes / hw.memoryBandwidth;
     return 1e3 * std::max(flopsOf(plan, instruction) / hw.flopsPerSecond,
@@ -127,7 +142,7 @@ plan::SimulatedTime predictStepMs(const plan::Plan &plan,
   auto pipelineOnly = [](const plan::Instruction &instruction) {
     llvm::StringRef op = instruction.op();
     return op == "send" || op == "recv" || op == "load" || op == "accumulate" ||
-           op == "assign" ||
+           op == "assign" || op == "replica_sum" ||
            (op == "add" && llvm::StringRef(instruction.phase()) == "update");
   };
   plan::SimulatedTime time = plan::simulateTime(

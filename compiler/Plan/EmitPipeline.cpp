@@ -193,19 +193,12 @@ void Emitter::preparePipeline(sched::StepProgramOp program,
     }
   tables.originalTensors = plan.tensors_size();
   // Replicas: every stage's gradient sums arrive from the other replicas
-  // one after another into one buffer and are added in replica order, so
+  // one after another and are added onto one sum in replica order, so
   // every replica applies the same update (a buffer per replica held R
   // copies of the stage's gradients on every device).
   if (mostReplicas > 1)
     for (const std::string &name : plan.gradients()) {
-      int own = tables.accumulator.lookup(name);
-      plan::Tensor incoming = plan.tensors(own);
-      incoming.set_id(plan.tensors_size());
-      incoming.set_name(name + "@incoming");
-      incoming.clear_device();
-      *plan.add_tensors() = incoming;
-      tables.incoming[name] = incoming.id();
-      plan::Tensor sum = plan.tensors(own);
+      plan::Tensor sum = plan.tensors(tables.accumulator.lookup(name));
       sum.set_id(plan.tensors_size());
       sum.set_name(name + "@replicas");
       *plan.add_tensors() = sum;

@@ -343,42 +343,30 @@ LogicalResult Emitter::lowerReplicaShardUpdate(DeviceLowering &lowering,
   return success();
 }
 
-/// Sends the step's gradient sum to the stage's other replicas, then takes
-/// theirs in replica order, each added as it arrives: sum = ((g_0 + g_1) +
-/// g_2) + ..., replica 0's received straight into the sum, every other one
-/// into the one incoming buffer.
+/// The stage's gradient sums over its replicas, as one `replica_sum`: the
+/// kernel sends the device's sum to every other replica and adds theirs in
+/// replica order, ((g_0 + g_1) + g_2) + ..., each arriving onto the sum, so
+/// every replica computes the same bits. One instruction per parameter and
+/// device: as sends, receives and adds, the exchange was 3 (R - 1) of them
+/// (R x 3 (R - 1) per parameter over a stage's R devices).
 void Emitter::lowerExchange(DeviceLowering &lowering,
                             sched::ExchangeGradientsOp exchange,
                             const PipelineTables &tables) {
-  plan::Device *device = lowering.device;
   std::string name = exchange.getParam().str();
-  auto add = [&]() {
-    return stamp(device->add_instructions(), lowering.s, exchange);
-  };
-  int gradient = tables.accumulator.lookup(name);
-  ArrayRef<int64_t> peers = exchange.getPeers();
-  int64_t r = exchange.getReplica(), replicas = peers.size();
-  int incoming = tables.incoming.lookup(name);
-  int sum = tables.replicaSum.lookup(name);
-  auto receive = [&](int64_t q, int into) {
-    message(add(), false, into, peers[q], gradient, q, name, tables);
-  };
-  for (int64_t other = 0; other < replicas; ++other)
-    if (other != r)
-      message(add(), true, gradient, peers[other], gradient, r, name, tables);
-  if (r != 0)
-    receive(0, sum);
-  for (int64_t q = 1; q < replicas; ++q) {
-    if (q != r)
-      receive(q, incoming);
-    plan::Instruction *instruction = add();
-    instruction->set_op("add");
-    instruction->set_phase("update");
-    instruction->set_location(name);
-    instruction->add_inputs(q == 1 && r == 0 ? gradient : sum);
-    instruction->add_inputs(q == r ? gradient : incoming);
-    instruction->add_outputs(sum);
-  }
+  plan::Instruction *instruction =
+      stamp(lowering.device->add_instructions(), lowering.s, exchange);
+  instruction->set_op("replica_sum");
+  instruction->set_phase("update");
+  instruction->set_location(name);
+  instruction->add_inputs(tables.accumulator.lookup(name));
+  instruction->add_outputs(tables.replicaSum.lookup(name));
+  plan::setIntAttribute(instruction, "stage", lowering.s);
+  plan::Attribute *peers = instruction->add_attributes();
+  peers->set_name("peers");
+  for (int64_t peer : exchange.getPeers())
+    peers->mutable_ints()->add_values(peer);
+  plan::setIntAttribute(instruction, "replica", exchange.getReplica());
+  plan::setIntAttribute(instruction, "cycle", tables.cycle);
   lowering.exchanged.insert(name);
 }
 

@@ -253,7 +253,7 @@ struct PipelineTables {
   llvm::StringMap<int> paramId;
   /// Tied weights (those with replicas), by tensor id.
   llvm::DenseSet<int> tied;
-  llvm::StringMap<int> accumulator, replicaSum, incoming;
+  llvm::StringMap<int> accumulator, replicaSum;
   llvm::DenseMap<int, int> previousVersion;
   int lossAccumulator = -1, lossResult = -1, originalTensors = 0;
   /// Gradient clipping: the graph's clip and, per stage, the scalar that

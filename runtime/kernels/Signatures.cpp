@@ -618,6 +618,13 @@ Rules makeRules() {
     for (size_t t = 0; t < tensors; ++t)
       c.count(c.in(tensors + t), c.in(t).numel());
   };
+  // A pipeline stage's gradient sum over its replicas: the device's own in,
+  // the sum out.
+  rules["replica_sum"] = plain([](const Check &c) {
+    c.arity(1, 1, 1, 1);
+    c.allF32();
+    c.count(c.out(0), c.in(0).numel());
+  });
   // A device's share of the squared gradient norm, summed over the devices
   // in place.
   rules["norm_all_reduce"] = plain([](const Check &c) {

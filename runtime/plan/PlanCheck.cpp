@@ -120,7 +120,7 @@ const Plan &trafficOf(const Plan &plan, google::protobuf::Arena &arena) {
     return op == "send" || op == "recv" || op == "reduce_start" ||
            op == "reduce_wait" || op == "chain_reduce" || op == "chain_relay" ||
            op == "chain_wait" || op == "shard_reduce" || op == "shard_update" ||
-           op == "shard_gather" || op == "sparse_gather";
+           op == "shard_gather" || op == "sparse_gather" || op == "replica_sum";
   };
   for (const Device &device : plan.devices()) {
     Device *out = traffic->add_devices();
@@ -218,7 +218,8 @@ struct Traffic {
                  ///< 5 a blocking collective (`collective` names it)
   /// 0 shard_reduce, 1 shard_update, -1 replica_shard_update, -2
   /// norm_all_reduce, -3 sparse_gather, 2 + its time step a shard_gather
-  /// (a stage is gathered more than once a step)
+  /// (a stage is gathered more than once a step), -4 - the gradient's id
+  /// a replica_sum (one per parameter of a stage)
   int64_t collective = 0;
   int64_t members = 0; ///< the devices that meet (0: all)
   Message message;
@@ -227,6 +228,11 @@ struct Traffic {
   bool ahead = false; ///< the next step's work: a pass before step 0
   bool free = false;  ///< the second part of a chain hop: costs nothing
 };
+
+/// An instruction's first input's id, 0 where an edited plan gives none.
+int64_t firstInput(const Instruction &instruction) {
+  return instruction.inputs_size() > 0 ? instruction.inputs(0) : 0;
+}
 
 /// Every device's instructions the simulation visits (all with a cost;
 /// without, only those that can block: messages and, with `reductions`,
@@ -262,7 +268,8 @@ std::vector<std::vector<Traffic>> collectTraffic(const Streams &streams,
                         intAttribute(instruction, "owner", -1) < 0 &&
                         (op == "shard_reduce" || op == "shard_update" ||
                          op == "shard_gather" || op == "replica_shard_update" ||
-                         op == "norm_all_reduce" || op == "sparse_gather");
+                         op == "norm_all_reduce" || op == "sparse_gather" ||
+                         op == "replica_sum");
       if (!isMessage && !reduction && !chain && !collective && !costed)
         continue;
       Traffic t;
@@ -286,9 +293,10 @@ std::vector<std::vector<Traffic>> collectTraffic(const Streams &streams,
                        : op == "replica_shard_update" ? -1
                        : op == "norm_all_reduce"      ? -2
                        : op == "sparse_gather"        ? -3
+                       : op == "replica_sum"  ? -4 - firstInput(instruction)
                        : op == "shard_gather" ? 2 + instruction.time_step()
                                               : 0;
-        if (op == "replica_shard_update") // the stage's replicas alone
+        if (op == "replica_shard_update" || op == "replica_sum") // replicas
           t.members = listSize(instruction, "peers");
         t.stage = intAttribute(instruction, "stage", 0);
       }

@@ -41,7 +41,9 @@ bool parseHardware(const std::string &text, Hardware &hw, std::string &error);
 /// device's FLOP/s or its bytes at the memory bandwidth, whichever is
 /// longer (products: 2 x output elements x the reduced dimension;
 /// everything else one operation per output element); a send takes the
-/// link's latency plus its bytes at the link's bandwidth.
+/// link's latency plus its bytes at the link's bandwidth; a replica_sum
+/// over R replicas R - 1 of those and R - 1 additions (3 x the gradient's
+/// bytes at the memory bandwidth each).
 InstructionCost hardwareCost(const Hardware &hw);
 
 /// Measured costs from a cdp-run --profile file, by ONNX node and kernel

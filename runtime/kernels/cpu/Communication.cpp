@@ -1,7 +1,8 @@
 //===- Communication.cpp - gradient reductions as instructions ------------===//
 //
 // Pipelines' `send`, `recv` and `load` move one micro-batch's tensors
-// between stages and from the data source.
+// between stages and from the data source; `replica_sum` adds a stage's
+// step gradients over its replicas.
 //
 // `reduce_start` hands a stage's gradients to the communicator when the
 // device finishes the stage's backward; `reduce_wait` fetches the mean of an
@@ -19,6 +20,8 @@
 
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Runtime/Communicator.h"
+
+#include <algorithm>
 
 namespace cdp::runtime::cpu {
 
@@ -106,9 +109,72 @@ void registerPipeline(KernelRegistry &registry) {
   });
 }
 
+/// The devices of a replica_sum's stage (`peers`, this device at
+/// peers[replica]), checked against the run.
+std::vector<int64_t> replicaPeers(const KernelArgs &args) {
+  std::vector<int64_t> peers = args.ints("peers");
+  int64_t replica = args.i("replica", -1);
+  if (peers.size() < 2 || replica < 0 ||
+      replica >= static_cast<int64_t>(peers.size()) ||
+      peers[replica] != args.device)
+    args.fail("needs two or more peers with this device at peers[replica]");
+  for (int64_t peer : peers)
+    if (peer < 0 || peer >= args.communicator->size())
+      args.fail("names device " + std::to_string(peer) +
+                ", which the run lacks");
+  return peers;
+}
+
+/// A pipeline stage's step gradients summed over its replicas: the
+/// device's own to every other replica, then theirs added in replica
+/// order, ((g_0 + g_1) + g_2) + ..., each arriving onto the sum (recvAdd:
+/// sum += g_q, the same bits as sum + g_q), so every replica computes the
+/// same bits and none holds an incoming buffer. Tagged by step and the
+/// gradient's tensor id, which every replica's plan shares.
+void registerReplicaSum(KernelRegistry &registry) {
+  addKernel(registry, "replica_sum", [](const KernelArgs &args) {
+    if (!args.communicator)
+      args.fail("needs a communicator (a multi-device plan)");
+    std::vector<int64_t> peers = replicaPeers(args);
+    TensorView own = args.inputs[0], sum = args.outputs[0];
+    int64_t replica = args.i("replica", -1), cycle = args.i("cycle", 1),
+            timeStep = args.instruction->time_step(),
+            value = args.instruction->inputs(0);
+    Communicator *comm = args.communicator;
+    int device = args.device;
+    return [=](const StepContext &context) {
+      int64_t tag = (int64_t(1) << 59) | (context.step << 32) | value;
+      for (size_t q = 0; q < peers.size(); ++q)
+        if (static_cast<int64_t>(q) != replica)
+          comm->send(static_cast<int>(peers[q]), tag, sending(own),
+                     timeStep + cycle * context.step);
+      auto failed = [&] {
+        throw RuntimeError("device " + std::to_string(device) +
+                           ": stopped while summing a gradient over the "
+                           "replicas (another device failed)");
+      };
+      float *out = sum.f32();
+      const float *mine = own.f32();
+      if (replica == 0)
+        std::copy(mine, mine + own.numel(), out);
+      else if (!comm->recv(static_cast<int>(peers[0]), tag, receiving(sum)))
+        failed();
+      for (size_t q = 1; q < peers.size(); ++q) {
+        if (static_cast<int64_t>(q) == replica)
+          for (int64_t i = 0; i < own.numel(); ++i)
+            out[i] += mine[i];
+        else if (!comm->recvAdd(static_cast<int>(peers[q]), tag,
+                                {receiving(sum)}))
+          failed();
+      }
+    };
+  });
+}
+
 void registerCommunication(KernelRegistry &registry) {
   registerChain(registry);
   registerPipeline(registry);
+  registerReplicaSum(registry);
   // The communicator copies the stage's gradients where they lie and
   // writes the means where the update reads them: no staging copy here.
   addKernel(registry, "reduce_start", [](const KernelArgs &args) {

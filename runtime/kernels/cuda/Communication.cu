@@ -119,6 +119,7 @@ void registerCommunication(KernelRegistry &registry) {
       {"shard_gather", false},
       {"shard_update", true},
       {"replica_shard_update", true},
+      {"replica_sum", false},
       {"norm_all_reduce", true},
       {"sparse_absorb", true},
       {"sparse_select", true},
