@@ -8,6 +8,10 @@
 
 #include "Driver.h"
 
+#include "cdp/Plan/PlanWeights.h"
+
+#include <filesystem>
+
 namespace cdp::driver {
 
 int64_t positiveInteger(const std::string &flag, const std::string &text,
@@ -285,9 +289,20 @@ readTrainableFile(const std::string &path) {
   return names;
 }
 
+/// Where the plan's initial values go: the weights file beside -o's plan
+/// (empty where no plan file is written).
+static std::string weightsOutput(const Settings &settings) {
+  if (emit != "plan" || settings.planText || settings.reportOnly ||
+      outputPath.empty() || outputPath == "-")
+    return "";
+  return cdp::plan::weightsPathFor(outputPath);
+}
+
 /// No output replaces the model's external data (named as the importer
-/// finds it, before anything is written).
-static void checkNotExternalData(const std::string &file) {
+/// finds it, before anything is written): not -o, --report, nor the
+/// weights file beside -o's plan (`weights`).
+static void checkNotExternalData(const std::string &file,
+                                 const std::string &weights) {
   std::error_code ec;
   for (auto [flag, path] :
        {std::pair<const char *, std::string>{"-o", outputPath.getValue()},
@@ -296,6 +311,9 @@ static void checkNotExternalData(const std::string &file) {
         std::filesystem::equivalent(path, file, ec))
       die(std::string(flag) + " " + path + " is the external data of " +
           inputPath + "; give another path");
+  if (cdp::samePath(weights, file))
+    die("-o " + outputPath + " would write its initial values to " + weights +
+        ", the external data of " + inputPath + "; give another path");
 }
 
 /// What is trained: the importer decides from these.
@@ -306,9 +324,12 @@ static void readTrainableFlags(Settings &settings) {
     options.trainableFrom = readTrainableFile(trainableFrom);
   options.trainable.assign(trainableNames.begin(), trainableNames.end());
   options.freeze.assign(freeze.begin(), freeze.end());
-  options.externalData = [](const std::string &file) {
-    checkNotExternalData(file);
-  };
+  // Where -o writes the weights: known here, as --emit and -o are (a
+  // report alone writes none, and -o is then "-").
+  options.externalData =
+      [weights = weightsOutput(settings)](const std::string &file) {
+        checkNotExternalData(file, weights);
+      };
   options.warn = [](const std::string &line) {
     llvm::errs() << "cdp-compile: warning: " << cdp::printable(line) << "\n";
   };
@@ -524,7 +545,7 @@ static void checkMeaningfulFlags(Settings &settings) {
 
 /// Before any work: no output names an input, and every output's folder
 /// exists.
-static void checkOutputPaths() {
+static void checkOutputPaths(const Settings &settings) {
   std::vector<std::string> inputs{inputPath, profilePath, hardwarePath,
                                   schedulePath};
   for (const std::string &entry : constInput)
@@ -536,6 +557,21 @@ static void checkOutputPaths() {
     if (!problem.empty())
       die(problem);
   }
+  if (std::string problem = cdp::checkDistinctOutputs(
+          {{"-o", outputPath.getValue()}, {"--report", reportPath.getValue()}});
+      !problem.empty())
+    die(problem);
+  // The weights file is written beside the plan: it replaces no input and
+  // is not the report.
+  std::string weights = weightsOutput(settings);
+  inputs.push_back(reportPath);
+  for (const std::string &input : inputs)
+    if (cdp::samePath(weights, input))
+      die("-o " + outputPath + " would write its initial values to " + weights +
+          ", which " +
+          (input == reportPath.getValue() ? "is --report's file"
+                                          : "is an input of this run") +
+          "; give another path");
 }
 
 Settings checkFlags() {
@@ -545,7 +581,7 @@ Settings checkFlags() {
   readOptimizerFlags(settings);
   readImportFlags(settings);
   checkMeaningfulFlags(settings);
-  checkOutputPaths();
+  checkOutputPaths(settings);
   return settings;
 }
 

@@ -176,6 +176,37 @@ std::string followLinks(const std::string &given) {
   return link.string();
 }
 
+bool samePath(const std::string &a, const std::string &b) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (a.empty() || b.empty() || a == "-" || b == "-")
+    return false;
+  if (fs::exists(a, ec) && fs::exists(b, ec))
+    return fs::equivalent(a, b, ec);
+  auto resolved = [](const std::string &path) {
+    std::error_code ignored;
+    return fs::weakly_canonical(fs::absolute(followLinks(path)), ignored);
+  };
+  return resolved(a) == resolved(b);
+}
+
+std::string checkDistinctOutputs(
+    const std::vector<std::pair<std::string, std::string>> &outputs) {
+  namespace fs = std::filesystem;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const auto &[flag, path] = outputs[i];
+    std::error_code ec;
+    fs::file_status status = fs::status(path, ec);
+    if (!ec && fs::exists(status) && !fs::is_regular_file(status))
+      continue; // written in place, as a stream
+    for (size_t j = i + 1; j < outputs.size(); ++j)
+      if (samePath(path, outputs[j].second))
+        return flag + " and " + outputs[j].first + " both write " + path +
+               "; give each its own file";
+  }
+  return "";
+}
+
 bool writeFileAtomically(const std::string &path, const std::string &bytes,
                          std::string &error) {
   return writeFileAtomically(

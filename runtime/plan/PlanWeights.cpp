@@ -86,6 +86,20 @@ std::string weightsFileName(const std::string &planPath) {
   return std::filesystem::path(planPath).filename().string() + ".weights";
 }
 
+std::string weightsPathFor(const std::string &planPath) {
+  std::string target = followLinks(planPath);
+  return (std::filesystem::path(target).parent_path() / weightsFileName(target))
+      .string();
+}
+
+std::string weightsPathOf(const Plan &plan, const std::string &planPath) {
+  if (plan.weights_file().empty())
+    return "";
+  return (std::filesystem::path(followLinks(planPath)).parent_path() /
+          plan.weights_file())
+      .string();
+}
+
 bool writeWeights(Plan &plan, const std::string &planPath, std::string &error) {
   // Values already moved out are not in memory to copy: done, where they
   // went to this plan's weights file.
@@ -104,11 +118,8 @@ bool writeWeights(Plan &plan, const std::string &planPath, std::string &error) {
   if (distinct.empty())
     return true;
   uint64_t stamp = stampOf(plan);
-  // Beside the file a symbolic link names, which the plan replaces.
-  std::string target = followLinks(planPath);
-  std::string name = weightsFileName(target);
-  std::string path =
-      (std::filesystem::path(target).parent_path() / name).string();
+  std::string path = weightsPathFor(planPath);
+  std::string name = weightsFileName(followLinks(planPath));
   auto write = [&](int fd) {
     std::string padding(kAlign, '\0');
     if (!writeAll(fd, header(stamp)))
@@ -135,14 +146,25 @@ bool writeWeights(Plan &plan, const std::string &planPath, std::string &error) {
 
 std::unique_ptr<PlanWeights> PlanWeights::open(const std::string &planPath,
                                                const Plan &plan,
-                                               std::string &error) {
-  const std::string &name = plan.weights_file();
-  if (name.empty())
+                                               std::string &error,
+                                               const std::string &givenPath) {
+  if (plan.weights_file().empty()) {
+    if (!givenPath.empty()) {
+      error = "--weights " + givenPath +
+              ": the plan keeps its values inline and reads no weights file";
+      return nullptr;
+    }
     return std::unique_ptr<PlanWeights>(new PlanWeights(-1, ""));
+  }
   std::string path =
-      (std::filesystem::path(planPath).parent_path() / name).string();
-  std::string advice = "; it is written beside the plan by cdp-compile: "
-                       "copy the two together, or compile again";
+      givenPath.empty() ? weightsPathOf(plan, planPath) : givenPath;
+  std::string advice =
+      givenPath.empty()
+          ? "; it is written beside the plan by cdp-compile: copy the two "
+            "together, give its path with --weights, or compile again"
+          : "; --weights names the file cdp-compile wrote beside this plan "
+            "(" +
+                plan.weights_file() + ")";
   if (std::string problem = checkInputFile(path); !problem.empty()) {
     error = path + ": " + problem;
     return nullptr;

@@ -197,6 +197,8 @@ struct Evaluation {
 
 // Setup.cpp
 void checkOutputPaths(const RunOptions &options);
+/// The plan's weights file is an input too: no output file names it.
+void checkWeightsNotAnOutput(const RunOptions &options, const plan::Plan &plan);
 void readCheckedPlan(const RunOptions &options, plan::Plan &plan,
                      uint64_t &planChecksum);
 std::string dataFolder(const RunOptions &options);

@@ -9,6 +9,7 @@
 
 #include "cdp/Plan/Paths.h"
 #include "cdp/Plan/PlanCheck.h"
+#include "cdp/Plan/PlanWeights.h"
 #include "cdp/Plan/StepWork.h"
 #include "cdp/Runtime/MpiCommunicator.h"
 #include "cdp/Runtime/OnnxInferenceMode.h"
@@ -23,6 +24,18 @@
 #include <sstream>
 
 namespace cdp::runtime::training {
+
+/// The outputs written as files, by flag.
+static std::vector<std::pair<const char *, const std::string *>>
+fileOutputs(const RunOptions &options) {
+  return {{"--metrics", &options.metrics},
+          {"--save-onnx", &options.saveOnnx},
+          {"--save-onnx-eval", &options.saveOnnxEval},
+          {"--report", &options.report},
+          {"--report-svg", &options.reportSvg},
+          {"--trace", &options.trace},
+          {"--profile", &options.profile}};
+}
 
 /// Before any work: no output names an input, and every output's folder
 /// exists.
@@ -46,14 +59,7 @@ void checkOutputPaths(const RunOptions &options) {
     for (const auto &entry :
          std::filesystem::directory_iterator(options.resume, ec))
       inputs.push_back(entry.path().string());
-  for (auto [flag, path] : {std::pair<const char *, const std::string *>{
-                                "--metrics", &options.metrics},
-                            {"--save-onnx", &options.saveOnnx},
-                            {"--save-onnx-eval", &options.saveOnnxEval},
-                            {"--report", &options.report},
-                            {"--report-svg", &options.reportSvg},
-                            {"--trace", &options.trace},
-                            {"--profile", &options.profile}}) {
+  for (auto [flag, path] : fileOutputs(options)) {
     std::string problem =
         checkOutputPath(flag, *path, inputs,
                         /*replaced=*/std::string(flag) != "--metrics");
@@ -66,6 +72,15 @@ void checkOutputPaths(const RunOptions &options) {
           !data.empty())
         fail(data);
   }
+  std::vector<std::pair<std::string, std::string>> written;
+  for (auto [flag, path] : fileOutputs(options)) {
+    written.emplace_back(flag, *path);
+    if (std::string(flag).rfind("--save-onnx", 0) == 0 && !path->empty())
+      written.emplace_back(std::string(flag) + "'s external data",
+                           *path + ".data");
+  }
+  if (std::string problem = checkDistinctOutputs(written); !problem.empty())
+    fail(problem);
   // One folder cannot take both kinds of checkpoint: the portable one
   // replaces its folder whole, and a resume prefers checkpoint.json.
   auto resolved = [](const std::string &path) {
@@ -102,6 +117,27 @@ void checkOutputPaths(const RunOptions &options) {
       problem = checkReplaceableFolder(flag, *path, dumped);
     if (!problem.empty())
       fail(problem);
+  }
+}
+
+void checkWeightsNotAnOutput(const RunOptions &options,
+                             const plan::Plan &plan) {
+  std::string weights = options.weights.empty()
+                            ? plan::weightsPathOf(plan, options.plan)
+                            : options.weights;
+  if (weights.empty())
+    return;
+  auto names = [&](const std::string &file) { return samePath(file, weights); };
+  for (auto [flag, path] : fileOutputs(options)) {
+    if (names(*path))
+      fail(std::string(flag) + " " + *path +
+           " is the plan's weights file, an input of this run; give another "
+           "path");
+    // A saved model's values may go beside it (external data).
+    bool model = std::string(flag).rfind("--save-onnx", 0) == 0;
+    if (model && names(*path + ".data"))
+      fail(std::string(flag) + " " + *path + " would write its values to " +
+           *path + ".data, the plan's weights file; give another path");
   }
 }
 

@@ -83,8 +83,10 @@ void TrainingRun::execute() {
   const RunOptions &options = run->options;
   checkOutputPaths(options);
   readCheckedPlan(options, run->plan, run->planChecksum);
+  checkWeightsNotAnOutput(options, run->plan);
   std::string error;
-  run->weights = plan::PlanWeights::open(options.plan, run->plan, error);
+  run->weights =
+      plan::PlanWeights::open(options.plan, run->plan, error, options.weights);
   if (!run->weights)
     fail(error);
   run->training = !run->plan.inference();

@@ -126,6 +126,11 @@ std::vector<Flag> runFlags(RunOptions &o) {
        "Train on an IDX data set (train-/t10k- images and labels, .gz read "
        "directly); fashion-mnist is /usr/share/datasets/fashion-mnist",
        [&](const std::string &v) { o.data = v; }},
+      {"--weights", "FILE",
+       "The plan's weights file (the initial values cdp-compile wrote beside "
+       "the plan as PLAN.cdp.weights; default: that file beside the plan). "
+       "Refused unless it is the file of this very compile",
+       [&](const std::string &v) { o.weights = v; }},
       {"--steps", "T", "Training steps (required with --feed)",
        [&](const std::string &v) { o.steps = parseCount("--steps", v, 0); }},
       {"--epochs", "E", "Epochs over --data (default 1)",
@@ -340,10 +345,11 @@ RunOptions parseArguments(int argc, char **argv) {
       die(name + " takes no value");
     }
     flag->set(value);
-    // What mpirun's processes must share (the threads and the timeout may
-    // differ from machine to machine).
+    // What mpirun's processes must share (the threads, the timeout and
+    // where the weights lie may differ from machine to machine; the
+    // weights file's stamp is checked wherever it lies).
     if (name != "--threads" && name != "--comm-timeout" &&
-        name != "--progress-every")
+        name != "--progress-every" && name != "--weights")
       o.agreedFlags += name + '\0' + value + '\0';
   }
   if (o.plan.empty())

@@ -54,6 +54,17 @@ bool preadAll(int fd, char *out, size_t size, uint64_t offset);
 /// exist yet where the last link dangles (a shell redirection makes it).
 std::string followLinks(const std::string &path);
 
+/// Whether two paths name one file: the same file where both exist (hard
+/// links included), else the same place once links and `..` are resolved
+/// (two outputs that neither exists yet).
+bool samePath(const std::string &a, const std::string &b);
+
+/// The first two outputs, of (flag, path), that would write one file (a
+/// device or FIFO such as /dev/stdout may take several): "FLAG1 and FLAG2
+/// both write PATH; give each its own file", or "" when none do.
+std::string checkDistinctOutputs(
+    const std::vector<std::pair<std::string, std::string>> &outputs);
+
 /// Replaces `path` with `bytes` all at once: written to a fresh temporary
 /// file beside it, flushed to disk, then renamed over it, so a crash or a
 /// full disk mid-write leaves the previous file (or none) whole, never a

@@ -22,6 +22,13 @@ namespace cdp::plan {
 
 /// The weights file's name for a plan written to `planPath`.
 std::string weightsFileName(const std::string &planPath);
+/// Where writeWeights puts the weights file of a plan written to
+/// `planPath`: beside the file a symbolic link names, which the plan
+/// replaces.
+std::string weightsPathFor(const std::string &planPath);
+/// The weights file `plan`, read from `planPath`, names (beside the file
+/// a symbolic link names); empty when it names none.
+std::string weightsPathOf(const Plan &plan, const std::string &planPath);
 
 /// Moves every tensor's `data` of `plan` into the weights file beside
 /// `planPath` (written whole, then renamed into place; equal values once)
@@ -36,8 +43,9 @@ public:
   /// Opens the file `plan` names beside `planPath` and checks its size and
   /// stamp; null with `error` set (one line naming the file) on failure.
   /// A plan that names no weights file opens nothing and succeeds.
-  static std::unique_ptr<PlanWeights>
-  open(const std::string &planPath, const Plan &plan, std::string &error);
+  static std::unique_ptr<PlanWeights> open(const std::string &planPath,
+                                           const Plan &plan, std::string &error,
+                                           const std::string &givenPath = "");
   ~PlanWeights();
 
   /// Reads `tensor`'s initial value (`tensor.bytes()` bytes) into `out`:

@@ -36,6 +36,9 @@ struct RunOptions {
   /// --eval-feed: held-out arrays for the plan's inputs, labels included.
   std::vector<std::pair<std::string, std::string>> evalFeeds;
   std::string data;
+  /// --weights: the plan's weights file where it does not lie beside the
+  /// plan under the name the plan gives (empty: there).
+  std::string weights;
   int64_t steps = -1, epochs = -1;
   uint64_t seed = 0;
   bool eval = false;
