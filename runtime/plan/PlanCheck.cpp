@@ -109,35 +109,6 @@ std::vector<Traffic> chainHops(const Instruction &instruction, int d,
   return hops;
 }
 
-/// A format-4 plan's devices with the instructions that may block alone
-/// (messages, reductions), spelled out from their runs.
-const Plan &trafficOf(const Plan &plan, google::protobuf::Arena &arena) {
-  Plan *traffic = google::protobuf::Arena::CreateMessage<Plan>(&arena);
-  traffic->set_strategy(plan.strategy());
-  traffic->set_micro_batches(plan.micro_batches());
-  std::vector<std::vector<int>> slotIds = slotCopyIds(plan);
-  auto blocks = [](std::string_view op) {
-    return op == "send" || op == "recv" || op == "reduce_start" ||
-           op == "reduce_wait" || op == "chain_reduce" || op == "chain_relay" ||
-           op == "chain_wait" || op == "shard_reduce" || op == "shard_update" ||
-           op == "shard_gather" || op == "sparse_gather" || op == "replica_sum";
-  };
-  for (const Device &device : plan.devices()) {
-    Device *out = traffic->add_devices();
-    out->set_index(device.index());
-    for (const Instruction &instruction : device.instructions())
-      if (blocks(instruction.op()))
-        *out->add_instructions() = instruction;
-    for (const Run &run : device.runs())
-      for (const Instruction &instruction :
-           plan.templates(run.template_()).instructions())
-        if (blocks(instruction.op()))
-          instantiateInstruction(instruction, run, slotIds,
-                                 *out->add_instructions());
-  }
-  return *traffic;
-}
-
 std::string describe(const Instruction &instruction, int64_t step) {
   std::ostringstream os;
   if (instruction.op() == "reduce_wait") {
@@ -196,6 +167,8 @@ struct PlainStreams {
   }
   int64_t messageBatch(int, int) const { return 0; }
   int64_t peerOffset(int, int) const { return 0; }
+  /// The instruction as its run runs it (for messages naming it).
+  Instruction described(int d, int i) const { return instruction(d, i); }
 };
 
 struct SpelledStreams {
@@ -209,6 +182,17 @@ struct SpelledStreams {
     return spelled.at(d, i).messageBatch;
   }
   int64_t peerOffset(int d, int i) const { return spelled.at(d, i).peerOffset; }
+  Instruction described(int d, int i) const {
+    const SpelledInstruction &at = spelled.at(d, i);
+    Instruction out = *at;
+    out.set_time_step(at.timeStep);
+    if (carriesMessageBatch(out))
+      setIntAttribute(&out, "micro_batch",
+                      intAttribute(out, "micro_batch") + at.messageBatch);
+    if (carriesPeer(out))
+      setIntAttribute(&out, "peer", intAttribute(out, "peer") + at.peerOffset);
+    return out;
+  }
 };
 
 /// An instruction the simulation visits, with its part in the traffic.
@@ -537,43 +521,35 @@ void forEachRelayAfterTraining(
       steps, 0, visit);
 }
 
-std::string findSendRecvDeadlock(const Plan &plan) {
-  if (hasRuns(plan)) {
-    // Only messages and reductions can block: the runs' others are left
-    // out (a stuck device's position then counts those alone).
-    if (std::string error = checkRuns(plan); !error.empty())
-      return error;
-    google::protobuf::Arena arena;
-    return findSendRecvDeadlock(trafficOf(plan, arena));
-  }
-  Simulation sim = simulate(PlainStreams{plan}, kSteps, /*drain=*/true, nullptr,
+namespace {
+
+/// The deadlock check's simulation of `streams` and, where a device stops
+/// short, which instruction each stuck device waits at and the rounds.
+template <typename Streams> std::string deadlockReport(const Streams &streams) {
+  Simulation sim = simulate(streams, kSteps, /*drain=*/true, nullptr,
                             /*reductions=*/true);
   const std::vector<int> &next = sim.next;
   const std::vector<std::vector<int>> &rounds = sim.rounds;
-  int devices = plan.devices_size();
-  auto length = [&](int d) {
-    return (kSteps + 1) * plan.devices(d).instructions_size();
-  };
+  int devices = streams.plan().devices_size();
   std::ostringstream os;
   bool stuck = false;
-  for (int d = 0; d < devices; ++d)
-    if (next[d] < length(d)) {
-      if (!stuck)
-        os << "the plan would hang: no device can move after round "
-           << rounds.size() - 1
-           << " (sends buffered, receives blocking); stuck:\n";
-      stuck = true;
-      int size = plan.devices(d).instructions_size();
-      os << "  device " << d << " at instruction " << next[d] % size;
-      if (next[d] >= size)
-        os << (next[d] / size == kSteps
-                   ? std::string(" of the drain")
-                   : " of step " + std::to_string(next[d] / size));
-      os << ": "
-         << describe(plan.devices(d).instructions(next[d] % size),
-                     next[d] / size)
-         << "\n";
-    }
+  for (int d = 0; d < devices; ++d) {
+    int size = streams.size(d);
+    if (next[d] >= (kSteps + 1) * size)
+      continue;
+    if (!stuck)
+      os << "the plan would hang: no device can move after round "
+         << rounds.size() - 1
+         << " (sends buffered, receives blocking); stuck:\n";
+    stuck = true;
+    os << "  device " << d << " at instruction " << next[d] % size;
+    if (next[d] >= size)
+      os << (next[d] / size == kSteps
+                 ? std::string(" of the drain")
+                 : " of step " + std::to_string(next[d] / size));
+    os << ": " << describe(streams.described(d, next[d] % size), next[d] / size)
+       << "\n";
+  }
   if (!stuck)
     return "";
   os << "round x device (instructions completed):";
@@ -583,6 +559,26 @@ std::string findSendRecvDeadlock(const Plan &plan) {
       os << " " << done;
   }
   return os.str();
+}
+
+} // namespace
+
+std::string findSendRecvDeadlock(const Plan &plan) {
+  if (!hasRuns(plan))
+    return deadlockReport(PlainStreams{plan});
+  // The runs read in place, the instructions that may block alone
+  // (messages, reductions, collectives): a stuck device's position counts
+  // those.
+  if (std::string error = checkRuns(plan); !error.empty())
+    return error;
+  SpelledPlan spelled(plan, nullptr, [](const Instruction &instruction) {
+    std::string_view op = instruction.op();
+    return op == "send" || op == "recv" || op == "reduce_start" ||
+           op == "reduce_wait" || op == "chain_reduce" || op == "chain_relay" ||
+           op == "chain_wait" || op == "shard_reduce" || op == "shard_update" ||
+           op == "shard_gather" || op == "sparse_gather" || op == "replica_sum";
+  });
+  return deadlockReport(SpelledStreams{spelled});
 }
 
 namespace {

@@ -19,8 +19,15 @@ bool carriesPeer(const Instruction &instruction) {
   return op == "send" || op == "recv";
 }
 
-SpelledPlan::SpelledPlan(const Plan &plan, const std::function<bool(int)> &keep)
+SpelledPlan::SpelledPlan(const Plan &plan, const std::function<bool(int)> &keep,
+                         const std::function<bool(const Instruction &)> &only)
     : source(&plan), programs(plan.devices_size()), ids(plan.devices_size()) {
+  // Per template, its instructions `only` accepts (all without it).
+  std::vector<std::vector<const Instruction *>> kept(plan.templates_size());
+  for (int t = 0; t < plan.templates_size(); ++t)
+    for (const Instruction &instruction : plan.templates(t).instructions())
+      if (!only || only(instruction))
+        kept[t].push_back(&instruction);
   std::vector<std::vector<int>> slotIds = slotCopyIds(plan);
   originalOf.resize(plan.tensors_size());
   for (int id = 0; id < plan.tensors_size(); ++id)
@@ -34,6 +41,10 @@ SpelledPlan::SpelledPlan(const Plan &plan, const std::function<bool(int)> &keep)
     const Device &device = plan.devices(d);
     std::vector<SpelledInstruction> &program = programs[d];
     std::vector<int> &deviceIds = ids[d];
+    size_t length = device.instructions_size();
+    for (const Run &run : device.runs())
+      length += kept[run.template_()].size();
+    program.reserve(length);
     auto add = [&](const Instruction &instruction, const Run *run) {
       SpelledInstruction spelled;
       spelled.source = &instruction;
@@ -60,11 +71,11 @@ SpelledPlan::SpelledPlan(const Plan &plan, const std::function<bool(int)> &keep)
       program.push_back(spelled);
     };
     for (const Instruction &instruction : device.instructions())
-      add(instruction, nullptr);
+      if (!only || only(instruction))
+        add(instruction, nullptr);
     for (const Run &run : device.runs())
-      for (const Instruction &instruction :
-           plan.templates(run.template_()).instructions())
-        add(instruction, &run);
+      for (const Instruction *instruction : kept[run.template_()])
+        add(*instruction, &run);
   }
 }
 

@@ -56,8 +56,11 @@ class SpelledPlan {
 public:
   /// Spells out the devices `keep` accepts (all without it); the others
   /// have empty programs. The plan's runs are expected checked (checkRuns).
-  explicit SpelledPlan(const Plan &plan,
-                       const std::function<bool(int)> &keep = nullptr);
+  /// With `only`, a program holds just the instructions it accepts (asked
+  /// once per template instruction, not once per run).
+  explicit SpelledPlan(
+      const Plan &plan, const std::function<bool(int)> &keep = nullptr,
+      const std::function<bool(const Instruction &)> &only = nullptr);
 
   const Plan &plan() const { return *source; }
   int devices() const { return static_cast<int>(programs.size()); }
