@@ -19,6 +19,7 @@
 
 #include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
+#include "cdp/Plan/ReplicaSymmetry.h"
 #include "cdp/Plan/Residency.h"
 #include "cdp/Plan/ShardGroups.h"
 #include "cdp/Plan/ShardLayout.h"
@@ -768,72 +769,16 @@ void predict(int64_t steps, ReportBuilder &report,
   }
 }
 
-/// Whether instruction `y`, run at peer offset `yOffset`, does what `x`
-/// does at `xOffset` on the devices `shift` further: alike but for its
-/// replica and its peers.
-bool sameUpToReplica(const plan::Instruction &x, int64_t xOffset,
-                     const plan::Instruction &given, int64_t yOffset,
-                     int64_t shift) {
-  plan::Instruction y = given;
-  if (plan::carriesPeer(y))
-    plan::setIntAttribute(
-        &y, "peer", plan::intAttribute(y, "peer") + yOffset - shift - xOffset);
-  for (plan::Attribute &attribute : *y.mutable_attributes())
-    if (attribute.name() == "replica")
-      attribute.set_i(plan::intAttribute(x, "replica", -1));
-  return x.SerializeAsString() == y.SerializeAsString();
-}
-
-/// Whether device `b` runs what device `a` runs, `shift` devices further
-/// (a later replica of a pipeline whose replicas share the first one's
-/// compute templates): runs alike but for their micro-batches and message
-/// batches, the same template at a peer offset `shift` further or (the
-/// update-time work, per device) templates alike up to the replica;
-/// instructions alike up to the replica.
-bool sameUpToReplica(const plan::Plan &plan, const plan::Device &a,
-                     const plan::Device &b, int64_t shift) {
-  if (a.runs_size() != b.runs_size() ||
-      a.instructions_size() != b.instructions_size())
-    return false;
-  for (int i = 0; i < a.runs_size(); ++i) {
-    const plan::Run &x = a.runs(i), &y = b.runs(i);
-    if (x.time_step() != y.time_step() || x.slot() != y.slot())
-      return false;
-    if (x.template_() == y.template_()) {
-      if (y.peer_offset() != x.peer_offset() + shift)
-        return false;
-      continue;
-    }
-    const plan::Template &tx = plan.templates(x.template_()),
-                         &ty = plan.templates(y.template_());
-    if (tx.instructions_size() != ty.instructions_size())
-      return false;
-    for (int k = 0; k < tx.instructions_size(); ++k)
-      if (!sameUpToReplica(tx.instructions(k), x.peer_offset(),
-                           ty.instructions(k), y.peer_offset(), shift))
-        return false;
-  }
-  for (int i = 0; i < a.instructions_size(); ++i)
-    if (!sameUpToReplica(a.instructions(i), 0, b.instructions(i), 0, shift))
-      return false;
-  return true;
-}
-
-/// A pipeline's replicas (replica_devices P): device d copies device
-/// d mod P where it runs the same up to its replica. False where one
-/// does not.
+/// A pipeline's replicas (alikeReplicaDevices P): device d copies device
+/// d mod P. False where a replica runs otherwise than the first.
 bool representReplicas(const plan::Plan &plan,
                        std::vector<int> &representative) {
-  int P = plan.replica_devices(), devices = plan.devices_size();
-  if (P <= 0 || P >= devices)
+  int P = plan::alikeReplicaDevices(plan);
+  if (P == 0)
     return false;
-  representative.assign(devices, -1);
-  for (int d = 0; d < devices; ++d) {
+  representative.resize(plan.devices_size());
+  for (int d = 0; d < plan.devices_size(); ++d)
     representative[d] = d % P;
-    if (d >= P &&
-        !sameUpToReplica(plan, plan.devices(d % P), plan.devices(d), d - d % P))
-      return false;
-  }
   return true;
 }
 

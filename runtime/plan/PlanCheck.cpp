@@ -12,6 +12,7 @@
 #include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Plan/PlanInstantiate.h"
+#include "cdp/Plan/ReplicaSymmetry.h"
 #include "cdp/Plan/SpelledPlan.h"
 
 #include <algorithm>
@@ -169,10 +170,19 @@ struct PlainStreams {
   int64_t peerOffset(int, int) const { return 0; }
   /// The instruction as its run runs it (for messages naming it).
   Instruction described(int d, int i) const { return instruction(d, i); }
+  /// The devices simulated, and the replicas each stands for.
+  int devices() const { return source.devices_size(); }
+  int replicas() const { return 1; }
 };
 
 struct SpelledStreams {
   const SpelledPlan &spelled;
+  /// The first `simulated` devices (0: all), each standing for `standsFor`
+  /// replicas alike (alikeReplicaDevices): a collective of a stage's
+  /// replicas is then met by its one device.
+  int simulated = 0, standsFor = 1;
+  int devices() const { return simulated > 0 ? simulated : spelled.devices(); }
+  int replicas() const { return standsFor; }
   const Plan &plan() const { return spelled.plan(); }
   int size(int d) const { return spelled.size(d); }
   const Instruction &instruction(int d, int i) const {
@@ -225,7 +235,7 @@ template <typename Streams>
 std::vector<std::vector<Traffic>> collectTraffic(const Streams &streams,
                                                  bool reductions, bool costed) {
   const Plan &plan = streams.plan();
-  int devices = plan.devices_size();
+  int devices = streams.devices();
   std::vector<std::vector<Traffic>> traffic(devices);
   // The runtime runs a last_slot instruction only on the device whose slot
   // is the step's last (dp, cdp: slot d on device d; pipelines: slot 0).
@@ -281,7 +291,8 @@ std::vector<std::vector<Traffic>> collectTraffic(const Streams &streams,
                        : op == "shard_gather" ? 2 + instruction.time_step()
                                               : 0;
         if (op == "replica_shard_update" || op == "replica_sum") // replicas
-          t.members = listSize(instruction, "peers");
+          t.members = std::max<int64_t>(1, listSize(instruction, "peers") /
+                                               streams.replicas());
         t.stage = intAttribute(instruction, "stage", 0);
       }
       if (isMessage) {
@@ -338,8 +349,7 @@ private:
 template <typename Streams>
 Simulation simulate(const Streams &streams, int64_t steps, bool drain,
                     const InstructionTime *cost, bool reductions = false) {
-  const Plan &plan = streams.plan();
-  int devices = plan.devices_size();
+  int devices = streams.devices();
   std::vector<std::vector<Traffic>> traffic =
       collectTraffic(streams, reductions, cost != nullptr);
   // (from, to, value, micro-batch over the run) -> the end times of the
@@ -467,11 +477,13 @@ SimulatedTime simulateTime(const Plan &plan, int64_t steps,
   // With the drain, as the runtime runs it: a receive at the end of step t
   // may wait for a send the peer makes in step t + 1 (a tied weight's new
   // value), which for the last step is in the drain.
-  SpelledPlan spelled(plan);
-  Simulation sim =
-      simulate(SpelledStreams{spelled}, steps, /*drain=*/true, &cost);
+  // Replicas that run alike go through the same times: the first alone.
+  int P = alikeReplicaDevices(plan);
+  SpelledPlan spelled(plan, [P](int d) { return P == 0 || d < P; });
+  SpelledStreams streams{spelled, P, P > 0 ? plan.devices_size() / P : 1};
+  Simulation sim = simulate(streams, steps, /*drain=*/true, &cost);
   SimulatedTime result;
-  for (int d = 0; d < plan.devices_size(); ++d) {
+  for (int d = 0; d < streams.devices(); ++d) {
     if (sim.next[d] < steps * spelled.size(d)) {
       result.status = SimulatedTime::Status::WouldHang;
       return result;

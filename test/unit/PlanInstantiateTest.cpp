@@ -1,6 +1,7 @@
 //===- PlanInstantiateTest.cpp - format 4's runs spelled out --------------===//
 
 #include "cdp/Plan/PlanInstantiate.h"
+#include "cdp/Plan/ReplicaSymmetry.h"
 
 #include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
@@ -279,6 +280,17 @@ TEST(SpelledPlan, ReplicasRunTheFirstReplicasTemplatesWithTheirPeers) {
   SimulatedTime fromRuns = simulateTime(plan, 3, cost);
   EXPECT_EQ(fromRuns.status, SimulatedTime::Status::Ok);
   EXPECT_EQ(fromRuns.end, simulateTime(instantiated, 3, cost).end);
+  // The runs' plan is predicted from its first replica (alike up to the
+  // replica), the instantiated one device by device: the same figures.
+  EXPECT_EQ(alikeReplicaDevices(plan), 2);
+  EXPECT_EQ(alikeReplicaDevices(instantiated), 0);
+  Plan shifted = plan; // a replica whose run starts later is not alike
+  shifted.mutable_devices(3)->mutable_runs(0)->set_time_step(
+      plan.devices(1).runs(0).time_step() + 7);
+  EXPECT_EQ(alikeReplicaDevices(shifted), 0);
+  Plan crossing = plan; // nor one whose first replica sends to another
+  crossing.mutable_devices(2)->mutable_runs(0)->set_peer_offset(0);
+  EXPECT_EQ(alikeReplicaDevices(crossing), 0);
 }
 
 } // namespace
