@@ -101,13 +101,16 @@ for model in mlp lenet resnet transformer; do
 done
 
 # The kernels that run on host mirrors of their tensors (ZeRO's sharded
-# updates and gathers, laysa's exchange): the transformer's plans are the
-# smallest.
+# updates and gathers, laysa's exchange, the replicas' gradient sums): the
+# transformer's plans are the smallest.
 for zero in 1 2 3; do
   add_case "transformer-dp-zero$zero" transformer --strategy dp --devices 2 --zero "$zero"
 done
 add_case transformer-cdp-zero3 transformer --strategy cdp --devices 2 --zero 3 --cdp-rule v1
 add_case transformer-laysa transformer --strategy laysa --devices 2
+# A replicated pipeline: its gradient sums over the replicas (replica_sum).
+add_case transformer-1f1b-replicas transformer --strategy 1f1b --stages 2 \
+  --replicas 2 --devices 4
 add_case transformer-laysa-residual transformer --strategy laysa --devices 2 \
   --sparse-baseline residual
 
