@@ -491,16 +491,23 @@ void SchedulePipelinePass::buildUpdates(OpBuilder &builder,
   bool twoVersions = traitsOf(kind).weightVersions == 2;
   // 2bw and cdp-mp: a replicated tied weight turns over its versions where
   // this stage would update it: the latest becomes the previous, and the
-  // owner's new value the latest.
-  if (twoVersions)
-    for (auto &[param, stages] : params.replicas) {
-      if (!stages.count(s))
-        continue;
-      builder.create<sched::KeepPreviousOp>(loc, nameOf(param), k, time, step);
-      builder.create<sched::ParamRecvOp>(
-          loc, nameOf(param), i64(tiedPeer(params.owner.lookup(param))), k,
-          time, step);
-    }
+  // owner's new value the latest. With clipping, after the stage's norm
+  // share has left: the owner updates only once it has every share.
+  auto turnOverTied = [&] {
+    if (twoVersions)
+      for (auto &[param, stages] : params.replicas) {
+        if (!stages.count(s))
+          continue;
+        builder.create<sched::KeepPreviousOp>(loc, nameOf(param), k, time,
+                                              step);
+        builder.create<sched::ParamRecvOp>(
+            loc, nameOf(param), i64(tiedPeer(params.owner.lookup(param))), k,
+            time, step);
+      }
+  };
+  bool clipsHere = clips && !updates.lookup(s).empty();
+  if (!clipsHere)
+    turnOverTied();
   int64_t replicasHere = layout.deviceAt[s].size();
   auto prepare = [&](UpdateOp update) {
     auto param = update.getParam().getDefiningOp<ParamOp>();
@@ -516,7 +523,7 @@ void SchedulePipelinePass::buildUpdates(OpBuilder &builder,
   // Clipping by the global norm needs every gradient of the replica's
   // stages summed over replicas first: all exchanges, the clip, then the
   // updates.
-  if (clips && !updates.lookup(s).empty()) {
+  if (clipsHere) {
     for (UpdateOp update : updates.lookup(s))
       prepare(update);
     SmallVector<int64_t> stages, devices;
@@ -528,6 +535,7 @@ void SchedulePipelinePass::buildUpdates(OpBuilder &builder,
     builder.create<sched::ClipStagesOp>(
         loc, builder.getDenseI64ArrayAttr(stages),
         builder.getDenseI64ArrayAttr(devices), k, time, step);
+    turnOverTied();
   }
   // A tied weight's new value goes to every replica of the tied stages
   // that takes its value from this device (see tiedPeer).

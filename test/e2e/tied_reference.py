@@ -8,7 +8,12 @@ to W(t) (W(t+1) = Opt(W(t), g(W(t-1)))), the tied weight's gradient being
 the sum of both uses'. Parameters after 3 steps must match within 1e-5 +
 1e-4 relative; the reference must differ from the synchronous one.
 
-Usage: tied_reference.py BIN_DIR WORK_DIR STRATEGY [M]
+--clip X: each step's gradient (the tied weight's summed over its uses) is
+clipped to a global norm of X by torch.nn.utils.clip_grad_norm_ before the
+update, and the reference must clip at least once (2bw: the tied stage
+sends its norm share before it takes the weight's new value).
+
+Usage: tied_reference.py [--clip X] BIN_DIR WORK_DIR STRATEGY [M]
 (cdp-mp with M = 5 gives every stage two devices: the owner's replicas each
 send the new value to the other end's replicas.)
 
@@ -31,6 +36,22 @@ from onnx import numpy_helper
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 M, STEPS, STEPS_V2, LR, MOMENTUM, B = 4, 3, 6, 0.1, 0.9, 2
+CLIP = 0.0
+CLIPPED = [0]
+
+
+def clip_grads(grads):
+    """torch's clip_grad_norm_ on the step's gradients (CLIP: none)."""
+    if not CLIP:
+        return
+    holders = []
+    for n, g in grads.items():
+        holder = torch.zeros_like(g, requires_grad=True)
+        holder.grad = g
+        holders.append(holder)
+    CLIPPED[0] += float(torch.nn.utils.clip_grad_norm_(holders, CLIP)) > CLIP
+    for n, holder in zip(grads, holders):
+        grads[n] = holder.grad
 
 
 def forward(p, x, tied=None):
@@ -66,6 +87,7 @@ def train(start, x, y, stale):
             loss = torch.nn.functional.cross_entropy(forward(used, x[rows]), y[rows]) / M
             for n, g in zip(used, torch.autograd.grad(loss, list(used.values()))):
                 grads[n] += g
+        clip_grads(grads)
         versions.append(momentum_step(versions[t], grads, momentum))
     return versions[-1]
 
@@ -103,6 +125,8 @@ def train_v2(start, x, y, delay, tied_stage, steps):
 
 def run_plan(bin_dir, work, path, name, args, steps):
     plan = os.path.join(work, name + ".cdp")
+    if CLIP:
+        args = args + ["--clip-grad-norm", str(CLIP)]
     subprocess.run([os.path.join(bin_dir, "cdp-compile"), path, "-o", plan] + args
                    + ["--stage-boundaries", "tanh0,tanh1,tanh2", "--optimizer", "momentum",
                       "--lr", str(LR)], check=True)
@@ -140,10 +164,14 @@ def check_v2(bin_dir, work, path, start, x, y, table):
 
 
 def main():
-    global M
-    bin_dir, work, strategy = sys.argv[1:4]
-    if len(sys.argv) > 4:
-        M = int(sys.argv[4])
+    global M, CLIP
+    argv = sys.argv[1:]
+    if argv[:1] == ["--clip"]:
+        CLIP = float(argv[1])
+        argv = argv[2:]
+    bin_dir, work, strategy = argv[:3]
+    if len(argv) > 3:
+        M = int(argv[3])
     os.makedirs(work, exist_ok=True)
     path = os.path.join(work, "tied.onnx")
     subprocess.run([sys.executable, os.path.join(HERE, "..", "Import", "make_models.py"),
@@ -159,8 +187,9 @@ def main():
     if strategy.startswith("cdp-v2"):
         return check_v2(bin_dir, work, path, start, x, y,
                         "code" if strategy.endswith("code") else "timing")
-    final = train(start, x, y, stale=True)
     synchronous = train(start, x, y, stale=False)
+    CLIPPED[0] = 0
+    final = train(start, x, y, stale=True)
     gap = max(float((final[n] - synchronous[n]).abs().max()) for n in final)
     print("%s reference differs from the synchronous one by %.1e" % ("ok  " if gap > 1e-4 else "FAIL", gap))
     count = ["--micro-batches", str(M)]
@@ -168,6 +197,9 @@ def main():
         count += ["--cdp-rule", "v1"]  # the 1-stale rule the reference computes
     params = run_plan(bin_dir, work, path, "params", ["--strategy", strategy] + count, STEPS)
     failures = int(gap <= 1e-4)
+    if CLIP:
+        print("%s the reference clipped %d of %d steps" % ("ok  " if CLIPPED[0] else "FAIL", CLIPPED[0], STEPS))
+        failures += not CLIPPED[0]
     for n, want in final.items():
         got = params[n]
         ok = np.allclose(got, want.numpy(), atol=1e-5, rtol=1e-4)
