@@ -80,10 +80,7 @@ ShardLayout shardsOf(const std::vector<int64_t> &bytes, plan::IdRange inputs,
 
 /// The devices a replica_shard_update's stage has (its `peers`).
 int replicasOf(const plan::Instruction &update) {
-  for (const plan::Attribute &a : update.attributes())
-    if (a.name() == "peers")
-      return a.ints().values_size();
-  return 1;
+  return static_cast<int>(plan::listSize(update, "peers", 1));
 }
 
 /// Bytes of one device's shard of a shard_update's or shard_reduce's

@@ -2,6 +2,7 @@
 
 #include "cdp/Plan/CostModel.h"
 
+#include "cdp/Plan/PlanIO.h"
 #include "cdp/Support/Profile.h"
 
 #include "llvm/ADT/StringRef.h"
@@ -56,14 +57,6 @@ double elementsOf(const plan::Tensor &tensor) {
   return n;
 }
 
-/// The replicas a replica_sum adds over (its `peers`).
-double replicasOf(const plan::Instruction &instruction) {
-  for (const plan::Attribute &a : instruction.attributes())
-    if (a.name() == "peers")
-      return a.ints().values_size();
-  return 1;
-}
-
 /// Floating-point operations of a compute instruction (see hardwareCost).
 double flopsOf(const plan::Plan &plan, const plan::Instruction &instruction) {
   auto tensor = [&](int id) -> const plan::Tensor & {
@@ -112,7 +105,9 @@ InstructionCost hardwareCost(const Hardware &hw) {
     if (instruction.op() == "replica_sum" && instruction.inputs_size() > 0) {
       // Per other replica: the gradient sent, theirs received and added.
       double gradient = plan.tensors(instruction.inputs(0)).bytes();
-      return 1e3 * (replicasOf(instruction) - 1) *
+      // The replicas it adds over: its `peers`.
+      double replicas = plan::listSize(instruction, "peers", 1);
+      return 1e3 * (replicas - 1) *
              (hw.linkLatency + gradient / hw.linkBandwidth +
               3 * gradient / hw.memoryBandwidth);
     }

@@ -304,6 +304,19 @@ void copyUpdateRule(const std::vector<plan::Instruction> &updates,
   }
 }
 
+/// What an instruction over a stage's replicas names: their devices in
+/// replica order (`peers`), this device's place in them and the cycle.
+static void addReplicaAttributes(plan::Instruction &instruction,
+                                 ArrayRef<int64_t> devices, int64_t replica,
+                                 int64_t cycle) {
+  plan::Attribute *peers = instruction.add_attributes();
+  peers->set_name("peers");
+  for (int64_t peer : devices)
+    peers->mutable_ints()->add_values(peer);
+  plan::setIntAttribute(&instruction, "replica", replica);
+  plan::setIntAttribute(&instruction, "cycle", cycle);
+}
+
 /// ZeRO stage 1 over the stage's replicas: one replica_shard_update of the
 /// stage's parameters, then their replica sums; the updates' rule with
 /// each parameter's weight decay in `weight_decays`, the replicas' devices
@@ -334,12 +347,8 @@ LogicalResult Emitter::lowerReplicaShardUpdate(DeviceLowering &lowering,
         tables.replicaSum.lookup(cast<StringAttr>(name).getValue()));
   plan::setIntAttribute(instruction, "stage", lowering.s);
   copyUpdateRule(updates, *instruction);
-  plan::Attribute *peers = instruction->add_attributes();
-  peers->set_name("peers");
-  for (int64_t peer : shard.getPeers())
-    peers->mutable_ints()->add_values(peer);
-  plan::setIntAttribute(instruction, "replica", shard.getReplica());
-  plan::setIntAttribute(instruction, "cycle", tables.cycle);
+  addReplicaAttributes(*instruction, shard.getPeers(), shard.getReplica(),
+                       tables.cycle);
   return success();
 }
 
@@ -361,12 +370,8 @@ void Emitter::lowerExchange(DeviceLowering &lowering,
   instruction->add_inputs(tables.accumulator.lookup(name));
   instruction->add_outputs(tables.replicaSum.lookup(name));
   plan::setIntAttribute(instruction, "stage", lowering.s);
-  plan::Attribute *peers = instruction->add_attributes();
-  peers->set_name("peers");
-  for (int64_t peer : exchange.getPeers())
-    peers->mutable_ints()->add_values(peer);
-  plan::setIntAttribute(instruction, "replica", exchange.getReplica());
-  plan::setIntAttribute(instruction, "cycle", tables.cycle);
+  addReplicaAttributes(*instruction, exchange.getPeers(), exchange.getReplica(),
+                       tables.cycle);
   lowering.exchanged.insert(name);
 }
 

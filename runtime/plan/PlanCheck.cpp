@@ -31,14 +31,6 @@ namespace cdp::plan {
 
 namespace {
 
-/// How many values list attribute `name` holds (0 when absent).
-int64_t listSize(const Instruction &instruction, std::string_view name) {
-  for (const Attribute &a : instruction.attributes())
-    if (std::string_view(a.name()) == name)
-      return a.ints().values_size();
-  return 0;
-}
-
 /// A send or recv as the traffic sees it: the peer, the value and the
 /// micro-batch over the run it carries in a given step.
 struct Message {

@@ -51,6 +51,14 @@ int64_t intAttribute(const Instruction &instruction, std::string_view name,
   return fallback;
 }
 
+int64_t listSize(const Instruction &instruction, std::string_view name,
+                 int64_t fallback) {
+  for (const Attribute &a : instruction.attributes())
+    if (std::string_view(a.name()) == name)
+      return a.ints().values_size();
+  return fallback;
+}
+
 void setIntAttribute(Instruction *instruction, std::string_view name,
                      int64_t value) {
   Attribute *a = instruction->add_attributes();

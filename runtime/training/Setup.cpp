@@ -37,6 +37,12 @@ fileOutputs(const RunOptions &options) {
           {"--profile", &options.profile}};
 }
 
+/// Whether an output flag saves a model, whose values may go beside it
+/// as FILE.data (external data).
+static bool savesModel(const char *flag) {
+  return std::string(flag).rfind("--save-onnx", 0) == 0;
+}
+
 /// Before any work: no output names an input, and every output's folder
 /// exists.
 void checkOutputPaths(const RunOptions &options) {
@@ -65,9 +71,7 @@ void checkOutputPaths(const RunOptions &options) {
                         /*replaced=*/std::string(flag) != "--metrics");
     if (!problem.empty())
       fail(problem);
-    // A saved model's values may go beside it (external data).
-    bool model = std::string(flag).rfind("--save-onnx", 0) == 0;
-    if (model && !path->empty() && *path != "-")
+    if (savesModel(flag) && !path->empty() && *path != "-")
       if (std::string data = checkOutputPath(flag, *path + ".data", inputs);
           !data.empty())
         fail(data);
@@ -75,7 +79,7 @@ void checkOutputPaths(const RunOptions &options) {
   std::vector<std::pair<std::string, std::string>> written;
   for (auto [flag, path] : fileOutputs(options)) {
     written.emplace_back(flag, *path);
-    if (std::string(flag).rfind("--save-onnx", 0) == 0 && !path->empty())
+    if (savesModel(flag) && !path->empty())
       written.emplace_back(std::string(flag) + "'s external data",
                            *path + ".data");
   }
@@ -133,9 +137,7 @@ void checkWeightsNotAnOutput(const RunOptions &options,
       fail(std::string(flag) + " " + *path +
            " is the plan's weights file, an input of this run; give another "
            "path");
-    // A saved model's values may go beside it (external data).
-    bool model = std::string(flag).rfind("--save-onnx", 0) == 0;
-    if (model && names(*path + ".data"))
+    if (savesModel(flag) && names(*path + ".data"))
       fail(std::string(flag) + " " + *path + " would write its values to " +
            *path + ".data, the plan's weights file; give another path");
   }

@@ -41,6 +41,10 @@ int64_t dtypeSize(DType type);
 /// Integer attribute `name` of `instruction`, or `fallback` when absent.
 int64_t intAttribute(const Instruction &instruction, std::string_view name,
                      int64_t fallback = -1);
+/// How many values list attribute `name` of `instruction` holds, or
+/// `fallback` when it has none.
+int64_t listSize(const Instruction &instruction, std::string_view name,
+                 int64_t fallback = 0);
 /// Adds integer attribute `name` = `value` to `instruction`.
 void setIntAttribute(Instruction *instruction, std::string_view name,
                      int64_t value);

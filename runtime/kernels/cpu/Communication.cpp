@@ -109,11 +109,8 @@ void registerPipeline(KernelRegistry &registry) {
   });
 }
 
-/// The devices of a replica_sum's stage (`peers`, this device at
-/// peers[replica]), checked against the run.
-std::vector<int64_t> replicaPeers(const KernelArgs &args) {
+std::vector<int64_t> replicaPeers(const KernelArgs &args, int64_t replica) {
   std::vector<int64_t> peers = args.ints("peers");
-  int64_t replica = args.i("replica", -1);
   if (peers.size() < 2 || replica < 0 ||
       replica >= static_cast<int64_t>(peers.size()) ||
       peers[replica] != args.device)
@@ -135,11 +132,11 @@ void registerReplicaSum(KernelRegistry &registry) {
   addKernel(registry, "replica_sum", [](const KernelArgs &args) {
     if (!args.communicator)
       args.fail("needs a communicator (a multi-device plan)");
-    std::vector<int64_t> peers = replicaPeers(args);
-    TensorView own = args.inputs[0], sum = args.outputs[0];
     int64_t replica = args.i("replica", -1), cycle = args.i("cycle", 1),
             timeStep = args.instruction->time_step(),
             value = args.instruction->inputs(0);
+    std::vector<int64_t> peers = replicaPeers(args, replica);
+    TensorView own = args.inputs[0], sum = args.outputs[0];
     Communicator *comm = args.communicator;
     int device = args.device;
     return [=](const StepContext &context) {

@@ -312,15 +312,7 @@ public:
         device(args.device), adam(UpdateRule(args).adam) {
     if (args.inputs.size() % 2 != 0)
       args.fail("needs each parameter and its gradient sum");
-    if (peers.size() < 2 || replica < 0 ||
-        replica >= static_cast<int64_t>(peers.size()) ||
-        peers[replica] != args.device)
-      args.fail("needs two or more peers with this device at "
-                "peers[replica]");
-    for (int64_t peer : peers)
-      if (peer < 0 || peer >= comm->size())
-        args.fail("names device " + std::to_string(peer) +
-                  ", which the run lacks");
+    replicaPeers(args, replica);
   }
 
   void run(const StepContext &context) override {
