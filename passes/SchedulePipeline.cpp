@@ -375,7 +375,13 @@ void SchedulePipelinePass::runOnOperation() {
       builder.getStringAttr(traits.cyclic ? cdpRule.getValue()
                                           : std::string(traits.name)),
       ArrayAttr(), DenseI64ArrayAttr(), DenseI64ArrayAttr(),
-      sched::ReductionAttr());
+      sched::ReductionAttr(), IntegerAttr());
+  // A table's replicas are alike pipelines a replica's devices apart: the
+  // program spells the first (the emitter the rest), so the passes' work
+  // does not grow with the replicas.
+  bool spellFirstReplica = !traits.cyclic && R > 1;
+  if (spellFirstReplica)
+    program.setReplicasAttr(builder.getI64IntegerAttr(R));
   if (traits.cyclic) {
     // The version table the run follows, as for cdp: slot j reads
     // θ_{t - version_delay[j][s-1]} at stage s.
@@ -438,6 +444,8 @@ void SchedulePipelinePass::runOnOperation() {
       devices.emplace_back(layout.deviceAt[s][r], s, r);
   llvm::sort(devices);
   for (auto [index, s, r] : devices) {
+    if (spellFirstReplica && r != 0)
+      continue;
     builder.setInsertionPointToEnd(&program.getBody().front());
     buildDevice(builder, s, r, layout, params);
   }

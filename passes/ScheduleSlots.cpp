@@ -394,7 +394,8 @@ void ScheduleSlotsPass::runOnOperation() {
       i64(sparse ? 2 * L + 2 : 2 * L), i64(1), recorded->rule, delays,
       recorded->live, recorded->reduceAt,
       sched::ReductionAttr::get(context, chain ? sched::Reduction::Chain
-                                               : sched::Reduction::AllReduce));
+                                               : sched::Reduction::AllReduce),
+      IntegerAttr());
   program.getBody().emplaceBlock();
   Location loc = func.getLoc();
   for (int64_t j = 0; j < N; ++j) {

@@ -37,6 +37,14 @@ configs=(
   "single-reuse:--memory-reuse layer"
   "1f1b-reuse:--strategy 1f1b --stages 2 --devices 2 --micro-batches 4 --memory-reuse layer"
   "adam-clip:--strategy dp --devices 2 --optimizer adam --clip-grad-norm 1"
+  "1f1b-r3-zero1:--strategy 1f1b --stages 2 --replicas 3 --devices 6 --micro-batches 2 --zero 1"
+  "1f1b-r2-clip:--strategy 1f1b --stages 2 --replicas 2 --devices 4 --micro-batches 2 --clip-grad-norm 0.5"
+  "2bw-r3:--strategy 2bw --stages 2 --replicas 3 --devices 6 --micro-batches 2"
+  "2bw-r2-clip:--strategy 2bw --stages 2 --replicas 2 --devices 4 --micro-batches 2 --clip-grad-norm 0.5"
+  "zb-h1-r2:--strategy zb-h1 --stages 2 --replicas 2 --devices 4 --micro-batches 4"
+  "zb-v-r2:--strategy zb-v --stages 4 --replicas 2 --devices 4 --micro-batches 4"
+  "interleaved-1f1b-r2:--strategy interleaved-1f1b --stages 4 --replicas 2 --devices 4 --micro-batches 4"
+  "1f1b-r2-reuse:--strategy 1f1b --stages 2 --replicas 2 --devices 4 --micro-batches 2 --memory-reuse layer"
   "1f1b-schedule:--strategy 1f1b --stages 2 --devices 2 --micro-batches 4 --schedule SCHEDULE"
 )
 # --schedule's input: gpipe's order (a schedule CSV), so that 1f1b follows

@@ -10,6 +10,15 @@
 
 namespace cdp::emit {
 
+/// The devices sched.stage_device ops spell (one replica's where the
+/// program stands for several).
+static int64_t spelledDevices(sched::StepProgramOp program) {
+  int64_t devices = 0;
+  for (auto device : program.getBody().getOps<sched::StageDeviceOp>())
+    devices = std::max<int64_t>(devices, device.getIndex() + 1);
+  return devices;
+}
+
 LogicalResult Emitter::emitPipeline(const EmitOptions &options) {
   sched::StepProgramOp program;
   for (Operation &op : func->getParentOfType<ModuleOp>().getOps())
@@ -23,13 +32,21 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options) {
   replicaDevices = sharedReplicaDevices(program);
   plan.set_replica_devices(replicaDevices);
   std::set<int> merged;
+  std::vector<LoweredStageDevice> lowered;
   for (Operation &op : program.getBody().front())
     if (auto device = dyn_cast<sched::StageDeviceOp>(op)) {
-      if (plan.devices_size() > device.getIndex())
-        merged.insert(device.getIndex());
+      int64_t index = device.getIndex();
+      bool another = plan.devices_size() > index;
+      if (another)
+        merged.insert(index);
+      int64_t runsBefore = another ? plan.devices(index).runs_size() : 0;
       if (failed(lowerStageDevice(device, tables)))
         return failure();
+      lowered.push_back(
+          {index, runsBefore, plan.devices(index).runs_size() - runsBefore,
+           static_cast<int64_t>(device.getMicroBatches().size())});
     }
+  spellReplicas(lowered, program.getReplicaCount(), merged);
   // A device running several stages runs their programs merged by time
   // step (stable: within a time step, in stage order).
   for (int index : merged) {
@@ -52,6 +69,56 @@ LogicalResult Emitter::emitPipeline(const EmitOptions &options) {
   return success();
 }
 
+/// The replicas a program leaves unspelled (sched.step_program's
+/// `replicas`), in the order lowering them would take: replica r's device
+/// runs the first replica's runs r replicas' devices further, for
+/// micro-batches r replicas' worth later. Compute templates are shared
+/// already; an update-time template names devices as they are (a tied
+/// weight's peer, the replica's place), so each replica gets its copy.
+void Emitter::spellReplicas(ArrayRef<LoweredStageDevice> lowered,
+                            int64_t replicas, std::set<int> &merged) {
+  for (int64_t r = 1; r < replicas; ++r)
+    for (const LoweredStageDevice &first : lowered) {
+      int64_t index = first.index + r * replicaDevices;
+      bool another = plan.devices_size() > index;
+      if (another)
+        merged.insert(index);
+      plan::Device *device =
+          another ? plan.mutable_devices(index) : plan.add_devices();
+      const plan::Device &spelled = plan.devices(first.index);
+      device->set_index(index);
+      device->set_arena_bytes(spelled.arena_bytes());
+      for (int64_t i = first.firstRun; i < first.firstRun + first.runCount;
+           ++i) {
+        plan::Run run = spelled.runs(i);
+        if (blockTemplates.count(run.template_())) {
+          run.set_template_(replicaTemplate(run.template_(), r));
+        } else {
+          int64_t later = r * first.microBatches;
+          run.set_peer_offset(r * replicaDevices);
+          run.set_message_batch(run.message_batch() + later);
+          run.set_step_micro_batch(run.step_micro_batch() + later);
+        }
+        *device->add_runs() = run;
+      }
+    }
+}
+
+/// Replica r's copy of the first replica's update-time template `first`:
+/// its messages' peers r replicas' devices further, its replica r.
+int Emitter::replicaTemplate(int first, int64_t r) {
+  plan::Template copy = plan.templates(first);
+  for (plan::Instruction &instruction : *copy.mutable_instructions())
+    for (plan::Attribute &attribute : *instruction.mutable_attributes()) {
+      if (attribute.name() == "peer")
+        attribute.set_i(attribute.i() + r * replicaDevices);
+      else if (attribute.name() == "replica")
+        attribute.set_i(r);
+    }
+  *plan.add_templates() = std::move(copy);
+  return plan.templates_size() - 1;
+}
+
 /// Devices per replica when the replicas' devices can run the first
 /// replica's templates: replica r's device for a stage is the first
 /// replica's plus r times the devices of a replica, with as many stash
@@ -62,6 +129,8 @@ int64_t Emitter::sharedReplicaDevices(sched::StepProgramOp program) {
   std::map<int64_t, sched::StageDeviceOp> firstReplica; // by stage
   int64_t perReplica = 0, replicas = 0;
   auto devices = program.getBody().getOps<sched::StageDeviceOp>();
+  if (program.getReplicaCount() > 1)
+    return spelledDevices(program);
   for (sched::StageDeviceOp device : devices) {
     replicas = std::max<int64_t>(replicas, device.getReplica() + 1);
     if (device.getReplica() != 0)
@@ -123,14 +192,20 @@ void Emitter::preparePipeline(sched::StepProgramOp program,
       [&](ParamOp param) { paramId[param.getName()] = ids.lookup(param); });
   tables.runs.assign(S + 1, std::vector<int64_t>(tables.MB, -1));
   tables.stageDevice.assign(S + 1, 0);
-  int64_t deviceCount = 0, mostReplicas = 0;
+  // Unspelled replicas (sched.step_program's `replicas`) run their first
+  // replica's micro-batches r replicas' worth later, D·r devices further.
+  int64_t spelled = spelledDevices(program),
+          unspelled = program.getReplicaCount();
+  int64_t deviceCount = spelled * unspelled, mostReplicas = unspelled;
   for (Operation &op : program.getBody().front())
     if (auto device = dyn_cast<sched::StageDeviceOp>(op)) {
-      for (int64_t j : device.getMicroBatches())
-        tables.runs[device.getStage()][j] = device.getIndex();
+      ArrayRef<int64_t> mine = device.getMicroBatches();
+      for (int64_t r = 0; r < unspelled; ++r)
+        for (int64_t j : mine)
+          tables.runs[device.getStage()][j + r * mine.size()] =
+              device.getIndex() + r * spelled;
       if (device.getReplica() == 0)
         tables.stageDevice[device.getStage()] = device.getIndex();
-      deviceCount = std::max<int64_t>(deviceCount, device.getIndex() + 1);
       mostReplicas = std::max<int64_t>(mostReplicas, device.getReplica() + 1);
     }
 

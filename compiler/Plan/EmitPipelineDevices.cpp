@@ -166,6 +166,7 @@ LogicalResult Emitter::addBlockRun(DeviceLowering &lowering,
   plan::Run *run = lowering.device->add_runs();
   run->set_template_(addTemplate(*scratch, timeStep, 0, 0, 0));
   run->set_time_step(timeStep);
+  blockTemplates.insert(run->template_());
   return success();
 }
 

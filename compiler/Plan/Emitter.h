@@ -126,6 +126,13 @@ struct SharedStageDevice {
 struct DeviceLowering;
 class SlotLowering;
 
+/// The runs lowering one sched.stage_device appended to its device.
+struct LoweredStageDevice {
+  int64_t index = 0, firstRun = 0, runCount = 0;
+  /// The stage device's micro-batches per step.
+  int64_t microBatches = 0;
+};
+
 class Emitter {
 public:
   Emitter(func::FuncOp func, plan::Plan &plan) : func(func), plan(plan) {}
@@ -183,6 +190,9 @@ private:
                   int64_t messageBatch, int64_t stepMicroBatch,
                   int64_t peerOffset = 0);
   int64_t sharedReplicaDevices(sched::StepProgramOp program);
+  void spellReplicas(ArrayRef<LoweredStageDevice> lowered, int64_t replicas,
+                     std::set<int> &merged);
+  int replicaTemplate(int first, int64_t r);
   LogicalResult lowerInto(DeviceLowering &lowering, plan::Device &scratch,
                           llvm::function_ref<LogicalResult()> lower);
   LogicalResult addBlockRun(DeviceLowering &lowering,
@@ -227,6 +237,9 @@ private:
   /// (stage, device of the first replica).
   int64_t replicaDevices = 0;
   std::map<std::pair<int64_t, int64_t>, SharedStageDevice> sharedStageDevices;
+  /// Templates of update-time work (addBlockRun): they name devices as
+  /// they are, where compute templates name them relative to their run.
+  std::set<int> blockTemplates;
   ArrayRef<Operation *> slotStageOpsOf(int64_t stage, bool backward, int64_t L);
 };
 

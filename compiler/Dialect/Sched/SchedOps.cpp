@@ -72,11 +72,19 @@ LogicalResult StepProgramOp::verify() {
   // Devices are numbered in order (a device running several stages has
   // one sched.stage_device per stage, next to each other); every peer a
   // device names is one of them.
+  int64_t replicas = getReplicaCount();
+  if (replicas < 1)
+    return emitOpError("replicas must be positive, got ") << replicas;
   int64_t devices = 0;
   for (Operation &op : getBody().front()) {
     std::optional<int64_t> index;
-    if (auto device = dyn_cast<StageDeviceOp>(op))
+    if (auto device = dyn_cast<StageDeviceOp>(op)) {
+      if (replicas > 1 && device.getReplica() != 0)
+        return op.emitOpError("spells replica ")
+               << device.getReplica() << " in a program of " << replicas
+               << " alike replicas (only the first is spelled)";
       index = device.getIndex();
+    }
     if (auto device = dyn_cast<SlotDeviceOp>(op))
       index = device.getIndex();
     if (!index)
@@ -89,6 +97,8 @@ LogicalResult StepProgramOp::verify() {
              << " is expected (devices are numbered in order)";
     devices = *index + 1;
   }
+  // Peers may name any replica's device.
+  devices *= replicas;
   WalkResult peers = walk([&](Operation *op) {
     auto check = [&](int64_t peer) {
       if (peer >= 0 && peer < devices)

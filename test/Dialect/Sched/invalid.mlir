@@ -181,3 +181,31 @@ sched.step_program attributes {cycle = 4, micro_batches = 2, rule = "", stages =
     sched.clip_stages {devices = array<i64: 0, 1>, micro_batch = 0, stages = array<i64: 1, 3>, step = 0, time_step = 1}
   }
 }
+
+// -----
+
+// A program of alike replicas spells the first replica only.
+sched.step_program attributes {cycle = 4, micro_batches = 2, replicas = 2, rule = "", stages = 1, strategy = #sched.strategy<"gpipe">, weight_versions = 1} {
+  sched.stage_device attributes {index = 0, micro_batches = array<i64: 0>, replica = 0, slots = 1, stage = 1} {
+  }
+  // expected-error@+1 {{'sched.stage_device' op spells replica 1 in a program of 2 alike replicas (only the first is spelled)}}
+  sched.stage_device attributes {index = 1, micro_batches = array<i64: 1>, replica = 1, slots = 1, stage = 1} {
+  }
+}
+
+// -----
+
+// expected-error@+1 {{'sched.step_program' op replicas must be positive, got 0}}
+sched.step_program attributes {cycle = 4, micro_batches = 2, replicas = 0, rule = "", stages = 1, strategy = #sched.strategy<"gpipe">, weight_versions = 1} {
+}
+
+// -----
+
+// Peers may name the unspelled replicas' devices, but no further.
+sched.step_program attributes {cycle = 4, micro_batches = 4, replicas = 2, rule = "", stages = 1, strategy = #sched.strategy<"gpipe">, weight_versions = 1} {
+  sched.stage_device attributes {index = 0, micro_batches = array<i64: 0, 1>, replica = 0, slots = 1, stage = 1} {
+    sched.exchange_gradients {micro_batch = 0, param = "w", peers = array<i64: 0, 1>, replica = 0, step = 0, time_step = 0}
+    // expected-error@+1 {{'sched.param_recv' op names device 2; the program has 2}}
+    sched.param_recv {from = 2, micro_batch = 0, param = "w", step = 0, time_step = 0}
+  }
+}

@@ -190,6 +190,15 @@ def Sched_StepProgramOp : Sched_Op<"step_program", [NoTerminator, SingleBlock]> 
     many versions behind it reads; `live_versions` the versions each stage
     holds. dp and cdp (`sched.slot_device`s) also give each stage's
     `reduce_at` (tau*_l of step 0) and the `reduction`.
+
+    `replicas` (R > 1) says the body spells the first of R alike pipelines
+    only: its D devices are 0 .. D-1, and replica r runs each of them on
+    device `index` + r·D, for its `micro_batches` plus r times their count,
+    with `replica` r in its exchanges and every device it names (a tied
+    weight's peer, a clip's devices) r·D further; `peers` lists, which
+    name every replica's device, stay as written. The emitter spells the
+    other replicas out, so a plan at many replicas costs the passes one
+    replica's ops.
   }];
   let arguments = (ins Sched_StrategyAttr:$strategy, Sched_Int:$stages,
                        Sched_Int:$micro_batches, Sched_Int:$cycle,
@@ -197,10 +206,16 @@ def Sched_StepProgramOp : Sched_Op<"step_program", [NoTerminator, SingleBlock]> 
                        OptionalAttr<ArrayAttr>:$version_delay,
                        OptionalAttr<DenseI64ArrayAttr>:$live_versions,
                        OptionalAttr<DenseI64ArrayAttr>:$reduce_at,
-                       OptionalAttr<Sched_ReductionAttr>:$reduction);
+                       OptionalAttr<Sched_ReductionAttr>:$reduction,
+                       OptionalAttr<Sched_Int>:$replicas);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = "attr-dict-with-keyword $body";
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The alike pipelines the body stands for (1 when it spells every
+    /// device).
+    int64_t getReplicaCount() { return getReplicas().value_or(1); }
+  }];
 }
 
 def Sched_PlaceParamOp : Sched_Op<"place_param", [HasParent<"StepProgramOp">]> {
