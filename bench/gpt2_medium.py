@@ -55,6 +55,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "test", "e2e", "hf"))
 import make_hf_data  # noqa: E402  (the venv and the trainable-names recipe)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+import cdp_report  # noqa: E402  (reports with every device's row)
 
 ROWS = 8
 LAYOUTS = [
@@ -138,7 +140,7 @@ def compile_all(args, model):
              "--momentum", "0.9", "--lr", "0.01", "--class-axis", "last", "--trainable-from",
              os.path.join(args.work, "trainable.txt"), "--report", report, "--steps", "2"]
             + flags)
-        device_bytes = predicted_bytes(json.load(open(report)))
+        device_bytes = predicted_bytes(cdp_report.load(report))
         reports[name] = device_bytes
         print("%-9s %9.1f %9.0f %14d %14d  %s" % (
             name, seconds, peak / 2**20, os.path.getsize(plan),
@@ -200,7 +202,7 @@ def run_layout(args, name, predicted):
     equal, count = same_parameters(alone, ranks)
     print("%-9s mpirun -np 4: %.1f s; %d trained parameters %s the one process's" % (
         name, elapsed, count, "bit-identical to" if equal else "DIFFER from"), flush=True)
-    measured = json.load(open(report))
+    measured = cdp_report.load(report)
     read = measured["weights_read_bytes"]
     held = held_parameter_bytes(measured)
     for rank in range(4):
@@ -232,7 +234,7 @@ def recompute_check(args, model):
         report = os.path.join(args.work, "1f1b-recompute-%s.json" % mode)
         seconds, peak = timed([os.path.join(bin_dir, "cdp-compile"), model, "-o", plan,
                                "--report", report, "--recompute", mode] + flags)
-        reports.append(json.load(open(report)))
+        reports.append(cdp_report.load(report))
         dump = os.path.join(args.work, "1f1b-recompute-%s.params" % mode)
         run_seconds, run_peak = timed([os.path.join(bin_dir, "cdp-run"), plan, "--steps", "2",
                                        "--progress-every", "0", "--dump-params", dump]

@@ -12,7 +12,6 @@ times 4 bytes and N - 1 receivers), and their ratio to a dense ring
 all-reduce of every parameter (2 (N - 1) / N x 4 bytes per element).
 """
 import argparse
-import json
 import math
 import os
 import subprocess
@@ -22,6 +21,8 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "test", "e2e"))
 import export_torch_models as models  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+import cdp_report  # noqa: E402  (reports with every device's row)
 
 DENSE_BELOW = 1024
 
@@ -49,7 +50,7 @@ def main():
                 subprocess.run([compile_bin, path, *flags, "--strategy", "laysa", "--devices", str(n),
                                 "--density", str(density), "--report", report, "--steps", "1"],
                                check=True)
-                steps = json.load(open(report))["time_steps"]
+                steps = cdp_report.load(report)["time_steps"]
                 sent = sum(t["devices"][0]["sent_bytes"] for t in steps)
                 formula = 4 * (n - 1) * sum(
                     s if s < DENSE_BELOW else 2 * min(s, max(1, math.ceil(density * s)))

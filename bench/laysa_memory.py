@@ -16,7 +16,6 @@ configurations and prints, for device 0:
 and the allocated bytes against dense dp's.
 """
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -27,6 +26,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "test", "e2e"))
 import export_torch_models as models  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+import cdp_report  # noqa: E402  (reports with every device's row)
 
 PERSISTENT = ["weight_bytes", "weight_version_bytes", "optimizer_bytes",
               "error_feedback_bytes", "reduction_bytes"]
@@ -84,8 +85,8 @@ def main():
                 subprocess.run([run_bin, plan, "--feed", "input=" + x, "--feed", "labels=" + y,
                                 "--steps", "2", "--report", measured],
                                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                persistent, arena, peak = figures(json.load(open(predicted)))
-                measured_peak = figures(json.load(open(measured)))[2]
+                persistent, arena, peak = figures(cdp_report.load(predicted))
+                measured_peak = figures(cdp_report.load(measured))[2]
                 allocated = persistent + arena
                 dense = dense or allocated
                 print("%-12s %-24s %11d %11d %11d %11d %11d %8.1f%%" % (

@@ -34,6 +34,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "test", "e2e"))
 import export_torch_models as models  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+import cdp_report  # noqa: E402  (reports with every device's row)
 
 RANKS, BATCH = 4, 8
 DATA = "/usr/share/datasets/fashion-mnist"
@@ -111,7 +113,7 @@ def cdp_ms(build, plan, steps, work):
 
 def sent_bytes(report):
     return [[d["sent_bytes"] for d in step["devices"]]
-            for step in json.load(open(report))["time_steps"]]
+            for step in cdp_report.load(report)["time_steps"]]
 
 
 def main():

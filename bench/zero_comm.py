@@ -17,7 +17,6 @@ and how many devices must meet at once (a collective's N, a message's 2).
 `measured = predicted` compares the whole per-time-step series.
 """
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -28,6 +27,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "test", "e2e"))
 import export_torch_models as models  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+import cdp_report  # noqa: E402  (reports with every device's row)
 
 PLANS = [("dp --zero 3", ["--strategy", "dp", "--zero", "3"]),
          ("cdp --zero 3", ["--strategy", "cdp", "--cdp-rule", "v1", "--zero", "3"])]
@@ -87,8 +88,8 @@ def main():
                 subprocess.run([binary("cdp-run"), plan, "--feed", "input=" + x, "--feed",
                                 "labels=" + y, "--steps", str(steps), "--report", measured],
                                check=True, stdout=subprocess.DEVNULL)
-                row(model, name, n, steps, json.load(open(measured)),
-                    json.load(open(predicted)))
+                row(model, name, n, steps, cdp_report.load(measured),
+                    cdp_report.load(predicted))
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "test", "e2e"))
 import export_torch_models as models  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+import cdp_report  # noqa: E402  (reports with every device's row)
 
 
 def first_devices(report):
@@ -68,7 +70,7 @@ def main():
                                 "--devices", str(n), "--stages", "4", "--optimizer", "adam",
                                 "--zero", str(zero), "--report", report, "-o", plan,
                                 "--steps", "3"], check=True, stdout=subprocess.DEVNULL)
-                predicted = json.load(open(report))
+                predicted = cdp_report.load(report)
                 psi = sum(predicted["stage_param_bytes"]) // 4
                 weights = 4 * psi / n if zero == 3 else 4 * psi
                 grads = 4 * psi / n if zero >= 2 else 4 * psi
@@ -87,7 +89,7 @@ def main():
                                     "input=" + os.path.join(work, "x.npy"), "--feed",
                                     "labels=" + os.path.join(work, "y.npy"), "--steps", "3",
                                     "--report", measured], check=True, stdout=subprocess.DEVNULL)
-                    measured_report = json.load(open(measured))
+                    measured_report = cdp_report.load(measured)
                     categories.append((zero, measured_report))
                     measured_row = first_devices(measured_report)
                     kind = "measured = predicted" if measured_row == row else "MEASURED DIFFERS"
@@ -144,7 +146,7 @@ def deepspeed_beside(args, binary, path, flags, work):
                         str(n), "--stages", "4", "--optimizer", "adam", "--zero", "3",
                         "--report", report, "-o", os.path.join(work, "ds.cdp"), "--steps", "3"],
                        check=True, stdout=subprocess.DEVNULL)
-        predicted = json.load(open(report))
+        predicted = cdp_report.load(report)
         psi = sum(predicted["stage_param_bytes"]) // 4
         row = first_devices(predicted)
         print("%-12s %6d %12d %12d %16d %16d" % (args.model, n, sum(row[:3]), row[3],

@@ -536,13 +536,21 @@ void ReportBuilder::setWeightsRead(int device, int64_t bytes) {
   weightsRead[device] = bytes;
 }
 
+/// Appends `name` and the number `value` (to_chars: an ostream's number
+/// formatting was a third of the report's time at 1024 devices).
+static void appendField(std::string &out, const char *name, int64_t value) {
+  out += name;
+  char digits[24];
+  out.append(digits, std::to_chars(digits, digits + sizeof(digits), value).ptr);
+}
+
 std::string ReportBuilder::json() const {
   int N = devices.size();
   // The run's description through nlohmann-json; the per-time-step rows
   // (numbers only, devices x time steps of them) are written directly below:
   // building them as JSON values cost more than the whole prediction of a
   // 2bw plan (docs/strategies/cdp.md, "Reading the report").
-  Json head = {{"schema", "cdp-report/1"},
+  Json head = {{"schema", "cdp-report/2"},
                {"strategy", plan.strategy()},
                {"devices", N},
                {"stages", plan.has_schedule() ? plan.schedule().stages() : 1},
@@ -616,12 +624,17 @@ std::string ReportBuilder::json() const {
     head["bubble_fraction"].push_back(1.0 - static_cast<double>(busy.size()) /
                                                 planFacts.cycle);
   }
+  SeriesRows rows = seriesRows();
+  if (static_cast<int>(rows.devices.size()) < N)
+    head["series_of"] = rows.seriesOf;
   // Appended with to_chars: an ostream's number formatting was a third of
   // the report's time at 1024 devices (the same text).
   std::string os = "{";
-  // About 330 characters per device and time step: grown by doubling, the
-  // copies cost as much as the writing.
-  os.reserve(static_cast<size_t>(horizon) * N * 340 + 65536);
+  size_t rowBytes = 0;
+  for (int d : rows.devices)
+    rowBytes += rows.text[d].size();
+  os.reserve(rowBytes + rows.devices.size() * horizon * 2 + horizon * 64 +
+             65536);
   bool first = true;
   for (const auto &[key, value] : head.items()) {
     os += first ? "\n" : ",\n";
@@ -631,49 +644,24 @@ std::string ReportBuilder::json() const {
     first = false;
   }
   os += ",\n\"time_steps\": [\n";
-  auto field = [&os](const char *name, int64_t value) {
-    os += name;
-    char digits[24];
-    os.append(digits,
-              std::to_chars(digits, digits + sizeof(digits), value).ptr);
-  };
-  int64_t peakUnits = 0, peakActivation = 0, totalUnits = 0,
-          totalActivation = 0, ready = 0;
-  std::vector<int64_t> peakDevice(N, 0);
-  forEachSample([&](int64_t tau, int d, const Sample &sample) {
-    if (d == 0) {
-      field("{\"t\": ", tau);
-      os += ", \"devices\": [";
+  for (int64_t tau = 0; tau < horizon; ++tau) {
+    appendField(os, "{\"t\": ", tau);
+    os += ", \"devices\": [";
+    for (size_t row = 0; row < rows.devices.size(); ++row) {
+      int d = rows.devices[row];
+      size_t begin = tau ? rows.ends[d][tau - 1] : 0;
+      if (row)
+        os += ", ";
+      os.append(rows.text[d], begin, rows.ends[d][tau] - begin);
     }
-    field(d ? ", {\"activation_units\": " : "{\"activation_units\": ",
-          sample.units);
-    field(", \"activation_bytes\": ", sample.activation);
-    field(", \"weight_bytes\": ", planFacts.weightBytes[d]);
-    field(", \"weight_version_bytes\": ", planFacts.weightVersionBytes[d]);
-    field(", \"gathered_weight_bytes\": ", sample.gathered);
-    field(", \"gradient_bytes\": ", sample.gradient);
-    field(", \"reduction_bytes\": ", sample.reduction);
-    field(", \"optimizer_bytes\": ", optimizer[d]);
-    field(", \"error_feedback_bytes\": ", planFacts.feedbackBytes[d]);
-    field(", \"comm_buffer_bytes\": ", sample.comm);
-    field(", \"workspace_bytes\": ", workspace[d]);
-    field(", \"sent_bytes\": ", sample.sent);
-    field(", \"sent_collective_bytes\": ", sample.sentCollective);
-    os += "}";
-    totalUnits += sample.units;
-    ready += sample.ready;
-    totalActivation += sample.activation;
-    peakDevice[d] = std::max(peakDevice[d], sample.deviceBytes);
-    if (d + 1 < N)
-      return;
-    peakUnits = std::max(peakUnits, totalUnits);
-    peakActivation = std::max(peakActivation, totalActivation);
-    field("], \"grad_ready_bytes\": ", ready);
+    appendField(os, "], \"grad_ready_bytes\": ", rows.ready[tau]);
     os += tau + 1 < horizon ? "},\n" : "}\n";
-    totalUnits = totalActivation = ready = 0;
-  });
-  Json peak = {{"activation_units", peakUnits},
-               {"activation_bytes", peakActivation},
+  }
+  std::vector<int64_t> peakDevice(N);
+  for (int d = 0; d < N; ++d)
+    peakDevice[d] = rows.peakDevice[streamOf[d]];
+  Json peak = {{"activation_units", rows.peakUnits},
+               {"activation_bytes", rows.peakActivation},
                {"device_bytes", peakDevice}};
   os += "],\n\"peak\": ";
   os += jsonText(peak);
@@ -681,14 +669,78 @@ std::string ReportBuilder::json() const {
   return os;
 }
 
+/// Per device whose series was recorded (not copied), its row of every
+/// time step; the devices with distinct series (the report's rows, in
+/// device order), each device's row (`series_of`), and the totals over all
+/// devices, a copied device counted with the one it copies.
+ReportBuilder::SeriesRows ReportBuilder::seriesRows() const {
+  int N = devices.size();
+  SeriesRows rows;
+  std::vector<int> recorded, copies(N, 0);
+  for (int d = 0; d < N; ++d) {
+    ++copies[streamOf[d]];
+    if (streamOf[d] == d)
+      recorded.push_back(d);
+  }
+  rows.text.resize(N);
+  rows.ends.resize(N);
+  rows.peakDevice.assign(N, 0);
+  rows.ready.assign(horizon, 0);
+  int64_t totalUnits = 0, totalActivation = 0;
+  forEachSample(recorded, [&](int64_t tau, int d, const Sample &sample) {
+    std::string &text = rows.text[d];
+    appendField(text, "{\"activation_units\": ", sample.units);
+    appendField(text, ", \"activation_bytes\": ", sample.activation);
+    appendField(text, ", \"weight_bytes\": ", planFacts.weightBytes[d]);
+    appendField(
+        text, ", \"weight_version_bytes\": ", planFacts.weightVersionBytes[d]);
+    appendField(text, ", \"gathered_weight_bytes\": ", sample.gathered);
+    appendField(text, ", \"gradient_bytes\": ", sample.gradient);
+    appendField(text, ", \"reduction_bytes\": ", sample.reduction);
+    appendField(text, ", \"optimizer_bytes\": ", optimizer[d]);
+    appendField(text,
+                ", \"error_feedback_bytes\": ", planFacts.feedbackBytes[d]);
+    appendField(text, ", \"comm_buffer_bytes\": ", sample.comm);
+    appendField(text, ", \"workspace_bytes\": ", workspace[d]);
+    appendField(text, ", \"sent_bytes\": ", sample.sent);
+    appendField(text, ", \"sent_collective_bytes\": ", sample.sentCollective);
+    text += "}";
+    rows.ends[d].push_back(text.size());
+    totalUnits += copies[d] * sample.units;
+    totalActivation += copies[d] * sample.activation;
+    rows.ready[tau] += copies[d] * sample.ready;
+    rows.peakDevice[d] = std::max(rows.peakDevice[d], sample.deviceBytes);
+    if (d != recorded.back())
+      return;
+    rows.peakUnits = std::max(rows.peakUnits, totalUnits);
+    rows.peakActivation = std::max(rows.peakActivation, totalActivation);
+    totalUnits = totalActivation = 0;
+  });
+  // Devices alike in every number share a row (a pipeline's replicas, data
+  // parallelism's middle devices), in predicted and measured reports alike.
+  std::unordered_map<std::string_view, int> rowOfText;
+  std::vector<int> rowOf(N, -1);
+  for (int d : recorded) {
+    auto [it, added] = rowOfText.try_emplace(rows.text[d], rows.devices.size());
+    if (added)
+      rows.devices.push_back(d);
+    rowOf[d] = it->second;
+  }
+  rows.seriesOf.resize(N);
+  for (int d = 0; d < N; ++d)
+    rows.seriesOf[d] = rowOf[streamOf[d]];
+  return rows;
+}
+
 void ReportBuilder::forEachSample(
+    const std::vector<int> &visited,
     const std::function<void(int64_t, int, const Sample &)> &visit) const {
   int N = devices.size();
   std::vector<int64_t> units(N, 0), live[kByteSeries];
   for (std::vector<int64_t> &bytes : live)
     bytes.assign(N, 0);
   for (int64_t tau = 0; tau < horizon; ++tau)
-    for (int d = 0; d < N; ++d) {
+    for (int d : visited) {
       const Series &s = devices[d];
       Sample sample;
       // During: what is live at the end of tau - 1 plus what tau creates.
@@ -716,10 +768,17 @@ void ReportBuilder::forEachSample(
 }
 
 std::vector<int64_t> ReportBuilder::devicePeaks() const {
-  std::vector<int64_t> peaks(devices.size(), 0);
-  forEachSample([&](int64_t, int d, const Sample &sample) {
+  int N = devices.size();
+  std::vector<int> recorded;
+  for (int d = 0; d < N; ++d)
+    if (streamOf[d] == d)
+      recorded.push_back(d);
+  std::vector<int64_t> peaks(N, 0);
+  forEachSample(recorded, [&](int64_t, int d, const Sample &sample) {
     peaks[d] = std::max(peaks[d], sample.deviceBytes);
   });
+  for (int d = 0; d < N; ++d)
+    peaks[d] = peaks[streamOf[d]];
   return peaks;
 }
 

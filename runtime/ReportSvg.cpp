@@ -10,15 +10,36 @@
 
 namespace cdp::runtime {
 
+/// How many devices each row of a time step stands for: one each, or as
+/// many as `series_of` (schema 2) maps to it. Empty where `series_of` is
+/// malformed.
+static std::vector<double> rowWeights(const nlohmann::json &report,
+                                      size_t rows) {
+  if (!report.contains("series_of"))
+    return std::vector<double>(rows, 1.0);
+  const nlohmann::json &seriesOf = report["series_of"];
+  std::vector<double> weights(rows, 0.0);
+  if (!seriesOf.is_array())
+    return {};
+  for (const nlohmann::json &row : seriesOf) {
+    if (!row.is_number_integer() || row.get<int64_t>() < 0 ||
+        row.get<uint64_t>() >= rows)
+      return {};
+    weights[row.get<size_t>()] += 1;
+  }
+  return weights;
+}
+
 std::optional<ReportCurves> readReportCurves(const std::string &json,
                                              const std::string &label,
                                              std::string &error) {
   nlohmann::json report =
       nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  std::string schema = report.is_object() ? report.value("schema", "") : "";
   if (report.is_discarded() || !report.is_object() ||
-      report.value("schema", "") != "cdp-report/1" ||
+      (schema != "cdp-report/1" && schema != "cdp-report/2") ||
       !report.contains("time_steps") || !report["time_steps"].is_array()) {
-    error = "not a cdp report (a JSON object with schema cdp-report/1 and "
+    error = "not a cdp report (a JSON object with schema cdp-report/2 and "
             "time_steps)";
     return std::nullopt;
   }
@@ -31,11 +52,17 @@ std::optional<ReportCurves> readReportCurves(const std::string &json,
       error = "a time step without its devices";
       return std::nullopt;
     }
+    std::vector<double> weights = rowWeights(report, step["devices"].size());
+    if (weights.size() != step["devices"].size()) {
+      error = "series_of names a row a time step lacks";
+      return std::nullopt;
+    }
     double total = 0, gathered = 0;
-    for (const nlohmann::json &device : step["devices"])
-      if (device.is_object()) {
-        total += device.value("activation_bytes", 0.0);
-        gathered += device.value("gathered_weight_bytes", 0.0);
+    for (size_t row = 0; row < weights.size(); ++row)
+      if (const nlohmann::json &device = step["devices"][row];
+          device.is_object()) {
+        total += weights[row] * device.value("activation_bytes", 0.0);
+        gathered += weights[row] * device.value("gathered_weight_bytes", 0.0);
       }
     curves.activation.push_back(total);
     curves.gathered.push_back(gathered);

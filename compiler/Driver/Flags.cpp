@@ -398,7 +398,7 @@ cl::list<std::string> constInput(
 cl::opt<std::string> reportPath(
     "report",
     cl::desc("Write the predicted memory and communication per device and "
-             "time step (cdp-report/1 JSON), without running anything; "
+             "time step (cdp-report/2 JSON), without running anything; "
              "alone (no -o), initializers may carry shapes without data"),
     cl::value_desc("FILE.json"), cl::cat(category));
 cl::opt<std::string> reportSteps(

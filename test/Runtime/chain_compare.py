@@ -13,6 +13,9 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+import cdp_report  # noqa: E402
+
 bin_dir, work, model, n = sys.argv[1:5]
 extra = sys.argv[5:]
 n, steps = int(n), 3
@@ -42,7 +45,7 @@ print("chain equals allreduce bit for bit:", same)
 
 def series(path):
     return [[{k: v for k, v in d.items() if k != "workspace_bytes"} for d in t["devices"]]
-            for t in json.load(open(path))["time_steps"]]
+            for t in cdp_report.load(path)["time_steps"]]
 
 
 print("predicted == measured:",

@@ -14,6 +14,9 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+import cdp_report  # noqa: E402
+
 bin_dir, work, model, strategy, m = sys.argv[1:6]
 m, steps = int(m), 3
 replicas = int(sys.argv[6]) if len(sys.argv) > 6 else 1
@@ -37,7 +40,7 @@ subprocess.run([os.path.join(bin_dir, "cdp-run"), plan, "--feed", "x=" + os.path
 
 
 def series(path):
-    report = json.load(open(path))
+    report = cdp_report.load(path)
     return report, [[{k: v for k, v in d.items() if k != "workspace_bytes"} for d in t["devices"]]
                     for t in report["time_steps"]]
 
@@ -63,3 +66,8 @@ print("step", report["step_time_steps"], "time steps, bubble",
 print("sent bytes per step", sum(d["sent_bytes"] for t in got[:len(got) // steps] for d in t))
 print("arena bytes", report["arena_bytes"])
 print("sent bytes in the run", sum(d["sent_bytes"] for t in got for d in t))
+# Devices alike in every number share a row, in both reports alike.
+written = [json.load(open(path)) for path in (predicted, measured)]
+print("rows", len(written[0]["time_steps"][0]["devices"]), "series_of",
+      written[0].get("series_of"), "measured the same",
+      written[0].get("series_of") == written[1].get("series_of"))

@@ -6,12 +6,14 @@ gradient bytes ready per time step, in units of one stage's bytes.
 
 Usage: report_check.py BIN_DIR WORK_DIR MODEL.onnx INPUT STRATEGY N [cdp flags...]
 """
-import json
 import os
 import subprocess
 import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+import cdp_report  # noqa: E402
 
 bin_dir, work, model, input_name, strategy, n = sys.argv[1:7]
 extra = sys.argv[7:]
@@ -31,7 +33,7 @@ subprocess.run([os.path.join(bin_dir, "cdp-run"), plan, "--feed", input_name + "
                 "--feed", "labels=" + os.path.join(work, "y.npy"), "--steps", str(steps),
                 "--report", measured, "--report-svg", os.path.join(work, "report.svg")],
                check=True, stdout=subprocess.DEVNULL)
-p, m = json.load(open(predicted)), json.load(open(measured))
+p, m = cdp_report.load(predicted), cdp_report.load(measured)
 
 
 def strip(report):

@@ -134,9 +134,22 @@ private:
             gathered = 0, comm = 0, deviceBytes = 0, sent = 0,
             sentCollective = 0, ready = 0;
   };
-  /// Visits every (time step, device) in order, devices inner.
+  /// Visits every (time step, device of `visited`) in order, devices inner.
   void forEachSample(
+      const std::vector<int> &visited,
       const std::function<void(int64_t, int, const Sample &)> &visit) const;
+  /// The report's time-step rows (see seriesRows).
+  struct SeriesRows {
+    /// By device (recorded ones only): its rows, one per time step, and
+    /// where each ends in `text`.
+    std::vector<std::string> text;
+    std::vector<std::vector<size_t>> ends;
+    /// The devices whose rows the report writes, and each device's row.
+    std::vector<int> devices, seriesOf;
+    std::vector<int64_t> ready, peakDevice;
+    int64_t peakUnits = 0, peakActivation = 0;
+  };
+  SeriesRows seriesRows() const;
 
   struct Series {
     std::vector<int64_t> units, unitEnds, bornBytes[kByteSeries],

@@ -9,7 +9,7 @@
 
 namespace cdp::runtime {
 
-/// What the drawing takes from a report (schema cdp-report/1).
+/// What the drawing takes from a report (schema cdp-report/2; /1 reads too).
 struct ReportCurves {
   std::string label;              ///< the run's name in the legend
   std::vector<double> activation; ///< per time step, all devices
