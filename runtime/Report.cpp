@@ -536,6 +536,18 @@ void ReportBuilder::setWeightsRead(int device, int64_t bytes) {
   weightsRead[device] = bytes;
 }
 
+/// The share of a step's time steps in which `stream` does no forward or
+/// backward work.
+double ReportBuilder::bubbleFraction(int stream) const {
+  std::set<int64_t> busy;
+  for (const plan::SpelledInstruction &instruction : spelled.program(stream))
+    if (std::string_view phase = instruction->phase();
+        phase == "forward" || phase == "backward")
+      busy.insert(((instruction.timeStep % planFacts.cycle) + planFacts.cycle) %
+                  planFacts.cycle);
+  return 1.0 - static_cast<double>(busy.size()) / planFacts.cycle;
+}
+
 /// Appends `name` and the number `value` (to_chars: an ostream's number
 /// formatting was a third of the report's time at 1024 devices).
 static void appendField(std::string &out, const char *name, int64_t value) {
@@ -592,6 +604,18 @@ std::string ReportBuilder::json() const {
       head["device_stages"].push_back(stage);
     }
   }
+  // Busy time steps per device in one step of the schedule (forward and
+  // backward work), and the rest of the cycle as the bubble; once per
+  // stream (a copied device runs the stream it copies).
+  head["step_time_steps"] = planFacts.cycle;
+  head["bubble_fraction"] = Json::array();
+  std::unordered_map<int, double> bubbleOfStream;
+  for (int d = 0; d < N; ++d) {
+    auto [it, added] = bubbleOfStream.try_emplace(streamOf[d], 0.0);
+    if (added)
+      it->second = bubbleFraction(streamOf[d]);
+    head["bubble_fraction"].push_back(it->second);
+  }
   if (plan.has_schedule()) {
     // The decisions the run follows, printed with it (docs/strategies/cdp.md:
     // the freshness table is part of the report).
@@ -607,22 +631,6 @@ std::string ReportBuilder::json() const {
                         {"offsets", list(schedule.offsets())},
                         {"version_delay", std::move(delays)},
                         {"live_versions", list(schedule.live_versions())}};
-  }
-  // Busy time steps per device in one step of the schedule (forward and
-  // backward work), and the rest of the cycle as the bubble.
-  head["step_time_steps"] = planFacts.cycle;
-  head["bubble_fraction"] = Json::array();
-  for (int d = 0; d < N; ++d) {
-    std::set<int64_t> busy;
-    for (const plan::SpelledInstruction &instruction :
-         spelled.program(streamOf[d]))
-      if (std::string_view phase = instruction->phase();
-          phase == "forward" || phase == "backward")
-        busy.insert(
-            ((instruction.timeStep % planFacts.cycle) + planFacts.cycle) %
-            planFacts.cycle);
-    head["bubble_fraction"].push_back(1.0 - static_cast<double>(busy.size()) /
-                                                planFacts.cycle);
   }
   SeriesRows rows = seriesRows();
   if (static_cast<int>(rows.devices.size()) < N)

@@ -293,4 +293,54 @@ TEST(SpelledPlan, ReplicasRunTheFirstReplicasTemplatesWithTheirPeers) {
   EXPECT_EQ(alikeReplicaDevices(crossing), 0);
 }
 
+/// A replica's own copy of a template (update-time work: a tied weight's
+/// messages name their peers as they are) is alike when its peers are a
+/// replica further and the rest is equal, its `replica` aside.
+TEST(SpelledPlan, ReplicasOwnTemplatesAreAlikeUpToTheirPeers) {
+  Plan plan = twoStagePlan();
+  plan.set_replica_devices(2);
+  for (int d = 0; d < 2; ++d) {
+    Device *replica = plan.add_devices();
+    *replica->mutable_runs() = plan.devices(d).runs();
+    for (cdp::plan::Run &run : *replica->mutable_runs()) {
+      cdp::plan::Template own = plan.templates(run.template_());
+      for (Instruction &instruction : *own.mutable_instructions()) {
+        setIntAttribute(&instruction, "replica", 1);
+        for (cdp::plan::Attribute &attribute :
+             *instruction.mutable_attributes())
+          if (attribute.name() == "peer")
+            attribute.set_i(attribute.i() + 2);
+      }
+      *plan.add_templates() = own;
+      run.set_template_(plan.templates_size() - 1);
+      run.set_message_batch(run.message_batch() + 2);
+    }
+  }
+  for (int d = 0; d < 2; ++d)
+    for (cdp::plan::Run &run : *plan.mutable_devices(d)->mutable_runs()) {
+      cdp::plan::Template &first = *plan.mutable_templates(run.template_());
+      for (Instruction &instruction : *first.mutable_instructions())
+        if (intAttribute(instruction, "replica", -1) < 0)
+          setIntAttribute(&instruction, "replica", 0);
+    }
+  ASSERT_EQ(checkRuns(plan), "");
+  EXPECT_EQ(alikeReplicaDevices(plan), 2);
+  Plan unshifted = plan; // a copied message still naming the first replica
+  for (Instruction &instruction :
+       *unshifted.mutable_templates(plan.devices(2).runs(0).template_())
+            ->mutable_instructions())
+    for (cdp::plan::Attribute &attribute : *instruction.mutable_attributes())
+      if (attribute.name() == "peer")
+        attribute.set_i(attribute.i() - 2);
+  EXPECT_EQ(alikeReplicaDevices(unshifted), 0);
+  Plan otherOp = plan; // or doing other work
+  otherOp.mutable_templates(plan.devices(3).runs(0).template_())
+      ->mutable_instructions(0)
+      ->set_min_step(5);
+  EXPECT_EQ(alikeReplicaDevices(otherOp), 0);
+  // sameUpToReplica compares Instruction field by field: a new field must
+  // be compared there too.
+  EXPECT_EQ(Instruction::descriptor()->field_count(), 14);
+}
+
 } // namespace

@@ -150,6 +150,7 @@ private:
     int64_t peakUnits = 0, peakActivation = 0;
   };
   SeriesRows seriesRows() const;
+  double bubbleFraction(int stream) const;
 
   struct Series {
     std::vector<int64_t> units, unitEnds, bornBytes[kByteSeries],
