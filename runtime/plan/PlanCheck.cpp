@@ -534,7 +534,7 @@ template <typename Streams> std::string deadlockReport(const Streams &streams) {
                             /*reductions=*/true);
   const std::vector<int> &next = sim.next;
   const std::vector<std::vector<int>> &rounds = sim.rounds;
-  int devices = streams.plan().devices_size();
+  int devices = streams.devices();
   std::ostringstream os;
   bool stuck = false;
   for (int d = 0; d < devices; ++d) {
@@ -575,14 +575,23 @@ std::string findSendRecvDeadlock(const Plan &plan) {
   // those.
   if (std::string error = checkRuns(plan); !error.empty())
     return error;
-  SpelledPlan spelled(plan, nullptr, [](const Instruction &instruction) {
-    std::string_view op = instruction.op();
-    return op == "send" || op == "recv" || op == "reduce_start" ||
-           op == "reduce_wait" || op == "chain_reduce" || op == "chain_relay" ||
-           op == "chain_wait" || op == "shard_reduce" || op == "shard_update" ||
-           op == "shard_gather" || op == "sparse_gather" || op == "replica_sum";
-  });
-  return deadlockReport(SpelledStreams{spelled});
+  // Replicas that run alike meet the same messages at the same places: the
+  // first alone hangs where any would (a replica collective met by its one
+  // device), as in simulateTime.
+  int P = alikeReplicaDevices(plan);
+  SpelledPlan spelled(
+      plan, [P](int d) { return P == 0 || d < P; },
+      [](const Instruction &instruction) {
+        std::string_view op = instruction.op();
+        return op == "send" || op == "recv" || op == "reduce_start" ||
+               op == "reduce_wait" || op == "chain_reduce" ||
+               op == "chain_relay" || op == "chain_wait" ||
+               op == "shard_reduce" || op == "shard_update" ||
+               op == "shard_gather" || op == "sparse_gather" ||
+               op == "replica_sum";
+      });
+  return deadlockReport(
+      SpelledStreams{spelled, P, P > 0 ? plan.devices_size() / P : 1});
 }
 
 namespace {

@@ -291,6 +291,24 @@ TEST(SpelledPlan, ReplicasRunTheFirstReplicasTemplatesWithTheirPeers) {
   Plan crossing = plan; // nor one whose first replica sends to another
   crossing.mutable_devices(2)->mutable_runs(0)->set_peer_offset(0);
   EXPECT_EQ(alikeReplicaDevices(crossing), 0);
+  // The deadlock check reads the first replica alone when the replicas are
+  // alike: a receive no send matches, in a template every replica runs,
+  // still hangs the plan.
+  Plan hung = plan;
+  bool changed = false;
+  for (cdp::plan::Template &t : *hung.mutable_templates())
+    for (Instruction &instruction : *t.mutable_instructions())
+      if (instruction.op() == "recv" && !changed) {
+        for (cdp::plan::Attribute &attribute :
+             *instruction.mutable_attributes())
+          if (attribute.name() == "value")
+            attribute.set_i(attribute.i() + 1000);
+        changed = true;
+      }
+  ASSERT_TRUE(changed);
+  EXPECT_EQ(alikeReplicaDevices(hung), 2);
+  EXPECT_NE(findSendRecvDeadlock(hung).find("the plan would hang"),
+            std::string::npos);
 }
 
 /// A replica's own copy of a template (update-time work: a tied weight's
