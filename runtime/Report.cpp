@@ -846,25 +846,29 @@ bool representReplicas(const plan::Plan &plan,
   return true;
 }
 
-/// For a format-4 data-parallel plan whose devices each have one run:
-/// per device, the one whose series it copies. Devices that run one
-/// template at one offset, and stand alike in a chain (first, last or
-/// between), record the same series. Pipelines: their replicas
-/// (representReplicas). False for other plans.
+/// For a format-4 data-parallel plan: per device, the one whose series it
+/// copies. Devices that run the same templates at the same time steps (the
+/// same offset), and stand alike in a chain (first, last or between),
+/// record the same series. Pipelines: their replicas (representReplicas).
+/// False for other plans.
 bool representDevices(const plan::Plan &plan,
                       std::vector<int> &representative) {
   if (plan::traitsOf(plan).pipelined)
     return representReplicas(plan, representative);
   int devices = plan.devices_size();
-  std::map<std::tuple<int, int64_t, bool, bool>, int> classes;
+  std::map<std::vector<int64_t>, int> classes;
   representative.assign(devices, -1);
   for (int d = 0; d < devices; ++d) {
     const plan::Device &device = plan.devices(d);
-    if (device.runs_size() != 1)
+    if (device.runs_size() == 0 || device.instructions_size() > 0)
       return false;
-    const plan::Run &run = device.runs(0);
-    auto key = std::make_tuple(run.template_(), run.time_step(), d == 0,
-                               d + 1 == devices);
+    std::vector<int64_t> key = {d == 0, d + 1 == devices};
+    for (const plan::Run &run : device.runs()) {
+      if (run.micro_batch() != d || run.message_batch() != 0 ||
+          run.step_micro_batch() != 0 || run.peer_offset() != 0)
+        return false;
+      key.insert(key.end(), {run.template_(), run.time_step(), run.slot()});
+    }
     representative[d] = classes.try_emplace(key, d).first->second;
   }
   return true;

@@ -84,80 +84,117 @@ LogicalResult Emitter::emitDataParallel(int64_t arenaBytes) {
     tables.normShare = share->id();
   }
   plan.clear_devices();
-  // Devices whose programs differ only in their offset and micro-batch run
-  // one template (at 1024 devices, a handful of distinct programs).
-  std::map<std::vector<int64_t>, int> templates;
+  // A device's program is cut at its schedule ops, each op's instructions a
+  // template shared by every device whose op reads alike (times relative to
+  // the offset, the instructions relative to the device's micro-batch):
+  // CDP's slots differ only in a few waits of their version tables, so at
+  // 1024 devices the plan holds one copy of each stage's work instead of
+  // one per distinct program. Where the devices run few distinct programs
+  // (dp, laysa), joinSlotPieces makes each program one template again.
+  std::map<std::vector<int64_t>, int> pieces;
+  int firstPiece = plan.templates_size();
   for (auto device : program.getBody().getOps<sched::SlotDeviceOp>()) {
     int64_t d = device.getIndex(), offset = device.getOffset();
-    auto [it, added] =
-        templates.try_emplace(slotProgramKey(device, tables), -1);
     plan::Device *out = plan.add_devices();
     out->set_index(d);
     out->set_arena_bytes(arenaBytes);
-    if (added) {
-      ScratchDevice scratch(plan);
-      if (failed(lowerSlotDevice(device, *scratch, tables)))
-        return failure();
-      it->second = addTemplate(*scratch, offset, d, 0, 0);
+    for (Operation &step : device.getBody().front()) {
+      auto [it, added] =
+          pieces.try_emplace(slotStepKey(device, step, tables), -1);
+      if (added) {
+        ScratchDevice scratch(plan);
+        if (failed(lowerSlotStep(device, step, *scratch, tables)))
+          return failure();
+        if (scratch->instructions_size() > 0)
+          it->second = addTemplate(*scratch, offset, d, 0, 0);
+      }
+      if (it->second < 0)
+        continue;
+      plan::Run *run = out->add_runs();
+      run->set_template_(it->second);
+      run->set_time_step(offset);
+      run->set_micro_batch(d);
     }
-    plan::Run *run = out->add_runs();
-    run->set_template_(it->second);
-    run->set_time_step(offset);
-    run->set_micro_batch(d);
   }
+  joinSlotPieces(firstPiece);
   return success();
 }
 
-/// What sets a data-parallel device's program apart from another's besides
-/// its offset and micro-batch: its schedule ops (times relative to the
-/// offset, waits' delays and first steps) and, for the chain, whether it
-/// is the last device (its reduce_start writes the means).
-std::vector<int64_t> Emitter::slotProgramKey(sched::SlotDeviceOp op,
-                                             const DataParallelTables &tables) {
-  std::vector<int64_t> key = {tables.chain && op.getIndex() == tables.N - 1};
-  // CDP-ZeRO's messages and updates name their devices: no two slots share.
-  if (tables.cdpZero)
-    key.push_back(op.getIndex());
-  for (Operation &step : op.getBody().front()) {
-    if (auto compute = dyn_cast<sched::SlotComputeOp>(step))
-      key.insert(key.end(), {0, compute.getStage(),
-                             static_cast<int64_t>(compute.getKind()),
-                             compute.getTimeStep()});
-    else if (auto wait = dyn_cast<sched::WaitReductionOp>(step))
-      key.insert(key.end(), {1, wait.getStage(), wait.getTimeStep(),
-                             wait.getMinStep(), wait.getDelay()});
-    else if (auto start = dyn_cast<sched::StartReductionOp>(step))
-      key.insert(key.end(), {2, start.getStage(), start.getTimeStep()});
-    else if (auto relay = dyn_cast<sched::ChainRelayOp>(step))
-      key.insert(key.end(), {3, relay.getStage(), relay.getTimeStep(),
-                             relay.getStepOffset()});
-    else if (auto clip = dyn_cast<sched::ClipMeansOp>(step))
-      key.insert(key.end(),
-                 {5, clip.getTimeStep(), clip.getMinStep(), clip.getZero()});
-    else if (auto clip = dyn_cast<sched::ClipOwnOp>(step))
-      key.insert(key.end(), {6, clip.getTimeStep()});
-    else if (auto gather = dyn_cast<sched::GatherParamsOp>(step))
-      key.insert(key.end(), {7, gather.getStage(), gather.getTimeStep(),
-                             gather.getFrom()});
-    else if (auto send = dyn_cast<sched::SendParamsOp>(step))
-      key.insert(key.end(),
-                 {9, send.getStage(), send.getTimeStep(), send.getUse(),
-                  send.getTo(), send.getStepOffset(), send.getMaster()});
-    else if (auto update = dyn_cast<sched::OwnerUpdateOp>(step))
-      key.insert(key.end(), {10, update.getStage(), update.getTimeStep(),
-                             update.getFrom()});
-    else if (auto release = dyn_cast<sched::ReleaseParamsOp>(step))
-      key.insert(key.end(), {8, release.getStage(), release.getTimeStep()});
-    else if (auto absorb = dyn_cast<sched::AbsorbGradientsOp>(step))
-      key.insert(key.end(), {11, absorb.getStage(), absorb.getTimeStep()});
-    else if (auto send = dyn_cast<sched::SparseSendOp>(step))
-      key.insert(key.end(), {12, send.getStage(), send.getTimeStep()});
-    else if (auto apply = dyn_cast<sched::SparseApplyOp>(step))
-      key.insert(key.end(), {13, apply.getStage(), apply.getTimeStep()});
-    else
-      key.insert(key.end(), {4, reinterpret_cast<intptr_t>(&step)});
+/// Makes each distinct program of the devices (its pieces in order) one
+/// template run once per device, where that writes fewer bytes than the
+/// pieces and a run per piece on every device: a whole program costs its
+/// bytes once per distinct program, the pieces a run each per device.
+void Emitter::joinSlotPieces(int firstPiece) {
+  int pieceCount = plan.templates_size() - firstPiece;
+  std::vector<size_t> pieceBytes(pieceCount);
+  size_t piecesBytes = 0, wholeBytes = 0;
+  for (int p = 0; p < pieceCount; ++p)
+    piecesBytes += pieceBytes[p] =
+        plan.templates(firstPiece + p).ByteSizeLong();
+  std::map<std::vector<int>, int> programs; // pieces in order -> program
+  std::vector<int> programOf;
+  for (const plan::Device &device : plan.devices()) {
+    std::vector<int> key;
+    for (const plan::Run &run : device.runs()) {
+      key.push_back(run.template_());
+      piecesBytes += run.ByteSizeLong() + 2;
+    }
+    auto [it, added] = programs.try_emplace(key, programs.size());
+    programOf.push_back(it->second);
+    if (added)
+      for (int t : key)
+        wholeBytes += pieceBytes[t - firstPiece];
+    if (!device.runs().empty())
+      wholeBytes += device.runs(0).ByteSizeLong() + 2;
   }
-  return key;
+  if (wholeBytes >= piecesBytes)
+    return;
+  // A piece of one program alone (CDP-ZeRO's, which name their devices)
+  // moves into it; shared ones are copied.
+  std::vector<int> uses(pieceCount, 0);
+  for (const auto &[key, program] : programs)
+    for (int t : key)
+      ++uses[t - firstPiece];
+  int joinedFirst = plan.templates_size();
+  for (size_t p = 0; p < programs.size(); ++p)
+    plan.add_templates();
+  for (const auto &[key, program] : programs) {
+    plan::Template &whole = *plan.mutable_templates(joinedFirst + program);
+    for (int t : key)
+      for (plan::Instruction &instruction :
+           *plan.mutable_templates(t)->mutable_instructions()) {
+        if (uses[t - firstPiece] == 1)
+          whole.add_instructions()->Swap(&instruction);
+        else
+          *whole.add_instructions() = instruction;
+      }
+  }
+  plan.mutable_templates()->DeleteSubrange(firstPiece, pieceCount);
+  for (int d = 0; d < plan.devices_size(); ++d) {
+    plan::Device &device = *plan.mutable_devices(d);
+    if (device.runs().empty())
+      continue;
+    plan::Run run = device.runs(0);
+    run.set_template_(firstPiece + programOf[d]);
+    device.clear_runs();
+    *device.add_runs() = run;
+  }
+}
+
+/// What sets one schedule op's instructions apart from another's besides
+/// the device's offset and micro-batch: the op and its attributes (times
+/// relative to the offset; MLIR uniques both, so their addresses compare)
+/// and, for the chain, whether the device is the last (its reduce_start
+/// writes the means); CDP-ZeRO's messages and updates name their devices,
+/// so no two slots share there.
+std::vector<int64_t> Emitter::slotStepKey(sched::SlotDeviceOp op,
+                                          Operation &step,
+                                          const DataParallelTables &tables) {
+  return {
+      reinterpret_cast<intptr_t>(step.getName().getAsOpaquePointer()),
+      reinterpret_cast<intptr_t>(step.getAttrDictionary().getAsOpaquePointer()),
+      tables.chain && op.getIndex() == tables.N - 1,
+      tables.cdpZero ? op.getIndex() : -1};
 }
 
 /// Per stage: the parameters, their gradients, the reduced buffers their
@@ -715,17 +752,13 @@ LogicalResult SlotLowering::lower(Operation &step) {
   return success();
 }
 
-/// Slot d's program, op by op: a stage's forward or backward ops in the
+/// One op of slot d's program: a stage's forward or backward ops in the
 /// order of @main; the wait for a stage's reduced gradients with its
 /// updates; the start of a stage's reduction; the chain's relays.
-LogicalResult Emitter::lowerSlotDevice(sched::SlotDeviceOp op,
-                                       plan::Device &out,
-                                       const DataParallelTables &tables) {
-  SlotLowering lowering(*this, op, out, tables);
-  for (Operation &step : op.getBody().front())
-    if (failed(lowering.lower(step)))
-      return failure();
-  return success();
+LogicalResult Emitter::lowerSlotStep(sched::SlotDeviceOp op, Operation &step,
+                                     plan::Device &out,
+                                     const DataParallelTables &tables) {
+  return SlotLowering(*this, op, out, tables).lower(step);
 }
 
 /// The graph's clip_grad_norm, scaling `grads` (the plan's tensors the

@@ -157,10 +157,12 @@ private:
   LogicalResult prepareExchange(DataParallelTables &tables);
   int64_t addShardGroups(sched::StepProgramOp program,
                          DataParallelTables &tables, int64_t arenaBytes);
-  LogicalResult lowerSlotDevice(sched::SlotDeviceOp op, plan::Device &out,
-                                const DataParallelTables &tables);
-  std::vector<int64_t> slotProgramKey(sched::SlotDeviceOp op,
-                                      const DataParallelTables &tables);
+  void joinSlotPieces(int firstPiece);
+  LogicalResult lowerSlotStep(sched::SlotDeviceOp op, Operation &step,
+                              plan::Device &out,
+                              const DataParallelTables &tables);
+  std::vector<int64_t> slotStepKey(sched::SlotDeviceOp op, Operation &step,
+                                   const DataParallelTables &tables);
   plan::Instruction *lowerClip(plan::Device &device, ClipGradNormOp clip,
                                ArrayRef<int> grads,
                                ArrayRef<int> partials = {});
