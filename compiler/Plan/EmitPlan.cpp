@@ -331,9 +331,13 @@ LogicalResult Emitter::run(const EmitOptions &options) {
   if (traitsOf(options.strategy).pipelined) {
     if (failed(emitPipeline(options)))
       return failure();
+    // The schedule passes promise plans that run: a hang here is the
+    // compiler's bug, not the user's.
     std::string hang = plan::findSendRecvDeadlock(plan);
     if (!hang.empty())
-      return func.emitError(hang);
+      return func.emitError("internal error (please report it with the "
+                            "model and the command line): ")
+             << plan::deadlockLine(hang);
     device = plan.mutable_devices(0); // the devices were rebuilt
   } else if (func->hasAttr("cdp.schedule")) {
     if (failed(emitDataParallel(arena.getInt())))

@@ -594,6 +594,16 @@ std::string findSendRecvDeadlock(const Plan &plan) {
       SpelledStreams{spelled, P, P > 0 ? plan.devices_size() / P : 1});
 }
 
+std::string deadlockLine(const std::string &description) {
+  std::istringstream lines(description);
+  std::string line, text;
+  std::getline(lines, line);
+  text = line.substr(0, line.find(';'));
+  while (std::getline(lines, line) && line.rfind("  device ", 0) == 0)
+    text += "; " + line.substr(2);
+  return text;
+}
+
 namespace {
 
 /// The sends of the run, to find the one a receive waits for.

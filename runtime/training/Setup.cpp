@@ -244,15 +244,8 @@ void readCheckedPlan(const RunOptions &options, plan::Plan &plan,
   // A plan whose sends and receives cannot all match would hang the device
   // threads: refuse it, naming the first stuck device.
   std::string hang = plan::findSendRecvDeadlock(plan);
-  if (!hang.empty()) {
-    std::istringstream lines(hang);
-    std::string line, text;
-    std::getline(lines, line);
-    text = line.substr(0, line.find(';'));
-    while (std::getline(lines, line) && line.rfind("  device ", 0) == 0)
-      text += "; " + line.substr(2);
-    fail(options.plan + ": " + text);
-  }
+  if (!hang.empty())
+    fail(options.plan + ": " + plan::deadlockLine(hang));
   {
     std::ifstream in(options.plan, std::ios::binary);
     std::stringstream content;

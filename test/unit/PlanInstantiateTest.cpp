@@ -307,8 +307,16 @@ TEST(SpelledPlan, ReplicasRunTheFirstReplicasTemplatesWithTheirPeers) {
       }
   ASSERT_TRUE(changed);
   EXPECT_EQ(alikeReplicaDevices(hung), 2);
-  EXPECT_NE(findSendRecvDeadlock(hung).find("the plan would hang"),
-            std::string::npos);
+  std::string hang = findSendRecvDeadlock(hung);
+  EXPECT_NE(hang.find("the plan would hang"), std::string::npos);
+  // As cdp-run and cdp-compile print it: one line, naming the stuck
+  // devices.
+  std::string line = deadlockLine(hang);
+  EXPECT_EQ(line.find('\n'), std::string::npos) << line;
+  EXPECT_EQ(
+      line.rfind("the plan would hang: no device can move after round ", 0), 0u)
+      << line;
+  EXPECT_NE(line.find("; device 0 at instruction "), std::string::npos) << line;
 }
 
 /// A replica's own copy of a template (update-time work: a tied weight's

@@ -24,6 +24,9 @@ namespace cdp::plan {
 /// device reaches its end, else a multi-line description: each stuck device
 /// with the instruction it waits at, and the rounds × devices grid of progress.
 std::string findSendRecvDeadlock(const Plan &plan);
+/// findSendRecvDeadlock's description as one line: its first sentence and
+/// each stuck device, joined by "; " (the grid of progress left out).
+std::string deadlockLine(const std::string &description);
 
 /// How long an instruction runs on a device (any unit; negative: unknown).
 using InstructionTime = std::function<double(int device, const Instruction &)>;
