@@ -160,14 +160,19 @@ void Emitter::joinSlotPieces(int firstPiece) {
     plan.add_templates();
   for (const auto &[key, program] : programs) {
     plan::Template &whole = *plan.mutable_templates(joinedFirst + program);
-    for (int t : key)
-      for (plan::Instruction &instruction :
-           *plan.mutable_templates(t)->mutable_instructions()) {
-        if (uses[t - firstPiece] == 1)
-          whole.add_instructions()->Swap(&instruction);
-        else
-          *whole.add_instructions() = instruction;
+    for (int t : key) {
+      auto &from = *plan.mutable_templates(t)->mutable_instructions();
+      if (uses[t - firstPiece] > 1) {
+        whole.mutable_instructions()->MergeFrom(from);
+        continue;
       }
+      // Both templates live where the plan does (its arena, or the heap):
+      // the instructions change hands without a copy.
+      std::vector<plan::Instruction *> moved(from.size());
+      from.UnsafeArenaExtractSubrange(0, from.size(), moved.data());
+      for (plan::Instruction *instruction : moved)
+        whole.mutable_instructions()->UnsafeArenaAddAllocated(instruction);
+    }
   }
   plan.mutable_templates()->DeleteSubrange(firstPiece, pieceCount);
   for (int d = 0; d < plan.devices_size(); ++d) {
