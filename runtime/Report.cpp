@@ -684,12 +684,9 @@ std::string ReportBuilder::json() const {
 ReportBuilder::SeriesRows ReportBuilder::seriesRows() const {
   int N = devices.size();
   SeriesRows rows;
-  std::vector<int> recorded, copies(N, 0);
-  for (int d = 0; d < N; ++d) {
+  std::vector<int> recorded = recordedDevices(), copies(N, 0);
+  for (int d = 0; d < N; ++d)
     ++copies[streamOf[d]];
-    if (streamOf[d] == d)
-      recorded.push_back(d);
-  }
   rows.text.resize(N);
   rows.ends.resize(N);
   rows.peakDevice.assign(N, 0);
@@ -775,14 +772,19 @@ void ReportBuilder::forEachSample(
     }
 }
 
-std::vector<int64_t> ReportBuilder::devicePeaks() const {
-  int N = devices.size();
+/// The devices whose series were recorded, not copied from another's.
+std::vector<int> ReportBuilder::recordedDevices() const {
   std::vector<int> recorded;
-  for (int d = 0; d < N; ++d)
+  for (int d = 0; d < static_cast<int>(streamOf.size()); ++d)
     if (streamOf[d] == d)
       recorded.push_back(d);
+  return recorded;
+}
+
+std::vector<int64_t> ReportBuilder::devicePeaks() const {
+  int N = devices.size();
   std::vector<int64_t> peaks(N, 0);
-  forEachSample(recorded, [&](int64_t, int d, const Sample &sample) {
+  forEachSample(recordedDevices(), [&](int64_t, int d, const Sample &sample) {
     peaks[d] = std::max(peaks[d], sample.deviceBytes);
   });
   for (int d = 0; d < N; ++d)

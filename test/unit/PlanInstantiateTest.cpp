@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 namespace {
 
 using namespace cdp::plan;
@@ -248,22 +250,31 @@ TEST(SpelledPlan, ReportAndStepTimeEqualTheInstantiatedPlans) {
   EXPECT_GT(fromRunsTime.end, 0);
 }
 
-/// Replicas running the first replica's templates (format 7): a second
-/// replica's devices 2 and 3 run devices 0 and 1's templates, their
-/// messages' peers offset by 2. Instantiation, the deadlock check, the
-/// report and the step time all read the offset (without it, device 2
-/// would send to device 1 and device 3 wait forever).
-TEST(SpelledPlan, ReplicasRunTheFirstReplicasTemplatesWithTheirPeers) {
+/// twoStagePlan with a second replica on devices 2 and 3: each runs device
+/// d - 2's runs, two micro-batches later, as `place` makes them run there.
+Plan withSecondReplica(
+    const std::function<void(Plan &, cdp::plan::Run &)> &place) {
   Plan plan = twoStagePlan();
   plan.set_replica_devices(2);
   for (int d = 0; d < 2; ++d) {
     Device *replica = plan.add_devices();
     *replica->mutable_runs() = plan.devices(d).runs();
     for (cdp::plan::Run &run : *replica->mutable_runs()) {
-      run.set_peer_offset(2);
+      place(plan, run);
       run.set_message_batch(run.message_batch() + 2);
     }
   }
+  return plan;
+}
+
+/// Replicas running the first replica's templates (format 7): a second
+/// replica's devices 2 and 3 run devices 0 and 1's templates, their
+/// messages' peers offset by 2. Instantiation, the deadlock check, the
+/// report and the step time all read the offset (without it, device 2
+/// would send to device 1 and device 3 wait forever).
+TEST(SpelledPlan, ReplicasRunTheFirstReplicasTemplatesWithTheirPeers) {
+  Plan plan = withSecondReplica(
+      [](Plan &, cdp::plan::Run &run) { run.set_peer_offset(2); });
   ASSERT_EQ(checkRuns(plan), "");
   EXPECT_EQ(arenaHome(plan, 3), 1);
   EXPECT_EQ(findSendRecvDeadlock(plan), "");
@@ -323,25 +334,17 @@ TEST(SpelledPlan, ReplicasRunTheFirstReplicasTemplatesWithTheirPeers) {
 /// messages name their peers as they are) is alike when its peers are a
 /// replica further and the rest is equal, its `replica` aside.
 TEST(SpelledPlan, ReplicasOwnTemplatesAreAlikeUpToTheirPeers) {
-  Plan plan = twoStagePlan();
-  plan.set_replica_devices(2);
-  for (int d = 0; d < 2; ++d) {
-    Device *replica = plan.add_devices();
-    *replica->mutable_runs() = plan.devices(d).runs();
-    for (cdp::plan::Run &run : *replica->mutable_runs()) {
-      cdp::plan::Template own = plan.templates(run.template_());
-      for (Instruction &instruction : *own.mutable_instructions()) {
-        setIntAttribute(&instruction, "replica", 1);
-        for (cdp::plan::Attribute &attribute :
-             *instruction.mutable_attributes())
-          if (attribute.name() == "peer")
-            attribute.set_i(attribute.i() + 2);
-      }
-      *plan.add_templates() = own;
-      run.set_template_(plan.templates_size() - 1);
-      run.set_message_batch(run.message_batch() + 2);
+  Plan plan = withSecondReplica([](Plan &plan, cdp::plan::Run &run) {
+    cdp::plan::Template own = plan.templates(run.template_());
+    for (Instruction &instruction : *own.mutable_instructions()) {
+      setIntAttribute(&instruction, "replica", 1);
+      for (cdp::plan::Attribute &attribute : *instruction.mutable_attributes())
+        if (attribute.name() == "peer")
+          attribute.set_i(attribute.i() + 2);
     }
-  }
+    *plan.add_templates() = own;
+    run.set_template_(plan.templates_size() - 1);
+  });
   for (int d = 0; d < 2; ++d)
     for (cdp::plan::Run &run : *plan.mutable_devices(d)->mutable_runs()) {
       cdp::plan::Template &first = *plan.mutable_templates(run.template_());

@@ -150,6 +150,7 @@ private:
     int64_t peakUnits = 0, peakActivation = 0;
   };
   SeriesRows seriesRows() const;
+  std::vector<int> recordedDevices() const;
   double bubbleFraction(int stream) const;
 
   struct Series {
