@@ -32,51 +32,28 @@ static double parseReal(const std::string &flag, const std::string &text) {
   return value;
 }
 
-/// The strategies that take --replicas, for messages.
-static std::string replicableNames() {
-  return cdp::strategyNames(
-      [](const cdp::StrategyTraits &t) { return t.replicable; });
+/// The flags the layout's and the features' checks read, as typed.
+static cdp::LayoutRequest layoutRequest() {
+  cdp::LayoutRequest request;
+  for (const cl::opt<std::string> *flag :
+       {&strategy,        &devices,      &stages,       &replicas,
+        &stagesPerDevice, &schedulePath, &deviceMemory, &microBatches,
+        &planMode,        &cdpRule,      &v2Table,      &cdpReduce,
+        &zeroStage,       &density,      &denseBelow,   &sparseBaseline,
+        &memoryReuse,     &optimizer,    &clipGradNorm, &hardwarePath}) {
+    request.values[flag->ArgStr.str()] = flag->getValue();
+    if (flag->getNumOccurrences())
+      request.given.insert(flag->ArgStr.str());
+  }
+  request.emit = emit;
+  if (!stageBoundaries.empty())
+    request.boundaryStages =
+        static_cast<int64_t>(llvm::StringRef(stageBoundaries).count(',') + 2);
+  return request;
 }
 
-/// --emit=schedule-csv, --stages-per-device and --schedule against the
-/// strategy.
-static void checkScheduleFlags(Settings &settings) {
-  const cdp::StrategyTraits &traits = *settings.traits;
-  bool tabled = traits.table != nullptr;
-  std::string tabledNames = cdp::strategyNames(
-      [](const cdp::StrategyTraits &t) { return t.table != nullptr; });
-  if (emit == "schedule-csv" && !tabled)
-    die(std::string("--emit=schedule-csv writes the schedules of ") +
-        tabledNames + ", not --strategy " + strategy);
-  if (!schedulePath.empty() && !tabled)
-    die(std::string("--schedule applies to ") + tabledNames +
-        ", not --strategy " + strategy);
-  bool takesFlag = traits.stagesPerDevice == 0;
-  if (stagesPerDevice.getNumOccurrences() && !takesFlag)
-    die("--stages-per-device applies to " +
-        cdp::strategyNames([](const cdp::StrategyTraits &t) {
-          return t.stagesPerDevice == 0;
-        }) +
-        ", not --strategy " + strategy);
-  settings.stagesPerDevice = cdp::stagesPerDevice(
-      traits, takesFlag ? positiveInteger("--stages-per-device",
-                                          stagesPerDevice, 1, kMostDevices)
-                        : 1);
-}
-
-/// --schedule: the CSV, read and checked for S stages and M micro-batches.
-static void readScheduleFile(Settings &settings, int64_t S, int64_t M) {
-  if (schedulePath.empty())
-    return;
-  cdp::pipeline::CsvResult read =
-      cdp::pipeline::readScheduleFile(schedulePath, S, M, settings.kind);
-  if (!read.table)
-    die(read.error);
-  settings.schedule = std::move(read.table);
-}
-
-/// --emit, --strategy, --devices, --stages and the flags that depend on
-/// the strategy alone.
+/// --emit, --backend and --plan; then the strategy and its layout, checked
+/// by the schedule library (cdp/Schedule/Layout.h).
 static void checkStrategyFlags(Settings &settings) {
   if (inputPath.empty())
     die("no input model given (usage: cdp-compile MODEL.onnx --emit=mlir)");
@@ -91,135 +68,14 @@ static void checkStrategyFlags(Settings &settings) {
     emit = "plan";
   if (backendName != "cpu" && backendName != "cuda")
     die("--backend must be cpu or cuda, got '" + backendName + "'");
-  std::optional<cdp::Strategy> parsed = cdp::parseStrategy(strategy.getValue());
-  if (!parsed)
-    die("--strategy " + strategy +
-        " is not available yet (this release supports " + cdp::strategyNames() +
-        ")");
-  settings.kind = *parsed;
-  const cdp::StrategyTraits &traits = cdp::traitsOf(settings.kind);
-  settings.traits = &traits;
-  settings.deviceCount = positiveInteger("--devices", devices, 1, kMostDevices);
-  settings.stageCount = positiveInteger("--stages", stages, 0, kMostDevices);
-  if (settings.kind == cdp::Strategy::Single && settings.deviceCount != 1)
-    die("--strategy single runs on 1 device, not " + devices +
-        " (use --strategy dp or cdp)");
-  if (settings.cyclicPipeline() && cdpRule != "v1" && cdpRule != "v2")
-    die("--cdp-rule must be v1 or v2, got '" + cdpRule + "'");
-  if (settings.cyclicPipeline() && v2Table != "timing" && v2Table != "code")
-    die("--v2-table must be timing or code, got '" + v2Table + "'");
-  if (settings.pipelined() && settings.stageCount == 0 &&
-      stageBoundaries.empty())
-    settings.stageCount = 4;
-  if (emit == "sched-mlir" && !settings.dataParallel() && !settings.pipelined())
-    die("--emit=sched-mlir writes the schedules of dp, cdp and the pipelines; "
-        "--strategy " +
-        strategy + " has none (--emit=plan-text shows its stream)");
-  checkScheduleFlags(settings);
   if (planMode != "auto" && planMode != "manual")
     die("--plan must be auto or manual, got '" + planMode + "'");
-  settings.replicaCount =
-      positiveInteger("--replicas", replicas, 1, kMostDevices);
-  if (settings.replicaCount > 1 && !traits.replicable)
-    die("--replicas applies to " + replicableNames() + ", not --strategy " +
-        strategy);
-  if (deviceMemory.getNumOccurrences()) {
-    int64_t bytes = 0;
-    if (!llvm::to_integer(llvm::StringRef(deviceMemory), bytes, 10) ||
-        bytes < 1)
-      die("--device-memory must be a positive number of bytes, got '" +
-          deviceMemory + "'");
-    settings.deviceMemoryBytes = bytes;
-    if (!settings.pipelined())
-      die("--device-memory applies to the pipelines (" +
-          cdp::strategyNames([](const cdp::StrategyTraits &t) {
-            return t.pipelined && t.stagesPerDevice == 1;
-          }) +
-          "), not --strategy " + strategy);
-    if (!stageBoundaries.empty())
-      die("--device-memory cuts the stages itself; drop --stage-boundaries");
-    if (settings.stagesPerDevice != 1)
-      die("--device-memory sizes one stage per device; --strategy " + strategy +
-          " runs several (not supported yet)");
-  }
-}
-
-/// cdp-mp: N micro-batches (CDP slots) share the stages' devices; stage l
-/// needs as many devices as it has ops at one time step of CDP's cycle (L
-/// in all when N | L and 2L/N is even, N when L | N).
-static void deriveCdpMpDevices(Settings &settings, int64_t L) {
-  int64_t N = settings.microBatchCount, derived = 0;
-  std::string perStage;
-  for (int64_t s = 1; s <= L; ++s) {
-    int64_t count = cdp::pipeline::cdpStageDeviceCount(s, L, N);
-    derived += count;
-    perStage += (s > 1 ? ", " : "") + std::to_string(count);
-  }
-  auto [slot, stage] = cdp::pipeline::cdpCodeTableTooEarly(L, N);
-  if (cdpRule == "v2" && v2Table == "code" && slot >= 0)
-    die("--strategy cdp-mp --v2-table code: with N = " + std::to_string(N) +
-        " and L = " + std::to_string(L) + " the code table makes slot " +
-        std::to_string(slot) + " read stage " + std::to_string(stage) +
-        "'s new version before the update that makes it "
-        "(docs/strategies/cdp.md, update rules); use --v2-table timing");
-  if (devices.getNumOccurrences() && settings.deviceCount != derived)
-    die("--strategy cdp-mp with N = " + std::to_string(N) +
-        " micro-batches on L = " + std::to_string(L) + " stages runs on " +
-        std::to_string(derived) + " devices (" + perStage +
-        " per stage, docs/strategies/cdp-mp.md): --devices " + devices +
-        " differs");
-  settings.deviceCount = derived;
-}
-
-/// What the strategy asks of L stages and the micro-batches (its own
-/// check), then the devices of one replica: L / V.
-static int64_t devicesPerReplica(const Settings &settings, int64_t L) {
-  int64_t V = settings.stagesPerDevice, M = settings.microBatchCount;
-  if (settings.traits->checkShape && planMode != "auto") {
-    std::string problem = settings.traits->checkShape(L, M, V);
-    if (!problem.empty())
-      die(problem);
-  }
-  return L / V;
-}
-
-/// --micro-batches against the devices and stages.
-static void checkMicroBatches(Settings &settings) {
-  settings.microBatchCount =
-      positiveInteger("--micro-batches", microBatches, 1, kMostMicroBatches);
-  if (settings.pipelined()) {
-    // One device per stage; --micro-batches defaults to the stage count.
-    int64_t pipelineStages = settings.flagStages();
-    if (!microBatches.getNumOccurrences())
-      settings.microBatchCount = pipelineStages;
-    if (settings.cyclicPipeline())
-      deriveCdpMpDevices(settings, pipelineStages);
-    int64_t R = settings.replicaCount;
-    int64_t perReplica = devicesPerReplica(settings, pipelineStages);
-    readScheduleFile(settings, pipelineStages, settings.microBatchCount);
-    if (settings.schedule)
-      perReplica = settings.schedule->devices;
-    if (planMode != "auto" && devices.getNumOccurrences() &&
-        !settings.cyclicPipeline() && settings.deviceCount != perReplica * R)
-      die("--strategy " + strategy + " runs " +
-          (perReplica == pipelineStages
-               ? std::string("one device per stage")
-               : std::to_string(perReplica) + " devices a replica") +
-          (R > 1 && perReplica == pipelineStages ? " and replica" : "") +
-          ": --devices " + devices + " differs from the " +
-          (perReplica == pipelineStages
-               ? std::to_string(pipelineStages) + " stages"
-               : std::to_string(perReplica) + " devices") +
-          (R > 1 ? " x " + std::to_string(R) + " replicas" : ""));
-    if (planMode != "auto" && !settings.cyclicPipeline())
-      settings.deviceCount = perReplica * R;
-  }
-  if (settings.dataParallel() && microBatches.getNumOccurrences() &&
-      settings.microBatchCount != settings.deviceCount)
-    die("--strategy " + strategy +
-        " runs one micro-batch per device: "
-        "--micro-batches " +
-        microBatches + " differs from --devices " + devices);
+  cdp::LayoutResult checked = cdp::checkLayout(layoutRequest());
+  if (!checked.problem.empty())
+    die(checked.problem);
+  settings.layout = std::move(checked.layout);
+  settings.traits = settings.layout.traits;
+  settings.kind = settings.traits->strategy;
 }
 
 /// The optimizer's numbers.
@@ -377,11 +233,8 @@ static void readImportFlags(Settings &settings) {
         "or --emit=mlir to print IR");
 }
 
-/// --memory-reuse and --offload.
+/// --recompute and --offload.
 static void checkMemoryFlags(Settings &settings) {
-  if (memoryReuse != "none" && memoryReuse != "layer")
-    die("--memory-reuse takes none or layer, got '" + memoryReuse + "'");
-  settings.layerReuse = memoryReuse == "layer";
   static const std::pair<const char *, cdp::RecomputeMode> modes[] = {
       {"stage", cdp::RecomputeMode::Stage},
       {"layer", cdp::RecomputeMode::Layer},
@@ -403,37 +256,8 @@ static void checkMemoryFlags(Settings &settings) {
         "nothing to offload (use --memory-reuse layer to shrink them)");
 }
 
-/// laysa's flags, and what laysa does not combine with.
-static void checkSparseFlags(Settings &settings) {
-  bool laysa = settings.kind == cdp::Strategy::LaySA;
-  for (const llvm::cl::opt<std::string> *flag :
-       {&density, &denseBelow, &sparseBaseline})
-    if (flag->getNumOccurrences() && !laysa)
-      die("--" + flag->ArgStr.str() + " applies to --strategy laysa, not " +
-          strategy);
-  if (!laysa)
-    return;
-  settings.density = parseReal("--density", density);
-  if (!(settings.density > 0 && settings.density <= 1))
-    die("--density must lie in (0, 1], got '" + density + "'");
-  settings.denseBelow = positiveInteger("--dense-below", denseBelow, 0);
-  if (sparseBaseline.getNumOccurrences() && sparseBaseline != "residual")
-    die("--sparse-baseline takes residual, got '" + sparseBaseline + "'");
-  settings.sparseResidual = sparseBaseline.getNumOccurrences() > 0;
-  if (optimizer == "adam" || optimizer == "adamw")
-    die("--strategy laysa accumulates SGD steps in its error feedback; use "
-        "--optimizer sgd or momentum, not " +
-        optimizer);
-  if (zeroStage != "0" || cdpReduce.getNumOccurrences() ||
-      settings.clipGradNorm > 0)
-    die("--strategy laysa takes no --zero, --cdp-reduce or "
-        "--clip-grad-norm (its devices never hold the step's mean "
-        "gradient)");
-}
-
 /// A flag given where it means nothing is refused rather than ignored.
 static void checkMeaningfulFlags(Settings &settings) {
-  const cdp::StrategyTraits &traits = *settings.traits;
   auto given = [](const llvm::cl::Option &flag) {
     return flag.getNumOccurrences() > 0;
   };
@@ -473,44 +297,10 @@ static void checkMeaningfulFlags(Settings &settings) {
                                               &recompute})
       if (given(*flag))
         refuse(*flag, "training plans, not --inference");
-  for (const llvm::cl::Option *flag : Flags{&cdpRule, &v2Table})
-    if (given(*flag) && !traits.cyclic)
-      refuse(*flag, "--strategy cdp and cdp-mp, not " + strategy);
-  if (given(cdpReduce) && !traits.dataParallel)
-    refuse(cdpReduce, "--strategy dp and cdp, not " + strategy);
-  int64_t zero = positiveInteger("--zero", zeroStage, 0, 3);
-  if (zero > 0 && zero < 3 && strategy == "cdp")
-    die("--zero " + zeroStage +
-        " with --strategy cdp is not built: CDP-ZeRO (--zero 3) moves "
-        "every model state point to point; sharding only the optimizer "
-        "state or the gradients would bring back dp's collectives (use "
-        "--strategy dp --zero " +
-        zeroStage + ")");
-  if (zero == 3 && strategy == "cdp" && cdpRule != "v1")
-    die("--zero 3 with --strategy cdp (CDP-ZeRO) runs update rule v1 only: "
-        "give --cdp-rule v1 (under v2 a stage's owner would keep and send "
-        "two versions)");
-  if (zero == 3 && strategy == "cdp" && given(cdpReduce) &&
-      cdpReduce != "chain")
-    die("--zero 3 with --strategy cdp (CDP-ZeRO) reduces gradients along "
-        "the chain of devices; drop --cdp-reduce " +
-        cdpReduce);
-  if (zero == 3 && strategy == "cdp" && given(clipGradNorm))
-    die("--clip-grad-norm with --strategy cdp --zero 3 is not built yet: "
-        "CDP-ZeRO's devices never hold a whole step's gradients; use "
-        "--strategy dp --zero 3 to clip");
-  if (zero > 0 && traits.replicable && zero > 1)
-    die("--zero " + zeroStage + " with --strategy " + strategy +
-        " is not built yet: a pipeline shards its optimizer state over a "
-        "stage's --replicas with --zero 1");
-  if (zero > 0 && traits.replicable && settings.replicaCount < 2)
-    die("--zero 1 with --strategy " + strategy +
-        " shards each stage's optimizer state over the stage's replicas; "
-        "give --replicas 2 or more");
-  if (zero > 0 && strategy != "dp" && strategy != "cdp" && !traits.replicable)
-    refuse(zeroStage, "--strategy dp and cdp, and the --replicas of " +
-                          replicableNames() + ", not " + strategy);
-  checkSparseFlags(settings);
+  if (std::string problem =
+          cdp::checkFeatures(layoutRequest(), settings.layout);
+      !problem.empty())
+    die(problem);
   checkMemoryFlags(settings);
   if (given(noDecay) && !given(weightDecay) && optimizer != "adamw")
     refuse(noDecay, "a weight decay (--weight-decay, or --optimizer adamw)");
@@ -531,12 +321,6 @@ static void checkMeaningfulFlags(Settings &settings) {
   for (const llvm::cl::Option *flag : Flags{&adamBetas, &adamEps})
     if (given(*flag) && !adam)
       refuse(*flag, "--optimizer adam and adamw, not " + optimizer);
-  if (given(hardwarePath) && !traits.pipelined)
-    refuse(hardwarePath,
-           "the pipelines (" +
-               cdp::strategyNames(
-                   [](const cdp::StrategyTraits &t) { return t.pipelined; }) +
-               "), not " + strategy);
   if (given(globalBatch) && planMode != "auto")
     refuse(globalBatch, "--plan auto");
   if (given(reportSteps) && reportPath.empty() && emit != "sched-mlir")
@@ -577,7 +361,6 @@ static void checkOutputPaths(const Settings &settings) {
 Settings checkFlags() {
   Settings settings;
   checkStrategyFlags(settings);
-  checkMicroBatches(settings);
   readOptimizerFlags(settings);
   readImportFlags(settings);
   checkMeaningfulFlags(settings);

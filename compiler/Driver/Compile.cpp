@@ -53,7 +53,7 @@ static cdp::TrainingPipelineConfig pipelineConfigFor(const Settings &settings) {
   config.loss = loss;
   config.labelsName = labelsName;
   config.lossOutput = lossOutput;
-  config.stages = settings.stageCount;
+  config.stages = settings.layout.stages;
   if (!stageBoundaries.empty()) {
     llvm::SmallVector<llvm::StringRef> names;
     llvm::StringRef(stageBoundaries).split(names, ',');
@@ -62,7 +62,7 @@ static cdp::TrainingPipelineConfig pipelineConfigFor(const Settings &settings) {
   }
   if (profilePath.getNumOccurrences())
     config.profile = profilePath;
-  config.deviceMemory = settings.deviceMemoryBytes;
+  config.deviceMemory = settings.layout.deviceMemoryBytes;
   bool withMomentum = optimizer == "momentum" ? settings.momentum != 0.0
                                               : settings.momentum > 0.0;
   config.optimizerCopies = optimizer == "adam" || optimizer == "adamw" ? 2
@@ -89,19 +89,19 @@ static cdp::TrainingPipelineConfig pipelineConfigFor(const Settings &settings) {
   config.warmupStart = settings.warmupStart;
   config.clipGradNorm = settings.clipGradNorm;
   config.fuse = !noFusion;
-  config.devices = settings.deviceCount;
-  config.zero = positiveInteger("--zero", zeroStage, 0, 3);
-  config.density = settings.density;
-  config.denseBelow = settings.denseBelow;
-  config.sparseResidual = settings.sparseResidual;
-  config.layerReuse = settings.layerReuse;
+  config.devices = settings.layout.devices;
+  config.zero = settings.layout.zero;
+  config.density = settings.layout.density;
+  config.denseBelow = settings.layout.denseBelow;
+  config.sparseResidual = settings.layout.sparseResidual;
+  config.layerReuse = settings.layout.layerReuse;
   config.recompute = settings.recompute;
-  config.microBatches = settings.microBatchCount;
-  config.replicas = settings.replicaCount;
+  config.microBatches = settings.layout.microBatches;
+  config.replicas = settings.layout.replicas;
   config.cdpRule = cdpRule;
   config.v2Table = v2Table;
   config.cdpReduce = cdpReduce;
-  config.stagesPerDevice = settings.stagesPerDevice;
+  config.stagesPerDevice = settings.layout.stagesPerDevice;
   config.schedulePath = schedulePath;
   if (emit == "sched-mlir")
     config.timelineSteps = settings.reportStepCount;
@@ -134,7 +134,7 @@ cdp::EmitOptions emitOptionsFor(const Settings &settings) {
   cdp::EmitOptions emitOptions;
   emitOptions.strategy = settings.kind;
   emitOptions.microBatches =
-      settings.dataParallel() ? 1 : settings.microBatchCount;
+      settings.dataParallel() ? 1 : settings.layout.microBatches;
   emitOptions.inference = inference;
   emitOptions.optimizer = inference ? std::string() : optimizer.getValue();
   emitOptions.sourceName = llvm::sys::path::filename(inputPath).str();
@@ -206,7 +206,7 @@ static void planAutomatically(mlir::ModuleOp source, Settings &settings,
         "samples per step");
   if (!devices.getNumOccurrences())
     die("--plan auto needs --devices N");
-  int64_t batch = modelBatch(source), deviceCount = settings.deviceCount;
+  int64_t batch = modelBatch(source), deviceCount = settings.layout.devices;
   if (batch <= 0)
     die("--plan auto: the model has no input with a batch axis");
   std::printf("--plan auto: 2bw on %lld devices, global batch %lld "
@@ -216,8 +216,9 @@ static void planAutomatically(mlir::ModuleOp source, Settings &settings,
               "micro-batches", "step ms", "needs bytes", "");
   std::vector<cdp::PlanCandidate> candidates =
       cdp::planCandidates(deviceCount, samples, batch);
-  std::string capName =
-      settings.deviceMemoryBytes > 0 ? "--device-memory" : "the --hw memory";
+  std::string capName = settings.layout.deviceMemoryBytes > 0
+                            ? "--device-memory"
+                            : "the --hw memory";
   for (cdp::PlanCandidate &candidate : candidates) {
     if (candidate.why.empty())
       cdp::evaluateCandidate(source, pipelineConfigFor(settings),
@@ -229,9 +230,9 @@ static void planAutomatically(mlir::ModuleOp source, Settings &settings,
   if (best < 0)
     die("--plan auto: no candidate fits (see the table above)");
   const cdp::PlanCandidate &chosen = candidates[best];
-  settings.stageCount = chosen.stages;
-  settings.replicaCount = chosen.replicas;
-  settings.microBatchCount = chosen.microBatches;
+  settings.layout.stages = chosen.stages;
+  settings.layout.replicas = chosen.replicas;
+  settings.layout.microBatches = chosen.microBatches;
   std::printf("chosen: %lld stages x %lld replicas, %lld micro-batches "
               "per step, %.3f ms per step predicted\n",
               (long long)chosen.stages, (long long)chosen.replicas,
@@ -275,11 +276,11 @@ static void printSchedules(mlir::ModuleOp module) {
 static void printScheduleCsv(const Settings &settings) {
   int64_t S = settings.flagStages();
   cdp::pipeline::ScheduleTable table =
-      settings.schedule
-          ? *settings.schedule
+      settings.layout.schedule
+          ? *settings.layout.schedule
           : cdp::pipeline::strategyTable(settings.kind, S,
-                                         settings.microBatchCount,
-                                         settings.stagesPerDevice);
+                                         settings.layout.microBatches,
+                                         settings.layout.stagesPerDevice);
   writeOutput(outputPath, cdp::pipeline::writeScheduleCsv(table));
 }
 
@@ -333,9 +334,10 @@ int compileMain(int argc, char **argv) {
   });
   Hardware hardware = readHardware(hardwarePath);
   InstructionCost stepCost = stepCostFor(settings, hardware);
-  double memoryCap = settings.deviceMemoryBytes > 0
-                         ? static_cast<double>(settings.deviceMemoryBytes)
-                         : hardware.memoryBytes;
+  double memoryCap =
+      settings.layout.deviceMemoryBytes > 0
+          ? static_cast<double>(settings.layout.deviceMemoryBytes)
+          : hardware.memoryBytes;
   if (planMode == "auto")
     planAutomatically(*module, settings, stepCost, memoryCap);
   if (mlir::failed(runTrainingPasses(context, *module, settings)))

@@ -22,6 +22,7 @@
 #include "cdp/Plan/Printable.h"
 #include "cdp/Plan/Residency.h"
 #include "cdp/Runtime/Report.h"
+#include "cdp/Schedule/Layout.h"
 #include "cdp/Schedule/Pipeline.h"
 #include "cdp/Schedule/ScheduleTable.h"
 #include "cdp/Support/Profile.h"
@@ -129,44 +130,31 @@ struct Settings {
   const cdp::StrategyTraits *traits = nullptr;
   bool dataParallel() const { return traits->dataParallel; }
   bool pipelined() const { return traits->pipelined; }
-  /// cdp-mp: its slots follow the CDP rules (dp and cdp check them in
-  /// their passes).
-  bool cyclicPipeline() const { return traits->pipelined && traits->cyclic; }
-  int64_t deviceCount = 1, stageCount = 0, replicaCount = 1,
-          microBatchCount = 1, deviceMemoryBytes = 0, reportStepCount = 3;
+  /// The strategy's layout and features, checked by the schedule library.
+  cdp::Layout layout;
+  int64_t reportStepCount = 3;
   bool reportOnly = false;    ///< --report without -o
   int64_t ignoreIndex = -100; ///< --ignore-index
   double lr = 0, weightDecay = 0, momentum = -1, epsilon = 0, beta1 = 0,
          beta2 = 0, lrGamma = 0.1, lrMin = 0, lrStart = 1.0 / 3, lrEnd = 1,
          warmupStart = 1.0 / 3, clipGradNorm = 0;
   int64_t lrPeriod = 1, warmup = 0;
-  /// laysa's --density, --dense-below and --sparse-baseline residual.
-  double density = 0.01;
-  int64_t denseBelow = 1024;
-  bool sparseResidual = false;
-  /// --memory-reuse layer.
-  bool layerReuse = false;
   /// --recompute (none: unset).
   std::optional<cdp::RecomputeMode> recompute;
   cdp::ImportOptions import;
-  /// interleaved-1f1b's --stages-per-device (1 otherwise).
-  int64_t stagesPerDevice = 1;
-  /// --schedule's table, read and checked.
-  std::optional<cdp::pipeline::ScheduleTable> schedule;
 
   /// The stage count the flags give: --stage-boundaries, else --stages.
   int64_t flagStages() const {
     return stageBoundaries.empty()
-               ? stageCount
+               ? layout.stages
                : static_cast<int64_t>(
                      llvm::StringRef(stageBoundaries).count(',') + 2);
   }
 };
 
-/// Bounds on counts: a plan holds them in 32-bit fields, and beyond these
-/// no machine runs the plan (its instructions grow with their product).
-constexpr int64_t kMostDevices = 4096, kMostMicroBatches = 65536,
-                  kMostReportSteps = 10000;
+using cdp::kMostDevices;
+using cdp::kMostMicroBatches;
+using cdp::kMostReportSteps;
 
 [[noreturn]] void die(const llvm::Twine &message);
 

@@ -36,14 +36,14 @@ void writeOutput(const std::string &path, const std::string &text) {
 /// version and the reductions in flight included), whichever is more.
 static void checkPlanPeaks(const cdp::plan::Plan &plan,
                            const Settings &settings) {
-  if (settings.deviceMemoryBytes <= 0)
+  if (settings.layout.deviceMemoryBytes <= 0)
     return;
   std::vector<int64_t> allocatedPerDevice =
       cdp::plan::allocatedBytesPerDevice(plan);
   for (auto [device, peak] :
        llvm::enumerate(cdp::runtime::predictDevicePeaks(plan, 2))) {
     int64_t allocated = allocatedPerDevice[device];
-    if (std::max(peak, allocated) <= settings.deviceMemoryBytes)
+    if (std::max(peak, allocated) <= settings.layout.deviceMemoryBytes)
       continue;
     die(inputPath + ": device " + std::to_string(device) +
         " of the plan needs " + std::to_string(std::max(peak, allocated)) +

@@ -52,8 +52,17 @@ struct StrategyTraits {
   /// The pipeline flushes every step: all backwards before the update
   /// (gpipe, 1f1b).
   bool flushes = false;
-  /// Takes --replicas: data-parallel copies of the whole pipeline.
+  /// Takes --replicas: data-parallel copies of the whole pipeline (and
+  /// --zero 1 over them).
   bool replicable = false;
+  /// Runs on one device only (single).
+  bool oneDevice = false;
+  /// The --zero stages built for it outside --replicas: bit k set for
+  /// --zero k (dp: 1-3; cdp: 3, CDP-ZeRO).
+  unsigned zeroStages = 0;
+  /// Exchanges top-k sparse gradients with error feedback (laysa): takes
+  /// --density, --dense-below and --sparse-baseline.
+  bool sparseExchange = false;
   /// Micro-batches are CDP slots (cdp, cdp-mp): start offsets, a version
   /// table and the v1/v2 rules.
   bool cyclic = false;

@@ -20,6 +20,7 @@ constexpr StrategyTraits kCDPStrategy = [] {
                    "another, updates delayed by the CDP rule";
   traits.dataParallel = true;
   traits.cyclic = true;
+  traits.zeroStages = 0b1000;
   return traits;
 }();
 

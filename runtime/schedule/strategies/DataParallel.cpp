@@ -13,6 +13,7 @@ constexpr StrategyTraits kDPStrategy = [] {
   traits.summary = "Data parallelism: every device runs every stage of its "
                    "micro-batch, gradients all-reduced each step";
   traits.dataParallel = true;
+  traits.zeroStages = 0b1110;
   return traits;
 }();
 

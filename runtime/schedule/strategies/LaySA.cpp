@@ -20,6 +20,7 @@ constexpr StrategyTraits kLaySAStrategy = [] {
   traits.summary = "LaySA: synchronous data parallelism exchanging top-k "
                    "updates with error feedback kept in mirror weights";
   traits.dataParallel = true;
+  traits.sparseExchange = true;
   return traits;
 }();
 

@@ -9,6 +9,7 @@ constexpr StrategyTraits kSingleStrategy = [] {
   traits.strategy = Strategy::Single;
   traits.name = "single";
   traits.help = "one device";
+  traits.oneDevice = true;
   return traits;
 }();
 
