@@ -111,11 +111,11 @@ struct BuildSchedulePass
              builder.getNamedAttr("stages", builder.getI64IntegerAttr(L)),
              builder.getNamedAttr("slots", builder.getI64IntegerAttr(N))}));
     if (zero != 0) {
-      // Stages 1 to 3 for dp and 3 for cdp (CDP-ZeRO) are built; the
-      // others are refused where the flag is read, and here for cdp-opt.
+      // The strategy's descriptor names the stages built for it (dp 1 to
+      // 3, cdp 3: CDP-ZeRO); cdp-compile refuses the others where the flag
+      // is read, this for cdp-opt.
       bool built =
-          zero >= 1 && zero <= 3 &&
-          (*kind == Strategy::DP || (*kind == Strategy::CDP && zero == 3));
+          zero >= 1 && zero <= 3 && (traitsOf(*kind).zeroStages >> zero & 1);
       if (!built) {
         func.emitError() << "ZeRO stage " << zero.getValue() << " with "
                          << strategy

@@ -131,14 +131,14 @@ void buildTrainingPipeline(OpPassManager &pm,
   optimizer.warmupStart = config.warmupStart;
   optimizer.clipGradNorm = config.clipGradNorm;
   pm.addPass(createInsertOptimizer(optimizer));
-  if (config.strategy == Strategy::LaySA) {
+  const StrategyTraits &traits = traitsOf(config.strategy);
+  if (traits.sparseExchange) {
     SparsifyGradientsOptions sparse;
     sparse.density = config.density;
     sparse.denseBelow = config.denseBelow;
     sparse.residual = config.sparseResidual;
     pm.addPass(createSparsifyGradients(sparse));
   }
-  const StrategyTraits &traits = traitsOf(config.strategy);
   if (traits.dataParallel)
     addDataParallelSchedule(pm, config);
   else if (traits.pipelined)

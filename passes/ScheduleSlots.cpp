@@ -371,9 +371,10 @@ void ScheduleSlotsPass::runOnOperation() {
   ArrayAttr delays = recorded->delays;
   auto reduce = func->getAttrOfType<StringAttr>("cdp.reduce");
   StageFacts facts = factsOf(func, L);
-  // CDP-ZeRO reduces along the chain, its own way (cdpZeroProgram).
+  // CDP-ZeRO (the cyclic strategy's --zero 3) reduces along the chain, its
+  // own way (cdpZeroProgram).
   bool cdpZero =
-      recorded->zero == 3 && recorded->strategy.getValue() == Strategy::CDP;
+      recorded->zero == 3 && traitsOf(recorded->strategy.getValue()).cyclic;
   if (cdpZero && failed(checkCdpZeroSchedule(*recorded, facts)))
     return signalPassFailure();
   bool chain = (reduce && reduce.getValue() == "chain") || cdpZero;
