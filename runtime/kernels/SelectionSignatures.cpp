@@ -23,7 +23,7 @@ void addSelectionRules(Rules &rules) {
     return [rule](const Check &c, const KernelArgs &) { rule(c); };
   };
   rules["where"] = plain([](const Check &c) {
-    c.arity(3, 3, 1, 1);
+    c.declared();
     c.type(c.in(0), plan::BOOL);
     c.require(c.out(0).dtype == plan::F32 || c.out(0).dtype == plan::I64,
               "the result is neither f32 nor i64");
@@ -53,7 +53,7 @@ void addSelectionRules(Rules &rules) {
   });
   rules["gather_elements"] = rules["gather_elements_grad"] =
       plain([](const Check &c) {
-        c.arity(2, 2, 1, 1);
+        c.declared();
         c.type(c.in(1), plan::I64);
         const TensorView &data =
             c.in(0).shape == c.in(1).shape ? c.out(0) : c.in(0);
@@ -62,12 +62,12 @@ void addSelectionRules(Rules &rules) {
                   "indices and data ranks differ");
       });
   rules["gather_nd"] = rules["gather_nd_grad"] = plain([](const Check &c) {
-    c.arity(2, 2, 1, 1);
+    c.declared();
     c.type(c.in(1), plan::I64);
     c.attribute("batch_dims", 0, 0, kMany);
   });
   rules["cum_sum"] = rules["trilu"] = plain([](const Check &c) {
-    c.arity(1, 1, 1, 1);
+    c.declared();
     c.sameType(c.in(0), c.out(0));
     c.same(c.in(0), c.out(0));
   });

@@ -11,6 +11,7 @@
 
 #include "cdp/Plan/Checked.h"
 #include "cdp/Runtime/Kernel.h"
+#include "cdp/Runtime/OpTable.h"
 
 #include <functional>
 #include <map>
@@ -60,6 +61,20 @@ public:
     for (int k = 0; k < out; ++k)
       if (!args.outputs[k].present())
         fail("output " + std::to_string(k) + " is absent");
+  }
+  /// What the op's ODS declares (the generated op table), for a graph op
+  /// whose plan form is the IR's: its arity, and its required attributes
+  /// present (a kernel would read a stand-in in their place).
+  void declared() const {
+    const ops::OpInfo *info = ops::opInfo(args.instruction->op());
+    if (!info)
+      fail("is not a graph op (internal: its rule names no arity)");
+    auto bound = [](int most) { return most < 0 ? kMany : most; };
+    arity(info->minInputs, bound(info->maxInputs), info->minResults,
+          bound(info->maxResults));
+    for (const ops::AttributeInfo &attribute : info->attributes)
+      if (attribute.required && !args.find(attribute.name))
+        fail(std::string("lacks its attribute '") + attribute.name + "'");
   }
   /// Input k, which must be present.
   const TensorView &in(size_t k) const {

@@ -27,13 +27,13 @@ namespace {
 using namespace signatures;
 
 void unary(const Check &c) {
-  c.arity(1, 1, 1, 1);
+  c.declared();
   c.allF32();
   c.same(c.in(0), c.out(0));
 }
 
 void binary(const Check &c) {
-  c.arity(2, 2, 1, 1);
+  c.declared();
   const TensorView &y = c.out(0);
   c.require(y.dtype == plan::F32 || y.dtype == plan::I64,
             "the result is neither f32 nor i64");
@@ -45,7 +45,7 @@ void binary(const Check &c) {
 
 /// Input k (k = 0, 1) of a gemm, as (rows, columns) after transposition.
 void gemm(const Check &c) {
-  c.arity(2, 3, 1, 1);
+  c.declared();
   c.allF32();
   const TensorView &a = c.in(0), &b = c.in(1), &y = c.out(0);
   for (const TensorView *v : {&a, &b, &y})
@@ -64,7 +64,7 @@ void gemm(const Check &c) {
 }
 
 void matmul(const Check &c) {
-  c.arity(2, 2, 1, 1);
+  c.declared();
   c.allF32();
   std::vector<int64_t> as = c.in(0).shape, bs = c.in(1).shape;
   c.require(!as.empty() && !bs.empty(), "matmul of a scalar");
@@ -139,7 +139,7 @@ void pooling(const Check &c, const TensorView &x, const TensorView &y) {
 }
 
 void batchNorm(const Check &c) {
-  c.arity(5, 5, 3, 3);
+  c.declared();
   c.allF32();
   const TensorView &x = c.in(0);
   c.rank(x, 2, 8);
@@ -151,7 +151,7 @@ void batchNorm(const Check &c) {
 }
 
 void batchNormGrad(const Check &c) {
-  c.arity(5, 5, 3, 3);
+  c.declared();
   c.allF32();
   const TensorView &x = c.in(1);
   c.rank(x, 2, 8);
@@ -180,7 +180,7 @@ void layerNormParts(const Check &c, const TensorView &x, const TensorView &mean,
 }
 
 void layerNorm(const Check &c) {
-  c.arity(2, 3, 3, 3);
+  c.declared();
   c.allF32();
   const TensorView &x = c.in(0);
   c.same(x, c.out(0));
@@ -188,7 +188,7 @@ void layerNorm(const Check &c) {
 }
 
 void layerNormGrad(const Check &c) {
-  c.arity(5, 5, 3, 3);
+  c.declared();
   c.allF32();
   const TensorView &x = c.in(1);
   c.same(x, c.in(0));
@@ -350,13 +350,13 @@ Rules makeRules() {
     rules[op] = plain(binary);
   addSelectionRules(rules);
   rules["unary_grad"] = plain([](const Check &c) {
-    c.arity(2, 2, 1, 1);
+    c.declared();
     c.allF32();
     c.same(c.in(0), c.out(0));
     c.same(c.in(1), c.out(0));
   });
   rules["cast"] = plain([](const Check &c) {
-    c.arity(1, 1, 1, 1);
+    c.declared();
     for (const TensorView *v : {&c.in(0), &c.out(0)})
       c.require(v->dtype == plan::F32 || v->dtype == plan::I64 ||
                     v->dtype == plan::BOOL,
@@ -372,7 +372,7 @@ Rules makeRules() {
     c.count(c.out(1), c.in(0).numel());
   });
   rules["dropout_grad"] = plain([](const Check &c) {
-    c.arity(2, 2, 1, 1);
+    c.declared();
     c.type(c.in(0), plan::F32);
     c.type(c.in(1), plan::BOOL);
     c.type(c.out(0), plan::F32);
@@ -380,7 +380,7 @@ Rules makeRules() {
     c.count(c.in(1), c.out(0).numel());
   });
   rules["reduce_to"] = plain([](const Check &c) {
-    c.arity(1, 1, 1, 1);
+    c.declared();
     c.allF32();
     c.broadcasts(c.out(0), c.in(0));
   });
@@ -392,43 +392,43 @@ Rules makeRules() {
   rules["gemm"] = plain(gemm);
   rules["matmul"] = plain(matmul);
   rules["conv"] = plain([](const Check &c) {
-    c.arity(2, 3, 1, 1);
+    c.declared();
     convolution(c, c.in(0), c.in(1), c.out(0));
     if (const TensorView *bias = c.optional(2))
       c.count(*bias, c.in(1).shape[0]);
   });
   rules["conv_grad_input"] = plain([](const Check &c) {
-    c.arity(2, 2, 1, 1);
+    c.declared();
     convolution(c, c.out(0), c.in(1), c.in(0));
   });
   rules["conv_grad_weight"] = plain([](const Check &c) {
-    c.arity(2, 2, 1, 1);
+    c.declared();
     convolution(c, c.in(1), c.out(0), c.in(0));
   });
   rules["max_pool"] = rules["average_pool"] = plain([](const Check &c) {
-    c.arity(1, 1, 1, 1);
+    c.declared();
     c.allF32();
     pooling(c, c.in(0), c.out(0));
   });
   rules["max_pool_indices"] = plain([](const Check &c) {
-    c.arity(1, 1, 1, 1);
+    c.declared();
     c.type(c.in(0), plan::F32);
     c.type(c.out(0), plan::I64);
     pooling(c, c.in(0), c.out(0));
   });
   rules["max_pool_grad"] = plain([](const Check &c) {
-    c.arity(2, 2, 1, 1);
+    c.declared();
     c.allF32();
     c.same(c.in(1), c.out(0));
     pooling(c, c.in(1), c.in(0));
   });
   rules["average_pool_grad"] = plain([](const Check &c) {
-    c.arity(1, 1, 1, 1);
+    c.declared();
     c.allF32();
     pooling(c, c.out(0), c.in(0));
   });
   rules["global_average_pool"] = plain([](const Check &c) {
-    c.arity(1, 1, 1, 1);
+    c.declared();
     c.allF32();
     c.rank(c.in(0), 3, 8);
     c.count(c.out(0), c.in(0).shape[0] * c.in(0).shape[1]);
@@ -442,7 +442,7 @@ Rules makeRules() {
     c.axis("axis", -1, c.in(0).rank());
   });
   rules["softmax_grad"] = plain([](const Check &c) {
-    c.arity(2, 2, 1, 1);
+    c.declared();
     c.allF32();
     c.same(c.in(0), c.out(0));
     c.same(c.in(1), c.out(0));
@@ -450,7 +450,7 @@ Rules makeRules() {
   });
   rules["softmax_cross_entropy_loss"] = [](const Check &c,
                                            const KernelArgs &args) {
-    c.arity(2, 3, 2, 2);
+    c.declared();
     const TensorView &scores = c.in(0), &labels = c.in(1);
     for (const TensorView *v : {&scores, c.optional(2), &c.out(0), &c.out(1)})
       if (v)
@@ -461,7 +461,7 @@ Rules makeRules() {
   };
   rules["softmax_cross_entropy_loss_grad"] = [](const Check &c,
                                                 const KernelArgs &args) {
-    c.arity(3, 4, 1, 1);
+    c.declared();
     const TensorView &logp = c.in(1), &labels = c.in(2);
     for (const TensorView *v : {&c.in(0), &logp, c.optional(3), &c.out(0)})
       if (v)
@@ -471,7 +471,7 @@ Rules makeRules() {
     reduction(c, args, c.in(0), labels.numel());
   };
   rules["nll_loss"] = [](const Check &c, const KernelArgs &args) {
-    c.arity(2, 3, 1, 1);
+    c.declared();
     for (const TensorView *v : {&c.in(0), c.optional(2), &c.out(0)})
       if (v)
         c.type(*v, plan::F32);
@@ -479,7 +479,7 @@ Rules makeRules() {
     reduction(c, args, c.out(0), c.in(1).numel());
   };
   rules["nll_loss_grad"] = [](const Check &c, const KernelArgs &args) {
-    c.arity(2, 3, 1, 1);
+    c.declared();
     for (const TensorView *v : {&c.in(0), c.optional(2), &c.out(0)})
       if (v)
         c.type(*v, plan::F32);
@@ -494,7 +494,7 @@ Rules makeRules() {
       c.count(c.out(0), c.in(0).numel());
     });
   rules["transpose"] = [](const Check &c, const KernelArgs &args) {
-    c.arity(1, 1, 1, 1);
+    c.declared();
     const TensorView &x = c.in(0), &y = c.out(0);
     c.sameType(x, y);
     std::vector<int64_t> perm = args.ints("perm");
@@ -524,7 +524,7 @@ Rules makeRules() {
     sliceWithin(c, args, c.in(0), c.out(0));
   };
   rules["slice_grad"] = [](const Check &c, const KernelArgs &args) {
-    c.arity(1, 1, 1, 1);
+    c.declared();
     c.allF32();
     sliceWithin(c, args, c.out(0), c.in(0));
   };
@@ -541,12 +541,12 @@ Rules makeRules() {
                     shapeText(x.shape) + " padded");
   });
   rules["gather"] = [](const Check &c, const KernelArgs &args) {
-    c.arity(2, 2, 1, 1);
+    c.declared();
     c.sameType(c.in(0), c.out(0));
     gatherSizes(c, c.in(0), c.in(1), c.out(0));
   };
   rules["gather_grad"] = [](const Check &c, const KernelArgs &args) {
-    c.arity(2, 2, 1, 1);
+    c.declared();
     c.type(c.in(0), plan::F32);
     c.type(c.out(0), plan::F32);
     gatherSizes(c, c.out(0), c.in(1), c.in(0));
@@ -555,7 +555,7 @@ Rules makeRules() {
     c.arity(0, 1, 1, 1); // the kernel checks its value against the type
   });
   rules["shape"] = plain([](const Check &c) {
-    c.arity(1, 1, 1, 1);
+    c.declared();
     c.type(c.out(0), plan::I64);
     int64_t rank = c.in(0).rank();
     int64_t start = c.attribute("start", 0, -kMostTagField, kMostTagField);
@@ -579,7 +579,7 @@ Rules makeRules() {
     c.count(c.out(0), product(kept, 0));
   };
   rules["update"] = plain([](const Check &c) {
-    c.arity(2, 2, 0, 0);
+    c.declared();
     c.allF32();
     c.count(c.in(1), c.in(0).numel());
   });
@@ -720,6 +720,7 @@ Rules makeRules() {
               "attribute 'max_norm' must be a positive number");
   };
   rules["assign"] = plain([](const Check &c) {
+    // Pipelines emit assigns of their own (no `name`): not the IR's form.
     c.arity(2, 2, 0, 0);
     c.sameType(c.in(0), c.in(1));
     c.count(c.in(1), c.in(0).numel());
@@ -730,7 +731,7 @@ Rules makeRules() {
     c.count(c.out(0), c.in(0).numel());
     c.attribute("slots", 1, 1, kMostTagField);
   });
-  rules["gradient"] = plain([](const Check &c) { c.arity(1, 1, 0, 0); });
+  rules["gradient"] = plain([](const Check &c) { c.declared(); });
   rules["send"] = [](const Check &c, const KernelArgs &args) {
     c.arity(1, 1, 0, 0);
     pointToPoint(c, args);

@@ -2,6 +2,7 @@
 
 #include "BroadcastReduction.h"
 #include "CpuKernels.h"
+#include "cdp/Runtime/OpTable.h"
 
 #include "../DropoutStream.h"
 
@@ -138,21 +139,23 @@ static void registerArithmetic(KernelRegistry &registry) {
     return x * std::min(1.0f, std::max(0.0f, x / 6.0f + 0.5f));
   });
   addKernel(registry, "clip", [](const KernelArgs &args) {
-    float low = static_cast<float>(args.f("min", -INFINITY)),
-          high = static_cast<float>(args.f("max", INFINITY));
+    ops::ClipAttributes attrs = ops::ClipAttributes::read(args);
+    float low = static_cast<float>(attrs.min),
+          high = static_cast<float>(attrs.max);
     return unary(args,
                  [=](float x) { return std::min(std::max(x, low), high); });
   });
   addKernel(registry, "hard_sigmoid", [](const KernelArgs &args) {
-    float alpha = static_cast<float>(args.f("alpha", 0.2)),
-          beta = static_cast<float>(args.f("beta", 0.5));
+    ops::HardSigmoidAttributes attrs = ops::HardSigmoidAttributes::read(args);
+    float alpha = static_cast<float>(attrs.alpha),
+          beta = static_cast<float>(attrs.beta);
     return unary(args, [=](float x) {
       return std::min(1.0f, std::max(0.0f, alpha * x + beta));
     });
   });
   addKernel(registry, "gelu", [](const KernelArgs &args) {
     TensorView x = args.inputs[0], y = args.outputs[0];
-    bool approximate = args.s("approximate", "none") == "tanh";
+    bool approximate = ops::GeluAttributes::read(args).approximate == "tanh";
     int64_t n = y.numel();
     return [=](const StepContext &) {
       const float *px = x.f32();
@@ -269,8 +272,9 @@ static void registerConversions(KernelRegistry &registry) {
 
   addKernel(registry, "dropout", [](const KernelArgs &args) {
     TensorView x = args.inputs[0], y = args.outputs[0], mask = args.outputs[1];
-    float ratio = static_cast<float>(args.f("ratio", 0.5));
-    bool training = args.i("training_mode", 0) != 0;
+    ops::DropoutAttributes attrs = ops::DropoutAttributes::read(args);
+    float ratio = static_cast<float>(attrs.ratio);
+    bool training = attrs.training_mode;
     DropoutStream draw(args);
     int64_t n = y.numel();
     return [=](const StepContext &context) {
@@ -294,7 +298,9 @@ static void registerConversions(KernelRegistry &registry) {
 
   addKernel(registry, "dropout_grad", [](const KernelArgs &args) {
     TensorView dy = args.inputs[0], mask = args.inputs[1], dx = args.outputs[0];
-    float keepScale = 1.0f / (1.0f - static_cast<float>(args.f("ratio", 0.5)));
+    float keepScale =
+        1.0f / (1.0f - static_cast<float>(
+                           ops::DropoutGradAttributes::read(args).ratio));
     int64_t n = dx.numel();
     return [=](const StepContext &) {
       for (int64_t i = 0; i < n; ++i)

@@ -10,6 +10,7 @@
 #include "../MatMulGeometry.h"
 #include "CpuKernels.h"
 #include "SmallMatMul.h"
+#include "cdp/Runtime/OpTable.h"
 
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
@@ -190,9 +191,10 @@ void registerLinalg(KernelRegistry &registry) {
   addKernel(registry, "gemm", [](const KernelArgs &args) {
     TensorView a = args.inputs[0], b = args.inputs[1], y = args.outputs[0];
     TensorView c = args.inputs.size() > 2 ? args.inputs[2] : TensorView();
-    bool transA = args.i("trans_a", 0), transB = args.i("trans_b", 0);
-    float alpha = static_cast<float>(args.f("alpha", 1.0));
-    float beta = static_cast<float>(args.f("beta", 1.0));
+    ops::GemmAttributes attrs = ops::GemmAttributes::read(args);
+    bool transA = attrs.trans_a, transB = attrs.trans_b;
+    float alpha = static_cast<float>(attrs.alpha);
+    float beta = static_cast<float>(attrs.beta);
     int64_t m = y.shape[0], n = y.shape[1];
     int64_t k = transA ? a.shape[0] : a.shape[1];
     // C broadcast into Y row by row (an index per element of Y was twice

@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "CpuKernels.h"
+#include "cdp/Runtime/OpTable.h"
 
 #include <cmath>
 
@@ -78,10 +79,10 @@ static void registerBatchNorm(KernelRegistry &registry) {
                var = args.inputs[4];
     TensorView y = args.outputs[0], runMean = args.outputs[1],
                runVar = args.outputs[2];
-    double epsilon = args.f("epsilon", 1e-5),
-           momentum = args.f("momentum", 0.9);
-    bool training = args.i("training_mode", 0) != 0;
-    bool unbiased = args.i("unbiased_running_var", 0) != 0;
+    ops::BatchNormAttributes attrs = ops::BatchNormAttributes::read(args);
+    double epsilon = attrs.epsilon, momentum = attrs.momentum;
+    bool training = attrs.training_mode;
+    bool unbiased = attrs.unbiased_running_var;
     ChannelView v(x.shape);
     return [=](const StepContext &) {
 #pragma omp parallel for
@@ -118,8 +119,10 @@ static void registerBatchNorm(KernelRegistry &registry) {
                mean = args.inputs[3], var = args.inputs[4];
     TensorView dx = args.outputs[0], dscale = args.outputs[1],
                dbias = args.outputs[2];
-    double epsilon = args.f("epsilon", 1e-5);
-    bool training = args.i("training_mode", 0) != 0;
+    ops::BatchNormGradAttributes attrs =
+        ops::BatchNormGradAttributes::read(args);
+    double epsilon = attrs.epsilon;
+    bool training = attrs.training_mode;
     ChannelView v(x.shape);
     return [=](const StepContext &) {
 #pragma omp parallel for
@@ -165,9 +168,10 @@ static void registerLayerNorm(KernelRegistry &registry) {
     TensorView bias = args.inputs.size() > 2 ? args.inputs[2] : TensorView();
     TensorView y = args.outputs[0], meanOut = args.outputs[1],
                invOut = args.outputs[2];
-    int64_t axis = normalizeAxis(args.i("axis", -1), x.rank());
+    ops::LayerNormAttributes attrs = ops::LayerNormAttributes::read(args);
+    int64_t axis = normalizeAxis(attrs.axis, x.rank());
     int64_t outer = product(x.shape, 0, axis), inner = product(x.shape, axis);
-    double epsilon = args.f("epsilon", 1e-5);
+    double epsilon = attrs.epsilon;
     std::vector<int64_t> normalized(x.shape.begin() + axis, x.shape.end());
     auto si = std::make_shared<std::vector<int64_t>>(
         broadcastIndex(scale.shape, normalized));

@@ -8,6 +8,7 @@
 
 #include "CudaKernels.h"
 #include "Reduce.cuh"
+#include "cdp/Runtime/OpTable.h"
 
 #include "../DropoutStream.h"
 
@@ -309,18 +310,21 @@ void registerActivations(KernelRegistry &registry) {
   addUnary(registry, "exp", fixed(UnaryOp::Exp));
   addUnary(registry, "log", fixed(UnaryOp::Log));
   addUnary(registry, "clip", fixed(UnaryOp::Clip), [](const KernelArgs &args) {
-    return std::pair<float, float>(static_cast<float>(args.f("min", -INFINITY)),
-                                   static_cast<float>(args.f("max", INFINITY)));
+    ops::ClipAttributes attrs = ops::ClipAttributes::read(args);
+    return std::pair<float, float>(static_cast<float>(attrs.min),
+                                   static_cast<float>(attrs.max));
   });
   addUnary(registry, "hard_sigmoid", fixed(UnaryOp::HardSigmoid),
            [](const KernelArgs &args) {
-             return std::pair<float, float>(
-                 static_cast<float>(args.f("alpha", 0.2)),
-                 static_cast<float>(args.f("beta", 0.5)));
+             ops::HardSigmoidAttributes attrs =
+                 ops::HardSigmoidAttributes::read(args);
+             return std::pair<float, float>(static_cast<float>(attrs.alpha),
+                                            static_cast<float>(attrs.beta));
            });
   addUnary(registry, "gelu", [](const KernelArgs &args) {
-    return args.s("approximate", "none") == "tanh" ? UnaryOp::GeluTanh
-                                                   : UnaryOp::Gelu;
+    return ops::GeluAttributes::read(args).approximate == "tanh"
+               ? UnaryOp::GeluTanh
+               : UnaryOp::Gelu;
   });
   addKernel(registry, "unary_grad", [](const KernelArgs &args) {
     TensorView dy = args.inputs[0], saved = args.inputs[1],
@@ -349,8 +353,9 @@ void registerActivations(KernelRegistry &registry) {
 void registerDropout(KernelRegistry &registry) {
   addKernel(registry, "dropout", [](const KernelArgs &args) {
     TensorView x = args.inputs[0], y = args.outputs[0], mask = args.outputs[1];
-    float ratio = static_cast<float>(args.f("ratio", 0.5));
-    bool training = args.i("training_mode", 0) != 0;
+    ops::DropoutAttributes attrs = ops::DropoutAttributes::read(args);
+    float ratio = static_cast<float>(attrs.ratio);
+    bool training = attrs.training_mode;
     DropoutStream draw(args);
     int64_t n = y.numel();
     return [=](const StepContext &context) {
@@ -364,7 +369,9 @@ void registerDropout(KernelRegistry &registry) {
   });
   addKernel(registry, "dropout_grad", [](const KernelArgs &args) {
     TensorView dy = args.inputs[0], mask = args.inputs[1], dx = args.outputs[0];
-    float keepScale = 1.0f / (1.0f - static_cast<float>(args.f("ratio", 0.5)));
+    float keepScale =
+        1.0f / (1.0f - static_cast<float>(
+                           ops::DropoutGradAttributes::read(args).ratio));
     int64_t n = dx.numel();
     return [=](const StepContext &context) {
       if (n == 0)

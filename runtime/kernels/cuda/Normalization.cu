@@ -8,6 +8,7 @@
 
 #include "CudaKernels.h"
 #include "Reduce.cuh"
+#include "cdp/Runtime/OpTable.h"
 
 namespace cdp::runtime::cuda {
 
@@ -235,10 +236,9 @@ void registerBatchNorm(KernelRegistry &registry) {
     TensorView y = args.outputs[0], runMean = args.outputs[1],
                runVar = args.outputs[2];
     auto sums = std::make_shared<ChannelSums>(args, x.shape, 2, 2);
-    BatchNormParams p{args.f("epsilon", 1e-5), args.f("momentum", 0.9),
-                      args.i("training_mode", 0) != 0,
-                      args.i("unbiased_running_var", 0) != 0,
-                      sums->sum.count()};
+    ops::BatchNormAttributes attrs = ops::BatchNormAttributes::read(args);
+    BatchNormParams p{attrs.epsilon, attrs.momentum, attrs.training_mode,
+                      attrs.unbiased_running_var, sums->sum.count()};
     ChannelOf channelOf{x.shape[1], product(x.shape, 2)};
     return [=](const StepContext &context) {
       cudaStream_t stream = streamOf(context);
@@ -267,8 +267,9 @@ void registerBatchNorm(KernelRegistry &registry) {
     TensorView dx = args.outputs[0], dscale = args.outputs[1],
                dbias = args.outputs[2];
     auto sums = std::make_shared<ChannelSums>(args, x.shape, 4, 5);
-    BatchNormParams p{args.f("epsilon", 1e-5), 0.0,
-                      args.i("training_mode", 0) != 0, false,
+    ops::BatchNormGradAttributes attrs =
+        ops::BatchNormGradAttributes::read(args);
+    BatchNormParams p{attrs.epsilon, 0.0, attrs.training_mode, false,
                       sums->sum.count()};
     ChannelOf channelOf{x.shape[1], product(x.shape, 2)};
     return [=](const StepContext &context) {
@@ -302,9 +303,10 @@ void registerLayerNorm(KernelRegistry &registry) {
     TensorView bias = args.inputs.size() > 2 ? args.inputs[2] : TensorView();
     TensorView y = args.outputs[0], meanOut = args.outputs[1],
                invOut = args.outputs[2];
-    int64_t axis = normalizeAxis(args.i("axis", -1), x.rank());
+    ops::LayerNormAttributes attrs = ops::LayerNormAttributes::read(args);
+    int64_t axis = normalizeAxis(attrs.axis, x.rank());
     int64_t outer = product(x.shape, 0, axis), inner = product(x.shape, axis);
-    double epsilon = args.f("epsilon", 1e-5);
+    double epsilon = attrs.epsilon;
     std::vector<int64_t> normalized(x.shape.begin() + axis, x.shape.end());
     IndexMap si = broadcastMap(args, scale.shape, normalized);
     IndexMap bi = bias.present() ? broadcastMap(args, bias.shape, normalized)
