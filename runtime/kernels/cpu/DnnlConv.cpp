@@ -11,6 +11,7 @@
 
 #include "CpuKernels.h"
 #include "Dnnl.h"
+#include "cdp/Runtime/OpTable.h"
 
 #include <omp.h>
 
@@ -33,9 +34,11 @@ struct ConvShapes {
   ConvShapes(const KernelArgs &args, const std::vector<int64_t> &input,
              const std::vector<int64_t> &weight,
              const std::vector<int64_t> &output) {
-    int64_t group = args.i("group", 1);
-    std::vector<int64_t> pads = args.ints("pads"), s = args.ints("strides"),
-                         d = args.ints("dilations");
+    // conv and its two gradients declare the same window attributes.
+    ops::ConvAttributes attrs = ops::ConvAttributes::read(args);
+    int64_t group = attrs.group;
+    const std::vector<int64_t> &pads = attrs.pads, &s = attrs.strides,
+                               &d = attrs.dilations;
     src = {input[0], input[1], input[2], input[3]};
     dst = {output[0], output[1], output[2], output[3]};
     bias = {weight[0]};

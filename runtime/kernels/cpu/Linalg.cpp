@@ -56,16 +56,17 @@ struct ConvGeometry {
     kernelW = weight[3];
     outH = output[2];
     outW = output[3];
-    std::vector<int64_t> pads = args.ints("pads"),
-                         strides = args.ints("strides"),
-                         dilations = args.ints("dilations");
+    // conv and its two gradients declare the same window attributes.
+    ops::ConvAttributes attrs = ops::ConvAttributes::read(args);
+    const std::vector<int64_t> &pads = attrs.pads, &strides = attrs.strides,
+                               &dilations = attrs.dilations;
     padTop = pads[0];
     padLeft = pads[1];
     strideH = strides[0];
     strideW = strides[1];
     dilationH = dilations[0];
     dilationW = dilations[1];
-    group = args.i("group", 1);
+    group = attrs.group;
   }
   int64_t groupChannels() const { return channels / group; }
   int64_t groupFilters() const { return filters / group; }

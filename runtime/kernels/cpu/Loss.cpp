@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "CpuKernels.h"
+#include "cdp/Runtime/OpTable.h"
 
 #include <cmath>
 
@@ -20,10 +21,13 @@ struct ClassGeometry {
   bool hasIgnore;
   int64_t ignore;
   ClassGeometry(const KernelArgs &args, const std::vector<int64_t> &scores)
+      : ClassGeometry(scores, ops::NllLossAttributes::read(args)) {}
+  /// The four loss ops (and their gradients) declare the same reduction.
+  ClassGeometry(const std::vector<int64_t> &scores,
+                const ops::NllLossAttributes &attrs)
       : batch(scores[0]), classes(scores[1]), spatial(product(scores, 2)),
-        reduction(args.s("reduction", "mean")),
-        hasIgnore(args.find("ignore_index") != nullptr),
-        ignore(args.i("ignore_index", 0)) {}
+        reduction(attrs.reduction), hasIgnore(attrs.ignore_index.has_value()),
+        ignore(attrs.ignore_index.value_or(0)) {}
   int64_t at(int64_t n, int64_t c, int64_t i) const {
     return (n * classes + c) * spatial + i;
   }

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "CpuKernels.h"
+#include "cdp/Runtime/OpTable.h"
 
 #include <cmath>
 
@@ -123,8 +124,8 @@ void registerSelection(KernelRegistry &registry) {
     return [](float v) { return std::isnan(v); };
   });
   addTest(registry, "is_inf", [](const KernelArgs &args) {
-    bool positive = args.i("detect_positive", 1) != 0,
-         negative = args.i("detect_negative", 1) != 0;
+    ops::IsInfAttributes attrs = ops::IsInfAttributes::read(args);
+    bool positive = attrs.detect_positive, negative = attrs.detect_negative;
     return
         [=](float v) { return std::isinf(v) && (v > 0 ? positive : negative); };
   });

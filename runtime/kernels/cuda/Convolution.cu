@@ -10,6 +10,7 @@
 
 #include "CudaKernels.h"
 #include "Reduce.cuh"
+#include "cdp/Runtime/OpTable.h"
 
 namespace cdp::runtime::cuda {
 
@@ -26,9 +27,10 @@ struct ConvDescriptors {
                   const std::vector<int64_t> &output) {
     if (input.size() != 4)
       args.fail("the CUDA backend runs 2-D convolutions only");
-    std::vector<int64_t> pads = args.ints("pads"),
-                         strides = args.ints("strides"),
-                         dilations = args.ints("dilations");
+    // conv and its two gradients declare the same window attributes.
+    ops::ConvAttributes attrs = ops::ConvAttributes::read(args);
+    const std::vector<int64_t> &pads = attrs.pads, &strides = attrs.strides,
+                               &dilations = attrs.dilations;
     if (pads.size() == 4 && (pads[0] != pads[2] || pads[1] != pads[3]))
       args.fail("pads differ at the two ends, which cuDNN cannot run");
     auto narrow = [&](int64_t v) {
@@ -58,9 +60,9 @@ struct ConvDescriptors {
                    narrow(dilations[1]), CUDNN_CROSS_CORRELATION,
                    CUDNN_DATA_FLOAT),
                "cudnn convolution");
-    checkCudnn(cudnnSetConvolutionGroupCount(
-                   conv, static_cast<int>(args.i("group", 1))),
-               "cudnn groups");
+    checkCudnn(
+        cudnnSetConvolutionGroupCount(conv, static_cast<int>(attrs.group)),
+        "cudnn groups");
     checkCudnn(cudnnSetConvolutionMathType(conv, CudaDevice::tf32Allowed()
                                                      ? CUDNN_DEFAULT_MATH
                                                      : CUDNN_FMA_MATH),

@@ -9,6 +9,7 @@
 
 #include "CudaKernels.h"
 #include "Reduce.cuh"
+#include "cdp/Runtime/OpTable.h"
 
 namespace cdp::runtime::cuda {
 
@@ -38,15 +39,16 @@ struct Classes {
 };
 
 Classes classesOf(const KernelArgs &args, const std::vector<int64_t> &scores) {
-  std::string reduction = args.s("reduction", "mean");
+  // The four loss ops (and their gradients) declare the same reduction.
+  ops::NllLossAttributes attrs = ops::NllLossAttributes::read(args);
   return {scores[0],
           scores[1],
           product(scores, 2),
-          reduction == "none"  ? Reduction::None
-          : reduction == "sum" ? Reduction::Sum
-                               : Reduction::Mean,
-          args.find("ignore_index") != nullptr,
-          args.i("ignore_index", 0)};
+          attrs.reduction == "none"  ? Reduction::None
+          : attrs.reduction == "sum" ? Reduction::Sum
+                                     : Reduction::Mean,
+          attrs.ignore_index.has_value(),
+          attrs.ignore_index.value_or(0)};
 }
 
 __global__ void logSoftmaxRowsKernel(Classes g, const float *scores,

@@ -7,6 +7,7 @@
 
 #include "CudaKernels.h"
 #include "Reduce.cuh"
+#include "cdp/Runtime/OpTable.h"
 
 namespace cdp::runtime::cuda {
 
@@ -98,8 +99,8 @@ void addCompare(KernelRegistry &registry, const std::string &name, Compare op) {
 void addTest(KernelRegistry &registry, const std::string &name, Test op) {
   addKernel(registry, name, [op](const KernelArgs &args) {
     TensorView x = args.inputs[0], y = args.outputs[0];
-    bool positive = args.i("detect_positive", 1) != 0,
-         negative = args.i("detect_negative", 1) != 0;
+    ops::IsInfAttributes attrs = ops::IsInfAttributes::read(args);
+    bool positive = attrs.detect_positive, negative = attrs.detect_negative;
     int64_t n = y.numel();
     return [=](const StepContext &context) {
       if (n == 0)
