@@ -195,6 +195,11 @@ private:
   int64_t stageOf(Operation *op) const { return cdp::stageOf(op, S); }
   LogicalResult placeParameters(Block &body, ParamPlacement &params);
   LogicalResult checkTiedFreshness(const ParamPlacement &params);
+  LogicalResult readModule(ModuleOp module);
+  sched::StepProgramOp createProgram(OpBuilder &builder, int64_t cycle,
+                                     bool spellFirst);
+  LogicalResult checkPlacement(const DevicePlacement &layout,
+                               const ParamPlacement &params);
   std::vector<ProgramEntry> programOf(int64_t s, ArrayRef<int64_t> mine) const;
   void buildDevice(OpBuilder &builder, int64_t s, int64_t r,
                    const DevicePlacement &layout, const ParamPlacement &params);
@@ -298,52 +303,121 @@ LogicalResult SchedulePipelinePass::buildScheduleTable() {
   return success();
 }
 
-void SchedulePipelinePass::runOnOperation() {
-  ModuleOp module = getOperation();
+/// The module a pipeline's schedule is built from: a pipeline strategy,
+/// @main partitioned, positive counts, ZeRO 1 over a table's replicas.
+LogicalResult SchedulePipelinePass::readModule(ModuleOp module) {
   auto strategyAttr = sched::StrategyAttr::ofModule(module);
   if (!strategyAttr)
-    return signalPassFailure();
+    return failure();
   std::optional<Strategy> parsed = strategyAttr.getValue();
   StringRef strategy = traitsOf(*parsed).name;
-  if (!traitsOf(*parsed).pipelined) {
-    module.emitError("schedule-pipeline handles the pipelines (")
-        << strategyNames([](const StrategyTraits &t) { return t.pipelined; })
-        << "), not '" << strategy << "'";
-    return signalPassFailure();
-  }
+  if (!traitsOf(*parsed).pipelined)
+    return module.emitError("schedule-pipeline handles the pipelines (")
+           << strategyNames([](const StrategyTraits &t) { return t.pipelined; })
+           << "), not '" << strategy << "'";
   kind = *parsed;
   func = module.lookupSymbol<func::FuncOp>("main");
   auto stagesAttr =
       func ? func->getAttrOfType<IntegerAttr>("cdp.stages") : nullptr;
-  if (!stagesAttr) {
-    module.emitError("@main is not partitioned; run cdp-partition-stages "
-                     "first");
-    return signalPassFailure();
-  }
-  if (microBatches < 1 || replicas < 1) {
-    module.emitError("micro-batches and replicas must be positive");
-    return signalPassFailure();
-  }
-  if (zero < 0 || zero > 1 || (zero == 1 && traitsOf(kind).cyclic)) {
-    module.emitError("ZeRO stage ")
-        << zero << " with " << strategy
-        << " is not supported (stage 1 over the replicas of "
-        << strategyNames([](const StrategyTraits &t) { return t.replicable; })
-        << " is)";
-    return signalPassFailure();
-  }
+  if (!stagesAttr)
+    return module.emitError("@main is not partitioned; run "
+                            "cdp-partition-stages first");
+  if (microBatches < 1 || replicas < 1)
+    return module.emitError("micro-batches and replicas must be positive");
+  if (zero < 0 || zero > 1 || (zero == 1 && traitsOf(kind).cyclic))
+    return module.emitError("ZeRO stage ")
+           << zero << " with " << strategy
+           << " is not supported (stage 1 over the replicas of "
+           << strategyNames(
+                  [](const StrategyTraits &t) { return t.replicable; })
+           << " is)";
   S = stagesAttr.getInt();
   M = microBatches;
   R = replicas;
   MB = M * R;
   table = CyclicTable{S, MB, cdpRule.getValue() == "v2",
                       v2Table.getValue() == "code"};
+  return success();
+}
+
+/// The step program, empty: its cycle, versions and (cdp-mp) the version
+/// table the run follows, as for cdp: slot j reads θ_{t -
+/// version_delay[j][s-1]} at stage s.
+sched::StepProgramOp SchedulePipelinePass::createProgram(OpBuilder &builder,
+                                                         int64_t cycle,
+                                                         bool spellFirst) {
+  const StrategyTraits &traits = traitsOf(kind);
+  auto program = builder.create<sched::StepProgramOp>(
+      func.getLoc(), sched::StrategyAttr::get(builder.getContext(), kind),
+      builder.getI64IntegerAttr(S), builder.getI64IntegerAttr(MB),
+      builder.getI64IntegerAttr(cycle),
+      builder.getI64IntegerAttr(traits.weightVersions),
+      builder.getStringAttr(traits.cyclic ? cdpRule.getValue()
+                                          : std::string(traits.name)),
+      ArrayAttr(), DenseI64ArrayAttr(), DenseI64ArrayAttr(),
+      sched::ReductionAttr(), IntegerAttr());
+  if (spellFirst)
+    program.setReplicasAttr(builder.getI64IntegerAttr(R));
+  if (traits.cyclic) {
+    SmallVector<Attribute> delays;
+    for (int64_t j = 0; j < MB; ++j) {
+      SmallVector<int64_t> row;
+      for (int64_t s = 1; s <= S; ++s)
+        row.push_back(table.fresh(j, s) ? 0 : 1);
+      delays.push_back(builder.getDenseI64ArrayAttr(row));
+    }
+    program.setVersionDelayAttr(builder.getArrayAttr(delays));
+    program.setLiveVersionsAttr(
+        builder.getDenseI64ArrayAttr(SmallVector<int64_t>(S, 2)));
+  }
+  program.getBody().emplaceBlock();
+  return program;
+}
+
+/// What the devices' placement must allow: under two weight versions a
+/// tied weight's stages on different devices; under clipping one trained
+/// stage per device (the norm exchange runs at each stage's update: two on
+/// one device would each wait for the other's share).
+LogicalResult
+SchedulePipelinePass::checkPlacement(const DevicePlacement &layout,
+                                     const ParamPlacement &params) {
+  if (traitsOf(kind).weightVersions == 2)
+    for (auto &[tied, stages] : params.replicas)
+      for (int64_t q : stages)
+        if (ParamOp param = tied;
+            layout.deviceAt[q][0] ==
+            layout.tiedPeer(params.owner.lookup(param), 0))
+          return func.emitError("'")
+                 << param.getName() << "' is tied across stages "
+                 << params.owner.lookup(param) << " and " << q
+                 << ", which share a device: under the 1-stale rule each "
+                    "needs its own (place them on different devices)";
+  if (!clips)
+    return success();
+  std::map<int64_t, int64_t> trainedStageOf;
+  for (int64_t s = 1; s <= S; ++s)
+    if (!updates.lookup(s).empty())
+      for (int64_t device : layout.deviceAt[s])
+        if (!trainedStageOf.try_emplace(device, s).second)
+          return func.emitError("gradient clipping needs one trained stage "
+                                "per device, but device ")
+                 << device << " runs stages " << trainedStageOf[device]
+                 << " and " << s << " (" << traitsOf(kind).name
+                 << ": use 1f1b or zb-h1 to clip)";
+  return success();
+}
+
+void SchedulePipelinePass::runOnOperation() {
+  ModuleOp module = getOperation();
+  if (failed(readModule(module)))
+    return signalPassFailure();
   Block &body = func.getBody().front();
   body.walk([&](GradientOp gradient) { trained.insert(gradient.getName()); });
   body.walk(
       [&](UpdateOp update) { updates[stageOf(update)].push_back(update); });
   body.walk([&](ClipGradNormOp) { clips = true; });
-  if (clips && traitsOf(kind).cyclic) {
+  const StrategyTraits &traits = traitsOf(kind);
+  if (clips && traits.cyclic) {
     func.emitError("gradient clipping is not supported with cdp-mp: a "
                    "micro-batch's gradient norm spans stage devices that "
                    "reach it at different time steps (use cdp, or 2bw)");
@@ -352,7 +426,6 @@ void SchedulePipelinePass::runOnOperation() {
   ParamPlacement params;
   if (failed(placeParameters(body, params)))
     return signalPassFailure();
-  const StrategyTraits &traits = traitsOf(kind);
   if (traits.cyclic && failed(checkTiedFreshness(params)))
     return signalPassFailure();
 
@@ -366,37 +439,13 @@ void SchedulePipelinePass::runOnOperation() {
     cycle = scheduleTable->cycle();
   }
 
-  OpBuilder builder = OpBuilder::atBlockEnd(module.getBody());
-  auto program = builder.create<sched::StepProgramOp>(
-      func.getLoc(), sched::StrategyAttr::get(builder.getContext(), kind),
-      builder.getI64IntegerAttr(S), builder.getI64IntegerAttr(MB),
-      builder.getI64IntegerAttr(cycle),
-      builder.getI64IntegerAttr(traits.weightVersions),
-      builder.getStringAttr(traits.cyclic ? cdpRule.getValue()
-                                          : std::string(traits.name)),
-      ArrayAttr(), DenseI64ArrayAttr(), DenseI64ArrayAttr(),
-      sched::ReductionAttr(), IntegerAttr());
   // A table's replicas are alike pipelines a replica's devices apart: the
   // program spells the first (the emitter the rest), so the passes' work
   // does not grow with the replicas.
   bool spellFirstReplica = !traits.cyclic && R > 1;
-  if (spellFirstReplica)
-    program.setReplicasAttr(builder.getI64IntegerAttr(R));
-  if (traits.cyclic) {
-    // The version table the run follows, as for cdp: slot j reads
-    // θ_{t - version_delay[j][s-1]} at stage s.
-    SmallVector<Attribute> delays;
-    for (int64_t j = 0; j < MB; ++j) {
-      SmallVector<int64_t> row;
-      for (int64_t s = 1; s <= S; ++s)
-        row.push_back(table.fresh(j, s) ? 0 : 1);
-      delays.push_back(builder.getDenseI64ArrayAttr(row));
-    }
-    program.setVersionDelayAttr(builder.getArrayAttr(delays));
-    program.setLiveVersionsAttr(
-        builder.getDenseI64ArrayAttr(SmallVector<int64_t>(S, 2)));
-  }
-  program.getBody().emplaceBlock();
+  OpBuilder builder = OpBuilder::atBlockEnd(module.getBody());
+  sched::StepProgramOp program =
+      createProgram(builder, cycle, spellFirstReplica);
   builder.setInsertionPointToEnd(&program.getBody().front());
   for (auto &[param, stage] : params.owner) {
     auto tied = params.replicas.find(param);
@@ -409,34 +458,8 @@ void SchedulePipelinePass::runOnOperation() {
   }
   DevicePlacement layout =
       placeMicroBatches(scheduleTable ? &*scheduleTable : nullptr, S, M, R, MB);
-  if (traits.weightVersions == 2)
-    for (auto &[param, stages] : params.replicas)
-      for (int64_t q : stages)
-        if (layout.deviceAt[q][0] ==
-            layout.tiedPeer(params.owner.lookup(param), 0)) {
-          func.emitError("'")
-              << param.getName() << "' is tied across stages "
-              << params.owner.lookup(param) << " and " << q
-              << ", which share a device: under the 1-stale rule each "
-                 "needs its own (place them on different devices)";
-          return signalPassFailure();
-        }
-  // The clip's norm exchange runs at each stage's update: two trained
-  // stages on one device would each wait for the other's share.
-  if (clips) {
-    std::map<int64_t, int64_t> trainedStageOf;
-    for (int64_t s = 1; s <= S; ++s)
-      if (!updates.lookup(s).empty())
-        for (int64_t device : layout.deviceAt[s])
-          if (!trainedStageOf.try_emplace(device, s).second) {
-            func.emitError("gradient clipping needs one trained stage per "
-                           "device, but device ")
-                << device << " runs stages " << trainedStageOf[device]
-                << " and " << s << " (" << traitsOf(kind).name
-                << ": use 1f1b or zb-h1 to clip)";
-            return signalPassFailure();
-          }
-  }
+  if (failed(checkPlacement(layout, params)))
+    return signalPassFailure();
   // In device order; a device's stages next to each other.
   std::vector<std::tuple<int64_t, int64_t, int64_t>> devices;
   for (int64_t s = 1; s <= S; ++s)
