@@ -53,8 +53,9 @@ static cdp::LayoutRequest layoutRequest() {
 }
 
 /// --emit, --backend and --plan; then the strategy and its layout, checked
-/// by the schedule library (cdp/Schedule/Layout.h).
-static void checkStrategyFlags(Settings &settings) {
+/// by the schedule library (cdp/Schedule/Layout.h): the flags as it read
+/// them, for the features' check.
+static cdp::LayoutRequest checkStrategyFlags(Settings &settings) {
   if (inputPath.empty())
     die("no input model given (usage: cdp-compile MODEL.onnx --emit=mlir)");
   if (emit != "mlir" && emit != "plan" && emit != "plan-text" &&
@@ -70,12 +71,12 @@ static void checkStrategyFlags(Settings &settings) {
     die("--backend must be cpu or cuda, got '" + backendName + "'");
   if (planMode != "auto" && planMode != "manual")
     die("--plan must be auto or manual, got '" + planMode + "'");
-  cdp::LayoutResult checked = cdp::checkLayout(layoutRequest());
+  cdp::LayoutRequest request = layoutRequest();
+  cdp::LayoutResult checked = cdp::checkLayout(request);
   if (!checked.problem.empty())
     die(checked.problem);
   settings.layout = std::move(checked.layout);
-  settings.traits = settings.layout.traits;
-  settings.kind = settings.traits->strategy;
+  return request;
 }
 
 /// The optimizer's numbers.
@@ -257,7 +258,8 @@ static void checkMemoryFlags(Settings &settings) {
 }
 
 /// A flag given where it means nothing is refused rather than ignored.
-static void checkMeaningfulFlags(Settings &settings) {
+static void checkMeaningfulFlags(Settings &settings,
+                                 const cdp::LayoutRequest &request) {
   auto given = [](const llvm::cl::Option &flag) {
     return flag.getNumOccurrences() > 0;
   };
@@ -297,8 +299,7 @@ static void checkMeaningfulFlags(Settings &settings) {
                                               &recompute})
       if (given(*flag))
         refuse(*flag, "training plans, not --inference");
-  if (std::string problem =
-          cdp::checkFeatures(layoutRequest(), settings.layout);
+  if (std::string problem = cdp::checkFeatures(request, settings.layout);
       !problem.empty())
     die(problem);
   checkMemoryFlags(settings);
@@ -360,10 +361,10 @@ static void checkOutputPaths(const Settings &settings) {
 
 Settings checkFlags() {
   Settings settings;
-  checkStrategyFlags(settings);
+  cdp::LayoutRequest request = checkStrategyFlags(settings);
   readOptimizerFlags(settings);
   readImportFlags(settings);
-  checkMeaningfulFlags(settings);
+  checkMeaningfulFlags(settings, request);
   checkOutputPaths(settings);
   return settings;
 }

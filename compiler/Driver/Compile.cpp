@@ -49,7 +49,7 @@ std::string unpredictableStep(cdp::plan::SimulatedTime::Status status) {
 /// cdp-opt runs as cdp-dp, cdp-gpipe, ...) for the flags.
 static cdp::TrainingPipelineConfig pipelineConfigFor(const Settings &settings) {
   cdp::TrainingPipelineConfig config;
-  config.strategy = settings.kind;
+  config.strategy = settings.kind();
   config.loss = loss;
   config.labelsName = labelsName;
   config.lossOutput = lossOutput;
@@ -132,7 +132,7 @@ static mlir::LogicalResult runTrainingPasses(mlir::MLIRContext &context,
 
 cdp::EmitOptions emitOptionsFor(const Settings &settings) {
   cdp::EmitOptions emitOptions;
-  emitOptions.strategy = settings.kind;
+  emitOptions.strategy = settings.kind();
   emitOptions.microBatches =
       settings.dataParallel() ? 1 : settings.layout.microBatches;
   emitOptions.inference = inference;
@@ -193,7 +193,7 @@ static void printCandidate(const cdp::PlanCandidate &candidate) {
 static void planAutomatically(mlir::ModuleOp source, Settings &settings,
                               const InstructionCost &stepCost,
                               double memoryCap) {
-  if (!settings.traits->autoPlans)
+  if (!settings.traits().autoPlans)
     die("--plan auto plans --strategy " +
         cdp::strategyNames(
             [](const cdp::StrategyTraits &t) { return t.autoPlans; }) +
@@ -274,11 +274,11 @@ static void printSchedules(mlir::ModuleOp module) {
 /// --emit=schedule-csv: the step the plan would run, as a table (the
 /// strategy's own, which cdp-schedule-pipeline follows, or --schedule's).
 static void printScheduleCsv(const Settings &settings) {
-  int64_t S = settings.flagStages();
+  int64_t S = settings.layout.flagStages();
   cdp::pipeline::ScheduleTable table =
       settings.layout.schedule
           ? *settings.layout.schedule
-          : cdp::pipeline::strategyTable(settings.kind, S,
+          : cdp::pipeline::strategyTable(settings.kind(), S,
                                          settings.layout.microBatches,
                                          settings.layout.stagesPerDevice);
   writeOutput(outputPath, cdp::pipeline::writeScheduleCsv(table));

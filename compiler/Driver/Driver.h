@@ -126,12 +126,12 @@ extern cl::opt<bool> printParamData;
 /// The flags, checked: what the passes, the planner and the emitter read.
 struct Settings {
   bool planText = false; ///< --emit=plan-text (emit then reads "plan")
-  cdp::Strategy kind = cdp::Strategy::Single;
-  const cdp::StrategyTraits *traits = nullptr;
-  bool dataParallel() const { return traits->dataParallel; }
-  bool pipelined() const { return traits->pipelined; }
   /// The strategy's layout and features, checked by the schedule library.
   cdp::Layout layout;
+  const cdp::StrategyTraits &traits() const { return *layout.traits; }
+  cdp::Strategy kind() const { return layout.traits->strategy; }
+  bool dataParallel() const { return layout.traits->dataParallel; }
+  bool pipelined() const { return layout.traits->pipelined; }
   int64_t reportStepCount = 3;
   bool reportOnly = false;    ///< --report without -o
   int64_t ignoreIndex = -100; ///< --ignore-index
@@ -142,14 +142,6 @@ struct Settings {
   /// --recompute (none: unset).
   std::optional<cdp::RecomputeMode> recompute;
   cdp::ImportOptions import;
-
-  /// The stage count the flags give: --stage-boundaries, else --stages.
-  int64_t flagStages() const {
-    return stageBoundaries.empty()
-               ? layout.stages
-               : static_cast<int64_t>(
-                     llvm::StringRef(stageBoundaries).count(',') + 2);
-  }
 };
 
 using cdp::kMostDevices;

@@ -8,40 +8,37 @@ namespace cdp::ops {
 
 namespace {
 
-std::vector<OpInfo> buildOps() {
+/// The ops (by ODS definition name), and each op name's index.
+struct Table {
   std::vector<OpInfo> ops;
+  std::map<std::string_view, size_t> byName;
+};
+
+Table buildTable() {
+  Table table;
 #define CDP_OP(Id, name, minIn, maxIn, minOut, maxOut)                         \
-  ops.push_back({name, minIn, maxIn, minOut, maxOut, {}});
+  table.byName[name] = table.ops.size();                                       \
+  table.ops.push_back({name, minIn, maxIn, minOut, maxOut, {}});
 #include "cdp/Ops/OpTable.inc"
-  std::map<std::string_view, OpInfo *> byName;
-  for (OpInfo &op : ops)
-    byName[op.name] = &op;
 #define CDP_OP_ATTRIBUTE(op, attr, kind, required)                             \
-  byName.at(op)->attributes.push_back({attr, AttrKind::kind, required});
+  table.ops[table.byName.at(op)].attributes.push_back(                         \
+      {attr, AttrKind::kind, required});
 #include "cdp/Ops/OpTable.inc"
-  return ops;
+  return table;
 }
 
-const std::map<std::string_view, const OpInfo *> &index() {
-  static const std::map<std::string_view, const OpInfo *> byName = [] {
-    std::map<std::string_view, const OpInfo *> map;
-    for (const OpInfo &op : allOps())
-      map[op.name] = &op;
-    return map;
-  }();
-  return byName;
+const Table &table() {
+  static const Table built = buildTable();
+  return built;
 }
 
 } // namespace
 
-const std::vector<OpInfo> &allOps() {
-  static const std::vector<OpInfo> ops = buildOps();
-  return ops;
-}
+const std::vector<OpInfo> &allOps() { return table().ops; }
 
 const OpInfo *opInfo(std::string_view name) {
-  auto it = index().find(name);
-  return it == index().end() ? nullptr : it->second;
+  auto it = table().byName.find(name);
+  return it == table().byName.end() ? nullptr : &table().ops[it->second];
 }
 
 } // namespace cdp::ops

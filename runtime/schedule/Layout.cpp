@@ -13,6 +13,7 @@
 
 #include "cdp/Schedule/Pipeline.h"
 
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -62,16 +63,6 @@ double real(const std::string &flag, const std::string &text) {
 
 } // namespace layout
 
-int64_t countFlag(const std::string &flag, const std::string &text,
-                  int64_t least, int64_t most, std::string &problem) {
-  try {
-    return count(flag, text, least, most);
-  } catch (const layout::LayoutProblem &refusal) {
-    problem = refusal.message;
-    return least;
-  }
-}
-
 namespace {
 
 /// --emit=schedule-csv, --stages-per-device and --schedule against the
@@ -117,7 +108,7 @@ void checkDeviceMemory(const LayoutRequest &request, Layout &layout) {
              return t.pipelined && t.stagesPerDevice == 1;
            }) +
            "), not --strategy " + layout.traits->name);
-  if (request.boundaryStages)
+  if (layout.boundaryStages)
     refuse("--device-memory cuts the stages itself; drop --stage-boundaries");
   if (layout.stagesPerDevice != 1)
     refuse("--device-memory sizes one stage per device; --strategy " +
@@ -177,7 +168,7 @@ std::string pipelineDevicesProblem(const LayoutRequest &request,
 void checkPipelineDevices(const LayoutRequest &request, Layout &layout) {
   const StrategyTraits &traits = *layout.traits;
   bool planAuto = request.value("plan") == "auto";
-  int64_t stages = layout.flagStages(request);
+  int64_t stages = layout.flagStages();
   if (!request.has("micro-batches"))
     layout.microBatches = stages;
   bool cyclic = traits.cyclic;
@@ -232,6 +223,7 @@ const StrategyTraits &checkStrategy(const LayoutRequest &request,
   layout.devices =
       count("--devices", request.value("devices"), 1, kMostDevices);
   layout.stages = count("--stages", request.value("stages"), 0, kMostDevices);
+  layout.boundaryStages = request.boundaryStages;
   if (traits.oneDevice && layout.devices != 1)
     refuse("--strategy " + name + " runs on 1 device, not " +
            request.value("devices") + " (use --strategy dp or cdp)");
@@ -242,7 +234,7 @@ const StrategyTraits &checkStrategy(const LayoutRequest &request,
   const std::string &table = request.value("v2-table");
   if (cyclicPipeline && table != "timing" && table != "code")
     refuse("--v2-table must be timing or code, got '" + table + "'");
-  if (traits.pipelined && layout.stages == 0 && !request.boundaryStages)
+  if (traits.pipelined && layout.stages == 0 && !layout.boundaryStages)
     layout.stages = 4;
   return traits;
 }
@@ -295,9 +287,7 @@ std::string checkFeatures(const LayoutRequest &request, Layout &layout) {
   try {
     checkStrategyOnlyFlags(request, *layout.traits);
     for (const FeatureTraits *feature : allFeatures())
-      if (std::string problem = feature->check(request, layout);
-          !problem.empty())
-        return problem;
+      feature->check(request, layout);
     if (request.has("hw") && !layout.traits->pipelined)
       refuseFlag("hw", "the pipelines (" +
                            strategyNames([](const StrategyTraits &t) {

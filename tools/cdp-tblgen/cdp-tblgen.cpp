@@ -90,24 +90,22 @@ std::string mnemonicOf(const Operator &op) {
   return StringRef(op.getOperationName()).split('.').second.str();
 }
 
+/// The least and most values of a list of operands or results: an optional
+/// one counts in the most only, a variadic one lifts the bound (-1).
+std::pair<int, int> countRange(Operator::const_value_range values) {
+  int least = 0, most = 0;
+  for (const mlir::tblgen::NamedTypeConstraint &value : values) {
+    least += !value.isVariableLength();
+    most = value.isVariadic() || most < 0 ? -1 : most + 1;
+  }
+  return {least, most};
+}
+
 /// CDP_OP(Name, "mnemonic", minInputs, maxInputs, minResults, maxResults):
 /// -1 for no bound (variadic).
 void emitArity(const Operator &op, raw_ostream &os) {
-  int least = 0, most = 0;
-  for (int i = 0; i < op.getNumOperands(); ++i) {
-    const auto &operand = op.getOperand(i);
-    least += !operand.isOptional() && !operand.isVariadic();
-    most = operand.isVariadic() && !operand.isOptional() || most < 0 ? -1
-                                                                     : most + 1;
-  }
-  int leastOut = 0, mostOut = 0;
-  for (int i = 0; i < op.getNumResults(); ++i) {
-    const auto &result = op.getResult(i);
-    leastOut += !result.isOptional() && !result.isVariadic();
-    mostOut = result.isVariadic() && !result.isOptional() || mostOut < 0
-                  ? -1
-                  : mostOut + 1;
-  }
+  auto [least, most] = countRange(op.getOperands());
+  auto [leastOut, mostOut] = countRange(op.getResults());
   os << formatv("CDP_OP({0}, \"{1}\", {2}, {3}, {4}, {5})\n",
                 camel(mnemonicOf(op)), mnemonicOf(op), least, most, leastOut,
                 mostOut);

@@ -39,7 +39,7 @@ struct OpInfo {
 /// sends, reductions, accumulations).
 const OpInfo *opInfo(std::string_view name);
 
-/// Every graph op, in ODS order.
+/// Every graph op, ordered by the name of its ODS definition.
 const std::vector<OpInfo> &allOps();
 
 #define CDP_OP_STRUCTS

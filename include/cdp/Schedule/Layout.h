@@ -62,17 +62,19 @@ struct Layout {
   bool sparseResidual = false;
   /// --memory-reuse layer.
   bool layerReuse = false;
+  /// The stages --stage-boundaries cuts (0: the flag is absent).
+  int64_t boundaryStages = 0;
 
   /// The stage count the flags give: --stage-boundaries', else --stages.
-  int64_t flagStages(const LayoutRequest &request) const {
-    return request.boundaryStages ? request.boundaryStages : stages;
+  int64_t flagStages() const {
+    return boundaryStages ? boundaryStages : stages;
   }
 };
 
 /// The strategy and its layout (--strategy, --devices, --stages,
 /// --replicas, --stages-per-device, --schedule, --device-memory,
-/// --micro-batches, cdp's update rule), checked in the order the user
-/// guide lists them: the layout, or the first problem in one line.
+/// --micro-batches, cdp's update rule), checked in the order cdp-compile
+/// has always checked them: the layout, or the first problem in one line.
 struct LayoutResult {
   Layout layout;
   std::string problem;
@@ -90,17 +92,13 @@ std::string checkFeatures(const LayoutRequest &request, Layout &layout);
 /// runtime/schedule/features/, listed in Features.def.
 struct FeatureTraits {
   const char *name = "";
-  /// The problem with the request's use of the feature, or "".
-  std::string (*check)(const LayoutRequest &request, Layout &layout) = nullptr;
+  /// Checks the request's use of the feature, refusing it by throwing the
+  /// library's LayoutProblem (checkFeatures returns its line).
+  void (*check)(const LayoutRequest &request, Layout &layout) = nullptr;
 };
 
 /// Every registered feature, in the order their checks run.
 const std::vector<const FeatureTraits *> &allFeatures();
-
-/// A count flag's value: its problem in `problem` when outside
-/// [least, most] or not an integer.
-int64_t countFlag(const std::string &flag, const std::string &text,
-                  int64_t least, int64_t most, std::string &problem);
 
 } // namespace cdp
 

@@ -12,12 +12,11 @@ namespace cdp {
 
 namespace {
 
-std::string checkMemoryReuse(const LayoutRequest &request, Layout &layout) {
+void checkMemoryReuse(const LayoutRequest &request, Layout &layout) {
   const std::string &reuse = request.value("memory-reuse");
   if (reuse != "none" && reuse != "layer")
     layout::refuse("--memory-reuse takes none or layer, got '" + reuse + "'");
   layout.layerReuse = reuse == "layer";
-  return "";
 }
 
 } // namespace

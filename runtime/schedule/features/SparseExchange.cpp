@@ -15,7 +15,7 @@ namespace cdp {
 
 namespace {
 
-std::string checkSparseExchange(const LayoutRequest &request, Layout &layout) {
+void checkSparseExchange(const LayoutRequest &request, Layout &layout) {
   const StrategyTraits &traits = *layout.traits;
   for (const char *flag : {"density", "dense-below", "sparse-baseline"})
     if (request.has(flag) && !traits.sparseExchange)
@@ -25,7 +25,7 @@ std::string checkSparseExchange(const LayoutRequest &request, Layout &layout) {
                      }) +
                      ", not " + traits.name);
   if (!traits.sparseExchange)
-    return "";
+    return;
   const std::string &density = request.value("density");
   layout.density = layout::real("--density", density);
   if (!(layout.density > 0 && layout.density <= 1))
@@ -48,7 +48,6 @@ std::string checkSparseExchange(const LayoutRequest &request, Layout &layout) {
     layout::refuse("--strategy " + name +
                    " takes no --zero, --cdp-reduce or --clip-grad-norm (its "
                    "devices never hold the step's mean gradient)");
-  return "";
 }
 
 } // namespace

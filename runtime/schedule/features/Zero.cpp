@@ -57,12 +57,12 @@ void checkReplicaZero(const LayoutRequest &request, const Layout &layout,
                    "replicas; give --replicas 2 or more");
 }
 
-std::string checkZero(const LayoutRequest &request, Layout &layout) {
+void checkZero(const LayoutRequest &request, Layout &layout) {
   const StrategyTraits &traits = *layout.traits;
   int64_t zero = layout::count("--zero", request.value("zero"), 0, 3);
   layout.zero = zero;
   if (zero == 0)
-    return "";
+    return;
   if (traits.dataParallel && traits.cyclic)
     checkCdpZero(request, zero);
   if (traits.replicable)
@@ -73,7 +73,6 @@ std::string checkZero(const LayoutRequest &request, Layout &layout) {
                                      return t.replicable;
                                    }) +
                                    ", not " + traits.name);
-  return "";
 }
 
 } // namespace
