@@ -2,8 +2,7 @@
 
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "cdp/Passes/Passes.h"
-#include "cdp/Schedule/Pipeline.h"
-#include "cdp/Schedule/Strategy.h"
+#include "cdp/Schedule/Versions.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
@@ -18,16 +17,6 @@ using namespace mlir;
 using namespace cdp;
 
 namespace {
-
-/// Under cdp each device clips its own gradient (the authors' code clips
-/// the local gradient before the all-reduce): the norm needs every stage's
-/// gradient, so the reductions start after the last backward. dp clips the
-/// means and reduces as usual.
-bool reduceAfterBackward(func::FuncOp func, bool cyclic) {
-  bool clips = false;
-  func.walk([&](ClipGradNormOp) { clips = true; });
-  return cyclic && clips;
-}
 
 struct BuildSchedulePass
     : public cdp::impl::BuildScheduleBase<BuildSchedulePass> {
@@ -98,11 +87,8 @@ struct BuildSchedulePass
         continue;
       op->setAttr("cdp.time", builder.getI64IntegerAttr(time));
     }
-    SmallVector<int64_t> offsets;
-    for (int64_t i = 0; i < N; ++i)
-      offsets.push_back(traitsOf(*kind).cyclic ? pipeline::cdpSlotStart(i, L, N)
-                                               : 0);
-    func->setAttr("cdp.offsets", builder.getDenseI64ArrayAttr(offsets));
+    func->setAttr("cdp.offsets",
+                  builder.getDenseI64ArrayAttr(slotOffsets(*kind, L, N)));
     func->setAttr(
         "cdp.schedule",
         builder.getDictionaryAttr(
@@ -114,9 +100,7 @@ struct BuildSchedulePass
       // The strategy's descriptor names the stages built for it (dp 1 to
       // 3, cdp 3: CDP-ZeRO); cdp-compile refuses the others where the flag
       // is read, this for cdp-opt.
-      bool built =
-          zero >= 1 && zero <= 3 && (traitsOf(*kind).zeroStages >> zero & 1);
-      if (!built) {
+      if (!buildsZero(*kind, zero)) {
         func.emitError() << "ZeRO stage " << zero.getValue() << " with "
                          << strategy
                          << " is not supported (stages 1 to 3 with dp and 3 "
@@ -128,7 +112,9 @@ struct BuildSchedulePass
       schedule.set("zero", builder.getI64IntegerAttr(zero));
       func->setAttr("cdp.schedule", schedule.getDictionary(func.getContext()));
     }
-    if (reduceAfterBackward(func, traitsOf(*kind).cyclic)) {
+    bool clips = false;
+    func.walk([&](ClipGradNormOp) { clips = true; });
+    if (reducesAfterBackward(*kind, clips)) {
       NamedAttrList schedule(
           func->getAttrOfType<DictionaryAttr>("cdp.schedule"));
       schedule.set("reduce_after_backward", builder.getBoolAttr(true));

@@ -14,11 +14,10 @@ namespace cdp {
 namespace {
 
 void addPartition(OpPassManager &pm, const TrainingPipelineConfig &config) {
-  const StrategyTraits &traits = traitsOf(config.strategy);
   PartitionStagesOptions partition;
   // single: one stage, so that every op still knows its phase.
   partition.stages =
-      traits.dataParallel || traits.pipelined ? config.stages : 1;
+      planForm(config.strategy) == PlanForm::Single ? 1 : config.stages;
   partition.boundaries = config.boundaries;
   partition.profile = config.profile;
   if (config.deviceMemory > 0) {
@@ -87,7 +86,7 @@ void buildTrainingPipeline(OpPassManager &pm,
                            const TrainingPipelineConfig &config) {
   // The strategy as typed IR on the module: the passes below read it there.
   SetStrategyOptions strategy;
-  strategy.strategy = traitsOf(config.strategy).name;
+  strategy.strategy = strategyName(config.strategy);
   pm.addPass(createSetStrategy(strategy));
   if (config.fuse) {
     pm.addPass(createFuseLayerNorm());
@@ -131,18 +130,23 @@ void buildTrainingPipeline(OpPassManager &pm,
   optimizer.warmupStart = config.warmupStart;
   optimizer.clipGradNorm = config.clipGradNorm;
   pm.addPass(createInsertOptimizer(optimizer));
-  const StrategyTraits &traits = traitsOf(config.strategy);
-  if (traits.sparseExchange) {
+  if (traitsOf(config.strategy).sparseExchange) {
     SparsifyGradientsOptions sparse;
     sparse.density = config.density;
     sparse.denseBelow = config.denseBelow;
     sparse.residual = config.sparseResidual;
     pm.addPass(createSparsifyGradients(sparse));
   }
-  if (traits.dataParallel)
+  switch (planForm(config.strategy)) {
+  case PlanForm::Replicated:
     addDataParallelSchedule(pm, config);
-  else if (traits.pipelined)
+    break;
+  case PlanForm::Pipeline:
     addPipelineSchedule(pm, config);
+    break;
+  case PlanForm::Single:
+    break;
+  }
   if (config.layerReuse)
     pm.addPass(createReuseLayerMemory());
   if (config.planMemory)

@@ -13,6 +13,7 @@
 #include "cdp/Passes/Passes.h"
 #include "cdp/Passes/SlotSchedule.h"
 #include "cdp/Schedule/Pipeline.h"
+#include "cdp/Schedule/Versions.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -373,8 +374,7 @@ void ScheduleSlotsPass::runOnOperation() {
   StageFacts facts = factsOf(func, L);
   // CDP-ZeRO (the cyclic strategy's --zero 3) reduces along the chain, its
   // own way (cdpZeroProgram).
-  bool cdpZero =
-      recorded->zero == 3 && traitsOf(recorded->strategy.getValue()).cyclic;
+  bool cdpZero = isCdpZero(recorded->strategy.getValue(), recorded->zero);
   if (cdpZero && failed(checkCdpZeroSchedule(*recorded, facts)))
     return signalPassFailure();
   bool chain = (reduce && reduce.getValue() == "chain") || cdpZero;

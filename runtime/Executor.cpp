@@ -779,8 +779,7 @@ void Executor::flush(int64_t totalSteps, const Loader *loader,
     // (ZeRO stage 2's shard_update takes its reduce-scatter's shard).
     // dp's clip of sharded means starts with the shards' squared norm.
     const std::string &head = device.instructions(begin).op();
-    bool shardedClip =
-        head == "squared_norm" && plan::traitsOf(planRef).dataParallel;
+    bool shardedClip = head == "squared_norm" && plan::isReplicated(planRef);
     if (head != "reduce_wait" && head != "chain_wait" &&
         head != "shard_update" && !shardedClip) {
       begin = end;
@@ -884,7 +883,7 @@ void Executor::gatherOnDeviceZero(bool wholeModel) {
 /// Communicators carry host memory: each tensor is staged out and in.
 void Executor::gatherStageTensors() {
   const plan::Plan &plan = planRef;
-  if (!plan::traitsOf(plan).pipelined)
+  if (!plan::isPipeline(plan))
     return;
   for (const plan::Tensor &t : plan.tensors()) {
     bool owned = t.kind() == plan::PARAM || t.kind() == plan::BUFFER;
@@ -921,7 +920,7 @@ void Executor::gatherStageTensors() {
 /// mean onto device 0, summed in double in device order.
 void Executor::averageBuffersOntoDeviceZero() {
   const plan::Plan &plan = planRef;
-  bool pipeline = plan::traitsOf(plan).pipelined;
+  bool pipeline = plan::isPipeline(plan);
   int devices = communicator->size();
   for (const plan::Tensor &t : plan.tensors()) {
     if (pipeline || t.kind() != plan::BUFFER || t.dtype() != plan::F32 ||

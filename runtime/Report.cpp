@@ -589,7 +589,7 @@ std::string ReportBuilder::json() const {
     head["weights_read_bytes"] = weightsRead;
   if (threads > 0)
     head["threads_per_device"] = threads;
-  if (plan::traitsOf(plan).pipelined) {
+  if (plan::isPipeline(plan)) {
     // Which stage each device runs (cdp-mp gives some stages more devices
     // than others).
     head["device_stages"] = Json::array();
@@ -855,7 +855,7 @@ bool representReplicas(const plan::Plan &plan,
 /// False for other plans.
 bool representDevices(const plan::Plan &plan,
                       std::vector<int> &representative) {
-  if (plan::traitsOf(plan).pipelined)
+  if (plan::isPipeline(plan))
     return representReplicas(plan, representative);
   int devices = plan.devices_size();
   std::map<std::vector<int64_t>, int> classes;

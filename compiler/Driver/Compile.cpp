@@ -133,8 +133,9 @@ static mlir::LogicalResult runTrainingPasses(mlir::MLIRContext &context,
 cdp::EmitOptions emitOptionsFor(const Settings &settings) {
   cdp::EmitOptions emitOptions;
   emitOptions.strategy = settings.kind();
-  emitOptions.microBatches =
-      settings.dataParallel() ? 1 : settings.layout.microBatches;
+  emitOptions.microBatches = settings.form() == cdp::PlanForm::Replicated
+                                 ? 1
+                                 : settings.layout.microBatches;
   emitOptions.inference = inference;
   emitOptions.optimizer = inference ? std::string() : optimizer.getValue();
   emitOptions.sourceName = llvm::sys::path::filename(inputPath).str();
@@ -146,7 +147,8 @@ cdp::EmitOptions emitOptionsFor(const Settings &settings) {
 /// hardware model's.
 static InstructionCost stepCostFor(const Settings &settings,
                                    const Hardware &hardware) {
-  if (!settings.pipelined() || !profilePath.getNumOccurrences())
+  if (settings.form() != cdp::PlanForm::Pipeline ||
+      !profilePath.getNumOccurrences())
     return cdp::hardwareCost(hardware);
   return profileCost(profilePath);
 }
@@ -193,11 +195,6 @@ static void printCandidate(const cdp::PlanCandidate &candidate) {
 static void planAutomatically(mlir::ModuleOp source, Settings &settings,
                               const InstructionCost &stepCost,
                               double memoryCap) {
-  if (!settings.traits().autoPlans)
-    die("--plan auto plans --strategy " +
-        cdp::strategyNames(
-            [](const cdp::StrategyTraits &t) { return t.autoPlans; }) +
-        " (docs/design/planner.md), not " + strategy);
   int64_t samples = 0;
   if (!globalBatch.getNumOccurrences() ||
       !llvm::to_integer(llvm::StringRef(globalBatch), samples, 10) ||

@@ -128,10 +128,8 @@ struct Settings {
   bool planText = false; ///< --emit=plan-text (emit then reads "plan")
   /// The strategy's layout and features, checked by the schedule library.
   cdp::Layout layout;
-  const cdp::StrategyTraits &traits() const { return *layout.traits; }
   cdp::Strategy kind() const { return layout.traits->strategy; }
-  bool dataParallel() const { return layout.traits->dataParallel; }
-  bool pipelined() const { return layout.traits->pipelined; }
+  cdp::PlanForm form() const { return cdp::planForm(kind()); }
   int64_t reportStepCount = 3;
   bool reportOnly = false;    ///< --report without -o
   int64_t ignoreIndex = -100; ///< --ignore-index

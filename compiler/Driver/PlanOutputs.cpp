@@ -61,12 +61,14 @@ static void writeReport(const cdp::plan::Plan &plan, const Settings &settings,
                         const InstructionCost &stepCost) {
   // Both only read the plan: the step time on a second thread.
   std::future<cdp::plan::SimulatedTime> stepTime = std::async(
-      settings.pipelined() ? std::launch::async : std::launch::deferred, [&] {
+      settings.form() == cdp::PlanForm::Pipeline ? std::launch::async
+                                                 : std::launch::deferred,
+      [&] {
         return cdp::predictStepMs(plan, stepCost, settings.reportStepCount);
       });
   std::string json =
       cdp::runtime::predictReport(plan, settings.reportStepCount);
-  if (settings.pipelined()) {
+  if (settings.form() == cdp::PlanForm::Pipeline) {
     cdp::plan::SimulatedTime time = stepTime.get();
     if (time.status != cdp::plan::SimulatedTime::Status::Ok)
       die(unpredictableStep(time.status));
@@ -189,7 +191,8 @@ static void attachSourceModel(cdp::plan::Plan &plan) {
     die(inputPath + ": " + diagnostic);
   checkPlanPeaks(plan, settings);
   // Where the output is a file, a pipeline's stage balance on stdout.
-  if (settings.pipelined() && !(settings.planText && outputPath == "-"))
+  if (settings.form() == cdp::PlanForm::Pipeline &&
+      !(settings.planText && outputPath == "-"))
     printStageBalance(module, plan);
   if (!reportPath.empty())
     writeReport(plan, settings, stepCost);

@@ -27,7 +27,7 @@ LogicalResult Emitter::emitDataParallel(int64_t arenaBytes) {
   tables.N = program.getMicroBatches();
   tables.L = program.getStages();
   tables.chain = *program.getReduction() == sched::Reduction::Chain;
-  plan.set_strategy(traitsOf(program.getStrategy()).name);
+  plan.set_strategy(strategyName(program.getStrategy()));
   plan.set_micro_batches(tables.N);
   plan::Schedule *out = plan.mutable_schedule();
   out->set_stages(tables.L);

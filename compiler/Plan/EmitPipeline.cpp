@@ -209,7 +209,7 @@ void Emitter::preparePipeline(sched::StepProgramOp program,
       mostReplicas = std::max<int64_t>(mostReplicas, device.getReplica() + 1);
     }
 
-  plan.set_strategy(traitsOf(program.getStrategy()).name);
+  plan.set_strategy(strategyName(program.getStrategy()));
   plan.set_micro_batches(tables.MB);
   plan::Schedule *schedule = plan.mutable_schedule();
   schedule->set_stages(S);

@@ -157,7 +157,7 @@ LogicalResult Emitter::addInstruction(Operation *op, plan::Device &device,
 /// The plan's fields every strategy sets alike.
 void Emitter::setPlanHeader(const EmitOptions &options) {
   plan.set_producer("cdp-compile");
-  plan.set_strategy(traitsOf(options.strategy).name);
+  plan.set_strategy(strategyName(options.strategy));
   plan.set_inference(options.inference);
   plan.set_source_name(options.sourceName);
   plan.set_optimizer(options.optimizer);
@@ -328,7 +328,7 @@ LogicalResult Emitter::run(const EmitOptions &options) {
   if (failed(addTrainingStream(*device)))
     return failure();
   addOutputs();
-  if (traitsOf(options.strategy).pipelined) {
+  if (planForm(options.strategy) == PlanForm::Pipeline) {
     if (failed(emitPipeline(options)))
       return failure();
     // The schedule passes promise plans that run: a hang here is the
@@ -350,7 +350,7 @@ LogicalResult Emitter::run(const EmitOptions &options) {
     return failure();
   // A pipeline's devices name their own copies of the activations: the
   // originals the evaluation stream does not read are named by nothing.
-  if (traitsOf(options.strategy).pipelined) {
+  if (planForm(options.strategy) == PlanForm::Pipeline) {
     dropUnnamedActivations(plan);
     plan::Device &first = *plan.mutable_devices(0);
     first.set_arena_bytes(

@@ -232,7 +232,7 @@ std::vector<std::vector<Traffic>> collectTraffic(const Streams &streams,
   // The runtime runs a last_slot instruction only on the device whose slot
   // is the step's last (dp, cdp: slot d on device d; pipelines: slot 0).
   int64_t lastSlot = std::max(plan.micro_batches(), 1) - 1;
-  bool pipelined = traitsOf(plan).pipelined;
+  bool pipelined = isPipeline(plan);
   for (int d = 0; d < devices; ++d) {
     int64_t slot = pipelined ? 0 : d;
     if (costed) // every instruction: no regrowth (13 % of a 1008-device report)

@@ -83,11 +83,10 @@ int arenaHome(const Plan &plan, int device) {
   return plan.replica_devices() > 0 ? device % plan.replica_devices() : device;
 }
 
-const StrategyTraits &traitsOf(const Plan &plan) {
+PlanForm formOf(const Plan &plan) {
   // readPlan refuses plans of other strategies; an emitter's plan names
   // one of them.
-  return cdp::traitsOf(
-      parseStrategy(plan.strategy()).value_or(Strategy::Single));
+  return planForm(parseStrategy(plan.strategy()).value_or(Strategy::Single));
 }
 
 bool writePlan(Plan &plan, const std::string &path, std::string &error) {

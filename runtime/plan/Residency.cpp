@@ -84,7 +84,7 @@ HolderTable holdersOf(const Plan &plan) {
           table.holder[id] = Holder::kOwner;
           table.device[id] = group.owner();
         }
-  bool pipelined = traitsOf(plan).pipelined;
+  bool pipelined = isPipeline(plan);
   for (int id = 0; id < tensors; ++id) {
     const Tensor &t = plan.tensors(id);
     Holder &holder = table.holder[id];

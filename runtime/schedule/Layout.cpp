@@ -269,6 +269,10 @@ void checkStrategyOnlyFlags(const LayoutRequest &request,
       refuseFlag(flag, "--strategy cdp and cdp-mp, not " + name);
   if (request.has("cdp-reduce") && !traits.dataParallel)
     refuseFlag("cdp-reduce", "--strategy dp and cdp, not " + name);
+  if (request.value("plan") == "auto" && !traits.autoPlans)
+    refuse("--plan auto plans --strategy " +
+           strategyNames([](const StrategyTraits &t) { return t.autoPlans; }) +
+           " (docs/design/planner.md), not " + name);
 }
 
 } // namespace

@@ -35,6 +35,19 @@ const StrategyTraits &traitsOf(Strategy strategy) {
   return *kStrategies[static_cast<int>(strategy)];
 }
 
+PlanForm planForm(Strategy strategy) {
+  const StrategyTraits &traits = traitsOf(strategy);
+  return traits.pipelined      ? PlanForm::Pipeline
+         : traits.dataParallel ? PlanForm::Replicated
+                               : PlanForm::Single;
+}
+
+bool buildsZero(Strategy strategy, int64_t zero) {
+  return zero >= 1 && zero <= 3 && (traitsOf(strategy).zeroStages >> zero & 1);
+}
+
+const char *strategyName(Strategy strategy) { return traitsOf(strategy).name; }
+
 std::string strategyNames(bool (*which)(const StrategyTraits &),
                           const char *last) {
   std::vector<const char *> names;

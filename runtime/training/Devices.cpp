@@ -119,7 +119,7 @@ namespace {
 /// its own.
 void storeLoss(const Run &run, std::vector<float> &losses, int64_t t, int d,
                float loss) {
-  bool pipeline = plan::traitsOf(run.plan).pipelined;
+  bool pipeline = plan::isPipeline(run.plan);
   for (int q = 0; q < run.deviceCount; ++q)
     if (pipeline || q == d)
       losses[t * run.deviceCount + q] = loss;
@@ -157,7 +157,7 @@ public:
         continue;
       }
       remoteLoss(posted);
-      if (plan::traitsOf(run.plan).pipelined && progress < posted.step + 1)
+      if (plan::isPipeline(run.plan) && progress < posted.step + 1)
         progress = posted.step + 1;
     }
   }
@@ -270,7 +270,7 @@ static void runDevice(Run &run, int d, DeviceThreads &shared) {
   const plan::Plan &plan = run.plan;
   omp_set_num_threads(run.threadsPerDevice);
   Executor &ex = *run.executors[d];
-  bool pipeline = plan::traitsOf(plan).pipelined;
+  bool pipeline = plan::isPipeline(plan);
   int64_t slots = run.slots, batch = run.batch;
   int size = plan.devices(d).instructions_size();
   Loader loader = [&](int input, int64_t t, int64_t k,
@@ -405,7 +405,7 @@ void runDevices(Run &run, int64_t start) {
     owned += run.fabric->owns(d);
   StepRendezvous rendezvous(owned, *run.fabric);
   CheckpointCuts cuts(run.plan);
-  StepLog log(run, start, plan::traitsOf(run.plan).pipelined ? 1 : N);
+  StepLog log(run, start, plan::isPipeline(run.plan) ? 1 : N);
   // Under mpirun the processes agree on where a signal stops the run.
   bool agreed = run.mpi && !options.checkpoint.empty();
   StopPoint stop(agreed);

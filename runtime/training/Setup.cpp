@@ -383,8 +383,7 @@ void createDevices(Run &run, int cores) {
   omp_set_num_threads(run.threadsPerDevice);
   // dp and cdp reduce even on one device (a communicator of one), and their
   // last reductions are applied after training: they run as device threads.
-  run.multiDevice =
-      run.deviceCount > 1 || plan::traitsOf(run.plan).dataParallel;
+  run.multiDevice = run.deviceCount > 1 || plan::isReplicated(run.plan);
   run.mpi = launchedByMpirun();
   if (run.mpi) {
     std::string error;
@@ -412,7 +411,7 @@ void createDevices(Run &run, int cores) {
          "(" +
          run.plan.strategy() + ")");
   if (run.deviceCount > 1 && !options.saveOutputs.empty() &&
-      plan::traitsOf(run.plan).pipelined)
+      plan::isPipeline(run.plan))
     fail("--save-outputs is not available for pipeline plans (" +
          run.plan.strategy() + "): the outputs are spread over stash slots");
   run.slots = std::max(run.plan.micro_batches(), 1);

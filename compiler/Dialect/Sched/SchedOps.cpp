@@ -48,7 +48,7 @@ Attribute StrategyAttr::parse(AsmParser &parser, Type) {
 }
 
 void StrategyAttr::print(AsmPrinter &printer) const {
-  printer << "<\"" << cdp::traitsOf(getValue()).name << "\">";
+  printer << "<\"" << cdp::strategyName(getValue()) << "\">";
 }
 
 StrategyAttr StrategyAttr::ofModule(ModuleOp module) {

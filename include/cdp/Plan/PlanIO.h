@@ -49,10 +49,15 @@ int64_t listSize(const Instruction &instruction, std::string_view name,
 void setIntAttribute(Instruction *instruction, std::string_view name,
                      int64_t value);
 
-/// The traits of the plan's strategy (pipelines: one device per stage and
-/// replica, tensors placed on devices, micro-batches loaded where stages
-/// read them).
-const StrategyTraits &traitsOf(const Plan &plan);
+/// The form of the plan (Strategy.h), from its strategy: all the runtime
+/// needs to know of a strategy.
+PlanForm formOf(const Plan &plan);
+inline bool isPipeline(const Plan &plan) {
+  return formOf(plan) == PlanForm::Pipeline;
+}
+inline bool isReplicated(const Plan &plan) {
+  return formOf(plan) == PlanForm::Replicated;
+}
 
 /// Whose stash copies `device` holds in its arena: its own, or where
 /// replicas run their first replica's templates (replica_devices), those of

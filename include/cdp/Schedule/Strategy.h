@@ -85,6 +85,24 @@ struct StrategyTraits {
   std::string (*checkShape)(int64_t S, int64_t M, int64_t V) = nullptr;
 };
 
+/// How a strategy's devices divide the work; what selects the compiler's
+/// pass pipeline and emitter and how the runtime runs, checks and reports a
+/// plan: one device (Single), every device the whole model on micro-batches
+/// of its own with gradients reduced (Replicated: dp, cdp, laysa), or
+/// stages on devices, tensors placed on their stage's device and
+/// micro-batches loaded where stages read them (Pipeline).
+enum class PlanForm { Single, Replicated, Pipeline };
+
+/// The form of plan `strategy` compiles to.
+PlanForm planForm(Strategy strategy);
+
+/// `strategy` as --strategy and the plan spell it.
+const char *strategyName(Strategy strategy);
+
+/// Whether `zero` (1-3) is a ZeRO stage built for `strategy` outside
+/// --replicas (dp: 1-3; cdp: 3, CDP-ZeRO).
+bool buildsZero(Strategy strategy, int64_t zero);
+
 /// The strategy `name` spells, if any.
 std::optional<Strategy> parseStrategy(std::string_view name);
 
