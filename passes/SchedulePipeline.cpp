@@ -210,9 +210,15 @@ private:
                     int64_t slots, ArrayRef<int64_t> mine,
                     const ParamPlacement &params);
 
+  // The strategy's descriptor, read once (readModule): its name for
+  // messages, the weight versions a stage keeps, and for a cyclic strategy
+  // (cdp-mp) the CDP slot table its micro-batches follow instead of a
+  // schedule table.
   Strategy kind = Strategy::GPipe;
+  StringRef strategyName;
+  int64_t weightVersions = 1;
+  std::optional<CyclicTable> cyclic;
   int64_t S = 1, M = 1, R = 1, MB = 1;
-  CyclicTable table;
   func::FuncOp func;
   llvm::DenseSet<StringRef> trained;
   llvm::DenseMap<int64_t, SmallVector<UpdateOp>> updates;
@@ -258,8 +264,8 @@ SchedulePipelinePass::checkTiedFreshness(const ParamPlacement &params) {
   for (auto &[param, stages] : params.replicas)
     for (int64_t q : stages)
       for (int64_t j = 0; j < MB; ++j)
-        if (table.fresh(j, params.owner.lookup(param)) &&
-            !table.afterUpdate(j, q))
+        if (cyclic->fresh(j, params.owner.lookup(param)) &&
+            !cyclic->afterUpdate(j, q))
           return func.emitError("cdp-mp: micro-batch ")
                  << j << " reads the new version of a weight tied across "
                  << "stages " << params.owner.lookup(param) << " and " << q
@@ -270,8 +276,8 @@ SchedulePipelinePass::checkTiedFreshness(const ParamPlacement &params) {
 
 std::vector<ProgramEntry>
 SchedulePipelinePass::programOf(int64_t s, ArrayRef<int64_t> mine) const {
-  if (traitsOf(kind).cyclic)
-    return cyclicProgram(s, S, MB, mine, table);
+  if (cyclic)
+    return cyclicProgram(s, S, MB, mine, *cyclic);
   return tableProgram(*scheduleTable, s);
 }
 
@@ -297,7 +303,7 @@ LogicalResult SchedulePipelinePass::buildScheduleTable() {
   if (std::optional<pipeline::TableFault> fault =
           pipeline::checkTable(*scheduleTable))
     return func.emitError("internal error: the ")
-           << traits.name << " schedule fails its check at time step "
+           << strategyName << " schedule fails its check at time step "
            << fault->row << ", device " << fault->device << ": "
            << fault->message;
   return success();
@@ -309,13 +315,14 @@ LogicalResult SchedulePipelinePass::readModule(ModuleOp module) {
   auto strategyAttr = sched::StrategyAttr::ofModule(module);
   if (!strategyAttr)
     return failure();
-  std::optional<Strategy> parsed = strategyAttr.getValue();
-  StringRef strategy = traitsOf(*parsed).name;
-  if (!traitsOf(*parsed).pipelined)
+  kind = strategyAttr.getValue();
+  const StrategyTraits &traits = traitsOf(kind);
+  strategyName = traits.name;
+  if (planForm(kind) != PlanForm::Pipeline)
     return module.emitError("schedule-pipeline handles the pipelines (")
            << strategyNames([](const StrategyTraits &t) { return t.pipelined; })
-           << "), not '" << strategy << "'";
-  kind = *parsed;
+           << "), not '" << strategyName << "'";
+  weightVersions = traits.weightVersions;
   func = module.lookupSymbol<func::FuncOp>("main");
   auto stagesAttr =
       func ? func->getAttrOfType<IntegerAttr>("cdp.stages") : nullptr;
@@ -324,9 +331,9 @@ LogicalResult SchedulePipelinePass::readModule(ModuleOp module) {
                             "cdp-partition-stages first");
   if (microBatches < 1 || replicas < 1)
     return module.emitError("micro-batches and replicas must be positive");
-  if (zero < 0 || zero > 1 || (zero == 1 && traitsOf(kind).cyclic))
+  if (zero < 0 || zero > 1 || (zero == 1 && traits.cyclic))
     return module.emitError("ZeRO stage ")
-           << zero << " with " << strategy
+           << zero << " with " << strategyName
            << " is not supported (stage 1 over the replicas of "
            << strategyNames(
                   [](const StrategyTraits &t) { return t.replicable; })
@@ -335,8 +342,9 @@ LogicalResult SchedulePipelinePass::readModule(ModuleOp module) {
   M = microBatches;
   R = replicas;
   MB = M * R;
-  table = CyclicTable{S, MB, cdpRule.getValue() == "v2",
-                      v2Table.getValue() == "code"};
+  if (traits.cyclic)
+    cyclic = CyclicTable{S, MB, cdpRule.getValue() == "v2",
+                         v2Table.getValue() == "code"};
   return success();
 }
 
@@ -346,24 +354,22 @@ LogicalResult SchedulePipelinePass::readModule(ModuleOp module) {
 sched::StepProgramOp SchedulePipelinePass::createProgram(OpBuilder &builder,
                                                          int64_t cycle,
                                                          bool spellFirst) {
-  const StrategyTraits &traits = traitsOf(kind);
   auto program = builder.create<sched::StepProgramOp>(
       func.getLoc(), sched::StrategyAttr::get(builder.getContext(), kind),
       builder.getI64IntegerAttr(S), builder.getI64IntegerAttr(MB),
       builder.getI64IntegerAttr(cycle),
-      builder.getI64IntegerAttr(traits.weightVersions),
-      builder.getStringAttr(traits.cyclic ? cdpRule.getValue()
-                                          : std::string(traits.name)),
+      builder.getI64IntegerAttr(weightVersions),
+      builder.getStringAttr(cyclic ? cdpRule.getValue() : strategyName),
       ArrayAttr(), DenseI64ArrayAttr(), DenseI64ArrayAttr(),
       sched::ReductionAttr(), IntegerAttr());
   if (spellFirst)
     program.setReplicasAttr(builder.getI64IntegerAttr(R));
-  if (traits.cyclic) {
+  if (cyclic) {
     SmallVector<Attribute> delays;
     for (int64_t j = 0; j < MB; ++j) {
       SmallVector<int64_t> row;
       for (int64_t s = 1; s <= S; ++s)
-        row.push_back(table.fresh(j, s) ? 0 : 1);
+        row.push_back(cyclic->fresh(j, s) ? 0 : 1);
       delays.push_back(builder.getDenseI64ArrayAttr(row));
     }
     program.setVersionDelayAttr(builder.getArrayAttr(delays));
@@ -381,7 +387,7 @@ sched::StepProgramOp SchedulePipelinePass::createProgram(OpBuilder &builder,
 LogicalResult
 SchedulePipelinePass::checkPlacement(const DevicePlacement &layout,
                                      const ParamPlacement &params) {
-  if (traitsOf(kind).weightVersions == 2)
+  if (weightVersions == 2)
     for (auto &[tied, stages] : params.replicas)
       for (int64_t q : stages)
         if (ParamOp param = tied;
@@ -402,7 +408,7 @@ SchedulePipelinePass::checkPlacement(const DevicePlacement &layout,
           return func.emitError("gradient clipping needs one trained stage "
                                 "per device, but device ")
                  << device << " runs stages " << trainedStageOf[device]
-                 << " and " << s << " (" << traitsOf(kind).name
+                 << " and " << s << " (" << strategyName
                  << ": use 1f1b or zb-h1 to clip)";
   return success();
 }
@@ -416,8 +422,7 @@ void SchedulePipelinePass::runOnOperation() {
   body.walk(
       [&](UpdateOp update) { updates[stageOf(update)].push_back(update); });
   body.walk([&](ClipGradNormOp) { clips = true; });
-  const StrategyTraits &traits = traitsOf(kind);
-  if (clips && traits.cyclic) {
+  if (clips && cyclic) {
     func.emitError("gradient clipping is not supported with cdp-mp: a "
                    "micro-batch's gradient norm spans stage devices that "
                    "reach it at different time steps (use cdp, or 2bw)");
@@ -426,14 +431,14 @@ void SchedulePipelinePass::runOnOperation() {
   ParamPlacement params;
   if (failed(placeParameters(body, params)))
     return signalPassFailure();
-  if (traits.cyclic && failed(checkTiedFreshness(params)))
+  if (cyclic && failed(checkTiedFreshness(params)))
     return signalPassFailure();
 
   // The table's step (gpipe and 1f1b: the flushed step's makespan; 2bw's
   // steady state alternates M backwards and M forwards); cdp-mp: CDP's
   // cycle of 2L.
   int64_t cycle = 2 * S;
-  if (!traits.cyclic) {
+  if (!cyclic) {
     if (failed(buildScheduleTable()))
       return signalPassFailure();
     cycle = scheduleTable->cycle();
@@ -442,7 +447,7 @@ void SchedulePipelinePass::runOnOperation() {
   // A table's replicas are alike pipelines a replica's devices apart: the
   // program spells the first (the emitter the rest), so the passes' work
   // does not grow with the replicas.
-  bool spellFirstReplica = !traits.cyclic && R > 1;
+  bool spellFirstReplica = !cyclic && R > 1;
   OpBuilder builder = OpBuilder::atBlockEnd(module.getBody());
   sched::StepProgramOp program =
       createProgram(builder, cycle, spellFirstReplica);
@@ -480,9 +485,8 @@ void SchedulePipelinePass::buildDevice(OpBuilder &builder, int64_t s, int64_t r,
   const std::vector<int64_t> &mine = layout.placement[s][r];
   // Micro-batch k of a step uses slot k mod slots (the table's); cdp-mp
   // keeps one slot per micro-batch of the device.
-  int64_t slots = traitsOf(kind).cyclic
-                      ? static_cast<int64_t>(mine.size())
-                      : pipeline::tableStashSlots(*scheduleTable, s);
+  int64_t slots = cyclic ? static_cast<int64_t>(mine.size())
+                         : pipeline::tableStashSlots(*scheduleTable, s);
   auto device = builder.create<sched::StageDeviceOp>(
       func.getLoc(), builder.getI64IntegerAttr(layout.deviceAt[s][r]),
       builder.getI64IntegerAttr(s), builder.getI64IntegerAttr(r),
@@ -494,7 +498,7 @@ void SchedulePipelinePass::buildDevice(OpBuilder &builder, int64_t s, int64_t r,
   // it at their own update).
   // A replica on the owner's own device reads the owner's tensor.
   int64_t self = layout.deviceAt[s][r];
-  if (traitsOf(kind).weightVersions == 1)
+  if (weightVersions == 1)
     for (auto &[param, stages] : params.replicas) {
       int64_t owner = layout.tiedPeer(params.owner.lookup(param), r);
       if (stages.count(s) && owner != self)
@@ -519,7 +523,7 @@ void SchedulePipelinePass::buildUpdates(OpBuilder &builder,
   IntegerAttr k = i64(entry.k), time = i64(entry.time),
               step = i64(entry.stepRel);
   auto tiedPeer = [&](int64_t q) { return layout.tiedPeer(q, r); };
-  bool twoVersions = traitsOf(kind).weightVersions == 2;
+  bool twoVersions = weightVersions == 2;
   // 2bw and cdp-mp: a replicated tied weight turns over its versions where
   // this stage would update it: the latest becomes the previous, and the
   // owner's new value the latest. With clipping, after the stage's norm
@@ -634,15 +638,15 @@ void SchedulePipelinePass::buildCompute(OpBuilder &builder,
   // a backward the latest is θ_t and the previous θ_{t-1}; at a forward the
   // latest is θ_t only after the update.
   ArrayAttr tiedPrevious;
-  if (traitsOf(kind).cyclic && !params.replicas.empty()) {
+  if (cyclic && !params.replicas.empty()) {
     SmallVector<Attribute> names;
     int64_t j = mine[entry.k];
     for (auto &[param, stages] : params.replicas) {
       int64_t owner = params.owner.lookup(param);
       if (owner != s && !stages.count(s))
         continue;
-      bool stale = !table.fresh(j, owner);
-      if (forward ? stale && table.afterUpdate(j, s) : stale)
+      bool stale = !cyclic->fresh(j, owner);
+      if (forward ? stale && cyclic->afterUpdate(j, s) : stale)
         names.push_back(nameOf(param));
     }
     tiedPrevious = builder.getArrayAttr(names);
