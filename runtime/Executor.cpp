@@ -7,6 +7,7 @@
 #include "cdp/Plan/Residency.h"
 #include "cdp/Plan/ShardGroups.h"
 #include "cdp/Runtime/Json.h"
+#include "cdp/Runtime/MessageTags.h"
 #include "cdp/Runtime/Report.h"
 #include "cdp/Runtime/Signatures.h"
 
@@ -173,10 +174,8 @@ void Executor::gatherShardedParameters() {
 /// Apart from the kernels' tags: shard group `shard`'s piece from a device
 /// to device 0, and device 0's go-ahead for it (pieces move one at a time,
 /// so no more than one is in flight).
-static int64_t shardGatherTag(int shard) { return (int64_t(1) << 52) | shard; }
-static int64_t shardReadyTag(int shard) {
-  return (int64_t(1) << 52) | (int64_t(1) << 40) | shard;
-}
+static int64_t shardGatherTag(int shard) { return tags::shardGather(shard); }
+static int64_t shardReadyTag(int shard) { return tags::shardReady(shard); }
 
 /// A device other than 0: its shard of `group` (CDP-ZeRO: the owner its
 /// whole stage) to device 0 on device 0's go-ahead.
@@ -857,11 +856,9 @@ std::vector<std::pair<std::string, int>> Executor::gradients() const {
 
 /// Tags of the gather after training: beside the step tags (reductions
 /// count steps from 0 up, pipeline messages set bit 62).
-static int64_t gatherTag(int id) { return (int64_t(3) << 60) | id; }
+static int64_t gatherTag(int id) { return tags::gather(id); }
 /// Device 0's go-ahead for the gather of tensor `id`.
-static int64_t gatherReadyTag(int id) {
-  return (int64_t(3) << 60) | (int64_t(1) << 40) | id;
-}
+static int64_t gatherReadyTag(int id) { return tags::gatherReady(id); }
 
 void Executor::gatherOnDeviceZero(bool wholeModel) {
   if (!communicator)

@@ -2,6 +2,7 @@
 
 #include "cdp/Runtime/Communicator.h"
 #include "cdp/Runtime/Bytes.h"
+#include "cdp/Runtime/MessageTags.h"
 
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Runtime/Kernel.h"
@@ -315,7 +316,7 @@ int64_t Communicator::collectiveTag(int64_t tag, int phase) const {
   if (tag < 0 || tag >= (int64_t(1) << 56))
     throw RuntimeError("collective tag " + std::to_string(tag) +
                        " is out of range (0 to 2^56 - 1)");
-  return (int64_t(1) << 60) | (tag << 3) | phase;
+  return tags::collective(tag, phase);
 }
 
 void Communicator::sendToAll(int64_t tag, ConstBuffer data, int64_t tau) {

@@ -17,6 +17,7 @@
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Runtime/Bytes.h"
 #include "cdp/Runtime/Kernel.h"
+#include "cdp/Runtime/MessageTags.h"
 
 #include <mpi.h>
 
@@ -66,7 +67,7 @@ struct Header {
 };
 
 /// Tags of the reductions' contributions, beside the plan's.
-int64_t contributionTag(int64_t tag) { return tag ^ (int64_t(1) << 61); }
+int64_t contributionTag(int64_t tag) { return tags::contribution(tag); }
 
 class MpiFabric;
 

@@ -15,6 +15,7 @@
 #include "Run.h"
 
 #include "cdp/Plan/ShardGroups.h"
+#include "cdp/Runtime/MessageTags.h"
 
 #include <mutex>
 #include <thread>
@@ -25,8 +26,8 @@ namespace {
 
 /// Beside the step and gather tags: device 0's request (a Request) and
 /// the answer.
-constexpr int64_t kFetchRequestTag = (int64_t(3) << 60) | (int64_t(1) << 44);
-constexpr int64_t kFetchReplyTag = (int64_t(3) << 60) | (int64_t(1) << 45);
+constexpr int64_t kFetchRequestTag = tags::fetchRequest();
+constexpr int64_t kFetchReplyTag = tags::fetchReply();
 
 /// What device 0 asks another process's device for: elements [first,
 /// first + count) of tensor `a` (kTensor) or of state tensor `b` of the

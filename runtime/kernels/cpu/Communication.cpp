@@ -20,6 +20,7 @@
 
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Runtime/Communicator.h"
+#include "cdp/Runtime/MessageTags.h"
 
 #include <algorithm>
 
@@ -29,7 +30,7 @@ namespace {
 
 /// Reductions are named by step and stage.
 int64_t reductionTag(int64_t step, int64_t stage) {
-  return step * 4096 + stage;
+  return tags::reduction(step, stage);
 }
 
 int64_t totalCount(const std::vector<TensorView> &views) {
@@ -65,7 +66,7 @@ void registerPipeline(KernelRegistry &registry) {
             stepOffset = args.i("step_offset", 0), value = args.i("value", 0);
     return [=](int64_t step) {
       int64_t absolute = (step + stepOffset) * perStep + microBatch;
-      return (int64_t(1) << 62) | ((absolute << 24) + value);
+      return tags::pipeline(absolute, value);
     };
   };
   addKernel(registry, "send", [tagOf](const KernelArgs &args) {
@@ -140,7 +141,7 @@ void registerReplicaSum(KernelRegistry &registry) {
     Communicator *comm = args.communicator;
     int device = args.device;
     return [=](const StepContext &context) {
-      int64_t tag = (int64_t(1) << 59) | (context.step << 32) | value;
+      int64_t tag = tags::replicaSum(context.step, value);
       for (size_t q = 0; q < peers.size(); ++q)
         if (static_cast<int64_t>(q) != replica)
           comm->send(static_cast<int>(peers[q]), tag, sending(own),
@@ -209,10 +210,10 @@ void registerCommunication(KernelRegistry &registry) {
 
 /// The chain's tags: partial sums and means of a step's stage reduction.
 int64_t partialTag(int64_t step, int64_t stage) {
-  return 2 * reductionTag(step, stage);
+  return tags::chainPartial(step, stage);
 }
 int64_t meanTag(int64_t step, int64_t stage) {
-  return 2 * reductionTag(step, stage) + 1;
+  return tags::chainMean(step, stage);
 }
 
 /// Slot 0's gradients as the chain's first partial sum: the all-reduce

@@ -34,6 +34,7 @@
 
 #include "CpuKernels.h"
 #include "ParameterUpdate.h"
+#include "cdp/Runtime/MessageTags.h"
 
 #include "cdp/Runtime/Communicator.h"
 
@@ -47,16 +48,16 @@ namespace {
 /// reduce-scatter of its gradients: apart from the reductions' tags (step ·
 /// 4096 + stage) by bits 55 and 54.
 int64_t gatherTag(int64_t step, int64_t stage) {
-  return (int64_t(1) << 55) | (step * 4096 + stage);
+  return tags::collectives::shardGather(step, stage);
 }
 int64_t scatterTag(int64_t step, int64_t stage) {
-  return (int64_t(1) << 54) | (step * 4096 + stage);
+  return tags::collectives::gradientScatter(step, stage);
 }
 /// Stage 3's gathers: a stage may be gathered several times a step (its
 /// forward, its backward, a tied weight's reader), told apart by the time
 /// step within the cycle.
 int64_t parameterGatherTag(int64_t step, int64_t cycleTime, int64_t stage) {
-  return (int64_t(1) << 53) | ((step * 8192 + cycleTime) * 4096 + stage);
+  return tags::collectives::parameterGather(step, cycleTime, stage);
 }
 
 /// How many of a shard_update's inputs are parameters (stage 3: the shard).
@@ -323,7 +324,7 @@ public:
     for (const TensorView &grad : grads)
       g.push_back(grad.f32());
     update.run(p, g);
-    int64_t tag = (int64_t(1) << 61) | (context.step * 4096 + stage);
+    int64_t tag = tags::replicaShard(context.step, stage);
     for (const ShardLayout::Piece &piece : layout.pieces(replica))
       std::memcpy(own.data() + piece.shardOffset,
                   p[piece.tensor] + piece.offset, piece.length * sizeof(float));
@@ -380,7 +381,7 @@ public:
         device(args.device) {}
 
   void run(const StepContext &context) override {
-    if (!comm->allReduce((int64_t(1) << 51) | context.step,
+    if (!comm->allReduce(tags::collectives::normSum(context.step),
                          {plan::F32, share.data, 1}, ReduceOp::Sum,
                          timeStep + cycle * context.step))
       throw RuntimeError("device " + std::to_string(device) +

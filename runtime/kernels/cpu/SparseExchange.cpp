@@ -21,6 +21,7 @@
 #include "../LearningRate.h"
 #include "cdp/Plan/PlanIO.h"
 
+#include "cdp/Runtime/MessageTags.h"
 #include <algorithm>
 
 namespace cdp::runtime::cpu {
@@ -184,8 +185,8 @@ void registerGather(KernelRegistry &registry) {
     return [=](const StepContext &context) {
       for (size_t kind = 0; kind < mine.size(); ++kind) {
         // Values and indices of a step's stage, beside the other tags.
-        int64_t tag = (int64_t(1) << 50) |
-                      ((context.step * 4096 + stage) * 2 + int64_t(kind));
+        int64_t tag = tags::collectives::sparseSelection(context.step, stage,
+                                                         int64_t(kind));
         if (!comm->allGather(
                 tag, {mine[kind].dtype, mine[kind].data, mine[kind].numel()},
                 {all[kind].dtype, all[kind].data, all[kind].numel()},
