@@ -215,7 +215,7 @@ private:
   // (cdp-mp) the CDP slot table its micro-batches follow instead of a
   // schedule table.
   Strategy kind = Strategy::GPipe;
-  StringRef strategyName;
+  StringRef nameOfStrategy;
   int64_t weightVersions = 1;
   std::optional<CyclicTable> cyclic;
   int64_t S = 1, M = 1, R = 1, MB = 1;
@@ -303,7 +303,7 @@ LogicalResult SchedulePipelinePass::buildScheduleTable() {
   if (std::optional<pipeline::TableFault> fault =
           pipeline::checkTable(*scheduleTable))
     return func.emitError("internal error: the ")
-           << strategyName << " schedule fails its check at time step "
+           << nameOfStrategy << " schedule fails its check at time step "
            << fault->row << ", device " << fault->device << ": "
            << fault->message;
   return success();
@@ -317,11 +317,11 @@ LogicalResult SchedulePipelinePass::readModule(ModuleOp module) {
     return failure();
   kind = strategyAttr.getValue();
   const StrategyTraits &traits = traitsOf(kind);
-  strategyName = traits.name;
+  nameOfStrategy = traits.name;
   if (planForm(kind) != PlanForm::Pipeline)
     return module.emitError("schedule-pipeline handles the pipelines (")
            << strategyNames([](const StrategyTraits &t) { return t.pipelined; })
-           << "), not '" << strategyName << "'";
+           << "), not '" << nameOfStrategy << "'";
   weightVersions = traits.weightVersions;
   func = module.lookupSymbol<func::FuncOp>("main");
   auto stagesAttr =
@@ -333,7 +333,7 @@ LogicalResult SchedulePipelinePass::readModule(ModuleOp module) {
     return module.emitError("micro-batches and replicas must be positive");
   if (zero < 0 || zero > 1 || (zero == 1 && traits.cyclic))
     return module.emitError("ZeRO stage ")
-           << zero << " with " << strategyName
+           << zero << " with " << nameOfStrategy
            << " is not supported (stage 1 over the replicas of "
            << strategyNames(
                   [](const StrategyTraits &t) { return t.replicable; })
@@ -359,7 +359,7 @@ sched::StepProgramOp SchedulePipelinePass::createProgram(OpBuilder &builder,
       builder.getI64IntegerAttr(S), builder.getI64IntegerAttr(MB),
       builder.getI64IntegerAttr(cycle),
       builder.getI64IntegerAttr(weightVersions),
-      builder.getStringAttr(cyclic ? cdpRule.getValue() : strategyName),
+      builder.getStringAttr(cyclic ? cdpRule.getValue() : nameOfStrategy),
       ArrayAttr(), DenseI64ArrayAttr(), DenseI64ArrayAttr(),
       sched::ReductionAttr(), IntegerAttr());
   if (spellFirst)
@@ -408,7 +408,7 @@ SchedulePipelinePass::checkPlacement(const DevicePlacement &layout,
           return func.emitError("gradient clipping needs one trained stage "
                                 "per device, but device ")
                  << device << " runs stages " << trainedStageOf[device]
-                 << " and " << s << " (" << strategyName
+                 << " and " << s << " (" << nameOfStrategy
                  << ": use 1f1b or zb-h1 to clip)";
   return success();
 }

@@ -171,26 +171,20 @@ void Executor::gatherShardedParameters() {
     eval = bind(planRef.devices(deviceIndex).eval_instructions(), evalThreads);
 }
 
-/// Apart from the kernels' tags: shard group `shard`'s piece from a device
-/// to device 0, and device 0's go-ahead for it (pieces move one at a time,
-/// so no more than one is in flight).
-static int64_t shardGatherTag(int shard) { return tags::shardGather(shard); }
-static int64_t shardReadyTag(int shard) { return tags::shardReady(shard); }
-
 /// A device other than 0: its shard of `group` (CDP-ZeRO: the owner its
 /// whole stage) to device 0 on device 0's go-ahead.
 void Executor::handOverShard(const plan::ShardGroup &group) {
   if (group.has_owner() && group.owner() != deviceIndex)
     return;
   float ready = 0;
-  if (!communicator->recv(0, shardReadyTag(group.shard()),
+  if (!communicator->recv(0, tags::shardReady(group.shard()),
                           {plan::F32, &ready, 1}))
     throw RuntimeError("device " + std::to_string(deviceIndex) +
                        ": stopped while handing the trained parameters to "
                        "device 0 (another device failed)");
   HostTensor shard = stageOut(group.shard());
-  communicator->send(0, shardGatherTag(group.shard()), hostBuffer(shard.view()),
-                     -1);
+  communicator->send(0, tags::shardGather(group.shard()),
+                     hostBuffer(shard.view()), -1);
 }
 
 /// Device 0: `group`'s parameters whole, from each device's shard (or the
@@ -220,9 +214,9 @@ void Executor::takeShardGroup(const plan::ShardGroup &group) {
       continue;
     }
     float ready = 1;
-    communicator->send(senders[i], shardReadyTag(group.shard()),
+    communicator->send(senders[i], tags::shardReady(group.shard()),
                        {plan::F32, &ready, 1}, -1);
-    if (!communicator->recv(senders[i], shardGatherTag(group.shard()),
+    if (!communicator->recv(senders[i], tags::shardGather(group.shard()),
                             {plan::F32, into, piece}))
       throw RuntimeError("device 0: stopped while gathering the trained "
                          "parameters (another device failed)");
@@ -854,12 +848,6 @@ std::vector<std::pair<std::string, int>> Executor::gradients() const {
   return result;
 }
 
-/// Tags of the gather after training: beside the step tags (reductions
-/// count steps from 0 up, pipeline messages set bit 62).
-static int64_t gatherTag(int id) { return tags::gather(id); }
-/// Device 0's go-ahead for the gather of tensor `id`.
-static int64_t gatherReadyTag(int id) { return tags::gatherReady(id); }
-
 void Executor::gatherOnDeviceZero(bool wholeModel) {
   if (!communicator)
     return;
@@ -889,22 +877,22 @@ void Executor::gatherStageTensors() {
     const TensorView &v = views[t.id()];
     float ready = 0;
     if (deviceIndex == t.device()) {
-      if (!communicator->recv(0, gatherReadyTag(t.id()),
+      if (!communicator->recv(0, tags::gatherReady(t.id()),
                               {plan::F32, &ready, 1}))
         throw RuntimeError("device " + std::to_string(deviceIndex) +
                            ": stopped while handing '" + t.name() +
                            "' to device 0 (another device failed)");
       HostTensor mine = stageOut(v);
-      communicator->send(0, gatherTag(t.id()), hostBuffer(mine.view()), -1);
+      communicator->send(0, tags::gather(t.id()), hostBuffer(mine.view()), -1);
     } else if (deviceIndex == 0) {
       if (!views[t.id()].data) { // held by its stage until now
         persistent[t.id()] = backendDevice->allocate(t.bytes());
         views[t.id()].data = persistent[t.id()];
       }
-      communicator->send(t.device(), gatherReadyTag(t.id()),
+      communicator->send(t.device(), tags::gatherReady(t.id()),
                          {plan::F32, &ready, 1}, -1);
       stageIn(t.id(), [&](const TensorView &host) {
-        if (!communicator->recv(t.device(), gatherTag(t.id()),
+        if (!communicator->recv(t.device(), tags::gather(t.id()),
                                 {host.dtype, host.data, host.numel()}))
           throw RuntimeError("device 0: stopped while gathering '" + t.name() +
                              "' (another device failed)");
@@ -926,13 +914,13 @@ void Executor::averageBuffersOntoDeviceZero() {
     int64_t n = views[t.id()].numel();
     HostTensor mine = stageOut(t.id());
     if (deviceIndex != 0) {
-      communicator->send(0, gatherTag(t.id()), hostBuffer(mine.view()), -1);
+      communicator->send(0, tags::gather(t.id()), hostBuffer(mine.view()), -1);
       continue;
     }
     std::vector<double> sum(mine.view().f32(), mine.view().f32() + n);
     std::vector<float> part(n);
     for (int d = 1; d < devices; ++d) {
-      if (!communicator->recv(d, gatherTag(t.id()),
+      if (!communicator->recv(d, tags::gather(t.id()),
                               {plan::F32, part.data(), n}))
         throw RuntimeError("device 0: stopped while averaging '" + t.name() +
                            "' (another device failed)");

@@ -66,9 +66,6 @@ struct Header {
   int32_t unused;
 };
 
-/// Tags of the reductions' contributions, beside the plan's.
-int64_t contributionTag(int64_t tag) { return tags::contribution(tag); }
-
 class MpiFabric;
 
 /// One device's endpoint on this process.
@@ -514,7 +511,7 @@ void MpiCommunicator::reduceStart(int64_t tag,
   std::vector<float> &mine = own[tag] = concatenate(parts);
   ConstBuffer contribution{plan::F32, mine.data(),
                            static_cast<int64_t>(mine.size())};
-  post(otherDevices(), contributionTag(tag), {contribution});
+  post(otherDevices(), tags::contribution(tag), {contribution});
   log.push_back({tau, contribution.bytes(), true}); // a reduction
 }
 
@@ -533,7 +530,7 @@ bool MpiCommunicator::reduceWait(int64_t tag,
   for (int d = 0; d < fabric.devices; ++d) {
     const float *values = mine->second.data();
     if (d != device) {
-      if (!recv(d, contributionTag(tag), {plan::F32, part.data(), count}))
+      if (!recv(d, tags::contribution(tag), {plan::F32, part.data(), count}))
         return false;
       values = part.data();
     }

@@ -24,11 +24,6 @@ namespace cdp::runtime::training {
 
 namespace {
 
-/// Beside the step and gather tags: device 0's request (a Request) and
-/// the answer.
-constexpr int64_t kFetchRequestTag = tags::fetchRequest();
-constexpr int64_t kFetchReplyTag = tags::fetchReply();
-
 /// What device 0 asks another process's device for: elements [first,
 /// first + count) of tensor `a` (kTensor) or of state tensor `b` of the
 /// device's stateful kernel `a` (kStatePiece); its state records
@@ -48,13 +43,14 @@ constexpr int64_t kRecordFields = 8;
 void sendRequest(Communicator &root, int device, const Request &request) {
   int64_t fields[kRequestFields] = {request.kind, request.a, request.b,
                                     request.first, request.count};
-  root.send(device, kFetchRequestTag, {plan::I64, fields, kRequestFields}, -1);
+  root.send(device, tags::fetchRequest(), {plan::I64, fields, kRequestFields},
+            -1);
 }
 
 /// Answers are read only while the run holds: a failed device ends them.
 void receiveAnswer(Run &run, int device, const Buffer &into,
                    const std::string &what) {
-  if (!run.fabric->endpoint(0).recv(device, kFetchReplyTag, into))
+  if (!run.fabric->endpoint(0).recv(device, tags::fetchReply(), into))
     fail("device 0: stopped while reading " + what + " from device " +
          std::to_string(device) + " (another device failed)");
 }
@@ -306,7 +302,7 @@ static void serveDevice(Run &run, int device) {
   Executor &executor = *run.executors.at(device);
   for (;;) {
     int64_t fields[kRequestFields] = {kDone, 0, 0, 0, 0};
-    if (!endpoint.recv(0, kFetchRequestTag,
+    if (!endpoint.recv(0, tags::fetchRequest(),
                        {plan::I64, fields, kRequestFields}))
       return; // the run was aborted: the root says why
     Request request{fields[0], fields[1], fields[2], fields[3], fields[4]};
@@ -315,8 +311,8 @@ static void serveDevice(Run &run, int device) {
     if (request.kind == kStateRecords) {
       std::vector<int64_t> records = flatten(localStateRecords(run, executor));
       int64_t count = static_cast<int64_t>(records.size()) / kRecordFields;
-      endpoint.send(0, kFetchReplyTag, {plan::I64, &count, 1}, -1);
-      endpoint.send(0, kFetchReplyTag,
+      endpoint.send(0, tags::fetchReply(), {plan::I64, &count, 1}, -1);
+      endpoint.send(0, tags::fetchReply(),
                     {plan::I64, records.data(), int64_t(records.size())}, -1);
       continue;
     }
@@ -333,7 +329,7 @@ static void serveDevice(Run &run, int device) {
                            : statePiece(executor, request.a, request.b,
                                         request.first, request.count);
     HostTensor host = executor.stageOut(asked);
-    endpoint.send(0, kFetchReplyTag,
+    endpoint.send(0, tags::fetchReply(),
                   {host.view().dtype, host.view().data, request.count}, -1);
   }
 }

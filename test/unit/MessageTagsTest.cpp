@@ -97,7 +97,8 @@ TEST(MessageTagsTest, CollectivesApart) {
             {sparseSelection(step, stage, part), CKind::SparseSelection});
     }
   for (auto [tag, kind] : all) {
-    EXPECT_EQ(static_cast<int>(collectives::kindOf(tag)), static_cast<int>(kind))
+    EXPECT_EQ(static_cast<int>(collectives::kindOf(tag)),
+              static_cast<int>(kind))
         << "collective tag " << tag;
     EXPECT_LT(tag, bit(56)) << "collectiveTag takes tags below 2^56";
   }

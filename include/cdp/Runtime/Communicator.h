@@ -22,6 +22,7 @@
 #define CDP_RUNTIME_COMMUNICATOR_H
 
 #include "cdp/Plan/plan.pb.h"
+#include "cdp/Runtime/MessageTags.h"
 
 #include <condition_variable>
 #include <cstdint>
@@ -185,7 +186,9 @@ public:
     bool collective = false;
   };
   /// Whether a message tag is one of a collective's (collectiveTag's).
-  static bool isCollectiveTag(int64_t tag) { return (tag >> 60) == 1; }
+  static bool isCollectiveTag(int64_t tag) {
+    return tags::kindOf(tag) == tags::Kind::Collective;
+  }
   virtual std::vector<SendRecord> sendLog() const = 0;
 
 protected:

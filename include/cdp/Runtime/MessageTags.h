@@ -37,7 +37,8 @@ constexpr int64_t chainMean(int64_t step, int64_t stage) {
 }
 
 /// ZeRO-3's end-of-run gather of shard group `shard` onto device 0, and
-/// device 0's go-ahead for it.
+/// device 0's go-ahead for it (pieces move one at a time, so no more than
+/// one is in flight).
 constexpr int64_t shardGather(int64_t shard) { return bit(52) | shard; }
 constexpr int64_t shardReady(int64_t shard) {
   return bit(52) | bit(40) | shard;

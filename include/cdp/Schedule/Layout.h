@@ -1,5 +1,4 @@
-//===- Layout.h - the strategy flags, checked against each other -*- C++
-//-*-===//
+//===- Layout.h - the strategy flags, checked together ---------*- C++ -*-===//
 //
 // What a user's flags ask of a strategy (devices, stages, replicas,
 // micro-batches, a schedule file) and of the features that combine with

@@ -1,5 +1,4 @@
-//===- Versions.h - the weight versions dp's and CDP's slots read -*- C++
-//-*-===//
+//===- Versions.h - the weight versions CDP's slots read --------*- C++ -*-===//
 //
 // The data-parallel strategies' schedule, MLIR-free: where each device's
 // slot starts in the cycle of 2L time steps and which version of each

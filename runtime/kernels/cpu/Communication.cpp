@@ -28,11 +28,6 @@ namespace cdp::runtime::cpu {
 
 namespace {
 
-/// Reductions are named by step and stage.
-int64_t reductionTag(int64_t step, int64_t stage) {
-  return tags::reduction(step, stage);
-}
-
 int64_t totalCount(const std::vector<TensorView> &views) {
   int64_t n = 0;
   for (const TensorView &v : views)
@@ -184,7 +179,7 @@ void registerCommunication(KernelRegistry &registry) {
     int64_t timeStep = args.instruction->time_step(),
             cycle = args.i("cycle", 1);
     return [=](const StepContext &context) {
-      comm->reduceStart(reductionTag(context.step, stage), grads,
+      comm->reduceStart(tags::reduction(context.step, stage), grads,
                         timeStep + cycle * context.step);
     };
   });
@@ -200,20 +195,12 @@ void registerCommunication(KernelRegistry &registry) {
     int device = args.device;
     return [=](const StepContext &context) {
       int64_t step = context.step - 1 - delay;
-      if (!comm->reduceWait(reductionTag(step, stage), reduced))
+      if (!comm->reduceWait(tags::reduction(step, stage), reduced))
         throw RuntimeError("device " + std::to_string(device) +
                            ": stopped while waiting for a reduction "
                            "(another device failed)");
     };
   });
-}
-
-/// The chain's tags: partial sums and means of a step's stage reduction.
-int64_t partialTag(int64_t step, int64_t stage) {
-  return tags::chainPartial(step, stage);
-}
-int64_t meanTag(int64_t step, int64_t stage) {
-  return tags::chainMean(step, stage);
 }
 
 /// Slot 0's gradients as the chain's first partial sum: the all-reduce
@@ -263,19 +250,21 @@ void registerChain(KernelRegistry &registry) {
       int64_t tau = timeStep + cycle * context.step;
       if (device == 0)
         startFromZero(grads);
-      else if (!comm->recvAdd(device - 1, partialTag(context.step, stage),
+      else if (!comm->recvAdd(device - 1,
+                              tags::chainPartial(context.step, stage),
                               arriving))
         throw RuntimeError("device " + std::to_string(device) +
                            ": stopped while waiting for a partial sum");
       if (!last) {
-        comm->send(device + 1, partialTag(context.step, stage), partial, tau);
+        comm->send(device + 1, tags::chainPartial(context.step, stage), partial,
+                   tau);
         return;
       }
       if (owner >= 0) {
         for (const TensorView &g : grads)
           for (int64_t i = 0; i < g.numel(); ++i)
             g.f32()[i] *= scale;
-        comm->send(owner, meanTag(context.step, stage), partial, tau);
+        comm->send(owner, tags::chainMean(context.step, stage), partial, tau);
         return;
       }
       float *mean = chainBuffer(buffers, context.step), *at = mean;
@@ -283,7 +272,7 @@ void registerChain(KernelRegistry &registry) {
         for (int64_t i = 0; i < g.numel(); ++i)
           *at++ = g.f32()[i] * scale;
       if (device > 0)
-        comm->send(device - 1, meanTag(context.step, stage),
+        comm->send(device - 1, tags::chainMean(context.step, stage),
                    floats(mean, count), tau);
     };
   });
@@ -305,12 +294,13 @@ void registerChain(KernelRegistry &registry) {
     return [=](const StepContext &context) {
       int64_t step = context.step - offset;
       float *mean = chainBuffer(buffers, step);
-      if (!comm->recv(device + 1, meanTag(step, stage), floats(mean, count)))
+      if (!comm->recv(device + 1, tags::chainMean(step, stage),
+                      floats(mean, count)))
         throw RuntimeError("device " + std::to_string(device) +
                            ": stopped while waiting for a reduced gradient");
       if (device > 0)
-        comm->send(device - 1, meanTag(step, stage), floats(mean, count),
-                   timeStep + cycle * context.step);
+        comm->send(device - 1, tags::chainMean(step, stage),
+                   floats(mean, count), timeStep + cycle * context.step);
     };
   });
 
@@ -329,7 +319,8 @@ void registerChain(KernelRegistry &registry) {
           int device = args.device;
           TensorView mean = reduced.front();
           return [=](const StepContext &context) {
-            if (!comm->recv(from, meanTag(context.step - 1 - delay, stage),
+            if (!comm->recv(from,
+                            tags::chainMean(context.step - 1 - delay, stage),
                             receiving(mean)))
               throw RuntimeError(
                   "device " + std::to_string(device) +

@@ -44,22 +44,6 @@ namespace cdp::runtime::cpu {
 
 namespace {
 
-/// The all-gather of stage `stage`'s updated shards at step `step` and the
-/// reduce-scatter of its gradients: apart from the reductions' tags (step ·
-/// 4096 + stage) by bits 55 and 54.
-int64_t gatherTag(int64_t step, int64_t stage) {
-  return tags::collectives::shardGather(step, stage);
-}
-int64_t scatterTag(int64_t step, int64_t stage) {
-  return tags::collectives::gradientScatter(step, stage);
-}
-/// Stage 3's gathers: a stage may be gathered several times a step (its
-/// forward, its backward, a tied weight's reader), told apart by the time
-/// step within the cycle.
-int64_t parameterGatherTag(int64_t step, int64_t cycleTime, int64_t stage) {
-  return tags::collectives::parameterGather(step, cycleTime, stage);
-}
-
 /// How many of a shard_update's inputs are parameters (stage 3: the shard).
 size_t parameterCount(const KernelArgs &args) {
   int64_t zero = args.i("zero", 1);
@@ -184,7 +168,7 @@ public:
                   p[piece.tensor] + piece.offset, piece.length * sizeof(float));
     // Shards are consecutive pieces of the concatenation, in device order:
     // gathered straight into the parameters, the padding dropped.
-    if (!comm->allGather(gatherTag(context.step, stage),
+    if (!comm->allGather(tags::collectives::shardGather(context.step, stage),
                          {plan::F32, own.data(), layout.shardSize()},
                          writtenBuffers(params),
                          timeStep + cycle * context.step))
@@ -234,9 +218,10 @@ public:
   }
 
   void run(const StepContext &context) override {
-    if (!comm->reduceScatter(scatterTag(context.step, stage), grads,
-                             {plan::F32, shard.data, layout.shardSize()},
-                             ReduceOp::Mean, timeStep + cycle * context.step))
+    if (!comm->reduceScatter(
+            tags::collectives::gradientScatter(context.step, stage), grads,
+            {plan::F32, shard.data, layout.shardSize()}, ReduceOp::Mean,
+            timeStep + cycle * context.step))
       throw RuntimeError("device " + std::to_string(device) +
                          ": stopped while reducing a stage's gradients "
                          "(another device failed)");
@@ -276,11 +261,11 @@ public:
   }
 
   void run(const StepContext &context) override {
-    if (!comm->allGather(
-            parameterGatherTag(context.step, timeStep % cycle, stage),
-            {plan::F32, shard.data, shard.numel()},
-            {plan::F32, target.data, target.numel()},
-            timeStep + cycle * context.step))
+    if (!comm->allGather(tags::collectives::parameterGather(
+                             context.step, timeStep % cycle, stage),
+                         {plan::F32, shard.data, shard.numel()},
+                         {plan::F32, target.data, target.numel()},
+                         timeStep + cycle * context.step))
       throw RuntimeError("device " + std::to_string(device) +
                          ": stopped while gathering a stage's parameters "
                          "(another device failed)");
