@@ -33,17 +33,15 @@ struct BuildPipelinePass
     if (!strategyAttr)
       return signalPassFailure();
     std::optional<Strategy> kind = strategyAttr.getValue();
-    StringRef strategy = traitsOf(*kind).name;
     // The strategies whose stage orders this timeline knows (the others'
     // orders come from their schedule tables: cdp-schedule-pipeline).
-    if (!traitsOf(*kind).ordersStages) {
+    if (!inScope(StrategyScope::OrderedPipeline, *kind)) {
       module.emitError("pipeline strategy must be ")
-          << strategyNames(
-                 [](const StrategyTraits &t) { return t.ordersStages; }, " or ")
-          << ", got '" << strategy << "'";
+          << scopeNames(StrategyScope::OrderedPipeline) << ", got '"
+          << strategyName(*kind) << "'";
       return signalPassFailure();
     }
-    bool stale = traitsOf(*kind).weightVersions == 2;
+    bool stale = weightVersions(*kind) == 2;
     int64_t d = stages, m = microBatches;
     if (d < 1 || m < 1 || steps < 1) {
       module.emitError("stages, micro-batches and steps must be positive");

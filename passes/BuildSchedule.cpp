@@ -35,10 +35,10 @@ struct BuildSchedulePass
     if (!strategyAttr)
       return signalPassFailure();
     std::optional<Strategy> kind = strategyAttr.getValue();
-    StringRef strategy = traitsOf(*kind).name;
-    if (!traitsOf(*kind).dataParallel) {
-      func.emitError("build-schedule handles dp and cdp, not '")
-          << strategy << "'";
+    if (!inScope(StrategyScope::Replicated, *kind)) {
+      func.emitError("build-schedule handles ")
+          << scopeNames(StrategyScope::Replicated, " and ") << ", not '"
+          << strategyName(*kind) << "'";
       return signalPassFailure();
     }
     if (devices < 1) {
@@ -102,7 +102,7 @@ struct BuildSchedulePass
       // is read, this for cdp-opt.
       if (!buildsZero(*kind, zero)) {
         func.emitError() << "ZeRO stage " << zero.getValue() << " with "
-                         << strategy
+                         << strategyName(*kind)
                          << " is not supported (stages 1 to 3 with dp and 3 "
                             "with cdp are)";
         return signalPassFailure();

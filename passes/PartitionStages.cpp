@@ -282,16 +282,11 @@ struct PartitionStagesPass
     if (!strategyAttr)
       return failure();
     std::optional<Strategy> kind = strategyAttr.getValue();
-    StringRef strategy = traitsOf(*kind).name;
-    if (!traitsOf(*kind).pipelined || traitsOf(*kind).stagesPerDevice != 1)
+    if (!inScope(StrategyScope::OneStagePerDevice, *kind))
       return func.emitError("the memory estimate takes a pipeline strategy "
                             "with one stage per device (")
-             << strategyNames(
-                    [](const StrategyTraits &t) {
-                      return t.pipelined && t.stagesPerDevice == 1;
-                    },
-                    " or ")
-             << "), got '" << strategy << "'";
+             << scopeNames(StrategyScope::OneStagePerDevice) << "), got '"
+             << strategyName(*kind) << "'";
     if (recompute != "none" && recompute != "stage" && recompute != "layer" &&
         recompute != "selective")
       return func.emitError("recompute must be none, stage, layer or "
@@ -316,8 +311,8 @@ struct PartitionStagesPass
                                    WeightFlow(func.getBody().front()));
     // Weights (one or two versions), a micro-batch's gradient and the
     // step's accumulator, optimizer state; the stash as the emitter sizes
-    // it (both from the strategy's traits).
-    double perParamByte = traitsOf(*kind).weightVersions + 2 + optimizerCopies;
+    // it (both from the strategy's descriptor).
+    double perParamByte = weightVersions(*kind) + 2 + optimizerCopies;
     // Ops [begin, end) as stage s (1-based).
     auto memory = [&](size_t begin, size_t end, int64_t s) {
       int64_t stash = slots[s];
@@ -347,7 +342,7 @@ struct PartitionStagesPass
           << static_cast<int64_t>(std::ceil(smallest))
           << " bytes (estimate: weights x versions, gradients, optimizer "
              "state and "
-          << strategy << "'s stashed activations"
+          << strategyName(*kind) << "'s stashed activations"
           << (recompute == "none"
                   ? std::string()
                   : " as --recompute " + recompute.getValue() +

@@ -57,7 +57,6 @@ void addDataParallelSchedule(OpPassManager &pm,
 /// The pipelines: the step programs the plan emitter lowers.
 void addPipelineSchedule(OpPassManager &pm,
                          const TrainingPipelineConfig &config) {
-  const StrategyTraits &traits = traitsOf(config.strategy);
   SchedulePipelineOptions step;
   step.microBatches = config.microBatches;
   step.replicas = config.replicas;
@@ -68,7 +67,8 @@ void addPipelineSchedule(OpPassManager &pm,
   step.zero = config.zero;
   pm.addPass(createSchedulePipeline(step));
   // The time-step timeline of gpipe, 1f1b and 2bw's own schedules.
-  if (config.timelineSteps > 0 && traits.ordersStages &&
+  if (config.timelineSteps > 0 &&
+      inScope(StrategyScope::OrderedPipeline, config.strategy) &&
       config.schedulePath.empty()) {
     BuildPipelineOptions timeline;
     timeline.stages = config.boundaries.empty()
@@ -130,7 +130,7 @@ void buildTrainingPipeline(OpPassManager &pm,
   optimizer.warmupStart = config.warmupStart;
   optimizer.clipGradNorm = config.clipGradNorm;
   pm.addPass(createInsertOptimizer(optimizer));
-  if (traitsOf(config.strategy).sparseExchange) {
+  if (exchangesSparseGradients(config.strategy)) {
     SparsifyGradientsOptions sparse;
     sparse.density = config.density;
     sparse.denseBelow = config.denseBelow;

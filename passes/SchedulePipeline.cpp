@@ -284,13 +284,11 @@ SchedulePipelinePass::programOf(int64_t s, ArrayRef<int64_t> mine) const {
 /// The strategy's own table, or the user's CSV (checked by the reader,
 /// and against the strategy's weight versions).
 LogicalResult SchedulePipelinePass::buildScheduleTable() {
-  const StrategyTraits &traits = traitsOf(kind);
   if (schedule.empty()) {
-    int64_t V = cdp::stagesPerDevice(traits, stagesPerDevice);
+    int64_t V = cdp::stagesPerDevice(kind, stagesPerDevice);
     if (V < 1)
       return func.emitError("stages-per-device must be positive, got ") << V;
-    std::string problem =
-        traits.checkShape ? traits.checkShape(S, M, V) : std::string();
+    std::string problem = checkPipelineShape(kind, S, M, V);
     if (!problem.empty())
       return func.emitError(problem);
     scheduleTable = pipeline::strategyTable(kind, S, M, V);
@@ -316,13 +314,12 @@ LogicalResult SchedulePipelinePass::readModule(ModuleOp module) {
   if (!strategyAttr)
     return failure();
   kind = strategyAttr.getValue();
-  const StrategyTraits &traits = traitsOf(kind);
-  nameOfStrategy = traits.name;
-  if (planForm(kind) != PlanForm::Pipeline)
+  nameOfStrategy = strategyName(kind);
+  if (!inScope(StrategyScope::Pipeline, kind))
     return module.emitError("schedule-pipeline handles the pipelines (")
-           << strategyNames([](const StrategyTraits &t) { return t.pipelined; })
-           << "), not '" << nameOfStrategy << "'";
-  weightVersions = traits.weightVersions;
+           << scopeNames(StrategyScope::Pipeline, " and ") << "), not '"
+           << nameOfStrategy << "'";
+  weightVersions = cdp::weightVersions(kind);
   func = module.lookupSymbol<func::FuncOp>("main");
   auto stagesAttr =
       func ? func->getAttrOfType<IntegerAttr>("cdp.stages") : nullptr;
@@ -331,18 +328,16 @@ LogicalResult SchedulePipelinePass::readModule(ModuleOp module) {
                             "cdp-partition-stages first");
   if (microBatches < 1 || replicas < 1)
     return module.emitError("micro-batches and replicas must be positive");
-  if (zero < 0 || zero > 1 || (zero == 1 && traits.cyclic))
+  if (!buildsReplicaZero(kind, zero))
     return module.emitError("ZeRO stage ")
            << zero << " with " << nameOfStrategy
            << " is not supported (stage 1 over the replicas of "
-           << strategyNames(
-                  [](const StrategyTraits &t) { return t.replicable; })
-           << " is)";
+           << scopeNames(StrategyScope::Replicable, " and ") << " is)";
   S = stagesAttr.getInt();
   M = microBatches;
   R = replicas;
   MB = M * R;
-  if (traits.cyclic)
+  if (runsCyclicSlots(kind))
     cyclic = CyclicTable{S, MB, cdpRule.getValue() == "v2",
                          v2Table.getValue() == "code"};
   return success();

@@ -120,9 +120,7 @@ cl::opt<std::string> globalBatch(
 /// --replicas' help: the strategies that take it, from the registry.
 static const std::string &replicasHelp() {
   static const std::string help =
-      "Pipelines (" + cdp::strategyNames([](const cdp::StrategyTraits &t) {
-        return t.replicable;
-      }) +
+      "Pipelines (" + cdp::scopeNames(cdp::StrategyScope::Replicable, " and ") +
       "): data-parallel copies of the pipeline, each running "
       "--micro-batches a step; stage gradients are summed over them before "
       "every update (devices = devices per replica x replicas; default 1)";

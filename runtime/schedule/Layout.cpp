@@ -85,10 +85,10 @@ void checkScheduleFlags(const LayoutRequest &request, Layout &layout) {
                                     }) + ", not --strategy " +
                                         name);
   layout.stagesPerDevice = stagesPerDevice(
-      traits, takesFlag
-                  ? count("--stages-per-device",
-                          request.value("stages-per-device"), 1, kMostDevices)
-                  : 1);
+      traits.strategy,
+      takesFlag ? count("--stages-per-device",
+                        request.value("stages-per-device"), 1, kMostDevices)
+                : 1);
 }
 
 /// --device-memory: a byte count, for the pipelines of one stage per

@@ -16,6 +16,17 @@ constexpr const StrategyTraits *kStrategies[] = {
 #include "cdp/Schedule/Strategies.def"
 };
 
+std::string joinNames(const std::vector<const char *> &names,
+                      const char *last) {
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i)
+    text += std::string(i == 0                  ? ""
+                        : i + 1 == names.size() ? last
+                                                : ", ") +
+            names[i];
+  return text;
+}
+
 } // namespace
 
 const std::vector<const StrategyTraits *> &allStrategies() {
@@ -54,17 +65,64 @@ std::string strategyNames(bool (*which)(const StrategyTraits &),
   for (const StrategyTraits *traits : kStrategies)
     if (!which || which(*traits))
       names.push_back(traits->name);
-  std::string text;
-  for (size_t i = 0; i < names.size(); ++i)
-    text += std::string(i == 0                  ? ""
-                        : i + 1 == names.size() ? last
-                                                : ", ") +
-            names[i];
-  return text;
+  return joinNames(names, last);
 }
 
-int64_t stagesPerDevice(const StrategyTraits &traits, int64_t requested) {
+int64_t stagesPerDevice(Strategy strategy, int64_t requested) {
+  const StrategyTraits &traits = traitsOf(strategy);
   return traits.stagesPerDevice == 0 ? requested : traits.stagesPerDevice;
+}
+
+namespace {
+
+bool matches(StrategyScope scope, const StrategyTraits &traits) {
+  switch (scope) {
+  case StrategyScope::Replicated:
+    return traits.dataParallel;
+  case StrategyScope::OrderedPipeline:
+    return traits.ordersStages;
+  case StrategyScope::OneStagePerDevice:
+    return traits.pipelined && traits.stagesPerDevice == 1;
+  case StrategyScope::Pipeline:
+    return traits.pipelined;
+  case StrategyScope::Replicable:
+    return traits.replicable;
+  }
+  return false;
+}
+
+} // namespace
+
+bool inScope(StrategyScope scope, Strategy strategy) {
+  return matches(scope, traitsOf(strategy));
+}
+
+std::string scopeNames(StrategyScope scope, const char *last) {
+  std::vector<const char *> names;
+  for (const StrategyTraits *traits : kStrategies)
+    if (matches(scope, *traits))
+      names.push_back(traits->name);
+  return joinNames(names, last);
+}
+
+int weightVersions(Strategy strategy) {
+  return traitsOf(strategy).weightVersions;
+}
+
+bool runsCyclicSlots(Strategy strategy) { return traitsOf(strategy).cyclic; }
+
+bool buildsReplicaZero(Strategy strategy, int64_t zero) {
+  return zero == 0 || (zero == 1 && !traitsOf(strategy).cyclic);
+}
+
+bool exchangesSparseGradients(Strategy strategy) {
+  return traitsOf(strategy).sparseExchange;
+}
+
+std::string checkPipelineShape(Strategy strategy, int64_t S, int64_t M,
+                               int64_t V) {
+  const StrategyTraits &traits = traitsOf(strategy);
+  return traits.checkShape ? traits.checkShape(S, M, V) : std::string();
 }
 
 int64_t stashSlots(Strategy strategy, int64_t s, int64_t d, int64_t m) {

@@ -8,6 +8,9 @@
 // RUN: not cdp-opt %s -cdp-set-strategy=strategy=cdp -cdp-build-schedule="devices=4 zero=1" 2>&1 | FileCheck %s --check-prefix=ZEROCDP
 // RUN: not cdp-opt %s -cdp-build-schedule="devices=4" 2>&1 | FileCheck %s --check-prefix=NOSTRATEGY
 // RUN: not cdp-opt %s -cdp-set-strategy=strategy=bogus 2>&1 | FileCheck %s --check-prefix=BOGUS
+// A pipeline is not this pass's: refused, naming the strategies it takes.
+// RUN: not cdp-opt %s -cdp-set-strategy=strategy=1f1b -cdp-build-schedule="devices=4" 2>&1 | FileCheck %s --check-prefix=PIPELINE
+// PIPELINE: error: build-schedule handles dp, cdp and laysa, not '1f1b'
 // The strategy is typed IR on the module (cdp-set-strategy), not an option
 // of the schedule passes.
 // NOSTRATEGY: error: the module names no strategy (sched.strategy); run cdp-set-strategy first

@@ -66,6 +66,39 @@ TEST(Strategy, TraitsSeparateTheFamilies) {
   EXPECT_FALSE(traitsOf(Strategy::CDPMP).replicable);
 }
 
+// The sets the passes check their strategy against, and the names their
+// messages list: what each pass takes follows from the descriptors.
+TEST(Strategy, ScopesNameWhatEachPassTakes) {
+  EXPECT_EQ(scopeNames(StrategyScope::Replicated, " and "),
+            "dp, cdp and laysa");
+  EXPECT_EQ(scopeNames(StrategyScope::OrderedPipeline), "gpipe, 1f1b or 2bw");
+  EXPECT_EQ(scopeNames(StrategyScope::Pipeline, " and "),
+            "gpipe, 1f1b, 2bw, cdp-mp, interleaved-1f1b, zb-h1 and zb-v");
+  EXPECT_EQ(scopeNames(StrategyScope::OneStagePerDevice),
+            "gpipe, 1f1b, 2bw, cdp-mp or zb-h1");
+  EXPECT_TRUE(inScope(StrategyScope::Replicable, Strategy::ZBV));
+  EXPECT_FALSE(inScope(StrategyScope::Replicable, Strategy::CDPMP));
+  EXPECT_FALSE(inScope(StrategyScope::Pipeline, Strategy::LaySA));
+  EXPECT_EQ(weightVersions(Strategy::CDPMP), 2);
+  EXPECT_TRUE(runsCyclicSlots(Strategy::CDPMP));
+  EXPECT_FALSE(runsCyclicSlots(Strategy::TwoBW));
+  // ZeRO over a pipeline's replicas: stage 1 only, and not for cdp-mp.
+  EXPECT_TRUE(buildsReplicaZero(Strategy::OneFOneB, 1));
+  EXPECT_FALSE(buildsReplicaZero(Strategy::OneFOneB, 2));
+  EXPECT_FALSE(buildsReplicaZero(Strategy::CDPMP, 1));
+  EXPECT_TRUE(buildsReplicaZero(Strategy::CDPMP, 0));
+  EXPECT_TRUE(exchangesSparseGradients(Strategy::LaySA));
+  EXPECT_FALSE(exchangesSparseGradients(Strategy::DP));
+  EXPECT_EQ(stagesPerDevice(Strategy::Interleaved1F1B, 3), 3);
+  EXPECT_EQ(stagesPerDevice(Strategy::OneFOneB, 3), 1);
+  EXPECT_EQ(checkPipelineShape(Strategy::ZBV, 3, 8, 2),
+            "--strategy zb-v places two stages on each device: --stages 3 is "
+            "odd");
+  EXPECT_EQ(checkPipelineShape(Strategy::TwoBW, 4, 4, 1), "");
+  EXPECT_NE(checkPipelineShape(Strategy::TwoBW, 4, 3, 1), "");
+  EXPECT_EQ(checkPipelineShape(Strategy::GPipe, 4, 1, 1), "");
+}
+
 TEST(Strategy, StashSlots) {
   // gpipe keeps the step's m; 1f1b at most d - s + 1 in flight.
   EXPECT_EQ(stashSlots(Strategy::GPipe, 1, 4, 6), 6);

@@ -120,7 +120,46 @@ std::string strategyNames(bool (*which)(const StrategyTraits &) = nullptr,
 
 /// Stages each device of a replica runs: the strategy's own count, or
 /// --stages-per-device's `requested` where it takes the flag.
-int64_t stagesPerDevice(const StrategyTraits &traits, int64_t requested);
+int64_t stagesPerDevice(Strategy strategy, int64_t requested);
+
+/// The sets of strategies a pass or flag takes, so that the passes ask
+/// whether they apply instead of reading traits (their messages name the
+/// set with scopeNames).
+enum class StrategyScope {
+  Replicated,        ///< cdp-build-schedule: every device the whole model
+  OrderedPipeline,   ///< cdp-build-pipeline's timeline (gpipe, 1f1b, 2bw)
+  OneStagePerDevice, ///< the partitioner's memory estimate
+  Pipeline,          ///< cdp-schedule-pipeline
+  Replicable,        ///< --replicas (and --zero 1 over them)
+};
+
+/// Whether `strategy` is one of `scope`'s.
+bool inScope(StrategyScope scope, Strategy strategy);
+
+/// The names of `scope`'s strategies for a message, `last` joining the last
+/// two: "gpipe, 1f1b or 2bw".
+std::string scopeNames(StrategyScope scope, const char *last = " or ");
+
+/// Weight versions a pipeline stage keeps: 2 where micro-batches in flight
+/// read the previous one (2bw, cdp-mp), else 1.
+int weightVersions(Strategy strategy);
+
+/// Whether micro-batches are CDP slots (cdp, cdp-mp): start offsets, a
+/// version table and the v1/v2 rules.
+bool runsCyclicSlots(Strategy strategy);
+
+/// Whether the pipeline builds ZeRO stage `zero` over its replicas: 0
+/// always; 1 except for cdp-mp (its slots hold the versions instead).
+bool buildsReplicaZero(Strategy strategy, int64_t zero);
+
+/// Whether the strategy exchanges top-k sparse gradients with error
+/// feedback (laysa), which cdp-sparsify-gradients builds.
+bool exchangesSparseGradients(Strategy strategy);
+
+/// What `strategy` asks of S stages, M micro-batches and V stages per
+/// device: the problem, in a whole message, or "".
+std::string checkPipelineShape(Strategy strategy, int64_t S, int64_t M,
+                               int64_t V);
 
 /// Activation stash slots stage s (1-indexed) of d keeps with m
 /// micro-batches a step: gpipe holds all m; 1f1b and 2bw at most
