@@ -146,6 +146,10 @@ public:
            ", outside " + range(least, most));
     return value;
   }
+  /// Text attribute `name` (or `fallback`).
+  std::string text(const std::string &name, const std::string &fallback) const {
+    return args.s(name, fallback);
+  }
   /// An axis attribute of a tensor of rank `r`, normalized.
   int64_t axis(const std::string &name, int64_t fallback, int64_t r) const {
     int64_t a = attribute(name, fallback, -std::max<int64_t>(r, 1),

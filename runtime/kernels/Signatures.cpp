@@ -348,6 +348,12 @@ Rules makeRules() {
     rules[op] = plain(unary);
   for (const char *op : {"add", "sub", "mul", "div", "pow", "min", "max"})
     rules[op] = plain(binary);
+  rules["round_to"] = plain([](const Check &c) {
+    unary(c);
+    std::string format = c.text("format", "");
+    c.require(format == "bf16" || format == "f16",
+              "format '" + format + "' is neither bf16 nor f16");
+  });
   addSelectionRules(rules);
   rules["unary_grad"] = plain([](const Check &c) {
     c.declared();

@@ -511,6 +511,14 @@ LogicalResult GeluOp::verify() {
   return success();
 }
 
+LogicalResult RoundToOp::verify() {
+  StringRef format = getFormat();
+  if (format != "bf16" && format != "f16")
+    return emitOpError("format must be 'bf16' or 'f16', got '")
+           << format << "'";
+  return success();
+}
+
 static LogicalResult inferBroadcast(Loc loc, Value lhs, Value rhs,
                                     SmallVectorImpl<Type> &types) {
   RankedTensorType l = rankedType(lhs), r = rankedType(rhs);

@@ -5,6 +5,7 @@
 #include "cdp/Runtime/OpTable.h"
 
 #include "../DropoutStream.h"
+#include "../NarrowFloat.h"
 
 #include <cmath>
 
@@ -144,6 +145,11 @@ static void registerArithmetic(KernelRegistry &registry) {
           high = static_cast<float>(attrs.max);
     return unary(args,
                  [=](float x) { return std::min(std::max(x, low), high); });
+  });
+  addKernel(registry, "round_to", [](const KernelArgs &args) {
+    if (ops::RoundToAttributes::read(args).format == "bf16")
+      return unary(args, roundToBfloat16);
+    return unary(args, roundToFloat16);
   });
   addKernel(registry, "hard_sigmoid", [](const KernelArgs &args) {
     ops::HardSigmoidAttributes attrs = ops::HardSigmoidAttributes::read(args);

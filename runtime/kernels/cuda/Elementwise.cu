@@ -11,6 +11,7 @@
 #include "cdp/Runtime/OpTable.h"
 
 #include "../DropoutStream.h"
+#include "../NarrowFloat.h"
 
 #include <functional>
 
@@ -95,7 +96,9 @@ enum class UnaryOp {
   Cos,
   Abs,
   Exp,
-  Log
+  Log,
+  RoundBfloat16,
+  RoundFloat16
 };
 
 __device__ float applyUnary(UnaryOp op, float x, float p, float q) {
@@ -130,6 +133,10 @@ __device__ float applyUnary(UnaryOp op, float x, float p, float q) {
     return expf(x);
   case UnaryOp::Log:
     return logf(x);
+  case UnaryOp::RoundBfloat16:
+    return roundToBfloat16(x);
+  case UnaryOp::RoundFloat16:
+    return roundToFloat16(x);
   default:
     return 0.5f * x *
            (1.0f + tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
@@ -309,6 +316,11 @@ void registerActivations(KernelRegistry &registry) {
   addUnary(registry, "abs", fixed(UnaryOp::Abs));
   addUnary(registry, "exp", fixed(UnaryOp::Exp));
   addUnary(registry, "log", fixed(UnaryOp::Log));
+  addUnary(registry, "round_to", [](const KernelArgs &args) {
+    return ops::RoundToAttributes::read(args).format == "bf16"
+               ? UnaryOp::RoundBfloat16
+               : UnaryOp::RoundFloat16;
+  });
   addUnary(registry, "clip", fixed(UnaryOp::Clip), [](const KernelArgs &args) {
     ops::ClipAttributes attrs = ops::ClipAttributes::read(args);
     return std::pair<float, float>(static_cast<float>(attrs.min),

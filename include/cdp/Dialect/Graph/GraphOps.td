@@ -354,6 +354,26 @@ def CDP_GeluOp : CDP_BaseOp<"gelu", [CDP_ElementwiseInPlace, CDP_Differentiable,
   let hasVerifier = 1;
 }
 
+def CDP_RoundToOp : CDP_BaseOp<"round_to", [CDP_ElementwiseInPlace, CDP_Differentiable, Pure, SameOperandsAndResultType, InferTypeOpInterface]> {
+  let summary = "rounds float32 values to bf16 or fp16, kept in float32";
+  let description = [{
+    Each value rounded to the nearest value of `format` ("bf16" or "f16"),
+    ties to even, NaN kept and, for f16, magnitudes past its largest finite
+    value becoming infinities, as PyTorch's `.to(torch.bfloat16)` and
+    `.to(torch.float16)` round. The result stays float32 storage: the
+    mixed-precision pass (cdp-autocast) puts it where PyTorch's autocast
+    computes in the narrow type, so float32 arithmetic between roundings
+    gives autocast's values. Its gradient passes unchanged, as that of
+    `.to(torch.bfloat16)`: autodiff rounds every gradient contribution that
+    reaches a narrow tensor (this op's result, or a result cdp-autocast
+    marks `cdp.narrow`), as autograd keeps a bf16 tensor's gradient bf16.
+  }];
+  let arguments = (ins CDP_F32Tensor:$input, StrAttr:$format);
+  let results = (outs CDP_F32Tensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($output)";
+  let hasVerifier = 1;
+}
+
 def CDP_AddOp : CDP_BroadcastOp<"add", "Add">;
 def CDP_SubOp : CDP_BroadcastOp<"sub", "Sub">;
 def CDP_MulOp : CDP_BroadcastOp<"mul", "Mul">;

@@ -1,0 +1,53 @@
+//===- NarrowFloatTest.cpp - cdp.round_to's arithmetic --------------------===//
+//
+// Values worked by hand from the formats: bf16 keeps 8 significant bits
+// (1 + 7 stored), fp16 11 (1 + 10) down to 2^-14 and steps of 2^-24 below,
+// its largest finite value 65504; both round to nearest, ties to even.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kernels/NarrowFloat.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+namespace {
+
+using cdp::roundToBfloat16;
+using cdp::roundToFloat16;
+
+TEST(NarrowFloat, Bfloat16KeepsEightBitsTiesToEven) {
+  EXPECT_EQ(roundToBfloat16(1.0f), 1.0f);
+  // Steps of 2^-7 above 1: 1 + 2^-8 is a tie, to the even 1; 1 + 3 * 2^-8
+  // ties to the even 1 + 2^-6 (1 + 2^-7 is odd).
+  EXPECT_EQ(roundToBfloat16(1.0f + 0x1p-8f), 1.0f);
+  EXPECT_EQ(roundToBfloat16(1.0f + 3 * 0x1p-8f), 1.0f + 0x1p-6f);
+  EXPECT_EQ(roundToBfloat16(1.0f + 0x1p-8f + 0x1p-20f), 1.0f + 0x1p-7f);
+  EXPECT_EQ(roundToBfloat16(-3.14159265f), -3.140625f);
+  EXPECT_EQ(roundToBfloat16(1e-40f), 1e-40f - std::fmod(1e-40f, 0x1p-133f));
+  // Past the largest bf16 (about 3.39e38) float32's largest rounds up to
+  // infinity; NaN stays NaN.
+  EXPECT_EQ(roundToBfloat16(std::numeric_limits<float>::max()), INFINITY);
+  EXPECT_TRUE(std::isnan(roundToBfloat16(NAN)));
+  EXPECT_EQ(roundToBfloat16(-INFINITY), -INFINITY);
+}
+
+TEST(NarrowFloat, Float16OverflowsAndStepsBelowItsNormals) {
+  EXPECT_EQ(roundToFloat16(1.0f + 0x1p-11f), 1.0f); // tie, to even
+  EXPECT_EQ(roundToFloat16(1.0f + 3 * 0x1p-11f), 1.0f + 0x1p-9f);
+  EXPECT_EQ(roundToFloat16(0.1f), 0.0999755859375f);
+  EXPECT_EQ(roundToFloat16(65504.0f), 65504.0f);
+  EXPECT_EQ(roundToFloat16(65519.0f), 65504.0f);
+  EXPECT_EQ(roundToFloat16(65520.0f), INFINITY); // tie, to the even 2^16
+  EXPECT_EQ(roundToFloat16(-1e6f), -INFINITY);
+  // Subnormals: multiples of 2^-24; 1.5 steps ties to the even 2 steps,
+  // half a step to the even 0.
+  EXPECT_EQ(roundToFloat16(1.5f * 0x1p-24f), 2 * 0x1p-24f);
+  EXPECT_EQ(roundToFloat16(0.5f * 0x1p-24f), 0.0f);
+  EXPECT_EQ(roundToFloat16(0x1p-14f - 0x1p-26f), 0x1p-14f);
+  EXPECT_TRUE(std::isnan(roundToFloat16(NAN)));
+}
+
+} // namespace
