@@ -99,6 +99,11 @@ void buildTrainingPipeline(OpPassManager &pm,
   loss.classAxis = config.classAxis;
   loss.ignoreIndex = config.ignoreIndex;
   pm.addPass(createAttachLoss(loss));
+  if (!config.autocast.empty()) {
+    AutocastOptions autocast;
+    autocast.precision = config.autocast;
+    pm.addPass(createAutocast(autocast));
+  }
   addPartition(pm, config);
   AutodiffOptions autodiff;
   autodiff.freeze = config.freeze;
@@ -253,6 +258,10 @@ struct StrategyPipelineOptions
                      "recompute element-wise, softmax and attention "
                      "products")),
       llvm::cl::init(Recompute::None)};
+  Option<std::string> precision{
+      *this, "precision",
+      llvm::cl::desc("fp32 (default), or bf16: cdp-autocast before autodiff"),
+      llvm::cl::init("fp32")};
   Option<bool> planMemory{*this, "plan-memory",
                           llvm::cl::desc("End with cdp-plan-memory"),
                           llvm::cl::init(true)};
@@ -285,6 +294,8 @@ struct StrategyPipelineOptions
         std::nullopt, RecomputeMode::Stage, RecomputeMode::Layer,
         RecomputeMode::Selective};
     config.recompute = modes[static_cast<int>(recompute.getValue())];
+    if (precision != "fp32")
+      config.autocast = precision == "fp16" ? "f16" : precision.getValue();
     config.density = density;
     config.denseBelow = denseBelow;
     config.sparseResidual = residual;

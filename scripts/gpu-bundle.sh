@@ -151,6 +151,9 @@ for model in gpt2-ts llama-ts bert-ts t5-ts lstm-ts; do
   add_hf_case "hf-$model" "$model"
 done
 add_hf_case hf-llama-ts-dp llama-ts --strategy dp --devices 2
+# --precision bf16: the roundings (round_to) on the GPU against the CPU's.
+add_hf_case hf-gpt2-ts-bf16 gpt2-ts --precision bf16
+add_case resnet-bf16 resnet --precision bf16
 
 cp scripts/gpu/compare_params.py "$OUT/"
 cp scripts/gpu/run-gpu-checks.sh "$OUT/"

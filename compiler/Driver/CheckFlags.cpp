@@ -234,7 +234,7 @@ static void readImportFlags(Settings &settings) {
         "or --emit=mlir to print IR");
 }
 
-/// --recompute and --offload.
+/// --recompute, --precision and --offload.
 static void checkMemoryFlags(Settings &settings) {
   static const std::pair<const char *, cdp::RecomputeMode> modes[] = {
       {"stage", cdp::RecomputeMode::Stage},
@@ -246,6 +246,13 @@ static void checkMemoryFlags(Settings &settings) {
   if (!settings.recompute && recompute != "none")
     die("--recompute takes none, stage, layer or selective, got '" + recompute +
         "'");
+  if (precision == "bf16")
+    settings.autocast = "bf16";
+  else if (precision == "fp16")
+    die("--precision fp16 needs dynamic loss scaling, which is not built "
+        "yet; use --precision bf16 (same range as float32, no scaling)");
+  else if (precision != "fp32")
+    die("--precision takes fp32, bf16 or fp16, got '" + precision + "'");
   if (offload && backendName == "cuda")
     die("--offload (activations to host memory between their forward and "
         "backward) is not implemented: the CUDA backend keeps every "
@@ -296,7 +303,8 @@ static void checkMeaningfulFlags(Settings &settings,
                                               &loss,
                                               &lossOutput,
                                               &labelsName,
-                                              &recompute})
+                                              &recompute,
+                                              &precision})
       if (given(*flag))
         refuse(*flag, "training plans, not --inference");
   if (std::string problem = cdp::checkFeatures(request, settings.layout);

@@ -96,6 +96,7 @@ static cdp::TrainingPipelineConfig pipelineConfigFor(const Settings &settings) {
   config.sparseResidual = settings.layout.sparseResidual;
   config.layerReuse = settings.layout.layerReuse;
   config.recompute = settings.recompute;
+  config.autocast = settings.autocast;
   config.microBatches = settings.layout.microBatches;
   config.replicas = settings.layout.replicas;
   config.cdpRule = cdpRule;

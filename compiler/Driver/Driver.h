@@ -86,6 +86,7 @@ extern cl::opt<std::string> denseBelow;
 extern cl::opt<std::string> sparseBaseline;
 extern cl::opt<std::string> memoryReuse;
 extern cl::opt<std::string> recompute;
+extern cl::opt<std::string> precision;
 extern cl::opt<bool> offload;
 extern cl::opt<bool> inference;
 extern cl::opt<std::string> loss;
@@ -139,6 +140,8 @@ struct Settings {
   int64_t lrPeriod = 1, warmup = 0;
   /// --recompute (none: unset).
   std::optional<cdp::RecomputeMode> recompute;
+  /// --precision's narrow format for cdp-autocast ("": float32).
+  std::string autocast;
   cdp::ImportOptions import;
 };
 

@@ -222,6 +222,16 @@ cl::opt<std::string> recompute(
              "the step time it costs"),
     cl::value_desc("none|stage|layer|selective"), cl::init("none"),
     cl::cat(category));
+cl::opt<std::string> precision(
+    "precision",
+    cl::desc("fp32 (default) or bf16: mixed precision as PyTorch's autocast "
+             "on a GPU: matrix products and convolutions in bf16 with "
+             "float32 accumulation, softmax, norms, reductions and losses "
+             "in float32, float32 master weights and optimizer state, "
+             "gradients of bf16 tensors in bf16. The CPU backend computes "
+             "in float32 and rounds to bf16 at the same points. fp16 (with "
+             "dynamic loss scaling) is not built yet"),
+    cl::value_desc("fp32|bf16|fp16"), cl::init("fp32"), cl::cat(category));
 cl::opt<bool> offload(
     "offload",
     cl::desc("Move activations to host memory between their last forward "

@@ -49,6 +49,10 @@ RUN_ORDER = [
     "--feed labels=labels.npy --steps 100",
     "cdp-compile gpt2.onnx -o gpt2-1f1b.cdp --class-axis last --trainable-from trainable.txt "
     "--strategy 1f1b --stages 2 --micro-batches 2 --recompute layer --report gpt2-1f1b.json",
+    "cdp-compile gpt2.onnx -o gpt2-bf16.cdp --class-axis last --trainable-from trainable.txt "
+    "--lr 0.1 --precision bf16",
+    "cdp-run gpt2-bf16.cdp --steps 3 --feed input_ids=ids.npy --feed attention_mask=mask.npy "
+    "--feed labels=labels.npy",
     "cdp-compile model.onnx -o model.cdp --optimizer momentum --lr 0.01",
     "cdp-run model.cdp --data fashion-mnist --epochs 1 --eval",
     "cdp-run model.cdp --feed input=x.npy --feed labels=y.npy --steps 100 "

@@ -13,17 +13,46 @@ ArrayRef<int64_t> GradientBuilder::shapeOf(Value value) {
   return cast<RankedTensorType>(value.getType()).getShape();
 }
 
+/// The narrow format `value` holds under mixed precision (a cdp.round_to's
+/// result, or one cdp-autocast marked `cdp.narrow` because its op only
+/// moves narrow values), or null.
+static StringAttr narrowFormatOf(Value value) {
+  Operation *op = value.getDefiningOp();
+  if (!op || !cast<RankedTensorType>(value.getType()).getElementType().isF32())
+    return nullptr;
+  if (auto round = dyn_cast<RoundToOp>(op))
+    return round.getFormatAttr();
+  return op->getAttrOfType<StringAttr>("cdp.narrow");
+}
+
+Value GradientBuilder::roundTo(Value value, StringAttr format) {
+  if (auto round = value.getDefiningOp<RoundToOp>())
+    if (round.getFormatAttr() == format)
+      return value;
+  return make(RoundToOp::getOperationName(), {value}, {attr("format", format)});
+}
+
 void GradientBuilder::add(Value value, Value grad) {
   if (!grad || !needsGrad.contains(value))
     return;
+  // A narrow tensor's gradient is narrow, as autograd's: each contribution
+  // and each partial sum rounded.
+  StringAttr narrow = narrowFormatOf(value);
+  if (narrow)
+    grad = roundTo(grad, narrow);
   auto it = grads.find(value);
   if (it == grads.end()) {
     grads[value] = grad;
     return;
   }
   Value previous = it->second;
-  it->second = make(AddOp::getOperationName(), {previous, grad});
-  placeAfterBoth(it->second, previous);
+  Value sum = make(AddOp::getOperationName(), {previous, grad});
+  placeAfterBoth(sum, previous);
+  if (narrow && sum) {
+    sum = roundTo(sum, narrow);
+    placeAfterBoth(sum, previous);
+  }
+  it->second = sum;
 }
 
 /// A sum of contributions from two stages runs in the one whose backward

@@ -60,6 +60,13 @@ LogicalResult IdentityOp::buildGradient(GradientBuilder &g) {
   return g.status();
 }
 
+/// As `.to(torch.bfloat16)`'s backward: the gradient, narrow already (the
+/// builder rounds what reaches a narrow value), passed to the float32 input.
+LogicalResult RoundToOp::buildGradient(GradientBuilder &g) {
+  g.add(getInput(), g.gradOf(getOutput()));
+  return g.status();
+}
+
 LogicalResult ClipOp::buildGradient(GradientBuilder &g) {
   return g.unary(g.gradOf(getOutput()), getInput(), "clip",
                  {getMin().convertToFloat(), getMax().convertToFloat()});

@@ -160,6 +160,46 @@ def Recompute : Pass<"cdp-recompute", "mlir::ModuleOp"> {
   ];
 }
 
+def Autocast : Pass<"cdp-autocast", "mlir::ModuleOp"> {
+  let summary = "Mixed precision: rounds to bf16 or fp16 where PyTorch's autocast computes in it";
+  let description = [{
+    Runs on the forward graph with its loss, before autodiff, and inserts
+    `cdp.round_to` (values rounded to `precision`, kept in float32) so that
+    float32 arithmetic gives what autocast computes on a GPU (its CUDA op
+    lists):
+
+    - matrix products and convolutions (`cdp.matmul`, `cdp.gemm`,
+      `cdp.conv`) read their float operands rounded (weights too: the
+      float32 parameters stay the master copy) and their results are
+      rounded: narrow products, float32 sums. A MatMul whose only reader
+      adds a rank-1 parameter (a linear layer's bias, exported as MatMul +
+      Add) is rounded once, after the add, as torch's addmm. A product of
+      neither the float inputs nor the weights (position tables made from
+      buffers and integer positions) stays float32;
+    - softmax, log-softmax, layer norm, sums, cumulative sums, exp, log,
+      pow, reciprocal and the losses keep float32: they read narrow values
+      as they are and their results are not rounded;
+    - batch norm is narrow when its input is (float32 parameters and
+      statistics inside);
+    - every other op follows its operands: narrow when all its float
+      operands are (scalar constants do not count, as a Python scalar does
+      not promote a tensor), its results rounded, except for ops that only
+      move or select values (reshape, transpose, slice, concat, gather,
+      relu, max pool, where, min, max, ...), whose results are narrow
+      already and marked `cdp.narrow`; a float32 tensor operand makes the op
+      float32, as torch's type promotion does.
+
+    Autodiff rounds every gradient contribution that reaches a narrow value
+    (and each partial sum), as autograd keeps a bf16 tensor's gradient
+    bf16; the parameters' gradients reach the optimizer in float32.
+  }];
+  let options = [
+    Option<"precision", "precision", "std::string", "\"bf16\"",
+           "bf16 or f16">,
+  ];
+  let dependentDialects = ["cdp::CDPDialect"];
+}
+
 def FuseLayerNorm : Pass<"cdp-fuse-layer-norm", "mlir::ModuleOp"> {
   let summary = "Replaces a decomposed LayerNorm (as torch exports it below opset 17) with cdp.layer_norm";
   let description = [{

@@ -83,6 +83,8 @@ struct TrainingPipelineConfig {
   bool layerReuse = false;
   /// --recompute: cdp-recompute after autodiff (none without it).
   std::optional<RecomputeMode> recompute;
+  /// --precision bf16 (or f16): cdp-autocast before autodiff ("": float32).
+  std::string autocast;
 };
 
 /// Appends the training passes of `config.strategy` to `pm` (a pass manager

@@ -36,6 +36,8 @@ public:
   /// what makes tied weights and skip connections right); ignored when
   /// `value` needs none or `grad` is null.
   void add(mlir::Value value, mlir::Value grad);
+  /// `value` rounded to `format` (itself where it is such a rounding).
+  mlir::Value roundTo(mlir::Value value, mlir::StringAttr format);
 
   /// Builds op `name` with inferred result types; on failure reports it
   /// against the origin, returns null, and `status()` fails from then on.

@@ -1,0 +1,131 @@
+#!/usr/bin/python3
+"""Trains models with `cdp-compile --precision bf16` and compares with
+PyTorch's autocast.
+
+Usage: check_autocast.py CDP_BIN_DIR WORK_DIR CASE [CASE ...] [--strategies]
+
+A CASE is an e2e model of data/ (mlp, lenet, resnet, transformer) or a
+transformer of ../hf/data (gpt2-ts, llama-ts, bert-ts, vit-ts), each with
+the autocast.npz make_autocast_data.py made: PyTorch's parameters after 3
+SGD steps under torch.autocast with the GPU's op lists (`bf16/NAME`) and in
+float32 (`f32/NAME`). cdp trains the same steps with --precision bf16 and
+without. Distances are L2 over every parameter's elements together; A is
+autocast's own effect, |torch bf16 - torch f32|. Two checks:
+
+  near:   |cdp bf16 - torch bf16| <= the case's bound x A
+  rounds: |cdp bf16 - cdp f32|   >= 0.25 x A  (bf16 really applied)
+
+The bound, for the e2e models, whose exports keep every op autocast sees:
+0.05, or twice PyTorch's own spread (the distance its bf16 run moves with
+its native convolutions instead of oneDNN's, autocast.npz's `spread`) where
+that is larger: the ResNet's batch norms carry one changed rounding to a
+whole channel, so two correct implementations differ by half the effect
+there. For the transformers: 1.0, as their eager code casts where their
+float32 exports cannot show it (Llama's rotary tables and RMSNorm are cast
+to the input's type), so the two runs round at some different points and
+agree to the spread of bf16 rounding. (A float32 run also lies within 1.0 x
+A of torch's bf16 run, hence the second check.) With --strategies, each
+case's bf16 run is also repeated as `1f1b --stages 2` (one micro-batch)
+and as `cdp --devices 1`, which compute the same sums in the same order:
+their parameters must equal the single device's bit for bit (the roundings
+survive partitioning, stage sends and the strategies' updates). One line
+per check; exits 1 on a failure.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "hf"))
+import check_hf  # noqa: E402
+
+E2E_BOUND = 0.05
+HF_BOUND = 1.0
+ROUNDS = 0.25
+STRATEGIES = [("1f1b2", ["--strategy", "1f1b", "--stages", "2", "--micro-batches", "1"]),
+              ("cdp1", ["--strategy", "cdp", "--devices", "1"])]
+
+
+def run_e2e(bin_dir, name, work, flags):
+    folder = os.path.join(HERE, "data", name)
+    plan = os.path.join(work, "plan.cdp")
+    extra = {"transformer": ["--batch-axis", "input=1"],
+             "mlp": ["--batch-size", "8"]}.get(name, [])
+    check_hf.run([os.path.join(bin_dir, "cdp-compile"), os.path.join(folder, "model.onnx"),
+                  "-o", plan, "--optimizer", "sgd", "--lr", "0.1"] + extra + flags)
+    dump = os.path.join(work, "params")
+    check_hf.run([os.path.join(bin_dir, "cdp-run"), plan, "--steps", "3",
+                  "--feed", "input=" + os.path.join(folder, "x.npy"),
+                  "--feed", "labels=" + os.path.join(folder, "y.npy"),
+                  "--dump-params", dump])
+    index = json.load(open(os.path.join(dump, "index.json")))
+    return {k: np.load(os.path.join(dump, v)).astype(np.float64) for k, v in index.items()}
+
+
+def run_case(bin_dir, case, work, flags):
+    if os.path.isdir(os.path.join(HERE, "data", case)):
+        return run_e2e(bin_dir, case, work, flags)
+    folder = os.path.join(check_hf.HERE, "data", case)
+    return check_hf.by_torch_name(check_hf.train(bin_dir, folder, work, flags, 3), folder)
+
+
+def check(bin_dir, root, case, strategies):
+    e2e = os.path.isdir(os.path.join(HERE, "data", case))
+    folder = os.path.join(HERE if e2e else check_hf.HERE, "data", case)
+    ref = np.load(os.path.join(folder, "autocast.npz"))
+    names = [k.split("/", 1)[1] for k in ref.files if k.startswith("bf16/")]
+    runs = {}
+    for label, flags in (("bf16", ["--precision", "bf16"]), ("f32", [])):
+        work = os.path.join(root, case, label)
+        os.makedirs(work, exist_ok=True)
+        runs[label] = run_case(bin_dir, case, work, flags)
+    missing = [n for n in names if n not in runs["bf16"]]
+    if missing:
+        print("FAIL %s: cdp trained no %s" % (case, missing[:3]))
+        return False
+
+    def distance(a, b):
+        return np.sqrt(sum(((a(n) - b(n)) ** 2).sum() for n in names))
+    effect = distance(lambda n: ref["bf16/" + n], lambda n: ref["f32/" + n])
+    near = distance(lambda n: runs["bf16"][n], lambda n: ref["bf16/" + n]) / effect
+    rounds = distance(lambda n: runs["bf16"][n], lambda n: runs["f32"][n]) / effect
+    bound = max(E2E_BOUND, 2 * float(ref["spread"]) / effect) if e2e else HF_BOUND
+    if strategies:
+        for label, flags in STRATEGIES:
+            work = os.path.join(root, case, label)
+            os.makedirs(work, exist_ok=True)
+            other = run_case(bin_dir, case, work, ["--precision", "bf16"] + flags)
+            same = all(np.array_equal(other[n], runs["bf16"][n]) for n in names)
+            print("%s %s bf16 %s: %s the single device's" % (
+                "ok  " if same else "FAIL", case, label,
+                "equal to" if same else "differs from"), flush=True)
+            if not same:
+                return False
+    ok = near <= bound and rounds >= ROUNDS
+    print("%s %s bf16: %.3g x autocast's effect from torch bf16 (<= %g); "
+          "%.3g x from cdp float32 (>= %g); effect %.3g" % (
+              "ok  " if ok else "FAIL", case, near, bound, rounds, ROUNDS, effect),
+          flush=True)
+    return ok
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    strategies = "--strategies" in sys.argv
+    bin_dir, root, cases = args[0], args[1], args[2:]
+    passed = 0
+    for case in cases:
+        try:
+            passed += check(bin_dir, root, case, strategies)
+        except RuntimeError as error:
+            print("FAIL %s: %s" % (case, error))
+    print("%d of %d models match" % (passed, len(cases)))
+    sys.exit(0 if passed == len(cases) else 1)
+
+
+if __name__ == "__main__":
+    main()
