@@ -197,6 +197,16 @@ private:
   Value narrowed(Value value, Operation *reader) {
     if (narrow.contains(value))
       return value;
+    // A weight transposed for its product only (x @ W^T as exported):
+    // round the weight and let the transpose move narrow values, so that
+    // cdp-fold-transpose still folds it into the product.
+    if (auto transpose = value.getDefiningOp<TransposeOp>())
+      if (value.hasOneUse()) {
+        transpose->setOperand(0, narrowed(transpose.getInput(), transpose));
+        transpose->setAttr("cdp.narrow", format);
+        narrow.insert(value);
+        return value;
+      }
     Value &copy = copies[value];
     if (!copy) {
       builder.setInsertionPoint(reader);

@@ -1,5 +1,6 @@
 // RUN: cdp-opt %s -split-input-file -cdp-autocast | FileCheck %s
 // RUN: cdp-opt %s -split-input-file -cdp-autocast -cdp-autodiff | FileCheck %s --check-prefix=GRAD
+// RUN: cdp-opt %s -split-input-file -cdp-autocast -cdp-autodiff -cdp-fold-transpose | FileCheck %s --check-prefix=FOLD
 // RUN: not cdp-opt %s -split-input-file -cdp-autocast=precision=fp8 2>&1 | FileCheck %s --check-prefix=BAD
 // BAD: error: precision must be bf16 or f16, got 'fp8'
 
@@ -84,5 +85,27 @@ func.func @main(%x: tensor<2x2xf32>, %positions: tensor<2x1xi64>) -> (tensor<f32
   %table = cdp.matmul %pos, %freq : (tensor<2x1xf32>, tensor<1x2xf32>) -> tensor<2x2xf32>
   %all = cdp.add %sum, %table : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
   %l = cdp.reduce_sum %all {axes = array<i64>, keepdims = false} : (tensor<2x2xf32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// Tests a weight transposed for its product only (x @ W^T, as torch
+// exports a Linear over a sequence): the weight is rounded and the
+// transpose moves narrow values, so that cdp-fold-transpose still folds it
+// into the product.
+// CHECK-LABEL: func.func @main
+// CHECK: %[[W:.+]] = cdp.param "w"
+// CHECK: %[[WR:.+]] = cdp.round_to %[[W]] {format = "bf16"}
+// CHECK: %[[WT:.+]] = cdp.transpose %[[WR]] {cdp.narrow = "bf16"
+// CHECK: cdp.matmul %{{.+}}, %[[WT]]
+// FOLD-LABEL: func.func @main
+// FOLD-NOT: cdp.transpose
+// FOLD: cdp.matmul %{{.+}}, %{{.+}} {trans_b = true} : (tensor<2x3xf32>, tensor<4x3xf32>)
+func.func @main(%x: tensor<2x3xf32>) -> (tensor<f32> {cdp.name = "loss"}) attributes {cdp.loss_index = 0 : i64} {
+  %w = cdp.param "w" : tensor<4x3xf32>
+  %wt = cdp.transpose %w {perm = array<i64: 1, 0>} : (tensor<4x3xf32>) -> tensor<3x4xf32>
+  %y = cdp.matmul %x, %wt : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x4xf32>
+  %l = cdp.reduce_sum %y {axes = array<i64>, keepdims = false} : (tensor<2x4xf32>) -> tensor<f32>
   return %l : tensor<f32>
 }
