@@ -2,6 +2,7 @@
 """Training step time of cdp against PyTorch (Debian's torch, CPU).
 
 Usage: bench/train_step.py [--build build] [--threads N] [--steps S]
+                           [--precision fp32|bf16]
 
 For each reference model (MLP, LeNet-style CNN, ResNet with BatchNorm,
 transformer encoder block) at its export batch size: exports it, compiles a
@@ -9,7 +10,8 @@ cdp SGD plan, times S steps of `cdp-run --feed` (the mean step time cdp
 reports in its metrics, warm-up step excluded), and times S steps of the
 same model and optimizer in PyTorch with the same thread count, in this one
 run. Prints a table with the ratio cdp / torch (lower is better; the target
-is <= 1.0).
+is <= 1.0). With --precision bf16, cdp's plans are compiled with it and
+PyTorch's step runs under torch.autocast("cpu", dtype=torch.bfloat16).
 """
 
 import argparse
@@ -37,16 +39,22 @@ def mean_step_time(step, steps):
     return (time.perf_counter() - start) / steps
 
 
+PRECISION = "fp32"
+
+
 def torch_model_step_time(model, x, y, threads, steps):
     """PyTorch's SGD step (zero_grad, forward, cross-entropy, backward,
-    step) on one fixed batch."""
+    step) on one fixed batch, under autocast with --precision bf16."""
     torch.set_num_threads(threads)
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    bf16 = PRECISION == "bf16"
 
     def step():
         opt.zero_grad(set_to_none=True)
-        torch.nn.functional.cross_entropy(model(x), y).backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
         opt.step()
 
     return mean_step_time(step, steps)
@@ -69,7 +77,8 @@ def compile_plan(name, build, work, batch=8):
     np.save(os.path.join(work, name + "-x.npy"), np.random.randn(*example.shape).astype(np.float32))
     np.save(os.path.join(work, name + "-y.npy"), np.random.randint(0, 10, batch).astype(np.int64))
     plan = os.path.join(work, name + ".cdp")
-    args = [os.path.join(build, "bin", "cdp-compile"), path, "-o", plan, "--lr", "0.01"]
+    args = [os.path.join(build, "bin", "cdp-compile"), path, "-o", plan, "--lr", "0.01",
+            "--precision", PRECISION]
     if name == "transformer":
         args += ["--batch-axis", "input=1"]
     if name == "mlp":
@@ -102,8 +111,12 @@ def main():
     parser.add_argument("--build", default="build")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     args = parser.parse_args()
-    print("threads %d, steps %d, torch %s" % (args.threads, args.steps, torch.__version__))
+    global PRECISION
+    PRECISION = args.precision
+    print("threads %d, steps %d, torch %s, precision %s" % (
+        args.threads, args.steps, torch.__version__, PRECISION))
     print("%-12s %6s %14s %14s %8s" % ("model", "batch", "cdp ms/step", "torch ms/step", "ratio"))
     with tempfile.TemporaryDirectory() as work:
         for name in ["mlp", "lenet", "resnet", "transformer"]:
