@@ -33,16 +33,19 @@ CDP_HOST_DEVICE inline float floatOf(uint32_t bits) {
 
 /// Keeps the top 32 - `dropped` bits of `x`'s pattern, rounding the rest to
 /// nearest, ties to even (a carry into the exponent is the right result,
-/// up to infinity).
+/// up to infinity); a NaN is kept as it is. Branch-free, so that the
+/// kernels' loops vectorize.
 CDP_HOST_DEVICE inline float roundDroppingBits(float x, int dropped) {
   uint32_t bits = bitsOf(x);
   uint32_t half = (1u << (dropped - 1)) - 1;
-  bits += half + ((bits >> dropped) & 1u);
-  return floatOf(bits & ~((1u << dropped) - 1u));
+  uint32_t rounded =
+      (bits + half + ((bits >> dropped) & 1u)) & ~((1u << dropped) - 1u);
+  bool isNaN = (bits & 0x7FFFFFFFu) > 0x7F800000u;
+  return floatOf(isNaN ? bits : rounded);
 }
 
 CDP_HOST_DEVICE inline float roundToBfloat16(float x) {
-  return x != x ? x : roundDroppingBits(x, 16);
+  return roundDroppingBits(x, 16);
 }
 
 CDP_HOST_DEVICE inline float roundToFloat16(float x) {

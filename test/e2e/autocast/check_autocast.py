@@ -28,8 +28,11 @@ A of torch's bf16 run, hence the second check.) With --strategies, each
 case's bf16 run is also repeated as `1f1b --stages 2` (one micro-batch)
 and as `cdp --devices 1`, which compute the same sums in the same order:
 their parameters must equal the single device's bit for bit (the roundings
-survive partitioning, stage sends and the strategies' updates). One line
-per check; exits 1 on a failure.
+survive partitioning, stage sends and the strategies' updates); and GPT-2
+runs 2 steps of two micro-batches as dp on 2 devices, with ZeRO 1, 2 and 3,
+as 1f1b and zb-h1 on 2 stages, which must all equal dp's bit for bit (the
+rounded weight copies read from gathered shards, the stage gradients
+accumulated over micro-batches). One line per check; exits 1 on a failure.
 """
 
 import json
@@ -46,6 +49,12 @@ import check_hf  # noqa: E402
 E2E_BOUND = 0.05
 HF_BOUND = 1.0
 ROUNDS = 0.25
+# Two micro-batches a step, summed the same way by each.
+SAME_AS_DP = [("dp2-zero1", ["--strategy", "dp", "--devices", "2", "--zero", "1"]),
+              ("dp2-zero2", ["--strategy", "dp", "--devices", "2", "--zero", "2"]),
+              ("dp2-zero3", ["--strategy", "dp", "--devices", "2", "--zero", "3"]),
+              ("1f1b-2x2", ["--strategy", "1f1b", "--stages", "2", "--micro-batches", "2"]),
+              ("zb-h1-2x2", ["--strategy", "zb-h1", "--stages", "2", "--micro-batches", "2"])]
 STRATEGIES = [("1f1b2", ["--strategy", "1f1b", "--stages", "2", "--micro-batches", "1"]),
               ("cdp1", ["--strategy", "cdp", "--devices", "1"])]
 
@@ -71,6 +80,28 @@ def run_case(bin_dir, case, work, flags):
         return run_e2e(bin_dir, case, work, flags)
     folder = os.path.join(check_hf.HERE, "data", case)
     return check_hf.by_torch_name(check_hf.train(bin_dir, folder, work, flags, 3), folder)
+
+
+def check_same_as_dp(bin_dir, root, case):
+    """GPT-2's bf16 step of two micro-batches under dp, ZeRO and the
+    pipelines: bit for bit dp's."""
+    def train(label, flags, precision="bf16"):
+        work = os.path.join(root, case, label)
+        os.makedirs(work, exist_ok=True)
+        folder = os.path.join(check_hf.HERE, "data", case)
+        return check_hf.train(bin_dir, folder, work, ["--precision", precision] + flags, 2)
+    dp = train("dp2", ["--strategy", "dp", "--devices", "2"])
+    fp32 = train("dp2-fp32", ["--strategy", "dp", "--devices", "2"], "fp32")
+    ok = any(not np.array_equal(fp32[n], dp[n]) for n in dp)
+    print("%s %s bf16 dp2: %s dp's float32 run" % ("ok  " if ok else "FAIL", case,
+                                                 "differs from" if ok else "equal to"))
+    for label, flags in SAME_AS_DP:
+        other = train(label, flags)
+        same = set(other) == set(dp) and all(np.array_equal(other[n], dp[n]) for n in dp)
+        print("%s %s bf16 %s: %s dp's" % ("ok  " if same else "FAIL", case, label,
+                                         "equal to" if same else "differs from"), flush=True)
+        ok &= same
+    return ok
 
 
 def check(bin_dir, root, case, strategies):
@@ -105,6 +136,8 @@ def check(bin_dir, root, case, strategies):
                 "equal to" if same else "differs from"), flush=True)
             if not same:
                 return False
+        if case == "gpt2-ts" and not check_same_as_dp(bin_dir, root, case):
+            return False
     ok = near <= bound and rounds >= ROUNDS
     print("%s %s bf16: %.3g x autocast's effect from torch bf16 (<= %g); "
           "%.3g x from cdp float32 (>= %g); effect %.3g" % (
