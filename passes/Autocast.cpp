@@ -248,9 +248,15 @@ struct AutocastPass : public cdp::impl::AutocastBase<AutocastPass> {
       return signalPassFailure();
     }
     auto func = getOperation().lookupSymbol<func::FuncOp>("main");
-    if (!func || !func->hasAttr("cdp.loss_index")) {
-      getOperation().emitError(
-          "@main has no loss; run cdp-attach-loss before cdp-autocast");
+    if (!func) {
+      getOperation().emitError("cdp-autocast needs @main");
+      return signalPassFailure();
+    }
+    // The forward only: autodiff derives the gradients' roundings from
+    // the forward's (an inference plan's forward is all there is).
+    if (!func.getOps<GradientOp>().empty()) {
+      func.emitError("@main is differentiated already; run cdp-autocast "
+                     "before cdp-autodiff");
       return signalPassFailure();
     }
     Autocaster(func, precision).run(func.getBody().front());

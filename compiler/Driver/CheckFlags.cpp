@@ -303,8 +303,7 @@ static void checkMeaningfulFlags(Settings &settings,
                                               &loss,
                                               &lossOutput,
                                               &labelsName,
-                                              &recompute,
-                                              &precision})
+                                              &recompute})
       if (given(*flag))
         refuse(*flag, "training plans, not --inference");
   if (std::string problem = cdp::checkFeatures(request, settings.layout);

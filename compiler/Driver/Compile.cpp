@@ -121,6 +121,11 @@ static mlir::LogicalResult runTrainingPasses(mlir::MLIRContext &context,
   // 1,024-device cdp compile, whose schedule holds 200,000 ops.
   pm.enableVerifier(false);
   if (inference) {
+    if (!settings.autocast.empty()) {
+      cdp::AutocastOptions autocast;
+      autocast.precision = settings.autocast;
+      pm.addPass(cdp::createAutocast(autocast));
+    }
     if (emit == "plan")
       pm.addPass(cdp::createPlanMemory());
   } else {

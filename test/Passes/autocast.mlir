@@ -3,6 +3,9 @@
 // RUN: cdp-opt %s -split-input-file -cdp-autocast -cdp-autodiff -cdp-fold-transpose | FileCheck %s --check-prefix=FOLD
 // RUN: not cdp-opt %s -split-input-file -cdp-autocast=precision=fp8 2>&1 | FileCheck %s --check-prefix=BAD
 // BAD: error: precision must be bf16 or f16, got 'fp8'
+// The gradients' roundings come from the forward's: after autodiff, refused.
+// RUN: not cdp-opt %s -split-input-file -cdp-autodiff -cdp-autocast 2>&1 | FileCheck %s --check-prefix=AFTER
+// AFTER: error: @main is differentiated already; run cdp-autocast before cdp-autodiff
 
 // Tests a linear layer (MatMul + Add of its bias), ReLU, a product and a
 // softmax under bf16: the products read rounded operands (the input, the

@@ -163,7 +163,8 @@ def Recompute : Pass<"cdp-recompute", "mlir::ModuleOp"> {
 def Autocast : Pass<"cdp-autocast", "mlir::ModuleOp"> {
   let summary = "Mixed precision: rounds to bf16 or fp16 where PyTorch's autocast computes in it";
   let description = [{
-    Runs on the forward graph with its loss, before autodiff, and inserts
+    Runs on the forward graph (with its loss when training; an inference
+    plan's forward alone), before autodiff, and inserts
     `cdp.round_to` (values rounded to `precision`, kept in float32) so that
     float32 arithmetic gives what autocast computes on a GPU (its CUDA op
     lists):
