@@ -48,11 +48,7 @@ def main():
     os.makedirs(work, exist_ok=True)
     model, example, _ = models.build(model_name)
     path = models.export(model_name, work)
-    import onnx
-    from onnx import numpy_helper
-    state = {t.name: torch.tensor(numpy_helper.to_array(t).copy())
-             for t in onnx.load(path).graph.initializer}
-    model.load_state_dict({k: state.get(k, v) for k, v in model.state_dict().items()})
+    models.load_exported(model, path)
     batch = example.shape[0]
     torch.manual_seed(3)
     x = torch.randn(M * STEPS * batch, *example.shape[1:])

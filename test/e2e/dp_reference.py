@@ -35,6 +35,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from export_torch_models import load_exported
+
 N, L, B, STEPS, LR, MOMENTUM = 4, 4, 4, 5, 0.05, 0.9
 CLIP = 0.0  # --clip: 0 is off
 ATOL, RTOL = 1e-5, 1e-4
@@ -162,12 +164,7 @@ def export_model(model_name, work, steps):
     torch.onnx.export(model, example, path, input_names=["input"], output_names=["logits"],
                       opset_version=14, training=torch.onnx.TrainingMode.TRAINING,
                       do_constant_folding=False)
-    import onnx
-    from onnx import numpy_helper
-    exported = onnx.load(path)
-    state = {t.name: torch.tensor(numpy_helper.to_array(t).copy())
-             for t in exported.graph.initializer}
-    model.load_state_dict({k: state.get(k, v) for k, v in model.state_dict().items()})
+    exported = load_exported(model, path)
     # Cut after the last node of each layer's block: the node just before
     # the next stage's first parameterised node.
     nodes = [n for n in exported.graph.node]

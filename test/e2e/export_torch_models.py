@@ -131,6 +131,20 @@ def export(name, out_dir, batch=8):
     return path
 
 
+def load_exported(model, path):
+    """Sets `model`'s parameters and buffers to the initializers of its ONNX
+    export at `path` (a training-mode export's trace ran a forward, which
+    moved BatchNorm's statistics; torch then starts where cdp does). Returns
+    the loaded ONNX model."""
+    import onnx
+    from onnx import numpy_helper
+    exported = onnx.load(path)
+    state = {t.name: torch.tensor(numpy_helper.to_array(t).copy())
+             for t in exported.graph.initializer}
+    model.load_state_dict({k: state.get(k, v) for k, v in model.state_dict().items()})
+    return exported
+
+
 def main():
     out_dir = sys.argv[1]
     os.makedirs(out_dir, exist_ok=True)

@@ -31,11 +31,7 @@ def main():
     torch.onnx.export(model, torch.randn(B, 1, 28, 28), path, input_names=["input"],
                       output_names=["logits"], opset_version=14,
                       training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
-    import onnx
-    from onnx import numpy_helper
-    state = {t.name: torch.tensor(numpy_helper.to_array(t).copy())
-             for t in onnx.load(path).graph.initializer}
-    model.load_state_dict({k: state.get(k, v) for k, v in model.state_dict().items()})
+    models.load_exported(model, path)
     initial = copy.deepcopy(model.state_dict())
     torch.manual_seed(3)
     x = torch.randn(M * STEPS * B, 1, 28, 28)

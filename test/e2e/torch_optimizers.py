@@ -88,12 +88,8 @@ STRATEGIES = {
 
 
 def torch_params(name, path, x, y, setting):
-    import onnx
-    from onnx import numpy_helper
     model = models.build(name)[0]
-    state = {t.name: torch.tensor(numpy_helper.to_array(t).copy())
-             for t in onnx.load(path).graph.initializer}
-    model.load_state_dict({k: state.get(k, v) for k, v in model.state_dict().items()})
+    models.load_exported(model, path)
     make_opt, make_sched, _ = SETTINGS[setting]
     named = list(model.named_parameters())
     opt = make_opt(named)

@@ -89,14 +89,7 @@ def main():
     os.makedirs(work, exist_ok=True)
     model, example, _ = models.build(name)
     path = models.export(name, work)
-    # Start torch from exactly the exported initializers (the export's trace
-    # ran a training-mode forward, which moved BatchNorm statistics).
-    import onnx
-    from onnx import numpy_helper
-    exported = onnx.load(path)
-    state = {t.name: torch.tensor(numpy_helper.to_array(t).copy())
-             for t in exported.graph.initializer}
-    model.load_state_dict({k: state.get(k, v) for k, v in model.state_dict().items()})
+    models.load_exported(model, path)
 
     torch.manual_seed(1)
     x = torch.randn(*example.shape)

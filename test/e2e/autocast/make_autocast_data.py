@@ -195,10 +195,7 @@ def make_e2e(name):
                       output_names=["logits"], opset_version=14, dynamo=False,
                       training=torch.onnx.TrainingMode.TRAINING,
                       do_constant_folding=False, dynamic_axes=dynamic)
-    # Start from the exported initializers (the export's trace ran a
-    # training-mode forward, which moved BatchNorm's statistics).
-    state = {k: torch.tensor(v) for k, v in initializers(path).items()}
-    model.load_state_dict({k: state.get(k, v) for k, v in model.state_dict().items()})
+    models.load_exported(model, path)
     torch.manual_seed(1)
     x = torch.randn(*example.shape)
     batch = example.shape[1] if name == "transformer" else example.shape[0]
