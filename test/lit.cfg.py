@@ -27,6 +27,10 @@ config.substitutions.append(("%cdp_bin", config.cdp_tools_dir))
 config.substitutions.append(("%unit_bin", os.path.join(config.cdp_obj_root, "test", "unit")))
 config.substitutions.append(("%llvm_include", "/usr/lib/llvm-19/include"))
 llvm_config.add_tool_substitutions(["cdp-opt", "cdp-compile", "cdp-run"], [config.cdp_tools_dir])
+# PyTorch references that tests compute once and reuse (the plain and the
+# sanitized suites make the same ones): test/e2e/reference_cache.py.
+config.environment["CDP_REFERENCE_CACHE"] = os.path.join(
+    config.cdp_src_root, ".cache", "test-references")
 
 # Tests under mpirun: where the build has the MPI fabric and mpirun is
 # there. Open MPI refuses root unless told (CI runs as root), and the

@@ -14,49 +14,39 @@ Usage: accumulate_reference.py [--clip X] BIN_DIR WORK_DIR [MODEL [STRATEGY [STA
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 import numpy as np
-import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import export_torch_models as models  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import reference_cache  # noqa: E402
 
 STEPS, LR = 3, 0.1
 
 
-def main():
-    clip = 0.0
-    if "--clip" in sys.argv:
-        at = sys.argv.index("--clip")
-        clip = float(sys.argv[at + 1])
-        del sys.argv[at:at + 2]
+def reference(model_name, strategy, M, clip, into):
+    """PyTorch's side, written to `into`: the export (model.onnx), the
+    batches (x.npy, y.npy), the parameters after STEPS steps (final.npz)
+    and reference.json (their names, how many steps clipped, 2bw's gap from
+    the synchronous run)."""
+    import torch
+    import export_torch_models as models
     clipped = [0]
-    bin_dir, work = sys.argv[1:3]
-    model_name = sys.argv[3] if len(sys.argv) > 3 else "lenet"
-    strategy = sys.argv[4] if len(sys.argv) > 4 else "single"
-    stages = int(sys.argv[5]) if len(sys.argv) > 5 else 4
-    M = int(sys.argv[6]) if len(sys.argv) > 6 else 3
-    # Replicas of the pipeline each run M micro-batches a step: the update
-    # averages all R x M, like one device accumulating R x M.
-    replicas = int(sys.argv[7]) if len(sys.argv) > 7 else 1
-    # Pinned cuts (ONNX node names) instead of the cost model's.
-    boundaries = sys.argv[8] if len(sys.argv) > 8 else ""
-    per_replica = M
-    M = M * replicas
-    os.makedirs(work, exist_ok=True)
     model, example, _ = models.build(model_name)
-    path = models.export(model_name, work)
+    path = models.export(model_name, into)
+    os.replace(path, os.path.join(into, "model.onnx"))
+    path = os.path.join(into, "model.onnx")
     models.load_exported(model, path)
     batch = example.shape[0]
     torch.manual_seed(3)
     x = torch.randn(M * STEPS * batch, *example.shape[1:])
     y = torch.randint(0, 10, (M * STEPS * batch,))
-    np.save(os.path.join(work, "x.npy"), x.numpy())
-    np.save(os.path.join(work, "y.npy"), y.numpy().astype(np.int64))
+    np.save(os.path.join(into, "x.npy"), x.numpy())
+    np.save(os.path.join(into, "y.npy"), y.numpy().astype(np.int64))
     initial = {k: v.clone() for k, v in model.state_dict().items()}
-
     def train(stale):
         model.load_state_dict(initial)
         opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
@@ -88,9 +78,49 @@ def main():
         clipped[0] = 0
         final = train(True)
         gap = max((final[n] - synchronous[n]).abs().max().item() for n in final)
-        print("2bw reference differs from the synchronous one by %.1e" % gap)
     else:
         final = train(False)
+        gap = None
+    np.savez(os.path.join(into, "final.npz"), **{n: p.numpy() for n, p in final.items()})
+    with open(os.path.join(into, "reference.json"), "w") as f:
+        json.dump({"names": list(final), "clipped": clipped[0], "gap": gap}, f)
+
+
+def main():
+    clip = 0.0
+    if "--clip" in sys.argv:
+        at = sys.argv.index("--clip")
+        clip = float(sys.argv[at + 1])
+        del sys.argv[at:at + 2]
+    bin_dir, work = sys.argv[1:3]
+    model_name = sys.argv[3] if len(sys.argv) > 3 else "lenet"
+    strategy = sys.argv[4] if len(sys.argv) > 4 else "single"
+    stages = int(sys.argv[5]) if len(sys.argv) > 5 else 4
+    M = int(sys.argv[6]) if len(sys.argv) > 6 else 3
+    # Replicas of the pipeline each run M micro-batches a step: the update
+    # averages all R x M, like one device accumulating R x M.
+    replicas = int(sys.argv[7]) if len(sys.argv) > 7 else 1
+    # Pinned cuts (ONNX node names) instead of the cost model's.
+    boundaries = sys.argv[8] if len(sys.argv) > 8 else ""
+    per_replica = M
+    M = M * replicas
+    os.makedirs(work, exist_ok=True)
+    # PyTorch's side (torch and the export) once per content: the plain and
+    # the sanitized suites reuse it (reference_cache.py).
+    key = ("accumulate", model_name, strategy, M, clip)
+    ref = reference_cache.entry(
+        key, [os.path.abspath(__file__), os.path.join(HERE, "export_torch_models.py")],
+        lambda into: reference(model_name, strategy, M, clip, into),
+        os.path.join(work, "reference"))
+    path = os.path.join(work, "model.onnx")
+    for name in ("model.onnx", "x.npy", "y.npy"):
+        shutil.copyfile(os.path.join(ref, name), os.path.join(work, name))
+    facts = json.load(open(os.path.join(ref, "reference.json")))
+    stored = np.load(os.path.join(ref, "final.npz"))
+    final = {name: stored[name] for name in facts["names"]}
+    clipped = [facts["clipped"]]
+    if facts["gap"] is not None:
+        print("2bw reference differs from the synchronous one by %.1e" % facts["gap"])
     plan = os.path.join(work, "plan.cdp")
     pipeline = []
     if strategy != "single":
@@ -115,10 +145,10 @@ def main():
     failures = 0
     for name, p in final.items():
         got = np.load(os.path.join(work, "params", index[name]))
-        ok = np.allclose(got, p.numpy(), atol=1e-5, rtol=1e-4)
+        ok = np.allclose(got, p, atol=1e-5, rtol=1e-4)
         failures += not ok
         print("%s %-14s max abs error %.2e" % ("ok  " if ok else "FAIL", name,
-                                               np.abs(got - p.numpy()).max()))
+                                               np.abs(got - p).max()))
     label = "accumulate" if strategy == "single" else "%s S=%d" % (strategy, stages)
     if replicas > 1:
         label += " R=%d" % replicas

@@ -35,6 +35,7 @@ TV_SIDE, TV_SEED (the first weight seed, default 0), TV_CLASSES (default 10).
 import copy
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -44,6 +45,8 @@ import onnx
 import torch
 import torchvision
 from onnx import numpy_helper
+
+import reference_cache
 
 LR = 0.01
 FLOOR = 1e-5
@@ -185,14 +188,15 @@ def relative_error(got, want):
     return np.abs(got - want).max() / scale if scale > 0 else np.abs(got).max()
 
 
-def check(bin_dir, root, name, steps, seed):
-    """One model with weights drawn from `seed`: "ok", "FAIL" or "KINK"."""
-    work = os.path.join(root, "%s-%d" % (name, seed))
-    os.makedirs(work, exist_ok=True)
-    start = time.time()
+def reference(name, seed, steps, into):
+    """PyTorch's side of one model, written to `into`: the export
+    (model.onnx), the batch (x.npy, y.npy), the float64 gradients of the
+    first step (grads64.npz) and reference.json (float64 losses, PyTorch's
+    float32 error per parameter, the nearest kink)."""
     model = build(name, seed)
-    path, shape = export(model, name, work)
-    load_exported(model, path)
+    path, shape = export(model, name, into)
+    os.replace(path, os.path.join(into, "model.onnx"))
+    load_exported(model, os.path.join(into, "model.onnx"))
     # The batch whose activation inputs keep furthest from the kinks (the
     # first that keeps KINK_MARGIN roundings clear, else the best of a few),
     # so that float32 gradients are defined to float32 precision.
@@ -210,8 +214,39 @@ def check(bin_dir, root, name, steps, seed):
         if margin >= KINK_MARGIN:
             break
     (margin, at), x, y, losses64, grads32, grads64 = best
-    np.save(os.path.join(work, "x.npy"), x.numpy())
-    np.save(os.path.join(work, "y.npy"), y.numpy().astype(np.int64))
+    np.save(os.path.join(into, "x.npy"), x.numpy())
+    np.save(os.path.join(into, "y.npy"), y.numpy().astype(np.int64))
+    np.savez(os.path.join(into, "grads64.npz"), **grads64)
+    torch_error = {p: float(relative_error(grads32[p], want)) for p, want in grads64.items()}
+    with open(os.path.join(into, "reference.json"), "w") as f:
+        json.dump({"losses64": losses64, "torch_error": torch_error,
+                   "margin": margin, "at": at, "names": list(grads64)}, f)
+
+
+def cached_reference(name, steps, seed, work):
+    """reference()'s directory, from the test cache where lit keeps one
+    (the plain and the sanitized suites make the same)."""
+    key = (name, seed, steps, sorted((k, v) for k, v in os.environ.items() if k.startswith("TV_")))
+    return reference_cache.entry(key, [os.path.abspath(__file__)],
+                                 lambda into: reference(name, seed, steps, into),
+                                 os.path.join(work, "reference"))
+
+
+def check(bin_dir, root, name, steps, seed):
+    """One model with weights drawn from `seed`: "ok", "FAIL" or "KINK"."""
+    work = os.path.join(root, "%s-%d" % (name, seed))
+    os.makedirs(work, exist_ok=True)
+    start = time.time()
+    ref = cached_reference(name, steps, seed, work)
+    facts = json.load(open(os.path.join(ref, "reference.json")))
+    margin, at, losses64 = facts["margin"], facts["at"], facts["losses64"]
+    stored = np.load(os.path.join(ref, "grads64.npz"))
+    grads64 = {p: stored[p] for p in facts["names"]}
+    # cdp writes its plan beside the model: a copy in the work directory.
+    path = os.path.join(work, name + ".onnx")
+    shutil.copyfile(os.path.join(ref, "model.onnx"), path)
+    for batch in ("x.npy", "y.npy"):
+        shutil.copyfile(os.path.join(ref, batch), os.path.join(work, batch))
     cdp_losses, cdp_grads = run_cdp(bin_dir, work, path, steps)
 
     failures, worst = [], (0.0, "", 0.0, 0.0)
@@ -219,7 +254,7 @@ def check(bin_dir, root, name, steps, seed):
         if pname not in cdp_grads:
             failures.append("%s: no gradient" % pname)
             continue
-        torch_error = relative_error(grads32[pname], want)
+        torch_error = facts["torch_error"][pname]
         cdp_error = relative_error(cdp_grads[pname].reshape(want.shape), want)
         bound = FACTOR * max(torch_error, FLOOR)
         ratio = cdp_error / bound
