@@ -28,45 +28,53 @@ STEPS steps must match within 1e-5 + 1e-4 relative.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 import numpy as np
-import torch
-from torch import nn
 
-from export_torch_models import load_exported
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import reference_cache  # noqa: E402
 
 N, L, B, STEPS, LR, MOMENTUM = 4, 4, 4, 5, 0.05, 0.9
 CLIP = 0.0  # --clip: 0 is off
 ATOL, RTOL = 1e-5, 1e-4
 
 
-class DeepMLP(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1, self.fc2 = nn.Linear(12, 16), nn.Linear(16, 16)
-        self.fc3, self.fc4 = nn.Linear(16, 16), nn.Linear(16, 5)
+def model_class(model_name):
+    """The model's torch module class (torch is imported only where a
+    reference is computed: reference_cache.py)."""
+    import torch
+    from torch import nn
 
-    def forward(self, x):
-        x = torch.tanh(self.fc1(x))
-        x = torch.tanh(self.fc2(x))
-        x = torch.tanh(self.fc3(x))
-        return self.fc4(x)
+    class DeepMLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = nn.Linear(12, 16), nn.Linear(16, 16)
+            self.fc3, self.fc4 = nn.Linear(16, 16), nn.Linear(16, 5)
 
+        def forward(self, x):
+            x = torch.tanh(self.fc1(x))
+            x = torch.tanh(self.fc2(x))
+            x = torch.tanh(self.fc3(x))
+            return self.fc4(x)
 
-class CNN(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1, self.bn1 = nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4)
-        self.conv2 = nn.Conv2d(4, 6, 3, padding=1)
-        self.fc1, self.fc2 = nn.Linear(6 * 4 * 4, 16), nn.Linear(16, 5)
+    class CNN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.bn1 = nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4)
+            self.conv2 = nn.Conv2d(4, 6, 3, padding=1)
+            self.fc1, self.fc2 = nn.Linear(6 * 4 * 4, 16), nn.Linear(16, 5)
 
-    def forward(self, x):
-        x = torch.relu(self.bn1(self.conv1(x)))
-        x = torch.max_pool2d(torch.relu(self.conv2(x)), 2)
-        x = torch.relu(self.fc1(x.flatten(1)))
-        return self.fc2(x)
+        def forward(self, x):
+            x = torch.relu(self.bn1(self.conv1(x)))
+            x = torch.max_pool2d(torch.relu(self.conv2(x)), 2)
+            x = torch.relu(self.fc1(x.flatten(1)))
+            return self.fc2(x)
+
+    return DeepMLP if model_name == "deep_mlp" else CNN
 
 
 # Parameters of each stage (one stage per layer), and the last ONNX node of
@@ -106,6 +114,7 @@ def stage_of(name, model_name):
 
 def clip_(tensors, strategy):
     """clip_grad_norm_ on these gradients; returns whether it scaled them."""
+    import torch
     total = torch.sqrt(sum((g.double() ** 2).sum() for g in tensors)).float()
     coefficient = min(CLIP / (float(total) + 1e-6), 1.0)
     for g in tensors:
@@ -115,6 +124,7 @@ def clip_(tensors, strategy):
 
 def reference(model, model_name, names, start, start_buffers, x, y, delay, strategy):
     """The update rule evaluated sequentially, every version kept."""
+    import torch
     with torch.no_grad():
         for n, b in model.named_buffers():
             b.copy_(start_buffers[n])
@@ -155,9 +165,11 @@ def export_model(model_name, work, steps):
     """The model exported to ONNX in WORK_DIR with cdp's initial weights
     loaded back, the stage cuts (one layer each) and the data of `steps`
     steps of N micro-batches (saved as x.npy and y.npy)."""
+    import torch
+    from export_torch_models import load_exported
     os.makedirs(work, exist_ok=True)
     torch.manual_seed(0)
-    model = DeepMLP() if model_name == "deep_mlp" else CNN()
+    model = model_class(model_name)()
     example = torch.randn(*INPUT[model_name])
     path = os.path.join(work, model_name + ".onnx")
     model.train()
@@ -183,6 +195,28 @@ def export_model(model_name, work, steps):
     return model, path, boundaries, x, y
 
 
+def torch_side(model_name, strategy, rule, table, into):
+    """The export, the batches, and the reference's parameters after STEPS
+    steps under `strategy`'s rule and under dp's (final.npz), with the stage
+    cuts and how many clips acted (reference.json), written to `into`."""
+    model, path, boundaries, x, y = export_model(model_name, into, STEPS)
+    os.replace(path, os.path.join(into, "model.onnx"))
+    names = [n for n, _ in model.named_parameters()]
+    start = {n: p.detach().clone() for n, p in model.named_parameters()}
+    start_buffers = {n: b.clone() for n, b in model.named_buffers()}
+    final = reference(model, model_name, names, start, start_buffers, x, y,
+                      version_delay(strategy, rule, table), strategy)
+    clipped = CLIPPED[0]
+    # A cdp rule must make a difference, or the comparison proves nothing.
+    dp_final = reference(model, model_name, names, start, start_buffers, x, y,
+                         version_delay("dp", rule, table), strategy)
+    arrays = {"final/" + n: final[n].numpy() for n in names}
+    arrays.update({"dp/" + n: dp_final[n].numpy() for n in names})
+    np.savez(os.path.join(into, "final.npz"), **arrays)
+    with open(os.path.join(into, "reference.json"), "w") as f:
+        json.dump({"names": names, "boundaries": boundaries, "clipped": clipped}, f)
+
+
 def main():
     global N, CLIP
     argv = sys.argv[:]
@@ -194,16 +228,23 @@ def main():
     rule = argv[5] if len(argv) > 5 else "v2"
     table = argv[6] if len(argv) > 6 else "timing"
     N = int(argv[7]) if len(argv) > 7 else N
-    model, path, boundaries, x, y = export_model(model_name, work, STEPS)
-    names = [n for n, _ in model.named_parameters()]
-    start = {n: p.detach().clone() for n, p in model.named_parameters()}
-    start_buffers = {n: b.clone() for n, b in model.named_buffers()}
-    final = reference(model, model_name, names, start, start_buffers, x, y,
-                      version_delay(strategy, rule, table), strategy)
-    clipped = CLIPPED[0]
-    # A cdp rule must make a difference, or the comparison proves nothing.
-    dp_final = reference(model, model_name, names, start, start_buffers, x, y,
-                         version_delay("dp", rule, table), strategy)
+    os.makedirs(work, exist_ok=True)
+    # PyTorch's side once per content: the plain and the sanitized suites
+    # reuse it (reference_cache.py).
+    ref = reference_cache.entry(
+        ("dp", model_name, strategy, rule, table, N, CLIP),
+        [os.path.abspath(__file__), os.path.join(HERE, "export_torch_models.py")],
+        lambda into: torch_side(model_name, strategy, rule, table, into),
+        os.path.join(work, "reference"))
+    facts = json.load(open(os.path.join(ref, "reference.json")))
+    names, boundaries, clipped = facts["names"], facts["boundaries"], facts["clipped"]
+    path = os.path.join(work, model_name + ".onnx")
+    shutil.copyfile(os.path.join(ref, "model.onnx"), path)
+    for batch in ("x.npy", "y.npy"):
+        shutil.copyfile(os.path.join(ref, batch), os.path.join(work, batch))
+    stored = np.load(os.path.join(ref, "final.npz"))
+    final = {n: stored["final/" + n] for n in names}
+    dp_final = {n: stored["dp/" + n] for n in names}
 
     plan = os.path.join(work, "plan.cdp")
     # cdp-mp: N CDP slots share the devices of the L stages (derived, 2.6).
@@ -227,14 +268,14 @@ def main():
     failures = 0
     for n in names:
         got = np.load(os.path.join(work, "params", index[n]))
-        want = final[n].numpy()
+        want = final[n]
         ok = np.allclose(got, want, atol=ATOL, rtol=RTOL)
         # Also make sure the rule matters: the dp reference must differ for cdp.
         failures += not ok
         print("%s param %-14s max abs error %.2e" % ("ok  " if ok else "FAIL", n,
                                                       np.abs(got - want).max()))
     if strategy != "dp":
-        spread = max(float((final[n] - dp_final[n]).abs().max()) for n in names)
+        spread = max(float(np.abs(final[n] - dp_final[n]).max()) for n in names)
         print("%s reference differs from dp's by %.2e" % ("ok  " if spread > 1e-4 else "FAIL", spread))
         failures += spread <= 1e-4
     label = strategy if strategy == "dp" else "%s-%s%s" % (strategy, rule, "" if rule == "v1" else "-" + table)
