@@ -16,6 +16,8 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringSet.h"
 
+#include <cmath>
+
 namespace cdp {
 #define GEN_PASS_DEF_AUTODIFF
 #include "cdp/Passes/Passes.h.inc"
@@ -34,10 +36,11 @@ public:
       : func(func), builder(builder), gradients(builder) {}
 
   LogicalResult run(Value loss, const llvm::StringSet<> &frozen,
-                    SmallVectorImpl<ParamOp> &trainable);
+                    SmallVectorImpl<ParamOp> &trainable, double lossScale);
 
 private:
   LogicalResult differentiate(Operation *op);
+  Value seedOf(Value loss, double lossScale);
 
   func::FuncOp func;
   OpBuilder &builder;
@@ -52,8 +55,33 @@ LogicalResult Differentiator::differentiate(Operation *op) {
   return rule.buildGradient(gradients);
 }
 
+/// The gradient the backward starts from: 1, or under dynamic loss scaling
+/// the current scale, read from the loss-scale buffer this adds (initial
+/// scale `lossScale`, no clean steps yet, no overflow).
+Value Differentiator::seedOf(Value loss, double lossScale) {
+  auto lossType = cast<ShapedType>(loss.getType());
+  if (lossScale <= 0)
+    return builder.create<ConstantOp>(
+        func.getLoc(),
+        cast<ElementsAttr>(DenseElementsAttr::get(lossType, 1.0f)));
+  auto stateType = RankedTensorType::get({3}, builder.getF32Type());
+  Value state;
+  {
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPointToStart(&func.getBody().front());
+    float initial[] = {static_cast<float>(lossScale), 0.0f, 0.0f};
+    state = builder.create<ParamOp>(func.getLoc(), stateType,
+                                    builder.getStringAttr("cdp.loss_scale"),
+                                    cast<ElementsAttr>(DenseElementsAttr::get(
+                                        stateType, ArrayRef<float>(initial))),
+                                    builder.getUnitAttr(), UnitAttr());
+  }
+  return builder.create<LossScaleOp>(func.getLoc(), lossType, state);
+}
+
 LogicalResult Differentiator::run(Value loss, const llvm::StringSet<> &frozen,
-                                  SmallVectorImpl<ParamOp> &trainable) {
+                                  SmallVectorImpl<ParamOp> &trainable,
+                                  double lossScale) {
   Block &body = func.getBody().front();
   SmallVector<ParamOp> candidates;
   for (Operation &op : body.without_terminator()) {
@@ -76,10 +104,7 @@ LogicalResult Differentiator::run(Value loss, const llvm::StringSet<> &frozen,
     return func.emitError("the loss depends on no trainable parameter");
 
   builder.setInsertionPoint(body.getTerminator());
-  gradients.seed(
-      loss, builder.create<ConstantOp>(
-                func.getLoc(), cast<ElementsAttr>(DenseElementsAttr::get(
-                                   cast<ShapedType>(loss.getType()), 1.0f))));
+  gradients.seed(loss, seedOf(loss, lossScale));
   SmallVector<Operation *> forward;
   for (Operation &op : body.without_terminator())
     forward.push_back(&op);
@@ -170,7 +195,12 @@ struct AutodiffPass : public cdp::impl::AutodiffBase<AutodiffPass> {
     OpBuilder builder(func.getContext());
     Differentiator differentiator(func, builder);
     SmallVector<ParamOp> trainable;
-    if (failed(differentiator.run(loss, frozen, trainable)))
+    if (lossScale < 0 || !std::isfinite(static_cast<double>(lossScale))) {
+      func.emitError("loss-scale must be a positive number (0: off), got ")
+          << lossScale;
+      return signalPassFailure();
+    }
+    if (failed(differentiator.run(loss, frozen, trainable, lossScale)))
       return signalPassFailure();
 
     // Training-mode BatchNorm writes its running statistics back.

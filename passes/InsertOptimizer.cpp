@@ -1,6 +1,7 @@
 //===- InsertOptimizer.cpp - one optimizer update per gradient ------------===//
 
 #include "cdp/Dialect/Graph/GraphOps.h"
+#include "cdp/Dialect/Sched/SchedOps.h"
 #include "cdp/Passes/Passes.h"
 
 #include "llvm/Support/GlobPattern.h"
@@ -88,6 +89,13 @@ struct InsertOptimizerPass
     auto f32 = [&](double value) {
       return builder.getF32FloatAttr(static_cast<float>(value));
     };
+    // Dynamic loss scaling (a cdp.loss_scale seed): the gradients are
+    // divided by the scale before the clip reads them, and an update skips
+    // its step when they overflowed.
+    Value lossScale;
+    func.walk([&](LossScaleOp seed) { lossScale = seed.getState(); });
+    if (lossScale && failed(unscale(func, builder, gradients, lossScale)))
+      return signalPassFailure();
     if (clipGradNorm > 0) {
       SmallVector<Value> grads;
       for (GradientOp gradient : gradients)
@@ -100,7 +108,7 @@ struct InsertOptimizerPass
       ParamOp param = params.lookup(gradient.getName());
       auto update = builder.create<UpdateOp>(
           gradient.getLoc(), gradient.getNameAttr(), param.getResult(),
-          gradient.getGrad(),
+          gradient.getGrad(), lossScale,
           builder.getStringAttr(adam ? optimizer.getValue() : "sgd"), f32(lr),
           f32(adam ? 0.0 : mu), f32(decayOf(gradient.getName())), f32(beta1),
           f32(beta2), f32(epsilon), /*lr_schedule=*/StringAttr(),
@@ -129,6 +137,40 @@ struct InsertOptimizerPass
         update->setAttr("cdp.phase", builder.getStringAttr("update"));
       }
     }
+  }
+
+  LogicalResult unscale(func::FuncOp func, OpBuilder &builder,
+                        ArrayRef<GradientOp> gradients, Value lossScale) {
+    // One device holds every gradient of the step; elsewhere the overflow
+    // would have to reach every stage and device before any update (as
+    // clipping's norm does), which is not built yet.
+    auto strategy =
+        getOperation()->getAttrOfType<sched::StrategyAttr>("sched.strategy");
+    if (strategy && !inScope(StrategyScope::LossScaled, strategy.getValue()))
+      return func.emitError("dynamic loss scaling (--precision fp16) runs "
+                            "under ")
+             << scopeNames(StrategyScope::LossScaled) << " only so far, not "
+             << strategyName(strategy.getValue())
+             << "; use --precision bf16, which needs no scaling";
+    // A skipped step does not advance the update's own count, while
+    // PyTorch's scheduler steps on: the rates would part.
+    if (lrSchedule != "constant" || warmup > 0)
+      return func.emitError("a learning-rate schedule or warmup with "
+                            "dynamic loss scaling is not supported yet");
+    if (lossScaleInterval < 1)
+      return func.emitError("loss-scale-interval must be at least 1, got ")
+             << lossScaleInterval;
+    SmallVector<Value> grads;
+    for (GradientOp gradient : gradients)
+      grads.push_back(gradient.getGrad());
+    // PyTorch's GradScaler: x2 after the interval's clean steps, x0.5 on
+    // an overflow.
+    auto op = builder.create<UnscaleGradsOp>(
+        func.getLoc(), lossScale, grads, builder.getF32FloatAttr(2.0f),
+        builder.getF32FloatAttr(0.5f),
+        builder.getI64IntegerAttr(lossScaleInterval));
+    op->setAttr("cdp.phase", builder.getStringAttr("update"));
+    return success();
   }
 };
 

@@ -108,6 +108,7 @@ void buildTrainingPipeline(OpPassManager &pm,
   AutodiffOptions autodiff;
   autodiff.freeze = config.freeze;
   autodiff.bnRunningVar = config.bnRunningVar;
+  autodiff.lossScale = config.lossScale;
   pm.addPass(createAutodiff(autodiff));
   if (config.fuse)
     pm.addPass(createFoldTranspose());
@@ -134,6 +135,7 @@ void buildTrainingPipeline(OpPassManager &pm,
   optimizer.warmup = config.warmup;
   optimizer.warmupStart = config.warmupStart;
   optimizer.clipGradNorm = config.clipGradNorm;
+  optimizer.lossScaleInterval = config.lossScaleInterval;
   pm.addPass(createInsertOptimizer(optimizer));
   if (exchangesSparseGradients(config.strategy)) {
     SparsifyGradientsOptions sparse;
@@ -260,7 +262,8 @@ struct StrategyPipelineOptions
       llvm::cl::init(Recompute::None)};
   Option<std::string> precision{
       *this, "precision",
-      llvm::cl::desc("fp32 (default), or bf16: cdp-autocast before autodiff"),
+      llvm::cl::desc("fp32 (default), bf16 or fp16: cdp-autocast before "
+                     "autodiff (fp16 with dynamic loss scaling from 65536)"),
       llvm::cl::init("fp32")};
   Option<bool> planMemory{*this, "plan-memory",
                           llvm::cl::desc("End with cdp-plan-memory"),
@@ -296,6 +299,8 @@ struct StrategyPipelineOptions
     config.recompute = modes[static_cast<int>(recompute.getValue())];
     if (precision != "fp32")
       config.autocast = precision == "fp16" ? "f16" : precision.getValue();
+    if (precision == "fp16")
+      config.lossScale = 65536; // GradScaler's initial scale
     config.density = density;
     config.denseBelow = denseBelow;
     config.sparseResidual = residual;

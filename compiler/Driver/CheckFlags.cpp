@@ -246,13 +246,32 @@ static void checkMemoryFlags(Settings &settings) {
   if (!settings.recompute && recompute != "none")
     die("--recompute takes none, stage, layer or selective, got '" + recompute +
         "'");
-  if (precision == "bf16")
-    settings.autocast = "bf16";
-  else if (precision == "fp16")
-    die("--precision fp16 needs dynamic loss scaling, which is not built "
-        "yet; use --precision bf16 (same range as float32, no scaling)");
+  if (precision == "bf16" || precision == "fp16")
+    settings.autocast = precision == "bf16" ? "bf16" : "f16";
   else if (precision != "fp32")
     die("--precision takes fp32, bf16 or fp16, got '" + precision + "'");
+  bool scaled = precision == "fp16" && !inference;
+  if (!scaled)
+    for (const llvm::cl::Option *flag : {&lossScale, &lossScaleInterval})
+      if (flag->getNumOccurrences())
+        die("--" + flag->ArgStr.str() +
+            " applies to training with --precision fp16");
+  if (!scaled)
+    return;
+  if (!cdp::inScope(cdp::StrategyScope::LossScaled,
+                    settings.layout.traits->strategy))
+    die("--precision fp16 trains under " +
+        cdp::scopeNames(cdp::StrategyScope::LossScaled) +
+        " only so far (its loss scaling does not yet reach every stage and "
+        "device); use --precision bf16, which needs no scaling");
+  if (backendName == "cuda")
+    die("--precision fp16 has no CUDA kernels for its loss scaling yet; "
+        "train fp16 plans on the CPU backend, or use --precision bf16");
+  settings.lossScale = parseReal("--loss-scale", lossScale);
+  if (!(settings.lossScale > 0))
+    die("--loss-scale must be a positive number, got '" + lossScale + "'");
+  settings.lossScaleInterval = positiveInteger(
+      "--loss-scale-interval", lossScaleInterval, 1, int64_t{1} << 24);
   if (offload && backendName == "cuda")
     die("--offload (activations to host memory between their forward and "
         "backward) is not implemented: the CUDA backend keeps every "

@@ -97,6 +97,8 @@ static cdp::TrainingPipelineConfig pipelineConfigFor(const Settings &settings) {
   config.layerReuse = settings.layout.layerReuse;
   config.recompute = settings.recompute;
   config.autocast = settings.autocast;
+  config.lossScale = settings.lossScale;
+  config.lossScaleInterval = settings.lossScaleInterval;
   config.microBatches = settings.layout.microBatches;
   config.replicas = settings.layout.replicas;
   config.cdpRule = cdpRule;

@@ -87,6 +87,8 @@ extern cl::opt<std::string> sparseBaseline;
 extern cl::opt<std::string> memoryReuse;
 extern cl::opt<std::string> recompute;
 extern cl::opt<std::string> precision;
+extern cl::opt<std::string> lossScale;
+extern cl::opt<std::string> lossScaleInterval;
 extern cl::opt<bool> offload;
 extern cl::opt<bool> inference;
 extern cl::opt<std::string> loss;
@@ -142,6 +144,10 @@ struct Settings {
   std::optional<cdp::RecomputeMode> recompute;
   /// --precision's narrow format for cdp-autocast ("": float32).
   std::string autocast;
+  /// --precision fp16 training: the initial loss scale (0: no scaling) and
+  /// the clean steps before it doubles.
+  double lossScale = 0;
+  int64_t lossScaleInterval = 2000;
   cdp::ImportOptions import;
 };
 

@@ -229,9 +229,23 @@ cl::opt<std::string> precision(
              "float32 accumulation, softmax, norms, reductions and losses "
              "in float32, float32 master weights and optimizer state, "
              "gradients of bf16 tensors in bf16. The CPU backend computes "
-             "in float32 and rounds to bf16 at the same points. fp16 (with "
-             "dynamic loss scaling) is not built yet"),
+             "in float32 and rounds to bf16 at the same points. fp16: the "
+             "same in fp16, with dynamic loss scaling as PyTorch's "
+             "GradScaler (--loss-scale; single strategy only so far)"),
     cl::value_desc("fp32|bf16|fp16"), cl::init("fp32"), cl::cat(category));
+cl::opt<std::string> lossScale(
+    "loss-scale",
+    cl::desc("--precision fp16: the initial loss scale S (default 65536, "
+             "GradScaler's). The backward starts from S instead of 1 and the "
+             "gradients are divided by S before the update; a step whose "
+             "gradients overflow (inf or NaN) is skipped and S halves; "
+             "after --loss-scale-interval clean steps S doubles"),
+    cl::value_desc("S"), cl::init("65536"), cl::cat(category));
+cl::opt<std::string> lossScaleInterval(
+    "loss-scale-interval",
+    cl::desc("--precision fp16: clean steps before the loss scale doubles "
+             "(default 2000, GradScaler's growth_interval)"),
+    cl::value_desc("N"), cl::init("2000"), cl::cat(category));
 cl::opt<bool> offload(
     "offload",
     cl::desc("Move activations to host memory between their last forward "

@@ -402,9 +402,12 @@ void Emitter::accumulateMicroBatches(plan::Device &device, int64_t slots) {
           instruction.set_inputs(1, accumulator.lookup(a.s()));
       instruction.set_last_slot(true);
     }
-    // The clip scales the step's mean gradients, the accumulators.
-    if (instruction.op() == "clip_grad_norm") {
-      for (int k = 0; k < instruction.inputs_size(); ++k)
+    // The clip and the loss scale's unscaling act on the step's mean
+    // gradients, the accumulators (the unscaling's first input is the
+    // loss-scale buffer).
+    bool unscale = instruction.op() == "unscale_grads";
+    if (instruction.op() == "clip_grad_norm" || unscale) {
+      for (int k = unscale ? 1 : 0; k < instruction.inputs_size(); ++k)
         instruction.set_inputs(
             k, accumulatorOfGradient.lookup(instruction.inputs(k)));
       instruction.set_last_slot(true);

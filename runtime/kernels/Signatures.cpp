@@ -584,11 +584,31 @@ Rules makeRules() {
       kept.assign(kept.size(), 1);
     c.count(c.out(0), product(kept, 0));
   };
-  rules["update"] = plain([](const Check &c) {
+  rules["update"] = [](const Check &c, const KernelArgs &args) {
     c.declared();
     c.allF32();
     c.count(c.in(1), c.in(0).numel());
+    if (args.inputs.size() > 2)
+      c.count(c.in(2), 3); // the loss-scale buffer
+  };
+  // Dynamic loss scaling: the buffer is [scale, clean steps, overflow];
+  // the clean steps count in float, exactly up to 2^24.
+  rules["loss_scale"] = plain([](const Check &c) {
+    c.arity(1, 1, 1, 1);
+    c.allF32();
+    c.count(c.in(0), 3);
+    c.count(c.out(0), 1);
   });
+  rules["unscale_grads"] = [](const Check &c, const KernelArgs &args) {
+    c.arity(2, kMany, 0, 0);
+    c.allF32();
+    c.count(c.in(0), 3);
+    c.attribute("growth_interval", 2000, 1, int64_t{1} << 24);
+    double growth = args.f("growth_factor", 2.0),
+           backoff = args.f("backoff_factor", 0.5);
+    c.require(growth > 1 && std::isfinite(growth) && backoff > 0 && backoff < 1,
+              "needs growth_factor > 1 and 0 < backoff_factor < 1");
+  };
   // The stage's parameters, then their mean gradients in the same order
   // (zero 1) or the device's shard of them (zero 2); zero 3: the shard of
   // the parameters and the shard of the mean gradients.

@@ -87,6 +87,8 @@ bool matches(StrategyScope scope, const StrategyTraits &traits) {
     return traits.pipelined;
   case StrategyScope::Replicable:
     return traits.replicable;
+  case StrategyScope::LossScaled:
+    return traits.oneDevice;
   }
   return false;
 }

@@ -53,6 +53,10 @@ RUN_ORDER = [
     "--lr 0.1 --precision bf16",
     "cdp-run gpt2-bf16.cdp --steps 3 --feed input_ids=ids.npy --feed attention_mask=mask.npy "
     "--feed labels=labels.npy",
+    "cdp-compile gpt2.onnx -o gpt2-fp16.cdp --class-axis last --trainable-from trainable.txt "
+    "--lr 0.1 --precision fp16",
+    "cdp-run gpt2-fp16.cdp --steps 3 --feed input_ids=ids.npy --feed attention_mask=mask.npy "
+    "--feed labels=labels.npy --dump-params fp16/",
     "cdp-compile model.onnx -o model.cdp --optimizer momentum --lr 0.01",
     "cdp-run model.cdp --data fashion-mnist --epochs 1 --eval",
     "cdp-run model.cdp --feed input=x.npy --feed labels=y.npy --steps 100 "

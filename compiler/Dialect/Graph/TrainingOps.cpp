@@ -155,6 +155,18 @@ LogicalResult NllLossGradOp::inferReturnTypes(MLIRContext *context, Loc loc,
   return inferStaticF32(context, loc, adaptor.getInputShape(), types);
 }
 
+/// The loss-scale buffer: [scale, clean steps, overflow] (see
+/// cdp.unscale_grads).
+static LogicalResult verifyLossScaleState(Operation *op, Value state) {
+  auto type = cast<RankedTensorType>(state.getType());
+  if (type.getRank() != 1 || type.getDimSize(0) != 3)
+    return op->emitOpError(
+               "loss-scale state must be tensor<3xf32> (scale, clean steps, "
+               "overflow), got ")
+           << type;
+  return success();
+}
+
 LogicalResult UpdateOp::verify() {
   StringRef schedule = getLrSchedule().value_or("constant");
   if (schedule != "constant" && schedule != "step" && schedule != "cosine" &&
@@ -168,6 +180,31 @@ LogicalResult UpdateOp::verify() {
       getOptimizer() != "adamw")
     return emitOpError("optimizer must be 'sgd', 'adam' or 'adamw', got '")
            << getOptimizer() << "'";
+  if (getLossScale() && failed(verifyLossScaleState(*this, getLossScale())))
+    return failure();
+  return success();
+}
+
+LogicalResult LossScaleOp::verify() {
+  if (failed(verifyLossScaleState(*this, getState())))
+    return failure();
+  if (getSeed().getType().getNumElements() != 1)
+    return emitOpError("seeds a scalar loss: its result has one element");
+  return success();
+}
+
+LogicalResult UnscaleGradsOp::verify() {
+  if (failed(verifyLossScaleState(*this, getState())))
+    return failure();
+  if (getGrads().empty())
+    return emitOpError("needs at least one gradient");
+  float growth = getGrowthFactor().convertToFloat(),
+        backoff = getBackoffFactor().convertToFloat();
+  if (!(growth > 1.0f) || !(backoff > 0.0f && backoff < 1.0f))
+    return emitOpError("needs growth_factor > 1 and 0 < backoff_factor < 1");
+  // The buffer counts clean steps in float: exact up to 2^24.
+  if (getGrowthInterval() < 1 || getGrowthInterval() > (int64_t{1} << 24))
+    return emitOpError("growth_interval must be from 1 to 2^24");
   return success();
 }
 

@@ -86,7 +86,10 @@ def Autodiff : Pass<"cdp-autodiff", "mlir::ModuleOp"> {
     broadcasting). Only values that depend on a trainable parameter get a
     gradient. BatchNorm in training mode also writes its running statistics
     back with `cdp.assign` (`bn-running-var`: unbiased, as PyTorch, or
-    biased, as ONNX).
+    biased, as ONNX). With `loss-scale` S > 0 (dynamic loss scaling, as
+    PyTorch's `GradScaler`) the backward starts from `cdp.loss_scale` of a
+    new buffer `cdp.loss_scale` = [S, 0, 0] instead of from 1;
+    cdp-insert-optimizer divides the gradients by the scale again.
 
     ```mlir
     %y = cdp.relu %x : tensor<4xf32>
@@ -99,6 +102,9 @@ def Autodiff : Pass<"cdp-autodiff", "mlir::ModuleOp"> {
                "Parameters that stay fixed">,
     Option<"bnRunningVar", "bn-running-var", "std::string", "\"unbiased\"",
            "unbiased (PyTorch) or biased (ONNX) batch variance in running_var">,
+    Option<"lossScale", "loss-scale", "double", "0",
+           "Dynamic loss scaling from this initial scale (0: off): the "
+           "backward starts from the scale, a cdp.loss_scale buffer">,
   ];
   let dependentDialects = ["cdp::CDPDialect"];
 }
@@ -278,6 +284,9 @@ def InsertOptimizer : Pass<"cdp-insert-optimizer", "mlir::ModuleOp"> {
     Option<"clipGradNorm", "clip-grad-norm", "double", "0",
            "Clip the gradients to this global L2 norm before the updates "
            "(0: off)">,
+    Option<"lossScaleInterval", "loss-scale-interval", "int64_t", "2000",
+           "Under dynamic loss scaling (a cdp.loss_scale seed from "
+           "cdp-autodiff): clean steps before the scale doubles">,
   ];
   let dependentDialects = ["cdp::CDPDialect"];
 }

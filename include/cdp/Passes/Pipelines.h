@@ -85,6 +85,10 @@ struct TrainingPipelineConfig {
   std::optional<RecomputeMode> recompute;
   /// --precision bf16 (or f16): cdp-autocast before autodiff ("": float32).
   std::string autocast;
+  /// Dynamic loss scaling (fp16): the initial scale (0: none) and the clean
+  /// steps before it doubles.
+  double lossScale = 0;
+  int64_t lossScaleInterval = 2000;
 };
 
 /// Appends the training passes of `config.strategy` to `pm` (a pass manager

@@ -131,6 +131,9 @@ enum class StrategyScope {
   OneStagePerDevice, ///< the partitioner's memory estimate
   Pipeline,          ///< cdp-schedule-pipeline
   Replicable,        ///< --replicas (and --zero 1 over them)
+  /// Dynamic loss scaling: one device holds every gradient of the step,
+  /// so its overflow check sees them all (single).
+  LossScaled,
 };
 
 /// Whether `strategy` is one of `scope`'s.

@@ -5,6 +5,7 @@
 
 #include "../GradientClip.h"
 #include "../LearningRate.h"
+#include "../LossScale.h"
 
 #include <cmath>
 #include <string>
@@ -20,6 +21,8 @@ class UpdateKernel : public Kernel {
 public:
   explicit UpdateKernel(const KernelArgs &args)
       : param(args.inputs[0]), grad(args.inputs[1]), rule(args) {
+    if (args.inputs.size() > 2) // the loss-scale buffer: skip on overflow
+      lossScale = args.inputs[2];
     if (rule.hasFirst())
       first.assign(param.numel(), 0.0f);
     if (rule.hasSecond())
@@ -27,6 +30,8 @@ public:
   }
 
   void run(const StepContext &) override {
+    if (lossScale.data && lossScale.f32()[kOverflow] != 0.0f)
+      return; // GradScaler.step: an overflowed step changes nothing
     float rate = rule.scheduledLr(steps);
     ++steps;
     applyUpdate(rule, steps, rate, param.f32(), grad.f32(),
@@ -49,7 +54,7 @@ public:
     return result;
   }
 
-  TensorView param, grad;
+  TensorView param, grad, lossScale;
   UpdateRule rule;
   int64_t steps = 0;
   std::vector<float> first, second;
@@ -108,10 +113,39 @@ void registerGradientClip(KernelRegistry &registry) {
   });
 }
 
+/// Dynamic loss scaling. `loss_scale`: the backward's seed, the current
+/// scale. `unscale_grads`: the gradients times 1 / scale, overflow noted
+/// and the scale adjusted (LossScale.h).
+void registerLossScaling(KernelRegistry &registry) {
+  addKernel(registry, "loss_scale", [](const KernelArgs &args) {
+    TensorView state = args.inputs[0], seed = args.outputs[0];
+    return [=](const StepContext &) { seed.f32()[0] = state.f32()[kScale]; };
+  });
+  addKernel(registry, "unscale_grads", [](const KernelArgs &args) {
+    TensorView state = args.inputs[0];
+    std::vector<TensorView> grads(args.inputs.begin() + 1, args.inputs.end());
+    float growth = static_cast<float>(args.f("growth_factor", 2.0)),
+          backoff = static_cast<float>(args.f("backoff_factor", 0.5));
+    int64_t interval = args.i("growth_interval", 2000);
+    return [=](const StepContext &) {
+      float *s = state.f32(), inverse = inverseLossScale(s);
+      bool overflow = false;
+      for (const TensorView &g : grads)
+        for (int64_t i = 0, n = g.numel(); i < n; ++i) {
+          float &x = g.f32()[i];
+          overflow |= !std::isfinite(x);
+          x *= inverse;
+        }
+      adjustLossScale(s, overflow, growth, backoff, interval);
+    };
+  });
+}
+
 } // namespace
 
 void registerOptimizer(KernelRegistry &registry) {
   registerGradientClip(registry);
+  registerLossScaling(registry);
   registry.add("update", Backend::CPU, [](const KernelArgs &args) {
     return std::make_unique<UpdateKernel>(args);
   });

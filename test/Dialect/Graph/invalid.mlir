@@ -458,3 +458,45 @@ func.func @reshape_overflow(%x: tensor<4xf32>) {
   %0 = cdp.reshape %x {shape = array<i64: 4611686018427387905, 4>} : (tensor<4xf32>) -> tensor<4xf32>
   return
 }
+
+// -----
+
+// Tests that the loss-scale ops and an update's overflow check take the
+// loss-scale buffer [scale, clean steps, overflow], and sane factors.
+func.func @loss_scale(%s: tensor<2xf32>) -> tensor<f32> {
+  // expected-error@+1 {{'cdp.loss_scale' op loss-scale state must be tensor<3xf32> (scale, clean steps, overflow), got 'tensor<2xf32>'}}
+  %seed = cdp.loss_scale %s : tensor<2xf32> -> tensor<f32>
+  return %seed : tensor<f32>
+}
+
+// -----
+
+func.func @loss_scale_seed(%s: tensor<3xf32>) -> tensor<2xf32> {
+  // expected-error@+1 {{'cdp.loss_scale' op seeds a scalar loss: its result has one element}}
+  %seed = cdp.loss_scale %s : tensor<3xf32> -> tensor<2xf32>
+  return %seed : tensor<2xf32>
+}
+
+// -----
+
+func.func @unscale_factors(%s: tensor<3xf32>, %g: tensor<4xf32>) {
+  // expected-error@+1 {{'cdp.unscale_grads' op needs growth_factor > 1 and 0 < backoff_factor < 1}}
+  cdp.unscale_grads %s, %g {backoff_factor = 1.5 : f32} : tensor<3xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @unscale_interval(%s: tensor<3xf32>, %g: tensor<4xf32>) {
+  // expected-error@+1 {{'cdp.unscale_grads' op growth_interval must be from 1 to 2^24}}
+  cdp.unscale_grads %s, %g {growth_interval = 0 : i64} : tensor<3xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @update_overflow(%w: tensor<4xf32>, %g: tensor<4xf32>, %s: tensor<4xf32>) {
+  // expected-error@+1 {{'cdp.update' op loss-scale state must be tensor<3xf32> (scale, clean steps, overflow), got 'tensor<4xf32>'}}
+  cdp.update "w" %w, %g unless_overflow(%s : tensor<4xf32>) {lr = 1.0 : f32, optimizer = "sgd"} : tensor<4xf32>
+  return
+}

@@ -2,7 +2,7 @@
 """Trains models with `cdp-compile --precision bf16` and compares with
 PyTorch's autocast.
 
-Usage: check_autocast.py CDP_BIN_DIR WORK_DIR CASE [CASE ...] [--strategies]
+Usage: check_autocast.py CDP_BIN_DIR WORK_DIR CASE [CASE ...] [--strategies | --fp16]
 
 A CASE is an e2e model of data/ (mlp, lenet, resnet, transformer) or a
 transformer of ../hf/data (gpt2-ts, llama-ts, bert-ts, vit-ts), each with
@@ -104,19 +104,29 @@ def check_same_as_dp(bin_dir, root, case):
     return ok
 
 
+def train_all(bin_dir, root, case, names, labelled):
+    """cdp's parameters after each (label, flags) run, or None (and a FAIL
+    line) where the first run lacks one of `names`."""
+    runs = {}
+    for label, flags in labelled:
+        work = os.path.join(root, case, label)
+        os.makedirs(work, exist_ok=True)
+        runs[label] = run_case(bin_dir, case, work, flags)
+    missing = [n for n in names if n not in runs[labelled[0][0]]]
+    if missing:
+        print("FAIL %s: cdp trained no %s" % (case, missing[:3]))
+        return None
+    return runs
+
+
 def check(bin_dir, root, case, strategies):
     e2e = os.path.isdir(os.path.join(HERE, "data", case))
     folder = os.path.join(HERE if e2e else check_hf.HERE, "data", case)
     ref = np.load(os.path.join(folder, "autocast.npz"))
     names = [k.split("/", 1)[1] for k in ref.files if k.startswith("bf16/")]
-    runs = {}
-    for label, flags in (("bf16", ["--precision", "bf16"]), ("f32", [])):
-        work = os.path.join(root, case, label)
-        os.makedirs(work, exist_ok=True)
-        runs[label] = run_case(bin_dir, case, work, flags)
-    missing = [n for n in names if n not in runs["bf16"]]
-    if missing:
-        print("FAIL %s: cdp trained no %s" % (case, missing[:3]))
+    runs = train_all(bin_dir, root, case, names,
+                     (("bf16", ["--precision", "bf16"]), ("f32", [])))
+    if not runs:
         return False
 
     def distance(a, b):
@@ -146,13 +156,63 @@ def check(bin_dir, root, case, strategies):
     return ok
 
 
+def check_fp16(bin_dir, root, case):
+    """--precision fp16 against fp16 autocast with GradScaler
+    (autocast16.npz): the parameters near PyTorch's as for bf16, and the
+    loss scale after the steps equal to GradScaler's. Then the forced
+    overflows: from the smallest power of two whose first step overflows,
+    growth interval 1, cdp must skip the steps PyTorch skips (its
+    parameters land on PyTorch's, and its scale ends where GradScaler's
+    does)."""
+    e2e = os.path.isdir(os.path.join(HERE, "data", case))
+    folder = os.path.join(HERE if e2e else check_hf.HERE, "data", case)
+    ref = np.load(os.path.join(folder, "autocast16.npz"))
+    f32 = np.load(os.path.join(folder, "autocast.npz"))
+    names = [k.split("/", 1)[1] for k in ref.files if k.startswith("f16/")]
+    forced = float(ref["forced_init"])
+    runs = train_all(bin_dir, root, case, names,
+                     (("fp16", ["--precision", "fp16"]), ("f32", []),
+                      ("forced", ["--precision", "fp16", "--loss-scale", repr(forced),
+                                  "--loss-scale-interval", "1"])))
+    if not runs:
+        return False
+
+    def distance(a, b):
+        return np.sqrt(sum(((a(n) - b(n)) ** 2).sum() for n in names))
+    effect = distance(lambda n: ref["f16/" + n], lambda n: f32["f32/" + n])
+    bound = max(E2E_BOUND, 2 * float(ref["spread"]) / effect) if e2e else HF_BOUND
+    ok = True
+    for label, key, scales in (("fp16", "f16", ref["f16scale"]),
+                               ("forced", "forced", ref["forcedscale"])):
+        near = distance(lambda n: runs[label][n], lambda n: ref[key + "/" + n]) / effect
+        scale = runs[label]["cdp.loss_scale"][0]
+        good = near <= bound and scale == scales[-1]
+        print("%s %s %s: %.3g x autocast's effect from torch fp16 (<= %g); loss scale %g "
+              "(GradScaler's %g; after each step %s)" % (
+                  "ok  " if good else "FAIL", case, label, near, bound, scale, scales[-1],
+                  ", ".join("%g" % v for v in scales)), flush=True)
+        ok &= good
+    rounds = distance(lambda n: runs["fp16"][n], lambda n: runs["f32"][n]) / effect
+    skipped = distance(lambda n: runs["forced"][n], lambda n: runs["fp16"][n]) / effect
+    good = rounds >= ROUNDS and skipped >= ROUNDS
+    print("%s %s fp16: %.3g x the effect from cdp float32 (>= %g); the forced run %.3g x "
+          "from the unforced (>= %g); effect %.3g" % (
+              "ok  " if good else "FAIL", case, rounds, ROUNDS, skipped, ROUNDS, effect),
+          flush=True)
+    return ok and good
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     strategies = "--strategies" in sys.argv
+    fp16 = "--fp16" in sys.argv
     bin_dir, root, cases = args[0], args[1], args[2:]
     passed = 0
     for case in cases:
         try:
+            if fp16:
+                passed += check_fp16(bin_dir, root, case)
+                continue
             passed += check(bin_dir, root, case, strategies)
         except RuntimeError as error:
             print("FAIL %s: %s" % (case, error))

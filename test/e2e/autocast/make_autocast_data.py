@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Makes the mixed-precision test data: PyTorch autocast runs to compare
-`cdp-compile --precision bf16` with.
+`cdp-compile --precision bf16` (and, with --fp16, `--precision fp16`) with.
 
-Usage: test/e2e/autocast/make_autocast_data.py [CASE ...]
+Usage: test/e2e/autocast/make_autocast_data.py [--fp16] [CASE ...]
 
 Runs in the venv of test/e2e/hf/make_hf_data.py (bench/.venv-export, made
 on first use; today's torch, whose CPU bf16 products accumulate in float32
@@ -35,6 +35,11 @@ distance over all parameters between the bf16 run and the same run with
 PyTorch's native convolutions instead of oneDNN's (other float32 sums, so
 other bf16 roundings; batch norm spreads one changed rounding over its
 channel): how close two correct implementations can be.
+
+With --fp16 (from the committed exports and batches, nothing re-exported):
+autocast16.npz, fp16 autocast with torch.amp.GradScaler (see
+save_f16_references): the test of `--precision fp16` and of its forced
+overflows, test/e2e/precision-fp16.test.
 """
 
 import argparse
@@ -51,6 +56,7 @@ E2E_MODELS = ["mlp", "lenet", "resnet", "transformer"]
 HF_CASES = ["gpt2-ts", "llama-ts", "bert-ts", "vit-ts"]
 STEPS = 3
 LR = 0.1
+FP16 = False  # --fp16
 
 # autocast's float32 list on CUDA (aten/src/ATen/autocast_mode.cpp), the
 # overloads the models here reach.
@@ -86,13 +92,13 @@ def register_gpu_policy():
     # the backward the same form. (The CPU's bf16 convolution sums in
     # blocks rounded to bf16, 1 % off in its backward.)
     def narrow(t):
-        return None if t is None else t.to(torch.bfloat16).float()
+        return None if t is None else t.to(torch.get_autocast_dtype("cpu")).float()
 
     def convolution(conv):
         def kernel(input, weight, bias=None, *args):
             with torch._C._ExcludeDispatchKeyGuard(autocast_key):
                 return conv(narrow(input), narrow(weight), narrow(bias),
-                            *args).to(torch.bfloat16)
+                            *args).to(torch.get_autocast_dtype("cpu"))
         return kernel
     library.impl("conv2d", convolution(torch.ops.aten.conv2d.default),
                  "AutocastCPU")
@@ -133,26 +139,102 @@ def exported_attention(q, k, v, attn_mask=None, dropout_p=0.0,
     return weights @ v
 
 
-def train(model, batches, autocast):
-    """STEPS SGD steps; `batches(step)` gives (inputs, labels)."""
+def train(model, batches, autocast, dtype="bf16", scaling=None):
+    """STEPS SGD steps; `batches(step)` gives (inputs, labels). With
+    `scaling` (init_scale, growth_interval): fp16's GradScaler, whose scale
+    after each step is returned too."""
     import contextlib
     import copy
     import torch
     model = copy.deepcopy(model)
     model.train()
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-    losses = []
+    scaler = None
+    if scaling:
+        scaler = torch.amp.GradScaler("cpu", init_scale=scaling[0],
+                                      growth_interval=scaling[1])
+    losses, scales = [], []
     for step in range(STEPS):
         inputs, labels = batches(step)
         optimizer.zero_grad()
-        scope = (torch.autocast("cpu", dtype=torch.bfloat16) if autocast
+        narrow = torch.bfloat16 if dtype == "bf16" else torch.float16
+        scope = (torch.autocast("cpu", dtype=narrow) if autocast
                  else contextlib.nullcontext())
         with scope:
             loss = hf.loss_of(model(*inputs), labels)
-        loss.backward()
-        optimizer.step()
+        if scaler:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            scales.append(scaler.get_scale())
+        else:
+            loss.backward()
+            optimizer.step()
         losses.append(loss.item())
-    return {n: p.detach().double().numpy() for n, p in model.named_parameters()}, losses
+    params = {n: p.detach().double().numpy() for n, p in model.named_parameters()}
+    return (params, losses, scales) if scaling else (params, losses)
+
+
+def first_overflowing_scale(model, batches):
+    """The smallest power of two whose first fp16 step overflows."""
+    import copy
+    global STEPS
+    steps, STEPS = STEPS, 1
+    try:
+        for k in range(16, 100):
+            _, _, scales = train(copy.deepcopy(model), batches, True, "f16",
+                                 (2.0 ** k, 2000))
+            if scales[0] < 2.0 ** k:
+                return 2.0 ** k
+    finally:
+        STEPS = steps
+    raise SystemExit("no loss scale up to 2^99 overflows the first step")
+
+
+def save_f16_references(model, batches, folder):
+    """autocast16.npz: `f16/NAME` after the steps under fp16 autocast with
+    GradScaler's defaults (scale 65536, growth interval 2000), `f16loss`,
+    `f16scale` (the scale after each step) and `spread`: the larger of the
+    distance with PyTorch's native convolutions (as above) and the distance
+    after moving every initial weight by half a float32 step; and the
+    forced overflows, `forced/NAME` and `forcedscale`: from `forced_init`,
+    the smallest power of two whose first step overflows, growth interval 1
+    (the first step skipped and the scale halved, the next doubling it)."""
+    import copy
+    import numpy as np
+    import torch
+    result = {}
+    params, losses, scales = train(model, batches, True, "f16", (65536.0, 2000))
+    for name, value in params.items():
+        result["f16/" + name] = value
+    result["f16loss"], result["f16scale"] = np.array(losses), np.array(scales)
+    torch.backends.mkldnn.enabled = False
+    other, _, _ = train(model, batches, True, "f16", (65536.0, 2000))
+    torch.backends.mkldnn.enabled = True
+    spreads = [np.sqrt(sum(((other[n] - result["f16/" + n]) ** 2).sum() for n in other))]
+    # fp16's coarse steps at moderate magnitudes (2^-7 at 8) flip where a
+    # value sits near a rounding boundary: how far PyTorch's own run moves
+    # when every initial weight moves by half a float32 step (a sign drawn
+    # per element) is the spread no two implementations can beat either.
+    for seed in range(3):
+        generator = torch.Generator().manual_seed(seed)
+        moved = copy.deepcopy(model)
+        with torch.no_grad():
+            for p in moved.parameters():
+                sign = torch.randint(0, 2, p.shape, generator=generator).float() * 2 - 1
+                p.mul_(1 + sign * 2.0 ** -24)
+        other, _, _ = train(moved, batches, True, "f16", (65536.0, 2000))
+        spreads.append(np.sqrt(sum(((other[n] - result["f16/" + n]) ** 2).sum()
+                                   for n in other)))
+    result["spread"] = max(spreads)
+    forced = first_overflowing_scale(model, batches)
+    params, _, scales = train(model, batches, True, "f16", (forced, 1))
+    for name, value in params.items():
+        result["forced/" + name] = value
+    result["forcedscale"], result["forced_init"] = np.array(scales), np.array(forced)
+    np.savez_compressed(os.path.join(folder, "autocast16.npz"), **result)
+    print("made", os.path.join(folder, "autocast16.npz"), "scales", scales,
+          "from", forced, flush=True)
 
 
 def save_references(model, batches, folder):
@@ -183,6 +265,13 @@ def initializers(path):
             for t in onnx.load(path).graph.initializer}
 
 
+def save(model, batches, folder):
+    if FP16:
+        save_f16_references(model, batches, folder)
+    else:
+        save_references(model, batches, folder)
+
+
 def make_e2e(name):
     import numpy as np
     import torch
@@ -191,6 +280,12 @@ def make_e2e(name):
     os.makedirs(folder, exist_ok=True)
     model, example, dynamic = models.build(name)
     path = os.path.join(folder, "model.onnx")
+    if FP16:  # the committed export and batch
+        models.load_exported(model, path)
+        x = torch.from_numpy(np.load(os.path.join(folder, "x.npy")))
+        y = torch.from_numpy(np.load(os.path.join(folder, "y.npy")))
+        save(model, lambda step: ([x], y), folder)
+        return
     torch.onnx.export(model, example, path, input_names=["input"],
                       output_names=["logits"], opset_version=14, dynamo=False,
                       training=torch.onnx.TrainingMode.TRAINING,
@@ -202,7 +297,7 @@ def make_e2e(name):
     y = torch.randint(0, 10, (batch,))
     np.save(os.path.join(folder, "x.npy"), x.numpy())
     np.save(os.path.join(folder, "y.npy"), y.numpy().astype(np.int64))
-    save_references(model, lambda step: ([x], y), folder)
+    save(model, lambda step: ([x], y), folder)
 
 
 def make_hf(case):
@@ -229,7 +324,7 @@ def make_hf(case):
         start = (step * hf.BATCH) % hf.ROWS
         rows = slice(start, start + hf.BATCH)
         return [x[rows] for x in inputs], labels[rows]
-    save_references(wrapper, batches, folder)
+    save(wrapper, batches, folder)
 
 
 def main():
@@ -238,7 +333,12 @@ def main():
     warnings.filterwarnings("ignore")
     parser = argparse.ArgumentParser()
     parser.add_argument("cases", nargs="*")
+    parser.add_argument("--fp16", action="store_true",
+                        help="write autocast16.npz (fp16 with GradScaler) "
+                        "from the committed exports and batches")
     args = parser.parse_args()
+    global FP16
+    FP16 = args.fp16
     library = register_gpu_policy()  # noqa: F841
     import torch
     # The ops the exports decompose, decomposed the same way here: under

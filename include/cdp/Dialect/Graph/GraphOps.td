@@ -849,6 +849,7 @@ def CDP_UpdateOp : CDP_BaseOp<"update", [AllTypesMatch<["param", "grad"]>]> {
     lives with the parameter; weight decay acts on the version being updated.
   }];
   let arguments = (ins StrAttr:$name, CDP_F32Tensor:$param, CDP_F32Tensor:$grad,
+                       Optional<CDP_F32Tensor>:$loss_scale,
                        StrAttr:$optimizer, F32Attr:$lr,
                        DefaultValuedAttr<F32Attr, "0.0f">:$momentum,
                        DefaultValuedAttr<F32Attr, "0.0f">:$weight_decay,
@@ -865,7 +866,53 @@ def CDP_UpdateOp : CDP_BaseOp<"update", [AllTypesMatch<["param", "grad"]>]> {
                        OptionalAttr<F32Attr>:$lr_end,
                        OptionalAttr<I64Attr>:$lr_warmup,
                        OptionalAttr<F32Attr>:$lr_warmup_start);
-  let assemblyFormat = "$name $param `,` $grad attr-dict `:` type($param)";
+  let assemblyFormat = [{
+    $name $param `,` $grad (`unless_overflow` `(` $loss_scale^ `:` type($loss_scale) `)`)?
+    attr-dict `:` type($param)
+  }];
+  let hasVerifier = 1;
+}
+
+def CDP_LossScaleOp : CDP_BaseOp<"loss_scale", [Pure]> {
+  let summary = "the backward's seed under dynamic loss scaling: the current scale";
+  let description = [{
+    PyTorch's `GradScaler.scale(loss)`: the backward starts from the loss
+    scale `S` (element 0 of `state`, the `cdp.loss_scale` buffer; see
+    `cdp.unscale_grads`) instead of 1, so every gradient is `S` times the
+    true one and small fp16 gradients do not flush to zero.
+
+    ```mlir
+    %seed = cdp.loss_scale %state : tensor<3xf32> -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins CDP_F32Tensor:$state);
+  let results = (outs CDP_F32Tensor:$seed);
+  let assemblyFormat = "$state attr-dict `:` type($state) `->` type($seed)";
+  let hasVerifier = 1;
+}
+
+def CDP_UnscaleGradsOp : CDP_BaseOp<"unscale_grads"> {
+  let summary = "divide the step's gradients by the loss scale in place, and adjust the scale";
+  let description = [{
+    PyTorch's `GradScaler.unscale_` and `update` with `state` the loss-scale
+    buffer `[S, clean steps, overflow]`: every gradient is multiplied by
+    `1 / S`; if any is infinite or NaN, `overflow` becomes 1 (the updates
+    that name `state` then leave their parameter and optimizer state
+    unchanged: the step is skipped), `S` is multiplied by `backoff_factor`
+    and the clean steps restart from 0; otherwise `overflow` is 0 and after
+    `growth_interval` clean steps in a row `S` is multiplied by
+    `growth_factor`. The optimizer pass places it before the clip and the
+    updates.
+
+    ```mlir
+    cdp.unscale_grads %state, %g1, %g2 {growth_interval = 2000 : i64} : tensor<3xf32>, tensor<4xf32>, tensor<4x4xf32>
+    ```
+  }];
+  let arguments = (ins CDP_F32Tensor:$state, Variadic<CDP_F32Tensor>:$grads,
+                       DefaultValuedAttr<F32Attr, "2.0f">:$growth_factor,
+                       DefaultValuedAttr<F32Attr, "0.5f">:$backoff_factor,
+                       DefaultValuedAttr<I64Attr, "2000">:$growth_interval);
+  let assemblyFormat = "$state `,` $grads attr-dict `:` type($state) `,` type($grads)";
   let hasVerifier = 1;
 }
 

@@ -1,0 +1,130 @@
+//===- LossScaleTest.cpp - dynamic loss scaling's kernels -----------------===//
+//
+// GradScaler's rules worked by hand: the scale halves on an overflow and
+// the clean steps restart; after `growth_interval` clean steps it doubles;
+// the gradients are multiplied by 1 / scale; an update that names the
+// loss-scale buffer leaves its parameter, momentum and step count alone on
+// an overflowed step.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kernels/LossScale.h"
+#include "cdp/Runtime/Kernel.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+using namespace cdp;
+using namespace cdp::runtime;
+
+namespace {
+
+TensorView viewOf(std::vector<float> &values) {
+  TensorView view;
+  view.data = values.data();
+  view.shape = {static_cast<int64_t>(values.size())};
+  view.dtype = plan::F32;
+  return view;
+}
+
+std::unique_ptr<Kernel> kernelFor(plan::Instruction &instruction,
+                                  std::vector<TensorView> inputs,
+                                  std::vector<TensorView> outputs = {}) {
+  KernelArgs args;
+  args.instruction = &instruction;
+  args.inputs = std::move(inputs);
+  args.outputs = std::move(outputs);
+  return (*KernelRegistry::instance().lookup(instruction.op(), Backend::CPU))(
+      args);
+}
+
+void setInt(plan::Instruction &instruction, const char *name, int64_t value) {
+  plan::Attribute *a = instruction.add_attributes();
+  a->set_name(name);
+  a->set_i(value);
+}
+
+TEST(LossScale, HalvesOnOverflowAndDoublesAfterTheInterval) {
+  float state[3] = {65536.0f, 0.0f, 0.0f};
+  adjustLossScale(state, /*overflow=*/true, 2.0f, 0.5f, 3);
+  EXPECT_EQ(state[kScale], 32768.0f);
+  EXPECT_EQ(state[kOverflow], 1.0f);
+  for (int step = 1; step <= 2; ++step) {
+    adjustLossScale(state, false, 2.0f, 0.5f, 3);
+    EXPECT_EQ(state[kScale], 32768.0f) << "clean step " << step;
+    EXPECT_EQ(state[kCleanSteps], static_cast<float>(step));
+    EXPECT_EQ(state[kOverflow], 0.0f);
+  }
+  adjustLossScale(state, false, 2.0f, 0.5f, 3); // the third clean step
+  EXPECT_EQ(state[kScale], 65536.0f);
+  EXPECT_EQ(state[kCleanSteps], 0.0f);
+  // An overflow resets the clean steps counted so far.
+  adjustLossScale(state, false, 2.0f, 0.5f, 3);
+  adjustLossScale(state, true, 2.0f, 0.5f, 3);
+  EXPECT_EQ(state[kCleanSteps], 0.0f);
+  EXPECT_EQ(state[kScale], 32768.0f);
+  // Growth that would not be finite keeps the scale (as GradScaler does).
+  float top[3] = {std::numeric_limits<float>::max(), 0.0f, 0.0f};
+  adjustLossScale(top, false, 2.0f, 0.5f, 1);
+  EXPECT_EQ(top[kScale], std::numeric_limits<float>::max());
+}
+
+TEST(LossScale, UnscalesTheGradientsAndNotesAnOverflow) {
+  plan::Instruction instruction;
+  instruction.set_op("unscale_grads");
+  setInt(instruction, "growth_interval", 2000);
+  std::vector<float> state = {4.0f, 5.0f, 0.0f}, g = {4.0f, -8.0f, 2.0f},
+                     h = {1.0f};
+  auto kernel = kernelFor(instruction, {viewOf(state), viewOf(g), viewOf(h)});
+  kernel->run(StepContext());
+  EXPECT_EQ(g, (std::vector<float>{1.0f, -2.0f, 0.5f}));
+  EXPECT_EQ(h, (std::vector<float>{0.25f}));
+  EXPECT_EQ(state, (std::vector<float>{4.0f, 6.0f, 0.0f}));
+  // An infinity in any gradient (a NaN likewise) marks the step.
+  g[1] = INFINITY;
+  kernel->run(StepContext());
+  EXPECT_EQ(state, (std::vector<float>{2.0f, 0.0f, 1.0f}));
+  h[0] = NAN;
+  g[1] = 1.0f;
+  kernel->run(StepContext());
+  EXPECT_EQ(state, (std::vector<float>{1.0f, 0.0f, 1.0f}));
+}
+
+TEST(LossScale, SeedsTheBackwardWithTheScale) {
+  plan::Instruction instruction;
+  instruction.set_op("loss_scale");
+  std::vector<float> state = {1024.0f, 3.0f, 0.0f}, seed = {0.0f};
+  kernelFor(instruction, {viewOf(state)}, {viewOf(seed)})->run(StepContext());
+  EXPECT_EQ(seed[0], 1024.0f);
+}
+
+TEST(LossScale, AnUpdateSkipsAnOverflowedStep) {
+  plan::Instruction instruction;
+  instruction.set_op("update");
+  plan::Attribute *a = instruction.add_attributes();
+  a->set_name("optimizer");
+  a->set_s("sgd");
+  a = instruction.add_attributes();
+  a->set_name("lr");
+  a->set_f(0.5);
+  a = instruction.add_attributes();
+  a->set_name("momentum");
+  a->set_f(0.9);
+  std::vector<float> w = {1.0f, 2.0f}, g = {2.0f, 4.0f},
+                     state = {8.0f, 0.0f, 1.0f};
+  auto kernel = kernelFor(instruction, {viewOf(w), viewOf(g), viewOf(state)});
+  kernel->run(StepContext());
+  KernelState s = kernel->state();
+  EXPECT_EQ(w, (std::vector<float>{1.0f, 2.0f}));
+  EXPECT_EQ(*s.counter, 0);
+  EXPECT_EQ(s.tensors[0].second.f32()[0], 0.0f); // momentum untouched
+  state[kOverflow] = 0.0f;
+  kernel->run(StepContext());
+  EXPECT_EQ(w, (std::vector<float>{0.0f, 0.0f})); // w - 0.5 g, buffer = g
+  EXPECT_EQ(*s.counter, 1);
+}
+
+} // namespace
