@@ -11,6 +11,7 @@
 #include "cdp/Dialect/Graph/GraphBuilder.h"
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "cdp/Passes/Passes.h"
+#include "cdp/Plan/ReservedNames.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseSet.h"
@@ -71,7 +72,7 @@ Value Differentiator::seedOf(Value loss, double lossScale) {
     builder.setInsertionPointToStart(&func.getBody().front());
     float initial[] = {static_cast<float>(lossScale), 0.0f, 0.0f};
     state = builder.create<ParamOp>(func.getLoc(), stateType,
-                                    builder.getStringAttr("cdp.loss_scale"),
+                                    builder.getStringAttr(kLossScaleBuffer),
                                     cast<ElementsAttr>(DenseElementsAttr::get(
                                         stateType, ArrayRef<float>(initial))),
                                     builder.getUnitAttr(), UnitAttr());

@@ -8,6 +8,7 @@
 #include "../kernels/LearningRate.h"
 #include "Run.h"
 
+#include "cdp/Plan/ReservedNames.h"
 #include "cdp/Runtime/Json.h"
 #include <numeric>
 
@@ -51,8 +52,25 @@ double learningRateAt(Run &run, int64_t step) {
   return std::strtod(text, nullptr);
 }
 
+void noteLossScale(Run &run) {
+  if (run.lossScaleTensor == -2) {
+    run.lossScaleTensor = -1;
+    for (const plan::Tensor &t : run.plan.tensors())
+      if (t.kind() == plan::BUFFER && t.name() == kLossScaleBuffer)
+        run.lossScaleTensor = t.id();
+  }
+  if (run.lossScaleTensor < 0)
+    return;
+  Executor &executor = run.local();
+  HostTensor state = executor.stageOut(executor.view(run.lossScaleTensor));
+  run.lossScale = state.view().f32()[0];
+  run.lastStepOverflowed = state.view().f32()[2] != 0.0f;
+  run.overflowedSteps += run.lastStepOverflowed;
+}
+
 /// One line of --metrics and one event of --tensorboard: the step, its
-/// loss, speed and learning rate, and the test loss and accuracy where they
+/// loss, speed and learning rate, the loss scale after it and whether its
+/// updates were skipped (fp16), and the test loss and accuracy where they
 /// were evaluated (the same names in both).
 void writeMetricsLine(Run &run, int64_t step, double loss, double rate,
                       const Evaluation &evaluation) {
@@ -60,6 +78,10 @@ void writeMetricsLine(Run &run, int64_t step, double loss, double rate,
       {"step", step}, {"loss", loss}, {"samples_per_s", rate}};
   if (double lr = learningRateAt(run, step); lr >= 0)
     line["lr"] = lr;
+  if (run.lossScale > 0) {
+    line["loss_scale"] = run.lossScale;
+    line["skipped"] = run.lastStepOverflowed ? 1 : 0;
+  }
   if (evaluation.loss >= 0)
     line["test_loss"] = evaluation.loss;
   if (evaluation.accuracy >= 0)
@@ -237,6 +259,10 @@ void printRunSummary(const Run &run, int64_t start, double meanLoss,
                 (long long)start, (long long)run.total);
   if (run.total > start)
     std::printf(", loss %.4f", meanLoss);
+  if (run.lossScale > 0)
+    std::printf(", %lld skipped on overflow, loss scale %g",
+                (long long)run.overflowedSteps,
+                static_cast<double>(run.lossScale));
   std::printf(", %.1f s", seconds);
   printEvaluation(evaluation);
   std::printf("\n");

@@ -152,6 +152,13 @@ struct Run {
   /// (null: the plan has no update, or not looked for yet).
   std::shared_ptr<const UpdateRule> reportedRule;
   bool reportedRuleFound = false;
+  /// --precision fp16: the loss-scale buffer's id (-1: none; -2: not
+  /// looked for yet), the scale after the last step, whether that step
+  /// overflowed (its updates skipped), and how many did in this run.
+  int lossScaleTensor = -2;
+  float lossScale = 0;
+  bool lastStepOverflowed = false;
+  int64_t overflowedSteps = 0;
   /// --resume from a portable checkpoint: the schedule starts afresh.
   bool portableResume = false;
   /// --dump-grads and --save-outputs written (before a final evaluation,
@@ -235,6 +242,9 @@ void loadDataset(Run &run);
 /// The learning rate applied to step `step`'s gradients, as the float the
 /// kernels use; negative in a plan without updates.
 double learningRateAt(Run &run, int64_t step);
+/// After a step of an fp16 plan: reads its loss-scale buffer into `run`
+/// (nothing for a plan without one).
+void noteLossScale(Run &run);
 void writeMetricsLine(Run &run, int64_t step, double loss, double rate,
                       const Evaluation &evaluation);
 bool evaluates(const Run &run);

@@ -114,6 +114,7 @@ void runSingleDevice(Run &run, int64_t step) {
     }
     auto stepStart = std::chrono::steady_clock::now();
     float loss = runSingleStep(run, step, order, staged);
+    noteLossScale(run);
     epochLoss += loss;
     ++epochSteps;
     if (!std::isfinite(loss))
