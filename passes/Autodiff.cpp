@@ -77,7 +77,15 @@ Value Differentiator::seedOf(Value loss, double lossScale) {
                                         stateType, ArrayRef<float>(initial))),
                                     builder.getUnitAttr(), UnitAttr());
   }
-  return builder.create<LossScaleOp>(func.getLoc(), lossType, state);
+  auto seed = builder.create<LossScaleOp>(func.getLoc(), lossType, state);
+  // The seed runs in the backward of the loss's stage: the strategies that
+  // emit a stage's ops together (dp) place it there.
+  if (Operation *producer = loss.getDefiningOp())
+    if (auto stage = producer->getAttrOfType<IntegerAttr>("cdp.stage")) {
+      seed->setAttr("cdp.stage", stage);
+      seed->setAttr("cdp.phase", builder.getStringAttr("backward"));
+    }
+  return seed;
 }
 
 LogicalResult Differentiator::run(Value loss, const llvm::StringSet<> &frozen,

@@ -62,11 +62,12 @@ struct SlotEntry {
 /// What the graph says about each stage: whether it has forward and
 /// backward ops, whether it owns trained parameters, and whose trained
 /// parameters its forward and backward read (its own, and another stage's
-/// through a tied weight); and whether the step clips its gradients.
+/// through a tied weight); and whether the step clips its gradients or
+/// unscales them (dynamic loss scaling), which both read every stage's.
 struct StageFacts {
   SmallVector<bool> forward, backward, trained;
   SmallVector<std::set<int64_t>> forwardReads, backwardReads;
-  bool clip = false;
+  bool clip = false, unscale = false;
 };
 
 /// The stage that owns each trained parameter: its gradient's.
@@ -95,7 +96,8 @@ StageFacts factsOf(func::FuncOp func, int64_t L) {
   llvm::DenseMap<Operation *, int64_t> owner = parameterStages(func);
   for (Operation &op : func.getBody().front().without_terminator()) {
     facts.clip |= isa<ClipGradNormOp>(op);
-    if (isa<ParamOp, ConstantOp, UpdateOp, ClipGradNormOp>(op))
+    facts.unscale |= isa<UnscaleGradsOp>(op);
+    if (isa<ParamOp, ConstantOp, UpdateOp, ClipGradNormOp, UnscaleGradsOp>(op))
       continue;
     auto stage = op.getAttrOfType<IntegerAttr>("cdp.stage");
     auto phase = op.getAttrOfType<StringAttr>("cdp.phase");
@@ -116,15 +118,16 @@ StageFacts factsOf(func::FuncOp func, int64_t L) {
 /// reduced gradients (from step 1 + delay on) before its forward; the
 /// forwards F_1..F_L at times 0..L-1, the backwards B_L..B_1 at L..2L-1,
 /// each trained stage's reduction starting after its backward.
-/// With gradient clipping, dp first takes every stage's mean and clips
-/// them together (sched.clip_means instead of the waits), and cdp clips the
-/// slot's own gradients after its last backward, where every reduction
+/// With gradient clipping or loss scaling, dp first takes every stage's
+/// mean, unscales and clips them together (sched.clip_means instead of the
+/// waits: an overflow anywhere skips every stage's update), and cdp clips
+/// the slot's own gradients after its last backward, where every reduction
 /// then starts (`afterBackward`).
 std::vector<SlotEntry> slotProgram(int64_t L, ArrayRef<int64_t> delay,
                                    const StageFacts &facts,
                                    bool afterBackward) {
   std::vector<SlotEntry> entries;
-  bool clipMeans = facts.clip && !afterBackward;
+  bool clipMeans = (facts.clip || facts.unscale) && !afterBackward;
   if (clipMeans)
     entries.push_back({SlotEntry::ClipMeans, 0, 0});
   for (int64_t l = 1; l <= L; ++l) {

@@ -154,6 +154,11 @@ add_hf_case hf-llama-ts-dp llama-ts --strategy dp --devices 2
 # --precision bf16: the roundings (round_to) on the GPU against the CPU's.
 add_hf_case hf-gpt2-ts-bf16 gpt2-ts --precision bf16
 add_case resnet-bf16 resnet --precision bf16
+# --precision fp16: the loss scale's kernels and the updates' skip (LeNet
+# from 2^20, doubling after every clean step, so that steps overflow).
+add_hf_case hf-gpt2-ts-fp16 gpt2-ts --precision fp16
+add_case lenet-fp16-dp lenet --precision fp16 --strategy dp --devices 2 \
+  --loss-scale 1048576 --loss-scale-interval 1
 
 cp scripts/gpu/compare_params.py "$OUT/"
 cp scripts/gpu/run-gpu-checks.sh "$OUT/"

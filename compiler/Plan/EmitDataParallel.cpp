@@ -73,6 +73,11 @@ LogicalResult Emitter::emitDataParallel(int64_t arenaBytes) {
   if (tables.zero == 3)
     arenaBytes = addShardGroups(program, tables, arenaBytes);
   func.walk([&](ClipGradNormOp clip) { tables.clip = clip; });
+  func.walk([&](UnscaleGradsOp unscale) { tables.unscale = unscale; });
+  if (tables.unscale && (tables.zero > 0 || tables.sparse))
+    return func.emitError("dynamic loss scaling under ZeRO or laysa is not "
+                          "built: their updates read shards or sparse "
+                          "gradients");
   if (tables.clip && tables.zero >= 2) { // each device's share of the norm
     plan::Tensor *share = plan.add_tensors();
     share->set_id(plan.tensors_size() - 1);
@@ -602,11 +607,22 @@ LogicalResult SlotLowering::clipMeans(sched::ClipMeansOp clip) {
         means.push_back(t.reduced);
     }
   }
-  plan::Instruction *instruction =
-      emitter.lowerClip(*device, tables.clip, means, partials);
-  if (!instruction)
-    return failure();
-  stamp(instruction, 1, time)->set_min_step(minStep);
+  // Dynamic loss scaling: the means unscaled first (the clip reads true
+  // gradients); every device sees the same means, so all skip alike.
+  if (tables.unscale) {
+    plan::Instruction *unscale =
+        emitter.lowerUnscale(*device, tables.unscale, means);
+    if (!unscale)
+      return failure();
+    stamp(unscale, 1, time)->set_min_step(minStep);
+  }
+  if (tables.clip) {
+    plan::Instruction *instruction =
+        emitter.lowerClip(*device, tables.clip, means, partials);
+    if (!instruction)
+      return failure();
+    stamp(instruction, 1, time)->set_min_step(minStep);
+  }
   for (int64_t l = 1; l <= L; ++l)
     if (failed(updateStage(l, time, minStep, tables.zero)))
       return failure();
@@ -791,6 +807,23 @@ plan::Instruction *Emitter::lowerClip(plan::Device &device, ClipGradNormOp clip,
   return instruction;
 }
 
+/// The graph's unscale_grads on `grads` (the step's mean gradients) with
+/// its loss-scale buffer. Null after reporting an error.
+plan::Instruction *Emitter::lowerUnscale(plan::Device &device,
+                                         UnscaleGradsOp unscale,
+                                         ArrayRef<int> grads) {
+  if (failed(addInstruction(unscale, device, false)))
+    return nullptr;
+  plan::Instruction *instruction =
+      device.mutable_instructions(device.instructions_size() - 1);
+  int state = instruction->inputs(0);
+  instruction->clear_inputs();
+  instruction->add_inputs(state);
+  for (int id : grads)
+    instruction->add_inputs(id);
+  return instruction;
+}
+
 /// A stage's forward (ops without a phase, buffer writes included) or
 /// backward ops, in the order of @main. Ops without a time of their own
 /// (buffer writes after a forward) run in the time step of the instruction
@@ -799,7 +832,8 @@ ArrayRef<Operation *> Emitter::slotStageOpsOf(int64_t stage, bool backward,
                                               int64_t L) {
   if (slotStageOps.empty())
     for (Operation &op : func.getBody().front().without_terminator()) {
-      if (isa<ParamOp, ConstantOp, UpdateOp, ClipGradNormOp>(op))
+      if (isa<ParamOp, ConstantOp, UpdateOp, ClipGradNormOp, UnscaleGradsOp>(
+              op))
         continue;
       auto phase = op.getAttrOfType<StringAttr>("cdp.phase");
       auto opStage = op.getAttrOfType<IntegerAttr>("cdp.stage");

@@ -107,6 +107,8 @@ struct DataParallelTables {
   /// The step's gradient clipping, if any (sched.clip_means or clip_own
   /// say where it runs).
   ClipGradNormOp clip;
+  /// Dynamic loss scaling's unscaling, if any (in sched.clip_means).
+  UnscaleGradsOp unscale;
   /// laysa: the stages' top-k exchanges (no reduced buffers then).
   bool sparse = false;
   sparse::Exchange exchange;
@@ -163,6 +165,8 @@ private:
                               const DataParallelTables &tables);
   std::vector<int64_t> slotStepKey(sched::SlotDeviceOp op, Operation &step,
                                    const DataParallelTables &tables);
+  plan::Instruction *lowerUnscale(plan::Device &device, UnscaleGradsOp unscale,
+                                  ArrayRef<int> grads);
   plan::Instruction *lowerClip(plan::Device &device, ClipGradNormOp clip,
                                ArrayRef<int> grads,
                                ArrayRef<int> partials = {});

@@ -18,9 +18,15 @@ namespace cdp::runtime {
 
 enum LossScaleField { kScale = 0, kCleanSteps = 1, kOverflow = 2 };
 
+#if defined(__CUDACC__)
+#define CDP_LOSS_SCALE_FN __host__ __device__ inline
+#else
+#define CDP_LOSS_SCALE_FN inline
+#endif
+
 /// GradScaler's unscale factor: the reciprocal taken in double, then
 /// rounded to float (torch: scale.double().reciprocal().float()).
-inline float inverseLossScale(const float *state) {
+CDP_LOSS_SCALE_FN float inverseLossScale(const float *state) {
   return static_cast<float>(1.0 / static_cast<double>(state[kScale]));
 }
 
@@ -28,8 +34,9 @@ inline float inverseLossScale(const float *state) {
 /// the scale times `backoff` and the clean steps reset on an overflow;
 /// otherwise one more clean step, and after `interval` of them the scale
 /// times `growth` (kept where that would not be finite).
-inline void adjustLossScale(float *state, bool overflow, float growth,
-                            float backoff, int64_t interval) {
+CDP_LOSS_SCALE_FN void adjustLossScale(float *state, bool overflow,
+                                       float growth, float backoff,
+                                       int64_t interval) {
   state[kOverflow] = overflow ? 1.0f : 0.0f;
   if (overflow) {
     state[kScale] *= backoff;
@@ -48,5 +55,7 @@ inline void adjustLossScale(float *state, bool overflow, float growth,
 }
 
 } // namespace cdp::runtime
+
+#undef CDP_LOSS_SCALE_FN
 
 #endif // CDP_RUNTIME_KERNELS_LOSSSCALE_H

@@ -88,7 +88,8 @@ bool matches(StrategyScope scope, const StrategyTraits &traits) {
   case StrategyScope::Replicable:
     return traits.replicable;
   case StrategyScope::LossScaled:
-    return traits.oneDevice;
+    return traits.oneDevice ||
+           (traits.dataParallel && !traits.cyclic && !traits.sparseExchange);
   }
   return false;
 }

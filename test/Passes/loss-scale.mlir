@@ -2,7 +2,7 @@
 // RUN: cdp-opt %s -cdp-autodiff -cdp-insert-optimizer | FileCheck %s --check-prefix=NONE
 // RUN: not cdp-opt %s -cdp-autodiff="loss-scale=-1" 2>&1 | FileCheck %s --check-prefix=NEGATIVE
 // RUN: not cdp-opt %s -cdp-autodiff="loss-scale=8" -cdp-insert-optimizer="lr-schedule=cosine" 2>&1 | FileCheck %s --check-prefix=SCHEDULE
-// RUN: not cdp-opt %s -cdp-set-strategy=strategy=dp -cdp-autodiff="loss-scale=8" -cdp-insert-optimizer 2>&1 | FileCheck %s --check-prefix=STRATEGY
+// RUN: not cdp-opt %s -cdp-set-strategy=strategy=cdp -cdp-autodiff="loss-scale=8" -cdp-insert-optimizer 2>&1 | FileCheck %s --check-prefix=STRATEGY
 
 // Dynamic loss scaling (--precision fp16): autodiff seeds the backward with
 // the scale held in a new buffer [S, clean steps, overflow] instead of 1;
@@ -24,7 +24,7 @@
 // A skipped step would not advance the update's count as PyTorch's
 // scheduler advances: refused until the count is kept apart.
 // SCHEDULE: error: a learning-rate schedule or warmup with dynamic loss scaling is not supported yet
-// STRATEGY: error: dynamic loss scaling (--precision fp16) runs under single only so far, not dp; use --precision bf16, which needs no scaling
+// STRATEGY: error: dynamic loss scaling (--precision fp16) runs under single or dp only so far, not cdp; use --precision bf16, which needs no scaling
 func.func @main(%x: tensor<4xf32>) -> (tensor<f32> {cdp.name = "loss"}) attributes {cdp.loss_index = 0 : i64} {
   %w = cdp.param "w" : tensor<4xf32>
   %a = cdp.mul %x, %w : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>

@@ -466,6 +466,23 @@ std::vector<Case> lossAndUpdateCases() {
        {f32({}, Fill::Positive), f32({}, Fill::Positive), f32({40})},
        {},
        {attr("partials", 2), real("max_norm", 0.5)}},
+      // Dynamic loss scaling: the buffer [scale, clean steps, overflow]
+      // drawn positive (so an update naming it skips, as on the CPU).
+      {"loss_scale", "loss_scale", {f32({3}, Fill::Positive)}, {f32({})}},
+      {"unscale_grads",
+       "unscale_grads",
+       {f32({3}, Fill::Positive), f32({50}), f32({3, 7})},
+       {},
+       {attr("growth_interval", 2000)},
+       1e-6,
+       2},
+      {"update_skipped_on_overflow",
+       "update",
+       {f32({50}), f32({50}), f32({3}, Fill::Positive)},
+       {},
+       {text("optimizer", "sgd"), real("lr", 0.1), real("momentum", 0.9)},
+       1e-6,
+       2},
   };
 }
 
@@ -583,9 +600,9 @@ TEST_P(CudaKernelTest, MatchesCpu) {
     checked.push_back(k);
   if (c.op == "update")
     checked.push_back(0);
-  if (c.op == "clip_grad_norm")
+  if (c.op == "clip_grad_norm" || c.op == "unscale_grads")
     for (size_t k = 0; k < c.inputs.size(); ++k)
-      checked.push_back(k);
+      checked.push_back(k); // in place (unscale_grads: the buffer too)
   for (int r = 0; r < c.runs; ++r) {
     cpu.run(r + 1);
     cuda.run(r + 1);

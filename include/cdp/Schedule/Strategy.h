@@ -131,8 +131,9 @@ enum class StrategyScope {
   OneStagePerDevice, ///< the partitioner's memory estimate
   Pipeline,          ///< cdp-schedule-pipeline
   Replicable,        ///< --replicas (and --zero 1 over them)
-  /// Dynamic loss scaling: one device holds every gradient of the step,
-  /// so its overflow check sees them all (single).
+  /// Dynamic loss scaling: every device sees every mean gradient of the
+  /// step before any update, so all skip an overflowed step alike (single,
+  /// and dp, whose updates wait for every stage's means).
   LossScaled,
 };
 

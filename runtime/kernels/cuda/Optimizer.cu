@@ -12,6 +12,7 @@
 
 #include "../GradientClip.h"
 #include "../LearningRate.h"
+#include "../LossScale.h"
 
 namespace cdp::runtime::cuda {
 
@@ -143,10 +144,64 @@ private:
   int count = 0;
 };
 
+/// Every gradient times 1 / scale, the reciprocal read from the loss-scale
+/// buffer on the device; *overflow set where a gradient is not finite.
+__global__ void unscaleKernel(float *g, int64_t n, const float *state,
+                              int *overflow) {
+  float inverse = inverseLossScale(state);
+  CDP_FOR_EACH(i, n) {
+    float x = g[i];
+    if (!isfinite(x))
+      *overflow = 1;
+    g[i] = x * inverse;
+  }
+}
+
+__global__ void adjustKernel(float *state, const int *overflow, float growth,
+                             float backoff, int64_t interval) {
+  adjustLossScale(state, *overflow != 0, growth, backoff, interval);
+}
+
+/// unscale_grads (the CPU kernel says what it means) on the device's
+/// stream with no host synchronisation: the overflow flag and the scale
+/// stay in device memory.
+class UnscaleKernel : public Kernel {
+public:
+  explicit UnscaleKernel(const KernelArgs &args)
+      : state(args.inputs[0]),
+        grads(args.inputs.begin() + 1, args.inputs.end()),
+        growth(static_cast<float>(args.f("growth_factor", 2.0))),
+        backoff(static_cast<float>(args.f("backoff_factor", 0.5))),
+        interval(args.i("growth_interval", 2000)),
+        overflow(deviceOf(args), sizeof(int)) {}
+
+  void run(const StepContext &context) override {
+    cudaStream_t stream = streamOf(context);
+    checkCuda(cudaMemsetAsync(overflow.as<void>(), 0, sizeof(int), stream),
+              "unscale_grads");
+    for (const TensorView &g : grads)
+      if (g.numel())
+        unscaleKernel<<<blocksFor(g.numel()), kThreads, 0, stream>>>(
+            g.f32(), g.numel(), state.f32(), overflow.as<int>());
+    adjustKernel<<<1, 1, 0, stream>>>(state.f32(), overflow.as<int>(), growth,
+                                      backoff, interval);
+    launched("unscale_grads");
+  }
+
+private:
+  TensorView state;
+  std::vector<TensorView> grads;
+  float growth, backoff;
+  int64_t interval;
+  Scratch overflow;
+};
+
 class UpdateKernel : public Kernel {
 public:
   explicit UpdateKernel(const KernelArgs &args)
       : param(args.inputs[0]), grad(args.inputs[1]), rule(args) {
+    if (args.inputs.size() > 2) // the loss-scale buffer: skip on overflow
+      lossScale = args.inputs[2];
     size_t bytes = std::max<size_t>(param.numel(), 1) * sizeof(float);
     if (rule.hasFirst())
       first = std::make_unique<Scratch>(deviceOf(args), bytes);
@@ -155,6 +210,8 @@ public:
   }
 
   void run(const StepContext &context) override {
+    if (overflowed(streamOf(context)))
+      return; // GradScaler.step: an overflowed step changes nothing
     int64_t n = param.numel();
     float rate = rule.scheduledLr(steps);
     ++steps;
@@ -201,7 +258,21 @@ public:
   }
 
 private:
-  TensorView param, grad;
+  /// Whether the last unscaling saw an overflow. The update count lives on
+  /// the host (Adam's bias corrections), so the flag is read back: one
+  /// synchronisation per update of an fp16 plan.
+  bool overflowed(cudaStream_t stream) {
+    if (!lossScale.data)
+      return false;
+    float flag = 0;
+    checkCuda(cudaMemcpyAsync(&flag, lossScale.f32() + kOverflow, sizeof(float),
+                              cudaMemcpyDeviceToHost, stream),
+              "update");
+    checkCuda(cudaStreamSynchronize(stream), "update");
+    return flag != 0.0f;
+  }
+
+  TensorView param, grad, lossScale;
   UpdateRule rule;
   int64_t steps = 0;
   std::unique_ptr<Scratch> first, second;
@@ -218,6 +289,18 @@ void registerOptimizer(KernelRegistry &registry) {
   });
   registry.add("clip_grad_norm", Backend::CUDA, [](const KernelArgs &args) {
     return std::make_unique<GradientClipKernel>(args, true);
+  });
+  registry.add("unscale_grads", Backend::CUDA, [](const KernelArgs &args) {
+    return std::make_unique<UnscaleKernel>(args);
+  });
+  // The backward's seed: the current scale, copied on the device.
+  addKernel(registry, "loss_scale", [](const KernelArgs &args) {
+    TensorView state = args.inputs[0], seed = args.outputs[0];
+    return [=](const StepContext &context) {
+      checkCuda(cudaMemcpyAsync(seed.data, state.data, sizeof(float),
+                                cudaMemcpyDeviceToDevice, streamOf(context)),
+                "loss_scale");
+    };
   });
   addKernel(registry, "assign", [](const KernelArgs &args) {
     TensorView buffer = args.inputs[0], value = args.inputs[1];

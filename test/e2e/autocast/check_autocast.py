@@ -2,7 +2,7 @@
 """Trains models with `cdp-compile --precision bf16` and compares with
 PyTorch's autocast.
 
-Usage: check_autocast.py CDP_BIN_DIR WORK_DIR CASE [CASE ...] [--strategies | --fp16]
+Usage: check_autocast.py CDP_BIN_DIR WORK_DIR CASE [CASE ...] [--strategies] [--fp16]
 
 A CASE is an e2e model of data/ (mlp, lenet, resnet, transformer) or a
 transformer of ../hf/data (gpt2-ts, llama-ts, bert-ts, vit-ts), each with
@@ -32,7 +32,10 @@ survive partitioning, stage sends and the strategies' updates); and GPT-2
 runs 2 steps of two micro-batches as dp on 2 devices, with ZeRO 1, 2 and 3,
 as 1f1b and zb-h1 on 2 stages, which must all equal dp's bit for bit (the
 rounded weight copies read from gathered shards, the stage gradients
-accumulated over micro-batches). One line per check; exits 1 on a failure.
+accumulated over micro-batches). With --fp16, `--precision fp16` against
+fp16 autocast with GradScaler instead (autocast16.npz; see check_fp16),
+and with --strategies dp on 2 devices against the single device with 2
+micro-batches. One line per check; exits 1 on a failure.
 """
 
 import json
@@ -156,7 +159,33 @@ def check(bin_dir, root, case, strategies):
     return ok
 
 
-def check_fp16(bin_dir, root, case):
+def check_fp16_dp(bin_dir, root, case, names, forced):
+    """dp on 2 devices against the single device with 2 micro-batches (the
+    same halves of the batch, the same mean): with GradScaler's defaults
+    and forced overflows, the trained parameters and the loss-scale buffer
+    bit for bit. dp unscales the reduced means, so both devices skip the
+    same steps."""
+    ok = True
+    for label, extra in (("", []), (" forced", ["--loss-scale", repr(forced),
+                                                "--loss-scale-interval", "1"])):
+        runs = train_all(bin_dir, root, case, names, (
+            ("single-mb2" + label.strip(), ["--precision", "fp16", "--micro-batches", "2"] + extra),
+            ("dp2" + label.strip(), ["--precision", "fp16", "--strategy", "dp",
+                                     "--devices", "2"] + extra)))
+        if not runs:
+            return False
+        # The trained parameters and the loss scale (BatchNorm's running
+        # statistics differ: each dp device keeps its own micro-batch's).
+        one, two = runs.values()
+        same = all(np.array_equal(one[n], two[n]) for n in names + ["cdp.loss_scale"])
+        print("%s %s fp16%s dp2: %s single with 2 micro-batches (loss scale %g)" % (
+            "ok  " if same else "FAIL", case, label, "equal to" if same else "differs from",
+            two["cdp.loss_scale"][0]), flush=True)
+        ok &= same
+    return ok
+
+
+def check_fp16(bin_dir, root, case, dp=False):
     """--precision fp16 against fp16 autocast with GradScaler
     (autocast16.npz): the parameters near PyTorch's as for bf16, and the
     loss scale after the steps equal to GradScaler's. Then the forced
@@ -192,6 +221,8 @@ def check_fp16(bin_dir, root, case):
                   "ok  " if good else "FAIL", case, label, near, bound, scale, scales[-1],
                   ", ".join("%g" % v for v in scales)), flush=True)
         ok &= good
+    if dp:
+        ok &= check_fp16_dp(bin_dir, root, case, names, forced)
     rounds = distance(lambda n: runs["fp16"][n], lambda n: runs["f32"][n]) / effect
     skipped = distance(lambda n: runs["forced"][n], lambda n: runs["fp16"][n]) / effect
     good = rounds >= ROUNDS and skipped >= ROUNDS
@@ -211,7 +242,7 @@ def main():
     for case in cases:
         try:
             if fp16:
-                passed += check_fp16(bin_dir, root, case)
+                passed += check_fp16(bin_dir, root, case, "--strategies" in sys.argv)
                 continue
             passed += check(bin_dir, root, case, strategies)
         except RuntimeError as error:
