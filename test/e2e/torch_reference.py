@@ -16,14 +16,15 @@ Exits 1 on any mismatch and prints one line per checked tensor.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 import numpy as np
-import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import export_torch_models as models  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import reference_cache  # noqa: E402
 
 # float32 on both sides, different summation orders: agreement to 1e-5
 # absolute is expected for gradients and parameters.
@@ -35,6 +36,7 @@ NAMES = []  # the model's parameter names, in parameters() order
 
 
 def torch_optimizer(name, params):
+    import torch
     if name == "sgd":
         return torch.optim.SGD(params, lr=LR)
     if name == "momentum":
@@ -59,6 +61,7 @@ def torch_optimizer(name, params):
 
 def torch_scheduler(name, opt):
     """The learning-rate schedule, stepped after every optimizer step."""
+    import torch
     if name == "momentum-step":  # halved every step: each update differs
         return torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
     if name == "adam-cosine":  # cosine down to 1e-4 over 4 steps
@@ -83,20 +86,24 @@ def cdp_optimizer_flags(name):
     return ["--optimizer", name, "--lr", str(LR)]
 
 
-def main():
-    bin_dir, work, name = sys.argv[1:4]
-    optimizer = sys.argv[4] if len(sys.argv) > 4 else "sgd"
-    os.makedirs(work, exist_ok=True)
+def reference(name, optimizer, into):
+    """PyTorch's side, written to `into`: the export (model.onnx), the batch
+    (x.npy, y.npy), and reference.npz: the losses, the last step's
+    gradients (`grad/NAME`), the parameters and BatchNorm buffers after the
+    steps (`param/NAME`, `buffer/NAME`), with their names in order."""
+    import torch
+    import export_torch_models as models
     model, example, _ = models.build(name)
-    path = models.export(name, work)
-    models.load_exported(model, path)
+    path = models.export(name, into)
+    os.replace(path, os.path.join(into, "model.onnx"))
+    models.load_exported(model, os.path.join(into, "model.onnx"))
 
     torch.manual_seed(1)
     x = torch.randn(*example.shape)
     batch = example.shape[1] if name == "transformer" else example.shape[0]
     y = torch.randint(0, 10, (batch,))
-    np.save(os.path.join(work, "x.npy"), x.numpy())
-    np.save(os.path.join(work, "y.npy"), y.numpy().astype(np.int64))
+    np.save(os.path.join(into, "x.npy"), x.numpy())
+    np.save(os.path.join(into, "y.npy"), y.numpy().astype(np.int64))
 
     model.train()
     global NAMES
@@ -112,6 +119,36 @@ def main():
         opt.step()
         if scheduler:
             scheduler.step()
+    arrays = {"losses": np.array(losses)}
+    for pname, p in model.named_parameters():
+        arrays["grad/" + pname] = p.grad.numpy()
+        arrays["param/" + pname] = p.detach().numpy()
+    buffers = [b for b, _ in model.named_buffers() if not b.endswith("num_batches_tracked")]
+    for bname, b in model.named_buffers():
+        if bname in buffers:
+            arrays["buffer/" + bname] = b.numpy()
+    np.savez(os.path.join(into, "reference.npz"), **arrays)
+    with open(os.path.join(into, "names.json"), "w") as f:
+        json.dump({"params": NAMES, "buffers": buffers, "batch": batch}, f)
+
+
+def main():
+    bin_dir, work, name = sys.argv[1:4]
+    optimizer = sys.argv[4] if len(sys.argv) > 4 else "sgd"
+    os.makedirs(work, exist_ok=True)
+    # PyTorch's side once per content: the plain and the sanitized suites
+    # reuse it (reference_cache.py).
+    ref = reference_cache.entry(
+        ("torch", name, optimizer),
+        [os.path.abspath(__file__), os.path.join(HERE, "export_torch_models.py")],
+        lambda into: reference(name, optimizer, into), os.path.join(work, "reference"))
+    path = os.path.join(work, name + ".onnx")
+    shutil.copyfile(os.path.join(ref, "model.onnx"), path)
+    for batch_file in ("x.npy", "y.npy"):
+        shutil.copyfile(os.path.join(ref, batch_file), os.path.join(work, batch_file))
+    stored = np.load(os.path.join(ref, "reference.npz"))
+    names = json.load(open(os.path.join(ref, "names.json")))
+    batch = names["batch"]
 
     plan = os.path.join(work, name + ".cdp")
     compile_args = [os.path.join(bin_dir, "cdp-compile"), path, "-o", plan]
@@ -141,20 +178,18 @@ def main():
         print("%s %-45s max abs error %.2e" % ("ok  " if ok else "FAIL", what, error))
 
     cdp_losses = [json.loads(line)["loss"] for line in open(metrics)]
-    check("loss of steps 0..2", cdp_losses, losses)
+    check("loss of steps 0..2", cdp_losses, stored["losses"])
 
     def load(folder):
         index = json.load(open(os.path.join(work, folder, "index.json")))
         return {k: np.load(os.path.join(work, folder, v)) for k, v in index.items()}
 
     grads, params = load("grads"), load("params")
-    for pname, p in model.named_parameters():
-        check("grad " + pname, grads[pname], p.grad.numpy())
-        check("param " + pname, params[pname], p.detach().numpy())
-    for bname, b in model.named_buffers():
-        if bname.endswith("num_batches_tracked"):
-            continue
-        check("buffer " + bname, params[bname], b.numpy())
+    for pname in names["params"]:
+        check("grad " + pname, grads[pname], stored["grad/" + pname])
+        check("param " + pname, params[pname], stored["param/" + pname])
+    for bname in names["buffers"]:
+        check("buffer " + bname, params[bname], stored["buffer/" + bname])
     print("%s: %s" % (name, "all match" if not failures else "%d mismatches" % failures))
     return 1 if failures else 0
 
