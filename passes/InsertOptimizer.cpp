@@ -141,9 +141,10 @@ struct InsertOptimizerPass
 
   LogicalResult unscale(func::FuncOp func, OpBuilder &builder,
                         ArrayRef<GradientOp> gradients, Value lossScale) {
-    // One device holds every gradient of the step; elsewhere the overflow
-    // would have to reach every stage and device before any update (as
-    // clipping's norm does), which is not built yet.
+    // Every device must see every gradient of the step before any update
+    // (single; dp, whose updates wait for every stage's mean): elsewhere
+    // the overflow would have to reach every stage and device first, as
+    // clipping's norm does, which is not built yet.
     auto strategy =
         getOperation()->getAttrOfType<sched::StrategyAttr>("sched.strategy");
     if (strategy && !inScope(StrategyScope::LossScaled, strategy.getValue()))
