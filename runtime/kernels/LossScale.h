@@ -1,5 +1,4 @@
-//===- LossScale.h - dynamic loss scaling, as PyTorch's GradScaler -*- C++
-//-*-===//
+//===- LossScale.h - dynamic loss scaling (GradScaler's) -------*- C++ -*-===//
 //
 // The loss-scale buffer is three floats: the scale S the backward started
 // from, the clean steps since it last changed, and whether this step's

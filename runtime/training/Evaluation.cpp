@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "../kernels/LearningRate.h"
+#include "../kernels/LossScale.h"
 #include "Run.h"
 
 #include "cdp/Plan/ReservedNames.h"
@@ -63,8 +64,8 @@ void noteLossScale(Run &run) {
     return;
   Executor &executor = run.local();
   HostTensor state = executor.stageOut(executor.view(run.lossScaleTensor));
-  run.lossScale = state.view().f32()[0];
-  run.lastStepOverflowed = state.view().f32()[2] != 0.0f;
+  run.lossScale = state.view().f32()[kScale];
+  run.lastStepOverflowed = state.view().f32()[kOverflow] != 0.0f;
   run.overflowedSteps += run.lastStepOverflowed;
 }
 

@@ -1,5 +1,4 @@
-//===- ReservedNames.h - tensor names the compiler gives its own state -*- C++
-//-*-===//
+//===- ReservedNames.h - names of the compiler's own tensors ---*- C++ -*-===//
 //
 // Plan tensors the compiler adds (not the model's initializers), named so
 // that the runtime can find them: shared by the passes that make them and

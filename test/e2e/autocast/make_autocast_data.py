@@ -139,8 +139,8 @@ def exported_attention(q, k, v, attn_mask=None, dropout_p=0.0,
     return weights @ v
 
 
-def train(model, batches, autocast, dtype="bf16", scaling=None):
-    """STEPS SGD steps; `batches(step)` gives (inputs, labels). With
+def train(model, batches, autocast, dtype="bf16", scaling=None, steps=STEPS):
+    """`steps` SGD steps; `batches(step)` gives (inputs, labels). With
     `scaling` (init_scale, growth_interval): fp16's GradScaler, whose scale
     after each step is returned too."""
     import contextlib
@@ -154,7 +154,7 @@ def train(model, batches, autocast, dtype="bf16", scaling=None):
         scaler = torch.amp.GradScaler("cpu", init_scale=scaling[0],
                                       growth_interval=scaling[1])
     losses, scales = [], []
-    for step in range(STEPS):
+    for step in range(steps):
         inputs, labels = batches(step)
         optimizer.zero_grad()
         narrow = torch.bfloat16 if dtype == "bf16" else torch.float16
@@ -177,17 +177,10 @@ def train(model, batches, autocast, dtype="bf16", scaling=None):
 
 def first_overflowing_scale(model, batches):
     """The smallest power of two whose first fp16 step overflows."""
-    import copy
-    global STEPS
-    steps, STEPS = STEPS, 1
-    try:
-        for k in range(16, 100):
-            _, _, scales = train(copy.deepcopy(model), batches, True, "f16",
-                                 (2.0 ** k, 2000))
-            if scales[0] < 2.0 ** k:
-                return 2.0 ** k
-    finally:
-        STEPS = steps
+    for k in range(16, 100):
+        _, _, scales = train(model, batches, True, "f16", (2.0 ** k, 2000), steps=1)
+        if scales[0] < 2.0 ** k:
+            return 2.0 ** k
     raise SystemExit("no loss scale up to 2^99 overflows the first step")
 
 
