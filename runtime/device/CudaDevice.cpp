@@ -1,6 +1,7 @@
 //===- CudaDevice.cpp - a GPU as a plan's device --------------------------===//
 
 #include "CudaDevice.h"
+#include "Cublas.h"
 
 #include <atomic>
 
@@ -43,10 +44,11 @@ CudaDevice::CudaDevice(int index) : deviceIndex(index) {
   checkCuda(cudaSetDevice(gpuIndex), "cudaSetDevice");
   checkCuda(cudaStreamCreateWithFlags(&work, cudaStreamNonBlocking),
             "cudaStreamCreate");
-  checkCublas(cublasCreate(&blasHandle), "cublasCreate");
-  checkCublas(cublasSetStream(blasHandle, work), "cublasSetStream");
-  checkCublas(cublasSetMathMode(blasHandle, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                 : CUBLAS_DEFAULT_MATH),
+  const CublasApi &api = cublas();
+  checkCublas(api.create(&blasHandle), "cublasCreate");
+  checkCublas(api.setStream(blasHandle, work), "cublasSetStream");
+  checkCublas(api.setMathMode(blasHandle, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                               : CUBLAS_DEFAULT_MATH),
               "cublasSetMathMode");
   checkCudnn(cudnnCreate(&dnnHandle), "cudnnCreate");
   checkCudnn(cudnnSetStream(dnnHandle, work), "cudnnSetStream");
@@ -66,7 +68,7 @@ CudaDevice::~CudaDevice() {
   cudaFree(statusWord);
   cudaFreeHost(statusHost);
   cudnnDestroy(dnnHandle);
-  cublasDestroy(blasHandle);
+  cublas().destroy(blasHandle);
   cudaStreamDestroy(work);
 }
 

@@ -10,6 +10,7 @@
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Runtime/Device.h"
 #include "cdp/Runtime/Kernel.h"
+#include "device/Cublas.h"
 
 #include <gtest/gtest.h>
 
@@ -687,6 +688,17 @@ TEST(CudaKernelCoverage, EveryCpuOpHasACudaKernel) {
   for (const std::string &op : missing)
     list += " " + op;
   EXPECT_TRUE(missing.empty()) << "CPU ops without a CUDA kernel:" << list;
+}
+
+/// cuBLAS is loaded when the first GPU device is made, not linked: loading
+/// needs no GPU, so this checks here that the library is found and every
+/// entry point the backend calls resolves (a misspelt symbol would
+/// otherwise fail only on a GPU machine).
+TEST(CublasLoad, ResolvesEveryEntryPoint) {
+  const CublasApi &api = cublas();
+  EXPECT_TRUE(api.create && api.destroy && api.setStream && api.setMathMode &&
+              api.sgemm && api.sgemmBatched);
+  EXPECT_EQ(std::string(cublasLibraryName()).rfind("libcublas.so.", 0), 0u);
 }
 
 } // namespace

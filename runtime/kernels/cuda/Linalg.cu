@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "../../device/Cublas.h"
 #include "../MatMulGeometry.h"
 #include "CudaKernels.h"
 #include "Reduce.cuh"
@@ -20,9 +21,10 @@ namespace {
 void sgemm(cublasHandle_t blas, bool transA, bool transB, int64_t m, int64_t n,
            int64_t k, float alpha, const float *a, const float *b, float beta,
            float *c) {
-  checkCublas(cublasSgemm(blas, transB ? CUBLAS_OP_T : CUBLAS_OP_N,
-                          transA ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha,
-                          b, transB ? k : n, a, transA ? m : k, &beta, c, n),
+  checkCublas(cublas().sgemm(blas, transB ? CUBLAS_OP_T : CUBLAS_OP_N,
+                             transA ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k,
+                             &alpha, b, transB ? k : n, a, transA ? m : k,
+                             &beta, c, n),
               "cublasSgemm");
 }
 
@@ -96,7 +98,7 @@ void registerLinalg(KernelRegistry &registry) {
       }
       float one = 1.0f, zero = 0.0f;
       const float **all = table->as<const float *>();
-      checkCublas(cublasSgemmBatched(
+      checkCublas(cublas().sgemmBatched(
                       blas, transB ? CUBLAS_OP_T : CUBLAS_OP_N,
                       transA ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &one, all,
                       transB ? k : n, all + count, transA ? m : k, &zero,

@@ -1,0 +1,40 @@
+//===- Cublas.h - cuBLAS, loaded when a GPU device is made ------*- C++ -*-===//
+//
+// cuBLAS (with cuBLASLt, which it loads) maps about 600 MB and applies some
+// 400,000 relocations at load: about 80 ms of page faults at the start of
+// every process linking it, on a GPU or not. cdp-run starts hundreds of
+// times in a test suite and most runs are on the CPU, so it resolves the
+// few entry points it calls the first time a CUDA device is made, as cuDNN
+// loads its own sub-libraries.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CDP_RUNTIME_DEVICE_CUBLAS_H
+#define CDP_RUNTIME_DEVICE_CUBLAS_H
+
+#include <cublas_v2.h>
+
+namespace cdp::runtime {
+
+/// The cuBLAS entry points the CUDA backend calls (cublas_v2.h's names map
+/// to their _v2 symbols; the loader resolves those).
+struct CublasApi {
+  decltype(&cublasCreate) create = nullptr;
+  decltype(&cublasDestroy) destroy = nullptr;
+  decltype(&cublasSetStream) setStream = nullptr;
+  decltype(&cublasSetMathMode) setMathMode = nullptr;
+  decltype(&cublasSgemm) sgemm = nullptr;
+  decltype(&cublasSgemmBatched) sgemmBatched = nullptr;
+};
+
+/// The library's soname (libcublas.so.<the toolkit's major version>).
+const char *cublasLibraryName();
+
+/// cuBLAS, loaded on the first call (thread-safe); a RuntimeError naming
+/// the library, the loader's reason and what to do when it cannot be loaded
+/// or lacks an entry point.
+const CublasApi &cublas();
+
+} // namespace cdp::runtime
+
+#endif // CDP_RUNTIME_DEVICE_CUBLAS_H
