@@ -59,6 +59,16 @@ if config.cdp_enable_cuda.upper() in ("ON", "1", "TRUE", "YES"):
     if "GPU" in listed:
         config.available_features.add("cuda-device")
 
+# The tools built with ASan + UBSan (scripts/sanitize.sh): 'sanitized'. The
+# suites run there too, but three tests whose work is repetition rather than
+# new code paths do less (CI's 45 minutes on two cores): recompute-more.test
+# (the ResNet, LeNet and most Hugging Face exports; recompute.test keeps
+# every strategy on the transformer block and three exports), stop-signal's
+# runs (fewer steps) and demo-figures (a Fashion-MNIST epoch that checks the
+# guide's numbers, not the code).
+if config.cdp_sanitize.upper() in ("ON", "1", "TRUE", "YES"):
+    config.available_features.add("sanitized")
+
 # Running as root with setpriv: tests may drop to another user to meet
 # limits root ignores (RLIMIT_NPROC: how many threads a process may start).
 if hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("setpriv"):
