@@ -11,11 +11,13 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -313,7 +315,7 @@ static void runDevice(Run &run, int d, DeviceThreads &shared) {
       return;
     float loss = readLoss(plan, ex);
     storeLoss(run, losses, t, d, loss);
-    if (!std::isfinite(loss))
+    if (!std::isfinite(loss) && !run.lossScaled())
       throw RuntimeError(nonFiniteLoss(plan, ex, t, loss));
     if (run.mpi && !run.root())
       run.fabric->postStepLoss({d, t, loss});
@@ -508,14 +510,21 @@ void runDevices(Run &run, int64_t start) {
   }
   log.writeRest(losses, elapsed, evaluation);
   // As the single-device epoch line: the mean over the last epoch's steps
-  // this run made (with --feed, over all of them).
-  int64_t from = std::max(start, run.total - run.stepsPerEpoch);
+  // this run made (with --feed, over all of them) whose losses are finite
+  // (under fp16 an overflowing forward is a skipped step).
+  int64_t from = std::max(start, run.total - run.stepsPerEpoch), counted = 0;
   double meanLoss = 0;
-  for (int64_t t = from; t < run.total; ++t)
+  for (int64_t t = from; t < run.total; ++t) {
+    const float *stepLosses = &losses[t * N];
+    if (!std::all_of(stepLosses, stepLosses + N,
+                     [](float loss) { return std::isfinite(loss); }))
+      continue;
     for (int d = 0; d < N; ++d)
-      meanLoss += losses[t * N + d] / N;
-  if (run.total > from)
-    meanLoss /= run.total - from;
+      meanLoss += stepLosses[d] / N;
+    ++counted;
+  }
+  meanLoss =
+      counted ? meanLoss / counted : std::numeric_limits<double>::quiet_NaN();
   printRunSummary(run, start, meanLoss, elapsed, evaluation);
 }
 

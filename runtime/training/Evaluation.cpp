@@ -53,14 +53,15 @@ double learningRateAt(Run &run, int64_t step) {
   return std::strtod(text, nullptr);
 }
 
+int findLossScale(const plan::Plan &plan) {
+  for (const plan::Tensor &t : plan.tensors())
+    if (t.kind() == plan::BUFFER && t.name() == kLossScaleBuffer)
+      return t.id();
+  return -1;
+}
+
 void noteLossScale(Run &run) {
-  if (run.lossScaleTensor == -2) {
-    run.lossScaleTensor = -1;
-    for (const plan::Tensor &t : run.plan.tensors())
-      if (t.kind() == plan::BUFFER && t.name() == kLossScaleBuffer)
-        run.lossScaleTensor = t.id();
-  }
-  if (run.lossScaleTensor < 0)
+  if (!run.lossScaled())
     return;
   Executor &executor = run.local();
   HostTensor state = executor.stageOut(executor.view(run.lossScaleTensor));
@@ -91,9 +92,12 @@ void writeMetricsLine(Run &run, int64_t step, double loss, double rate,
     run.metrics.writeLine(runtime::jsonText(line));
   if (run.tensorboard.isOpen()) {
     std::vector<std::pair<std::string, float>> scalars;
+    // A loss that overflowed under fp16 is null in JSON; TensorBoard
+    // takes the float as it is.
     for (const auto &[name, value] : line.items())
       if (name != "step")
-        scalars.push_back({name, value.get<float>()});
+        scalars.push_back({name, name == "loss" ? static_cast<float>(loss)
+                                                : value.get<float>()});
     run.tensorboard.writeStep(step, scalars);
   }
 }

@@ -152,10 +152,13 @@ struct Run {
   /// (null: the plan has no update, or not looked for yet).
   std::shared_ptr<const UpdateRule> reportedRule;
   bool reportedRuleFound = false;
-  /// --precision fp16: the loss-scale buffer's id (-1: none; -2: not
-  /// looked for yet), the scale after the last step, whether that step
+  /// --precision fp16: the loss-scale buffer's id (-1: none; set with the
+  /// devices), the scale after the last step, whether that step
   /// overflowed (its updates skipped), and how many did in this run.
-  int lossScaleTensor = -2;
+  int lossScaleTensor = -1;
+  /// Whether the plan scales its loss: a non-finite loss then is an
+  /// overflow its updates skip (as GradScaler's), not the end of the run.
+  bool lossScaled() const { return lossScaleTensor >= 0; }
   float lossScale = 0;
   bool lastStepOverflowed = false;
   int64_t overflowedSteps = 0;
@@ -242,6 +245,8 @@ void loadDataset(Run &run);
 /// The learning rate applied to step `step`'s gradients, as the float the
 /// kernels use; negative in a plan without updates.
 double learningRateAt(Run &run, int64_t step);
+/// The id of the plan's loss-scale buffer (fp16), or -1.
+int findLossScale(const plan::Plan &plan);
 /// After a step of an fp16 plan: reads its loss-scale buffer into `run`
 /// (nothing for a plan without one).
 void noteLossScale(Run &run);

@@ -373,6 +373,7 @@ static bool smallSteps(const plan::Plan &plan) {
 void createDevices(Run &run, int cores) {
   const RunOptions &options = run.options;
   run.deviceCount = run.plan.devices_size();
+  run.lossScaleTensor = findLossScale(run.plan);
   run.threadsPerDevice = options.threads > 0   ? options.threads
                          : run.deviceCount > 1 ? 1
                                                : std::max(cores, 1);

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 namespace cdp::runtime::training {
 
@@ -61,7 +62,8 @@ static void stageSlot(Run &run, int64_t step, int64_t k,
 }
 
 /// One device's step `step`: its slots one after another, the step's loss
-/// the mean over them (a non-finite slot stops the run right there). On a
+/// the mean over them (a non-finite slot stops the run right there, unless
+/// the loss is scaled: the step's updates then skip the overflow). On a
 /// GPU the next slot of the epoch is staged while one runs; `staged` says
 /// whether slot 0 of `step` already was.
 static float runSingleStep(Run &run, int64_t step,
@@ -83,7 +85,7 @@ static float runSingleStep(Run &run, int64_t step,
     });
     float slotLoss = readLoss(run.plan, executor);
     stepLoss += slotLoss / run.slots;
-    if (!std::isfinite(slotLoss))
+    if (!std::isfinite(slotLoss) && !run.lossScaled())
       return slotLoss;
   }
   return stepLoss;
@@ -115,10 +117,14 @@ void runSingleDevice(Run &run, int64_t step) {
     auto stepStart = std::chrono::steady_clock::now();
     float loss = runSingleStep(run, step, order, staged);
     noteLossScale(run);
-    epochLoss += loss;
-    ++epochSteps;
-    if (!std::isfinite(loss))
+    // Under fp16 a forward that overflowed is a skipped step (the
+    // summary counts it); the means are over the finite losses.
+    if (std::isfinite(loss)) {
+      epochLoss += loss;
+      ++epochSteps;
+    } else if (!run.lossScaled()) {
       fail(nonFiniteLoss(run.plan, run.first(), step, loss));
+    }
     double seconds = std::chrono::duration<double>(
                          std::chrono::steady_clock::now() - stepStart)
                          .count();
@@ -168,7 +174,9 @@ void runSingleDevice(Run &run, int64_t step) {
   // --feed training ends with one line, as a multi-device run does (--data
   // printed a line per epoch).
   if (options.data.empty() && step0 < run.total)
-    printRunSummary(run, step0, epochSteps ? epochLoss / epochSteps : 0.0,
+    printRunSummary(run, step0,
+                    epochSteps ? epochLoss / epochSteps
+                               : std::numeric_limits<double>::quiet_NaN(),
                     std::chrono::duration<double>(
                         std::chrono::steady_clock::now() - runStarted)
                         .count(),
