@@ -137,7 +137,9 @@ class StepLog {
 public:
   StepLog(Run &run, int64_t start, int writers)
       : run(run), start(start), written(start), writers(writers),
+        tracksScale(run.lossScaled() && !plan::isPipeline(run.plan)),
         arrived(run.total), endNanos(run.total),
+        scales(tracksScale ? run.total : 0),
         remote(run.mpi && run.root() ? run.total * run.deviceCount : 0, 0.0f),
         began(std::chrono::steady_clock::now()) {}
   /// Another process's device's loss of a step (the root, under mpirun).
@@ -170,15 +172,33 @@ public:
     if (++arrived[t] == writers)
       endNanos[t] = std::max<int64_t>(1, sinceBegan());
   }
+  /// fp16 under dp, from device 0: the loss scale after step t's
+  /// gradients were unscaled and whether its updates skipped. dp updates at
+  /// the start of the next step's program, so step t's are known once
+  /// step t + 1 ran (the last step's after the flush); its line waits.
+  void noteScale(int64_t t, LossScaleState state) {
+    if (!tracksScale || t < start || t >= run.total)
+      return;
+    scales[t] = state;
+    scalesKnown = t + 1;
+  }
   /// The lines of the steps that ended, but the last step's (its line waits
   /// for the evaluation).
   void writeEnded(const std::vector<float> &losses) {
-    while (written + 1 < run.total && endNanos[written] != 0)
+    while (written + 1 < run.total && endNanos[written] != 0 &&
+           (!tracksScale || written < scalesKnown))
       writeLine(losses, written++, Evaluation());
   }
-  /// After the run: the remaining lines, the last with `evaluation`.
+  /// After the run: the remaining lines, the last with `evaluation`, and
+  /// for the summary under fp16 the steps skipped and the last scale.
   void writeRest(const std::vector<float> &losses, double elapsed,
                  const Evaluation &evaluation) {
+    if (tracksScale && run.total > start) {
+      run.overflowedSteps = 0;
+      for (int64_t t = start; t < run.total; ++t)
+        run.overflowedSteps += scales[t].overflowed;
+      run.lossScale = scales[run.total - 1].scale;
+    }
     average = elapsed > 0 ? (run.total - start) * run.perStep / elapsed : 0.0;
     for (; written < run.total; ++written)
       writeLine(losses, written,
@@ -214,6 +234,10 @@ private:
     if (!run.logsSteps())
       return;
     double loss = lossOf(losses, t);
+    if (tracksScale) {
+      run.lossScale = scales[t].scale;
+      run.lastStepOverflowed = scales[t].overflowed;
+    }
     writeMetricsLine(run, t, loss, rateAt(t), evaluation);
   }
   /// Samples/s of step t: of that step alone in one process; under mpirun,
@@ -237,8 +261,11 @@ private:
   const int64_t start;
   int64_t written;
   const int writers;
+  const bool tracksScale;
   std::vector<std::atomic<int>> arrived;
   std::vector<std::atomic<int64_t>> endNanos; ///< 0: not ended yet
+  std::vector<LossScaleState> scales;         ///< by step (tracksScale)
+  std::atomic<int64_t> scalesKnown{0};        ///< scales[t] written for t below
   std::vector<float> remote; ///< [t * N + d], the root under mpirun
   int finishedProcesses = 0; ///< other processes done posting losses
   std::chrono::steady_clock::time_point began;
@@ -324,6 +351,12 @@ static void runDevice(Run &run, int d, DeviceThreads &shared) {
       progress = t + 1;
   };
   ex.setTotalSteps(run.total, checkpointDue(run, run.total));
+  // fp16 under dp: the loss scale after step t's updates, for its line.
+  bool notesScale = d == 0 && run.lossScaled() && !pipeline;
+  auto noteScale = [&](int64_t t) {
+    if (notesScale)
+      shared.log.noteScale(t, readLossScale(run, ex));
+  };
   if (shared.start > 0 && !run.portableResume) // the checkpoint's cut step
     runPart(shared.start - 1, shared.cuts.at(shared.start, d), size);
   for (int64_t t = shared.start; t < run.total; ++t) {
@@ -331,6 +364,7 @@ static void runDevice(Run &run, int d, DeviceThreads &shared) {
                 shared.stop.checkpointBefore(t + 1);
     if (!checkpointDue(run, t + 1) && !stop) {
       runPart(t, 0, size);
+      noteScale(t - 1);
       continue;
     }
     int cut = shared.cuts.at(t + 1, d);
@@ -342,8 +376,10 @@ static void runDevice(Run &run, int d, DeviceThreads &shared) {
     if (stop) // the rest of step t is the checkpoint's in-flight work
       return;
     runPart(t, cut, size);
+    noteScale(t - 1);
   }
   ex.flush(run.total, &loader);
+  noteScale(run.total - 1);
   ex.gatherOnDeviceZero(run.modelOnDeviceZero);
 }
 

@@ -60,13 +60,17 @@ int findLossScale(const plan::Plan &plan) {
   return -1;
 }
 
+LossScaleState readLossScale(const Run &run, Executor &executor) {
+  HostTensor state = executor.stageOut(executor.view(run.lossScaleTensor));
+  return {state.view().f32()[kScale], state.view().f32()[kOverflow] != 0.0f};
+}
+
 void noteLossScale(Run &run) {
   if (!run.lossScaled())
     return;
-  Executor &executor = run.local();
-  HostTensor state = executor.stageOut(executor.view(run.lossScaleTensor));
-  run.lossScale = state.view().f32()[kScale];
-  run.lastStepOverflowed = state.view().f32()[kOverflow] != 0.0f;
+  LossScaleState state = readLossScale(run, run.local());
+  run.lossScale = state.scale;
+  run.lastStepOverflowed = state.overflowed;
   run.overflowedSteps += run.lastStepOverflowed;
 }
 

@@ -247,8 +247,15 @@ void loadDataset(Run &run);
 double learningRateAt(Run &run, int64_t step);
 /// The id of the plan's loss-scale buffer (fp16), or -1.
 int findLossScale(const plan::Plan &plan);
-/// After a step of an fp16 plan: reads its loss-scale buffer into `run`
-/// (nothing for a plan without one).
+/// An fp16 plan's loss scale after its last unscaling, and whether that
+/// found an overflow (the updates skipped).
+struct LossScaleState {
+  float scale = 0;
+  bool overflowed = false;
+};
+LossScaleState readLossScale(const Run &run, Executor &executor);
+/// After a step of an fp16 plan on one device: reads its loss-scale buffer
+/// into `run` (nothing for a plan without one).
 void noteLossScale(Run &run);
 void writeMetricsLine(Run &run, int64_t step, double loss, double rate,
                       const Evaluation &evaluation);
