@@ -26,101 +26,57 @@ match that reference within 1e-5 + 1e-4 relative and each other within
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 import numpy as np
-import onnx
-import torch
-from onnx import numpy_helper
+
+import reference_cache
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-M, STEPS, STEPS_V2, LR, MOMENTUM, B = 4, 3, 6, 0.1, 0.9, 2
+MAKE_MODELS = os.path.join(HERE, "..", "Import", "make_models.py")
+M, STEPS, STEPS_V2, LR, B = 4, 3, 6, 0.1, 2
 CLIP = 0.0
-CLIPPED = [0]
 
 
-def clip_grads(grads):
-    """torch's clip_grad_norm_ on the step's gradients (CLIP: none)."""
-    if not CLIP:
-        return
-    holders = []
-    for n, g in grads.items():
-        holder = torch.zeros_like(g, requires_grad=True)
-        holder.grad = g
-        holders.append(holder)
-    CLIPPED[0] += float(torch.nn.utils.clip_grad_norm_(holders, CLIP)) > CLIP
-    for n, holder in zip(grads, holders):
-        grads[n] = holder.grad
-
-
-def forward(p, x, tied=None):
-    """The model; the last layer reuses w0, or `tied` where given (a
-    version of w0 other than the first layer's)."""
-    h = x
-    for l in range(4):
-        w = (p["w0"] if tied is None else tied) if l == 3 else p["w%d" % l]
-        h = torch.tanh(h @ w + p["b%d" % l])
-    return h
-
-
-def momentum_step(version, grads, momentum):
-    """SGD with momentum (PyTorch's: the first step sets the buffer) on
-    `version`; updates `momentum` in place and returns the new version."""
-    new = {}
-    for n in version:
-        momentum[n] = grads[n] if momentum[n] is None else MOMENTUM * momentum[n] + grads[n]
-        new[n] = version[n] - LR * momentum[n]
-    return new
-
-
-def train(start, x, y, stale):
-    params = {n: v.clone().requires_grad_(True) for n, v in start.items()}
-    momentum = {n: None for n in params}
-    versions = [{n: v.detach().clone() for n, v in params.items()}]
-    for t in range(STEPS):
-        read = versions[max(t - 1, 0)] if stale else versions[t]
-        used = {n: v.clone().requires_grad_(True) for n, v in read.items()}
-        grads = {n: torch.zeros_like(v) for n, v in used.items()}
-        for k in range(M):
-            rows = slice((t * M + k) * B, (t * M + k + 1) * B)
-            loss = torch.nn.functional.cross_entropy(forward(used, x[rows]), y[rows]) / M
-            for n, g in zip(used, torch.autograd.grad(loss, list(used.values()))):
-                grads[n] += g
-        clip_grads(grads)
-        versions.append(momentum_step(versions[t], grads, momentum))
-    return versions[-1]
-
-
-def v2_delay(m, table, stages=4):
-    """d(i, l) of CDP-v2, from the formulas (offsets s_i = floor(2Li/N))."""
-    offsets = [(2 * stages * i) // m for i in range(m)]
-    fresh = (lambda i, l: 2 * l - 1 > offsets[m - 1] - offsets[i]) if table == "timing" \
-        else (lambda i, l: l >= stages - i)
-    return [[0 if fresh(i, l) else 1 for l in range(1, stages + 1)] for i in range(m)]
-
-
-def train_v2(start, x, y, delay, tied_stage, steps):
-    """CDP-v2 evaluated sequentially; the tied weight's use on stage 4 reads
-    the version of stage `tied_stage` (1: the owner's)."""
-    momentum = {n: None for n in start}
-    versions = [start]
-    for t in range(steps):
-        grads = {n: torch.zeros_like(v) for n, v in start.items()}
-        for i in range(M):
-            def read(n, stage):
-                return versions[max(t - delay[i][stage - 1], 0)][n].clone().requires_grad_(True)
-            used = {"w%d" % l: read("w%d" % l, l + 1) for l in range(3)}
-            used.update({"b%d" % l: read("b%d" % l, l + 1) for l in range(4)})
-            tied = read("w0", tied_stage)
-            rows = slice((t * M + i) * B, (t * M + i + 1) * B)
-            loss = torch.nn.functional.cross_entropy(forward(used, x[rows], tied), y[rows]) / M
-            leaves = list(used.values()) + [tied]
-            got = torch.autograd.grad(loss, leaves)
-            for n, g in zip(list(used) + ["w0"], got):
-                grads[n] += g
-        versions.append(momentum_step(versions[t], grads, momentum))
-    return versions[-1]
+def reference(table, into):
+    """PyTorch's side (tied_torch.py) into `into`: the model, the batches,
+    the reference parameters (final.npz) and facts.json: how far the
+    reference is from the synchronous one (CDP-v2: from stage 4 reading its
+    own version) and how many steps it clipped. `table`: CDP-v2's table, or
+    None for the 1-stale rule."""
+    import onnx
+    import torch
+    from onnx import numpy_helper
+    import tied_torch as side
+    side.M, side.CLIP = M, CLIP
+    path = os.path.join(into, "tied.onnx")
+    subprocess.run([sys.executable, MAKE_MODELS, "mlp4tied", path], check=True)
+    start = {t.name: torch.tensor(numpy_helper.to_array(t).copy())
+             for t in onnx.load(path).graph.initializer}
+    rng = np.random.default_rng(0)
+    rows = M * max(STEPS, STEPS_V2) * B
+    x = torch.tensor(rng.standard_normal((rows, 16)).astype(np.float32))
+    y = torch.tensor(rng.integers(0, 16, rows))
+    np.save(os.path.join(into, "x.npy"), x.numpy())
+    np.save(os.path.join(into, "y.npy"), y.numpy().astype(np.int64))
+    facts = {}
+    if table:
+        delay = side.v2_delay(M, table)
+        final = side.train_v2(start, x, y, delay, 1, STEPS_V2)
+        own = side.train_v2(start, x, y, delay, 4, STEPS_V2)
+        facts["gap"] = max(float((final[n] - own[n]).abs().max()) for n in final)
+    else:
+        synchronous = side.train(start, x, y, stale=False)
+        side.CLIPPED[0] = 0
+        final = side.train(start, x, y, stale=True)
+        facts["gap"] = max(float((final[n] - synchronous[n]).abs().max()) for n in final)
+        facts["clipped"] = side.CLIPPED[0]
+    np.savez(os.path.join(into, "final.npz"),
+             **{n: v.detach().numpy() for n, v in final.items()})
+    with open(os.path.join(into, "facts.json"), "w") as f:
+        json.dump(facts, f)
 
 
 def run_plan(bin_dir, work, path, name, args, steps):
@@ -138,12 +94,8 @@ def run_plan(bin_dir, work, path, name, args, steps):
     return {n: np.load(os.path.join(out, f)) for n, f in index.items()}
 
 
-def check_v2(bin_dir, work, path, start, x, y, table):
+def check_v2(bin_dir, work, path, want, gap, table):
     steps = STEPS_V2
-    delay = v2_delay(M, table)
-    want = train_v2(start, x, y, delay, 1, steps)
-    own = train_v2(start, x, y, delay, 4, steps)
-    gap = max(float((want[n] - own[n]).abs().max()) for n in want)
     failures = int(gap <= 1e-5)
     print("%s reading stage 4's own version differs by %.1e" % ("ok  " if gap > 1e-5 else "FAIL", gap))
     rule = ["--cdp-rule", "v2", "--v2-table", table]
@@ -152,10 +104,10 @@ def check_v2(bin_dir, work, path, start, x, y, table):
                               ["--strategy", "cdp-mp", "--micro-batches", str(M)] + rule, steps)}
     for strategy, params in got.items():
         for n, w in want.items():
-            ok = np.allclose(params[n], w.numpy(), atol=1e-5, rtol=1e-4)
+            ok = np.allclose(params[n], w, atol=1e-5, rtol=1e-4)
             failures += not ok
             print("%s %-6s %-3s max abs error %.2e" % ("ok  " if ok else "FAIL", strategy, n,
-                                                      np.abs(params[n] - w.numpy()).max()))
+                                                      np.abs(params[n] - w).max()))
     apart = max(float(np.abs(got["cdp"][n] - got["cdp-mp"][n]).max()) for n in want)
     failures += apart > 1e-6
     print("%s cdp-mp and cdp %d steps apart by %.1e" % ("ok  " if apart <= 1e-6 else "FAIL", steps, apart))
@@ -173,24 +125,24 @@ def main():
     if len(argv) > 3:
         M = int(argv[3])
     os.makedirs(work, exist_ok=True)
-    path = os.path.join(work, "tied.onnx")
-    subprocess.run([sys.executable, os.path.join(HERE, "..", "Import", "make_models.py"),
-                    "mlp4tied", path], check=True)
-    start = {t.name: torch.tensor(numpy_helper.to_array(t).copy())
-             for t in onnx.load(path).graph.initializer}
-    rng = np.random.default_rng(0)
-    rows = M * max(STEPS, STEPS_V2) * B
-    x = torch.tensor(rng.standard_normal((rows, 16)).astype(np.float32))
-    y = torch.tensor(rng.integers(0, 16, rows))
-    np.save(os.path.join(work, "x.npy"), x.numpy())
-    np.save(os.path.join(work, "y.npy"), y.numpy().astype(np.int64))
+    table = None
     if strategy.startswith("cdp-v2"):
-        return check_v2(bin_dir, work, path, start, x, y,
-                        "code" if strategy.endswith("code") else "timing")
-    synchronous = train(start, x, y, stale=False)
-    CLIPPED[0] = 0
-    final = train(start, x, y, stale=True)
-    gap = max(float((final[n] - synchronous[n]).abs().max()) for n in final)
+        table = "code" if strategy.endswith("code") else "timing"
+    # PyTorch's side once per content: the plain and the sanitized suites
+    # reuse it (reference_cache.py).
+    ref = reference_cache.entry(
+        ("tied", table, M, CLIP),
+        [os.path.abspath(__file__), os.path.join(HERE, "tied_torch.py"), MAKE_MODELS],
+        lambda into: reference(table, into), os.path.join(work, "reference"))
+    for name in ("tied.onnx", "x.npy", "y.npy"):
+        shutil.copyfile(os.path.join(ref, name), os.path.join(work, name))
+    path = os.path.join(work, "tied.onnx")
+    facts = json.load(open(os.path.join(ref, "facts.json")))
+    stored = np.load(os.path.join(ref, "final.npz"))
+    final = {n: stored[n] for n in stored.files}
+    if table:
+        return check_v2(bin_dir, work, path, final, facts["gap"], table)
+    gap = facts["gap"]
     print("%s reference differs from the synchronous one by %.1e" % ("ok  " if gap > 1e-4 else "FAIL", gap))
     count = ["--micro-batches", str(M)]
     if strategy == "cdp-mp":
@@ -198,13 +150,14 @@ def main():
     params = run_plan(bin_dir, work, path, "params", ["--strategy", strategy] + count, STEPS)
     failures = int(gap <= 1e-4)
     if CLIP:
-        print("%s the reference clipped %d of %d steps" % ("ok  " if CLIPPED[0] else "FAIL", CLIPPED[0], STEPS))
-        failures += not CLIPPED[0]
+        clipped = facts["clipped"]
+        print("%s the reference clipped %d of %d steps" % ("ok  " if clipped else "FAIL", clipped, STEPS))
+        failures += not clipped
     for n, want in final.items():
         got = params[n]
-        ok = np.allclose(got, want.numpy(), atol=1e-5, rtol=1e-4)
+        ok = np.allclose(got, want, atol=1e-5, rtol=1e-4)
         failures += not ok
-        print("%s %-3s max abs error %.2e" % ("ok  " if ok else "FAIL", n, np.abs(got - want.numpy()).max()))
+        print("%s %-3s max abs error %.2e" % ("ok  " if ok else "FAIL", n, np.abs(got - want).max()))
     print("tied %s M=%d: %s" % (strategy, M, "all match" if not failures else "%d mismatches" % failures))
     return 1 if failures else 0
 
