@@ -189,6 +189,13 @@ public:
            (!tracksScale || written < scalesKnown))
       writeLine(losses, written++, Evaluation());
   }
+  /// A run stopped before step `next` by a signal: the lines of the steps
+  /// before it, a step whose updates wait for the resume without its loss
+  /// scale (fp16 under dp).
+  void writeStopped(const std::vector<float> &losses, int64_t next) {
+    for (; written < next; ++written)
+      writeLine(losses, written, Evaluation());
+  }
   /// After the run: the remaining lines, the last with `evaluation`, and
   /// for the summary under fp16 the steps skipped and the last scale.
   void writeRest(const std::vector<float> &losses, double elapsed,
@@ -234,9 +241,10 @@ private:
     if (!run.logsSteps())
       return;
     double loss = lossOf(losses, t);
-    if (tracksScale) {
-      run.lossScale = scales[t].scale;
-      run.lastStepOverflowed = scales[t].overflowed;
+    if (tracksScale) { // unknown (0: not logged) before a stop's resume
+      LossScaleState state = t < scalesKnown ? scales[t] : LossScaleState();
+      run.lossScale = state.scale;
+      run.lastStepOverflowed = state.overflowed;
     }
     writeMetricsLine(run, t, loss, rateAt(t), evaluation);
   }
@@ -369,6 +377,8 @@ static void runDevice(Run &run, int d, DeviceThreads &shared) {
     }
     int cut = shared.cuts.at(t + 1, d);
     runPart(t, 0, cut);
+    if (cut == size) // else step t - 1's updates may lie past the cut
+      noteScale(t - 1);
     shared.rendezvous.meet(d, [&] {
       saveCheckpoint(options.checkpoint, run.checkpointScope(), run.identity,
                      t + 1);
@@ -376,7 +386,8 @@ static void runDevice(Run &run, int d, DeviceThreads &shared) {
     if (stop) // the rest of step t is the checkpoint's in-flight work
       return;
     runPart(t, cut, size);
-    noteScale(t - 1);
+    if (cut < size)
+      noteScale(t - 1);
   }
   ex.flush(run.total, &loader);
   noteScale(run.total - 1);
@@ -528,8 +539,10 @@ void runDevices(Run &run, int64_t start) {
     fail(firstError);
   if (stop.at() >= 0) {
     run.stoppedAt = stop.at();
-    if (run.root())
+    if (run.root()) {
+      log.writeStopped(losses, stop.at());
       std::printf("%s\n", stopLine(run, stop.at()).c_str());
+    }
     return;
   }
   double elapsed =
