@@ -31,11 +31,11 @@ namespace {
 /// The one error line and exit status 1; under mpirun, `fabric` ends the
 /// other processes too (they would wait for this one until --comm-timeout).
 [[noreturn]] void die(const std::string &message, Fabric *fabric = nullptr) {
-  std::cerr << "cdp-run: error: " << printable(message) << "\n";
-  if (fabric) {
-    std::cerr << std::flush;
+  // One write: std::cerr flushes after every <<, and under mpirun pieces
+  // written apart can be forwarded around mpirun's own lines.
+  std::cerr << "cdp-run: error: " + printable(message) + "\n" << std::flush;
+  if (fabric)
     fabric->abortRun();
-  }
   std::exit(1);
 }
 
@@ -369,7 +369,10 @@ int main(int argc, char **argv) {
   try {
     run.execute();
   } catch (const ReportedElsewhere &) {
-    std::exit(1); // the root process printed why
+    // The root process prints why and ends with status 1, which mpirun
+    // returns. Status 0 here: a non-zero one could end the job before the
+    // root's line is out (mpirun kills the rest when a process fails).
+    std::exit(0);
   } catch (const RuntimeError &e) {
     die(e.what(), run.mpiFabric());
   } catch (const std::bad_alloc &) {

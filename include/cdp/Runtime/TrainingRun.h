@@ -74,7 +74,8 @@ struct RunOptions {
 };
 
 /// Thrown by a process of an mpirun job whose error another process prints
-/// (the root): it ends with status 1 and no line of its own.
+/// (the root, which ends with status 1): it ends with status 0 and no line
+/// of its own, so that mpirun does not end the job before the root's line.
 class ReportedElsewhere : public RuntimeError {
 public:
   ReportedElsewhere() : RuntimeError("") {}
