@@ -153,11 +153,6 @@ struct InsertOptimizerPass
              << scopeNames(StrategyScope::LossScaled) << " only so far, not "
              << strategyName(strategy.getValue())
              << "; use --precision bf16, which needs no scaling";
-    // A skipped step does not advance the update's own count, while
-    // PyTorch's scheduler steps on: the rates would part.
-    if (lrSchedule != "constant" || warmup > 0)
-      return func.emitError("a learning-rate schedule or warmup with "
-                            "dynamic loss scaling is not supported yet");
     if (lossScaleInterval < 1)
       return func.emitError("loss-scale-interval must be at least 1, got ")
              << lossScaleInterval;

@@ -82,6 +82,9 @@ std::map<std::string, TensorView> piecesOf(Executor &executor, bool withArena) {
       pieces[prefix + name] = view;
     if (s.counter)
       pieces[prefix + "steps"] = TensorView{s.counter, {1}, plan::I64};
+    if (s.scheduleCounter)
+      pieces[prefix + "scheduled"] =
+          TensorView{s.scheduleCounter, {1}, plan::I64};
   }
   if (withArena)
     pieces[device + "arena"] = executor.arenaView();

@@ -395,14 +395,18 @@ void checkStatePresent(const Run &run, const Portable &c,
 
 /// Each local optimizer kernel's step count: its parameters' updates in
 /// the checkpoint (learning-rate schedules, Adam's bias correction and
-/// SGD's first momentum step go on from there).
+/// SGD's first momentum step go on from there); under fp16, whose skipped
+/// steps advance the schedule but not the updates, the schedule goes on
+/// from the checkpoint's step.
 void setCounters(const Run &run, const Portable &c,
                  const LocalTargets &targets) {
   for (const StateRecord &r : targets.records) {
-    int64_t *counter = targets.kernels.at(r.device).at(r.kernel).counter;
+    KernelState state = targets.kernels.at(r.device).at(r.kernel);
     const PortableTensor *p = c.find(run.plan.tensors(r.param).name());
-    if (counter && p)
-      *counter = p->updates;
+    if (state.counter && p)
+      *state.counter = p->updates;
+    if (state.scheduleCounter)
+      *state.scheduleCounter = c.step;
   }
 }
 

@@ -81,6 +81,10 @@ struct KernelState {
   };
   std::vector<std::pair<std::string, TensorView>> tensors;
   int64_t *counter = nullptr;
+  /// The steps the learning-rate schedule has made, where they can differ
+  /// from the updates (`counter`): under fp16 a skipped step advances the
+  /// schedule only. Null elsewhere.
+  int64_t *scheduleCounter = nullptr;
   /// Empty: every state tensor is shaped as the kernel's one parameter
   /// (an update of one tensor); else the spans of a sharded update's
   /// shard (the same for each of its state tensors).

@@ -30,9 +30,13 @@ public:
   }
 
   void run(const StepContext &) override {
+    // The schedule advances every step, skipped or not (a scheduler.step()
+    // per iteration beside GradScaler); the update count only with an
+    // update (Adam's bias corrections, as optimizer.step()'s).
+    float rate = rule.scheduledLr(scheduled);
+    ++scheduled;
     if (lossScale.data && lossScale.f32()[kOverflow] != 0.0f)
       return; // GradScaler.step: an overflowed step changes nothing
-    float rate = rule.scheduledLr(steps);
     ++steps;
     applyUpdate(rule, steps, rate, param.f32(), grad.f32(),
                 first.empty() ? nullptr : first.data(),
@@ -42,6 +46,8 @@ public:
   KernelState state() override {
     KernelState result;
     result.counter = &steps;
+    if (lossScale.data)
+      result.scheduleCounter = &scheduled;
     auto add = [&](const char *name, std::vector<float> &values) {
       if (values.empty())
         return;
@@ -56,7 +62,7 @@ public:
 
   TensorView param, grad, lossScale;
   UpdateRule rule;
-  int64_t steps = 0;
+  int64_t steps = 0, scheduled = 0;
   std::vector<float> first, second;
 };
 

@@ -210,10 +210,14 @@ public:
   }
 
   void run(const StepContext &context) override {
+    // The schedule advances every step, skipped or not (a scheduler.step()
+    // per iteration beside GradScaler); the update count only with an
+    // update (Adam's bias corrections, as optimizer.step()'s).
+    float rate = rule.scheduledLr(scheduled);
+    ++scheduled;
     if (overflowed(streamOf(context)))
       return; // GradScaler.step: an overflowed step changes nothing
     int64_t n = param.numel();
-    float rate = rule.scheduledLr(steps);
     ++steps;
     if (n == 0)
       return;
@@ -245,6 +249,8 @@ public:
   KernelState state() override {
     KernelState result;
     result.counter = &steps;
+    if (lossScale.data)
+      result.scheduleCounter = &scheduled;
     auto add = [&](const char *name, const std::unique_ptr<Scratch> &values) {
       if (!values)
         return;
@@ -274,7 +280,7 @@ private:
 
   TensorView param, grad, lossScale;
   UpdateRule rule;
-  int64_t steps = 0;
+  int64_t steps = 0, scheduled = 0;
   std::unique_ptr<Scratch> first, second;
 };
 
