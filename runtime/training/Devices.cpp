@@ -172,6 +172,9 @@ public:
     if (++arrived[t] == writers)
       endNanos[t] = std::max<int64_t>(1, sinceBegan());
   }
+  /// Whether the lines carry the loss scale device 0 notes (fp16, not a
+  /// pipeline).
+  bool tracksLossScale() const { return tracksScale; }
   /// fp16 under dp, from device 0: the loss scale after step t's
   /// gradients were unscaled and whether its updates skipped. dp updates at
   /// the start of the next step's program, so step t's are known once
@@ -360,7 +363,7 @@ static void runDevice(Run &run, int d, DeviceThreads &shared) {
   };
   ex.setTotalSteps(run.total, checkpointDue(run, run.total));
   // fp16 under dp: the loss scale after step t's updates, for its line.
-  bool notesScale = d == 0 && run.lossScaled() && !pipeline;
+  bool notesScale = d == 0 && shared.log.tracksLossScale();
   auto noteScale = [&](int64_t t) {
     if (notesScale)
       shared.log.noteScale(t, readLossScale(run, ex));

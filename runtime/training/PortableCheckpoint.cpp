@@ -401,7 +401,7 @@ void checkStatePresent(const Run &run, const Portable &c,
 void setCounters(const Run &run, const Portable &c,
                  const LocalTargets &targets) {
   for (const StateRecord &r : targets.records) {
-    KernelState state = targets.kernels.at(r.device).at(r.kernel);
+    const KernelState &state = targets.kernels.at(r.device).at(r.kernel);
     const PortableTensor *p = c.find(run.plan.tensors(r.param).name());
     if (state.counter && p)
       *state.counter = p->updates;
