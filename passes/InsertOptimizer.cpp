@@ -141,10 +141,11 @@ struct InsertOptimizerPass
 
   LogicalResult unscale(func::FuncOp func, OpBuilder &builder,
                         ArrayRef<GradientOp> gradients, Value lossScale) {
-    // Every device must see every gradient of the step before any update
-    // (single; dp, whose updates wait for every stage's mean): elsewhere
-    // the overflow would have to reach every stage and device first, as
-    // clipping's norm does, which is not built yet.
+    // Every device must learn whether any gradient of the step overflowed
+    // before its updates: single; dp, whose updates wait for every stage's
+    // mean; the pipelines with one weight version, whose stages exchange
+    // flags (cdp-schedule-pipeline). Not yet where devices update with
+    // gradients of different steps (cdp, 2bw, cdp-mp) or sparse ones.
     auto strategy =
         getOperation()->getAttrOfType<sched::StrategyAttr>("sched.strategy");
     if (strategy && !inScope(StrategyScope::LossScaled, strategy.getValue()))

@@ -224,6 +224,16 @@ private:
   llvm::DenseMap<int64_t, SmallVector<UpdateOp>> updates;
   /// The step clips its gradients by their global norm.
   bool clips = false;
+  /// The step unscales its gradients (fp16's dynamic loss scaling), and
+  /// the stage whose backward starts from the scale.
+  bool scales = false;
+  int64_t seedStage = 0;
+  /// Whether stage s takes part in the step's exchange of norm shares or
+  /// overflow flags: every stage with updates, and under loss scaling the
+  /// seed's stage, whose copy of the scale must change with the others'.
+  bool exchangesAt(int64_t s) {
+    return !updates.lookup(s).empty() || (scales && s == seedStage);
+  }
   /// The schedule of every pipeline but cdp-mp.
   std::optional<pipeline::ScheduleTable> scheduleTable;
   LogicalResult buildScheduleTable();
@@ -376,9 +386,10 @@ sched::StepProgramOp SchedulePipelinePass::createProgram(OpBuilder &builder,
 }
 
 /// What the devices' placement must allow: under two weight versions a
-/// tied weight's stages on different devices; under clipping one trained
-/// stage per device (the norm exchange runs at each stage's update: two on
-/// one device would each wait for the other's share).
+/// tied weight's stages on different devices; under clipping or loss
+/// scaling one trained stage per device (the norm's or the overflow's
+/// exchange runs at each stage's update: two on one device would each wait
+/// for the other's share).
 LogicalResult
 SchedulePipelinePass::checkPlacement(const DevicePlacement &layout,
                                      const ParamPlacement &params) {
@@ -393,18 +404,18 @@ SchedulePipelinePass::checkPlacement(const DevicePlacement &layout,
                  << params.owner.lookup(param) << " and " << q
                  << ", which share a device: under the 1-stale rule each "
                     "needs its own (place them on different devices)";
-  if (!clips)
+  if (!clips && !scales)
     return success();
   std::map<int64_t, int64_t> trainedStageOf;
   for (int64_t s = 1; s <= S; ++s)
-    if (!updates.lookup(s).empty())
+    if (exchangesAt(s))
       for (int64_t device : layout.deviceAt[s])
         if (!trainedStageOf.try_emplace(device, s).second)
-          return func.emitError("gradient clipping needs one trained stage "
-                                "per device, but device ")
-                 << device << " runs stages " << trainedStageOf[device]
-                 << " and " << s << " (" << nameOfStrategy
-                 << ": use 1f1b or zb-h1 to clip)";
+          return func.emitError(clips ? "gradient clipping"
+                                      : "dynamic loss scaling (fp16)")
+                 << " needs one trained stage per device, but device " << device
+                 << " runs stages " << trainedStageOf[device] << " and " << s
+                 << " (" << nameOfStrategy << ": use 1f1b or zb-h1)";
   return success();
 }
 
@@ -417,6 +428,8 @@ void SchedulePipelinePass::runOnOperation() {
   body.walk(
       [&](UpdateOp update) { updates[stageOf(update)].push_back(update); });
   body.walk([&](ClipGradNormOp) { clips = true; });
+  body.walk([&](UnscaleGradsOp) { scales = true; });
+  body.walk([&](LossScaleOp seed) { seedStage = stageOf(seed); });
   if (clips && cyclic) {
     func.emitError("gradient clipping is not supported with cdp-mp: a "
                    "micro-batch's gradient norm spans stage devices that "
@@ -522,7 +535,8 @@ void SchedulePipelinePass::buildUpdates(OpBuilder &builder,
   // 2bw and cdp-mp: a replicated tied weight turns over its versions where
   // this stage would update it: the latest becomes the previous, and the
   // owner's new value the latest. With clipping, after the stage's norm
-  // share has left: the owner updates only once it has every share.
+  // share has left: the owner updates only once it has every share (the
+  // same with loss scaling's overflow flags).
   auto turnOverTied = [&] {
     if (twoVersions)
       for (auto &[param, stages] : params.replicas) {
@@ -535,8 +549,10 @@ void SchedulePipelinePass::buildUpdates(OpBuilder &builder,
             time, step);
       }
   };
-  bool clipsHere = clips && !updates.lookup(s).empty();
-  if (!clipsHere)
+  bool clipsHere = clips && !updates.lookup(s).empty(),
+       unscalesHere = scales && exchangesAt(s),
+       gathersHere = clipsHere || unscalesHere;
+  if (!gathersHere)
     turnOverTied();
   int64_t replicasHere = layout.deviceAt[s].size();
   auto prepare = [&](UpdateOp update) {
@@ -550,21 +566,33 @@ void SchedulePipelinePass::buildUpdates(OpBuilder &builder,
           builder.getDenseI64ArrayAttr(layout.deviceAt[s]), i64(r), k, time,
           step);
   };
-  // Clipping by the global norm needs every gradient of the replica's
-  // stages summed over replicas first: all exchanges, the clip, then the
-  // updates.
-  if (clipsHere) {
+  // Clipping by the global norm, and loss scaling's overflow check, need
+  // every gradient of the replica's stages summed over replicas first: all
+  // exchanges, the unscaling (as GradScaler's unscale_ before
+  // clip_grad_norm_), the clip, then the updates.
+  if (gathersHere) {
     for (UpdateOp update : updates.lookup(s))
       prepare(update);
-    SmallVector<int64_t> stages, devices;
-    for (int64_t q = 1; q <= S; ++q)
-      if (!updates.lookup(q).empty()) {
-        stages.push_back(q);
-        devices.push_back(tiedPeer(q));
-      }
-    builder.create<sched::ClipStagesOp>(
-        loc, builder.getDenseI64ArrayAttr(stages),
-        builder.getDenseI64ArrayAttr(devices), k, time, step);
+    // The stages of the exchange and their devices in this replica.
+    auto among = [&](bool withSeed) {
+      SmallVector<int64_t> stages, devices;
+      for (int64_t q = 1; q <= S; ++q)
+        if (withSeed ? exchangesAt(q) : !updates.lookup(q).empty()) {
+          stages.push_back(q);
+          devices.push_back(tiedPeer(q));
+        }
+      return std::make_pair(builder.getDenseI64ArrayAttr(stages),
+                            builder.getDenseI64ArrayAttr(devices));
+    };
+    if (unscalesHere) {
+      auto [stages, devices] = among(true);
+      builder.create<sched::UnscaleStagesOp>(loc, stages, devices, k, time,
+                                             step);
+    }
+    if (clipsHere) {
+      auto [stages, devices] = among(false);
+      builder.create<sched::ClipStagesOp>(loc, stages, devices, k, time, step);
+    }
     turnOverTied();
   }
   // A tied weight's new value goes to every replica of the tied stages
@@ -589,7 +617,7 @@ void SchedulePipelinePass::buildUpdates(OpBuilder &builder,
   SmallVector<UpdateOp> shardedUpdates;
   for (UpdateOp update : updates.lookup(s)) {
     auto param = update.getParam().getDefiningOp<ParamOp>();
-    if (!clips)
+    if (!gathersHere)
       prepare(update);
     if (sharded && !param.getBuffer()) {
       shardedUpdates.push_back(update);

@@ -159,6 +159,9 @@ add_case resnet-bf16 resnet --precision bf16
 add_hf_case hf-gpt2-ts-fp16 gpt2-ts --precision fp16
 add_case lenet-fp16-dp lenet --precision fp16 --strategy dp --devices 2 \
   --loss-scale 1048576 --loss-scale-interval 1
+# The stages' overflow flags (found_inf, unscale_grads with flags).
+add_case lenet-fp16-1f1b lenet --precision fp16 --strategy 1f1b --stages 2 \
+  --micro-batches 2 --loss-scale 1048576 --loss-scale-interval 1
 
 cp scripts/gpu/compare_params.py "$OUT/"
 cp scripts/gpu/run-gpu-checks.sh "$OUT/"

@@ -248,9 +248,10 @@ static void checkLossScaleFlags(Settings &settings) {
                     settings.layout.traits->strategy))
     die("--precision fp16 trains under " +
         cdp::scopeNames(cdp::StrategyScope::LossScaled) +
-        " only so far (elsewhere its overflow check does not yet reach "
-        "every stage and device before the updates); use --precision bf16, "
-        "which needs no scaling");
+        " only so far (where devices update with gradients of different "
+        "steps, or exchange sparse updates, an overflow cannot yet skip the "
+        "same step everywhere); use --precision bf16, which needs no "
+        "scaling");
   if (settings.layout.zero > 0)
     die("--precision fp16 with --zero is not built yet (the sharded updates "
         "do not skip an overflowed step); use --precision bf16");

@@ -231,7 +231,8 @@ cl::opt<std::string> precision(
              "gradients of bf16 tensors in bf16. The CPU backend computes "
              "in float32 and rounds to bf16 at the same points. fp16: the "
              "same in fp16, with dynamic loss scaling as PyTorch's "
-             "GradScaler (--loss-scale; single and dp only so far)"),
+             "GradScaler (--loss-scale; single, dp and the pipelines with one "
+             "weight version so far, not with --zero)"),
     cl::value_desc("fp32|bf16|fp16"), cl::init("fp32"), cl::cat(category));
 cl::opt<std::string> lossScale(
     "loss-scale",

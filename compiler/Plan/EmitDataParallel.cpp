@@ -808,10 +808,13 @@ plan::Instruction *Emitter::lowerClip(plan::Device &device, ClipGradNormOp clip,
 }
 
 /// The graph's unscale_grads on `grads` (the step's mean gradients) with
-/// its loss-scale buffer. Null after reporting an error.
+/// its loss-scale buffer and, where the step's gradients lie on several
+/// stages, every stage's overflow flag (`flags`, in stage order). Null
+/// after reporting an error.
 plan::Instruction *Emitter::lowerUnscale(plan::Device &device,
                                          UnscaleGradsOp unscale,
-                                         ArrayRef<int> grads) {
+                                         ArrayRef<int> grads,
+                                         ArrayRef<int> flags) {
   if (failed(addInstruction(unscale, device, false)))
     return nullptr;
   plan::Instruction *instruction =
@@ -819,8 +822,12 @@ plan::Instruction *Emitter::lowerUnscale(plan::Device &device,
   int state = instruction->inputs(0);
   instruction->clear_inputs();
   instruction->add_inputs(state);
+  for (int id : flags)
+    instruction->add_inputs(id);
   for (int id : grads)
     instruction->add_inputs(id);
+  if (!flags.empty())
+    plan::setIntAttribute(instruction, "flags", flags.size());
   return instruction;
 }
 

@@ -181,6 +181,10 @@ void Emitter::preparePipeline(sched::StepProgramOp program,
       tables.clip = clip;
       continue;
     }
+    if (auto unscale = dyn_cast<UnscaleGradsOp>(op)) {
+      tables.unscale = unscale;
+      continue;
+    }
     auto phase = op.getAttrOfType<StringAttr>("cdp.phase");
     bool backward = phase && phase.getValue() == "backward";
     (backward ? tables.backwardOps : tables.forwardOps)[stageOf(&op, S)]
@@ -239,17 +243,25 @@ void Emitter::preparePipeline(sched::StepProgramOp program,
     for (int64_t versions : *live)
       schedule->add_live_versions(versions);
   addAccumulators(S, tables);
-  if (tables.clip)
+  // Per stage, a scalar every device of the exchange holds: its share of
+  // the squared norm (clipping), whether its gradients overflowed (loss
+  // scaling).
+  auto addStageScalars = [&](const char *suffix, std::vector<int> &ids) {
     for (int64_t s = 0; s <= S; ++s) {
       plan::Tensor share;
       share.set_id(plan.tensors_size());
-      share.set_name("stage" + std::to_string(s) + "@norm2");
+      share.set_name("stage" + std::to_string(s) + suffix);
       share.set_dtype(plan::F32);
       share.set_kind(plan::REDUCED);
       share.set_bytes(4);
       *plan.add_tensors() = share;
-      tables.normShare.push_back(share.id());
+      ids.push_back(share.id());
     }
+  };
+  if (tables.unscale)
+    addStageScalars("@overflow", tables.overflowFlag);
+  if (tables.clip)
+    addStageScalars("@norm2", tables.normShare);
   // 2bw and cdp-mp keep two versions of every trained parameter: the plan's
   // tensor (the latest, updated in place) and its previous value, copied
   // just before each update.

@@ -267,6 +267,8 @@ LogicalResult Emitter::lowerUpdateStep(DeviceLowering &lowering, Operation *op,
   }
   if (auto clip = dyn_cast<sched::ClipStagesOp>(op))
     return lowerClipStages(lowering, clip, tables);
+  if (auto unscale = dyn_cast<sched::UnscaleStagesOp>(op))
+    return lowerUnscaleStages(lowering, unscale, tables);
   if (auto shard = dyn_cast<sched::ApplyShardUpdateOp>(op))
     return lowerReplicaShardUpdate(lowering, shard, tables);
   auto apply = dyn_cast<sched::ApplyUpdateOp>(op);
@@ -376,51 +378,97 @@ void Emitter::lowerExchange(DeviceLowering &lowering,
   lowering.exchanged.insert(name);
 }
 
-/// The stage's share of the step gradients' squared norm to every other
-/// stage of the replica, theirs back, and the stage's gradients clipped by
-/// the sum of all shares in stage order: every stage scales by the same
-/// factor. Messages name the gradients' step (step_offset), so a stage
-/// updating in the next step's program meets one updating in its own.
-LogicalResult Emitter::lowerClipStages(DeviceLowering &lowering,
-                                       sched::ClipStagesOp clip,
-                                       const PipelineTables &tables) {
-  plan::Device *device = lowering.device;
-  int64_t s = lowering.s;
-  auto add = [&]() { return stamp(device->add_instructions(), s, clip); };
+/// The stage's gradients of the step as its updates read them: the
+/// replicas' sums where they were exchanged, else the accumulators.
+std::vector<int> Emitter::stageGradients(const DeviceLowering &lowering,
+                                         const PipelineTables &tables) {
   std::vector<int> grads;
   for (const std::string &name : plan.gradients()) {
     UpdateOp update = tables.updateOf.lookup(name);
-    if (update && stageOf(update, tables.S) == s)
+    if (update && stageOf(update, tables.S) == lowering.s)
       grads.push_back(lowering.exchanged.contains(name)
                           ? tables.replicaSum.lookup(name)
                           : tables.accumulator.lookup(name));
   }
-  int own = tables.normShare[s];
-  plan::Instruction *norm = add();
+  return grads;
+}
+
+/// The stage's scalar `shareOf[s]` to every other stage of `op`, theirs
+/// into their own. Messages name the gradients' step (step_offset), so a
+/// stage updating in the next step's program meets one updating in its
+/// own.
+template <typename StagesOp>
+void Emitter::exchangeShares(DeviceLowering &lowering, StagesOp op,
+                             ArrayRef<int> shareOf, StringRef what,
+                             const PipelineTables &tables) {
+  int64_t s = lowering.s;
+  for (bool isSend : {true, false})
+    for (auto [q, peer] : llvm::zip(op.getStages(), op.getDevices())) {
+      if (q == s)
+        continue;
+      int share = shareOf[isSend ? s : q];
+      plan::Instruction *message = this->message(
+          stamp(lowering.device->add_instructions(), s, op), isSend, share,
+          peer, share, 0, "stage " + std::to_string(s) + " " + what.str(),
+          tables);
+      plan::setIntAttribute(message, "step_offset", op.getStep());
+    }
+}
+
+/// The stage's share of the step gradients' squared norm to every other
+/// stage of the replica, theirs back, and the stage's gradients clipped by
+/// the sum of all shares in stage order: every stage scales by the same
+/// factor.
+LogicalResult Emitter::lowerClipStages(DeviceLowering &lowering,
+                                       sched::ClipStagesOp clip,
+                                       const PipelineTables &tables) {
+  int64_t s = lowering.s;
+  std::vector<int> grads = stageGradients(lowering, tables);
+  plan::Instruction *norm = stamp(lowering.device->add_instructions(), s, clip);
   norm->set_op("squared_norm");
   norm->set_phase("update");
   norm->set_location("stage " + std::to_string(s));
   for (int id : grads)
     norm->add_inputs(id);
-  norm->add_outputs(own);
-  ArrayRef<int64_t> stages = clip.getStages(), devices = clip.getDevices();
-  for (bool isSend : {true, false})
-    for (auto [q, peer] : llvm::zip(stages, devices)) {
-      if (q == s)
-        continue;
-      int share = tables.normShare[isSend ? s : q];
-      plan::Instruction *message =
-          this->message(add(), isSend, share, peer, share, 0,
-                        "stage " + std::to_string(s) + " norm", tables);
-      plan::setIntAttribute(message, "step_offset", clip.getStep());
-    }
+  norm->add_outputs(tables.normShare[s]);
+  exchangeShares(lowering, clip, tables.normShare, "norm", tables);
   std::vector<int> shares;
-  for (int64_t q : stages)
+  for (int64_t q : clip.getStages())
     shares.push_back(tables.normShare[q]);
-  plan::Instruction *scale = lowerClip(*device, tables.clip, grads, shares);
+  plan::Instruction *scale =
+      lowerClip(*lowering.device, tables.clip, grads, shares);
   if (!scale)
     return failure();
   stamp(scale, s, clip);
+  return success();
+}
+
+/// Whether the stage's gradients of the step overflowed, to every other
+/// stage of the replica, theirs back; then the stage's gradients unscaled
+/// and its copy of the loss-scale buffer adjusted by all the flags in
+/// stage order: every stage skips alike and keeps the same scale.
+LogicalResult Emitter::lowerUnscaleStages(DeviceLowering &lowering,
+                                          sched::UnscaleStagesOp unscale,
+                                          const PipelineTables &tables) {
+  int64_t s = lowering.s;
+  std::vector<int> grads = stageGradients(lowering, tables);
+  plan::Instruction *found =
+      stamp(lowering.device->add_instructions(), s, unscale);
+  found->set_op("found_inf");
+  found->set_phase("update");
+  found->set_location("stage " + std::to_string(s));
+  for (int id : grads)
+    found->add_inputs(id);
+  found->add_outputs(tables.overflowFlag[s]);
+  exchangeShares(lowering, unscale, tables.overflowFlag, "overflow", tables);
+  std::vector<int> flags;
+  for (int64_t q : unscale.getStages())
+    flags.push_back(tables.overflowFlag[q]);
+  plan::Instruction *instruction =
+      lowerUnscale(*lowering.device, tables.unscale, grads, flags);
+  if (!instruction)
+    return failure();
+  stamp(instruction, s, unscale);
   return success();
 }
 

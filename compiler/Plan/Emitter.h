@@ -166,7 +166,8 @@ private:
   std::vector<int64_t> slotStepKey(sched::SlotDeviceOp op, Operation &step,
                                    const DataParallelTables &tables);
   plan::Instruction *lowerUnscale(plan::Device &device, UnscaleGradsOp unscale,
-                                  ArrayRef<int> grads);
+                                  ArrayRef<int> grads,
+                                  ArrayRef<int> flags = {});
   plan::Instruction *lowerClip(plan::Device &device, ClipGradNormOp clip,
                                ArrayRef<int> grads,
                                ArrayRef<int> partials = {});
@@ -215,9 +216,18 @@ private:
   void lowerExchange(DeviceLowering &lowering,
                      sched::ExchangeGradientsOp exchange,
                      const PipelineTables &tables);
+  std::vector<int> stageGradients(const DeviceLowering &lowering,
+                                  const PipelineTables &tables);
+  template <typename StagesOp>
+  void exchangeShares(DeviceLowering &lowering, StagesOp op,
+                      ArrayRef<int> shareOf, StringRef what,
+                      const PipelineTables &tables);
   LogicalResult lowerClipStages(DeviceLowering &lowering,
                                 sched::ClipStagesOp clip,
                                 const PipelineTables &tables);
+  LogicalResult lowerUnscaleStages(DeviceLowering &lowering,
+                                   sched::UnscaleStagesOp unscale,
+                                   const PipelineTables &tables);
   LogicalResult lowerCompute(DeviceLowering &lowering, sched::ComputeOp compute,
                              const PipelineTables &tables);
   LogicalResult sendResults(DeviceLowering &lowering, sched::ComputeOp compute,
@@ -279,6 +289,10 @@ struct PipelineTables {
   /// holds the stage's share of the squared norm on every device.
   ClipGradNormOp clip;
   std::vector<int> normShare;
+  /// Dynamic loss scaling: the graph's unscaling and, per stage, the
+  /// scalar that holds whether the stage's gradients overflowed.
+  UnscaleGradsOp unscale;
+  std::vector<int> overflowFlag;
 };
 
 /// Where a stage device keeps a micro-batch's tensors: what the stage's

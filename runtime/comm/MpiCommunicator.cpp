@@ -213,11 +213,12 @@ public:
       return;
     std::lock_guard<std::mutex> lock(liveMutex);
     reapSends(livePosts, false); // the delivered ones (one a step)
-    auto message =
-        std::make_unique<std::array<double, 3>>(std::array<double, 3>{
-            double(loss.device), double(loss.step), double(loss.loss)});
+    auto message = std::make_unique<std::vector<double>>(std::vector<double>{
+        double(loss.device), double(loss.step), double(loss.loss),
+        double(loss.lossScale), loss.overflowed ? 1.0 : 0.0});
     MPI_Request request;
-    MPI_Isend(message->data(), 3, MPI_DOUBLE, 0, 0, live, &request);
+    MPI_Isend(message->data(), kStepLossFields, MPI_DOUBLE, 0, 0, live,
+              &request);
     livePosts.emplace_back(request, std::move(message));
   }
   bool takeStepLoss(StepLoss &loss, bool wait) override {
@@ -231,19 +232,21 @@ public:
       MPI_Iprobe(MPI_ANY_SOURCE, 0, live, &arrived, &status);
     if (!arrived)
       return false;
-    std::array<double, 3> message;
-    MPI_Recv(message.data(), 3, MPI_DOUBLE, status.MPI_SOURCE, 0, live,
-             MPI_STATUS_IGNORE);
+    std::array<double, kStepLossFields> message;
+    MPI_Recv(message.data(), kStepLossFields, MPI_DOUBLE, status.MPI_SOURCE, 0,
+             live, MPI_STATUS_IGNORE);
     loss.device = static_cast<int>(message[0]);
     loss.step = static_cast<int64_t>(message[1]);
     loss.loss = static_cast<float>(message[2]);
+    loss.lossScale = static_cast<float>(message[3]);
+    loss.overflowed = message[4] != 0.0;
     return true;
   }
   void postNote(int to, int64_t kind, int64_t value) override {
     std::lock_guard<std::mutex> lock(liveMutex);
     reapSends(livePosts, false);
-    auto message = std::make_unique<std::array<double, 3>>(
-        std::array<double, 3>{double(myRank), double(kind), double(value)});
+    auto message = std::make_unique<std::vector<double>>(
+        std::vector<double>{double(myRank), double(kind), double(value)});
     MPI_Request request;
     MPI_Isend(message->data(), 3, MPI_DOUBLE, to, kNoteTag, live, &request);
     livePosts.emplace_back(request, std::move(message));
@@ -280,6 +283,8 @@ public:
 
   /// The notes' tag on `live` (the step losses use 0).
   static constexpr int kNoteTag = 1;
+  /// A posted step loss: device, step, loss, loss scale, overflowed.
+  static constexpr int kStepLossFields = 5;
   int devices, myRank, processes;
   double timeout;
   std::atomic<bool> aborted{false};
@@ -289,7 +294,7 @@ public:
   /// values they read.
   MPI_Comm live;
   std::mutex liveMutex;
-  std::vector<std::pair<MPI_Request, std::unique_ptr<std::array<double, 3>>>>
+  std::vector<std::pair<MPI_Request, std::unique_ptr<std::vector<double>>>>
       livePosts;
   std::vector<std::unique_ptr<MpiCommunicator>> endpoints;
 };

@@ -89,6 +89,7 @@ bool matches(StrategyScope scope, const StrategyTraits &traits) {
     return traits.replicable;
   case StrategyScope::LossScaled:
     return traits.oneDevice ||
+           (traits.pipelined && traits.weightVersions == 1) ||
            (traits.dataParallel && !traits.cyclic && !traits.sparseExchange);
   }
   return false;

@@ -127,6 +127,23 @@ void storeLoss(const Run &run, std::vector<float> &losses, int64_t t, int d,
       losses[t * run.deviceCount + q] = loss;
 }
 
+/// Whether the step log can give each step's loss scale (fp16): dp's device
+/// 0 reads it after the next step's program, which unscales the step's
+/// means first; a pipeline's loss device with its step's loss where its
+/// stage unscales in the step's own program (every pipeline fp16 runs
+/// under, but a --schedule that moves the stage's update into the next).
+static bool knowsEachLossScale(const Run &run) {
+  if (!run.lossScaled())
+    return false;
+  if (!plan::isPipeline(run.plan))
+    return true;
+  for (const plan::Instruction &instruction :
+       run.plan.devices(run.plan.loss_device()).instructions())
+    if (instruction.op() == "unscale_grads")
+      return !instruction.drain();
+  return false;
+}
+
 /// When each step ends, and the --metrics lines written as steps end: a
 /// step ends when every device wrote its loss (a pipeline: the loss device,
 /// for all); its line gives the samples/s of that step alone. Under mpirun
@@ -137,9 +154,8 @@ class StepLog {
 public:
   StepLog(Run &run, int64_t start, int writers)
       : run(run), start(start), written(start), writers(writers),
-        tracksScale(run.lossScaled() && !plan::isPipeline(run.plan)),
-        arrived(run.total), endNanos(run.total),
-        scales(tracksScale ? run.total : 0),
+        tracksScale(knowsEachLossScale(run)), arrived(run.total),
+        endNanos(run.total), scales(tracksScale ? run.total : 0),
         remote(run.mpi && run.root() ? run.total * run.deviceCount : 0, 0.0f),
         began(std::chrono::steady_clock::now()) {}
   /// Another process's device's loss of a step (the root, under mpirun).
@@ -147,6 +163,8 @@ public:
     if (posted.step < 0 || posted.step >= run.total)
       return;
     storeLoss(run, remote, posted.step, posted.device, posted.loss);
+    if (plan::isPipeline(run.plan))
+      noteScale(posted.step, {posted.lossScale, posted.overflowed});
     stepDone(posted.step);
   }
   /// The root, under mpirun: the losses other processes posted so far
@@ -172,13 +190,13 @@ public:
     if (++arrived[t] == writers)
       endNanos[t] = std::max<int64_t>(1, sinceBegan());
   }
-  /// Whether the lines carry the loss scale device 0 notes (fp16, not a
-  /// pipeline).
+  /// Whether the lines carry the loss scale (fp16; see knowsEachLossScale).
   bool tracksLossScale() const { return tracksScale; }
-  /// fp16 under dp, from device 0: the loss scale after step t's
-  /// gradients were unscaled and whether its updates skipped. dp updates at
+  /// fp16: the loss scale after step t's gradients were unscaled and
+  /// whether its updates skipped. dp's device 0 notes it: dp updates at
   /// the start of the next step's program, so step t's are known once
-  /// step t + 1 ran (the last step's after the flush); its line waits.
+  /// step t + 1 ran (the last step's after the flush); its line waits. A
+  /// pipeline's loss device notes it with the step's loss.
   void noteScale(int64_t t, LossScaleState state) {
     if (!tracksScale || t < start || t >= run.total)
       return;
@@ -355,15 +373,20 @@ static void runDevice(Run &run, int d, DeviceThreads &shared) {
     storeLoss(run, losses, t, d, loss);
     if (!std::isfinite(loss) && !run.lossScaled())
       throw RuntimeError(nonFiniteLoss(plan, ex, t, loss));
+    LossScaleState scale;
+    if (pipeline && shared.log.tracksLossScale()) {
+      scale = readLossScale(run, ex);
+      shared.log.noteScale(t, scale);
+    }
     if (run.mpi && !run.root())
-      run.fabric->postStepLoss({d, t, loss});
+      run.fabric->postStepLoss({d, t, loss, scale.scale, scale.overflowed});
     shared.log.stepDone(t);
     if (pipeline || d == 0)
       progress = t + 1;
   };
   ex.setTotalSteps(run.total, checkpointDue(run, run.total));
   // fp16 under dp: the loss scale after step t's updates, for its line.
-  bool notesScale = d == 0 && shared.log.tracksLossScale();
+  bool notesScale = !pipeline && d == 0 && shared.log.tracksLossScale();
   auto noteScale = [&](int64_t t) {
     if (notesScale)
       shared.log.noteScale(t, readLossScale(run, ex));

@@ -477,6 +477,17 @@ std::vector<Case> lossAndUpdateCases() {
        {attr("growth_interval", 2000)},
        1e-6,
        2},
+      // A pipeline stage's flag (finite values here: 0), and the unscaling
+      // with every stage's flags drawn positive, so the step is marked.
+      {"found_inf", "found_inf", {f32({50}), f32({3, 7})}, {f32({})}},
+      {"unscale_grads_flags",
+       "unscale_grads",
+       {f32({3}, Fill::Positive), f32({}, Fill::Zero), f32({}, Fill::Positive),
+        f32({40})},
+       {},
+       {attr("growth_interval", 2000), attr("flags", 2)},
+       1e-6,
+       2},
       {"update_skipped_on_overflow",
        "update",
        {f32({50}), f32({50}), f32({3}, Fill::Positive)},

@@ -93,6 +93,52 @@ TEST(LossScale, UnscalesTheGradientsAndNotesAnOverflow) {
   EXPECT_EQ(state, (std::vector<float>{1.0f, 0.0f, 1.0f}));
 }
 
+// A pipeline stage's flag: 1 where any of its gradients is not finite.
+TEST(LossScale, FindsAnInfinityOrNaNAmongTheGradients) {
+  plan::Instruction instruction;
+  instruction.set_op("found_inf");
+  std::vector<float> g = {1e30f, -2.0f}, h = {0.0f}, flag = {7.0f};
+  auto kernel = kernelFor(instruction, {viewOf(g), viewOf(h)}, {viewOf(flag)});
+  kernel->run(StepContext());
+  EXPECT_EQ(flag[0], 0.0f);
+  h[0] = -INFINITY;
+  kernel->run(StepContext());
+  EXPECT_EQ(flag[0], 1.0f);
+  h[0] = NAN;
+  kernel->run(StepContext());
+  EXPECT_EQ(flag[0], 1.0f);
+  // A stage with no trained parameter (the loss's, frozen) has no overflow.
+  kernelFor(instruction, {}, {viewOf(flag)})->run(StepContext());
+  EXPECT_EQ(flag[0], 0.0f);
+}
+
+// With `flags`, every stage's flag after the buffer: any one set skips the
+// step on this stage, whose own gradients are finite, and its scale halves
+// as the other stages' do; the gradients are unscaled all the same.
+TEST(LossScale, AnotherStagesFlagMarksTheStep) {
+  plan::Instruction instruction;
+  instruction.set_op("unscale_grads");
+  setInt(instruction, "growth_interval", 2000);
+  setInt(instruction, "flags", 2);
+  std::vector<float> state = {4.0f, 5.0f, 0.0f}, mine = {0.0f}, theirs = {0.0f},
+                     g = {4.0f, -8.0f};
+  auto kernel = kernelFor(
+      instruction, {viewOf(state), viewOf(mine), viewOf(theirs), viewOf(g)});
+  kernel->run(StepContext());
+  EXPECT_EQ(g, (std::vector<float>{1.0f, -2.0f}));
+  EXPECT_EQ(state, (std::vector<float>{4.0f, 6.0f, 0.0f}));
+  theirs[0] = 1.0f;
+  kernel->run(StepContext());
+  EXPECT_EQ(g, (std::vector<float>{0.25f, -0.5f}));
+  EXPECT_EQ(state, (std::vector<float>{2.0f, 0.0f, 1.0f}));
+  // No gradients of its own (the loss's stage, frozen): the flags alone.
+  plan::Instruction bare = instruction;
+  std::vector<float> seedState = {4.0f, 0.0f, 0.0f};
+  kernelFor(bare, {viewOf(seedState), viewOf(mine), viewOf(theirs)})
+      ->run(StepContext());
+  EXPECT_EQ(seedState, (std::vector<float>{2.0f, 0.0f, 1.0f}));
+}
+
 TEST(LossScale, SeedsTheBackwardWithTheScale) {
   plan::Instruction instruction;
   instruction.set_op("loss_scale");

@@ -79,7 +79,8 @@ TEST(Strategy, ScopesNameWhatEachPassTakes) {
   EXPECT_TRUE(inScope(StrategyScope::Replicable, Strategy::ZBV));
   EXPECT_FALSE(inScope(StrategyScope::Replicable, Strategy::CDPMP));
   EXPECT_FALSE(inScope(StrategyScope::Pipeline, Strategy::LaySA));
-  EXPECT_EQ(scopeNames(StrategyScope::LossScaled), "single or dp");
+  EXPECT_EQ(scopeNames(StrategyScope::LossScaled),
+            "single, dp, gpipe, 1f1b, interleaved-1f1b, zb-h1 or zb-v");
   EXPECT_EQ(weightVersions(Strategy::CDPMP), 2);
   EXPECT_TRUE(runsCyclicSlots(Strategy::CDPMP));
   EXPECT_FALSE(runsCyclicSlots(Strategy::TwoBW));

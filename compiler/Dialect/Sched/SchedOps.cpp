@@ -212,20 +212,26 @@ LogicalResult ApplyShardUpdateOp::verify() {
   return verifyStep(*this);
 }
 
-LogicalResult ClipStagesOp::verify() {
-  ArrayRef<int64_t> stages = getStages(), devices = getDevices();
-  auto program = cast<StepProgramOp>((*this)->getParentOp()->getParentOp());
-  int64_t own = deviceOf(*this).getStage();
+/// An exchange among the stages of a replica (clip_stages, unscale_stages):
+/// one device per stage, in stage order, this device's stage among them.
+template <typename StagesOp> LogicalResult verifyStages(StagesOp op) {
+  ArrayRef<int64_t> stages = op.getStages(), devices = op.getDevices();
+  auto program = cast<StepProgramOp>(op->getParentOp()->getParentOp());
+  int64_t own = deviceOf(op).getStage();
   if (stages.size() != devices.size() || !llvm::is_sorted(stages) ||
       !llvm::is_contained(stages, own))
-    return emitOpError("needs one device per stage, the stages in order and "
-                       "this device's stage among them");
+    return op.emitOpError("needs one device per stage, the stages in order "
+                          "and this device's stage among them");
   for (int64_t s : stages)
     if (s < 1 || s > program.getStages())
-      return emitOpError("names stage ")
+      return op.emitOpError("names stage ")
              << s << " of a program with " << program.getStages();
-  return verifyStep(*this);
+  return verifyStep(op);
 }
+
+LogicalResult ClipStagesOp::verify() { return verifyStages(*this); }
+
+LogicalResult UnscaleStagesOp::verify() { return verifyStages(*this); }
 
 LogicalResult ParamSendOp::verify() { return verifyPeer(*this, getTo()); }
 

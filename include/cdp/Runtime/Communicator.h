@@ -295,6 +295,10 @@ public:
     int device = 0;
     int64_t step = 0; ///< -1: the process is done posting
     float loss = 0;
+    /// fp16 pipelines: the loss scale after the step, and whether its
+    /// updates were skipped (0 where not known).
+    float lossScale = 0;
+    bool overflowed = false;
   };
   virtual void postStepLoss(const StepLoss &loss) {}
   /// Another process's posted loss, if one has arrived (`wait`: blocks

@@ -131,9 +131,12 @@ enum class StrategyScope {
   OneStagePerDevice, ///< the partitioner's memory estimate
   Pipeline,          ///< cdp-schedule-pipeline
   Replicable,        ///< --replicas (and --zero 1 over them)
-  /// Dynamic loss scaling: every device sees every mean gradient of the
-  /// step before any update, so all skip an overflowed step alike (single,
-  /// and dp, whose updates wait for every stage's means).
+  /// Dynamic loss scaling: every device learns whether any gradient of the
+  /// step overflowed before its updates, so all skip an overflowed step
+  /// alike (single; dp, whose updates wait for every stage's means; the
+  /// pipelines with one weight version, whose stages exchange their
+  /// overflow flags before updating; not 2bw or cdp-mp, whose stages
+  /// update different weight versions with gradients of different steps).
   LossScaled,
 };
 

@@ -120,22 +120,41 @@ void registerGradientClip(KernelRegistry &registry) {
 }
 
 /// Dynamic loss scaling. `loss_scale`: the backward's seed, the current
-/// scale. `unscale_grads`: the gradients times 1 / scale, overflow noted
-/// and the scale adjusted (LossScale.h).
+/// scale. `found_inf`: 1 where any of the gradients is not finite, else 0
+/// (a pipeline stage's flag for the others). `unscale_grads`: the
+/// gradients times 1 / scale, overflow noted (in them, or in any of the
+/// `flags` inputs after the buffer: every stage's found_inf) and the scale
+/// adjusted (LossScale.h).
 void registerLossScaling(KernelRegistry &registry) {
   addKernel(registry, "loss_scale", [](const KernelArgs &args) {
     TensorView state = args.inputs[0], seed = args.outputs[0];
     return [=](const StepContext &) { seed.f32()[0] = state.f32()[kScale]; };
   });
+  addKernel(registry, "found_inf", [](const KernelArgs &args) {
+    std::vector<TensorView> grads = args.inputs;
+    TensorView flag = args.outputs[0];
+    return [=](const StepContext &) {
+      bool found = false;
+      for (const TensorView &g : grads)
+        for (int64_t i = 0, n = g.numel(); i < n && !found; ++i)
+          found = !std::isfinite(g.f32()[i]);
+      flag.f32()[0] = found ? 1.0f : 0.0f;
+    };
+  });
   addKernel(registry, "unscale_grads", [](const KernelArgs &args) {
     TensorView state = args.inputs[0];
-    std::vector<TensorView> grads(args.inputs.begin() + 1, args.inputs.end());
+    auto flagCount = static_cast<size_t>(args.i("flags", 0));
+    std::vector<TensorView> flags(args.inputs.begin() + 1,
+                                  args.inputs.begin() + 1 + flagCount),
+        grads(args.inputs.begin() + 1 + flagCount, args.inputs.end());
     float growth = static_cast<float>(args.f("growth_factor", 2.0)),
           backoff = static_cast<float>(args.f("backoff_factor", 0.5));
     int64_t interval = args.i("growth_interval", 2000);
     return [=](const StepContext &) {
       float *s = state.f32(), inverse = inverseLossScale(s);
       bool overflow = false;
+      for (const TensorView &flag : flags)
+        overflow |= flag.f32()[0] != 0.0f;
       for (const TensorView &g : grads)
         for (int64_t i = 0, n = g.numel(); i < n; ++i) {
           float &x = g.f32()[i];

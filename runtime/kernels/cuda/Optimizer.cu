@@ -157,6 +157,24 @@ __global__ void unscaleKernel(float *g, int64_t n, const float *state,
   }
 }
 
+/// *overflow set where a gradient is not finite (found_inf's check).
+__global__ void findNonFiniteKernel(const float *g, int64_t n, int *overflow) {
+  CDP_FOR_EACH(i, n) {
+    if (!isfinite(g[i]))
+      *overflow = 1;
+  }
+}
+
+/// *overflow set where another stage's flag says so.
+__global__ void takeFlagKernel(const float *flag, int *overflow) {
+  if (*flag != 0.0f)
+    *overflow = 1;
+}
+
+__global__ void writeFlagKernel(const int *overflow, float *flag) {
+  *flag = *overflow != 0 ? 1.0f : 0.0f;
+}
+
 __global__ void adjustKernel(float *state, const int *overflow, float growth,
                              float backoff, int64_t interval) {
   adjustLossScale(state, *overflow != 0, growth, backoff, interval);
@@ -169,7 +187,9 @@ class UnscaleKernel : public Kernel {
 public:
   explicit UnscaleKernel(const KernelArgs &args)
       : state(args.inputs[0]),
-        grads(args.inputs.begin() + 1, args.inputs.end()),
+        flags(args.inputs.begin() + 1,
+              args.inputs.begin() + 1 + args.i("flags", 0)),
+        grads(args.inputs.begin() + 1 + args.i("flags", 0), args.inputs.end()),
         growth(static_cast<float>(args.f("growth_factor", 2.0))),
         backoff(static_cast<float>(args.f("backoff_factor", 0.5))),
         interval(args.i("growth_interval", 2000)),
@@ -179,6 +199,8 @@ public:
     cudaStream_t stream = streamOf(context);
     checkCuda(cudaMemsetAsync(overflow.as<void>(), 0, sizeof(int), stream),
               "unscale_grads");
+    for (const TensorView &flag : flags)
+      takeFlagKernel<<<1, 1, 0, stream>>>(flag.f32(), overflow.as<int>());
     for (const TensorView &g : grads)
       if (g.numel())
         unscaleKernel<<<blocksFor(g.numel()), kThreads, 0, stream>>>(
@@ -190,9 +212,36 @@ public:
 
 private:
   TensorView state;
-  std::vector<TensorView> grads;
+  std::vector<TensorView> flags, grads;
   float growth, backoff;
   int64_t interval;
+  Scratch overflow;
+};
+
+/// found_inf (the CPU kernel says what it means) on the device's stream:
+/// the flag a pipeline stage sends the others, with no host
+/// synchronisation.
+class FoundInfKernel : public Kernel {
+public:
+  explicit FoundInfKernel(const KernelArgs &args)
+      : grads(args.inputs), flag(args.outputs[0]),
+        overflow(deviceOf(args), sizeof(int)) {}
+
+  void run(const StepContext &context) override {
+    cudaStream_t stream = streamOf(context);
+    checkCuda(cudaMemsetAsync(overflow.as<void>(), 0, sizeof(int), stream),
+              "found_inf");
+    for (const TensorView &g : grads)
+      if (g.numel())
+        findNonFiniteKernel<<<blocksFor(g.numel()), kThreads, 0, stream>>>(
+            g.f32(), g.numel(), overflow.as<int>());
+    writeFlagKernel<<<1, 1, 0, stream>>>(overflow.as<int>(), flag.f32());
+    launched("found_inf");
+  }
+
+private:
+  std::vector<TensorView> grads;
+  TensorView flag;
   Scratch overflow;
 };
 
@@ -298,6 +347,9 @@ void registerOptimizer(KernelRegistry &registry) {
   });
   registry.add("unscale_grads", Backend::CUDA, [](const KernelArgs &args) {
     return std::make_unique<UnscaleKernel>(args);
+  });
+  registry.add("found_inf", Backend::CUDA, [](const KernelArgs &args) {
+    return std::make_unique<FoundInfKernel>(args);
   });
   // The backward's seed: the current scale, copied on the device.
   addKernel(registry, "loss_scale", [](const KernelArgs &args) {

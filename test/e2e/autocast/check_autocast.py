@@ -58,6 +58,12 @@ SAME_AS_DP = [("dp2-zero1", ["--strategy", "dp", "--devices", "2", "--zero", "1"
               ("dp2-zero3", ["--strategy", "dp", "--devices", "2", "--zero", "3"]),
               ("1f1b-2x2", ["--strategy", "1f1b", "--stages", "2", "--micro-batches", "2"]),
               ("zb-h1-2x2", ["--strategy", "zb-h1", "--stages", "2", "--micro-batches", "2"])]
+# fp16 on 2 stages of 2 micro-batches: the stages exchange their overflow
+# flags, so all skip alike; 1f1b with GradScaler's defaults and forced
+# overflows, gpipe and zb-h1 forced.
+FP16_PIPELINES = [("1f1b", ["--strategy", "1f1b", "--stages", "2"], True),
+                  ("gpipe", ["--strategy", "gpipe", "--stages", "2"], False),
+                  ("zb-h1", ["--strategy", "zb-h1", "--stages", "2"], False)]
 STRATEGIES = [("1f1b2", ["--strategy", "1f1b", "--stages", "2", "--micro-batches", "1"]),
               ("cdp1", ["--strategy", "cdp", "--devices", "1"])]
 
@@ -160,28 +166,33 @@ def check(bin_dir, root, case, strategies):
 
 
 def check_fp16_dp(bin_dir, root, case, names, forced):
-    """dp on 2 devices against the single device with 2 micro-batches (the
-    same halves of the batch, the same mean): with GradScaler's defaults
-    and forced overflows, the trained parameters and the loss-scale buffer
-    bit for bit. dp unscales the reduced means, so both devices skip the
-    same steps."""
+    """dp on 2 devices and the pipelines of FP16_PIPELINES against the
+    single device with 2 micro-batches (the same halves of the batch, the
+    same mean): with GradScaler's defaults and forced overflows, the trained
+    parameters and the loss-scale buffer bit for bit. dp unscales the
+    reduced means and the pipeline stages exchange their overflow flags, so
+    every device skips the same steps."""
     ok = True
     for label, extra in (("", []), (" forced", ["--loss-scale", repr(forced),
                                                 "--loss-scale-interval", "1"])):
-        runs = train_all(bin_dir, root, case, names, (
-            ("single-mb2" + label.strip(), ["--precision", "fp16", "--micro-batches", "2"] + extra),
-            ("dp2" + label.strip(), ["--precision", "fp16", "--strategy", "dp",
-                                     "--devices", "2"] + extra)))
+        suffix = label.strip()
+        labelled = [("single-mb2" + suffix, ["--micro-batches", "2"]),
+                    ("dp2" + suffix, ["--strategy", "dp", "--devices", "2"])]
+        labelled += [(name + "-2x2" + suffix, flags + ["--micro-batches", "2"])
+                     for name, flags, unforced in FP16_PIPELINES if unforced or suffix]
+        runs = train_all(bin_dir, root, case, names, [
+            (run, ["--precision", "fp16"] + flags + extra) for run, flags in labelled])
         if not runs:
             return False
         # The trained parameters and the loss scale (BatchNorm's running
         # statistics differ: each dp device keeps its own micro-batch's).
-        one, two = runs.values()
-        same = all(np.array_equal(one[n], two[n]) for n in names + ["cdp.loss_scale"])
-        print("%s %s fp16%s dp2: %s single with 2 micro-batches (loss scale %g)" % (
-            "ok  " if same else "FAIL", case, label, "equal to" if same else "differs from",
-            two["cdp.loss_scale"][0]), flush=True)
-        ok &= same
+        one = runs.pop("single-mb2" + suffix)
+        for run, two in runs.items():
+            same = all(np.array_equal(one[n], two[n]) for n in names + ["cdp.loss_scale"])
+            print("%s %s fp16%s %s: %s single with 2 micro-batches (loss scale %g)" % (
+                "ok  " if same else "FAIL", case, label, run[:-len(suffix)] if suffix else run,
+                "equal to" if same else "differs from", two["cdp.loss_scale"][0]), flush=True)
+            ok &= same
     return ok
 
 

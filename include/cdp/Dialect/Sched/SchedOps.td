@@ -319,6 +319,24 @@ def Sched_ApplyShardUpdateOp : Sched_StepOp<"apply_shard_update"> {
   let hasVerifier = 1;
 }
 
+def Sched_UnscaleStagesOp : Sched_StepOp<"unscale_stages"> {
+  let summary = "dynamic loss scaling over the pipeline's stages: unscale, and skip alike";
+  let description = [{
+    fp16 (before the stage's updates, after any replica exchange and
+    before `sched.clip_stages`): whether the stage's gradients of the step
+    hold a value that is not finite goes to every other stage of the
+    replica that has updates (`stages`, run by `devices`, one each), theirs
+    come back; the stage's gradients are multiplied by 1 / scale and the
+    stage's own copy of the loss-scale buffer is adjusted by whether any
+    stage overflowed. Every stage thus skips the same steps and keeps the
+    same scale, the one the loss's stage seeds the next backward with.
+  }];
+  let arguments = (ins DenseI64ArrayAttr:$stages, DenseI64ArrayAttr:$devices,
+                       Sched_Int:$micro_batch, Sched_Int:$time_step,
+                       Sched_Int:$step);
+  let hasVerifier = 1;
+}
+
 def Sched_ClipStagesOp : Sched_StepOp<"clip_stages"> {
   let summary = "clip the step's gradients by their global norm over the pipeline's stages";
   let description = [{
