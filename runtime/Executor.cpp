@@ -770,9 +770,11 @@ void Executor::flush(int64_t totalSteps, const Loader *loader,
     // Blocks without a reduction wait (pipeline updates) are complete
     // after the last step; only delayed reductions have a tail to run
     // (ZeRO stage 2's shard_update takes its reduce-scatter's shard).
-    // dp's clip of sharded means starts with the shards' squared norm.
+    // dp's clip of sharded means starts with the shards' squared norm, its
+    // loss scaling (fp16) with their overflow flag.
     const std::string &head = device.instructions(begin).op();
-    bool shardedClip = head == "squared_norm" && plan::isReplicated(planRef);
+    bool shardedClip = (head == "squared_norm" || head == "found_inf") &&
+                       plan::isReplicated(planRef);
     if (head != "reduce_wait" && head != "chain_wait" &&
         head != "shard_update" && !shardedClip) {
       begin = end;

@@ -252,9 +252,6 @@ static void checkLossScaleFlags(Settings &settings) {
         "steps, or exchange sparse updates, an overflow cannot yet skip the "
         "same step everywhere); use --precision bf16, which needs no "
         "scaling");
-  if (settings.layout.zero > 0)
-    die("--precision fp16 with --zero is not built yet (the sharded updates "
-        "do not skip an overflowed step); use --precision bf16");
   settings.lossScale = parseReal("--loss-scale", lossScale);
   if (!(settings.lossScale > 0))
     die("--loss-scale must be a positive number, got '" + lossScale + "'");

@@ -232,7 +232,7 @@ cl::opt<std::string> precision(
              "in float32 and rounds to bf16 at the same points. fp16: the "
              "same in fp16, with dynamic loss scaling as PyTorch's "
              "GradScaler (--loss-scale; single, dp and the pipelines with one "
-             "weight version so far, not with --zero)"),
+             "weight version so far)"),
     cl::value_desc("fp32|bf16|fp16"), cl::init("fp32"), cl::cat(category));
 cl::opt<std::string> lossScale(
     "loss-scale",

@@ -74,20 +74,25 @@ LogicalResult Emitter::emitDataParallel(int64_t arenaBytes) {
     arenaBytes = addShardGroups(program, tables, arenaBytes);
   func.walk([&](ClipGradNormOp clip) { tables.clip = clip; });
   func.walk([&](UnscaleGradsOp unscale) { tables.unscale = unscale; });
-  if (tables.unscale && (tables.zero > 0 || tables.sparse))
-    return func.emitError("dynamic loss scaling under ZeRO or laysa is not "
-                          "built: their updates read shards or sparse "
-                          "gradients");
-  if (tables.clip && tables.zero >= 2) { // each device's share of the norm
+  if (tables.unscale && tables.sparse)
+    return func.emitError("dynamic loss scaling under laysa is not built: "
+                          "its updates read sparse gradients");
+  // ZeRO stages 2 and 3: each device's share of the norm and of the
+  // overflow flags, summed over the devices.
+  auto addShare = [&](const char *name) {
     plan::Tensor *share = plan.add_tensors();
     share->set_id(plan.tensors_size() - 1);
-    share->set_name("zero@norm_share");
+    share->set_name(name);
     share->set_dtype(plan::F32);
     share->set_kind(plan::REDUCED);
     share->add_shape(1);
     share->set_bytes(4);
-    tables.normShare = share->id();
-  }
+    return share->id();
+  };
+  if (tables.clip && tables.zero >= 2)
+    tables.normShare = addShare("zero@norm_share");
+  if (tables.unscale && tables.zero >= 2)
+    tables.overflowShare = addShare("zero@overflow_share");
   plan.clear_devices();
   // A device's program is cut at its schedule ops, each op's instructions a
   // template shared by every device whose op reads alike (times relative to
@@ -423,6 +428,8 @@ private:
                            int64_t time);
   plan::Instruction *stageInstruction(const char *opName, int64_t l,
                                       int64_t time, const char *phase);
+  void sumOverDevices(const char *opName, ArrayRef<int> shards, int share,
+                      int64_t part, int64_t time, int64_t minStep);
   void waitForMeans(int64_t l, int64_t time, int64_t minStep, int64_t delay);
   LogicalResult applyUpdates(int64_t l, int64_t time, int64_t minStep);
   LogicalResult shardUpdate(int64_t l, int64_t time, int64_t minStep,
@@ -537,6 +544,7 @@ LogicalResult SlotLowering::shardUpdate(int64_t l, int64_t time,
   else
     for (const auto &t : tensors)
       shard->add_inputs(t.reduced);
+  addLossScale(updates, *shard);
   copyUpdateRule(updates, *shard);
   plan::setIntAttribute(shard, "cycle", 2 * L);
   plan::setIntAttribute(shard, "zero", zero);
@@ -575,48 +583,69 @@ sparse::MakeInstruction SlotLowering::exchangeStep(int64_t l, int64_t time) {
   };
 }
 
-/// dp with clipping: every stage's mean, then one clip of them all, then
-/// the updates. With ZeRO stage 2 or 3 each device holds its shard of the
-/// means only: the squared norm is its shards' share, summed over the
-/// devices (norm_all_reduce), and each device clips its own shards.
+/// ZeRO stages 2 and 3: `opName` (squared_norm, found_inf) of the device's
+/// shards of the means into the scalar `share`, then summed over the
+/// devices in place (norm_all_reduce; `part` 1 for the overflow flags,
+/// which travel under a tag of their own).
+void SlotLowering::sumOverDevices(const char *opName, ArrayRef<int> shards,
+                                  int share, int64_t part, int64_t time,
+                                  int64_t minStep) {
+  plan::Instruction *local = stageInstruction(opName, 1, time, "update");
+  local->set_min_step(minStep);
+  for (int id : shards)
+    local->add_inputs(id);
+  local->add_outputs(share);
+  plan::Instruction *sum =
+      stageInstruction("norm_all_reduce", 1, time, "update");
+  sum->set_min_step(minStep);
+  sum->add_inputs(share);
+  plan::setIntAttribute(sum, "cycle", 2 * L);
+  if (part != 0)
+    plan::setIntAttribute(sum, "part", part);
+}
+
+/// dp with clipping or loss scaling: every stage's mean, then the
+/// unscaling and one clip of them all, then the updates. With ZeRO stage 2
+/// or 3 each device holds its shard of the means only: the overflow flag
+/// and the squared norm are its shards' shares, summed over the devices
+/// (norm_all_reduce), and each device unscales and clips its own shards.
 LogicalResult SlotLowering::clipMeans(sched::ClipMeansOp clip) {
   int64_t time = clip.getTimeStep(), minStep = clip.getMinStep();
-  std::vector<int> means, partials;
-  if (tables.zero >= 2) {
-    for (int64_t l = 1; l <= L; ++l)
-      if (!tables.byStage[l].empty())
-        means.push_back(tables.gradShards[l]);
-    plan::Instruction *share =
-        stageInstruction("squared_norm", 1, time, "update");
-    share->set_min_step(minStep);
-    for (int id : means)
-      share->add_inputs(id);
-    share->add_outputs(tables.normShare);
-    plan::Instruction *sum =
-        stageInstruction("norm_all_reduce", 1, time, "update");
-    sum->set_min_step(minStep);
-    sum->add_inputs(tables.normShare);
-    plan::setIntAttribute(sum, "cycle", 2 * L);
-    partials.push_back(tables.normShare);
-  } else {
-    for (int64_t l = 1; l <= L; ++l) {
-      if (tables.byStage[l].empty())
-        continue;
-      waitForMeans(l, time, minStep, 0);
-      for (const auto &t : tables.byStage[l])
-        means.push_back(t.reduced);
+  std::vector<int> means;
+  bool sharded = tables.zero >= 2;
+  for (int64_t l = 1; l <= L; ++l) {
+    if (tables.byStage[l].empty())
+      continue;
+    if (sharded) {
+      means.push_back(tables.gradShards[l]);
+      continue;
     }
+    waitForMeans(l, time, minStep, 0);
+    for (const auto &t : tables.byStage[l])
+      means.push_back(t.reduced);
   }
   // Dynamic loss scaling: the means unscaled first (the clip reads true
-  // gradients); every device sees the same means, so all skip alike.
+  // gradients); every device sees the same means (or, sharded, the same
+  // sum of flags), so all skip alike.
   if (tables.unscale) {
+    std::vector<int> flags;
+    if (sharded) {
+      sumOverDevices("found_inf", means, tables.overflowShare, 1, time,
+                     minStep);
+      flags.push_back(tables.overflowShare);
+    }
     plan::Instruction *unscale =
-        emitter.lowerUnscale(*device, tables.unscale, means);
+        emitter.lowerUnscale(*device, tables.unscale, means, flags);
     if (!unscale)
       return failure();
     stamp(unscale, 1, time)->set_min_step(minStep);
   }
   if (tables.clip) {
+    std::vector<int> partials;
+    if (sharded) {
+      sumOverDevices("squared_norm", means, tables.normShare, 0, time, minStep);
+      partials.push_back(tables.normShare);
+    }
     plan::Instruction *instruction =
         emitter.lowerClip(*device, tables.clip, means, partials);
     if (!instruction)

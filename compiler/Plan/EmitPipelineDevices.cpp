@@ -288,6 +288,17 @@ LogicalResult Emitter::lowerUpdateStep(DeviceLowering &lowering, Operation *op,
   return success();
 }
 
+/// fp16: the loss-scale buffer a stage's `update` instructions name (their
+/// third input), as the last input of the sharded update that replaces
+/// them (`loss_scale` 1), so it skips an overflowed step as they would.
+void addLossScale(const std::vector<plan::Instruction> &updates,
+                  plan::Instruction &out) {
+  if (updates.empty() || updates.front().inputs_size() < 3)
+    return;
+  out.add_inputs(updates.front().inputs(2));
+  plan::setIntAttribute(&out, "loss_scale", 1);
+}
+
 /// The rule of a stage's `update` instructions onto the instruction that
 /// replaces them: their attributes, with each one's weight decay in
 /// `weight_decays` (parameter groups without decay).
@@ -348,6 +359,7 @@ LogicalResult Emitter::lowerReplicaShardUpdate(DeviceLowering &lowering,
   for (Attribute name : shard.getParams())
     instruction->add_inputs(
         tables.replicaSum.lookup(cast<StringAttr>(name).getValue()));
+  addLossScale(updates, *instruction);
   plan::setIntAttribute(instruction, "stage", lowering.s);
   copyUpdateRule(updates, *instruction);
   addReplicaAttributes(*instruction, shard.getPeers(), shard.getReplica(),

@@ -48,6 +48,10 @@ plan::DType dtypeOf(Type element);
 FailureOr<std::string> elementsBytes(ElementsAttr attr);
 /// An op's location as errors and the plan print it.
 std::string locationName(Location loc);
+/// fp16: the loss-scale buffer a stage's updates name, last on the sharded
+/// update that replaces them (`loss_scale` 1).
+void addLossScale(const std::vector<plan::Instruction> &updates,
+                  plan::Instruction &out);
 /// The rule of a stage's `update` instructions onto the instruction that
 /// replaces them: their attributes, with each one's weight decay in
 /// `weight_decays` (parameter groups without decay).
@@ -103,7 +107,7 @@ struct DataParallelTables {
   std::vector<int> regions, means;
   /// ZeRO stages 2 and 3 with clipping: the device's share of the squared
   /// norm, summed over the devices in place.
-  int normShare = -1;
+  int normShare = -1, overflowShare = -1;
   /// The step's gradient clipping, if any (sched.clip_means or clip_own
   /// say where it runs).
   ClipGradNormOp clip;

@@ -295,6 +295,16 @@ void namedDevice(const Check &c, const KernelArgs &args, const char *name) {
   c.attribute(name, -1, -1, devices - 1);
 }
 
+/// A sharded update's operands: its inputs but the loss-scale buffer, last
+/// where `loss_scale` is 1 (fp16), checked as three floats.
+size_t lossScaledOperands(const Check &c, const KernelArgs &args) {
+  if (c.attribute("loss_scale", 0, 0, 1) == 0)
+    return args.inputs.size();
+  c.require(args.inputs.size() >= 3, "needs its operands and the loss scale");
+  c.count(c.in(args.inputs.size() - 1), 3);
+  return args.inputs.size() - 1;
+}
+
 /// laysa's select and apply: `counts` gives each of the stage's P
 /// parameters (inputs 0..P-1, their error feedback P..2P-1, all float32)
 /// its selection size, at most its size (all of it: sent whole). Returns
@@ -623,21 +633,22 @@ Rules makeRules() {
   };
   // The stage's parameters, then their mean gradients in the same order
   // (zero 1) or the device's shard of them (zero 2); zero 3: the shard of
-  // the parameters and the shard of the mean gradients.
+  // the parameters and the shard of the mean gradients. fp16 (`loss_scale`
+  // 1): the loss-scale buffer last.
   rules["shard_update"] = [](const Check &c, const KernelArgs &args) {
+    size_t operands = lossScaledOperands(c, args);
     c.arity(2, kMany, 0, 0);
     c.allF32();
     int64_t zero = c.attribute("zero", 1, 1, 3);
     namedDevice(c, args, "owner"); // CDP-ZeRO: the whole stage, owned
     if (zero == 3) {
-      c.arity(2, 2, 0, 0);
+      c.require(operands == 2, "needs the parameter shard and its gradients");
       c.count(c.in(1), c.in(0).numel());
     }
     if (zero >= 2)
       return; // the shard's size is checked at load against the layout
-    size_t tensors = args.inputs.size() / 2;
-    c.require(args.inputs.size() % 2 == 0,
-              "needs each parameter and its gradient");
+    size_t tensors = operands / 2;
+    c.require(operands % 2 == 0, "needs each parameter and its gradient");
     for (size_t t = 0; t < tensors; ++t)
       c.count(c.in(tensors + t), c.in(t).numel());
   };
@@ -648,11 +659,11 @@ Rules makeRules() {
   // ZeRO stage 1 over a pipeline stage's replicas: the stage's parameters,
   // then their replica sums in the same order.
   rules["replica_shard_update"] = [](const Check &c, const KernelArgs &args) {
+    size_t operands = lossScaledOperands(c, args);
     c.arity(2, kMany, 0, 0);
     c.allF32();
-    size_t tensors = args.inputs.size() / 2;
-    c.require(args.inputs.size() % 2 == 0,
-              "needs each parameter and its gradient sum");
+    size_t tensors = operands / 2;
+    c.require(operands % 2 == 0, "needs each parameter and its gradient sum");
     for (size_t t = 0; t < tensors; ++t)
       c.count(c.in(tensors + t), c.in(t).numel());
   };
@@ -669,6 +680,7 @@ Rules makeRules() {
     c.arity(1, 1, 0, 0);
     c.allF32();
     c.count(c.in(0), 1);
+    c.attribute("part", 0, 0, 1); // 1: overflow flags (fp16)
   });
   // ZeRO stage 3: the device's shard in, the stage's parameters (and its
   // padding) out, one after another (checked at load); the release reads

@@ -203,9 +203,10 @@ struct Traffic {
   int kind = 0;  ///< 0 none, 1 send, 2 recv, 3 reduce_start, 4 reduce_wait,
                  ///< 5 a blocking collective (`collective` names it)
   /// 0 shard_reduce, 1 shard_update, -1 replica_shard_update, -2
-  /// norm_all_reduce, -3 sparse_gather, 2 + its time step a shard_gather
-  /// (a stage is gathered more than once a step), -4 - the gradient's id
-  /// a replica_sum (one per parameter of a stage)
+  /// norm_all_reduce (-4 its overflow flags' part), -3 sparse_gather, 2 +
+  /// its time step a shard_gather (a stage is gathered more than once a
+  /// step), -5 - the gradient's id a replica_sum (one per parameter of a
+  /// stage)
   int64_t collective = 0;
   int64_t members = 0; ///< the devices that meet (0: all)
   Message message;
@@ -277,11 +278,12 @@ std::vector<std::vector<Traffic>> collectTraffic(const Streams &streams,
         t.kind = 5;
         t.collective = op == "shard_update"           ? 1
                        : op == "replica_shard_update" ? -1
-                       : op == "norm_all_reduce"      ? -2
-                       : op == "sparse_gather"        ? -3
-                       : op == "replica_sum"  ? -4 - firstInput(instruction)
-                       : op == "shard_gather" ? 2 + instruction.time_step()
-                                              : 0;
+                       : op == "norm_all_reduce"
+                           ? -2 - 2 * intAttribute(instruction, "part", 0)
+                       : op == "sparse_gather" ? -3
+                       : op == "replica_sum"   ? -5 - firstInput(instruction)
+                       : op == "shard_gather"  ? 2 + instruction.time_step()
+                                               : 0;
         if (op == "replica_shard_update" || op == "replica_sum") // replicas
           t.members = std::max<int64_t>(1, listSize(instruction, "peers") /
                                                streams.replicas());

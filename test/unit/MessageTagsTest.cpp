@@ -92,6 +92,7 @@ TEST(MessageTagsTest, CollectivesApart) {
           {parameterGather(step, 8191, stage), CKind::ParameterGather});
       all.push_back({parameterGather(step, 0, stage), CKind::ParameterGather});
       all.push_back({normSum(step), CKind::NormSum});
+      all.push_back({normSum(step, 1), CKind::NormSum});
       for (int64_t part : {0, 1})
         all.push_back(
             {sparseSelection(step, stage, part), CKind::SparseSelection});

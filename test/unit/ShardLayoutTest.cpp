@@ -203,6 +203,73 @@ TEST(ShardedUpdate, EqualsThePerTensorUpdateBitForBit) {
   }
 }
 
+/// fp16: a sharded update that keeps its schedule apart and skips the
+/// step an overflow marks gives what the per-tensor updates naming the
+/// loss-scale buffer give, bit for bit: Adam with a step schedule halving
+/// the rate each step, step 1 skipped, so step 2 applies the third rate
+/// with the second update count (Adam's bias corrections).
+TEST(ShardedUpdate, SkipsAnOverflowedStepAsThePerTensorUpdatesDo) {
+  Stage stage(7);
+  const std::vector<int64_t> &sizes = stage.sizes;
+  std::vector<plan::Instruction> instructions;
+  for (double decay : stage.decays) {
+    instructions.push_back(updateInstruction("adam", 0.0, decay));
+    plan::Attribute *schedule = instructions.back().add_attributes();
+    schedule->set_name("lr_schedule");
+    schedule->set_s("step");
+    plan::Attribute *period = instructions.back().add_attributes();
+    period->set_name("lr_period");
+    period->set_i(1);
+  }
+  std::vector<std::vector<float>> want = stage.start, grads = stage.start;
+  std::vector<float> lossScale = {1024.0f, 0.0f, 0.0f};
+  std::vector<std::unique_ptr<Kernel>> kernels;
+  for (size_t t = 0; t < sizes.size(); ++t) {
+    KernelArgs args;
+    args.instruction = &instructions[t];
+    args.inputs = {view(want[t]), view(grads[t]), view(lossScale)};
+    kernels.push_back(
+        (*KernelRegistry::instance().lookup("update", Backend::CPU))(args));
+  }
+  ShardLayout layout(sizes, 2);
+  std::vector<std::vector<float>> got = stage.start;
+  std::vector<ShardedUpdate> shards;
+  for (int d = 0; d < 2; ++d) {
+    std::vector<UpdateRule> rules;
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      KernelArgs args;
+      args.instruction = &instructions[t];
+      rules.emplace_back(args);
+    }
+    shards.emplace_back(rules, layout, d);
+    shards.back().countScheduleApart();
+  }
+  for (size_t step = 0; step < stage.stepGrads.size(); ++step) {
+    bool skipped = step == 1;
+    lossScale[2] = skipped ? 1.0f : 0.0f;
+    std::vector<float *> params;
+    std::vector<const float *> g;
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      grads[t] = stage.stepGrads[step][t];
+      kernels[t]->run(StepContext());
+      params.push_back(got[t].data());
+      g.push_back(stage.stepGrads[step][t].data());
+    }
+    for (ShardedUpdate &shard : shards)
+      skipped ? shard.skip() : shard.run(params, g);
+  }
+  for (size_t t = 0; t < sizes.size(); ++t)
+    EXPECT_EQ(
+        0, std::memcmp(got[t].data(), want[t].data(), sizes[t] * sizeof(float)))
+        << "tensor " << t;
+  EXPECT_EQ(*shards[0].stepCounter(), 2);
+  ASSERT_NE(shards[0].scheduleCounter(), nullptr);
+  EXPECT_EQ(*shards[0].scheduleCounter(), 3);
+  // Without a separate schedule the rate follows the update count.
+  ShardedUpdate plain(std::vector<UpdateRule>{}, layout, 0);
+  EXPECT_EQ(plain.scheduleCounter(), nullptr);
+}
+
 /// Every device's copy of the stage after 3 steps of `shard_update` on a
 /// LocalFabric of `devices` (Adam, per-tensor weight decays).
 TEST(ShardUpdateKernel, EveryDeviceEndsWithTheUnshardedParameters) {

@@ -99,8 +99,11 @@ constexpr int64_t parameterGather(int64_t step, int64_t cycleTime,
                                   int64_t stage) {
   return bit(53) | ((step * 8192 + cycleTime) * 4096 + stage);
 }
-/// Clipping under ZeRO: the devices' shares of the squared norm summed.
-constexpr int64_t normSum(int64_t step) { return bit(51) | step; }
+/// Clipping and loss scaling under ZeRO: the devices' shares of the
+/// squared norm (`part` 0) or overflow flags (1) summed.
+constexpr int64_t normSum(int64_t step, int64_t part = 0) {
+  return bit(51) | (step * 2 + part);
+}
 /// laysa: a stage's top-k values (`part` 0) and indices (1) gathered.
 constexpr int64_t sparseSelection(int64_t step, int64_t stage, int64_t part) {
   return bit(50) | (reduction(step, stage) * 2 + part);

@@ -50,12 +50,13 @@ ShardedUpdate::ShardedUpdate(std::vector<UpdateRule> rules,
 
 template <typename ParamOf, typename GradOf>
 void ShardedUpdate::update(const ParamOf &paramOf, const GradOf &gradOf) {
+  int64_t scheduleStep = scheduleApart ? scheduled++ : steps;
   ++steps;
   for (const ShardLayout::Piece &piece : pieces) {
     const UpdateRule &rule = rules[piece.tensor];
     float *m1 = first.empty() ? nullptr : first.data() + piece.shardOffset;
     float *m2 = second.empty() ? nullptr : second.data() + piece.shardOffset;
-    applyUpdate(rule, steps, rule.scheduledLr(steps - 1), paramOf(piece),
+    applyUpdate(rule, steps, rule.scheduledLr(scheduleStep), paramOf(piece),
                 gradOf(piece), m1, m2, piece.length);
   }
 }

@@ -45,6 +45,15 @@ public:
 
   /// The updates run so far (a kernel's state, for checkpoints).
   int64_t *stepCounter() { return &steps; }
+  /// fp16: from here the learning-rate schedule counts every step, skipped
+  /// or not, as PyTorch's scheduler.step() each iteration beside a
+  /// GradScaler; the update count (Adam's bias corrections) only updates.
+  void countScheduleApart() { scheduleApart = true; }
+  /// A step the loss scale's overflow skips: nothing changes but the
+  /// schedule's count.
+  void skip() { ++scheduled; }
+  /// The schedule's own count where it is kept apart (for checkpoints).
+  int64_t *scheduleCounter() { return scheduleApart ? &scheduled : nullptr; }
   /// The moments, shardSize() elements each (empty where the rule keeps
   /// none); padding elements stay 0.
   std::vector<float> first, second;
@@ -57,7 +66,8 @@ private:
 
   std::vector<UpdateRule> rules;
   std::vector<ShardLayout::Piece> pieces;
-  int64_t steps = 0;
+  int64_t steps = 0, scheduled = 0;
+  bool scheduleApart = false;
 };
 
 } // namespace cdp::runtime::cpu

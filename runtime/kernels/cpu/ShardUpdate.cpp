@@ -30,8 +30,14 @@
 // copy), updated from the chain's mean gradients; `master_copy` puts it
 // in the region the stage travels in, for the owner's own use.
 //
+// fp16 (`loss_scale` 1): the last input of `shard_update` and
+// `replica_shard_update` is the loss-scale buffer; a step whose gradients
+// overflowed changes nothing (and gathers nothing: every device skips it
+// alike), but the learning-rate schedule's count.
+//
 //===----------------------------------------------------------------------===//
 
+#include "../LossScale.h"
 #include "CpuKernels.h"
 #include "ParameterUpdate.h"
 #include "cdp/Runtime/MessageTags.h"
@@ -44,12 +50,48 @@ namespace cdp::runtime::cpu {
 
 namespace {
 
-/// How many of a shard_update's inputs are parameters (stage 3: the shard).
+/// A sharded update's parameters and gradients: its inputs but the
+/// loss-scale buffer, which fp16 plans pass last (`loss_scale` 1).
+std::vector<TensorView> updateOperands(const KernelArgs &args) {
+  std::vector<TensorView> operands = args.inputs;
+  if (args.i("loss_scale", 0) != 0 && !operands.empty())
+    operands.pop_back();
+  return operands;
+}
+
+/// The loss-scale buffer (empty where the plan does not scale).
+TensorView lossScaleOf(const KernelArgs &args) {
+  return args.i("loss_scale", 0) != 0 ? args.inputs.back() : TensorView();
+}
+
+/// Whether the last unscaling saw an overflow, so the update skips.
+bool overflowed(const TensorView &lossScale) {
+  return lossScale.data && lossScale.f32()[kOverflow] != 0.0f;
+}
+
+/// How many of a shard_update's operands are parameters (stage 3: the
+/// shard).
 size_t parameterCount(const KernelArgs &args) {
   int64_t zero = args.i("zero", 1);
-  return zero == 3   ? 1
-         : zero == 2 ? args.inputs.size() - 1
-                     : args.inputs.size() / 2;
+  size_t operands = updateOperands(args).size();
+  return zero == 3 ? 1 : zero == 2 ? operands - 1 : operands / 2;
+}
+
+/// The first `count` operands (the parameters) or the rest (gradients).
+std::vector<TensorView> firstOperands(const KernelArgs &args, size_t count) {
+  std::vector<TensorView> operands = updateOperands(args);
+  return {operands.begin(), operands.begin() + count};
+}
+std::vector<TensorView> operandsFrom(const KernelArgs &args, size_t first) {
+  std::vector<TensorView> operands = updateOperands(args);
+  return {operands.begin() + first, operands.end()};
+}
+
+/// A sharded update of a loss-scaled plan counts its schedule apart.
+ShardedUpdate scheduledApart(ShardedUpdate update, const KernelArgs &args) {
+  if (lossScaleOf(args).data)
+    update.countScheduleApart();
+  return update;
 }
 
 std::vector<int64_t> sizesOf(const std::vector<TensorView> &views) {
@@ -110,6 +152,7 @@ KernelState shardState(ShardedUpdate &update, const ShardLayout &layout,
                        int shard, bool adam) {
   KernelState result;
   result.counter = update.stepCounter();
+  result.scheduleCounter = update.scheduleCounter();
   for (const ShardLayout::Piece &piece : layout.pieces(shard))
     result.spans.push_back(
         {piece.tensor, piece.offset, piece.shardOffset, piece.length});
@@ -126,10 +169,13 @@ KernelState shardState(ShardedUpdate &update, const ShardLayout &layout,
 class ShardUpdateKernel : public Kernel {
 public:
   explicit ShardUpdateKernel(const KernelArgs &args)
-      : params(args.inputs.begin(), args.inputs.begin() + parameterCount(args)),
-        grads(args.inputs.begin() + parameterCount(args), args.inputs.end()),
+      : params(firstOperands(args, parameterCount(args))),
+        grads(operandsFrom(args, parameterCount(args))),
+        lossScale(lossScaleOf(args)),
         layout(stageSizes(args, params), shardDevices(args)),
-        update(rulesOf(args, layout.tensors()), layout, shardIndex(args)),
+        update(scheduledApart(ShardedUpdate(rulesOf(args, layout.tensors()),
+                                            layout, shardIndex(args)),
+                              args)),
         pieces(layout.pieces(shardIndex(args))), comm(args.communicator),
         stage(args.i("stage", 0)), timeStep(args.instruction->time_step()),
         cycle(args.i("cycle", 1)), device(args.device), shard(shardIndex(args)),
@@ -149,6 +195,10 @@ public:
   }
 
   void run(const StepContext &context) override {
+    if (overflowed(lossScale)) {
+      update.skip();
+      return;
+    }
     if (zero == 3) { // the shards alone: gathered where they are read
       update.runOnShard(params.front().f32(), grads.front().f32());
       return;
@@ -188,6 +238,7 @@ public:
 
 private:
   std::vector<TensorView> params, grads;
+  TensorView lossScale;
   ShardLayout layout;
   ShardedUpdate update;
   std::vector<ShardLayout::Piece> pieces;
@@ -286,22 +337,28 @@ private:
 class ReplicaShardUpdateKernel : public Kernel {
 public:
   explicit ReplicaShardUpdateKernel(const KernelArgs &args)
-      : params(args.inputs.begin(),
-               args.inputs.begin() + args.inputs.size() / 2),
-        grads(args.inputs.begin() + args.inputs.size() / 2, args.inputs.end()),
-        peers(args.ints("peers")), replica(args.i("replica", 0)),
+      : params(firstOperands(args, updateOperands(args).size() / 2)),
+        grads(operandsFrom(args, updateOperands(args).size() / 2)),
+        lossScale(lossScaleOf(args)), peers(args.ints("peers")),
+        replica(args.i("replica", 0)),
         layout(sizesOf(params), static_cast<int>(peers.size())),
-        update(rulesOf(args, params.size()), layout, static_cast<int>(replica)),
+        update(scheduledApart(ShardedUpdate(rulesOf(args, params.size()),
+                                            layout, static_cast<int>(replica)),
+                              args)),
         own(layout.shardSize()), received(layout.shardSize()),
         comm(args.communicator), stage(args.i("stage", 0)),
         timeStep(args.instruction->time_step()), cycle(args.i("cycle", 1)),
         device(args.device), adam(UpdateRule(args).adam) {
-    if (args.inputs.size() % 2 != 0)
+    if (updateOperands(args).size() % 2 != 0)
       args.fail("needs each parameter and its gradient sum");
     replicaPeers(args, replica);
   }
 
   void run(const StepContext &context) override {
+    if (overflowed(lossScale)) {
+      update.skip();
+      return;
+    }
     std::vector<float *> p;
     std::vector<const float *> g;
     for (const TensorView &param : params)
@@ -344,6 +401,7 @@ public:
 
 private:
   std::vector<TensorView> params, grads;
+  TensorView lossScale;
   std::vector<int64_t> peers;
   int64_t replica;
   ShardLayout layout;
@@ -355,29 +413,30 @@ private:
   bool adam;
 };
 
-/// dp's clipping of sharded means (ZeRO stages 2 and 3): the devices'
-/// shares of the squared norm, summed in device order into each device's
-/// share, so every device clips by the same coefficient.
+/// dp's clipping and loss scaling of sharded means (ZeRO stages 2 and 3):
+/// the devices' shares of the squared norm (`part` 0) or their overflow
+/// flags (1), summed in device order into each device's share, so every
+/// device clips by the same coefficient and skips the same steps.
 class NormAllReduceKernel : public Kernel {
 public:
   explicit NormAllReduceKernel(const KernelArgs &args)
       : share(args.inputs[0]), comm(args.communicator),
         timeStep(args.instruction->time_step()), cycle(args.i("cycle", 1)),
-        device(args.device) {}
+        part(args.i("part", 0)), device(args.device) {}
 
   void run(const StepContext &context) override {
-    if (!comm->allReduce(tags::collectives::normSum(context.step),
+    if (!comm->allReduce(tags::collectives::normSum(context.step, part),
                          {plan::F32, share.data, 1}, ReduceOp::Sum,
                          timeStep + cycle * context.step))
       throw RuntimeError("device " + std::to_string(device) +
-                         ": stopped while summing the gradient norm "
-                         "(another device failed)");
+                         ": stopped while summing the gradient norm or "
+                         "overflow (another device failed)");
   }
 
 private:
   TensorView share;
   Communicator *comm;
-  int64_t timeStep, cycle;
+  int64_t timeStep, cycle, part;
   int device;
 };
 

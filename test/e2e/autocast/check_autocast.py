@@ -58,12 +58,17 @@ SAME_AS_DP = [("dp2-zero1", ["--strategy", "dp", "--devices", "2", "--zero", "1"
               ("dp2-zero3", ["--strategy", "dp", "--devices", "2", "--zero", "3"]),
               ("1f1b-2x2", ["--strategy", "1f1b", "--stages", "2", "--micro-batches", "2"]),
               ("zb-h1-2x2", ["--strategy", "zb-h1", "--stages", "2", "--micro-batches", "2"])]
-# fp16 on 2 stages of 2 micro-batches: the stages exchange their overflow
-# flags, so all skip alike; 1f1b with GradScaler's defaults and forced
-# overflows, gpipe and zb-h1 forced.
-FP16_PIPELINES = [("1f1b", ["--strategy", "1f1b", "--stages", "2"], True),
-                  ("gpipe", ["--strategy", "gpipe", "--stages", "2"], False),
-                  ("zb-h1", ["--strategy", "zb-h1", "--stages", "2"], False)]
+# fp16 on 2 stages of 2 micro-batches (the stages exchange their overflow
+# flags) and dp on 2 devices with ZeRO (stages 2 and 3: the devices sum
+# their shards' flags), so all skip alike; 1f1b with GradScaler's defaults
+# and forced overflows, the rest forced.
+FP16_SAME = [("1f1b-2x2", ["--strategy", "1f1b", "--stages", "2", "--micro-batches", "2"], True),
+             ("gpipe-2x2", ["--strategy", "gpipe", "--stages", "2", "--micro-batches", "2"],
+              False),
+             ("zb-h1-2x2", ["--strategy", "zb-h1", "--stages", "2", "--micro-batches", "2"],
+              False)] + [
+    ("dp2-zero%d" % z, ["--strategy", "dp", "--devices", "2", "--zero", str(z)], False)
+    for z in (1, 2, 3)]
 STRATEGIES = [("1f1b2", ["--strategy", "1f1b", "--stages", "2", "--micro-batches", "1"]),
               ("cdp1", ["--strategy", "cdp", "--devices", "1"])]
 
@@ -166,7 +171,7 @@ def check(bin_dir, root, case, strategies):
 
 
 def check_fp16_dp(bin_dir, root, case, names, forced):
-    """dp on 2 devices and the pipelines of FP16_PIPELINES against the
+    """dp on 2 devices and the layouts of FP16_SAME against the
     single device with 2 micro-batches (the same halves of the batch, the
     same mean): with GradScaler's defaults and forced overflows, the trained
     parameters and the loss-scale buffer bit for bit. dp unscales the
@@ -178,8 +183,8 @@ def check_fp16_dp(bin_dir, root, case, names, forced):
         suffix = label.strip()
         labelled = [("single-mb2" + suffix, ["--micro-batches", "2"]),
                     ("dp2" + suffix, ["--strategy", "dp", "--devices", "2"])]
-        labelled += [(name + "-2x2" + suffix, flags + ["--micro-batches", "2"])
-                     for name, flags, unforced in FP16_PIPELINES if unforced or suffix]
+        labelled += [(name + suffix, flags) for name, flags, unforced in FP16_SAME
+                     if unforced or suffix]
         runs = train_all(bin_dir, root, case, names, [
             (run, ["--precision", "fp16"] + flags + extra) for run, flags in labelled])
         if not runs:
