@@ -8,7 +8,7 @@ of test/e2e/export_torch_models.py) and strategy, with 4 stages and 4
 micro-batches per step: compiles with --report, runs T steps on random data
 with --trace and --report, and prints
 
-- samples/s (cdp-run's metrics),
+- samples/s (cdp-run's metrics: the steps after the first),
 - the measured peak bytes per device (the report's accounting of live
   tensors) and each device's arena (what it allocates for activations),
 - each device's busy fraction (compute and update spans of the trace over
@@ -145,7 +145,10 @@ def run(name, strategy, build, steps, work, hw=None):
                     "--feed", "labels=" + os.path.join(work, "y.npy"),
                     "--steps", str(steps), "--metrics", metrics, "--trace", trace,
                     "--report", report], check=True, stdout=subprocess.DEVNULL)
-    rate = json.loads(open(metrics).readline())["samples_per_s"]
+    # Each metrics line's rate is its own step's: the steps after the first
+    # (which loads and warms up), as their harmonic mean (samples over time).
+    rates = [json.loads(line)["samples_per_s"] for line in open(metrics)][1:]
+    rate = len(rates) / sum(1.0 / r for r in rates)
     events = json.load(open(trace))["traceEvents"]
     timed = [e for e in events if e["ph"] == "X"]
     wall = max(e["ts"] + e["dur"] for e in timed) - min(e["ts"] for e in timed)

@@ -44,7 +44,8 @@ enum Slot {
   kGradient = 1,
   kReduction = 2,
   kGathered = 3,
-  kComm = 4
+  kComm = 4,
+  kMessage = 5
 };
 
 bool isGradientReader(std::string_view op) {
@@ -160,6 +161,72 @@ PlanFacts::PlanFacts(const plan::SpelledPlan &spelled) {
   scanPrograms(spelled, roles);
   categorize(spelled, roles);
   countReadsOfWrites(spelled);
+  matchMessages(spelled);
+}
+
+namespace {
+/// A receive as matching sees it: where it runs and what it takes.
+struct PostedReceive {
+  int64_t timeStep, microBatch, perStep, stepOffset;
+};
+/// The micro-batch over the run a send or receive carries in step 0, less
+/// its step offset (PlanCheck's Message::overRun).
+int64_t messageBatchOf(const plan::SpelledInstruction &instruction) {
+  return plan::intAttribute(*instruction, "micro_batch", 0) +
+         instruction.messageBatch;
+}
+} // namespace
+
+/// Each send to another device is taken by one receive: the one on its
+/// peer from this device with its value whose micro-batch over the run
+/// matches, some steps later (step_offset and the micro-batches per step
+/// say how many). Every device's receives are looked at, as a process's
+/// report spells its own devices only.
+void PlanFacts::matchMessages(const plan::SpelledPlan &spelled) {
+  const plan::Plan &plan = spelled.plan();
+  int devices = plan.devices_size();
+  receiptOf.assign(devices, {});
+  auto isSend = [](const plan::Instruction &i) { return i.op() == "send"; };
+  bool sends = false;
+  for (int d = 0; d < spelled.devices() && !sends; ++d)
+    for (const plan::SpelledInstruction &instruction : spelled.program(d))
+      sends = sends || isSend(*instruction);
+  if (!sends)
+    return;
+  plan::SpelledPlan receives(plan, nullptr, [](const plan::Instruction &i) {
+    return i.op() == "recv";
+  });
+  // (sender, receiver, value) -> its receives
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::vector<PostedReceive>>
+      posted;
+  for (int p = 0; p < receives.devices(); ++p)
+    for (const plan::SpelledInstruction &r : receives.program(p))
+      posted[{plan::intAttribute(*r, "peer") + r.peerOffset, p,
+              plan::intAttribute(*r, "value")}]
+          .push_back(
+              {r.timeStep, messageBatchOf(r),
+               std::max<int64_t>(plan::intAttribute(*r, "micro_batches", 1), 1),
+               plan::intAttribute(*r, "step_offset", 0)});
+  for (int d = 0; d < spelled.devices(); ++d)
+    for (int i = 0; i < spelled.size(d); ++i) {
+      const plan::SpelledInstruction &s = spelled.at(d, i);
+      int64_t to = plan::intAttribute(*s, "peer") + s.peerOffset;
+      if (!isSend(*s) || to == d)
+        continue;
+      auto it = posted.find({d, to, plan::intAttribute(*s, "value")});
+      if (it == posted.end())
+        continue;
+      int64_t batch = messageBatchOf(s),
+              offset = plan::intAttribute(*s, "step_offset", 0);
+      for (const PostedReceive &r : it->second) {
+        int64_t apart = batch - r.microBatch;
+        if (apart % r.perStep != 0)
+          continue;
+        receiptOf[d][i] = {r.timeStep,
+                           offset - r.stepOffset + apart / r.perStep};
+        break;
+      }
+    }
 }
 
 /// One pass over every device's instructions (plans may hold hundreds of
@@ -469,6 +536,22 @@ void ReportBuilder::ran(int device, int64_t t, int index, bool countSent) {
       devices[device].diedBytes[kReduction][tau] += total(outputs);
     return;
   }
+  // A message's copy lives on its sender until its receipt (the in-process
+  // mailbox's, or the MPI fabric's while the receiver has not taken it):
+  // from the end of the sending time step (a send follows the work that
+  // made its value) up to the receiving one, whose receive comes first.
+  if (op == "send")
+    if (auto receipt = planFacts.receiptOf[device].find(index);
+        receipt != planFacts.receiptOf[device].end()) {
+      int64_t bytes = planFacts.bytes[inputs[0]];
+      int64_t taken = receipt->second.timeStep +
+                      planFacts.cycle * (t + receipt->second.stepDelta);
+      int64_t last = std::max(tau, taken - 1);
+      if (tau <= horizon)
+        devices[device].bornBytes[kMessage][tau] += bytes;
+      if (last <= horizon)
+        devices[device].diedBytes[kMessage][last] += bytes;
+    }
   // Pipelines, point to point; a send to the device itself (interleaved
   // stages on one device) moves nothing between devices, as the runtime's
   // log counts it.
@@ -706,6 +789,7 @@ ReportBuilder::SeriesRows ReportBuilder::seriesRows() const {
     appendField(text,
                 ", \"error_feedback_bytes\": ", planFacts.feedbackBytes[d]);
     appendField(text, ", \"comm_buffer_bytes\": ", sample.comm);
+    appendField(text, ", \"message_bytes\": ", sample.messages);
     appendField(text, ", \"workspace_bytes\": ", workspace[d]);
     appendField(text, ", \"sent_bytes\": ", sample.sent);
     appendField(text, ", \"sent_collective_bytes\": ", sample.sentCollective);
@@ -757,11 +841,12 @@ void ReportBuilder::forEachSample(
       sample.reduction = live[kReduction][d] + s.bornBytes[kReduction][tau];
       sample.gathered = live[kGathered][d] + s.bornBytes[kGathered][tau];
       sample.comm = live[kComm][d] + s.bornBytes[kComm][tau];
+      sample.messages = live[kMessage][d] + s.bornBytes[kMessage][tau];
       sample.deviceBytes =
           sample.activation + sample.gradient + sample.reduction +
-          sample.gathered + sample.comm + planFacts.weightBytes[d] +
-          planFacts.weightVersionBytes[d] + planFacts.feedbackBytes[d] +
-          optimizer[d] + workspace[d];
+          sample.gathered + sample.comm + sample.messages +
+          planFacts.weightBytes[d] + planFacts.weightVersionBytes[d] +
+          planFacts.feedbackBytes[d] + optimizer[d] + workspace[d];
       sample.sent = s.sent[tau];
       sample.sentCollective = s.sentCollective[tau];
       sample.ready = s.ready[tau];

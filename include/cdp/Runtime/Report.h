@@ -36,8 +36,9 @@ enum class Category { None, Activation, Gradient, Gathered, Comm };
 /// The byte series of a device the report keeps, one per kind of memory
 /// that comes and goes: activations, gradients, reductions in flight (from
 /// a device's reduce_start to its own reduce_wait), gathered parameters,
-/// communication buffers.
-constexpr int kByteSeries = 5;
+/// communication buffers, and point-to-point messages in flight (a copy
+/// of each from its send to its receipt, on the sending device).
+constexpr int kByteSeries = 6;
 
 /// Facts about a plan the accounting needs, computed once.
 struct PlanFacts {
@@ -59,6 +60,14 @@ struct PlanFacts {
   /// Per device: reads of each fed input by the instructions of a step
   /// (maps: a pipeline device touches few of the plan's tensors).
   std::vector<std::unordered_map<int, int>> uses;
+  /// Where a message is taken: the receive's time step in its program and
+  /// how many steps after the send's step it runs.
+  struct Receipt {
+    int64_t timeStep = 0, stepDelta = 0;
+  };
+  /// Per device, by the index of a send to another device: its receipt
+  /// (absent where no receive takes it).
+  std::vector<std::unordered_map<int, Receipt>> receiptOf;
   /// Per device: reads of a tensor an instruction writes, up to its next
   /// write (wrapping into the next step: 2bw's backwards of the previous
   /// step's micro-batches; pipelines reuse stash slots within a step).
@@ -76,6 +85,7 @@ private:
   void scanPrograms(const plan::SpelledPlan &spelled, TensorRoles &roles);
   void categorize(const plan::SpelledPlan &spelled, TensorRoles &roles);
   void countReadsOfWrites(const plan::SpelledPlan &spelled);
+  void matchMessages(const plan::SpelledPlan &spelled);
 };
 
 class ReportBuilder {
@@ -131,7 +141,7 @@ private:
   /// One device at one time step, as the report prints it.
   struct Sample {
     int64_t units = 0, activation = 0, gradient = 0, reduction = 0,
-            gathered = 0, comm = 0, deviceBytes = 0, sent = 0,
+            gathered = 0, comm = 0, messages = 0, deviceBytes = 0, sent = 0,
             sentCollective = 0, ready = 0;
   };
   /// Visits every (time step, device of `visited`) in order, devices inner.
