@@ -143,9 +143,9 @@ struct InsertOptimizerPass
                         ArrayRef<GradientOp> gradients, Value lossScale) {
     // Every device must learn whether any gradient of the step overflowed
     // before its updates: single; dp, whose updates wait for every stage's
-    // mean; the pipelines with one weight version, whose stages exchange
-    // flags (cdp-schedule-pipeline). Not yet where devices update with
-    // gradients of different steps (cdp, 2bw, cdp-mp) or sparse ones.
+    // mean; the pipelines but cdp-mp, whose stages exchange flags
+    // (cdp-schedule-pipeline). Not yet where CDP's slots update a stage at
+    // different time steps (cdp, cdp-mp) or devices exchange sparse ones.
     auto strategy =
         getOperation()->getAttrOfType<sched::StrategyAttr>("sched.strategy");
     if (strategy && !inScope(StrategyScope::LossScaled, strategy.getValue()))

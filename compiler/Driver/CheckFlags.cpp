@@ -248,10 +248,10 @@ static void checkLossScaleFlags(Settings &settings) {
                     settings.layout.traits->strategy))
     die("--precision fp16 trains under " +
         cdp::scopeNames(cdp::StrategyScope::LossScaled) +
-        " only so far (where devices update with gradients of different "
-        "steps, or exchange sparse updates, an overflow cannot yet skip the "
-        "same step everywhere); use --precision bf16, which needs no "
-        "scaling");
+        " only so far (where CDP's slots update a stage at different time "
+        "steps, or devices exchange sparse updates, an overflow cannot yet "
+        "skip the same step everywhere); use --precision bf16, which needs "
+        "no scaling");
   settings.lossScale = parseReal("--loss-scale", lossScale);
   if (!(settings.lossScale > 0))
     die("--loss-scale must be a positive number, got '" + lossScale + "'");

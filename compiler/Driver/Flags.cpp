@@ -224,15 +224,16 @@ cl::opt<std::string> recompute(
     cl::cat(category));
 cl::opt<std::string> precision(
     "precision",
-    cl::desc("fp32 (default) or bf16: mixed precision as PyTorch's autocast "
-             "on a GPU: matrix products and convolutions in bf16 with "
-             "float32 accumulation, softmax, norms, reductions and losses "
-             "in float32, float32 master weights and optimizer state, "
-             "gradients of bf16 tensors in bf16. The CPU backend computes "
-             "in float32 and rounds to bf16 at the same points. fp16: the "
-             "same in fp16, with dynamic loss scaling as PyTorch's "
-             "GradScaler (--loss-scale; single, dp and the pipelines with one "
-             "weight version so far)"),
+    cl::desc(
+        "fp32 (default) or bf16: mixed precision as PyTorch's autocast "
+        "on a GPU: matrix products and convolutions in bf16 with "
+        "float32 accumulation, softmax, norms, reductions and losses "
+        "in float32, float32 master weights and optimizer state, "
+        "gradients of bf16 tensors in bf16. The CPU backend computes "
+        "in float32 and rounds to bf16 at the same points. fp16: the "
+        "same in fp16, with dynamic loss scaling as PyTorch's "
+        "GradScaler (--loss-scale; single, dp and the pipelines but cdp-mp "
+        "so far)"),
     cl::value_desc("fp32|bf16|fp16"), cl::init("fp32"), cl::cat(category));
 cl::opt<std::string> lossScale(
     "loss-scale",

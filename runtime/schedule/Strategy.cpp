@@ -88,8 +88,7 @@ bool matches(StrategyScope scope, const StrategyTraits &traits) {
   case StrategyScope::Replicable:
     return traits.replicable;
   case StrategyScope::LossScaled:
-    return traits.oneDevice ||
-           (traits.pipelined && traits.weightVersions == 1) ||
+    return traits.oneDevice || (traits.pipelined && !traits.cyclic) ||
            (traits.dataParallel && !traits.cyclic && !traits.sparseExchange);
   }
   return false;

@@ -127,21 +127,29 @@ void storeLoss(const Run &run, std::vector<float> &losses, int64_t t, int d,
       losses[t * run.deviceCount + q] = loss;
 }
 
-/// Whether the step log can give each step's loss scale (fp16): dp's device
-/// 0 reads it after the next step's program, which unscales the step's
-/// means first; a pipeline's loss device with its step's loss where its
-/// stage unscales in the step's own program (every pipeline fp16 runs
-/// under, but a --schedule that moves the stage's update into the next).
-static bool knowsEachLossScale(const Run &run) {
-  if (!run.lossScaled())
-    return false;
+/// Whether the loss's device adjusts the loss scale of step t in step t +
+/// 1's program (dp, which updates at the start of the next step; 2bw,
+/// whose stages update a step late), not in step t's own (the flushing
+/// pipelines).
+static bool scalesAStepLate(const Run &run) {
   if (!plan::isPipeline(run.plan))
     return true;
   for (const plan::Instruction &instruction :
        run.plan.devices(run.plan.loss_device()).instructions())
     if (instruction.op() == "unscale_grads")
-      return !instruction.drain();
+      return instruction.drain();
   return false;
+}
+
+/// Whether the step log can give each step's loss scale (fp16): dp's device
+/// 0 reads it after the next step's program, which unscales the step's
+/// means first; a pipeline's loss device with its step's loss, or (2bw)
+/// after the next step's program as dp's, in its own process only (under
+/// mpirun such lines leave the scale out).
+static bool knowsEachLossScale(const Run &run) {
+  if (!run.lossScaled())
+    return false;
+  return !plan::isPipeline(run.plan) || !scalesAStepLate(run) || !run.mpi;
 }
 
 /// When each step ends, and the --metrics lines written as steps end: a
@@ -329,6 +337,11 @@ static void runDevice(Run &run, int d, DeviceThreads &shared) {
   omp_set_num_threads(run.threadsPerDevice);
   Executor &ex = *run.executors[d];
   bool pipeline = plan::isPipeline(plan);
+  // fp16: the device whose loss-scale buffer the step log reads (dp's
+  // device 0, a pipeline's loss device), and whether it holds step t's
+  // scale after step t's program or only after step t + 1's.
+  int scaleDevice = pipeline ? plan.loss_device() : 0;
+  bool lateScale = scalesAStepLate(run);
   int64_t slots = run.slots, batch = run.batch;
   int size = plan.devices(d).instructions_size();
   Loader loader = [&](int input, int64_t t, int64_t k,
@@ -374,7 +387,7 @@ static void runDevice(Run &run, int d, DeviceThreads &shared) {
     if (!std::isfinite(loss) && !run.lossScaled())
       throw RuntimeError(nonFiniteLoss(plan, ex, t, loss));
     LossScaleState scale;
-    if (pipeline && shared.log.tracksLossScale()) {
+    if (pipeline && !lateScale && shared.log.tracksLossScale()) {
       scale = readLossScale(run, ex);
       shared.log.noteScale(t, scale);
     }
@@ -386,7 +399,8 @@ static void runDevice(Run &run, int d, DeviceThreads &shared) {
   };
   ex.setTotalSteps(run.total, checkpointDue(run, run.total));
   // fp16 under dp: the loss scale after step t's updates, for its line.
-  bool notesScale = !pipeline && d == 0 && shared.log.tracksLossScale();
+  bool notesScale =
+      lateScale && d == scaleDevice && shared.log.tracksLossScale();
   auto noteScale = [&](int64_t t) {
     if (notesScale)
       shared.log.noteScale(t, readLossScale(run, ex));

@@ -25,7 +25,7 @@
 // buffer (its kernel advances the schedule on a skipped step too, as
 // PyTorch's scheduler steps on, but not the update count).
 // SCHEDULE: cdp.update "w" {{.*}}unless_overflow({{.*}}) {{.*}}lr_schedule = "cosine"
-// STRATEGY: error: dynamic loss scaling (--precision fp16) runs under single, dp, gpipe, 1f1b, interleaved-1f1b, zb-h1 or zb-v only so far, not cdp; use --precision bf16, which needs no scaling
+// STRATEGY: error: dynamic loss scaling (--precision fp16) runs under single, dp, gpipe, 1f1b, 2bw, interleaved-1f1b, zb-h1 or zb-v only so far, not cdp; use --precision bf16, which needs no scaling
 func.func @main(%x: tensor<4xf32>) -> (tensor<f32> {cdp.name = "loss"}) attributes {cdp.loss_index = 0 : i64} {
   %w = cdp.param "w" : tensor<4xf32>
   %a = cdp.mul %x, %w : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>

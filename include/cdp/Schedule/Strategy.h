@@ -134,9 +134,9 @@ enum class StrategyScope {
   /// Dynamic loss scaling: every device learns whether any gradient of the
   /// step overflowed before its updates, so all skip an overflowed step
   /// alike (single; dp, whose updates wait for every stage's means; the
-  /// pipelines with one weight version, whose stages exchange their
-  /// overflow flags before updating; not 2bw or cdp-mp, whose stages
-  /// update different weight versions with gradients of different steps).
+  /// pipelines, whose stages exchange their overflow flags before updating;
+  /// not cdp or cdp-mp, whose slots update a stage at different time steps,
+  /// nor laysa's sparse exchange).
   LossScaled,
 };
 
