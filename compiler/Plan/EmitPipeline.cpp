@@ -10,6 +10,32 @@
 
 namespace cdp::emit {
 
+namespace {
+
+/// The weights, and the values computed from weights and constants alone
+/// (the transpose torch exports for a Linear weight), in one walk over
+/// @main's block (operands come before their users).
+llvm::DenseSet<Value> weightDerivedValues(Block &body) {
+  llvm::DenseSet<Value> derived;
+  for (Operation &op : body.without_terminator()) {
+    if (auto param = dyn_cast<ParamOp>(op)) {
+      if (!param.getBuffer())
+        derived.insert(param);
+      continue;
+    }
+    if (isa<ConstantOp>(op) || op.getNumOperands() == 0)
+      continue;
+    if (llvm::all_of(op.getOperands(), [&](Value operand) {
+          return isa_and_nonnull<ConstantOp>(operand.getDefiningOp()) ||
+                 derived.contains(operand);
+        }))
+      derived.insert(op.result_begin(), op.result_end());
+  }
+  return derived;
+}
+
+} // namespace
+
 /// The devices sched.stage_device ops spell (one replica's where the
 /// program stands for several).
 static int64_t spelledDevices(sched::StepProgramOp program) {
@@ -279,6 +305,9 @@ void Emitter::preparePipeline(sched::StepProgramOp program,
       tables.previousVersion[id] = copy.id();
     }
   tables.originalTensors = plan.tensors_size();
+  if (program.getWeightVersions() == 1)
+    for (Value value : weightDerivedValues(body))
+      tables.weightDerived.insert(ids.lookup(value));
   // Replicas: every stage's gradient sums arrive from the other replicas
   // one after another and are added onto one sum in replica order, so
   // every replica applies the same update (a buffer per replica held R
@@ -296,31 +325,6 @@ void Emitter::preparePipeline(sched::StepProgramOp program,
         cast<func::ReturnOp>(body.getTerminator()).getOperand(index.getInt()));
 }
 
-namespace {
-
-/// The weights, and the values computed from weights and constants alone
-/// (the transpose torch exports for a Linear weight), in one walk over
-/// @main's block (operands come before their users).
-llvm::DenseSet<Value> weightDerivedValues(Block &body) {
-  llvm::DenseSet<Value> derived;
-  for (Operation &op : body.without_terminator()) {
-    if (auto param = dyn_cast<ParamOp>(op)) {
-      if (!param.getBuffer())
-        derived.insert(param);
-      continue;
-    }
-    if (isa<ConstantOp>(op) || op.getNumOperands() == 0)
-      continue;
-    if (llvm::all_of(op.getOperands(), [&](Value operand) {
-          return isa_and_nonnull<ConstantOp>(operand.getDefiningOp()) ||
-                 derived.contains(operand);
-        }))
-      derived.insert(op.result_begin(), op.result_end());
-  }
-  return derived;
-}
-
-} // namespace
 
 /// Splits each stage's backward in two (zb-h1's I and W, after Qi et al.:
 /// B the gradients of the layers' inputs, W those of their weights).
@@ -468,10 +472,15 @@ StashLayout Emitter::layoutStash(int64_t s, int64_t slots, bool split,
     return kind == plan::ACTIVATION || kind == plan::INPUT;
   };
   auto stash = [&](int id) {
-    if (!readByBackward.contains(id) || !isActivation(id) ||
-        !layout.stashOffset.try_emplace(id, layout.stashBytes).second)
+    if (!readByBackward.contains(id) || !isActivation(id))
       return;
-    layout.stashBytes += alignToArena(plan.tensors(id).bytes());
+    if (tables.weightDerived.contains(id)) {
+      if (layout.sharedOffset.try_emplace(id, layout.sharedBytes).second)
+        layout.sharedBytes += alignToArena(plan.tensors(id).bytes());
+      return;
+    }
+    if (layout.stashOffset.try_emplace(id, layout.stashBytes).second)
+      layout.stashBytes += alignToArena(plan.tensors(id).bytes());
   };
   for (Operation *op : forward)
     for (Value result : op->getResults())
@@ -498,7 +507,8 @@ StashLayout Emitter::layoutStash(int64_t s, int64_t slots, bool split,
            {ValueRange(op->getOperands()), ValueRange(op->getResults())})
         for (Value value : values) {
           int id = ids.lookup(value);
-          if (!isActivation(id) || layout.stashOffset.count(id))
+          if (!isActivation(id) || layout.stashOffset.count(id) ||
+              layout.sharedOffset.count(id))
             continue;
           auto [it, added] = rangeOf.try_emplace(id, ranges.size());
           if (added) {
@@ -514,7 +524,8 @@ StashLayout Emitter::layoutStash(int64_t s, int64_t slots, bool split,
       layout.transientBytes);
   for (size_t i = 0; i < ranges.size(); ++i)
     layout.transientOffset[rangeIds[i]] = packed[i];
-  layout.transientBase = slots * layout.stashBytes;
+  layout.sharedBase = slots * layout.stashBytes;
+  layout.transientBase = layout.sharedBase + layout.sharedBytes;
   return layout;
 }
 
@@ -528,6 +539,7 @@ int Emitter::mapped(DeviceLowering &lowering, int64_t slot, int id,
     return id;
   const StashLayout &layout = lowering.layout;
   auto stashed = layout.stashOffset.find(id);
+  auto shared = layout.sharedOffset.find(id);
   if (stashed == layout.stashOffset.end())
     slot = -1;
   int64_t key = ((slot + 1) << 32) | static_cast<uint32_t>(id);
@@ -542,8 +554,10 @@ int Emitter::mapped(DeviceLowering &lowering, int64_t slot, int id,
   copy.set_kind(plan::ACTIVATION);
   copy.set_offset(
       lowering.base +
-      (slot < 0 ? layout.transientBase + layout.transientOffset.lookup(id)
-                : slot * layout.stashBytes + stashed->second));
+      (shared != layout.sharedOffset.end()
+           ? layout.sharedBase + shared->second
+       : slot < 0 ? layout.transientBase + layout.transientOffset.lookup(id)
+                  : slot * layout.stashBytes + stashed->second));
   copy.set_device(lowering.home);
   lowering.shared->copies.emplace(key, copyId);
   return copyId;

@@ -297,6 +297,9 @@ struct PipelineTables {
   /// scalar that holds whether the stage's gradients overflowed.
   UnscaleGradsOp unscale;
   std::vector<int> overflowFlag;
+  /// With one weight version (every micro-batch of a step reads the same
+  /// weights): the tensors computed from weights and constants alone.
+  llvm::DenseSet<int> weightDerived;
 };
 
 /// Where a stage device keeps a micro-batch's tensors: what the stage's
@@ -310,6 +313,12 @@ struct StashLayout {
   std::set<int> broughtByInputGrad;
   llvm::DenseMap<int, int64_t> stashOffset, transientOffset;
   int64_t stashBytes = 0, transientBase = 0, transientBytes = 0;
+  /// With one weight version: what a stage computes from its weights alone
+  /// (their rounded copies, transposes) and its backward reads, one copy
+  /// for every slot after the slots' stashes (each micro-batch's forward
+  /// writes the same bits there).
+  llvm::DenseMap<int, int64_t> sharedOffset;
+  int64_t sharedBase = 0, sharedBytes = 0;
 };
 
 /// One stage device being lowered.
