@@ -5,7 +5,7 @@ every layout the issue names, train 2 steps in one process and under
 
 Usage: bench/gpt2_medium.py [--build build] [--work bench/out/gpt2-medium]
                             [--layers 24] [--skip-runs] [--only NAME,...]
-                            (NAME: a layout, or recompute)
+                            (NAME: a layout, 1f1b-bf16, or recompute)
 
 Runs in bench/.venv-export (made on first use by
 test/e2e/hf/make_hf_data.py's rules). GPT-2 medium's real config (24
@@ -66,7 +66,12 @@ LAYOUTS = [
     ("cdp-zero", ["--strategy", "cdp", "--devices", "4", "--stages", "4", "--cdp-rule", "v1",
                   "--zero", "3"]),
     ("1f1b", ["--strategy", "1f1b", "--stages", "4", "--micro-batches", "4"]),
+    ("1f1b-bf16", ["--strategy", "1f1b", "--stages", "4", "--micro-batches", "4",
+                   "--precision", "bf16"]),
 ]
+# Run only when --only names them: bf16 (the rounded weight copies a stage
+# holds once per device).
+OPTIONAL = {"1f1b-bf16"}
 
 # Spawns the command from a small Python and reports its time and peak
 # memory: a child's ru_maxrss starts from its parent's size at the fork,
@@ -131,7 +136,7 @@ def compile_all(args, model):
                                            "weights bytes", "predicted MB per device"))
     reports = {}
     for name, flags in LAYOUTS:
-        if args.only and name not in args.only:
+        if (args.only and name not in args.only) or (not args.only and name in OPTIONAL):
             continue
         plan = os.path.join(args.work, name + ".cdp")
         report = os.path.join(args.work, name + ".json")

@@ -303,7 +303,9 @@ cl::opt<std::string> weightDecay(
     cl::value_desc("X"), cl::init("0"), cl::cat(category));
 cl::opt<std::string> lrSchedule(
     "lr-schedule",
-    cl::desc("Learning-rate schedule over updates, PyTorch's: constant "
+    cl::desc("Learning-rate schedule over updates (with --precision fp16 "
+             "over steps, skipped or not, as PyTorch's scheduler beside a "
+             "GradScaler), PyTorch's: constant "
              "(default), step (StepLR: x --lr-gamma every --lr-period "
              "updates), cosine (CosineAnnealingLR: down to --lr-min over "
              "--lr-period updates) or linear (LinearLR: factor "
