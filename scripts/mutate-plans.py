@@ -42,6 +42,12 @@ CONFIGS = {
     "cdp-mp": ["--strategy", "cdp-mp", "--stages", "2", "--micro-batches", "3"],
     "1f1b-r2": ["--strategy", "1f1b", "--stages", "2", "--replicas", "2", "--devices", "4",
                 "--micro-batches", "2"],
+    # fp16: the stages' overflow flags, ZeRO's summed flags and skipping
+    # sharded updates.
+    "1f1b-fp16": ["--strategy", "1f1b", "--stages", "2", "--devices", "2", "--micro-batches",
+                  "2", "--precision", "fp16", "--loss-scale", "1024"],
+    "dp-zero2-fp16": ["--strategy", "dp", "--devices", "2", "--zero", "2", "--precision", "fp16",
+                      "--loss-scale", "1024"],
 }
 QUICK_CONFIGS = ["single", "cdp-chain", "1f1b", "2bw", "1f1b-r2"]
 MODELS = ["mlp4tied", "conv", "mlp4drop", "layernormalization", "gather", "maxpool"]
