@@ -117,6 +117,8 @@ void buildTrainingPipeline(OpPassManager &pm,
     recompute.mode = *config.recompute;
     pm.addPass(createRecompute(recompute));
   }
+  if (!config.autocast.empty())
+    pm.addPass(createPackNarrowStash());
   InsertOptimizerOptions optimizer;
   optimizer.optimizer = config.optimizer;
   optimizer.lr = config.lr;

@@ -473,6 +473,11 @@ void ReportBuilder::born(int device, int64_t tau, int tensor, int instruction) {
   if (tau > horizon)
     return;
   devices[device].bornBytes[slotOf(c)][tau] += planFacts.bytes[tensor];
+  // A write nothing reads before the next one (a value every micro-batch
+  // writes alike, in one place, and only a later backward reads) is dead
+  // once written.
+  if (instruction >= 0 && remaining[device][tensor] == 0)
+    devices[device].diedBytes[slotOf(c)][tau] += planFacts.bytes[tensor];
 }
 
 void ReportBuilder::used(int device, int64_t tau, int tensor) {

@@ -61,6 +61,49 @@ CDP_HOST_DEVICE inline float roundToFloat16(float x) {
   return roundDroppingBits(x, 13);
 }
 
+// cdp.pack_narrow and cdp.unpack_narrow: the 2-byte pattern of a value that
+// bf16 or fp16 holds exactly (a round_to result), and back, bit for bit. A
+// NaN packs to the quiet NaN of its sign.
+
+CDP_HOST_DEVICE inline uint16_t bfloat16BitsOf(float exact) {
+  uint32_t bits = bitsOf(exact);
+  bool isNaN = (bits & 0x7FFFFFFFu) > 0x7F800000u;
+  return static_cast<uint16_t>(isNaN ? ((bits >> 16) & 0x8000u) | 0x7FC0u
+                                     : bits >> 16);
+}
+
+CDP_HOST_DEVICE inline float floatOfBfloat16(uint16_t pattern) {
+  return floatOf(static_cast<uint32_t>(pattern) << 16);
+}
+
+CDP_HOST_DEVICE inline uint16_t float16BitsOf(float exact) {
+  uint32_t bits = bitsOf(exact);
+  uint32_t sign = (bits >> 16) & 0x8000u, mantissa = bits & 0x7FFFFFu;
+  int exponent = static_cast<int>((bits >> 23) & 0xFFu);
+  if (exponent == 0xFF) // infinity, or the quiet NaN
+    return static_cast<uint16_t>(sign | 0x7C00u | (mantissa ? 0x200u : 0u));
+  if (exponent == 0) // zero (float32 subnormals are below fp16's range)
+    return static_cast<uint16_t>(sign);
+  int half = exponent - 127 + 15;
+  if (half <= 0) // an fp16 subnormal: m x 2^-24
+    return static_cast<uint16_t>(sign |
+                                 ((mantissa | 0x800000u) >> (14 - half)));
+  return static_cast<uint16_t>(sign | (static_cast<uint32_t>(half) << 10) |
+                               (mantissa >> 13));
+}
+
+CDP_HOST_DEVICE inline float floatOfFloat16(uint16_t pattern) {
+  uint32_t sign = static_cast<uint32_t>(pattern & 0x8000u) << 16,
+           exponent = (pattern >> 10) & 0x1Fu, mantissa = pattern & 0x3FFu;
+  if (exponent == 0x1F)
+    return floatOf(sign | 0x7F800000u | (mantissa << 13));
+  if (exponent == 0) { // zero or a subnormal, exact in float32
+    float magnitude = static_cast<float>(mantissa) * 5.9604644775390625e-08f;
+    return sign ? -magnitude : magnitude;
+  }
+  return floatOf(sign | ((exponent - 15 + 127) << 23) | (mantissa << 13));
+}
+
 } // namespace cdp
 
 #endif // CDP_RUNTIME_KERNELS_NARROWFLOAT_H

@@ -364,6 +364,20 @@ Rules makeRules() {
     c.require(format == "bf16" || format == "f16",
               "format '" + format + "' is neither bf16 nor f16");
   });
+  // Narrow values two to a float32 element (pack), and back (unpack).
+  auto narrowPacking = [&plain](bool pack) {
+    return plain([pack](const Check &c) {
+      c.arity(1, 1, 1, 1);
+      c.allF32();
+      std::string format = c.text("format", "");
+      c.require(format == "bf16" || format == "f16",
+                "format '" + format + "' is neither bf16 nor f16");
+      const TensorView &values = pack ? c.in(0) : c.out(0);
+      c.count(pack ? c.out(0) : c.in(0), (values.numel() + 1) / 2);
+    });
+  };
+  rules["pack_narrow"] = narrowPacking(true);
+  rules["unpack_narrow"] = narrowPacking(false);
   addSelectionRules(rules);
   rules["unary_grad"] = plain([](const Check &c) {
     c.declared();

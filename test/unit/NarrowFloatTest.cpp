@@ -15,6 +15,11 @@
 
 namespace {
 
+using cdp::bfloat16BitsOf;
+using cdp::bitsOf;
+using cdp::float16BitsOf;
+using cdp::floatOfBfloat16;
+using cdp::floatOfFloat16;
 using cdp::roundToBfloat16;
 using cdp::roundToFloat16;
 
@@ -48,6 +53,34 @@ TEST(NarrowFloat, Float16OverflowsAndStepsBelowItsNormals) {
   EXPECT_EQ(roundToFloat16(0.5f * 0x1p-24f), 0.0f);
   EXPECT_EQ(roundToFloat16(0x1p-14f - 0x1p-26f), 0x1p-14f);
   EXPECT_TRUE(std::isnan(roundToFloat16(NAN)));
+}
+
+// cdp.pack_narrow's patterns, every one of the 65536 of each format: the
+// float32 value a pattern stands for is exact in its format (round_to keeps
+// it), and packs back to the same pattern; a NaN packs to its sign's quiet
+// NaN. So packing what round_to made and unpacking it is bit-identical.
+TEST(NarrowFloat, EveryPatternPacksBackToItself) {
+  for (uint32_t p = 0; p <= 0xFFFFu; ++p) {
+    auto pattern = static_cast<uint16_t>(p);
+    float b = floatOfBfloat16(pattern), h = floatOfFloat16(pattern);
+    if (std::isnan(b)) {
+      EXPECT_EQ(bfloat16BitsOf(b), (pattern & 0x8000u) | 0x7FC0u) << p;
+    } else {
+      EXPECT_EQ(bitsOf(roundToBfloat16(b)), bitsOf(b)) << p;
+      EXPECT_EQ(bfloat16BitsOf(b), pattern) << p;
+    }
+    if (std::isnan(h)) {
+      EXPECT_EQ(float16BitsOf(h) & 0xFE00u, (pattern & 0x8000u) | 0x7E00u) << p;
+      continue;
+    }
+    EXPECT_EQ(bitsOf(roundToFloat16(h)), bitsOf(h)) << p;
+    EXPECT_EQ(float16BitsOf(h), pattern) << p;
+  }
+  // fp16's extremes by value: the smallest subnormal, the largest finite.
+  EXPECT_EQ(floatOfFloat16(0x0001), 0x1p-24f);
+  EXPECT_EQ(floatOfFloat16(0x7BFF), 65504.0f);
+  EXPECT_EQ(floatOfFloat16(0x8000), -0.0f);
+  EXPECT_TRUE(std::signbit(floatOfFloat16(0x8000)));
 }
 
 } // namespace

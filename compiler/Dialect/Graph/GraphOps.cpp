@@ -519,6 +519,32 @@ LogicalResult RoundToOp::verify() {
   return success();
 }
 
+/// A packed tensor of `values` narrow values: 1-D, two to an element.
+static LogicalResult verifyPacking(Operation *op, StringRef format,
+                                   RankedTensorType values,
+                                   RankedTensorType packed) {
+  if (format != "bf16" && format != "f16")
+    return op->emitOpError("format must be 'bf16' or 'f16', got '")
+           << format << "'";
+  if (!values.hasStaticShape() || !packed.hasStaticShape() ||
+      packed.getRank() != 1 ||
+      packed.getNumElements() != (values.getNumElements() + 1) / 2)
+    return op->emitOpError("packs ")
+           << values << " two to an element into a 1-D tensor of "
+           << (values.getNumElements() + 1) / 2 << " elements, not " << packed;
+  return success();
+}
+
+LogicalResult PackNarrowOp::verify() {
+  return verifyPacking(*this, getFormat(), getInput().getType(),
+                       getOutput().getType());
+}
+
+LogicalResult UnpackNarrowOp::verify() {
+  return verifyPacking(*this, getFormat(), getOutput().getType(),
+                       getInput().getType());
+}
+
 static LogicalResult inferBroadcast(Loc loc, Value lhs, Value rhs,
                                     SmallVectorImpl<Type> &types) {
   RankedTensorType l = rankedType(lhs), r = rankedType(rhs);

@@ -233,6 +233,23 @@ def FuseGelu : Pass<"cdp-fuse-gelu", "mlir::ModuleOp"> {
   let dependentDialects = ["cdp::CDPDialect"];
 }
 
+def PackNarrowStash : Pass<"cdp-pack-narrow-stash", "mlir::ModuleOp"> {
+  let summary = "Keeps bf16 and fp16 values the backward reads in 2 bytes a value";
+  let description = [{
+    Mixed precision (after cdp-autodiff and cdp-recompute): a forward value
+    that is exact in bf16 or fp16 (a `cdp.round_to` result, or one of an op
+    cdp-autocast marks `cdp.narrow`) and that the backward reads is packed
+    right after its forward op (`cdp.pack_narrow`, two values to a float32
+    element, in the op's stage) and unpacked (`cdp.unpack_narrow`) just
+    before its first backward reader of each stage, which read the unpacked
+    copy. The float32 value then dies at its last forward use, and what
+    lives from the forward to the backward (a pipeline's stash, the
+    single device's arena) is the 2-byte copy. Packing an exact value and
+    unpacking it gives it back bit for bit, so training is bit-identical.
+  }];
+  let dependentDialects = ["cdp::CDPDialect"];
+}
+
 def FoldTranspose : Pass<"cdp-fold-transpose", "mlir::ModuleOp"> {
   let summary = "Folds Transpose ops into the MatMul and Gemm operands that read them";
   let description = [{

@@ -151,6 +151,33 @@ static void registerArithmetic(KernelRegistry &registry) {
       return unary(args, roundToBfloat16);
     return unary(args, roundToFloat16);
   });
+  // Two narrow patterns to a float32 element, the first in the low half.
+  addKernel(registry, "pack_narrow", [](const KernelArgs &args) {
+    TensorView x = args.inputs[0], packed = args.outputs[0];
+    bool bf16 = ops::PackNarrowAttributes::read(args).format == "bf16";
+    int64_t n = x.numel();
+    return [=](const StepContext &) {
+      const float *px = x.f32();
+      auto *out = static_cast<uint16_t *>(packed.data);
+#pragma omp parallel for if (n > 65536)
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = bf16 ? bfloat16BitsOf(px[i]) : float16BitsOf(px[i]);
+      if (n % 2)
+        out[n] = 0;
+    };
+  });
+  addKernel(registry, "unpack_narrow", [](const KernelArgs &args) {
+    TensorView packed = args.inputs[0], y = args.outputs[0];
+    bool bf16 = ops::UnpackNarrowAttributes::read(args).format == "bf16";
+    int64_t n = y.numel();
+    return [=](const StepContext &) {
+      const auto *in = static_cast<const uint16_t *>(packed.data);
+      float *py = y.f32();
+#pragma omp parallel for if (n > 65536)
+      for (int64_t i = 0; i < n; ++i)
+        py[i] = bf16 ? floatOfBfloat16(in[i]) : floatOfFloat16(in[i]);
+    };
+  });
   addKernel(registry, "hard_sigmoid", [](const KernelArgs &args) {
     ops::HardSigmoidAttributes attrs = ops::HardSigmoidAttributes::read(args);
     float alpha = static_cast<float>(attrs.alpha),

@@ -289,6 +289,22 @@ __global__ void castKernel(const From *x, To *y, int64_t n) {
   }
 }
 
+/// cdp.pack_narrow and cdp.unpack_narrow (the CPU kernels say what they
+/// mean), a thread per value.
+__global__ void packNarrowKernel(const float *x, uint16_t *packed, int64_t n,
+                                 bool bf16) {
+  CDP_FOR_EACH(i, n) {
+    packed[i] = bf16 ? bfloat16BitsOf(x[i]) : float16BitsOf(x[i]);
+  }
+}
+
+__global__ void unpackNarrowKernel(const uint16_t *packed, float *y, int64_t n,
+                                   bool bf16) {
+  CDP_FOR_EACH(i, n) {
+    y[i] = bf16 ? floatOfBfloat16(packed[i]) : floatOfFloat16(packed[i]);
+  }
+}
+
 template <typename From>
 void castFrom(cudaStream_t stream, const From *x, const TensorView &y,
               int64_t n) {
@@ -422,6 +438,34 @@ void registerElementwise(KernelRegistry &registry) {
       else
         castFrom(streamOf(context), x.b8(), y, n);
       launched("cast");
+    };
+  });
+
+  addKernel(registry, "pack_narrow", [](const KernelArgs &args) {
+    TensorView x = args.inputs[0], packed = args.outputs[0];
+    bool bf16 = ops::PackNarrowAttributes::read(args).format == "bf16";
+    int64_t n = x.numel();
+    return [=](const StepContext &context) {
+      cudaStream_t stream = streamOf(context);
+      if (n % 2) // the last element's high half
+        checkCuda(cudaMemsetAsync(static_cast<uint16_t *>(packed.data) + n, 0,
+                                  sizeof(uint16_t), stream),
+                  "pack_narrow");
+      if (n)
+        packNarrowKernel<<<blocksFor(n), kThreads, 0, stream>>>(
+            x.f32(), static_cast<uint16_t *>(packed.data), n, bf16);
+      launched("pack_narrow");
+    };
+  });
+  addKernel(registry, "unpack_narrow", [](const KernelArgs &args) {
+    TensorView packed = args.inputs[0], y = args.outputs[0];
+    bool bf16 = ops::UnpackNarrowAttributes::read(args).format == "bf16";
+    int64_t n = y.numel();
+    return [=](const StepContext &context) {
+      if (n)
+        unpackNarrowKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
+            static_cast<const uint16_t *>(packed.data), y.f32(), n, bf16);
+      launched("unpack_narrow");
     };
   });
 

@@ -374,6 +374,35 @@ def CDP_RoundToOp : CDP_BaseOp<"round_to", [CDP_ElementwiseInPlace, CDP_Differen
   let hasVerifier = 1;
 }
 
+def CDP_PackNarrowOp : CDP_BaseOp<"pack_narrow", [Pure]> {
+  let summary = "packs float32 values exact in bf16 or fp16 two to a float32 element";
+  let description = [{
+    The 2-byte pattern of each value in `format` ("bf16" or "f16"), two
+    patterns per float32 element of the 1-D result (the first in the low
+    half; an odd count leaves the last high half zero), so that a tensor
+    the backward reads after its forward is kept in 2 bytes a value. The
+    values must be exact in `format` (a `cdp.round_to` result, or one an op
+    marked `cdp.narrow` computes from them: cdp-pack-narrow-stash packs
+    those only), so `cdp.unpack_narrow` gives them back bit for bit.
+  }];
+  let arguments = (ins CDP_F32Tensor:$input, StrAttr:$format);
+  let results = (outs CDP_F32Tensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
+  let hasVerifier = 1;
+}
+
+def CDP_UnpackNarrowOp : CDP_BaseOp<"unpack_narrow", [Pure]> {
+  let summary = "the float32 values a cdp.pack_narrow packed";
+  let description = [{
+    Each 2-byte pattern of `format` in the packed input widened back to
+    float32 (exactly), into a tensor of the result's shape.
+  }];
+  let arguments = (ins CDP_F32Tensor:$input, StrAttr:$format);
+  let results = (outs CDP_F32Tensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
+  let hasVerifier = 1;
+}
+
 def CDP_AddOp : CDP_BroadcastOp<"add", "Add">;
 def CDP_SubOp : CDP_BroadcastOp<"sub", "Sub">;
 def CDP_MulOp : CDP_BroadcastOp<"mul", "Mul">;
