@@ -11,10 +11,10 @@
 //===----------------------------------------------------------------------===//
 
 #include "cdp/Dialect/Graph/GraphOps.h"
+#include "cdp/Passes/ForwardLayers.h"
 #include "cdp/Passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-
 
 namespace cdp {
 #define GEN_PASS_DEF_PACKNARROWSTASH
@@ -26,15 +26,11 @@ using namespace cdp;
 
 namespace {
 
-bool inBackward(Operation *op) {
-  auto phase = op->getAttrOfType<StringAttr>("cdp.phase");
-  return phase && phase.getValue() == "backward";
-}
-
 /// The narrow format `op`'s results are exact in, or "" (a forward
-/// cdp.round_to, or an op cdp-autocast marks as moving narrow values).
+/// cdp.round_to, or an op cdp-autocast marks as moving narrow values;
+/// forward ops carry no phase).
 StringRef narrowFormatOf(Operation *op) {
-  if (inBackward(op) || op->hasAttr("cdp.phase"))
+  if (op->hasAttr("cdp.phase"))
     return "";
   if (auto round = dyn_cast<RoundToOp>(op))
     return round.getFormat();
@@ -58,7 +54,7 @@ void packForBackward(OpBuilder &builder, Value value, StringRef format) {
   for (OpOperand &use : value.getUses()) {
     if (use.getOwner()->getAttr("cdp.stage") != stage)
       return;
-    if (inBackward(use.getOwner()))
+    if (isBackward(use.getOwner()))
       readers.push_back(&use);
   }
   if (readers.empty())

@@ -216,7 +216,8 @@ void Emitter::preparePipeline(sched::StepProgramOp program,
     (backward ? tables.backwardOps : tables.forwardOps)[stageOf(&op, S)]
         .push_back(&op);
   }
-  splitBackwards(tables);
+  llvm::DenseSet<Value> weights = weightDerivedValues(body);
+  splitBackwards(tables, weights);
   llvm::StringMap<int> &paramId = tables.paramId;
   body.walk(
       [&](ParamOp param) { paramId[param.getName()] = ids.lookup(param); });
@@ -306,7 +307,7 @@ void Emitter::preparePipeline(sched::StepProgramOp program,
     }
   tables.originalTensors = plan.tensors_size();
   if (program.getWeightVersions() == 1)
-    for (Value value : weightDerivedValues(body))
+    for (Value value : weights)
       tables.weightDerived.insert(ids.lookup(value));
   // Replicas: every stage's gradient sums arrive from the other replicas
   // one after another and are added onto one sum in replica order, so
@@ -325,19 +326,18 @@ void Emitter::preparePipeline(sched::StepProgramOp program,
         cast<func::ReturnOp>(body.getTerminator()).getOperand(index.getInt()));
 }
 
-
 /// Splits each stage's backward in two (zb-h1's I and W, after Qi et al.:
 /// B the gradients of the layers' inputs, W those of their weights).
 /// Walking it backwards, an op is in I when another stage reads a result,
 /// when it reads a weight (an input gradient: dY·Wᵀ, a convolution's
 /// backward data, a norm's input gradient), or when an I op needs a
 /// result; the rest, which only the parameter gradients need, is W. Both
-/// keep @main's order.
-void Emitter::splitBackwards(PipelineTables &tables) {
+/// keep @main's order. `weights`: weightDerivedValues of @main.
+void Emitter::splitBackwards(PipelineTables &tables,
+                             const llvm::DenseSet<Value> &weights) {
   int64_t S = tables.S;
   tables.inputGradOps.assign(S + 1, {});
   tables.weightGradOps.assign(S + 1, {});
-  llvm::DenseSet<Value> weights = weightDerivedValues(func.getBody().front());
   for (int64_t s = 1; s <= S; ++s) {
     const std::vector<Operation *> &ops = tables.backwardOps[s];
     llvm::DenseSet<Value> needed;
@@ -554,8 +554,7 @@ int Emitter::mapped(DeviceLowering &lowering, int64_t slot, int id,
   copy.set_kind(plan::ACTIVATION);
   copy.set_offset(
       lowering.base +
-      (shared != layout.sharedOffset.end()
-           ? layout.sharedBase + shared->second
+      (shared != layout.sharedOffset.end() ? layout.sharedBase + shared->second
        : slot < 0 ? layout.transientBase + layout.transientOffset.lookup(id)
                   : slot * layout.stashBytes + stashed->second));
   copy.set_device(lowering.home);

@@ -405,15 +405,26 @@ std::vector<int> Emitter::stageGradients(const DeviceLowering &lowering,
   return grads;
 }
 
-/// The stage's scalar `shareOf[s]` to every other stage of `op`, theirs
-/// into their own. Messages name the gradients' step (step_offset), so a
-/// stage updating in the next step's program meets one updating in its
-/// own.
+/// The stage's `opName` (squared_norm, found_inf) of its gradients into its
+/// scalar `shareOf[s]`, sent to every other stage of `op`, theirs received
+/// into their own: every stage's scalar, in stage order. Messages name the
+/// gradients' step (step_offset), so a stage updating in the next step's
+/// program meets one updating in its own.
 template <typename StagesOp>
-void Emitter::exchangeShares(DeviceLowering &lowering, StagesOp op,
-                             ArrayRef<int> shareOf, StringRef what,
-                             const PipelineTables &tables) {
+std::vector<int>
+Emitter::shareAmongStages(DeviceLowering &lowering, StagesOp op,
+                          const char *opName, ArrayRef<int> grads,
+                          ArrayRef<int> shareOf, StringRef what,
+                          const PipelineTables &tables) {
   int64_t s = lowering.s;
+  std::string location = "stage " + std::to_string(s);
+  plan::Instruction *local = stamp(lowering.device->add_instructions(), s, op);
+  local->set_op(opName);
+  local->set_phase("update");
+  local->set_location(location);
+  for (int id : grads)
+    local->add_inputs(id);
+  local->add_outputs(shareOf[s]);
   for (bool isSend : {true, false})
     for (auto [q, peer] : llvm::zip(op.getStages(), op.getDevices())) {
       if (q == s)
@@ -421,10 +432,13 @@ void Emitter::exchangeShares(DeviceLowering &lowering, StagesOp op,
       int share = shareOf[isSend ? s : q];
       plan::Instruction *message = this->message(
           stamp(lowering.device->add_instructions(), s, op), isSend, share,
-          peer, share, 0, "stage " + std::to_string(s) + " " + what.str(),
-          tables);
+          peer, share, 0, location + " " + what.str(), tables);
       plan::setIntAttribute(message, "step_offset", op.getStep());
     }
+  std::vector<int> shares;
+  for (int64_t q : op.getStages())
+    shares.push_back(shareOf[q]);
+  return shares;
 }
 
 /// The stage's share of the step gradients' squared norm to every other
@@ -434,24 +448,14 @@ void Emitter::exchangeShares(DeviceLowering &lowering, StagesOp op,
 LogicalResult Emitter::lowerClipStages(DeviceLowering &lowering,
                                        sched::ClipStagesOp clip,
                                        const PipelineTables &tables) {
-  int64_t s = lowering.s;
   std::vector<int> grads = stageGradients(lowering, tables);
-  plan::Instruction *norm = stamp(lowering.device->add_instructions(), s, clip);
-  norm->set_op("squared_norm");
-  norm->set_phase("update");
-  norm->set_location("stage " + std::to_string(s));
-  for (int id : grads)
-    norm->add_inputs(id);
-  norm->add_outputs(tables.normShare[s]);
-  exchangeShares(lowering, clip, tables.normShare, "norm", tables);
-  std::vector<int> shares;
-  for (int64_t q : clip.getStages())
-    shares.push_back(tables.normShare[q]);
+  std::vector<int> shares = shareAmongStages(
+      lowering, clip, "squared_norm", grads, tables.normShare, "norm", tables);
   plan::Instruction *scale =
       lowerClip(*lowering.device, tables.clip, grads, shares);
   if (!scale)
     return failure();
-  stamp(scale, s, clip);
+  stamp(scale, lowering.s, clip);
   return success();
 }
 
@@ -462,25 +466,15 @@ LogicalResult Emitter::lowerClipStages(DeviceLowering &lowering,
 LogicalResult Emitter::lowerUnscaleStages(DeviceLowering &lowering,
                                           sched::UnscaleStagesOp unscale,
                                           const PipelineTables &tables) {
-  int64_t s = lowering.s;
   std::vector<int> grads = stageGradients(lowering, tables);
-  plan::Instruction *found =
-      stamp(lowering.device->add_instructions(), s, unscale);
-  found->set_op("found_inf");
-  found->set_phase("update");
-  found->set_location("stage " + std::to_string(s));
-  for (int id : grads)
-    found->add_inputs(id);
-  found->add_outputs(tables.overflowFlag[s]);
-  exchangeShares(lowering, unscale, tables.overflowFlag, "overflow", tables);
-  std::vector<int> flags;
-  for (int64_t q : unscale.getStages())
-    flags.push_back(tables.overflowFlag[q]);
+  std::vector<int> flags =
+      shareAmongStages(lowering, unscale, "found_inf", grads,
+                       tables.overflowFlag, "overflow", tables);
   plan::Instruction *instruction =
       lowerUnscale(*lowering.device, tables.unscale, grads, flags);
   if (!instruction)
     return failure();
-  stamp(instruction, s, unscale);
+  stamp(instruction, lowering.s, unscale);
   return success();
 }
 

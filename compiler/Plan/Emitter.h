@@ -186,7 +186,8 @@ private:
                    const std::vector<LiveRange> &ranges, int64_t lastStage);
   void preparePipeline(sched::StepProgramOp program, PipelineTables &tables);
   void addAccumulators(int64_t S, PipelineTables &tables);
-  void splitBackwards(PipelineTables &tables);
+  void splitBackwards(PipelineTables &tables,
+                      const llvm::DenseSet<Value> &weights);
   StashLayout layoutStash(int64_t s, int64_t slots, bool split,
                           const PipelineTables &tables);
   int mapped(DeviceLowering &lowering, int64_t slot, int id,
@@ -223,9 +224,10 @@ private:
   std::vector<int> stageGradients(const DeviceLowering &lowering,
                                   const PipelineTables &tables);
   template <typename StagesOp>
-  void exchangeShares(DeviceLowering &lowering, StagesOp op,
-                      ArrayRef<int> shareOf, StringRef what,
-                      const PipelineTables &tables);
+  std::vector<int> shareAmongStages(DeviceLowering &lowering, StagesOp op,
+                                    const char *opName, ArrayRef<int> grads,
+                                    ArrayRef<int> shareOf, StringRef what,
+                                    const PipelineTables &tables);
   LogicalResult lowerClipStages(DeviceLowering &lowering,
                                 sched::ClipStagesOp clip,
                                 const PipelineTables &tables);

@@ -151,6 +151,23 @@ perTensorUpdates(const Stage &stage,
   return params;
 }
 
+/// One ShardedUpdate per device of `layout` (cut over `devices`), each
+/// tensor with the rule of its `instructions` entry.
+std::vector<ShardedUpdate>
+shardedUpdates(const std::vector<plan::Instruction> &instructions,
+               const ShardLayout &layout, int devices) {
+  std::vector<UpdateRule> rules;
+  for (const plan::Instruction &instruction : instructions) {
+    KernelArgs args;
+    args.instruction = &instruction;
+    rules.emplace_back(args);
+  }
+  std::vector<ShardedUpdate> shards;
+  for (int d = 0; d < devices; ++d)
+    shards.emplace_back(rules, layout, d);
+  return shards;
+}
+
 TEST(ShardedUpdate, EqualsThePerTensorUpdateBitForBit) {
   struct Optimizer {
     std::string name;
@@ -170,16 +187,8 @@ TEST(ShardedUpdate, EqualsThePerTensorUpdateBitForBit) {
     for (int devices : {1, 2, 3, 5, 48}) {
       ShardLayout layout(sizes, devices);
       std::vector<std::vector<float>> got = stage.start;
-      std::vector<ShardedUpdate> shards;
-      for (int d = 0; d < devices; ++d) {
-        std::vector<UpdateRule> rules;
-        for (size_t t = 0; t < sizes.size(); ++t) {
-          KernelArgs args;
-          args.instruction = &instructions[t];
-          rules.emplace_back(args);
-        }
-        shards.emplace_back(rules, layout, d);
-      }
+      std::vector<ShardedUpdate> shards =
+          shardedUpdates(instructions, layout, devices);
       for (const auto &step : stage.stepGrads) {
         std::vector<float *> params;
         std::vector<const float *> g;
@@ -233,17 +242,9 @@ TEST(ShardedUpdate, SkipsAnOverflowedStepAsThePerTensorUpdatesDo) {
   }
   ShardLayout layout(sizes, 2);
   std::vector<std::vector<float>> got = stage.start;
-  std::vector<ShardedUpdate> shards;
-  for (int d = 0; d < 2; ++d) {
-    std::vector<UpdateRule> rules;
-    for (size_t t = 0; t < sizes.size(); ++t) {
-      KernelArgs args;
-      args.instruction = &instructions[t];
-      rules.emplace_back(args);
-    }
-    shards.emplace_back(rules, layout, d);
-    shards.back().countScheduleApart();
-  }
+  std::vector<ShardedUpdate> shards = shardedUpdates(instructions, layout, 2);
+  for (ShardedUpdate &shard : shards)
+    shard.countScheduleApart();
   for (size_t step = 0; step < stage.stepGrads.size(); ++step) {
     bool skipped = step == 1;
     lossScale[2] = skipped ? 1.0f : 0.0f;
