@@ -21,8 +21,9 @@ Prints one table per phase:
            dp --devices 4 --zero 3, cdp --devices 4 --stages 4, CDP-ZeRO
            (cdp --cdp-rule v1 --zero 3) and 1f1b --stages 4 --micro-batches 4
            (SGD with momentum 0.9), the plan's and weights file's bytes,
-           and the report's prediction per device (the larger of its live
-           peak and what it allocates at load plus its optimizer state);
+           and the report's prediction per device (its peak's
+           resident_bytes: what it allocates at load, its optimizer state
+           and the most message bytes in flight at once);
   runs     for each 4-device plan: 2 steps in one process and under
            `mpirun -np 4` (a device per rank), whether the trained
            parameters are bit-identical, each rank's peak resident memory
@@ -155,13 +156,11 @@ def compile_all(args, model):
 
 
 def predicted_bytes(report):
-    """Per device, what the report predicts it needs: its live peak
-    (peak.device_bytes, an ideal pool) or what it allocates at load (the
-    arena and persistent tensors, allocated_bytes) plus its optimizer
-    state, whichever is more."""
-    first = report["time_steps"][0]["devices"]
-    return [max(peak, allocated + d["optimizer_bytes"]) for peak, allocated, d in
-            zip(report["peak"]["device_bytes"], report["allocated_bytes"], first)]
+    """Per device, what the report predicts cdp-run holds for it: its
+    peak's resident_bytes (what it allocates at load, its optimizer state
+    and the most messages in flight at once, or its live peak if that is
+    more)."""
+    return report["peak"]["resident_bytes"]
 
 
 def feeds(work):

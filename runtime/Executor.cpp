@@ -743,11 +743,14 @@ void Executor::flush(int64_t totalSteps, const Loader *loader,
   if (range.begin > 0)
     return; // a checkpoint cuts nothing else
   // --cdp-reduce chain: the relays of the last steps' means run k steps
-  // after their reduction (k: their min_step), past the end of training.
+  // after their reduction (k: their min_step), past the end of training;
+  // the report counts their messages where they fall, as predicted.
   plan::forEachRelayAfterTraining(
       device, totalSteps, scheduleOrigin, [&](int index, int64_t step) {
         train[index]->run(
             StepContext{step, deviceIndex, 0, nullptr, backendDevice->queue()});
+        if (report)
+          report->ran(deviceIndex, step, index, /*countSent=*/false);
       });
   for (int begin = 0; begin < n;) {
     if (device.instructions(begin).phase() != "update") {

@@ -186,6 +186,7 @@ void PlanFacts::matchMessages(const plan::SpelledPlan &spelled) {
   const plan::Plan &plan = spelled.plan();
   int devices = plan.devices_size();
   receiptOf.assign(devices, {});
+  matchChainMessages(spelled);
   auto isSend = [](const plan::Instruction &i) { return i.op() == "send"; };
   bool sends = false;
   for (int d = 0; d < spelled.devices() && !sends; ++d)
@@ -223,8 +224,69 @@ void PlanFacts::matchMessages(const plan::SpelledPlan &spelled) {
         if (apart % r.perStep != 0)
           continue;
         receiptOf[d][i] = {r.timeStep,
-                           offset - r.stepOffset + apart / r.perStep};
+                           offset - r.stepOffset + apart / r.perStep,
+                           bytes[spelled.inputs(d, s)[0]]};
         break;
+      }
+    }
+}
+
+/// The chain's hops (cdp's `--cdp-reduce chain`, CDP-ZeRO's gradients):
+/// slot j's chain_reduce sends its partial sum to slot j + 1's of the same
+/// stage and step; the last slot sends the mean to the owner's chain_wait
+/// {from} (CDP-ZeRO: taken 1 + delay steps later) or to slot N - 2's
+/// chain_relay, and each relay passes it to the slot before (a relay takes
+/// the mean of step_offset steps before).
+void PlanFacts::matchChainMessages(const plan::SpelledPlan &spelled) {
+  const plan::Plan &plan = spelled.plan();
+  auto isChain = [](const plan::Instruction &i) {
+    return i.op() == "chain_reduce" || i.op() == "chain_relay" ||
+           i.op() == "chain_wait";
+  };
+  plan::SpelledPlan chains(plan, nullptr, isChain);
+  // (device, op, stage) -> its first instruction
+  std::map<std::tuple<int, std::string, int64_t>,
+           const plan::SpelledInstruction *>
+      first;
+  for (int d = 0; d < chains.devices(); ++d)
+    for (const plan::SpelledInstruction &c : chains.program(d))
+      first.emplace(
+          std::make_tuple(d, c->op(), plan::intAttribute(*c, "stage", 0)), &c);
+  int last = plan.devices_size() - 1;
+  for (int d = 0; d < spelled.devices(); ++d)
+    for (int i = 0; i < spelled.size(d); ++i) {
+      const plan::SpelledInstruction &s = spelled.at(d, i);
+      if (!isChain(*s) || s->op() == "chain_wait")
+        continue;
+      int64_t stage = plan::intAttribute(*s, "stage", 0);
+      auto find = [&](int device, const char *op) {
+        auto it = first.find({device, op, stage});
+        return it == first.end() ? nullptr : it->second;
+      };
+      auto offset = [](const plan::SpelledInstruction *r) {
+        return plan::intAttribute(**r, "step_offset", 0);
+      };
+      int64_t sent = 0;
+      for (int id : spelled.inputs(d, s))
+        sent += id >= 0 ? bytes[id] : 0;
+      if (s->op() == "chain_relay") {
+        if (const auto *r = d > 0 ? find(d - 1, "chain_relay") : nullptr)
+          receiptOf[d][i] = {r->timeStep, offset(r) - offset(&s),
+                             bytes[spelled.outputs(d, s)[0]]};
+        continue;
+      }
+      int64_t owner = plan::intAttribute(*s, "owner", -1);
+      if (d < last) {
+        if (const auto *r = find(d + 1, "chain_reduce"))
+          receiptOf[d][i] = {r->timeStep, 0, sent};
+      } else if (owner >= 0 && owner != d) {
+        const auto *r = find(static_cast<int>(owner), "chain_wait");
+        if (r && plan::intAttribute(**r, "from", -1) == d)
+          receiptOf[d][i] = {r->timeStep,
+                             1 + plan::intAttribute(**r, "delay", 0), sent};
+      } else if (owner < 0 && d > 0) {
+        if (const auto *r = find(d - 1, "chain_relay"))
+          receiptOf[d][i] = {r->timeStep, offset(r), sent};
       }
     }
 }
@@ -545,18 +607,17 @@ void ReportBuilder::ran(int device, int64_t t, int index, bool countSent) {
   // mailbox's, or the MPI fabric's while the receiver has not taken it):
   // from the end of the sending time step (a send follows the work that
   // made its value) up to the receiving one, whose receive comes first.
-  if (op == "send")
-    if (auto receipt = planFacts.receiptOf[device].find(index);
-        receipt != planFacts.receiptOf[device].end()) {
-      int64_t bytes = planFacts.bytes[inputs[0]];
-      int64_t taken = receipt->second.timeStep +
-                      planFacts.cycle * (t + receipt->second.stepDelta);
-      int64_t last = std::max(tau, taken - 1);
-      if (tau <= horizon)
-        devices[device].bornBytes[kMessage][tau] += bytes;
-      if (last <= horizon)
-        devices[device].diedBytes[kMessage][last] += bytes;
-    }
+  if (auto receipt = planFacts.receiptOf[device].find(index);
+      receipt != planFacts.receiptOf[device].end()) {
+    int64_t bytes = receipt->second.bytes;
+    int64_t taken = receipt->second.timeStep +
+                    planFacts.cycle * (t + receipt->second.stepDelta);
+    int64_t last = std::max(tau, taken - 1);
+    if (tau <= horizon)
+      devices[device].bornBytes[kMessage][tau] += bytes;
+    if (last <= horizon)
+      devices[device].diedBytes[kMessage][last] += bytes;
+  }
   // Pipelines, point to point; a send to the device itself (interleaved
   // stages on one device) moves nothing between devices, as the runtime's
   // log counts it.
@@ -753,12 +814,15 @@ std::string ReportBuilder::json() const {
     appendField(os, "], \"grad_ready_bytes\": ", rows.ready[tau]);
     os += tau + 1 < horizon ? "},\n" : "}\n";
   }
-  std::vector<int64_t> peakDevice(N);
-  for (int d = 0; d < N; ++d)
+  std::vector<int64_t> peakDevice(N), peakMessages(N);
+  for (int d = 0; d < N; ++d) {
     peakDevice[d] = rows.peakDevice[streamOf[d]];
+    peakMessages[d] = rows.peakMessages[streamOf[d]];
+  }
   Json peak = {{"activation_units", rows.peakUnits},
                {"activation_bytes", rows.peakActivation},
-               {"device_bytes", peakDevice}};
+               {"device_bytes", peakDevice},
+               {"resident_bytes", residentBytes(peakDevice, peakMessages)}};
   os += "],\n\"peak\": ";
   os += jsonText(peak);
   os += "\n}\n";
@@ -778,6 +842,7 @@ ReportBuilder::SeriesRows ReportBuilder::seriesRows() const {
   rows.text.resize(N);
   rows.ends.resize(N);
   rows.peakDevice.assign(N, 0);
+  rows.peakMessages.assign(N, 0);
   rows.ready.assign(horizon, 0);
   int64_t totalUnits = 0, totalActivation = 0;
   forEachSample(recorded, [&](int64_t tau, int d, const Sample &sample) {
@@ -804,6 +869,7 @@ ReportBuilder::SeriesRows ReportBuilder::seriesRows() const {
     totalActivation += copies[d] * sample.activation;
     rows.ready[tau] += copies[d] * sample.ready;
     rows.peakDevice[d] = std::max(rows.peakDevice[d], sample.deviceBytes);
+    rows.peakMessages[d] = std::max(rows.peakMessages[d], sample.messages);
     if (d != recorded.back())
       return;
     rows.peakUnits = std::max(rows.peakUnits, totalUnits);
@@ -880,6 +946,33 @@ std::vector<int64_t> ReportBuilder::devicePeaks() const {
   for (int d = 0; d < N; ++d)
     peaks[d] = peaks[streamOf[d]];
   return peaks;
+}
+
+std::vector<int64_t> ReportBuilder::residentBytes() const {
+  int N = devices.size();
+  std::vector<int64_t> peaks(N, 0), messages(N, 0);
+  forEachSample(recordedDevices(), [&](int64_t, int d, const Sample &sample) {
+    peaks[d] = std::max(peaks[d], sample.deviceBytes);
+    messages[d] = std::max(messages[d], sample.messages);
+  });
+  for (int d = 0; d < N; ++d) {
+    peaks[d] = peaks[streamOf[d]];
+    messages[d] = messages[streamOf[d]];
+  }
+  return residentBytes(peaks, messages);
+}
+
+/// cdp-run allocates a device's arena and persistent tensors once, at
+/// load; its optimizer state, workspace and the messages' copies lie
+/// outside them.
+std::vector<int64_t>
+ReportBuilder::residentBytes(const std::vector<int64_t> &peaks,
+                             const std::vector<int64_t> &messages) const {
+  std::vector<int64_t> resident = plan::allocatedBytesPerDevice(plan);
+  for (size_t d = 0; d < resident.size(); ++d)
+    resident[d] = std::max(peaks[d], resident[d] + optimizer[d] + workspace[d] +
+                                         messages[d]);
+  return resident;
 }
 
 namespace {
@@ -999,11 +1092,8 @@ std::vector<int64_t> predictDevicePeaks(const plan::Plan &plan, int64_t steps) {
 }
 
 std::vector<int64_t> predictDeviceNeeds(const plan::Plan &plan, int64_t steps) {
-  std::vector<int64_t> needs = predictDevicePeaks(plan, steps);
-  std::vector<int64_t> allocated = plan::allocatedBytesPerDevice(plan);
-  for (size_t d = 0; d < needs.size(); ++d)
-    needs[d] = std::max(needs[d], allocated[d]);
-  return needs;
+  return predictPlan<std::vector<int64_t>>(plan, steps,
+                                           &ReportBuilder::residentBytes);
 }
 
 namespace {

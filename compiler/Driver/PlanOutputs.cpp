@@ -32,23 +32,24 @@ void writeOutput(const std::string &path, const std::string &text) {
 
 /// --device-memory: the partition fit the estimate; hold the plan itself
 /// to the cap too: what each device allocates at load (its persistent
-/// tensors and arena) and its live peak over two steps (2bw's second
-/// version and the reductions in flight included), whichever is more.
+/// tensors and arena) with its optimizer state and the most messages it
+/// holds in flight, or its live peak over two steps (2bw's second version
+/// and the reductions in flight included), whichever is more.
 static void checkPlanPeaks(const cdp::plan::Plan &plan,
                            const Settings &settings) {
   if (settings.layout.deviceMemoryBytes <= 0)
     return;
-  std::vector<int64_t> allocatedPerDevice =
-      cdp::plan::allocatedBytesPerDevice(plan);
-  for (auto [device, peak] :
-       llvm::enumerate(cdp::runtime::predictDevicePeaks(plan, 2))) {
-    int64_t allocated = allocatedPerDevice[device];
-    if (std::max(peak, allocated) <= settings.layout.deviceMemoryBytes)
+  std::vector<int64_t> needs = cdp::runtime::predictDeviceNeeds(plan, 2);
+  for (auto [device, need] : llvm::enumerate(needs)) {
+    if (need <= settings.layout.deviceMemoryBytes)
       continue;
+    int64_t allocated = cdp::plan::allocatedBytesPerDevice(plan)[device];
+    int64_t peak = cdp::runtime::predictDevicePeaks(plan, 2)[device];
     die(inputPath + ": device " + std::to_string(device) +
-        " of the plan needs " + std::to_string(std::max(peak, allocated)) +
-        " bytes (it allocates " + std::to_string(allocated) +
-        " for its tensors and arena; its predicted live peak is " +
+        " of the plan needs " + std::to_string(need) + " bytes (it allocates " +
+        std::to_string(allocated) +
+        " for its tensors and arena, beside its optimizer state and the "
+        "messages it holds in flight; its predicted live peak is " +
         std::to_string(peak) + "), above --device-memory " + deviceMemory +
         " (the partition's estimate counts a stage's own results, not "
         "the inputs it loads or receives and keeps for its backward, nor "

@@ -41,6 +41,7 @@ def strip(report):
         for d in ts["devices"]:
             d.pop("workspace_bytes")
     report["peak"].pop("device_bytes")
+    report["peak"].pop("resident_bytes")
     report.pop("weights_read_bytes", None)  # measured only
     report.pop("threads_per_device", None)  # measured only
     return report

@@ -61,11 +61,12 @@ struct PlanFacts {
   /// (maps: a pipeline device touches few of the plan's tensors).
   std::vector<std::unordered_map<int, int>> uses;
   /// Where a message is taken: the receive's time step in its program and
-  /// how many steps after the send's step it runs.
+  /// how many steps after the send's step it runs; and its bytes.
   struct Receipt {
-    int64_t timeStep = 0, stepDelta = 0;
+    int64_t timeStep = 0, stepDelta = 0, bytes = 0;
   };
-  /// Per device, by the index of a send to another device: its receipt
+  /// Per device, by the index of a send to another device (or a chain
+  /// instruction that passes a partial sum or mean on): its receipt
   /// (absent where no receive takes it).
   std::vector<std::unordered_map<int, Receipt>> receiptOf;
   /// Per device: reads of a tensor an instruction writes, up to its next
@@ -86,6 +87,7 @@ private:
   void categorize(const plan::SpelledPlan &spelled, TensorRoles &roles);
   void countReadsOfWrites(const plan::SpelledPlan &spelled);
   void matchMessages(const plan::SpelledPlan &spelled);
+  void matchChainMessages(const plan::SpelledPlan &spelled);
 };
 
 class ReportBuilder {
@@ -133,6 +135,10 @@ public:
   /// Each device's most bytes at one time step (the report's
   /// peak.device_bytes).
   std::vector<int64_t> devicePeaks() const;
+  /// Per device, what cdp-run holds for it: what it allocates at load, its
+  /// optimizer state, workspace and most messages in flight at once; or
+  /// its live peak where that is more (the report's peak.resident_bytes).
+  std::vector<int64_t> residentBytes() const;
   /// Device `to` records what device `from` did (it runs the same program
   /// at the same time steps): series, resident bytes and stream.
   void copyDevice(int from, int to);
@@ -156,10 +162,15 @@ private:
     std::vector<std::vector<size_t>> ends;
     /// The devices whose rows the report writes, and each device's row.
     std::vector<int> devices, seriesOf;
-    std::vector<int64_t> ready, peakDevice;
+    /// By device: its live peak, and the most message bytes it holds in
+    /// flight at one time step.
+    std::vector<int64_t> ready, peakDevice, peakMessages;
     int64_t peakUnits = 0, peakActivation = 0;
   };
   SeriesRows seriesRows() const;
+  std::vector<int64_t>
+  residentBytes(const std::vector<int64_t> &peaks,
+                const std::vector<int64_t> &messages) const;
   std::vector<int> recordedDevices() const;
   double bubbleFraction(int stream) const;
 
@@ -185,8 +196,10 @@ private:
 std::string predictReport(const plan::Plan &plan, int64_t steps);
 /// Its peak.device_bytes alone.
 std::vector<int64_t> predictDevicePeaks(const plan::Plan &plan, int64_t steps);
-/// Per device, the memory it needs: the larger of its predicted live peak
-/// and what it allocates at load (allocated_bytes), for memory caps.
+/// Per device, the memory it needs (peak.resident_bytes): what it
+/// allocates at load (allocated_bytes), its optimizer state and the most
+/// messages in flight at once, or its predicted live peak if that is
+/// more; for memory caps.
 std::vector<int64_t> predictDeviceNeeds(const plan::Plan &plan, int64_t steps);
 
 } // namespace cdp::runtime
