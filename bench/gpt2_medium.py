@@ -23,7 +23,7 @@ Prints one table per phase:
            (SGD with momentum 0.9), the plan's and weights file's bytes,
            and the report's prediction per device (its peak's
            resident_bytes: what it allocates at load, its optimizer state
-           and the most message bytes in flight at once);
+           and the most its communicator holds at once);
   runs     for each 4-device plan: 2 steps in one process and under
            `mpirun -np 4` (a device per rank), whether the trained
            parameters are bit-identical, each rank's peak resident memory
@@ -158,8 +158,8 @@ def compile_all(args, model):
 def predicted_bytes(report):
     """Per device, what the report predicts cdp-run holds for it: its
     peak's resident_bytes (what it allocates at load, its optimizer state
-    and the most messages in flight at once, or its live peak if that is
-    more)."""
+    and the most its communicator holds at once: messages in flight,
+    gradients in a reduction; or its live peak if that is more)."""
     return report["peak"]["resident_bytes"]
 
 

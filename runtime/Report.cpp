@@ -814,15 +814,15 @@ std::string ReportBuilder::json() const {
     appendField(os, "], \"grad_ready_bytes\": ", rows.ready[tau]);
     os += tau + 1 < horizon ? "},\n" : "}\n";
   }
-  std::vector<int64_t> peakDevice(N), peakMessages(N);
+  std::vector<int64_t> peakDevice(N), peakHeld(N);
   for (int d = 0; d < N; ++d) {
     peakDevice[d] = rows.peakDevice[streamOf[d]];
-    peakMessages[d] = rows.peakMessages[streamOf[d]];
+    peakHeld[d] = rows.peakHeld[streamOf[d]];
   }
   Json peak = {{"activation_units", rows.peakUnits},
                {"activation_bytes", rows.peakActivation},
                {"device_bytes", peakDevice},
-               {"resident_bytes", residentBytes(peakDevice, peakMessages)}};
+               {"resident_bytes", residentBytes(peakDevice, peakHeld)}};
   os += "],\n\"peak\": ";
   os += jsonText(peak);
   os += "\n}\n";
@@ -842,7 +842,7 @@ ReportBuilder::SeriesRows ReportBuilder::seriesRows() const {
   rows.text.resize(N);
   rows.ends.resize(N);
   rows.peakDevice.assign(N, 0);
-  rows.peakMessages.assign(N, 0);
+  rows.peakHeld.assign(N, 0);
   rows.ready.assign(horizon, 0);
   int64_t totalUnits = 0, totalActivation = 0;
   forEachSample(recorded, [&](int64_t tau, int d, const Sample &sample) {
@@ -869,7 +869,7 @@ ReportBuilder::SeriesRows ReportBuilder::seriesRows() const {
     totalActivation += copies[d] * sample.activation;
     rows.ready[tau] += copies[d] * sample.ready;
     rows.peakDevice[d] = std::max(rows.peakDevice[d], sample.deviceBytes);
-    rows.peakMessages[d] = std::max(rows.peakMessages[d], sample.messages);
+    rows.peakHeld[d] = std::max(rows.peakHeld[d], sample.communicatorBytes());
     if (d != recorded.back())
       return;
     rows.peakUnits = std::max(rows.peakUnits, totalUnits);
@@ -950,16 +950,16 @@ std::vector<int64_t> ReportBuilder::devicePeaks() const {
 
 std::vector<int64_t> ReportBuilder::residentBytes() const {
   int N = devices.size();
-  std::vector<int64_t> peaks(N, 0), messages(N, 0);
+  std::vector<int64_t> peaks(N, 0), held(N, 0);
   forEachSample(recordedDevices(), [&](int64_t, int d, const Sample &sample) {
     peaks[d] = std::max(peaks[d], sample.deviceBytes);
-    messages[d] = std::max(messages[d], sample.messages);
+    held[d] = std::max(held[d], sample.communicatorBytes());
   });
   for (int d = 0; d < N; ++d) {
     peaks[d] = peaks[streamOf[d]];
-    messages[d] = messages[streamOf[d]];
+    held[d] = held[streamOf[d]];
   }
-  return residentBytes(peaks, messages);
+  return residentBytes(peaks, held);
 }
 
 /// cdp-run allocates a device's arena and persistent tensors once, at

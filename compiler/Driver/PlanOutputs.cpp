@@ -32,8 +32,9 @@ void writeOutput(const std::string &path, const std::string &text) {
 
 /// --device-memory: the partition fit the estimate; hold the plan itself
 /// to the cap too: what each device allocates at load (its persistent
-/// tensors and arena) with its optimizer state and the most messages it
-/// holds in flight, or its live peak over two steps (2bw's second version
+/// tensors and arena) with its optimizer state and the most its
+/// communicator holds (messages in flight, gradients in a reduction), or
+/// its live peak over two steps (2bw's second version
 /// and the reductions in flight included), whichever is more.
 static void checkPlanPeaks(const cdp::plan::Plan &plan,
                            const Settings &settings) {
@@ -48,8 +49,9 @@ static void checkPlanPeaks(const cdp::plan::Plan &plan,
     die(inputPath + ": device " + std::to_string(device) +
         " of the plan needs " + std::to_string(need) + " bytes (it allocates " +
         std::to_string(allocated) +
-        " for its tensors and arena, beside its optimizer state and the "
-        "messages it holds in flight; its predicted live peak is " +
+        " for its tensors and arena, beside its optimizer state and what its "
+        "communicator holds: messages in flight, gradients in a reduction; "
+        "its predicted live peak is " +
         std::to_string(peak) + "), above --device-memory " + deviceMemory +
         " (the partition's estimate counts a stage's own results, not "
         "the inputs it loads or receives and keeps for its backward, nor "

@@ -66,6 +66,12 @@ struct Header {
   int32_t unused;
 };
 
+Header readHeader(const std::vector<char> &message) {
+  Header header;
+  copyBytes(&header, message.data(), sizeof(Header));
+  return header;
+}
+
 class MpiFabric;
 
 /// One device's endpoint on this process.
@@ -105,21 +111,36 @@ public:
 
 private:
   /// Sends the parts as one message (the header, then their bytes) to each
-  /// of `to` and returns: one copy of the message is what every send
+  /// of `to` and returns it: one copy of the message is what every send
   /// reads (a copy per peer held a reduction's gradients N - 1 times).
-  int64_t post(const std::vector<int> &to, int64_t tag,
-               const std::vector<ConstBuffer> &parts);
+  std::shared_ptr<std::vector<char>>
+  post(const std::vector<int> &to, int64_t tag,
+       const std::vector<ConstBuffer> &parts);
+  /// Each sender's messages arrive in order on two channels (MPI tags):
+  /// contributions to mean-reductions, and the rest. A device that waits
+  /// for a message sets aside what its sender sent before it on the same
+  /// channel; on one channel every wait took the contributions sent
+  /// before it too, N - 1 copies of a stage's gradients held until the
+  /// reduction's wait (cdp's last device ran out of memory under mpirun).
+  /// Apart, a contribution stays in its sender's one copy until the
+  /// reduction's wait receives it.
+  enum class Channel { Plain, Contributions, Both };
+  int mpiTag(int sender, bool contribution) const;
+  static Channel channelOf(int64_t tag);
   /// Drops the sends that completed (all: waits for every one).
   void reap(bool all);
   /// Every device but this one, in order.
   std::vector<int> otherDevices() const;
-  /// Receives the next message from `from` into `early` if one is there.
-  bool receiveOne(int from);
+  /// Receives the next message from `from` on `channel` (not Both) into
+  /// `early` if one is there.
+  bool receiveOne(int from, Channel channel);
   /// Throws a RuntimeError naming the peer when an MPI call with it failed.
   void checkMpi(int code, int peer) const;
-  /// Receives messages from `from` into `early` until `done()`; false
-  /// when the run was aborted. Throws after --comm-timeout without one.
-  bool receiveUntil(int from, const std::function<bool()> &done);
+  /// Receives messages from `from` on `channel` into `early` until
+  /// `done()`; false when the run was aborted. Throws after --comm-timeout
+  /// without one.
+  bool receiveUntil(int from, Channel channel,
+                    const std::function<bool()> &done);
   std::vector<char> *take(int from, int64_t tag);
   /// Waits for message `tag` from `from`, hands its header and data to
   /// `use` and drops it; false when the run was aborted.
@@ -134,8 +155,9 @@ private:
       pending;
   /// Messages that arrived before they were asked for, by (from, tag).
   std::map<std::pair<int, int64_t>, std::vector<char>> early;
-  /// This device's contributions, by reduction tag, until its wait.
-  std::map<int64_t, std::vector<float>> own;
+  /// This device's contributions, by reduction tag, until its wait: the
+  /// messages that carry them to the other devices.
+  std::map<int64_t, std::shared_ptr<std::vector<char>>> own;
   /// Messages posted to each device, and received from each (a checkpoint
   /// compares them to find what is still in flight).
   std::vector<int64_t> sentTo, receivedFrom;
@@ -313,8 +335,18 @@ std::vector<int> MpiCommunicator::otherDevices() const {
   return others;
 }
 
-int64_t MpiCommunicator::post(const std::vector<int> &to, int64_t tag,
-                              const std::vector<ConstBuffer> &parts) {
+int MpiCommunicator::mpiTag(int sender, bool contribution) const {
+  return contribution ? fabric.devices + sender : sender;
+}
+
+MpiCommunicator::Channel MpiCommunicator::channelOf(int64_t tag) {
+  return tags::kindOf(tag) == tags::Kind::Contribution ? Channel::Contributions
+                                                       : Channel::Plain;
+}
+
+std::shared_ptr<std::vector<char>>
+MpiCommunicator::post(const std::vector<int> &to, int64_t tag,
+                      const std::vector<ConstBuffer> &parts) {
   reap(false);
   auto [dtype, count] = describe(parts);
   int64_t bytes = count * plan::dtypeSize(dtype);
@@ -325,19 +357,24 @@ int64_t MpiCommunicator::post(const std::vector<int> &to, int64_t tag,
   for (int peer : to) {
     MPI_Request request;
     checkMpi(MPI_Isend(message->data(), static_cast<int>(message->size()),
-                       MPI_BYTE, fabric.rankOf(peer), device,
+                       MPI_BYTE, fabric.rankOf(peer),
+                       mpiTag(device, channelOf(tag) == Channel::Contributions),
                        fabric.perDevice[peer], &request),
              peer);
     ++sentTo[peer];
     pending.emplace_back(request, message);
   }
-  return bytes;
+  return message;
+}
+
+int64_t messageBytes(const std::vector<char> &message) {
+  return static_cast<int64_t>(message.size() - sizeof(Header));
 }
 
 void MpiCommunicator::send(int to, int64_t tag,
                            const std::vector<ConstBuffer> &parts, int64_t tau) {
   checkPeer(to);
-  int64_t bytes = post({to}, tag, parts);
+  int64_t bytes = messageBytes(*post({to}, tag, parts));
   if (tau >= 0 && to != device)
     log.push_back({tau, bytes, isCollectiveTag(tag)});
 }
@@ -346,7 +383,7 @@ void MpiCommunicator::send(int to, int64_t tag,
 /// shard was held once per peer until received).
 void MpiCommunicator::sendToAll(int64_t tag, ConstBuffer data, int64_t tau) {
   std::vector<int> others = otherDevices();
-  int64_t bytes = post(others, tag, {data});
+  int64_t bytes = messageBytes(*post(others, tag, {data}));
   if (tau >= 0)
     for (size_t i = 0; i < others.size(); ++i)
       log.push_back({tau, bytes, isCollectiveTag(tag)});
@@ -364,12 +401,13 @@ void MpiCommunicator::checkMpi(int code, int peer) const {
                      "), which may have died: " + std::string(text, length));
 }
 
-bool MpiCommunicator::receiveOne(int from) {
+bool MpiCommunicator::receiveOne(int from, Channel channel) {
   int found = 0;
   MPI_Message handle;
   MPI_Status status;
-  checkMpi(MPI_Improbe(fabric.rankOf(from), from, fabric.perDevice[device],
-                       &found, &handle, &status),
+  checkMpi(MPI_Improbe(fabric.rankOf(from),
+                       mpiTag(from, channel == Channel::Contributions),
+                       fabric.perDevice[device], &found, &handle, &status),
            from);
   if (!found)
     return false;
@@ -388,19 +426,25 @@ bool MpiCommunicator::receiveOne(int from) {
 
 bool MpiCommunicator::arrived(int from, int64_t tag) {
   checkPeer(from);
-  while (receiveOne(from)) {
+  while (receiveOne(from, channelOf(tag))) {
   }
   return early.count({from, tag}) > 0;
 }
 
-bool MpiCommunicator::receiveUntil(int from,
+bool MpiCommunicator::receiveUntil(int from, Channel channel,
                                    const std::function<bool()> &done) {
   auto started = std::chrono::steady_clock::now();
   int idle = 0;
+  auto receiveNext = [&] {
+    if (channel != Channel::Both)
+      return receiveOne(from, channel);
+    bool plain = receiveOne(from, Channel::Plain);
+    return receiveOne(from, Channel::Contributions) || plain;
+  };
   while (!done()) {
     if (fabric.aborted)
       return false;
-    if (!receiveOne(from)) {
+    if (!receiveNext()) {
       // A waiting device also drops the copies of its sends that arrived:
       // reaped only at its next send, a pipeline's last stage held a tied
       // weight's gradient (206 MB on GPT-2 medium) into the next step.
@@ -430,13 +474,14 @@ bool MpiCommunicator::receiveUntil(int from,
 /// Messages from `from` that come first are set aside.
 std::vector<char> *MpiCommunicator::take(int from, int64_t tag) {
   auto key = std::make_pair(from, tag);
-  if (!receiveUntil(from, [&] { return early.count(key) > 0; }))
+  if (!receiveUntil(from, channelOf(tag), [&] { return early.count(key) > 0; }))
     return nullptr;
   return &early[key];
 }
 
 bool MpiCommunicator::collectFrom(int from, int64_t expected) {
-  return receiveUntil(from, [&] { return receivedFrom[from] >= expected; });
+  return receiveUntil(from, Channel::Both,
+                      [&] { return receivedFrom[from] >= expected; });
 }
 
 void MpiCommunicator::saveInFlight(ByteWriter &out) const {
@@ -448,9 +493,9 @@ void MpiCommunicator::saveInFlight(ByteWriter &out) const {
     out.putVector(message);
   }
   out.put<uint64_t>(own.size());
-  for (const auto &[tag, values] : own) {
+  for (const auto &[tag, message] : own) {
     out.put<int64_t>(tag);
-    out.putVector(values);
+    out.putBlob(message->data() + sizeof(Header), messageBytes(*message));
   }
 }
 
@@ -476,7 +521,15 @@ void MpiCommunicator::restoreInFlight(ByteReader &in) {
   }
   for (uint64_t n = in.get<uint64_t>(); n > 0; --n) {
     int64_t tag = in.get<int64_t>();
-    own[tag] = in.getVector<float>();
+    std::vector<float> values = in.getVector<float>();
+    auto message = std::make_shared<std::vector<char>>(
+        sizeof(Header) + values.size() * sizeof(float));
+    Header header{tags::contribution(tag), static_cast<int64_t>(values.size()),
+                  static_cast<int32_t>(plan::F32), 0};
+    copyBytes(message->data(), &header, sizeof(Header));
+    copyBytes(message->data() + sizeof(Header), values.data(),
+              values.size() * sizeof(float));
+    own[tag] = std::move(message);
   }
 }
 
@@ -513,40 +566,47 @@ bool MpiCommunicator::recvAdd(int from, int64_t tag,
 void MpiCommunicator::reduceStart(int64_t tag,
                                   const std::vector<ConstBuffer> &parts,
                                   int64_t tau) {
-  std::vector<float> &mine = own[tag] = concatenate(parts);
-  ConstBuffer contribution{plan::F32, mine.data(),
-                           static_cast<int64_t>(mine.size())};
-  post(otherDevices(), tags::contribution(tag), {contribution});
-  log.push_back({tau, contribution.bytes(), true}); // a reduction
+  for (const ConstBuffer &part : parts)
+    checkReducible(part.dtype);
+  std::shared_ptr<std::vector<char>> message =
+      post(otherDevices(), tags::contribution(tag), parts);
+  own[tag] = message;
+  log.push_back({tau, messageBytes(*message), true}); // a reduction
 }
 
 bool MpiCommunicator::reduceWait(int64_t tag,
                                  const std::vector<Buffer> &parts) {
   int64_t count = reducedCount(tag, parts);
   auto mine = own.find(tag);
-  if (mine == own.end() || static_cast<int64_t>(mine->second.size()) != count)
+  if (mine == own.end() || readHeader(*mine->second).count != count)
     throw RuntimeError("device " + std::to_string(device) +
                        " waits for reduction " + std::to_string(tag) + " of " +
                        std::to_string(count) +
                        " float32 values it did not contribute");
   // Sum in device order, from zero, as in-process: the same bits on every
-  // device and in every run.
-  std::vector<float> sum(count, 0.0f), part(count);
+  // device and in every run. Into the reduced gradients themselves, each
+  // contribution added where it arrived: no buffer of the stage's size.
+  int64_t contribution = tags::contribution(tag);
+  for (const Buffer &part : parts)
+    std::fill_n(static_cast<float *>(part.data), part.count, 0.0f);
   for (int d = 0; d < fabric.devices; ++d) {
-    const float *values = mine->second.data();
-    if (d != device) {
-      if (!recv(d, tags::contribution(tag), {plan::F32, part.data(), count}))
-        return false;
-      values = part.data();
+    if (d == device) {
+      addArrival(contribution, d, plan::F32, count,
+                 mine->second->data() + sizeof(Header), parts);
+      continue;
     }
-    for (int64_t i = 0; i < count; ++i)
-      sum[i] += values[i];
+    if (!receive(d, contribution, [&](const Header &header, const char *data) {
+          addArrival(contribution, d, static_cast<plan::DType>(header.dtype),
+                     header.count, data, parts);
+        }))
+      return false;
   }
   own.erase(mine);
   float scale = 1.0f / static_cast<float>(fabric.devices);
-  for (float &v : sum)
-    v *= scale;
-  scatter(sum.data(), parts);
+  for (const Buffer &part : parts)
+    for (float *v = static_cast<float *>(part.data), *end = v + part.count;
+         v != end; ++v)
+      *v *= scale;
   return true;
 }
 
@@ -764,6 +824,13 @@ std::unique_ptr<Fabric> createMpiFabric(int devices, double timeoutSeconds,
     error = "mpirun's " + std::to_string(ranks) +
             " processes do not divide the plan's " + std::to_string(devices) +
             " devices; use a divisor of " + std::to_string(devices);
+  // Two MPI tags per sending device (its two channels).
+  int *tagBound = nullptr, found = 0;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tagBound, &found);
+  if (error.empty() && found && tagBound && 2 * int64_t{devices} > *tagBound)
+    error = "this MPI tells messages apart by at most " +
+            std::to_string(*tagBound) + " tags, 2 per device: a plan of " +
+            std::to_string(devices) + " devices needs more";
   if (!error.empty()) {
     MPI_Finalize();
     return nullptr;

@@ -136,8 +136,9 @@ public:
   /// peak.device_bytes).
   std::vector<int64_t> devicePeaks() const;
   /// Per device, what cdp-run holds for it: what it allocates at load, its
-  /// optimizer state, workspace and most messages in flight at once; or
-  /// its live peak where that is more (the report's peak.resident_bytes).
+  /// optimizer state, workspace and the most the communicator holds for it
+  /// at once (messages in flight, gradients in a reduction); or its live
+  /// peak where that is more (the report's peak.resident_bytes).
   std::vector<int64_t> residentBytes() const;
   /// Device `to` records what device `from` did (it runs the same program
   /// at the same time steps): series, resident bytes and stream.
@@ -149,6 +150,9 @@ private:
     int64_t units = 0, activation = 0, gradient = 0, reduction = 0,
             gathered = 0, comm = 0, messages = 0, deviceBytes = 0, sent = 0,
             sentCollective = 0, ready = 0;
+    /// What the communicator holds outside the arena: the copies of
+    /// messages in flight and the gradients handed to reductions.
+    int64_t communicatorBytes() const { return messages + reduction; }
   };
   /// Visits every (time step, device of `visited`) in order, devices inner.
   void forEachSample(
@@ -162,15 +166,14 @@ private:
     std::vector<std::vector<size_t>> ends;
     /// The devices whose rows the report writes, and each device's row.
     std::vector<int> devices, seriesOf;
-    /// By device: its live peak, and the most message bytes it holds in
-    /// flight at one time step.
-    std::vector<int64_t> ready, peakDevice, peakMessages;
+    /// By device: its live peak, and the most bytes the communicator holds
+    /// for it at one time step (Sample::communicatorBytes).
+    std::vector<int64_t> ready, peakDevice, peakHeld;
     int64_t peakUnits = 0, peakActivation = 0;
   };
   SeriesRows seriesRows() const;
-  std::vector<int64_t>
-  residentBytes(const std::vector<int64_t> &peaks,
-                const std::vector<int64_t> &messages) const;
+  std::vector<int64_t> residentBytes(const std::vector<int64_t> &peaks,
+                                     const std::vector<int64_t> &held) const;
   std::vector<int> recordedDevices() const;
   double bubbleFraction(int stream) const;
 
