@@ -116,31 +116,33 @@ private:
   std::shared_ptr<std::vector<char>>
   post(const std::vector<int> &to, int64_t tag,
        const std::vector<ConstBuffer> &parts);
-  /// Each sender's messages arrive in order on two channels (MPI tags):
-  /// contributions to mean-reductions, and the rest. A device that waits
-  /// for a message sets aside what its sender sent before it on the same
-  /// channel; on one channel every wait took the contributions sent
-  /// before it too, N - 1 copies of a stage's gradients held until the
-  /// reduction's wait (cdp's last device ran out of memory under mpirun).
-  /// Apart, a contribution stays in its sender's one copy until the
-  /// reduction's wait receives it.
-  enum class Channel { Plain, Contributions, Both };
-  int mpiTag(int sender, bool contribution) const;
-  static Channel channelOf(int64_t tag);
+  /// Each sender's messages arrive in order on channels (MPI tags): 0 for
+  /// plain messages, 1 + stage mod K for contributions to a stage's
+  /// mean-reductions. A device that waits for a message sets aside what
+  /// its sender sent before it on the same channel: on one channel every
+  /// wait took the contributions sent before it too, N - 1 copies of a
+  /// stage's gradients held until the reduction's wait (cdp's last device
+  /// ran out of memory under mpirun), and on one channel for all
+  /// contributions a wait, in forward order, took the later stages' (sent
+  /// first, in backward order). Per stage, a contribution stays in its
+  /// sender's one copy until the reduction's wait receives it, since each
+  /// stage's reductions are started and waited for in step order.
+  static constexpr int kAllChannels = -1;
+  int mpiTag(int sender, int channel) const;
+  int channelOf(int64_t tag) const;
   /// Drops the sends that completed (all: waits for every one).
   void reap(bool all);
   /// Every device but this one, in order.
   std::vector<int> otherDevices() const;
-  /// Receives the next message from `from` on `channel` (not Both) into
-  /// `early` if one is there.
-  bool receiveOne(int from, Channel channel);
+  /// Receives the next message from `from` on `channel` (not
+  /// kAllChannels) into `early` if one is there.
+  bool receiveOne(int from, int channel);
   /// Throws a RuntimeError naming the peer when an MPI call with it failed.
   void checkMpi(int code, int peer) const;
-  /// Receives messages from `from` on `channel` into `early` until
-  /// `done()`; false when the run was aborted. Throws after --comm-timeout
-  /// without one.
-  bool receiveUntil(int from, Channel channel,
-                    const std::function<bool()> &done);
+  /// Receives messages from `from` on `channel` (or all) into `early`
+  /// until `done()`; false when the run was aborted. Throws after
+  /// --comm-timeout without one.
+  bool receiveUntil(int from, int channel, const std::function<bool()> &done);
   std::vector<char> *take(int from, int64_t tag);
   /// Waits for message `tag` from `from`, hands its header and data to
   /// `use` and drops it; false when the run was aborted.
@@ -165,8 +167,10 @@ private:
 
 class MpiFabric : public Fabric {
 public:
-  MpiFabric(int devices, int rank, int ranks, double timeout)
-      : devices(devices), myRank(rank), processes(ranks), timeout(timeout) {
+  MpiFabric(int devices, int rank, int ranks, double timeout,
+            int contributionChannels)
+      : devices(devices), myRank(rank), processes(ranks), timeout(timeout),
+        contributionChannels(contributionChannels) {
     perDevice.resize(devices);
     // Errors come back to the caller (a lost peer), which names them and
     // ends the job, instead of Open MPI aborting with its own words only.
@@ -309,6 +313,9 @@ public:
   static constexpr int kStepLossFields = 5;
   int devices, myRank, processes;
   double timeout;
+  /// K: each sender's MPI tags are its plain channel and K for
+  /// contributions (a stage's on 1 + stage mod K).
+  int contributionChannels;
   std::atomic<bool> aborted{false};
   std::vector<MPI_Comm> perDevice;
   MPI_Comm control;
@@ -335,13 +342,15 @@ std::vector<int> MpiCommunicator::otherDevices() const {
   return others;
 }
 
-int MpiCommunicator::mpiTag(int sender, bool contribution) const {
-  return contribution ? fabric.devices + sender : sender;
+int MpiCommunicator::mpiTag(int sender, int channel) const {
+  return sender * (fabric.contributionChannels + 1) + channel;
 }
 
-MpiCommunicator::Channel MpiCommunicator::channelOf(int64_t tag) {
-  return tags::kindOf(tag) == tags::Kind::Contribution ? Channel::Contributions
-                                                       : Channel::Plain;
+int MpiCommunicator::channelOf(int64_t tag) const {
+  if (tags::kindOf(tag) != tags::Kind::Contribution)
+    return 0;
+  int64_t stage = (tag & (tags::bit(61) - 1)) % 4096; // tags::reduction's
+  return 1 + static_cast<int>(stage % fabric.contributionChannels);
 }
 
 std::shared_ptr<std::vector<char>>
@@ -358,8 +367,8 @@ MpiCommunicator::post(const std::vector<int> &to, int64_t tag,
     MPI_Request request;
     checkMpi(MPI_Isend(message->data(), static_cast<int>(message->size()),
                        MPI_BYTE, fabric.rankOf(peer),
-                       mpiTag(device, channelOf(tag) == Channel::Contributions),
-                       fabric.perDevice[peer], &request),
+                       mpiTag(device, channelOf(tag)), fabric.perDevice[peer],
+                       &request),
              peer);
     ++sentTo[peer];
     pending.emplace_back(request, message);
@@ -401,12 +410,11 @@ void MpiCommunicator::checkMpi(int code, int peer) const {
                      "), which may have died: " + std::string(text, length));
 }
 
-bool MpiCommunicator::receiveOne(int from, Channel channel) {
+bool MpiCommunicator::receiveOne(int from, int channel) {
   int found = 0;
   MPI_Message handle;
   MPI_Status status;
-  checkMpi(MPI_Improbe(fabric.rankOf(from),
-                       mpiTag(from, channel == Channel::Contributions),
+  checkMpi(MPI_Improbe(fabric.rankOf(from), mpiTag(from, channel),
                        fabric.perDevice[device], &found, &handle, &status),
            from);
   if (!found)
@@ -431,15 +439,17 @@ bool MpiCommunicator::arrived(int from, int64_t tag) {
   return early.count({from, tag}) > 0;
 }
 
-bool MpiCommunicator::receiveUntil(int from, Channel channel,
+bool MpiCommunicator::receiveUntil(int from, int channel,
                                    const std::function<bool()> &done) {
   auto started = std::chrono::steady_clock::now();
   int idle = 0;
   auto receiveNext = [&] {
-    if (channel != Channel::Both)
+    if (channel != kAllChannels)
       return receiveOne(from, channel);
-    bool plain = receiveOne(from, Channel::Plain);
-    return receiveOne(from, Channel::Contributions) || plain;
+    bool any = false;
+    for (int c = 0; c <= fabric.contributionChannels; ++c)
+      any = receiveOne(from, c) || any;
+    return any;
   };
   while (!done()) {
     if (fabric.aborted)
@@ -480,7 +490,7 @@ std::vector<char> *MpiCommunicator::take(int from, int64_t tag) {
 }
 
 bool MpiCommunicator::collectFrom(int from, int64_t expected) {
-  return receiveUntil(from, Channel::Both,
+  return receiveUntil(from, kAllChannels,
                       [&] { return receivedFrom[from] >= expected; });
 }
 
@@ -824,19 +834,23 @@ std::unique_ptr<Fabric> createMpiFabric(int devices, double timeoutSeconds,
     error = "mpirun's " + std::to_string(ranks) +
             " processes do not divide the plan's " + std::to_string(devices) +
             " devices; use a divisor of " + std::to_string(devices);
-  // Two MPI tags per sending device (its two channels).
+  // MPI tags per sending device: a plain channel and K for contributions
+  // (as many as the tag bound allows, up to a tag's 4096 stages).
   int *tagBound = nullptr, found = 0;
   MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tagBound, &found);
-  if (error.empty() && found && tagBound && 2 * int64_t{devices} > *tagBound)
-    error = "this MPI tells messages apart by at most " +
-            std::to_string(*tagBound) + " tags, 2 per device: a plan of " +
-            std::to_string(devices) + " devices needs more";
+  int64_t tags = found && tagBound ? int64_t{*tagBound} + 1 : 32768;
+  int64_t channels = std::min<int64_t>(4096, tags / devices - 1);
+  if (error.empty() && channels < 1)
+    error = "this MPI tells messages apart by at most " + std::to_string(tags) +
+            " tags, 2 per device: a plan of " + std::to_string(devices) +
+            " devices needs more";
   if (!error.empty()) {
     MPI_Finalize();
     return nullptr;
   }
   lost::reportOnTerminate(rank, ranks);
-  return std::make_unique<MpiFabric>(devices, rank, ranks, timeoutSeconds);
+  return std::make_unique<MpiFabric>(devices, rank, ranks, timeoutSeconds,
+                                     static_cast<int>(channels));
 }
 
 } // namespace cdp::runtime
