@@ -3,6 +3,8 @@
 # tests, then every case run with --backend cuda for 3 steps and its
 # parameters compared with the CPU backend's (1e-4 absolute + relative,
 # TF32 off). Prints 'N passed, N failed'; exits non-zero on a failure.
+# Then the step-time tables of bench/gpu_step.py and bench/gpu_gpt2.py,
+# where `prepare DIR` put them into this folder.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 TOL=${CDP_GPU_TOL:-1e-4}
@@ -98,4 +100,12 @@ for name in lenet-single lenet-dp resnet-1f1b; do
 done
 
 echo "$passed passed, $failed failed"
+# The step-time tables, where bench/gpu_step.py and bench/gpu_gpt2.py were
+# prepared into this folder (after the checks: a bench does not pass or fail).
+if [ -n "$PYTHON" ] && [ -f "$HERE/gpu_step.py" ] && [ -d "$HERE/bench" ]; then
+  "$PYTHON" "$HERE/gpu_step.py" run "$HERE" || echo "gpu_step.py run failed"
+fi
+if [ -n "$PYTHON" ] && [ -f "$HERE/gpu_gpt2.py" ] && [ -f "$HERE/gpt2.json" ]; then
+  "$PYTHON" "$HERE/gpu_gpt2.py" run "$HERE" || echo "gpu_gpt2.py run failed"
+fi
 [ "$failed" = 0 ]

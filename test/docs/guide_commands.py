@@ -57,6 +57,9 @@ RUN_ORDER = [
     "--lr 0.1 --precision fp16",
     "cdp-run gpt2-fp16.cdp --steps 3 --feed input_ids=ids.npy --feed attention_mask=mask.npy "
     "--feed labels=labels.npy --dump-params fp16/",
+    "cdp-compile gpt2.onnx -o gpt2-zero.cdp --strategy cdp --cdp-rule v1 --zero 3 --devices 4 "
+    "--stages 4 --class-axis last --trainable-from trainable.txt --report gpt2-zero.json",
+    "python3 -c \"import json; print(json.load(open('gpt2-zero.json'))['peak']['resident_bytes'])\"",
     "cdp-compile model.onnx -o model.cdp --optimizer momentum --lr 0.01",
     "cdp-run model.cdp --data fashion-mnist --epochs 1 --eval",
     "cdp-run model.cdp --feed input=x.npy --feed labels=y.npy --steps 100 "
@@ -151,7 +154,9 @@ onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
 
 def run(command, bin_dir, cwd):
     tool = command.split()[0]
-    full = os.path.join(bin_dir, tool) + command[len(tool):]
+    # python3 lines read what a cdp tool wrote: run by this Python.
+    full = (sys.executable if tool == "python3" else os.path.join(bin_dir, tool)) + \
+        command[len(tool):]
     return subprocess.run(full, shell=True, cwd=cwd, capture_output=True, text=True)
 
 
