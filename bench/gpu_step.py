@@ -16,7 +16,9 @@ its per-step metrics after 5 warm-up steps) and of the same model, batch,
 loss and optimizer in PyTorch, eager and torch.compile (after warm-up), all
 float32 with TF32 off (cdp also with --allow-nondeterministic: "any-bits"),
 and prints one table row per model, plus the GEMM MLP's TFLOP/s against
-cuBLAS's (torch.matmul) for its shapes.
+cuBLAS's (torch.matmul) for its shapes; then a second table of the e2e
+models' --precision bf16 plans against PyTorch under torch.autocast
+(bfloat16), eager and compiled (bf16 not yet run on a GPU).
 
   python3 DIR/gpu_step.py ab DIR       (GPU machine)
 
@@ -97,6 +99,9 @@ def prepare(out):
         if axis == 1:
             args += ["--batch-axis", "input=1"]
         subprocess.run(args, check=True)
+        if name in MODELS:  # bf16 too (not the GEMM MLP: its weights twice pass a carry)
+            args[3] = os.path.join(out, "bench", tag + "-bf16.cdp")
+            subprocess.run(args + ["--precision", "bf16"], check=True)
         os.remove(onnx)
         np.save(os.path.join(out, "bench", tag + "-x.npy"), x.numpy())
         np.save(os.path.join(out, "bench", tag + "-y.npy"),
@@ -129,10 +134,10 @@ def cdp_environment(out, torch):
     return env
 
 
-def cdp_step_ms(out, tag, batch, steps, env, flags=(), binary="cdp-run"):
+def cdp_step_ms(out, tag, batch, steps, env, flags=(), binary="cdp-run", plan=None):
     metrics = os.path.join("/tmp", tag + "-metrics.jsonl")
     bench = os.path.join(out, "bench")
-    subprocess.run([os.path.join(out, "bin", binary), os.path.join(bench, tag + ".cdp"),
+    subprocess.run([os.path.join(out, "bin", binary), os.path.join(bench, (plan or tag) + ".cdp"),
                     "--feed", "input=" + os.path.join(bench, tag + "-x.npy"),
                     "--feed", "labels=" + os.path.join(bench, tag + "-y.npy"),
                     "--steps", str(steps + 5), "--metrics", metrics, *flags],
@@ -141,14 +146,16 @@ def cdp_step_ms(out, tag, batch, steps, env, flags=(), binary="cdp-run"):
     return 1e3 * sum(batch / r for r in rates) / len(rates)
 
 
-def torch_step_ms(torch, model, x, y, steps, compiled):
+def torch_step_ms(torch, model, x, y, steps, compiled, autocast=False):
     model = model.cuda().train()
     x, y = x.cuda(), y.cuda()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     def step():
         optimizer.zero_grad(set_to_none=True)
-        torch.nn.functional.cross_entropy(model(x), y).backward()
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
         optimizer.step()
 
     if compiled:
@@ -221,6 +228,30 @@ def run(out, steps=50):
                   "products %.1f TFLOP/s (%.0f%% of it)" % (
                       flops / 1e9, flops / ours / 1e9, flops / blas_ms / 1e9,
                       100 * blas_ms / ours))
+    run_bf16(out, steps, torch, models, env)
+
+
+def run_bf16(out, steps, torch, models, env):
+    """cdp's --precision bf16 plans against PyTorch under torch.autocast
+    (bfloat16), eager and compiled."""
+    print("bf16: cdp --precision bf16, torch under torch.autocast(bfloat16)")
+    print("%-12s %6s %10s %12s %14s %10s" % (
+        "model", "batch", "cdp ms", "eager ms", "compile ms", "cdp/eager"))
+    for name, batch in cases():
+        tag = "%s-%d" % (name, batch)
+        if not os.path.exists(os.path.join(out, "bench", tag + "-bf16.cdp")):
+            continue
+        ours = cdp_step_ms(out, tag, batch, steps, env, plan=tag + "-bf16")
+        model, x, _ = example(models, torch, name, batch)
+        y = torch.randint(0, 10, (batch,))
+        eager = torch_step_ms(torch, model, x, y, steps, False, autocast=True)
+        model, x, _ = example(models, torch, name, batch)
+        try:
+            compiled = "%.3f" % torch_step_ms(torch, model, x, y, steps, True, autocast=True)
+        except Exception as error:  # noqa: BLE001 (a missing compiler, say)
+            compiled = "n/a (%s)" % type(error).__name__
+        print("%-12s %6d %10.3f %12.3f %14s %10.2f" % (
+            name, batch, ours, eager, compiled, ours / eager))
 
 
 def ab(out, steps=200, rounds=3):
