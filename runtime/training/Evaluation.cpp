@@ -266,8 +266,11 @@ void printRunSummary(const Run &run, int64_t start, double meanLoss,
   if (start > 0)
     std::printf(" from the checkpoint at step %lld (%lld in all)",
                 (long long)start, (long long)run.total);
+  // Under fp16 the mean is over the steps whose forward did not overflow;
+  // where none did there is no loss to give.
   if (run.total > start)
-    std::printf(", loss %.4f", meanLoss);
+    std::printf(std::isfinite(meanLoss) ? ", loss %.4f" : ", no finite loss",
+                meanLoss);
   if (run.lossScale > 0)
     std::printf(", %lld skipped on overflow, loss scale %g",
                 (long long)run.overflowedSteps,
