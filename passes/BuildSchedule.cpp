@@ -112,8 +112,11 @@ struct BuildSchedulePass
       schedule.set("zero", builder.getI64IntegerAttr(zero));
       func->setAttr("cdp.schedule", schedule.getDictionary(func.getContext()));
     }
+    // Clipping and loss scaling read every stage's gradients of the step.
     bool clips = false;
-    func.walk([&](ClipGradNormOp) { clips = true; });
+    func.walk([&](Operation *op) {
+      clips |= isa<ClipGradNormOp, UnscaleGradsOp>(op);
+    });
     if (reducesAfterBackward(*kind, clips)) {
       NamedAttrList schedule(
           func->getAttrOfType<DictionaryAttr>("cdp.schedule"));

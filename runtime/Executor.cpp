@@ -721,7 +721,8 @@ int64_t Executor::optimizerBytes() {
 }
 
 void Executor::flush(int64_t totalSteps, const Loader *loader,
-                     InstructionRange range) {
+                     InstructionRange range,
+                     const std::function<void(int64_t)> &afterStep) {
   const plan::Device &device = planRef.devices(deviceIndex);
   int n = device.instructions_size();
   if (std::any_of(device.instructions().begin(), device.instructions().end(),
@@ -752,6 +753,13 @@ void Executor::flush(int64_t totalSteps, const Loader *loader,
         if (report)
           report->ran(deviceIndex, step, index, /*countSent=*/false);
       });
+  // The update blocks with a tail: instructions [begin, end), run at
+  // steps [first, last].
+  struct Tail {
+    int begin, end;
+    int64_t first, last;
+  };
+  std::vector<Tail> tails;
   for (int begin = 0; begin < n;) {
     if (device.instructions(begin).phase() != "update") {
       ++begin;
@@ -784,12 +792,25 @@ void Executor::flush(int64_t totalSteps, const Loader *loader,
       continue;
     }
     int64_t first = std::max<int64_t>(totalSteps, scheduleOrigin + 1 + delay);
-    for (int64_t st = first; st <= totalSteps + delay; ++st) {
+    tails.push_back({begin, end, first, totalSteps + delay});
+    begin = end;
+  }
+  // Step by step, each block in program order, as training runs them: cdp
+  // under fp16 adjusts the scale in its first stage's block for every
+  // stage's updates of that step.
+  int64_t last = -1;
+  for (const Tail &tail : tails)
+    last = std::max(last, tail.last);
+  for (int64_t st = totalSteps; st <= last; ++st) {
+    for (const Tail &tail : tails) {
+      if (st < tail.first || st > tail.last)
+        continue;
       StepContext context{st, deviceIndex, 0, nullptr, backendDevice->queue()};
-      for (int i = begin; i < end; ++i)
+      for (int i = tail.begin; i < tail.end; ++i)
         train[i]->run(context);
     }
-    begin = end;
+    if (afterStep)
+      afterStep(st);
   }
 }
 

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Emitter.h"
+#include <set>
 
 namespace cdp::emit {
 
@@ -93,6 +94,32 @@ LogicalResult Emitter::emitDataParallel(int64_t arenaBytes) {
     tables.normShare = addShare("zero@norm_share");
   if (tables.unscale && tables.zero >= 2)
     tables.overflowShare = addShare("zero@overflow_share");
+  // cdp: each slot unscales its own gradients after its last backward
+  // (sched.clip_own); its overflow flag rides in every stage's reduction,
+  // so that every stage's mean says whether any device overflowed.
+  bool unscalesOwn = false;
+  program.walk([&](sched::ClipOwnOp) { unscalesOwn = bool(tables.unscale); });
+  if (unscalesOwn) {
+    if (tables.chain || tables.cdpZero)
+      return func.emitError("dynamic loss scaling under cdp takes its "
+                            "all-reduce only, not --cdp-reduce chain or "
+                            "CDP-ZeRO");
+    std::set<int64_t> delays;
+    program.walk(
+        [&](sched::WaitReductionOp wait) { delays.insert(wait.getDelay()); });
+    if (delays.size() > 1)
+      return func.emitError("dynamic loss scaling under cdp needs every slot "
+                            "to apply every stage's means equally late "
+                            "(--cdp-rule v1); this schedule's delays differ");
+    tables.ownOverflow = addShare("cdp@overflow_own");
+    tables.stageOverflow.assign(tables.L + 1, -1);
+    for (int64_t l = tables.L; l >= 1; --l)
+      if (!tables.byStage[l].empty()) {
+        std::string name = "stage" + std::to_string(l) + "@overflow_mean";
+        tables.stageOverflow[l] = addShare(name.c_str());
+        tables.firstTrained = l;
+      }
+  }
   plan.clear_devices();
   // A device's program is cut at its schedule ops, each op's instructions a
   // template shared by every device whose op reads alike (times relative to
@@ -431,6 +458,7 @@ private:
   void sumOverDevices(const char *opName, ArrayRef<int> shards, int share,
                       int64_t part, int64_t time, int64_t minStep);
   void waitForMeans(int64_t l, int64_t time, int64_t minStep, int64_t delay);
+  LogicalResult adjustLossScale(sched::WaitReductionOp wait);
   LogicalResult applyUpdates(int64_t l, int64_t time, int64_t minStep);
   LogicalResult shardUpdate(int64_t l, int64_t time, int64_t minStep,
                             int64_t zero);
@@ -488,7 +516,27 @@ void SlotLowering::waitForMeans(int64_t l, int64_t time, int64_t minStep,
       instruction->add_inputs(buffer);
   for (const auto &t : tables.byStage[l])
     instruction->add_outputs(t.reduced);
+  if (tables.ownOverflow >= 0)
+    instruction->add_outputs(tables.stageOverflow[l]);
   plan::setIntAttribute(instruction, "delay", delay);
+}
+
+/// cdp with loss scaling: the first trained stage's mean of step t says
+/// whether any device overflowed in it; the scale is adjusted there, before
+/// any update of step t's means (every wait has the same delay D, so they
+/// all come in the step 1 + D later, after this one) and before that
+/// step's seed; the updates read whether to skip from the buffer.
+LogicalResult SlotLowering::adjustLossScale(sched::WaitReductionOp wait) {
+  int64_t l = wait.getStage();
+  if (tables.ownOverflow < 0 || l != tables.firstTrained)
+    return success();
+  plan::Instruction *adjust = emitter.lowerUnscale(*device, tables.unscale, {},
+                                                   {tables.stageOverflow[l]});
+  if (!adjust)
+    return failure();
+  stamp(adjust, l, wait.getTimeStep())->set_min_step(wait.getMinStep());
+  adjust->set_phase("update");
+  return success();
 }
 
 /// A stage's updates from its reduced buffers.
@@ -658,17 +706,36 @@ LogicalResult SlotLowering::clipMeans(sched::ClipMeansOp clip) {
   return success();
 }
 
-/// cdp's clip of each device's own gradients, before the reductions.
+/// cdp's unscaling and clip of each device's own gradients, before the
+/// reductions (not an update block's: they run in the step). Unscaled by
+/// 1 / S before they are summed: S a power of two, the same bits as the
+/// mean unscaled; the flag says whether they overflowed, and the scale is
+/// adjusted where the means arrive.
 LogicalResult SlotLowering::clipOwn(sched::ClipOwnOp clip) {
   std::vector<int> own;
   for (int64_t l = 1; l <= L; ++l)
     for (const auto &t : tables.byStage[l])
       own.push_back(t.grad);
+  int64_t time = clip.getTimeStep();
+  if (tables.ownOverflow >= 0) {
+    plan::Instruction *found =
+        stageInstruction("found_inf", 1, time, "backward");
+    for (int id : own)
+      found->add_inputs(id);
+    found->add_outputs(tables.ownOverflow);
+    plan::Instruction *unscale =
+        emitter.lowerUnscale(*device, tables.unscale, own, {});
+    if (!unscale)
+      return failure();
+    plan::setIntAttribute(unscale, "adjust", 0);
+    stamp(unscale, 1, time)->set_phase("backward");
+  }
+  if (!tables.clip)
+    return success();
   plan::Instruction *instruction = emitter.lowerClip(*device, tables.clip, own);
   if (!instruction)
     return failure();
-  // Not an update block's: it runs in the step, before the reductions.
-  stamp(instruction, 1, clip.getTimeStep())->set_phase("backward");
+  stamp(instruction, 1, time)->set_phase("backward");
   return success();
 }
 
@@ -684,6 +751,8 @@ void SlotLowering::startReduction(sched::StartReductionOp start) {
       stageInstruction(opName, l, start.getTimeStep(), "comm");
   for (const auto &t : tables.byStage[l])
     instruction->add_inputs(t.grad);
+  if (tables.ownOverflow >= 0)
+    instruction->add_inputs(tables.ownOverflow);
   if (start.getZero() >= 2 && !tables.cdpZero)
     instruction->add_outputs(tables.gradShards[l]);
   if (tables.chain && d == tables.N - 1 && !tables.cdpZero)
@@ -770,6 +839,8 @@ LogicalResult SlotLowering::lower(Operation &step) {
     int64_t l = wait.getStage(), zero = wait.getZero();
     if (zero < 2) // stage 2's and 3's shard came with the reduce-scatter
       waitForMeans(l, wait.getTimeStep(), wait.getMinStep(), wait.getDelay());
+    if (failed(adjustLossScale(wait)))
+      return failure();
     return updateStage(l, wait.getTimeStep(), wait.getMinStep(), zero);
   }
   if (auto clip = dyn_cast<sched::ClipMeansOp>(step))

@@ -111,8 +111,16 @@ struct DataParallelTables {
   /// The step's gradient clipping, if any (sched.clip_means or clip_own
   /// say where it runs).
   ClipGradNormOp clip;
-  /// Dynamic loss scaling's unscaling, if any (in sched.clip_means).
+  /// Dynamic loss scaling's unscaling, if any (in sched.clip_means, or
+  /// cdp's sched.clip_own).
   UnscaleGradsOp unscale;
+  /// cdp with loss scaling: the device's own overflow flag, which rides in
+  /// every stage's reduction; per stage the reduced flag (above 0 where any
+  /// device overflowed); the first trained stage, whose wait adjusts the
+  /// scale for the step.
+  int ownOverflow = -1;
+  std::vector<int> stageOverflow;
+  int64_t firstTrained = 0;
   /// laysa: the stages' top-k exchanges (no reduced buffers then).
   bool sparse = false;
   sparse::Exchange exchange;

@@ -630,13 +630,15 @@ Rules makeRules() {
     c.count(c.out(0), 1);
   });
   // The buffer, then `flags` scalars (every stage's found_inf), then the
-  // gradients unscaled in place.
+  // gradients unscaled in place; `adjust` 0: the gradients only, the
+  // buffer read.
   rules["unscale_grads"] = [](const Check &c, const KernelArgs &args) {
     c.arity(2, kMany, 0, 0);
     c.allF32();
     c.count(c.in(0), 3);
     int64_t inputs = static_cast<int64_t>(args.inputs.size());
     int64_t flags = c.attribute("flags", 0, 0, inputs - 1);
+    c.attribute("adjust", 1, 0, 1);
     for (int64_t k = 1; k <= flags; ++k)
       c.count(c.in(static_cast<size_t>(k)), 1);
     c.attribute("growth_interval", 2000, 1, int64_t{1} << 24);

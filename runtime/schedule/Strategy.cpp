@@ -89,7 +89,7 @@ bool matches(StrategyScope scope, const StrategyTraits &traits) {
     return traits.replicable;
   case StrategyScope::LossScaled:
     return traits.oneDevice || (traits.pipelined && !traits.cyclic) ||
-           (traits.dataParallel && !traits.cyclic && !traits.sparseExchange);
+           (traits.dataParallel && !traits.sparseExchange);
   }
   return false;
 }

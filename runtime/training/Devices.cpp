@@ -141,6 +141,23 @@ static bool scalesAStepLate(const Run &run) {
   return false;
 }
 
+/// How many steps after step t's program the loss-scale buffer holds step
+/// t's adjustment: 1 under dp (it unscales step t's means at the start of
+/// step t + 1), 1 + D under cdp, whose slots apply every stage's means D
+/// steps later still (the `delay` of its waits) and adjust the scale there.
+static int64_t lossScaleLag(const Run &run) {
+  const plan::Device &device = run.plan.devices(0);
+  bool ownUnscale = false;
+  int64_t delay = 0;
+  for (const plan::Instruction &instruction : device.instructions()) {
+    if (instruction.op() == "unscale_grads")
+      ownUnscale |= plan::intAttribute(instruction, "adjust", 1) == 0;
+    if (instruction.op() == "reduce_wait")
+      delay = plan::intAttribute(instruction, "delay", 0);
+  }
+  return 1 + (ownUnscale ? delay : 0);
+}
+
 /// Whether the step log can give each step's loss scale (fp16): dp's device
 /// 0 reads it after the next step's program, which unscales the step's
 /// means first; a pipeline's loss device with its step's loss, or (2bw)
@@ -401,9 +418,11 @@ static void runDevice(Run &run, int d, DeviceThreads &shared) {
   // fp16 under dp: the loss scale after step t's updates, for its line.
   bool notesScale =
       lateScale && d == scaleDevice && shared.log.tracksLossScale();
+  int64_t lag = lossScaleLag(run);
+  // After step t's program (or the flush's step t): step t - lag's scale.
   auto noteScale = [&](int64_t t) {
-    if (notesScale)
-      shared.log.noteScale(t, readLossScale(run, ex));
+    if (notesScale && t - lag + 1 >= 0)
+      shared.log.noteScale(t - lag + 1, readLossScale(run, ex));
   };
   if (shared.start > 0 && !run.portableResume) // the checkpoint's cut step
     runPart(shared.start - 1, shared.cuts.at(shared.start, d), size);
@@ -429,8 +448,9 @@ static void runDevice(Run &run, int d, DeviceThreads &shared) {
     if (cut < size)
       noteScale(t - 1);
   }
-  ex.flush(run.total, &loader);
-  noteScale(run.total - 1);
+  ex.flush(run.total, &loader, {}, [&](int64_t st) { noteScale(st - 1); });
+  if (lag == 1)
+    noteScale(run.total - 1);
   ex.gatherOnDeviceZero(run.modelOnDeviceZero);
 }
 

@@ -2,7 +2,7 @@
 // RUN: cdp-opt %s -cdp-autodiff -cdp-insert-optimizer | FileCheck %s --check-prefix=NONE
 // RUN: not cdp-opt %s -cdp-autodiff="loss-scale=-1" 2>&1 | FileCheck %s --check-prefix=NEGATIVE
 // RUN: cdp-opt %s -cdp-autodiff="loss-scale=8" -cdp-insert-optimizer="lr-schedule=cosine" | FileCheck %s --check-prefix=SCHEDULE
-// RUN: not cdp-opt %s -cdp-set-strategy=strategy=cdp -cdp-autodiff="loss-scale=8" -cdp-insert-optimizer 2>&1 | FileCheck %s --check-prefix=STRATEGY
+// RUN: not cdp-opt %s -cdp-set-strategy=strategy=cdp-mp -cdp-autodiff="loss-scale=8" -cdp-insert-optimizer 2>&1 | FileCheck %s --check-prefix=STRATEGY
 
 // Dynamic loss scaling (--precision fp16): autodiff seeds the backward with
 // the scale held in a new buffer [S, clean steps, overflow] instead of 1;
@@ -25,7 +25,7 @@
 // buffer (its kernel advances the schedule on a skipped step too, as
 // PyTorch's scheduler steps on, but not the update count).
 // SCHEDULE: cdp.update "w" {{.*}}unless_overflow({{.*}}) {{.*}}lr_schedule = "cosine"
-// STRATEGY: error: dynamic loss scaling (--precision fp16) runs under single, dp, gpipe, 1f1b, 2bw, interleaved-1f1b, zb-h1 or zb-v only so far, not cdp; use --precision bf16, which needs no scaling
+// STRATEGY: error: dynamic loss scaling (--precision fp16) runs under single, dp, cdp, gpipe, 1f1b, 2bw, interleaved-1f1b, zb-h1 or zb-v only so far, not cdp-mp; use --precision bf16, which needs no scaling
 func.func @main(%x: tensor<4xf32>) -> (tensor<f32> {cdp.name = "loss"}) attributes {cdp.loss_index = 0 : i64} {
   %w = cdp.param "w" : tensor<4xf32>
   %a = cdp.mul %x, %w : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>

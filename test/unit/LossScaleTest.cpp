@@ -93,6 +93,20 @@ TEST(LossScale, UnscalesTheGradientsAndNotesAnOverflow) {
   EXPECT_EQ(state, (std::vector<float>{1.0f, 0.0f, 1.0f}));
 }
 
+// cdp's own gradients (`adjust` 0): unscaled before they are reduced, the
+// buffer only read, even where a gradient overflowed (the flag that rides
+// in the reductions says so; the scale is adjusted where the means arrive).
+TEST(LossScale, UnscalesOwnGradientsWithoutAdjusting) {
+  plan::Instruction instruction;
+  instruction.set_op("unscale_grads");
+  setInt(instruction, "adjust", 0);
+  std::vector<float> state = {4.0f, 5.0f, 0.0f}, g = {4.0f, INFINITY};
+  auto kernel = kernelFor(instruction, {viewOf(state), viewOf(g)});
+  kernel->run(StepContext());
+  EXPECT_EQ(g[0], 1.0f);
+  EXPECT_EQ(state, (std::vector<float>{4.0f, 5.0f, 0.0f}));
+}
+
 // A pipeline stage's flag: 1 where any of its gradients is not finite.
 TEST(LossScale, FindsAnInfinityOrNaNAmongTheGradients) {
   plan::Instruction instruction;

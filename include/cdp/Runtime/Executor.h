@@ -165,9 +165,11 @@ public:
   /// After the last of `steps` steps: applies the reductions still pending
   /// (delayed updates), so that the parameters are theta_T. 2bw and
   /// cdp-mp: the drain (the last micro-batches' backwards and the
-  /// last update) runs as step `steps`, reported like any step.
+  /// last update) runs as step `steps`, reported like any step. The
+  /// pending blocks run step by step, `afterStep(st)` after each.
   void flush(int64_t steps, const Loader *loader = nullptr,
-             InstructionRange range = {});
+             InstructionRange range = {},
+             const std::function<void(int64_t)> &afterStep = nullptr);
 
   int device() const { return deviceIndex; }
 

@@ -133,10 +133,12 @@ enum class StrategyScope {
   Replicable,        ///< --replicas (and --zero 1 over them)
   /// Dynamic loss scaling: every device learns whether any gradient of the
   /// step overflowed before its updates, so all skip an overflowed step
-  /// alike (single; dp, whose updates wait for every stage's means; the
-  /// pipelines, whose stages exchange their overflow flags before updating;
-  /// not cdp or cdp-mp, whose slots update a stage at different time steps,
-  /// nor laysa's sparse exchange).
+  /// alike (single; dp, whose updates wait for every stage's means; cdp,
+  /// whose slots' overflow flags ride in every stage's reduction (v1 with
+  /// the all-reduce only: cdp-compile refuses the rest); the pipelines,
+  /// whose stages exchange their overflow flags before updating; not
+  /// cdp-mp, whose slots update a stage at different time steps, nor
+  /// laysa's sparse exchange).
   LossScaled,
 };
 

@@ -124,7 +124,8 @@ void registerGradientClip(KernelRegistry &registry) {
 /// (a pipeline stage's flag for the others). `unscale_grads`: the
 /// gradients times 1 / scale, overflow noted (in them, or in any of the
 /// `flags` inputs after the buffer: every stage's found_inf) and the scale
-/// adjusted (LossScale.h).
+/// adjusted (LossScale.h); with `adjust` 0 (cdp: a device's own gradients
+/// before they are reduced) the gradients only.
 void registerLossScaling(KernelRegistry &registry) {
   addKernel(registry, "loss_scale", [](const KernelArgs &args) {
     TensorView state = args.inputs[0], seed = args.outputs[0];
@@ -150,6 +151,7 @@ void registerLossScaling(KernelRegistry &registry) {
     float growth = static_cast<float>(args.f("growth_factor", 2.0)),
           backoff = static_cast<float>(args.f("backoff_factor", 0.5));
     int64_t interval = args.i("growth_interval", 2000);
+    bool adjust = args.i("adjust", 1) != 0;
     return [=](const StepContext &) {
       float *s = state.f32(), inverse = inverseLossScale(s);
       bool overflow = false;
@@ -161,7 +163,8 @@ void registerLossScaling(KernelRegistry &registry) {
           overflow |= !std::isfinite(x);
           x *= inverse;
         }
-      adjustLossScale(s, overflow, growth, backoff, interval);
+      if (adjust)
+        adjustLossScale(s, overflow, growth, backoff, interval);
     };
   });
 }

@@ -193,6 +193,7 @@ public:
         growth(static_cast<float>(args.f("growth_factor", 2.0))),
         backoff(static_cast<float>(args.f("backoff_factor", 0.5))),
         interval(args.i("growth_interval", 2000)),
+        adjust(args.i("adjust", 1) != 0),
         overflow(deviceOf(args), sizeof(int)) {}
 
   void run(const StepContext &context) override {
@@ -205,8 +206,9 @@ public:
       if (g.numel())
         unscaleKernel<<<blocksFor(g.numel()), kThreads, 0, stream>>>(
             g.f32(), g.numel(), state.f32(), overflow.as<int>());
-    adjustKernel<<<1, 1, 0, stream>>>(state.f32(), overflow.as<int>(), growth,
-                                      backoff, interval);
+    if (adjust)
+      adjustKernel<<<1, 1, 0, stream>>>(state.f32(), overflow.as<int>(), growth,
+                                        backoff, interval);
     launched("unscale_grads");
   }
 
@@ -215,6 +217,7 @@ private:
   std::vector<TensorView> flags, grads;
   float growth, backoff;
   int64_t interval;
+  bool adjust;
   Scratch overflow;
 };
 
