@@ -79,8 +79,9 @@ TEST(Strategy, ScopesNameWhatEachPassTakes) {
   EXPECT_TRUE(inScope(StrategyScope::Replicable, Strategy::ZBV));
   EXPECT_FALSE(inScope(StrategyScope::Replicable, Strategy::CDPMP));
   EXPECT_FALSE(inScope(StrategyScope::Pipeline, Strategy::LaySA));
-  EXPECT_EQ(scopeNames(StrategyScope::LossScaled),
-            "single, dp, cdp, gpipe, 1f1b, 2bw, interleaved-1f1b, zb-h1 or zb-v");
+  EXPECT_EQ(
+      scopeNames(StrategyScope::LossScaled),
+      "single, dp, cdp, gpipe, 1f1b, 2bw, interleaved-1f1b, zb-h1 or zb-v");
   EXPECT_EQ(weightVersions(Strategy::CDPMP), 2);
   EXPECT_TRUE(runsCyclicSlots(Strategy::CDPMP));
   EXPECT_FALSE(runsCyclicSlots(Strategy::TwoBW));
