@@ -38,7 +38,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -369,18 +368,9 @@ def torch_step_ms(torch, out, steps, autocast, compiled):
         optimizer.step()
         return loss
 
-    if compiled:
-        torch._dynamo.reset()
-        step = torch.compile(step)
-    first = step().item()
-    for _ in range(2):
-        step()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    torch.cuda.synchronize()
-    return 1e3 * (time.perf_counter() - start) / steps, first
+    import gpu_step  # the bundle's (run put DIR on the path)
+    ms, first = gpu_step.timed_step_ms(torch, step, steps, compiled, warmup=3)
+    return ms, first.item()
 
 
 def run(args):

@@ -158,20 +158,28 @@ def torch_step_ms(torch, model, x, y, steps, compiled, autocast=False):
         loss.backward()
         optimizer.step()
 
+    return timed_step_ms(torch, step, steps, compiled)[0]
+
+
+def timed_step_ms(torch, step, steps, compiled, warmup=5):
+    """Milliseconds per call of `step` (compiled with torch.compile if
+    asked) over `steps` calls after `warmup`, and what its first call
+    returned."""
     if compiled:
         # Compiled once per model: without the reset the same `step` code
         # collects a cache entry per model and, past dynamo's recompile
         # limit (8), silently runs eager.
         torch._dynamo.reset()
         step = torch.compile(step)
-    for _ in range(5):
+    first = step()
+    for _ in range(warmup - 1):
         step()
     torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(steps):
         step()
     torch.cuda.synchronize()
-    return 1e3 * (time.perf_counter() - start) / steps
+    return 1e3 * (time.perf_counter() - start) / steps, first
 
 
 def cublas_ms(torch, batch, steps=50):
