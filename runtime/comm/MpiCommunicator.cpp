@@ -426,9 +426,8 @@ bool MpiCommunicator::receiveOne(int from, int channel) {
       MPI_Mrecv(message.data(), bytes, MPI_BYTE, &handle, MPI_STATUS_IGNORE),
       from);
   ++receivedFrom[from];
-  Header header;
-  copyBytes(&header, message.data(), sizeof(Header));
-  early[{from, header.tag}] = std::move(message);
+  int64_t tag = readHeader(message).tag;
+  early[{from, tag}] = std::move(message);
   return true;
 }
 
@@ -550,9 +549,7 @@ bool MpiCommunicator::receive(
   std::vector<char> *message = take(from, tag);
   if (!message)
     return false;
-  Header header;
-  copyBytes(&header, message->data(), sizeof(Header));
-  use(header, message->data() + sizeof(Header));
+  use(readHeader(*message), message->data() + sizeof(Header));
   early.erase({from, tag});
   return true;
 }
