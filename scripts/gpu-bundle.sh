@@ -108,6 +108,13 @@ for zero in 1 2 3; do
 done
 add_case transformer-cdp-zero3 transformer --strategy cdp --devices 2 --zero 3 --cdp-rule v1
 add_case transformer-laysa transformer --strategy laysa --devices 2
+# Four devices sharing the one GPU: cdp's and dp's reductions and 1f1b's
+# sends stay in GPU memory (each device's link: device-to-device copies and
+# the mean summed on the GPU, ordered by events).
+add_case transformer-cdp4 transformer --strategy cdp --devices 4
+add_case resnet-cdp4 resnet --strategy cdp --devices 4
+add_case lenet-1f1b4 lenet --strategy 1f1b --stages 4 --micro-batches 2
+add_case transformer-dp4-zero3 transformer --strategy dp --devices 4 --zero 3
 # A replicated pipeline: its gradient sums over the replicas (replica_sum).
 add_case transformer-1f1b-replicas transformer --strategy 1f1b --stages 2 \
   --replicas 2 --devices 4

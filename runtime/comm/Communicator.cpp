@@ -80,6 +80,15 @@ int64_t countParts(const std::vector<BufferType> &parts, plan::DType dtype,
   return count;
 }
 
+/// A host copy of a part a device link holds would read device memory on
+/// the host: only a communicator that carriesDeviceMemory() may be given
+/// one, and it moves it through the link.
+template <typename BufferType> void requireHost(const BufferType &part) {
+  if (part.link)
+    throw RuntimeError("a communicator without device links was handed a "
+                       "device's memory (an internal error)");
+}
+
 } // namespace
 
 void Communicator::send(int to, int64_t tag, ConstBuffer data, int64_t tau) {
@@ -94,6 +103,7 @@ Communicator::describe(const std::vector<ConstBuffer> &parts) {
 
 void Communicator::copyParts(const std::vector<ConstBuffer> &parts, char *to) {
   for (const ConstBuffer &part : parts) {
+    requireHost(part);
     copyBytes(to, part.data, part.bytes());
     to += part.bytes();
   }
@@ -114,6 +124,7 @@ void Communicator::addArrival(int64_t tag, int from, plan::DType dtype,
   checkArrival(tag, from, dtype, count,
                {plan::F32, nullptr, reducedCount(tag, parts)});
   for (const Buffer &part : parts) {
+    requireHost(part);
     float *acc = static_cast<float *>(part.data);
     for (int64_t i = 0; i < part.count; ++i) {
       float value; // a message's bytes need not be aligned for float
@@ -134,6 +145,7 @@ int64_t Communicator::reducedCount(int64_t tag,
 void Communicator::scatter(const float *values,
                            const std::vector<Buffer> &parts) {
   for (const Buffer &part : parts) {
+    requireHost(part);
     copyBytes(part.data, values, part.bytes());
     values += part.count;
   }

@@ -6,6 +6,7 @@
 #include "cdp/Runtime/Bytes.h"
 #include "cdp/Runtime/Kernel.h"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 
@@ -18,6 +19,7 @@ public:
       : fabric(fabric), device(device) {}
   int rank() const override { return device; }
   int size() const override { return fabric.devices; }
+  bool carriesDeviceMemory() const override { return true; }
   using Communicator::send;
   void send(int to, int64_t tag, const std::vector<ConstBuffer> &parts,
             int64_t tau) override;
@@ -36,6 +38,15 @@ private:
   /// drops it; false when the fabric was aborted.
   bool receive(int from, int64_t tag,
                const std::function<void(const LocalFabric::Message &)> &use);
+  /// The message's bytes on `link`'s device: its block where it lies in
+  /// that domain, else a copy uploaded from the host.
+  static std::shared_ptr<DeviceBlock>
+  onLink(DeviceLink &link, const LocalFabric::Message &message);
+  /// Marks `r` done once every device gave to it.
+  void complete(LocalFabric::Reduction &r);
+  /// The mean of a reduction every device gave to, into `parts`.
+  void fetchMean(LocalFabric::Reduction &r, int64_t tag,
+                 const std::vector<Buffer> &parts);
 
   LocalFabric &fabric;
   int device;
@@ -49,6 +60,59 @@ LocalFabric::LocalFabric(int devices) : devices(devices), waits(devices) {
 }
 
 LocalFabric::~LocalFabric() = default;
+
+namespace {
+
+/// The link every part's memory is reached through, or null where they are
+/// host memory; parts of one message lie in one place.
+template <typename BufferType>
+DeviceLink *linkOf(const std::vector<BufferType> &parts) {
+  DeviceLink *link = parts.empty() ? nullptr : parts.front().link;
+  for (const BufferType &part : parts)
+    if (part.link != link)
+      throw RuntimeError("a message's buffers lie on different devices");
+  return link;
+}
+
+std::vector<float> downloadFloats(const DeviceBlock &block) {
+  std::vector<float> values(block.bytes() / sizeof(float));
+  block.download(reinterpret_cast<char *>(values.data()));
+  return values;
+}
+
+} // namespace
+
+std::vector<char> LocalFabric::Message::hostBytes() const {
+  if (!block)
+    return bytes;
+  std::vector<char> host(block->bytes());
+  block->download(host.data());
+  return host;
+}
+
+std::vector<std::vector<float>>
+LocalFabric::hostContributions(const Reduction &r) {
+  std::vector<std::vector<float>> host = r.contributions;
+  host.resize(std::max(host.size(), r.blocks.size())); // done: none left
+  for (size_t d = 0; d < r.blocks.size(); ++d)
+    if (r.blocks[d])
+      host[d] = downloadFloats(*r.blocks[d]);
+  return host;
+}
+
+// Sum in device order, from +0 (as a device's meanOut does): every device
+// gets the same bits.
+std::vector<float> LocalFabric::hostMean(const Reduction &r, int devices) {
+  std::vector<std::vector<float>> parts = hostContributions(r);
+  std::vector<float> mean(parts.empty() ? 0 : parts.front().size(), 0.0f);
+  for (const std::vector<float> &part : parts)
+    for (size_t i = 0; i < mean.size(); ++i)
+      mean[i] += part[i];
+  float scale = 1.0f / static_cast<float>(devices);
+  for (float &v : mean)
+    v *= scale;
+  return mean;
+}
 
 Communicator &LocalFabric::endpoint(int d) { return *endpoints.at(d); }
 
@@ -126,7 +190,7 @@ std::string LocalFabric::saveInFlight() {
     out.put<int64_t>(std::get<2>(key));
     out.put<int32_t>(message.dtype);
     out.put<int64_t>(message.count);
-    out.putVector(message.bytes);
+    out.putVector(message.hostBytes());
   }
   out.put<uint64_t>(reductions.size());
   for (const auto &[tag, r] : reductions) {
@@ -134,9 +198,13 @@ std::string LocalFabric::saveInFlight() {
     out.put<int32_t>(r.arrived);
     out.put<int32_t>(r.fetched);
     out.put<uint8_t>(r.done);
-    out.putVector(r.mean);
-    out.put<uint64_t>(r.contributions.size());
-    for (const std::vector<float> &part : r.contributions)
+    // A device reduction keeps its blocks where a host one has its mean.
+    bool kept = r.done && r.mean.empty() && !r.blocks.empty();
+    out.putVector(kept ? hostMean(r, devices) : r.mean);
+    std::vector<std::vector<float>> parts =
+        r.done ? std::vector<std::vector<float>>() : hostContributions(r);
+    out.put<uint64_t>(parts.size());
+    for (const std::vector<float> &part : parts)
       out.putVector(part);
   }
   return out.bytes();
@@ -215,10 +283,14 @@ void LocalCommunicator::send(int to, int64_t tag,
                              int64_t tau) {
   checkPeer(to);
   auto [dtype, count] = describe(parts);
-  LocalFabric::Message message{
-      dtype, count, std::vector<char>(count * plan::dtypeSize(dtype))};
-  copyParts(parts, message.bytes.data());
-  int64_t bytes = static_cast<int64_t>(message.bytes.size());
+  LocalFabric::Message message{dtype, count, {}, nullptr};
+  if (DeviceLink *link = linkOf(parts)) {
+    message.block = link->stash(parts);
+  } else {
+    message.bytes.resize(count * plan::dtypeSize(dtype));
+    copyParts(parts, message.bytes.data());
+  }
+  int64_t bytes = count * plan::dtypeSize(dtype);
   {
     std::lock_guard<std::mutex> lock(fabric.mutex);
     auto key = std::make_tuple(device, to, tag);
@@ -249,18 +321,36 @@ bool LocalCommunicator::receive(
   return true;
 }
 
+std::shared_ptr<DeviceBlock>
+LocalCommunicator::onLink(DeviceLink &link,
+                          const LocalFabric::Message &message) {
+  if (message.block && message.block->domain() == link.domain())
+    return message.block;
+  std::vector<char> host = message.hostBytes();
+  return link.stashHost(host.data(), static_cast<int64_t>(host.size()));
+}
+
 bool LocalCommunicator::recv(int from, int64_t tag, Buffer out) {
   return receive(from, tag, [&](const LocalFabric::Message &message) {
     checkArrival(tag, from, message.dtype, message.count, out);
-    copyBytes(out.data, message.bytes.data(), out.bytes());
+    if (out.link)
+      out.link->copyOut(*onLink(*out.link, message), {out});
+    else
+      copyBytes(out.data, message.hostBytes().data(), out.bytes());
   });
 }
 
 bool LocalCommunicator::recvAdd(int from, int64_t tag,
                                 const std::vector<Buffer> &parts) {
   return receive(from, tag, [&](const LocalFabric::Message &message) {
-    addArrival(tag, from, message.dtype, message.count, message.bytes.data(),
-               parts);
+    if (DeviceLink *link = linkOf(parts)) {
+      checkArrival(tag, from, message.dtype, message.count,
+                   {plan::F32, nullptr, reducedCount(tag, parts)});
+      link->addOut(*onLink(*link, message), parts);
+      return;
+    }
+    addArrival(tag, from, message.dtype, message.count,
+               message.hostBytes().data(), parts);
   });
 }
 
@@ -272,37 +362,42 @@ bool LocalCommunicator::arrived(int from, int64_t tag) {
 void LocalCommunicator::reduceStart(int64_t tag,
                                     const std::vector<ConstBuffer> &parts,
                                     int64_t tau) {
-  std::vector<float> contribution = concatenate(parts);
-  int64_t count = static_cast<int64_t>(contribution.size());
+  DeviceLink *link = linkOf(parts);
+  std::vector<float> contribution;
+  std::shared_ptr<DeviceBlock> block;
+  if (link) {
+    for (const ConstBuffer &part : parts)
+      checkReducible(part.dtype);
+    block = link->stash(parts);
+  } else {
+    contribution = concatenate(parts);
+  }
+  int64_t count = describe(parts).second;
   {
     std::lock_guard<std::mutex> lock(fabric.mutex);
     LocalFabric::Reduction &r = fabric.reductions[tag];
     if (r.contributions.empty())
       r.contributions.resize(fabric.devices);
-    if (!r.contributions[device].empty())
+    if (r.blocks.empty()) // also a reduction restored from a checkpoint
+      r.blocks.resize(fabric.devices);
+    if (r.gave(device))
       throw RuntimeError("device " + std::to_string(device) +
                          " contributed twice to reduction " +
                          std::to_string(tag));
-    for (const std::vector<float> &part : r.contributions)
-      if (!part.empty() && static_cast<int64_t>(part.size()) != count)
+    for (int d = 0; d < fabric.devices; ++d) {
+      int64_t theirs = r.blocks[d]
+                           ? r.blocks[d]->bytes() / int64_t(sizeof(float))
+                           : static_cast<int64_t>(r.contributions[d].size());
+      if (r.gave(d) && theirs != count)
         throw RuntimeError("device " + std::to_string(device) + " adds " +
                            std::to_string(count) + " values to reduction " +
                            std::to_string(tag) + ", another device " +
-                           std::to_string(part.size()));
-    r.contributions[device] = std::move(contribution);
-    if (++r.arrived == fabric.devices) {
-      // Sum in device order: every device gets the same bits.
-      r.mean.assign(count, 0.0f);
-      for (const std::vector<float> &part : r.contributions)
-        for (int64_t i = 0; i < count; ++i)
-          r.mean[i] += part[i];
-      float scale = 1.0f / static_cast<float>(fabric.devices);
-      for (float &v : r.mean)
-        v *= scale;
-      r.contributions.clear();
-      r.done = true;
-      fabric.changed.notify_all();
+                           std::to_string(theirs));
     }
+    r.contributions[device] = std::move(contribution);
+    r.blocks[device] = std::move(block);
+    if (++r.arrived == fabric.devices)
+      complete(r);
   }
   std::lock_guard<std::mutex> lock(logMutex);
   log.push_back({tau, count * int64_t(sizeof(float)), true}); // a reduction
@@ -319,15 +414,58 @@ bool LocalCommunicator::reduceWait(int64_t tag,
                       }))
     return false;
   LocalFabric::Reduction &r = fabric.reductions[tag];
-  if (static_cast<int64_t>(r.mean.size()) != count)
+  int64_t held = r.mean.empty() && !r.blocks.empty()
+                     ? r.blocks.front()->bytes() / int64_t(sizeof(float))
+                     : static_cast<int64_t>(r.mean.size());
+  if (held != count)
     throw RuntimeError("reduction " + std::to_string(tag) + " has " +
-                       std::to_string(r.mean.size()) + " float32 values, " +
-                       "device " + std::to_string(device) + " expects " +
+                       std::to_string(held) + " float32 values, " + "device " +
+                       std::to_string(device) + " expects " +
                        std::to_string(count));
-  scatter(r.mean.data(), parts);
+  fetchMean(r, tag, parts);
   if (++r.fetched == fabric.devices)
     fabric.reductions.erase(tag);
   return true;
+}
+
+// Host contributions are summed at once; device blocks all of one domain
+// are kept for the waiters to sum on their streams; a mix goes to the host.
+void LocalCommunicator::complete(LocalFabric::Reduction &r) {
+  bool kept = true;
+  for (const std::shared_ptr<DeviceBlock> &block : r.blocks)
+    kept = kept && block && block->domain() == r.blocks.front()->domain();
+  if (!kept) {
+    r.mean = LocalFabric::hostMean(r, fabric.devices);
+    r.blocks.clear();
+  }
+  r.contributions.clear();
+  r.done = true;
+  fabric.changed.notify_all();
+}
+
+void LocalCommunicator::fetchMean(LocalFabric::Reduction &r, int64_t tag,
+                                  const std::vector<Buffer> &parts) {
+  DeviceLink *link = linkOf(parts);
+  float scale = 1.0f / static_cast<float>(fabric.devices);
+  if (!r.blocks.empty() && link &&
+      r.blocks.front()->domain() == link->domain()) {
+    std::vector<const DeviceBlock *> blocks;
+    for (const std::shared_ptr<DeviceBlock> &block : r.blocks)
+      blocks.push_back(block.get());
+    link->meanOut(blocks, scale, parts);
+    return;
+  }
+  if (r.mean.empty() && !r.blocks.empty())
+    r.mean = LocalFabric::hostMean(r, fabric.devices);
+  if (!link) {
+    scatter(r.mean.data(), parts);
+    return;
+  }
+  reducedCount(tag, parts);
+  std::shared_ptr<DeviceBlock> mean =
+      link->stashHost(reinterpret_cast<const char *>(r.mean.data()),
+                      static_cast<int64_t>(r.mean.size() * sizeof(float)));
+  link->copyOut(*mean, parts);
 }
 
 void LocalCommunicator::abort() {

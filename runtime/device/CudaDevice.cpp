@@ -2,6 +2,7 @@
 
 #include "CudaDevice.h"
 #include "Cublas.h"
+#include "CudaStreamOps.h"
 
 #include <atomic>
 
@@ -54,11 +55,14 @@ CudaDevice::CudaDevice(int index) : deviceIndex(index) {
   checkCudnn(cudnnSetStream(dnnHandle, work), "cudnnSetStream");
   statusWord = static_cast<int *>(allocate(sizeof(int)));
   statusHost = static_cast<int *>(allocateHost(sizeof(int)));
+  streamOps = std::make_shared<CudaStreamOps>(gpuIndex, work);
+  streamLink = std::make_unique<StreamLink>(streamOps);
 }
 
 CudaDevice::~CudaDevice() {
   cudaSetDevice(gpuIndex);
   cudaStreamSynchronize(work);
+  streamOps->detach();
   if (copies) {
     cudaStreamSynchronize(copies);
     cudaEventDestroy(uploaded);

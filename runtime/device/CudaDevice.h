@@ -16,9 +16,12 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <memory>
 #include <string>
 
 namespace cdp::runtime {
+
+class CudaStreamOps;
 
 /// What a kernel flags in the status word (bits).
 enum CudaStatus : int {
@@ -45,6 +48,8 @@ public:
   void *queue() override;
   void synchronize() override;
   void finishStep(int64_t step) override;
+  /// Messages to devices of the same GPU stay on it, queued on `work`.
+  DeviceLink *link() override { return streamLink.get(); }
 
   /// Page-locked host memory for staging.
   void *allocateHost(size_t bytes) override;
@@ -77,6 +82,8 @@ private:
   cudaEvent_t uploaded = nullptr, taken = nullptr;
   int *statusWord = nullptr;
   int *statusHost = nullptr;
+  std::shared_ptr<CudaStreamOps> streamOps;
+  std::unique_ptr<StreamLink> streamLink;
 };
 
 } // namespace cdp::runtime

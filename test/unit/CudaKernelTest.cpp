@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cdp/Plan/PlanIO.h"
+#include "cdp/Runtime/Communicator.h"
 #include "cdp/Runtime/Device.h"
 #include "cdp/Runtime/Kernel.h"
 #include "device/Cublas.h"
@@ -688,6 +689,80 @@ TEST(CudaKernelErrors, LabelOutOfRangeFailsTheStep) {
   std::memcpy(values[1].data() + 8, &good, 8);
   gpu->upload(cuda.memory[1], values[1].data(), values[1].size());
   EXPECT_NO_THROW(cuda.run(8));
+}
+
+/// Devices sharing one GPU exchange on it (StreamLink over CudaStreamOps):
+/// a reduction's mean is the host fabric's bits on every device, a message
+/// arrives as it was when sent, and the CUDA kernels of send, recv and the
+/// reductions take that route (the CPU kernel on the GPU's tensors, not a
+/// host-staged one) where the communicator carries device memory.
+TEST(CudaDeviceLink, DevicesSharingAGpuExchangeOnIt) {
+  std::vector<std::unique_ptr<Device>> gpus;
+  try {
+    for (int d = 0; d < 3; ++d)
+      gpus.push_back(createDevice(Backend::CUDA, 0));
+  } catch (const RuntimeError &e) {
+    GTEST_SKIP() << "no GPU: " << e.what();
+  }
+  const int64_t n = 1000;
+  std::vector<std::vector<float>> parts(3, std::vector<float>(n));
+  std::mt19937 random(3);
+  std::normal_distribution<float> normal;
+  for (std::vector<float> &part : parts)
+    for (float &v : part)
+      v = normal(random);
+  LocalFabric host(3), onGpu(3);
+  std::vector<float> expected(n);
+  for (int d = 0; d < 3; ++d)
+    host.endpoint(d).reduceStart(1, {{plan::F32, parts[d].data(), n}}, 0);
+  ASSERT_TRUE(
+      host.endpoint(0).reduceWait(1, {{plan::F32, expected.data(), n}}));
+  std::vector<float *> grads;
+  for (int d = 0; d < 3; ++d) {
+    grads.push_back(static_cast<float *>(gpus[d]->allocate(n * 4)));
+    gpus[d]->upload(grads[d], parts[d].data(), n * 4);
+    gpus[d]->queue();
+    onGpu.endpoint(d).reduceStart(
+        1,
+        {ConstBuffer(plan::F32, grads[d], 400, gpus[d]->link()),
+         ConstBuffer(plan::F32, grads[d] + 400, n - 400, gpus[d]->link())},
+        0);
+    gpus[d]->fill(grads[d], 0, n * 4); // the next step's gradients
+  }
+  for (int d = 2; d >= 0; --d) {
+    gpus[d]->queue();
+    ASSERT_TRUE(onGpu.endpoint(d).reduceWait(
+        1, {{plan::F32, grads[d], n, gpus[d]->link()}}));
+    std::vector<float> got(n);
+    gpus[d]->download(got.data(), grads[d], n * 4);
+    EXPECT_EQ(std::memcmp(got.data(), expected.data(), n * 4), 0)
+        << "device " << d;
+  }
+  // A message: sent, overwritten by the sender, received as sent.
+  gpus[0]->upload(grads[0], parts[0].data(), n * 4);
+  gpus[0]->queue();
+  onGpu.endpoint(0).send(1, 5, {plan::F32, grads[0], n, gpus[0]->link()}, 0);
+  gpus[0]->fill(grads[0], 0, n * 4);
+  gpus[1]->queue();
+  ASSERT_TRUE(
+      onGpu.endpoint(1).recv(0, 5, {plan::F32, grads[1], n, gpus[1]->link()}));
+  std::vector<float> got(n);
+  gpus[1]->download(got.data(), grads[1], n * 4);
+  EXPECT_EQ(got, parts[0]);
+  // The kernels' route.
+  plan::Instruction instruction;
+  instruction.set_op("reduce_wait");
+  KernelArgs args;
+  args.instruction = &instruction;
+  args.outputs = {TensorView{grads[0], {n}, plan::F32, MemorySpace::Device}};
+  args.communicator = &onGpu.endpoint(0);
+  args.runsOn = gpus[0].get();
+  std::unique_ptr<Kernel> kernel =
+      (*KernelRegistry::instance().lookup("reduce_wait", Backend::CUDA))(args);
+  EXPECT_NE(dynamic_cast<FunctionKernel *>(kernel.get()), nullptr)
+      << "reduce_wait staged through the host";
+  for (int d = 0; d < 3; ++d)
+    gpus[d]->release(grads[d]);
 }
 
 } // namespace

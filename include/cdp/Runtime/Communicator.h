@@ -22,6 +22,7 @@
 #define CDP_RUNTIME_COMMUNICATOR_H
 
 #include "cdp/Plan/plan.pb.h"
+#include "cdp/Runtime/DeviceLink.h"
 #include "cdp/Runtime/MessageTags.h"
 
 #include <condition_variable>
@@ -35,25 +36,31 @@
 
 namespace cdp::runtime {
 
-/// `count` elements of `dtype` that a message fills.
+/// `count` elements of `dtype` that a message fills. With a `link` they
+/// lie in that device's memory, which only a communicator that
+/// carriesDeviceMemory() takes, and only through the link.
 struct Buffer {
   plan::DType dtype = plan::F32;
   void *data = nullptr;
   int64_t count = 0;
+  DeviceLink *link = nullptr;
   int64_t bytes() const;
 };
 
 /// `count` elements of `dtype` that a message reads.
 struct ConstBuffer {
   ConstBuffer() = default;
-  ConstBuffer(plan::DType dtype, const void *data, int64_t count)
-      : dtype(dtype), data(data), count(count) {}
+  ConstBuffer(plan::DType dtype, const void *data, int64_t count,
+              DeviceLink *link = nullptr)
+      : dtype(dtype), data(data), count(count), link(link) {}
   /// A buffer a message fills may be read by another (implicit on purpose).
   ConstBuffer(const Buffer &buffer)
-      : dtype(buffer.dtype), data(buffer.data), count(buffer.count) {}
+      : dtype(buffer.dtype), data(buffer.data), count(buffer.count),
+        link(buffer.link) {}
   plan::DType dtype = plan::F32;
   const void *data = nullptr;
   int64_t count = 0;
+  DeviceLink *link = nullptr; ///< as Buffer's
   int64_t bytes() const;
 };
 
@@ -103,6 +110,10 @@ public:
   /// The device this endpoint speaks for, and how many there are.
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  /// Whether send, recv, recvAdd, reduceStart and reduceWait take buffers
+  /// in a device's memory (with a DeviceLink). The others take host
+  /// memory only, as every backend's collectives do.
+  virtual bool carriesDeviceMemory() const { return false; }
 
   /// Point to point: sends `data` to device `to` under `tag` and returns
   /// once the buffer may be reused; `tau` is the sender's time step (for
@@ -361,17 +372,35 @@ private:
   /// run was aborted, a RuntimeError when it stalled.
   bool waitFor(std::unique_lock<std::mutex> &lock, int d, Wait wait,
                const std::function<bool()> &ready);
+  /// A reduction's contributions, by device: host values, or blocks in
+  /// device memory (a GPU's; all of one domain once every device gave,
+  /// else downloaded then). Host contributions are summed into `mean` at
+  /// the last one; device blocks are kept and each waiter sums them on its
+  /// own stream (DeviceLink::meanOut), or on the host where it must.
   struct Reduction {
     std::vector<std::vector<float>> contributions;
+    std::vector<std::shared_ptr<DeviceBlock>> blocks;
     std::vector<float> mean;
     int arrived = 0, fetched = 0;
     bool done = false;
+    /// Whether device d has contributed.
+    bool gave(int d) const {
+      return !contributions[d].empty() || (!blocks.empty() && blocks[d]);
+    }
   };
+  /// A message: host bytes, or a block in the sender's device memory.
   struct Message {
     plan::DType dtype;
     int64_t count;
     std::vector<char> bytes;
+    std::shared_ptr<DeviceBlock> block;
+    /// Its bytes on the host (a block downloaded once it is ready).
+    std::vector<char> hostBytes() const;
   };
+  /// Every contribution on the host (device blocks downloaded), and the
+  /// mean of a reduction every device gave to, summed in device order.
+  static std::vector<std::vector<float>> hostContributions(const Reduction &r);
+  static std::vector<float> hostMean(const Reduction &r, int devices);
   /// Whether a restored reduction is in a state reduceStart and
   /// reduceWait leave one in.
   bool leftByARun(const Reduction &r) const;

@@ -14,6 +14,7 @@
 #ifndef CDP_RUNTIME_DEVICE_H
 #define CDP_RUNTIME_DEVICE_H
 
+#include "cdp/Runtime/DeviceLink.h"
 #include "cdp/Runtime/Kernel.h"
 
 #include <cstddef>
@@ -62,6 +63,9 @@ public:
   /// GPU's) waits for them here and throws the RuntimeError one of them
   /// flagged (a label out of range), naming the step.
   virtual void finishStep(int64_t step) { (void)step; }
+  /// How a communicator moves this device's memory without reading it
+  /// (a GPU's stream); null where the host reads it (the CPU's).
+  virtual DeviceLink *link() { return nullptr; }
 };
 
 /// Device memory of its own, released with it.

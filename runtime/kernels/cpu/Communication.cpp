@@ -20,6 +20,7 @@
 
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Runtime/Communicator.h"
+#include "cdp/Runtime/Device.h"
 #include "cdp/Runtime/MessageTags.h"
 
 #include <algorithm>
@@ -36,10 +37,22 @@ int64_t totalCount(const std::vector<TensorView> &views) {
 }
 
 /// A tensor as a message's typed buffer.
-ConstBuffer sending(const TensorView &v) {
-  return {v.dtype, v.data, v.numel()};
+ConstBuffer sending(const TensorView &v, DeviceLink *link = nullptr) {
+  return {v.dtype, v.data, v.numel(), link};
 }
-Buffer receiving(const TensorView &v) { return {v.dtype, v.data, v.numel()}; }
+Buffer receiving(const TensorView &v, DeviceLink *link = nullptr) {
+  return {v.dtype, v.data, v.numel(), link};
+}
+
+/// The link of the device a kernel runs on where the communicator takes
+/// that device's memory (a GPU's send, recv and reductions, which then run
+/// this kernel on the GPU's tensors), else null: host memory.
+DeviceLink *linkFor(const KernelArgs &args) {
+  if (!args.runsOn || !args.communicator ||
+      !args.communicator->carriesDeviceMemory())
+    return nullptr;
+  return args.runsOn->link();
+}
 Buffer floats(float *data, int64_t count) { return {plan::F32, data, count}; }
 ConstBuffer floats(const float *data, int64_t count) {
   return {plan::F32, data, count};
@@ -67,26 +80,25 @@ void registerPipeline(KernelRegistry &registry) {
   addKernel(registry, "send", [tagOf](const KernelArgs &args) {
     if (!args.communicator)
       args.fail("needs a communicator (a multi-device plan)");
-    TensorView x = args.inputs[0];
+    ConstBuffer x = sending(args.inputs[0], linkFor(args));
     int to = static_cast<int>(args.i("peer", 0));
     int64_t timeStep = args.instruction->time_step(),
             cycle = args.i("cycle", 1);
     auto tag = tagOf(args);
     Communicator *comm = args.communicator;
     return [=](const StepContext &context) {
-      comm->send(to, tag(context.step), sending(x),
-                 timeStep + cycle * context.step);
+      comm->send(to, tag(context.step), x, timeStep + cycle * context.step);
     };
   });
   addKernel(registry, "recv", [tagOf](const KernelArgs &args) {
     if (!args.communicator)
       args.fail("needs a communicator (a multi-device plan)");
-    TensorView y = args.outputs[0];
+    Buffer y = receiving(args.outputs[0], linkFor(args));
     int device = args.device, from = static_cast<int>(args.i("peer", 0));
     auto tag = tagOf(args);
     Communicator *comm = args.communicator;
     return [=](const StepContext &context) {
-      if (!comm->recv(from, tag(context.step), receiving(y)))
+      if (!comm->recv(from, tag(context.step), y))
         throw RuntimeError("device " + std::to_string(device) +
                            ": stopped while waiting for a tensor (another "
                            "device failed)");
@@ -173,7 +185,7 @@ void registerCommunication(KernelRegistry &registry) {
   addKernel(registry, "reduce_start", [](const KernelArgs &args) {
     if (!args.communicator)
       args.fail("needs a communicator (a multi-device plan)");
-    std::vector<ConstBuffer> grads = readBuffers(args.inputs);
+    std::vector<ConstBuffer> grads = readBuffers(args.inputs, linkFor(args));
     int64_t stage = args.i("stage", 0);
     Communicator *comm = args.communicator;
     int64_t timeStep = args.instruction->time_step(),
@@ -189,7 +201,7 @@ void registerCommunication(KernelRegistry &registry) {
   addKernel(registry, "reduce_wait", [](const KernelArgs &args) {
     if (!args.communicator)
       args.fail("needs a communicator (a multi-device plan)");
-    std::vector<Buffer> reduced = writtenBuffers(args.outputs);
+    std::vector<Buffer> reduced = writtenBuffers(args.outputs, linkFor(args));
     int64_t stage = args.i("stage", 0), delay = args.i("delay", 0);
     Communicator *comm = args.communicator;
     int device = args.device;

@@ -50,18 +50,20 @@ inline void unpack(const float *in, const std::vector<TensorView> &views) {
 /// Tensors as a communicator's list of buffers, read or filled one after
 /// another: a stage's gradients or parameters where they lie, so no kernel
 /// packs them into a copy first.
+/// With a `link` the tensors lie in that device's memory (a GPU's send,
+/// recv and reductions where the communicator carries device memory).
 inline std::vector<ConstBuffer>
-readBuffers(const std::vector<TensorView> &views) {
+readBuffers(const std::vector<TensorView> &views, DeviceLink *link = nullptr) {
   std::vector<ConstBuffer> buffers;
   for (const TensorView &v : views)
-    buffers.emplace_back(v.dtype, v.data, v.numel());
+    buffers.emplace_back(v.dtype, v.data, v.numel(), link);
   return buffers;
 }
-inline std::vector<Buffer>
-writtenBuffers(const std::vector<TensorView> &views) {
+inline std::vector<Buffer> writtenBuffers(const std::vector<TensorView> &views,
+                                          DeviceLink *link = nullptr) {
   std::vector<Buffer> buffers;
   for (const TensorView &v : views)
-    buffers.push_back({v.dtype, v.data, v.numel()});
+    buffers.push_back({v.dtype, v.data, v.numel(), link});
   return buffers;
 }
 

@@ -17,6 +17,8 @@
 
 #include "../MirrorSpans.h"
 
+#include "cdp/Runtime/Communicator.h"
+
 namespace cdp::runtime::cuda {
 
 namespace {
@@ -138,15 +140,21 @@ void registerCommunication(KernelRegistry &registry) {
     if (!cpu)
       continue;
     KernelFactory factory = *cpu;
-    bool reduction =
-        std::string(op) == "reduce_start" || std::string(op) == "reduce_wait";
+    std::string name = op;
+    bool reduction = name == "reduce_start" || name == "reduce_wait";
+    bool linked = reduction || name == "send" || name == "recv";
     registry.add(
         op, Backend::CUDA,
-        [factory, reduction, writes = writesInputs, name = std::string(op)](
-            const KernelArgs &args) -> std::unique_ptr<Kernel> {
+        [factory, reduction, linked, writes = writesInputs,
+         name](const KernelArgs &args) -> std::unique_ptr<Kernel> {
           if (reduction)
             if (std::unique_ptr<Kernel> nccl = makeNcclKernel(name, args))
               return nccl;
+          // The CPU kernel only hands its tensors to the communicator: one
+          // that carries device memory moves them through the GPU's link.
+          if (linked && args.communicator &&
+              args.communicator->carriesDeviceMemory())
+            return factory(args);
           return std::make_unique<HostStagedKernel>(args, factory, writes);
         });
   }

@@ -1,0 +1,140 @@
+//===- DeviceLink.h - messages that stay in a device's memory ---*- C++ -*-===//
+//
+// A communicator moves host memory it reads and writes itself. A GPU's
+// tensors it may not touch: a message between devices sharing one GPU
+// would go out to the host and back, and the sender's stream would have to
+// stop for it. A device's link lets the communicator move such memory
+// without reading it: every operation is queued on the device's own
+// stream, ordered after the work queued before it, and never waits on the
+// host. A message in flight is a DeviceBlock, a copy in device memory that
+// is ready once its copy ran; readers on other streams wait for that
+// (events on a GPU), and it is freed after its last reader's work.
+//
+// The in-process fabric (LocalFabric) carries blocks where both ends have
+// links of the same domain (one GPU); otherwise, and to save a checkpoint's
+// messages in flight, it downloads a block to the host.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CDP_RUNTIME_DEVICELINK_H
+#define CDP_RUNTIME_DEVICELINK_H
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace cdp::runtime {
+
+struct Buffer;
+struct ConstBuffer;
+
+/// A message's bytes in a device's memory.
+class DeviceBlock {
+public:
+  virtual ~DeviceBlock() = default;
+  /// Devices whose links share a domain copy each other's memory directly.
+  virtual int domain() const = 0;
+  virtual int64_t bytes() const = 0;
+  /// Copies the block to host memory once it is ready (blocks the caller).
+  virtual void download(char *host) const = 0;
+};
+
+/// One device's stream, seen by a communicator. Buffers handed to it hold
+/// this device's memory; float32 is the only dtype the sums take.
+class DeviceLink {
+public:
+  virtual ~DeviceLink() = default;
+  virtual int domain() const = 0;
+  /// A copy of `parts`, one after another, ready once the work queued on
+  /// this device before the call (which writes them) and the copy ran.
+  virtual std::shared_ptr<DeviceBlock>
+  stash(const std::vector<ConstBuffer> &parts) = 0;
+  /// A block holding `bytes` host bytes (a message restored from a
+  /// checkpoint, or one from another domain); the host bytes may change
+  /// once it returns.
+  virtual std::shared_ptr<DeviceBlock> stashHost(const char *host,
+                                                 int64_t bytes) = 0;
+  /// Queued after `block` is ready: its bytes into `parts`, one after
+  /// another (a block of this domain).
+  virtual void copyOut(const DeviceBlock &block,
+                       const std::vector<Buffer> &parts) = 0;
+  /// Queued likewise: `part += block` element by element (float32; the
+  /// same bits as block + part).
+  virtual void addOut(const DeviceBlock &block,
+                      const std::vector<Buffer> &parts) = 0;
+  /// Queued after every block is ready: the float32 mean
+  /// `((0 + b_0) + b_1 + ...) * scale`, summed in the blocks' order as
+  /// the host's reductions sum (so the same bits), into `parts`.
+  virtual void meanOut(const std::vector<const DeviceBlock *> &blocks,
+                       float scale, const std::vector<Buffer> &parts) = 0;
+};
+
+/// A point in a stream's work (a CUDA event): what runs after it was
+/// queued has not started before it.
+class StreamEvent {
+public:
+  virtual ~StreamEvent() = default;
+};
+
+/// What a device's stream offers a StreamLink: memory, copies and two
+/// float32 kernels, each queued after the stream's earlier work, and
+/// events between streams of one domain. A GPU's are CUDA's; the unit
+/// tests' are a CPU double that runs each stream's work only when
+/// something waits for it, so a missing wait reads stale bytes.
+class StreamOps {
+public:
+  virtual ~StreamOps() = default;
+  virtual int domain() const = 0;
+  /// Memory usable by work queued after this call, and its release after
+  /// the work queued before the release.
+  virtual void *allocate(int64_t bytes) = 0;
+  virtual void release(void *memory) = 0;
+  virtual void copy(void *to, const void *from, int64_t bytes) = 0;
+  /// From host bytes, which may change once it returns.
+  virtual void upload(void *to, const char *host, int64_t bytes) = 0;
+  /// `to[i] += from[i]`.
+  virtual void add(float *to, const float *from, int64_t count) = 0;
+  /// `to[i] = ((0 + from[0][i]) + from[1][i] + ...) * scale`.
+  virtual void mean(float *to, const std::vector<const float *> &from,
+                    int64_t count, float scale) = 0;
+  /// The stream's current point, and a wait of this stream for a point of
+  /// any stream of the domain.
+  virtual std::shared_ptr<StreamEvent> record() = 0;
+  virtual void wait(const StreamEvent &event) = 0;
+  /// Host bytes of memory a stream of the domain wrote before `ready`
+  /// (blocks the caller until then).
+  virtual void download(char *host, const void *from, int64_t bytes,
+                        const StreamEvent &ready) = 0;
+};
+
+/// A DeviceLink over a stream's primitives: a block is memory of the
+/// sender's stream, ready at an event recorded after its copy; every
+/// reader waits for that event before it reads and records one after, and
+/// the block is released on its owner's stream after every reader's.
+class StreamLink : public DeviceLink {
+public:
+  explicit StreamLink(std::shared_ptr<StreamOps> ops) : ops(std::move(ops)) {}
+  int domain() const override { return ops->domain(); }
+  std::shared_ptr<DeviceBlock>
+  stash(const std::vector<ConstBuffer> &parts) override;
+  std::shared_ptr<DeviceBlock> stashHost(const char *host,
+                                         int64_t bytes) override;
+  void copyOut(const DeviceBlock &block,
+               const std::vector<Buffer> &parts) override;
+  void addOut(const DeviceBlock &block,
+              const std::vector<Buffer> &parts) override;
+  void meanOut(const std::vector<const DeviceBlock *> &blocks, float scale,
+               const std::vector<Buffer> &parts) override;
+
+private:
+  class Block;
+  /// `block` as one of this domain's, its readiness waited for.
+  const Block &waitFor(const DeviceBlock &block);
+  /// Marks the blocks read by the work queued so far.
+  void doneReading(const std::vector<const Block *> &blocks);
+  std::shared_ptr<StreamOps> ops;
+};
+
+} // namespace cdp::runtime
+
+#endif // CDP_RUNTIME_DEVICELINK_H

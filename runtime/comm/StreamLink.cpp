@@ -1,0 +1,136 @@
+//===- StreamLink.cpp - messages in device memory, ordered by events ------===//
+//
+// The one place that orders a message's life across streams: the sender's
+// copy, then the readers (each waits for the copy's event and records its
+// own once its read is queued), then the release on the sender's stream
+// after every reader's event. No call waits on the host but download.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cdp/Runtime/Communicator.h"
+#include "cdp/Runtime/DeviceLink.h"
+#include "cdp/Runtime/Kernel.h"
+
+#include <algorithm>
+#include <mutex>
+
+namespace cdp::runtime {
+
+class StreamLink::Block : public DeviceBlock {
+public:
+  Block(std::shared_ptr<StreamOps> owner, int64_t bytes)
+      : owner(std::move(owner)), size(bytes),
+        memory(static_cast<char *>(
+            this->owner->allocate(std::max<int64_t>(bytes, 1)))) {}
+  ~Block() override {
+    for (const std::shared_ptr<StreamEvent> &read : reads)
+      owner->wait(*read);
+    owner->release(memory);
+  }
+  int domain() const override { return owner->domain(); }
+  int64_t bytes() const override { return size; }
+  void download(char *host) const override {
+    owner->download(host, memory, size, *ready);
+  }
+
+  std::shared_ptr<StreamOps> owner;
+  int64_t size;
+  char *memory;
+  std::shared_ptr<StreamEvent> ready;
+  /// Readers' events (several devices read a reduction's blocks at once).
+  mutable std::mutex mutex;
+  mutable std::vector<std::shared_ptr<StreamEvent>> reads;
+};
+
+namespace {
+
+/// The bytes a list of parts takes.
+template <typename BufferType>
+int64_t bytesOf(const std::vector<BufferType> &parts) {
+  int64_t bytes = 0;
+  for (const BufferType &part : parts)
+    bytes += part.bytes();
+  return bytes;
+}
+
+} // namespace
+
+std::shared_ptr<DeviceBlock>
+StreamLink::stash(const std::vector<ConstBuffer> &parts) {
+  auto block = std::make_shared<Block>(ops, bytesOf(parts));
+  char *at = block->memory;
+  for (const ConstBuffer &part : parts) {
+    ops->copy(at, part.data, part.bytes());
+    at += part.bytes();
+  }
+  block->ready = ops->record();
+  return block;
+}
+
+std::shared_ptr<DeviceBlock> StreamLink::stashHost(const char *host,
+                                                   int64_t bytes) {
+  auto block = std::make_shared<Block>(ops, bytes);
+  ops->upload(block->memory, host, bytes);
+  block->ready = ops->record();
+  return block;
+}
+
+const StreamLink::Block &StreamLink::waitFor(const DeviceBlock &block) {
+  auto *ours = dynamic_cast<const Block *>(&block);
+  if (!ours || ours->domain() != domain())
+    throw RuntimeError("a device block read outside its domain (an internal "
+                       "error)");
+  ops->wait(*ours->ready);
+  return *ours;
+}
+
+void StreamLink::doneReading(const std::vector<const Block *> &blocks) {
+  std::shared_ptr<StreamEvent> read = ops->record();
+  for (const Block *block : blocks) {
+    std::lock_guard<std::mutex> lock(block->mutex);
+    block->reads.push_back(read);
+  }
+}
+
+void StreamLink::copyOut(const DeviceBlock &block,
+                         const std::vector<Buffer> &parts) {
+  const Block &from = waitFor(block);
+  if (bytesOf(parts) != from.size)
+    throw RuntimeError("a device block of " + std::to_string(from.size) +
+                       " bytes copied into " + std::to_string(bytesOf(parts)));
+  const char *at = from.memory;
+  for (const Buffer &part : parts) {
+    ops->copy(part.data, at, part.bytes());
+    at += part.bytes();
+  }
+  doneReading({&from});
+}
+
+void StreamLink::addOut(const DeviceBlock &block,
+                        const std::vector<Buffer> &parts) {
+  const Block &from = waitFor(block);
+  const float *at = reinterpret_cast<const float *>(from.memory);
+  for (const Buffer &part : parts) {
+    ops->add(static_cast<float *>(part.data), at, part.count);
+    at += part.count;
+  }
+  doneReading({&from});
+}
+
+void StreamLink::meanOut(const std::vector<const DeviceBlock *> &blocks,
+                         float scale, const std::vector<Buffer> &parts) {
+  std::vector<const Block *> ours;
+  for (const DeviceBlock *block : blocks)
+    ours.push_back(&waitFor(*block));
+  int64_t offset = 0;
+  for (const Buffer &part : parts) {
+    std::vector<const float *> from;
+    for (const Block *block : ours)
+      from.push_back(reinterpret_cast<const float *>(block->memory) + offset);
+    ops->mean(static_cast<float *>(part.data), from, part.count, scale);
+    offset += part.count;
+  }
+  doneReading(ours);
+}
+
+} // namespace cdp::runtime

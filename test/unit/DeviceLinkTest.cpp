@@ -1,0 +1,239 @@
+//===- DeviceLinkTest.cpp - the in-process fabric over device memory ------===//
+//
+// Devices whose tensors lie in a GPU's memory exchange through their
+// streams (StreamLink): tested on the CPU with LazyStreams, whose work runs
+// only when waited for and whose memory the host cannot touch. A message
+// between devices of one GPU never visits the host and carries what the
+// sender's stream had written when it sent; a reduction's mean is the host
+// fabric's bits; partial sums add in place; blocks are released after
+// their last reader; across GPUs, into host memory and through a
+// checkpoint, messages go by the host and arrive intact.
+//
+//===----------------------------------------------------------------------===//
+
+#include "LazyStreams.h"
+
+#include "cdp/Runtime/Communicator.h"
+#include "cdp/Runtime/Kernel.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+using namespace cdp;
+using namespace cdp::runtime;
+using cdp::test::LazyGpu;
+using cdp::test::LazyStream;
+
+namespace {
+
+/// A device of a LazyGpu: its stream, link and a tensor helper.
+struct GpuDevice {
+  explicit GpuDevice(LazyGpu &gpu)
+      : gpu(gpu), stream(std::make_shared<LazyStream>(gpu)), link(stream) {}
+  /// A float tensor of `values` written by a kernel on this stream.
+  float *tensor(const std::vector<float> &values) {
+    auto *at = reinterpret_cast<float *>(gpu.allocate(values.size() * 4));
+    stream->write(at, values);
+    return at;
+  }
+  Buffer buffer(float *at, int64_t count) {
+    return {plan::F32, at, count, &link};
+  }
+  LazyGpu &gpu;
+  std::shared_ptr<LazyStream> stream;
+  StreamLink link;
+};
+
+TEST(DeviceLink, MessageBetweenDevicesOfOneGpuStaysOnIt) {
+  LazyGpu gpu(0);
+  GpuDevice a(gpu), b(gpu);
+  LocalFabric fabric(2);
+  float *x = a.tensor({1, 2, 3});
+  fabric.endpoint(0).send(1, 7, a.buffer(x, 3), 0);
+  a.stream->write(x, {9, 9, 9}); // the sender goes on writing its tensor
+  float *y = b.tensor({0, 0, 0});
+  ASSERT_TRUE(fabric.endpoint(1).recv(0, 7, b.buffer(y, 3)));
+  // The receiver's stream runs first: it must wait for the sender's copy.
+  EXPECT_EQ(b.stream->read(y, 3), std::vector<float>({1, 2, 3}));
+  EXPECT_EQ(a.stream->read(x, 3), std::vector<float>({9, 9, 9}));
+  EXPECT_EQ(gpu.downloads, 0);
+  EXPECT_EQ(gpu.liveAllocations(), 2); // the message's block released
+  EXPECT_TRUE(gpu.errors.empty()) << gpu.errors.front();
+  EXPECT_EQ(fabric.gatherSendLogs()[0].front().bytes, 12);
+}
+
+// The double itself: a copy that does not wait for its producer reads what
+// was there before, so the tests above would catch a missing wait.
+TEST(DeviceLink, LazyStreamsCatchAMissingWait) {
+  LazyGpu gpu(0);
+  LazyStream producer(gpu), consumer(gpu);
+  auto *x = reinterpret_cast<float *>(gpu.allocate(4));
+  auto *y = reinterpret_cast<float *>(gpu.allocate(4));
+  producer.write(x, {5});
+  consumer.copy(y, x, 4);
+  EXPECT_EQ(consumer.read(y, 1), std::vector<float>({0}));
+  consumer.wait(*producer.record());
+  consumer.copy(y, x, 4);
+  EXPECT_EQ(consumer.read(y, 1), std::vector<float>({5}));
+}
+
+/// Each device's contribution, in two parts, to one reduction.
+std::vector<std::vector<float>> contributions() {
+  return {{0.1f, -0.0f, 3e7f, 1.0f, -2.5f},
+          {0.2f, -0.0f, 1.0f, 1e-8f, 7.25f},
+          {0.3f, -0.0f, -3e7f, 3.0f, 1.0f / 3}};
+}
+
+std::vector<float> hostMean() {
+  LocalFabric fabric(3);
+  std::vector<std::vector<float>> parts = contributions();
+  for (int d = 0; d < 3; ++d)
+    fabric.endpoint(d).reduceStart(
+        4,
+        {ConstBuffer(plan::F32, parts[d].data(), 2),
+         ConstBuffer(plan::F32, parts[d].data() + 2, 3)},
+        0);
+  std::vector<float> mean(5);
+  EXPECT_TRUE(fabric.endpoint(0).reduceWait(4, {{plan::F32, mean.data(), 5}}));
+  return mean;
+}
+
+TEST(DeviceLink, ReductionMeanIsTheHostsBitsOnEveryDevice) {
+  LazyGpu gpu(0);
+  std::vector<std::unique_ptr<GpuDevice>> devices;
+  for (int d = 0; d < 3; ++d)
+    devices.push_back(std::make_unique<GpuDevice>(gpu));
+  LocalFabric fabric(3);
+  std::vector<std::vector<float>> parts = contributions();
+  std::vector<float *> grads, means;
+  for (int d = 0; d < 3; ++d) {
+    grads.push_back(devices[d]->tensor(parts[d]));
+    means.push_back(devices[d]->tensor(std::vector<float>(5, 7.0f)));
+  }
+  for (int d = 0; d < 3; ++d) {
+    GpuDevice &dev = *devices[d];
+    fabric.endpoint(d).reduceStart(
+        4, {dev.buffer(grads[d], 2), dev.buffer(grads[d] + 2, 3)}, 0);
+    dev.stream->write(grads[d], std::vector<float>(5, 100.0f)); // next step
+  }
+  std::vector<float> expected = hostMean();
+  EXPECT_FALSE(std::signbit(expected[1])); // summed from +0
+  for (int d = 2; d >= 0; --d)
+    ASSERT_TRUE(fabric.endpoint(d).reduceWait(
+        4, {devices[d]->buffer(means[d], 3),
+            devices[d]->buffer(means[d] + 3, 2)}));
+  // Device 0 fetched last and released its block on its stream: run that
+  // first, so a release that did not wait for the other readers shows.
+  devices[0]->stream->finish();
+  for (int d = 2; d >= 0; --d) {
+    std::vector<float> got = devices[d]->stream->read(means[d], 5);
+    for (int i = 0; i < 5; ++i)
+      EXPECT_EQ(std::memcmp(&got[i], &expected[i], 4), 0)
+          << "device " << d << " element " << i << ": " << got[i] << " vs "
+          << expected[i];
+  }
+  for (auto &dev : devices)
+    dev->stream->finish();
+  EXPECT_EQ(gpu.downloads, 0);
+  EXPECT_EQ(gpu.liveAllocations(), 6); // the three blocks released
+  EXPECT_TRUE(gpu.errors.empty()) << gpu.errors.front();
+}
+
+// The chain's hop: the partial sum arrives onto the receiver's gradients.
+TEST(DeviceLink, PartialSumArrivesInPlace) {
+  LazyGpu gpu(0);
+  GpuDevice a(gpu), b(gpu);
+  LocalFabric fabric(2);
+  float *partial = a.tensor({1.5f, -2.0f, 0.25f});
+  float *own = b.tensor({1.0f, 1.0f, 1.0f});
+  fabric.endpoint(0).send(1, 3, a.buffer(partial, 3), 0);
+  ASSERT_TRUE(fabric.endpoint(1).recvAdd(
+      0, 3, {b.buffer(own, 1), b.buffer(own + 1, 2)}));
+  EXPECT_EQ(b.stream->read(own, 3), std::vector<float>({2.5f, -1.0f, 1.25f}));
+  EXPECT_TRUE(gpu.errors.empty()) << gpu.errors.front();
+}
+
+// Devices on two GPUs, or a GPU device and a host one: by the host.
+TEST(DeviceLink, AcrossGpusAndToTheHostByTheHost) {
+  LazyGpu gpu0(0), gpu1(1);
+  GpuDevice a(gpu0), b(gpu1);
+  LocalFabric fabric(3);
+  float *x = a.tensor({4, 5});
+  fabric.endpoint(0).send(1, 1, a.buffer(x, 2), 0);
+  fabric.endpoint(0).send(2, 1, a.buffer(x, 2), 0);
+  float *y = b.tensor({0, 0});
+  ASSERT_TRUE(fabric.endpoint(1).recv(0, 1, b.buffer(y, 2)));
+  EXPECT_EQ(b.stream->read(y, 2), std::vector<float>({4, 5}));
+  std::vector<float> host(2);
+  ASSERT_TRUE(fabric.endpoint(2).recv(0, 1, {plan::F32, host.data(), 2}));
+  EXPECT_EQ(host, std::vector<float>({4, 5}));
+  EXPECT_EQ(gpu0.downloads, 2);
+  // A host device's message into a GPU device's tensor.
+  std::vector<float> z = {6, 7};
+  fabric.endpoint(2).send(1, 2, {plan::F32, z.data(), 2}, 0);
+  ASSERT_TRUE(fabric.endpoint(1).recv(2, 2, b.buffer(y, 2)));
+  EXPECT_EQ(b.stream->read(y, 2), std::vector<float>({6, 7}));
+  a.stream->finish();
+  EXPECT_EQ(gpu0.liveAllocations(), 1);
+  EXPECT_EQ(gpu1.liveAllocations(), 1);
+  EXPECT_TRUE(gpu0.errors.empty() && gpu1.errors.empty());
+}
+
+// A reduction with a host device among GPU ones is summed on the host,
+// the same bits.
+TEST(DeviceLink, MixedReductionSumsOnTheHost) {
+  LazyGpu gpu(0);
+  GpuDevice a(gpu), b(gpu);
+  LocalFabric fabric(3);
+  std::vector<std::vector<float>> parts = contributions();
+  float *g0 = a.tensor(parts[0]), *g1 = b.tensor(parts[1]);
+  fabric.endpoint(0).reduceStart(4, {a.buffer(g0, 5)}, 0);
+  fabric.endpoint(1).reduceStart(4, {b.buffer(g1, 5)}, 0);
+  fabric.endpoint(2).reduceStart(4, {{plan::F32, parts[2].data(), 5}}, 0);
+  std::vector<float> expected = hostMean(), host(5);
+  ASSERT_TRUE(fabric.endpoint(2).reduceWait(4, {{plan::F32, host.data(), 5}}));
+  EXPECT_EQ(std::memcmp(host.data(), expected.data(), 20), 0);
+  ASSERT_TRUE(fabric.endpoint(0).reduceWait(4, {a.buffer(g0, 5)}));
+  std::vector<float> got = a.stream->read(g0, 5);
+  EXPECT_EQ(std::memcmp(got.data(), expected.data(), 20), 0);
+}
+
+// Between two steps a checkpoint takes what is in flight to the host; a
+// resumed fabric hands it to GPU devices as they were.
+TEST(DeviceLink, InFlightStateGoesThroughTheHost) {
+  LazyGpu gpu(0);
+  GpuDevice a(gpu), b(gpu);
+  std::string saved;
+  std::vector<float> expected;
+  {
+    LocalFabric fabric(2);
+    float *x = a.tensor({1, 2}), *g = a.tensor({0.5f, 8}),
+          *h = b.tensor({0.25f, -8});
+    fabric.endpoint(0).send(1, 9, a.buffer(x, 2), 0);
+    fabric.endpoint(0).reduceStart(5, {a.buffer(g, 2)}, 0); // half given
+    fabric.endpoint(0).reduceStart(6, {a.buffer(g, 2)}, 0); // all given
+    fabric.endpoint(1).reduceStart(6, {b.buffer(h, 2)}, 0);
+    saved = fabric.saveInFlight();
+    std::vector<float> mean(2);
+    ASSERT_TRUE(fabric.endpoint(0).reduceWait(6, {a.buffer(g, 2)}));
+    mean = a.stream->read(g, 2);
+    expected = {(0.5f + 0.25f) * 0.5f, (8.0f - 8.0f) * 0.5f};
+    EXPECT_EQ(mean, expected);
+    ASSERT_TRUE(fabric.endpoint(1).reduceWait(6, {b.buffer(h, 2)}));
+    b.stream->finish();
+  }
+  LocalFabric resumed(2);
+  resumed.restoreInFlight(saved);
+  float *y = b.tensor({0, 0}), *h = b.tensor({1, 1}), *m = b.tensor({0, 0});
+  ASSERT_TRUE(resumed.endpoint(1).recv(0, 9, b.buffer(y, 2)));
+  EXPECT_EQ(b.stream->read(y, 2), std::vector<float>({1, 2}));
+  ASSERT_TRUE(resumed.endpoint(1).reduceWait(6, {b.buffer(m, 2)}));
+  EXPECT_EQ(b.stream->read(m, 2), expected);
+  resumed.endpoint(1).reduceStart(5, {b.buffer(h, 2)}, 0);
+  ASSERT_TRUE(resumed.endpoint(1).reduceWait(5, {b.buffer(m, 2)}));
+  EXPECT_EQ(b.stream->read(m, 2), std::vector<float>({0.75f, 4.5f}));
+  EXPECT_TRUE(gpu.errors.empty()) << gpu.errors.front();
+}
+
+} // namespace
