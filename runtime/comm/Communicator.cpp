@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <mutex>
 
 namespace cdp::runtime {
 
@@ -52,6 +53,21 @@ void checkRestoredMessage(int64_t tag, int from, int to, int32_t dtype,
         message + " holds " + std::to_string(bytes) + " bytes where its " +
         std::to_string(count) + " " + plan::DType_Name(type) + " values take " +
         (count < 0 ? std::string("none") : std::to_string(count * size)));
+}
+
+namespace {
+std::mutex heldMutex;
+std::function<std::vector<HeldReduction>()> heldLister;
+} // namespace
+
+void setHeldReductions(std::function<std::vector<HeldReduction>()> list) {
+  std::lock_guard<std::mutex> lock(heldMutex);
+  heldLister = std::move(list);
+}
+
+std::vector<HeldReduction> heldReductions() {
+  std::lock_guard<std::mutex> lock(heldMutex);
+  return heldLister ? heldLister() : std::vector<HeldReduction>();
 }
 
 void Communicator::checkReducible(plan::DType dtype) {

@@ -192,8 +192,21 @@ std::string LocalFabric::saveInFlight() {
     out.put<int64_t>(message.count);
     out.putVector(message.hostBytes());
   }
-  out.put<uint64_t>(reductions.size());
-  for (const auto &[tag, r] : reductions) {
+  // Reductions NCCL carries join the fabric's own, as means not every
+  // device fetched.
+  std::map<int64_t, Reduction> all = reductions;
+  for (HeldReduction &held : heldReductions()) {
+    Reduction &r = all[held.tag];
+    if (r.arrived)
+      throw RuntimeError("reduction " + std::to_string(held.tag) +
+                         " is in flight twice");
+    r.arrived = devices;
+    r.fetched = held.fetched;
+    r.done = true;
+    r.mean = std::move(held.mean);
+  }
+  out.put<uint64_t>(all.size());
+  for (const auto &[tag, r] : all) {
     out.put<int64_t>(tag);
     out.put<int32_t>(r.arrived);
     out.put<int32_t>(r.fetched);

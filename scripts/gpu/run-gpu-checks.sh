@@ -78,9 +78,10 @@ for case_dir in "$HERE"/cases/*/; do
   fi
   rm -rf "$work"
 done
-# A checkpoint holds the optimizer's moments, which live on the GPU: training
-# resumed from step 2 equals training straight through, bit for bit.
-for name in lenet-single lenet-dp resnet-1f1b; do
+# A checkpoint holds the optimizer's moments, which live on the GPU, and
+# cdp's reductions in flight (NCCL's, and the devices' links' blocks):
+# training resumed from step 2 equals training straight through, bit for bit.
+for name in lenet-single lenet-dp resnet-1f1b transformer-cdp-nccl transformer-cdp4; do
   case_dir="$HERE/cases/$name"
   [ -d "$case_dir" ] || continue
   work=$(mktemp -d)

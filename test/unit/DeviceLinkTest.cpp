@@ -236,4 +236,31 @@ TEST(DeviceLink, InFlightStateGoesThroughTheHost) {
   EXPECT_TRUE(gpu.errors.empty()) << gpu.errors.front();
 }
 
+// NCCL's reductions live on the GPUs, outside the fabric: a checkpoint
+// saves the ones in flight (the means, and how many devices fetched each)
+// as the fabric's own, and the resumed fabric hands them out.
+TEST(DeviceLink, ReductionsHeldOutsideTheFabricAreSaved) {
+  setHeldReductions(
+      [] { return std::vector<HeldReduction>{{8, 1, {0.5f, -1.0f}}}; });
+  std::string saved;
+  {
+    LocalFabric fabric(2);
+    std::vector<float> g = {3, 4};
+    fabric.endpoint(0).reduceStart(9, {{plan::F32, g.data(), 2}}, 0);
+    saved = fabric.saveInFlight();
+  }
+  setHeldReductions(nullptr);
+  LocalFabric resumed(2);
+  resumed.restoreInFlight(saved);
+  LazyGpu gpu(0);
+  GpuDevice b(gpu);
+  float *mean = b.tensor({0, 0});
+  ASSERT_TRUE(resumed.endpoint(1).reduceWait(8, {b.buffer(mean, 2)}));
+  EXPECT_EQ(b.stream->read(mean, 2), std::vector<float>({0.5f, -1.0f}));
+  std::vector<float> h = {5, 6}, got(2);
+  resumed.endpoint(1).reduceStart(9, {{plan::F32, h.data(), 2}}, 0);
+  ASSERT_TRUE(resumed.endpoint(1).reduceWait(9, {{plan::F32, got.data(), 2}}));
+  EXPECT_EQ(got, std::vector<float>({4, 5}));
+}
+
 } // namespace

@@ -27,6 +27,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -246,6 +247,20 @@ private:
 /// message).
 void checkRestoredMessage(int64_t tag, int from, int to, int32_t dtype,
                           int64_t count, uint64_t bytes);
+
+/// A reduction a backend carries outside the fabric (NCCL's all-reduce on
+/// the GPUs) that some device has yet to fetch: its mean and how many
+/// devices fetched it. Between two steps a checkpoint saves it as the
+/// in-process fabric's own, so a resumed run fetches it from the fabric.
+struct HeldReduction {
+  int64_t tag = 0;
+  int fetched = 0;
+  std::vector<float> mean;
+};
+/// Registers what lists a backend's held reductions (one lister per
+/// process; null: none).
+void setHeldReductions(std::function<std::vector<HeldReduction>()> list);
+std::vector<HeldReduction> heldReductions();
 
 /// The devices of a run and where they live: every device's endpoint, the
 /// processes they are spread over, and the few whole-run gathers a run

@@ -20,12 +20,14 @@
 #include "Reduce.cuh"
 
 #include "cdp/Runtime/Communicator.h"
+#include "cdp/Runtime/MessageTags.h"
 
 #include <nccl.h>
 
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <set>
 
 namespace cdp::runtime::cuda {
 
@@ -136,6 +138,80 @@ public:
   std::map<int64_t, Stage> stages;
 };
 
+/// The reductions NCCL carries that some device has yet to fetch, by tag:
+/// a checkpoint saves them through the fabric (heldReductions), and a
+/// resumed run's wait for one started before the resume (none here) fetches
+/// it from the fabric instead.
+class NcclInFlight {
+public:
+  static NcclInFlight &instance() {
+    static NcclInFlight *all = [] {
+      auto *made = new NcclInFlight; // outlives every device thread
+      setHeldReductions([made] { return made->held(); });
+      return made;
+    }();
+    return *all;
+  }
+
+  /// Device `device` started reduction `tag`: its sum will be at `sum`
+  /// (`count` floats on GPU `gpu`) once `done` completes.
+  void started(int64_t tag, int device, const float *sum, int64_t count,
+               cudaEvent_t done, int gpu, float scale) {
+    std::lock_guard<std::mutex> lock(mutex);
+    Entry &e = entries[tag];
+    e.starters.insert(device);
+    e.sum = sum;
+    e.count = count;
+    e.done = done;
+    e.gpu = gpu;
+    e.scale = scale;
+  }
+  /// Whether `device` started `tag` here (else: before a resume); counts
+  /// the fetch, forgetting the entry once every starter fetched.
+  bool fetch(int64_t tag, int device, int devices) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = entries.find(tag);
+    if (it == entries.end() || !it->second.starters.count(device))
+      return false;
+    if (++it->second.fetched == devices)
+      entries.erase(it);
+    return true;
+  }
+
+private:
+  struct Entry {
+    std::set<int> starters;
+    int fetched = 0;
+    const float *sum = nullptr;
+    int64_t count = 0;
+    cudaEvent_t done = nullptr;
+    int gpu = 0;
+    float scale = 1;
+  };
+  /// Between two steps: each entry's mean as its waits would write it.
+  std::vector<HeldReduction> held() {
+    std::lock_guard<std::mutex> lock(mutex);
+    std::vector<HeldReduction> list;
+    int current = 0; // the caller's GPU, given back
+    cudaGetDevice(&current);
+    for (auto &[tag, e] : entries) {
+      HeldReduction h{tag, e.fetched, std::vector<float>(e.count)};
+      checkCuda(cudaSetDevice(e.gpu), "cudaSetDevice");
+      checkCuda(cudaEventSynchronize(e.done), "a reduction in flight");
+      checkCuda(cudaMemcpy(h.mean.data(), e.sum, e.count * sizeof(float),
+                           cudaMemcpyDeviceToHost),
+                "a reduction in flight");
+      for (float &v : h.mean)
+        v *= e.scale;
+      list.push_back(std::move(h));
+    }
+    cudaSetDevice(current);
+    return list;
+  }
+  std::mutex mutex;
+  std::map<int64_t, Entry> entries;
+};
+
 int64_t totalCount(const std::vector<TensorView> &views) {
   int64_t n = 0;
   for (const TensorView &v : views)
@@ -148,10 +224,12 @@ __global__ void scaleKernel(const float *in, float *out, int64_t n,
   CDP_FOR_EACH(i, n) { out[i] = in[i] * scale; }
 }
 
-std::unique_ptr<Kernel> ncclReduceStart(const KernelArgs &args,
-                                        ncclComm_t nccl) {
+std::unique_ptr<Kernel> ncclReduceStart(const KernelArgs &args, ncclComm_t nccl,
+                                        int devices) {
   std::vector<TensorView> grads = args.inputs;
   int64_t count = totalCount(grads), stageId = args.i("stage", 0);
+  int device = args.device, gpu = deviceOf(args).gpu();
+  float scale = 1.0f / static_cast<float>(devices);
   auto reductions = NcclReductions::of(deviceOf(args));
   NcclReductions::Stage &stage = reductions->stage(args, stageId, count);
   float *buffers = stage.buffers->as<float>();
@@ -173,6 +251,9 @@ std::unique_ptr<Kernel> ncclReduceStart(const KernelArgs &args,
                             count, ncclFloat, ncclSum, nccl, reductions->comm),
               "ncclAllReduce");
     checkCuda(cudaEventRecord(done[slot], reductions->comm), "event");
+    NcclInFlight::instance().started(tags::reduction(context.step, stageId),
+                                     device, buffers + slot * count, count,
+                                     done[slot], gpu, scale);
   });
 }
 
@@ -189,6 +270,11 @@ std::unique_ptr<Kernel> ncclReduceWait(const KernelArgs &args, int devices) {
   float *buffers = stage.buffers->as<float>();
   std::vector<cudaEvent_t> done = stage.done;
   float scale = 1.0f / static_cast<float>(devices);
+  int device = args.device;
+  Communicator *comm = args.communicator;
+  std::vector<Buffer> resumed;
+  for (const TensorView &r : reduced)
+    resumed.push_back({plan::F32, r.data, r.numel(), deviceOf(args).link()});
   // The wait keeps the reductions alive too: it may be made before the
   // stage's reduce_start (an update waits for the step before's sum).
   return std::make_unique<FunctionKernel>(
@@ -196,6 +282,14 @@ std::unique_ptr<Kernel> ncclReduceWait(const KernelArgs &args, int devices) {
         (void)keep;
         cudaStream_t compute = streamOf(context);
         int64_t step = context.step - 1 - delay;
+        int64_t tag = tags::reduction(step, stageId);
+        if (!NcclInFlight::instance().fetch(tag, device, devices)) {
+          // Started before a resume: the checkpoint put it in the fabric.
+          if (!comm->reduceWait(tag, resumed))
+            throw RuntimeError("device " + std::to_string(device) +
+                               ": stopped while waiting for a reduction");
+          return;
+        }
         int64_t slot = ((step % kDepth) + kDepth) % kDepth;
         checkCuda(cudaStreamWaitEvent(compute, done[slot]), "event wait");
         const float *at = buffers + slot * count;
@@ -220,7 +314,7 @@ std::unique_ptr<Kernel> makeNcclKernel(const std::string &op,
   ncclComm_t nccl = NcclClique::forDevice(args.device, devices);
   if (!nccl)
     return nullptr;
-  return op == "reduce_start" ? ncclReduceStart(args, nccl)
+  return op == "reduce_start" ? ncclReduceStart(args, nccl, devices)
                               : ncclReduceWait(args, devices);
 }
 
