@@ -233,6 +233,13 @@ public:
         parts.push_back(all.substr(offsets[r], sizes[r]));
     return parts;
   }
+  std::string shareFromRoot(const std::string &rootBytes) override {
+    int64_t size = myRank == 0 ? static_cast<int64_t>(rootBytes.size()) : 0;
+    MPI_Bcast(&size, 1, MPI_INT64_T, 0, control);
+    std::string bytes = myRank == 0 ? rootBytes : std::string(size, '\0');
+    MPI_Bcast(bytes.data(), static_cast<int>(size), MPI_CHAR, 0, control);
+    return bytes;
+  }
   void barrier() override { MPI_Barrier(control); }
   void postStepLoss(const StepLoss &loss) override {
     if (myRank == 0)
@@ -644,6 +651,11 @@ std::vector<std::vector<Communicator::SendRecord>> MpiFabric::gatherSendLogs() {
 // device then receives what the matrix says was sent to it, so that all
 // in flight sits in the endpoints, which save it.
 std::string MpiFabric::saveInFlight() {
+  // cdp-run does not let NCCL carry cdp's reductions under mpirun with
+  // checkpoints; were one in flight here, resuming would lose it.
+  if (!heldReductions().empty())
+    throw RuntimeError("a checkpoint under mpirun cannot yet save the "
+                       "reductions NCCL holds in flight");
   std::vector<int64_t> sent(static_cast<size_t>(devices) * devices, 0);
   for (int d = 0; d < devices; ++d)
     if (owns(d))

@@ -16,4 +16,8 @@ void setAllowTf32(bool) {}
 
 void setAllowNondeterministic(bool) {}
 
+std::string prepareNcclAcrossProcesses(Fabric &) {
+  return "this cdp-run was built without CUDA";
+}
+
 } // namespace cdp::runtime

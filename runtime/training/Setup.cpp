@@ -21,6 +21,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 namespace cdp::runtime::training {
@@ -233,6 +234,33 @@ static void selectBackend(const RunOptions &options, plan::Plan &plan) {
   setAllowNondeterministic(options.allowNondeterministic);
 }
 
+/// Under mpirun, dp's and cdp's reductions on GPUs go through NCCL where
+/// every device has a GPU of its own: the processes agree on it before
+/// their devices' kernels are made (each process calls this at the same
+/// point; the plan, the same everywhere, decides whether any does).
+static void prepareNcclWhereItServes(Run &run) {
+  const std::string &strategy = run.plan.strategy();
+  bool gpu = std::all_of(
+      run.plan.devices().begin(), run.plan.devices().end(),
+      [](const plan::Device &device) { return device.backend() == "cuda"; });
+  if (!gpu || (strategy != "dp" && strategy != "cdp"))
+    return;
+  // cdp's reductions cross step boundaries; the MPI fabric's checkpoints
+  // cannot yet hold those NCCL keeps on the GPUs.
+  bool checkpoints =
+      !run.options.checkpoint.empty() || !run.options.resume.empty();
+  std::string why =
+      strategy == "cdp" && checkpoints
+          ? "cdp's reductions in flight at a checkpoint are not yet saved "
+            "from NCCL across processes"
+          : prepareNcclAcrossProcesses(*run.fabric);
+  if (!why.empty() && run.fabric->isRoot())
+    std::cerr << "cdp-run: note: the reductions go through host memory, not "
+                 "NCCL: " +
+                     why + "\n"
+              << std::flush; // one write (mpirun forwards pieces apart)
+}
+
 /// Reads the plan and refuses one that would hang or options that do not
 /// go together.
 void readCheckedPlan(const RunOptions &options, plan::Plan &plan,
@@ -396,6 +424,7 @@ void createDevices(Run &run, int cores) {
     if (!run.fabric)
       fail(error);
     run.multiDevice = true;
+    prepareNcclWhereItServes(run);
   } else if (run.multiDevice) {
     run.fabric = std::make_unique<LocalFabric>(run.deviceCount);
   }

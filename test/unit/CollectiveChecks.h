@@ -12,6 +12,7 @@
 
 #include "cdp/Runtime/Communicator.h"
 #include "cdp/Runtime/Kernel.h"
+#include "cdp/Runtime/NcclBootstrap.h"
 
 #include <gtest/gtest.h>
 
@@ -214,6 +215,32 @@ inline void nonBlockingReceiveCompletesOnWait(Fabric &fabric) {
       ASSERT_TRUE(request.wait());
     }
   });
+}
+
+/// NCCL's bootstrap (process-level, on the main thread): where no two
+/// devices share a GPU, the root makes the id once and every process gets
+/// the root's; where two do, no id is made and every process gets the same
+/// reason. The places are made up (no GPU needed): 4 devices as 2 hosts of
+/// 2 GPUs, then as one host's 2 GPUs.
+inline void ncclAgreement(Fabric &fabric) {
+  int me = fabric.processRank(), made = 0;
+  auto makeId = [&] {
+    ++made;
+    return "the id of process " + std::to_string(me);
+  };
+  std::vector<GpuPlace> mine;
+  for (int d = 0; d < fabric.size(); ++d)
+    if (fabric.owns(d))
+      mine.push_back({d, "node" + std::to_string(d / 2), d % 2});
+  std::string why;
+  EXPECT_EQ(agreeOnNcclId(fabric, mine, makeId, why), "the id of process 0");
+  EXPECT_EQ(why, "");
+  EXPECT_EQ(made, me == 0 ? 1 : 0);
+  for (GpuPlace &p : mine)
+    p.host = "node0";
+  EXPECT_EQ(agreeOnNcclId(fabric, mine, makeId, why), "");
+  EXPECT_EQ(why, "devices 0 and 2 share GPU 0 of node0");
+  EXPECT_EQ(made, me == 0 ? 1 : 0);
 }
 
 } // namespace cdp::runtime::checks

@@ -208,6 +208,17 @@ TEST(Communicator, NonBlockingReceive) {
   checks::nonBlockingReceiveCompletesOnWait(fabric);
 }
 
+TEST(Communicator, NcclAgreement) {
+  LocalFabric fabric(4);
+  checks::ncclAgreement(fabric);
+  // Two devices on one host's one GPU: the first pair in device order.
+  EXPECT_EQ(whyNotNccl({{3, "a", 1}, {0, "a", 0}, {1, "a", 1}}),
+            "devices 1 and 3 share GPU 1 of a");
+  EXPECT_EQ(whyNotNccl({{0, "a", 0}, {1, "b", 0}}), "");
+  EXPECT_EQ(whyNotNccl({{1, "b", -1}, {0, "a", 0}, {2, "a", 0}}),
+            "device 1 sees no GPU on b");
+}
+
 TEST(Communicator, CollectivesRefuseWhatTheyCannotReduce) {
   LocalFabric fabric(1);
   uint8_t mask = 1;

@@ -38,6 +38,7 @@ TEST(MpiCommunicator, PartialSumsArriveInPlace) {
   checks::partialSumsArriveInPlace(*fabric);
 }
 TEST(MpiCommunicator, Broadcast) { checks::broadcastFromEveryRoot(*fabric); }
+TEST(MpiCommunicator, NcclAgreement) { checks::ncclAgreement(*fabric); }
 TEST(MpiCommunicator, NonBlockingReceive) {
   checks::nonBlockingReceiveCompletesOnWait(*fabric);
 }

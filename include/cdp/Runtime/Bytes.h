@@ -73,7 +73,8 @@ public:
     if (blob.size() % sizeof(T))
       fail();
     std::vector<T> values(blob.size() / sizeof(T));
-    std::memcpy(values.data(), blob.data(), blob.size());
+    if (!blob.empty()) // an empty vector's data() may be null
+      std::memcpy(values.data(), blob.data(), blob.size());
     return values;
   }
   bool atEnd() const { return at == in.size(); }

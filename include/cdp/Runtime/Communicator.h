@@ -286,6 +286,8 @@ public:
   gatherSendLogs() = 0;
   /// Every process's `mine`, by process, on the root (others: empty).
   virtual std::vector<std::string> gatherOntoRoot(const std::string &mine) = 0;
+  /// The root's `rootBytes` on every process (others pass anything).
+  virtual std::string shareFromRoot(const std::string &rootBytes) = 0;
   /// Returns when every process has called it.
   virtual void barrier() = 0;
   /// Ends the whole run after a device failed (MPI: every process).
@@ -362,6 +364,9 @@ public:
   void sumOntoRoot(std::vector<double> &) override {}
   std::vector<std::string> gatherOntoRoot(const std::string &mine) override {
     return {mine};
+  }
+  std::string shareFromRoot(const std::string &rootBytes) override {
+    return rootBytes;
   }
   void barrier() override {}
   std::vector<std::vector<Communicator::SendRecord>> gatherSendLogs() override;

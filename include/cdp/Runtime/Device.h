@@ -22,6 +22,8 @@
 
 namespace cdp::runtime {
 
+class Fabric;
+
 class Device {
 public:
   virtual ~Device() = default;
@@ -99,6 +101,13 @@ void setAllowTf32(bool allow);
 /// last bits from run to run (cdp-run --allow-nondeterministic; off by
 /// default, so that a resumed run equals an uninterrupted one).
 void setAllowNondeterministic(bool allow);
+
+/// Under mpirun, before this process's GPU devices are made: the job's
+/// processes agree on NCCL for dp's and cdp's reductions (collective over
+/// `fabric`), which then serves them where every device has a GPU of its
+/// own; returns why not otherwise (empty when it does). A CPU-only build
+/// says it has no NCCL.
+std::string prepareNcclAcrossProcesses(Fabric &fabric);
 
 /// The backend a plan's device names ("cpu", the default, or "cuda").
 /// Throws RuntimeError for another name.

@@ -21,13 +21,17 @@
 
 #include "cdp/Runtime/Communicator.h"
 #include "cdp/Runtime/MessageTags.h"
+#include "cdp/Runtime/NcclBootstrap.h"
 
 #include <nccl.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <set>
+
+#include <unistd.h>
 
 namespace cdp::runtime::cuda {
 
@@ -40,18 +44,26 @@ void checkNccl(ncclResult_t status, const char *what) {
     throw RuntimeError(std::string(what) + ": " + ncclGetErrorString(status));
 }
 
-/// The NCCL communicators of this process's devices, made together the first
-/// time a kernel asks (ncclCommInitAll: one per GPU, device d on GPU d).
+/// The NCCL communicators of this process's devices. In one process they
+/// are made together the first time a kernel asks (ncclCommInitAll: one per
+/// GPU, device d on GPU d); under mpirun by prepareNcclAcrossProcesses,
+/// before the kernels, over the id the processes agreed on.
 class NcclClique {
 public:
-  /// Device d's communicator in a run of `devices`, or null where NCCL
-  /// cannot serve the run: under mpirun (each process a part of the run),
-  /// or when devices share a GPU (NCCL takes one rank per GPU).
-  static ncclComm_t forDevice(int device, int devices) {
+  static NcclClique &instance() {
     static NcclClique clique;
+    return clique;
+  }
+  /// Device d's communicator in a run of `devices`, or null where NCCL
+  /// cannot serve the run: under mpirun without an agreement, or when
+  /// devices share a GPU (NCCL takes one rank per GPU).
+  static ncclComm_t forDevice(int device, int devices) {
+    NcclClique &clique = instance();
     std::lock_guard<std::mutex> lock(clique.mutex);
-    if (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE"))
-      return nullptr;
+    if (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE")) {
+      auto it = clique.acrossProcesses.find(device);
+      return it == clique.acrossProcesses.end() ? nullptr : it->second;
+    }
     int gpus = 0;
     if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < devices)
       return nullptr;
@@ -68,9 +80,31 @@ public:
     return clique.comms[device];
   }
 
+  /// How many of a run's `devices` this process runs with NCCL.
+  int devicesHere(int devices) {
+    std::lock_guard<std::mutex> lock(mutex);
+    return acrossProcesses.empty() ? devices
+                                   : static_cast<int>(acrossProcesses.size());
+  }
+  /// Under mpirun: this process's devices join the run's communicator
+  /// over the agreed id (one group call, however many devices it runs).
+  void joinAcrossProcesses(const std::vector<GpuPlace> &mine, int devices,
+                           const ncclUniqueId &id) {
+    std::lock_guard<std::mutex> lock(mutex);
+    checkNccl(ncclGroupStart(), "ncclGroupStart");
+    for (const GpuPlace &p : mine) {
+      checkCuda(cudaSetDevice(p.gpu), "cudaSetDevice");
+      checkNccl(
+          ncclCommInitRank(&acrossProcesses[p.device], devices, id, p.device),
+          "ncclCommInitRank");
+    }
+    checkNccl(ncclGroupEnd(), "ncclGroupEnd");
+  }
+
 private:
   std::mutex mutex;
   std::vector<ncclComm_t> comms;
+  std::map<int, ncclComm_t> acrossProcesses;
 };
 
 /// One device's reductions in flight: a communication stream, and per
@@ -167,7 +201,8 @@ public:
     e.scale = scale;
   }
   /// Whether `device` started `tag` here (else: before a resume); counts
-  /// the fetch, forgetting the entry once every starter fetched.
+  /// the fetch, forgetting the entry once all `devices` of this process
+  /// fetched.
   bool fetch(int64_t tag, int device, int devices) {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = entries.find(tag);
@@ -270,7 +305,7 @@ std::unique_ptr<Kernel> ncclReduceWait(const KernelArgs &args, int devices) {
   float *buffers = stage.buffers->as<float>();
   std::vector<cudaEvent_t> done = stage.done;
   float scale = 1.0f / static_cast<float>(devices);
-  int device = args.device;
+  int device = args.device, here = NcclClique::instance().devicesHere(devices);
   Communicator *comm = args.communicator;
   std::vector<Buffer> resumed;
   for (const TensorView &r : reduced)
@@ -283,7 +318,7 @@ std::unique_ptr<Kernel> ncclReduceWait(const KernelArgs &args, int devices) {
         cudaStream_t compute = streamOf(context);
         int64_t step = context.step - 1 - delay;
         int64_t tag = tags::reduction(step, stageId);
-        if (!NcclInFlight::instance().fetch(tag, device, devices)) {
+        if (!NcclInFlight::instance().fetch(tag, device, here)) {
           // Started before a resume: the checkpoint put it in the fabric.
           if (!comm->reduceWait(tag, resumed))
             throw RuntimeError("device " + std::to_string(device) +
@@ -319,3 +354,39 @@ std::unique_ptr<Kernel> makeNcclKernel(const std::string &op,
 }
 
 } // namespace cdp::runtime::cuda
+
+namespace cdp::runtime {
+
+std::string prepareNcclAcrossProcesses(Fabric &fabric) {
+  // Without a GPU this process's devices fail as they are made, ending the
+  // job (MPI_Abort), so it need not agree: the others' wait is cut short.
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0)
+    return "";
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  std::vector<GpuPlace> mine;
+  for (int d = 0; d < fabric.size(); ++d)
+    if (fabric.owns(d)) // CudaDevice: device d on GPU d mod the visible GPUs
+      mine.push_back({d, host[0] ? host : "localhost", d % gpus});
+  std::string why;
+  std::string id = agreeOnNcclId(
+      fabric, mine,
+      [] {
+        ncclUniqueId made;
+        cuda::checkNccl(ncclGetUniqueId(&made), "ncclGetUniqueId");
+        return std::string(made.internal, sizeof(made.internal));
+      },
+      why);
+  if (id.empty())
+    return why;
+  ncclUniqueId agreed;
+  if (id.size() != sizeof(agreed.internal))
+    throw RuntimeError("NCCL's unique id came as " + std::to_string(id.size()) +
+                       " bytes");
+  std::memcpy(agreed.internal, id.data(), id.size());
+  cuda::NcclClique::instance().joinAcrossProcesses(mine, fabric.size(), agreed);
+  return "";
+}
+
+} // namespace cdp::runtime
