@@ -252,13 +252,8 @@ static void checkLossScaleFlags(Settings &settings) {
         "steps, or laysa's devices exchange sparse updates, an overflow "
         "cannot yet skip the same step everywhere); use --precision bf16, "
         "which needs no scaling");
-  // cdp: every slot must apply every stage's means equally late, with the
-  // all-reduce, so that one flag per step decides every update alike.
+  // cdp: the overflow flags ride in the all-reduce's means.
   if (settings.layout.traits->strategy == cdp::Strategy::CDP) {
-    if (cdpRule != "v1")
-      die("--precision fp16 under cdp needs --cdp-rule v1: under v2 slots "
-          "apply a stage's means at different steps, and an overflow could "
-          "not skip the same step everywhere");
     if (cdpReduce == "chain" || (!zeroStage.empty() && zeroStage != "0"))
       die("--precision fp16 under cdp takes its all-reduce only, not " +
           std::string(cdpReduce == "chain" ? "--cdp-reduce chain"

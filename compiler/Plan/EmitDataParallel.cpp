@@ -107,10 +107,7 @@ LogicalResult Emitter::emitDataParallel(int64_t arenaBytes) {
     std::set<int64_t> delays;
     program.walk(
         [&](sched::WaitReductionOp wait) { delays.insert(wait.getDelay()); });
-    if (delays.size() > 1)
-      return func.emitError("dynamic loss scaling under cdp needs every slot "
-                            "to apply every stage's means equally late "
-                            "(--cdp-rule v1); this schedule's delays differ");
+    tables.marksStages = delays.size() > 1;
     tables.ownOverflow = addShare("cdp@overflow_own");
     tables.stageOverflow.assign(tables.L + 1, -1);
     for (int64_t l = tables.L; l >= 1; --l)
@@ -459,6 +456,8 @@ private:
                       int64_t part, int64_t time, int64_t minStep);
   void waitForMeans(int64_t l, int64_t time, int64_t minStep, int64_t delay);
   LogicalResult adjustLossScale(sched::WaitReductionOp wait);
+  bool marksOwnStep(int64_t l) const;
+  LogicalResult markOverflow(sched::WaitReductionOp wait, int64_t flagStage);
   LogicalResult applyUpdates(int64_t l, int64_t time, int64_t minStep);
   LogicalResult shardUpdate(int64_t l, int64_t time, int64_t minStep,
                             int64_t zero);
@@ -522,10 +521,10 @@ void SlotLowering::waitForMeans(int64_t l, int64_t time, int64_t minStep,
 }
 
 /// cdp with loss scaling: the first trained stage's mean of step t says
-/// whether any device overflowed in it; the scale is adjusted there, before
-/// any update of step t's means (every wait has the same delay D, so they
-/// all come in the step 1 + D later, after this one) and before that
-/// step's seed; the updates read whether to skip from the buffer.
+/// whether any device overflowed in it; the scale is adjusted there, once a
+/// step on each device (the step 1 + D after t, D that wait's delay),
+/// before the updates of those means and before that step's seed; the
+/// updates read whether to skip from the buffer.
 LogicalResult SlotLowering::adjustLossScale(sched::WaitReductionOp wait) {
   int64_t l = wait.getStage();
   if (tables.ownOverflow < 0 || l != tables.firstTrained)
@@ -536,6 +535,29 @@ LogicalResult SlotLowering::adjustLossScale(sched::WaitReductionOp wait) {
     return failure();
   stamp(adjust, l, wait.getTimeStep())->set_min_step(wait.getMinStep());
   adjust->set_phase("update");
+  return success();
+}
+
+/// Where a slot applies stages' means of different steps (v2: fresh stages
+/// a step sooner), another stage's updates are framed by marks (`adjust`
+/// 2): the buffer's flag set from that stage's mean, so they skip on their
+/// own step's flag, then set back from the first trained stage's, the
+/// step's adjustment (what the step log reads).
+bool SlotLowering::marksOwnStep(int64_t l) const {
+  return tables.marksStages && tables.ownOverflow >= 0 &&
+         l != tables.firstTrained && tables.stageOverflow[l] >= 0;
+}
+
+LogicalResult SlotLowering::markOverflow(sched::WaitReductionOp wait,
+                                         int64_t flagStage) {
+  plan::Instruction *mark = emitter.lowerUnscale(
+      *device, tables.unscale, {}, {tables.stageOverflow[flagStage]});
+  if (!mark)
+    return failure();
+  plan::setIntAttribute(mark, "adjust", 2);
+  stamp(mark, wait.getStage(), wait.getTimeStep())
+      ->set_min_step(wait.getMinStep());
+  mark->set_phase("update");
   return success();
 }
 
@@ -841,7 +863,12 @@ LogicalResult SlotLowering::lower(Operation &step) {
       waitForMeans(l, wait.getTimeStep(), wait.getMinStep(), wait.getDelay());
     if (failed(adjustLossScale(wait)))
       return failure();
-    return updateStage(l, wait.getTimeStep(), wait.getMinStep(), zero);
+    bool marks = marksOwnStep(l);
+    if (marks && failed(markOverflow(wait, l)))
+      return failure();
+    if (failed(updateStage(l, wait.getTimeStep(), wait.getMinStep(), zero)))
+      return failure();
+    return marks ? markOverflow(wait, tables.firstTrained) : success();
   }
   if (auto clip = dyn_cast<sched::ClipMeansOp>(step))
     return clipMeans(clip);

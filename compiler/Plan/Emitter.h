@@ -121,6 +121,9 @@ struct DataParallelTables {
   int ownOverflow = -1;
   std::vector<int> stageOverflow;
   int64_t firstTrained = 0;
+  /// cdp fp16 where slots apply stages' means of different steps (v2):
+  /// each stage's updates set the skip flag from their own mean.
+  bool marksStages = false;
   /// laysa: the stages' top-k exchanges (no reduced buffers then).
   bool sparse = false;
   sparse::Exchange exchange;

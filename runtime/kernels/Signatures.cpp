@@ -631,14 +631,15 @@ Rules makeRules() {
   });
   // The buffer, then `flags` scalars (every stage's found_inf), then the
   // gradients unscaled in place; `adjust` 0: the gradients only, the
-  // buffer read.
+  // buffer read; 2: the buffer's skip flag set from the flags, the scale
+  // kept (cdp v2's stages applied a step apart).
   rules["unscale_grads"] = [](const Check &c, const KernelArgs &args) {
     c.arity(2, kMany, 0, 0);
     c.allF32();
     c.count(c.in(0), 3);
     int64_t inputs = static_cast<int64_t>(args.inputs.size());
     int64_t flags = c.attribute("flags", 0, 0, inputs - 1);
-    c.attribute("adjust", 1, 0, 1);
+    c.attribute("adjust", 1, 0, 2);
     for (int64_t k = 1; k <= flags; ++k)
       c.count(c.in(static_cast<size_t>(k)), 1);
     c.attribute("growth_interval", 2000, 1, int64_t{1} << 24);

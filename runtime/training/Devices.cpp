@@ -143,19 +143,25 @@ static bool scalesAStepLate(const Run &run) {
 
 /// How many steps after step t's program the loss-scale buffer holds step
 /// t's adjustment: 1 under dp (it unscales step t's means at the start of
-/// step t + 1), 1 + D under cdp, whose slots apply every stage's means D
-/// steps later still (the `delay` of its waits) and adjust the scale there.
+/// step t + 1), 1 + D under cdp, whose device 0 adjusts the scale where it
+/// applies its first trained stage's means, D steps later still (the
+/// `delay` of that wait).
 static int64_t lossScaleLag(const Run &run) {
   const plan::Device &device = run.plan.devices(0);
-  bool ownUnscale = false;
-  int64_t delay = 0;
+  bool ownUnscale = false, adjusted = false;
+  int64_t delay = 0, adjustDelay = 0;
   for (const plan::Instruction &instruction : device.instructions()) {
-    if (instruction.op() == "unscale_grads")
-      ownUnscale |= plan::intAttribute(instruction, "adjust", 1) == 0;
+    int64_t adjust = plan::intAttribute(instruction, "adjust", 1);
+    if (instruction.op() == "unscale_grads" && adjust == 0)
+      ownUnscale = true;
+    if (instruction.op() == "unscale_grads" && adjust == 1 && !adjusted) {
+      adjustDelay = delay;
+      adjusted = true;
+    }
     if (instruction.op() == "reduce_wait")
       delay = plan::intAttribute(instruction, "delay", 0);
   }
-  return 1 + (ownUnscale ? delay : 0);
+  return 1 + (ownUnscale ? adjustDelay : 0);
 }
 
 /// Whether the step log can give each step's loss scale (fp16): dp's device

@@ -107,6 +107,22 @@ TEST(LossScale, UnscalesOwnGradientsWithoutAdjusting) {
   EXPECT_EQ(state, (std::vector<float>{4.0f, 5.0f, 0.0f}));
 }
 
+// cdp v2's marks (`adjust` 2): the buffer's skip flag set from a stage's
+// mean flag, the scale and its clean steps kept.
+TEST(LossScale, MarksTheSkipFlagOnly) {
+  plan::Instruction instruction;
+  instruction.set_op("unscale_grads");
+  setInt(instruction, "adjust", 2);
+  setInt(instruction, "flags", 1);
+  std::vector<float> state = {4.0f, 5.0f, 0.0f}, flag = {0.5f};
+  auto kernel = kernelFor(instruction, {viewOf(state), viewOf(flag)});
+  kernel->run(StepContext());
+  EXPECT_EQ(state, (std::vector<float>{4.0f, 5.0f, 1.0f}));
+  flag[0] = 0.0f;
+  kernel->run(StepContext());
+  EXPECT_EQ(state, (std::vector<float>{4.0f, 5.0f, 0.0f}));
+}
+
 // A pipeline stage's flag: 1 where any of its gradients is not finite.
 TEST(LossScale, FindsAnInfinityOrNaNAmongTheGradients) {
   plan::Instruction instruction;

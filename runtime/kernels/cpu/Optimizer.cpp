@@ -151,7 +151,7 @@ void registerLossScaling(KernelRegistry &registry) {
     float growth = static_cast<float>(args.f("growth_factor", 2.0)),
           backoff = static_cast<float>(args.f("backoff_factor", 0.5));
     int64_t interval = args.i("growth_interval", 2000);
-    bool adjust = args.i("adjust", 1) != 0;
+    int64_t adjust = args.i("adjust", 1);
     return [=](const StepContext &) {
       float *s = state.f32(), inverse = inverseLossScale(s);
       bool overflow = false;
@@ -163,8 +163,10 @@ void registerLossScaling(KernelRegistry &registry) {
           overflow |= !std::isfinite(x);
           x *= inverse;
         }
-      if (adjust)
+      if (adjust == 1)
         adjustLossScale(s, overflow, growth, backoff, interval);
+      else if (adjust == 2) // mark: the skip flag only
+        s[kOverflow] = overflow ? 1.0f : 0.0f;
     };
   });
 }

@@ -180,6 +180,10 @@ __global__ void adjustKernel(float *state, const int *overflow, float growth,
   adjustLossScale(state, *overflow != 0, growth, backoff, interval);
 }
 
+__global__ void markKernel(float *state, const int *overflow) {
+  state[kOverflow] = *overflow != 0 ? 1.0f : 0.0f;
+}
+
 /// unscale_grads (the CPU kernel says what it means) on the device's
 /// stream with no host synchronisation: the overflow flag and the scale
 /// stay in device memory.
@@ -192,8 +196,7 @@ public:
         grads(args.inputs.begin() + 1 + args.i("flags", 0), args.inputs.end()),
         growth(static_cast<float>(args.f("growth_factor", 2.0))),
         backoff(static_cast<float>(args.f("backoff_factor", 0.5))),
-        interval(args.i("growth_interval", 2000)),
-        adjust(args.i("adjust", 1) != 0),
+        interval(args.i("growth_interval", 2000)), adjust(args.i("adjust", 1)),
         overflow(deviceOf(args), sizeof(int)) {}
 
   void run(const StepContext &context) override {
@@ -206,9 +209,11 @@ public:
       if (g.numel())
         unscaleKernel<<<blocksFor(g.numel()), kThreads, 0, stream>>>(
             g.f32(), g.numel(), state.f32(), overflow.as<int>());
-    if (adjust)
+    if (adjust == 1)
       adjustKernel<<<1, 1, 0, stream>>>(state.f32(), overflow.as<int>(), growth,
                                         backoff, interval);
+    else if (adjust == 2) // mark: the skip flag only
+      markKernel<<<1, 1, 0, stream>>>(state.f32(), overflow.as<int>());
     launched("unscale_grads");
   }
 
@@ -216,8 +221,7 @@ private:
   TensorView state;
   std::vector<TensorView> flags, grads;
   float growth, backoff;
-  int64_t interval;
-  bool adjust;
+  int64_t interval, adjust;
   Scratch overflow;
 };
 
