@@ -252,13 +252,12 @@ static void checkLossScaleFlags(Settings &settings) {
         "steps, or laysa's devices exchange sparse updates, an overflow "
         "cannot yet skip the same step everywhere); use --precision bf16, "
         "which needs no scaling");
-  // cdp: the overflow flags ride in the all-reduce's means.
-  if (settings.layout.traits->strategy == cdp::Strategy::CDP) {
-    if (cdpReduce == "chain" || (!zeroStage.empty() && zeroStage != "0"))
-      die("--precision fp16 under cdp takes its all-reduce only, not " +
-          std::string(cdpReduce == "chain" ? "--cdp-reduce chain"
-                                           : "CDP-ZeRO (--zero 3)"));
-  }
+  // cdp: the overflow flags ride in the reductions' means; CDP-ZeRO's
+  // owners take theirs alone.
+  if (settings.layout.traits->strategy == cdp::Strategy::CDP &&
+      !zeroStage.empty() && zeroStage != "0")
+    die("--precision fp16 under cdp is not built for CDP-ZeRO (--zero 3): "
+        "its stages' owners alone receive their means and flags");
   settings.lossScale = parseReal("--loss-scale", lossScale);
   if (!(settings.lossScale > 0))
     die("--loss-scale must be a positive number, got '" + lossScale + "'");

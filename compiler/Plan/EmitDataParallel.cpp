@@ -60,6 +60,11 @@ LogicalResult Emitter::emitDataParallel(int64_t arenaBytes) {
   if (tables.cdpZero)
     tables.zero = 3;
   out->set_zero(tables.zero);
+  // cdp with loss scaling: each slot's overflow flag rides as one more
+  // float in its reductions (the chain's buffers hold it too).
+  func.walk([&](UnscaleGradsOp unscale) { tables.unscale = unscale; });
+  program.walk(
+      [&](sched::ClipOwnOp) { tables.flagsRide = bool(tables.unscale); });
   program.walk([&](sched::SparseSendOp send) {
     tables.sparse = true;
     tables.exchange.residual = send.getResidual();
@@ -74,7 +79,6 @@ LogicalResult Emitter::emitDataParallel(int64_t arenaBytes) {
   if (tables.zero == 3)
     arenaBytes = addShardGroups(program, tables, arenaBytes);
   func.walk([&](ClipGradNormOp clip) { tables.clip = clip; });
-  func.walk([&](UnscaleGradsOp unscale) { tables.unscale = unscale; });
   if (tables.unscale && tables.sparse)
     return func.emitError("dynamic loss scaling under laysa is not built: "
                           "its updates read sparse gradients");
@@ -97,13 +101,10 @@ LogicalResult Emitter::emitDataParallel(int64_t arenaBytes) {
   // cdp: each slot unscales its own gradients after its last backward
   // (sched.clip_own); its overflow flag rides in every stage's reduction,
   // so that every stage's mean says whether any device overflowed.
-  bool unscalesOwn = false;
-  program.walk([&](sched::ClipOwnOp) { unscalesOwn = bool(tables.unscale); });
-  if (unscalesOwn) {
-    if (tables.chain || tables.cdpZero)
-      return func.emitError("dynamic loss scaling under cdp takes its "
-                            "all-reduce only, not --cdp-reduce chain or "
-                            "CDP-ZeRO");
+  if (tables.flagsRide) {
+    if (tables.cdpZero)
+      return func.emitError("dynamic loss scaling under cdp is not built for "
+                            "CDP-ZeRO: its owners' means carry no flag");
     std::set<int64_t> delays;
     program.walk(
         [&](sched::WaitReductionOp wait) { delays.insert(wait.getDelay()); });
@@ -318,8 +319,9 @@ LogicalResult Emitter::addReducedTensors(DataParallelTables &tables) {
                       std::to_string(parity));
       buffer.set_dtype(plan::F32);
       buffer.set_kind(plan::REDUCED);
-      buffer.add_shape(stageBytes[l - 1] / 4);
-      buffer.set_bytes(stageBytes[l - 1]);
+      int64_t flag = tables.flagsRide ? 1 : 0; // the mean overflow flag
+      buffer.add_shape(stageBytes[l - 1] / 4 + flag);
+      buffer.set_bytes(stageBytes[l - 1] + 4 * flag);
       *plan.add_tensors() = buffer;
       tables.chainBuffers[l][parity] = buffer.id();
     }

@@ -124,6 +124,9 @@ struct DataParallelTables {
   /// cdp fp16 where slots apply stages' means of different steps (v2):
   /// each stage's updates set the skip flag from their own mean.
   bool marksStages = false;
+  /// cdp with loss scaling: each slot's overflow flag rides in its
+  /// reductions (the all-reduce's and the chain's).
+  bool flagsRide = false;
   /// laysa: the stages' top-k exchanges (no reduced buffers then).
   bool sparse = false;
   sparse::Exchange exchange;

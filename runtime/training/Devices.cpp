@@ -158,7 +158,7 @@ static int64_t lossScaleLag(const Run &run) {
       adjustDelay = delay;
       adjusted = true;
     }
-    if (instruction.op() == "reduce_wait")
+    if (instruction.op() == "reduce_wait" || instruction.op() == "chain_wait")
       delay = plan::intAttribute(instruction, "delay", 0);
   }
   return 1 + (ownUnscale ? adjustDelay : 0);
