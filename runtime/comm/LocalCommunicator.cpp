@@ -29,6 +29,12 @@ public:
   bool arrived(int from, int64_t tag) override;
   void reduceStart(int64_t tag, const std::vector<ConstBuffer> &parts,
                    int64_t tau) override;
+  using Communicator::allGather;
+  bool allGather(int64_t tag, ConstBuffer in, const std::vector<Buffer> &out,
+                 int64_t tau) override;
+  using Communicator::reduceScatter;
+  bool reduceScatter(int64_t tag, const std::vector<ConstBuffer> &in,
+                     Buffer out, ReduceOp op, int64_t tau) override;
   bool reduceWait(int64_t tag, const std::vector<Buffer> &parts) override;
   void abort() override;
   std::vector<SendRecord> sendLog() const override;
@@ -42,6 +48,13 @@ private:
   /// that domain, else a copy uploaded from the host.
   static std::shared_ptr<DeviceBlock>
   onLink(DeviceLink &link, const LocalFabric::Message &message);
+  /// A collective over device memory: posts this device's block under
+  /// `key`, waits for every device's, and gives them all on `link`'s
+  /// domain; logs what the host collective would have sent (`bytes` to
+  /// each other device). False when the fabric was aborted.
+  bool gatherBlocks(int64_t key, std::shared_ptr<DeviceBlock> mine,
+                    DeviceLink &link, int64_t bytes, int64_t tau,
+                    std::vector<std::shared_ptr<DeviceBlock>> &all);
   /// Marks `r` done once every device gave to it.
   void complete(LocalFabric::Reduction &r);
   /// The mean of a reduction every device gave to, into `parts`.
@@ -134,8 +147,11 @@ void LocalFabric::checkStall() {
     if (w.kind == Wait::Parked)
       continue;
     auto reduction = reductions.find(w.tag);
-    if (w.kind == Wait::Message
-            ? mailboxes.count({w.from, d, w.tag}) > 0
+    auto gathering = gatherings.find(w.tag);
+    if (w.kind == Wait::Message ? mailboxes.count({w.from, d, w.tag}) > 0
+        : w.kind == Wait::Collective
+            ? gathering != gatherings.end() &&
+                  gathering->second.arrived == devices
             : reduction != reductions.end() && reduction->second.done)
       return; // woken, not yet running
     waiter = waiter < 0 ? d : waiter;
@@ -148,7 +164,8 @@ void LocalFabric::checkStall() {
       std::to_string(waiter) + " for " +
       (w.kind == Wait::Message ? "message " + std::to_string(w.tag) +
                                      " from device " + std::to_string(w.from)
-                               : "reduction " + std::to_string(w.tag)) +
+       : w.kind == Wait::Collective ? "collective " + std::to_string(w.tag / 4)
+                                    : "reduction " + std::to_string(w.tag)) +
       "; was the run resumed from a checkpoint whose state in flight "
       "does not fit the plan?";
   aborted = true;
@@ -181,6 +198,9 @@ LocalFabric::gatherSendLogs() {
 // reductions exactly those some device has yet to wait for.
 std::string LocalFabric::saveInFlight() {
   std::lock_guard<std::mutex> lock(mutex);
+  if (!gatherings.empty()) // every device leaves a collective it joined
+    throw RuntimeError("a collective is in flight between two steps (an "
+                       "internal error)");
   ByteWriter out;
   out.put<int32_t>(devices);
   out.put<uint64_t>(mailboxes.size());
@@ -438,6 +458,108 @@ bool LocalCommunicator::reduceWait(int64_t tag,
   fetchMean(r, tag, parts);
   if (++r.fetched == fabric.devices)
     fabric.reductions.erase(tag);
+  return true;
+}
+
+// Keys apart from each other's (tags are below 2^56).
+constexpr int64_t kGatherKey = 2, kScatterKey = 1;
+
+bool LocalCommunicator::gatherBlocks(
+    int64_t key, std::shared_ptr<DeviceBlock> mine, DeviceLink &link,
+    int64_t bytes, int64_t tau,
+    std::vector<std::shared_ptr<DeviceBlock>> &all) {
+  {
+    std::unique_lock<std::mutex> lock(fabric.mutex);
+    LocalFabric::Gathering &g = fabric.gatherings[key];
+    if (g.blocks.empty())
+      g.blocks.resize(fabric.devices);
+    if (g.blocks[device])
+      throw RuntimeError("device " + std::to_string(device) +
+                         " joined collective " + std::to_string(key / 4) +
+                         " twice");
+    g.blocks[device] = std::move(mine);
+    if (++g.arrived == fabric.devices)
+      fabric.changed.notify_all();
+    if (!fabric.waitFor(
+            lock, device, {LocalFabric::Wait::Collective, 0, key},
+            [&] { return fabric.gatherings[key].arrived == fabric.devices; }))
+      return false;
+    all = fabric.gatherings[key].blocks;
+    if (++fabric.gatherings[key].fetched == fabric.devices)
+      fabric.gatherings.erase(key);
+  }
+  for (std::shared_ptr<DeviceBlock> &block : all)
+    if (block->domain() != link.domain()) {
+      std::vector<char> host(block->bytes());
+      block->download(host.data());
+      block = link.stashHost(host.data(), block->bytes());
+    }
+  if (tau >= 0) {
+    std::lock_guard<std::mutex> lock(logMutex);
+    for (int d = 1; d < fabric.devices; ++d)
+      log.push_back({tau, bytes, true});
+  }
+  return true;
+}
+
+bool LocalCommunicator::allGather(int64_t tag, ConstBuffer in,
+                                  const std::vector<Buffer> &out, int64_t tau) {
+  DeviceLink *link = linkOf(out);
+  if (!link && !in.link)
+    return Communicator::allGather(tag, in, out, tau);
+  if (link != in.link)
+    throw RuntimeError("an all-gather's buffers lie on different devices");
+  int64_t room = 0;
+  for (const Buffer &part : out)
+    room += part.bytes();
+  if (room > in.bytes() * fabric.devices)
+    throw RuntimeError("all-gather of at most " +
+                       std::to_string(in.count * fabric.devices) +
+                       " elements given buffers of more");
+  std::vector<std::shared_ptr<DeviceBlock>> all;
+  if (!gatherBlocks(tag * 4 + kGatherKey, link->stash({in}), *link, in.bytes(),
+                    tau, all))
+    return false;
+  // Device d's shard lands at d * in.bytes(); the padding past `out` is
+  // dropped.
+  for (int d = 0; d < fabric.devices; ++d) {
+    int64_t at = d * in.bytes(), bytes = std::min(in.bytes(), room - at);
+    if (bytes > 0)
+      link->copyRange(*all[d], 0, out, at, bytes);
+  }
+  return true;
+}
+
+bool LocalCommunicator::reduceScatter(int64_t tag,
+                                      const std::vector<ConstBuffer> &in,
+                                      Buffer out, ReduceOp op, int64_t tau) {
+  DeviceLink *link = linkOf(in);
+  if (!link && !out.link)
+    return Communicator::reduceScatter(tag, in, out, op, tau);
+  if (link && link != out.link)
+    throw RuntimeError("a reduce-scatter's buffers lie on different devices");
+  link = out.link;
+  for (const ConstBuffer &part : in)
+    checkReducible(part.dtype);
+  checkReducible(out.dtype);
+  int64_t given = describe(in).second;
+  if (given > out.count * fabric.devices)
+    throw RuntimeError("reduce-scatter of at most " +
+                       std::to_string(out.count * fabric.devices) +
+                       " elements given buffers of " + std::to_string(given));
+  std::vector<std::shared_ptr<DeviceBlock>> all;
+  if (!gatherBlocks(tag * 4 + kScatterKey, link->stash(in), *link, out.bytes(),
+                    tau, all))
+    return false;
+  // This device's chunk, added in device order from device 0's; the
+  // elements past what the devices gave (the padding) are zeros.
+  std::vector<const DeviceBlock *> blocks;
+  for (const std::shared_ptr<DeviceBlock> &block : all)
+    blocks.push_back(block.get());
+  int64_t from = device * out.count;
+  float scale =
+      op == ReduceOp::Mean ? 1.0f / static_cast<float>(fabric.devices) : 1.0f;
+  link->sumRange(blocks, from, std::max<int64_t>(given - from, 0), scale, out);
   return true;
 }
 

@@ -133,4 +133,52 @@ void StreamLink::meanOut(const std::vector<const DeviceBlock *> &blocks,
   doneReading(ours);
 }
 
+void StreamLink::copyRange(const DeviceBlock &block, int64_t from,
+                           const std::vector<Buffer> &parts, int64_t to,
+                           int64_t bytes) {
+  const Block &source = waitFor(block);
+  if (from < 0 || bytes < 0 || from + bytes > source.size)
+    throw RuntimeError("a copy of a device block's bytes [" +
+                       std::to_string(from) + ", " +
+                       std::to_string(from + bytes) + ") past its " +
+                       std::to_string(source.size));
+  for (const Buffer &part : parts) {
+    int64_t size = part.bytes();
+    if (to < size && bytes > 0) {
+      int64_t n = std::min(size - to, bytes);
+      ops->copy(static_cast<char *>(part.data) + to, source.memory + from, n);
+      from += n;
+      bytes -= n;
+      to = 0;
+    } else {
+      to -= std::min(to, size);
+    }
+  }
+  if (bytes > 0)
+    throw RuntimeError("a device block's copy runs past its buffers");
+  doneReading({&source});
+}
+
+void StreamLink::sumRange(const std::vector<const DeviceBlock *> &blocks,
+                          int64_t from, int64_t count, float scale,
+                          Buffer out) {
+  std::vector<const Block *> ours;
+  std::vector<const float *> sources;
+  count = std::min(count, out.count);
+  for (const DeviceBlock *block : blocks) {
+    ours.push_back(&waitFor(*block));
+    if (count > 0 && (from + count) * 4 > ours.back()->size)
+      throw RuntimeError("a sum of a device block's elements past its end");
+    sources.push_back(reinterpret_cast<const float *>(ours.back()->memory) +
+                      from);
+  }
+  auto *to = static_cast<float *>(out.data);
+  if (count > 0)
+    ops->mean(to, sources, count, scale, /*fromZero=*/false);
+  if (count < out.count)
+    ops->zero(to + std::max<int64_t>(count, 0),
+              (out.count - std::max<int64_t>(count, 0)) * 4);
+  doneReading(ours);
+}
+
 } // namespace cdp::runtime

@@ -28,7 +28,8 @@ public:
   void upload(void *to, const char *host, int64_t bytes) override;
   void add(float *to, const float *from, int64_t count) override;
   void mean(float *to, const std::vector<const float *> &from, int64_t count,
-            float scale) override;
+            float scale, bool fromZero) override;
+  void zero(void *to, int64_t bytes) override;
   std::shared_ptr<StreamEvent> record() override;
   void wait(const StreamEvent &event) override;
   void download(char *host, const void *from, int64_t bytes,

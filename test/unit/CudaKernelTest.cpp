@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <thread>
 
 using namespace cdp;
 using namespace cdp::runtime;
@@ -757,6 +758,57 @@ TEST(CudaDeviceLink, DevicesSharingAGpuExchangeOnIt) {
   std::vector<float> got(n);
   gpus[1]->download(got.data(), grads[1], n * 4);
   EXPECT_EQ(got, parts[0]);
+  // ZeRO's reduce-scatter (chunks of 334: the last padded) and all-gather
+  // on the GPU: the host fabric's bits. Collectives block until every
+  // device joins: a thread each.
+  std::vector<std::vector<float>> chunks(3, std::vector<float>(334)),
+      hostChunks = chunks, gathered(3, std::vector<float>(n)),
+      hostGathered = gathered;
+  auto collectives = [&](LocalFabric &fabric, bool gpu,
+                         std::vector<std::vector<float>> &chunkOut,
+                         std::vector<std::vector<float>> &gatherOut) {
+    std::vector<std::thread> threads;
+    for (int d = 0; d < 3; ++d)
+      threads.emplace_back([&, d] {
+        DeviceLink *link = gpu ? gpus[d]->link() : nullptr;
+        float *in = gpu ? grads[d] : parts[d].data();
+        std::vector<float> hostChunk(334), hostAll(n);
+        float *chunk = gpu ? static_cast<float *>(gpus[d]->allocate(334 * 4))
+                           : hostChunk.data();
+        float *all = gpu ? static_cast<float *>(gpus[d]->allocate(n * 4))
+                         : hostAll.data();
+        if (gpu) {
+          gpus[d]->upload(in, parts[d].data(), n * 4);
+          gpus[d]->queue();
+        }
+        EXPECT_TRUE(fabric.endpoint(d).reduceScatter(
+            2, {ConstBuffer(plan::F32, in, n, link)},
+            {plan::F32, chunk, 334, link}, ReduceOp::Mean, 0));
+        EXPECT_TRUE(fabric.endpoint(d).allGather(
+            3, ConstBuffer(plan::F32, chunk, 334, link),
+            std::vector<Buffer>{{plan::F32, all, n, link}}, 0));
+        if (gpu) {
+          gpus[d]->download(chunkOut[d].data(), chunk, 334 * 4);
+          gpus[d]->download(gatherOut[d].data(), all, n * 4);
+          gpus[d]->release(chunk);
+          gpus[d]->release(all);
+        } else {
+          chunkOut[d] = hostChunk;
+          gatherOut[d] = hostAll;
+        }
+      });
+    for (std::thread &thread : threads)
+      thread.join();
+  };
+  LocalFabric hostCollectives(3), gpuCollectives(3);
+  collectives(hostCollectives, false, hostChunks, hostGathered);
+  collectives(gpuCollectives, true, chunks, gathered);
+  for (int d = 0; d < 3; ++d) {
+    EXPECT_EQ(std::memcmp(chunks[d].data(), hostChunks[d].data(), 334 * 4), 0)
+        << "device " << d;
+    EXPECT_EQ(std::memcmp(gathered[d].data(), hostGathered[d].data(), n * 4), 0)
+        << "device " << d;
+  }
   // The kernels' route.
   plan::Instruction instruction;
   instruction.set_op("reduce_wait");

@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "CollectiveChecks.h"
 #include "LazyStreams.h"
 
 #include "cdp/Runtime/Communicator.h"
@@ -233,6 +234,81 @@ TEST(DeviceLink, InFlightStateGoesThroughTheHost) {
   resumed.endpoint(1).reduceStart(5, {b.buffer(h, 2)}, 0);
   ASSERT_TRUE(resumed.endpoint(1).reduceWait(5, {b.buffer(m, 2)}));
   EXPECT_EQ(b.stream->read(m, 2), std::vector<float>({0.75f, 4.5f}));
+  EXPECT_TRUE(gpu.errors.empty()) << gpu.errors.front();
+}
+
+/// Device d's 7 gradient values: magnitudes far apart (float32 sums depend
+/// on their order), and a -0 everywhere at element 5 (a sum from device 0's
+/// value keeps it, one from +0 would not).
+std::vector<float> scattered(int d) {
+  std::vector<float> values(7);
+  for (int64_t i = 0; i < 7; ++i)
+    values[i] = i == 5 ? -0.0f : checks::contribution(d, i);
+  return values;
+}
+
+// ZeRO's collectives over device memory give the host's bits: the
+// reduce-scatter's chunk summed from device 0's (its padding zeros), the
+// all-gather's shards in device order (the padding past the buffers
+// dropped), and the same send logs.
+TEST(DeviceLink, CollectivesGiveTheHostsBits) {
+  LazyGpu gpu(0);
+  std::vector<std::unique_ptr<GpuDevice>> devices;
+  for (int d = 0; d < 3; ++d)
+    devices.push_back(std::make_unique<GpuDevice>(gpu));
+  LocalFabric host(3), onGpu(3);
+  std::vector<std::vector<float>> hostChunks(3, std::vector<float>(3)),
+      hostGathered(3, std::vector<float>(8)), gpuChunks(3), gpuGathered(3);
+  checks::onEveryDevice(host, [&](Communicator &comm) {
+    int d = comm.rank();
+    std::vector<float> g = scattered(d);
+    ASSERT_TRUE(comm.reduceScatter(11,
+                                   {ConstBuffer(plan::F32, g.data(), 3),
+                                    ConstBuffer(plan::F32, g.data() + 3, 4)},
+                                   {plan::F32, hostChunks[d].data(), 3},
+                                   ReduceOp::Mean, 5));
+    std::vector<float> shard = {float(d), float(d) + 0.5f, -float(d)};
+    ASSERT_TRUE(comm.allGather(
+        12, ConstBuffer(plan::F32, shard.data(), 3),
+        std::vector<Buffer>{{plan::F32, hostGathered[d].data(), 5},
+                            {plan::F32, hostGathered[d].data() + 5, 3}},
+        6));
+  });
+  checks::onEveryDevice(onGpu, [&](Communicator &comm) {
+    int d = comm.rank();
+    GpuDevice &dev = *devices[d];
+    float *g = dev.tensor(scattered(d)), *chunk = dev.tensor({9, 9, 9});
+    ASSERT_TRUE(comm.reduceScatter(11, {dev.buffer(g, 3), dev.buffer(g + 3, 4)},
+                                   dev.buffer(chunk, 3), ReduceOp::Mean, 5));
+    gpuChunks[d] = dev.stream->read(chunk, 3);
+    float *shard = dev.tensor({float(d), float(d) + 0.5f, -float(d)}),
+          *params = dev.tensor(std::vector<float>(8, 7.0f));
+    ASSERT_TRUE(comm.allGather(
+        12, dev.buffer(shard, 3),
+        std::vector<Buffer>{dev.buffer(params, 5), dev.buffer(params + 5, 3)},
+        6));
+    gpuGathered[d] = dev.stream->read(params, 8);
+  });
+  for (int d = 0; d < 3; ++d) {
+    EXPECT_EQ(std::memcmp(gpuChunks[d].data(), hostChunks[d].data(), 12), 0)
+        << "device " << d;
+    EXPECT_EQ(gpuGathered[d], hostGathered[d]) << "device " << d;
+  }
+  EXPECT_TRUE(std::signbit(gpuChunks[1][2])); // element 5: -0 kept
+  EXPECT_EQ(gpuChunks[2][1], 0.0f);           // element 7: padding
+  std::vector<std::vector<Communicator::SendRecord>> hostLogs =
+                                                         host.gatherSendLogs(),
+                                                     gpuLogs =
+                                                         onGpu.gatherSendLogs();
+  for (int d = 0; d < 3; ++d) {
+    ASSERT_EQ(gpuLogs[d].size(), hostLogs[d].size());
+    for (size_t k = 0; k < gpuLogs[d].size(); ++k)
+      EXPECT_EQ(gpuLogs[d][k].bytes, hostLogs[d][k].bytes);
+  }
+  for (auto &dev : devices)
+    dev->stream->finish();
+  EXPECT_EQ(gpu.downloads, 0);
+  EXPECT_EQ(gpu.liveAllocations(), 12); // 4 tensors a device; blocks freed
   EXPECT_TRUE(gpu.errors.empty()) << gpu.errors.front();
 }
 

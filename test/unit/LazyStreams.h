@@ -149,8 +149,14 @@ public:
           dst[i] += src[i];
     });
   }
+  void zero(void *to, int64_t bytes) override {
+    queue([=] {
+      if (char *dst = gpu.host(to, bytes, "zero"))
+        std::memset(dst, 0, bytes);
+    });
+  }
   void mean(float *to, const std::vector<const float *> &from, int64_t count,
-            float scale) override {
+            float scale, bool fromZero) override {
     queue([=] {
       auto *dst = reinterpret_cast<float *>(gpu.host(to, count * 4, "mean to"));
       std::vector<const float *> src;
@@ -163,9 +169,9 @@ public:
       if (!dst)
         return;
       for (int64_t i = 0; i < count; ++i) {
-        float sum = 0.0f;
-        for (const float *s : src)
-          sum += s[i];
+        float sum = fromZero ? 0.0f + src[0][i] : src[0][i];
+        for (size_t k = 1; k < src.size(); ++k)
+          sum += src[k][i];
         dst[i] = sum * scale;
       }
     });

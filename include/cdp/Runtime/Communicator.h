@@ -380,7 +380,13 @@ private:
   /// What a device waits for: nothing (it runs), a message, a reduction's
   /// mean, or something outside the fabric (parked).
   struct Wait {
-    enum Kind { Running, Message, Reduction, Parked } kind = Running;
+    enum Kind {
+      Running,
+      Message,
+      Reduction,
+      Collective,
+      Parked
+    } kind = Running;
     int from = 0;
     int64_t tag = 0;
   };
@@ -408,6 +414,14 @@ private:
       return !contributions[d].empty() || (!blocks.empty() && blocks[d]);
     }
   };
+  /// A collective over device memory (all-gather, reduce-scatter): every
+  /// device's block, by device; each device takes what it needs once all
+  /// arrived, and the last to take it drops it (within a step: none is in
+  /// flight at a checkpoint).
+  struct Gathering {
+    std::vector<std::shared_ptr<DeviceBlock>> blocks;
+    int arrived = 0, fetched = 0;
+  };
   /// A message: host bytes, or a block in the sender's device memory.
   struct Message {
     plan::DType dtype;
@@ -428,6 +442,7 @@ private:
   mutable std::mutex mutex;
   std::condition_variable changed;
   std::map<int64_t, Reduction> reductions;
+  std::map<int64_t, Gathering> gatherings;
   /// (from, to, tag) -> the message.
   std::map<std::tuple<int, int, int64_t>, Message> mailboxes;
   bool aborted = false;

@@ -67,6 +67,18 @@ public:
   /// the host's reductions sum (so the same bits), into `parts`.
   virtual void meanOut(const std::vector<const DeviceBlock *> &blocks,
                        float scale, const std::vector<Buffer> &parts) = 0;
+  /// Queued after `block` is ready: its bytes [from, from + bytes) into
+  /// the parts' concatenation at byte `to` (a gathered shard into place).
+  virtual void copyRange(const DeviceBlock &block, int64_t from,
+                         const std::vector<Buffer> &parts, int64_t to,
+                         int64_t bytes) = 0;
+  /// Queued after every block is ready: `out[i] = (b_0[from + i] + b_1[from
+  /// + i] + ...) * scale` for i < count, summed from b_0 as the host's
+  /// collectives sum (scale 1 for a sum), and zeros past `count` (a
+  /// reduce-scatter's chunk, its padding).
+  virtual void sumRange(const std::vector<const DeviceBlock *> &blocks,
+                        int64_t from, int64_t count, float scale,
+                        Buffer out) = 0;
 };
 
 /// A point in a stream's work (a CUDA event): what runs after it was
@@ -94,9 +106,11 @@ public:
   virtual void upload(void *to, const char *host, int64_t bytes) = 0;
   /// `to[i] += from[i]`.
   virtual void add(float *to, const float *from, int64_t count) = 0;
-  /// `to[i] = ((0 + from[0][i]) + from[1][i] + ...) * scale`.
+  /// `to[i] = ((0 + from[0][i]) + from[1][i] + ...) * scale`, or without
+  /// the 0 (`fromZero` false: the collectives' sums, from[0][i] first).
   virtual void mean(float *to, const std::vector<const float *> &from,
-                    int64_t count, float scale) = 0;
+                    int64_t count, float scale, bool fromZero = true) = 0;
+  virtual void zero(void *to, int64_t bytes) = 0;
   /// The stream's current point, and a wait of this stream for a point of
   /// any stream of the domain.
   virtual std::shared_ptr<StreamEvent> record() = 0;
@@ -125,6 +139,11 @@ public:
               const std::vector<Buffer> &parts) override;
   void meanOut(const std::vector<const DeviceBlock *> &blocks, float scale,
                const std::vector<Buffer> &parts) override;
+  void copyRange(const DeviceBlock &block, int64_t from,
+                 const std::vector<Buffer> &parts, int64_t to,
+                 int64_t bytes) override;
+  void sumRange(const std::vector<const DeviceBlock *> &blocks, int64_t from,
+                int64_t count, float scale, Buffer out) override;
 
 private:
   class Block;

@@ -44,15 +44,6 @@ Buffer receiving(const TensorView &v, DeviceLink *link = nullptr) {
   return {v.dtype, v.data, v.numel(), link};
 }
 
-/// The link of the device a kernel runs on where the communicator takes
-/// that device's memory (a GPU's send, recv and reductions, which then run
-/// this kernel on the GPU's tensors), else null: host memory.
-DeviceLink *linkFor(const KernelArgs &args) {
-  if (!args.runsOn || !args.communicator ||
-      !args.communicator->carriesDeviceMemory())
-    return nullptr;
-  return args.runsOn->link();
-}
 Buffer floats(float *data, int64_t count) { return {plan::F32, data, count}; }
 ConstBuffer floats(const float *data, int64_t count) {
   return {plan::F32, data, count};

@@ -4,6 +4,7 @@
 #define CDP_RUNTIME_KERNELS_CPU_CPUKERNELS_H
 
 #include "cdp/Runtime/Communicator.h"
+#include "cdp/Runtime/Device.h"
 #include "cdp/Runtime/Kernel.h"
 
 #include <cstring>
@@ -45,6 +46,17 @@ inline void unpack(const float *in, const std::vector<TensorView> &views) {
     std::memcpy(v.data, in, v.numel() * sizeof(float));
     in += v.numel();
   }
+}
+
+/// The link of the device a kernel runs on where the communicator takes
+/// that device's memory (a GPU's send, recv, reductions and ZeRO's
+/// collectives, which then run this kernel on the GPU's tensors), else
+/// null: host memory.
+inline DeviceLink *linkFor(const KernelArgs &args) {
+  if (!args.runsOn || !args.communicator ||
+      !args.communicator->carriesDeviceMemory())
+    return nullptr;
+  return args.runsOn->link();
 }
 
 /// Tensors as a communicator's list of buffers, read or filled one after

@@ -257,7 +257,8 @@ private:
 class ShardReduceKernel : public Kernel {
 public:
   explicit ShardReduceKernel(const KernelArgs &args)
-      : grads(readBuffers(args.inputs)), shard(args.outputs[0]),
+      : grads(readBuffers(args.inputs, linkFor(args))), shard(args.outputs[0]),
+        link(linkFor(args)),
         layout(sizesOf(args.inputs), args.communicator->size()),
         comm(args.communicator), stage(args.i("stage", 0)),
         cycle(args.i("cycle", 1)), timeStep(args.instruction->time_step()),
@@ -271,7 +272,7 @@ public:
   void run(const StepContext &context) override {
     if (!comm->reduceScatter(
             tags::collectives::gradientScatter(context.step, stage), grads,
-            {plan::F32, shard.data, layout.shardSize()}, ReduceOp::Mean,
+            {plan::F32, shard.data, layout.shardSize(), link}, ReduceOp::Mean,
             timeStep + cycle * context.step))
       throw RuntimeError("device " + std::to_string(device) +
                          ": stopped while reducing a stage's gradients "
@@ -281,6 +282,7 @@ public:
 private:
   std::vector<ConstBuffer> grads;
   TensorView shard;
+  DeviceLink *link; ///< a GPU's, where the communicator takes its memory
   ShardLayout layout;
   Communicator *comm;
   int64_t stage, cycle, timeStep;
@@ -292,9 +294,10 @@ private:
 class ShardGatherKernel : public Kernel {
 public:
   explicit ShardGatherKernel(const KernelArgs &args)
-      : shard(args.inputs[0]), target(args.outputs[0]), comm(args.communicator),
-        stage(args.i("stage", 0)), cycle(args.i("cycle", 1)),
-        timeStep(args.instruction->time_step()), device(args.device) {
+      : shard(args.inputs[0]), target(args.outputs[0]), link(linkFor(args)),
+        comm(args.communicator), stage(args.i("stage", 0)),
+        cycle(args.i("cycle", 1)), timeStep(args.instruction->time_step()),
+        device(args.device) {
     // The outputs must be one run of memory, the shards' concatenation.
     char *next = static_cast<char *>(target.data);
     int64_t elements = 0;
@@ -314,8 +317,8 @@ public:
   void run(const StepContext &context) override {
     if (!comm->allGather(tags::collectives::parameterGather(
                              context.step, timeStep % cycle, stage),
-                         {plan::F32, shard.data, shard.numel()},
-                         {plan::F32, target.data, target.numel()},
+                         {plan::F32, shard.data, shard.numel(), link},
+                         {plan::F32, target.data, target.numel(), link},
                          timeStep + cycle * context.step))
       throw RuntimeError("device " + std::to_string(device) +
                          ": stopped while gathering a stage's parameters "
@@ -324,6 +327,7 @@ public:
 
 private:
   TensorView shard, target;
+  DeviceLink *link; ///< a GPU's, where the communicator takes its memory
   Communicator *comm;
   int64_t stage, cycle, timeStep;
   int device;

@@ -142,7 +142,8 @@ void registerCommunication(KernelRegistry &registry) {
     KernelFactory factory = *cpu;
     std::string name = op;
     bool reduction = name == "reduce_start" || name == "reduce_wait";
-    bool linked = reduction || name == "send" || name == "recv";
+    bool linked = reduction || name == "send" || name == "recv" ||
+                  name == "shard_reduce" || name == "shard_gather";
     registry.add(
         op, Backend::CUDA,
         [factory, reduction, linked, writes = writesInputs,
@@ -150,8 +151,9 @@ void registerCommunication(KernelRegistry &registry) {
           if (reduction)
             if (std::unique_ptr<Kernel> nccl = makeNcclKernel(name, args))
               return nccl;
-          // The CPU kernel only hands its tensors to the communicator: one
-          // that carries device memory moves them through the GPU's link.
+          // These CPU kernels only hand their tensors to the communicator:
+          // one that carries device memory moves them through the GPU's
+          // link (copies and sums queued on its stream).
           if (linked && args.communicator &&
               args.communicator->carriesDeviceMemory())
             return factory(args);

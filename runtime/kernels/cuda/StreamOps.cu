@@ -56,11 +56,20 @@ struct Sources {
   int count;
 };
 
+/// `first`: the sum starts here, from +0 (`fromZero`) or from the first
+/// source; else from the running sum in `out`.
 __global__ void sumKernel(float *out, Sources sources, int64_t n, bool first,
-                          bool last, float scale) {
+                          bool fromZero, bool last, float scale) {
   CDP_FOR_EACH(i, n) {
-    float sum = first ? 0.0f : out[i];
-    for (int k = 0; k < sources.count; ++k)
+    int k = 0;
+    float sum;
+    if (!first)
+      sum = out[i];
+    else if (fromZero)
+      sum = 0.0f;
+    else
+      sum = sources.from[k++][i];
+    for (; k < sources.count; ++k)
       sum += sources.from[k][i];
     out[i] = last ? sum * scale : sum;
   }
@@ -126,8 +135,13 @@ void CudaStreamOps::add(float *to, const float *from, int64_t count) {
   cuda::launched("a partial sum's addition");
 }
 
+void CudaStreamOps::zero(void *to, int64_t bytes) {
+  OnGpu on(gpu);
+  checkCuda(cudaMemsetAsync(to, 0, bytes, stream), "a chunk's padding");
+}
+
 void CudaStreamOps::mean(float *to, const std::vector<const float *> &from,
-                         int64_t count, float scale) {
+                         int64_t count, float scale, bool fromZero) {
   if (count == 0)
     return;
   OnGpu on(gpu);
@@ -137,7 +151,8 @@ void CudaStreamOps::mean(float *to, const std::vector<const float *> &from,
     while (sources.count < kSources && done < from.size())
       sources.from[sources.count++] = from[done++];
     sumKernel<<<cuda::blocksFor(count), cuda::kThreads, 0, stream>>>(
-        to, sources, count, done <= kSources, done == from.size(), scale);
+        to, sources, count, done <= kSources, fromZero, done == from.size(),
+        scale);
     cuda::launched("a reduction's mean");
   } while (done < from.size());
 }
