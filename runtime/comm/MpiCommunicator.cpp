@@ -248,7 +248,8 @@ public:
     reapSends(livePosts, false); // the delivered ones (one a step)
     auto message = std::make_unique<std::vector<double>>(std::vector<double>{
         double(loss.device), double(loss.step), double(loss.loss),
-        double(loss.lossScale), loss.overflowed ? 1.0 : 0.0});
+        double(loss.lossScale), loss.overflowed ? 1.0 : 0.0,
+        loss.scaleOnly ? 1.0 : 0.0});
     MPI_Request request;
     MPI_Isend(message->data(), kStepLossFields, MPI_DOUBLE, 0, 0, live,
               &request);
@@ -273,6 +274,7 @@ public:
     loss.loss = static_cast<float>(message[2]);
     loss.lossScale = static_cast<float>(message[3]);
     loss.overflowed = message[4] != 0.0;
+    loss.scaleOnly = message[5] != 0.0;
     return true;
   }
   void postNote(int to, int64_t kind, int64_t value) override {
@@ -317,7 +319,7 @@ public:
   /// The notes' tag on `live` (the step losses use 0).
   static constexpr int kNoteTag = 1;
   /// A posted step loss: device, step, loss, loss scale, overflowed.
-  static constexpr int kStepLossFields = 5;
+  static constexpr int kStepLossFields = 6;
   int devices, myRank, processes;
   double timeout;
   /// K: each sender's MPI tags are its plain channel and K for

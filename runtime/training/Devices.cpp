@@ -164,16 +164,12 @@ static int64_t lossScaleLag(const Run &run) {
   return 1 + (ownUnscale ? adjustDelay : 0);
 }
 
-/// Whether the step log can give each step's loss scale (fp16): dp's device
-/// 0 reads it after the next step's program, which unscales the step's
-/// means first; a pipeline's loss device with its step's loss, or (2bw)
-/// after the next step's program as dp's, in its own process only (under
-/// mpirun such lines leave the scale out).
-static bool knowsEachLossScale(const Run &run) {
-  if (!run.lossScaled())
-    return false;
-  return !plan::isPipeline(run.plan) || !scalesAStepLate(run) || !run.mpi;
-}
+/// Whether the step log gives each step's loss scale (fp16): dp's device 0
+/// reads it after the next step's program, which unscales the step's means
+/// first; a pipeline's loss device with its step's loss, or (2bw) after the
+/// next step's program as dp's (under mpirun posted to the root apart from
+/// the loss: StepLoss::scaleOnly).
+static bool knowsEachLossScale(const Run &run) { return run.lossScaled(); }
 
 /// When each step ends, and the --metrics lines written as steps end: a
 /// step ends when every device wrote its loss (a pipeline: the loss device,
@@ -185,16 +181,21 @@ class StepLog {
 public:
   StepLog(Run &run, int64_t start, int writers)
       : run(run), start(start), written(start), writers(writers),
-        tracksScale(knowsEachLossScale(run)), arrived(run.total),
-        endNanos(run.total), scales(tracksScale ? run.total : 0),
+        tracksScale(knowsEachLossScale(run)), lateScale(scalesAStepLate(run)),
+        arrived(run.total), endNanos(run.total),
+        scales(tracksScale ? run.total : 0),
         remote(run.mpi && run.root() ? run.total * run.deviceCount : 0, 0.0f),
         began(std::chrono::steady_clock::now()) {}
   /// Another process's device's loss of a step (the root, under mpirun).
   void remoteLoss(const Fabric::StepLoss &posted) {
     if (posted.step < 0 || posted.step >= run.total)
       return;
+    if (posted.scaleOnly) {
+      noteScale(posted.step, {posted.lossScale, posted.overflowed});
+      return;
+    }
     storeLoss(run, remote, posted.step, posted.device, posted.loss);
-    if (plan::isPipeline(run.plan))
+    if (plan::isPipeline(run.plan) && !lateScale)
       noteScale(posted.step, {posted.lossScale, posted.overflowed});
     stepDone(posted.step);
   }
@@ -210,7 +211,8 @@ public:
         continue;
       }
       remoteLoss(posted);
-      if (plan::isPipeline(run.plan) && progress < posted.step + 1)
+      if (plan::isPipeline(run.plan) && !posted.scaleOnly &&
+          progress < posted.step + 1)
         progress = posted.step + 1;
     }
   }
@@ -322,6 +324,8 @@ private:
   int64_t written;
   const int writers;
   const bool tracksScale;
+  /// The loss device knows step t's scale only after step t + 1 (dp, 2bw).
+  const bool lateScale;
   std::vector<std::atomic<int>> arrived;
   std::vector<std::atomic<int64_t>> endNanos; ///< 0: not ended yet
   std::vector<LossScaleState> scales;         ///< by step (tracksScale)
@@ -427,8 +431,13 @@ static void runDevice(Run &run, int d, DeviceThreads &shared) {
   int64_t lag = lossScaleLag(run);
   // After step t's program (or the flush's step t): step t - lag's scale.
   auto noteScale = [&](int64_t t) {
-    if (notesScale && t - lag + 1 >= 0)
-      shared.log.noteScale(t - lag + 1, readLossScale(run, ex));
+    if (!notesScale || t - lag + 1 < 0)
+      return;
+    LossScaleState scale = readLossScale(run, ex);
+    shared.log.noteScale(t - lag + 1, scale);
+    if (run.mpi && !run.root()) // a 2bw loss stage in another process
+      run.fabric->postStepLoss(
+          {d, t - lag + 1, 0.0f, scale.scale, scale.overflowed, true});
   };
   if (shared.start > 0 && !run.portableResume) // the checkpoint's cut step
     runPart(shared.start - 1, shared.cuts.at(shared.start, d), size);

@@ -327,6 +327,9 @@ public:
     /// updates were skipped (0 where not known).
     float lossScale = 0;
     bool overflowed = false;
+    /// A note of step `step`'s loss scale alone, posted apart from its
+    /// loss where the scale is known a step later (2bw's loss stage).
+    bool scaleOnly = false;
   };
   virtual void postStepLoss(const StepLoss &loss) {}
   /// Another process's posted loss, if one has arrived (`wait`: blocks
