@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <mutex>
 
 namespace cdp::runtime {
@@ -68,6 +69,33 @@ void setHeldReductions(std::function<std::vector<HeldReduction>()> list) {
 std::vector<HeldReduction> heldReductions() {
   std::lock_guard<std::mutex> lock(heldMutex);
   return heldLister ? heldLister() : std::vector<HeldReduction>();
+}
+
+namespace {
+std::map<int64_t, HeldReduction> restoredHeld;
+} // namespace
+
+void restoreHeldReductions(std::vector<HeldReduction> held) {
+  std::lock_guard<std::mutex> lock(heldMutex);
+  restoredHeld.clear();
+  for (HeldReduction &h : held)
+    restoredHeld[h.tag] = std::move(h);
+}
+
+bool takeRestoredReduction(int64_t tag, int device, std::vector<float> &mean) {
+  std::lock_guard<std::mutex> lock(heldMutex);
+  auto it = restoredHeld.find(tag);
+  if (it == restoredHeld.end())
+    return false;
+  std::vector<int> &waiting = it->second.waiting;
+  auto at = std::find(waiting.begin(), waiting.end(), device);
+  if (at == waiting.end())
+    return false;
+  waiting.erase(at);
+  mean = it->second.mean;
+  if (waiting.empty())
+    restoredHeld.erase(it);
+  return true;
 }
 
 void Communicator::checkReducible(plan::DType dtype) {

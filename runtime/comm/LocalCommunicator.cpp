@@ -221,7 +221,7 @@ std::string LocalFabric::saveInFlight() {
       throw RuntimeError("reduction " + std::to_string(held.tag) +
                          " is in flight twice");
     r.arrived = devices;
-    r.fetched = held.fetched;
+    r.fetched = devices - static_cast<int>(held.waiting.size());
     r.done = true;
     r.mean = std::move(held.mean);
   }

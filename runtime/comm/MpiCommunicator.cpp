@@ -35,6 +35,7 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <thread>
 
 namespace cdp::runtime {
@@ -653,11 +654,6 @@ std::vector<std::vector<Communicator::SendRecord>> MpiFabric::gatherSendLogs() {
 // device then receives what the matrix says was sent to it, so that all
 // in flight sits in the endpoints, which save it.
 std::string MpiFabric::saveInFlight() {
-  // cdp-run does not let NCCL carry cdp's reductions under mpirun with
-  // checkpoints; were one in flight here, resuming would lose it.
-  if (!heldReductions().empty())
-    throw RuntimeError("a checkpoint under mpirun cannot yet save the "
-                       "reductions NCCL holds in flight");
   std::vector<int64_t> sent(static_cast<size_t>(devices) * devices, 0);
   for (int d = 0; d < devices; ++d)
     if (owns(d))
@@ -676,6 +672,13 @@ std::string MpiFabric::saveInFlight() {
                            "(another device failed)");
     endpoints[d]->saveInFlight(out);
   }
+  // The reductions NCCL holds for this process's devices, after them (a
+  // checkpoint without any ends there).
+  for (const HeldReduction &held : heldReductions()) {
+    out.put<int64_t>(held.tag);
+    out.putVector(held.waiting);
+    out.putVector(held.mean);
+  }
   return out.bytes();
 }
 
@@ -684,8 +687,24 @@ void MpiFabric::restoreInFlight(const std::string &bytes) {
   for (int d = 0; d < devices; ++d)
     if (owns(d))
       endpoints[d]->restoreInFlight(in);
-  if (!in.atEnd())
-    in.fail();
+  std::vector<HeldReduction> held;
+  while (!in.atEnd()) {
+    HeldReduction h;
+    h.tag = in.get<int64_t>();
+    h.waiting = in.getVector<int>();
+    h.mean = in.getVector<float>();
+    // A reduction's tag (step * 4096 + stage), some of this process's
+    // devices each once, and values: else not what a checkpoint holds.
+    std::set<int> devicesWaiting(h.waiting.begin(), h.waiting.end());
+    if (h.tag < 0 || h.tag >= tags::bit(52) || h.mean.empty() ||
+        h.waiting.empty() || devicesWaiting.size() != h.waiting.size())
+      in.fail();
+    for (int d : h.waiting)
+      if (!owns(d))
+        in.fail();
+    held.push_back(std::move(h));
+  }
+  restoreHeldReductions(std::move(held));
 }
 
 /// When mpirun ends this process (SIGTERM) because another process of the

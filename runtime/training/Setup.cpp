@@ -245,15 +245,7 @@ static void prepareNcclWhereItServes(Run &run) {
       [](const plan::Device &device) { return device.backend() == "cuda"; });
   if (!gpu || (strategy != "dp" && strategy != "cdp"))
     return;
-  // cdp's reductions cross step boundaries; the MPI fabric's checkpoints
-  // cannot yet hold those NCCL keeps on the GPUs.
-  bool checkpoints =
-      !run.options.checkpoint.empty() || !run.options.resume.empty();
-  std::string why =
-      strategy == "cdp" && checkpoints
-          ? "cdp's reductions in flight at a checkpoint are not yet saved "
-            "from NCCL across processes"
-          : prepareNcclAcrossProcesses(*run.fabric);
+  std::string why = prepareNcclAcrossProcesses(*run.fabric);
   if (!why.empty() && run.fabric->isRoot())
     std::cerr << "cdp-run: note: the reductions go through host memory, not "
                  "NCCL: " +

@@ -317,7 +317,7 @@ TEST(DeviceLink, CollectivesGiveTheHostsBits) {
 // as the fabric's own, and the resumed fabric hands them out.
 TEST(DeviceLink, ReductionsHeldOutsideTheFabricAreSaved) {
   setHeldReductions(
-      [] { return std::vector<HeldReduction>{{8, 1, {0.5f, -1.0f}}}; });
+      [] { return std::vector<HeldReduction>{{8, {1}, {0.5f, -1.0f}}}; });
   std::string saved;
   {
     LocalFabric fabric(2);

@@ -10,6 +10,7 @@
 
 #include "cdp/Runtime/MpiCommunicator.h"
 #include "CollectiveChecks.h"
+#include "cdp/Runtime/Communicator.h"
 
 #include <gtest/gtest.h>
 
@@ -39,6 +40,28 @@ TEST(MpiCommunicator, PartialSumsArriveInPlace) {
 }
 TEST(MpiCommunicator, Broadcast) { checks::broadcastFromEveryRoot(*fabric); }
 TEST(MpiCommunicator, NcclAgreement) { checks::ncclAgreement(*fabric); }
+
+// The reductions NCCL holds for a process's devices at a checkpoint travel
+// with its messages in flight: after the restore, each waiting device takes
+// its mean once, and no other device does.
+TEST(MpiCommunicator, HeldReductionsTravelInCheckpoints) {
+  int first = 0;
+  while (!fabric->owns(first))
+    ++first;
+  setHeldReductions([&] {
+    return std::vector<HeldReduction>{{77, {first}, {1.5f, float(first)}}};
+  });
+  std::string saved = fabric->saveInFlight();
+  setHeldReductions(nullptr);
+  fabric->restoreInFlight(saved);
+  std::vector<float> mean;
+  EXPECT_FALSE(takeRestoredReduction(78, first, mean));
+  if (fabric->owns(first + 1))
+    EXPECT_FALSE(takeRestoredReduction(77, first + 1, mean));
+  ASSERT_TRUE(takeRestoredReduction(77, first, mean));
+  EXPECT_EQ(mean, (std::vector<float>{1.5f, float(first)}));
+  EXPECT_FALSE(takeRestoredReduction(77, first, mean));
+}
 TEST(MpiCommunicator, NonBlockingReceive) {
   checks::nonBlockingReceiveCompletesOnWait(*fabric);
 }

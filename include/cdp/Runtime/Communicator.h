@@ -249,18 +249,25 @@ void checkRestoredMessage(int64_t tag, int from, int to, int32_t dtype,
                           int64_t count, uint64_t bytes);
 
 /// A reduction a backend carries outside the fabric (NCCL's all-reduce on
-/// the GPUs) that some device has yet to fetch: its mean and how many
-/// devices fetched it. Between two steps a checkpoint saves it as the
-/// in-process fabric's own, so a resumed run fetches it from the fabric.
+/// the GPUs) that some of this process's devices have yet to fetch: its
+/// mean and those devices. Between two steps a checkpoint saves it: the
+/// in-process fabric as its own reduction (a resumed run fetches it from
+/// the fabric), the MPI fabric beside its messages (a resumed process's
+/// devices take it with takeRestoredReduction).
 struct HeldReduction {
   int64_t tag = 0;
-  int fetched = 0;
+  std::vector<int> waiting;
   std::vector<float> mean;
 };
 /// Registers what lists a backend's held reductions (one lister per
 /// process; null: none).
 void setHeldReductions(std::function<std::vector<HeldReduction>()> list);
 std::vector<HeldReduction> heldReductions();
+/// What a resumed MPI process's checkpoint held (restoreInFlight), and
+/// device `device`'s mean of reduction `tag` from it, taken once (false
+/// where there is none).
+void restoreHeldReductions(std::vector<HeldReduction> held);
+bool takeRestoredReduction(int64_t tag, int device, std::vector<float> &mean);
 
 /// The devices of a run and where they live: every device's endpoint, the
 /// processes they are spread over, and the few whole-run gathers a run

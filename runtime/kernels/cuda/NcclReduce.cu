@@ -208,15 +208,15 @@ public:
     auto it = entries.find(tag);
     if (it == entries.end() || !it->second.starters.count(device))
       return false;
-    if (++it->second.fetched == devices)
+    it->second.fetchedBy.insert(device);
+    if (static_cast<int>(it->second.fetchedBy.size()) == devices)
       entries.erase(it);
     return true;
   }
 
 private:
   struct Entry {
-    std::set<int> starters;
-    int fetched = 0;
+    std::set<int> starters, fetchedBy;
     const float *sum = nullptr;
     int64_t count = 0;
     cudaEvent_t done = nullptr;
@@ -230,7 +230,10 @@ private:
     int current = 0; // the caller's GPU, given back
     cudaGetDevice(&current);
     for (auto &[tag, e] : entries) {
-      HeldReduction h{tag, e.fetched, std::vector<float>(e.count)};
+      HeldReduction h{tag, {}, std::vector<float>(e.count)};
+      for (int d : e.starters)
+        if (!e.fetchedBy.count(d))
+          h.waiting.push_back(d);
       checkCuda(cudaSetDevice(e.gpu), "cudaSetDevice");
       checkCuda(cudaEventSynchronize(e.done), "a reduction in flight");
       checkCuda(cudaMemcpy(h.mean.data(), e.sum, e.count * sizeof(float),
@@ -292,6 +295,20 @@ std::unique_ptr<Kernel> ncclReduceStart(const KernelArgs &args, ncclComm_t nccl,
   });
 }
 
+/// A restored mean into the reduced gradients, one after another (rare: the
+/// first wait of a resumed run; synchronous, so `mean` may go).
+void uploadMean(const std::vector<float> &mean,
+                const std::vector<TensorView> &reduced, cudaStream_t stream) {
+  const float *at = mean.data();
+  for (const TensorView &r : reduced) {
+    checkCuda(cudaMemcpyAsync(r.data, at, byteSize(r), cudaMemcpyHostToDevice,
+                              stream),
+              "a restored reduction");
+    at += r.numel();
+  }
+  checkCuda(cudaStreamSynchronize(stream), "a restored reduction");
+}
+
 std::unique_ptr<Kernel> ncclReduceWait(const KernelArgs &args, int devices) {
   std::vector<TensorView> reduced = args.outputs;
   int64_t count = totalCount(reduced), stageId = args.i("stage", 0),
@@ -319,8 +336,23 @@ std::unique_ptr<Kernel> ncclReduceWait(const KernelArgs &args, int devices) {
         int64_t step = context.step - 1 - delay;
         int64_t tag = tags::reduction(step, stageId);
         if (!NcclInFlight::instance().fetch(tag, device, here)) {
-          // Started before a resume: the checkpoint put it in the fabric.
-          if (!comm->reduceWait(tag, resumed))
+          // Started before a resume: the checkpoint held it (under mpirun
+          // beside the messages, else in the fabric).
+          std::vector<float> mean;
+          if (takeRestoredReduction(tag, device, mean)) {
+            uploadMean(mean, reduced, compute);
+            return;
+          }
+          bool arrived = true;
+          if (comm->carriesDeviceMemory()) {
+            arrived = comm->reduceWait(tag, resumed);
+          } else { // MPI: the means to the host, then up
+            mean.assign(count, 0.0f);
+            arrived = comm->reduceWait(tag, {{plan::F32, mean.data(), count}});
+            if (arrived)
+              uploadMean(mean, reduced, compute);
+          }
+          if (!arrived)
             throw RuntimeError("device " + std::to_string(device) +
                                ": stopped while waiting for a reduction");
           return;
