@@ -108,10 +108,12 @@ for zero in 1 2 3; do
 done
 add_case transformer-cdp-zero3 transformer --strategy cdp --devices 2 --zero 3 --cdp-rule v1
 add_case transformer-laysa transformer --strategy laysa --devices 2
-# Four devices sharing the one GPU: cdp's reductions, 1f1b's sends and ZeRO
-# 3's reduce-scatter and all-gather stay in GPU memory (each device's link:
+# Four devices sharing the one GPU: cdp's reductions (all-reduce and chain),
+# 1f1b's sends and ZeRO 3's reduce-scatter and all-gather stay in GPU memory (each device's link:
 # device-to-device copies and sums on the GPU, ordered by events).
 add_case transformer-cdp4 transformer --strategy cdp --devices 4
+add_case transformer-cdp4-chain transformer --strategy cdp --devices 4 \
+  --cdp-rule v1 --cdp-reduce chain
 add_case resnet-cdp4 resnet --strategy cdp --devices 4
 add_case lenet-1f1b4 lenet --strategy 1f1b --stages 4 --micro-batches 2
 add_case transformer-dp4-zero3 transformer --strategy dp --devices 4 --zero 3

@@ -294,16 +294,18 @@ void registerChain(KernelRegistry &registry) {
     int64_t count = buffers[0].numel();
     Communicator *comm = args.communicator;
     int device = comm->rank();
+    DeviceLink *link = linkFor(args); // a GPU's chain buffers stay on it
     return [=](const StepContext &context) {
       int64_t step = context.step - offset;
       float *mean = chainBuffer(buffers, step);
       if (!comm->recv(device + 1, tags::chainMean(step, stage),
-                      floats(mean, count)))
+                      {plan::F32, mean, count, link}))
         throw RuntimeError("device " + std::to_string(device) +
                            ": stopped while waiting for a reduced gradient");
       if (device > 0)
         comm->send(device - 1, tags::chainMean(step, stage),
-                   floats(mean, count), timeStep + cycle * context.step);
+                   ConstBuffer(plan::F32, mean, count, link),
+                   timeStep + cycle * context.step);
     };
   });
 

@@ -105,6 +105,10 @@ public:
 
 std::unique_ptr<Kernel> makeNcclKernel(const std::string &op,
                                        const KernelArgs &args);
+/// chain_reduce and chain_wait where the communicator carries device
+/// memory (Chain.cu), else null.
+std::unique_ptr<Kernel> makeLinkedChainKernel(const std::string &op,
+                                              const KernelArgs &args);
 
 void registerCommunication(KernelRegistry &registry) {
   // Whether the op updates inputs in place, by op.
@@ -143,7 +147,8 @@ void registerCommunication(KernelRegistry &registry) {
     std::string name = op;
     bool reduction = name == "reduce_start" || name == "reduce_wait";
     bool linked = reduction || name == "send" || name == "recv" ||
-                  name == "shard_reduce" || name == "shard_gather";
+                  name == "chain_relay" || name == "shard_reduce" ||
+                  name == "shard_gather";
     registry.add(
         op, Backend::CUDA,
         [factory, reduction, linked, writes = writesInputs,
@@ -151,6 +156,8 @@ void registerCommunication(KernelRegistry &registry) {
           if (reduction)
             if (std::unique_ptr<Kernel> nccl = makeNcclKernel(name, args))
               return nccl;
+          if (std::unique_ptr<Kernel> chain = makeLinkedChainKernel(name, args))
+            return chain;
           // These CPU kernels only hand their tensors to the communicator:
           // one that carries device memory moves them through the GPU's
           // link (copies and sums queued on its stream).
