@@ -502,6 +502,9 @@ bool LocalCommunicator::gatherBlocks(
   return true;
 }
 
+// Every device of a collective passes device buffers, or none does: the
+// device path meets in the fabric's gatherings, the host path in messages
+// (a run's devices share one backend, so they never mix).
 bool LocalCommunicator::allGather(int64_t tag, ConstBuffer in,
                                   const std::vector<Buffer> &out, int64_t tau) {
   DeviceLink *link = linkOf(out);
