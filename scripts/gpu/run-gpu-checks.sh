@@ -8,6 +8,22 @@
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 TOL=${CDP_GPU_TOL:-1e-4}
+# Each run is bounded, so that a hang (a wait nothing ends) fails its own
+# check and the rest, the tables included, still run within one device call.
+CASE_TIMEOUT=${CDP_GPU_CASE_TIMEOUT:-60}
+bounded() { # seconds command...: the command, killed after the seconds
+  local seconds=$1
+  shift
+  timeout --kill-after=5 "$seconds" "$@"
+}
+# Why a run failed: its log's last lines, or that it ran out of time.
+failure() { # status log
+  if [ "$1" = 124 ] || [ "$1" = 137 ]; then
+    echo "timed out (a hang?): $(tail -2 "$2" | tr '\n' ' ')"
+  else
+    echo "cdp-run failed: $(tail -3 "$2" | tr '\n' ' ')"
+  fi
+}
 
 # CUDA 13's libraries: the toolkit's, the system's (cuDNN, NCCL), else the
 # NVIDIA wheels of an installed PyTorch.
@@ -43,7 +59,7 @@ report() { # name status detail
 }
 
 if [ -x "$HERE/bin/CudaKernelTests" ]; then
-  "$HERE/bin/CudaKernelTests" --gtest_brief=1 > /tmp/cdp-unit.log 2>&1
+  bounded 300 "$HERE/bin/CudaKernelTests" --gtest_brief=1 > /tmp/cdp-unit.log 2>&1
   status=$?
   report "GPU unit tests" $status "$(grep -E 'PASSED|FAILED|SKIPPED' /tmp/cdp-unit.log | tr '\n' ' ')"
   [ $status = 0 ] || tail -30 /tmp/cdp-unit.log
@@ -64,8 +80,11 @@ for case_dir in "$HERE"/cases/*/; do
       feeds+=(--feed "$feed=$case_dir/$feed.npy")
     done
   fi
-  if NCCL_DEBUG=$nccl_debug "$HERE/bin/cdp-run" "$case_dir/plan.cdp" --backend cuda \
-      "${feeds[@]}" --steps 3 --dump-params "$work/gpu" > "$work/log" 2>&1; then
+  NCCL_DEBUG=$nccl_debug bounded "$CASE_TIMEOUT" "$HERE/bin/cdp-run" \
+    "$case_dir/plan.cdp" --backend cuda "${feeds[@]}" --steps 3 \
+    --dump-params "$work/gpu" > "$work/log" 2>&1
+  status=$?
+  if [ $status = 0 ]; then
     detail=$("$PYTHON" "$HERE/compare_params.py" "$case_dir/cpu" "$work/gpu" "$TOL")
     status=$?
     if [ -n "$nccl_debug" ] && ! grep -q "NCCL INFO" "$work/log"; then
@@ -74,7 +93,7 @@ for case_dir in "$HERE"/cases/*/; do
     fi
     report "$name" $status "$detail"
   else
-    report "$name" 1 "cdp-run failed: $(tail -3 "$work/log" | tr '\n' ' ')"
+    report "$name" 1 "$(failure $status "$work/log")"
   fi
   rm -rf "$work"
 done
@@ -86,16 +105,16 @@ for name in lenet-single lenet-dp resnet-1f1b transformer-cdp-nccl transformer-c
   [ -d "$case_dir" ] || continue
   work=$(mktemp -d)
   feeds=(--feed input="$case_dir/x.npy" --feed labels="$case_dir/labels.npy")
-  if "$HERE/bin/cdp-run" "$case_dir/plan.cdp" --backend cuda "${feeds[@]}" --steps 4 \
-        --dump-params "$work/straight" > "$work/log" 2>&1 &&
-      "$HERE/bin/cdp-run" "$case_dir/plan.cdp" --backend cuda "${feeds[@]}" --steps 2 \
-        --checkpoint "$work/ck" >> "$work/log" 2>&1 &&
-      "$HERE/bin/cdp-run" "$case_dir/plan.cdp" --backend cuda "${feeds[@]}" --steps 4 \
-        --resume "$work/ck" --dump-params "$work/resumed" >> "$work/log" 2>&1; then
+  run=(bounded "$CASE_TIMEOUT" "$HERE/bin/cdp-run" "$case_dir/plan.cdp" --backend cuda "${feeds[@]}")
+  "${run[@]}" --steps 4 --dump-params "$work/straight" > "$work/log" 2>&1 &&
+    "${run[@]}" --steps 2 --checkpoint "$work/ck" >> "$work/log" 2>&1 &&
+    "${run[@]}" --steps 4 --resume "$work/ck" --dump-params "$work/resumed" >> "$work/log" 2>&1
+  status=$?
+  if [ $status = 0 ]; then
     detail=$("$PYTHON" "$HERE/compare_params.py" "$work/straight" "$work/resumed" 0)
     report "$name resumed" $? "$detail"
   else
-    report "$name resumed" 1 "cdp-run failed: $(tail -3 "$work/log" | tr '\n' ' ')"
+    report "$name resumed" 1 "$(failure $status "$work/log")"
   fi
   rm -rf "$work"
 done
@@ -104,9 +123,9 @@ echo "$passed passed, $failed failed"
 # The step-time tables, where bench/gpu_step.py and bench/gpu_gpt2.py were
 # prepared into this folder (after the checks: a bench does not pass or fail).
 if [ -n "$PYTHON" ] && [ -f "$HERE/gpu_step.py" ] && [ -d "$HERE/bench" ]; then
-  "$PYTHON" "$HERE/gpu_step.py" run "$HERE" || echo "gpu_step.py run failed"
+  bounded 240 "$PYTHON" "$HERE/gpu_step.py" run "$HERE" || echo "gpu_step.py run failed or timed out"
 fi
 if [ -n "$PYTHON" ] && [ -f "$HERE/gpu_gpt2.py" ] && [ -f "$HERE/gpt2.json" ]; then
-  "$PYTHON" "$HERE/gpu_gpt2.py" run "$HERE" || echo "gpu_gpt2.py run failed"
+  bounded 240 "$PYTHON" "$HERE/gpu_gpt2.py" run "$HERE" || echo "gpu_gpt2.py run failed or timed out"
 fi
 [ "$failed" = 0 ]
