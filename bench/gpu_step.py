@@ -16,9 +16,9 @@ its per-step metrics after 5 warm-up steps) and of the same model, batch,
 loss and optimizer in PyTorch, eager and torch.compile (after warm-up), all
 float32 with TF32 off (cdp also with --allow-nondeterministic: "any-bits"),
 and prints one table row per model, plus the GEMM MLP's TFLOP/s against
-cuBLAS's (torch.matmul) for its shapes; then a second table of the e2e
-models' --precision bf16 plans against PyTorch under torch.autocast
-(bfloat16), eager and compiled (bf16 not yet run on a GPU).
+cuBLAS's (torch.matmul) for its shapes; then a second table of every
+model's --precision bf16 plan (the GEMM MLP's too) against PyTorch under
+torch.autocast (bfloat16), eager and compiled (bf16 not yet run on a GPU).
 
   python3 DIR/gpu_step.py ab DIR       (GPU machine)
 
@@ -104,9 +104,8 @@ def prepare(out):
         if axis == 1:
             args += ["--batch-axis", "input=1"]
         subprocess.run(args, check=True)
-        if name in MODELS:  # bf16 too (not the GEMM MLP: its weights twice pass a carry)
-            args[3] = os.path.join(out, "bench", tag + "-bf16.cdp")
-            subprocess.run(args + ["--precision", "bf16"], check=True)
+        args[3] = os.path.join(out, "bench", tag + "-bf16.cdp")  # and bf16
+        subprocess.run(args + ["--precision", "bf16"], check=True)
         os.remove(onnx)
         np.save(os.path.join(out, "bench", tag + "-x.npy"), x.numpy())
         np.save(os.path.join(out, "bench", tag + "-y.npy"),
