@@ -294,8 +294,8 @@ void reduceInDeviceOrder(Buffer out, const std::vector<char> &parts,
 /// Refuses a collective's list of buffers of another dtype than the
 /// collective's, or holding more than `most` elements together.
 template <typename BufferType>
-void checkParts(const std::vector<BufferType> &parts, plan::DType dtype,
-                int64_t most, const char *collective) {
+void checkPartsOf(const std::vector<BufferType> &parts, plan::DType dtype,
+                  int64_t most, const char *collective) {
   int64_t count = countParts(parts, dtype, collective);
   if (count > most)
     throw RuntimeError(std::string(collective) + " of at most " +
@@ -379,6 +379,17 @@ void Communicator::sendToAll(int64_t tag, ConstBuffer data, int64_t tau) {
   for (int d = 0; d < size(); ++d)
     if (d != rank())
       send(d, tag, data, tau);
+}
+
+void Communicator::checkParts(const std::vector<Buffer> &parts,
+                              plan::DType dtype, int64_t most,
+                              const char *collective) {
+  checkPartsOf(parts, dtype, most, collective);
+}
+void Communicator::checkParts(const std::vector<ConstBuffer> &parts,
+                              plan::DType dtype, int64_t most,
+                              const char *collective) {
+  checkPartsOf(parts, dtype, most, collective);
 }
 
 bool Communicator::allReduce(int64_t tag, Buffer data, ReduceOp op,

@@ -87,6 +87,25 @@ DeviceLink *linkOf(const std::vector<BufferType> &parts) {
   return link;
 }
 
+/// `block` where `link` reads it: itself in the link's domain, else a copy
+/// uploaded there from the host.
+std::shared_ptr<DeviceBlock> inDomain(DeviceLink &link,
+                                      std::shared_ptr<DeviceBlock> block) {
+  if (block->domain() == link.domain())
+    return block;
+  std::vector<char> host(block->bytes());
+  block->download(host.data());
+  return link.stashHost(host.data(), block->bytes());
+}
+
+std::vector<const DeviceBlock *>
+rawBlocks(const std::vector<std::shared_ptr<DeviceBlock>> &blocks) {
+  std::vector<const DeviceBlock *> raw;
+  for (const std::shared_ptr<DeviceBlock> &block : blocks)
+    raw.push_back(block.get());
+  return raw;
+}
+
 std::vector<float> downloadFloats(const DeviceBlock &block) {
   std::vector<float> values(block.bytes() / sizeof(float));
   block.download(reinterpret_cast<char *>(values.data()));
@@ -357,10 +376,10 @@ bool LocalCommunicator::receive(
 std::shared_ptr<DeviceBlock>
 LocalCommunicator::onLink(DeviceLink &link,
                           const LocalFabric::Message &message) {
-  if (message.block && message.block->domain() == link.domain())
-    return message.block;
-  std::vector<char> host = message.hostBytes();
-  return link.stashHost(host.data(), static_cast<int64_t>(host.size()));
+  if (message.block)
+    return inDomain(link, message.block);
+  return link.stashHost(message.bytes.data(),
+                        static_cast<int64_t>(message.bytes.size()));
 }
 
 bool LocalCommunicator::recv(int from, int64_t tag, Buffer out) {
@@ -489,11 +508,7 @@ bool LocalCommunicator::gatherBlocks(
       fabric.gatherings.erase(key);
   }
   for (std::shared_ptr<DeviceBlock> &block : all)
-    if (block->domain() != link.domain()) {
-      std::vector<char> host(block->bytes());
-      block->download(host.data());
-      block = link.stashHost(host.data(), block->bytes());
-    }
+    block = inDomain(link, std::move(block));
   if (tau >= 0) {
     std::lock_guard<std::mutex> lock(logMutex);
     for (int d = 1; d < fabric.devices; ++d)
@@ -512,13 +527,10 @@ bool LocalCommunicator::allGather(int64_t tag, ConstBuffer in,
     return Communicator::allGather(tag, in, out, tau);
   if (link != in.link)
     throw RuntimeError("an all-gather's buffers lie on different devices");
+  checkParts(out, in.dtype, in.count * fabric.devices, "all-gather");
   int64_t room = 0;
   for (const Buffer &part : out)
     room += part.bytes();
-  if (room > in.bytes() * fabric.devices)
-    throw RuntimeError("all-gather of at most " +
-                       std::to_string(in.count * fabric.devices) +
-                       " elements given buffers of more");
   std::vector<std::shared_ptr<DeviceBlock>> all;
   if (!gatherBlocks(tag * 4 + kGatherKey, link->stash({in}), *link, in.bytes(),
                     tau, all))
@@ -542,27 +554,20 @@ bool LocalCommunicator::reduceScatter(int64_t tag,
   if (link && link != out.link)
     throw RuntimeError("a reduce-scatter's buffers lie on different devices");
   link = out.link;
-  for (const ConstBuffer &part : in)
-    checkReducible(part.dtype);
-  checkReducible(out.dtype);
+  checkReducible(out.dtype); // the GPU sums float32 only
+  checkParts(in, out.dtype, out.count * fabric.devices, "reduce-scatter");
   int64_t given = describe(in).second;
-  if (given > out.count * fabric.devices)
-    throw RuntimeError("reduce-scatter of at most " +
-                       std::to_string(out.count * fabric.devices) +
-                       " elements given buffers of " + std::to_string(given));
   std::vector<std::shared_ptr<DeviceBlock>> all;
   if (!gatherBlocks(tag * 4 + kScatterKey, link->stash(in), *link, out.bytes(),
                     tau, all))
     return false;
   // This device's chunk, added in device order from device 0's; the
   // elements past what the devices gave (the padding) are zeros.
-  std::vector<const DeviceBlock *> blocks;
-  for (const std::shared_ptr<DeviceBlock> &block : all)
-    blocks.push_back(block.get());
   int64_t from = device * out.count;
   float scale =
       op == ReduceOp::Mean ? 1.0f / static_cast<float>(fabric.devices) : 1.0f;
-  link->sumRange(blocks, from, std::max<int64_t>(given - from, 0), scale, out);
+  link->sumRange(rawBlocks(all), from, std::max<int64_t>(given - from, 0),
+                 scale, out);
   return true;
 }
 
@@ -587,10 +592,7 @@ void LocalCommunicator::fetchMean(LocalFabric::Reduction &r, int64_t tag,
   float scale = 1.0f / static_cast<float>(fabric.devices);
   if (!r.blocks.empty() && link &&
       r.blocks.front()->domain() == link->domain()) {
-    std::vector<const DeviceBlock *> blocks;
-    for (const std::shared_ptr<DeviceBlock> &block : r.blocks)
-      blocks.push_back(block.get());
-    link->meanOut(blocks, scale, parts);
+    link->meanOut(rawBlocks(r.blocks), scale, parts);
     return;
   }
   if (r.mean.empty() && !r.blocks.empty())

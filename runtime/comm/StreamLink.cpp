@@ -94,16 +94,10 @@ void StreamLink::doneReading(const std::vector<const Block *> &blocks) {
 
 void StreamLink::copyOut(const DeviceBlock &block,
                          const std::vector<Buffer> &parts) {
-  const Block &from = waitFor(block);
-  if (bytesOf(parts) != from.size)
-    throw RuntimeError("a device block of " + std::to_string(from.size) +
+  if (bytesOf(parts) != block.bytes())
+    throw RuntimeError("a device block of " + std::to_string(block.bytes()) +
                        " bytes copied into " + std::to_string(bytesOf(parts)));
-  const char *at = from.memory;
-  for (const Buffer &part : parts) {
-    ops->copy(part.data, at, part.bytes());
-    at += part.bytes();
-  }
-  doneReading({&from});
+  copyRange(block, 0, parts, 0, block.bytes());
 }
 
 void StreamLink::addOut(const DeviceBlock &block,

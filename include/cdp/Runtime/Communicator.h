@@ -213,6 +213,14 @@ protected:
   void checkArrival(int64_t tag, int from, plan::DType dtype, int64_t count,
                     const Buffer &out) const;
   static void checkReducible(plan::DType dtype);
+  /// Refuses a collective's list of buffers of another dtype than
+  /// `dtype`, or holding more than `most` elements together (one line
+  /// naming `collective`).
+  static void checkParts(const std::vector<Buffer> &parts, plan::DType dtype,
+                         int64_t most, const char *collective);
+  static void checkParts(const std::vector<ConstBuffer> &parts,
+                         plan::DType dtype, int64_t most,
+                         const char *collective);
   /// A reduction's float32 parts, checked, one after another.
   static std::vector<float> concatenate(const std::vector<ConstBuffer> &parts);
   /// The dtype and element count of a message made of `parts` (one dtype,

@@ -29,13 +29,6 @@ namespace cdp::runtime::cpu {
 
 namespace {
 
-int64_t totalCount(const std::vector<TensorView> &views) {
-  int64_t n = 0;
-  for (const TensorView &v : views)
-    n += v.numel();
-  return n;
-}
-
 /// A tensor as a message's typed buffer.
 ConstBuffer sending(const TensorView &v, DeviceLink *link = nullptr) {
   return {v.dtype, v.data, v.numel(), link};

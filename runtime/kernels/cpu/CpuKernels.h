@@ -3,6 +3,7 @@
 #ifndef CDP_RUNTIME_KERNELS_CPU_CPUKERNELS_H
 #define CDP_RUNTIME_KERNELS_CPU_CPUKERNELS_H
 
+#include "../MessageBuffers.h"
 #include "cdp/Runtime/Communicator.h"
 #include "cdp/Runtime/Device.h"
 #include "cdp/Runtime/Kernel.h"
@@ -57,26 +58,6 @@ inline DeviceLink *linkFor(const KernelArgs &args) {
       !args.communicator->carriesDeviceMemory())
     return nullptr;
   return args.runsOn->link();
-}
-
-/// Tensors as a communicator's list of buffers, read or filled one after
-/// another: a stage's gradients or parameters where they lie, so no kernel
-/// packs them into a copy first.
-/// With a `link` the tensors lie in that device's memory (a GPU's send,
-/// recv and reductions where the communicator carries device memory).
-inline std::vector<ConstBuffer>
-readBuffers(const std::vector<TensorView> &views, DeviceLink *link = nullptr) {
-  std::vector<ConstBuffer> buffers;
-  for (const TensorView &v : views)
-    buffers.emplace_back(v.dtype, v.data, v.numel(), link);
-  return buffers;
-}
-inline std::vector<Buffer> writtenBuffers(const std::vector<TensorView> &views,
-                                          DeviceLink *link = nullptr) {
-  std::vector<Buffer> buffers;
-  for (const TensorView &v : views)
-    buffers.push_back({v.dtype, v.data, v.numel(), link});
-  return buffers;
 }
 
 /// Runs body(i) for every i in [0, count) on `threads` threads. With one

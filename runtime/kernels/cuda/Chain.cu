@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "../MessageBuffers.h"
 #include "CudaKernels.h"
 #include "Reduce.cuh"
 
@@ -33,21 +34,6 @@ __global__ void scaleIntoKernel(const float *in, float *out, int64_t n,
   CDP_FOR_EACH(i, n) { out[i] = in[i] * scale; }
 }
 
-int64_t countOf(const std::vector<TensorView> &views) {
-  int64_t n = 0;
-  for (const TensorView &v : views)
-    n += v.numel();
-  return n;
-}
-
-std::vector<Buffer> linked(const std::vector<TensorView> &views,
-                           DeviceLink *link) {
-  std::vector<Buffer> buffers;
-  for (const TensorView &v : views)
-    buffers.push_back({v.dtype, v.data, v.numel(), link});
-  return buffers;
-}
-
 /// The chain buffer (by step parity) that holds step `step`'s mean.
 float *chainBuffer(const std::vector<TensorView> &buffers, int64_t step) {
   return buffers[static_cast<size_t>(step % 2)].f32();
@@ -61,15 +47,15 @@ float *chainBuffer(const std::vector<TensorView> &buffers, int64_t step) {
 std::unique_ptr<Kernel> chainReduce(const KernelArgs &args) {
   std::vector<TensorView> grads = args.inputs, buffers = args.outputs;
   DeviceLink *link = deviceOf(args).link();
-  std::vector<Buffer> parts = linked(grads, link);
+  std::vector<Buffer> parts = writtenBuffers(grads, link);
   int64_t stage = args.i("stage", 0), cycle = args.i("cycle", 1),
-          timeStep = args.instruction->time_step(), count = countOf(grads);
+          timeStep = args.instruction->time_step(), count = totalCount(grads);
   Communicator *comm = args.communicator;
   int device = comm->rank(), devices = comm->size();
   bool last = device + 1 == devices;
   int owner = static_cast<int>(args.i("owner", -1));
   if (last && owner < 0 &&
-      (buffers.size() != 2 || countOf({buffers[0]}) != count))
+      (buffers.size() != 2 || totalCount({buffers[0]}) != count))
     args.fail("the last slot's chain_reduce needs its two chain buffers");
   float scale = 1.0f / static_cast<float>(devices);
   return std::make_unique<FunctionKernel>([=](const StepContext &context) {
@@ -115,14 +101,15 @@ std::unique_ptr<Kernel> chainWait(const KernelArgs &args) {
   int from = static_cast<int>(args.i("from", -1)), device = args.device;
   if (from >= 0) { // CDP-ZeRO's owner: the mean from the chain's last
     Communicator *comm = args.communicator;
-    Buffer mean = linked({reduced.front()}, deviceOf(args).link()).front();
+    Buffer mean =
+        writtenBuffers({reduced.front()}, deviceOf(args).link()).front();
     return std::make_unique<FunctionKernel>([=](const StepContext &context) {
       if (!comm->recv(from, tags::chainMean(context.step - 1 - delay, stage),
                       mean))
         stopped(device, "a reduced gradient");
     });
   }
-  if (buffers.size() != 2 || buffers[0].numel() != countOf(reduced))
+  if (buffers.size() != 2 || buffers[0].numel() != totalCount(reduced))
     args.fail("chain_wait reads two chain buffers of its stage's size");
   return std::make_unique<FunctionKernel>([=](const StepContext &context) {
     cudaStream_t stream = streamOf(context);

@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "../MessageBuffers.h"
 #include "CudaKernels.h"
 #include "Reduce.cuh"
 
@@ -250,13 +251,6 @@ private:
   std::map<int64_t, Entry> entries;
 };
 
-int64_t totalCount(const std::vector<TensorView> &views) {
-  int64_t n = 0;
-  for (const TensorView &v : views)
-    n += v.numel();
-  return n;
-}
-
 __global__ void scaleKernel(const float *in, float *out, int64_t n,
                             float scale) {
   CDP_FOR_EACH(i, n) { out[i] = in[i] * scale; }
@@ -324,9 +318,7 @@ std::unique_ptr<Kernel> ncclReduceWait(const KernelArgs &args, int devices) {
   float scale = 1.0f / static_cast<float>(devices);
   int device = args.device, here = NcclClique::instance().devicesHere(devices);
   Communicator *comm = args.communicator;
-  std::vector<Buffer> resumed;
-  for (const TensorView &r : reduced)
-    resumed.push_back({plan::F32, r.data, r.numel(), deviceOf(args).link()});
+  std::vector<Buffer> resumed = writtenBuffers(reduced, deviceOf(args).link());
   // The wait keeps the reductions alive too: it may be made before the
   // stage's reduce_start (an update waits for the step before's sum).
   return std::make_unique<FunctionKernel>(
