@@ -459,7 +459,8 @@ private:
   void waitForMeans(int64_t l, int64_t time, int64_t minStep, int64_t delay);
   LogicalResult adjustLossScale(sched::WaitReductionOp wait);
   bool marksOwnStep(int64_t l) const;
-  LogicalResult markOverflow(sched::WaitReductionOp wait, int64_t flagStage);
+  LogicalResult unscaleByFlag(sched::WaitReductionOp wait, int64_t flagStage,
+                              int64_t adjust);
   LogicalResult applyUpdates(int64_t l, int64_t time, int64_t minStep);
   LogicalResult shardUpdate(int64_t l, int64_t time, int64_t minStep,
                             int64_t zero);
@@ -528,16 +529,9 @@ void SlotLowering::waitForMeans(int64_t l, int64_t time, int64_t minStep,
 /// before the updates of those means and before that step's seed; the
 /// updates read whether to skip from the buffer.
 LogicalResult SlotLowering::adjustLossScale(sched::WaitReductionOp wait) {
-  int64_t l = wait.getStage();
-  if (tables.ownOverflow < 0 || l != tables.firstTrained)
+  if (tables.ownOverflow < 0 || wait.getStage() != tables.firstTrained)
     return success();
-  plan::Instruction *adjust = emitter.lowerUnscale(*device, tables.unscale, {},
-                                                   {tables.stageOverflow[l]});
-  if (!adjust)
-    return failure();
-  stamp(adjust, l, wait.getTimeStep())->set_min_step(wait.getMinStep());
-  adjust->set_phase("update");
-  return success();
+  return unscaleByFlag(wait, tables.firstTrained, /*adjust=*/1);
 }
 
 /// Where a slot applies stages' means of different steps (v2: fresh stages
@@ -550,16 +544,19 @@ bool SlotLowering::marksOwnStep(int64_t l) const {
          l != tables.firstTrained && tables.stageOverflow[l] >= 0;
 }
 
-LogicalResult SlotLowering::markOverflow(sched::WaitReductionOp wait,
-                                         int64_t flagStage) {
-  plan::Instruction *mark = emitter.lowerUnscale(
+/// The wait's block's unscale_grads on stage `flagStage`'s mean flag and
+/// no gradients: `adjust` 1 adjusts the scale, 2 marks the skip flag only.
+LogicalResult SlotLowering::unscaleByFlag(sched::WaitReductionOp wait,
+                                          int64_t flagStage, int64_t adjust) {
+  plan::Instruction *instruction = emitter.lowerUnscale(
       *device, tables.unscale, {}, {tables.stageOverflow[flagStage]});
-  if (!mark)
+  if (!instruction)
     return failure();
-  plan::setIntAttribute(mark, "adjust", 2);
-  stamp(mark, wait.getStage(), wait.getTimeStep())
+  if (adjust != 1)
+    plan::setIntAttribute(instruction, "adjust", adjust);
+  stamp(instruction, wait.getStage(), wait.getTimeStep())
       ->set_min_step(wait.getMinStep());
-  mark->set_phase("update");
+  instruction->set_phase("update");
   return success();
 }
 
@@ -866,11 +863,12 @@ LogicalResult SlotLowering::lower(Operation &step) {
     if (failed(adjustLossScale(wait)))
       return failure();
     bool marks = marksOwnStep(l);
-    if (marks && failed(markOverflow(wait, l)))
+    if (marks && failed(unscaleByFlag(wait, l, /*adjust=*/2)))
       return failure();
     if (failed(updateStage(l, wait.getTimeStep(), wait.getMinStep(), zero)))
       return failure();
-    return marks ? markOverflow(wait, tables.firstTrained) : success();
+    return marks ? unscaleByFlag(wait, tables.firstTrained, /*adjust=*/2)
+                 : success();
   }
   if (auto clip = dyn_cast<sched::ClipMeansOp>(step))
     return clipMeans(clip);

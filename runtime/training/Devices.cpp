@@ -164,13 +164,6 @@ static int64_t lossScaleLag(const Run &run) {
   return 1 + (ownUnscale ? adjustDelay : 0);
 }
 
-/// Whether the step log gives each step's loss scale (fp16): dp's device 0
-/// reads it after the next step's program, which unscales the step's means
-/// first; a pipeline's loss device with its step's loss, or (2bw) after the
-/// next step's program as dp's (under mpirun posted to the root apart from
-/// the loss: StepLoss::scaleOnly).
-static bool knowsEachLossScale(const Run &run) { return run.lossScaled(); }
-
 /// When each step ends, and the --metrics lines written as steps end: a
 /// step ends when every device wrote its loss (a pipeline: the loss device,
 /// for all); its line gives the samples/s of that step alone. Under mpirun
@@ -181,7 +174,7 @@ class StepLog {
 public:
   StepLog(Run &run, int64_t start, int writers)
       : run(run), start(start), written(start), writers(writers),
-        tracksScale(knowsEachLossScale(run)), lateScale(scalesAStepLate(run)),
+        tracksScale(run.lossScaled()), lateScale(scalesAStepLate(run)),
         arrived(run.total), endNanos(run.total),
         scales(tracksScale ? run.total : 0),
         remote(run.mpi && run.root() ? run.total * run.deviceCount : 0, 0.0f),
@@ -223,7 +216,11 @@ public:
     if (++arrived[t] == writers)
       endNanos[t] = std::max<int64_t>(1, sinceBegan());
   }
-  /// Whether the lines carry the loss scale (fp16; see knowsEachLossScale).
+  /// Whether the lines carry the loss scale (fp16, every strategy that
+  /// scales: dp's device 0 reads it after the next step's program, which
+  /// unscales the step's means first; a pipeline's loss device with its
+  /// step's loss, or (2bw) after the next step's program as dp's, under
+  /// mpirun posted to the root apart from the loss: StepLoss::scaleOnly).
   bool tracksLossScale() const { return tracksScale; }
   /// fp16: the loss scale after step t's gradients were unscaled and
   /// whether its updates skipped. dp's device 0 notes it: dp updates at
