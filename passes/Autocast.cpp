@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cdp/Dialect/Graph/GraphOps.h"
+#include "cdp/Passes/NarrowValues.h"
 #include "cdp/Passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -43,10 +44,7 @@ Policy policyOf(Operation *op) {
   if (isa<SoftmaxOp, LogSoftmaxOp, LayerNormOp, ReduceSumOp, CumSumOp, ExpOp,
           LogOp, PowOp, ReciprocalOp, SoftmaxCrossEntropyLossOp, NllLossOp>(op))
     return Policy::KeepF32;
-  if (isa<IdentityOp, ReshapeOp, FlattenOp, TransposeOp, ConcatOp, SplitOp,
-          SliceOp, SqueezeOp, UnsqueezeOp, ExpandOp, GatherOp, GatherElementsOp,
-          GatherNDOp, MaxPoolOp, MaxPoolIndicesOp, ReluOp, WhereOp, MaxOp,
-          MinOp>(op))
+  if (movesValuesOnly(op))
     return Policy::Moves;
   if (isa<BatchNormOp>(op))
     return Policy::Normalize;

@@ -120,10 +120,10 @@ void swapProductOperands(TransposeOp transpose) {
   if (rank(matmul.getA()) < 2 || rank(matmul.getB()) < 2)
     return;
   OpBuilder builder(transpose);
-  auto swapped =
-      builder.create<MatMulOp>(matmul.getLoc(), matmul.getB(), matmul.getA(),
-                               builder.getBoolAttr(!matmul.getTransB()),
-                               builder.getBoolAttr(!matmul.getTransA()));
+  auto swapped = builder.create<MatMulOp>(
+      matmul.getLoc(), matmul.getB(), matmul.getA(),
+      builder.getBoolAttr(!matmul.getTransB()),
+      builder.getBoolAttr(!matmul.getTransA()), matmul.getNarrowOperandsAttr());
   for (NamedAttribute attr : matmul->getDiscardableAttrs())
     swapped->setAttr(attr.getName(), attr.getValue());
   transpose.getOutput().replaceAllUsesWith(swapped.getOutput());

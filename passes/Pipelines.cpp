@@ -117,8 +117,10 @@ void buildTrainingPipeline(OpPassManager &pm,
     recompute.mode = *config.recompute;
     pm.addPass(createRecompute(recompute));
   }
-  if (!config.autocast.empty())
+  if (!config.autocast.empty()) {
     pm.addPass(createPackNarrowStash());
+    pm.addPass(createMarkNarrowProducts());
+  }
   InsertOptimizerOptions optimizer;
   optimizer.optimizer = config.optimizer;
   optimizer.lr = config.lr;

@@ -706,7 +706,7 @@ std::vector<double> Executor::profileSeconds() const {
 }
 
 int64_t Executor::workspaceBytes() const {
-  int64_t total = 0;
+  int64_t total = backendDevice->sharedWorkspaceBytes();
   for (const auto &kernel : train)
     total += kernel->workspaceBytes();
   return total;

@@ -46,6 +46,7 @@ CublasApi load() {
   resolve(library, CDP_SYMBOL_NAME(cublasSetMathMode), api.setMathMode);
   resolve(library, CDP_SYMBOL_NAME(cublasSgemm), api.sgemm);
   resolve(library, CDP_SYMBOL_NAME(cublasSgemmBatched), api.sgemmBatched);
+  resolve(library, "cublasGemmStridedBatchedEx", api.gemmStridedBatchedEx);
   return api;
 }
 

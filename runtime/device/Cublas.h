@@ -25,6 +25,13 @@ struct CublasApi {
   decltype(&cublasSetMathMode) setMathMode = nullptr;
   decltype(&cublasSgemm) sgemm = nullptr;
   decltype(&cublasSgemmBatched) sgemmBatched = nullptr;
+  /// cublasGemmStridedBatchedEx with a cublasComputeType_t (the header
+  /// also declares an overload taking a cudaDataType, so no decltype).
+  cublasStatus_t (*gemmStridedBatchedEx)(
+      cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+      const void *, const void *, cudaDataType, int, long long, const void *,
+      cudaDataType, int, long long, const void *, void *, cudaDataType, int,
+      long long, int, cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
 };
 
 /// The library's soname (libcublas.so.<the toolkit's major version>).

@@ -69,6 +69,7 @@ CudaDevice::~CudaDevice() {
     cudaEventDestroy(taken);
     cudaStreamDestroy(copies);
   }
+  cudaFree(sharedMemory);
   cudaFree(statusWord);
   cudaFreeHost(statusHost);
   cudnnDestroy(dnnHandle);
@@ -90,6 +91,17 @@ void *CudaDevice::allocate(size_t bytes) {
   checkCuda(cudaMemsetAsync(memory, 0, rounded, work), "cudaMemset");
   checkCuda(cudaStreamSynchronize(work), "cudaStreamSynchronize");
   return memory;
+}
+
+void CudaDevice::reserveShared(size_t bytes) {
+  if (bytes <= sharedSize)
+    return;
+  if (sharedMemory)
+    release(sharedMemory); // after the work queued that reads it
+  sharedMemory = nullptr;
+  sharedSize = 0;
+  sharedMemory = allocate(bytes);
+  sharedSize = bytes;
 }
 
 void CudaDevice::release(void *memory) {

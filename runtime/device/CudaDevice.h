@@ -61,6 +61,14 @@ public:
   cudaStream_t stream() const { return work; }
   cublasHandle_t blas() const { return blasHandle; }
   cudnnHandle_t dnn() const { return dnnHandle; }
+  /// Memory any kernel of this device may use while it runs (they run one
+  /// after another on its stream), at least `bytes`: grown at load, never
+  /// kept by a kernel (a later kernel's reservation may move it).
+  void reserveShared(size_t bytes);
+  void *shared() const { return sharedMemory; }
+  int64_t sharedWorkspaceBytes() const override {
+    return static_cast<int64_t>(sharedSize);
+  }
   /// The status word kernels OR their CudaStatus bits into.
   int *status() const { return statusWord; }
   /// TF32 tensor cores for float32 products (cdp-run --allow-tf32).
@@ -80,6 +88,8 @@ private:
   // copies with the kernels' stream.
   cudaStream_t copies = nullptr;
   cudaEvent_t uploaded = nullptr, taken = nullptr;
+  void *sharedMemory = nullptr;
+  size_t sharedSize = 0;
   int *statusWord = nullptr;
   int *statusHost = nullptr;
   std::shared_ptr<CudaStreamOps> streamOps;

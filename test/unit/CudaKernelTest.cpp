@@ -12,6 +12,7 @@
 #include "cdp/Runtime/Device.h"
 #include "cdp/Runtime/Kernel.h"
 #include "device/Cublas.h"
+#include "kernels/NarrowFloat.h"
 
 #include <gtest/gtest.h>
 
@@ -26,7 +27,18 @@ using namespace cdp::runtime;
 namespace {
 
 /// How a tensor's values are drawn.
-enum class Fill { Normal, Positive, Unit, Labels, Mask, Zero };
+/// Bfloat16 and Float16: normal values rounded to that format, as the
+/// operands of a product marked narrow_operands hold.
+enum class Fill {
+  Normal,
+  Positive,
+  Unit,
+  Labels,
+  Mask,
+  Zero,
+  Bfloat16,
+  Float16
+};
 
 struct Spec {
   std::vector<int64_t> shape;
@@ -292,6 +304,35 @@ std::vector<Case> linalgCases() {
        {f32({32, 6, 6})},
        {attr("trans_b", 1)},
        1e-5},
+      // Marked narrow_operands: the GPU multiplies 2-byte copies on tensor
+      // cores with float32 sums, the CPU the float32 values; the products
+      // are exact, so only the order of the sums differs.
+      {"gemm_bf16",
+       "gemm",
+       {f32({64, 48}, Fill::Bfloat16), f32({40, 48}, Fill::Bfloat16),
+        f32({40})},
+       {f32({64, 40})},
+       {attr("trans_b", 1), real("alpha", 0.5), real("beta", 2.0),
+        text("narrow_operands", "bf16")},
+       1e-4},
+      {"matmul_bf16_stacked",
+       "matmul",
+       {f32({2, 3, 16, 24}, Fill::Bfloat16), f32({24, 40}, Fill::Bfloat16)},
+       {f32({2, 3, 16, 40})},
+       {text("narrow_operands", "bf16")},
+       1e-4},
+      {"matmul_bf16_broadcast",
+       "matmul",
+       {f32({2, 1, 16, 24}, Fill::Bfloat16), f32({3, 24, 40}, Fill::Bfloat16)},
+       {f32({2, 3, 16, 40})},
+       {text("narrow_operands", "bf16")},
+       1e-4},
+      {"matmul_f16_trans_a_b",
+       "matmul",
+       {f32({2, 1, 24, 16}, Fill::Float16), f32({3, 40, 24}, Fill::Float16)},
+       {f32({2, 3, 16, 40})},
+       {attr("trans_a", 1), attr("trans_b", 1), text("narrow_operands", "f16")},
+       1e-4},
   };
 }
 
@@ -542,6 +583,8 @@ std::vector<char> draw(const Spec &spec, std::mt19937 &random) {
       float v = spec.fill == Fill::Zero       ? 2.0f // pow's exponent
                 : spec.fill == Fill::Positive ? 0.5f + std::abs(normal(random))
                 : spec.fill == Fill::Unit     ? unit(random)
+                : spec.fill == Fill::Bfloat16 ? roundToBfloat16(normal(random))
+                : spec.fill == Fill::Float16  ? roundToFloat16(normal(random))
                                               : normal(random);
       std::memcpy(bytes.data() + 4 * i, &v, 4);
     }
@@ -850,7 +893,7 @@ TEST(CudaKernelCoverage, EveryCpuOpHasACudaKernel) {
 TEST(CublasLoad, ResolvesEveryEntryPoint) {
   const CublasApi &api = cublas();
   EXPECT_TRUE(api.create && api.destroy && api.setStream && api.setMathMode &&
-              api.sgemm && api.sgemmBatched);
+              api.sgemm && api.sgemmBatched && api.gemmStridedBatchedEx);
   EXPECT_EQ(std::string(cublasLibraryName()).rfind("libcublas.so.", 0), 0u);
 }
 

@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "../../runtime/kernels/NarrowFloat.h"
 #include "cdp/Runtime/Kernel.h"
 
 #include <gtest/gtest.h>
@@ -29,14 +30,19 @@ int64_t product(const std::vector<int64_t> &shape) {
 }
 
 /// Runs the registry's CPU matmul on (a, b) into a tensor of `yShape`.
-std::vector<float> runKernel(const std::vector<int64_t> &aShape,
-                             std::vector<float> &a,
-                             const std::vector<int64_t> &bShape,
-                             std::vector<float> &b,
-                             const std::vector<int64_t> &yShape, bool transA,
-                             bool transB, int threads) {
+std::vector<float>
+runKernel(const std::vector<int64_t> &aShape, std::vector<float> &a,
+          const std::vector<int64_t> &bShape, std::vector<float> &b,
+          const std::vector<int64_t> &yShape, bool transA, bool transB,
+          int threads, const std::string &narrow = "") {
   plan::Instruction instruction;
   instruction.set_op("matmul");
+  instruction.set_location("/attn/MatMul");
+  if (!narrow.empty()) {
+    plan::Attribute *mark = instruction.add_attributes();
+    mark->set_name("narrow_operands");
+    mark->set_s(narrow);
+  }
   for (auto [name, value] : {std::pair<const char *, bool>{"trans_a", transA},
                              {"trans_b", transB}}) {
     plan::Attribute *attribute = instruction.add_attributes();
@@ -158,6 +164,62 @@ TEST(MatMulKernel, EveryPathMatchesNumpyInDouble) {
             << ::testing::PrintToString(c.b) << " trans " << c.transA
             << c.transB << ", " << threads << " threads, element " << i;
     }
+}
+
+/// The message a run of the kernel fails with, or "" when it runs.
+std::string failureOf(const std::function<void()> &run) {
+  try {
+    run();
+  } catch (const RuntimeError &e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A product marked narrow_operands (a GPU multiplies it in bf16 or fp16)
+// computes as an unmarked one on the CPU, and fails the step, naming the
+// instruction, the operand and the element, when an operand holds a value
+// the format does not: the CPU backend checks each mark the compiler makes.
+TEST(MatMulKernel, NarrowOperandsAreCheckedEachStep) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  std::vector<float> a(4 * 6 * 5), b(4 * 5 * 3);
+  for (float &v : a)
+    v = cdp::roundToBfloat16(normal(rng));
+  for (float &v : b)
+    v = cdp::roundToBfloat16(normal(rng));
+  std::vector<int64_t> as{4, 6, 5}, bs{4, 5, 3}, ys{4, 6, 3};
+  std::vector<float> plain = runKernel(as, a, bs, b, ys, false, false, 1);
+  std::vector<float> marked =
+      runKernel(as, a, bs, b, ys, false, false, 1, "bf16");
+  EXPECT_EQ(plain, marked);
+
+  std::vector<float> inexact = b;
+  inexact[7] = std::nextafter(inexact[7], 10.0f);
+  std::string message = failureOf(
+      [&] { runKernel(as, a, bs, inexact, ys, false, false, 1, "bf16"); });
+  EXPECT_NE(message.find("matmul at '/attn/MatMul': operand B holds"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("(element 7)"), std::string::npos) << message;
+  EXPECT_NE(message.find("(bf16)"), std::string::npos) << message;
+
+  // Every bf16 value of this range is also an fp16 one, but 2^-30 is
+  // below fp16's smallest step.
+  EXPECT_EQ(
+      failureOf([&] { runKernel(as, a, bs, b, ys, false, false, 1, "f16"); }),
+      "");
+  std::vector<float> tiny = a;
+  tiny[0] = std::ldexp(1.0f, -30);
+  EXPECT_NE(failureOf([&] {
+              runKernel(as, tiny, bs, b, ys, false, false, 1, "f16");
+            }).find("operand A holds"),
+            std::string::npos);
+
+  EXPECT_NE(failureOf([&] {
+              runKernel(as, a, bs, b, ys, false, false, 1, "fp8");
+            }).find("narrow_operands must be bf16 or f16, got 'fp8'"),
+            std::string::npos);
 }
 
 } // namespace

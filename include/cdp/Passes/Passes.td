@@ -250,6 +250,23 @@ def PackNarrowStash : Pass<"cdp-pack-narrow-stash", "mlir::ModuleOp"> {
   let dependentDialects = ["cdp::CDPDialect"];
 }
 
+def MarkNarrowProducts : Pass<"cdp-mark-narrow-products", "mlir::ModuleOp"> {
+  let summary = "Marks the products whose operands are exact in bf16 or fp16";
+  let description = [{
+    Mixed precision (last of its passes: after cdp-autodiff, cdp-recompute
+    and cdp-pack-narrow-stash, so that backward products are seen): sets
+    `narrow_operands` on each `cdp.matmul` and `cdp.gemm` whose operands
+    `A` and `B` are exact in one narrow format. A value is exact when a
+    `cdp.round_to` or `cdp.unpack_narrow` of that format computes it, when
+    cdp-autocast marked its op `cdp.narrow`, or when an op that only moves
+    or selects values computes it from exact values alone. A GPU then
+    multiplies the operands in that format with float32 sums (tensor
+    cores), as autocast's products do; the product's value is the same as
+    the float32 product of the same operands up to the order of the sums.
+  }];
+  let dependentDialects = ["cdp::CDPDialect"];
+}
+
 def FoldTranspose : Pass<"cdp-fold-transpose", "mlir::ModuleOp"> {
   let summary = "Folds Transpose ops into the MatMul and Gemm operands that read them";
   let description = [{

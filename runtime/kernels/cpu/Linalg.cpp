@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "../MatMulGeometry.h"
+#include "../NarrowOperands.h"
 #include "CpuKernels.h"
 #include "SmallMatMul.h"
 #include "cdp/Runtime/OpTable.h"
@@ -186,43 +187,85 @@ std::function<void(const StepContext &)> matMulKernel(const KernelArgs &args) {
   };
 }
 
+/// ONNX Gemm: C broadcast into Y, then one GEMM.
+std::function<void(const StepContext &)> gemmKernel(const KernelArgs &args) {
+  TensorView a = args.inputs[0], b = args.inputs[1], y = args.outputs[0];
+  TensorView c = args.inputs.size() > 2 ? args.inputs[2] : TensorView();
+  ops::GemmAttributes attrs = ops::GemmAttributes::read(args);
+  bool transA = attrs.trans_a, transB = attrs.trans_b;
+  float alpha = static_cast<float>(attrs.alpha);
+  float beta = static_cast<float>(attrs.beta);
+  int64_t m = y.shape[0], n = y.shape[1];
+  int64_t k = transA ? a.shape[0] : a.shape[1];
+  // C broadcast into Y row by row (an index per element of Y was twice
+  // Y's bytes: 226 MB of GPT-2 medium's biases).
+  std::shared_ptr<const BroadcastWalk> walk;
+  if (c.present())
+    walk = std::make_shared<const BroadcastWalk>(
+        std::vector<std::vector<int64_t>>{c.shape}, y.shape);
+  return [=](const StepContext &) {
+    float *py = y.f32();
+    if (c.present())
+      for (int64_t row = 0, length = walk->rowLength(); row < walk->rows();
+           ++row) {
+        const float *from = c.f32() + walk->rowStart(0, row);
+        float *to = py + row * length;
+        if (walk->step(0))
+          std::copy(from, from + length, to);
+        else
+          std::fill(to, to + length, *from);
+      }
+    sgemm(transA, transB, m, n, k, alpha, a.f32(), b.f32(),
+          c.present() ? beta : 0.0f, py);
+  };
+}
+
+/// Fails the step unless every value of `operand` is exact in `format`.
+void checkExact(NarrowFormat format, const TensorView &operand,
+                const char *which, const std::string &where) {
+  const float *values = operand.f32();
+  int64_t n = operand.numel(), first = n;
+#pragma omp parallel for reduction(min : first) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i)
+    if (!exactIn(format, values[i]))
+      first = std::min(first, i);
+  if (first == n)
+    return;
+  throw RuntimeError(
+      where + ": operand " + which + " holds " + std::to_string(values[first]) +
+      " (element " + std::to_string(first) +
+      "), which the plan's narrow_operands mark says it cannot (" +
+      (format == NarrowFormat::Bfloat16 ? "bf16" : "f16") +
+      "); a compiler fault: report the model and flags");
+}
+
+/// `body` after checking the product's narrow_operands mark (a GPU
+/// multiplies marked operands in the narrow format).
+std::function<void(const StepContext &)>
+checkingNarrowOperands(const KernelArgs &args,
+                       std::function<void(const StepContext &)> body) {
+  NarrowFormat format = narrowOperandsOf(args);
+  if (format == NarrowFormat::None)
+    return body;
+  TensorView a = args.inputs[0], b = args.inputs[1];
+  std::string where =
+      args.instruction->op() + " at '" + args.instruction->location() + "'";
+  return [=](const StepContext &context) {
+    checkExact(format, a, "A", where);
+    checkExact(format, b, "B", where);
+    body(context);
+  };
+}
+
 } // namespace
 
 void registerLinalg(KernelRegistry &registry) {
   addKernel(registry, "gemm", [](const KernelArgs &args) {
-    TensorView a = args.inputs[0], b = args.inputs[1], y = args.outputs[0];
-    TensorView c = args.inputs.size() > 2 ? args.inputs[2] : TensorView();
-    ops::GemmAttributes attrs = ops::GemmAttributes::read(args);
-    bool transA = attrs.trans_a, transB = attrs.trans_b;
-    float alpha = static_cast<float>(attrs.alpha);
-    float beta = static_cast<float>(attrs.beta);
-    int64_t m = y.shape[0], n = y.shape[1];
-    int64_t k = transA ? a.shape[0] : a.shape[1];
-    // C broadcast into Y row by row (an index per element of Y was twice
-    // Y's bytes: 226 MB of GPT-2 medium's biases).
-    std::shared_ptr<const BroadcastWalk> walk;
-    if (c.present())
-      walk = std::make_shared<const BroadcastWalk>(
-          std::vector<std::vector<int64_t>>{c.shape}, y.shape);
-    return [=](const StepContext &) {
-      float *py = y.f32();
-      if (c.present())
-        for (int64_t row = 0, length = walk->rowLength(); row < walk->rows();
-             ++row) {
-          const float *from = c.f32() + walk->rowStart(0, row);
-          float *to = py + row * length;
-          if (walk->step(0))
-            std::copy(from, from + length, to);
-          else
-            std::fill(to, to + length, *from);
-        }
-      sgemm(transA, transB, m, n, k, alpha, a.f32(), b.f32(),
-            c.present() ? beta : 0.0f, py);
-    };
+    return checkingNarrowOperands(args, gemmKernel(args));
   });
-
-  addKernel(registry, "matmul",
-            [](const KernelArgs &args) { return matMulKernel(args); });
+  addKernel(registry, "matmul", [](const KernelArgs &args) {
+    return checkingNarrowOperands(args, matMulKernel(args));
+  });
 
   addKernel(registry, "conv", [](const KernelArgs &args) {
     TensorView x = args.inputs[0], w = args.inputs[1], y = args.outputs[0];

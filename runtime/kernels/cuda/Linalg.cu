@@ -3,12 +3,16 @@
 // cuBLAS is column-major; a row-major C = op(A) op(B) is the column-major
 // C^T = op(B)^T op(A)^T, so every call swaps the operands. Products run in
 // float32 (CUBLAS_DEFAULT_MATH: no TF32) unless --allow-tf32 chose tensor
-// cores.
+// cores. A product marked narrow_operands (its operands exact in bf16 or
+// fp16: cdp-mark-narrow-products) copies them into 2-byte values in the
+// device's shared block and multiplies those on tensor cores with float32
+// sums and a float32 result (cublasGemmStridedBatchedEx), as autocast does.
 //
 //===----------------------------------------------------------------------===//
 
 #include "../../device/Cublas.h"
 #include "../MatMulGeometry.h"
+#include "../NarrowOperands.h"
 #include "CudaKernels.h"
 #include "Reduce.cuh"
 #include "cdp/Runtime/OpTable.h"
@@ -32,6 +36,129 @@ __global__ void scaleKernel(float *y, int64_t n, float beta) {
   CDP_FOR_EACH(i, n) { y[i] = beta == 0.0f ? 0.0f : beta * y[i]; }
 }
 
+/// 2-byte patterns of `count` matrices of `size` values each, matrix i read
+/// at `from` + map(i) * size (a broadcast operand repeated): the values are
+/// exact in the format, so the patterns hold them whole.
+__global__ void narrowMatrices(const float *from, uint16_t *to, int64_t size,
+                               int64_t total, IndexMap map, bool bf16) {
+  CDP_FOR_EACH(i, total) {
+    float x = from[map(i / size) * size + i % size];
+    to[i] = bf16 ? bfloat16BitsOf(x) : float16BitsOf(x);
+  }
+}
+
+/// A product of operands exact in a narrow format: each operand's `count`
+/// matrices copied into 2-byte values (in the device's shared block), then
+/// one strided batched product of them with float32 sums into float32 Y.
+struct NarrowProduct {
+  NarrowFormat format = NarrowFormat::None;
+  bool transA = false, transB = false;
+  int64_t m = 0, n = 0, k = 0, count = 1;
+  IndexMap aMap, bMap; ///< matrix i of the product reads matrix map(i)
+
+  int64_t bytes() const { return 2 * count * (m * k + k * n); }
+
+  /// Y = alpha op(A) op(B) + beta Y on `stream` (the device's).
+  void run(CudaDevice &device, cudaStream_t stream, const float *a,
+           const float *b, float alpha, float beta, float *y) const {
+    auto *a16 = static_cast<uint16_t *>(device.shared());
+    uint16_t *b16 = a16 + count * m * k;
+    bool bf16 = format == NarrowFormat::Bfloat16;
+    narrowMatrices<<<blocksFor(count * m * k), kThreads, 0, stream>>>(
+        a, a16, m * k, count * m * k, aMap, bf16);
+    narrowMatrices<<<blocksFor(count * k * n), kThreads, 0, stream>>>(
+        b, b16, k * n, count * k * n, bMap, bf16);
+    launched("narrow operands");
+    cudaDataType type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    checkCublas(cublas().gemmStridedBatchedEx(
+                    device.blas(), transB ? CUBLAS_OP_T : CUBLAS_OP_N,
+                    transA ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b16,
+                    type, transB ? k : n, k * n, a16, type, transA ? m : k,
+                    m * k, &beta, y, CUDA_R_32F, n, m * n, count,
+                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                "cublasGemmStridedBatchedEx");
+  }
+};
+
+/// A MatMul marked narrow_operands: one product of count * m rows where B
+/// is one matrix for all (a Linear over a sequence), else `count` products
+/// of each operand's matrices repeated as broadcasting reads them.
+std::function<void(const StepContext &)> narrowMatMul(const KernelArgs &args,
+                                                      const MatMulGeometry &g,
+                                                      IndexMap ia,
+                                                      IndexMap ib) {
+  TensorView a = args.inputs[0], b = args.inputs[1], y = args.outputs[0];
+  NarrowProduct narrow;
+  narrow.format = narrowOperandsOf(args);
+  narrow.transA = g.transA;
+  narrow.transB = g.transB;
+  bool stacked = g.rowsStack();
+  narrow.m = stacked ? g.count() * g.m : g.m;
+  narrow.n = g.n;
+  narrow.k = g.k;
+  narrow.count = stacked ? 1 : g.count();
+  if (!stacked) {
+    narrow.aMap = ia;
+    narrow.bMap = ib;
+  }
+  CudaDevice &device = deviceOf(args);
+  if (narrow.count > 0 && narrow.m > 0 && narrow.n > 0)
+    device.reserveShared(narrow.bytes());
+  return [=, &device](const StepContext &context) {
+    if (narrow.count == 0 || narrow.m == 0 || narrow.n == 0)
+      return;
+    if (narrow.k == 0) {
+      checkCuda(cudaMemsetAsync(y.data, 0, byteSize(y), streamOf(context)),
+                "memset");
+      return;
+    }
+    narrow.run(device, streamOf(context), a.f32(), b.f32(), 1.0f, 0.0f,
+               y.f32());
+  };
+}
+
+/// Batched products with numpy broadcasting of the batch dimensions in
+/// float32: the pointers of every product are known at load (memory is
+/// static), so they are uploaded once and one batched call runs them all.
+std::function<void(const StepContext &)> floatMatMul(const KernelArgs &args,
+                                                     const MatMulGeometry &g,
+                                                     IndexMap ia, IndexMap ib) {
+  TensorView a = args.inputs[0], b = args.inputs[1], y = args.outputs[0];
+  int64_t m = g.m, n = g.n, k = g.k, count = g.count();
+  bool transA = g.transA, transB = g.transB;
+  std::vector<const float *> pointers(3 * count);
+  for (int64_t i = 0; i < count; ++i) {
+    pointers[i] = b.f32() + ib(i) * k * n; // cuBLAS's first operand
+    pointers[count + i] = a.f32() + ia(i) * m * k;
+    pointers[2 * count + i] = y.f32() + i * m * n;
+  }
+  CudaDevice &device = deviceOf(args);
+  auto table = std::make_shared<Scratch>(
+      device, std::max<size_t>(pointers.size(), 1) * sizeof(float *));
+  checkCuda(cudaMemcpy(table->as<void>(), pointers.data(),
+                       pointers.size() * sizeof(float *),
+                       cudaMemcpyHostToDevice),
+            "matmul pointer table");
+  cublasHandle_t blas = device.blas();
+  return [=](const StepContext &context) {
+    if (count == 0 || m == 0 || n == 0)
+      return;
+    if (k == 0) {
+      checkCuda(cudaMemsetAsync(y.data, 0, byteSize(y), streamOf(context)),
+                "memset");
+      return;
+    }
+    float one = 1.0f, zero = 0.0f;
+    const float **all = table->as<const float *>();
+    checkCublas(cublas().sgemmBatched(
+                    blas, transB ? CUBLAS_OP_T : CUBLAS_OP_N,
+                    transA ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &one, all,
+                    transB ? k : n, all + count, transA ? m : k, &zero,
+                    const_cast<float **>(all + 2 * count), n, count),
+                "cublasSgemmBatched");
+  };
+}
+
 } // namespace
 
 void registerLinalg(KernelRegistry &registry) {
@@ -46,8 +173,18 @@ void registerLinalg(KernelRegistry &registry) {
     int64_t k = transA ? a.shape[0] : a.shape[1];
     IndexMap map =
         c.present() ? broadcastMap(args, c.shape, y.shape) : IndexMap();
-    cublasHandle_t blas = deviceOf(args).blas();
-    return [=](const StepContext &context) {
+    CudaDevice &device = deviceOf(args);
+    cublasHandle_t blas = device.blas();
+    NarrowProduct narrow;
+    narrow.format = narrowOperandsOf(args);
+    narrow.transA = transA;
+    narrow.transB = transB;
+    narrow.m = m;
+    narrow.n = n;
+    narrow.k = k;
+    if (narrow.format != NarrowFormat::None)
+      device.reserveShared(narrow.bytes());
+    return [=, &device](const StepContext &context) {
       if (m == 0 || n == 0)
         return;
       float effectiveBeta = c.present() ? beta : 0.0f;
@@ -59,52 +196,22 @@ void registerLinalg(KernelRegistry &registry) {
         launched("gemm scale");
         return;
       }
-      sgemm(blas, transA, transB, m, n, k, alpha, a.f32(), b.f32(),
-            effectiveBeta, y.f32());
+      if (narrow.format != NarrowFormat::None)
+        narrow.run(device, streamOf(context), a.f32(), b.f32(), alpha,
+                   effectiveBeta, y.f32());
+      else
+        sgemm(blas, transA, transB, m, n, k, alpha, a.f32(), b.f32(),
+              effectiveBeta, y.f32());
     };
   });
 
-  // Batched products with numpy broadcasting of the batch dimensions: the
-  // pointers of every product are known at load (memory is static), so
-  // they are uploaded once and one batched call runs them all.
   addKernel(registry, "matmul", [](const KernelArgs &args) {
-    TensorView a = args.inputs[0], b = args.inputs[1], y = args.outputs[0];
-    MatMulGeometry g(args, a.shape, b.shape);
-    int64_t m = g.m, n = g.n, k = g.k, count = g.count();
-    bool transA = g.transA, transB = g.transB;
+    MatMulGeometry g(args, args.inputs[0].shape, args.inputs[1].shape);
     IndexMap ia = broadcastMap(args, g.aBatch, g.batch),
              ib = broadcastMap(args, g.bBatch, g.batch);
-    std::vector<const float *> pointers(3 * count);
-    for (int64_t i = 0; i < count; ++i) {
-      pointers[i] = b.f32() + ib(i) * k * n; // cuBLAS's first operand
-      pointers[count + i] = a.f32() + ia(i) * m * k;
-      pointers[2 * count + i] = y.f32() + i * m * n;
-    }
-    CudaDevice &device = deviceOf(args);
-    auto table = std::make_shared<Scratch>(
-        device, std::max<size_t>(pointers.size(), 1) * sizeof(float *));
-    checkCuda(cudaMemcpy(table->as<void>(), pointers.data(),
-                         pointers.size() * sizeof(float *),
-                         cudaMemcpyHostToDevice),
-              "matmul pointer table");
-    cublasHandle_t blas = device.blas();
-    return [=](const StepContext &context) {
-      if (count == 0 || m == 0 || n == 0)
-        return;
-      if (k == 0) {
-        checkCuda(cudaMemsetAsync(y.data, 0, byteSize(y), streamOf(context)),
-                  "memset");
-        return;
-      }
-      float one = 1.0f, zero = 0.0f;
-      const float **all = table->as<const float *>();
-      checkCublas(cublas().sgemmBatched(
-                      blas, transB ? CUBLAS_OP_T : CUBLAS_OP_N,
-                      transA ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &one, all,
-                      transB ? k : n, all + count, transA ? m : k, &zero,
-                      const_cast<float **>(all + 2 * count), n, count),
-                  "cublasSgemmBatched");
-    };
+    if (narrowOperandsOf(args) != NarrowFormat::None)
+      return narrowMatMul(args, g, ia, ib);
+    return floatMatMul(args, g, ia, ib);
   });
 }
 

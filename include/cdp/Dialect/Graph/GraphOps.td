@@ -135,12 +135,16 @@ def CDP_GemmOp : CDP_Op<"gemm", [CDP_Differentiable]> {
   let description = [{
     `Y = alpha * op(A) * op(B) + beta * C`, with `op` transposing when
     `trans_a`/`trans_b` is set; `C` broadcasts to `(M, N)`.
+    `narrow_operands` ("bf16" or "f16", set by cdp-mark-narrow-products)
+    says that every value of `A` and `B` is exact in that format, so a
+    backend may multiply them in it with float32 sums.
   }];
   let arguments = (ins CDP_F32Tensor:$a, CDP_F32Tensor:$b, Optional<CDP_F32Tensor>:$c,
                        DefaultValuedAttr<F32Attr, "1.0f">:$alpha,
                        DefaultValuedAttr<F32Attr, "1.0f">:$beta,
                        DefaultValuedAttr<BoolAttr, "false">:$trans_a,
-                       DefaultValuedAttr<BoolAttr, "false">:$trans_b);
+                       DefaultValuedAttr<BoolAttr, "false">:$trans_b,
+                       OptionalAttr<StrAttr>:$narrow_operands);
   let results = (outs CDP_F32Tensor:$output);
 }
 
@@ -153,10 +157,12 @@ def CDP_MatMulOp : CDP_Op<"matmul", [CDP_Differentiable]> {
     `matmul(swapaxes(a, -1, -2), b)`); they need that operand to have rank
     2 or more. The importer never sets them: `cdp-fold-transpose` and the
     MatMul gradient do, so that no Transpose op runs before the product.
+    `narrow_operands` as for `cdp.gemm`.
   }];
   let arguments = (ins CDP_F32Tensor:$a, CDP_F32Tensor:$b,
                        DefaultValuedAttr<BoolAttr, "false">:$trans_a,
-                       DefaultValuedAttr<BoolAttr, "false">:$trans_b);
+                       DefaultValuedAttr<BoolAttr, "false">:$trans_b,
+                       OptionalAttr<StrAttr>:$narrow_operands);
   let results = (outs CDP_F32Tensor:$output);
 }
 

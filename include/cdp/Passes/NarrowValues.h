@@ -1,0 +1,25 @@
+//===- NarrowValues.h - which values are exact in bf16 or fp16 --*- C++ -*-===//
+//
+// Mixed precision keeps narrow values in float32 storage. The pass that
+// decides where values are narrow (cdp-autocast) and the one that tells the
+// backends which products may multiply in the narrow format
+// (cdp-mark-narrow-products) agree here on which ops only move or select
+// values, so that their results are exact wherever their operands are.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CDP_PASSES_NARROWVALUES_H
+#define CDP_PASSES_NARROWVALUES_H
+
+#include "mlir/IR/Operation.h"
+
+namespace cdp {
+
+/// Whether `op` only moves or selects the values of its float operands
+/// (reshapes, transposes, slices, gathers, ReLU, max pooling, where, min,
+/// max): each result value is one of its operands' values.
+bool movesValuesOnly(mlir::Operation *op);
+
+} // namespace cdp
+
+#endif // CDP_PASSES_NARROWVALUES_H

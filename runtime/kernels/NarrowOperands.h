@@ -1,0 +1,51 @@
+//===- NarrowOperands.h - a product's narrow_operands mark ------*- C++ -*-===//
+//
+// cdp-mark-narrow-products marks a matmul or gemm whose operands hold only
+// values exact in bf16 or fp16. The CUDA kernels then multiply the operands
+// in that format with float32 sums (tensor cores); the CPU kernels multiply
+// in float32, which gives the same value up to the order of the sums, and
+// check the mark on every step, so that a wrong mark fails there instead of
+// rounding operands on a GPU alone.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CDP_RUNTIME_KERNELS_NARROWOPERANDS_H
+#define CDP_RUNTIME_KERNELS_NARROWOPERANDS_H
+
+#include "NarrowFloat.h"
+#include "cdp/Runtime/Kernel.h"
+
+#include <string>
+
+namespace cdp::runtime {
+
+enum class NarrowFormat { None, Bfloat16, Float16 };
+
+/// The product's mark; a RuntimeError naming the instruction for a format
+/// the backends do not know.
+inline NarrowFormat narrowOperandsOf(const KernelArgs &args) {
+  std::string format = args.s("narrow_operands", "");
+  if (format.empty())
+    return NarrowFormat::None;
+  if (format == "bf16")
+    return NarrowFormat::Bfloat16;
+  if (format == "f16")
+    return NarrowFormat::Float16;
+  throw RuntimeError(args.instruction->op() + " at '" +
+                     args.instruction->location() +
+                     "': narrow_operands must be bf16 or f16, got '" + format +
+                     "' (recompile the plan)");
+}
+
+/// Whether `format` holds `x` exactly (a NaN counts: it stays a NaN).
+CDP_HOST_DEVICE inline bool exactIn(NarrowFormat format, float x) {
+  if (format == NarrowFormat::None || x != x)
+    return true;
+  float rounded =
+      format == NarrowFormat::Bfloat16 ? roundToBfloat16(x) : roundToFloat16(x);
+  return bitsOf(rounded) == bitsOf(x);
+}
+
+} // namespace cdp::runtime
+
+#endif // CDP_RUNTIME_KERNELS_NARROWOPERANDS_H
