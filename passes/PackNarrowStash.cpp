@@ -1,16 +1,19 @@
 //===- PackNarrowStash.cpp - narrow values kept in 2 bytes ---------------===//
 //
-// Under --precision bf16 or fp16 the CPU backend (and, for now, the CUDA
-// one) computes in float32 and rounds where autocast would compute narrow:
-// a rounded value is exact in 2 bytes but stored in 4. What the backward
-// reads lives from the forward to the backward (a pipeline stashes it per
-// micro-batch), so this pass keeps that copy packed: each such value is
-// packed after its forward op and unpacked before its first backward
-// reader in each stage. The unpacked values are the same bits.
+// Under --precision bf16 or fp16 the backends compute in float32 and round
+// where autocast would compute narrow: a rounded value is exact in 2 bytes
+// but stored in 4. What the backward reads lives from the forward to the
+// backward (a pipeline stashes it per micro-batch), and where stages run on
+// devices of their own what another stage reads is a message; so this pass
+// keeps those copies packed: each such value is packed after its op and
+// unpacked before the first reader of each stage and phase that needs it
+// (a pipeline's next stage then receives, and stashes, 2 bytes a value).
+// The unpacked values are the same bits.
 //
 //===----------------------------------------------------------------------===//
 
 #include "cdp/Dialect/Graph/GraphOps.h"
+#include "cdp/Dialect/Sched/SchedOps.h"
 #include "cdp/Passes/ForwardLayers.h"
 #include "cdp/Passes/Passes.h"
 
@@ -26,12 +29,9 @@ using namespace cdp;
 
 namespace {
 
-/// The narrow format `op`'s results are exact in, or "" (a forward
-/// cdp.round_to, or an op cdp-autocast marks as moving narrow values;
-/// forward ops carry no phase).
+/// The narrow format `op`'s results are exact in, or "" (a cdp.round_to,
+/// or an op cdp-autocast marks as moving narrow values).
 StringRef narrowFormatOf(Operation *op) {
-  if (op->hasAttr("cdp.phase"))
-    return "";
   if (auto round = dyn_cast<RoundToOp>(op))
     return round.getFormat();
   if (auto mark = op->getAttrOfType<StringAttr>("cdp.narrow"))
@@ -39,46 +39,105 @@ StringRef narrowFormatOf(Operation *op) {
   return "";
 }
 
-/// Packs `value` after its op and gives its backward readers an unpacked
-/// copy made before the first of them (values of one stage only).
-void packForBackward(OpBuilder &builder, Value value, StringRef format) {
-  auto type = dyn_cast<RankedTensorType>(value.getType());
-  if (!type || !type.hasStaticShape() || !type.getElementType().isF32() ||
-      type.getNumElements() < 2)
-    return;
-  // Values another stage reads stay as they are: that stage receives the
-  // float32 value once, for its forward and its backward alike.
-  Operation *producer = value.getDefiningOp();
-  Attribute stage = producer->getAttr("cdp.stage");
-  SmallVector<OpOperand *> readers;
-  for (OpOperand &use : value.getUses()) {
-    if (use.getOwner()->getAttr("cdp.stage") != stage)
+/// Readers of a value that read one unpacked copy: those of one stage and
+/// one phase (forward or backward).
+struct ReaderGroup {
+  Attribute stage;
+  bool backward;
+  SmallVector<OpOperand *> uses;
+};
+
+class NarrowPacker {
+public:
+  NarrowPacker(MLIRContext *context, bool stagesExchange)
+      : builder(context), stagesExchange(stagesExchange) {}
+
+  /// Packs `value` after its op when a reader would otherwise hold or
+  /// receive it in 4 bytes: its own stage's backward (a forward value the
+  /// backward reads), or, where stages exchange messages, another stage.
+  /// Each such group of readers reads an unpacked copy made before the
+  /// first of them; the producer's own phase reads the value as it is.
+  void pack(Value value, StringRef format) {
+    auto type = dyn_cast<RankedTensorType>(value.getType());
+    if (!type || !type.hasStaticShape() || !type.getElementType().isF32() ||
+        type.getNumElements() < 2)
       return;
-    if (isBackward(use.getOwner()))
-      readers.push_back(&use);
+    Operation *producer = value.getDefiningOp();
+    if (producer->hasAttr("cdp.phase") && !isBackward(producer))
+      return; // the optimizer's values are read where they are made
+    auto groups = readerGroups(value, producer);
+    if (!groups || groups->empty())
+      return;
+    builder.setInsertionPointAfter(producer);
+    auto packedType = RankedTensorType::get({(type.getNumElements() + 1) / 2},
+                                            builder.getF32Type());
+    auto packed = builder.create<PackNarrowOp>(producer->getLoc(), packedType,
+                                               value, format);
+    place(packed, producer->getAttr("cdp.stage"), isBackward(producer));
+    for (ReaderGroup &group : *groups)
+      unpackFor(group, packed, type, format);
   }
-  if (readers.empty())
-    return;
-  builder.setInsertionPointAfter(producer);
-  auto packedType = RankedTensorType::get({(type.getNumElements() + 1) / 2},
-                                          builder.getF32Type());
-  auto pack = builder.create<PackNarrowOp>(producer->getLoc(), packedType,
-                                           value, format);
-  Operation *first = readers.front()->getOwner();
-  for (OpOperand *use : readers)
-    if (use->getOwner()->isBeforeInBlock(first))
-      first = use->getOwner();
-  builder.setInsertionPoint(first);
-  auto unpack =
-      builder.create<UnpackNarrowOp>(first->getLoc(), type, pack, format);
-  unpack->setAttr("cdp.phase", builder.getStringAttr("backward"));
-  if (stage) {
-    pack->setAttr("cdp.stage", stage);
-    unpack->setAttr("cdp.stage", stage);
+
+private:
+  /// The groups that read an unpacked copy; none (std::nullopt) when a
+  /// reader rules the packing out.
+  std::optional<SmallVector<ReaderGroup>> readerGroups(Value value,
+                                                       Operation *producer) {
+    Attribute home = producer->getAttr("cdp.stage");
+    bool backwardValue = isBackward(producer);
+    SmallVector<ReaderGroup> groups;
+    for (OpOperand &use : value.getUses()) {
+      Operation *reader = use.getOwner();
+      Attribute stage = reader->getAttr("cdp.stage");
+      bool backward = isBackward(reader);
+      if (stage == home) {
+        // The producer's phase reads the value itself; a backward value
+        // has no later phase to keep it for.
+        if (backward == backwardValue)
+          continue;
+        if (backwardValue)
+          return std::nullopt;
+      } else if (!stagesExchange) {
+        // Values another stage of the device reads stay as they are.
+        return std::nullopt;
+      }
+      auto group = llvm::find_if(groups, [&](const ReaderGroup &g) {
+        return g.stage == stage && g.backward == backward;
+      });
+      if (group == groups.end()) {
+        groups.push_back({stage, backward, {}});
+        group = std::prev(groups.end());
+      }
+      group->uses.push_back(&use);
+    }
+    return groups;
   }
-  for (OpOperand *use : readers)
-    use->set(unpack);
-}
+
+  void unpackFor(ReaderGroup &group, Value packed, RankedTensorType type,
+                 StringRef format) {
+    Operation *first = group.uses.front()->getOwner();
+    for (OpOperand *use : group.uses)
+      if (use->getOwner()->isBeforeInBlock(first))
+        first = use->getOwner();
+    builder.setInsertionPoint(first);
+    auto unpack =
+        builder.create<UnpackNarrowOp>(first->getLoc(), type, packed, format);
+    place(unpack, group.stage, group.backward);
+    for (OpOperand *use : group.uses)
+      use->set(unpack);
+  }
+
+  /// Gives `op` the stage and phase of the ops it serves.
+  void place(Operation *op, Attribute stage, bool backward) {
+    if (stage)
+      op->setAttr("cdp.stage", stage);
+    if (backward)
+      op->setAttr("cdp.phase", builder.getStringAttr("backward"));
+  }
+
+  OpBuilder builder;
+  bool stagesExchange;
+};
 
 struct PackNarrowStashPass
     : public cdp::impl::PackNarrowStashBase<PackNarrowStashPass> {
@@ -91,9 +150,13 @@ struct PackNarrowStashPass
         for (Value result : op->getResults())
           narrow.push_back({result, format});
     });
-    OpBuilder builder(&getContext());
+    auto strategy =
+        getOperation()->getAttrOfType<sched::StrategyAttr>("sched.strategy");
+    NarrowPacker packer(
+        &getContext(),
+        strategy && inScope(StrategyScope::Pipeline, strategy.getValue()));
     for (auto [value, format] : narrow)
-      packForBackward(builder, value, format);
+      packer.pack(value, format);
   }
 };
 

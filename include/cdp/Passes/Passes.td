@@ -244,8 +244,13 @@ def PackNarrowStash : Pass<"cdp-pack-narrow-stash", "mlir::ModuleOp"> {
     before its first backward reader of each stage, which read the unpacked
     copy. The float32 value then dies at its last forward use, and what
     lives from the forward to the backward (a pipeline's stash, the
-    single device's arena) is the 2-byte copy. Packing an exact value and
-    unpacking it gives it back bit for bit, so training is bit-identical.
+    single device's arena) is the 2-byte copy. Under a pipeline strategy
+    (`sched.strategy` on the module), whose stages run on devices of their
+    own, a narrow value another stage reads (a forward value, or a rounded
+    gradient sent back) is packed as well and unpacked before the first
+    reader of each stage and phase that reads it, so the message between
+    the stages is the 2-byte copy. Packing an exact value and unpacking it
+    gives it back bit for bit, so training is bit-identical.
   }];
   let dependentDialects = ["cdp::CDPDialect"];
 }
