@@ -56,13 +56,16 @@ struct NarrowProduct {
   int64_t m = 0, n = 0, k = 0, count = 1;
   IndexMap aMap, bMap; ///< matrix i of the product reads matrix map(i)
 
-  int64_t bytes() const { return 2 * count * (m * k + k * n); }
+  /// Where B's copy begins, in 2-byte values: 256-byte aligned, as
+  /// cuBLAS's fastest tensor-core kernels want their operands.
+  int64_t bOffset() const { return (count * m * k + 127) / 128 * 128; }
+  int64_t bytes() const { return 2 * (bOffset() + count * k * n); }
 
   /// Y = alpha op(A) op(B) + beta Y on `stream` (the device's).
   void run(CudaDevice &device, cudaStream_t stream, const float *a,
            const float *b, float alpha, float beta, float *y) const {
     auto *a16 = static_cast<uint16_t *>(device.shared());
-    uint16_t *b16 = a16 + count * m * k;
+    uint16_t *b16 = a16 + bOffset();
     bool bf16 = format == NarrowFormat::Bfloat16;
     narrowMatrices<<<blocksFor(count * m * k), kThreads, 0, stream>>>(
         a, a16, m * k, count * m * k, aMap, bf16);
