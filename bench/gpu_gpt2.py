@@ -399,6 +399,18 @@ def run(args):
             compiled, ratio = "n/a (%s)" % type(error).__name__, "-"
         print("%-6s %10.2f %12.2f %12s %14s %10.4f %10.4f" % (
             name, ours, eager, compiled, ratio, loss, reference))
+    # GPU memory apart from the timed runs (nvidia-smi is sampled while it runs).
+    context = gpu_step.empty_context_mib(env)
+    print("GPU memory (MiB; an empty context's %d left out): measured, the report's "
+          "allocated and resident" % context)
+    for name in ("fp32", "bf16"):
+        plan = "gpt2-" + name
+        used, allocated, resident = gpu_step.measured_against_report(
+            cdp_command(out, os.path.join(out, "bin", "cdp-run"), plan, 3,
+                        ["--backend", "cuda"]),
+            os.path.join("/tmp", plan + "-report.json"), env, context)
+        print("%-6s %10d %12.1f %12.1f   measured/resident %.3f" % (
+            name, used, allocated, resident, used / resident))
 
 
 def main():

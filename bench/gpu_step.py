@@ -331,31 +331,47 @@ def peak_gpu_mib(command, env):
     return peak - idle
 
 
-def memory(out, steps=200):
+def empty_context_mib(env):
+    """The GPU memory a process that made its CUDA context and nothing else
+    holds (MiB)."""
+    return peak_gpu_mib([sys.executable, "-c",
+                         "import ctypes, glob, os, time\n"
+                         "dirs = os.environ['LD_LIBRARY_PATH'].split(':')\n"
+                         "lib = [f for d in dirs for f in glob.glob(d + '/libcudart.so*')][0]\n"
+                         "ctypes.CDLL(lib).cudaFree(0)\n"
+                         "time.sleep(1)"], env)
+
+
+def measured_against_report(command, report, env, context):
+    """(measured MiB: the run's peak less an empty context's, the report's
+    allocated MiB, its resident MiB) of device 0."""
+    used = peak_gpu_mib(command + ["--report", report], env) - context
+    facts = json.load(open(report))
+    return (used, facts["allocated_bytes"][0] / 2**20,
+            facts["peak"]["resident_bytes"][0] / 2**20)
+
+
+def memory(out, steps=20):
     """Per case: cdp-run's peak GPU memory (nvidia-smi) less an empty
-    context's (a process that made its context and nothing else), against
-    the --report's allocated bytes for the device."""
+    context's, against the --report's allocated bytes and its resident
+    bytes (allocated + optimizer state + workspace + messages held) for the
+    device."""
     import torch
     env = cdp_environment(out, torch)
-    context = peak_gpu_mib([sys.executable, "-c",
-                            "import ctypes, glob, os, time\n"
-                            "dirs = os.environ['LD_LIBRARY_PATH'].split(':')\n"
-                            "lib = [f for d in dirs for f in glob.glob(d + '/libcudart.so*')][0]\n"
-                            "ctypes.CDLL(lib).cudaFree(0)\n"
-                            "time.sleep(1)"], env)
+    context = empty_context_mib(env)
     print("GPU memory on %s: an empty context %d MiB" % (torch.cuda.get_device_name(), context))
-    print("%-12s %6s %14s %14s %10s" % ("model", "batch", "measured MiB", "report MiB", "ratio"))
+    print("%-12s %6s %14s %14s %14s %16s" % ("model", "batch", "measured MiB", "allocated MiB",
+                                              "resident MiB", "measured/resident"))
     for name, batch in cases():
         tag = "%s-%d" % (name, batch)
         bench = os.path.join(out, "bench")
-        report = os.path.join("/tmp", tag + "-report.json")
-        used = peak_gpu_mib([os.path.join(out, "bin", "cdp-run"), os.path.join(bench, tag + ".cdp"),
-                             "--feed", "input=" + os.path.join(bench, tag + "-x.npy"),
-                             "--feed", "labels=" + os.path.join(bench, tag + "-y.npy"),
-                             "--steps", str(steps), "--report", report], env) - context
-        allocated = json.load(open(report))["allocated_bytes"][0] / 2**20
-        print("%-12s %6d %14d %14.1f %10.2f" % (name, batch, used, allocated,
-                                                 used / allocated if allocated else 0))
+        used, allocated, resident = measured_against_report(
+            [os.path.join(out, "bin", "cdp-run"), os.path.join(bench, tag + ".cdp"),
+             "--feed", "input=" + os.path.join(bench, tag + "-x.npy"),
+             "--feed", "labels=" + os.path.join(bench, tag + "-y.npy"),
+             "--steps", str(steps)], os.path.join("/tmp", tag + "-report.json"), env, context)
+        print("%-12s %6d %14d %14.1f %14.1f %16.2f" % (name, batch, used, allocated, resident,
+                                                        used / resident if resident else 0))
 
 
 if __name__ == "__main__":

@@ -278,6 +278,7 @@ void Executor::stageInWhole(
     input.host[0] = backendDevice->allocateHost(bytes);
     input.host[1] = backendDevice->allocateHost(bytes);
     input.staging = backendDevice->allocate(bytes);
+    input.bytes = static_cast<int64_t>(bytes);
   }
   // The other buffer may still be read by the upload of the step that runs
   // now; this one's upload was taken by a step that has ended.
@@ -706,7 +707,11 @@ std::vector<double> Executor::profileSeconds() const {
 }
 
 int64_t Executor::workspaceBytes() const {
-  int64_t total = backendDevice->sharedWorkspaceBytes();
+  int64_t total = backendDevice->workspaceBytes();
+  // A device's input buffers the next step's rows are uploaded into.
+  for (const auto &[id, input] : stagedInputs)
+    if (input.staging)
+      total += input.bytes;
   for (const auto &kernel : train)
     total += kernel->workspaceBytes();
   return total;

@@ -44,6 +44,7 @@ CublasApi load() {
   resolve(library, CDP_SYMBOL_NAME(cublasDestroy), api.destroy);
   resolve(library, CDP_SYMBOL_NAME(cublasSetStream), api.setStream);
   resolve(library, CDP_SYMBOL_NAME(cublasSetMathMode), api.setMathMode);
+  resolve(library, CDP_SYMBOL_NAME(cublasSetWorkspace), api.setWorkspace);
   resolve(library, CDP_SYMBOL_NAME(cublasSgemm), api.sgemm);
   resolve(library, CDP_SYMBOL_NAME(cublasSgemmBatched), api.sgemmBatched);
   resolve(library, "cublasGemmStridedBatchedEx", api.gemmStridedBatchedEx);

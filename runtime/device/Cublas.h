@@ -23,6 +23,7 @@ struct CublasApi {
   decltype(&cublasDestroy) destroy = nullptr;
   decltype(&cublasSetStream) setStream = nullptr;
   decltype(&cublasSetMathMode) setMathMode = nullptr;
+  decltype(&cublasSetWorkspace) setWorkspace = nullptr;
   decltype(&cublasSgemm) sgemm = nullptr;
   decltype(&cublasSgemmBatched) sgemmBatched = nullptr;
   /// cublasGemmStridedBatchedEx with a cublasComputeType_t (the header

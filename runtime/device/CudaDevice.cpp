@@ -51,6 +51,15 @@ CudaDevice::CudaDevice(int index) : deviceIndex(index) {
   checkCublas(api.setMathMode(blasHandle, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
                                                : CUBLAS_DEFAULT_MATH),
               "cublasSetMathMode");
+  // cuBLAS's workspace from our allocation, so that the report counts it:
+  // the size cuBLAS recommends (32 MiB from Hopper on, else 4 MiB).
+  cudaDeviceProp properties{};
+  checkCuda(cudaGetDeviceProperties(&properties, gpuIndex),
+            "cudaGetDeviceProperties");
+  size_t blasBytes = (properties.major >= 9 ? 32 : 4) << 20;
+  blasWorkspace = allocateForKernel(blasBytes, false);
+  checkCublas(api.setWorkspace(blasHandle, blasWorkspace, blasBytes),
+              "cublasSetWorkspace");
   checkCudnn(cudnnCreate(&dnnHandle), "cudnnCreate");
   checkCudnn(cudnnSetStream(dnnHandle, work), "cudnnSetStream");
   statusWord = static_cast<int *>(allocate(sizeof(int)));
@@ -70,6 +79,7 @@ CudaDevice::~CudaDevice() {
     cudaStreamDestroy(copies);
   }
   cudaFree(sharedMemory);
+  cudaFree(blasWorkspace);
   cudaFree(statusWord);
   cudaFreeHost(statusHost);
   cudnnDestroy(dnnHandle);
@@ -102,6 +112,20 @@ void CudaDevice::reserveShared(size_t bytes) {
   sharedSize = 0;
   sharedMemory = allocate(bytes);
   sharedSize = bytes;
+}
+
+void *CudaDevice::allocateForKernel(size_t bytes, bool optimizerState) {
+  void *memory = allocate(bytes);
+  if (!optimizerState)
+    kernelBytes += static_cast<int64_t>(bytes);
+  return memory;
+}
+
+void CudaDevice::releaseForKernel(void *memory, size_t bytes,
+                                  bool optimizerState) {
+  release(memory);
+  if (!optimizerState)
+    kernelBytes -= static_cast<int64_t>(bytes);
 }
 
 void CudaDevice::release(void *memory) {

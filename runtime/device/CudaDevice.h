@@ -66,9 +66,13 @@ public:
   /// kept by a kernel (a later kernel's reservation may move it).
   void reserveShared(size_t bytes);
   void *shared() const { return sharedMemory; }
-  int64_t sharedWorkspaceBytes() const override {
-    return static_cast<int64_t>(sharedSize);
+  int64_t workspaceBytes() const override {
+    return static_cast<int64_t>(sharedSize) + kernelBytes;
   }
+  /// Kernels' own device memory beside the plan's tensors (Scratch), which
+  /// the report counts as workspace; optimizer state is counted apart.
+  void *allocateForKernel(size_t bytes, bool optimizerState);
+  void releaseForKernel(void *memory, size_t bytes, bool optimizerState);
   /// The status word kernels OR their CudaStatus bits into.
   int *status() const { return statusWord; }
   /// TF32 tensor cores for float32 products (cdp-run --allow-tf32).
@@ -90,6 +94,8 @@ private:
   cudaEvent_t uploaded = nullptr, taken = nullptr;
   void *sharedMemory = nullptr;
   size_t sharedSize = 0;
+  int64_t kernelBytes = 0; ///< workspace kernels hold (allocateForKernel)
+  void *blasWorkspace = nullptr;
   int *statusWord = nullptr;
   int *statusHost = nullptr;
   std::shared_ptr<CudaStreamOps> streamOps;

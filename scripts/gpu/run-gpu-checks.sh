@@ -7,6 +7,11 @@
 # where `prepare DIR` put them into this folder.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
+# Under the device tool, a copy of everything printed lands in $OUT, which
+# comes back even when the call runs past its limit.
+if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
+  exec > >(tee -a "$OUT/gpu-checks.log") 2>&1
+fi
 TOL=${CDP_GPU_TOL:-1e-4}
 # Each run is bounded, so that a hang (a wait nothing ends) fails its own
 # check and the rest, the tables included, still run within one device call.
@@ -124,6 +129,7 @@ echo "$passed passed, $failed failed"
 # prepared into this folder (after the checks: a bench does not pass or fail).
 if [ -n "$PYTHON" ] && [ -f "$HERE/gpu_step.py" ] && [ -d "$HERE/bench" ]; then
   bounded 240 "$PYTHON" "$HERE/gpu_step.py" run "$HERE" || echo "gpu_step.py run failed or timed out"
+  bounded 90 "$PYTHON" "$HERE/gpu_step.py" memory "$HERE" || echo "gpu_step.py memory failed or timed out"
 fi
 if [ -n "$PYTHON" ] && [ -f "$HERE/gpu_gpt2.py" ] && [ -f "$HERE/gpt2.json" ]; then
   bounded 240 "$PYTHON" "$HERE/gpu_gpt2.py" run "$HERE" || echo "gpu_gpt2.py run failed or timed out"

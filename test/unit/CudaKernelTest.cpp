@@ -704,6 +704,58 @@ INSTANTIATE_TEST_SUITE_P(Ops, CudaKernelTest, ::testing::ValuesIn(allCases()),
                            return info.param.name;
                          });
 
+/// A case's kernel on `gpu` with drawn values, for what it allocates.
+std::unique_ptr<Bound> bindOn(Device &gpu, const Case &c,
+                              plan::Instruction &instruction) {
+  instruction.set_op(c.op);
+  for (const plan::Attribute &a : c.attributes)
+    *instruction.add_attributes() = a;
+  std::mt19937 random(1);
+  std::vector<std::vector<char>> values;
+  for (const Spec &spec : c.inputs)
+    values.push_back(draw(spec, random));
+  for (const Spec &spec : c.outputs)
+    values.push_back(draw(spec, random));
+  return std::make_unique<Bound>(gpu, Backend::CUDA, instruction, c, values);
+}
+
+// The memory report's workspace on a GPU: cuBLAS's workspace (ours, 4 or
+// 32 MiB), the 2-byte operands of a narrow product (the largest one's, in
+// a block the device's kernels share) and a kernel's scratch count; an
+// optimizer's moments are its state, counted apart, not as workspace.
+TEST(CudaDeviceMemory, WorkspaceCountsWhatKernelsAllocate) {
+  std::unique_ptr<Device> gpu;
+  try {
+    gpu = createDevice(Backend::CUDA, 0);
+  } catch (const RuntimeError &e) {
+    GTEST_SKIP() << "no GPU: " << e.what();
+  }
+  int64_t base = gpu->workspaceBytes();
+  EXPECT_TRUE(base == 4 << 20 || base == 32 << 20) << base;
+  Case narrow{"gemm_bf16",
+              "gemm",
+              {f32({64, 48}, Fill::Bfloat16), f32({40, 48}, Fill::Bfloat16)},
+              {f32({64, 40})},
+              {attr("trans_b", 1), text("narrow_operands", "bf16")}};
+  plan::Instruction first, second, third;
+  auto product = bindOn(*gpu, narrow, first);
+  // A's 3072 values (B's copy begins at a multiple of 128), B's 1920.
+  EXPECT_EQ(gpu->workspaceBytes() - base, 2 * (3072 + 1920));
+  narrow.inputs = {f32({8, 4}, Fill::Bfloat16), f32({4, 4}, Fill::Bfloat16)};
+  narrow.outputs = {f32({8, 4})};
+  narrow.attributes = {text("narrow_operands", "bf16")};
+  auto smaller = bindOn(*gpu, narrow, second);
+  EXPECT_EQ(gpu->workspaceBytes() - base, 2 * (3072 + 1920)); // shared
+  Case adam{"update_adam",
+            "update",
+            {f32({50}), f32({50})},
+            {},
+            {text("optimizer", "adam"), real("lr", 0.01)}};
+  auto update = bindOn(*gpu, adam, third);
+  EXPECT_EQ(gpu->workspaceBytes() - base, 2 * (3072 + 1920));
+  EXPECT_EQ(update->kernel->state().tensors.size(), 2u); // its moments
+}
+
 TEST(CudaKernelErrors, LabelOutOfRangeFailsTheStep) {
   std::unique_ptr<Device> gpu;
   try {
@@ -893,7 +945,8 @@ TEST(CudaKernelCoverage, EveryCpuOpHasACudaKernel) {
 TEST(CublasLoad, ResolvesEveryEntryPoint) {
   const CublasApi &api = cublas();
   EXPECT_TRUE(api.create && api.destroy && api.setStream && api.setMathMode &&
-              api.sgemm && api.sgemmBatched && api.gemmStridedBatchedEx);
+              api.setWorkspace && api.sgemm && api.sgemmBatched &&
+              api.gemmStridedBatchedEx);
   EXPECT_EQ(std::string(cublasLibraryName()).rfind("libcublas.so.", 0), 0u);
 }
 

@@ -68,9 +68,10 @@ public:
   /// How a communicator moves this device's memory without reading it
   /// (a GPU's stream); null where the host reads it (the CPU's).
   virtual DeviceLink *link() { return nullptr; }
-  /// Memory the device holds for its kernels together (a GPU's block its
-  /// narrow products convert their operands into), beyond each kernel's.
-  virtual int64_t sharedWorkspaceBytes() const { return 0; }
+  /// Memory the device holds for its kernels beyond what each kernel
+  /// reports (a GPU's: the kernels' scratch, cuBLAS's workspace, the block
+  /// its narrow products convert their operands into).
+  virtual int64_t workspaceBytes() const { return 0; }
 };
 
 /// Device memory of its own, released with it.

@@ -247,6 +247,7 @@ private:
   struct StagedInput {
     void *host[2] = {nullptr, nullptr}; // page-locked, filled alternately
     void *staging = nullptr;            // device memory uploaded into
+    int64_t bytes = 0;                  // its size (the report's workspace)
     int nextHost = 0;
     bool pending = false; // uploaded, not yet copied into the tensor
   };

@@ -146,18 +146,23 @@ private:
   std::shared_ptr<Scratch> partials;
 };
 
-/// Device memory a kernel owns beside the plan's tensors, sized at load.
+/// Device memory a kernel owns beside the plan's tensors, sized at load:
+/// workspace in the report, or the optimizer state its kernel lists.
 class Scratch {
 public:
-  Scratch(CudaDevice &device, size_t bytes)
-      : device(device), memory(device.allocate(bytes)) {}
-  ~Scratch() { device.release(memory); }
+  enum Use { Workspace, OptimizerState };
+  Scratch(CudaDevice &device, size_t bytes, Use use = Workspace)
+      : device(device), bytes(bytes), use(use),
+        memory(device.allocateForKernel(bytes, use == OptimizerState)) {}
+  ~Scratch() { device.releaseForKernel(memory, bytes, use == OptimizerState); }
   Scratch(const Scratch &) = delete;
   Scratch &operator=(const Scratch &) = delete;
   template <typename T> T *as() const { return static_cast<T *>(memory); }
 
 private:
   CudaDevice &device;
+  size_t bytes;
+  Use use;
   void *memory;
 };
 

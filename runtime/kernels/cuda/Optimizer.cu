@@ -260,9 +260,11 @@ public:
       lossScale = args.inputs[2];
     size_t bytes = std::max<size_t>(param.numel(), 1) * sizeof(float);
     if (rule.hasFirst())
-      first = std::make_unique<Scratch>(deviceOf(args), bytes);
+      first = std::make_unique<Scratch>(deviceOf(args), bytes,
+                                        Scratch::OptimizerState);
     if (rule.hasSecond())
-      second = std::make_unique<Scratch>(deviceOf(args), bytes);
+      second = std::make_unique<Scratch>(deviceOf(args), bytes,
+                                         Scratch::OptimizerState);
   }
 
   void run(const StepContext &context) override {
