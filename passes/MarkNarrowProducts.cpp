@@ -14,8 +14,6 @@
 #include "cdp/Passes/NarrowValues.h"
 #include "cdp/Passes/Passes.h"
 
-#include "llvm/ADT/DenseMap.h"
-
 namespace cdp {
 #define GEN_PASS_DEF_MARKNARROWPRODUCTS
 #include "cdp/Passes/Passes.h.inc"
@@ -25,53 +23,6 @@ using namespace mlir;
 using namespace cdp;
 
 namespace {
-
-bool isFloat(Value value) {
-  auto type = dyn_cast<RankedTensorType>(value.getType());
-  return type && type.getElementType().isF32();
-}
-
-/// The narrow formats values are exact in, found from their ops.
-class ExactValues {
-public:
-  /// The format every value of `value` is exact in, or "".
-  StringRef formatOf(Value value) {
-    auto found = known.find(value);
-    if (found != known.end())
-      return found->second;
-    StringRef format = compute(value);
-    known[value] = format;
-    return format;
-  }
-
-private:
-  StringRef compute(Value value) {
-    Operation *op = value.getDefiningOp();
-    if (!op)
-      return "";
-    if (auto round = dyn_cast<RoundToOp>(op))
-      return round.getFormat();
-    if (auto unpack = dyn_cast<UnpackNarrowOp>(op))
-      return unpack.getFormat();
-    if (auto mark = op->getAttrOfType<StringAttr>("cdp.narrow"))
-      return mark.getValue();
-    if (!movesValuesOnly(op))
-      return "";
-    // Moved values are exact when every float value moved is.
-    StringRef format;
-    for (Value operand : op->getOperands()) {
-      if (!isFloat(operand))
-        continue;
-      StringRef operandFormat = formatOf(operand);
-      if (operandFormat.empty() || (!format.empty() && format != operandFormat))
-        return "";
-      format = operandFormat;
-    }
-    return format;
-  }
-
-  llvm::DenseMap<Value, StringRef> known;
-};
 
 /// Marks `product` when its two operands are exact in one format.
 template <typename Product>

@@ -119,6 +119,7 @@ void buildTrainingPipeline(OpPassManager &pm,
   }
   if (!config.autocast.empty()) {
     pm.addPass(createPackNarrowStash());
+    pm.addPass(createDropExactRoundings());
     pm.addPass(createMarkNarrowProducts());
   }
   InsertOptimizerOptions optimizer;

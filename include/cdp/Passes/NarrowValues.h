@@ -12,6 +12,7 @@
 #define CDP_PASSES_NARROWVALUES_H
 
 #include "mlir/IR/Operation.h"
+#include "llvm/ADT/DenseMap.h"
 
 namespace cdp {
 
@@ -19,6 +20,21 @@ namespace cdp {
 /// (reshapes, transposes, slices, gathers, ReLU, max pooling, where, min,
 /// max): each result value is one of its operands' values.
 bool movesValuesOnly(mlir::Operation *op);
+
+/// The narrow formats values are exact in, found from their ops: a
+/// `cdp.round_to` or `cdp.unpack_narrow` of a format, an op cdp-autocast
+/// marked `cdp.narrow`, or an op that only moves or selects values
+/// computing from values exact in one format alone.
+class ExactValues {
+public:
+  /// The format ("bf16" or "f16") every value of `value` is exact in, or
+  /// "".
+  llvm::StringRef formatOf(mlir::Value value);
+
+private:
+  llvm::StringRef compute(mlir::Value value);
+  llvm::DenseMap<mlir::Value, llvm::StringRef> known;
+};
 
 } // namespace cdp
 

@@ -255,6 +255,22 @@ def PackNarrowStash : Pass<"cdp-pack-narrow-stash", "mlir::ModuleOp"> {
   let dependentDialects = ["cdp::CDPDialect"];
 }
 
+def DropExactRoundings : Pass<"cdp-drop-exact-roundings", "mlir::ModuleOp"> {
+  let summary = "Drops cdp.round_to ops whose input is already exact in their format";
+  let description = [{
+    Mixed precision (after cdp-pack-narrow-stash): autodiff rounds every
+    gradient contribution that reaches a narrow value, as autograd keeps a
+    bf16 tensor's gradient bf16, also where the contribution is already
+    exact (a reshape, transpose or concat of rounded gradients). Such a
+    `cdp.round_to` changes no value; this pass replaces it with its input.
+    A value is exact as cdp-mark-narrow-products decides: a `cdp.round_to`
+    or `cdp.unpack_narrow` of the format, an op cdp-autocast marked
+    `cdp.narrow`, or an op that only moves or selects values computing from
+    exact values alone.
+  }];
+  let dependentDialects = ["cdp::CDPDialect"];
+}
+
 def MarkNarrowProducts : Pass<"cdp-mark-narrow-products", "mlir::ModuleOp"> {
   let summary = "Marks the products whose operands are exact in bf16 or fp16";
   let description = [{
