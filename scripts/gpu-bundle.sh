@@ -160,8 +160,12 @@ for model in gpt2-ts llama-ts bert-ts t5-ts lstm-ts; do
   add_hf_case "hf-$model" "$model"
 done
 add_hf_case hf-llama-ts-dp llama-ts --strategy dp --devices 2
-# --precision bf16: the roundings (round_to) on the GPU against the CPU's.
+# --precision bf16: the roundings (round_to) and the products on tensor
+# cores (narrow_operands) on the GPU against the CPU's; under 1f1b its
+# stages send each other packed bf16 values through the devices' links.
 add_hf_case hf-gpt2-ts-bf16 gpt2-ts --precision bf16
+add_hf_case hf-gpt2-ts-bf16-1f1b gpt2-ts --precision bf16 --strategy 1f1b \
+  --stages 2 --micro-batches 2
 add_case resnet-bf16 resnet --precision bf16
 # --precision fp16: the loss scale's kernels and the updates' skip (LeNet
 # from 2^20, doubling after every clean step, so that steps overflow).
