@@ -3,8 +3,12 @@
 # tests, then every case run with --backend cuda for 3 steps and its
 # parameters compared with the CPU backend's (1e-4 absolute + relative,
 # TF32 off). Prints 'N passed, N failed'; exits non-zero on a failure.
-# Then the step-time tables of bench/gpu_step.py and bench/gpu_gpt2.py,
-# where `prepare DIR` put them into this folder.
+# Then the step-time tables of bench/gpu_gpt2.py and bench/gpu_step.py and
+# gpu_step.py's memory table, where `prepare DIR` put them into this folder.
+#
+# Usage: run-gpu-checks.sh [checks] [gpt2] [step] [memory]
+# (default: all four, in that order; a device call too short for all of
+# them can run the checks and GPT-2 in one call and the rest in another).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 # Under the device tool, a copy of everything printed lands in $OUT, which
@@ -51,6 +55,9 @@ done
 export LD_LIBRARY_PATH="$HERE/lib:$unpacked$cuda_dirs:${LD_LIBRARY_PATH:-}"
 PYTHON=$(command -v python3 || true)
 
+PARTS=" ${*:-checks gpt2 step memory} "
+wants() { [[ "$PARTS" == *" $1 "* ]]; }
+
 passed=0
 failed=0
 report() { # name status detail
@@ -63,14 +70,9 @@ report() { # name status detail
   fi
 }
 
-if [ -x "$HERE/bin/CudaKernelTests" ]; then
-  bounded 300 "$HERE/bin/CudaKernelTests" --gtest_brief=1 > /tmp/cdp-unit.log 2>&1
-  status=$?
-  report "GPU unit tests" $status "$(grep -E 'PASSED|FAILED|SKIPPED' /tmp/cdp-unit.log | tr '\n' ' ')"
-  [ $status = 0 ] || tail -30 /tmp/cdp-unit.log
-fi
-
-for case_dir in "$HERE"/cases/*/; do
+# One case: its verdict line in $results/NAME ("0 detail" or "1 detail").
+run_case() { # case_dir results
+  local case_dir=$1 name work nccl_debug feeds status detail
   name=$(basename "$case_dir")
   work=$(mktemp -d)
   # *-nccl cases must reduce through NCCL: its own log says it initialized.
@@ -96,42 +98,71 @@ for case_dir in "$HERE"/cases/*/; do
       status=1
       detail="NCCL was not used: $detail"
     fi
-    report "$name" $status "$detail"
   else
-    report "$name" 1 "$(failure $status "$work/log")"
+    detail=$(failure $status "$work/log")
+    status=1
   fi
+  echo "$status $detail" > "$2/$name"
   rm -rf "$work"
-done
-# A checkpoint holds the optimizer's moments, which live on the GPU, and
-# cdp's reductions in flight (NCCL's, and the devices' links' blocks):
-# training resumed from step 2 equals training straight through, bit for bit.
-for name in lenet-single lenet-dp resnet-1f1b transformer-cdp-nccl transformer-cdp4; do
-  case_dir="$HERE/cases/$name"
-  [ -d "$case_dir" ] || continue
-  work=$(mktemp -d)
-  feeds=(--feed input="$case_dir/x.npy" --feed labels="$case_dir/labels.npy")
-  run=(bounded "$CASE_TIMEOUT" "$HERE/bin/cdp-run" "$case_dir/plan.cdp" --backend cuda "${feeds[@]}")
-  "${run[@]}" --steps 4 --dump-params "$work/straight" > "$work/log" 2>&1 &&
-    "${run[@]}" --steps 2 --checkpoint "$work/ck" >> "$work/log" 2>&1 &&
-    "${run[@]}" --steps 4 --resume "$work/ck" --dump-params "$work/resumed" >> "$work/log" 2>&1
-  status=$?
-  if [ $status = 0 ]; then
-    detail=$("$PYTHON" "$HERE/compare_params.py" "$work/straight" "$work/resumed" 0)
-    report "$name resumed" $? "$detail"
-  else
-    report "$name resumed" 1 "$(failure $status "$work/log")"
-  fi
-  rm -rf "$work"
-done
+}
 
-echo "$passed passed, $failed failed"
-# The step-time tables, where bench/gpu_step.py and bench/gpu_gpt2.py were
-# prepared into this folder (after the checks: a bench does not pass or fail).
-if [ -n "$PYTHON" ] && [ -f "$HERE/gpu_step.py" ] && [ -d "$HERE/bench" ]; then
-  bounded 240 "$PYTHON" "$HERE/gpu_step.py" run "$HERE" || echo "gpu_step.py run failed or timed out"
-  bounded 90 "$PYTHON" "$HERE/gpu_step.py" memory "$HERE" || echo "gpu_step.py memory failed or timed out"
-fi
-if [ -n "$PYTHON" ] && [ -f "$HERE/gpu_gpt2.py" ] && [ -f "$HERE/gpt2.json" ]; then
+run_checks() {
+  if [ -x "$HERE/bin/CudaKernelTests" ]; then
+    bounded 300 "$HERE/bin/CudaKernelTests" --gtest_brief=1 > /tmp/cdp-unit.log 2>&1
+    status=$?
+    report "GPU unit tests" $status "$(grep -E 'PASSED|FAILED|SKIPPED' /tmp/cdp-unit.log | tr '\n' ' ')"
+    [ $status = 0 ] || tail -30 /tmp/cdp-unit.log
+  fi
+
+  # The cases, CDP_GPU_JOBS (4) at a time: separate processes sharing the GPU.
+  results=$(mktemp -d)
+  for case_dir in "$HERE"/cases/*/; do
+    while [ "$(jobs -rp | wc -l)" -ge "${CDP_GPU_JOBS:-4}" ]; do wait -n; done
+    run_case "$case_dir" "$results" &
+  done
+  wait
+  for verdict in "$results"/*; do
+    read -r status detail < "$verdict"
+    report "$(basename "$verdict")" "$status" "$detail"
+  done
+  rm -rf "$results"
+  # A checkpoint holds the optimizer's moments, which live on the GPU, and
+  # cdp's reductions in flight (NCCL's, and the devices' links' blocks):
+  # training resumed from step 2 equals training straight through, bit for bit.
+  for name in lenet-single lenet-dp resnet-1f1b transformer-cdp-nccl transformer-cdp4; do
+    case_dir="$HERE/cases/$name"
+    [ -d "$case_dir" ] || continue
+    work=$(mktemp -d)
+    feeds=(--feed input="$case_dir/x.npy" --feed labels="$case_dir/labels.npy")
+    run=(bounded "$CASE_TIMEOUT" "$HERE/bin/cdp-run" "$case_dir/plan.cdp" --backend cuda "${feeds[@]}")
+    "${run[@]}" --steps 4 --dump-params "$work/straight" > "$work/log" 2>&1 &&
+      "${run[@]}" --steps 2 --checkpoint "$work/ck" >> "$work/log" 2>&1 &&
+      "${run[@]}" --steps 4 --resume "$work/ck" --dump-params "$work/resumed" >> "$work/log" 2>&1
+    status=$?
+    if [ $status = 0 ]; then
+      detail=$("$PYTHON" "$HERE/compare_params.py" "$work/straight" "$work/resumed" 0)
+      report "$name resumed" $? "$detail"
+    else
+      report "$name resumed" 1 "$(failure $status "$work/log")"
+    fi
+    rm -rf "$work"
+  done
+  echo "$passed passed, $failed failed"
+}
+
+wants checks && run_checks
+# The step-time tables, where bench/gpu_gpt2.py and bench/gpu_step.py were
+# prepared into this folder (after the checks: a bench does not pass or
+# fail); GPT-2 small first, the acceptance's model.
+if wants gpt2 && [ -n "$PYTHON" ] && [ -f "$HERE/gpu_gpt2.py" ] && [ -f "$HERE/gpt2.json" ]; then
   bounded 240 "$PYTHON" "$HERE/gpu_gpt2.py" run "$HERE" || echo "gpu_gpt2.py run failed or timed out"
+fi
+if [ -n "$PYTHON" ] && [ -f "$HERE/gpu_step.py" ] && [ -d "$HERE/bench" ]; then
+  if wants step; then
+    bounded 240 "$PYTHON" "$HERE/gpu_step.py" run "$HERE" || echo "gpu_step.py run failed or timed out"
+  fi
+  if wants memory; then
+    bounded 90 "$PYTHON" "$HERE/gpu_step.py" memory "$HERE" || echo "gpu_step.py memory failed or timed out"
+  fi
 fi
 [ "$failed" = 0 ]
