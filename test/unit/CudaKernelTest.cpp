@@ -28,7 +28,8 @@ namespace {
 
 /// How a tensor's values are drawn.
 /// Bfloat16 and Float16: normal values rounded to that format, as the
-/// operands of a product marked narrow_operands hold.
+/// operands of a product marked narrow_operands hold. Nought: zeros (a
+/// loss-scale buffer whose step did not overflow).
 enum class Fill {
   Normal,
   Positive,
@@ -37,7 +38,8 @@ enum class Fill {
   Mask,
   Zero,
   Bfloat16,
-  Float16
+  Float16,
+  Nought
 };
 
 struct Spec {
@@ -553,6 +555,22 @@ std::vector<Case> lossAndUpdateCases() {
        {text("optimizer", "sgd"), real("lr", 0.1), real("momentum", 0.9)},
        1e-6,
        2},
+      // Not overflowed: the device counts the updates and computes the
+      // first-step rule and Adam's bias corrections itself (3 steps).
+      {"update_momentum_scaled",
+       "update",
+       {f32({50}), f32({50}), f32({3}, Fill::Nought)},
+       {},
+       {text("optimizer", "sgd"), real("lr", 0.1), real("momentum", 0.9)},
+       1e-6,
+       3},
+      {"update_adam_scaled",
+       "update",
+       {f32({50}), f32({50}), f32({3}, Fill::Nought)},
+       {},
+       {text("optimizer", "adam"), real("lr", 0.01)},
+       1e-6,
+       3},
   };
 }
 
@@ -581,6 +599,7 @@ std::vector<char> draw(const Spec &spec, std::mt19937 &random) {
       bytes[i] = random() % 3 != 0;
     } else {
       float v = spec.fill == Fill::Zero       ? 2.0f // pow's exponent
+                : spec.fill == Fill::Nought   ? 0.0f
                 : spec.fill == Fill::Positive ? 0.5f + std::abs(normal(random))
                 : spec.fill == Fill::Unit     ? unit(random)
                 : spec.fill == Fill::Bfloat16 ? roundToBfloat16(normal(random))

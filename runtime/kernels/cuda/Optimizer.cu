@@ -4,6 +4,10 @@
 // parameter; the learning rate and bias corrections are computed on the
 // host per update (the step count lives there) and passed by value. The
 // moments live in device memory of the kernel's own, allocated at load.
+// Under fp16's loss scaling whether a step updates at all is known on the
+// device only (the overflow flag), so there the count lives on the device
+// too and one thread computes the step's values before the update reads
+// them: no synchronisation per update.
 //
 //===----------------------------------------------------------------------===//
 
@@ -23,16 +27,19 @@ struct SgdStep {
   bool first; ///< the first update sets the momentum buffer to the gradient
 };
 
+__device__ void sgdElement(int64_t i, float *p, const float *g, float *buffer,
+                           const SgdStep &s) {
+  float d = g[i] + s.weightDecay * p[i];
+  if (buffer) {
+    buffer[i] = s.first ? d : s.momentum * buffer[i] + d;
+    d = buffer[i];
+  }
+  p[i] -= s.rate * d;
+}
+
 __global__ void sgdKernel(float *p, const float *g, float *buffer, int64_t n,
                           SgdStep s) {
-  CDP_FOR_EACH(i, n) {
-    float d = g[i] + s.weightDecay * p[i];
-    if (buffer) {
-      buffer[i] = s.first ? d : s.momentum * buffer[i] + d;
-      d = buffer[i];
-    }
-    p[i] -= s.rate * d;
-  }
+  CDP_FOR_EACH(i, n) { sgdElement(i, p, g, buffer, s); }
 }
 
 struct AdamStep {
@@ -40,18 +47,70 @@ struct AdamStep {
   bool decoupled;
 };
 
+__device__ void adamElement(int64_t i, float *p, const float *g, float *first,
+                            float *second, const AdamStep &s) {
+  float d = g[i];
+  if (s.decoupled)
+    p[i] *= s.shrink;
+  else
+    d += s.weightDecay * p[i];
+  first[i] = s.beta1 * first[i] + (1.0f - s.beta1) * d;
+  second[i] = s.beta2 * second[i] + (1.0f - s.beta2) * d * d;
+  p[i] -= s.stepSize * first[i] / (sqrtf(second[i]) / s.root2 + s.epsilon);
+}
+
 __global__ void adamKernel(float *p, const float *g, float *first,
                            float *second, int64_t n, AdamStep s) {
-  CDP_FOR_EACH(i, n) {
-    float d = g[i];
-    if (s.decoupled)
-      p[i] *= s.shrink;
-    else
-      d += s.weightDecay * p[i];
-    first[i] = s.beta1 * first[i] + (1.0f - s.beta1) * d;
-    second[i] = s.beta2 * second[i] + (1.0f - s.beta2) * d * d;
-    p[i] -= s.stepSize * first[i] / (sqrtf(second[i]) / s.root2 + s.epsilon);
+  CDP_FOR_EACH(i, n) { adamElement(i, p, g, first, second, s); }
+}
+
+/// An fp16 plan's update step as the device decides it: whether the step
+/// overflowed, the updates applied so far, and the step's values.
+struct DeviceStep {
+  long long count;
+  int skip;
+  SgdStep sgd;
+  AdamStep adam;
+};
+
+/// One thread: the overflow flag decides; an applied update counts and
+/// gets its bias corrections (Adam) or first-step rule (momentum).
+__global__ void prepareStepKernel(const float *lossScale, DeviceStep *step,
+                                  SgdStep sgd, AdamStep adam, float rate,
+                                  bool isAdam) {
+  step->skip = lossScale[kOverflow] != 0.0f;
+  if (step->skip)
+    return;
+  long long t = ++step->count;
+  if (isAdam) {
+    float correction1 = 1.0f - powf(adam.beta1, static_cast<float>(t));
+    float correction2 = 1.0f - powf(adam.beta2, static_cast<float>(t));
+    adam.stepSize = rate / correction1;
+    adam.root2 = sqrtf(correction2);
+    step->adam = adam;
+  } else {
+    sgd.first = t == 1;
+    step->sgd = sgd;
   }
+}
+
+__global__ void setCountKernel(DeviceStep *step, long long count) {
+  step->count = count;
+}
+
+__global__ void sgdStepKernel(float *p, const float *g, float *buffer,
+                              int64_t n, const DeviceStep *step) {
+  if (step->skip)
+    return;
+  CDP_FOR_EACH(i, n) { sgdElement(i, p, g, buffer, step->sgd); }
+}
+
+__global__ void adamStepKernel(float *p, const float *g, float *first,
+                               float *second, int64_t n,
+                               const DeviceStep *step) {
+  if (step->skip)
+    return;
+  CDP_FOR_EACH(i, n) { adamElement(i, p, g, first, second, step->adam); }
 }
 
 __global__ void accumulateKernel(const float *g, float *acc, int64_t n,
@@ -256,8 +315,12 @@ class UpdateKernel : public Kernel {
 public:
   explicit UpdateKernel(const KernelArgs &args)
       : param(args.inputs[0]), grad(args.inputs[1]), rule(args) {
-    if (args.inputs.size() > 2) // the loss-scale buffer: skip on overflow
+    if (args.inputs.size() > 2) { // the loss-scale buffer: skip on overflow
       lossScale = args.inputs[2];
+      deviceStep = std::make_unique<Scratch>(deviceOf(args), sizeof(DeviceStep),
+                                             Scratch::OptimizerState);
+      stream = deviceOf(args).stream();
+    }
     size_t bytes = std::max<size_t>(param.numel(), 1) * sizeof(float);
     if (rule.hasFirst())
       first = std::make_unique<Scratch>(deviceOf(args), bytes,
@@ -273,8 +336,8 @@ public:
     // update (Adam's bias corrections, as optimizer.step()'s).
     float rate = rule.scheduledLr(scheduled);
     ++scheduled;
-    if (overflowed(streamOf(context)))
-      return; // GradScaler.step: an overflowed step changes nothing
+    if (lossScale.data)
+      return runScaled(streamOf(context), rate);
     int64_t n = param.numel();
     ++steps;
     if (n == 0)
@@ -306,6 +369,8 @@ public:
 
   KernelState state() override {
     KernelState result;
+    if (lossScale.data)
+      downloadCount();
     result.counter = &steps;
     if (lossScale.data)
       result.scheduleCounter = &scheduled;
@@ -322,24 +387,55 @@ public:
   }
 
 private:
-  /// Whether the last unscaling saw an overflow. The update count lives on
-  /// the host (Adam's bias corrections), so the flag is read back: one
-  /// synchronisation per update of an fp16 plan.
-  bool overflowed(cudaStream_t stream) {
-    if (!lossScale.data)
-      return false;
-    float flag = 0;
-    checkCuda(cudaMemcpyAsync(&flag, lossScale.f32() + kOverflow, sizeof(float),
-                              cudaMemcpyDeviceToHost, stream),
-              "update");
-    checkCuda(cudaStreamSynchronize(stream), "update");
-    return flag != 0.0f;
+  /// An fp16 plan's update: the device decides from the overflow flag
+  /// whether it runs (GradScaler.step: an overflowed step changes nothing)
+  /// and counts it, so the host never waits for the flag.
+  void runScaled(cudaStream_t stream, float rate) {
+    auto *step = deviceStep->as<DeviceStep>();
+    if (steps != syncedSteps) { // a checkpoint's count was restored
+      setCountKernel<<<1, 1, 0, stream>>>(step, steps);
+      syncedSteps = steps;
+    }
+    SgdStep sgd{rate, rule.momentum, rule.weightDecay, false};
+    AdamStep adam{rule.beta1,
+                  rule.beta2,
+                  rule.epsilon,
+                  rule.weightDecay,
+                  0.0f,
+                  0.0f,
+                  1.0f - rate * rule.weightDecay,
+                  rule.decoupled};
+    prepareStepKernel<<<1, 1, 0, stream>>>(lossScale.f32(), step, sgd, adam,
+                                           rate, rule.adam);
+    int64_t n = param.numel();
+    if (n > 0 && rule.adam)
+      adamStepKernel<<<blocksFor(n), kThreads, 0, stream>>>(
+          param.f32(), grad.f32(), first->as<float>(), second->as<float>(), n,
+          step);
+    else if (n > 0)
+      sgdStepKernel<<<blocksFor(n), kThreads, 0, stream>>>(
+          param.f32(), grad.f32(), first ? first->as<float>() : nullptr, n,
+          step);
+    launched("update");
+  }
+
+  /// The device's update count into `steps`, where checkpoints read it.
+  void downloadCount() {
+    long long count = 0;
+    checkCuda(cudaMemcpyAsync(&count, &deviceStep->as<DeviceStep>()->count,
+                              sizeof(count), cudaMemcpyDeviceToHost, stream),
+              "update count");
+    checkCuda(cudaStreamSynchronize(stream), "update count");
+    if (steps == syncedSteps) // else a restored count waits to go up
+      steps = syncedSteps = count;
   }
 
   TensorView param, grad, lossScale;
   UpdateRule rule;
   int64_t steps = 0, scheduled = 0;
-  std::unique_ptr<Scratch> first, second;
+  int64_t syncedSteps = 0; ///< the count the device holds (fp16 plans)
+  std::unique_ptr<Scratch> first, second, deviceStep;
+  cudaStream_t stream = nullptr; ///< the device's (fp16 plans)
 };
 
 } // namespace
