@@ -127,11 +127,12 @@ run_checks() {
   done
   rm -rf "$results"
   # A checkpoint holds the optimizer's moments, which live on the GPU, cdp's
-  # reductions in flight (NCCL's, and the devices' links' blocks) and an fp16
-  # plan's update counts, which the device keeps: training resumed from
-  # step 2 equals training straight through, bit for bit.
+  # reductions in flight (NCCL's, and the devices' links' blocks), ZeRO 3's
+  # shard moments and an fp16 plan's update counts, which the device keeps:
+  # training resumed from step 2 equals training straight through, bit for
+  # bit.
   for name in lenet-single lenet-dp resnet-1f1b transformer-cdp-nccl transformer-cdp4 \
-      lenet-fp16-dp; do
+      lenet-fp16-dp transformer-dp-zero3; do
     case_dir="$HERE/cases/$name"
     [ -d "$case_dir" ] || continue
     work=$(mktemp -d)

@@ -618,11 +618,13 @@ struct Bound {
   std::unique_ptr<Kernel> kernel;
 
   Bound(Device &device, Backend backend, const plan::Instruction &instruction,
-        const Case &c, const std::vector<std::vector<char>> &values)
+        const Case &c, const std::vector<std::vector<char>> &values,
+        Communicator *communicator = nullptr)
       : device(device) {
     KernelArgs args;
     args.instruction = &instruction;
     args.runsOn = &device;
+    args.communicator = communicator;
     size_t k = 0;
     for (const Spec &spec : c.inputs)
       args.inputs.push_back(place(spec, values[k++]));
@@ -773,6 +775,70 @@ TEST(CudaDeviceMemory, WorkspaceCountsWhatKernelsAllocate) {
   auto update = bindOn(*gpu, adam, third);
   EXPECT_EQ(gpu->workspaceBytes() - base, 2 * (3072 + 1920));
   EXPECT_EQ(update->kernel->state().tensors.size(), 2u); // its moments
+}
+
+// ZeRO stage 3's sharded update on the GPU (its shard, gradient shard and
+// moments in device memory) against the CPU's: device 1 of 2 holds the
+// last 29 of the stage's 57 elements (a piece of each of its 3 tensors,
+// each with its own weight decay) and one element of padding; AdamW with
+// the learning rate warmed up, and SGD with momentum under a loss scale
+// that did not overflow (the device counts the updates), over 3 steps.
+TEST(CudaShardUpdate, StageThreeMatchesTheCpu) {
+  std::unique_ptr<Device> gpu;
+  try {
+    gpu = createDevice(Backend::CUDA, 0);
+  } catch (const RuntimeError &e) {
+    GTEST_SKIP() << "no GPU: " << e.what();
+  }
+  std::unique_ptr<Device> cpuDevice = createDevice(Backend::CPU, 0);
+  LocalFabric fabric(2);
+  Communicator *rank1 = &fabric.endpoint(1);
+  std::vector<plan::Attribute> stage = {
+      attr("zero", 3), ints("sizes", {30, 7, 20}),
+      reals("weight_decays", {0.01, 0.0, 0.05})};
+  Case adamw{"shard_adamw",
+             "shard_update",
+             {f32({29}), f32({29})},
+             {},
+             {text("optimizer", "adamw"), real("lr", 0.01),
+              attr("lr_warmup", 2), real("lr_warmup_start", 0.5)}};
+  Case momentum{"shard_momentum",
+                "shard_update",
+                {f32({29}), f32({29}), f32({3}, Fill::Nought)},
+                {},
+                {text("optimizer", "sgd"), real("lr", 0.1),
+                 real("momentum", 0.9), attr("loss_scale", 1)}};
+  for (Case c : {adamw, momentum}) {
+    c.attributes.insert(c.attributes.end(), stage.begin(), stage.end());
+    plan::Instruction instruction;
+    instruction.set_op(c.op);
+    for (const plan::Attribute &a : c.attributes)
+      *instruction.add_attributes() = a;
+    std::mt19937 random(9);
+    std::vector<std::vector<char>> values;
+    for (const Spec &spec : c.inputs)
+      values.push_back(draw(spec, random));
+    Bound cpu(*cpuDevice, Backend::CPU, instruction, c, values, rank1);
+    Bound cuda(*gpu, Backend::CUDA, instruction, c, values, rank1);
+    for (int step = 1; step <= 3; ++step) {
+      cpu.run(step);
+      cuda.run(step);
+      std::vector<char> want = cpu.read(0, 29 * 4), got = cuda.read(0, 29 * 4);
+      for (int i = 0; i < 29; ++i) {
+        float a, b;
+        std::memcpy(&a, want.data() + 4 * i, 4);
+        std::memcpy(&b, got.data() + 4 * i, 4);
+        ASSERT_NEAR(a, b, 1e-6 * (1.0 + std::abs(a)))
+            << c.name << " element " << i << " after step " << step;
+      }
+    }
+    KernelState cpuState = cpu.kernel->state(),
+                cudaState = cuda.kernel->state();
+    EXPECT_EQ(*cudaState.counter, 3) << c.name;
+    EXPECT_EQ(*cpuState.counter, *cudaState.counter) << c.name;
+    ASSERT_EQ(cudaState.spans.size(), 3u) << c.name;
+    EXPECT_EQ(cudaState.tensors.size(), cpuState.tensors.size()) << c.name;
+  }
 }
 
 TEST(CudaKernelErrors, LabelOutOfRangeFailsTheStep) {

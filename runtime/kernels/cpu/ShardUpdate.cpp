@@ -38,6 +38,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "../LossScale.h"
+#include "../ShardOperands.h"
 #include "CpuKernels.h"
 #include "ParameterUpdate.h"
 #include "cdp/Runtime/MessageTags.h"
@@ -49,20 +50,6 @@
 namespace cdp::runtime::cpu {
 
 namespace {
-
-/// A sharded update's parameters and gradients: its inputs but the
-/// loss-scale buffer, which fp16 plans pass last (`loss_scale` 1).
-std::vector<TensorView> updateOperands(const KernelArgs &args) {
-  std::vector<TensorView> operands = args.inputs;
-  if (args.i("loss_scale", 0) != 0 && !operands.empty())
-    operands.pop_back();
-  return operands;
-}
-
-/// The loss-scale buffer (empty where the plan does not scale).
-TensorView lossScaleOf(const KernelArgs &args) {
-  return args.i("loss_scale", 0) != 0 ? args.inputs.back() : TensorView();
-}
 
 /// Whether the last unscaling saw an overflow, so the update skips.
 bool overflowed(const TensorView &lossScale) {
@@ -92,58 +79,6 @@ ShardedUpdate scheduledApart(ShardedUpdate update, const KernelArgs &args) {
   if (lossScaleOf(args).data)
     update.countScheduleApart();
   return update;
-}
-
-std::vector<int64_t> sizesOf(const std::vector<TensorView> &views) {
-  std::vector<int64_t> sizes;
-  for (const TensorView &v : views)
-    sizes.push_back(v.numel());
-  return sizes;
-}
-
-/// Devices a stage is cut over: the run's, or one where the stage has an
-/// owner (CDP-ZeRO: the owner updates the whole stage).
-int shardDevices(const KernelArgs &args) {
-  return args.i("owner", -1) >= 0 ? 1 : args.communicator->size();
-}
-/// This device's shard of the stage.
-int shardIndex(const KernelArgs &args) {
-  return args.i("owner", -1) >= 0 ? 0 : args.communicator->rank();
-}
-
-/// The stage's tensors' elements: the parameters' own, or (stage 3, which
-/// holds their shard only) the `sizes` attribute.
-std::vector<int64_t> stageSizes(const KernelArgs &args,
-                                const std::vector<TensorView> &params) {
-  if (args.i("zero", 1) != 3)
-    return sizesOf(params);
-  // Checked before anything is sized by them: an edited plan's sizes must
-  // cut into the parameter shard it gives, one per device.
-  std::vector<int64_t> sizes = args.ints("sizes");
-  int64_t total = 0, shard = params.front().numel(),
-          devices = shardDevices(args);
-  for (int64_t size : sizes) {
-    if (size <= 0 || size > shard * devices - total)
-      args.fail("has 'sizes' that do not fill " + std::to_string(devices) +
-                " shards of " + std::to_string(shard) + " elements");
-    total += size;
-  }
-  if (sizes.empty() || (total + devices - 1) / devices != shard)
-    args.fail("has 'sizes' that do not fill " + std::to_string(devices) +
-              " shards of " + std::to_string(shard) + " elements");
-  return sizes;
-}
-
-std::vector<UpdateRule> rulesOf(const KernelArgs &args, size_t tensors) {
-  std::vector<double> decays = args.floats("weight_decays");
-  if (decays.size() != tensors)
-    args.fail("needs one weight decay per parameter (weight_decays), got " +
-              std::to_string(decays.size()) + " for " +
-              std::to_string(tensors));
-  std::vector<UpdateRule> rules(tensors, UpdateRule(args));
-  for (size_t t = 0; t < tensors; ++t)
-    rules[t].weightDecay = static_cast<float>(decays[t]);
-  return rules;
 }
 
 /// A sharded update's state for checkpoints: its step count and the

@@ -109,6 +109,9 @@ std::unique_ptr<Kernel> makeNcclKernel(const std::string &op,
 /// memory (Chain.cu), else null.
 std::unique_ptr<Kernel> makeLinkedChainKernel(const std::string &op,
                                               const KernelArgs &args);
+/// ZeRO stage 3's shard_update on the GPU (Optimizer.cu), else null.
+std::unique_ptr<Kernel> makeDeviceShardUpdate(const std::string &op,
+                                              const KernelArgs &args);
 
 void registerCommunication(KernelRegistry &registry) {
   // Whether the op updates inputs in place, by op.
@@ -158,6 +161,8 @@ void registerCommunication(KernelRegistry &registry) {
               return nccl;
           if (std::unique_ptr<Kernel> chain = makeLinkedChainKernel(name, args))
             return chain;
+          if (std::unique_ptr<Kernel> shard = makeDeviceShardUpdate(name, args))
+            return shard;
           // These CPU kernels only hand their tensors to the communicator:
           // one that carries device memory moves them through the GPU's
           // link (copies and sums queued on its stream).

@@ -17,6 +17,8 @@
 #include "../GradientClip.h"
 #include "../LearningRate.h"
 #include "../LossScale.h"
+#include "../ShardOperands.h"
+#include "cdp/Plan/ShardLayout.h"
 
 namespace cdp::runtime::cuda {
 
@@ -98,19 +100,26 @@ __global__ void setCountKernel(DeviceStep *step, long long count) {
   step->count = count;
 }
 
+/// The update the device decided, with this range's tensor's weight decay
+/// (and AdamW's shrink from it).
 __global__ void sgdStepKernel(float *p, const float *g, float *buffer,
-                              int64_t n, const DeviceStep *step) {
+                              int64_t n, const DeviceStep *step, float decay) {
   if (step->skip)
     return;
-  CDP_FOR_EACH(i, n) { sgdElement(i, p, g, buffer, step->sgd); }
+  SgdStep s = step->sgd;
+  s.weightDecay = decay;
+  CDP_FOR_EACH(i, n) { sgdElement(i, p, g, buffer, s); }
 }
 
 __global__ void adamStepKernel(float *p, const float *g, float *first,
-                               float *second, int64_t n,
-                               const DeviceStep *step) {
+                               float *second, int64_t n, const DeviceStep *step,
+                               float decay, float shrink) {
   if (step->skip)
     return;
-  CDP_FOR_EACH(i, n) { adamElement(i, p, g, first, second, step->adam); }
+  AdamStep s = step->adam;
+  s.weightDecay = decay;
+  s.shrink = shrink;
+  CDP_FOR_EACH(i, n) { adamElement(i, p, g, first, second, s); }
 }
 
 __global__ void accumulateKernel(const float *g, float *acc, int64_t n,
@@ -311,38 +320,81 @@ private:
   Scratch overflow;
 };
 
-class UpdateKernel : public Kernel {
+/// The optimizer step of ranges of device memory that share one update
+/// count: a parameter (`update`), or the pieces of a stage's tensors in a
+/// ZeRO shard (`shard_update`), each piece by its tensor's rule. The count
+/// and the schedule's count follow the CPU's (ShardedUpdate); under fp16's
+/// loss scaling the device decides whether a step updates and keeps the
+/// count, so the host never waits for the overflow flag.
+class DeviceUpdater {
 public:
-  explicit UpdateKernel(const KernelArgs &args)
-      : param(args.inputs[0]), grad(args.inputs[1]), rule(args) {
-    if (args.inputs.size() > 2) { // the loss-scale buffer: skip on overflow
-      lossScale = args.inputs[2];
-      deviceStep = std::make_unique<Scratch>(deviceOf(args), sizeof(DeviceStep),
-                                             Scratch::OptimizerState);
-      stream = deviceOf(args).stream();
-    }
-    size_t bytes = std::max<size_t>(param.numel(), 1) * sizeof(float);
+  /// Parameters, gradients and `elements` moments' elements from `offset`.
+  struct Range {
+    float *p;
+    const float *g;
+    int64_t offset, n;
+    const UpdateRule *rule;
+  };
+
+  DeviceUpdater(CudaDevice &device, const UpdateRule &rule, int64_t elements,
+                const TensorView &lossScale)
+      : lossScale(lossScale), stream(device.stream()), adam(rule.adam) {
+    size_t bytes = std::max<int64_t>(elements, 1) * sizeof(float);
     if (rule.hasFirst())
-      first = std::make_unique<Scratch>(deviceOf(args), bytes,
-                                        Scratch::OptimizerState);
+      first = std::make_unique<Scratch>(device, bytes, Scratch::OptimizerState);
     if (rule.hasSecond())
-      second = std::make_unique<Scratch>(deviceOf(args), bytes,
-                                         Scratch::OptimizerState);
+      second =
+          std::make_unique<Scratch>(device, bytes, Scratch::OptimizerState);
+    if (lossScale.data)
+      deviceStep = std::make_unique<Scratch>(device, sizeof(DeviceStep),
+                                             Scratch::OptimizerState);
   }
 
-  void run(const StepContext &context) override {
+  /// One step over `ranges` (all of one schedule; empty ranges count too).
+  void step(cudaStream_t queue, const std::vector<Range> &ranges,
+            const UpdateRule &rule) {
     // The schedule advances every step, skipped or not (a scheduler.step()
     // per iteration beside GradScaler); the update count only with an
     // update (Adam's bias corrections, as optimizer.step()'s).
     float rate = rule.scheduledLr(scheduled);
     ++scheduled;
     if (lossScale.data)
-      return runScaled(streamOf(context), rate);
-    int64_t n = param.numel();
+      return stepScaled(queue, ranges, rate);
     ++steps;
-    if (n == 0)
-      return;
-    cudaStream_t stream = streamOf(context);
+    for (const Range &r : ranges)
+      if (r.n > 0)
+        launchHostValued(queue, r, r.rule->scheduledLr(scheduled - 1));
+    launched("update");
+  }
+
+  /// The count, the schedule's (fp16 plans) and the moments, each viewed as
+  /// `like` (the parameter, or the shard) for checkpoints.
+  KernelState state(TensorView like) {
+    KernelState result;
+    if (lossScale.data) {
+      downloadCount();
+      result.scheduleCounter = &scheduled;
+    }
+    result.counter = &steps;
+    auto add = [&](const char *name, const std::unique_ptr<Scratch> &values) {
+      if (!values)
+        return;
+      like.data = values->as<void>();
+      result.tensors.emplace_back(name, like);
+    };
+    add(adam ? "exp_avg" : "momentum_buffer", first);
+    add("exp_avg_sq", second);
+    return result;
+  }
+
+private:
+  float *moment(const std::unique_ptr<Scratch> &m, int64_t offset) const {
+    return m ? m->as<float>() + offset : nullptr;
+  }
+
+  /// Update number `steps`, its values computed here.
+  void launchHostValued(cudaStream_t queue, const Range &r, float rate) {
+    const UpdateRule &rule = *r.rule;
     if (rule.adam) {
       float correction1 =
           1.0f - std::pow(rule.beta1, static_cast<float>(steps));
@@ -356,66 +408,44 @@ public:
                  std::sqrt(correction2),
                  1.0f - rate * rule.weightDecay,
                  rule.decoupled};
-      adamKernel<<<blocksFor(n), kThreads, 0, stream>>>(
-          param.f32(), grad.f32(), first->as<float>(), second->as<float>(), n,
-          s);
+      adamKernel<<<blocksFor(r.n), kThreads, 0, queue>>>(
+          r.p, r.g, moment(first, r.offset), moment(second, r.offset), r.n, s);
     } else {
       SgdStep s{rate, rule.momentum, rule.weightDecay, steps == 1};
-      sgdKernel<<<blocksFor(n), kThreads, 0, stream>>>(
-          param.f32(), grad.f32(), first ? first->as<float>() : nullptr, n, s);
+      sgdKernel<<<blocksFor(r.n), kThreads, 0, queue>>>(
+          r.p, r.g, moment(first, r.offset), r.n, s);
     }
-    launched("update");
   }
 
-  KernelState state() override {
-    KernelState result;
-    if (lossScale.data)
-      downloadCount();
-    result.counter = &steps;
-    if (lossScale.data)
-      result.scheduleCounter = &scheduled;
-    auto add = [&](const char *name, const std::unique_ptr<Scratch> &values) {
-      if (!values)
-        return;
-      TensorView view = param;
-      view.data = values->as<void>();
-      result.tensors.emplace_back(name, view);
-    };
-    add(rule.adam ? "exp_avg" : "momentum_buffer", first);
-    add("exp_avg_sq", second);
-    return result;
-  }
-
-private:
-  /// An fp16 plan's update: the device decides from the overflow flag
-  /// whether it runs (GradScaler.step: an overflowed step changes nothing)
-  /// and counts it, so the host never waits for the flag.
-  void runScaled(cudaStream_t stream, float rate) {
-    auto *step = deviceStep->as<DeviceStep>();
+  /// An fp16 plan's step: one thread reads the overflow flag and counts,
+  /// the ranges' kernels read what it decided (GradScaler.step: an
+  /// overflowed step changes nothing).
+  void stepScaled(cudaStream_t queue, const std::vector<Range> &ranges,
+                  float rate) {
+    auto *decided = deviceStep->as<DeviceStep>();
     if (steps != syncedSteps) { // a checkpoint's count was restored
-      setCountKernel<<<1, 1, 0, stream>>>(step, steps);
+      setCountKernel<<<1, 1, 0, queue>>>(decided, steps);
       syncedSteps = steps;
     }
-    SgdStep sgd{rate, rule.momentum, rule.weightDecay, false};
-    AdamStep adam{rule.beta1,
-                  rule.beta2,
-                  rule.epsilon,
-                  rule.weightDecay,
-                  0.0f,
-                  0.0f,
-                  1.0f - rate * rule.weightDecay,
-                  rule.decoupled};
-    prepareStepKernel<<<1, 1, 0, stream>>>(lossScale.f32(), step, sgd, adam,
-                                           rate, rule.adam);
-    int64_t n = param.numel();
-    if (n > 0 && rule.adam)
-      adamStepKernel<<<blocksFor(n), kThreads, 0, stream>>>(
-          param.f32(), grad.f32(), first->as<float>(), second->as<float>(), n,
-          step);
-    else if (n > 0)
-      sgdStepKernel<<<blocksFor(n), kThreads, 0, stream>>>(
-          param.f32(), grad.f32(), first ? first->as<float>() : nullptr, n,
-          step);
+    const UpdateRule &rule =
+        ranges.empty() ? *fallbackRule : *ranges.front().rule;
+    SgdStep sgd{rate, rule.momentum, 0.0f, false};
+    AdamStep adamStep{rule.beta1, rule.beta2, rule.epsilon, 0.0f,
+                      0.0f,       0.0f,       1.0f,         rule.decoupled};
+    prepareStepKernel<<<1, 1, 0, queue>>>(lossScale.f32(), decided, sgd,
+                                          adamStep, rate, adam);
+    for (const Range &r : ranges) {
+      if (r.n == 0)
+        continue;
+      float decay = r.rule->weightDecay, shrink = 1.0f - rate * decay;
+      if (adam)
+        adamStepKernel<<<blocksFor(r.n), kThreads, 0, queue>>>(
+            r.p, r.g, moment(first, r.offset), moment(second, r.offset), r.n,
+            decided, decay, shrink);
+      else
+        sgdStepKernel<<<blocksFor(r.n), kThreads, 0, queue>>>(
+            r.p, r.g, moment(first, r.offset), r.n, decided, decay);
+    }
     launched("update");
   }
 
@@ -430,15 +460,106 @@ private:
       steps = syncedSteps = count;
   }
 
-  TensorView param, grad, lossScale;
-  UpdateRule rule;
+public:
+  /// The rule of a step without ranges (an empty parameter).
+  const UpdateRule *fallbackRule = nullptr;
+
+private:
+  TensorView lossScale;
+  cudaStream_t stream; ///< the device's
+  bool adam;
   int64_t steps = 0, scheduled = 0;
   int64_t syncedSteps = 0; ///< the count the device holds (fp16 plans)
   std::unique_ptr<Scratch> first, second, deviceStep;
-  cudaStream_t stream = nullptr; ///< the device's (fp16 plans)
+};
+
+class UpdateKernel : public Kernel {
+public:
+  explicit UpdateKernel(const KernelArgs &args)
+      : param(args.inputs[0]), grad(args.inputs[1]), rule(args),
+        updater(deviceOf(args), rule, param.numel(),
+                args.inputs.size() > 2 ? args.inputs[2] : TensorView()) {
+    updater.fallbackRule = &rule;
+  }
+
+  void run(const StepContext &context) override {
+    updater.step(streamOf(context),
+                 {{param.f32(), grad.f32(), 0, param.numel(), &rule}}, rule);
+  }
+
+  KernelState state() override { return updater.state(param); }
+
+private:
+  TensorView param, grad;
+  UpdateRule rule;
+  DeviceUpdater updater;
+};
+
+/// ZeRO stage 3's sharded optimizer step on the GPU: the device's shard of
+/// the stage's parameters, its shard of their mean gradients and the
+/// shard's moments all lie in device memory; each piece of the shard is
+/// updated by its tensor's rule (the CPU's ShardedUpdate, piece for piece),
+/// and nothing is gathered (shard_gather does, where the stage is read).
+class ShardUpdateKernel : public Kernel {
+public:
+  explicit ShardUpdateKernel(const KernelArgs &args)
+      : params(updateOperands(args)), rules(rulesOfStage(args)),
+        layout(stageSizes(args, {params.front()}), shardDevices(args)),
+        shard(shardIndex(args)),
+        updater(deviceOf(args), rules.front(), layout.shardSize(),
+                lossScaleOf(args)) {
+    if (params.size() != 2)
+      args.fail("needs the parameter shard and the gradient shard");
+    for (const TensorView &operand : params)
+      if (operand.numel() != layout.shardSize())
+        args.fail("has a shard of " + std::to_string(operand.numel()) +
+                  " elements, the stage's shards " +
+                  std::to_string(layout.shardSize()));
+    updater.fallbackRule = &rules.front();
+    for (const ShardLayout::Piece &piece : layout.pieces(shard))
+      ranges.push_back({params[0].f32() + piece.shardOffset,
+                        params[1].f32() + piece.shardOffset, piece.shardOffset,
+                        piece.length, &rules[piece.tensor]});
+  }
+
+  void run(const StepContext &context) override {
+    updater.step(streamOf(context), ranges, rules.front());
+  }
+
+  KernelState state() override {
+    KernelState result = updater.state(TensorView{
+        nullptr, {layout.shardSize()}, plan::F32, MemorySpace::Device});
+    for (const ShardLayout::Piece &piece : layout.pieces(shard))
+      result.spans.push_back(
+          {piece.tensor, piece.offset, piece.shardOffset, piece.length});
+    return result;
+  }
+
+private:
+  /// The stage's rules, one per tensor of its `sizes`.
+  static std::vector<UpdateRule> rulesOfStage(const KernelArgs &args) {
+    return rulesOf(args, args.ints("sizes").size());
+  }
+
+  std::vector<TensorView> params; ///< the parameter and gradient shards
+  std::vector<UpdateRule> rules;
+  ShardLayout layout;
+  int shard;
+  DeviceUpdater updater;
+  std::vector<DeviceUpdater::Range> ranges;
 };
 
 } // namespace
+
+/// ZeRO stage 3's shard_update on the device (its operands are all in GPU
+/// memory and it exchanges nothing); null for the other sharded updates,
+/// which stage through the host.
+std::unique_ptr<Kernel> makeDeviceShardUpdate(const std::string &op,
+                                              const KernelArgs &args) {
+  if (op != "shard_update" || args.i("zero", 1) != 3 || !args.communicator)
+    return nullptr;
+  return std::make_unique<ShardUpdateKernel>(args);
+}
 
 void registerOptimizer(KernelRegistry &registry) {
   registry.add("update", Backend::CUDA, [](const KernelArgs &args) {
