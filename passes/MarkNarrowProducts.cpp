@@ -6,7 +6,8 @@
 // the narrow format itself (tensor cores, float32 sums); the backends can
 // not see that the values are exact, so this pass says so on each product
 // where it holds, from how the operands were computed. The CPU backend
-// checks the claim on every step it runs (a wrong mark fails the step).
+// checks the claim on each product's first runs (a wrong mark fails the
+// step).
 //
 //===----------------------------------------------------------------------===//
 

@@ -4,8 +4,8 @@
 // values exact in bf16 or fp16. The CUDA kernels then multiply the operands
 // in that format with float32 sums (tensor cores); the CPU kernels multiply
 // in float32, which gives the same value up to the order of the sums, and
-// check the mark on every step, so that a wrong mark fails there instead of
-// rounding operands on a GPU alone.
+// check the mark on a product's first three runs, so that a wrong mark fails
+// there instead of rounding operands on a GPU alone.
 //
 //===----------------------------------------------------------------------===//
 

@@ -180,7 +180,7 @@ std::string failureOf(const std::function<void()> &run) {
 // computes as an unmarked one on the CPU, and fails the step, naming the
 // instruction, the operand and the element, when an operand holds a value
 // the format does not: the CPU backend checks each mark the compiler makes.
-TEST(MatMulKernel, NarrowOperandsAreCheckedEachStep) {
+TEST(MatMulKernel, NarrowOperandsAreChecked) {
   std::mt19937 rng(7);
   std::normal_distribution<float> normal;
   std::vector<float> a(4 * 6 * 5), b(4 * 5 * 3);
