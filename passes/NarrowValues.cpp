@@ -40,6 +40,8 @@ llvm::StringRef ExactValues::compute(mlir::Value value) {
     return unpack.getFormat();
   if (auto mark = op->getAttrOfType<mlir::StringAttr>("cdp.narrow"))
     return mark.getValue();
+  if (auto rounded = op->getAttrOfType<mlir::StringAttr>("round_result"))
+    return rounded.getValue(); // cdp-fuse-roundings moved a round_to here
   if (!movesValuesOnly(op))
     return "";
   // Moved values are exact when every float value moved is.

@@ -120,6 +120,7 @@ void buildTrainingPipeline(OpPassManager &pm,
   if (!config.autocast.empty()) {
     pm.addPass(createPackNarrowStash());
     pm.addPass(createDropExactRoundings());
+    pm.addPass(createFuseRoundings());
     pm.addPass(createMarkNarrowProducts());
   }
   InsertOptimizerOptions optimizer;

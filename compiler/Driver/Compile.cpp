@@ -127,6 +127,7 @@ static mlir::LogicalResult runTrainingPasses(mlir::MLIRContext &context,
       cdp::AutocastOptions autocast;
       autocast.precision = settings.autocast;
       pm.addPass(cdp::createAutocast(autocast));
+      pm.addPass(cdp::createFuseRoundings());
       pm.addPass(cdp::createMarkNarrowProducts());
     }
     if (emit == "plan")

@@ -23,7 +23,8 @@ bool movesValuesOnly(mlir::Operation *op);
 
 /// The narrow formats values are exact in, found from their ops: a
 /// `cdp.round_to` or `cdp.unpack_narrow` of a format, an op cdp-autocast
-/// marked `cdp.narrow`, or an op that only moves or selects values
+/// marked `cdp.narrow`, an op that rounds its result (`round_result`,
+/// cdp-fuse-roundings), or an op that only moves or selects values
 /// computing from values exact in one format alone.
 class ExactValues {
 public:

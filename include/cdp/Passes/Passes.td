@@ -271,6 +271,19 @@ def DropExactRoundings : Pass<"cdp-drop-exact-roundings", "mlir::ModuleOp"> {
   let dependentDialects = ["cdp::CDPDialect"];
 }
 
+def FuseRoundings : Pass<"cdp-fuse-roundings", "mlir::ModuleOp"> {
+  let summary = "Moves a cdp.round_to into the element-wise arithmetic before it";
+  let description = [{
+    Mixed precision (after cdp-drop-exact-roundings): a `cdp.round_to`
+    whose input is the result of `cdp.add`, `sub`, `mul`, `div`, `pow`,
+    `min` or `max`, read by the rounding alone, in the same stage and
+    phase, is replaced by that op's `round_result` (the format): the op
+    rounds each value as it writes it, the same bits as the separate
+    rounding, one pass over the tensor fewer.
+  }];
+  let dependentDialects = ["cdp::CDPDialect"];
+}
+
 def MarkNarrowProducts : Pass<"cdp-mark-narrow-products", "mlir::ModuleOp"> {
   let summary = "Marks the products whose operands are exact in bf16 or fp16";
   let description = [{

@@ -58,6 +58,23 @@ std::function<void(const StepContext &)> binary(const KernelArgs &args, Fn fn) {
   };
 }
 
+/// A float binary op's kernel; `round_result` rounds each value as it is
+/// written (the cdp.round_to cdp-fuse-roundings moved into the op).
+template <typename Fn>
+std::function<void(const StepContext &)> floatBinary(const KernelArgs &args,
+                                                     Fn fn) {
+  std::string rounding = args.s("round_result", "");
+  if (rounding == "bf16")
+    return binary<float>(
+        args, [fn](float a, float b) { return roundToBfloat16(fn(a, b)); });
+  if (rounding == "f16")
+    return binary<float>(
+        args, [fn](float a, float b) { return roundToFloat16(fn(a, b)); });
+  if (!rounding.empty())
+    args.fail("round_result must be bf16 or f16, got '" + rounding + "'");
+  return binary<float>(args, fn);
+}
+
 template <typename Fn>
 void addBinary(KernelRegistry &registry, const std::string &op, Fn fn) {
   addKernel(registry, op, [fn](const KernelArgs &args) {
@@ -65,7 +82,7 @@ void addBinary(KernelRegistry &registry, const std::string &op, Fn fn) {
       return binary<int64_t>(args, [fn](int64_t a, int64_t b) {
         return static_cast<int64_t>(fn(a, b));
       });
-    return binary<float>(
+    return floatBinary(
         args, [fn](float a, float b) { return static_cast<float>(fn(a, b)); });
   });
 }
@@ -107,7 +124,7 @@ static void registerArithmetic(KernelRegistry &registry) {
       return binary<int64_t>(args, [](int64_t a, int64_t b) {
         return b == 0 ? int64_t(0) : a / b;
       });
-    return binary<float>(args, [](float a, float b) { return a / b; });
+    return floatBinary(args, [](float a, float b) { return a / b; });
   });
   // NaN wins, as torch.minimum/maximum (std::min would keep the first).
   addBinary(registry, "min", [](auto a, auto b) {
@@ -117,7 +134,7 @@ static void registerArithmetic(KernelRegistry &registry) {
     return a != a ? a : b != b ? b : (b > a ? b : a);
   });
   addKernel(registry, "pow", [](const KernelArgs &args) {
-    return binary<float>(args, [](float a, float b) {
+    return floatBinary(args, [](float a, float b) {
       return b == 2.0f ? a * a : std::pow(a, b);
     });
   });

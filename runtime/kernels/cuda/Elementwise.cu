@@ -50,12 +50,38 @@ template <typename T> __device__ T apply(BinaryOp op, T a, T b) {
   }
 }
 
+/// What a binary op does to its float results as it writes them
+/// (round_result: the cdp.round_to after it).
+enum class Rounding { None, Bfloat16, Float16 };
+
+template <typename T> __device__ T rounded(Rounding rounding, T value) {
+  if constexpr (std::is_integral_v<T>)
+    return value;
+  else
+    return rounding == Rounding::Bfloat16  ? roundToBfloat16(value)
+           : rounding == Rounding::Float16 ? roundToFloat16(value)
+                                           : value;
+}
+
 template <typename T>
 __global__ void binaryKernel(BinaryOp op, const T *a, const T *b, T *y,
-                             int64_t n, IndexMap ia, IndexMap ib, bool same) {
+                             int64_t n, IndexMap ia, IndexMap ib, bool same,
+                             Rounding rounding) {
   CDP_FOR_EACH(i, n) {
-    y[i] = same ? apply(op, a[i], b[i]) : apply(op, a[ia(i)], b[ib(i)]);
+    y[i] = rounded(rounding, same ? apply(op, a[i], b[i])
+                                  : apply(op, a[ia(i)], b[ib(i)]));
   }
+}
+
+Rounding roundingOf(const KernelArgs &args) {
+  std::string format = args.s("round_result", "");
+  if (format.empty())
+    return Rounding::None;
+  if (format == "bf16")
+    return Rounding::Bfloat16;
+  if (format == "f16")
+    return Rounding::Float16;
+  args.fail("round_result must be bf16 or f16, got '" + format + "'");
 }
 
 void addBinary(KernelRegistry &registry, const std::string &name, BinaryOp op) {
@@ -66,15 +92,16 @@ void addBinary(KernelRegistry &registry, const std::string &name, BinaryOp op) {
     bool same = a.shape == y.shape && b.shape == y.shape;
     int64_t n = y.numel();
     bool integer = y.dtype == plan::I64;
+    Rounding rounding = roundingOf(args);
     return [=](const StepContext &context) {
       if (n == 0)
         return;
       if (integer)
         binaryKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
-            op, a.i64(), b.i64(), y.i64(), n, ia, ib, same);
+            op, a.i64(), b.i64(), y.i64(), n, ia, ib, same, Rounding::None);
       else
         binaryKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
-            op, a.f32(), b.f32(), y.f32(), n, ia, ib, same);
+            op, a.f32(), b.f32(), y.f32(), n, ia, ib, same, rounding);
       launched("binary");
     };
   });

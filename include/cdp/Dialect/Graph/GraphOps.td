@@ -67,9 +67,12 @@ class CDP_BroadcastOp<string mnemonic, string onnxName, Type type = CDP_NumTenso
   let description = [{
     ONNX `}] # onnxName # [{`: both operands have the same element type;
     their shapes broadcast as in numpy (aligned at the trailing dimension,
-    size-1 dimensions stretch).
+    size-1 dimensions stretch). `round_result` ("bf16" or "f16", set by
+    cdp-fuse-roundings) rounds each float result to that format as a
+    `cdp.round_to` after the op would, in the same pass.
   }];
-  let arguments = (ins type:$lhs, type:$rhs);
+  let arguments = (ins type:$lhs, type:$rhs,
+                       OptionalAttr<StrAttr>:$round_result);
   let results = (outs type:$output);
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
 }

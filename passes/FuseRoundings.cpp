@@ -1,0 +1,52 @@
+//===- FuseRoundings.cpp - roundings done by the op before them -----------===//
+//
+// Mixed precision rounds an op's float32 result in a cdp.round_to of its
+// own: one more pass over the tensor. Where the op is element-wise
+// arithmetic (add, sub, mul, div, pow, min, max) whose result only the
+// rounding reads, in the same stage and phase, the op can round each value
+// as it writes it (`round_result`): the same bits, one pass fewer.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cdp/Dialect/Graph/GraphOps.h"
+#include "cdp/Passes/Passes.h"
+
+namespace cdp {
+#define GEN_PASS_DEF_FUSEROUNDINGS
+#include "cdp/Passes/Passes.h.inc"
+} // namespace cdp
+
+using namespace mlir;
+using namespace cdp;
+
+namespace {
+
+/// The arithmetic op `round` can move into, or null.
+Operation *fusableProducer(RoundToOp round) {
+  Operation *op = round.getInput().getDefiningOp();
+  if (!op || !isa<AddOp, SubOp, MulOp, DivOp, PowOp, MinOp, MaxOp>(op) ||
+      !round.getInput().hasOneUse() || op->hasAttr("round_result"))
+    return nullptr;
+  for (StringRef place : {"cdp.stage", "cdp.phase"})
+    if (op->getAttr(place) != round->getAttr(place))
+      return nullptr;
+  return op;
+}
+
+struct FuseRoundingsPass
+    : public cdp::impl::FuseRoundingsBase<FuseRoundingsPass> {
+  void runOnOperation() override {
+    SmallVector<std::pair<RoundToOp, Operation *>> fused;
+    getOperation().walk([&](RoundToOp round) {
+      if (Operation *producer = fusableProducer(round))
+        fused.push_back({round, producer});
+    });
+    for (auto [round, producer] : fused) {
+      producer->setAttr("round_result", round.getFormatAttr());
+      round.getResult().replaceAllUsesWith(round.getInput());
+      round.erase();
+    }
+  }
+};
+
+} // namespace

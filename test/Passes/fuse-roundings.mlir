@@ -1,0 +1,29 @@
+// RUN: cdp-opt %s -cdp-fuse-roundings | FileCheck %s
+
+// A round_to of element-wise arithmetic read by the rounding alone, in the
+// same stage and phase, becomes the op's round_result; one whose input has
+// another reader, comes from another stage or phase, or from an op that is
+// not arithmetic stays.
+// CHECK-LABEL: func.func @main
+// CHECK: %[[M:.+]] = cdp.mul %arg0, %arg1 {cdp.stage = 1 : i64, round_result = "bf16"}
+// CHECK-NEXT: %[[A:.+]] = cdp.add %[[M]], %arg1 {cdp.phase = "backward", cdp.stage = 1 : i64, round_result = "f16"}
+// CHECK-NEXT: %[[S:.+]] = cdp.sub %arg0, %arg1 {cdp.stage = 1 : i64}
+// CHECK-NEXT: %[[SR:.+]] = cdp.round_to %[[S]] {cdp.stage = 1 : i64, format = "bf16"}
+// CHECK-NEXT: %[[D:.+]] = cdp.div %arg0, %arg1 {cdp.stage = 1 : i64}
+// CHECK-NEXT: %[[DR:.+]] = cdp.round_to %[[D]] {cdp.stage = 2 : i64, format = "bf16"}
+// CHECK-NEXT: %[[T:.+]] = cdp.tanh %arg0
+// CHECK-NEXT: %[[TR:.+]] = cdp.round_to %[[T]] {format = "bf16"}
+// CHECK-NEXT: return %[[A]], %[[SR]], %[[S]], %[[DR]], %[[TR]]
+func.func @main(%x: tensor<4xf32>, %y: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) {
+  %m = cdp.mul %x, %y {cdp.stage = 1 : i64} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %mr = cdp.round_to %m {cdp.stage = 1 : i64, format = "bf16"} : tensor<4xf32>
+  %a = cdp.add %mr, %y {cdp.phase = "backward", cdp.stage = 1 : i64} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %ar = cdp.round_to %a {cdp.phase = "backward", cdp.stage = 1 : i64, format = "f16"} : tensor<4xf32>
+  %s = cdp.sub %x, %y {cdp.stage = 1 : i64} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %sr = cdp.round_to %s {cdp.stage = 1 : i64, format = "bf16"} : tensor<4xf32>
+  %d = cdp.div %x, %y {cdp.stage = 1 : i64} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %dr = cdp.round_to %d {cdp.stage = 2 : i64, format = "bf16"} : tensor<4xf32>
+  %t = cdp.tanh %x : tensor<4xf32>
+  %tr = cdp.round_to %t {format = "bf16"} : tensor<4xf32>
+  return %ar, %sr, %s, %dr, %tr : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+}
