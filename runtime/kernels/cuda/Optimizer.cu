@@ -350,7 +350,8 @@ public:
                                              Scratch::OptimizerState);
   }
 
-  /// One step over `ranges` (all of one schedule; empty ranges count too).
+  /// One step over `ranges`, whose rules differ in weight decay only
+  /// (`rule` is one of them); a step without elements counts too.
   void step(cudaStream_t queue, const std::vector<Range> &ranges,
             const UpdateRule &rule) {
     // The schedule advances every step, skipped or not (a scheduler.step()
@@ -359,7 +360,7 @@ public:
     float rate = rule.scheduledLr(scheduled);
     ++scheduled;
     if (lossScale.data)
-      return stepScaled(queue, ranges, rate);
+      return stepScaled(queue, ranges, rate, rule);
     ++steps;
     for (const Range &r : ranges)
       if (r.n > 0)
@@ -421,14 +422,12 @@ private:
   /// the ranges' kernels read what it decided (GradScaler.step: an
   /// overflowed step changes nothing).
   void stepScaled(cudaStream_t queue, const std::vector<Range> &ranges,
-                  float rate) {
+                  float rate, const UpdateRule &rule) {
     auto *decided = deviceStep->as<DeviceStep>();
     if (steps != syncedSteps) { // a checkpoint's count was restored
       setCountKernel<<<1, 1, 0, queue>>>(decided, steps);
       syncedSteps = steps;
     }
-    const UpdateRule &rule =
-        ranges.empty() ? *fallbackRule : *ranges.front().rule;
     SgdStep sgd{rate, rule.momentum, 0.0f, false};
     AdamStep adamStep{rule.beta1, rule.beta2, rule.epsilon, 0.0f,
                       0.0f,       0.0f,       1.0f,         rule.decoupled};
@@ -460,11 +459,6 @@ private:
       steps = syncedSteps = count;
   }
 
-public:
-  /// The rule of a step without ranges (an empty parameter).
-  const UpdateRule *fallbackRule = nullptr;
-
-private:
   TensorView lossScale;
   cudaStream_t stream; ///< the device's
   bool adam;
@@ -478,9 +472,7 @@ public:
   explicit UpdateKernel(const KernelArgs &args)
       : param(args.inputs[0]), grad(args.inputs[1]), rule(args),
         updater(deviceOf(args), rule, param.numel(),
-                args.inputs.size() > 2 ? args.inputs[2] : TensorView()) {
-    updater.fallbackRule = &rule;
-  }
+                args.inputs.size() > 2 ? args.inputs[2] : TensorView()) {}
 
   void run(const StepContext &context) override {
     updater.step(streamOf(context),
@@ -503,19 +495,16 @@ private:
 class ShardUpdateKernel : public Kernel {
 public:
   explicit ShardUpdateKernel(const KernelArgs &args)
-      : params(updateOperands(args)), rules(rulesOfStage(args)),
+      : params(shardOperands(args)), rules(rulesOfStage(args)),
         layout(stageSizes(args, {params.front()}), shardDevices(args)),
         shard(shardIndex(args)),
         updater(deviceOf(args), rules.front(), layout.shardSize(),
                 lossScaleOf(args)) {
-    if (params.size() != 2)
-      args.fail("needs the parameter shard and the gradient shard");
     for (const TensorView &operand : params)
       if (operand.numel() != layout.shardSize())
         args.fail("has a shard of " + std::to_string(operand.numel()) +
                   " elements, the stage's shards " +
                   std::to_string(layout.shardSize()));
-    updater.fallbackRule = &rules.front();
     for (const ShardLayout::Piece &piece : layout.pieces(shard))
       ranges.push_back({params[0].f32() + piece.shardOffset,
                         params[1].f32() + piece.shardOffset, piece.shardOffset,
@@ -536,6 +525,13 @@ public:
   }
 
 private:
+  /// The parameter shard and the gradient shard.
+  static std::vector<TensorView> shardOperands(const KernelArgs &args) {
+    std::vector<TensorView> operands = updateOperands(args);
+    if (operands.size() != 2)
+      args.fail("needs the parameter shard and the gradient shard");
+    return operands;
+  }
   /// The stage's rules, one per tensor of its `sizes`.
   static std::vector<UpdateRule> rulesOfStage(const KernelArgs &args) {
     return rulesOf(args, args.ints("sizes").size());
