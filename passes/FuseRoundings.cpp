@@ -2,9 +2,10 @@
 //
 // Mixed precision rounds an op's float32 result in a cdp.round_to of its
 // own: one more pass over the tensor. Where the op is element-wise
-// arithmetic (add, sub, mul, div, pow, min, max) whose result only the
-// rounding reads, in the same stage and phase, the op can round each value
-// as it writes it (`round_result`): the same bits, one pass fewer.
+// arithmetic (add, sub, mul, div, pow, min, max) or dropout (and its
+// gradient) whose result only the rounding reads, in the same stage and
+// phase, the op can round each value as it writes it (`round_result`): the
+// same bits, one pass fewer.
 //
 //===----------------------------------------------------------------------===//
 
@@ -21,11 +22,15 @@ using namespace cdp;
 
 namespace {
 
-/// The arithmetic op `round` can move into, or null.
+/// The op `round` can move into, or null: element-wise arithmetic or
+/// dropout (its output, not its mask) and its gradient.
 Operation *fusableProducer(RoundToOp round) {
   Operation *op = round.getInput().getDefiningOp();
-  if (!op || !isa<AddOp, SubOp, MulOp, DivOp, PowOp, MinOp, MaxOp>(op) ||
-      !round.getInput().hasOneUse() || op->hasAttr("round_result"))
+  if (!op ||
+      !isa<AddOp, SubOp, MulOp, DivOp, PowOp, MinOp, MaxOp, DropoutOp,
+           DropoutGradOp>(op) ||
+      round.getInput() != op->getResult(0) || !round.getInput().hasOneUse() ||
+      op->hasAttr("round_result"))
     return nullptr;
   for (StringRef place : {"cdp.stage", "cdp.phase"})
     if (op->getAttr(place) != round->getAttr(place))

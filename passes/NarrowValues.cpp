@@ -40,8 +40,10 @@ llvm::StringRef ExactValues::compute(mlir::Value value) {
     return unpack.getFormat();
   if (auto mark = op->getAttrOfType<mlir::StringAttr>("cdp.narrow"))
     return mark.getValue();
+  // cdp-fuse-roundings moved a round_to here (the op's first result: a
+  // dropout's mask is not rounded).
   if (auto rounded = op->getAttrOfType<mlir::StringAttr>("round_result"))
-    return rounded.getValue(); // cdp-fuse-roundings moved a round_to here
+    return value == op->getResult(0) ? rounded.getValue() : "";
   if (!movesValuesOnly(op))
     return "";
   // Moved values are exact when every float value moved is.

@@ -217,6 +217,17 @@ std::vector<Case> elementwiseCases() {
                    {f32({100}), mask({100})},
                    {f32({100})},
                    {real("ratio", 0.3)}});
+  cases.push_back({"dropout_round_bf16",
+                   "dropout",
+                   {f32({1000})},
+                   {f32({1000}), mask({1000})},
+                   {real("ratio", 0.3), attr("training_mode", 1),
+                    attr("seed", 11), text("round_result", "bf16")}});
+  cases.push_back({"dropout_grad_round_f16",
+                   "dropout_grad",
+                   {f32({100}), mask({100})},
+                   {f32({100})},
+                   {real("ratio", 0.3), text("round_result", "f16")}});
   return cases;
 }
 

@@ -87,31 +87,52 @@ TEST(NarrowFloat, EveryPatternPacksBackToItself) {
   EXPECT_TRUE(std::signbit(floatOfFloat16(0x8000)));
 }
 
-/// The CPU kernel of binary `op` on (a, b), with `round_result` when
-/// `rounding` is set.
-std::vector<float> runBinary(const std::string &op, std::vector<float> a,
-                             std::vector<float> b,
-                             const std::string &rounding) {
+/// The CPU kernel of `op` on (a, b) with `round_result` when `rounding` is
+/// set: a binary op on both, dropout (training, 30 %) on `a`, its gradient
+/// on `a` with every other element kept.
+std::vector<float> runRounding(const std::string &op, std::vector<float> a,
+                               std::vector<float> b,
+                               const std::string &rounding) {
   using namespace cdp::runtime;
   cdp::plan::Instruction instruction;
   instruction.set_op(op);
-  if (!rounding.empty()) {
-    cdp::plan::Attribute *mark = instruction.add_attributes();
-    mark->set_name("round_result");
-    mark->set_s(rounding);
-  }
+  auto attribute = [&](const char *name) {
+    cdp::plan::Attribute *added = instruction.add_attributes();
+    added->set_name(name);
+    return added;
+  };
+  if (!rounding.empty())
+    attribute("round_result")->set_s(rounding);
   std::vector<float> y(a.size());
-  auto view = [](std::vector<float> &data) {
+  std::vector<uint8_t> mask(a.size());
+  for (size_t i = 0; i < mask.size(); ++i)
+    mask[i] = i % 2;
+  auto view = [](void *data, size_t n, cdp::plan::DType dtype) {
     TensorView v;
-    v.data = data.data();
-    v.shape = {static_cast<int64_t>(data.size())};
-    v.dtype = cdp::plan::F32;
+    v.data = data;
+    v.shape = {static_cast<int64_t>(n)};
+    v.dtype = dtype;
     return v;
   };
+  TensorView va = view(a.data(), a.size(), cdp::plan::F32),
+             vy = view(y.data(), y.size(), cdp::plan::F32),
+             vm = view(mask.data(), mask.size(), cdp::plan::BOOL);
   KernelArgs args;
   args.instruction = &instruction;
-  args.inputs = {view(a), view(b)};
-  args.outputs = {view(y)};
+  if (op == "dropout") {
+    attribute("training_mode")->set_i(1);
+    attribute("ratio")->set_f(0.3);
+    attribute("seed")->set_i(5);
+    args.inputs = {va};
+    args.outputs = {vy, vm};
+  } else if (op == "dropout_grad") {
+    attribute("ratio")->set_f(0.3);
+    args.inputs = {va, vm};
+    args.outputs = {vy};
+  } else {
+    args.inputs = {va, view(b.data(), b.size(), cdp::plan::F32)};
+    args.outputs = {vy};
+  }
   (*KernelRegistry::instance().lookup(op, Backend::CPU))(args)->run(
       StepContext());
   return y;
@@ -138,9 +159,9 @@ TEST(NarrowFloat, EveryOpWithRoundResultRoundsAsRoundTo) {
     if (!takesIt)
       continue;
     ++ops;
-    std::vector<float> plain = runBinary(info.name, a, b, "");
+    std::vector<float> plain = runRounding(info.name, a, b, "");
     for (const char *format : {"bf16", "f16"}) {
-      std::vector<float> rounded = runBinary(info.name, a, b, format);
+      std::vector<float> rounded = runRounding(info.name, a, b, format);
       int inexact = 0;
       for (size_t i = 0; i < plain.size(); ++i) {
         float want = std::string(format) == "bf16" ? roundToBfloat16(plain[i])
@@ -152,7 +173,7 @@ TEST(NarrowFloat, EveryOpWithRoundResultRoundsAsRoundTo) {
       EXPECT_GT(inexact, 0) << info.name << " " << format;
     }
   }
-  EXPECT_EQ(ops, 7); // add, sub, mul, div, pow, min, max
+  EXPECT_EQ(ops, 9); // add, sub, mul, div, pow, min, max, dropout(_grad)
 }
 
 } // namespace

@@ -276,8 +276,9 @@ def FuseRoundings : Pass<"cdp-fuse-roundings", "mlir::ModuleOp"> {
   let description = [{
     Mixed precision (after cdp-drop-exact-roundings): a `cdp.round_to`
     whose input is the result of `cdp.add`, `sub`, `mul`, `div`, `pow`,
-    `min` or `max`, read by the rounding alone, in the same stage and
-    phase, is replaced by that op's `round_result` (the format): the op
+    `min`, `max`, `dropout` (its output) or `dropout_grad`, read by the
+    rounding alone, in the same stage and phase, is replaced by that op's
+    `round_result` (the format): the op
     rounds each value as it writes it, the same bits as the separate
     rounding, one pass over the tensor fewer.
   }];

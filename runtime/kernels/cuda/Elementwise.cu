@@ -292,18 +292,22 @@ GradOp gradOf(const KernelArgs &args, const std::string &kind) {
 
 __global__ void dropoutKernel(const float *x, float *y, uint8_t *mask,
                               int64_t n, float ratio, uint64_t seed,
-                              uint64_t stream) {
+                              uint64_t stream, Rounding rounding) {
   float keepScale = 1.0f / (1.0f - ratio);
   CDP_FOR_EACH(i, n) {
     bool keep = ratio == 0.0f || dropoutUniform(seed, stream, i) >= ratio;
     mask[i] = keep;
-    y[i] = keep ? (ratio == 0.0f ? x[i] : x[i] * keepScale) : 0.0f;
+    y[i] = rounded(rounding,
+                   keep ? (ratio == 0.0f ? x[i] : x[i] * keepScale) : 0.0f);
   }
 }
 
 __global__ void dropoutGradKernel(const float *dy, const uint8_t *mask,
-                                  float *dx, int64_t n, float keepScale) {
-  CDP_FOR_EACH(i, n) { dx[i] = mask[i] ? dy[i] * keepScale : 0.0f; }
+                                  float *dx, int64_t n, float keepScale,
+                                  Rounding rounding) {
+  CDP_FOR_EACH(i, n) {
+    dx[i] = rounded(rounding, mask[i] ? dy[i] * keepScale : 0.0f);
+  }
 }
 
 template <typename From, typename To>
@@ -413,12 +417,13 @@ void registerDropout(KernelRegistry &registry) {
     bool training = attrs.training_mode;
     DropoutStream draw(args);
     int64_t n = y.numel();
+    Rounding rounding = roundingOf(args);
     return [=](const StepContext &context) {
       if (n == 0)
         return;
       dropoutKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
           x.f32(), y.f32(), mask.b8(), n, training ? ratio : 0.0f,
-          draw.seedOf(context), draw.stream);
+          draw.seedOf(context), draw.stream, rounding);
       launched("dropout");
     };
   });
@@ -428,11 +433,12 @@ void registerDropout(KernelRegistry &registry) {
         1.0f / (1.0f - static_cast<float>(
                            ops::DropoutGradAttributes::read(args).ratio));
     int64_t n = dx.numel();
+    Rounding rounding = roundingOf(args);
     return [=](const StepContext &context) {
       if (n == 0)
         return;
       dropoutGradKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
-          dy.f32(), mask.b8(), dx.f32(), n, keepScale);
+          dy.f32(), mask.b8(), dx.f32(), n, keepScale, rounding);
       launched("dropout_grad");
     };
   });

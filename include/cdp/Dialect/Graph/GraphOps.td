@@ -292,11 +292,13 @@ def CDP_DropoutOp : CDP_BaseOp<"dropout", [InferTypeOpAdaptor, CDP_Differentiabl
     In training mode each element is kept with probability `1 - ratio` and
     scaled by `1 / (1 - ratio)`; `mask` records the kept elements. Outside
     training mode the output is the input and the mask all true.
+    `round_result` as for `cdp.add` (the output only).
   }];
   let arguments = (ins CDP_F32Tensor:$input,
                        DefaultValuedAttr<F32Attr, "0.5f">:$ratio,
                        DefaultValuedAttr<BoolAttr, "false">:$training_mode,
-                       OptionalAttr<I64Attr>:$seed);
+                       OptionalAttr<I64Attr>:$seed,
+                       OptionalAttr<StrAttr>:$round_result);
   let results = (outs CDP_F32Tensor:$output, CDP_BoolTensor:$mask);
 }
 
@@ -799,8 +801,12 @@ def CDP_SoftmaxGradOp : CDP_Op<"softmax_grad"> {
 
 def CDP_DropoutGradOp : CDP_Op<"dropout_grad", [CDP_ElementwiseInPlace]> {
   let summary = "dropout backward: `dy * mask / (1 - ratio)`";
+  let description = [{
+    `round_result` as for `cdp.add`.
+  }];
   let arguments = (ins CDP_F32Tensor:$grad, CDP_BoolTensor:$mask,
-                       DefaultValuedAttr<F32Attr, "0.5f">:$ratio);
+                       DefaultValuedAttr<F32Attr, "0.5f">:$ratio,
+                       OptionalAttr<StrAttr>:$round_result);
   let results = (outs CDP_F32Tensor:$output);
 }
 
