@@ -1,4 +1,4 @@
-//===- NarrowOperands.h - a product's narrow_operands mark ------*- C++ -*-===//
+//===- NarrowOperands.h - narrow_operands and round_result ------*- C++ -*-===//
 //
 // cdp-mark-narrow-products marks a matmul or gemm whose operands hold only
 // values exact in bf16 or fp16. The CUDA kernels then multiply the operands
@@ -21,10 +21,12 @@ namespace cdp::runtime {
 
 enum class NarrowFormat { None, Bfloat16, Float16 };
 
-/// The product's mark; a RuntimeError naming the instruction for a format
-/// the backends do not know.
-inline NarrowFormat narrowOperandsOf(const KernelArgs &args) {
-  std::string format = args.s("narrow_operands", "");
+/// The narrow format attribute `name` names (narrow_operands,
+/// round_result); a RuntimeError naming the instruction for a format the
+/// backends do not know.
+inline NarrowFormat narrowFormatOf(const KernelArgs &args,
+                                   const std::string &name) {
+  std::string format = args.s(name, "");
   if (format.empty())
     return NarrowFormat::None;
   if (format == "bf16")
@@ -32,9 +34,27 @@ inline NarrowFormat narrowOperandsOf(const KernelArgs &args) {
   if (format == "f16")
     return NarrowFormat::Float16;
   throw RuntimeError(args.instruction->op() + " at '" +
-                     args.instruction->location() +
-                     "': narrow_operands must be bf16 or f16, got '" + format +
+                     args.instruction->location() + "': " + name +
+                     " must be bf16 or f16, got '" + format +
                      "' (recompile the plan)");
+}
+
+/// The product's mark.
+inline NarrowFormat narrowOperandsOf(const KernelArgs &args) {
+  return narrowFormatOf(args, "narrow_operands");
+}
+
+/// An op's `round_result`: the cdp.round_to cdp-fuse-roundings moved into
+/// it, which the op applies to each value as it writes it.
+inline NarrowFormat roundingOf(const KernelArgs &args) {
+  return narrowFormatOf(args, "round_result");
+}
+
+/// `x` rounded to `format` (as it is where the format is None).
+CDP_HOST_DEVICE inline float roundedTo(NarrowFormat format, float x) {
+  return format == NarrowFormat::Bfloat16  ? roundToBfloat16(x)
+         : format == NarrowFormat::Float16 ? roundToFloat16(x)
+                                           : x;
 }
 
 /// Whether `format` holds `x` exactly (a NaN counts: it stays a NaN).

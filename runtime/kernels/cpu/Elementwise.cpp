@@ -6,6 +6,7 @@
 
 #include "../DropoutStream.h"
 #include "../NarrowFloat.h"
+#include "../NarrowOperands.h"
 
 #include <cmath>
 
@@ -58,35 +59,16 @@ std::function<void(const StepContext &)> binary(const KernelArgs &args, Fn fn) {
   };
 }
 
-/// An op's `round_result` (the cdp.round_to cdp-fuse-roundings moved into
-/// it): 0 none, else the format's rounding of each value written.
-enum class Rounding { None, Bfloat16, Float16 };
-Rounding roundingOf(const KernelArgs &args) {
-  std::string format = args.s("round_result", "");
-  if (format.empty())
-    return Rounding::None;
-  if (format == "bf16")
-    return Rounding::Bfloat16;
-  if (format != "f16")
-    args.fail("round_result must be bf16 or f16, got '" + format + "'");
-  return Rounding::Float16;
-}
-inline float rounded(Rounding rounding, float value) {
-  return rounding == Rounding::Bfloat16  ? roundToBfloat16(value)
-         : rounding == Rounding::Float16 ? roundToFloat16(value)
-                                         : value;
-}
-
 /// A float binary op's kernel; `round_result` rounds each value as it is
 /// written (the cdp.round_to cdp-fuse-roundings moved into the op).
 template <typename Fn>
 std::function<void(const StepContext &)> floatBinary(const KernelArgs &args,
                                                      Fn fn) {
   switch (roundingOf(args)) {
-  case Rounding::Bfloat16:
+  case NarrowFormat::Bfloat16:
     return binary<float>(
         args, [fn](float a, float b) { return roundToBfloat16(fn(a, b)); });
-  case Rounding::Float16:
+  case NarrowFormat::Float16:
     return binary<float>(
         args, [fn](float a, float b) { return roundToFloat16(fn(a, b)); });
   default:
@@ -348,14 +330,14 @@ static void registerConversions(KernelRegistry &registry) {
     bool training = attrs.training_mode;
     DropoutStream draw(args);
     int64_t n = y.numel();
-    Rounding rounding = roundingOf(args);
+    NarrowFormat rounding = roundingOf(args);
     return [=](const StepContext &context) {
       const float *px = x.f32();
       float *py = y.f32();
       uint8_t *pm = mask.b8();
       if (!training || ratio == 0.0f) {
         for (int64_t i = 0; i < n; ++i)
-          py[i] = rounded(rounding, px[i]);
+          py[i] = roundedTo(rounding, px[i]);
         std::memset(pm, 1, n);
         return;
       }
@@ -364,7 +346,7 @@ static void registerConversions(KernelRegistry &registry) {
       for (int64_t i = 0; i < n; ++i) {
         bool keep = dropoutUniform(seed, draw.stream, i) >= ratio;
         pm[i] = keep;
-        py[i] = rounded(rounding, keep ? px[i] * keepScale : 0.0f);
+        py[i] = roundedTo(rounding, keep ? px[i] * keepScale : 0.0f);
       }
     };
   });
@@ -375,11 +357,11 @@ static void registerConversions(KernelRegistry &registry) {
         1.0f / (1.0f - static_cast<float>(
                            ops::DropoutGradAttributes::read(args).ratio));
     int64_t n = dx.numel();
-    Rounding rounding = roundingOf(args);
+    NarrowFormat rounding = roundingOf(args);
     return [=](const StepContext &) {
       for (int64_t i = 0; i < n; ++i)
         dx.f32()[i] =
-            rounded(rounding, mask.b8()[i] ? dy.f32()[i] * keepScale : 0.0f);
+            roundedTo(rounding, mask.b8()[i] ? dy.f32()[i] * keepScale : 0.0f);
     };
   });
 

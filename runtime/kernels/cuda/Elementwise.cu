@@ -12,6 +12,7 @@
 
 #include "../DropoutStream.h"
 #include "../NarrowFloat.h"
+#include "../NarrowOperands.h"
 
 #include <functional>
 
@@ -52,36 +53,21 @@ template <typename T> __device__ T apply(BinaryOp op, T a, T b) {
 
 /// What a binary op does to its float results as it writes them
 /// (round_result: the cdp.round_to after it).
-enum class Rounding { None, Bfloat16, Float16 };
-
-template <typename T> __device__ T rounded(Rounding rounding, T value) {
+template <typename T> __device__ T rounded(NarrowFormat rounding, T value) {
   if constexpr (std::is_integral_v<T>)
     return value;
   else
-    return rounding == Rounding::Bfloat16  ? roundToBfloat16(value)
-           : rounding == Rounding::Float16 ? roundToFloat16(value)
-                                           : value;
+    return roundedTo(rounding, value);
 }
 
 template <typename T>
 __global__ void binaryKernel(BinaryOp op, const T *a, const T *b, T *y,
                              int64_t n, IndexMap ia, IndexMap ib, bool same,
-                             Rounding rounding) {
+                             NarrowFormat rounding) {
   CDP_FOR_EACH(i, n) {
     y[i] = rounded(rounding, same ? apply(op, a[i], b[i])
                                   : apply(op, a[ia(i)], b[ib(i)]));
   }
-}
-
-Rounding roundingOf(const KernelArgs &args) {
-  std::string format = args.s("round_result", "");
-  if (format.empty())
-    return Rounding::None;
-  if (format == "bf16")
-    return Rounding::Bfloat16;
-  if (format == "f16")
-    return Rounding::Float16;
-  args.fail("round_result must be bf16 or f16, got '" + format + "'");
 }
 
 void addBinary(KernelRegistry &registry, const std::string &name, BinaryOp op) {
@@ -92,13 +78,13 @@ void addBinary(KernelRegistry &registry, const std::string &name, BinaryOp op) {
     bool same = a.shape == y.shape && b.shape == y.shape;
     int64_t n = y.numel();
     bool integer = y.dtype == plan::I64;
-    Rounding rounding = roundingOf(args);
+    NarrowFormat rounding = roundingOf(args);
     return [=](const StepContext &context) {
       if (n == 0)
         return;
       if (integer)
         binaryKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
-            op, a.i64(), b.i64(), y.i64(), n, ia, ib, same, Rounding::None);
+            op, a.i64(), b.i64(), y.i64(), n, ia, ib, same, NarrowFormat::None);
       else
         binaryKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
             op, a.f32(), b.f32(), y.f32(), n, ia, ib, same, rounding);
@@ -292,7 +278,7 @@ GradOp gradOf(const KernelArgs &args, const std::string &kind) {
 
 __global__ void dropoutKernel(const float *x, float *y, uint8_t *mask,
                               int64_t n, float ratio, uint64_t seed,
-                              uint64_t stream, Rounding rounding) {
+                              uint64_t stream, NarrowFormat rounding) {
   float keepScale = 1.0f / (1.0f - ratio);
   CDP_FOR_EACH(i, n) {
     bool keep = ratio == 0.0f || dropoutUniform(seed, stream, i) >= ratio;
@@ -304,7 +290,7 @@ __global__ void dropoutKernel(const float *x, float *y, uint8_t *mask,
 
 __global__ void dropoutGradKernel(const float *dy, const uint8_t *mask,
                                   float *dx, int64_t n, float keepScale,
-                                  Rounding rounding) {
+                                  NarrowFormat rounding) {
   CDP_FOR_EACH(i, n) {
     dx[i] = rounded(rounding, mask[i] ? dy[i] * keepScale : 0.0f);
   }
@@ -417,7 +403,7 @@ void registerDropout(KernelRegistry &registry) {
     bool training = attrs.training_mode;
     DropoutStream draw(args);
     int64_t n = y.numel();
-    Rounding rounding = roundingOf(args);
+    NarrowFormat rounding = roundingOf(args);
     return [=](const StepContext &context) {
       if (n == 0)
         return;
@@ -433,7 +419,7 @@ void registerDropout(KernelRegistry &registry) {
         1.0f / (1.0f - static_cast<float>(
                            ops::DropoutGradAttributes::read(args).ratio));
     int64_t n = dx.numel();
-    Rounding rounding = roundingOf(args);
+    NarrowFormat rounding = roundingOf(args);
     return [=](const StepContext &context) {
       if (n == 0)
         return;
