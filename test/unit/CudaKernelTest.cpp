@@ -863,6 +863,74 @@ TEST(CudaShardUpdate, StageThreeMatchesTheCpu) {
   }
 }
 
+// ZeRO stage 2's sharded update on 2 devices sharing the GPU (their
+// gather through the devices' links) against the CPU's on 2 host devices:
+// the same stage (3 tensors, 57 elements, shards of 29), each device its own
+// shard of the mean gradients, SGD with momentum and per-tensor weight
+// decay, 2 steps run by each device in a thread of its own; every device
+// ends with the whole stage updated.
+TEST(CudaShardUpdate, StageTwoGathersThroughTheLinks) {
+  std::vector<std::unique_ptr<Device>> gpus, cpus;
+  try {
+    for (int d = 0; d < 2; ++d)
+      gpus.push_back(createDevice(Backend::CUDA, 0));
+  } catch (const RuntimeError &e) {
+    GTEST_SKIP() << "no GPU: " << e.what();
+  }
+  for (int d = 0; d < 2; ++d)
+    cpus.push_back(createDevice(Backend::CPU, d));
+  Case c{"shard_update_zero2",
+         "shard_update",
+         {f32({30}), f32({7}), f32({20}), f32({29})},
+         {},
+         {attr("zero", 2), reals("weight_decays", {0.01, 0.0, 0.05}),
+          text("optimizer", "sgd"), real("lr", 0.1), real("momentum", 0.9)}};
+  plan::Instruction instruction;
+  instruction.set_op(c.op);
+  for (const plan::Attribute &a : c.attributes)
+    *instruction.add_attributes() = a;
+  std::mt19937 random(13);
+  std::vector<std::vector<char>> stage;
+  for (size_t k = 0; k < 3; ++k)
+    stage.push_back(draw(c.inputs[k], random));
+  auto trained = [&](std::vector<std::unique_ptr<Device>> &devices,
+                     Backend backend) {
+    LocalFabric fabric(2);
+    std::vector<std::unique_ptr<Bound>> bound;
+    for (int d = 0; d < 2; ++d) {
+      std::vector<std::vector<char>> values = stage;
+      values.push_back(draw(c.inputs[3], random)); // its gradient shard
+      bound.push_back(std::make_unique<Bound>(*devices[d], backend, instruction,
+                                              c, values, &fabric.endpoint(d)));
+    }
+    std::vector<std::thread> threads;
+    for (int d = 0; d < 2; ++d)
+      threads.emplace_back([&, d] {
+        for (int step = 1; step <= 2; ++step)
+          bound[d]->run(step);
+      });
+    for (std::thread &t : threads)
+      t.join();
+    std::vector<std::vector<char>> result;
+    for (int d = 0; d < 2; ++d)
+      for (size_t k = 0; k < 3; ++k)
+        result.push_back(bound[d]->read(k, stage[k].size()));
+    return result;
+  };
+  random.seed(21);
+  std::vector<std::vector<char>> want = trained(cpus, Backend::CPU);
+  random.seed(21); // the same gradient shards
+  std::vector<std::vector<char>> got = trained(gpus, Backend::CUDA);
+  for (size_t t = 0; t < want.size(); ++t)
+    for (size_t i = 0; i < want[t].size() / 4; ++i) {
+      float a, b;
+      std::memcpy(&a, want[t].data() + 4 * i, 4);
+      std::memcpy(&b, got[t].data() + 4 * i, 4);
+      ASSERT_NEAR(a, b, 1e-6 * (1.0 + std::abs(a)))
+          << "device " << t / 3 << " tensor " << t % 3 << " element " << i;
+    }
+}
+
 TEST(CudaKernelErrors, LabelOutOfRangeFailsTheStep) {
   std::unique_ptr<Device> gpu;
   try {

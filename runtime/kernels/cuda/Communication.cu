@@ -109,7 +109,8 @@ std::unique_ptr<Kernel> makeNcclKernel(const std::string &op,
 /// memory (Chain.cu), else null.
 std::unique_ptr<Kernel> makeLinkedChainKernel(const std::string &op,
                                               const KernelArgs &args);
-/// ZeRO stage 3's shard_update on the GPU (Optimizer.cu), else null.
+/// ZeRO's shard_update on the GPU where it can run there (Optimizer.cu),
+/// else null.
 std::unique_ptr<Kernel> makeDeviceShardUpdate(const std::string &op,
                                               const KernelArgs &args);
 

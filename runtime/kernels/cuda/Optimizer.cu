@@ -17,8 +17,12 @@
 #include "../GradientClip.h"
 #include "../LearningRate.h"
 #include "../LossScale.h"
+#include "../MessageBuffers.h"
 #include "../ShardOperands.h"
 #include "cdp/Plan/ShardLayout.h"
+#include "cdp/Runtime/MessageTags.h"
+
+#include <optional>
 
 namespace cdp::runtime::cuda {
 
@@ -487,72 +491,118 @@ private:
   DeviceUpdater updater;
 };
 
-/// ZeRO stage 3's sharded optimizer step on the GPU: the device's shard of
-/// the stage's parameters, its shard of their mean gradients and the
-/// shard's moments all lie in device memory; each piece of the shard is
-/// updated by its tensor's rule (the CPU's ShardedUpdate, piece for piece),
-/// and nothing is gathered (shard_gather does, where the stage is read).
+/// ZeRO's sharded optimizer step on the GPU: each piece of the device's
+/// shard of a stage updated by its tensor's rule (the CPU's ShardedUpdate,
+/// piece for piece), the shard's moments in device memory. Stage 3: the
+/// device's shard of the parameters and of their mean gradients, nothing
+/// exchanged (shard_gather gathers where the stage is read). Stages 1 and
+/// 2, where the communicator carries device memory (devices of one
+/// process): the stage's parameters whole, their mean gradients (1) or the
+/// device's shard of them (2); the updated shard is all-gathered into every
+/// device's parameters through the devices' links. A step fp16's loss scale
+/// skips is decided on the device, so the gather runs anyway and writes the
+/// values the parameters hold.
 class ShardUpdateKernel : public Kernel {
 public:
   explicit ShardUpdateKernel(const KernelArgs &args)
-      : params(shardOperands(args)), rules(rulesOfStage(args)),
-        layout(stageSizes(args, {params.front()}), shardDevices(args)),
-        shard(shardIndex(args)),
-        updater(deviceOf(args), rules.front(), layout.shardSize(),
-                lossScaleOf(args)) {
-    for (const TensorView &operand : params)
-      if (operand.numel() != layout.shardSize())
-        args.fail("has a shard of " + std::to_string(operand.numel()) +
-                  " elements, the stage's shards " +
-                  std::to_string(layout.shardSize()));
-    for (const ShardLayout::Piece &piece : layout.pieces(shard))
-      ranges.push_back({params[0].f32() + piece.shardOffset,
-                        params[1].f32() + piece.shardOffset, piece.shardOffset,
-                        piece.length, &rules[piece.tensor]});
+      : zero(args.i("zero", 1)), comm(args.communicator),
+        link(comm->carriesDeviceMemory() ? deviceOf(args).link() : nullptr),
+        stage(args.i("stage", 0)), timeStep(args.instruction->time_step()),
+        cycle(args.i("cycle", 1)), device(args.device) {
+    splitOperands(args);
+    layout.emplace(stageSizes(args, params), shardDevices(args));
+    rules = rulesOf(args, layout->tensors());
+    shard = shardIndex(args);
+    int64_t size = layout->shardSize();
+    if ((zero >= 2 && grads.front().numel() != size) ||
+        (zero == 3 && params.front().numel() != size))
+      args.fail("has a shard that is not the stage's shards' " +
+                std::to_string(size) + " elements");
+    updater = std::make_unique<DeviceUpdater>(deviceOf(args), rules.front(),
+                                              size, lossScaleOf(args));
+    for (const ShardLayout::Piece &piece : layout->pieces(shard))
+      ranges.push_back({parameterAt(piece), gradientAt(piece),
+                        piece.shardOffset, piece.length, &rules[piece.tensor]});
+    if (zero < 3) // the shard sent; its padding stays 0
+      own = std::make_unique<Scratch>(deviceOf(args),
+                                      std::max<int64_t>(size, 1) * 4);
   }
 
   void run(const StepContext &context) override {
-    updater.step(streamOf(context), ranges, rules.front());
+    cudaStream_t stream = streamOf(context);
+    updater->step(stream, ranges, rules.front());
+    if (zero == 3)
+      return;
+    for (const DeviceUpdater::Range &range : ranges)
+      checkCuda(cudaMemcpyAsync(own->as<float>() + range.offset, range.p,
+                                range.n * sizeof(float),
+                                cudaMemcpyDeviceToDevice, stream),
+                "shard_update");
+    if (!comm->allGather(
+            tags::collectives::shardGather(context.step, stage),
+            {plan::F32, own->as<float>(), layout->shardSize(), link},
+            writtenBuffers(params, link), timeStep + cycle * context.step))
+      throw RuntimeError("device " + std::to_string(device) +
+                         ": stopped while gathering a stage's parameters "
+                         "(another device failed)");
   }
 
   KernelState state() override {
-    KernelState result = updater.state(TensorView{
-        nullptr, {layout.shardSize()}, plan::F32, MemorySpace::Device});
-    for (const ShardLayout::Piece &piece : layout.pieces(shard))
+    KernelState result = updater->state(TensorView{
+        nullptr, {layout->shardSize()}, plan::F32, MemorySpace::Device});
+    for (const ShardLayout::Piece &piece : layout->pieces(shard))
       result.spans.push_back(
           {piece.tensor, piece.offset, piece.shardOffset, piece.length});
     return result;
   }
 
 private:
-  /// The parameter shard and the gradient shard.
-  static std::vector<TensorView> shardOperands(const KernelArgs &args) {
+  /// The parameters (stage 3: the shard) and the gradients (stage 1: the
+  /// stage's, else the device's shard of them) of the plan's operands.
+  void splitOperands(const KernelArgs &args) {
     std::vector<TensorView> operands = updateOperands(args);
-    if (operands.size() != 2)
-      args.fail("needs the parameter shard and the gradient shard");
-    return operands;
+    size_t count = zero == 3   ? 1
+                   : zero == 2 ? operands.size() - 1
+                               : operands.size() / 2;
+    if (operands.size() < 2 || (zero == 3 && operands.size() != 2) ||
+        (zero == 1 && operands.size() % 2 != 0))
+      args.fail("needs the stage's parameters and their gradients");
+    params.assign(operands.begin(), operands.begin() + count);
+    grads.assign(operands.begin() + count, operands.end());
   }
-  /// The stage's rules, one per tensor of its `sizes`.
-  static std::vector<UpdateRule> rulesOfStage(const KernelArgs &args) {
-    return rulesOf(args, args.ints("sizes").size());
+  float *parameterAt(const ShardLayout::Piece &piece) const {
+    return zero == 3 ? params[0].f32() + piece.shardOffset
+                     : params[piece.tensor].f32() + piece.offset;
+  }
+  const float *gradientAt(const ShardLayout::Piece &piece) const {
+    return zero == 1 ? grads[piece.tensor].f32() + piece.offset
+                     : grads[0].f32() + piece.shardOffset;
   }
 
-  std::vector<TensorView> params; ///< the parameter and gradient shards
+  int64_t zero;
+  Communicator *comm;
+  DeviceLink *link; ///< where the gather moves device memory
+  int64_t stage, timeStep, cycle;
+  int device;
+  std::vector<TensorView> params, grads;
+  std::optional<ShardLayout> layout;
   std::vector<UpdateRule> rules;
-  ShardLayout layout;
-  int shard;
-  DeviceUpdater updater;
+  int shard = 0;
+  std::unique_ptr<DeviceUpdater> updater;
   std::vector<DeviceUpdater::Range> ranges;
+  std::unique_ptr<Scratch> own;
 };
 
 } // namespace
 
-/// ZeRO stage 3's shard_update on the device (its operands are all in GPU
-/// memory and it exchanges nothing); null for the other sharded updates,
-/// which stage through the host.
+/// ZeRO's shard_update on the device: stage 3's always (it exchanges
+/// nothing), stages 1 and 2's where the communicator carries device memory
+/// (their gather goes through the devices' links); else null: the host
+/// stages them (under mpirun).
 std::unique_ptr<Kernel> makeDeviceShardUpdate(const std::string &op,
                                               const KernelArgs &args) {
-  if (op != "shard_update" || args.i("zero", 1) != 3 || !args.communicator)
+  if (op != "shard_update" || !args.communicator ||
+      (args.i("zero", 1) != 3 && !args.communicator->carriesDeviceMemory()))
     return nullptr;
   return std::make_unique<ShardUpdateKernel>(args);
 }
