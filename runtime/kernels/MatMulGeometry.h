@@ -11,6 +11,7 @@
 #define CDP_RUNTIME_KERNELS_MATMULGEOMETRY_H
 
 #include "cdp/Runtime/Kernel.h"
+#include "cdp/Runtime/OpTable.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -65,6 +66,26 @@ private:
     std::vector<int64_t> out(rank + 2 - shape.size(), 1);
     out.insert(out.end(), shape.begin(), shape.end() - 2);
     return out;
+  }
+};
+
+/// ONNX Gemm's sizes and attributes, Y (m x n) = alpha op(A) op(B) + beta C,
+/// for the CPU and CUDA kernels alike.
+struct GemmGeometry {
+  int64_t m = 0, n = 0, k = 0;
+  bool transA = false, transB = false;
+  float alpha = 1.0f, beta = 1.0f;
+
+  explicit GemmGeometry(const KernelArgs &args) {
+    ops::GemmAttributes attrs = ops::GemmAttributes::read(args);
+    transA = attrs.trans_a;
+    transB = attrs.trans_b;
+    alpha = static_cast<float>(attrs.alpha);
+    beta = static_cast<float>(attrs.beta);
+    const TensorView &a = args.inputs[0], &y = args.outputs[0];
+    m = y.shape[0];
+    n = y.shape[1];
+    k = transA ? a.shape[0] : a.shape[1];
   }
 };
 

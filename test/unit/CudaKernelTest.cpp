@@ -633,6 +633,43 @@ std::vector<char> draw(const Spec &spec, std::mt19937 &random) {
   return bytes;
 }
 
+/// The instruction a case runs: its op, a location naming it, its
+/// attributes.
+plan::Instruction instructionOf(const Case &c) {
+  plan::Instruction instruction;
+  instruction.set_op(c.op);
+  instruction.set_location("/test/" + c.name);
+  for (const plan::Attribute &a : c.attributes)
+    *instruction.add_attributes() = a;
+  return instruction;
+}
+
+/// Values for a case's tensors, drawn from `seed`: its inputs, then its
+/// outputs.
+std::vector<std::vector<char>> drawAll(const Case &c, unsigned seed) {
+  std::mt19937 random(seed);
+  std::vector<std::vector<char>> values;
+  for (const Spec &spec : c.inputs)
+    values.push_back(draw(spec, random));
+  for (const Spec &spec : c.outputs)
+    values.push_back(draw(spec, random));
+  return values;
+}
+
+/// Fails at the first float32 element of `got` farther from `want`'s than
+/// `tolerance` x (1 + |want|), naming it after `what`.
+void expectClose(const std::vector<char> &want, const std::vector<char> &got,
+                 double tolerance, const std::string &what) {
+  ASSERT_EQ(want.size(), got.size()) << what;
+  for (size_t i = 0; i < want.size() / 4; ++i) {
+    float a, b;
+    std::memcpy(&a, want.data() + 4 * i, 4);
+    std::memcpy(&b, got.data() + 4 * i, 4);
+    ASSERT_NEAR(a, b, tolerance * (1.0 + std::abs(a)))
+        << what << " element " << i;
+  }
+}
+
 /// One backend's run of a case: its tensors and kernel.
 struct Bound {
   Device &device;
@@ -694,17 +731,8 @@ TEST_P(CudaKernelTest, MatchesCpu) {
     GTEST_SKIP() << "no GPU: " << e.what();
   }
   const Case &c = GetParam();
-  plan::Instruction instruction;
-  instruction.set_op(c.op);
-  instruction.set_location("/test/" + c.name);
-  for (const plan::Attribute &a : c.attributes)
-    *instruction.add_attributes() = a;
-  std::mt19937 random(42);
-  std::vector<std::vector<char>> values;
-  for (const Spec &spec : c.inputs)
-    values.push_back(draw(spec, random));
-  for (const Spec &spec : c.outputs)
-    values.push_back(draw(spec, random));
+  plan::Instruction instruction = instructionOf(c);
+  std::vector<std::vector<char>> values = drawAll(c, 42);
   std::unique_ptr<Device> cpuDevice = createDevice(Backend::CPU, 0);
   Bound cpu(*cpuDevice, Backend::CPU, instruction, c, values);
   Bound cuda(*gpu, Backend::CUDA, instruction, c, values);
@@ -730,14 +758,10 @@ TEST_P(CudaKernelTest, MatchesCpu) {
         EXPECT_EQ(want, got) << "tensor " << k << " after run " << r + 1;
         continue;
       }
-      size_t n = want.size() / 4;
-      for (size_t i = 0; i < n; ++i) {
-        float a, b;
-        std::memcpy(&a, want.data() + 4 * i, 4);
-        std::memcpy(&b, got.data() + 4 * i, 4);
-        ASSERT_NEAR(a, b, c.tolerance * (1.0 + std::abs(a)))
-            << "tensor " << k << " element " << i << " after run " << r + 1;
-      }
+      ASSERT_NO_FATAL_FAILURE(expectClose(want, got, c.tolerance,
+                                          "tensor " + std::to_string(k) +
+                                              " after run " +
+                                              std::to_string(r + 1)));
     }
   }
 }
@@ -750,16 +774,9 @@ INSTANTIATE_TEST_SUITE_P(Ops, CudaKernelTest, ::testing::ValuesIn(allCases()),
 /// A case's kernel on `gpu` with drawn values, for what it allocates.
 std::unique_ptr<Bound> bindOn(Device &gpu, const Case &c,
                               plan::Instruction &instruction) {
-  instruction.set_op(c.op);
-  for (const plan::Attribute &a : c.attributes)
-    *instruction.add_attributes() = a;
-  std::mt19937 random(1);
-  std::vector<std::vector<char>> values;
-  for (const Spec &spec : c.inputs)
-    values.push_back(draw(spec, random));
-  for (const Spec &spec : c.outputs)
-    values.push_back(draw(spec, random));
-  return std::make_unique<Bound>(gpu, Backend::CUDA, instruction, c, values);
+  instruction = instructionOf(c);
+  return std::make_unique<Bound>(gpu, Backend::CUDA, instruction, c,
+                                 drawAll(c, 1));
 }
 
 // The memory report's workspace on a GPU: cuBLAS's workspace (ours, 4 or
@@ -832,27 +849,16 @@ TEST(CudaShardUpdate, StageThreeMatchesTheCpu) {
                  real("momentum", 0.9), attr("loss_scale", 1)}};
   for (Case c : {adamw, momentum}) {
     c.attributes.insert(c.attributes.end(), stage.begin(), stage.end());
-    plan::Instruction instruction;
-    instruction.set_op(c.op);
-    for (const plan::Attribute &a : c.attributes)
-      *instruction.add_attributes() = a;
-    std::mt19937 random(9);
-    std::vector<std::vector<char>> values;
-    for (const Spec &spec : c.inputs)
-      values.push_back(draw(spec, random));
+    plan::Instruction instruction = instructionOf(c);
+    std::vector<std::vector<char>> values = drawAll(c, 9);
     Bound cpu(*cpuDevice, Backend::CPU, instruction, c, values, rank1);
     Bound cuda(*gpu, Backend::CUDA, instruction, c, values, rank1);
     for (int step = 1; step <= 3; ++step) {
       cpu.run(step);
       cuda.run(step);
-      std::vector<char> want = cpu.read(0, 29 * 4), got = cuda.read(0, 29 * 4);
-      for (int i = 0; i < 29; ++i) {
-        float a, b;
-        std::memcpy(&a, want.data() + 4 * i, 4);
-        std::memcpy(&b, got.data() + 4 * i, 4);
-        ASSERT_NEAR(a, b, 1e-6 * (1.0 + std::abs(a)))
-            << c.name << " element " << i << " after step " << step;
-      }
+      ASSERT_NO_FATAL_FAILURE(
+          expectClose(cpu.read(0, 29 * 4), cuda.read(0, 29 * 4), 1e-6,
+                      c.name + " after step " + std::to_string(step)));
     }
     KernelState cpuState = cpu.kernel->state(),
                 cudaState = cuda.kernel->state();
@@ -885,10 +891,7 @@ TEST(CudaShardUpdate, StageTwoGathersThroughTheLinks) {
          {},
          {attr("zero", 2), reals("weight_decays", {0.01, 0.0, 0.05}),
           text("optimizer", "sgd"), real("lr", 0.1), real("momentum", 0.9)}};
-  plan::Instruction instruction;
-  instruction.set_op(c.op);
-  for (const plan::Attribute &a : c.attributes)
-    *instruction.add_attributes() = a;
+  plan::Instruction instruction = instructionOf(c);
   std::mt19937 random(13);
   std::vector<std::vector<char>> stage;
   for (size_t k = 0; k < 3; ++k)
@@ -922,13 +925,10 @@ TEST(CudaShardUpdate, StageTwoGathersThroughTheLinks) {
   random.seed(21); // the same gradient shards
   std::vector<std::vector<char>> got = trained(gpus, Backend::CUDA);
   for (size_t t = 0; t < want.size(); ++t)
-    for (size_t i = 0; i < want[t].size() / 4; ++i) {
-      float a, b;
-      std::memcpy(&a, want[t].data() + 4 * i, 4);
-      std::memcpy(&b, got[t].data() + 4 * i, 4);
-      ASSERT_NEAR(a, b, 1e-6 * (1.0 + std::abs(a)))
-          << "device " << t / 3 << " tensor " << t % 3 << " element " << i;
-    }
+    ASSERT_NO_FATAL_FAILURE(expectClose(want[t], got[t], 1e-6,
+                                        "device " + std::to_string(t / 3) +
+                                            " tensor " +
+                                            std::to_string(t % 3)));
 }
 
 TEST(CudaKernelErrors, LabelOutOfRangeFailsTheStep) {

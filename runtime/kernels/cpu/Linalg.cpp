@@ -191,12 +191,10 @@ std::function<void(const StepContext &)> matMulKernel(const KernelArgs &args) {
 std::function<void(const StepContext &)> gemmKernel(const KernelArgs &args) {
   TensorView a = args.inputs[0], b = args.inputs[1], y = args.outputs[0];
   TensorView c = args.inputs.size() > 2 ? args.inputs[2] : TensorView();
-  ops::GemmAttributes attrs = ops::GemmAttributes::read(args);
-  bool transA = attrs.trans_a, transB = attrs.trans_b;
-  float alpha = static_cast<float>(attrs.alpha);
-  float beta = static_cast<float>(attrs.beta);
-  int64_t m = y.shape[0], n = y.shape[1];
-  int64_t k = transA ? a.shape[0] : a.shape[1];
+  GemmGeometry g(args);
+  bool transA = g.transA, transB = g.transB;
+  float alpha = g.alpha, beta = g.beta;
+  int64_t m = g.m, n = g.n, k = g.k;
   // C broadcast into Y row by row (an index per element of Y was twice
   // Y's bytes: 226 MB of GPT-2 medium's biases).
   std::shared_ptr<const BroadcastWalk> walk;

@@ -368,7 +368,7 @@ public:
     ++steps;
     for (const Range &r : ranges)
       if (r.n > 0)
-        launchHostValued(queue, r, r.rule->scheduledLr(scheduled - 1));
+        launchHostValued(queue, r, rate);
     launched("update");
   }
 
