@@ -2,6 +2,7 @@
 
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "cdp/Passes/Passes.h"
+#include "cdp/Passes/SharedStorage.h"
 #include "cdp/Plan/FirstFit.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -35,6 +36,20 @@ struct Interval {
 
 /// Needs no arena memory: persistent values and side-effect sinks.
 bool persistent(Operation *op) { return isa<ParamOp, ConstantOp>(op); }
+
+/// An op after `op` reads the block `value` lies over under some name, so
+/// `op` must not write its result there (a pass that ran after
+/// cdp-reuse-layer-memory may have made a view of `value`).
+bool readLater(Value value, Operation *op,
+               const llvm::DenseMap<Operation *, int64_t> &index,
+               const SharedStorage &storage) {
+  int64_t at = index.lookup(op);
+  for (Value member : storage.groupOf(value))
+    for (Operation *user : member.getUsers())
+      if (index.lookup(user) > at)
+        return true;
+  return false;
+}
 
 struct PlanMemoryPass : public cdp::impl::PlanMemoryBase<PlanMemoryPass> {
   void runOnOperation() override {
@@ -88,7 +103,10 @@ struct PlanMemoryPass : public cdp::impl::PlanMemoryBase<PlanMemoryPass> {
       slot[arg] = intervals.size();
       intervals.push_back({arg, -1, end, bytesOf(arg.getType())});
     }
-    std::vector<std::pair<size_t, size_t>> shares; // result, operand
+    SharedStorage storage(func);
+    // Pairs (result, operand): in-place results may share the operand's
+    // block, views must.
+    std::vector<std::pair<size_t, size_t>> shares, views;
     for (Operation &op : body.without_terminator()) {
       if (persistent(&op))
         continue;
@@ -97,18 +115,25 @@ struct PlanMemoryPass : public cdp::impl::PlanMemoryBase<PlanMemoryPass> {
         int64_t begin = index.lookup(&op);
         intervals.push_back(
             {result, begin, lastUse(result, begin), bytesOf(result.getType())});
+        Value owner = storage.ownerOf(result);
+        if (owner != result)
+          views.push_back({slot[result], slot.lookup(owner)});
       }
-      if (auto inPlace = op.getAttrOfType<IntegerAttr>("cdp.in_place"))
+      auto inPlace = op.getAttrOfType<IntegerAttr>("cdp.in_place");
+      if (inPlace &&
+          !readLater(op.getOperand(inPlace.getInt()), &op, index, storage))
         shares.push_back({slot.lookup(op.getResult(0)),
                           slot.lookup(op.getOperand(inPlace.getInt()))});
     }
 
-    // First fit in order of definition; in-place results share a block.
+    // First fit in order of definition; views share their input's block,
+    // in-place results may share their operand's.
     std::vector<LiveRange> ranges;
     for (const Interval &interval : intervals)
       ranges.push_back({interval.begin, interval.end, interval.bytes});
     int64_t arena = 0;
-    std::vector<int64_t> offsets = packFirstFitShared(ranges, shares, arena);
+    std::vector<int64_t> offsets =
+        packFirstFitViews(ranges, views, shares, arena);
     for (size_t i = 0; i < intervals.size(); ++i)
       intervals[i].offset = offsets[i];
 

@@ -12,6 +12,7 @@
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "cdp/Dialect/Sched/SchedOps.h"
 #include "cdp/Passes/Passes.h"
+#include "cdp/Passes/SharedStorage.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -58,15 +59,24 @@ SmallVector<unsigned> preferredOperands(Operation *op) {
   return order;
 }
 
+/// `op` may write over `operand`'s block: every value over that block (a
+/// reshape's input and result share one) is transient and read last by
+/// `op`.
+bool mayWriteOver(Operation *op, Value operand, const SharedStorage &storage) {
+  return llvm::all_of(storage.groupOf(operand), [&](Value value) {
+    return transient(value) && usesLast(op, value);
+  });
+}
+
 void markInPlace(func::FuncOp func, OpBuilder &builder) {
+  SharedStorage storage(func);
   for (Operation &op : func.getBody().front()) {
     if (!op.hasTrait<ElementwiseInPlace>() || op.getNumResults() != 1)
       continue;
     Type type = op.getResult(0).getType();
     for (unsigned i : preferredOperands(&op)) {
       Value operand = op.getOperand(i);
-      if (operand.getType() != type || !transient(operand) ||
-          !usesLast(&op, operand))
+      if (operand.getType() != type || !mayWriteOver(&op, operand, storage))
         continue;
       op.setAttr("cdp.in_place", builder.getI64IntegerAttr(i));
       break;

@@ -676,7 +676,8 @@ def ReuseLayerMemory : Pass<"cdp-reuse-layer-memory", "mlir::ModuleOp"> {
 
     - In place: an op with the `ElementwiseInPlace` trait whose result has
       the type of an operand that it uses last (no later user, not a graph
-      input, output, parameter or constant) gets `cdp.in_place` = that
+      input, output, parameter or constant; the same of every view that
+      shares the operand's block, see cdp-plan-memory) gets `cdp.in_place` = that
       operand's index: the result overwrites it. A backward op prefers the
       forward activation it reads (`dx` over `y`, the gradient aliased to
       the activation it replaces), then the incoming gradient.
@@ -711,14 +712,20 @@ def PlanMemory : Pass<"cdp-plan-memory", "mlir::ModuleOp"> {
     inputs live for the whole step; values returned, or held by
     `cdp.gradient` for `--dump-grads`, live to its end) and places them in
     one arena with first-fit reuse, 64-byte aligned. An op's results never
-    share memory with its operands. Parameters, buffers and constants are
+    share memory with its operands, except views: the result of a reshape,
+    flatten, squeeze, unsqueeze or identity (trait `ViewOfInput`) lies over
+    its input's block when that input is computed by an op (not a graph
+    input) and no `cdp.unscale_grads` or `cdp.clip_grad_norm` writes into
+    either, so the backends copy nothing for it; the block lives until the
+    last of its names is read. Parameters, buffers and constants are
     persistent and not placed.
 
     The decisions stay on the IR: `cdp.offsets` on each op (one offset per
     result), `cdp.offset` on each argument, `cdp.arena_bytes` on `@main`.
 
     After cdp-reuse-layer-memory: a result with `cdp.in_place` = i takes
-    operand i's block (one live range for both); a value held by a
+    operand i's block (one live range for both) unless an op after it reads
+    that block through a view; a value held by a
     `cdp.gradient` with `cdp.release_time` = t lives to the last op of time
     step t (or its last other use, if later; the update reads another copy),
     one with `cdp.release_at_last_use` to its last use.
@@ -727,6 +734,8 @@ def PlanMemory : Pass<"cdp-plan-memory", "mlir::ModuleOp"> {
     %0 = cdp.relu %arg0 {cdp.offsets = array<i64: 64>} : tensor<16xf32>
     %1 = cdp.relu %0 {cdp.offsets = array<i64: 128>} : tensor<16xf32>
     %2 = cdp.relu %1 {cdp.offsets = array<i64: 64>} : tensor<16xf32>   // reuses %0's
+    %3 = cdp.reshape %2 {cdp.offsets = array<i64: 64>, shape = array<i64: 4, 4>}
+        : (tensor<16xf32>) -> tensor<4x4xf32>                           // a view of %2
     ```
   }];
 }

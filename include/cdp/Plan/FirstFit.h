@@ -239,6 +239,48 @@ packFirstFitShared(const std::vector<LiveRange> &ranges,
   return offsets;
 }
 
+/// packFirstFitShared where, besides the permitted `shares`, each (i, j) of
+/// `views` (j earlier) must give range i the block of range j: a view of a
+/// value lies over its bytes. Each group of views is packed as one range
+/// over its members' union, as large as the largest; a permitted share
+/// within one group is already met.
+inline std::vector<int64_t>
+packFirstFitViews(const std::vector<LiveRange> &ranges,
+                  const std::vector<std::pair<size_t, size_t>> &views,
+                  const std::vector<std::pair<size_t, size_t>> &shares,
+                  int64_t &arenaBytes) {
+  if (views.empty())
+    return packFirstFitShared(ranges, shares, arenaBytes);
+  std::vector<size_t> root(ranges.size()), group(ranges.size());
+  for (size_t i = 0; i < ranges.size(); ++i)
+    root[i] = i;
+  for (auto [i, j] : views)
+    root[i] = j;
+  std::vector<LiveRange> groups;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    root[i] = root[i] < i ? root[root[i]] : i;
+    if (root[i] == i) {
+      group[i] = groups.size();
+      groups.push_back(ranges[i]);
+      continue;
+    }
+    group[i] = group[root[i]];
+    LiveRange &g = groups[group[i]];
+    g.end = std::max(g.end, ranges[i].end);
+    g.bytes = std::max(g.bytes, ranges[i].bytes);
+  }
+  std::vector<std::pair<size_t, size_t>> groupShares;
+  for (auto [i, j] : shares)
+    if (group[i] != group[j])
+      groupShares.push_back({group[i], group[j]});
+  std::vector<int64_t> packed =
+      packFirstFitShared(groups, groupShares, arenaBytes);
+  std::vector<int64_t> offsets(ranges.size());
+  for (size_t i = 0; i < ranges.size(); ++i)
+    offsets[i] = packed[group[i]];
+  return offsets;
+}
+
 } // namespace cdp
 
 #endif // CDP_PLAN_FIRSTFIT_H

@@ -20,6 +20,12 @@ template <typename ConcreteType>
 class ElementwiseInPlace
     : public mlir::OpTrait::TraitBase<ConcreteType, ElementwiseInPlace> {};
 
+/// See CDP_ViewOfInput in GraphOps.td: the result may lie over its input's
+/// storage.
+template <typename ConcreteType>
+class ViewOfInput : public mlir::OpTrait::TraitBase<ConcreteType, ViewOfInput> {
+};
+
 } // namespace cdp
 
 #include "cdp/Dialect/Graph/GradientInterface.h.inc"

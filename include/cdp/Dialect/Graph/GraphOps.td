@@ -38,6 +38,14 @@ def CDP_ElementwiseInPlace : NativeOpTrait<"ElementwiseInPlace"> {
   let cppNamespace = "::cdp";
 }
 
+// The result is the operand's bytes unchanged (same element type and count,
+// another shape), so it may lie over the operand's storage: cdp-plan-memory
+// places both in one block, and every backend's kernel copies nothing when
+// input and output are at one address.
+def CDP_ViewOfInput : NativeOpTrait<"ViewOfInput"> {
+  let cppNamespace = "::cdp";
+}
+
 // The op carries its gradient rule (GraphGradients.cpp, or generated below).
 defvar CDP_Differentiable = DeclareOpInterfaceMethods<CDP_DifferentiableOpInterface>;
 
@@ -326,7 +334,7 @@ def CDP_ErfOp : CDP_ActivationOp<"erf", "Erf", "erf">;
 def CDP_TanhOp : CDP_ActivationOp<"tanh", "Tanh", "tanh", 1>;
 def CDP_SigmoidOp : CDP_ActivationOp<"sigmoid", "Sigmoid", "sigmoid", 1>;
 def CDP_SqrtOp : CDP_ActivationOp<"sqrt", "Sqrt", "sqrt", 1>;
-def CDP_IdentityOp : CDP_UnaryOp<"identity", "Identity", CDP_AnyTensor, [CDP_Differentiable]>;
+def CDP_IdentityOp : CDP_UnaryOp<"identity", "Identity", CDP_AnyTensor, [CDP_ViewOfInput, CDP_Differentiable]>;
 
 def CDP_ClipOp : CDP_BaseOp<"clip", [CDP_ElementwiseInPlace, CDP_Differentiable, Pure, SameOperandsAndResultType, InferTypeOpInterface]> {
   let summary = "element-wise clamp to [min, max] (ONNX Clip)";
@@ -501,7 +509,7 @@ def CDP_CastOp : CDP_Op<"cast", [CDP_Differentiable]> {
 // Shape manipulation
 //===----------------------------------------------------------------------===//
 
-def CDP_ReshapeOp : CDP_Op<"reshape", [CDP_Differentiable]> {
+def CDP_ReshapeOp : CDP_Op<"reshape", [CDP_ViewOfInput, CDP_Differentiable]> {
   let summary = "reinterpret the shape (ONNX Reshape)";
   let description = [{
     `shape` is the final static shape: the importer resolves `0` and `-1`
@@ -511,7 +519,7 @@ def CDP_ReshapeOp : CDP_Op<"reshape", [CDP_Differentiable]> {
   let results = (outs CDP_AnyTensor:$output);
 }
 
-def CDP_FlattenOp : CDP_Op<"flatten", [CDP_Differentiable]> {
+def CDP_FlattenOp : CDP_Op<"flatten", [CDP_ViewOfInput, CDP_Differentiable]> {
   let summary = "collapse to 2-D around an axis (ONNX Flatten)";
   let arguments = (ins CDP_AnyTensor:$input, DefaultValuedAttr<I64Attr, "1">:$axis);
   let results = (outs CDP_AnyTensor:$output);
@@ -559,14 +567,14 @@ def CDP_PadOp : CDP_Op<"pad", [CDP_Differentiable]> {
   let results = (outs CDP_AnyTensor:$output);
 }
 
-def CDP_SqueezeOp : CDP_Op<"squeeze", [CDP_Differentiable]> {
+def CDP_SqueezeOp : CDP_Op<"squeeze", [CDP_ViewOfInput, CDP_Differentiable]> {
   let summary = "remove size-1 dimensions (ONNX Squeeze)";
   let description = "Empty `axes` removes every size-1 dimension.";
   let arguments = (ins CDP_AnyTensor:$input, DenseI64ArrayAttr:$axes);
   let results = (outs CDP_AnyTensor:$output);
 }
 
-def CDP_UnsqueezeOp : CDP_Op<"unsqueeze", [CDP_Differentiable]> {
+def CDP_UnsqueezeOp : CDP_Op<"unsqueeze", [CDP_ViewOfInput, CDP_Differentiable]> {
   let summary = "insert size-1 dimensions (ONNX Unsqueeze)";
   let description = "`axes` index the output's dimensions.";
   let arguments = (ins CDP_AnyTensor:$input, DenseI64ArrayAttr:$axes);
