@@ -6,10 +6,12 @@
 //   tanh form: y = 0.5 * (x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 *
 //                                               (x * (x * x))))))  (9 ops)
 //
-// each a kernel forward and one or two backward. This pass matches either
-// chain from its final multiply (operands of Add and Mul in either order,
-// x^3 also as Pow(x, 3), x / sqrt(2) also as x * (1 / sqrt(2))) and, when
-// every intermediate value feeds the chain only, replaces it with one
+// and Hugging Face's NewGELUActivation (GPT-2's `gelu_new`) as
+// (0.5 * x) * (1 + tanh(...)), each a kernel forward and one or two
+// backward. This pass matches these chains from their final multiply
+// (operands of Add and Mul in either order, x^3 also as Pow(x, 3), x /
+// sqrt(2) also as x * (1 / sqrt(2))) and, when every intermediate value
+// feeds the chain only, replaces it with one
 // cdp.gelu, whose kernels (oneDNN's GELU, forward and backward) read x once.
 // The fused op takes the final multiply's location.
 //
@@ -129,10 +131,10 @@ std::optional<StringRef> matchOnePlus(Value value, Value x, Chain &chain) {
   return StringRef("tanh");
 }
 
-/// The GELU ending in `mul` ((x * (1 + f)) * 0.5, the constant on either
-/// side): x, the approximation and the chain; or nothing.
-std::optional<std::pair<Value, StringRef>> matchGelu(MulOp mul, Chain &chain) {
-  chain.ops.push_back(mul);
+/// (x * (1 + f)) * 0.5, the constant on either side: x and the
+/// approximation; or nothing.
+std::optional<std::pair<Value, StringRef>> matchHalvedLast(MulOp mul,
+                                                           Chain &chain) {
   Value rest = besideConstant(mul, 0.5, chain);
   auto product = rest ? inner<MulOp>(rest, chain) : nullptr;
   if (!product)
@@ -146,6 +148,38 @@ std::optional<std::pair<Value, StringRef>> matchGelu(MulOp mul, Chain &chain) {
     }
   }
   return std::nullopt;
+}
+
+/// (x * 0.5) * (1 + f), either product in either order, as Hugging Face's
+/// NewGELUActivation (GPT-2's `gelu_new`) writes it: x and the
+/// approximation; or nothing.
+std::optional<std::pair<Value, StringRef>> matchHalvedFirst(MulOp mul,
+                                                            Chain &chain) {
+  for (auto [half, other] :
+       {std::pair{mul.getLhs(), mul.getRhs()}, {mul.getRhs(), mul.getLhs()}}) {
+    Chain attempt = chain;
+    auto halving = inner<MulOp>(half, attempt);
+    Value x = halving ? besideConstant(halving, 0.5, attempt) : Value();
+    if (!x)
+      continue;
+    if (std::optional<StringRef> kind = matchOnePlus(other, x, attempt)) {
+      chain = attempt;
+      return std::make_pair(x, *kind);
+    }
+  }
+  return std::nullopt;
+}
+
+/// The GELU ending in `mul`: x, the approximation and the chain; or
+/// nothing.
+std::optional<std::pair<Value, StringRef>> matchGelu(MulOp mul, Chain &chain) {
+  chain.ops.push_back(mul);
+  Chain attempt = chain;
+  if (auto match = matchHalvedLast(mul, attempt)) {
+    chain = attempt;
+    return match;
+  }
+  return matchHalvedFirst(mul, chain);
 }
 
 struct FuseGeluPass : public cdp::impl::FuseGeluBase<FuseGeluPass> {

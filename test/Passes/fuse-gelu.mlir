@@ -63,6 +63,50 @@ func.func @tanh_form_pow(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   return %y : tensor<4x8xf32>
 }
 
+// Hugging Face's NewGELUActivation (GPT-2's gelu_new) halves x first:
+// 0.5 * x * (1.0 + tanh(sqrt(2 / pi) * (x + 0.044715 * pow(x, 3.0)))).
+// CHECK-LABEL: func.func @halved_first
+// CHECK-SAME: (%[[X:[a-z0-9]+]]: tensor<4x8xf32>
+// CHECK-NEXT: %[[Y:[a-z0-9]+]] = cdp.gelu %[[X]] {approximate = "tanh"} : tensor<4x8xf32> loc("/h.0/mlp/act/Mul_3")
+// CHECK-NEXT: return %[[Y]]
+func.func @halved_first(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %half = cdp.constant dense<5.0E-1> : tensor<f32>
+  %h = cdp.mul %half, %x : (tensor<f32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %three = cdp.constant dense<3.0> : tensor<f32>
+  %cube = cdp.pow %x, %three : (tensor<4x8xf32>, tensor<f32>) -> tensor<4x8xf32>
+  %kappa = cdp.constant dense<4.471500e-02> : tensor<f32>
+  %k = cdp.mul %kappa, %cube : (tensor<f32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %p = cdp.add %x, %k : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %beta = cdp.constant dense<0.797884583> : tensor<f32>
+  %s = cdp.mul %beta, %p : (tensor<f32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %t = cdp.tanh %s : tensor<4x8xf32>
+  %one = cdp.constant dense<1.0> : tensor<f32>
+  %a = cdp.add %one, %t : (tensor<f32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %y = cdp.mul %h, %a : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32> loc("/h.0/mlp/act/Mul_3")
+  return %y : tensor<4x8xf32>
+}
+
+// The halving reads another value than the polynomial: no GELU.
+// CHECK-LABEL: func.func @halved_other_value
+// CHECK-NOT: cdp.gelu
+// CHECK: cdp.tanh
+func.func @halved_other_value(%x: tensor<4x8xf32>, %z: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %half = cdp.constant dense<5.0E-1> : tensor<f32>
+  %h = cdp.mul %half, %z : (tensor<f32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %three = cdp.constant dense<3.0> : tensor<f32>
+  %cube = cdp.pow %x, %three : (tensor<4x8xf32>, tensor<f32>) -> tensor<4x8xf32>
+  %kappa = cdp.constant dense<4.471500e-02> : tensor<f32>
+  %k = cdp.mul %kappa, %cube : (tensor<f32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %p = cdp.add %x, %k : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %beta = cdp.constant dense<0.797884583> : tensor<f32>
+  %s = cdp.mul %beta, %p : (tensor<f32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %t = cdp.tanh %s : tensor<4x8xf32>
+  %one = cdp.constant dense<1.0> : tensor<f32>
+  %a = cdp.add %one, %t : (tensor<f32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %y = cdp.mul %h, %a : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %y : tensor<4x8xf32>
+}
+
 // The erf's result is also returned: the chain must stay.
 // CHECK-LABEL: func.func @shared_intermediate
 // CHECK-NOT: cdp.gelu
