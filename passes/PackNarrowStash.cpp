@@ -69,8 +69,9 @@ public:
     if (!groups || groups->empty())
       return;
     builder.setInsertionPointAfter(producer);
-    auto packedType = RankedTensorType::get({(type.getNumElements() + 1) / 2},
-                                            builder.getF32Type());
+    Type element = format == "bf16" ? Type(builder.getBF16Type())
+                                    : Type(builder.getF16Type());
+    auto packedType = RankedTensorType::get(type.getShape(), element);
     auto packed = builder.create<PackNarrowOp>(producer->getLoc(), packedType,
                                                value, format);
     place(packed, producer->getAttr("cdp.stage"), isBackward(producer));

@@ -23,7 +23,10 @@ namespace {
 int64_t bytesOf(Type type) {
   auto tensor = cast<RankedTensorType>(type);
   Type element = tensor.getElementType();
-  int64_t width = element.isF32() ? 4 : element.isInteger(1) ? 1 : 8;
+  int64_t width = element.isF32()                       ? 4
+                  : element.isBF16() || element.isF16() ? 2
+                  : element.isInteger(1)                ? 1
+                                                        : 8;
   return std::max<int64_t>(tensor.getNumElements() * width, 1);
 }
 

@@ -17,6 +17,10 @@ namespace emit {
 plan::DType dtypeOf(Type element) {
   if (element.isF32())
     return plan::F32;
+  if (element.isBF16())
+    return plan::BF16;
+  if (element.isF16())
+    return plan::F16;
   return element.isInteger(1) ? plan::BOOL : plan::I64;
 }
 

@@ -389,10 +389,13 @@ Array readArray(const std::string &path) {
 
 /// The `.npy` header of `view` (the data follows it).
 std::string npyHeader(const TensorView &view) {
-  std::string descr = view.dtype == plan::F32   ? "<f4"
-                      : view.dtype == plan::I64 ? "<i8"
-                      : view.dtype == plan::I32 ? "<i4"
-                                                : "|b1";
+  // numpy has no bfloat16: such a tensor is written as its 2-byte patterns.
+  std::string descr = view.dtype == plan::F32    ? "<f4"
+                      : view.dtype == plan::I64  ? "<i8"
+                      : view.dtype == plan::I32  ? "<i4"
+                      : view.dtype == plan::F16  ? "<f2"
+                      : view.dtype == plan::BF16 ? "<u2"
+                                                 : "|b1";
   std::string shape = "(";
   for (int64_t d : view.shape)
     shape += std::to_string(d) + ",";

@@ -41,6 +41,10 @@ inline const char *dtypeName(plan::DType type) {
     return "i32";
   case plan::BOOL:
     return "bool";
+  case plan::BF16:
+    return "bf16";
+  case plan::F16:
+    return "f16";
   default:
     return "an unknown type";
   }

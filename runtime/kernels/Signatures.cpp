@@ -368,12 +368,14 @@ Rules makeRules() {
   auto narrowPacking = [&plain](bool pack) {
     return plain([pack](const Check &c) {
       c.arity(1, 1, 1, 1);
-      c.allF32();
       std::string format = c.text("format", "");
       c.require(format == "bf16" || format == "f16",
                 "format '" + format + "' is neither bf16 nor f16");
       const TensorView &values = pack ? c.in(0) : c.out(0);
-      c.count(pack ? c.out(0) : c.in(0), (values.numel() + 1) / 2);
+      const TensorView &narrow = pack ? c.out(0) : c.in(0);
+      c.type(values, plan::F32);
+      c.type(narrow, format == "bf16" ? plan::BF16 : plan::F16);
+      c.same(values, narrow);
     });
   };
   rules["pack_narrow"] = narrowPacking(true);

@@ -74,6 +74,9 @@ int64_t dtypeSize(DType type) {
     return 8;
   case I32:
     return 4;
+  case BF16:
+  case F16:
+    return 2;
   default:
     return 1;
   }

@@ -17,6 +17,10 @@ const char *dtypeName(DType type) {
     return "bool";
   case I32:
     return "i32";
+  case BF16:
+    return "bf16";
+  case F16:
+    return "f16";
   default:
     return "?";
   }

@@ -18,8 +18,8 @@ func.func @main(%x: tensor<4x4xf32>, %y: tensor<4x4xf32>) -> (tensor<4x4xf32>, t
   %s = cdp.round_to %y {format = "bf16"} : tensor<4x4xf32>
   %p0 = cdp.matmul %r, %s : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
   %t = cdp.transpose %r {cdp.narrow = "bf16", perm = array<i64: 1, 0>} : (tensor<4x4xf32>) -> tensor<4x4xf32>
-  %packed = cdp.pack_narrow %s {format = "bf16"} : tensor<4x4xf32> -> tensor<8xf32>
-  %u = cdp.unpack_narrow %packed {format = "bf16"} : tensor<8xf32> -> tensor<4x4xf32>
+  %packed = cdp.pack_narrow %s {format = "bf16"} : tensor<4x4xf32> -> tensor<4x4xbf16>
+  %u = cdp.unpack_narrow %packed {format = "bf16"} : tensor<4x4xbf16> -> tensor<4x4xf32>
   %p1 = cdp.gemm %t, %u, %y : (tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
   %flat = cdp.reshape %r {cdp.phase = "backward", shape = array<i64: 16>} : (tensor<4x4xf32>) -> tensor<16xf32>
   %back = cdp.reshape %flat {cdp.phase = "backward", shape = array<i64: 4, 4>} : (tensor<16xf32>) -> tensor<4x4xf32>

@@ -1,16 +1,16 @@
 // RUN: cdp-opt %s -split-input-file -cdp-pack-narrow-stash | FileCheck %s
 
-// A forward round_to the backward reads is packed after it (two bf16
-// values to a float32 element, 6 values -> 3) and unpacked before its first
+// A forward round_to the backward reads is packed after it (a bf16
+// tensor of its shape, 2 bytes a value) and unpacked before its first
 // backward reader, which reads the copy; its forward reader keeps the
 // float32 value. Without a pipeline (no strategy here: dp, cdp and the
 // single device run every stage on one device) a result another stage reads
 // stays as it is, and so does a backward round_to.
 // CHECK-LABEL: func.func @main
 // CHECK: %[[R:.+]] = cdp.round_to %arg0 {cdp.stage = 1 : i64, format = "bf16"} : tensor<2x3xf32>
-// CHECK-NEXT: %[[P:.+]] = cdp.pack_narrow %[[R]] {cdp.stage = 1 : i64, format = "bf16"} : tensor<2x3xf32> -> tensor<3xf32>
+// CHECK-NEXT: %[[P:.+]] = cdp.pack_narrow %[[R]] {cdp.stage = 1 : i64, format = "bf16"} : tensor<2x3xf32> -> tensor<2x3xbf16>
 // CHECK-NEXT: %[[F:.+]] = cdp.relu %[[R]] {cdp.stage = 1 : i64}
-// CHECK: %[[U:.+]] = cdp.unpack_narrow %[[P]] {cdp.phase = "backward", cdp.stage = 1 : i64, format = "bf16"} : tensor<3xf32> -> tensor<2x3xf32>
+// CHECK: %[[U:.+]] = cdp.unpack_narrow %[[P]] {cdp.phase = "backward", cdp.stage = 1 : i64, format = "bf16"} : tensor<2x3xbf16> -> tensor<2x3xf32>
 // CHECK-NEXT: cdp.mul %[[U]], %{{.+}} {cdp.phase = "backward", cdp.stage = 1 : i64}
 // CHECK-NEXT: cdp.add %[[U]], %{{.+}} {cdp.phase = "backward", cdp.stage = 1 : i64}
 // CHECK-NOT: pack_narrow

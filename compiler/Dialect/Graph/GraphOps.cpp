@@ -519,19 +519,19 @@ LogicalResult RoundToOp::verify() {
   return success();
 }
 
-/// A packed tensor of `values` narrow values: 1-D, two to an element.
+/// `packed` holds `values` in `format`: that element type, the same shape.
 static LogicalResult verifyPacking(Operation *op, StringRef format,
                                    RankedTensorType values,
                                    RankedTensorType packed) {
   if (format != "bf16" && format != "f16")
     return op->emitOpError("format must be 'bf16' or 'f16', got '")
            << format << "'";
-  if (!values.hasStaticShape() || !packed.hasStaticShape() ||
-      packed.getRank() != 1 ||
-      packed.getNumElements() != (values.getNumElements() + 1) / 2)
-    return op->emitOpError("packs ")
-           << values << " two to an element into a 1-D tensor of "
-           << (values.getNumElements() + 1) / 2 << " elements, not " << packed;
+  Type element = packed.getElementType();
+  if ((format == "bf16") != element.isBF16() ||
+      values.getShape() != packed.getShape())
+    return op->emitOpError("stores ")
+           << values << " in a tensor of " << format
+           << " values of the same shape, not " << packed;
   return success();
 }
 

@@ -171,7 +171,7 @@ static void registerArithmetic(KernelRegistry &registry) {
       return unary(args, [](float x) { return roundToBfloat16(x); });
     return unary(args, [](float x) { return roundToFloat16(x); });
   });
-  // Two narrow patterns to a float32 element, the first in the low half.
+  // A bf16 or fp16 tensor: each value's 2-byte pattern.
   addKernel(registry, "pack_narrow", [](const KernelArgs &args) {
     TensorView x = args.inputs[0], packed = args.outputs[0];
     bool bf16 = ops::PackNarrowAttributes::read(args).format == "bf16";
@@ -182,8 +182,6 @@ static void registerArithmetic(KernelRegistry &registry) {
 #pragma omp parallel for if (n > 65536)
       for (int64_t i = 0; i < n; ++i)
         out[i] = bf16 ? bfloat16BitsOf(px[i]) : float16BitsOf(px[i]);
-      if (n % 2)
-        out[n] = 0;
     };
   });
   addKernel(registry, "unpack_narrow", [](const KernelArgs &args) {

@@ -466,10 +466,6 @@ void registerElementwise(KernelRegistry &registry) {
     int64_t n = x.numel();
     return [=](const StepContext &context) {
       cudaStream_t stream = streamOf(context);
-      if (n % 2) // the last element's high half
-        checkCuda(cudaMemsetAsync(static_cast<uint16_t *>(packed.data) + n, 0,
-                                  sizeof(uint16_t), stream),
-                  "pack_narrow");
       if (n)
         packNarrowKernel<<<blocksFor(n), kThreads, 0, stream>>>(
             x.f32(), static_cast<uint16_t *>(packed.data), n, bf16);

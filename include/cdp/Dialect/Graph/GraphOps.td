@@ -26,6 +26,8 @@ def CDP_I64Tensor : RankedTensorOf<[I64]>;
 def CDP_BoolTensor : RankedTensorOf<[I1]>;
 def CDP_NumTensor : RankedTensorOf<[F32, I64]>;
 def CDP_AnyTensor : RankedTensorOf<[F32, I64, I1]>;
+// Values stored in 2 bytes under --precision bf16 or fp16 (cdp.pack_narrow).
+def CDP_NarrowTensor : RankedTensorOf<[BF16, F16]>;
 
 //===----------------------------------------------------------------------===//
 // Base classes
@@ -394,29 +396,29 @@ def CDP_RoundToOp : CDP_BaseOp<"round_to", [CDP_ElementwiseInPlace, CDP_Differen
 }
 
 def CDP_PackNarrowOp : CDP_BaseOp<"pack_narrow", [Pure]> {
-  let summary = "packs float32 values exact in bf16 or fp16 two to a float32 element";
+  let summary = "stores float32 values exact in bf16 or fp16 in 2 bytes each";
   let description = [{
-    The 2-byte pattern of each value in `format` ("bf16" or "f16"), two
-    patterns per float32 element of the 1-D result (the first in the low
-    half; an odd count leaves the last high half zero), so that a tensor
-    the backward reads after its forward is kept in 2 bytes a value. The
-    values must be exact in `format` (a `cdp.round_to` result, or one an op
-    marked `cdp.narrow` computes from them: cdp-pack-narrow-stash packs
-    those only), so `cdp.unpack_narrow` gives them back bit for bit.
+    The values in `format` ("bf16" or "f16"), as a tensor of that element
+    type and the input's shape, so that a tensor the backward reads after
+    its forward is kept in 2 bytes a value and a product marked
+    `narrow_operands` reads it as it is. The values must be exact in
+    `format` (a `cdp.round_to` result, or one an op marked `cdp.narrow`
+    computes from them: cdp-pack-narrow-stash packs those only), so
+    `cdp.unpack_narrow` gives them back bit for bit.
   }];
   let arguments = (ins CDP_F32Tensor:$input, StrAttr:$format);
-  let results = (outs CDP_F32Tensor:$output);
+  let results = (outs CDP_NarrowTensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
   let hasVerifier = 1;
 }
 
 def CDP_UnpackNarrowOp : CDP_BaseOp<"unpack_narrow", [Pure]> {
-  let summary = "the float32 values a cdp.pack_narrow packed";
+  let summary = "the float32 values a cdp.pack_narrow stored";
   let description = [{
-    Each 2-byte pattern of `format` in the packed input widened back to
-    float32 (exactly), into a tensor of the result's shape.
+    Each bf16 or fp16 value of the input (`format` names its type) widened
+    back to float32 (exactly), in a tensor of the same shape.
   }];
-  let arguments = (ins CDP_F32Tensor:$input, StrAttr:$format);
+  let arguments = (ins CDP_NarrowTensor:$input, StrAttr:$format);
   let results = (outs CDP_F32Tensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
   let hasVerifier = 1;
