@@ -122,6 +122,7 @@ void buildTrainingPipeline(OpPassManager &pm,
     pm.addPass(createDropExactRoundings());
     pm.addPass(createFuseRoundings());
     pm.addPass(createMarkNarrowProducts());
+    pm.addPass(createReadNarrowOperands());
   }
   InsertOptimizerOptions optimizer;
   optimizer.optimizer = config.optimizer;

@@ -44,9 +44,24 @@ void binary(const Check &c) {
 }
 
 /// Input k (k = 0, 1) of a gemm, as (rows, columns) after transposition.
+/// A product's types: float32, except operands A and B, which may hold
+/// the 2-byte values its narrow_operands mark names.
+void productTypes(const Check &c) {
+  std::string format = c.text("narrow_operands", "");
+  plan::DType narrow = format == "bf16"  ? plan::BF16
+                       : format == "f16" ? plan::F16
+                                         : plan::F32;
+  for (const TensorView *v : {&c.in(0), &c.in(1)})
+    if (v->dtype != narrow)
+      c.type(*v, plan::F32);
+  if (const TensorView *bias = c.optional(2))
+    c.type(*bias, plan::F32);
+  c.type(c.out(0), plan::F32);
+}
+
 void gemm(const Check &c) {
   c.declared();
-  c.allF32();
+  productTypes(c);
   const TensorView &a = c.in(0), &b = c.in(1), &y = c.out(0);
   for (const TensorView *v : {&a, &b, &y})
     c.rank(*v, 2, 2);
@@ -65,7 +80,7 @@ void gemm(const Check &c) {
 
 void matmul(const Check &c) {
   c.declared();
-  c.allF32();
+  productTypes(c);
   std::vector<int64_t> as = c.in(0).shape, bs = c.in(1).shape;
   c.require(!as.empty() && !bs.empty(), "matmul of a scalar");
   bool transA = c.attribute("trans_a", 0, 0, 1),

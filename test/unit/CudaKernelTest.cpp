@@ -60,6 +60,11 @@ struct Case {
 Spec f32(std::vector<int64_t> shape, Fill fill = Fill::Normal) {
   return {std::move(shape), plan::F32, fill, 0};
 }
+/// 2-byte values a plan stores under --precision (cdp.pack_narrow's).
+Spec stored(std::vector<int64_t> shape, plan::DType dtype) {
+  return {std::move(shape), dtype,
+          dtype == plan::BF16 ? Fill::Bfloat16 : Fill::Float16, 0};
+}
 Spec labels(std::vector<int64_t> shape, int64_t range) {
   return {std::move(shape), plan::I64, Fill::Labels, range};
 }
@@ -357,6 +362,27 @@ std::vector<Case> linalgCases() {
        {f32({2, 3, 16, 40})},
        {attr("trans_a", 1), attr("trans_b", 1), text("narrow_operands", "f16")},
        1e-4},
+      // Operands the plan stores in 2 bytes (cdp-read-narrow-operands): read
+      // in place, as one matrix for every product, or gathered where
+      // broadcasting repeats them; beside a float32 operand converted.
+      {"gemm_bf16_stored",
+       "gemm",
+       {stored({64, 48}, plan::BF16), f32({40, 48}, Fill::Bfloat16), f32({40})},
+       {f32({64, 40})},
+       {attr("trans_b", 1), text("narrow_operands", "bf16")},
+       1e-4},
+      {"matmul_bf16_stored_one_for_all",
+       "matmul",
+       {stored({2, 3, 24, 16}, plan::BF16), stored({24, 40}, plan::BF16)},
+       {f32({2, 3, 16, 40})},
+       {attr("trans_a", 1), text("narrow_operands", "bf16")},
+       1e-4},
+      {"matmul_f16_stored_gathered",
+       "matmul",
+       {stored({2, 1, 24, 16}, plan::F16), stored({3, 40, 24}, plan::F16)},
+       {f32({2, 3, 16, 40})},
+       {attr("trans_a", 1), attr("trans_b", 1), text("narrow_operands", "f16")},
+       1e-4},
   };
 }
 
@@ -619,6 +645,12 @@ std::vector<char> draw(const Spec &spec, std::mt19937 &random) {
       std::memcpy(bytes.data() + 8 * i, &v, 8);
     } else if (spec.dtype == plan::BOOL) {
       bytes[i] = random() % 3 != 0;
+    } else if (spec.dtype == plan::BF16 || spec.dtype == plan::F16) {
+      float v = normal(random);
+      uint16_t bits = spec.dtype == plan::BF16
+                          ? bfloat16BitsOf(roundToBfloat16(v))
+                          : float16BitsOf(roundToFloat16(v));
+      std::memcpy(bytes.data() + 2 * i, &bits, 2);
     } else {
       float v = spec.fill == Fill::Zero       ? 2.0f // pow's exponent
                 : spec.fill == Fill::Nought   ? 0.0f

@@ -222,4 +222,88 @@ TEST(MatMulKernel, NarrowOperandsAreChecked) {
             std::string::npos);
 }
 
+// A product reading 2-byte operands (cdp-read-narrow-operands) widens them
+// into buffers of its own, its workspace, and computes exactly what the
+// float32 product of the same values does: matmul with a bf16 A, with an
+// fp16 B, with both, and a gemm with a bf16 B and a bias.
+TEST(MatMulKernel, ReadsTwoByteOperands) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  std::vector<int64_t> as{4, 6, 5}, bs{4, 5, 3}, ys{4, 6, 3};
+  std::vector<float> a(product(as)), b(product(bs));
+  for (float &v : a)
+    v = cdp::roundToBfloat16(normal(rng));
+  for (float &v : b)
+    v = cdp::roundToFloat16(cdp::roundToBfloat16(normal(rng)));
+  std::vector<uint16_t> aBits(a.size()), bBf16(b.size()), bF16(b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    aBits[i] = cdp::bfloat16BitsOf(a[i]);
+  for (size_t i = 0; i < b.size(); ++i) {
+    bBf16[i] = cdp::bfloat16BitsOf(b[i]);
+    bF16[i] = cdp::float16BitsOf(b[i]);
+  }
+  auto run = [&](const std::string &op, const std::string &format, TensorView x,
+                 TensorView w, std::vector<TensorView> extra,
+                 std::vector<int64_t> outShape, int64_t *workspace) {
+    plan::Instruction instruction;
+    instruction.set_op(op);
+    instruction.set_location("/mlp/" + op);
+    plan::Attribute *mark = instruction.add_attributes();
+    mark->set_name("narrow_operands");
+    mark->set_s(format);
+    std::vector<float> y(product(outShape), std::nanf(""));
+    KernelArgs args;
+    args.instruction = &instruction;
+    args.inputs = {x, w};
+    for (const TensorView &v : extra)
+      args.inputs.push_back(v);
+    TensorView out;
+    out.data = y.data();
+    out.shape = outShape;
+    args.outputs = {out};
+    auto kernel = (*KernelRegistry::instance().lookup(op, Backend::CPU))(args);
+    kernel->run(StepContext());
+    *workspace = kernel->workspaceBytes();
+    return y;
+  };
+  auto f32 = [](std::vector<float> &data, std::vector<int64_t> shape) {
+    TensorView v;
+    v.data = data.data();
+    v.shape = std::move(shape);
+    return v;
+  };
+  auto narrow = [](std::vector<uint16_t> &bits, std::vector<int64_t> shape,
+                   plan::DType dtype) {
+    TensorView v;
+    v.data = bits.data();
+    v.shape = std::move(shape);
+    v.dtype = dtype;
+    return v;
+  };
+  int64_t workspace = 0;
+  std::vector<float> expected =
+      run("matmul", "f16", f32(a, as), f32(b, bs), {}, ys, &workspace);
+  EXPECT_EQ(workspace, 0);
+  EXPECT_EQ(run("matmul", "bf16", narrow(aBits, as, plan::BF16), f32(b, bs), {},
+                ys, &workspace),
+            expected);
+  EXPECT_EQ(workspace, product(as) * 4);
+  EXPECT_EQ(run("matmul", "f16", f32(a, as), narrow(bF16, bs, plan::F16), {},
+                ys, &workspace),
+            expected);
+  EXPECT_EQ(workspace, product(bs) * 4);
+  std::vector<uint16_t> aOnly(aBits.begin(), aBits.begin() + 30);
+  std::vector<float> a2(a.begin(), a.begin() + 30),
+      b2(b.begin(), b.begin() + 15), bias{0.5f, -1.0f, 2.0f};
+  std::vector<uint16_t> b2Bits(bBf16.begin(), bBf16.begin() + 15);
+  std::vector<float> gemmPlain =
+      run("gemm", "bf16", f32(a2, {6, 5}), f32(b2, {5, 3}), {f32(bias, {3})},
+          {6, 3}, &workspace);
+  EXPECT_EQ(run("gemm", "bf16", narrow(aOnly, {6, 5}, plan::BF16),
+                narrow(b2Bits, {5, 3}, plan::BF16), {f32(bias, {3})}, {6, 3},
+                &workspace),
+            gemmPlain);
+  EXPECT_EQ(workspace, (30 + 15) * 4);
+}
+
 } // namespace

@@ -279,8 +279,32 @@ LogicalResult GemmOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,
                            " does not broadcast to [" + Twine(m) + "," +
                            Twine(n) + "]");
   }
-  types.push_back(tensorOf({m, n}, a.getElementType()));
+  types.push_back(tensorOf({m, n}, Float32Type::get(a.getContext())));
   return success();
+}
+
+/// A 2-byte operand of a product is what `narrow_operands` names.
+static LogicalResult verifyNarrowOperands(Operation *op,
+                                          std::optional<StringRef> format) {
+  for (Value operand : op->getOperands().take_front(2)) {
+    Type element = cast<RankedTensorType>(operand.getType()).getElementType();
+    if (element.isF32())
+      continue;
+    StringRef stored = element.isBF16() ? "bf16" : "f16";
+    if (format != stored)
+      return op->emitOpError("reads a ")
+             << stored << " operand, which needs narrow_operands = \"" << stored
+             << "\"";
+  }
+  return success();
+}
+
+LogicalResult GemmOp::verify() {
+  return verifyNarrowOperands(*this, getNarrowOperands());
+}
+
+LogicalResult MatMulOp::verify() {
+  return verifyNarrowOperands(*this, getNarrowOperands());
 }
 
 LogicalResult MatMulOp::inferReturnTypes(MLIRContext *, Loc loc,
@@ -319,7 +343,7 @@ LogicalResult MatMulOp::inferReturnTypes(MLIRContext *, Loc loc,
     shape.push_back(lhs[lhs.size() - 2]);
   if (!rhsVector)
     shape.push_back(rhs.back());
-  types.push_back(tensorOf(shape, a.getElementType()));
+  types.push_back(tensorOf(shape, Float32Type::get(a.getContext())));
   return success();
 }
 

@@ -302,6 +302,27 @@ def MarkNarrowProducts : Pass<"cdp-mark-narrow-products", "mlir::ModuleOp"> {
   let dependentDialects = ["cdp::CDPDialect"];
 }
 
+def ReadNarrowOperands : Pass<"cdp-read-narrow-operands", "mlir::ModuleOp"> {
+  let summary = "Lets marked products read the 2-byte copies of their operands";
+  let description = [{
+    Mixed precision, after cdp-mark-narrow-products: an operand `A` or `B`
+    of a `cdp.matmul` or `cdp.gemm` marked `narrow_operands` that is a
+    `cdp.unpack_narrow` of that format is replaced by the unpacked tensor
+    itself, and one that cdp-pack-narrow-stash also packed (a
+    `cdp.pack_narrow` of that format earlier in the block, of the same
+    stage and phase as the product) by the packed tensor. The product then
+    reads 2 bytes a value: a GPU multiplies them as they are instead of
+    converting float32 copies, and an unpacked copy no other op reads is
+    erased. The values, and so every result, are the same.
+
+    ```mlir
+    %p = cdp.pack_narrow %r {format = "bf16"} : tensor<4x8xf32> -> tensor<4x8xbf16>
+    %y = cdp.matmul %p, %w {narrow_operands = "bf16"} : (tensor<4x8xbf16>, tensor<8x2xf32>) -> tensor<4x2xf32>
+    ```
+  }];
+  let dependentDialects = ["cdp::CDPDialect"];
+}
+
 def FoldTranspose : Pass<"cdp-fold-transpose", "mlir::ModuleOp"> {
   let summary = "Folds Transpose ops into the MatMul and Gemm operands that read them";
   let description = [{

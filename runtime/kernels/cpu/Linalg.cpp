@@ -262,14 +262,66 @@ checkingNarrowOperands(const KernelArgs &args,
   };
 }
 
+/// A product's operand stored in 2 bytes and the float32 buffer the kernel
+/// widens it into.
+struct WidenedOperand {
+  TensorView narrow;
+  std::shared_ptr<std::vector<float>> values;
+};
+
+/// Widens `operand` into its buffer (exact: every 2-byte value is a
+/// float32 value).
+void widen(const WidenedOperand &operand) {
+  const auto *in = static_cast<const uint16_t *>(operand.narrow.data);
+  float *out = operand.values->data();
+  bool bf16 = operand.narrow.dtype == plan::BF16;
+  int64_t n = operand.narrow.numel();
+#pragma omp parallel for if (n > 65536)
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = bf16 ? floatOfBfloat16(in[i]) : floatOfFloat16(in[i]);
+}
+
+/// A gemm's or matmul's kernel made by `make`: operands A and B that hold
+/// 2-byte values (cdp-read-narrow-operands) are widened into float32
+/// buffers of the kernel's own, its workspace, before each run, and the
+/// float32 kernel multiplies those.
+std::unique_ptr<Kernel> productKernel(
+    const KernelArgs &args,
+    std::function<std::function<void(const StepContext &)>(const KernelArgs &)>
+        make) {
+  KernelArgs widenedArgs = args;
+  std::vector<WidenedOperand> widened;
+  int64_t workspace = 0;
+  for (int i : {0, 1}) {
+    TensorView &operand = widenedArgs.inputs[i];
+    if (operand.dtype != plan::BF16 && operand.dtype != plan::F16)
+      continue;
+    auto values = std::make_shared<std::vector<float>>(operand.numel());
+    widened.push_back({operand, values});
+    workspace += operand.numel() * static_cast<int64_t>(sizeof(float));
+    operand.data = values->data();
+    operand.dtype = plan::F32;
+  }
+  auto body = checkingNarrowOperands(widenedArgs, make(widenedArgs));
+  if (widened.empty())
+    return std::make_unique<FunctionKernel>(std::move(body));
+  return std::make_unique<FunctionKernel>(
+      [widened, body](const StepContext &context) {
+        for (const WidenedOperand &operand : widened)
+          widen(operand);
+        body(context);
+      },
+      workspace);
+}
+
 } // namespace
 
 void registerLinalg(KernelRegistry &registry) {
-  addKernel(registry, "gemm", [](const KernelArgs &args) {
-    return checkingNarrowOperands(args, gemmKernel(args));
+  registry.add("gemm", Backend::CPU, [](const KernelArgs &args) {
+    return productKernel(args, gemmKernel);
   });
-  addKernel(registry, "matmul", [](const KernelArgs &args) {
-    return checkingNarrowOperands(args, matMulKernel(args));
+  registry.add("matmul", Backend::CPU, [](const KernelArgs &args) {
+    return productKernel(args, matMulKernel);
   });
 
   addKernel(registry, "conv", [](const KernelArgs &args) {

@@ -4,9 +4,11 @@
 // C^T = op(B)^T op(A)^T, so every call swaps the operands. Products run in
 // float32 (CUBLAS_DEFAULT_MATH: no TF32) unless --allow-tf32 chose tensor
 // cores. A product marked narrow_operands (its operands exact in bf16 or
-// fp16: cdp-mark-narrow-products) copies them into 2-byte values in the
-// device's shared block and multiplies those on tensor cores with float32
-// sums and a float32 result (cublasGemmStridedBatchedEx), as autocast does.
+// fp16: cdp-mark-narrow-products) copies float32 operands into 2-byte
+// values in the device's shared block, reads operands the plan stores in 2
+// bytes (cdp-read-narrow-operands) where they are, and multiplies on tensor
+// cores with float32 sums and a float32 result
+// (cublasGemmStridedBatchedEx), as autocast does.
 //
 //===----------------------------------------------------------------------===//
 
@@ -47,39 +49,102 @@ __global__ void narrowMatrices(const float *from, uint16_t *to, int64_t size,
   }
 }
 
+/// The 2-byte patterns of `count` matrices of `size` values each, matrix i
+/// read at `from` + map(i) * size (a broadcast operand repeated).
+__global__ void gatherMatrices(const uint16_t *from, uint16_t *to, int64_t size,
+                               int64_t total, IndexMap map) {
+  CDP_FOR_EACH(i, total) { to[i] = from[map(i / size) * size + i % size]; }
+}
+
+/// How a narrow product's operand reaches cuBLAS.
+enum class NarrowSource {
+  Convert,   ///< float32 values, copied into 2-byte ones in the shared block
+  InPlace,   ///< 2-byte values the plan stores, matrix after matrix
+  OneForAll, ///< 2-byte values of one matrix every product reads
+  Gather,    ///< 2-byte values broadcasting repeats: gathered into the block
+};
+
+/// `operand`'s source in a product of `count` matrices whose batch
+/// dimensions broadcast from `operandBatch` to `batch`.
+NarrowSource narrowSourceOf(const TensorView &operand, int64_t count,
+                            const std::vector<int64_t> &operandBatch,
+                            const std::vector<int64_t> &batch) {
+  if (operand.dtype != plan::BF16 && operand.dtype != plan::F16)
+    return NarrowSource::Convert;
+  int64_t matrices = 1;
+  for (int64_t d : operandBatch)
+    matrices *= d;
+  if (count == 1 || operandBatch == batch)
+    return NarrowSource::InPlace;
+  return matrices == 1 ? NarrowSource::OneForAll : NarrowSource::Gather;
+}
+
 /// A product of operands exact in a narrow format: each operand's `count`
-/// matrices copied into 2-byte values (in the device's shared block), then
-/// one strided batched product of them with float32 sums into float32 Y.
+/// matrices in 2-byte values (read where the plan stores them so, else
+/// copied into the device's shared block), then one strided batched
+/// product of them with float32 sums into float32 Y.
 struct NarrowProduct {
   NarrowFormat format = NarrowFormat::None;
   bool transA = false, transB = false;
   int64_t m = 0, n = 0, k = 0, count = 1;
   IndexMap aMap, bMap; ///< matrix i of the product reads matrix map(i)
+  NarrowSource aSource = NarrowSource::Convert, bSource = NarrowSource::Convert;
 
+  static bool copied(NarrowSource source) {
+    return source == NarrowSource::Convert || source == NarrowSource::Gather;
+  }
   /// Where B's copy begins, in 2-byte values: 256-byte aligned, as
   /// cuBLAS's fastest tensor-core kernels want their operands.
-  int64_t bOffset() const { return (count * m * k + 127) / 128 * 128; }
-  int64_t bytes() const { return 2 * (bOffset() + count * k * n); }
+  int64_t bOffset() const {
+    return copied(aSource) ? (count * m * k + 127) / 128 * 128 : 0;
+  }
+  /// The shared block's bytes the copies take.
+  int64_t bytes() const {
+    return 2 * (bOffset() + (copied(bSource) ? count * k * n : 0));
+  }
 
   /// Y = alpha op(A) op(B) + beta Y on `stream` (the device's).
-  void run(CudaDevice &device, cudaStream_t stream, const float *a,
-           const float *b, float alpha, float beta, float *y) const {
+  void run(CudaDevice &device, cudaStream_t stream, const void *a,
+           const void *b, float alpha, float beta, float *y) const {
     auto *a16 = static_cast<uint16_t *>(device.shared());
-    uint16_t *b16 = a16 + bOffset();
-    bool bf16 = format == NarrowFormat::Bfloat16;
-    narrowMatrices<<<blocksFor(count * m * k), kThreads, 0, stream>>>(
-        a, a16, m * k, count * m * k, aMap, bf16);
-    narrowMatrices<<<blocksFor(count * k * n), kThreads, 0, stream>>>(
-        b, b16, k * n, count * k * n, bMap, bf16);
-    launched("narrow operands");
-    cudaDataType type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    const uint16_t *aIn = prepare(aSource, a, a16, m * k, aMap, stream);
+    const uint16_t *bIn =
+        prepare(bSource, b, a16 + bOffset(), k * n, bMap, stream);
+    cudaDataType type =
+        format == NarrowFormat::Bfloat16 ? CUDA_R_16BF : CUDA_R_16F;
     checkCublas(cublas().gemmStridedBatchedEx(
                     device.blas(), transB ? CUBLAS_OP_T : CUBLAS_OP_N,
-                    transA ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b16,
-                    type, transB ? k : n, k * n, a16, type, transA ? m : k,
-                    m * k, &beta, y, CUDA_R_32F, n, m * n, count,
-                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                    transA ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, bIn,
+                    type, transB ? k : n, strideOf(bSource, k * n), aIn, type,
+                    transA ? m : k, strideOf(aSource, m * k), &beta, y,
+                    CUDA_R_32F, n, m * n, count, CUBLAS_COMPUTE_32F,
+                    CUBLAS_GEMM_DEFAULT),
                 "cublasGemmStridedBatchedEx");
+  }
+
+private:
+  static int64_t strideOf(NarrowSource source, int64_t size) {
+    return source == NarrowSource::OneForAll ? 0 : size;
+  }
+  /// The operand's 2-byte matrices, copied into `block` where they must be.
+  const uint16_t *prepare(NarrowSource source, const void *operand,
+                          uint16_t *block, int64_t size, IndexMap map,
+                          cudaStream_t stream) const {
+    int64_t total = count * size;
+    if (source == NarrowSource::Convert) {
+      narrowMatrices<<<blocksFor(total), kThreads, 0, stream>>>(
+          static_cast<const float *>(operand), block, size, total, map,
+          format == NarrowFormat::Bfloat16);
+      launched("narrow operands");
+      return block;
+    }
+    if (source == NarrowSource::Gather) {
+      gatherMatrices<<<blocksFor(total), kThreads, 0, stream>>>(
+          static_cast<const uint16_t *>(operand), block, size, total, map);
+      launched("narrow operands");
+      return block;
+    }
+    return static_cast<const uint16_t *>(operand);
   }
 };
 
@@ -104,6 +169,8 @@ std::function<void(const StepContext &)> narrowMatMul(const KernelArgs &args,
     narrow.aMap = ia;
     narrow.bMap = ib;
   }
+  narrow.aSource = narrowSourceOf(a, narrow.count, g.aBatch, g.batch);
+  narrow.bSource = narrowSourceOf(b, narrow.count, g.bBatch, g.batch);
   CudaDevice &device = deviceOf(args);
   if (narrow.count > 0 && narrow.m > 0 && narrow.n > 0)
     device.reserveShared(narrow.bytes());
@@ -115,8 +182,7 @@ std::function<void(const StepContext &)> narrowMatMul(const KernelArgs &args,
                 "memset");
       return;
     }
-    narrow.run(device, streamOf(context), a.f32(), b.f32(), 1.0f, 0.0f,
-               y.f32());
+    narrow.run(device, streamOf(context), a.data, b.data, 1.0f, 0.0f, y.f32());
   };
 }
 
@@ -183,6 +249,8 @@ void registerLinalg(KernelRegistry &registry) {
     narrow.m = m;
     narrow.n = n;
     narrow.k = k;
+    narrow.aSource = narrowSourceOf(a, 1, {}, {});
+    narrow.bSource = narrowSourceOf(b, 1, {}, {});
     if (narrow.format != NarrowFormat::None)
       device.reserveShared(narrow.bytes());
     return [=, &device](const StepContext &context) {
@@ -198,7 +266,7 @@ void registerLinalg(KernelRegistry &registry) {
         return;
       }
       if (narrow.format != NarrowFormat::None)
-        narrow.run(device, streamOf(context), a.f32(), b.f32(), alpha,
+        narrow.run(device, streamOf(context), a.data, b.data, alpha,
                    effectiveBeta, y.f32());
       else
         sgemm(blas, transA, transB, m, n, k, alpha, a.f32(), b.f32(),

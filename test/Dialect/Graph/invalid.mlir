@@ -500,3 +500,27 @@ func.func @update_overflow(%w: tensor<4xf32>, %g: tensor<4xf32>, %s: tensor<4xf3
   cdp.update "w" %w, %g unless_overflow(%s : tensor<4xf32>) {lr = 1.0 : f32, optimizer = "sgd"} : tensor<4xf32>
   return
 }
+
+// -----
+
+func.func @product_narrow_operand(%p: tensor<4x8xbf16>, %w: tensor<8x2xf32>) -> tensor<4x2xf32> {
+  // expected-error@+1 {{'cdp.matmul' op reads a bf16 operand, which needs narrow_operands = "bf16"}}
+  %y = cdp.matmul %p, %w {narrow_operands = "f16"} : (tensor<4x8xbf16>, tensor<8x2xf32>) -> tensor<4x2xf32>
+  return %y : tensor<4x2xf32>
+}
+
+// -----
+
+func.func @product_unmarked_narrow_operand(%w: tensor<4x8xf32>, %p: tensor<8x2xf16>) -> tensor<4x2xf32> {
+  // expected-error@+1 {{'cdp.gemm' op reads a f16 operand, which needs narrow_operands = "f16"}}
+  %y = cdp.gemm %w, %p : (tensor<4x8xf32>, tensor<8x2xf16>) -> tensor<4x2xf32>
+  return %y : tensor<4x2xf32>
+}
+
+// -----
+
+func.func @pack_narrow_shape(%x: tensor<4x8xf32>) -> tensor<16xbf16> {
+  // expected-error@+1 {{'cdp.pack_narrow' op stores 'tensor<4x8xf32>' in a tensor of bf16 values of the same shape, not 'tensor<16xbf16>'}}
+  %p = cdp.pack_narrow %x {format = "bf16"} : tensor<4x8xf32> -> tensor<16xbf16>
+  return %p : tensor<16xbf16>
+}

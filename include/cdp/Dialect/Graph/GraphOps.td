@@ -28,6 +28,8 @@ def CDP_NumTensor : RankedTensorOf<[F32, I64]>;
 def CDP_AnyTensor : RankedTensorOf<[F32, I64, I1]>;
 // Values stored in 2 bytes under --precision bf16 or fp16 (cdp.pack_narrow).
 def CDP_NarrowTensor : RankedTensorOf<[BF16, F16]>;
+// A product's operand: float32, or 2-byte values it multiplies as they are.
+def CDP_ProductOperand : RankedTensorOf<[F32, BF16, F16]>;
 
 //===----------------------------------------------------------------------===//
 // Base classes
@@ -150,15 +152,19 @@ def CDP_GemmOp : CDP_Op<"gemm", [CDP_Differentiable]> {
     `trans_a`/`trans_b` is set; `C` broadcasts to `(M, N)`.
     `narrow_operands` ("bf16" or "f16", set by cdp-mark-narrow-products)
     says that every value of `A` and `B` is exact in that format, so a
-    backend may multiply them in it with float32 sums.
+    backend may multiply them in it with float32 sums. Under it `A` and
+    `B` may also be tensors of that format (cdp-read-narrow-operands: the
+    values cdp.pack_narrow stored), read as they are; the result is
+    float32.
   }];
-  let arguments = (ins CDP_F32Tensor:$a, CDP_F32Tensor:$b, Optional<CDP_F32Tensor>:$c,
+  let arguments = (ins CDP_ProductOperand:$a, CDP_ProductOperand:$b, Optional<CDP_F32Tensor>:$c,
                        DefaultValuedAttr<F32Attr, "1.0f">:$alpha,
                        DefaultValuedAttr<F32Attr, "1.0f">:$beta,
                        DefaultValuedAttr<BoolAttr, "false">:$trans_a,
                        DefaultValuedAttr<BoolAttr, "false">:$trans_b,
                        OptionalAttr<StrAttr>:$narrow_operands);
   let results = (outs CDP_F32Tensor:$output);
+  let hasVerifier = 1;
 }
 
 def CDP_MatMulOp : CDP_Op<"matmul", [CDP_Differentiable]> {
@@ -170,13 +176,14 @@ def CDP_MatMulOp : CDP_Op<"matmul", [CDP_Differentiable]> {
     `matmul(swapaxes(a, -1, -2), b)`); they need that operand to have rank
     2 or more. The importer never sets them: `cdp-fold-transpose` and the
     MatMul gradient do, so that no Transpose op runs before the product.
-    `narrow_operands` as for `cdp.gemm`.
+    `narrow_operands` as for `cdp.gemm`, with 2-byte operands likewise.
   }];
-  let arguments = (ins CDP_F32Tensor:$a, CDP_F32Tensor:$b,
+  let arguments = (ins CDP_ProductOperand:$a, CDP_ProductOperand:$b,
                        DefaultValuedAttr<BoolAttr, "false">:$trans_a,
                        DefaultValuedAttr<BoolAttr, "false">:$trans_b,
                        OptionalAttr<StrAttr>:$narrow_operands);
   let results = (outs CDP_F32Tensor:$output);
+  let hasVerifier = 1;
 }
 
 def CDP_ConvOp : CDP_Op<"conv", [CDP_Differentiable]> {

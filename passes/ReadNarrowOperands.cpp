@@ -1,0 +1,76 @@
+//===- ReadNarrowOperands.cpp - products read 2-byte operands -------------===//
+//
+// Under --precision bf16 or fp16 a value the backward reads is stored in 2
+// bytes (cdp-pack-narrow-stash) and unpacked into float32 before its
+// readers, and a product marked narrow_operands reads float32 operands that
+// a GPU converts into 2-byte copies again before it multiplies. Where the
+// 2-byte tensor exists, the product reads it instead: no unpacking for it,
+// no conversion.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cdp/Dialect/Graph/GraphOps.h"
+#include "cdp/Passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/SetVector.h"
+
+namespace cdp {
+#define GEN_PASS_DEF_READNARROWOPERANDS
+#include "cdp/Passes/Passes.h.inc"
+} // namespace cdp
+
+using namespace mlir;
+using namespace cdp;
+
+namespace {
+
+/// The 2-byte tensor of `format` holding the values of `operand`, readable
+/// by `product`, or null: the input of the unpack that computed it, or a
+/// pack of it made before `product` in its stage and phase.
+Value narrowCopyOf(Value operand, StringRef format, Operation *product) {
+  if (auto unpack = operand.getDefiningOp<UnpackNarrowOp>())
+    return unpack.getFormat() == format ? unpack.getInput() : Value();
+  for (Operation *user : operand.getUsers()) {
+    auto pack = dyn_cast<PackNarrowOp>(user);
+    if (pack && pack.getFormat() == format &&
+        pack->getBlock() == product->getBlock() &&
+        pack->isBeforeInBlock(product) &&
+        pack->getAttr("cdp.stage") == product->getAttr("cdp.stage") &&
+        pack->getAttr("cdp.phase") == product->getAttr("cdp.phase"))
+      return pack.getOutput();
+  }
+  return Value();
+}
+
+/// Points the product's operands A and B at their 2-byte copies; returns
+/// the unpacks it stopped reading.
+void readNarrowCopies(Operation *product, StringRef format,
+                      llvm::SetVector<Operation *> &released) {
+  for (OpOperand &operand : product->getOpOperands().take_front(2)) {
+    Value copy = narrowCopyOf(operand.get(), format, product);
+    if (!copy)
+      continue;
+    if (auto unpack = operand.get().getDefiningOp<UnpackNarrowOp>())
+      released.insert(unpack);
+    operand.set(copy);
+  }
+}
+
+struct ReadNarrowOperandsPass
+    : public cdp::impl::ReadNarrowOperandsBase<ReadNarrowOperandsPass> {
+  void runOnOperation() override {
+    llvm::SetVector<Operation *> released;
+    getOperation().walk([&](Operation *op) {
+      if (!isa<MatMulOp, GemmOp>(op))
+        return;
+      if (auto format = op->getAttrOfType<StringAttr>("narrow_operands"))
+        readNarrowCopies(op, format.getValue(), released);
+    });
+    for (Operation *unpack : released)
+      if (unpack->use_empty())
+        unpack->erase();
+  }
+};
+
+} // namespace

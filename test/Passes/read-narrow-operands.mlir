@@ -1,0 +1,30 @@
+// RUN: cdp-opt %s -cdp-read-narrow-operands | FileCheck %s
+
+// Tests that a marked product reads the 2-byte copies of its operands: the
+// forward matmul reads the pack of %r made before it (same stage, same
+// phase) instead of %r, and %w itself (its pack is the backward's); the
+// backward gemm reads the packed values its unpacks widened, and the
+// unpack nothing else reads is erased; the one the relu also reads stays.
+// An unmarked product is left alone.
+// CHECK-LABEL: func.func @main
+// CHECK: %[[R:.+]] = cdp.round_to %arg0
+// CHECK-NEXT: %[[P:.+]] = cdp.pack_narrow %[[R]]
+// CHECK-NEXT: %[[Q:.+]] = cdp.pack_narrow %arg1 {cdp.phase = "backward", format = "bf16"}
+// CHECK-NEXT: cdp.matmul %[[P]], %arg1 {narrow_operands = "bf16"} : (tensor<4x8xbf16>, tensor<8x2xf32>) -> tensor<4x2xf32>
+// CHECK-NEXT: cdp.matmul %[[R]], %{{.+}} : (tensor<4x8xf32>, tensor<8x2xf32>) -> tensor<4x2xf32>
+// CHECK-NEXT: %[[U:.+]] = cdp.unpack_narrow %[[Q]]
+// CHECK-NOT: cdp.unpack_narrow %[[P]]
+// CHECK-NEXT: cdp.gemm %[[P]], %[[Q]] {cdp.phase = "backward", narrow_operands = "bf16"} : (tensor<4x8xbf16>, tensor<8x2xbf16>) -> tensor<4x2xf32>
+// CHECK-NEXT: cdp.relu %[[U]]
+func.func @main(%x: tensor<4x8xf32>, %w: tensor<8x2xf32>) -> (tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<8x2xf32>) {
+  %r = cdp.round_to %x {format = "bf16"} : tensor<4x8xf32>
+  %p = cdp.pack_narrow %r {format = "bf16"} : tensor<4x8xf32> -> tensor<4x8xbf16>
+  %q = cdp.pack_narrow %w {cdp.phase = "backward", format = "bf16"} : tensor<8x2xf32> -> tensor<8x2xbf16>
+  %y = cdp.matmul %r, %w {narrow_operands = "bf16"} : (tensor<4x8xf32>, tensor<8x2xf32>) -> tensor<4x2xf32>
+  %z = cdp.matmul %r, %w : (tensor<4x8xf32>, tensor<8x2xf32>) -> tensor<4x2xf32>
+  %ur = cdp.unpack_narrow %p {cdp.phase = "backward", format = "bf16"} : tensor<4x8xbf16> -> tensor<4x8xf32>
+  %uw = cdp.unpack_narrow %q {cdp.phase = "backward", format = "bf16"} : tensor<8x2xbf16> -> tensor<8x2xf32>
+  %g = cdp.gemm %ur, %uw {cdp.phase = "backward", narrow_operands = "bf16"} : (tensor<4x8xf32>, tensor<8x2xf32>) -> tensor<4x2xf32>
+  %a = cdp.relu %uw {cdp.phase = "backward"} : tensor<8x2xf32>
+  return %y, %z, %g, %a : tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<8x2xf32>
+}
