@@ -104,6 +104,14 @@ CDP_HOST_DEVICE inline float floatOfFloat16(uint16_t pattern) {
   return floatOf(sign | ((exponent - 15 + 127) << 23) | (mantissa << 13));
 }
 
+/// cdp.pack_narrow's pattern of any float32 value: rounded to the format
+/// to nearest even first, as cdp.round_to rounds, so that an exact value
+/// keeps its pattern and a round_to folded into the pack changes nothing.
+CDP_HOST_DEVICE inline uint16_t narrowBitsOf(float x, bool bf16) {
+  return bf16 ? bfloat16BitsOf(roundToBfloat16(x))
+              : float16BitsOf(roundToFloat16(x));
+}
+
 } // namespace cdp
 
 #endif // CDP_RUNTIME_KERNELS_NARROWFLOAT_H

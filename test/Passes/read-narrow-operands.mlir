@@ -1,4 +1,4 @@
-// RUN: cdp-opt %s -cdp-read-narrow-operands | FileCheck %s
+// RUN: cdp-opt %s -split-input-file -cdp-read-narrow-operands | FileCheck %s
 
 // Tests that a marked product reads the 2-byte copies of its operands: the
 // forward matmul reads the pack of %r made before it (same stage, same
@@ -27,4 +27,25 @@ func.func @main(%x: tensor<4x8xf32>, %w: tensor<8x2xf32>) -> (tensor<4x2xf32>, t
   %g = cdp.gemm %ur, %uw {cdp.phase = "backward", narrow_operands = "bf16"} : (tensor<4x8xf32>, tensor<8x2xf32>) -> tensor<4x2xf32>
   %a = cdp.relu %uw {cdp.phase = "backward"} : tensor<8x2xf32>
   return %y, %z, %g, %a : tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<8x2xf32>
+}
+
+// -----
+
+// Tests that a round_to only the pack reads, once the product reads the
+// pack, is folded into it (the pack rounds as it stores); one another op
+// still reads stays.
+// CHECK-LABEL: func.func @main
+// CHECK-NEXT: %[[P:.+]] = cdp.pack_narrow %arg0 {format = "bf16"} : tensor<4x8xf32> -> tensor<4x8xbf16>
+// CHECK-NEXT: %[[R:.+]] = cdp.round_to %arg1
+// CHECK-NEXT: %[[Q:.+]] = cdp.pack_narrow %[[R]]
+// CHECK-NEXT: cdp.matmul %[[P]], %[[Q]] {narrow_operands = "bf16"}
+// CHECK-NEXT: cdp.relu %[[R]]
+func.func @main(%x: tensor<4x8xf32>, %w: tensor<8x2xf32>) -> (tensor<4x2xf32>, tensor<8x2xf32>) {
+  %r = cdp.round_to %x {format = "bf16"} : tensor<4x8xf32>
+  %p = cdp.pack_narrow %r {format = "bf16"} : tensor<4x8xf32> -> tensor<4x8xbf16>
+  %rw = cdp.round_to %w {format = "bf16"} : tensor<8x2xf32>
+  %q = cdp.pack_narrow %rw {format = "bf16"} : tensor<8x2xf32> -> tensor<8x2xbf16>
+  %y = cdp.matmul %r, %rw {narrow_operands = "bf16"} : (tensor<4x8xf32>, tensor<8x2xf32>) -> tensor<4x2xf32>
+  %a = cdp.relu %rw : tensor<8x2xf32>
+  return %y, %a : tensor<4x2xf32>, tensor<8x2xf32>
 }

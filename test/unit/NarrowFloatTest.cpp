@@ -87,6 +87,51 @@ TEST(NarrowFloat, EveryPatternPacksBackToItself) {
   EXPECT_TRUE(std::signbit(floatOfFloat16(0x8000)));
 }
 
+// cdp.pack_narrow rounds what is not exact yet, as round_to does (to
+// nearest, ties to even; NaN stays NaN), so cdp-read-narrow-operands may
+// fold a round_to into the pack that alone reads it: the CPU kernel's
+// patterns of values between, exactly halfway between and on each format's
+// values are those of the rounded values.
+TEST(NarrowFloat, PackRoundsAsRoundToDoes) {
+  using namespace cdp::runtime;
+  std::vector<float> x = {1.0f + 0x1p-8f,   1.0f + 0x1p-9f, 1.0f + 3 * 0x1p-9f,
+                          -2.5f + 0x1p-20f, 65519.0f,       1e-9f,
+                          0x1p-24f,         3.0f,           NAN};
+  std::mt19937 random(5);
+  std::normal_distribution<float> normal(0.0f, 100.0f);
+  for (int i = 0; i < 1000; ++i)
+    x.push_back(normal(random));
+  for (bool bf16 : {true, false}) {
+    cdp::plan::Instruction instruction;
+    instruction.set_op("pack_narrow");
+    cdp::plan::Attribute *format = instruction.add_attributes();
+    format->set_name("format");
+    format->set_s(bf16 ? "bf16" : "f16");
+    std::vector<uint16_t> packed(x.size());
+    TensorView in, out;
+    in.data = x.data();
+    in.shape = {static_cast<int64_t>(x.size())};
+    out.data = packed.data();
+    out.shape = in.shape;
+    out.dtype = bf16 ? cdp::plan::BF16 : cdp::plan::F16;
+    KernelArgs args;
+    args.instruction = &instruction;
+    args.inputs = {in};
+    args.outputs = {out};
+    (*KernelRegistry::instance().lookup("pack_narrow", Backend::CPU))(args)
+        ->run(StepContext());
+    for (size_t i = 0; i < x.size(); ++i) {
+      float rounded = bf16 ? roundToBfloat16(x[i]) : roundToFloat16(x[i]);
+      float unpacked =
+          bf16 ? floatOfBfloat16(packed[i]) : floatOfFloat16(packed[i]);
+      if (std::isnan(rounded))
+        EXPECT_TRUE(std::isnan(unpacked)) << i;
+      else
+        EXPECT_EQ(bitsOf(unpacked), bitsOf(rounded)) << bf16 << " " << i;
+    }
+  }
+}
+
 /// The CPU kernel of `op` on (a, b) with `round_result` when `rounding` is
 /// set: a binary op on both, dropout (training, 30 %) on `a`, its gradient
 /// on `a` with every other element kept.

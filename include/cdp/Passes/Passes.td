@@ -313,7 +313,9 @@ def ReadNarrowOperands : Pass<"cdp-read-narrow-operands", "mlir::ModuleOp"> {
     stage and phase as the product) by the packed tensor. The product then
     reads 2 bytes a value: a GPU multiplies them as they are instead of
     converting float32 copies, and an unpacked copy no other op reads is
-    erased. The values, and so every result, are the same.
+    erased. A `cdp.round_to` that only a pack of its format reads then is
+    folded into the pack, which rounds as it stores. The values, and so
+    every result, are the same.
 
     ```mlir
     %p = cdp.pack_narrow %r {format = "bf16"} : tensor<4x8xf32> -> tensor<4x8xbf16>

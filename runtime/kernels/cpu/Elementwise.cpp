@@ -181,7 +181,7 @@ static void registerArithmetic(KernelRegistry &registry) {
       auto *out = static_cast<uint16_t *>(packed.data);
 #pragma omp parallel for if (n > 65536)
       for (int64_t i = 0; i < n; ++i)
-        out[i] = bf16 ? bfloat16BitsOf(px[i]) : float16BitsOf(px[i]);
+        out[i] = narrowBitsOf(px[i], bf16);
     };
   });
   addKernel(registry, "unpack_narrow", [](const KernelArgs &args) {

@@ -310,9 +310,7 @@ __global__ void castKernel(const From *x, To *y, int64_t n) {
 /// mean), a thread per value.
 __global__ void packNarrowKernel(const float *x, uint16_t *packed, int64_t n,
                                  bool bf16) {
-  CDP_FOR_EACH(i, n) {
-    packed[i] = bf16 ? bfloat16BitsOf(x[i]) : float16BitsOf(x[i]);
-  }
+  CDP_FOR_EACH(i, n) { packed[i] = narrowBitsOf(x[i], bf16); }
 }
 
 __global__ void unpackNarrowKernel(const uint16_t *packed, float *y, int64_t n,

@@ -403,15 +403,17 @@ def CDP_RoundToOp : CDP_BaseOp<"round_to", [CDP_ElementwiseInPlace, CDP_Differen
 }
 
 def CDP_PackNarrowOp : CDP_BaseOp<"pack_narrow", [Pure]> {
-  let summary = "stores float32 values exact in bf16 or fp16 in 2 bytes each";
+  let summary = "stores float32 values in bf16 or fp16, 2 bytes each";
   let description = [{
-    The values in `format` ("bf16" or "f16"), as a tensor of that element
-    type and the input's shape, so that a tensor the backward reads after
-    its forward is kept in 2 bytes a value and a product marked
-    `narrow_operands` reads it as it is. The values must be exact in
-    `format` (a `cdp.round_to` result, or one an op marked `cdp.narrow`
-    computes from them: cdp-pack-narrow-stash packs those only), so
-    `cdp.unpack_narrow` gives them back bit for bit.
+    The values rounded to `format` ("bf16" or "f16") as `cdp.round_to`
+    rounds them, as a tensor of that element type and the input's shape,
+    so that a tensor the backward reads after its forward is kept in 2
+    bytes a value and a product marked `narrow_operands` reads it as it
+    is. cdp-pack-narrow-stash packs values already exact in `format` (a
+    `cdp.round_to` result, or one an op marked `cdp.narrow` computes from
+    them), so `cdp.unpack_narrow` gives them back bit for bit;
+    cdp-read-narrow-operands folds a `cdp.round_to` only the pack reads
+    into it.
   }];
   let arguments = (ins CDP_F32Tensor:$input, StrAttr:$format);
   let results = (outs CDP_NarrowTensor:$output);
