@@ -179,9 +179,16 @@ static void registerArithmetic(KernelRegistry &registry) {
     return [=](const StepContext &) {
       const float *px = x.f32();
       auto *out = static_cast<uint16_t *>(packed.data);
+      // One loop per format, so that each vectorizes.
+      if (bf16) {
 #pragma omp parallel for if (n > 65536)
-      for (int64_t i = 0; i < n; ++i)
-        out[i] = narrowBitsOf(px[i], bf16);
+        for (int64_t i = 0; i < n; ++i)
+          out[i] = narrowBitsOf(px[i], true);
+      } else {
+#pragma omp parallel for if (n > 65536)
+        for (int64_t i = 0; i < n; ++i)
+          out[i] = narrowBitsOf(px[i], false);
+      }
     };
   });
   addKernel(registry, "unpack_narrow", [](const KernelArgs &args) {
@@ -191,9 +198,15 @@ static void registerArithmetic(KernelRegistry &registry) {
     return [=](const StepContext &) {
       const auto *in = static_cast<const uint16_t *>(packed.data);
       float *py = y.f32();
+      if (bf16) {
 #pragma omp parallel for if (n > 65536)
-      for (int64_t i = 0; i < n; ++i)
-        py[i] = bf16 ? floatOfBfloat16(in[i]) : floatOfFloat16(in[i]);
+        for (int64_t i = 0; i < n; ++i)
+          py[i] = floatOfBfloat16(in[i]);
+      } else {
+#pragma omp parallel for if (n > 65536)
+        for (int64_t i = 0; i < n; ++i)
+          py[i] = floatOfFloat16(in[i]);
+      }
     };
   });
   addKernel(registry, "hard_sigmoid", [](const KernelArgs &args) {
