@@ -356,9 +356,17 @@ LogicalResult Emitter::run(const EmitOptions &options) {
   // originals the evaluation stream does not read are named by nothing.
   if (planForm(options.strategy) == PlanForm::Pipeline) {
     dropUnnamedActivations(plan);
-    plan::Device &first = *plan.mutable_devices(0);
-    first.set_arena_bytes(
-        std::max(first.arena_bytes(), packEvaluationArena(plan)));
+    // The evaluation runs on device 0, whose tensors a replica's devices
+    // lay out alike: each device of device 0's arena grows with it.
+    int64_t evaluation = packEvaluationArena(plan);
+    for (plan::Device &device : *plan.mutable_devices()) {
+      int64_t index = device.index();
+      bool homeIsZero = plan.replica_devices() > 0
+                            ? index % plan.replica_devices() == 0
+                            : index == 0;
+      if (homeIsZero)
+        device.set_arena_bytes(std::max(device.arena_bytes(), evaluation));
+    }
   }
   return success();
 }
