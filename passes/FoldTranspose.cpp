@@ -123,7 +123,8 @@ void swapProductOperands(TransposeOp transpose) {
   auto swapped = builder.create<MatMulOp>(
       matmul.getLoc(), matmul.getB(), matmul.getA(),
       builder.getBoolAttr(!matmul.getTransB()),
-      builder.getBoolAttr(!matmul.getTransA()), matmul.getNarrowOperandsAttr());
+      builder.getBoolAttr(!matmul.getTransA()), matmul.getNarrowOperandsAttr(),
+      matmul.getRoundResultAttr());
   for (NamedAttribute attr : matmul->getDiscardableAttrs())
     swapped->setAttr(attr.getName(), attr.getValue());
   transpose.getOutput().replaceAllUsesWith(swapped.getOutput());

@@ -1,4 +1,4 @@
-// RUN: cdp-opt %s -cdp-fuse-roundings | FileCheck %s
+// RUN: cdp-opt %s -split-input-file -cdp-fuse-roundings | FileCheck %s
 
 // A round_to of element-wise arithmetic read by the rounding alone, in the
 // same stage and phase, becomes the op's round_result; one whose input has
@@ -26,4 +26,24 @@ func.func @main(%x: tensor<4xf32>, %y: tensor<4xf32>) -> (tensor<4xf32>, tensor<
   %t = cdp.tanh %x : tensor<4xf32>
   %tr = cdp.round_to %t {format = "bf16"} : tensor<4xf32>
   return %ar, %sr, %s, %dr, %tr : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+}
+
+// -----
+
+// A product's rounding becomes its round_result too, gemm's and matmul's
+// (their marks kept); a product another op also reads keeps its round_to.
+// CHECK-LABEL: func.func @main
+// CHECK-NEXT: %[[G:.+]] = cdp.gemm %arg0, %arg1 {narrow_operands = "bf16", round_result = "bf16"}
+// CHECK-NEXT: %[[M:.+]] = cdp.matmul %arg0, %arg1 {round_result = "f16"}
+// CHECK-NEXT: %[[N:.+]] = cdp.matmul %arg0, %arg1 :
+// CHECK-NEXT: %[[NR:.+]] = cdp.round_to %[[N]] {format = "bf16"}
+// CHECK-NEXT: return %[[G]], %[[M]], %[[NR]], %[[N]]
+func.func @main(%a: tensor<4x8xf32>, %b: tensor<8x2xf32>) -> (tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>) {
+  %g = cdp.gemm %a, %b {narrow_operands = "bf16"} : (tensor<4x8xf32>, tensor<8x2xf32>) -> tensor<4x2xf32>
+  %gr = cdp.round_to %g {format = "bf16"} : tensor<4x2xf32>
+  %m = cdp.matmul %a, %b : (tensor<4x8xf32>, tensor<8x2xf32>) -> tensor<4x2xf32>
+  %mr = cdp.round_to %m {format = "f16"} : tensor<4x2xf32>
+  %n = cdp.matmul %a, %b : (tensor<4x8xf32>, tensor<8x2xf32>) -> tensor<4x2xf32>
+  %nr = cdp.round_to %n {format = "bf16"} : tensor<4x2xf32>
+  return %gr, %mr, %nr, %n : tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>
 }

@@ -29,7 +29,8 @@ namespace {
 /// How a tensor's values are drawn.
 /// Bfloat16 and Float16: normal values rounded to that format, as the
 /// operands of a product marked narrow_operands hold. Nought: zeros (a
-/// loss-scale buffer whose step did not overflow).
+/// loss-scale buffer whose step did not overflow). Integers: -8 to 8, whose
+/// products' sums are exact in float32 in any order.
 enum class Fill {
   Normal,
   Positive,
@@ -39,7 +40,8 @@ enum class Fill {
   Zero,
   Bfloat16,
   Float16,
-  Nought
+  Nought,
+  Integers
 };
 
 struct Spec {
@@ -377,6 +379,24 @@ std::vector<Case> linalgCases() {
        {f32({2, 3, 16, 40})},
        {attr("trans_a", 1), text("narrow_operands", "bf16")},
        1e-4},
+      // round_result: the product's values rounded as it writes them.
+      // Integer operands make the float32 sums exact in any order, so the
+      // rounded results are equal bit for bit (many sums need rounding).
+      {"gemm_bf16_round_result",
+       "gemm",
+       {{{64, 48}, plan::BF16, Fill::Integers},
+        f32({40, 48}, Fill::Integers),
+        f32({40}, Fill::Integers)},
+       {f32({64, 40})},
+       {attr("trans_b", 1), text("narrow_operands", "bf16"),
+        text("round_result", "bf16")},
+       0},
+      {"matmul_round_result",
+       "matmul",
+       {f32({2, 3, 16, 48}, Fill::Integers), f32({3, 48, 40}, Fill::Integers)},
+       {f32({2, 3, 16, 40})},
+       {text("round_result", "bf16")},
+       0},
       {"matmul_f16_stored_gathered",
        "matmul",
        {stored({2, 1, 24, 16}, plan::F16), stored({3, 40, 24}, plan::F16)},
@@ -646,7 +666,9 @@ std::vector<char> draw(const Spec &spec, std::mt19937 &random) {
     } else if (spec.dtype == plan::BOOL) {
       bytes[i] = random() % 3 != 0;
     } else if (spec.dtype == plan::BF16 || spec.dtype == plan::F16) {
-      float v = normal(random);
+      float v = spec.fill == Fill::Integers
+                    ? static_cast<float>(static_cast<int>(random() % 17) - 8)
+                    : normal(random);
       uint16_t bits = spec.dtype == plan::BF16
                           ? bfloat16BitsOf(roundToBfloat16(v))
                           : float16BitsOf(roundToFloat16(v));
@@ -658,7 +680,9 @@ std::vector<char> draw(const Spec &spec, std::mt19937 &random) {
                 : spec.fill == Fill::Unit     ? unit(random)
                 : spec.fill == Fill::Bfloat16 ? roundToBfloat16(normal(random))
                 : spec.fill == Fill::Float16  ? roundToFloat16(normal(random))
-                                              : normal(random);
+                : spec.fill == Fill::Integers
+                    ? static_cast<float>(static_cast<int>(random() % 17) - 8)
+                    : normal(random);
       std::memcpy(bytes.data() + 4 * i, &v, 4);
     }
   }

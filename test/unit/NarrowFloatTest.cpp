@@ -134,7 +134,8 @@ TEST(NarrowFloat, PackRoundsAsRoundToDoes) {
 
 /// The CPU kernel of `op` on (a, b) with `round_result` when `rounding` is
 /// set: a binary op on both, dropout (training, 30 %) on `a`, its gradient
-/// on `a` with every other element kept.
+/// on `a` with every other element kept, a product of both as 8 x 8
+/// matrices.
 std::vector<float> runRounding(const std::string &op, std::vector<float> a,
                                std::vector<float> b,
                                const std::string &rounding) {
@@ -173,6 +174,12 @@ std::vector<float> runRounding(const std::string &op, std::vector<float> a,
   } else if (op == "dropout_grad") {
     attribute("ratio")->set_f(0.3);
     args.inputs = {va, vm};
+    args.outputs = {vy};
+  } else if (op == "matmul" || op == "gemm") { // 8 x 8 by 8 x 8
+    TensorView vb = view(b.data(), b.size(), cdp::plan::F32);
+    for (TensorView *v : {&va, &vb, &vy})
+      v->shape = {8, 8};
+    args.inputs = {va, vb};
     args.outputs = {vy};
   } else {
     args.inputs = {va, view(b.data(), b.size(), cdp::plan::F32)};
@@ -218,7 +225,8 @@ TEST(NarrowFloat, EveryOpWithRoundResultRoundsAsRoundTo) {
       EXPECT_GT(inexact, 0) << info.name << " " << format;
     }
   }
-  EXPECT_EQ(ops, 9); // add, sub, mul, div, pow, min, max, dropout(_grad)
+  // add, sub, mul, div, pow, min, max, dropout(_grad), gemm, matmul
+  EXPECT_EQ(ops, 11);
 }
 
 } // namespace

@@ -272,15 +272,15 @@ def DropExactRoundings : Pass<"cdp-drop-exact-roundings", "mlir::ModuleOp"> {
 }
 
 def FuseRoundings : Pass<"cdp-fuse-roundings", "mlir::ModuleOp"> {
-  let summary = "Moves a cdp.round_to into the element-wise arithmetic before it";
+  let summary = "Moves a cdp.round_to into the arithmetic or product before it";
   let description = [{
     Mixed precision (after cdp-drop-exact-roundings): a `cdp.round_to`
     whose input is the result of `cdp.add`, `sub`, `mul`, `div`, `pow`,
-    `min`, `max`, `dropout` (its output) or `dropout_grad`, read by the
-    rounding alone, in the same stage and phase, is replaced by that op's
-    `round_result` (the format): the op
-    rounds each value as it writes it, the same bits as the separate
-    rounding, one pass over the tensor fewer.
+    `min`, `max`, `dropout` (its output), `dropout_grad`, `gemm` or
+    `matmul`, read by the rounding alone, in the same stage and phase, is
+    replaced by that op's `round_result` (the format): the op rounds each
+    value as it writes it (a product right after its sums), the same bits
+    as the separate rounding, one pass over the tensor or one kernel fewer.
   }];
   let dependentDialects = ["cdp::CDPDialect"];
 }

@@ -262,6 +262,31 @@ checkingNarrowOperands(const KernelArgs &args,
   };
 }
 
+/// `body`, then its result rounded in place where the product has a
+/// `round_result` (the cdp.round_to cdp-fuse-roundings moved into it).
+std::function<void(const StepContext &)>
+roundingResult(const KernelArgs &args,
+               std::function<void(const StepContext &)> body) {
+  NarrowFormat format = roundingOf(args);
+  if (format == NarrowFormat::None)
+    return body;
+  TensorView y = args.outputs[0];
+  return [=](const StepContext &context) {
+    body(context);
+    float *values = y.f32();
+    int64_t n = y.numel();
+    if (format == NarrowFormat::Bfloat16) {
+#pragma omp parallel for if (n > 65536)
+      for (int64_t i = 0; i < n; ++i)
+        values[i] = roundToBfloat16(values[i]);
+    } else {
+#pragma omp parallel for if (n > 65536)
+      for (int64_t i = 0; i < n; ++i)
+        values[i] = roundToFloat16(values[i]);
+    }
+  };
+}
+
 /// A product's operand stored in 2 bytes and the float32 buffer the kernel
 /// widens it into.
 struct WidenedOperand {
@@ -302,7 +327,8 @@ std::unique_ptr<Kernel> productKernel(
     operand.data = values->data();
     operand.dtype = plan::F32;
   }
-  auto body = checkingNarrowOperands(widenedArgs, make(widenedArgs));
+  auto body = roundingResult(
+      args, checkingNarrowOperands(widenedArgs, make(widenedArgs)));
   if (widened.empty())
     return std::make_unique<FunctionKernel>(std::move(body));
   return std::make_unique<FunctionKernel>(

@@ -38,6 +38,21 @@ __global__ void scaleKernel(float *y, int64_t n, float beta) {
   CDP_FOR_EACH(i, n) { y[i] = beta == 0.0f ? 0.0f : beta * y[i]; }
 }
 
+__global__ void roundKernel(float *y, int64_t n, NarrowFormat format) {
+  CDP_FOR_EACH(i, n) { y[i] = roundedTo(format, y[i]); }
+}
+
+/// The product's `round_result` (the cdp.round_to cdp-fuse-roundings
+/// moved into it) on its `n` result values, in place after cuBLAS wrote
+/// them.
+void roundResult(cudaStream_t stream, NarrowFormat format, float *y,
+                 int64_t n) {
+  if (format == NarrowFormat::None || n == 0)
+    return;
+  roundKernel<<<blocksFor(n), kThreads, 0, stream>>>(y, n, format);
+  launched("round_result");
+}
+
 /// 2-byte patterns of `count` matrices of `size` values each, matrix i read
 /// at `from` + map(i) * size (a broadcast operand repeated): the values are
 /// exact in the format, so the patterns hold them whole.
@@ -172,6 +187,7 @@ std::function<void(const StepContext &)> narrowMatMul(const KernelArgs &args,
   narrow.aSource = narrowSourceOf(a, narrow.count, g.aBatch, g.batch);
   narrow.bSource = narrowSourceOf(b, narrow.count, g.bBatch, g.batch);
   CudaDevice &device = deviceOf(args);
+  NarrowFormat rounding = roundingOf(args);
   if (narrow.count > 0 && narrow.m > 0 && narrow.n > 0)
     device.reserveShared(narrow.bytes());
   return [=, &device](const StepContext &context) {
@@ -183,6 +199,7 @@ std::function<void(const StepContext &)> narrowMatMul(const KernelArgs &args,
       return;
     }
     narrow.run(device, streamOf(context), a.data, b.data, 1.0f, 0.0f, y.f32());
+    roundResult(streamOf(context), rounding, y.f32(), y.numel());
   };
 }
 
@@ -209,6 +226,7 @@ std::function<void(const StepContext &)> floatMatMul(const KernelArgs &args,
                        cudaMemcpyHostToDevice),
             "matmul pointer table");
   cublasHandle_t blas = device.blas();
+  NarrowFormat rounding = roundingOf(args);
   return [=](const StepContext &context) {
     if (count == 0 || m == 0 || n == 0)
       return;
@@ -225,6 +243,7 @@ std::function<void(const StepContext &)> floatMatMul(const KernelArgs &args,
                     transB ? k : n, all + count, transA ? m : k, &zero,
                     const_cast<float **>(all + 2 * count), n, count),
                 "cublasSgemmBatched");
+    roundResult(streamOf(context), rounding, y.f32(), y.numel());
   };
 }
 
@@ -253,6 +272,7 @@ void registerLinalg(KernelRegistry &registry) {
     narrow.bSource = narrowSourceOf(b, 1, {}, {});
     if (narrow.format != NarrowFormat::None)
       device.reserveShared(narrow.bytes());
+    NarrowFormat rounding = roundingOf(args);
     return [=, &device](const StepContext &context) {
       if (m == 0 || n == 0)
         return;
@@ -271,6 +291,7 @@ void registerLinalg(KernelRegistry &registry) {
       else
         sgemm(blas, transA, transB, m, n, k, alpha, a.f32(), b.f32(),
               effectiveBeta, y.f32());
+      roundResult(streamOf(context), rounding, y.f32(), m * n);
     };
   });
 

@@ -155,14 +155,17 @@ def CDP_GemmOp : CDP_Op<"gemm", [CDP_Differentiable]> {
     backend may multiply them in it with float32 sums. Under it `A` and
     `B` may also be tensors of that format (cdp-read-narrow-operands: the
     values cdp.pack_narrow stored), read as they are; the result is
-    float32.
+    float32. `round_result` ("bf16" or "f16", set by cdp-fuse-roundings)
+    rounds each value of the result to that format as a `cdp.round_to`
+    after the op would.
   }];
   let arguments = (ins CDP_ProductOperand:$a, CDP_ProductOperand:$b, Optional<CDP_F32Tensor>:$c,
                        DefaultValuedAttr<F32Attr, "1.0f">:$alpha,
                        DefaultValuedAttr<F32Attr, "1.0f">:$beta,
                        DefaultValuedAttr<BoolAttr, "false">:$trans_a,
                        DefaultValuedAttr<BoolAttr, "false">:$trans_b,
-                       OptionalAttr<StrAttr>:$narrow_operands);
+                       OptionalAttr<StrAttr>:$narrow_operands,
+                       OptionalAttr<StrAttr>:$round_result);
   let results = (outs CDP_F32Tensor:$output);
   let hasVerifier = 1;
 }
@@ -176,12 +179,14 @@ def CDP_MatMulOp : CDP_Op<"matmul", [CDP_Differentiable]> {
     `matmul(swapaxes(a, -1, -2), b)`); they need that operand to have rank
     2 or more. The importer never sets them: `cdp-fold-transpose` and the
     MatMul gradient do, so that no Transpose op runs before the product.
-    `narrow_operands` as for `cdp.gemm`, with 2-byte operands likewise.
+    `narrow_operands` as for `cdp.gemm`, with 2-byte operands likewise, and
+    `round_result`.
   }];
   let arguments = (ins CDP_ProductOperand:$a, CDP_ProductOperand:$b,
                        DefaultValuedAttr<BoolAttr, "false">:$trans_a,
                        DefaultValuedAttr<BoolAttr, "false">:$trans_b,
-                       OptionalAttr<StrAttr>:$narrow_operands);
+                       OptionalAttr<StrAttr>:$narrow_operands,
+                       OptionalAttr<StrAttr>:$round_result);
   let results = (outs CDP_F32Tensor:$output);
   let hasVerifier = 1;
 }
