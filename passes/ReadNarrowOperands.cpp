@@ -43,8 +43,8 @@ Value narrowCopyOf(Value operand, StringRef format, Operation *product) {
   return Value();
 }
 
-/// Points the product's operands A and B at their 2-byte copies; returns
-/// the unpacks it stopped reading.
+/// Points the product's operands A and B at their 2-byte copies; adds to
+/// `released` the unpacks it stopped reading.
 void readNarrowCopies(Operation *product, StringRef format,
                       llvm::SetVector<Operation *> &released) {
   for (OpOperand &operand : product->getOpOperands().take_front(2)) {
