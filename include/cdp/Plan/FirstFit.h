@@ -197,6 +197,40 @@ inline std::vector<int64_t> packFirstFit(const std::vector<LiveRange> &ranges,
   return offsets;
 }
 
+namespace detail {
+
+/// The ranges each (i, j) of `pairs` (j earlier) joins into one group, in
+/// the order of their first members: each over its members' union, as
+/// large as the largest; `group` gets each range's group.
+inline std::vector<LiveRange>
+joinRanges(const std::vector<LiveRange> &ranges,
+           const std::vector<std::pair<size_t, size_t>> &pairs,
+           std::vector<size_t> &group) {
+  std::vector<size_t> root(ranges.size());
+  group.assign(ranges.size(), 0);
+  for (size_t i = 0; i < ranges.size(); ++i)
+    root[i] = i;
+  for (auto [i, j] : pairs)
+    root[i] = j;
+  std::vector<LiveRange> groups;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    root[i] = root[i] < i ? root[root[i]] : i;
+    if (root[i] == i) {
+      group[i] = groups.size();
+      groups.push_back(ranges[i]);
+      continue;
+    }
+    group[i] = group[root[i]];
+    LiveRange &g = groups[group[i]];
+    g.begin = std::min(g.begin, ranges[i].begin);
+    g.end = std::max(g.end, ranges[i].end);
+    g.bytes = std::max(g.bytes, ranges[i].bytes);
+  }
+  return groups;
+}
+
+} // namespace detail
+
 /// packFirstFit where some ranges share one block (an op writing its result
 /// over an operand): each (i, j) of `shares` gives range i the block of
 /// range j, an earlier one. A group is packed as one range over its
@@ -210,24 +244,8 @@ packFirstFitShared(const std::vector<LiveRange> &ranges,
   std::vector<int64_t> apart = packFirstFit(ranges, arenaBytes);
   if (shares.empty())
     return apart;
-  std::vector<size_t> root(ranges.size()), group(ranges.size());
-  for (size_t i = 0; i < ranges.size(); ++i)
-    root[i] = i;
-  for (auto [i, j] : shares)
-    root[i] = j;
-  std::vector<LiveRange> groups;
-  for (size_t i = 0; i < ranges.size(); ++i) {
-    root[i] = root[i] < i ? root[root[i]] : i;
-    if (root[i] == i) {
-      group[i] = groups.size();
-      groups.push_back(ranges[i]);
-      continue;
-    }
-    LiveRange &g = groups[group[root[i]]];
-    g.begin = std::min(g.begin, ranges[i].begin);
-    g.end = std::max(g.end, ranges[i].end);
-    g.bytes = std::max(g.bytes, ranges[i].bytes);
-  }
+  std::vector<size_t> group;
+  std::vector<LiveRange> groups = detail::joinRanges(ranges, shares, group);
   int64_t sharedBytes = 0;
   std::vector<int64_t> packed = packFirstFit(groups, sharedBytes);
   if (sharedBytes > arenaBytes)
@@ -235,7 +253,7 @@ packFirstFitShared(const std::vector<LiveRange> &ranges,
   arenaBytes = sharedBytes;
   std::vector<int64_t> offsets(ranges.size());
   for (size_t i = 0; i < ranges.size(); ++i)
-    offsets[i] = packed[group[root[i]]];
+    offsets[i] = packed[group[i]];
   return offsets;
 }
 
@@ -251,24 +269,8 @@ packFirstFitViews(const std::vector<LiveRange> &ranges,
                   int64_t &arenaBytes) {
   if (views.empty())
     return packFirstFitShared(ranges, shares, arenaBytes);
-  std::vector<size_t> root(ranges.size()), group(ranges.size());
-  for (size_t i = 0; i < ranges.size(); ++i)
-    root[i] = i;
-  for (auto [i, j] : views)
-    root[i] = j;
-  std::vector<LiveRange> groups;
-  for (size_t i = 0; i < ranges.size(); ++i) {
-    root[i] = root[i] < i ? root[root[i]] : i;
-    if (root[i] == i) {
-      group[i] = groups.size();
-      groups.push_back(ranges[i]);
-      continue;
-    }
-    group[i] = group[root[i]];
-    LiveRange &g = groups[group[i]];
-    g.end = std::max(g.end, ranges[i].end);
-    g.bytes = std::max(g.bytes, ranges[i].bytes);
-  }
+  std::vector<size_t> group;
+  std::vector<LiveRange> groups = detail::joinRanges(ranges, views, group);
   std::vector<std::pair<size_t, size_t>> groupShares;
   for (auto [i, j] : shares)
     if (group[i] != group[j])

@@ -16,6 +16,12 @@
 namespace cdp::runtime::cpu {
 
 void registerElementwise(KernelRegistry &registry);
+/// `n` bf16 (or fp16) 2-byte values widened into float32, exactly: what
+/// unpack_narrow does and a product reading 2-byte operands does first.
+void widenNarrow(const uint16_t *in, float *out, int64_t n, bool bf16);
+/// `n` float32 values rounded in place to bf16 (or fp16), as round_to does:
+/// a product's round_result.
+void roundToNarrow(float *values, int64_t n, bool bf16);
 void registerLinalg(KernelRegistry &registry);
 void registerDnnlConvolution(KernelRegistry &registry);
 void registerDnnlPrimitives(KernelRegistry &registry);

@@ -273,17 +273,7 @@ roundingResult(const KernelArgs &args,
   TensorView y = args.outputs[0];
   return [=](const StepContext &context) {
     body(context);
-    float *values = y.f32();
-    int64_t n = y.numel();
-    if (format == NarrowFormat::Bfloat16) {
-#pragma omp parallel for if (n > 65536)
-      for (int64_t i = 0; i < n; ++i)
-        values[i] = roundToBfloat16(values[i]);
-    } else {
-#pragma omp parallel for if (n > 65536)
-      for (int64_t i = 0; i < n; ++i)
-        values[i] = roundToFloat16(values[i]);
-    }
+    roundToNarrow(y.f32(), y.numel(), format == NarrowFormat::Bfloat16);
   };
 }
 
@@ -297,13 +287,9 @@ struct WidenedOperand {
 /// Widens `operand` into its buffer (exact: every 2-byte value is a
 /// float32 value).
 void widen(const WidenedOperand &operand) {
-  const auto *in = static_cast<const uint16_t *>(operand.narrow.data);
-  float *out = operand.values->data();
-  bool bf16 = operand.narrow.dtype == plan::BF16;
-  int64_t n = operand.narrow.numel();
-#pragma omp parallel for if (n > 65536)
-  for (int64_t i = 0; i < n; ++i)
-    out[i] = bf16 ? floatOfBfloat16(in[i]) : floatOfFloat16(in[i]);
+  widenNarrow(static_cast<const uint16_t *>(operand.narrow.data),
+              operand.values->data(), operand.narrow.numel(),
+              operand.narrow.dtype == plan::BF16);
 }
 
 /// A gemm's or matmul's kernel made by `make`: operands A and B that hold
