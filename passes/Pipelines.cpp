@@ -88,6 +88,8 @@ void buildTrainingPipeline(OpPassManager &pm,
   SetStrategyOptions strategy;
   strategy.strategy = strategyName(config.strategy);
   pm.addPass(createSetStrategy(strategy));
+  // Not a fusion: it decides a masked attention row's gradient.
+  pm.addPass(createFoldSoftmaxGuard());
   if (config.fuse) {
     pm.addPass(createFuseLayerNorm());
     pm.addPass(createFuseGelu());

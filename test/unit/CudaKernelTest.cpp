@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -41,7 +42,8 @@ enum class Fill {
   Bfloat16,
   Float16,
   Nought,
-  Integers
+  Integers,
+  MaskedRows // normal, but rows (last axis) 1, 4, ... all -inf, 2, 5, ... NaN
 };
 
 struct Spec {
@@ -479,6 +481,11 @@ std::vector<Case> normalizationCases() {
        {f32({4, 7, 3})},
        {f32({4, 7, 3})},
        {attr("axis", 1)}},
+      {"softmax_zero_nan_rows",
+       "softmax",
+       {f32({6, 7}, Fill::MaskedRows)},
+       {f32({6, 7})},
+       {attr("zero_nan_rows", 1)}},
       {"log_softmax", "log_softmax", {f32({4, 7})}, {f32({4, 7})}},
       {"softmax_grad",
        "softmax_grad",
@@ -651,6 +658,18 @@ std::vector<Case> allCases() {
   return all;
 }
 
+/// Fill::MaskedRows' element `i` of rows of `length`: row 1 (mod 3) all
+/// -inf (an attention query with no key), row 2 one NaN, row 0 its first
+/// element -inf (a masked key).
+float maskedRowValue(float drawn, int64_t i, int64_t length) {
+  int64_t row = i / length, column = i % length;
+  if (row % 3 == 1 || (row % 3 == 0 && column == 0))
+    return -std::numeric_limits<float>::infinity();
+  if (row % 3 == 2 && column == length / 2)
+    return std::numeric_limits<float>::quiet_NaN();
+  return drawn;
+}
+
 /// A tensor's bytes on the host, drawn per its spec.
 std::vector<char> draw(const Spec &spec, std::mt19937 &random) {
   int64_t n = 1;
@@ -683,6 +702,8 @@ std::vector<char> draw(const Spec &spec, std::mt19937 &random) {
                 : spec.fill == Fill::Integers
                     ? static_cast<float>(static_cast<int>(random() % 17) - 8)
                     : normal(random);
+      if (spec.fill == Fill::MaskedRows)
+        v = maskedRowValue(v, i, spec.shape.back());
       std::memcpy(bytes.data() + 4 * i, &v, 4);
     }
   }

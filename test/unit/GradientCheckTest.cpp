@@ -133,6 +133,7 @@ TEST_P(GradientCheck, MatchesFiniteDifferences) {
   cdp::AttachLossOptions lossOptions;
   lossOptions.loss = "none";
   lossOptions.lossOutput = "loss";
+  pm.addPass(cdp::createFoldSoftmaxGuard()); // as the training pipeline
   pm.addPass(cdp::createAttachLoss(lossOptions));
   pm.addPass(cdp::createAutodiff());
   pm.addPass(cdp::createPlanMemory());
@@ -486,6 +487,22 @@ std::vector<Case> cases() {
                   "%y = cdp.softmax %p0 {axis = 1 : i64} : (tensor<2x3x4xf32>) "
                   "-> tensor<2x3x4xf32>",
                   "tensor<2x3x4xf32>"});
+  // The exporters' attention softmax with its NaN guard, one row masked
+  // whole (its gradient is zero, as torch's, not NaN) and one in part.
+  list.push_back(
+      {"softmax_guarded_masked_rows",
+       {{"x", {3, 4}}},
+       "%x = cdp.add %p0, %mask : (tensor<3x4xf32>, tensor<3x4xf32>) -> "
+       "tensor<3x4xf32>\n"
+       "  %s = cdp.softmax %x : (tensor<3x4xf32>) -> tensor<3x4xf32>\n"
+       "  %n = cdp.is_nan %s : (tensor<3x4xf32>) -> tensor<3x4xi1>\n"
+       "  %y = cdp.where %n, %zero, %s : (tensor<3x4xi1>, tensor<1xf32>, "
+       "tensor<3x4xf32>) -> tensor<3x4xf32>",
+       "tensor<3x4xf32>",
+       {"%mask = cdp.constant dense<[[0.0, 0.0, 0.0, 0.0], [0xFF800000, "
+        "0xFF800000, 0xFF800000, 0xFF800000], [0.0, 0xFF800000, 0.0, 0.0]]> "
+        ": tensor<3x4xf32>",
+        "%zero = cdp.constant dense<0.0> : tensor<1xf32>"}});
   list.push_back(
       {"log_softmax",
        {{"x", {2, 5}}},

@@ -207,6 +207,35 @@ def Autocast : Pass<"cdp-autocast", "mlir::ModuleOp"> {
   let dependentDialects = ["cdp::CDPDialect"];
 }
 
+def FoldSoftmaxGuard : Pass<"cdp-fold-softmax-guard", "mlir::ModuleOp"> {
+  let summary = "Folds the exporters' NaN guard after an attention softmax into the softmax";
+  let description = [{
+    torch's exporters write scaled_dot_product_attention's softmax as
+    `where(isnan(softmax(x)), 0, softmax(x))`: a query whose keys are all
+    masked (-inf scores: the first rows of a left-padded batch under a causal
+    mask) gets zeros instead of NaN. Differentiated op by op, that guard
+    passes NaN back: its gradient zeroes the row's `dy`, but `softmax_grad`
+    multiplies by the NaN output. This pass replaces the chain with one
+    `cdp.softmax {zero_nan_rows = true}` where the is_nan and the where read
+    the softmax only there and the where's other branch is a splat 0: the
+    forward is unchanged and such a row's gradient is zero, as torch's.
+    Not a fusion (it runs under --no-fusion too): it decides what is trained.
+    Runs on the forward graph, before autodiff.
+
+    Before:
+    ```mlir
+    %s = cdp.softmax %x : (tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+    %n = cdp.is_nan %s : (tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xi1>
+    %y = cdp.where %n, %zero, %s : (tensor<2x4x8x8xi1>, tensor<f32>, tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+    ```
+    After:
+    ```mlir
+    %y = cdp.softmax %x {zero_nan_rows = true} : (tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+    ```
+  }];
+  let dependentDialects = ["cdp::CDPDialect"];
+}
+
 def FuseLayerNorm : Pass<"cdp-fuse-layer-norm", "mlir::ModuleOp"> {
   let summary = "Replaces a decomposed LayerNorm (as torch exports it below opset 17) with cdp.layer_norm";
   let description = [{

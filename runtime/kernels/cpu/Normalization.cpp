@@ -238,37 +238,49 @@ static void registerLayerNorm(KernelRegistry &registry) {
   });
 }
 
+/// One softmax (or log-softmax) row of `length` values `inner` apart; with
+/// `zeroNanRows` a row holding a NaN comes out as zeros (a NaN anywhere in
+/// it makes the sum NaN, so the sum says whether it holds one).
+static void softmaxRow(const float *in, float *out, int64_t length,
+                       int64_t inner, bool log, bool zeroNanRows) {
+  float top = in[0];
+  for (int64_t a = 1; a < length; ++a)
+    top = std::max(top, in[a * inner]);
+  double sum = 0;
+  for (int64_t a = 0; a < length; ++a)
+    sum += std::exp(static_cast<double>(in[a * inner] - top));
+  if (zeroNanRows && std::isnan(sum)) {
+    for (int64_t a = 0; a < length; ++a)
+      out[a * inner] = 0.0f;
+    return;
+  }
+  double logSum = std::log(sum);
+  for (int64_t a = 0; a < length; ++a) {
+    double shifted = in[a * inner] - top;
+    out[a * inner] =
+        static_cast<float>(log ? shifted - logSum : std::exp(shifted - logSum));
+  }
+}
+
 /// Softmax and log-softmax and their gradient.
 static void registerSoftmax(KernelRegistry &registry) {
   for (bool log : {false, true})
-    addKernel(
-        registry, log ? "log_softmax" : "softmax",
-        [log](const KernelArgs &args) {
-          TensorView x = args.inputs[0], y = args.outputs[0];
-          int64_t outer, length, inner;
-          splitAxis(x.shape, normalizeAxis(args.i("axis", -1), x.rank()), outer,
-                    length, inner);
-          return [=](const StepContext &) {
+    addKernel(registry, log ? "log_softmax" : "softmax",
+              [log](const KernelArgs &args) {
+                TensorView x = args.inputs[0], y = args.outputs[0];
+                int64_t outer, length, inner;
+                splitAxis(x.shape, normalizeAxis(args.i("axis", -1), x.rank()),
+                          outer, length, inner);
+                bool zeroNanRows = args.i("zero_nan_rows", 0) != 0;
+                return [=](const StepContext &) {
 #pragma omp parallel for
-            for (int64_t o = 0; o < outer; ++o)
-              for (int64_t j = 0; j < inner; ++j) {
-                const float *in = x.f32() + o * length * inner + j;
-                float *out = y.f32() + o * length * inner + j;
-                float top = in[0];
-                for (int64_t a = 1; a < length; ++a)
-                  top = std::max(top, in[a * inner]);
-                double sum = 0;
-                for (int64_t a = 0; a < length; ++a)
-                  sum += std::exp(static_cast<double>(in[a * inner] - top));
-                double logSum = std::log(sum);
-                for (int64_t a = 0; a < length; ++a) {
-                  double shifted = in[a * inner] - top;
-                  out[a * inner] = static_cast<float>(
-                      log ? shifted - logSum : std::exp(shifted - logSum));
-                }
-              }
-          };
-        });
+                  for (int64_t o = 0; o < outer; ++o)
+                    for (int64_t j = 0; j < inner; ++j)
+                      softmaxRow(x.f32() + o * length * inner + j,
+                                 y.f32() + o * length * inner + j, length,
+                                 inner, log, zeroNanRows);
+                };
+              });
 
   addKernel(registry, "softmax_grad", [](const KernelArgs &args) {
     TensorView dy = args.inputs[0], y = args.inputs[1], dx = args.outputs[0];

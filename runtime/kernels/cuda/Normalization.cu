@@ -163,9 +163,10 @@ __global__ void layerNormParamGradKernel(const float *dy, const float *x,
   }
 }
 
-/// Rows of a softmax: `length` elements `inner` apart.
+/// Rows of a softmax: `length` elements `inner` apart; with `zeroNanRows` a
+/// row holding a NaN (its sum is then NaN) comes out as zeros.
 __global__ void softmaxKernel(const float *x, float *y, int64_t length,
-                              int64_t inner, bool log) {
+                              int64_t inner, bool log, bool zeroNanRows) {
   int64_t row = blockIdx.x, o = row / inner, j = row % inner;
   const float *in = x + o * length * inner + j;
   float *out = y + o * length * inner + j;
@@ -176,11 +177,14 @@ __global__ void softmaxKernel(const float *x, float *y, int64_t length,
   double sum = 0;
   for (int64_t a = threadIdx.x; a < length; a += blockDim.x)
     sum += exp(static_cast<double>(in[a * inner] - top));
-  double logSum = ::log(blockSum(sum));
+  sum = blockSum(sum);
+  double logSum = ::log(sum);
+  bool zeroRow = zeroNanRows && isnan(sum);
   for (int64_t a = threadIdx.x; a < length; a += blockDim.x) {
     double shifted = in[a * inner] - top;
-    out[a * inner] =
-        static_cast<float>(log ? shifted - logSum : exp(shifted - logSum));
+    out[a * inner] = zeroRow ? 0.0f
+                             : static_cast<float>(log ? shifted - logSum
+                                                      : exp(shifted - logSum));
   }
 }
 
@@ -364,11 +368,12 @@ void registerSoftmax(KernelRegistry &registry) {
           TensorView x = args.inputs[0], y = args.outputs[0];
           int64_t count, length, inner;
           rows(args, x, count, length, inner);
+          bool zeroNanRows = args.i("zero_nan_rows", 0) != 0;
           return [=](const StepContext &context) {
             if (count == 0 || length == 0)
               return;
             softmaxKernel<<<count, rowThreads(length), 0, streamOf(context)>>>(
-                x.f32(), y.f32(), length, inner, log);
+                x.f32(), y.f32(), length, inner, log, zeroNanRows);
             launched("softmax");
           };
         });

@@ -10,7 +10,8 @@ timm, onnx and onnxscript from PyPI (the versions it ran with are written
 to data/VERSIONS), and runs itself again inside it. Nothing here runs in CI.
 
 Each case is a tiny Hugging Face model (random init, seed 0, dropout 0)
-wrapped to return its logits, exported as the user guide says:
+wrapped to return its logits (gpt2left: GPT-2 on left-padded batches, whose
+first padded queries attend to no key), exported as the user guide says:
 
   ts:      torch.onnx.export(model, args, f, dynamo=False, opset_version=17,
                              training=torch.onnx.TrainingMode.TRAINING,
@@ -63,13 +64,19 @@ def ensure_venv():
 # Models: (module, input names, inputs, labels)
 # --------------------------------------------------------------------------
 
-def token_batch(generator, length=8):
-    """Two batches of 2 sequences; the second of each is padded."""
+def token_batch(generator, length=8, left=False):
+    """Two batches of 2 sequences; the second of each is padded (on the
+    right, or with `left` on the left, as batched generation pads: a causal
+    model's first padded rows then attend to no key at all)."""
     import torch
     ids = torch.randint(0, VOCAB, (ROWS, length), generator=generator)
     mask = torch.ones(ROWS, length, dtype=torch.long)
-    mask[1, length - 2:] = 0
-    mask[3, length - 3:] = 0
+    if left:
+        mask[1, :2] = 0
+        mask[3, :3] = 0
+    else:
+        mask[1, length - 2:] = 0
+        mask[3, length - 3:] = 0
     return ids, mask
 
 
@@ -78,25 +85,26 @@ def next_token_labels(ids, mask):
     labels = torch.full_like(ids, -100)
     labels[:, :-1] = ids[:, 1:]
     labels[:, :-1][mask[:, 1:] == 0] = -100
+    labels[mask == 0] = -100
     return labels
 
 
-def gpt2(g):
+def gpt2(g, left=False):
     import transformers as T
     config = T.GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=VOCAB, n_positions=32,
                           resid_pdrop=0, embd_pdrop=0, attn_pdrop=0,
                           bos_token_id=0, eos_token_id=0)
-    ids, mask = token_batch(g)
+    ids, mask = token_batch(g, left=left)
     return T.GPT2LMHeadModel(config), ["input_ids", "attention_mask"], [ids, mask], \
         next_token_labels(ids, mask)
 
 
-def llama(g):
+def llama(g, left=False):
     import transformers as T
     config = T.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                            num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB,
                            max_position_embeddings=32, bos_token_id=0, eos_token_id=0)
-    ids, mask = token_batch(g)
+    ids, mask = token_batch(g, left=left)
     return T.LlamaForCausalLM(config), ["input_ids", "attention_mask"], [ids, mask], \
         next_token_labels(ids, mask)
 
@@ -221,7 +229,8 @@ def recurrent(kind, bidirectional=False):
     return build
 
 
-MODELS = {"gpt2": gpt2, "llama": llama, "bert": bert, "vit": vit, "t5": t5,
+MODELS = {"gpt2": gpt2, "llama": llama,
+          "gpt2left": lambda g: gpt2(g, left=True), "llamaleft": lambda g: llama(g, left=True), "bert": bert, "vit": vit, "t5": t5,
           "encoder": encoder, "maskbuf": maskbuf, "cnn": cnn,
           "lstm": recurrent("LSTM"), "gru": recurrent("GRU"),
           "bilstm": recurrent("LSTM", bidirectional=True)}
@@ -231,6 +240,7 @@ MODELS = {"gpt2": gpt2, "llama": llama, "bert": bert, "vit": vit, "t5": t5,
 CASES = [(m, "ts") for m in ["gpt2", "llama", "bert", "vit", "t5", "encoder", "maskbuf"]] + \
         [(m, "dynamo") for m in ["gpt2", "llama", "bert", "vit", "cnn"]] + \
         [("gpt2", "default"), ("gpt2", "tsfold"), ("cnn", "default")] + \
+        [("gpt2left", "ts"), ("gpt2left", "dynamo")] + \
         [(m, e) for m in ["lstm", "gru", "bilstm"] for e in ["ts", "ts14", "dynamo"]]
 
 

@@ -297,7 +297,16 @@ def CDP_LayerNormOp : CDP_Op<"layer_norm", [CDP_Differentiable]> {
 
 def CDP_SoftmaxOp : CDP_Op<"softmax", [CDP_Differentiable]> {
   let summary = "softmax along one axis (ONNX Softmax, opset 13 semantics)";
-  let arguments = (ins CDP_F32Tensor:$input, DefaultValuedAttr<I64Attr, "-1">:$axis);
+  let description = [{
+    With `zero_nan_rows`, a row whose softmax holds a NaN (every input -inf:
+    a query that may attend to no key; or a NaN or +inf input) is all zeros
+    instead: the exporters' `where(isnan(softmax(x)), 0, softmax(x))` after
+    attention, folded by cdp-fold-softmax-guard. Such a row's gradient is
+    zero (`softmax_grad` reads the zeros), as for torch's
+    scaled_dot_product_attention, where the unfolded guard's gradient is NaN.
+  }];
+  let arguments = (ins CDP_F32Tensor:$input, DefaultValuedAttr<I64Attr, "-1">:$axis,
+                       DefaultValuedAttr<BoolAttr, "false">:$zero_nan_rows);
   let results = (outs CDP_F32Tensor:$output);
 }
 
