@@ -197,7 +197,8 @@ struct FuseGeluPass : public cdp::impl::FuseGeluBase<FuseGeluPass> {
         continue;
       OpBuilder builder(mul);
       auto gelu = builder.create<GeluOp>(mul.getLoc(), match->first,
-                                         builder.getStringAttr(match->second));
+                                         builder.getStringAttr(match->second),
+                                         StringAttr());
       mul.getOutput().replaceAllUsesWith(gelu.getOutput());
       for (Operation *op : chain.ops) { // final op first: users before defs
         erased.insert(op);

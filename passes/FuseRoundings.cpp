@@ -3,10 +3,11 @@
 // Mixed precision rounds an op's float32 result in a cdp.round_to of its
 // own: one more pass over the tensor. Where the op is element-wise
 // arithmetic (add, sub, mul, div, pow, min, max), dropout (and its
-// gradient) or a matrix product (gemm, matmul) whose result only the
-// rounding reads, in the same stage and phase, the op can round each value
-// as it writes it (`round_result`): the same bits, one pass or one kernel
-// fewer.
+// gradient), GELU (and an activation's gradient), softmax's gradient, the
+// cross-entropy loss's gradient or a matrix product (gemm, matmul) whose
+// result only the rounding reads, in the same stage and phase, the op can
+// round each value as it writes it (`round_result`): the same bits, one
+// pass or one kernel fewer.
 //
 //===----------------------------------------------------------------------===//
 
@@ -24,12 +25,14 @@ using namespace cdp;
 namespace {
 
 /// The op `round` can move into, or null: element-wise arithmetic,
-/// dropout (its output, not its mask) and its gradient, a product.
+/// dropout (its output, not its mask) and its gradient, GELU, the gradients
+/// of an activation, a softmax and the cross-entropy loss, a product.
 Operation *fusableProducer(RoundToOp round) {
   Operation *op = round.getInput().getDefiningOp();
   if (!op ||
       !isa<AddOp, SubOp, MulOp, DivOp, PowOp, MinOp, MaxOp, DropoutOp,
-           DropoutGradOp, GemmOp, MatMulOp>(op) ||
+           DropoutGradOp, GeluOp, UnaryGradOp, SoftmaxGradOp,
+           SoftmaxCrossEntropyLossGradOp, GemmOp, MatMulOp>(op) ||
       round.getInput() != op->getResult(0) || !round.getInput().hasOneUse() ||
       op->hasAttr("round_result"))
     return nullptr;

@@ -47,3 +47,25 @@ func.func @main(%a: tensor<4x8xf32>, %b: tensor<8x2xf32>) -> (tensor<4x2xf32>, t
   %nr = cdp.round_to %n {format = "bf16"} : tensor<4x2xf32>
   return %gr, %mr, %nr, %n : tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xf32>
 }
+
+// -----
+
+// GELU's rounding, and those of the gradients of an activation, a softmax
+// and the cross-entropy loss (the loss's log-probabilities stay float32).
+// CHECK-LABEL: func.func @activations_and_gradients
+// CHECK-NEXT: %[[G:.+]] = cdp.gelu %arg0 {approximate = "tanh", round_result = "bf16"}
+// CHECK-NEXT: %[[U:.+]] = cdp.unary_grad %arg0, %arg1 {kind = "gelu_tanh", round_result = "bf16"}
+// CHECK-NEXT: %[[S:.+]] = cdp.softmax_grad %arg0, %arg1 {round_result = "bf16"}
+// CHECK-NEXT: %[[L:.+]] = cdp.softmax_cross_entropy_loss_grad %arg2, %arg0, %arg3 {round_result = "bf16"}
+// CHECK-NEXT: return %[[G]], %[[U]], %[[S]], %[[L]]
+func.func @activations_and_gradients(%x: tensor<4x8xf32>, %y: tensor<4x8xf32>, %dl: tensor<f32>, %labels: tensor<4xi64>) -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>) {
+  %g = cdp.gelu %x {approximate = "tanh"} : tensor<4x8xf32>
+  %gr = cdp.round_to %g {format = "bf16"} : tensor<4x8xf32>
+  %u = cdp.unary_grad %x, %y {kind = "gelu_tanh"} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %ur = cdp.round_to %u {format = "bf16"} : tensor<4x8xf32>
+  %s = cdp.softmax_grad %x, %y : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %sr = cdp.round_to %s {format = "bf16"} : tensor<4x8xf32>
+  %l = cdp.softmax_cross_entropy_loss_grad %dl, %x, %labels : (tensor<f32>, tensor<4x8xf32>, tensor<4xi64>) -> tensor<4x8xf32>
+  %lr = cdp.round_to %l {format = "bf16"} : tensor<4x8xf32>
+  return %gr, %ur, %sr, %lr : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
+}

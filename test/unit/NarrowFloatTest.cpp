@@ -135,7 +135,9 @@ TEST(NarrowFloat, PackRoundsAsRoundToDoes) {
 /// The CPU kernel of `op` on (a, b) with `round_result` when `rounding` is
 /// set: a binary op on both, dropout (training, 30 %) on `a`, its gradient
 /// on `a` with every other element kept, a product of both as 8 x 8
-/// matrices.
+/// matrices, GELU of `a`, GELU's gradient (`a` at `b`), softmax's gradient
+/// (`a` at the output `b`, rows of 8), the loss's gradient at log-probabilities
+/// `-a` (8 rows of 8 classes, label i on row i).
 std::vector<float> runRounding(const std::string &op, std::vector<float> a,
                                std::vector<float> b,
                                const std::string &rounding) {
@@ -151,6 +153,8 @@ std::vector<float> runRounding(const std::string &op, std::vector<float> a,
     attribute("round_result")->set_s(rounding);
   std::vector<float> y(a.size());
   std::vector<uint8_t> mask(a.size());
+  std::vector<int64_t> labels(8);
+  float one = 1.0f;
   for (size_t i = 0; i < mask.size(); ++i)
     mask[i] = i % 2;
   auto view = [](void *data, size_t n, cdp::plan::DType dtype) {
@@ -175,11 +179,30 @@ std::vector<float> runRounding(const std::string &op, std::vector<float> a,
     attribute("ratio")->set_f(0.3);
     args.inputs = {va, vm};
     args.outputs = {vy};
-  } else if (op == "matmul" || op == "gemm") { // 8 x 8 by 8 x 8
+  } else if (op == "matmul" || op == "gemm" ||
+             op == "softmax_grad") { // 8 x 8 by 8 x 8
     TensorView vb = view(b.data(), b.size(), cdp::plan::F32);
     for (TensorView *v : {&va, &vb, &vy})
       v->shape = {8, 8};
     args.inputs = {va, vb};
+    args.outputs = {vy};
+  } else if (op == "gelu") {
+    args.inputs = {va};
+    args.outputs = {vy};
+  } else if (op == "unary_grad") {
+    attribute("kind")->set_s("gelu");
+    args.inputs = {va, view(b.data(), b.size(), cdp::plan::F32)};
+    args.outputs = {vy};
+  } else if (op == "softmax_cross_entropy_loss_grad") {
+    for (float &value : a)
+      value = -value; // log-probabilities
+    for (int64_t row = 0; row < 8; ++row)
+      labels[row] = row;
+    TensorView dloss = view(&one, 1, cdp::plan::F32),
+               vl = view(labels.data(), labels.size(), cdp::plan::I64);
+    dloss.shape = {};
+    va.shape = vy.shape = {8, 8};
+    args.inputs = {dloss, va, vl};
     args.outputs = {vy};
   } else {
     args.inputs = {va, view(b.data(), b.size(), cdp::plan::F32)};
@@ -225,8 +248,9 @@ TEST(NarrowFloat, EveryOpWithRoundResultRoundsAsRoundTo) {
       EXPECT_GT(inexact, 0) << info.name << " " << format;
     }
   }
-  // add, sub, mul, div, pow, min, max, dropout(_grad), gemm, matmul
-  EXPECT_EQ(ops, 11);
+  // add, sub, mul, div, pow, min, max, dropout(_grad), gemm, matmul, gelu,
+  // unary_grad, softmax_grad, softmax_cross_entropy_loss_grad
+  EXPECT_EQ(ops, 15);
 }
 
 } // namespace

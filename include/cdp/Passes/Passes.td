@@ -305,8 +305,9 @@ def FuseRoundings : Pass<"cdp-fuse-roundings", "mlir::ModuleOp"> {
   let description = [{
     Mixed precision (after cdp-drop-exact-roundings): a `cdp.round_to`
     whose input is the result of `cdp.add`, `sub`, `mul`, `div`, `pow`,
-    `min`, `max`, `dropout` (its output), `dropout_grad`, `gemm` or
-    `matmul`, read by the rounding alone, in the same stage and phase, is
+    `min`, `max`, `dropout` (its output), `dropout_grad`, `gelu`,
+    `unary_grad`, `softmax_grad`, `softmax_cross_entropy_loss_grad`, `gemm`
+    or `matmul`, read by the rounding alone, in the same stage and phase, is
     replaced by that op's `round_result` (the format): the op rounds each
     value as it writes it (a product right after its sums), the same bits
     as the separate rounding, one pass over the tensor or one kernel fewer.

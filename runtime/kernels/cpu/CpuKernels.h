@@ -22,6 +22,13 @@ void widenNarrow(const uint16_t *in, float *out, int64_t n, bool bf16);
 /// `n` float32 values rounded in place to bf16 (or fp16), as round_to does:
 /// a product's round_result.
 void roundToNarrow(float *values, int64_t n, bool bf16);
+/// `body`, then its first output rounded in place where the op has a
+/// `round_result` (the cdp.round_to cdp-fuse-roundings moved into it): for
+/// kernels whose loops do not round as they write (products, GELU and the
+/// gradients of activations, softmax and the loss).
+std::function<void(const StepContext &)>
+roundedResult(const KernelArgs &args,
+              std::function<void(const StepContext &)> body);
 void registerLinalg(KernelRegistry &registry);
 void registerDnnlConvolution(KernelRegistry &registry);
 void registerDnnlPrimitives(KernelRegistry &registry);

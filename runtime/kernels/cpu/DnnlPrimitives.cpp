@@ -58,11 +58,14 @@ memory bind(const TensorView &view) {
 }
 
 /// Registers `make` for `op`, falling back to the kernel registered before
-/// when `make` returns null or oneDNN refuses the configuration.
+/// when `make` returns null or oneDNN refuses the configuration, and where
+/// the instruction rounds its result (round_result: the own kernels do).
 void wrap(KernelRegistry &registry, const std::string &op,
           std::function<std::unique_ptr<Kernel>(const KernelArgs &)> make) {
   registerAhead(registry, op,
                 [make](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+                  if (args.find("round_result"))
+                    return nullptr;
                   try {
                     return make(args);
                   } catch (const dnnl::error &) {

@@ -116,6 +116,9 @@ float geluTanh(float x) {
 } // namespace
 
 /// Element-wise arithmetic and activations, broadcasting.
+static std::function<void(const StepContext &)>
+unaryGrad(const KernelArgs &args);
+
 static void registerArithmetic(KernelRegistry &registry) {
   addBinary(registry, "add", [](auto a, auto b) { return a + b; });
   addBinary(registry, "sub", [](auto a, auto b) { return a - b; });
@@ -211,95 +214,96 @@ static void registerArithmetic(KernelRegistry &registry) {
     TensorView x = args.inputs[0], y = args.outputs[0];
     bool approximate = ops::GeluAttributes::read(args).approximate == "tanh";
     int64_t n = y.numel();
-    return [=](const StepContext &) {
+    return roundedResult(args, [=](const StepContext &) {
       const float *px = x.f32();
       float *py = y.f32();
 #pragma omp parallel for if (n > 65536)
       for (int64_t i = 0; i < n; ++i)
         py[i] = approximate ? geluTanh(px[i]) : gelu(px[i]);
-    };
+    });
   });
+  addKernel(registry, "unary_grad", [](const KernelArgs &args) {
+    return roundedResult(args, unaryGrad(args));
+  });
+}
 
-  addKernel(
-      registry, "unary_grad",
-      [](const KernelArgs &args) -> std::function<void(const StepContext &)> {
-        TensorView dy = args.inputs[0], saved = args.inputs[1],
-                   dx = args.outputs[0];
-        std::string kind = args.s("kind", "");
-        int64_t n = dx.numel();
-        // One loop per activation, so each inlines and vectorizes.
-        using Body = std::function<void(const StepContext &)>;
-        auto loop = [=](auto local) -> Body {
-          return [=](const StepContext &) {
-            const float *pg = dy.f32(), *ps = saved.f32();
-            float *px = dx.f32();
+/// unary_grad's loop for its activation.
+static std::function<void(const StepContext &)>
+unaryGrad(const KernelArgs &args) {
+  TensorView dy = args.inputs[0], saved = args.inputs[1], dx = args.outputs[0];
+  std::string kind = args.s("kind", "");
+  int64_t n = dx.numel();
+  // One loop per activation, so each inlines and vectorizes.
+  using Body = std::function<void(const StepContext &)>;
+  auto loop = [=](auto local) -> Body {
+    return [=](const StepContext &) {
+      const float *pg = dy.f32(), *ps = saved.f32();
+      float *px = dx.f32();
 #pragma omp parallel for if (n > 65536)
-            for (int64_t i = 0; i < n; ++i)
-              px[i] = local(pg[i], ps[i]);
-          };
-        };
-        if (kind == "relu")
-          return loop([](float g, float x) { return x > 0.0f ? g : 0.0f; });
-        if (kind == "gelu")
-          return loop([](float g, float x) {
-            float cdf = 0.5f * (1.0f + std::erf(x * kSqrt1_2));
-            float pdf = std::exp(-0.5f * x * x) * 0.3989422804014327f;
-            return g * (cdf + x * pdf);
-          });
-        if (kind == "gelu_tanh")
-          return loop([](float g, float x) {
-            float inner = kSqrt2OverPi * (x + 0.044715f * x * x * x);
-            float t = std::tanh(inner);
-            float dinner = kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
-            return g * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * dinner);
-          });
-        if (kind == "erf")
-          return loop([](float g, float x) {
-            return g * kTwoOverSqrtPi * std::exp(-x * x);
-          });
-        std::vector<double> params = args.floats("params");
-        bool bounded = kind == "clip" || kind == "hard_sigmoid";
-        if (bounded && params.size() != 2)
-          args.fail("activation '" + kind + "' needs two params");
-        if (kind == "clip") { // PyTorch's hardtanh: zero at the bounds
-          float low = params[0], high = params[1];
-          return loop(
-              [=](float g, float x) { return x > low && x < high ? g : 0.0f; });
-        }
-        if (kind == "hard_sigmoid") { // PyTorch: alpha inside (0, 1) only
-          float alpha = params[0], beta = params[1];
-          return loop([=](float g, float x) {
-            float z = alpha * x + beta;
-            return z > 0.0f && z < 1.0f ? g * alpha : 0.0f;
-          });
-        }
-        if (kind == "hard_swish") // PyTorch's hardswish_backward
-          return loop([](float g, float x) {
-            return x < -3.0f ? 0.0f : x <= 3.0f ? g * (x / 3.0f + 0.5f) : g;
-          });
-        if (kind == "sigmoid")
-          return loop([](float g, float y) { return g * y * (1.0f - y); });
-        if (kind == "tanh")
-          return loop([](float g, float y) { return g * (1.0f - y * y); });
-        if (kind == "sqrt")
-          return loop([](float g, float y) { return g * 0.5f / y; });
-        // torch's rules: d(1/x) = -g y^2, |x|' = sign(x) (0 at 0).
-        if (kind == "reciprocal")
-          return loop([](float g, float y) { return -g * y * y; });
-        if (kind == "sin")
-          return loop([](float g, float x) { return g * std::cos(x); });
-        if (kind == "cos")
-          return loop([](float g, float x) { return -g * std::sin(x); });
-        if (kind == "abs")
-          return loop([](float g, float x) {
-            return x > 0.0f ? g : x < 0.0f ? -g : 0.0f;
-          });
-        if (kind == "exp")
-          return loop([](float g, float y) { return g * y; });
-        if (kind == "log")
-          return loop([](float g, float x) { return g / x; });
-        args.fail("unknown activation '" + kind + "'");
-      });
+      for (int64_t i = 0; i < n; ++i)
+        px[i] = local(pg[i], ps[i]);
+    };
+  };
+  if (kind == "relu")
+    return loop([](float g, float x) { return x > 0.0f ? g : 0.0f; });
+  if (kind == "gelu")
+    return loop([](float g, float x) {
+      float cdf = 0.5f * (1.0f + std::erf(x * kSqrt1_2));
+      float pdf = std::exp(-0.5f * x * x) * 0.3989422804014327f;
+      return g * (cdf + x * pdf);
+    });
+  if (kind == "gelu_tanh")
+    return loop([](float g, float x) {
+      float inner = kSqrt2OverPi * (x + 0.044715f * x * x * x);
+      float t = std::tanh(inner);
+      float dinner = kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
+      return g * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * dinner);
+    });
+  if (kind == "erf")
+    return loop(
+        [](float g, float x) { return g * kTwoOverSqrtPi * std::exp(-x * x); });
+  std::vector<double> params = args.floats("params");
+  bool bounded = kind == "clip" || kind == "hard_sigmoid";
+  if (bounded && params.size() != 2)
+    args.fail("activation '" + kind + "' needs two params");
+  if (kind == "clip") { // PyTorch's hardtanh: zero at the bounds
+    float low = params[0], high = params[1];
+    return loop(
+        [=](float g, float x) { return x > low && x < high ? g : 0.0f; });
+  }
+  if (kind == "hard_sigmoid") { // PyTorch: alpha inside (0, 1) only
+    float alpha = params[0], beta = params[1];
+    return loop([=](float g, float x) {
+      float z = alpha * x + beta;
+      return z > 0.0f && z < 1.0f ? g * alpha : 0.0f;
+    });
+  }
+  if (kind == "hard_swish") // PyTorch's hardswish_backward
+    return loop([](float g, float x) {
+      return x < -3.0f ? 0.0f : x <= 3.0f ? g * (x / 3.0f + 0.5f) : g;
+    });
+  if (kind == "sigmoid")
+    return loop([](float g, float y) { return g * y * (1.0f - y); });
+  if (kind == "tanh")
+    return loop([](float g, float y) { return g * (1.0f - y * y); });
+  if (kind == "sqrt")
+    return loop([](float g, float y) { return g * 0.5f / y; });
+  // torch's rules: d(1/x) = -g y^2, |x|' = sign(x) (0 at 0).
+  if (kind == "reciprocal")
+    return loop([](float g, float y) { return -g * y * y; });
+  if (kind == "sin")
+    return loop([](float g, float x) { return g * std::cos(x); });
+  if (kind == "cos")
+    return loop([](float g, float x) { return -g * std::sin(x); });
+  if (kind == "abs")
+    return loop([](float g, float x) {
+      return x > 0.0f ? g : x < 0.0f ? -g : 0.0f;
+    });
+  if (kind == "exp")
+    return loop([](float g, float y) { return g * y; });
+  if (kind == "log")
+    return loop([](float g, float x) { return g / x; });
+  args.fail("unknown activation '" + kind + "'");
 }
 
 /// Cast, dropout and its gradient, reduce_to and expand.
@@ -417,6 +421,19 @@ void roundToNarrow(float *values, int64_t n, bool bf16) {
     for (int64_t i = 0; i < n; ++i)
       values[i] = roundToFloat16(values[i]);
   }
+}
+
+std::function<void(const StepContext &)>
+roundedResult(const KernelArgs &args,
+              std::function<void(const StepContext &)> body) {
+  NarrowFormat format = roundingOf(args);
+  if (format == NarrowFormat::None)
+    return body;
+  TensorView y = args.outputs[0];
+  return [=](const StepContext &context) {
+    body(context);
+    roundToNarrow(y.f32(), y.numel(), format == NarrowFormat::Bfloat16);
+  };
 }
 
 void registerElementwise(KernelRegistry &registry) {

@@ -262,21 +262,6 @@ checkingNarrowOperands(const KernelArgs &args,
   };
 }
 
-/// `body`, then its result rounded in place where the product has a
-/// `round_result` (the cdp.round_to cdp-fuse-roundings moved into it).
-std::function<void(const StepContext &)>
-roundingResult(const KernelArgs &args,
-               std::function<void(const StepContext &)> body) {
-  NarrowFormat format = roundingOf(args);
-  if (format == NarrowFormat::None)
-    return body;
-  TensorView y = args.outputs[0];
-  return [=](const StepContext &context) {
-    body(context);
-    roundToNarrow(y.f32(), y.numel(), format == NarrowFormat::Bfloat16);
-  };
-}
-
 /// A product's operand stored in 2 bytes and the float32 buffer the kernel
 /// widens it into.
 struct WidenedOperand {
@@ -313,7 +298,7 @@ std::unique_ptr<Kernel> productKernel(
     operand.data = values->data();
     operand.dtype = plan::F32;
   }
-  auto body = roundingResult(
+  auto body = roundedResult(
       args, checkingNarrowOperands(widenedArgs, make(widenedArgs)));
   if (widened.empty())
     return std::make_unique<FunctionKernel>(std::move(body));

@@ -137,7 +137,7 @@ void registerLoss(KernelRegistry &registry) {
               TensorView dx = args.outputs[0];
               ClassGeometry g(args, logp.shape);
               std::string location = args.instruction->location();
-              return [=](const StepContext &) {
+              return roundedResult(args, [=](const StepContext &) {
                 forEachWeightedGradient(
                     g, dloss, labels.i64(), weights, location,
                     [&](int64_t n, int64_t i, int64_t label, double factor) {
@@ -148,7 +148,7 @@ void registerLoss(KernelRegistry &registry) {
                             factor * (p - (c == label ? 1.0 : 0.0)));
                       }
                     });
-              };
+              });
             });
 
   addKernel(registry, "nll_loss", [](const KernelArgs &args) {

@@ -288,7 +288,7 @@ static void registerSoftmax(KernelRegistry &registry) {
     int64_t outer, length, inner;
     splitAxis(y.shape, normalizeAxis(args.i("axis", -1), y.rank()), outer,
               length, inner);
-    return [=](const StepContext &) {
+    return roundedResult(args, [=](const StepContext &) {
       for (int64_t o = 0; o < outer; ++o)
         for (int64_t j = 0; j < inner; ++j) {
           int64_t base = o * length * inner + j;
@@ -304,7 +304,7 @@ static void registerSoftmax(KernelRegistry &registry) {
                     : y.f32()[k] * (dy.f32()[k] - sum));
           }
         }
-    };
+    });
   });
 }
 

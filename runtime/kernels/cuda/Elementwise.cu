@@ -156,9 +156,10 @@ __device__ float applyUnary(UnaryOp op, float x, float p, float q) {
   }
 }
 
+/// `rounding`: the op's round_result (GELU's; None for the others).
 __global__ void unaryKernel(UnaryOp op, const float *x, float *y, int64_t n,
-                            float p, float q) {
-  CDP_FOR_EACH(i, n) { y[i] = applyUnary(op, x[i], p, q); }
+                            float p, float q, NarrowFormat rounding) {
+  CDP_FOR_EACH(i, n) { y[i] = roundedTo(rounding, applyUnary(op, x[i], p, q)); }
 }
 
 void addUnary(KernelRegistry &registry, const std::string &name,
@@ -172,11 +173,12 @@ void addUnary(KernelRegistry &registry, const std::string &name,
         params ? params(args) : std::pair<float, float>{0, 0};
     float p = pq.first, q = pq.second;
     int64_t n = y.numel();
+    NarrowFormat rounding = roundingOf(args);
     return [=](const StepContext &context) {
       if (n == 0)
         return;
       unaryKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
-          op, x.f32(), y.f32(), n, p, q);
+          op, x.f32(), y.f32(), n, p, q, rounding);
       launched("unary");
     };
   });
@@ -248,8 +250,10 @@ __device__ float applyGrad(GradOp op, float g, float x, float p, float q) {
 }
 
 __global__ void gradKernel(GradOp op, const float *g, const float *x, float *dx,
-                           int64_t n, float p, float q) {
-  CDP_FOR_EACH(i, n) { dx[i] = applyGrad(op, g[i], x[i], p, q); }
+                           int64_t n, float p, float q, NarrowFormat rounding) {
+  CDP_FOR_EACH(i, n) {
+    dx[i] = roundedTo(rounding, applyGrad(op, g[i], x[i], p, q));
+  }
 }
 
 GradOp gradOf(const KernelArgs &args, const std::string &kind) {
@@ -383,11 +387,12 @@ void registerActivations(KernelRegistry &registry) {
       q = static_cast<float>(params[1]);
     }
     int64_t n = dx.numel();
+    NarrowFormat rounding = roundingOf(args);
     return [=](const StepContext &context) {
       if (n == 0)
         return;
       gradKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
-          op, dy.f32(), saved.f32(), dx.f32(), n, p, q);
+          op, dy.f32(), saved.f32(), dx.f32(), n, p, q, rounding);
       launched("unary_grad");
     };
   });

@@ -11,6 +11,8 @@
 #include "Reduce.cuh"
 #include "cdp/Runtime/OpTable.h"
 
+#include "../NarrowOperands.h"
+
 namespace cdp::runtime::cuda {
 
 namespace {
@@ -121,14 +123,16 @@ __device__ double factorOf(const Classes &g, int64_t k, int64_t label,
 __global__ void softmaxLossGradKernel(Classes g, const float *dloss,
                                       const float *logp, const int64_t *labels,
                                       const float *weights,
-                                      const double *denominator, float *dx) {
+                                      const double *denominator, float *dx,
+                                      NarrowFormat rounding) {
   CDP_FOR_EACH(e, g.rows() * g.classes) {
     int64_t i = e % g.spatial, c = e / g.spatial % g.classes,
             n = e / (g.spatial * g.classes);
     int64_t k = n * g.spatial + i, label = labels[k];
     double factor = factorOf(g, k, label, dloss, weights, *denominator);
     double p = exp(static_cast<double>(logp[e]));
-    dx[e] = static_cast<float>(factor * (p - (c == label ? 1.0 : 0.0)));
+    dx[e] = roundedTo(
+        rounding, static_cast<float>(factor * (p - (c == label ? 1.0 : 0.0))));
   }
 }
 
@@ -192,6 +196,7 @@ void registerLoss(KernelRegistry &registry) {
         CudaDevice &device = deviceOf(args);
         int *status = device.status();
         auto denominator = std::make_shared<Scratch>(device, 8);
+        NarrowFormat rounding = roundingOf(args);
         return [=](const StepContext &context) {
           cudaStream_t stream = streamOf(context);
           denominatorKernel<<<1, kThreads, 0, stream>>>(
@@ -200,7 +205,7 @@ void registerLoss(KernelRegistry &registry) {
           if (n)
             softmaxLossGradKernel<<<blocksFor(n), kThreads, 0, stream>>>(
                 g, dloss.f32(), logp.f32(), labels.i64(), weights,
-                denominator->as<double>(), dx.f32());
+                denominator->as<double>(), dx.f32(), rounding);
           launched("softmax_cross_entropy_loss_grad");
         };
       });

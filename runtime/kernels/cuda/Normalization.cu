@@ -10,6 +10,8 @@
 #include "Reduce.cuh"
 #include "cdp/Runtime/OpTable.h"
 
+#include "../NarrowOperands.h"
+
 namespace cdp::runtime::cuda {
 
 namespace {
@@ -189,7 +191,8 @@ __global__ void softmaxKernel(const float *x, float *y, int64_t length,
 }
 
 __global__ void softmaxGradKernel(const float *dy, const float *y, float *dx,
-                                  int64_t length, int64_t inner, bool log) {
+                                  int64_t length, int64_t inner, bool log,
+                                  NarrowFormat rounding) {
   int64_t row = blockIdx.x, o = row / inner, j = row % inner;
   int64_t base = o * length * inner + j;
   double sum = 0;
@@ -200,9 +203,10 @@ __global__ void softmaxGradKernel(const float *dy, const float *y, float *dx,
   sum = blockSum(sum);
   for (int64_t a = threadIdx.x; a < length; a += blockDim.x) {
     int64_t k = base + a * inner;
-    dx[k] =
+    dx[k] = roundedTo(
+        rounding,
         static_cast<float>(log ? dy[k] - exp(static_cast<double>(y[k])) * sum
-                               : y[k] * (dy[k] - sum));
+                               : y[k] * (dy[k] - sum)));
   }
 }
 
@@ -382,11 +386,12 @@ void registerSoftmax(KernelRegistry &registry) {
     bool log = args.i("log", 0) != 0;
     int64_t count, length, inner;
     rows(args, y, count, length, inner);
+    NarrowFormat rounding = roundingOf(args);
     return [=](const StepContext &context) {
       if (count == 0 || length == 0)
         return;
       softmaxGradKernel<<<count, rowThreads(length), 0, streamOf(context)>>>(
-          dy.f32(), y.f32(), dx.f32(), length, inner, log);
+          dy.f32(), y.f32(), dx.f32(), length, inner, log, rounding);
       launched("softmax_grad");
     };
   });

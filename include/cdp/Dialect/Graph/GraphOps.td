@@ -388,9 +388,11 @@ def CDP_GeluOp : CDP_BaseOp<"gelu", [CDP_ElementwiseInPlace, CDP_Differentiable,
   let description = [{
     `approximate = "none"`: `x * 0.5 * (1 + erf(x / sqrt(2)))`;
     `"tanh"`: `x * 0.5 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3)))`.
+    `round_result` as for `cdp.add`.
   }];
   let arguments = (ins CDP_F32Tensor:$input,
-                       DefaultValuedStrAttr<StrAttr, "none">:$approximate);
+                       DefaultValuedStrAttr<StrAttr, "none">:$approximate,
+                       OptionalAttr<StrAttr>:$round_result);
   let results = (outs CDP_F32Tensor:$output);
   let assemblyFormat = "$input attr-dict `:` type($output)";
   let hasVerifier = 1;
@@ -737,9 +739,11 @@ def CDP_UnaryGradOp : CDP_Op<"unary_grad", [CDP_ElementwiseInPlace]> {
     `hard_sigmoid` (`params` = alpha, beta) and `hard_swish`, and the
     forward output `y` for `sigmoid` (`y(1-y)`), `tanh` (`1-y^2`) and
     `sqrt` (`1/(2y)`). At the kinks the derivative is PyTorch's.
+    `round_result` as for `cdp.add`.
   }];
   let arguments = (ins CDP_F32Tensor:$grad, CDP_F32Tensor:$saved, StrAttr:$kind,
-                       DefaultValuedAttr<DenseF32ArrayAttr, "{}">:$params);
+                       DefaultValuedAttr<DenseF32ArrayAttr, "{}">:$params,
+                       OptionalAttr<StrAttr>:$round_result);
   let results = (outs CDP_F32Tensor:$output);
 }
 
@@ -824,11 +828,13 @@ def CDP_SoftmaxGradOp : CDP_Op<"softmax_grad"> {
   let summary = "softmax or log-softmax backward, from the forward output";
   let description = [{
     softmax: `dx = y * (dy - sum(dy * y))`; with `log`:
-    `dx = dy - exp(y) * sum(dy)`, sums along `axis`.
+    `dx = dy - exp(y) * sum(dy)`, sums along `axis`. `round_result` as for
+    `cdp.add`.
   }];
   let arguments = (ins CDP_F32Tensor:$grad, CDP_F32Tensor:$output_value,
                        DefaultValuedAttr<I64Attr, "-1">:$axis,
-                       DefaultValuedAttr<BoolAttr, "false">:$log);
+                       DefaultValuedAttr<BoolAttr, "false">:$log,
+                       OptionalAttr<StrAttr>:$round_result);
   let results = (outs CDP_F32Tensor:$output);
 }
 
@@ -879,10 +885,14 @@ def CDP_GatherNDGradOp : CDP_Op<"gather_nd_grad"> {
 
 def CDP_SoftmaxCrossEntropyLossGradOp : CDP_Op<"softmax_cross_entropy_loss_grad"> {
   let summary = "softmax cross-entropy backward with respect to the scores";
+  let description = [{
+    `round_result` as for `cdp.add`.
+  }];
   let arguments = (ins CDP_F32Tensor:$grad, CDP_F32Tensor:$log_prob,
                        CDP_I64Tensor:$labels, Optional<CDP_F32Tensor>:$weights,
                        DefaultValuedStrAttr<StrAttr, "mean">:$reduction,
-                       OptionalAttr<I64Attr>:$ignore_index);
+                       OptionalAttr<I64Attr>:$ignore_index,
+                       OptionalAttr<StrAttr>:$round_result);
   let results = (outs CDP_F32Tensor:$output);
 }
 
