@@ -42,6 +42,7 @@ public:
 private:
   LogicalResult differentiate(Operation *op);
   Value seedOf(Value loss, double lossScale);
+  void eraseUnusedBackward(const llvm::DenseSet<Operation *> &forwardOps);
 
   func::FuncOp func;
   OpBuilder &builder;
@@ -54,6 +55,22 @@ LogicalResult Differentiator::differentiate(Operation *op) {
   if (!rule)
     return op->emitOpError("has no gradient rule");
   return rule.buildGradient(gradients);
+}
+
+/// Erases the backward ops whose results nothing reads. A rule builds its
+/// contributions before learning which operands take them: an attention
+/// score's addend derived from the mask got its gradient reduced from
+/// batch x heads x seq^2 values for nothing, one kernel per layer.
+void Differentiator::eraseUnusedBackward(
+    const llvm::DenseSet<Operation *> &forwardOps) {
+  Operation *op = func.getBody().front().getTerminator()->getPrevNode();
+  while (op) { // users before their operands, so chains go whole
+    Operation *previous = op->getPrevNode();
+    if (!forwardOps.contains(op) && op->getNumResults() > 0 &&
+        op->use_empty() && !isa<GradientOp, AssignOp>(op))
+      op->erase();
+    op = previous;
+  }
 }
 
 /// The gradient the backward starts from: 1, or under dynamic loss scaling
@@ -168,6 +185,7 @@ LogicalResult Differentiator::run(Value loss, const llvm::StringSet<> &frozen,
       }
       trainable.push_back(param);
     }
+  eraseUnusedBackward(forwardOps); // after the gradients are read
   return success();
 }
 

@@ -98,3 +98,21 @@ func.func @main() -> (tensor<f32> {cdp.name = "loss"}) attributes {cdp.loss_inde
   %l = cdp.reduce_sum %y {axes = array<i64>, keepdims = false} : (tensor<4xf32>) -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+// Tests that a gradient no operand takes is not computed: the scores'
+// addend is a mask-derived constant (as attention's), so the add's rule
+// must leave no reduce_to of the gradient to the addend's broadcast shape.
+// CHECK-LABEL: cdp.param "w" : tensor<4x4xf32>
+// CHECK-NOT: cdp.reduce_to
+// CHECK: cdp.gradient "w"
+func.func @main(%x: tensor<2x4x4xf32>) -> (tensor<f32> {cdp.name = "loss"}) attributes {cdp.loss_index = 0 : i64} {
+  %w = cdp.param "w" : tensor<4x4xf32>
+  %mask = cdp.constant dense<0.0> : tensor<1x4x4xf32>
+  %s = cdp.matmul %x, %w : (tensor<2x4x4xf32>, tensor<4x4xf32>) -> tensor<2x4x4xf32>
+  %a = cdp.add %s, %mask : (tensor<2x4x4xf32>, tensor<1x4x4xf32>) -> tensor<2x4x4xf32>
+  %p = cdp.softmax %a : (tensor<2x4x4xf32>) -> tensor<2x4x4xf32>
+  %l = cdp.reduce_sum %p {axes = array<i64>, keepdims = false} : (tensor<2x4x4xf32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
