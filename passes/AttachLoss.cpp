@@ -70,11 +70,10 @@ struct AttachLossPass : public cdp::impl::AttachLossBase<AttachLossPass> {
       signalPassFailure();
   }
 
-  /// The scores with their classes at axis 1, as the loss op reads them:
-  /// rank 2 as they are; rank 3 or more where --class-axis says (`last`
-  /// is transposed to axis 1).
-  FailureOr<Value> classesAtAxis1(func::FuncOp func, Value scores,
-                                  OpBuilder &builder) {
+  /// Whether the scores' classes are their last axis (the loss reads them
+  /// in place, `classes_last`) rather than axis 1: rank 2 reads (N, C);
+  /// rank 3 or more as --class-axis says.
+  FailureOr<bool> classesLast(func::FuncOp func, Value scores) {
     auto type = cast<RankedTensorType>(scores.getType());
     int64_t rank = type.getRank();
     if (rank < 2) {
@@ -89,10 +88,8 @@ struct AttachLossPass : public cdp::impl::AttachLossBase<AttachLossPass> {
     }
     // (N, C) and images' (N, C, H, W, ...) read one way; (N, S, V) is a
     // language model's as often as a 1-D segmentation's (N, C, L).
-    if (rank != 3 && classAxis.empty())
-      return scores;
-    if (classAxis == "1")
-      return scores;
+    if (rank == 2 || (rank != 3 && classAxis.empty()) || classAxis == "1")
+      return false;
     if (classAxis.empty()) {
       func.emitError("the first output has shape [")
           << llvm::make_range(type.getShape().begin(), type.getShape().end())
@@ -101,20 +98,7 @@ struct AttachLossPass : public cdp::impl::AttachLossBase<AttachLossPass> {
              "language-model logits)";
       return failure();
     }
-    SmallVector<int64_t> perm{0, rank - 1};
-    for (int64_t d = 1; d < rank - 1; ++d)
-      perm.push_back(d);
-    std::string error;
-    Operation *transpose = createInferred(
-        builder, NameLoc::get(builder.getStringAttr("loss.classes")),
-        TransposeOp::getOperationName(), {scores},
-        {builder.getNamedAttr("perm", builder.getDenseI64ArrayAttr(perm))}, 1,
-        error);
-    if (!transpose) {
-      func.emitError("cannot move the classes to axis 1: ") << error;
-      return failure();
-    }
-    return transpose->getResult(0);
+    return true;
   }
 
   LogicalResult attach(func::FuncOp func) {
@@ -154,17 +138,19 @@ struct AttachLossPass : public cdp::impl::AttachLossBase<AttachLossPass> {
       return func.emitError("the first output must be float32 to train on");
     OpBuilder builder(returnOp);
     Type labelsType;
+    bool last = false;
     if (loss == "mse") {
       labelsType = scoresType;
     } else {
-      FailureOr<Value> classFirst = classesAtAxis1(func, scores, builder);
-      if (failed(classFirst))
+      FailureOr<bool> classes = classesLast(func, scores);
+      if (failed(classes))
         return failure();
-      scores = *classFirst;
-      auto type = cast<RankedTensorType>(scores.getType());
-      SmallVector<int64_t> shape{type.getDimSize(0)};
-      for (int64_t d = 2; d < type.getRank(); ++d)
-        shape.push_back(type.getDimSize(d));
+      last = *classes;
+      int64_t classAxis = last ? scoresType.getRank() - 1 : 1;
+      SmallVector<int64_t> shape{scoresType.getDimSize(0)};
+      for (int64_t d = 1; d < scoresType.getRank(); ++d)
+        if (d != classAxis)
+          shape.push_back(scoresType.getDimSize(d));
       labelsType = RankedTensorType::get(shape, builder.getI64Type());
     }
     unsigned labelsIndex = func.getNumArguments();
@@ -205,12 +191,14 @@ struct AttachLossPass : public cdp::impl::AttachLossBase<AttachLossPass> {
         return func.emitError("cannot build the mse loss: ") << error;
       lossValue = mean->getResult(0);
     } else {
+      SmallVector<NamedAttribute> attrs{builder.getNamedAttr(
+          "ignore_index", builder.getI64IntegerAttr(ignoreIndex))};
+      if (last)
+        attrs.push_back(
+            builder.getNamedAttr("classes_last", builder.getBoolAttr(true)));
       Operation *sce = createInferred(
           builder, loc, SoftmaxCrossEntropyLossOp::getOperationName(),
-          {scores, labels},
-          {builder.getNamedAttr("ignore_index",
-                                builder.getI64IntegerAttr(ignoreIndex))},
-          2, error);
+          {scores, labels}, attrs, 2, error);
       if (!sce)
         return func.emitError("cannot build the loss: ") << error;
       lossValue = sce->getResult(0);

@@ -215,13 +215,17 @@ void layerNormGrad(const Check &c) {
 
 /// A class loss's scores (N, C, d...) against labels (N, d...) and weights.
 void classLoss(const Check &c, const TensorView &scores,
-               const TensorView &labels, const TensorView *weights) {
+               const TensorView &labels, const TensorView *weights,
+               bool classesLast = false) {
   c.rank(scores, 2, 8);
   c.type(labels, plan::I64);
-  int64_t batch = scores.shape[0], spatial = product(scores.shape, 2);
+  size_t classAxis = classesLast ? scores.shape.size() - 1 : 1;
+  int64_t batch = scores.shape[0],
+          spatial = classesLast ? product(scores.shape, 1, classAxis)
+                                : product(scores.shape, 2);
   c.count(labels, saturatingMul(batch, spatial));
   if (weights)
-    c.count(*weights, scores.shape[1]);
+    c.count(*weights, scores.shape[classAxis]);
 }
 
 void reduction(const Check &c, const KernelArgs &args, const TensorView &loss,
@@ -502,7 +506,7 @@ Rules makeRules() {
     for (const TensorView *v : {&scores, c.optional(2), &c.out(0), &c.out(1)})
       if (v)
         c.type(*v, plan::F32);
-    classLoss(c, scores, labels, c.optional(2));
+    classLoss(c, scores, labels, c.optional(2), args.i("classes_last", 0));
     c.same(scores, c.out(1));
     reduction(c, args, c.out(0), labels.numel());
   };
@@ -513,7 +517,7 @@ Rules makeRules() {
     for (const TensorView *v : {&c.in(0), &logp, c.optional(3), &c.out(0)})
       if (v)
         c.type(*v, plan::F32);
-    classLoss(c, logp, labels, c.optional(3));
+    classLoss(c, logp, labels, c.optional(3), args.i("classes_last", 0));
     c.same(logp, c.out(0));
     reduction(c, args, c.in(0), labels.numel());
   };

@@ -583,6 +583,19 @@ std::vector<Case> cases() {
        {"%labels = cdp.constant dense<[[0, 2], [1, 2], [0, 0], [2, 1]]> : "
         "tensor<4x2xi64>",
         "%w = cdp.constant dense<[0.5, 2.0, 1.5]> : tensor<3xf32>"}});
+  // A language model's logits (N, S, C), read with the classes last.
+  list.push_back(
+      {"softmax_cross_entropy_classes_last_weighted_ignore",
+       {{"scores", {2, 3, 4}}},
+       "%l, %lp = cdp.softmax_cross_entropy_loss %p0, %labels, %w "
+       "{classes_last = true, ignore_index = 1 : i64} : (tensor<2x3x4xf32>, "
+       "tensor<2x3xi64>, tensor<4xf32>) -> (tensor<f32>, tensor<2x3x4xf32>)\n"
+       "  %y = cdp.reshape %l {shape = array<i64: 1>} : (tensor<f32>) -> "
+       "tensor<1xf32>",
+       "tensor<1xf32>",
+       {"%labels = cdp.constant dense<[[0, 3, 1], [2, 1, 3]]> : "
+        "tensor<2x3xi64>",
+        "%w = cdp.constant dense<[0.5, 2.0, 1.5, 1.0]> : tensor<4xf32>"}});
   list.push_back(
       {"softmax_cross_entropy_none",
        {{"scores", {4, 3}}},

@@ -608,6 +608,8 @@ LogicalResult SoftmaxCrossEntropyLossOp::buildGradient(GradientBuilder &g) {
   SmallVector<NamedAttribute> attrs{g.attr("reduction", getReductionAttr())};
   if (auto ignore = getIgnoreIndexAttr())
     attrs.push_back(g.attr("ignore_index", ignore));
+  if (getClassesLast())
+    attrs.push_back(g.attr("classes_last", getClassesLastAttr()));
   g.add(getScores(), g.make(SoftmaxCrossEntropyLossGradOp::getOperationName(),
                             operands, attrs));
   return g.status();

@@ -126,30 +126,34 @@ LogicalResult inferReduce(Loc loc, Value input, ArrayRef<int64_t> axes,
   return success();
 }
 
-/// Shape rule shared by the two classification losses: scores (N, C, d...),
-/// labels (N, d...), optional weights (C).
+/// Shape rule shared by the two classification losses: scores (N, C, d...)
+/// (with `classesLast` (N, d..., C)), labels (N, d...), optional weights (C).
 LogicalResult inferClassLoss(Loc loc, Value scores, Value labels, Value weights,
-                             StringRef reduction,
+                             StringRef reduction, bool classesLast,
                              SmallVectorImpl<Type> &types) {
   RankedTensorType scoresType = rankedType(scores);
   RankedTensorType labelsType = rankedType(labels);
   if (!scoresType || !labelsType)
     return failure();
-  if (scoresType.getRank() < 2)
+  int64_t rank = scoresType.getRank();
+  if (rank < 2)
     return fail(loc, "expects scores of rank >= 2 (N, C, ...), got rank " +
-                         Twine(scoresType.getRank()));
+                         Twine(rank));
+  int64_t classAxis = classesLast ? rank - 1 : 1;
   Shape expected{scoresType.getDimSize(0)};
-  for (int64_t d = 2; d < scoresType.getRank(); ++d)
-    expected.push_back(scoresType.getDimSize(d));
+  for (int64_t d = 1; d < rank; ++d)
+    if (d != classAxis)
+      expected.push_back(scoresType.getDimSize(d));
   if (labelsType.getShape() != ArrayRef<int64_t>(expected))
     return fail(loc, "labels shape " + shapeString(labelsType.getShape()) +
                          " does not match scores shape " +
                          shapeString(scoresType.getShape()) + " (expected " +
                          shapeString(expected) + ")");
   if (RankedTensorType weightsType = rankedType(weights))
-    if (weightsType.getShape() != ArrayRef<int64_t>{scoresType.getDimSize(1)})
+    if (weightsType.getShape() !=
+        ArrayRef<int64_t>{scoresType.getDimSize(classAxis)})
       return fail(loc, "weights must have shape [" +
-                           Twine(scoresType.getDimSize(1)) + "]");
+                           Twine(scoresType.getDimSize(classAxis)) + "]");
   if (reduction == "none")
     types.push_back(tensorOf(expected, scoresType.getElementType()));
   else if (reduction == "mean" || reduction == "sum")
@@ -883,7 +887,7 @@ LogicalResult SoftmaxCrossEntropyLossOp::inferReturnTypes(
     MLIRContext *, Loc loc, Adaptor adaptor, SmallVectorImpl<Type> &types) {
   if (failed(inferClassLoss(loc, adaptor.getScores(), adaptor.getLabels(),
                             adaptor.getWeights(), adaptor.getReduction(),
-                            types)))
+                            adaptor.getClassesLast(), types)))
     return failure();
   types.push_back(adaptor.getScores().getType());
   return success();
@@ -893,7 +897,8 @@ LogicalResult NllLossOp::inferReturnTypes(MLIRContext *, Loc loc,
                                           Adaptor adaptor,
                                           SmallVectorImpl<Type> &types) {
   return inferClassLoss(loc, adaptor.getInput(), adaptor.getTarget(),
-                        adaptor.getWeight(), adaptor.getReduction(), types);
+                        adaptor.getWeight(), adaptor.getReduction(),
+                        /*classesLast=*/false, types);
 }
 
 #define GET_OP_CLASSES

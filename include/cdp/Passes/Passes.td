@@ -20,8 +20,9 @@ def AttachLoss : Pass<"cdp-attach-loss", "mlir::ModuleOp"> {
     `cdp.softmax_cross_entropy_loss` over the labels that are not
     `ignore-index`; `class-axis` says where the classes are: `1` for
     `(N, C, d1, ...)`, `last` for `(N, d1, ..., C)` (Hugging Face's
-    language-model logits), which are transposed to the former; scores of
-    rank 3 need it, ranks 2 and 4 or more default to `1`; with `mse` the new argument is float32
+    language-model logits), which the loss reads in place (`classes_last`);
+    scores of rank 3 need it, ranks 2 and 4 or more default to `1`; with
+    `mse` the new argument is float32
     shaped like the output and the loss is the mean squared error; with
     `none` the model computes its own loss, the output named `loss-output`.
 

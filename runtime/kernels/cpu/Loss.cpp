@@ -17,19 +17,25 @@ namespace {
 
 struct ClassGeometry {
   int64_t batch, classes, spatial;
+  int64_t classStride, spatialStride; // apart: classes (N, C, d...) or last
   std::string reduction;
   bool hasIgnore;
   int64_t ignore;
   ClassGeometry(const KernelArgs &args, const std::vector<int64_t> &scores)
-      : ClassGeometry(scores, ops::NllLossAttributes::read(args)) {}
+      : ClassGeometry(scores, ops::NllLossAttributes::read(args),
+                      args.i("classes_last", 0) != 0) {}
   /// The four loss ops (and their gradients) declare the same reduction.
   ClassGeometry(const std::vector<int64_t> &scores,
-                const ops::NllLossAttributes &attrs)
-      : batch(scores[0]), classes(scores[1]), spatial(product(scores, 2)),
-        reduction(attrs.reduction), hasIgnore(attrs.ignore_index.has_value()),
+                const ops::NllLossAttributes &attrs, bool classesLast)
+      : batch(scores[0]), classes(classesLast ? scores.back() : scores[1]),
+        spatial(classesLast ? product(scores, 1, scores.size() - 1)
+                            : product(scores, 2)),
+        classStride(classesLast ? 1 : spatial),
+        spatialStride(classesLast ? classes : 1), reduction(attrs.reduction),
+        hasIgnore(attrs.ignore_index.has_value()),
         ignore(attrs.ignore_index.value_or(0)) {}
   int64_t at(int64_t n, int64_t c, int64_t i) const {
-    return (n * classes + c) * spatial + i;
+    return n * classes * spatial + c * classStride + i * spatialStride;
   }
 
   /// Checks a label; returns false when it is ignored.

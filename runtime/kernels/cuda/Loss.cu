@@ -21,11 +21,21 @@ enum class Reduction { None, Sum, Mean };
 
 struct Classes {
   int64_t batch, classes, spatial;
+  bool classesLast; // scores (N, d..., C) instead of (N, C, d...)
   Reduction reduction;
   bool hasIgnore;
   int64_t ignore;
   __device__ int64_t at(int64_t n, int64_t c, int64_t i) const {
-    return (n * classes + c) * spatial + i;
+    return classesLast ? (n * spatial + i) * classes + c
+                       : (n * classes + c) * spatial + i;
+  }
+  /// The sample n, class c and position i of the scores' element e.
+  __device__ void split(int64_t e, int64_t &n, int64_t &c, int64_t &i) const {
+    if (classesLast) {
+      c = e % classes, i = e / classes % spatial, n = e / (classes * spatial);
+      return;
+    }
+    i = e % spatial, c = e / spatial % classes, n = e / (spatial * classes);
   }
   __host__ __device__ int64_t rows() const { return batch * spatial; }
   /// Whether row k's label counts; flags a label out of range.
@@ -43,9 +53,11 @@ struct Classes {
 Classes classesOf(const KernelArgs &args, const std::vector<int64_t> &scores) {
   // The four loss ops (and their gradients) declare the same reduction.
   ops::NllLossAttributes attrs = ops::NllLossAttributes::read(args);
+  bool last = args.i("classes_last", 0) != 0;
   return {scores[0],
-          scores[1],
-          product(scores, 2),
+          last ? scores.back() : scores[1],
+          last ? product(scores, 1, scores.size() - 1) : product(scores, 2),
+          last,
           attrs.reduction == "none"  ? Reduction::None
           : attrs.reduction == "sum" ? Reduction::Sum
                                      : Reduction::Mean,
@@ -53,21 +65,23 @@ Classes classesOf(const KernelArgs &args, const std::vector<int64_t> &scores) {
           attrs.ignore_index.value_or(0)};
 }
 
+/// A block per row (sample n, position i): its classes' log-softmax. A
+/// language model's rows are 50k classes long; with classes last, the
+/// block's threads read them side by side.
 __global__ void logSoftmaxRowsKernel(Classes g, const float *scores,
                                      float *logp) {
-  CDP_FOR_EACH(k, g.rows()) {
-    int64_t n = k / g.spatial, i = k % g.spatial;
-    float top = scores[g.at(n, 0, i)];
-    for (int64_t c = 1; c < g.classes; ++c)
-      top = fmaxf(top, scores[g.at(n, c, i)]);
-    double sum = 0;
-    for (int64_t c = 0; c < g.classes; ++c)
-      sum += exp(static_cast<double>(scores[g.at(n, c, i)] - top));
-    double logSum = log(sum);
-    for (int64_t c = 0; c < g.classes; ++c)
-      logp[g.at(n, c, i)] =
-          static_cast<float>(scores[g.at(n, c, i)] - top - logSum);
-  }
+  int64_t k = blockIdx.x, n = k / g.spatial, i = k % g.spatial;
+  float top = -INFINITY;
+  for (int64_t c = threadIdx.x; c < g.classes; c += blockDim.x)
+    top = fmaxf(top, scores[g.at(n, c, i)]);
+  top = blockMax(top);
+  double sum = 0;
+  for (int64_t c = threadIdx.x; c < g.classes; c += blockDim.x)
+    sum += exp(static_cast<double>(scores[g.at(n, c, i)] - top));
+  double logSum = log(blockSum(sum));
+  for (int64_t c = threadIdx.x; c < g.classes; c += blockDim.x)
+    logp[g.at(n, c, i)] =
+        static_cast<float>(scores[g.at(n, c, i)] - top - logSum);
 }
 
 /// One block: the loss (reduced, or per row for `none`).
@@ -126,8 +140,8 @@ __global__ void softmaxLossGradKernel(Classes g, const float *dloss,
                                       const double *denominator, float *dx,
                                       NarrowFormat rounding) {
   CDP_FOR_EACH(e, g.rows() * g.classes) {
-    int64_t i = e % g.spatial, c = e / g.spatial % g.classes,
-            n = e / (g.spatial * g.classes);
+    int64_t n, c, i;
+    g.split(e, n, c, i);
     int64_t k = n * g.spatial + i, label = labels[k];
     double factor = factorOf(g, k, label, dloss, weights, *denominator);
     double p = exp(static_cast<double>(logp[e]));
@@ -165,8 +179,8 @@ void registerLoss(KernelRegistry &registry) {
     return [=](const StepContext &context) {
       cudaStream_t stream = streamOf(context);
       if (g.rows())
-        logSoftmaxRowsKernel<<<blocksFor(g.rows()), kThreads, 0, stream>>>(
-            g, scores.f32(), logp.f32());
+        logSoftmaxRowsKernel<<<static_cast<unsigned>(g.rows()), kThreads, 0,
+                               stream>>>(g, scores.f32(), logp.f32());
       nllKernel<<<1, kThreads, 0, stream>>>(g, logp.f32(), labels.i64(),
                                             weights, loss.f32(), status);
       launched("softmax_cross_entropy_loss");

@@ -704,11 +704,14 @@ def CDP_SoftmaxCrossEntropyLossOp : CDP_Op<"softmax_cross_entropy_loss", [CDP_Di
     Scores `(N, C, d1, ...)`, labels `(N, d1, ...)`, optional class weights
     `(C)`. `reduction` is `mean`, `sum` or `none`; labels equal to
     `ignore_index` contribute nothing. Also returns the log-probabilities.
+    With `classes_last` the scores are `(N, d1, ..., C)` (a language model's
+    logits, read in place instead of transposed), the log-probabilities too.
   }];
   let arguments = (ins CDP_F32Tensor:$scores, CDP_I64Tensor:$labels,
                        Optional<CDP_F32Tensor>:$weights,
                        DefaultValuedStrAttr<StrAttr, "mean">:$reduction,
-                       OptionalAttr<I64Attr>:$ignore_index);
+                       OptionalAttr<I64Attr>:$ignore_index,
+                       DefaultValuedAttr<BoolAttr, "false">:$classes_last);
   let results = (outs CDP_F32Tensor:$loss, CDP_F32Tensor:$log_prob);
 }
 
@@ -886,13 +889,14 @@ def CDP_GatherNDGradOp : CDP_Op<"gather_nd_grad"> {
 def CDP_SoftmaxCrossEntropyLossGradOp : CDP_Op<"softmax_cross_entropy_loss_grad"> {
   let summary = "softmax cross-entropy backward with respect to the scores";
   let description = [{
-    `round_result` as for `cdp.add`.
+    `classes_last` as the loss's. `round_result` as for `cdp.add`.
   }];
   let arguments = (ins CDP_F32Tensor:$grad, CDP_F32Tensor:$log_prob,
                        CDP_I64Tensor:$labels, Optional<CDP_F32Tensor>:$weights,
                        DefaultValuedStrAttr<StrAttr, "mean">:$reduction,
                        OptionalAttr<I64Attr>:$ignore_index,
-                       OptionalAttr<StrAttr>:$round_result);
+                       OptionalAttr<StrAttr>:$round_result,
+                       DefaultValuedAttr<BoolAttr, "false">:$classes_last);
   let results = (outs CDP_F32Tensor:$output);
 }
 
