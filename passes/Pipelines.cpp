@@ -106,6 +106,9 @@ void buildTrainingPipeline(OpPassManager &pm,
     autocast.precision = config.autocast;
     pm.addPass(createAutocast(autocast));
   }
+  // After autocast: a sum it rounds (narrow operands) keeps its add.
+  if (config.fuse)
+    pm.addPass(createFuseSoftmaxBias());
   addPartition(pm, config);
   AutodiffOptions autodiff;
   autodiff.freeze = config.freeze;

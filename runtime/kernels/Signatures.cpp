@@ -491,6 +491,8 @@ Rules makeRules() {
   rules["softmax"] = rules["log_softmax"] = plain([](const Check &c) {
     unary(c);
     c.axis("axis", -1, c.in(0).rank());
+    if (const TensorView *bias = c.optional(1)) // softmax's, broadcast
+      c.broadcasts(*bias, c.in(0));
   });
   rules["softmax_grad"] = plain([](const Check &c) {
     c.declared();

@@ -487,6 +487,13 @@ std::vector<Case> cases() {
                   "%y = cdp.softmax %p0 {axis = 1 : i64} : (tensor<2x3x4xf32>) "
                   "-> tensor<2x3x4xf32>",
                   "tensor<2x3x4xf32>"});
+  // Softmax with a broadcast bias (attention's mask, or T5's trained
+  // position bias): both gradients, the bias's summed over the batch.
+  list.push_back({"softmax_bias",
+                  {{"x", {2, 3, 4}}, {"bias", {1, 3, 4}}},
+                  "%y = cdp.softmax %p0, %p1 : (tensor<2x3x4xf32>, "
+                  "tensor<1x3x4xf32>) -> tensor<2x3x4xf32>",
+                  "tensor<2x3x4xf32>"});
   // The exporters' attention softmax with its NaN guard, one row masked
   // whole (its gradient is zero, as torch's, not NaN) and one in part.
   list.push_back(

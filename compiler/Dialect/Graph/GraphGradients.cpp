@@ -392,23 +392,29 @@ LogicalResult LayerNormOp::buildGradient(GradientBuilder &g) {
 
 namespace {
 
-LogicalResult softmaxGradient(GradientBuilder &g, Operation *op, bool log) {
-  g.add(op->getOperand(0),
-        g.make(SoftmaxGradOp::getOperationName(),
-               {g.gradOf(op->getResult(0)), op->getResult(0)},
-               {g.attr("axis", op->getAttr("axis")),
-                g.attr("log", g.getBuilder().getBoolAttr(log))}));
-  return g.status();
+/// The input's gradient, added to it and returned.
+Value softmaxGradient(GradientBuilder &g, Operation *op, bool log) {
+  Value dx = g.make(SoftmaxGradOp::getOperationName(),
+                    {g.gradOf(op->getResult(0)), op->getResult(0)},
+                    {g.attr("axis", op->getAttr("axis")),
+                     g.attr("log", g.getBuilder().getBoolAttr(log))});
+  g.add(op->getOperand(0), dx);
+  return dx;
 }
 
 } // namespace
 
 LogicalResult SoftmaxOp::buildGradient(GradientBuilder &g) {
-  return softmaxGradient(g, *this, /*log=*/false);
+  Value dx = softmaxGradient(g, *this, /*log=*/false);
+  // The bias's: the input's (as the add's was) summed to its shape.
+  if (Value bias = getBias())
+    g.add(bias, g.reduceTo(dx, bias.getType()));
+  return g.status();
 }
 
 LogicalResult LogSoftmaxOp::buildGradient(GradientBuilder &g) {
-  return softmaxGradient(g, *this, /*log=*/true);
+  softmaxGradient(g, *this, /*log=*/true);
+  return g.status();
 }
 
 //===----------------------------------------------------------------------===//

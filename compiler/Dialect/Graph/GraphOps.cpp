@@ -501,6 +501,20 @@ LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *, Loc loc,
 LogicalResult SoftmaxOp::inferReturnTypes(MLIRContext *, Loc loc,
                                           Adaptor adaptor,
                                           SmallVectorImpl<Type> &types) {
+  if (Value bias = adaptor.getBias()) {
+    RankedTensorType input = rankedType(adaptor.getInput()),
+                     addend = rankedType(bias);
+    if (!input || !addend)
+      return failure();
+    FailureOr<Shape> sum =
+        broadcastShapes(loc, addend.getShape(), input.getShape());
+    if (failed(sum))
+      return failure();
+    if (ArrayRef<int64_t>(*sum) != input.getShape())
+      return fail(loc, "the bias " + shapeString(addend.getShape()) +
+                           " must broadcast to the input " +
+                           shapeString(input.getShape()));
+  }
   return inferSameWithAxis(loc, adaptor.getInput(),
                            adaptor.getAxisAttr().getInt(), types);
 }

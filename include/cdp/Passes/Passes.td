@@ -263,6 +263,20 @@ def FuseGelu : Pass<"cdp-fuse-gelu", "mlir::ModuleOp"> {
   let dependentDialects = ["cdp::CDPDialect"];
 }
 
+def FuseSoftmaxBias : Pass<"cdp-fuse-softmax-bias", "mlir::ModuleOp"> {
+  let summary = "Gives a softmax the addend of the sum it reads (attention's mask) as its bias";
+  let description = [{
+    Matches `softmax(add(x, b))` where the add feeds the softmax only and
+    `x` is shaped as the sum, and replaces it with `softmax(x, b)`: the
+    softmax adds `b` (broadcast) as it reads `x`, the same float32 sums,
+    and the batch x heads x seq^2 sum is never written. Runs on the forward
+    graph, after cdp-autocast (a sum it rounds keeps its add) and before
+    autodiff; the bias's gradient, where it takes one, is the softmax's
+    input gradient summed to its shape.
+  }];
+  let dependentDialects = ["cdp::CDPDialect"];
+}
+
 def PackNarrowStash : Pass<"cdp-pack-narrow-stash", "mlir::ModuleOp"> {
   let summary = "Keeps bf16 and fp16 values the backward reads in 2 bytes a value";
   let description = [{

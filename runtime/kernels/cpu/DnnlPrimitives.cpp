@@ -294,8 +294,8 @@ void registerDnnlPrimitives(KernelRegistry &registry) {
   for (bool log : {false, true}) {
     wrap(registry, log ? "log_softmax" : "softmax",
          [log](const KernelArgs &args) -> std::unique_ptr<Kernel> {
-           if (args.i("zero_nan_rows", 0) != 0)
-             return nullptr; // oneDNN has no such post-op: the own kernel
+           if (args.i("zero_nan_rows", 0) != 0 || args.inputs.size() > 1)
+             return nullptr; // no such post-op, no bias: the own kernel
            memory src = bind(args.inputs[0]), dst = bind(args.outputs[0]);
            int axis = static_cast<int>(
                normalizeAxis(args.i("axis", -1), args.inputs[0].rank()));

@@ -238,17 +238,46 @@ static void registerLayerNorm(KernelRegistry &registry) {
   });
 }
 
-/// One softmax (or log-softmax) row of `length` values `inner` apart; with
-/// `zeroNanRows` a row holding a NaN comes out as zeros (a NaN anywhere in
-/// it makes the sum NaN, so the sum says whether it holds one).
+/// Offsets into a broadcast operand of shape `in` as an index walks the
+/// dimensions [begin, end) of `out` (its flat index over them): size-1 or
+/// missing dimensions read with stride 0.
+struct BroadcastOffsets {
+  std::vector<int64_t> size, stride;
+  BroadcastOffsets(const std::vector<int64_t> &in,
+                   const std::vector<int64_t> &out, size_t begin, size_t end) {
+    size_t shift = out.size() - in.size();
+    for (size_t d = begin; d < end; ++d) {
+      int64_t own = d < shift ? 1 : in[d - shift];
+      size.push_back(out[d]);
+      stride.push_back(own == 1 ? 0 : product(in, d - shift + 1));
+    }
+  }
+  int64_t operator()(int64_t i) const {
+    int64_t offset = 0;
+    for (size_t d = size.size(); d-- > 0;) {
+      offset += (i % size[d]) * stride[d];
+      i /= size[d];
+    }
+    return offset;
+  }
+};
+
+/// One softmax (or log-softmax) row of `length` values `inner` apart, each
+/// plus the bias value `biasStride` apart from `bias` where there is one;
+/// with `zeroNanRows` a row holding a NaN comes out as zeros (a NaN anywhere
+/// in it makes the sum NaN, so the sum says whether it holds one).
 static void softmaxRow(const float *in, float *out, int64_t length,
-                       int64_t inner, bool log, bool zeroNanRows) {
-  float top = in[0];
+                       int64_t inner, const float *bias, int64_t biasStride,
+                       bool log, bool zeroNanRows) {
+  auto value = [&](int64_t a) {
+    return bias ? in[a * inner] + bias[a * biasStride] : in[a * inner];
+  };
+  float top = value(0);
   for (int64_t a = 1; a < length; ++a)
-    top = std::max(top, in[a * inner]);
+    top = std::max(top, value(a));
   double sum = 0;
   for (int64_t a = 0; a < length; ++a)
-    sum += std::exp(static_cast<double>(in[a * inner] - top));
+    sum += std::exp(static_cast<double>(value(a) - top));
   if (zeroNanRows && std::isnan(sum)) {
     for (int64_t a = 0; a < length; ++a)
       out[a * inner] = 0.0f;
@@ -256,7 +285,7 @@ static void softmaxRow(const float *in, float *out, int64_t length,
   }
   double logSum = std::log(sum);
   for (int64_t a = 0; a < length; ++a) {
-    double shifted = in[a * inner] - top;
+    double shifted = value(a) - top;
     out[a * inner] =
         static_cast<float>(log ? shifted - logSum : std::exp(shifted - logSum));
   }
@@ -265,22 +294,37 @@ static void softmaxRow(const float *in, float *out, int64_t length,
 /// Softmax and log-softmax and their gradient.
 static void registerSoftmax(KernelRegistry &registry) {
   for (bool log : {false, true})
-    addKernel(registry, log ? "log_softmax" : "softmax",
-              [log](const KernelArgs &args) {
-                TensorView x = args.inputs[0], y = args.outputs[0];
-                int64_t outer, length, inner;
-                splitAxis(x.shape, normalizeAxis(args.i("axis", -1), x.rank()),
-                          outer, length, inner);
-                bool zeroNanRows = args.i("zero_nan_rows", 0) != 0;
-                return [=](const StepContext &) {
+    addKernel(
+        registry, log ? "log_softmax" : "softmax",
+        [log](const KernelArgs &args) {
+          TensorView x = args.inputs[0], y = args.outputs[0];
+          int64_t outer, length, inner;
+          splitAxis(x.shape, normalizeAxis(args.i("axis", -1), x.rank()), outer,
+                    length, inner);
+          bool zeroNanRows = args.i("zero_nan_rows", 0) != 0;
+          // The bias (softmax's second operand, which broadcasts):
+          // each row's first value, then one every `biasStride`.
+          TensorView bias =
+              args.inputs.size() > 1 ? args.inputs[1] : TensorView();
+          size_t axis =
+              static_cast<size_t>(normalizeAxis(args.i("axis", -1), x.rank()));
+          std::vector<int64_t> biasShape =
+              bias.present() ? bias.shape : std::vector<int64_t>{};
+          BroadcastOffsets outerAt(biasShape, x.shape, 0, axis),
+              axisAt(biasShape, x.shape, axis, axis + 1),
+              innerAt(biasShape, x.shape, axis + 1, x.shape.size());
+          int64_t biasStride = axisAt.stride[0];
+          return [=](const StepContext &) {
 #pragma omp parallel for
-                  for (int64_t o = 0; o < outer; ++o)
-                    for (int64_t j = 0; j < inner; ++j)
-                      softmaxRow(x.f32() + o * length * inner + j,
-                                 y.f32() + o * length * inner + j, length,
-                                 inner, log, zeroNanRows);
-                };
-              });
+            for (int64_t o = 0; o < outer; ++o)
+              for (int64_t j = 0; j < inner; ++j)
+                softmaxRow(x.f32() + o * length * inner + j,
+                           y.f32() + o * length * inner + j, length, inner,
+                           bias.present() ? bias.f32() + outerAt(o) + innerAt(j)
+                                          : nullptr,
+                           biasStride, log, zeroNanRows);
+          };
+        });
 
   addKernel(registry, "softmax_grad", [](const KernelArgs &args) {
     TensorView dy = args.inputs[0], y = args.inputs[1], dx = args.outputs[0];

@@ -165,25 +165,41 @@ __global__ void layerNormParamGradKernel(const float *dy, const float *x,
   }
 }
 
-/// Rows of a softmax: `length` elements `inner` apart; with `zeroNanRows` a
-/// row holding a NaN (its sum is then NaN) comes out as zeros.
-__global__ void softmaxKernel(const float *x, float *y, int64_t length,
-                              int64_t inner, bool log, bool zeroNanRows) {
+/// A softmax's bias: where row r's first value lies (`at` of the row's first
+/// element) and how far apart its values are along the axis; null `values`
+/// for none.
+struct SoftmaxBias {
+  const float *values = nullptr;
+  IndexMap at;
+  int64_t stride = 0;
+};
+
+/// Rows of a softmax: `length` elements `inner` apart, each plus its bias
+/// value; with `zeroNanRows` a row holding a NaN (its sum is then NaN) comes
+/// out as zeros.
+__global__ void softmaxKernel(const float *x, SoftmaxBias bias, float *y,
+                              int64_t length, int64_t inner, bool log,
+                              bool zeroNanRows) {
   int64_t row = blockIdx.x, o = row / inner, j = row % inner;
-  const float *in = x + o * length * inner + j;
-  float *out = y + o * length * inner + j;
+  int64_t first = o * length * inner + j;
+  const float *in = x + first;
+  const float *add = bias.values ? bias.values + bias.at(first) : nullptr;
+  float *out = y + first;
+  auto value = [&](int64_t a) {
+    return add ? in[a * inner] + add[a * bias.stride] : in[a * inner];
+  };
   float top = -INFINITY;
   for (int64_t a = threadIdx.x; a < length; a += blockDim.x)
-    top = fmaxf(top, in[a * inner]);
+    top = fmaxf(top, value(a));
   top = blockMax(top);
   double sum = 0;
   for (int64_t a = threadIdx.x; a < length; a += blockDim.x)
-    sum += exp(static_cast<double>(in[a * inner] - top));
+    sum += exp(static_cast<double>(value(a) - top));
   sum = blockSum(sum);
   double logSum = ::log(sum);
   bool zeroRow = zeroNanRows && isnan(sum);
   for (int64_t a = threadIdx.x; a < length; a += blockDim.x) {
-    double shifted = in[a * inner] - top;
+    double shifted = value(a) - top;
     out[a * inner] = zeroRow ? 0.0f
                              : static_cast<float>(log ? shifted - logSum
                                                       : exp(shifted - logSum));
@@ -373,11 +389,18 @@ void registerSoftmax(KernelRegistry &registry) {
           int64_t count, length, inner;
           rows(args, x, count, length, inner);
           bool zeroNanRows = args.i("zero_nan_rows", 0) != 0;
+          SoftmaxBias bias;
+          if (args.inputs.size() > 1) {
+            bias.values = args.inputs[1].f32();
+            bias.at = broadcastMap(args, args.inputs[1].shape, x.shape);
+            bias.stride =
+                bias.at.stride[normalizeAxis(args.i("axis", -1), x.rank())];
+          }
           return [=](const StepContext &context) {
             if (count == 0 || length == 0)
               return;
             softmaxKernel<<<count, rowThreads(length), 0, streamOf(context)>>>(
-                x.f32(), y.f32(), length, inner, log, zeroNanRows);
+                x.f32(), bias, y.f32(), length, inner, log, zeroNanRows);
             launched("softmax");
           };
         });

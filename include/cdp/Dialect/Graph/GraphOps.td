@@ -304,8 +304,12 @@ def CDP_SoftmaxOp : CDP_Op<"softmax", [CDP_Differentiable]> {
     attention, folded by cdp-fold-softmax-guard. Such a row's gradient is
     zero (`softmax_grad` reads the zeros), as for torch's
     scaled_dot_product_attention, where the unfolded guard's gradient is NaN.
+    With `bias` (which broadcasts to the input, numpy's rules) the softmax
+    is that of `input + bias`, each sum a float32 add as `cdp.add`'s
+    (attention's mask, folded by cdp-fuse-softmax-bias).
   }];
-  let arguments = (ins CDP_F32Tensor:$input, DefaultValuedAttr<I64Attr, "-1">:$axis,
+  let arguments = (ins CDP_F32Tensor:$input, Optional<CDP_F32Tensor>:$bias,
+                       DefaultValuedAttr<I64Attr, "-1">:$axis,
                        DefaultValuedAttr<BoolAttr, "false">:$zero_nan_rows);
   let results = (outs CDP_F32Tensor:$output);
 }
