@@ -128,6 +128,7 @@ void buildTrainingPipeline(OpPassManager &pm,
     pm.addPass(createFuseRoundings());
     pm.addPass(createMarkNarrowProducts());
     pm.addPass(createReadNarrowOperands());
+    pm.addPass(createNarrowResults());
   }
   InsertOptimizerOptions optimizer;
   optimizer.optimizer = config.optimizer;

@@ -57,6 +57,23 @@ CDP_HOST_DEVICE inline float roundedTo(NarrowFormat format, float x) {
                                            : x;
 }
 
+/// Writes result `i` of an op with `rounding` (its round_result): rounded,
+/// into float32 storage, or, where cdp-narrow-results stores the result in
+/// 2 bytes (`twoBytes`), as that format's bits.
+CDP_HOST_DEVICE inline void storeResult(void *out, int64_t i, float value,
+                                        NarrowFormat rounding, bool twoBytes) {
+  if (twoBytes)
+    static_cast<uint16_t *>(out)[i] =
+        narrowBitsOf(value, rounding == NarrowFormat::Bfloat16);
+  else
+    static_cast<float *>(out)[i] = roundedTo(rounding, value);
+}
+
+/// Whether a kernel's output is a 2-byte tensor (cdp-narrow-results).
+inline bool storedInTwoBytes(const TensorView &out) {
+  return out.dtype == plan::BF16 || out.dtype == plan::F16;
+}
+
 /// Whether `format` holds `x` exactly (a NaN counts: it stays a NaN).
 CDP_HOST_DEVICE inline bool exactIn(NarrowFormat format, float x) {
   if (format == NarrowFormat::None || x != x)

@@ -228,6 +228,21 @@ void classLoss(const Check &c, const TensorView &scores,
     c.count(*weights, scores.shape[classAxis]);
 }
 
+/// f32 inputs; an f32 result, or one stored in the 2-byte format its
+/// round_result names (cdp-narrow-results).
+void narrowableResult(const Check &c, const KernelArgs &args) {
+  for (const TensorView &v : args.inputs)
+    if (v.present())
+      c.type(v, plan::F32);
+  const TensorView &out = c.out(0);
+  std::string rounding = args.s("round_result", "");
+  if (out.dtype == plan::BF16 || out.dtype == plan::F16)
+    c.require(rounding == (out.dtype == plan::BF16 ? "bf16" : "f16"),
+              "its 2-byte result needs round_result in that format");
+  else
+    c.type(out, plan::F32);
+}
+
 void reduction(const Check &c, const KernelArgs &args, const TensorView &loss,
                int64_t elements) {
   std::string kind = args.s("reduction", "mean");
@@ -400,12 +415,12 @@ Rules makeRules() {
   rules["pack_narrow"] = narrowPacking(true);
   rules["unpack_narrow"] = narrowPacking(false);
   addSelectionRules(rules);
-  rules["unary_grad"] = plain([](const Check &c) {
+  rules["unary_grad"] = [](const Check &c, const KernelArgs &args) {
     c.declared();
-    c.allF32();
+    narrowableResult(c, args);
     c.same(c.in(0), c.out(0));
     c.same(c.in(1), c.out(0));
-  });
+  };
   rules["cast"] = plain([](const Check &c) {
     c.declared();
     for (const TensorView *v : {&c.in(0), &c.out(0)})
@@ -494,13 +509,13 @@ Rules makeRules() {
     if (const TensorView *bias = c.optional(1)) // softmax's, broadcast
       c.broadcasts(*bias, c.in(0));
   });
-  rules["softmax_grad"] = plain([](const Check &c) {
+  rules["softmax_grad"] = [](const Check &c, const KernelArgs &args) {
     c.declared();
-    c.allF32();
+    narrowableResult(c, args);
     c.same(c.in(0), c.out(0));
     c.same(c.in(1), c.out(0));
     c.axis("axis", -1, c.in(1).rank());
-  });
+  };
   rules["softmax_cross_entropy_loss"] = [](const Check &c,
                                            const KernelArgs &args) {
     c.declared();

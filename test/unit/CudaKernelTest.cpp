@@ -207,6 +207,11 @@ std::vector<Case> elementwiseCases() {
                    {f32({33})},
                    {text("approximate", "tanh"), text("round_result", "bf16")},
                    1e-2});
+  cases.push_back({"unary_grad_relu_stored",
+                   "unary_grad",
+                   {f32({40}), f32({40})},
+                   {stored({40}, plan::BF16)},
+                   {text("kind", "relu"), text("round_result", "bf16")}});
   cases.push_back({"unary_grad_relu_round_result",
                    "unary_grad",
                    {f32({40}), f32({40})},
@@ -515,6 +520,12 @@ std::vector<Case> normalizationCases() {
        "softmax_grad",
        {f32({4, 7}), f32({4, 7}, Fill::Unit)},
        {f32({4, 7})}},
+      // Integers: the sums are exact in any order, so the stored bits agree.
+      {"softmax_grad_stored",
+       "softmax_grad",
+       {f32({4, 7}, Fill::Integers), f32({4, 7}, Fill::Integers)},
+       {stored({4, 7}, plan::F16)},
+       {text("round_result", "f16")}},
       {"softmax_grad_round_result",
        "softmax_grad",
        {f32({4, 7}), f32({4, 7}, Fill::Unit)},

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "kernels/NarrowFloat.h"
+#include "cdp/Plan/PlanIO.h"
 #include "cdp/Runtime/Kernel.h"
 #include "cdp/Runtime/OpTable.h"
 
@@ -251,6 +252,72 @@ TEST(NarrowFloat, EveryOpWithRoundResultRoundsAsRoundTo) {
   // add, sub, mul, div, pow, min, max, dropout(_grad), gemm, matmul, gelu,
   // unary_grad, softmax_grad, softmax_cross_entropy_loss_grad
   EXPECT_EQ(ops, 15);
+}
+
+/// softmax_grad (rows of 8) or unary_grad (relu) on (dy, saved) with
+/// round_result `format`, its result stored as `dtype`.
+std::vector<char> runNarrowResult(const std::string &op, std::vector<float> dy,
+                                  std::vector<float> saved,
+                                  const std::string &format,
+                                  cdp::plan::DType dtype) {
+  using namespace cdp::runtime;
+  cdp::plan::Instruction instruction;
+  instruction.set_op(op);
+  auto attribute = [&](const char *name, const std::string &value) {
+    cdp::plan::Attribute *added = instruction.add_attributes();
+    added->set_name(name);
+    added->set_s(value);
+  };
+  attribute("round_result", format);
+  if (op == "unary_grad")
+    attribute("kind", "relu");
+  std::vector<char> out(dy.size() * cdp::plan::dtypeSize(dtype));
+  auto view = [](void *data, cdp::plan::DType type) {
+    TensorView v;
+    v.data = data;
+    v.shape = {8, 8};
+    v.dtype = type;
+    return v;
+  };
+  KernelArgs args;
+  args.instruction = &instruction;
+  args.inputs = {view(dy.data(), cdp::plan::F32),
+                 view(saved.data(), cdp::plan::F32)};
+  args.outputs = {view(out.data(), dtype)};
+  (*KernelRegistry::instance().lookup(op, Backend::CPU))(args)->run(
+      StepContext());
+  return out;
+}
+
+// cdp-narrow-results stores the rounded results of softmax_grad and
+// unary_grad in 2 bytes: the CPU kernels must write there the bits of the
+// values they write in float32 (a kernel writing float32 into the 2-byte
+// tensor would overrun it and give other values).
+TEST(NarrowFloat, TwoByteResultsHoldTheRoundedValues) {
+  std::mt19937 random(9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> unit(0.05f, 0.95f);
+  std::vector<float> dy(64), saved(64);
+  for (size_t i = 0; i < dy.size(); ++i) {
+    dy[i] = normal(random);
+    saved[i] = unit(random);
+  }
+  for (const char *op : {"softmax_grad", "unary_grad"})
+    for (bool bf16 : {true, false}) {
+      std::string format = bf16 ? "bf16" : "f16";
+      std::vector<char> wide =
+          runNarrowResult(op, dy, saved, format, cdp::plan::F32);
+      std::vector<char> narrow = runNarrowResult(
+          op, dy, saved, format, bf16 ? cdp::plan::BF16 : cdp::plan::F16);
+      for (size_t i = 0; i < dy.size(); ++i) {
+        float value;
+        uint16_t bits;
+        std::memcpy(&value, wide.data() + 4 * i, 4);
+        std::memcpy(&bits, narrow.data() + 2 * i, 2);
+        EXPECT_EQ(bits, bf16 ? bfloat16BitsOf(value) : float16BitsOf(value))
+            << op << " " << format << " element " << i;
+      }
+    }
 }
 
 } // namespace

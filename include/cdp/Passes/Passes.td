@@ -370,6 +370,21 @@ def ReadNarrowOperands : Pass<"cdp-read-narrow-operands", "mlir::ModuleOp"> {
   let dependentDialects = ["cdp::CDPDialect"];
 }
 
+def NarrowResults : Pass<"cdp-narrow-results", "mlir::ModuleOp"> {
+  let summary = "Stores in 2 bytes the rounded results whose readers all take 2-byte values";
+  let description = [{
+    Mixed precision, after cdp-read-narrow-operands: a `cdp.softmax_grad`
+    or `cdp.unary_grad` with `round_result` whose every reader, in its
+    stage, is operand A or B of a product marked `narrow_operands` of that
+    format or a `cdp.pack_narrow` to it gets a result of that format (2
+    bytes a value, the same values): the packs are replaced by the result,
+    the products read it in place. Attention's softmax gradient (batch x
+    heads x seq^2) and GELU's gradient were written in float32 and
+    converted again by each product that read them.
+  }];
+  let dependentDialects = ["cdp::CDPDialect"];
+}
+
 def FoldTranspose : Pass<"cdp-fold-transpose", "mlir::ModuleOp"> {
   let summary = "Folds Transpose ops into the MatMul and Gemm operands that read them";
   let description = [{

@@ -29,6 +29,14 @@ void roundToNarrow(float *values, int64_t n, bool bf16);
 std::function<void(const StepContext &)>
 roundedResult(const KernelArgs &args,
               std::function<void(const StepContext &)> body);
+/// The kernel of an op whose first output `make` computes in float32:
+/// rounded where the op has round_result, and where that output is a
+/// 2-byte tensor (cdp-narrow-results) computed into a float32 buffer of the
+/// kernel's own (its workspace), then stored 2 bytes a value.
+std::unique_ptr<Kernel> narrowResultKernel(
+    const KernelArgs &args,
+    std::function<std::function<void(const StepContext &)>(const KernelArgs &)>
+        make);
 void registerLinalg(KernelRegistry &registry);
 void registerDnnlConvolution(KernelRegistry &registry);
 void registerDnnlPrimitives(KernelRegistry &registry);

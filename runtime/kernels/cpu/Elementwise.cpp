@@ -222,8 +222,8 @@ static void registerArithmetic(KernelRegistry &registry) {
         py[i] = approximate ? geluTanh(px[i]) : gelu(px[i]);
     });
   });
-  addKernel(registry, "unary_grad", [](const KernelArgs &args) {
-    return roundedResult(args, unaryGrad(args));
+  registry.add("unary_grad", Backend::CPU, [](const KernelArgs &args) {
+    return narrowResultKernel(args, unaryGrad);
   });
 }
 
@@ -434,6 +434,32 @@ roundedResult(const KernelArgs &args,
     body(context);
     roundToNarrow(y.f32(), y.numel(), format == NarrowFormat::Bfloat16);
   };
+}
+
+std::unique_ptr<Kernel> narrowResultKernel(
+    const KernelArgs &args,
+    std::function<std::function<void(const StepContext &)>(const KernelArgs &)>
+        make) {
+  TensorView out = args.outputs[0];
+  if (out.dtype != plan::BF16 && out.dtype != plan::F16)
+    return std::make_unique<FunctionKernel>(roundedResult(args, make(args)));
+  KernelArgs wide = args;
+  auto values = std::make_shared<std::vector<float>>(out.numel());
+  wide.outputs[0].data = values->data();
+  wide.outputs[0].dtype = plan::F32;
+  auto body = make(wide);
+  bool bf16 = out.dtype == plan::BF16;
+  int64_t n = out.numel();
+  return std::make_unique<FunctionKernel>(
+      [=](const StepContext &context) {
+        body(context);
+        auto *stored = static_cast<uint16_t *>(out.data);
+        const float *computed = values->data();
+#pragma omp parallel for if (n > 65536)
+        for (int64_t i = 0; i < n; ++i)
+          stored[i] = narrowBitsOf(computed[i], bf16); // rounds as it stores
+      },
+      n * static_cast<int64_t>(sizeof(float)));
 }
 
 void registerElementwise(KernelRegistry &registry) {

@@ -291,6 +291,33 @@ static void softmaxRow(const float *in, float *out, int64_t length,
   }
 }
 
+/// softmax_grad's loop, float32 in and out.
+static std::function<void(const StepContext &)>
+softmaxGrad(const KernelArgs &args) {
+  TensorView dy = args.inputs[0], y = args.inputs[1], dx = args.outputs[0];
+  bool log = args.i("log", 0) != 0;
+  int64_t outer, length, inner;
+  splitAxis(y.shape, normalizeAxis(args.i("axis", -1), y.rank()), outer, length,
+            inner);
+  return [=](const StepContext &) {
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t j = 0; j < inner; ++j) {
+        int64_t base = o * length * inner + j;
+        double sum = 0;
+        for (int64_t a = 0; a < length; ++a) {
+          int64_t k = base + a * inner;
+          sum += log ? dy.f32()[k] : dy.f32()[k] * y.f32()[k];
+        }
+        for (int64_t a = 0; a < length; ++a) {
+          int64_t k = base + a * inner;
+          dx.f32()[k] =
+              static_cast<float>(log ? dy.f32()[k] - std::exp(y.f32()[k]) * sum
+                                     : y.f32()[k] * (dy.f32()[k] - sum));
+        }
+      }
+  };
+}
+
 /// Softmax and log-softmax and their gradient.
 static void registerSoftmax(KernelRegistry &registry) {
   for (bool log : {false, true})
@@ -326,29 +353,8 @@ static void registerSoftmax(KernelRegistry &registry) {
           };
         });
 
-  addKernel(registry, "softmax_grad", [](const KernelArgs &args) {
-    TensorView dy = args.inputs[0], y = args.inputs[1], dx = args.outputs[0];
-    bool log = args.i("log", 0) != 0;
-    int64_t outer, length, inner;
-    splitAxis(y.shape, normalizeAxis(args.i("axis", -1), y.rank()), outer,
-              length, inner);
-    return roundedResult(args, [=](const StepContext &) {
-      for (int64_t o = 0; o < outer; ++o)
-        for (int64_t j = 0; j < inner; ++j) {
-          int64_t base = o * length * inner + j;
-          double sum = 0;
-          for (int64_t a = 0; a < length; ++a) {
-            int64_t k = base + a * inner;
-            sum += log ? dy.f32()[k] : dy.f32()[k] * y.f32()[k];
-          }
-          for (int64_t a = 0; a < length; ++a) {
-            int64_t k = base + a * inner;
-            dx.f32()[k] = static_cast<float>(
-                log ? dy.f32()[k] - std::exp(y.f32()[k]) * sum
-                    : y.f32()[k] * (dy.f32()[k] - sum));
-          }
-        }
-    });
+  registry.add("softmax_grad", Backend::CPU, [](const KernelArgs &args) {
+    return narrowResultKernel(args, softmaxGrad);
   });
 }
 

@@ -249,10 +249,11 @@ __device__ float applyGrad(GradOp op, float g, float x, float p, float q) {
   }
 }
 
-__global__ void gradKernel(GradOp op, const float *g, const float *x, float *dx,
-                           int64_t n, float p, float q, NarrowFormat rounding) {
+__global__ void gradKernel(GradOp op, const float *g, const float *x, void *dx,
+                           int64_t n, float p, float q, NarrowFormat rounding,
+                           bool twoBytes) {
   CDP_FOR_EACH(i, n) {
-    dx[i] = roundedTo(rounding, applyGrad(op, g[i], x[i], p, q));
+    storeResult(dx, i, applyGrad(op, g[i], x[i], p, q), rounding, twoBytes);
   }
 }
 
@@ -388,11 +389,12 @@ void registerActivations(KernelRegistry &registry) {
     }
     int64_t n = dx.numel();
     NarrowFormat rounding = roundingOf(args);
+    bool twoBytes = storedInTwoBytes(dx);
     return [=](const StepContext &context) {
       if (n == 0)
         return;
       gradKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
-          op, dy.f32(), saved.f32(), dx.f32(), n, p, q, rounding);
+          op, dy.f32(), saved.f32(), dx.data, n, p, q, rounding, twoBytes);
       launched("unary_grad");
     };
   });

@@ -206,9 +206,9 @@ __global__ void softmaxKernel(const float *x, SoftmaxBias bias, float *y,
   }
 }
 
-__global__ void softmaxGradKernel(const float *dy, const float *y, float *dx,
+__global__ void softmaxGradKernel(const float *dy, const float *y, void *dx,
                                   int64_t length, int64_t inner, bool log,
-                                  NarrowFormat rounding) {
+                                  NarrowFormat rounding, bool twoBytes) {
   int64_t row = blockIdx.x, o = row / inner, j = row % inner;
   int64_t base = o * length * inner + j;
   double sum = 0;
@@ -219,10 +219,11 @@ __global__ void softmaxGradKernel(const float *dy, const float *y, float *dx,
   sum = blockSum(sum);
   for (int64_t a = threadIdx.x; a < length; a += blockDim.x) {
     int64_t k = base + a * inner;
-    dx[k] = roundedTo(
-        rounding,
+    storeResult(
+        dx, k,
         static_cast<float>(log ? dy[k] - exp(static_cast<double>(y[k])) * sum
-                               : y[k] * (dy[k] - sum)));
+                               : y[k] * (dy[k] - sum)),
+        rounding, twoBytes);
   }
 }
 
@@ -410,11 +411,12 @@ void registerSoftmax(KernelRegistry &registry) {
     int64_t count, length, inner;
     rows(args, y, count, length, inner);
     NarrowFormat rounding = roundingOf(args);
+    bool twoBytes = storedInTwoBytes(dx);
     return [=](const StepContext &context) {
       if (count == 0 || length == 0)
         return;
       softmaxGradKernel<<<count, rowThreads(length), 0, streamOf(context)>>>(
-          dy.f32(), y.f32(), dx.f32(), length, inner, log, rounding);
+          dy.f32(), y.f32(), dx.data, length, inner, log, rounding, twoBytes);
       launched("softmax_grad");
     };
   });

@@ -519,6 +519,23 @@ func.func @product_unmarked_narrow_operand(%w: tensor<4x8xf32>, %p: tensor<8x2xf
 
 // -----
 
+func.func @narrow_result_unrounded(%dy: tensor<4x8xf32>, %y: tensor<4x8xf32>) -> tensor<4x8xbf16> {
+  // expected-error@+1 {{'cdp.softmax_grad' op stores its result in bf16, which needs round_result = "bf16"}}
+  %dx = cdp.softmax_grad %dy, %y {round_result = "f16"} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xbf16>
+  return %dx : tensor<4x8xbf16>
+}
+
+// -----
+
+func.func @narrow_result_shape(%dy: tensor<4x8xf32>, %x: tensor<4x8xf32>) -> tensor<32xbf16> {
+  // expected-error@+2 {{'cdp.unary_grad' op inferred type(s) 'tensor<4x8xf32>' are incompatible with return type(s) of operation 'tensor<32xbf16>'}}
+  // expected-error@+1 {{'cdp.unary_grad' op failed to infer returned types}}
+  %dx = cdp.unary_grad %dy, %x {kind = "relu", round_result = "bf16"} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<32xbf16>
+  return %dx : tensor<32xbf16>
+}
+
+// -----
+
 func.func @pack_narrow_shape(%x: tensor<4x8xf32>) -> tensor<16xbf16> {
   // expected-error@+1 {{'cdp.pack_narrow' op stores 'tensor<4x8xf32>' in a tensor of bf16 values of the same shape, not 'tensor<16xbf16>'}}
   %p = cdp.pack_narrow %x {format = "bf16"} : tensor<4x8xf32> -> tensor<16xbf16>

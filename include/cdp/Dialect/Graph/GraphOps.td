@@ -26,6 +26,8 @@ def CDP_I64Tensor : RankedTensorOf<[I64]>;
 def CDP_BoolTensor : RankedTensorOf<[I1]>;
 def CDP_NumTensor : RankedTensorOf<[F32, I64]>;
 def CDP_AnyTensor : RankedTensorOf<[F32, I64, I1]>;
+// What a reshape may view: any tensor, a 2-byte one (cdp-narrow-results) too.
+def CDP_ViewedTensor : RankedTensorOf<[F32, I64, I1, BF16, F16]>;
 // Values stored in 2 bytes under --precision bf16 or fp16 (cdp.pack_narrow).
 def CDP_NarrowTensor : RankedTensorOf<[BF16, F16]>;
 // A product's operand: float32, or 2-byte values it multiplies as they are.
@@ -546,8 +548,8 @@ def CDP_ReshapeOp : CDP_Op<"reshape", [CDP_ViewOfInput, CDP_Differentiable]> {
     `shape` is the final static shape: the importer resolves `0` and `-1`
     from the ONNX shape input.
   }];
-  let arguments = (ins CDP_AnyTensor:$input, DenseI64ArrayAttr:$shape);
-  let results = (outs CDP_AnyTensor:$output);
+  let arguments = (ins CDP_ViewedTensor:$input, DenseI64ArrayAttr:$shape);
+  let results = (outs CDP_ViewedTensor:$output);
 }
 
 def CDP_FlattenOp : CDP_Op<"flatten", [CDP_ViewOfInput, CDP_Differentiable]> {
@@ -746,12 +748,19 @@ def CDP_UnaryGradOp : CDP_Op<"unary_grad", [CDP_ElementwiseInPlace]> {
     `hard_sigmoid` (`params` = alpha, beta) and `hard_swish`, and the
     forward output `y` for `sigmoid` (`y(1-y)`), `tanh` (`1-y^2`) and
     `sqrt` (`1/(2y)`). At the kinks the derivative is PyTorch's.
-    `round_result` as for `cdp.add`.
+    `round_result` as for `cdp.add`; under it the result may be a tensor of
+    that format (cdp-narrow-results: the values stored in 2 bytes, for
+    readers that take them so).
   }];
   let arguments = (ins CDP_F32Tensor:$grad, CDP_F32Tensor:$saved, StrAttr:$kind,
                        DefaultValuedAttr<DenseF32ArrayAttr, "{}">:$params,
                        OptionalAttr<StrAttr>:$round_result);
-  let results = (outs CDP_F32Tensor:$output);
+  let results = (outs CDP_ProductOperand:$output);
+  let extraClassDeclaration = [{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
+                                        ::mlir::TypeRange actual);
+  }];
+  let hasVerifier = 1;
 }
 
 def CDP_ReduceToOp : CDP_Op<"reduce_to"> {
@@ -836,13 +845,19 @@ def CDP_SoftmaxGradOp : CDP_Op<"softmax_grad"> {
   let description = [{
     softmax: `dx = y * (dy - sum(dy * y))`; with `log`:
     `dx = dy - exp(y) * sum(dy)`, sums along `axis`. `round_result` as for
-    `cdp.add`.
+    `cdp.add`; under it the result may be a tensor of that format
+    (cdp-narrow-results).
   }];
   let arguments = (ins CDP_F32Tensor:$grad, CDP_F32Tensor:$output_value,
                        DefaultValuedAttr<I64Attr, "-1">:$axis,
                        DefaultValuedAttr<BoolAttr, "false">:$log,
                        OptionalAttr<StrAttr>:$round_result);
-  let results = (outs CDP_F32Tensor:$output);
+  let results = (outs CDP_ProductOperand:$output);
+  let extraClassDeclaration = [{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
+                                        ::mlir::TypeRange actual);
+  }];
+  let hasVerifier = 1;
 }
 
 def CDP_DropoutGradOp : CDP_Op<"dropout_grad", [CDP_ElementwiseInPlace]> {

@@ -1,0 +1,104 @@
+//===- NarrowResults.cpp - rounded results stored in 2 bytes --------------===//
+//
+// Under --precision bf16 or fp16 an op that rounds its result (round_result)
+// still writes it in float32, 4 bytes a value, and its readers then take
+// 2-byte values: products marked narrow_operands (a GPU converts the float32
+// operand into a 2-byte copy first) and the packs that keep it for the
+// backward. Softmax's gradient (batch x heads x seq^2 values, read by the
+// two products of attention's backward) and an activation's gradient (read
+// by a linear layer's two backward products) are such results. Where every
+// reader takes the 2-byte values, in the op's stage (through reshapes,
+// views at its address), the op stores its result in 2 bytes: the packs go
+// (their readers read the result), the products read it in place.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cdp/Dialect/Graph/GraphOps.h"
+#include "cdp/Passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+namespace cdp {
+#define GEN_PASS_DEF_NARROWRESULTS
+#include "cdp/Passes/Passes.h.inc"
+} // namespace cdp
+
+using namespace mlir;
+using namespace cdp;
+
+namespace {
+
+/// Whether `use` takes the result's values in `format` as they are: operand
+/// A or B of a product marked so, or a pack to that format, in the
+/// producer's stage.
+bool takesNarrow(OpOperand &use, StringRef format, Attribute stage) {
+  Operation *reader = use.getOwner();
+  if (reader->getAttr("cdp.stage") != stage)
+    return false;
+  if (auto pack = dyn_cast<PackNarrowOp>(reader))
+    return pack.getFormat() == format;
+  auto marked = reader->getAttrOfType<StringAttr>("narrow_operands");
+  return isa<GemmOp, MatMulOp>(reader) && marked &&
+         marked.getValue() == format && use.getOperandNumber() < 2;
+}
+
+/// Whether every reader of `value` takes it in `format`, through reshapes
+/// (views at its address, collected in `views`).
+bool allTakeNarrow(Value value, StringRef format, Attribute stage,
+                   SmallVectorImpl<Value> &views) {
+  for (OpOperand &use : value.getUses()) {
+    auto reshape = dyn_cast<ReshapeOp>(use.getOwner());
+    if (reshape && reshape->getAttr("cdp.stage") == stage) {
+      views.push_back(reshape.getOutput());
+      if (!allTakeNarrow(reshape.getOutput(), format, stage, views))
+        return false;
+    } else if (!takesNarrow(use, format, stage)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/// `value` with its element type `element`; the packs that read it replaced
+/// by it.
+void retype(Value value, Type element) {
+  auto type = cast<RankedTensorType>(value.getType());
+  value.setType(RankedTensorType::get(type.getShape(), element));
+  for (Operation *reader : llvm::make_early_inc_range(value.getUsers()))
+    if (auto pack = dyn_cast<PackNarrowOp>(reader)) {
+      pack.getOutput().replaceAllUsesWith(value);
+      pack->erase();
+    }
+}
+
+/// Stores `op`'s rounded result in 2 bytes when every reader takes it so.
+void narrow(Operation *op) {
+  auto rounding = op->getAttrOfType<StringAttr>("round_result");
+  Value result = op->getResult(0);
+  SmallVector<Value> views;
+  if (!rounding || result.use_empty() ||
+      !allTakeNarrow(result, rounding.getValue(), op->getAttr("cdp.stage"),
+                     views))
+    return;
+  Builder builder(op->getContext());
+  Type element = rounding.getValue() == "bf16" ? Type(builder.getBF16Type())
+                                               : Type(builder.getF16Type());
+  retype(result, element);
+  for (Value view : views)
+    retype(view, element);
+}
+
+struct NarrowResultsPass
+    : public cdp::impl::NarrowResultsBase<NarrowResultsPass> {
+  void runOnOperation() override {
+    SmallVector<Operation *> ops;
+    getOperation().walk([&](Operation *op) {
+      if (isa<SoftmaxGradOp, UnaryGradOp>(op))
+        ops.push_back(op);
+    });
+    for (Operation *op : ops)
+      narrow(op);
+  }
+};
+
+} // namespace
