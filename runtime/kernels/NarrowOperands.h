@@ -69,9 +69,10 @@ CDP_HOST_DEVICE inline void storeResult(void *out, int64_t i, float value,
     static_cast<float *>(out)[i] = roundedTo(rounding, value);
 }
 
-/// Whether a kernel's output is a 2-byte tensor (cdp-narrow-results).
-inline bool storedInTwoBytes(const TensorView &out) {
-  return out.dtype == plan::BF16 || out.dtype == plan::F16;
+/// Whether `view` holds 2-byte values: a pack's result, a product's stored
+/// operand, a result cdp-narrow-results stores so.
+inline bool storedInTwoBytes(const TensorView &view) {
+  return view.dtype == plan::BF16 || view.dtype == plan::F16;
 }
 
 /// Whether `format` holds `x` exactly (a NaN counts: it stays a NaN).

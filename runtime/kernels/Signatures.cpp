@@ -9,6 +9,7 @@
 
 #include "cdp/Runtime/Signatures.h"
 
+#include "NarrowOperands.h"
 #include "SignatureCheck.h"
 
 #include "cdp/Plan/Checked.h"
@@ -236,7 +237,7 @@ void narrowableResult(const Check &c, const KernelArgs &args) {
       c.type(v, plan::F32);
   const TensorView &out = c.out(0);
   std::string rounding = args.s("round_result", "");
-  if (out.dtype == plan::BF16 || out.dtype == plan::F16)
+  if (storedInTwoBytes(out))
     c.require(rounding == (out.dtype == plan::BF16 ? "bf16" : "f16"),
               "its 2-byte result needs round_result in that format");
   else

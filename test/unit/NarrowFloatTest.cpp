@@ -320,4 +320,29 @@ TEST(NarrowFloat, TwoByteResultsHoldTheRoundedValues) {
     }
 }
 
+// A reshape may view a 2-byte tensor (a result cdp-narrow-results stores
+// so); where the plan gives it a block of its own it copies the tensor, all
+// 2 bytes of each value (the CPU's byte count once took 1 for them).
+TEST(NarrowFloat, ReshapeCopiesTwoByteValuesWhole) {
+  using namespace cdp::runtime;
+  cdp::plan::Instruction instruction;
+  instruction.set_op("reshape");
+  std::vector<uint16_t> in(24), out(24, 0);
+  for (size_t i = 0; i < in.size(); ++i)
+    in[i] = static_cast<uint16_t>(0x3f80 + i);
+  TensorView x, y;
+  x.data = in.data();
+  x.shape = {4, 6};
+  y.data = out.data();
+  y.shape = {24};
+  x.dtype = y.dtype = cdp::plan::BF16;
+  KernelArgs args;
+  args.instruction = &instruction;
+  args.inputs = {x};
+  args.outputs = {y};
+  (*KernelRegistry::instance().lookup("reshape", Backend::CPU))(args)->run(
+      StepContext());
+  EXPECT_EQ(out, in);
+}
+
 } // namespace

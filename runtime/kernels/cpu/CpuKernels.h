@@ -4,6 +4,7 @@
 #define CDP_RUNTIME_KERNELS_CPU_CPUKERNELS_H
 
 #include "../MessageBuffers.h"
+#include "cdp/Plan/PlanIO.h"
 #include "cdp/Runtime/Communicator.h"
 #include "cdp/Runtime/Device.h"
 #include "cdp/Runtime/Kernel.h"
@@ -19,6 +20,9 @@ void registerElementwise(KernelRegistry &registry);
 /// `n` bf16 (or fp16) 2-byte values widened into float32, exactly: what
 /// unpack_narrow does and a product reading 2-byte operands does first.
 void widenNarrow(const uint16_t *in, float *out, int64_t n, bool bf16);
+/// `n` float32 values stored as bf16 (or fp16) bits, rounded to nearest
+/// even: what pack_narrow does and a 2-byte result's kernel does last.
+void packNarrow(const float *in, uint16_t *out, int64_t n, bool bf16);
 /// `n` float32 values rounded in place to bf16 (or fp16), as round_to does:
 /// a product's round_result.
 void roundToNarrow(float *values, int64_t n, bool bf16);
@@ -220,10 +224,13 @@ inline int64_t normalizeAxis(int64_t axis, int64_t rank) {
   return axis < 0 ? axis + rank : axis;
 }
 
+/// Bytes of one element of `view`, of the whole of it (the plan's widths:
+/// a bf16 or fp16 value 2).
+inline size_t elementSize(const TensorView &view) {
+  return static_cast<size_t>(plan::dtypeSize(view.dtype));
+}
 inline size_t byteSize(const TensorView &view) {
-  return static_cast<size_t>(view.numel()) * (view.dtype == plan::F32   ? 4
-                                              : view.dtype == plan::I64 ? 8
-                                                                        : 1);
+  return static_cast<size_t>(view.numel()) * elementSize(view);
 }
 
 } // namespace cdp::runtime::cpu

@@ -180,18 +180,7 @@ static void registerArithmetic(KernelRegistry &registry) {
     bool bf16 = ops::PackNarrowAttributes::read(args).format == "bf16";
     int64_t n = x.numel();
     return [=](const StepContext &) {
-      const float *px = x.f32();
-      auto *out = static_cast<uint16_t *>(packed.data);
-      // One loop per format, so that each vectorizes.
-      if (bf16) {
-#pragma omp parallel for if (n > 65536)
-        for (int64_t i = 0; i < n; ++i)
-          out[i] = narrowBitsOf(px[i], true);
-      } else {
-#pragma omp parallel for if (n > 65536)
-        for (int64_t i = 0; i < n; ++i)
-          out[i] = narrowBitsOf(px[i], false);
-      }
+      packNarrow(x.f32(), static_cast<uint16_t *>(packed.data), n, bf16);
     };
   });
   addKernel(registry, "unpack_narrow", [](const KernelArgs &args) {
@@ -411,6 +400,18 @@ void widenNarrow(const uint16_t *in, float *out, int64_t n, bool bf16) {
   }
 }
 
+void packNarrow(const float *in, uint16_t *out, int64_t n, bool bf16) {
+  if (bf16) {
+#pragma omp parallel for if (n > 65536)
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = narrowBitsOf(in[i], true);
+  } else {
+#pragma omp parallel for if (n > 65536)
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = narrowBitsOf(in[i], false);
+  }
+}
+
 void roundToNarrow(float *values, int64_t n, bool bf16) {
   if (bf16) {
 #pragma omp parallel for if (n > 65536)
@@ -441,7 +442,7 @@ std::unique_ptr<Kernel> narrowResultKernel(
     std::function<std::function<void(const StepContext &)>(const KernelArgs &)>
         make) {
   TensorView out = args.outputs[0];
-  if (out.dtype != plan::BF16 && out.dtype != plan::F16)
+  if (!storedInTwoBytes(out))
     return std::make_unique<FunctionKernel>(roundedResult(args, make(args)));
   KernelArgs wide = args;
   auto values = std::make_shared<std::vector<float>>(out.numel());
@@ -453,11 +454,7 @@ std::unique_ptr<Kernel> narrowResultKernel(
   return std::make_unique<FunctionKernel>(
       [=](const StepContext &context) {
         body(context);
-        auto *stored = static_cast<uint16_t *>(out.data);
-        const float *computed = values->data();
-#pragma omp parallel for if (n > 65536)
-        for (int64_t i = 0; i < n; ++i)
-          stored[i] = narrowBitsOf(computed[i], bf16); // rounds as it stores
+        packNarrow(values->data(), static_cast<uint16_t *>(out.data), n, bf16);
       },
       n * static_cast<int64_t>(sizeof(float)));
 }

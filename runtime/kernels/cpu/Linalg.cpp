@@ -290,7 +290,7 @@ std::unique_ptr<Kernel> productKernel(
   int64_t workspace = 0;
   for (int i : {0, 1}) {
     TensorView &operand = widenedArgs.inputs[i];
-    if (operand.dtype != plan::BF16 && operand.dtype != plan::F16)
+    if (!storedInTwoBytes(operand))
       continue;
     auto values = std::make_shared<std::vector<float>>(operand.numel());
     widened.push_back({operand, values});

@@ -11,10 +11,6 @@ namespace cdp::runtime::cpu {
 
 namespace {
 
-size_t elementSize(const TensorView &view) {
-  return view.dtype == plan::F32 ? 4 : view.dtype == plan::I64 ? 8 : 1;
-}
-
 /// Resolved ONNX slice parameters per dimension: start and step (count is
 /// the output's dimension).
 struct SliceMap {
