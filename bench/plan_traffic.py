@@ -8,7 +8,11 @@ Sums, per op, the bytes device D's training instructions read and write
 flatten, squeeze, unsqueeze or identity whose output lies at its input's
 offset moves nothing, as the kernels copy nothing then) and the matrix
 products' FLOPs (2 m n k), split by whether a product multiplies 2-byte
-values (narrow_operands) or float32. These are the plan's own figures, not
+values (narrow_operands) or float32; cdp.attention's and attention_grad's
+products (2 and 5) count as products. The scores those two ops keep in
+buffers of their own (the CUDA kernel's chunks, sized near the L2 cache)
+are not in the plan's memory: their bytes are printed apart, as the
+CUDA kernels move them, whether L2 or HBM serves them. These are the plan's own figures, not
 timings: a GPU step is bounded below by traffic / memory bandwidth plus
 FLOPs / peak. With BEFORE.cdp (the same model from another build or with
 other flags), prints both side by side. Reads the plan with protoc and
@@ -25,6 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PROTO = os.path.join(os.path.dirname(HERE), "include", "cdp", "Plan", "plan.proto")
 VIEWS = {"reshape", "flatten", "squeeze", "unsqueeze", "identity"}
 PRODUCTS = {"gemm", "matmul"}
+ATTENTION = {"attention", "attention_grad"}
 
 
 def plan_text(path):
@@ -73,6 +78,34 @@ def product_flops(body, inputs, outputs, tensors):
     return 2 * n * k
 
 
+def attention_work(op, body, inputs, tensors):
+    """(product FLOPs, bytes through the op's own buffers) of one
+    cdp.attention or attention_grad, as the CUDA kernel computes it."""
+    first = 1 if op == "attention_grad" else 0
+    a, b, v = (tensors[inputs[first + i]]["shape"] for i in range(3))
+    count = 1
+    for dim in a[:-2]:
+        count *= dim
+    m, k, n, d = a[-2], a[-1], b[-1], v[-1]
+    narrow = "narrow_operands" in body
+    mn = m * n
+    if op == "attention":
+        flops = 2 * m * n * (k + d)
+        # The scores written and read; P written and read (2 bytes a value
+        # under narrow_operands); the operands' 2-byte copies written and read.
+        moved = (8 + 4) * mn if narrow else 16 * mn
+        copies = 4 * (m * k + k * n + n * d) if narrow else 0
+    else:
+        flops = 2 * m * n * (3 * k + 2 * d)
+        bias_grad = re.search(r'name: "with_bias_grad"\n\s+i: 1', body) is not None
+        # The scores written and read, P written (float32 and 2-byte) and read
+        # twice, dP written and read, dS written (2-byte; float32 for the
+        # bias's gradient, which reads it) and read twice.
+        moved = (34 if narrow else 40) * mn + (8 if narrow else 4) * mn * bias_grad
+        copies = 4 * (m * k + k * n + n * d + m * d) if narrow else 0
+    return count * flops, count * (moved + copies)
+
+
 def per_op(path, device):
     text = plan_text(path)
     tensors = tensors_of(text)
@@ -81,6 +114,7 @@ def per_op(path, device):
         sys.exit("plan_traffic.py: %s has %d devices, not device %d" % (path, len(devices), device))
     traffic, count = collections.Counter(), collections.Counter()
     flops = collections.Counter()
+    inside = 0
     for body in blocks(devices[device], "instructions", 2):
         op = field(body, "op", 4)
         inputs = [int(x) for x in re.findall(r"^    inputs: (\d+)$", body, re.M)]
@@ -91,10 +125,14 @@ def per_op(path, device):
                 tensors[inputs[0]]["bytes"] == tensors[outputs[0]]["bytes"]:
             continue
         traffic[op] += sum(tensors[t]["bytes"] for t in inputs + outputs if t in tensors)
+        kind = "2-byte" if "narrow_operands" in body else "float32"
         if op in PRODUCTS:
-            kind = "2-byte" if "narrow_operands" in body else "float32"
             flops[kind] += product_flops(body, inputs, outputs, tensors)
-    return traffic, count, flops
+        if op in ATTENTION:
+            work, moved = attention_work(op, body, inputs, tensors)
+            flops[kind] += work
+            inside += moved
+    return traffic, count, flops, inside
 
 
 def main():
@@ -104,9 +142,9 @@ def main():
     parser.add_argument("--device", type=int, default=0)
     parser.add_argument("--top", type=int, default=15)
     args = parser.parse_args()
-    traffic, count, flops = per_op(args.plan, args.device)
+    traffic, count, flops, inside = per_op(args.plan, args.device)
     if args.before:
-        was, was_count, was_flops = per_op(args.before, args.device)
+        was, was_count, was_flops, was_inside = per_op(args.before, args.device)
         print("%-34s %13s %13s" % ("op", "before", "after"))
         print("%-34s %13s %13s" % ("", "count  GB", "count  GB"))
         ops = sorted(set(traffic) | set(was) | set(count) | set(was_count),
@@ -117,6 +155,8 @@ def main():
         print("%-34s %5d %7.2f %5d %7.2f" % ("all", sum(was_count.values()),
                                              sum(was.values()) / 1e9, sum(count.values()),
                                              sum(traffic.values()) / 1e9))
+        print("%-34s %13.2f %13.2f" % ("attention's own buffers, GB", was_inside / 1e9,
+                                         inside / 1e9))
         for kind in ("2-byte", "float32"):
             print("product TFLOP %-20s %13.3f %13.3f" % (kind, was_flops[kind] / 1e12,
                                                         flops[kind] / 1e12))
@@ -126,6 +166,7 @@ def main():
     for op, moved in traffic.most_common(args.top):
         print("%-34s %5d %9.2f %5.1f%%" % (op, count[op], moved / 1e9, 100.0 * moved / total))
     print("%-34s %5d %9.2f" % ("all", sum(count.values()), total / 1e9))
+    print("%-34s %5s %9.2f" % ("attention's own buffers", "", inside / 1e9))
     for kind in ("2-byte", "float32"):
         print("product TFLOP, %-7s operands: %.3f" % (kind, flops[kind] / 1e12))
 

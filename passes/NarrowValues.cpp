@@ -40,6 +40,11 @@ llvm::StringRef ExactValues::compute(mlir::Value value) {
     return unpack.getFormat();
   if (auto mark = op->getAttrOfType<mlir::StringAttr>("cdp.narrow"))
     return mark.getValue();
+  // attention_grad rounds its operands' gradients, not its bias's.
+  if (auto grad = mlir::dyn_cast<AttentionGradOp>(op)) {
+    std::optional<llvm::StringRef> format = grad.getNarrowOperands();
+    return format && value != grad.getBiasGrad() ? *format : "";
+  }
   // cdp-fuse-roundings moved a round_to here (the op's first result: a
   // dropout's mask is not rounded).
   if (auto rounded = op->getAttrOfType<mlir::StringAttr>("round_result"))

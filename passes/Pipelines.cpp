@@ -107,8 +107,10 @@ void buildTrainingPipeline(OpPassManager &pm,
     pm.addPass(createAutocast(autocast));
   }
   // After autocast: a sum it rounds (narrow operands) keeps its add.
-  if (config.fuse)
+  if (config.fuse) {
     pm.addPass(createFuseSoftmaxBias());
+    pm.addPass(createFuseAttention());
+  }
   addPartition(pm, config);
   AutodiffOptions autodiff;
   autodiff.freeze = config.freeze;

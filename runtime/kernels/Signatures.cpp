@@ -244,6 +244,37 @@ void narrowableResult(const Check &c, const KernelArgs &args) {
     c.type(out, plan::F32);
 }
 
+/// cdp.attention's operands: a (..., M, K), b (..., K, N), v (..., N, D)
+/// with one batch, a bias that broadcasts to the scores (..., M, N); the
+/// result (..., M, D) and the stats (..., M, 2).
+void attentionOperands(const Check &c, const TensorView &a, const TensorView &b,
+                       const TensorView &v, const TensorView *bias,
+                       const TensorView &output, const TensorView &stats) {
+  c.rank(a, 2, 8);
+  c.require(b.rank() == a.rank() && v.rank() == a.rank(),
+            "attention's operands have different ranks");
+  auto batchEnd = [](const TensorView &t) { return t.shape.end() - 2; };
+  c.require(std::equal(a.shape.begin(), batchEnd(a), b.shape.begin()) &&
+                std::equal(a.shape.begin(), batchEnd(a), v.shape.begin()),
+            "attention's operands " + shapeText(a.shape) + ", " +
+                shapeText(b.shape) + " and " + shapeText(v.shape) +
+                " have different batch dimensions");
+  size_t r = a.shape.size();
+  c.require(b.shape[r - 2] == a.shape[r - 1] &&
+                v.shape[r - 2] == b.shape[r - 1],
+            "attention's products do not chain");
+  std::vector<int64_t> rows(a.shape.begin(), a.shape.end() - 1);
+  TensorView scores = a;
+  scores.shape = rows;
+  scores.shape.push_back(b.shape[r - 1]);
+  if (bias)
+    c.broadcasts(*bias, scores);
+  rows.push_back(v.shape[r - 1]);
+  c.require(output.shape == rows, "attention's result is not (..., M, D)");
+  rows.back() = 2;
+  c.require(stats.shape == rows, "attention's stats are not (..., M, 2)");
+}
+
 void reduction(const Check &c, const KernelArgs &args, const TensorView &loss,
                int64_t elements) {
   std::string kind = args.s("reduction", "mean");
@@ -510,6 +541,24 @@ Rules makeRules() {
     if (const TensorView *bias = c.optional(1)) // softmax's, broadcast
       c.broadcasts(*bias, c.in(0));
   });
+  rules["attention"] = plain([](const Check &c) {
+    c.declared();
+    c.allF32();
+    attentionOperands(c, c.in(0), c.in(1), c.in(2), c.optional(3), c.out(0),
+                      c.out(1));
+  });
+  rules["attention_grad"] = [](const Check &c, const KernelArgs &args) {
+    c.declared();
+    c.allF32();
+    const TensorView *bias = c.optional(5);
+    attentionOperands(c, c.in(1), c.in(2), c.in(3), bias, c.in(0), c.in(4));
+    for (int k : {0, 1, 2})
+      c.same(c.out(k), c.in(k + 1));
+    bool biasGrad = args.outputs.size() > 3;
+    c.require(!biasGrad || bias, "a bias gradient without a bias");
+    if (biasGrad)
+      c.same(c.out(3), *bias);
+  };
   rules["softmax_grad"] = [](const Check &c, const KernelArgs &args) {
     c.declared();
     narrowableResult(c, args);

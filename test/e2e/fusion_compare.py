@@ -2,7 +2,7 @@
 """The fused plan against the unfused one (cdp-compile --no-fusion) on an
 e2e model: 3 SGD steps from the same weights and data; every parameter must
 agree within 1e-5 (absolute, + 1e-4 relative). Prints how many ops the
-fusion passes made (layer_norm, gelu), the transposes left of the unfused
+fusion passes made (layer_norm, gelu, attention), the transposes left of the unfused
 plan's, and the largest difference.
 
 Usage: fusion_compare.py BIN_DIR WORK_DIR MODEL
@@ -37,7 +37,8 @@ for variant, extra in (("fused", []), ("unfused", ["--no-fusion"])):
     text = subprocess.run([os.path.join(bin_dir, "cdp-compile"), path, "--emit=train-mlir",
                            *flags.get(name, []), *extra], check=True, capture_output=True,
                           text=True).stdout
-    ops[variant] = {op: text.count("cdp.%s " % op) for op in ("layer_norm", "gelu", "transpose")}
+    ops[variant] = {op: text.count("cdp.%s " % op) for op in ("layer_norm", "gelu", "attention",
+                                                               "transpose")}
     out = os.path.join(work, variant)
     subprocess.run([os.path.join(bin_dir, "cdp-run"), plan, "--feed",
                     "input=" + os.path.join(work, "x.npy"), "--feed",
@@ -48,6 +49,8 @@ for variant, extra in (("fused", []), ("unfused", ["--no-fusion"])):
 worst = max(float(np.abs(params["fused"][k] - params["unfused"][k]).max()) for k in params["fused"])
 same = all(np.allclose(params["fused"][k], params["unfused"][k], atol=1e-5, rtol=1e-4)
            for k in params["fused"])
-print("%s: %d layer_norm, %d gelu fused, transposes %d of %d, %s (largest difference %.1e)" %
-      (name, ops["fused"]["layer_norm"], ops["fused"]["gelu"], ops["fused"]["transpose"],
+print("%s: %d layer_norm, %d gelu, %d attention fused, transposes %d of %d, %s "
+      "(largest difference %.1e)" %
+      (name, ops["fused"]["layer_norm"], ops["fused"]["gelu"], ops["fused"]["attention"],
+       ops["fused"]["transpose"],
        ops["unfused"]["transpose"], "within 1e-5" if same else "DIFFERENT", worst))

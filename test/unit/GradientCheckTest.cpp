@@ -510,6 +510,26 @@ std::vector<Case> cases() {
         "0xFF800000, 0xFF800000, 0xFF800000], [0.0, 0xFF800000, 0.0, 0.0]]> "
         ": tensor<3x4xf32>",
         "%zero = cdp.constant dense<0.0> : tensor<1xf32>"}});
+  // cdp.attention (cdp-fuse-attention's op): the gradients of its three
+  // operands and of a trained bias, the probabilities recomputed from the
+  // stats; one query row masked whole (zero_nan_rows: zero gradient).
+  list.push_back(
+      {"attention_trained_bias",
+       {{"a", {2, 3, 4}}, {"b", {2, 4, 5}}, {"v", {2, 5, 3}}, {"bias", {3, 5}}},
+       "%y, %stats = cdp.attention %p0, %p1, %p2, %p3 : (tensor<2x3x4xf32>, "
+       "tensor<2x4x5xf32>, tensor<2x5x3xf32>, tensor<3x5xf32>) -> "
+       "(tensor<2x3x3xf32>, tensor<2x3x2xf32>)",
+       "tensor<2x3x3xf32>"});
+  list.push_back(
+      {"attention_masked_rows",
+       {{"a", {1, 3, 4}}, {"b", {1, 4, 4}}, {"v", {1, 4, 2}}},
+       "%y, %stats = cdp.attention %p0, %p1, %p2, %mask {zero_nan_rows = "
+       "true} : (tensor<1x3x4xf32>, tensor<1x4x4xf32>, tensor<1x4x2xf32>, "
+       "tensor<3x4xf32>) -> (tensor<1x3x2xf32>, tensor<1x3x2xf32>)",
+       "tensor<1x3x2xf32>",
+       {"%mask = cdp.constant dense<[[0.0, 0.0, 0.0, 0.0], [0xFF800000, "
+        "0xFF800000, 0xFF800000, 0xFF800000], [0.0, 0xFF800000, 0.0, 0.0]]> "
+        ": tensor<3x4xf32>"}});
   list.push_back(
       {"log_softmax",
        {{"x", {2, 5}}},

@@ -155,6 +155,7 @@ std::vector<float> runRounding(const std::string &op, std::vector<float> a,
   std::vector<float> y(a.size());
   std::vector<uint8_t> mask(a.size());
   std::vector<int64_t> labels(8);
+  std::vector<float> stats(16);
   float one = 1.0f;
   for (size_t i = 0; i < mask.size(); ++i)
     mask[i] = i % 2;
@@ -194,6 +195,14 @@ std::vector<float> runRounding(const std::string &op, std::vector<float> a,
     attribute("kind")->set_s("gelu");
     args.inputs = {va, view(b.data(), b.size(), cdp::plan::F32)};
     args.outputs = {vy};
+  } else if (op == "attention") { // softmax(a b) b, 8 x 8 each
+    TensorView vb = view(b.data(), b.size(), cdp::plan::F32),
+               vs = view(stats.data(), stats.size(), cdp::plan::F32);
+    for (TensorView *v : {&va, &vb, &vy})
+      v->shape = {8, 8};
+    vs.shape = {8, 2};
+    args.inputs = {va, vb, vb};
+    args.outputs = {vy, vs};
   } else if (op == "softmax_cross_entropy_loss_grad") {
     for (float &value : a)
       value = -value; // log-probabilities
@@ -250,8 +259,8 @@ TEST(NarrowFloat, EveryOpWithRoundResultRoundsAsRoundTo) {
     }
   }
   // add, sub, mul, div, pow, min, max, dropout(_grad), gemm, matmul, gelu,
-  // unary_grad, softmax_grad, softmax_cross_entropy_loss_grad
-  EXPECT_EQ(ops, 15);
+  // unary_grad, softmax_grad, softmax_cross_entropy_loss_grad, attention
+  EXPECT_EQ(ops, 16);
 }
 
 /// softmax_grad (rows of 8) or unary_grad (relu) on (dy, saved) with

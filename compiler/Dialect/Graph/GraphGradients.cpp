@@ -412,6 +412,37 @@ LogicalResult SoftmaxOp::buildGradient(GradientBuilder &g) {
   return g.status();
 }
 
+/// One attention_grad: it recomputes the probabilities from the stats, so
+/// the backward keeps a, b, v and (..., M, 2) stats instead of the
+/// (..., M, N) probabilities. The bias's gradient only where it is trained
+/// (T5's position bias; a mask's is not wanted).
+LogicalResult AttentionOp::buildGradient(GradientBuilder &g) {
+  if (failed(g.onlyThroughFirstResult()))
+    return failure();
+  Value bias = getBias();
+  bool biasGrad = bias && g.needs(bias);
+  SmallVector<Value> operands{g.gradOf(getOutput()), getA(), getB(), getV(),
+                              getStats()};
+  if (bias)
+    operands.push_back(bias);
+  SmallVector<NamedAttribute> attrs{
+      g.attr("zero_nan_rows", getZeroNanRowsAttr())};
+  if (StringAttr format = getNarrowOperandsAttr())
+    attrs.push_back(g.attr("narrow_operands", format));
+  if (biasGrad)
+    attrs.push_back(g.attr("with_bias_grad", g.getBuilder().getBoolAttr(true)));
+  Operation *grad = g.makeOp(AttentionGradOp::getOperationName(), operands,
+                             attrs, biasGrad ? 4 : 3);
+  if (!grad)
+    return failure();
+  g.add(getA(), grad->getResult(0));
+  g.add(getB(), grad->getResult(1));
+  g.add(getV(), grad->getResult(2));
+  if (biasGrad)
+    g.add(bias, grad->getResult(3));
+  return g.status();
+}
+
 LogicalResult LogSoftmaxOp::buildGradient(GradientBuilder &g) {
   softmaxGradient(g, *this, /*log=*/true);
   return g.status();

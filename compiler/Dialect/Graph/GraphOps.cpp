@@ -519,6 +519,21 @@ LogicalResult SoftmaxOp::inferReturnTypes(MLIRContext *, Loc loc,
                            adaptor.getAxisAttr().getInt(), types);
 }
 
+LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, Loc loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  return inferAttention(loc, adaptor.getA(), adaptor.getB(), adaptor.getV(),
+                        adaptor.getBias(), types);
+}
+
+LogicalResult AttentionOp::verify() {
+  for (std::optional<StringRef> format :
+       {getNarrowOperands(), getRoundResult()})
+    if (format && *format != "bf16" && *format != "f16")
+      return emitOpError("rounds to '") << *format << "': bf16 or f16";
+  return success();
+}
+
 LogicalResult LogSoftmaxOp::inferReturnTypes(MLIRContext *, Loc loc,
                                              Adaptor adaptor,
                                              SmallVectorImpl<Type> &types) {

@@ -101,4 +101,41 @@ LogicalResult inferSameWithAxis(Loc loc, Value input, int64_t axis,
   return success();
 }
 
+LogicalResult inferAttention(Loc loc, Value a, Value b, Value v, Value bias,
+                             SmallVectorImpl<Type> &types) {
+  RankedTensorType at = rankedType(a), bt = rankedType(b), vt = rankedType(v);
+  if (!at || !bt || !vt)
+    return failure();
+  int64_t rank = at.getRank();
+  if (rank < 2 || bt.getRank() != rank || vt.getRank() != rank)
+    return fail(loc, "attention's operands must have one rank, 2 or more");
+  ArrayRef<int64_t> as = at.getShape(), bs = bt.getShape(), vs = vt.getShape();
+  if (as.drop_back(2) != bs.drop_back(2) || as.drop_back(2) != vs.drop_back(2))
+    return fail(loc, "attention's operands " + shapeString(as) + ", " +
+                         shapeString(bs) + " and " + shapeString(vs) +
+                         " must have the same batch dimensions");
+  int64_t m = as[rank - 2], k = as[rank - 1], n = bs[rank - 1];
+  if (bs[rank - 2] != k || vs[rank - 2] != n)
+    return fail(loc, "attention's products " + shapeString(as) + " x " +
+                         shapeString(bs) + " x " + shapeString(vs) +
+                         " do not chain");
+  Shape scores(as.drop_back(2));
+  scores.append({m, n});
+  if (RankedTensorType biasType = rankedType(bias)) {
+    FailureOr<Shape> sum = broadcastShapes(loc, biasType.getShape(), scores);
+    if (failed(sum))
+      return failure();
+    if (*sum != scores)
+      return fail(loc, "the bias " + shapeString(biasType.getShape()) +
+                           " must broadcast to the scores " +
+                           shapeString(scores));
+  }
+  Shape output(as.drop_back(1)), stats(as.drop_back(1));
+  output.push_back(vs[rank - 1]);
+  stats.push_back(2);
+  types.append({tensorOf(output, at.getElementType()),
+                tensorOf(stats, at.getElementType())});
+  return success();
+}
+
 } // namespace cdp::shape_rules

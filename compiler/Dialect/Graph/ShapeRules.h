@@ -41,6 +41,12 @@ mlir::FailureOr<Shape> broadcastShapes(Loc loc, llvm::ArrayRef<int64_t> lhs,
 /// cum_sum).
 mlir::LogicalResult inferSameWithAxis(Loc loc, mlir::Value input, int64_t axis,
                                       llvm::SmallVectorImpl<mlir::Type> &types);
+/// cdp.attention's result and stats types from its operands (a null
+/// `bias` when it has none), checked: `a` (..., M, K), `b` (..., K, N) and
+/// `v` (..., N, D) with one batch, a bias that broadcasts to (..., M, N).
+mlir::LogicalResult inferAttention(Loc loc, mlir::Value a, mlir::Value b,
+                                   mlir::Value v, mlir::Value bias,
+                                   llvm::SmallVectorImpl<mlir::Type> &types);
 mlir::LogicalResult checkLength(Loc loc, llvm::StringRef name,
                                 llvm::ArrayRef<int64_t> values,
                                 size_t expected);

@@ -126,6 +126,34 @@ LogicalResult SoftmaxGradOp::inferReturnTypes(MLIRContext *, Loc,
   return inferSameAs(adaptor.getGrad(), types);
 }
 
+LogicalResult AttentionGradOp::inferReturnTypes(MLIRContext *, Loc loc,
+                                                Adaptor adaptor,
+                                                SmallVectorImpl<Type> &types) {
+  SmallVector<Type, 2> forward;
+  if (failed(inferAttention(loc, adaptor.getA(), adaptor.getB(), adaptor.getV(),
+                            adaptor.getBias(), forward)))
+    return failure();
+  if (adaptor.getGrad().getType() != forward[0] ||
+      adaptor.getStats().getType() != forward[1])
+    return fail(loc, "attention_grad's grad and stats must be shaped as the "
+                     "attention's result and stats");
+  types.append({adaptor.getA().getType(), adaptor.getB().getType(),
+                adaptor.getV().getType()});
+  if (adaptor.getWithBiasGrad()) {
+    if (!adaptor.getBias())
+      return fail(loc, "with_bias_grad needs a bias");
+    types.push_back(adaptor.getBias().getType());
+  }
+  return success();
+}
+
+LogicalResult AttentionGradOp::verify() {
+  std::optional<StringRef> format = getNarrowOperands();
+  if (format && *format != "bf16" && *format != "f16")
+    return emitOpError("rounds to '") << *format << "': bf16 or f16";
+  return success();
+}
+
 /// Whether `actual` is the float32 result inferred, or that result stored
 /// in 2 bytes (bf16 or f16, the shape kept).
 static bool isResultOrNarrowed(TypeRange inferred, TypeRange actual) {

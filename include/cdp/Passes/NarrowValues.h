@@ -24,7 +24,8 @@ bool movesValuesOnly(mlir::Operation *op);
 /// The narrow formats values are exact in, found from their ops: a
 /// `cdp.round_to` or `cdp.unpack_narrow` of a format, an op cdp-autocast
 /// marked `cdp.narrow`, an op that rounds its result (`round_result`,
-/// cdp-fuse-roundings), or an op that only moves or selects values
+/// cdp-fuse-roundings), an `attention_grad`'s operand gradients under
+/// `narrow_operands`, or an op that only moves or selects values
 /// computing from values exact in one format alone.
 class ExactValues {
 public:

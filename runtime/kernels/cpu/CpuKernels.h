@@ -42,6 +42,11 @@ std::unique_ptr<Kernel> narrowResultKernel(
     std::function<std::function<void(const StepContext &)>(const KernelArgs &)>
         make);
 void registerLinalg(KernelRegistry &registry);
+/// C = alpha * op(A) * op(B) + beta * C, row-major, through oneDNN's sgemm.
+void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+           float alpha, const float *a, const float *b, float beta, float *c);
+/// cdp.attention and attention_grad.
+void registerAttention(KernelRegistry &registry);
 void registerDnnlConvolution(KernelRegistry &registry);
 void registerDnnlPrimitives(KernelRegistry &registry);
 void registerPooling(KernelRegistry &registry);
@@ -144,6 +149,30 @@ inline int64_t product(const std::vector<int64_t> &shape, size_t begin = 0,
     n *= *it;
   return n;
 }
+
+/// Offsets into a broadcast operand of shape `in` as an index walks the
+/// dimensions [begin, end) of `out` (its flat index over them): size-1 or
+/// missing dimensions read with stride 0.
+struct BroadcastOffsets {
+  std::vector<int64_t> size, stride;
+  BroadcastOffsets(const std::vector<int64_t> &in,
+                   const std::vector<int64_t> &out, size_t begin, size_t end) {
+    size_t shift = out.size() - in.size();
+    for (size_t d = begin; d < end; ++d) {
+      int64_t own = d < shift ? 1 : in[d - shift];
+      size.push_back(out[d]);
+      stride.push_back(own == 1 ? 0 : product(in, d - shift + 1));
+    }
+  }
+  int64_t operator()(int64_t i) const {
+    int64_t offset = 0;
+    for (size_t d = size.size(); d-- > 0;) {
+      offset += (i % size[d]) * stride[d];
+      i /= size[d];
+    }
+    return offset;
+  }
+};
 
 inline std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape) {
   std::vector<int64_t> strides(shape.size(), 1);

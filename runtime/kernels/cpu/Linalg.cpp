@@ -18,9 +18,6 @@
 
 namespace cdp::runtime::cpu {
 
-namespace {
-
-/// C = alpha * op(A) * op(B) + beta * C, row-major.
 void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
            float alpha, const float *a, const float *b, float beta, float *c) {
   if (m == 0 || n == 0)
@@ -37,6 +34,8 @@ void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
     throw RuntimeError("oneDNN sgemm failed with status " +
                        std::to_string(static_cast<int>(status)));
 }
+
+namespace {
 
 struct ConvGeometry {
   int64_t batch, channels, height, width;

@@ -238,30 +238,6 @@ static void registerLayerNorm(KernelRegistry &registry) {
   });
 }
 
-/// Offsets into a broadcast operand of shape `in` as an index walks the
-/// dimensions [begin, end) of `out` (its flat index over them): size-1 or
-/// missing dimensions read with stride 0.
-struct BroadcastOffsets {
-  std::vector<int64_t> size, stride;
-  BroadcastOffsets(const std::vector<int64_t> &in,
-                   const std::vector<int64_t> &out, size_t begin, size_t end) {
-    size_t shift = out.size() - in.size();
-    for (size_t d = begin; d < end; ++d) {
-      int64_t own = d < shift ? 1 : in[d - shift];
-      size.push_back(out[d]);
-      stride.push_back(own == 1 ? 0 : product(in, d - shift + 1));
-    }
-  }
-  int64_t operator()(int64_t i) const {
-    int64_t offset = 0;
-    for (size_t d = size.size(); d-- > 0;) {
-      offset += (i % size[d]) * stride[d];
-      i /= size[d];
-    }
-    return offset;
-  }
-};
-
 /// One softmax (or log-softmax) row of `length` values `inner` apart, each
 /// plus the bias value `biasStride` apart from `bias` where there is one;
 /// with `zeroNanRows` a row holding a NaN comes out as zeros (a NaN anywhere

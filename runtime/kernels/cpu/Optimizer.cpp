@@ -216,6 +216,7 @@ void registerCpuKernels(KernelRegistry &registry) {
   cpu::registerDnnlConvolution(registry); // after the im2col fallbacks
   cpu::registerPooling(registry);
   cpu::registerNormalization(registry);
+  cpu::registerAttention(registry);
   cpu::registerShape(registry);
   cpu::registerSelection(registry);
   cpu::registerIndexing(registry);

@@ -185,6 +185,7 @@ void registerCudaKernelsInto(KernelRegistry &registry) {
   registerLinalg(registry);
   registerConvolution(registry);
   registerNormalization(registry);
+  registerAttention(registry);
   registerPooling(registry);
   registerLoss(registry);
   registerOptimizer(registry);

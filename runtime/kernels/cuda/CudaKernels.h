@@ -28,6 +28,8 @@ void registerSelection(KernelRegistry &registry);
 void registerLinalg(KernelRegistry &registry);
 void registerConvolution(KernelRegistry &registry);
 void registerNormalization(KernelRegistry &registry);
+/// cdp.attention and attention_grad.
+void registerAttention(KernelRegistry &registry);
 void registerPooling(KernelRegistry &registry);
 void registerLoss(KernelRegistry &registry);
 void registerOptimizer(KernelRegistry &registry);

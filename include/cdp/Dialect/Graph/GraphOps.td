@@ -316,6 +316,34 @@ def CDP_SoftmaxOp : CDP_Op<"softmax", [CDP_Differentiable]> {
   let results = (outs CDP_F32Tensor:$output);
 }
 
+def CDP_AttentionOp : CDP_Op<"attention", [CDP_Differentiable]> {
+  let summary = "softmax(A B + bias) V, the scores never stored";
+  let description = [{
+    `matmul(softmax(matmul(a, b) + bias), v)`, the softmax along the last
+    axis, in one op: cdp-fuse-attention folds attention's two products and
+    its softmax into it, so that no (..., M, N) scores or probabilities
+    are kept for the backward. `a` is `(..., M, K)`, `b` `(..., K, N)`,
+    `v` `(..., N, D)`, all three with the same batch dimensions; `bias`
+    broadcasts to the scores `(..., M, N)` (a mask, T5's position bias);
+    the result is `(..., M, D)`. `stats` `(..., M, 2)` holds each row's
+    maximum and the log of its sum of exponentials: `attention_grad`
+    recomputes the probabilities from them, the same bits.
+    `zero_nan_rows` as for `cdp.softmax`. `narrow_operands` ("bf16" or
+    "f16") says that every value of `a`, `b` and `v` is exact in that
+    format and rounds the scores and the probabilities to it, as
+    autocast's first product and its cast before the second do (float32
+    sums throughout); `round_result` rounds the result as for
+    `cdp.matmul`.
+  }];
+  let arguments = (ins CDP_F32Tensor:$a, CDP_F32Tensor:$b, CDP_F32Tensor:$v,
+                       Optional<CDP_F32Tensor>:$bias,
+                       DefaultValuedAttr<BoolAttr, "false">:$zero_nan_rows,
+                       OptionalAttr<StrAttr>:$narrow_operands,
+                       OptionalAttr<StrAttr>:$round_result);
+  let results = (outs CDP_F32Tensor:$output, CDP_F32Tensor:$stats);
+  let hasVerifier = 1;
+}
+
 def CDP_LogSoftmaxOp : CDP_Op<"log_softmax", [CDP_Differentiable]> {
   let summary = "log of softmax along one axis (ONNX LogSoftmax, opset 13 semantics)";
   let arguments = (ins CDP_F32Tensor:$input, DefaultValuedAttr<I64Attr, "-1">:$axis);
@@ -857,6 +885,32 @@ def CDP_SoftmaxGradOp : CDP_Op<"softmax_grad"> {
     static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
                                         ::mlir::TypeRange actual);
   }];
+  let hasVerifier = 1;
+}
+
+def CDP_AttentionGradOp : CDP_Op<"attention_grad"> {
+  let summary = "attention backward, the probabilities recomputed";
+  let description = [{
+    The gradients of `cdp.attention`'s `a`, `b` and `v` (and, with
+    `with_bias_grad`, of its bias, summed to the bias's shape) from the result's
+    gradient `grad`, its operands and its `stats`. The probabilities are
+    recomputed from the stats, then `dv = P^T grad`, `dP = grad v^T`,
+    `dS = P * (dP - sum(dP * P))` along each row, `da = dS b^T`,
+    `db = a^T dS`. Under `narrow_operands` (where `grad` is exact in the
+    format too) the P that multiplies (as the forward's), dP, dS and the
+    three operand gradients are rounded to it, as autograd's bf16 tensors
+    are; the softmax's gradient reads P unrounded, as autocast's float32
+    softmax does, and the bias's gradient is float32.
+  }];
+  let arguments = (ins CDP_F32Tensor:$grad, CDP_F32Tensor:$a,
+                       CDP_F32Tensor:$b, CDP_F32Tensor:$v,
+                       CDP_F32Tensor:$stats, Optional<CDP_F32Tensor>:$bias,
+                       DefaultValuedAttr<BoolAttr, "false">:$zero_nan_rows,
+                       DefaultValuedAttr<BoolAttr, "false">:$with_bias_grad,
+                       OptionalAttr<StrAttr>:$narrow_operands);
+  let results = (outs CDP_F32Tensor:$a_grad, CDP_F32Tensor:$b_grad,
+                      CDP_F32Tensor:$v_grad,
+                      Optional<CDP_F32Tensor>:$bias_grad);
   let hasVerifier = 1;
 }
 

@@ -1,0 +1,250 @@
+//===- Attention.cpp - cdp.attention and its gradient on the CPU ----------===//
+//
+// One slice (a batch x head) at a time, each thread with its own m x n
+// buffers: the scores and probabilities never leave them. The forward
+// keeps each row's maximum and log-sum (the stats); the backward recomputes
+// the probabilities from them with the same function, so the same bits.
+// Under narrow_operands the scores, the probabilities that multiply and
+// the backward's dP, dS and operand gradients are rounded where autocast's
+// separate ops round them. The bias's gradient sums the slices in their
+// order, whatever the number of threads.
+//
+//===----------------------------------------------------------------------===//
+
+#include "../AttentionGeometry.h"
+#include "../NarrowOperands.h"
+#include "CpuKernels.h"
+
+#include <cmath>
+#include <omp.h>
+
+namespace cdp::runtime::cpu {
+
+namespace {
+
+/// The bias value of each scores element: row r (over all slices) starts
+/// at rows(r), its values `step` apart (0 where the bias broadcasts along
+/// the keys). Without a bias, no values.
+struct BiasRows {
+  const float *data = nullptr;
+  BroadcastOffsets rows;
+  int64_t step = 0;
+
+  BiasRows(const TensorView &bias, const std::vector<int64_t> &scores)
+      : data(bias.present() ? bias.f32() : nullptr),
+        rows(bias.present() ? bias.shape : std::vector<int64_t>{}, scores, 0,
+             scores.size() - 1) {
+    BroadcastOffsets keys(bias.present() ? bias.shape : std::vector<int64_t>{},
+                          scores, scores.size() - 1, scores.size());
+    step = keys.stride[0];
+  }
+  const float *row(int64_t r) const { return data ? data + rows(r) : nullptr; }
+};
+
+/// A scores row's value c, its bias added.
+inline float scoreAt(const float *s, const float *bias, int64_t step,
+                     int64_t c) {
+  return bias ? s[c] + bias[c * step] : s[c];
+}
+
+/// A row's stats: its maximum and the log of its sum of exponentials (NaN
+/// where the row holds a NaN or is all -inf).
+void rowStats(const float *s, const float *bias, int64_t step, int64_t n,
+              float *stats) {
+  float top = scoreAt(s, bias, step, 0);
+  for (int64_t c = 1; c < n; ++c)
+    top = std::max(top, scoreAt(s, bias, step, c));
+  double sum = 0;
+  for (int64_t c = 0; c < n; ++c)
+    sum += std::exp(static_cast<double>(scoreAt(s, bias, step, c) - top));
+  stats[0] = top;
+  stats[1] = static_cast<float>(std::log(sum));
+}
+
+/// A row's probabilities from its stats, into `p` (which may be `s`); a
+/// row whose log-sum is NaN is zeros under zeroNanRows.
+void probabilityRow(const float *s, const float *bias, int64_t step, int64_t n,
+                    const float *stats, bool zeroNanRows, float *p) {
+  if (zeroNanRows && std::isnan(stats[1])) {
+    std::fill(p, p + n, 0.0f);
+    return;
+  }
+  for (int64_t c = 0; c < n; ++c)
+    p[c] = static_cast<float>(
+        std::exp(static_cast<double>(scoreAt(s, bias, step, c) - stats[0]) -
+                 static_cast<double>(stats[1])));
+}
+
+void roundAll(NarrowFormat format, float *values, int64_t n) {
+  if (format != NarrowFormat::None)
+    roundToNarrow(values, n, format == NarrowFormat::Bfloat16);
+}
+
+/// What both kernels read: the geometry, the operands, the bias rows.
+struct AttentionOperands {
+  AttentionGeometry g;
+  TensorView a, b, v;
+  std::shared_ptr<const BiasRows> bias;
+  NarrowFormat format;
+  bool zeroNanRows;
+  int threads;
+
+  AttentionOperands(const KernelArgs &args, size_t first, size_t biasInput)
+      : g(args.inputs[first].shape, args.inputs[first + 1].shape,
+          args.inputs[first + 2].shape),
+        a(args.inputs[first]), b(args.inputs[first + 1]),
+        v(args.inputs[first + 2]),
+        bias(std::make_shared<const BiasRows>(args.inputs.size() > biasInput
+                                                  ? args.inputs[biasInput]
+                                                  : TensorView(),
+                                              g.scores)),
+        format(narrowOperandsOf(args)),
+        zeroNanRows(args.i("zero_nan_rows", 0) != 0),
+        threads(static_cast<int>(
+            std::max<int64_t>(1, std::min<int64_t>(args.threads, g.count)))) {}
+
+  const float *aOf(int64_t i) const { return a.f32() + i * g.m * g.k; }
+  const float *bOf(int64_t i) const { return b.f32() + i * g.k * g.n; }
+  const float *vOf(int64_t i) const { return v.f32() + i * g.n * g.d; }
+  /// Slice i's rounded scores into `s`.
+  void scores(int64_t i, float *s) const {
+    sgemm(false, false, g.m, g.n, g.k, 1.0f, aOf(i), bOf(i), 0.0f, s);
+    roundAll(format, s, g.m * g.n);
+  }
+  const float *biasRow(int64_t i, int64_t r) const {
+    return bias->row(i * g.m + r);
+  }
+  int64_t workspaceBytes(int buffers) const {
+    return threads * buffers * g.m * g.n * static_cast<int64_t>(sizeof(float));
+  }
+};
+
+std::unique_ptr<Kernel> attentionKernel(const KernelArgs &args) {
+  AttentionOperands t(args, 0, 3);
+  TensorView out = args.outputs[0], stats = args.outputs[1];
+  auto buffers =
+      std::make_shared<std::vector<float>>(t.threads * t.g.m * t.g.n);
+  auto body = [t, out, stats, buffers](const StepContext &) {
+    const AttentionGeometry &g = t.g;
+    forEachIndex(g.count, t.threads, [&](int64_t i) {
+      float *s = buffers->data() + omp_get_thread_num() * g.m * g.n;
+      t.scores(i, s);
+      float *sliceStats = stats.f32() + i * g.m * 2;
+      for (int64_t r = 0; r < g.m; ++r) {
+        const float *bias = t.biasRow(i, r);
+        rowStats(s + r * g.n, bias, t.bias->step, g.n, sliceStats + 2 * r);
+        probabilityRow(s + r * g.n, bias, t.bias->step, g.n, sliceStats + 2 * r,
+                       t.zeroNanRows, s + r * g.n);
+      }
+      roundAll(t.format, s, g.m * g.n);
+      sgemm(false, false, g.m, g.d, g.n, 1.0f, s, t.vOf(i), 0.0f,
+            out.f32() + i * g.m * g.d);
+    });
+  };
+  return std::make_unique<FunctionKernel>(roundedResult(args, body),
+                                          t.workspaceBytes(1));
+}
+
+/// Slice i of attention_grad, in the thread's buffers `p` and `dp`; leaves
+/// the unrounded dS in `dp` for the bias's gradient.
+struct AttentionBackward {
+  AttentionOperands t;
+  TensorView grad, stats, da, db, dv;
+
+  void slice(int64_t i, float *p, float *dp) const {
+    const AttentionGeometry &g = t.g;
+    int64_t mn = g.m * g.n;
+    const float *dout = grad.f32() + i * g.m * g.d;
+    t.scores(i, p);
+    for (int64_t r = 0; r < g.m; ++r)
+      probabilityRow(p + r * g.n, t.biasRow(i, r), t.bias->step, g.n,
+                     stats.f32() + (i * g.m + r) * 2, t.zeroNanRows,
+                     p + r * g.n);
+    // dV = P^T dO, P rounded as the forward multiplied it.
+    const float *multiplied = p;
+    if (t.format != NarrowFormat::None) {
+      std::copy(p, p + mn, dp);
+      roundAll(t.format, dp, mn);
+      multiplied = dp;
+    }
+    float *dvi = dv.f32() + i * g.n * g.d;
+    sgemm(true, false, g.n, g.d, g.m, 1.0f, multiplied, dout, 0.0f, dvi);
+    roundAll(t.format, dvi, g.n * g.d);
+    // dP = dO V^T, then dS = P (dP - sum(dP P)) row by row.
+    sgemm(false, true, g.m, g.n, g.d, 1.0f, dout, t.vOf(i), 0.0f, dp);
+    roundAll(t.format, dp, mn);
+    for (int64_t r = 0; r < g.m; ++r) {
+      const float *pr = p + r * g.n;
+      float *dpr = dp + r * g.n;
+      double sum = 0;
+      for (int64_t c = 0; c < g.n; ++c)
+        sum += dpr[c] * pr[c];
+      for (int64_t c = 0; c < g.n; ++c)
+        dpr[c] = static_cast<float>(pr[c] * (dpr[c] - sum));
+    }
+    // The products read dS rounded; the bias's gradient dS as it is.
+    const float *ds = dp;
+    if (t.format != NarrowFormat::None) {
+      for (int64_t x = 0; x < mn; ++x)
+        p[x] = roundedTo(t.format, dp[x]);
+      ds = p;
+    }
+    float *dai = da.f32() + i * g.m * g.k, *dbi = db.f32() + i * g.k * g.n;
+    sgemm(false, true, g.m, g.k, g.n, 1.0f, ds, t.bOf(i), 0.0f, dai);
+    sgemm(true, false, g.k, g.n, g.m, 1.0f, t.aOf(i), ds, 0.0f, dbi);
+    roundAll(t.format, dai, g.m * g.k);
+    roundAll(t.format, dbi, g.k * g.n);
+  }
+
+  /// Adds slice i's dS to the bias's gradient.
+  void addBiasGrad(int64_t i, const float *ds, float *dbias) const {
+    const AttentionGeometry &g = t.g;
+    for (int64_t r = 0; r < g.m; ++r) {
+      float *row = dbias + t.bias->rows(i * g.m + r);
+      for (int64_t c = 0; c < g.n; ++c)
+        row[c * t.bias->step] += ds[r * g.n + c];
+    }
+  }
+};
+
+std::unique_ptr<Kernel> attentionGradKernel(const KernelArgs &args) {
+  AttentionBackward backward{AttentionOperands(args, 1, 5),
+                             args.inputs[0],
+                             args.inputs[4],
+                             args.outputs[0],
+                             args.outputs[1],
+                             args.outputs[2]};
+  TensorView dbias = args.outputs.size() > 3 ? args.outputs[3] : TensorView();
+  const AttentionOperands &t = backward.t;
+  int64_t mn = t.g.m * t.g.n;
+  auto buffers = std::make_shared<std::vector<float>>(2 * t.threads * mn);
+  auto body = [backward, dbias, buffers, mn](const StepContext &) {
+    int threads = backward.t.threads;
+    int64_t count = backward.t.g.count;
+    if (dbias.present())
+      std::fill(dbias.f32(), dbias.f32() + dbias.numel(), 0.0f);
+    // Slices `threads` at a time, the bias's gradient summed after each
+    // group in slice order.
+    for (int64_t first = 0; first < count; first += threads) {
+      int64_t group = std::min<int64_t>(threads, count - first);
+      forEachIndex(group, threads, [&](int64_t j) {
+        float *p = buffers->data() + 2 * j * mn;
+        backward.slice(first + j, p, p + mn);
+      });
+      if (dbias.present())
+        for (int64_t j = 0; j < group; ++j)
+          backward.addBiasGrad(first + j, buffers->data() + (2 * j + 1) * mn,
+                               dbias.f32());
+    }
+  };
+  return std::make_unique<FunctionKernel>(body, t.workspaceBytes(2));
+}
+
+} // namespace
+
+void registerAttention(KernelRegistry &registry) {
+  registry.add("attention", Backend::CPU, attentionKernel);
+  registry.add("attention_grad", Backend::CPU, attentionGradKernel);
+}
+
+} // namespace cdp::runtime::cpu

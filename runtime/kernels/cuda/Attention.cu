@@ -1,0 +1,364 @@
+//===- Attention.cu - cdp.attention and its gradient on the GPU -----------===//
+//
+// A chunk of slices (batch x heads) at a time, through the device's shared
+// block: the chunk's scores, probabilities and their gradients live there
+// (sized near the GPU's L2 cache) and never in the plan's memory. Each
+// chunk is strided batched cuBLAS products (2-byte operands and float32
+// sums under narrow_operands, float32 otherwise) and one block per scores
+// row for the softmax and its gradient. The backward recomputes the
+// probabilities from the forward's stats with the same row kernel, so the
+// same bits. The bias's gradient adds the chunks' dS slice by slice in
+// order: no atomics, the same sums on every run.
+//
+//===----------------------------------------------------------------------===//
+
+#include "../../device/Cublas.h"
+#include "../AttentionGeometry.h"
+#include "../NarrowOperands.h"
+#include "CudaKernels.h"
+#include "Reduce.cuh"
+
+namespace cdp::runtime::cuda {
+
+namespace {
+
+/// Bytes of the shared block one chunk may take: half an H100's or
+/// H200's L2 cache (50 MB), so that the chunk's scores can stay there
+/// between the kernels that write and read them, beside the operands.
+/// Not yet tuned on a GPU.
+constexpr int64_t kChunkBytes = int64_t(24) << 20;
+
+/// The bias: where scores element e's value lies (`at`) and how far apart
+/// a row's values are; null `values` for none.
+struct AttentionBias {
+  const float *values = nullptr;
+  IndexMap at;
+  int64_t stride = 0;
+};
+
+__global__ void twoByteCopy(const float *x, uint16_t *y, int64_t n, bool bf16) {
+  CDP_FOR_EACH(i, n) { y[i] = narrowBitsOf(x[i], bf16); }
+}
+
+__global__ void roundInPlace(float *x, int64_t n, NarrowFormat format) {
+  CDP_FOR_EACH(i, n) { x[i] = roundedTo(format, x[i]); }
+}
+
+/// One block per scores row `firstRow + blockIdx.x`: the row's scores
+/// (rounded to `format`) plus its bias; with `findStats` its stats are
+/// computed and written, else read; then its probabilities, as 2-byte
+/// values into `p16` where there is one (rounded) and in place where
+/// `keepFloat` (the backward's softmax gradient reads them).
+__global__ void probabilityRows(float *s, int64_t firstRow, int64_t n,
+                                AttentionBias bias, NarrowFormat format,
+                                bool zeroNanRows, float *stats, bool findStats,
+                                uint16_t *p16, bool keepFloat) {
+  int64_t local = blockIdx.x, row = firstRow + local;
+  float *in = s + local * n;
+  const float *add = bias.values ? bias.values + bias.at(row * n) : nullptr;
+  auto value = [&](int64_t c) {
+    float score = roundedTo(format, in[c]);
+    return add ? score + add[c * bias.stride] : score;
+  };
+  float *own = stats + row * 2;
+  if (findStats) {
+    float top = -INFINITY;
+    for (int64_t c = threadIdx.x; c < n; c += blockDim.x)
+      top = fmaxf(top, value(c));
+    top = blockMax(top);
+    double sum = 0;
+    for (int64_t c = threadIdx.x; c < n; c += blockDim.x)
+      sum += exp(static_cast<double>(value(c) - top));
+    sum = blockSum(sum);
+    if (threadIdx.x == 0) {
+      own[0] = top;
+      own[1] = static_cast<float>(::log(sum));
+    }
+    __syncthreads();
+  }
+  float top = own[0], logSum = own[1];
+  bool zeroRow = zeroNanRows && isnan(logSum);
+  bool bf16 = format == NarrowFormat::Bfloat16;
+  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
+    float p = zeroRow
+                  ? 0.0f
+                  : static_cast<float>(exp(static_cast<double>(value(c) - top) -
+                                           static_cast<double>(logSum)));
+    if (keepFloat)
+      in[c] = p;
+    if (p16)
+      p16[local * n + c] = narrowBitsOf(p, bf16);
+  }
+}
+
+/// One block per row: dS = P (dP - sum(dP P)), dP rounded to `format` as
+/// read; dS written over dP as it is where `keepFloat` (float32 products,
+/// the bias's gradient), and rounded as 2-byte values into `ds16` where
+/// there is one.
+__global__ void softmaxGradRows(const float *p, float *dp, int64_t n,
+                                NarrowFormat format, uint16_t *ds16,
+                                bool keepFloat) {
+  int64_t first = blockIdx.x * n;
+  double sum = 0;
+  for (int64_t c = threadIdx.x; c < n; c += blockDim.x)
+    sum += roundedTo(format, dp[first + c]) * p[first + c];
+  sum = blockSum(sum);
+  bool bf16 = format == NarrowFormat::Bfloat16;
+  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
+    int64_t e = first + c;
+    float ds = static_cast<float>(p[e] * (roundedTo(format, dp[e]) - sum));
+    if (keepFloat)
+      dp[e] = ds;
+    if (ds16)
+      ds16[e] = narrowBitsOf(ds, bf16);
+  }
+}
+
+/// Adds the chunk's `slices` dS matrices (m x n each, slice j the chunk's
+/// first plus j) into the bias's gradient: a thread per (r, c), the slices
+/// in order. The bias spans the last two dimensions whole (checked at
+/// load), so no two threads write one value.
+__global__ void addBiasGrad(const float *ds, float *dbias, IndexMap at,
+                            int64_t firstSlice, int64_t slices, int64_t mn) {
+  CDP_FOR_EACH(e, mn) {
+    for (int64_t j = 0; j < slices; ++j)
+      dbias[at((firstSlice + j) * mn + e)] += ds[j * mn + e];
+  }
+}
+
+unsigned threadsForRow(int64_t n) {
+  return static_cast<unsigned>(
+      std::clamp<int64_t>((n + 31) / 32 * 32, 32, kThreads));
+}
+
+/// A chunk's strided batch of row-major products C_j = op(A_j) op(B_j):
+/// 2-byte operands under a narrow format, else float32; float32 sums and
+/// results.
+struct ChunkProduct {
+  NarrowFormat format;
+  cublasHandle_t blas;
+
+  void operator()(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+                  int64_t count, const void *a, const void *b, float *c) const {
+    cudaDataType type = format == NarrowFormat::Bfloat16  ? CUDA_R_16BF
+                        : format == NarrowFormat::Float16 ? CUDA_R_16F
+                                                          : CUDA_R_32F;
+    float one = 1.0f, zero = 0.0f;
+    checkCublas(cublas().gemmStridedBatchedEx(
+                    blas, transB ? CUBLAS_OP_T : CUBLAS_OP_N,
+                    transA ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &one, b, type,
+                    transB ? k : n, k * n, a, type, transA ? m : k, m * k,
+                    &zero, c, CUDA_R_32F, n, m * n, count, CUBLAS_COMPUTE_32F,
+                    CUBLAS_GEMM_DEFAULT),
+                "attention product");
+  }
+};
+
+/// Where a chunk's buffers lie in the shared block: float32 scores and
+/// their gradient, 2-byte copies of the operands (under narrow_operands).
+struct ChunkLayout {
+  int64_t slices = 1;
+  size_t scores = 0, gradScores = 0, a16 = 0, b16 = 0, v16 = 0, grad16 = 0,
+         p16 = 0, bytes = 0;
+
+  ChunkLayout(const AttentionGeometry &g, bool narrow, bool backward) {
+    int64_t perSlice = 4 * g.m * g.n * (backward ? 2 : 1) +
+                       (narrow ? 2 * (g.m * g.k + g.k * g.n + g.n * g.d +
+                                      g.m * g.n + (backward ? g.m * g.d : 0))
+                               : 0);
+    slices = std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(perSlice, 1),
+                                 1, std::max<int64_t>(g.count, 1));
+    auto take = [&](int64_t values, int64_t width) {
+      size_t at = bytes;
+      bytes += (slices * values * width + 255) / 256 * 256;
+      return at;
+    };
+    scores = take(g.m * g.n, 4);
+    if (backward)
+      gradScores = take(g.m * g.n, 4);
+    if (!narrow)
+      return;
+    a16 = take(g.m * g.k, 2);
+    b16 = take(g.k * g.n, 2);
+    v16 = take(g.n * g.d, 2);
+    p16 = take(g.m * g.n, 2);
+    if (backward)
+      grad16 = take(g.m * g.d, 2);
+  }
+};
+
+/// A chunk's operands as its products read them.
+struct ChunkOperands {
+  const void *a, *b, *v;
+};
+
+/// What both kernels bind at load.
+struct AttentionSetup {
+  AttentionGeometry g;
+  TensorView a, b, v;
+  AttentionBias bias;
+  NarrowFormat format;
+  bool zeroNanRows;
+  ChunkLayout layout;
+  CudaDevice *device;
+
+  AttentionSetup(const KernelArgs &args, size_t first, size_t biasInput,
+                 bool backward)
+      : g(args.inputs[first].shape, args.inputs[first + 1].shape,
+          args.inputs[first + 2].shape),
+        a(args.inputs[first]), b(args.inputs[first + 1]),
+        v(args.inputs[first + 2]), format(narrowOperandsOf(args)),
+        zeroNanRows(args.i("zero_nan_rows", 0) != 0),
+        layout(g, format != NarrowFormat::None, backward),
+        device(&deviceOf(args)) {
+    if (args.inputs.size() > biasInput && args.inputs[biasInput].present()) {
+      const TensorView &values = args.inputs[biasInput];
+      bias.values = values.f32();
+      bias.at = broadcastMap(args, values.shape, g.scores);
+      bias.stride = bias.at.stride[g.scores.size() - 1];
+    }
+    if (g.count > 0 && g.m > 0 && g.n > 0)
+      device->reserveShared(layout.bytes);
+  }
+  bool narrow() const { return format != NarrowFormat::None; }
+  char *block(size_t offset) const {
+    return static_cast<char *>(device->shared()) + offset;
+  }
+  ChunkProduct product() const { return {format, device->blas()}; }
+  float *scores() const {
+    return reinterpret_cast<float *>(block(layout.scores));
+  }
+  uint16_t *probabilities16() const {
+    return narrow() ? reinterpret_cast<uint16_t *>(block(layout.p16)) : nullptr;
+  }
+  /// The chunk's a, b and v as its products read them: 2-byte copies
+  /// under narrow_operands, else where they lie.
+  ChunkOperands operandsOf(cudaStream_t stream, int64_t first,
+                           int64_t slices) const {
+    if (!narrow())
+      return {a.f32() + first * g.m * g.k, b.f32() + first * g.k * g.n,
+              v.f32() + first * g.n * g.d};
+    return {twoBytes(stream, a.f32(), first, slices, g.m * g.k, layout.a16),
+            twoBytes(stream, b.f32(), first, slices, g.k * g.n, layout.b16),
+            twoBytes(stream, v.f32(), first, slices, g.n * g.d, layout.v16)};
+  }
+  /// The chunk's scores, then its probabilities (row kernel): stats found
+  /// (the forward) or read (the backward).
+  void probabilities(cudaStream_t stream, const ChunkOperands &in,
+                     int64_t first, int64_t slices, float *stats,
+                     bool findStats, bool keepFloat) const {
+    product()(false, false, g.m, g.n, g.k, slices, in.a, in.b, scores());
+    probabilityRows<<<slices * g.m, threadsForRow(g.n), 0, stream>>>(
+        scores(), first * g.m, g.n, bias, format, zeroNanRows, stats, findStats,
+        probabilities16(), keepFloat);
+    launched("attention softmax");
+  }
+  /// `values` slices of `x` (each `size` long) from slice `first`, copied
+  /// as 2-byte values to `offset` in the block; the block's copy.
+  const void *twoBytes(cudaStream_t stream, const float *x, int64_t first,
+                       int64_t slices, int64_t size, size_t offset) const {
+    auto *to = reinterpret_cast<uint16_t *>(block(offset));
+    int64_t n = slices * size;
+    twoByteCopy<<<blocksFor(n), kThreads, 0, stream>>>(
+        x + first * size, to, n, format == NarrowFormat::Bfloat16);
+    launched("attention operands");
+    return to;
+  }
+};
+
+void roundWhole(cudaStream_t stream, NarrowFormat format, const TensorView &t) {
+  if (format == NarrowFormat::None || t.numel() == 0)
+    return;
+  roundInPlace<<<blocksFor(t.numel()), kThreads, 0, stream>>>(
+      t.f32(), t.numel(), format);
+  launched("attention rounding");
+}
+
+std::function<void(const StepContext &)>
+attentionKernel(const KernelArgs &args) {
+  AttentionSetup t(args, 0, 3, /*backward=*/false);
+  TensorView out = args.outputs[0], stats = args.outputs[1];
+  NarrowFormat rounding = roundingOf(args);
+  return [t, out, stats, rounding](const StepContext &context) {
+    const AttentionGeometry &g = t.g;
+    if (g.count == 0 || g.m == 0)
+      return;
+    cudaStream_t stream = streamOf(context);
+    uint16_t *p16 = t.probabilities16();
+    for (int64_t first = 0; first < g.count; first += t.layout.slices) {
+      int64_t c = std::min(t.layout.slices, g.count - first);
+      ChunkOperands in = t.operandsOf(stream, first, c);
+      t.probabilities(stream, in, first, c, stats.f32(), /*findStats=*/true,
+                      /*keepFloat=*/!p16);
+      t.product()(false, false, g.m, g.d, g.n, c,
+                  p16 ? static_cast<const void *>(p16) : t.scores(), in.v,
+                  out.f32() + first * g.m * g.d);
+    }
+    roundWhole(stream, rounding, out);
+  };
+}
+
+std::function<void(const StepContext &)>
+attentionGradKernel(const KernelArgs &args) {
+  AttentionSetup t(args, 1, 5, /*backward=*/true);
+  TensorView grad = args.inputs[0], stats = args.inputs[4],
+             da = args.outputs[0], db = args.outputs[1], dv = args.outputs[2];
+  TensorView dbias = args.outputs.size() > 3 ? args.outputs[3] : TensorView();
+  if (dbias.present() && (t.bias.at.stride[t.g.scores.size() - 1] != 1 ||
+                          t.bias.at.stride[t.g.scores.size() - 2] != t.g.n))
+    args.fail("the GPU's attention_grad sums a bias's gradient only for a "
+              "bias spanning the scores' last two dimensions whole");
+  return [=](const StepContext &context) {
+    const AttentionGeometry &g = t.g;
+    cudaStream_t stream = streamOf(context);
+    if (dbias.present())
+      checkCuda(cudaMemsetAsync(dbias.data, 0, byteSize(dbias), stream),
+                "memset");
+    if (g.count == 0 || g.m == 0)
+      return;
+    ChunkProduct product = t.product();
+    float *s = t.scores();
+    auto *ds = reinterpret_cast<float *>(t.block(t.layout.gradScores));
+    uint16_t *p16 = t.probabilities16();
+    int64_t mn = g.m * g.n;
+    for (int64_t first = 0; first < g.count; first += t.layout.slices) {
+      int64_t c = std::min(t.layout.slices, g.count - first);
+      ChunkOperands in = t.operandsOf(stream, first, c);
+      const void *dout = t.narrow() ? t.twoBytes(stream, grad.f32(), first, c,
+                                                 g.m * g.d, t.layout.grad16)
+                                    : grad.f32() + first * g.m * g.d;
+      t.probabilities(stream, in, first, c, stats.f32(), /*findStats=*/false,
+                      /*keepFloat=*/true);
+      // dV = P^T dO, with P as the forward multiplied it.
+      product(true, false, g.n, g.d, g.m, c,
+              p16 ? static_cast<const void *>(p16) : s, dout,
+              dv.f32() + first * g.n * g.d);
+      // dP = dO V^T, then dS (p16 now holds dS's 2-byte copy).
+      product(false, true, g.m, g.n, g.d, c, dout, in.v, ds);
+      softmaxGradRows<<<c * g.m, threadsForRow(g.n), 0, stream>>>(
+          s, ds, g.n, t.format, p16, /*keepFloat=*/!p16 || dbias.present());
+      launched("attention softmax gradient");
+      const void *dsRead = p16 ? static_cast<const void *>(p16) : ds;
+      product(false, true, g.m, g.k, g.n, c, dsRead, in.b,
+              da.f32() + first * g.m * g.k);
+      product(true, false, g.k, g.n, g.m, c, in.a, dsRead,
+              db.f32() + first * g.k * g.n);
+      if (dbias.present()) {
+        addBiasGrad<<<blocksFor(mn), kThreads, 0, stream>>>(
+            ds, dbias.f32(), t.bias.at, first, c, mn);
+        launched("attention bias gradient");
+      }
+    }
+    for (const TensorView *result : {&da, &db, &dv})
+      roundWhole(stream, t.format, *result);
+  };
+}
+
+} // namespace
+
+void registerAttention(KernelRegistry &registry) {
+  addKernel(registry, "attention", attentionKernel);
+  addKernel(registry, "attention_grad", attentionGradKernel);
+}
+
+} // namespace cdp::runtime::cuda
