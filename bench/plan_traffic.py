@@ -82,7 +82,10 @@ def attention_work(op, body, inputs, tensors):
     """(product FLOPs, bytes through the op's own buffers) of one
     cdp.attention or attention_grad, as the CUDA kernel computes it."""
     first = 1 if op == "attention_grad" else 0
-    a, b, v = (tensors[inputs[first + i]]["shape"] for i in range(3))
+    operands = [tensors[inputs[first + i]] for i in range(3)]
+    a, b, v = (operand["shape"] for operand in operands)
+    # Float32 operands a narrow op copies into 2 bytes (written, then read).
+    widened = [operand["dtype"] == "F32" for operand in operands]
     count = 1
     for dim in a[:-2]:
         count *= dim
@@ -94,7 +97,8 @@ def attention_work(op, body, inputs, tensors):
         # The scores written and read; P written and read (2 bytes a value
         # under narrow_operands); the operands' 2-byte copies written and read.
         moved = (8 + 4) * mn if narrow else 16 * mn
-        copies = 4 * (m * k + k * n + n * d) if narrow else 0
+        copies = 4 * sum(size for size, wide in zip((m * k, k * n, n * d), widened)
+                         if wide) if narrow else 0
     else:
         flops = 2 * m * n * (3 * k + 2 * d)
         bias_grad = re.search(r'name: "with_bias_grad"\n\s+i: 1', body) is not None
@@ -102,7 +106,8 @@ def attention_work(op, body, inputs, tensors):
         # twice, dP written and read, dS written (2-byte; float32 for the
         # bias's gradient, which reads it) and read twice.
         moved = (34 if narrow else 40) * mn + (8 if narrow else 4) * mn * bias_grad
-        copies = 4 * (m * k + k * n + n * d + m * d) if narrow else 0
+        copies = 4 * (m * d + sum(size for size, wide in zip((m * k, k * n, n * d), widened)
+                                  if wide)) if narrow else 0
     return count * flops, count * (moved + copies)
 
 

@@ -43,11 +43,24 @@ Value narrowCopyOf(Value operand, StringRef format, Operation *product) {
   return Value();
 }
 
-/// Points the product's operands A and B at their 2-byte copies; adds to
-/// `released` the unpacks it stopped reading.
+/// The operands a product reads in 2 bytes where it can: a gemm's and a
+/// matmul's A and B, an attention's a, b and v (its gradient's too).
+MutableArrayRef<OpOperand> multipliedOperands(Operation *op) {
+  MutableArrayRef<OpOperand> all = op->getOpOperands();
+  if (isa<MatMulOp, GemmOp>(op))
+    return all.take_front(2);
+  if (isa<AttentionOp>(op))
+    return all.take_front(3);
+  if (isa<AttentionGradOp>(op))
+    return all.slice(1, 3);
+  return {};
+}
+
+/// Points the product's multiplied operands at their 2-byte copies; adds
+/// to `released` the unpacks it stopped reading.
 void readNarrowCopies(Operation *product, StringRef format,
                       llvm::SetVector<Operation *> &released) {
-  for (OpOperand &operand : product->getOpOperands().take_front(2)) {
+  for (OpOperand &operand : multipliedOperands(product)) {
     Value copy = narrowCopyOf(operand.get(), format, product);
     if (!copy)
       continue;
@@ -73,8 +86,6 @@ struct ReadNarrowOperandsPass
   void runOnOperation() override {
     llvm::SetVector<Operation *> released;
     getOperation().walk([&](Operation *op) {
-      if (!isa<MatMulOp, GemmOp>(op))
-        return;
       if (auto format = op->getAttrOfType<StringAttr>("narrow_operands"))
         readNarrowCopies(op, format.getValue(), released);
     });

@@ -244,6 +244,22 @@ void narrowableResult(const Check &c, const KernelArgs &args) {
     c.type(out, plan::F32);
 }
 
+/// An attention's (or its gradient's) tensors: a, b and v from input
+/// `first` in float32 or the 2-byte format narrow_operands names, the rest
+/// float32.
+void attentionTypes(const Check &c, const KernelArgs &args, size_t first) {
+  std::string format = c.text("narrow_operands", "");
+  plan::DType narrow = format == "bf16"  ? plan::BF16
+                       : format == "f16" ? plan::F16
+                                         : plan::F32;
+  for (size_t i = 0; i < args.inputs.size(); ++i)
+    if (const TensorView *v = c.optional(i))
+      if (i < first || i >= first + 3 || v->dtype != narrow)
+        c.type(*v, plan::F32);
+  for (size_t i = 0; i < args.outputs.size(); ++i)
+    c.type(c.out(i), plan::F32);
+}
+
 /// cdp.attention's operands: a (..., M, K), b (..., K, N), v (..., N, D)
 /// with one batch, a bias that broadcasts to the scores (..., M, N); the
 /// result (..., M, D) and the stats (..., M, 2).
@@ -541,15 +557,15 @@ Rules makeRules() {
     if (const TensorView *bias = c.optional(1)) // softmax's, broadcast
       c.broadcasts(*bias, c.in(0));
   });
-  rules["attention"] = plain([](const Check &c) {
+  rules["attention"] = [](const Check &c, const KernelArgs &args) {
     c.declared();
-    c.allF32();
+    attentionTypes(c, args, 0);
     attentionOperands(c, c.in(0), c.in(1), c.in(2), c.optional(3), c.out(0),
                       c.out(1));
-  });
+  };
   rules["attention_grad"] = [](const Check &c, const KernelArgs &args) {
     c.declared();
-    c.allF32();
+    attentionTypes(c, args, 1);
     const TensorView *bias = c.optional(5);
     attentionOperands(c, c.in(1), c.in(2), c.in(3), bias, c.in(0), c.in(4));
     for (int k : {0, 1, 2})

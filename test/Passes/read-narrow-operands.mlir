@@ -49,3 +49,28 @@ func.func @main(%x: tensor<4x8xf32>, %w: tensor<8x2xf32>) -> (tensor<4x2xf32>, t
   %a = cdp.relu %rw : tensor<8x2xf32>
   return %y, %a : tensor<4x2xf32>, tensor<8x2xf32>
 }
+
+// -----
+
+// Tests that an attention and its gradient read the 2-byte copies of q, k
+// and v likewise (the forward the packs made before it, the backward the
+// packed values its unpacks widened, which are erased); the gradient's
+// float32 grad operand stays.
+// CHECK-LABEL: func.func @attention
+// CHECK: %[[PQ:.+]] = cdp.pack_narrow %arg0
+// CHECK-NEXT: %[[PK:.+]] = cdp.pack_narrow %arg1
+// CHECK-NEXT: %[[PV:.+]] = cdp.pack_narrow %arg2
+// CHECK-NEXT: %{{.+}}, %[[S:.+]] = cdp.attention %[[PQ]], %[[PK]], %[[PV]] {narrow_operands = "bf16"} : (tensor<2x4x8xbf16>, tensor<2x8x4xbf16>, tensor<2x4x8xbf16>)
+// CHECK-NOT: cdp.unpack_narrow
+// CHECK-NEXT: cdp.attention_grad %arg3, %[[PQ]], %[[PK]], %[[PV]], %[[S]] {cdp.phase = "backward", narrow_operands = "bf16"} : (tensor<2x4x8xf32>, tensor<2x4x8xbf16>, tensor<2x8x4xbf16>, tensor<2x4x8xbf16>, tensor<2x4x2xf32>)
+func.func @attention(%q: tensor<2x4x8xf32>, %k: tensor<2x8x4xf32>, %v: tensor<2x4x8xf32>, %dy: tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x8x4xf32>, tensor<2x4x8xf32>) {
+  %pq = cdp.pack_narrow %q {format = "bf16"} : tensor<2x4x8xf32> -> tensor<2x4x8xbf16>
+  %pk = cdp.pack_narrow %k {format = "bf16"} : tensor<2x8x4xf32> -> tensor<2x8x4xbf16>
+  %pv = cdp.pack_narrow %v {format = "bf16"} : tensor<2x4x8xf32> -> tensor<2x4x8xbf16>
+  %o, %s = cdp.attention %q, %k, %v {narrow_operands = "bf16"} : (tensor<2x4x8xf32>, tensor<2x8x4xf32>, tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x2xf32>)
+  %uq = cdp.unpack_narrow %pq {cdp.phase = "backward", format = "bf16"} : tensor<2x4x8xbf16> -> tensor<2x4x8xf32>
+  %uk = cdp.unpack_narrow %pk {cdp.phase = "backward", format = "bf16"} : tensor<2x8x4xbf16> -> tensor<2x8x4xf32>
+  %uv = cdp.unpack_narrow %pv {cdp.phase = "backward", format = "bf16"} : tensor<2x4x8xbf16> -> tensor<2x4x8xf32>
+  %dq, %dk, %dv = cdp.attention_grad %dy, %uq, %uk, %uv, %s {cdp.phase = "backward", narrow_operands = "bf16"} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x8x4xf32>, tensor<2x4x8xf32>, tensor<2x4x2xf32>) -> (tensor<2x4x8xf32>, tensor<2x8x4xf32>, tensor<2x4x8xf32>)
+  return %o, %dq, %dk, %dv : tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x8x4xf32>, tensor<2x4x8xf32>
+}

@@ -287,28 +287,14 @@ LogicalResult GemmOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,
   return success();
 }
 
-/// A 2-byte operand of a product is what `narrow_operands` names.
-static LogicalResult verifyNarrowOperands(Operation *op,
-                                          std::optional<StringRef> format) {
-  for (Value operand : op->getOperands().take_front(2)) {
-    Type element = cast<RankedTensorType>(operand.getType()).getElementType();
-    if (element.isF32())
-      continue;
-    StringRef stored = element.isBF16() ? "bf16" : "f16";
-    if (format != stored)
-      return op->emitOpError("reads a ")
-             << stored << " operand, which needs narrow_operands = \"" << stored
-             << "\"";
-  }
-  return success();
-}
-
 LogicalResult GemmOp::verify() {
-  return verifyNarrowOperands(*this, getNarrowOperands());
+  return verifyNarrowOperands(*this, getNarrowOperands(),
+                              getOperands().take_front(2));
 }
 
 LogicalResult MatMulOp::verify() {
-  return verifyNarrowOperands(*this, getNarrowOperands());
+  return verifyNarrowOperands(*this, getNarrowOperands(),
+                              getOperands().take_front(2));
 }
 
 LogicalResult MatMulOp::inferReturnTypes(MLIRContext *, Loc loc,
@@ -531,7 +517,8 @@ LogicalResult AttentionOp::verify() {
        {getNarrowOperands(), getRoundResult()})
     if (format && *format != "bf16" && *format != "f16")
       return emitOpError("rounds to '") << *format << "': bf16 or f16";
-  return success();
+  return verifyNarrowOperands(*this, getNarrowOperands(),
+                              getOperands().take_front(3));
 }
 
 LogicalResult LogSoftmaxOp::inferReturnTypes(MLIRContext *, Loc loc,

@@ -133,8 +133,24 @@ LogicalResult inferAttention(Loc loc, Value a, Value b, Value v, Value bias,
   Shape output(as.drop_back(1)), stats(as.drop_back(1));
   output.push_back(vs[rank - 1]);
   stats.push_back(2);
-  types.append({tensorOf(output, at.getElementType()),
-                tensorOf(stats, at.getElementType())});
+  Type f32 = Float32Type::get(at.getContext());
+  types.append({tensorOf(output, f32), tensorOf(stats, f32)});
+  return success();
+}
+
+LogicalResult verifyNarrowOperands(Operation *op,
+                                   std::optional<StringRef> format,
+                                   ValueRange operands) {
+  for (Value operand : operands) {
+    Type element = cast<RankedTensorType>(operand.getType()).getElementType();
+    if (element.isF32())
+      continue;
+    StringRef stored = element.isBF16() ? "bf16" : "f16";
+    if (format != stored)
+      return op->emitOpError("reads a ")
+             << stored << " operand, which needs narrow_operands = \"" << stored
+             << "\"";
+  }
   return success();
 }
 

@@ -11,7 +11,9 @@
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Operation.h"
 #include "mlir/IR/Value.h"
+#include "mlir/IR/ValueRange.h"
 
 #include <optional>
 #include <string>
@@ -47,6 +49,11 @@ mlir::LogicalResult inferSameWithAxis(Loc loc, mlir::Value input, int64_t axis,
 mlir::LogicalResult inferAttention(Loc loc, mlir::Value a, mlir::Value b,
                                    mlir::Value v, mlir::Value bias,
                                    llvm::SmallVectorImpl<mlir::Type> &types);
+/// A 2-byte tensor among `operands` of a product (gemm, matmul,
+/// attention) is what its `narrow_operands` names.
+mlir::LogicalResult verifyNarrowOperands(mlir::Operation *op,
+                                         std::optional<llvm::StringRef> format,
+                                         mlir::ValueRange operands);
 mlir::LogicalResult checkLength(Loc loc, llvm::StringRef name,
                                 llvm::ArrayRef<int64_t> values,
                                 size_t expected);

@@ -137,8 +137,10 @@ LogicalResult AttentionGradOp::inferReturnTypes(MLIRContext *, Loc loc,
       adaptor.getStats().getType() != forward[1])
     return fail(loc, "attention_grad's grad and stats must be shaped as the "
                      "attention's result and stats");
-  types.append({adaptor.getA().getType(), adaptor.getB().getType(),
-                adaptor.getV().getType()});
+  // Float32 gradients, whatever width the operands are stored in.
+  for (Value operand : {adaptor.getA(), adaptor.getB(), adaptor.getV()})
+    types.push_back(tensorOf(rankedType(operand).getShape(),
+                             Float32Type::get(operand.getContext())));
   if (adaptor.getWithBiasGrad()) {
     if (!adaptor.getBias())
       return fail(loc, "with_bias_grad needs a bias");
@@ -151,7 +153,7 @@ LogicalResult AttentionGradOp::verify() {
   std::optional<StringRef> format = getNarrowOperands();
   if (format && *format != "bf16" && *format != "f16")
     return emitOpError("rounds to '") << *format << "': bf16 or f16";
-  return success();
+  return verifyNarrowOperands(*this, format, {getA(), getB(), getV()});
 }
 
 /// Whether `actual` is the float32 result inferred, or that result stored

@@ -369,7 +369,8 @@ def ReadNarrowOperands : Pass<"cdp-read-narrow-operands", "mlir::ModuleOp"> {
   let summary = "Lets marked products read the 2-byte copies of their operands";
   let description = [{
     Mixed precision, after cdp-mark-narrow-products: an operand `A` or `B`
-    of a `cdp.matmul` or `cdp.gemm` marked `narrow_operands` that is a
+    of a `cdp.matmul` or `cdp.gemm` marked `narrow_operands` (or `a`, `b`
+    or `v` of a `cdp.attention` or `cdp.attention_grad`) that is a
     `cdp.unpack_narrow` of that format is replaced by the unpacked tensor
     itself, and one that cdp-pack-narrow-stash also packed (a
     `cdp.pack_narrow` of that format earlier in the block, of the same

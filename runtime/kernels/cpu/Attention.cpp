@@ -80,10 +80,12 @@ void roundAll(NarrowFormat format, float *values, int64_t n) {
     roundToNarrow(values, n, format == NarrowFormat::Bfloat16);
 }
 
-/// What both kernels read: the geometry, the operands, the bias rows.
+/// What both kernels read: the geometry, the operands (2-byte ones
+/// widened into buffers of the kernel's own), the bias rows.
 struct AttentionOperands {
   AttentionGeometry g;
   TensorView a, b, v;
+  WidenedOperands widened;
   std::shared_ptr<const BiasRows> bias;
   NarrowFormat format;
   bool zeroNanRows;
@@ -101,7 +103,10 @@ struct AttentionOperands {
         format(narrowOperandsOf(args)),
         zeroNanRows(args.i("zero_nan_rows", 0) != 0),
         threads(static_cast<int>(
-            std::max<int64_t>(1, std::min<int64_t>(args.threads, g.count)))) {}
+            std::max<int64_t>(1, std::min<int64_t>(args.threads, g.count)))) {
+    for (TensorView *operand : {&a, &b, &v})
+      widened.add(*operand);
+  }
 
   const float *aOf(int64_t i) const { return a.f32() + i * g.m * g.k; }
   const float *bOf(int64_t i) const { return b.f32() + i * g.k * g.n; }
@@ -115,7 +120,8 @@ struct AttentionOperands {
     return bias->row(i * g.m + r);
   }
   int64_t workspaceBytes(int buffers) const {
-    return threads * buffers * g.m * g.n * static_cast<int64_t>(sizeof(float));
+    return threads * buffers * g.m * g.n * static_cast<int64_t>(sizeof(float)) +
+           widened.bytes();
   }
 };
 
@@ -126,6 +132,7 @@ std::unique_ptr<Kernel> attentionKernel(const KernelArgs &args) {
       std::make_shared<std::vector<float>>(t.threads * t.g.m * t.g.n);
   auto body = [t, out, stats, buffers](const StepContext &) {
     const AttentionGeometry &g = t.g;
+    t.widened.widen();
     forEachIndex(g.count, t.threads, [&](int64_t i) {
       float *s = buffers->data() + omp_get_thread_num() * g.m * g.n;
       t.scores(i, s);
@@ -221,6 +228,7 @@ std::unique_ptr<Kernel> attentionGradKernel(const KernelArgs &args) {
   auto body = [backward, dbias, buffers, mn](const StepContext &) {
     int threads = backward.t.threads;
     int64_t count = backward.t.g.count;
+    backward.t.widened.widen();
     if (dbias.present())
       std::fill(dbias.f32(), dbias.f32() + dbias.numel(), 0.0f);
     // Slices `threads` at a time, the bias's gradient summed after each

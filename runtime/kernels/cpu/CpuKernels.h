@@ -42,6 +42,25 @@ std::unique_ptr<Kernel> narrowResultKernel(
     std::function<std::function<void(const StepContext &)>(const KernelArgs &)>
         make);
 void registerLinalg(KernelRegistry &registry);
+/// A kernel's operands that the plan stores in 2 bytes
+/// (cdp-read-narrow-operands) and the kernel reads in float32: each view is
+/// pointed at a float32 buffer of the kernel's own (its workspace), which
+/// `widen` refills, exactly, before each run.
+class WidenedOperands {
+public:
+  /// Points `view` at a buffer of its own where it holds 2-byte values.
+  void add(TensorView &view);
+  void widen() const;
+  bool empty() const { return operands.empty(); }
+  int64_t bytes() const;
+
+private:
+  struct Operand {
+    TensorView narrow;
+    std::shared_ptr<std::vector<float>> values;
+  };
+  std::vector<Operand> operands;
+};
 /// C = alpha * op(A) * op(B) + beta * C, row-major, through oneDNN's sgemm.
 void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
            float alpha, const float *a, const float *b, float beta, float *c);

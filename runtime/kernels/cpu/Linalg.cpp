@@ -18,6 +18,29 @@
 
 namespace cdp::runtime::cpu {
 
+void WidenedOperands::add(TensorView &view) {
+  if (!storedInTwoBytes(view))
+    return;
+  auto values = std::make_shared<std::vector<float>>(view.numel());
+  operands.push_back({view, values});
+  view.data = values->data();
+  view.dtype = plan::F32;
+}
+
+void WidenedOperands::widen() const {
+  for (const Operand &operand : operands)
+    widenNarrow(static_cast<const uint16_t *>(operand.narrow.data),
+                operand.values->data(), operand.narrow.numel(),
+                operand.narrow.dtype == plan::BF16);
+}
+
+int64_t WidenedOperands::bytes() const {
+  int64_t total = 0;
+  for (const Operand &operand : operands)
+    total += operand.narrow.numel() * static_cast<int64_t>(sizeof(float));
+  return total;
+}
+
 void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
            float alpha, const float *a, const float *b, float beta, float *c) {
   if (m == 0 || n == 0)
@@ -261,21 +284,6 @@ checkingNarrowOperands(const KernelArgs &args,
   };
 }
 
-/// A product's operand stored in 2 bytes and the float32 buffer the kernel
-/// widens it into.
-struct WidenedOperand {
-  TensorView narrow;
-  std::shared_ptr<std::vector<float>> values;
-};
-
-/// Widens `operand` into its buffer (exact: every 2-byte value is a
-/// float32 value).
-void widen(const WidenedOperand &operand) {
-  widenNarrow(static_cast<const uint16_t *>(operand.narrow.data),
-              operand.values->data(), operand.narrow.numel(),
-              operand.narrow.dtype == plan::BF16);
-}
-
 /// A gemm's or matmul's kernel made by `make`: operands A and B that hold
 /// 2-byte values (cdp-read-narrow-operands) are widened into float32
 /// buffers of the kernel's own, its workspace, before each run, and the
@@ -285,29 +293,19 @@ std::unique_ptr<Kernel> productKernel(
     std::function<std::function<void(const StepContext &)>(const KernelArgs &)>
         make) {
   KernelArgs widenedArgs = args;
-  std::vector<WidenedOperand> widened;
-  int64_t workspace = 0;
-  for (int i : {0, 1}) {
-    TensorView &operand = widenedArgs.inputs[i];
-    if (!storedInTwoBytes(operand))
-      continue;
-    auto values = std::make_shared<std::vector<float>>(operand.numel());
-    widened.push_back({operand, values});
-    workspace += operand.numel() * static_cast<int64_t>(sizeof(float));
-    operand.data = values->data();
-    operand.dtype = plan::F32;
-  }
+  WidenedOperands widened;
+  for (int i : {0, 1})
+    widened.add(widenedArgs.inputs[i]);
   auto body = roundedResult(
       args, checkingNarrowOperands(widenedArgs, make(widenedArgs)));
   if (widened.empty())
     return std::make_unique<FunctionKernel>(std::move(body));
   return std::make_unique<FunctionKernel>(
       [widened, body](const StepContext &context) {
-        for (const WidenedOperand &operand : widened)
-          widen(operand);
+        widened.widen();
         body(context);
       },
-      workspace);
+      widened.bytes());
 }
 
 } // namespace

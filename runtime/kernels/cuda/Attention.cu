@@ -231,16 +231,25 @@ struct AttentionSetup {
   uint16_t *probabilities16() const {
     return narrow() ? reinterpret_cast<uint16_t *>(block(layout.p16)) : nullptr;
   }
-  /// The chunk's a, b and v as its products read them: 2-byte copies
-  /// under narrow_operands, else where they lie.
+  /// `slices` matrices of `size` values from slice `first` of `operand`
+  /// as the chunk's products read them: where the plan stores them in 2
+  /// bytes, there; under narrow_operands, copied into 2-byte values at
+  /// `offset` in the block; else the float32 values where they lie.
+  const void *operandOf(cudaStream_t stream, const TensorView &operand,
+                        int64_t first, int64_t slices, int64_t size,
+                        size_t offset) const {
+    if (storedInTwoBytes(operand))
+      return static_cast<const uint16_t *>(operand.data) + first * size;
+    if (!narrow())
+      return operand.f32() + first * size;
+    return twoBytes(stream, operand.f32(), first, slices, size, offset);
+  }
+  /// The chunk's a, b and v as its products read them.
   ChunkOperands operandsOf(cudaStream_t stream, int64_t first,
                            int64_t slices) const {
-    if (!narrow())
-      return {a.f32() + first * g.m * g.k, b.f32() + first * g.k * g.n,
-              v.f32() + first * g.n * g.d};
-    return {twoBytes(stream, a.f32(), first, slices, g.m * g.k, layout.a16),
-            twoBytes(stream, b.f32(), first, slices, g.k * g.n, layout.b16),
-            twoBytes(stream, v.f32(), first, slices, g.n * g.d, layout.v16)};
+    return {operandOf(stream, a, first, slices, g.m * g.k, layout.a16),
+            operandOf(stream, b, first, slices, g.k * g.n, layout.b16),
+            operandOf(stream, v, first, slices, g.n * g.d, layout.v16)};
   }
   /// The chunk's scores, then its probabilities (row kernel): stats found
   /// (the forward) or read (the backward).
@@ -324,9 +333,8 @@ attentionGradKernel(const KernelArgs &args) {
     for (int64_t first = 0; first < g.count; first += t.layout.slices) {
       int64_t c = std::min(t.layout.slices, g.count - first);
       ChunkOperands in = t.operandsOf(stream, first, c);
-      const void *dout = t.narrow() ? t.twoBytes(stream, grad.f32(), first, c,
-                                                 g.m * g.d, t.layout.grad16)
-                                    : grad.f32() + first * g.m * g.d;
+      const void *dout =
+          t.operandOf(stream, grad, first, c, g.m * g.d, t.layout.grad16);
       t.probabilities(stream, in, first, c, stats.f32(), /*findStats=*/false,
                       /*keepFloat=*/true);
       // dV = P^T dO, with P as the forward multiplied it.

@@ -332,11 +332,12 @@ def CDP_AttentionOp : CDP_Op<"attention", [CDP_Differentiable]> {
     "f16") says that every value of `a`, `b` and `v` is exact in that
     format and rounds the scores and the probabilities to it, as
     autocast's first product and its cast before the second do (float32
-    sums throughout); `round_result` rounds the result as for
-    `cdp.matmul`.
+    sums throughout); under it `a`, `b` and `v` may also be tensors of that
+    format (cdp-read-narrow-operands), read as they are. `round_result`
+    rounds the result as for `cdp.matmul`.
   }];
-  let arguments = (ins CDP_F32Tensor:$a, CDP_F32Tensor:$b, CDP_F32Tensor:$v,
-                       Optional<CDP_F32Tensor>:$bias,
+  let arguments = (ins CDP_ProductOperand:$a, CDP_ProductOperand:$b,
+                       CDP_ProductOperand:$v, Optional<CDP_F32Tensor>:$bias,
                        DefaultValuedAttr<BoolAttr, "false">:$zero_nan_rows,
                        OptionalAttr<StrAttr>:$narrow_operands,
                        OptionalAttr<StrAttr>:$round_result);
@@ -900,10 +901,11 @@ def CDP_AttentionGradOp : CDP_Op<"attention_grad"> {
     format too) the P that multiplies (as the forward's), dP, dS and the
     three operand gradients are rounded to it, as autograd's bf16 tensors
     are; the softmax's gradient reads P unrounded, as autocast's float32
-    softmax does, and the bias's gradient is float32.
+    softmax does, and the bias's gradient is float32. `a`, `b` and `v` may
+    be 2-byte tensors as for `cdp.attention`; the gradients are float32.
   }];
-  let arguments = (ins CDP_F32Tensor:$grad, CDP_F32Tensor:$a,
-                       CDP_F32Tensor:$b, CDP_F32Tensor:$v,
+  let arguments = (ins CDP_F32Tensor:$grad, CDP_ProductOperand:$a,
+                       CDP_ProductOperand:$b, CDP_ProductOperand:$v,
                        CDP_F32Tensor:$stats, Optional<CDP_F32Tensor>:$bias,
                        DefaultValuedAttr<BoolAttr, "false">:$zero_nan_rows,
                        DefaultValuedAttr<BoolAttr, "false">:$with_bias_grad,
