@@ -6,10 +6,11 @@
 // operand into a 2-byte copy first) and the packs that keep it for the
 // backward. Softmax's gradient (batch x heads x seq^2 values, read by the
 // two products of attention's backward) and an activation's gradient (read
-// by a linear layer's two backward products) are such results. Where every
-// reader takes the 2-byte values, in the op's stage (through reshapes,
-// views at its address), the op stores its result in 2 bytes: the packs go
-// (their readers read the result), the products read it in place.
+// by a linear layer's two backward products and its bias gradient's
+// reduce_to) are such results. Where every reader takes the 2-byte values,
+// in the op's stage (through reshapes, views at its address), the op stores
+// its result in 2 bytes: the packs go (their readers read the result), the
+// products and reductions read it in place.
 //
 //===----------------------------------------------------------------------===//
 
@@ -29,14 +30,16 @@ using namespace cdp;
 namespace {
 
 /// Whether `use` takes the result's values in `format` as they are: operand
-/// A or B of a product marked so, or a pack to that format, in the
-/// producer's stage.
+/// A or B of a product marked so, a pack to that format, or a reduce_to
+/// (which widens what it sums), in the producer's stage.
 bool takesNarrow(OpOperand &use, StringRef format, Attribute stage) {
   Operation *reader = use.getOwner();
   if (reader->getAttr("cdp.stage") != stage)
     return false;
   if (auto pack = dyn_cast<PackNarrowOp>(reader))
     return pack.getFormat() == format;
+  if (isa<ReduceToOp>(reader))
+    return true;
   auto marked = reader->getAttrOfType<StringAttr>("narrow_operands");
   return isa<GemmOp, MatMulOp>(reader) && marked &&
          marked.getValue() == format && use.getOperandNumber() < 2;

@@ -495,7 +495,9 @@ Rules makeRules() {
   });
   rules["reduce_to"] = plain([](const Check &c) {
     c.declared();
-    c.allF32();
+    if (!storedInTwoBytes(c.in(0))) // a gradient stored in 2 bytes, or f32
+      c.type(c.in(0), plan::F32);
+    c.type(c.out(0), plan::F32);
     c.broadcasts(c.out(0), c.in(0));
   });
   rules["expand"] = plain([](const Check &c) {

@@ -3,8 +3,8 @@
 // Tests that a rounded softmax gradient read only by products marked
 // narrow_operands (attention's backward) is stored in bf16 and read so;
 // that an activation gradient read by a product and a pack is stored in
-// bf16 and the pack replaced by it; and that one read by float32 readers,
-// or by a product of another stage, stays float32.
+// bf16 and the pack replaced by it; and that one read by float32 readers
+// (a relu), or by a product of another stage, stays float32.
 
 // CHECK-LABEL: func.func @attention_backward
 // CHECK: %[[DS:.+]] = cdp.softmax_grad %arg0, %arg1 {round_result = "bf16"} : (tensor<2x8x8xf32>, tensor<2x8x8xf32>) -> tensor<2x8x8xbf16>
@@ -36,28 +36,31 @@ func.func @packed(%dy: tensor<4x8xf32>, %x: tensor<4x8xf32>, %w: tensor<8x3xbf16
 // CHECK-LABEL: func.func @float32_readers
 // CHECK: cdp.softmax_grad %arg0, %arg1 {round_result = "bf16"} : (tensor<2x8x8xf32>, tensor<2x8x8xf32>) -> tensor<2x8x8xf32>
 // CHECK: cdp.unary_grad %arg0, %arg1 {cdp.stage = 1 : i64, kind = "relu", round_result = "bf16"} : (tensor<2x8x8xf32>, tensor<2x8x8xf32>) -> tensor<2x8x8xf32>
-func.func @float32_readers(%dp: tensor<2x8x8xf32>, %p: tensor<2x8x8xf32>, %k: tensor<2x8x4xbf16>) -> (tensor<2x1x8xf32>, tensor<2x8x4xf32>, tensor<2x8x4xf32>) {
+func.func @float32_readers(%dp: tensor<2x8x8xf32>, %p: tensor<2x8x8xf32>, %k: tensor<2x8x4xbf16>) -> (tensor<2x8x8xf32>, tensor<2x8x4xf32>, tensor<2x8x4xf32>) {
   %ds = cdp.softmax_grad %dp, %p {round_result = "bf16"} : (tensor<2x8x8xf32>, tensor<2x8x8xf32>) -> tensor<2x8x8xf32>
   %dq = cdp.matmul %ds, %k {narrow_operands = "bf16"} : (tensor<2x8x8xf32>, tensor<2x8x4xbf16>) -> tensor<2x8x4xf32>
-  %r = cdp.reduce_to %ds {shape = array<i64: 2, 1, 8>} : (tensor<2x8x8xf32>) -> tensor<2x1x8xf32>
+  %r = cdp.relu %ds : tensor<2x8x8xf32>
   %dx = cdp.unary_grad %dp, %p {cdp.stage = 1 : i64, kind = "relu", round_result = "bf16"} : (tensor<2x8x8xf32>, tensor<2x8x8xf32>) -> tensor<2x8x8xf32>
   %other = cdp.matmul %dx, %k {cdp.stage = 2 : i64, narrow_operands = "bf16"} : (tensor<2x8x8xf32>, tensor<2x8x4xbf16>) -> tensor<2x8x4xf32>
-  return %r, %dq, %other : tensor<2x1x8xf32>, tensor<2x8x4xf32>, tensor<2x8x4xf32>
+  return %r, %dq, %other : tensor<2x8x8xf32>, tensor<2x8x4xf32>, tensor<2x8x4xf32>
 }
 
 // -----
 
 // A linear layer's backward reads GELU's gradient through a reshape (the
-// rows stacked): the reshape views the 2-byte result.
+// rows stacked): the reshape views the 2-byte result, which the two
+// products and the bias gradient's reduce_to read.
 // CHECK-LABEL: func.func @through_reshape
 // CHECK: %[[DX:.+]] = cdp.unary_grad %arg0, %arg1 {kind = "gelu_tanh", round_result = "bf16"} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> tensor<2x4x8xbf16>
 // CHECK: %[[R:.+]] = cdp.reshape %[[DX]] {shape = array<i64: 8, 8>} : (tensor<2x4x8xbf16>) -> tensor<8x8xbf16>
 // CHECK: cdp.gemm %[[R]], %arg2 {narrow_operands = "bf16"}
 // CHECK: cdp.gemm %[[R]], %arg3 {narrow_operands = "bf16", trans_a = true}
-func.func @through_reshape(%dy: tensor<2x4x8xf32>, %x: tensor<2x4x8xf32>, %w: tensor<8x3xbf16>, %h: tensor<8x3xbf16>) -> (tensor<8x3xf32>, tensor<8x3xf32>) {
+// CHECK: cdp.reduce_to %[[R]] {shape = array<i64: 8>} : (tensor<8x8xbf16>) -> tensor<8xf32>
+func.func @through_reshape(%dy: tensor<2x4x8xf32>, %x: tensor<2x4x8xf32>, %w: tensor<8x3xbf16>, %h: tensor<8x3xbf16>) -> (tensor<8x3xf32>, tensor<8x3xf32>, tensor<8xf32>) {
   %dx = cdp.unary_grad %dy, %x {kind = "gelu_tanh", round_result = "bf16"} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
   %r = cdp.reshape %dx {shape = array<i64: 8, 8>} : (tensor<2x4x8xf32>) -> tensor<8x8xf32>
   %a = cdp.gemm %r, %w {narrow_operands = "bf16"} : (tensor<8x8xf32>, tensor<8x3xbf16>) -> tensor<8x3xf32>
   %b = cdp.gemm %r, %h {narrow_operands = "bf16", trans_a = true} : (tensor<8x8xf32>, tensor<8x3xbf16>) -> tensor<8x3xf32>
-  return %a, %b : tensor<8x3xf32>, tensor<8x3xf32>
+  %db = cdp.reduce_to %r {shape = array<i64: 8>} : (tensor<8x8xf32>) -> tensor<8xf32>
+  return %a, %b, %db : tensor<8x3xf32>, tensor<8x3xf32>, tensor<8xf32>
 }

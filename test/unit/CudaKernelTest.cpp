@@ -181,6 +181,15 @@ std::vector<Case> elementwiseCases() {
       {"cast_to_int", "cast", {f32({7})}, {i64({7})}},
       {"cast_to_float", "cast", {labels({7}, 50)}, {f32({7})}},
       {"reduce_to", "reduce_to", {f32({4, 3, 5})}, {f32({3, 1})}},
+      // A gradient stored in 2 bytes (cdp-narrow-results), summed widened.
+      {"reduce_to_bf16_stored",
+       "reduce_to",
+       {stored({64, 48}, plan::BF16)},
+       {f32({48})}},
+      {"reduce_to_f16_stored",
+       "reduce_to",
+       {stored({4, 3, 5}, plan::F16)},
+       {f32({3, 1})}},
       {"expand", "expand", {f32({3, 1})}, {f32({2, 3, 4})}},
   };
   for (const char *op : {"relu", "erf", "tanh", "sigmoid", "hard_swish"})

@@ -329,6 +329,49 @@ TEST(NarrowFloat, TwoByteResultsHoldTheRoundedValues) {
     }
 }
 
+// reduce_to may read a gradient cdp-narrow-results stores in 2 bytes (a
+// GELU gradient, also read by the bias's gradient): it sums the values the
+// patterns hold, as it sums their float32 copies (a kernel reading the
+// patterns as float32 would sum other values, over half the bytes).
+TEST(NarrowFloat, ReduceToSumsTwoByteValuesAsTheirFloats) {
+  using namespace cdp::runtime;
+  cdp::plan::Instruction instruction;
+  instruction.set_op("reduce_to");
+  std::mt19937 random(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (bool bf16 : {true, false}) {
+    std::vector<float> wide(6 * 8);
+    std::vector<uint16_t> narrow(wide.size());
+    for (size_t i = 0; i < wide.size(); ++i) {
+      float value = bf16 ? roundToBfloat16(normal(random))
+                         : roundToFloat16(normal(random));
+      wide[i] = value;
+      narrow[i] = bf16 ? bfloat16BitsOf(value) : float16BitsOf(value);
+    }
+    auto sum = [&](void *data, cdp::plan::DType dtype) {
+      std::vector<float> out(8);
+      TensorView x, y;
+      x.data = data;
+      x.shape = {6, 8};
+      x.dtype = dtype;
+      y.data = out.data();
+      y.shape = {8};
+      KernelArgs args;
+      args.instruction = &instruction;
+      args.inputs = {x};
+      args.outputs = {y};
+      (*KernelRegistry::instance().lookup("reduce_to", Backend::CPU))(args)
+          ->run(StepContext());
+      return out;
+    };
+    std::vector<float> want = sum(wide.data(), cdp::plan::F32);
+    std::vector<float> got =
+        sum(narrow.data(), bf16 ? cdp::plan::BF16 : cdp::plan::F16);
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_EQ(bitsOf(got[i]), bitsOf(want[i])) << "column " << i;
+  }
+}
+
 // A reshape may view a 2-byte tensor (a result cdp-narrow-results stores
 // so); where the plan gives it a block of its own it copies the tensor, all
 // 2 bytes of each value (the CPU's byte count once took 1 for them).

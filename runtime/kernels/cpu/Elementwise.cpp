@@ -359,11 +359,19 @@ static void registerConversions(KernelRegistry &registry) {
     };
   });
 
-  // Sum over the dimensions `shape` broadcast (BroadcastReduction.h).
-  addKernel(registry, "reduce_to", [](const KernelArgs &args) {
+  // Sum over the dimensions `shape` broadcast (BroadcastReduction.h); a
+  // 2-byte input widened first into a buffer of the kernel's own.
+  registry.add("reduce_to", Backend::CPU, [](const KernelArgs &args) {
     TensorView x = args.inputs[0], y = args.outputs[0];
+    WidenedOperands widened;
+    widened.add(x);
     auto reduction = std::make_shared<BroadcastReduction>(y.shape, x.shape);
-    return [=](const StepContext &) { reduction->run(x.f32(), y.f32()); };
+    return std::make_unique<FunctionKernel>(
+        [=](const StepContext &) {
+          widened.widen();
+          reduction->run(x.f32(), y.f32());
+        },
+        widened.bytes());
   });
 
   addKernel(registry, "expand", [](const KernelArgs &args) {

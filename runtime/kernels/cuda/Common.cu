@@ -1,5 +1,6 @@
 //===- Common.cu - index maps, copies and segmented sums on the GPU -------===//
 
+#include "../NarrowFloat.h"
 #include "CudaKernels.h"
 #include "Reduce.cuh"
 
@@ -81,6 +82,11 @@ __global__ void gatherKernel(const T *x, T *y, int64_t n, IndexMap map) {
 
 __device__ double termOf(SegmentedSum::Term term, const float *x,
                          const float *z, int64_t at) {
+  auto narrow = reinterpret_cast<const uint16_t *>(x);
+  if (term == SegmentedSum::Term::Bfloat16Value)
+    return floatOfBfloat16(narrow[at]);
+  if (term == SegmentedSum::Term::Float16Value)
+    return floatOfFloat16(narrow[at]);
   double v = x[at];
   return term == SegmentedSum::Term::Value    ? v
          : term == SegmentedSum::Term::Square ? v * v
@@ -194,11 +200,11 @@ void SegmentedSum::sums(cudaStream_t stream, const float *x, const float *z,
   launched("segmented sum");
 }
 
-void SegmentedSum::sumInto(cudaStream_t stream, const float *x, float *y,
-                           double scale) const {
+void SegmentedSum::sumInto(cudaStream_t stream, const void *x, float *y,
+                           double scale, Term term) const {
   if (segments.outputs == 0)
     return;
-  partial(stream, x, nullptr, Term::Value);
+  partial(stream, static_cast<const float *>(x), nullptr, term);
   finishSumsKernel<<<blocksFor(segments.outputs), kThreads, 0, stream>>>(
       partials->as<double>(), segments.outputs, splits, nullptr, y, scale);
   launched("segmented sum");

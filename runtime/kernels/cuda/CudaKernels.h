@@ -126,8 +126,9 @@ class Scratch;
 /// that a result does not change from run to run. Sized at load.
 class SegmentedSum {
 public:
-  /// What is summed: x, x * x, or x * z (z laid out as x).
-  enum class Term { Value, Square, Product };
+  /// What is summed: x, x * x, or x * z (z laid out as x); or x's values
+  /// where x holds 2-byte bf16 or fp16 patterns (a gradient stored so).
+  enum class Term { Value, Square, Product, Bfloat16Value, Float16Value };
   SegmentedSum(const KernelArgs &args, const std::vector<int64_t> &shape,
                const std::vector<bool> &reduced);
   int64_t outputs() const { return segments.outputs; }
@@ -135,9 +136,10 @@ public:
   /// out[o] = the sum of the term over segment o.
   void sums(cudaStream_t stream, const float *x, const float *z, Term term,
             double *out) const;
-  /// y[o] = scale * the sum of x over segment o.
-  void sumInto(cudaStream_t stream, const float *x, float *y,
-               double scale) const;
+  /// y[o] = scale * the sum of x over segment o (x's values as `term`
+  /// reads them: Value, Bfloat16Value or Float16Value).
+  void sumInto(cudaStream_t stream, const void *x, float *y, double scale,
+               Term term = Term::Value) const;
 
 private:
   void partial(cudaStream_t stream, const float *x, const float *z,

@@ -497,8 +497,12 @@ void registerElementwise(KernelRegistry &registry) {
     for (size_t d = 0; d < y.shape.size(); ++d)
       reduced[d + shift] = y.shape[d] == 1 && x.shape[d + shift] != 1;
     auto sum = std::make_shared<SegmentedSum>(args, x.shape, reduced);
+    SegmentedSum::Term term =
+        x.dtype == plan::BF16  ? SegmentedSum::Term::Bfloat16Value
+        : x.dtype == plan::F16 ? SegmentedSum::Term::Float16Value
+                               : SegmentedSum::Term::Value;
     return [=](const StepContext &context) {
-      sum->sumInto(streamOf(context), x.f32(), y.f32(), 1.0);
+      sum->sumInto(streamOf(context), x.data, y.f32(), 1.0, term);
     };
   });
 

@@ -797,9 +797,11 @@ def CDP_ReduceToOp : CDP_Op<"reduce_to"> {
   let description = [{
     The adjoint of numpy broadcasting: sums over the leading dimensions the
     operand did not have and over the dimensions where it had size 1, giving
-    a tensor of shape `shape`.
+    a tensor of shape `shape`. The input may be a bf16 or f16 tensor (a
+    gradient cdp-narrow-results stores in 2 bytes), its values read exactly;
+    the sums and the result are float32.
   }];
-  let arguments = (ins CDP_F32Tensor:$input, DenseI64ArrayAttr:$shape);
+  let arguments = (ins CDP_ProductOperand:$input, DenseI64ArrayAttr:$shape);
   let results = (outs CDP_F32Tensor:$output);
 }
 
