@@ -7,10 +7,12 @@
 // backward. Softmax's gradient (batch x heads x seq^2 values, read by the
 // two products of attention's backward) and an activation's gradient (read
 // by a linear layer's two backward products and its bias gradient's
-// reduce_to) are such results. Where every reader takes the 2-byte values,
-// in the op's stage (through reshapes, views at its address), the op stores
-// its result in 2 bytes: the packs go (their readers read the result), the
-// products and reductions read it in place.
+// reduce_to) are such results, and so is the loss's gradient (the logits',
+// read by the LM head's two products: batch x seq x vocabulary values). Where
+// every reader takes the 2-byte values, in the op's stage (through reshapes,
+// views at its address), the op stores its result in 2 bytes: the packs go
+// (their readers read the result), the products and reductions read it in
+// place.
 //
 //===----------------------------------------------------------------------===//
 
@@ -96,7 +98,7 @@ struct NarrowResultsPass
   void runOnOperation() override {
     SmallVector<Operation *> ops;
     getOperation().walk([&](Operation *op) {
-      if (isa<SoftmaxGradOp, UnaryGradOp>(op))
+      if (isa<SoftmaxGradOp, UnaryGradOp, SoftmaxCrossEntropyLossGradOp>(op))
         ops.push_back(op);
     });
     for (Operation *op : ops)

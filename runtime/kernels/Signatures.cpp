@@ -229,12 +229,9 @@ void classLoss(const Check &c, const TensorView &scores,
     c.count(*weights, scores.shape[classAxis]);
 }
 
-/// f32 inputs; an f32 result, or one stored in the 2-byte format its
-/// round_result names (cdp-narrow-results).
-void narrowableResult(const Check &c, const KernelArgs &args) {
-  for (const TensorView &v : args.inputs)
-    if (v.present())
-      c.type(v, plan::F32);
+/// An f32 result, or one stored in the 2-byte format its round_result
+/// names (cdp-narrow-results).
+void narrowableOutput(const Check &c, const KernelArgs &args) {
   const TensorView &out = c.out(0);
   std::string rounding = args.s("round_result", "");
   if (storedInTwoBytes(out))
@@ -242,6 +239,15 @@ void narrowableResult(const Check &c, const KernelArgs &args) {
               "its 2-byte result needs round_result in that format");
   else
     c.type(out, plan::F32);
+}
+
+/// f32 inputs; an f32 result, or one stored in the 2-byte format its
+/// round_result names (cdp-narrow-results).
+void narrowableResult(const Check &c, const KernelArgs &args) {
+  for (const TensorView &v : args.inputs)
+    if (v.present())
+      c.type(v, plan::F32);
+  narrowableOutput(c, args);
 }
 
 /// An attention's (or its gradient's) tensors: a, b and v from input
@@ -599,9 +605,10 @@ Rules makeRules() {
                                                 const KernelArgs &args) {
     c.declared();
     const TensorView &logp = c.in(1), &labels = c.in(2);
-    for (const TensorView *v : {&c.in(0), &logp, c.optional(3), &c.out(0)})
+    for (const TensorView *v : {&c.in(0), &logp, c.optional(3)})
       if (v)
         c.type(*v, plan::F32);
+    narrowableOutput(c, args);
     classLoss(c, logp, labels, c.optional(3), args.i("classes_last", 0));
     c.same(logp, c.out(0));
     reduction(c, args, c.in(0), labels.numel());

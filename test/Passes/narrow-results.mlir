@@ -64,3 +64,16 @@ func.func @through_reshape(%dy: tensor<2x4x8xf32>, %x: tensor<2x4x8xf32>, %w: te
   %db = cdp.reduce_to %r {shape = array<i64: 8>} : (tensor<8x8xf32>) -> tensor<8xf32>
   return %a, %b, %db : tensor<8x3xf32>, tensor<8x3xf32>, tensor<8xf32>
 }
+
+// -----
+
+// The loss's gradient (the logits', read by the LM head's two products)
+// is stored in bf16 likewise.
+// CHECK-LABEL: func.func @loss_gradient
+// CHECK: %[[D:.+]] = cdp.softmax_cross_entropy_loss_grad %arg0, %arg1, %arg2 {classes_last = true, round_result = "bf16"} : (tensor<f32>, tensor<2x4x16xf32>, tensor<2x4xi64>) -> tensor<2x4x16xbf16>
+// CHECK: cdp.matmul %[[D]], %arg3 {narrow_operands = "bf16"} : (tensor<2x4x16xbf16>, tensor<16x8xbf16>)
+func.func @loss_gradient(%dl: tensor<f32>, %logp: tensor<2x4x16xf32>, %labels: tensor<2x4xi64>, %w: tensor<16x8xbf16>) -> tensor<2x4x8xf32> {
+  %d = cdp.softmax_cross_entropy_loss_grad %dl, %logp, %labels {classes_last = true, round_result = "bf16"} : (tensor<f32>, tensor<2x4x16xf32>, tensor<2x4xi64>) -> tensor<2x4x16xf32>
+  %dh = cdp.matmul %d, %w {narrow_operands = "bf16"} : (tensor<2x4x16xf32>, tensor<16x8xbf16>) -> tensor<2x4x8xf32>
+  return %dh : tensor<2x4x8xf32>
+}

@@ -649,6 +649,12 @@ std::vector<Case> lossAndUpdateCases() {
        {f32({}), f32({2, 5, 300}), labels({2, 5}, 300)},
        {f32({2, 5, 300})},
        {attr("classes_last", 1)}},
+      // The logits' gradient stored in 2 bytes (cdp-narrow-results).
+      {"softmax_cross_entropy_grad_stored",
+       "softmax_cross_entropy_loss_grad",
+       {f32({}), f32({2, 5, 300}), labels({2, 5}, 300)},
+       {stored({2, 5, 300}, plan::BF16)},
+       {attr("classes_last", 1), text("round_result", "bf16")}},
       {"softmax_cross_entropy_grad_round_result",
        "softmax_cross_entropy_loss_grad",
        {f32({}), f32({8, 10}), labels({8}, 10)},

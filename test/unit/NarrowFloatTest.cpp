@@ -329,6 +329,49 @@ TEST(NarrowFloat, TwoByteResultsHoldTheRoundedValues) {
     }
 }
 
+// The loss's gradient (the logits') stored in 2 bytes holds the bits of
+// the rounded values the float32 kernel writes.
+TEST(NarrowFloat, LossGradientStoredInTwoBytes) {
+  using namespace cdp::runtime;
+  cdp::plan::Instruction instruction;
+  instruction.set_op("softmax_cross_entropy_loss_grad");
+  cdp::plan::Attribute *rounding = instruction.add_attributes();
+  rounding->set_name("round_result");
+  rounding->set_s("bf16");
+  std::mt19937 random(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> logp(6 * 10);
+  for (float &value : logp)
+    value = -std::abs(normal(random)) - 1.0f;
+  std::vector<int64_t> labels{0, 3, 9, 2, 2, 7};
+  float dloss = 1.0f;
+  auto run = [&](void *out, cdp::plan::DType dtype) {
+    auto view = [](void *data, std::vector<int64_t> shape,
+                   cdp::plan::DType type) {
+      TensorView v;
+      v.data = data;
+      v.shape = std::move(shape);
+      v.dtype = type;
+      return v;
+    };
+    KernelArgs args;
+    args.instruction = &instruction;
+    args.inputs = {view(&dloss, {}, cdp::plan::F32),
+                   view(logp.data(), {6, 10}, cdp::plan::F32),
+                   view(labels.data(), {6}, cdp::plan::I64)};
+    args.outputs = {view(out, {6, 10}, dtype)};
+    (*KernelRegistry::instance().lookup("softmax_cross_entropy_loss_grad",
+                                        Backend::CPU))(args)
+        ->run(StepContext());
+  };
+  std::vector<float> wide(60);
+  std::vector<uint16_t> narrow(60);
+  run(wide.data(), cdp::plan::F32);
+  run(narrow.data(), cdp::plan::BF16);
+  for (size_t i = 0; i < wide.size(); ++i)
+    EXPECT_EQ(narrow[i], bfloat16BitsOf(wide[i])) << "element " << i;
+}
+
 // reduce_to may read a gradient cdp-narrow-results stores in 2 bytes (a
 // GELU gradient, also read by the bias's gradient): it sums the values the
 // patterns hold, as it sums their float32 copies (a kernel reading the

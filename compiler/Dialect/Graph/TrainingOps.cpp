@@ -199,6 +199,15 @@ LogicalResult SoftmaxGradOp::verify() {
   return verifyNarrowResult(*this, getRoundResult());
 }
 
+bool SoftmaxCrossEntropyLossGradOp::isCompatibleReturnTypes(TypeRange inferred,
+                                                            TypeRange actual) {
+  return isResultOrNarrowed(inferred, actual);
+}
+
+LogicalResult SoftmaxCrossEntropyLossGradOp::verify() {
+  return verifyNarrowResult(*this, getRoundResult());
+}
+
 bool UnaryGradOp::isCompatibleReturnTypes(TypeRange inferred,
                                           TypeRange actual) {
   return isResultOrNarrowed(inferred, actual);

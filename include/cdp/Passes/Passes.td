@@ -392,16 +392,18 @@ def ReadNarrowOperands : Pass<"cdp-read-narrow-operands", "mlir::ModuleOp"> {
 def NarrowResults : Pass<"cdp-narrow-results", "mlir::ModuleOp"> {
   let summary = "Stores in 2 bytes the rounded results whose readers all take 2-byte values";
   let description = [{
-    Mixed precision, after cdp-read-narrow-operands: a `cdp.softmax_grad`
-    or `cdp.unary_grad` with `round_result` whose every reader, in its
+    Mixed precision, after cdp-read-narrow-operands: a `cdp.softmax_grad`,
+    `cdp.unary_grad` or `cdp.softmax_cross_entropy_loss_grad` with
+    `round_result` whose every reader, in its
     stage, is operand A or B of a product marked `narrow_operands` of that
     format, a `cdp.pack_narrow` to it or a `cdp.reduce_to` (which widens
     what it sums) gets a result of that format (2 bytes a value, the same
     values): the packs are replaced by the result, the products and
     reductions read it in place. A softmax gradient (batch x heads x
     seq^2, where attention is not fused) and GELU's gradient (read by the
-    linear layer's two products and its bias's reduce_to) were written in
-    float32 and converted again by each product that read them.
+    linear layer's two products and its bias's reduce_to) and the logits'
+    gradient (the LM head's two products) were written in float32 and
+    converted again by each product that read them.
   }];
   let dependentDialects = ["cdp::CDPDialect"];
 }

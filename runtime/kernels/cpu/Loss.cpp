@@ -105,6 +105,29 @@ void forEachWeightedGradient(const ClassGeometry &g, const TensorView &dloss,
     }
 }
 
+/// softmax_cross_entropy_loss_grad's loop, float32 out.
+std::function<void(const StepContext &)>
+softmaxLossGrad(const KernelArgs &args) {
+  TensorView dloss = args.inputs[0], logp = args.inputs[1],
+             labels = args.inputs[2];
+  TensorView weights = args.inputs.size() > 3 ? args.inputs[3] : TensorView();
+  TensorView dx = args.outputs[0];
+  ClassGeometry g(args, logp.shape);
+  std::string location = args.instruction->location();
+  return [=](const StepContext &) {
+    forEachWeightedGradient(
+        g, dloss, labels.i64(), weights, location,
+        [&](int64_t n, int64_t i, int64_t label, double factor) {
+          for (int64_t c = 0; c < g.classes; ++c) {
+            int64_t k = g.at(n, c, i);
+            double p = std::exp(static_cast<double>(logp.f32()[k]));
+            dx.f32()[k] =
+                static_cast<float>(factor * (p - (c == label ? 1.0 : 0.0)));
+          }
+        });
+  };
+}
+
 } // namespace
 
 void registerLoss(KernelRegistry &registry) {
@@ -134,28 +157,12 @@ void registerLoss(KernelRegistry &registry) {
     };
   });
 
-  addKernel(registry, "softmax_cross_entropy_loss_grad",
-            [](const KernelArgs &args) {
-              TensorView dloss = args.inputs[0], logp = args.inputs[1],
-                         labels = args.inputs[2];
-              TensorView weights =
-                  args.inputs.size() > 3 ? args.inputs[3] : TensorView();
-              TensorView dx = args.outputs[0];
-              ClassGeometry g(args, logp.shape);
-              std::string location = args.instruction->location();
-              return roundedResult(args, [=](const StepContext &) {
-                forEachWeightedGradient(
-                    g, dloss, labels.i64(), weights, location,
-                    [&](int64_t n, int64_t i, int64_t label, double factor) {
-                      for (int64_t c = 0; c < g.classes; ++c) {
-                        int64_t k = g.at(n, c, i);
-                        double p = std::exp(static_cast<double>(logp.f32()[k]));
-                        dx.f32()[k] = static_cast<float>(
-                            factor * (p - (c == label ? 1.0 : 0.0)));
-                      }
-                    });
-              });
-            });
+  // Rounded where it has round_result, stored in 2 bytes where
+  // cdp-narrow-results says (narrowResultKernel).
+  registry.add("softmax_cross_entropy_loss_grad", Backend::CPU,
+               [](const KernelArgs &args) {
+                 return narrowResultKernel(args, softmaxLossGrad);
+               });
 
   addKernel(registry, "nll_loss", [](const KernelArgs &args) {
     TensorView input = args.inputs[0], target = args.inputs[1];

@@ -137,16 +137,17 @@ __device__ double factorOf(const Classes &g, int64_t k, int64_t label,
 __global__ void softmaxLossGradKernel(Classes g, const float *dloss,
                                       const float *logp, const int64_t *labels,
                                       const float *weights,
-                                      const double *denominator, float *dx,
-                                      NarrowFormat rounding) {
+                                      const double *denominator, void *dx,
+                                      NarrowFormat rounding, bool twoBytes) {
   CDP_FOR_EACH(e, g.rows() * g.classes) {
     int64_t n, c, i;
     g.split(e, n, c, i);
     int64_t k = n * g.spatial + i, label = labels[k];
     double factor = factorOf(g, k, label, dloss, weights, *denominator);
     double p = exp(static_cast<double>(logp[e]));
-    dx[e] = roundedTo(
-        rounding, static_cast<float>(factor * (p - (c == label ? 1.0 : 0.0))));
+    storeResult(dx, e,
+                static_cast<float>(factor * (p - (c == label ? 1.0 : 0.0))),
+                rounding, twoBytes);
   }
 }
 
@@ -211,6 +212,7 @@ void registerLoss(KernelRegistry &registry) {
         int *status = device.status();
         auto denominator = std::make_shared<Scratch>(device, 8);
         NarrowFormat rounding = roundingOf(args);
+        bool twoBytes = storedInTwoBytes(dx);
         return [=](const StepContext &context) {
           cudaStream_t stream = streamOf(context);
           denominatorKernel<<<1, kThreads, 0, stream>>>(
@@ -219,7 +221,7 @@ void registerLoss(KernelRegistry &registry) {
           if (n)
             softmaxLossGradKernel<<<blocksFor(n), kThreads, 0, stream>>>(
                 g, dloss.f32(), logp.f32(), labels.i64(), weights,
-                denominator->as<double>(), dx.f32(), rounding);
+                denominator->as<double>(), dx.data, rounding, twoBytes);
           launched("softmax_cross_entropy_loss_grad");
         };
       });

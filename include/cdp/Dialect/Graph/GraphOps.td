@@ -966,7 +966,9 @@ def CDP_GatherNDGradOp : CDP_Op<"gather_nd_grad"> {
 def CDP_SoftmaxCrossEntropyLossGradOp : CDP_Op<"softmax_cross_entropy_loss_grad"> {
   let summary = "softmax cross-entropy backward with respect to the scores";
   let description = [{
-    `classes_last` as the loss's. `round_result` as for `cdp.add`.
+    `classes_last` as the loss's. `round_result` as for `cdp.add`; under it
+    the result may be a tensor of that format (cdp-narrow-results: the
+    logits' gradient, which the LM head's two products read).
   }];
   let arguments = (ins CDP_F32Tensor:$grad, CDP_F32Tensor:$log_prob,
                        CDP_I64Tensor:$labels, Optional<CDP_F32Tensor>:$weights,
@@ -974,7 +976,12 @@ def CDP_SoftmaxCrossEntropyLossGradOp : CDP_Op<"softmax_cross_entropy_loss_grad"
                        OptionalAttr<I64Attr>:$ignore_index,
                        OptionalAttr<StrAttr>:$round_result,
                        DefaultValuedAttr<BoolAttr, "false">:$classes_last);
-  let results = (outs CDP_F32Tensor:$output);
+  let results = (outs CDP_ProductOperand:$output);
+  let extraClassDeclaration = [{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
+                                        ::mlir::TypeRange actual);
+  }];
+  let hasVerifier = 1;
 }
 
 def CDP_NllLossGradOp : CDP_Op<"nll_loss_grad"> {
