@@ -18,6 +18,8 @@
 #include "CudaKernels.h"
 #include "Reduce.cuh"
 
+#include <array>
+
 namespace cdp::runtime::cuda {
 
 namespace {
@@ -161,11 +163,16 @@ struct ChunkLayout {
   size_t scores = 0, gradScores = 0, a16 = 0, b16 = 0, v16 = 0, grad16 = 0,
          p16 = 0, bytes = 0;
 
-  ChunkLayout(const AttentionGeometry &g, bool narrow, bool backward) {
-    int64_t perSlice = 4 * g.m * g.n * (backward ? 2 : 1) +
-                       (narrow ? 2 * (g.m * g.k + g.k * g.n + g.n * g.d +
-                                      g.m * g.n + (backward ? g.m * g.d : 0))
-                               : 0);
+  /// `copied`: which of a, b, v and the backward's grad are float32 values
+  /// the chunk copies into 2 bytes (under narrow_operands; a tensor the
+  /// plan stores in 2 bytes is read where it lies).
+  ChunkLayout(const AttentionGeometry &g, bool narrow, bool backward,
+              std::array<bool, 4> copied) {
+    std::array<int64_t, 4> sizes{g.m * g.k, g.k * g.n, g.n * g.d, g.m * g.d};
+    int64_t perSlice =
+        4 * g.m * g.n * (backward ? 2 : 1) + (narrow ? 2 * g.m * g.n : 0);
+    for (size_t i = 0; i < sizes.size(); ++i)
+      perSlice += copied[i] ? 2 * sizes[i] : 0;
     slices = std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(perSlice, 1),
                                  1, std::max<int64_t>(g.count, 1));
     auto take = [&](int64_t values, int64_t width) {
@@ -176,14 +183,12 @@ struct ChunkLayout {
     scores = take(g.m * g.n, 4);
     if (backward)
       gradScores = take(g.m * g.n, 4);
-    if (!narrow)
-      return;
-    a16 = take(g.m * g.k, 2);
-    b16 = take(g.k * g.n, 2);
-    v16 = take(g.n * g.d, 2);
-    p16 = take(g.m * g.n, 2);
-    if (backward)
-      grad16 = take(g.m * g.d, 2);
+    if (narrow)
+      p16 = take(g.m * g.n, 2);
+    size_t *copies[] = {&a16, &b16, &v16, &grad16};
+    for (size_t i = 0; i < sizes.size(); ++i)
+      if (copied[i])
+        *copies[i] = take(sizes[i], 2);
   }
 };
 
@@ -191,6 +196,18 @@ struct ChunkLayout {
 struct ChunkOperands {
   const void *a, *b, *v;
 };
+
+/// Which of a, b, v (from input `first`) and the backward's grad (input 0)
+/// a chunk copies into 2 bytes: float32 tensors under narrow_operands.
+std::array<bool, 4> copiedOperands(const KernelArgs &args, size_t first,
+                                   bool backward) {
+  bool narrow = narrowOperandsOf(args) != NarrowFormat::None;
+  auto copied = [&](size_t input) {
+    return narrow && !storedInTwoBytes(args.inputs[input]);
+  };
+  return {copied(first), copied(first + 1), copied(first + 2),
+          backward && copied(0)};
+}
 
 /// What both kernels bind at load.
 struct AttentionSetup {
@@ -209,7 +226,8 @@ struct AttentionSetup {
         a(args.inputs[first]), b(args.inputs[first + 1]),
         v(args.inputs[first + 2]), format(narrowOperandsOf(args)),
         zeroNanRows(args.i("zero_nan_rows", 0) != 0),
-        layout(g, format != NarrowFormat::None, backward),
+        layout(g, format != NarrowFormat::None, backward,
+               copiedOperands(args, first, backward)),
         device(&deviceOf(args)) {
     if (args.inputs.size() > biasInput && args.inputs[biasInput].present()) {
       const TensorView &values = args.inputs[biasInput];
