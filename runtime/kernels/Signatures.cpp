@@ -47,11 +47,16 @@ void binary(const Check &c) {
 /// Input k (k = 0, 1) of a gemm, as (rows, columns) after transposition.
 /// A product's types: float32, except operands A and B, which may hold
 /// the 2-byte values its narrow_operands mark names.
-void productTypes(const Check &c) {
+/// The 2-byte type narrow_operands names, or F32 without it.
+plan::DType narrowDTypeOf(const Check &c) {
   std::string format = c.text("narrow_operands", "");
-  plan::DType narrow = format == "bf16"  ? plan::BF16
-                       : format == "f16" ? plan::F16
-                                         : plan::F32;
+  return format == "bf16"  ? plan::BF16
+         : format == "f16" ? plan::F16
+                           : plan::F32;
+}
+
+void productTypes(const Check &c) {
+  plan::DType narrow = narrowDTypeOf(c);
   for (const TensorView *v : {&c.in(0), &c.in(1)})
     if (v->dtype != narrow)
       c.type(*v, plan::F32);
@@ -254,10 +259,7 @@ void narrowableResult(const Check &c, const KernelArgs &args) {
 /// `first` in float32 or the 2-byte format narrow_operands names, the rest
 /// float32.
 void attentionTypes(const Check &c, const KernelArgs &args, size_t first) {
-  std::string format = c.text("narrow_operands", "");
-  plan::DType narrow = format == "bf16"  ? plan::BF16
-                       : format == "f16" ? plan::F16
-                                         : plan::F32;
+  plan::DType narrow = narrowDTypeOf(c);
   for (size_t i = 0; i < args.inputs.size(); ++i)
     if (const TensorView *v = c.optional(i))
       if (i < first || i >= first + 3 || v->dtype != narrow)

@@ -490,16 +490,12 @@ LogicalResult SoftmaxOp::inferReturnTypes(MLIRContext *, Loc loc,
   if (Value bias = adaptor.getBias()) {
     RankedTensorType input = rankedType(adaptor.getInput()),
                      addend = rankedType(bias);
-    if (!input || !addend)
+    if (!input || !addend ||
+        failed(checkBroadcastsTo(loc, addend.getShape(), input.getShape(),
+                                 "the bias " + shapeString(addend.getShape()) +
+                                     " must broadcast to the input " +
+                                     shapeString(input.getShape()))))
       return failure();
-    FailureOr<Shape> sum =
-        broadcastShapes(loc, addend.getShape(), input.getShape());
-    if (failed(sum))
-      return failure();
-    if (ArrayRef<int64_t>(*sum) != input.getShape())
-      return fail(loc, "the bias " + shapeString(addend.getShape()) +
-                           " must broadcast to the input " +
-                           shapeString(input.getShape()));
   }
   return inferSameWithAxis(loc, adaptor.getInput(),
                            adaptor.getAxisAttr().getInt(), types);
@@ -515,8 +511,8 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, Loc loc,
 LogicalResult AttentionOp::verify() {
   for (std::optional<StringRef> format :
        {getNarrowOperands(), getRoundResult()})
-    if (format && *format != "bf16" && *format != "f16")
-      return emitOpError("rounds to '") << *format << "': bf16 or f16";
+    if (failed(verifyRoundingFormat(*this, format)))
+      return failure();
   return verifyNarrowOperands(*this, getNarrowOperands(),
                               getOperands().take_front(3));
 }

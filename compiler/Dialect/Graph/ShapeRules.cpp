@@ -101,6 +101,14 @@ LogicalResult inferSameWithAxis(Loc loc, Value input, int64_t axis,
   return success();
 }
 
+LogicalResult checkBroadcastsTo(Loc loc, ArrayRef<int64_t> from,
+                                ArrayRef<int64_t> to, const Twine &message) {
+  FailureOr<Shape> shape = broadcastShapes(loc, from, to);
+  if (failed(shape))
+    return failure();
+  return ArrayRef<int64_t>(*shape) == to ? success() : fail(loc, message);
+}
+
 LogicalResult inferAttention(Loc loc, Value a, Value b, Value v, Value bias,
                              SmallVectorImpl<Type> &types) {
   RankedTensorType at = rankedType(a), bt = rankedType(b), vt = rankedType(v);
@@ -121,20 +129,24 @@ LogicalResult inferAttention(Loc loc, Value a, Value b, Value v, Value bias,
                          " do not chain");
   Shape scores(as.drop_back(2));
   scores.append({m, n});
-  if (RankedTensorType biasType = rankedType(bias)) {
-    FailureOr<Shape> sum = broadcastShapes(loc, biasType.getShape(), scores);
-    if (failed(sum))
+  if (RankedTensorType biasType = rankedType(bias))
+    if (failed(checkBroadcastsTo(
+            loc, biasType.getShape(), scores,
+            "the bias " + shapeString(biasType.getShape()) +
+                " must broadcast to the scores " + shapeString(scores))))
       return failure();
-    if (*sum != scores)
-      return fail(loc, "the bias " + shapeString(biasType.getShape()) +
-                           " must broadcast to the scores " +
-                           shapeString(scores));
-  }
   Shape output(as.drop_back(1)), stats(as.drop_back(1));
   output.push_back(vs[rank - 1]);
   stats.push_back(2);
   Type f32 = Float32Type::get(at.getContext());
   types.append({tensorOf(output, f32), tensorOf(stats, f32)});
+  return success();
+}
+
+LogicalResult verifyRoundingFormat(Operation *op,
+                                   std::optional<StringRef> format) {
+  if (format && *format != "bf16" && *format != "f16")
+    return op->emitOpError("rounds to '") << *format << "': bf16 or f16";
   return success();
 }
 

@@ -43,6 +43,11 @@ mlir::FailureOr<Shape> broadcastShapes(Loc loc, llvm::ArrayRef<int64_t> lhs,
 /// cum_sum).
 mlir::LogicalResult inferSameWithAxis(Loc loc, mlir::Value input, int64_t axis,
                                       llvm::SmallVectorImpl<mlir::Type> &types);
+/// Fails with `message` unless `from` broadcasts (numpy's rules) to `to`
+/// itself.
+mlir::LogicalResult checkBroadcastsTo(Loc loc, llvm::ArrayRef<int64_t> from,
+                                      llvm::ArrayRef<int64_t> to,
+                                      const llvm::Twine &message);
 /// cdp.attention's result and stats types from its operands (a null
 /// `bias` when it has none), checked: `a` (..., M, K), `b` (..., K, N) and
 /// `v` (..., N, D) with one batch, a bias that broadcasts to (..., M, N).
@@ -54,6 +59,9 @@ mlir::LogicalResult inferAttention(Loc loc, mlir::Value a, mlir::Value b,
 mlir::LogicalResult verifyNarrowOperands(mlir::Operation *op,
                                          std::optional<llvm::StringRef> format,
                                          mlir::ValueRange operands);
+/// A rounding attribute (narrow_operands, round_result) names bf16 or f16.
+mlir::LogicalResult verifyRoundingFormat(mlir::Operation *op,
+                                         std::optional<llvm::StringRef> format);
 mlir::LogicalResult checkLength(Loc loc, llvm::StringRef name,
                                 llvm::ArrayRef<int64_t> values,
                                 size_t expected);

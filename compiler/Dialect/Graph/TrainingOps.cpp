@@ -60,14 +60,11 @@ LogicalResult ReduceToOp::inferReturnTypes(MLIRContext *context, Loc loc,
   RankedTensorType type = rankedType(adaptor.getInput());
   if (!type)
     return failure();
-  FailureOr<Shape> shape =
-      broadcastShapes(loc, adaptor.getShape(), type.getShape());
-  if (failed(shape))
+  if (failed(checkBroadcastsTo(loc, adaptor.getShape(), type.getShape(),
+                               "shape " + shapeString(adaptor.getShape()) +
+                                   " does not broadcast to the input shape " +
+                                   shapeString(type.getShape()))))
     return failure();
-  if (ArrayRef<int64_t>(*shape) != type.getShape())
-    return fail(loc, "shape " + shapeString(adaptor.getShape()) +
-                         " does not broadcast to the input shape " +
-                         shapeString(type.getShape()));
   return inferStaticF32(context, loc, adaptor.getShape(), types);
 }
 
@@ -151,8 +148,8 @@ LogicalResult AttentionGradOp::inferReturnTypes(MLIRContext *, Loc loc,
 
 LogicalResult AttentionGradOp::verify() {
   std::optional<StringRef> format = getNarrowOperands();
-  if (format && *format != "bf16" && *format != "f16")
-    return emitOpError("rounds to '") << *format << "': bf16 or f16";
+  if (failed(verifyRoundingFormat(*this, format)))
+    return failure();
   return verifyNarrowOperands(*this, format, {getA(), getB(), getV()});
 }
 

@@ -51,12 +51,10 @@ inline float scoreAt(const float *s, const float *bias, int64_t step,
 /// where the row holds a NaN or is all -inf).
 void rowStats(const float *s, const float *bias, int64_t step, int64_t n,
               float *stats) {
-  float top = scoreAt(s, bias, step, 0);
-  for (int64_t c = 1; c < n; ++c)
-    top = std::max(top, scoreAt(s, bias, step, c));
-  double sum = 0;
-  for (int64_t c = 0; c < n; ++c)
-    sum += std::exp(static_cast<double>(scoreAt(s, bias, step, c) - top));
+  float top;
+  double sum;
+  rowMaxAndExpSum([&](int64_t c) { return scoreAt(s, bias, step, c); }, n, top,
+                  sum);
   stats[0] = top;
   stats[1] = static_cast<float>(std::log(sum));
 }

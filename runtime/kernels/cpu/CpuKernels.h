@@ -9,6 +9,8 @@
 #include "cdp/Runtime/Device.h"
 #include "cdp/Runtime/Kernel.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -192,6 +194,18 @@ struct BroadcastOffsets {
     return offset;
   }
 };
+
+/// A softmax row of `n` values `value(c)`: its maximum and the sum of
+/// exp(value - maximum) in double.
+template <typename Value>
+void rowMaxAndExpSum(Value value, int64_t n, float &top, double &sum) {
+  top = value(0);
+  for (int64_t c = 1; c < n; ++c)
+    top = std::max(top, value(c));
+  sum = 0;
+  for (int64_t c = 0; c < n; ++c)
+    sum += std::exp(static_cast<double>(value(c) - top));
+}
 
 inline std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape) {
   std::vector<int64_t> strides(shape.size(), 1);

@@ -248,12 +248,9 @@ static void softmaxRow(const float *in, float *out, int64_t length,
   auto value = [&](int64_t a) {
     return bias ? in[a * inner] + bias[a * biasStride] : in[a * inner];
   };
-  float top = value(0);
-  for (int64_t a = 1; a < length; ++a)
-    top = std::max(top, value(a));
-  double sum = 0;
-  for (int64_t a = 0; a < length; ++a)
-    sum += std::exp(static_cast<double>(value(a) - top));
+  float top;
+  double sum;
+  rowMaxAndExpSum(value, length, top, sum);
   if (zeroNanRows && std::isnan(sum)) {
     for (int64_t a = 0; a < length; ++a)
       out[a * inner] = 0.0f;

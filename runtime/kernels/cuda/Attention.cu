@@ -64,14 +64,9 @@ __global__ void probabilityRows(float *s, int64_t firstRow, int64_t n,
   };
   float *own = stats + row * 2;
   if (findStats) {
-    float top = -INFINITY;
-    for (int64_t c = threadIdx.x; c < n; c += blockDim.x)
-      top = fmaxf(top, value(c));
-    top = blockMax(top);
-    double sum = 0;
-    for (int64_t c = threadIdx.x; c < n; c += blockDim.x)
-      sum += exp(static_cast<double>(value(c) - top));
-    sum = blockSum(sum);
+    float top;
+    double sum;
+    rowMaxAndExpSum(value, n, top, sum);
     if (threadIdx.x == 0) {
       own[0] = top;
       own[1] = static_cast<float>(::log(sum));

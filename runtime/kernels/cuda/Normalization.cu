@@ -188,14 +188,9 @@ __global__ void softmaxKernel(const float *x, SoftmaxBias bias, float *y,
   auto value = [&](int64_t a) {
     return add ? in[a * inner] + add[a * bias.stride] : in[a * inner];
   };
-  float top = -INFINITY;
-  for (int64_t a = threadIdx.x; a < length; a += blockDim.x)
-    top = fmaxf(top, value(a));
-  top = blockMax(top);
-  double sum = 0;
-  for (int64_t a = threadIdx.x; a < length; a += blockDim.x)
-    sum += exp(static_cast<double>(value(a) - top));
-  sum = blockSum(sum);
+  float top;
+  double sum;
+  rowMaxAndExpSum(value, length, top, sum);
   double logSum = ::log(sum);
   bool zeroRow = zeroNanRows && isnan(sum);
   for (int64_t a = threadIdx.x; a < length; a += blockDim.x) {

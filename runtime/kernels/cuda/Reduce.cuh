@@ -43,6 +43,21 @@ template <typename T> __device__ T blockMax(T value) {
   return blockReduce(value, -INFINITY, [](T a, T b) { return a > b ? a : b; });
 }
 
+/// A softmax row of `n` values `value(c)` spread over a block: its maximum
+/// and the sum of exp(value - maximum) in double, every thread given both.
+template <typename Value>
+__device__ void rowMaxAndExpSum(Value value, int64_t n, float &top,
+                                double &sum) {
+  top = -INFINITY;
+  for (int64_t c = threadIdx.x; c < n; c += blockDim.x)
+    top = fmaxf(top, value(c));
+  top = blockMax(top);
+  sum = 0;
+  for (int64_t c = threadIdx.x; c < n; c += blockDim.x)
+    sum += exp(static_cast<double>(value(c) - top));
+  sum = blockSum(sum);
+}
+
 /// Grid-stride loop over [0, n).
 #define CDP_FOR_EACH(i, n)                                                     \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n);    \
