@@ -117,8 +117,10 @@ void buildTrainingPipeline(OpPassManager &pm,
   autodiff.bnRunningVar = config.bnRunningVar;
   autodiff.lossScale = config.lossScale;
   pm.addPass(createAutodiff(autodiff));
-  if (config.fuse)
+  if (config.fuse) {
+    pm.addPass(createRecomputeLogProbabilities());
     pm.addPass(createFoldTranspose());
+  }
   if (config.recompute) {
     RecomputeOptions recompute;
     recompute.mode = *config.recompute;

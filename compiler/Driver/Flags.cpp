@@ -346,9 +346,10 @@ cl::opt<std::string> warmupStartFactor(
 cl::opt<bool> noFusion(
     "no-fusion",
     cl::desc("Compile the model's ops as exported, without the fusion passes "
-             "(a decomposed LayerNorm into one layer_norm, Transposes into "
-             "the matrix products that read them); for comparing results "
-             "and speed"),
+             "(a decomposed LayerNorm into one layer_norm, attention into "
+             "one op, the loss's log-probabilities recomputed in its "
+             "gradient instead of kept, Transposes into the matrix products "
+             "that read them); for comparing results and speed"),
     cl::init(false), cl::cat(category));
 cl::opt<std::string> clipGradNorm(
     "clip-grad-norm",

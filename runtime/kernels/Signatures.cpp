@@ -596,16 +596,20 @@ Rules makeRules() {
                                            const KernelArgs &args) {
     c.declared();
     const TensorView &scores = c.in(0), &labels = c.in(1);
-    for (const TensorView *v : {&scores, c.optional(2), &c.out(0), &c.out(1)})
+    // The log-probabilities are optional (cdp-recompute-log-probabilities).
+    const TensorView *logp = args.outputs.size() > 1 ? &c.out(1) : nullptr;
+    for (const TensorView *v : {&scores, c.optional(2), &c.out(0), logp})
       if (v)
         c.type(*v, plan::F32);
     classLoss(c, scores, labels, c.optional(2), args.i("classes_last", 0));
-    c.same(scores, c.out(1));
+    if (logp)
+      c.same(scores, *logp);
     reduction(c, args, c.out(0), labels.numel());
   };
   rules["softmax_cross_entropy_loss_grad"] = [](const Check &c,
                                                 const KernelArgs &args) {
     c.declared();
+    // The log-probabilities, or with from_scores the scores: one shape.
     const TensorView &logp = c.in(1), &labels = c.in(2);
     for (const TensorView *v : {&c.in(0), &logp, c.optional(3)})
       if (v)

@@ -623,6 +623,28 @@ std::vector<Case> cases() {
        {"%labels = cdp.constant dense<[[0, 3, 1], [2, 1, 3]]> : "
         "tensor<2x3xi64>",
         "%w = cdp.constant dense<[0.5, 2.0, 1.5, 1.0]> : tensor<4xf32>"}});
+  // Without log-probabilities (cdp-recompute-log-probabilities' form): the
+  // gradient recomputes them from the scores.
+  list.push_back(
+      {"softmax_cross_entropy_without_log_prob",
+       {{"scores", {2, 3, 4}}},
+       "%l = cdp.softmax_cross_entropy_loss %p0, %labels, %w "
+       "{classes_last = true, ignore_index = 1 : i64} : (tensor<2x3x4xf32>, "
+       "tensor<2x3xi64>, tensor<4xf32>) -> tensor<f32>\n"
+       "  %y = cdp.reshape %l {shape = array<i64: 1>} : (tensor<f32>) -> "
+       "tensor<1xf32>",
+       "tensor<1xf32>",
+       {"%labels = cdp.constant dense<[[0, 3, 1], [2, 1, 3]]> : "
+        "tensor<2x3xi64>",
+        "%w = cdp.constant dense<[0.5, 2.0, 1.5, 1.0]> : tensor<4xf32>"}});
+  list.push_back(
+      {"softmax_cross_entropy_none_without_log_prob",
+       {{"scores", {4, 3, 2}}},
+       "%y = cdp.softmax_cross_entropy_loss %p0, %labels {reduction = "
+       "\"none\"} : (tensor<4x3x2xf32>, tensor<4x2xi64>) -> tensor<4x2xf32>",
+       "tensor<4x2xf32>",
+       {"%labels = cdp.constant dense<[[0, 2], [1, 2], [0, 0], [2, 1]]> : "
+        "tensor<4x2xi64>"}});
   list.push_back(
       {"softmax_cross_entropy_none",
        {{"scores", {4, 3}}},

@@ -639,7 +639,10 @@ LogicalResult ReduceSumOp::buildGradient(GradientBuilder &g) {
 LogicalResult SoftmaxCrossEntropyLossOp::buildGradient(GradientBuilder &g) {
   if (failed(g.onlyThroughFirstResult()))
     return failure();
-  SmallVector<Value> operands{g.gradOf(getLoss()), getLogProb(), getLabels()};
+  // A loss without log-probabilities: its gradient recomputes them.
+  Value logProb = getLogProb();
+  SmallVector<Value> operands{g.gradOf(getLoss()),
+                              logProb ? logProb : getScores(), getLabels()};
   if (Value weights = getWeights())
     operands.push_back(weights);
   SmallVector<NamedAttribute> attrs{g.attr("reduction", getReductionAttr())};
@@ -647,6 +650,8 @@ LogicalResult SoftmaxCrossEntropyLossOp::buildGradient(GradientBuilder &g) {
     attrs.push_back(g.attr("ignore_index", ignore));
   if (getClassesLast())
     attrs.push_back(g.attr("classes_last", getClassesLastAttr()));
+  if (!logProb)
+    attrs.push_back(g.attr("from_scores", BoolAttr::get(getContext(), true)));
   g.add(getScores(), g.make(SoftmaxCrossEntropyLossGradOp::getOperationName(),
                             operands, attrs));
   return g.status();

@@ -905,6 +905,13 @@ LogicalResult SoftmaxCrossEntropyLossOp::inferReturnTypes(
   return success();
 }
 
+/// The log-probabilities are optional (cdp-recompute-log-probabilities
+/// drops them); the types inferred include them.
+bool SoftmaxCrossEntropyLossOp::isCompatibleReturnTypes(TypeRange inferred,
+                                                        TypeRange actual) {
+  return actual == inferred || actual == inferred.take_front();
+}
+
 LogicalResult NllLossOp::inferReturnTypes(MLIRContext *, Loc loc,
                                           Adaptor adaptor,
                                           SmallVectorImpl<Type> &types) {

@@ -61,8 +61,33 @@ struct ClassGeometry {
   }
 };
 
-/// loss = reduce(-w * logp[label]); shared by both losses.
-void negativeLogLikelihood(const ClassGeometry &g, const float *logp,
+/// Row (n, i)'s largest score and the log of its sum of exponentials.
+struct RowLogSum {
+  float top;
+  double logSum;
+};
+
+RowLogSum rowLogSumOf(const ClassGeometry &g, const float *scores, int64_t n,
+                      int64_t i) {
+  float top = scores[g.at(n, 0, i)];
+  for (int64_t c = 1; c < g.classes; ++c)
+    top = std::max(top, scores[g.at(n, c, i)]);
+  double sum = 0;
+  for (int64_t c = 0; c < g.classes; ++c)
+    sum += std::exp(static_cast<double>(scores[g.at(n, c, i)] - top));
+  return {top, std::log(sum)};
+}
+
+/// A score's log-probability in its row: the loss writes it, a gradient
+/// `from_scores` recomputes it, with this one expression (the same bits).
+float logProbabilityOf(float score, const RowLogSum &row) {
+  return static_cast<float>(score - row.top - row.logSum);
+}
+
+/// loss = reduce(-w * logp[label]); shared by both losses. `logProbOf(n,
+/// label, i)` gives a counted element's log-probability.
+template <typename LogProbOf>
+void negativeLogLikelihood(const ClassGeometry &g, LogProbOf logProbOf,
                            const int64_t *labels, const TensorView &weights,
                            float *loss, const std::string &location) {
   double total = 0;
@@ -71,7 +96,7 @@ void negativeLogLikelihood(const ClassGeometry &g, const float *logp,
       int64_t k = n * g.spatial + i, label = labels[k];
       double value = 0;
       if (g.valid(label, location))
-        value = -logp[g.at(n, label, i)] *
+        value = -logProbOf(n, label, i) *
                 (weights.present() ? weights.f32()[label] : 1.0f);
       if (g.reduction == "none")
         loss[k] = static_cast<float>(value);
@@ -105,22 +130,30 @@ void forEachWeightedGradient(const ClassGeometry &g, const TensorView &dloss,
     }
 }
 
-/// softmax_cross_entropy_loss_grad's loop, float32 out.
+/// softmax_cross_entropy_loss_grad's loop, float32 out. Its second operand
+/// holds the log-probabilities, or with from_scores the scores they are
+/// recomputed from.
 std::function<void(const StepContext &)>
 softmaxLossGrad(const KernelArgs &args) {
-  TensorView dloss = args.inputs[0], logp = args.inputs[1],
+  TensorView dloss = args.inputs[0], rows = args.inputs[1],
              labels = args.inputs[2];
   TensorView weights = args.inputs.size() > 3 ? args.inputs[3] : TensorView();
   TensorView dx = args.outputs[0];
-  ClassGeometry g(args, logp.shape);
+  ClassGeometry g(args, rows.shape);
+  bool fromScores = args.i("from_scores", 0) != 0;
   std::string location = args.instruction->location();
   return [=](const StepContext &) {
+    const float *in = rows.f32();
     forEachWeightedGradient(
         g, dloss, labels.i64(), weights, location,
         [&](int64_t n, int64_t i, int64_t label, double factor) {
+          RowLogSum row{};
+          if (fromScores)
+            row = rowLogSumOf(g, in, n, i);
           for (int64_t c = 0; c < g.classes; ++c) {
             int64_t k = g.at(n, c, i);
-            double p = std::exp(static_cast<double>(logp.f32()[k]));
+            float logp = fromScores ? logProbabilityOf(in[k], row) : in[k];
+            double p = std::exp(static_cast<double>(logp));
             dx.f32()[k] =
                 static_cast<float>(factor * (p - (c == label ? 1.0 : 0.0)));
           }
@@ -134,25 +167,34 @@ void registerLoss(KernelRegistry &registry) {
   addKernel(registry, "softmax_cross_entropy_loss", [](const KernelArgs &args) {
     TensorView scores = args.inputs[0], labels = args.inputs[1];
     TensorView weights = args.inputs.size() > 2 ? args.inputs[2] : TensorView();
-    TensorView loss = args.outputs[0], logp = args.outputs[1];
+    // Without a second output (cdp-recompute-log-probabilities) only the
+    // labels' log-probabilities are computed.
+    TensorView loss = args.outputs[0];
+    TensorView logp = args.outputs.size() > 1 ? args.outputs[1] : TensorView();
     ClassGeometry g(args, scores.shape);
     std::string location = args.instruction->location();
     return [=](const StepContext &) {
+      const float *in = scores.f32();
+      if (!logp.present()) {
+        auto logProbOf = [&](int64_t n, int64_t label, int64_t i) {
+          return logProbabilityOf(in[g.at(n, label, i)],
+                                  rowLogSumOf(g, in, n, i));
+        };
+        negativeLogLikelihood(g, logProbOf, labels.i64(), weights, loss.f32(),
+                              location);
+        return;
+      }
       for (int64_t n = 0; n < g.batch; ++n)
         for (int64_t i = 0; i < g.spatial; ++i) {
-          float top = scores.f32()[g.at(n, 0, i)];
-          for (int64_t c = 1; c < g.classes; ++c)
-            top = std::max(top, scores.f32()[g.at(n, c, i)]);
-          double sum = 0;
-          for (int64_t c = 0; c < g.classes; ++c)
-            sum += std::exp(
-                static_cast<double>(scores.f32()[g.at(n, c, i)] - top));
-          double logSum = std::log(sum);
+          RowLogSum row = rowLogSumOf(g, in, n, i);
           for (int64_t c = 0; c < g.classes; ++c)
             logp.f32()[g.at(n, c, i)] =
-                static_cast<float>(scores.f32()[g.at(n, c, i)] - top - logSum);
+                logProbabilityOf(in[g.at(n, c, i)], row);
         }
-      negativeLogLikelihood(g, logp.f32(), labels.i64(), weights, loss.f32(),
+      auto stored = [&](int64_t n, int64_t label, int64_t i) {
+        return logp.f32()[g.at(n, label, i)];
+      };
+      negativeLogLikelihood(g, stored, labels.i64(), weights, loss.f32(),
                             location);
     };
   });
@@ -171,7 +213,11 @@ void registerLoss(KernelRegistry &registry) {
     ClassGeometry g(args, input.shape);
     std::string location = args.instruction->location();
     return [=](const StepContext &) {
-      negativeLogLikelihood(g, input.f32(), target.i64(), weight, loss.f32(),
+      const float *logp = input.f32();
+      auto stored = [&](int64_t n, int64_t label, int64_t i) {
+        return logp[g.at(n, label, i)];
+      };
+      negativeLogLikelihood(g, stored, target.i64(), weight, loss.f32(),
                             location);
     };
   });

@@ -65,12 +65,21 @@ Classes classesOf(const KernelArgs &args, const std::vector<int64_t> &scores) {
           attrs.ignore_index.value_or(0)};
 }
 
-/// A block per row (sample n, position i): its classes' log-softmax. A
-/// language model's rows are 50k classes long; with classes last, the
-/// block's threads read them side by side.
-__global__ void logSoftmaxRowsKernel(Classes g, const float *scores,
-                                     float *logp) {
-  int64_t k = blockIdx.x, n = k / g.spatial, i = k % g.spatial;
+/// Row (n, i)'s largest score and the log of its sum of exponentials, as
+/// every thread of the row's block sees them (block reductions: the same
+/// bits in the loss and in its gradient, which share this function and
+/// the block size).
+struct RowLogSum {
+  float top;
+  double logSum;
+  /// A score's log-probability, with the one expression the loss writes.
+  __device__ float logProbability(float score) const {
+    return static_cast<float>(score - top - logSum);
+  }
+};
+
+__device__ RowLogSum rowLogSumOf(const Classes &g, const float *scores,
+                                 int64_t n, int64_t i) {
   float top = -INFINITY;
   for (int64_t c = threadIdx.x; c < g.classes; c += blockDim.x)
     top = fmaxf(top, scores[g.at(n, c, i)]);
@@ -78,22 +87,45 @@ __global__ void logSoftmaxRowsKernel(Classes g, const float *scores,
   double sum = 0;
   for (int64_t c = threadIdx.x; c < g.classes; c += blockDim.x)
     sum += exp(static_cast<double>(scores[g.at(n, c, i)] - top));
-  double logSum = log(blockSum(sum));
-  for (int64_t c = threadIdx.x; c < g.classes; c += blockDim.x)
-    logp[g.at(n, c, i)] =
-        static_cast<float>(scores[g.at(n, c, i)] - top - logSum);
+  return {top, log(blockSum(sum))};
 }
 
-/// One block: the loss (reduced, or per row for `none`).
-__global__ void nllKernel(Classes g, const float *logp, const int64_t *labels,
-                          const float *weights, float *loss, int *status) {
+/// A block per row (sample n, position i): its classes' log-softmax. A
+/// language model's rows are 50k classes long; with classes last, the
+/// block's threads read them side by side.
+__global__ void logSoftmaxRowsKernel(Classes g, const float *scores,
+                                     float *logp) {
+  int64_t k = blockIdx.x, n = k / g.spatial, i = k % g.spatial;
+  RowLogSum row = rowLogSumOf(g, scores, n, i);
+  for (int64_t c = threadIdx.x; c < g.classes; c += blockDim.x)
+    logp[g.at(n, c, i)] = row.logProbability(scores[g.at(n, c, i)]);
+}
+
+/// A block per row: the log-probability of the row's label alone (a loss
+/// that keeps no log-probabilities; an ignored label's is not read).
+__global__ void labelLogProbabilityKernel(Classes g, const float *scores,
+                                          const int64_t *labels,
+                                          float *labelLogp) {
+  int64_t k = blockIdx.x, n = k / g.spatial, i = k % g.spatial;
+  RowLogSum row = rowLogSumOf(g, scores, n, i);
+  int64_t label = labels[k];
+  if (threadIdx.x == 0 && label >= 0 && label < g.classes)
+    labelLogp[k] = row.logProbability(scores[g.at(n, label, i)]);
+}
+
+/// One block: the loss (reduced, or per row for `none`), from the stored
+/// log-probabilities or, where `labelLogp` is given, from each row's
+/// label's.
+__global__ void nllKernel(Classes g, const float *logp, const float *labelLogp,
+                          const int64_t *labels, const float *weights,
+                          float *loss, int *status) {
   double total = 0, denominator = 0;
   for (int64_t k = threadIdx.x; k < g.rows(); k += blockDim.x) {
     int64_t n = k / g.spatial, i = k % g.spatial, label = labels[k];
     double value = 0;
     if (g.valid(label, status)) {
       double w = weights ? weights[label] : 1.0;
-      value = -logp[g.at(n, label, i)] * w;
+      value = -(labelLogp ? labelLogp[k] : logp[g.at(n, label, i)]) * w;
       denominator += w;
     }
     if (g.reduction == Reduction::None)
@@ -151,6 +183,25 @@ __global__ void softmaxLossGradKernel(Classes g, const float *dloss,
   }
 }
 
+/// A block per row: softmax_cross_entropy_loss_grad `from_scores`, the
+/// row's log-probabilities recomputed as the loss computed them.
+__global__ void softmaxLossGradFromScoresKernel(
+    Classes g, const float *dloss, const float *scores, const int64_t *labels,
+    const float *weights, const double *denominator, void *dx,
+    NarrowFormat rounding, bool twoBytes) {
+  int64_t k = blockIdx.x, n = k / g.spatial, i = k % g.spatial;
+  RowLogSum row = rowLogSumOf(g, scores, n, i);
+  int64_t label = labels[k];
+  double factor = factorOf(g, k, label, dloss, weights, *denominator);
+  for (int64_t c = threadIdx.x; c < g.classes; c += blockDim.x) {
+    int64_t e = g.at(n, c, i);
+    double p = exp(static_cast<double>(row.logProbability(scores[e])));
+    storeResult(dx, e,
+                static_cast<float>(factor * (p - (c == label ? 1.0 : 0.0))),
+                rounding, twoBytes);
+  }
+}
+
 __global__ void nllGradKernel(Classes g, const float *dloss,
                               const int64_t *labels, const float *weights,
                               const double *denominator, float *dx) {
@@ -174,16 +225,30 @@ void registerLoss(KernelRegistry &registry) {
   addKernel(registry, "softmax_cross_entropy_loss", [](const KernelArgs &args) {
     TensorView scores = args.inputs[0], labels = args.inputs[1];
     const float *weights = optional(args, 2);
-    TensorView loss = args.outputs[0], logp = args.outputs[1];
+    TensorView loss = args.outputs[0];
+    // Without log-probabilities (cdp-recompute-log-probabilities): each
+    // row's label's, in a buffer of the rows.
+    TensorView logp = args.outputs.size() > 1 ? args.outputs[1] : TensorView();
     Classes g = classesOf(args, scores.shape);
-    int *status = deviceOf(args).status();
+    CudaDevice &device = deviceOf(args);
+    int *status = device.status();
+    std::shared_ptr<Scratch> labelLogp;
+    if (!logp.present())
+      labelLogp = std::make_shared<Scratch>(
+          device, sizeof(float) * std::max<int64_t>(g.rows(), 1));
     return [=](const StepContext &context) {
       cudaStream_t stream = streamOf(context);
-      if (g.rows())
-        logSoftmaxRowsKernel<<<static_cast<unsigned>(g.rows()), kThreads, 0,
-                               stream>>>(g, scores.f32(), logp.f32());
-      nllKernel<<<1, kThreads, 0, stream>>>(g, logp.f32(), labels.i64(),
-                                            weights, loss.f32(), status);
+      unsigned rows = static_cast<unsigned>(g.rows());
+      float *perRow = labelLogp ? labelLogp->as<float>() : nullptr;
+      if (rows && perRow)
+        labelLogProbabilityKernel<<<rows, kThreads, 0, stream>>>(
+            g, scores.f32(), labels.i64(), perRow);
+      else if (rows)
+        logSoftmaxRowsKernel<<<rows, kThreads, 0, stream>>>(g, scores.f32(),
+                                                            logp.f32());
+      nllKernel<<<1, kThreads, 0, stream>>>(g, perRow ? nullptr : logp.f32(),
+                                            perRow, labels.i64(), weights,
+                                            loss.f32(), status);
       launched("softmax_cross_entropy_loss");
     };
   });
@@ -196,7 +261,7 @@ void registerLoss(KernelRegistry &registry) {
     int *status = deviceOf(args).status();
     return [=](const StepContext &context) {
       nllKernel<<<1, kThreads, 0, streamOf(context)>>>(
-          g, input.f32(), target.i64(), weights, loss.f32(), status);
+          g, input.f32(), nullptr, target.i64(), weights, loss.f32(), status);
       launched("nll_loss");
     };
   });
@@ -213,12 +278,18 @@ void registerLoss(KernelRegistry &registry) {
         auto denominator = std::make_shared<Scratch>(device, 8);
         NarrowFormat rounding = roundingOf(args);
         bool twoBytes = storedInTwoBytes(dx);
+        bool fromScores = args.i("from_scores", 0) != 0;
         return [=](const StepContext &context) {
           cudaStream_t stream = streamOf(context);
           denominatorKernel<<<1, kThreads, 0, stream>>>(
               g, labels.i64(), weights, denominator->as<double>(), status);
           int64_t n = dx.numel();
-          if (n)
+          if (n && fromScores)
+            softmaxLossGradFromScoresKernel<<<static_cast<unsigned>(g.rows()),
+                                              kThreads, 0, stream>>>(
+                g, dloss.f32(), logp.f32(), labels.i64(), weights,
+                denominator->as<double>(), dx.data, rounding, twoBytes);
+          else if (n)
             softmaxLossGradKernel<<<blocksFor(n), kThreads, 0, stream>>>(
                 g, dloss.f32(), logp.f32(), labels.i64(), weights,
                 denominator->as<double>(), dx.data, rounding, twoBytes);

@@ -309,6 +309,14 @@ func.func @softmaxcrossentropyloss(%arg0: tensor<4x10xf32> {cdp.name = "x"}, %ar
   return %loss, %log_prob : tensor<f32>, tensor<4x10xf32>
 }
 
+// The log-probabilities are optional (cdp-recompute-log-probabilities).
+// CHECK-LABEL: func.func @softmaxcrossentropyloss_without_log_prob
+// CHECK-NEXT: %loss = cdp.softmax_cross_entropy_loss %arg0, %arg1 : (tensor<4x10xf32>, tensor<4xi64>) -> tensor<f32>
+func.func @softmaxcrossentropyloss_without_log_prob(%arg0: tensor<4x10xf32>, %arg1: tensor<4xi64>) -> tensor<f32> {
+  %loss = cdp.softmax_cross_entropy_loss %arg0, %arg1 : (tensor<4x10xf32>, tensor<4xi64>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
 // CHECK-LABEL: func.func @split(%arg0: tensor<2x4xf32> {cdp.name = "x"}) -> (tensor<2x1xf32> {cdp.name = "y0"}, tensor<2x3xf32> {cdp.name = "y1"}) {
 // CHECK-NEXT: %0:2 = cdp.split %arg0 {axis = 1 : i64, split = array<i64: 1, 3>} : (tensor<2x4xf32>) -> (tensor<2x1xf32>, tensor<2x3xf32>)
 // CHECK-NEXT: return %0#0, %0#1 : tensor<2x1xf32>, tensor<2x3xf32>

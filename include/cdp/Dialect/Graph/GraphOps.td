@@ -738,16 +738,22 @@ def CDP_SoftmaxCrossEntropyLossOp : CDP_Op<"softmax_cross_entropy_loss", [CDP_Di
   let description = [{
     Scores `(N, C, d1, ...)`, labels `(N, d1, ...)`, optional class weights
     `(C)`. `reduction` is `mean`, `sum` or `none`; labels equal to
-    `ignore_index` contribute nothing. Also returns the log-probabilities.
-    With `classes_last` the scores are `(N, d1, ..., C)` (a language model's
-    logits, read in place instead of transposed), the log-probabilities too.
+    `ignore_index` contribute nothing. Also returns the log-probabilities,
+    unless cdp-recompute-log-probabilities dropped them (its gradient then
+    recomputes them from the scores). With `classes_last` the scores are
+    `(N, d1, ..., C)` (a language model's logits, read in place instead of
+    transposed), the log-probabilities too.
   }];
   let arguments = (ins CDP_F32Tensor:$scores, CDP_I64Tensor:$labels,
                        Optional<CDP_F32Tensor>:$weights,
                        DefaultValuedStrAttr<StrAttr, "mean">:$reduction,
                        OptionalAttr<I64Attr>:$ignore_index,
                        DefaultValuedAttr<BoolAttr, "false">:$classes_last);
-  let results = (outs CDP_F32Tensor:$loss, CDP_F32Tensor:$log_prob);
+  let results = (outs CDP_F32Tensor:$loss, Optional<CDP_F32Tensor>:$log_prob);
+  let extraClassDeclaration = [{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
+                                        ::mlir::TypeRange actual);
+  }];
 }
 
 def CDP_NllLossOp : CDP_Op<"nll_loss", [CDP_Differentiable]> {
@@ -968,14 +974,19 @@ def CDP_SoftmaxCrossEntropyLossGradOp : CDP_Op<"softmax_cross_entropy_loss_grad"
   let description = [{
     `classes_last` as the loss's. `round_result` as for `cdp.add`; under it
     the result may be a tensor of that format (cdp-narrow-results: the
-    logits' gradient, which the LM head's two products read).
+    logits' gradient, which the LM head's two products read). With
+    `from_scores` the second operand holds the loss's scores, not its
+    log-probabilities: each row's log-softmax is recomputed from them with
+    the loss's own arithmetic, the same bits
+    (cdp-recompute-log-probabilities).
   }];
   let arguments = (ins CDP_F32Tensor:$grad, CDP_F32Tensor:$log_prob,
                        CDP_I64Tensor:$labels, Optional<CDP_F32Tensor>:$weights,
                        DefaultValuedStrAttr<StrAttr, "mean">:$reduction,
                        OptionalAttr<I64Attr>:$ignore_index,
                        OptionalAttr<StrAttr>:$round_result,
-                       DefaultValuedAttr<BoolAttr, "false">:$classes_last);
+                       DefaultValuedAttr<BoolAttr, "false">:$classes_last,
+                       DefaultValuedAttr<BoolAttr, "false">:$from_scores);
   let results = (outs CDP_ProductOperand:$output);
   let extraClassDeclaration = [{
     static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
