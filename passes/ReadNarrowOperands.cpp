@@ -5,7 +5,8 @@
 // readers, and a product marked narrow_operands reads float32 operands that
 // a GPU converts into 2-byte copies again before it multiplies. Where the
 // 2-byte tensor exists, the product reads it instead: no unpacking for it,
-// no conversion.
+// no conversion. An activation's gradient reads its saved value from the
+// backward's 2-byte copy likewise (its kernel widens the values exactly).
 //
 //===----------------------------------------------------------------------===//
 
@@ -70,6 +71,18 @@ void readNarrowCopies(Operation *product, StringRef format,
   }
 }
 
+/// An activation's gradient reads the saved value (GELU's: the c_fc
+/// product's result, batch x seq x 4d values) from the 2-byte copy the
+/// backward keeps, widening it as it reads, instead of an unpacked float32
+/// copy; adds the unpack to `released`.
+void readPackedSaved(UnaryGradOp grad, llvm::SetVector<Operation *> &released) {
+  auto unpack = grad.getSaved().getDefiningOp<UnpackNarrowOp>();
+  if (!unpack)
+    return;
+  released.insert(unpack);
+  grad.getSavedMutable().assign(unpack.getInput());
+}
+
 /// A cdp.round_to that only `pack` reads any more (its products read the
 /// pack now) is done by the pack, which rounds as it stores: one pass over
 /// the values instead of two.
@@ -88,6 +101,8 @@ struct ReadNarrowOperandsPass
     getOperation().walk([&](Operation *op) {
       if (auto format = op->getAttrOfType<StringAttr>("narrow_operands"))
         readNarrowCopies(op, format.getValue(), released);
+      else if (auto grad = dyn_cast<UnaryGradOp>(op))
+        readPackedSaved(grad, released);
     });
     for (Operation *unpack : released)
       if (unpack->use_empty())

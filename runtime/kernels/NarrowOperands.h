@@ -75,6 +75,24 @@ inline bool storedInTwoBytes(const TensorView &view) {
   return view.dtype == plan::BF16 || view.dtype == plan::F16;
 }
 
+/// How `view` holds its values: float32 (None) or 2-byte patterns.
+inline NarrowFormat storedFormatOf(const TensorView &view) {
+  return view.dtype == plan::BF16  ? NarrowFormat::Bfloat16
+         : view.dtype == plan::F16 ? NarrowFormat::Float16
+                                   : NarrowFormat::None;
+}
+
+/// Value `i` of an operand stored as `stored`: float32, or the 2-byte
+/// patterns a reader of the backward's packed copy gets (widened exactly).
+CDP_HOST_DEVICE inline float loadValue(const void *in, int64_t i,
+                                       NarrowFormat stored) {
+  if (stored == NarrowFormat::None)
+    return static_cast<const float *>(in)[i];
+  uint16_t bits = static_cast<const uint16_t *>(in)[i];
+  return stored == NarrowFormat::Bfloat16 ? floatOfBfloat16(bits)
+                                          : floatOfFloat16(bits);
+}
+
 /// Whether `format` holds `x` exactly (a NaN counts: it stays a NaN).
 CDP_HOST_DEVICE inline bool exactIn(NarrowFormat format, float x) {
   if (format == NarrowFormat::None || x != x)

@@ -473,7 +473,10 @@ Rules makeRules() {
   addSelectionRules(rules);
   rules["unary_grad"] = [](const Check &c, const KernelArgs &args) {
     c.declared();
-    narrowableResult(c, args);
+    c.type(c.in(0), plan::F32);
+    if (!storedInTwoBytes(c.in(1))) // the backward's 2-byte copy, or f32
+      c.type(c.in(1), plan::F32);
+    narrowableOutput(c, args);
     c.same(c.in(0), c.out(0));
     c.same(c.in(1), c.out(0));
   };

@@ -74,3 +74,19 @@ func.func @attention(%q: tensor<2x4x8xf32>, %k: tensor<2x8x4xf32>, %v: tensor<2x
   %dq, %dk, %dv = cdp.attention_grad %dy, %uq, %uk, %uv, %s {cdp.phase = "backward", narrow_operands = "bf16"} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x8x4xf32>, tensor<2x4x8xf32>, tensor<2x4x2xf32>) -> (tensor<2x4x8xf32>, tensor<2x8x4xf32>, tensor<2x4x8xf32>)
   return %o, %dq, %dk, %dv : tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x8x4xf32>, tensor<2x4x8xf32>
 }
+
+// -----
+
+// Tests that an activation's gradient reads its saved value from the
+// backward's 2-byte copy (GELU's: the c_fc product's result), the unpack
+// erased; a saved value computed otherwise stays.
+// CHECK-LABEL: func.func @activation_gradient
+// CHECK-NOT: cdp.unpack_narrow
+// CHECK: cdp.unary_grad %arg1, %arg0 {cdp.phase = "backward", kind = "gelu_tanh", round_result = "bf16"} : (tensor<4x8xf32>, tensor<4x8xbf16>) -> tensor<4x8xf32>
+// CHECK: cdp.unary_grad %arg1, %arg2 {kind = "relu"} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+func.func @activation_gradient(%packed: tensor<4x8xbf16>, %dy: tensor<4x8xf32>, %x: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
+  %saved = cdp.unpack_narrow %packed {cdp.phase = "backward", format = "bf16"} : tensor<4x8xbf16> -> tensor<4x8xf32>
+  %d = cdp.unary_grad %dy, %saved {cdp.phase = "backward", kind = "gelu_tanh", round_result = "bf16"} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %e = cdp.unary_grad %dy, %x {kind = "relu"} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %d, %e : tensor<4x8xf32>, tensor<4x8xf32>
+}

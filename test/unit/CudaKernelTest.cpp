@@ -221,6 +221,18 @@ std::vector<Case> elementwiseCases() {
                    {f32({40}), f32({40})},
                    {stored({40}, plan::BF16)},
                    {text("kind", "relu"), text("round_result", "bf16")}});
+  // The saved value read from the backward's 2-byte copy
+  // (cdp-read-narrow-operands: GELU's gradient reads the packed c_fc result).
+  cases.push_back({"unary_grad_gelu_tanh_saved_stored",
+                   "unary_grad",
+                   {f32({40}), stored({40}, plan::BF16)},
+                   {stored({40}, plan::BF16)},
+                   {text("kind", "gelu_tanh"), text("round_result", "bf16")}});
+  cases.push_back({"unary_grad_gelu_saved_stored_f16",
+                   "unary_grad",
+                   {f32({40}), stored({40}, plan::F16)},
+                   {f32({40})},
+                   {text("kind", "gelu")}});
   cases.push_back({"unary_grad_relu_round_result",
                    "unary_grad",
                    {f32({40}), f32({40})},

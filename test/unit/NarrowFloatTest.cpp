@@ -372,6 +372,57 @@ TEST(NarrowFloat, LossGradientStoredInTwoBytes) {
     EXPECT_EQ(narrow[i], bfloat16BitsOf(wide[i])) << "element " << i;
 }
 
+// unary_grad may read its saved value from the backward's 2-byte copy
+// (cdp-read-narrow-operands): the values it widens give the bits of the
+// float32 copy an unpack made (a kernel reading the patterns as float32
+// would compute from other values, over half the bytes). With round_result,
+// as the plans that keep the copy have it (both read by the own kernel; a
+// float32 saved value without it goes to oneDNN's, other arithmetic).
+TEST(NarrowFloat, UnaryGradReadsTwoByteSavedValuesAsTheirFloats) {
+  using namespace cdp::runtime;
+  std::mt19937 random(6);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> dy(64), wide(64);
+  std::vector<uint16_t> bf16(64), f16(64);
+  for (size_t i = 0; i < dy.size(); ++i) {
+    dy[i] = normal(random);
+    wide[i] = roundToFloat16(roundToBfloat16(normal(random)));
+    bf16[i] = bfloat16BitsOf(wide[i]);
+    f16[i] = float16BitsOf(wide[i]);
+  }
+  for (const char *kind : {"gelu_tanh", "gelu", "relu", "tanh"}) {
+    cdp::plan::Instruction instruction;
+    instruction.set_op("unary_grad");
+    for (auto [name, value] :
+         {std::pair<const char *, const char *>("kind", kind),
+          {"round_result", "bf16"}}) {
+      cdp::plan::Attribute *attribute = instruction.add_attributes();
+      attribute->set_name(name);
+      attribute->set_s(value);
+    }
+    auto run = [&](void *saved, cdp::plan::DType dtype) {
+      auto view = [](void *data, cdp::plan::DType type) {
+        TensorView v;
+        v.data = data;
+        v.shape = {8, 8};
+        v.dtype = type;
+        return v;
+      };
+      std::vector<float> dx(64);
+      KernelArgs args;
+      args.instruction = &instruction;
+      args.inputs = {view(dy.data(), cdp::plan::F32), view(saved, dtype)};
+      args.outputs = {view(dx.data(), cdp::plan::F32)};
+      (*KernelRegistry::instance().lookup("unary_grad", Backend::CPU))(args)
+          ->run(StepContext());
+      return dx;
+    };
+    std::vector<float> fromWide = run(wide.data(), cdp::plan::F32);
+    EXPECT_EQ(run(bf16.data(), cdp::plan::BF16), fromWide) << kind;
+    EXPECT_EQ(run(f16.data(), cdp::plan::F16), fromWide) << kind;
+  }
+}
+
 // reduce_to may read a gradient cdp-narrow-results stores in 2 bytes (a
 // GELU gradient, also read by the bias's gradient): it sums the values the
 // patterns hold, as it sums their float32 copies (a kernel reading the

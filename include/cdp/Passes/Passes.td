@@ -378,8 +378,10 @@ def ReadNarrowOperands : Pass<"cdp-read-narrow-operands", "mlir::ModuleOp"> {
     reads 2 bytes a value: a GPU multiplies them as they are instead of
     converting float32 copies, and an unpacked copy no other op reads is
     erased. A `cdp.round_to` that only a pack of its format reads then is
-    folded into the pack, which rounds as it stores. The values, and so
-    every result, are the same.
+    folded into the pack, which rounds as it stores. A `cdp.unary_grad`
+    whose saved value is a `cdp.unpack_narrow` reads the packed tensor
+    likewise (its kernel widens each value as it reads it). The values, and
+    so every result, are the same.
 
     ```mlir
     %p = cdp.pack_narrow %r {format = "bf16"} : tensor<4x8xf32> -> tensor<4x8xbf16>

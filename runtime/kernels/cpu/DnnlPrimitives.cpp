@@ -257,6 +257,8 @@ void registerDnnlPrimitives(KernelRegistry &registry) {
   // (sigmoid, tanh, sqrt: the use_dst algorithms).
   wrap(registry, "unary_grad",
        [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+         if (args.inputs[1].dtype != plan::F32)
+           return nullptr; // a 2-byte saved value: the own kernel widens it
          std::string kind = args.s("kind", "");
          algorithm alg;
          bool useDst = false;

@@ -222,15 +222,24 @@ unaryGrad(const KernelArgs &args) {
   TensorView dy = args.inputs[0], saved = args.inputs[1], dx = args.outputs[0];
   std::string kind = args.s("kind", "");
   int64_t n = dx.numel();
+  // The saved value may be the backward's 2-byte copy, widened as read.
+  NarrowFormat stored = storedFormatOf(saved);
   // One loop per activation, so each inlines and vectorizes.
   using Body = std::function<void(const StepContext &)>;
   auto loop = [=](auto local) -> Body {
     return [=](const StepContext &) {
-      const float *pg = dy.f32(), *ps = saved.f32();
+      const float *pg = dy.f32();
       float *px = dx.f32();
+      if (stored == NarrowFormat::None) {
+        const float *ps = saved.f32();
+#pragma omp parallel for if (n > 65536)
+        for (int64_t i = 0; i < n; ++i)
+          px[i] = local(pg[i], ps[i]);
+        return;
+      }
 #pragma omp parallel for if (n > 65536)
       for (int64_t i = 0; i < n; ++i)
-        px[i] = local(pg[i], ps[i]);
+        px[i] = local(pg[i], loadValue(saved.data, i, stored));
     };
   };
   if (kind == "relu")

@@ -249,11 +249,14 @@ __device__ float applyGrad(GradOp op, float g, float x, float p, float q) {
   }
 }
 
-__global__ void gradKernel(GradOp op, const float *g, const float *x, void *dx,
-                           int64_t n, float p, float q, NarrowFormat rounding,
-                           bool twoBytes) {
+/// `x`, the saved value, stored as `stored` (the backward's 2-byte copy,
+/// widened as read, or float32).
+__global__ void gradKernel(GradOp op, const float *g, const void *x,
+                           NarrowFormat stored, void *dx, int64_t n, float p,
+                           float q, NarrowFormat rounding, bool twoBytes) {
   CDP_FOR_EACH(i, n) {
-    storeResult(dx, i, applyGrad(op, g[i], x[i], p, q), rounding, twoBytes);
+    storeResult(dx, i, applyGrad(op, g[i], loadValue(x, i, stored), p, q),
+                rounding, twoBytes);
   }
 }
 
@@ -390,11 +393,13 @@ void registerActivations(KernelRegistry &registry) {
     int64_t n = dx.numel();
     NarrowFormat rounding = roundingOf(args);
     bool twoBytes = storedInTwoBytes(dx);
+    NarrowFormat stored = storedFormatOf(saved);
     return [=](const StepContext &context) {
       if (n == 0)
         return;
       gradKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
-          op, dy.f32(), saved.f32(), dx.data, n, p, q, rounding, twoBytes);
+          op, dy.f32(), saved.data, stored, dx.data, n, p, q, rounding,
+          twoBytes);
       launched("unary_grad");
     };
   });

@@ -785,9 +785,12 @@ def CDP_UnaryGradOp : CDP_Op<"unary_grad", [CDP_ElementwiseInPlace]> {
     `sqrt` (`1/(2y)`). At the kinks the derivative is PyTorch's.
     `round_result` as for `cdp.add`; under it the result may be a tensor of
     that format (cdp-narrow-results: the values stored in 2 bytes, for
-    readers that take them so).
+    readers that take them so). `saved` may be a bf16 or f16 tensor (the
+    2-byte copy the backward keeps, cdp-read-narrow-operands), whose values
+    the kernel widens exactly as it reads them.
   }];
-  let arguments = (ins CDP_F32Tensor:$grad, CDP_F32Tensor:$saved, StrAttr:$kind,
+  let arguments = (ins CDP_F32Tensor:$grad, CDP_ProductOperand:$saved,
+                       StrAttr:$kind,
                        DefaultValuedAttr<DenseF32ArrayAttr, "{}">:$params,
                        OptionalAttr<StrAttr>:$round_result);
   let results = (outs CDP_ProductOperand:$output);
