@@ -8,7 +8,10 @@
 // two products of attention's backward) and an activation's gradient (read
 // by a linear layer's two backward products and its bias gradient's
 // reduce_to) are such results, and so is the loss's gradient (the logits',
-// read by the LM head's two products: batch x seq x vocabulary values). Where
+// read by the LM head's two products: batch x seq x vocabulary values), and
+// so are products' results: the LM head's logits (read by the loss and its
+// gradient) and an MLP's first product (read by the pack the backward keeps
+// and by GELU, which read them as cdp-read-narrow-operands left them). Where
 // every reader takes the 2-byte values, in the op's stage (through reshapes,
 // views at its address), the op stores its result in 2 bytes: the packs go
 // (their readers read the result), the products and reductions read it in
@@ -32,8 +35,10 @@ using namespace cdp;
 namespace {
 
 /// Whether `use` takes the result's values in `format` as they are: operand
-/// A or B of a product marked so, a pack to that format, or a reduce_to
-/// (which widens what it sums), in the producer's stage.
+/// A or B of a product marked so, a pack to that format, a GELU rounding to
+/// it, or an op whose kernels widen 2-byte values as they read them (a
+/// reduce_to's sum, an activation gradient's saved value, a loss's scores
+/// and its gradient's from_scores), in the producer's stage.
 bool takesNarrow(OpOperand &use, StringRef format, Attribute stage) {
   Operation *reader = use.getOwner();
   if (reader->getAttr("cdp.stage") != stage)
@@ -42,6 +47,14 @@ bool takesNarrow(OpOperand &use, StringRef format, Attribute stage) {
     return pack.getFormat() == format;
   if (isa<ReduceToOp>(reader))
     return true;
+  if (auto gelu = dyn_cast<GeluOp>(reader))
+    return gelu.getRoundResult() == format;
+  if (isa<UnaryGradOp>(reader))
+    return use.getOperandNumber() == 1;
+  if (isa<SoftmaxCrossEntropyLossOp>(reader))
+    return use.getOperandNumber() == 0;
+  if (auto grad = dyn_cast<SoftmaxCrossEntropyLossGradOp>(reader))
+    return grad.getFromScores() && use.getOperandNumber() == 1;
   auto marked = reader->getAttrOfType<StringAttr>("narrow_operands");
   return isa<GemmOp, MatMulOp>(reader) && marked &&
          marked.getValue() == format && use.getOperandNumber() < 2;
@@ -76,11 +89,16 @@ void retype(Value value, Type element) {
     }
 }
 
-/// Stores `op`'s rounded result in 2 bytes when every reader takes it so.
+/// Stores `op`'s rounded result in 2 bytes when every reader takes it so;
+/// a product's only where it multiplies 2-byte operands of that format (its
+/// backends write the 2-byte result from such a product).
 void narrow(Operation *op) {
   auto rounding = op->getAttrOfType<StringAttr>("round_result");
   Value result = op->getResult(0);
   SmallVector<Value> views;
+  if (isa<GemmOp, MatMulOp>(op) &&
+      op->getAttr("narrow_operands") != Attribute(rounding))
+    return;
   if (!rounding || result.use_empty() ||
       !allTakeNarrow(result, rounding.getValue(), op->getAttr("cdp.stage"),
                      views))
@@ -98,7 +116,8 @@ struct NarrowResultsPass
   void runOnOperation() override {
     SmallVector<Operation *> ops;
     getOperation().walk([&](Operation *op) {
-      if (isa<SoftmaxGradOp, UnaryGradOp, SoftmaxCrossEntropyLossGradOp>(op))
+      if (isa<SoftmaxGradOp, UnaryGradOp, SoftmaxCrossEntropyLossGradOp, GemmOp,
+              MatMulOp>(op))
         ops.push_back(op);
     });
     for (Operation *op : ops)

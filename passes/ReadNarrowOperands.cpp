@@ -83,6 +83,21 @@ void readPackedSaved(UnaryGradOp grad, llvm::SetVector<Operation *> &released) {
   grad.getSavedMutable().assign(unpack.getInput());
 }
 
+/// GELU under round_result reads its input from the 2-byte copy of that
+/// format the backward keeps (GPT-2's c_fc product's result), when one is
+/// made before it or the input is its unpack.
+void readPackedInput(GeluOp gelu, llvm::SetVector<Operation *> &released) {
+  std::optional<StringRef> format = gelu.getRoundResult();
+  if (!format)
+    return;
+  Value copy = narrowCopyOf(gelu.getInput(), *format, gelu);
+  if (!copy)
+    return;
+  if (auto unpack = gelu.getInput().getDefiningOp<UnpackNarrowOp>())
+    released.insert(unpack);
+  gelu.getInputMutable().assign(copy);
+}
+
 /// A cdp.round_to that only `pack` reads any more (its products read the
 /// pack now) is done by the pack, which rounds as it stores: one pass over
 /// the values instead of two.
@@ -103,6 +118,8 @@ struct ReadNarrowOperandsPass
         readNarrowCopies(op, format.getValue(), released);
       else if (auto grad = dyn_cast<UnaryGradOp>(op))
         readPackedSaved(grad, released);
+      else if (auto gelu = dyn_cast<GeluOp>(op))
+        readPackedInput(gelu, released);
     });
     for (Operation *unpack : released)
       if (unpack->use_empty())

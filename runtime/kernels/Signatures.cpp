@@ -55,6 +55,9 @@ plan::DType narrowDTypeOf(const Check &c) {
                            : plan::F32;
 }
 
+/// A product's operands in float32 or narrow_operands' format; its result
+/// in float32, or in 2 bytes under round_result and narrow_operands of
+/// that format (cdp-narrow-results).
 void productTypes(const Check &c) {
   plan::DType narrow = narrowDTypeOf(c);
   for (const TensorView *v : {&c.in(0), &c.in(1)})
@@ -62,7 +65,16 @@ void productTypes(const Check &c) {
       c.type(*v, plan::F32);
   if (const TensorView *bias = c.optional(2))
     c.type(*bias, plan::F32);
-  c.type(c.out(0), plan::F32);
+  const TensorView &y = c.out(0);
+  if (!storedInTwoBytes(y)) {
+    c.type(y, plan::F32);
+    return;
+  }
+  std::string rounding = c.text("round_result", "");
+  c.require(y.dtype == narrow &&
+                rounding == (y.dtype == plan::BF16 ? "bf16" : "f16"),
+            "its 2-byte result needs round_result and narrow_operands in "
+            "that format");
 }
 
 void gemm(const Check &c) {
@@ -442,10 +454,18 @@ Rules makeRules() {
   auto plain = [](Rule rule) {
     return [rule](const Check &c, const KernelArgs &) { rule(c); };
   };
-  for (const char *op : {"relu", "erf", "tanh", "sigmoid", "sqrt", "hard_swish",
-                         "clip", "hard_sigmoid", "gelu", "reciprocal", "sin",
-                         "cos", "abs", "exp", "log"})
+  for (const char *op :
+       {"relu", "erf", "tanh", "sigmoid", "sqrt", "hard_swish", "clip",
+        "hard_sigmoid", "reciprocal", "sin", "cos", "abs", "exp", "log"})
     rules[op] = plain(unary);
+  // GELU may read the backward's 2-byte copy (cdp-read-narrow-operands).
+  rules["gelu"] = plain([](const Check &c) {
+    c.declared();
+    if (!storedInTwoBytes(c.in(0)))
+      c.type(c.in(0), plan::F32);
+    c.type(c.out(0), plan::F32);
+    c.same(c.in(0), c.out(0));
+  });
   for (const char *op : {"add", "sub", "mul", "div", "pow", "min", "max"})
     rules[op] = plain(binary);
   rules["round_to"] = plain([](const Check &c) {
@@ -599,11 +619,14 @@ Rules makeRules() {
                                            const KernelArgs &args) {
     c.declared();
     const TensorView &scores = c.in(0), &labels = c.in(1);
-    // The log-probabilities are optional (cdp-recompute-log-probabilities).
+    // The log-probabilities are optional (cdp-recompute-log-probabilities);
+    // the scores may be 2-byte (cdp-narrow-results).
     const TensorView *logp = args.outputs.size() > 1 ? &c.out(1) : nullptr;
-    for (const TensorView *v : {&scores, c.optional(2), &c.out(0), logp})
+    for (const TensorView *v : {c.optional(2), &c.out(0), logp})
       if (v)
         c.type(*v, plan::F32);
+    if (!storedInTwoBytes(scores))
+      c.type(scores, plan::F32);
     classLoss(c, scores, labels, c.optional(2), args.i("classes_last", 0));
     if (logp)
       c.same(scores, *logp);
@@ -612,11 +635,14 @@ Rules makeRules() {
   rules["softmax_cross_entropy_loss_grad"] = [](const Check &c,
                                                 const KernelArgs &args) {
     c.declared();
-    // The log-probabilities, or with from_scores the scores: one shape.
+    // The log-probabilities, or with from_scores the scores (2-byte ones
+    // too, as the loss's): one shape.
     const TensorView &logp = c.in(1), &labels = c.in(2);
-    for (const TensorView *v : {&c.in(0), &logp, c.optional(3)})
+    for (const TensorView *v : {&c.in(0), c.optional(3)})
       if (v)
         c.type(*v, plan::F32);
+    if (!storedInTwoBytes(logp) || args.i("from_scores", 0) == 0)
+      c.type(logp, plan::F32);
     narrowableOutput(c, args);
     classLoss(c, logp, labels, c.optional(3), args.i("classes_last", 0));
     c.same(logp, c.out(0));

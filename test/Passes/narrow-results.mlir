@@ -77,3 +77,37 @@ func.func @loss_gradient(%dl: tensor<f32>, %logp: tensor<2x4x16xf32>, %labels: t
   %dh = cdp.matmul %d, %w {narrow_operands = "bf16"} : (tensor<2x4x16xf32>, tensor<16x8xbf16>) -> tensor<2x4x8xf32>
   return %dh : tensor<2x4x8xf32>
 }
+
+// -----
+
+// A product's rounded result read only by 2-byte readers is stored in
+// bf16: an MLP's first product, read by the pack the backward keeps, by
+// GELU and by GELU's gradient (as cdp-read-narrow-operands left them: the
+// pack goes, they read the product); the LM head's logits, read by the loss
+// and its gradient from the scores. A product without narrow_operands, or
+// whose result the function returns, stays float32.
+// CHECK-LABEL: func.func @products
+// CHECK: %[[H:.+]] = cdp.gemm %arg0, %arg1, %arg2 {narrow_operands = "bf16", round_result = "bf16"} : (tensor<8x4xbf16>, tensor<4x16xbf16>, tensor<16xf32>) -> tensor<8x16xbf16>
+// CHECK-NOT: cdp.pack_narrow
+// CHECK: cdp.gelu %[[H]] {approximate = "tanh", round_result = "bf16"} : (tensor<8x16xbf16>) -> tensor<8x16xf32>
+// CHECK: cdp.unary_grad %arg3, %[[H]] {kind = "gelu_tanh", round_result = "bf16"} : (tensor<8x16xf32>, tensor<8x16xbf16>) -> tensor<8x16xf32>
+// CHECK: %[[L:.+]] = cdp.matmul %arg0, %arg1 {narrow_operands = "bf16", round_result = "bf16"} : (tensor<8x4xbf16>, tensor<4x16xbf16>) -> tensor<8x16xbf16>
+// CHECK: cdp.softmax_cross_entropy_loss %[[L]], %arg4 : (tensor<8x16xbf16>, tensor<8xi64>) -> tensor<f32>
+// CHECK: cdp.softmax_cross_entropy_loss_grad %arg5, %[[L]], %arg4 {from_scores = true, round_result = "bf16"} : (tensor<f32>, tensor<8x16xbf16>, tensor<8xi64>) -> tensor<8x16xf32>
+// CHECK: cdp.matmul %arg6, %arg7 {round_result = "bf16"} : (tensor<8x4xf32>, tensor<4x16xf32>) -> tensor<8x16xf32>
+// CHECK: cdp.matmul %arg0, %arg1 {narrow_operands = "bf16", round_result = "bf16"} : (tensor<8x4xbf16>, tensor<4x16xbf16>) -> tensor<8x16xf32>
+func.func @products(%x: tensor<8x4xbf16>, %w: tensor<4x16xbf16>, %b: tensor<16xf32>, %dy: tensor<8x16xf32>, %labels: tensor<8xi64>, %dl: tensor<f32>, %xf: tensor<8x4xf32>, %wf: tensor<4x16xf32>) -> (tensor<8x16xf32>, tensor<8x16xf32>, tensor<f32>, tensor<8x16xf32>, tensor<f32>, tensor<8x16xf32>) {
+  %h = cdp.gemm %x, %w, %b {narrow_operands = "bf16", round_result = "bf16"} : (tensor<8x4xbf16>, tensor<4x16xbf16>, tensor<16xf32>) -> tensor<8x16xf32>
+  %p = cdp.pack_narrow %h {format = "bf16"} : tensor<8x16xf32> -> tensor<8x16xbf16>
+  %a = cdp.gelu %p {approximate = "tanh", round_result = "bf16"} : (tensor<8x16xbf16>) -> tensor<8x16xf32>
+  %da = cdp.unary_grad %dy, %p {kind = "gelu_tanh", round_result = "bf16"} : (tensor<8x16xf32>, tensor<8x16xbf16>) -> tensor<8x16xf32>
+  %logits = cdp.matmul %x, %w {narrow_operands = "bf16", round_result = "bf16"} : (tensor<8x4xbf16>, tensor<4x16xbf16>) -> tensor<8x16xf32>
+  %loss = cdp.softmax_cross_entropy_loss %logits, %labels : (tensor<8x16xf32>, tensor<8xi64>) -> tensor<f32>
+  %dlogits = cdp.softmax_cross_entropy_loss_grad %dl, %logits, %labels {from_scores = true, round_result = "bf16"} : (tensor<f32>, tensor<8x16xf32>, tensor<8xi64>) -> tensor<8x16xf32>
+  %unmarked = cdp.matmul %xf, %wf {round_result = "bf16"} : (tensor<8x4xf32>, tensor<4x16xf32>) -> tensor<8x16xf32>
+  %packed = cdp.pack_narrow %unmarked {format = "bf16"} : tensor<8x16xf32> -> tensor<8x16xbf16>
+  %returned = cdp.matmul %x, %w {narrow_operands = "bf16", round_result = "bf16"} : (tensor<8x4xbf16>, tensor<4x16xbf16>) -> tensor<8x16xf32>
+  %loss2 = cdp.softmax_cross_entropy_loss %returned, %labels : (tensor<8x16xf32>, tensor<8xi64>) -> tensor<f32>
+  %u = cdp.unpack_narrow %packed {format = "bf16"} : tensor<8x16xbf16> -> tensor<8x16xf32>
+  return %a, %da, %loss, %dlogits, %loss2, %returned : tensor<8x16xf32>, tensor<8x16xf32>, tensor<f32>, tensor<8x16xf32>, tensor<f32>, tensor<8x16xf32>
+}

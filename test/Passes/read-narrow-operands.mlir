@@ -90,3 +90,19 @@ func.func @activation_gradient(%packed: tensor<4x8xbf16>, %dy: tensor<4x8xf32>, 
   %e = cdp.unary_grad %dy, %x {kind = "relu"} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
   return %d, %e : tensor<4x8xf32>, tensor<4x8xf32>
 }
+
+// -----
+
+// Tests that GELU under round_result reads its input from the 2-byte copy
+// the backward keeps (the pack made before it); GELU without the rounding
+// keeps its float32 input.
+// CHECK-LABEL: func.func @gelu_input
+// CHECK: %[[P:.+]] = cdp.pack_narrow %arg0
+// CHECK-NEXT: cdp.gelu %[[P]] {approximate = "tanh", round_result = "bf16"} : (tensor<4x8xbf16>) -> tensor<4x8xf32>
+// CHECK-NEXT: cdp.gelu %arg0 : tensor<4x8xf32>
+func.func @gelu_input(%h: tensor<4x8xf32>) -> (tensor<4x8xbf16>, tensor<4x8xf32>, tensor<4x8xf32>) {
+  %p = cdp.pack_narrow %h {format = "bf16"} : tensor<4x8xf32> -> tensor<4x8xbf16>
+  %a = cdp.gelu %h {approximate = "tanh", round_result = "bf16"} : tensor<4x8xf32>
+  %b = cdp.gelu %h : tensor<4x8xf32>
+  return %p, %a, %b : tensor<4x8xbf16>, tensor<4x8xf32>, tensor<4x8xf32>
+}

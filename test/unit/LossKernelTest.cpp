@@ -9,6 +9,7 @@
 
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Runtime/Kernel.h"
+#include "kernels/NarrowFloat.h"
 
 #include <gtest/gtest.h>
 
@@ -98,6 +99,43 @@ TEST(LossKernel, FromScoresGivesTheStoredLogProbabilitiesBits) {
   for (int64_t c = 0; c < classes; ++c)
     rowSum += fromScores[c];
   EXPECT_NEAR(rowSum, 0.0, 1e-6);
+}
+
+// The LM head's logits stored in 2 bytes (cdp-narrow-results): the loss
+// and its gradient from the scores read the values the float32 copy holds.
+TEST(LossKernel, TwoByteScoresReadAsTheirFloats) {
+  const int64_t rows = 4, classes = 29;
+  std::mt19937 random(10);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  std::vector<float> wide(rows * classes);
+  std::vector<uint16_t> narrow(wide.size());
+  for (size_t k = 0; k < wide.size(); ++k) {
+    wide[k] = cdp::roundToBfloat16(normal(random));
+    narrow[k] = cdp::bfloat16BitsOf(wide[k]);
+  }
+  std::vector<int64_t> labels{3, 4, 28, 0};
+  std::vector<int64_t> shape{rows, classes};
+  using cdp::plan::BF16;
+  using cdp::plan::F32;
+  using cdp::plan::I64;
+  float fromWide = 0, fromNarrow = 0, dloss = 1.0f;
+  runOnCpu(lossInstruction("softmax_cross_entropy_loss", false),
+           {view(wide.data(), shape, F32), view(labels.data(), {rows}, I64)},
+           {view(&fromWide, {}, F32)});
+  runOnCpu(lossInstruction("softmax_cross_entropy_loss", false),
+           {view(narrow.data(), shape, BF16), view(labels.data(), {rows}, I64)},
+           {view(&fromNarrow, {}, F32)});
+  EXPECT_EQ(std::memcmp(&fromWide, &fromNarrow, sizeof(float)), 0);
+  std::vector<float> gradWide(wide.size()), gradNarrow(wide.size());
+  runOnCpu(lossInstruction("softmax_cross_entropy_loss_grad", true),
+           {view(&dloss, {}, F32), view(wide.data(), shape, F32),
+            view(labels.data(), {rows}, I64)},
+           {view(gradWide.data(), shape, F32)});
+  runOnCpu(lossInstruction("softmax_cross_entropy_loss_grad", true),
+           {view(&dloss, {}, F32), view(narrow.data(), shape, BF16),
+            view(labels.data(), {rows}, I64)},
+           {view(gradNarrow.data(), shape, F32)});
+  EXPECT_EQ(gradWide, gradNarrow);
 }
 
 } // namespace

@@ -423,6 +423,80 @@ TEST(NarrowFloat, UnaryGradReadsTwoByteSavedValuesAsTheirFloats) {
   }
 }
 
+// A product whose rounded result cdp-narrow-results stores in 2 bytes (an
+// MLP's first product, the logits) holds the bits of the rounded float32
+// result, bias and transposed operand included; GELU reading such values
+// (the 2-byte copy of its input) gives the float32 input's result.
+TEST(NarrowFloat, ProductResultAndGeluInputInTwoBytes) {
+  using namespace cdp::runtime;
+  std::mt19937 random(9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto exact = [&](size_t n) {
+    std::vector<float> values(n);
+    for (float &value : values)
+      value = roundToBfloat16(normal(random));
+    return values;
+  };
+  std::vector<float> a = exact(6 * 5), b = exact(7 * 5), bias = exact(7);
+  auto view = [](void *data, std::vector<int64_t> shape, cdp::plan::DType t) {
+    TensorView v;
+    v.data = data;
+    v.shape = std::move(shape);
+    v.dtype = t;
+    return v;
+  };
+  cdp::plan::Instruction gemm;
+  gemm.set_op("gemm");
+  for (auto [name, value] :
+       {std::pair<const char *, const char *>("narrow_operands", "bf16"),
+        {"round_result", "bf16"}}) {
+    cdp::plan::Attribute *attribute = gemm.add_attributes();
+    attribute->set_name(name);
+    attribute->set_s(value);
+  }
+  cdp::plan::Attribute *trans = gemm.add_attributes();
+  trans->set_name("trans_b");
+  trans->set_i(1);
+  auto product = [&](void *out, cdp::plan::DType dtype) {
+    KernelArgs args;
+    args.instruction = &gemm;
+    args.inputs = {view(a.data(), {6, 5}, cdp::plan::F32),
+                   view(b.data(), {7, 5}, cdp::plan::F32),
+                   view(bias.data(), {7}, cdp::plan::F32)};
+    args.outputs = {view(out, {6, 7}, dtype)};
+    (*KernelRegistry::instance().lookup("gemm", Backend::CPU))(args)->run(
+        StepContext());
+  };
+  std::vector<float> wide(42);
+  std::vector<uint16_t> narrow(42);
+  product(wide.data(), cdp::plan::F32);
+  product(narrow.data(), cdp::plan::BF16);
+  int inexact = 0;
+  for (size_t i = 0; i < wide.size(); ++i) {
+    EXPECT_EQ(narrow[i], bfloat16BitsOf(wide[i])) << "element " << i;
+    inexact += wide[i] != roundToBfloat16(wide[i]);
+  }
+  EXPECT_EQ(inexact, 0) << "the float32 result is rounded too";
+
+  cdp::plan::Instruction gelu;
+  gelu.set_op("gelu");
+  cdp::plan::Attribute *rounding = gelu.add_attributes();
+  rounding->set_name("round_result");
+  rounding->set_s("bf16");
+  auto activation = [&](void *in, cdp::plan::DType dtype) {
+    std::vector<float> y(42);
+    KernelArgs args;
+    args.instruction = &gelu;
+    args.inputs = {view(in, {6, 7}, dtype)};
+    args.outputs = {view(y.data(), {6, 7}, cdp::plan::F32)};
+    (*KernelRegistry::instance().lookup("gelu", Backend::CPU))(args)->run(
+        StepContext());
+    return y;
+  };
+  EXPECT_EQ(activation(narrow.data(), cdp::plan::BF16),
+            activation(wide.data(), cdp::plan::F32));
+}
+
 // reduce_to may read a gradient cdp-narrow-results stores in 2 bytes (a
 // GELU gradient, also read by the bias's gradient): it sums the values the
 // patterns hold, as it sums their float32 copies (a kernel reading the

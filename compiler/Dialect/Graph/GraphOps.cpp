@@ -154,10 +154,12 @@ LogicalResult inferClassLoss(Loc loc, Value scores, Value labels, Value weights,
         ArrayRef<int64_t>{scoresType.getDimSize(classAxis)})
       return fail(loc, "weights must have shape [" +
                            Twine(scoresType.getDimSize(classAxis)) + "]");
+  // Float32 losses, whether the scores are float32 or 2-byte.
+  Type f32 = Float32Type::get(scoresType.getContext());
   if (reduction == "none")
-    types.push_back(tensorOf(expected, scoresType.getElementType()));
+    types.push_back(tensorOf(expected, f32));
   else if (reduction == "mean" || reduction == "sum")
-    types.push_back(tensorOf({}, scoresType.getElementType()));
+    types.push_back(tensorOf({}, f32));
   else
     return fail(loc, "reduction must be 'mean', 'sum' or 'none', got '" +
                          reduction + "'");
@@ -287,14 +289,39 @@ LogicalResult GemmOp::inferReturnTypes(MLIRContext *, Loc loc, Adaptor adaptor,
   return success();
 }
 
+/// A product's 2-byte operands and result: the operands under
+/// narrow_operands of their format, the result under round_result of its
+/// format and narrow_operands too (the backends write it from their 2-byte
+/// products alone).
+static LogicalResult verifyNarrowProduct(Operation *op,
+                                         std::optional<StringRef> operands,
+                                         std::optional<StringRef> rounding) {
+  if (failed(verifyNarrowOperands(op, operands,
+                                  op->getOperands().take_front(2))) ||
+      failed(verifyNarrowResult(op, rounding)))
+    return failure();
+  Type element =
+      cast<RankedTensorType>(op->getResult(0).getType()).getElementType();
+  if (!element.isF32() && operands != rounding)
+    return op->emitOpError("stores its result in 2 bytes, which needs "
+                           "narrow_operands of that format");
+  return success();
+}
+
 LogicalResult GemmOp::verify() {
-  return verifyNarrowOperands(*this, getNarrowOperands(),
-                              getOperands().take_front(2));
+  return verifyNarrowProduct(*this, getNarrowOperands(), getRoundResult());
+}
+
+bool GemmOp::isCompatibleReturnTypes(TypeRange inferred, TypeRange actual) {
+  return isResultOrNarrowed(inferred, actual);
 }
 
 LogicalResult MatMulOp::verify() {
-  return verifyNarrowOperands(*this, getNarrowOperands(),
-                              getOperands().take_front(2));
+  return verifyNarrowProduct(*this, getNarrowOperands(), getRoundResult());
+}
+
+bool MatMulOp::isCompatibleReturnTypes(TypeRange inferred, TypeRange actual) {
+  return isResultOrNarrowed(inferred, actual);
 }
 
 LogicalResult MatMulOp::inferReturnTypes(MLIRContext *, Loc loc,
@@ -548,7 +575,52 @@ LogicalResult GeluOp::verify() {
   if (approximate != "none" && approximate != "tanh")
     return emitOpError("approximate must be 'none' or 'tanh', got '")
            << approximate << "'";
+  Type element = getInput().getType().getElementType();
+  if (!element.isF32() &&
+      getRoundResult() != (element.isBF16() ? "bf16" : "f16"))
+    return emitOpError("reads a 2-byte input, which needs round_result of "
+                       "its format");
   return success();
+}
+
+/// Float32 values of the input's shape (the input may be 2-byte).
+LogicalResult GeluOp::inferReturnTypes(MLIRContext *, Loc, Adaptor adaptor,
+                                       SmallVectorImpl<Type> &types) {
+  return inferFloat32Like(adaptor.getInput(), types);
+}
+
+/// `%y = cdp.gelu %x {...} : type` where input and result share the type,
+/// else `: (input type) -> result type`.
+ParseResult GeluOp::parse(OpAsmParser &parser, OperationState &result) {
+  OpAsmParser::UnresolvedOperand input;
+  Type inputType, outputType;
+  if (parser.parseOperand(input) ||
+      parser.parseOptionalAttrDict(result.attributes) || parser.parseColon())
+    return failure();
+  if (succeeded(parser.parseOptionalLParen())) {
+    if (parser.parseType(inputType) || parser.parseRParen() ||
+        parser.parseArrow() || parser.parseType(outputType))
+      return failure();
+  } else if (parser.parseType(inputType)) {
+    return failure();
+  } else {
+    outputType = inputType;
+  }
+  result.addTypes(outputType);
+  return parser.resolveOperand(input, inputType, result.operands);
+}
+
+void GeluOp::print(OpAsmPrinter &printer) {
+  printer << ' ' << getInput();
+  SmallVector<StringRef, 1> elided;
+  if (getApproximate() == "none") // the default, as ODS formats elide it
+    elided.push_back(getApproximateAttrName());
+  printer.printOptionalAttrDict((*this)->getAttrs(), elided);
+  printer << " : ";
+  if (getInput().getType() == getOutput().getType())
+    printer << getOutput().getType();
+  else
+    printer << '(' << getInput().getType() << ") -> " << getOutput().getType();
 }
 
 LogicalResult RoundToOp::verify() {
@@ -901,8 +973,7 @@ LogicalResult SoftmaxCrossEntropyLossOp::inferReturnTypes(
                             adaptor.getWeights(), adaptor.getReduction(),
                             adaptor.getClassesLast(), types)))
     return failure();
-  types.push_back(adaptor.getScores().getType());
-  return success();
+  return inferFloat32Like(adaptor.getScores(), types); // the log-probabilities
 }
 
 /// The log-probabilities are optional (cdp-recompute-log-probabilities

@@ -166,4 +166,47 @@ LogicalResult verifyNarrowOperands(Operation *op,
   return success();
 }
 
+LogicalResult inferFloat32Like(Value value, SmallVectorImpl<Type> &types) {
+  auto type = dyn_cast<RankedTensorType>(value.getType());
+  if (!type)
+    return failure();
+  types.push_back(RankedTensorType::get(type.getShape(),
+                                        Float32Type::get(value.getContext())));
+  return success();
+}
+
+/// Whether `actual` is the float32 result inferred, or that result stored
+/// in 2 bytes (bf16 or f16, the shape kept).
+bool isResultOrNarrowed(TypeRange inferred, TypeRange actual) {
+  if (inferred.size() != actual.size())
+    return false;
+  for (auto [want, got] : llvm::zip(inferred, actual)) {
+    auto wantTensor = dyn_cast<RankedTensorType>(want);
+    auto gotTensor = dyn_cast<RankedTensorType>(got);
+    if (want == got)
+      continue;
+    if (!wantTensor || !gotTensor ||
+        wantTensor.getShape() != gotTensor.getShape() ||
+        !wantTensor.getElementType().isF32() ||
+        !(gotTensor.getElementType().isBF16() ||
+          gotTensor.getElementType().isF16()))
+      return false;
+  }
+  return true;
+}
+
+/// A 2-byte result holds the values `round_result` rounded to its format.
+LogicalResult verifyNarrowResult(Operation *op,
+                                 std::optional<StringRef> rounding) {
+  Type element =
+      cast<RankedTensorType>(op->getResult(0).getType()).getElementType();
+  if (element.isF32())
+    return success();
+  StringRef stored = element.isBF16() ? "bf16" : "f16";
+  if (rounding != stored)
+    return op->emitOpError("stores its result in ")
+           << stored << ", which needs round_result = \"" << stored << "\"";
+  return success();
+}
+
 } // namespace cdp::shape_rules

@@ -62,6 +62,16 @@ mlir::LogicalResult verifyNarrowOperands(mlir::Operation *op,
 /// A rounding attribute (narrow_operands, round_result) names bf16 or f16.
 mlir::LogicalResult verifyRoundingFormat(mlir::Operation *op,
                                          std::optional<llvm::StringRef> format);
+/// Float32 values of `value`'s shape, whatever its element type (an op
+/// reading 2-byte values widens them: GELU, a loss and its gradient).
+mlir::LogicalResult inferFloat32Like(mlir::Value value,
+                                     llvm::SmallVectorImpl<mlir::Type> &types);
+/// Whether `actual` is the float32 result inferred, or that result stored
+/// in 2 bytes (bf16 or f16, the shape kept).
+bool isResultOrNarrowed(mlir::TypeRange inferred, mlir::TypeRange actual);
+/// A 2-byte result holds the values `round_result` rounded to its format.
+mlir::LogicalResult verifyNarrowResult(mlir::Operation *op,
+                                       std::optional<llvm::StringRef> rounding);
 mlir::LogicalResult checkLength(Loc loc, llvm::StringRef name,
                                 llvm::ArrayRef<int64_t> values,
                                 size_t expected);

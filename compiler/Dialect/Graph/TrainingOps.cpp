@@ -156,40 +156,6 @@ LogicalResult AttentionGradOp::verify() {
   return verifyNarrowOperands(*this, format, {getA(), getB(), getV()});
 }
 
-/// Whether `actual` is the float32 result inferred, or that result stored
-/// in 2 bytes (bf16 or f16, the shape kept).
-static bool isResultOrNarrowed(TypeRange inferred, TypeRange actual) {
-  if (inferred.size() != actual.size())
-    return false;
-  for (auto [want, got] : llvm::zip(inferred, actual)) {
-    auto wantTensor = dyn_cast<RankedTensorType>(want);
-    auto gotTensor = dyn_cast<RankedTensorType>(got);
-    if (want == got)
-      continue;
-    if (!wantTensor || !gotTensor ||
-        wantTensor.getShape() != gotTensor.getShape() ||
-        !wantTensor.getElementType().isF32() ||
-        !(gotTensor.getElementType().isBF16() ||
-          gotTensor.getElementType().isF16()))
-      return false;
-  }
-  return true;
-}
-
-/// A 2-byte result holds the values `round_result` rounded to its format.
-static LogicalResult verifyNarrowResult(Operation *op,
-                                        std::optional<StringRef> rounding) {
-  Type element =
-      cast<RankedTensorType>(op->getResult(0).getType()).getElementType();
-  if (element.isF32())
-    return success();
-  StringRef stored = element.isBF16() ? "bf16" : "f16";
-  if (rounding != stored)
-    return op->emitOpError("stores its result in ")
-           << stored << ", which needs round_result = \"" << stored << "\"";
-  return success();
-}
-
 bool SoftmaxGradOp::isCompatibleReturnTypes(TypeRange inferred,
                                             TypeRange actual) {
   return isResultOrNarrowed(inferred, actual);
@@ -205,6 +171,10 @@ bool SoftmaxCrossEntropyLossGradOp::isCompatibleReturnTypes(TypeRange inferred,
 }
 
 LogicalResult SoftmaxCrossEntropyLossGradOp::verify() {
+  // Log-probabilities are float32; scores may be 2-byte (the loss's).
+  if (!getLogProb().getType().getElementType().isF32() && !getFromScores())
+    return emitOpError("reads 2-byte values, which must be the scores "
+                       "(from_scores)");
   return verifyNarrowResult(*this, getRoundResult());
 }
 
@@ -235,9 +205,10 @@ LogicalResult GatherGradOp::inferReturnTypes(MLIRContext *context, Loc loc,
   return inferStaticF32(context, loc, adaptor.getDataShape(), types);
 }
 
+/// Float32 values of the scores' shape (they may be 2-byte).
 LogicalResult SoftmaxCrossEntropyLossGradOp::inferReturnTypes(
     MLIRContext *, Loc, Adaptor adaptor, SmallVectorImpl<Type> &types) {
-  return inferSameAs(adaptor.getLogProb(), types);
+  return inferFloat32Like(adaptor.getLogProb(), types);
 }
 
 LogicalResult NllLossGradOp::inferReturnTypes(MLIRContext *context, Loc loc,

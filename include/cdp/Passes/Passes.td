@@ -405,7 +405,14 @@ def NarrowResults : Pass<"cdp-narrow-results", "mlir::ModuleOp"> {
     seq^2, where attention is not fused) and GELU's gradient (read by the
     linear layer's two products and its bias's reduce_to) and the logits'
     gradient (the LM head's two products) were written in float32 and
-    converted again by each product that read them.
+    converted again by each product that read them. So is a `cdp.gemm` or
+    `cdp.matmul` whose `round_result` and `narrow_operands` name the same
+    format, where every reader takes 2-byte values: besides the readers
+    above, a `cdp.gelu` rounding to it (which cdp-read-narrow-operands
+    points at the backward's packed copy: an MLP's first product), an
+    activation gradient's saved value, a loss's scores and its gradient's
+    `from_scores` (the LM head's logits, where the model does not return
+    them), all of whose kernels widen the values as they read them.
   }];
   let dependentDialects = ["cdp::CDPDialect"];
 }

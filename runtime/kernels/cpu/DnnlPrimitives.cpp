@@ -247,7 +247,9 @@ void registerDnnlPrimitives(KernelRegistry &registry) {
     wrap(registry, op, [alg = alg](const KernelArgs &args) {
       return eltwiseForward(args, alg);
     });
-  wrap(registry, "gelu", [](const KernelArgs &args) {
+  wrap(registry, "gelu", [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+    if (args.inputs[0].dtype != plan::F32)
+      return nullptr; // a 2-byte input: the own kernel widens it
     return eltwiseForward(args, args.s("approximate", "none") == "tanh"
                                     ? algorithm::eltwise_gelu_tanh
                                     : algorithm::eltwise_gelu_erf);

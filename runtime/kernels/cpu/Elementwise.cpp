@@ -203,12 +203,15 @@ static void registerArithmetic(KernelRegistry &registry) {
     TensorView x = args.inputs[0], y = args.outputs[0];
     bool approximate = ops::GeluAttributes::read(args).approximate == "tanh";
     int64_t n = y.numel();
+    // The input may be the 2-byte copy the backward keeps, widened as read.
+    NarrowFormat stored = storedFormatOf(x);
     return roundedResult(args, [=](const StepContext &) {
-      const float *px = x.f32();
       float *py = y.f32();
 #pragma omp parallel for if (n > 65536)
-      for (int64_t i = 0; i < n; ++i)
-        py[i] = approximate ? geluTanh(px[i]) : gelu(px[i]);
+      for (int64_t i = 0; i < n; ++i) {
+        float value = loadValue(x.data, i, stored);
+        py[i] = approximate ? geluTanh(value) : gelu(value);
+      }
     });
   });
   registry.add("unary_grad", Backend::CPU, [](const KernelArgs &args) {

@@ -287,7 +287,9 @@ checkingNarrowOperands(const KernelArgs &args,
 /// A gemm's or matmul's kernel made by `make`: operands A and B that hold
 /// 2-byte values (cdp-read-narrow-operands) are widened into float32
 /// buffers of the kernel's own, its workspace, before each run, and the
-/// float32 kernel multiplies those.
+/// float32 kernel multiplies those. A result stored in 2 bytes
+/// (cdp-narrow-results) is computed into a float32 buffer of the kernel's
+/// own too and packed, which rounds it as round_result says.
 std::unique_ptr<Kernel> productKernel(
     const KernelArgs &args,
     std::function<std::function<void(const StepContext &)>(const KernelArgs &)>
@@ -296,16 +298,31 @@ std::unique_ptr<Kernel> productKernel(
   WidenedOperands widened;
   for (int i : {0, 1})
     widened.add(widenedArgs.inputs[i]);
-  auto body = roundedResult(
-      args, checkingNarrowOperands(widenedArgs, make(widenedArgs)));
-  if (widened.empty())
-    return std::make_unique<FunctionKernel>(std::move(body));
+  TensorView out = args.outputs[0];
+  std::shared_ptr<std::vector<float>> wideResult;
+  if (storedInTwoBytes(out)) {
+    wideResult = std::make_shared<std::vector<float>>(out.numel());
+    widenedArgs.outputs[0].data = wideResult->data();
+    widenedArgs.outputs[0].dtype = plan::F32;
+  }
+  auto product = checkingNarrowOperands(widenedArgs, make(widenedArgs));
+  std::function<void(const StepContext &)> body = roundedResult(args, product);
+  int64_t workspace = widened.bytes();
+  if (wideResult) {
+    bool bf16 = out.dtype == plan::BF16;
+    body = [=](const StepContext &context) {
+      product(context);
+      packNarrow(wideResult->data(), static_cast<uint16_t *>(out.data),
+                 out.numel(), bf16);
+    };
+    workspace += out.numel() * static_cast<int64_t>(sizeof(float));
+  }
   return std::make_unique<FunctionKernel>(
       [widened, body](const StepContext &context) {
         widened.widen();
         body(context);
       },
-      widened.bytes());
+      workspace);
 }
 
 } // namespace

@@ -9,6 +9,8 @@
 #include "CpuKernels.h"
 #include "cdp/Runtime/OpTable.h"
 
+#include "../NarrowOperands.h"
+
 #include <cmath>
 
 namespace cdp::runtime::cpu {
@@ -61,13 +63,23 @@ struct ClassGeometry {
   }
 };
 
+/// A loss's scores: float32, or the 2-byte values of rounded logits
+/// (cdp-narrow-results), widened as read.
+struct Scores {
+  const void *data;
+  NarrowFormat stored;
+  explicit Scores(const TensorView &view)
+      : data(view.data), stored(storedFormatOf(view)) {}
+  float operator[](int64_t k) const { return loadValue(data, k, stored); }
+};
+
 /// Row (n, i)'s largest score and the log of its sum of exponentials.
 struct RowLogSum {
   float top;
   double logSum;
 };
 
-RowLogSum rowLogSumOf(const ClassGeometry &g, const float *scores, int64_t n,
+RowLogSum rowLogSumOf(const ClassGeometry &g, const Scores &scores, int64_t n,
                       int64_t i) {
   float top = scores[g.at(n, 0, i)];
   for (int64_t c = 1; c < g.classes; ++c)
@@ -143,7 +155,7 @@ softmaxLossGrad(const KernelArgs &args) {
   bool fromScores = args.i("from_scores", 0) != 0;
   std::string location = args.instruction->location();
   return [=](const StepContext &) {
-    const float *in = rows.f32();
+    Scores in(rows);
     forEachWeightedGradient(
         g, dloss, labels.i64(), weights, location,
         [&](int64_t n, int64_t i, int64_t label, double factor) {
@@ -174,7 +186,7 @@ void registerLoss(KernelRegistry &registry) {
     ClassGeometry g(args, scores.shape);
     std::string location = args.instruction->location();
     return [=](const StepContext &) {
-      const float *in = scores.f32();
+      Scores in(scores);
       if (!logp.present()) {
         auto logProbOf = [&](int64_t n, int64_t label, int64_t i) {
           return logProbabilityOf(in[g.at(n, label, i)],

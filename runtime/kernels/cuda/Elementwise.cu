@@ -156,10 +156,14 @@ __device__ float applyUnary(UnaryOp op, float x, float p, float q) {
   }
 }
 
-/// `rounding`: the op's round_result (GELU's; None for the others).
-__global__ void unaryKernel(UnaryOp op, const float *x, float *y, int64_t n,
-                            float p, float q, NarrowFormat rounding) {
-  CDP_FOR_EACH(i, n) { y[i] = roundedTo(rounding, applyUnary(op, x[i], p, q)); }
+/// `rounding`: the op's round_result (GELU's; None for the others); `x`
+/// stored as `stored` (GELU may read the backward's 2-byte copy).
+__global__ void unaryKernel(UnaryOp op, const void *x, NarrowFormat stored,
+                            float *y, int64_t n, float p, float q,
+                            NarrowFormat rounding) {
+  CDP_FOR_EACH(i, n) {
+    y[i] = roundedTo(rounding, applyUnary(op, loadValue(x, i, stored), p, q));
+  }
 }
 
 void addUnary(KernelRegistry &registry, const std::string &name,
@@ -174,11 +178,12 @@ void addUnary(KernelRegistry &registry, const std::string &name,
     float p = pq.first, q = pq.second;
     int64_t n = y.numel();
     NarrowFormat rounding = roundingOf(args);
+    NarrowFormat stored = storedFormatOf(x);
     return [=](const StepContext &context) {
       if (n == 0)
         return;
       unaryKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
-          op, x.f32(), y.f32(), n, p, q, rounding);
+          op, x.data, stored, y.f32(), n, p, q, rounding);
       launched("unary");
     };
   });

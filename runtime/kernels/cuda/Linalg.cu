@@ -53,6 +53,20 @@ void roundResult(cudaStream_t stream, NarrowFormat format, float *y,
   launched("round_result");
 }
 
+/// y[i] = the 2-byte pattern of c[map(i)] (a gemm's C broadcast into a
+/// result stored in 2 bytes; C's values are exact in the format).
+__global__ void narrowGather(const float *c, uint16_t *y, int64_t n,
+                             IndexMap map, bool bf16) {
+  CDP_FOR_EACH(i, n) { y[i] = narrowBitsOf(c[map(i)], bf16); }
+}
+
+void narrowCopy(cudaStream_t stream, const float *c, void *y, int64_t n,
+                IndexMap map, bool bf16) {
+  narrowGather<<<blocksFor(n), kThreads, 0, stream>>>(
+      c, static_cast<uint16_t *>(y), n, map, bf16);
+  launched("gemm C");
+}
+
 /// 2-byte patterns of `count` matrices of `size` values each, matrix i read
 /// at `from` + map(i) * size (a broadcast operand repeated): the values are
 /// exact in the format, so the patterns hold them whole.
@@ -118,9 +132,12 @@ struct NarrowProduct {
     return 2 * (bOffset() + (copied(bSource) ? count * k * n : 0));
   }
 
-  /// Y = alpha op(A) op(B) + beta Y on `stream` (the device's).
+  /// Y = alpha op(A) op(B) + beta Y on `stream` (the device's); Y float32,
+  /// or 2-byte values of the operands' format (a result cdp-narrow-results
+  /// stores so: cuBLAS rounds the float32 sums to nearest as it writes).
   void run(CudaDevice &device, cudaStream_t stream, const void *a,
-           const void *b, float alpha, float beta, float *y) const {
+           const void *b, float alpha, float beta, void *y,
+           bool narrowResult) const {
     auto *a16 = static_cast<uint16_t *>(device.shared());
     const uint16_t *aIn = prepare(aSource, a, a16, m * k, aMap, stream);
     const uint16_t *bIn =
@@ -132,8 +149,8 @@ struct NarrowProduct {
                     transA ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, bIn,
                     type, transB ? k : n, strideOf(bSource, k * n), aIn, type,
                     transA ? m : k, strideOf(aSource, m * k), &beta, y,
-                    CUDA_R_32F, n, m * n, count, CUBLAS_COMPUTE_32F,
-                    CUBLAS_GEMM_DEFAULT),
+                    narrowResult ? type : CUDA_R_32F, n, m * n, count,
+                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                 "cublasGemmStridedBatchedEx");
   }
 
@@ -188,18 +205,21 @@ std::function<void(const StepContext &)> narrowMatMul(const KernelArgs &args,
   narrow.bSource = narrowSourceOf(b, narrow.count, g.bBatch, g.batch);
   CudaDevice &device = deviceOf(args);
   NarrowFormat rounding = roundingOf(args);
+  bool narrowResult = storedInTwoBytes(y);
   if (narrow.count > 0 && narrow.m > 0 && narrow.n > 0)
     device.reserveShared(narrow.bytes());
   return [=, &device](const StepContext &context) {
     if (narrow.count == 0 || narrow.m == 0 || narrow.n == 0)
       return;
-    if (narrow.k == 0) {
+    if (narrow.k == 0) { // zeros in either width
       checkCuda(cudaMemsetAsync(y.data, 0, byteSize(y), streamOf(context)),
                 "memset");
       return;
     }
-    narrow.run(device, streamOf(context), a.data, b.data, 1.0f, 0.0f, y.f32());
-    roundResult(streamOf(context), rounding, y.f32(), y.numel());
+    narrow.run(device, streamOf(context), a.data, b.data, 1.0f, 0.0f, y.data,
+               narrowResult);
+    if (!narrowResult)
+      roundResult(streamOf(context), rounding, y.f32(), y.numel());
   };
 }
 
@@ -273,11 +293,20 @@ void registerLinalg(KernelRegistry &registry) {
     if (narrow.format != NarrowFormat::None)
       device.reserveShared(narrow.bytes());
     NarrowFormat rounding = roundingOf(args);
+    // A result stored in 2 bytes (cdp-narrow-results, only under
+    // narrow_operands): C is written into it in that format first (C, a
+    // rounded bias, is exact in it), and cuBLAS rounds the sums as it writes.
+    bool narrowResult = storedInTwoBytes(y);
+    if (narrowResult && k == 0)
+      args.fail("an empty product (k = 0) stored in 2 bytes");
     return [=, &device](const StepContext &context) {
       if (m == 0 || n == 0)
         return;
       float effectiveBeta = c.present() ? beta : 0.0f;
-      if (c.present())
+      if (c.present() && narrowResult)
+        narrowCopy(streamOf(context), c.f32(), y.data, m * n, map,
+                   y.dtype == plan::BF16);
+      else if (c.present())
         gatherCopy(streamOf(context), c.data, y.data, m * n, 4, map);
       if (k == 0) { // an empty product: C = beta C
         scaleKernel<<<blocksFor(m * n), kThreads, 0, streamOf(context)>>>(
@@ -287,11 +316,12 @@ void registerLinalg(KernelRegistry &registry) {
       }
       if (narrow.format != NarrowFormat::None)
         narrow.run(device, streamOf(context), a.data, b.data, alpha,
-                   effectiveBeta, y.f32());
+                   effectiveBeta, y.data, narrowResult);
       else
         sgemm(blas, transA, transB, m, n, k, alpha, a.f32(), b.f32(),
               effectiveBeta, y.f32());
-      roundResult(streamOf(context), rounding, y.f32(), m * n);
+      if (!narrowResult)
+        roundResult(streamOf(context), rounding, y.f32(), m * n);
     };
   });
 

@@ -541,3 +541,27 @@ func.func @pack_narrow_shape(%x: tensor<4x8xf32>) -> tensor<16xbf16> {
   %p = cdp.pack_narrow %x {format = "bf16"} : tensor<4x8xf32> -> tensor<16xbf16>
   return %p : tensor<16xbf16>
 }
+
+// -----
+
+func.func @gelu_narrow_input_without_rounding(%x: tensor<4x8xbf16>) -> tensor<4x8xf32> {
+  // expected-error@+1 {{'cdp.gelu' op reads a 2-byte input, which needs round_result of its format}}
+  %y = cdp.gelu %x : (tensor<4x8xbf16>) -> tensor<4x8xf32>
+  return %y : tensor<4x8xf32>
+}
+
+// -----
+
+func.func @narrow_product_result_unmarked(%a: tensor<4x8xf32>, %b: tensor<8x2xf32>) -> tensor<4x2xbf16> {
+  // expected-error@+1 {{'cdp.matmul' op stores its result in 2 bytes, which needs narrow_operands of that format}}
+  %y = cdp.matmul %a, %b {round_result = "bf16"} : (tensor<4x8xf32>, tensor<8x2xf32>) -> tensor<4x2xbf16>
+  return %y : tensor<4x2xbf16>
+}
+
+// -----
+
+func.func @narrow_log_probabilities(%dl: tensor<f32>, %logp: tensor<4x8xbf16>, %labels: tensor<4xi64>) -> tensor<4x8xf32> {
+  // expected-error@+1 {{'cdp.softmax_cross_entropy_loss_grad' op reads 2-byte values, which must be the scores (from_scores)}}
+  %d = cdp.softmax_cross_entropy_loss_grad %dl, %logp, %labels : (tensor<f32>, tensor<4x8xbf16>, tensor<4xi64>) -> tensor<4x8xf32>
+  return %d : tensor<4x8xf32>
+}

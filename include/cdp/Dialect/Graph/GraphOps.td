@@ -156,10 +156,11 @@ def CDP_GemmOp : CDP_Op<"gemm", [CDP_Differentiable]> {
     says that every value of `A` and `B` is exact in that format, so a
     backend may multiply them in it with float32 sums. Under it `A` and
     `B` may also be tensors of that format (cdp-read-narrow-operands: the
-    values cdp.pack_narrow stored), read as they are; the result is
-    float32. `round_result` ("bf16" or "f16", set by cdp-fuse-roundings)
-    rounds each value of the result to that format as a `cdp.round_to`
-    after the op would.
+    values cdp.pack_narrow stored), read as they are. `round_result`
+    ("bf16" or "f16", set by cdp-fuse-roundings) rounds each value of the
+    result to that format as a `cdp.round_to` after the op would; with it
+    and `narrow_operands` of that format the result may be a tensor of the
+    format (cdp-narrow-results: where every reader takes 2-byte values).
   }];
   let arguments = (ins CDP_ProductOperand:$a, CDP_ProductOperand:$b, Optional<CDP_F32Tensor>:$c,
                        DefaultValuedAttr<F32Attr, "1.0f">:$alpha,
@@ -168,7 +169,11 @@ def CDP_GemmOp : CDP_Op<"gemm", [CDP_Differentiable]> {
                        DefaultValuedAttr<BoolAttr, "false">:$trans_b,
                        OptionalAttr<StrAttr>:$narrow_operands,
                        OptionalAttr<StrAttr>:$round_result);
-  let results = (outs CDP_F32Tensor:$output);
+  let results = (outs CDP_ProductOperand:$output);
+  let extraClassDeclaration = [{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
+                                        ::mlir::TypeRange actual);
+  }];
   let hasVerifier = 1;
 }
 
@@ -182,14 +187,18 @@ def CDP_MatMulOp : CDP_Op<"matmul", [CDP_Differentiable]> {
     2 or more. The importer never sets them: `cdp-fold-transpose` and the
     MatMul gradient do, so that no Transpose op runs before the product.
     `narrow_operands` as for `cdp.gemm`, with 2-byte operands likewise, and
-    `round_result`.
+    `round_result`, with a 2-byte result likewise.
   }];
   let arguments = (ins CDP_ProductOperand:$a, CDP_ProductOperand:$b,
                        DefaultValuedAttr<BoolAttr, "false">:$trans_a,
                        DefaultValuedAttr<BoolAttr, "false">:$trans_b,
                        OptionalAttr<StrAttr>:$narrow_operands,
                        OptionalAttr<StrAttr>:$round_result);
-  let results = (outs CDP_F32Tensor:$output);
+  let results = (outs CDP_ProductOperand:$output);
+  let extraClassDeclaration = [{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
+                                        ::mlir::TypeRange actual);
+  }];
   let hasVerifier = 1;
 }
 
@@ -418,18 +427,23 @@ def CDP_HardSwishOp : CDP_ActivationOp<"hard_swish", "HardSwish", "hard_swish"> 
   let description = "ONNX `HardSwish`: `x * max(0, min(1, x / 6 + 1 / 2))`.";
 }
 
-def CDP_GeluOp : CDP_BaseOp<"gelu", [CDP_ElementwiseInPlace, CDP_Differentiable, Pure, SameOperandsAndResultType, InferTypeOpInterface]> {
+def CDP_GeluOp : CDP_BaseOp<"gelu", [CDP_ElementwiseInPlace, CDP_Differentiable, Pure, InferTypeOpAdaptor]> {
   let summary = "Gaussian error linear unit (ONNX Gelu)";
   let description = [{
     `approximate = "none"`: `x * 0.5 * (1 + erf(x / sqrt(2)))`;
     `"tanh"`: `x * 0.5 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3)))`.
-    `round_result` as for `cdp.add`.
+    `round_result` as for `cdp.add`. Under `round_result` the input may be
+    a tensor of that format (cdp-read-narrow-operands: the 2-byte copy the
+    backward keeps of a product's rounded result), widened as read; the
+    result is float32. Printed `: type` when input and result share it,
+    else `: (input type) -> result type`.
   }];
-  let arguments = (ins CDP_F32Tensor:$input,
+  let arguments = (ins CDP_ProductOperand:$input,
                        DefaultValuedStrAttr<StrAttr, "none">:$approximate,
                        OptionalAttr<StrAttr>:$round_result);
   let results = (outs CDP_F32Tensor:$output);
-  let assemblyFormat = "$input attr-dict `:` type($output)";
+  let assemblyFormat = ?;
+  let hasCustomAssemblyFormat = 1;
   let hasVerifier = 1;
 }
 
@@ -742,9 +756,11 @@ def CDP_SoftmaxCrossEntropyLossOp : CDP_Op<"softmax_cross_entropy_loss", [CDP_Di
     unless cdp-recompute-log-probabilities dropped them (its gradient then
     recomputes them from the scores). With `classes_last` the scores are
     `(N, d1, ..., C)` (a language model's logits, read in place instead of
-    transposed), the log-probabilities too.
+    transposed), the log-probabilities too. The scores may be a bf16 or f16
+    tensor (cdp-narrow-results: the LM head's rounded logits stored in 2
+    bytes), widened as read; the log-probabilities are float32.
   }];
-  let arguments = (ins CDP_F32Tensor:$scores, CDP_I64Tensor:$labels,
+  let arguments = (ins CDP_ProductOperand:$scores, CDP_I64Tensor:$labels,
                        Optional<CDP_F32Tensor>:$weights,
                        DefaultValuedStrAttr<StrAttr, "mean">:$reduction,
                        OptionalAttr<I64Attr>:$ignore_index,
@@ -981,9 +997,10 @@ def CDP_SoftmaxCrossEntropyLossGradOp : CDP_Op<"softmax_cross_entropy_loss_grad"
     `from_scores` the second operand holds the loss's scores, not its
     log-probabilities: each row's log-softmax is recomputed from them with
     the loss's own arithmetic, the same bits
-    (cdp-recompute-log-probabilities).
+    (cdp-recompute-log-probabilities); those scores may be 2-byte as the
+    loss's may.
   }];
-  let arguments = (ins CDP_F32Tensor:$grad, CDP_F32Tensor:$log_prob,
+  let arguments = (ins CDP_F32Tensor:$grad, CDP_ProductOperand:$log_prob,
                        CDP_I64Tensor:$labels, Optional<CDP_F32Tensor>:$weights,
                        DefaultValuedStrAttr<StrAttr, "mean">:$reduction,
                        OptionalAttr<I64Attr>:$ignore_index,
