@@ -11,7 +11,8 @@
 // read by the LM head's two products: batch x seq x vocabulary values), and
 // so are products' results: the LM head's logits (read by the loss and its
 // gradient) and an MLP's first product (read by the pack the backward keeps
-// and by GELU, which read them as cdp-read-narrow-operands left them). Where
+// and by GELU, which read them as cdp-read-narrow-operands left them), and
+// GELU's own (packed for the next product, which reads the pack). Where
 // every reader takes the 2-byte values, in the op's stage (through reshapes,
 // views at its address), the op stores its result in 2 bytes: the packs go
 // (their readers read the result), the products and reductions read it in
@@ -117,7 +118,7 @@ struct NarrowResultsPass
     SmallVector<Operation *> ops;
     getOperation().walk([&](Operation *op) {
       if (isa<SoftmaxGradOp, UnaryGradOp, SoftmaxCrossEntropyLossGradOp, GemmOp,
-              MatMulOp>(op))
+              MatMulOp, GeluOp>(op))
         ops.push_back(op);
     });
     for (Operation *op : ops)

@@ -458,14 +458,15 @@ Rules makeRules() {
        {"relu", "erf", "tanh", "sigmoid", "sqrt", "hard_swish", "clip",
         "hard_sigmoid", "reciprocal", "sin", "cos", "abs", "exp", "log"})
     rules[op] = plain(unary);
-  // GELU may read the backward's 2-byte copy (cdp-read-narrow-operands).
-  rules["gelu"] = plain([](const Check &c) {
+  // GELU may read the backward's 2-byte copy (cdp-read-narrow-operands)
+  // and store its result in 2 bytes (cdp-narrow-results).
+  rules["gelu"] = [](const Check &c, const KernelArgs &args) {
     c.declared();
     if (!storedInTwoBytes(c.in(0)))
       c.type(c.in(0), plan::F32);
-    c.type(c.out(0), plan::F32);
+    narrowableOutput(c, args);
     c.same(c.in(0), c.out(0));
-  });
+  };
   for (const char *op : {"add", "sub", "mul", "div", "pow", "min", "max"})
     rules[op] = plain(binary);
   rules["round_to"] = plain([](const Check &c) {

@@ -111,3 +111,24 @@ func.func @products(%x: tensor<8x4xbf16>, %w: tensor<4x16xbf16>, %b: tensor<16xf
   %u = cdp.unpack_narrow %packed {format = "bf16"} : tensor<8x16xbf16> -> tensor<8x16xf32>
   return %a, %da, %loss, %dlogits, %loss2, %returned : tensor<8x16xf32>, tensor<8x16xf32>, tensor<f32>, tensor<8x16xf32>, tensor<f32>, tensor<8x16xf32>
 }
+
+// -----
+
+// GELU's rounded result read only by the pack for the next product is
+// stored in bf16 (the pack goes, the product reads GELU's result); one
+// that a float32 op also reads stays.
+// CHECK-LABEL: func.func @gelu_result
+// CHECK: %[[A:.+]] = cdp.gelu %arg0 {round_result = "bf16"} : tensor<8x16xbf16>
+// CHECK-NEXT: cdp.gemm %[[A]], %arg1 {narrow_operands = "bf16"} : (tensor<8x16xbf16>, tensor<16x4xbf16>) -> tensor<8x4xf32>
+// CHECK: %[[B:.+]] = cdp.gelu %arg0 {round_result = "bf16"} : (tensor<8x16xbf16>) -> tensor<8x16xf32>
+// CHECK-NEXT: cdp.pack_narrow %[[B]]
+func.func @gelu_result(%h: tensor<8x16xbf16>, %w: tensor<16x4xbf16>) -> (tensor<8x4xf32>, tensor<8x4xf32>, tensor<8x16xf32>) {
+  %a = cdp.gelu %h {round_result = "bf16"} : (tensor<8x16xbf16>) -> tensor<8x16xf32>
+  %p = cdp.pack_narrow %a {format = "bf16"} : tensor<8x16xf32> -> tensor<8x16xbf16>
+  %y = cdp.gemm %p, %w {narrow_operands = "bf16"} : (tensor<8x16xbf16>, tensor<16x4xbf16>) -> tensor<8x4xf32>
+  %b = cdp.gelu %h {round_result = "bf16"} : (tensor<8x16xbf16>) -> tensor<8x16xf32>
+  %q = cdp.pack_narrow %b {format = "bf16"} : tensor<8x16xf32> -> tensor<8x16xbf16>
+  %z = cdp.gemm %q, %w {narrow_operands = "bf16"} : (tensor<8x16xbf16>, tensor<16x4xbf16>) -> tensor<8x4xf32>
+  %r = cdp.relu %b : tensor<8x16xf32>
+  return %y, %z, %r : tensor<8x4xf32>, tensor<8x4xf32>, tensor<8x16xf32>
+}

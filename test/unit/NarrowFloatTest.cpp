@@ -426,7 +426,8 @@ TEST(NarrowFloat, UnaryGradReadsTwoByteSavedValuesAsTheirFloats) {
 // A product whose rounded result cdp-narrow-results stores in 2 bytes (an
 // MLP's first product, the logits) holds the bits of the rounded float32
 // result, bias and transposed operand included; GELU reading such values
-// (the 2-byte copy of its input) gives the float32 input's result.
+// (the 2-byte copy of its input) gives the float32 input's result, and
+// stored in 2 bytes (its result narrowed too) that result's bits.
 TEST(NarrowFloat, ProductResultAndGeluInputInTwoBytes) {
   using namespace cdp::runtime;
   std::mt19937 random(9);
@@ -483,18 +484,23 @@ TEST(NarrowFloat, ProductResultAndGeluInputInTwoBytes) {
   cdp::plan::Attribute *rounding = gelu.add_attributes();
   rounding->set_name("round_result");
   rounding->set_s("bf16");
-  auto activation = [&](void *in, cdp::plan::DType dtype) {
-    std::vector<float> y(42);
+  auto activation = [&](void *in, cdp::plan::DType dtype, void *out,
+                        cdp::plan::DType outType) {
     KernelArgs args;
     args.instruction = &gelu;
     args.inputs = {view(in, {6, 7}, dtype)};
-    args.outputs = {view(y.data(), {6, 7}, cdp::plan::F32)};
+    args.outputs = {view(out, {6, 7}, outType)};
     (*KernelRegistry::instance().lookup("gelu", Backend::CPU))(args)->run(
         StepContext());
-    return y;
   };
-  EXPECT_EQ(activation(narrow.data(), cdp::plan::BF16),
-            activation(wide.data(), cdp::plan::F32));
+  std::vector<float> fromWide(42), fromNarrow(42);
+  std::vector<uint16_t> narrowOut(42);
+  activation(wide.data(), cdp::plan::F32, fromWide.data(), cdp::plan::F32);
+  activation(narrow.data(), cdp::plan::BF16, fromNarrow.data(), cdp::plan::F32);
+  activation(narrow.data(), cdp::plan::BF16, narrowOut.data(), cdp::plan::BF16);
+  EXPECT_EQ(fromNarrow, fromWide);
+  for (size_t i = 0; i < fromWide.size(); ++i)
+    EXPECT_EQ(narrowOut[i], bfloat16BitsOf(fromWide[i])) << "element " << i;
 }
 
 // reduce_to may read a gradient cdp-narrow-results stores in 2 bytes (a

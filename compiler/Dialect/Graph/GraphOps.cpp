@@ -580,7 +580,11 @@ LogicalResult GeluOp::verify() {
       getRoundResult() != (element.isBF16() ? "bf16" : "f16"))
     return emitOpError("reads a 2-byte input, which needs round_result of "
                        "its format");
-  return success();
+  return verifyNarrowResult(*this, getRoundResult());
+}
+
+bool GeluOp::isCompatibleReturnTypes(TypeRange inferred, TypeRange actual) {
+  return isResultOrNarrowed(inferred, actual);
 }
 
 /// Float32 values of the input's shape (the input may be 2-byte).

@@ -412,7 +412,9 @@ def NarrowResults : Pass<"cdp-narrow-results", "mlir::ModuleOp"> {
     points at the backward's packed copy: an MLP's first product), an
     activation gradient's saved value, a loss's scores and its gradient's
     `from_scores` (the LM head's logits, where the model does not return
-    them), all of whose kernels widen the values as they read them.
+    them), all of whose kernels widen the values as they read them. And a
+    `cdp.gelu` with `round_result` whose readers all take 2-byte values
+    (the pack of GPT-2's c_proj input).
   }];
   let dependentDialects = ["cdp::CDPDialect"];
 }

@@ -118,6 +118,8 @@ float geluTanh(float x) {
 /// Element-wise arithmetic and activations, broadcasting.
 static std::function<void(const StepContext &)>
 unaryGrad(const KernelArgs &args);
+static std::function<void(const StepContext &)>
+geluKernel(const KernelArgs &args);
 
 static void registerArithmetic(KernelRegistry &registry) {
   addBinary(registry, "add", [](auto a, auto b) { return a + b; });
@@ -199,24 +201,31 @@ static void registerArithmetic(KernelRegistry &registry) {
       return std::min(1.0f, std::max(0.0f, alpha * x + beta));
     });
   });
-  addKernel(registry, "gelu", [](const KernelArgs &args) {
-    TensorView x = args.inputs[0], y = args.outputs[0];
-    bool approximate = ops::GeluAttributes::read(args).approximate == "tanh";
-    int64_t n = y.numel();
-    // The input may be the 2-byte copy the backward keeps, widened as read.
-    NarrowFormat stored = storedFormatOf(x);
-    return roundedResult(args, [=](const StepContext &) {
-      float *py = y.f32();
-#pragma omp parallel for if (n > 65536)
-      for (int64_t i = 0; i < n; ++i) {
-        float value = loadValue(x.data, i, stored);
-        py[i] = approximate ? geluTanh(value) : gelu(value);
-      }
-    });
+  // The input may be the 2-byte copy the backward keeps, widened as read;
+  // the result may be stored in 2 bytes (narrowResultKernel).
+  registry.add("gelu", Backend::CPU, [](const KernelArgs &args) {
+    return narrowResultKernel(args, geluKernel);
   });
   registry.add("unary_grad", Backend::CPU, [](const KernelArgs &args) {
     return narrowResultKernel(args, unaryGrad);
   });
+}
+
+/// GELU's loop, float32 out (narrowResultKernel rounds or packs).
+static std::function<void(const StepContext &)>
+geluKernel(const KernelArgs &args) {
+  TensorView x = args.inputs[0], y = args.outputs[0];
+  bool approximate = ops::GeluAttributes::read(args).approximate == "tanh";
+  int64_t n = y.numel();
+  NarrowFormat stored = storedFormatOf(x);
+  return [=](const StepContext &) {
+    float *py = y.f32();
+#pragma omp parallel for if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) {
+      float value = loadValue(x.data, i, stored);
+      py[i] = approximate ? geluTanh(value) : gelu(value);
+    }
+  };
 }
 
 /// unary_grad's loop for its activation.

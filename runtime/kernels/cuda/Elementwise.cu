@@ -157,12 +157,14 @@ __device__ float applyUnary(UnaryOp op, float x, float p, float q) {
 }
 
 /// `rounding`: the op's round_result (GELU's; None for the others); `x`
-/// stored as `stored` (GELU may read the backward's 2-byte copy).
+/// stored as `stored` (GELU may read the backward's 2-byte copy) and `y` in
+/// 2 bytes where `twoBytes` (GELU's result cdp-narrow-results stores so).
 __global__ void unaryKernel(UnaryOp op, const void *x, NarrowFormat stored,
-                            float *y, int64_t n, float p, float q,
-                            NarrowFormat rounding) {
+                            void *y, int64_t n, float p, float q,
+                            NarrowFormat rounding, bool twoBytes) {
   CDP_FOR_EACH(i, n) {
-    y[i] = roundedTo(rounding, applyUnary(op, loadValue(x, i, stored), p, q));
+    storeResult(y, i, applyUnary(op, loadValue(x, i, stored), p, q), rounding,
+                twoBytes);
   }
 }
 
@@ -179,11 +181,12 @@ void addUnary(KernelRegistry &registry, const std::string &name,
     int64_t n = y.numel();
     NarrowFormat rounding = roundingOf(args);
     NarrowFormat stored = storedFormatOf(x);
+    bool twoBytes = storedInTwoBytes(y);
     return [=](const StepContext &context) {
       if (n == 0)
         return;
       unaryKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
-          op, x.data, stored, y.f32(), n, p, q, rounding);
+          op, x.data, stored, y.data, n, p, q, rounding, twoBytes);
       launched("unary");
     };
   });

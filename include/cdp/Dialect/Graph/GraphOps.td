@@ -434,14 +434,19 @@ def CDP_GeluOp : CDP_BaseOp<"gelu", [CDP_ElementwiseInPlace, CDP_Differentiable,
     `"tanh"`: `x * 0.5 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3)))`.
     `round_result` as for `cdp.add`. Under `round_result` the input may be
     a tensor of that format (cdp-read-narrow-operands: the 2-byte copy the
-    backward keeps of a product's rounded result), widened as read; the
-    result is float32. Printed `: type` when input and result share it,
-    else `: (input type) -> result type`.
+    backward keeps of a product's rounded result), widened as read, and the
+    result may be a tensor of that format (cdp-narrow-results: where every
+    reader takes 2-byte values, GPT-2's next product). Printed `: type`
+    when input and result share it, else `: (input type) -> result type`.
   }];
   let arguments = (ins CDP_ProductOperand:$input,
                        DefaultValuedStrAttr<StrAttr, "none">:$approximate,
                        OptionalAttr<StrAttr>:$round_result);
-  let results = (outs CDP_F32Tensor:$output);
+  let results = (outs CDP_ProductOperand:$output);
+  let extraClassDeclaration = [{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
+                                        ::mlir::TypeRange actual);
+  }];
   let assemblyFormat = ?;
   let hasCustomAssemblyFormat = 1;
   let hasVerifier = 1;
