@@ -96,6 +96,13 @@ float logProbabilityOf(float score, const RowLogSum &row) {
   return static_cast<float>(score - row.top - row.logSum);
 }
 
+/// Reads a counted element's log-probability where `logp` stores them.
+auto storedIn(const ClassGeometry &g, const float *logp) {
+  return [&g, logp](int64_t n, int64_t label, int64_t i) {
+    return logp[g.at(n, label, i)];
+  };
+}
+
 /// loss = reduce(-w * logp[label]); shared by both losses. `logProbOf(n,
 /// label, i)` gives a counted element's log-probability.
 template <typename LogProbOf>
@@ -203,11 +210,8 @@ void registerLoss(KernelRegistry &registry) {
             logp.f32()[g.at(n, c, i)] =
                 logProbabilityOf(in[g.at(n, c, i)], row);
         }
-      auto stored = [&](int64_t n, int64_t label, int64_t i) {
-        return logp.f32()[g.at(n, label, i)];
-      };
-      negativeLogLikelihood(g, stored, labels.i64(), weights, loss.f32(),
-                            location);
+      negativeLogLikelihood(g, storedIn(g, logp.f32()), labels.i64(), weights,
+                            loss.f32(), location);
     };
   });
 
@@ -225,12 +229,8 @@ void registerLoss(KernelRegistry &registry) {
     ClassGeometry g(args, input.shape);
     std::string location = args.instruction->location();
     return [=](const StepContext &) {
-      const float *logp = input.f32();
-      auto stored = [&](int64_t n, int64_t label, int64_t i) {
-        return logp[g.at(n, label, i)];
-      };
-      negativeLogLikelihood(g, stored, target.i64(), weight, loss.f32(),
-                            location);
+      negativeLogLikelihood(g, storedIn(g, input.f32()), target.i64(), weight,
+                            loss.f32(), location);
     };
   });
 
