@@ -57,12 +57,13 @@ MutableArrayRef<OpOperand> multipliedOperands(Operation *op) {
   return {};
 }
 
-/// Points the product's multiplied operands at their 2-byte copies; adds
+/// Points `operands` of `reader` at their 2-byte copies of `format`; adds
 /// to `released` the unpacks it stopped reading.
-void readNarrowCopies(Operation *product, StringRef format,
+void readNarrowCopies(MutableArrayRef<OpOperand> operands, StringRef format,
+                      Operation *reader,
                       llvm::SetVector<Operation *> &released) {
-  for (OpOperand &operand : multipliedOperands(product)) {
-    Value copy = narrowCopyOf(operand.get(), format, product);
+  for (OpOperand &operand : operands) {
+    Value copy = narrowCopyOf(operand.get(), format, reader);
     if (!copy)
       continue;
     if (auto unpack = operand.get().getDefiningOp<UnpackNarrowOp>())
@@ -71,31 +72,22 @@ void readNarrowCopies(Operation *product, StringRef format,
   }
 }
 
-/// An activation's gradient reads the saved value (GELU's: the c_fc
-/// product's result, batch x seq x 4d values) from the 2-byte copy the
-/// backward keeps, widening it as it reads, instead of an unpacked float32
-/// copy; adds the unpack to `released`.
-void readPackedSaved(UnaryGradOp grad, llvm::SetVector<Operation *> &released) {
-  auto unpack = grad.getSaved().getDefiningOp<UnpackNarrowOp>();
-  if (!unpack)
-    return;
-  released.insert(unpack);
-  grad.getSavedMutable().assign(unpack.getInput());
-}
-
-/// GELU under round_result reads its input from the 2-byte copy of that
-/// format the backward keeps (GPT-2's c_fc product's result), when one is
-/// made before it or the input is its unpack.
-void readPackedInput(GeluOp gelu, llvm::SetVector<Operation *> &released) {
-  std::optional<StringRef> format = gelu.getRoundResult();
-  if (!format)
-    return;
-  Value copy = narrowCopyOf(gelu.getInput(), *format, gelu);
-  if (!copy)
-    return;
-  if (auto unpack = gelu.getInput().getDefiningOp<UnpackNarrowOp>())
-    released.insert(unpack);
-  gelu.getInputMutable().assign(copy);
+/// Reads the 2-byte copies an op's kernels widen as they read them: a
+/// product's multiplied operands (narrow_operands); an activation
+/// gradient's saved value (GELU's: the c_fc product's result, batch x seq x
+/// 4d values) where it is an unpack, of whatever format; GELU's input under
+/// round_result (GPT-2's c_fc result again).
+void readNarrowCopies(Operation *op, llvm::SetVector<Operation *> &released) {
+  if (auto format = op->getAttrOfType<StringAttr>("narrow_operands")) {
+    readNarrowCopies(multipliedOperands(op), format.getValue(), op, released);
+  } else if (auto grad = dyn_cast<UnaryGradOp>(op)) {
+    if (auto unpack = grad.getSaved().getDefiningOp<UnpackNarrowOp>())
+      readNarrowCopies(grad->getOpOperands().slice(1, 1), unpack.getFormat(),
+                       op, released);
+  } else if (auto gelu = dyn_cast<GeluOp>(op)) {
+    if (std::optional<StringRef> format = gelu.getRoundResult())
+      readNarrowCopies(gelu->getOpOperands(), *format, op, released);
+  }
 }
 
 /// A cdp.round_to that only `pack` reads any more (its products read the
@@ -113,14 +105,7 @@ struct ReadNarrowOperandsPass
     : public cdp::impl::ReadNarrowOperandsBase<ReadNarrowOperandsPass> {
   void runOnOperation() override {
     llvm::SetVector<Operation *> released;
-    getOperation().walk([&](Operation *op) {
-      if (auto format = op->getAttrOfType<StringAttr>("narrow_operands"))
-        readNarrowCopies(op, format.getValue(), released);
-      else if (auto grad = dyn_cast<UnaryGradOp>(op))
-        readPackedSaved(grad, released);
-      else if (auto gelu = dyn_cast<GeluOp>(op))
-        readPackedInput(gelu, released);
-    });
+    getOperation().walk([&](Operation *op) { readNarrowCopies(op, released); });
     for (Operation *unpack : released)
       if (unpack->use_empty())
         unpack->erase();

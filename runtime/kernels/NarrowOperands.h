@@ -93,6 +93,21 @@ CDP_HOST_DEVICE inline float loadValue(const void *in, int64_t i,
                                           : floatOfFloat16(bits);
 }
 
+/// An operand read by index whether it holds float32 values or 2-byte
+/// patterns (a loss's scores: the LM head's logits cdp-narrow-results
+/// stores in 2 bytes), widened exactly as read.
+struct StoredValues {
+  const void *data;
+  NarrowFormat stored;
+  CDP_HOST_DEVICE float operator[](int64_t i) const {
+    return loadValue(data, i, stored);
+  }
+};
+
+inline StoredValues storedValuesOf(const TensorView &view) {
+  return {view.data, storedFormatOf(view)};
+}
+
 /// Whether `format` holds `x` exactly (a NaN counts: it stays a NaN).
 CDP_HOST_DEVICE inline bool exactIn(NarrowFormat format, float x) {
   if (format == NarrowFormat::None || x != x)

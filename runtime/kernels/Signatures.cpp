@@ -258,6 +258,14 @@ void narrowableOutput(const Check &c, const KernelArgs &args) {
     c.type(out, plan::F32);
 }
 
+/// An operand whose kernels widen 2-byte values as they read them: float32,
+/// or bf16 or f16 (the backward's packed copy, a result cdp-narrow-results
+/// stores so).
+void widenedAsRead(const Check &c, const TensorView &v) {
+  if (!storedInTwoBytes(v))
+    c.type(v, plan::F32);
+}
+
 /// f32 inputs; an f32 result, or one stored in the 2-byte format its
 /// round_result names (cdp-narrow-results).
 void narrowableResult(const Check &c, const KernelArgs &args) {
@@ -462,8 +470,7 @@ Rules makeRules() {
   // and store its result in 2 bytes (cdp-narrow-results).
   rules["gelu"] = [](const Check &c, const KernelArgs &args) {
     c.declared();
-    if (!storedInTwoBytes(c.in(0)))
-      c.type(c.in(0), plan::F32);
+    widenedAsRead(c, c.in(0));
     narrowableOutput(c, args);
     c.same(c.in(0), c.out(0));
   };
@@ -495,8 +502,7 @@ Rules makeRules() {
   rules["unary_grad"] = [](const Check &c, const KernelArgs &args) {
     c.declared();
     c.type(c.in(0), plan::F32);
-    if (!storedInTwoBytes(c.in(1))) // the backward's 2-byte copy, or f32
-      c.type(c.in(1), plan::F32);
+    widenedAsRead(c, c.in(1));
     narrowableOutput(c, args);
     c.same(c.in(0), c.out(0));
     c.same(c.in(1), c.out(0));
@@ -527,8 +533,7 @@ Rules makeRules() {
   });
   rules["reduce_to"] = plain([](const Check &c) {
     c.declared();
-    if (!storedInTwoBytes(c.in(0))) // a gradient stored in 2 bytes, or f32
-      c.type(c.in(0), plan::F32);
+    widenedAsRead(c, c.in(0));
     c.type(c.out(0), plan::F32);
     c.broadcasts(c.out(0), c.in(0));
   });
@@ -626,8 +631,7 @@ Rules makeRules() {
     for (const TensorView *v : {c.optional(2), &c.out(0), logp})
       if (v)
         c.type(*v, plan::F32);
-    if (!storedInTwoBytes(scores))
-      c.type(scores, plan::F32);
+    widenedAsRead(c, scores);
     classLoss(c, scores, labels, c.optional(2), args.i("classes_last", 0));
     if (logp)
       c.same(scores, *logp);
@@ -642,7 +646,9 @@ Rules makeRules() {
     for (const TensorView *v : {&c.in(0), c.optional(3)})
       if (v)
         c.type(*v, plan::F32);
-    if (!storedInTwoBytes(logp) || args.i("from_scores", 0) == 0)
+    if (args.i("from_scores", 0) != 0)
+      widenedAsRead(c, logp);
+    else
       c.type(logp, plan::F32);
     narrowableOutput(c, args);
     classLoss(c, logp, labels, c.optional(3), args.i("classes_last", 0));

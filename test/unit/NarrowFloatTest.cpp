@@ -28,6 +28,16 @@ using cdp::floatOfFloat16;
 using cdp::roundToBfloat16;
 using cdp::roundToFloat16;
 
+/// A kernel's view of `data`: `shape` values of `dtype`.
+cdp::runtime::TensorView viewOf(void *data, std::vector<int64_t> shape,
+                                cdp::plan::DType dtype) {
+  cdp::runtime::TensorView v;
+  v.data = data;
+  v.shape = std::move(shape);
+  v.dtype = dtype;
+  return v;
+}
+
 TEST(NarrowFloat, Bfloat16KeepsEightBitsTiesToEven) {
   EXPECT_EQ(roundToBfloat16(1.0f), 1.0f);
   // Steps of 2^-7 above 1: 1 + 2^-8 is a tie, to the even 1; 1 + 3 * 2^-8
@@ -282,11 +292,7 @@ std::vector<char> runNarrowResult(const std::string &op, std::vector<float> dy,
     attribute("kind", "relu");
   std::vector<char> out(dy.size() * cdp::plan::dtypeSize(dtype));
   auto view = [](void *data, cdp::plan::DType type) {
-    TensorView v;
-    v.data = data;
-    v.shape = {8, 8};
-    v.dtype = type;
-    return v;
+    return viewOf(data, {8, 8}, type);
   };
   KernelArgs args;
   args.instruction = &instruction;
@@ -346,20 +352,12 @@ TEST(NarrowFloat, LossGradientStoredInTwoBytes) {
   std::vector<int64_t> labels{0, 3, 9, 2, 2, 7};
   float dloss = 1.0f;
   auto run = [&](void *out, cdp::plan::DType dtype) {
-    auto view = [](void *data, std::vector<int64_t> shape,
-                   cdp::plan::DType type) {
-      TensorView v;
-      v.data = data;
-      v.shape = std::move(shape);
-      v.dtype = type;
-      return v;
-    };
     KernelArgs args;
     args.instruction = &instruction;
-    args.inputs = {view(&dloss, {}, cdp::plan::F32),
-                   view(logp.data(), {6, 10}, cdp::plan::F32),
-                   view(labels.data(), {6}, cdp::plan::I64)};
-    args.outputs = {view(out, {6, 10}, dtype)};
+    args.inputs = {viewOf(&dloss, {}, cdp::plan::F32),
+                   viewOf(logp.data(), {6, 10}, cdp::plan::F32),
+                   viewOf(labels.data(), {6}, cdp::plan::I64)};
+    args.outputs = {viewOf(out, {6, 10}, dtype)};
     (*KernelRegistry::instance().lookup("softmax_cross_entropy_loss_grad",
                                         Backend::CPU))(args)
         ->run(StepContext());
@@ -402,11 +400,7 @@ TEST(NarrowFloat, UnaryGradReadsTwoByteSavedValuesAsTheirFloats) {
     }
     auto run = [&](void *saved, cdp::plan::DType dtype) {
       auto view = [](void *data, cdp::plan::DType type) {
-        TensorView v;
-        v.data = data;
-        v.shape = {8, 8};
-        v.dtype = type;
-        return v;
+        return viewOf(data, {8, 8}, type);
       };
       std::vector<float> dx(64);
       KernelArgs args;
@@ -439,13 +433,6 @@ TEST(NarrowFloat, ProductResultAndGeluInputInTwoBytes) {
     return values;
   };
   std::vector<float> a = exact(6 * 5), b = exact(7 * 5), bias = exact(7);
-  auto view = [](void *data, std::vector<int64_t> shape, cdp::plan::DType t) {
-    TensorView v;
-    v.data = data;
-    v.shape = std::move(shape);
-    v.dtype = t;
-    return v;
-  };
   cdp::plan::Instruction gemm;
   gemm.set_op("gemm");
   for (auto [name, value] :
@@ -461,10 +448,10 @@ TEST(NarrowFloat, ProductResultAndGeluInputInTwoBytes) {
   auto product = [&](void *out, cdp::plan::DType dtype) {
     KernelArgs args;
     args.instruction = &gemm;
-    args.inputs = {view(a.data(), {6, 5}, cdp::plan::F32),
-                   view(b.data(), {7, 5}, cdp::plan::F32),
-                   view(bias.data(), {7}, cdp::plan::F32)};
-    args.outputs = {view(out, {6, 7}, dtype)};
+    args.inputs = {viewOf(a.data(), {6, 5}, cdp::plan::F32),
+                   viewOf(b.data(), {7, 5}, cdp::plan::F32),
+                   viewOf(bias.data(), {7}, cdp::plan::F32)};
+    args.outputs = {viewOf(out, {6, 7}, dtype)};
     (*KernelRegistry::instance().lookup("gemm", Backend::CPU))(args)->run(
         StepContext());
   };
@@ -488,8 +475,8 @@ TEST(NarrowFloat, ProductResultAndGeluInputInTwoBytes) {
                         cdp::plan::DType outType) {
     KernelArgs args;
     args.instruction = &gelu;
-    args.inputs = {view(in, {6, 7}, dtype)};
-    args.outputs = {view(out, {6, 7}, outType)};
+    args.inputs = {viewOf(in, {6, 7}, dtype)};
+    args.outputs = {viewOf(out, {6, 7}, outType)};
     (*KernelRegistry::instance().lookup("gelu", Backend::CPU))(args)->run(
         StepContext());
   };

@@ -35,6 +35,22 @@ void roundToNarrow(float *values, int64_t n, bool bf16);
 std::function<void(const StepContext &)>
 roundedResult(const KernelArgs &args,
               std::function<void(const StepContext &)> body);
+/// A kernel's result that the plan stores in 2 bytes (cdp-narrow-results)
+/// and the kernel computes in float32: the view is pointed at a float32
+/// buffer of the kernel's own (its workspace), which `store` packs into
+/// the result after each run (rounding to nearest even, as round_result
+/// says). A float32 result is left alone (`active` false).
+class NarrowedResult {
+public:
+  explicit NarrowedResult(TensorView &view);
+  bool active() const { return values != nullptr; }
+  void store() const;
+  int64_t bytes() const;
+
+private:
+  TensorView narrow;
+  std::shared_ptr<std::vector<float>> values;
+};
 /// The kernel of an op whose first output `make` computes in float32:
 /// rounded where the op has round_result, and where that output is a
 /// 2-byte tensor (cdp-narrow-results) computed into a float32 buffer of the

@@ -466,26 +466,38 @@ roundedResult(const KernelArgs &args,
   };
 }
 
+NarrowedResult::NarrowedResult(TensorView &view) : narrow(view) {
+  if (!storedInTwoBytes(view))
+    return;
+  values = std::make_shared<std::vector<float>>(view.numel());
+  view.data = values->data();
+  view.dtype = plan::F32;
+}
+
+void NarrowedResult::store() const {
+  packNarrow(values->data(), static_cast<uint16_t *>(narrow.data),
+             narrow.numel(), narrow.dtype == plan::BF16);
+}
+
+int64_t NarrowedResult::bytes() const {
+  return active() ? narrow.numel() * static_cast<int64_t>(sizeof(float)) : 0;
+}
+
 std::unique_ptr<Kernel> narrowResultKernel(
     const KernelArgs &args,
     std::function<std::function<void(const StepContext &)>(const KernelArgs &)>
         make) {
-  TensorView out = args.outputs[0];
-  if (!storedInTwoBytes(out))
-    return std::make_unique<FunctionKernel>(roundedResult(args, make(args)));
   KernelArgs wide = args;
-  auto values = std::make_shared<std::vector<float>>(out.numel());
-  wide.outputs[0].data = values->data();
-  wide.outputs[0].dtype = plan::F32;
+  NarrowedResult result(wide.outputs[0]);
+  if (!result.active())
+    return std::make_unique<FunctionKernel>(roundedResult(args, make(args)));
   auto body = make(wide);
-  bool bf16 = out.dtype == plan::BF16;
-  int64_t n = out.numel();
   return std::make_unique<FunctionKernel>(
       [=](const StepContext &context) {
         body(context);
-        packNarrow(values->data(), static_cast<uint16_t *>(out.data), n, bf16);
+        result.store();
       },
-      n * static_cast<int64_t>(sizeof(float)));
+      result.bytes());
 }
 
 void registerElementwise(KernelRegistry &registry) {

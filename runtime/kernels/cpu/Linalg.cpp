@@ -298,31 +298,20 @@ std::unique_ptr<Kernel> productKernel(
   WidenedOperands widened;
   for (int i : {0, 1})
     widened.add(widenedArgs.inputs[i]);
-  TensorView out = args.outputs[0];
-  std::shared_ptr<std::vector<float>> wideResult;
-  if (storedInTwoBytes(out)) {
-    wideResult = std::make_shared<std::vector<float>>(out.numel());
-    widenedArgs.outputs[0].data = wideResult->data();
-    widenedArgs.outputs[0].dtype = plan::F32;
-  }
+  NarrowedResult result(widenedArgs.outputs[0]);
   auto product = checkingNarrowOperands(widenedArgs, make(widenedArgs));
   std::function<void(const StepContext &)> body = roundedResult(args, product);
-  int64_t workspace = widened.bytes();
-  if (wideResult) {
-    bool bf16 = out.dtype == plan::BF16;
+  if (result.active())
     body = [=](const StepContext &context) {
       product(context);
-      packNarrow(wideResult->data(), static_cast<uint16_t *>(out.data),
-                 out.numel(), bf16);
+      result.store();
     };
-    workspace += out.numel() * static_cast<int64_t>(sizeof(float));
-  }
   return std::make_unique<FunctionKernel>(
       [widened, body](const StepContext &context) {
         widened.widen();
         body(context);
       },
-      workspace);
+      widened.bytes() + result.bytes());
 }
 
 } // namespace

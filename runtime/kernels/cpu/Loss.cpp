@@ -63,24 +63,14 @@ struct ClassGeometry {
   }
 };
 
-/// A loss's scores: float32, or the 2-byte values of rounded logits
-/// (cdp-narrow-results), widened as read.
-struct Scores {
-  const void *data;
-  NarrowFormat stored;
-  explicit Scores(const TensorView &view)
-      : data(view.data), stored(storedFormatOf(view)) {}
-  float operator[](int64_t k) const { return loadValue(data, k, stored); }
-};
-
 /// Row (n, i)'s largest score and the log of its sum of exponentials.
 struct RowLogSum {
   float top;
   double logSum;
 };
 
-RowLogSum rowLogSumOf(const ClassGeometry &g, const Scores &scores, int64_t n,
-                      int64_t i) {
+RowLogSum rowLogSumOf(const ClassGeometry &g, const StoredValues &scores,
+                      int64_t n, int64_t i) {
   float top = scores[g.at(n, 0, i)];
   for (int64_t c = 1; c < g.classes; ++c)
     top = std::max(top, scores[g.at(n, c, i)]);
@@ -162,7 +152,7 @@ softmaxLossGrad(const KernelArgs &args) {
   bool fromScores = args.i("from_scores", 0) != 0;
   std::string location = args.instruction->location();
   return [=](const StepContext &) {
-    Scores in(rows);
+    StoredValues in = storedValuesOf(rows);
     forEachWeightedGradient(
         g, dloss, labels.i64(), weights, location,
         [&](int64_t n, int64_t i, int64_t label, double factor) {
@@ -193,7 +183,7 @@ void registerLoss(KernelRegistry &registry) {
     ClassGeometry g(args, scores.shape);
     std::string location = args.instruction->location();
     return [=](const StepContext &) {
-      Scores in(scores);
+      StoredValues in = storedValuesOf(scores);
       if (!logp.present()) {
         auto logProbOf = [&](int64_t n, int64_t label, int64_t i) {
           return logProbabilityOf(in[g.at(n, label, i)],

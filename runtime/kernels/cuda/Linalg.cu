@@ -53,28 +53,15 @@ void roundResult(cudaStream_t stream, NarrowFormat format, float *y,
   launched("round_result");
 }
 
-/// y[i] = the 2-byte pattern of c[map(i)] (a gemm's C broadcast into a
-/// result stored in 2 bytes; C's values are exact in the format).
-__global__ void narrowGather(const float *c, uint16_t *y, int64_t n,
-                             IndexMap map, bool bf16) {
-  CDP_FOR_EACH(i, n) { y[i] = narrowBitsOf(c[map(i)], bf16); }
-}
-
-void narrowCopy(cudaStream_t stream, const float *c, void *y, int64_t n,
-                IndexMap map, bool bf16) {
-  narrowGather<<<blocksFor(n), kThreads, 0, stream>>>(
-      c, static_cast<uint16_t *>(y), n, map, bf16);
-  launched("gemm C");
-}
-
 /// 2-byte patterns of `count` matrices of `size` values each, matrix i read
-/// at `from` + map(i) * size (a broadcast operand repeated): the values are
-/// exact in the format, so the patterns hold them whole.
+/// at `from` + map(i) * size (a broadcast operand repeated), rounded to
+/// nearest: a marked operand's values are exact in the format, so the
+/// patterns hold them whole; a gemm's C written into a 2-byte result (one
+/// value a matrix) is rounded as that result is.
 __global__ void narrowMatrices(const float *from, uint16_t *to, int64_t size,
                                int64_t total, IndexMap map, bool bf16) {
   CDP_FOR_EACH(i, total) {
-    float x = from[map(i / size) * size + i % size];
-    to[i] = bf16 ? bfloat16BitsOf(x) : float16BitsOf(x);
+    to[i] = narrowBitsOf(from[map(i / size) * size + i % size], bf16);
   }
 }
 
@@ -303,10 +290,12 @@ void registerLinalg(KernelRegistry &registry) {
       if (m == 0 || n == 0)
         return;
       float effectiveBeta = c.present() ? beta : 0.0f;
-      if (c.present() && narrowResult)
-        narrowCopy(streamOf(context), c.f32(), y.data, m * n, map,
-                   y.dtype == plan::BF16);
-      else if (c.present())
+      if (c.present() && narrowResult) { // C as m * n one-value matrices
+        narrowMatrices<<<blocksFor(m * n), kThreads, 0, streamOf(context)>>>(
+            c.f32(), static_cast<uint16_t *>(y.data), 1, m * n, map,
+            y.dtype == plan::BF16);
+        launched("gemm C");
+      } else if (c.present())
         gatherCopy(streamOf(context), c.data, y.data, m * n, 4, map);
       if (k == 0) { // an empty product: C = beta C
         scaleKernel<<<blocksFor(m * n), kThreads, 0, streamOf(context)>>>(

@@ -78,22 +78,8 @@ struct RowLogSum {
   }
 };
 
-/// A loss's scores: float32, or the 2-byte values of rounded logits
-/// (cdp-narrow-results), widened as read.
-struct Scores {
-  const void *data;
-  NarrowFormat stored;
-  __device__ float operator[](int64_t k) const {
-    return loadValue(data, k, stored);
-  }
-};
-
-Scores scoresOf(const TensorView &view) {
-  return {view.data, storedFormatOf(view)};
-}
-
-__device__ RowLogSum rowLogSumOf(const Classes &g, Scores scores, int64_t n,
-                                 int64_t i) {
+__device__ RowLogSum rowLogSumOf(const Classes &g, StoredValues scores,
+                                 int64_t n, int64_t i) {
   float top = -INFINITY;
   for (int64_t c = threadIdx.x; c < g.classes; c += blockDim.x)
     top = fmaxf(top, scores[g.at(n, c, i)]);
@@ -107,7 +93,8 @@ __device__ RowLogSum rowLogSumOf(const Classes &g, Scores scores, int64_t n,
 /// A block per row (sample n, position i): its classes' log-softmax. A
 /// language model's rows are 50k classes long; with classes last, the
 /// block's threads read them side by side.
-__global__ void logSoftmaxRowsKernel(Classes g, Scores scores, float *logp) {
+__global__ void logSoftmaxRowsKernel(Classes g, StoredValues scores,
+                                     float *logp) {
   int64_t k = blockIdx.x, n = k / g.spatial, i = k % g.spatial;
   RowLogSum row = rowLogSumOf(g, scores, n, i);
   for (int64_t c = threadIdx.x; c < g.classes; c += blockDim.x)
@@ -116,7 +103,7 @@ __global__ void logSoftmaxRowsKernel(Classes g, Scores scores, float *logp) {
 
 /// A block per row: the log-probability of the row's label alone (a loss
 /// that keeps no log-probabilities; an ignored label's is not read).
-__global__ void labelLogProbabilityKernel(Classes g, Scores scores,
+__global__ void labelLogProbabilityKernel(Classes g, StoredValues scores,
                                           const int64_t *labels,
                                           float *labelLogp) {
   int64_t k = blockIdx.x, n = k / g.spatial, i = k % g.spatial;
@@ -198,11 +185,10 @@ __global__ void softmaxLossGradKernel(Classes g, const float *dloss,
 
 /// A block per row: softmax_cross_entropy_loss_grad `from_scores`, the
 /// row's log-probabilities recomputed as the loss computed them.
-__global__ void
-softmaxLossGradFromScoresKernel(Classes g, const float *dloss, Scores scores,
-                                const int64_t *labels, const float *weights,
-                                const double *denominator, void *dx,
-                                NarrowFormat rounding, bool twoBytes) {
+__global__ void softmaxLossGradFromScoresKernel(
+    Classes g, const float *dloss, StoredValues scores, const int64_t *labels,
+    const float *weights, const double *denominator, void *dx,
+    NarrowFormat rounding, bool twoBytes) {
   int64_t k = blockIdx.x, n = k / g.spatial, i = k % g.spatial;
   RowLogSum row = rowLogSumOf(g, scores, n, i);
   int64_t label = labels[k];
@@ -256,10 +242,10 @@ void registerLoss(KernelRegistry &registry) {
       float *perRow = labelLogp ? labelLogp->as<float>() : nullptr;
       if (rows && perRow)
         labelLogProbabilityKernel<<<rows, kThreads, 0, stream>>>(
-            g, scoresOf(scores), labels.i64(), perRow);
+            g, storedValuesOf(scores), labels.i64(), perRow);
       else if (rows)
-        logSoftmaxRowsKernel<<<rows, kThreads, 0, stream>>>(g, scoresOf(scores),
-                                                            logp.f32());
+        logSoftmaxRowsKernel<<<rows, kThreads, 0, stream>>>(
+            g, storedValuesOf(scores), logp.f32());
       nllKernel<<<1, kThreads, 0, stream>>>(g, perRow ? nullptr : logp.f32(),
                                             perRow, labels.i64(), weights,
                                             loss.f32(), status);
@@ -301,7 +287,7 @@ void registerLoss(KernelRegistry &registry) {
           if (n && fromScores)
             softmaxLossGradFromScoresKernel<<<static_cast<unsigned>(g.rows()),
                                               kThreads, 0, stream>>>(
-                g, dloss.f32(), scoresOf(logp), labels.i64(), weights,
+                g, dloss.f32(), storedValuesOf(logp), labels.i64(), weights,
                 denominator->as<double>(), dx.data, rounding, twoBytes);
           else if (n)
             softmaxLossGradKernel<<<blocksFor(n), kThreads, 0, stream>>>(
