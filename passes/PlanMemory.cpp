@@ -81,6 +81,14 @@ struct PlanMemoryPass : public cdp::impl::PlanMemoryBase<PlanMemoryPass> {
       return it == lastOfTime.begin() ? int64_t(0) : std::prev(it)->second;
     };
 
+    // A training step's outputs other than its loss end at their last
+    // reader (cdp-run copies them as they are written for --save-outputs);
+    // the loss, and an inference plan's outputs, are read after the step.
+    auto returnOp = cast<func::ReturnOp>(body.getTerminator());
+    auto lossIndex = func->getAttrOfType<IntegerAttr>("cdp.loss_index");
+    auto heldToEnd = [&](Value value) {
+      return !lossIndex || returnOp.getOperand(lossIndex.getInt()) == value;
+    };
     std::vector<Interval> intervals;
     llvm::DenseMap<Value, size_t> slot;
     auto lastUse = [&](Value value, int64_t begin) {
@@ -94,11 +102,12 @@ struct PlanMemoryPass : public cdp::impl::PlanMemoryBase<PlanMemoryPass> {
           else if (!gradient->hasAttr("cdp.release_at_last_use"))
             return end; // --dump-grads reads it after the step
         }
-        if (isa<func::ReturnOp>(user))
+        if (isa<func::ReturnOp>(user) && heldToEnd(value))
           return end;
       }
       for (Operation *user : value.getUsers())
-        if (!released || !isa<UpdateOp>(user)) // the update reads a copy
+        if ((!released || !isa<UpdateOp>(user)) && // the update reads a copy
+            !isa<func::ReturnOp>(user))
           last = std::max(last, index.lookup(user));
       return released ? std::max(last, *released) : last;
     };

@@ -308,16 +308,43 @@ void Executor::takeStagedInputs() {
 }
 
 HostTensor Executor::stageOut(const TensorView &view) const {
+  if (view.space != MemorySpace::Host)
+    return hostCopy(view);
   HostTensor host;
   host.hostView = view;
-  if (view.space == MemorySpace::Host)
-    return host;
+  return host;
+}
+
+HostTensor Executor::hostCopy(const TensorView &view) const {
+  HostTensor host;
+  host.hostView = view;
   int64_t bytes = view.numel() * plan::dtypeSize(view.dtype);
   host.storage.assign((bytes + 7) / 8, 0);
   host.hostView.data = host.storage.data();
   host.hostView.space = MemorySpace::Host;
   download(view, host.storage.data());
   return host;
+}
+
+void Executor::keepOutputsOfStep(int64_t step, const std::vector<int> &ids) {
+  keptStep = step;
+  kept.clear();
+  for (int id : ids)
+    kept[id];
+}
+
+const HostTensor *Executor::keptOutput(int id) const {
+  auto it = kept.find(id);
+  return it == kept.end() || !it->second.hostView.data ? nullptr : &it->second;
+}
+
+void Executor::keepOutputsOf(const plan::Instruction &instruction) {
+  for (int id : instruction.outputs()) {
+    auto it = kept.find(id);
+    // A copy even on the CPU, where stageOut would hand out the arena.
+    if (it != kept.end())
+      it->second = hostCopy(held(id));
+  }
 }
 
 void Executor::download(const TensorView &view, void *host) const {
@@ -422,7 +449,8 @@ void Executor::runInstructions(const StepContext &context,
              (instruction.next_step_only() && !sendsAfterLastStep)) &&
             context.step + 1 >= totalSteps);
   };
-  if (!report && profile.empty() && !trace) {
+  bool keeping = context.step == keptStep && !draining;
+  if (!report && profile.empty() && !trace && !keeping) {
     for (size_t i = begin; i < end; ++i)
       if (!skipped(device.instructions(i)))
         train[i]->run(context);
@@ -443,6 +471,8 @@ void Executor::runInstructions(const StepContext &context,
           std::chrono::duration<double>(end - start).count();
     if (trace)
       trace->record(deviceIndex, instruction, context.step, start, end);
+    if (keeping)
+      keepOutputsOf(instruction);
     if (!report)
       continue;
     // The measured side of the report: tensors born when written, freed

@@ -107,6 +107,15 @@ static void checkTrainedFinite(Run &run) {
   }
 }
 
+void keepStepOutputs(Run &run) {
+  if (run.options.saveOutputs.empty() || !run.executors[0])
+    return;
+  std::vector<int> ids;
+  for (const plan::Output &output : run.plan.outputs())
+    ids.push_back(output.tensor());
+  run.first().keepOutputsOfStep(run.total - 1, ids);
+}
+
 /// --dump-grads and --save-outputs: the last step's gradients and outputs.
 void writeStepOutputs(Run &run) {
   const RunOptions &options = run.options;
@@ -125,6 +134,10 @@ void writeStepOutputs(Run &run) {
         views.emplace_back(output.name(),
                            TensorView{rows.bytes.data(), rows.shape, rows.dtype,
                                       MemorySpace::Host});
+        continue;
+      }
+      if (const HostTensor *kept = executor.keptOutput(output.tensor())) {
+        views.emplace_back(output.name(), kept->view());
         continue;
       }
       staged.push_back(executor.stageOut(output.tensor()));

@@ -347,6 +347,9 @@ int64_t loadPortableCheckpoint(Run &run);
 void runInference(Run &run);
 
 // Outputs.cpp
+/// --save-outputs: device 0 copies the outputs as the last step writes
+/// them (the plan may reuse their memory later in the step).
+void keepStepOutputs(Run &run);
 void writeStepOutputs(Run &run);
 void writeOutputs(Run &run);
 

@@ -17,6 +17,7 @@ namespace {
 /// Training, on one device or several, from the start or --resume.
 void train(Run &run) {
   countSteps(run);
+  keepStepOutputs(run);
   bindPartialBatch(run);
   if (!run.options.checkpoint.empty() && run.root())
     try {

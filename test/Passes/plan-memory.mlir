@@ -1,4 +1,4 @@
-// RUN: cdp-opt %s -cdp-plan-memory | FileCheck %s
+// RUN: cdp-opt %s -split-input-file -cdp-plan-memory | FileCheck %s
 
 // Tests first-fit reuse: %0 is dead after %1, so %2 takes %0's offset; an
 // op never writes over its own operand (%1 does not reuse %0's block);
@@ -22,4 +22,24 @@ func.func @main(%x: tensor<16xf32>) -> tensor<16xf32> {
   cdp.gradient "w" %3 : tensor<16xf32>
   %4 = cdp.relu %2 : tensor<16xf32>
   return %4 : tensor<16xf32>
+}
+
+// -----
+
+// Tests that a training function (cdp.loss_index) holds only its loss to
+// the end of the step: the returned scores %s end at their last reader (the
+// loss), so %late reuses their block; cdp-run copies them for
+// --save-outputs as they are written.
+// CHECK-LABEL: func.func @main(%arg0: tensor<16xf32> {cdp.offset = 0 : i64}
+// CHECK-SAME: cdp.arena_bytes = 192 : i64
+// CHECK: %[[S:.+]] = cdp.relu %arg0 {cdp.offsets = array<i64: 64>}
+// CHECK: cdp.reduce_sum %[[S]] {{.*}}cdp.offsets = array<i64: 128>
+// CHECK: cdp.relu %arg0 {cdp.offsets = array<i64: 64>}
+func.func @main(%x: tensor<16xf32>) -> (tensor<16xf32>, tensor<f32>)
+    attributes {cdp.loss_index = 1 : i64} {
+  %s = cdp.relu %x : tensor<16xf32>
+  %loss = cdp.reduce_sum %s {axes = array<i64>, keepdims = false} : (tensor<16xf32>) -> tensor<f32>
+  %late = cdp.relu %x : tensor<16xf32>
+  cdp.gradient "x" %late : tensor<16xf32>
+  return %s, %loss : tensor<16xf32>, tensor<f32>
 }

@@ -842,8 +842,10 @@ def PlanMemory : Pass<"cdp-plan-memory", "mlir::ModuleOp"> {
   let summary = "Assigns every step-local tensor a static offset in the device arena";
   let description = [{
     Computes the live range of every value of `@main` in op order (graph
-    inputs live for the whole step; values returned, or held by
-    `cdp.gradient` for `--dump-grads`, live to its end) and places them in
+    inputs live for the whole step; values held by `cdp.gradient` for
+    `--dump-grads`, the loss and an inference plan's outputs live to its
+    end; a training plan's other outputs end at their last reader, and
+    `cdp-run --save-outputs` copies them as the last step writes them) and places them in
     one arena with first-fit reuse, 64-byte aligned. An op's results never
     share memory with its operands, except views: the result of a reshape,
     flatten, squeeze, unsqueeze or identity (trait `ViewOfInput`) lies over
