@@ -35,6 +35,15 @@ using namespace cdp;
 
 namespace {
 
+/// Whether a returned value may be stored in 2 bytes: a training plan's
+/// output other than its loss, which cdp-run writes widened (an inference
+/// plan's outputs, and the loss, are read as float32 after the step).
+bool isWidenedOutput(OpOperand &use) {
+  auto func = use.getOwner()->getParentOfType<func::FuncOp>();
+  auto loss = func->getAttrOfType<IntegerAttr>("cdp.loss_index");
+  return loss && loss.getInt() != use.getOperandNumber();
+}
+
 /// Whether `use` takes the result's values in `format` as they are: operand
 /// A or B of a product marked so, a pack to that format, a GELU rounding to
 /// it, or an op whose kernels widen 2-byte values as they read them (a
@@ -42,6 +51,8 @@ namespace {
 /// and its gradient's from_scores), in the producer's stage.
 bool takesNarrow(OpOperand &use, StringRef format, Attribute stage) {
   Operation *reader = use.getOwner();
+  if (isa<func::ReturnOp>(reader))
+    return isWidenedOutput(use);
   if (reader->getAttr("cdp.stage") != stage)
     return false;
   if (auto pack = dyn_cast<PackNarrowOp>(reader))
@@ -112,6 +123,20 @@ void narrow(Operation *op) {
     retype(view, element);
 }
 
+/// The function's result types follow its returned values; a result
+/// narrowed from float32 is marked `cdp.widened`.
+void markWidenedOutputs(func::FuncOp func) {
+  if (func.isExternal())
+    return;
+  auto returned = func.getBody().back().getTerminator()->getOperandTypes();
+  FunctionType type = func.getFunctionType();
+  for (auto [i, result] : llvm::enumerate(type.getResults()))
+    if (result != returned[i])
+      func.setResultAttr(i, "cdp.widened", UnitAttr::get(func.getContext()));
+  func.setType(
+      FunctionType::get(func.getContext(), type.getInputs(), returned));
+}
+
 struct NarrowResultsPass
     : public cdp::impl::NarrowResultsBase<NarrowResultsPass> {
   void runOnOperation() override {
@@ -123,6 +148,7 @@ struct NarrowResultsPass
     });
     for (Operation *op : ops)
       narrow(op);
+    getOperation().walk(markWidenedOutputs);
   }
 };
 

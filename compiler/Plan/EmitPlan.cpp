@@ -262,6 +262,7 @@ void Emitter::addOutputs() {
       tensor->set_name(output->name());
     output->set_batch_axis(
         cast<RankedTensorType>(value.getType()).getRank() ? 0 : -1);
+    output->set_widened(func.getResultAttr(i, "cdp.widened") != nullptr);
   }
   if (auto loss = func->getAttrOfType<IntegerAttr>("cdp.loss_index"))
     plan.set_loss(ids.lookup(returnOp.getOperand(loss.getInt())));

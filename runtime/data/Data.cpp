@@ -3,6 +3,7 @@
 #include "cdp/Runtime/Data.h"
 #include "Npy.h"
 
+#include "../kernels/NarrowFloat.h"
 #include "../kernels/SignatureCheck.h"
 
 #include "cdp/Plan/Checked.h"
@@ -385,6 +386,18 @@ Array readArray(const std::string &path) {
     return parseTensorProto(readFileBytes(path), path);
   throw RuntimeError(path + ": unknown file type (use .npy or an ONNX "
                             "TensorProto .pb)");
+}
+
+Array widenedToFloat32(const TensorView &view) {
+  Array out;
+  out.shape = view.shape;
+  out.bytes.resize(view.numel() * sizeof(float));
+  const auto *from = static_cast<const uint16_t *>(view.data);
+  auto *to = reinterpret_cast<float *>(out.bytes.data());
+  for (int64_t k = 0; k < view.numel(); ++k)
+    to[k] = view.dtype == plan::BF16 ? floatOfBfloat16(from[k])
+                                     : floatOfFloat16(from[k]);
+  return out;
 }
 
 /// The `.npy` header of `view` (the data follows it).

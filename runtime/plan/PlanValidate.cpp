@@ -215,10 +215,15 @@ private:
         return fail("the plan's input list names " + std::to_string(id) +
                     ", not an input tensor (or twice)");
     }
-    for (const Output &output : plan.outputs())
+    for (const Output &output : plan.outputs()) {
       if (!tensorId(output.tensor()))
         return fail("output '" + output.name() + "' is tensor " +
                     std::to_string(output.tensor()) + ", which the plan lacks");
+      DType dtype = plan.tensors(output.tensor()).dtype();
+      if (output.widened() && dtype != BF16 && dtype != F16)
+        return fail("output '" + output.name() +
+                    "' is marked widened but its tensor is not bf16 or fp16");
+    }
     for (int id : plan.applied_gradients())
       if (!tensorId(id))
         return fail("an applied gradient is tensor " + std::to_string(id) +

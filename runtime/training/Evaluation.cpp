@@ -172,8 +172,14 @@ private:
     if (!classifier || scored == 0)
       return loss;
     HostTensor scores = executor.stageOut(run.plan.scores());
+    Array widened; // scores a bf16 or fp16 plan stores in 2 bytes
+    const float *values = scores.view().f32();
+    if (scores.view().dtype != plan::F32) {
+      widened = widenedToFloat32(scores.view());
+      values = reinterpret_cast<const float *>(widened.bytes.data());
+    }
     for (int64_t j = 0; j < scored; ++j) {
-      const float *row = scores.view().f32() + j * classes;
+      const float *row = values + j * classes;
       int64_t best = std::max_element(row, row + classes) - row;
       correct += best == labels[first + j];
     }

@@ -124,24 +124,31 @@ void writeStepOutputs(Run &run) {
     writeTrainedTensors(run, options.dumpGrads, executor.gradients());
   }
   if (!options.saveOutputs.empty()) {
+    // The views point into these: reserved, never moved.
     std::vector<HostTensor> staged;
-    staged.reserve(run.plan.outputs_size()); // the views point into them
+    staged.reserve(run.plan.outputs_size());
+    std::vector<Array> widened;
+    widened.reserve(run.plan.outputs_size());
     std::vector<std::pair<std::string, TensorView>> views;
     for (const plan::Output &output : run.plan.outputs()) {
       auto gathered = run.gatheredOutputs.find(output.tensor());
+      TensorView view;
       if (gathered != run.gatheredOutputs.end()) {
         Array &rows = gathered->second;
-        views.emplace_back(output.name(),
-                           TensorView{rows.bytes.data(), rows.shape, rows.dtype,
-                                      MemorySpace::Host});
-        continue;
+        view = {rows.bytes.data(), rows.shape, rows.dtype, MemorySpace::Host};
+      } else if (const HostTensor *kept =
+                     executor.keptOutput(output.tensor())) {
+        view = kept->view();
+      } else {
+        staged.push_back(executor.stageOut(output.tensor()));
+        view = staged.back().view();
       }
-      if (const HostTensor *kept = executor.keptOutput(output.tensor())) {
-        views.emplace_back(output.name(), kept->view());
-        continue;
+      if (output.widened()) {
+        widened.push_back(widenedToFloat32(view));
+        view = {widened.back().bytes.data(), view.shape, plan::F32,
+                MemorySpace::Host};
       }
-      staged.push_back(executor.stageOut(output.tensor()));
-      views.emplace_back(output.name(), staged.back().view());
+      views.emplace_back(output.name(), view);
     }
     writeFolder(options.saveOutputs, views);
   }

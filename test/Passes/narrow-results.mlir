@@ -85,7 +85,8 @@ func.func @loss_gradient(%dl: tensor<f32>, %logp: tensor<2x4x16xf32>, %labels: t
 // GELU and by GELU's gradient (as cdp-read-narrow-operands left them: the
 // pack goes, they read the product); the LM head's logits, read by the loss
 // and its gradient from the scores. A product without narrow_operands, or
-// whose result the function returns, stays float32.
+// whose result a function without a loss (an inference plan) returns, stays
+// float32.
 // CHECK-LABEL: func.func @products
 // CHECK: %[[H:.+]] = cdp.gemm %arg0, %arg1, %arg2 {narrow_operands = "bf16", round_result = "bf16"} : (tensor<8x4xbf16>, tensor<4x16xbf16>, tensor<16xf32>) -> tensor<8x16xbf16>
 // CHECK-NOT: cdp.pack_narrow
@@ -131,4 +132,23 @@ func.func @gelu_result(%h: tensor<8x16xbf16>, %w: tensor<16x4xbf16>) -> (tensor<
   %z = cdp.gemm %q, %w {narrow_operands = "bf16"} : (tensor<8x16xbf16>, tensor<16x4xbf16>) -> tensor<8x4xf32>
   %r = cdp.relu %b : tensor<8x16xf32>
   return %y, %z, %r : tensor<8x4xf32>, tensor<8x4xf32>, tensor<8x16xf32>
+}
+
+// -----
+
+// A training function's outputs other than its loss are stored in 2 bytes
+// like any value when every other reader takes them so: the LM head's
+// logits. The result's type follows, marked cdp.widened (cdp-run writes
+// the float32 values they stand for); one a float32 op also reads stays.
+// CHECK-LABEL: func.func @returned_logits
+// CHECK-SAME: -> (tensor<8x16xbf16> {cdp.name = "logits", cdp.widened}, tensor<f32>, tensor<8x16xf32>)
+// CHECK: %[[L:.+]] = cdp.matmul %arg0, %arg1 {{.*}} -> tensor<8x16xbf16>
+// CHECK: %[[K:.+]] = cdp.matmul %arg0, %arg1 {{.*}} -> tensor<8x16xf32>
+// CHECK: return %[[L]], %{{.+}}, %[[K]] : tensor<8x16xbf16>, tensor<f32>, tensor<8x16xf32>
+func.func @returned_logits(%x: tensor<8x4xbf16>, %w: tensor<4x16xbf16>, %labels: tensor<8xi64>) -> (tensor<8x16xf32> {cdp.name = "logits"}, tensor<f32>, tensor<8x16xf32>) attributes {cdp.loss_index = 1 : i64} {
+  %logits = cdp.matmul %x, %w {narrow_operands = "bf16", round_result = "bf16"} : (tensor<8x4xbf16>, tensor<4x16xbf16>) -> tensor<8x16xf32>
+  %loss = cdp.softmax_cross_entropy_loss %logits, %labels : (tensor<8x16xf32>, tensor<8xi64>) -> tensor<f32>
+  %kept = cdp.matmul %x, %w {narrow_operands = "bf16", round_result = "bf16"} : (tensor<8x4xbf16>, tensor<4x16xbf16>) -> tensor<8x16xf32>
+  %r = cdp.relu %kept : tensor<8x16xf32>
+  return %logits, %loss, %kept : tensor<8x16xf32>, tensor<f32>, tensor<8x16xf32>
 }

@@ -4,7 +4,8 @@
 Usage: reseal_plan.py WORK_DIR PLAN OUT EDIT
 
 EDIT is `optimizer=NAME` (every instruction's optimizer attribute becomes
-NAME) or `no-instructions` (every device's stream emptied). The checksum
+NAME), `no-instructions` (every device's stream emptied) or
+`widen-outputs` (every output marked as stored in 2 bytes). The checksum
 catches accidents, not edits: what the runtime must refuse of such a plan
 is what these make.
 """
@@ -33,6 +34,9 @@ def main():
             del device.instructions[:]
             del device.runs[:]
         del plan.templates[:]
+    if edit == "widen-outputs":
+        for output in plan.outputs:
+            output.widened = True
     with open(target, "wb") as f:
         f.write(mutate.seal(header, plan))
 

@@ -411,10 +411,15 @@ def NarrowResults : Pass<"cdp-narrow-results", "mlir::ModuleOp"> {
     above, a `cdp.gelu` rounding to it (which cdp-read-narrow-operands
     points at the backward's packed copy: an MLP's first product), an
     activation gradient's saved value, a loss's scores and its gradient's
-    `from_scores` (the LM head's logits, where the model does not return
-    them), all of whose kernels widen the values as they read them. And a
-    `cdp.gelu` with `round_result` whose readers all take 2-byte values
-    (the pack of GPT-2's c_proj input).
+    `from_scores` (the LM head's logits), all of whose kernels widen the
+    values as they read them. And a `cdp.gelu` with `round_result` whose
+    readers all take 2-byte values (the pack of GPT-2's c_proj input).
+
+    A training function's outputs other than its loss (`cdp.loss_index`)
+    count as readers that take 2-byte values: a narrowed output changes
+    the function's result type and is marked `cdp.widened`, and cdp-run
+    writes it as the float32 values it stands for (`--save-outputs`). An
+    inference function's outputs stay float32.
   }];
   let dependentDialects = ["cdp::CDPDialect"];
 }

@@ -78,6 +78,9 @@ Array parseTensorProto(const std::string &bytes, const std::string &what);
 /// The `.npy` header of an array of `view`'s shape and dtype (its data
 /// follows it in the file; `view.data` is not read).
 std::string npyHeader(const TensorView &view);
+/// A host view of 2-byte floats (bf16 or fp16) as the float32 values they
+/// stand for (exact): a plan's output stored narrower than the model's.
+Array widenedToFloat32(const TensorView &view);
 /// Writes a `.npy` file.
 void writeNpy(const std::string &path, const TensorView &view);
 /// What writeNpy writes, to a file descriptor (false when a write
