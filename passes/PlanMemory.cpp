@@ -3,7 +3,7 @@
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "cdp/Passes/Passes.h"
 #include "cdp/Passes/SharedStorage.h"
-#include "cdp/Plan/FirstFit.h"
+#include "cdp/Plan/ArenaPacking.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
@@ -144,8 +144,7 @@ struct PlanMemoryPass : public cdp::impl::PlanMemoryBase<PlanMemoryPass> {
     for (const Interval &interval : intervals)
       ranges.push_back({interval.begin, interval.end, interval.bytes});
     int64_t arena = 0;
-    std::vector<int64_t> offsets =
-        packFirstFitViews(ranges, views, shares, arena);
+    std::vector<int64_t> offsets = packArenaViews(ranges, views, shares, arena);
     for (size_t i = 0; i < intervals.size(); ++i)
       intervals[i].offset = offsets[i];
 

@@ -2,7 +2,7 @@
 
 #include "cdp/Plan/DropUnnamedTensors.h"
 
-#include "cdp/Plan/FirstFit.h"
+#include "cdp/Plan/ArenaPacking.h"
 
 #include <algorithm>
 #include <functional>
@@ -169,7 +169,7 @@ int64_t packEvaluationArena(plan::Plan &plan) {
   for (int id : packed)
     ordered.push_back(ranges[id]);
   int64_t arenaBytes = 0;
-  std::vector<int64_t> offsets = packFirstFit(ordered, arenaBytes);
+  std::vector<int64_t> offsets = packArena(ordered, arenaBytes);
   for (size_t k = 0; k < packed.size(); ++k)
     plan.mutable_tensors(packed[k])->set_offset(offsets[k]);
   return arenaBytes;

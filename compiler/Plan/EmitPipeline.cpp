@@ -398,7 +398,7 @@ void Emitter::addAccumulators(int64_t S, PipelineTables &tables) {
   }
 }
 
-/// Which transient of stage `s` takes which one's block (packFirstFitShared's
+/// Which transient of stage `s` takes which one's block (packArenaShared's
 /// `shares`): a result with `cdp.in_place` over an operand made in this
 /// stage, read by no other stage (so never sent), not stashed, whose last
 /// read in the stage's order is that op.
@@ -519,7 +519,7 @@ StashLayout Emitter::layoutStash(int64_t s, int64_t slots, bool split,
         }
       ++position;
     }
-  std::vector<int64_t> packed = packFirstFitShared(
+  std::vector<int64_t> packed = packArenaShared(
       ranges, sharedTransients(s, inPlace, rangeOf, ranges, tables.S),
       layout.transientBytes);
   for (size_t i = 0; i < ranges.size(); ++i)

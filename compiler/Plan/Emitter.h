@@ -16,8 +16,8 @@
 
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "cdp/Dialect/Sched/SchedOps.h"
+#include "cdp/Plan/ArenaPacking.h"
 #include "cdp/Plan/DropUnnamedTensors.h"
-#include "cdp/Plan/FirstFit.h"
 #include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Plan/PlanInstantiate.h"
