@@ -12,11 +12,12 @@
 // so are products' results: the LM head's logits (read by the loss and its
 // gradient) and an MLP's first product (read by the pack the backward keeps
 // and by GELU, which read them as cdp-read-narrow-operands left them), and
-// GELU's own (packed for the next product, which reads the pack). Where
-// every reader takes the 2-byte values, in the op's stage (through reshapes,
-// views at its address), the op stores its result in 2 bytes: the packs go
-// (their readers read the result), the products and reductions read it in
-// place.
+// GELU's own (packed for the next product, which reads the pack), and a
+// mul's (GPT-2's scaling of q and k). Where every reader takes the 2-byte
+// values, in the op's stage (through reshapes, transposes and splits, which
+// then move 2-byte values: the c_attn product to the scaling and the packs
+// for attention), the op stores its result in 2 bytes: the packs go (their
+// readers read the result), the products and reductions read it in place.
 //
 //===----------------------------------------------------------------------===//
 
@@ -61,6 +62,8 @@ bool takesNarrow(OpOperand &use, StringRef format, Attribute stage) {
     return true;
   if (auto gelu = dyn_cast<GeluOp>(reader))
     return gelu.getRoundResult() == format;
+  if (auto mul = dyn_cast<MulOp>(reader))
+    return mul.getRoundResult() == format;
   if (isa<UnaryGradOp>(reader))
     return use.getOperandNumber() == 1;
   if (isa<SoftmaxCrossEntropyLossOp>(reader))
@@ -72,18 +75,29 @@ bool takesNarrow(OpOperand &use, StringRef format, Attribute stage) {
          marked.getValue() == format && use.getOperandNumber() < 2;
 }
 
-/// Whether every reader of `value` takes it in `format`, through reshapes
-/// (views at its address, collected in `views`).
+/// Whether `reader`, in the stage, only moves its one operand's values into
+/// its results: a reshape (a view at its address), a transpose or a split
+/// (copies whose kernels move bytes of any width).
+bool movesValues(Operation *reader, Attribute stage) {
+  return isa<ReshapeOp, TransposeOp, SplitOp>(reader) &&
+         reader->getNumOperands() == 1 && reader->getAttr("cdp.stage") == stage;
+}
+
+/// Whether every reader of `value` takes it in `format`, through ops that
+/// move values (their results, collected in `carried`, then hold 2-byte
+/// values too).
 bool allTakeNarrow(Value value, StringRef format, Attribute stage,
-                   SmallVectorImpl<Value> &views) {
+                   SmallVectorImpl<Value> &carried) {
   for (OpOperand &use : value.getUses()) {
-    auto reshape = dyn_cast<ReshapeOp>(use.getOwner());
-    if (reshape && reshape->getAttr("cdp.stage") == stage) {
-      views.push_back(reshape.getOutput());
-      if (!allTakeNarrow(reshape.getOutput(), format, stage, views))
+    if (!movesValues(use.getOwner(), stage)) {
+      if (!takesNarrow(use, format, stage))
         return false;
-    } else if (!takesNarrow(use, format, stage)) {
-      return false;
+      continue;
+    }
+    for (Value moved : use.getOwner()->getResults()) {
+      carried.push_back(moved);
+      if (!allTakeNarrow(moved, format, stage, carried))
+        return false;
     }
   }
   return true;
@@ -107,20 +121,20 @@ void retype(Value value, Type element) {
 void narrow(Operation *op) {
   auto rounding = op->getAttrOfType<StringAttr>("round_result");
   Value result = op->getResult(0);
-  SmallVector<Value> views;
+  SmallVector<Value> carried;
   if (isa<GemmOp, MatMulOp>(op) &&
       op->getAttr("narrow_operands") != Attribute(rounding))
     return;
   if (!rounding || result.use_empty() ||
       !allTakeNarrow(result, rounding.getValue(), op->getAttr("cdp.stage"),
-                     views))
+                     carried))
     return;
   Builder builder(op->getContext());
   Type element = rounding.getValue() == "bf16" ? Type(builder.getBF16Type())
                                                : Type(builder.getF16Type());
   retype(result, element);
-  for (Value view : views)
-    retype(view, element);
+  for (Value moved : carried)
+    retype(moved, element);
 }
 
 /// The function's result types follow its returned values; a result
@@ -143,7 +157,7 @@ struct NarrowResultsPass
     SmallVector<Operation *> ops;
     getOperation().walk([&](Operation *op) {
       if (isa<SoftmaxGradOp, UnaryGradOp, SoftmaxCrossEntropyLossGradOp, GemmOp,
-              MatMulOp, GeluOp>(op))
+              MatMulOp, GeluOp, MulOp>(op))
         ops.push_back(op);
     });
     for (Operation *op : ops)

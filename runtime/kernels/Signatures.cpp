@@ -474,8 +474,25 @@ Rules makeRules() {
     narrowableOutput(c, args);
     c.same(c.in(0), c.out(0));
   };
-  for (const char *op : {"add", "sub", "mul", "div", "pow", "min", "max"})
+  for (const char *op : {"add", "sub", "div", "pow", "min", "max"})
     rules[op] = plain(binary);
+  // mul may read 2-byte operands and store a 2-byte result under its
+  // round_result (cdp-narrow-results: GPT-2's scaling of q and k).
+  rules["mul"] = [](const Check &c, const KernelArgs &args) {
+    if (!storedInTwoBytes(c.in(0)) && !storedInTwoBytes(c.in(1)) &&
+        !storedInTwoBytes(c.out(0)))
+      return binary(c);
+    c.declared();
+    std::string rounding = args.s("round_result", "");
+    for (int k : {0, 1}) {
+      widenedAsRead(c, c.in(k));
+      if (storedInTwoBytes(c.in(k)))
+        c.require(rounding == (c.in(k).dtype == plan::BF16 ? "bf16" : "f16"),
+                  "a 2-byte operand needs round_result in its format");
+      c.broadcasts(c.in(k), c.out(0));
+    }
+    narrowableOutput(c, args);
+  };
   rules["round_to"] = plain([](const Check &c) {
     unary(c);
     std::string format = c.text("format", "");

@@ -152,3 +152,53 @@ func.func @returned_logits(%x: tensor<8x4xbf16>, %w: tensor<4x16xbf16>, %labels:
   %r = cdp.relu %kept : tensor<8x16xf32>
   return %logits, %loss, %kept : tensor<8x16xf32>, tensor<f32>, tensor<8x16xf32>
 }
+
+// -----
+
+// A product's rounded result moved by reshapes, a split and transposes
+// (GPT-2's q, k and v) is stored in bf16 when every reader at the end of the
+// moves takes 2-byte values: the packs for attention and the mul scaling q,
+// which reads it widened and, read only by its pack, stores its rounded
+// result in bf16 too. The moves copy 2-byte values; the packs go.
+// CHECK-LABEL: func.func @moved_values
+// CHECK: %[[QKV:.+]] = cdp.gemm {{.*}} -> tensor<4x24xbf16>
+// CHECK: cdp.reshape %[[QKV]] {{.*}} -> tensor<1x4x24xbf16>
+// CHECK: cdp.split {{.*}} -> (tensor<1x4x8xbf16>, tensor<1x4x8xbf16>, tensor<1x4x8xbf16>)
+// CHECK: %[[QT:.+]] = cdp.transpose {{.*}} -> tensor<1x2x4x4xbf16>
+// CHECK: %[[KT:.+]] = cdp.transpose {{.*}} -> tensor<1x2x4x4xbf16>
+// CHECK: %[[VT:.+]] = cdp.transpose {{.*}} -> tensor<1x2x4x4xbf16>
+// CHECK: %[[QS:.+]] = cdp.mul %[[QT]], %arg2 {round_result = "bf16"} : (tensor<1x2x4x4xbf16>, tensor<f32>) -> tensor<1x2x4x4xbf16>
+// CHECK-NOT: cdp.pack_narrow
+// CHECK: return %[[QS]], %[[KT]], %[[VT]]
+func.func @moved_values(%x: tensor<4x8xbf16>, %w: tensor<8x24xbf16>, %s: tensor<f32>) -> (tensor<1x2x4x4xbf16>, tensor<1x2x4x4xbf16>, tensor<1x2x4x4xbf16>) {
+  %qkv = cdp.gemm %x, %w {narrow_operands = "bf16", round_result = "bf16"} : (tensor<4x8xbf16>, tensor<8x24xbf16>) -> tensor<4x24xf32>
+  %r = cdp.reshape %qkv {shape = array<i64: 1, 4, 24>} : (tensor<4x24xf32>) -> tensor<1x4x24xf32>
+  %q, %k, %v = cdp.split %r {axis = 2 : i64, split = array<i64: 8, 8, 8>} : (tensor<1x4x24xf32>) -> (tensor<1x4x8xf32>, tensor<1x4x8xf32>, tensor<1x4x8xf32>)
+  %qh = cdp.reshape %q {shape = array<i64: 1, 4, 2, 4>} : (tensor<1x4x8xf32>) -> tensor<1x4x2x4xf32>
+  %kh = cdp.reshape %k {shape = array<i64: 1, 4, 2, 4>} : (tensor<1x4x8xf32>) -> tensor<1x4x2x4xf32>
+  %vh = cdp.reshape %v {shape = array<i64: 1, 4, 2, 4>} : (tensor<1x4x8xf32>) -> tensor<1x4x2x4xf32>
+  %qt = cdp.transpose %qh {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x4x2x4xf32>) -> tensor<1x2x4x4xf32>
+  %kt = cdp.transpose %kh {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x4x2x4xf32>) -> tensor<1x2x4x4xf32>
+  %vt = cdp.transpose %vh {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x4x2x4xf32>) -> tensor<1x2x4x4xf32>
+  %qs = cdp.mul %qt, %s {round_result = "bf16"} : (tensor<1x2x4x4xf32>, tensor<f32>) -> tensor<1x2x4x4xf32>
+  %qp = cdp.pack_narrow %qs {format = "bf16"} : tensor<1x2x4x4xf32> -> tensor<1x2x4x4xbf16>
+  %kp = cdp.pack_narrow %kt {format = "bf16"} : tensor<1x2x4x4xf32> -> tensor<1x2x4x4xbf16>
+  %vp = cdp.pack_narrow %vt {format = "bf16"} : tensor<1x2x4x4xf32> -> tensor<1x2x4x4xbf16>
+  return %qp, %kp, %vp : tensor<1x2x4x4xbf16>, tensor<1x2x4x4xbf16>, tensor<1x2x4x4xbf16>
+}
+
+// -----
+
+// One piece of the split read by a float32 op (relu) keeps the product, the
+// split and every move in float32.
+// CHECK-LABEL: func.func @moved_to_float32
+// CHECK: cdp.gemm {{.*}} -> tensor<4x16xf32>
+// CHECK: cdp.split {{.*}} -> (tensor<4x8xf32>, tensor<4x8xf32>)
+// CHECK: cdp.pack_narrow
+func.func @moved_to_float32(%x: tensor<4x8xbf16>, %w: tensor<8x16xbf16>) -> (tensor<4x8xbf16>, tensor<4x8xf32>) {
+  %y = cdp.gemm %x, %w {narrow_operands = "bf16", round_result = "bf16"} : (tensor<4x8xbf16>, tensor<8x16xbf16>) -> tensor<4x16xf32>
+  %a, %b = cdp.split %y {axis = 1 : i64, split = array<i64: 8, 8>} : (tensor<4x16xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>)
+  %p = cdp.pack_narrow %a {format = "bf16"} : tensor<4x8xf32> -> tensor<4x8xbf16>
+  %r = cdp.relu %b : tensor<4x8xf32>
+  return %p, %r : tensor<4x8xbf16>, tensor<4x8xf32>
+}

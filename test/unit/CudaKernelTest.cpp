@@ -171,6 +171,18 @@ std::vector<Case> elementwiseCases() {
        {f32({33}), f32({33})},
        {f32({33})},
        {text("round_result", "bf16")}},
+      // A 2-byte operand widened as read, the result stored in 2 bytes
+      // (GPT-2's scaling of q and k; compared bit for bit).
+      {"mul_bf16_operand_and_result",
+       "mul",
+       {stored({2, 3, 8}, plan::BF16), f32({1})},
+       {stored({2, 3, 8}, plan::BF16)},
+       {text("round_result", "bf16")}},
+      {"mul_f16_operand_float32_result",
+       "mul",
+       {stored({4, 5}, plan::F16), f32({5})},
+       {f32({4, 5})},
+       {text("round_result", "f16")}},
       {"add_broadcast_round_f16",
        "add",
        {f32({3, 1}), f32({4})},

@@ -575,11 +575,8 @@ LogicalResult GeluOp::verify() {
   if (approximate != "none" && approximate != "tanh")
     return emitOpError("approximate must be 'none' or 'tanh', got '")
            << approximate << "'";
-  Type element = getInput().getType().getElementType();
-  if (!element.isF32() &&
-      getRoundResult() != (element.isBF16() ? "bf16" : "f16"))
-    return emitOpError("reads a 2-byte input, which needs round_result of "
-                       "its format");
+  if (failed(verifyNarrowInputs(*this, getRoundResult())))
+    return failure();
   return verifyNarrowResult(*this, getRoundResult());
 }
 
@@ -661,18 +658,37 @@ LogicalResult UnpackNarrowOp::verify() {
                        getInput().getType());
 }
 
+/// The element type an operand computes in: a 2-byte float's is float32
+/// (only cdp.mul's ODS admits them, widened as read).
+static Type computedElement(RankedTensorType type) {
+  Type element = type.getElementType();
+  return element.isBF16() || element.isF16()
+             ? Float32Type::get(type.getContext())
+             : element;
+}
+
 static LogicalResult inferBroadcast(Loc loc, Value lhs, Value rhs,
                                     SmallVectorImpl<Type> &types) {
   RankedTensorType l = rankedType(lhs), r = rankedType(rhs);
   if (!l || !r)
     return failure();
-  if (l.getElementType() != r.getElementType())
+  if (computedElement(l) != computedElement(r))
     return fail(loc, "operand element types differ");
   FailureOr<Shape> shape = broadcastShapes(loc, l.getShape(), r.getShape());
   if (failed(shape))
     return failure();
-  types.push_back(tensorOf(*shape, l.getElementType()));
+  types.push_back(tensorOf(*shape, computedElement(l)));
   return success();
+}
+
+LogicalResult MulOp::verify() {
+  if (failed(verifyNarrowInputs(*this, getRoundResult())))
+    return failure();
+  return verifyNarrowResult(*this, getRoundResult());
+}
+
+bool MulOp::isCompatibleReturnTypes(TypeRange inferred, TypeRange actual) {
+  return isResultOrNarrowed(inferred, actual);
 }
 
 #define CDP_BROADCAST_INFER(OP)                                                \

@@ -195,6 +195,20 @@ bool isResultOrNarrowed(TypeRange inferred, TypeRange actual) {
   return true;
 }
 
+/// A 2-byte operand is read widened only by an op that rounds to its format.
+LogicalResult verifyNarrowInputs(Operation *op,
+                                 std::optional<StringRef> rounding) {
+  for (Value operand : op->getOperands()) {
+    Type element = cast<RankedTensorType>(operand.getType()).getElementType();
+    if (!element.isBF16() && !element.isF16())
+      continue;
+    if (rounding != (element.isBF16() ? "bf16" : "f16"))
+      return op->emitOpError("reads a 2-byte input, which needs round_result "
+                             "of its format");
+  }
+  return success();
+}
+
 /// A 2-byte result holds the values `round_result` rounded to its format.
 LogicalResult verifyNarrowResult(Operation *op,
                                  std::optional<StringRef> rounding) {

@@ -69,6 +69,10 @@ mlir::LogicalResult inferFloat32Like(mlir::Value value,
 /// Whether `actual` is the float32 result inferred, or that result stored
 /// in 2 bytes (bf16 or f16, the shape kept).
 bool isResultOrNarrowed(mlir::TypeRange inferred, mlir::TypeRange actual);
+/// A 2-byte operand needs `rounding` of its format (an op that reads it
+/// widened computes under autocast's rounding).
+mlir::LogicalResult verifyNarrowInputs(mlir::Operation *op,
+                                       std::optional<llvm::StringRef> rounding);
 /// A 2-byte result holds the values `round_result` rounded to its format.
 mlir::LogicalResult verifyNarrowResult(mlir::Operation *op,
                                        std::optional<llvm::StringRef> rounding);

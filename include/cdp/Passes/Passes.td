@@ -413,7 +413,13 @@ def NarrowResults : Pass<"cdp-narrow-results", "mlir::ModuleOp"> {
     activation gradient's saved value, a loss's scores and its gradient's
     `from_scores` (the LM head's logits), all of whose kernels widen the
     values as they read them. And a `cdp.gelu` with `round_result` whose
-    readers all take 2-byte values (the pack of GPT-2's c_proj input).
+    readers all take 2-byte values (the pack of GPT-2's c_proj input), and
+    a `cdp.mul` with `round_result` likewise (GPT-2's scaled q and k, read
+    by their packs), which also counts as a reader that takes 2-byte values.
+    The readers are followed through ops that only move values in the
+    stage: a reshape (a view), a transpose and a split (copies of bytes of
+    any width), whose results then hold 2-byte values too: GPT-2's
+    c_attn product is stored in bf16 and split, transposed and scaled so.
 
     A training function's outputs other than its loss (`cdp.loss_index`)
     count as readers that take 2-byte values: a narrowed output changes

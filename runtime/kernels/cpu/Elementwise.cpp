@@ -76,16 +76,50 @@ std::function<void(const StepContext &)> floatBinary(const KernelArgs &args,
   }
 }
 
+/// A float binary op reading 2-byte operands or storing a 2-byte result
+/// (cdp.mul under round_result): the operands widened into float32 buffers
+/// of the kernel's own, the result computed into one and stored 2 bytes a
+/// value (its values already rounded to that format).
+template <typename Fn>
+std::unique_ptr<Kernel> narrowBinary(const KernelArgs &args, Fn fn) {
+  KernelArgs wide = args;
+  WidenedOperands widened;
+  widened.add(wide.inputs[0]);
+  widened.add(wide.inputs[1]);
+  NarrowedResult result(wide.outputs[0]);
+  auto body = floatBinary(wide, fn);
+  return std::make_unique<FunctionKernel>(
+      [=](const StepContext &context) {
+        widened.widen();
+        body(context);
+        if (result.active())
+          result.store();
+      },
+      widened.bytes() + result.bytes());
+}
+
+bool twoBytes(const TensorView &view) {
+  return view.dtype == plan::BF16 || view.dtype == plan::F16;
+}
+
 template <typename Fn>
 void addBinary(KernelRegistry &registry, const std::string &op, Fn fn) {
-  addKernel(registry, op, [fn](const KernelArgs &args) {
-    if (args.outputs[0].dtype == plan::I64)
-      return binary<int64_t>(args, [fn](int64_t a, int64_t b) {
-        return static_cast<int64_t>(fn(a, b));
-      });
-    return floatBinary(
-        args, [fn](float a, float b) { return static_cast<float>(fn(a, b)); });
-  });
+  registry.add(op, Backend::CPU,
+               [fn](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+                 auto floats = [fn](float a, float b) {
+                   return static_cast<float>(fn(a, b));
+                 };
+                 if (args.outputs[0].dtype == plan::I64)
+                   return std::make_unique<FunctionKernel>(
+                       binary<int64_t>(args, [fn](int64_t a, int64_t b) {
+                         return static_cast<int64_t>(fn(a, b));
+                       }));
+                 if (twoBytes(args.inputs[0]) || twoBytes(args.inputs[1]) ||
+                     twoBytes(args.outputs[0]))
+                   return narrowBinary(args, floats);
+                 return std::make_unique<FunctionKernel>(
+                     floatBinary(args, floats));
+               });
 }
 
 template <typename Fn>

@@ -70,6 +70,21 @@ __global__ void binaryKernel(BinaryOp op, const T *a, const T *b, T *y,
   }
 }
 
+/// A float binary op reading operands stored as `sa` and `sb` (2-byte ones
+/// widened as read) and storing its result in 2 bytes where `twoBytes`
+/// (cdp.mul under round_result).
+__global__ void narrowBinaryKernel(BinaryOp op, const void *a, NarrowFormat sa,
+                                   const void *b, NarrowFormat sb, void *y,
+                                   int64_t n, IndexMap ia, IndexMap ib,
+                                   bool same, NarrowFormat rounding,
+                                   bool twoBytes) {
+  CDP_FOR_EACH(i, n) {
+    float value = apply(op, loadValue(a, same ? i : ia(i), sa),
+                        loadValue(b, same ? i : ib(i), sb));
+    storeResult(y, i, value, rounding, twoBytes);
+  }
+}
+
 void addBinary(KernelRegistry &registry, const std::string &name, BinaryOp op) {
   addKernel(registry, name, [op](const KernelArgs &args) {
     TensorView a = args.inputs[0], b = args.inputs[1], y = args.outputs[0];
@@ -79,10 +94,18 @@ void addBinary(KernelRegistry &registry, const std::string &name, BinaryOp op) {
     int64_t n = y.numel();
     bool integer = y.dtype == plan::I64;
     NarrowFormat rounding = roundingOf(args);
+    NarrowFormat sa = storedFormatOf(a), sb = storedFormatOf(b);
+    bool twoBytes = storedFormatOf(y) != NarrowFormat::None;
+    bool narrow =
+        sa != NarrowFormat::None || sb != NarrowFormat::None || twoBytes;
     return [=](const StepContext &context) {
       if (n == 0)
         return;
-      if (integer)
+      if (narrow)
+        narrowBinaryKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
+            op, a.data, sa, b.data, sb, y.data, n, ia, ib, same, rounding,
+            twoBytes);
+      else if (integer)
         binaryKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
             op, a.i64(), b.i64(), y.i64(), n, ia, ib, same, NarrowFormat::None);
       else

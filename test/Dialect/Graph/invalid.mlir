@@ -552,6 +552,22 @@ func.func @gelu_narrow_input_without_rounding(%x: tensor<4x8xbf16>) -> tensor<4x
 
 // -----
 
+func.func @mul_narrow_input_without_rounding(%x: tensor<4x8xbf16>, %s: tensor<f32>) -> tensor<4x8xf32> {
+  // expected-error@+1 {{'cdp.mul' op reads a 2-byte input, which needs round_result of its format}}
+  %y = cdp.mul %x, %s : (tensor<4x8xbf16>, tensor<f32>) -> tensor<4x8xf32>
+  return %y : tensor<4x8xf32>
+}
+
+// -----
+
+func.func @mul_narrow_result_other_format(%x: tensor<4x8xf32>, %s: tensor<f32>) -> tensor<4x8xf16> {
+  // expected-error@+1 {{'cdp.mul' op stores its result in f16, which needs round_result = "f16"}}
+  %y = cdp.mul %x, %s {round_result = "bf16"} : (tensor<4x8xf32>, tensor<f32>) -> tensor<4x8xf16>
+  return %y : tensor<4x8xf16>
+}
+
+// -----
+
 func.func @narrow_product_result_unmarked(%a: tensor<4x8xf32>, %b: tensor<8x2xf32>) -> tensor<4x2xbf16> {
   // expected-error@+1 {{'cdp.matmul' op stores its result in 2 bytes, which needs narrow_operands of that format}}
   %y = cdp.matmul %a, %b {round_result = "bf16"} : (tensor<4x8xf32>, tensor<8x2xf32>) -> tensor<4x2xbf16>

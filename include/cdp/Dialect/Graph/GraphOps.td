@@ -26,12 +26,14 @@ def CDP_I64Tensor : RankedTensorOf<[I64]>;
 def CDP_BoolTensor : RankedTensorOf<[I1]>;
 def CDP_NumTensor : RankedTensorOf<[F32, I64]>;
 def CDP_AnyTensor : RankedTensorOf<[F32, I64, I1]>;
-// What a reshape may view: any tensor, a 2-byte one (cdp-narrow-results) too.
+// What a reshape may view, a transpose or split move: any tensor, a 2-byte
+// one (cdp-narrow-results) too.
 def CDP_ViewedTensor : RankedTensorOf<[F32, I64, I1, BF16, F16]>;
 // Values stored in 2 bytes under --precision bf16 or fp16 (cdp.pack_narrow).
 def CDP_NarrowTensor : RankedTensorOf<[BF16, F16]>;
 // A product's operand: float32, or 2-byte values it multiplies as they are.
 def CDP_ProductOperand : RankedTensorOf<[F32, BF16, F16]>;
+def CDP_NumOrNarrowTensor : RankedTensorOf<[F32, I64, BF16, F16]>;
 
 //===----------------------------------------------------------------------===//
 // Base classes
@@ -505,7 +507,25 @@ def CDP_UnpackNarrowOp : CDP_BaseOp<"unpack_narrow", [Pure]> {
 
 def CDP_AddOp : CDP_BroadcastOp<"add", "Add">;
 def CDP_SubOp : CDP_BroadcastOp<"sub", "Sub">;
-def CDP_MulOp : CDP_BroadcastOp<"mul", "Mul">;
+def CDP_MulOp : CDP_BroadcastOp<"mul", "Mul", CDP_NumOrNarrowTensor> {
+  let description = [{
+    ONNX `Mul`: both operands have the same element type; their shapes
+    broadcast as in numpy (aligned at the trailing dimension, size-1
+    dimensions stretch). `round_result` ("bf16" or "f16", set by
+    cdp-fuse-roundings) rounds each float result to that format as a
+    `cdp.round_to` after the op would, in the same pass. Under
+    `round_result` a float operand may be a tensor of that format
+    (cdp-narrow-results: a product's rounded result moved by reshapes,
+    splits and transposes, GPT-2's attention scaling of q and k), widened
+    as read, and the result may be one (where every reader takes 2-byte
+    values).
+  }];
+  let extraClassDeclaration = [{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
+                                        ::mlir::TypeRange actual);
+  }];
+  let hasVerifier = 1;
+}
 def CDP_DivOp : CDP_BroadcastOp<"div", "Div">;
 def CDP_PowOp : CDP_BroadcastOp<"pow", "Pow", CDP_F32Tensor>;
 def CDP_MinOp : CDP_BroadcastOp<"min", "Min">;
@@ -608,8 +628,12 @@ def CDP_FlattenOp : CDP_Op<"flatten", [CDP_ViewOfInput, CDP_Differentiable]> {
 
 def CDP_TransposeOp : CDP_Op<"transpose", [CDP_Differentiable]> {
   let summary = "permute dimensions (ONNX Transpose)";
-  let arguments = (ins CDP_AnyTensor:$input, DenseI64ArrayAttr:$perm);
-  let results = (outs CDP_AnyTensor:$output);
+  let description = [{
+    Moves values of any width: cdp-narrow-results gives a transpose of a
+    2-byte value a 2-byte result.
+  }];
+  let arguments = (ins CDP_ViewedTensor:$input, DenseI64ArrayAttr:$perm);
+  let results = (outs CDP_ViewedTensor:$output);
 }
 
 def CDP_ConcatOp : CDP_Op<"concat", [CDP_Differentiable]> {
@@ -620,9 +644,12 @@ def CDP_ConcatOp : CDP_Op<"concat", [CDP_Differentiable]> {
 
 def CDP_SplitOp : CDP_Op<"split", [CDP_Differentiable]> {
   let summary = "cut along an axis (ONNX Split)";
-  let description = "`split` lists the size of every piece; they sum to the axis length.";
-  let arguments = (ins CDP_AnyTensor:$input, I64Attr:$axis, DenseI64ArrayAttr:$split);
-  let results = (outs Variadic<CDP_AnyTensor>:$outputs);
+  let description = [{
+    `split` lists the size of every piece; they sum to the axis length.
+    Moves values of any width, as cdp.transpose does.
+  }];
+  let arguments = (ins CDP_ViewedTensor:$input, I64Attr:$axis, DenseI64ArrayAttr:$split);
+  let results = (outs Variadic<CDP_ViewedTensor>:$outputs);
 }
 
 def CDP_SliceOp : CDP_Op<"slice", [CDP_Differentiable]> {
