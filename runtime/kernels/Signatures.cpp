@@ -518,7 +518,11 @@ Rules makeRules() {
   addSelectionRules(rules);
   rules["unary_grad"] = [](const Check &c, const KernelArgs &args) {
     c.declared();
-    c.type(c.in(0), plan::F32);
+    widenedAsRead(c, c.in(0));
+    if (storedInTwoBytes(c.in(0)))
+      c.require(args.s("round_result", "") ==
+                    (c.in(0).dtype == plan::BF16 ? "bf16" : "f16"),
+                "a 2-byte gradient needs round_result in its format");
     widenedAsRead(c, c.in(1));
     narrowableOutput(c, args);
     c.same(c.in(0), c.out(0));
@@ -540,14 +544,14 @@ Rules makeRules() {
     c.same(c.in(0), c.out(0));
     c.count(c.out(1), c.in(0).numel());
   });
-  rules["dropout_grad"] = plain([](const Check &c) {
+  rules["dropout_grad"] = [](const Check &c, const KernelArgs &args) {
     c.declared();
     c.type(c.in(0), plan::F32);
     c.type(c.in(1), plan::BOOL);
-    c.type(c.out(0), plan::F32);
+    narrowableOutput(c, args);
     c.same(c.in(0), c.out(0));
     c.count(c.in(1), c.out(0).numel());
-  });
+  };
   rules["reduce_to"] = plain([](const Check &c) {
     c.declared();
     widenedAsRead(c, c.in(0));

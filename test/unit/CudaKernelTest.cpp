@@ -260,6 +260,13 @@ std::vector<Case> elementwiseCases() {
        {stored({40}, plan::BF16)},
        {stored({40}, plan::BF16)},
        {text("approximate", "tanh"), text("round_result", "bf16")}});
+  // The incoming gradient stored in 2 bytes (a product's rounded result).
+  cases.push_back({"unary_grad_gelu_tanh_bf16_grad",
+                   "unary_grad",
+                   {stored({40}, plan::BF16), f32({40})},
+                   {f32({40})},
+                   {text("kind", "gelu_tanh"), text("round_result", "bf16")},
+                   1e-5});
   cases.push_back({"unary_grad_relu_round_result",
                    "unary_grad",
                    {f32({40}), f32({40})},
@@ -300,6 +307,11 @@ std::vector<Case> elementwiseCases() {
                    {f32({1000}), mask({1000})},
                    {real("ratio", 0.3), attr("training_mode", 1),
                     attr("seed", 11), text("round_result", "bf16")}});
+  cases.push_back({"dropout_grad_bf16_stored_result",
+                   "dropout_grad",
+                   {f32({100}), mask({100})},
+                   {stored({100}, plan::BF16)},
+                   {real("ratio", 0.3), text("round_result", "bf16")}});
   cases.push_back({"dropout_grad_round_f16",
                    "dropout_grad",
                    {f32({100}), mask({100})},

@@ -600,9 +600,82 @@ TEST(NarrowFloat, MulReadsAndStoresTwoByteValues) {
   }
   // A 2-byte operand without round_result of its format is refused.
   mul.clear_attributes();
-  EXPECT_THROW(multiply(q16.data(), cdp::plan::BF16, wide.data(),
-                        cdp::plan::F32),
-               RuntimeError);
+  EXPECT_THROW(
+      multiply(q16.data(), cdp::plan::BF16, wide.data(), cdp::plan::F32),
+      RuntimeError);
+}
+
+TEST(NarrowFloat, BackwardGradientsInTwoBytes) {
+  // Dropout's gradient stored in 2 bytes holds the float32 kernel's rounded
+  // values; an activation's gradient reading its incoming gradient in 2
+  // bytes computes what it computes from the widened values.
+  using namespace cdp::runtime;
+  std::mt19937 random(17);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  const int64_t n = 40;
+  std::vector<float> dy(n), x(n);
+  std::vector<uint16_t> dy16(n);
+  std::vector<uint8_t> mask(n);
+  for (int64_t i = 0; i < n; ++i) {
+    dy[i] = roundToBfloat16(normal(random));
+    dy16[i] = bfloat16BitsOf(dy[i]);
+    x[i] = normal(random);
+    mask[i] = i % 3 != 0;
+  }
+  auto run = [](cdp::plan::Instruction &instruction,
+                std::vector<TensorView> inputs,
+                std::vector<TensorView> outputs) {
+    KernelArgs args;
+    args.instruction = &instruction;
+    args.inputs = std::move(inputs);
+    args.outputs = std::move(outputs);
+    checkSignature(args);
+    (*KernelRegistry::instance().lookup(instruction.op(), Backend::CPU))(args)
+        ->run(StepContext());
+  };
+  auto rounded = [](cdp::plan::Instruction &instruction) {
+    cdp::plan::Attribute *rounding = instruction.add_attributes();
+    rounding->set_name("round_result");
+    rounding->set_s("bf16");
+  };
+  cdp::plan::Instruction dropoutGrad;
+  dropoutGrad.set_op("dropout_grad");
+  rounded(dropoutGrad);
+  cdp::plan::Attribute *ratio = dropoutGrad.add_attributes();
+  ratio->set_name("ratio");
+  ratio->set_f(0.1f);
+  const float keepScale = 1.0f / (1.0f - 0.1f); // the kernel's
+  std::vector<float> wide(n);
+  std::vector<uint16_t> narrow(n);
+  for (auto [out, type] :
+       {std::pair<void *, cdp::plan::DType>(wide.data(), cdp::plan::F32),
+        {narrow.data(), cdp::plan::BF16}})
+    run(dropoutGrad,
+        {viewOf(dy.data(), {n}, cdp::plan::F32),
+         viewOf(mask.data(), {n}, cdp::plan::BOOL)},
+        {viewOf(out, {n}, type)});
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(wide[i], roundToBfloat16(mask[i] ? dy[i] * keepScale : 0.0f))
+        << "element " << i;
+    EXPECT_EQ(narrow[i], bfloat16BitsOf(wide[i])) << "element " << i;
+  }
+
+  cdp::plan::Instruction unaryGrad;
+  unaryGrad.set_op("unary_grad");
+  rounded(unaryGrad);
+  cdp::plan::Attribute *kind = unaryGrad.add_attributes();
+  kind->set_name("kind");
+  kind->set_s("gelu_tanh");
+  std::vector<float> fromWide(n), fromNarrow(n);
+  run(unaryGrad,
+      {viewOf(dy.data(), {n}, cdp::plan::F32),
+       viewOf(x.data(), {n}, cdp::plan::F32)},
+      {viewOf(fromWide.data(), {n}, cdp::plan::F32)});
+  run(unaryGrad,
+      {viewOf(dy16.data(), {n}, cdp::plan::BF16),
+       viewOf(x.data(), {n}, cdp::plan::F32)},
+      {viewOf(fromNarrow.data(), {n}, cdp::plan::F32)});
+  EXPECT_EQ(fromNarrow, fromWide);
 }
 
 } // namespace

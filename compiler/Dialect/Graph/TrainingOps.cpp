@@ -54,7 +54,7 @@ LogicalResult UnaryGradOp::inferReturnTypes(MLIRContext *, Loc loc,
   auto saved = dyn_cast<RankedTensorType>(adaptor.getSaved().getType());
   if (!grad || !saved || grad.getShape() != saved.getShape())
     return fail(loc, "grad and saved value must have the same shape");
-  return inferSameAs(adaptor.getGrad(), types);
+  return inferFloat32Like(adaptor.getGrad(), types);
 }
 
 LogicalResult ReduceToOp::inferReturnTypes(MLIRContext *context, Loc loc,
@@ -184,6 +184,19 @@ bool UnaryGradOp::isCompatibleReturnTypes(TypeRange inferred,
 }
 
 LogicalResult UnaryGradOp::verify() {
+  Type grad = getGrad().getType().getElementType();
+  if (!grad.isF32() && getRoundResult() != (grad.isBF16() ? "bf16" : "f16"))
+    return emitOpError("reads a 2-byte gradient, which needs round_result of "
+                       "its format");
+  return verifyNarrowResult(*this, getRoundResult());
+}
+
+bool DropoutGradOp::isCompatibleReturnTypes(TypeRange inferred,
+                                            TypeRange actual) {
+  return isResultOrNarrowed(inferred, actual);
+}
+
+LogicalResult DropoutGradOp::verify() {
   return verifyNarrowResult(*this, getRoundResult());
 }
 

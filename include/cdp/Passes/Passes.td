@@ -415,7 +415,11 @@ def NarrowResults : Pass<"cdp-narrow-results", "mlir::ModuleOp"> {
     values as they read them. And a `cdp.gelu` with `round_result` whose
     readers all take 2-byte values (the pack of GPT-2's c_proj input), and
     a `cdp.mul` with `round_result` likewise (GPT-2's scaled q and k, read
-    by their packs), which also counts as a reader that takes 2-byte values.
+    by their packs), which also counts as a reader that takes 2-byte values,
+    and a `cdp.dropout_grad` with `round_result` (a linear layer's output
+    gradient, read by its two backward products and its bias's reduce_to).
+    An activation's gradient rounding to the format takes its incoming
+    gradient in 2 bytes too (GPT-2's c_proj input gradient, read by GELU's).
     The readers are followed through ops that only move values in the
     stage: a reshape (a view), a transpose and a split (copies of bytes of
     any width), whose results then hold 2-byte values too: GPT-2's

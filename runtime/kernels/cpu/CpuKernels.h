@@ -55,10 +55,13 @@ private:
 /// rounded where the op has round_result, and where that output is a
 /// 2-byte tensor (cdp-narrow-results) computed into a float32 buffer of the
 /// kernel's own (its workspace), then stored 2 bytes a value.
+/// Inputs `widenedInputs` that the plan stores in 2 bytes are widened into
+/// float32 buffers of the kernel's own before each run (WidenedOperands).
 std::unique_ptr<Kernel> narrowResultKernel(
     const KernelArgs &args,
     std::function<std::function<void(const StepContext &)>(const KernelArgs &)>
-        make);
+        make,
+    std::initializer_list<size_t> widenedInputs = {});
 void registerLinalg(KernelRegistry &registry);
 /// A kernel's operands that the plan stores in 2 bytes
 /// (cdp-read-narrow-operands) and the kernel reads in float32: each view is

@@ -76,50 +76,34 @@ std::function<void(const StepContext &)> floatBinary(const KernelArgs &args,
   }
 }
 
-/// A float binary op reading 2-byte operands or storing a 2-byte result
-/// (cdp.mul under round_result): the operands widened into float32 buffers
-/// of the kernel's own, the result computed into one and stored 2 bytes a
-/// value (its values already rounded to that format).
-template <typename Fn>
-std::unique_ptr<Kernel> narrowBinary(const KernelArgs &args, Fn fn) {
-  KernelArgs wide = args;
-  WidenedOperands widened;
-  widened.add(wide.inputs[0]);
-  widened.add(wide.inputs[1]);
-  NarrowedResult result(wide.outputs[0]);
-  auto body = floatBinary(wide, fn);
-  return std::make_unique<FunctionKernel>(
-      [=](const StepContext &context) {
-        widened.widen();
-        body(context);
-        if (result.active())
-          result.store();
-      },
-      widened.bytes() + result.bytes());
-}
-
 bool twoBytes(const TensorView &view) {
   return view.dtype == plan::BF16 || view.dtype == plan::F16;
 }
 
 template <typename Fn>
 void addBinary(KernelRegistry &registry, const std::string &op, Fn fn) {
-  registry.add(op, Backend::CPU,
-               [fn](const KernelArgs &args) -> std::unique_ptr<Kernel> {
-                 auto floats = [fn](float a, float b) {
-                   return static_cast<float>(fn(a, b));
-                 };
-                 if (args.outputs[0].dtype == plan::I64)
-                   return std::make_unique<FunctionKernel>(
-                       binary<int64_t>(args, [fn](int64_t a, int64_t b) {
-                         return static_cast<int64_t>(fn(a, b));
-                       }));
-                 if (twoBytes(args.inputs[0]) || twoBytes(args.inputs[1]) ||
-                     twoBytes(args.outputs[0]))
-                   return narrowBinary(args, floats);
-                 return std::make_unique<FunctionKernel>(
-                     floatBinary(args, floats));
-               });
+  registry.add(
+      op, Backend::CPU,
+      [fn](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+        auto floats = [fn](float a, float b) {
+          return static_cast<float>(fn(a, b));
+        };
+        if (args.outputs[0].dtype == plan::I64)
+          return std::make_unique<FunctionKernel>(
+              binary<int64_t>(args, [fn](int64_t a, int64_t b) {
+                return static_cast<int64_t>(fn(a, b));
+              }));
+        // cdp.mul under round_result may read and store 2-byte
+        // values: widened into, and computed in, float32 buffers.
+        if (twoBytes(args.inputs[0]) || twoBytes(args.inputs[1]) ||
+            twoBytes(args.outputs[0]))
+          return narrowResultKernel(args,
+                                    [floats](const KernelArgs &wide) {
+                                      return binary<float>(wide, floats);
+                                    },
+                                    {0, 1});
+        return std::make_unique<FunctionKernel>(floatBinary(args, floats));
+      });
 }
 
 template <typename Fn>
@@ -241,7 +225,8 @@ static void registerArithmetic(KernelRegistry &registry) {
     return narrowResultKernel(args, geluKernel);
   });
   registry.add("unary_grad", Backend::CPU, [](const KernelArgs &args) {
-    return narrowResultKernel(args, unaryGrad);
+    // A 2-byte gradient is widened into a float32 buffer first.
+    return narrowResultKernel(args, unaryGrad, {0});
   });
 }
 
@@ -400,18 +385,20 @@ static void registerConversions(KernelRegistry &registry) {
     };
   });
 
-  addKernel(registry, "dropout_grad", [](const KernelArgs &args) {
-    TensorView dy = args.inputs[0], mask = args.inputs[1], dx = args.outputs[0];
-    float keepScale =
-        1.0f / (1.0f - static_cast<float>(
-                           ops::DropoutGradAttributes::read(args).ratio));
-    int64_t n = dx.numel();
-    NarrowFormat rounding = roundingOf(args);
-    return [=](const StepContext &) {
-      for (int64_t i = 0; i < n; ++i)
-        dx.f32()[i] =
-            roundedTo(rounding, mask.b8()[i] ? dy.f32()[i] * keepScale : 0.0f);
-    };
+  // The result rounded, or stored in 2 bytes, by narrowResultKernel.
+  registry.add("dropout_grad", Backend::CPU, [](const KernelArgs &args) {
+    return narrowResultKernel(args, [](const KernelArgs &args) {
+      TensorView dy = args.inputs[0], mask = args.inputs[1],
+                 dx = args.outputs[0];
+      float keepScale =
+          1.0f / (1.0f - static_cast<float>(
+                             ops::DropoutGradAttributes::read(args).ratio));
+      int64_t n = dx.numel();
+      return [=](const StepContext &) {
+        for (int64_t i = 0; i < n; ++i)
+          dx.f32()[i] = mask.b8()[i] ? dy.f32()[i] * keepScale : 0.0f;
+      };
+    });
   });
 
   // Sum over the dimensions `shape` broadcast (BroadcastReduction.h); a
@@ -520,18 +507,24 @@ int64_t NarrowedResult::bytes() const {
 std::unique_ptr<Kernel> narrowResultKernel(
     const KernelArgs &args,
     std::function<std::function<void(const StepContext &)>(const KernelArgs &)>
-        make) {
+        make,
+    std::initializer_list<size_t> widenedInputs) {
   KernelArgs wide = args;
+  WidenedOperands widened;
+  for (size_t k : widenedInputs)
+    widened.add(wide.inputs[k]);
   NarrowedResult result(wide.outputs[0]);
-  if (!result.active())
+  if (!result.active() && widened.empty())
     return std::make_unique<FunctionKernel>(roundedResult(args, make(args)));
-  auto body = make(wide);
+  auto body = result.active() ? make(wide) : roundedResult(wide, make(wide));
   return std::make_unique<FunctionKernel>(
       [=](const StepContext &context) {
+        widened.widen();
         body(context);
-        result.store();
+        if (result.active())
+          result.store();
       },
-      result.bytes());
+      widened.bytes() + result.bytes());
 }
 
 void registerElementwise(KernelRegistry &registry) {

@@ -281,12 +281,16 @@ __device__ float applyGrad(GradOp op, float g, float x, float p, float q) {
 }
 
 /// `x`, the saved value, stored as `stored` (the backward's 2-byte copy,
-/// widened as read, or float32).
-__global__ void gradKernel(GradOp op, const float *g, const void *x,
-                           NarrowFormat stored, void *dx, int64_t n, float p,
-                           float q, NarrowFormat rounding, bool twoBytes) {
+/// widened as read, or float32); `g` stored as `gradStored` likewise (a
+/// product's rounded result cdp-narrow-results stores so).
+__global__ void gradKernel(GradOp op, const void *g, NarrowFormat gradStored,
+                           const void *x, NarrowFormat stored, void *dx,
+                           int64_t n, float p, float q, NarrowFormat rounding,
+                           bool twoBytes) {
   CDP_FOR_EACH(i, n) {
-    storeResult(dx, i, applyGrad(op, g[i], loadValue(x, i, stored), p, q),
+    storeResult(dx, i,
+                applyGrad(op, loadValue(g, i, gradStored),
+                          loadValue(x, i, stored), p, q),
                 rounding, twoBytes);
   }
 }
@@ -327,11 +331,12 @@ __global__ void dropoutKernel(const float *x, float *y, uint8_t *mask,
   }
 }
 
+/// `dx` in 2 bytes where `twoBytes` (cdp-narrow-results).
 __global__ void dropoutGradKernel(const float *dy, const uint8_t *mask,
-                                  float *dx, int64_t n, float keepScale,
-                                  NarrowFormat rounding) {
+                                  void *dx, int64_t n, float keepScale,
+                                  NarrowFormat rounding, bool twoBytes) {
   CDP_FOR_EACH(i, n) {
-    dx[i] = rounded(rounding, mask[i] ? dy[i] * keepScale : 0.0f);
+    storeResult(dx, i, mask[i] ? dy[i] * keepScale : 0.0f, rounding, twoBytes);
   }
 }
 
@@ -424,13 +429,14 @@ void registerActivations(KernelRegistry &registry) {
     int64_t n = dx.numel();
     NarrowFormat rounding = roundingOf(args);
     bool twoBytes = storedInTwoBytes(dx);
-    NarrowFormat stored = storedFormatOf(saved);
+    NarrowFormat stored = storedFormatOf(saved),
+                 gradStored = storedFormatOf(dy);
     return [=](const StepContext &context) {
       if (n == 0)
         return;
       gradKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
-          op, dy.f32(), saved.data, stored, dx.data, n, p, q, rounding,
-          twoBytes);
+          op, dy.data, gradStored, saved.data, stored, dx.data, n, p, q,
+          rounding, twoBytes);
       launched("unary_grad");
     };
   });
@@ -461,11 +467,12 @@ void registerDropout(KernelRegistry &registry) {
                            ops::DropoutGradAttributes::read(args).ratio));
     int64_t n = dx.numel();
     NarrowFormat rounding = roundingOf(args);
+    bool twoBytes = storedInTwoBytes(dx);
     return [=](const StepContext &context) {
       if (n == 0)
         return;
       dropoutGradKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
-          dy.f32(), mask.b8(), dx.f32(), n, keepScale, rounding);
+          dy.f32(), mask.b8(), dx.data, n, keepScale, rounding, twoBytes);
       launched("dropout_grad");
     };
   });

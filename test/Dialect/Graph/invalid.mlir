@@ -568,6 +568,22 @@ func.func @mul_narrow_result_other_format(%x: tensor<4x8xf32>, %s: tensor<f32>) 
 
 // -----
 
+func.func @unary_grad_narrow_gradient_without_rounding(%dy: tensor<4x8xbf16>, %x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  // expected-error@+1 {{'cdp.unary_grad' op reads a 2-byte gradient, which needs round_result of its format}}
+  %dx = cdp.unary_grad %dy, %x {kind = "relu"} : (tensor<4x8xbf16>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %dx : tensor<4x8xf32>
+}
+
+// -----
+
+func.func @dropout_grad_narrow_result_without_rounding(%dy: tensor<4x8xf32>, %m: tensor<4x8xi1>) -> tensor<4x8xbf16> {
+  // expected-error@+1 {{'cdp.dropout_grad' op stores its result in bf16, which needs round_result = "bf16"}}
+  %dx = cdp.dropout_grad %dy, %m {ratio = 0.1 : f32} : (tensor<4x8xf32>, tensor<4x8xi1>) -> tensor<4x8xbf16>
+  return %dx : tensor<4x8xbf16>
+}
+
+// -----
+
 func.func @narrow_product_result_unmarked(%a: tensor<4x8xf32>, %b: tensor<8x2xf32>) -> tensor<4x2xbf16> {
   // expected-error@+1 {{'cdp.matmul' op stores its result in 2 bytes, which needs narrow_operands of that format}}
   %y = cdp.matmul %a, %b {round_result = "bf16"} : (tensor<4x8xf32>, tensor<8x2xf32>) -> tensor<4x2xbf16>

@@ -835,9 +835,11 @@ def CDP_UnaryGradOp : CDP_Op<"unary_grad", [CDP_ElementwiseInPlace]> {
     that format (cdp-narrow-results: the values stored in 2 bytes, for
     readers that take them so). `saved` may be a bf16 or f16 tensor (the
     2-byte copy the backward keeps, cdp-read-narrow-operands), whose values
-    the kernel widens exactly as it reads them.
+    the kernel widens exactly as it reads them; so may `grad` under a
+    `round_result` of its format (cdp-narrow-results: the gradient the next
+    layer's backward product rounded and stored in 2 bytes).
   }];
-  let arguments = (ins CDP_F32Tensor:$grad, CDP_ProductOperand:$saved,
+  let arguments = (ins CDP_ProductOperand:$grad, CDP_ProductOperand:$saved,
                        StrAttr:$kind,
                        DefaultValuedAttr<DenseF32ArrayAttr, "{}">:$params,
                        OptionalAttr<StrAttr>:$round_result);
@@ -978,12 +980,19 @@ def CDP_AttentionGradOp : CDP_Op<"attention_grad"> {
 def CDP_DropoutGradOp : CDP_Op<"dropout_grad", [CDP_ElementwiseInPlace]> {
   let summary = "dropout backward: `dy * mask / (1 - ratio)`";
   let description = [{
-    `round_result` as for `cdp.add`.
+    `round_result` as for `cdp.add`; under it the result may be a tensor of
+    that format (cdp-narrow-results: a linear layer's output gradient, read
+    by its two backward products and its bias's reduce_to).
   }];
   let arguments = (ins CDP_F32Tensor:$grad, CDP_BoolTensor:$mask,
                        DefaultValuedAttr<F32Attr, "0.5f">:$ratio,
                        OptionalAttr<StrAttr>:$round_result);
-  let results = (outs CDP_F32Tensor:$output);
+  let results = (outs CDP_ProductOperand:$output);
+  let extraClassDeclaration = [{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
+                                        ::mlir::TypeRange actual);
+  }];
+  let hasVerifier = 1;
 }
 
 def CDP_SliceGradOp : CDP_Op<"slice_grad"> {
