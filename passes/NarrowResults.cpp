@@ -46,11 +46,11 @@ bool isWidenedOutput(OpOperand &use) {
 }
 
 /// Whether `use` takes the result's values in `format` as they are: operand
-/// A or B of a product marked so, a pack to that format, a GELU or mul
-/// rounding to it, or an op whose kernels widen 2-byte values as they read
-/// them (a reduce_to's sum, an activation gradient's saved value, and its
-/// gradient where it rounds to the format, a loss's scores and its
-/// gradient's from_scores), in the producer's stage.
+/// A or B of a product marked so, a pack to that format, a GELU, mul or
+/// dropout rounding to it, or an op whose kernels widen 2-byte values as
+/// they read them (an add, a reduce_to's sum, an activation gradient's
+/// saved value, and its gradient where it rounds to the format, a loss's
+/// scores and its gradient's from_scores), in the producer's stage.
 bool takesNarrow(OpOperand &use, StringRef format, Attribute stage) {
   Operation *reader = use.getOwner();
   if (isa<func::ReturnOp>(reader))
@@ -65,6 +65,10 @@ bool takesNarrow(OpOperand &use, StringRef format, Attribute stage) {
     return gelu.getRoundResult() == format;
   if (auto mul = dyn_cast<MulOp>(reader))
     return mul.getRoundResult() == format;
+  if (auto dropout = dyn_cast<DropoutOp>(reader))
+    return dropout.getRoundResult() == format;
+  if (isa<AddOp>(reader)) // widens whatever it rounds to, as autocast adds
+    return true;
   if (auto grad = dyn_cast<UnaryGradOp>(reader))
     return use.getOperandNumber() == 1 || grad.getRoundResult() == format;
   if (isa<SoftmaxCrossEntropyLossOp>(reader))
@@ -158,7 +162,7 @@ struct NarrowResultsPass
     SmallVector<Operation *> ops;
     getOperation().walk([&](Operation *op) {
       if (isa<SoftmaxGradOp, UnaryGradOp, SoftmaxCrossEntropyLossGradOp, GemmOp,
-              MatMulOp, GeluOp, MulOp, DropoutGradOp>(op))
+              MatMulOp, GeluOp, MulOp, DropoutGradOp, DropoutOp>(op))
         ops.push_back(op);
     });
     for (Operation *op : ops)

@@ -474,25 +474,27 @@ Rules makeRules() {
     narrowableOutput(c, args);
     c.same(c.in(0), c.out(0));
   };
-  for (const char *op : {"add", "sub", "div", "pow", "min", "max"})
+  for (const char *op : {"sub", "div", "pow", "min", "max"})
     rules[op] = plain(binary);
-  // mul may read 2-byte operands and store a 2-byte result under its
-  // round_result (cdp-narrow-results: GPT-2's scaling of q and k).
-  rules["mul"] = [](const Check &c, const KernelArgs &args) {
-    if (!storedInTwoBytes(c.in(0)) && !storedInTwoBytes(c.in(1)) &&
-        !storedInTwoBytes(c.out(0)))
-      return binary(c);
-    c.declared();
-    std::string rounding = args.s("round_result", "");
-    for (int k : {0, 1}) {
-      widenedAsRead(c, c.in(k));
-      if (storedInTwoBytes(c.in(k)))
-        c.require(rounding == (c.in(k).dtype == plan::BF16 ? "bf16" : "f16"),
-                  "a 2-byte operand needs round_result in its format");
-      c.broadcasts(c.in(k), c.out(0));
-    }
-    narrowableOutput(c, args);
-  };
+  // mul and add may read 2-byte operands (mul only under a round_result of
+  // their format) and store a 2-byte result under their round_result
+  // (cdp-narrow-results: GPT-2's scaling of q and k, its residual adds).
+  for (bool mul : {true, false})
+    rules[mul ? "mul" : "add"] = [mul](const Check &c, const KernelArgs &args) {
+      if (!storedInTwoBytes(c.in(0)) && !storedInTwoBytes(c.in(1)) &&
+          !storedInTwoBytes(c.out(0)))
+        return binary(c);
+      c.declared();
+      std::string rounding = args.s("round_result", "");
+      for (int k : {0, 1}) {
+        widenedAsRead(c, c.in(k));
+        if (mul && storedInTwoBytes(c.in(k)))
+          c.require(rounding == (c.in(k).dtype == plan::BF16 ? "bf16" : "f16"),
+                    "a 2-byte operand needs round_result in its format");
+        c.broadcasts(c.in(k), c.out(0));
+      }
+      narrowableOutput(c, args);
+    };
   rules["round_to"] = plain([](const Check &c) {
     unary(c);
     std::string format = c.text("format", "");
@@ -536,14 +538,18 @@ Rules makeRules() {
                 "cast of a type other than f32, i64 or bool");
     c.count(c.out(0), c.in(0).numel());
   });
-  rules["dropout"] = plain([](const Check &c) {
+  rules["dropout"] = [](const Check &c, const KernelArgs &args) {
     c.arity(1, 3, 2, 2);
-    c.type(c.in(0), plan::F32);
-    c.type(c.out(0), plan::F32);
+    widenedAsRead(c, c.in(0));
+    if (storedInTwoBytes(c.in(0)))
+      c.require(args.s("round_result", "") ==
+                    (c.in(0).dtype == plan::BF16 ? "bf16" : "f16"),
+                "a 2-byte input needs round_result in its format");
+    narrowableOutput(c, args);
     c.type(c.out(1), plan::BOOL);
     c.same(c.in(0), c.out(0));
     c.count(c.out(1), c.in(0).numel());
-  });
+  };
   rules["dropout_grad"] = [](const Check &c, const KernelArgs &args) {
     c.declared();
     c.type(c.in(0), plan::F32);

@@ -227,3 +227,19 @@ func.func @backward_gradients(%dy: tensor<8x16xf32>, %mask: tensor<8x16xi1>, %w:
   %dn, %ds, %dbias = cdp.layer_norm_grad %kept, %da, %scale, %mean, %inv : (tensor<8x4xf32>, tensor<8x4xf32>, tensor<4xf32>, tensor<8x1xf32>, tensor<8x1xf32>) -> (tensor<8x4xf32>, tensor<4xf32>, tensor<4xf32>)
   return %dw, %db, %da, %dn : tensor<4x16xf32>, tensor<16xf32>, tensor<8x4xf32>, tensor<8x4xf32>
 }
+
+// -----
+
+// The residual branch: the projection's rounded product, read by dropout
+// rounding to bf16, is stored in bf16; so is dropout's output, which the
+// residual add reads widened into the float32 stream (as autocast adds).
+// CHECK-LABEL: func.func @residual_branch
+// CHECK: %[[P:.+]] = cdp.gemm {{.*}} -> tensor<8x4xbf16>
+// CHECK: %[[D:.+]], %{{.+}} = cdp.dropout %[[P]] {{.*}} : (tensor<8x4xbf16>) -> (tensor<8x4xbf16>, tensor<8x4xi1>)
+// CHECK: cdp.add %[[D]], %arg2 : (tensor<8x4xbf16>, tensor<8x4xf32>) -> tensor<8x4xf32>
+func.func @residual_branch(%x: tensor<8x16xbf16>, %w: tensor<16x4xbf16>, %stream: tensor<8x4xf32>) -> (tensor<8x4xf32>, tensor<8x4xi1>) {
+  %p = cdp.gemm %x, %w {narrow_operands = "bf16", round_result = "bf16"} : (tensor<8x16xbf16>, tensor<16x4xbf16>) -> tensor<8x4xf32>
+  %d, %mask = cdp.dropout %p {ratio = 0.1 : f32, round_result = "bf16", training_mode = true} : (tensor<8x4xf32>) -> (tensor<8x4xf32>, tensor<8x4xi1>)
+  %sum = cdp.add %d, %stream : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
+  return %sum, %mask : tensor<8x4xf32>, tensor<8x4xi1>
+}

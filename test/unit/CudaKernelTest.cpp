@@ -178,6 +178,11 @@ std::vector<Case> elementwiseCases() {
        {stored({2, 3, 8}, plan::BF16), f32({1})},
        {stored({2, 3, 8}, plan::BF16)},
        {text("round_result", "bf16")}},
+      // The residual add: a 2-byte operand read widened, no rounding.
+      {"add_bf16_operand",
+       "add",
+       {stored({3, 8}, plan::BF16), f32({3, 8})},
+       {f32({3, 8})}},
       {"mul_f16_operand_float32_result",
        "mul",
        {stored({4, 5}, plan::F16), f32({5})},
@@ -312,6 +317,14 @@ std::vector<Case> elementwiseCases() {
                    {f32({100}), mask({100})},
                    {stored({100}, plan::BF16)},
                    {real("ratio", 0.3), text("round_result", "bf16")}});
+  // A 2-byte input widened as read, the output stored in 2 bytes (the
+  // residual branch under bf16; compared bit for bit, masks too).
+  cases.push_back({"dropout_bf16_input_and_output",
+                   "dropout",
+                   {stored({1000}, plan::BF16)},
+                   {stored({1000}, plan::BF16), mask({1000})},
+                   {real("ratio", 0.3), attr("training_mode", 1),
+                    attr("seed", 11), text("round_result", "bf16")}});
   cases.push_back({"dropout_grad_round_f16",
                    "dropout_grad",
                    {f32({100}), mask({100})},

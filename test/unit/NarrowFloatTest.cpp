@@ -678,4 +678,73 @@ TEST(NarrowFloat, BackwardGradientsInTwoBytes) {
   EXPECT_EQ(fromNarrow, fromWide);
 }
 
+TEST(NarrowFloat, ResidualBranchInTwoBytes) {
+  // Dropout reading a 2-byte input and storing a 2-byte output: the same
+  // mask and the float32 kernel's rounded values; add reading a 2-byte
+  // operand: the float32 sum of the widened values.
+  using namespace cdp::runtime;
+  std::mt19937 random(19);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  const int64_t n = 64;
+  std::vector<float> x(n), stream(n);
+  std::vector<uint16_t> x16(n);
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = roundToBfloat16(normal(random));
+    x16[i] = bfloat16BitsOf(x[i]);
+    stream[i] = normal(random);
+  }
+  cdp::plan::Instruction dropout;
+  dropout.set_op("dropout");
+  for (auto [name, value] :
+       {std::pair<const char *, int64_t>("training_mode", 1), {"seed", 5}}) {
+    cdp::plan::Attribute *attribute = dropout.add_attributes();
+    attribute->set_name(name);
+    attribute->set_i(value);
+  }
+  cdp::plan::Attribute *ratio = dropout.add_attributes();
+  ratio->set_name("ratio");
+  ratio->set_f(0.25);
+  cdp::plan::Attribute *rounding = dropout.add_attributes();
+  rounding->set_name("round_result");
+  rounding->set_s("bf16");
+  std::vector<float> wide(n);
+  std::vector<uint16_t> narrow(n);
+  std::vector<uint8_t> wideMask(n), narrowMask(n);
+  auto run = [&](void *in, cdp::plan::DType inType, void *out,
+                 cdp::plan::DType outType, uint8_t *mask) {
+    KernelArgs args;
+    args.instruction = &dropout;
+    args.inputs = {viewOf(in, {n}, inType)};
+    args.outputs = {viewOf(out, {n}, outType),
+                    viewOf(mask, {n}, cdp::plan::BOOL)};
+    checkSignature(args);
+    (*KernelRegistry::instance().lookup("dropout", Backend::CPU))(args)->run(
+        StepContext());
+  };
+  run(x.data(), cdp::plan::F32, wide.data(), cdp::plan::F32, wideMask.data());
+  run(x16.data(), cdp::plan::BF16, narrow.data(), cdp::plan::BF16,
+      narrowMask.data());
+  EXPECT_EQ(narrowMask, wideMask);
+  int dropped = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(narrow[i], bfloat16BitsOf(wide[i])) << "element " << i;
+    dropped += !wideMask[i];
+  }
+  EXPECT_GT(dropped, 0);
+
+  cdp::plan::Instruction add;
+  add.set_op("add");
+  std::vector<float> sum(n);
+  KernelArgs args;
+  args.instruction = &add;
+  args.inputs = {viewOf(x16.data(), {n}, cdp::plan::BF16),
+                 viewOf(stream.data(), {n}, cdp::plan::F32)};
+  args.outputs = {viewOf(sum.data(), {n}, cdp::plan::F32)};
+  checkSignature(args);
+  (*KernelRegistry::instance().lookup("add", Backend::CPU))(args)->run(
+      StepContext());
+  for (int64_t i = 0; i < n; ++i)
+    EXPECT_EQ(sum[i], x[i] + stream[i]) << "element " << i;
+}
+
 } // namespace

@@ -551,6 +551,15 @@ LogicalResult LogSoftmaxOp::inferReturnTypes(MLIRContext *, Loc loc,
                            adaptor.getAxisAttr().getInt(), types);
 }
 
+/// The element type an operand computes in: a 2-byte float's is float32
+/// (read widened by the ops whose ODS admits them: mul, add, dropout).
+static Type computedElement(RankedTensorType type) {
+  Type element = type.getElementType();
+  return element.isBF16() || element.isF16()
+             ? Float32Type::get(type.getContext())
+             : element;
+}
+
 LogicalResult DropoutOp::inferReturnTypes(MLIRContext *context, Loc loc,
                                           Adaptor adaptor,
                                           SmallVectorImpl<Type> &types) {
@@ -560,8 +569,20 @@ LogicalResult DropoutOp::inferReturnTypes(MLIRContext *context, Loc loc,
   float ratio = adaptor.getRatio().convertToFloat();
   if (!(ratio >= 0.0f && ratio < 1.0f))
     return fail(loc, "ratio must be in [0, 1), got " + std::to_string(ratio));
-  types.append({type, tensorOf(type.getShape(), IntegerType::get(context, 1))});
+  // A 2-byte input is read widened: the output is float32 (or narrowed).
+  types.append({tensorOf(type.getShape(), computedElement(type)),
+                tensorOf(type.getShape(), IntegerType::get(context, 1))});
   return success();
+}
+
+LogicalResult DropoutOp::verify() {
+  if (failed(verifyNarrowInputs(*this, getRoundResult())))
+    return failure();
+  return verifyNarrowResult(*this, getRoundResult());
+}
+
+bool DropoutOp::isCompatibleReturnTypes(TypeRange inferred, TypeRange actual) {
+  return isResultOrNarrowed(inferred, actual);
 }
 
 //===----------------------------------------------------------------------===//
@@ -658,15 +679,6 @@ LogicalResult UnpackNarrowOp::verify() {
                        getInput().getType());
 }
 
-/// The element type an operand computes in: a 2-byte float's is float32
-/// (only cdp.mul's ODS admits them, widened as read).
-static Type computedElement(RankedTensorType type) {
-  Type element = type.getElementType();
-  return element.isBF16() || element.isF16()
-             ? Float32Type::get(type.getContext())
-             : element;
-}
-
 static LogicalResult inferBroadcast(Loc loc, Value lhs, Value rhs,
                                     SmallVectorImpl<Type> &types) {
   RankedTensorType l = rankedType(lhs), r = rankedType(rhs);
@@ -688,6 +700,16 @@ LogicalResult MulOp::verify() {
 }
 
 bool MulOp::isCompatibleReturnTypes(TypeRange inferred, TypeRange actual) {
+  return isResultOrNarrowed(inferred, actual);
+}
+
+/// Add reads 2-byte operands widened whatever it rounds to (autocast adds a
+/// bf16 value to the float32 residual stream without rounding the sum).
+LogicalResult AddOp::verify() {
+  return verifyNarrowResult(*this, getRoundResult());
+}
+
+bool AddOp::isCompatibleReturnTypes(TypeRange inferred, TypeRange actual) {
   return isResultOrNarrowed(inferred, actual);
 }
 

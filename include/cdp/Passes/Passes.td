@@ -419,7 +419,11 @@ def NarrowResults : Pass<"cdp-narrow-results", "mlir::ModuleOp"> {
     and a `cdp.dropout_grad` with `round_result` (a linear layer's output
     gradient, read by its two backward products and its bias's reduce_to).
     An activation's gradient rounding to the format takes its incoming
-    gradient in 2 bytes too (GPT-2's c_proj input gradient, read by GELU's).
+    gradient in 2 bytes too (GPT-2's c_proj input gradient, read by GELU's),
+    and so do a `cdp.dropout` rounding to it, which may store its output
+    in 2 bytes as well, and a `cdp.add`, which widens whatever it rounds to
+    (GPT-2's residual branch: the projection's product through dropout into
+    the float32 residual stream, as autocast adds a bf16 tensor to it).
     The readers are followed through ops that only move values in the
     stage: a reshape (a view), a transpose and a split (copies of bytes of
     any width), whose results then hold 2-byte values too: GPT-2's

@@ -137,6 +137,8 @@ float geluTanh(float x) {
 static std::function<void(const StepContext &)>
 unaryGrad(const KernelArgs &args);
 static std::function<void(const StepContext &)>
+dropoutKernel(const KernelArgs &args);
+static std::function<void(const StepContext &)>
 geluKernel(const KernelArgs &args);
 
 static void registerArithmetic(KernelRegistry &registry) {
@@ -228,6 +230,35 @@ static void registerArithmetic(KernelRegistry &registry) {
     // A 2-byte gradient is widened into a float32 buffer first.
     return narrowResultKernel(args, unaryGrad, {0});
   });
+}
+
+/// Dropout's loop, float32 out (narrowResultKernel rounds or packs).
+static std::function<void(const StepContext &)>
+dropoutKernel(const KernelArgs &args) {
+  TensorView x = args.inputs[0], y = args.outputs[0], mask = args.outputs[1];
+  ops::DropoutAttributes attrs = ops::DropoutAttributes::read(args);
+  float ratio = static_cast<float>(attrs.ratio);
+  bool training = attrs.training_mode;
+  DropoutStream draw(args);
+  int64_t n = y.numel();
+  return [=](const StepContext &context) {
+    const float *px = x.f32();
+    float *py = y.f32();
+    uint8_t *pm = mask.b8();
+    if (!training || ratio == 0.0f) {
+      if (py != px)
+        std::memcpy(py, px, n * sizeof(float));
+      std::memset(pm, 1, n);
+      return;
+    }
+    float keepScale = 1.0f / (1.0f - ratio);
+    uint64_t seed = draw.seedOf(context);
+    for (int64_t i = 0; i < n; ++i) {
+      bool keep = dropoutUniform(seed, draw.stream, i) >= ratio;
+      pm[i] = keep;
+      py[i] = keep ? px[i] * keepScale : 0.0f;
+    }
+  };
 }
 
 /// GELU's loop, float32 out (narrowResultKernel rounds or packs).
@@ -357,32 +388,10 @@ static void registerConversions(KernelRegistry &registry) {
     };
   });
 
-  addKernel(registry, "dropout", [](const KernelArgs &args) {
-    TensorView x = args.inputs[0], y = args.outputs[0], mask = args.outputs[1];
-    ops::DropoutAttributes attrs = ops::DropoutAttributes::read(args);
-    float ratio = static_cast<float>(attrs.ratio);
-    bool training = attrs.training_mode;
-    DropoutStream draw(args);
-    int64_t n = y.numel();
-    NarrowFormat rounding = roundingOf(args);
-    return [=](const StepContext &context) {
-      const float *px = x.f32();
-      float *py = y.f32();
-      uint8_t *pm = mask.b8();
-      if (!training || ratio == 0.0f) {
-        for (int64_t i = 0; i < n; ++i)
-          py[i] = roundedTo(rounding, px[i]);
-        std::memset(pm, 1, n);
-        return;
-      }
-      float keepScale = 1.0f / (1.0f - ratio);
-      uint64_t seed = draw.seedOf(context);
-      for (int64_t i = 0; i < n; ++i) {
-        bool keep = dropoutUniform(seed, draw.stream, i) >= ratio;
-        pm[i] = keep;
-        py[i] = roundedTo(rounding, keep ? px[i] * keepScale : 0.0f);
-      }
-    };
+  // A 2-byte input widened first, the output rounded or stored in 2 bytes
+  // (narrowResultKernel).
+  registry.add("dropout", Backend::CPU, [](const KernelArgs &args) {
+    return narrowResultKernel(args, dropoutKernel, {0});
   });
 
   // The result rounded, or stored in 2 bytes, by narrowResultKernel.

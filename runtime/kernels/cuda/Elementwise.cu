@@ -319,15 +319,19 @@ GradOp gradOf(const KernelArgs &args, const std::string &kind) {
   args.fail("unknown activation '" + kind + "'");
 }
 
-__global__ void dropoutKernel(const float *x, float *y, uint8_t *mask,
-                              int64_t n, float ratio, uint64_t seed,
-                              uint64_t stream, NarrowFormat rounding) {
+/// `x` stored as `stored` (2-byte values widened as read) and `y` in 2 bytes
+/// where `twoBytes` (cdp-narrow-results).
+__global__ void dropoutKernel(const void *x, NarrowFormat stored, void *y,
+                              uint8_t *mask, int64_t n, float ratio,
+                              uint64_t seed, uint64_t stream,
+                              NarrowFormat rounding, bool twoBytes) {
   float keepScale = 1.0f / (1.0f - ratio);
   CDP_FOR_EACH(i, n) {
     bool keep = ratio == 0.0f || dropoutUniform(seed, stream, i) >= ratio;
     mask[i] = keep;
-    y[i] = rounded(rounding,
-                   keep ? (ratio == 0.0f ? x[i] : x[i] * keepScale) : 0.0f);
+    float value = loadValue(x, i, stored);
+    storeResult(y, i, keep ? (ratio == 0.0f ? value : value * keepScale) : 0.0f,
+                rounding, twoBytes);
   }
 }
 
@@ -450,13 +454,14 @@ void registerDropout(KernelRegistry &registry) {
     bool training = attrs.training_mode;
     DropoutStream draw(args);
     int64_t n = y.numel();
-    NarrowFormat rounding = roundingOf(args);
+    NarrowFormat rounding = roundingOf(args), stored = storedFormatOf(x);
+    bool twoBytes = storedInTwoBytes(y);
     return [=](const StepContext &context) {
       if (n == 0)
         return;
       dropoutKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
-          x.f32(), y.f32(), mask.b8(), n, training ? ratio : 0.0f,
-          draw.seedOf(context), draw.stream, rounding);
+          x.data, stored, y.data, mask.b8(), n, training ? ratio : 0.0f,
+          draw.seedOf(context), draw.stream, rounding, twoBytes);
       launched("dropout");
     };
   });

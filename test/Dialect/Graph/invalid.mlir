@@ -584,6 +584,22 @@ func.func @dropout_grad_narrow_result_without_rounding(%dy: tensor<4x8xf32>, %m:
 
 // -----
 
+func.func @dropout_narrow_input_without_rounding(%x: tensor<4x8xbf16>) -> (tensor<4x8xf32>, tensor<4x8xi1>) {
+  // expected-error@+1 {{'cdp.dropout' op reads a 2-byte input, which needs round_result of its format}}
+  %y, %m = cdp.dropout %x {ratio = 0.1 : f32} : (tensor<4x8xbf16>) -> (tensor<4x8xf32>, tensor<4x8xi1>)
+  return %y, %m : tensor<4x8xf32>, tensor<4x8xi1>
+}
+
+// -----
+
+func.func @add_narrow_result_without_rounding(%x: tensor<4x8xbf16>, %y: tensor<4x8xf32>) -> tensor<4x8xbf16> {
+  // expected-error@+1 {{'cdp.add' op stores its result in bf16, which needs round_result = "bf16"}}
+  %z = cdp.add %x, %y : (tensor<4x8xbf16>, tensor<4x8xf32>) -> tensor<4x8xbf16>
+  return %z : tensor<4x8xbf16>
+}
+
+// -----
+
 func.func @narrow_product_result_unmarked(%a: tensor<4x8xf32>, %b: tensor<8x2xf32>) -> tensor<4x2xbf16> {
   // expected-error@+1 {{'cdp.matmul' op stores its result in 2 bytes, which needs narrow_operands of that format}}
   %y = cdp.matmul %a, %b {round_result = "bf16"} : (tensor<4x8xf32>, tensor<8x2xf32>) -> tensor<4x2xbf16>

@@ -310,21 +310,26 @@ func.func @softmaxcrossentropyloss(%arg0: tensor<4x10xf32> {cdp.name = "x"}, %ar
 }
 
 // GELU reading 2-byte values prints both types; a product may store its
-// rounded result in 2 bytes; the loss may read 2-byte scores; mul may read
-// and store 2-byte values under round_result.
+// rounded result in 2 bytes; the loss may read 2-byte scores; mul and
+// dropout may read and store 2-byte values under round_result, add read
+// them whatever it rounds to.
 // CHECK-LABEL: func.func @narrow_forms
 // CHECK-NEXT: %0 = cdp.gelu %arg0 {round_result = "bf16"} : (tensor<4x10xbf16>) -> tensor<4x10xf32>
 // CHECK-NEXT: %1 = cdp.matmul %arg0, %arg2 {narrow_operands = "bf16", round_result = "bf16"} : (tensor<4x10xbf16>, tensor<10x10xbf16>) -> tensor<4x10xbf16>
 // CHECK-NEXT: %loss = cdp.softmax_cross_entropy_loss %1, %arg1 : (tensor<4x10xbf16>, tensor<4xi64>) -> tensor<f32>
 // CHECK-NEXT: %2 = cdp.mul %1, %arg3 {round_result = "bf16"} : (tensor<4x10xbf16>, tensor<f32>) -> tensor<4x10xbf16>
 // CHECK-NEXT: %3 = cdp.mul %1, %arg3 {round_result = "bf16"} : (tensor<4x10xbf16>, tensor<f32>) -> tensor<4x10xf32>
-func.func @narrow_forms(%arg0: tensor<4x10xbf16>, %arg1: tensor<4xi64>, %arg2: tensor<10x10xbf16>, %arg3: tensor<f32>) -> (tensor<4x10xf32>, tensor<f32>, tensor<4x10xbf16>, tensor<4x10xf32>) {
+// CHECK-NEXT: %output, %mask = cdp.dropout %2 {ratio = 1.000000e-01 : f32, round_result = "bf16", training_mode = true} : (tensor<4x10xbf16>) -> (tensor<4x10xbf16>, tensor<4x10xi1>)
+// CHECK-NEXT: %4 = cdp.add %output, %0 : (tensor<4x10xbf16>, tensor<4x10xf32>) -> tensor<4x10xf32>
+func.func @narrow_forms(%arg0: tensor<4x10xbf16>, %arg1: tensor<4xi64>, %arg2: tensor<10x10xbf16>, %arg3: tensor<f32>) -> (tensor<4x10xf32>, tensor<f32>, tensor<4x10xbf16>, tensor<4x10xf32>, tensor<4x10xf32>) {
   %0 = cdp.gelu %arg0 {approximate = "none", round_result = "bf16"} : (tensor<4x10xbf16>) -> tensor<4x10xf32>
   %1 = cdp.matmul %arg0, %arg2 {narrow_operands = "bf16", round_result = "bf16"} : (tensor<4x10xbf16>, tensor<10x10xbf16>) -> tensor<4x10xbf16>
   %loss = cdp.softmax_cross_entropy_loss %1, %arg1 : (tensor<4x10xbf16>, tensor<4xi64>) -> tensor<f32>
   %2 = cdp.mul %1, %arg3 {round_result = "bf16"} : (tensor<4x10xbf16>, tensor<f32>) -> tensor<4x10xbf16>
   %3 = cdp.mul %1, %arg3 {round_result = "bf16"} : (tensor<4x10xbf16>, tensor<f32>) -> tensor<4x10xf32>
-  return %0, %loss, %2, %3 : tensor<4x10xf32>, tensor<f32>, tensor<4x10xbf16>, tensor<4x10xf32>
+  %output, %mask = cdp.dropout %2 {ratio = 0.1 : f32, round_result = "bf16", training_mode = true} : (tensor<4x10xbf16>) -> (tensor<4x10xbf16>, tensor<4x10xi1>)
+  %4 = cdp.add %output, %0 : (tensor<4x10xbf16>, tensor<4x10xf32>) -> tensor<4x10xf32>
+  return %0, %loss, %2, %3, %4 : tensor<4x10xf32>, tensor<f32>, tensor<4x10xbf16>, tensor<4x10xf32>, tensor<4x10xf32>
 }
 
 // The log-probabilities are optional (cdp-recompute-log-probabilities).

@@ -369,14 +369,22 @@ def CDP_DropoutOp : CDP_BaseOp<"dropout", [InferTypeOpAdaptor, CDP_Differentiabl
     In training mode each element is kept with probability `1 - ratio` and
     scaled by `1 / (1 - ratio)`; `mask` records the kept elements. Outside
     training mode the output is the input and the mask all true.
-    `round_result` as for `cdp.add` (the output only).
+    `round_result` as for `cdp.add` (the output only). Under `round_result`
+    the input may be a tensor of that format, widened as read, and so may
+    the output (cdp-narrow-results: GPT-2's residual branch, from the
+    projection's product to the residual add).
   }];
-  let arguments = (ins CDP_F32Tensor:$input,
+  let arguments = (ins CDP_ProductOperand:$input,
                        DefaultValuedAttr<F32Attr, "0.5f">:$ratio,
                        DefaultValuedAttr<BoolAttr, "false">:$training_mode,
                        OptionalAttr<I64Attr>:$seed,
                        OptionalAttr<StrAttr>:$round_result);
-  let results = (outs CDP_F32Tensor:$output, CDP_BoolTensor:$mask);
+  let results = (outs CDP_ProductOperand:$output, CDP_BoolTensor:$mask);
+  let extraClassDeclaration = [{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
+                                        ::mlir::TypeRange actual);
+  }];
+  let hasVerifier = 1;
 }
 
 //===----------------------------------------------------------------------===//
@@ -505,7 +513,24 @@ def CDP_UnpackNarrowOp : CDP_BaseOp<"unpack_narrow", [Pure]> {
   let hasVerifier = 1;
 }
 
-def CDP_AddOp : CDP_BroadcastOp<"add", "Add">;
+def CDP_AddOp : CDP_BroadcastOp<"add", "Add", CDP_NumOrNarrowTensor> {
+  let description = [{
+    ONNX `Add`: both operands have the same element type; their shapes
+    broadcast as in numpy (aligned at the trailing dimension, size-1
+    dimensions stretch). `round_result` ("bf16" or "f16", set by
+    cdp-fuse-roundings) rounds each float result to that format as a
+    `cdp.round_to` after the op would, in the same pass. A float operand
+    may be a bf16 or f16 tensor, widened as read (cdp-narrow-results: the
+    residual branch's value added to the float32 residual stream, as
+    autocast adds a bf16 and a float32 tensor), and under `round_result`
+    the result may be one.
+  }];
+  let extraClassDeclaration = [{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
+                                        ::mlir::TypeRange actual);
+  }];
+  let hasVerifier = 1;
+}
 def CDP_SubOp : CDP_BroadcastOp<"sub", "Sub">;
 def CDP_MulOp : CDP_BroadcastOp<"mul", "Mul", CDP_NumOrNarrowTensor> {
   let description = [{
