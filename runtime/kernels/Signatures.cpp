@@ -280,9 +280,13 @@ void narrowableResult(const Check &c, const KernelArgs &args) {
 /// float32.
 void attentionTypes(const Check &c, const KernelArgs &args, size_t first) {
   plan::DType narrow = narrowDTypeOf(c);
+  // a, b, v, and the backward's incoming gradient (input 0 before them).
+  auto operand = [&](size_t i) {
+    return (i >= first && i < first + 3) || (first == 1 && i == 0);
+  };
   for (size_t i = 0; i < args.inputs.size(); ++i)
     if (const TensorView *v = c.optional(i))
-      if (i < first || i >= first + 3 || v->dtype != narrow)
+      if (!operand(i) || v->dtype != narrow)
         c.type(*v, plan::F32);
   for (size_t i = 0; i < args.outputs.size(); ++i)
     c.type(c.out(i), plan::F32);

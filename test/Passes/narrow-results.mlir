@@ -243,3 +243,20 @@ func.func @residual_branch(%x: tensor<8x16xbf16>, %w: tensor<16x4xbf16>, %stream
   %sum = cdp.add %d, %stream : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
   return %sum, %mask : tensor<8x4xf32>, tensor<8x4xi1>
 }
+
+// -----
+
+// Attention's incoming gradient: the output projection's rounded input
+// gradient, moved to heads by a reshape and a transpose, read by
+// attention_grad under narrow_operands, is stored in bf16.
+// CHECK-LABEL: func.func @attention_output_gradient
+// CHECK: %[[DX:.+]] = cdp.gemm {{.*}} -> tensor<8x4xbf16>
+// CHECK: %[[T:.+]] = cdp.transpose {{.*}} -> tensor<2x2x4x2xbf16>
+// CHECK: cdp.attention_grad %[[T]], {{.*}} : (tensor<2x2x4x2xbf16>,
+func.func @attention_output_gradient(%dy: tensor<8x8xbf16>, %w: tensor<4x8xbf16>, %q: tensor<2x2x4x3xbf16>, %k: tensor<2x2x3x4xbf16>, %v: tensor<2x2x4x2xbf16>, %stats: tensor<2x2x4x2xf32>) -> (tensor<2x2x4x3xf32>, tensor<2x2x3x4xf32>, tensor<2x2x4x2xf32>) {
+  %dx = cdp.gemm %dy, %w {narrow_operands = "bf16", round_result = "bf16", trans_b = true} : (tensor<8x8xbf16>, tensor<4x8xbf16>) -> tensor<8x4xf32>
+  %r = cdp.reshape %dx {shape = array<i64: 2, 4, 2, 2>} : (tensor<8x4xf32>) -> tensor<2x4x2x2xf32>
+  %t = cdp.transpose %r {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x4x2x2xf32>) -> tensor<2x2x4x2xf32>
+  %da, %db, %dv = cdp.attention_grad %t, %q, %k, %v, %stats {narrow_operands = "bf16"} : (tensor<2x2x4x2xf32>, tensor<2x2x4x3xbf16>, tensor<2x2x3x4xbf16>, tensor<2x2x4x2xbf16>, tensor<2x2x4x2xf32>) -> (tensor<2x2x4x3xf32>, tensor<2x2x3x4xf32>, tensor<2x2x4x2xf32>)
+  return %da, %db, %dv : tensor<2x2x4x3xf32>, tensor<2x2x3x4xf32>, tensor<2x2x4x2xf32>
+}

@@ -640,6 +640,16 @@ std::vector<Case> normalizationCases() {
        {f32({2, 3, 8, 16}), f32({2, 3, 16, 12}), f32({2, 3, 12, 8})},
        {text("narrow_operands", "bf16")},
        2e-2},
+      // The incoming gradient stored in 2 bytes too (cdp-narrow-results:
+      // the output projection's rounded input gradient).
+      {"attention_grad_bf16_stored_grad",
+       "attention_grad",
+       {stored({2, 3, 8, 8}, plan::BF16), stored({2, 3, 8, 16}, plan::BF16),
+        stored({2, 3, 16, 12}, plan::BF16), stored({2, 3, 12, 8}, plan::BF16),
+        f32({2, 3, 8, 2}, Fill::Unit)},
+       {f32({2, 3, 8, 16}), f32({2, 3, 16, 12}), f32({2, 3, 12, 8})},
+       {text("narrow_operands", "bf16")},
+       2e-2},
       {"attention_grad_bias",
        "attention_grad",
        {f32({2, 3, 8, 8}), f32({2, 3, 8, 16}, Fill::Unit),

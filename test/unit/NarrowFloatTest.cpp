@@ -747,4 +747,61 @@ TEST(NarrowFloat, ResidualBranchInTwoBytes) {
     EXPECT_EQ(sum[i], x[i] + stream[i]) << "element " << i;
 }
 
+TEST(NarrowFloat, AttentionGradReadsATwoByteIncomingGradient) {
+  // attention_grad under narrow_operands with its incoming gradient stored
+  // in 2 bytes computes what it computes from the same values in float32.
+  using namespace cdp::runtime;
+  std::mt19937 random(23);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto exact = [&](size_t n) {
+    std::vector<float> values(n);
+    for (float &value : values)
+      value = roundToBfloat16(normal(random));
+    return values;
+  };
+  std::vector<float> a = exact(2 * 4 * 3), b = exact(2 * 3 * 5),
+                     v = exact(2 * 5 * 4), grad = exact(2 * 4 * 4);
+  std::vector<uint16_t> grad16(grad.size());
+  for (size_t i = 0; i < grad.size(); ++i)
+    grad16[i] = bfloat16BitsOf(grad[i]);
+  cdp::plan::Instruction forward, backward;
+  forward.set_op("attention");
+  backward.set_op("attention_grad");
+  for (cdp::plan::Instruction *instruction : {&forward, &backward}) {
+    cdp::plan::Attribute *narrow = instruction->add_attributes();
+    narrow->set_name("narrow_operands");
+    narrow->set_s("bf16");
+  }
+  auto run = [](cdp::plan::Instruction &instruction,
+                std::vector<TensorView> inputs,
+                std::vector<TensorView> outputs) {
+    KernelArgs args;
+    args.instruction = &instruction;
+    args.inputs = std::move(inputs);
+    args.outputs = std::move(outputs);
+    checkSignature(args);
+    (*KernelRegistry::instance().lookup(instruction.op(), Backend::CPU))(args)
+        ->run(StepContext());
+  };
+  auto f32 = [](std::vector<float> &values, std::vector<int64_t> shape) {
+    return viewOf(values.data(), std::move(shape), cdp::plan::F32);
+  };
+  std::vector<float> out(2 * 4 * 4), stats(2 * 4 * 2);
+  run(forward, {f32(a, {2, 4, 3}), f32(b, {2, 3, 5}), f32(v, {2, 5, 4})},
+      {f32(out, {2, 4, 4}), f32(stats, {2, 4, 2})});
+  std::vector<float> da(a.size()), db(b.size()), dv(v.size());
+  std::vector<float> da16(a.size()), db16(b.size()), dv16(v.size());
+  run(backward,
+      {f32(grad, {2, 4, 4}), f32(a, {2, 4, 3}), f32(b, {2, 3, 5}),
+       f32(v, {2, 5, 4}), f32(stats, {2, 4, 2})},
+      {f32(da, {2, 4, 3}), f32(db, {2, 3, 5}), f32(dv, {2, 5, 4})});
+  run(backward,
+      {viewOf(grad16.data(), {2, 4, 4}, cdp::plan::BF16), f32(a, {2, 4, 3}),
+       f32(b, {2, 3, 5}), f32(v, {2, 5, 4}), f32(stats, {2, 4, 2})},
+      {f32(da16, {2, 4, 3}), f32(db16, {2, 3, 5}), f32(dv16, {2, 5, 4})});
+  EXPECT_EQ(da16, da);
+  EXPECT_EQ(db16, db);
+  EXPECT_EQ(dv16, dv);
+}
+
 } // namespace

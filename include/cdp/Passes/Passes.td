@@ -423,7 +423,9 @@ def NarrowResults : Pass<"cdp-narrow-results", "mlir::ModuleOp"> {
     and so do a `cdp.dropout` rounding to it, which may store its output
     in 2 bytes as well, and a `cdp.add`, which widens whatever it rounds to
     (GPT-2's residual branch: the projection's product through dropout into
-    the float32 residual stream, as autocast adds a bf16 tensor to it).
+    the float32 residual stream, as autocast adds a bf16 tensor to it), and
+    `cdp.attention_grad`'s incoming gradient under `narrow_operands` of the
+    format (the output projection's rounded input gradient).
     The readers are followed through ops that only move values in the
     stage: a reshape (a view), a transpose and a split (copies of bytes of
     any width), whose results then hold 2-byte values too: GPT-2's

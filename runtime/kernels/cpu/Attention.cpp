@@ -219,6 +219,8 @@ std::unique_ptr<Kernel> attentionGradKernel(const KernelArgs &args) {
                              args.outputs[0],
                              args.outputs[1],
                              args.outputs[2]};
+  // A 2-byte incoming gradient is widened with the operands.
+  backward.t.widened.add(backward.grad);
   TensorView dbias = args.outputs.size() > 3 ? args.outputs[3] : TensorView();
   const AttentionOperands &t = backward.t;
   int64_t mn = t.g.m * t.g.n;

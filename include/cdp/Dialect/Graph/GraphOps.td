@@ -988,9 +988,11 @@ def CDP_AttentionGradOp : CDP_Op<"attention_grad"> {
     three operand gradients are rounded to it, as autograd's bf16 tensors
     are; the softmax's gradient reads P unrounded, as autocast's float32
     softmax does, and the bias's gradient is float32. `a`, `b` and `v` may
-    be 2-byte tensors as for `cdp.attention`; the gradients are float32.
+    be 2-byte tensors as for `cdp.attention`, and so may `grad`
+    (cdp-narrow-results: the output projection's rounded input gradient);
+    the gradients are float32.
   }];
-  let arguments = (ins CDP_F32Tensor:$grad, CDP_ProductOperand:$a,
+  let arguments = (ins CDP_ProductOperand:$grad, CDP_ProductOperand:$a,
                        CDP_ProductOperand:$b, CDP_ProductOperand:$v,
                        CDP_F32Tensor:$stats, Optional<CDP_F32Tensor>:$bias,
                        DefaultValuedAttr<BoolAttr, "false">:$zero_nan_rows,
