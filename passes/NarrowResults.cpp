@@ -69,6 +69,8 @@ bool takesNarrow(OpOperand &use, StringRef format, Attribute stage) {
     return dropout.getRoundResult() == format;
   if (isa<AddOp>(reader)) // widens whatever it rounds to, as autocast adds
     return true;
+  if (isa<LayerNormGradOp>(reader)) // its incoming gradient, widened
+    return use.getOperandNumber() == 0;
   if (auto grad = dyn_cast<AttentionGradOp>(reader))
     return use.getOperandNumber() == 0 && grad.getNarrowOperands() == format;
   if (auto grad = dyn_cast<UnaryGradOp>(reader))

@@ -220,9 +220,15 @@ void layerNorm(const Check &c) {
   layerNormParts(c, x, c.out(1), c.out(2), c.in(1), c.optional(2));
 }
 
+void widenedAsRead(const Check &c, const TensorView &v);
+
 void layerNormGrad(const Check &c) {
   c.declared();
-  c.allF32();
+  widenedAsRead(c, c.in(0)); // the next product's rounded input gradient
+  for (int k : {1, 2, 3, 4})
+    c.type(c.in(k), plan::F32);
+  for (int k : {0, 1, 2})
+    c.type(c.out(k), plan::F32);
   const TensorView &x = c.in(1);
   c.same(x, c.in(0));
   c.same(x, c.out(0));

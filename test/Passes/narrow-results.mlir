@@ -208,16 +208,19 @@ func.func @moved_to_float32(%x: tensor<4x8xbf16>, %w: tensor<8x16xbf16>) -> (ten
 // The backward's gradients: dropout's gradient, read by a linear layer's two
 // backward products and its bias's reduce_to, is stored in bf16; the
 // product's input gradient (rounded), read by the activation's gradient
-// that rounds to bf16, too; one read by a float32 op stays.
+// that rounds to bf16, too, and one read by a layer norm's gradient (which
+// widens it); one read by a float32 op stays.
 // CHECK-LABEL: func.func @backward_gradients
 // CHECK: %[[DD:.+]] = cdp.dropout_grad {{.*}} -> tensor<8x16xbf16>
 // CHECK: %[[DX:.+]] = cdp.gemm %[[DD]], %arg2 {{.*}} -> tensor<8x4xbf16>
 // CHECK: cdp.gemm %arg3, %[[DD]] {{.*}} -> tensor<4x16xf32>
 // CHECK: cdp.reduce_to %[[DD]] {{.*}}(tensor<8x16xbf16>) -> tensor<16xf32>
 // CHECK: cdp.unary_grad %[[DX]], %arg4 {kind = "gelu_tanh", round_result = "bf16"} : (tensor<8x4xbf16>, tensor<8x4xbf16>) -> tensor<8x4xf32>
+// CHECK: %[[LN:.+]] = cdp.gemm {{.*}} -> tensor<8x4xbf16>
+// CHECK: cdp.layer_norm_grad %[[LN]], {{.*}} : (tensor<8x4xbf16>,
 // CHECK: %[[KEPT:.+]] = cdp.gemm {{.*}} -> tensor<8x4xf32>
-// CHECK: cdp.layer_norm_grad %[[KEPT]]
-func.func @backward_gradients(%dy: tensor<8x16xf32>, %mask: tensor<8x16xi1>, %w: tensor<4x16xbf16>, %x: tensor<8x4xbf16>, %h: tensor<8x4xbf16>, %scale: tensor<4xf32>, %mean: tensor<8x1xf32>, %inv: tensor<8x1xf32>) -> (tensor<4x16xf32>, tensor<16xf32>, tensor<8x4xf32>, tensor<8x4xf32>) {
+// CHECK: cdp.relu %[[KEPT]]
+func.func @backward_gradients(%dy: tensor<8x16xf32>, %mask: tensor<8x16xi1>, %w: tensor<4x16xbf16>, %x: tensor<8x4xbf16>, %h: tensor<8x4xbf16>, %scale: tensor<4xf32>, %mean: tensor<8x1xf32>, %inv: tensor<8x1xf32>) -> (tensor<4x16xf32>, tensor<16xf32>, tensor<8x4xf32>, tensor<8x4xf32>, tensor<8x4xf32>) {
   %dd = cdp.dropout_grad %dy, %mask {ratio = 0.1 : f32, round_result = "bf16"} : (tensor<8x16xf32>, tensor<8x16xi1>) -> tensor<8x16xf32>
   %dx = cdp.gemm %dd, %w {narrow_operands = "bf16", round_result = "bf16", trans_b = true} : (tensor<8x16xf32>, tensor<4x16xbf16>) -> tensor<8x4xf32>
   %dw = cdp.gemm %x, %dd {narrow_operands = "bf16", round_result = "bf16", trans_a = true} : (tensor<8x4xbf16>, tensor<8x16xf32>) -> tensor<4x16xf32>
@@ -225,7 +228,9 @@ func.func @backward_gradients(%dy: tensor<8x16xf32>, %mask: tensor<8x16xi1>, %w:
   %da = cdp.unary_grad %dx, %h {kind = "gelu_tanh", round_result = "bf16"} : (tensor<8x4xf32>, tensor<8x4xbf16>) -> tensor<8x4xf32>
   %kept = cdp.gemm %dd, %w {narrow_operands = "bf16", round_result = "bf16", trans_b = true} : (tensor<8x16xf32>, tensor<4x16xbf16>) -> tensor<8x4xf32>
   %dn, %ds, %dbias = cdp.layer_norm_grad %kept, %da, %scale, %mean, %inv : (tensor<8x4xf32>, tensor<8x4xf32>, tensor<4xf32>, tensor<8x1xf32>, tensor<8x1xf32>) -> (tensor<8x4xf32>, tensor<4xf32>, tensor<4xf32>)
-  return %dw, %db, %da, %dn : tensor<4x16xf32>, tensor<16xf32>, tensor<8x4xf32>, tensor<8x4xf32>
+  %other = cdp.gemm %dd, %w {narrow_operands = "bf16", round_result = "bf16", trans_b = true} : (tensor<8x16xf32>, tensor<4x16xbf16>) -> tensor<8x4xf32>
+  %r = cdp.relu %other : tensor<8x4xf32>
+  return %dw, %db, %da, %dn, %r : tensor<4x16xf32>, tensor<16xf32>, tensor<8x4xf32>, tensor<8x4xf32>, tensor<8x4xf32>
 }
 
 // -----

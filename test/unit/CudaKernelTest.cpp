@@ -587,6 +587,14 @@ std::vector<Case> normalizationCases() {
         f32({6, 8, 1}, Fill::Positive)},
        {f32({6, 8, 32}), f32({32}), f32({32})},
        {attr("axis", -1)}},
+      // The incoming gradient stored in 2 bytes (the next product's rounded
+      // input gradient), widened as read.
+      {"layer_norm_grad_bf16_grad",
+       "layer_norm_grad",
+       {stored({6, 8, 32}, plan::BF16), f32({6, 8, 32}), f32({32}),
+        f32({6, 8, 1}), f32({6, 8, 1}, Fill::Positive)},
+       {f32({6, 8, 32}), f32({32}), f32({32})},
+       {attr("axis", -1)}},
       {"softmax",
        "softmax",
        {f32({4, 7, 3})},

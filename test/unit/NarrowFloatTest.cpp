@@ -804,4 +804,52 @@ TEST(NarrowFloat, AttentionGradReadsATwoByteIncomingGradient) {
   EXPECT_EQ(dv16, dv);
 }
 
+TEST(NarrowFloat, LayerNormGradReadsATwoByteIncomingGradient) {
+  // layer_norm_grad with its incoming gradient stored in 2 bytes computes
+  // what it computes from the same values in float32.
+  using namespace cdp::runtime;
+  std::mt19937 random(29);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t rows = 3, width = 8;
+  std::vector<float> dy(rows * width), x(rows * width), scale(width),
+      mean(rows), inv(rows);
+  std::vector<uint16_t> dy16(dy.size());
+  for (size_t i = 0; i < dy.size(); ++i) {
+    dy[i] = roundToBfloat16(normal(random));
+    dy16[i] = bfloat16BitsOf(dy[i]);
+    x[i] = normal(random);
+  }
+  for (float &s : scale)
+    s = normal(random);
+  for (int64_t r = 0; r < rows; ++r) {
+    mean[r] = normal(random);
+    inv[r] = 1.0f + std::abs(normal(random));
+  }
+  cdp::plan::Instruction grad;
+  grad.set_op("layer_norm_grad");
+  auto run = [&](void *dyData, cdp::plan::DType type, std::vector<float> &dx,
+                 std::vector<float> &dscale, std::vector<float> &dbias) {
+    KernelArgs args;
+    args.instruction = &grad;
+    args.inputs = {viewOf(dyData, {rows, width}, type),
+                   viewOf(x.data(), {rows, width}, cdp::plan::F32),
+                   viewOf(scale.data(), {width}, cdp::plan::F32),
+                   viewOf(mean.data(), {rows, 1}, cdp::plan::F32),
+                   viewOf(inv.data(), {rows, 1}, cdp::plan::F32)};
+    args.outputs = {viewOf(dx.data(), {rows, width}, cdp::plan::F32),
+                    viewOf(dscale.data(), {width}, cdp::plan::F32),
+                    viewOf(dbias.data(), {width}, cdp::plan::F32)};
+    checkSignature(args);
+    (*KernelRegistry::instance().lookup("layer_norm_grad", Backend::CPU))(args)
+        ->run(StepContext());
+  };
+  std::vector<float> dx(dy.size()), dscale(width), dbias(width);
+  std::vector<float> dx16(dy.size()), dscale16(width), dbias16(width);
+  run(dy.data(), cdp::plan::F32, dx, dscale, dbias);
+  run(dy16.data(), cdp::plan::BF16, dx16, dscale16, dbias16);
+  EXPECT_EQ(dx16, dx);
+  EXPECT_EQ(dscale16, dscale);
+  EXPECT_EQ(dbias16, dbias);
+}
+
 } // namespace

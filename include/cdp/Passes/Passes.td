@@ -425,7 +425,9 @@ def NarrowResults : Pass<"cdp-narrow-results", "mlir::ModuleOp"> {
     (GPT-2's residual branch: the projection's product through dropout into
     the float32 residual stream, as autocast adds a bf16 tensor to it), and
     `cdp.attention_grad`'s incoming gradient under `narrow_operands` of the
-    format (the output projection's rounded input gradient).
+    format (the output projection's rounded input gradient), and a
+    `cdp.layer_norm_grad`'s, widened (the next linear layer's rounded input
+    gradient).
     The readers are followed through ops that only move values in the
     stage: a reshape (a view), a transpose and a split (copies of bytes of
     any width), whose results then hold 2-byte values too: GPT-2's

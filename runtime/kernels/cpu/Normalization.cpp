@@ -162,6 +162,9 @@ static void registerBatchNorm(KernelRegistry &registry) {
 }
 
 /// Layer normalization and its gradient.
+static std::function<void(const StepContext &)>
+layerNormGrad(const KernelArgs &args);
+
 static void registerLayerNorm(KernelRegistry &registry) {
   addKernel(registry, "layer_norm", [](const KernelArgs &args) {
     TensorView x = args.inputs[0], scale = args.inputs[1];
@@ -201,41 +204,48 @@ static void registerLayerNorm(KernelRegistry &registry) {
     };
   });
 
-  addKernel(registry, "layer_norm_grad", [](const KernelArgs &args) {
-    TensorView dy = args.inputs[0], x = args.inputs[1], scale = args.inputs[2],
-               meanIn = args.inputs[3], invIn = args.inputs[4];
-    TensorView dx = args.outputs[0], dscale = args.outputs[1],
-               dbias = args.outputs[2];
-    int64_t axis = normalizeAxis(args.i("axis", -1), x.rank());
-    int64_t outer = product(x.shape, 0, axis), inner = product(x.shape, axis);
-    std::vector<int64_t> normalized(x.shape.begin() + axis, x.shape.end());
-    auto si = std::make_shared<std::vector<int64_t>>(
-        broadcastIndex(scale.shape, normalized));
-    return [=](const StepContext &) {
-      std::fill(dscale.f32(), dscale.f32() + dscale.numel(), 0.0f);
-      std::fill(dbias.f32(), dbias.f32() + dbias.numel(), 0.0f);
-      for (int64_t o = 0; o < outer; ++o) {
-        const float *row = x.f32() + o * inner, *grad = dy.f32() + o * inner;
-        double m = meanIn.f32()[o], inv = invIn.f32()[o];
-        double sumG = 0, sumGXhat = 0;
-        for (int64_t i = 0; i < inner; ++i) {
-          double xhat = (row[i] - m) * inv;
-          double g = grad[i] * scale.f32()[(*si)[i]];
-          sumG += g;
-          sumGXhat += g * xhat;
-          dscale.f32()[(*si)[i]] += static_cast<float>(grad[i] * xhat);
-          dbias.f32()[(*si)[i]] += grad[i];
-        }
-        float *out = dx.f32() + o * inner;
-        for (int64_t i = 0; i < inner; ++i) {
-          double xhat = (row[i] - m) * inv;
-          double g = grad[i] * scale.f32()[(*si)[i]];
-          out[i] = static_cast<float>(
-              inv * (g - sumG / inner - xhat * sumGXhat / inner));
-        }
-      }
-    };
+  // A 2-byte incoming gradient is widened into a buffer of its own first.
+  registry.add("layer_norm_grad", Backend::CPU, [](const KernelArgs &args) {
+    return narrowResultKernel(args, layerNormGrad, {0});
   });
+}
+
+/// layer_norm_grad's loop over rows (float32 operands).
+static std::function<void(const StepContext &)>
+layerNormGrad(const KernelArgs &args) {
+  TensorView dy = args.inputs[0], x = args.inputs[1], scale = args.inputs[2],
+             meanIn = args.inputs[3], invIn = args.inputs[4];
+  TensorView dx = args.outputs[0], dscale = args.outputs[1],
+             dbias = args.outputs[2];
+  int64_t axis = normalizeAxis(args.i("axis", -1), x.rank());
+  int64_t outer = product(x.shape, 0, axis), inner = product(x.shape, axis);
+  std::vector<int64_t> normalized(x.shape.begin() + axis, x.shape.end());
+  auto si = std::make_shared<std::vector<int64_t>>(
+      broadcastIndex(scale.shape, normalized));
+  return [=](const StepContext &) {
+    std::fill(dscale.f32(), dscale.f32() + dscale.numel(), 0.0f);
+    std::fill(dbias.f32(), dbias.f32() + dbias.numel(), 0.0f);
+    for (int64_t o = 0; o < outer; ++o) {
+      const float *row = x.f32() + o * inner, *grad = dy.f32() + o * inner;
+      double m = meanIn.f32()[o], inv = invIn.f32()[o];
+      double sumG = 0, sumGXhat = 0;
+      for (int64_t i = 0; i < inner; ++i) {
+        double xhat = (row[i] - m) * inv;
+        double g = grad[i] * scale.f32()[(*si)[i]];
+        sumG += g;
+        sumGXhat += g * xhat;
+        dscale.f32()[(*si)[i]] += static_cast<float>(grad[i] * xhat);
+        dbias.f32()[(*si)[i]] += grad[i];
+      }
+      float *out = dx.f32() + o * inner;
+      for (int64_t i = 0; i < inner; ++i) {
+        double xhat = (row[i] - m) * inv;
+        double g = grad[i] * scale.f32()[(*si)[i]];
+        out[i] = static_cast<float>(
+            inv * (g - sumG / inner - xhat * sumGXhat / inner));
+      }
+    }
+  };
 }
 
 /// One softmax (or log-softmax) row of `length` values `inner` apart, each

@@ -126,37 +126,39 @@ __global__ void layerNormKernel(const float *x, const float *scale,
                                           (bias ? bias[bi(i)] : 0.0f));
 }
 
-__global__ void layerNormGradKernel(const float *dy, const float *x,
-                                    const float *scale, const float *meanIn,
-                                    const float *invIn, float *dx,
-                                    int64_t inner, IndexMap si) {
+/// `dy` stored as `stored` (a 2-byte incoming gradient widened as read).
+__global__ void layerNormGradKernel(const void *dy, NarrowFormat stored,
+                                    const float *x, const float *scale,
+                                    const float *meanIn, const float *invIn,
+                                    float *dx, int64_t inner, IndexMap si) {
   int64_t o = blockIdx.x;
-  const float *row = x + o * inner, *grad = dy + o * inner;
+  const float *row = x + o * inner;
+  auto grad = [&](int64_t i) { return loadValue(dy, o * inner + i, stored); };
   double m = meanIn[o], inv = invIn[o], sumG = 0, sumGXhat = 0;
   for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) {
-    double g = grad[i] * scale[si(i)];
+    double g = grad(i) * scale[si(i)];
     sumG += g;
     sumGXhat += g * (row[i] - m) * inv;
   }
   sumG = blockSum(sumG);
   sumGXhat = blockSum(sumGXhat);
   for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) {
-    double xhat = (row[i] - m) * inv, g = grad[i] * scale[si(i)];
+    double xhat = (row[i] - m) * inv, g = grad(i) * scale[si(i)];
     dx[o * inner + i] =
         static_cast<float>(inv * (g - sumG / inner - xhat * sumGXhat / inner));
   }
 }
 
 /// dscale and dbias: sums over the rows, one thread per normalized element.
-__global__ void layerNormParamGradKernel(const float *dy, const float *x,
-                                         const float *meanIn,
+__global__ void layerNormParamGradKernel(const void *dy, NarrowFormat stored,
+                                         const float *x, const float *meanIn,
                                          const float *invIn, float *dscale,
                                          float *dbias, int64_t outer,
                                          int64_t inner, IndexMap si) {
   CDP_FOR_EACH(i, inner) {
     double sumScale = 0, sumBias = 0;
     for (int64_t o = 0; o < outer; ++o) {
-      double g = dy[o * inner + i];
+      double g = loadValue(dy, o * inner + i, stored);
       sumScale += g * (x[o * inner + i] - meanIn[o]) * invIn[o];
       sumBias += g;
     }
@@ -350,6 +352,7 @@ void registerLayerNorm(KernelRegistry &registry) {
     int64_t outer = product(x.shape, 0, axis), inner = product(x.shape, axis);
     std::vector<int64_t> normalized(x.shape.begin() + axis, x.shape.end());
     IndexMap si = broadcastMap(args, scale.shape, normalized);
+    NarrowFormat stored = storedFormatOf(dy);
     return [=](const StepContext &context) {
       cudaStream_t stream = streamOf(context);
       checkCuda(cudaMemsetAsync(dscale.data, 0, byteSize(dscale), stream),
@@ -359,10 +362,10 @@ void registerLayerNorm(KernelRegistry &registry) {
       if (outer == 0 || inner == 0)
         return;
       layerNormGradKernel<<<outer, rowThreads(inner), 0, stream>>>(
-          dy.f32(), x.f32(), scale.f32(), meanIn.f32(), invIn.f32(), dx.f32(),
-          inner, si);
+          dy.data, stored, x.f32(), scale.f32(), meanIn.f32(), invIn.f32(),
+          dx.f32(), inner, si);
       layerNormParamGradKernel<<<blocksFor(inner), kThreads, 0, stream>>>(
-          dy.f32(), x.f32(), meanIn.f32(), invIn.f32(), dscale.f32(),
+          dy.data, stored, x.f32(), meanIn.f32(), invIn.f32(), dscale.f32(),
           dbias.f32(), outer, inner, si);
       launched("layer_norm_grad");
     };

@@ -946,8 +946,12 @@ def CDP_BatchNormGradOp : CDP_Op<"batch_norm_grad"> {
 
 def CDP_LayerNormGradOp : CDP_Op<"layer_norm_grad"> {
   let summary = "layer normalization backward";
-  let description = "Returns `(dx, dscale, dbias)`, dscale and dbias shaped like `scale`.";
-  let arguments = (ins CDP_F32Tensor:$grad, CDP_F32Tensor:$input,
+  let description = [{
+    Returns `(dx, dscale, dbias)`, dscale and dbias shaped like `scale`.
+    `grad` may be a bf16 or f16 tensor, widened as read (cdp-narrow-results:
+    the next linear layer's rounded input gradient).
+  }];
+  let arguments = (ins CDP_ProductOperand:$grad, CDP_F32Tensor:$input,
                        CDP_F32Tensor:$scale, CDP_F32Tensor:$mean,
                        CDP_F32Tensor:$inv_std_dev,
                        DefaultValuedAttr<I64Attr, "-1">:$axis);
