@@ -272,6 +272,17 @@ void widenedAsRead(const Check &c, const TensorView &v) {
     c.type(v, plan::F32);
 }
 
+/// widenedAsRead for an op that reads 2-byte values only under a
+/// round_result of their format (autocast's rounding around it).
+void widenedUnderRounding(const Check &c, const KernelArgs &args,
+                          const TensorView &v) {
+  widenedAsRead(c, v);
+  if (storedInTwoBytes(v))
+    c.require(args.s("round_result", "") ==
+                  (v.dtype == plan::BF16 ? "bf16" : "f16"),
+              "a 2-byte operand needs round_result in its format");
+}
+
 /// f32 inputs; an f32 result, or one stored in the 2-byte format its
 /// round_result names (cdp-narrow-results).
 void narrowableResult(const Check &c, const KernelArgs &args) {
@@ -495,12 +506,11 @@ Rules makeRules() {
           !storedInTwoBytes(c.out(0)))
         return binary(c);
       c.declared();
-      std::string rounding = args.s("round_result", "");
       for (int k : {0, 1}) {
-        widenedAsRead(c, c.in(k));
-        if (mul && storedInTwoBytes(c.in(k)))
-          c.require(rounding == (c.in(k).dtype == plan::BF16 ? "bf16" : "f16"),
-                    "a 2-byte operand needs round_result in its format");
+        if (mul)
+          widenedUnderRounding(c, args, c.in(k));
+        else
+          widenedAsRead(c, c.in(k));
         c.broadcasts(c.in(k), c.out(0));
       }
       narrowableOutput(c, args);
@@ -530,11 +540,7 @@ Rules makeRules() {
   addSelectionRules(rules);
   rules["unary_grad"] = [](const Check &c, const KernelArgs &args) {
     c.declared();
-    widenedAsRead(c, c.in(0));
-    if (storedInTwoBytes(c.in(0)))
-      c.require(args.s("round_result", "") ==
-                    (c.in(0).dtype == plan::BF16 ? "bf16" : "f16"),
-                "a 2-byte gradient needs round_result in its format");
+    widenedUnderRounding(c, args, c.in(0));
     widenedAsRead(c, c.in(1));
     narrowableOutput(c, args);
     c.same(c.in(0), c.out(0));
@@ -550,11 +556,7 @@ Rules makeRules() {
   });
   rules["dropout"] = [](const Check &c, const KernelArgs &args) {
     c.arity(1, 3, 2, 2);
-    widenedAsRead(c, c.in(0));
-    if (storedInTwoBytes(c.in(0)))
-      c.require(args.s("round_result", "") ==
-                    (c.in(0).dtype == plan::BF16 ? "bf16" : "f16"),
-                "a 2-byte input needs round_result in its format");
+    widenedUnderRounding(c, args, c.in(0));
     narrowableOutput(c, args);
     c.type(c.out(1), plan::BOOL);
     c.same(c.in(0), c.out(0));

@@ -198,7 +198,13 @@ bool isResultOrNarrowed(TypeRange inferred, TypeRange actual) {
 /// A 2-byte operand is read widened only by an op that rounds to its format.
 LogicalResult verifyNarrowInputs(Operation *op,
                                  std::optional<StringRef> rounding) {
-  for (Value operand : op->getOperands()) {
+  return verifyNarrowInputs(op, rounding, op->getOperands());
+}
+
+LogicalResult verifyNarrowInputs(Operation *op,
+                                 std::optional<StringRef> rounding,
+                                 ValueRange operands) {
+  for (Value operand : operands) {
     Type element = cast<RankedTensorType>(operand.getType()).getElementType();
     if (!element.isBF16() && !element.isF16())
       continue;

@@ -73,6 +73,10 @@ bool isResultOrNarrowed(mlir::TypeRange inferred, mlir::TypeRange actual);
 /// widened computes under autocast's rounding).
 mlir::LogicalResult verifyNarrowInputs(mlir::Operation *op,
                                        std::optional<llvm::StringRef> rounding);
+/// The same for `operands` alone (others may be 2-byte for other reasons).
+mlir::LogicalResult verifyNarrowInputs(mlir::Operation *op,
+                                       std::optional<llvm::StringRef> rounding,
+                                       mlir::ValueRange operands);
 /// A 2-byte result holds the values `round_result` rounded to its format.
 mlir::LogicalResult verifyNarrowResult(mlir::Operation *op,
                                        std::optional<llvm::StringRef> rounding);

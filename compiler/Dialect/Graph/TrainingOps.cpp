@@ -187,10 +187,9 @@ bool UnaryGradOp::isCompatibleReturnTypes(TypeRange inferred,
 }
 
 LogicalResult UnaryGradOp::verify() {
-  Type grad = getGrad().getType().getElementType();
-  if (!grad.isF32() && getRoundResult() != (grad.isBF16() ? "bf16" : "f16"))
-    return emitOpError("reads a 2-byte gradient, which needs round_result of "
-                       "its format");
+  // The saved value may be the backward's 2-byte copy whatever it rounds to.
+  if (failed(verifyNarrowInputs(*this, getRoundResult(), {getGrad()})))
+    return failure();
   return verifyNarrowResult(*this, getRoundResult());
 }
 

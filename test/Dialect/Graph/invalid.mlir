@@ -569,7 +569,7 @@ func.func @mul_narrow_result_other_format(%x: tensor<4x8xf32>, %s: tensor<f32>) 
 // -----
 
 func.func @unary_grad_narrow_gradient_without_rounding(%dy: tensor<4x8xbf16>, %x: tensor<4x8xf32>) -> tensor<4x8xf32> {
-  // expected-error@+1 {{'cdp.unary_grad' op reads a 2-byte gradient, which needs round_result of its format}}
+  // expected-error@+1 {{'cdp.unary_grad' op reads a 2-byte input, which needs round_result of its format}}
   %dx = cdp.unary_grad %dy, %x {kind = "relu"} : (tensor<4x8xbf16>, tensor<4x8xf32>) -> tensor<4x8xf32>
   return %dx : tensor<4x8xf32>
 }
