@@ -39,6 +39,31 @@ cdp::runtime::TensorView viewOf(void *data, std::vector<int64_t> shape,
   return v;
 }
 
+/// Runs `instruction`'s CPU kernel on the views, its signature checked first
+/// as the executor checks it.
+void runCpuKernel(const cdp::plan::Instruction &instruction,
+                  std::vector<cdp::runtime::TensorView> inputs,
+                  std::vector<cdp::runtime::TensorView> outputs) {
+  using namespace cdp::runtime;
+  KernelArgs args;
+  args.instruction = &instruction;
+  args.inputs = std::move(inputs);
+  args.outputs = std::move(outputs);
+  checkSignature(args);
+  (*KernelRegistry::instance().lookup(instruction.op(), Backend::CPU))(args)
+      ->run(StepContext());
+}
+
+/// `n` draws of `normal`, each rounded to bf16 (values exact in 2 bytes).
+std::vector<float> bfloat16Values(std::mt19937 &random,
+                                  std::normal_distribution<float> &normal,
+                                  size_t n) {
+  std::vector<float> values(n);
+  for (float &value : values)
+    value = roundToBfloat16(normal(random));
+  return values;
+}
+
 TEST(NarrowFloat, Bfloat16KeepsEightBitsTiesToEven) {
   EXPECT_EQ(roundToBfloat16(1.0f), 1.0f);
   // Steps of 2^-7 above 1: 1 + 2^-8 is a tie, to the even 1; 1 + 3 * 2^-8
@@ -427,12 +452,7 @@ TEST(NarrowFloat, ProductResultAndGeluInputInTwoBytes) {
   using namespace cdp::runtime;
   std::mt19937 random(9);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  auto exact = [&](size_t n) {
-    std::vector<float> values(n);
-    for (float &value : values)
-      value = roundToBfloat16(normal(random));
-    return values;
-  };
+  auto exact = [&](size_t n) { return bfloat16Values(random, normal, n); };
   std::vector<float> a = exact(6 * 5), b = exact(7 * 5), bias = exact(7);
   cdp::plan::Instruction gemm;
   gemm.set_op("gemm");
@@ -581,14 +601,10 @@ TEST(NarrowFloat, MulReadsAndStoresTwoByteValues) {
   rounding->set_s("bf16");
   auto multiply = [&](void *in, cdp::plan::DType inType, void *out,
                       cdp::plan::DType outType) {
-    KernelArgs args;
-    args.instruction = &mul;
-    args.inputs = {viewOf(in, {2, 3, 4}, inType),
-                   viewOf(&scale, {}, cdp::plan::F32)};
-    args.outputs = {viewOf(out, {2, 3, 4}, outType)};
-    checkSignature(args);
-    (*KernelRegistry::instance().lookup("mul", Backend::CPU))(args)->run(
-        StepContext());
+    runCpuKernel(
+        mul,
+        {viewOf(in, {2, 3, 4}, inType), viewOf(&scale, {}, cdp::plan::F32)},
+        {viewOf(out, {2, 3, 4}, outType)});
   };
   std::vector<float> wide(q.size());
   std::vector<uint16_t> narrow(q.size());
@@ -622,17 +638,7 @@ TEST(NarrowFloat, BackwardGradientsInTwoBytes) {
     x[i] = normal(random);
     mask[i] = i % 3 != 0;
   }
-  auto run = [](cdp::plan::Instruction &instruction,
-                std::vector<TensorView> inputs,
-                std::vector<TensorView> outputs) {
-    KernelArgs args;
-    args.instruction = &instruction;
-    args.inputs = std::move(inputs);
-    args.outputs = std::move(outputs);
-    checkSignature(args);
-    (*KernelRegistry::instance().lookup(instruction.op(), Backend::CPU))(args)
-        ->run(StepContext());
-  };
+  auto run = runCpuKernel;
   auto rounded = [](cdp::plan::Instruction &instruction) {
     cdp::plan::Attribute *rounding = instruction.add_attributes();
     rounding->set_name("round_result");
@@ -712,14 +718,9 @@ TEST(NarrowFloat, ResidualBranchInTwoBytes) {
   std::vector<uint8_t> wideMask(n), narrowMask(n);
   auto run = [&](void *in, cdp::plan::DType inType, void *out,
                  cdp::plan::DType outType, uint8_t *mask) {
-    KernelArgs args;
-    args.instruction = &dropout;
-    args.inputs = {viewOf(in, {n}, inType)};
-    args.outputs = {viewOf(out, {n}, outType),
-                    viewOf(mask, {n}, cdp::plan::BOOL)};
-    checkSignature(args);
-    (*KernelRegistry::instance().lookup("dropout", Backend::CPU))(args)->run(
-        StepContext());
+    runCpuKernel(
+        dropout, {viewOf(in, {n}, inType)},
+        {viewOf(out, {n}, outType), viewOf(mask, {n}, cdp::plan::BOOL)});
   };
   run(x.data(), cdp::plan::F32, wide.data(), cdp::plan::F32, wideMask.data());
   run(x16.data(), cdp::plan::BF16, narrow.data(), cdp::plan::BF16,
@@ -735,14 +736,10 @@ TEST(NarrowFloat, ResidualBranchInTwoBytes) {
   cdp::plan::Instruction add;
   add.set_op("add");
   std::vector<float> sum(n);
-  KernelArgs args;
-  args.instruction = &add;
-  args.inputs = {viewOf(x16.data(), {n}, cdp::plan::BF16),
-                 viewOf(stream.data(), {n}, cdp::plan::F32)};
-  args.outputs = {viewOf(sum.data(), {n}, cdp::plan::F32)};
-  checkSignature(args);
-  (*KernelRegistry::instance().lookup("add", Backend::CPU))(args)->run(
-      StepContext());
+  runCpuKernel(add,
+               {viewOf(x16.data(), {n}, cdp::plan::BF16),
+                viewOf(stream.data(), {n}, cdp::plan::F32)},
+               {viewOf(sum.data(), {n}, cdp::plan::F32)});
   for (int64_t i = 0; i < n; ++i)
     EXPECT_EQ(sum[i], x[i] + stream[i]) << "element " << i;
 }
@@ -753,12 +750,7 @@ TEST(NarrowFloat, AttentionGradReadsATwoByteIncomingGradient) {
   using namespace cdp::runtime;
   std::mt19937 random(23);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  auto exact = [&](size_t n) {
-    std::vector<float> values(n);
-    for (float &value : values)
-      value = roundToBfloat16(normal(random));
-    return values;
-  };
+  auto exact = [&](size_t n) { return bfloat16Values(random, normal, n); };
   std::vector<float> a = exact(2 * 4 * 3), b = exact(2 * 3 * 5),
                      v = exact(2 * 5 * 4), grad = exact(2 * 4 * 4);
   std::vector<uint16_t> grad16(grad.size());
@@ -772,17 +764,7 @@ TEST(NarrowFloat, AttentionGradReadsATwoByteIncomingGradient) {
     narrow->set_name("narrow_operands");
     narrow->set_s("bf16");
   }
-  auto run = [](cdp::plan::Instruction &instruction,
-                std::vector<TensorView> inputs,
-                std::vector<TensorView> outputs) {
-    KernelArgs args;
-    args.instruction = &instruction;
-    args.inputs = std::move(inputs);
-    args.outputs = std::move(outputs);
-    checkSignature(args);
-    (*KernelRegistry::instance().lookup(instruction.op(), Backend::CPU))(args)
-        ->run(StepContext());
-  };
+  auto run = runCpuKernel;
   auto f32 = [](std::vector<float> &values, std::vector<int64_t> shape) {
     return viewOf(values.data(), std::move(shape), cdp::plan::F32);
   };
@@ -829,19 +811,15 @@ TEST(NarrowFloat, LayerNormGradReadsATwoByteIncomingGradient) {
   grad.set_op("layer_norm_grad");
   auto run = [&](void *dyData, cdp::plan::DType type, std::vector<float> &dx,
                  std::vector<float> &dscale, std::vector<float> &dbias) {
-    KernelArgs args;
-    args.instruction = &grad;
-    args.inputs = {viewOf(dyData, {rows, width}, type),
-                   viewOf(x.data(), {rows, width}, cdp::plan::F32),
-                   viewOf(scale.data(), {width}, cdp::plan::F32),
-                   viewOf(mean.data(), {rows, 1}, cdp::plan::F32),
-                   viewOf(inv.data(), {rows, 1}, cdp::plan::F32)};
-    args.outputs = {viewOf(dx.data(), {rows, width}, cdp::plan::F32),
-                    viewOf(dscale.data(), {width}, cdp::plan::F32),
-                    viewOf(dbias.data(), {width}, cdp::plan::F32)};
-    checkSignature(args);
-    (*KernelRegistry::instance().lookup("layer_norm_grad", Backend::CPU))(args)
-        ->run(StepContext());
+    runCpuKernel(grad,
+                 {viewOf(dyData, {rows, width}, type),
+                  viewOf(x.data(), {rows, width}, cdp::plan::F32),
+                  viewOf(scale.data(), {width}, cdp::plan::F32),
+                  viewOf(mean.data(), {rows, 1}, cdp::plan::F32),
+                  viewOf(inv.data(), {rows, 1}, cdp::plan::F32)},
+                 {viewOf(dx.data(), {rows, width}, cdp::plan::F32),
+                  viewOf(dscale.data(), {width}, cdp::plan::F32),
+                  viewOf(dbias.data(), {width}, cdp::plan::F32)});
   };
   std::vector<float> dx(dy.size()), dscale(width), dbias(width);
   std::vector<float> dx16(dy.size()), dscale16(width), dbias16(width);

@@ -575,10 +575,17 @@ LogicalResult DropoutOp::inferReturnTypes(MLIRContext *context, Loc loc,
   return success();
 }
 
-LogicalResult DropoutOp::verify() {
-  if (failed(verifyNarrowInputs(*this, getRoundResult())))
+/// An op that reads 2-byte operands and stores a 2-byte result only under
+/// a round_result of their format (GELU, mul, dropout).
+static LogicalResult
+verifyNarrowedUnderRounding(Operation *op, std::optional<StringRef> rounding) {
+  if (failed(verifyNarrowInputs(op, rounding)))
     return failure();
-  return verifyNarrowResult(*this, getRoundResult());
+  return verifyNarrowResult(op, rounding);
+}
+
+LogicalResult DropoutOp::verify() {
+  return verifyNarrowedUnderRounding(*this, getRoundResult());
 }
 
 bool DropoutOp::isCompatibleReturnTypes(TypeRange inferred, TypeRange actual) {
@@ -596,9 +603,7 @@ LogicalResult GeluOp::verify() {
   if (approximate != "none" && approximate != "tanh")
     return emitOpError("approximate must be 'none' or 'tanh', got '")
            << approximate << "'";
-  if (failed(verifyNarrowInputs(*this, getRoundResult())))
-    return failure();
-  return verifyNarrowResult(*this, getRoundResult());
+  return verifyNarrowedUnderRounding(*this, getRoundResult());
 }
 
 bool GeluOp::isCompatibleReturnTypes(TypeRange inferred, TypeRange actual) {
@@ -694,9 +699,7 @@ static LogicalResult inferBroadcast(Loc loc, Value lhs, Value rhs,
 }
 
 LogicalResult MulOp::verify() {
-  if (failed(verifyNarrowInputs(*this, getRoundResult())))
-    return failure();
-  return verifyNarrowResult(*this, getRoundResult());
+  return verifyNarrowedUnderRounding(*this, getRoundResult());
 }
 
 bool MulOp::isCompatibleReturnTypes(TypeRange inferred, TypeRange actual) {
