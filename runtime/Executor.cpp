@@ -333,17 +333,19 @@ void Executor::keepOutputsOfStep(int64_t step, const std::vector<int> &ids) {
     kept[id];
 }
 
-const HostTensor *Executor::keptOutput(int id) const {
+const std::map<int64_t, HostTensor> &Executor::keptOutputs(int id) const {
+  static const std::map<int64_t, HostTensor> none;
   auto it = kept.find(id);
-  return it == kept.end() || !it->second.hostView.data ? nullptr : &it->second;
+  return it == kept.end() ? none : it->second;
 }
 
-void Executor::keepOutputsOf(const plan::Instruction &instruction) {
+void Executor::keepOutputsOf(const plan::Instruction &instruction,
+                             int64_t slot) {
   for (int id : instruction.outputs()) {
     auto it = kept.find(id);
     // A copy even on the CPU, where stageOut would hand out the arena.
     if (it != kept.end())
-      it->second = hostCopy(held(id));
+      it->second[slot] = hostCopy(held(id));
   }
 }
 
@@ -472,7 +474,7 @@ void Executor::runInstructions(const StepContext &context,
     if (trace)
       trace->record(deviceIndex, instruction, context.step, start, end);
     if (keeping)
-      keepOutputsOf(instruction);
+      keepOutputsOf(instruction, context.slot);
     if (!report)
       continue;
     // The measured side of the report: tensors born when written, freed

@@ -6,32 +6,7 @@
 
 #include "Run.h"
 
-#include <cstring>
-
 namespace cdp::runtime::training {
-
-/// Appends rows [0, count) of `output` (a batch along `axis`) to
-/// `gathered`, which holds `total` rows along that axis when complete;
-/// `first` is where these rows go.
-static void gatherRows(const TensorView &output, int64_t axis, int64_t first,
-                       int64_t count, int64_t total, Array &gathered) {
-  int64_t width = plan::dtypeSize(output.dtype), outer = 1, inner = width;
-  for (int64_t d = 0; d < axis; ++d)
-    outer *= output.shape[d];
-  for (size_t d = axis + 1; d < output.shape.size(); ++d)
-    inner *= output.shape[d];
-  if (gathered.bytes.empty()) {
-    gathered.dtype = output.dtype;
-    gathered.shape = output.shape;
-    gathered.shape[axis] = total;
-    gathered.bytes.resize(outer * total * inner);
-  }
-  int64_t rows = output.shape[axis];
-  for (int64_t o = 0; o < outer; ++o)
-    std::memcpy(gathered.bytes.data() + (o * total + first) * inner,
-                static_cast<const char *>(output.data) + o * rows * inner,
-                count * inner);
-}
 
 /// An inference plan over its feeds. A feed with more (or fewer) samples
 /// along its input's batch axis than the plan's batch runs batch after

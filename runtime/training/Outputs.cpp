@@ -14,6 +14,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -107,13 +108,84 @@ static void checkTrainedFinite(Run &run) {
   }
 }
 
+/// Appends rows [0, count) of `output` (a batch along `axis`) to
+/// `gathered`, which holds `total` rows along that axis when complete;
+/// `first` is where these rows go.
+void gatherRows(const TensorView &output, int64_t axis, int64_t first,
+                int64_t count, int64_t total, Array &gathered) {
+  int64_t width = plan::dtypeSize(output.dtype), outer = 1, inner = width;
+  for (int64_t d = 0; d < axis; ++d)
+    outer *= output.shape[d];
+  for (size_t d = axis + 1; d < output.shape.size(); ++d)
+    inner *= output.shape[d];
+  if (gathered.bytes.empty()) {
+    gathered.dtype = output.dtype;
+    gathered.shape = output.shape;
+    gathered.shape[axis] = total;
+    gathered.bytes.resize(outer * total * inner);
+  }
+  int64_t rows = output.shape[axis];
+  for (int64_t o = 0; o < outer; ++o)
+    std::memcpy(gathered.bytes.data() + (o * total + first) * inner,
+                static_cast<const char *>(output.data) + o * rows * inner,
+                count * inner);
+}
+
 void keepStepOutputs(Run &run) {
-  if (run.options.saveOutputs.empty() || !run.executors[0])
+  if (run.options.saveOutputs.empty())
     return;
   std::vector<int> ids;
   for (const plan::Output &output : run.plan.outputs())
     ids.push_back(output.tensor());
-  run.first().keepOutputsOfStep(run.total - 1, ids);
+  for (auto &executor : run.executors)
+    if (executor)
+      executor->keepOutputsOfStep(run.total - 1, ids);
+}
+
+/// Tensor `id` as the last step's slots wrote it, by slot, from every
+/// device of this process (dp's and cdp's devices each run one slot).
+static std::map<int64_t, const HostTensor *> keptSlots(const Run &run, int id) {
+  std::map<int64_t, const HostTensor *> slots;
+  for (const auto &executor : run.executors)
+    if (executor)
+      for (const auto &[slot, values] : executor->keptOutputs(id))
+        slots[slot] = &values;
+  return slots;
+}
+
+/// The loss of a step of several slots: the mean over them, as the step's
+/// loss is printed.
+static Array meanLoss(const std::map<int64_t, const HostTensor *> &slots) {
+  float mean = 0.0f;
+  for (const auto &[slot, values] : slots)
+    mean += values->view().f32()[0] / static_cast<float>(slots.size());
+  Array loss;
+  loss.bytes.resize(sizeof(float));
+  std::memcpy(loss.bytes.data(), &mean, sizeof(float));
+  return loss;
+}
+
+/// Output `output` of a step of several slots as one array: the slots
+/// concatenated along its batch axis in slot order; the loss the mean over
+/// them; any other output without a batch axis stacked along a new first
+/// axis.
+static Array joinedSlots(const Run &run, const plan::Output &output,
+                         const std::map<int64_t, const HostTensor *> &slots) {
+  if (output.tensor() == run.plan.loss())
+    return meanLoss(slots);
+  Array joined;
+  int64_t k = 0, count = static_cast<int64_t>(slots.size());
+  for (const auto &[slot, values] : slots) {
+    TensorView view = values->view();
+    int64_t axis = output.batch_axis();
+    if (axis < 0) {
+      view.shape.insert(view.shape.begin(), 1);
+      axis = 0;
+    }
+    int64_t rows = view.shape[axis];
+    gatherRows(view, axis, k++ * rows, rows, count * rows, joined);
+  }
+  return joined;
 }
 
 /// --dump-grads and --save-outputs: the last step's gradients and outputs.
@@ -132,13 +204,21 @@ void writeStepOutputs(Run &run) {
     std::vector<std::pair<std::string, TensorView>> views;
     for (const plan::Output &output : run.plan.outputs()) {
       auto gathered = run.gatheredOutputs.find(output.tensor());
+      if (gathered == run.gatheredOutputs.end()) {
+        auto slots = keptSlots(run, output.tensor());
+        if (slots.size() > 1)
+          gathered =
+              run.gatheredOutputs
+                  .emplace(output.tensor(), joinedSlots(run, output, slots))
+                  .first;
+      }
       TensorView view;
       if (gathered != run.gatheredOutputs.end()) {
         Array &rows = gathered->second;
         view = {rows.bytes.data(), rows.shape, rows.dtype, MemorySpace::Host};
-      } else if (const HostTensor *kept =
-                     executor.keptOutput(output.tensor())) {
-        view = kept->view();
+      } else if (const auto &slots = executor.keptOutputs(output.tensor());
+                 !slots.empty()) {
+        view = slots.begin()->second.view();
       } else {
         staged.push_back(executor.stageOut(output.tensor()));
         view = staged.back().view();

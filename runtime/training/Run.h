@@ -347,8 +347,13 @@ int64_t loadPortableCheckpoint(Run &run);
 void runInference(Run &run);
 
 // Outputs.cpp
-/// --save-outputs: device 0 copies the outputs as the last step writes
-/// them (the plan may reuse their memory later in the step).
+/// Appends rows [0, count) of `output` (a batch along `axis`) to
+/// `gathered`, which holds `total` rows along that axis when complete;
+/// `first` is where these rows go.
+void gatherRows(const TensorView &output, int64_t axis, int64_t first,
+                int64_t count, int64_t total, Array &gathered);
+/// --save-outputs: the devices copy the outputs as the last step's slots
+/// write them (the plan may reuse their memory later in the step).
 void keepStepOutputs(Run &run);
 void writeStepOutputs(Run &run);
 void writeOutputs(Run &run);

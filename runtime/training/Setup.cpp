@@ -436,6 +436,13 @@ void createDevices(Run &run, int cores) {
       plan::isPipeline(run.plan))
     fail("--save-outputs is not available for pipeline plans (" +
          run.plan.strategy() + "): the outputs are spread over stash slots");
+  if (run.mpi && !options.saveOutputs.empty() && !run.plan.inference() &&
+      std::find(run.executors.begin(), run.executors.end(), nullptr) !=
+          run.executors.end())
+    fail("--save-outputs is not available under mpirun yet (" +
+         run.plan.strategy() +
+         "): the step's slots run in several processes; run the plan in "
+         "one process to save them");
   run.slots = std::max(run.plan.micro_batches(), 1);
   if (!options.reportSvg.empty() && options.report.empty())
     fail("--report-svg needs --report FILE.json");

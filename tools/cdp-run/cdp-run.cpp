@@ -208,7 +208,9 @@ std::vector<Flag> runFlags(RunOptions &o) {
       {"--dump-grads", "DIR",
        "Write the loss gradients the last update applied (.npy + index.json)",
        [&](const std::string &v) { o.dumpGrads = v; }},
-      {"--save-outputs", "DIR", "Write the graph outputs of the last step",
+      {"--save-outputs", "DIR",
+       "Write the graph outputs of the last step, its micro-batches "
+       "concatenated along the batch axis (the loss: their mean)",
        [&](const std::string &v) { o.saveOutputs = v; }},
       {"--save-onnx", "FILE",
        "Write the original model with the trained parameters and buffers",

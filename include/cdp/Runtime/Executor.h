@@ -125,12 +125,13 @@ public:
   /// A copy of the view in host memory, wherever it lies.
   HostTensor hostCopy(const TensorView &view) const;
   /// --save-outputs: from now on, tensors `ids` are copied to the host as
-  /// the instructions of step `step` write them (a training plan reuses
-  /// the block of an output other than the loss once its last reader ran).
+  /// the instructions of step `step` write them, a copy per micro-batch
+  /// slot (a training plan reuses the block of an output other than the
+  /// loss once its last reader ran, and the next slot writes it again).
   void keepOutputsOfStep(int64_t step, const std::vector<int> &ids);
-  /// Tensor `id` as that step wrote it; nullptr when no kept instruction
-  /// wrote it (a graph input).
-  const HostTensor *keptOutput(int id) const;
+  /// Tensor `id` as each of that step's slots this device ran wrote it, by
+  /// slot; empty when no kept instruction wrote it (a graph input).
+  const std::map<int64_t, HostTensor> &keptOutputs(int id) const;
   /// Copies a view of this device's memory to or from host bytes.
   void download(const TensorView &view, void *host) const;
   void upload(const TensorView &view, const void *host);
@@ -271,11 +272,12 @@ private:
   int64_t totalSteps = std::numeric_limits<int64_t>::max();
   int64_t scheduleOrigin = 0; ///< setStepOrigin
   bool sendsAfterLastStep = false;
-  bool draining = false;          ///< flush: only `drain` instructions run
-  int64_t keptStep = -1;          ///< keepOutputsOfStep
-  std::map<int, HostTensor> kept; // by tensor id; empty copies until written
-  /// Copies the kept tensors `instruction` wrote.
-  void keepOutputsOf(const plan::Instruction &instruction);
+  bool draining = false; ///< flush: only `drain` instructions run
+  int64_t keptStep = -1; ///< keepOutputsOfStep
+  /// By tensor id, then slot: what the kept step wrote.
+  std::map<int, std::map<int64_t, HostTensor>> kept;
+  /// Copies the kept tensors `instruction` wrote in slot `slot`.
+  void keepOutputsOf(const plan::Instruction &instruction, int64_t slot);
 };
 
 } // namespace cdp::runtime
