@@ -13,11 +13,15 @@
 // gradient) and an MLP's first product (read by the pack the backward keeps
 // and by GELU, which read them as cdp-read-narrow-operands left them), and
 // GELU's own (packed for the next product, which reads the pack), and a
-// mul's (GPT-2's scaling of q and k). Where every reader takes the 2-byte
-// values, in the op's stage (through reshapes, transposes and splits, which
-// then move 2-byte values: the c_attn product to the scaling and the packs
-// for attention), the op stores its result in 2 bytes: the packs go (their
-// readers read the result), the products and reductions read it in place.
+// mul's (GPT-2's scaling of q and k), and attention's result and its
+// gradient's gradients of q, k and v. Where every reader takes the 2-byte
+// values, in the op's stage (through reshapes, transposes, splits and
+// concats, which then move 2-byte values: the c_attn product to the scaling
+// and the packs for attention), the op stores its result in 2 bytes: the
+// packs go (their readers read the result), the products and reductions
+// read it in place. Values joined by such moves are stored in one format
+// together: a concat's inputs only where every one of them can be (the
+// attention backward's three gradients joined for c_attn's backward).
 //
 //===----------------------------------------------------------------------===//
 
@@ -25,6 +29,8 @@
 #include "cdp/Passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/STLExtras.h"
 
 namespace cdp {
 #define GEN_PASS_DEF_NARROWRESULTS
@@ -84,32 +90,90 @@ bool takesNarrow(OpOperand &use, StringRef format, Attribute stage) {
          marked.getValue() == format && use.getOperandNumber() < 2;
 }
 
-/// Whether `reader`, in the stage, only moves its one operand's values into
-/// its results: a reshape (a view at its address), a transpose or a split
-/// (copies whose kernels move bytes of any width).
-bool movesValues(Operation *reader, Attribute stage) {
-  return isa<ReshapeOp, TransposeOp, SplitOp>(reader) &&
-         reader->getNumOperands() == 1 && reader->getAttr("cdp.stage") == stage;
+/// Whether `op`, in the stage, only moves values from its operands into
+/// its results: a reshape (a view at its address), a transpose, a split or
+/// a concat (copies whose kernels move bytes of any width).
+bool movesValues(Operation *op, Attribute stage) {
+  if (!op || op->getAttr("cdp.stage") != stage)
+    return false;
+  return isa<ConcatOp>(op) || (isa<ReshapeOp, TransposeOp, SplitOp>(op) &&
+                               op->getNumOperands() == 1);
 }
 
-/// Whether every reader of `value` takes it in `format`, through ops that
-/// move values (their results, collected in `carried`, then hold 2-byte
-/// values too).
-bool allTakeNarrow(Value value, StringRef format, Attribute stage,
-                   SmallVectorImpl<Value> &carried) {
-  for (OpOperand &use : value.getUses()) {
-    if (!movesValues(use.getOwner(), stage)) {
+/// The values joined to `start` by ops that move values in the stage, in
+/// either direction: they hold one element type together (a concat's
+/// inputs and result, a split's input and pieces, a transpose's input and
+/// result).
+SmallVector<Value> joinedValues(Value start, Attribute stage) {
+  SmallVector<Value> values{start};
+  DenseSet<Value> seen{start};
+  auto visit = [&](Value v) {
+    if (seen.insert(v).second)
+      values.push_back(v);
+  };
+  auto join = [&](Operation *mover) {
+    llvm::for_each(mover->getOperands(), visit);
+    llvm::for_each(mover->getResults(), visit);
+  };
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (Operation *producer = values[i].getDefiningOp();
+        movesValues(producer, stage))
+      join(producer);
+    for (Operation *user : values[i].getUsers())
+      if (movesValues(user, stage))
+        join(user);
+  }
+  return values;
+}
+
+/// The 2-byte format `value` holds rounded values of where its op can store
+/// it so: round_result of a rounding op's first result (a product's or an
+/// attention's only where it multiplies operands of that format, which its
+/// backends write the result from), narrow_operands for attention_grad's
+/// gradients of a, b and v.
+std::optional<StringRef> storableFormat(Value value) {
+  Operation *op = value.getDefiningOp();
+  if (!op)
+    return std::nullopt;
+  if (auto grad = dyn_cast<AttentionGradOp>(op))
+    return cast<OpResult>(value).getResultNumber() < 3
+               ? grad.getNarrowOperands()
+               : std::nullopt;
+  if (!isa<SoftmaxGradOp, UnaryGradOp, SoftmaxCrossEntropyLossGradOp, GemmOp,
+           MatMulOp, AttentionOp, GeluOp, MulOp, DropoutGradOp, DropoutOp>(
+          op) ||
+      value != op->getResult(0))
+    return std::nullopt;
+  auto rounding = op->getAttrOfType<StringAttr>("round_result");
+  if (!rounding || (isa<GemmOp, MatMulOp, AttentionOp>(op) &&
+                    op->getAttr("narrow_operands") != Attribute(rounding)))
+    return std::nullopt;
+  return rounding.getValue();
+}
+
+/// Whether the joined `values` may be stored in `format`: all float32 now,
+/// each one an op's result that it can store so (the ops that move values
+/// aside), and every other reader taking 2-byte values (there is one).
+bool storableTogether(ArrayRef<Value> values, StringRef format,
+                      Attribute stage) {
+  bool read = false;
+  for (Value value : values) {
+    if (!cast<RankedTensorType>(value.getType()).getElementType().isF32())
+      return false;
+    Operation *producer = value.getDefiningOp();
+    if (!movesValues(producer, stage) &&
+        (storableFormat(value) != format ||
+         producer->getAttr("cdp.stage") != stage))
+      return false;
+    for (OpOperand &use : value.getUses()) {
+      if (movesValues(use.getOwner(), stage))
+        continue;
       if (!takesNarrow(use, format, stage))
         return false;
-      continue;
-    }
-    for (Value moved : use.getOwner()->getResults()) {
-      carried.push_back(moved);
-      if (!allTakeNarrow(moved, format, stage, carried))
-        return false;
+      read = true;
     }
   }
-  return true;
+  return read;
 }
 
 /// `value` with its element type `element`; the packs that read it replaced
@@ -124,26 +188,21 @@ void retype(Value value, Type element) {
     }
 }
 
-/// Stores `op`'s rounded result in 2 bytes when every reader takes it so;
-/// a product's only where it multiplies 2-byte operands of that format (its
-/// backends write the 2-byte result from such a product).
-void narrow(Operation *op) {
-  auto rounding = op->getAttrOfType<StringAttr>("round_result");
-  Value result = op->getResult(0);
-  SmallVector<Value> carried;
-  if (isa<GemmOp, MatMulOp>(op) &&
-      op->getAttr("narrow_operands") != Attribute(rounding))
+/// Stores `result` in 2 bytes, with the values joined to it, where they may
+/// all be (the ops that move values between them then move 2-byte values).
+void narrow(Value result) {
+  std::optional<StringRef> format = storableFormat(result);
+  if (!format)
     return;
-  if (!rounding || result.use_empty() ||
-      !allTakeNarrow(result, rounding.getValue(), op->getAttr("cdp.stage"),
-                     carried))
+  Attribute stage = result.getDefiningOp()->getAttr("cdp.stage");
+  SmallVector<Value> values = joinedValues(result, stage);
+  if (!storableTogether(values, *format, stage))
     return;
-  Builder builder(op->getContext());
-  Type element = rounding.getValue() == "bf16" ? Type(builder.getBF16Type())
-                                               : Type(builder.getF16Type());
-  retype(result, element);
-  for (Value moved : carried)
-    retype(moved, element);
+  Builder builder(result.getContext());
+  Type element = *format == "bf16" ? Type(builder.getBF16Type())
+                                   : Type(builder.getF16Type());
+  for (Value value : values)
+    retype(value, element);
 }
 
 /// The function's result types follow its returned values; a result
@@ -163,14 +222,14 @@ void markWidenedOutputs(func::FuncOp func) {
 struct NarrowResultsPass
     : public cdp::impl::NarrowResultsBase<NarrowResultsPass> {
   void runOnOperation() override {
-    SmallVector<Operation *> ops;
+    SmallVector<Value> results;
     getOperation().walk([&](Operation *op) {
-      if (isa<SoftmaxGradOp, UnaryGradOp, SoftmaxCrossEntropyLossGradOp, GemmOp,
-              MatMulOp, GeluOp, MulOp, DropoutGradOp, DropoutOp>(op))
-        ops.push_back(op);
+      for (Value result : op->getResults())
+        if (storableFormat(result))
+          results.push_back(result);
     });
-    for (Operation *op : ops)
-      narrow(op);
+    for (Value result : results)
+      narrow(result);
     getOperation().walk(markWidenedOutputs);
   }
 };

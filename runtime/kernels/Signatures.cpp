@@ -293,20 +293,31 @@ void narrowableResult(const Check &c, const KernelArgs &args) {
 }
 
 /// An attention's (or its gradient's) tensors: a, b and v from input
-/// `first` in float32 or the 2-byte format narrow_operands names, the rest
-/// float32.
+/// `first` in float32 or the 2-byte format narrow_operands names, and so
+/// the gradient's incoming gradient and its gradients of a, b and v, and
+/// the forward's result where round_result names that format too
+/// (cdp-narrow-results); the rest float32.
 void attentionTypes(const Check &c, const KernelArgs &args, size_t first) {
   plan::DType narrow = narrowDTypeOf(c);
+  bool backward = first == 1;
   // a, b, v, and the backward's incoming gradient (input 0 before them).
   auto operand = [&](size_t i) {
-    return (i >= first && i < first + 3) || (first == 1 && i == 0);
+    return (i >= first && i < first + 3) || (backward && i == 0);
   };
   for (size_t i = 0; i < args.inputs.size(); ++i)
     if (const TensorView *v = c.optional(i))
       if (!operand(i) || v->dtype != narrow)
         c.type(*v, plan::F32);
-  for (size_t i = 0; i < args.outputs.size(); ++i)
-    c.type(c.out(i), plan::F32);
+  // The forward's result in 2 bytes needs round_result of the format its
+  // products multiply in (they write it).
+  if (!backward && storedInTwoBytes(c.out(0)))
+    c.require(c.out(0).dtype == narrow,
+              "its 2-byte result needs narrow_operands in that format");
+  if (!backward)
+    narrowableOutput(c, args);
+  for (size_t i = backward ? 0 : 1; i < args.outputs.size(); ++i)
+    if (!backward || i >= 3 || c.out(i).dtype != narrow)
+      c.type(c.out(i), plan::F32);
 }
 
 /// cdp.attention's operands: a (..., M, K), b (..., K, N), v (..., N, D)

@@ -265,3 +265,83 @@ func.func @attention_output_gradient(%dy: tensor<8x8xbf16>, %w: tensor<4x8xbf16>
   %da, %db, %dv = cdp.attention_grad %t, %q, %k, %v, %stats {narrow_operands = "bf16"} : (tensor<2x2x4x2xf32>, tensor<2x2x4x3xbf16>, tensor<2x2x3x4xbf16>, tensor<2x2x4x2xbf16>, tensor<2x2x4x2xf32>) -> (tensor<2x2x4x3xf32>, tensor<2x2x3x4xf32>, tensor<2x2x4x2xf32>)
   return %da, %db, %dv : tensor<2x2x4x3xf32>, tensor<2x2x3x4xf32>, tensor<2x2x4x2xf32>
 }
+
+// -----
+
+// The attention backward's gradients of q, k and v, scaled (q's and k's),
+// moved back from heads and concatenated for the input projection's
+// backward (its two products and its bias's reduce_to): attention_grad
+// stores all three in bf16 (rounded under narrow_operands), the muls read
+// and store bf16, and the transposes, reshapes and the concat move bf16.
+// CHECK-LABEL: func.func @attention_gradients_joined
+// CHECK: %[[DA:.+]], %[[DB:.+]], %{{.+}} = cdp.attention_grad {{.*}} -> (tensor<1x2x4x2xbf16>, tensor<1x2x2x4xbf16>, tensor<1x2x4x2xbf16>)
+// CHECK: cdp.mul %[[DA]], %arg5 {round_result = "bf16"} : (tensor<1x2x4x2xbf16>, tensor<f32>) -> tensor<1x2x4x2xbf16>
+// CHECK: cdp.mul %[[DB]], %arg5 {round_result = "bf16"} : (tensor<1x2x2x4xbf16>, tensor<f32>) -> tensor<1x2x2x4xbf16>
+// CHECK: %[[J:.+]] = cdp.concat {{.*}} -> tensor<1x4x12xbf16>
+// CHECK: %[[D:.+]] = cdp.reshape %[[J]] {{.*}} -> tensor<4x12xbf16>
+// CHECK: cdp.gemm %[[D]], %arg6 {narrow_operands = "bf16", trans_b = true} : (tensor<4x12xbf16>, tensor<4x12xbf16>) -> tensor<4x4xf32>
+// CHECK: cdp.reduce_to %[[D]] {shape = array<i64: 12>} : (tensor<4x12xbf16>) -> tensor<12xf32>
+func.func @attention_gradients_joined(%dy: tensor<1x2x4x2xbf16>, %q: tensor<1x2x4x2xbf16>, %k: tensor<1x2x2x4xbf16>, %v: tensor<1x2x4x2xbf16>, %stats: tensor<1x2x4x2xf32>, %s: tensor<f32>, %w: tensor<4x12xbf16>, %x: tensor<4x4xbf16>) -> (tensor<4x4xf32>, tensor<4x12xf32>, tensor<12xf32>) {
+  %da, %db, %dv = cdp.attention_grad %dy, %q, %k, %v, %stats {narrow_operands = "bf16"} : (tensor<1x2x4x2xbf16>, tensor<1x2x4x2xbf16>, tensor<1x2x2x4xbf16>, tensor<1x2x4x2xbf16>, tensor<1x2x4x2xf32>) -> (tensor<1x2x4x2xf32>, tensor<1x2x2x4xf32>, tensor<1x2x4x2xf32>)
+  %dq = cdp.mul %da, %s {round_result = "bf16"} : (tensor<1x2x4x2xf32>, tensor<f32>) -> tensor<1x2x4x2xf32>
+  %dk = cdp.mul %db, %s {round_result = "bf16"} : (tensor<1x2x2x4xf32>, tensor<f32>) -> tensor<1x2x2x4xf32>
+  %qt = cdp.transpose %dq {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x2x4x2xf32>) -> tensor<1x4x2x2xf32>
+  %kt = cdp.transpose %dk {perm = array<i64: 0, 3, 1, 2>} : (tensor<1x2x2x4xf32>) -> tensor<1x4x2x2xf32>
+  %vt = cdp.transpose %dv {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x2x4x2xf32>) -> tensor<1x4x2x2xf32>
+  %qr = cdp.reshape %qt {shape = array<i64: 1, 4, 4>} : (tensor<1x4x2x2xf32>) -> tensor<1x4x4xf32>
+  %kr = cdp.reshape %kt {shape = array<i64: 1, 4, 4>} : (tensor<1x4x2x2xf32>) -> tensor<1x4x4xf32>
+  %vr = cdp.reshape %vt {shape = array<i64: 1, 4, 4>} : (tensor<1x4x2x2xf32>) -> tensor<1x4x4xf32>
+  %j = cdp.concat %qr, %kr, %vr {axis = 2 : i64} : (tensor<1x4x4xf32>, tensor<1x4x4xf32>, tensor<1x4x4xf32>) -> tensor<1x4x12xf32>
+  %d = cdp.reshape %j {shape = array<i64: 4, 12>} : (tensor<1x4x12xf32>) -> tensor<4x12xf32>
+  %dx = cdp.gemm %d, %w {narrow_operands = "bf16", trans_b = true} : (tensor<4x12xf32>, tensor<4x12xbf16>) -> tensor<4x4xf32>
+  %dw = cdp.gemm %x, %d {narrow_operands = "bf16", trans_a = true} : (tensor<4x4xbf16>, tensor<4x12xf32>) -> tensor<4x12xf32>
+  %dbias = cdp.reduce_to %d {shape = array<i64: 12>} : (tensor<4x12xf32>) -> tensor<12xf32>
+  return %dx, %dw, %dbias : tensor<4x4xf32>, tensor<4x12xf32>, tensor<12xf32>
+}
+
+// -----
+
+// A concat one of whose inputs cannot be stored in bf16 (a function's
+// float32 argument) keeps every value joined to it in float32: the muls'
+// results and v's gradient; q's gradient, read by its mul only, is bf16.
+// CHECK-LABEL: func.func @joined_with_float32
+// CHECK: %[[DA:.+]], %{{.+}}, %{{.+}} = cdp.attention_grad {{.*}} -> (tensor<1x2x4x2xbf16>, tensor<1x2x2x4xf32>, tensor<1x2x4x2xf32>)
+// CHECK: cdp.mul %[[DA]], %arg5 {round_result = "bf16"} : (tensor<1x2x4x2xbf16>, tensor<f32>) -> tensor<1x2x4x2xf32>
+// CHECK: cdp.concat {{.*}} -> tensor<1x4x12xf32>
+func.func @joined_with_float32(%dy: tensor<1x2x4x2xbf16>, %q: tensor<1x2x4x2xbf16>, %k: tensor<1x2x2x4xbf16>, %v: tensor<1x2x4x2xbf16>, %stats: tensor<1x2x4x2xf32>, %s: tensor<f32>, %w: tensor<4x12xbf16>, %other: tensor<1x4x4xf32>) -> (tensor<4x4xf32>, tensor<1x2x2x4xf32>) {
+  %da, %db, %dv = cdp.attention_grad %dy, %q, %k, %v, %stats {narrow_operands = "bf16"} : (tensor<1x2x4x2xbf16>, tensor<1x2x4x2xbf16>, tensor<1x2x2x4xbf16>, tensor<1x2x4x2xbf16>, tensor<1x2x4x2xf32>) -> (tensor<1x2x4x2xf32>, tensor<1x2x2x4xf32>, tensor<1x2x4x2xf32>)
+  %dq = cdp.mul %da, %s {round_result = "bf16"} : (tensor<1x2x4x2xf32>, tensor<f32>) -> tensor<1x2x4x2xf32>
+  %qt = cdp.transpose %dq {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x2x4x2xf32>) -> tensor<1x4x2x2xf32>
+  %vt = cdp.transpose %dv {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x2x4x2xf32>) -> tensor<1x4x2x2xf32>
+  %qr = cdp.reshape %qt {shape = array<i64: 1, 4, 4>} : (tensor<1x4x2x2xf32>) -> tensor<1x4x4xf32>
+  %vr = cdp.reshape %vt {shape = array<i64: 1, 4, 4>} : (tensor<1x4x2x2xf32>) -> tensor<1x4x4xf32>
+  %j = cdp.concat %qr, %other, %vr {axis = 2 : i64} : (tensor<1x4x4xf32>, tensor<1x4x4xf32>, tensor<1x4x4xf32>) -> tensor<1x4x12xf32>
+  %d = cdp.reshape %j {shape = array<i64: 4, 12>} : (tensor<1x4x12xf32>) -> tensor<4x12xf32>
+  %dx = cdp.gemm %d, %w {narrow_operands = "bf16", trans_b = true} : (tensor<4x12xf32>, tensor<4x12xbf16>) -> tensor<4x4xf32>
+  return %dx, %db : tensor<4x4xf32>, tensor<1x2x2x4xf32>
+}
+
+// -----
+
+// Attention's result, rounded and multiplied in bf16, moved back from heads
+// to the output projection's product and the pack its backward keeps: the
+// attention writes bf16 and the pack goes. One whose round_result differs
+// from its narrow_operands stays float32 (its products would not write it).
+// CHECK-LABEL: func.func @attention_result
+// CHECK: %[[O:.+]], %{{.+}} = cdp.attention {{.*}} -> (tensor<1x2x4x2xbf16>, tensor<1x2x4x2xf32>)
+// CHECK: %[[T:.+]] = cdp.transpose %[[O]] {{.*}} -> tensor<1x4x2x2xbf16>
+// CHECK: %[[R:.+]] = cdp.reshape %[[T]] {{.*}} -> tensor<4x4xbf16>
+// CHECK-NOT: cdp.pack_narrow
+// CHECK: cdp.gemm %[[R]], %arg3 {narrow_operands = "bf16", round_result = "bf16"} : (tensor<4x4xbf16>, tensor<4x4xbf16>)
+// CHECK: cdp.attention {{.*}} -> (tensor<1x2x4x2xf32>, tensor<1x2x4x2xf32>)
+// CHECK: return %[[R]],
+func.func @attention_result(%q: tensor<1x2x4x2xbf16>, %k: tensor<1x2x2x4xbf16>, %v: tensor<1x2x4x2xbf16>, %w: tensor<4x4xbf16>) -> (tensor<4x4xbf16>, tensor<4x4xf32>, tensor<1x2x4x2xf16>) {
+  %o, %stats = cdp.attention %q, %k, %v {narrow_operands = "bf16", round_result = "bf16"} : (tensor<1x2x4x2xbf16>, tensor<1x2x2x4xbf16>, tensor<1x2x4x2xbf16>) -> (tensor<1x2x4x2xf32>, tensor<1x2x4x2xf32>)
+  %t = cdp.transpose %o {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x2x4x2xf32>) -> tensor<1x4x2x2xf32>
+  %r = cdp.reshape %t {shape = array<i64: 4, 4>} : (tensor<1x4x2x2xf32>) -> tensor<4x4xf32>
+  %p = cdp.pack_narrow %r {format = "bf16"} : tensor<4x4xf32> -> tensor<4x4xbf16>
+  %y = cdp.gemm %r, %w {narrow_operands = "bf16", round_result = "bf16"} : (tensor<4x4xf32>, tensor<4x4xbf16>) -> tensor<4x4xf32>
+  %o2, %stats2 = cdp.attention %q, %k, %v {narrow_operands = "bf16", round_result = "f16"} : (tensor<1x2x4x2xbf16>, tensor<1x2x2x4xbf16>, tensor<1x2x4x2xbf16>) -> (tensor<1x2x4x2xf32>, tensor<1x2x4x2xf32>)
+  %p2 = cdp.pack_narrow %o2 {format = "f16"} : tensor<1x2x4x2xf32> -> tensor<1x2x4x2xf16>
+  return %p, %y, %p2 : tensor<4x4xbf16>, tensor<4x4xf32>, tensor<1x2x4x2xf16>
+}

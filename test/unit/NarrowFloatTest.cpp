@@ -786,6 +786,63 @@ TEST(NarrowFloat, AttentionGradReadsATwoByteIncomingGradient) {
   EXPECT_EQ(dv16, dv);
 }
 
+TEST(NarrowFloat, AttentionStoresTwoByteResults) {
+  // attention with round_result and attention_grad under narrow_operands
+  // store in 2 bytes exactly the rounded values they compute in float32
+  // (cdp-narrow-results: the result moved to the output projection, the
+  // gradients of q, k and v concatenated for the input projection's).
+  using namespace cdp::runtime;
+  std::mt19937 random(31);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto exact = [&](size_t n) { return bfloat16Values(random, normal, n); };
+  std::vector<float> a = exact(2 * 4 * 3), b = exact(2 * 3 * 5),
+                     v = exact(2 * 5 * 4), grad = exact(2 * 4 * 4);
+  cdp::plan::Instruction forward, backward;
+  forward.set_op("attention");
+  backward.set_op("attention_grad");
+  for (cdp::plan::Instruction *instruction : {&forward, &backward}) {
+    cdp::plan::Attribute *narrow = instruction->add_attributes();
+    narrow->set_name("narrow_operands");
+    narrow->set_s("bf16");
+  }
+  cdp::plan::Attribute *rounding = forward.add_attributes();
+  rounding->set_name("round_result");
+  rounding->set_s("bf16");
+  auto f32 = [](std::vector<float> &values, std::vector<int64_t> shape) {
+    return viewOf(values.data(), std::move(shape), cdp::plan::F32);
+  };
+  auto bf16 = [](std::vector<uint16_t> &values, std::vector<int64_t> shape) {
+    return viewOf(values.data(), std::move(shape), cdp::plan::BF16);
+  };
+  auto expectBitsOf = [](const std::vector<float> &wide,
+                         const std::vector<uint16_t> &narrow) {
+    ASSERT_EQ(wide.size(), narrow.size());
+    for (size_t i = 0; i < wide.size(); ++i)
+      EXPECT_EQ(narrow[i], bfloat16BitsOf(wide[i])) << "element " << i;
+  };
+  std::vector<float> out(2 * 4 * 4), stats(2 * 4 * 2), stats16(stats.size());
+  std::vector<uint16_t> out16(out.size());
+  std::vector<TensorView> operands{f32(a, {2, 4, 3}), f32(b, {2, 3, 5}),
+                                   f32(v, {2, 5, 4})};
+  runCpuKernel(forward, operands, {f32(out, {2, 4, 4}), f32(stats, {2, 4, 2})});
+  runCpuKernel(forward, operands,
+               {bf16(out16, {2, 4, 4}), f32(stats16, {2, 4, 2})});
+  expectBitsOf(out, out16);
+  EXPECT_EQ(stats16, stats);
+  std::vector<float> da(a.size()), db(b.size()), dv(v.size());
+  std::vector<uint16_t> da16(a.size()), db16(b.size()), dv16(v.size());
+  operands.insert(operands.begin(), f32(grad, {2, 4, 4}));
+  operands.push_back(f32(stats, {2, 4, 2}));
+  runCpuKernel(backward, operands,
+               {f32(da, {2, 4, 3}), f32(db, {2, 3, 5}), f32(dv, {2, 5, 4})});
+  runCpuKernel(
+      backward, operands,
+      {bf16(da16, {2, 4, 3}), bf16(db16, {2, 3, 5}), bf16(dv16, {2, 5, 4})});
+  expectBitsOf(da, da16);
+  expectBitsOf(db, db16);
+  expectBitsOf(dv, dv16);
+}
+
 TEST(NarrowFloat, LayerNormGradReadsATwoByteIncomingGradient) {
   // layer_norm_grad with its incoming gradient stored in 2 bytes computes
   // what it computes from the same values in float32.

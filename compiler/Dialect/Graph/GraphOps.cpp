@@ -535,11 +535,23 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, Loc loc,
                         adaptor.getBias(), types);
 }
 
+bool AttentionOp::isCompatibleReturnTypes(TypeRange inferred,
+                                          TypeRange actual) {
+  return isResultOrNarrowed(inferred, actual);
+}
+
 LogicalResult AttentionOp::verify() {
   for (std::optional<StringRef> format :
        {getNarrowOperands(), getRoundResult()})
     if (failed(verifyRoundingFormat(*this, format)))
       return failure();
+  if (failed(verifyNarrowResult(*this, getRoundResult())))
+    return failure();
+  // The second product writes a 2-byte result: its operands' format.
+  if (!getOutput().getType().getElementType().isF32() &&
+      getNarrowOperands() != getRoundResult())
+    return emitOpError("stores its result in 2 bytes, which needs "
+                       "narrow_operands of round_result's format");
   return verifyNarrowOperands(*this, getNarrowOperands(),
                               getOperands().take_front(3));
 }

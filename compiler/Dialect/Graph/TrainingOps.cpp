@@ -151,10 +151,27 @@ LogicalResult AttentionGradOp::inferReturnTypes(MLIRContext *, Loc loc,
   return success();
 }
 
+bool AttentionGradOp::isCompatibleReturnTypes(TypeRange inferred,
+                                              TypeRange actual) {
+  return isResultOrNarrowed(inferred, actual);
+}
+
 LogicalResult AttentionGradOp::verify() {
   std::optional<StringRef> format = getNarrowOperands();
   if (failed(verifyRoundingFormat(*this, format)))
     return failure();
+  // The operands' gradients are rounded to narrow_operands' format: only
+  // that format may store them.
+  for (Value result : {getAGrad(), getBGrad(), getVGrad()}) {
+    Type element = cast<RankedTensorType>(result.getType()).getElementType();
+    if (element.isF32())
+      continue;
+    StringRef stored = element.isBF16() ? "bf16" : "f16";
+    if (format != stored)
+      return emitOpError("stores an operand's gradient in ")
+             << stored << ", which needs narrow_operands = \"" << stored
+             << "\"";
+  }
   return verifyNarrowOperands(*this, format,
                               {getGrad(), getA(), getB(), getV()});
 }

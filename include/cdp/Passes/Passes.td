@@ -428,10 +428,20 @@ def NarrowResults : Pass<"cdp-narrow-results", "mlir::ModuleOp"> {
     format (the output projection's rounded input gradient), and a
     `cdp.layer_norm_grad`'s, widened (the next linear layer's rounded input
     gradient).
+    So are a `cdp.attention` whose `round_result` and `narrow_operands`
+    name the format (its result, through the heads' transposes to the
+    output projection's product and pack) and `cdp.attention_grad`'s
+    gradients of a, b and v under `narrow_operands` (already rounded to
+    the format).
     The readers are followed through ops that only move values in the
-    stage: a reshape (a view), a transpose and a split (copies of bytes of
-    any width), whose results then hold 2-byte values too: GPT-2's
-    c_attn product is stored in bf16 and split, transposed and scaled so.
+    stage: a reshape (a view), a transpose, a split and a concat (copies
+    of bytes of any width), whose results then hold 2-byte values too:
+    GPT-2's c_attn product is stored in bf16 and split, transposed and
+    scaled so. Values joined by such ops (a concat's inputs and result, in
+    either direction) are stored in 2 bytes together or not at all: each
+    one's op must store it so and every other reader take 2-byte values
+    (the attention backward's gradients of q, k and v, scaled and
+    transposed, concatenated for the input projection's backward).
 
     A training function's outputs other than its loss (`cdp.loss_index`)
     count as readers that take 2-byte values: a narrowed output changes

@@ -126,6 +126,9 @@ struct AttentionOperands {
 std::unique_ptr<Kernel> attentionKernel(const KernelArgs &args) {
   AttentionOperands t(args, 0, 3);
   TensorView out = args.outputs[0], stats = args.outputs[1];
+  // A result the plan stores in 2 bytes: computed into a float32 buffer of
+  // the kernel's own, then stored rounded (round_result's format).
+  NarrowedResult narrowed(out);
   auto buffers =
       std::make_shared<std::vector<float>>(t.threads * t.g.m * t.g.n);
   auto body = [t, out, stats, buffers](const StepContext &) {
@@ -146,8 +149,15 @@ std::unique_ptr<Kernel> attentionKernel(const KernelArgs &args) {
             out.f32() + i * g.m * g.d);
     });
   };
-  return std::make_unique<FunctionKernel>(roundedResult(args, body),
-                                          t.workspaceBytes(1));
+  if (!narrowed.active())
+    return std::make_unique<FunctionKernel>(roundedResult(args, body),
+                                            t.workspaceBytes(1));
+  return std::make_unique<FunctionKernel>(
+      [body, narrowed](const StepContext &context) {
+        body(context);
+        narrowed.store();
+      },
+      t.workspaceBytes(1) + narrowed.bytes());
 }
 
 /// Slice i of attention_grad, in the thread's buffers `p` and `dp`; leaves
@@ -213,19 +223,27 @@ struct AttentionBackward {
 };
 
 std::unique_ptr<Kernel> attentionGradKernel(const KernelArgs &args) {
+  // Gradients the plan stores in 2 bytes are computed into float32 buffers
+  // of the kernel's own, then stored (each already rounded to the format).
+  std::vector<TensorView> grads(args.outputs.begin(), args.outputs.begin() + 3);
+  std::vector<NarrowedResult> narrowed;
+  for (TensorView &grad : grads)
+    narrowed.emplace_back(grad);
   AttentionBackward backward{AttentionOperands(args, 1, 5),
                              args.inputs[0],
                              args.inputs[4],
-                             args.outputs[0],
-                             args.outputs[1],
-                             args.outputs[2]};
+                             grads[0],
+                             grads[1],
+                             grads[2]};
   // A 2-byte incoming gradient is widened with the operands.
   backward.t.widened.add(backward.grad);
   TensorView dbias = args.outputs.size() > 3 ? args.outputs[3] : TensorView();
   const AttentionOperands &t = backward.t;
-  int64_t mn = t.g.m * t.g.n;
+  int64_t mn = t.g.m * t.g.n, narrowedBytes = 0;
+  for (const NarrowedResult &result : narrowed)
+    narrowedBytes += result.bytes();
   auto buffers = std::make_shared<std::vector<float>>(2 * t.threads * mn);
-  auto body = [backward, dbias, buffers, mn](const StepContext &) {
+  auto body = [backward, dbias, buffers, mn, narrowed](const StepContext &) {
     int threads = backward.t.threads;
     int64_t count = backward.t.g.count;
     backward.t.widened.widen();
@@ -244,8 +262,12 @@ std::unique_ptr<Kernel> attentionGradKernel(const KernelArgs &args) {
           backward.addBiasGrad(first + j, buffers->data() + (2 * j + 1) * mn,
                                dbias.f32());
     }
+    for (const NarrowedResult &result : narrowed)
+      if (result.active())
+        result.store();
   };
-  return std::make_unique<FunctionKernel>(body, t.workspaceBytes(2));
+  return std::make_unique<FunctionKernel>(body,
+                                          t.workspaceBytes(2) + narrowedBytes);
 }
 
 } // namespace

@@ -128,15 +128,34 @@ unsigned threadsForRow(int64_t n) {
       std::clamp<int64_t>((n + 31) / 32 * 32, 32, kThreads));
 }
 
+/// Where a chunk's product writes: from element `offset` of `result`, in
+/// float32, or in the 2-byte format the plan stores the result in
+/// (cdp-narrow-results: cuBLAS rounds the float32 sums to nearest even,
+/// as the rounding kernel would).
+struct ChunkResult {
+  void *at;
+  bool twoBytes;
+
+  ChunkResult(float *values) : at(values), twoBytes(false) {}
+  ChunkResult(const TensorView &result, int64_t offset)
+      : twoBytes(storedInTwoBytes(result)) {
+    at =
+        twoBytes
+            ? static_cast<void *>(static_cast<uint16_t *>(result.data) + offset)
+            : static_cast<void *>(result.f32() + offset);
+  }
+};
+
 /// A chunk's strided batch of row-major products C_j = op(A_j) op(B_j):
-/// 2-byte operands under a narrow format, else float32; float32 sums and
-/// results.
+/// 2-byte operands under a narrow format, else float32; float32 sums; a
+/// float32 result, or a 2-byte one of the format.
 struct ChunkProduct {
   NarrowFormat format;
   cublasHandle_t blas;
 
   void operator()(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
-                  int64_t count, const void *a, const void *b, float *c) const {
+                  int64_t count, const void *a, const void *b,
+                  ChunkResult c) const {
     cudaDataType type = format == NarrowFormat::Bfloat16  ? CUDA_R_16BF
                         : format == NarrowFormat::Float16 ? CUDA_R_16F
                                                           : CUDA_R_32F;
@@ -145,8 +164,8 @@ struct ChunkProduct {
                     blas, transB ? CUBLAS_OP_T : CUBLAS_OP_N,
                     transA ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &one, b, type,
                     transB ? k : n, k * n, a, type, transA ? m : k, m * k,
-                    &zero, c, CUDA_R_32F, n, m * n, count, CUBLAS_COMPUTE_32F,
-                    CUBLAS_GEMM_DEFAULT),
+                    &zero, c.at, c.twoBytes ? type : CUDA_R_32F, n, m * n,
+                    count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                 "attention product");
   }
 };
@@ -269,7 +288,8 @@ struct AttentionSetup {
   void probabilities(cudaStream_t stream, const ChunkOperands &in,
                      int64_t first, int64_t slices, float *stats,
                      bool findStats, bool keepFloat) const {
-    product()(false, false, g.m, g.n, g.k, slices, in.a, in.b, scores());
+    product()(false, false, g.m, g.n, g.k, slices, in.a, in.b,
+              ChunkResult(scores()));
     probabilityRows<<<slices * g.m, threadsForRow(g.n), 0, stream>>>(
         scores(), first * g.m, g.n, bias, format, zeroNanRows, stats, findStats,
         probabilities16(), keepFloat);
@@ -288,8 +308,9 @@ struct AttentionSetup {
   }
 };
 
+/// Rounds a float32 result to `format` (a 2-byte one holds rounded values).
 void roundWhole(cudaStream_t stream, NarrowFormat format, const TensorView &t) {
-  if (format == NarrowFormat::None || t.numel() == 0)
+  if (format == NarrowFormat::None || t.numel() == 0 || storedInTwoBytes(t))
     return;
   roundInPlace<<<blocksFor(t.numel()), kThreads, 0, stream>>>(
       t.f32(), t.numel(), format);
@@ -314,7 +335,7 @@ attentionKernel(const KernelArgs &args) {
                       /*keepFloat=*/!p16);
       t.product()(false, false, g.m, g.d, g.n, c,
                   p16 ? static_cast<const void *>(p16) : t.scores(), in.v,
-                  out.f32() + first * g.m * g.d);
+                  ChunkResult(out, first * g.m * g.d));
     }
     roundWhole(stream, rounding, out);
   };
@@ -353,7 +374,7 @@ attentionGradKernel(const KernelArgs &args) {
       // dV = P^T dO, with P as the forward multiplied it.
       product(true, false, g.n, g.d, g.m, c,
               p16 ? static_cast<const void *>(p16) : s, dout,
-              dv.f32() + first * g.n * g.d);
+              ChunkResult(dv, first * g.n * g.d));
       // dP = dO V^T, then dS (p16 now holds dS's 2-byte copy).
       product(false, true, g.m, g.n, g.d, c, dout, in.v, ds);
       softmaxGradRows<<<c * g.m, threadsForRow(g.n), 0, stream>>>(
@@ -361,9 +382,9 @@ attentionGradKernel(const KernelArgs &args) {
       launched("attention softmax gradient");
       const void *dsRead = p16 ? static_cast<const void *>(p16) : ds;
       product(false, true, g.m, g.k, g.n, c, dsRead, in.b,
-              da.f32() + first * g.m * g.k);
+              ChunkResult(da, first * g.m * g.k));
       product(true, false, g.k, g.n, g.m, c, in.a, dsRead,
-              db.f32() + first * g.k * g.n);
+              ChunkResult(db, first * g.k * g.n));
       if (dbias.present()) {
         addBiasGrad<<<blocksFor(mn), kThreads, 0, stream>>>(
             ds, dbias.f32(), t.bias.at, first, c, mn);

@@ -613,3 +613,27 @@ func.func @narrow_log_probabilities(%dl: tensor<f32>, %logp: tensor<4x8xbf16>, %
   %d = cdp.softmax_cross_entropy_loss_grad %dl, %logp, %labels : (tensor<f32>, tensor<4x8xbf16>, tensor<4xi64>) -> tensor<4x8xf32>
   return %d : tensor<4x8xf32>
 }
+
+// -----
+
+func.func @attention_grad_narrow_gradient_without_format(%dy: tensor<1x2x4x2xf32>, %q: tensor<1x2x4x2xf32>, %k: tensor<1x2x2x4xf32>, %v: tensor<1x2x4x2xf32>, %stats: tensor<1x2x4x2xf32>) -> tensor<1x2x4x2xbf16> {
+  // expected-error@+1 {{'cdp.attention_grad' op stores an operand's gradient in bf16, which needs narrow_operands = "bf16"}}
+  %da, %db, %dv = cdp.attention_grad %dy, %q, %k, %v, %stats : (tensor<1x2x4x2xf32>, tensor<1x2x4x2xf32>, tensor<1x2x2x4xf32>, tensor<1x2x4x2xf32>, tensor<1x2x4x2xf32>) -> (tensor<1x2x4x2xbf16>, tensor<1x2x2x4xf32>, tensor<1x2x4x2xf32>)
+  return %da : tensor<1x2x4x2xbf16>
+}
+
+// -----
+
+func.func @attention_narrow_result_other_format(%q: tensor<1x2x4x2xbf16>, %k: tensor<1x2x2x4xbf16>, %v: tensor<1x2x4x2xbf16>) -> tensor<1x2x4x2xf16> {
+  // expected-error@+1 {{'cdp.attention' op stores its result in 2 bytes, which needs narrow_operands of round_result's format}}
+  %o, %s = cdp.attention %q, %k, %v {narrow_operands = "bf16", round_result = "f16"} : (tensor<1x2x4x2xbf16>, tensor<1x2x2x4xbf16>, tensor<1x2x4x2xbf16>) -> (tensor<1x2x4x2xf16>, tensor<1x2x4x2xf32>)
+  return %o : tensor<1x2x4x2xf16>
+}
+
+// -----
+
+func.func @attention_narrow_result_unrounded(%q: tensor<1x2x4x2xbf16>, %k: tensor<1x2x2x4xbf16>, %v: tensor<1x2x4x2xbf16>) -> tensor<1x2x4x2xbf16> {
+  // expected-error@+1 {{'cdp.attention' op stores its result in bf16, which needs round_result = "bf16"}}
+  %o, %s = cdp.attention %q, %k, %v {narrow_operands = "bf16"} : (tensor<1x2x4x2xbf16>, tensor<1x2x2x4xbf16>, tensor<1x2x4x2xbf16>) -> (tensor<1x2x4x2xbf16>, tensor<1x2x4x2xf32>)
+  return %o : tensor<1x2x4x2xbf16>
+}

@@ -345,14 +345,20 @@ def CDP_AttentionOp : CDP_Op<"attention", [CDP_Differentiable]> {
     autocast's first product and its cast before the second do (float32
     sums throughout); under it `a`, `b` and `v` may also be tensors of that
     format (cdp-read-narrow-operands), read as they are. `round_result`
-    rounds the result as for `cdp.matmul`.
+    rounds the result as for `cdp.matmul`; where it names the
+    narrow_operands format, the result may be a tensor of that format
+    (cdp-narrow-results), written so by the second product.
   }];
   let arguments = (ins CDP_ProductOperand:$a, CDP_ProductOperand:$b,
                        CDP_ProductOperand:$v, Optional<CDP_F32Tensor>:$bias,
                        DefaultValuedAttr<BoolAttr, "false">:$zero_nan_rows,
                        OptionalAttr<StrAttr>:$narrow_operands,
                        OptionalAttr<StrAttr>:$round_result);
-  let results = (outs CDP_F32Tensor:$output, CDP_F32Tensor:$stats);
+  let results = (outs CDP_ProductOperand:$output, CDP_F32Tensor:$stats);
+  let extraClassDeclaration = [{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
+                                        ::mlir::TypeRange actual);
+  }];
   let hasVerifier = 1;
 }
 
@@ -663,8 +669,13 @@ def CDP_TransposeOp : CDP_Op<"transpose", [CDP_Differentiable]> {
 
 def CDP_ConcatOp : CDP_Op<"concat", [CDP_Differentiable]> {
   let summary = "join along an axis (ONNX Concat)";
-  let arguments = (ins Variadic<CDP_AnyTensor>:$inputs, I64Attr:$axis);
-  let results = (outs CDP_AnyTensor:$output);
+  let description = [{
+    Moves values of any width, as cdp.transpose does: cdp-narrow-results
+    stores a concat and its inputs in 2 bytes together (the attention
+    backward's gradients of q, k and v joined for the input projection).
+  }];
+  let arguments = (ins Variadic<CDP_ViewedTensor>:$inputs, I64Attr:$axis);
+  let results = (outs CDP_ViewedTensor:$output);
 }
 
 def CDP_SplitOp : CDP_Op<"split", [CDP_Differentiable]> {
@@ -994,7 +1005,10 @@ def CDP_AttentionGradOp : CDP_Op<"attention_grad"> {
     softmax does, and the bias's gradient is float32. `a`, `b` and `v` may
     be 2-byte tensors as for `cdp.attention`, and so may `grad`
     (cdp-narrow-results: the output projection's rounded input gradient);
-    the gradients are float32.
+    the bias's gradient is float32, and so are `a_grad`, `b_grad` and
+    `v_grad` unless cdp-narrow-results stores them in the narrow_operands
+    format (every reader takes them in 2 bytes: the scaling mul, the heads'
+    transposes and the concat into the input projection's gradient).
   }];
   let arguments = (ins CDP_ProductOperand:$grad, CDP_ProductOperand:$a,
                        CDP_ProductOperand:$b, CDP_ProductOperand:$v,
@@ -1002,9 +1016,13 @@ def CDP_AttentionGradOp : CDP_Op<"attention_grad"> {
                        DefaultValuedAttr<BoolAttr, "false">:$zero_nan_rows,
                        DefaultValuedAttr<BoolAttr, "false">:$with_bias_grad,
                        OptionalAttr<StrAttr>:$narrow_operands);
-  let results = (outs CDP_F32Tensor:$a_grad, CDP_F32Tensor:$b_grad,
-                      CDP_F32Tensor:$v_grad,
+  let results = (outs CDP_ProductOperand:$a_grad, CDP_ProductOperand:$b_grad,
+                      CDP_ProductOperand:$v_grad,
                       Optional<CDP_F32Tensor>:$bias_grad);
+  let extraClassDeclaration = [{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
+                                        ::mlir::TypeRange actual);
+  }];
   let hasVerifier = 1;
 }
 
