@@ -137,7 +137,7 @@ struct FuseLayerNormPass
       auto fused = builder.create<LayerNormOp>(
           add.getLoc(), TypeRange{type, stats, stats}, match->x, match->gamma,
           match->beta, builder.getI64IntegerAttr(match->axis),
-          builder.getF32FloatAttr(match->epsilon));
+          builder.getF32FloatAttr(match->epsilon), /*round_result=*/nullptr);
       add.getOutput().replaceAllUsesWith(fused.getOutput());
       for (Operation *op : match->chain)
         op->erase();

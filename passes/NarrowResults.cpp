@@ -22,6 +22,9 @@
 // read it in place. Values joined by such moves are stored in one format
 // together: a concat's inputs only where every one of them can be (the
 // attention backward's three gradients joined for c_attn's backward).
+// A layer norm's output, which autocast keeps in float32, is stored in 2
+// bytes (rounded by the layer norm) only where every reader rounds it to
+// that format anyway: the packs for the next linear layer's products.
 //
 //===----------------------------------------------------------------------===//
 
@@ -151,29 +154,75 @@ std::optional<StringRef> storableFormat(Value value) {
   return rounding.getValue();
 }
 
+/// Whether `value` is a layer norm's output that it does not round: it can
+/// round it as it writes it where every reader rounds it anyway.
+bool isRoundableOutput(Value value) {
+  auto norm = value.getDefiningOp<LayerNormOp>();
+  return norm && value == norm.getOutput() && !norm.getRoundResult();
+}
+
+/// The format a pack or a product marked narrow_operands rounds `use`'s
+/// values to as it reads them (operand A or B), in the stage.
+std::optional<StringRef> roundedAsRead(OpOperand &use, Attribute stage) {
+  Operation *reader = use.getOwner();
+  if (reader->getAttr("cdp.stage") != stage)
+    return std::nullopt;
+  if (auto pack = dyn_cast<PackNarrowOp>(reader))
+    return pack.getFormat();
+  auto marked = reader->getAttrOfType<StringAttr>("narrow_operands");
+  if (isa<GemmOp, MatMulOp>(reader) && marked && use.getOperandNumber() < 2)
+    return marked.getValue();
+  return std::nullopt;
+}
+
+/// The readers of the joined `values` other than the ops that move them.
+SmallVector<OpOperand *> readersOf(ArrayRef<Value> values, Attribute stage) {
+  SmallVector<OpOperand *> readers;
+  for (Value value : values)
+    for (OpOperand &use : value.getUses())
+      if (!movesValues(use.getOwner(), stage))
+        readers.push_back(&use);
+  return readers;
+}
+
+/// The format the joined `values` would be stored in: the one their ops
+/// round them to, else (layer norm outputs) the one their first reader
+/// rounds them to.
+std::optional<StringRef> formatOf(ArrayRef<Value> values, Attribute stage) {
+  for (Value value : values)
+    if (std::optional<StringRef> format = storableFormat(value))
+      return format;
+  SmallVector<OpOperand *> readers = readersOf(values, stage);
+  return readers.empty() ? std::nullopt
+                         : roundedAsRead(*readers.front(), stage);
+}
+
 /// Whether the joined `values` may be stored in `format`: all float32 now,
 /// each one an op's result that it can store so (the ops that move values
-/// aside), and every other reader taking 2-byte values (there is one).
+/// aside), and every reader taking 2-byte values (there is one). A layer
+/// norm's output among them is not rounded yet: then every reader must
+/// round what it reads to the format itself, so that storing the rounded
+/// values changes nothing it computes.
 bool storableTogether(ArrayRef<Value> values, StringRef format,
                       Attribute stage) {
-  bool read = false;
+  bool unrounded = false;
   for (Value value : values) {
     if (!cast<RankedTensorType>(value.getType()).getElementType().isF32())
       return false;
     Operation *producer = value.getDefiningOp();
-    if (!movesValues(producer, stage) &&
-        (storableFormat(value) != format ||
-         producer->getAttr("cdp.stage") != stage))
+    if (movesValues(producer, stage))
+      continue;
+    if (!producer || producer->getAttr("cdp.stage") != stage)
       return false;
-    for (OpOperand &use : value.getUses()) {
-      if (movesValues(use.getOwner(), stage))
-        continue;
-      if (!takesNarrow(use, format, stage))
-        return false;
-      read = true;
-    }
+    unrounded |= isRoundableOutput(value);
+    if (!isRoundableOutput(value) && storableFormat(value) != format)
+      return false;
   }
-  return read;
+  SmallVector<OpOperand *> readers = readersOf(values, stage);
+  return !readers.empty() && llvm::all_of(readers, [&](OpOperand *use) {
+    return unrounded ? roundedAsRead(*use, stage) == format
+                     : takesNarrow(*use, format, stage);
+  });
 }
 
 /// `value` with its element type `element`; the packs that read it replaced
@@ -189,20 +238,23 @@ void retype(Value value, Type element) {
 }
 
 /// Stores `result` in 2 bytes, with the values joined to it, where they may
-/// all be (the ops that move values between them then move 2-byte values).
+/// all be (the ops that move values between them then move 2-byte values);
+/// a layer norm among them rounds its output to the format.
 void narrow(Value result) {
-  std::optional<StringRef> format = storableFormat(result);
-  if (!format)
-    return;
   Attribute stage = result.getDefiningOp()->getAttr("cdp.stage");
   SmallVector<Value> values = joinedValues(result, stage);
-  if (!storableTogether(values, *format, stage))
+  std::optional<StringRef> format = formatOf(values, stage);
+  if (!format || !storableTogether(values, *format, stage))
     return;
   Builder builder(result.getContext());
   Type element = *format == "bf16" ? Type(builder.getBF16Type())
                                    : Type(builder.getF16Type());
-  for (Value value : values)
+  for (Value value : values) {
+    if (isRoundableOutput(value))
+      value.getDefiningOp()->setAttr("round_result",
+                                     builder.getStringAttr(*format));
     retype(value, element);
+  }
 }
 
 /// The function's result types follow its returned values; a result
@@ -225,7 +277,7 @@ struct NarrowResultsPass
     SmallVector<Value> results;
     getOperation().walk([&](Operation *op) {
       for (Value result : op->getResults())
-        if (storableFormat(result))
+        if (storableFormat(result) || isRoundableOutput(result))
           results.push_back(result);
     });
     for (Value result : results)

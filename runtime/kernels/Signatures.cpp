@@ -212,9 +212,16 @@ void layerNormParts(const Check &c, const TensorView &x, const TensorView &mean,
     c.broadcasts(*bias, row);
 }
 
-void layerNorm(const Check &c) {
+void narrowableOutput(const Check &c, const KernelArgs &args);
+
+void layerNorm(const Check &c, const KernelArgs &args) {
   c.declared();
-  c.allF32();
+  for (const TensorView &v : args.inputs)
+    if (v.present())
+      c.type(v, plan::F32);
+  narrowableOutput(c, args); // rounded under round_result, maybe 2 bytes
+  c.type(c.out(1), plan::F32);
+  c.type(c.out(2), plan::F32);
   const TensorView &x = c.in(0);
   c.same(x, c.out(0));
   layerNormParts(c, x, c.out(1), c.out(2), c.in(1), c.optional(2));
@@ -638,7 +645,7 @@ Rules makeRules() {
   });
   rules["batch_norm"] = plain(batchNorm);
   rules["batch_norm_grad"] = plain(batchNormGrad);
-  rules["layer_norm"] = plain(layerNorm);
+  rules["layer_norm"] = layerNorm;
   rules["layer_norm_grad"] = plain(layerNormGrad);
   rules["softmax"] = rules["log_softmax"] = plain([](const Check &c) {
     unary(c);

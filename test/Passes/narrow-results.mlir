@@ -345,3 +345,32 @@ func.func @attention_result(%q: tensor<1x2x4x2xbf16>, %k: tensor<1x2x2x4xbf16>, 
   %p2 = cdp.pack_narrow %o2 {format = "f16"} : tensor<1x2x4x2xf32> -> tensor<1x2x4x2xf16>
   return %p, %y, %p2 : tensor<4x4xbf16>, tensor<4x4xf32>, tensor<1x2x4x2xf16>
 }
+
+// -----
+
+// A layer norm's output read only by the pack for the next product (through
+// a reshape) is rounded by the layer norm and stored in bf16, the pack gone;
+// one also read by a float32 add (a residual stream) stays float32 and
+// unrounded, and so does one read by a float32 product.
+// CHECK-LABEL: func.func @layer_norm_output
+// CHECK: %[[Y:.+]], %{{.+}}, %{{.+}} = cdp.layer_norm %arg0, %arg1, %arg2 {round_result = "bf16"} : (tensor<2x4x8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x4x8xbf16>, tensor<2x4x1xf32>, tensor<2x4x1xf32>)
+// CHECK: %[[R:.+]] = cdp.reshape %[[Y]] {{.*}} -> tensor<8x8xbf16>
+// CHECK-NOT: cdp.pack_narrow %[[R]]
+// CHECK: cdp.gemm %[[R]], %arg3 {narrow_operands = "bf16"} : (tensor<8x8xbf16>, tensor<8x4xbf16>)
+// CHECK: cdp.layer_norm %arg0, %arg1, %arg2 : {{.*}} -> (tensor<2x4x8xf32>,
+// CHECK: cdp.pack_narrow
+// CHECK: cdp.layer_norm %arg0, %arg1, %arg2 : {{.*}} -> (tensor<2x4x8xf32>,
+func.func @layer_norm_output(%x: tensor<2x4x8xf32>, %scale: tensor<8xf32>, %bias: tensor<8xf32>, %w: tensor<8x4xbf16>, %wf: tensor<8x4xf32>) -> (tensor<8x4xf32>, tensor<8x8xbf16>, tensor<2x4x8xf32>, tensor<8x4xf32>) {
+  %y, %m, %i = cdp.layer_norm %x, %scale, %bias : (tensor<2x4x8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x1xf32>, tensor<2x4x1xf32>)
+  %r = cdp.reshape %y {shape = array<i64: 8, 8>} : (tensor<2x4x8xf32>) -> tensor<8x8xf32>
+  %p = cdp.pack_narrow %r {format = "bf16"} : tensor<8x8xf32> -> tensor<8x8xbf16>
+  %h = cdp.gemm %p, %w {narrow_operands = "bf16"} : (tensor<8x8xbf16>, tensor<8x4xbf16>) -> tensor<8x4xf32>
+  %y2, %m2, %i2 = cdp.layer_norm %x, %scale, %bias : (tensor<2x4x8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x1xf32>, tensor<2x4x1xf32>)
+  %r2 = cdp.reshape %y2 {shape = array<i64: 8, 8>} : (tensor<2x4x8xf32>) -> tensor<8x8xf32>
+  %p2 = cdp.pack_narrow %r2 {format = "bf16"} : tensor<8x8xf32> -> tensor<8x8xbf16>
+  %s = cdp.add %y2, %x : (tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  %y3, %m3, %i3 = cdp.layer_norm %x, %scale, %bias : (tensor<2x4x8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x1xf32>, tensor<2x4x1xf32>)
+  %r3 = cdp.reshape %y3 {shape = array<i64: 8, 8>} : (tensor<2x4x8xf32>) -> tensor<8x8xf32>
+  %h3 = cdp.gemm %r3, %wf : (tensor<8x8xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
+  return %h, %p2, %s, %h3 : tensor<8x4xf32>, tensor<8x8xbf16>, tensor<2x4x8xf32>, tensor<8x4xf32>
+}

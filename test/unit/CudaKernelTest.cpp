@@ -581,6 +581,14 @@ std::vector<Case> normalizationCases() {
        {f32({6, 8, 32}), f32({32}), f32({32})},
        {f32({6, 8, 32}), f32({6, 8, 1}), f32({6, 8, 1})},
        {attr("axis", -1), real("epsilon", 1e-5)}},
+      // The output rounded and stored in 2 bytes (cdp-narrow-results: read
+      // only by the next product's pack); one bf16 step apart at most.
+      {"layer_norm_bf16_stored_output",
+       "layer_norm",
+       {f32({6, 8, 32}), f32({32}), f32({32})},
+       {stored({6, 8, 32}, plan::BF16), f32({6, 8, 1}), f32({6, 8, 1})},
+       {attr("axis", -1), real("epsilon", 1e-5), text("round_result", "bf16")},
+       1e-2},
       {"layer_norm_grad",
        "layer_norm_grad",
        {f32({6, 8, 32}), f32({6, 8, 32}), f32({32}), f32({6, 8, 1}),

@@ -239,6 +239,14 @@ std::vector<float> runRounding(const std::string &op, std::vector<float> a,
     vs.shape = {8, 2};
     args.inputs = {va, vb, vb};
     args.outputs = {vy, vs};
+  } else if (op == "layer_norm") { // rows of 8, scale b[0, 8)
+    TensorView vb = view(b.data(), 8, cdp::plan::F32),
+               vm = view(stats.data(), 8, cdp::plan::F32),
+               vi = view(stats.data() + 8, 8, cdp::plan::F32);
+    va.shape = vy.shape = {8, 8};
+    vm.shape = vi.shape = {8, 1};
+    args.inputs = {va, vb};
+    args.outputs = {vy, vm, vi};
   } else if (op == "softmax_cross_entropy_loss_grad") {
     for (float &value : a)
       value = -value; // log-probabilities
@@ -295,8 +303,9 @@ TEST(NarrowFloat, EveryOpWithRoundResultRoundsAsRoundTo) {
     }
   }
   // add, sub, mul, div, pow, min, max, dropout(_grad), gemm, matmul, gelu,
-  // unary_grad, softmax_grad, softmax_cross_entropy_loss_grad, attention
-  EXPECT_EQ(ops, 16);
+  // unary_grad, softmax_grad, softmax_cross_entropy_loss_grad, attention,
+  // layer_norm
+  EXPECT_EQ(ops, 17);
 }
 
 /// softmax_grad (rows of 8) or unary_grad (relu) on (dy, saved) with
@@ -841,6 +850,44 @@ TEST(NarrowFloat, AttentionStoresTwoByteResults) {
   expectBitsOf(da, da16);
   expectBitsOf(db, db16);
   expectBitsOf(dv, dv16);
+}
+
+TEST(NarrowFloat, LayerNormStoresItsRoundedOutput) {
+  // layer_norm with round_result stores in 2 bytes the bits of the float32
+  // output it rounds (and the same statistics).
+  using namespace cdp::runtime;
+  std::mt19937 random(37);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t rows = 3, width = 8;
+  std::vector<float> x(rows * width), scale(width), bias(width);
+  for (std::vector<float> *values : {&x, &scale, &bias})
+    for (float &value : *values)
+      value = normal(random);
+  cdp::plan::Instruction norm;
+  norm.set_op("layer_norm");
+  cdp::plan::Attribute *rounding = norm.add_attributes();
+  rounding->set_name("round_result");
+  rounding->set_s("bf16");
+  auto f32 = [](std::vector<float> &values, std::vector<int64_t> shape) {
+    return viewOf(values.data(), std::move(shape), cdp::plan::F32);
+  };
+  std::vector<float> y(x.size()), mean(rows), inv(rows), mean16(rows),
+      inv16(rows);
+  std::vector<uint16_t> y16(x.size());
+  std::vector<TensorView> inputs{f32(x, {rows, width}), f32(scale, {width}),
+                                 f32(bias, {width})};
+  runCpuKernel(
+      norm, inputs,
+      {f32(y, {rows, width}), f32(mean, {rows, 1}), f32(inv, {rows, 1})});
+  runCpuKernel(norm, inputs,
+               {viewOf(y16.data(), {rows, width}, cdp::plan::BF16),
+                f32(mean16, {rows, 1}), f32(inv16, {rows, 1})});
+  for (size_t i = 0; i < y.size(); ++i) {
+    EXPECT_EQ(y[i], roundToBfloat16(y[i])) << "rounded, element " << i;
+    EXPECT_EQ(y16[i], bfloat16BitsOf(y[i])) << "element " << i;
+  }
+  EXPECT_EQ(mean16, mean);
+  EXPECT_EQ(inv16, inv);
 }
 
 TEST(NarrowFloat, LayerNormGradReadsATwoByteIncomingGradient) {

@@ -481,6 +481,17 @@ LogicalResult BatchNormOp::inferReturnTypes(MLIRContext *, Loc loc,
   return success();
 }
 
+bool LayerNormOp::isCompatibleReturnTypes(TypeRange inferred,
+                                          TypeRange actual) {
+  return isResultOrNarrowed(inferred, actual);
+}
+
+LogicalResult LayerNormOp::verify() {
+  if (failed(verifyRoundingFormat(*this, getRoundResult())))
+    return failure();
+  return verifyNarrowResult(*this, getRoundResult());
+}
+
 LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *, Loc loc,
                                             Adaptor adaptor,
                                             SmallVectorImpl<Type> &types) {

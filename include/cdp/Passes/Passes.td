@@ -442,6 +442,11 @@ def NarrowResults : Pass<"cdp-narrow-results", "mlir::ModuleOp"> {
     one's op must store it so and every other reader take 2-byte values
     (the attention backward's gradients of q, k and v, scaled and
     transposed, concatenated for the input projection's backward).
+    A `cdp.layer_norm`'s output (float32 under autocast) is stored in 2
+    bytes, the layer norm given `round_result`, only where every reader
+    rounds it to that format itself: packs and products' operands marked
+    `narrow_operands` (GPT-2's layer norms before c_attn, c_fc and the LM
+    head); a float32 reader (BERT's residual add) keeps it float32.
 
     A training function's outputs other than its loss (`cdp.loss_index`)
     count as readers that take 2-byte values: a narrowed output changes

@@ -161,47 +161,54 @@ static void registerBatchNorm(KernelRegistry &registry) {
   });
 }
 
-/// Layer normalization and its gradient.
+/// layer_norm's loop over rows (a float32 output).
+static std::function<void(const StepContext &)>
+layerNorm(const KernelArgs &args) {
+  TensorView x = args.inputs[0], scale = args.inputs[1];
+  TensorView bias = args.inputs.size() > 2 ? args.inputs[2] : TensorView();
+  TensorView y = args.outputs[0], meanOut = args.outputs[1],
+             invOut = args.outputs[2];
+  ops::LayerNormAttributes attrs = ops::LayerNormAttributes::read(args);
+  int64_t axis = normalizeAxis(attrs.axis, x.rank());
+  int64_t outer = product(x.shape, 0, axis), inner = product(x.shape, axis);
+  double epsilon = attrs.epsilon;
+  std::vector<int64_t> normalized(x.shape.begin() + axis, x.shape.end());
+  auto si = std::make_shared<std::vector<int64_t>>(
+      broadcastIndex(scale.shape, normalized));
+  std::shared_ptr<std::vector<int64_t>> bi;
+  if (bias.present())
+    bi = std::make_shared<std::vector<int64_t>>(
+        broadcastIndex(bias.shape, normalized));
+  return [=](const StepContext &) {
+#pragma omp parallel for
+    for (int64_t o = 0; o < outer; ++o) {
+      const float *row = x.f32() + o * inner;
+      double sum = 0, squares = 0;
+      for (int64_t i = 0; i < inner; ++i)
+        sum += row[i];
+      double m = sum / inner;
+      for (int64_t i = 0; i < inner; ++i)
+        squares += (row[i] - m) * (row[i] - m);
+      double inv = 1.0 / std::sqrt(squares / inner + epsilon);
+      meanOut.f32()[o] = static_cast<float>(m);
+      invOut.f32()[o] = static_cast<float>(inv);
+      float *out = y.f32() + o * inner;
+      for (int64_t i = 0; i < inner; ++i)
+        out[i] =
+            static_cast<float>((row[i] - m) * inv * scale.f32()[(*si)[i]] +
+                               (bias.present() ? bias.f32()[(*bi)[i]] : 0.0f));
+    }
+  };
+}
+
 static std::function<void(const StepContext &)>
 layerNormGrad(const KernelArgs &args);
 
 static void registerLayerNorm(KernelRegistry &registry) {
-  addKernel(registry, "layer_norm", [](const KernelArgs &args) {
-    TensorView x = args.inputs[0], scale = args.inputs[1];
-    TensorView bias = args.inputs.size() > 2 ? args.inputs[2] : TensorView();
-    TensorView y = args.outputs[0], meanOut = args.outputs[1],
-               invOut = args.outputs[2];
-    ops::LayerNormAttributes attrs = ops::LayerNormAttributes::read(args);
-    int64_t axis = normalizeAxis(attrs.axis, x.rank());
-    int64_t outer = product(x.shape, 0, axis), inner = product(x.shape, axis);
-    double epsilon = attrs.epsilon;
-    std::vector<int64_t> normalized(x.shape.begin() + axis, x.shape.end());
-    auto si = std::make_shared<std::vector<int64_t>>(
-        broadcastIndex(scale.shape, normalized));
-    std::shared_ptr<std::vector<int64_t>> bi;
-    if (bias.present())
-      bi = std::make_shared<std::vector<int64_t>>(
-          broadcastIndex(bias.shape, normalized));
-    return [=](const StepContext &) {
-#pragma omp parallel for
-      for (int64_t o = 0; o < outer; ++o) {
-        const float *row = x.f32() + o * inner;
-        double sum = 0, squares = 0;
-        for (int64_t i = 0; i < inner; ++i)
-          sum += row[i];
-        double m = sum / inner;
-        for (int64_t i = 0; i < inner; ++i)
-          squares += (row[i] - m) * (row[i] - m);
-        double inv = 1.0 / std::sqrt(squares / inner + epsilon);
-        meanOut.f32()[o] = static_cast<float>(m);
-        invOut.f32()[o] = static_cast<float>(inv);
-        float *out = y.f32() + o * inner;
-        for (int64_t i = 0; i < inner; ++i)
-          out[i] = static_cast<float>(
-              (row[i] - m) * inv * scale.f32()[(*si)[i]] +
-              (bias.present() ? bias.f32()[(*bi)[i]] : 0.0f));
-      }
-    };
+  // The output rounded under round_result, and where the plan stores it
+  // in 2 bytes computed into a buffer of its own, then stored.
+  registry.add("layer_norm", Backend::CPU, [](const KernelArgs &args) {
+    return narrowResultKernel(args, layerNorm);
   });
 
   // A 2-byte incoming gradient is widened into a buffer of its own first.

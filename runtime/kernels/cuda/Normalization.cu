@@ -104,10 +104,13 @@ __global__ void batchNormGradApplyKernel(const float *dy, const float *x,
   }
 }
 
+/// The output rounded to `rounding` (round_result), stored in 2 bytes
+/// where `twoBytes` (cdp-narrow-results).
 __global__ void layerNormKernel(const float *x, const float *scale,
-                                const float *bias, float *y, float *meanOut,
+                                const float *bias, void *y, float *meanOut,
                                 float *invOut, int64_t inner, double epsilon,
-                                IndexMap si, IndexMap bi) {
+                                IndexMap si, IndexMap bi, NarrowFormat rounding,
+                                bool twoBytes) {
   int64_t o = blockIdx.x;
   const float *row = x + o * inner;
   double sum = 0;
@@ -122,8 +125,10 @@ __global__ void layerNormKernel(const float *x, const float *scale,
     invOut[o] = static_cast<float>(inv);
   }
   for (int64_t i = threadIdx.x; i < inner; i += blockDim.x)
-    y[o * inner + i] = static_cast<float>((row[i] - m) * inv * scale[si(i)] +
-                                          (bias ? bias[bi(i)] : 0.0f));
+    storeResult(y, o * inner + i,
+                static_cast<float>((row[i] - m) * inv * scale[si(i)] +
+                                   (bias ? bias[bi(i)] : 0.0f)),
+                rounding, twoBytes);
 }
 
 /// `dy` stored as `stored` (a 2-byte incoming gradient widened as read).
@@ -333,12 +338,15 @@ void registerLayerNorm(KernelRegistry &registry) {
     IndexMap si = broadcastMap(args, scale.shape, normalized);
     IndexMap bi = bias.present() ? broadcastMap(args, bias.shape, normalized)
                                  : IndexMap();
+    NarrowFormat rounding = roundingOf(args);
+    bool twoBytes = storedInTwoBytes(y);
     return [=](const StepContext &context) {
       if (outer == 0)
         return;
       layerNormKernel<<<outer, rowThreads(inner), 0, streamOf(context)>>>(
-          x.f32(), scale.f32(), bias.present() ? bias.f32() : nullptr, y.f32(),
-          meanOut.f32(), invOut.f32(), inner, epsilon, si, bi);
+          x.f32(), scale.f32(), bias.present() ? bias.f32() : nullptr, y.data,
+          meanOut.f32(), invOut.f32(), inner, epsilon, si, bi, rounding,
+          twoBytes);
       launched("layer_norm");
     };
   });

@@ -637,3 +637,11 @@ func.func @attention_narrow_result_unrounded(%q: tensor<1x2x4x2xbf16>, %k: tenso
   %o, %s = cdp.attention %q, %k, %v {narrow_operands = "bf16"} : (tensor<1x2x4x2xbf16>, tensor<1x2x2x4xbf16>, tensor<1x2x4x2xbf16>) -> (tensor<1x2x4x2xbf16>, tensor<1x2x4x2xf32>)
   return %o : tensor<1x2x4x2xbf16>
 }
+
+// -----
+
+func.func @layer_norm_narrow_output_unrounded(%x: tensor<2x8xf32>, %scale: tensor<8xf32>) -> tensor<2x8xbf16> {
+  // expected-error@+1 {{'cdp.layer_norm' op stores its result in bf16, which needs round_result = "bf16"}}
+  %y, %m, %i = cdp.layer_norm %x, %scale : (tensor<2x8xf32>, tensor<8xf32>) -> (tensor<2x8xbf16>, tensor<2x1xf32>, tensor<2x1xf32>)
+  return %y : tensor<2x8xbf16>
+}

@@ -298,14 +298,24 @@ def CDP_LayerNormOp : CDP_Op<"layer_norm", [CDP_Differentiable]> {
   let description = [{
     Normalizes over the dimensions from `axis` on. Also returns the mean and
     the inverse standard deviation, shaped like the input with the normalized
-    dimensions set to 1.
+    dimensions set to 1. `round_result` ("bf16" or "f16") rounds the output
+    to that format, which may then be stored in it: cdp-narrow-results sets
+    it where every reader of the output rounds it so anyway (the products
+    that multiply it in 2 bytes and the packs the backward keeps), as
+    autocast's float32 layer norm followed by the linear layer's cast.
   }];
   let arguments = (ins CDP_F32Tensor:$input, CDP_F32Tensor:$scale,
                        Optional<CDP_F32Tensor>:$bias,
                        DefaultValuedAttr<I64Attr, "-1">:$axis,
-                       DefaultValuedAttr<F32Attr, "1e-5f">:$epsilon);
-  let results = (outs CDP_F32Tensor:$output, CDP_F32Tensor:$mean,
+                       DefaultValuedAttr<F32Attr, "1e-5f">:$epsilon,
+                       OptionalAttr<StrAttr>:$round_result);
+  let results = (outs CDP_ProductOperand:$output, CDP_F32Tensor:$mean,
                       CDP_F32Tensor:$inv_std_dev);
+  let extraClassDeclaration = [{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
+                                        ::mlir::TypeRange actual);
+  }];
+  let hasVerifier = 1;
 }
 
 def CDP_SoftmaxOp : CDP_Op<"softmax", [CDP_Differentiable]> {
