@@ -24,7 +24,8 @@
 // attention backward's three gradients joined for c_attn's backward).
 // A layer norm's output, which autocast keeps in float32, is stored in 2
 // bytes (rounded by the layer norm) only where every reader rounds it to
-// that format anyway: the packs for the next linear layer's products.
+// that format anyway: the packs for the next linear layer's products. A
+// cdp.round_to whose result may be stored so becomes a pack, rounding alike.
 //
 //===----------------------------------------------------------------------===//
 
@@ -138,6 +139,8 @@ std::optional<StringRef> storableFormat(Value value) {
   Operation *op = value.getDefiningOp();
   if (!op)
     return std::nullopt;
+  if (auto round = dyn_cast<RoundToOp>(op)) // becomes a pack (narrow below)
+    return round.getFormat();
   if (auto grad = dyn_cast<AttentionGradOp>(op))
     return cast<OpResult>(value).getResultNumber() < 3
                ? grad.getNarrowOperands()
@@ -237,6 +240,21 @@ void retype(Value value, Type element) {
     }
 }
 
+/// `round` replaced by the pack that rounds alike into 2-byte storage (its
+/// attributes kept: stage, phase, layer); the pack's result.
+Value packInstead(RoundToOp round, Type element) {
+  OpBuilder builder(round);
+  auto type = cast<RankedTensorType>(round.getType());
+  auto pack = builder.create<PackNarrowOp>(
+      round.getLoc(), RankedTensorType::get(type.getShape(), element),
+      round.getInput(), round.getFormatAttr());
+  for (NamedAttribute attribute : round->getDiscardableAttrs())
+    pack->setAttr(attribute.getName(), attribute.getValue());
+  round.getOutput().replaceAllUsesWith(pack.getOutput());
+  round->erase();
+  return pack.getOutput();
+}
+
 /// Stores `result` in 2 bytes, with the values joined to it, where they may
 /// all be (the ops that move values between them then move 2-byte values);
 /// a layer norm among them rounds its output to the format.
@@ -253,6 +271,8 @@ void narrow(Value result) {
     if (isRoundableOutput(value))
       value.getDefiningOp()->setAttr("round_result",
                                      builder.getStringAttr(*format));
+    if (auto round = value.getDefiningOp<RoundToOp>())
+      value = packInstead(round, element);
     retype(value, element);
   }
 }

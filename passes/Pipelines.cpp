@@ -91,6 +91,7 @@ void buildTrainingPipeline(OpPassManager &pm,
   // Not a fusion: it decides a masked attention row's gradient.
   pm.addPass(createFoldSoftmaxGuard());
   if (config.fuse) {
+    pm.addPass(createFoldIdentityDropout());
     pm.addPass(createFuseLayerNorm());
     pm.addPass(createFuseGelu());
   }

@@ -34,6 +34,9 @@ int64_t bytesOf(Type type) {
 struct Interval {
   Value value;
   int64_t begin, end, bytes;
+  /// The end were no gradient released at its hand-off (held to the end of
+  /// the step, as without cdp-reuse-layer-memory).
+  int64_t heldEnd;
   int64_t offset = -1;
 };
 
@@ -91,11 +94,13 @@ struct PlanMemoryPass : public cdp::impl::PlanMemoryBase<PlanMemoryPass> {
     };
     std::vector<Interval> intervals;
     llvm::DenseMap<Value, size_t> slot;
-    auto lastUse = [&](Value value, int64_t begin) {
+    auto lastUse = [&](Value value, int64_t begin, bool releases) {
       int64_t last = begin;
       std::optional<int64_t> released;
       for (Operation *user : value.getUsers()) {
         if (auto gradient = dyn_cast<GradientOp>(user)) {
+          if (!releases)
+            return end;
           if (auto time =
                   gradient->getAttrOfType<IntegerAttr>("cdp.release_time"))
             released = lastAtOrBefore(time.getInt());
@@ -113,7 +118,7 @@ struct PlanMemoryPass : public cdp::impl::PlanMemoryBase<PlanMemoryPass> {
     };
     for (BlockArgument arg : func.getArguments()) {
       slot[arg] = intervals.size();
-      intervals.push_back({arg, -1, end, bytesOf(arg.getType())});
+      intervals.push_back({arg, -1, end, bytesOf(arg.getType()), end});
     }
     SharedStorage storage(func);
     // Pairs (result, operand): in-place results may share the operand's
@@ -125,8 +130,9 @@ struct PlanMemoryPass : public cdp::impl::PlanMemoryBase<PlanMemoryPass> {
       for (Value result : op.getResults()) {
         slot[result] = intervals.size();
         int64_t begin = index.lookup(&op);
-        intervals.push_back(
-            {result, begin, lastUse(result, begin), bytesOf(result.getType())});
+        intervals.push_back({result, begin, lastUse(result, begin, true),
+                             bytesOf(result.getType()),
+                             lastUse(result, begin, false)});
         Value owner = storage.ownerOf(result);
         if (owner != result)
           views.push_back({slot[result], slot.lookup(owner)});
@@ -138,13 +144,30 @@ struct PlanMemoryPass : public cdp::impl::PlanMemoryBase<PlanMemoryPass> {
                           slot.lookup(op.getOperand(inPlace.getInt()))});
     }
 
-    // First fit in order of definition; views share their input's block,
-    // in-place results may share their operand's.
-    std::vector<LiveRange> ranges;
-    for (const Interval &interval : intervals)
-      ranges.push_back({interval.begin, interval.end, interval.bytes});
-    int64_t arena = 0;
-    std::vector<int64_t> offsets = packArenaViews(ranges, views, shares, arena);
+    // Views share their input's block, in-place results may share their
+    // operand's. Gradients released at their hand-off shorten ranges, but
+    // the packings are heuristics and shorter ranges can pack into more
+    // bytes; holding a block longer is always safe, so where releases
+    // exist the smaller of the two packings is kept.
+    auto pack = [&](bool releases, int64_t &bytes) {
+      std::vector<LiveRange> ranges;
+      for (const Interval &interval : intervals)
+        ranges.push_back({interval.begin,
+                          releases ? interval.end : interval.heldEnd,
+                          interval.bytes});
+      return packArenaViews(ranges, views, shares, bytes);
+    };
+    int64_t arena = 0, heldArena = 0;
+    std::vector<int64_t> offsets = pack(true, arena);
+    if (llvm::any_of(intervals, [](const Interval &interval) {
+          return interval.end != interval.heldEnd;
+        })) {
+      std::vector<int64_t> held = pack(false, heldArena);
+      if (heldArena < arena) {
+        offsets = std::move(held);
+        arena = heldArena;
+      }
+    }
     for (size_t i = 0; i < intervals.size(); ++i)
       intervals[i].offset = offsets[i];
 

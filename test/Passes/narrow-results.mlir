@@ -374,3 +374,24 @@ func.func @layer_norm_output(%x: tensor<2x4x8xf32>, %scale: tensor<8xf32>, %bias
   %h3 = cdp.gemm %r3, %wf : (tensor<8x8xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
   return %h, %p2, %s, %h3 : tensor<8x4xf32>, tensor<8x8xbf16>, tensor<2x4x8xf32>, tensor<8x4xf32>
 }
+
+// -----
+
+// A rounding of a float32 sum that the backward keeps (the residual
+// stream's gradient reaching a bf16 branch), read by the branch's two
+// backward products and its bias's reduce_to, becomes a pack: the same
+// values stored in bf16. One read by a float32 op stays a round_to.
+// CHECK-LABEL: func.func @rounded_gradient
+// CHECK: %[[P:.+]] = cdp.pack_narrow %arg0 {cdp.phase = "backward", format = "bf16"} : tensor<8x16xf32> -> tensor<8x16xbf16>
+// CHECK: cdp.gemm %[[P]], %arg1 {narrow_operands = "bf16", trans_b = true} : (tensor<8x16xbf16>, tensor<4x16xbf16>)
+// CHECK: cdp.reduce_to %[[P]] {shape = array<i64: 16>} : (tensor<8x16xbf16>) -> tensor<16xf32>
+// CHECK: %[[R:.+]] = cdp.round_to %arg0 {format = "bf16"} : tensor<8x16xf32>
+// CHECK: cdp.relu %[[R]]
+func.func @rounded_gradient(%g: tensor<8x16xf32>, %w: tensor<4x16xbf16>) -> (tensor<8x4xf32>, tensor<16xf32>, tensor<8x16xf32>) {
+  %r = cdp.round_to %g {cdp.phase = "backward", format = "bf16"} : tensor<8x16xf32>
+  %dx = cdp.gemm %r, %w {narrow_operands = "bf16", trans_b = true} : (tensor<8x16xf32>, tensor<4x16xbf16>) -> tensor<8x4xf32>
+  %db = cdp.reduce_to %r {shape = array<i64: 16>} : (tensor<8x16xf32>) -> tensor<16xf32>
+  %r2 = cdp.round_to %g {format = "bf16"} : tensor<8x16xf32>
+  %a = cdp.relu %r2 : tensor<8x16xf32>
+  return %dx, %db, %a : tensor<8x4xf32>, tensor<16xf32>, tensor<8x16xf32>
+}

@@ -208,6 +208,20 @@ def Autocast : Pass<"cdp-autocast", "mlir::ModuleOp"> {
   let dependentDialects = ["cdp::CDPDialect"];
 }
 
+def FoldIdentityDropout : Pass<"cdp-fold-identity-dropout", "mlir::ModuleOp"> {
+  let summary = "Replaces a dropout that keeps every element by its input";
+  let description = [{
+    A `cdp.dropout` with `ratio` 0 in training mode, or outside training
+    mode, whose mask nothing reads, is its input bit for bit (PyTorch's
+    dropout returns its input for p = 0): it is replaced by it, on the
+    forward graph before autodiff, so neither the forward's pass and mask
+    nor the backward's `cdp.dropout_grad` remain (GPT-2 exported with its
+    dropout rates at 0: two in every block). A dropout that drops
+    something, or whose mask is read, stays.
+  }];
+  let dependentDialects = ["cdp::CDPDialect"];
+}
+
 def FoldSoftmaxGuard : Pass<"cdp-fold-softmax-guard", "mlir::ModuleOp"> {
   let summary = "Folds the exporters' NaN guard after an attention softmax into the softmax";
   let description = [{
@@ -447,6 +461,10 @@ def NarrowResults : Pass<"cdp-narrow-results", "mlir::ModuleOp"> {
     rounds it to that format itself: packs and products' operands marked
     `narrow_operands` (GPT-2's layer norms before c_attn, c_fc and the LM
     head); a float32 reader (BERT's residual add) keeps it float32.
+    A `cdp.round_to` whose values may be stored so becomes the
+    `cdp.pack_narrow` that rounds alike (the residual stream's gradient
+    rounded for a bf16 branch, read by the branch's backward products and
+    its bias's reduce_to).
 
     A training function's outputs other than its loss (`cdp.loss_index`)
     count as readers that take 2-byte values: a narrowed output changes
