@@ -753,43 +753,64 @@ TEST(NarrowFloat, ResidualBranchInTwoBytes) {
     EXPECT_EQ(sum[i], x[i] + stream[i]) << "element " << i;
 }
 
+/// An attention (2 x 4 x 3 by 2 x 3 x 5, values 2 x 5 x 4) and its
+/// gradient under narrow_operands "bf16", on values exact in bf16.
+struct NarrowAttention {
+  std::mt19937 random;
+  std::normal_distribution<float> normal{0.0f, 1.0f};
+  std::vector<float> a, b, v, grad;
+  cdp::plan::Instruction forward, backward;
+
+  explicit NarrowAttention(unsigned seed) : random(seed) {
+    a = bfloat16Values(random, normal, 2 * 4 * 3);
+    b = bfloat16Values(random, normal, 2 * 3 * 5);
+    v = bfloat16Values(random, normal, 2 * 5 * 4);
+    grad = bfloat16Values(random, normal, 2 * 4 * 4);
+    forward.set_op("attention");
+    backward.set_op("attention_grad");
+    for (cdp::plan::Instruction *instruction : {&forward, &backward}) {
+      cdp::plan::Attribute *narrow = instruction->add_attributes();
+      narrow->set_name("narrow_operands");
+      narrow->set_s("bf16");
+    }
+  }
+  static cdp::runtime::TensorView f32(std::vector<float> &values,
+                                      std::vector<int64_t> shape) {
+    return viewOf(values.data(), std::move(shape), cdp::plan::F32);
+  }
+  static cdp::runtime::TensorView bf16(std::vector<uint16_t> &values,
+                                       std::vector<int64_t> shape) {
+    return viewOf(values.data(), std::move(shape), cdp::plan::BF16);
+  }
+  std::vector<cdp::runtime::TensorView> operands() {
+    return {f32(a, {2, 4, 3}), f32(b, {2, 3, 5}), f32(v, {2, 5, 4})};
+  }
+};
+
 TEST(NarrowFloat, AttentionGradReadsATwoByteIncomingGradient) {
   // attention_grad under narrow_operands with its incoming gradient stored
   // in 2 bytes computes what it computes from the same values in float32.
-  using namespace cdp::runtime;
-  std::mt19937 random(23);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  auto exact = [&](size_t n) { return bfloat16Values(random, normal, n); };
-  std::vector<float> a = exact(2 * 4 * 3), b = exact(2 * 3 * 5),
-                     v = exact(2 * 5 * 4), grad = exact(2 * 4 * 4);
-  std::vector<uint16_t> grad16(grad.size());
-  for (size_t i = 0; i < grad.size(); ++i)
-    grad16[i] = bfloat16BitsOf(grad[i]);
-  cdp::plan::Instruction forward, backward;
-  forward.set_op("attention");
-  backward.set_op("attention_grad");
-  for (cdp::plan::Instruction *instruction : {&forward, &backward}) {
-    cdp::plan::Attribute *narrow = instruction->add_attributes();
-    narrow->set_name("narrow_operands");
-    narrow->set_s("bf16");
-  }
-  auto run = runCpuKernel;
-  auto f32 = [](std::vector<float> &values, std::vector<int64_t> shape) {
-    return viewOf(values.data(), std::move(shape), cdp::plan::F32);
-  };
+  NarrowAttention t(23);
+  auto f32 = NarrowAttention::f32;
+  std::vector<uint16_t> grad16(t.grad.size());
+  for (size_t i = 0; i < t.grad.size(); ++i)
+    grad16[i] = bfloat16BitsOf(t.grad[i]);
   std::vector<float> out(2 * 4 * 4), stats(2 * 4 * 2);
-  run(forward, {f32(a, {2, 4, 3}), f32(b, {2, 3, 5}), f32(v, {2, 5, 4})},
-      {f32(out, {2, 4, 4}), f32(stats, {2, 4, 2})});
-  std::vector<float> da(a.size()), db(b.size()), dv(v.size());
-  std::vector<float> da16(a.size()), db16(b.size()), dv16(v.size());
-  run(backward,
-      {f32(grad, {2, 4, 4}), f32(a, {2, 4, 3}), f32(b, {2, 3, 5}),
-       f32(v, {2, 5, 4}), f32(stats, {2, 4, 2})},
-      {f32(da, {2, 4, 3}), f32(db, {2, 3, 5}), f32(dv, {2, 5, 4})});
-  run(backward,
-      {viewOf(grad16.data(), {2, 4, 4}, cdp::plan::BF16), f32(a, {2, 4, 3}),
-       f32(b, {2, 3, 5}), f32(v, {2, 5, 4}), f32(stats, {2, 4, 2})},
-      {f32(da16, {2, 4, 3}), f32(db16, {2, 3, 5}), f32(dv16, {2, 5, 4})});
+  runCpuKernel(t.forward, t.operands(),
+               {f32(out, {2, 4, 4}), f32(stats, {2, 4, 2})});
+  std::vector<float> da(t.a.size()), db(t.b.size()), dv(t.v.size());
+  std::vector<float> da16(t.a.size()), db16(t.b.size()), dv16(t.v.size());
+  for (auto incoming :
+       {f32(t.grad, {2, 4, 4}), NarrowAttention::bf16(grad16, {2, 4, 4})}) {
+    bool narrow = incoming.dtype == cdp::plan::BF16;
+    std::vector<cdp::runtime::TensorView> inputs = t.operands();
+    inputs.insert(inputs.begin(), incoming);
+    inputs.push_back(f32(stats, {2, 4, 2}));
+    runCpuKernel(t.backward, inputs,
+                 {f32(narrow ? da16 : da, {2, 4, 3}),
+                  f32(narrow ? db16 : db, {2, 3, 5}),
+                  f32(narrow ? dv16 : dv, {2, 5, 4})});
+  }
   EXPECT_EQ(da16, da);
   EXPECT_EQ(db16, db);
   EXPECT_EQ(dv16, dv);
@@ -800,29 +821,12 @@ TEST(NarrowFloat, AttentionStoresTwoByteResults) {
   // store in 2 bytes exactly the rounded values they compute in float32
   // (cdp-narrow-results: the result moved to the output projection, the
   // gradients of q, k and v concatenated for the input projection's).
-  using namespace cdp::runtime;
-  std::mt19937 random(31);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  auto exact = [&](size_t n) { return bfloat16Values(random, normal, n); };
-  std::vector<float> a = exact(2 * 4 * 3), b = exact(2 * 3 * 5),
-                     v = exact(2 * 5 * 4), grad = exact(2 * 4 * 4);
-  cdp::plan::Instruction forward, backward;
-  forward.set_op("attention");
-  backward.set_op("attention_grad");
-  for (cdp::plan::Instruction *instruction : {&forward, &backward}) {
-    cdp::plan::Attribute *narrow = instruction->add_attributes();
-    narrow->set_name("narrow_operands");
-    narrow->set_s("bf16");
-  }
-  cdp::plan::Attribute *rounding = forward.add_attributes();
+  NarrowAttention t(31);
+  auto f32 = NarrowAttention::f32;
+  auto bf16 = NarrowAttention::bf16;
+  cdp::plan::Attribute *rounding = t.forward.add_attributes();
   rounding->set_name("round_result");
   rounding->set_s("bf16");
-  auto f32 = [](std::vector<float> &values, std::vector<int64_t> shape) {
-    return viewOf(values.data(), std::move(shape), cdp::plan::F32);
-  };
-  auto bf16 = [](std::vector<uint16_t> &values, std::vector<int64_t> shape) {
-    return viewOf(values.data(), std::move(shape), cdp::plan::BF16);
-  };
   auto expectBitsOf = [](const std::vector<float> &wide,
                          const std::vector<uint16_t> &narrow) {
     ASSERT_EQ(wide.size(), narrow.size());
@@ -831,21 +835,21 @@ TEST(NarrowFloat, AttentionStoresTwoByteResults) {
   };
   std::vector<float> out(2 * 4 * 4), stats(2 * 4 * 2), stats16(stats.size());
   std::vector<uint16_t> out16(out.size());
-  std::vector<TensorView> operands{f32(a, {2, 4, 3}), f32(b, {2, 3, 5}),
-                                   f32(v, {2, 5, 4})};
-  runCpuKernel(forward, operands, {f32(out, {2, 4, 4}), f32(stats, {2, 4, 2})});
-  runCpuKernel(forward, operands,
+  runCpuKernel(t.forward, t.operands(),
+               {f32(out, {2, 4, 4}), f32(stats, {2, 4, 2})});
+  runCpuKernel(t.forward, t.operands(),
                {bf16(out16, {2, 4, 4}), f32(stats16, {2, 4, 2})});
   expectBitsOf(out, out16);
   EXPECT_EQ(stats16, stats);
-  std::vector<float> da(a.size()), db(b.size()), dv(v.size());
-  std::vector<uint16_t> da16(a.size()), db16(b.size()), dv16(v.size());
-  operands.insert(operands.begin(), f32(grad, {2, 4, 4}));
-  operands.push_back(f32(stats, {2, 4, 2}));
-  runCpuKernel(backward, operands,
+  std::vector<float> da(t.a.size()), db(t.b.size()), dv(t.v.size());
+  std::vector<uint16_t> da16(t.a.size()), db16(t.b.size()), dv16(t.v.size());
+  std::vector<cdp::runtime::TensorView> inputs = t.operands();
+  inputs.insert(inputs.begin(), f32(t.grad, {2, 4, 4}));
+  inputs.push_back(f32(stats, {2, 4, 2}));
+  runCpuKernel(t.backward, inputs,
                {f32(da, {2, 4, 3}), f32(db, {2, 3, 5}), f32(dv, {2, 5, 4})});
   runCpuKernel(
-      backward, operands,
+      t.backward, inputs,
       {bf16(da16, {2, 4, 3}), bf16(db16, {2, 3, 5}), bf16(dv16, {2, 5, 4})});
   expectBitsOf(da, da16);
   expectBitsOf(db, db16);
