@@ -1,6 +1,7 @@
 //===- PartitionStages.cpp - contiguous cost-balanced stages --------------===//
 
 #include "cdp/Dialect/Graph/GraphOps.h"
+#include "cdp/Dialect/Graph/StorageBytes.h"
 #include "cdp/Passes/ForwardLayers.h"
 #include "cdp/Passes/Passes.h"
 #include "cdp/Schedule/ScheduleTable.h"
@@ -60,9 +61,7 @@ std::string nodeName(Operation *op) {
 }
 
 int64_t bytesOf(Value value) {
-  auto type = cast<RankedTensorType>(value.getType());
-  int64_t width = std::max<int64_t>(type.getElementTypeBitWidth() / 8, 1);
-  return type.getNumElements() * width;
+  return storageBytes(cast<RankedTensorType>(value.getType()));
 }
 
 /// Activation bytes of the stages a cut can make, as --device-memory's

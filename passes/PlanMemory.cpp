@@ -1,6 +1,7 @@
 //===- PlanMemory.cpp - static arena offsets from liveness ----------------===//
 
 #include "cdp/Dialect/Graph/GraphOps.h"
+#include "cdp/Dialect/Graph/StorageBytes.h"
 #include "cdp/Passes/Passes.h"
 #include "cdp/Passes/SharedStorage.h"
 #include "cdp/Plan/ArenaPacking.h"
@@ -20,14 +21,9 @@ using namespace cdp;
 
 namespace {
 
+/// An arena block's bytes: an empty tensor still gets one.
 int64_t bytesOf(Type type) {
-  auto tensor = cast<RankedTensorType>(type);
-  Type element = tensor.getElementType();
-  int64_t width = element.isF32()                       ? 4
-                  : element.isBF16() || element.isF16() ? 2
-                  : element.isInteger(1)                ? 1
-                                                        : 8;
-  return std::max<int64_t>(tensor.getNumElements() * width, 1);
+  return std::max<int64_t>(storageBytes(cast<RankedTensorType>(type)), 1);
 }
 
 /// Values that live in the arena, with their live ranges in op indices.
