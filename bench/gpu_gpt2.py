@@ -23,9 +23,11 @@ seeded tensors.
       (build machine, Debian's python3 and torch: `weights`, then the first
       step's loss of cdp-run on the CPU backend, of a CPU plan compiled from
       the same seeded model, against the plain-torch GPT-2's, float32)
-  python3 DIR/gpu_gpt2.py run DIR [--steps 20]
+  python3 DIR/gpu_gpt2.py run DIR [--steps 20] [--profile-steps 5]
       (GPU machine, needs DIR/bin/cdp-run and DIR/lib from
-      scripts/gpu-bundle.sh: the step times, one table)
+      scripts/gpu-bundle.sh: the step times, one table; the measured GPU
+      memory; then each plan's time per step by op and by place, from
+      cdp-run --profile)
 
 Not a test: `check` is what the suite cannot run (PyPI's transformers for
 the export); docs/results.md carries its figures.
@@ -373,6 +375,40 @@ def torch_step_ms(torch, out, steps, autocast, compiled):
     return ms, first.item()
 
 
+def profile_summary(path, top=12):
+    """Lines of cdp-run --profile's mean time per step by op, then by op and
+    layer-free location (h.N for every block), the largest first."""
+    import collections
+    import re
+    profile = json.load(open(path))
+    by_op, by_place = collections.Counter(), collections.Counter()
+    count = collections.Counter()
+    for row in profile["instructions"]:
+        place = (row["op"], re.sub(r"h\.\d+", "h.N", row["location"]))
+        by_op[row["op"]] += row["ms"]
+        by_place[place] += row["ms"]
+        count[place] += 1
+    total = sum(by_op.values())
+    lines = ["cdp-run --profile: %.2f ms a step with a synchronisation after every "
+             "instruction (%d steps run, the first, setup, left out)"
+             % (total, profile["steps"])]
+    lines += ["  %-34s %8.3f ms %5.1f%%" % (op, ms, 100 * ms / total)
+              for op, ms in by_op.most_common(top)]
+    lines.append("  by place:")
+    lines += ["  %-34s %8.3f ms %4d x  %s" % (op, ms, count[(op, where)], where)
+              for (op, where), ms in by_place.most_common(top)]
+    return lines
+
+
+def profile_plan(out, env, plan, steps):
+    """Where the plan's step goes on this GPU, kernel by kernel."""
+    path = os.path.join("/tmp", plan + "-profile.json")
+    subprocess.run(cdp_command(out, os.path.join(out, "bin", "cdp-run"), plan, steps + 1,
+                               ["--backend", "cuda", "--profile", path]),
+                   check=True, stdout=subprocess.DEVNULL, env=env)
+    print("\n".join(["%s:" % plan] + profile_summary(path)))
+
+
 def run(args):
     import torch
     out = os.path.abspath(args.out)
@@ -411,6 +447,9 @@ def run(args):
             os.path.join("/tmp", plan + "-report.json"), env, context)
         print("%-6s %10d %12.1f %12.1f   measured/resident %.3f" % (
             name, used, allocated, resident, used / resident))
+    if args.profile_steps > 0:
+        for name in ("bf16", "fp32"):
+            profile_plan(out, env, "gpt2-" + name, args.profile_steps)
 
 
 def main():
@@ -422,6 +461,9 @@ def main():
     parser.add_argument("--seq", type=int, default=512)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--profile-steps", type=int, default=5,
+                        help="run: then profile each plan kernel by kernel over these "
+                             "steps (0: not)")
     args = parser.parse_args()
     {"prepare": prepare, "weights": lambda a: weights(os.path.abspath(a.out)),
      "check": check, "run": run}[args.command](args)
