@@ -135,6 +135,8 @@ void buildTrainingPipeline(OpPassManager &pm,
     pm.addPass(createReadNarrowOperands());
     pm.addPass(createNarrowResults());
   }
+  if (config.fuse)
+    pm.addPass(createFuseGradientSums());
   InsertOptimizerOptions optimizer;
   optimizer.optimizer = config.optimizer;
   optimizer.lr = config.lr;

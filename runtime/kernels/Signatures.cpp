@@ -242,6 +242,10 @@ void layerNormGrad(const Check &c) {
   layerNormParts(c, x, c.in(3), c.in(4), c.in(2));
   c.same(c.in(2), c.out(1));
   c.same(c.in(2), c.out(2));
+  if (const TensorView *addend = c.optional(5)) { // a gradient sum fused
+    c.type(*addend, plan::F32);
+    c.same(*addend, x);
+  }
 }
 
 /// A class loss's scores (N, C, d...) against labels (N, d...) and weights.

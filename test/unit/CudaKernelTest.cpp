@@ -595,6 +595,14 @@ std::vector<Case> normalizationCases() {
         f32({6, 8, 1}, Fill::Positive)},
        {f32({6, 8, 32}), f32({32}), f32({32})},
        {attr("axis", -1)}},
+      // dx added to an addend (cdp-fuse-gradient-sums: the residual
+      // stream's gradient).
+      {"layer_norm_grad_addend",
+       "layer_norm_grad",
+       {f32({6, 8, 32}), f32({6, 8, 32}), f32({32}), f32({6, 8, 1}),
+        f32({6, 8, 1}, Fill::Positive), f32({6, 8, 32})},
+       {f32({6, 8, 32}), f32({32}), f32({32})},
+       {attr("axis", -1)}},
       // The incoming gradient stored in 2 bytes (the next product's rounded
       // input gradient), widened as read.
       {"layer_norm_grad_bf16_grad",

@@ -896,7 +896,9 @@ TEST(NarrowFloat, LayerNormStoresItsRoundedOutput) {
 
 TEST(NarrowFloat, LayerNormGradReadsATwoByteIncomingGradient) {
   // layer_norm_grad with its incoming gradient stored in 2 bytes computes
-  // what it computes from the same values in float32.
+  // what it computes from the same values in float32; with an addend (a
+  // gradient sum cdp-fuse-gradient-sums fused) its dx is the addend plus
+  // that dx, bit for bit, as the add computed it.
   using namespace cdp::runtime;
   std::mt19937 random(29);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -918,13 +920,17 @@ TEST(NarrowFloat, LayerNormGradReadsATwoByteIncomingGradient) {
   cdp::plan::Instruction grad;
   grad.set_op("layer_norm_grad");
   auto run = [&](void *dyData, cdp::plan::DType type, std::vector<float> &dx,
-                 std::vector<float> &dscale, std::vector<float> &dbias) {
-    runCpuKernel(grad,
-                 {viewOf(dyData, {rows, width}, type),
-                  viewOf(x.data(), {rows, width}, cdp::plan::F32),
-                  viewOf(scale.data(), {width}, cdp::plan::F32),
-                  viewOf(mean.data(), {rows, 1}, cdp::plan::F32),
-                  viewOf(inv.data(), {rows, 1}, cdp::plan::F32)},
+                 std::vector<float> &dscale, std::vector<float> &dbias,
+                 std::vector<float> *addend = nullptr) {
+    std::vector<TensorView> inputs{
+        viewOf(dyData, {rows, width}, type),
+        viewOf(x.data(), {rows, width}, cdp::plan::F32),
+        viewOf(scale.data(), {width}, cdp::plan::F32),
+        viewOf(mean.data(), {rows, 1}, cdp::plan::F32),
+        viewOf(inv.data(), {rows, 1}, cdp::plan::F32)};
+    if (addend)
+      inputs.push_back(viewOf(addend->data(), {rows, width}, cdp::plan::F32));
+    runCpuKernel(grad, inputs,
                  {viewOf(dx.data(), {rows, width}, cdp::plan::F32),
                   viewOf(dscale.data(), {width}, cdp::plan::F32),
                   viewOf(dbias.data(), {width}, cdp::plan::F32)});
@@ -934,6 +940,14 @@ TEST(NarrowFloat, LayerNormGradReadsATwoByteIncomingGradient) {
   run(dy.data(), cdp::plan::F32, dx, dscale, dbias);
   run(dy16.data(), cdp::plan::BF16, dx16, dscale16, dbias16);
   EXPECT_EQ(dx16, dx);
+  EXPECT_EQ(dscale16, dscale);
+  EXPECT_EQ(dbias16, dbias);
+  std::vector<float> past(dy.size()), sum(dy.size());
+  for (float &value : past)
+    value = normal(random);
+  run(dy.data(), cdp::plan::F32, sum, dscale16, dbias16, &past);
+  for (size_t i = 0; i < sum.size(); ++i)
+    EXPECT_EQ(sum[i], past[i] + dx[i]) << "element " << i;
   EXPECT_EQ(dscale16, dscale);
   EXPECT_EQ(dbias16, dbias);
 }

@@ -120,6 +120,12 @@ LogicalResult LayerNormGradOp::inferReturnTypes(MLIRContext *, Loc,
   return success();
 }
 
+LogicalResult LayerNormGradOp::verify() {
+  if (getAddend() && getAddend().getType() != getInput().getType())
+    return emitOpError("adds an addend shaped unlike its input");
+  return success();
+}
+
 LogicalResult SoftmaxGradOp::inferReturnTypes(MLIRContext *, Loc,
                                               Adaptor adaptor,
                                               SmallVectorImpl<Type> &types) {

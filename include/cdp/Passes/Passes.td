@@ -208,6 +208,21 @@ def Autocast : Pass<"cdp-autocast", "mlir::ModuleOp"> {
   let dependentDialects = ["cdp::CDPDialect"];
 }
 
+def FuseGradientSums : Pass<"cdp-fuse-gradient-sums", "mlir::ModuleOp"> {
+  let summary = "Lets a layer norm's gradient add the other contribution to its input's gradient";
+  let description = [{
+    On the training graph (after autodiff): a `cdp.add` (without
+    `round_result`) of a `cdp.layer_norm_grad`'s input gradient, its only
+    reader, and another float32 tensor of its type, in the same stage and
+    phase and defined before the layer norm's gradient, is replaced by that
+    gradient with the other tensor as its `addend`: it writes the sum (each
+    dx rounded to float32 and added, the same bits) instead of dx for the
+    add to read again. A pre-norm transformer's residual stream: two per
+    block.
+  }];
+  let dependentDialects = ["cdp::CDPDialect"];
+}
+
 def FoldIdentityDropout : Pass<"cdp-fold-identity-dropout", "mlir::ModuleOp"> {
   let summary = "Replaces a dropout that keeps every element by its input";
   let description = [{

@@ -224,6 +224,8 @@ layerNormGrad(const KernelArgs &args) {
              meanIn = args.inputs[3], invIn = args.inputs[4];
   TensorView dx = args.outputs[0], dscale = args.outputs[1],
              dbias = args.outputs[2];
+  // A fused gradient sum: dx is added to it (cdp-fuse-gradient-sums).
+  TensorView addend = args.inputs.size() > 5 ? args.inputs[5] : TensorView();
   int64_t axis = normalizeAxis(args.i("axis", -1), x.rank());
   int64_t outer = product(x.shape, 0, axis), inner = product(x.shape, axis);
   std::vector<int64_t> normalized(x.shape.begin() + axis, x.shape.end());
@@ -245,11 +247,13 @@ layerNormGrad(const KernelArgs &args) {
         dbias.f32()[(*si)[i]] += grad[i];
       }
       float *out = dx.f32() + o * inner;
+      const float *sum = addend.present() ? addend.f32() + o * inner : nullptr;
       for (int64_t i = 0; i < inner; ++i) {
         double xhat = (row[i] - m) * inv;
         double g = grad[i] * scale.f32()[(*si)[i]];
-        out[i] = static_cast<float>(
+        float value = static_cast<float>(
             inv * (g - sumG / inner - xhat * sumGXhat / inner));
+        out[i] = sum ? sum[i] + value : value;
       }
     }
   };

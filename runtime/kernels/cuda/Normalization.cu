@@ -131,11 +131,13 @@ __global__ void layerNormKernel(const float *x, const float *scale,
                 rounding, twoBytes);
 }
 
-/// `dy` stored as `stored` (a 2-byte incoming gradient widened as read).
+/// `dy` stored as `stored` (a 2-byte incoming gradient widened as read);
+/// dx added to `addend` where there is one (a fused gradient sum).
 __global__ void layerNormGradKernel(const void *dy, NarrowFormat stored,
                                     const float *x, const float *scale,
                                     const float *meanIn, const float *invIn,
-                                    float *dx, int64_t inner, IndexMap si) {
+                                    const float *addend, float *dx,
+                                    int64_t inner, IndexMap si) {
   int64_t o = blockIdx.x;
   const float *row = x + o * inner;
   auto grad = [&](int64_t i) { return loadValue(dy, o * inner + i, stored); };
@@ -149,8 +151,9 @@ __global__ void layerNormGradKernel(const void *dy, NarrowFormat stored,
   sumGXhat = blockSum(sumGXhat);
   for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) {
     double xhat = (row[i] - m) * inv, g = grad(i) * scale[si(i)];
-    dx[o * inner + i] =
+    float value =
         static_cast<float>(inv * (g - sumG / inner - xhat * sumGXhat / inner));
+    dx[o * inner + i] = addend ? addend[o * inner + i] + value : value;
   }
 }
 
@@ -356,6 +359,7 @@ void registerLayerNorm(KernelRegistry &registry) {
                meanIn = args.inputs[3], invIn = args.inputs[4];
     TensorView dx = args.outputs[0], dscale = args.outputs[1],
                dbias = args.outputs[2];
+    TensorView addend = args.inputs.size() > 5 ? args.inputs[5] : TensorView();
     int64_t axis = normalizeAxis(args.i("axis", -1), x.rank());
     int64_t outer = product(x.shape, 0, axis), inner = product(x.shape, axis);
     std::vector<int64_t> normalized(x.shape.begin() + axis, x.shape.end());
@@ -371,7 +375,7 @@ void registerLayerNorm(KernelRegistry &registry) {
         return;
       layerNormGradKernel<<<outer, rowThreads(inner), 0, stream>>>(
           dy.data, stored, x.f32(), scale.f32(), meanIn.f32(), invIn.f32(),
-          dx.f32(), inner, si);
+          addend.present() ? addend.f32() : nullptr, dx.f32(), inner, si);
       layerNormParamGradKernel<<<blocksFor(inner), kThreads, 0, stream>>>(
           dy.data, stored, x.f32(), meanIn.f32(), invIn.f32(), dscale.f32(),
           dbias.f32(), outer, inner, si);

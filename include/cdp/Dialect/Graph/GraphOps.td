@@ -970,14 +970,19 @@ def CDP_LayerNormGradOp : CDP_Op<"layer_norm_grad"> {
   let description = [{
     Returns `(dx, dscale, dbias)`, dscale and dbias shaped like `scale`.
     `grad` may be a bf16 or f16 tensor, widened as read (cdp-narrow-results:
-    the next linear layer's rounded input gradient).
+    the next linear layer's rounded input gradient). With `addend` (shaped
+    like `input`), dx is `addend + dx`, each float32 dx rounded first, as
+    the `cdp.add` of autodiff's gradient sum it replaces
+    (cdp-fuse-gradient-sums: the residual stream's gradient).
   }];
   let arguments = (ins CDP_ProductOperand:$grad, CDP_F32Tensor:$input,
                        CDP_F32Tensor:$scale, CDP_F32Tensor:$mean,
                        CDP_F32Tensor:$inv_std_dev,
+                       Optional<CDP_F32Tensor>:$addend,
                        DefaultValuedAttr<I64Attr, "-1">:$axis);
   let results = (outs CDP_F32Tensor:$input_grad, CDP_F32Tensor:$scale_grad,
                       CDP_F32Tensor:$bias_grad);
+  let hasVerifier = 1;
 }
 
 def CDP_SoftmaxGradOp : CDP_Op<"softmax_grad"> {
