@@ -10,7 +10,8 @@
 //   - folds a Transpose of the last two dimensions into the MatMul or Gemm
 //     operand it feeds (toggling trans_a / trans_b);
 //   - turns the Transpose of a MatMul's result into the product of the
-//     swapped operands (B^T A^T), when nothing else reads the result;
+//     swapped operands (B^T A^T), when nothing else reads the result (also
+//     through a round_to between them, which then rounds the new product);
 //
 // then erases the Transposes nothing reads any more. A fold only joins ops
 // of the same stage, so what a pipeline sends between stages is unchanged.
@@ -106,9 +107,16 @@ template <typename ProductOp> void foldIntoOperands(ProductOp product) {
   }
 }
 
-/// transpose(A B) = B^T A^T: the product writes the transposed result.
+/// transpose(A B) = B^T A^T: the product writes the transposed result;
+/// likewise through a rounding between them (autodiff rounds a gradient
+/// that reaches a bf16 tensor: the tied LM head's weight gradient), which
+/// then rounds the swapped product, element for element the same values.
 void swapProductOperands(TransposeOp transpose) {
-  auto matmul = transpose.getInput().getDefiningOp<MatMulOp>();
+  auto round = transpose.getInput().getDefiningOp<RoundToOp>();
+  if (round && (!round->hasOneUse() || !sameStage(round, transpose)))
+    return;
+  Value product = round ? round.getInput() : transpose.getInput();
+  auto matmul = product.getDefiningOp<MatMulOp>();
   if (!matmul || !matmul->hasOneUse() || !sameStage(matmul, transpose) ||
       !swapsLastTwo(transpose.getPerm()))
     return;
@@ -127,8 +135,18 @@ void swapProductOperands(TransposeOp transpose) {
       matmul.getRoundResultAttr());
   for (NamedAttribute attr : matmul->getDiscardableAttrs())
     swapped->setAttr(attr.getName(), attr.getValue());
-  transpose.getOutput().replaceAllUsesWith(swapped.getOutput());
+  Value result = swapped.getOutput();
+  if (round) {
+    auto rounded = builder.create<RoundToOp>(round.getLoc(), result,
+                                             round.getFormatAttr());
+    for (NamedAttribute attr : round->getDiscardableAttrs())
+      rounded->setAttr(attr.getName(), attr.getValue());
+    result = rounded.getOutput();
+  }
+  transpose.getOutput().replaceAllUsesWith(result);
   transpose->erase();
+  if (round)
+    round->erase();
   matmul->erase();
 }
 

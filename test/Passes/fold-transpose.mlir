@@ -58,6 +58,21 @@ func.func @transposed_product(%a: tensor<48x32xf32>, %dy: tensor<48x96xf32>) -> 
   return %gt : tensor<96x32xf32>
 }
 
+// Through the rounding autodiff puts on a gradient reaching a bf16 tensor
+// (the tied LM head's weight): the swapped product, then the rounding.
+// CHECK-LABEL: func.func @rounded_transposed_product
+// CHECK-SAME: (%[[A:.+]]: tensor<48x32xf32>, %[[DY:.+]]: tensor<48x96xf32>)
+// CHECK-NOT: cdp.transpose
+// CHECK: %[[P:.+]] = cdp.matmul %[[DY]], %[[A]] {cdp.phase = "backward", trans_a = true} : (tensor<48x96xf32>, tensor<48x32xf32>) -> tensor<96x32xf32>
+// CHECK: %[[R:.+]] = cdp.round_to %[[P]] {cdp.phase = "backward", format = "bf16"} : tensor<96x32xf32>
+// CHECK: return %[[R]]
+func.func @rounded_transposed_product(%a: tensor<48x32xf32>, %dy: tensor<48x96xf32>) -> tensor<96x32xf32> {
+  %g = cdp.matmul %a, %dy {cdp.phase = "backward", trans_a = true} : (tensor<48x32xf32>, tensor<48x96xf32>) -> tensor<32x96xf32>
+  %r = cdp.round_to %g {cdp.phase = "backward", format = "bf16"} : tensor<32x96xf32>
+  %gt = cdp.transpose %r {perm = array<i64: 1, 0>} : (tensor<32x96xf32>) -> tensor<96x32xf32>
+  return %gt : tensor<96x32xf32>
+}
+
 // Must not fold: a head permutation (not the last two dimensions), a
 // Transpose in another stage, and a product whose result is also returned.
 // CHECK-LABEL: func.func @kept
