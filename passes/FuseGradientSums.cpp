@@ -24,8 +24,16 @@ using namespace cdp;
 
 namespace {
 
+/// A sum a layer norm gradient can do: the add, the gradient whose dx it
+/// reads, and the other addend's operand index.
+struct Fusion {
+  AddOp sum;
+  LayerNormGradOp grad;
+  unsigned other;
+};
+
 /// The layer norm gradient whose dx `sum` can add itself, and the other
-/// addend's operand index; null where there is none.
+/// addend's operand index; a null gradient where there is none.
 std::pair<LayerNormGradOp, unsigned> fusable(AddOp sum) {
   if (sum->hasAttr("round_result"))
     return {};
@@ -53,16 +61,18 @@ std::pair<LayerNormGradOp, unsigned> fusable(AddOp sum) {
 struct FuseGradientSumsPass
     : public cdp::impl::FuseGradientSumsBase<FuseGradientSumsPass> {
   void runOnOperation() override {
-    SmallVector<AddOp> sums;
+    // Collected first; an addend that is an earlier fused sum is read by
+    // its operand index once that sum is replaced by its gradient.
+    SmallVector<Fusion> fusions;
     getOperation().walk([&](AddOp sum) {
-      if (fusable(sum).first)
-        sums.push_back(sum);
+      if (auto [grad, other] = fusable(sum); grad)
+        fusions.push_back({sum, grad, other});
     });
-    for (AddOp sum : sums) {
-      auto [grad, other] = fusable(sum);
-      grad.getAddendMutable().assign(sum->getOperand(other));
-      sum.getResult().replaceAllUsesWith(grad.getInputGrad());
-      sum->erase();
+    for (Fusion &fusion : fusions) {
+      fusion.grad.getAddendMutable().assign(
+          fusion.sum->getOperand(fusion.other));
+      fusion.sum.getResult().replaceAllUsesWith(fusion.grad.getInputGrad());
+      fusion.sum->erase();
     }
   }
 };

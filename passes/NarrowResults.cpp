@@ -55,6 +55,20 @@ bool isWidenedOutput(OpOperand &use) {
   return loss && loss.getInt() != use.getOperandNumber();
 }
 
+/// The format a pack or a product marked narrow_operands rounds `use`'s
+/// values to as it reads them (operand A or B), in the stage.
+std::optional<StringRef> roundedAsRead(OpOperand &use, Attribute stage) {
+  Operation *reader = use.getOwner();
+  if (reader->getAttr("cdp.stage") != stage)
+    return std::nullopt;
+  if (auto pack = dyn_cast<PackNarrowOp>(reader))
+    return pack.getFormat();
+  auto marked = reader->getAttrOfType<StringAttr>("narrow_operands");
+  if (isa<GemmOp, MatMulOp>(reader) && marked && use.getOperandNumber() < 2)
+    return marked.getValue();
+  return std::nullopt;
+}
+
 /// Whether `use` takes the result's values in `format` as they are: operand
 /// A or B of a product marked so, a pack to that format, a GELU, mul or
 /// dropout rounding to it, or an op whose kernels widen 2-byte values as
@@ -67,8 +81,8 @@ bool takesNarrow(OpOperand &use, StringRef format, Attribute stage) {
     return isWidenedOutput(use);
   if (reader->getAttr("cdp.stage") != stage)
     return false;
-  if (auto pack = dyn_cast<PackNarrowOp>(reader))
-    return pack.getFormat() == format;
+  if (std::optional<StringRef> rounded = roundedAsRead(use, stage))
+    return *rounded == format;
   if (isa<ReduceToOp>(reader))
     return true;
   if (auto gelu = dyn_cast<GeluOp>(reader))
@@ -89,9 +103,7 @@ bool takesNarrow(OpOperand &use, StringRef format, Attribute stage) {
     return use.getOperandNumber() == 0;
   if (auto grad = dyn_cast<SoftmaxCrossEntropyLossGradOp>(reader))
     return grad.getFromScores() && use.getOperandNumber() == 1;
-  auto marked = reader->getAttrOfType<StringAttr>("narrow_operands");
-  return isa<GemmOp, MatMulOp>(reader) && marked &&
-         marked.getValue() == format && use.getOperandNumber() < 2;
+  return false;
 }
 
 /// Whether `op`, in the stage, only moves values from its operands into
@@ -164,20 +176,6 @@ bool isRoundableOutput(Value value) {
   return norm && value == norm.getOutput() && !norm.getRoundResult();
 }
 
-/// The format a pack or a product marked narrow_operands rounds `use`'s
-/// values to as it reads them (operand A or B), in the stage.
-std::optional<StringRef> roundedAsRead(OpOperand &use, Attribute stage) {
-  Operation *reader = use.getOwner();
-  if (reader->getAttr("cdp.stage") != stage)
-    return std::nullopt;
-  if (auto pack = dyn_cast<PackNarrowOp>(reader))
-    return pack.getFormat();
-  auto marked = reader->getAttrOfType<StringAttr>("narrow_operands");
-  if (isa<GemmOp, MatMulOp>(reader) && marked && use.getOperandNumber() < 2)
-    return marked.getValue();
-  return std::nullopt;
-}
-
 /// The readers of the joined `values` other than the ops that move them.
 SmallVector<OpOperand *> readersOf(ArrayRef<Value> values, Attribute stage) {
   SmallVector<OpOperand *> readers;
@@ -217,8 +215,9 @@ bool storableTogether(ArrayRef<Value> values, StringRef format,
       continue;
     if (!producer || producer->getAttr("cdp.stage") != stage)
       return false;
-    unrounded |= isRoundableOutput(value);
-    if (!isRoundableOutput(value) && storableFormat(value) != format)
+    bool roundable = isRoundableOutput(value);
+    unrounded |= roundable;
+    if (!roundable && storableFormat(value) != format)
       return false;
   }
   SmallVector<OpOperand *> readers = readersOf(values, stage);

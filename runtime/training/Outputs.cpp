@@ -204,21 +204,18 @@ void writeStepOutputs(Run &run) {
     std::vector<std::pair<std::string, TensorView>> views;
     for (const plan::Output &output : run.plan.outputs()) {
       auto gathered = run.gatheredOutputs.find(output.tensor());
-      if (gathered == run.gatheredOutputs.end()) {
-        auto slots = keptSlots(run, output.tensor());
-        if (slots.size() > 1)
-          gathered =
-              run.gatheredOutputs
-                  .emplace(output.tensor(), joinedSlots(run, output, slots))
-                  .first;
-      }
+      auto slots = keptSlots(run, output.tensor());
+      if (gathered == run.gatheredOutputs.end() && slots.size() > 1)
+        gathered =
+            run.gatheredOutputs
+                .emplace(output.tensor(), joinedSlots(run, output, slots))
+                .first;
       TensorView view;
       if (gathered != run.gatheredOutputs.end()) {
         Array &rows = gathered->second;
         view = {rows.bytes.data(), rows.shape, rows.dtype, MemorySpace::Host};
-      } else if (const auto &slots = executor.keptOutputs(output.tensor());
-                 !slots.empty()) {
-        view = slots.begin()->second.view();
+      } else if (!slots.empty()) {
+        view = slots.begin()->second->view();
       } else {
         staged.push_back(executor.stageOut(output.tensor()));
         view = staged.back().view();

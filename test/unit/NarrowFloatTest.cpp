@@ -753,6 +753,17 @@ TEST(NarrowFloat, ResidualBranchInTwoBytes) {
     EXPECT_EQ(sum[i], x[i] + stream[i]) << "element " << i;
 }
 
+/// Expects `narrow` to hold the bf16 bits of `wide`'s values (each exact
+/// in bf16: a result stored in 2 bytes holds what its float32 twin held).
+void expectBitsOf(const std::vector<float> &wide,
+                  const std::vector<uint16_t> &narrow) {
+  ASSERT_EQ(wide.size(), narrow.size());
+  for (size_t i = 0; i < wide.size(); ++i) {
+    EXPECT_EQ(wide[i], roundToBfloat16(wide[i])) << "rounded, element " << i;
+    EXPECT_EQ(narrow[i], bfloat16BitsOf(wide[i])) << "element " << i;
+  }
+}
+
 /// An attention (2 x 4 x 3 by 2 x 3 x 5, values 2 x 5 x 4) and its
 /// gradient under narrow_operands "bf16", on values exact in bf16.
 struct NarrowAttention {
@@ -827,12 +838,6 @@ TEST(NarrowFloat, AttentionStoresTwoByteResults) {
   cdp::plan::Attribute *rounding = t.forward.add_attributes();
   rounding->set_name("round_result");
   rounding->set_s("bf16");
-  auto expectBitsOf = [](const std::vector<float> &wide,
-                         const std::vector<uint16_t> &narrow) {
-    ASSERT_EQ(wide.size(), narrow.size());
-    for (size_t i = 0; i < wide.size(); ++i)
-      EXPECT_EQ(narrow[i], bfloat16BitsOf(wide[i])) << "element " << i;
-  };
   std::vector<float> out(2 * 4 * 4), stats(2 * 4 * 2), stats16(stats.size());
   std::vector<uint16_t> out16(out.size());
   runCpuKernel(t.forward, t.operands(),
@@ -886,10 +891,7 @@ TEST(NarrowFloat, LayerNormStoresItsRoundedOutput) {
   runCpuKernel(norm, inputs,
                {viewOf(y16.data(), {rows, width}, cdp::plan::BF16),
                 f32(mean16, {rows, 1}), f32(inv16, {rows, 1})});
-  for (size_t i = 0; i < y.size(); ++i) {
-    EXPECT_EQ(y[i], roundToBfloat16(y[i])) << "rounded, element " << i;
-    EXPECT_EQ(y16[i], bfloat16BitsOf(y[i])) << "element " << i;
-  }
+  expectBitsOf(y, y16);
   EXPECT_EQ(mean16, mean);
   EXPECT_EQ(inv16, inv);
 }
