@@ -6,7 +6,9 @@ Usage: bench/plan_traffic.py PLAN.cdp [BEFORE.cdp] [--device D] [--top N]
 Sums, per op, the bytes device D's training instructions read and write
 (every input and output tensor's bytes, once per instruction; a reshape,
 flatten, squeeze, unsqueeze or identity whose output lies at its input's
-offset moves nothing, as the kernels copy nothing then) and the matrix
+offset moves nothing, as the kernels copy nothing then, and neither does a
+`gradient`, a marker; an `update` reads its gradient and reads and writes
+its parameter and the optimizer's moments, which the kernel keeps) and the matrix
 products' FLOPs (2 m n k), split by whether a product multiplies 2-byte
 values (narrow_operands) or float32; cdp.attention's and attention_grad's
 products (2 and 5) count as products. The scores those two ops keep in
@@ -65,6 +67,21 @@ def tensors_of(text):
             "shape": shape, "bytes": field(body, "bytes", 2, 0, int),
             "offset": field(body, "offset", 2, 0, int), "dtype": field(body, "dtype", 2, "F32")}
     return table
+
+
+def attribute(body, name, kind):
+    found = re.search(r'name: "%s"\n\s+%s: "?([^"\n]*)"?' % (name, kind), body)
+    return found.group(1) if found else None
+
+
+def update_bytes(body, inputs, tensors):
+    """An update's traffic: its gradient read, its parameter and each moment
+    (momentum: 1; Adam: 2) read and written."""
+    param = tensors[inputs[0]]["bytes"]
+    optimizer = attribute(body, "optimizer", "s") or "sgd"
+    moments = 2 if optimizer in ("adam", "adamw") else \
+        1 if float(attribute(body, "momentum", "f") or 0) != 0 else 0
+    return tensors[inputs[1]]["bytes"] + 2 * param * (1 + moments)
 
 
 def product_flops(body, inputs, outputs, tensors):
@@ -128,6 +145,11 @@ def per_op(path, device):
         if op in VIEWS and inputs and outputs and \
                 tensors[inputs[0]]["offset"] == tensors[outputs[0]]["offset"] and \
                 tensors[inputs[0]]["bytes"] == tensors[outputs[0]]["bytes"]:
+            continue
+        if op == "gradient":
+            continue
+        if op == "update":
+            traffic[op] += update_bytes(body, inputs, tensors)
             continue
         traffic[op] += sum(tensors[t]["bytes"] for t in inputs + outputs if t in tensors)
         kind = "2-byte" if "narrow_operands" in body else "float32"

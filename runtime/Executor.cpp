@@ -38,6 +38,7 @@ Executor::Executor(const plan::Plan &plan, int threads, int deviceIndex,
     placeTensor(id);
   fillParameterShards();
   train = bind(device.instructions(), threads);
+  offerAdjacentLaunches();
   evalThreads = threads;
   // Device 0 of a pipeline evaluates the model gathered after training.
   evalBound = std::none_of(gatheredLater.begin(), gatheredLater.end(),
@@ -414,6 +415,38 @@ std::vector<std::unique_ptr<Kernel>> Executor::bind(
   return kernels;
 }
 
+namespace {
+
+/// Whether two instructions of one op run at the same points of every step
+/// (what runInstructions skips on is the same for both).
+bool runAlongside(const plan::Instruction &a, const plan::Instruction &b) {
+  return a.op() == b.op() && a.phase() == b.phase() &&
+         a.min_step() == b.min_step() && a.last_slot() == b.last_slot() &&
+         a.drain() == b.drain() && a.ahead() == b.ahead() &&
+         a.next_step_only() == b.next_step_only();
+}
+
+} // namespace
+
+/// Offers each run of adjacent instructions that run alongside (a stage's
+/// updates) to its first kernel, which may take over the launches of the
+/// others; where it takes some, the rest start a run of their own. Checkpoint
+/// cuts fall before receives only, so no part of a step splits such a run.
+void Executor::offerAdjacentLaunches() {
+  const auto &stream = planRef.devices(deviceIndex).instructions();
+  int n = stream.size();
+  for (int begin = 0; begin < n;) {
+    std::vector<Kernel *> following;
+    for (int i = begin + 1;
+         i < n && runAlongside(stream.Get(begin), stream.Get(i)); ++i)
+      following.push_back(train[i].get());
+    size_t taken = following.empty() ? 0 : train[begin]->takeOver(following);
+    taken = std::min(taken, following.size());
+    takenOver += static_cast<int64_t>(taken);
+    begin += 1 + static_cast<int>(taken);
+  }
+}
+
 void Executor::runStep(const StepContext &step, InstructionRange range,
                        const std::function<void()> &whileRunning) {
   StepContext context = step;
@@ -460,12 +493,14 @@ void Executor::runInstructions(const StepContext &context,
   }
   if (report && begin == 0)
     report->startStep(deviceIndex, context.step);
+  StepContext watched = context; // each instruction timed or watched alone
+  watched.oneByOne = true;
   for (size_t i = begin; i < end; ++i) {
     const plan::Instruction &instruction = device.instructions(i);
     if (skipped(instruction))
       continue;
     auto start = std::chrono::steady_clock::now();
-    train[i]->run(context);
+    train[i]->run(watched);
     backendDevice->synchronize(); // a GPU's kernel is timed, not its launch
     auto end = std::chrono::steady_clock::now();
     if (!profile.empty())

@@ -77,6 +77,19 @@ struct UpdateRule {
   bool hasFirst() const { return adam || momentum != 0.0f; }
   bool hasSecond() const { return adam; }
 
+  /// Whether `other` updates as this rule does but for its weight decay
+  /// (--no-decay's tensors): one multi-tensor update can run both.
+  bool sameButWeightDecay(const UpdateRule &other) const {
+    return adam == other.adam && decoupled == other.decoupled &&
+           lr == other.lr && momentum == other.momentum &&
+           beta1 == other.beta1 && beta2 == other.beta2 &&
+           epsilon == other.epsilon && schedule == other.schedule &&
+           period == other.period && gamma == other.gamma &&
+           lrMin == other.lrMin && startFactor == other.startFactor &&
+           endFactor == other.endFactor && warmup == other.warmup &&
+           warmupStart == other.warmupStart;
+  }
+
   bool adam, decoupled;
   float lr, momentum, weightDecay, beta1, beta2, epsilon;
   std::string schedule;

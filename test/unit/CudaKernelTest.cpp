@@ -1294,6 +1294,69 @@ TEST(CudaShardUpdate, StageTwoGathersThroughTheLinks) {
                                             std::to_string(t % 3)));
 }
 
+// A stage's updates in one launch (UpdateKernel::takeOver, as the executor
+// offers adjacent updates): three tensors (the first of two slices of 65536
+// elements), each with its own weight decay, AdamW and SGD with momentum
+// over a warmed-up learning rate, 3 steps: the same bits as one launch per
+// parameter on the GPU, and the CPU's values within 1e-6.
+TEST(CudaMultiTensorUpdate, EqualsOneLaunchPerParameter) {
+  std::unique_ptr<Device> gpu;
+  try {
+    gpu = createDevice(Backend::CUDA, 0);
+  } catch (const RuntimeError &e) {
+    GTEST_SKIP() << "no GPU: " << e.what();
+  }
+  std::unique_ptr<Device> cpuDevice = createDevice(Backend::CPU, 0);
+  const std::vector<int64_t> sizes = {65536 + 700, 5, 300};
+  const std::vector<double> decays = {0.01, 0.0, 0.05};
+  for (const char *optimizer : {"adamw", "sgd"}) {
+    std::vector<Case> cases;
+    std::vector<plan::Instruction> instructions;
+    std::vector<std::vector<std::vector<char>>> values;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      cases.push_back({std::string("update_") + optimizer,
+                       "update",
+                       {f32({sizes[k]}), f32({sizes[k]})},
+                       {},
+                       {text("optimizer", optimizer), real("lr", 0.1),
+                        real("momentum", 0.9), real("weight_decay", decays[k]),
+                        attr("lr_warmup", 2), real("lr_warmup_start", 0.5)}});
+      instructions.push_back(instructionOf(cases[k]));
+      values.push_back(drawAll(cases[k], 5 + k));
+    }
+    auto bindAll = [&](Device &device, Backend backend) {
+      std::vector<std::unique_ptr<Bound>> bound;
+      for (size_t k = 0; k < sizes.size(); ++k)
+        bound.push_back(std::make_unique<Bound>(
+            device, backend, instructions[k], cases[k], values[k]));
+      return bound;
+    };
+    auto cpu = bindAll(*cpuDevice, Backend::CPU);
+    auto apart = bindAll(*gpu, Backend::CUDA);
+    auto together = bindAll(*gpu, Backend::CUDA);
+    ASSERT_EQ(together[0]->kernel->takeOver(
+                  {together[1]->kernel.get(), together[2]->kernel.get()}),
+              2u);
+    for (int step = 1; step <= 3; ++step) {
+      for (auto *run : {&cpu, &apart, &together})
+        for (auto &bound : *run)
+          bound->run(step);
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        std::string what = std::string(optimizer) + " tensor " +
+                           std::to_string(k) + " after step " +
+                           std::to_string(step);
+        size_t bytes = values[k][0].size();
+        std::vector<char> oneByOne = apart[k]->read(0, bytes),
+                          fused = together[k]->read(0, bytes);
+        EXPECT_EQ(oneByOne, fused) << what;
+        ASSERT_NO_FATAL_FAILURE(
+            expectClose(cpu[k]->read(0, bytes), fused, 1e-6, what));
+      }
+    }
+    EXPECT_EQ(*together[2]->kernel->state().counter, 3) << optimizer;
+  }
+}
+
 TEST(CudaKernelErrors, LabelOutOfRangeFailsTheStep) {
   std::unique_ptr<Device> gpu;
   try {

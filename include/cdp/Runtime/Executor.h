@@ -206,6 +206,9 @@ public:
 
   /// Kernels with state (optimizer updates), with their instructions.
   std::vector<std::pair<const plan::Instruction *, Kernel *>> statefulKernels();
+  /// The training instructions whose work another's kernel does in its
+  /// launch (Kernel::takeOver: a stage's updates in one), decided at load.
+  int64_t launchesTakenOver() const { return takenOver; }
 
   /// Gradient tensors by parameter name, in plan order.
   std::vector<std::pair<std::string, int>> gradients() const;
@@ -230,6 +233,7 @@ private:
   void takeShardGroup(const plan::ShardGroup &group);
   void runInstructions(const StepContext &context, InstructionRange range);
   void runAhead(const StepContext &context);
+  void offerAdjacentLaunches();
   std::vector<std::unique_ptr<Kernel>>
   bind(const google::protobuf::RepeatedPtrField<plan::Instruction> &stream,
        int threads);
@@ -266,7 +270,8 @@ private:
   void takeStagedInputs();
   std::vector<TensorView> views;
   std::vector<std::unique_ptr<Kernel>> train, eval;
-  int evalThreads = 1; ///< to bind the evaluation stream again
+  int64_t takenOver = 0; ///< see launchesTakenOver()
+  int evalThreads = 1;   ///< to bind the evaluation stream again
   std::vector<double> profile, firstStepProfile;
   int64_t steps = 0;
   int64_t totalSteps = std::numeric_limits<int64_t>::max();

@@ -67,6 +67,11 @@ struct StepContext {
   uint64_t seed = 0; ///< --seed (Dropout)
   const Loader *loader = nullptr;
   void *queue = nullptr; ///< the device's queue (Device::queue)
+  /// Every instruction's work in launches of its own (profiling, tracing,
+  /// the memory report time or watch instructions one by one): a kernel
+  /// that took over the launches of the ones after it (Kernel::takeOver)
+  /// leaves them their own.
+  bool oneByOne = false;
 };
 
 /// State a kernel carries from step to step (optimizer moments and step
@@ -98,6 +103,16 @@ public:
   virtual KernelState state() { return {}; }
   /// Memory the kernel sized at load, beyond the plan's tensors.
   virtual int64_t workspaceBytes() const { return 0; }
+  /// The kernels of the instructions right after this one's, of the same
+  /// op and run at the same points of every step: this kernel may do their
+  /// work in its own launch (the optimizer's updates: one multi-tensor
+  /// update instead of one launch per parameter). Returns how many of them,
+  /// from the first, it takes over; they keep their state and counts, and
+  /// launch nothing in a step this kernel ran them. Called once, at load.
+  virtual size_t takeOver(const std::vector<Kernel *> &following) {
+    (void)following;
+    return 0;
+  }
 };
 
 /// A kernel made of one function, with the bytes it sized at load.

@@ -7,6 +7,7 @@
 #include "../LearningRate.h"
 #include "../LossScale.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -17,6 +18,12 @@ namespace {
 /// PyTorch's SGD (dampening 0, first step sets the momentum buffer to the
 /// gradient), Adam (L2 weight decay added to the gradient) and AdamW (the
 /// decay decoupled: the parameter shrinks by lr * decay first).
+///
+/// A kernel that took over the updates after it (`takeOver`: rules equal
+/// but for weight decay, no loss scale) runs them all in one parallel loop
+/// over slices of at most kSliceElements, each slice by its tensor's rule at
+/// the count they share: the same float operations per element as one by
+/// one, so the same bits.
 class UpdateKernel : public Kernel {
 public:
   explicit UpdateKernel(const KernelArgs &args)
@@ -29,7 +36,8 @@ public:
       second.assign(param.numel(), 0.0f);
   }
 
-  void run(const StepContext &) override {
+  void run(const StepContext &context) override {
+    bool together = !context.oneByOne && !followers.empty() && countsAgree();
     // The schedule advances every step, skipped or not (a scheduler.step()
     // per iteration beside GradScaler); the update count only with an
     // update (Adam's bias corrections, as optimizer.step()'s).
@@ -38,9 +46,36 @@ public:
     if (lossScale.data && lossScale.f32()[kOverflow] != 0.0f)
       return; // GradScaler.step: an overflowed step changes nothing
     ++steps;
-    applyUpdate(rule, steps, rate, param.f32(), grad.f32(),
-                first.empty() ? nullptr : first.data(),
-                second.empty() ? nullptr : second.data(), param.numel());
+    if (updated) { // by the kernel that took this one over
+      updated = false;
+      return;
+    }
+    if (!together) {
+      update({this, 0, param.numel()}, rate);
+      return;
+    }
+    for (UpdateKernel *follower : followers)
+      follower->updated = true;
+    int64_t count = static_cast<int64_t>(slices.size());
+#pragma omp parallel for schedule(dynamic) if (count > 1)
+    for (int64_t i = 0; i < count; ++i)
+      update(slices[i], rate);
+  }
+
+  size_t takeOver(const std::vector<Kernel *> &following) override {
+    if (lossScale.data)
+      return 0;
+    for (Kernel *kernel : following) {
+      auto *next = dynamic_cast<UpdateKernel *>(kernel);
+      if (!next || next->lossScale.data || !rule.sameButWeightDecay(next->rule))
+        break;
+      followers.push_back(next);
+    }
+    for (UpdateKernel *kernel : members())
+      for (int64_t at = 0, n = kernel->param.numel(); at < n;
+           at += kSliceElements)
+        slices.push_back({kernel, at, std::min(n - at, kSliceElements)});
+    return followers.size();
   }
 
   KernelState state() override {
@@ -60,10 +95,48 @@ public:
     return result;
   }
 
+private:
+  static constexpr int64_t kSliceElements = int64_t(1) << 16;
+
+  /// Elements [offset, offset + length) of `kernel`'s tensor.
+  struct Slice {
+    UpdateKernel *kernel;
+    int64_t offset, length;
+  };
+
+  std::vector<UpdateKernel *> members() {
+    std::vector<UpdateKernel *> all = {this};
+    all.insert(all.end(), followers.begin(), followers.end());
+    return all;
+  }
+
+  /// Whether the kernels taken over have counted the steps this one has (a
+  /// checkpoint restores each kernel's counts; else one by one).
+  bool countsAgree() const {
+    for (const UpdateKernel *follower : followers)
+      if (follower->steps != steps || follower->scheduled != scheduled)
+        return false;
+    return true;
+  }
+
+  /// Update number `steps` of a slice, by its tensor's rule.
+  void update(const Slice &slice, float rate) const {
+    UpdateKernel &k = *slice.kernel;
+    auto at = [&](std::vector<float> &moment) {
+      return moment.empty() ? nullptr : moment.data() + slice.offset;
+    };
+    applyUpdate(k.rule, steps, rate, k.param.f32() + slice.offset,
+                k.grad.f32() + slice.offset, at(k.first), at(k.second),
+                slice.length);
+  }
+
   TensorView param, grad, lossScale;
   UpdateRule rule;
   int64_t steps = 0, scheduled = 0;
   std::vector<float> first, second;
+  std::vector<UpdateKernel *> followers; ///< taken over
+  std::vector<Slice> slices;             ///< this kernel's and theirs
+  bool updated = false; ///< this step's update done by the kernel ahead
 };
 
 /// The sum of the squares of every element of `grads`, in double (four

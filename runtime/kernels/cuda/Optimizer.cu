@@ -70,6 +70,35 @@ __global__ void adamKernel(float *p, const float *g, float *first,
   CDP_FOR_EACH(i, n) { adamElement(i, p, g, first, second, s); }
 }
 
+/// Elements [begin, end) of one tensor of a multi-tensor update, with its
+/// weight decay (the rest of the rule the tensors share).
+struct UpdateSlice {
+  float *p;
+  const float *g;
+  float *first, *second;
+  int64_t begin, end;
+  float weightDecay;
+};
+
+/// One block per slice: the updates of a stage's tensors in one launch,
+/// each element as sgdKernel or adamKernel updates it.
+__global__ void sgdSlicesKernel(const UpdateSlice *slices, SgdStep s) {
+  UpdateSlice slice = slices[blockIdx.x];
+  s.weightDecay = slice.weightDecay;
+  for (int64_t i = slice.begin + threadIdx.x; i < slice.end; i += blockDim.x)
+    sgdElement(i, slice.p, slice.g, slice.first, s);
+}
+
+__global__ void adamSlicesKernel(const UpdateSlice *slices, AdamStep s,
+                                 float rate) {
+  UpdateSlice slice = slices[blockIdx.x];
+  s.weightDecay = slice.weightDecay;
+  // The host's 1 - rate * decay, rounded as it rounds (no fused multiply-add).
+  s.shrink = __fsub_rn(1.0f, __fmul_rn(rate, slice.weightDecay));
+  for (int64_t i = slice.begin + threadIdx.x; i < slice.end; i += blockDim.x)
+    adamElement(i, slice.p, slice.g, slice.first, slice.second, s);
+}
+
 /// An fp16 plan's update step as the device decides it: whether the step
 /// overflowed, the updates applied so far, and the step's values.
 struct DeviceStep {
@@ -372,6 +401,36 @@ public:
     launched("update");
   }
 
+  /// One step over `count` slices of several updaters' tensors (their
+  /// moments where the slices say), in one launch at this updater's count;
+  /// no loss scale.
+  void stepSlices(cudaStream_t queue, const UpdateSlice *slices, int64_t count,
+                  const UpdateRule &rule) {
+    float rate = rule.scheduledLr(scheduled);
+    countOnly();
+    if (count == 0)
+      return;
+    auto blocks = static_cast<unsigned>(count);
+    if (rule.adam)
+      adamSlicesKernel<<<blocks, kThreads, 0, queue>>>(
+          slices, adamStepOf(rule, rate), rate);
+    else
+      sgdSlicesKernel<<<blocks, kThreads, 0, queue>>>(slices,
+                                                      sgdStepOf(rule, rate));
+    launched("update");
+  }
+
+  /// A step another updater's launch made for this one (no loss scale).
+  void countOnly() {
+    ++scheduled;
+    ++steps;
+  }
+  bool countsAs(const DeviceUpdater &other) const {
+    return steps == other.steps && scheduled == other.scheduled;
+  }
+  float *firstMoment() const { return moment(first, 0); }
+  float *secondMoment() const { return moment(second, 0); }
+
   /// The count, the schedule's (fp16 plans) and the moments, each viewed as
   /// `like` (the parameter, or the shard) for checkpoints.
   KernelState state(TensorView like) {
@@ -397,29 +456,33 @@ private:
     return m ? m->as<float>() + offset : nullptr;
   }
 
-  /// Update number `steps`, its values computed here.
+  /// Update number `steps`'s values, computed here.
+  AdamStep adamStepOf(const UpdateRule &rule, float rate) const {
+    float correction1 = 1.0f - std::pow(rule.beta1, static_cast<float>(steps));
+    float correction2 = 1.0f - std::pow(rule.beta2, static_cast<float>(steps));
+    return {rule.beta1,
+            rule.beta2,
+            rule.epsilon,
+            rule.weightDecay,
+            rate / correction1,
+            std::sqrt(correction2),
+            1.0f - rate * rule.weightDecay,
+            rule.decoupled};
+  }
+  SgdStep sgdStepOf(const UpdateRule &rule, float rate) const {
+    return {rate, rule.momentum, rule.weightDecay, steps == 1};
+  }
+
+  /// Update number `steps` of one range.
   void launchHostValued(cudaStream_t queue, const Range &r, float rate) {
     const UpdateRule &rule = *r.rule;
-    if (rule.adam) {
-      float correction1 =
-          1.0f - std::pow(rule.beta1, static_cast<float>(steps));
-      float correction2 =
-          1.0f - std::pow(rule.beta2, static_cast<float>(steps));
-      AdamStep s{rule.beta1,
-                 rule.beta2,
-                 rule.epsilon,
-                 rule.weightDecay,
-                 rate / correction1,
-                 std::sqrt(correction2),
-                 1.0f - rate * rule.weightDecay,
-                 rule.decoupled};
+    if (rule.adam)
       adamKernel<<<blocksFor(r.n), kThreads, 0, queue>>>(
-          r.p, r.g, moment(first, r.offset), moment(second, r.offset), r.n, s);
-    } else {
-      SgdStep s{rate, rule.momentum, rule.weightDecay, steps == 1};
+          r.p, r.g, moment(first, r.offset), moment(second, r.offset), r.n,
+          adamStepOf(rule, rate));
+    else
       sgdKernel<<<blocksFor(r.n), kThreads, 0, queue>>>(
-          r.p, r.g, moment(first, r.offset), r.n, s);
-    }
+          r.p, r.g, moment(first, r.offset), r.n, sgdStepOf(rule, rate));
   }
 
   /// An fp16 plan's step: one thread reads the overflow flag and counts,
@@ -471,24 +534,95 @@ private:
   std::unique_ptr<Scratch> first, second, deviceStep;
 };
 
+/// One parameter's update; one that took over the updates after it
+/// (`takeOver`: rules equal but for weight decay, no loss scale) runs them
+/// all in one launch over a table of slices built at load, each tensor's
+/// elements as its own launch would update them.
 class UpdateKernel : public Kernel {
 public:
   explicit UpdateKernel(const KernelArgs &args)
       : param(args.inputs[0]), grad(args.inputs[1]), rule(args),
-        updater(deviceOf(args), rule, param.numel(),
+        device(deviceOf(args)),
+        lossScaled(args.inputs.size() > 2 && args.inputs[2].data),
+        updater(device, rule, param.numel(),
                 args.inputs.size() > 2 ? args.inputs[2] : TensorView()) {}
 
   void run(const StepContext &context) override {
-    updater.step(streamOf(context),
-                 {{param.f32(), grad.f32(), 0, param.numel(), &rule}}, rule);
+    if (updated) { // by the kernel that took this one over
+      updated = false;
+      updater.countOnly();
+      return;
+    }
+    cudaStream_t stream = streamOf(context);
+    if (context.oneByOne || !slices || !countsAgree()) {
+      updater.step(stream, {{param.f32(), grad.f32(), 0, param.numel(), &rule}},
+                   rule);
+      return;
+    }
+    for (UpdateKernel *follower : followers)
+      follower->updated = true;
+    updater.stepSlices(stream, slices->as<UpdateSlice>(), sliceCount, rule);
+  }
+
+  size_t takeOver(const std::vector<Kernel *> &following) override {
+    if (lossScaled)
+      return 0;
+    for (Kernel *kernel : following) {
+      auto *next = dynamic_cast<UpdateKernel *>(kernel);
+      if (!next || next->lossScaled || !rule.sameButWeightDecay(next->rule))
+        break;
+      followers.push_back(next);
+    }
+    if (followers.empty())
+      return 0;
+    std::vector<UpdateSlice> table = sliceTable();
+    sliceCount = static_cast<int64_t>(table.size());
+    slices = std::make_unique<Scratch>(device, table.size() * sizeof(table[0]));
+    checkCuda(cudaMemcpy(slices->as<void>(), table.data(),
+                         table.size() * sizeof(table[0]),
+                         cudaMemcpyHostToDevice),
+              "update");
+    return followers.size();
   }
 
   KernelState state() override { return updater.state(param); }
 
 private:
+  static constexpr int64_t kSliceElements = int64_t(1) << 16;
+
+  /// This kernel's tensor and its followers', cut into slices of at most
+  /// kSliceElements: a block each.
+  std::vector<UpdateSlice> sliceTable() {
+    std::vector<UpdateSlice> table;
+    std::vector<UpdateKernel *> members = {this};
+    members.insert(members.end(), followers.begin(), followers.end());
+    for (UpdateKernel *k : members)
+      for (int64_t at = 0, n = k->param.numel(); at < n; at += kSliceElements)
+        table.push_back({k->param.f32(), k->grad.f32(),
+                         k->updater.firstMoment(), k->updater.secondMoment(),
+                         at, std::min(n, at + kSliceElements),
+                         k->rule.weightDecay});
+    return table;
+  }
+
+  /// Whether the kernels taken over have counted the steps this one has (a
+  /// checkpoint restores each kernel's counts; else one by one).
+  bool countsAgree() const {
+    for (const UpdateKernel *follower : followers)
+      if (!follower->updater.countsAs(updater))
+        return false;
+    return true;
+  }
+
   TensorView param, grad;
   UpdateRule rule;
+  CudaDevice &device;
+  bool lossScaled;
   DeviceUpdater updater;
+  std::vector<UpdateKernel *> followers; ///< taken over
+  std::unique_ptr<Scratch> slices;       ///< theirs and this kernel's
+  int64_t sliceCount = 0;
+  bool updated = false; ///< this step's update done by the kernel ahead
 };
 
 /// ZeRO's sharded optimizer step on the GPU: each piece of the device's
