@@ -21,6 +21,7 @@
 #include <limits>
 #include <random>
 #include <thread>
+#include <tuple>
 
 using namespace cdp;
 using namespace cdp::runtime;
@@ -856,6 +857,24 @@ std::vector<Case> lossAndUpdateCases() {
         text("lr_schedule", "cosine"), attr("lr_period", 4)},
        1e-6,
        3},
+      // laysa's absorb: W, g, the mirror (or the residual) updated in place,
+      // through the momentum buffer with weight decay over 3 steps.
+      {"sparse_absorb_mirror",
+       "sparse_absorb",
+       {f32({300}), f32({300}), f32({300})},
+       {},
+       {text("optimizer", "sgd"), real("lr", 0.1), real("momentum", 0.9),
+        real("weight_decay", 0.01), text("form", "mirror")},
+       0.0,
+       3},
+      {"sparse_absorb_residual",
+       "sparse_absorb",
+       {f32({300}), f32({300}), f32({300})},
+       {},
+       {text("optimizer", "sgd"), real("lr", 0.1), text("form", "residual"),
+        text("lr_schedule", "cosine"), attr("lr_period", 4)},
+       0.0,
+       3},
       {"accumulate",
        "accumulate",
        {f32({20})},
@@ -1106,6 +1125,8 @@ TEST_P(CudaKernelTest, MatchesCpu) {
     checked.push_back(k);
   if (c.op == "update")
     checked.push_back(0);
+  if (c.op == "sparse_absorb") // the error feedback, in place
+    checked.push_back(2);
   if (c.op == "clip_grad_norm" || c.op == "unscale_grads")
     for (size_t k = 0; k < c.inputs.size(); ++k)
       checked.push_back(k); // in place (unscale_grads: the buffer too)
@@ -1354,6 +1375,88 @@ TEST(CudaMultiTensorUpdate, EqualsOneLaunchPerParameter) {
       }
     }
     EXPECT_EQ(*together[2]->kernel->state().counter, 3) << optimizer;
+  }
+}
+
+// laysa's selection and its application on the GPU against the CPU's, bit
+// for bit (the same float operations, unfused): a stage of three tensors
+// (1000 elements choosing 37, 64 choosing 10, 7 sent whole), values drawn
+// as small integers so that many magnitudes tie at the threshold (the
+// lowest indices win). Two devices' selections, made by each backend, are
+// gathered and applied to device 0's stage; the mirror form and the
+// residual baseline (whose selection clears what it sends).
+TEST(CudaSparseExchange, SelectAndApplyMatchTheCpu) {
+  std::unique_ptr<Device> gpu;
+  try {
+    gpu = createDevice(Backend::CUDA, 0);
+  } catch (const RuntimeError &e) {
+    GTEST_SKIP() << "no GPU: " << e.what();
+  }
+  std::unique_ptr<Device> cpuDevice = createDevice(Backend::CPU, 0);
+  const std::vector<int64_t> sizes = {1000, 64, 7}, counts = {37, 10, 7};
+  const int64_t chosen = 54, indexed = 47; // all counts; the sparse ones'
+  for (const char *form : {"mirror", "residual"}) {
+    std::vector<Spec> stage;
+    for (int twice = 0; twice < 2; ++twice)
+      for (int64_t n : sizes)
+        stage.push_back(f32({n}, Fill::Integers));
+    Case select{std::string("sparse_select_") + form,
+                "sparse_select",
+                stage,
+                {f32({chosen}), {{indexed}, plan::I32}},
+                {ints("counts", counts), text("form", form)}};
+    plan::Instruction selectInstruction = instructionOf(select);
+    // Each backend's selections of both devices, and the stages after.
+    auto selectBoth = [&](Device &device, Backend backend) {
+      std::vector<std::vector<char>> result(2), index(2), after(2);
+      for (int d = 0; d < 2; ++d) {
+        Bound bound(device, backend, selectInstruction, select,
+                    drawAll(select, 30 + d));
+        bound.run(1);
+        result[d] = bound.read(6, chosen * 4);
+        index[d] = bound.read(7, indexed * 4);
+        for (size_t k = 3; k < 6; ++k) {
+          std::vector<char> state = bound.read(k, sizes[k - 3] * 4);
+          after[d].insert(after[d].end(), state.begin(), state.end());
+        }
+      }
+      return std::make_tuple(result, index, after);
+    };
+    auto [cpuValues, cpuIndices, cpuStates] =
+        selectBoth(*cpuDevice, Backend::CPU);
+    auto [gpuValues, gpuIndices, gpuStates] = selectBoth(*gpu, Backend::CUDA);
+    for (int d = 0; d < 2; ++d) {
+      EXPECT_EQ(cpuValues[d], gpuValues[d]) << form << " device " << d;
+      EXPECT_EQ(cpuIndices[d], gpuIndices[d]) << form << " device " << d;
+      EXPECT_EQ(cpuStates[d], gpuStates[d]) << form << " device " << d;
+    }
+    // Device 0's stage with both devices' (the CPU's) selections gathered.
+    std::vector<Spec> inputs(stage.begin(), stage.begin() + 6);
+    inputs.push_back(f32({2 * chosen}));
+    inputs.push_back({{2 * indexed}, plan::I32});
+    Case apply{
+        std::string("sparse_apply_") + form,
+        "sparse_apply",
+        inputs,
+        {},
+        {ints("counts", counts), text("form", form), attr("devices", 2)}};
+    std::vector<std::vector<char>> values = drawAll(select, 30);
+    values.resize(6);
+    values.push_back(cpuValues[0]);
+    values.back().insert(values.back().end(), cpuValues[1].begin(),
+                         cpuValues[1].end());
+    values.push_back(cpuIndices[0]);
+    values.back().insert(values.back().end(), cpuIndices[1].begin(),
+                         cpuIndices[1].end());
+    plan::Instruction applyInstruction = instructionOf(apply);
+    Bound cpu(*cpuDevice, Backend::CPU, applyInstruction, apply, values);
+    Bound cuda(*gpu, Backend::CUDA, applyInstruction, apply, values);
+    cpu.run(1);
+    cuda.run(1);
+    for (size_t k = 0; k < 6; ++k)
+      EXPECT_EQ(cpu.read(k, sizes[k % 3] * 4), cuda.read(k, sizes[k % 3] * 4))
+          << form << " tensor " << k << " after the apply";
+    EXPECT_NE(cpu.read(0, 4000), values[0]) << "the apply changed nothing";
   }
 }
 

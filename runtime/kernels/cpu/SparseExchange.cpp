@@ -178,6 +178,7 @@ void registerGather(KernelRegistry &registry) {
     if (!args.communicator)
       args.fail("needs a communicator (a multi-device plan)");
     Communicator *comm = args.communicator;
+    DeviceLink *link = linkFor(args); // a GPU's selections stay on it
     std::vector<TensorView> mine = args.inputs, all = args.outputs;
     int64_t stage = args.i("stage", 0), cycle = args.i("cycle", 1);
     int64_t timeStep = args.instruction->time_step();
@@ -188,8 +189,9 @@ void registerGather(KernelRegistry &registry) {
         int64_t tag = tags::collectives::sparseSelection(context.step, stage,
                                                          int64_t(kind));
         if (!comm->allGather(
-                tag, {mine[kind].dtype, mine[kind].data, mine[kind].numel()},
-                {all[kind].dtype, all[kind].data, all[kind].numel()},
+                tag,
+                {mine[kind].dtype, mine[kind].data, mine[kind].numel(), link},
+                {all[kind].dtype, all[kind].data, all[kind].numel(), link},
                 timeStep + cycle * context.step))
           throw RuntimeError("device " + std::to_string(device) +
                              ": stopped while gathering the selections "

@@ -2,7 +2,7 @@
 //
 // The communicators carry host memory (in-process and MPI alike), so a
 // GPU's send, recv, load, reductions, chain hops, ZeRO's sharded updates
-// and laysa's exchange run the CPU kernel of the same op on page-locked
+// and laysa's gather run the CPU kernel of the same op on page-locked
 // host mirrors of their tensors: the stream's work up to the instruction
 // is waited for, the tensors are copied out, the CPU kernel runs (tags,
 // chain order, optimizer state and logs are the CPU's), and what it wrote
@@ -131,10 +131,7 @@ void registerCommunication(KernelRegistry &registry) {
       {"replica_shard_update", true},
       {"replica_sum", false},
       {"norm_all_reduce", true},
-      {"sparse_absorb", true},
-      {"sparse_select", true},
       {"sparse_gather", false},
-      {"sparse_apply", true},
       // Indexing ops exporters emit for positions and masks; not yet
       // kernels of their own on the GPU.
       {"gather_elements", false},
@@ -190,6 +187,7 @@ void registerCudaKernelsInto(KernelRegistry &registry) {
   registerLoss(registry);
   registerOptimizer(registry);
   registerCommunication(registry);
+  registerSparseExchange(registry);
 }
 
 } // namespace cdp::runtime::cuda

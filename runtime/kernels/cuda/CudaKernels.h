@@ -34,6 +34,8 @@ void registerPooling(KernelRegistry &registry);
 void registerLoss(KernelRegistry &registry);
 void registerOptimizer(KernelRegistry &registry);
 void registerCommunication(KernelRegistry &registry);
+/// laysa's sparse_absorb, sparse_select and sparse_apply.
+void registerSparseExchange(KernelRegistry &registry);
 
 /// Adds a kernel whose factory returns the step function directly.
 template <typename Factory>
