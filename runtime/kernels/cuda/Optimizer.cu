@@ -160,89 +160,124 @@ __global__ void accumulateKernel(const float *g, float *acc, int64_t n,
   CDP_FOR_EACH(i, n) { acc[i] = (first ? 0.0f : acc[i]) + g[i] * scale; }
 }
 
-/// Adds the squares of x (one block, in a fixed order) to *total; the
-/// first tensor of a norm (`reset`) starts it from zero.
-__global__ void squaresKernel(const float *x, int64_t n, double *total,
-                              bool reset) {
+/// Elements [begin, end) of one gradient: a block of the clip's launches.
+struct GradientSlice {
+  float *g;
+  int64_t begin, end;
+};
+
+/// One block per slice: its squares summed in double, in a fixed order,
+/// into partials[slice].
+__global__ void sliceSquaresKernel(const GradientSlice *slices,
+                                   double *partials) {
+  GradientSlice slice = slices[blockIdx.x];
   double sum = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    sum += static_cast<double>(x[i]) * x[i];
+  for (int64_t i = slice.begin + threadIdx.x; i < slice.end; i += blockDim.x)
+    sum += static_cast<double>(slice.g[i]) * slice.g[i];
   sum = blockSum(sum);
   if (threadIdx.x == 0)
-    *total = (reset ? 0.0 : *total) + sum;
+    partials[blockIdx.x] = sum;
 }
 
-/// *total plus the stages' shares (partials, in stage order) into the
-/// clip coefficient, or with `asShare` the float share itself.
-__global__ void clipCoefficientKernel(double *total, const float *const *shares,
-                                      int count, float maxNorm, bool asShare,
-                                      float *out) {
-  double squared = count ? 0.0 : *total;
+/// One thread: the squared norm (the slices' partials in order, or the
+/// stages' shares, in stage order) into the clip coefficient, or with
+/// `asShare` the float share itself.
+__global__ void clipCoefficientKernel(const double *partials, int64_t slices,
+                                      const float *const *shares, int count,
+                                      float maxNorm, bool asShare, float *out) {
+  double squared = 0.0;
+  if (count == 0)
+    for (int64_t s = 0; s < slices; ++s)
+      squared += partials[s];
   for (int k = 0; k < count; ++k)
     squared += *shares[k];
   *out =
       asShare ? static_cast<float>(squared) : clipCoefficient(squared, maxNorm);
 }
 
-__global__ void scaleKernel(float *g, int64_t n, const float *coefficient) {
+__global__ void scaleSlicesKernel(const GradientSlice *slices,
+                                  const float *coefficient) {
   float c = *coefficient;
   if (c >= 1.0f)
     return;
-  CDP_FOR_EACH(i, n) { g[i] *= c; }
+  GradientSlice slice = slices[blockIdx.x];
+  for (int64_t i = slice.begin + threadIdx.x; i < slice.end; i += blockDim.x)
+    slice.g[i] *= c;
 }
 
 /// squared_norm and clip_grad_norm (the CPU kernels say what they mean),
 /// on the device's stream with no host synchronisation: the sums and the
-/// coefficient stay in device memory.
+/// coefficient stay in device memory. Every gradient is cut into slices of
+/// at most kSliceElements, a block each, so that the squares and the scale
+/// are one launch each over the whole GPU (a block per tensor took a large
+/// model's norm on one multiprocessor); the partial sums are added in
+/// slice order by one thread, so the norm does not change from run to run.
 class GradientClipKernel : public Kernel {
 public:
   GradientClipKernel(const KernelArgs &args, bool clip)
       : clip(clip), maxNorm(static_cast<float>(args.f("max_norm", 1.0))),
-        total(deviceOf(args), sizeof(double)),
         coefficient(deviceOf(args), sizeof(float)) {
     size_t partials = clip ? static_cast<size_t>(args.i("partials", 0)) : 0;
-    grads.assign(args.inputs.begin() + partials, args.inputs.end());
     std::vector<const float *> pointers;
     for (size_t k = 0; k < partials; ++k)
       pointers.push_back(args.inputs[k].f32());
     if (!clip)
       out = args.outputs[0].f32();
-    if (!pointers.empty()) {
-      shares = std::make_unique<Scratch>(deviceOf(args),
-                                         pointers.size() * sizeof(float *));
-      checkCuda(cudaMemcpy(shares->as<void>(), pointers.data(),
-                           pointers.size() * sizeof(float *),
-                           cudaMemcpyHostToDevice),
-                "clip_grad_norm");
-    }
+    if (!pointers.empty())
+      shares = uploaded(args, pointers);
     count = static_cast<int>(pointers.size());
+    std::vector<GradientSlice> table;
+    for (size_t k = partials; k < args.inputs.size(); ++k)
+      for (int64_t at = 0, n = args.inputs[k].numel(); at < n;
+           at += kSliceElements)
+        table.push_back(
+            {args.inputs[k].f32(), at, std::min(n, at + kSliceElements)});
+    sliceCount = static_cast<int64_t>(table.size());
+    if (!table.empty()) {
+      slices = uploaded(args, table);
+      sums = std::make_unique<Scratch>(deviceOf(args),
+                                       table.size() * sizeof(double));
+    }
   }
 
   void run(const StepContext &context) override {
     cudaStream_t stream = streamOf(context);
-    if (count == 0)
-      for (size_t k = 0; k < grads.size(); ++k)
-        squaresKernel<<<1, 1024, 0, stream>>>(grads[k].f32(), grads[k].numel(),
-                                              total.as<double>(), k == 0);
+    auto blocks = static_cast<unsigned>(sliceCount);
+    if (count == 0 && blocks > 0)
+      sliceSquaresKernel<<<blocks, kThreads, 0, stream>>>(
+          slices->as<GradientSlice>(), sums->as<double>());
     clipCoefficientKernel<<<1, 1, 0, stream>>>(
-        total.as<double>(), shares ? shares->as<const float *>() : nullptr,
-        count, maxNorm, !clip, clip ? coefficient.as<float>() : out);
-    if (clip)
-      for (const TensorView &g : grads)
-        if (g.numel())
-          scaleKernel<<<blocksFor(g.numel()), kThreads, 0, stream>>>(
-              g.f32(), g.numel(), coefficient.as<float>());
+        sums ? sums->as<double>() : nullptr, count == 0 ? sliceCount : 0,
+        shares ? shares->as<const float *>() : nullptr, count, maxNorm, !clip,
+        clip ? coefficient.as<float>() : out);
+    if (clip && blocks > 0)
+      scaleSlicesKernel<<<blocks, kThreads, 0, stream>>>(
+          slices->as<GradientSlice>(), coefficient.as<float>());
     launched(clip ? "clip_grad_norm" : "squared_norm");
   }
 
 private:
+  static constexpr int64_t kSliceElements = int64_t(1) << 16;
+
+  /// `values` copied into device memory of the kernel's own, at load.
+  template <typename T>
+  static std::unique_ptr<Scratch> uploaded(const KernelArgs &args,
+                                           const std::vector<T> &values) {
+    std::unique_ptr<Scratch> memory =
+        std::make_unique<Scratch>(deviceOf(args), values.size() * sizeof(T));
+    checkCuda(cudaMemcpy(memory->as<void>(), values.data(),
+                         values.size() * sizeof(T), cudaMemcpyHostToDevice),
+              "clip_grad_norm");
+    return memory;
+  }
+
   bool clip;
   float maxNorm;
-  Scratch total, coefficient;
-  std::unique_ptr<Scratch> shares;
-  std::vector<TensorView> grads;
+  Scratch coefficient;
+  std::unique_ptr<Scratch> shares, slices, sums;
   float *out = nullptr;
   int count = 0;
+  int64_t sliceCount = 0;
 };
 
 /// Every gradient times 1 / scale, the reciprocal read from the loss-scale
