@@ -375,38 +375,14 @@ def torch_step_ms(torch, out, steps, autocast, compiled):
     return ms, first.item()
 
 
-def profile_summary(path, top=12):
-    """Lines of cdp-run --profile's mean time per step by op, then by op and
-    layer-free location (h.N for every block), the largest first."""
-    import collections
-    import re
-    profile = json.load(open(path))
-    by_op, by_place = collections.Counter(), collections.Counter()
-    count = collections.Counter()
-    for row in profile["instructions"]:
-        place = (row["op"], re.sub(r"h\.\d+", "h.N", row["location"]))
-        by_op[row["op"]] += row["ms"]
-        by_place[place] += row["ms"]
-        count[place] += 1
-    total = sum(by_op.values())
-    lines = ["cdp-run --profile: %.2f ms a step with a synchronisation after every "
-             "instruction (%d steps run, the first, setup, left out)"
-             % (total, profile["steps"])]
-    lines += ["  %-34s %8.3f ms %5.1f%%" % (op, ms, 100 * ms / total)
-              for op, ms in by_op.most_common(top)]
-    lines.append("  by place:")
-    lines += ["  %-34s %8.3f ms %4d x  %s" % (op, ms, count[(op, where)], where)
-              for (op, where), ms in by_place.most_common(top)]
-    return lines
-
-
 def profile_plan(out, env, plan, steps):
     """Where the plan's step goes on this GPU, kernel by kernel."""
     path = os.path.join("/tmp", plan + "-profile.json")
     subprocess.run(cdp_command(out, os.path.join(out, "bin", "cdp-run"), plan, steps + 1,
                                ["--backend", "cuda", "--profile", path]),
                    check=True, stdout=subprocess.DEVNULL, env=env)
-    print("\n".join(["%s:" % plan] + profile_summary(path)))
+    import gpu_step  # the bundle's
+    print("\n".join(["%s:" % plan] + gpu_step.profile_summary(path)))
 
 
 def run(args):

@@ -171,6 +171,44 @@ def cdp_step_ms(out, tag, batch, steps, env, flags=(), binary="cdp-run", plan=No
     return 1e3 * sum(batch / r for r in rates) / len(rates)
 
 
+def profile_summary(path, top=12):
+    """Lines of cdp-run --profile's mean time per step by op, then by op and
+    layer-free location (h.N for every block), the largest first."""
+    import collections
+    import re
+    profile = json.load(open(path))
+    by_op, by_place = collections.Counter(), collections.Counter()
+    count = collections.Counter()
+    for row in profile["instructions"]:
+        place = (row["op"], re.sub(r"h\.\d+", "h.N", row["location"]))
+        by_op[row["op"]] += row["ms"]
+        by_place[place] += row["ms"]
+        count[place] += 1
+    total = sum(by_op.values())
+    lines = ["cdp-run --profile: %.2f ms a step with a synchronisation after every "
+             "instruction (%d steps run, the first, setup, left out)"
+             % (total, profile["steps"])]
+    lines += ["  %-34s %8.3f ms %5.1f%%" % (op, ms, 100 * ms / total)
+              for op, ms in by_op.most_common(top)]
+    lines.append("  by place:")
+    lines += ["  %-34s %8.3f ms %4d x  %s" % (op, ms, count[(op, where)], where)
+              for (op, where), ms in by_place.most_common(top)]
+    return lines
+
+
+def profile_case(out, tag, batch, env, steps=5, plan=None):
+    """Where a case's cdp step goes on this GPU, kernel by kernel (cdp-run
+    --profile: a synchronisation after every instruction)."""
+    path = os.path.join("/tmp", (plan or tag) + "-profile.json")
+    bench = os.path.join(out, "bench")
+    subprocess.run([os.path.join(out, "bin", "cdp-run"), os.path.join(bench, (plan or tag) + ".cdp"),
+                    "--feed", "input=" + os.path.join(bench, tag + "-x.npy"),
+                    "--feed", "labels=" + os.path.join(bench, tag + "-y.npy"),
+                    "--steps", str(steps + 1), "--profile", path],
+                   check=True, stdout=subprocess.DEVNULL, env=env)
+    print("\n".join(["%s:" % (plan or tag)] + profile_summary(path, top=8)))
+
+
 def torch_step_ms(torch, model, x, y, steps, compiled, autocast=False):
     model = model.cuda().train()
     x, y = x.cuda(), y.cuda()
@@ -241,6 +279,7 @@ def run(out, steps=50):
         torch.backends.cudnn.version(), steps))
     print("%-12s %6s %10s %12s %12s %14s %10s" % (
         "model", "batch", "cdp ms", "any-bits ms", "eager ms", "compile ms", "cdp/eager"))
+    losing = []
     for name, batch in cases():
         tag = "%s-%d" % (name, batch)
         ours = cdp_step_ms(out, tag, batch, steps, env)
@@ -255,12 +294,16 @@ def run(out, steps=50):
             compiled = "n/a (%s)" % type(error).__name__
         print("%-12s %6d %10.3f %12.3f %12.3f %14s %10.2f" % (
             name, batch, ours, any_bits, eager, compiled, ours / eager))
+        if ours > 0.9 * eager:  # where the step goes where cdp is not ahead
+            losing.append((tag, batch))
         if name == "gemm_mlp":
             blas_ms, flops = cublas_ms(torch, batch)
             print("gemm_mlp: %.1f GFLOP per step; cdp %.1f TFLOP/s, cuBLAS alone on its "
                   "products %.1f TFLOP/s (%.0f%% of it)" % (
                       flops / 1e9, flops / ours / 1e9, flops / blas_ms / 1e9,
                       100 * blas_ms / ours))
+    for tag, batch in losing:
+        profile_case(out, tag, batch, env)
     run_bf16(out, steps, torch, models, env)
 
 
