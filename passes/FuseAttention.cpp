@@ -159,7 +159,8 @@ void fuse(AttentionChain chain) {
   auto attention = builder.create<AttentionOp>(
       chain.output.getLoc(), chain.scores.getA(), chain.scores.getB(),
       chain.output.getB(), chain.softmax.getBias(),
-      chain.softmax.getZeroNanRows(), chain.format, StringAttr());
+      chain.softmax.getZeroNanRows(), chain.format, StringAttr(),
+      /*scale=*/llvm::APFloat(1.0f));
   chain.output.getOutput().replaceAllUsesWith(attention.getOutput());
   chain.output->erase();
   if (chain.probabilitiesRound)

@@ -111,6 +111,7 @@ void buildTrainingPipeline(OpPassManager &pm,
   if (config.fuse) {
     pm.addPass(createFuseSoftmaxBias());
     pm.addPass(createFuseAttention());
+    pm.addPass(createFoldAttentionScale());
   }
   addPartition(pm, config);
   AutodiffOptions autodiff;

@@ -520,6 +520,15 @@ std::vector<Case> cases() {
        "tensor<2x4x5xf32>, tensor<2x5x3xf32>, tensor<3x5xf32>) -> "
        "(tensor<2x3x3xf32>, tensor<2x3x2xf32>)",
        "tensor<2x3x3xf32>"});
+  // A scale of the scores (cdp-fold-attention-scale's): dA and dB scaled
+  // by it, the bias's gradient not.
+  list.push_back(
+      {"attention_scaled",
+       {{"a", {2, 3, 4}}, {"b", {2, 4, 5}}, {"v", {2, 5, 3}}, {"bias", {3, 5}}},
+       "%y, %stats = cdp.attention %p0, %p1, %p2, %p3 {scale = 0.3 : f32} : "
+       "(tensor<2x3x4xf32>, tensor<2x4x5xf32>, tensor<2x5x3xf32>, "
+       "tensor<3x5xf32>) -> (tensor<2x3x3xf32>, tensor<2x3x2xf32>)",
+       "tensor<2x3x3xf32>"});
   list.push_back(
       {"attention_masked_rows",
        {{"a", {1, 3, 4}}, {"b", {1, 4, 4}}, {"v", {1, 4, 2}}},

@@ -427,6 +427,8 @@ LogicalResult AttentionOp::buildGradient(GradientBuilder &g) {
     operands.push_back(bias);
   SmallVector<NamedAttribute> attrs{
       g.attr("zero_nan_rows", getZeroNanRowsAttr())};
+  if (getScale().convertToFloat() != 1.0f)
+    attrs.push_back(g.attr("scale", getScaleAttr()));
   if (StringAttr format = getNarrowOperandsAttr())
     attrs.push_back(g.attr("narrow_operands", format));
   if (biasGrad)

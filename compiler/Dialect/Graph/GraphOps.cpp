@@ -552,6 +552,8 @@ bool AttentionOp::isCompatibleReturnTypes(TypeRange inferred,
 }
 
 LogicalResult AttentionOp::verify() {
+  if (failed(verifyScoresScale(*this, getScale())))
+    return failure();
   for (std::optional<StringRef> format :
        {getNarrowOperands(), getRoundResult()})
     if (failed(verifyRoundingFormat(*this, format)))

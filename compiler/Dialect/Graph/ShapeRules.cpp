@@ -5,6 +5,8 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallSet.h"
 
+#include <cmath>
+
 using namespace mlir;
 
 namespace cdp::shape_rules {
@@ -140,6 +142,14 @@ LogicalResult inferAttention(Loc loc, Value a, Value b, Value v, Value bias,
   stats.push_back(2);
   Type f32 = Float32Type::get(at.getContext());
   types.append({tensorOf(output, f32), tensorOf(stats, f32)});
+  return success();
+}
+
+LogicalResult verifyScoresScale(Operation *op, const llvm::APFloat &scale) {
+  float value = scale.convertToFloat();
+  if (!std::isfinite(value) || value == 0.0f)
+    return op->emitOpError("scales its scores by ")
+           << value << "; the scale must be finite and nonzero";
   return success();
 }
 

@@ -14,6 +14,7 @@
 #include "mlir/IR/Operation.h"
 #include "mlir/IR/Value.h"
 #include "mlir/IR/ValueRange.h"
+#include "llvm/ADT/APFloat.h"
 
 #include <optional>
 #include <string>
@@ -59,6 +60,9 @@ mlir::LogicalResult inferAttention(Loc loc, mlir::Value a, mlir::Value b,
 mlir::LogicalResult verifyNarrowOperands(mlir::Operation *op,
                                          std::optional<llvm::StringRef> format,
                                          mlir::ValueRange operands);
+/// An attention's scale of its scores is finite and nonzero.
+mlir::LogicalResult verifyScoresScale(mlir::Operation *op,
+                                      const llvm::APFloat &scale);
 /// A rounding attribute (narrow_operands, round_result) names bf16 or f16.
 mlir::LogicalResult verifyRoundingFormat(mlir::Operation *op,
                                          std::optional<llvm::StringRef> format);

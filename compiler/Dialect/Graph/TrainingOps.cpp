@@ -163,6 +163,8 @@ bool AttentionGradOp::isCompatibleReturnTypes(TypeRange inferred,
 }
 
 LogicalResult AttentionGradOp::verify() {
+  if (failed(verifyScoresScale(*this, getScale())))
+    return failure();
   std::optional<StringRef> format = getNarrowOperands();
   if (failed(verifyRoundingFormat(*this, format)))
     return failure();

@@ -324,6 +324,30 @@ def FuseAttention : Pass<"cdp-fuse-attention", "mlir::ModuleOp"> {
   let dependentDialects = ["cdp::CDPDialect"];
 }
 
+def FoldAttentionScale : Pass<"cdp-fold-attention-scale", "mlir::ModuleOp"> {
+  let summary = "Folds the exporters' scalar scalings of attention's q and k into its scale";
+  let description = [{
+    Every exporter writes scaled dot-product attention's `1 / sqrt(d)` as
+    a product of each of q and k by its square root (PyTorch's SDPA math
+    path and both ONNX exporters' decompositions): an element-wise pass
+    over each in the forward and again in the backward. Where a
+    `cdp.attention`'s `a` or `b` is such a `cdp.mul` by a scalar constant
+    (a one-element tensor; the other factor of the result's shape), read
+    by the attention alone, the attention takes the unscaled factor and
+    multiplies its `scale` by the constant. The scores are then
+    `scale * (a b)`, the float32 sums scaled before any rounding, as
+    PyTorch's fused attention kernels compute them; in float32 plans they
+    differ from the decomposition's in float32's last bits. Under mixed
+    precision autocast rounds each scaled operand to bf16, which a scale
+    of the sums does not reproduce (the e2e transformer's bf16 run moved
+    by more than autocast's own effect from PyTorch's): there the fold
+    takes only a power of two, through the `cdp.round_to` after the
+    product, the unscaled factor exact in `narrow_operands`' format, and
+    changes no bit. Runs after cdp-fuse-attention, before autodiff.
+  }];
+  let dependentDialects = ["cdp::CDPDialect"];
+}
+
 def PackNarrowStash : Pass<"cdp-pack-narrow-stash", "mlir::ModuleOp"> {
   let summary = "Keeps bf16 and fp16 values the backward reads in 2 bytes a value";
   let description = [{

@@ -1,7 +1,8 @@
 //===- Attention.cpp - cdp.attention and its gradient on the CPU ----------===//
 //
 // One slice (a batch x head) at a time, each thread with its own m x n
-// buffers: the scores and probabilities never leave them. The forward
+// buffers: the scores and probabilities never leave them. `scale` is the
+// first product's alpha (and the operand gradients' products'). The forward
 // keeps each row's maximum and log-sum (the stats); the backward recomputes
 // the probabilities from them with the same function, so the same bits.
 // Under narrow_operands the scores, the probabilities that multiply and
@@ -87,6 +88,7 @@ struct AttentionOperands {
   std::shared_ptr<const BiasRows> bias;
   NarrowFormat format;
   bool zeroNanRows;
+  float scale; ///< of the first product's sums
   int threads;
 
   AttentionOperands(const KernelArgs &args, size_t first, size_t biasInput)
@@ -100,6 +102,7 @@ struct AttentionOperands {
                                               g.scores)),
         format(narrowOperandsOf(args)),
         zeroNanRows(args.i("zero_nan_rows", 0) != 0),
+        scale(static_cast<float>(args.f("scale", 1.0))),
         threads(static_cast<int>(
             std::max<int64_t>(1, std::min<int64_t>(args.threads, g.count)))) {
     for (TensorView *operand : {&a, &b, &v})
@@ -109,9 +112,9 @@ struct AttentionOperands {
   const float *aOf(int64_t i) const { return a.f32() + i * g.m * g.k; }
   const float *bOf(int64_t i) const { return b.f32() + i * g.k * g.n; }
   const float *vOf(int64_t i) const { return v.f32() + i * g.n * g.d; }
-  /// Slice i's rounded scores into `s`.
+  /// Slice i's scaled, rounded scores into `s`.
   void scores(int64_t i, float *s) const {
-    sgemm(false, false, g.m, g.n, g.k, 1.0f, aOf(i), bOf(i), 0.0f, s);
+    sgemm(false, false, g.m, g.n, g.k, scale, aOf(i), bOf(i), 0.0f, s);
     roundAll(format, s, g.m * g.n);
   }
   const float *biasRow(int64_t i, int64_t r) const {
@@ -205,8 +208,8 @@ struct AttentionBackward {
       ds = p;
     }
     float *dai = da.f32() + i * g.m * g.k, *dbi = db.f32() + i * g.k * g.n;
-    sgemm(false, true, g.m, g.k, g.n, 1.0f, ds, t.bOf(i), 0.0f, dai);
-    sgemm(true, false, g.k, g.n, g.m, 1.0f, t.aOf(i), ds, 0.0f, dbi);
+    sgemm(false, true, g.m, g.k, g.n, t.scale, ds, t.bOf(i), 0.0f, dai);
+    sgemm(true, false, g.k, g.n, g.m, t.scale, t.aOf(i), ds, 0.0f, dbi);
     roundAll(t.format, dai, g.m * g.k);
     roundAll(t.format, dbi, g.k * g.n);
   }

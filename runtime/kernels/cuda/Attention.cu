@@ -154,16 +154,16 @@ struct ChunkProduct {
   cublasHandle_t blas;
 
   void operator()(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
-                  int64_t count, const void *a, const void *b,
-                  ChunkResult c) const {
+                  int64_t count, const void *a, const void *b, ChunkResult c,
+                  float alpha = 1.0f) const {
     cudaDataType type = format == NarrowFormat::Bfloat16  ? CUDA_R_16BF
                         : format == NarrowFormat::Float16 ? CUDA_R_16F
                                                           : CUDA_R_32F;
-    float one = 1.0f, zero = 0.0f;
+    float zero = 0.0f;
     checkCublas(cublas().gemmStridedBatchedEx(
                     blas, transB ? CUBLAS_OP_T : CUBLAS_OP_N,
-                    transA ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &one, b, type,
-                    transB ? k : n, k * n, a, type, transA ? m : k, m * k,
+                    transA ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
+                    type, transB ? k : n, k * n, a, type, transA ? m : k, m * k,
                     &zero, c.at, c.twoBytes ? type : CUDA_R_32F, n, m * n,
                     count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                 "attention product");
@@ -230,6 +230,7 @@ struct AttentionSetup {
   AttentionBias bias;
   NarrowFormat format;
   bool zeroNanRows;
+  float scale; ///< of the first product's sums, and the operands' gradients'
   ChunkLayout layout;
   CudaDevice *device;
 
@@ -240,6 +241,7 @@ struct AttentionSetup {
         a(args.inputs[first]), b(args.inputs[first + 1]),
         v(args.inputs[first + 2]), format(narrowOperandsOf(args)),
         zeroNanRows(args.i("zero_nan_rows", 0) != 0),
+        scale(static_cast<float>(args.f("scale", 1.0))),
         layout(g, format != NarrowFormat::None, backward,
                copiedOperands(args, first, backward)),
         device(&deviceOf(args)) {
@@ -289,7 +291,7 @@ struct AttentionSetup {
                      int64_t first, int64_t slices, float *stats,
                      bool findStats, bool keepFloat) const {
     product()(false, false, g.m, g.n, g.k, slices, in.a, in.b,
-              ChunkResult(scores()));
+              ChunkResult(scores()), scale);
     probabilityRows<<<slices * g.m, threadsForRow(g.n), 0, stream>>>(
         scores(), first * g.m, g.n, bias, format, zeroNanRows, stats, findStats,
         probabilities16(), keepFloat);
@@ -382,9 +384,9 @@ attentionGradKernel(const KernelArgs &args) {
       launched("attention softmax gradient");
       const void *dsRead = p16 ? static_cast<const void *>(p16) : ds;
       product(false, true, g.m, g.k, g.n, c, dsRead, in.b,
-              ChunkResult(da, first * g.m * g.k));
+              ChunkResult(da, first * g.m * g.k), t.scale);
       product(true, false, g.k, g.n, g.m, c, in.a, dsRead,
-              ChunkResult(db, first * g.k * g.n));
+              ChunkResult(db, first * g.k * g.n), t.scale);
       if (dbias.present()) {
         addBiasGrad<<<blocksFor(mn), kThreads, 0, stream>>>(
             ds, dbias.f32(), t.bias.at, first, c, mn);

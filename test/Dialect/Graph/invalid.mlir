@@ -645,3 +645,19 @@ func.func @layer_norm_narrow_output_unrounded(%x: tensor<2x8xf32>, %scale: tenso
   %y, %m, %i = cdp.layer_norm %x, %scale : (tensor<2x8xf32>, tensor<8xf32>) -> (tensor<2x8xbf16>, tensor<2x1xf32>, tensor<2x1xf32>)
   return %y : tensor<2x8xbf16>
 }
+
+// -----
+
+func.func @attention_zero_scale(%q: tensor<1x4x2xf32>, %k: tensor<1x2x4xf32>, %v: tensor<1x4x2xf32>) -> tensor<1x4x2xf32> {
+  // expected-error@+1 {{'cdp.attention' op scales its scores by 0.000000e+00; the scale must be finite and nonzero}}
+  %o, %s = cdp.attention %q, %k, %v {scale = 0.0 : f32} : (tensor<1x4x2xf32>, tensor<1x2x4xf32>, tensor<1x4x2xf32>) -> (tensor<1x4x2xf32>, tensor<1x4x2xf32>)
+  return %o : tensor<1x4x2xf32>
+}
+
+// -----
+
+func.func @attention_grad_infinite_scale(%dy: tensor<1x4x2xf32>, %q: tensor<1x4x2xf32>, %k: tensor<1x2x4xf32>, %v: tensor<1x4x2xf32>, %stats: tensor<1x4x2xf32>) -> tensor<1x4x2xf32> {
+  // expected-error@+1 {{'cdp.attention_grad' op scales its scores by INF; the scale must be finite and nonzero}}
+  %da, %db, %dv = cdp.attention_grad %dy, %q, %k, %v, %stats {scale = 0x7F800000 : f32} : (tensor<1x4x2xf32>, tensor<1x4x2xf32>, tensor<1x2x4xf32>, tensor<1x4x2xf32>, tensor<1x4x2xf32>) -> (tensor<1x4x2xf32>, tensor<1x2x4xf32>, tensor<1x4x2xf32>)
+  return %da : tensor<1x4x2xf32>
+}

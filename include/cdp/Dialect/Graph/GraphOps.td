@@ -338,12 +338,15 @@ def CDP_SoftmaxOp : CDP_Op<"softmax", [CDP_Differentiable]> {
 }
 
 def CDP_AttentionOp : CDP_Op<"attention", [CDP_Differentiable]> {
-  let summary = "softmax(A B + bias) V, the scores never stored";
+  let summary = "softmax(scale A B + bias) V, the scores never stored";
   let description = [{
-    `matmul(softmax(matmul(a, b) + bias), v)`, the softmax along the last
-    axis, in one op: cdp-fuse-attention folds attention's two products and
-    its softmax into it, so that no (..., M, N) scores or probabilities
-    are kept for the backward. `a` is `(..., M, K)`, `b` `(..., K, N)`,
+    `matmul(softmax(scale * matmul(a, b) + bias), v)`, the softmax along
+    the last axis, in one op: cdp-fuse-attention folds attention's two
+    products and its softmax into it, so that no (..., M, N) scores or
+    probabilities are kept for the backward; cdp-fold-attention-scale
+    folds the exporters' scalar scalings of `a` and `b` into `scale`
+    (default 1), which multiplies the float32 sums of the first product
+    before any rounding. `a` is `(..., M, K)`, `b` `(..., K, N)`,
     `v` `(..., N, D)`, all three with the same batch dimensions; `bias`
     broadcasts to the scores `(..., M, N)` (a mask, T5's position bias);
     the result is `(..., M, D)`. `stats` `(..., M, 2)` holds each row's
@@ -363,7 +366,8 @@ def CDP_AttentionOp : CDP_Op<"attention", [CDP_Differentiable]> {
                        CDP_ProductOperand:$v, Optional<CDP_F32Tensor>:$bias,
                        DefaultValuedAttr<BoolAttr, "false">:$zero_nan_rows,
                        OptionalAttr<StrAttr>:$narrow_operands,
-                       OptionalAttr<StrAttr>:$round_result);
+                       OptionalAttr<StrAttr>:$round_result,
+                       DefaultValuedAttr<F32Attr, "1.0f">:$scale);
   let results = (outs CDP_ProductOperand:$output, CDP_F32Tensor:$stats);
   let extraClassDeclaration = [{
     static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
@@ -1012,8 +1016,8 @@ def CDP_AttentionGradOp : CDP_Op<"attention_grad"> {
     `with_bias_grad`, of its bias, summed to the bias's shape) from the result's
     gradient `grad`, its operands and its `stats`. The probabilities are
     recomputed from the stats, then `dv = P^T grad`, `dP = grad v^T`,
-    `dS = P * (dP - sum(dP * P))` along each row, `da = dS b^T`,
-    `db = a^T dS`. Under `narrow_operands` (where `grad` is exact in the
+    `dS = P * (dP - sum(dP * P))` along each row, `da = scale dS b^T`,
+    `db = scale a^T dS` (`scale` the forward's). Under `narrow_operands` (where `grad` is exact in the
     format too) the P that multiplies (as the forward's), dP, dS and the
     three operand gradients are rounded to it, as autograd's bf16 tensors
     are; the softmax's gradient reads P unrounded, as autocast's float32
@@ -1030,7 +1034,8 @@ def CDP_AttentionGradOp : CDP_Op<"attention_grad"> {
                        CDP_F32Tensor:$stats, Optional<CDP_F32Tensor>:$bias,
                        DefaultValuedAttr<BoolAttr, "false">:$zero_nan_rows,
                        DefaultValuedAttr<BoolAttr, "false">:$with_bias_grad,
-                       OptionalAttr<StrAttr>:$narrow_operands);
+                       OptionalAttr<StrAttr>:$narrow_operands,
+                       DefaultValuedAttr<F32Attr, "1.0f">:$scale);
   let results = (outs CDP_ProductOperand:$a_grad, CDP_ProductOperand:$b_grad,
                       CDP_ProductOperand:$v_grad,
                       Optional<CDP_F32Tensor>:$bias_grad);
