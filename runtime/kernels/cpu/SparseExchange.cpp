@@ -19,6 +19,7 @@
 #include "SparseMirror.h"
 
 #include "../LearningRate.h"
+#include "../SparseStage.h"
 #include "cdp/Plan/PlanIO.h"
 
 #include "cdp/Runtime/MessageTags.h"
@@ -28,15 +29,6 @@ namespace cdp::runtime::cpu {
 
 namespace {
 
-/// Whether the instruction's error feedback is the mirror (laysa) or the
-/// explicit residual (the naive baseline).
-bool isMirror(const KernelArgs &args) {
-  std::string form = args.s("form", "mirror");
-  if (form != "mirror" && form != "residual")
-    args.fail("form must be mirror or residual, got '" + form + "'");
-  return form == "mirror";
-}
-
 /// One parameter's pending update: the step d = g + wd * W (through the
 /// momentum buffer u = mu u + d where the optimizer keeps one, PyTorch's
 /// SGD), times the scheduled learning rate, taken from the mirror or added
@@ -45,7 +37,7 @@ class AbsorbKernel : public Kernel {
 public:
   explicit AbsorbKernel(const KernelArgs &args)
       : weights(args.inputs[0]), gradient(args.inputs[1]),
-        feedback(args.inputs[2]), rule(args), mirror(isMirror(args)) {
+        feedback(args.inputs[2]), rule(args), mirror(isMirrorForm(args)) {
     if (rule.hasFirst())
       momentum.assign(weights.numel(), 0.0f);
   }
@@ -110,7 +102,7 @@ std::vector<float> pendingOf(const StageTensors &stage, size_t p, bool mirror) {
 void registerSelect(KernelRegistry &registry) {
   addKernel(registry, "sparse_select", [](const KernelArgs &args) {
     auto stage = std::make_shared<StageTensors>(args);
-    bool mirror = isMirror(args);
+    bool mirror = isMirrorForm(args);
     TensorView values = args.outputs[0];
     TensorView indices =
         args.outputs.size() > 1 ? args.outputs[1] : TensorView{};
@@ -158,18 +150,6 @@ selectionsOf(const std::vector<TensorView> &values,
   return workers;
 }
 
-/// Device j's part of a gathered buffer of `devices` equal parts.
-TensorView partOf(const TensorView &all, size_t j, size_t devices) {
-  if (!all.data)
-    return all;
-  int64_t part = all.numel() / static_cast<int64_t>(devices);
-  TensorView view = all;
-  view.shape = {part};
-  view.data =
-      static_cast<char *>(all.data) + j * part * plan::dtypeSize(all.dtype);
-  return view;
-}
-
 /// The stage's selections of every device, one after another in device
 /// order, into the gathered buffers (values, then indices where the stage
 /// has a sparse parameter).
@@ -204,14 +184,14 @@ void registerGather(KernelRegistry &registry) {
 void registerApply(KernelRegistry &registry) {
   addKernel(registry, "sparse_apply", [](const KernelArgs &args) {
     auto stage = std::make_shared<StageTensors>(args);
-    bool mirror = isMirror(args);
+    bool mirror = isMirrorForm(args);
     int self = args.device;
     size_t devices = static_cast<size_t>(args.i("devices", 1));
     size_t first = 2 * stage->counts.size();
     std::vector<TensorView> values, indices;
     for (size_t j = 0; j < devices; ++j) {
-      values.push_back(partOf(args.inputs[first], j, devices));
-      indices.push_back(partOf(args.inputs[first + 1], j, devices));
+      values.push_back(devicePart(args.inputs[first], j, devices));
+      indices.push_back(devicePart(args.inputs[first + 1], j, devices));
     }
     return [=](const StepContext &) {
       int64_t valueAt = 0, indexAt = 0;

@@ -26,6 +26,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "../LearningRate.h"
+#include "../SparseStage.h"
 #include "CudaKernels.h"
 #include "Reduce.cuh"
 
@@ -38,15 +39,6 @@ namespace {
 /// The elements a chunk block of the selection's last pass writes.
 constexpr int kChunk = 4096;
 constexpr int kPerThread = kChunk / kThreads;
-
-/// Whether the instruction's error feedback is the mirror (laysa) or the
-/// explicit residual (the naive baseline).
-bool isMirror(const KernelArgs &args) {
-  std::string form = args.s("form", "mirror");
-  if (form != "mirror" && form != "residual")
-    args.fail("form must be mirror or residual, got '" + form + "'");
-  return form == "mirror";
-}
 
 /// A parameter's pending update, element by element: W - M, or r.
 struct Pending {
@@ -270,7 +262,7 @@ class AbsorbKernel : public Kernel {
 public:
   explicit AbsorbKernel(const KernelArgs &args)
       : weights(args.inputs[0]), gradient(args.inputs[1]),
-        feedback(args.inputs[2]), rule(args), mirror(isMirror(args)) {
+        feedback(args.inputs[2]), rule(args), mirror(isMirrorForm(args)) {
     if (rule.hasFirst())
       momentum = std::make_unique<Scratch>(
           deviceOf(args), std::max<int64_t>(weights.numel(), 1) * 4,
@@ -336,7 +328,7 @@ struct StageTensors {
 class SelectKernel : public Kernel {
 public:
   explicit SelectKernel(const KernelArgs &args)
-      : stage(args), mirror(isMirror(args)), values(args.outputs[0]),
+      : stage(args), mirror(isMirrorForm(args)), values(args.outputs[0]),
         indices(args.outputs.size() > 1 ? args.outputs[1] : TensorView{}),
         threshold(deviceOf(args), sizeof(Threshold)) {
     int64_t chunks =
@@ -395,23 +387,11 @@ private:
   std::unique_ptr<Scratch> above, equal; ///< per chunk of the largest
 };
 
-/// Device j's part of a gathered buffer of `devices` equal parts.
-TensorView partOf(const TensorView &all, size_t j, size_t devices) {
-  if (!all.data)
-    return all;
-  int64_t part = all.numel() / static_cast<int64_t>(devices);
-  TensorView view = all;
-  view.shape = {part};
-  view.data =
-      static_cast<char *>(all.data) + j * part * plan::dtypeSize(all.dtype);
-  return view;
-}
-
 /// The mean of every device's selection applied to the stage.
 class ApplyKernel : public Kernel {
 public:
   explicit ApplyKernel(const KernelArgs &args)
-      : stage(args), mirror(isMirror(args)), self(args.device),
+      : stage(args), mirror(isMirrorForm(args)), self(args.device),
         devices(static_cast<size_t>(args.i("devices", 1))),
         status(deviceOf(args).status()),
         sum(deviceOf(args), std::max<int64_t>(stage.largest, 1) * 4),
@@ -421,8 +401,8 @@ public:
         self >= static_cast<int>(devices))
       args.fail("needs every device's gathered values and indices");
     for (size_t j = 0; j < devices; ++j) {
-      values.push_back(partOf(args.inputs[first], j, devices));
-      indices.push_back(partOf(args.inputs[first + 1], j, devices));
+      values.push_back(devicePart(args.inputs[first], j, devices));
+      indices.push_back(devicePart(args.inputs[first + 1], j, devices));
     }
   }
 
