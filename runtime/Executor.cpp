@@ -435,15 +435,23 @@ bool runAlongside(const plan::Instruction &a, const plan::Instruction &b) {
 void Executor::offerAdjacentLaunches() {
   const auto &stream = planRef.devices(deviceIndex).instructions();
   int n = stream.size();
-  for (int begin = 0; begin < n;) {
-    std::vector<Kernel *> following;
-    for (int i = begin + 1;
-         i < n && runAlongside(stream.Get(begin), stream.Get(i)); ++i)
-      following.push_back(train[i].get());
-    size_t taken = following.empty() ? 0 : train[begin]->takeOver(following);
-    taken = std::min(taken, following.size());
-    takenOver += static_cast<int64_t>(taken);
-    begin += 1 + static_cast<int>(taken);
+  std::vector<Kernel *> kernels;
+  for (const std::unique_ptr<Kernel> &kernel : train)
+    kernels.push_back(kernel.get());
+  // Each run's end found once: offering costs no copy, so a long run of
+  // kernels that decline stays linear.
+  for (int runBegin = 0, runEnd = 0; runBegin < n; runBegin = runEnd) {
+    for (runEnd = runBegin + 1;
+         runEnd < n && runAlongside(stream.Get(runBegin), stream.Get(runEnd));
+         ++runEnd)
+      ;
+    for (int begin = runBegin; begin + 1 < runEnd;) {
+      auto count = static_cast<size_t>(runEnd - begin - 1);
+      size_t taken =
+          std::min(kernels[begin]->takeOver(&kernels[begin + 1], count), count);
+      takenOver += static_cast<int64_t>(taken);
+      begin += 1 + static_cast<int>(taken);
+    }
   }
 }
 

@@ -1383,9 +1383,9 @@ TEST(CudaMultiTensorUpdate, EqualsOneLaunchPerParameter) {
     auto cpu = bindAll(*cpuDevice, Backend::CPU);
     auto apart = bindAll(*gpu, Backend::CUDA);
     auto together = bindAll(*gpu, Backend::CUDA);
-    ASSERT_EQ(together[0]->kernel->takeOver(
-                  {together[1]->kernel.get(), together[2]->kernel.get()}),
-              2u);
+    Kernel *following[] = {together[1]->kernel.get(),
+                           together[2]->kernel.get()};
+    ASSERT_EQ(together[0]->kernel->takeOver(following, 2), 2u);
     for (int step = 1; step <= 3; ++step) {
       for (auto *run : {&cpu, &apart, &together})
         for (auto &bound : *run)

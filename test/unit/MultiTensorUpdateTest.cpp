@@ -81,8 +81,10 @@ struct Stage {
           (*KernelRegistry::instance().lookup("update", Backend::CPU))(args));
     }
   }
-  std::vector<Kernel *> following() {
-    return {kernels[1].get(), kernels[2].get()};
+  /// Offers the first kernel the other two; how many it took.
+  size_t offer() {
+    Kernel *following[] = {kernels[1].get(), kernels[2].get()};
+    return kernels[0]->takeOver(following, 2);
   }
   void step(bool oneByOne = false) {
     StepContext context;
@@ -115,7 +117,7 @@ void expectSameBits(Stage &want, Stage &got, const std::string &what) {
 
 TEST(MultiTensorUpdate, TakesOverUpdatesOfTheSameRule) {
   Stage stage("adamw");
-  EXPECT_EQ(stage.kernels[0]->takeOver(stage.following()), 2u);
+  EXPECT_EQ(stage.offer(), 2u);
 
   // Another learning rate, or a loss scale, is another launch.
   Stage other("sgd");
@@ -128,17 +130,18 @@ TEST(MultiTensorUpdate, TakesOverUpdatesOfTheSameRule) {
   auto differs = lookup(args);
   args.inputs.push_back(viewOf(scale));
   auto scaled = lookup(args);
-  EXPECT_EQ(other.kernels[0]->takeOver({other.kernels[1].get(), differs.get(),
-                                        other.kernels[2].get()}),
-            1u);
-  EXPECT_EQ(other.kernels[2]->takeOver({scaled.get()}), 0u);
-  EXPECT_EQ(scaled->takeOver({other.kernels[2].get()}), 0u);
+  Kernel *mixed[] = {other.kernels[1].get(), differs.get(),
+                     other.kernels[2].get()};
+  EXPECT_EQ(other.kernels[0]->takeOver(mixed, 3), 1u);
+  Kernel *scaledOnly[] = {scaled.get()}, *plain[] = {other.kernels[2].get()};
+  EXPECT_EQ(other.kernels[2]->takeOver(scaledOnly, 1), 0u);
+  EXPECT_EQ(scaled->takeOver(plain, 1), 0u);
 }
 
 TEST(MultiTensorUpdate, EqualsOneKernelPerParameter) {
   for (const char *optimizer : {"sgd", "adamw", "adam"}) {
     Stage apart(optimizer), together(optimizer);
-    ASSERT_EQ(together.kernels[0]->takeOver(together.following()), 2u);
+    ASSERT_EQ(together.offer(), 2u);
     for (int step = 1; step <= 4; ++step) {
       apart.step();
       together.step();
@@ -155,7 +158,7 @@ TEST(MultiTensorUpdate, EqualsOneKernelPerParameter) {
 
 TEST(MultiTensorUpdate, KernelsOfOtherCountsUpdateOneByOne) {
   Stage apart("adamw"), together("adamw");
-  ASSERT_EQ(together.kernels[0]->takeOver(together.following()), 2u);
+  ASSERT_EQ(together.offer(), 2u);
   // A restored checkpoint whose second tensor has counted 3 updates.
   for (Stage *stage : {&apart, &together})
     *stage->kernels[1]->state().counter = 3;

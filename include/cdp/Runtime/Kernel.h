@@ -103,14 +103,16 @@ public:
   virtual KernelState state() { return {}; }
   /// Memory the kernel sized at load, beyond the plan's tensors.
   virtual int64_t workspaceBytes() const { return 0; }
-  /// The kernels of the instructions right after this one's, of the same
-  /// op and run at the same points of every step: this kernel may do their
-  /// work in its own launch (the optimizer's updates: one multi-tensor
-  /// update instead of one launch per parameter). Returns how many of them,
-  /// from the first, it takes over; they keep their state and counts, and
-  /// launch nothing in a step this kernel ran them. Called once, at load.
-  virtual size_t takeOver(const std::vector<Kernel *> &following) {
+  /// The `count` kernels from `following` on, those of the instructions
+  /// right after this one's, of the same op and run at the same points of
+  /// every step: this kernel may do their work in its own launch (the
+  /// optimizer's updates: one multi-tensor update instead of one launch per
+  /// parameter). Returns how many of them, from the first, it takes over;
+  /// they keep their state and counts, and launch nothing in a step this
+  /// kernel ran them. Called once, at load.
+  virtual size_t takeOver(Kernel *const *following, size_t count) {
     (void)following;
+    (void)count;
     return 0;
   }
 };

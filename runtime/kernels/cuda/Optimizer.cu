@@ -599,11 +599,11 @@ public:
     updater.stepSlices(stream, slices->as<UpdateSlice>(), sliceCount, rule);
   }
 
-  size_t takeOver(const std::vector<Kernel *> &following) override {
+  size_t takeOver(Kernel *const *following, size_t count) override {
     if (lossScaled)
       return 0;
-    for (Kernel *kernel : following) {
-      auto *next = dynamic_cast<UpdateKernel *>(kernel);
+    for (size_t k = 0; k < count; ++k) {
+      auto *next = dynamic_cast<UpdateKernel *>(following[k]);
       if (!next || next->lossScaled || !rule.sameButWeightDecay(next->rule))
         break;
       followers.push_back(next);
