@@ -933,6 +933,15 @@ std::vector<Case> lossAndUpdateCases() {
       // A pipeline stage's flag (finite values here: 0), and the unscaling
       // with every stage's flags drawn positive, so the step is marked.
       {"found_inf", "found_inf", {f32({50}), f32({3, 7})}, {f32({})}},
+      // Gradients over several slices of 65536 elements (a block each).
+      {"unscale_grads_slices",
+       "unscale_grads",
+       {f32({3}, Fill::Positive), f32({70000}), f32({5})},
+       {},
+       {attr("growth_interval", 2000)},
+       1e-6,
+       2},
+      {"found_inf_slices", "found_inf", {f32({70000}), f32({5})}, {f32({})}},
       {"unscale_grads_flags",
        "unscale_grads",
        {f32({3}, Fill::Positive), f32({}, Fill::Zero), f32({}, Fill::Positive),

@@ -160,10 +160,49 @@ __global__ void accumulateKernel(const float *g, float *acc, int64_t n,
   CDP_FOR_EACH(i, n) { acc[i] = (first ? 0.0f : acc[i]) + g[i] * scale; }
 }
 
-/// Elements [begin, end) of one gradient: a block of the clip's launches.
+/// Elements [begin, end) of one gradient: a block of the launches that
+/// cover a stage's gradients at once (the clip, the loss scale's checks).
 struct GradientSlice {
   float *g;
   int64_t begin, end;
+};
+
+/// `values` copied into device memory of a kernel's own, at load.
+template <typename T>
+std::unique_ptr<Scratch> uploadedAtLoad(const KernelArgs &args,
+                                        const std::vector<T> &values) {
+  std::unique_ptr<Scratch> memory =
+      std::make_unique<Scratch>(deviceOf(args), values.size() * sizeof(T));
+  checkCuda(cudaMemcpy(memory->as<void>(), values.data(),
+                       values.size() * sizeof(T), cudaMemcpyHostToDevice),
+            args.instruction->op().c_str());
+  return memory;
+}
+
+/// Gradients cut into slices of at most 65,536 elements, a block each, so
+/// that one launch covers them all over the whole GPU (a launch per tensor,
+/// or a block per tensor, left most of it idle); the table is built at load.
+class GradientSlices {
+public:
+  GradientSlices(const KernelArgs &args, const std::vector<TensorView> &grads) {
+    std::vector<GradientSlice> slices;
+    for (const TensorView &g : grads)
+      for (int64_t at = 0, n = g.numel(); at < n; at += kSliceElements)
+        slices.push_back({g.f32(), at, std::min(n, at + kSliceElements)});
+    count = static_cast<int64_t>(slices.size());
+    if (count > 0)
+      memory = uploadedAtLoad(args, slices);
+  }
+  int64_t size() const { return count; }
+  unsigned blocks() const { return static_cast<unsigned>(count); }
+  const GradientSlice *table() const {
+    return memory ? memory->as<GradientSlice>() : nullptr;
+  }
+
+private:
+  static constexpr int64_t kSliceElements = int64_t(1) << 16;
+  std::unique_ptr<Scratch> memory;
+  int64_t count = 0;
 };
 
 /// One block per slice: its squares summed in double, in a fixed order,
@@ -205,100 +244,91 @@ __global__ void scaleSlicesKernel(const GradientSlice *slices,
     slice.g[i] *= c;
 }
 
+/// The gradients after the first `partials` inputs.
+std::vector<TensorView> gradientsAfter(const KernelArgs &args,
+                                       size_t partials) {
+  return {args.inputs.begin() + std::min(partials, args.inputs.size()),
+          args.inputs.end()};
+}
+
 /// squared_norm and clip_grad_norm (the CPU kernels say what they mean),
 /// on the device's stream with no host synchronisation: the sums and the
-/// coefficient stay in device memory. Every gradient is cut into slices of
-/// at most kSliceElements, a block each, so that the squares and the scale
-/// are one launch each over the whole GPU (a block per tensor took a large
+/// coefficient stay in device memory. The squares and the scale are one
+/// launch each over the gradients' slices (a block per tensor took a large
 /// model's norm on one multiprocessor); the partial sums are added in
 /// slice order by one thread, so the norm does not change from run to run.
 class GradientClipKernel : public Kernel {
 public:
   GradientClipKernel(const KernelArgs &args, bool clip)
       : clip(clip), maxNorm(static_cast<float>(args.f("max_norm", 1.0))),
-        coefficient(deviceOf(args), sizeof(float)) {
-    size_t partials = clip ? static_cast<size_t>(args.i("partials", 0)) : 0;
+        coefficient(deviceOf(args), sizeof(float)),
+        slices(args, gradientsAfter(args, partialsOf(args, clip))) {
+    size_t partials = partialsOf(args, clip);
     std::vector<const float *> pointers;
     for (size_t k = 0; k < partials; ++k)
       pointers.push_back(args.inputs[k].f32());
     if (!clip)
       out = args.outputs[0].f32();
     if (!pointers.empty())
-      shares = uploaded(args, pointers);
+      shares = uploadedAtLoad(args, pointers);
     count = static_cast<int>(pointers.size());
-    std::vector<GradientSlice> table;
-    for (size_t k = partials; k < args.inputs.size(); ++k)
-      for (int64_t at = 0, n = args.inputs[k].numel(); at < n;
-           at += kSliceElements)
-        table.push_back(
-            {args.inputs[k].f32(), at, std::min(n, at + kSliceElements)});
-    sliceCount = static_cast<int64_t>(table.size());
-    if (!table.empty()) {
-      slices = uploaded(args, table);
+    if (slices.size() > 0)
       sums = std::make_unique<Scratch>(deviceOf(args),
-                                       table.size() * sizeof(double));
-    }
+                                       slices.size() * sizeof(double));
   }
 
   void run(const StepContext &context) override {
     cudaStream_t stream = streamOf(context);
-    auto blocks = static_cast<unsigned>(sliceCount);
-    if (count == 0 && blocks > 0)
-      sliceSquaresKernel<<<blocks, kThreads, 0, stream>>>(
-          slices->as<GradientSlice>(), sums->as<double>());
+    if (count == 0 && slices.blocks() > 0)
+      sliceSquaresKernel<<<slices.blocks(), kThreads, 0, stream>>>(
+          slices.table(), sums->as<double>());
     clipCoefficientKernel<<<1, 1, 0, stream>>>(
-        sums ? sums->as<double>() : nullptr, count == 0 ? sliceCount : 0,
+        sums ? sums->as<double>() : nullptr, count == 0 ? slices.size() : 0,
         shares ? shares->as<const float *>() : nullptr, count, maxNorm, !clip,
         clip ? coefficient.as<float>() : out);
-    if (clip && blocks > 0)
-      scaleSlicesKernel<<<blocks, kThreads, 0, stream>>>(
-          slices->as<GradientSlice>(), coefficient.as<float>());
+    if (clip && slices.blocks() > 0)
+      scaleSlicesKernel<<<slices.blocks(), kThreads, 0, stream>>>(
+          slices.table(), coefficient.as<float>());
     launched(clip ? "clip_grad_norm" : "squared_norm");
   }
 
 private:
-  static constexpr int64_t kSliceElements = int64_t(1) << 16;
-
-  /// `values` copied into device memory of the kernel's own, at load.
-  template <typename T>
-  static std::unique_ptr<Scratch> uploaded(const KernelArgs &args,
-                                           const std::vector<T> &values) {
-    std::unique_ptr<Scratch> memory =
-        std::make_unique<Scratch>(deviceOf(args), values.size() * sizeof(T));
-    checkCuda(cudaMemcpy(memory->as<void>(), values.data(),
-                         values.size() * sizeof(T), cudaMemcpyHostToDevice),
-              "clip_grad_norm");
-    return memory;
+  static size_t partialsOf(const KernelArgs &args, bool clip) {
+    return clip ? static_cast<size_t>(args.i("partials", 0)) : 0;
   }
 
   bool clip;
   float maxNorm;
   Scratch coefficient;
-  std::unique_ptr<Scratch> shares, slices, sums;
+  GradientSlices slices;
+  std::unique_ptr<Scratch> shares, sums;
   float *out = nullptr;
   int count = 0;
-  int64_t sliceCount = 0;
 };
 
-/// Every gradient times 1 / scale, the reciprocal read from the loss-scale
-/// buffer on the device; *overflow set where a gradient is not finite.
-__global__ void unscaleKernel(float *g, int64_t n, const float *state,
-                              int *overflow) {
+/// One block per slice: every gradient times 1 / scale, the reciprocal
+/// read from the loss-scale buffer on the device; *overflow set where a
+/// gradient is not finite.
+__global__ void unscaleSlicesKernel(const GradientSlice *slices,
+                                    const float *state, int *overflow) {
   float inverse = inverseLossScale(state);
-  CDP_FOR_EACH(i, n) {
-    float x = g[i];
+  GradientSlice slice = slices[blockIdx.x];
+  for (int64_t i = slice.begin + threadIdx.x; i < slice.end; i += blockDim.x) {
+    float x = slice.g[i];
     if (!isfinite(x))
       *overflow = 1;
-    g[i] = x * inverse;
+    slice.g[i] = x * inverse;
   }
 }
 
-/// *overflow set where a gradient is not finite (found_inf's check).
-__global__ void findNonFiniteKernel(const float *g, int64_t n, int *overflow) {
-  CDP_FOR_EACH(i, n) {
-    if (!isfinite(g[i]))
+/// One block per slice: *overflow set where a gradient is not finite
+/// (found_inf's check).
+__global__ void findNonFiniteSlicesKernel(const GradientSlice *slices,
+                                          int *overflow) {
+  GradientSlice slice = slices[blockIdx.x];
+  for (int64_t i = slice.begin + threadIdx.x; i < slice.end; i += blockDim.x)
+    if (!isfinite(slice.g[i]))
       *overflow = 1;
-  }
 }
 
 /// *overflow set where another stage's flag says so.
@@ -322,14 +352,14 @@ __global__ void markKernel(float *state, const int *overflow) {
 
 /// unscale_grads (the CPU kernel says what it means) on the device's
 /// stream with no host synchronisation: the overflow flag and the scale
-/// stay in device memory.
+/// stay in device memory; the gradients in one launch over their slices.
 class UnscaleKernel : public Kernel {
 public:
   explicit UnscaleKernel(const KernelArgs &args)
       : state(args.inputs[0]),
         flags(args.inputs.begin() + 1,
               args.inputs.begin() + 1 + args.i("flags", 0)),
-        grads(args.inputs.begin() + 1 + args.i("flags", 0), args.inputs.end()),
+        grads(args, gradientsAfter(args, 1 + args.i("flags", 0))),
         growth(static_cast<float>(args.f("growth_factor", 2.0))),
         backoff(static_cast<float>(args.f("backoff_factor", 0.5))),
         interval(args.i("growth_interval", 2000)), adjust(args.i("adjust", 1)),
@@ -341,10 +371,9 @@ public:
               "unscale_grads");
     for (const TensorView &flag : flags)
       takeFlagKernel<<<1, 1, 0, stream>>>(flag.f32(), overflow.as<int>());
-    for (const TensorView &g : grads)
-      if (g.numel())
-        unscaleKernel<<<blocksFor(g.numel()), kThreads, 0, stream>>>(
-            g.f32(), g.numel(), state.f32(), overflow.as<int>());
+    if (grads.blocks() > 0)
+      unscaleSlicesKernel<<<grads.blocks(), kThreads, 0, stream>>>(
+          grads.table(), state.f32(), overflow.as<int>());
     if (adjust == 1)
       adjustKernel<<<1, 1, 0, stream>>>(state.f32(), overflow.as<int>(), growth,
                                         backoff, interval);
@@ -355,7 +384,8 @@ public:
 
 private:
   TensorView state;
-  std::vector<TensorView> flags, grads;
+  std::vector<TensorView> flags;
+  GradientSlices grads;
   float growth, backoff;
   int64_t interval, adjust;
   Scratch overflow;
@@ -363,27 +393,26 @@ private:
 
 /// found_inf (the CPU kernel says what it means) on the device's stream:
 /// the flag a pipeline stage sends the others, with no host
-/// synchronisation.
+/// synchronisation; the gradients in one launch over their slices.
 class FoundInfKernel : public Kernel {
 public:
   explicit FoundInfKernel(const KernelArgs &args)
-      : grads(args.inputs), flag(args.outputs[0]),
+      : grads(args, args.inputs), flag(args.outputs[0]),
         overflow(deviceOf(args), sizeof(int)) {}
 
   void run(const StepContext &context) override {
     cudaStream_t stream = streamOf(context);
     checkCuda(cudaMemsetAsync(overflow.as<void>(), 0, sizeof(int), stream),
               "found_inf");
-    for (const TensorView &g : grads)
-      if (g.numel())
-        findNonFiniteKernel<<<blocksFor(g.numel()), kThreads, 0, stream>>>(
-            g.f32(), g.numel(), overflow.as<int>());
+    if (grads.blocks() > 0)
+      findNonFiniteSlicesKernel<<<grads.blocks(), kThreads, 0, stream>>>(
+          grads.table(), overflow.as<int>());
     writeFlagKernel<<<1, 1, 0, stream>>>(overflow.as<int>(), flag.f32());
     launched("found_inf");
   }
 
 private:
-  std::vector<TensorView> grads;
+  GradientSlices grads;
   TensorView flag;
   Scratch overflow;
 };
