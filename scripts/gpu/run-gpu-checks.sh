@@ -106,12 +106,38 @@ run_case() { # case_dir results
   rm -rf "$work"
 }
 
+# A kernel that faults (an illegal address) spoils the process's CUDA
+# context, so every test after it fails too: each failed test again in a
+# process of its own (at most 40, 20 s each) tells its own failures from
+# those it caused, with the first lines of each real failure.
+rerun_alone() {
+  local names alone=0 failed=0
+  names=$(grep -E '^\[  FAILED  \] [A-Za-z]' /tmp/cdp-unit.log |
+    sed -E 's/^\[  FAILED  \] ([^ ,]+).*/\1/' | sort -u | head -40)
+  [ -n "$names" ] || return 0
+  echo "the failed GPU unit tests again, each in a process of its own:"
+  for name in $names; do
+    alone=$((alone + 1))
+    if bounded 20 "$HERE/bin/CudaKernelTests" --gtest_brief=1 \
+        --gtest_filter="$name" > /tmp/cdp-unit-alone.log 2>&1; then
+      echo "  passes alone: $name"
+    else
+      failed=$((failed + 1))
+      echo "  FAILS alone: $name"
+      grep -E 'Failure|error|Expected|Which is|element|exception' \
+        /tmp/cdp-unit-alone.log | head -4 | sed 's/^/      /'
+    fi
+  done
+  echo "  $failed of $alone fail alone"
+}
+
 run_checks() {
   if [ -x "$HERE/bin/CudaKernelTests" ]; then
     bounded 300 "$HERE/bin/CudaKernelTests" --gtest_brief=1 > /tmp/cdp-unit.log 2>&1
     status=$?
     report "GPU unit tests" $status "$(grep -E 'PASSED|FAILED|SKIPPED' /tmp/cdp-unit.log | tr '\n' ' ')"
     [ $status = 0 ] || tail -30 /tmp/cdp-unit.log
+    [ $status = 0 ] || rerun_alone
   fi
 
   # The cases, CDP_GPU_JOBS (4) at a time: separate processes sharing the GPU.
