@@ -4,8 +4,9 @@
 // own: one more pass over the tensor. Where the op is element-wise
 // arithmetic (add, sub, mul, div, pow, min, max), dropout (and its
 // gradient), GELU (and an activation's gradient), softmax's gradient, the
-// cross-entropy loss's gradient, a matrix product (gemm, matmul) or an
-// attention whose result only the rounding reads, in the same stage and phase,
+// cross-entropy loss's gradient, a matrix product (gemm, matmul), an
+// attention or a reduce_to (a bias's gradient) whose result only the
+// rounding reads, in the same stage and phase,
 // the op can round each value as it writes it (`round_result`): the same bits,
 // one pass or one kernel fewer.
 //
@@ -27,13 +28,14 @@ namespace {
 /// The op `round` can move into, or null: element-wise arithmetic,
 /// dropout (its output, not its mask) and its gradient, GELU, the gradients
 /// of an activation, a softmax and the cross-entropy loss, a product, an
-/// attention (its output, not its stats).
+/// attention (its output, not its stats), a reduce_to.
 Operation *fusableProducer(RoundToOp round) {
   Operation *op = round.getInput().getDefiningOp();
   if (!op ||
       !isa<AddOp, SubOp, MulOp, DivOp, PowOp, MinOp, MaxOp, DropoutOp,
            DropoutGradOp, GeluOp, UnaryGradOp, SoftmaxGradOp,
-           SoftmaxCrossEntropyLossGradOp, GemmOp, MatMulOp, AttentionOp>(op) ||
+           SoftmaxCrossEntropyLossGradOp, GemmOp, MatMulOp, AttentionOp,
+           ReduceToOp>(op) ||
       round.getInput() != op->getResult(0) || !round.getInput().hasOneUse() ||
       op->hasAttr("round_result"))
     return nullptr;

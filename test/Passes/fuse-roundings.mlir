@@ -69,3 +69,15 @@ func.func @activations_and_gradients(%x: tensor<4x8xf32>, %y: tensor<4x8xf32>, %
   %lr = cdp.round_to %l {format = "bf16"} : tensor<4x8xf32>
   return %gr, %ur, %sr, %lr : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
 }
+
+// -----
+
+// A bias's gradient under autocast: the reduce_to rounds its sums.
+// CHECK-LABEL: func.func @bias_gradient
+// CHECK-NEXT: %[[B:.+]] = cdp.reduce_to %arg0 {round_result = "bf16", shape = array<i64: 8>}
+// CHECK-NEXT: return %[[B]]
+func.func @bias_gradient(%dy: tensor<4x8xf32>) -> tensor<8xf32> {
+  %b = cdp.reduce_to %dy {shape = array<i64: 8>} : (tensor<4x8xf32>) -> tensor<8xf32>
+  %br = cdp.round_to %b {format = "bf16"} : tensor<8xf32>
+  return %br : tensor<8xf32>
+}

@@ -204,6 +204,14 @@ std::vector<Case> elementwiseCases() {
        "reduce_to",
        {stored({64, 48}, plan::BF16)},
        {f32({48})}},
+      // A bias's gradient under autocast, rounded as it is written
+      // (cdp-fuse-roundings); bf16 sums in double are exact in any order.
+      {"reduce_to_rounded",
+       "reduce_to",
+       {stored({64, 48}, plan::BF16)},
+       {f32({48})},
+       {text("round_result", "bf16")},
+       0.0},
       {"reduce_to_f16_stored",
        "reduce_to",
        {stored({4, 3, 5}, plan::F16)},

@@ -247,6 +247,13 @@ std::vector<float> runRounding(const std::string &op, std::vector<float> a,
     vm.shape = vi.shape = {8, 1};
     args.inputs = {va, vb};
     args.outputs = {vy, vm, vi};
+  } else if (op == "reduce_to") { // a bias's gradient: 8 x 8 to 8 sums
+    cdp::plan::Attribute *shape = attribute("shape");
+    shape->mutable_ints()->add_values(8);
+    va.shape = {8, 8};
+    vy.shape = {8};
+    args.inputs = {va};
+    args.outputs = {vy};
   } else if (op == "softmax_cross_entropy_loss_grad") {
     for (float &value : a)
       value = -value; // log-probabilities
@@ -304,8 +311,8 @@ TEST(NarrowFloat, EveryOpWithRoundResultRoundsAsRoundTo) {
   }
   // add, sub, mul, div, pow, min, max, dropout(_grad), gemm, matmul, gelu,
   // unary_grad, softmax_grad, softmax_cross_entropy_loss_grad, attention,
-  // layer_norm
-  EXPECT_EQ(ops, 17);
+  // layer_norm, reduce_to
+  EXPECT_EQ(ops, 18);
 }
 
 /// softmax_grad (rows of 8) or unary_grad (relu) on (dy, saved) with

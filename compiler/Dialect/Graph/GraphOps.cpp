@@ -623,6 +623,10 @@ bool DropoutOp::isCompatibleReturnTypes(TypeRange inferred, TypeRange actual) {
 
 // Unary ops infer through SameOperandsAndResultType.
 
+LogicalResult ReduceToOp::verify() {
+  return verifyRoundingFormat(*this, getRoundResult());
+}
+
 LogicalResult GeluOp::verify() {
   StringRef approximate = getApproximate();
   if (approximate != "none" && approximate != "tanh")

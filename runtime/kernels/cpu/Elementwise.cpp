@@ -411,17 +411,19 @@ static void registerConversions(KernelRegistry &registry) {
   });
 
   // Sum over the dimensions `shape` broadcast (BroadcastReduction.h); a
-  // 2-byte input widened first into a buffer of the kernel's own.
+  // 2-byte input widened first into a buffer of the kernel's own; the sums
+  // rounded under round_result.
   registry.add("reduce_to", Backend::CPU, [](const KernelArgs &args) {
     TensorView x = args.inputs[0], y = args.outputs[0];
     WidenedOperands widened;
     widened.add(x);
     auto reduction = std::make_shared<BroadcastReduction>(y.shape, x.shape);
     return std::make_unique<FunctionKernel>(
-        [=](const StepContext &) {
-          widened.widen();
-          reduction->run(x.f32(), y.f32());
-        },
+        roundedResult(args,
+                      [=](const StepContext &) {
+                        widened.widen();
+                        reduction->run(x.f32(), y.f32());
+                      }),
         widened.bytes());
   });
 

@@ -125,7 +125,7 @@ __global__ void partialColumnsKernel(Segments s, int64_t splits, int64_t chunk,
 
 __global__ void finishSumsKernel(const double *partials, int64_t outputs,
                                  int64_t splits, double *out, float *y,
-                                 double scale) {
+                                 double scale, NarrowFormat rounding) {
   CDP_FOR_EACH(o, outputs) {
     double sum = 0;
     for (int64_t part = 0; part < splits; ++part)
@@ -133,7 +133,7 @@ __global__ void finishSumsKernel(const double *partials, int64_t outputs,
     if (out)
       out[o] = sum;
     else
-      y[o] = static_cast<float>(sum * scale);
+      y[o] = roundedTo(rounding, static_cast<float>(sum * scale));
   }
 }
 
@@ -196,17 +196,20 @@ void SegmentedSum::sums(cudaStream_t stream, const float *x, const float *z,
     return;
   partial(stream, x, z, term);
   finishSumsKernel<<<blocksFor(segments.outputs), kThreads, 0, stream>>>(
-      partials->as<double>(), segments.outputs, splits, out, nullptr, 1.0);
+      partials->as<double>(), segments.outputs, splits, out, nullptr, 1.0,
+      NarrowFormat::None);
   launched("segmented sum");
 }
 
 void SegmentedSum::sumInto(cudaStream_t stream, const void *x, float *y,
-                           double scale, Term term) const {
+                           double scale, Term term,
+                           NarrowFormat rounding) const {
   if (segments.outputs == 0)
     return;
   partial(stream, static_cast<const float *>(x), nullptr, term);
   finishSumsKernel<<<blocksFor(segments.outputs), kThreads, 0, stream>>>(
-      partials->as<double>(), segments.outputs, splits, nullptr, y, scale);
+      partials->as<double>(), segments.outputs, splits, nullptr, y, scale,
+      rounding);
   launched("segmented sum");
 }
 

@@ -13,6 +13,7 @@
 #define CDP_RUNTIME_KERNELS_CUDA_CUDAKERNELS_H
 
 #include "../../device/CudaDevice.h"
+#include "../NarrowOperands.h"
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Runtime/Kernel.h"
 
@@ -139,9 +140,11 @@ public:
   void sums(cudaStream_t stream, const float *x, const float *z, Term term,
             double *out) const;
   /// y[o] = scale * the sum of x over segment o (x's values as `term`
-  /// reads them: Value, Bfloat16Value or Float16Value).
+  /// reads them: Value, Bfloat16Value or Float16Value), rounded to
+  /// `rounding` where it names a format.
   void sumInto(cudaStream_t stream, const void *x, float *y, double scale,
-               Term term = Term::Value) const;
+               Term term = Term::Value,
+               NarrowFormat rounding = NarrowFormat::None) const;
 
 private:
   void partial(cudaStream_t stream, const float *x, const float *z,

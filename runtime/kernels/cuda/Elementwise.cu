@@ -549,8 +549,9 @@ void registerElementwise(KernelRegistry &registry) {
         x.dtype == plan::BF16  ? SegmentedSum::Term::Bfloat16Value
         : x.dtype == plan::F16 ? SegmentedSum::Term::Float16Value
                                : SegmentedSum::Term::Value;
+    NarrowFormat rounding = roundingOf(args);
     return [=](const StepContext &context) {
-      sum->sumInto(streamOf(context), x.data, y.f32(), 1.0, term);
+      sum->sumInto(streamOf(context), x.data, y.f32(), 1.0, term, rounding);
     };
   });
 

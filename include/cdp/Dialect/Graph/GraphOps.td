@@ -908,10 +908,15 @@ def CDP_ReduceToOp : CDP_Op<"reduce_to"> {
     operand did not have and over the dimensions where it had size 1, giving
     a tensor of shape `shape`. The input may be a bf16 or f16 tensor (a
     gradient cdp-narrow-results stores in 2 bytes), its values read exactly;
-    the sums and the result are float32.
+    the sums and the result are float32. `round_result` ("bf16" or "f16",
+    set by cdp-fuse-roundings: a bias's gradient under autocast) rounds
+    each sum to that format as it is written, as a `cdp.round_to` after the
+    op would.
   }];
-  let arguments = (ins CDP_ProductOperand:$input, DenseI64ArrayAttr:$shape);
+  let arguments = (ins CDP_ProductOperand:$input, DenseI64ArrayAttr:$shape,
+                       OptionalAttr<StrAttr>:$round_result);
   let results = (outs CDP_F32Tensor:$output);
+  let hasVerifier = 1;
 }
 
 def CDP_ConvGradInputOp : CDP_Op<"conv_grad_input"> {
