@@ -2,7 +2,8 @@
 //
 // What the CPU and CUDA kernels of laysa's exchange (sparse_absorb,
 // sparse_select, sparse_apply) read from their instruction alike: the form
-// of the error feedback, and each device's part of a gathered buffer.
+// of the error feedback, the stage's tensors, and each device's part of a
+// gathered buffer.
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,7 +13,9 @@
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Runtime/Kernel.h"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 namespace cdp::runtime {
 
@@ -24,6 +27,31 @@ inline bool isMirrorForm(const KernelArgs &args) {
     args.fail("form must be mirror or residual, got '" + form + "'");
   return form == "mirror";
 }
+
+/// The stage's parameters and error feedback, as the select and apply
+/// instructions list them: W_1..W_P, then state_1..state_P.
+struct StageTensors {
+  std::vector<TensorView> weights, states;
+  std::vector<int64_t> counts;
+
+  explicit StageTensors(const KernelArgs &args) : counts(args.ints("counts")) {
+    size_t params = counts.size();
+    if (args.inputs.size() < 2 * params)
+      args.fail("needs the stage's parameters and their error feedback");
+    weights.assign(args.inputs.begin(), args.inputs.begin() + params);
+    states.assign(args.inputs.begin() + params,
+                  args.inputs.begin() + 2 * params);
+  }
+  /// Parameter p sent whole: its values in index order, no indices.
+  bool whole(size_t p) const { return counts[p] == weights[p].numel(); }
+  /// The elements of the stage's largest parameter.
+  int64_t largest() const {
+    int64_t n = 0;
+    for (const TensorView &w : weights)
+      n = std::max(n, w.numel());
+    return n;
+  }
+};
 
 /// Device j's part of a gathered buffer of `devices` equal parts.
 inline TensorView devicePart(const TensorView &all, size_t j, size_t devices) {

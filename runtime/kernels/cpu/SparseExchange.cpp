@@ -77,21 +77,6 @@ private:
   std::vector<float> momentum;
 };
 
-/// The stage's parameters and error feedback, as the select and apply
-/// instructions list them: W_1..W_P, then state_1..state_P.
-struct StageTensors {
-  std::vector<TensorView> weights, states;
-  std::vector<int64_t> counts;
-
-  explicit StageTensors(const KernelArgs &args) : counts(args.ints("counts")) {
-    size_t params = counts.size();
-    weights.assign(args.inputs.begin(), args.inputs.begin() + params);
-    states.assign(args.inputs.begin() + params,
-                  args.inputs.begin() + 2 * params);
-  }
-  bool whole(size_t p) const { return counts[p] == weights[p].numel(); }
-};
-
 /// Parameter p's pending update a: W - M, or r.
 std::vector<float> pendingOf(const StageTensors &stage, size_t p, bool mirror) {
   const float *w = stage.weights[p].f32(), *s = stage.states[p].f32();

@@ -70,6 +70,30 @@ __global__ void adamKernel(float *p, const float *g, float *first,
   CDP_FOR_EACH(i, n) { adamElement(i, p, g, first, second, s); }
 }
 
+/// The most elements one block of a multi-tensor launch covers: a stage's
+/// tensors are cut into slices of at most this many, a block each.
+constexpr int64_t kSliceElements = int64_t(1) << 16;
+
+/// Calls visit(begin, end) for each slice of a tensor of n elements.
+template <typename Visit> void forEachSlice(int64_t n, Visit visit) {
+  for (int64_t at = 0; at < n; at += kSliceElements)
+    visit(at, std::min(n, at + kSliceElements));
+}
+
+/// `values` copied into device memory of a kernel's own, at load (`what`
+/// names the kernel in a failure).
+template <typename T>
+std::unique_ptr<Scratch> uploadedAtLoad(CudaDevice &device,
+                                        const std::vector<T> &values,
+                                        const char *what) {
+  std::unique_ptr<Scratch> memory =
+      std::make_unique<Scratch>(device, values.size() * sizeof(T));
+  checkCuda(cudaMemcpy(memory->as<void>(), values.data(),
+                       values.size() * sizeof(T), cudaMemcpyHostToDevice),
+            what);
+  return memory;
+}
+
 /// Elements [begin, end) of one tensor of a multi-tensor update, with its
 /// weight decay (the rest of the rule the tensors share).
 struct UpdateSlice {
@@ -167,19 +191,7 @@ struct GradientSlice {
   int64_t begin, end;
 };
 
-/// `values` copied into device memory of a kernel's own, at load.
-template <typename T>
-std::unique_ptr<Scratch> uploadedAtLoad(const KernelArgs &args,
-                                        const std::vector<T> &values) {
-  std::unique_ptr<Scratch> memory =
-      std::make_unique<Scratch>(deviceOf(args), values.size() * sizeof(T));
-  checkCuda(cudaMemcpy(memory->as<void>(), values.data(),
-                       values.size() * sizeof(T), cudaMemcpyHostToDevice),
-            args.instruction->op().c_str());
-  return memory;
-}
-
-/// Gradients cut into slices of at most 65,536 elements, a block each, so
+/// Gradients cut into slices of at most kSliceElements, a block each, so
 /// that one launch covers them all over the whole GPU (a launch per tensor,
 /// or a block per tensor, left most of it idle); the table is built at load.
 class GradientSlices {
@@ -187,11 +199,13 @@ public:
   GradientSlices(const KernelArgs &args, const std::vector<TensorView> &grads) {
     std::vector<GradientSlice> slices;
     for (const TensorView &g : grads)
-      for (int64_t at = 0, n = g.numel(); at < n; at += kSliceElements)
-        slices.push_back({g.f32(), at, std::min(n, at + kSliceElements)});
+      forEachSlice(g.numel(), [&](int64_t begin, int64_t end) {
+        slices.push_back({g.f32(), begin, end});
+      });
     count = static_cast<int64_t>(slices.size());
     if (count > 0)
-      memory = uploadedAtLoad(args, slices);
+      memory = uploadedAtLoad(deviceOf(args), slices,
+                              args.instruction->op().c_str());
   }
   int64_t size() const { return count; }
   unsigned blocks() const { return static_cast<unsigned>(count); }
@@ -200,7 +214,6 @@ public:
   }
 
 private:
-  static constexpr int64_t kSliceElements = int64_t(1) << 16;
   std::unique_ptr<Scratch> memory;
   int64_t count = 0;
 };
@@ -270,7 +283,7 @@ public:
     if (!clip)
       out = args.outputs[0].f32();
     if (!pointers.empty())
-      shares = uploadedAtLoad(args, pointers);
+      shares = uploadedAtLoad(deviceOf(args), pointers, "clip_grad_norm");
     count = static_cast<int>(pointers.size());
     if (slices.size() > 0)
       sums = std::make_unique<Scratch>(deviceOf(args),
@@ -641,19 +654,13 @@ public:
       return 0;
     std::vector<UpdateSlice> table = sliceTable();
     sliceCount = static_cast<int64_t>(table.size());
-    slices = std::make_unique<Scratch>(device, table.size() * sizeof(table[0]));
-    checkCuda(cudaMemcpy(slices->as<void>(), table.data(),
-                         table.size() * sizeof(table[0]),
-                         cudaMemcpyHostToDevice),
-              "update");
+    slices = uploadedAtLoad(device, table, "update");
     return followers.size();
   }
 
   KernelState state() override { return updater.state(param); }
 
 private:
-  static constexpr int64_t kSliceElements = int64_t(1) << 16;
-
   /// This kernel's tensor and its followers', cut into slices of at most
   /// kSliceElements: a block each.
   std::vector<UpdateSlice> sliceTable() {
@@ -661,11 +668,11 @@ private:
     std::vector<UpdateKernel *> members = {this};
     members.insert(members.end(), followers.begin(), followers.end());
     for (UpdateKernel *k : members)
-      for (int64_t at = 0, n = k->param.numel(); at < n; at += kSliceElements)
+      forEachSlice(k->param.numel(), [&](int64_t begin, int64_t end) {
         table.push_back({k->param.f32(), k->grad.f32(),
                          k->updater.firstMoment(), k->updater.secondMoment(),
-                         at, std::min(n, at + kSliceElements),
-                         k->rule.weightDecay});
+                         begin, end, k->rule.weightDecay});
+      });
     return table;
   }
 

@@ -211,19 +211,21 @@ __global__ void writeWholeKernel(Pending a, int64_t n, float *values,
   }
 }
 
-/// One device's selection added into the sum (its indices distinct; null:
-/// the whole parameter, in index order).
-__global__ void addSelectionKernel(float *sum, unsigned char *touched,
-                                   const float *v, const int32_t *indices,
-                                   int64_t k, int64_t n, int *status) {
+/// v added into `into` at `indices` (distinct; null: the whole parameter,
+/// in index order), marking each element in `touched` where given: a
+/// device's selection into the sum, or this device's into its mirror.
+__global__ void addAtKernel(float *into, unsigned char *touched, const float *v,
+                            const int32_t *indices, int64_t k, int64_t n,
+                            int *status) {
   CDP_FOR_EACH(j, k) {
     int64_t i = indices ? indices[j] : j;
     if (i < 0 || i >= n) {
       atomicOr(status, kIndexOutOfRange);
       continue;
     }
-    sum[i] = __fadd_rn(sum[i], v[j]);
-    touched[i] = 1;
+    into[i] = __fadd_rn(into[i], v[j]);
+    if (touched)
+      touched[i] = 1;
   }
 }
 
@@ -238,20 +240,6 @@ __global__ void applyMeanKernel(float *w, float *mirror, const float *sum,
     w[i] = __fsub_rn(w[i], step);
     if (mirror)
       mirror[i] = __fsub_rn(mirror[i], step);
-  }
-}
-
-/// M <- M + V_self at I_self.
-__global__ void addOwnKernel(float *mirror, const float *v,
-                             const int32_t *indices, int64_t k, int64_t n,
-                             int *status) {
-  CDP_FOR_EACH(j, k) {
-    int64_t i = indices ? indices[j] : j;
-    if (i < 0 || i >= n) {
-      atomicOr(status, kIndexOutOfRange);
-      continue;
-    }
-    mirror[i] = __fadd_rn(mirror[i], v[j]);
   }
 }
 
@@ -301,28 +289,10 @@ private:
   std::unique_ptr<Scratch> momentum;
 };
 
-/// The stage's parameters and error feedback, as the select and apply
-/// instructions list them: W_1..W_P, then state_1..state_P.
-struct StageTensors {
-  std::vector<TensorView> weights, states;
-  std::vector<int64_t> counts;
-  int64_t largest = 0;
-
-  explicit StageTensors(const KernelArgs &args) : counts(args.ints("counts")) {
-    size_t params = counts.size();
-    if (args.inputs.size() < 2 * params)
-      args.fail("needs the stage's parameters and their error feedback");
-    weights.assign(args.inputs.begin(), args.inputs.begin() + params);
-    states.assign(args.inputs.begin() + params,
-                  args.inputs.begin() + 2 * params);
-    for (const TensorView &w : weights)
-      largest = std::max(largest, w.numel());
-  }
-  bool whole(size_t p) const { return counts[p] == weights[p].numel(); }
-  Pending pending(size_t p, bool mirror) const {
-    return {weights[p].f32(), states[p].f32(), mirror};
-  }
-};
+/// Parameter p's pending update, element by element.
+Pending pendingOf(const StageTensors &stage, size_t p, bool mirror) {
+  return {stage.weights[p].f32(), stage.states[p].f32(), mirror};
+}
 
 /// Every parameter's selection into the stage's values and indices.
 class SelectKernel : public Kernel {
@@ -332,7 +302,7 @@ public:
         indices(args.outputs.size() > 1 ? args.outputs[1] : TensorView{}),
         threshold(deviceOf(args), sizeof(Threshold)) {
     int64_t chunks =
-        std::max<int64_t>((stage.largest + kChunk - 1) / kChunk, 1);
+        std::max<int64_t>((stage.largest() + kChunk - 1) / kChunk, 1);
     above = std::make_unique<Scratch>(deviceOf(args), chunks * 8);
     equal = std::make_unique<Scratch>(deviceOf(args), chunks * 8);
   }
@@ -342,7 +312,7 @@ public:
     int64_t valueAt = 0, indexAt = 0;
     for (size_t p = 0; p < stage.counts.size(); ++p) {
       int64_t n = stage.weights[p].numel(), k = stage.counts[p];
-      Pending a = stage.pending(p, mirror);
+      Pending a = pendingOf(stage, p, mirror);
       if (stage.whole(p)) {
         if (n > 0)
           writeWholeKernel<<<blocksFor(n), kThreads, 0, stream>>>(
@@ -394,8 +364,8 @@ public:
       : stage(args), mirror(isMirrorForm(args)), self(args.device),
         devices(static_cast<size_t>(args.i("devices", 1))),
         status(deviceOf(args).status()),
-        sum(deviceOf(args), std::max<int64_t>(stage.largest, 1) * 4),
-        touched(deviceOf(args), std::max<int64_t>(stage.largest, 1)) {
+        sum(deviceOf(args), std::max<int64_t>(stage.largest(), 1) * 4),
+        touched(deviceOf(args), std::max<int64_t>(stage.largest(), 1)) {
     size_t first = 2 * stage.counts.size();
     if (args.inputs.size() < first + 2 || devices < 1 ||
         self >= static_cast<int>(devices))
@@ -438,7 +408,7 @@ private:
                    : static_cast<const int32_t *>(indices[j].data) + indexAt;
     };
     for (size_t j = 0; j < devices && k > 0; ++j)
-      addSelectionKernel<<<blocksFor(k), kThreads, 0, stream>>>(
+      addAtKernel<<<blocksFor(k), kThreads, 0, stream>>>(
           sum.as<float>(), touched.as<unsigned char>(),
           values[j].f32() + valueAt, at(j), k, n, status);
     applyMeanKernel<<<blocksFor(n), kThreads, 0, stream>>>(
@@ -449,8 +419,8 @@ private:
       checkCuda(cudaMemcpyAsync(m, w, n * 4, cudaMemcpyDeviceToDevice, stream),
                 "sparse_apply");
     else if (k > 0)
-      addOwnKernel<<<blocksFor(k), kThreads, 0, stream>>>(
-          m, values[self].f32() + valueAt, at(self), k, n, status);
+      addAtKernel<<<blocksFor(k), kThreads, 0, stream>>>(
+          m, nullptr, values[self].f32() + valueAt, at(self), k, n, status);
   }
 
   StageTensors stage;
