@@ -45,16 +45,22 @@ struct ScaledOperand {
   SmallVector<Operation *, 3> ops;
 };
 
-/// The scalar and the other factor of `mul`, when one factor is a
-/// one-element constant and the other has the product's shape.
-std::optional<std::pair<Value, Value>> scalarProduct(MulOp mul) {
+/// A product by a scalar: the other factor, the constant and its value.
+struct ScalarProduct {
+  Value factor, constant;
+  float value;
+};
+
+/// `mul` as a product by a scalar, when one factor is a one-element
+/// constant and the other has the product's shape.
+std::optional<ScalarProduct> scalarProduct(MulOp mul) {
   for (int side = 0; side < 2; ++side) {
     Value factor = mul->getOperand(side), other = mul->getOperand(1 - side);
     std::optional<float> value = splatValue(other);
     auto type = cast<RankedTensorType>(other.getType());
     if (value && type.getNumElements() == 1 &&
         factor.getType() == mul.getType())
-      return std::make_pair(factor, other);
+      return ScalarProduct{factor, other, *value};
   }
   return std::nullopt;
 }
@@ -76,25 +82,25 @@ std::optional<ScaledOperand> scaledOperand(AttentionOp attention, Value operand,
                                            ExactValues &exact) {
   ScaledOperand scaled;
   std::optional<StringRef> format = attention.getNarrowOperands();
-  Value product = operand;
+  Value unrounded = operand;
   if (auto round = operand.getDefiningOp<RoundToOp>()) {
     if (!format || round.getFormat() != *format || !operand.hasOneUse())
       return std::nullopt;
     scaled.ops.push_back(round);
-    product = round.getInput();
+    unrounded = round.getInput();
   } else if (format) {
     return std::nullopt; // a narrow operand's scaling is rounded after it
   }
-  auto mul = product.getDefiningOp<MulOp>();
-  if (!mul || !product.hasOneUse() || mul->hasAttr("round_result"))
+  auto mul = unrounded.getDefiningOp<MulOp>();
+  if (!mul || !unrounded.hasOneUse() || mul->hasAttr("round_result"))
     return std::nullopt;
-  std::optional<std::pair<Value, Value>> factors = scalarProduct(mul);
-  if (!factors || (format && (exact.formatOf(factors->first) != *format ||
-                              !isPowerOfTwo(*splatValue(factors->second)))))
+  std::optional<ScalarProduct> product = scalarProduct(mul);
+  if (!product || (format && (exact.formatOf(product->factor) != *format ||
+                              !isPowerOfTwo(product->value))))
     return std::nullopt;
-  scaled.ops.append({mul, factors->second.getDefiningOp()});
-  scaled.factor = factors->first;
-  scaled.constant = *splatValue(factors->second);
+  scaled.ops.append({mul, product->constant.getDefiningOp()});
+  scaled.factor = product->factor;
+  scaled.constant = product->value;
   return scaled;
 }
 
