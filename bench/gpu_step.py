@@ -159,14 +159,19 @@ def cdp_environment(out, torch):
     return env
 
 
-def cdp_step_ms(out, tag, batch, steps, env, flags=(), binary="cdp-run", plan=None):
-    metrics = os.path.join("/tmp", tag + "-metrics.jsonl")
+def run_cdp(out, tag, steps, env, flags, binary="cdp-run", plan=None):
+    """cdp-run of case `tag`'s plan (or `plan`) on its rows for `steps`."""
     bench = os.path.join(out, "bench")
     subprocess.run([os.path.join(out, "bin", binary), os.path.join(bench, (plan or tag) + ".cdp"),
                     "--feed", "input=" + os.path.join(bench, tag + "-x.npy"),
                     "--feed", "labels=" + os.path.join(bench, tag + "-y.npy"),
-                    "--steps", str(steps + 5), "--metrics", metrics, *flags],
+                    "--steps", str(steps), *flags],
                    check=True, stdout=subprocess.DEVNULL, env=env)
+
+
+def cdp_step_ms(out, tag, batch, steps, env, flags=(), binary="cdp-run", plan=None):
+    metrics = os.path.join("/tmp", tag + "-metrics.jsonl")
+    run_cdp(out, tag, steps + 5, env, ["--metrics", metrics, *flags], binary, plan)
     rates = [json.loads(line)["samples_per_s"] for line in open(metrics)][5:]
     return 1e3 * sum(batch / r for r in rates) / len(rates)
 
@@ -196,17 +201,12 @@ def profile_summary(path, top=12):
     return lines
 
 
-def profile_case(out, tag, batch, env, steps=5, plan=None):
+def profile_case(out, tag, env, steps=5):
     """Where a case's cdp step goes on this GPU, kernel by kernel (cdp-run
     --profile: a synchronisation after every instruction)."""
-    path = os.path.join("/tmp", (plan or tag) + "-profile.json")
-    bench = os.path.join(out, "bench")
-    subprocess.run([os.path.join(out, "bin", "cdp-run"), os.path.join(bench, (plan or tag) + ".cdp"),
-                    "--feed", "input=" + os.path.join(bench, tag + "-x.npy"),
-                    "--feed", "labels=" + os.path.join(bench, tag + "-y.npy"),
-                    "--steps", str(steps + 1), "--profile", path],
-                   check=True, stdout=subprocess.DEVNULL, env=env)
-    print("\n".join(["%s:" % (plan or tag)] + profile_summary(path, top=8)))
+    path = os.path.join("/tmp", tag + "-profile.json")
+    run_cdp(out, tag, steps + 1, env, ["--profile", path])
+    print("\n".join(["%s:" % tag] + profile_summary(path, top=8)))
 
 
 def torch_step_ms(torch, model, x, y, steps, compiled, autocast=False):
@@ -295,15 +295,15 @@ def run(out, steps=50):
         print("%-12s %6d %10.3f %12.3f %12.3f %14s %10.2f" % (
             name, batch, ours, any_bits, eager, compiled, ours / eager))
         if ours > 0.9 * eager:  # where the step goes where cdp is not ahead
-            losing.append((tag, batch))
+            losing.append(tag)
         if name == "gemm_mlp":
             blas_ms, flops = cublas_ms(torch, batch)
             print("gemm_mlp: %.1f GFLOP per step; cdp %.1f TFLOP/s, cuBLAS alone on its "
                   "products %.1f TFLOP/s (%.0f%% of it)" % (
                       flops / 1e9, flops / ours / 1e9, flops / blas_ms / 1e9,
                       100 * blas_ms / ours))
-    for tag, batch in losing:
-        profile_case(out, tag, batch, env)
+    for tag in losing:
+        profile_case(out, tag, env)
     run_bf16(out, steps, torch, models, env)
 
 
