@@ -70,6 +70,8 @@ def tensors_of(text):
 
 
 def attribute(body, name, kind):
+    """An instruction's attribute `name` of field `kind` (i, f, s) as text,
+    or None."""
     found = re.search(r'name: "%s"\n\s+%s: "?([^"\n]*)"?' % (name, kind), body)
     return found.group(1) if found else None
 
@@ -87,7 +89,7 @@ def update_bytes(body, inputs, tensors):
 def product_flops(body, inputs, outputs, tensors):
     out = tensors[outputs[0]]["shape"]
     a = tensors[inputs[0]]["shape"]
-    trans_a = re.search(r'name: "trans_a"\n\s+i: 1', body)
+    trans_a = attribute(body, "trans_a", "i") == "1"
     k = a[-2] if trans_a and len(a) > 1 else a[-1]
     n = 1
     for d in out:
@@ -118,7 +120,7 @@ def attention_work(op, body, inputs, tensors):
                          if wide) if narrow else 0
     else:
         flops = 2 * m * n * (3 * k + 2 * d)
-        bias_grad = re.search(r'name: "with_bias_grad"\n\s+i: 1', body) is not None
+        bias_grad = attribute(body, "with_bias_grad", "i") == "1"
         # The scores written and read, P written (float32 and 2-byte) and read
         # twice, dP written and read, dS written (2-byte; float32 for the
         # bias's gradient, which reads it) and read twice.
