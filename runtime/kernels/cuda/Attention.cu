@@ -249,7 +249,7 @@ struct AttentionSetup {
       const TensorView &values = args.inputs[biasInput];
       bias.values = values.f32();
       bias.at = broadcastMap(args, values.shape, g.scores);
-      bias.stride = bias.at.stride[g.scores.size() - 1];
+      bias.stride = broadcastStrides(values.shape, g.scores).back();
     }
     if (g.count > 0 && g.m > 0 && g.n > 0)
       device->reserveShared(layout.bytes);
@@ -349,8 +349,11 @@ attentionGradKernel(const KernelArgs &args) {
   TensorView grad = args.inputs[0], stats = args.inputs[4],
              da = args.outputs[0], db = args.outputs[1], dv = args.outputs[2];
   TensorView dbias = args.outputs.size() > 3 ? args.outputs[3] : TensorView();
-  if (dbias.present() && (t.bias.at.stride[t.g.scores.size() - 1] != 1 ||
-                          t.bias.at.stride[t.g.scores.size() - 2] != t.g.n))
+  std::vector<int64_t> biasStrides =
+      dbias.present() ? broadcastStrides(args.inputs[5].shape, t.g.scores)
+                      : std::vector<int64_t>();
+  if (dbias.present() &&
+      (biasStrides.back() != 1 || biasStrides[biasStrides.size() - 2] != t.g.n))
     args.fail("the GPU's attention_grad sums a bias's gradient only for a "
               "bias spanning the scores' last two dimensions whole");
   return [=](const StepContext &context) {

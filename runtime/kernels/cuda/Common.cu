@@ -33,27 +33,26 @@ size_t byteSize(const TensorView &view) {
 
 IndexMap stridedMap(const KernelArgs &args, const std::vector<int64_t> &out,
                     const std::vector<int64_t> &strides, int64_t base) {
-  if (out.size() > kMaxRank)
+  IndexMap map;
+  if (!IndexMap::build(out, strides, base, map))
     args.fail("has " + std::to_string(out.size()) +
               " dimensions; the CUDA kernels take at most " +
               std::to_string(kMaxRank));
-  IndexMap map;
-  map.rank = static_cast<int>(out.size());
-  map.base = base;
-  for (size_t d = 0; d < out.size(); ++d) {
-    map.size[d] = std::max<int64_t>(out[d], 1);
-    map.stride[d] = strides[d];
-  }
   return map;
 }
 
-IndexMap broadcastMap(const KernelArgs &args, const std::vector<int64_t> &in,
-                      const std::vector<int64_t> &out) {
+std::vector<int64_t> broadcastStrides(const std::vector<int64_t> &in,
+                                      const std::vector<int64_t> &out) {
   std::vector<int64_t> strides(out.size(), 0), own = stridesOf(in);
   size_t shift = out.size() - in.size();
   for (size_t d = 0; d < in.size(); ++d)
     strides[d + shift] = in[d] == 1 ? 0 : own[d];
-  return stridedMap(args, out, strides);
+  return strides;
+}
+
+IndexMap broadcastMap(const KernelArgs &args, const std::vector<int64_t> &in,
+                      const std::vector<int64_t> &out) {
+  return stridedMap(args, out, broadcastStrides(in, out));
 }
 
 Segments segmentsOf(const KernelArgs &args, const std::vector<int64_t> &shape,

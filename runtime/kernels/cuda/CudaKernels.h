@@ -13,6 +13,7 @@
 #define CDP_RUNTIME_KERNELS_CUDA_CUDAKERNELS_H
 
 #include "../../device/CudaDevice.h"
+#include "../IndexMap.h"
 #include "../NarrowOperands.h"
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Runtime/Kernel.h"
@@ -66,30 +67,6 @@ inline void launched(const char *kernel) {
   checkCuda(cudaGetLastError(), kernel);
 }
 
-constexpr int kMaxRank = 8;
-
-/// Offset of element i of a row-major iteration space of `rank` dimensions
-/// `size`, in memory whose dimensions have strides `stride` (0: broadcast),
-/// starting at `base`.
-struct IndexMap {
-  int rank = 0;
-  int64_t base = 0;
-  int64_t size[kMaxRank] = {};
-  int64_t stride[kMaxRank] = {};
-#ifdef __CUDACC__
-  __host__ __device__
-#endif
-      int64_t
-      operator()(int64_t i) const {
-    int64_t offset = base;
-    for (int d = rank - 1; d >= 0; --d) {
-      offset += (i % size[d]) * stride[d];
-      i /= size[d];
-    }
-    return offset;
-  }
-};
-
 std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape);
 int64_t product(const std::vector<int64_t> &shape, size_t begin = 0,
                 size_t end = ~size_t(0));
@@ -98,6 +75,10 @@ inline int64_t normalizeAxis(int64_t axis, int64_t rank) {
 }
 size_t byteSize(const TensorView &view);
 
+/// Per dimension of `out`, the stride numpy broadcasting reads `in` with
+/// (0 where `in` repeats).
+std::vector<int64_t> broadcastStrides(const std::vector<int64_t> &in,
+                                      const std::vector<int64_t> &out);
 /// Iterating `out`, the element of `in` numpy broadcasting reads.
 IndexMap broadcastMap(const KernelArgs &args, const std::vector<int64_t> &in,
                       const std::vector<int64_t> &out);

@@ -404,8 +404,9 @@ void registerSoftmax(KernelRegistry &registry) {
           if (args.inputs.size() > 1) {
             bias.values = args.inputs[1].f32();
             bias.at = broadcastMap(args, args.inputs[1].shape, x.shape);
-            bias.stride =
-                bias.at.stride[normalizeAxis(args.i("axis", -1), x.rank())];
+            bias.stride = broadcastStrides(
+                args.inputs[1].shape,
+                x.shape)[normalizeAxis(args.i("axis", -1), x.rank())];
           }
           return [=](const StepContext &context) {
             if (count == 0 || length == 0)
