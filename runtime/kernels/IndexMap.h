@@ -96,6 +96,18 @@ struct IndexMap {
     return true;
   }
 
+  /// The map of value i of blocks of `size` values, block j of which lies
+  /// at blocks(j) * size (a broadcast operand's matrices repeated); false
+  /// where that takes more than kMaxRank dimensions.
+  static bool ofBlocks(const IndexMap &blocks, int64_t size, IndexMap &map) {
+    std::vector<int64_t> sizes(blocks.size, blocks.size + blocks.rank), strides;
+    for (int d = 0; d < blocks.rank; ++d)
+      strides.push_back(blocks.stride[d] * size);
+    sizes.push_back(size);
+    strides.push_back(1);
+    return build(sizes, strides, blocks.base * size, map);
+  }
+
   CDP_HOST_DEVICE int64_t operator()(int64_t i) const {
     int64_t offset = base;
     if (fast && i >= 0 && i <= INT32_MAX) {

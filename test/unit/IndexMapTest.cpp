@@ -165,6 +165,21 @@ TEST(IndexMap, ASizeOverTwoToTheThirtyOneDividesIn64Bits) {
     EXPECT_EQ(map(i), definition(sizes, strides, 0, i)) << "index " << i;
 }
 
+TEST(IndexMap, ValuesOfRepeatedBlocks) {
+  // A batched product's operand of batch [2, 1, 3] broadcast to [2, 4, 3],
+  // matrices of 6 values: value e reads blocks(e / 6) * 6 + e % 6.
+  IndexMap blocks, values;
+  ASSERT_TRUE(IndexMap::build({2, 4, 3}, {3, 0, 1}, 1, blocks));
+  ASSERT_TRUE(IndexMap::ofBlocks(blocks, 6, values));
+  for (int64_t e = 0; e < 2 * 2 * 4 * 3 * 6; ++e)
+    ASSERT_EQ(values(e), blocks(e / 6) * 6 + e % 6) << "value " << e;
+  // One matrix for all (no batch): the identity.
+  ASSERT_TRUE(IndexMap::ofBlocks(IndexMap(), 10, values));
+  EXPECT_EQ(values.rank, 1);
+  for (int64_t e = 0; e < 10; ++e)
+    ASSERT_EQ(values(e), e);
+}
+
 TEST(IndexMap, MoreDimensionsThanTheKernelsTakeAfterCollapsing) {
   std::vector<int64_t> sizes(9, 2), permuted(9), contiguous(9);
   int64_t step = 1;

@@ -53,23 +53,20 @@ void roundResult(cudaStream_t stream, NarrowFormat format, float *y,
   launched("round_result");
 }
 
-/// 2-byte patterns of `count` matrices of `size` values each, matrix i read
-/// at `from` + map(i) * size (a broadcast operand repeated), rounded to
-/// nearest: a marked operand's values are exact in the format, so the
-/// patterns hold them whole; a gemm's C written into a 2-byte result (one
-/// value a matrix) is rounded as that result is.
-__global__ void narrowMatrices(const float *from, uint16_t *to, int64_t size,
-                               int64_t total, IndexMap map, bool bf16) {
-  CDP_FOR_EACH(i, total) {
-    to[i] = narrowBitsOf(from[map(i / size) * size + i % size], bf16);
-  }
+/// 2-byte patterns of `total` values, value i read at `from` + map(i) (a
+/// broadcast operand's matrices repeated), rounded to nearest: a marked
+/// operand's values are exact in the format, so the patterns hold them
+/// whole; a gemm's C written into a 2-byte result is rounded as that
+/// result is.
+__global__ void narrowMatrices(const float *from, uint16_t *to, int64_t total,
+                               IndexMap map, bool bf16) {
+  CDP_FOR_EACH(i, total) { to[i] = narrowBitsOf(from[map(i)], bf16); }
 }
 
-/// The 2-byte patterns of `count` matrices of `size` values each, matrix i
-/// read at `from` + map(i) * size (a broadcast operand repeated).
-__global__ void gatherMatrices(const uint16_t *from, uint16_t *to, int64_t size,
+/// The 2-byte patterns of `total` values, value i read at `from` + map(i).
+__global__ void gatherMatrices(const uint16_t *from, uint16_t *to,
                                int64_t total, IndexMap map) {
-  CDP_FOR_EACH(i, total) { to[i] = from[map(i / size) * size + i % size]; }
+  CDP_FOR_EACH(i, total) { to[i] = from[map(i)]; }
 }
 
 /// How a narrow product's operand reaches cuBLAS.
@@ -103,12 +100,23 @@ struct NarrowProduct {
   NarrowFormat format = NarrowFormat::None;
   bool transA = false, transB = false;
   int64_t m = 0, n = 0, k = 0, count = 1;
-  IndexMap aMap, bMap; ///< matrix i of the product reads matrix map(i)
+  /// Value i of the product's A (B), its matrices one after another,
+  /// reads the operand's value map(i).
+  IndexMap aMap, bMap;
   NarrowSource aSource = NarrowSource::Convert, bSource = NarrowSource::Convert;
 
   static bool copied(NarrowSource source) {
     return source == NarrowSource::Convert || source == NarrowSource::Gather;
   }
+  /// The maps of values from those of matrices (matrix i of the product
+  /// reads the operand's matrix ia(i), ib(i)); m, n and k set.
+  void readMatrices(const KernelArgs &args, const IndexMap &ia,
+                    const IndexMap &ib) {
+    if (!IndexMap::ofBlocks(ia, m * k, aMap) ||
+        !IndexMap::ofBlocks(ib, k * n, bMap))
+      args.fail("broadcasts over more dimensions than the CUDA kernels take");
+  }
+
   /// Where B's copy begins, in 2-byte values: 256-byte aligned, as
   /// cuBLAS's fastest tensor-core kernels want their operands.
   int64_t bOffset() const {
@@ -126,9 +134,9 @@ struct NarrowProduct {
            const void *b, float alpha, float beta, void *y,
            bool narrowResult) const {
     auto *a16 = static_cast<uint16_t *>(device.shared());
-    const uint16_t *aIn = prepare(aSource, a, a16, m * k, aMap, stream);
+    const uint16_t *aIn = prepare(aSource, a, a16, count * m * k, aMap, stream);
     const uint16_t *bIn =
-        prepare(bSource, b, a16 + bOffset(), k * n, bMap, stream);
+        prepare(bSource, b, a16 + bOffset(), count * k * n, bMap, stream);
     cudaDataType type =
         format == NarrowFormat::Bfloat16 ? CUDA_R_16BF : CUDA_R_16F;
     checkCublas(cublas().gemmStridedBatchedEx(
@@ -147,19 +155,18 @@ private:
   }
   /// The operand's 2-byte matrices, copied into `block` where they must be.
   const uint16_t *prepare(NarrowSource source, const void *operand,
-                          uint16_t *block, int64_t size, IndexMap map,
+                          uint16_t *block, int64_t total, IndexMap map,
                           cudaStream_t stream) const {
-    int64_t total = count * size;
     if (source == NarrowSource::Convert) {
       narrowMatrices<<<blocksFor(total), kThreads, 0, stream>>>(
-          static_cast<const float *>(operand), block, size, total, map,
+          static_cast<const float *>(operand), block, total, map,
           format == NarrowFormat::Bfloat16);
       launched("narrow operands");
       return block;
     }
     if (source == NarrowSource::Gather) {
       gatherMatrices<<<blocksFor(total), kThreads, 0, stream>>>(
-          static_cast<const uint16_t *>(operand), block, size, total, map);
+          static_cast<const uint16_t *>(operand), block, total, map);
       launched("narrow operands");
       return block;
     }
@@ -184,10 +191,8 @@ std::function<void(const StepContext &)> narrowMatMul(const KernelArgs &args,
   narrow.n = g.n;
   narrow.k = g.k;
   narrow.count = stacked ? 1 : g.count();
-  if (!stacked) {
-    narrow.aMap = ia;
-    narrow.bMap = ib;
-  }
+  narrow.readMatrices(args, stacked ? IndexMap() : ia,
+                      stacked ? IndexMap() : ib);
   narrow.aSource = narrowSourceOf(a, narrow.count, g.aBatch, g.batch);
   narrow.bSource = narrowSourceOf(b, narrow.count, g.bBatch, g.batch);
   CudaDevice &device = deviceOf(args);
@@ -277,6 +282,7 @@ void registerLinalg(KernelRegistry &registry) {
     narrow.k = k;
     narrow.aSource = narrowSourceOf(a, 1, {}, {});
     narrow.bSource = narrowSourceOf(b, 1, {}, {});
+    narrow.readMatrices(args, IndexMap(), IndexMap());
     if (narrow.format != NarrowFormat::None)
       device.reserveShared(narrow.bytes());
     NarrowFormat rounding = roundingOf(args);
@@ -292,7 +298,7 @@ void registerLinalg(KernelRegistry &registry) {
       float effectiveBeta = c.present() ? beta : 0.0f;
       if (c.present() && narrowResult) { // C as m * n one-value matrices
         narrowMatrices<<<blocksFor(m * n), kThreads, 0, streamOf(context)>>>(
-            c.f32(), static_cast<uint16_t *>(y.data), 1, m * n, map,
+            c.f32(), static_cast<uint16_t *>(y.data), m * n, map,
             y.dtype == plan::BF16);
         launched("gemm C");
       } else if (c.present())
