@@ -45,34 +45,45 @@ __global__ void scatterAnyKernel(const T *x, T *y, int64_t n, IndexMap map) {
   CDP_FOR_EACH(i, n) { y[map(i)] = x[i]; }
 }
 
-__global__ void gatherRowsKernel(const char *data, const int64_t *indices,
-                                 char *y, int64_t outer, int64_t count,
-                                 int64_t dim, int64_t rowBytes, int *status) {
-  CDP_FOR_EACH(e, outer * count * rowBytes) {
-    int64_t byte = e % rowBytes, k = e / rowBytes % count,
-            o = e / (rowBytes * count);
-    int64_t index = indices[k];
-    if (index < -dim || index >= dim) {
+/// Where element e of a gather's result (outer x count x inner, in units
+/// of T) comes from: `row` gives o * dim * inner + j and `slot` k, so that
+/// it reads unit `row(e) + indices[k] * inner` (no division by the row's
+/// length in 64 bits per element; IndexMap's dividers).
+struct GatherMaps {
+  IndexMap row, slot;
+  int64_t dim = 0, inner = 0, total = 0;
+
+  GatherMaps(const KernelArgs &args, int64_t outer, int64_t count, int64_t dim,
+             int64_t inner)
+      : row(stridedMap(args, {outer, count, inner}, {dim * inner, 0, 1})),
+        slot(stridedMap(args, {outer, count, inner}, {0, 1, 0})), dim(dim),
+        inner(inner), total(outer * count * inner) {}
+};
+
+template <typename T>
+__global__ void gatherRowsKernel(const T *data, const int64_t *indices, T *y,
+                                 GatherMaps at, int *status) {
+  CDP_FOR_EACH(e, at.total) {
+    int64_t index = indices[at.slot(e)];
+    if (index < -at.dim || index >= at.dim) {
       atomicOr(status, kIndexOutOfRange);
       y[e] = 0;
       continue;
     }
     if (index < 0)
-      index += dim;
-    y[e] = data[(o * dim + index) * rowBytes + byte];
+      index += at.dim;
+    y[e] = data[at.row(e) + index * at.inner];
   }
 }
 
 __global__ void gatherGradKernel(const float *dy, const int64_t *indices,
-                                 float *dx, int64_t outer, int64_t count,
-                                 int64_t dim, int64_t inner, int64_t padding) {
-  CDP_FOR_EACH(e, outer * count * inner) {
-    int64_t j = e % inner, k = e / inner % count, o = e / (inner * count);
-    int64_t index = indices[k];
+                                 float *dx, GatherMaps at, int64_t padding) {
+  CDP_FOR_EACH(e, at.total) {
+    int64_t index = indices[at.slot(e)];
     if (index < 0)
-      index += dim;
-    if (index >= 0 && index < dim && index != padding)
-      atomicAdd(dx + (o * dim + index) * inner + j, dy[e]);
+      index += at.dim;
+    if (index >= 0 && index < at.dim && index != padding)
+      atomicAdd(dx + at.row(e) + index * at.inner, dy[e]);
   }
 }
 
@@ -255,16 +266,25 @@ void registerGather(KernelRegistry &registry) {
                y = args.outputs[0];
     int64_t outer, dim, inner;
     geometry(args, data.shape, outer, dim, inner);
+    // Rows copied in 4-byte units where they are made of them, else bytes.
     int64_t rowBytes = inner * plan::dtypeSize(data.dtype);
+    bool words = rowBytes % 4 == 0;
+    GatherMaps at(args, outer, indices.numel(), dim,
+                  words ? rowBytes / 4 : rowBytes);
     int *status = deviceOf(args).status();
     return [=](const StepContext &context) {
-      int64_t n = outer * indices.numel() * rowBytes;
-      if (n == 0)
+      if (at.total == 0)
         return;
-      gatherRowsKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
-          static_cast<const char *>(data.data), indices.i64(),
-          static_cast<char *>(y.data), outer, indices.numel(), dim, rowBytes,
-          status);
+      if (words)
+        gatherRowsKernel<<<blocksFor(at.total), kThreads, 0,
+                           streamOf(context)>>>(
+            static_cast<const uint32_t *>(data.data), indices.i64(),
+            static_cast<uint32_t *>(y.data), at, status);
+      else
+        gatherRowsKernel<<<blocksFor(at.total), kThreads, 0,
+                           streamOf(context)>>>(
+            static_cast<const char *>(data.data), indices.i64(),
+            static_cast<char *>(y.data), at, status);
       launched("gather");
     };
   });
@@ -275,15 +295,14 @@ void registerGather(KernelRegistry &registry) {
     geometry(args, dx.shape, outer, dim, inner);
     int64_t padding = args.i("padding_idx", -1);
     padding += padding < 0 && args.find("padding_idx") ? dim : 0;
+    GatherMaps at(args, outer, indices.numel(), dim, inner);
     return [=](const StepContext &context) {
       cudaStream_t stream = streamOf(context);
       checkCuda(cudaMemsetAsync(dx.data, 0, byteSize(dx), stream), "memset");
-      int64_t n = outer * indices.numel() * inner;
-      if (n == 0)
+      if (at.total == 0)
         return;
-      gatherGradKernel<<<blocksFor(n), kThreads, 0, stream>>>(
-          dy.f32(), indices.i64(), dx.f32(), outer, indices.numel(), dim, inner,
-          padding);
+      gatherGradKernel<<<blocksFor(at.total), kThreads, 0, stream>>>(
+          dy.f32(), indices.i64(), dx.f32(), at, padding);
       launched("gather_grad");
     };
   });
