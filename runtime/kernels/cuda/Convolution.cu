@@ -101,9 +101,11 @@ Perf pick(const KernelArgs &args, const Perf *perf, int returned) {
   args.fail("cuDNN has no algorithm for this convolution");
 }
 
+/// y[i] += the bias of i's filter (`filter`: [N, filters, plane] onto the
+/// filter's index).
 __global__ void biasKernel(float *y, const float *bias, int64_t n,
-                           int64_t filters, int64_t plane) {
-  CDP_FOR_EACH(i, n) { y[i] += bias[i / plane % filters]; }
+                           IndexMap filter) {
+  CDP_FOR_EACH(i, n) { y[i] += bias[filter(i)]; }
 }
 
 constexpr int kRanked = 16;
@@ -126,6 +128,8 @@ void registerConvolution(KernelRegistry &registry) {
     auto workspace = std::make_shared<Scratch>(device, chosen.memory);
     cudnnHandle_t dnn = device.dnn();
     int64_t plane = y.numel() / std::max<int64_t>(y.shape[0] * y.shape[1], 1);
+    IndexMap filter =
+        stridedMap(args, {y.shape[0], y.shape[1], plane}, {0, 1, 0});
     return [=](const StepContext &context) {
       float one = 1.0f, zero = 0.0f;
       checkCudnn(cudnnConvolutionForward(dnn, &one, d->x, x.data, d->w, w.data,
@@ -135,7 +139,7 @@ void registerConvolution(KernelRegistry &registry) {
                  "cudnnConvolutionForward");
       if (bias.present() && y.numel()) {
         biasKernel<<<blocksFor(y.numel()), kThreads, 0, streamOf(context)>>>(
-            y.f32(), bias.f32(), y.numel(), y.shape[1], plane);
+            y.f32(), bias.f32(), y.numel(), filter);
         launched("conv bias");
       }
     };
