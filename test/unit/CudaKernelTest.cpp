@@ -621,6 +621,13 @@ std::vector<Case> normalizationCases() {
         f32({6, 8, 1}, Fill::Positive)},
        {f32({6, 8, 32}), f32({32}), f32({32})},
        {attr("axis", -1)}},
+      // 50 rows: the parameters' sums in three parts of 17, 17 and 16.
+      {"layer_norm_grad_uneven_parts",
+       "layer_norm_grad",
+       {f32({5, 10, 32}), f32({5, 10, 32}), f32({32}), f32({5, 10, 1}),
+        f32({5, 10, 1}, Fill::Positive)},
+       {f32({5, 10, 32}), f32({32}), f32({32})},
+       {attr("axis", -1)}},
       // dx added to an addend (cdp-fuse-gradient-sums: the residual
       // stream's gradient).
       {"layer_norm_grad_addend",
