@@ -149,9 +149,15 @@ void gatherCopy(cudaStream_t stream, const void *x, void *y, int64_t n,
   else if (width == 4)
     gatherKernel<<<blocks, kThreads, 0, stream>>>(
         static_cast<const float *>(x), static_cast<float *>(y), n, map);
-  else
+  else if (width == 2) // bf16 and fp16 values a plan stores in 2 bytes
+    gatherKernel<<<blocks, kThreads, 0, stream>>>(
+        static_cast<const uint16_t *>(x), static_cast<uint16_t *>(y), n, map);
+  else if (width == 1)
     gatherKernel<<<blocks, kThreads, 0, stream>>>(
         static_cast<const uint8_t *>(x), static_cast<uint8_t *>(y), n, map);
+  else
+    throw RuntimeError("a copy of " + std::to_string(width) +
+                       "-byte elements, which the GPU's copies do not take");
   launched("gather copy");
 }
 
