@@ -186,6 +186,10 @@ void registerPadAndFill(KernelRegistry &registry) {
     TensorView x = args.inputs[0], y = args.outputs[0];
     IndexMap map = padMap(args, x, y);
     double value = args.f("value", 0.0);
+    size_t width = plan::dtypeSize(y.dtype);
+    if (width != 8 && width != 4 && width != 2 && width != 1)
+      args.fail("pads " + std::to_string(width) +
+                "-byte elements, which the GPU's pad does not take");
     return [=](const StepContext &context) {
       cudaStream_t stream = streamOf(context);
       int64_t n = y.numel(), m = x.numel();
@@ -203,10 +207,19 @@ void registerPadAndFill(KernelRegistry &registry) {
         if (m)
           scatterAnyKernel<<<blocksFor(m), kThreads, 0, stream>>>(
               x.f32(), y.f32(), m, map);
-      } else {
-        fillKernel<<<blocksFor(n), kThreads, 0, stream>>>(
-            y.b8(), n, static_cast<uint8_t>(value != 0));
-        if (m)
+      } else { // every byte 0 or 1, as the CPU fills; elements copied whole
+        checkCuda(
+            cudaMemsetAsync(y.data, value != 0 ? 1 : 0, byteSize(y), stream),
+            "pad fill");
+        if (m && width == 4)
+          scatterAnyKernel<<<blocksFor(m), kThreads, 0, stream>>>(
+              static_cast<const uint32_t *>(x.data),
+              static_cast<uint32_t *>(y.data), m, map);
+        else if (m && width == 2)
+          scatterAnyKernel<<<blocksFor(m), kThreads, 0, stream>>>(
+              static_cast<const uint16_t *>(x.data),
+              static_cast<uint16_t *>(y.data), m, map);
+        else if (m)
           scatterAnyKernel<<<blocksFor(m), kThreads, 0, stream>>>(
               x.b8(), y.b8(), m, map);
       }
