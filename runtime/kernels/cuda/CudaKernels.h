@@ -4,8 +4,8 @@
 // ones, and enqueues its work on the device's stream when run: no
 // allocation, no host synchronisation. Index arithmetic that the CPU
 // kernels precompute into tables (broadcasts, transposes, slices) is an
-// IndexMap here: sizes and strides passed by value, the offset computed per
-// element on the GPU.
+// IndexMap here (../IndexMap.h): sizes and strides passed by value, the
+// offset computed per element on the GPU with 32-bit dividers.
 //
 //===----------------------------------------------------------------------===//
 
