@@ -842,6 +842,11 @@ std::vector<Case> lossAndUpdateCases() {
        "softmax_cross_entropy_loss_grad",
        {f32({}), f32({8, 10}), labels({8}, 10)},
        {f32({8, 10})}},
+      // Scores (N, C, d): a row's classes `d` apart.
+      {"softmax_cross_entropy_grad_spatial",
+       "softmax_cross_entropy_loss_grad",
+       {f32({}), f32({2, 4, 3}), labels({2, 3}, 4)},
+       {f32({2, 4, 3})}},
       {"softmax_cross_entropy_classes_last",
        "softmax_cross_entropy_loss",
        {f32({2, 5, 300}), labels({2, 5}, 300)},

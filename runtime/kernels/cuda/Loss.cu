@@ -29,14 +29,6 @@ struct Classes {
     return classesLast ? (n * spatial + i) * classes + c
                        : (n * classes + c) * spatial + i;
   }
-  /// The sample n, class c and position i of the scores' element e.
-  __device__ void split(int64_t e, int64_t &n, int64_t &c, int64_t &i) const {
-    if (classesLast) {
-      c = e % classes, i = e / classes % spatial, n = e / (classes * spatial);
-      return;
-    }
-    i = e % spatial, c = e / spatial % classes, n = e / (spatial * classes);
-  }
   __host__ __device__ int64_t rows() const { return batch * spatial; }
   /// Whether row k's label counts; flags a label out of range.
   __device__ bool valid(int64_t label, int *status) const {
@@ -64,6 +56,20 @@ Classes classesOf(const KernelArgs &args, const std::vector<int64_t> &scores) {
           attrs.ignore_index.has_value(),
           attrs.ignore_index.value_or(0)};
 }
+
+/// The row k = n * spatial + i and the class c of the scores' element e,
+/// through index maps (their 32-bit dividers: a language model's scores
+/// are 200 million elements).
+struct ScoreIndex {
+  IndexMap row, label;
+  ScoreIndex(const KernelArgs &args, const Classes &g)
+      : row(g.classesLast ? stridedMap(args, {g.rows(), g.classes}, {1, 0})
+                          : stridedMap(args, {g.batch, g.classes, g.spatial},
+                                       {g.spatial, 0, 1})),
+        label(g.classesLast ? stridedMap(args, {g.rows(), g.classes}, {0, 1})
+                            : stridedMap(args, {g.batch, g.classes, g.spatial},
+                                         {0, 1, 0})) {}
+};
 
 /// Row (n, i)'s largest score and the log of its sum of exponentials, as
 /// every thread of the row's block sees them (block reductions: the same
@@ -166,15 +172,14 @@ __device__ double factorOf(const Classes &g, int64_t k, int64_t label,
   return upstream * (weights ? weights[label] : 1.0) / denominator;
 }
 
-__global__ void softmaxLossGradKernel(Classes g, const float *dloss,
-                                      const float *logp, const int64_t *labels,
+__global__ void softmaxLossGradKernel(Classes g, ScoreIndex at,
+                                      const float *dloss, const float *logp,
+                                      const int64_t *labels,
                                       const float *weights,
                                       const double *denominator, void *dx,
                                       NarrowFormat rounding, bool twoBytes) {
   CDP_FOR_EACH(e, g.rows() * g.classes) {
-    int64_t n, c, i;
-    g.split(e, n, c, i);
-    int64_t k = n * g.spatial + i, label = labels[k];
+    int64_t k = at.row(e), c = at.label(e), label = labels[k];
     double factor = factorOf(g, k, label, dloss, weights, *denominator);
     double p = exp(static_cast<double>(logp[e]));
     storeResult(dx, e,
@@ -279,6 +284,7 @@ void registerLoss(KernelRegistry &registry) {
         NarrowFormat rounding = roundingOf(args);
         bool twoBytes = storedInTwoBytes(dx);
         bool fromScores = args.i("from_scores", 0) != 0;
+        ScoreIndex at(args, g);
         return [=](const StepContext &context) {
           cudaStream_t stream = streamOf(context);
           denominatorKernel<<<1, kThreads, 0, stream>>>(
@@ -291,7 +297,7 @@ void registerLoss(KernelRegistry &registry) {
                 denominator->as<double>(), dx.data, rounding, twoBytes);
           else if (n)
             softmaxLossGradKernel<<<blocksFor(n), kThreads, 0, stream>>>(
-                g, dloss.f32(), logp.f32(), labels.i64(), weights,
+                g, at, dloss.f32(), logp.f32(), labels.i64(), weights,
                 denominator->as<double>(), dx.data, rounding, twoBytes);
           launched("softmax_cross_entropy_loss_grad");
         };
