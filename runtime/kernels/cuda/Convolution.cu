@@ -112,6 +112,13 @@ constexpr int kRanked = 16;
 
 } // namespace
 
+/// conv_grad_weight by our deterministic kernel where it takes the filter
+/// (ConvGradWeight.cu), else null.
+std::function<void(const StepContext &)>
+directConvGradWeight(const KernelArgs &args);
+
+namespace {} // namespace
+
 void registerConvolution(KernelRegistry &registry) {
   addKernel(registry, "conv", [](const KernelArgs &args) {
     TensorView x = args.inputs[0], w = args.inputs[1], y = args.outputs[0];
@@ -169,29 +176,37 @@ void registerConvolution(KernelRegistry &registry) {
     };
   });
 
-  addKernel(registry, "conv_grad_weight", [](const KernelArgs &args) {
-    TensorView dy = args.inputs[0], x = args.inputs[1], dw = args.outputs[0];
-    auto d =
-        std::make_shared<ConvDescriptors>(args, x.shape, dw.shape, dy.shape);
-    CudaDevice &device = deviceOf(args);
-    cudnnConvolutionBwdFilterAlgoPerf_t perf[kRanked];
-    int returned = 0;
-    checkCudnn(
-        cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-            device.dnn(), d->x, d->y, d->conv, d->w, kRanked, &returned, perf),
-        "cudnn backward-filter algorithm");
-    cudnnConvolutionBwdFilterAlgoPerf_t chosen = pick(args, perf, returned);
-    auto workspace = std::make_shared<Scratch>(device, chosen.memory);
-    cudnnHandle_t dnn = device.dnn();
-    return [=](const StepContext &) {
-      float one = 1.0f, zero = 0.0f;
-      checkCudnn(cudnnConvolutionBackwardFilter(
-                     dnn, &one, d->x, x.data, d->y, dy.data, d->conv,
-                     chosen.algo, workspace->as<void>(), chosen.memory, &zero,
-                     d->w, dw.data),
-                 "cudnnConvolutionBackwardFilter");
-    };
-  });
+  addKernel(
+      registry, "conv_grad_weight",
+      [](const KernelArgs &args) -> std::function<void(const StepContext &)> {
+        TensorView dy = args.inputs[0], x = args.inputs[1],
+                   dw = args.outputs[0];
+        auto d = std::make_shared<ConvDescriptors>(args, x.shape, dw.shape,
+                                                   dy.shape);
+        // Few channels, the same bits every run: ours (ConvGradWeight.cu);
+        // cuDNN's deterministic algorithms are slow there.
+        if (!CudaDevice::nondeterministicAllowed())
+          if (auto direct = directConvGradWeight(args))
+            return direct;
+        CudaDevice &device = deviceOf(args);
+        cudnnConvolutionBwdFilterAlgoPerf_t perf[kRanked];
+        int returned = 0;
+        checkCudnn(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                       device.dnn(), d->x, d->y, d->conv, d->w, kRanked,
+                       &returned, perf),
+                   "cudnn backward-filter algorithm");
+        cudnnConvolutionBwdFilterAlgoPerf_t chosen = pick(args, perf, returned);
+        auto workspace = std::make_shared<Scratch>(device, chosen.memory);
+        cudnnHandle_t dnn = device.dnn();
+        return [=](const StepContext &) {
+          float one = 1.0f, zero = 0.0f;
+          checkCudnn(cudnnConvolutionBackwardFilter(
+                         dnn, &one, d->x, x.data, d->y, dy.data, d->conv,
+                         chosen.algo, workspace->as<void>(), chosen.memory,
+                         &zero, d->w, dw.data),
+                     "cudnnConvolutionBackwardFilter");
+        };
+      });
 }
 
 } // namespace cdp::runtime::cuda
