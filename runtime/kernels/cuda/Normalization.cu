@@ -17,11 +17,14 @@ namespace cdp::runtime::cuda {
 namespace {
 
 /// Batch norm's channel c of element i of an (N, C, spatial) tensor.
+/// The channel of element i of an (N, C, spatial...) tensor: an IndexMap of
+/// [N, C, spatial] onto C (its 32-bit dividers, not two 64-bit divisions).
 struct ChannelOf {
-  int64_t channels, spatial;
-  __device__ int64_t operator()(int64_t i) const {
-    return i / spatial % channels;
-  }
+  IndexMap map;
+  ChannelOf(const KernelArgs &args, const std::vector<int64_t> &shape)
+      : map(stridedMap(args, {shape[0], shape[1], product(shape, 2)},
+                       {0, 1, 0})) {}
+  __device__ int64_t operator()(int64_t i) const { return map(i); }
 };
 
 struct BatchNormParams {
@@ -291,7 +294,7 @@ void registerBatchNorm(KernelRegistry &registry) {
     ops::BatchNormAttributes attrs = ops::BatchNormAttributes::read(args);
     BatchNormParams p{attrs.epsilon, attrs.momentum, attrs.training_mode,
                       attrs.unbiased_running_var, sums->sum.count()};
-    ChannelOf channelOf{x.shape[1], product(x.shape, 2)};
+    ChannelOf channelOf(args, x.shape);
     return [=](const StepContext &context) {
       cudaStream_t stream = streamOf(context);
       int64_t channels = sums->channels, n = x.numel();
@@ -323,7 +326,7 @@ void registerBatchNorm(KernelRegistry &registry) {
         ops::BatchNormGradAttributes::read(args);
     BatchNormParams p{attrs.epsilon, 0.0, attrs.training_mode, false,
                       sums->sum.count()};
-    ChannelOf channelOf{x.shape[1], product(x.shape, 2)};
+    ChannelOf channelOf(args, x.shape);
     return [=](const StepContext &context) {
       cudaStream_t stream = streamOf(context);
       int64_t channels = sums->channels, n = x.numel();
