@@ -266,6 +266,16 @@ void registerPadAndFill(KernelRegistry &registry) {
   });
 }
 
+} // namespace
+
+/// gather_grad summing each table row's positions in order (GatherGrad.cu),
+/// or null where there are too many positions.
+std::function<void(const StepContext &)>
+gatherGradInOrder(const KernelArgs &args, int64_t outer, int64_t dim,
+                  int64_t inner, int64_t padding);
+
+namespace {
+
 void registerGather(KernelRegistry &registry) {
   auto geometry = [](const KernelArgs &args, const std::vector<int64_t> &data,
                      int64_t &outer, int64_t &dim, int64_t &inner) {
@@ -301,24 +311,32 @@ void registerGather(KernelRegistry &registry) {
       launched("gather");
     };
   });
-  addKernel(registry, "gather_grad", [geometry](const KernelArgs &args) {
-    TensorView dy = args.inputs[0], indices = args.inputs[1],
-               dx = args.outputs[0];
-    int64_t outer, dim, inner;
-    geometry(args, dx.shape, outer, dim, inner);
-    int64_t padding = args.i("padding_idx", -1);
-    padding += padding < 0 && args.find("padding_idx") ? dim : 0;
-    GatherMaps at(args, outer, indices.numel(), dim, inner);
-    return [=](const StepContext &context) {
-      cudaStream_t stream = streamOf(context);
-      checkCuda(cudaMemsetAsync(dx.data, 0, byteSize(dx), stream), "memset");
-      if (at.total == 0)
-        return;
-      gatherGradKernel<<<blocksFor(at.total), kThreads, 0, stream>>>(
-          dy.f32(), indices.i64(), dx.f32(), at, padding);
-      launched("gather_grad");
-    };
-  });
+  addKernel(
+      registry, "gather_grad",
+      [geometry](
+          const KernelArgs &args) -> std::function<void(const StepContext &)> {
+        TensorView dy = args.inputs[0], indices = args.inputs[1],
+                   dx = args.outputs[0];
+        int64_t outer, dim, inner;
+        geometry(args, dx.shape, outer, dim, inner);
+        int64_t padding = args.i("padding_idx", -1);
+        padding += padding < 0 && args.find("padding_idx") ? dim : 0;
+        // In position order, as the CPU adds (GatherGrad.cu), where the
+        // positions are few enough; else atomic adds, whose order varies.
+        if (auto inOrder = gatherGradInOrder(args, outer, dim, inner, padding))
+          return inOrder;
+        GatherMaps at(args, outer, indices.numel(), dim, inner);
+        return [=](const StepContext &context) {
+          cudaStream_t stream = streamOf(context);
+          checkCuda(cudaMemsetAsync(dx.data, 0, byteSize(dx), stream),
+                    "memset");
+          if (at.total == 0)
+            return;
+          gatherGradKernel<<<blocksFor(at.total), kThreads, 0, stream>>>(
+              dy.f32(), indices.i64(), dx.f32(), at, padding);
+          launched("gather_grad");
+        };
+      });
 }
 
 } // namespace
