@@ -70,6 +70,18 @@ report() { # name status detail
   fi
 }
 
+# A case's inputs into the array `feeds`: input and labels, or the names
+# its feeds.txt lists (the transformers' input_ids, attention_mask, ...).
+case_feeds() { # case_dir
+  feeds=(--feed input="$1/x.npy" --feed labels="$1/labels.npy")
+  if [ -f "$1/feeds.txt" ]; then
+    feeds=()
+    for feed in $(cat "$1/feeds.txt"); do
+      feeds+=(--feed "$feed=$1/$feed.npy")
+    done
+  fi
+}
+
 # One case: its verdict line in $results/NAME ("0 detail" or "1 detail").
 run_case() { # case_dir results
   local case_dir=$1 name work nccl_debug feeds status detail
@@ -78,15 +90,7 @@ run_case() { # case_dir results
   # *-nccl cases must reduce through NCCL: its own log says it initialized.
   nccl_debug=""
   case "$name" in *-nccl) nccl_debug=INFO ;; esac
-  # A case's inputs: input and labels, or the names its feeds.txt lists
-  # (the transformers' input_ids, attention_mask, ...).
-  feeds=(--feed input="$case_dir/x.npy" --feed labels="$case_dir/labels.npy")
-  if [ -f "$case_dir/feeds.txt" ]; then
-    feeds=()
-    for feed in $(cat "$case_dir/feeds.txt"); do
-      feeds+=(--feed "$feed=$case_dir/$feed.npy")
-    done
-  fi
+  case_feeds "$case_dir"
   NCCL_DEBUG=$nccl_debug bounded "$CASE_TIMEOUT" "$HERE/bin/cdp-run" \
     "$case_dir/plan.cdp" --backend cuda "${feeds[@]}" --steps 3 \
     --dump-params "$work/gpu" > "$work/log" 2>&1
@@ -156,13 +160,14 @@ run_checks() {
   # reductions in flight (NCCL's, and the devices' links' blocks), ZeRO 3's
   # shard moments and an fp16 plan's update counts, which the device keeps:
   # training resumed from step 2 equals training straight through, bit for
-  # bit.
+  # bit. GPT-2's embeddings' gradients are summed in position order (no
+  # atomic adds), so it resumes bit for bit too.
   for name in lenet-single lenet-dp resnet-1f1b transformer-cdp-nccl transformer-cdp4 \
-      lenet-fp16-dp transformer-dp-zero3; do
+      lenet-fp16-dp transformer-dp-zero3 hf-gpt2-ts; do
     case_dir="$HERE/cases/$name"
     [ -d "$case_dir" ] || continue
     work=$(mktemp -d)
-    feeds=(--feed input="$case_dir/x.npy" --feed labels="$case_dir/labels.npy")
+    case_feeds "$case_dir"
     run=(bounded "$CASE_TIMEOUT" "$HERE/bin/cdp-run" "$case_dir/plan.cdp" --backend cuda "${feeds[@]}")
     "${run[@]}" --steps 4 --dump-params "$work/straight" > "$work/log" 2>&1 &&
       "${run[@]}" --steps 2 --checkpoint "$work/ck" >> "$work/log" 2>&1 &&
