@@ -1,5 +1,6 @@
 //===- Shape.cpp - data movement and reductions on the CPU ----------------===//
 
+#include "../GatherGeometry.h"
 #include "CpuKernels.h"
 #include "Transposition.h"
 
@@ -265,18 +266,11 @@ static void registerSlicing(KernelRegistry &registry) {
 
 /// Gather and its gradient along one axis.
 static void registerGathers(KernelRegistry &registry) {
-  auto gatherGeometry = [](const KernelArgs &args,
-                           const std::vector<int64_t> &data, int64_t &outer,
-                           int64_t &dim, int64_t &inner) {
-    int64_t axis = normalizeAxis(args.i("axis", 0), data.size());
-    splitAxis(data, axis, outer, dim, inner);
-  };
-
-  addKernel(registry, "gather", [gatherGeometry](const KernelArgs &args) {
+  addKernel(registry, "gather", [](const KernelArgs &args) {
     TensorView data = args.inputs[0], indices = args.inputs[1],
                y = args.outputs[0];
-    int64_t outer, dim, inner;
-    gatherGeometry(args, data.shape, outer, dim, inner);
+    GatherGeometry g(args, data.shape);
+    int64_t outer = g.outer, dim = g.dim, inner = g.inner;
     size_t width = elementSize(data);
     std::string location = args.instruction->location();
     return [=](const StepContext &) {
@@ -299,14 +293,11 @@ static void registerGathers(KernelRegistry &registry) {
     };
   });
 
-  addKernel(registry, "gather_grad", [gatherGeometry](const KernelArgs &args) {
+  addKernel(registry, "gather_grad", [](const KernelArgs &args) {
     TensorView dy = args.inputs[0], indices = args.inputs[1],
                dx = args.outputs[0];
-    int64_t outer, dim, inner;
-    gatherGeometry(args, dx.shape, outer, dim, inner);
-    // nn.Embedding's padding_idx: its lookups give that row nothing.
-    int64_t padding = args.i("padding_idx", -1);
-    padding += padding < 0 && args.find("padding_idx") ? dim : 0;
+    GatherGeometry g(args, dx.shape);
+    int64_t outer = g.outer, dim = g.dim, inner = g.inner, padding = g.padding;
     return [=](const StepContext &) {
       std::fill(dx.f32(), dx.f32() + dx.numel(), 0.0f);
       int64_t count = indices.numel();

@@ -1,5 +1,6 @@
 //===- Shape.cu - data movement and reductions on the GPU -----------------===//
 
+#include "../GatherGeometry.h"
 #include "CudaKernels.h"
 #include "Reduce.cuh"
 
@@ -277,18 +278,11 @@ gatherGradInOrder(const KernelArgs &args, int64_t outer, int64_t dim,
 namespace {
 
 void registerGather(KernelRegistry &registry) {
-  auto geometry = [](const KernelArgs &args, const std::vector<int64_t> &data,
-                     int64_t &outer, int64_t &dim, int64_t &inner) {
-    int64_t axis = normalizeAxis(args.i("axis", 0), data.size());
-    outer = product(data, 0, axis);
-    dim = data[axis];
-    inner = product(data, axis + 1);
-  };
-  addKernel(registry, "gather", [geometry](const KernelArgs &args) {
+  addKernel(registry, "gather", [](const KernelArgs &args) {
     TensorView data = args.inputs[0], indices = args.inputs[1],
                y = args.outputs[0];
-    int64_t outer, dim, inner;
-    geometry(args, data.shape, outer, dim, inner);
+    GatherGeometry g(args, data.shape);
+    int64_t outer = g.outer, dim = g.dim, inner = g.inner;
     // Rows copied in 4-byte units where they are made of them, else bytes.
     int64_t rowBytes = inner * plan::dtypeSize(data.dtype);
     bool words = rowBytes % 4 == 0;
@@ -313,14 +307,12 @@ void registerGather(KernelRegistry &registry) {
   });
   addKernel(
       registry, "gather_grad",
-      [geometry](
-          const KernelArgs &args) -> std::function<void(const StepContext &)> {
+      [](const KernelArgs &args) -> std::function<void(const StepContext &)> {
         TensorView dy = args.inputs[0], indices = args.inputs[1],
                    dx = args.outputs[0];
-        int64_t outer, dim, inner;
-        geometry(args, dx.shape, outer, dim, inner);
-        int64_t padding = args.i("padding_idx", -1);
-        padding += padding < 0 && args.find("padding_idx") ? dim : 0;
+        GatherGeometry g(args, dx.shape);
+        int64_t outer = g.outer, dim = g.dim, inner = g.inner,
+                padding = g.padding;
         // In position order, as the CPU adds (GatherGrad.cu), where the
         // positions are few enough; else atomic adds, whose order varies.
         if (auto inOrder = gatherGradInOrder(args, outer, dim, inner, padding))
