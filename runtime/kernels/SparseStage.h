@@ -65,6 +65,21 @@ inline TensorView devicePart(const TensorView &all, size_t j, size_t devices) {
   return view;
 }
 
+/// An absorb kernel's checkpointed state: its step count and, where its
+/// rule keeps one (`momentum` non-null), the momentum buffer laid out as
+/// the weights. One shape for both backends' kernels.
+inline KernelState absorbState(int64_t &steps, const TensorView &weights,
+                               void *momentum) {
+  KernelState result;
+  result.counter = &steps;
+  if (momentum) {
+    TensorView view = weights;
+    view.data = momentum;
+    result.tensors.emplace_back("momentum_buffer", view);
+  }
+  return result;
+}
+
 } // namespace cdp::runtime
 
 #endif // CDP_RUNTIME_KERNELS_SPARSESTAGE_H

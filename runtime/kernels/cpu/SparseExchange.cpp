@@ -59,14 +59,8 @@ public:
   }
 
   KernelState state() override {
-    KernelState result;
-    result.counter = &steps;
-    if (!momentum.empty()) {
-      TensorView view = weights;
-      view.data = momentum.data();
-      result.tensors.emplace_back("momentum_buffer", view);
-    }
-    return result;
+    return absorbState(steps, weights,
+                       momentum.empty() ? nullptr : momentum.data());
   }
 
 private:

@@ -271,14 +271,8 @@ public:
   }
 
   KernelState state() override {
-    KernelState result;
-    result.counter = &steps;
-    if (momentum) {
-      TensorView view = weights;
-      view.data = momentum->as<void>();
-      result.tensors.emplace_back("momentum_buffer", view);
-    }
-    return result;
+    return absorbState(steps, weights,
+                       momentum ? momentum->as<void>() : nullptr);
   }
 
 private:
