@@ -50,6 +50,17 @@ std::vector<int64_t> broadcastStrides(const std::vector<int64_t> &in,
   return strides;
 }
 
+IndexMap coordinateMap(const KernelArgs &args,
+                       const std::vector<int64_t> &sizes, size_t d) {
+  std::vector<int64_t> strides(sizes.size(), 0);
+  strides[d] = 1;
+  return stridedMap(args, sizes, strides);
+}
+
+IndexMap channelMap(const KernelArgs &args, const std::vector<int64_t> &shape) {
+  return coordinateMap(args, {shape[0], shape[1], product(shape, 2)}, 1);
+}
+
 IndexMap broadcastMap(const KernelArgs &args, const std::vector<int64_t> &in,
                       const std::vector<int64_t> &out) {
   return stridedMap(args, out, broadcastStrides(in, out));

@@ -123,9 +123,9 @@ directConvGradWeight(const KernelArgs &args) {
       1024 / pairs, 1, std::clamp<int64_t>(g.positions / 1024, 1, 65535));
   g.chunk = (g.positions + g.parts - 1) / g.parts;
   std::vector<int64_t> sizes = {dy.shape[0], g.outH, g.outW};
-  g.batchOf = stridedMap(args, sizes, {1, 0, 0});
-  g.rowOf = stridedMap(args, sizes, {0, 1, 0});
-  g.columnOf = stridedMap(args, sizes, {0, 0, 1});
+  g.batchOf = coordinateMap(args, sizes, 0);
+  g.rowOf = coordinateMap(args, sizes, 1);
+  g.columnOf = coordinateMap(args, sizes, 2);
   int64_t taps = dw.shape[2] * dw.shape[3], weights = dw.numel();
   auto scratch = std::make_shared<Scratch>(
       deviceOf(args),

@@ -101,8 +101,7 @@ Perf pick(const KernelArgs &args, const Perf *perf, int returned) {
   args.fail("cuDNN has no algorithm for this convolution");
 }
 
-/// y[i] += the bias of i's filter (`filter`: [N, filters, plane] onto the
-/// filter's index).
+/// y[i] += the bias of i's filter (`filter`: its output channel).
 __global__ void biasKernel(float *y, const float *bias, int64_t n,
                            IndexMap filter) {
   CDP_FOR_EACH(i, n) { y[i] += bias[filter(i)]; }
@@ -134,9 +133,7 @@ void registerConvolution(KernelRegistry &registry) {
     cudnnConvolutionFwdAlgoPerf_t chosen = pick(args, perf, returned);
     auto workspace = std::make_shared<Scratch>(device, chosen.memory);
     cudnnHandle_t dnn = device.dnn();
-    int64_t plane = y.numel() / std::max<int64_t>(y.shape[0] * y.shape[1], 1);
-    IndexMap filter =
-        stridedMap(args, {y.shape[0], y.shape[1], plane}, {0, 1, 0});
+    IndexMap filter = channelMap(args, y.shape);
     return [=](const StepContext &context) {
       float one = 1.0f, zero = 0.0f;
       checkCudnn(cudnnConvolutionForward(dnn, &one, d->x, x.data, d->w, w.data,

@@ -79,6 +79,12 @@ size_t byteSize(const TensorView &view);
 /// (0 where `in` repeats).
 std::vector<int64_t> broadcastStrides(const std::vector<int64_t> &in,
                                       const std::vector<int64_t> &out);
+/// Iterating `sizes`, an element's index along dimension `d` (a slot, a
+/// row, a class), with the maps' 32-bit dividers.
+IndexMap coordinateMap(const KernelArgs &args,
+                       const std::vector<int64_t> &sizes, size_t d);
+/// The channel of each element of an (N, C, spatial...) tensor.
+IndexMap channelMap(const KernelArgs &args, const std::vector<int64_t> &shape);
 /// Iterating `out`, the element of `in` numpy broadcasting reads.
 IndexMap broadcastMap(const KernelArgs &args, const std::vector<int64_t> &in,
                       const std::vector<int64_t> &out);

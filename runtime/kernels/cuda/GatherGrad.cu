@@ -131,7 +131,7 @@ gatherGradInOrder(const KernelArgs &args, int64_t outer, int64_t dim,
   r.count = count, r.dim = dim, r.inner = inner;
   r.total = count * outer * inner;
   std::vector<int64_t> sizes = {count, outer, inner};
-  r.slot = stridedMap(args, sizes, {1, 0, 0});
+  r.slot = coordinateMap(args, sizes, 0);
   r.gradient = stridedMap(args, sizes, {0, count * inner, 1});
   r.table = stridedMap(args, sizes, {0, dim * inner, 1});
   // keys, ranks, order (a position each), counts (a row each and the

@@ -66,9 +66,9 @@ struct ScoreIndex {
       : row(g.classesLast ? stridedMap(args, {g.rows(), g.classes}, {1, 0})
                           : stridedMap(args, {g.batch, g.classes, g.spatial},
                                        {g.spatial, 0, 1})),
-        label(g.classesLast ? stridedMap(args, {g.rows(), g.classes}, {0, 1})
-                            : stridedMap(args, {g.batch, g.classes, g.spatial},
-                                         {0, 1, 0})) {}
+        label(g.classesLast
+                  ? coordinateMap(args, {g.rows(), g.classes}, 1)
+                  : coordinateMap(args, {g.batch, g.classes, g.spatial}, 1)) {}
 };
 
 /// Row (n, i)'s largest score and the log of its sum of exponentials, as

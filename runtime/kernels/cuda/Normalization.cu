@@ -16,17 +16,6 @@ namespace cdp::runtime::cuda {
 
 namespace {
 
-/// Batch norm's channel c of element i of an (N, C, spatial) tensor.
-/// The channel of element i of an (N, C, spatial...) tensor: an IndexMap of
-/// [N, C, spatial] onto C (its 32-bit dividers, not two 64-bit divisions).
-struct ChannelOf {
-  IndexMap map;
-  ChannelOf(const KernelArgs &args, const std::vector<int64_t> &shape)
-      : map(stridedMap(args, {shape[0], shape[1], product(shape, 2)},
-                       {0, 1, 0})) {}
-  __device__ int64_t operator()(int64_t i) const { return map(i); }
-};
-
 struct BatchNormParams {
   double epsilon, momentum;
   bool training, unbiased;
@@ -62,7 +51,7 @@ __global__ void batchNormCoefficientsKernel(
 }
 
 __global__ void batchNormApplyKernel(const float *x, float *y, int64_t n,
-                                     ChannelOf channelOf,
+                                     IndexMap channelOf,
                                      const double *coefficients) {
   CDP_FOR_EACH(i, n) {
     int64_t c = channelOf(i);
@@ -98,7 +87,7 @@ __global__ void batchNormGradCoefficientsKernel(
 
 __global__ void batchNormGradApplyKernel(const float *dy, const float *x,
                                          float *dx, int64_t n,
-                                         ChannelOf channelOf,
+                                         IndexMap channelOf,
                                          const double *coefficients) {
   CDP_FOR_EACH(i, n) {
     const double *k = coefficients + 5 * channelOf(i);
@@ -294,7 +283,7 @@ void registerBatchNorm(KernelRegistry &registry) {
     ops::BatchNormAttributes attrs = ops::BatchNormAttributes::read(args);
     BatchNormParams p{attrs.epsilon, attrs.momentum, attrs.training_mode,
                       attrs.unbiased_running_var, sums->sum.count()};
-    ChannelOf channelOf(args, x.shape);
+    IndexMap channelOf = channelMap(args, x.shape);
     return [=](const StepContext &context) {
       cudaStream_t stream = streamOf(context);
       int64_t channels = sums->channels, n = x.numel();
@@ -326,7 +315,7 @@ void registerBatchNorm(KernelRegistry &registry) {
         ops::BatchNormGradAttributes::read(args);
     BatchNormParams p{attrs.epsilon, 0.0, attrs.training_mode, false,
                       sums->sum.count()};
-    ChannelOf channelOf(args, x.shape);
+    IndexMap channelOf = channelMap(args, x.shape);
     return [=](const StepContext &context) {
       cudaStream_t stream = streamOf(context);
       int64_t channels = sums->channels, n = x.numel();

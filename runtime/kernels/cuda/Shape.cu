@@ -57,7 +57,7 @@ struct GatherMaps {
   GatherMaps(const KernelArgs &args, int64_t outer, int64_t count, int64_t dim,
              int64_t inner)
       : row(stridedMap(args, {outer, count, inner}, {dim * inner, 0, 1})),
-        slot(stridedMap(args, {outer, count, inner}, {0, 1, 0})), dim(dim),
+        slot(coordinateMap(args, {outer, count, inner}, 1)), dim(dim),
         inner(inner), total(outer * count * inner) {}
 };
 
