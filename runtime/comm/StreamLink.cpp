@@ -75,17 +75,19 @@ std::shared_ptr<DeviceBlock> StreamLink::stashHost(const char *host,
   return block;
 }
 
-const StreamLink::Block &StreamLink::waitFor(const DeviceBlock &block) {
+const StreamLink::Block &StreamLink::waitFor(const DeviceBlock &block,
+                                             StreamOps *stream) {
   auto *ours = dynamic_cast<const Block *>(&block);
   if (!ours || ours->domain() != domain())
     throw RuntimeError("a device block read outside its domain (an internal "
                        "error)");
-  ops->wait(*ours->ready);
+  (stream ? *stream : *ops).wait(*ours->ready);
   return *ours;
 }
 
-void StreamLink::doneReading(const std::vector<const Block *> &blocks) {
-  std::shared_ptr<StreamEvent> read = ops->record();
+void StreamLink::doneReading(const std::vector<const Block *> &blocks,
+                             StreamOps *stream) {
+  std::shared_ptr<StreamEvent> read = (stream ? *stream : *ops).record();
   for (const Block *block : blocks) {
     std::lock_guard<std::mutex> lock(block->mutex);
     block->reads.push_back(read);
@@ -173,6 +175,72 @@ void StreamLink::sumRange(const std::vector<const DeviceBlock *> &blocks,
     ops->zero(to + std::max<int64_t>(count, 0),
               (out.count - std::max<int64_t>(count, 0)) * 4);
   doneReading(ours);
+}
+
+void StreamLink::addRoute(int peer, bool outgoing,
+                          std::shared_ptr<StreamOps> route) {
+  if (route->domain() != domain())
+    throw RuntimeError("a route's stream outside its device's domain (an "
+                       "internal error)");
+  routes[{peer, outgoing}] = std::move(route);
+}
+
+bool StreamLink::reaches(int peer, bool outgoing) const {
+  return routes.count({peer, outgoing}) > 0;
+}
+
+const std::shared_ptr<StreamOps> &StreamLink::route(int peer,
+                                                    bool outgoing) const {
+  auto it = routes.find({peer, outgoing});
+  if (it == routes.end())
+    throw RuntimeError(std::string("no route ") + (outgoing ? "to" : "from") +
+                       " device " + std::to_string(peer) +
+                       " (an internal error)");
+  return it->second;
+}
+
+// The route's stream reads the block like any reader: it waits for the
+// sender's copy and records its own event once the send is queued, and the
+// block is released on the sender's stream after that event (so after the
+// bytes left, however long the receiver takes to ask for them).
+void StreamLink::sendAcross(int peer, const DeviceBlock &block) {
+  StreamOps &stream = *route(peer, /*outgoing=*/true);
+  const Block &source = waitFor(block, &stream);
+  stream.sendAcross(source.memory, source.size);
+  doneReading({&source}, &stream);
+}
+
+// The block belongs to the route's stream: allocated and filled there, and
+// released there after its readers (this device's stream) are done.
+std::shared_ptr<DeviceBlock> StreamLink::receiveAcross(int peer,
+                                                       int64_t bytes) {
+  const std::shared_ptr<StreamOps> &stream = route(peer, /*outgoing=*/false);
+  auto block = std::make_shared<Block>(stream, bytes);
+  stream->receiveAcross(block->memory, bytes);
+  block->ready = stream->record();
+  return block;
+}
+
+void DeviceLink::sendAcross(int peer, const DeviceBlock &) {
+  throw RuntimeError("device " + std::to_string(peer) +
+                     " is not reached from this device's memory (an internal "
+                     "error)");
+}
+
+std::shared_ptr<DeviceBlock> DeviceLink::receiveAcross(int peer, int64_t) {
+  throw RuntimeError("device " + std::to_string(peer) +
+                     " is not reached from this device's memory (an internal "
+                     "error)");
+}
+
+void StreamOps::sendAcross(const void *, int64_t) {
+  throw RuntimeError("a stream with no route sends across (an internal "
+                     "error)");
+}
+
+void StreamOps::receiveAcross(void *, int64_t) {
+  throw RuntimeError("a stream with no route receives across (an internal "
+                     "error)");
 }
 
 } // namespace cdp::runtime

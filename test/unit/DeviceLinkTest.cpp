@@ -181,6 +181,44 @@ TEST(DeviceLink, AcrossGpusAndToTheHostByTheHost) {
   EXPECT_TRUE(gpu0.errors.empty() && gpu1.errors.empty());
 }
 
+// A route to a device of another process (NCCL's send and receive over
+// the pair's stream, here a wire between two GPUs): messages arrive in the
+// order sent, with what the sender's stream had written when it sent, and
+// the sender's block is released only after its bytes left.
+TEST(DeviceLink, RoutesAcrossCarryMessagesInOrder) {
+  LazyGpu gpu0(0), gpu1(1);
+  GpuDevice a(gpu0), b(gpu1);
+  auto wire = std::make_shared<test::QueueWire>();
+  auto out = std::make_shared<LazyStream>(gpu0, wire);
+  auto in = std::make_shared<LazyStream>(gpu1, wire);
+  a.link.addRoute(1, /*outgoing=*/true, out);
+  b.link.addRoute(0, /*outgoing=*/false, in);
+  EXPECT_TRUE(a.link.reaches(1, true));
+  EXPECT_FALSE(a.link.reaches(1, false));
+  EXPECT_FALSE(b.link.reaches(0, true));
+  float *x = a.tensor({1, 2, 3});
+  a.link.sendAcross(1, *a.link.stash({a.buffer(x, 3)}));
+  a.stream->write(x, {9, 9}); // the sender goes on writing its tensor
+  a.link.sendAcross(1, *a.link.stash({a.buffer(x, 2)}));
+  std::shared_ptr<DeviceBlock> first = b.link.receiveAcross(0, 12);
+  std::shared_ptr<DeviceBlock> second = b.link.receiveAcross(0, 8);
+  float *y = b.tensor({0, 0, 0}), *z = b.tensor({0, 0});
+  b.link.copyOut(*second, {b.buffer(z, 2)});
+  b.link.copyOut(*first, {b.buffer(y, 3)});
+  first.reset();
+  second.reset();
+  EXPECT_EQ(b.stream->read(y, 3), std::vector<float>({1, 2, 3}));
+  EXPECT_EQ(b.stream->read(z, 2), std::vector<float>({9, 9}));
+  for (LazyStream *stream : {a.stream.get(), b.stream.get(), in.get()})
+    stream->finish();                   // a GPU runs every stream on its own
+  EXPECT_EQ(gpu0.liveAllocations(), 1); // x; both sent blocks released
+  EXPECT_EQ(gpu1.liveAllocations(), 2); // y and z
+  EXPECT_EQ(gpu0.downloads + gpu1.downloads, 0);
+  EXPECT_TRUE(gpu0.errors.empty()) << gpu0.errors.front();
+  EXPECT_TRUE(gpu1.errors.empty()) << gpu1.errors.front();
+  EXPECT_THROW(a.link.receiveAcross(1, 4), RuntimeError);
+}
+
 // A reduction with a host device among GPU ones is summed on the host,
 // the same bits.
 TEST(DeviceLink, MixedReductionSumsOnTheHost) {

@@ -8,7 +8,10 @@
 // reader's bytes into errors. Device memory is a reserved range of
 // addresses with no access at all: the host touching a device pointer
 // ends the test with SIGSEGV. Operations on released or foreign memory are
-// recorded in `errors`.
+// recorded in `errors`. A route's stream (StreamLink::addRoute) sends over a
+// wire: a send runs as soon as it is queued, with what it waits for (a GPU
+// runs a route's stream on its own), and a receive takes the wire's next
+// bytes when it runs.
 //
 //===----------------------------------------------------------------------===//
 
@@ -30,6 +33,36 @@
 namespace cdp::test {
 
 class LazyStream;
+
+/// Bytes between the two ends of a route, in the order they were put.
+class LazyWire {
+public:
+  virtual ~LazyWire() = default;
+  virtual void put(std::vector<char> bytes) = 0;
+  /// The next bytes put; false where none is there.
+  virtual bool take(std::vector<char> &bytes) = 0;
+};
+
+/// A wire between two devices of one process.
+class QueueWire : public LazyWire {
+public:
+  void put(std::vector<char> bytes) override {
+    std::lock_guard<std::mutex> lock(mutex);
+    queue.push_back(std::move(bytes));
+  }
+  bool take(std::vector<char> &bytes) override {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (queue.empty())
+      return false;
+    bytes = std::move(queue.front());
+    queue.pop_front();
+    return true;
+  }
+
+private:
+  std::mutex mutex;
+  std::deque<std::vector<char>> queue;
+};
 
 /// One GPU: its memory and its streams (a domain).
 class LazyGpu {
@@ -105,7 +138,8 @@ public:
 
 class LazyStream : public runtime::StreamOps {
 public:
-  explicit LazyStream(LazyGpu &gpu) : gpu(gpu) {}
+  explicit LazyStream(LazyGpu &gpu, std::shared_ptr<LazyWire> wire = nullptr)
+      : gpu(gpu), wire(std::move(wire)) {}
   int domain() const override { return gpu.domain; }
 
   void *allocate(int64_t bytes) override {
@@ -196,6 +230,30 @@ public:
       std::memcpy(host, src, bytes);
   }
 
+  void sendAcross(const void *from, int64_t bytes) override {
+    queue([=] {
+      if (const char *src = gpu.host(from, bytes, "send from"))
+        wire->put(std::vector<char>(src, src + bytes));
+    });
+    finish();
+  }
+  void receiveAcross(void *to, int64_t bytes) override {
+    queue([=] {
+      std::vector<char> arrived;
+      if (!wire->take(arrived)) {
+        gpu.errors.push_back("a receive ran before its send");
+        return;
+      }
+      if (static_cast<int64_t>(arrived.size()) != bytes) {
+        gpu.errors.push_back("a receive of " + std::to_string(bytes) +
+                             " bytes got " + std::to_string(arrived.size()));
+        return;
+      }
+      if (char *dst = gpu.host(to, bytes, "receive into"))
+        std::memcpy(dst, arrived.data(), bytes);
+    });
+  }
+
   /// A kernel of the test: writes `values` at `to` in stream order.
   void write(float *to, std::vector<float> values) {
     queue([=] {
@@ -247,6 +305,7 @@ private:
   }
 
   LazyGpu &gpu;
+  std::shared_ptr<LazyWire> wire;
   std::deque<LazyGpu::Op> ops;
   int64_t queued = 0, done = 0;
   bool running = false;

@@ -12,7 +12,11 @@
 //
 // The in-process fabric (LocalFabric) carries blocks where both ends have
 // links of the same domain (one GPU); otherwise, and to save a checkpoint's
-// messages in flight, it downloads a block to the host.
+// messages in flight, it downloads a block to the host. Between processes
+// (MPI), a link may also reach a device of another process directly over a
+// route of its own per peer and direction (NCCL's send and receive on a
+// two-rank communicator and a stream of their own): the MPI fabric sends
+// the message's header through the host and its bytes over the route.
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,6 +24,7 @@
 #define CDP_RUNTIME_DEVICELINK_H
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -79,6 +84,18 @@ public:
   virtual void sumRange(const std::vector<const DeviceBlock *> &blocks,
                         int64_t from, int64_t count, float scale,
                         Buffer out) = 0;
+
+  /// Whether device `peer` of another process is reached directly: for
+  /// messages this device sends it (`outgoing`), or receives from it.
+  virtual bool reaches(int peer, bool outgoing) const { return false; }
+  /// Queued after `block` is ready: its bytes to device `peer` (a route
+  /// reaches() says is there), after this link's earlier sends to it. The
+  /// block is kept until they left.
+  virtual void sendAcross(int peer, const DeviceBlock &block);
+  /// A fresh block of `bytes` queued to receive the next message device
+  /// `peer` sends across to this one (in the order it sent them): ready
+  /// once the bytes arrived.
+  virtual std::shared_ptr<DeviceBlock> receiveAcross(int peer, int64_t bytes);
 };
 
 /// A point in a stream's work (a CUDA event): what runs after it was
@@ -119,6 +136,12 @@ public:
   /// (blocks the caller until then).
   virtual void download(char *host, const void *from, int64_t bytes,
                         const StreamEvent &ready) = 0;
+  /// A route's stream (StreamLink::addRoute): `bytes` at `from` to the
+  /// device at the route's other end, and the next `bytes` it sent into
+  /// `to`, each after this stream's earlier work (NCCL's send and receive
+  /// on the pair's communicator). Other streams have none.
+  virtual void sendAcross(const void *from, int64_t bytes);
+  virtual void receiveAcross(void *to, int64_t bytes);
 };
 
 /// A DeviceLink over a stream's primitives: a block is memory of the
@@ -145,13 +168,27 @@ public:
   void sumRange(const std::vector<const DeviceBlock *> &blocks, int64_t from,
                 int64_t count, float scale, Buffer out) override;
 
+  /// Device `peer` of another process, reached through `route` (a stream
+  /// of this domain whose sendAcross or receiveAcross reaches it): one
+  /// route per peer and direction, so that messages crossing each other
+  /// (a pipeline's activations and gradients) never wait on one another.
+  void addRoute(int peer, bool outgoing, std::shared_ptr<StreamOps> route);
+  bool reaches(int peer, bool outgoing) const override;
+  void sendAcross(int peer, const DeviceBlock &block) override;
+  std::shared_ptr<DeviceBlock> receiveAcross(int peer, int64_t bytes) override;
+
 private:
   class Block;
-  /// `block` as one of this domain's, its readiness waited for.
-  const Block &waitFor(const DeviceBlock &block);
-  /// Marks the blocks read by the work queued so far.
-  void doneReading(const std::vector<const Block *> &blocks);
+  /// `block` as one of this domain's, its readiness waited for by
+  /// `stream` (this link's own by default).
+  const Block &waitFor(const DeviceBlock &block, StreamOps *stream = nullptr);
+  /// Marks the blocks read by the work queued so far on `stream`.
+  void doneReading(const std::vector<const Block *> &blocks,
+                   StreamOps *stream = nullptr);
+  const std::shared_ptr<StreamOps> &route(int peer, bool outgoing) const;
   std::shared_ptr<StreamOps> ops;
+  /// (peer, outgoing) -> its route's stream.
+  std::map<std::pair<int, bool>, std::shared_ptr<StreamOps>> routes;
 };
 
 } // namespace cdp::runtime
