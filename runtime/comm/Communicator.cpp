@@ -133,7 +133,24 @@ template <typename BufferType> void requireHost(const BufferType &part) {
                        "device's memory (an internal error)");
 }
 
+template <typename BufferType>
+DeviceLink *commonLink(const std::vector<BufferType> &parts) {
+  DeviceLink *link = parts.empty() ? nullptr : parts.front().link;
+  for (const BufferType &part : parts)
+    if (part.link != link)
+      throw RuntimeError("a message's buffers lie on different devices");
+  return link;
+}
+
 } // namespace
+
+DeviceLink *linkOf(const std::vector<Buffer> &parts) {
+  return commonLink(parts);
+}
+
+DeviceLink *linkOf(const std::vector<ConstBuffer> &parts) {
+  return commonLink(parts);
+}
 
 void Communicator::send(int to, int64_t tag, ConstBuffer data, int64_t tau) {
   send(to, tag, std::vector<ConstBuffer>{data}, tau);

@@ -76,17 +76,6 @@ LocalFabric::~LocalFabric() = default;
 
 namespace {
 
-/// The link every part's memory is reached through, or null where they are
-/// host memory; parts of one message lie in one place.
-template <typename BufferType>
-DeviceLink *linkOf(const std::vector<BufferType> &parts) {
-  DeviceLink *link = parts.empty() ? nullptr : parts.front().link;
-  for (const BufferType &part : parts)
-    if (part.link != link)
-      throw RuntimeError("a message's buffers lie on different devices");
-  return link;
-}
-
 /// `block` where `link` reads it: itself in the link's domain, else a copy
 /// uploaded there from the host.
 std::shared_ptr<DeviceBlock> inDomain(DeviceLink &link,

@@ -10,6 +10,14 @@
 // device order (the same bits as in-process): no device waits for another
 // to compute a mean, so the schedule's waits are the only ones.
 //
+// A message between GPUs of different processes goes over the devices'
+// routes where they have one (NCCL, a communicator per ordered pair): MPI
+// carries its header alone, in the order the sender sent, and the receiver
+// posts the receive of its bytes into a fresh block of its GPU as the
+// header arrives -- so a pair's bytes meet their receives in the sender's
+// order, whatever order the receiver's instructions take the messages in.
+// Without a route, a device's message goes through the host.
+//
 //===----------------------------------------------------------------------===//
 
 #include "cdp/Runtime/MpiCommunicator.h"
@@ -64,7 +72,9 @@ struct Header {
   int64_t tag;
   int64_t count;
   int32_t dtype;
-  int32_t unused;
+  /// 1: the payload follows over the sender's route (DeviceLink::
+  /// sendAcross), not in this message.
+  int32_t across;
 };
 
 Header readHeader(const std::vector<char> &message) {
@@ -72,6 +82,32 @@ Header readHeader(const std::vector<char> &message) {
   copyBytes(&header, message.data(), sizeof(Header));
   return header;
 }
+
+/// A message taken off MPI: its header and payload, or, sent across, its
+/// header and the block of the receiver's device its payload arrives in.
+struct Arrival {
+  std::vector<char> message;
+  std::shared_ptr<DeviceBlock> block;
+  Header header() const { return readHeader(message); }
+  int64_t payloadBytes() const {
+    return block ? block->bytes()
+                 : static_cast<int64_t>(message.size() - sizeof(Header));
+  }
+  /// The payload on the host (a block downloaded into `scratch`).
+  const char *onHost(std::vector<char> &scratch) const {
+    if (!block)
+      return message.data() + sizeof(Header);
+    scratch.resize(block->bytes());
+    block->download(scratch.data());
+    return scratch.data();
+  }
+  /// The payload in `link`'s device memory (host bytes uploaded).
+  std::shared_ptr<DeviceBlock> onLink(DeviceLink &link) const {
+    if (block)
+      return block;
+    return link.stashHost(message.data() + sizeof(Header), payloadBytes());
+  }
+};
 
 class MpiFabric;
 
@@ -84,6 +120,8 @@ public:
   ~MpiCommunicator() override;
   int rank() const override { return device; }
   int size() const override;
+  bool carriesDeviceMessages() const override { return true; }
+  void useLink(DeviceLink *link) override { deviceLink = link; }
   using Communicator::send;
   void send(int to, int64_t tag, const std::vector<ConstBuffer> &parts,
             int64_t tau) override;
@@ -114,9 +152,11 @@ private:
   /// Sends the parts as one message (the header, then their bytes) to each
   /// of `to` and returns it: one copy of the message is what every send
   /// reads (a copy per peer held a reduction's gradients N - 1 times).
-  std::shared_ptr<std::vector<char>>
-  post(const std::vector<int> &to, int64_t tag,
-       const std::vector<ConstBuffer> &parts);
+  /// `across`: the header alone, the payload going over the route.
+  std::shared_ptr<std::vector<char>> post(const std::vector<int> &to,
+                                          int64_t tag,
+                                          const std::vector<ConstBuffer> &parts,
+                                          bool across = false);
   /// Each sender's messages arrive in order on channels (MPI tags): 0 for
   /// plain messages, 1 + stage mod K for contributions to a stage's
   /// mean-reductions. A device that waits for a message sets aside what
@@ -144,11 +184,15 @@ private:
   /// until `done()`; false when the run was aborted. Throws after
   /// --comm-timeout without one.
   bool receiveUntil(int from, int channel, const std::function<bool()> &done);
-  std::vector<char> *take(int from, int64_t tag);
-  /// Waits for message `tag` from `from`, hands its header and data to
+  Arrival *take(int from, int64_t tag);
+  /// Waits for message `tag` from `from`, hands its header and payload to
   /// `use` and drops it; false when the run was aborted.
   bool receive(int from, int64_t tag,
-               const std::function<void(const Header &, const char *)> &use);
+               const std::function<void(const Header &, const Arrival &)> &use);
+  /// The same with the payload on the host.
+  bool
+  receiveOnHost(int from, int64_t tag,
+                const std::function<void(const Header &, const char *)> &use);
 
   MpiFabric &fabric;
   int device;
@@ -157,7 +201,9 @@ private:
   std::vector<std::pair<MPI_Request, std::shared_ptr<std::vector<char>>>>
       pending;
   /// Messages that arrived before they were asked for, by (from, tag).
-  std::map<std::pair<int, int64_t>, std::vector<char>> early;
+  std::map<std::pair<int, int64_t>, Arrival> early;
+  /// This device's link (useLink), which receives payloads sent across.
+  DeviceLink *deviceLink = nullptr;
   /// This device's contributions, by reduction tag, until its wait: the
   /// messages that carry them to the other devices.
   std::map<int64_t, std::shared_ptr<std::vector<char>>> own;
@@ -365,14 +411,15 @@ int MpiCommunicator::channelOf(int64_t tag) const {
 
 std::shared_ptr<std::vector<char>>
 MpiCommunicator::post(const std::vector<int> &to, int64_t tag,
-                      const std::vector<ConstBuffer> &parts) {
+                      const std::vector<ConstBuffer> &parts, bool across) {
   reap(false);
   auto [dtype, count] = describe(parts);
-  int64_t bytes = count * plan::dtypeSize(dtype);
+  int64_t bytes = across ? 0 : count * plan::dtypeSize(dtype);
   auto message = std::make_shared<std::vector<char>>(sizeof(Header) + bytes);
-  Header header{tag, count, static_cast<int32_t>(dtype), 0};
+  Header header{tag, count, static_cast<int32_t>(dtype), across ? 1 : 0};
   copyBytes(message->data(), &header, sizeof(Header));
-  copyParts(parts, message->data() + sizeof(Header));
+  if (!across)
+    copyParts(parts, message->data() + sizeof(Header));
   for (int peer : to) {
     MPI_Request request;
     checkMpi(MPI_Isend(message->data(), static_cast<int>(message->size()),
@@ -393,7 +440,19 @@ int64_t messageBytes(const std::vector<char> &message) {
 void MpiCommunicator::send(int to, int64_t tag,
                            const std::vector<ConstBuffer> &parts, int64_t tau) {
   checkPeer(to);
-  int64_t bytes = messageBytes(*post({to}, tag, parts));
+  auto [dtype, count] = describe(parts);
+  int64_t bytes = count * plan::dtypeSize(dtype);
+  DeviceLink *link = linkOf(parts);
+  if (link && link->reaches(to, /*outgoing=*/true)) {
+    post({to}, tag, parts, /*across=*/true);
+    link->sendAcross(to, *link->stash(parts));
+  } else if (link) { // no route: through the host
+    std::vector<char> staged(bytes);
+    link->stash(parts)->download(staged.data());
+    post({to}, tag, {ConstBuffer(dtype, staged.data(), count)});
+  } else {
+    post({to}, tag, parts);
+  }
   if (tau >= 0 && to != device)
     log.push_back({tau, bytes, isCollectiveTag(tag)});
 }
@@ -436,8 +495,21 @@ bool MpiCommunicator::receiveOne(int from, int channel) {
       MPI_Mrecv(message.data(), bytes, MPI_BYTE, &handle, MPI_STATUS_IGNORE),
       from);
   ++receivedFrom[from];
-  int64_t tag = readHeader(message).tag;
-  early[{from, tag}] = std::move(message);
+  Arrival arrival{std::move(message), nullptr};
+  Header header = arrival.header();
+  if (header.across) {
+    // Posted now, in the order the sender sent: its route delivers in it.
+    if (!deviceLink)
+      throw RuntimeError("device " + std::to_string(device) + ": message " +
+                         std::to_string(header.tag) + " from device " +
+                         std::to_string(from) +
+                         " comes over a GPU route, and this device has no "
+                         "link (an internal error)");
+    arrival.block = deviceLink->receiveAcross(
+        from,
+        header.count * plan::dtypeSize(static_cast<plan::DType>(header.dtype)));
+  }
+  early[{from, header.tag}] = std::move(arrival);
   return true;
 }
 
@@ -491,7 +563,7 @@ bool MpiCommunicator::receiveUntil(int from, int channel,
 
 /// The message (from, tag), waiting for it; null when the run was aborted.
 /// Messages from `from` that come first are set aside.
-std::vector<char> *MpiCommunicator::take(int from, int64_t tag) {
+Arrival *MpiCommunicator::take(int from, int64_t tag) {
   auto key = std::make_pair(from, tag);
   if (!receiveUntil(from, channelOf(tag), [&] { return early.count(key) > 0; }))
     return nullptr;
@@ -506,9 +578,16 @@ bool MpiCommunicator::collectFrom(int from, int64_t expected) {
 void MpiCommunicator::saveInFlight(ByteWriter &out) const {
   out.put<int32_t>(device);
   out.put<uint64_t>(early.size());
-  for (const auto &[key, message] : early) {
+  for (const auto &[key, arrival] : early) {
     out.put<int32_t>(key.first);
     out.put<int64_t>(key.second);
+    // A payload sent across is saved as if it had come through MPI.
+    Header header = arrival.header();
+    header.across = 0;
+    std::vector<char> scratch, message(sizeof(Header));
+    copyBytes(message.data(), &header, sizeof(Header));
+    const char *payload = arrival.onHost(scratch);
+    message.insert(message.end(), payload, payload + arrival.payloadBytes());
     out.putVector(message);
   }
   out.put<uint64_t>(own.size());
@@ -532,11 +611,11 @@ void MpiCommunicator::restoreInFlight(ByteReader &in) {
         early.count({from, tag}))
       in.fail();
     copyBytes(&header, message.data(), sizeof(Header));
-    if (header.tag != tag)
+    if (header.tag != tag || header.across != 0)
       in.fail();
     checkRestoredMessage(tag, from, device, header.dtype, header.count,
                          message.size() - sizeof(Header));
-    early[{from, tag}] = std::move(message);
+    early[{from, tag}] = Arrival{std::move(message), nullptr};
   }
   for (uint64_t n = in.get<uint64_t>(); n > 0; --n) {
     int64_t tag = in.get<int64_t>();
@@ -554,29 +633,50 @@ void MpiCommunicator::restoreInFlight(ByteReader &in) {
 
 bool MpiCommunicator::receive(
     int from, int64_t tag,
-    const std::function<void(const Header &, const char *)> &use) {
+    const std::function<void(const Header &, const Arrival &)> &use) {
   checkPeer(from);
-  std::vector<char> *message = take(from, tag);
-  if (!message)
+  Arrival *arrival = take(from, tag);
+  if (!arrival)
     return false;
-  use(readHeader(*message), message->data() + sizeof(Header));
+  use(arrival->header(), *arrival);
   early.erase({from, tag});
   return true;
 }
 
+bool MpiCommunicator::receiveOnHost(
+    int from, int64_t tag,
+    const std::function<void(const Header &, const char *)> &use) {
+  return receive(from, tag, [&](const Header &header, const Arrival &arrival) {
+    std::vector<char> scratch;
+    use(header, arrival.onHost(scratch));
+  });
+}
+
 bool MpiCommunicator::recv(int from, int64_t tag, Buffer out) {
-  return receive(from, tag, [&](const Header &header, const char *data) {
+  return receive(from, tag, [&](const Header &header, const Arrival &arrival) {
     checkArrival(tag, from, static_cast<plan::DType>(header.dtype),
                  header.count, out);
-    copyBytes(out.data, data, out.bytes());
+    if (out.link) {
+      out.link->copyOut(*arrival.onLink(*out.link), {out});
+      return;
+    }
+    std::vector<char> scratch;
+    copyBytes(out.data, arrival.onHost(scratch), out.bytes());
   });
 }
 
 bool MpiCommunicator::recvAdd(int from, int64_t tag,
                               const std::vector<Buffer> &parts) {
-  return receive(from, tag, [&](const Header &header, const char *data) {
-    addArrival(tag, from, static_cast<plan::DType>(header.dtype), header.count,
-               data, parts);
+  return receive(from, tag, [&](const Header &header, const Arrival &arrival) {
+    auto dtype = static_cast<plan::DType>(header.dtype);
+    if (DeviceLink *link = linkOf(parts)) {
+      checkArrival(tag, from, dtype, header.count,
+                   {plan::F32, nullptr, reducedCount(tag, parts)});
+      link->addOut(*arrival.onLink(*link), parts);
+      return;
+    }
+    std::vector<char> scratch;
+    addArrival(tag, from, dtype, header.count, arrival.onHost(scratch), parts);
   });
 }
 
@@ -612,10 +712,12 @@ bool MpiCommunicator::reduceWait(int64_t tag,
                  mine->second->data() + sizeof(Header), parts);
       continue;
     }
-    if (!receive(d, contribution, [&](const Header &header, const char *data) {
-          addArrival(contribution, d, static_cast<plan::DType>(header.dtype),
-                     header.count, data, parts);
-        }))
+    if (!receiveOnHost(d, contribution,
+                       [&](const Header &header, const char *data) {
+                         addArrival(contribution, d,
+                                    static_cast<plan::DType>(header.dtype),
+                                    header.count, data, parts);
+                       }))
       return false;
   }
   own.erase(mine);

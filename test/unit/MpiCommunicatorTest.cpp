@@ -10,17 +10,22 @@
 
 #include "cdp/Runtime/MpiCommunicator.h"
 #include "CollectiveChecks.h"
+#include "LazyStreams.h"
 #include "cdp/Runtime/Communicator.h"
 
 #include <gtest/gtest.h>
+#include <mpi.h>
 
 #include <cstdio>
 
+using namespace cdp;
 using namespace cdp::runtime;
 
 namespace {
 
 Fabric *fabric = nullptr;
+/// The routes' wires travel on a communicator of their own.
+MPI_Comm wires = MPI_COMM_NULL;
 
 TEST(MpiCommunicator, AllReduceSumAndMean) {
   checks::allReduceSumAndMean(*fabric);
@@ -62,6 +67,147 @@ TEST(MpiCommunicator, HeldReductionsTravelInCheckpoints) {
   EXPECT_EQ(mean, (std::vector<float>{1.5f, float(first)}));
   EXPECT_FALSE(takeRestoredReduction(77, first, mean));
 }
+/// A route's wire between processes: a send goes out at once (MPI_Isend,
+/// its bytes kept until delivered), a receive blocks for the next bytes of
+/// its pair (MPI keeps a tag's messages in order).
+class MpiWire : public cdp::test::LazyWire {
+public:
+  MpiWire(int peerProcess, int tag) : peer(peerProcess), tag(tag) {}
+  ~MpiWire() override {
+    for (auto &[request, bytes] : sends)
+      MPI_Wait(&request, MPI_STATUS_IGNORE);
+  }
+  void put(std::vector<char> bytes) override {
+    sends.emplace_back(MPI_REQUEST_NULL,
+                       std::make_unique<std::vector<char>>(std::move(bytes)));
+    std::vector<char> &out = *sends.back().second;
+    MPI_Isend(out.data(), static_cast<int>(out.size()), MPI_BYTE, peer, tag,
+              wires, &sends.back().first);
+  }
+  bool take(std::vector<char> &bytes) override {
+    MPI_Status status;
+    MPI_Probe(peer, tag, wires, &status);
+    int count = 0;
+    MPI_Get_count(&status, MPI_BYTE, &count);
+    bytes.resize(count);
+    MPI_Recv(bytes.data(), count, MPI_BYTE, peer, tag, wires,
+             MPI_STATUS_IGNORE);
+    return true;
+  }
+
+private:
+  int peer, tag;
+  std::vector<std::pair<MPI_Request, std::unique_ptr<std::vector<char>>>> sends;
+};
+
+/// A GPU device of the test: its own LazyGpu (domain = device), stream and
+/// link, with a route to and from every device of another process.
+struct RoutedDevice {
+  explicit RoutedDevice(int device)
+      : gpu(device), stream(std::make_shared<cdp::test::LazyStream>(gpu)),
+        link(stream) {
+    for (int peer = 0; peer < fabric->size(); ++peer) {
+      if (fabric->owns(peer))
+        continue;
+      int process = processOf(peer);
+      for (bool outgoing : {true, false}) {
+        int tag = outgoing ? device * fabric->size() + peer
+                           : peer * fabric->size() + device;
+        auto route = std::make_shared<cdp::test::LazyStream>(
+            gpu, std::make_shared<MpiWire>(process, tag));
+        link.addRoute(peer, outgoing, route);
+        routes.push_back(route);
+      }
+    }
+  }
+  static int processOf(int device) {
+    return device / (fabric->size() / fabric->processCount());
+  }
+  float *tensor(const std::vector<float> &values) {
+    auto *at = reinterpret_cast<float *>(gpu.allocate(values.size() * 4));
+    stream->write(at, values);
+    return at;
+  }
+  Buffer buffer(float *at, int64_t count) {
+    return {plan::F32, at, count, &link};
+  }
+  /// Runs every stream (a GPU runs them on its own).
+  void finish() {
+    stream->finish();
+    for (auto &route : routes)
+      route->finish();
+  }
+  cdp::test::LazyGpu gpu;
+  std::shared_ptr<cdp::test::LazyStream> stream;
+  StreamLink link;
+  std::vector<std::shared_ptr<cdp::test::LazyStream>> routes;
+};
+
+// Messages in device memory between devices of different processes go
+// over their routes: MPI carries the headers, each payload is received
+// into the receiver's GPU in the order it was sent, whatever order the
+// receiver asks in, with what the sender's stream had written when it
+// sent, and nothing visits the host. Between devices of one process the
+// same messages go through the host. A checkpoint between steps saves a
+// payload still on its way as a host message, and a resumed run receives
+// it into device memory.
+TEST(MpiCommunicator, DeviceMessagesCrossOverRoutes) {
+  int N = fabric->size();
+  std::vector<std::unique_ptr<RoutedDevice>> devices(N);
+  for (int d = 0; d < N; ++d)
+    if (fabric->owns(d))
+      devices[d] = std::make_unique<RoutedDevice>(d);
+  checks::onEveryDevice(*fabric, [&](Communicator &comm) {
+    int d = comm.rank(), next = (d + 1) % N, prev = (d + N - 1) % N;
+    RoutedDevice &dev = *devices[d];
+    EXPECT_TRUE(comm.carriesDeviceMessages());
+    EXPECT_FALSE(comm.carriesDeviceMemory());
+    comm.useLink(&dev.link);
+    float f = static_cast<float>(d);
+    float *x = dev.tensor({f, f + 0.5f, -f});
+    comm.send(next, 10, dev.buffer(x, 3), 0);
+    dev.stream->write(x, {100 + f, 7}); // the sender goes on writing it
+    comm.send(next, 11, dev.buffer(x, 2), 0);
+    float *partial = dev.tensor({1.5f, -2.0f});
+    comm.send(next, 12, dev.buffer(partial, 2), 0);
+    comm.send(next, 13, dev.buffer(partial, 2), 0);
+    bool routed = RoutedDevice::processOf(next) != RoutedDevice::processOf(d);
+    // Taken in another order than sent.
+    float p = static_cast<float>(prev);
+    float *y = dev.tensor({0, 0}), *z = dev.tensor({0, 0, 0});
+    float *own = dev.tensor({1, 1});
+    ASSERT_TRUE(comm.recv(prev, 11, dev.buffer(y, 2)));
+    ASSERT_TRUE(
+        comm.recvAdd(prev, 12, {dev.buffer(own, 1), dev.buffer(own + 1, 1)}));
+    ASSERT_TRUE(comm.recv(prev, 10, dev.buffer(z, 3)));
+    std::vector<float> host(2);
+    ASSERT_TRUE(comm.recv(prev, 13, {plan::F32, host.data(), 2}));
+    EXPECT_EQ(dev.stream->read(y, 2), std::vector<float>({100 + p, 7}));
+    EXPECT_EQ(dev.stream->read(z, 3), std::vector<float>({p, p + 0.5f, -p}));
+    EXPECT_EQ(dev.stream->read(own, 2), std::vector<float>({2.5f, -1.0f}));
+    EXPECT_EQ(host, std::vector<float>({1.5f, -2.0f}));
+    // The sender's downloads: none over a route, one a message by the host;
+    // the receiver downloads only message 13, which it takes on the host.
+    bool routedIn = RoutedDevice::processOf(prev) != RoutedDevice::processOf(d);
+    EXPECT_EQ(dev.gpu.downloads, (routed ? 0 : 4) + (routedIn ? 1 : 0))
+        << "device " << d;
+    comm.send(next, 20, dev.buffer(x, 2), 0); // in flight at the checkpoint
+  });
+  std::string saved = fabric->saveInFlight();
+  fabric->restoreInFlight(saved);
+  checks::onEveryDevice(*fabric, [&](Communicator &comm) {
+    int d = comm.rank(), prev = (d + N - 1) % N;
+    RoutedDevice &dev = *devices[d];
+    float *w = dev.tensor({0, 0});
+    ASSERT_TRUE(comm.recv(prev, 20, dev.buffer(w, 2)));
+    EXPECT_EQ(dev.stream->read(w, 2),
+              std::vector<float>({100 + static_cast<float>(prev), 7}));
+    dev.finish();
+    EXPECT_TRUE(dev.gpu.errors.empty()) << dev.gpu.errors.front();
+  });
+  fabric->barrier(); // every wire's sends received before they go
+}
+
 TEST(MpiCommunicator, NonBlockingReceive) {
   checks::nonBlockingReceiveCompletesOnWait(*fabric);
 }
@@ -77,9 +223,11 @@ int main(int argc, char **argv) {
     return 1;
   }
   fabric = mpi.get();
+  MPI_Comm_dup(MPI_COMM_WORLD, &wires);
   int status = RUN_ALL_TESTS();
   std::printf("process %d of %d: %s\n", mpi->processRank(), mpi->processCount(),
               status == 0 ? "passed" : "FAILED");
   mpi->barrier();
+  MPI_Comm_free(&wires);
   return status;
 }

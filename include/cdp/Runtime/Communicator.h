@@ -115,6 +115,16 @@ public:
   /// in a device's memory (with a DeviceLink). The others take host
   /// memory only, as every backend's collectives do.
   virtual bool carriesDeviceMemory() const { return false; }
+  /// Whether send, recv and recvAdd take buffers in a device's memory:
+  /// every communicator that carriesDeviceMemory(), and the MPI fabric's,
+  /// which sends a message between GPUs of different processes over the
+  /// devices' routes (DeviceLink::sendAcross) where there is one, and any
+  /// other through the host.
+  virtual bool carriesDeviceMessages() const { return carriesDeviceMemory(); }
+  /// This device's link, given before the device's first message: a
+  /// fabric that receives a message into device memory as soon as it
+  /// hears of it (MPI: in the order the sender sent them) needs it then.
+  virtual void useLink(DeviceLink *link) {}
 
   /// Point to point: sends `data` to device `to` under `tag` and returns
   /// once the buffer may be reused; `tau` is the sender's time step (for
@@ -247,6 +257,12 @@ private:
   /// messages), out of the plans' tag space.
   int64_t collectiveTag(int64_t tag, int phase) const;
 };
+
+/// The link every part's memory is reached through, or null where they are
+/// host memory; parts of one message lie in one place (else a
+/// RuntimeError).
+DeviceLink *linkOf(const std::vector<Buffer> &parts);
+DeviceLink *linkOf(const std::vector<ConstBuffer> &parts);
 
 /// Checks a message restored from a checkpoint: a type cdp sends, a count
 /// that is not negative, and `bytes` that are exactly its values'. Throws
