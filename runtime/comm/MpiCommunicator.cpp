@@ -355,6 +355,7 @@ public:
     reapSends(livePosts, true);
   }
   int processRank() const override { return myRank; }
+  int processOf(int device) const override { return rankOf(device); }
   int processCount() const override { return processes; }
   std::string saveInFlight() override;
   void restoreInFlight(const std::string &bytes) override;

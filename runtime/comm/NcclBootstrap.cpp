@@ -2,11 +2,14 @@
 
 #include "cdp/Runtime/NcclBootstrap.h"
 
+#include "cdp/Plan/PlanIO.h"
+#include "cdp/Runtime/Bytes.h"
 #include "cdp/Runtime/Communicator.h"
 #include "cdp/Runtime/Kernel.h"
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <sstream>
 
 namespace cdp::runtime {
@@ -74,6 +77,71 @@ std::string agreeOnNcclId(Fabric &fabric, const std::vector<GpuPlace> &mine,
     return verdict.substr(1);
   why = verdict.substr(1);
   return "";
+}
+
+std::vector<std::pair<int, int>> crossProcessSends(const plan::Plan &plan,
+                                                   const Fabric &fabric) {
+  std::set<std::pair<int, int>> pairs;
+  auto collect = [&](int from, const auto &instructions) {
+    for (const plan::Instruction &instruction : instructions) {
+      if (instruction.op() != "send")
+        continue;
+      int to = static_cast<int>(plan::intAttribute(instruction, "peer", 0));
+      if (to >= 0 && to < fabric.size() &&
+          fabric.processOf(from) != fabric.processOf(to))
+        pairs.insert({from, to});
+    }
+  };
+  for (int d = 0; d < plan.devices_size(); ++d) {
+    collect(d, plan.devices(d).instructions());
+    collect(d, plan.devices(d).eval_instructions());
+  }
+  return {pairs.begin(), pairs.end()};
+}
+
+namespace {
+
+/// Why NCCL cannot join the pair's two devices (empty where it can).
+std::string whyNotRoute(const std::vector<GpuPlace> &places, int from, int to) {
+  std::vector<GpuPlace> ends;
+  for (int device : {from, to}) {
+    auto at =
+        std::find_if(places.begin(), places.end(),
+                     [&](const GpuPlace &p) { return p.device == device; });
+    if (at == places.end())
+      return "device " + std::to_string(device) + " has no GPU";
+    ends.push_back(*at);
+  }
+  return whyNotNccl(ends);
+}
+
+} // namespace
+
+std::vector<RouteAgreement>
+agreeOnRoutes(Fabric &fabric, const std::vector<GpuPlace> &mine,
+              const std::vector<std::pair<int, int>> &pairs,
+              const std::function<std::string()> &makeId) {
+  std::vector<std::string> all = fabric.gatherOntoRoot(describe(mine));
+  ByteWriter out;
+  if (fabric.isRoot()) {
+    std::vector<GpuPlace> places = parse(all);
+    for (auto [from, to] : pairs) {
+      std::string why = whyNotRoute(places, from, to);
+      out.putString(why.empty() ? makeId() : "");
+      out.putString(why);
+    }
+  }
+  std::string shared = fabric.shareFromRoot(out.bytes());
+  ByteReader in(shared, "the processes' agreement on NCCL routes");
+  std::vector<RouteAgreement> routes;
+  for (auto [from, to] : pairs) {
+    RouteAgreement route{from, to, in.getString(), ""};
+    route.why = in.getString();
+    routes.push_back(std::move(route));
+  }
+  if (!in.atEnd())
+    in.fail();
+  return routes;
 }
 
 } // namespace cdp::runtime

@@ -243,6 +243,64 @@ inline void ncclAgreement(Fabric &fabric) {
   EXPECT_EQ(made, me == 0 ? 1 : 0);
 }
 
+/// The routes' bootstrap: one id per ordered pair whose devices have GPUs
+/// of their own, made by the root in the pairs' order, every process
+/// getting the whole list; a pair that shares a GPU or has a device without
+/// one gets the reason. 4 devices on one host, devices 1 and 2 on one GPU.
+inline void routeAgreement(Fabric &fabric) {
+  int made = 0;
+  auto makeId = [&] { return "id" + std::to_string(made++); };
+  std::vector<GpuPlace> mine;
+  for (int d = 0; d < fabric.size(); ++d)
+    if (fabric.owns(d) && d != 3)
+      mine.push_back({d, "node", d == 2 ? 1 : d});
+  std::vector<std::pair<int, int>> pairs = {{0, 1}, {1, 2}, {3, 0}, {1, 0}};
+  std::vector<RouteAgreement> routes =
+      agreeOnRoutes(fabric, mine, pairs, makeId);
+  ASSERT_EQ(routes.size(), 4u);
+  EXPECT_EQ(routes[0].id, "id0");
+  EXPECT_EQ(routes[1].why, "devices 1 and 2 share GPU 1 of node");
+  EXPECT_EQ(routes[1].id, "");
+  EXPECT_EQ(routes[2].why, "device 3 has no GPU");
+  EXPECT_EQ(routes[3].id, "id1");
+  EXPECT_EQ(routes[3].why, "");
+  for (size_t k = 0; k < pairs.size(); ++k)
+    EXPECT_EQ(std::make_pair(routes[k].from, routes[k].to), pairs[k]);
+  EXPECT_EQ(made, fabric.isRoot() ? 2 : 0);
+}
+
+/// The pairs a plan's sends join across processes: each once, in order,
+/// the evaluation program's too, only between devices of different
+/// processes (none in one process).
+inline void crossProcessSendsOfAPlan(Fabric &fabric) {
+  plan::Plan plan;
+  auto send = [&](int from, int to, bool eval = false) {
+    plan::Device &device = *plan.mutable_devices(from);
+    plan::Instruction *instruction =
+        eval ? device.add_eval_instructions() : device.add_instructions();
+    instruction->set_op("send");
+    plan::Attribute *peer = instruction->add_attributes();
+    peer->set_name("peer");
+    peer->set_i(to);
+  };
+  for (int d = 0; d < 4; ++d)
+    plan.add_devices();
+  send(3, 0);
+  send(0, 3);
+  send(0, 1);
+  send(0, 3);
+  send(1, 2, /*eval=*/true);
+  plan.mutable_devices(2)->add_instructions()->set_op("recv");
+  std::vector<std::pair<int, int>> expected;
+  for (auto pair :
+       std::vector<std::pair<int, int>>{{0, 1}, {0, 3}, {1, 2}, {3, 0}})
+    if (fabric.processOf(pair.first) != fabric.processOf(pair.second))
+      expected.push_back(pair);
+  EXPECT_EQ(crossProcessSends(plan, fabric), expected);
+  if (fabric.processCount() == 4)
+    EXPECT_EQ(expected.size(), 4u);
+}
+
 } // namespace cdp::runtime::checks
 
 #endif // CDP_TEST_UNIT_COLLECTIVECHECKS_H

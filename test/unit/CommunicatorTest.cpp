@@ -208,6 +208,12 @@ TEST(Communicator, NonBlockingReceive) {
   checks::nonBlockingReceiveCompletesOnWait(fabric);
 }
 
+TEST(Communicator, RouteAgreement) {
+  LocalFabric fabric(4);
+  checks::routeAgreement(fabric);
+  checks::crossProcessSendsOfAPlan(fabric);
+}
+
 TEST(Communicator, NcclAgreement) {
   LocalFabric fabric(4);
   checks::ncclAgreement(fabric);

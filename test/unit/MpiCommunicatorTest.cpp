@@ -45,6 +45,10 @@ TEST(MpiCommunicator, PartialSumsArriveInPlace) {
 }
 TEST(MpiCommunicator, Broadcast) { checks::broadcastFromEveryRoot(*fabric); }
 TEST(MpiCommunicator, NcclAgreement) { checks::ncclAgreement(*fabric); }
+TEST(MpiCommunicator, RouteAgreement) {
+  checks::routeAgreement(*fabric);
+  checks::crossProcessSendsOfAPlan(*fabric);
+}
 
 // The reductions NCCL holds for a process's devices at a checkpoint travel
 // with its messages in flight: after the restore, each waiting device takes

@@ -327,6 +327,8 @@ public:
   /// 0 of 1).
   virtual int processRank() const { return 0; }
   virtual int processCount() const { return 1; }
+  /// The process that runs `device` (in-process: 0).
+  virtual int processOf(int device) const { return 0; }
 
   /// Between two steps, while every device of every process waits there
   /// (a checkpoint): what is in flight towards this process's devices, as

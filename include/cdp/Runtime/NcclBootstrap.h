@@ -8,6 +8,11 @@
 // path. Host code, tested on the CPU: the GPU part (ncclCommInitRank over
 // the agreed id) is runtime/kernels/cuda/NcclReduce.cu.
 //
+// A pipeline's messages between GPUs of different processes go over a
+// two-rank communicator per ordered pair of devices (a route): the root
+// makes one id per pair whose devices have GPUs of their own, and every
+// process learns them all (runtime/kernels/cuda/NcclRoutes.cu joins them).
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef CDP_RUNTIME_NCCLBOOTSTRAP_H
@@ -15,7 +20,12 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
+
+namespace cdp::plan {
+class Plan;
+} // namespace cdp::plan
 
 namespace cdp::runtime {
 
@@ -41,6 +51,28 @@ std::string whyNotNccl(std::vector<GpuPlace> places);
 std::string agreeOnNcclId(Fabric &fabric, const std::vector<GpuPlace> &mine,
                           const std::function<std::string()> &makeId,
                           std::string &why);
+
+/// The ordered pairs (from, to) of the plan's sends between devices the
+/// fabric runs in different processes, each once, in order.
+std::vector<std::pair<int, int>> crossProcessSends(const plan::Plan &plan,
+                                                   const Fabric &fabric);
+
+/// One ordered pair's route: NCCL's unique id for its two-rank
+/// communicator (rank 0 the sender), or, empty, why the pair's messages go
+/// through the host instead.
+struct RouteAgreement {
+  int from = 0, to = 0;
+  std::string id, why;
+};
+
+/// Collective over the fabric's processes (each passes the same `pairs`):
+/// each tells the root where its devices (`mine`) run; the root calls
+/// `makeId` for every pair whose devices have GPUs of their own (not one
+/// shared) and every process returns the whole list, in `pairs`' order.
+std::vector<RouteAgreement>
+agreeOnRoutes(Fabric &fabric, const std::vector<GpuPlace> &mine,
+              const std::vector<std::pair<int, int>> &pairs,
+              const std::function<std::string()> &makeId);
 
 } // namespace cdp::runtime
 
