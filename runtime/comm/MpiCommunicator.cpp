@@ -446,7 +446,7 @@ void MpiCommunicator::send(int to, int64_t tag,
   DeviceLink *link = linkOf(parts);
   if (link && link->reaches(to, /*outgoing=*/true)) {
     post({to}, tag, parts, /*across=*/true);
-    link->sendAcross(to, *link->stash(parts));
+    link->sendAcross(to, parts);
   } else if (link) { // no route: through the host
     std::vector<char> staged(bytes);
     link->stash(parts)->download(staged.data());

@@ -199,15 +199,17 @@ const std::shared_ptr<StreamOps> &StreamLink::route(int peer,
   return it->second;
 }
 
-// The route's stream reads the block like any reader: it waits for the
-// sender's copy and records its own event once the send is queued, and the
-// block is released on the sender's stream after that event (so after the
-// bytes left, however long the receiver takes to ask for them).
-void StreamLink::sendAcross(int peer, const DeviceBlock &block) {
-  StreamOps &stream = *route(peer, /*outgoing=*/true);
-  const Block &source = waitFor(block, &stream);
-  stream.sendAcross(source.memory, source.size);
-  doneReading({&source}, &stream);
+// A copy on this device's stream, sent and then released on the route's:
+// this device's stream never waits for the send, which lasts until the
+// receiver asks for the bytes (a stream that waited could stall a
+// pipeline whose messages cross).
+void StreamLink::sendAcross(int peer, const std::vector<ConstBuffer> &parts) {
+  const std::shared_ptr<StreamOps> &stream = route(peer, /*outgoing=*/true);
+  std::shared_ptr<DeviceBlock> block = stash(parts);
+  auto &copy = static_cast<Block &>(*block);
+  stream->wait(*copy.ready);
+  stream->sendAcross(copy.memory, copy.size);
+  copy.owner = stream;
 }
 
 // The block belongs to the route's stream: allocated and filled there, and
@@ -221,7 +223,7 @@ std::shared_ptr<DeviceBlock> StreamLink::receiveAcross(int peer,
   return block;
 }
 
-void DeviceLink::sendAcross(int peer, const DeviceBlock &) {
+void DeviceLink::sendAcross(int peer, const std::vector<ConstBuffer> &) {
   throw RuntimeError("device " + std::to_string(peer) +
                      " is not reached from this device's memory (an internal "
                      "error)");

@@ -50,6 +50,9 @@ public:
   void finishStep(int64_t step) override;
   /// Messages to devices of the same GPU stay on it, queued on `work`.
   DeviceLink *link() override { return streamLink.get(); }
+  /// The same link, to which routes to other processes' GPUs are added
+  /// (NcclRoutes.cu).
+  StreamLink &ownLink() { return *streamLink; }
 
   /// Page-locked host memory for staging.
   void *allocateHost(size_t bytes) override;

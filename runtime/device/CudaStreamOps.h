@@ -17,6 +17,16 @@
 
 namespace cdp::runtime {
 
+/// Makes `gpu` the calling thread's current GPU until the scope ends.
+class OnGpu {
+public:
+  explicit OnGpu(int gpu);
+  ~OnGpu();
+
+private:
+  int previous = 0;
+};
+
 class CudaStreamOps : public StreamOps {
 public:
   CudaStreamOps(int gpu, cudaStream_t stream);
@@ -37,6 +47,10 @@ public:
   /// The device's stream is about to go (its device is destroyed after a
   /// synchronisation): blocks released later are freed at once.
   void detach();
+
+protected:
+  int gpuIndex() const { return gpu; }
+  cudaStream_t handle() const { return stream; }
 
 private:
   int gpu;

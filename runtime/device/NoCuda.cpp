@@ -20,4 +20,9 @@ std::string prepareNcclAcrossProcesses(Fabric &) {
   return "this cdp-run was built without CUDA";
 }
 
+std::vector<std::string> prepareNcclRoutesAcrossProcesses(Fabric &,
+                                                          const plan::Plan &) {
+  return {};
+}
+
 } // namespace cdp::runtime

@@ -253,6 +253,25 @@ static void prepareNcclWhereItServes(Run &run) {
               << std::flush; // one write (mpirun forwards pieces apart)
 }
 
+/// Under mpirun, a pipeline's messages between GPUs of different processes
+/// go over NCCL, a communicator per ordered pair of devices that the
+/// processes join before their devices' kernels are made (each process
+/// calls this at the same point).
+static void prepareNcclRoutes(Run &run) {
+  bool gpu = std::all_of(
+      run.plan.devices().begin(), run.plan.devices().end(),
+      [](const plan::Device &device) { return device.backend() == "cuda"; });
+  if (!gpu)
+    return;
+  std::string notes;
+  for (const std::string &note :
+       prepareNcclRoutesAcrossProcesses(*run.fabric, run.plan))
+    notes += "cdp-run: note: " + note + "\n";
+  if (!notes.empty() && run.fabric->isRoot())
+    std::cerr << notes
+              << std::flush; // one write (mpirun forwards pieces apart)
+}
+
 /// Reads the plan and refuses one that would hang or options that do not
 /// go together.
 void readCheckedPlan(const RunOptions &options, plan::Plan &plan,
@@ -417,6 +436,7 @@ void createDevices(Run &run, int cores) {
       fail(error);
     run.multiDevice = true;
     prepareNcclWhereItServes(run);
+    prepareNcclRoutes(run);
   } else if (run.multiDevice) {
     run.fabric = std::make_unique<LocalFabric>(run.deviceCount);
   }

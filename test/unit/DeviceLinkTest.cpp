@@ -184,7 +184,8 @@ TEST(DeviceLink, AcrossGpusAndToTheHostByTheHost) {
 // A route to a device of another process (NCCL's send and receive over
 // the pair's stream, here a wire between two GPUs): messages arrive in the
 // order sent, with what the sender's stream had written when it sent, and
-// the sender's block is released only after its bytes left.
+// the sender's copy is released on the route's stream, after its bytes
+// left (the sender's stream never waits for the receiver).
 TEST(DeviceLink, RoutesAcrossCarryMessagesInOrder) {
   LazyGpu gpu0(0), gpu1(1);
   GpuDevice a(gpu0), b(gpu1);
@@ -197,9 +198,13 @@ TEST(DeviceLink, RoutesAcrossCarryMessagesInOrder) {
   EXPECT_FALSE(a.link.reaches(1, false));
   EXPECT_FALSE(b.link.reaches(0, true));
   float *x = a.tensor({1, 2, 3});
-  a.link.sendAcross(1, *a.link.stash({a.buffer(x, 3)}));
+  a.link.sendAcross(1, {a.buffer(x, 3)});
   a.stream->write(x, {9, 9}); // the sender goes on writing its tensor
-  a.link.sendAcross(1, *a.link.stash({a.buffer(x, 2)}));
+  a.link.sendAcross(1, {a.buffer(x, 2)});
+  a.stream->finish();
+  // x and the second copy, whose release is queued on the route's stream
+  // (the first's ran with the route's next send).
+  EXPECT_EQ(gpu0.liveAllocations(), 2);
   std::shared_ptr<DeviceBlock> first = b.link.receiveAcross(0, 12);
   std::shared_ptr<DeviceBlock> second = b.link.receiveAcross(0, 8);
   float *y = b.tensor({0, 0, 0}), *z = b.tensor({0, 0});
@@ -209,7 +214,8 @@ TEST(DeviceLink, RoutesAcrossCarryMessagesInOrder) {
   second.reset();
   EXPECT_EQ(b.stream->read(y, 3), std::vector<float>({1, 2, 3}));
   EXPECT_EQ(b.stream->read(z, 2), std::vector<float>({9, 9}));
-  for (LazyStream *stream : {a.stream.get(), b.stream.get(), in.get()})
+  for (LazyStream *stream :
+       {a.stream.get(), b.stream.get(), in.get(), out.get()})
     stream->finish();                   // a GPU runs every stream on its own
   EXPECT_EQ(gpu0.liveAllocations(), 1); // x; both sent blocks released
   EXPECT_EQ(gpu1.liveAllocations(), 2); // y and z

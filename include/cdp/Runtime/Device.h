@@ -19,6 +19,8 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
+#include <vector>
 
 namespace cdp::runtime {
 
@@ -112,6 +114,15 @@ void setAllowNondeterministic(bool allow);
 /// own; returns why not otherwise (empty when it does). A CPU-only build
 /// says it has no NCCL.
 std::string prepareNcclAcrossProcesses(Fabric &fabric);
+
+/// Under mpirun, before this process's GPU devices are made: the job's
+/// processes join a two-rank NCCL communicator for every ordered pair of
+/// devices in different processes that the plan's sends join (collective
+/// over `fabric`), over which those messages go GPU to GPU. Returns a note
+/// for each pair that goes through host memory instead, and why (devices
+/// sharing a GPU, or one without). A CPU-only build joins none.
+std::vector<std::string>
+prepareNcclRoutesAcrossProcesses(Fabric &fabric, const plan::Plan &plan);
 
 /// The backend a plan's device names ("cpu", the default, or "cuda").
 /// Throws RuntimeError for another name.

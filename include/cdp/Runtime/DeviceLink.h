@@ -88,10 +88,10 @@ public:
   /// Whether device `peer` of another process is reached directly: for
   /// messages this device sends it (`outgoing`), or receives from it.
   virtual bool reaches(int peer, bool outgoing) const { return false; }
-  /// Queued after `block` is ready: its bytes to device `peer` (a route
-  /// reaches() says is there), after this link's earlier sends to it. The
-  /// block is kept until they left.
-  virtual void sendAcross(int peer, const DeviceBlock &block);
+  /// Queued after the work before it: the parts' bytes, one after
+  /// another, to device `peer` (a route reaches() says is there), after
+  /// this link's earlier sends to it. The parts may change once it returns.
+  virtual void sendAcross(int peer, const std::vector<ConstBuffer> &parts);
   /// A fresh block of `bytes` queued to receive the next message device
   /// `peer` sends across to this one (in the order it sent them): ready
   /// once the bytes arrived.
@@ -174,7 +174,7 @@ public:
   /// (a pipeline's activations and gradients) never wait on one another.
   void addRoute(int peer, bool outgoing, std::shared_ptr<StreamOps> route);
   bool reaches(int peer, bool outgoing) const override;
-  void sendAcross(int peer, const DeviceBlock &block) override;
+  void sendAcross(int peer, const std::vector<ConstBuffer> &parts) override;
   std::shared_ptr<DeviceBlock> receiveAcross(int peer, int64_t bytes) override;
 
 private:

@@ -64,7 +64,7 @@ void registerPipeline(KernelRegistry &registry) {
   addKernel(registry, "send", [tagOf](const KernelArgs &args) {
     if (!args.communicator)
       args.fail("needs a communicator (a multi-device plan)");
-    ConstBuffer x = sending(args.inputs[0], linkFor(args));
+    ConstBuffer x = sending(args.inputs[0], messageLinkFor(args));
     int to = static_cast<int>(args.i("peer", 0));
     int64_t timeStep = args.instruction->time_step(),
             cycle = args.i("cycle", 1);
@@ -77,7 +77,7 @@ void registerPipeline(KernelRegistry &registry) {
   addKernel(registry, "recv", [tagOf](const KernelArgs &args) {
     if (!args.communicator)
       args.fail("needs a communicator (a multi-device plan)");
-    Buffer y = receiving(args.outputs[0], linkFor(args));
+    Buffer y = receiving(args.outputs[0], messageLinkFor(args));
     int device = args.device, from = static_cast<int>(args.i("peer", 0));
     auto tag = tagOf(args);
     Communicator *comm = args.communicator;

@@ -130,6 +130,19 @@ inline DeviceLink *linkFor(const KernelArgs &args) {
   return args.runsOn->link();
 }
 
+/// The same for a send or recv, whose communicator may take device memory
+/// for messages alone (carriesDeviceMessages: the MPI fabric), and is told
+/// the device's link.
+inline DeviceLink *messageLinkFor(const KernelArgs &args) {
+  if (!args.runsOn || !args.communicator ||
+      !args.communicator->carriesDeviceMessages())
+    return nullptr;
+  DeviceLink *link = args.runsOn->link();
+  if (link)
+    args.communicator->useLink(link);
+  return link;
+}
+
 /// Runs body(i) for every i in [0, count) on `threads` threads. With one
 /// thread no parallel region opens at all: oneDNN called inside an inactive
 /// (one-thread) region starts a nested team of its own, whose threads are

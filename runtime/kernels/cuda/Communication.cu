@@ -1,13 +1,17 @@
-//===- Communication.cu - communication staged through the host ----------===//
+//===- Communication.cu - communication on the GPU or through the host ---===//
+//-----===//
 //
-// The communicators carry host memory (in-process and MPI alike), so a
-// GPU's send, recv, load, reductions, chain hops, ZeRO's sharded updates
-// and laysa's gather run the CPU kernel of the same op on page-locked
-// host mirrors of their tensors: the stream's work up to the instruction
-// is waited for, the tensors are copied out, the CPU kernel runs (tags,
-// chain order, optimizer state and logs are the CPU's), and what it wrote
-// is copied back asynchronously. dp's and cdp's reductions go through NCCL
-// instead where every device has a GPU of its own (NcclReduce.cu).
+// Where the communicator takes a GPU's memory -- in one process for the
+// messages, reductions and ZeRO's collectives (the devices' links), under
+// mpirun for the messages (NCCL's routes between processes' GPUs,
+// NcclRoutes.cu) -- the CPU kernel of the op runs with the device's
+// tensors and link. Otherwise (load, the chain, ZeRO's exchanges and
+// sharded updates and laysa's gather under mpirun, ...) it runs on
+// page-locked host mirrors of the tensors: the stream's work up to the
+// instruction is waited for, the tensors are copied out, the CPU kernel
+// runs (tags, chain order, optimizer state and logs are the CPU's), and
+// what it wrote is copied back asynchronously. dp's and cdp's reductions
+// go through NCCL where every device has a GPU of its own (NcclReduce.cu).
 //
 // A mirror covers a run of device memory, not a tensor (MirrorSpans.h).
 //
@@ -147,12 +151,12 @@ void registerCommunication(KernelRegistry &registry) {
     KernelFactory factory = *cpu;
     std::string name = op;
     bool reduction = name == "reduce_start" || name == "reduce_wait";
-    bool linked = reduction || name == "send" || name == "recv" ||
-                  name == "chain_relay" || name == "shard_reduce" ||
-                  name == "shard_gather";
+    bool message = name == "send" || name == "recv";
+    bool linked = reduction || message || name == "chain_relay" ||
+                  name == "shard_reduce" || name == "shard_gather";
     registry.add(
         op, Backend::CUDA,
-        [factory, reduction, linked, writes = writesInputs,
+        [factory, reduction, message, linked, writes = writesInputs,
          name](const KernelArgs &args) -> std::unique_ptr<Kernel> {
           if (reduction)
             if (std::unique_ptr<Kernel> nccl = makeNcclKernel(name, args))
@@ -163,7 +167,13 @@ void registerCommunication(KernelRegistry &registry) {
             return shard;
           // These CPU kernels only hand their tensors to the communicator:
           // one that carries device memory moves them through the GPU's
-          // link (copies and sums queued on its stream).
+          // link (copies and sums queued on its stream); under mpirun a
+          // message to or from another process's GPU goes over NCCL.
+          if (message && args.communicator &&
+              args.communicator->carriesDeviceMessages()) {
+            installNcclRoutes(args);
+            return factory(args);
+          }
           if (linked && args.communicator &&
               args.communicator->carriesDeviceMemory())
             return factory(args);

@@ -18,6 +18,7 @@
 
 #include "../MessageBuffers.h"
 #include "CudaKernels.h"
+#include "Nccl.h"
 #include "Reduce.cuh"
 
 #include "cdp/Runtime/Communicator.h"
@@ -39,11 +40,6 @@ namespace cdp::runtime::cuda {
 namespace {
 
 constexpr int64_t kDepth = 4;
-
-void checkNccl(ncclResult_t status, const char *what) {
-  if (status != ncclSuccess)
-    throw RuntimeError(std::string(what) + ": " + ncclGetErrorString(status));
-}
 
 /// The NCCL communicators of this process's devices. In one process they
 /// are made together the first time a kernel asks (ncclCommInitAll: one per

@@ -20,20 +20,6 @@ namespace cdp::runtime {
 
 namespace {
 
-/// Makes `gpu` the calling thread's current GPU until the scope ends.
-class OnGpu {
-public:
-  explicit OnGpu(int gpu) {
-    cudaGetDevice(&previous);
-    if (previous != gpu)
-      checkCuda(cudaSetDevice(gpu), "cudaSetDevice");
-  }
-  ~OnGpu() { cudaSetDevice(previous); }
-
-private:
-  int previous = 0;
-};
-
 class CudaEvent : public StreamEvent {
 public:
   CudaEvent() {
@@ -80,6 +66,14 @@ __global__ void addKernel(float *out, const float *from, int64_t n) {
 }
 
 } // namespace
+
+OnGpu::OnGpu(int gpu) {
+  cudaGetDevice(&previous);
+  if (previous != gpu)
+    checkCuda(cudaSetDevice(gpu), "cudaSetDevice");
+}
+
+OnGpu::~OnGpu() { cudaSetDevice(previous); }
 
 CudaStreamOps::CudaStreamOps(int gpu, cudaStream_t stream)
     : gpu(gpu), stream(stream) {
