@@ -20,13 +20,22 @@ status=0
 sanitized="$BUILD_DIR/sanitized-results.json"
 echo "== the suites under ASan + UBSan (build-fuzz/)"
 ./scripts/sanitize.sh "$sanitized" > "$BUILD_DIR/sanitized.log" 2>&1 || status=1
-CDP_FUZZ_SEED=1 ./scripts/fuzz.sh "${CDP_FUZZ_SECONDS:-15}" | grep '^fuzz:' || status=1
+fuzzed="$BUILD_DIR/fuzz-results.txt"
+CDP_FUZZ_SEED=1 ./scripts/fuzz.sh "${CDP_FUZZ_SECONDS:-15}" | grep '^fuzz:' | tee "$fuzzed" || status=1
 
-/usr/bin/python3 - "$results" "$sanitized" <<'PY'
+# A fuzz target's finding counts as a failure in the last line too (it
+# used to show only in the exit status).
+/usr/bin/python3 - "$results" "$sanitized" "$fuzzed" <<'PY'
 import json, os, sys
 good, skipped = {"PASS", "XFAIL"}, {"UNSUPPORTED", "SKIPPED"}
 passed = failed = unrun = 0
-for path, prefix in zip(sys.argv[1:], ["", "sanitized: "]):
+for line in open(sys.argv[3]) if os.path.exists(sys.argv[3]) else []:
+    if "FINDING" in line:
+        failed += 1
+        print("  FAIL: %s" % line.strip())
+    elif "no finding" in line:
+        passed += 1
+for path, prefix in zip(sys.argv[1:3], ["", "sanitized: "]):
     if not os.path.exists(path):
         print("  FAIL: %sno results (%s)" % (prefix, path))
         failed += 1

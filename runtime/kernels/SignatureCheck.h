@@ -10,6 +10,7 @@
 #define CDP_RUNTIME_KERNELS_SIGNATURECHECK_H
 
 #include "cdp/Plan/Checked.h"
+#include "cdp/Plan/PlanCheck.h"
 #include "cdp/Runtime/Kernel.h"
 #include "cdp/Runtime/OpTable.h"
 
@@ -21,8 +22,7 @@
 namespace cdp::runtime::signatures {
 
 constexpr int kMany = 1 << 20;
-/// Bounds of the attributes message tags and step arithmetic are made of.
-constexpr int64_t kMostTagField = int64_t(1) << 20;
+using plan::kMostTagField;
 
 inline std::string shapeText(const std::vector<int64_t> &shape) {
   std::string text = "[";

@@ -567,9 +567,58 @@ template <typename Streams> std::string deadlockReport(const Streams &streams) {
   return os.str();
 }
 
+/// The first message attribute of `instructions` (device or template
+/// `owner`) outside the tags' bounds, described; empty where none is.
+template <typename Instructions>
+std::string messageFieldOutOfBounds(const Instructions &instructions,
+                                    const std::string &owner) {
+  struct Bound {
+    const char *op, *name;
+    int64_t least;
+  };
+  static const Bound bounds[] = {{"send", "micro_batch", -kMostTagField},
+                                 {"send", "micro_batches", 1},
+                                 {"send", "step_offset", -kMostTagField},
+                                 {"recv", "micro_batch", -kMostTagField},
+                                 {"recv", "micro_batches", 1},
+                                 {"recv", "step_offset", -kMostTagField},
+                                 {"chain_relay", "step_offset", -kMostTagField},
+                                 {"chain_wait", "delay", 0},
+                                 {"reduce_wait", "delay", 0}};
+  for (const Instruction &instruction : instructions)
+    for (const Bound &bound : bounds) {
+      if (instruction.op() != bound.op)
+        continue;
+      for (const Attribute &a : instruction.attributes())
+        if (a.name() == bound.name && a.has_i() &&
+            (a.i() < bound.least || a.i() > kMostTagField))
+          return instruction.op() + " at '" + instruction.location() + "' of " +
+                 owner + " has " + bound.name + " " + std::to_string(a.i()) +
+                 ", outside " + std::to_string(bound.least) + " to " +
+                 std::to_string(kMostTagField) + " (a damaged plan?)";
+    }
+  return "";
+}
+
+std::string messageFieldsOutOfBounds(const Plan &plan) {
+  for (int d = 0; d < plan.devices_size(); ++d)
+    if (std::string error = messageFieldOutOfBounds(
+            plan.devices(d).instructions(), "device " + std::to_string(d));
+        !error.empty())
+      return error;
+  for (int t = 0; t < plan.templates_size(); ++t)
+    if (std::string error = messageFieldOutOfBounds(
+            plan.templates(t).instructions(), "template " + std::to_string(t));
+        !error.empty())
+      return error;
+  return "";
+}
+
 } // namespace
 
 std::string findSendRecvDeadlock(const Plan &plan) {
+  if (std::string error = messageFieldsOutOfBounds(plan); !error.empty())
+    return error;
   if (!hasRuns(plan))
     return deadlockReport(PlainStreams{plan});
   // The runs read in place, the instructions that may block alone

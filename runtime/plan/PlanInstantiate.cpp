@@ -2,6 +2,7 @@
 
 #include "cdp/Plan/PlanInstantiate.h"
 
+#include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/SpelledPlan.h"
 
 #include <string_view>
@@ -70,6 +71,16 @@ std::string checkRuns(const Plan &plan, int64_t most) {
         return runName(d, r) + " names template " +
                std::to_string(run.template_()) + ", and the plan has " +
                std::to_string(plan.templates_size());
+      // What instantiation adds to a message's micro-batch and peer: within
+      // the tags' bounds, so that no sum overflows.
+      auto beyond = [](int64_t shift) {
+        return shift < -kMostTagField || shift > kMostTagField;
+      };
+      if (beyond(run.message_batch()) || beyond(run.peer_offset()))
+        return runName(d, r) + " shifts messages by micro-batch " +
+               std::to_string(run.message_batch()) + " and peer " +
+               std::to_string(run.peer_offset()) + ", beyond " +
+               std::to_string(kMostTagField);
       if (run.slot() < 0 || run.slot() >= templateSlots[run.template_()])
         return runName(d, r) + " names stash slot " +
                std::to_string(run.slot()) + ", and its tensors have " +

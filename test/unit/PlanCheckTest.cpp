@@ -10,13 +10,17 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 using namespace cdp::plan;
 
 namespace {
 
-void add(Device &device, const std::string &op, int peer, int value,
+/// A message instruction appended to a device's or a template's program.
+template <typename Program>
+void add(Program &program, const std::string &op, int peer, int value,
          int microBatch) {
-  Instruction *instruction = device.add_instructions();
+  Instruction *instruction = program.add_instructions();
   instruction->set_op(op);
   instruction->set_location(op + std::to_string(value));
   for (auto [name, v] : {std::pair<const char *, int>{"peer", peer},
@@ -65,6 +69,32 @@ TEST(PlanCheck, MutualWaitIsReported) {
   EXPECT_NE(report.find("device 1 at instruction 1: recv at 'recv7'"),
             std::string::npos)
       << report;
+}
+
+// A damaged plan's message attributes would overflow the simulation's step
+// arithmetic (the fuzzer's finding: step_offset 2^63 - 1): refused first,
+// in one line naming the instruction, in a plain plan and in a template.
+TEST(PlanCheck, MessageFieldsBeyondTheTagsAreRefused) {
+  Plan plan;
+  Device &first = *plan.add_devices(), &second = *plan.add_devices();
+  add(first, "send", 1, 7, 0);
+  add(second, "recv", 0, 7, 0);
+  EXPECT_EQ(findSendRecvDeadlock(plan), "");
+  Attribute *offset = first.mutable_instructions(0)->add_attributes();
+  offset->set_name("step_offset");
+  offset->set_i(std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(findSendRecvDeadlock(plan),
+            "send at 'send7' of device 0 has step_offset 9223372036854775807, "
+            "outside -1048576 to 1048576 (a damaged plan?)");
+  offset->set_i(kMostTagField);
+  EXPECT_EQ(findSendRecvDeadlock(plan).rfind("the plan would hang", 0), 0u);
+  offset->set_i(0);
+  Template &t = *plan.add_templates();
+  add(t, "recv", 0, 7, 0);
+  t.mutable_instructions(0)->mutable_attributes(3)->set_i(0); // micro_batches
+  EXPECT_EQ(findSendRecvDeadlock(plan),
+            "recv at 'recv7' of template 0 has micro_batches 0, outside 1 to "
+            "1048576 (a damaged plan?)");
 }
 
 TEST(PlanCheck, ReceiveOfAnotherMicroBatchDoesNotMatch) {

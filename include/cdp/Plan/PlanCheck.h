@@ -17,12 +17,19 @@
 
 namespace cdp::plan {
 
+/// Bounds of the attributes message tags and step arithmetic are made of
+/// (a message's micro-batch, micro-batches a step, step offset, a wait's
+/// delay): within them no tag or step computation overflows.
+constexpr int64_t kMostTagField = int64_t(1) << 20;
+
 /// Simulates three steps and the drain of every device's instruction stream
 /// with buffered sends and blocking receives (a recv matches a send by peer,
 /// value, micro-batch and step; a reduce_wait waits for every device's
 /// reduce_start of its step and stage). Returns an empty string when every
 /// device reaches its end, else a multi-line description: each stuck device
 /// with the instruction it waits at, and the rounds × devices grid of progress.
+/// A message attribute outside kMostTagField's bounds is refused first, in
+/// one line (the simulation's step arithmetic would overflow on it).
 std::string findSendRecvDeadlock(const Plan &plan);
 /// findSendRecvDeadlock's description as one line: its first sentence and
 /// each stuck device, joined by "; " (the grid of progress left out).
