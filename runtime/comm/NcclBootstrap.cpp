@@ -79,18 +79,38 @@ std::string agreeOnNcclId(Fabric &fabric, const std::vector<GpuPlace> &mine,
   return "";
 }
 
+namespace {
+
+/// The devices an instruction of device `from` (of `devices`) sends
+/// messages to: a send's peer; cdp's chain passes its partial sum to the
+/// next slot and the last slot its mean to the stage's owner (CDP-ZeRO) or
+/// back to the slot before, which each relay passes on.
+std::vector<int64_t> messageTargets(const plan::Instruction &instruction,
+                                    int from, int devices) {
+  const std::string &op = instruction.op();
+  if (op == "send")
+    return {plan::intAttribute(instruction, "peer", 0)};
+  if (op == "chain_relay")
+    return {from - 1};
+  if (op != "chain_reduce")
+    return {};
+  if (from + 1 < devices)
+    return {from + 1};
+  int64_t owner = plan::intAttribute(instruction, "owner", -1);
+  return {owner >= 0 ? owner : from - 1};
+}
+
+} // namespace
+
 std::vector<std::pair<int, int>> crossProcessSends(const plan::Plan &plan,
                                                    const Fabric &fabric) {
   std::set<std::pair<int, int>> pairs;
   auto collect = [&](int from, const auto &instructions) {
-    for (const plan::Instruction &instruction : instructions) {
-      if (instruction.op() != "send")
-        continue;
-      int to = static_cast<int>(plan::intAttribute(instruction, "peer", 0));
-      if (to >= 0 && to < fabric.size() &&
-          fabric.processOf(from) != fabric.processOf(to))
-        pairs.insert({from, to});
-    }
+    for (const plan::Instruction &instruction : instructions)
+      for (int64_t to : messageTargets(instruction, from, fabric.size()))
+        if (to >= 0 && to < fabric.size() &&
+            fabric.processOf(from) != fabric.processOf(static_cast<int>(to)))
+          pairs.insert({from, static_cast<int>(to)});
   };
   for (int d = 0; d < plan.devices_size(); ++d) {
     collect(d, plan.devices(d).instructions());

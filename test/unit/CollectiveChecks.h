@@ -269,9 +269,9 @@ inline void routeAgreement(Fabric &fabric) {
   EXPECT_EQ(made, fabric.isRoot() ? 2 : 0);
 }
 
-/// The pairs a plan's sends join across processes: each once, in order,
-/// the evaluation program's too, only between devices of different
-/// processes (none in one process).
+/// The pairs a plan's messages join across processes (its sends and the
+/// chain's hops): each once, in order, the evaluation program's too, only
+/// between devices of different processes (none in one process).
 inline void crossProcessSendsOfAPlan(Fabric &fabric) {
   plan::Plan plan;
   auto send = [&](int from, int to, bool eval = false) {
@@ -291,14 +291,32 @@ inline void crossProcessSendsOfAPlan(Fabric &fabric) {
   send(0, 3);
   send(1, 2, /*eval=*/true);
   plan.mutable_devices(2)->add_instructions()->set_op("recv");
+  // cdp's chain: partial sums up the slots, the mean back down (2 -> 1, 1
+  // -> 0), and a last slot's mean to its stage's owner (3 -> 1).
+  for (int d = 0; d < 4; ++d)
+    plan.mutable_devices(d)->add_instructions()->set_op(d == 0 ? "chain_reduce"
+                                                               : "chain_relay");
+  plan.mutable_devices(2)->add_instructions()->set_op("chain_reduce");
+  plan::Instruction *last = plan.mutable_devices(3)->add_instructions();
+  last->set_op("chain_reduce");
+  plan::Attribute *owner = last->add_attributes();
+  owner->set_name("owner");
+  owner->set_i(1);
   std::vector<std::pair<int, int>> expected;
-  for (auto pair :
-       std::vector<std::pair<int, int>>{{0, 1}, {0, 3}, {1, 2}, {3, 0}})
+  for (auto pair : std::vector<std::pair<int, int>>{{0, 1},
+                                                    {0, 3},
+                                                    {1, 0},
+                                                    {1, 2},
+                                                    {2, 1},
+                                                    {2, 3},
+                                                    {3, 0},
+                                                    {3, 1},
+                                                    {3, 2}})
     if (fabric.processOf(pair.first) != fabric.processOf(pair.second))
       expected.push_back(pair);
   EXPECT_EQ(crossProcessSends(plan, fabric), expected);
   if (fabric.processCount() == 4)
-    EXPECT_EQ(expected.size(), 4u);
+    EXPECT_EQ(expected.size(), 9u);
 }
 
 } // namespace cdp::runtime::checks

@@ -52,8 +52,9 @@ std::string agreeOnNcclId(Fabric &fabric, const std::vector<GpuPlace> &mine,
                           const std::function<std::string()> &makeId,
                           std::string &why);
 
-/// The ordered pairs (from, to) of the plan's sends between devices the
-/// fabric runs in different processes, each once, in order.
+/// The ordered pairs (from, to) of the plan's messages (its sends and cdp's
+/// chain hops) between devices the fabric runs in different processes,
+/// each once, in order.
 std::vector<std::pair<int, int>> crossProcessSends(const plan::Plan &plan,
                                                    const Fabric &fabric);
 

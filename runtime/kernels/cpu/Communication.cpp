@@ -287,7 +287,7 @@ void registerChain(KernelRegistry &registry) {
     int64_t count = buffers[0].numel();
     Communicator *comm = args.communicator;
     int device = comm->rank();
-    DeviceLink *link = linkFor(args); // a GPU's chain buffers stay on it
+    DeviceLink *link = messageLinkFor(args); // a GPU's chain buffers stay on it
     return [=](const StepContext &context) {
       int64_t step = context.step - offset;
       float *mean = chainBuffer(buffers, step);

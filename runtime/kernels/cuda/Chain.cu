@@ -1,7 +1,8 @@
-//===- Chain.cu - cdp's chain reduction between devices sharing a GPU -----===//
+//===- Chain.cu - cdp's chain reduction with the GPU's tensors ------------===//
 //
-// Where the communicator carries device memory (devices of one process),
-// the chain's hops move the GPU's tensors through the devices' links, and
+// Where the communicator takes device memory for messages (in one process
+// the devices' links; under mpirun NCCL's routes between processes' GPUs,
+// else the host), the chain's hops move the GPU's tensors as they lie, and
 // the two steps that touch values run here as kernels, with the CPU
 // kernel's arithmetic: slot 0 turns its gradients' -0 into +0 (the
 // all-reduce adds from +0), the last slot scales the sum by 1/N into its
@@ -127,8 +128,10 @@ std::unique_ptr<Kernel> chainWait(const KernelArgs &args) {
 
 std::unique_ptr<Kernel> makeLinkedChainKernel(const std::string &op,
                                               const KernelArgs &args) {
-  if (!args.communicator || !args.communicator->carriesDeviceMemory())
+  if (!args.communicator || !args.communicator->carriesDeviceMessages())
     return nullptr;
+  installNcclRoutes(args);
+  args.communicator->useLink(deviceOf(args).link());
   if (op == "chain_reduce")
     return chainReduce(args);
   if (op == "chain_wait")

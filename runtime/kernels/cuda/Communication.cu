@@ -151,9 +151,9 @@ void registerCommunication(KernelRegistry &registry) {
     KernelFactory factory = *cpu;
     std::string name = op;
     bool reduction = name == "reduce_start" || name == "reduce_wait";
-    bool message = name == "send" || name == "recv";
-    bool linked = reduction || message || name == "chain_relay" ||
-                  name == "shard_reduce" || name == "shard_gather";
+    bool message = name == "send" || name == "recv" || name == "chain_relay";
+    bool linked = reduction || message || name == "shard_reduce" ||
+                  name == "shard_gather";
     registry.add(
         op, Backend::CUDA,
         [factory, reduction, message, linked, writes = writesInputs,
