@@ -392,6 +392,21 @@ int64_t Communicator::collectiveTag(int64_t tag, int phase) const {
   return tags::collective(tag, phase);
 }
 
+std::vector<ConstBuffer>
+Communicator::slice(const std::vector<ConstBuffer> &parts, int64_t offset,
+                    int64_t count) {
+  std::vector<ConstBuffer> views;
+  forEachPiece(parts, offset, count,
+               [&](const ConstBuffer &part, int64_t first, int64_t, int64_t n) {
+                 int64_t size = plan::dtypeSize(part.dtype);
+                 views.emplace_back(part.dtype,
+                                    static_cast<const char *>(part.data) +
+                                        first * size,
+                                    n, part.link);
+               });
+  return views;
+}
+
 void Communicator::sendToAll(int64_t tag, ConstBuffer data, int64_t tau) {
   for (int d = 0; d < size(); ++d)
     if (d != rank())

@@ -121,6 +121,7 @@ public:
   int rank() const override { return device; }
   int size() const override;
   bool carriesDeviceMessages() const override { return true; }
+  bool carriesDeviceCollectives() const override { return true; }
   void useLink(DeviceLink *link) override { deviceLink = link; }
   using Communicator::send;
   void send(int to, int64_t tag, const std::vector<ConstBuffer> &parts,
@@ -132,6 +133,12 @@ public:
   void reduceStart(int64_t tag, const std::vector<ConstBuffer> &parts,
                    int64_t tau) override;
   bool reduceWait(int64_t tag, const std::vector<Buffer> &parts) override;
+  using Communicator::reduceScatter;
+  bool reduceScatter(int64_t tag, const std::vector<ConstBuffer> &in,
+                     Buffer out, ReduceOp op, int64_t tau) override;
+  using Communicator::allGather;
+  bool allGather(int64_t tag, ConstBuffer in, const std::vector<Buffer> &out,
+                 int64_t tau) override;
   void abort() override;
   std::vector<SendRecord> sendLog() const override { return log; }
 
@@ -189,6 +196,12 @@ private:
   /// `use` and drops it; false when the run was aborted.
   bool receive(int from, int64_t tag,
                const std::function<void(const Header &, const Arrival &)> &use);
+  /// Each device's float32 block of a collective's messages `message`
+  /// (`counts[d]` elements from device d), by device, in `link`'s memory;
+  /// this device's is `mine`. False when the run was aborted.
+  bool receiveBlocks(int64_t message, const std::vector<int64_t> &counts,
+                     DeviceLink &link, std::shared_ptr<DeviceBlock> mine,
+                     std::vector<std::shared_ptr<DeviceBlock>> &blocks);
   /// The same with the payload on the host.
   bool
   receiveOnHost(int from, int64_t tag,
@@ -727,6 +740,97 @@ bool MpiCommunicator::reduceWait(int64_t tag,
     for (float *v = static_cast<float *>(part.data), *end = v + part.count;
          v != end; ++v)
       *v *= scale;
+  return true;
+}
+
+bool MpiCommunicator::receiveBlocks(
+    int64_t message, const std::vector<int64_t> &counts, DeviceLink &link,
+    std::shared_ptr<DeviceBlock> mine,
+    std::vector<std::shared_ptr<DeviceBlock>> &blocks) {
+  blocks.assign(fabric.devices, nullptr);
+  blocks[device] = std::move(mine);
+  for (int d = 0; d < fabric.devices; ++d) {
+    if (d == device)
+      continue;
+    if (!receive(d, message, [&](const Header &header, const Arrival &arrival) {
+          checkArrival(message, d, static_cast<plan::DType>(header.dtype),
+                       header.count, {plan::F32, nullptr, counts[d]});
+          blocks[d] = arrival.onLink(link);
+        }))
+      return false;
+  }
+  return true;
+}
+
+// Device memory (ZeRO's reduce-scatter of a stage's gradients on GPUs): the
+// chunks go as messages (over the routes between processes' GPUs), only
+// the elements the devices hold (the padding is not sent), and this
+// device's chunk is summed on the device in device order from device 0's,
+// zeros past the elements: the host collective's bits. The send log
+// records what the host collective sends, padding included.
+bool MpiCommunicator::reduceScatter(int64_t tag,
+                                    const std::vector<ConstBuffer> &in,
+                                    Buffer out, ReduceOp op, int64_t tau) {
+  DeviceLink *link = out.link;
+  if (!link && !linkOf(in))
+    return Communicator::reduceScatter(tag, in, out, op, tau);
+  if (linkOf(in) != link)
+    throw RuntimeError("a reduce-scatter's buffers lie on different devices");
+  checkReducible(out.dtype); // the GPU sums float32 only
+  checkParts(in, out.dtype, out.count * fabric.devices, "reduce-scatter");
+  int64_t message = collectiveTag(tag, 1), given = describe(in).second;
+  auto held = [&](int d) {
+    return std::clamp<int64_t>(given - d * out.count, 0, out.count);
+  };
+  for (int d = 0; d < fabric.devices; ++d)
+    if (d != device) {
+      send(d, message, slice(in, d * out.count, held(d)), -1);
+      log.push_back({tau, out.bytes(), true});
+    }
+  std::vector<std::shared_ptr<DeviceBlock>> blocks;
+  std::shared_ptr<DeviceBlock> mine =
+      link->stash(slice(in, device * out.count, held(device)));
+  if (!receiveBlocks(message,
+                     std::vector<int64_t>(fabric.devices, held(device)), *link,
+                     std::move(mine), blocks))
+    return false;
+  std::vector<const DeviceBlock *> raw;
+  for (const auto &block : blocks)
+    raw.push_back(block.get());
+  float scale =
+      op == ReduceOp::Mean ? 1.0f / static_cast<float>(fabric.devices) : 1.0f;
+  link->sumRange(raw, 0, held(device), scale, out);
+  return true;
+}
+
+// Device memory (ZeRO's gathers of parameters on GPUs): each shard goes to
+// every device as a message; device d's lands at d * in.count, the padding
+// past `out` dropped.
+bool MpiCommunicator::allGather(int64_t tag, ConstBuffer in,
+                                const std::vector<Buffer> &out, int64_t tau) {
+  DeviceLink *link = linkOf(out);
+  if (!link && !in.link)
+    return Communicator::allGather(tag, in, out, tau);
+  if (link != in.link)
+    throw RuntimeError("an all-gather's buffers lie on different devices");
+  checkReducible(in.dtype); // the blocks are float32
+  checkParts(out, in.dtype, in.count * fabric.devices, "all-gather");
+  int64_t message = collectiveTag(tag, 2);
+  for (int d = 0; d < fabric.devices; ++d)
+    if (d != device)
+      send(d, message, {in}, tau);
+  std::vector<std::shared_ptr<DeviceBlock>> blocks;
+  if (!receiveBlocks(message, std::vector<int64_t>(fabric.devices, in.count),
+                     *link, link->stash({in}), blocks))
+    return false;
+  int64_t room = 0;
+  for (const Buffer &part : out)
+    room += part.bytes();
+  for (int d = 0; d < fabric.devices; ++d) {
+    int64_t at = d * in.bytes(), bytes = std::min(in.bytes(), room - at);
+    if (bytes > 0)
+      link->copyRange(*blocks[d], 0, out, at, bytes);
+  }
   return true;
 }
 

@@ -82,14 +82,26 @@ std::string agreeOnNcclId(Fabric &fabric, const std::vector<GpuPlace> &mine,
 namespace {
 
 /// The devices an instruction of device `from` (of `devices`) sends
-/// messages to: a send's peer; cdp's chain passes its partial sum to the
-/// next slot and the last slot its mean to the stage's owner (CDP-ZeRO) or
-/// back to the slot before, which each relay passes on.
+/// messages to: a send's peer; ZeRO's reduce-scatters and all-gathers (a
+/// stage 1 or 2 update gathers its shard) every other device; cdp's chain
+/// passes its partial sum to the next slot and the last slot its mean to
+/// the stage's owner (CDP-ZeRO) or back to the slot before, which each
+/// relay passes on.
 std::vector<int64_t> messageTargets(const plan::Instruction &instruction,
                                     int from, int devices) {
   const std::string &op = instruction.op();
   if (op == "send")
     return {plan::intAttribute(instruction, "peer", 0)};
+  bool zeroExchange =
+      op == "shard_reduce" || op == "shard_gather" ||
+      (op == "shard_update" && plan::intAttribute(instruction, "zero", 1) != 3);
+  if (zeroExchange) { // ZeRO's collectives: a message to every other device
+    std::vector<int64_t> others;
+    for (int d = 0; d < devices; ++d)
+      if (d != from)
+        others.push_back(d);
+    return others;
+  }
   if (op == "chain_relay")
     return {from - 1};
   if (op != "chain_reduce")

@@ -269,9 +269,10 @@ inline void routeAgreement(Fabric &fabric) {
   EXPECT_EQ(made, fabric.isRoot() ? 2 : 0);
 }
 
-/// The pairs a plan's messages join across processes (its sends and the
-/// chain's hops): each once, in order, the evaluation program's too, only
-/// between devices of different processes (none in one process).
+/// The pairs a plan's messages join across processes (its sends, ZeRO's
+/// collectives and the chain's hops): each once, in order, the evaluation
+/// program's too, only between devices of different processes (none in one
+/// process).
 inline void crossProcessSendsOfAPlan(Fabric &fabric) {
   plan::Plan plan;
   auto send = [&](int from, int to, bool eval = false) {
@@ -302,21 +303,24 @@ inline void crossProcessSendsOfAPlan(Fabric &fabric) {
   plan::Attribute *owner = last->add_attributes();
   owner->set_name("owner");
   owner->set_i(1);
+  // ZeRO: a gather reaches every other device (1 -> 3 new); stage 3's
+  // update exchanges nothing.
+  plan.mutable_devices(1)->add_instructions()->set_op("shard_gather");
+  plan::Instruction *update = plan.mutable_devices(2)->add_instructions();
+  update->set_op("shard_update");
+  plan::Attribute *zero = update->add_attributes();
+  zero->set_name("zero");
+  zero->set_i(3);
+  std::vector<std::pair<int, int>> pairs = {{0, 1}, {0, 3}, {1, 0}, {1, 2},
+                                            {1, 3}, {2, 1}, {2, 3}, {3, 0},
+                                            {3, 1}, {3, 2}};
   std::vector<std::pair<int, int>> expected;
-  for (auto pair : std::vector<std::pair<int, int>>{{0, 1},
-                                                    {0, 3},
-                                                    {1, 0},
-                                                    {1, 2},
-                                                    {2, 1},
-                                                    {2, 3},
-                                                    {3, 0},
-                                                    {3, 1},
-                                                    {3, 2}})
+  for (auto pair : pairs)
     if (fabric.processOf(pair.first) != fabric.processOf(pair.second))
       expected.push_back(pair);
   EXPECT_EQ(crossProcessSends(plan, fabric), expected);
   if (fabric.processCount() == 4)
-    EXPECT_EQ(expected.size(), 9u);
+    EXPECT_EQ(expected.size(), 10u);
 }
 
 } // namespace cdp::runtime::checks

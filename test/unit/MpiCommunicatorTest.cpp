@@ -17,6 +17,7 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <cstring>
 
 using namespace cdp;
 using namespace cdp::runtime;
@@ -210,6 +211,66 @@ TEST(MpiCommunicator, DeviceMessagesCrossOverRoutes) {
     EXPECT_TRUE(dev.gpu.errors.empty()) << dev.gpu.errors.front();
   });
   fabric->barrier(); // every wire's sends received before they go
+}
+
+// ZeRO's collectives in device memory: the chunks and shards go as device
+// messages (over the routes between processes), each device's chunk summed
+// on its GPU in device order: the host collective's bits, the padding past
+// the stage zero-filled or dropped, nothing visiting the host over a route.
+TEST(MpiCommunicator, DeviceCollectivesGiveTheHostsBits) {
+  int N = fabric->size();
+  const int64_t stage = 4 * 5 - 3, chunk = 5; // the last chunk padded
+  std::vector<std::unique_ptr<RoutedDevice>> devices(N);
+  for (int d = 0; d < N; ++d)
+    if (fabric->owns(d))
+      devices[d] = std::make_unique<RoutedDevice>(d);
+  checks::onEveryDevice(*fabric, [&](Communicator &comm) {
+    int d = comm.rank();
+    RoutedDevice &dev = *devices[d];
+    EXPECT_TRUE(comm.carriesDeviceCollectives());
+    comm.useLink(&dev.link);
+    std::vector<float> grads(stage);
+    for (int64_t i = 0; i < stage; ++i)
+      grads[i] = checks::contribution(d, i);
+    std::vector<float> expected(chunk);
+    ASSERT_TRUE(comm.reduceScatter(
+        30,
+        {ConstBuffer(plan::F32, grads.data(), 7),
+         ConstBuffer(plan::F32, grads.data() + 7, stage - 7)},
+        {plan::F32, expected.data(), chunk}, ReduceOp::Mean, 0));
+    float *g = dev.tensor(grads);
+    float *mine = dev.tensor(std::vector<float>(chunk, 7.0f));
+    ASSERT_TRUE(
+        comm.reduceScatter(31, {dev.buffer(g, 7), dev.buffer(g + 7, stage - 7)},
+                           dev.buffer(mine, chunk), ReduceOp::Mean, 0));
+    std::vector<float> got = dev.stream->read(mine, chunk);
+    EXPECT_EQ(std::memcmp(got.data(), expected.data(), chunk * 4), 0)
+        << "device " << d << ": " << got[0] << " vs " << expected[0];
+    // The parameters gathered from every device's shard.
+    std::vector<float> shard(chunk), whole(stage);
+    for (int64_t i = 0; i < chunk; ++i)
+      shard[i] = checks::contribution(d, 100 + i);
+    ASSERT_TRUE(comm.allGather(32, ConstBuffer(plan::F32, shard.data(), chunk),
+                               {{plan::F32, whole.data(), 8},
+                                {plan::F32, whole.data() + 8, stage - 8}},
+                               0));
+    float *s = dev.tensor(shard);
+    float *w = dev.tensor(std::vector<float>(stage, -1.0f));
+    ASSERT_TRUE(comm.allGather(33, dev.buffer(s, chunk),
+                               {dev.buffer(w, 8), dev.buffer(w + 8, stage - 8)},
+                               0));
+    EXPECT_EQ(dev.stream->read(w, stage), whole) << "device " << d;
+    // Only the messages to devices of its own process went by the host: a
+    // chunk and a shard to each.
+    int local = 0;
+    for (int p = 0; p < N; ++p)
+      local +=
+          p != d && RoutedDevice::processOf(p) == RoutedDevice::processOf(d);
+    EXPECT_EQ(dev.gpu.downloads, 2 * local) << "device " << d;
+    dev.finish();
+    EXPECT_TRUE(dev.gpu.errors.empty()) << dev.gpu.errors.front();
+  });
+  fabric->barrier();
 }
 
 TEST(MpiCommunicator, NonBlockingReceive) {

@@ -121,6 +121,12 @@ public:
   /// devices' routes (DeviceLink::sendAcross) where there is one, and any
   /// other through the host.
   virtual bool carriesDeviceMessages() const { return carriesDeviceMemory(); }
+  /// Whether reduceScatter and allGather (ZeRO's collectives) take buffers
+  /// in a device's memory: likewise, the MPI fabric's as point-to-point
+  /// messages in device memory, summed on the device in device order.
+  virtual bool carriesDeviceCollectives() const {
+    return carriesDeviceMemory();
+  }
   /// This device's link, given before the device's first message: a
   /// fabric that receives a message into device memory as soon as it
   /// hears of it (MPI: in the order the sender sent them) needs it then.
@@ -251,11 +257,14 @@ protected:
   /// Sends `data` to every other device under `tag` (a fabric may send one
   /// copy to all).
   virtual void sendToAll(int64_t tag, ConstBuffer data, int64_t tau);
-
-private:
   /// The point-to-point tag of a collective's message (phase: which of its
-  /// messages), out of the plans' tag space.
+  /// messages: 1 a reduce-scatter's, 2 an all-gather's), out of the plans'
+  /// tag space.
   int64_t collectiveTag(int64_t tag, int phase) const;
+  /// Views of elements [offset, offset + count) of the parts laid one after
+  /// another, as far as they hold them (fewer past their end).
+  static std::vector<ConstBuffer> slice(const std::vector<ConstBuffer> &parts,
+                                        int64_t offset, int64_t count);
 };
 
 /// The link every part's memory is reached through, or null where they are

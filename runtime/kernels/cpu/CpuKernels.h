@@ -143,6 +143,19 @@ inline DeviceLink *messageLinkFor(const KernelArgs &args) {
   return link;
 }
 
+/// The same for ZeRO's reduce-scatter and all-gather, whose communicator
+/// may take device memory for them (carriesDeviceCollectives: the MPI
+/// fabric sends their chunks as device messages).
+inline DeviceLink *collectiveLinkFor(const KernelArgs &args) {
+  if (!args.runsOn || !args.communicator ||
+      !args.communicator->carriesDeviceCollectives())
+    return nullptr;
+  DeviceLink *link = args.runsOn->link();
+  if (link)
+    args.communicator->useLink(link);
+  return link;
+}
+
 /// Runs body(i) for every i in [0, count) on `threads` threads. With one
 /// thread no parallel region opens at all: oneDNN called inside an inactive
 /// (one-thread) region starts a nested team of its own, whose threads are

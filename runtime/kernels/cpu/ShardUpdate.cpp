@@ -192,8 +192,8 @@ private:
 class ShardReduceKernel : public Kernel {
 public:
   explicit ShardReduceKernel(const KernelArgs &args)
-      : grads(readBuffers(args.inputs, linkFor(args))), shard(args.outputs[0]),
-        link(linkFor(args)),
+      : grads(readBuffers(args.inputs, collectiveLinkFor(args))),
+        shard(args.outputs[0]), link(collectiveLinkFor(args)),
         layout(sizesOf(args.inputs), args.communicator->size()),
         comm(args.communicator), stage(args.i("stage", 0)),
         cycle(args.i("cycle", 1)), timeStep(args.instruction->time_step()),
@@ -229,10 +229,10 @@ private:
 class ShardGatherKernel : public Kernel {
 public:
   explicit ShardGatherKernel(const KernelArgs &args)
-      : shard(args.inputs[0]), target(args.outputs[0]), link(linkFor(args)),
-        comm(args.communicator), stage(args.i("stage", 0)),
-        cycle(args.i("cycle", 1)), timeStep(args.instruction->time_step()),
-        device(args.device) {
+      : shard(args.inputs[0]), target(args.outputs[0]),
+        link(collectiveLinkFor(args)), comm(args.communicator),
+        stage(args.i("stage", 0)), cycle(args.i("cycle", 1)),
+        timeStep(args.instruction->time_step()), device(args.device) {
     // The outputs must be one run of memory, the shards' concatenation.
     char *next = static_cast<char *>(target.data);
     int64_t elements = 0;

@@ -3,15 +3,16 @@
 //
 // Where the communicator takes a GPU's memory -- in one process for the
 // messages, reductions and ZeRO's collectives (the devices' links), under
-// mpirun for the messages (NCCL's routes between processes' GPUs,
-// NcclRoutes.cu) -- the CPU kernel of the op runs with the device's
-// tensors and link. Otherwise (load, the chain, ZeRO's exchanges and
-// sharded updates and laysa's gather under mpirun, ...) it runs on
-// page-locked host mirrors of the tensors: the stream's work up to the
-// instruction is waited for, the tensors are copied out, the CPU kernel
-// runs (tags, chain order, optimizer state and logs are the CPU's), and
-// what it wrote is copied back asynchronously. dp's and cdp's reductions
-// go through NCCL where every device has a GPU of its own (NcclReduce.cu).
+// mpirun for the messages (the chain's hops too) and ZeRO's collectives, as
+// messages over NCCL's routes between processes' GPUs (NcclRoutes.cu) --
+// the CPU kernel of the op runs with the device's tensors and link.
+// Otherwise (load, the reductions NCCL does not serve and laysa's gather
+// under mpirun, replica_sum, ...) it runs on page-locked host mirrors of the
+// tensors: the stream's work up to the instruction is waited for, the
+// tensors are copied out, the CPU kernel runs (tags, optimizer state and
+// logs are the CPU's), and what it wrote is copied back asynchronously.
+// dp's and cdp's reductions go through NCCL where every device has a GPU of
+// its own (NcclReduce.cu).
 //
 // A mirror covers a run of device memory, not a tensor (MirrorSpans.h).
 //
@@ -152,11 +153,11 @@ void registerCommunication(KernelRegistry &registry) {
     std::string name = op;
     bool reduction = name == "reduce_start" || name == "reduce_wait";
     bool message = name == "send" || name == "recv" || name == "chain_relay";
-    bool linked = reduction || message || name == "shard_reduce" ||
-                  name == "shard_gather";
+    bool collective = name == "shard_reduce" || name == "shard_gather";
+    bool linked = reduction || message || collective;
     registry.add(
         op, Backend::CUDA,
-        [factory, reduction, message, linked, writes = writesInputs,
+        [factory, reduction, message, collective, linked, writes = writesInputs,
          name](const KernelArgs &args) -> std::unique_ptr<Kernel> {
           if (reduction)
             if (std::unique_ptr<Kernel> nccl = makeNcclKernel(name, args))
@@ -169,8 +170,9 @@ void registerCommunication(KernelRegistry &registry) {
           // one that carries device memory moves them through the GPU's
           // link (copies and sums queued on its stream); under mpirun a
           // message to or from another process's GPU goes over NCCL.
-          if (message && args.communicator &&
-              args.communicator->carriesDeviceMessages()) {
+          if (args.communicator &&
+              ((message && args.communicator->carriesDeviceMessages()) ||
+               (collective && args.communicator->carriesDeviceCollectives()))) {
             installNcclRoutes(args);
             return factory(args);
           }

@@ -701,17 +701,19 @@ private:
 /// piece for piece), the shard's moments in device memory. Stage 3: the
 /// device's shard of the parameters and of their mean gradients, nothing
 /// exchanged (shard_gather gathers where the stage is read). Stages 1 and
-/// 2, where the communicator carries device memory (devices of one
-/// process): the stage's parameters whole, their mean gradients (1) or the
-/// device's shard of them (2); the updated shard is all-gathered into every
-/// device's parameters through the devices' links. A step fp16's loss scale
-/// skips is decided on the device, so the gather runs anyway and writes the
-/// values the parameters hold.
+/// 2, where the communicator takes device memory for ZeRO's collectives (in
+/// one process the devices' links; under mpirun device messages, NCCL's
+/// routes between processes' GPUs): the stage's parameters whole, their
+/// mean gradients (1) or the device's shard of them (2); the updated shard
+/// is all-gathered into every device's parameters on the GPUs. A step fp16's
+/// loss scale skips is decided on the device, so the gather runs anyway and
+/// writes the values the parameters hold.
 class ShardUpdateKernel : public Kernel {
 public:
   explicit ShardUpdateKernel(const KernelArgs &args)
       : zero(args.i("zero", 1)), comm(args.communicator),
-        link(comm->carriesDeviceMemory() ? deviceOf(args).link() : nullptr),
+        link(comm->carriesDeviceCollectives() ? deviceOf(args).link()
+                                              : nullptr),
         stage(args.i("stage", 0)), timeStep(args.instruction->time_step()),
         cycle(args.i("cycle", 1)), device(args.device) {
     splitOperands(args);
@@ -801,14 +803,16 @@ private:
 } // namespace
 
 /// ZeRO's shard_update on the device: stage 3's always (it exchanges
-/// nothing), stages 1 and 2's where the communicator carries device memory
-/// (their gather goes through the devices' links); else null: the host
-/// stages them (under mpirun).
+/// nothing), stages 1 and 2's where the communicator takes device memory for
+/// their gather; else null: the host stages them.
 std::unique_ptr<Kernel> makeDeviceShardUpdate(const std::string &op,
                                               const KernelArgs &args) {
   if (op != "shard_update" || !args.communicator ||
-      (args.i("zero", 1) != 3 && !args.communicator->carriesDeviceMemory()))
+      (args.i("zero", 1) != 3 &&
+       !args.communicator->carriesDeviceCollectives()))
     return nullptr;
+  installNcclRoutes(args);
+  args.communicator->useLink(deviceOf(args).link());
   return std::make_unique<ShardUpdateKernel>(args);
 }
 
