@@ -196,11 +196,12 @@ private:
   /// `use` and drops it; false when the run was aborted.
   bool receive(int from, int64_t tag,
                const std::function<void(const Header &, const Arrival &)> &use);
-  /// Each device's float32 block of a collective's messages `message`
-  /// (`counts[d]` elements from device d), by device, in `link`'s memory;
+  /// Each device's block of a collective's messages `message` (`counts[d]`
+  /// elements of `dtype` from device d), by device, in `link`'s memory;
   /// this device's is `mine`. False when the run was aborted.
-  bool receiveBlocks(int64_t message, const std::vector<int64_t> &counts,
-                     DeviceLink &link, std::shared_ptr<DeviceBlock> mine,
+  bool receiveBlocks(int64_t message, plan::DType dtype,
+                     const std::vector<int64_t> &counts, DeviceLink &link,
+                     std::shared_ptr<DeviceBlock> mine,
                      std::vector<std::shared_ptr<DeviceBlock>> &blocks);
   /// The same with the payload on the host.
   bool
@@ -744,8 +745,8 @@ bool MpiCommunicator::reduceWait(int64_t tag,
 }
 
 bool MpiCommunicator::receiveBlocks(
-    int64_t message, const std::vector<int64_t> &counts, DeviceLink &link,
-    std::shared_ptr<DeviceBlock> mine,
+    int64_t message, plan::DType dtype, const std::vector<int64_t> &counts,
+    DeviceLink &link, std::shared_ptr<DeviceBlock> mine,
     std::vector<std::shared_ptr<DeviceBlock>> &blocks) {
   blocks.assign(fabric.devices, nullptr);
   blocks[device] = std::move(mine);
@@ -754,7 +755,7 @@ bool MpiCommunicator::receiveBlocks(
       continue;
     if (!receive(d, message, [&](const Header &header, const Arrival &arrival) {
           checkArrival(message, d, static_cast<plan::DType>(header.dtype),
-                       header.count, {plan::F32, nullptr, counts[d]});
+                       header.count, {dtype, nullptr, counts[d]});
           blocks[d] = arrival.onLink(link);
         }))
       return false;
@@ -790,7 +791,7 @@ bool MpiCommunicator::reduceScatter(int64_t tag,
   std::vector<std::shared_ptr<DeviceBlock>> blocks;
   std::shared_ptr<DeviceBlock> mine =
       link->stash(slice(in, device * out.count, held(device)));
-  if (!receiveBlocks(message,
+  if (!receiveBlocks(message, plan::F32,
                      std::vector<int64_t>(fabric.devices, held(device)), *link,
                      std::move(mine), blocks))
     return false;
@@ -803,9 +804,10 @@ bool MpiCommunicator::reduceScatter(int64_t tag,
   return true;
 }
 
-// Device memory (ZeRO's gathers of parameters on GPUs): each shard goes to
-// every device as a message; device d's lands at d * in.count, the padding
-// past `out` dropped.
+// Device memory (ZeRO's gathers of parameters, laysa's of the selections'
+// values and indices, on GPUs): each contribution goes to every device as
+// a message; device d's lands at d * in.count, the padding past `out`
+// dropped.
 bool MpiCommunicator::allGather(int64_t tag, ConstBuffer in,
                                 const std::vector<Buffer> &out, int64_t tau) {
   DeviceLink *link = linkOf(out);
@@ -813,15 +815,15 @@ bool MpiCommunicator::allGather(int64_t tag, ConstBuffer in,
     return Communicator::allGather(tag, in, out, tau);
   if (link != in.link)
     throw RuntimeError("an all-gather's buffers lie on different devices");
-  checkReducible(in.dtype); // the blocks are float32
   checkParts(out, in.dtype, in.count * fabric.devices, "all-gather");
   int64_t message = collectiveTag(tag, 2);
   for (int d = 0; d < fabric.devices; ++d)
     if (d != device)
       send(d, message, {in}, tau);
   std::vector<std::shared_ptr<DeviceBlock>> blocks;
-  if (!receiveBlocks(message, std::vector<int64_t>(fabric.devices, in.count),
-                     *link, link->stash({in}), blocks))
+  if (!receiveBlocks(message, in.dtype,
+                     std::vector<int64_t>(fabric.devices, in.count), *link,
+                     link->stash({in}), blocks))
     return false;
   int64_t room = 0;
   for (const Buffer &part : out)

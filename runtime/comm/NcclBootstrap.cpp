@@ -83,7 +83,8 @@ namespace {
 
 /// The devices an instruction of device `from` (of `devices`) sends
 /// messages to: a send's peer; ZeRO's reduce-scatters and all-gathers (a
-/// stage 1 or 2 update gathers its shard) every other device; cdp's chain
+/// stage 1 or 2 update gathers its shard) and laysa's gather of the
+/// selections every other device; cdp's chain
 /// passes its partial sum to the next slot and the last slot its mean to
 /// the stage's owner (CDP-ZeRO) or back to the slot before, which each
 /// relay passes on.
@@ -92,10 +93,10 @@ std::vector<int64_t> messageTargets(const plan::Instruction &instruction,
   const std::string &op = instruction.op();
   if (op == "send")
     return {plan::intAttribute(instruction, "peer", 0)};
-  bool zeroExchange =
-      op == "shard_reduce" || op == "shard_gather" ||
+  bool gathers =
+      op == "shard_reduce" || op == "shard_gather" || op == "sparse_gather" ||
       (op == "shard_update" && plan::intAttribute(instruction, "zero", 1) != 3);
-  if (zeroExchange) { // ZeRO's collectives: a message to every other device
+  if (gathers) { // ZeRO's and laysa's collectives: to every other device
     std::vector<int64_t> others;
     for (int d = 0; d < devices; ++d)
       if (d != from)

@@ -317,6 +317,9 @@ TEST(DeviceLink, CollectivesGiveTheHostsBits) {
         std::vector<Buffer>{{plan::F32, hostGathered[d].data(), 5},
                             {plan::F32, hostGathered[d].data() + 5, 3}},
         6));
+    int32_t picked[2] = {d, -7 * d}, all[6];
+    ASSERT_TRUE(comm.allGather(13, {plan::I32, picked, 2},
+                               std::vector<Buffer>{{plan::I32, all, 6}}, 7));
   });
   checks::onEveryDevice(onGpu, [&](Communicator &comm) {
     int d = comm.rank();
@@ -332,6 +335,21 @@ TEST(DeviceLink, CollectivesGiveTheHostsBits) {
         std::vector<Buffer>{dev.buffer(params, 5), dev.buffer(params + 5, 3)},
         6));
     gpuGathered[d] = dev.stream->read(params, 8);
+    // laysa's gather of int32 indices through the links, byte for byte.
+    int32_t picked[2] = {d, -7 * d};
+    auto *at = reinterpret_cast<int32_t *>(gpu.allocate(8));
+    auto *all = reinterpret_cast<int32_t *>(gpu.allocate(24));
+    dev.stream->upload(at, reinterpret_cast<const char *>(picked), 8);
+    ASSERT_TRUE(comm.allGather(13, {plan::I32, at, 2, &dev.link},
+                               {{plan::I32, all, 6, &dev.link}}, 7));
+    std::vector<float> bits =
+        dev.stream->read(reinterpret_cast<float *>(all), 6);
+    for (int p = 0; p < 3; ++p) {
+      int32_t got[2];
+      std::memcpy(got, bits.data() + 2 * p, 8);
+      EXPECT_EQ(got[0], p);
+      EXPECT_EQ(got[1], -7 * p);
+    }
   });
   for (int d = 0; d < 3; ++d) {
     EXPECT_EQ(std::memcmp(gpuChunks[d].data(), hostChunks[d].data(), 12), 0)
@@ -352,7 +370,7 @@ TEST(DeviceLink, CollectivesGiveTheHostsBits) {
   for (auto &dev : devices)
     dev->stream->finish();
   EXPECT_EQ(gpu.downloads, 0);
-  EXPECT_EQ(gpu.liveAllocations(), 12); // 4 tensors a device; blocks freed
+  EXPECT_EQ(gpu.liveAllocations(), 18); // 6 tensors a device; blocks freed
   EXPECT_TRUE(gpu.errors.empty()) << gpu.errors.front();
 }
 

@@ -217,6 +217,7 @@ TEST(MpiCommunicator, DeviceMessagesCrossOverRoutes) {
 // messages (over the routes between processes), each device's chunk summed
 // on its GPU in device order: the host collective's bits, the padding past
 // the stage zero-filled or dropped, nothing visiting the host over a route.
+// laysa's gather of int32 indices goes the same way.
 TEST(MpiCommunicator, DeviceCollectivesGiveTheHostsBits) {
   int N = fabric->size();
   const int64_t stage = 4 * 5 - 3, chunk = 5; // the last chunk padded
@@ -260,13 +261,30 @@ TEST(MpiCommunicator, DeviceCollectivesGiveTheHostsBits) {
                                {dev.buffer(w, 8), dev.buffer(w + 8, stage - 8)},
                                0));
     EXPECT_EQ(dev.stream->read(w, stage), whole) << "device " << d;
+    // laysa's indices: int32, gathered byte for byte.
+    std::vector<int32_t> picked = {d, -d, 1000 + d};
+    auto *at = reinterpret_cast<int32_t *>(dev.gpu.allocate(3 * 4));
+    auto *all = reinterpret_cast<int32_t *>(dev.gpu.allocate(3 * 4 * N));
+    dev.stream->upload(reinterpret_cast<char *>(at),
+                       reinterpret_cast<const char *>(picked.data()), 12);
+    ASSERT_TRUE(comm.allGather(34, {plan::I32, at, 3, &dev.link},
+                               {{plan::I32, all, 3 * N, &dev.link}}, 0));
+    std::vector<float> gathered =
+        dev.stream->read(reinterpret_cast<float *>(all), 3 * N);
+    for (int p = 0; p < N; ++p) {
+      int32_t got[3];
+      std::memcpy(got, gathered.data() + 3 * p, 12);
+      EXPECT_EQ(got[0], p);
+      EXPECT_EQ(got[1], -p);
+      EXPECT_EQ(got[2], 1000 + p);
+    }
     // Only the messages to devices of its own process went by the host: a
-    // chunk and a shard to each.
+    // chunk, a shard and the indices to each.
     int local = 0;
     for (int p = 0; p < N; ++p)
       local +=
           p != d && RoutedDevice::processOf(p) == RoutedDevice::processOf(d);
-    EXPECT_EQ(dev.gpu.downloads, 2 * local) << "device " << d;
+    EXPECT_EQ(dev.gpu.downloads, 3 * local) << "device " << d;
     dev.finish();
     EXPECT_TRUE(dev.gpu.errors.empty()) << dev.gpu.errors.front();
   });

@@ -137,7 +137,7 @@ void registerGather(KernelRegistry &registry) {
     if (!args.communicator)
       args.fail("needs a communicator (a multi-device plan)");
     Communicator *comm = args.communicator;
-    DeviceLink *link = linkFor(args); // a GPU's selections stay on it
+    DeviceLink *link = collectiveLinkFor(args); // a GPU's selections stay on it
     std::vector<TensorView> mine = args.inputs, all = args.outputs;
     int64_t stage = args.i("stage", 0), cycle = args.i("cycle", 1);
     int64_t timeStep = args.instruction->time_step();

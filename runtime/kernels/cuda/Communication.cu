@@ -153,7 +153,8 @@ void registerCommunication(KernelRegistry &registry) {
     std::string name = op;
     bool reduction = name == "reduce_start" || name == "reduce_wait";
     bool message = name == "send" || name == "recv" || name == "chain_relay";
-    bool collective = name == "shard_reduce" || name == "shard_gather";
+    bool collective = name == "shard_reduce" || name == "shard_gather" ||
+                      name == "sparse_gather";
     bool linked = reduction || message || collective;
     registry.add(
         op, Backend::CUDA,
