@@ -392,6 +392,17 @@ int64_t Communicator::collectiveTag(int64_t tag, int phase) const {
   return tags::collective(tag, phase);
 }
 
+DeviceLink *Communicator::gatherLink(ConstBuffer in,
+                                     const std::vector<Buffer> &out) const {
+  DeviceLink *link = linkOf(out);
+  if (!link && !in.link)
+    return nullptr;
+  if (link != in.link)
+    throw RuntimeError("an all-gather's buffers lie on different devices");
+  checkParts(out, in.dtype, in.count * size(), "all-gather");
+  return link;
+}
+
 std::vector<ConstBuffer>
 Communicator::slice(const std::vector<ConstBuffer> &parts, int64_t offset,
                     int64_t count) {

@@ -511,12 +511,9 @@ bool LocalCommunicator::gatherBlocks(
 // (a run's devices share one backend, so they never mix).
 bool LocalCommunicator::allGather(int64_t tag, ConstBuffer in,
                                   const std::vector<Buffer> &out, int64_t tau) {
-  DeviceLink *link = linkOf(out);
-  if (!link && !in.link)
+  DeviceLink *link = gatherLink(in, out);
+  if (!link)
     return Communicator::allGather(tag, in, out, tau);
-  if (link != in.link)
-    throw RuntimeError("an all-gather's buffers lie on different devices");
-  checkParts(out, in.dtype, in.count * fabric.devices, "all-gather");
   int64_t room = 0;
   for (const Buffer &part : out)
     room += part.bytes();

@@ -810,12 +810,9 @@ bool MpiCommunicator::reduceScatter(int64_t tag,
 // dropped.
 bool MpiCommunicator::allGather(int64_t tag, ConstBuffer in,
                                 const std::vector<Buffer> &out, int64_t tau) {
-  DeviceLink *link = linkOf(out);
-  if (!link && !in.link)
+  DeviceLink *link = gatherLink(in, out);
+  if (!link)
     return Communicator::allGather(tag, in, out, tau);
-  if (link != in.link)
-    throw RuntimeError("an all-gather's buffers lie on different devices");
-  checkParts(out, in.dtype, in.count * fabric.devices, "all-gather");
   int64_t message = collectiveTag(tag, 2);
   for (int d = 0; d < fabric.devices; ++d)
     if (d != device)

@@ -28,23 +28,7 @@ using cdp::test::LazyStream;
 
 namespace {
 
-/// A device of a LazyGpu: its stream, link and a tensor helper.
-struct GpuDevice {
-  explicit GpuDevice(LazyGpu &gpu)
-      : gpu(gpu), stream(std::make_shared<LazyStream>(gpu)), link(stream) {}
-  /// A float tensor of `values` written by a kernel on this stream.
-  float *tensor(const std::vector<float> &values) {
-    auto *at = reinterpret_cast<float *>(gpu.allocate(values.size() * 4));
-    stream->write(at, values);
-    return at;
-  }
-  Buffer buffer(float *at, int64_t count) {
-    return {plan::F32, at, count, &link};
-  }
-  LazyGpu &gpu;
-  std::shared_ptr<LazyStream> stream;
-  StreamLink link;
-};
+using GpuDevice = test::LazyDevice;
 
 TEST(DeviceLink, MessageBetweenDevicesOfOneGpuStaysOnIt) {
   LazyGpu gpu(0);

@@ -18,6 +18,7 @@
 #ifndef CDP_TEST_UNIT_LAZYSTREAMS_H
 #define CDP_TEST_UNIT_LAZYSTREAMS_H
 
+#include "cdp/Runtime/Communicator.h"
 #include "cdp/Runtime/DeviceLink.h"
 
 #include <sys/mman.h>
@@ -309,6 +310,24 @@ private:
   std::deque<LazyGpu::Op> ops;
   int64_t queued = 0, done = 0;
   bool running = false;
+};
+
+/// A device of a LazyGpu: its stream, link and a tensor helper.
+struct LazyDevice {
+  explicit LazyDevice(LazyGpu &gpu)
+      : gpu(gpu), stream(std::make_shared<LazyStream>(gpu)), link(stream) {}
+  /// A float tensor of `values` written by a kernel on this stream.
+  float *tensor(const std::vector<float> &values) {
+    auto *at = reinterpret_cast<float *>(gpu.allocate(values.size() * 4));
+    stream->write(at, values);
+    return at;
+  }
+  runtime::Buffer buffer(float *at, int64_t count) {
+    return {plan::F32, at, count, &link};
+  }
+  LazyGpu &gpu;
+  std::shared_ptr<LazyStream> stream;
+  runtime::StreamLink link;
 };
 
 } // namespace cdp::test

@@ -105,12 +105,16 @@ private:
   std::vector<std::pair<MPI_Request, std::unique_ptr<std::vector<char>>>> sends;
 };
 
+/// A LazyGpu of its own (constructed before the device that uses it).
+struct OwnGpu {
+  explicit OwnGpu(int domain) : owned(domain) {}
+  cdp::test::LazyGpu owned;
+};
+
 /// A GPU device of the test: its own LazyGpu (domain = device), stream and
 /// link, with a route to and from every device of another process.
-struct RoutedDevice {
-  explicit RoutedDevice(int device)
-      : gpu(device), stream(std::make_shared<cdp::test::LazyStream>(gpu)),
-        link(stream) {
+struct RoutedDevice : OwnGpu, cdp::test::LazyDevice {
+  explicit RoutedDevice(int device) : OwnGpu(device), LazyDevice(owned) {
     for (int peer = 0; peer < fabric->size(); ++peer) {
       if (fabric->owns(peer))
         continue;
@@ -128,23 +132,12 @@ struct RoutedDevice {
   static int processOf(int device) {
     return device / (fabric->size() / fabric->processCount());
   }
-  float *tensor(const std::vector<float> &values) {
-    auto *at = reinterpret_cast<float *>(gpu.allocate(values.size() * 4));
-    stream->write(at, values);
-    return at;
-  }
-  Buffer buffer(float *at, int64_t count) {
-    return {plan::F32, at, count, &link};
-  }
   /// Runs every stream (a GPU runs them on its own).
   void finish() {
     stream->finish();
     for (auto &route : routes)
       route->finish();
   }
-  cdp::test::LazyGpu gpu;
-  std::shared_ptr<cdp::test::LazyStream> stream;
-  StreamLink link;
   std::vector<std::shared_ptr<cdp::test::LazyStream>> routes;
 };
 

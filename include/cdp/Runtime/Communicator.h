@@ -261,6 +261,9 @@ protected:
   /// messages: 1 a reduce-scatter's, 2 an all-gather's), out of the plans'
   /// tag space.
   int64_t collectiveTag(int64_t tag, int phase) const;
+  /// The link an all-gather's buffers lie on, checked (one dtype, room for
+  /// at most every device's `in`); null where they are host memory.
+  DeviceLink *gatherLink(ConstBuffer in, const std::vector<Buffer> &out) const;
   /// Views of elements [offset, offset + count) of the parts laid one after
   /// another, as far as they hold them (fewer past their end).
   static std::vector<ConstBuffer> slice(const std::vector<ConstBuffer> &parts,

@@ -130,12 +130,13 @@ inline DeviceLink *linkFor(const KernelArgs &args) {
   return args.runsOn->link();
 }
 
-/// The same for a send or recv, whose communicator may take device memory
-/// for messages alone (carriesDeviceMessages: the MPI fabric), and is told
-/// the device's link.
-inline DeviceLink *messageLinkFor(const KernelArgs &args) {
-  if (!args.runsOn || !args.communicator ||
-      !args.communicator->carriesDeviceMessages())
+/// The same where `carries` says the communicator takes that memory for
+/// the kernel's kind of traffic (the MPI fabric takes it for messages and
+/// for ZeRO's and laysa's collectives alone), the communicator told of the
+/// link (useLink).
+inline DeviceLink *linkCarrying(const KernelArgs &args,
+                                bool (Communicator::*carries)() const) {
+  if (!args.runsOn || !args.communicator || !(args.communicator->*carries)())
     return nullptr;
   DeviceLink *link = args.runsOn->link();
   if (link)
@@ -143,17 +144,12 @@ inline DeviceLink *messageLinkFor(const KernelArgs &args) {
   return link;
 }
 
-/// The same for ZeRO's reduce-scatter and all-gather, whose communicator
-/// may take device memory for them (carriesDeviceCollectives: the MPI
-/// fabric sends their chunks as device messages).
+/// A send's, recv's or chain hop's link, and a collective's.
+inline DeviceLink *messageLinkFor(const KernelArgs &args) {
+  return linkCarrying(args, &Communicator::carriesDeviceMessages);
+}
 inline DeviceLink *collectiveLinkFor(const KernelArgs &args) {
-  if (!args.runsOn || !args.communicator ||
-      !args.communicator->carriesDeviceCollectives())
-    return nullptr;
-  DeviceLink *link = args.runsOn->link();
-  if (link)
-    args.communicator->useLink(link);
-  return link;
+  return linkCarrying(args, &Communicator::carriesDeviceCollectives);
 }
 
 /// Runs body(i) for every i in [0, count) on `threads` threads. With one
