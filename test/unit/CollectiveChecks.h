@@ -270,9 +270,9 @@ inline void routeAgreement(Fabric &fabric) {
 }
 
 /// The pairs a plan's messages join across processes (its sends, ZeRO's
-/// collectives and the chain's hops): each once, in order, the evaluation
-/// program's too, only between devices of different processes (none in one
-/// process).
+/// collectives, the chain's hops and the replicas' sums): each once, in order,
+/// the evaluation program's too, only between devices of different processes
+/// (none in one process).
 inline void crossProcessSendsOfAPlan(Fabric &fabric) {
   plan::Plan plan;
   auto send = [&](int from, int to, bool eval = false) {
@@ -311,16 +311,23 @@ inline void crossProcessSendsOfAPlan(Fabric &fabric) {
   plan::Attribute *zero = update->add_attributes();
   zero->set_name("zero");
   zero->set_i(3);
-  std::vector<std::pair<int, int>> pairs = {{0, 1}, {0, 3}, {1, 0}, {1, 2},
-                                            {1, 3}, {2, 1}, {2, 3}, {3, 0},
-                                            {3, 1}, {3, 2}};
+  // A pipeline stage's gradient summed over its replicas (0 -> 2 new).
+  plan::Instruction *sum = plan.mutable_devices(0)->add_instructions();
+  sum->set_op("replica_sum");
+  plan::Attribute *peers = sum->add_attributes();
+  peers->set_name("peers");
+  peers->mutable_ints()->add_values(0);
+  peers->mutable_ints()->add_values(2);
+  std::vector<std::pair<int, int>> pairs = {{0, 1}, {0, 2}, {0, 3}, {1, 0},
+                                            {1, 2}, {1, 3}, {2, 1}, {2, 3},
+                                            {3, 0}, {3, 1}, {3, 2}};
   std::vector<std::pair<int, int>> expected;
   for (auto pair : pairs)
     if (fabric.processOf(pair.first) != fabric.processOf(pair.second))
       expected.push_back(pair);
   EXPECT_EQ(crossProcessSends(plan, fabric), expected);
   if (fabric.processCount() == 4)
-    EXPECT_EQ(expected.size(), 10u);
+    EXPECT_EQ(expected.size(), 11u);
 }
 
 } // namespace cdp::runtime::checks

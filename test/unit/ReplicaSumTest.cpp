@@ -11,8 +11,11 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "LazyStreams.h"
+
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Runtime/Communicator.h"
+#include "cdp/Runtime/Device.h"
 #include "cdp/Runtime/Kernel.h"
 
 #include <gtest/gtest.h>
@@ -116,6 +119,82 @@ TEST(ReplicaSum, EveryReplicaAddsInReplicaOrder) {
     if (replicas == 3) // the order shows: left to right 1, right to left 0
       EXPECT_EQ(sums[2][0][0], 1.0f);
   }
+}
+
+/// A device whose memory the host may not touch, as a kernel sees it: only
+/// its link (a LazyDevice's), which the communicator moves its tensors
+/// through.
+class LinkedDevice : public Device {
+public:
+  explicit LinkedDevice(DeviceLink &link) : deviceLink(link) {}
+  Backend backend() const override { return Backend::CUDA; }
+  MemorySpace space() const override { return MemorySpace::Device; }
+  void *allocate(size_t) override { return nullptr; }
+  void release(void *) override {}
+  void download(void *, const void *, size_t) override {}
+  void upload(void *, const void *, size_t) override {}
+  void fill(void *, unsigned char, size_t) override {}
+  DeviceLink *link() override { return &deviceLink; }
+
+private:
+  DeviceLink &deviceLink;
+};
+
+// On GPUs sharing one (the devices' links): the gradients and sums never
+// leave device memory (the host touching them would fault), the replicas'
+// own gradients are copied and added on their streams, and every replica
+// gets the host's bits.
+TEST(ReplicaSum, OnTheDevicesItAddsInReplicaOrderToo) {
+  const size_t elements = 257;
+  const int replicas = 3, devices = 6;
+  std::vector<int64_t> peers = {1, 3, 5};
+  cdp::test::LazyGpu gpu(0);
+  LocalFabric fabric(devices);
+  std::vector<std::unique_ptr<cdp::test::LazyDevice>> lazy;
+  std::vector<std::unique_ptr<LinkedDevice>> linked;
+  for (int r = 0; r < replicas; ++r) {
+    lazy.push_back(std::make_unique<cdp::test::LazyDevice>(gpu));
+    linked.push_back(std::make_unique<LinkedDevice>(lazy.back()->link));
+  }
+  std::vector<std::vector<float>> sums(replicas);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < replicas; ++r)
+    threads.emplace_back([&, r] {
+      cdp::test::LazyDevice &dev = *lazy[r];
+      plan::Instruction instruction = replicaSum(peers, r);
+      TensorView gradient, sum;
+      gradient.data = dev.tensor(gradientOf(r, 2, elements));
+      sum.data = dev.tensor(std::vector<float>(elements, 5.0f));
+      gradient.shape = sum.shape = {static_cast<int64_t>(elements)};
+      gradient.space = sum.space = MemorySpace::Device;
+      KernelArgs args;
+      args.instruction = &instruction;
+      args.inputs = {gradient};
+      args.outputs = {sum};
+      args.communicator = &fabric.endpoint(static_cast<int>(peers[r]));
+      args.device = static_cast<int>(peers[r]);
+      args.runsOn = linked[r].get();
+      std::unique_ptr<Kernel> kernel = make(args);
+      StepContext context;
+      context.step = 2;
+      kernel->run(context);
+      sums[r] = dev.stream->read(sum.f32(), elements);
+    });
+  for (std::thread &thread : threads)
+    thread.join();
+  std::vector<float> want = gradientOf(0, 2, elements);
+  for (int q = 1; q < replicas; ++q) {
+    std::vector<float> g = gradientOf(q, 2, elements);
+    for (size_t i = 0; i < elements; ++i)
+      want[i] = want[i] + g[i];
+  }
+  for (int r = 0; r < replicas; ++r)
+    EXPECT_EQ(0, std::memcmp(sums[r].data(), want.data(), elements * 4))
+        << "replica " << r;
+  for (auto &dev : lazy)
+    dev->stream->finish();
+  EXPECT_EQ(gpu.downloads, 0);
+  EXPECT_TRUE(gpu.errors.empty()) << gpu.errors.front();
 }
 
 TEST(ReplicaSum, RefusesPeersThatDoNotHoldTheDevice) {

@@ -131,11 +131,16 @@ void registerReplicaSum(KernelRegistry &registry) {
     TensorView own = args.inputs[0], sum = args.outputs[0];
     Communicator *comm = args.communicator;
     int device = args.device;
+    // A GPU's gradients stay on it: the messages through its link, its own
+    // gradient copied or added on its stream (the same bits as the host's).
+    DeviceLink *link = messageLinkFor(args);
+    ConstBuffer ownBuffer = sending(own, link);
+    Buffer sumBuffer = receiving(sum, link);
     return [=](const StepContext &context) {
       int64_t tag = tags::replicaSum(context.step, value);
       for (size_t q = 0; q < peers.size(); ++q)
         if (static_cast<int64_t>(q) != replica)
-          comm->send(static_cast<int>(peers[q]), tag, sending(own),
+          comm->send(static_cast<int>(peers[q]), tag, ownBuffer,
                      timeStep + cycle * context.step);
       auto failed = [&] {
         throw RuntimeError("device " + std::to_string(device) +
@@ -144,17 +149,24 @@ void registerReplicaSum(KernelRegistry &registry) {
       };
       float *out = sum.f32();
       const float *mine = own.f32();
-      if (replica == 0)
-        std::copy(mine, mine + own.numel(), out);
-      else if (!comm->recv(static_cast<int>(peers[0]), tag, receiving(sum)))
+      if (replica == 0) {
+        if (link)
+          link->copyOut(*link->stash({ownBuffer}), {sumBuffer});
+        else
+          std::copy(mine, mine + own.numel(), out);
+      } else if (!comm->recv(static_cast<int>(peers[0]), tag, sumBuffer)) {
         failed();
+      }
       for (size_t q = 1; q < peers.size(); ++q) {
-        if (static_cast<int64_t>(q) == replica)
+        if (static_cast<int64_t>(q) != replica) {
+          if (!comm->recvAdd(static_cast<int>(peers[q]), tag, {sumBuffer}))
+            failed();
+        } else if (link) {
+          link->addOut(*link->stash({ownBuffer}), {sumBuffer});
+        } else {
           for (int64_t i = 0; i < own.numel(); ++i)
             out[i] += mine[i];
-        else if (!comm->recvAdd(static_cast<int>(peers[q]), tag,
-                                {receiving(sum)}))
-          failed();
+        }
       }
     };
   });

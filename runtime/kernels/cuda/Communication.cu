@@ -152,7 +152,8 @@ void registerCommunication(KernelRegistry &registry) {
     KernelFactory factory = *cpu;
     std::string name = op;
     bool reduction = name == "reduce_start" || name == "reduce_wait";
-    bool message = name == "send" || name == "recv" || name == "chain_relay";
+    bool message = name == "send" || name == "recv" || name == "chain_relay" ||
+                   name == "replica_sum";
     bool collective = name == "shard_reduce" || name == "shard_gather" ||
                       name == "sparse_gather";
     bool linked = reduction || message || collective;
