@@ -403,6 +403,18 @@ DeviceLink *Communicator::gatherLink(ConstBuffer in,
   return link;
 }
 
+DeviceLink *Communicator::scatterLink(const std::vector<ConstBuffer> &in,
+                                      const Buffer &out) const {
+  DeviceLink *link = linkOf(in);
+  if (!link && !out.link)
+    return nullptr;
+  if (link && link != out.link)
+    throw RuntimeError("a reduce-scatter's buffers lie on different devices");
+  checkReducible(out.dtype); // the GPU sums float32 only
+  checkParts(in, out.dtype, out.count * size(), "reduce-scatter");
+  return out.link;
+}
+
 std::vector<ConstBuffer>
 Communicator::slice(const std::vector<ConstBuffer> &parts, int64_t offset,
                     int64_t count) {

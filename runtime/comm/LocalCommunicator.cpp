@@ -87,14 +87,6 @@ std::shared_ptr<DeviceBlock> inDomain(DeviceLink &link,
   return link.stashHost(host.data(), block->bytes());
 }
 
-std::vector<const DeviceBlock *>
-rawBlocks(const std::vector<std::shared_ptr<DeviceBlock>> &blocks) {
-  std::vector<const DeviceBlock *> raw;
-  for (const std::shared_ptr<DeviceBlock> &block : blocks)
-    raw.push_back(block.get());
-  return raw;
-}
-
 std::vector<float> downloadFloats(const DeviceBlock &block) {
   std::vector<float> values(block.bytes() / sizeof(float));
   block.download(reinterpret_cast<char *>(values.data()));
@@ -534,14 +526,9 @@ bool LocalCommunicator::allGather(int64_t tag, ConstBuffer in,
 bool LocalCommunicator::reduceScatter(int64_t tag,
                                       const std::vector<ConstBuffer> &in,
                                       Buffer out, ReduceOp op, int64_t tau) {
-  DeviceLink *link = linkOf(in);
-  if (!link && !out.link)
+  DeviceLink *link = scatterLink(in, out);
+  if (!link)
     return Communicator::reduceScatter(tag, in, out, op, tau);
-  if (link && link != out.link)
-    throw RuntimeError("a reduce-scatter's buffers lie on different devices");
-  link = out.link;
-  checkReducible(out.dtype); // the GPU sums float32 only
-  checkParts(in, out.dtype, out.count * fabric.devices, "reduce-scatter");
   int64_t given = describe(in).second;
   std::vector<std::shared_ptr<DeviceBlock>> all;
   if (!gatherBlocks(tag * 4 + kScatterKey, link->stash(in), *link, out.bytes(),
@@ -550,10 +537,8 @@ bool LocalCommunicator::reduceScatter(int64_t tag,
   // This device's chunk, added in device order from device 0's; the
   // elements past what the devices gave (the padding) are zeros.
   int64_t from = device * out.count;
-  float scale =
-      op == ReduceOp::Mean ? 1.0f / static_cast<float>(fabric.devices) : 1.0f;
   link->sumRange(rawBlocks(all), from, std::max<int64_t>(given - from, 0),
-                 scale, out);
+                 scaleOf(op), out);
   return true;
 }
 

@@ -196,12 +196,11 @@ private:
   /// `use` and drops it; false when the run was aborted.
   bool receive(int from, int64_t tag,
                const std::function<void(const Header &, const Arrival &)> &use);
-  /// Each device's block of a collective's messages `message` (`counts[d]`
-  /// elements of `dtype` from device d), by device, in `link`'s memory;
-  /// this device's is `mine`. False when the run was aborted.
-  bool receiveBlocks(int64_t message, plan::DType dtype,
-                     const std::vector<int64_t> &counts, DeviceLink &link,
-                     std::shared_ptr<DeviceBlock> mine,
+  /// Each device's block of a collective's messages `message` (`count`
+  /// elements of `dtype` from every device), by device, in `link`'s
+  /// memory; this device's is `mine`. False when the run was aborted.
+  bool receiveBlocks(int64_t message, plan::DType dtype, int64_t count,
+                     DeviceLink &link, std::shared_ptr<DeviceBlock> mine,
                      std::vector<std::shared_ptr<DeviceBlock>> &blocks);
   /// The same with the payload on the host.
   bool
@@ -745,8 +744,8 @@ bool MpiCommunicator::reduceWait(int64_t tag,
 }
 
 bool MpiCommunicator::receiveBlocks(
-    int64_t message, plan::DType dtype, const std::vector<int64_t> &counts,
-    DeviceLink &link, std::shared_ptr<DeviceBlock> mine,
+    int64_t message, plan::DType dtype, int64_t count, DeviceLink &link,
+    std::shared_ptr<DeviceBlock> mine,
     std::vector<std::shared_ptr<DeviceBlock>> &blocks) {
   blocks.assign(fabric.devices, nullptr);
   blocks[device] = std::move(mine);
@@ -755,7 +754,7 @@ bool MpiCommunicator::receiveBlocks(
       continue;
     if (!receive(d, message, [&](const Header &header, const Arrival &arrival) {
           checkArrival(message, d, static_cast<plan::DType>(header.dtype),
-                       header.count, {dtype, nullptr, counts[d]});
+                       header.count, {dtype, nullptr, count});
           blocks[d] = arrival.onLink(link);
         }))
       return false;
@@ -772,13 +771,9 @@ bool MpiCommunicator::receiveBlocks(
 bool MpiCommunicator::reduceScatter(int64_t tag,
                                     const std::vector<ConstBuffer> &in,
                                     Buffer out, ReduceOp op, int64_t tau) {
-  DeviceLink *link = out.link;
-  if (!link && !linkOf(in))
+  DeviceLink *link = scatterLink(in, out);
+  if (!link)
     return Communicator::reduceScatter(tag, in, out, op, tau);
-  if (linkOf(in) != link)
-    throw RuntimeError("a reduce-scatter's buffers lie on different devices");
-  checkReducible(out.dtype); // the GPU sums float32 only
-  checkParts(in, out.dtype, out.count * fabric.devices, "reduce-scatter");
   int64_t message = collectiveTag(tag, 1), given = describe(in).second;
   auto held = [&](int d) {
     return std::clamp<int64_t>(given - d * out.count, 0, out.count);
@@ -791,16 +786,10 @@ bool MpiCommunicator::reduceScatter(int64_t tag,
   std::vector<std::shared_ptr<DeviceBlock>> blocks;
   std::shared_ptr<DeviceBlock> mine =
       link->stash(slice(in, device * out.count, held(device)));
-  if (!receiveBlocks(message, plan::F32,
-                     std::vector<int64_t>(fabric.devices, held(device)), *link,
-                     std::move(mine), blocks))
+  if (!receiveBlocks(message, plan::F32, held(device), *link, std::move(mine),
+                     blocks))
     return false;
-  std::vector<const DeviceBlock *> raw;
-  for (const auto &block : blocks)
-    raw.push_back(block.get());
-  float scale =
-      op == ReduceOp::Mean ? 1.0f / static_cast<float>(fabric.devices) : 1.0f;
-  link->sumRange(raw, 0, held(device), scale, out);
+  link->sumRange(rawBlocks(blocks), 0, held(device), scaleOf(op), out);
   return true;
 }
 
@@ -818,9 +807,8 @@ bool MpiCommunicator::allGather(int64_t tag, ConstBuffer in,
     if (d != device)
       send(d, message, {in}, tau);
   std::vector<std::shared_ptr<DeviceBlock>> blocks;
-  if (!receiveBlocks(message, in.dtype,
-                     std::vector<int64_t>(fabric.devices, in.count), *link,
-                     link->stash({in}), blocks))
+  if (!receiveBlocks(message, in.dtype, in.count, *link, link->stash({in}),
+                     blocks))
     return false;
   int64_t room = 0;
   for (const Buffer &part : out)

@@ -234,42 +234,32 @@ static void selectBackend(const RunOptions &options, plan::Plan &plan) {
   setAllowNondeterministic(options.allowNondeterministic);
 }
 
-/// Under mpirun, dp's and cdp's reductions on GPUs go through NCCL where
-/// every device has a GPU of its own: the processes agree on it before
-/// their devices' kernels are made (each process calls this at the same
-/// point; the plan, the same everywhere, decides whether any does).
-static void prepareNcclWhereItServes(Run &run) {
-  const std::string &strategy = run.plan.strategy();
-  bool gpu = std::all_of(
-      run.plan.devices().begin(), run.plan.devices().end(),
-      [](const plan::Device &device) { return device.backend() == "cuda"; });
-  if (!gpu || (strategy != "dp" && strategy != "cdp"))
-    return;
-  std::string why = prepareNcclAcrossProcesses(*run.fabric);
-  if (!why.empty() && run.fabric->isRoot())
-    std::cerr << "cdp-run: note: the reductions go through host memory, not "
-                 "NCCL: " +
-                     why + "\n"
-              << std::flush; // one write (mpirun forwards pieces apart)
-}
-
-/// Under mpirun, a pipeline's messages between GPUs of different processes
-/// go over NCCL, a communicator per ordered pair of devices that the
-/// processes join before their devices' kernels are made (each process
-/// calls this at the same point).
-static void prepareNcclRoutes(Run &run) {
+/// Under mpirun, a GPU plan's communication goes through NCCL where it can:
+/// dp's and cdp's reductions where every device has a GPU of its own, and
+/// the messages between GPUs of different processes over a communicator
+/// per ordered pair of devices. The processes agree on both before their
+/// devices' kernels are made (each process calls this at the same point;
+/// the plan, the same everywhere, decides what they agree on); process 0
+/// says what goes through host memory instead, in one write (mpirun
+/// forwards pieces apart).
+static void prepareNcclUnderMpirun(Run &run) {
   bool gpu = std::all_of(
       run.plan.devices().begin(), run.plan.devices().end(),
       [](const plan::Device &device) { return device.backend() == "cuda"; });
   if (!gpu)
     return;
   std::string notes;
+  const std::string &strategy = run.plan.strategy();
+  if (strategy == "dp" || strategy == "cdp")
+    if (std::string why = prepareNcclAcrossProcesses(*run.fabric); !why.empty())
+      notes += "cdp-run: note: the reductions go through host memory, not "
+               "NCCL: " +
+               why + "\n";
   for (const std::string &note :
        prepareNcclRoutesAcrossProcesses(*run.fabric, run.plan))
     notes += "cdp-run: note: " + note + "\n";
   if (!notes.empty() && run.fabric->isRoot())
-    std::cerr << notes
-              << std::flush; // one write (mpirun forwards pieces apart)
+    std::cerr << notes << std::flush;
 }
 
 /// Reads the plan and refuses one that would hang or options that do not
@@ -435,8 +425,7 @@ void createDevices(Run &run, int cores) {
     if (!run.fabric)
       fail(error);
     run.multiDevice = true;
-    prepareNcclWhereItServes(run);
-    prepareNcclRoutes(run);
+    prepareNcclUnderMpirun(run);
   } else if (run.multiDevice) {
     run.fabric = std::make_unique<LocalFabric>(run.deviceCount);
   }

@@ -264,6 +264,15 @@ protected:
   /// The link an all-gather's buffers lie on, checked (one dtype, room for
   /// at most every device's `in`); null where they are host memory.
   DeviceLink *gatherLink(ConstBuffer in, const std::vector<Buffer> &out) const;
+  /// The link a reduce-scatter's chunk `out` lies on, checked (float32, the
+  /// GPU's sums; `in` on the same device or the host, at most every
+  /// device's chunk); null where both are host memory.
+  DeviceLink *scatterLink(const std::vector<ConstBuffer> &in,
+                          const Buffer &out) const;
+  /// What a reduction on a device multiplies its sum by: 1/N for a mean.
+  float scaleOf(ReduceOp op) const {
+    return op == ReduceOp::Mean ? 1.0f / static_cast<float>(size()) : 1.0f;
+  }
   /// Views of elements [offset, offset + count) of the parts laid one after
   /// another, as far as they hold them (fewer past their end).
   static std::vector<ConstBuffer> slice(const std::vector<ConstBuffer> &parts,

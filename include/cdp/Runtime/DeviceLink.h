@@ -98,6 +98,15 @@ public:
   virtual std::shared_ptr<DeviceBlock> receiveAcross(int peer, int64_t bytes);
 };
 
+/// The blocks as the link's sums take them.
+inline std::vector<const DeviceBlock *>
+rawBlocks(const std::vector<std::shared_ptr<DeviceBlock>> &blocks) {
+  std::vector<const DeviceBlock *> raw;
+  for (const std::shared_ptr<DeviceBlock> &block : blocks)
+    raw.push_back(block.get());
+  return raw;
+}
+
 /// A point in a stream's work (a CUDA event): what runs after it was
 /// queued has not started before it.
 class StreamEvent {

@@ -181,7 +181,8 @@ void registerCommunication(KernelRegistry &registry) {
   addKernel(registry, "reduce_start", [](const KernelArgs &args) {
     if (!args.communicator)
       args.fail("needs a communicator (a multi-device plan)");
-    std::vector<ConstBuffer> grads = readBuffers(args.inputs, linkFor(args));
+    std::vector<ConstBuffer> grads =
+        readBuffers(args.inputs, reductionLinkFor(args));
     int64_t stage = args.i("stage", 0);
     Communicator *comm = args.communicator;
     int64_t timeStep = args.instruction->time_step(),
@@ -197,7 +198,8 @@ void registerCommunication(KernelRegistry &registry) {
   addKernel(registry, "reduce_wait", [](const KernelArgs &args) {
     if (!args.communicator)
       args.fail("needs a communicator (a multi-device plan)");
-    std::vector<Buffer> reduced = writtenBuffers(args.outputs, linkFor(args));
+    std::vector<Buffer> reduced =
+        writtenBuffers(args.outputs, reductionLinkFor(args));
     int64_t stage = args.i("stage", 0), delay = args.i("delay", 0);
     Communicator *comm = args.communicator;
     int device = args.device;

@@ -119,32 +119,23 @@ inline void unpack(const float *in, const std::vector<TensorView> &views) {
   }
 }
 
-/// The link of the device a kernel runs on where the communicator takes
-/// that device's memory (a GPU's send, recv, reductions and ZeRO's
-/// collectives, which then run this kernel on the GPU's tensors), else
-/// null: host memory.
-inline DeviceLink *linkFor(const KernelArgs &args) {
-  if (!args.runsOn || !args.communicator ||
-      !args.communicator->carriesDeviceMemory())
-    return nullptr;
-  return args.runsOn->link();
-}
-
-/// The same where `carries` says the communicator takes that memory for
-/// the kernel's kind of traffic (the MPI fabric takes it for messages and
-/// for ZeRO's and laysa's collectives alone), the communicator told of the
-/// link (useLink).
+/// The link of the device a kernel runs on where `carries` says the
+/// communicator takes that device's memory for the kernel's traffic (a
+/// GPU's, which then runs this kernel on the GPU's tensors), else null:
+/// host memory. The MPI fabric takes it for messages and for ZeRO's and
+/// laysa's collectives alone, the in-process fabric for everything.
 inline DeviceLink *linkCarrying(const KernelArgs &args,
                                 bool (Communicator::*carries)() const) {
   if (!args.runsOn || !args.communicator || !(args.communicator->*carries)())
     return nullptr;
-  DeviceLink *link = args.runsOn->link();
-  if (link)
-    args.communicator->useLink(link);
-  return link;
+  return args.runsOn->link();
 }
 
-/// A send's, recv's or chain hop's link, and a collective's.
+/// A reduction's link; a send's, recv's, chain hop's or replica sum's; a
+/// collective's.
+inline DeviceLink *reductionLinkFor(const KernelArgs &args) {
+  return linkCarrying(args, &Communicator::carriesDeviceMemory);
+}
 inline DeviceLink *messageLinkFor(const KernelArgs &args) {
   return linkCarrying(args, &Communicator::carriesDeviceMessages);
 }

@@ -130,8 +130,7 @@ std::unique_ptr<Kernel> makeLinkedChainKernel(const std::string &op,
                                               const KernelArgs &args) {
   if (!args.communicator || !args.communicator->carriesDeviceMessages())
     return nullptr;
-  installNcclRoutes(args);
-  args.communicator->useLink(deviceOf(args).link());
+  connectDevice(args);
   if (op == "chain_reduce")
     return chainReduce(args);
   if (op == "chain_wait")

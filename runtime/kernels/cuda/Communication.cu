@@ -1,18 +1,17 @@
 //===- Communication.cu - communication on the GPU or through the host ---===//
-//-----===//
 //
 // Where the communicator takes a GPU's memory -- in one process for the
-// messages, reductions and ZeRO's collectives (the devices' links), under
-// mpirun for the messages (the chain's hops too) and ZeRO's collectives, as
-// messages over NCCL's routes between processes' GPUs (NcclRoutes.cu) --
-// the CPU kernel of the op runs with the device's tensors and link.
-// Otherwise (load, the reductions NCCL does not serve and laysa's gather
-// under mpirun, replica_sum, ...) it runs on page-locked host mirrors of the
-// tensors: the stream's work up to the instruction is waited for, the
-// tensors are copied out, the CPU kernel runs (tags, optimizer state and
-// logs are the CPU's), and what it wrote is copied back asynchronously.
-// dp's and cdp's reductions go through NCCL where every device has a GPU of
-// its own (NcclReduce.cu).
+// messages, reductions and collectives (the devices' links), under mpirun
+// for the messages (the chain's hops and the replicas' sums too) and
+// ZeRO's and laysa's collectives, as messages over NCCL's routes between
+// processes' GPUs (NcclRoutes.cu) -- the CPU kernel of the op runs with
+// the device's tensors and link. Otherwise (load, the reductions NCCL does
+// not serve under mpirun, replica_shard_update, norm_all_reduce, ...) it
+// runs on page-locked host mirrors of the tensors: the stream's work up to
+// the instruction is waited for, the tensors are copied out, the CPU
+// kernel runs (tags, optimizer state and logs are the CPU's), and what it
+// wrote is copied back asynchronously. dp's and cdp's reductions go
+// through NCCL where every device has a GPU of its own (NcclReduce.cu).
 //
 // A mirror covers a run of device memory, not a tensor (MirrorSpans.h).
 //
@@ -156,10 +155,9 @@ void registerCommunication(KernelRegistry &registry) {
                    name == "replica_sum";
     bool collective = name == "shard_reduce" || name == "shard_gather" ||
                       name == "sparse_gather";
-    bool linked = reduction || message || collective;
     registry.add(
         op, Backend::CUDA,
-        [factory, reduction, message, collective, linked, writes = writesInputs,
+        [factory, reduction, message, collective, writes = writesInputs,
          name](const KernelArgs &args) -> std::unique_ptr<Kernel> {
           if (reduction)
             if (std::unique_ptr<Kernel> nccl = makeNcclKernel(name, args))
@@ -169,18 +167,16 @@ void registerCommunication(KernelRegistry &registry) {
           if (std::unique_ptr<Kernel> shard = makeDeviceShardUpdate(name, args))
             return shard;
           // These CPU kernels only hand their tensors to the communicator:
-          // one that carries device memory moves them through the GPU's
-          // link (copies and sums queued on its stream); under mpirun a
-          // message to or from another process's GPU goes over NCCL.
-          if (args.communicator &&
-              ((message && args.communicator->carriesDeviceMessages()) ||
-               (collective && args.communicator->carriesDeviceCollectives()))) {
-            installNcclRoutes(args);
+          // one that takes device memory for them moves them through the
+          // GPU's link (copies and sums queued on its stream), under mpirun
+          // to and from other processes' GPUs over NCCL.
+          Communicator *comm = args.communicator;
+          if (comm && ((message && comm->carriesDeviceMessages()) ||
+                       (collective && comm->carriesDeviceCollectives()) ||
+                       (reduction && comm->carriesDeviceMemory()))) {
+            connectDevice(args);
             return factory(args);
           }
-          if (linked && args.communicator &&
-              args.communicator->carriesDeviceMemory())
-            return factory(args);
           return std::make_unique<HostStagedKernel>(args, factory, writes);
         });
   }

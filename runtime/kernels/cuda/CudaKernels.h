@@ -36,10 +36,11 @@ void registerPooling(KernelRegistry &registry);
 void registerLoss(KernelRegistry &registry);
 void registerOptimizer(KernelRegistry &registry);
 void registerCommunication(KernelRegistry &registry);
-/// Adds the routes this process joined for the kernel's device (under
-/// mpirun, to and from GPUs of other processes) to its link, once
-/// (NcclRoutes.cu).
-void installNcclRoutes(const KernelArgs &args);
+/// Readies the kernel's device for messages in its memory: its link given
+/// to the communicator (useLink), and under mpirun the routes this process
+/// joined for it (to and from GPUs of other processes) added to the link,
+/// once (NcclRoutes.cu).
+void connectDevice(const KernelArgs &args);
 /// laysa's sparse_absorb, sparse_select and sparse_apply.
 void registerSparseExchange(KernelRegistry &registry);
 

@@ -139,9 +139,12 @@ private:
 
 } // namespace
 
-void installNcclRoutes(const KernelArgs &args) {
-  if (args.runsOn && args.runsOn->backend() == Backend::CUDA)
-    NcclRoutes::instance().install(deviceOf(args), args.device);
+void connectDevice(const KernelArgs &args) {
+  if (!args.runsOn || args.runsOn->backend() != Backend::CUDA)
+    return;
+  NcclRoutes::instance().install(deviceOf(args), args.device);
+  if (args.communicator)
+    args.communicator->useLink(deviceOf(args).link());
 }
 
 } // namespace cdp::runtime::cuda

@@ -811,8 +811,7 @@ std::unique_ptr<Kernel> makeDeviceShardUpdate(const std::string &op,
       (args.i("zero", 1) != 3 &&
        !args.communicator->carriesDeviceCollectives()))
     return nullptr;
-  installNcclRoutes(args);
-  args.communicator->useLink(deviceOf(args).link());
+  connectDevice(args);
   return std::make_unique<ShardUpdateKernel>(args);
 }
 
