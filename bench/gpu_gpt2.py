@@ -345,10 +345,12 @@ def check(args):
 # run (GPU machine)
 # --------------------------------------------------------------------------
 
-def cdp_step_ms(out, env, plan, steps):
+def cdp_step_ms(out, env, plan, steps, extra=()):
+    """Mean step time after 3 steps (the first runs each kernel, the second
+    records the CUDA graphs under --cuda-graphs), and the first loss."""
     metrics = os.path.join("/tmp", plan + "-metrics.jsonl")
     subprocess.run(cdp_command(out, os.path.join(out, "bin", "cdp-run"), plan, steps + 3,
-                               ["--backend", "cuda", "--metrics", metrics]),
+                               ["--backend", "cuda", "--metrics", metrics] + list(extra)),
                    check=True, stdout=subprocess.DEVNULL, env=env)
     rows = [json.loads(line) for line in open(metrics)]
     batch = load_manifest(out)["batch"]
@@ -398,19 +400,24 @@ def run(args):
     print("device %s, torch %s; GPT-2 %d layers, sequence %d, batch %d; %d steps" % (
         torch.cuda.get_device_name(), torch.__version__, manifest["layers"], manifest["seq"],
         manifest["batch"], args.steps))
-    print("%-6s %10s %12s %12s %14s %10s %10s" % (
-        "", "cdp ms", "eager ms", "compile ms", "cdp/compile", "cdp loss", "torch loss"))
+    print("%-6s %10s %10s %12s %12s %14s %10s %10s" % (
+        "", "cdp ms", "graphs ms", "eager ms", "compile ms", "graphs/compile", "cdp loss",
+        "torch loss"))
     for name, autocast in (("fp32", False), ("bf16", True)):
         ours, loss = cdp_step_ms(out, env, "gpt2-" + name, args.steps)
+        try:
+            graphs, _ = cdp_step_ms(out, env, "gpt2-" + name, args.steps, ["--cuda-graphs"])
+        except subprocess.CalledProcessError:
+            graphs = float("nan")
         eager, reference = torch_step_ms(torch, out, args.steps, autocast, False)
         try:
             compiled, _ = torch_step_ms(torch, out, args.steps, autocast, True)
-            ratio = "%.2f" % (ours / compiled)
+            ratio = "%.2f" % (graphs / compiled)
             compiled = "%.2f" % compiled
         except Exception as error:  # noqa: BLE001 (no Triton, say)
             compiled, ratio = "n/a (%s)" % type(error).__name__, "-"
-        print("%-6s %10.2f %12.2f %12s %14s %10.4f %10.4f" % (
-            name, ours, eager, compiled, ratio, loss, reference))
+        print("%-6s %10.2f %10.2f %12.2f %12s %14s %10.4f %10.4f" % (
+            name, ours, graphs, eager, compiled, ratio, loss, reference))
     # GPU memory apart from the timed runs (nvidia-smi is sampled while it runs).
     context = gpu_step.empty_context_mib(env)
     print("GPU memory (MiB; an empty context's %d left out): measured, the report's "

@@ -277,13 +277,15 @@ def run(out, steps=50):
     print("device %s, torch %s, CUDA %s, cuDNN %s, %d steps" % (
         torch.cuda.get_device_name(), torch.__version__, torch.version.cuda,
         torch.backends.cudnn.version(), steps))
-    print("%-12s %6s %10s %12s %12s %14s %10s" % (
-        "model", "batch", "cdp ms", "any-bits ms", "eager ms", "compile ms", "cdp/eager"))
+    print("%-12s %6s %10s %12s %10s %12s %14s %10s" % (
+        "model", "batch", "cdp ms", "any-bits ms", "graphs ms", "eager ms", "compile ms",
+        "cdp/eager"))
     losing = []
     for name, batch in cases():
         tag = "%s-%d" % (name, batch)
         ours = cdp_step_ms(out, tag, batch, steps, env)
         any_bits = cdp_step_ms(out, tag, batch, steps, env, ["--allow-nondeterministic"])
+        graphs = cdp_step_ms(out, tag, batch, steps, env, ["--cuda-graphs"])
         model, x, _ = example(models, torch, name, batch)
         y = torch.randint(0, 10, (batch,))
         eager = torch_step_ms(torch, model, x, y, steps, False)
@@ -292,8 +294,8 @@ def run(out, steps=50):
             compiled = "%.3f" % torch_step_ms(torch, model, x, y, steps, True)
         except Exception as error:  # noqa: BLE001 (a missing compiler, say)
             compiled = "n/a (%s)" % type(error).__name__
-        print("%-12s %6d %10.3f %12.3f %12.3f %14s %10.2f" % (
-            name, batch, ours, any_bits, eager, compiled, ours / eager))
+        print("%-12s %6d %10.3f %12.3f %10.3f %12.3f %14s %10.2f" % (
+            name, batch, ours, any_bits, graphs, eager, compiled, ours / eager))
         if ours > 0.9 * eager:  # where the step goes where cdp is not ahead
             losing.append(tag)
         if name == "gemm_mlp":

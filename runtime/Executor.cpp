@@ -228,7 +228,9 @@ void Executor::takeShardGroup(const plan::ShardGroup &group) {
 }
 
 Executor::~Executor() {
-  // Kernels may hold device resources tied to the memory: they go first.
+  // Recordings replay the kernels' launches, and kernels may hold device
+  // resources tied to the memory: they go first.
+  replay.reset();
   train.clear();
   eval.clear();
   backendDevice->synchronize(); // no staged upload still reads its memory
@@ -455,6 +457,10 @@ void Executor::offerAdjacentLaunches() {
   }
 }
 
+void Executor::enableReplay() {
+  replay = std::make_unique<StepReplay>(*backendDevice, train);
+}
+
 void Executor::runStep(const StepContext &step, InstructionRange range,
                        const std::function<void()> &whileRunning) {
   StepContext context = step;
@@ -494,6 +500,10 @@ void Executor::runInstructions(const StepContext &context,
   };
   bool keeping = context.step == keptStep && !draining;
   if (!report && profile.empty() && !trace && !keeping) {
+    if (replay)
+      return replay->run(context, begin, end, [&](size_t i) {
+        return skipped(device.instructions(static_cast<int>(i)));
+      });
     for (size_t i = begin; i < end; ++i)
       if (!skipped(device.instructions(i)))
         train[i]->run(context);

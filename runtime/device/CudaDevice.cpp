@@ -112,6 +112,7 @@ void CudaDevice::reserveShared(size_t bytes) {
   sharedSize = 0;
   sharedMemory = allocate(bytes);
   sharedSize = bytes;
+  ++*sharedMoves;
 }
 
 void *CudaDevice::allocateForKernel(size_t bytes, bool optimizerState) {
@@ -204,6 +205,68 @@ void CudaDevice::synchronize() {
   checkCuda(cudaStreamSynchronize(work), "a kernel failed");
   if (copies)
     checkCuda(cudaStreamSynchronize(copies), "copy to the GPU");
+}
+
+namespace {
+
+/// An instantiated graph and what it was recorded against.
+class CudaRecording : public Recording {
+public:
+  CudaRecording(cudaGraphExec_t graph, cudaStream_t stream,
+                std::shared_ptr<int64_t> sharedMoves)
+      : graph(graph), stream(stream), moves(std::move(sharedMoves)),
+        recordedAt(*moves) {}
+  ~CudaRecording() override {
+    cudaStreamSynchronize(stream); // no launch of it still pending
+    cudaGraphExecDestroy(graph);
+  }
+  bool replay() override {
+    if (*moves != recordedAt)
+      return false;
+    checkCuda(cudaGraphLaunch(graph, stream), "replay a recorded step");
+    return true;
+  }
+
+private:
+  cudaGraphExec_t graph;
+  cudaStream_t stream;
+  std::shared_ptr<int64_t> moves;
+  int64_t recordedAt;
+};
+
+} // namespace
+
+/// Thread-local capture: other devices' threads sharing the GPU go on
+/// allocating and waiting meanwhile. A launch that cannot be captured (a
+/// wait for the stream, an allocation) invalidates the capture and throws
+/// in its kernel; the capture then ends empty, the error is cleared and
+/// the caller runs the launches itself.
+std::unique_ptr<Recording>
+CudaDevice::record(const std::function<void()> &launches) {
+  checkCuda(cudaSetDevice(gpuIndex), "cudaSetDevice");
+  if (cudaStreamBeginCapture(work, cudaStreamCaptureModeThreadLocal) !=
+      cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  bool captured = true;
+  try {
+    launches();
+  } catch (const std::exception &) {
+    captured = false;
+  }
+  cudaGraph_t graph = nullptr;
+  cudaError_t ended = cudaStreamEndCapture(work, &graph);
+  cudaGraphExec_t exec = nullptr;
+  if (captured && ended == cudaSuccess && graph &&
+      cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess)
+    exec = nullptr;
+  if (graph)
+    cudaGraphDestroy(graph);
+  cudaGetLastError(); // a failed capture's error is not the next launch's
+  if (!exec)
+    return nullptr;
+  return std::make_unique<CudaRecording>(exec, work, sharedMoves);
 }
 
 /// The step's one small read: the status word, which also surfaces any

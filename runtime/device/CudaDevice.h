@@ -47,6 +47,9 @@ public:
   void fill(void *memory, unsigned char value, size_t bytes) override;
   void *queue() override;
   void synchronize() override;
+  /// A CUDA graph captured from the stream (this thread's launches only).
+  std::unique_ptr<Recording>
+  record(const std::function<void()> &launches) override;
   void finishStep(int64_t step) override;
   /// Messages to devices of the same GPU stay on it, queued on `work`.
   DeviceLink *link() override { return streamLink.get(); }
@@ -97,6 +100,9 @@ private:
   cudaEvent_t uploaded = nullptr, taken = nullptr;
   void *sharedMemory = nullptr;
   size_t sharedSize = 0;
+  /// Counts the shared block's moves: a graph recorded before one reads
+  /// memory since released.
+  std::shared_ptr<int64_t> sharedMoves = std::make_shared<int64_t>(0);
   int64_t kernelBytes = 0; ///< workspace kernels hold (allocateForKernel)
   void *blasWorkspace = nullptr;
   int *statusWord = nullptr;

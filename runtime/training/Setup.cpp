@@ -214,8 +214,9 @@ static void checkMeaningfulFlags(const RunOptions &options,
          "already)");
 }
 
-/// --backend overrides the plan's devices' backend; --allow-tf32 and
-/// --allow-nondeterministic need a GPU device to mean something.
+/// --backend overrides the plan's devices' backend; --allow-tf32,
+/// --allow-nondeterministic and --cuda-graphs need a GPU device to mean
+/// something.
 static void selectBackend(const RunOptions &options, plan::Plan &plan) {
   if (!options.backend.empty())
     for (plan::Device &device : *plan.mutable_devices())
@@ -225,7 +226,8 @@ static void selectBackend(const RunOptions &options, plan::Plan &plan) {
       [](const plan::Device &device) { return device.backend() == "cuda"; });
   for (auto [flag, given] :
        {std::pair{"--allow-tf32", options.allowTf32},
-        std::pair{"--allow-nondeterministic", options.allowNondeterministic}})
+        std::pair{"--allow-nondeterministic", options.allowNondeterministic},
+        std::pair{"--cuda-graphs", options.cudaGraphs}})
     if (given && !gpu)
       fail(std::string(flag) +
            " applies to the CUDA backend, and this plan's devices run on the "
@@ -437,6 +439,10 @@ void createDevices(Run &run, int cores) {
                                          run.fabric ? &run.fabric->endpoint(d)
                                                     : nullptr,
                                          run.weights.get()));
+  if (options.cudaGraphs)
+    for (auto &executor : run.executors)
+      if (executor)
+        executor->enableReplay();
   if (run.multiDevice && !options.profile.empty())
     fail("--profile is not available yet for dp, cdp and multi-device plans "
          "(" +

@@ -7,12 +7,42 @@
 
 #include "Run.h"
 
+#include <cstdio>
 #include <omp.h>
 #include <unistd.h>
 
 namespace cdp::runtime {
 namespace training {
 namespace {
+
+/// --cuda-graphs: what this process's devices recorded and replayed, so
+/// that a run that could not record says so.
+void reportReplay(const Run &run) {
+  StepReplay::Counts sum;
+  int64_t instructions = 0;
+  for (const auto &executor : run.executors)
+    if (executor && executor->replayCounts()) {
+      const StepReplay::Counts &c = *executor->replayCounts();
+      sum.runs += c.runs;
+      sum.kernels += c.kernels;
+      sum.recorded += c.recorded;
+      sum.replays += c.replays;
+      sum.refused += c.refused;
+      instructions +=
+          executor->plan().devices(executor->device()).instructions_size();
+    }
+  if (!run.options.cudaGraphs || instructions == 0)
+    return;
+  std::string line =
+      "cdp-run: --cuda-graphs: " + std::to_string(sum.runs) + " runs of " +
+      std::to_string(sum.kernels) + " of " + std::to_string(instructions) +
+      " instructions launch alike every step; " + std::to_string(sum.recorded) +
+      " recordings replayed " + std::to_string(sum.replays) + " times";
+  if (sum.refused)
+    line += "; " + std::to_string(sum.refused) +
+            " runs could not be recorded and ran kernel by kernel";
+  std::fprintf(stderr, "%s\n", line.c_str());
+}
 
 /// Training, on one device or several, from the start or --resume.
 void train(Run &run) {
@@ -63,6 +93,7 @@ void train(Run &run) {
     runDevices(run, step);
   else
     runSingleDevice(run, step);
+  reportReplay(run);
 }
 
 } // namespace

@@ -82,10 +82,15 @@ case_feeds() { # case_dir
   fi
 }
 
-# One case: its verdict line in $results/NAME ("0 detail" or "1 detail").
-run_case() { # case_dir results
-  local case_dir=$1 name work nccl_debug feeds status detail
+# One case: its verdict line in $results/NAME ("0 detail" or "1 detail");
+# with `graphs`, under --cuda-graphs (NAME-graphs), which must have replayed.
+run_case() { # case_dir results [graphs]
+  local case_dir=$1 name work nccl_debug feeds status detail flags=()
   name=$(basename "$case_dir")
+  if [ "${3:-}" = graphs ]; then
+    name="$name-graphs"
+    flags=(--cuda-graphs)
+  fi
   work=$(mktemp -d)
   # *-nccl cases must reduce through NCCL: its own log says it initialized.
   nccl_debug=""
@@ -93,7 +98,7 @@ run_case() { # case_dir results
   case_feeds "$case_dir"
   NCCL_DEBUG=$nccl_debug bounded "$CASE_TIMEOUT" "$HERE/bin/cdp-run" \
     "$case_dir/plan.cdp" --backend cuda "${feeds[@]}" --steps 3 \
-    --dump-params "$work/gpu" > "$work/log" 2>&1
+    --dump-params "$work/gpu" "${flags[@]}" > "$work/log" 2>&1
   status=$?
   if [ $status = 0 ]; then
     detail=$("$PYTHON" "$HERE/compare_params.py" "$case_dir/cpu" "$work/gpu" "$TOL")
@@ -101,6 +106,16 @@ run_case() { # case_dir results
     if [ -n "$nccl_debug" ] && ! grep -q "NCCL INFO" "$work/log"; then
       status=1
       detail="NCCL was not used: $detail"
+    fi
+    if [ ${#flags[@]} -gt 0 ]; then
+      local graphs
+      graphs=$(grep -- "--cuda-graphs:" "$work/log")
+      if ! grep -qE "replayed [1-9]" <<< "$graphs"; then
+        status=1
+        detail="nothing replayed: ${graphs:-no --cuda-graphs line}; $detail"
+      else
+        detail="$detail; ${graphs#cdp-run: --cuda-graphs: }"
+      fi
     fi
   else
     detail=$(failure $status "$work/log")
@@ -149,6 +164,14 @@ run_checks() {
   for case_dir in "$HERE"/cases/*/; do
     while [ "$(jobs -rp | wc -l)" -ge "${CDP_GPU_JOBS:-4}" ]; do wait -n; done
     run_case "$case_dir" "$results" &
+  done
+  # Steps recorded as CUDA graphs (--cuda-graphs): 3 steps are one run
+  # kernel by kernel, one recording and one replay.
+  for name in mlp-single resnet-single transformer-1f1b transformer-cdp4 \
+      transformer-cdp-nccl lenet-fp16-dp hf-gpt2-ts-bf16 hf-llama-ts; do
+    [ -d "$HERE/cases/$name" ] || continue
+    while [ "$(jobs -rp | wc -l)" -ge "${CDP_GPU_JOBS:-4}" ]; do wait -n; done
+    run_case "$HERE/cases/$name" "$results" graphs &
   done
   wait
   for verdict in "$results"/*; do

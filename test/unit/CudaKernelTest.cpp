@@ -1295,6 +1295,47 @@ INSTANTIATE_TEST_SUITE_P(Ops, CudaKernelTest, ::testing::ValuesIn(allCases()),
                            return info.param.name;
                          });
 
+// --cuda-graphs: every kernel that says it launches the same work every
+// step (Kernel::sameEveryStep) can be captured into a CUDA graph, and the
+// graph replayed as many times as the case runs leaves every tensor as
+// running the kernel did, bit for bit.
+TEST(CudaStepReplay, RecordedKernelsEqualRunningThem) {
+  std::unique_ptr<Device> gpu;
+  try {
+    gpu = createDevice(Backend::CUDA, 0);
+  } catch (const RuntimeError &e) {
+    GTEST_SKIP() << "no GPU: " << e.what();
+  }
+  int recorded = 0;
+  for (const Case &c : allCases()) {
+    plan::Instruction instruction = instructionOf(c);
+    std::vector<std::vector<char>> values = drawAll(c, 42);
+    Bound eager(*gpu, Backend::CUDA, instruction, c, values);
+    if (!eager.kernel->sameEveryStep())
+      continue;
+    Bound replayed(*gpu, Backend::CUDA, instruction, c, values);
+    replayed.run(1); // as StepReplay does: one run before the recording
+    eager.run(1);
+    StepContext context;
+    context.step = 2;
+    context.queue = gpu->queue();
+    std::unique_ptr<Recording> recording =
+        gpu->record([&] { replayed.kernel->run(context); });
+    ASSERT_TRUE(recording) << c.name << " could not be recorded";
+    for (int r = 1; r < c.runs + 1; ++r) {
+      eager.run(r + 1);
+      ASSERT_TRUE(recording->replay()) << c.name;
+      gpu->finishStep(r + 1);
+    }
+    for (size_t k = 0; k < values.size(); ++k)
+      EXPECT_EQ(eager.read(k, values[k].size()),
+                replayed.read(k, values[k].size()))
+          << c.name << ": tensor " << k;
+    ++recorded;
+  }
+  EXPECT_GT(recorded, 100);
+}
+
 /// A case's kernel on `gpu` with drawn values, for what it allocates.
 std::unique_ptr<Bound> bindOn(Device &gpu, const Case &c,
                               plan::Instruction &instruction) {

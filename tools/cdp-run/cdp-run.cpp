@@ -170,6 +170,12 @@ std::vector<Flag> runFlags(RunOptions &o) {
        "whose results vary in the last bits from run to run (a resumed run "
        "then differs from an uninterrupted one by rounding; off by default)",
        [&](const std::string &) { o.allowNondeterministic = true; }},
+      {"--cuda-graphs", nullptr,
+       "CUDA: record each run of kernels that launch the same work every "
+       "step as a CUDA graph on its second step and replay it from then on "
+       "(one launch instead of hundreds; the optimizer's updates, messages "
+       "and data loads run between the graphs as before; off by default)",
+       [&](const std::string &) { o.cudaGraphs = true; }},
       {"--threads", "T",
        "oneDNN/OpenMP threads per device (default: all cores for one device, "
        "1 per device for several; under mpirun the node's cores shared "

@@ -18,6 +18,7 @@
 #include "cdp/Runtime/Kernel.h"
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,16 @@
 namespace cdp::runtime {
 
 class Fabric;
+
+/// Launches recorded once and replayed as one (a CUDA graph).
+class Recording {
+public:
+  virtual ~Recording() = default;
+  /// Queues the recorded launches again on the device's queue; false, and
+  /// nothing queued, where they no longer hold (memory a launch reads
+  /// moved since the recording): record them again.
+  virtual bool replay() = 0;
+};
 
 class Device {
 public:
@@ -74,6 +85,16 @@ public:
   /// reports (a GPU's: the kernels' scratch, cuBLAS's workspace, the block
   /// its narrow products convert their operands into).
   virtual int64_t workspaceBytes() const { return 0; }
+  /// Records what `launches` queues on queue() without running it, for
+  /// Recording::replay; null where the device cannot record (the CPU runs
+  /// work as it is asked) or the recording failed (a launch that cannot be
+  /// recorded, such as a wait for the device). Either way nothing of it ran:
+  /// the caller runs the launches itself.
+  virtual std::unique_ptr<Recording>
+  record(const std::function<void()> &launches) {
+    (void)launches;
+    return nullptr;
+  }
 };
 
 /// Device memory of its own, released with it.

@@ -13,6 +13,7 @@
 #include "cdp/Runtime/Communicator.h"
 #include "cdp/Runtime/Device.h"
 #include "cdp/Runtime/Kernel.h"
+#include "cdp/Runtime/StepReplay.h"
 
 #include <chrono>
 #include <limits>
@@ -153,6 +154,15 @@ public:
     profile.assign(train.size(), 0.0);
     firstStepProfile.assign(train.size(), 0.0);
   }
+  /// From now on runs of training instructions whose kernels launch the
+  /// same work every step are recorded once and replayed (cdp-run
+  /// --cuda-graphs; StepReplay.h): where the device records (a GPU's), in
+  /// steps that neither profile, trace, report nor keep outputs.
+  void enableReplay();
+  /// What the replay did so far; null without enableReplay.
+  const StepReplay::Counts *replayCounts() const {
+    return replay ? &replay->counts() : nullptr;
+  }
   /// Mean seconds per step of every instruction, leaving out the first
   /// step (kernel setup, oneDNN primitive creation) when more ran.
   std::vector<double> profileSeconds() const;
@@ -270,8 +280,9 @@ private:
   void takeStagedInputs();
   std::vector<TensorView> views;
   std::vector<std::unique_ptr<Kernel>> train, eval;
-  int64_t takenOver = 0; ///< see launchesTakenOver()
-  int evalThreads = 1;   ///< to bind the evaluation stream again
+  int64_t takenOver = 0;              ///< see launchesTakenOver()
+  std::unique_ptr<StepReplay> replay; ///< see enableReplay()
+  int evalThreads = 1;                ///< to bind the evaluation stream again
   std::vector<double> profile, firstStepProfile;
   int64_t steps = 0;
   int64_t totalSteps = std::numeric_limits<int64_t>::max();

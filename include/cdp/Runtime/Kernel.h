@@ -115,20 +115,41 @@ public:
     (void)count;
     return 0;
   }
+  /// Whether every run queues the same launches with the same arguments,
+  /// whatever the step context holds but its queue, and changes nothing on
+  /// the host: a run of such kernels may be recorded once and replayed
+  /// (CUDA graphs, cdp-run --cuda-graphs). False for any kernel that reads
+  /// the step, slot or seed, counts steps, waits for the device or talks
+  /// to the communicator.
+  virtual bool sameEveryStep() const { return false; }
+};
+
+/// How a kernel's runs differ from step to step (Kernel::sameEveryStep).
+enum class Launches {
+  /// Arguments or host work of their own each step (a seed, a count, a
+  /// message, a wait).
+  PerStep,
+  /// The same launches with the same arguments every step.
+  SameEveryStep,
 };
 
 /// A kernel made of one function, with the bytes it sized at load.
 class FunctionKernel : public Kernel {
 public:
   explicit FunctionKernel(std::function<void(const StepContext &)> body,
-                          int64_t workspace = 0)
-      : body(std::move(body)), workspace(workspace) {}
+                          int64_t workspace = 0,
+                          Launches launches = Launches::PerStep)
+      : body(std::move(body)), workspace(workspace), launches(launches) {}
   void run(const StepContext &context) override { body(context); }
   int64_t workspaceBytes() const override { return workspace; }
+  bool sameEveryStep() const override {
+    return launches == Launches::SameEveryStep;
+  }
 
 private:
   std::function<void(const StepContext &)> body;
   int64_t workspace;
+  Launches launches;
 };
 
 /// What a kernel factory gets: the instruction and its bound tensors.

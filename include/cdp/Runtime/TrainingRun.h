@@ -66,6 +66,9 @@ struct RunOptions {
   int64_t maxTensorBytes = int64_t(16) << 30;
   std::string backend; ///< empty: the plan's
   bool allowTf32 = false, allowNondeterministic = false;
+  /// --cuda-graphs: a GPU step's runs of same-every-step kernels recorded
+  /// once and replayed (StepReplay.h).
+  bool cudaGraphs = false;
   /// --progress-every: seconds between progress lines when standard error
   /// is not a terminal (0: none).
   double progressEvery = 10;

@@ -404,8 +404,9 @@ attentionGradKernel(const KernelArgs &args) {
 } // namespace
 
 void registerAttention(KernelRegistry &registry) {
-  addKernel(registry, "attention", attentionKernel);
-  addKernel(registry, "attention_grad", attentionGradKernel);
+  addKernel(registry, "attention", Launches::SameEveryStep, attentionKernel);
+  addKernel(registry, "attention_grad", Launches::SameEveryStep,
+            attentionGradKernel);
 }
 
 } // namespace cdp::runtime::cuda

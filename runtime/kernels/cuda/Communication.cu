@@ -103,6 +103,7 @@ private:
 class NothingKernel : public Kernel {
 public:
   void run(const StepContext &) override {}
+  bool sameEveryStep() const override { return true; }
 };
 
 } // namespace

@@ -119,62 +119,69 @@ directConvGradWeight(const KernelArgs &args);
 namespace {} // namespace
 
 void registerConvolution(KernelRegistry &registry) {
-  addKernel(registry, "conv", [](const KernelArgs &args) {
-    TensorView x = args.inputs[0], w = args.inputs[1], y = args.outputs[0];
-    TensorView bias = args.inputs.size() > 2 ? args.inputs[2] : TensorView();
-    auto d = std::make_shared<ConvDescriptors>(args, x.shape, w.shape, y.shape);
-    CudaDevice &device = deviceOf(args);
-    cudnnConvolutionFwdAlgoPerf_t perf[kRanked];
-    int returned = 0;
-    checkCudnn(cudnnGetConvolutionForwardAlgorithm_v7(device.dnn(), d->x, d->w,
-                                                      d->conv, d->y, kRanked,
-                                                      &returned, perf),
-               "cudnn forward algorithm");
-    cudnnConvolutionFwdAlgoPerf_t chosen = pick(args, perf, returned);
-    auto workspace = std::make_shared<Scratch>(device, chosen.memory);
-    cudnnHandle_t dnn = device.dnn();
-    IndexMap filter = channelMap(args, y.shape);
-    return [=](const StepContext &context) {
-      float one = 1.0f, zero = 0.0f;
-      checkCudnn(cudnnConvolutionForward(dnn, &one, d->x, x.data, d->w, w.data,
-                                         d->conv, chosen.algo,
-                                         workspace->as<void>(), chosen.memory,
-                                         &zero, d->y, y.data),
-                 "cudnnConvolutionForward");
-      if (bias.present() && y.numel()) {
-        biasKernel<<<blocksFor(y.numel()), kThreads, 0, streamOf(context)>>>(
-            y.f32(), bias.f32(), y.numel(), filter);
-        launched("conv bias");
-      }
-    };
-  });
+  addKernel(
+      registry, "conv", Launches::SameEveryStep, [](const KernelArgs &args) {
+        TensorView x = args.inputs[0], w = args.inputs[1], y = args.outputs[0];
+        TensorView bias =
+            args.inputs.size() > 2 ? args.inputs[2] : TensorView();
+        auto d =
+            std::make_shared<ConvDescriptors>(args, x.shape, w.shape, y.shape);
+        CudaDevice &device = deviceOf(args);
+        cudnnConvolutionFwdAlgoPerf_t perf[kRanked];
+        int returned = 0;
+        checkCudnn(cudnnGetConvolutionForwardAlgorithm_v7(
+                       device.dnn(), d->x, d->w, d->conv, d->y, kRanked,
+                       &returned, perf),
+                   "cudnn forward algorithm");
+        cudnnConvolutionFwdAlgoPerf_t chosen = pick(args, perf, returned);
+        auto workspace = std::make_shared<Scratch>(device, chosen.memory);
+        cudnnHandle_t dnn = device.dnn();
+        IndexMap filter = channelMap(args, y.shape);
+        return [=](const StepContext &context) {
+          float one = 1.0f, zero = 0.0f;
+          checkCudnn(cudnnConvolutionForward(
+                         dnn, &one, d->x, x.data, d->w, w.data, d->conv,
+                         chosen.algo, workspace->as<void>(), chosen.memory,
+                         &zero, d->y, y.data),
+                     "cudnnConvolutionForward");
+          if (bias.present() && y.numel()) {
+            biasKernel<<<blocksFor(y.numel()), kThreads, 0,
+                         streamOf(context)>>>(y.f32(), bias.f32(), y.numel(),
+                                              filter);
+            launched("conv bias");
+          }
+        };
+      });
 
-  addKernel(registry, "conv_grad_input", [](const KernelArgs &args) {
-    TensorView dy = args.inputs[0], w = args.inputs[1], dx = args.outputs[0];
-    auto d =
-        std::make_shared<ConvDescriptors>(args, dx.shape, w.shape, dy.shape);
-    CudaDevice &device = deviceOf(args);
-    cudnnConvolutionBwdDataAlgoPerf_t perf[kRanked];
-    int returned = 0;
-    checkCudnn(
-        cudnnGetConvolutionBackwardDataAlgorithm_v7(
-            device.dnn(), d->w, d->y, d->conv, d->x, kRanked, &returned, perf),
-        "cudnn backward-data algorithm");
-    cudnnConvolutionBwdDataAlgoPerf_t chosen = pick(args, perf, returned);
-    auto workspace = std::make_shared<Scratch>(device, chosen.memory);
-    cudnnHandle_t dnn = device.dnn();
-    return [=](const StepContext &) {
-      float one = 1.0f, zero = 0.0f;
-      checkCudnn(cudnnConvolutionBackwardData(
-                     dnn, &one, d->w, w.data, d->y, dy.data, d->conv,
-                     chosen.algo, workspace->as<void>(), chosen.memory, &zero,
-                     d->x, dx.data),
-                 "cudnnConvolutionBackwardData");
-    };
-  });
+  addKernel(registry, "conv_grad_input", Launches::SameEveryStep,
+            [](const KernelArgs &args) {
+              TensorView dy = args.inputs[0], w = args.inputs[1],
+                         dx = args.outputs[0];
+              auto d = std::make_shared<ConvDescriptors>(args, dx.shape,
+                                                         w.shape, dy.shape);
+              CudaDevice &device = deviceOf(args);
+              cudnnConvolutionBwdDataAlgoPerf_t perf[kRanked];
+              int returned = 0;
+              checkCudnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                             device.dnn(), d->w, d->y, d->conv, d->x, kRanked,
+                             &returned, perf),
+                         "cudnn backward-data algorithm");
+              cudnnConvolutionBwdDataAlgoPerf_t chosen =
+                  pick(args, perf, returned);
+              auto workspace = std::make_shared<Scratch>(device, chosen.memory);
+              cudnnHandle_t dnn = device.dnn();
+              return [=](const StepContext &) {
+                float one = 1.0f, zero = 0.0f;
+                checkCudnn(cudnnConvolutionBackwardData(
+                               dnn, &one, d->w, w.data, d->y, dy.data, d->conv,
+                               chosen.algo, workspace->as<void>(),
+                               chosen.memory, &zero, d->x, dx.data),
+                           "cudnnConvolutionBackwardData");
+              };
+            });
 
   addKernel(
-      registry, "conv_grad_weight",
+      registry, "conv_grad_weight", Launches::SameEveryStep,
       [](const KernelArgs &args) -> std::function<void(const StepContext &)> {
         TensorView dy = args.inputs[0], x = args.inputs[1],
                    dw = args.outputs[0];

@@ -44,13 +44,22 @@ void connectDevice(const KernelArgs &args);
 /// laysa's sparse_absorb, sparse_select and sparse_apply.
 void registerSparseExchange(KernelRegistry &registry);
 
-/// Adds a kernel whose factory returns the step function directly.
+/// Adds a kernel whose factory returns the step function directly;
+/// `launches` says whether that function queues the same work every step
+/// (Kernel::sameEveryStep: then --cuda-graphs records it once).
+template <typename Factory>
+void addKernel(KernelRegistry &registry, const std::string &op,
+               Launches launches, Factory make) {
+  registry.add(
+      op, Backend::CUDA,
+      [make, launches](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+        return std::make_unique<FunctionKernel>(make(args), 0, launches);
+      });
+}
+/// A kernel whose work differs from step to step (a seed, a slot).
 template <typename Factory>
 void addKernel(KernelRegistry &registry, const std::string &op, Factory make) {
-  registry.add(op, Backend::CUDA,
-               [make](const KernelArgs &args) -> std::unique_ptr<Kernel> {
-                 return std::make_unique<FunctionKernel>(make(args));
-               });
+  addKernel(registry, op, Launches::PerStep, make);
 }
 
 inline CudaDevice &deviceOf(const KernelArgs &args) {

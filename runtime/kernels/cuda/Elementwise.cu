@@ -86,34 +86,37 @@ __global__ void narrowBinaryKernel(BinaryOp op, const void *a, NarrowFormat sa,
 }
 
 void addBinary(KernelRegistry &registry, const std::string &name, BinaryOp op) {
-  addKernel(registry, name, [op](const KernelArgs &args) {
-    TensorView a = args.inputs[0], b = args.inputs[1], y = args.outputs[0];
-    IndexMap ia = broadcastMap(args, a.shape, y.shape),
-             ib = broadcastMap(args, b.shape, y.shape);
-    bool same = a.shape == y.shape && b.shape == y.shape;
-    int64_t n = y.numel();
-    bool integer = y.dtype == plan::I64;
-    NarrowFormat rounding = roundingOf(args);
-    NarrowFormat sa = storedFormatOf(a), sb = storedFormatOf(b);
-    bool twoBytes = storedFormatOf(y) != NarrowFormat::None;
-    bool narrow =
-        sa != NarrowFormat::None || sb != NarrowFormat::None || twoBytes;
-    return [=](const StepContext &context) {
-      if (n == 0)
-        return;
-      if (narrow)
-        narrowBinaryKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
-            op, a.data, sa, b.data, sb, y.data, n, ia, ib, same, rounding,
-            twoBytes);
-      else if (integer)
-        binaryKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
-            op, a.i64(), b.i64(), y.i64(), n, ia, ib, same, NarrowFormat::None);
-      else
-        binaryKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
-            op, a.f32(), b.f32(), y.f32(), n, ia, ib, same, rounding);
-      launched("binary");
-    };
-  });
+  addKernel(
+      registry, name, Launches::SameEveryStep, [op](const KernelArgs &args) {
+        TensorView a = args.inputs[0], b = args.inputs[1], y = args.outputs[0];
+        IndexMap ia = broadcastMap(args, a.shape, y.shape),
+                 ib = broadcastMap(args, b.shape, y.shape);
+        bool same = a.shape == y.shape && b.shape == y.shape;
+        int64_t n = y.numel();
+        bool integer = y.dtype == plan::I64;
+        NarrowFormat rounding = roundingOf(args);
+        NarrowFormat sa = storedFormatOf(a), sb = storedFormatOf(b);
+        bool twoBytes = storedFormatOf(y) != NarrowFormat::None;
+        bool narrow =
+            sa != NarrowFormat::None || sb != NarrowFormat::None || twoBytes;
+        return [=](const StepContext &context) {
+          if (n == 0)
+            return;
+          if (narrow)
+            narrowBinaryKernel<<<blocksFor(n), kThreads, 0,
+                                 streamOf(context)>>>(op, a.data, sa, b.data,
+                                                      sb, y.data, n, ia, ib,
+                                                      same, rounding, twoBytes);
+          else if (integer)
+            binaryKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
+                op, a.i64(), b.i64(), y.i64(), n, ia, ib, same,
+                NarrowFormat::None);
+          else
+            binaryKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
+                op, a.f32(), b.f32(), y.f32(), n, ia, ib, same, rounding);
+          launched("binary");
+        };
+      });
 }
 
 enum class UnaryOp {
@@ -195,24 +198,25 @@ void addUnary(KernelRegistry &registry, const std::string &name,
               std::function<UnaryOp(const KernelArgs &)> pick,
               std::function<std::pair<float, float>(const KernelArgs &)>
                   params = nullptr) {
-  addKernel(registry, name, [pick, params](const KernelArgs &args) {
-    TensorView x = args.inputs[0], y = args.outputs[0];
-    UnaryOp op = pick(args);
-    std::pair<float, float> pq =
-        params ? params(args) : std::pair<float, float>{0, 0};
-    float p = pq.first, q = pq.second;
-    int64_t n = y.numel();
-    NarrowFormat rounding = roundingOf(args);
-    NarrowFormat stored = storedFormatOf(x);
-    bool twoBytes = storedInTwoBytes(y);
-    return [=](const StepContext &context) {
-      if (n == 0)
-        return;
-      unaryKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
-          op, x.data, stored, y.data, n, p, q, rounding, twoBytes);
-      launched("unary");
-    };
-  });
+  addKernel(registry, name, Launches::SameEveryStep,
+            [pick, params](const KernelArgs &args) {
+              TensorView x = args.inputs[0], y = args.outputs[0];
+              UnaryOp op = pick(args);
+              std::pair<float, float> pq =
+                  params ? params(args) : std::pair<float, float>{0, 0};
+              float p = pq.first, q = pq.second;
+              int64_t n = y.numel();
+              NarrowFormat rounding = roundingOf(args);
+              NarrowFormat stored = storedFormatOf(x);
+              bool twoBytes = storedInTwoBytes(y);
+              return [=](const StepContext &context) {
+                if (n == 0)
+                  return;
+                unaryKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
+                    op, x.data, stored, y.data, n, p, q, rounding, twoBytes);
+                launched("unary");
+              };
+            });
 }
 
 enum class GradOp {
@@ -417,33 +421,34 @@ void registerActivations(KernelRegistry &registry) {
                ? UnaryOp::GeluTanh
                : UnaryOp::Gelu;
   });
-  addKernel(registry, "unary_grad", [](const KernelArgs &args) {
-    TensorView dy = args.inputs[0], saved = args.inputs[1],
-               dx = args.outputs[0];
-    std::string kind = args.s("kind", "");
-    GradOp op = gradOf(args, kind);
-    float p = 0, q = 0;
-    if (kind == "clip" || kind == "hard_sigmoid") {
-      std::vector<double> params = args.floats("params");
-      if (params.size() != 2)
-        args.fail("activation '" + kind + "' needs two params");
-      p = static_cast<float>(params[0]);
-      q = static_cast<float>(params[1]);
-    }
-    int64_t n = dx.numel();
-    NarrowFormat rounding = roundingOf(args);
-    bool twoBytes = storedInTwoBytes(dx);
-    NarrowFormat stored = storedFormatOf(saved),
-                 gradStored = storedFormatOf(dy);
-    return [=](const StepContext &context) {
-      if (n == 0)
-        return;
-      gradKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
-          op, dy.data, gradStored, saved.data, stored, dx.data, n, p, q,
-          rounding, twoBytes);
-      launched("unary_grad");
-    };
-  });
+  addKernel(registry, "unary_grad", Launches::SameEveryStep,
+            [](const KernelArgs &args) {
+              TensorView dy = args.inputs[0], saved = args.inputs[1],
+                         dx = args.outputs[0];
+              std::string kind = args.s("kind", "");
+              GradOp op = gradOf(args, kind);
+              float p = 0, q = 0;
+              if (kind == "clip" || kind == "hard_sigmoid") {
+                std::vector<double> params = args.floats("params");
+                if (params.size() != 2)
+                  args.fail("activation '" + kind + "' needs two params");
+                p = static_cast<float>(params[0]);
+                q = static_cast<float>(params[1]);
+              }
+              int64_t n = dx.numel();
+              NarrowFormat rounding = roundingOf(args);
+              bool twoBytes = storedInTwoBytes(dx);
+              NarrowFormat stored = storedFormatOf(saved),
+                           gradStored = storedFormatOf(dy);
+              return [=](const StepContext &context) {
+                if (n == 0)
+                  return;
+                gradKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
+                    op, dy.data, gradStored, saved.data, stored, dx.data, n, p,
+                    q, rounding, twoBytes);
+                launched("unary_grad");
+              };
+            });
 }
 
 void registerDropout(KernelRegistry &registry) {
@@ -497,72 +502,81 @@ void registerElementwise(KernelRegistry &registry) {
   registerSelection(registry);
   registerDropout(registry);
 
-  addKernel(registry, "cast", [](const KernelArgs &args) {
-    TensorView x = args.inputs[0], y = args.outputs[0];
-    int64_t n = y.numel();
-    return [=](const StepContext &context) {
-      if (n == 0)
-        return;
-      if (x.dtype == plan::F32)
-        castFrom(streamOf(context), x.f32(), y, n);
-      else if (x.dtype == plan::I64)
-        castFrom(streamOf(context), x.i64(), y, n);
-      else
-        castFrom(streamOf(context), x.b8(), y, n);
-      launched("cast");
-    };
-  });
+  addKernel(registry, "cast", Launches::SameEveryStep,
+            [](const KernelArgs &args) {
+              TensorView x = args.inputs[0], y = args.outputs[0];
+              int64_t n = y.numel();
+              return [=](const StepContext &context) {
+                if (n == 0)
+                  return;
+                if (x.dtype == plan::F32)
+                  castFrom(streamOf(context), x.f32(), y, n);
+                else if (x.dtype == plan::I64)
+                  castFrom(streamOf(context), x.i64(), y, n);
+                else
+                  castFrom(streamOf(context), x.b8(), y, n);
+                launched("cast");
+              };
+            });
 
-  addKernel(registry, "pack_narrow", [](const KernelArgs &args) {
-    TensorView x = args.inputs[0], packed = args.outputs[0];
-    bool bf16 = ops::PackNarrowAttributes::read(args).format == "bf16";
-    int64_t n = x.numel();
-    return [=](const StepContext &context) {
-      cudaStream_t stream = streamOf(context);
-      if (n)
-        packNarrowKernel<<<blocksFor(n), kThreads, 0, stream>>>(
-            x.f32(), static_cast<uint16_t *>(packed.data), n, bf16);
-      launched("pack_narrow");
-    };
-  });
-  addKernel(registry, "unpack_narrow", [](const KernelArgs &args) {
-    TensorView packed = args.inputs[0], y = args.outputs[0];
-    bool bf16 = ops::UnpackNarrowAttributes::read(args).format == "bf16";
-    int64_t n = y.numel();
-    return [=](const StepContext &context) {
-      if (n)
-        unpackNarrowKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
-            static_cast<const uint16_t *>(packed.data), y.f32(), n, bf16);
-      launched("unpack_narrow");
-    };
-  });
+  addKernel(registry, "pack_narrow", Launches::SameEveryStep,
+            [](const KernelArgs &args) {
+              TensorView x = args.inputs[0], packed = args.outputs[0];
+              bool bf16 =
+                  ops::PackNarrowAttributes::read(args).format == "bf16";
+              int64_t n = x.numel();
+              return [=](const StepContext &context) {
+                cudaStream_t stream = streamOf(context);
+                if (n)
+                  packNarrowKernel<<<blocksFor(n), kThreads, 0, stream>>>(
+                      x.f32(), static_cast<uint16_t *>(packed.data), n, bf16);
+                launched("pack_narrow");
+              };
+            });
+  addKernel(
+      registry, "unpack_narrow", Launches::SameEveryStep,
+      [](const KernelArgs &args) {
+        TensorView packed = args.inputs[0], y = args.outputs[0];
+        bool bf16 = ops::UnpackNarrowAttributes::read(args).format == "bf16";
+        int64_t n = y.numel();
+        return [=](const StepContext &context) {
+          if (n)
+            unpackNarrowKernel<<<blocksFor(n), kThreads, 0,
+                                 streamOf(context)>>>(
+                static_cast<const uint16_t *>(packed.data), y.f32(), n, bf16);
+          launched("unpack_narrow");
+        };
+      });
 
   // Sum over the dimensions `y` broadcast in `x`.
-  addKernel(registry, "reduce_to", [](const KernelArgs &args) {
-    TensorView x = args.inputs[0], y = args.outputs[0];
-    size_t shift = x.shape.size() - y.shape.size();
-    std::vector<bool> reduced(x.shape.size(), true);
-    for (size_t d = 0; d < y.shape.size(); ++d)
-      reduced[d + shift] = y.shape[d] == 1 && x.shape[d + shift] != 1;
-    auto sum = std::make_shared<SegmentedSum>(args, x.shape, reduced);
-    SegmentedSum::Term term =
-        x.dtype == plan::BF16  ? SegmentedSum::Term::Bfloat16Value
-        : x.dtype == plan::F16 ? SegmentedSum::Term::Float16Value
-                               : SegmentedSum::Term::Value;
-    NarrowFormat rounding = roundingOf(args);
-    return [=](const StepContext &context) {
-      sum->sumInto(streamOf(context), x.data, y.f32(), 1.0, term, rounding);
-    };
-  });
+  addKernel(registry, "reduce_to", Launches::SameEveryStep,
+            [](const KernelArgs &args) {
+              TensorView x = args.inputs[0], y = args.outputs[0];
+              size_t shift = x.shape.size() - y.shape.size();
+              std::vector<bool> reduced(x.shape.size(), true);
+              for (size_t d = 0; d < y.shape.size(); ++d)
+                reduced[d + shift] = y.shape[d] == 1 && x.shape[d + shift] != 1;
+              auto sum = std::make_shared<SegmentedSum>(args, x.shape, reduced);
+              SegmentedSum::Term term =
+                  x.dtype == plan::BF16  ? SegmentedSum::Term::Bfloat16Value
+                  : x.dtype == plan::F16 ? SegmentedSum::Term::Float16Value
+                                         : SegmentedSum::Term::Value;
+              NarrowFormat rounding = roundingOf(args);
+              return [=](const StepContext &context) {
+                sum->sumInto(streamOf(context), x.data, y.f32(), 1.0, term,
+                             rounding);
+              };
+            });
 
-  addKernel(registry, "expand", [](const KernelArgs &args) {
-    TensorView x = args.inputs[0], y = args.outputs[0];
-    IndexMap map = broadcastMap(args, x.shape, y.shape);
-    size_t width = plan::dtypeSize(y.dtype);
-    return [=](const StepContext &context) {
-      gatherCopy(streamOf(context), x.data, y.data, y.numel(), width, map);
-    };
-  });
+  addKernel(
+      registry, "expand", Launches::SameEveryStep, [](const KernelArgs &args) {
+        TensorView x = args.inputs[0], y = args.outputs[0];
+        IndexMap map = broadcastMap(args, x.shape, y.shape);
+        size_t width = plan::dtypeSize(y.dtype);
+        return [=](const StepContext &context) {
+          gatherCopy(streamOf(context), x.data, y.data, y.numel(), width, map);
+        };
+      });
 }
 
 } // namespace cdp::runtime::cuda

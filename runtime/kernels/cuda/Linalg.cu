@@ -262,72 +262,76 @@ std::function<void(const StepContext &)> floatMatMul(const KernelArgs &args,
 } // namespace
 
 void registerLinalg(KernelRegistry &registry) {
-  addKernel(registry, "gemm", [](const KernelArgs &args) {
-    TensorView a = args.inputs[0], b = args.inputs[1], y = args.outputs[0];
-    TensorView c = args.inputs.size() > 2 ? args.inputs[2] : TensorView();
-    GemmGeometry g(args);
-    bool transA = g.transA, transB = g.transB;
-    float alpha = g.alpha, beta = g.beta;
-    int64_t m = g.m, n = g.n, k = g.k;
-    IndexMap map =
-        c.present() ? broadcastMap(args, c.shape, y.shape) : IndexMap();
-    CudaDevice &device = deviceOf(args);
-    cublasHandle_t blas = device.blas();
-    NarrowProduct narrow;
-    narrow.format = narrowOperandsOf(args);
-    narrow.transA = transA;
-    narrow.transB = transB;
-    narrow.m = m;
-    narrow.n = n;
-    narrow.k = k;
-    narrow.aSource = narrowSourceOf(a, 1, {}, {});
-    narrow.bSource = narrowSourceOf(b, 1, {}, {});
-    narrow.readMatrices(args, IndexMap(), IndexMap());
-    if (narrow.format != NarrowFormat::None)
-      device.reserveShared(narrow.bytes());
-    NarrowFormat rounding = roundingOf(args);
-    // A result stored in 2 bytes (cdp-narrow-results, only under
-    // narrow_operands): C is written into it in that format first (C, a
-    // rounded bias, is exact in it), and cuBLAS rounds the sums as it writes.
-    bool narrowResult = storedInTwoBytes(y);
-    if (narrowResult && k == 0)
-      args.fail("an empty product (k = 0) stored in 2 bytes");
-    return [=, &device](const StepContext &context) {
-      if (m == 0 || n == 0)
-        return;
-      float effectiveBeta = c.present() ? beta : 0.0f;
-      if (c.present() && narrowResult) { // C as m * n one-value matrices
-        narrowMatrices<<<blocksFor(m * n), kThreads, 0, streamOf(context)>>>(
-            c.f32(), static_cast<uint16_t *>(y.data), m * n, map,
-            y.dtype == plan::BF16);
-        launched("gemm C");
-      } else if (c.present())
-        gatherCopy(streamOf(context), c.data, y.data, m * n, 4, map);
-      if (k == 0) { // an empty product: C = beta C
-        scaleKernel<<<blocksFor(m * n), kThreads, 0, streamOf(context)>>>(
-            y.f32(), m * n, effectiveBeta);
-        launched("gemm scale");
-        return;
-      }
-      if (narrow.format != NarrowFormat::None)
-        narrow.run(device, streamOf(context), a.data, b.data, alpha,
-                   effectiveBeta, y.data, narrowResult);
-      else
-        sgemm(blas, transA, transB, m, n, k, alpha, a.f32(), b.f32(),
-              effectiveBeta, y.f32());
-      if (!narrowResult)
-        roundResult(streamOf(context), rounding, y.f32(), m * n);
-    };
-  });
+  addKernel(
+      registry, "gemm", Launches::SameEveryStep, [](const KernelArgs &args) {
+        TensorView a = args.inputs[0], b = args.inputs[1], y = args.outputs[0];
+        TensorView c = args.inputs.size() > 2 ? args.inputs[2] : TensorView();
+        GemmGeometry g(args);
+        bool transA = g.transA, transB = g.transB;
+        float alpha = g.alpha, beta = g.beta;
+        int64_t m = g.m, n = g.n, k = g.k;
+        IndexMap map =
+            c.present() ? broadcastMap(args, c.shape, y.shape) : IndexMap();
+        CudaDevice &device = deviceOf(args);
+        cublasHandle_t blas = device.blas();
+        NarrowProduct narrow;
+        narrow.format = narrowOperandsOf(args);
+        narrow.transA = transA;
+        narrow.transB = transB;
+        narrow.m = m;
+        narrow.n = n;
+        narrow.k = k;
+        narrow.aSource = narrowSourceOf(a, 1, {}, {});
+        narrow.bSource = narrowSourceOf(b, 1, {}, {});
+        narrow.readMatrices(args, IndexMap(), IndexMap());
+        if (narrow.format != NarrowFormat::None)
+          device.reserveShared(narrow.bytes());
+        NarrowFormat rounding = roundingOf(args);
+        // A result stored in 2 bytes (cdp-narrow-results, only under
+        // narrow_operands): C is written into it in that format first (C, a
+        // rounded bias, is exact in it), and cuBLAS rounds the sums as it
+        // writes.
+        bool narrowResult = storedInTwoBytes(y);
+        if (narrowResult && k == 0)
+          args.fail("an empty product (k = 0) stored in 2 bytes");
+        return [=, &device](const StepContext &context) {
+          if (m == 0 || n == 0)
+            return;
+          float effectiveBeta = c.present() ? beta : 0.0f;
+          if (c.present() && narrowResult) { // C as m * n one-value matrices
+            narrowMatrices<<<blocksFor(m * n), kThreads, 0,
+                             streamOf(context)>>>(
+                c.f32(), static_cast<uint16_t *>(y.data), m * n, map,
+                y.dtype == plan::BF16);
+            launched("gemm C");
+          } else if (c.present())
+            gatherCopy(streamOf(context), c.data, y.data, m * n, 4, map);
+          if (k == 0) { // an empty product: C = beta C
+            scaleKernel<<<blocksFor(m * n), kThreads, 0, streamOf(context)>>>(
+                y.f32(), m * n, effectiveBeta);
+            launched("gemm scale");
+            return;
+          }
+          if (narrow.format != NarrowFormat::None)
+            narrow.run(device, streamOf(context), a.data, b.data, alpha,
+                       effectiveBeta, y.data, narrowResult);
+          else
+            sgemm(blas, transA, transB, m, n, k, alpha, a.f32(), b.f32(),
+                  effectiveBeta, y.f32());
+          if (!narrowResult)
+            roundResult(streamOf(context), rounding, y.f32(), m * n);
+        };
+      });
 
-  addKernel(registry, "matmul", [](const KernelArgs &args) {
-    MatMulGeometry g(args, args.inputs[0].shape, args.inputs[1].shape);
-    IndexMap ia = broadcastMap(args, g.aBatch, g.batch),
-             ib = broadcastMap(args, g.bBatch, g.batch);
-    if (narrowOperandsOf(args) != NarrowFormat::None)
-      return narrowMatMul(args, g, ia, ib);
-    return floatMatMul(args, g, ia, ib);
-  });
+  addKernel(
+      registry, "matmul", Launches::SameEveryStep, [](const KernelArgs &args) {
+        MatMulGeometry g(args, args.inputs[0].shape, args.inputs[1].shape);
+        IndexMap ia = broadcastMap(args, g.aBatch, g.batch),
+                 ib = broadcastMap(args, g.bBatch, g.batch);
+        if (narrowOperandsOf(args) != NarrowFormat::None)
+          return narrowMatMul(args, g, ia, ib);
+        return floatMatMul(args, g, ia, ib);
+      });
 }
 
 } // namespace cdp::runtime::cuda

@@ -227,52 +227,57 @@ const float *optional(const KernelArgs &args, size_t index) {
 } // namespace
 
 void registerLoss(KernelRegistry &registry) {
-  addKernel(registry, "softmax_cross_entropy_loss", [](const KernelArgs &args) {
-    TensorView scores = args.inputs[0], labels = args.inputs[1];
-    const float *weights = optional(args, 2);
-    TensorView loss = args.outputs[0];
-    // Without log-probabilities (cdp-recompute-log-probabilities): each
-    // row's label's, in a buffer of the rows.
-    TensorView logp = args.outputs.size() > 1 ? args.outputs[1] : TensorView();
-    Classes g = classesOf(args, scores.shape);
-    CudaDevice &device = deviceOf(args);
-    int *status = device.status();
-    std::shared_ptr<Scratch> labelLogp;
-    if (!logp.present())
-      labelLogp = std::make_shared<Scratch>(
-          device, sizeof(float) * std::max<int64_t>(g.rows(), 1));
-    return [=](const StepContext &context) {
-      cudaStream_t stream = streamOf(context);
-      unsigned rows = static_cast<unsigned>(g.rows());
-      float *perRow = labelLogp ? labelLogp->as<float>() : nullptr;
-      if (rows && perRow)
-        labelLogProbabilityKernel<<<rows, kThreads, 0, stream>>>(
-            g, storedValuesOf(scores), labels.i64(), perRow);
-      else if (rows)
-        logSoftmaxRowsKernel<<<rows, kThreads, 0, stream>>>(
-            g, storedValuesOf(scores), logp.f32());
-      nllKernel<<<1, kThreads, 0, stream>>>(g, perRow ? nullptr : logp.f32(),
-                                            perRow, labels.i64(), weights,
-                                            loss.f32(), status);
-      launched("softmax_cross_entropy_loss");
-    };
-  });
+  addKernel(registry, "softmax_cross_entropy_loss", Launches::SameEveryStep,
+            [](const KernelArgs &args) {
+              TensorView scores = args.inputs[0], labels = args.inputs[1];
+              const float *weights = optional(args, 2);
+              TensorView loss = args.outputs[0];
+              // Without log-probabilities (cdp-recompute-log-probabilities):
+              // each row's label's, in a buffer of the rows.
+              TensorView logp =
+                  args.outputs.size() > 1 ? args.outputs[1] : TensorView();
+              Classes g = classesOf(args, scores.shape);
+              CudaDevice &device = deviceOf(args);
+              int *status = device.status();
+              std::shared_ptr<Scratch> labelLogp;
+              if (!logp.present())
+                labelLogp = std::make_shared<Scratch>(
+                    device, sizeof(float) * std::max<int64_t>(g.rows(), 1));
+              return [=](const StepContext &context) {
+                cudaStream_t stream = streamOf(context);
+                unsigned rows = static_cast<unsigned>(g.rows());
+                float *perRow = labelLogp ? labelLogp->as<float>() : nullptr;
+                if (rows && perRow)
+                  labelLogProbabilityKernel<<<rows, kThreads, 0, stream>>>(
+                      g, storedValuesOf(scores), labels.i64(), perRow);
+                else if (rows)
+                  logSoftmaxRowsKernel<<<rows, kThreads, 0, stream>>>(
+                      g, storedValuesOf(scores), logp.f32());
+                nllKernel<<<1, kThreads, 0, stream>>>(
+                    g, perRow ? nullptr : logp.f32(), perRow, labels.i64(),
+                    weights, loss.f32(), status);
+                launched("softmax_cross_entropy_loss");
+              };
+            });
 
-  addKernel(registry, "nll_loss", [](const KernelArgs &args) {
-    TensorView input = args.inputs[0], target = args.inputs[1];
-    const float *weights = optional(args, 2);
-    TensorView loss = args.outputs[0];
-    Classes g = classesOf(args, input.shape);
-    int *status = deviceOf(args).status();
-    return [=](const StepContext &context) {
-      nllKernel<<<1, kThreads, 0, streamOf(context)>>>(
-          g, input.f32(), nullptr, target.i64(), weights, loss.f32(), status);
-      launched("nll_loss");
-    };
-  });
+  addKernel(registry, "nll_loss", Launches::SameEveryStep,
+            [](const KernelArgs &args) {
+              TensorView input = args.inputs[0], target = args.inputs[1];
+              const float *weights = optional(args, 2);
+              TensorView loss = args.outputs[0];
+              Classes g = classesOf(args, input.shape);
+              int *status = deviceOf(args).status();
+              return [=](const StepContext &context) {
+                nllKernel<<<1, kThreads, 0, streamOf(context)>>>(
+                    g, input.f32(), nullptr, target.i64(), weights, loss.f32(),
+                    status);
+                launched("nll_loss");
+              };
+            });
 
   addKernel(
-      registry, "softmax_cross_entropy_loss_grad", [](const KernelArgs &args) {
+      registry, "softmax_cross_entropy_loss_grad", Launches::SameEveryStep,
+      [](const KernelArgs &args) {
         TensorView dloss = args.inputs[0], logp = args.inputs[1],
                    labels = args.inputs[2];
         const float *weights = optional(args, 3);
@@ -303,26 +308,29 @@ void registerLoss(KernelRegistry &registry) {
         };
       });
 
-  addKernel(registry, "nll_loss_grad", [](const KernelArgs &args) {
-    TensorView dloss = args.inputs[0], target = args.inputs[1];
-    const float *weights = optional(args, 2);
-    TensorView dx = args.outputs[0];
-    Classes g = classesOf(args, dx.shape);
-    CudaDevice &device = deviceOf(args);
-    int *status = device.status();
-    auto denominator = std::make_shared<Scratch>(device, 8);
-    return [=](const StepContext &context) {
-      cudaStream_t stream = streamOf(context);
-      checkCuda(cudaMemsetAsync(dx.data, 0, byteSize(dx), stream), "memset");
-      denominatorKernel<<<1, kThreads, 0, stream>>>(
-          g, target.i64(), weights, denominator->as<double>(), status);
-      if (g.rows())
-        nllGradKernel<<<blocksFor(g.rows()), kThreads, 0, stream>>>(
-            g, dloss.f32(), target.i64(), weights, denominator->as<double>(),
-            dx.f32());
-      launched("nll_loss_grad");
-    };
-  });
+  addKernel(registry, "nll_loss_grad", Launches::SameEveryStep,
+            [](const KernelArgs &args) {
+              TensorView dloss = args.inputs[0], target = args.inputs[1];
+              const float *weights = optional(args, 2);
+              TensorView dx = args.outputs[0];
+              Classes g = classesOf(args, dx.shape);
+              CudaDevice &device = deviceOf(args);
+              int *status = device.status();
+              auto denominator = std::make_shared<Scratch>(device, 8);
+              return [=](const StepContext &context) {
+                cudaStream_t stream = streamOf(context);
+                checkCuda(cudaMemsetAsync(dx.data, 0, byteSize(dx), stream),
+                          "memset");
+                denominatorKernel<<<1, kThreads, 0, stream>>>(
+                    g, target.i64(), weights, denominator->as<double>(),
+                    status);
+                if (g.rows())
+                  nllGradKernel<<<blocksFor(g.rows()), kThreads, 0, stream>>>(
+                      g, dloss.f32(), target.i64(), weights,
+                      denominator->as<double>(), dx.f32());
+                launched("nll_loss_grad");
+              };
+            });
 }
 
 } // namespace cdp::runtime::cuda

@@ -273,142 +273,165 @@ struct ChannelSums {
 };
 
 void registerBatchNorm(KernelRegistry &registry) {
-  addKernel(registry, "batch_norm", [](const KernelArgs &args) {
-    TensorView x = args.inputs[0], scale = args.inputs[1],
-               bias = args.inputs[2], mean = args.inputs[3],
-               var = args.inputs[4];
-    TensorView y = args.outputs[0], runMean = args.outputs[1],
-               runVar = args.outputs[2];
-    auto sums = std::make_shared<ChannelSums>(args, x.shape, 2, 2);
-    ops::BatchNormAttributes attrs = ops::BatchNormAttributes::read(args);
-    BatchNormParams p{attrs.epsilon, attrs.momentum, attrs.training_mode,
-                      attrs.unbiased_running_var, sums->sum.count()};
-    IndexMap channelOf = channelMap(args, x.shape);
-    return [=](const StepContext &context) {
-      cudaStream_t stream = streamOf(context);
-      int64_t channels = sums->channels, n = x.numel();
-      if (channels == 0)
-        return;
-      using Term = SegmentedSum::Term;
-      if (p.training) {
-        sums->sum.sums(stream, x.f32(), nullptr, Term::Value, sums->buffer(0));
-        sums->sum.sums(stream, x.f32(), nullptr, Term::Square, sums->buffer(1));
-      }
-      batchNormCoefficientsKernel<<<blocksFor(channels), kThreads, 0, stream>>>(
-          channels, sums->buffer(0), sums->buffer(1), scale.f32(), bias.f32(),
-          mean.f32(), var.f32(), runMean.f32(), runVar.f32(), sums->buffer(2),
-          p);
-      if (n)
-        batchNormApplyKernel<<<blocksFor(n), kThreads, 0, stream>>>(
-            x.f32(), y.f32(), n, channelOf, sums->buffer(2));
-      launched("batch_norm");
-    };
-  });
-
-  addKernel(registry, "batch_norm_grad", [](const KernelArgs &args) {
-    TensorView dy = args.inputs[0], x = args.inputs[1], scale = args.inputs[2],
-               mean = args.inputs[3], var = args.inputs[4];
-    TensorView dx = args.outputs[0], dscale = args.outputs[1],
-               dbias = args.outputs[2];
-    auto sums = std::make_shared<ChannelSums>(args, x.shape, 4, 5);
-    ops::BatchNormGradAttributes attrs =
-        ops::BatchNormGradAttributes::read(args);
-    BatchNormParams p{attrs.epsilon, 0.0, attrs.training_mode, false,
-                      sums->sum.count()};
-    IndexMap channelOf = channelMap(args, x.shape);
-    return [=](const StepContext &context) {
-      cudaStream_t stream = streamOf(context);
-      int64_t channels = sums->channels, n = x.numel();
-      if (channels == 0)
-        return;
-      using Term = SegmentedSum::Term;
-      if (p.training) {
-        sums->sum.sums(stream, x.f32(), nullptr, Term::Value, sums->buffer(0));
-        sums->sum.sums(stream, x.f32(), nullptr, Term::Square, sums->buffer(1));
-      }
-      sums->sum.sums(stream, dy.f32(), nullptr, Term::Value, sums->buffer(2));
-      sums->sum.sums(stream, dy.f32(), x.f32(), Term::Product, sums->buffer(3));
-      batchNormGradCoefficientsKernel<<<blocksFor(channels), kThreads, 0,
+  addKernel(
+      registry, "batch_norm", Launches::SameEveryStep,
+      [](const KernelArgs &args) {
+        TensorView x = args.inputs[0], scale = args.inputs[1],
+                   bias = args.inputs[2], mean = args.inputs[3],
+                   var = args.inputs[4];
+        TensorView y = args.outputs[0], runMean = args.outputs[1],
+                   runVar = args.outputs[2];
+        auto sums = std::make_shared<ChannelSums>(args, x.shape, 2, 2);
+        ops::BatchNormAttributes attrs = ops::BatchNormAttributes::read(args);
+        BatchNormParams p{attrs.epsilon, attrs.momentum, attrs.training_mode,
+                          attrs.unbiased_running_var, sums->sum.count()};
+        IndexMap channelOf = channelMap(args, x.shape);
+        return [=](const StepContext &context) {
+          cudaStream_t stream = streamOf(context);
+          int64_t channels = sums->channels, n = x.numel();
+          if (channels == 0)
+            return;
+          using Term = SegmentedSum::Term;
+          if (p.training) {
+            sums->sum.sums(stream, x.f32(), nullptr, Term::Value,
+                           sums->buffer(0));
+            sums->sum.sums(stream, x.f32(), nullptr, Term::Square,
+                           sums->buffer(1));
+          }
+          batchNormCoefficientsKernel<<<blocksFor(channels), kThreads, 0,
                                         stream>>>(
-          channels, sums->buffer(0), sums->buffer(1), sums->buffer(2),
-          sums->buffer(3), scale.f32(), mean.f32(), var.f32(), dscale.f32(),
-          dbias.f32(), sums->buffer(4), p);
-      if (n)
-        batchNormGradApplyKernel<<<blocksFor(n), kThreads, 0, stream>>>(
-            dy.f32(), x.f32(), dx.f32(), n, channelOf, sums->buffer(4));
-      launched("batch_norm_grad");
-    };
-  });
+              channels, sums->buffer(0), sums->buffer(1), scale.f32(),
+              bias.f32(), mean.f32(), var.f32(), runMean.f32(), runVar.f32(),
+              sums->buffer(2), p);
+          if (n)
+            batchNormApplyKernel<<<blocksFor(n), kThreads, 0, stream>>>(
+                x.f32(), y.f32(), n, channelOf, sums->buffer(2));
+          launched("batch_norm");
+        };
+      });
+
+  addKernel(
+      registry, "batch_norm_grad", Launches::SameEveryStep,
+      [](const KernelArgs &args) {
+        TensorView dy = args.inputs[0], x = args.inputs[1],
+                   scale = args.inputs[2], mean = args.inputs[3],
+                   var = args.inputs[4];
+        TensorView dx = args.outputs[0], dscale = args.outputs[1],
+                   dbias = args.outputs[2];
+        auto sums = std::make_shared<ChannelSums>(args, x.shape, 4, 5);
+        ops::BatchNormGradAttributes attrs =
+            ops::BatchNormGradAttributes::read(args);
+        BatchNormParams p{attrs.epsilon, 0.0, attrs.training_mode, false,
+                          sums->sum.count()};
+        IndexMap channelOf = channelMap(args, x.shape);
+        return [=](const StepContext &context) {
+          cudaStream_t stream = streamOf(context);
+          int64_t channels = sums->channels, n = x.numel();
+          if (channels == 0)
+            return;
+          using Term = SegmentedSum::Term;
+          if (p.training) {
+            sums->sum.sums(stream, x.f32(), nullptr, Term::Value,
+                           sums->buffer(0));
+            sums->sum.sums(stream, x.f32(), nullptr, Term::Square,
+                           sums->buffer(1));
+          }
+          sums->sum.sums(stream, dy.f32(), nullptr, Term::Value,
+                         sums->buffer(2));
+          sums->sum.sums(stream, dy.f32(), x.f32(), Term::Product,
+                         sums->buffer(3));
+          batchNormGradCoefficientsKernel<<<blocksFor(channels), kThreads, 0,
+                                            stream>>>(
+              channels, sums->buffer(0), sums->buffer(1), sums->buffer(2),
+              sums->buffer(3), scale.f32(), mean.f32(), var.f32(), dscale.f32(),
+              dbias.f32(), sums->buffer(4), p);
+          if (n)
+            batchNormGradApplyKernel<<<blocksFor(n), kThreads, 0, stream>>>(
+                dy.f32(), x.f32(), dx.f32(), n, channelOf, sums->buffer(4));
+          launched("batch_norm_grad");
+        };
+      });
 }
 
 void registerLayerNorm(KernelRegistry &registry) {
-  addKernel(registry, "layer_norm", [](const KernelArgs &args) {
-    TensorView x = args.inputs[0], scale = args.inputs[1];
-    TensorView bias = args.inputs.size() > 2 ? args.inputs[2] : TensorView();
-    TensorView y = args.outputs[0], meanOut = args.outputs[1],
-               invOut = args.outputs[2];
-    ops::LayerNormAttributes attrs = ops::LayerNormAttributes::read(args);
-    int64_t axis = normalizeAxis(attrs.axis, x.rank());
-    int64_t outer = product(x.shape, 0, axis), inner = product(x.shape, axis);
-    double epsilon = attrs.epsilon;
-    std::vector<int64_t> normalized(x.shape.begin() + axis, x.shape.end());
-    IndexMap si = broadcastMap(args, scale.shape, normalized);
-    IndexMap bi = bias.present() ? broadcastMap(args, bias.shape, normalized)
-                                 : IndexMap();
-    NarrowFormat rounding = roundingOf(args);
-    bool twoBytes = storedInTwoBytes(y);
-    return [=](const StepContext &context) {
-      if (outer == 0)
-        return;
-      layerNormKernel<<<outer, rowThreads(inner), 0, streamOf(context)>>>(
-          x.f32(), scale.f32(), bias.present() ? bias.f32() : nullptr, y.data,
-          meanOut.f32(), invOut.f32(), inner, epsilon, si, bi, rounding,
-          twoBytes);
-      launched("layer_norm");
-    };
-  });
+  addKernel(
+      registry, "layer_norm", Launches::SameEveryStep,
+      [](const KernelArgs &args) {
+        TensorView x = args.inputs[0], scale = args.inputs[1];
+        TensorView bias =
+            args.inputs.size() > 2 ? args.inputs[2] : TensorView();
+        TensorView y = args.outputs[0], meanOut = args.outputs[1],
+                   invOut = args.outputs[2];
+        ops::LayerNormAttributes attrs = ops::LayerNormAttributes::read(args);
+        int64_t axis = normalizeAxis(attrs.axis, x.rank());
+        int64_t outer = product(x.shape, 0, axis),
+                inner = product(x.shape, axis);
+        double epsilon = attrs.epsilon;
+        std::vector<int64_t> normalized(x.shape.begin() + axis, x.shape.end());
+        IndexMap si = broadcastMap(args, scale.shape, normalized);
+        IndexMap bi = bias.present()
+                          ? broadcastMap(args, bias.shape, normalized)
+                          : IndexMap();
+        NarrowFormat rounding = roundingOf(args);
+        bool twoBytes = storedInTwoBytes(y);
+        return [=](const StepContext &context) {
+          if (outer == 0)
+            return;
+          layerNormKernel<<<outer, rowThreads(inner), 0, streamOf(context)>>>(
+              x.f32(), scale.f32(), bias.present() ? bias.f32() : nullptr,
+              y.data, meanOut.f32(), invOut.f32(), inner, epsilon, si, bi,
+              rounding, twoBytes);
+          launched("layer_norm");
+        };
+      });
 
-  addKernel(registry, "layer_norm_grad", [](const KernelArgs &args) {
-    TensorView dy = args.inputs[0], x = args.inputs[1], scale = args.inputs[2],
-               meanIn = args.inputs[3], invIn = args.inputs[4];
-    TensorView dx = args.outputs[0], dscale = args.outputs[1],
-               dbias = args.outputs[2];
-    TensorView addend = args.inputs.size() > 5 ? args.inputs[5] : TensorView();
-    int64_t axis = normalizeAxis(args.i("axis", -1), x.rank());
-    int64_t outer = product(x.shape, 0, axis), inner = product(x.shape, axis);
-    std::vector<int64_t> normalized(x.shape.begin() + axis, x.shape.end());
-    IndexMap si = broadcastMap(args, scale.shape, normalized);
-    NarrowFormat stored = storedFormatOf(dy);
-    // Rows in parts, enough threads to fill a large GPU, parts of at least
-    // 16 rows.
-    int64_t parts =
-        std::clamp<int64_t>(131072 / std::max<int64_t>(inner, 1), 1,
-                            std::clamp<int64_t>(outer / 16, 1, 65535));
-    int64_t chunk = (outer + parts - 1) / std::max<int64_t>(parts, 1);
-    auto partials = std::make_shared<Scratch>(
-        deviceOf(args),
-        static_cast<size_t>(std::max<int64_t>(2 * parts * inner, 1)) *
-            sizeof(double));
-    return [=](const StepContext &context) {
-      cudaStream_t stream = streamOf(context);
-      checkCuda(cudaMemsetAsync(dscale.data, 0, byteSize(dscale), stream),
-                "memset");
-      checkCuda(cudaMemsetAsync(dbias.data, 0, byteSize(dbias), stream),
-                "memset");
-      if (outer == 0 || inner == 0)
-        return;
-      layerNormGradKernel<<<outer, rowThreads(inner), 0, stream>>>(
-          dy.data, stored, x.f32(), scale.f32(), meanIn.f32(), invIn.f32(),
-          addend.present() ? addend.f32() : nullptr, dx.f32(), inner, si);
-      dim3 grid((inner + kThreads - 1) / kThreads, parts);
-      layerNormParamPartialsKernel<<<grid, kThreads, 0, stream>>>(
-          dy.data, stored, x.f32(), meanIn.f32(), invIn.f32(),
-          partials->as<double>(), outer, inner, chunk);
-      layerNormParamGradKernel<<<blocksFor(inner), kThreads, 0, stream>>>(
-          partials->as<double>(), parts, inner, dscale.f32(), dbias.f32(), si);
-      launched("layer_norm_grad");
-    };
-  });
+  addKernel(
+      registry, "layer_norm_grad", Launches::SameEveryStep,
+      [](const KernelArgs &args) {
+        TensorView dy = args.inputs[0], x = args.inputs[1],
+                   scale = args.inputs[2], meanIn = args.inputs[3],
+                   invIn = args.inputs[4];
+        TensorView dx = args.outputs[0], dscale = args.outputs[1],
+                   dbias = args.outputs[2];
+        TensorView addend =
+            args.inputs.size() > 5 ? args.inputs[5] : TensorView();
+        int64_t axis = normalizeAxis(args.i("axis", -1), x.rank());
+        int64_t outer = product(x.shape, 0, axis),
+                inner = product(x.shape, axis);
+        std::vector<int64_t> normalized(x.shape.begin() + axis, x.shape.end());
+        IndexMap si = broadcastMap(args, scale.shape, normalized);
+        NarrowFormat stored = storedFormatOf(dy);
+        // Rows in parts, enough threads to fill a large GPU, parts of at least
+        // 16 rows.
+        int64_t parts =
+            std::clamp<int64_t>(131072 / std::max<int64_t>(inner, 1), 1,
+                                std::clamp<int64_t>(outer / 16, 1, 65535));
+        int64_t chunk = (outer + parts - 1) / std::max<int64_t>(parts, 1);
+        auto partials = std::make_shared<Scratch>(
+            deviceOf(args),
+            static_cast<size_t>(std::max<int64_t>(2 * parts * inner, 1)) *
+                sizeof(double));
+        return [=](const StepContext &context) {
+          cudaStream_t stream = streamOf(context);
+          checkCuda(cudaMemsetAsync(dscale.data, 0, byteSize(dscale), stream),
+                    "memset");
+          checkCuda(cudaMemsetAsync(dbias.data, 0, byteSize(dbias), stream),
+                    "memset");
+          if (outer == 0 || inner == 0)
+            return;
+          layerNormGradKernel<<<outer, rowThreads(inner), 0, stream>>>(
+              dy.data, stored, x.f32(), scale.f32(), meanIn.f32(), invIn.f32(),
+              addend.present() ? addend.f32() : nullptr, dx.f32(), inner, si);
+          dim3 grid((inner + kThreads - 1) / kThreads, parts);
+          layerNormParamPartialsKernel<<<grid, kThreads, 0, stream>>>(
+              dy.data, stored, x.f32(), meanIn.f32(), invIn.f32(),
+              partials->as<double>(), outer, inner, chunk);
+          layerNormParamGradKernel<<<blocksFor(inner), kThreads, 0, stream>>>(
+              partials->as<double>(), parts, inner, dscale.f32(), dbias.f32(),
+              si);
+          launched("layer_norm_grad");
+        };
+      });
 }
 
 void registerSoftmax(KernelRegistry &registry) {
@@ -421,7 +444,7 @@ void registerSoftmax(KernelRegistry &registry) {
   };
   for (bool log : {false, true})
     addKernel(
-        registry, log ? "log_softmax" : "softmax",
+        registry, log ? "log_softmax" : "softmax", Launches::SameEveryStep,
         [log, rows](const KernelArgs &args) {
           TensorView x = args.inputs[0], y = args.outputs[0];
           int64_t count, length, inner;
@@ -443,21 +466,25 @@ void registerSoftmax(KernelRegistry &registry) {
             launched("softmax");
           };
         });
-  addKernel(registry, "softmax_grad", [rows](const KernelArgs &args) {
-    TensorView dy = args.inputs[0], y = args.inputs[1], dx = args.outputs[0];
-    bool log = args.i("log", 0) != 0;
-    int64_t count, length, inner;
-    rows(args, y, count, length, inner);
-    NarrowFormat rounding = roundingOf(args);
-    bool twoBytes = storedInTwoBytes(dx);
-    return [=](const StepContext &context) {
-      if (count == 0 || length == 0)
-        return;
-      softmaxGradKernel<<<count, rowThreads(length), 0, streamOf(context)>>>(
-          dy.f32(), y.f32(), dx.data, length, inner, log, rounding, twoBytes);
-      launched("softmax_grad");
-    };
-  });
+  addKernel(registry, "softmax_grad", Launches::SameEveryStep,
+            [rows](const KernelArgs &args) {
+              TensorView dy = args.inputs[0], y = args.inputs[1],
+                         dx = args.outputs[0];
+              bool log = args.i("log", 0) != 0;
+              int64_t count, length, inner;
+              rows(args, y, count, length, inner);
+              NarrowFormat rounding = roundingOf(args);
+              bool twoBytes = storedInTwoBytes(dx);
+              return [=](const StepContext &context) {
+                if (count == 0 || length == 0)
+                  return;
+                softmaxGradKernel<<<count, rowThreads(length), 0,
+                                    streamOf(context)>>>(
+                    dy.f32(), y.f32(), dx.data, length, inner, log, rounding,
+                    twoBytes);
+                launched("softmax_grad");
+              };
+            });
 }
 
 } // namespace

@@ -304,6 +304,7 @@ public:
           slices.table(), coefficient.as<float>());
     launched(clip ? "clip_grad_norm" : "squared_norm");
   }
+  bool sameEveryStep() const override { return true; }
 
 private:
   static size_t partialsOf(const KernelArgs &args, bool clip) {
@@ -394,6 +395,8 @@ public:
       markKernel<<<1, 1, 0, stream>>>(state.f32(), overflow.as<int>());
     launched("unscale_grads");
   }
+  /// Reads the scale, flags and gradients where they lie: no count.
+  bool sameEveryStep() const override { return true; }
 
 private:
   TensorView state;
@@ -423,6 +426,8 @@ public:
     writeFlagKernel<<<1, 1, 0, stream>>>(overflow.as<int>(), flag.f32());
     launched("found_inf");
   }
+  /// Reads the scale, flags and gradients where they lie: no count.
+  bool sameEveryStep() const override { return true; }
 
 private:
   GradientSlices grads;
@@ -832,24 +837,28 @@ void registerOptimizer(KernelRegistry &registry) {
     return std::make_unique<FoundInfKernel>(args);
   });
   // The backward's seed: the current scale, copied on the device.
-  addKernel(registry, "loss_scale", [](const KernelArgs &args) {
-    TensorView state = args.inputs[0], seed = args.outputs[0];
-    return [=](const StepContext &context) {
-      checkCuda(cudaMemcpyAsync(seed.data, state.data, sizeof(float),
-                                cudaMemcpyDeviceToDevice, streamOf(context)),
-                "loss_scale");
-    };
-  });
-  addKernel(registry, "assign", [](const KernelArgs &args) {
-    TensorView buffer = args.inputs[0], value = args.inputs[1];
-    size_t bytes = byteSize(buffer);
-    return [=](const StepContext &context) {
-      if (bytes && buffer.data != value.data)
-        checkCuda(cudaMemcpyAsync(buffer.data, value.data, bytes,
-                                  cudaMemcpyDeviceToDevice, streamOf(context)),
-                  "assign");
-    };
-  });
+  addKernel(registry, "loss_scale", Launches::SameEveryStep,
+            [](const KernelArgs &args) {
+              TensorView state = args.inputs[0], seed = args.outputs[0];
+              return [=](const StepContext &context) {
+                checkCuda(cudaMemcpyAsync(seed.data, state.data, sizeof(float),
+                                          cudaMemcpyDeviceToDevice,
+                                          streamOf(context)),
+                          "loss_scale");
+              };
+            });
+  addKernel(registry, "assign", Launches::SameEveryStep,
+            [](const KernelArgs &args) {
+              TensorView buffer = args.inputs[0], value = args.inputs[1];
+              size_t bytes = byteSize(buffer);
+              return [=](const StepContext &context) {
+                if (bytes && buffer.data != value.data)
+                  checkCuda(cudaMemcpyAsync(buffer.data, value.data, bytes,
+                                            cudaMemcpyDeviceToDevice,
+                                            streamOf(context)),
+                            "assign");
+              };
+            });
   addKernel(registry, "accumulate", [](const KernelArgs &args) {
     TensorView g = args.inputs[0], acc = args.outputs[0];
     float scale = 1.0f / static_cast<float>(args.i("slots", 1));
@@ -864,7 +873,7 @@ void registerOptimizer(KernelRegistry &registry) {
       launched("accumulate");
     };
   });
-  addKernel(registry, "gradient",
+  addKernel(registry, "gradient", Launches::SameEveryStep,
             [](const KernelArgs &) { return [](const StepContext &) {}; });
 }
 

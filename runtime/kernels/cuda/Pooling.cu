@@ -107,7 +107,7 @@ void registerPooling(KernelRegistry &registry) {
   for (bool indices : {false, true})
     addKernel(
         registry, indices ? "max_pool_indices" : "max_pool",
-        [indices](const KernelArgs &args) {
+        Launches::SameEveryStep, [indices](const KernelArgs &args) {
           TensorView x = args.inputs[0], y = args.outputs[0];
           PoolGeometry g(args, x.shape, y.shape);
           bool columnMajor = args.i("storage_order", 0) == 1;
@@ -122,57 +122,63 @@ void registerPooling(KernelRegistry &registry) {
           };
         });
 
-  addKernel(registry, "max_pool_grad", [](const KernelArgs &args) {
-    TensorView dy = args.inputs[0], x = args.inputs[1], dx = args.outputs[0];
-    PoolGeometry g(args, x.shape, dy.shape);
-    return [=](const StepContext &context) {
-      cudaStream_t stream = streamOf(context);
-      int64_t n = g.planes * g.inSize;
-      if (n == 0)
-        return;
-      maxPoolGradKernel<<<blocksFor(n), kThreads, 0, stream>>>(
-          g, dy.f32(), x.f32(), dx.f32());
-      launched("max_pool_grad");
-    };
-  });
+  addKernel(registry, "max_pool_grad", Launches::SameEveryStep,
+            [](const KernelArgs &args) {
+              TensorView dy = args.inputs[0], x = args.inputs[1],
+                         dx = args.outputs[0];
+              PoolGeometry g(args, x.shape, dy.shape);
+              return [=](const StepContext &context) {
+                cudaStream_t stream = streamOf(context);
+                int64_t n = g.planes * g.inSize;
+                if (n == 0)
+                  return;
+                maxPoolGradKernel<<<blocksFor(n), kThreads, 0, stream>>>(
+                    g, dy.f32(), x.f32(), dx.f32());
+                launched("max_pool_grad");
+              };
+            });
 
-  addKernel(registry, "average_pool", [](const KernelArgs &args) {
-    TensorView x = args.inputs[0], y = args.outputs[0];
-    PoolGeometry g(args, x.shape, y.shape);
-    return [=](const StepContext &context) {
-      int64_t n = g.planes * g.outSize;
-      if (n == 0)
-        return;
-      averagePoolKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
-          g, x.f32(), y.f32());
-      launched("average_pool");
-    };
-  });
+  addKernel(
+      registry, "average_pool", Launches::SameEveryStep,
+      [](const KernelArgs &args) {
+        TensorView x = args.inputs[0], y = args.outputs[0];
+        PoolGeometry g(args, x.shape, y.shape);
+        return [=](const StepContext &context) {
+          int64_t n = g.planes * g.outSize;
+          if (n == 0)
+            return;
+          averagePoolKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
+              g, x.f32(), y.f32());
+          launched("average_pool");
+        };
+      });
 
-  addKernel(registry, "average_pool_grad", [](const KernelArgs &args) {
-    TensorView dy = args.inputs[0], dx = args.outputs[0];
-    PoolGeometry g(args, dx.shape, dy.shape);
-    return [=](const StepContext &context) {
-      cudaStream_t stream = streamOf(context);
-      int64_t n = g.planes * g.inSize;
-      if (n == 0)
-        return;
-      averagePoolGradKernel<<<blocksFor(n), kThreads, 0, stream>>>(g, dy.f32(),
-                                                                   dx.f32());
-      launched("average_pool_grad");
-    };
-  });
+  addKernel(registry, "average_pool_grad", Launches::SameEveryStep,
+            [](const KernelArgs &args) {
+              TensorView dy = args.inputs[0], dx = args.outputs[0];
+              PoolGeometry g(args, dx.shape, dy.shape);
+              return [=](const StepContext &context) {
+                cudaStream_t stream = streamOf(context);
+                int64_t n = g.planes * g.inSize;
+                if (n == 0)
+                  return;
+                averagePoolGradKernel<<<blocksFor(n), kThreads, 0, stream>>>(
+                    g, dy.f32(), dx.f32());
+                launched("average_pool_grad");
+              };
+            });
 
-  addKernel(registry, "global_average_pool", [](const KernelArgs &args) {
-    TensorView x = args.inputs[0], y = args.outputs[0];
-    std::vector<bool> reduced(x.shape.size(), true);
-    reduced[0] = reduced[1] = false;
-    auto sum = std::make_shared<SegmentedSum>(args, x.shape, reduced);
-    double scale = 1.0 / std::max<int64_t>(product(x.shape, 2), 1);
-    return [=](const StepContext &context) {
-      sum->sumInto(streamOf(context), x.f32(), y.f32(), scale);
-    };
-  });
+  addKernel(registry, "global_average_pool", Launches::SameEveryStep,
+            [](const KernelArgs &args) {
+              TensorView x = args.inputs[0], y = args.outputs[0];
+              std::vector<bool> reduced(x.shape.size(), true);
+              reduced[0] = reduced[1] = false;
+              auto sum = std::make_shared<SegmentedSum>(args, x.shape, reduced);
+              double scale = 1.0 / std::max<int64_t>(product(x.shape, 2), 1);
+              return [=](const StepContext &context) {
+                sum->sumInto(streamOf(context), x.f32(), y.f32(), scale);
+              };
+            });
 }
 
 } // namespace cdp::runtime::cuda

@@ -91,35 +91,38 @@ __global__ void gatherGradKernel(const float *dy, const int64_t *indices,
 void registerCopies(KernelRegistry &registry) {
   for (const char *op : {"reshape", "flatten", "squeeze", "unsqueeze",
                          "identity", "master_copy"})
-    addKernel(registry, op, [](const KernelArgs &args) {
-      TensorView x = args.inputs[0], y = args.outputs[0];
-      size_t bytes = byteSize(y);
-      return [=](const StepContext &context) {
-        if (x.data != y.data && bytes)
-          checkCuda(cudaMemcpyAsync(y.data, x.data, bytes,
-                                    cudaMemcpyDeviceToDevice,
-                                    streamOf(context)),
-                    "reshape copy");
-      };
-    });
+    addKernel(registry, op, Launches::SameEveryStep,
+              [](const KernelArgs &args) {
+                TensorView x = args.inputs[0], y = args.outputs[0];
+                size_t bytes = byteSize(y);
+                return [=](const StepContext &context) {
+                  if (x.data != y.data && bytes)
+                    checkCuda(cudaMemcpyAsync(y.data, x.data, bytes,
+                                              cudaMemcpyDeviceToDevice,
+                                              streamOf(context)),
+                              "reshape copy");
+                };
+              });
 
-  addKernel(registry, "transpose", [](const KernelArgs &args) {
-    TensorView x = args.inputs[0], y = args.outputs[0];
-    std::vector<int64_t> perm = args.ints("perm"), in = stridesOf(x.shape);
-    std::vector<int64_t> strides(perm.size());
-    for (size_t d = 0; d < perm.size(); ++d)
-      strides[d] = in[perm[d]];
-    IndexMap map = stridedMap(args, y.shape, strides);
-    size_t width = plan::dtypeSize(y.dtype);
-    return [=](const StepContext &context) {
-      gatherCopy(streamOf(context), x.data, y.data, y.numel(), width, map);
-    };
-  });
+  addKernel(
+      registry, "transpose", Launches::SameEveryStep,
+      [](const KernelArgs &args) {
+        TensorView x = args.inputs[0], y = args.outputs[0];
+        std::vector<int64_t> perm = args.ints("perm"), in = stridesOf(x.shape);
+        std::vector<int64_t> strides(perm.size());
+        for (size_t d = 0; d < perm.size(); ++d)
+          strides[d] = in[perm[d]];
+        IndexMap map = stridedMap(args, y.shape, strides);
+        size_t width = plan::dtypeSize(y.dtype);
+        return [=](const StepContext &context) {
+          gatherCopy(streamOf(context), x.data, y.data, y.numel(), width, map);
+        };
+      });
 
   // Concat and split copy rows of bytes: one 2-D copy per input or output.
   for (bool concat : {true, false})
     addKernel(
-        registry, concat ? "concat" : "split",
+        registry, concat ? "concat" : "split", Launches::SameEveryStep,
         [concat](const KernelArgs &args) {
           std::vector<TensorView> parts = concat ? args.inputs : args.outputs;
           TensorView whole = concat ? args.outputs[0] : args.inputs[0];
@@ -147,29 +150,32 @@ void registerCopies(KernelRegistry &registry) {
           };
         });
 
-  addKernel(registry, "slice", [](const KernelArgs &args) {
-    TensorView x = args.inputs[0], y = args.outputs[0];
-    IndexMap map = sliceMap(args, x.shape, y.shape);
-    size_t width = plan::dtypeSize(y.dtype);
-    return [=](const StepContext &context) {
-      gatherCopy(streamOf(context), x.data, y.data, y.numel(), width, map);
-    };
-  });
+  addKernel(
+      registry, "slice", Launches::SameEveryStep, [](const KernelArgs &args) {
+        TensorView x = args.inputs[0], y = args.outputs[0];
+        IndexMap map = sliceMap(args, x.shape, y.shape);
+        size_t width = plan::dtypeSize(y.dtype);
+        return [=](const StepContext &context) {
+          gatherCopy(streamOf(context), x.data, y.data, y.numel(), width, map);
+        };
+      });
 
   // A slice's elements are distinct: the gradient is a scatter into zeros.
-  addKernel(registry, "slice_grad", [](const KernelArgs &args) {
-    TensorView dy = args.inputs[0], dx = args.outputs[0];
-    IndexMap map = sliceMap(args, dx.shape, dy.shape);
-    return [=](const StepContext &context) {
-      cudaStream_t stream = streamOf(context);
-      checkCuda(cudaMemsetAsync(dx.data, 0, byteSize(dx), stream), "memset");
-      if (dy.numel() == 0)
-        return;
-      scatterKernel<<<blocksFor(dy.numel()), kThreads, 0, stream>>>(
-          dy.f32(), dx.f32(), dy.numel(), map);
-      launched("slice_grad");
-    };
-  });
+  addKernel(registry, "slice_grad", Launches::SameEveryStep,
+            [](const KernelArgs &args) {
+              TensorView dy = args.inputs[0], dx = args.outputs[0];
+              IndexMap map = sliceMap(args, dx.shape, dy.shape);
+              return [=](const StepContext &context) {
+                cudaStream_t stream = streamOf(context);
+                checkCuda(cudaMemsetAsync(dx.data, 0, byteSize(dx), stream),
+                          "memset");
+                if (dy.numel() == 0)
+                  return;
+                scatterKernel<<<blocksFor(dy.numel()), kThreads, 0, stream>>>(
+                    dy.f32(), dx.f32(), dy.numel(), map);
+                launched("slice_grad");
+              };
+            });
 }
 
 /// Pad's input element i lands at map(i) of the output.
@@ -183,50 +189,51 @@ IndexMap padMap(const KernelArgs &args, const TensorView &x,
 }
 
 void registerPadAndFill(KernelRegistry &registry) {
-  addKernel(registry, "pad", [](const KernelArgs &args) {
-    TensorView x = args.inputs[0], y = args.outputs[0];
-    IndexMap map = padMap(args, x, y);
-    double value = args.f("value", 0.0);
-    size_t width = plan::dtypeSize(y.dtype);
-    if (width != 8 && width != 4 && width != 2 && width != 1)
-      args.fail("pads " + std::to_string(width) +
-                "-byte elements, which the GPU's pad does not take");
-    return [=](const StepContext &context) {
-      cudaStream_t stream = streamOf(context);
-      int64_t n = y.numel(), m = x.numel();
-      if (n == 0)
-        return;
-      if (y.dtype == plan::I64) {
-        fillKernel<<<blocksFor(n), kThreads, 0, stream>>>(
-            y.i64(), n, static_cast<int64_t>(value));
-        if (m)
-          scatterAnyKernel<<<blocksFor(m), kThreads, 0, stream>>>(
-              x.i64(), y.i64(), m, map);
-      } else if (y.dtype == plan::F32) {
-        fillKernel<<<blocksFor(n), kThreads, 0, stream>>>(
-            y.f32(), n, static_cast<float>(value));
-        if (m)
-          scatterAnyKernel<<<blocksFor(m), kThreads, 0, stream>>>(
-              x.f32(), y.f32(), m, map);
-      } else { // every byte 0 or 1, as the CPU fills; elements copied whole
-        checkCuda(
-            cudaMemsetAsync(y.data, value != 0 ? 1 : 0, byteSize(y), stream),
-            "pad fill");
-        if (m && width == 4)
-          scatterAnyKernel<<<blocksFor(m), kThreads, 0, stream>>>(
-              static_cast<const uint32_t *>(x.data),
-              static_cast<uint32_t *>(y.data), m, map);
-        else if (m && width == 2)
-          scatterAnyKernel<<<blocksFor(m), kThreads, 0, stream>>>(
-              static_cast<const uint16_t *>(x.data),
-              static_cast<uint16_t *>(y.data), m, map);
-        else if (m)
-          scatterAnyKernel<<<blocksFor(m), kThreads, 0, stream>>>(
-              x.b8(), y.b8(), m, map);
-      }
-      launched("pad");
-    };
-  });
+  addKernel(
+      registry, "pad", Launches::SameEveryStep, [](const KernelArgs &args) {
+        TensorView x = args.inputs[0], y = args.outputs[0];
+        IndexMap map = padMap(args, x, y);
+        double value = args.f("value", 0.0);
+        size_t width = plan::dtypeSize(y.dtype);
+        if (width != 8 && width != 4 && width != 2 && width != 1)
+          args.fail("pads " + std::to_string(width) +
+                    "-byte elements, which the GPU's pad does not take");
+        return [=](const StepContext &context) {
+          cudaStream_t stream = streamOf(context);
+          int64_t n = y.numel(), m = x.numel();
+          if (n == 0)
+            return;
+          if (y.dtype == plan::I64) {
+            fillKernel<<<blocksFor(n), kThreads, 0, stream>>>(
+                y.i64(), n, static_cast<int64_t>(value));
+            if (m)
+              scatterAnyKernel<<<blocksFor(m), kThreads, 0, stream>>>(
+                  x.i64(), y.i64(), m, map);
+          } else if (y.dtype == plan::F32) {
+            fillKernel<<<blocksFor(n), kThreads, 0, stream>>>(
+                y.f32(), n, static_cast<float>(value));
+            if (m)
+              scatterAnyKernel<<<blocksFor(m), kThreads, 0, stream>>>(
+                  x.f32(), y.f32(), m, map);
+          } else { // every byte 0 or 1, as the CPU fills; elements copied whole
+            checkCuda(cudaMemsetAsync(y.data, value != 0 ? 1 : 0, byteSize(y),
+                                      stream),
+                      "pad fill");
+            if (m && width == 4)
+              scatterAnyKernel<<<blocksFor(m), kThreads, 0, stream>>>(
+                  static_cast<const uint32_t *>(x.data),
+                  static_cast<uint32_t *>(y.data), m, map);
+            else if (m && width == 2)
+              scatterAnyKernel<<<blocksFor(m), kThreads, 0, stream>>>(
+                  static_cast<const uint16_t *>(x.data),
+                  static_cast<uint16_t *>(y.data), m, map);
+            else if (m)
+              scatterAnyKernel<<<blocksFor(m), kThreads, 0, stream>>>(
+                  x.b8(), y.b8(), m, map);
+          }
+          launched("pad");
+        };
+      });
 
   // Values known at load (shape, constant_of_shape) wait in scratch memory
   // and are copied into the tensor each step, as the CPU writes them.
@@ -243,28 +250,31 @@ void registerPadAndFill(KernelRegistry &registry) {
                   "constant copy");
     };
   };
-  addKernel(registry, "constant_of_shape", [constant](const KernelArgs &args) {
-    TensorView y = args.outputs[0];
-    const plan::Tensor *value = args.tensor("value");
-    if (!value ||
-        value->data().size() != static_cast<size_t>(plan::dtypeSize(y.dtype)))
-      args.fail("needs a one-element value of the result's type");
-    std::string bytes;
-    for (int64_t i = 0; i < y.numel(); ++i)
-      bytes += value->data();
-    return constant(args, bytes);
-  });
-  addKernel(registry, "shape", [constant](const KernelArgs &args) {
-    TensorView x = args.inputs[0], y = args.outputs[0];
-    int64_t start = args.i("start", 0);
-    if (start < 0)
-      start = std::max<int64_t>(0, start + x.rank());
-    std::vector<int64_t> dims(y.numel());
-    for (int64_t i = 0; i < y.numel(); ++i)
-      dims[i] = x.shape[start + i];
-    return constant(args, std::string(reinterpret_cast<char *>(dims.data()),
-                                      dims.size() * sizeof(int64_t)));
-  });
+  addKernel(registry, "constant_of_shape", Launches::SameEveryStep,
+            [constant](const KernelArgs &args) {
+              TensorView y = args.outputs[0];
+              const plan::Tensor *value = args.tensor("value");
+              if (!value || value->data().size() !=
+                                static_cast<size_t>(plan::dtypeSize(y.dtype)))
+                args.fail("needs a one-element value of the result's type");
+              std::string bytes;
+              for (int64_t i = 0; i < y.numel(); ++i)
+                bytes += value->data();
+              return constant(args, bytes);
+            });
+  addKernel(registry, "shape", Launches::SameEveryStep,
+            [constant](const KernelArgs &args) {
+              TensorView x = args.inputs[0], y = args.outputs[0];
+              int64_t start = args.i("start", 0);
+              if (start < 0)
+                start = std::max<int64_t>(0, start + x.rank());
+              std::vector<int64_t> dims(y.numel());
+              for (int64_t i = 0; i < y.numel(); ++i)
+                dims[i] = x.shape[start + i];
+              return constant(args,
+                              std::string(reinterpret_cast<char *>(dims.data()),
+                                          dims.size() * sizeof(int64_t)));
+            });
 }
 
 } // namespace
@@ -278,35 +288,37 @@ gatherGradInOrder(const KernelArgs &args, int64_t outer, int64_t dim,
 namespace {
 
 void registerGather(KernelRegistry &registry) {
-  addKernel(registry, "gather", [](const KernelArgs &args) {
-    TensorView data = args.inputs[0], indices = args.inputs[1],
-               y = args.outputs[0];
-    GatherGeometry g(args, data.shape);
-    int64_t outer = g.outer, dim = g.dim, inner = g.inner;
-    // Rows copied in 4-byte units where they are made of them, else bytes.
-    int64_t rowBytes = inner * plan::dtypeSize(data.dtype);
-    bool words = rowBytes % 4 == 0;
-    GatherMaps at(args, outer, indices.numel(), dim,
-                  words ? rowBytes / 4 : rowBytes);
-    int *status = deviceOf(args).status();
-    return [=](const StepContext &context) {
-      if (at.total == 0)
-        return;
-      if (words)
-        gatherRowsKernel<<<blocksFor(at.total), kThreads, 0,
-                           streamOf(context)>>>(
-            static_cast<const uint32_t *>(data.data), indices.i64(),
-            static_cast<uint32_t *>(y.data), at, status);
-      else
-        gatherRowsKernel<<<blocksFor(at.total), kThreads, 0,
-                           streamOf(context)>>>(
-            static_cast<const char *>(data.data), indices.i64(),
-            static_cast<char *>(y.data), at, status);
-      launched("gather");
-    };
-  });
+  addKernel(registry, "gather", Launches::SameEveryStep,
+            [](const KernelArgs &args) {
+              TensorView data = args.inputs[0], indices = args.inputs[1],
+                         y = args.outputs[0];
+              GatherGeometry g(args, data.shape);
+              int64_t outer = g.outer, dim = g.dim, inner = g.inner;
+              // Rows copied in 4-byte units where they are made of them, else
+              // bytes.
+              int64_t rowBytes = inner * plan::dtypeSize(data.dtype);
+              bool words = rowBytes % 4 == 0;
+              GatherMaps at(args, outer, indices.numel(), dim,
+                            words ? rowBytes / 4 : rowBytes);
+              int *status = deviceOf(args).status();
+              return [=](const StepContext &context) {
+                if (at.total == 0)
+                  return;
+                if (words)
+                  gatherRowsKernel<<<blocksFor(at.total), kThreads, 0,
+                                     streamOf(context)>>>(
+                      static_cast<const uint32_t *>(data.data), indices.i64(),
+                      static_cast<uint32_t *>(y.data), at, status);
+                else
+                  gatherRowsKernel<<<blocksFor(at.total), kThreads, 0,
+                                     streamOf(context)>>>(
+                      static_cast<const char *>(data.data), indices.i64(),
+                      static_cast<char *>(y.data), at, status);
+                launched("gather");
+              };
+            });
   addKernel(
-      registry, "gather_grad",
+      registry, "gather_grad", Launches::SameEveryStep,
       [](const KernelArgs &args) -> std::function<void(const StepContext &)> {
         TensorView dy = args.inputs[0], indices = args.inputs[1],
                    dx = args.outputs[0];
@@ -339,7 +351,7 @@ void registerShape(KernelRegistry &registry) {
   registerGather(registry);
   for (bool mean : {false, true})
     addKernel(registry, mean ? "reduce_mean" : "reduce_sum",
-              [mean](const KernelArgs &args) {
+              Launches::SameEveryStep, [mean](const KernelArgs &args) {
                 TensorView x = args.inputs[0], y = args.outputs[0];
                 std::vector<int64_t> axes = args.ints("axes");
                 std::vector<bool> reduced(x.shape.size(), axes.empty());
