@@ -102,7 +102,13 @@ def attention_work(op, body, inputs, tensors):
     cdp.attention or attention_grad, as the CUDA kernel computes it."""
     first = 1 if op == "attention_grad" else 0
     operands = [tensors[inputs[first + i]] for i in range(3)]
-    a, b, v = (operand["shape"] for operand in operands)
+    a, b, v = (list(operand["shape"]) for operand in operands)
+    if attribute(body, "layout", "s") == "bshd":
+        # The heads after the sequence: (B, S, H, X) -> (B, H, S, X), the
+        # keys (B, N, H, K) -> (B, H, K, N).
+        a = [a[0], a[2], a[1], a[3]]
+        b = [b[0], b[2], b[3], b[1]]
+        v = [v[0], v[2], v[1], v[3]]
     # Float32 operands a narrow op copies into 2 bytes (written, then read).
     widened = [operand["dtype"] == "F32" for operand in operands]
     count = 1

@@ -160,7 +160,7 @@ void fuse(AttentionChain chain) {
       chain.output.getLoc(), chain.scores.getA(), chain.scores.getB(),
       chain.output.getB(), chain.softmax.getBias(),
       chain.softmax.getZeroNanRows(), chain.format, StringAttr(),
-      /*scale=*/llvm::APFloat(1.0f));
+      /*scale=*/llvm::APFloat(1.0f), /*layout=*/StringAttr());
   chain.output.getOutput().replaceAllUsesWith(attention.getOutput());
   chain.output->erase();
   if (chain.probabilitiesRound)

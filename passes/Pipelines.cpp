@@ -112,6 +112,7 @@ void buildTrainingPipeline(OpPassManager &pm,
     pm.addPass(createFuseSoftmaxBias());
     pm.addPass(createFuseAttention());
     pm.addPass(createFoldAttentionScale());
+    pm.addPass(createFoldAttentionTransposes());
   }
   addPartition(pm, config);
   AutodiffOptions autodiff;

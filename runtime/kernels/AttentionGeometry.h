@@ -7,24 +7,81 @@
 // attention_grad recomputes the probabilities. One definition for the CPU
 // and CUDA kernels.
 //
+// Under `layout = "bshd"` the operands are 4-D and keep the heads after the
+// sequence, as the projections write them: a (B, M, H, K), b the keys
+// (B, N, H, K), v (B, N, H, D), the result (B, M, H, D); slice (o, h) is
+// sequence rows H * K (or H * D) values apart, and b's slice is the
+// transpose of the k x n matrix the product reads. The stats and the bias
+// stay in the logical (B, H, M, ...) order.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef CDP_RUNTIME_KERNELS_ATTENTIONGEOMETRY_H
 #define CDP_RUNTIME_KERNELS_ATTENTIONGEOMETRY_H
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace cdp::runtime {
+
+/// Where an operand's slices lie: slice i's matrix (rows x cols, row-major,
+/// rows `ld` apart) starts at offset(i). Contiguous slices, or the heads of
+/// a (B, rows, H, cols) tensor.
+struct SliceLayout {
+  int64_t rows = 0, cols = 0, heads = 1, ld = 0;
+  bool interleaved = false; ///< (B, rows, H, cols)
+
+  static SliceLayout contiguous(int64_t rows, int64_t cols) {
+    return {rows, cols, 1, cols, false};
+  }
+  static SliceLayout headsInterleaved(int64_t rows, int64_t heads,
+                                      int64_t cols) {
+    return {rows, cols, heads, heads * cols, true};
+  }
+  int64_t offset(int64_t slice) const {
+    if (!interleaved)
+      return slice * rows * cols;
+    return (slice / heads) * rows * heads * cols + (slice % heads) * cols;
+  }
+  /// How far apart the matrices of consecutive slices of one batch row
+  /// are (all slices when contiguous).
+  int64_t stride() const { return interleaved ? cols : rows * cols; }
+};
+
+/// The layout attribute's values.
+inline bool isHeadsInterleaved(const std::string &layout) {
+  return layout == "bshd";
+}
+
+/// The logical (..., M, N) shape of `shape` (a, v or the result under
+/// "bshd": (B, S, H, X) -> (B, H, S, X); b: (B, N, H, K) -> (B, H, K, N)).
+inline std::vector<int64_t> logicalShape(const std::vector<int64_t> &shape,
+                                         bool interleaved, bool keys) {
+  if (!interleaved || shape.size() != 4)
+    return shape;
+  if (keys)
+    return {shape[0], shape[2], shape[3], shape[1]};
+  return {shape[0], shape[2], shape[1], shape[3]};
+}
 
 struct AttentionGeometry {
   int64_t count = 1, m = 0, k = 0, n = 0, d = 0;
   /// The scores' shape: the batch dimensions, then m and n.
   std::vector<int64_t> scores;
+  /// Where a, b (as stored: n x k under bshd), v and the result (or its
+  /// gradient) lie.
+  SliceLayout aAt, bAt, vAt, outAt;
+  bool interleaved = false;
 
-  AttentionGeometry(const std::vector<int64_t> &a,
-                    const std::vector<int64_t> &b,
-                    const std::vector<int64_t> &v) {
+  AttentionGeometry(const std::vector<int64_t> &aShape,
+                    const std::vector<int64_t> &bShape,
+                    const std::vector<int64_t> &vShape,
+                    const std::string &layout = "") {
+    interleaved = isHeadsInterleaved(layout) && aShape.size() == 4;
+    std::vector<int64_t> a = logicalShape(aShape, interleaved, false),
+                         b = logicalShape(bShape, interleaved, true),
+                         v = logicalShape(vShape, interleaved, false);
     size_t rank = a.size();
     for (size_t i = 0; i + 2 < rank; ++i)
       count *= a[i];
@@ -35,8 +92,22 @@ struct AttentionGeometry {
     scores.assign(a.begin(), a.end() - 2);
     scores.push_back(m);
     scores.push_back(n);
+    if (interleaved) {
+      int64_t heads = a[1];
+      aAt = SliceLayout::headsInterleaved(m, heads, k);
+      bAt = SliceLayout::headsInterleaved(n, heads, k);
+      vAt = SliceLayout::headsInterleaved(n, heads, d);
+      outAt = SliceLayout::headsInterleaved(m, heads, d);
+    } else {
+      aAt = SliceLayout::contiguous(m, k);
+      bAt = SliceLayout::contiguous(k, n);
+      vAt = SliceLayout::contiguous(n, d);
+      outAt = SliceLayout::contiguous(m, d);
+    }
   }
   int64_t scoresPerSlice() const { return m * n; }
+  /// Slices of one batch row: a chunk of interleaved slices stays in one.
+  int64_t slicesPerRow() const { return interleaved ? aAt.heads : count; }
 };
 
 } // namespace cdp::runtime

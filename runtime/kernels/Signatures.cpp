@@ -9,6 +9,7 @@
 
 #include "cdp/Runtime/Signatures.h"
 
+#include "AttentionGeometry.h"
 #include "NarrowOperands.h"
 #include "SignatureCheck.h"
 
@@ -333,10 +334,30 @@ void attentionTypes(const Check &c, const KernelArgs &args, size_t first) {
 
 /// cdp.attention's operands: a (..., M, K), b (..., K, N), v (..., N, D)
 /// with one batch, a bias that broadcasts to the scores (..., M, N); the
-/// result (..., M, D) and the stats (..., M, 2).
-void attentionOperands(const Check &c, const TensorView &a, const TensorView &b,
-                       const TensorView &v, const TensorView *bias,
-                       const TensorView &output, const TensorView &stats) {
+/// result (..., M, D) and the stats (..., M, 2). Under layout "bshd" a, b,
+/// v and the result are 4-D with the heads after the sequence (a
+/// (B, M, H, K), b (B, N, H, K), v (B, N, H, D), the result (B, M, H, D)),
+/// checked here in the logical order.
+void attentionOperands(const Check &c, const KernelArgs &args,
+                       const TensorView &storedA, const TensorView &storedB,
+                       const TensorView &storedV, const TensorView *bias,
+                       const TensorView &storedOutput,
+                       const TensorView &stats) {
+  std::string layout = args.s("layout", "bhsd");
+  c.require(layout == "bhsd" || layout == "bshd",
+            "layout '" + layout + "' is neither bhsd nor bshd");
+  bool interleaved = isHeadsInterleaved(layout);
+  if (interleaved)
+    for (const TensorView *t : {&storedA, &storedB, &storedV, &storedOutput})
+      c.rank(*t, 4, 4);
+  auto logical = [&](const TensorView &t, bool keys) {
+    TensorView view = t;
+    view.shape = logicalShape(t.shape, interleaved, keys);
+    return view;
+  };
+  const TensorView a = logical(storedA, false), b = logical(storedB, true),
+                   v = logical(storedV, false),
+                   output = logical(storedOutput, false);
   c.rank(a, 2, 8);
   c.require(b.rank() == a.rank() && v.rank() == a.rank(),
             "attention's operands have different ranks");
@@ -660,14 +681,15 @@ Rules makeRules() {
   rules["attention"] = [](const Check &c, const KernelArgs &args) {
     c.declared();
     attentionTypes(c, args, 0);
-    attentionOperands(c, c.in(0), c.in(1), c.in(2), c.optional(3), c.out(0),
-                      c.out(1));
+    attentionOperands(c, args, c.in(0), c.in(1), c.in(2), c.optional(3),
+                      c.out(0), c.out(1));
   };
   rules["attention_grad"] = [](const Check &c, const KernelArgs &args) {
     c.declared();
     attentionTypes(c, args, 1);
     const TensorView *bias = c.optional(5);
-    attentionOperands(c, c.in(1), c.in(2), c.in(3), bias, c.in(0), c.in(4));
+    attentionOperands(c, args, c.in(1), c.in(2), c.in(3), bias, c.in(0),
+                      c.in(4));
     for (int k : {0, 1, 2})
       c.same(c.out(k), c.in(k + 1));
     bool biasGrad = args.outputs.size() > 3;

@@ -431,6 +431,8 @@ LogicalResult AttentionOp::buildGradient(GradientBuilder &g) {
     attrs.push_back(g.attr("scale", getScaleAttr()));
   if (StringAttr format = getNarrowOperandsAttr())
     attrs.push_back(g.attr("narrow_operands", format));
+  if (StringAttr layout = getLayoutAttr())
+    attrs.push_back(g.attr("layout", layout));
   if (biasGrad)
     attrs.push_back(g.attr("with_bias_grad", g.getBuilder().getBoolAttr(true)));
   Operation *grad = g.makeOp(AttentionGradOp::getOperationName(), operands,

@@ -543,7 +543,7 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, Loc loc,
                                             Adaptor adaptor,
                                             SmallVectorImpl<Type> &types) {
   return inferAttention(loc, adaptor.getA(), adaptor.getB(), adaptor.getV(),
-                        adaptor.getBias(), types);
+                        adaptor.getBias(), adaptor.getLayout(), types);
 }
 
 bool AttentionOp::isCompatibleReturnTypes(TypeRange inferred,

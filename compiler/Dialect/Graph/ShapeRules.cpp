@@ -111,7 +111,16 @@ LogicalResult checkBroadcastsTo(Loc loc, ArrayRef<int64_t> from,
   return ArrayRef<int64_t>(*shape) == to ? success() : fail(loc, message);
 }
 
+/// An operand's logical (B, H, rows, cols) shape under layout "bshd":
+/// (B, S, H, X) -> (B, H, S, X); the keys (B, N, H, K) -> (B, H, K, N).
+static Shape headsFirst(ArrayRef<int64_t> shape, bool keys) {
+  if (keys)
+    return {shape[0], shape[2], shape[3], shape[1]};
+  return {shape[0], shape[2], shape[1], shape[3]};
+}
+
 LogicalResult inferAttention(Loc loc, Value a, Value b, Value v, Value bias,
+                             std::optional<StringRef> layout,
                              SmallVectorImpl<Type> &types) {
   RankedTensorType at = rankedType(a), bt = rankedType(b), vt = rankedType(v);
   if (!at || !bt || !vt)
@@ -119,7 +128,20 @@ LogicalResult inferAttention(Loc loc, Value a, Value b, Value v, Value bias,
   int64_t rank = at.getRank();
   if (rank < 2 || bt.getRank() != rank || vt.getRank() != rank)
     return fail(loc, "attention's operands must have one rank, 2 or more");
-  ArrayRef<int64_t> as = at.getShape(), bs = bt.getShape(), vs = vt.getShape();
+  if (layout && *layout != "bhsd" && *layout != "bshd")
+    return fail(loc, Twine("attention's layout '") + *layout +
+                         "' is neither bhsd nor bshd");
+  bool interleaved = layout && *layout == "bshd";
+  if (interleaved && rank != 4)
+    return fail(loc, "attention's layout bshd needs 4-D operands");
+  Shape aLogical(at.getShape()), bLogical(bt.getShape()),
+      vLogical(vt.getShape());
+  if (interleaved) {
+    aLogical = headsFirst(at.getShape(), false);
+    bLogical = headsFirst(bt.getShape(), true);
+    vLogical = headsFirst(vt.getShape(), false);
+  }
+  ArrayRef<int64_t> as = aLogical, bs = bLogical, vs = vLogical;
   if (as.drop_back(2) != bs.drop_back(2) || as.drop_back(2) != vs.drop_back(2))
     return fail(loc, "attention's operands " + shapeString(as) + ", " +
                          shapeString(bs) + " and " + shapeString(vs) +
@@ -140,6 +162,8 @@ LogicalResult inferAttention(Loc loc, Value a, Value b, Value v, Value bias,
   Shape output(as.drop_back(1)), stats(as.drop_back(1));
   output.push_back(vs[rank - 1]);
   stats.push_back(2);
+  if (interleaved) // (B, M, H, D) as stored
+    output = {output[0], output[2], output[1], output[3]};
   Type f32 = Float32Type::get(at.getContext());
   types.append({tensorOf(output, f32), tensorOf(stats, f32)});
   return success();

@@ -52,8 +52,12 @@ mlir::LogicalResult checkBroadcastsTo(Loc loc, llvm::ArrayRef<int64_t> from,
 /// cdp.attention's result and stats types from its operands (a null
 /// `bias` when it has none), checked: `a` (..., M, K), `b` (..., K, N) and
 /// `v` (..., N, D) with one batch, a bias that broadcasts to (..., M, N).
+/// Under `layout` "bshd" the operands and the result keep the heads after
+/// the sequence: a (B, M, H, K), b the keys (B, N, H, K), v (B, N, H, D),
+/// the result (B, M, H, D); the stats (B, H, M, 2) and the bias as above.
 mlir::LogicalResult inferAttention(Loc loc, mlir::Value a, mlir::Value b,
                                    mlir::Value v, mlir::Value bias,
+                                   std::optional<llvm::StringRef> layout,
                                    llvm::SmallVectorImpl<mlir::Type> &types);
 /// A 2-byte tensor among `operands` of a product (gemm, matmul,
 /// attention) is what its `narrow_operands` names.

@@ -137,7 +137,7 @@ LogicalResult AttentionGradOp::inferReturnTypes(MLIRContext *, Loc loc,
                                                 SmallVectorImpl<Type> &types) {
   SmallVector<Type, 2> forward;
   if (failed(inferAttention(loc, adaptor.getA(), adaptor.getB(), adaptor.getV(),
-                            adaptor.getBias(), forward)))
+                            adaptor.getBias(), adaptor.getLayout(), forward)))
     return failure();
   // grad may hold the result's values in 2 bytes (cdp-narrow-results).
   if (rankedType(adaptor.getGrad()).getShape() !=

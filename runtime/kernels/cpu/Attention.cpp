@@ -79,6 +79,52 @@ void roundAll(NarrowFormat format, float *values, int64_t n) {
     roundToNarrow(values, n, format == NarrowFormat::Bfloat16);
 }
 
+/// Slice i's matrix of `x` (laid out as `at` says) into `to`, row-major;
+/// `transposed`: its transpose (the keys' n x k slice as the k x n matrix
+/// the product reads).
+void gatherSlice(const float *x, const SliceLayout &at, int64_t i,
+                 bool transposed, float *to) {
+  const float *from = x + at.offset(i);
+  for (int64_t r = 0; r < at.rows; ++r)
+    for (int64_t c = 0; c < at.cols; ++c)
+      (transposed ? to[c * at.rows + r] : to[r * at.cols + c]) =
+          from[r * at.ld + c];
+}
+
+/// The reverse of gatherSlice: a row-major matrix (or its transpose) into
+/// slice i of `y`.
+void scatterSlice(const float *from, const SliceLayout &at, int64_t i,
+                  bool transposed, float *y) {
+  float *to = y + at.offset(i);
+  for (int64_t r = 0; r < at.rows; ++r)
+    for (int64_t c = 0; c < at.cols; ++c)
+      to[r * at.ld + c] =
+          transposed ? from[c * at.rows + r] : from[r * at.cols + c];
+}
+
+/// A thread's matrices of one slice where the operands interleave the
+/// heads (layout "bshd"): the slice's a, b (k x n), v and the incoming
+/// gradient gathered row-major, and its result's matrices before they are
+/// scattered back. Unused (and empty) for contiguous slices, read in place.
+struct SliceMatrices {
+  float *a, *b, *v, *grad, *out, *da, *db;
+
+  static int64_t floats(const AttentionGeometry &g) {
+    if (!g.interleaved)
+      return 0;
+    return 2 * (g.m * g.k + g.k * g.n) + 2 * g.n * g.d + 2 * g.m * g.d;
+  }
+  SliceMatrices(const AttentionGeometry &g, float *at) {
+    a = at;
+    b = a + g.m * g.k;
+    v = b + g.k * g.n;
+    grad = v + g.n * g.d;
+    out = grad + g.m * g.d; // the result, or v's gradient
+    da = out + g.n * g.d;
+    db = da + g.m * g.k;
+  }
+};
+
 /// What both kernels read: the geometry, the operands (2-byte ones
 /// widened into buffers of the kernel's own), the bias rows.
 struct AttentionOperands {
@@ -93,7 +139,7 @@ struct AttentionOperands {
 
   AttentionOperands(const KernelArgs &args, size_t first, size_t biasInput)
       : g(args.inputs[first].shape, args.inputs[first + 1].shape,
-          args.inputs[first + 2].shape),
+          args.inputs[first + 2].shape, args.s("layout", "bhsd")),
         a(args.inputs[first]), b(args.inputs[first + 1]),
         v(args.inputs[first + 2]),
         bias(std::make_shared<const BiasRows>(args.inputs.size() > biasInput
@@ -109,19 +155,49 @@ struct AttentionOperands {
       widened.add(*operand);
   }
 
-  const float *aOf(int64_t i) const { return a.f32() + i * g.m * g.k; }
-  const float *bOf(int64_t i) const { return b.f32() + i * g.k * g.n; }
-  const float *vOf(int64_t i) const { return v.f32() + i * g.n * g.d; }
+  /// Slice i's a, b (k x n) and v: where they lie, or gathered into the
+  /// thread's matrices `own` where the heads interleave.
+  struct Slice {
+    const float *a, *b, *v;
+  };
+  Slice sliceOf(int64_t i, const SliceMatrices &own) const {
+    if (!g.interleaved)
+      return {a.f32() + i * g.m * g.k, b.f32() + i * g.k * g.n,
+              v.f32() + i * g.n * g.d};
+    gatherSlice(a.f32(), g.aAt, i, false, own.a);
+    gatherSlice(b.f32(), g.bAt, i, true, own.b);
+    gatherSlice(v.f32(), g.vAt, i, false, own.v);
+    return {own.a, own.b, own.v};
+  }
+  /// Where slice i of a result laid out as `at` is computed: in place, or
+  /// in the thread's `own` matrix, stored by `store`.
+  float *resultOf(const TensorView &y, const SliceLayout &at, int64_t i,
+                  float *own) const {
+    return g.interleaved ? own : y.f32() + at.offset(i);
+  }
+  void store(const float *own, const TensorView &y, const SliceLayout &at,
+             int64_t i, bool transposed = false) const {
+    if (g.interleaved)
+      scatterSlice(own, at, i, transposed, y.f32());
+  }
   /// Slice i's scaled, rounded scores into `s`.
-  void scores(int64_t i, float *s) const {
-    sgemm(false, false, g.m, g.n, g.k, scale, aOf(i), bOf(i), 0.0f, s);
+  void scores(const Slice &in, float *s) const {
+    sgemm(false, false, g.m, g.n, g.k, scale, in.a, in.b, 0.0f, s);
     roundAll(format, s, g.m * g.n);
   }
   const float *biasRow(int64_t i, int64_t r) const {
     return bias->row(i * g.m + r);
   }
+  /// Floats of each thread's buffers: `buffers` m x n ones, then its
+  /// SliceMatrices.
+  int64_t perThread(int buffers) const {
+    return buffers * g.m * g.n + SliceMatrices::floats(g);
+  }
+  SliceMatrices matricesOf(float *thread, int buffers) const {
+    return SliceMatrices(g, thread + buffers * g.m * g.n);
+  }
   int64_t workspaceBytes(int buffers) const {
-    return threads * buffers * g.m * g.n * static_cast<int64_t>(sizeof(float)) +
+    return threads * perThread(buffers) * static_cast<int64_t>(sizeof(float)) +
            widened.bytes();
   }
 };
@@ -133,13 +209,15 @@ std::unique_ptr<Kernel> attentionKernel(const KernelArgs &args) {
   // the kernel's own, then stored rounded (round_result's format).
   NarrowedResult narrowed(out);
   auto buffers =
-      std::make_shared<std::vector<float>>(t.threads * t.g.m * t.g.n);
+      std::make_shared<std::vector<float>>(t.threads * t.perThread(1));
   auto body = [t, out, stats, buffers](const StepContext &) {
     const AttentionGeometry &g = t.g;
     t.widened.widen();
     forEachIndex(g.count, t.threads, [&](int64_t i) {
-      float *s = buffers->data() + omp_get_thread_num() * g.m * g.n;
-      t.scores(i, s);
+      float *s = buffers->data() + omp_get_thread_num() * t.perThread(1);
+      SliceMatrices own = t.matricesOf(s, 1);
+      AttentionOperands::Slice in = t.sliceOf(i, own);
+      t.scores(in, s);
       float *sliceStats = stats.f32() + i * g.m * 2;
       for (int64_t r = 0; r < g.m; ++r) {
         const float *bias = t.biasRow(i, r);
@@ -148,8 +226,9 @@ std::unique_ptr<Kernel> attentionKernel(const KernelArgs &args) {
                        t.zeroNanRows, s + r * g.n);
       }
       roundAll(t.format, s, g.m * g.n);
-      sgemm(false, false, g.m, g.d, g.n, 1.0f, s, t.vOf(i), 0.0f,
-            out.f32() + i * g.m * g.d);
+      float *o = t.resultOf(out, g.outAt, i, own.out);
+      sgemm(false, false, g.m, g.d, g.n, 1.0f, s, in.v, 0.0f, o);
+      t.store(o, out, g.outAt, i);
     });
   };
   if (!narrowed.active())
@@ -172,8 +251,14 @@ struct AttentionBackward {
   void slice(int64_t i, float *p, float *dp) const {
     const AttentionGeometry &g = t.g;
     int64_t mn = g.m * g.n;
+    SliceMatrices own = t.matricesOf(p, 2);
+    AttentionOperands::Slice in = t.sliceOf(i, own);
     const float *dout = grad.f32() + i * g.m * g.d;
-    t.scores(i, p);
+    if (g.interleaved) {
+      gatherSlice(grad.f32(), g.outAt, i, false, own.grad);
+      dout = own.grad;
+    }
+    t.scores(in, p);
     for (int64_t r = 0; r < g.m; ++r)
       probabilityRow(p + r * g.n, t.biasRow(i, r), t.bias->step, g.n,
                      stats.f32() + (i * g.m + r) * 2, t.zeroNanRows,
@@ -185,11 +270,12 @@ struct AttentionBackward {
       roundAll(t.format, dp, mn);
       multiplied = dp;
     }
-    float *dvi = dv.f32() + i * g.n * g.d;
+    float *dvi = t.resultOf(dv, g.vAt, i, own.out);
     sgemm(true, false, g.n, g.d, g.m, 1.0f, multiplied, dout, 0.0f, dvi);
     roundAll(t.format, dvi, g.n * g.d);
+    t.store(dvi, dv, g.vAt, i);
     // dP = dO V^T, then dS = P (dP - sum(dP P)) row by row.
-    sgemm(false, true, g.m, g.n, g.d, 1.0f, dout, t.vOf(i), 0.0f, dp);
+    sgemm(false, true, g.m, g.n, g.d, 1.0f, dout, in.v, 0.0f, dp);
     roundAll(t.format, dp, mn);
     for (int64_t r = 0; r < g.m; ++r) {
       const float *pr = p + r * g.n;
@@ -207,11 +293,14 @@ struct AttentionBackward {
         p[x] = roundedTo(t.format, dp[x]);
       ds = p;
     }
-    float *dai = da.f32() + i * g.m * g.k, *dbi = db.f32() + i * g.k * g.n;
-    sgemm(false, true, g.m, g.k, g.n, t.scale, ds, t.bOf(i), 0.0f, dai);
-    sgemm(true, false, g.k, g.n, g.m, t.scale, t.aOf(i), ds, 0.0f, dbi);
+    float *dai = t.resultOf(da, g.aAt, i, own.da),
+          *dbi = g.interleaved ? own.db : db.f32() + i * g.k * g.n;
+    sgemm(false, true, g.m, g.k, g.n, t.scale, ds, in.b, 0.0f, dai);
+    sgemm(true, false, g.k, g.n, g.m, t.scale, in.a, ds, 0.0f, dbi);
     roundAll(t.format, dai, g.m * g.k);
     roundAll(t.format, dbi, g.k * g.n);
+    t.store(dai, da, g.aAt, i);
+    t.store(dbi, db, g.bAt, i, /*transposed=*/true);
   }
 
   /// Adds slice i's dS to the bias's gradient.
@@ -245,8 +334,10 @@ std::unique_ptr<Kernel> attentionGradKernel(const KernelArgs &args) {
   int64_t mn = t.g.m * t.g.n, narrowedBytes = 0;
   for (const NarrowedResult &result : narrowed)
     narrowedBytes += result.bytes();
-  auto buffers = std::make_shared<std::vector<float>>(2 * t.threads * mn);
-  auto body = [backward, dbias, buffers, mn, narrowed](const StepContext &) {
+  int64_t perThread = t.perThread(2);
+  auto buffers = std::make_shared<std::vector<float>>(t.threads * perThread);
+  auto body = [backward, dbias, buffers, mn, perThread,
+               narrowed](const StepContext &) {
     int threads = backward.t.threads;
     int64_t count = backward.t.g.count;
     backward.t.widened.widen();
@@ -257,12 +348,12 @@ std::unique_ptr<Kernel> attentionGradKernel(const KernelArgs &args) {
     for (int64_t first = 0; first < count; first += threads) {
       int64_t group = std::min<int64_t>(threads, count - first);
       forEachIndex(group, threads, [&](int64_t j) {
-        float *p = buffers->data() + 2 * j * mn;
+        float *p = buffers->data() + j * perThread;
         backward.slice(first + j, p, p + mn);
       });
       if (dbias.present())
         for (int64_t j = 0; j < group; ++j)
-          backward.addBiasGrad(first + j, buffers->data() + (2 * j + 1) * mn,
+          backward.addBiasGrad(first + j, buffers->data() + j * perThread + mn,
                                dbias.f32());
     }
     for (const NarrowedResult &result : narrowed)

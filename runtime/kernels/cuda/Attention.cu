@@ -38,8 +38,15 @@ struct AttentionBias {
   int64_t stride = 0;
 };
 
-__global__ void twoByteCopy(const float *x, uint16_t *y, int64_t n, bool bf16) {
-  CDP_FOR_EACH(i, n) { y[i] = narrowBitsOf(x[i], bf16); }
+/// y's contiguous matrices (`size` values each, rows of `cols`) from x's
+/// (rows `ld` apart, matrices `stride` apart), as 2-byte values.
+__global__ void twoByteSlices(const float *x, uint16_t *y, int64_t n,
+                              int64_t size, int64_t cols, int64_t ld,
+                              int64_t stride, bool bf16) {
+  CDP_FOR_EACH(i, n) {
+    int64_t j = i / size, e = i % size;
+    y[i] = narrowBitsOf(x[j * stride + (e / cols) * ld + e % cols], bf16);
+  }
 }
 
 __global__ void roundInPlace(float *x, int64_t n, NarrowFormat format) {
@@ -128,21 +135,33 @@ unsigned threadsForRow(int64_t n) {
       std::clamp<int64_t>((n + 31) / 32 * 32, 32, kThreads));
 }
 
-/// Where a chunk's product writes: from element `offset` of `result`, in
-/// float32, or in the 2-byte format the plan stores the result in
-/// (cdp-narrow-results: cuBLAS rounds the float32 sums to nearest even,
-/// as the rounding kernel would).
-struct ChunkResult {
-  void *at;
-  bool twoBytes;
+/// A chunk's matrices of one operand or result: matrix j at element
+/// `first` + j * stride of `base`, its rows `ld` apart, 2-byte values (of
+/// the narrow format) or float32.
+struct Matrices {
+  void *base;
+  int64_t first = 0, ld = 0, stride = 0;
+  bool twoBytes = false;
 
-  ChunkResult(float *values) : at(values), twoBytes(false) {}
-  ChunkResult(const TensorView &result, int64_t offset)
-      : twoBytes(storedInTwoBytes(result)) {
-    at =
-        twoBytes
-            ? static_cast<void *>(static_cast<uint16_t *>(result.data) + offset)
-            : static_cast<void *>(result.f32() + offset);
+  /// Contiguous float32 matrices (the chunk's scores and gradients).
+  static Matrices floats(float *values, int64_t rows, int64_t cols) {
+    return {values, 0, cols, rows * cols, false};
+  }
+  /// Contiguous 2-byte matrices (the chunk's copies).
+  static Matrices narrow(const void *values, int64_t rows, int64_t cols) {
+    return {const_cast<void *>(values), 0, cols, rows * cols, true};
+  }
+  /// The chunk's matrices of tensor `t` from slice `slice` as `at` lays
+  /// them out; 2-byte where the plan stores the tensor so.
+  static Matrices of(const TensorView &t, const SliceLayout &at,
+                     int64_t slice) {
+    return {t.data, at.offset(slice), at.ld, at.stride(), storedInTwoBytes(t)};
+  }
+  const void *pointer() const {
+    return twoBytes ? static_cast<const void *>(
+                          static_cast<const uint16_t *>(base) + first)
+                    : static_cast<const void *>(
+                          static_cast<const float *>(base) + first);
   }
 };
 
@@ -154,18 +173,19 @@ struct ChunkProduct {
   cublasHandle_t blas;
 
   void operator()(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
-                  int64_t count, const void *a, const void *b, ChunkResult c,
-                  float alpha = 1.0f) const {
+                  int64_t count, const Matrices &a, const Matrices &b,
+                  const Matrices &c, float alpha = 1.0f) const {
     cudaDataType type = format == NarrowFormat::Bfloat16  ? CUDA_R_16BF
                         : format == NarrowFormat::Float16 ? CUDA_R_16F
                                                           : CUDA_R_32F;
     float zero = 0.0f;
     checkCublas(cublas().gemmStridedBatchedEx(
                     blas, transB ? CUBLAS_OP_T : CUBLAS_OP_N,
-                    transA ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
-                    type, transB ? k : n, k * n, a, type, transA ? m : k, m * k,
-                    &zero, c.at, c.twoBytes ? type : CUDA_R_32F, n, m * n,
-                    count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                    transA ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha,
+                    b.pointer(), type, b.ld, b.stride, a.pointer(), type, a.ld,
+                    a.stride, &zero, const_cast<void *>(c.pointer()),
+                    c.twoBytes ? type : CUDA_R_32F, c.ld, c.stride, count,
+                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                 "attention product");
   }
 };
@@ -187,8 +207,10 @@ struct ChunkLayout {
         4 * g.m * g.n * (backward ? 2 : 1) + (narrow ? 2 * g.m * g.n : 0);
     for (size_t i = 0; i < sizes.size(); ++i)
       perSlice += copied[i] ? 2 * sizes[i] : 0;
+    // Interleaved heads: a chunk stays in one batch row, whose slices lie
+    // one stride apart.
     slices = std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(perSlice, 1),
-                                 1, std::max<int64_t>(g.count, 1));
+                                 1, std::max<int64_t>(g.slicesPerRow(), 1));
     auto take = [&](int64_t values, int64_t width) {
       size_t at = bytes;
       bytes += (slices * values * width + 255) / 256 * 256;
@@ -206,9 +228,10 @@ struct ChunkLayout {
   }
 };
 
-/// A chunk's operands as its products read them.
+/// A chunk's operands as its products read them; b as stored (n x k
+/// where the heads interleave).
 struct ChunkOperands {
-  const void *a, *b, *v;
+  Matrices a, b, v;
 };
 
 /// Which of a, b, v (from input `first`) and the backward's grad (input 0)
@@ -237,7 +260,7 @@ struct AttentionSetup {
   AttentionSetup(const KernelArgs &args, size_t first, size_t biasInput,
                  bool backward)
       : g(args.inputs[first].shape, args.inputs[first + 1].shape,
-          args.inputs[first + 2].shape),
+          args.inputs[first + 2].shape, args.s("layout", "bhsd")),
         a(args.inputs[first]), b(args.inputs[first + 1]),
         v(args.inputs[first + 2]), format(narrowOperandsOf(args)),
         zeroNanRows(args.i("zero_nan_rows", 0) != 0),
@@ -265,48 +288,63 @@ struct AttentionSetup {
   uint16_t *probabilities16() const {
     return narrow() ? reinterpret_cast<uint16_t *>(block(layout.p16)) : nullptr;
   }
-  /// `slices` matrices of `size` values from slice `first` of `operand`
+  /// Slices in the chunk from slice `first`: at most the layout's, within
+  /// one batch row where the heads interleave.
+  int64_t chunkAt(int64_t first) const {
+    int64_t perRow = std::max<int64_t>(g.slicesPerRow(), 1);
+    int64_t rowEnd = (first / perRow + 1) * perRow;
+    return std::min({layout.slices, g.count - first, rowEnd - first});
+  }
+  /// `slices` matrices from slice `first` of `operand` (laid out as `at`)
   /// as the chunk's products read them: where the plan stores them in 2
-  /// bytes, there; under narrow_operands, copied into 2-byte values at
-  /// `offset` in the block; else the float32 values where they lie.
-  const void *operandOf(cudaStream_t stream, const TensorView &operand,
-                        int64_t first, int64_t slices, int64_t size,
-                        size_t offset) const {
-    if (storedInTwoBytes(operand))
-      return static_cast<const uint16_t *>(operand.data) + first * size;
-    if (!narrow())
-      return operand.f32() + first * size;
-    return twoBytes(stream, operand.f32(), first, slices, size, offset);
+  /// bytes, there; under narrow_operands, copied into contiguous 2-byte
+  /// values at `offset` in the block; else the float32 values where they
+  /// lie.
+  Matrices operandOf(cudaStream_t stream, const TensorView &operand,
+                     const SliceLayout &at, int64_t first, int64_t slices,
+                     size_t offset) const {
+    if (storedInTwoBytes(operand) || !narrow())
+      return Matrices::of(operand, at, first);
+    return twoBytes(stream, operand.f32(), at, first, slices, offset);
   }
   /// The chunk's a, b and v as its products read them.
   ChunkOperands operandsOf(cudaStream_t stream, int64_t first,
                            int64_t slices) const {
-    return {operandOf(stream, a, first, slices, g.m * g.k, layout.a16),
-            operandOf(stream, b, first, slices, g.k * g.n, layout.b16),
-            operandOf(stream, v, first, slices, g.n * g.d, layout.v16)};
+    return {operandOf(stream, a, g.aAt, first, slices, layout.a16),
+            operandOf(stream, b, g.bAt, first, slices, layout.b16),
+            operandOf(stream, v, g.vAt, first, slices, layout.v16)};
   }
   /// The chunk's scores, then its probabilities (row kernel): stats found
   /// (the forward) or read (the backward).
   void probabilities(cudaStream_t stream, const ChunkOperands &in,
                      int64_t first, int64_t slices, float *stats,
                      bool findStats, bool keepFloat) const {
-    product()(false, false, g.m, g.n, g.k, slices, in.a, in.b,
-              ChunkResult(scores()), scale);
+    // b is the keys (n x k) where the heads interleave: read transposed.
+    product()(false, g.interleaved, g.m, g.n, g.k, slices, in.a, in.b,
+              Matrices::floats(scores(), g.m, g.n), scale);
     probabilityRows<<<slices * g.m, threadsForRow(g.n), 0, stream>>>(
         scores(), first * g.m, g.n, bias, format, zeroNanRows, stats, findStats,
         probabilities16(), keepFloat);
     launched("attention softmax");
   }
-  /// `values` slices of `x` (each `size` long) from slice `first`, copied
-  /// as 2-byte values to `offset` in the block; the block's copy.
-  const void *twoBytes(cudaStream_t stream, const float *x, int64_t first,
-                       int64_t slices, int64_t size, size_t offset) const {
+  /// The chunk's probabilities as the second product reads them (2-byte
+  /// under narrow_operands), or dS after softmaxGradRows.
+  Matrices probabilityMatrices() const {
+    uint16_t *p16 = probabilities16();
+    return p16 ? Matrices::narrow(p16, g.m, g.n)
+               : Matrices::floats(scores(), g.m, g.n);
+  }
+  /// `slices` matrices of `x` from slice `first` (laid out as `at`),
+  /// copied as contiguous 2-byte values to `offset` in the block.
+  Matrices twoBytes(cudaStream_t stream, const float *x, const SliceLayout &at,
+                    int64_t first, int64_t slices, size_t offset) const {
     auto *to = reinterpret_cast<uint16_t *>(block(offset));
-    int64_t n = slices * size;
-    twoByteCopy<<<blocksFor(n), kThreads, 0, stream>>>(
-        x + first * size, to, n, format == NarrowFormat::Bfloat16);
+    int64_t n = slices * at.rows * at.cols;
+    twoByteSlices<<<blocksFor(n), kThreads, 0, stream>>>(
+        x + at.offset(first), to, n, at.rows * at.cols, at.cols, at.ld,
+        at.stride(), format == NarrowFormat::Bfloat16);
     launched("attention operands");
-    return to;
+    return Matrices::narrow(to, at.rows, at.cols);
   }
 };
 
@@ -329,15 +367,14 @@ attentionKernel(const KernelArgs &args) {
     if (g.count == 0 || g.m == 0)
       return;
     cudaStream_t stream = streamOf(context);
-    uint16_t *p16 = t.probabilities16();
-    for (int64_t first = 0; first < g.count; first += t.layout.slices) {
-      int64_t c = std::min(t.layout.slices, g.count - first);
+    bool p16 = t.probabilities16() != nullptr;
+    for (int64_t first = 0, c = 0; first < g.count; first += c) {
+      c = t.chunkAt(first);
       ChunkOperands in = t.operandsOf(stream, first, c);
       t.probabilities(stream, in, first, c, stats.f32(), /*findStats=*/true,
                       /*keepFloat=*/!p16);
-      t.product()(false, false, g.m, g.d, g.n, c,
-                  p16 ? static_cast<const void *>(p16) : t.scores(), in.v,
-                  ChunkResult(out, first * g.m * g.d));
+      t.product()(false, false, g.m, g.d, g.n, c, t.probabilityMatrices(), in.v,
+                  Matrices::of(out, g.outAt, first));
     }
     roundWhole(stream, rounding, out);
   };
@@ -369,27 +406,35 @@ attentionGradKernel(const KernelArgs &args) {
     auto *ds = reinterpret_cast<float *>(t.block(t.layout.gradScores));
     uint16_t *p16 = t.probabilities16();
     int64_t mn = g.m * g.n;
-    for (int64_t first = 0; first < g.count; first += t.layout.slices) {
-      int64_t c = std::min(t.layout.slices, g.count - first);
+    for (int64_t first = 0, c = 0; first < g.count; first += c) {
+      c = t.chunkAt(first);
       ChunkOperands in = t.operandsOf(stream, first, c);
-      const void *dout =
-          t.operandOf(stream, grad, first, c, g.m * g.d, t.layout.grad16);
+      Matrices dout =
+          t.operandOf(stream, grad, g.outAt, first, c, t.layout.grad16);
       t.probabilities(stream, in, first, c, stats.f32(), /*findStats=*/false,
                       /*keepFloat=*/true);
       // dV = P^T dO, with P as the forward multiplied it.
-      product(true, false, g.n, g.d, g.m, c,
-              p16 ? static_cast<const void *>(p16) : s, dout,
-              ChunkResult(dv, first * g.n * g.d));
+      product(true, false, g.n, g.d, g.m, c, t.probabilityMatrices(), dout,
+              Matrices::of(dv, g.vAt, first));
       // dP = dO V^T, then dS (p16 now holds dS's 2-byte copy).
-      product(false, true, g.m, g.n, g.d, c, dout, in.v, ds);
+      product(false, true, g.m, g.n, g.d, c, dout, in.v,
+              Matrices::floats(ds, g.m, g.n));
       softmaxGradRows<<<c * g.m, threadsForRow(g.n), 0, stream>>>(
           s, ds, g.n, t.format, p16, /*keepFloat=*/!p16 || dbias.present());
       launched("attention softmax gradient");
-      const void *dsRead = p16 ? static_cast<const void *>(p16) : ds;
-      product(false, true, g.m, g.k, g.n, c, dsRead, in.b,
-              ChunkResult(da, first * g.m * g.k), t.scale);
-      product(true, false, g.k, g.n, g.m, c, in.a, dsRead,
-              ChunkResult(db, first * g.k * g.n), t.scale);
+      Matrices dsRead = p16 ? Matrices::narrow(p16, g.m, g.n)
+                            : Matrices::floats(ds, g.m, g.n);
+      // dA = scale dS B^T: the keys (n x k, interleaved heads) are B^T.
+      product(false, !g.interleaved, g.m, g.k, g.n, c, dsRead, in.b,
+              Matrices::of(da, g.aAt, first), t.scale);
+      // dB = scale A^T dS, or its transpose dS^T A where the keys' gradient
+      // is stored n x k.
+      if (g.interleaved)
+        product(true, false, g.n, g.k, g.m, c, dsRead, in.a,
+                Matrices::of(db, g.bAt, first), t.scale);
+      else
+        product(true, false, g.k, g.n, g.m, c, in.a, dsRead,
+                Matrices::of(db, g.bAt, first), t.scale);
       if (dbias.present()) {
         addBiasGrad<<<blocksFor(mn), kThreads, 0, stream>>>(
             ds, dbias.f32(), t.bias.at, first, c, mn);

@@ -361,13 +361,20 @@ def CDP_AttentionOp : CDP_Op<"attention", [CDP_Differentiable]> {
     rounds the result as for `cdp.matmul`; where it names the
     narrow_operands format, the result may be a tensor of that format
     (cdp-narrow-results), written so by the second product.
+    `layout` "bshd" (cdp-fold-attention-transposes; "bhsd", the default,
+    is the order above) keeps the heads after the sequence, as the
+    projections write them: `a` (B, M, H, K), `b` the keys (B, N, H, K),
+    `v` (B, N, H, D) and the result (B, M, H, D), each head's matrix read
+    and written in place; the bias and `stats` keep the (B, H, M, ...)
+    order.
   }];
   let arguments = (ins CDP_ProductOperand:$a, CDP_ProductOperand:$b,
                        CDP_ProductOperand:$v, Optional<CDP_F32Tensor>:$bias,
                        DefaultValuedAttr<BoolAttr, "false">:$zero_nan_rows,
                        OptionalAttr<StrAttr>:$narrow_operands,
                        OptionalAttr<StrAttr>:$round_result,
-                       DefaultValuedAttr<F32Attr, "1.0f">:$scale);
+                       DefaultValuedAttr<F32Attr, "1.0f">:$scale,
+                       OptionalAttr<StrAttr>:$layout);
   let results = (outs CDP_ProductOperand:$output, CDP_F32Tensor:$stats);
   let extraClassDeclaration = [{
     static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
@@ -1033,6 +1040,8 @@ def CDP_AttentionGradOp : CDP_Op<"attention_grad"> {
     `v_grad` unless cdp-narrow-results stores them in the narrow_operands
     format (every reader takes them in 2 bytes: the scaling mul, the heads'
     transposes and the concat into the input projection's gradient).
+    `layout` as the forward's: `grad` and the operands' gradients are laid
+    out as the result and the operands.
   }];
   let arguments = (ins CDP_ProductOperand:$grad, CDP_ProductOperand:$a,
                        CDP_ProductOperand:$b, CDP_ProductOperand:$v,
@@ -1040,7 +1049,8 @@ def CDP_AttentionGradOp : CDP_Op<"attention_grad"> {
                        DefaultValuedAttr<BoolAttr, "false">:$zero_nan_rows,
                        DefaultValuedAttr<BoolAttr, "false">:$with_bias_grad,
                        OptionalAttr<StrAttr>:$narrow_operands,
-                       DefaultValuedAttr<F32Attr, "1.0f">:$scale);
+                       DefaultValuedAttr<F32Attr, "1.0f">:$scale,
+                       OptionalAttr<StrAttr>:$layout);
   let results = (outs CDP_ProductOperand:$a_grad, CDP_ProductOperand:$b_grad,
                       CDP_ProductOperand:$v_grad,
                       Optional<CDP_F32Tensor>:$bias_grad);
