@@ -470,22 +470,26 @@ void registerDropout(KernelRegistry &registry) {
       launched("dropout");
     };
   });
-  addKernel(registry, "dropout_grad", [](const KernelArgs &args) {
-    TensorView dy = args.inputs[0], mask = args.inputs[1], dx = args.outputs[0];
-    float keepScale =
-        1.0f / (1.0f - static_cast<float>(
-                           ops::DropoutGradAttributes::read(args).ratio));
-    int64_t n = dx.numel();
-    NarrowFormat rounding = roundingOf(args);
-    bool twoBytes = storedInTwoBytes(dx);
-    return [=](const StepContext &context) {
-      if (n == 0)
-        return;
-      dropoutGradKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
-          dy.f32(), mask.b8(), dx.data, n, keepScale, rounding, twoBytes);
-      launched("dropout_grad");
-    };
-  });
+  // The mask the forward drew decides; no seed of its own.
+  addKernel(
+      registry, "dropout_grad", Launches::SameEveryStep,
+      [](const KernelArgs &args) {
+        TensorView dy = args.inputs[0], mask = args.inputs[1],
+                   dx = args.outputs[0];
+        float keepScale =
+            1.0f / (1.0f - static_cast<float>(
+                               ops::DropoutGradAttributes::read(args).ratio));
+        int64_t n = dx.numel();
+        NarrowFormat rounding = roundingOf(args);
+        bool twoBytes = storedInTwoBytes(dx);
+        return [=](const StepContext &context) {
+          if (n == 0)
+            return;
+          dropoutGradKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
+              dy.f32(), mask.b8(), dx.data, n, keepScale, rounding, twoBytes);
+          launched("dropout_grad");
+        };
+      });
 }
 
 } // namespace
