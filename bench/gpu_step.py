@@ -313,13 +313,15 @@ def run_bf16(out, steps, torch, models, env):
     """cdp's --precision bf16 plans against PyTorch under torch.autocast
     (bfloat16), eager and compiled."""
     print("bf16: cdp --precision bf16, torch under torch.autocast(bfloat16)")
-    print("%-12s %6s %10s %12s %14s %10s" % (
-        "model", "batch", "cdp ms", "eager ms", "compile ms", "cdp/eager"))
+    print("%-12s %6s %10s %10s %12s %14s %10s" % (
+        "model", "batch", "cdp ms", "graphs ms", "eager ms", "compile ms", "cdp/eager"))
     for name, batch in cases():
         tag = "%s-%d" % (name, batch)
         if not os.path.exists(os.path.join(out, "bench", tag + "-bf16.cdp")):
             continue
         ours = cdp_step_ms(out, tag, batch, steps, env, plan=tag + "-bf16")
+        graphs = cdp_step_ms(out, tag, batch, steps, env, ["--cuda-graphs"],
+                             plan=tag + "-bf16")
         model, x, _ = example(models, torch, name, batch)
         y = torch.randint(0, 10, (batch,))
         eager = torch_step_ms(torch, model, x, y, steps, False, autocast=True)
@@ -328,8 +330,8 @@ def run_bf16(out, steps, torch, models, env):
             compiled = "%.3f" % torch_step_ms(torch, model, x, y, steps, True, autocast=True)
         except Exception as error:  # noqa: BLE001 (a missing compiler, say)
             compiled = "n/a (%s)" % type(error).__name__
-        print("%-12s %6d %10.3f %12.3f %14s %10.2f" % (
-            name, batch, ours, eager, compiled, ours / eager))
+        print("%-12s %6d %10.3f %10.3f %12.3f %14s %10.2f" % (
+            name, batch, ours, graphs, eager, compiled, ours / eager))
 
 
 def ab(out, steps=200, rounds=3):

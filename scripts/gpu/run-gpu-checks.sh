@@ -216,7 +216,7 @@ if wants gpt2 && [ -n "$PYTHON" ] && [ -f "$HERE/gpu_gpt2.py" ] && [ -f "$HERE/g
 fi
 if [ -n "$PYTHON" ] && [ -f "$HERE/gpu_step.py" ] && [ -d "$HERE/bench" ]; then
   if wants step; then
-    bounded 240 "$PYTHON" "$HERE/gpu_step.py" run "$HERE" || echo "gpu_step.py run failed or timed out"
+    bounded 360 "$PYTHON" "$HERE/gpu_step.py" run "$HERE" || echo "gpu_step.py run failed or timed out"
   fi
   if wants memory; then
     bounded 90 "$PYTHON" "$HERE/gpu_step.py" memory "$HERE" || echo "gpu_step.py memory failed or timed out"
