@@ -32,8 +32,7 @@ void StepReplay::run(const StepContext &context, size_t begin, size_t end,
       i = runs[at].end;
       continue;
     }
-    if (!skipped(i))
-      kernels[i]->run(context);
+    runEach(context, i, i + 1, skipped);
     ++i;
   }
 }
@@ -55,7 +54,9 @@ void StepReplay::runRecorded(Run &run, const StepContext &context,
   if (run.refused ||
       (known == run.patterns.end() && run.patterns.size() >= kMostPatterns))
     return runEach(context, run.begin, run.end, skipped);
-  Pattern &pattern = run.patterns[skips];
+  if (known == run.patterns.end())
+    known = run.patterns.emplace(std::move(skips), Pattern()).first;
+  Pattern &pattern = known->second;
   if (pattern.recording) {
     if (pattern.recording->replay()) {
       ++tally.replays;

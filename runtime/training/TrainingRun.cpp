@@ -18,20 +18,17 @@ namespace {
 /// --cuda-graphs: what this process's devices recorded and replayed, so
 /// that a run that could not record says so.
 void reportReplay(const Run &run) {
+  if (!run.options.cudaGraphs)
+    return;
   StepReplay::Counts sum;
   int64_t instructions = 0;
   for (const auto &executor : run.executors)
     if (executor && executor->replayCounts()) {
-      const StepReplay::Counts &c = *executor->replayCounts();
-      sum.runs += c.runs;
-      sum.kernels += c.kernels;
-      sum.recorded += c.recorded;
-      sum.replays += c.replays;
-      sum.refused += c.refused;
+      sum += *executor->replayCounts();
       instructions +=
           executor->plan().devices(executor->device()).instructions_size();
     }
-  if (!run.options.cudaGraphs || instructions == 0)
+  if (instructions == 0)
     return;
   std::string line =
       "cdp-run: --cuda-graphs: " + std::to_string(sum.runs) + " runs of " +

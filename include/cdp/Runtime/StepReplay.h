@@ -47,6 +47,16 @@ public:
     int64_t recorded = 0; ///< recordings made
     int64_t replays = 0;  ///< launches of a recording
     int64_t refused = 0;  ///< runs the device could not record
+
+    /// Another device's counts added (a process's devices together).
+    Counts &operator+=(const Counts &other) {
+      runs += other.runs;
+      kernels += other.kernels;
+      recorded += other.recorded;
+      replays += other.replays;
+      refused += other.refused;
+      return *this;
+    }
   };
   const Counts &counts() const { return tally; }
 

@@ -161,13 +161,19 @@ struct AttentionOperands {
     const float *a, *b, *v;
   };
   Slice sliceOf(int64_t i, const SliceMatrices &own) const {
+    return {readSlice(a, g.aAt, i, false, own.a),
+            readSlice(b, g.bAt, i, true, own.b),
+            readSlice(v, g.vAt, i, false, own.v)};
+  }
+  /// Slice i of `x` laid out as `at`: where it lies, or gathered into the
+  /// thread's matrix `own` (`transposed`: the keys) where the heads
+  /// interleave.
+  const float *readSlice(const TensorView &x, const SliceLayout &at, int64_t i,
+                         bool transposed, float *own) const {
     if (!g.interleaved)
-      return {a.f32() + i * g.m * g.k, b.f32() + i * g.k * g.n,
-              v.f32() + i * g.n * g.d};
-    gatherSlice(a.f32(), g.aAt, i, false, own.a);
-    gatherSlice(b.f32(), g.bAt, i, true, own.b);
-    gatherSlice(v.f32(), g.vAt, i, false, own.v);
-    return {own.a, own.b, own.v};
+      return x.f32() + at.offset(i);
+    gatherSlice(x.f32(), at, i, transposed, own);
+    return own;
   }
   /// Where slice i of a result laid out as `at` is computed: in place, or
   /// in the thread's `own` matrix, stored by `store`.
@@ -253,11 +259,7 @@ struct AttentionBackward {
     int64_t mn = g.m * g.n;
     SliceMatrices own = t.matricesOf(p, 2);
     AttentionOperands::Slice in = t.sliceOf(i, own);
-    const float *dout = grad.f32() + i * g.m * g.d;
-    if (g.interleaved) {
-      gatherSlice(grad.f32(), g.outAt, i, false, own.grad);
-      dout = own.grad;
-    }
+    const float *dout = t.readSlice(grad, g.outAt, i, false, own.grad);
     t.scores(in, p);
     for (int64_t r = 0; r < g.m; ++r)
       probabilityRow(p + r * g.n, t.biasRow(i, r), t.bias->step, g.n,
@@ -294,7 +296,7 @@ struct AttentionBackward {
       ds = p;
     }
     float *dai = t.resultOf(da, g.aAt, i, own.da),
-          *dbi = g.interleaved ? own.db : db.f32() + i * g.k * g.n;
+          *dbi = t.resultOf(db, g.bAt, i, own.db);
     sgemm(false, true, g.m, g.k, g.n, t.scale, ds, in.b, 0.0f, dai);
     sgemm(true, false, g.k, g.n, g.m, t.scale, in.a, ds, 0.0f, dbi);
     roundAll(t.format, dai, g.m * g.k);
