@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "LazyStreams.h"
+#include "StubDevice.h"
 
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Runtime/Communicator.h"
@@ -124,16 +125,9 @@ TEST(ReplicaSum, EveryReplicaAddsInReplicaOrder) {
 /// A device whose memory the host may not touch, as a kernel sees it: only
 /// its link (a LazyDevice's), which the communicator moves its tensors
 /// through.
-class LinkedDevice : public Device {
+class LinkedDevice : public cdp::test::StubGpuDevice {
 public:
   explicit LinkedDevice(DeviceLink &link) : deviceLink(link) {}
-  Backend backend() const override { return Backend::CUDA; }
-  MemorySpace space() const override { return MemorySpace::Device; }
-  void *allocate(size_t) override { return nullptr; }
-  void release(void *) override {}
-  void download(void *, const void *, size_t) override {}
-  void upload(void *, const void *, size_t) override {}
-  void fill(void *, unsigned char, size_t) override {}
   DeviceLink *link() override { return &deviceLink; }
 
 private:

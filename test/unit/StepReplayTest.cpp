@@ -14,6 +14,8 @@
 
 #include "cdp/Runtime/StepReplay.h"
 
+#include "StubDevice.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -26,16 +28,8 @@ namespace {
 /// Records launches onto a tape as a stream capture does; `refuse` makes
 /// record() fail after the launches were queued (a capture invalidated),
 /// `moved` makes every earlier recording stale.
-class TapeDevice : public Device {
+class TapeDevice : public cdp::test::StubGpuDevice {
 public:
-  Backend backend() const override { return Backend::CUDA; }
-  MemorySpace space() const override { return MemorySpace::Device; }
-  void *allocate(size_t) override { return nullptr; }
-  void release(void *) override {}
-  void download(void *, const void *, size_t) override {}
-  void upload(void *, const void *, size_t) override {}
-  void fill(void *, unsigned char, size_t) override {}
-
   /// Runs `work` now, or keeps it on the tape being recorded.
   void enqueue(std::function<void()> work) {
     if (tape)
