@@ -100,12 +100,18 @@ for model in mlp lenet resnet transformer; do
   done
 done
 
-# The kernels that run on host mirrors of their tensors (ZeRO's sharded
-# updates and gathers, laysa's exchange, the replicas' gradient sums): the
-# transformer's plans are the smallest.
+# ZeRO's sharded updates and gathers, laysa's exchange, the replicas'
+# gradient sums (host-staged until 2026-11-30/12-01): the transformer's plans
+# are the smallest. Clipped, so that stages 2 and 3 sum the devices' shares
+# of the norm (norm_all_reduce, through the devices' links since 2026-12-01).
 for zero in 1 2 3; do
-  add_case "transformer-dp-zero$zero" transformer --strategy dp --devices 2 --zero "$zero"
+  add_case "transformer-dp-zero$zero" transformer --strategy dp --devices 2 \
+    --zero "$zero" --clip-grad-norm 0.3
 done
+# ZeRO 1 over a replicated pipeline's replicas (replica_shard_update: the
+# updated shards as device messages since 2026-12-01).
+add_case transformer-1f1b-replicas-zero1 transformer --strategy 1f1b --stages 2 \
+  --replicas 2 --devices 4 --zero 1
 add_case transformer-cdp-zero3 transformer --strategy cdp --devices 2 --zero 3 --cdp-rule v1
 add_case transformer-laysa transformer --strategy laysa --devices 2
 # Four devices sharing the one GPU: cdp's reductions (all-reduce and chain),

@@ -449,6 +449,9 @@ void Communicator::checkParts(const std::vector<ConstBuffer> &parts,
 
 bool Communicator::allReduce(int64_t tag, Buffer data, ReduceOp op,
                              int64_t tau) {
+  if (data.link)
+    throw RuntimeError("an all-reduce of device memory over a communicator "
+                       "that does not carry it");
   checkReduction(data.dtype, op);
   int64_t bytes = data.bytes();
   std::vector<char> contributions(size() * bytes);

@@ -35,6 +35,7 @@ public:
   using Communicator::reduceScatter;
   bool reduceScatter(int64_t tag, const std::vector<ConstBuffer> &in,
                      Buffer out, ReduceOp op, int64_t tau) override;
+  bool allReduce(int64_t tag, Buffer data, ReduceOp op, int64_t tau) override;
   bool reduceWait(int64_t tag, const std::vector<Buffer> &parts) override;
   void abort() override;
   std::vector<SendRecord> sendLog() const override;
@@ -462,7 +463,7 @@ bool LocalCommunicator::reduceWait(int64_t tag,
 }
 
 // Keys apart from each other's (tags are below 2^56).
-constexpr int64_t kGatherKey = 2, kScatterKey = 1;
+constexpr int64_t kGatherKey = 2, kScatterKey = 1, kAllReduceKey = 3;
 
 bool LocalCommunicator::gatherBlocks(
     int64_t key, std::shared_ptr<DeviceBlock> mine, DeviceLink &link,
@@ -539,6 +540,23 @@ bool LocalCommunicator::reduceScatter(int64_t tag,
   int64_t from = device * out.count;
   link->sumRange(rawBlocks(all), from, std::max<int64_t>(given - from, 0),
                  scaleOf(op), out);
+  return true;
+}
+
+// Every device's `data` on its GPU: gathered as the all-gather's blocks and
+// summed on each device's stream in device order from device 0's, the
+// host's bits (a mean then scaled by 1 / devices, as the host's).
+bool LocalCommunicator::allReduce(int64_t tag, Buffer data, ReduceOp op,
+                                  int64_t tau) {
+  if (!data.link)
+    return Communicator::allReduce(tag, data, op, tau);
+  checkReducible(data.dtype); // the GPU sums float32 only
+  DeviceLink &link = *data.link;
+  std::vector<std::shared_ptr<DeviceBlock>> all;
+  if (!gatherBlocks(tag * 4 + kAllReduceKey, link.stash({ConstBuffer(data)}),
+                    link, data.bytes(), tau, all))
+    return false;
+  link.sumRange(rawBlocks(all), 0, data.count, scaleOf(op), data);
   return true;
 }
 

@@ -84,10 +84,10 @@ namespace {
 /// The devices an instruction of device `from` (of `devices`) sends
 /// messages to: a send's peer; ZeRO's reduce-scatters and all-gathers (a
 /// stage 1 or 2 update gathers its shard) and laysa's gather of the
-/// selections every other device; a replica_sum its stage's other
-/// replicas; cdp's chain passes its partial sum to the next slot and the
-/// last slot its mean to the stage's owner (CDP-ZeRO) or back to the slot
-/// before, which each relay passes on.
+/// selections every other device; a replica_sum and a replica_shard_update
+/// (its updated shard) its stage's other replicas; cdp's chain passes its
+/// partial sum to the next slot and the last slot its mean to the stage's owner
+/// (CDP-ZeRO) or back to the slot before, which each relay passes on.
 std::vector<int64_t> messageTargets(const plan::Instruction &instruction,
                                     int from, int devices) {
   const std::string &op = instruction.op();
@@ -105,7 +105,8 @@ std::vector<int64_t> messageTargets(const plan::Instruction &instruction,
   }
   if (op == "chain_relay")
     return {from - 1};
-  if (op == "replica_sum") { // a pipeline stage's gradient to its replicas
+  // A pipeline stage's gradient, or its updated shard, to its replicas.
+  if (op == "replica_sum" || op == "replica_shard_update") {
     std::vector<int64_t> peers;
     for (const plan::Attribute &a : instruction.attributes())
       if (a.name() == "peers")

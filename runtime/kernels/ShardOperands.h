@@ -1,11 +1,11 @@
-//===- ShardOperands.h - what a sharded update reads from its plan -*- C++
-//-*-===//
+//===- ShardOperands.h - what sharded updates read from a plan -*- C++ -*-===//
 //
-// ZeRO's `shard_update` as the plan spells it, for the CPU kernel and the
-// CUDA one alike: its parameters and gradients (the loss-scale buffer
-// last in fp16 plans), the devices the stage is cut over and this device's
-// shard, the stage's tensors' sizes (checked against the shard) and each
-// tensor's rule (its weight decay).
+// ZeRO's `shard_update` and `replica_shard_update` as the plan spells them,
+// for the CPU kernels and the CUDA ones alike: their parameters and
+// gradients (the loss-scale buffer last in fp16 plans), the devices the
+// stage is cut over and this device's shard (a pipeline's replicas:
+// `peers` and `replica`), the stage's tensors' sizes (checked against the
+// shard) and each tensor's rule (its weight decay).
 //
 //===----------------------------------------------------------------------===//
 
@@ -87,6 +87,23 @@ inline std::vector<UpdateRule> rulesOf(const KernelArgs &args, size_t tensors) {
   for (size_t t = 0; t < tensors; ++t)
     rules[t].weightDecay = static_cast<float>(decays[t]);
   return rules;
+}
+
+/// The devices of a replica_sum's or replica_shard_update's stage
+/// (`peers`, two or more, this device at peers[replica]), each checked
+/// against the run.
+inline std::vector<int64_t> replicaPeers(const KernelArgs &args,
+                                         int64_t replica) {
+  std::vector<int64_t> peers = args.ints("peers");
+  if (peers.size() < 2 || replica < 0 ||
+      replica >= static_cast<int64_t>(peers.size()) ||
+      peers[replica] != args.device)
+    args.fail("needs two or more peers with this device at peers[replica]");
+  for (int64_t peer : peers)
+    if (peer < 0 || peer >= args.communicator->size())
+      args.fail("names device " + std::to_string(peer) +
+                ", which the run lacks");
+  return peers;
 }
 
 } // namespace cdp::runtime

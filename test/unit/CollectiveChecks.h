@@ -270,9 +270,9 @@ inline void routeAgreement(Fabric &fabric) {
 }
 
 /// The pairs a plan's messages join across processes (its sends, ZeRO's
-/// collectives, the chain's hops and the replicas' sums): each once, in order,
-/// the evaluation program's too, only between devices of different processes
-/// (none in one process).
+/// collectives, the chain's hops, the replicas' sums and shards): each once, in
+/// order, the evaluation program's too, only between devices of different
+/// processes (none in one process).
 inline void crossProcessSendsOfAPlan(Fabric &fabric) {
   plan::Plan plan;
   auto send = [&](int from, int to, bool eval = false) {
@@ -318,16 +318,20 @@ inline void crossProcessSendsOfAPlan(Fabric &fabric) {
   peers->set_name("peers");
   peers->mutable_ints()->add_values(0);
   peers->mutable_ints()->add_values(2);
+  // ZeRO 1 over the replicas: the updated shard to the others (2 -> 0 new).
+  plan::Instruction *shard = plan.mutable_devices(2)->add_instructions();
+  shard->set_op("replica_shard_update");
+  *shard->add_attributes() = *peers;
   std::vector<std::pair<int, int>> pairs = {{0, 1}, {0, 2}, {0, 3}, {1, 0},
-                                            {1, 2}, {1, 3}, {2, 1}, {2, 3},
-                                            {3, 0}, {3, 1}, {3, 2}};
+                                            {1, 2}, {1, 3}, {2, 0}, {2, 1},
+                                            {2, 3}, {3, 0}, {3, 1}, {3, 2}};
   std::vector<std::pair<int, int>> expected;
   for (auto pair : pairs)
     if (fabric.processOf(pair.first) != fabric.processOf(pair.second))
       expected.push_back(pair);
   EXPECT_EQ(crossProcessSends(plan, fabric), expected);
   if (fabric.processCount() == 4)
-    EXPECT_EQ(expected.size(), 11u);
+    EXPECT_EQ(expected.size(), 12u);
 }
 
 } // namespace cdp::runtime::checks

@@ -1259,6 +1259,8 @@ struct Bound {
     args.instruction = &instruction;
     args.runsOn = &device;
     args.communicator = communicator;
+    if (communicator) // the device's index in the run: its rank in one process
+      args.device = communicator->rank();
     size_t k = 0;
     for (const Spec &spec : c.inputs)
       args.inputs.push_back(place(spec, values[k++]));
@@ -1487,6 +1489,27 @@ TEST(CudaShardUpdate, StageThreeMatchesTheCpu) {
   }
 }
 
+/// `steps` steps of every device's kernel, each device in a thread of its
+/// own (they meet in their exchanges); then each device's first inputs, as
+/// many and as large as `like`'s tensors.
+std::vector<std::vector<char>>
+runTogether(std::vector<std::unique_ptr<Bound>> &bound, int steps,
+            const std::vector<std::vector<char>> &like) {
+  std::vector<std::thread> threads;
+  for (size_t d = 0; d < bound.size(); ++d)
+    threads.emplace_back([&, d] {
+      for (int step = 1; step <= steps; ++step)
+        bound[d]->run(step);
+    });
+  for (std::thread &t : threads)
+    t.join();
+  std::vector<std::vector<char>> result;
+  for (std::unique_ptr<Bound> &device : bound)
+    for (size_t k = 0; k < like.size(); ++k)
+      result.push_back(device->read(k, like[k].size()));
+  return result;
+}
+
 // ZeRO stage 2's sharded update on 2 devices sharing the GPU (their
 // gather through the devices' links) against the CPU's on 2 host devices:
 // the same stage (3 tensors, 57 elements, shards of 29), each device its own
@@ -1524,19 +1547,7 @@ TEST(CudaShardUpdate, StageTwoGathersThroughTheLinks) {
       bound.push_back(std::make_unique<Bound>(*devices[d], backend, instruction,
                                               c, values, &fabric.endpoint(d)));
     }
-    std::vector<std::thread> threads;
-    for (int d = 0; d < 2; ++d)
-      threads.emplace_back([&, d] {
-        for (int step = 1; step <= 2; ++step)
-          bound[d]->run(step);
-      });
-    for (std::thread &t : threads)
-      t.join();
-    std::vector<std::vector<char>> result;
-    for (int d = 0; d < 2; ++d)
-      for (size_t k = 0; k < 3; ++k)
-        result.push_back(bound[d]->read(k, stage[k].size()));
-    return result;
+    return runTogether(bound, 2, stage);
   };
   random.seed(21);
   std::vector<std::vector<char>> want = trained(cpus, Backend::CPU);
@@ -1547,6 +1558,65 @@ TEST(CudaShardUpdate, StageTwoGathersThroughTheLinks) {
                                         "device " + std::to_string(t / 3) +
                                             " tensor " +
                                             std::to_string(t % 3)));
+}
+
+// ZeRO stage 1 over a pipeline stage's 3 replicas sharing the GPU (their
+// updated shards as device messages through the devices' links) against the
+// CPU's on 3 host devices: a stage of 3 tensors (57 elements, shards of 19),
+// each replica its own gradient sums (so that a shard landing in another's
+// place shows), AdamW with per-tensor weight decay, 2 steps run by each
+// device in a thread of its own; every replica ends with the same stage.
+TEST(CudaReplicaShardUpdate, MatchesTheCpu) {
+  std::vector<std::unique_ptr<Device>> gpus, cpus;
+  try {
+    for (int d = 0; d < 3; ++d)
+      gpus.push_back(createDevice(Backend::CUDA, 0));
+  } catch (const RuntimeError &e) {
+    GTEST_SKIP() << "no GPU: " << e.what();
+  }
+  for (int d = 0; d < 3; ++d)
+    cpus.push_back(createDevice(Backend::CPU, d));
+  std::vector<Case> cases;
+  std::vector<plan::Instruction> instructions;
+  for (int d = 0; d < 3; ++d) {
+    cases.push_back(
+        {"replica_shard_update",
+         "replica_shard_update",
+         {f32({30}), f32({7}), f32({20}), f32({30}), f32({7}), f32({20})},
+         {},
+         {attr("replica", d), ints("peers", {0, 1, 2}),
+          reals("weight_decays", {0.01, 0.0, 0.05}), text("optimizer", "adamw"),
+          real("lr", 0.01)}});
+    instructions.push_back(instructionOf(cases[d]));
+  }
+  std::mt19937 random(17);
+  std::vector<std::vector<char>> stage;
+  for (size_t k = 0; k < 3; ++k)
+    stage.push_back(draw(cases[0].inputs[k], random));
+  auto trained = [&](std::vector<std::unique_ptr<Device>> &devices,
+                     Backend backend) {
+    LocalFabric fabric(3);
+    std::vector<std::unique_ptr<Bound>> bound;
+    for (int d = 0; d < 3; ++d) {
+      std::vector<std::vector<char>> values = stage;
+      for (size_t k = 3; k < 6; ++k) // this replica's gradient sums
+        values.push_back(draw(cases[d].inputs[k], random));
+      bound.push_back(std::make_unique<Bound>(*devices[d], backend,
+                                              instructions[d], cases[d], values,
+                                              &fabric.endpoint(d)));
+    }
+    return runTogether(bound, 2, stage);
+  };
+  random.seed(23);
+  std::vector<std::vector<char>> want = trained(cpus, Backend::CPU);
+  random.seed(23); // the same gradient sums
+  std::vector<std::vector<char>> got = trained(gpus, Backend::CUDA);
+  for (size_t t = 0; t < want.size(); ++t) {
+    std::string what =
+        "device " + std::to_string(t / 3) + " tensor " + std::to_string(t % 3);
+    ASSERT_NO_FATAL_FAILURE(expectClose(want[t], got[t], 1e-6, what));
+    EXPECT_EQ(got[t], got[t % 3]) << what << ": the replicas differ";
+  }
 }
 
 // A stage's updates in one launch (UpdateKernel::takeOver, as the executor

@@ -358,6 +358,56 @@ TEST(DeviceLink, CollectivesGiveTheHostsBits) {
   EXPECT_TRUE(gpu.errors.empty()) << gpu.errors.front();
 }
 
+// ZeRO's clipping sums the devices' shares of the squared norm (and their
+// overflow flags) in place: through the links, summed on each GPU in device
+// order, the host's bits for a sum and a mean; the data written right after
+// the call (the next step) does not reach another device's sum.
+TEST(DeviceLink, AllReduceInPlaceIsTheHostsBits) {
+  LazyGpu gpu(0);
+  std::vector<std::unique_ptr<GpuDevice>> devices;
+  for (int d = 0; d < 3; ++d)
+    devices.push_back(std::make_unique<GpuDevice>(gpu));
+  LocalFabric host(3), onGpu(3);
+  std::vector<std::vector<float>> parts = contributions(), hostSums = parts,
+                                  hostMeans = parts, gpuSums(3), gpuMeans(3);
+  checks::onEveryDevice(host, [&](Communicator &comm) {
+    int d = comm.rank();
+    ASSERT_TRUE(comm.allReduce(21, {plan::F32, hostSums[d].data(), 5},
+                               ReduceOp::Sum, 3));
+    ASSERT_TRUE(comm.allReduce(22, {plan::F32, hostMeans[d].data(), 5},
+                               ReduceOp::Mean, 3));
+  });
+  checks::onEveryDevice(onGpu, [&](Communicator &comm) {
+    int d = comm.rank();
+    GpuDevice &dev = *devices[d];
+    float *sum = dev.tensor(parts[d]), *mean = dev.tensor(parts[d]);
+    ASSERT_TRUE(comm.allReduce(21, dev.buffer(sum, 5), ReduceOp::Sum, 3));
+    ASSERT_TRUE(comm.allReduce(22, dev.buffer(mean, 5), ReduceOp::Mean, 3));
+    gpuSums[d] = dev.stream->read(sum, 5);
+    gpuMeans[d] = dev.stream->read(mean, 5);
+    dev.stream->write(sum, std::vector<float>(5, 100.0f)); // the next step
+  });
+  for (int d = 0; d < 3; ++d) {
+    EXPECT_EQ(std::memcmp(gpuSums[d].data(), hostSums[d].data(), 20), 0)
+        << "device " << d;
+    EXPECT_EQ(std::memcmp(gpuMeans[d].data(), hostMeans[d].data(), 20), 0)
+        << "device " << d;
+    EXPECT_EQ(gpuSums[d], gpuSums[0]) << "device " << d;
+  }
+  EXPECT_EQ(hostSums[0][3], 1.0f + 1e-8f + 3.0f); // device order, from 0
+  EXPECT_TRUE(std::signbit(gpuSums[2][1])); // -0 kept, as the host keeps it
+  std::vector<std::vector<Communicator::SendRecord>> hostLogs =
+                                                         host.gatherSendLogs(),
+                                                     gpuLogs =
+                                                         onGpu.gatherSendLogs();
+  for (int d = 0; d < 3; ++d)
+    EXPECT_EQ(gpuLogs[d].size(), hostLogs[d].size()) << "device " << d;
+  for (auto &dev : devices)
+    dev->stream->finish();
+  EXPECT_EQ(gpu.downloads, 0);
+  EXPECT_TRUE(gpu.errors.empty()) << gpu.errors.front();
+}
+
 // NCCL's reductions live on the GPUs, outside the fabric: a checkpoint
 // saves the ones in flight (the means, and how many devices fetched each)
 // as the fabric's own, and the resumed fabric hands them out.

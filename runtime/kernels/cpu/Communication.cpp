@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "../ShardOperands.h"
 #include "CpuKernels.h"
 
 #include "cdp/Plan/PlanIO.h"
@@ -99,19 +100,6 @@ void registerPipeline(KernelRegistry &registry) {
       (*context.loader)(input, context.step, microBatch, y);
     };
   });
-}
-
-std::vector<int64_t> replicaPeers(const KernelArgs &args, int64_t replica) {
-  std::vector<int64_t> peers = args.ints("peers");
-  if (peers.size() < 2 || replica < 0 ||
-      replica >= static_cast<int64_t>(peers.size()) ||
-      peers[replica] != args.device)
-    args.fail("needs two or more peers with this device at peers[replica]");
-  for (int64_t peer : peers)
-    if (peer < 0 || peer >= args.communicator->size())
-      args.fail("names device " + std::to_string(peer) +
-                ", which the run lacks");
-  return peers;
 }
 
 /// A pipeline stage's step gradients summed over its replicas: the

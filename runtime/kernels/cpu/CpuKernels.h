@@ -102,10 +102,6 @@ void registerLoss(KernelRegistry &registry);
 void registerOptimizer(KernelRegistry &registry);
 /// ZeRO stage 1: a stage's update on its shard, then an all-gather.
 void registerShardUpdate(KernelRegistry &registry);
-/// The devices of a replica_sum's or replica_shard_update's stage
-/// (`peers`, two or more, this device at peers[replica]), each checked
-/// against the run (Communication.cpp).
-std::vector<int64_t> replicaPeers(const KernelArgs &args, int64_t replica);
 void registerCommunication(KernelRegistry &registry);
 /// laysa: error feedback, top-k selection and the mean of the selections.
 void registerSparseExchange(KernelRegistry &registry);

@@ -355,17 +355,19 @@ private:
 /// dp's clipping and loss scaling of sharded means (ZeRO stages 2 and 3):
 /// the devices' shares of the squared norm (`part` 0) or their overflow
 /// flags (1), summed in device order into each device's share, so every
-/// device clips by the same coefficient and skips the same steps.
+/// device clips by the same coefficient and skips the same steps. A GPU's
+/// share stays on it where the communicator sums device memory.
 class NormAllReduceKernel : public Kernel {
 public:
   explicit NormAllReduceKernel(const KernelArgs &args)
-      : share(args.inputs[0]), comm(args.communicator),
-        timeStep(args.instruction->time_step()), cycle(args.i("cycle", 1)),
-        part(args.i("part", 0)), device(args.device) {}
+      : share(args.inputs[0]), link(reductionLinkFor(args)),
+        comm(args.communicator), timeStep(args.instruction->time_step()),
+        cycle(args.i("cycle", 1)), part(args.i("part", 0)),
+        device(args.device) {}
 
   void run(const StepContext &context) override {
     if (!comm->allReduce(tags::collectives::normSum(context.step, part),
-                         {plan::F32, share.data, 1}, ReduceOp::Sum,
+                         {plan::F32, share.data, 1, link}, ReduceOp::Sum,
                          timeStep + cycle * context.step))
       throw RuntimeError("device " + std::to_string(device) +
                          ": stopped while summing the gradient norm or "
@@ -374,6 +376,7 @@ public:
 
 private:
   TensorView share;
+  DeviceLink *link;
   Communicator *comm;
   int64_t timeStep, cycle, part;
   int device;

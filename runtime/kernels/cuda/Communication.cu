@@ -5,9 +5,11 @@
 // for the messages (the chain's hops and the replicas' sums too) and
 // ZeRO's and laysa's collectives, as messages over NCCL's routes between
 // processes' GPUs (NcclRoutes.cu) -- the CPU kernel of the op runs with
-// the device's tensors and link. Otherwise (load, the reductions NCCL does
-// not serve under mpirun, replica_shard_update, norm_all_reduce, ...) it
-// runs on page-locked host mirrors of the tensors: the stream's work up to
+// the device's tensors and link (ZeRO's sums of the norm's shares too, in
+// one process; ZeRO's updates are kernels of their own, Optimizer.cu).
+// Otherwise (load, the reductions NCCL does not serve under mpirun and
+// norm_all_reduce there, the indexing ops below) it runs on page-locked
+// host mirrors of the tensors: the stream's work up to
 // the instruction is waited for, the tensors are copied out, the CPU
 // kernel runs (tags, optimizer state and logs are the CPU's), and what it
 // wrote is copied back asynchronously. dp's and cdp's reductions go
@@ -152,13 +154,17 @@ void registerCommunication(KernelRegistry &registry) {
     KernelFactory factory = *cpu;
     std::string name = op;
     bool reduction = name == "reduce_start" || name == "reduce_wait";
+    // Sums of a few scalars: through the links where the communicator sums
+    // device memory (one process), never through NCCL.
+    bool inPlaceSum = name == "norm_all_reduce";
     bool message = name == "send" || name == "recv" || name == "chain_relay" ||
                    name == "replica_sum";
     bool collective = name == "shard_reduce" || name == "shard_gather" ||
                       name == "sparse_gather";
     registry.add(
         op, Backend::CUDA,
-        [factory, reduction, message, collective, writes = writesInputs,
+        [factory, reduction, inPlaceSum, message, collective,
+         writes = writesInputs,
          name](const KernelArgs &args) -> std::unique_ptr<Kernel> {
           if (reduction)
             if (std::unique_ptr<Kernel> nccl = makeNcclKernel(name, args))
@@ -172,9 +178,10 @@ void registerCommunication(KernelRegistry &registry) {
           // GPU's link (copies and sums queued on its stream), under mpirun
           // to and from other processes' GPUs over NCCL.
           Communicator *comm = args.communicator;
-          if (comm && ((message && comm->carriesDeviceMessages()) ||
-                       (collective && comm->carriesDeviceCollectives()) ||
-                       (reduction && comm->carriesDeviceMemory()))) {
+          if (comm &&
+              ((message && comm->carriesDeviceMessages()) ||
+               (collective && comm->carriesDeviceCollectives()) ||
+               ((reduction || inPlaceSum) && comm->carriesDeviceMemory()))) {
             connectDevice(args);
             return factory(args);
           }

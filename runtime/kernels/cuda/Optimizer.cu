@@ -701,6 +701,18 @@ private:
   bool updated = false; ///< this step's update done by the kernel ahead
 };
 
+/// A sharded update's state for checkpoints: the count and the shard's
+/// moments, with where each piece of the shard lies in the stage.
+KernelState shardStateOf(DeviceUpdater &updater, const ShardLayout &layout,
+                         int shard) {
+  KernelState result = updater.state(TensorView{
+      nullptr, {layout.shardSize()}, plan::F32, MemorySpace::Device});
+  for (const ShardLayout::Piece &piece : layout.pieces(shard))
+    result.spans.push_back(
+        {piece.tensor, piece.offset, piece.shardOffset, piece.length});
+  return result;
+}
+
 /// ZeRO's sharded optimizer step on the GPU: each piece of the device's
 /// shard of a stage updated by its tensor's rule (the CPU's ShardedUpdate,
 /// piece for piece), the shard's moments in device memory. Stage 3: the
@@ -760,12 +772,7 @@ public:
   }
 
   KernelState state() override {
-    KernelState result = updater->state(TensorView{
-        nullptr, {layout->shardSize()}, plan::F32, MemorySpace::Device});
-    for (const ShardLayout::Piece &piece : layout->pieces(shard))
-      result.spans.push_back(
-          {piece.tensor, piece.offset, piece.shardOffset, piece.length});
-    return result;
+    return shardStateOf(*updater, *layout, shard);
   }
 
 private:
@@ -805,13 +812,115 @@ private:
   std::unique_ptr<Scratch> own;
 };
 
+/// ZeRO stage 1 over a pipeline stage's replicas (`peers`, the stage's
+/// devices by replica; this one `replica`) on the GPU: the replica's shard
+/// of the stage updated from the replica sums as ShardUpdateKernel's stage
+/// 1 updates its shard, sent to every other replica and theirs written into
+/// place, as device messages (the devices' links in one process, NCCL's
+/// routes between processes' GPUs). A step fp16's loss scale skips is
+/// decided on the device, so the exchange runs anyway with the values the
+/// parameters hold.
+class ReplicaShardUpdateKernel : public Kernel {
+public:
+  explicit ReplicaShardUpdateKernel(const KernelArgs &args)
+      : replica(args.i("replica", 0)), peers(replicaPeers(args, replica)),
+        comm(args.communicator), link(deviceOf(args).link()),
+        stage(args.i("stage", 0)), timeStep(args.instruction->time_step()),
+        cycle(args.i("cycle", 1)), device(args.device) {
+    std::vector<TensorView> operands = updateOperands(args);
+    if (operands.size() < 2 || operands.size() % 2 != 0)
+      args.fail("needs each parameter and its gradient sum");
+    size_t half = operands.size() / 2;
+    params.assign(operands.begin(), operands.begin() + half);
+    grads.assign(operands.begin() + half, operands.end());
+    layout.emplace(sizesOf(params), static_cast<int>(peers.size()));
+    rules = rulesOf(args, params.size());
+    int64_t size = layout->shardSize(), bytes = std::max<int64_t>(size, 1) * 4;
+    updater = std::make_unique<DeviceUpdater>(deviceOf(args), rules.front(),
+                                              size, lossScaleOf(args));
+    for (const ShardLayout::Piece &piece : layout->pieces(shard()))
+      ranges.push_back({params[piece.tensor].f32() + piece.offset,
+                        grads[piece.tensor].f32() + piece.offset,
+                        piece.shardOffset, piece.length, &rules[piece.tensor]});
+    own = std::make_unique<Scratch>(deviceOf(args), bytes);
+    received = std::make_unique<Scratch>(deviceOf(args), bytes);
+    checkCuda(cudaMemset(own->as<void>(), 0, bytes), "replica_shard_update");
+  }
+
+  void run(const StepContext &context) override {
+    cudaStream_t stream = streamOf(context);
+    updater->step(stream, ranges, rules.front());
+    for (const DeviceUpdater::Range &range : ranges)
+      copyOnDevice(own->as<float>() + range.offset, range.p, range.n, stream);
+    int64_t tag = tags::replicaShard(context.step, stage),
+            tau = timeStep + cycle * context.step, size = layout->shardSize();
+    for (size_t q = 0; q < peers.size(); ++q)
+      if (static_cast<int64_t>(q) != replica)
+        comm->send(peers[q], tag, {plan::F32, own->as<float>(), size, link},
+                   tau);
+    for (size_t q = 0; q < peers.size(); ++q) {
+      if (static_cast<int64_t>(q) == replica)
+        continue;
+      if (!comm->recv(peers[q], tag,
+                      {plan::F32, received->as<float>(), size, link}))
+        throw RuntimeError("device " + std::to_string(device) +
+                           ": stopped while taking a replica's updated "
+                           "shard (another device failed)");
+      // Queued on the stream the message arrived on, before the next one
+      // overwrites `received`.
+      for (const ShardLayout::Piece &piece :
+           layout->pieces(static_cast<int>(q)))
+        copyOnDevice(params[piece.tensor].f32() + piece.offset,
+                     received->as<float>() + piece.shardOffset, piece.length,
+                     stream);
+    }
+  }
+
+  KernelState state() override {
+    return shardStateOf(*updater, *layout, shard());
+  }
+
+  /// The shard sent and one received from another replica.
+  int64_t workspaceBytes() const override {
+    return 2 * layout->shardSize() * static_cast<int64_t>(sizeof(float));
+  }
+
+private:
+  int shard() const { return static_cast<int>(replica); }
+  static void copyOnDevice(float *to, const float *from, int64_t n,
+                           cudaStream_t stream) {
+    checkCuda(cudaMemcpyAsync(to, from, n * sizeof(float),
+                              cudaMemcpyDeviceToDevice, stream),
+              "replica_shard_update");
+  }
+
+  int64_t replica;
+  std::vector<int64_t> peers;
+  Communicator *comm;
+  DeviceLink *link; ///< where the messages move device memory
+  int64_t stage, timeStep, cycle;
+  int device;
+  std::vector<TensorView> params, grads;
+  std::optional<ShardLayout> layout;
+  std::vector<UpdateRule> rules;
+  std::unique_ptr<DeviceUpdater> updater;
+  std::vector<DeviceUpdater::Range> ranges;
+  std::unique_ptr<Scratch> own, received; ///< `own`'s padding stays 0
+};
+
 } // namespace
 
 /// ZeRO's shard_update on the device: stage 3's always (it exchanges
 /// nothing), stages 1 and 2's where the communicator takes device memory for
-/// their gather; else null: the host stages them.
+/// their gather; replica_shard_update where it takes device memory for
+/// messages; else null: the host stages them.
 std::unique_ptr<Kernel> makeDeviceShardUpdate(const std::string &op,
                                               const KernelArgs &args) {
+  if (op == "replica_shard_update" && args.communicator &&
+      args.communicator->carriesDeviceMessages()) {
+    connectDevice(args);
+    return std::make_unique<ReplicaShardUpdateKernel>(args);
+  }
   if (op != "shard_update" || !args.communicator ||
       (args.i("zero", 1) != 3 &&
        !args.communicator->carriesDeviceCollectives()))
