@@ -12,6 +12,7 @@
 #ifndef CDP_RUNTIME_DEVICE_CUBLAS_H
 #define CDP_RUNTIME_DEVICE_CUBLAS_H
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 
 namespace cdp::runtime {
@@ -35,13 +36,34 @@ struct CublasApi {
       long long, int, cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
 };
 
-/// The library's soname (libcublas.so.<the toolkit's major version>).
+/// The cuBLASLt entry points: products with an epilogue (a bias added as
+/// the result is written).
+struct CublasLtApi {
+  decltype(&cublasLtCreate) create = nullptr;
+  decltype(&cublasLtDestroy) destroy = nullptr;
+  decltype(&cublasLtMatmulDescCreate) descCreate = nullptr;
+  decltype(&cublasLtMatmulDescDestroy) descDestroy = nullptr;
+  decltype(&cublasLtMatmulDescSetAttribute) descSet = nullptr;
+  decltype(&cublasLtMatrixLayoutCreate) layoutCreate = nullptr;
+  decltype(&cublasLtMatrixLayoutDestroy) layoutDestroy = nullptr;
+  decltype(&cublasLtMatmulPreferenceCreate) preferenceCreate = nullptr;
+  decltype(&cublasLtMatmulPreferenceDestroy) preferenceDestroy = nullptr;
+  decltype(&cublasLtMatmulPreferenceSetAttribute) preferenceSet = nullptr;
+  decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic = nullptr;
+  decltype(&cublasLtMatmul) matmul = nullptr;
+};
+
+/// The libraries' sonames (libcublas.so.<the toolkit's major version>,
+/// libcublasLt.so.<the same>).
 const char *cublasLibraryName();
+const char *cublasLtLibraryName();
 
 /// cuBLAS, loaded on the first call (thread-safe); a RuntimeError naming
 /// the library, the loader's reason and what to do when it cannot be loaded
 /// or lacks an entry point.
 const CublasApi &cublas();
+/// cuBLASLt, likewise.
+const CublasLtApi &cublasLt();
 
 } // namespace cdp::runtime
 

@@ -10,6 +10,8 @@ namespace cdp::runtime {
 
 namespace {
 std::atomic<bool> tf32{false};
+std::atomic<bool> epilogues{true};
+std::atomic<int64_t> epiloguesSetUp{0};
 std::atomic<bool> nondeterministic{false};
 } // namespace
 
@@ -56,9 +58,9 @@ CudaDevice::CudaDevice(int index) : deviceIndex(index) {
   cudaDeviceProp properties{};
   checkCuda(cudaGetDeviceProperties(&properties, gpuIndex),
             "cudaGetDeviceProperties");
-  size_t blasBytes = (properties.major >= 9 ? 32 : 4) << 20;
-  blasWorkspace = allocateForKernel(blasBytes, false);
-  checkCublas(api.setWorkspace(blasHandle, blasWorkspace, blasBytes),
+  blasBytes = static_cast<size_t>(properties.major >= 9 ? 32 : 4) << 20;
+  blasMemory = allocateForKernel(blasBytes, false);
+  checkCublas(api.setWorkspace(blasHandle, blasMemory, blasBytes),
               "cublasSetWorkspace");
   checkCudnn(cudnnCreate(&dnnHandle), "cudnnCreate");
   checkCudnn(cudnnSetStream(dnnHandle, work), "cudnnSetStream");
@@ -79,12 +81,20 @@ CudaDevice::~CudaDevice() {
     cudaStreamDestroy(copies);
   }
   cudaFree(sharedMemory);
-  cudaFree(blasWorkspace);
+  cudaFree(blasMemory);
   cudaFree(statusWord);
   cudaFreeHost(statusHost);
   cudnnDestroy(dnnHandle);
   cublas().destroy(blasHandle);
+  if (blasLtHandle)
+    cublasLt().destroy(blasLtHandle);
   cudaStreamDestroy(work);
+}
+
+cublasLtHandle_t CudaDevice::blasLt() {
+  if (!blasLtHandle)
+    checkCublas(cublasLt().create(&blasLtHandle), "cublasLtCreate");
+  return blasLtHandle;
 }
 
 void *CudaDevice::allocate(size_t bytes) {
@@ -293,6 +303,10 @@ void CudaDevice::allowTf32(bool allow) { tf32 = allow; }
 void CudaDevice::allowNondeterministic(bool allow) { nondeterministic = allow; }
 bool CudaDevice::nondeterministicAllowed() { return nondeterministic; }
 bool CudaDevice::tf32Allowed() { return tf32; }
+void CudaDevice::allowEpilogues(bool allow) { epilogues = allow; }
+bool CudaDevice::epiloguesAllowed() { return epilogues; }
+void CudaDevice::countEpilogue() { ++epiloguesSetUp; }
+int64_t CudaDevice::epiloguesChosen() { return epiloguesSetUp; }
 
 void setAllowTf32(bool allow) { CudaDevice::allowTf32(allow); }
 void setAllowNondeterministic(bool allow) {

@@ -12,6 +12,7 @@
 
 #include "cdp/Runtime/Device.h"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -66,6 +67,12 @@ public:
   int gpu() const { return gpuIndex; }
   cudaStream_t stream() const { return work; }
   cublasHandle_t blas() const { return blasHandle; }
+  /// cuBLASLt's handle, made on first use (at load, by a product with an
+  /// epilogue), and the workspace it shares with cuBLAS's handle: the
+  /// device's products run one after another on its stream.
+  cublasLtHandle_t blasLt();
+  void *blasWorkspace() const { return blasMemory; }
+  size_t blasWorkspaceBytes() const { return blasBytes; }
   cudnnHandle_t dnn() const { return dnnHandle; }
   /// Memory any kernel of this device may use while it runs (they run one
   /// after another on its stream), at least `bytes`: grown at load, never
@@ -88,11 +95,20 @@ public:
   /// convolutions; cdp-run --allow-nondeterministic).
   static void allowNondeterministic(bool allow);
   static bool nondeterministicAllowed();
+  /// cuBLASLt's epilogues for a gemm's bias (on unless a test compares the
+  /// products without them).
+  static void allowEpilogues(bool allow);
+  static bool epiloguesAllowed();
+  /// Products set up with an epilogue in this process, counted by
+  /// Linalg.cu (where cuBLASLt had an algorithm for them).
+  static void countEpilogue();
+  static int64_t epiloguesChosen();
 
 private:
   int deviceIndex, gpuIndex;
   cudaStream_t work = nullptr;
   cublasHandle_t blasHandle = nullptr;
+  cublasLtHandle_t blasLtHandle = nullptr;
   cudnnHandle_t dnnHandle = nullptr;
   // uploadAhead's stream (made on first use) and the events that order its
   // copies with the kernels' stream.
@@ -103,8 +119,9 @@ private:
   /// Counts the shared block's moves: a graph recorded before one reads
   /// memory since released.
   std::shared_ptr<int64_t> sharedMoves = std::make_shared<int64_t>(0);
-  int64_t kernelBytes = 0; ///< workspace kernels hold (allocateForKernel)
-  void *blasWorkspace = nullptr;
+  int64_t kernelBytes = 0;    ///< workspace kernels hold (allocateForKernel)
+  void *blasMemory = nullptr; ///< cuBLAS's workspace, blasBytes of it
+  size_t blasBytes = 0;
   int *statusWord = nullptr;
   int *statusHost = nullptr;
   std::shared_ptr<CudaStreamOps> streamOps;

@@ -12,6 +12,7 @@
 #include "cdp/Runtime/Device.h"
 #include "cdp/Runtime/Kernel.h"
 #include "device/Cublas.h"
+#include "device/CudaDevice.h"
 #include "kernels/NarrowFloat.h"
 
 #include <gtest/gtest.h>
@@ -463,6 +464,19 @@ std::vector<Case> linalgCases() {
        {f32({5, 7}), f32({5, 6})},
        {f32({7, 6})},
        {attr("trans_a", 1)},
+       1e-5},
+      // A bias (beta 1) cuBLASLt's epilogue adds as it writes the result.
+      {"gemm_bias_epilogue",
+       "gemm",
+       {f32({33, 20}), f32({20, 24}), f32({24})},
+       {f32({33, 24})},
+       {real("alpha", 0.5)},
+       1e-5},
+      {"gemm_bias_epilogue_trans_a_b",
+       "gemm",
+       {f32({20, 33}), f32({24, 20}), f32({1, 24})},
+       {f32({33, 24})},
+       {attr("trans_a", 1), attr("trans_b", 1)},
        1e-5},
       {"matmul_batched",
        "matmul",
@@ -1616,6 +1630,45 @@ TEST(CudaReplicaShardUpdate, MatchesTheCpu) {
         "device " + std::to_string(t / 3) + " tensor " + std::to_string(t % 3);
     ASSERT_NO_FATAL_FAILURE(expectClose(want[t], got[t], 1e-6, what));
     EXPECT_EQ(got[t], got[t % 3]) << what << ": the replicas differ";
+  }
+}
+
+// A gemm's bias added by cuBLASLt's epilogue against the same product
+// with the bias written into the result first (cuBLAS's beta 1): float32
+// within 1e-5; bf16 products of integers, whose sums are exact, bit for
+// bit, their result in float32 or stored in 2 bytes. Every case with beta 1
+// takes the epilogue (cuBLASLt has an algorithm for each); beta 2 does not.
+TEST(CudaGemmEpilogue, EqualsTheBiasWrittenFirst) {
+  std::unique_ptr<Device> gpu;
+  try {
+    gpu = createDevice(Backend::CUDA, 0);
+  } catch (const RuntimeError &e) {
+    GTEST_SKIP() << "no GPU: " << e.what();
+  }
+  std::vector<Case> cases;
+  for (const Case &c : linalgCases())
+    if (c.op == "gemm" && c.inputs.size() == 3)
+      cases.push_back(c);
+  ASSERT_GE(cases.size(), 7u);
+  for (const Case &c : cases) {
+    plan::Instruction instruction = instructionOf(c);
+    std::vector<std::vector<char>> values = drawAll(c, 31);
+    int64_t before = CudaDevice::epiloguesChosen();
+    Bound withEpilogue(*gpu, Backend::CUDA, instruction, c, values);
+    bool addsBias = true; // beta 1 (the default)
+    for (const plan::Attribute &a : c.attributes)
+      addsBias = addsBias && (a.name() != "beta" || a.f() == 1.0);
+    EXPECT_EQ(CudaDevice::epiloguesChosen() - before, addsBias ? 1 : 0)
+        << c.name;
+    CudaDevice::allowEpilogues(false);
+    Bound without(*gpu, Backend::CUDA, instruction, c, values);
+    CudaDevice::allowEpilogues(true);
+    withEpilogue.run(1);
+    without.run(1);
+    size_t result = c.inputs.size(), bytes = values[result].size();
+    ASSERT_NO_FATAL_FAILURE(expectClose(without.read(result, bytes),
+                                        withEpilogue.read(result, bytes),
+                                        c.tolerance == 0 ? 0 : 1e-5, c.name));
   }
 }
 

@@ -133,12 +133,8 @@ struct NarrowProduct {
   void run(CudaDevice &device, cudaStream_t stream, const void *a,
            const void *b, float alpha, float beta, void *y,
            bool narrowResult) const {
-    auto *a16 = static_cast<uint16_t *>(device.shared());
-    const uint16_t *aIn = prepare(aSource, a, a16, count * m * k, aMap, stream);
-    const uint16_t *bIn =
-        prepare(bSource, b, a16 + bOffset(), count * k * n, bMap, stream);
-    cudaDataType type =
-        format == NarrowFormat::Bfloat16 ? CUDA_R_16BF : CUDA_R_16F;
+    auto [aIn, bIn] = operands(device, stream, a, b);
+    cudaDataType type = dataType();
     checkCublas(cublas().gemmStridedBatchedEx(
                     device.blas(), transB ? CUBLAS_OP_T : CUBLAS_OP_N,
                     transA ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, bIn,
@@ -147,6 +143,20 @@ struct NarrowProduct {
                     narrowResult ? type : CUDA_R_32F, n, m * n, count,
                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                 "cublasGemmStridedBatchedEx");
+  }
+
+  /// A and B as 2-byte matrices, copied into the shared block first where
+  /// they must be.
+  std::pair<const uint16_t *, const uint16_t *> operands(CudaDevice &device,
+                                                         cudaStream_t stream,
+                                                         const void *a,
+                                                         const void *b) const {
+    auto *a16 = static_cast<uint16_t *>(device.shared());
+    return {prepare(aSource, a, a16, count * m * k, aMap, stream),
+            prepare(bSource, b, a16 + bOffset(), count * k * n, bMap, stream)};
+  }
+  cudaDataType dataType() const {
+    return format == NarrowFormat::Bfloat16 ? CUDA_R_16BF : CUDA_R_16F;
   }
 
 private:
@@ -172,6 +182,137 @@ private:
     }
     return static_cast<const uint16_t *>(operand);
   }
+};
+
+/// The largest power of two (at most 256) that `address` is a multiple of:
+/// the alignment cuBLASLt may assume of a matrix.
+uint32_t alignmentOf(const void *address) {
+  auto bits = reinterpret_cast<uintptr_t>(address);
+  uint32_t alignment = 256;
+  while (alignment > 1 && bits % alignment != 0)
+    alignment /= 2;
+  return alignment;
+}
+
+/// A gemm whose C is a bias (a row of n values added to every row, beta 1)
+/// as one cuBLASLt product with the BIAS epilogue: the bias added as the
+/// result is written, instead of broadcast into Y first and read back by
+/// cuBLAS (beta 1): one write and one read of Y fewer. Set up at load;
+/// where cuBLASLt has no algorithm for the product the gemm runs as before.
+class BiasEpilogue {
+public:
+  struct Product {
+    bool transA = false, transB = false;
+    int64_t m = 0, n = 0, k = 0;
+    cudaDataType operands = CUDA_R_32F, result = CUDA_R_32F;
+    cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  };
+  /// `a`, `b`: where the operands lie (null: the device's shared block,
+  /// aligned to 256 bytes); `bias`: n values of the result's type.
+  BiasEpilogue(CudaDevice &device, const Product &p, const void *a,
+               const void *b, const void *bias, const void *y)
+      : device(device), api(cublasLt()), p(p) {
+    if (api.descCreate(&desc, p.compute, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS)
+      return;
+    // Row-major Y = op(A) op(B) as column-major Y^T = op(B)^T op(A)^T:
+    // cuBLASLt's A is our B.
+    cublasOperation_t opA = p.transB ? CUBLAS_OP_T : CUBLAS_OP_N,
+                      opB = p.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    bool described =
+        set(CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof(opA)) &&
+        set(CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof(opB)) &&
+        set(CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)) &&
+        set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)) &&
+        layout(&aLayout, p.operands, p.transB ? p.k : p.n,
+               p.transB ? p.n : p.k) &&
+        layout(&bLayout, p.operands, p.transA ? p.m : p.k,
+               p.transA ? p.k : p.m) &&
+        layout(&yLayout, p.result, p.n, p.m);
+    found = described && chooseAlgorithm(b, a, y);
+  }
+  ~BiasEpilogue() {
+    if (aLayout)
+      api.layoutDestroy(aLayout);
+    if (bLayout)
+      api.layoutDestroy(bLayout);
+    if (yLayout)
+      api.layoutDestroy(yLayout);
+    if (desc)
+      api.descDestroy(desc);
+  }
+  BiasEpilogue(const BiasEpilogue &) = delete;
+  BiasEpilogue &operator=(const BiasEpilogue &) = delete;
+
+  bool usable() const { return found; }
+
+  /// Y = alpha op(A) op(B) + bias on `stream` (the device's).
+  void run(cudaStream_t stream, float alpha, const void *a, const void *b,
+           void *y) const {
+    float zero = 0.0f;
+    checkCublas(api.matmul(device.blasLt(), desc, &alpha, b, aLayout, a,
+                           bLayout, &zero, y, yLayout, y, yLayout, &algo,
+                           device.blasWorkspace(), device.blasWorkspaceBytes(),
+                           stream),
+                "cublasLtMatmul");
+  }
+
+private:
+  bool set(cublasLtMatmulDescAttributes_t attribute, const void *value,
+           size_t bytes) {
+    return api.descSet(desc, attribute, value, bytes) == CUBLAS_STATUS_SUCCESS;
+  }
+  /// A column-major matrix of `rows` x `cols`, its columns `rows` apart.
+  bool layout(cublasLtMatrixLayout_t *matrix, cudaDataType type, int64_t rows,
+              int64_t cols) {
+    return api.layoutCreate(matrix, type, rows, cols, rows) ==
+           CUBLAS_STATUS_SUCCESS;
+  }
+  /// cuBLASLt's first choice within the device's cuBLAS workspace and the
+  /// matrices' alignment (its A is our B).
+  bool chooseAlgorithm(const void *ltA, const void *ltB, const void *y) {
+    cublasLtMatmulPreference_t preference = nullptr;
+    if (api.preferenceCreate(&preference) != CUBLAS_STATUS_SUCCESS)
+      return false;
+    uint64_t workspace = device.blasWorkspaceBytes();
+    uint32_t alignA = ltA ? alignmentOf(ltA) : 256,
+             alignB = ltB ? alignmentOf(ltB) : 256, alignY = alignmentOf(y);
+    // A 2-byte result is rounded once, from float32 sums (autocast's): no
+    // split of k whose parts are added in the result's type.
+    uint32_t schemes = p.result == CUDA_R_32F
+                           ? CUBLASLT_REDUCTION_SCHEME_MASK
+                           : CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    auto prefer = [&](cublasLtMatmulPreferenceAttributes_t attribute,
+                      const auto &value) {
+      return api.preferenceSet(preference, attribute, &value, sizeof(value)) ==
+             CUBLAS_STATUS_SUCCESS;
+    };
+    cublasLtMatmulHeuristicResult_t result{};
+    int count = 0;
+    bool ok = prefer(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace) &&
+              prefer(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, schemes) &&
+              prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignA) &&
+              prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignB) &&
+              prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignY) &&
+              prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignY) &&
+              api.heuristic(device.blasLt(), desc, aLayout, bLayout, yLayout,
+                            yLayout, preference, 1, &result,
+                            &count) == CUBLAS_STATUS_SUCCESS &&
+              count > 0 && result.state == CUBLAS_STATUS_SUCCESS;
+    api.preferenceDestroy(preference);
+    if (ok)
+      algo = result.algo;
+    return ok;
+  }
+
+  CudaDevice &device;
+  const CublasLtApi &api;
+  Product p;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t aLayout = nullptr, bLayout = nullptr,
+                         yLayout = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool found = false;
 };
 
 /// A MatMul marked narrow_operands: one product of count * m rows where B
@@ -261,6 +402,55 @@ std::function<void(const StepContext &)> floatMatMul(const KernelArgs &args,
 
 } // namespace
 
+/// Whether a gemm's C is a bias cuBLASLt's epilogue can add: one row of
+/// the result's n values (shape (n) or (1, n)) added whole (beta 1).
+bool addsBias(const TensorView &c, float beta, int64_t n) {
+  return c.present() && beta == 1.0f && c.dtype == plan::F32 &&
+         c.numel() == n && (c.shape.size() == 1 || c.shape.front() == 1);
+}
+
+/// A gemm's bias added by cuBLASLt's epilogue where it can (BiasEpilogue),
+/// else null. A result stored in 2 bytes takes the bias in that format:
+/// converted into `narrowBias` (n values) each step.
+std::shared_ptr<BiasEpilogue>
+biasEpilogueOf(const KernelArgs &args, const GemmGeometry &g,
+               const NarrowProduct &narrow, bool narrowResult,
+               std::shared_ptr<Scratch> &narrowBias) {
+  TensorView a = args.inputs[0], b = args.inputs[1], y = args.outputs[0];
+  TensorView c = args.inputs.size() > 2 ? args.inputs[2] : TensorView();
+  if (!CudaDevice::epiloguesAllowed() || !addsBias(c, g.beta, g.n) ||
+      g.m == 0 || g.n == 0 || g.k == 0)
+    return nullptr;
+  CudaDevice &device = deviceOf(args);
+  BiasEpilogue::Product p;
+  p.transA = g.transA;
+  p.transB = g.transB;
+  p.m = g.m;
+  p.n = g.n;
+  p.k = g.k;
+  const void *aAt = a.data, *bAt = b.data, *bias = c.data;
+  if (narrow.format != NarrowFormat::None) {
+    p.operands = p.result = narrow.dataType();
+    if (NarrowProduct::copied(narrow.aSource))
+      aAt = nullptr; // in the shared block
+    if (NarrowProduct::copied(narrow.bSource))
+      bAt = nullptr;
+  } else if (CudaDevice::tf32Allowed())
+    p.compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+  if (!narrowResult)
+    p.result = CUDA_R_32F;
+  else {
+    narrowBias = std::make_shared<Scratch>(device, g.n * 2);
+    bias = narrowBias->as<void>();
+  }
+  auto epilogue =
+      std::make_shared<BiasEpilogue>(device, p, aAt, bAt, bias, y.data);
+  if (!epilogue->usable())
+    return nullptr;
+  CudaDevice::countEpilogue();
+  return epilogue;
+}
+
 void registerLinalg(KernelRegistry &registry) {
   addKernel(
       registry, "gemm", Launches::SameEveryStep, [](const KernelArgs &args) {
@@ -290,36 +480,56 @@ void registerLinalg(KernelRegistry &registry) {
         // A result stored in 2 bytes (cdp-narrow-results, only under
         // narrow_operands): C is written into it in that format first (C, a
         // rounded bias, is exact in it), and cuBLAS rounds the sums as it
-        // writes.
+        // writes; or C is a bias cuBLASLt adds in that format as it writes.
         bool narrowResult = storedInTwoBytes(y);
         if (narrowResult && k == 0)
           args.fail("an empty product (k = 0) stored in 2 bytes");
+        std::shared_ptr<Scratch> narrowBias;
+        std::shared_ptr<BiasEpilogue> epilogue =
+            biasEpilogueOf(args, g, narrow, narrowResult, narrowBias);
+        IndexMap row;
+        IndexMap::build({n}, {1}, 0, row);
         return [=, &device](const StepContext &context) {
           if (m == 0 || n == 0)
             return;
+          cudaStream_t stream = streamOf(context);
+          if (epilogue) {
+            if (narrowBias) { // the bias in the result's 2-byte format
+              narrowMatrices<<<blocksFor(n), kThreads, 0, stream>>>(
+                  c.f32(), narrowBias->as<uint16_t>(), n, row,
+                  y.dtype == plan::BF16);
+              launched("gemm bias");
+            }
+            std::pair<const void *, const void *> in{a.data, b.data};
+            if (narrow.format != NarrowFormat::None)
+              in = narrow.operands(device, stream, a.data, b.data);
+            epilogue->run(stream, alpha, in.first, in.second, y.data);
+            if (!narrowResult)
+              roundResult(stream, rounding, y.f32(), m * n);
+            return;
+          }
           float effectiveBeta = c.present() ? beta : 0.0f;
           if (c.present() && narrowResult) { // C as m * n one-value matrices
-            narrowMatrices<<<blocksFor(m * n), kThreads, 0,
-                             streamOf(context)>>>(
+            narrowMatrices<<<blocksFor(m * n), kThreads, 0, stream>>>(
                 c.f32(), static_cast<uint16_t *>(y.data), m * n, map,
                 y.dtype == plan::BF16);
             launched("gemm C");
           } else if (c.present())
-            gatherCopy(streamOf(context), c.data, y.data, m * n, 4, map);
+            gatherCopy(stream, c.data, y.data, m * n, 4, map);
           if (k == 0) { // an empty product: C = beta C
-            scaleKernel<<<blocksFor(m * n), kThreads, 0, streamOf(context)>>>(
+            scaleKernel<<<blocksFor(m * n), kThreads, 0, stream>>>(
                 y.f32(), m * n, effectiveBeta);
             launched("gemm scale");
             return;
           }
           if (narrow.format != NarrowFormat::None)
-            narrow.run(device, streamOf(context), a.data, b.data, alpha,
-                       effectiveBeta, y.data, narrowResult);
+            narrow.run(device, stream, a.data, b.data, alpha, effectiveBeta,
+                       y.data, narrowResult);
           else
             sgemm(blas, transA, transB, m, n, k, alpha, a.f32(), b.f32(),
                   effectiveBeta, y.f32());
           if (!narrowResult)
-            roundResult(streamOf(context), rounding, y.f32(), m * n);
+            roundResult(stream, rounding, y.f32(), m * n);
         };
       });
 
