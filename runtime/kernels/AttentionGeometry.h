@@ -19,6 +19,8 @@
 #ifndef CDP_RUNTIME_KERNELS_ATTENTIONGEOMETRY_H
 #define CDP_RUNTIME_KERNELS_ATTENTIONGEOMETRY_H
 
+#include "cdp/Support/AttentionLayout.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -60,9 +62,7 @@ inline std::vector<int64_t> logicalShape(const std::vector<int64_t> &shape,
                                          bool interleaved, bool keys) {
   if (!interleaved || shape.size() != 4)
     return shape;
-  if (keys)
-    return {shape[0], shape[2], shape[3], shape[1]};
-  return {shape[0], shape[2], shape[1], shape[3]};
+  return headsFirst<std::vector<int64_t>>(shape, keys);
 }
 
 struct AttentionGeometry {

@@ -2,6 +2,8 @@
 
 #include "ShapeRules.h"
 
+#include "cdp/Support/AttentionLayout.h"
+
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallSet.h"
 
@@ -111,14 +113,6 @@ LogicalResult checkBroadcastsTo(Loc loc, ArrayRef<int64_t> from,
   return ArrayRef<int64_t>(*shape) == to ? success() : fail(loc, message);
 }
 
-/// An operand's logical (B, H, rows, cols) shape under layout "bshd":
-/// (B, S, H, X) -> (B, H, S, X); the keys (B, N, H, K) -> (B, H, K, N).
-static Shape headsFirst(ArrayRef<int64_t> shape, bool keys) {
-  if (keys)
-    return {shape[0], shape[2], shape[3], shape[1]};
-  return {shape[0], shape[2], shape[1], shape[3]};
-}
-
 LogicalResult inferAttention(Loc loc, Value a, Value b, Value v, Value bias,
                              std::optional<StringRef> layout,
                              SmallVectorImpl<Type> &types) {
@@ -137,9 +131,9 @@ LogicalResult inferAttention(Loc loc, Value a, Value b, Value v, Value bias,
   Shape aLogical(at.getShape()), bLogical(bt.getShape()),
       vLogical(vt.getShape());
   if (interleaved) {
-    aLogical = headsFirst(at.getShape(), false);
-    bLogical = headsFirst(bt.getShape(), true);
-    vLogical = headsFirst(vt.getShape(), false);
+    aLogical = headsFirst<Shape>(at.getShape(), false);
+    bLogical = headsFirst<Shape>(bt.getShape(), true);
+    vLogical = headsFirst<Shape>(vt.getShape(), false);
   }
   ArrayRef<int64_t> as = aLogical, bs = bLogical, vs = vLogical;
   if (as.drop_back(2) != bs.drop_back(2) || as.drop_back(2) != vs.drop_back(2))
