@@ -1672,6 +1672,43 @@ TEST(CudaGemmEpilogue, EqualsTheBiasWrittenFirst) {
   }
 }
 
+// A pipeline stage's load on the GPU: the data source writes into page-
+// locked buffers used in turn, copied up on the stream; three loads in a
+// row, each read back after its step, hold what the source wrote for it
+// (a buffer reused before its copy finished would show the next one's).
+TEST(CudaLoad, CopiesWhatTheSourceWroteEachStep) {
+  std::unique_ptr<Device> gpu;
+  try {
+    gpu = createDevice(Backend::CUDA, 0);
+  } catch (const RuntimeError &e) {
+    GTEST_SKIP() << "no GPU: " << e.what();
+  }
+  Case c{"load", "load", {}, {f32({1000})}, {attr("micro_batch", 1)}};
+  plan::Instruction instruction = instructionOf(c);
+  Bound bound(*gpu, Backend::CUDA, instruction, c, drawAll(c, 3));
+  Loader loader = [](int input, int64_t step, int64_t microBatch,
+                     const TensorView &target) {
+    for (int64_t i = 0; i < target.numel(); ++i)
+      target.f32()[i] =
+          static_cast<float>(step * 10000 + microBatch * 1000 + i);
+  };
+  for (int64_t step = 1; step <= 3; ++step) {
+    StepContext context;
+    context.step = step;
+    context.loader = &loader;
+    context.queue = gpu->queue();
+    bound.kernel->run(context);
+    gpu->finishStep(step);
+    std::vector<char> got = bound.read(0, 4000);
+    for (int64_t i = 0; i < 1000; i += 333) {
+      float value;
+      std::memcpy(&value, got.data() + 4 * i, 4);
+      EXPECT_EQ(value, static_cast<float>(step * 10000 + 1000 + i))
+          << "step " << step << " element " << i;
+    }
+  }
+}
+
 // A stage's updates in one launch (UpdateKernel::takeOver, as the executor
 // offers adjacent updates): three tensors (the first of two slices of 65536
 // elements), each with its own weight decay, AdamW and SGD with momentum

@@ -7,7 +7,7 @@
 // processes' GPUs (NcclRoutes.cu) -- the CPU kernel of the op runs with
 // the device's tensors and link (ZeRO's sums of the norm's shares too, in
 // one process; ZeRO's updates are kernels of their own, Optimizer.cu).
-// Otherwise (load, the reductions NCCL does not serve under mpirun and
+// Otherwise (the reductions NCCL does not serve under mpirun and
 // norm_all_reduce there, the indexing ops below) it runs on page-locked
 // host mirrors of the tensors: the stream's work up to
 // the instruction is waited for, the tensors are copied out, the CPU
@@ -108,6 +108,61 @@ public:
   bool sameEveryStep() const override { return true; }
 };
 
+/// A pipeline stage's micro-batch of a graph input (`load`): the data
+/// source writes it into one of two page-locked buffers, used in turn, and
+/// it is copied up on the stream, so the stream is never waited for; a
+/// buffer is written again once the copy out of it two loads before has
+/// finished (an event each, long past in a step's work).
+class LoadKernel : public Kernel {
+public:
+  explicit LoadKernel(const KernelArgs &args)
+      : y(args.outputs[0]), input(static_cast<int>(args.i("input", 0))),
+        microBatch(args.i("micro_batch", 0)),
+        location(args.instruction->location()), bytes(byteSize(y)) {
+    CudaDevice &device = deviceOf(args);
+    checkCuda(cudaSetDevice(device.gpu()), "cudaSetDevice");
+    for (int i = 0; i < 2; ++i) {
+      staging[i] =
+          std::make_unique<PinnedBuffer>(device, std::max<size_t>(bytes, 1));
+      checkCuda(cudaEventCreateWithFlags(&copied[i], cudaEventDisableTiming),
+                "load");
+    }
+  }
+  ~LoadKernel() override {
+    for (cudaEvent_t event : copied) {
+      cudaEventSynchronize(event);
+      cudaEventDestroy(event);
+    }
+  }
+
+  void run(const StepContext &context) override {
+    if (!context.loader)
+      throw RuntimeError("load of '" + location + "': no data source");
+    int i = next;
+    next = 1 - next;
+    checkCuda(cudaEventSynchronize(copied[i]), "load");
+    TensorView host = y;
+    host.data = staging[i]->as<void>();
+    host.space = MemorySpace::Host;
+    (*context.loader)(input, context.step, microBatch, host);
+    cudaStream_t stream = streamOf(context);
+    checkCuda(cudaMemcpyAsync(y.data, host.data, bytes, cudaMemcpyHostToDevice,
+                              stream),
+              "load");
+    checkCuda(cudaEventRecord(copied[i], stream), "load");
+  }
+
+private:
+  TensorView y;
+  int input;
+  int64_t microBatch;
+  std::string location;
+  size_t bytes;
+  std::unique_ptr<PinnedBuffer> staging[2];
+  cudaEvent_t copied[2] = {nullptr, nullptr};
+  int next = 0; ///< the buffer the next load writes
+};
+
 } // namespace
 
 std::unique_ptr<Kernel> makeNcclKernel(const std::string &op,
@@ -126,7 +181,6 @@ void registerCommunication(KernelRegistry &registry) {
   const std::pair<const char *, bool> staged[] = {
       {"send", false},
       {"recv", false},
-      {"load", false},
       {"reduce_start", false},
       {"reduce_wait", false},
       {"chain_reduce", false},
@@ -188,6 +242,10 @@ void registerCommunication(KernelRegistry &registry) {
           return std::make_unique<HostStagedKernel>(args, factory, writes);
         });
   }
+  registry.add("load", Backend::CUDA,
+               [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+                 return std::make_unique<LoadKernel>(args);
+               });
   registry.add("shard_release", Backend::CUDA,
                [](const KernelArgs &) -> std::unique_ptr<Kernel> {
                  return std::make_unique<NothingKernel>();
