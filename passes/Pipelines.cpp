@@ -137,8 +137,10 @@ void buildTrainingPipeline(OpPassManager &pm,
     pm.addPass(createReadNarrowOperands());
     pm.addPass(createNarrowResults());
   }
-  if (config.fuse)
+  if (config.fuse) {
     pm.addPass(createFuseGradientSums());
+    pm.addPass(createFuseProductRelu());
+  }
   InsertOptimizerOptions optimizer;
   optimizer.optimizer = config.optimizer;
   optimizer.lr = config.lr;

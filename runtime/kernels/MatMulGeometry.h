@@ -75,9 +75,12 @@ struct GemmGeometry {
   int64_t m = 0, n = 0, k = 0;
   bool transA = false, transB = false;
   float alpha = 1.0f, beta = 1.0f;
+  /// `activation = "relu"`: relu applied to each value as it is written.
+  bool relu = false;
 
   explicit GemmGeometry(const KernelArgs &args) {
     ops::GemmAttributes attrs = ops::GemmAttributes::read(args);
+    relu = attrs.activation.value_or("") == "relu";
     transA = attrs.trans_a;
     transB = attrs.trans_b;
     alpha = static_cast<float>(attrs.alpha);

@@ -95,6 +95,13 @@ void gemm(const Check &c) {
                 " do not multiply into " + shapeText(y.shape));
   if (const TensorView *bias = c.optional(2))
     c.broadcasts(*bias, y);
+  std::string activation = c.text("activation", "");
+  c.require(activation.empty() || activation == "relu",
+            "activation \"" + activation + "\" is not \"relu\"");
+  c.require(activation.empty() || (c.text("round_result", "").empty() &&
+                                   c.text("narrow_operands", "").empty()),
+            "activation is for float32 products (no round_result or "
+            "narrow_operands)");
 }
 
 void matmul(const Check &c) {

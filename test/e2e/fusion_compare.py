@@ -3,7 +3,8 @@
 e2e model: 3 SGD steps from the same weights and data; every parameter must
 agree within 1e-5 (absolute, + 1e-4 relative). Prints how many ops the
 fusion passes made (layer_norm, gelu, attention), the transposes left of the unfused
-plan's, and the largest difference.
+plan's, the unfused plan's ReLUs its products apply (cdp-fuse-product-relu), and the
+largest difference.
 
 Usage: fusion_compare.py BIN_DIR WORK_DIR MODEL
 """
@@ -38,7 +39,8 @@ for variant, extra in (("fused", []), ("unfused", ["--no-fusion"])):
                            *flags.get(name, []), *extra], check=True, capture_output=True,
                           text=True).stdout
     ops[variant] = {op: text.count("cdp.%s " % op) for op in ("layer_norm", "gelu", "attention",
-                                                               "transpose")}
+                                                               "transpose", "relu")}
+    ops[variant]["relu_products"] = text.count('activation = "relu"')
     out = os.path.join(work, variant)
     subprocess.run([os.path.join(bin_dir, "cdp-run"), plan, "--feed",
                     "input=" + os.path.join(work, "x.npy"), "--feed",
@@ -49,8 +51,8 @@ for variant, extra in (("fused", []), ("unfused", ["--no-fusion"])):
 worst = max(float(np.abs(params["fused"][k] - params["unfused"][k]).max()) for k in params["fused"])
 same = all(np.allclose(params["fused"][k], params["unfused"][k], atol=1e-5, rtol=1e-4)
            for k in params["fused"])
-print("%s: %d layer_norm, %d gelu, %d attention fused, transposes %d of %d, %s "
-      "(largest difference %.1e)" %
+print("%s: %d layer_norm, %d gelu, %d attention fused, transposes %d of %d, "
+      "relus %d of %d in products, %s (largest difference %.1e)" %
       (name, ops["fused"]["layer_norm"], ops["fused"]["gelu"], ops["fused"]["attention"],
-       ops["fused"]["transpose"],
-       ops["unfused"]["transpose"], "within 1e-5" if same else "DIFFERENT", worst))
+       ops["fused"]["transpose"], ops["unfused"]["transpose"], ops["fused"]["relu_products"],
+       ops["unfused"]["relu"], "within 1e-5" if same else "DIFFERENT", worst))

@@ -478,6 +478,20 @@ std::vector<Case> linalgCases() {
        {f32({33, 24})},
        {attr("trans_a", 1), attr("trans_b", 1)},
        1e-5},
+      // activation "relu" (cdp-fuse-product-relu): with a bias, cuBLASLt's
+      // RELU_BIAS epilogue; without one, a kernel after cuBLAS.
+      {"gemm_relu_bias",
+       "gemm",
+       {f32({33, 20}), f32({24, 20}), f32({24})},
+       {f32({33, 24})},
+       {attr("trans_b", 1), text("activation", "relu")},
+       1e-5},
+      {"gemm_relu",
+       "gemm",
+       {f32({20, 33}), f32({20, 24})},
+       {f32({33, 24})},
+       {attr("trans_a", 1), text("activation", "relu")},
+       1e-5},
       {"matmul_batched",
        "matmul",
        {f32({2, 3, 4, 5}), f32({5, 6})},
@@ -1636,8 +1650,9 @@ TEST(CudaReplicaShardUpdate, MatchesTheCpu) {
 // A gemm's bias added by cuBLASLt's epilogue against the same product
 // with the bias written into the result first (cuBLAS's beta 1): float32
 // within 1e-5; bf16 products of integers, whose sums are exact, bit for
-// bit, their result in float32 or stored in 2 bytes. Every case with beta 1
-// takes the epilogue (cuBLASLt has an algorithm for each); beta 2 does not.
+// bit, their result in float32 or stored in 2 bytes; a ReLU after the bias
+// (RELU_BIAS) against the kernel after cuBLAS. Every case with beta 1 takes
+// the epilogue (cuBLASLt has an algorithm for each); beta 2 does not.
 TEST(CudaGemmEpilogue, EqualsTheBiasWrittenFirst) {
   std::unique_ptr<Device> gpu;
   try {
@@ -1649,7 +1664,7 @@ TEST(CudaGemmEpilogue, EqualsTheBiasWrittenFirst) {
   for (const Case &c : linalgCases())
     if (c.op == "gemm" && c.inputs.size() == 3)
       cases.push_back(c);
-  ASSERT_GE(cases.size(), 7u);
+  ASSERT_GE(cases.size(), 8u);
   for (const Case &c : cases) {
     plan::Instruction instruction = instructionOf(c);
     std::vector<std::vector<char>> values = drawAll(c, 31);

@@ -309,6 +309,14 @@ static LogicalResult verifyNarrowProduct(Operation *op,
 }
 
 LogicalResult GemmOp::verify() {
+  if (std::optional<StringRef> activation = getActivation()) {
+    if (*activation != "relu")
+      return emitOpError("activation must be \"relu\", not \"")
+             << *activation << "\"";
+    if (getRoundResult() || getNarrowOperands())
+      return emitOpError("activation is for float32 products (no "
+                         "round_result or narrow_operands)");
+  }
   return verifyNarrowProduct(*this, getNarrowOperands(), getRoundResult());
 }
 

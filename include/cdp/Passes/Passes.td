@@ -223,6 +223,21 @@ def FuseGradientSums : Pass<"cdp-fuse-gradient-sums", "mlir::ModuleOp"> {
   let dependentDialects = ["cdp::CDPDialect"];
 }
 
+def FuseProductRelu : Pass<"cdp-fuse-product-relu", "mlir::ModuleOp"> {
+  let summary = "Lets a gemm apply the ReLU that reads its result";
+  let description = [{
+    On the training graph (after autodiff): a float32 `cdp.gemm` (without
+    `narrow_operands` or `round_result`) whose result is read by one
+    `cdp.relu` of its stage and otherwise only as the saved input of ReLU
+    gradients (`cdp.unary_grad` of kind "relu") takes `activation = "relu"`
+    and replaces the ReLU: the gradients read the ReLU's output instead,
+    which is positive exactly where its input is (the same mask, NaN
+    included). One pass over the result and the pre-activation buffer fewer
+    per layer; a cuBLASLt epilogue on GPUs.
+  }];
+  let dependentDialects = ["cdp::CDPDialect"];
+}
+
 def FoldIdentityDropout : Pass<"cdp-fold-identity-dropout", "mlir::ModuleOp"> {
   let summary = "Replaces a dropout that keeps every element by its input";
   let description = [{

@@ -7,6 +7,7 @@
 #include "../DropoutStream.h"
 #include "../NarrowFloat.h"
 #include "../NarrowOperands.h"
+#include "../Relu.h"
 
 #include <cmath>
 
@@ -165,9 +166,7 @@ static void registerArithmetic(KernelRegistry &registry) {
     });
   });
 
-  // torch.relu: NaN stays NaN (a diverged run stays visible), -0 is +0.
-  addUnary(registry, "relu",
-           [](float x) { return x > 0.0f || x != x ? x : 0.0f; });
+  addUnary(registry, "relu", [](float x) { return reluOf(x); });
   addUnary(registry, "erf", [](float x) { return std::erf(x); });
   addUnary(registry, "tanh", [](float x) { return std::tanh(x); });
   addUnary(registry, "sigmoid",

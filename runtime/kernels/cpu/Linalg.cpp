@@ -9,6 +9,7 @@
 
 #include "../MatMulGeometry.h"
 #include "../NarrowOperands.h"
+#include "../Relu.h"
 #include "CpuKernels.h"
 #include "SmallMatMul.h"
 #include "cdp/Runtime/OpTable.h"
@@ -214,7 +215,7 @@ std::function<void(const StepContext &)> gemmKernel(const KernelArgs &args) {
   TensorView a = args.inputs[0], b = args.inputs[1], y = args.outputs[0];
   TensorView c = args.inputs.size() > 2 ? args.inputs[2] : TensorView();
   GemmGeometry g(args);
-  bool transA = g.transA, transB = g.transB;
+  bool transA = g.transA, transB = g.transB, relu = g.relu;
   float alpha = g.alpha, beta = g.beta;
   int64_t m = g.m, n = g.n, k = g.k;
   // C broadcast into Y row by row (an index per element of Y was twice
@@ -237,6 +238,10 @@ std::function<void(const StepContext &)> gemmKernel(const KernelArgs &args) {
       }
     sgemm(transA, transB, m, n, k, alpha, a.f32(), b.f32(),
           c.present() ? beta : 0.0f, py);
+    if (relu)
+#pragma omp parallel for if (m * n > 65536)
+      for (int64_t i = 0; i < m * n; ++i)
+        py[i] = reluOf(py[i]);
   };
 }
 

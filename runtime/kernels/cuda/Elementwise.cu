@@ -13,6 +13,7 @@
 #include "../DropoutStream.h"
 #include "../NarrowFloat.h"
 #include "../NarrowOperands.h"
+#include "../Relu.h"
 
 #include <functional>
 
@@ -142,8 +143,8 @@ enum class UnaryOp {
 
 __device__ float applyUnary(UnaryOp op, float x, float p, float q) {
   switch (op) {
-  case UnaryOp::Relu: // NaN stays NaN, as torch.relu
-    return x > 0.0f || x != x ? x : 0.0f;
+  case UnaryOp::Relu:
+    return reluOf(x);
   case UnaryOp::Erf:
     return erff(x);
   case UnaryOp::Tanh:

@@ -15,6 +15,7 @@
 #include "../../device/Cublas.h"
 #include "../MatMulGeometry.h"
 #include "../NarrowOperands.h"
+#include "../Relu.h"
 #include "CudaKernels.h"
 #include "Reduce.cuh"
 #include "cdp/Runtime/OpTable.h"
@@ -40,6 +41,11 @@ __global__ void scaleKernel(float *y, int64_t n, float beta) {
 
 __global__ void roundKernel(float *y, int64_t n, NarrowFormat format) {
   CDP_FOR_EACH(i, n) { y[i] = roundedTo(format, y[i]); }
+}
+
+/// cdp.relu's values in place.
+__global__ void reluKernel(float *y, int64_t n) {
+  CDP_FOR_EACH(i, n) { y[i] = reluOf(y[i]); }
 }
 
 /// The product's `round_result` (the cdp.round_to cdp-fuse-roundings
@@ -206,6 +212,7 @@ public:
     int64_t m = 0, n = 0, k = 0;
     cudaDataType operands = CUDA_R_32F, result = CUDA_R_32F;
     cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+    bool relu = false; ///< relu applied after the bias (RELU_BIAS)
   };
   /// `a`, `b`: where the operands lie (null: the device's shared block,
   /// aligned to 256 bytes); `bias`: n values of the result's type.
@@ -218,7 +225,8 @@ public:
     // cuBLASLt's A is our B.
     cublasOperation_t opA = p.transB ? CUBLAS_OP_T : CUBLAS_OP_N,
                       opB = p.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    cublasLtEpilogue_t epilogue =
+        p.relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
     bool described =
         set(CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof(opA)) &&
         set(CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof(opB)) &&
@@ -428,6 +436,7 @@ biasEpilogueOf(const KernelArgs &args, const GemmGeometry &g,
   p.m = g.m;
   p.n = g.n;
   p.k = g.k;
+  p.relu = g.relu;
   const void *aAt = a.data, *bAt = b.data, *bias = c.data;
   if (narrow.format != NarrowFormat::None) {
     p.operands = p.result = narrow.dataType();
@@ -457,7 +466,7 @@ void registerLinalg(KernelRegistry &registry) {
         TensorView a = args.inputs[0], b = args.inputs[1], y = args.outputs[0];
         TensorView c = args.inputs.size() > 2 ? args.inputs[2] : TensorView();
         GemmGeometry g(args);
-        bool transA = g.transA, transB = g.transB;
+        bool transA = g.transA, transB = g.transB, relu = g.relu;
         float alpha = g.alpha, beta = g.beta;
         int64_t m = g.m, n = g.n, k = g.k;
         IndexMap map =
@@ -520,9 +529,7 @@ void registerLinalg(KernelRegistry &registry) {
             scaleKernel<<<blocksFor(m * n), kThreads, 0, stream>>>(
                 y.f32(), m * n, effectiveBeta);
             launched("gemm scale");
-            return;
-          }
-          if (narrow.format != NarrowFormat::None)
+          } else if (narrow.format != NarrowFormat::None)
             narrow.run(device, stream, a.data, b.data, alpha, effectiveBeta,
                        y.data, narrowResult);
           else
@@ -530,6 +537,11 @@ void registerLinalg(KernelRegistry &registry) {
                   effectiveBeta, y.f32());
           if (!narrowResult)
             roundResult(stream, rounding, y.f32(), m * n);
+          if (relu) { // float32 products only (checked at load)
+            reluKernel<<<blocksFor(m * n), kThreads, 0, stream>>>(y.f32(),
+                                                                  m * n);
+            launched("gemm relu");
+          }
         };
       });
 

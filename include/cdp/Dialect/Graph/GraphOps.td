@@ -163,6 +163,9 @@ def CDP_GemmOp : CDP_Op<"gemm", [CDP_Differentiable]> {
     result to that format as a `cdp.round_to` after the op would; with it
     and `narrow_operands` of that format the result may be a tensor of the
     format (cdp-narrow-results: where every reader takes 2-byte values).
+    `activation` ("relu", set by cdp-fuse-product-relu on float32 products
+    without `round_result`) applies `relu` to each value as it is written,
+    as a `cdp.relu` after the op would.
   }];
   let arguments = (ins CDP_ProductOperand:$a, CDP_ProductOperand:$b, Optional<CDP_F32Tensor>:$c,
                        DefaultValuedAttr<F32Attr, "1.0f">:$alpha,
@@ -170,7 +173,8 @@ def CDP_GemmOp : CDP_Op<"gemm", [CDP_Differentiable]> {
                        DefaultValuedAttr<BoolAttr, "false">:$trans_a,
                        DefaultValuedAttr<BoolAttr, "false">:$trans_b,
                        OptionalAttr<StrAttr>:$narrow_operands,
-                       OptionalAttr<StrAttr>:$round_result);
+                       OptionalAttr<StrAttr>:$round_result,
+                       OptionalAttr<StrAttr>:$activation);
   let results = (outs CDP_ProductOperand:$output);
   let extraClassDeclaration = [{
     static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,

@@ -1,0 +1,78 @@
+// RUN: cdp-opt %s -split-input-file -verify-diagnostics -cdp-fuse-product-relu | FileCheck %s
+
+// Tests that a float32 gemm applies the ReLU that reads its result when
+// the ReLU's gradients are its result's only other readers: the gradients
+// then read the ReLU's output (positive exactly where its input is), the
+// ReLU is gone. And that nothing fuses where the result has another
+// reader, is read as a gradient's incoming gradient, is rounded, or where
+// the ReLU runs in another stage.
+
+// CHECK-LABEL: func.func @linear_relu
+// CHECK: %[[Y:.+]] = cdp.gemm %arg0, %arg1, %arg2 {activation = "relu", cdp.stage = 1 : i64, trans_b = true}
+// CHECK-NOT: cdp.relu
+// CHECK: %[[DX:.+]] = cdp.unary_grad %arg3, %[[Y]] {kind = "relu"}
+// CHECK: return %[[Y]], %[[DX]]
+func.func @linear_relu(%x: tensor<4x8xf32>, %w: tensor<6x8xf32>, %b: tensor<6xf32>, %dy: tensor<4x6xf32>) -> (tensor<4x6xf32>, tensor<4x6xf32>) {
+  %pre = cdp.gemm %x, %w, %b {trans_b = true, cdp.stage = 1 : i64} : (tensor<4x8xf32>, tensor<6x8xf32>, tensor<6xf32>) -> tensor<4x6xf32>
+  %y = cdp.relu %pre {cdp.stage = 1 : i64} : tensor<4x6xf32>
+  %dx = cdp.unary_grad %dy, %pre {kind = "relu"} : (tensor<4x6xf32>, tensor<4x6xf32>) -> tensor<4x6xf32>
+  return %y, %dx : tensor<4x6xf32>, tensor<4x6xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @read_elsewhere
+// CHECK: cdp.gemm
+// CHECK-NOT: activation
+// CHECK: cdp.relu
+func.func @read_elsewhere(%x: tensor<4x8xf32>, %w: tensor<8x6xf32>) -> (tensor<4x6xf32>, tensor<4x6xf32>) {
+  %pre = cdp.gemm %x, %w : (tensor<4x8xf32>, tensor<8x6xf32>) -> tensor<4x6xf32>
+  %y = cdp.relu %pre : tensor<4x6xf32>
+  %z = cdp.add %pre, %y : (tensor<4x6xf32>, tensor<4x6xf32>) -> tensor<4x6xf32>
+  return %y, %z : tensor<4x6xf32>, tensor<4x6xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @incoming_gradient
+// CHECK: cdp.gemm
+// CHECK-NOT: activation
+// CHECK: cdp.relu
+func.func @incoming_gradient(%x: tensor<4x8xf32>, %w: tensor<8x6xf32>, %s: tensor<4x6xf32>) -> (tensor<4x6xf32>, tensor<4x6xf32>) {
+  %pre = cdp.gemm %x, %w : (tensor<4x8xf32>, tensor<8x6xf32>) -> tensor<4x6xf32>
+  %y = cdp.relu %pre : tensor<4x6xf32>
+  %dx = cdp.unary_grad %pre, %s {kind = "relu"} : (tensor<4x6xf32>, tensor<4x6xf32>) -> tensor<4x6xf32>
+  return %y, %dx : tensor<4x6xf32>, tensor<4x6xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @rounded
+// CHECK: cdp.gemm %arg0, %arg1 {narrow_operands = "bf16", round_result = "bf16"}
+// CHECK: cdp.relu
+func.func @rounded(%x: tensor<4x8xf32>, %w: tensor<8x6xf32>) -> tensor<4x6xf32> {
+  %pre = cdp.gemm %x, %w {narrow_operands = "bf16", round_result = "bf16"} : (tensor<4x8xf32>, tensor<8x6xf32>) -> tensor<4x6xf32>
+  %y = cdp.relu %pre : tensor<4x6xf32>
+  return %y : tensor<4x6xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @other_stage
+// CHECK: cdp.gemm
+// CHECK-NOT: activation
+// CHECK: cdp.relu
+func.func @other_stage(%x: tensor<4x8xf32>, %w: tensor<8x6xf32>) -> tensor<4x6xf32> {
+  %pre = cdp.gemm %x, %w {cdp.stage = 1 : i64} : (tensor<4x8xf32>, tensor<8x6xf32>) -> tensor<4x6xf32>
+  %y = cdp.relu %pre {cdp.stage = 2 : i64} : tensor<4x6xf32>
+  return %y : tensor<4x6xf32>
+}
+
+// -----
+
+// The verifier: relu only, and on float32 products.
+func.func @bad_activation(%x: tensor<4x8xf32>, %w: tensor<8x6xf32>) -> tensor<4x6xf32> {
+  // expected-error@+1 {{activation must be "relu", not "gelu"}}
+  %y = cdp.gemm %x, %w {activation = "gelu"} : (tensor<4x8xf32>, tensor<8x6xf32>) -> tensor<4x6xf32>
+  return %y : tensor<4x6xf32>
+}
