@@ -109,6 +109,8 @@ void buildTrainingPipeline(OpPassManager &pm,
   }
   // After autocast: a sum it rounds (narrow operands) keeps its add.
   if (config.fuse) {
+    // After autocast: a sigmoid it rounds keeps its own op.
+    pm.addPass(createFuseSilu());
     pm.addPass(createFuseSoftmaxBias());
     pm.addPass(createFuseAttention());
     pm.addPass(createFoldAttentionScale());

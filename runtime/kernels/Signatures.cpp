@@ -533,9 +533,9 @@ Rules makeRules() {
   auto plain = [](Rule rule) {
     return [rule](const Check &c, const KernelArgs &) { rule(c); };
   };
-  for (const char *op :
-       {"relu", "erf", "tanh", "sigmoid", "sqrt", "hard_swish", "clip",
-        "hard_sigmoid", "reciprocal", "sin", "cos", "abs", "exp", "log"})
+  for (const char *op : {"relu", "erf", "tanh", "sigmoid", "sqrt", "hard_swish",
+                         "clip", "hard_sigmoid", "reciprocal", "sin", "cos",
+                         "abs", "exp", "log", "silu"})
     rules[op] = plain(unary);
   // GELU may read the backward's 2-byte copy (cdp-read-narrow-operands)
   // and store its result in 2 bytes (cdp-narrow-results).

@@ -219,7 +219,8 @@ std::vector<Case> elementwiseCases() {
        {f32({3, 1})}},
       {"expand", "expand", {f32({3, 1})}, {f32({2, 3, 4})}},
   };
-  for (const char *op : {"relu", "erf", "tanh", "sigmoid", "hard_swish"})
+  for (const char *op :
+       {"relu", "erf", "tanh", "sigmoid", "hard_swish", "silu"})
     cases.push_back({op, op, {f32({33})}, {f32({33})}});
   cases.push_back({"sqrt", "sqrt", {f32({33}, Fill::Positive)}, {f32({33})}});
   cases.push_back({"clip",
@@ -288,8 +289,8 @@ std::vector<Case> elementwiseCases() {
                    {f32({40})},
                    {text("kind", "relu"), text("round_result", "bf16")},
                    0});
-  for (const char *kind :
-       {"relu", "gelu", "gelu_tanh", "erf", "hard_swish", "tanh", "sigmoid"})
+  for (const char *kind : {"relu", "gelu", "gelu_tanh", "erf", "hard_swish",
+                           "tanh", "sigmoid", "silu"})
     cases.push_back({std::string("grad_") + kind,
                      "unary_grad",
                      {f32({40}), f32({40}, Fill::Unit)},

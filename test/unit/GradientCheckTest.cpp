@@ -267,6 +267,7 @@ std::vector<Case> cases() {
   unary("clip", "{max = 1.5 : f32, min = -1.0 : f32}");
   unary("hard_sigmoid", "{alpha = 0.3 : f32, beta = 0.4 : f32}", -4.0f, 4.0f);
   unary("hard_swish", "", -4.5f, 4.5f);
+  unary("silu", "", -4.0f, 4.0f);
   list.push_back({"pad",
                   {{"x", {2, 3}}},
                   "%y = cdp.pad %p0 {pads = array<i64: 1, 0, 2, 3>, value = "

@@ -41,7 +41,8 @@ LogicalResult UnaryGradOp::inferReturnTypes(MLIRContext *, Loc loc,
       {"relu", 0},         {"gelu", 0},       {"gelu_tanh", 0},  {"erf", 0},
       {"sigmoid", 0},      {"tanh", 0},       {"sqrt", 0},       {"clip", 2},
       {"hard_sigmoid", 2}, {"hard_swish", 0}, {"reciprocal", 0}, {"sin", 0},
-      {"cos", 0},          {"abs", 0},        {"exp", 0},        {"log", 0}};
+      {"cos", 0},          {"abs", 0},        {"exp", 0},        {"log", 0},
+      {"silu", 0}};
   const auto *kind = llvm::find_if(
       kinds, [&](const auto &k) { return adaptor.getKind() == k.first; });
   if (kind == std::end(kinds))

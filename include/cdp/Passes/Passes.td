@@ -307,6 +307,20 @@ def FuseGelu : Pass<"cdp-fuse-gelu", "mlir::ModuleOp"> {
   let dependentDialects = ["cdp::CDPDialect"];
 }
 
+def FuseSilu : Pass<"cdp-fuse-silu", "mlir::ModuleOp"> {
+  let summary = "Replaces x * sigmoid(x) (torch's SiLU as exported) with cdp.silu";
+  let description = [{
+    Matches `mul(x, sigmoid(x))` (operands in either order, no
+    `round_result`, float32) where the sigmoid feeds the product only, and
+    replaces both with one `cdp.silu` with the product's location: the same
+    forward values, a gradient that reads `x` alone. Runs on the forward
+    graph after autocast and before autodiff: where autocast rounds the
+    sigmoid's values (bf16, fp16) the sigmoid feeds its rounding, not the
+    product, and the pair stays as exported, each result rounded.
+  }];
+  let dependentDialects = ["cdp::CDPDialect"];
+}
+
 def FuseSoftmaxBias : Pass<"cdp-fuse-softmax-bias", "mlir::ModuleOp"> {
   let summary = "Gives a softmax the addend of the sum it reads (attention's mask) as its bias";
   let description = [{

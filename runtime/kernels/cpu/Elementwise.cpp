@@ -4,10 +4,10 @@
 #include "CpuKernels.h"
 #include "cdp/Runtime/OpTable.h"
 
+#include "../Activations.h"
 #include "../DropoutStream.h"
 #include "../NarrowFloat.h"
 #include "../NarrowOperands.h"
-#include "../Relu.h"
 
 #include <cmath>
 
@@ -169,8 +169,8 @@ static void registerArithmetic(KernelRegistry &registry) {
   addUnary(registry, "relu", [](float x) { return reluOf(x); });
   addUnary(registry, "erf", [](float x) { return std::erf(x); });
   addUnary(registry, "tanh", [](float x) { return std::tanh(x); });
-  addUnary(registry, "sigmoid",
-           [](float x) { return 1.0f / (1.0f + std::exp(-x)); });
+  addUnary(registry, "sigmoid", [](float x) { return sigmoidOf(x); });
+  addUnary(registry, "silu", [](float x) { return siluOf(x); });
   addUnary(registry, "sqrt", [](float x) { return std::sqrt(x); });
   addUnary(registry, "reciprocal", [](float x) { return 1.0f / x; });
   addUnary(registry, "sin", [](float x) { return std::sin(x); });
@@ -343,6 +343,8 @@ unaryGrad(const KernelArgs &args) {
     });
   if (kind == "sigmoid")
     return loop([](float g, float y) { return g * y * (1.0f - y); });
+  if (kind == "silu")
+    return loop([](float g, float x) { return siluGradOf(g, x); });
   if (kind == "tanh")
     return loop([](float g, float y) { return g * (1.0f - y * y); });
   if (kind == "sqrt")

@@ -9,7 +9,7 @@
 
 #include "../MatMulGeometry.h"
 #include "../NarrowOperands.h"
-#include "../Relu.h"
+#include "../Activations.h"
 #include "CpuKernels.h"
 #include "SmallMatMul.h"
 #include "cdp/Runtime/OpTable.h"

@@ -10,10 +10,10 @@
 #include "Reduce.cuh"
 #include "cdp/Runtime/OpTable.h"
 
+#include "../Activations.h"
 #include "../DropoutStream.h"
 #include "../NarrowFloat.h"
 #include "../NarrowOperands.h"
-#include "../Relu.h"
 
 #include <functional>
 
@@ -138,7 +138,8 @@ enum class UnaryOp {
   Exp,
   Log,
   RoundBfloat16,
-  RoundFloat16
+  RoundFloat16,
+  Silu
 };
 
 __device__ float applyUnary(UnaryOp op, float x, float p, float q) {
@@ -150,7 +151,9 @@ __device__ float applyUnary(UnaryOp op, float x, float p, float q) {
   case UnaryOp::Tanh:
     return tanhf(x);
   case UnaryOp::Sigmoid:
-    return 1.0f / (1.0f + expf(-x));
+    return sigmoidOf(x);
+  case UnaryOp::Silu:
+    return siluOf(x);
   case UnaryOp::Sqrt:
     return sqrtf(x);
   case UnaryOp::HardSwish:
@@ -236,7 +239,8 @@ enum class GradOp {
   Cos,
   Abs,
   Exp,
-  Log
+  Log,
+  Silu
 };
 
 __device__ float applyGrad(GradOp op, float g, float x, float p, float q) {
@@ -266,6 +270,8 @@ __device__ float applyGrad(GradOp op, float g, float x, float p, float q) {
     return x < -3.0f ? 0.0f : x <= 3.0f ? g * (x / 3.0f + 0.5f) : g;
   case GradOp::Sigmoid:
     return g * x * (1.0f - x);
+  case GradOp::Silu:
+    return siluGradOf(g, x);
   case GradOp::Tanh:
     return g * (1.0f - x * x);
   case GradOp::Reciprocal: // x holds the result y here
@@ -317,7 +323,8 @@ GradOp gradOf(const KernelArgs &args, const std::string &kind) {
       {"cos", GradOp::Cos},
       {"abs", GradOp::Abs},
       {"exp", GradOp::Exp},
-      {"log", GradOp::Log}};
+      {"log", GradOp::Log},
+      {"silu", GradOp::Silu}};
   for (auto [name, op] : kinds)
     if (kind == name)
       return op;
@@ -394,6 +401,7 @@ void registerActivations(KernelRegistry &registry) {
   addUnary(registry, "sigmoid", fixed(UnaryOp::Sigmoid));
   addUnary(registry, "sqrt", fixed(UnaryOp::Sqrt));
   addUnary(registry, "hard_swish", fixed(UnaryOp::HardSwish));
+  addUnary(registry, "silu", fixed(UnaryOp::Silu));
   addUnary(registry, "reciprocal", fixed(UnaryOp::Reciprocal));
   addUnary(registry, "sin", fixed(UnaryOp::Sin));
   addUnary(registry, "cos", fixed(UnaryOp::Cos));

@@ -15,7 +15,7 @@
 #include "../../device/Cublas.h"
 #include "../MatMulGeometry.h"
 #include "../NarrowOperands.h"
-#include "../Relu.h"
+#include "../Activations.h"
 #include "CudaKernels.h"
 #include "Reduce.cuh"
 #include "cdp/Runtime/OpTable.h"

@@ -468,6 +468,16 @@ def CDP_HardSwishOp : CDP_ActivationOp<"hard_swish", "HardSwish", "hard_swish"> 
   let description = "ONNX `HardSwish`: `x * max(0, min(1, x / 6 + 1 / 2))`.";
 }
 
+def CDP_SiluOp : CDP_ActivationOp<"silu", "SiLU", "silu"> {
+  let summary = "element-wise x * sigmoid(x) (torch's SiLU)";
+  let description = [{
+    `x * sigmoid(x)`, which exporters write as ONNX `Sigmoid` then `Mul`
+    and cdp-fuse-silu makes one op (Llama's MLP): its gradient reads `x`
+    (PyTorch's `silu_backward`), so neither the sigmoid's values nor the
+    product's operands are kept for the backward.
+  }];
+}
+
 def CDP_GeluOp : CDP_BaseOp<"gelu", [CDP_ElementwiseInPlace, CDP_Differentiable, Pure, InferTypeOpAdaptor]> {
   let summary = "Gaussian error linear unit (ONNX Gelu)";
   let description = [{
