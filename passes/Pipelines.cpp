@@ -141,7 +141,7 @@ void buildTrainingPipeline(OpPassManager &pm,
   }
   if (config.fuse) {
     pm.addPass(createFuseGradientSums());
-    pm.addPass(createFuseProductRelu());
+    pm.addPass(createFuseRelu());
   }
   InsertOptimizerOptions optimizer;
   optimizer.optimizer = config.optimizer;

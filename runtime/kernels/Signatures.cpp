@@ -189,6 +189,9 @@ void batchNorm(const Check &c) {
     c.count(c.in(k), x.shape[1]);
   for (size_t k = 1; k < 3; ++k)
     c.count(c.out(k), x.shape[1]);
+  std::string activation = c.text("activation", "");
+  c.require(activation.empty() || activation == "relu",
+            "activation \"" + activation + "\" is not \"relu\"");
 }
 
 void batchNormGrad(const Check &c) {

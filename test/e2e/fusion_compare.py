@@ -3,7 +3,7 @@
 e2e model: 3 SGD steps from the same weights and data; every parameter must
 agree within 1e-5 (absolute, + 1e-4 relative). Prints how many ops the
 fusion passes made (layer_norm, gelu, attention), the transposes left of the unfused
-plan's, the unfused plan's ReLUs its products apply (cdp-fuse-product-relu), and the
+plan's, the unfused plan's ReLUs a product or batch norm applies (cdp-fuse-relu), and the
 largest difference.
 
 Usage: fusion_compare.py BIN_DIR WORK_DIR MODEL
@@ -40,7 +40,7 @@ for variant, extra in (("fused", []), ("unfused", ["--no-fusion"])):
                           text=True).stdout
     ops[variant] = {op: text.count("cdp.%s " % op) for op in ("layer_norm", "gelu", "attention",
                                                                "transpose", "relu")}
-    ops[variant]["relu_products"] = text.count('activation = "relu"')
+    ops[variant]["relu_fused"] = text.count('activation = "relu"')
     out = os.path.join(work, variant)
     subprocess.run([os.path.join(bin_dir, "cdp-run"), plan, "--feed",
                     "input=" + os.path.join(work, "x.npy"), "--feed",
@@ -52,7 +52,7 @@ worst = max(float(np.abs(params["fused"][k] - params["unfused"][k]).max()) for k
 same = all(np.allclose(params["fused"][k], params["unfused"][k], atol=1e-5, rtol=1e-4)
            for k in params["fused"])
 print("%s: %d layer_norm, %d gelu, %d attention fused, transposes %d of %d, "
-      "relus %d of %d in products, %s (largest difference %.1e)" %
+      "relus %d of %d fused, %s (largest difference %.1e)" %
       (name, ops["fused"]["layer_norm"], ops["fused"]["gelu"], ops["fused"]["attention"],
-       ops["fused"]["transpose"], ops["unfused"]["transpose"], ops["fused"]["relu_products"],
+       ops["fused"]["transpose"], ops["unfused"]["transpose"], ops["fused"]["relu_fused"],
        ops["unfused"]["relu"], "within 1e-5" if same else "DIFFERENT", worst))

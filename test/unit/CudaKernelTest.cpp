@@ -479,7 +479,7 @@ std::vector<Case> linalgCases() {
        {f32({33, 24})},
        {attr("trans_a", 1), attr("trans_b", 1)},
        1e-5},
-      // activation "relu" (cdp-fuse-product-relu): with a bias, cuBLASLt's
+      // activation "relu" (cdp-fuse-relu): with a bias, cuBLASLt's
       // RELU_BIAS epilogue; without one, a kernel after cuBLAS.
       {"gemm_relu_bias",
        "gemm",
@@ -684,6 +684,8 @@ std::vector<Case> normalizationCases() {
   std::vector<plan::Attribute> norm = {
       real("epsilon", 1e-5), real("momentum", 0.9), attr("training_mode", 1),
       attr("unbiased_running_var", 1)};
+  std::vector<plan::Attribute> withRelu = norm;
+  withRelu.push_back(text("activation", "relu"));
   return {
       {"batch_norm",
        "batch_norm",
@@ -691,6 +693,13 @@ std::vector<Case> normalizationCases() {
         f32({3}, Fill::Positive)},
        {f32({4, 3, 5, 5}), f32({3}), f32({3})},
        norm},
+      // cdp-fuse-relu's: the ReLU applied by the element-wise pass.
+      {"batch_norm_relu",
+       "batch_norm",
+       {f32({4, 3, 5, 5}), f32({3}), f32({3}), f32({3}),
+        f32({3}, Fill::Positive)},
+       {f32({4, 3, 5, 5}), f32({3}), f32({3})},
+       withRelu},
       {"batch_norm_grad",
        "batch_norm_grad",
        {f32({4, 3, 5, 5}), f32({4, 3, 5, 5}), f32({3}), f32({3}),

@@ -308,6 +308,14 @@ static LogicalResult verifyNarrowProduct(Operation *op,
   return success();
 }
 
+LogicalResult BatchNormOp::verify() {
+  std::optional<StringRef> activation = getActivation();
+  if (activation && *activation != "relu")
+    return emitOpError("activation must be \"relu\", not \"")
+           << *activation << "\"";
+  return success();
+}
+
 LogicalResult GemmOp::verify() {
   if (std::optional<StringRef> activation = getActivation()) {
     if (*activation != "relu")

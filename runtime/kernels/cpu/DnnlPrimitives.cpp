@@ -235,7 +235,7 @@ private:
 void registerDnnlPrimitives(KernelRegistry &registry) {
   wrap(registry, "batch_norm",
        [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
-         if (args.i("training_mode", 0) != 0)
+         if (args.i("training_mode", 0) != 0 || args.find("activation"))
            return nullptr; // the project kernel (see BatchNormInference)
          return std::make_unique<BatchNormInference>(args);
        });

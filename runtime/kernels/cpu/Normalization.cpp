@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "../Activations.h"
 #include "CpuKernels.h"
 #include "cdp/Runtime/OpTable.h"
 
@@ -83,6 +84,7 @@ static void registerBatchNorm(KernelRegistry &registry) {
     double epsilon = attrs.epsilon, momentum = attrs.momentum;
     bool training = attrs.training_mode;
     bool unbiased = attrs.unbiased_running_var;
+    bool relu = attrs.activation.value_or("") == "relu";
     ChannelView v(x.shape);
     return [=](const StepContext &) {
 #pragma omp parallel for
@@ -107,8 +109,10 @@ static void registerBatchNorm(KernelRegistry &registry) {
         for (int64_t n = 0; n < v.batch; ++n) {
           const float *in = x.f32() + v.run(n, c);
           float *out = y.f32() + v.run(n, c);
-          for (int64_t i = 0; i < v.spatial; ++i)
-            out[i] = static_cast<float>(in[i] * a + b);
+          for (int64_t i = 0; i < v.spatial; ++i) {
+            float value = static_cast<float>(in[i] * a + b);
+            out[i] = relu ? reluOf(value) : value;
+          }
         }
       }
     };

@@ -10,6 +10,7 @@
 #include "Reduce.cuh"
 #include "cdp/Runtime/OpTable.h"
 
+#include "../Activations.h"
 #include "../NarrowOperands.h"
 
 namespace cdp::runtime::cuda {
@@ -52,11 +53,12 @@ __global__ void batchNormCoefficientsKernel(
 
 __global__ void batchNormApplyKernel(const float *x, float *y, int64_t n,
                                      IndexMap channelOf,
-                                     const double *coefficients) {
+                                     const double *coefficients, bool relu) {
   CDP_FOR_EACH(i, n) {
     int64_t c = channelOf(i);
-    y[i] = static_cast<float>(x[i] * coefficients[2 * c] +
-                              coefficients[2 * c + 1]);
+    float value = static_cast<float>(x[i] * coefficients[2 * c] +
+                                     coefficients[2 * c + 1]);
+    y[i] = relu ? reluOf(value) : value;
   }
 }
 
@@ -305,7 +307,8 @@ void registerBatchNorm(KernelRegistry &registry) {
               sums->buffer(2), p);
           if (n)
             batchNormApplyKernel<<<blocksFor(n), kThreads, 0, stream>>>(
-                x.f32(), y.f32(), n, channelOf, sums->buffer(2));
+                x.f32(), y.f32(), n, channelOf, sums->buffer(2),
+                attrs.activation.value_or("") == "relu");
           launched("batch_norm");
         };
       });

@@ -163,7 +163,7 @@ def CDP_GemmOp : CDP_Op<"gemm", [CDP_Differentiable]> {
     result to that format as a `cdp.round_to` after the op would; with it
     and `narrow_operands` of that format the result may be a tensor of the
     format (cdp-narrow-results: where every reader takes 2-byte values).
-    `activation` ("relu", set by cdp-fuse-product-relu on float32 products
+    `activation` ("relu", set by cdp-fuse-relu on float32 products
     without `round_result`) applies `relu` to each value as it is written,
     as a `cdp.relu` after the op would.
   }];
@@ -285,16 +285,21 @@ def CDP_BatchNormOp : CDP_Op<"batch_norm", [CDP_Differentiable]> {
     `running = momentum * running + (1 - momentum) * batch`; the batch
     variance entering `running_var` is the biased one (ONNX) unless
     `unbiased_running_var` (PyTorch). In inference mode the running results
-    equal `mean` and `var`.
+    equal `mean` and `var`. `activation` ("relu", set by cdp-fuse-relu on a
+    training-mode batch norm, kept by the evaluation's inference-mode copy)
+    applies `relu` to each output value as it is written, as a `cdp.relu`
+    after the op would.
   }];
   let arguments = (ins CDP_F32Tensor:$input, CDP_F32Tensor:$scale, CDP_F32Tensor:$bias,
                        CDP_F32Tensor:$mean, CDP_F32Tensor:$var,
                        DefaultValuedAttr<F32Attr, "1e-5f">:$epsilon,
                        DefaultValuedAttr<F32Attr, "0.9f">:$momentum,
                        DefaultValuedAttr<BoolAttr, "false">:$training_mode,
-                       DefaultValuedAttr<BoolAttr, "false">:$unbiased_running_var);
+                       DefaultValuedAttr<BoolAttr, "false">:$unbiased_running_var,
+                       OptionalAttr<StrAttr>:$activation);
   let results = (outs CDP_F32Tensor:$output, CDP_F32Tensor:$running_mean,
                       CDP_F32Tensor:$running_var);
+  let hasVerifier = 1;
 }
 
 def CDP_LayerNormOp : CDP_Op<"layer_norm", [CDP_Differentiable]> {

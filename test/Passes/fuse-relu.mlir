@@ -1,11 +1,12 @@
-// RUN: cdp-opt %s -split-input-file -verify-diagnostics -cdp-fuse-product-relu | FileCheck %s
+// RUN: cdp-opt %s -split-input-file -verify-diagnostics -cdp-fuse-relu | FileCheck %s
 
-// Tests that a float32 gemm applies the ReLU that reads its result when
-// the ReLU's gradients are its result's only other readers: the gradients
-// then read the ReLU's output (positive exactly where its input is), the
-// ReLU is gone. And that nothing fuses where the result has another
-// reader, is read as a gradient's incoming gradient, is rounded, or where
-// the ReLU runs in another stage.
+// Tests that a float32 gemm or a training batch norm applies the ReLU that
+// reads its result when the ReLU's gradients are its result's only other
+// readers: the gradients then read the ReLU's output (positive exactly
+// where its input is), the ReLU is gone. And that nothing fuses where the
+// result has another reader, is read as a gradient's incoming gradient, is
+// rounded, where the ReLU runs in another stage, or after an inference
+// batch norm.
 
 // CHECK-LABEL: func.func @linear_relu
 // CHECK: %[[Y:.+]] = cdp.gemm %arg0, %arg1, %arg2 {activation = "relu", cdp.stage = 1 : i64, trans_b = true}
@@ -66,6 +67,32 @@ func.func @other_stage(%x: tensor<4x8xf32>, %w: tensor<8x6xf32>) -> tensor<4x6xf
   %pre = cdp.gemm %x, %w {cdp.stage = 1 : i64} : (tensor<4x8xf32>, tensor<8x6xf32>) -> tensor<4x6xf32>
   %y = cdp.relu %pre {cdp.stage = 2 : i64} : tensor<4x6xf32>
   return %y : tensor<4x6xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @batch_norm_relu
+// CHECK: %[[Y:.+]], %{{.+}}, %{{.+}} = cdp.batch_norm %arg0, %arg1, %arg1, %arg1, %arg1 {activation = "relu", training_mode = true}
+// CHECK-NOT: cdp.relu
+// CHECK: %[[DX:.+]] = cdp.unary_grad %arg2, %[[Y]] {kind = "relu"}
+// CHECK: return %[[Y]], %[[DX]]
+func.func @batch_norm_relu(%x: tensor<2x3x4x4xf32>, %p: tensor<3xf32>, %dy: tensor<2x3x4x4xf32>) -> (tensor<2x3x4x4xf32>, tensor<2x3x4x4xf32>) {
+  %pre, %m, %v = cdp.batch_norm %x, %p, %p, %p, %p {training_mode = true} : (tensor<2x3x4x4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) -> (tensor<2x3x4x4xf32>, tensor<3xf32>, tensor<3xf32>)
+  %y = cdp.relu %pre : tensor<2x3x4x4xf32>
+  %dx = cdp.unary_grad %dy, %pre {kind = "relu"} : (tensor<2x3x4x4xf32>, tensor<2x3x4x4xf32>) -> tensor<2x3x4x4xf32>
+  return %y, %dx : tensor<2x3x4x4xf32>, tensor<2x3x4x4xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @inference_batch_norm
+// CHECK: cdp.batch_norm
+// CHECK-NOT: activation
+// CHECK: cdp.relu
+func.func @inference_batch_norm(%x: tensor<2x3x4x4xf32>, %p: tensor<3xf32>) -> tensor<2x3x4x4xf32> {
+  %pre, %m, %v = cdp.batch_norm %x, %p, %p, %p, %p : (tensor<2x3x4x4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) -> (tensor<2x3x4x4xf32>, tensor<3xf32>, tensor<3xf32>)
+  %y = cdp.relu %pre : tensor<2x3x4x4xf32>
+  return %y : tensor<2x3x4x4xf32>
 }
 
 // -----

@@ -1,0 +1,95 @@
+//===- FuseRelu.cpp - a ReLU applied by the op that writes its input ------===//
+//
+// A Linear (or a batch norm) followed by ReLU wrote its result, read it to
+// write the ReLU's, and kept its result for the backward, whose ReLU
+// gradient read it (dx = dy where x > 0). Since relu(x) > 0 exactly where
+// x > 0 (a NaN is neither), the gradient may read the ReLU's output
+// instead; then nothing but the ReLU reads the result, and the op applies
+// the ReLU as it writes (`activation = "relu"`; a cuBLASLt epilogue, or the
+// batch norm's own kernel, on GPUs): one pass over the result and one
+// activation buffer fewer per layer. A batch norm's own gradient reads its
+// input, not its result. Float32 results only: a rounded or 2-byte result
+// is left as it is; and training-mode batch norms (the evaluation's keeps
+// oneDNN's kernel on the CPU).
+//
+//===----------------------------------------------------------------------===//
+
+#include "cdp/Dialect/Graph/GraphOps.h"
+#include "cdp/Passes/Passes.h"
+
+namespace cdp {
+#define GEN_PASS_DEF_FUSERELU
+#include "cdp/Passes/Passes.h.inc"
+} // namespace cdp
+
+using namespace mlir;
+using namespace cdp;
+
+namespace {
+
+/// Whether `value` is a float32 tensor.
+bool isFloat32(Value value) {
+  auto type = dyn_cast<RankedTensorType>(value.getType());
+  return type && type.getElementType().isF32();
+}
+
+/// Whether `op` may apply a ReLU to its first result: a float32 gemm
+/// without rounding, or a training batch norm.
+bool canApplyRelu(Operation *op) {
+  if (op->hasAttr("activation") || !isFloat32(op->getResult(0)))
+    return false;
+  if (auto product = dyn_cast<GemmOp>(op))
+    return !product.getNarrowOperands() && !product.getRoundResult();
+  if (auto norm = dyn_cast<BatchNormOp>(op))
+    return norm.getTrainingMode();
+  return false;
+}
+
+/// The ReLU `op` can apply itself: the one ReLU of its first result, in
+/// its stage, where every other reader is a ReLU gradient reading the
+/// result as its saved input; else null.
+ReluOp fusableRelu(Operation *op) {
+  if (!canApplyRelu(op))
+    return nullptr;
+  ReluOp relu;
+  for (OpOperand &use : op->getResult(0).getUses()) {
+    Operation *reader = use.getOwner();
+    if (auto found = dyn_cast<ReluOp>(reader)) {
+      if (relu)
+        return nullptr;
+      relu = found;
+      continue;
+    }
+    auto grad = dyn_cast<UnaryGradOp>(reader);
+    if (!grad || grad.getKind() != "relu" ||
+        use.getOperandNumber() != grad.getSavedMutable().getOperandNumber())
+      return nullptr;
+  }
+  if (!relu || !isFloat32(relu.getOutput()) ||
+      relu->getAttr("cdp.stage") != op->getAttr("cdp.stage"))
+    return nullptr;
+  return relu;
+}
+
+struct FuseReluPass : public cdp::impl::FuseReluBase<FuseReluPass> {
+  void runOnOperation() override {
+    SmallVector<std::pair<Operation *, ReluOp>> fusions;
+    getOperation().walk([&](Operation *op) {
+      if (isa<GemmOp, BatchNormOp>(op))
+        if (ReluOp relu = fusableRelu(op))
+          fusions.push_back({op, relu});
+    });
+    for (auto [op, relu] : fusions) {
+      Value result = op->getResult(0);
+      // The gradients read the ReLU's output, the same mask.
+      result.replaceUsesWithIf(relu.getOutput(), [&](OpOperand &use) {
+        return use.getOwner() != relu.getOperation();
+      });
+      op->setAttr("activation", StringAttr::get(op->getContext(), "relu"));
+      relu.getOutput().replaceAllUsesWith(result);
+      relu->erase();
+    }
+  }
+};
+
+} // namespace
