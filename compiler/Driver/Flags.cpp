@@ -347,9 +347,11 @@ cl::opt<bool> noFusion(
     "no-fusion",
     cl::desc("Compile the model's ops as exported, without the fusion passes "
              "(a decomposed LayerNorm into one layer_norm, attention into "
-             "one op, the loss's log-probabilities recomputed in its "
-             "gradient instead of kept, Transposes into the matrix products "
-             "that read them); for comparing results and speed"),
+             "one op, x * sigmoid(x) into one silu, the loss's "
+             "log-probabilities recomputed in its gradient instead of kept, "
+             "Transposes into the matrix products that read them, a ReLU "
+             "applied by the Gemm or batch norm before it); for comparing "
+             "results and speed"),
     cl::init(false), cl::cat(category));
 cl::opt<std::string> clipGradNorm(
     "clip-grad-norm",
