@@ -13,9 +13,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "../../device/Cublas.h"
+#include "../Activations.h"
 #include "../MatMulGeometry.h"
 #include "../NarrowOperands.h"
-#include "../Activations.h"
 #include "CudaKernels.h"
 #include "Reduce.cuh"
 #include "cdp/Runtime/OpTable.h"
@@ -454,8 +454,10 @@ biasEpilogueOf(const KernelArgs &args, const GemmGeometry &g,
   }
   auto epilogue =
       std::make_shared<BiasEpilogue>(device, p, aAt, bAt, bias, y.data);
-  if (!epilogue->usable())
+  if (!epilogue->usable()) {
+    narrowBias.reset(); // the gemm runs as before: no bias of its own
     return nullptr;
+  }
   CudaDevice::countEpilogue();
   return epilogue;
 }
