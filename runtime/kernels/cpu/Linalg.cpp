@@ -7,9 +7,9 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "../Activations.h"
 #include "../MatMulGeometry.h"
 #include "../NarrowOperands.h"
-#include "../Activations.h"
 #include "CpuKernels.h"
 #include "SmallMatMul.h"
 #include "cdp/Runtime/OpTable.h"
