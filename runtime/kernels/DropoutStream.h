@@ -11,12 +11,20 @@
 
 #include "HostDevice.h"
 #include "cdp/Runtime/Kernel.h"
+#include "cdp/Runtime/OpTable.h"
 
 #include <cstdint>
 #include <functional>
 #include <string>
 
 namespace cdp::runtime {
+
+/// dropout_grad's scale of a kept gradient, 1 / (1 - ratio), as the
+/// forward scaled the values it kept.
+inline float dropoutGradKeepScale(const KernelArgs &args) {
+  return 1.0f / (1.0f - static_cast<float>(
+                            ops::DropoutGradAttributes::read(args).ratio));
+}
 
 /// A uniform number in [0, 1) from the step's seed, the instruction's
 /// stream and the element's index.

@@ -400,9 +400,7 @@ static void registerConversions(KernelRegistry &registry) {
     return narrowResultKernel(args, [](const KernelArgs &args) {
       TensorView dy = args.inputs[0], mask = args.inputs[1],
                  dx = args.outputs[0];
-      float keepScale =
-          1.0f / (1.0f - static_cast<float>(
-                             ops::DropoutGradAttributes::read(args).ratio));
+      float keepScale = dropoutGradKeepScale(args);
       int64_t n = dx.numel();
       return [=](const StepContext &) {
         for (int64_t i = 0; i < n; ++i)

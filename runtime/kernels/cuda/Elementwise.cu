@@ -485,9 +485,7 @@ void registerDropout(KernelRegistry &registry) {
       [](const KernelArgs &args) {
         TensorView dy = args.inputs[0], mask = args.inputs[1],
                    dx = args.outputs[0];
-        float keepScale =
-            1.0f / (1.0f - static_cast<float>(
-                               ops::DropoutGradAttributes::read(args).ratio));
+        float keepScale = dropoutGradKeepScale(args);
         int64_t n = dx.numel();
         NarrowFormat rounding = roundingOf(args);
         bool twoBytes = storedInTwoBytes(dx);
