@@ -701,6 +701,17 @@ private:
   bool updated = false; ///< this step's update done by the kernel ahead
 };
 
+/// The updated pieces of a device's shard copied into `shard`, which is
+/// sent to the other devices (ZeRO's gather, the replicas' exchange).
+void copyOwnPieces(const std::vector<DeviceUpdater::Range> &ranges,
+                   float *shard, cudaStream_t stream) {
+  for (const DeviceUpdater::Range &range : ranges)
+    checkCuda(cudaMemcpyAsync(shard + range.offset, range.p,
+                              range.n * sizeof(float), cudaMemcpyDeviceToDevice,
+                              stream),
+              "a shard's updated pieces");
+}
+
 /// A sharded update's state for checkpoints: the count and the shard's
 /// moments, with where each piece of the shard lies in the stage.
 KernelState shardStateOf(DeviceUpdater &updater, const ShardLayout &layout,
@@ -757,11 +768,7 @@ public:
     updater->step(stream, ranges, rules.front());
     if (zero == 3)
       return;
-    for (const DeviceUpdater::Range &range : ranges)
-      checkCuda(cudaMemcpyAsync(own->as<float>() + range.offset, range.p,
-                                range.n * sizeof(float),
-                                cudaMemcpyDeviceToDevice, stream),
-                "shard_update");
+    copyOwnPieces(ranges, own->as<float>(), stream);
     if (!comm->allGather(
             tags::collectives::shardGather(context.step, stage),
             {plan::F32, own->as<float>(), layout->shardSize(), link},
@@ -850,8 +857,7 @@ public:
   void run(const StepContext &context) override {
     cudaStream_t stream = streamOf(context);
     updater->step(stream, ranges, rules.front());
-    for (const DeviceUpdater::Range &range : ranges)
-      copyOnDevice(own->as<float>() + range.offset, range.p, range.n, stream);
+    copyOwnPieces(ranges, own->as<float>(), stream);
     int64_t tag = tags::replicaShard(context.step, stage),
             tau = timeStep + cycle * context.step, size = layout->shardSize();
     for (size_t q = 0; q < peers.size(); ++q)
@@ -870,9 +876,11 @@ public:
       // overwrites `received`.
       for (const ShardLayout::Piece &piece :
            layout->pieces(static_cast<int>(q)))
-        copyOnDevice(params[piece.tensor].f32() + piece.offset,
-                     received->as<float>() + piece.shardOffset, piece.length,
-                     stream);
+        checkCuda(cudaMemcpyAsync(params[piece.tensor].f32() + piece.offset,
+                                  received->as<float>() + piece.shardOffset,
+                                  piece.length * sizeof(float),
+                                  cudaMemcpyDeviceToDevice, stream),
+                  "a replica's updated shard");
     }
   }
 
@@ -887,12 +895,6 @@ public:
 
 private:
   int shard() const { return static_cast<int>(replica); }
-  static void copyOnDevice(float *to, const float *from, int64_t n,
-                           cudaStream_t stream) {
-    checkCuda(cudaMemcpyAsync(to, from, n * sizeof(float),
-                              cudaMemcpyDeviceToDevice, stream),
-              "replica_shard_update");
-  }
 
   int64_t replica;
   std::vector<int64_t> peers;
