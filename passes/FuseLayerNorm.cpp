@@ -15,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cdp/Dialect/Graph/GraphOps.h"
+#include "cdp/Passes/NormalizedAxes.h"
 #include "cdp/Passes/Passes.h"
 #include "cdp/Passes/SplatConstant.h"
 
@@ -34,27 +35,6 @@ namespace {
 /// `value`'s only user, or null.
 Operation *onlyUser(Value value) {
   return value.hasOneUse() ? *value.getUsers().begin() : nullptr;
-}
-
-/// The axis the reduction normalises from: its axes must be the trailing
-/// dimensions k..r-1, kept.
-std::optional<int64_t> trailingAxis(ReduceMeanOp mean) {
-  auto type = cast<RankedTensorType>(mean.getInput().getType());
-  ArrayRef<int64_t> axes = mean.getAxes();
-  if (!mean.getKeepdims() || axes.empty())
-    return std::nullopt;
-  int64_t first = type.getRank() - static_cast<int64_t>(axes.size());
-  for (auto [i, axis] : llvm::enumerate(axes))
-    if (axis != first + static_cast<int64_t>(i))
-      return std::nullopt;
-  return first;
-}
-
-/// A parameter-like operand (gamma or beta) shaped exactly as the
-/// normalised dimensions.
-bool shapedAsNormalised(Value value, RankedTensorType x, int64_t axis) {
-  auto type = dyn_cast<RankedTensorType>(value.getType());
-  return type && type.getShape() == x.getShape().drop_front(axis);
 }
 
 /// The decomposed LayerNorm ending in `add` (y = n * gamma + beta), as the
@@ -137,7 +117,8 @@ struct FuseLayerNormPass
       auto fused = builder.create<LayerNormOp>(
           add.getLoc(), TypeRange{type, stats, stats}, match->x, match->gamma,
           match->beta, builder.getI64IntegerAttr(match->axis),
-          builder.getF32FloatAttr(match->epsilon), /*round_result=*/nullptr);
+          builder.getF32FloatAttr(match->epsilon), /*round_result=*/nullptr,
+          /*rms=*/builder.getBoolAttr(false));
       add.getOutput().replaceAllUsesWith(fused.getOutput());
       for (Operation *op : match->chain)
         op->erase();

@@ -68,7 +68,7 @@ int64_t bytesOf(Value value) {
 /// estimate counts them: without recomputation every forward result is
 /// stashed per micro-batch in flight; with it (cdp-recompute) a stage
 /// stashes what leaves it and what the mode keeps inside (layer: each
-/// layer's input; selective: all but element-wise, softmax and
+/// layer's input; selective: all but element-wise, softmax, norm and
 /// activation-by-activation products), and the backward recomputes the
 /// rest of one micro-batch's forward at a time.
 class ActivationEstimate {

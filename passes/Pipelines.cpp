@@ -93,6 +93,7 @@ void buildTrainingPipeline(OpPassManager &pm,
   if (config.fuse) {
     pm.addPass(createFoldIdentityDropout());
     pm.addPass(createFuseLayerNorm());
+    pm.addPass(createFuseRmsNorm());
     pm.addPass(createFuseGelu());
   }
   AttachLossOptions loss;

@@ -124,8 +124,8 @@ struct RecomputePass : public cdp::impl::RecomputeBase<RecomputePass> {
     return false;
   }
 
-  /// Megatron's selective recompute: element-wise results, softmax and
-  /// attention's products of two activations (QK^T, the scores times V),
+  /// Megatron's selective recompute: element-wise results, softmax, norms
+  /// and attention's products of two activations (QK^T, the scores times V),
   /// each only where what it reads lives into the backward anyway (a
   /// parameter, an input, a value the backward reads, or another such
   /// clone): recomputing a bias add from its product would keep the

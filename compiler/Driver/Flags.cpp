@@ -217,8 +217,9 @@ cl::opt<std::string> recompute(
              "every strategy, the same results bit for bit. stage keeps "
              "each stage's inputs; layer the inputs of each layer (a "
              "transformer block is two: attention, MLP); selective all but "
-             "element-wise and softmax results (Megatron's selective "
-             "recompute). --report shows the activation bytes saved and "
+             "element-wise, softmax and layer-norm results and attention's "
+             "products (Megatron's selective recompute). --report shows the "
+             "activation bytes saved and "
              "the step time it costs"),
     cl::value_desc("none|stage|layer|selective"), cl::init("none"),
     cl::cat(category));
@@ -346,7 +347,8 @@ cl::opt<std::string> warmupStartFactor(
 cl::opt<bool> noFusion(
     "no-fusion",
     cl::desc("Compile the model's ops as exported, without the fusion passes "
-             "(a decomposed LayerNorm into one layer_norm, attention into "
+             "(a decomposed LayerNorm or RMSNorm into one layer_norm, "
+             "attention into "
              "one op, x * sigmoid(x) into one silu, the loss's "
              "log-probabilities recomputed in its gradient instead of kept, "
              "Transposes into the matrix products that read them, a ReLU "

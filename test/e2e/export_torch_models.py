@@ -11,6 +11,9 @@ user exporting for training would):
   transformer  one nn.TransformerEncoderLayer (input (S, N, E), dropout 0)
   gelu         an MLP with both GELUs (erf, then tanh), which torch exports
                decomposed below opset 20 (not exported by default)
+  rmsnorm      Linear, Llama's RMSNorm (a module of its own, exported as
+               Pow, ReduceMean, Add, Sqrt, Div, Mul, Cast, Mul), Linear
+               (not exported by default)
 """
 
 import os
@@ -41,6 +44,33 @@ class GeluMLP(nn.Module):
 
     def forward(self, x):
         return self.fc3(self.act2(self.fc2(self.act1(self.fc1(x)))))
+
+
+class RMSNorm(nn.Module):
+    """transformers' LlamaRMSNorm, line for line."""
+
+    def __init__(self, size, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size) + 0.1 * torch.randn(size))
+        self.eps = eps
+
+    def forward(self, x):
+        dtype = x.dtype
+        x = x.to(torch.float32)
+        variance = x.pow(2).mean(-1, keepdim=True)
+        x = x * torch.rsqrt(variance + self.eps)
+        return self.weight * x.to(dtype)
+
+
+class RmsNormMLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(784, 64)
+        self.norm = RMSNorm(64)
+        self.fc2 = nn.Linear(64, 10)
+
+    def forward(self, x):
+        return self.fc2(self.norm(self.fc1(x)))
 
 
 class LeNet(nn.Module):
@@ -113,6 +143,8 @@ def build(name, batch=8):
         return MLP(), torch.randn(batch, 784), {"input": {0: "batch"}}
     if name == "gelu":
         return GeluMLP(), torch.randn(batch, 784), None
+    if name == "rmsnorm":
+        return RmsNormMLP(), torch.randn(batch, 784), None
     if name == "lenet":
         return LeNet(), torch.randn(batch, 1, 28, 28), None
     if name == "resnet":

@@ -719,6 +719,20 @@ std::vector<Case> normalizationCases() {
        {stored({6, 8, 32}, plan::BF16), f32({6, 8, 1}), f32({6, 8, 1})},
        {attr("axis", -1), real("epsilon", 1e-5), text("round_result", "bf16")},
        1e-2},
+      // RMSNorm: no mean subtracted (the mean result all zeros), no bias.
+      {"layer_norm_rms",
+       "layer_norm",
+       {f32({6, 8, 32}), f32({32})},
+       {f32({6, 8, 32}), f32({6, 8, 1}), f32({6, 8, 1})},
+       {attr("axis", -1), real("epsilon", 1e-6), attr("rms", 1)}},
+      // Its gradient reads no mean (the operand here is not zeros: a kernel
+      // reading it would differ from the CPU's).
+      {"layer_norm_grad_rms",
+       "layer_norm_grad",
+       {f32({6, 8, 32}), f32({6, 8, 32}), f32({32}), f32({6, 8, 1}),
+        f32({6, 8, 1}, Fill::Positive)},
+       {f32({6, 8, 32}), f32({32}), f32({32})},
+       {attr("axis", -1), attr("rms", 1)}},
       {"layer_norm_grad",
        "layer_norm_grad",
        {f32({6, 8, 32}), f32({6, 8, 32}), f32({32}), f32({6, 8, 1}),

@@ -483,6 +483,13 @@ std::vector<Case> cases() {
                   "i64} : (tensor<2x3x4xf32>, tensor<4xf32>, tensor<4xf32>) -> "
                   "(tensor<2x3x4xf32>, tensor<2x3x1xf32>, tensor<2x3x1xf32>)",
                   "tensor<2x3x4xf32>"});
+  // RMSNorm (Llama's, T5's): no mean subtracted, no bias.
+  list.push_back({"layer_norm_rms",
+                  {{"x", {2, 3, 4}}, {"scale", {4}}},
+                  "%y, %mu, %inv = cdp.layer_norm %p0, %p1 {axis = -1 : "
+                  "i64, rms = true} : (tensor<2x3x4xf32>, tensor<4xf32>) -> "
+                  "(tensor<2x3x4xf32>, tensor<2x3x1xf32>, tensor<2x3x1xf32>)",
+                  "tensor<2x3x4xf32>"});
   list.push_back({"softmax_axis1",
                   {{"x", {2, 3, 4}}},
                   "%y = cdp.softmax %p0 {axis = 1 : i64} : (tensor<2x3x4xf32>) "

@@ -380,7 +380,7 @@ LogicalResult LayerNormOp::buildGradient(GradientBuilder &g) {
   Operation *grad =
       g.makeOp(LayerNormGradOp::getOperationName(),
                {dy, getInput(), getScale(), getMean(), getInvStdDev()},
-               {g.attr("axis", getAxisAttr())}, 3);
+               {g.attr("axis", getAxisAttr()), g.attr("rms", getRmsAttr())}, 3);
   if (!grad)
     return failure();
   g.add(getInput(), grad->getResult(0));

@@ -38,7 +38,9 @@ struct WeightFlow {
   bool readsWeight(mlir::Operation *op) const;
   /// What selective recomputation redoes rather than keeps (Megatron's
   /// choice): element-wise results, softmax, and products of two
-  /// activations (attention's QK^T and its scores times V).
+  /// activations (attention's QK^T and its scores times V); and layer
+  /// norms (LayerNorm, RMSNorm: one read and one write of a row, as an
+  /// element-wise op, where the unfused chain was element-wise ops).
   bool cheapToRecompute(mlir::Operation *op) const;
 
 private:

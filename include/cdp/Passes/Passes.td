@@ -137,7 +137,8 @@ def Recompute : Pass<"cdp-recompute", "mlir::ModuleOp"> {
       that computes on the data with a trained weight (a product or a norm;
       a bias add belongs to its product): a transformer block is two layers
       (attention, then the MLP), each recomputed from its input.
-    - `selective`: everything but element-wise results, softmax and the
+    - `selective`: everything but element-wise results, softmax, layer norms
+      (LayerNorm, RMSNorm: a row read and written once) and the
       products of two activations (attention's QK^T and its scores times V;
       Megatron's selective recompute: cheap to redo, large to keep), each
       only where what it reads lives into the backward anyway (so that no
@@ -163,7 +164,7 @@ def Recompute : Pass<"cdp-recompute", "mlir::ModuleOp"> {
                clEnumValN(::cdp::RecomputeMode::Layer, "layer",
                           "each layer's inputs"),
                clEnumValN(::cdp::RecomputeMode::Selective, "selective",
-                          "all but element-wise and softmax results"))}]>,
+                          "all but element-wise, softmax and norm results"))}]>,
   ];
 }
 
@@ -291,6 +292,21 @@ def FuseLayerNorm : Pass<"cdp-fuse-layer-norm", "mlir::ModuleOp"> {
     shaped as the normalised dimensions, and replaces it with one
     `cdp.layer_norm` with the final add's location. Runs on the forward
     graph, before autodiff, so the backward is layer_norm_grad.
+  }];
+  let dependentDialects = ["cdp::CDPDialect"];
+}
+
+def FuseRmsNorm : Pass<"cdp-fuse-rms-norm", "mlir::ModuleOp"> {
+  let summary = "Replaces a decomposed RMSNorm (Llama's, T5's) with cdp.layer_norm {rms}";
+  let description = [{
+    Matches `gamma * (x * r)` with `r = 1 / sqrt(reduce_mean(x^2) + eps)`
+    (the inverse as `div(1, .)` or `reciprocal`; products and the sum in
+    either order; trailing axes, kept; a float32-to-float32 `cast` allowed
+    between the products), where every intermediate value feeds the chain
+    only and gamma is shaped as the normalised dimensions, and replaces it
+    with one `cdp.layer_norm` with `rms` and the final product's location.
+    Runs on the forward graph, before autodiff, so the backward is
+    layer_norm_grad.
   }];
   let dependentDialects = ["cdp::CDPDialect"];
 }

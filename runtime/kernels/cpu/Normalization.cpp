@@ -176,6 +176,7 @@ layerNorm(const KernelArgs &args) {
   int64_t axis = normalizeAxis(attrs.axis, x.rank());
   int64_t outer = product(x.shape, 0, axis), inner = product(x.shape, axis);
   double epsilon = attrs.epsilon;
+  bool centered = !attrs.rms;
   std::vector<int64_t> normalized(x.shape.begin() + axis, x.shape.end());
   auto si = std::make_shared<std::vector<int64_t>>(
       broadcastIndex(scale.shape, normalized));
@@ -188,9 +189,9 @@ layerNorm(const KernelArgs &args) {
     for (int64_t o = 0; o < outer; ++o) {
       const float *row = x.f32() + o * inner;
       double sum = 0, squares = 0;
-      for (int64_t i = 0; i < inner; ++i)
+      for (int64_t i = 0; centered && i < inner; ++i)
         sum += row[i];
-      double m = sum / inner;
+      double m = sum / inner; // 0 for RMSNorm
       for (int64_t i = 0; i < inner; ++i)
         squares += (row[i] - m) * (row[i] - m);
       double inv = 1.0 / std::sqrt(squares / inner + epsilon);
@@ -230,8 +231,10 @@ layerNormGrad(const KernelArgs &args) {
              dbias = args.outputs[2];
   // A fused gradient sum: dx is added to it (cdp-fuse-gradient-sums).
   TensorView addend = args.inputs.size() > 5 ? args.inputs[5] : TensorView();
-  int64_t axis = normalizeAxis(args.i("axis", -1), x.rank());
+  ops::LayerNormGradAttributes attrs = ops::LayerNormGradAttributes::read(args);
+  int64_t axis = normalizeAxis(attrs.axis, x.rank());
   int64_t outer = product(x.shape, 0, axis), inner = product(x.shape, axis);
+  bool centered = !attrs.rms;
   std::vector<int64_t> normalized(x.shape.begin() + axis, x.shape.end());
   auto si = std::make_shared<std::vector<int64_t>>(
       broadcastIndex(scale.shape, normalized));
@@ -240,12 +243,13 @@ layerNormGrad(const KernelArgs &args) {
     std::fill(dbias.f32(), dbias.f32() + dbias.numel(), 0.0f);
     for (int64_t o = 0; o < outer; ++o) {
       const float *row = x.f32() + o * inner, *grad = dy.f32() + o * inner;
-      double m = meanIn.f32()[o], inv = invIn.f32()[o];
+      double m = centered ? meanIn.f32()[o] : 0.0, inv = invIn.f32()[o];
+      // RMSNorm's mean is no function of x: no term for its gradient.
       double sumG = 0, sumGXhat = 0;
       for (int64_t i = 0; i < inner; ++i) {
         double xhat = (row[i] - m) * inv;
         double g = grad[i] * scale.f32()[(*si)[i]];
-        sumG += g;
+        sumG += centered ? g : 0.0;
         sumGXhat += g * xhat;
         dscale.f32()[(*si)[i]] += static_cast<float>(grad[i] * xhat);
         dbias.f32()[(*si)[i]] += grad[i];

@@ -99,16 +99,16 @@ __global__ void batchNormGradApplyKernel(const float *dy, const float *x,
 }
 
 /// The output rounded to `rounding` (round_result), stored in 2 bytes
-/// where `twoBytes` (cdp-narrow-results).
+/// where `twoBytes` (cdp-narrow-results); RMSNorm's rows not `centered`.
 __global__ void layerNormKernel(const float *x, const float *scale,
                                 const float *bias, void *y, float *meanOut,
                                 float *invOut, int64_t inner, double epsilon,
-                                IndexMap si, IndexMap bi, NarrowFormat rounding,
-                                bool twoBytes) {
+                                bool centered, IndexMap si, IndexMap bi,
+                                NarrowFormat rounding, bool twoBytes) {
   int64_t o = blockIdx.x;
   const float *row = x + o * inner;
   double sum = 0;
-  for (int64_t i = threadIdx.x; i < inner; i += blockDim.x)
+  for (int64_t i = threadIdx.x; centered && i < inner; i += blockDim.x)
     sum += row[i];
   double m = blockSum(sum) / inner, squares = 0;
   for (int64_t i = threadIdx.x; i < inner; i += blockDim.x)
@@ -126,7 +126,8 @@ __global__ void layerNormKernel(const float *x, const float *scale,
 }
 
 /// `dy` stored as `stored` (a 2-byte incoming gradient widened as read);
-/// dx added to `addend` where there is one (a fused gradient sum).
+/// dx added to `addend` where there is one (a fused gradient sum). A null
+/// `meanIn`: RMSNorm's rows, not centered, whose mean has no gradient.
 __global__ void layerNormGradKernel(const void *dy, NarrowFormat stored,
                                     const float *x, const float *scale,
                                     const float *meanIn, const float *invIn,
@@ -135,10 +136,10 @@ __global__ void layerNormGradKernel(const void *dy, NarrowFormat stored,
   int64_t o = blockIdx.x;
   const float *row = x + o * inner;
   auto grad = [&](int64_t i) { return loadValue(dy, o * inner + i, stored); };
-  double m = meanIn[o], inv = invIn[o], sumG = 0, sumGXhat = 0;
+  double m = meanIn ? meanIn[o] : 0.0, inv = invIn[o], sumG = 0, sumGXhat = 0;
   for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) {
     double g = grad(i) * scale[si(i)];
-    sumG += g;
+    sumG += meanIn ? g : 0.0;
     sumGXhat += g * (row[i] - m) * inv;
   }
   sumG = blockSum(sumG);
@@ -166,7 +167,8 @@ layerNormParamPartialsKernel(const void *dy, NarrowFormat stored,
   double sumScale = 0, sumBias = 0;
   for (int64_t o = part * chunk, end = min(outer, o + chunk); o < end; ++o) {
     double g = loadValue(dy, o * inner + i, stored);
-    sumScale += g * (x[o * inner + i] - meanIn[o]) * invIn[o];
+    double m = meanIn ? meanIn[o] : 0.0;
+    sumScale += g * (x[o * inner + i] - m) * invIn[o];
     sumBias += g;
   }
   double *at = partials + 2 * (part * inner + i);
@@ -370,6 +372,7 @@ void registerLayerNorm(KernelRegistry &registry) {
         int64_t outer = product(x.shape, 0, axis),
                 inner = product(x.shape, axis);
         double epsilon = attrs.epsilon;
+        bool centered = !attrs.rms;
         std::vector<int64_t> normalized(x.shape.begin() + axis, x.shape.end());
         IndexMap si = broadcastMap(args, scale.shape, normalized);
         IndexMap bi = bias.present()
@@ -382,8 +385,8 @@ void registerLayerNorm(KernelRegistry &registry) {
             return;
           layerNormKernel<<<outer, rowThreads(inner), 0, streamOf(context)>>>(
               x.f32(), scale.f32(), bias.present() ? bias.f32() : nullptr,
-              y.data, meanOut.f32(), invOut.f32(), inner, epsilon, si, bi,
-              rounding, twoBytes);
+              y.data, meanOut.f32(), invOut.f32(), inner, epsilon, centered, si,
+              bi, rounding, twoBytes);
           launched("layer_norm");
         };
       });
@@ -398,9 +401,12 @@ void registerLayerNorm(KernelRegistry &registry) {
                    dbias = args.outputs[2];
         TensorView addend =
             args.inputs.size() > 5 ? args.inputs[5] : TensorView();
-        int64_t axis = normalizeAxis(args.i("axis", -1), x.rank());
+        ops::LayerNormGradAttributes attrs =
+            ops::LayerNormGradAttributes::read(args);
+        int64_t axis = normalizeAxis(attrs.axis, x.rank());
         int64_t outer = product(x.shape, 0, axis),
                 inner = product(x.shape, axis);
+        bool rms = attrs.rms;
         std::vector<int64_t> normalized(x.shape.begin() + axis, x.shape.end());
         IndexMap si = broadcastMap(args, scale.shape, normalized);
         NarrowFormat stored = storedFormatOf(dy);
@@ -422,12 +428,14 @@ void registerLayerNorm(KernelRegistry &registry) {
                     "memset");
           if (outer == 0 || inner == 0)
             return;
+          // RMSNorm's rows: no mean read (null), none subtracted.
+          const float *mean = rms ? nullptr : meanIn.f32();
           layerNormGradKernel<<<outer, rowThreads(inner), 0, stream>>>(
-              dy.data, stored, x.f32(), scale.f32(), meanIn.f32(), invIn.f32(),
+              dy.data, stored, x.f32(), scale.f32(), mean, invIn.f32(),
               addend.present() ? addend.f32() : nullptr, dx.f32(), inner, si);
           dim3 grid((inner + kThreads - 1) / kThreads, parts);
           layerNormParamPartialsKernel<<<grid, kThreads, 0, stream>>>(
-              dy.data, stored, x.f32(), meanIn.f32(), invIn.f32(),
+              dy.data, stored, x.f32(), mean, invIn.f32(),
               partials->as<double>(), outer, inner, chunk);
           layerNormParamGradKernel<<<blocksFor(inner), kThreads, 0, stream>>>(
               partials->as<double>(), parts, inner, dscale.f32(), dbias.f32(),

@@ -312,12 +312,16 @@ def CDP_LayerNormOp : CDP_Op<"layer_norm", [CDP_Differentiable]> {
     it where every reader of the output rounds it so anyway (the products
     that multiply it in 2 bytes and the packs the backward keeps), as
     autocast's float32 layer norm followed by the linear layer's cast.
+    With `rms` the mean is not subtracted: RMSNorm (Llama's, T5's),
+    `y = x / sqrt(mean(x^2) + epsilon) * scale (+ bias)`, its `mean` result
+    all zeros (cdp-fuse-rms-norm).
   }];
   let arguments = (ins CDP_F32Tensor:$input, CDP_F32Tensor:$scale,
                        Optional<CDP_F32Tensor>:$bias,
                        DefaultValuedAttr<I64Attr, "-1">:$axis,
                        DefaultValuedAttr<F32Attr, "1e-5f">:$epsilon,
-                       OptionalAttr<StrAttr>:$round_result);
+                       OptionalAttr<StrAttr>:$round_result,
+                       DefaultValuedAttr<BoolAttr, "false">:$rms);
   let results = (outs CDP_ProductOperand:$output, CDP_F32Tensor:$mean,
                       CDP_F32Tensor:$inv_std_dev);
   let extraClassDeclaration = [{
@@ -1008,13 +1012,16 @@ def CDP_LayerNormGradOp : CDP_Op<"layer_norm_grad"> {
     the next linear layer's rounded input gradient). With `addend` (shaped
     like `input`), dx is `addend + dx`, each float32 dx rounded first, as
     the `cdp.add` of autodiff's gradient sum it replaces
-    (cdp-fuse-gradient-sums: the residual stream's gradient).
+    (cdp-fuse-gradient-sums: the residual stream's gradient). With `rms`
+    (the forward's RMSNorm) `mean` is not read: the inputs were not
+    centered, and dx has no term for the mean's gradient.
   }];
   let arguments = (ins CDP_ProductOperand:$grad, CDP_F32Tensor:$input,
                        CDP_F32Tensor:$scale, CDP_F32Tensor:$mean,
                        CDP_F32Tensor:$inv_std_dev,
                        Optional<CDP_F32Tensor>:$addend,
-                       DefaultValuedAttr<I64Attr, "-1">:$axis);
+                       DefaultValuedAttr<I64Attr, "-1">:$axis,
+                       DefaultValuedAttr<BoolAttr, "false">:$rms);
   let results = (outs CDP_F32Tensor:$input_grad, CDP_F32Tensor:$scale_grad,
                       CDP_F32Tensor:$bias_grad);
   let hasVerifier = 1;
