@@ -57,7 +57,7 @@ bool WeightFlow::readsWeight(Operation *op) const {
 bool WeightFlow::cheapToRecompute(Operation *op) const {
   auto product = dyn_cast<MatMulOp>(op);
   return op->hasTrait<ElementwiseInPlace>() ||
-         isa<SoftmaxOp, LayerNormOp>(op) ||
+         isa<SoftmaxOp, LayerNormOp, RotaryOp>(op) ||
          (product && !weightOnly.contains(product.getA()) &&
           !weightOnly.contains(product.getB()));
 }

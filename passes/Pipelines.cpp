@@ -112,6 +112,7 @@ void buildTrainingPipeline(OpPassManager &pm,
   if (config.fuse) {
     // After autocast: a sigmoid it rounds keeps its own op.
     pm.addPass(createFuseSilu());
+    pm.addPass(createFuseRotary());
     pm.addPass(createFuseSoftmaxBias());
     pm.addPass(createFuseAttention());
     pm.addPass(createFoldAttentionScale());

@@ -688,6 +688,13 @@ Rules makeRules() {
     if (const TensorView *bias = c.optional(1)) // softmax's, broadcast
       c.broadcasts(*bias, c.in(0));
   });
+  rules["rotary"] = plain([](const Check &c) {
+    unary(c);
+    c.require(c.in(0).rank() > 0 && c.in(0).shape.back() % 2 == 0,
+              "the input's last axis must have an even size");
+    c.broadcasts(c.in(1), c.in(0));
+    c.broadcasts(c.in(2), c.in(0));
+  });
   rules["attention"] = [](const Check &c, const KernelArgs &args) {
     c.declared();
     attentionTypes(c, args, 0);

@@ -11,6 +11,9 @@ user exporting for training would):
   transformer  one nn.TransformerEncoderLayer (input (S, N, E), dropout 0)
   gelu         an MLP with both GELUs (erf, then tanh), which torch exports
                decomposed below opset 20 (not exported by default)
+  rotary       Linear into 4 heads of 8, transformers' rotate-half rotary
+               embedding (Slice, Slice, Neg, Concat, Mul, Mul, Add), the
+               mean over the sequence, Linear (not exported by default)
   rmsnorm      Linear, Llama's RMSNorm (a module of its own, exported as
                Pow, ReduceMean, Add, Sqrt, Div, Mul, Cast, Mul), Linear
                (not exported by default)
@@ -71,6 +74,35 @@ class RmsNormMLP(nn.Module):
 
     def forward(self, x):
         return self.fc2(self.norm(self.fc1(x)))
+
+
+class RotaryHeads(nn.Module):
+    """A projection into heads through transformers' apply_rotary_pos_emb
+    (Llama's rotate_half, its cos and sin tables as buffers), then a
+    classifier over the sequence's mean."""
+
+    def __init__(self, seq=8, heads=4, dim=8):
+        super().__init__()
+        self.proj = nn.Linear(32, heads * dim)
+        self.head = nn.Linear(heads * dim, 10)
+        self.heads, self.dim = heads, dim
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2).float() / dim))
+        freqs = torch.outer(torch.arange(seq).float(), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.register_buffer("cos", emb.cos()[None, None], persistent=False)
+        self.register_buffer("sin", emb.sin()[None, None], persistent=False)
+
+    @staticmethod
+    def rotate_half(x):
+        x1 = x[..., : x.shape[-1] // 2]
+        x2 = x[..., x.shape[-1] // 2:]
+        return torch.cat((-x2, x1), dim=-1)
+
+    def forward(self, x):
+        n, s, _ = x.shape
+        q = self.proj(x).view(n, s, self.heads, self.dim).transpose(1, 2)
+        q = q * self.cos + self.rotate_half(q) * self.sin
+        return self.head(q.transpose(1, 2).reshape(n, s, -1).mean(dim=1))
 
 
 class LeNet(nn.Module):
@@ -143,6 +175,8 @@ def build(name, batch=8):
         return MLP(), torch.randn(batch, 784), {"input": {0: "batch"}}
     if name == "gelu":
         return GeluMLP(), torch.randn(batch, 784), None
+    if name == "rotary":
+        return RotaryHeads(), torch.randn(batch, 8, 32), None
     if name == "rmsnorm":
         return RmsNormMLP(), torch.randn(batch, 784), None
     if name == "lenet":

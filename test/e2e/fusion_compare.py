@@ -2,7 +2,7 @@
 """The fused plan against the unfused one (cdp-compile --no-fusion) on an
 e2e model: 3 SGD steps from the same weights and data; every parameter must
 agree within 1e-5 (absolute, + 1e-4 relative). Prints how many ops the
-fusion passes made (layer_norm, of them with rms, gelu, attention), the transposes left of the unfused
+fusion passes made (layer_norm, of them with rms, gelu, attention, rotary), the transposes left of the unfused
 plan's, the unfused plan's ReLUs a product or batch norm applies (cdp-fuse-relu), and the
 largest difference.
 
@@ -39,8 +39,10 @@ for variant, extra in (("fused", []), ("unfused", ["--no-fusion"])):
                            *flags.get(name, []), *extra], check=True, capture_output=True,
                           text=True).stdout
     ops[variant] = {op: text.count("cdp.%s " % op) for op in ("layer_norm", "gelu", "attention",
-                                                               "transpose", "relu")}
+                                                               "rotary", "transpose", "relu")}
     ops[variant]["relu_fused"] = text.count('activation = "relu"')
+    ops[variant]["rotary"] = sum("cdp.rotary " in line and "adjoint" not in line
+                                 for line in text.splitlines())
     ops[variant]["rms"] = sum("cdp.layer_norm " in line and "rms = true" in line
                               for line in text.splitlines())
     out = os.path.join(work, variant)
@@ -53,9 +55,9 @@ for variant, extra in (("fused", []), ("unfused", ["--no-fusion"])):
 worst = max(float(np.abs(params["fused"][k] - params["unfused"][k]).max()) for k in params["fused"])
 same = all(np.allclose(params["fused"][k], params["unfused"][k], atol=1e-5, rtol=1e-4)
            for k in params["fused"])
-print("%s: %d layer_norm (%d rms), %d gelu, %d attention fused, transposes %d of %d, "
+print("%s: %d layer_norm (%d rms), %d gelu, %d attention, %d rotary fused, transposes %d of %d, "
       "relus %d of %d fused, %s (largest difference %.1e)" %
       (name, ops["fused"]["layer_norm"], ops["fused"]["rms"], ops["fused"]["gelu"],
-       ops["fused"]["attention"],
+       ops["fused"]["attention"], ops["fused"]["rotary"],
        ops["fused"]["transpose"], ops["unfused"]["transpose"], ops["fused"]["relu_fused"],
        ops["unfused"]["relu"], "within 1e-5" if same else "DIFFERENT", worst))

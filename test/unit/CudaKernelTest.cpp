@@ -733,6 +733,18 @@ std::vector<Case> normalizationCases() {
         f32({6, 8, 1}, Fill::Positive)},
        {f32({6, 8, 32}), f32({32}), f32({32})},
        {attr("axis", -1), attr("rms", 1)}},
+      // The rotary embedding: tables broadcast over the batch and heads (a
+      // last axis of 1 for sin), forward and adjoint.
+      {"rotary",
+       "rotary",
+       {f32({2, 3, 8, 16}), f32({1, 1, 8, 16}), f32({8, 1})},
+       {f32({2, 3, 8, 16})},
+       {}},
+      {"rotary_adjoint",
+       "rotary",
+       {f32({2, 3, 8, 16}), f32({1, 1, 8, 16}), f32({1, 3, 8, 16})},
+       {f32({2, 3, 8, 16})},
+       {attr("adjoint", 1)}},
       {"layer_norm_grad",
        "layer_norm_grad",
        {f32({6, 8, 32}), f32({6, 8, 32}), f32({32}), f32({6, 8, 1}),

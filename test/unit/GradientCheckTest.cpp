@@ -490,6 +490,20 @@ std::vector<Case> cases() {
                   "i64, rms = true} : (tensor<2x3x4xf32>, tensor<4xf32>) -> "
                   "(tensor<2x3x4xf32>, tensor<2x3x1xf32>, tensor<2x3x1xf32>)",
                   "tensor<2x3x4xf32>"});
+  // The rotary embedding (rotate-half), its tables broadcast over the
+  // batch and heads; sin differs between the halves, so an adjoint that
+  // read the element's own sin instead of its partner's would fail.
+  list.push_back(
+      {"rotary",
+       {{"x", {2, 3, 4, 6}}},
+       "%y = cdp.rotary %p0, %cos, %sin : (tensor<2x3x4x6xf32>, "
+       "tensor<4x1xf32>, tensor<1x4x6xf32>) -> tensor<2x3x4x6xf32>",
+       "tensor<2x3x4x6xf32>",
+       {"%cos = cdp.constant dense<[[0.9], [0.3], [-0.5], [0.1]]> : "
+        "tensor<4x1xf32>",
+        "%sin = cdp.constant dense<[[[0.5, -0.25, 0.75, 1.5, -1.0, 0.2], "
+        "[0.3, 0.2, 0.1, -0.1, -0.2, -0.3], [1.0, 0.0, -1.0, 0.5, -0.5, "
+        "0.25], [0.1, 0.9, 0.2, 0.8, 0.3, 0.7]]]> : tensor<1x4x6xf32>"}});
   list.push_back({"softmax_axis1",
                   {{"x", {2, 3, 4}}},
                   "%y = cdp.softmax %p0 {axis = 1 : i64} : (tensor<2x3x4xf32>) "

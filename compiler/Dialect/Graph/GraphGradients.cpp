@@ -412,6 +412,21 @@ LogicalResult SoftmaxOp::buildGradient(GradientBuilder &g) {
   return g.status();
 }
 
+/// The adjoint map, one cdp.rotary {adjoint}; the tables take none (the
+/// fusion keeps a chain whose tables read a trained parameter).
+LogicalResult RotaryOp::buildGradient(GradientBuilder &g) {
+  if (g.needs(getCos()) || g.needs(getSin()))
+    return g.refuse("cos and sin computed from a trained parameter take no "
+                    "gradient through cdp.rotary; compile with --no-fusion");
+  Value dy = g.gradOf(getOutput());
+  if (!dy)
+    return success();
+  g.add(getInput(),
+        g.make(RotaryOp::getOperationName(), {dy, getCos(), getSin()},
+               {g.attr("adjoint", g.getBuilder().getBoolAttr(true))}));
+  return g.status();
+}
+
 /// One attention_grad: it recomputes the probabilities from the stats, so
 /// the backward keeps a, b, v and (..., M, 2) stats instead of the
 /// (..., M, N) probabilities. The bias's gradient only where it is trained

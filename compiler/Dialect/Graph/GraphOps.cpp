@@ -555,6 +555,29 @@ LogicalResult SoftmaxOp::inferReturnTypes(MLIRContext *, Loc loc,
                            adaptor.getAxisAttr().getInt(), types);
 }
 
+LogicalResult RotaryOp::inferReturnTypes(MLIRContext *, Loc loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &types) {
+  RankedTensorType input = rankedType(adaptor.getInput());
+  if (!input)
+    return failure();
+  if (input.getRank() == 0 || input.getShape().back() % 2 != 0)
+    return fail(loc, "the last axis of the input " +
+                         shapeString(input.getShape()) +
+                         " must have an even size (its two halves rotate)");
+  for (Value table : {adaptor.getCos(), adaptor.getSin()}) {
+    RankedTensorType type = rankedType(table);
+    if (!type ||
+        failed(checkBroadcastsTo(loc, type.getShape(), input.getShape(),
+                                 "cos and sin " + shapeString(type.getShape()) +
+                                     " must broadcast to the input " +
+                                     shapeString(input.getShape()))))
+      return failure();
+  }
+  types.push_back(input);
+  return success();
+}
+
 LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, Loc loc,
                                             Adaptor adaptor,
                                             SmallVectorImpl<Type> &types) {

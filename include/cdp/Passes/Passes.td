@@ -338,6 +338,22 @@ def FuseSilu : Pass<"cdp-fuse-silu", "mlir::ModuleOp"> {
   let dependentDialects = ["cdp::CDPDialect"];
 }
 
+def FuseRotary : Pass<"cdp-fuse-rotary", "mlir::ModuleOp"> {
+  let summary = "Replaces the rotate-half rotary embedding (Llama's) with cdp.rotary";
+  let description = [{
+    Matches `x * cos + concat(-x2, x1) * sin` with `x1`, `x2` the two
+    halves of `x`'s last axis (`slice`, the negation a `mul` by -1, products
+    and the sum in either order, none rounded), where every intermediate
+    value feeds the chain only and `cos` and `sin` broadcast to `x` and are
+    computed without a trained parameter, and replaces it with one
+    `cdp.rotary` with the add's location: the same float32 roundings, so the
+    same bits forward and backward. Runs on the forward graph after
+    autocast (a rounding it put into the chain keeps the chain) and before
+    autodiff.
+  }];
+  let dependentDialects = ["cdp::CDPDialect"];
+}
+
 def FuseSoftmaxBias : Pass<"cdp-fuse-softmax-bias", "mlir::ModuleOp"> {
   let summary = "Gives a softmax the addend of the sum it reads (attention's mask) as its bias";
   let description = [{

@@ -8,6 +8,7 @@
 #include "../DropoutStream.h"
 #include "../NarrowFloat.h"
 #include "../NarrowOperands.h"
+#include "../Rotary.h"
 
 #include <cmath>
 
@@ -537,9 +538,45 @@ std::unique_ptr<Kernel> narrowResultKernel(
       widened.bytes() + result.bytes());
 }
 
+/// cdp.rotary over rows of D values (the input's last axis): a row's cos
+/// and sin from its index (BroadcastOffsets over the leading dimensions),
+/// then one apart along it (none where a table's last axis is 1).
+static std::function<void(const StepContext &)>
+rotaryKernel(const KernelArgs &args) {
+  TensorView x = args.inputs[0], cos = args.inputs[1], sin = args.inputs[2],
+             y = args.outputs[0];
+  bool adjoint = ops::RotaryAttributes::read(args).adjoint;
+  size_t rank = x.shape.size();
+  int64_t dim = x.shape.back(), half = dim / 2;
+  int64_t rows = dim == 0 ? 0 : x.numel() / dim;
+  BroadcastOffsets cosRow(cos.shape, x.shape, 0, rank - 1),
+      sinRow(sin.shape, x.shape, 0, rank - 1);
+  auto stepOf = [](const TensorView &table) -> int64_t {
+    return table.shape.empty() || table.shape.back() == 1 ? 0 : 1;
+  };
+  int64_t cosStep = stepOf(cos), sinStep = stepOf(sin);
+  return [=](const StepContext &) {
+#pragma omp parallel for
+    for (int64_t r = 0; r < rows; ++r) {
+      const float *in = x.f32() + r * dim, *c = cos.f32() + cosRow(r),
+                  *s = sin.f32() + sinRow(r);
+      float *out = y.f32() + r * dim;
+      for (int64_t d = 0; d < dim; ++d) {
+        bool first = d < half;
+        int64_t p = first ? d + half : d - half;
+        out[d] = adjoint ? rotaryAdjointOf(in[d], in[p], first, c[d * cosStep],
+                                           s[p * sinStep])
+                         : rotaryOf(in[d], in[p], first, c[d * cosStep],
+                                    s[d * sinStep]);
+      }
+    }
+  };
+}
+
 void registerElementwise(KernelRegistry &registry) {
   registerArithmetic(registry);
   registerConversions(registry);
+  addKernel(registry, "rotary", rotaryKernel);
 }
 
 } // namespace cdp::runtime::cpu

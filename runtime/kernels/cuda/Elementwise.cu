@@ -14,6 +14,7 @@
 #include "../DropoutStream.h"
 #include "../NarrowFloat.h"
 #include "../NarrowOperands.h"
+#include "../Rotary.h"
 
 #include <functional>
 
@@ -501,7 +502,45 @@ void registerDropout(KernelRegistry &registry) {
 
 } // namespace
 
+/// cdp.rotary, one thread an element: its position along the row (32-bit
+/// division where the tensor allows), its partner D/2 away in the row.
+__global__ void rotaryKernel(const float *x, const float *cos, const float *sin,
+                             float *y, int64_t n, int64_t dim, bool adjoint,
+                             IndexMap cosAt, IndexMap sinAt) {
+  int64_t half = dim / 2;
+  bool small = n < (int64_t(1) << 31);
+  CDP_FOR_EACH(i, n) {
+    int64_t d = small ? int64_t(uint32_t(i) % uint32_t(dim)) : i % dim;
+    bool first = d < half;
+    int64_t p = first ? i + half : i - half;
+    y[i] = adjoint ? rotaryAdjointOf(x[i], x[p], first, cos[cosAt(i)],
+                                     sin[sinAt(p)])
+                   : rotaryOf(x[i], x[p], first, cos[cosAt(i)], sin[sinAt(i)]);
+  }
+}
+
+void registerRotary(KernelRegistry &registry) {
+  addKernel(registry, "rotary", Launches::SameEveryStep,
+            [](const KernelArgs &args) {
+              TensorView x = args.inputs[0], cos = args.inputs[1],
+                         sin = args.inputs[2], y = args.outputs[0];
+              bool adjoint = ops::RotaryAttributes::read(args).adjoint;
+              IndexMap cosAt = broadcastMap(args, cos.shape, x.shape),
+                       sinAt = broadcastMap(args, sin.shape, x.shape);
+              int64_t n = x.numel(), dim = x.shape.back();
+              return [=](const StepContext &context) {
+                if (n == 0)
+                  return;
+                rotaryKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
+                    x.f32(), cos.f32(), sin.f32(), y.f32(), n, dim, adjoint,
+                    cosAt, sinAt);
+                launched("rotary");
+              };
+            });
+}
+
 void registerElementwise(KernelRegistry &registry) {
+  registerRotary(registry);
   addBinary(registry, "add", BinaryOp::Add);
   addBinary(registry, "sub", BinaryOp::Sub);
   addBinary(registry, "mul", BinaryOp::Mul);

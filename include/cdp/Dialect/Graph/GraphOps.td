@@ -487,6 +487,27 @@ def CDP_SiluOp : CDP_ActivationOp<"silu", "SiLU", "silu"> {
   }];
 }
 
+def CDP_RotaryOp : CDP_Op<"rotary", [CDP_Differentiable]> {
+  let summary = "rotary position embedding, rotate-half form (Llama's)";
+  let description = [{
+    `x * cos + rotate_half(x) * sin` along the last axis of `x` (of even
+    size D), `rotate_half(x) = concat(-x[..., D/2:], x[..., :D/2])`: the
+    rotary embedding of Llama, Mistral and GPT-NeoX as transformers writes
+    it and the exporters emit it (Slice, Slice, Neg, Concat, Mul, Mul, Add),
+    made one op by cdp-fuse-rotary. `cos` and `sin` broadcast to `x`
+    (numpy's rules). Each product is rounded to float32, then the sum, as
+    the exported ops compute it. With `adjoint` the op is the transposed
+    map, the gradient of `x` from the result's: `dy * cos +
+    rotate_half^T(dy * sin)`, `rotate_half^T(z) = concat(z[..., D/2:],
+    -z[..., :D/2])`. `cos` and `sin` take no gradient: cdp-fuse-rotary
+    fuses only tables computed without a trained parameter.
+  }];
+  let arguments = (ins CDP_F32Tensor:$input, CDP_F32Tensor:$cos,
+                       CDP_F32Tensor:$sin,
+                       DefaultValuedAttr<BoolAttr, "false">:$adjoint);
+  let results = (outs CDP_F32Tensor:$output);
+}
+
 def CDP_GeluOp : CDP_BaseOp<"gelu", [CDP_ElementwiseInPlace, CDP_Differentiable, Pure, InferTypeOpAdaptor]> {
   let summary = "Gaussian error linear unit (ONNX Gelu)";
   let description = [{
