@@ -7,7 +7,8 @@
 // instead; then nothing but the ReLU reads the result, and the op applies
 // the ReLU as it writes (`activation = "relu"`; a cuBLASLt epilogue, or the
 // batch norm's own kernel, on GPUs): one pass over the result and one
-// activation buffer fewer per layer. A batch norm's own gradient reads its
+// activation buffer fewer per layer (through a reshape between them, which
+// then reshapes the ReLU's values). A batch norm's own gradient reads its
 // input, not its result. Float32 results only: a rounded or 2-byte result
 // is left as it is; and training-mode batch norms (the evaluation's keeps
 // oneDNN's kernel on the CPU).
@@ -45,14 +46,25 @@ bool canApplyRelu(Operation *op) {
   return false;
 }
 
-/// The ReLU `op` can apply itself: the one ReLU of its first result, in
-/// its stage, where every other reader is a ReLU gradient reading the
-/// result as its saved input; else null.
+/// The value a ReLU after `op` reads: its first result, or that result's
+/// one reader when it is a reshape (a Linear on a transformer's tokens,
+/// reshape(gemm) from cdp-fuse-matmul-bias), which moves nothing.
+Value reluOperand(Operation *op) {
+  Value result = op->getResult(0);
+  if (result.hasOneUse())
+    if (auto reshape = dyn_cast<ReshapeOp>(*result.getUsers().begin()))
+      return reshape.getOutput();
+  return result;
+}
+
+/// The ReLU `op` can apply itself: the one ReLU of its first result (or
+/// of its reshape), in its stage, where every other reader is a ReLU
+/// gradient reading the result as its saved input; else null.
 ReluOp fusableRelu(Operation *op) {
   if (!canApplyRelu(op))
     return nullptr;
   ReluOp relu;
-  for (OpOperand &use : op->getResult(0).getUses()) {
+  for (OpOperand &use : reluOperand(op).getUses()) {
     Operation *reader = use.getOwner();
     if (auto found = dyn_cast<ReluOp>(reader)) {
       if (relu)
@@ -80,7 +92,7 @@ struct FuseReluPass : public cdp::impl::FuseReluBase<FuseReluPass> {
           fusions.push_back({op, relu});
     });
     for (auto [op, relu] : fusions) {
-      Value result = op->getResult(0);
+      Value result = reluOperand(op);
       // The gradients read the ReLU's output, the same mask.
       result.replaceUsesWithIf(relu.getOutput(), [&](OpOperand &use) {
         return use.getOwner() != relu.getOperation();

@@ -12,6 +12,8 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringSet.h"
 
+#include <functional>
+
 #include <cmath>
 #include <limits>
 
@@ -29,8 +31,19 @@ int64_t elements(Value value) {
   return cast<RankedTensorType>(value.getType()).getNumElements();
 }
 
-/// Multiply-adds for the products, elements written for the rest.
+/// Whether `op`'s result lies over its input's storage (a reshape, a
+/// squeeze): it moves nothing, and the estimates count the input's bytes, not
+/// the view's.
+bool isView(Operation *op) {
+  return op->hasTrait<ViewOfInput>() && op->getNumResults() == 1 &&
+         op->getNumOperands() == 1;
+}
+
+/// Multiply-adds for the products, elements written for the rest (none
+/// for a view).
 double costOf(Operation *op) {
+  if (isView(op))
+    return 0;
   auto shape = [](Value v) {
     return cast<RankedTensorType>(v.getType()).getShape();
   };
@@ -88,15 +101,27 @@ public:
     std::vector<int64_t> layer;
     if (mode == "layer")
       layer = layersOf(ops, flow, 0);
+    // The last op reading `value` or a view of it (n: a reader outside).
+    std::function<size_t(Value, size_t)> lastReader = [&](Value value,
+                                                          size_t last) {
+      for (Operation *user : value.getUsers()) {
+        auto it = index.find(user);
+        if (it == index.end())
+          return n;
+        last = std::max(last, it->second);
+        if (isView(user))
+          last = lastReader(user->getResult(0), last);
+      }
+      return last;
+    };
     for (size_t i = 0; i < n; ++i) {
       double bytes = 0;
+      // A view's bytes are its input's, live until the view's readers.
       for (Value result : ops[i]->getResults()) {
+        if (isView(ops[i]))
+          break;
         bytes += bytesOf(result);
-        size_t last = i;
-        for (Operation *user : result.getUsers()) {
-          auto it = index.find(user);
-          last = std::max(last, it == index.end() ? n : it->second);
-        }
+        size_t last = lastReader(result, i);
         delta[i + 1] += bytesOf(result); // live across cuts i+1 .. last
         delta[last + 1] -= bytesOf(result);
       }

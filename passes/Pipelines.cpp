@@ -117,6 +117,8 @@ void buildTrainingPipeline(OpPassManager &pm,
     pm.addPass(createFuseAttention());
     pm.addPass(createFoldAttentionScale());
     pm.addPass(createFoldAttentionTransposes());
+    // After the attention passes, which read the projections' products.
+    pm.addPass(createFuseMatMulBias());
   }
   addPartition(pm, config);
   AutodiffOptions autodiff;

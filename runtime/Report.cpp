@@ -17,6 +17,7 @@
 
 #include "cdp/Runtime/Json.h"
 
+#include "cdp/Plan/InPlaceViews.h"
 #include "cdp/Plan/PlanCheck.h"
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Plan/ReplicaSymmetry.h"
@@ -29,6 +30,7 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <numeric>
 #include <set>
 #include <sstream>
 #include <string_view>
@@ -133,6 +135,8 @@ PlanFacts::PlanFacts(const plan::SpelledPlan &spelled) {
   feedbackBytes.assign(devices, 0);
   for (int id = 0; id < tensors; ++id)
     bytes[id] = spelled.tensor(id).bytes();
+  storageOf.resize(tensors);
+  std::iota(storageOf.begin(), storageOf.end(), 0);
   TensorRoles roles(tensors);
   // Weights, buffers, their second versions and gradient accumulators are
   // resident on the devices whose training program uses them: every device
@@ -293,6 +297,16 @@ void PlanFacts::matchChainMessages(const plan::SpelledPlan &spelled) {
 
 /// One pass over every device's instructions (plans may hold hundreds of
 /// thousands): resident bytes, how tensors are written and read, units.
+void PlanFacts::noteView(const plan::SpelledPlan &spelled,
+                         const plan::Instruction &instruction,
+                         plan::IdRange inputs, plan::IdRange outputs) {
+  if (inputs.size() == 1 && outputs.size() == 1 && inputs[0] >= 0 &&
+      outputs[0] >= 0 &&
+      plan::isInPlaceView(instruction.op(), spelled.tensor(inputs[0]),
+                          spelled.tensor(outputs[0])))
+    storageOf[outputs[0]] = storageOf[inputs[0]];
+}
+
 void PlanFacts::scanPrograms(const plan::SpelledPlan &spelled,
                              TensorRoles &roles) {
   int devices = spelled.plan().devices_size();
@@ -331,16 +345,18 @@ void PlanFacts::scanPrograms(const plan::SpelledPlan &spelled,
       bool forward = phase == "forward";
       bool backward = phase == "backward";
       bool gradientReader = isGradientReader(op);
+      noteView(spelled, instruction, inputs, outputs);
       for (int id : outputs)
         if (id >= 0 && forward)
           roles.writtenForward[id] = true;
       for (int id : inputs) {
         if (id < 0)
           continue;
+        // A view's reads are its storage's.
         if (backward)
-          roles.readBackward[id] = true;
+          roles.readBackward[id] = roles.readBackward[storageOf[id]] = true;
         if (gradientReader)
-          roles.readByGradient[id] = true;
+          roles.readByGradient[id] = roles.readByGradient[storageOf[id]] = true;
         if (roles.isFed[id])
           ++uses[d][id];
       }
@@ -389,8 +405,9 @@ void PlanFacts::categorize(const plan::SpelledPlan &spelled,
   int tensors = spelled.tensors();
   for (int id = 0; id < tensors; ++id) {
     const plan::Tensor &t = spelled.tensor(id);
-    if (t.kind() != plan::ACTIVATION && t.kind() != plan::INPUT)
-      continue;
+    if ((t.kind() != plan::ACTIVATION && t.kind() != plan::INPUT) ||
+        storageOf[id] != id)
+      continue; // a view counts as its storage
     if (roles.readByGradient[id] && !roles.writtenForward[id])
       category[id] = Category::Gradient;
     else if ((roles.writtenForward[id] || t.kind() == plan::INPUT) &&
@@ -434,8 +451,8 @@ void PlanFacts::countReadsOfWrites(const plan::SpelledPlan &spelled) {
             lastWrite[id] = start[p] + j;
         }
       for (int id : spelled.inputs(d, instruction))
-        if (id >= 0 && lastWrite[id] >= 0)
-          ++readsOfWrite[d][lastWrite[id]];
+        if (id >= 0 && lastWrite[storageOf[id]] >= 0)
+          ++readsOfWrite[d][lastWrite[storageOf[id]]];
       if (p >= n)
         for (int id : outputs)
           if (id >= 0)
@@ -543,6 +560,7 @@ void ReportBuilder::born(int device, int64_t tau, int tensor, int instruction) {
 }
 
 void ReportBuilder::used(int device, int64_t tau, int tensor) {
+  tensor = planFacts.storageOf[tensor];
   Category c = planFacts.category[tensor];
   if (c == Category::None || --remaining[device][tensor] != 0 || tau > horizon)
     return;

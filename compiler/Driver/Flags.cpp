@@ -352,7 +352,8 @@ cl::opt<bool> noFusion(
              "one op, x * sigmoid(x) into one silu, the rotary embedding "
              "into one rotary, the loss's "
              "log-probabilities recomputed in its gradient instead of kept, "
-             "Transposes into the matrix products that read them, a ReLU "
+             "Transposes into the matrix products that read them, a "
+             "MatMul by a weight and its bias Add into one Gemm, a ReLU "
              "applied by the Gemm or batch norm before it); for comparing "
              "results and speed"),
     cl::init(false), cl::cat(category));

@@ -2,6 +2,7 @@
 
 #include "cdp/Plan/CostModel.h"
 
+#include "cdp/Plan/InPlaceViews.h"
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Support/Profile.h"
 
@@ -91,6 +92,13 @@ double flopsOf(const plan::Plan &plan, const plan::Instruction &instruction) {
 
 InstructionCost hardwareCost(const Hardware &hw) {
   return [hw](const plan::Plan &plan, const plan::Instruction &instruction) {
+    // A view over its input's bytes copies nothing.
+    if (instruction.inputs_size() == 1 && instruction.outputs_size() == 1 &&
+        instruction.inputs(0) >= 0 && instruction.outputs(0) >= 0 &&
+        plan::isInPlaceView(instruction.op(),
+                            plan.tensors(instruction.inputs(0)),
+                            plan.tensors(instruction.outputs(0))))
+      return 0.0;
     double bytes = 0;
     for (int id : instruction.inputs())
       if (id >= 0)

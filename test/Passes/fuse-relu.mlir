@@ -22,6 +22,24 @@ func.func @linear_relu(%x: tensor<4x8xf32>, %w: tensor<6x8xf32>, %b: tensor<6xf3
 
 // -----
 
+// A Linear on tokens (cdp-fuse-matmul-bias): the ReLU reads the gemm's
+// reshape, which then reshapes the ReLU's values.
+// CHECK-LABEL: func.func @linear_tokens_relu
+// CHECK: %[[P:.+]] = cdp.gemm %arg0, %arg1, %arg2 {activation = "relu"
+// CHECK-NEXT: %[[Y:.+]] = cdp.reshape %[[P]]
+// CHECK-NOT: cdp.relu
+// CHECK: %[[DX:.+]] = cdp.unary_grad %arg3, %[[Y]] {kind = "relu"}
+// CHECK: return %[[Y]], %[[DX]]
+func.func @linear_tokens_relu(%x: tensor<8x8xf32>, %w: tensor<6x8xf32>, %b: tensor<6xf32>, %dy: tensor<2x4x6xf32>) -> (tensor<2x4x6xf32>, tensor<2x4x6xf32>) {
+  %p = cdp.gemm %x, %w, %b {trans_b = true, cdp.stage = 1 : i64} : (tensor<8x8xf32>, tensor<6x8xf32>, tensor<6xf32>) -> tensor<8x6xf32>
+  %pre = cdp.reshape %p {shape = array<i64: 2, 4, 6>, cdp.stage = 1 : i64} : (tensor<8x6xf32>) -> tensor<2x4x6xf32>
+  %y = cdp.relu %pre {cdp.stage = 1 : i64} : tensor<2x4x6xf32>
+  %dx = cdp.unary_grad %dy, %pre {kind = "relu"} : (tensor<2x4x6xf32>, tensor<2x4x6xf32>) -> tensor<2x4x6xf32>
+  return %y, %dx : tensor<2x4x6xf32>, tensor<2x4x6xf32>
+}
+
+// -----
+
 // CHECK-LABEL: func.func @read_elsewhere
 // CHECK: cdp.gemm
 // CHECK-NOT: activation

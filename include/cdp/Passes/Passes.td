@@ -354,6 +354,21 @@ def FuseRotary : Pass<"cdp-fuse-rotary", "mlir::ModuleOp"> {
   let dependentDialects = ["cdp::CDPDialect"];
 }
 
+def FuseMatMulBias : Pass<"cdp-fuse-matmul-bias", "mlir::ModuleOp"> {
+  let summary = "Makes a MatMul by a weight matrix and the Add of its bias one cdp.gemm";
+  let description = [{
+    Matches `add(matmul(a, b), bias)` (either order) where `b` has rank 2,
+    `a` rank 2 or more, the product is float32 without rounding and feeds
+    the add only, and `bias` is a float32 vector `[n]` or `[1, n]` of the
+    product's last dimension, and replaces it with `cdp.gemm` over `a`'s
+    rows with `bias` as C, between `cdp.reshape`s where `a` has rank 3 or
+    more: nn.Linear on a transformer's tokens as torch exports it. Runs on
+    the forward graph after autocast (which rounds a bf16 or fp16 product
+    before the add, so none of those matches) and before autodiff.
+  }];
+  let dependentDialects = ["cdp::CDPDialect"];
+}
+
 def FuseSoftmaxBias : Pass<"cdp-fuse-softmax-bias", "mlir::ModuleOp"> {
   let summary = "Gives a softmax the addend of the sum it reads (attention's mask) as its bias";
   let description = [{

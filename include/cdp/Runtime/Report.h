@@ -47,6 +47,11 @@ struct PlanFacts {
   /// Per tensor, stash-slot copies included (SpelledPlan's numbering).
   std::vector<Category> category;
   std::vector<int64_t> bytes;
+  /// Per tensor, the tensor whose storage it is: itself, or for a view (a
+  /// reshape whose output lies at its input's offset, which the kernels
+  /// then copy nothing for) its input's storage. A view counts no bytes of
+  /// its own; its reads keep its storage's write live.
+  std::vector<int> storageOf;
   /// Per device: resident bytes. Weights count the latest version;
   /// weightVersionBytes the extra versions (2bw's previous one).
   std::vector<int64_t> weightBytes, weightVersionBytes, reducedBytes,
@@ -84,6 +89,9 @@ struct PlanFacts {
 private:
   struct TensorRoles;
   void scanPrograms(const plan::SpelledPlan &spelled, TensorRoles &roles);
+  void noteView(const plan::SpelledPlan &spelled,
+                const plan::Instruction &instruction, plan::IdRange inputs,
+                plan::IdRange outputs);
   void categorize(const plan::SpelledPlan &spelled, TensorRoles &roles);
   void countReadsOfWrites(const plan::SpelledPlan &spelled);
   void matchMessages(const plan::SpelledPlan &spelled);
