@@ -355,6 +355,23 @@ void importLayerNormalization(Importer &im) {
       3));
 }
 
+/// RMSNormalization (opset 23): a layer norm without the mean, its scale
+/// and no bias; the statistics are results of cdp.layer_norm the node
+/// does not have.
+void importRMSNormalization(Importer &im) {
+  im.checkAttributes({"axis", "epsilon", "stash_type"});
+  if (im.intAttr("stash_type", 1) != 1)
+    raise(im.where() + ": stash_type " + Twine(im.intAttr("stash_type", 1)) +
+          " is not supported (float32 only)");
+  return im.bindResults(im.create(
+      LayerNormOp::getOperationName(), {im.input(0), im.input(1)},
+      {im.named("axis", im.builder.getI64IntegerAttr(im.intAttr("axis", -1))),
+       im.named("epsilon",
+                im.builder.getF32FloatAttr(im.floatAttr("epsilon", 1e-5f))),
+       im.named("rms", im.builder.getBoolAttr(true))},
+      3));
+}
+
 void importDropout(Importer &im) {
   im.checkAttributes({"seed"});
   float ratio = 0.5f;
@@ -793,6 +810,7 @@ const llvm::StringMap<OpRule> &opRules() {
       {"GlobalAveragePool", {kMinOpset, CDP_UNARY(GlobalAveragePoolOp)}},
       {"BatchNormalization", {kMinOpset, importBatchNormalization}},
       {"LayerNormalization", {17, importLayerNormalization}},
+      {"RMSNormalization", {23, importRMSNormalization}},
       {"Dropout", {kMinOpset, importDropout}},
       {"Softmax",
        {kMinOpset,

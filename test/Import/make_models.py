@@ -230,6 +230,14 @@ def _():
                  [init("s", np.ones(8, np.float32)), init("b", np.zeros(8, np.float32))])
 
 
+@register("rmsnormalization")
+def _():
+    return model([helper.make_node("RMSNormalization", ["x", "s"], ["y"], axis=-1,
+                                   epsilon=1e-6)],
+                 [vi("x", F, [2, 5, 8])], [vi("y", F, None)],
+                 [init("s", np.linspace(0.5, 1.5, 8).astype(np.float32))], opset=23)
+
+
 @register("softmax")
 def _():
     return unary("Softmax", shape=(2, 3, 4), axis=1)
