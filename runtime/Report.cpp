@@ -300,10 +300,9 @@ void PlanFacts::matchChainMessages(const plan::SpelledPlan &spelled) {
 void PlanFacts::noteView(const plan::SpelledPlan &spelled,
                          const plan::Instruction &instruction,
                          plan::IdRange inputs, plan::IdRange outputs) {
-  if (inputs.size() == 1 && outputs.size() == 1 && inputs[0] >= 0 &&
-      outputs[0] >= 0 &&
-      plan::isInPlaceView(instruction.op(), spelled.tensor(inputs[0]),
-                          spelled.tensor(outputs[0])))
+  if (plan::isInPlaceView(
+          instruction.op(), inputs, outputs,
+          [&](int id) -> const plan::Tensor & { return spelled.tensor(id); }))
     storageOf[outputs[0]] = storageOf[inputs[0]];
 }
 

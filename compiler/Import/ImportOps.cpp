@@ -339,37 +339,36 @@ void importBatchNormalization(Importer &im) {
       3));
 }
 
-void importLayerNormalization(Importer &im) {
+/// LayerNormalization's and RMSNormalization's attributes as
+/// cdp.layer_norm's (`rms` for the second), float32 statistics only.
+SmallVector<NamedAttribute> normalizationAttributes(Importer &im, bool rms) {
   im.checkAttributes({"axis", "epsilon", "stash_type"});
   if (im.intAttr("stash_type", 1) != 1)
     raise(im.where() + ": stash_type " + Twine(im.intAttr("stash_type", 1)) +
           " is not supported (float32 only)");
+  return {
+      im.named("axis", im.builder.getI64IntegerAttr(im.intAttr("axis", -1))),
+      im.named("epsilon",
+               im.builder.getF32FloatAttr(im.floatAttr("epsilon", 1e-5f))),
+      im.named("rms", im.builder.getBoolAttr(rms))};
+}
+
+void importLayerNormalization(Importer &im) {
+  SmallVector<NamedAttribute> attributes = normalizationAttributes(im, false);
   SmallVector<Value> operands{im.input(0), im.input(1)};
   if (im.hasInput(2))
     operands.push_back(im.input(2));
-  return im.bindResults(im.create(
-      LayerNormOp::getOperationName(), operands,
-      {im.named("axis", im.builder.getI64IntegerAttr(im.intAttr("axis", -1))),
-       im.named("epsilon",
-                im.builder.getF32FloatAttr(im.floatAttr("epsilon", 1e-5f)))},
-      3));
+  return im.bindResults(
+      im.create(LayerNormOp::getOperationName(), operands, attributes, 3));
 }
 
 /// RMSNormalization (opset 23): a layer norm without the mean, its scale
 /// and no bias; the statistics are results of cdp.layer_norm the node
 /// does not have.
 void importRMSNormalization(Importer &im) {
-  im.checkAttributes({"axis", "epsilon", "stash_type"});
-  if (im.intAttr("stash_type", 1) != 1)
-    raise(im.where() + ": stash_type " + Twine(im.intAttr("stash_type", 1)) +
-          " is not supported (float32 only)");
-  return im.bindResults(im.create(
-      LayerNormOp::getOperationName(), {im.input(0), im.input(1)},
-      {im.named("axis", im.builder.getI64IntegerAttr(im.intAttr("axis", -1))),
-       im.named("epsilon",
-                im.builder.getF32FloatAttr(im.floatAttr("epsilon", 1e-5f))),
-       im.named("rms", im.builder.getBoolAttr(true))},
-      3));
+  SmallVector<NamedAttribute> attributes = normalizationAttributes(im, true);
+  return im.bindResults(im.create(LayerNormOp::getOperationName(),
+                                  {im.input(0), im.input(1)}, attributes, 3));
 }
 
 void importDropout(Importer &im) {

@@ -93,11 +93,9 @@ double flopsOf(const plan::Plan &plan, const plan::Instruction &instruction) {
 InstructionCost hardwareCost(const Hardware &hw) {
   return [hw](const plan::Plan &plan, const plan::Instruction &instruction) {
     // A view over its input's bytes copies nothing.
-    if (instruction.inputs_size() == 1 && instruction.outputs_size() == 1 &&
-        instruction.inputs(0) >= 0 && instruction.outputs(0) >= 0 &&
-        plan::isInPlaceView(instruction.op(),
-                            plan.tensors(instruction.inputs(0)),
-                            plan.tensors(instruction.outputs(0))))
+    if (plan::isInPlaceView(
+            instruction.op(), instruction.inputs(), instruction.outputs(),
+            [&](int id) -> const plan::Tensor & { return plan.tensors(id); }))
       return 0.0;
     double bytes = 0;
     for (int id : instruction.inputs())

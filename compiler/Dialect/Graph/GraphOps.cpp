@@ -308,19 +308,23 @@ static LogicalResult verifyNarrowProduct(Operation *op,
   return success();
 }
 
-LogicalResult BatchNormOp::verify() {
-  std::optional<StringRef> activation = getActivation();
+/// cdp-fuse-relu's `activation`, absent or "relu".
+static LogicalResult verifyReluActivation(Operation *op,
+                                          std::optional<StringRef> activation) {
   if (activation && *activation != "relu")
-    return emitOpError("activation must be \"relu\", not \"")
+    return op->emitOpError("activation must be \"relu\", not \"")
            << *activation << "\"";
   return success();
 }
 
+LogicalResult BatchNormOp::verify() {
+  return verifyReluActivation(*this, getActivation());
+}
+
 LogicalResult GemmOp::verify() {
-  if (std::optional<StringRef> activation = getActivation()) {
-    if (*activation != "relu")
-      return emitOpError("activation must be \"relu\", not \"")
-             << *activation << "\"";
+  if (failed(verifyReluActivation(*this, getActivation())))
+    return failure();
+  if (getActivation()) {
     if (getRoundResult() || getNarrowOperands())
       return emitOpError("activation is for float32 products (no "
                          "round_result or narrow_operands)");

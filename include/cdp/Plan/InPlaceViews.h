@@ -19,14 +19,20 @@
 
 namespace cdp::plan {
 
-/// Whether an instruction `op` reading `in` and writing `out` is a view
-/// (reshape, flatten, squeeze, unsqueeze, identity) whose output lies at
-/// its input's arena offset.
-inline bool isInPlaceView(std::string_view op, const Tensor &in,
-                          const Tensor &out) {
+/// Whether an instruction `op` reading tensor ids `inputs` and writing
+/// `outputs` (the plan's, or a SpelledPlan's, with `tensorOf` giving each
+/// id's tensor) is a view (reshape, flatten, squeeze, unsqueeze, identity)
+/// whose one output lies at its one input's arena offset.
+template <typename Ids, typename TensorOf>
+bool isInPlaceView(std::string_view op, const Ids &inputs, const Ids &outputs,
+                   TensorOf tensorOf) {
   bool view = op == "reshape" || op == "flatten" || op == "squeeze" ||
               op == "unsqueeze" || op == "identity";
-  return view && in.kind() == ACTIVATION && out.kind() == ACTIVATION &&
+  if (!view || inputs.size() != 1 || outputs.size() != 1 || inputs[0] < 0 ||
+      outputs[0] < 0)
+    return false;
+  const Tensor &in = tensorOf(inputs[0]), &out = tensorOf(outputs[0]);
+  return in.kind() == ACTIVATION && out.kind() == ACTIVATION &&
          in.offset() == out.offset() && in.bytes() == out.bytes();
 }
 
