@@ -4,6 +4,7 @@
 #include "cdp/Dialect/Graph/StorageBytes.h"
 #include "cdp/Passes/ForwardLayers.h"
 #include "cdp/Passes/Passes.h"
+#include "cdp/Passes/SharedStorage.h"
 #include "cdp/Schedule/ScheduleTable.h"
 #include "cdp/Schedule/Strategy.h"
 #include "cdp/Support/Profile.h"
@@ -32,12 +33,10 @@ int64_t elements(Value value) {
 }
 
 /// Whether `op`'s result lies over its input's storage (a reshape, a
-/// squeeze): it moves nothing, and the estimates count the input's bytes, not
-/// the view's.
-bool isView(Operation *op) {
-  return op->hasTrait<ViewOfInput>() && op->getNumResults() == 1 &&
-         op->getNumOperands() == 1;
-}
+/// squeeze of a value the graph computed), as cdp-plan-memory lays it out:
+/// it moves nothing, and the estimates count the input's bytes, not the
+/// view's. A view of a parameter or of the graph's input is a copy.
+bool isView(Operation *op) { return storageSharedWith(*op) != nullptr; }
 
 /// Multiply-adds for the products, elements written for the rest (none
 /// for a view).
@@ -77,6 +76,42 @@ int64_t bytesOf(Value value) {
   return storageBytes(cast<RankedTensorType>(value.getType()));
 }
 
+/// The ops a cut places, each with the parameter-only ops that go with it
+/// (the stage of their first consumer: a Linear's transposed weight goes
+/// with its MatMul), so the estimate counts their weights and results.
+struct CutOps {
+  CutOps(ArrayRef<Operation *> ops, ArrayRef<Operation *> parameterOnly)
+      : members(ops.size()) {
+    for (auto [i, op] : llvm::enumerate(ops)) {
+      position[op] = i;
+      members[i].push_back(op);
+    }
+    // Consumers come after producers: walk back so a chain of
+    // parameter-only ops finds its placed consumer.
+    for (Operation *op : llvm::reverse(parameterOnly)) {
+      size_t first = ops.size();
+      for (Operation *user : op->getUsers())
+        if (auto it = position.find(user); it != position.end())
+          first = std::min(first, it->second);
+      if (first == ops.size())
+        first = 0; // read by no placed op: stage 1, as placed
+      position[op] = first;
+      members[first].push_back(op);
+    }
+  }
+  size_t size() const { return members.size(); }
+
+  /// Where each placed and parameter-only op counts.
+  llvm::DenseMap<Operation *, size_t> position;
+  /// members[i]: the i-th placed op and the parameter-only ops with it.
+  std::vector<SmallVector<Operation *, 1>> members;
+  /// The placed ops alone, in order.
+  SmallVector<Operation *> placed() const {
+    return llvm::to_vector(
+        llvm::map_range(members, [](const auto &m) { return m.front(); }));
+  }
+};
+
 /// Activation bytes of the stages a cut can make, as --device-memory's
 /// estimate counts them: without recomputation every forward result is
 /// stashed per micro-batch in flight; with it (cdp-recompute) a stage
@@ -86,27 +121,23 @@ int64_t bytesOf(Value value) {
 /// rest of one micro-batch's forward at a time.
 class ActivationEstimate {
 public:
-  ActivationEstimate(ArrayRef<Operation *> ops, StringRef mode,
-                     const WeightFlow &flow)
+  ActivationEstimate(const CutOps &cut, StringRef mode, const WeightFlow &flow)
       : recompute(mode != "none") {
-    size_t n = ops.size();
+    size_t n = cut.size();
     results.assign(n + 1, 0);
     kept.assign(n + 1, 0);
     crossing.assign(n + 1, 0);
-    llvm::DenseMap<Operation *, size_t> index;
-    for (size_t i = 0; i < n; ++i)
-      index[ops[i]] = i;
     std::vector<double> delta(n + 2, 0), keptAt;
     std::vector<bool> layerStart;
     std::vector<int64_t> layer;
     if (mode == "layer")
-      layer = layersOf(ops, flow, 0);
+      layer = layersOf(cut.placed(), flow, 0);
     // The last op reading `value` or a view of it (n: a reader outside).
     std::function<size_t(Value, size_t)> lastReader = [&](Value value,
                                                           size_t last) {
       for (Operation *user : value.getUsers()) {
-        auto it = index.find(user);
-        if (it == index.end())
+        auto it = cut.position.find(user);
+        if (it == cut.position.end())
           return n;
         last = std::max(last, it->second);
         if (isView(user))
@@ -115,20 +146,23 @@ public:
       return last;
     };
     for (size_t i = 0; i < n; ++i) {
-      double bytes = 0;
-      // A view's bytes are its input's, live until the view's readers.
-      for (Value result : ops[i]->getResults()) {
-        if (isView(ops[i]))
-          break;
-        bytes += bytesOf(result);
-        size_t last = lastReader(result, i);
-        delta[i + 1] += bytesOf(result); // live across cuts i+1 .. last
-        delta[last + 1] -= bytesOf(result);
+      double bytes = 0, inside = 0;
+      for (Operation *op : cut.members[i]) {
+        // A view's bytes are its input's, live until the view's readers.
+        if (isView(op))
+          continue;
+        double written = 0;
+        for (Value result : op->getResults()) {
+          written += bytesOf(result);
+          size_t last = lastReader(result, i);
+          delta[i + 1] += bytesOf(result); // live across cuts i+1 .. last
+          delta[last + 1] -= bytesOf(result);
+        }
+        bytes += written;
+        if (mode == "selective" && !flow.cheapToRecompute(op))
+          inside += written;
       }
       results[i + 1] = results[i] + bytes;
-      double inside = 0;
-      if (mode == "selective" && !flow.cheapToRecompute(ops[i]))
-        inside = bytes;
       keptAt.push_back(inside);
       layerStart.push_back(!layer.empty() && i > 0 && layer[i] != layer[i - 1]);
     }
@@ -300,6 +334,7 @@ struct PartitionStagesPass
   /// (dynamic programming over cut positions), or an error naming the
   /// smallest cap any partition into `count` stages needs.
   LogicalResult partitionUnderCap(func::FuncOp func, ArrayRef<Operation *> ops,
+                                  ArrayRef<Operation *> parameterOnly,
                                   ArrayRef<double> costs, int64_t count,
                                   SmallVector<int64_t> &stageOf) {
     auto strategyAttr = sched::StrategyAttr::ofModule(getOperation());
@@ -320,18 +355,20 @@ struct PartitionStagesPass
     std::vector<int64_t> slots =
         pipeline::stashSlotsPerStage(*kind, count, microBatches);
     size_t n = ops.size();
+    CutOps cut(ops, parameterOnly);
     SmallVector<double> costPrefix(n + 1, 0), paramPrefix(n + 1, 0);
     llvm::DenseSet<Value> counted;
     for (size_t i = 0; i < n; ++i) {
       double params = 0;
-      for (Value operand : ops[i]->getOperands())
-        if (auto param = operand.getDefiningOp<ParamOp>())
-          if (!param.getBuffer() && counted.insert(operand).second)
-            params += bytesOf(operand);
+      for (Operation *op : cut.members[i])
+        for (Value operand : op->getOperands())
+          if (auto param = operand.getDefiningOp<ParamOp>())
+            if (!param.getBuffer() && counted.insert(operand).second)
+              params += bytesOf(operand);
       costPrefix[i + 1] = costPrefix[i] + costs[i];
       paramPrefix[i + 1] = paramPrefix[i] + params;
     }
-    ActivationEstimate activations(ops, recompute,
+    ActivationEstimate activations(cut, recompute,
                                    WeightFlow(func.getBody().front()));
     // Weights (one or two versions), a micro-batch's gradient and the
     // step's accumulator, optimizer state; the stash as the emitter sizes
@@ -452,7 +489,8 @@ struct PartitionStagesPass
         }
       }
     } else if (deviceMemory > 0) {
-      if (failed(partitionUnderCap(func, ops, costs, count, stageOf)))
+      if (failed(partitionUnderCap(func, ops, parameterOnly, costs, count,
+                                   stageOf)))
         return signalPassFailure();
     } else {
       SmallVector<double> prefix(1, 0.0);

@@ -119,6 +119,9 @@ void buildTrainingPipeline(OpPassManager &pm,
     pm.addPass(createFoldAttentionTransposes());
     // After the attention passes, which read the projections' products.
     pm.addPass(createFuseMatMulBias());
+    // Before the cut: a weight's Transpose read by a product is a flag, not
+    // a copy each stage would stash (the memory estimate counts it).
+    pm.addPass(createFoldTranspose());
   }
   addPartition(pm, config);
   AutodiffOptions autodiff;

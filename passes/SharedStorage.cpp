@@ -17,8 +17,9 @@ bool writtenInPlace(Value value) {
   });
 }
 
-/// The input whose storage the result of `op` may lie over, or null.
-Value viewedInput(Operation &op) {
+} // namespace
+
+Value storageSharedWith(Operation &op) {
   if (!op.hasTrait<ViewOfInput>() || op.getNumResults() != 1 ||
       op.getNumOperands() != 1)
     return nullptr;
@@ -31,11 +32,9 @@ Value viewedInput(Operation &op) {
   return input;
 }
 
-} // namespace
-
 SharedStorage::SharedStorage(func::FuncOp func) {
   for (Operation &op : func.getBody().front()) {
-    Value input = viewedInput(op);
+    Value input = storageSharedWith(op);
     if (!input)
       continue;
     Value root = ownerOf(input);

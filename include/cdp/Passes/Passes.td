@@ -629,7 +629,10 @@ def RecomputeLogProbabilities
 def FoldTranspose : Pass<"cdp-fold-transpose", "mlir::ModuleOp"> {
   let summary = "Folds Transpose ops into the MatMul and Gemm operands that read them";
   let description = [{
-    On the training graph (after autodiff): composes Transposes of
+    Runs twice in the fusion pipeline: on the forward graph before the cut
+    (a weight's Transpose read by a product becomes a flag, so no stage
+    counts or stashes a transposed copy) and on the training graph after
+    autodiff (the gradients' Transposes). Composes Transposes of
     Transposes (dropping identities), folds a Transpose of the last two
     dimensions into a MatMul or Gemm operand as its trans_a / trans_b flag,
     and turns the Transpose of a MatMul result into the product of the
@@ -701,7 +704,10 @@ def PartitionStages : Pass<"cdp-partition-stages", "mlir::ModuleOp"> {
     by the estimate: parameters × (weight versions + a micro-batch's gradient +
     the accumulator + optimizer copies) plus the stashed micro-batches (GPipe m; 1F1B, 2BW,
     cdp-mp min(L - s + 1, m)) × the bytes the stage's forward ops write, for
-    the module's `sched.strategy`.
+    the module's `sched.strategy`. An op computed from parameters alone
+    counts with its first reader, the parameters it reads too; a view
+    counts no bytes where cdp-plan-memory lays it over its input (not a
+    view of a parameter or of the graph's input, which is a copy).
     When none fits, the error names the smallest cap that would. With
     `profile` (a `cdp-run --profile` file of the same model), an op's cost
     is the measured time of its ONNX node, forward and backward, shared

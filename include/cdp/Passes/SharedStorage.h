@@ -13,6 +13,7 @@
 #define CDP_PASSES_SHAREDSTORAGE_H
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Operation.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SmallVector.h"
 
@@ -25,6 +26,10 @@ namespace cdp {
 /// graph's inputs are filled per step, persistent values are not in the
 /// arena) and no op writes into either in place (`unscale_grads`,
 /// `clip_grad_norm`: a write to one name would change the other).
+/// The input whose storage `op`'s result may lie over by the rule above,
+/// or null: the result then has bytes of its own (a kernel copies).
+mlir::Value storageSharedWith(mlir::Operation &op);
+
 class SharedStorage {
 public:
   explicit SharedStorage(mlir::func::FuncOp func);
