@@ -25,7 +25,7 @@
 
 #include "cdp/Dialect/Graph/GraphOps.h"
 #include "cdp/Passes/Passes.h"
-#include "cdp/Passes/SplatConstant.h"
+#include "cdp/Passes/ScalarElementwise.h"
 
 #include "mlir/IR/Builders.h"
 
@@ -43,35 +43,6 @@ namespace {
 /// (B, N, H, K) -> (B, H, K, N) for the keys.
 constexpr int64_t kHeadsFirst[] = {0, 2, 1, 3};
 constexpr int64_t kKeysTransposed[] = {0, 2, 3, 1};
-
-/// Whether `op` is element by element with at most a one-element constant
-/// beside its one input (a scaling, a rounding): a transpose moves through
-/// it without changing a value.
-bool commutesWithTranspose(Operation *op) {
-  if (isa<RoundToOp>(op))
-    return true;
-  auto mul = dyn_cast<MulOp>(op);
-  if (!mul)
-    return false;
-  for (int side = 0; side < 2; ++side) {
-    Value other = mul->getOperand(1 - side);
-    auto type = cast<RankedTensorType>(other.getType());
-    if (type.getNumElements() == 1 && splatValue(other) &&
-        cast<RankedTensorType>(mul->getOperand(side).getType()).getShape() ==
-            cast<RankedTensorType>(mul.getType()).getShape())
-      return true;
-  }
-  return false;
-}
-
-/// The operand of `op` that carries the tensor (not the scalar).
-OpOperand &carried(Operation *op) {
-  for (OpOperand &use : op->getOpOperands())
-    if (cast<RankedTensorType>(use.get().getType()).getShape() ==
-        cast<RankedTensorType>(op->getResult(0).getType()).getShape())
-      return use;
-  return op->getOpOperand(0);
-}
 
 /// An attention operand written as a permutation of `root` followed by
 /// ops that commute with it, each op read by the next alone.
@@ -117,9 +88,9 @@ std::optional<TransposedOperand> transposedOperand(Value operand,
   TransposedOperand found;
   Value at = operand;
   while (at.hasOneUse() && at.getDefiningOp() &&
-         commutesWithTranspose(at.getDefiningOp())) {
+         isScalarElementwise(at.getDefiningOp())) {
     found.between.push_back(at.getDefiningOp());
-    at = carried(at.getDefiningOp()).get();
+    at = carriedOperand(at.getDefiningOp()).get();
   }
   std::reverse(found.between.begin(), found.between.end());
   SmallVector<int64_t, 4> composed{0, 1, 2, 3};

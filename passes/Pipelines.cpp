@@ -116,6 +116,7 @@ void buildTrainingPipeline(OpPassManager &pm,
     pm.addPass(createFuseSoftmaxBias());
     pm.addPass(createFuseAttention());
     pm.addPass(createFoldAttentionScale());
+    pm.addPass(createFoldRepeatedHeads());
     pm.addPass(createFoldAttentionTransposes());
     // After the attention passes, which read the projections' products.
     pm.addPass(createFuseMatMulBias());

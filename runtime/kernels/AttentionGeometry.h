@@ -14,6 +14,12 @@
 // transpose of the k x n matrix the product reads. The stats and the bias
 // stay in the logical (B, H, M, ...) order.
 //
+// Grouped-query attention: b and v may have H / group heads; query slice i
+// reads their slice i / group (the heads are the last batch dimension, so
+// (b H + h) / group = b H_kv + h / group). attention_grad writes the
+// gradients of b and v per query slice, laid out as b and v with H heads:
+// the compiler sums each group's.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef CDP_RUNTIME_KERNELS_ATTENTIONGEOMETRY_H
@@ -21,6 +27,7 @@
 
 #include "cdp/Support/AttentionLayout.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -67,11 +74,15 @@ inline std::vector<int64_t> logicalShape(const std::vector<int64_t> &shape,
 
 struct AttentionGeometry {
   int64_t count = 1, m = 0, k = 0, n = 0, d = 0;
+  /// Query slices per slice of b and v (grouped-query attention), 1 else.
+  int64_t group = 1;
   /// The scores' shape: the batch dimensions, then m and n.
   std::vector<int64_t> scores;
   /// Where a, b (as stored: n x k under bshd), v and the result (or its
-  /// gradient) lie.
+  /// gradient) lie; b's and v's slices are kv slices (i / group).
   SliceLayout aAt, bAt, vAt, outAt;
+  /// Where the gradients of b and v lie: one slice per query slice.
+  SliceLayout bGradAt, vGradAt;
   bool interleaved = false;
 
   AttentionGeometry(const std::vector<int64_t> &aShape,
@@ -92,19 +103,24 @@ struct AttentionGeometry {
     scores.assign(a.begin(), a.end() - 2);
     scores.push_back(m);
     scores.push_back(n);
+    group = std::max<int64_t>(1, queryHeadsPerKeyHead(a, b));
     if (interleaved) {
-      int64_t heads = a[1];
+      int64_t heads = a[1], kvHeads = heads / group;
       aAt = SliceLayout::headsInterleaved(m, heads, k);
-      bAt = SliceLayout::headsInterleaved(n, heads, k);
-      vAt = SliceLayout::headsInterleaved(n, heads, d);
+      bAt = SliceLayout::headsInterleaved(n, kvHeads, k);
+      vAt = SliceLayout::headsInterleaved(n, kvHeads, d);
       outAt = SliceLayout::headsInterleaved(m, heads, d);
+      bGradAt = SliceLayout::headsInterleaved(n, heads, k);
+      vGradAt = SliceLayout::headsInterleaved(n, heads, d);
     } else {
       aAt = SliceLayout::contiguous(m, k);
-      bAt = SliceLayout::contiguous(k, n);
-      vAt = SliceLayout::contiguous(n, d);
+      bAt = bGradAt = SliceLayout::contiguous(k, n);
+      vAt = vGradAt = SliceLayout::contiguous(n, d);
       outAt = SliceLayout::contiguous(m, d);
     }
   }
+  /// The slice of b and v that query slice `i` reads.
+  int64_t kvSlice(int64_t i) const { return i / group; }
   int64_t scoresPerSlice() const { return m * n; }
   /// Slices of one batch row: a chunk of interleaved slices stays in one.
   int64_t slicesPerRow() const { return interleaved ? aAt.heads : count; }

@@ -372,11 +372,12 @@ void attentionOperands(const Check &c, const KernelArgs &args,
   c.require(b.rank() == a.rank() && v.rank() == a.rank(),
             "attention's operands have different ranks");
   auto batchEnd = [](const TensorView &t) { return t.shape.end() - 2; };
-  c.require(std::equal(a.shape.begin(), batchEnd(a), b.shape.begin()) &&
-                std::equal(a.shape.begin(), batchEnd(a), v.shape.begin()),
+  c.require(std::equal(b.shape.begin(), batchEnd(b), v.shape.begin()) &&
+                queryHeadsPerKeyHead(a.shape, b.shape) > 0,
             "attention's operands " + shapeText(a.shape) + ", " +
                 shapeText(b.shape) + " and " + shapeText(v.shape) +
-                " have different batch dimensions");
+                " have different batch dimensions (the keys and v may "
+                "have fewer heads, a divisor of the queries')");
   size_t r = a.shape.size();
   c.require(b.shape[r - 2] == a.shape[r - 1] &&
                 v.shape[r - 2] == b.shape[r - 1],
@@ -707,8 +708,16 @@ Rules makeRules() {
     const TensorView *bias = c.optional(5);
     attentionOperands(c, args, c.in(1), c.in(2), c.in(3), bias, c.in(0),
                       c.in(4));
-    for (int k : {0, 1, 2})
-      c.same(c.out(k), c.in(k + 1));
+    // The keys' and v's gradients per query head (grouped-query attention).
+    c.same(c.out(0), c.in(1));
+    int64_t rank = c.in(1).rank();
+    int64_t axis = headsAxis(rank, isHeadsInterleaved(args.s("layout", "")));
+    for (int k : {1, 2}) {
+      TensorView perQueryHead = c.in(k + 1);
+      if (axis >= 0)
+        perQueryHead.shape[axis] = c.in(1).shape[axis];
+      c.same(c.out(k), perQueryHead);
+    }
     bool biasGrad = args.outputs.size() > 3;
     c.require(!biasGrad || bias, "a bias gradient without a bias");
     if (biasGrad)

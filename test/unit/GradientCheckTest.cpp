@@ -551,6 +551,24 @@ std::vector<Case> cases() {
        "(tensor<2x3x4xf32>, tensor<2x4x5xf32>, tensor<2x5x3xf32>, "
        "tensor<3x5xf32>) -> (tensor<2x3x3xf32>, tensor<2x3x2xf32>)",
        "tensor<2x3x3xf32>"});
+  // Grouped-query attention (cdp-fold-repeated-heads): 4 query heads read
+  // 2 key/value heads, h / 2; the gradients of the keys and v sum their
+  // group's (attention_grad's per query head, then the rule's reduction).
+  list.push_back(
+      {"attention_grouped",
+       {{"a", {1, 4, 3, 4}}, {"b", {1, 2, 4, 5}}, {"v", {1, 2, 5, 3}}},
+       "%y, %stats = cdp.attention %p0, %p1, %p2 {scale = 0.5 : f32} : "
+       "(tensor<1x4x3x4xf32>, tensor<1x2x4x5xf32>, tensor<1x2x5x3xf32>) -> "
+       "(tensor<1x4x3x3xf32>, tensor<1x4x3x2xf32>)",
+       "tensor<1x4x3x3xf32>"});
+  // The same with the heads after the sequence (layout bshd).
+  list.push_back(
+      {"attention_grouped_bshd",
+       {{"a", {2, 3, 4, 4}}, {"b", {2, 5, 2, 4}}, {"v", {2, 5, 2, 3}}},
+       "%y, %stats = cdp.attention %p0, %p1, %p2 {layout = \"bshd\"} : "
+       "(tensor<2x3x4x4xf32>, tensor<2x5x2x4xf32>, tensor<2x5x2x3xf32>) -> "
+       "(tensor<2x3x4x3xf32>, tensor<2x4x3x2xf32>)",
+       "tensor<2x3x4x3xf32>"});
   list.push_back(
       {"attention_masked_rows",
        {{"a", {1, 3, 4}}, {"b", {1, 4, 4}}, {"v", {1, 4, 2}}},

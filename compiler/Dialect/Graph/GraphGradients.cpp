@@ -10,6 +10,7 @@
 
 #include "cdp/Dialect/Graph/GradientBuilder.h"
 #include "cdp/Dialect/Graph/GraphOps.h"
+#include "cdp/Support/AttentionLayout.h"
 
 using namespace mlir;
 
@@ -427,6 +428,27 @@ LogicalResult RotaryOp::buildGradient(GradientBuilder &g) {
   return g.status();
 }
 
+/// A grouped operand's gradient from attention_grad's, which has one per
+/// query head: each key/value head's group of query heads summed with the
+/// ops the gradient of the heads' repetition (unsqueeze, expand, reshape)
+/// uses.
+static Value sumHeadGroups(GradientBuilder &g, Value perQueryHead,
+                           Value operand, std::optional<StringRef> layout) {
+  ArrayRef<int64_t> wide = GradientBuilder::shapeOf(perQueryHead),
+                    narrow = GradientBuilder::shapeOf(operand);
+  if (wide == narrow)
+    return perQueryHead;
+  size_t axis = headsAxis(wide.size(), layout == "bshd");
+  int64_t group = wide[axis] / narrow[axis];
+  // (.., H, ..) -> (.., H_kv, group, ..), summed to (.., H_kv, 1, ..).
+  SmallVector<int64_t> split(narrow), kept(narrow);
+  split.insert(split.begin() + axis + 1, group);
+  kept.insert(kept.begin() + axis + 1, 1);
+  Value summed = g.reduceTo(g.reshape(perQueryHead, split),
+                            f32Tensor(g.getBuilder(), kept));
+  return g.reshape(summed, narrow);
+}
+
 /// One attention_grad: it recomputes the probabilities from the stats, so
 /// the backward keeps a, b, v and (..., M, 2) stats instead of the
 /// (..., M, N) probabilities. The bias's gradient only where it is trained
@@ -455,8 +477,8 @@ LogicalResult AttentionOp::buildGradient(GradientBuilder &g) {
   if (!grad)
     return failure();
   g.add(getA(), grad->getResult(0));
-  g.add(getB(), grad->getResult(1));
-  g.add(getV(), grad->getResult(2));
+  g.add(getB(), sumHeadGroups(g, grad->getResult(1), getB(), getLayout()));
+  g.add(getV(), sumHeadGroups(g, grad->getResult(2), getV(), getLayout()));
   if (biasGrad)
     g.add(bias, grad->getResult(3));
   return g.status();

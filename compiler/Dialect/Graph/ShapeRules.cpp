@@ -136,10 +136,12 @@ LogicalResult inferAttention(Loc loc, Value a, Value b, Value v, Value bias,
     vLogical = headsFirst<Shape>(vt.getShape(), false);
   }
   ArrayRef<int64_t> as = aLogical, bs = bLogical, vs = vLogical;
-  if (as.drop_back(2) != bs.drop_back(2) || as.drop_back(2) != vs.drop_back(2))
+  if (bs.drop_back(2) != vs.drop_back(2) || queryHeadsPerKeyHead(as, bs) == 0)
     return fail(loc, "attention's operands " + shapeString(as) + ", " +
                          shapeString(bs) + " and " + shapeString(vs) +
-                         " must have the same batch dimensions");
+                         " must have the same batch dimensions (the keys "
+                         "and v may have fewer heads, a divisor of the "
+                         "queries')");
   int64_t m = as[rank - 2], k = as[rank - 1], n = bs[rank - 1];
   if (bs[rank - 2] != k || vs[rank - 2] != n)
     return fail(loc, "attention's products " + shapeString(as) + " x " +

@@ -8,6 +8,7 @@
 
 #include "ShapeRules.h"
 #include "cdp/Dialect/Graph/GraphOps.h"
+#include "cdp/Support/AttentionLayout.h"
 
 using namespace mlir;
 using namespace cdp;
@@ -146,10 +147,18 @@ LogicalResult AttentionGradOp::inferReturnTypes(MLIRContext *, Loc loc,
       adaptor.getStats().getType() != forward[1])
     return fail(loc, "attention_grad's grad and stats must be shaped as the "
                      "attention's result and stats");
-  // Float32 gradients, whatever width the operands are stored in.
-  for (Value operand : {adaptor.getA(), adaptor.getB(), adaptor.getV()})
-    types.push_back(tensorOf(rankedType(operand).getShape(),
-                             Float32Type::get(operand.getContext())));
+  // Float32 gradients, whatever width the operands are stored in; under
+  // grouped-query attention the keys' and v's per query head (the gradient
+  // rule sums each group's).
+  RankedTensorType aType = rankedType(adaptor.getA());
+  bool interleaved = adaptor.getLayout() == "bshd";
+  int64_t axis = headsAxis(aType.getRank(), interleaved);
+  for (Value operand : {adaptor.getA(), adaptor.getB(), adaptor.getV()}) {
+    SmallVector<int64_t> shape(rankedType(operand).getShape());
+    if (axis >= 0)
+      shape[axis] = aType.getDimSize(axis);
+    types.push_back(tensorOf(shape, Float32Type::get(operand.getContext())));
+  }
   if (adaptor.getWithBiasGrad()) {
     if (!adaptor.getBias())
       return fail(loc, "with_bias_grad needs a bias");

@@ -401,6 +401,30 @@ def FuseAttention : Pass<"cdp-fuse-attention", "mlir::ModuleOp"> {
   let dependentDialects = ["cdp::CDPDialect"];
 }
 
+def FoldRepeatedHeads : Pass<"cdp-fold-repeated-heads", "mlir::ModuleOp"> {
+  let summary = "Gives grouped-query attention its key and value heads unrepeated";
+  let description = [{
+    Grouped-query attention (Llama 3, Mistral, TinyLlama) repeats each key
+    and value head for its group of query heads before attention
+    (transformers' `repeat_kv`: unsqueeze, expand, reshape), a copy `g`
+    times the size of the heads, stored for the backward. `cdp.attention`
+    reads keys and v with fewer heads (query head `h` reads head
+    `h / g`). Where both the keys and v of a `cdp.attention` are such
+    repetitions of one group size, below ops that act on every head alike
+    (roundings, products by a scalar, identities, transposes keeping the
+    batch and heads, reshapes keeping the last two dimensions), the pass
+    rebuilds those ops on the unrepeated heads and drops the repetition.
+    The attention reads the values the repetition copied, and its gradient
+    rule sums each group's per-query-head gradients as the repetition's
+    gradient did: the same bits in float32 plans; where a scaling stays
+    between (mixed precision, a scale not a power of two) the scaling
+    multiplies the group's sum instead of each gradient, a difference of
+    rounding. Runs after cdp-fold-attention-scale, before
+    cdp-fold-attention-transposes and autodiff.
+  }];
+  let dependentDialects = ["cdp::CDPDialect"];
+}
+
 def FoldAttentionTransposes
     : Pass<"cdp-fold-attention-transposes", "mlir::ModuleOp"> {
   let summary = "Reads attention's heads where the projections write them";

@@ -1,7 +1,9 @@
 //===- Attention.cpp - cdp.attention and its gradient on the CPU ----------===//
 //
 // One slice (a batch x head) at a time, each thread with its own m x n
-// buffers: the scores and probabilities never leave them. `scale` is the
+// buffers: the scores and probabilities never leave them. Grouped-query
+// attention reads a group's keys and v for each of its query slices and
+// writes their gradients per query slice (AttentionGeometry.h). `scale` is the
 // first product's alpha (and the operand gradients' products'). The forward
 // keeps each row's maximum and log-sum (the stats); the backward recomputes
 // the probabilities from them with the same function, so the same bits.
@@ -162,8 +164,8 @@ struct AttentionOperands {
   };
   Slice sliceOf(int64_t i, const SliceMatrices &own) const {
     return {readSlice(a, g.aAt, i, false, own.a),
-            readSlice(b, g.bAt, i, true, own.b),
-            readSlice(v, g.vAt, i, false, own.v)};
+            readSlice(b, g.bAt, g.kvSlice(i), true, own.b),
+            readSlice(v, g.vAt, g.kvSlice(i), false, own.v)};
   }
   /// Slice i of `x` laid out as `at`: where it lies, or gathered into the
   /// thread's matrix `own` (`transposed`: the keys) where the heads
@@ -272,10 +274,10 @@ struct AttentionBackward {
       roundAll(t.format, dp, mn);
       multiplied = dp;
     }
-    float *dvi = t.resultOf(dv, g.vAt, i, own.out);
+    float *dvi = t.resultOf(dv, g.vGradAt, i, own.out);
     sgemm(true, false, g.n, g.d, g.m, 1.0f, multiplied, dout, 0.0f, dvi);
     roundAll(t.format, dvi, g.n * g.d);
-    t.store(dvi, dv, g.vAt, i);
+    t.store(dvi, dv, g.vGradAt, i);
     // dP = dO V^T, then dS = P (dP - sum(dP P)) row by row.
     sgemm(false, true, g.m, g.n, g.d, 1.0f, dout, in.v, 0.0f, dp);
     roundAll(t.format, dp, mn);
@@ -296,13 +298,13 @@ struct AttentionBackward {
       ds = p;
     }
     float *dai = t.resultOf(da, g.aAt, i, own.da),
-          *dbi = t.resultOf(db, g.bAt, i, own.db);
+          *dbi = t.resultOf(db, g.bGradAt, i, own.db);
     sgemm(false, true, g.m, g.k, g.n, t.scale, ds, in.b, 0.0f, dai);
     sgemm(true, false, g.k, g.n, g.m, t.scale, in.a, ds, 0.0f, dbi);
     roundAll(t.format, dai, g.m * g.k);
     roundAll(t.format, dbi, g.k * g.n);
     t.store(dai, da, g.aAt, i);
-    t.store(dbi, db, g.bAt, i, /*transposed=*/true);
+    t.store(dbi, db, g.bGradAt, i, /*transposed=*/true);
   }
 
   /// Adds slice i's dS to the bias's gradient.

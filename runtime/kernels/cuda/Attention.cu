@@ -8,7 +8,10 @@
 // row for the softmax and its gradient. The backward recomputes the
 // probabilities from the forward's stats with the same row kernel, so the
 // same bits. The bias's gradient adds the chunks' dS slice by slice in
-// order: no atomics, the same sums on every run.
+// order: no atomics, the same sums on every run. Grouped-query attention
+// (keys and v with fewer heads): a chunk holds whole groups, and each
+// product that reads the keys or v runs once per member r of a group, over
+// every group-th query slice from r against the chunk's kv slices.
 //
 //===----------------------------------------------------------------------===//
 
@@ -157,6 +160,11 @@ struct Matrices {
                      int64_t slice) {
     return {t.data, at.offset(slice), at.ld, at.stride(), storedInTwoBytes(t)};
   }
+  /// Every `group`-th matrix from the `r`-th: one member of each head
+  /// group of a chunk's query slices.
+  Matrices member(int64_t r, int64_t group) const {
+    return {base, first + r * stride, ld, stride * group, twoBytes};
+  }
   const void *pointer() const {
     return twoBytes ? static_cast<const void *>(
                           static_cast<const uint16_t *>(base) + first)
@@ -211,6 +219,8 @@ struct ChunkLayout {
     // one stride apart.
     slices = std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(perSlice, 1),
                                  1, std::max<int64_t>(g.slicesPerRow(), 1));
+    // Whole head groups (a row's slices are whole groups).
+    slices = std::max<int64_t>(g.group, slices / g.group * g.group);
     auto take = [&](int64_t values, int64_t width) {
       size_t at = bytes;
       bytes += (slices * values * width + 255) / 256 * 256;
@@ -307,12 +317,25 @@ struct AttentionSetup {
       return Matrices::of(operand, at, first);
     return twoBytes(stream, operand.f32(), at, first, slices, offset);
   }
-  /// The chunk's a, b and v as its products read them.
+  /// The chunk's a, b and v as its products read them: b and v the kv
+  /// slices of the chunk's query slices.
   ChunkOperands operandsOf(cudaStream_t stream, int64_t first,
                            int64_t slices) const {
+    int64_t kvFirst = g.kvSlice(first), kvSlices = slices / g.group;
     return {operandOf(stream, a, g.aAt, first, slices, layout.a16),
-            operandOf(stream, b, g.bAt, first, slices, layout.b16),
-            operandOf(stream, v, g.vAt, first, slices, layout.v16)};
+            operandOf(stream, b, g.bAt, kvFirst, kvSlices, layout.b16),
+            operandOf(stream, v, g.vAt, kvFirst, kvSlices, layout.v16)};
+  }
+  /// C = alpha op(A) op(B) over a chunk of `slices` query slices where B
+  /// is the keys or v (one kv slice per head group): once per member of a
+  /// group, A and C every group-th slice from it.
+  void productWithKv(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+                     int64_t slices, const Matrices &queries,
+                     const Matrices &kv, const Matrices &c,
+                     float alpha = 1.0f) const {
+    for (int64_t r = 0; r < g.group; ++r)
+      product()(transA, transB, m, n, k, slices / g.group,
+                queries.member(r, g.group), kv, c.member(r, g.group), alpha);
   }
   /// The chunk's scores, then its probabilities (row kernel): stats found
   /// (the forward) or read (the backward).
@@ -320,8 +343,8 @@ struct AttentionSetup {
                      int64_t first, int64_t slices, float *stats,
                      bool findStats, bool keepFloat) const {
     // b is the keys (n x k) where the heads interleave: read transposed.
-    product()(false, g.interleaved, g.m, g.n, g.k, slices, in.a, in.b,
-              Matrices::floats(scores(), g.m, g.n), scale);
+    productWithKv(false, g.interleaved, g.m, g.n, g.k, slices, in.a, in.b,
+                  Matrices::floats(scores(), g.m, g.n), scale);
     probabilityRows<<<slices * g.m, threadsForRow(g.n), 0, stream>>>(
         scores(), first * g.m, g.n, bias, format, zeroNanRows, stats, findStats,
         probabilities16(), keepFloat);
@@ -373,8 +396,8 @@ attentionKernel(const KernelArgs &args) {
       ChunkOperands in = t.operandsOf(stream, first, c);
       t.probabilities(stream, in, first, c, stats.f32(), /*findStats=*/true,
                       /*keepFloat=*/!p16);
-      t.product()(false, false, g.m, g.d, g.n, c, t.probabilityMatrices(), in.v,
-                  Matrices::of(out, g.outAt, first));
+      t.productWithKv(false, false, g.m, g.d, g.n, c, t.probabilityMatrices(),
+                      in.v, Matrices::of(out, g.outAt, first));
     }
     roundWhole(stream, rounding, out);
   };
@@ -413,28 +436,28 @@ attentionGradKernel(const KernelArgs &args) {
           t.operandOf(stream, grad, g.outAt, first, c, t.layout.grad16);
       t.probabilities(stream, in, first, c, stats.f32(), /*findStats=*/false,
                       /*keepFloat=*/true);
-      // dV = P^T dO, with P as the forward multiplied it.
+      // dV = P^T dO, with P as the forward multiplied it (per query slice).
       product(true, false, g.n, g.d, g.m, c, t.probabilityMatrices(), dout,
-              Matrices::of(dv, g.vAt, first));
+              Matrices::of(dv, g.vGradAt, first));
       // dP = dO V^T, then dS (p16 now holds dS's 2-byte copy).
-      product(false, true, g.m, g.n, g.d, c, dout, in.v,
-              Matrices::floats(ds, g.m, g.n));
+      t.productWithKv(false, true, g.m, g.n, g.d, c, dout, in.v,
+                      Matrices::floats(ds, g.m, g.n));
       softmaxGradRows<<<c * g.m, threadsForRow(g.n), 0, stream>>>(
           s, ds, g.n, t.format, p16, /*keepFloat=*/!p16 || dbias.present());
       launched("attention softmax gradient");
       Matrices dsRead = p16 ? Matrices::narrow(p16, g.m, g.n)
                             : Matrices::floats(ds, g.m, g.n);
       // dA = scale dS B^T: the keys (n x k, interleaved heads) are B^T.
-      product(false, !g.interleaved, g.m, g.k, g.n, c, dsRead, in.b,
-              Matrices::of(da, g.aAt, first), t.scale);
+      t.productWithKv(false, !g.interleaved, g.m, g.k, g.n, c, dsRead, in.b,
+                      Matrices::of(da, g.aAt, first), t.scale);
       // dB = scale A^T dS, or its transpose dS^T A where the keys' gradient
-      // is stored n x k.
+      // is stored n x k (per query slice).
       if (g.interleaved)
         product(true, false, g.n, g.k, g.m, c, dsRead, in.a,
-                Matrices::of(db, g.bAt, first), t.scale);
+                Matrices::of(db, g.bGradAt, first), t.scale);
       else
         product(true, false, g.k, g.n, g.m, c, in.a, dsRead,
-                Matrices::of(db, g.bAt, first), t.scale);
+                Matrices::of(db, g.bGradAt, first), t.scale);
       if (dbias.present()) {
         addBiasGrad<<<blocksFor(mn), kThreads, 0, stream>>>(
             ds, dbias.f32(), t.bias.at, first, c, mn);

@@ -648,6 +648,26 @@ func.func @layer_norm_narrow_output_unrounded(%x: tensor<2x8xf32>, %scale: tenso
 
 // -----
 
+// Grouped-query attention: the keys' and v's heads must divide q's.
+func.func @attention_heads_not_grouped(%q: tensor<1x4x3x2xf32>, %k: tensor<1x3x2x5xf32>, %v: tensor<1x3x5x2xf32>) -> tensor<1x4x3x2xf32> {
+  // expected-error@+2 {{attention's operands [1,4,3,2], [1,3,2,5] and [1,3,5,2] must have the same batch dimensions (the keys and v may have fewer heads, a divisor of the queries')}}
+  // expected-error@+1 {{'cdp.attention' op failed to infer returned types}}
+  %o, %s = cdp.attention %q, %k, %v : (tensor<1x4x3x2xf32>, tensor<1x3x2x5xf32>, tensor<1x3x5x2xf32>) -> (tensor<1x4x3x2xf32>, tensor<1x4x3x2xf32>)
+  return %o : tensor<1x4x3x2xf32>
+}
+
+// -----
+
+// The keys and v grouped alike.
+func.func @attention_keys_and_values_grouped_apart(%q: tensor<1x4x3x2xf32>, %k: tensor<1x2x2x5xf32>, %v: tensor<1x1x5x2xf32>) -> tensor<1x4x3x2xf32> {
+  // expected-error@+2 {{must have the same batch dimensions}}
+  // expected-error@+1 {{'cdp.attention' op failed to infer returned types}}
+  %o, %s = cdp.attention %q, %k, %v : (tensor<1x4x3x2xf32>, tensor<1x2x2x5xf32>, tensor<1x1x5x2xf32>) -> (tensor<1x4x3x2xf32>, tensor<1x4x3x2xf32>)
+  return %o : tensor<1x4x3x2xf32>
+}
+
+// -----
+
 func.func @attention_zero_scale(%q: tensor<1x4x2xf32>, %k: tensor<1x2x4xf32>, %v: tensor<1x4x2xf32>) -> tensor<1x4x2xf32> {
   // expected-error@+1 {{'cdp.attention' op scales its scores by 0.000000e+00; the scale must be finite and nonzero}}
   %o, %s = cdp.attention %q, %k, %v {scale = 0.0 : f32} : (tensor<1x4x2xf32>, tensor<1x2x4xf32>, tensor<1x4x2xf32>) -> (tensor<1x4x2xf32>, tensor<1x4x2xf32>)

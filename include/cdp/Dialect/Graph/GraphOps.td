@@ -379,7 +379,10 @@ def CDP_AttentionOp : CDP_Op<"attention", [CDP_Differentiable]> {
     projections write them: `a` (B, M, H, K), `b` the keys (B, N, H, K),
     `v` (B, N, H, D) and the result (B, M, H, D), each head's matrix read
     and written in place; the bias and `stats` keep the (B, H, M, ...)
-    order.
+    order. Grouped-query attention (cdp-fold-repeated-heads): `b` and `v`
+    may have fewer heads than `a` (their last batch dimension, a divisor
+    `H_kv` of `a`'s `H`); query head `h` reads key/value head
+    `h / (H / H_kv)`.
   }];
   let arguments = (ins CDP_ProductOperand:$a, CDP_ProductOperand:$b,
                        CDP_ProductOperand:$v, Optional<CDP_F32Tensor>:$bias,
@@ -1088,7 +1091,9 @@ def CDP_AttentionGradOp : CDP_Op<"attention_grad"> {
     format (every reader takes them in 2 bytes: the scaling mul, the heads'
     transposes and the concat into the input projection's gradient).
     `layout` as the forward's: `grad` and the operands' gradients are laid
-    out as the result and the operands.
+    out as the result and the operands. Under grouped-query attention the
+    gradients of `b` and `v` have `a`'s heads, one per query head: the
+    gradient rule sums each group's into the key/value head's.
   }];
   let arguments = (ins CDP_ProductOperand:$grad, CDP_ProductOperand:$a,
                        CDP_ProductOperand:$b, CDP_ProductOperand:$v,
