@@ -28,6 +28,7 @@
 #include "cdp/Passes/ScalarElementwise.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/SetVector.h"
 
 namespace cdp {
 #define GEN_PASS_DEF_FOLDATTENTIONTRANSPOSES
@@ -200,10 +201,106 @@ void foldTransposes(AttentionOp attention) {
       Builder(attention.getContext()).getStringAttr("bshd"));
 }
 
+/// The rotary tables laid out for the transposes' inputs, each made once
+/// (q and k of a layer, and the layers, share the exporters' tables).
+class RotaryTables {
+public:
+  /// `table`, which broadcasts to the result of a transpose by `perm`,
+  /// laid out for the transpose's input: a reshape where the dimensions
+  /// above 1 stay in order (Llama's (1, 1, S, D) cos and sin for
+  /// (B, S, H, D) are (1, S, 1, D); a constant table reshaped here, not
+  /// every step), else a transpose of it.
+  Value before(OpBuilder &builder, Location loc, Value table,
+               ArrayRef<int64_t> perm) {
+    auto key = std::make_pair(table, builder.getDenseI64ArrayAttr(perm));
+    Value &laidOut = made[key];
+    if (!laidOut)
+      laidOut = build(builder, loc, table, perm);
+    return laidOut;
+  }
+
+private:
+  static Value build(OpBuilder &builder, Location loc, Value table,
+                     ArrayRef<int64_t> perm) {
+    auto type = cast<RankedTensorType>(table.getType());
+    int64_t rank = perm.size();
+    SmallVector<int64_t, 4> full(rank - type.getRank(), 1), moved(rank, 1);
+    full.append(type.getShape().begin(), type.getShape().end());
+    for (int64_t j = 0; j < rank; ++j)
+      moved[perm[j]] = full[j];
+    auto withoutUnits = [](ArrayRef<int64_t> shape) {
+      return llvm::to_vector(
+          llvm::make_filter_range(shape, [](int64_t d) { return d != 1; }));
+    };
+    if (withoutUnits(full) == withoutUnits(moved)) {
+      if (auto constant = table.getDefiningOp<ConstantOp>())
+        if (auto dense = dyn_cast<DenseElementsAttr>(constant.getValue()))
+          return builder.create<ConstantOp>(
+              loc, dense.reshape(
+                       RankedTensorType::get(moved, type.getElementType())));
+      return builder.create<ReshapeOp>(loc, table,
+                                       builder.getDenseI64ArrayAttr(moved));
+    }
+    SmallVector<int64_t, 4> inverse(rank);
+    for (int64_t j = 0; j < rank; ++j)
+      inverse[perm[j]] = j;
+    Value ranked = type.getRank() == rank
+                       ? table
+                       : builder.create<ReshapeOp>(
+                             loc, table, builder.getDenseI64ArrayAttr(full));
+    return builder.create<TransposeOp>(loc, ranked,
+                                       builder.getDenseI64ArrayAttr(inverse));
+  }
+
+  llvm::DenseMap<std::pair<Value, Attribute>, Value> made;
+};
+
+/// rotary(transpose(x, p), cos, sin) = transpose(rotary(x, cos', sin'), p)
+/// for a `p` that keeps the rotated last axis last, the tables laid out for
+/// x: the same products and sums of the same values. Moves the heads'
+/// transposes of q and k below Llama's rotary embedding, where they can
+/// fold into the attention.
+void sinkBelowRotary(RotaryOp rotary, RotaryTables &tables) {
+  auto transpose = rotary.getInput().getDefiningOp<TransposeOp>();
+  if (!transpose || rotary.getAdjoint() || !transpose->hasOneUse())
+    return;
+  ArrayRef<int64_t> perm = transpose.getPerm();
+  int64_t rank = perm.size();
+  if (rank == 0 || perm.back() != rank - 1)
+    return;
+  OpBuilder builder(rotary);
+  Location loc = rotary.getLoc();
+  Value cos = tables.before(builder, loc, rotary.getCos(), perm),
+        sin = tables.before(builder, loc, rotary.getSin(), perm);
+  Value input = transpose.getInput();
+  Value rotated = builder.create<RotaryOp>(loc, input.getType(), input, cos,
+                                           sin, rotary.getAdjointAttr(),
+                                           rotary.getNarrowOperandsAttr());
+  Value moved = builder.create<TransposeOp>(transpose.getLoc(), rotated,
+                                            transpose.getPermAttr());
+  rotary.getOutput().replaceAllUsesWith(moved);
+  rotary.erase();
+  transpose.erase();
+}
+
 struct FoldAttentionTransposesPass
     : public cdp::impl::FoldAttentionTransposesBase<
           FoldAttentionTransposesPass> {
   void runOnOperation() override {
+    SmallVector<RotaryOp> rotaries;
+    getOperation().walk([&](RotaryOp rotary) { rotaries.push_back(rotary); });
+    RotaryTables tables;
+    llvm::SetVector<Operation *> oldTables;
+    for (RotaryOp rotary : rotaries) {
+      for (Value table : {rotary.getCos(), rotary.getSin()})
+        if (Operation *constant = table.getDefiningOp<ConstantOp>())
+          oldTables.insert(constant);
+      sinkBelowRotary(rotary, tables);
+    }
+    // After every lookup: the tables' cache is keyed by these values.
+    for (Operation *constant : oldTables)
+      if (constant->use_empty())
+        constant->erase();
     SmallVector<AttentionOp> attentions;
     getOperation().walk(
         [&](AttentionOp attention) { attentions.push_back(attention); });

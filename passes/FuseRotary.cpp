@@ -14,11 +14,14 @@
 // with one cdp.rotary with the Add's location: each product rounded to
 // float32, then the sum, as the exported ops compute, so the same bits
 // forward and backward. It runs after autocast: a rounding autocast put
-// into the chain keeps it as exported.
+// into the chain keeps it as exported, but for the rounding of the
+// negated half, which is exact where the half is (bf16 q and k: their
+// products with the float32 tables are float32, as torch promotes them).
 //
 //===----------------------------------------------------------------------===//
 
 #include "cdp/Dialect/Graph/GraphOps.h"
+#include "cdp/Passes/NarrowValues.h"
 #include "cdp/Passes/Passes.h"
 #include "cdp/Passes/SplatConstant.h"
 
@@ -41,6 +44,9 @@ struct Match {
   SmallVector<Operation *> chain;
   /// The -1 of the negation, erased too when nothing else reads it.
   Operation *minusOne = nullptr;
+  /// The format x is exact in under autocast (its gradients kept in it),
+  /// or null.
+  StringAttr narrow;
 };
 
 /// The op of type OpTy defining `value`, read once and without rounding.
@@ -110,7 +116,13 @@ Value rotatedHalf(Value rotated, Match &match) {
   auto axis = static_cast<int64_t>(concat.getAxis());
   if ((axis != rank - 1 && axis != -1) || size % 2)
     return nullptr;
-  auto negated = onlyReadBy<MulOp>(concat.getInputs()[0]);
+  // Autocast rounds the negation of a bf16 half (torch's neg keeps the
+  // tensor's format), which changes nothing where the half is exact in it.
+  Value negation = concat.getInputs()[0];
+  auto rounding = onlyReadBy<RoundToOp>(negation);
+  if (rounding)
+    negation = rounding.getInput();
+  auto negated = onlyReadBy<MulOp>(negation);
   auto first = onlyReadBy<SliceOp>(concat.getInputs()[1]);
   if (!negated || !first || !slicesLastAxis(first, 0, size / 2))
     return nullptr;
@@ -120,7 +132,14 @@ Value rotatedHalf(Value rotated, Match &match) {
         second.getInput() != first.getInput() ||
         !slicesLastAxis(second, size / 2, size))
       continue;
-    match.chain.append({concat, negated, first, second});
+    if (rounding && ExactValues().formatOf(half) != rounding.getFormat())
+      continue;
+    match.chain.push_back(concat);
+    if (rounding) {
+      match.chain.push_back(rounding);
+      match.narrow = rounding.getFormatAttr();
+    }
+    match.chain.append({negated, first, second});
     match.minusOne = factor.getDefiningOp();
     return first.getInput();
   }
@@ -167,7 +186,7 @@ struct FuseRotaryPass : public cdp::impl::FuseRotaryBase<FuseRotaryPass> {
       OpBuilder builder(add);
       auto rotary = builder.create<RotaryOp>(
           add.getLoc(), add.getType(), match->x, match->cos, match->sin,
-          /*adjoint=*/builder.getBoolAttr(false));
+          /*adjoint=*/builder.getBoolAttr(false), match->narrow);
       add.getOutput().replaceAllUsesWith(rotary.getOutput());
       for (Operation *op : match->chain)
         op->erase();

@@ -6,6 +6,8 @@
 // float32, then the sum rounded, as the exported Mul, Mul and Add compute it
 // (on the GPU with __fmul_rn and __fadd_rn, which the compiler never fuses
 // into one multiply-add), so the fused op gives the unfused graph's bits.
+// Under narrow_operands the adjoint's products are rounded to the format
+// before the sum, as autocast's graph rounds each gradient it keeps.
 //
 //===----------------------------------------------------------------------===//
 
@@ -13,6 +15,7 @@
 #define CDP_RUNTIME_KERNELS_ROTARY_H
 
 #include "HostDevice.h"
+#include "NarrowOperands.h"
 
 namespace cdp::runtime {
 
@@ -43,12 +46,15 @@ CDP_HOST_DEVICE inline float rotaryOf(float x, float partner, bool firstHalf,
 
 /// The adjoint (x's gradient): dy cos + rotate_half^T(dy sin) with
 /// rotate_half^T(z) = concat(z2, -z1): the partner's gradient times the
-/// partner's sin, negated in the second half.
+/// partner's sin, negated in the second half; each product rounded to
+/// `format` first (none: float32 only).
 CDP_HOST_DEVICE inline float rotaryAdjointOf(float dy, float partnerDy,
                                              bool firstHalf, float cos,
-                                             float partnerSin) {
-  float carried = productRounded(partnerDy, partnerSin);
-  return sumRounded(productRounded(dy, cos), firstHalf ? carried : -carried);
+                                             float partnerSin,
+                                             NarrowFormat format) {
+  float carried = roundedTo(format, productRounded(partnerDy, partnerSin));
+  return sumRounded(roundedTo(format, productRounded(dy, cos)),
+                    firstHalf ? carried : -carried);
 }
 
 } // namespace cdp::runtime

@@ -109,3 +109,52 @@ func.func @kept(%q: tensor<2x8x4x3xf32>, %k: tensor<2x8x4x3xf32>, %v: tensor<2x8
   %o3, %s3 = cdp.attention %qt3, %kt3, %vt3 : (tensor<2x4x8x3xf32>, tensor<2x4x3x8xf32>, tensor<2x4x8x3xf32>) -> (tensor<2x4x8x3xf32>, tensor<2x4x8x2xf32>)
   return %ot, %qt2, %ot2, %o3 : tensor<2x8x4x3xf32>, tensor<2x4x8x3xf32>, tensor<2x8x4x3xf32>, tensor<2x4x8x3xf32>
 }
+
+// -----
+
+// Llama: the rotary embedding between q's and k's transposes and the
+// attention (grouped keys and v: 2 heads for 4): each transpose moves below
+// its rotary, whose tables are laid out for (B, S, H, D) (the constant
+// (1, 1, S, D) tables as (1, S, 1, D), made once for q and k), then folds.
+// CHECK-LABEL: func.func @llama_rotary
+// CHECK-SAME: (%[[Q:[a-z0-9]+]]: tensor<2x8x4x8xf32>, %[[K:[a-z0-9]+]]: tensor<2x8x2x8xf32>, %[[V:[a-z0-9]+]]: tensor<2x8x2x8xf32>)
+// CHECK-NOT: cdp.transpose
+// CHECK-DAG: %[[COS:.+]] = cdp.constant dense<5.000000e-01> : tensor<1x8x1x8xf32>
+// CHECK-DAG: %[[SIN:.+]] = cdp.constant dense<2.500000e-01> : tensor<1x8x1x8xf32>
+// CHECK: %[[QR:.+]] = cdp.rotary %[[Q]], %[[COS]], %[[SIN]] : (tensor<2x8x4x8xf32>, tensor<1x8x1x8xf32>, tensor<1x8x1x8xf32>) -> tensor<2x8x4x8xf32>
+// CHECK-NEXT: %[[KR:.+]] = cdp.rotary %[[K]], %[[COS]], %[[SIN]] : (tensor<2x8x2x8xf32>
+// CHECK-NEXT: cdp.attention %[[QR]], %[[KR]], %[[V]] {layout = "bshd", scale = 3.500000e-01 : f32} : (tensor<2x8x4x8xf32>, tensor<2x8x2x8xf32>, tensor<2x8x2x8xf32>) -> (tensor<2x8x4x8xf32>, tensor<2x4x8x2xf32>)
+// CHECK-NOT: cdp.transpose
+// CHECK-NOT: tensor<1x1x8x8xf32>
+func.func @llama_rotary(%q: tensor<2x8x4x8xf32>, %k: tensor<2x8x2x8xf32>, %v: tensor<2x8x2x8xf32>) -> tensor<2x8x32xf32> {
+  %cos = cdp.constant dense<0.5> : tensor<1x1x8x8xf32>
+  %sin = cdp.constant dense<0.25> : tensor<1x1x8x8xf32>
+  %qt = cdp.transpose %q {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x8xf32>) -> tensor<2x4x8x8xf32>
+  %kt = cdp.transpose %k {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x2x8xf32>) -> tensor<2x2x8x8xf32>
+  %vt = cdp.transpose %v {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x2x8xf32>) -> tensor<2x2x8x8xf32>
+  %qr = cdp.rotary %qt, %cos, %sin : (tensor<2x4x8x8xf32>, tensor<1x1x8x8xf32>, tensor<1x1x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %kr = cdp.rotary %kt, %cos, %sin : (tensor<2x2x8x8xf32>, tensor<1x1x8x8xf32>, tensor<1x1x8x8xf32>) -> tensor<2x2x8x8xf32>
+  %kT = cdp.transpose %kr {perm = array<i64: 0, 1, 3, 2>} : (tensor<2x2x8x8xf32>) -> tensor<2x2x8x8xf32>
+  %o, %stats = cdp.attention %qr, %kT, %vt {scale = 0.35 : f32} : (tensor<2x4x8x8xf32>, tensor<2x2x8x8xf32>, tensor<2x2x8x8xf32>) -> (tensor<2x4x8x8xf32>, tensor<2x4x8x2xf32>)
+  %ot = cdp.transpose %o {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x4x8x8xf32>) -> tensor<2x8x4x8xf32>
+  %r = cdp.reshape %ot {shape = array<i64: 2, 8, 32>} : (tensor<2x8x4x8xf32>) -> tensor<2x8x32xf32>
+  return %r : tensor<2x8x32xf32>
+}
+
+// -----
+
+// A table that is no mere reshape once laid out (its heads and sequence
+// above 1 swap places) is transposed for the rotary, which then folds too.
+// CHECK-LABEL: func.func @rotary_per_head_table
+// CHECK: %[[T:.+]] = cdp.transpose %{{.+}} {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x4x8x8xf32>) -> tensor<1x8x4x8xf32>
+// CHECK: cdp.rotary %{{.+}}, %[[T]], %[[T]]
+// CHECK: cdp.attention {{.*}}layout = "bshd"
+func.func @rotary_per_head_table(%q: tensor<2x8x4x8xf32>, %k: tensor<2x8x4x8xf32>, %v: tensor<2x8x4x8xf32>, %table: tensor<1x4x8x8xf32>) -> tensor<2x8x4x8xf32> {
+  %qt = cdp.transpose %q {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x8xf32>) -> tensor<2x4x8x8xf32>
+  %kt = cdp.transpose %k {perm = array<i64: 0, 2, 3, 1>} : (tensor<2x8x4x8xf32>) -> tensor<2x4x8x8xf32>
+  %vt = cdp.transpose %v {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x8xf32>) -> tensor<2x4x8x8xf32>
+  %qr = cdp.rotary %qt, %table, %table : (tensor<2x4x8x8xf32>, tensor<1x4x8x8xf32>, tensor<1x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %o, %stats = cdp.attention %qr, %kt, %vt : (tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>) -> (tensor<2x4x8x8xf32>, tensor<2x4x8x2xf32>)
+  %ot = cdp.transpose %o {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x4x8x8xf32>) -> tensor<2x8x4x8xf32>
+  return %ot : tensor<2x8x4x8xf32>
+}

@@ -27,6 +27,50 @@ func.func @llama(%q: tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32> {
   return %y : tensor<2x4x8x8xf32>
 }
 
+// Under bf16 autocast: q is a rounded projection (exact in bf16) and
+// autocast rounds its negated half, which changes nothing; the fused op
+// records the format, so that its gradient rounds each product to it as
+// the exported graph's gradients are rounded.
+// CHECK-LABEL: func.func @bf16
+// CHECK: %[[Q:.+]] = cdp.round_to %arg0 {format = "bf16"}
+// CHECK: %[[Y:.+]] = cdp.rotary %[[Q]], %{{.+}}, %{{.+}} {narrow_operands = "bf16"}
+// CHECK-NEXT: return %[[Y]]
+func.func @bf16(%p: tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32> {
+  %q = cdp.round_to %p {format = "bf16"} : tensor<2x4x8x8xf32>
+  %cos = cdp.constant dense<0.5> : tensor<1x1x8x8xf32>
+  %sin = cdp.constant dense<0.25> : tensor<1x1x8x8xf32>
+  %a = cdp.mul %q, %cos : (tensor<2x4x8x8xf32>, tensor<1x1x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %x1 = cdp.slice %q {axes = array<i64: 3>, ends = array<i64: 4>, starts = array<i64: 0>, steps = array<i64: 1>} : (tensor<2x4x8x8xf32>) -> tensor<2x4x8x4xf32>
+  %x2 = cdp.slice %q {axes = array<i64: 3>, ends = array<i64: 9223372036854775807>, starts = array<i64: 4>, steps = array<i64: 1>} : (tensor<2x4x8x8xf32>) -> tensor<2x4x8x4xf32>
+  %m1 = cdp.constant dense<-1.0> : tensor<f32>
+  %n = cdp.mul %x2, %m1 : (tensor<2x4x8x4xf32>, tensor<f32>) -> tensor<2x4x8x4xf32>
+  %nr = cdp.round_to %n {format = "bf16"} : tensor<2x4x8x4xf32>
+  %r = cdp.concat %nr, %x1 {axis = -1 : i64} : (tensor<2x4x8x4xf32>, tensor<2x4x8x4xf32>) -> tensor<2x4x8x8xf32>
+  %b = cdp.mul %r, %sin : (tensor<2x4x8x8xf32>, tensor<1x1x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %y = cdp.add %a, %b : (tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+  return %y : tensor<2x4x8x8xf32>
+}
+
+// A rounding of the negation of a half that is not exact in the format
+// rounds it: kept as exported.
+// CHECK-LABEL: func.func @rounded_inexact
+// CHECK-NOT: cdp.rotary
+// CHECK: cdp.concat
+func.func @rounded_inexact(%q: tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32> {
+  %cos = cdp.constant dense<0.5> : tensor<1x1x8x8xf32>
+  %sin = cdp.constant dense<0.25> : tensor<1x1x8x8xf32>
+  %a = cdp.mul %q, %cos : (tensor<2x4x8x8xf32>, tensor<1x1x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %x1 = cdp.slice %q {axes = array<i64: 3>, ends = array<i64: 4>, starts = array<i64: 0>, steps = array<i64: 1>} : (tensor<2x4x8x8xf32>) -> tensor<2x4x8x4xf32>
+  %x2 = cdp.slice %q {axes = array<i64: 3>, ends = array<i64: 9223372036854775807>, starts = array<i64: 4>, steps = array<i64: 1>} : (tensor<2x4x8x8xf32>) -> tensor<2x4x8x4xf32>
+  %m1 = cdp.constant dense<-1.0> : tensor<f32>
+  %n = cdp.mul %x2, %m1 : (tensor<2x4x8x4xf32>, tensor<f32>) -> tensor<2x4x8x4xf32>
+  %nr = cdp.round_to %n {format = "bf16"} : tensor<2x4x8x4xf32>
+  %r = cdp.concat %nr, %x1 {axis = -1 : i64} : (tensor<2x4x8x4xf32>, tensor<2x4x8x4xf32>) -> tensor<2x4x8x8xf32>
+  %b = cdp.mul %r, %sin : (tensor<2x4x8x8xf32>, tensor<1x1x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %y = cdp.add %a, %b : (tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+  return %y : tensor<2x4x8x8xf32>
+}
+
 // Operands the other way round: cos * q, sin * rotated, -1 * x2, the sum
 // of the rotated term first; a table of position ids' angles (no
 // parameter) and a half-axis table shape that broadcasts.

@@ -6,7 +6,10 @@ fusion passes made (layer_norm, of them with rms, gelu, attention, rotary), the 
 plan's, the unfused plan's ReLUs a product or batch norm applies (cdp-fuse-relu), and the
 largest difference.
 
-Usage: fusion_compare.py BIN_DIR WORK_DIR MODEL
+Usage: fusion_compare.py BIN_DIR WORK_DIR MODEL [PRECISION]
+
+PRECISION (fp32 by default) compiles both plans so: bf16 checks that a
+fusion keeps autocast's rounding points.
 """
 import json
 import os
@@ -19,6 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import export_torch_models as models  # noqa: E402
 
 bin_dir, work, name = sys.argv[1:4]
+precision = sys.argv[4] if len(sys.argv) > 4 else "fp32"
 os.makedirs(work, exist_ok=True)
 path = models.export(name, work)
 _, example, _ = models.build(name)
@@ -30,6 +34,7 @@ shape[axis] *= 3
 np.save(os.path.join(work, "x.npy"), rng.standard_normal(shape).astype(np.float32))
 np.save(os.path.join(work, "y.npy"), rng.integers(0, 10, 3 * batch).astype(np.int64))
 flags = {"transformer": ["--batch-axis", "input=1"], "mlp": ["--batch-size", str(batch)]}
+flags[name] = flags.get(name, []) + ["--precision", precision]
 params, ops = {}, {}
 for variant, extra in (("fused", []), ("unfused", ["--no-fusion"])):
     plan = os.path.join(work, variant + ".cdp")

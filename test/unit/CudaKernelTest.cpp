@@ -745,6 +745,20 @@ std::vector<Case> normalizationCases() {
        {f32({2, 3, 8, 16}), f32({1, 1, 8, 16}), f32({1, 3, 8, 16})},
        {f32({2, 3, 8, 16})},
        {attr("adjoint", 1)}},
+      // Laid out for (B, S, H, D) (cdp-fold-attention-transposes: the
+      // tables (1, S, 1, D)); the adjoint under bf16 autocast rounds each
+      // product to bf16 before the sum.
+      {"rotary_bshd_tables",
+       "rotary",
+       {f32({2, 8, 3, 16}), f32({1, 8, 1, 16}), f32({1, 8, 1, 16})},
+       {f32({2, 8, 3, 16})},
+       {}},
+      {"rotary_adjoint_bf16",
+       "rotary",
+       {f32({2, 8, 3, 16}, Fill::Bfloat16), f32({1, 8, 1, 16}),
+        f32({1, 8, 1, 16})},
+       {f32({2, 8, 3, 16})},
+       {attr("adjoint", 1), text("narrow_operands", "bf16")}},
       {"layer_norm_grad",
        "layer_norm_grad",
        {f32({6, 8, 32}), f32({6, 8, 32}), f32({32}), f32({6, 8, 1}),

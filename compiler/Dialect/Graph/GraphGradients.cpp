@@ -422,9 +422,12 @@ LogicalResult RotaryOp::buildGradient(GradientBuilder &g) {
   Value dy = g.gradOf(getOutput());
   if (!dy)
     return success();
+  SmallVector<NamedAttribute, 2> attrs{
+      g.attr("adjoint", g.getBuilder().getBoolAttr(true))};
+  if (StringAttr format = getNarrowOperandsAttr())
+    attrs.push_back(g.attr("narrow_operands", format));
   g.add(getInput(),
-        g.make(RotaryOp::getOperationName(), {dy, getCos(), getSin()},
-               {g.attr("adjoint", g.getBuilder().getBoolAttr(true))}));
+        g.make(RotaryOp::getOperationName(), {dy, getCos(), getSin()}, attrs));
   return g.status();
 }
 

@@ -594,6 +594,10 @@ bool AttentionOp::isCompatibleReturnTypes(TypeRange inferred,
   return isResultOrNarrowed(inferred, actual);
 }
 
+LogicalResult RotaryOp::verify() {
+  return verifyRoundingFormat(*this, getNarrowOperands());
+}
+
 LogicalResult AttentionOp::verify() {
   if (failed(verifyScoresScale(*this, getScale())))
     return failure();

@@ -546,6 +546,7 @@ rotaryKernel(const KernelArgs &args) {
   TensorView x = args.inputs[0], cos = args.inputs[1], sin = args.inputs[2],
              y = args.outputs[0];
   bool adjoint = ops::RotaryAttributes::read(args).adjoint;
+  NarrowFormat format = narrowOperandsOf(args);
   size_t rank = x.shape.size();
   int64_t dim = x.shape.back(), half = dim / 2;
   int64_t rows = dim == 0 ? 0 : x.numel() / dim;
@@ -565,7 +566,7 @@ rotaryKernel(const KernelArgs &args) {
         bool first = d < half;
         int64_t p = first ? d + half : d - half;
         out[d] = adjoint ? rotaryAdjointOf(in[d], in[p], first, c[d * cosStep],
-                                           s[p * sinStep])
+                                           s[p * sinStep], format)
                          : rotaryOf(in[d], in[p], first, c[d * cosStep],
                                     s[d * sinStep]);
       }

@@ -506,7 +506,8 @@ void registerDropout(KernelRegistry &registry) {
 /// division where the tensor allows), its partner D/2 away in the row.
 __global__ void rotaryKernel(const float *x, const float *cos, const float *sin,
                              float *y, int64_t n, int64_t dim, bool adjoint,
-                             IndexMap cosAt, IndexMap sinAt) {
+                             NarrowFormat format, IndexMap cosAt,
+                             IndexMap sinAt) {
   int64_t half = dim / 2;
   bool small = n < (int64_t(1) << 31);
   CDP_FOR_EACH(i, n) {
@@ -514,7 +515,7 @@ __global__ void rotaryKernel(const float *x, const float *cos, const float *sin,
     bool first = d < half;
     int64_t p = first ? i + half : i - half;
     y[i] = adjoint ? rotaryAdjointOf(x[i], x[p], first, cos[cosAt(i)],
-                                     sin[sinAt(p)])
+                                     sin[sinAt(p)], format)
                    : rotaryOf(x[i], x[p], first, cos[cosAt(i)], sin[sinAt(i)]);
   }
 }
@@ -525,6 +526,7 @@ void registerRotary(KernelRegistry &registry) {
               TensorView x = args.inputs[0], cos = args.inputs[1],
                          sin = args.inputs[2], y = args.outputs[0];
               bool adjoint = ops::RotaryAttributes::read(args).adjoint;
+              NarrowFormat format = narrowOperandsOf(args);
               IndexMap cosAt = broadcastMap(args, cos.shape, x.shape),
                        sinAt = broadcastMap(args, sin.shape, x.shape);
               int64_t n = x.numel(), dim = x.shape.back();
@@ -533,7 +535,7 @@ void registerRotary(KernelRegistry &registry) {
                   return;
                 rotaryKernel<<<blocksFor(n), kThreads, 0, streamOf(context)>>>(
                     x.f32(), cos.f32(), sin.f32(), y.f32(), n, dim, adjoint,
-                    cosAt, sinAt);
+                    format, cosAt, sinAt);
                 launched("rotary");
               };
             });

@@ -504,11 +504,18 @@ def CDP_RotaryOp : CDP_Op<"rotary", [CDP_Differentiable]> {
     rotate_half^T(dy * sin)`, `rotate_half^T(z) = concat(z[..., D/2:],
     -z[..., :D/2])`. `cos` and `sin` take no gradient: cdp-fuse-rotary
     fuses only tables computed without a trained parameter.
+    `narrow_operands` ("bf16" or "f16"): `x` is exact in that format (a
+    2-byte tensor of autocast, whose products with the float32 tables are
+    float32); the adjoint then rounds each of its two products to the
+    format before the sum, as autograd keeps the gradients of `x` and of
+    its rotated half in `x`'s format. The forward is unchanged by it.
   }];
   let arguments = (ins CDP_F32Tensor:$input, CDP_F32Tensor:$cos,
                        CDP_F32Tensor:$sin,
-                       DefaultValuedAttr<BoolAttr, "false">:$adjoint);
+                       DefaultValuedAttr<BoolAttr, "false">:$adjoint,
+                       OptionalAttr<StrAttr>:$narrow_operands);
   let results = (outs CDP_F32Tensor:$output);
+  let hasVerifier = 1;
 }
 
 def CDP_GeluOp : CDP_BaseOp<"gelu", [CDP_ElementwiseInPlace, CDP_Differentiable, Pure, InferTypeOpAdaptor]> {
