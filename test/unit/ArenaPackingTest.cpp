@@ -4,8 +4,9 @@
 // here as the reference: the same offsets and arena size on random live
 // ranges of every shape (many short-lived values, long-lived stashes,
 // fragmentation), and no two overlapping ranges sharing bytes. Greedy by
-// size on the same ranges: no two overlapping ranges share bytes, the arena
-// is where the highest block ends, and packArena keeps the smaller.
+// size and by breadth on the same ranges: no two overlapping ranges share
+// bytes, the arena is where the highest block ends, and packArena keeps the
+// smallest.
 //
 //===----------------------------------------------------------------------===//
 
@@ -108,8 +109,13 @@ TEST(GreedyBySize, NoLiveRangesShareBytesAndTheSmallerArenaIsKept) {
     ASSERT_EQ(checkPacking(ranges, greedy, greedyArena), "")
         << "trial " << trial;
     packFirstFit(ranges, firstFitArena);
+    int64_t breadthArena = 0;
+    std::vector<int64_t> breadth = packGreedyByBreadth(ranges, breadthArena);
+    ASSERT_EQ(checkPacking(ranges, breadth, breadthArena), "")
+        << "trial " << trial;
     std::vector<int64_t> kept = packArena(ranges, arena);
-    ASSERT_EQ(arena, std::min(greedyArena, firstFitArena)) << "trial " << trial;
+    ASSERT_EQ(arena, std::min({greedyArena, firstFitArena, breadthArena}))
+        << "trial " << trial;
     int64_t overBudget = 0;
     ASSERT_EQ(packArena(ranges, overBudget, /*pairBudget=*/0),
               packFirstFit(ranges, firstFitArena));
@@ -133,6 +139,28 @@ TEST(GreedyBySize, FillsTheHoleFirstFitLeaves) {
   EXPECT_EQ(firstFitArena, 256);
   EXPECT_EQ(greedyArena, 192);
   EXPECT_EQ(greedy, (std::vector<int64_t>{0, 128, 0, 0}));
+}
+
+TEST(GreedyByBreadth, ReachesTheLivePeakWhereSizeAndFirstFitDoNot) {
+  // Live bytes: 192 at 1, 384 at 2..3, 320 at 4..5, 448 at 6 (b, c, d). By
+  // breadth: position 6's ranges first, largest first (b 0, c 192, d 320),
+  // then a, live with b only, at 192: 448, the peak. By size (and first fit
+  // in op order): a 0, b 192, c 0 (a is gone), then d, live with c at 0 and
+  // b at 192, finds only 64 bytes between them and goes above: 512.
+  std::vector<LiveRange> ranges = {{1, 3, 192},  // a
+                                   {2, 6, 192},  // b
+                                   {4, 6, 128},  // c
+                                   {6, 6, 128}}; // d
+  int64_t firstFitArena = 0, sizeArena = 0, breadthArena = 0, arena = 0;
+  packFirstFit(ranges, firstFitArena);
+  packGreedyBySize(ranges, sizeArena);
+  std::vector<int64_t> breadth = packGreedyByBreadth(ranges, breadthArena);
+  EXPECT_EQ(firstFitArena, 512);
+  EXPECT_EQ(sizeArena, 512);
+  EXPECT_EQ(breadthArena, 448);
+  EXPECT_EQ(breadth, (std::vector<int64_t>{192, 0, 192, 320}));
+  EXPECT_EQ(packArena(ranges, arena), breadth);
+  EXPECT_EQ(arena, 448);
 }
 
 TEST(GreedyBySize, OverlappingPairsCountsEachPairFromBothEnds) {

@@ -1067,11 +1067,12 @@ def PlanMemory : Pass<"cdp-plan-memory", "mlir::ModuleOp"> {
     `--dump-grads`, the loss and an inference plan's outputs live to its
     end; a training plan's other outputs end at their last reader, and
     `cdp-run --save-outputs` copies them as the last step writes them) and places them in
-    one arena, 64-byte aligned: the smaller of two packings, first fit in
-    op order and greedy by size (the largest values first, each into the
-    tightest gap among the blocks of values live with it; skipped where
-    more than 30 million pairs of values live together, so that the pass
-    stays near-linear on very long graphs). An op's results never
+    one arena, 64-byte aligned: the smallest of three packings, first fit
+    in op order, greedy by size (the largest values first, each into the
+    tightest gap among the blocks of values live with it) and greedy by
+    breadth (the values live at the busiest positions first, each so; the
+    greedy ones skipped where more than 30 million pairs of values live
+    together, so that the pass stays near-linear on very long graphs). An op's results never
     share memory with its operands, except views: the result of a reshape,
     flatten, squeeze, unsqueeze or identity (trait `ViewOfInput`) lies over
     its input's block when that input is computed by an op (not a graph

@@ -2,11 +2,13 @@
 //
 // cdp-plan-memory packs the one-micro-batch arena with it, the pipeline
 // emitter a stage's tensors that live within one forward or backward, and
-// the plan emitter the evaluation stream's own tensors. Two packers, the
-// smaller arena kept: first fit in op order, and greedy by size (TFLite's
+// the plan emitter the evaluation stream's own tensors. Three packers, the
+// smallest arena kept: first fit in op order; greedy by size (TFLite's
 // GreedyBySize: the largest values first, each into the tightest gap among
 // the values live with it), which follows the live peak where first fit
-// leaves holes too small for what comes later.
+// leaves holes too small for what comes later; and greedy by breadth
+// (TFLite's GreedyByBreadth: the values of the busiest moments first), which
+// reaches the live peak where sizes alone interleave badly.
 //
 //===----------------------------------------------------------------------===//
 
@@ -261,25 +263,26 @@ private:
 
 } // namespace detail
 
-/// Greedy by size: the ranges largest first (ties in the order given), each
-/// into the smallest gap between the blocks already placed for ranges live
-/// with it that holds it (the lowest of equal gaps), else above them all.
-/// Two ranges live at one position never share bytes, so an op's results
-/// never overlap its operands.
-inline std::vector<int64_t>
-packGreedyBySize(const std::vector<LiveRange> &ranges, int64_t &arenaBytes) {
+namespace detail {
+
+/// The bytes a range's block takes in the arena (at least one alignment).
+inline int64_t blockBytes(const LiveRange &range) {
+  return alignToArena(std::max<int64_t>(range.bytes, 1));
+}
+
+/// The ranges in `order`, each into the smallest gap between the blocks
+/// already placed for ranges live with it that holds it (the lowest of
+/// equal gaps), else above them all. Two ranges live at one position never
+/// share bytes, so an op's results never overlap its operands.
+inline std::vector<int64_t> packGreedy(const std::vector<LiveRange> &ranges,
+                                       const std::vector<size_t> &order,
+                                       int64_t &arenaBytes) {
   std::vector<int64_t> offsets(ranges.size(), -1);
-  auto size = [&](size_t i) {
-    return alignToArena(std::max<int64_t>(ranges[i].bytes, 1));
-  };
-  std::vector<size_t> bySize(ranges.size());
-  std::iota(bySize.begin(), bySize.end(), size_t(0));
-  std::stable_sort(bySize.begin(), bySize.end(),
-                   [&](size_t a, size_t b) { return size(a) > size(b); });
-  detail::OverlapIndex index(ranges);
+  auto size = [&](size_t i) { return blockBytes(ranges[i]); };
+  OverlapIndex index(ranges);
   std::vector<std::pair<int64_t, int64_t>> taken; // [from, to) of live blocks
   arenaBytes = 0;
-  for (size_t i : bySize) {
+  for (size_t i : order) {
     taken.clear();
     index.forEachOverlapping(ranges[i].begin, ranges[i].end, [&](size_t j) {
       if (offsets[j] >= 0)
@@ -299,6 +302,72 @@ packGreedyBySize(const std::vector<LiveRange> &ranges, int64_t &arenaBytes) {
     arenaBytes = std::max(arenaBytes, offsets[i] + size(i));
   }
   return offsets;
+}
+
+/// The ranges largest first, ties in the order given.
+inline std::vector<size_t> bySize(const std::vector<LiveRange> &ranges) {
+  std::vector<size_t> order(ranges.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return blockBytes(ranges[a]) > blockBytes(ranges[b]);
+  });
+  return order;
+}
+
+/// TFLite's greedy by breadth order: the positions by the bytes live there,
+/// most first, and at each the ranges live there not yet taken, largest
+/// first; the busiest moments are laid out before the quiet ones.
+inline std::vector<size_t> byBreadth(const std::vector<LiveRange> &ranges) {
+  std::vector<std::pair<int64_t, int64_t>> events; // position, bytes
+  for (const LiveRange &range : ranges) {
+    events.push_back({range.begin, blockBytes(range)});
+    events.push_back({range.end + 1, -blockBytes(range)});
+  }
+  std::sort(events.begin(), events.end());
+  std::vector<std::pair<int64_t, int64_t>> breadth; // bytes, position
+  int64_t live = 0;
+  for (size_t k = 0; k < events.size(); ++k) {
+    live += events[k].second;
+    if (k + 1 == events.size() || events[k + 1].first != events[k].first)
+      breadth.push_back({live, events[k].first});
+  }
+  std::stable_sort(breadth.begin(), breadth.end(),
+                   [](auto a, auto b) { return a.first > b.first; });
+  OverlapIndex index(ranges);
+  std::vector<bool> taken(ranges.size(), false);
+  std::vector<size_t> order, here;
+  for (auto [bytes, position] : breadth) {
+    here.clear();
+    index.forEachOverlapping(position, position, [&](size_t i) {
+      if (!taken[i])
+        here.push_back(i);
+    });
+    std::sort(here.begin(), here.end()); // the order given, for ties
+    std::stable_sort(here.begin(), here.end(), [&](size_t a, size_t b) {
+      return blockBytes(ranges[a]) > blockBytes(ranges[b]);
+    });
+    for (size_t i : here) {
+      taken[i] = true;
+      order.push_back(i);
+    }
+  }
+  return order;
+}
+
+} // namespace detail
+
+/// Greedy by size: the ranges largest first (ties in the order given), each
+/// into the smallest gap that holds it (detail::packGreedy).
+inline std::vector<int64_t>
+packGreedyBySize(const std::vector<LiveRange> &ranges, int64_t &arenaBytes) {
+  return detail::packGreedy(ranges, detail::bySize(ranges), arenaBytes);
+}
+
+/// Greedy by breadth: the busiest positions' ranges first
+/// (detail::byBreadth), each into the smallest gap that holds it.
+inline std::vector<int64_t>
+packGreedyByBreadth(const std::vector<LiveRange> &ranges, int64_t &arenaBytes) {
+  return detail::packGreedy(ranges, detail::byBreadth(ranges), arenaBytes);
 }
 
 /// The pairs of ranges live at one position (each counted from both ends):
@@ -325,21 +394,26 @@ inline int64_t overlappingPairs(const std::vector<LiveRange> &ranges) {
 /// graph beyond keeps first fit's packing.
 constexpr int64_t kGreedyPairBudget = 30'000'000;
 
-/// The smaller packing of first fit (in the order given, by `begin`) and
-/// greedy by size, where `ranges` have no more than `pairBudget`
-/// overlapping pairs; first fit's where they are equal.
+/// The smallest packing of first fit (in the order given, by `begin`),
+/// greedy by size and greedy by breadth (the greedy ones where `ranges`
+/// have no more than `pairBudget` overlapping pairs); the earlier of equal
+/// ones.
 inline std::vector<int64_t> packArena(const std::vector<LiveRange> &ranges,
                                       int64_t &arenaBytes,
                                       int64_t pairBudget = kGreedyPairBudget) {
   std::vector<int64_t> firstFit = packFirstFit(ranges, arenaBytes);
   if (overlappingPairs(ranges) > pairBudget)
     return firstFit;
-  int64_t greedyBytes = 0;
-  std::vector<int64_t> greedy = packGreedyBySize(ranges, greedyBytes);
-  if (greedyBytes >= arenaBytes)
-    return firstFit;
-  arenaBytes = greedyBytes;
-  return greedy;
+  std::vector<int64_t> best = std::move(firstFit);
+  for (auto pack : {packGreedyBySize, packGreedyByBreadth}) {
+    int64_t bytes = 0;
+    std::vector<int64_t> offsets = pack(ranges, bytes);
+    if (bytes < arenaBytes) {
+      arenaBytes = bytes;
+      best = std::move(offsets);
+    }
+  }
+  return best;
 }
 
 namespace detail {
