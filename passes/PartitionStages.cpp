@@ -78,7 +78,8 @@ int64_t bytesOf(Value value) {
 
 /// The ops a cut places, each with the parameter-only ops that go with it
 /// (the stage of their first consumer: a Linear's transposed weight goes
-/// with its MatMul), so the estimate counts their weights and results.
+/// with its MatMul): the stage each takes, and what the estimate counts
+/// with each placed op (their weights and results).
 struct CutOps {
   CutOps(ArrayRef<Operation *> ops, ArrayRef<Operation *> parameterOnly)
       : members(ops.size()) {
@@ -333,8 +334,7 @@ struct PartitionStagesPass
   /// largest stage cost among those whose stages all fit the memory cap
   /// (dynamic programming over cut positions), or an error naming the
   /// smallest cap any partition into `count` stages needs.
-  LogicalResult partitionUnderCap(func::FuncOp func, ArrayRef<Operation *> ops,
-                                  ArrayRef<Operation *> parameterOnly,
+  LogicalResult partitionUnderCap(func::FuncOp func, const CutOps &cut,
                                   ArrayRef<double> costs, int64_t count,
                                   SmallVector<int64_t> &stageOf) {
     auto strategyAttr = sched::StrategyAttr::ofModule(getOperation());
@@ -354,8 +354,7 @@ struct PartitionStagesPass
     // The stash slots each stage keeps, as the step program sizes them.
     std::vector<int64_t> slots =
         pipeline::stashSlotsPerStage(*kind, count, microBatches);
-    size_t n = ops.size();
-    CutOps cut(ops, parameterOnly);
+    size_t n = cut.size();
     SmallVector<double> costPrefix(n + 1, 0), paramPrefix(n + 1, 0);
     llvm::DenseSet<Value> counted;
     for (size_t i = 0; i < n; ++i) {
@@ -424,6 +423,7 @@ struct PartitionStagesPass
     }
     SmallVector<Operation *> ops, parameterOnly;
     splitParameterOnly(func, ops, parameterOnly);
+    CutOps cut(ops, parameterOnly);
     int64_t withParams = 0;
     for (Operation *op : ops) {
       if (llvm::any_of(op->getOperands(), [](Value v) {
@@ -489,8 +489,7 @@ struct PartitionStagesPass
         }
       }
     } else if (deviceMemory > 0) {
-      if (failed(partitionUnderCap(func, ops, parameterOnly, costs, count,
-                                   stageOf)))
+      if (failed(partitionUnderCap(func, cut, costs, count, stageOf)))
         return signalPassFailure();
     } else {
       SmallVector<double> prefix(1, 0.0);
@@ -498,10 +497,12 @@ struct PartitionStagesPass
         prefix.push_back(prefix.back() + cost);
       balancedCut(prefix, count, stageOf);
     }
+    // A parameter-only op goes with its first consumer (CutOps), so a
+    // Linear's transposed weight sits with its bias and its MatMul.
     OpBuilder builder(func.getContext());
-    for (auto [op, stage] : llvm::zip(ops, stageOf))
-      op->setAttr("cdp.stage", builder.getI64IntegerAttr(stage));
-    placeWithConsumers(parameterOnly, builder);
+    for (auto [members, stage] : llvm::zip(cut.members, stageOf))
+      for (Operation *op : members)
+        op->setAttr("cdp.stage", builder.getI64IntegerAttr(stage));
     func->setAttr("cdp.stages", builder.getI64IntegerAttr(count));
     // What the cut weighed, per stage, so that tools can show the balance.
     SmallVector<double> stageCosts(count, 0.0);
@@ -538,21 +539,6 @@ struct PartitionStagesPass
     }
     if (ops.empty()) // nothing reads an input: place everything by cost
       std::swap(ops, parameterOnly);
-  }
-
-  /// A parameter-only op belongs to the stage of its first consumer, so a
-  /// Linear's transposed weight sits with its bias and its MatMul.
-  static void placeWithConsumers(ArrayRef<Operation *> parameterOnly,
-                                 OpBuilder &builder) {
-    for (Operation *op : llvm::reverse(parameterOnly)) {
-      int64_t stage = std::numeric_limits<int64_t>::max();
-      for (Operation *user : op->getUsers())
-        if (auto attr = user->getAttrOfType<IntegerAttr>("cdp.stage"))
-          stage = std::min(stage, attr.getInt());
-      if (stage == std::numeric_limits<int64_t>::max())
-        stage = 1; // read by no placed op (a graph output only)
-      op->setAttr("cdp.stage", builder.getI64IntegerAttr(stage));
-    }
   }
 };
 
