@@ -41,24 +41,35 @@ import make_hf_data  # noqa: E402  (the venv and the trainable-names recipe)
 from gpt2_medium import timed  # noqa: E402
 
 EXPORT = """
-import sys, torch, transformers as T
+import json, sys, torch, transformers as T
 sys.path.insert(0, sys.argv[2])
 import make_hf_data
-work = sys.argv[1]
+config = T.LlamaConfig(**json.loads(sys.argv[3]))
+sequence, path = int(sys.argv[4]), sys.argv[5]
 torch.manual_seed(0)
-config = T.LlamaConfig(hidden_size=2048, intermediate_size=5504, num_hidden_layers=24,
-                       num_attention_heads=16, num_key_value_heads=16, vocab_size=32000,
-                       max_position_embeddings=512)
 model = T.LlamaForCausalLM(config)
 generator = torch.Generator().manual_seed(1)
-ids = torch.randint(0, config.vocab_size, (1, 128), generator=generator)
+ids = torch.randint(0, config.vocab_size, (1, sequence), generator=generator)
 mask = torch.ones_like(ids)
 wrapper = make_hf_data.Logits(model, ["input_ids", "attention_mask"])
-make_hf_data.write_trainable(wrapper, work + "/trainable.txt")
+make_hf_data.write_trainable(wrapper, sys.argv[1] + "/trainable.txt")
 print("parameters", sum(p.numel() for p in wrapper.parameters()), flush=True)
-make_hf_data.export(wrapper, ["input_ids", "attention_mask"], [ids, mask], "ts",
-                    work + "/export/model.onnx")
+make_hf_data.export(wrapper, ["input_ids", "attention_mask"], [ids, mask], "ts", path)
 """
+
+# The 1.3B model's config.
+CONFIG = dict(hidden_size=2048, intermediate_size=5504, num_hidden_layers=24,
+              num_attention_heads=16, num_key_value_heads=16, vocab_size=32000,
+              max_position_embeddings=512)
+
+
+def export_llama(work, config, sequence, path):
+    """Exports a random-init LlamaForCausalLM of `config` (transformers'
+    LlamaConfig arguments), batch 1 of `sequence` tokens with a mask, by
+    TorchScript at opset 17 in training mode to `path`, and writes
+    work/trainable.txt (runs in the export venv)."""
+    subprocess.run([sys.executable, "-c", EXPORT, work, os.path.join(ROOT, "test", "e2e", "hf"),
+                    json.dumps(config), str(sequence), path], check=True)
 
 # A separate process: torch's export leaves a file per tensor; one file of
 # external data is how a user would ship it.
@@ -76,8 +87,7 @@ def export(work):
     if os.path.exists(path):
         return path
     os.makedirs(os.path.join(work, "export"), exist_ok=True)
-    subprocess.run([sys.executable, "-c", EXPORT, work, os.path.join(ROOT, "test", "e2e", "hf")],
-                   check=True)
+    export_llama(work, CONFIG, 128, os.path.join(work, "export", "model.onnx"))
     subprocess.run([sys.executable, "-c", RESAVE, work], check=True)
     subprocess.run(["rm", "-rf", os.path.join(work, "export")], check=True)
     return path

@@ -33,36 +33,21 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "test", "e2e", "hf"))
 sys.path.insert(0, HERE)
-import make_hf_data  # noqa: E402  (the venv and the trainable-names recipe)
+import llama_1b  # noqa: E402  (the export)
+import make_hf_data  # noqa: E402  (the venv)
 import plan_traffic  # noqa: E402
 
-EXPORT = """
-import sys, torch, transformers as T
-sys.path.insert(0, sys.argv[2])
-import make_hf_data
-work = sys.argv[1]
-torch.manual_seed(0)
-config = T.LlamaConfig(hidden_size=2048, intermediate_size=7168, num_hidden_layers=2,
-                       num_attention_heads=16, num_key_value_heads=4, vocab_size=32000,
-                       max_position_embeddings=1024)
-model = T.LlamaForCausalLM(config)
-generator = torch.Generator().manual_seed(1)
-ids = torch.randint(0, config.vocab_size, (1, 1024), generator=generator)
-mask = torch.ones_like(ids)
-wrapper = make_hf_data.Logits(model, ["input_ids", "attention_mask"])
-make_hf_data.write_trainable(wrapper, work + "/trainable.txt")
-print("parameters", sum(p.numel() for p in wrapper.parameters()), flush=True)
-make_hf_data.export(wrapper, ["input_ids", "attention_mask"], [ids, mask], "ts",
-                    work + "/model.onnx")
-"""
+# Llama 3's proportions at half its width, 2 layers.
+CONFIG = dict(hidden_size=2048, intermediate_size=7168, num_hidden_layers=2,
+              num_attention_heads=16, num_key_value_heads=4, vocab_size=32000,
+              max_position_embeddings=1024)
 
 
 def export(work):
     path = os.path.join(work, "model.onnx")
     if not os.path.exists(path):
         os.makedirs(work, exist_ok=True)
-        subprocess.run([sys.executable, "-c", EXPORT, work,
-                        os.path.join(ROOT, "test", "e2e", "hf")], check=True)
+        llama_1b.export_llama(work, CONFIG, 1024, path)
     return path
 
 
