@@ -710,13 +710,12 @@ Rules makeRules() {
                       c.in(4));
     // The keys' and v's gradients per query head (grouped-query attention).
     c.same(c.out(0), c.in(1));
-    int64_t rank = c.in(1).rank();
-    int64_t axis = headsAxis(rank, isHeadsInterleaved(args.s("layout", "")));
+    bool interleaved = isHeadsInterleaved(args.s("layout", ""));
     for (int k : {1, 2}) {
-      TensorView perQueryHead = c.in(k + 1);
-      if (axis >= 0)
-        perQueryHead.shape[axis] = c.in(1).shape[axis];
-      c.same(c.out(k), perQueryHead);
+      TensorView gradient = c.in(k + 1);
+      gradient.shape = perQueryHead<std::vector<int64_t>>(
+          c.in(k + 1).shape, c.in(1).shape, interleaved);
+      c.same(c.out(k), gradient);
     }
     bool biasGrad = args.outputs.size() > 3;
     c.require(!biasGrad || bias, "a bias gradient without a bias");

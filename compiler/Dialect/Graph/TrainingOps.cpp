@@ -150,15 +150,13 @@ LogicalResult AttentionGradOp::inferReturnTypes(MLIRContext *, Loc loc,
   // Float32 gradients, whatever width the operands are stored in; under
   // grouped-query attention the keys' and v's per query head (the gradient
   // rule sums each group's).
-  RankedTensorType aType = rankedType(adaptor.getA());
+  ArrayRef<int64_t> a = rankedType(adaptor.getA()).getShape();
   bool interleaved = adaptor.getLayout() == "bshd";
-  int64_t axis = headsAxis(aType.getRank(), interleaved);
-  for (Value operand : {adaptor.getA(), adaptor.getB(), adaptor.getV()}) {
-    SmallVector<int64_t> shape(rankedType(operand).getShape());
-    if (axis >= 0)
-      shape[axis] = aType.getDimSize(axis);
-    types.push_back(tensorOf(shape, Float32Type::get(operand.getContext())));
-  }
+  for (Value operand : {adaptor.getA(), adaptor.getB(), adaptor.getV()})
+    types.push_back(
+        tensorOf(perQueryHead<SmallVector<int64_t>>(
+                     rankedType(operand).getShape(), a, interleaved),
+                 Float32Type::get(operand.getContext())));
   if (adaptor.getWithBiasGrad()) {
     if (!adaptor.getBias())
       return fail(loc, "with_bias_grad needs a bias");

@@ -50,6 +50,17 @@ inline long long headsAxis(long long rank, bool interleaved) {
   return interleaved ? 2 : rank - 3;
 }
 
+/// The stored shape of attention_grad's gradient of the keys or v (stored
+/// shape `kv`): one per query head, `a`'s heads in place of kv's.
+template <typename Shape, typename Dims>
+Shape perQueryHead(const Dims &kv, const Dims &a, bool interleaved) {
+  Shape shape(kv.begin(), kv.end());
+  long long axis = headsAxis(static_cast<long long>(shape.size()), interleaved);
+  if (axis >= 0 && axis < static_cast<long long>(a.size()))
+    shape[axis] = a[axis];
+  return shape;
+}
+
 } // namespace cdp
 
 #endif // CDP_SUPPORT_ATTENTIONLAYOUT_H
