@@ -13,8 +13,9 @@
 # 1-3, CDP-ZeRO and laysa (its mirror and the residual baseline), and the
 # committed Hugging Face and LSTM exports of test/e2e/hf, each with small
 # .npy inputs and the CPU backend's parameters after 3 steps.
-# Libraries over 4 MiB (oneDNN) are gzipped: the bundle must fit the
-# 64 MiB a device carry takes, and the check script unpacks them. DIR/run-gpu-checks.sh finds
+# The binaries and libraries over 4 MiB (oneDNN) are gzipped: the bundle
+# must fit the 64 MiB a device carry takes, and the check script unpacks
+# them. DIR/run-gpu-checks.sh finds
 # the machine's CUDA 13 libraries (its toolkit, or the NVIDIA wheels of its
 # PyTorch), runs every case with --backend cuda and the GPU unit tests, and
 # prints 'N passed, N failed'.
@@ -49,6 +50,9 @@ done | sort -u | while read -r lib; do
   esac
 done
 find "$OUT/lib" -type f -size +4M -exec gzip -6 {} +
+# The binaries too (two thirds of their bytes): run-gpu-checks.sh unpacks
+# them in place before anything runs.
+gzip -6 "$OUT"/bin/*
 
 MODELS=$(mktemp -d)
 trap 'rm -rf "$MODELS"' EXIT

@@ -53,6 +53,16 @@ for packed in "$HERE"/lib/*.gz; do
       "$packed" > "$target"
 done
 export LD_LIBRARY_PATH="$HERE/lib:$unpacked$cuda_dirs:${LD_LIBRARY_PATH:-}"
+# The binaries, gzipped likewise, unpacked in place (once), so that the
+# benches' scripts find DIR/bin/cdp-run.
+for packed in "$HERE"/bin/*.gz; do
+  [ -e "$packed" ] || continue
+  target="${packed%.gz}"
+  [ -x "$target" ] && continue
+  { gzip -dc "$packed" > "$target.part" 2> /dev/null ||
+    python3 -c 'import gzip, shutil, sys; shutil.copyfileobj(gzip.open(sys.argv[1]), sys.stdout.buffer)' \
+      "$packed" > "$target.part"; } && chmod +x "$target.part" && mv "$target.part" "$target"
+done
 PYTHON=$(command -v python3 || true)
 
 PARTS=" ${*:-checks gpt2 step memory} "
