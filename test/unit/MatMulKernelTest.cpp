@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "../../runtime/kernels/NarrowFloat.h"
+#include "../../runtime/kernels/cpu/CpuKernels.h"
 #include "cdp/Runtime/Kernel.h"
 
 #include <gtest/gtest.h>
@@ -306,4 +307,168 @@ TEST(MatMulKernel, ReadsTwoByteOperands) {
   EXPECT_EQ(workspace, (30 + 15) * 4);
 }
 
+/// A product run through the registry: its result as float32 (2-byte
+/// results widened) and its workspace bytes.
+struct ProductRun {
+  std::vector<float> values;
+  int64_t workspace = 0;
+};
+
+ProductRun runProduct(const std::string &op,
+                      const std::vector<std::pair<std::string, double>> &attrs,
+                      std::vector<TensorView> inputs,
+                      const std::vector<int64_t> &outShape,
+                      plan::DType outType = plan::F32) {
+  plan::Instruction instruction;
+  instruction.set_op(op);
+  instruction.set_location("/h/" + op);
+  plan::Attribute *mark = instruction.add_attributes();
+  mark->set_name("narrow_operands");
+  mark->set_s("bf16");
+  for (const auto &[name, value] : attrs) {
+    plan::Attribute *attribute = instruction.add_attributes();
+    attribute->set_name(name);
+    if (name == "activation") // the only one Gemm takes
+      attribute->set_s("relu");
+    else if (name == "alpha" || name == "beta")
+      attribute->set_f(static_cast<float>(value));
+    else
+      attribute->set_i(static_cast<int64_t>(value));
+  }
+  std::vector<float> y(product(outShape), std::nanf(""));
+  std::vector<uint16_t> narrowY(product(outShape), 0xffff);
+  TensorView out;
+  out.data = outType == plan::F32 ? static_cast<void *>(y.data())
+                                  : static_cast<void *>(narrowY.data());
+  out.shape = outShape;
+  out.dtype = outType;
+  KernelArgs args;
+  args.instruction = &instruction;
+  args.inputs = std::move(inputs);
+  args.outputs = {out};
+  args.threads = 2;
+  auto kernel = (*KernelRegistry::instance().lookup(op, Backend::CPU))(args);
+  kernel->run(StepContext());
+  if (outType != plan::F32)
+    for (size_t i = 0; i < y.size(); ++i)
+      y[i] = cdp::floatOfBfloat16(narrowY[i]);
+  return {y, kernel->workspaceBytes()};
+}
+
+std::vector<float> bf16Normal(std::mt19937 &rng, int64_t n) {
+  std::normal_distribution<float> normal;
+  std::vector<float> values(n);
+  for (float &v : values)
+    v = cdp::roundToBfloat16(normal(rng));
+  return values;
+}
+
+TensorView viewOf(std::vector<float> &data, std::vector<int64_t> shape) {
+  TensorView v;
+  v.data = data.data();
+  v.shape = std::move(shape);
+  return v;
+}
+
+// Where the processor has bf16 dot products, a product marked bf16 runs as
+// oneDNN's matmul on 2-byte operands (its workspace: the float32 operands
+// packed into 2 bytes, none for an operand stored so), with float32 sums:
+// each path's shapes (rows stacked, batched with broadcast and transposes),
+// a gemm's alpha, beta, bias and ReLU, and a result stored in bf16, against
+// numpy's matmul in double, to 1e-5 relative to the sum of |terms|.
+TEST(MatMulKernel, Bf16ProductsOnDotProducts) {
+  if (!cdp::runtime::cpu::processorHasBf16DotProducts())
+    GTEST_SKIP() << "no bf16 dot products on this processor (oneDNN)";
+  std::mt19937 rng(13);
+  std::vector<Case> cases = {
+      {{16, 8, 64}, {64, 48}, {16, 8, 48}, false, false},
+      {{16, 8, 64}, {48, 64}, {16, 8, 48}, false, true},
+      {{3, 1, 17, 40}, {4, 40, 13}, {3, 4, 17, 13}, false, false},
+      {{40, 24}, {3, 24, 40}, {3, 24, 24}, true, true},
+      {{5, 20, 30}, {5, 20, 33}, {5, 30, 33}, true, false},
+  };
+  for (const Case &c : cases) {
+    std::vector<float> a = bf16Normal(rng, product(c.a)),
+                       b = bf16Normal(rng, product(c.b));
+    ProductRun run =
+        runProduct("matmul", {{"trans_a", c.transA}, {"trans_b", c.transB}},
+                   {viewOf(a, c.a), viewOf(b, c.b)}, c.y);
+    EXPECT_EQ(run.workspace, (product(c.a) + product(c.b)) * 2)
+        << "not the bf16 product: case a" << ::testing::PrintToString(c.a);
+    std::vector<double> want, scale;
+    reference(c, a, b, want, scale);
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(run.values[i], want[i], 1e-5 * scale[i] + 1e-30)
+          << "case a" << ::testing::PrintToString(c.a) << " element " << i;
+  }
+
+  // A stored in bf16 is read as it lies: only B is packed.
+  Case stacked = cases[0];
+  std::vector<float> a = bf16Normal(rng, product(stacked.a)),
+                     b = bf16Normal(rng, product(stacked.b));
+  std::vector<uint16_t> aBits(a.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    aBits[i] = cdp::bfloat16BitsOf(a[i]);
+  TensorView narrowA;
+  narrowA.data = aBits.data();
+  narrowA.shape = stacked.a;
+  narrowA.dtype = plan::BF16;
+  ProductRun fromBits =
+      runProduct("matmul", {}, {narrowA, viewOf(b, stacked.b)}, stacked.y);
+  EXPECT_EQ(fromBits.workspace, product(stacked.b) * 2);
+  EXPECT_EQ(fromBits.values,
+            runProduct("matmul", {},
+                       {viewOf(a, stacked.a), viewOf(b, stacked.b)}, stacked.y)
+                .values);
+
+  // gemm: relu(alpha A B^T + beta C), C a bias row (oneDNN's bias where
+  // alpha and beta are 1) or a whole matrix (written into Y, summed by
+  // oneDNN); the result stored in bf16 is written by oneDNN, rounded to
+  // nearest even from the float32 sums, but where C is summed into Y
+  // (a 2-byte Y cannot hold C exactly): that gemm runs in float32.
+  int64_t m = 24, n = 20, k = 36;
+  std::vector<float> ga = bf16Normal(rng, m * k), gb = bf16Normal(rng, n * k),
+                     row = bf16Normal(rng, n), full = bf16Normal(rng, m * n);
+  for (bool wholeC : {false, true})
+    for (double alpha : {0.5, 1.0})
+      for (plan::DType outType : {plan::F32, plan::BF16}) {
+        double beta = alpha == 1.0 ? 1.0 : 2.0;
+        std::vector<int64_t> cShape =
+            wholeC ? std::vector<int64_t>{m, n} : std::vector<int64_t>{n};
+        std::vector<float> &cValues = wholeC ? full : row;
+        ProductRun run = runProduct(
+            "gemm",
+            {{"trans_b", 1},
+             {"alpha", alpha},
+             {"beta", beta},
+             {"activation", 0}},
+            {viewOf(ga, {m, k}), viewOf(gb, {n, k}), viewOf(cValues, cShape)},
+            {m, n}, outType);
+        bool summed = wholeC || alpha != 1.0;
+        int64_t packedOperands = (m * k + n * k) * 2, floatResult = m * n * 4;
+        EXPECT_EQ(run.workspace, summed && outType == plan::BF16
+                                     ? floatResult
+                                     : packedOperands)
+            << "C " << (wholeC ? "whole" : "row") << ", alpha " << alpha;
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            double sum = 0, size = 0;
+            for (int64_t p = 0; p < k; ++p) {
+              double term = double(ga[i * k + p]) * gb[j * k + p];
+              sum += term;
+              size += std::fabs(term);
+            }
+            double c = cValues[wholeC ? i * n + j : j];
+            double want = std::max(alpha * sum + beta * c, 0.0);
+            double got = run.values[i * n + j];
+            double tolerance =
+                1e-5 * (alpha * size + beta * std::fabs(c)) + 1e-30;
+            if (outType == plan::BF16)
+              tolerance += std::fabs(want) * std::ldexp(1.0, -8);
+            ASSERT_NEAR(got, want, tolerance)
+                << "C " << (wholeC ? "whole" : "row") << ", alpha " << alpha
+                << ", element " << i << "," << j;
+          }
+      }
+}
 } // namespace

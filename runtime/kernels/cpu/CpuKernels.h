@@ -85,6 +85,20 @@ private:
 /// C = alpha * op(A) * op(B) + beta * C, row-major, through oneDNN's sgemm.
 void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
            float alpha, const float *a, const float *b, float beta, float *c);
+/// A product's body and workspace bytes; no body where it does not apply.
+struct NativeProduct {
+  std::function<void(const StepContext &)> body;
+  int64_t workspace = 0;
+};
+/// Whether the processor has bf16 dot products oneDNN uses (AVX512_BF16,
+/// AMX), as oneDNN reports them (ONEDNN_MAX_CPU_ISA can hide them).
+bool processorHasBf16DotProducts();
+/// A gemm or matmul marked narrow_operands = bf16 as oneDNN's matmul on
+/// bf16 operands (Bf16Products.cpp), where the processor has bf16 dot
+/// products and the product is large enough; no body elsewhere. It writes
+/// a result the plan stores in bf16 itself; a float32 result's
+/// round_result is the caller's.
+NativeProduct nativeBf16Product(const KernelArgs &args);
 /// cdp.attention and attention_grad.
 void registerAttention(KernelRegistry &registry);
 void registerDnnlConvolution(KernelRegistry &registry);
@@ -300,6 +314,19 @@ private:
   std::vector<std::vector<int64_t>> strides; ///< per operand, per axis
   std::vector<int64_t> steps;
   int64_t length = 1, rowCount = 1;
+};
+
+/// Gemm's C broadcast into Y (m x n) row by row, before the product adds
+/// beta * Y to its own (an index per element of Y was twice Y's bytes:
+/// 226 MB of GPT-2 medium's biases).
+class GemmAddend {
+public:
+  GemmAddend(const TensorView &c, const std::vector<int64_t> &yShape);
+  void writeInto(float *y) const;
+
+private:
+  TensorView c;
+  BroadcastWalk walk;
 };
 
 /// Splits `shape` around `axis` into (outer, axis length, inner).

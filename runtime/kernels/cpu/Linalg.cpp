@@ -59,6 +59,20 @@ void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
                        std::to_string(static_cast<int>(status)));
 }
 
+GemmAddend::GemmAddend(const TensorView &c, const std::vector<int64_t> &yShape)
+    : c(c), walk({c.shape}, yShape) {}
+
+void GemmAddend::writeInto(float *y) const {
+  for (int64_t row = 0, length = walk.rowLength(); row < walk.rows(); ++row) {
+    const float *from = c.f32() + walk.rowStart(0, row);
+    float *to = y + row * length;
+    if (walk.step(0))
+      std::copy(from, from + length, to);
+    else
+      std::fill(to, to + length, *from);
+  }
+}
+
 namespace {
 
 struct ConvGeometry {
@@ -218,26 +232,15 @@ std::function<void(const StepContext &)> gemmKernel(const KernelArgs &args) {
   bool transA = g.transA, transB = g.transB, relu = g.relu;
   float alpha = g.alpha, beta = g.beta;
   int64_t m = g.m, n = g.n, k = g.k;
-  // C broadcast into Y row by row (an index per element of Y was twice
-  // Y's bytes: 226 MB of GPT-2 medium's biases).
-  std::shared_ptr<const BroadcastWalk> walk;
+  std::shared_ptr<const GemmAddend> addend;
   if (c.present())
-    walk = std::make_shared<const BroadcastWalk>(
-        std::vector<std::vector<int64_t>>{c.shape}, y.shape);
+    addend = std::make_shared<const GemmAddend>(c, y.shape);
   return [=](const StepContext &) {
     float *py = y.f32();
-    if (c.present())
-      for (int64_t row = 0, length = walk->rowLength(); row < walk->rows();
-           ++row) {
-        const float *from = c.f32() + walk->rowStart(0, row);
-        float *to = py + row * length;
-        if (walk->step(0))
-          std::copy(from, from + length, to);
-        else
-          std::fill(to, to + length, *from);
-      }
+    if (addend)
+      addend->writeInto(py);
     sgemm(transA, transB, m, n, k, alpha, a.f32(), b.f32(),
-          c.present() ? beta : 0.0f, py);
+          addend ? beta : 0.0f, py);
     if (relu)
 #pragma omp parallel for if (m * n > 65536)
       for (int64_t i = 0; i < m * n; ++i)
@@ -282,23 +285,36 @@ checkingNarrowOperands(const KernelArgs &args,
   return [=](const StepContext &context) {
     if (*runs < kCheckedRuns) {
       ++*runs;
-      checkExact(format, a, "A", where);
-      checkExact(format, b, "B", where);
+      // 2-byte operands (read by the bf16 products as they lie) hold
+      // nothing else.
+      if (!storedInTwoBytes(a))
+        checkExact(format, a, "A", where);
+      if (!storedInTwoBytes(b))
+        checkExact(format, b, "B", where);
     }
     body(context);
   };
 }
 
-/// A gemm's or matmul's kernel made by `make`: operands A and B that hold
-/// 2-byte values (cdp-read-narrow-operands) are widened into float32
+/// A gemm's or matmul's kernel: a bf16 product on the processor's bf16
+/// dot products where it has them (Bf16Products.cpp; it writes a 2-byte
+/// result itself), else made by `make` in float32: operands A and B that
+/// hold 2-byte values (cdp-read-narrow-operands) are widened into float32
 /// buffers of the kernel's own, its workspace, before each run, and the
-/// float32 kernel multiplies those. A result stored in 2 bytes
+/// float32 kernel multiplies those; a result stored in 2 bytes
 /// (cdp-narrow-results) is computed into a float32 buffer of the kernel's
 /// own too and packed, which rounds it as round_result says.
 std::unique_ptr<Kernel> productKernel(
     const KernelArgs &args,
     std::function<std::function<void(const StepContext &)>(const KernelArgs &)>
         make) {
+  if (NativeProduct native = nativeBf16Product(args); native.body) {
+    auto checked = checkingNarrowOperands(args, native.body);
+    return std::make_unique<FunctionKernel>(storedInTwoBytes(args.outputs[0])
+                                                ? checked
+                                                : roundedResult(args, checked),
+                                            native.workspace);
+  }
   KernelArgs widenedArgs = args;
   WidenedOperands widened;
   for (int i : {0, 1})

@@ -1,0 +1,244 @@
+//===- Bf16Products.cpp - bf16 products on the processor's dot products ---===//
+//
+// A product marked narrow_operands = bf16 (--precision bf16) multiplies
+// values that bf16 holds exactly and sums in float32, as a GPU's tensor
+// cores do. Where the processor has bf16 dot products (AVX512_BF16 or AMX:
+// oneDNN's avx512_core_bf16 ISA and above), oneDNN's matmul on the 2-byte
+// operands runs it at about twice the float32 GEMM's rate on the same values
+// and reads half the bytes. Its float32 sums are added in another order than
+// the float32 GEMM's (products of two bf16 values are exact in float32, the
+// sums are not), as a GPU's are. Elsewhere (no such instructions, fp16
+// marks, products too small to pay for a primitive, a layout oneDNN serves
+// only by its reference code) Linalg.cpp's float32 path runs; so does it
+// under ONEDNN_MAX_CPU_ISA=AVX512_CORE, oneDNN's own switch.
+//
+//===----------------------------------------------------------------------===//
+
+#include "../MatMulGeometry.h"
+#include "../NarrowOperands.h"
+#include "CpuKernels.h"
+#include "Dnnl.h"
+#include "SmallMatMul.h"
+
+#include <cstring>
+
+namespace cdp::runtime::cpu {
+
+namespace {
+
+using dnnl::memory;
+
+/// An operand as bf16 bits: the plan's 2-byte values where it stores them
+/// so, else its float32 values (exact in bf16: the mark says so, and the
+/// kernel checks it on its first runs) packed into a buffer of the kernel's
+/// own, its workspace, before each run.
+class Bf16Operand {
+public:
+  explicit Bf16Operand(const TensorView &view) : view(view) {
+    if (view.dtype != plan::BF16)
+      packed = std::make_shared<std::vector<uint16_t>>(view.numel());
+  }
+  void pack() const {
+    if (packed)
+      packNarrow(view.f32(), packed->data(), view.numel(), /*bf16=*/true);
+  }
+  void *bits() const { return packed ? packed->data() : view.data; }
+  int64_t bytes() const {
+    return packed ? static_cast<int64_t>(packed->size() * sizeof(uint16_t)) : 0;
+  }
+
+private:
+  TensorView view;
+  std::shared_ptr<std::vector<uint16_t>> packed;
+};
+
+/// A (batch..., rows, cols) operand stored row-major as that, or, where
+/// `transposed`, as (batch..., cols, rows).
+memory::desc matrixDesc(const std::vector<int64_t> &batch, int64_t rows,
+                        int64_t cols, bool transposed, memory::data_type type) {
+  memory::dims dims(batch.begin(), batch.end());
+  dims.push_back(rows);
+  dims.push_back(cols);
+  memory::dims strides(dims.size());
+  size_t rank = dims.size();
+  strides[rank - 1] = transposed ? rows : 1;
+  strides[rank - 2] = transposed ? 1 : cols;
+  int64_t stride = rows * cols;
+  for (size_t d = batch.size(); d-- > 0;) {
+    strides[d] = stride;
+    stride *= batch[d];
+  }
+  return memory::desc(dims, type, strides);
+}
+
+struct ProductShape {
+  std::vector<int64_t> aBatch, bBatch, batch;
+  int64_t m, n, k;
+  bool transA, transB;
+};
+
+/// oneDNN's matmul of bf16 A and B into Y (float32, or bf16 where the
+/// plan stores the result in 2 bytes: rounded to nearest even from the
+/// float32 sums, as round_result and the pack after it would), with
+/// `attributes` (Gemm's alpha, beta and ReLU) and a float32 bias row of n
+/// values where `biased`; null where oneDNN has only its reference code.
+class Bf16Matmul {
+public:
+  static std::shared_ptr<Bf16Matmul> make(const ProductShape &s,
+                                          dnnl::primitive_attr attributes,
+                                          memory::data_type result,
+                                          bool biased) {
+    attributes.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    memory::desc a = matrixDesc(s.aBatch, s.m, s.k, s.transA,
+                                memory::data_type::bf16),
+                 b = matrixDesc(s.bBatch, s.k, s.n, s.transB,
+                                memory::data_type::bf16),
+                 y = matrixDesc(s.batch, s.m, s.n, false, result);
+    memory::desc bias;
+    if (biased)
+      bias = matrixDesc({}, 1, s.n, false, memory::data_type::f32);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, bias, y),
+                                    attributes, engine());
+    if (std::strncmp(pd.impl_info_str(), "ref", 3) == 0)
+      return nullptr;
+    return std::shared_ptr<Bf16Matmul>(new Bf16Matmul(pd, a, b, bias, y));
+  }
+  void run(void *a, void *b, const float *bias, void *y) {
+    arguments[DNNL_ARG_SRC].set_data_handle(a);
+    arguments[DNNL_ARG_WEIGHTS].set_data_handle(b);
+    arguments[DNNL_ARG_DST].set_data_handle(y);
+    if (bias)
+      arguments[DNNL_ARG_BIAS].set_data_handle(const_cast<float *>(bias));
+    primitive.execute(stream, arguments);
+    stream.wait();
+  }
+
+private:
+  Bf16Matmul(const dnnl::matmul::primitive_desc &pd, const memory::desc &a,
+             const memory::desc &b, const memory::desc &bias,
+             const memory::desc &y)
+      : stream(engine()), primitive(pd) {
+    auto unbound = [](const memory::desc &desc) {
+      return memory(desc, engine(), DNNL_MEMORY_NONE);
+    };
+    arguments = {{DNNL_ARG_SRC, unbound(a)},
+                 {DNNL_ARG_WEIGHTS, unbound(b)},
+                 {DNNL_ARG_DST, unbound(y)}};
+    if (!bias.is_zero())
+      arguments[DNNL_ARG_BIAS] = unbound(bias);
+    bindScratchpad(primitive, arguments);
+  }
+  dnnl::stream stream;
+  dnnl::matmul primitive;
+  std::unordered_map<int, memory> arguments;
+};
+
+/// What a gemm adds to its product: nothing, a bias row (oneDNN's bias,
+/// added to the float32 sums), or C broadcast into Y first and summed
+/// (beta) by oneDNN's sum post-op, which a 2-byte Y cannot hold exactly.
+struct Addend {
+  TensorView bias;
+  std::shared_ptr<const GemmAddend> written;
+};
+
+/// The product's body: pack the float32 operands, write C, the matmul.
+NativeProduct bf16Product(const KernelArgs &args, const ProductShape &shape,
+                          const dnnl::primitive_attr &attributes,
+                          const Addend &addend = {}) {
+  TensorView y = args.outputs[0];
+  if (y.dtype != plan::F32 && y.dtype != plan::BF16)
+    return {};
+  if (y.dtype == plan::BF16 && addend.written)
+    return {};
+  std::shared_ptr<Bf16Matmul> matmul;
+  try {
+    matmul = Bf16Matmul::make(shape, attributes,
+                              y.dtype == plan::BF16 ? memory::data_type::bf16
+                                                    : memory::data_type::f32,
+                              addend.bias.present());
+  } catch (const dnnl::error &) {
+    return {};
+  }
+  if (!matmul)
+    return {};
+  Bf16Operand a(args.inputs[0]), b(args.inputs[1]);
+  return {[=](const StepContext &) {
+            a.pack();
+            b.pack();
+            if (addend.written)
+              addend.written->writeInto(y.f32());
+            matmul->run(a.bits(), b.bits(),
+                        addend.bias.present() ? addend.bias.f32() : nullptr,
+                        y.data);
+          },
+          a.bytes() + b.bytes()};
+}
+
+NativeProduct matMul(const KernelArgs &args) {
+  MatMulGeometry g(args, args.inputs[0].shape, args.inputs[1].shape);
+  int64_t count = g.count();
+  bool oneGemm = count == 1 || g.rowsStack();
+  if (count == 0 || g.m == 0 || g.n == 0 || g.k == 0 ||
+      (oneGemm ? count : 1) * g.m * g.n * g.k <= kSmallMatMulVolume)
+    return {};
+  ProductShape shape{g.aBatch, g.bBatch, g.batch,  g.m,
+                     g.n,      g.k,      g.transA, g.transB};
+  if (oneGemm) // a Linear over a sequence: one GEMM of count * m rows
+    shape = {{}, {}, {}, count * g.m, g.n, g.k, g.transA, g.transB};
+  return bf16Product(args, shape, dnnl::primitive_attr());
+}
+
+/// Whether Gemm's C is one row of n values added once (beta 1): a bias.
+bool isBiasRow(const TensorView &c, float beta, int64_t n) {
+  return beta == 1.0f && c.numel() == n &&
+         (c.shape.size() == 1 || (c.shape.size() == 2 && c.shape[0] == 1));
+}
+
+NativeProduct gemm(const KernelArgs &args) {
+  GemmGeometry g(args);
+  if (g.m == 0 || g.n == 0 || g.k == 0 || g.m * g.n * g.k <= kSmallMatMulVolume)
+    return {};
+  TensorView c = args.inputs.size() > 2 ? args.inputs[2] : TensorView();
+  if (c.present() && c.dtype != plan::F32)
+    return {};
+  dnnl::primitive_attr attributes;
+  if (g.alpha != 1.0f)
+    attributes.set_output_scales(0, {g.alpha});
+  Addend addend;
+  dnnl::post_ops post;
+  if (c.present() && isBiasRow(c, g.beta, g.n) && g.alpha == 1.0f) {
+    addend.bias = c;
+  } else if (c.present() && g.beta != 0.0f) {
+    addend.written =
+        std::make_shared<const GemmAddend>(c, args.outputs[0].shape);
+    post.append_sum(g.beta);
+  }
+  if (g.relu)
+    post.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+  attributes.set_post_ops(post);
+  ProductShape shape{{}, {}, {}, g.m, g.n, g.k, g.transA, g.transB};
+  return bf16Product(args, shape, attributes, addend);
+}
+
+} // namespace
+
+bool processorHasBf16DotProducts() {
+  auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+  return (isa & bf16) == bf16;
+}
+
+NativeProduct nativeBf16Product(const KernelArgs &args) {
+  if (narrowOperandsOf(args) != NarrowFormat::Bfloat16 ||
+      !processorHasBf16DotProducts())
+    return {};
+  for (int i : {0, 1})
+    if (args.inputs[i].dtype != plan::F32 && args.inputs[i].dtype != plan::BF16)
+      return {};
+  const std::string &op = args.instruction->op();
+  return op == "gemm"     ? gemm(args)
+         : op == "matmul" ? matMul(args)
+                          : NativeProduct();
+}
+
+} // namespace cdp::runtime::cpu
