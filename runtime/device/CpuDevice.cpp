@@ -2,8 +2,11 @@
 
 #include "cdp/Runtime/Device.h"
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <sys/mman.h>
+#include <unistd.h>
 
 namespace cdp::runtime {
 
@@ -34,6 +37,42 @@ public:
   void fill(void *memory, unsigned char value, size_t bytes) override {
     std::memset(memory, value, bytes);
   }
+  ~CpuDevice() override {
+    if (scratch)
+      munmap(scratch, kScratchSpan);
+  }
+  /// The block is a span of address space reserved once (no memory behind
+  /// it), of which the part asked for is made usable: so it grows without
+  /// moving, and the memory behind it is what the kernels touch.
+  void *reserveScratch(size_t bytes) override {
+    if (!scratch) {
+      void *span = mmap(nullptr, kScratchSpan, PROT_NONE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (span == MAP_FAILED)
+        throw RuntimeError(std::string("cannot reserve the CPU device's "
+                                       "scratch address space: ") +
+                           std::strerror(errno));
+      scratch = span;
+    }
+    size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    size_t rounded = (bytes + page - 1) / page * page;
+    if (rounded <= usable)
+      return scratch;
+    if (rounded > kScratchSpan ||
+        mprotect(scratch, rounded, PROT_READ | PROT_WRITE) != 0)
+      throw RuntimeError("cannot allocate " + std::to_string(bytes) +
+                         " bytes of host memory for the kernels' scratch");
+    usable = rounded;
+    return scratch;
+  }
+  int64_t workspaceBytes() const override {
+    return static_cast<int64_t>(usable);
+  }
+
+private:
+  static constexpr size_t kScratchSpan = size_t(1) << 40; // 1 TiB
+  void *scratch = nullptr;
+  size_t usable = 0;
 };
 
 } // namespace

@@ -83,8 +83,20 @@ public:
   virtual DeviceLink *link() { return nullptr; }
   /// Memory the device holds for its kernels beyond what each kernel
   /// reports (a GPU's: the kernels' scratch, cuBLAS's workspace, the block
-  /// its narrow products convert their operands into).
+  /// its narrow products convert their operands into; the CPU's scratch
+  /// block).
   virtual int64_t workspaceBytes() const { return 0; }
+  /// The device's scratch block, grown at load to at least `bytes`: memory
+  /// a kernel uses only while it runs (operands widened from 2 bytes, a
+  /// result before it is packed). The device's kernels run one after
+  /// another, so they share it, and it is as large as the largest of them
+  /// asks. Its address never moves: a kernel may keep it from load on, but
+  /// not what it wrote there. Null where the device has none (a GPU's
+  /// kernels have reserveShared).
+  virtual void *reserveScratch(size_t bytes) {
+    (void)bytes;
+    return nullptr;
+  }
   /// Records what `launches` queues on queue() without running it, for
   /// Recording::replay; null where the device cannot record (the CPU runs
   /// work as it is asked) or the recording failed (a launch that cannot be

@@ -139,7 +139,8 @@ struct AttentionOperands {
   float scale; ///< of the first product's sums
   int threads;
 
-  AttentionOperands(const KernelArgs &args, size_t first, size_t biasInput)
+  AttentionOperands(const KernelArgs &args, size_t first, size_t biasInput,
+                    KernelScratch &scratch)
       : g(args.inputs[first].shape, args.inputs[first + 1].shape,
           args.inputs[first + 2].shape, args.s("layout", "bhsd")),
         a(args.inputs[first]), b(args.inputs[first + 1]),
@@ -154,7 +155,7 @@ struct AttentionOperands {
         threads(static_cast<int>(
             std::max<int64_t>(1, std::min<int64_t>(args.threads, g.count)))) {
     for (TensorView *operand : {&a, &b, &v})
-      widened.add(*operand);
+      widened.add(*operand, scratch);
   }
 
   /// Slice i's a, b (k x n) and v: where they lie, or gathered into the
@@ -204,25 +205,28 @@ struct AttentionOperands {
   SliceMatrices matricesOf(float *thread, int buffers) const {
     return SliceMatrices(g, thread + buffers * g.m * g.n);
   }
-  int64_t workspaceBytes(int buffers) const {
-    return threads * perThread(buffers) * static_cast<int64_t>(sizeof(float)) +
-           widened.bytes();
+  /// Each thread's buffers (`buffers` m x n ones and its SliceMatrices),
+  /// one after another, in the kernel's scratch.
+  std::shared_ptr<void> threadBuffers(int buffers,
+                                      KernelScratch &scratch) const {
+    return scratch.take(threads * perThread(buffers) * sizeof(float));
   }
 };
 
 std::unique_ptr<Kernel> attentionKernel(const KernelArgs &args) {
-  AttentionOperands t(args, 0, 3);
+  KernelScratch scratch(args);
+  AttentionOperands t(args, 0, 3, scratch);
   TensorView out = args.outputs[0], stats = args.outputs[1];
   // A result the plan stores in 2 bytes: computed into a float32 buffer of
-  // the kernel's own, then stored rounded (round_result's format).
-  NarrowedResult narrowed(out);
-  auto buffers =
-      std::make_shared<std::vector<float>>(t.threads * t.perThread(1));
+  // the kernel's scratch, then stored rounded (round_result's format).
+  NarrowedResult narrowed(out, scratch);
+  std::shared_ptr<void> buffers = t.threadBuffers(1, scratch);
   auto body = [t, out, stats, buffers](const StepContext &) {
     const AttentionGeometry &g = t.g;
     t.widened.widen();
     forEachIndex(g.count, t.threads, [&](int64_t i) {
-      float *s = buffers->data() + omp_get_thread_num() * t.perThread(1);
+      float *s = static_cast<float *>(buffers.get()) +
+                 omp_get_thread_num() * t.perThread(1);
       SliceMatrices own = t.matricesOf(s, 1);
       AttentionOperands::Slice in = t.sliceOf(i, own);
       t.scores(in, s);
@@ -241,13 +245,13 @@ std::unique_ptr<Kernel> attentionKernel(const KernelArgs &args) {
   };
   if (!narrowed.active())
     return std::make_unique<FunctionKernel>(roundedResult(args, body),
-                                            t.workspaceBytes(1));
+                                            scratch.ownBytes());
   return std::make_unique<FunctionKernel>(
       [body, narrowed](const StepContext &context) {
         body(context);
         narrowed.store();
       },
-      t.workspaceBytes(1) + narrowed.bytes());
+      scratch.ownBytes());
 }
 
 /// Slice i of attention_grad, in the thread's buffers `p` and `dp`; leaves
@@ -320,26 +324,26 @@ struct AttentionBackward {
 
 std::unique_ptr<Kernel> attentionGradKernel(const KernelArgs &args) {
   // Gradients the plan stores in 2 bytes are computed into float32 buffers
-  // of the kernel's own, then stored (each already rounded to the format).
+  // of the kernel's scratch, then stored (each already rounded to the
+  // format).
+  KernelScratch scratch(args);
   std::vector<TensorView> grads(args.outputs.begin(), args.outputs.begin() + 3);
   std::vector<NarrowedResult> narrowed;
   for (TensorView &grad : grads)
-    narrowed.emplace_back(grad);
-  AttentionBackward backward{AttentionOperands(args, 1, 5),
+    narrowed.emplace_back(grad, scratch);
+  AttentionBackward backward{AttentionOperands(args, 1, 5, scratch),
                              args.inputs[0],
                              args.inputs[4],
                              grads[0],
                              grads[1],
                              grads[2]};
   // A 2-byte incoming gradient is widened with the operands.
-  backward.t.widened.add(backward.grad);
+  backward.t.widened.add(backward.grad, scratch);
   TensorView dbias = args.outputs.size() > 3 ? args.outputs[3] : TensorView();
   const AttentionOperands &t = backward.t;
-  int64_t mn = t.g.m * t.g.n, narrowedBytes = 0;
-  for (const NarrowedResult &result : narrowed)
-    narrowedBytes += result.bytes();
+  int64_t mn = t.g.m * t.g.n;
   int64_t perThread = t.perThread(2);
-  auto buffers = std::make_shared<std::vector<float>>(t.threads * perThread);
+  std::shared_ptr<void> buffers = t.threadBuffers(2, scratch);
   auto body = [backward, dbias, buffers, mn, perThread,
                narrowed](const StepContext &) {
     int threads = backward.t.threads;
@@ -352,20 +356,21 @@ std::unique_ptr<Kernel> attentionGradKernel(const KernelArgs &args) {
     for (int64_t first = 0; first < count; first += threads) {
       int64_t group = std::min<int64_t>(threads, count - first);
       forEachIndex(group, threads, [&](int64_t j) {
-        float *p = buffers->data() + j * perThread;
+        float *p = static_cast<float *>(buffers.get()) + j * perThread;
         backward.slice(first + j, p, p + mn);
       });
       if (dbias.present())
         for (int64_t j = 0; j < group; ++j)
-          backward.addBiasGrad(first + j, buffers->data() + j * perThread + mn,
+          backward.addBiasGrad(first + j,
+                               static_cast<const float *>(buffers.get()) +
+                                   j * perThread + mn,
                                dbias.f32());
     }
     for (const NarrowedResult &result : narrowed)
       if (result.active())
         result.store();
   };
-  return std::make_unique<FunctionKernel>(body,
-                                          t.workspaceBytes(2) + narrowedBytes);
+  return std::make_unique<FunctionKernel>(body, scratch.ownBytes());
 }
 
 } // namespace

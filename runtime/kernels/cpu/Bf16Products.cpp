@@ -30,26 +30,24 @@ using dnnl::memory;
 
 /// An operand as bf16 bits: the plan's 2-byte values where it stores them
 /// so, else its float32 values (exact in bf16: the mark says so, and the
-/// kernel checks it on its first runs) packed into a buffer of the kernel's
-/// own, its workspace, before each run.
+/// kernel checks it on its first runs) packed into the kernel's scratch
+/// before each run.
 class Bf16Operand {
 public:
-  explicit Bf16Operand(const TensorView &view) : view(view) {
+  Bf16Operand(const TensorView &view, KernelScratch &scratch) : view(view) {
     if (view.dtype != plan::BF16)
-      packed = std::make_shared<std::vector<uint16_t>>(view.numel());
+      packed = scratch.take(view.numel() * sizeof(uint16_t));
   }
   void pack() const {
     if (packed)
-      packNarrow(view.f32(), packed->data(), view.numel(), /*bf16=*/true);
+      packNarrow(view.f32(), static_cast<uint16_t *>(packed.get()),
+                 view.numel(), /*bf16=*/true);
   }
-  void *bits() const { return packed ? packed->data() : view.data; }
-  int64_t bytes() const {
-    return packed ? static_cast<int64_t>(packed->size() * sizeof(uint16_t)) : 0;
-  }
+  void *bits() const { return packed ? packed.get() : view.data; }
 
 private:
   TensorView view;
-  std::shared_ptr<std::vector<uint16_t>> packed;
+  std::shared_ptr<void> packed;
 };
 
 /// A (batch..., rows, cols) operand stored row-major as that, or, where
@@ -142,7 +140,8 @@ struct Addend {
 };
 
 /// The product's body: pack the float32 operands, write C, the matmul.
-NativeProduct bf16Product(const KernelArgs &args, const ProductShape &shape,
+NativeProduct bf16Product(const KernelArgs &args, KernelScratch &scratch,
+                          const ProductShape &shape,
                           const dnnl::primitive_attr &attributes,
                           const Addend &addend = {}) {
   TensorView y = args.outputs[0];
@@ -161,20 +160,18 @@ NativeProduct bf16Product(const KernelArgs &args, const ProductShape &shape,
   }
   if (!matmul)
     return {};
-  Bf16Operand a(args.inputs[0]), b(args.inputs[1]);
+  Bf16Operand a(args.inputs[0], scratch), b(args.inputs[1], scratch);
   return {[=](const StepContext &) {
-            a.pack();
-            b.pack();
-            if (addend.written)
-              addend.written->writeInto(y.f32());
-            matmul->run(a.bits(), b.bits(),
-                        addend.bias.present() ? addend.bias.f32() : nullptr,
-                        y.data);
-          },
-          a.bytes() + b.bytes()};
+    a.pack();
+    b.pack();
+    if (addend.written)
+      addend.written->writeInto(y.f32());
+    matmul->run(a.bits(), b.bits(),
+                addend.bias.present() ? addend.bias.f32() : nullptr, y.data);
+  }};
 }
 
-NativeProduct matMul(const KernelArgs &args) {
+NativeProduct matMul(const KernelArgs &args, KernelScratch &scratch) {
   MatMulGeometry g(args, args.inputs[0].shape, args.inputs[1].shape);
   int64_t count = g.count();
   bool oneGemm = count == 1 || g.rowsStack();
@@ -185,7 +182,7 @@ NativeProduct matMul(const KernelArgs &args) {
                      g.n,      g.k,      g.transA, g.transB};
   if (oneGemm) // a Linear over a sequence: one GEMM of count * m rows
     shape = {{}, {}, {}, count * g.m, g.n, g.k, g.transA, g.transB};
-  return bf16Product(args, shape, dnnl::primitive_attr());
+  return bf16Product(args, scratch, shape, dnnl::primitive_attr());
 }
 
 /// Whether Gemm's C is one row of n values added once (beta 1): a bias.
@@ -194,7 +191,7 @@ bool isBiasRow(const TensorView &c, float beta, int64_t n) {
          (c.shape.size() == 1 || (c.shape.size() == 2 && c.shape[0] == 1));
 }
 
-NativeProduct gemm(const KernelArgs &args) {
+NativeProduct gemm(const KernelArgs &args, KernelScratch &scratch) {
   GemmGeometry g(args);
   if (g.m == 0 || g.n == 0 || g.k == 0 || g.m * g.n * g.k <= kSmallMatMulVolume)
     return {};
@@ -217,7 +214,7 @@ NativeProduct gemm(const KernelArgs &args) {
     post.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
   attributes.set_post_ops(post);
   ProductShape shape{{}, {}, {}, g.m, g.n, g.k, g.transA, g.transB};
-  return bf16Product(args, shape, attributes, addend);
+  return bf16Product(args, scratch, shape, attributes, addend);
 }
 
 } // namespace
@@ -228,7 +225,8 @@ bool processorHasBf16DotProducts() {
   return (isa & bf16) == bf16;
 }
 
-NativeProduct nativeBf16Product(const KernelArgs &args) {
+NativeProduct nativeBf16Product(const KernelArgs &args,
+                                KernelScratch &scratch) {
   if (narrowOperandsOf(args) != NarrowFormat::Bfloat16 ||
       !processorHasBf16DotProducts())
     return {};
@@ -236,8 +234,8 @@ NativeProduct nativeBf16Product(const KernelArgs &args) {
     if (args.inputs[i].dtype != plan::F32 && args.inputs[i].dtype != plan::BF16)
       return {};
   const std::string &op = args.instruction->op();
-  return op == "gemm"     ? gemm(args)
-         : op == "matmul" ? matMul(args)
+  return op == "gemm"     ? gemm(args, scratch)
+         : op == "matmul" ? matMul(args, scratch)
                           : NativeProduct();
 }
 

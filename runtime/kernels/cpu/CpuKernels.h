@@ -19,6 +19,28 @@
 namespace cdp::runtime::cpu {
 
 void registerElementwise(KernelRegistry &registry);
+/// A kernel's memory for values that live only while it runs (operands
+/// widened from 2 bytes, a result before it is packed, per-thread
+/// matrices): on a device, in the device's scratch block, which its kernels
+/// share as they run one after another (Device::reserveScratch; before, each
+/// kernel held its own: 8 GB beside GPT-2 small's 2.6 GB arena at 8 x 512
+/// in bf16); where the kernel runs on none (made alone, as the unit tests
+/// do), buffers of its own, filled with 0xFF bytes (NaNs) so that a value
+/// read before the run writes it shows.
+class KernelScratch {
+public:
+  explicit KernelScratch(const KernelArgs &args);
+  /// `bytes` more of it, 64-byte aligned, the kernel's while it runs.
+  std::shared_ptr<void> take(size_t bytes);
+  /// Bytes the kernel holds of its own (none in the device's block): its
+  /// workspace.
+  int64_t ownBytes() const { return own; }
+
+private:
+  Device *device = nullptr;
+  size_t used = 0;
+  int64_t own = 0;
+};
 /// `n` bf16 (or fp16) 2-byte values widened into float32, exactly: what
 /// unpack_narrow does and a product reading 2-byte operands does first.
 void widenNarrow(const uint16_t *in, float *out, int64_t n, bool bf16);
@@ -37,26 +59,25 @@ roundedResult(const KernelArgs &args,
               std::function<void(const StepContext &)> body);
 /// A kernel's result that the plan stores in 2 bytes (cdp-narrow-results)
 /// and the kernel computes in float32: the view is pointed at a float32
-/// buffer of the kernel's own (its workspace), which `store` packs into
+/// buffer of the kernel's scratch, which `store` packs into
 /// the result after each run (rounding to nearest even, as round_result
 /// says). A float32 result is left alone (`active` false).
 class NarrowedResult {
 public:
-  explicit NarrowedResult(TensorView &view);
+  NarrowedResult(TensorView &view, KernelScratch &scratch);
   bool active() const { return values != nullptr; }
   void store() const;
-  int64_t bytes() const;
 
 private:
   TensorView narrow;
-  std::shared_ptr<std::vector<float>> values;
+  std::shared_ptr<void> values;
 };
 /// The kernel of an op whose first output `make` computes in float32:
 /// rounded where the op has round_result, and where that output is a
 /// 2-byte tensor (cdp-narrow-results) computed into a float32 buffer of the
-/// kernel's own (its workspace), then stored 2 bytes a value.
+/// kernel's scratch, then stored 2 bytes a value.
 /// Inputs `widenedInputs` that the plan stores in 2 bytes are widened into
-/// float32 buffers of the kernel's own before each run (WidenedOperands).
+/// float32 buffers of the kernel's scratch before each run (WidenedOperands).
 std::unique_ptr<Kernel> narrowResultKernel(
     const KernelArgs &args,
     std::function<std::function<void(const StepContext &)>(const KernelArgs &)>
@@ -65,40 +86,40 @@ std::unique_ptr<Kernel> narrowResultKernel(
 void registerLinalg(KernelRegistry &registry);
 /// A kernel's operands that the plan stores in 2 bytes
 /// (cdp-read-narrow-operands) and the kernel reads in float32: each view is
-/// pointed at a float32 buffer of the kernel's own (its workspace), which
-/// `widen` refills, exactly, before each run.
+/// pointed at a float32 buffer of the kernel's scratch, which `widen`
+/// refills, exactly, before each run.
 class WidenedOperands {
 public:
-  /// Points `view` at a buffer of its own where it holds 2-byte values.
-  void add(TensorView &view);
+  /// Points `view` at a float32 buffer of the kernel's scratch where it
+  /// holds 2-byte values.
+  void add(TensorView &view, KernelScratch &scratch);
   void widen() const;
   bool empty() const { return operands.empty(); }
-  int64_t bytes() const;
 
 private:
   struct Operand {
     TensorView narrow;
-    std::shared_ptr<std::vector<float>> values;
+    std::shared_ptr<void> values;
   };
   std::vector<Operand> operands;
 };
 /// C = alpha * op(A) * op(B) + beta * C, row-major, through oneDNN's sgemm.
 void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
            float alpha, const float *a, const float *b, float beta, float *c);
-/// A product's body and workspace bytes; no body where it does not apply.
+/// A product's body; none where it does not apply.
 struct NativeProduct {
   std::function<void(const StepContext &)> body;
-  int64_t workspace = 0;
 };
 /// Whether the processor has bf16 dot products oneDNN uses (AVX512_BF16,
 /// AMX), as oneDNN reports them (ONEDNN_MAX_CPU_ISA can hide them).
 bool processorHasBf16DotProducts();
 /// A gemm or matmul marked narrow_operands = bf16 as oneDNN's matmul on
 /// bf16 operands (Bf16Products.cpp), where the processor has bf16 dot
-/// products and the product is large enough; no body elsewhere. It writes
+/// products and the product is large enough (its packed operands in
+/// `scratch`); no body elsewhere. It writes
 /// a result the plan stores in bf16 itself; a float32 result's
 /// round_result is the caller's.
-NativeProduct nativeBf16Product(const KernelArgs &args);
+NativeProduct nativeBf16Product(const KernelArgs &args, KernelScratch &scratch);
 /// cdp.attention and attention_grad.
 void registerAttention(KernelRegistry &registry);
 void registerDnnlConvolution(KernelRegistry &registry);

@@ -411,12 +411,13 @@ static void registerConversions(KernelRegistry &registry) {
   });
 
   // Sum over the dimensions `shape` broadcast (BroadcastReduction.h); a
-  // 2-byte input widened first into a buffer of the kernel's own; the sums
+  // 2-byte input widened first into the kernel's scratch; the sums
   // rounded under round_result.
   registry.add("reduce_to", Backend::CPU, [](const KernelArgs &args) {
     TensorView x = args.inputs[0], y = args.outputs[0];
+    KernelScratch scratch(args);
     WidenedOperands widened;
-    widened.add(x);
+    widened.add(x, scratch);
     auto reduction = std::make_shared<BroadcastReduction>(y.shape, x.shape);
     return std::make_unique<FunctionKernel>(
         roundedResult(args,
@@ -424,7 +425,7 @@ static void registerConversions(KernelRegistry &registry) {
                         widened.widen();
                         reduction->run(x.f32(), y.f32());
                       }),
-        widened.bytes());
+        scratch.ownBytes());
   });
 
   addKernel(registry, "expand", [](const KernelArgs &args) {
@@ -498,21 +499,19 @@ roundedResult(const KernelArgs &args,
   };
 }
 
-NarrowedResult::NarrowedResult(TensorView &view) : narrow(view) {
+NarrowedResult::NarrowedResult(TensorView &view, KernelScratch &scratch)
+    : narrow(view) {
   if (!storedInTwoBytes(view))
     return;
-  values = std::make_shared<std::vector<float>>(view.numel());
-  view.data = values->data();
+  values = scratch.take(view.numel() * sizeof(float));
+  view.data = values.get();
   view.dtype = plan::F32;
 }
 
 void NarrowedResult::store() const {
-  packNarrow(values->data(), static_cast<uint16_t *>(narrow.data),
-             narrow.numel(), narrow.dtype == plan::BF16);
-}
-
-int64_t NarrowedResult::bytes() const {
-  return active() ? narrow.numel() * static_cast<int64_t>(sizeof(float)) : 0;
+  packNarrow(static_cast<const float *>(values.get()),
+             static_cast<uint16_t *>(narrow.data), narrow.numel(),
+             narrow.dtype == plan::BF16);
 }
 
 std::unique_ptr<Kernel> narrowResultKernel(
@@ -521,10 +520,11 @@ std::unique_ptr<Kernel> narrowResultKernel(
         make,
     std::initializer_list<size_t> widenedInputs) {
   KernelArgs wide = args;
+  KernelScratch scratch(args);
   WidenedOperands widened;
   for (size_t k : widenedInputs)
-    widened.add(wide.inputs[k]);
-  NarrowedResult result(wide.outputs[0]);
+    widened.add(wide.inputs[k], scratch);
+  NarrowedResult result(wide.outputs[0], scratch);
   if (!result.active() && widened.empty())
     return std::make_unique<FunctionKernel>(roundedResult(args, make(args)));
   auto body = result.active() ? make(wide) : roundedResult(wide, make(wide));
@@ -535,7 +535,7 @@ std::unique_ptr<Kernel> narrowResultKernel(
         if (result.active())
           result.store();
       },
-      widened.bytes() + result.bytes());
+      scratch.ownBytes());
 }
 
 /// cdp.rotary over rows of D values (the input's last axis): a row's cos

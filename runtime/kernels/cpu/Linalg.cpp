@@ -19,27 +19,42 @@
 
 namespace cdp::runtime::cpu {
 
-void WidenedOperands::add(TensorView &view) {
+KernelScratch::KernelScratch(const KernelArgs &args) : device(args.runsOn) {
+  if (device && !device->reserveScratch(0))
+    device = nullptr; // a device without a scratch block
+}
+
+std::shared_ptr<void> KernelScratch::take(size_t bytes) {
+  size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+  if (device) {
+    char *block = static_cast<char *>(device->reserveScratch(used + rounded));
+    void *at = block + used;
+    used += rounded;
+    return std::shared_ptr<void>(at, [](void *) {});
+  }
+  void *memory = std::aligned_alloc(64, rounded);
+  if (!memory)
+    throw RuntimeError("cannot allocate " + std::to_string(bytes) +
+                       " bytes of host memory");
+  std::memset(memory, 0xFF, rounded);
+  own += static_cast<int64_t>(bytes);
+  return std::shared_ptr<void>(memory, std::free);
+}
+
+void WidenedOperands::add(TensorView &view, KernelScratch &scratch) {
   if (!storedInTwoBytes(view))
     return;
-  auto values = std::make_shared<std::vector<float>>(view.numel());
+  std::shared_ptr<void> values = scratch.take(view.numel() * sizeof(float));
   operands.push_back({view, values});
-  view.data = values->data();
+  view.data = values.get();
   view.dtype = plan::F32;
 }
 
 void WidenedOperands::widen() const {
   for (const Operand &operand : operands)
     widenNarrow(static_cast<const uint16_t *>(operand.narrow.data),
-                operand.values->data(), operand.narrow.numel(),
-                operand.narrow.dtype == plan::BF16);
-}
-
-int64_t WidenedOperands::bytes() const {
-  int64_t total = 0;
-  for (const Operand &operand : operands)
-    total += operand.narrow.numel() * static_cast<int64_t>(sizeof(float));
-  return total;
+                static_cast<float *>(operand.values.get()),
+                operand.narrow.numel(), operand.narrow.dtype == plan::BF16);
 }
 
 void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
@@ -300,26 +315,27 @@ checkingNarrowOperands(const KernelArgs &args,
 /// dot products where it has them (Bf16Products.cpp; it writes a 2-byte
 /// result itself), else made by `make` in float32: operands A and B that
 /// hold 2-byte values (cdp-read-narrow-operands) are widened into float32
-/// buffers of the kernel's own, its workspace, before each run, and the
+/// buffers of the kernel's scratch before each run, and the
 /// float32 kernel multiplies those; a result stored in 2 bytes
 /// (cdp-narrow-results) is computed into a float32 buffer of the kernel's
-/// own too and packed, which rounds it as round_result says.
+/// scratch too and packed, which rounds it as round_result says.
 std::unique_ptr<Kernel> productKernel(
     const KernelArgs &args,
     std::function<std::function<void(const StepContext &)>(const KernelArgs &)>
         make) {
-  if (NativeProduct native = nativeBf16Product(args); native.body) {
+  KernelScratch scratch(args);
+  if (NativeProduct native = nativeBf16Product(args, scratch); native.body) {
     auto checked = checkingNarrowOperands(args, native.body);
     return std::make_unique<FunctionKernel>(storedInTwoBytes(args.outputs[0])
                                                 ? checked
                                                 : roundedResult(args, checked),
-                                            native.workspace);
+                                            scratch.ownBytes());
   }
   KernelArgs widenedArgs = args;
   WidenedOperands widened;
   for (int i : {0, 1})
-    widened.add(widenedArgs.inputs[i]);
-  NarrowedResult result(widenedArgs.outputs[0]);
+    widened.add(widenedArgs.inputs[i], scratch);
+  NarrowedResult result(widenedArgs.outputs[0], scratch);
   auto product = checkingNarrowOperands(widenedArgs, make(widenedArgs));
   std::function<void(const StepContext &)> body = roundedResult(args, product);
   if (result.active())
@@ -332,7 +348,7 @@ std::unique_ptr<Kernel> productKernel(
         widened.widen();
         body(context);
       },
-      widened.bytes() + result.bytes());
+      scratch.ownBytes());
 }
 
 } // namespace

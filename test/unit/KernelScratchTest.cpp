@@ -1,0 +1,157 @@
+//===- KernelScratchTest.cpp - the CPU device's shared scratch block ------===//
+//
+// CPU kernels keep values that live only while they run (operands widened
+// from 2 bytes, a result before it is packed) in their device's scratch
+// block, which a device's kernels share: the device holds the largest
+// kernel's need, not the sum of all (GPT-2 small in bf16 at 8 x 512 held
+// 8 GB of such buffers beside a 2.6 GB arena). Here: the block grows
+// without moving; two kernels of one device share it, the device reports
+// the larger need, each kernel none of its own; they compute what kernels
+// with buffers of their own compute, run in any order.
+//
+//===----------------------------------------------------------------------===//
+
+#include "../../runtime/kernels/NarrowFloat.h"
+#include "cdp/Runtime/Device.h"
+#include "cdp/Runtime/Kernel.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+namespace {
+
+using namespace cdp;
+using namespace cdp::runtime;
+
+TEST(KernelScratch, TheCpuBlockGrowsInPlace) {
+  std::unique_ptr<Device> device = createDevice(Backend::CPU, 0);
+  EXPECT_EQ(device->workspaceBytes(), 0);
+  char *block = static_cast<char *>(device->reserveScratch(100));
+  ASSERT_NE(block, nullptr);
+  std::memset(block, 7, 100);
+  EXPECT_EQ(device->reserveScratch(50 << 20), block);
+  block[(50 << 20) - 1] = 1; // usable to its end
+  EXPECT_EQ(block[99], 7);   // what was there stays
+  EXPECT_EQ(device->reserveScratch(10), block);
+  EXPECT_GE(device->workspaceBytes(), 50 << 20);
+  EXPECT_LT(device->workspaceBytes(), (50 << 20) + 4096 * 16);
+}
+
+/// reduce_to (sums over a broadcast axis) of a 2-byte input: the kernel
+/// widens it into float32 first, in its scratch.
+struct ReduceTo {
+  plan::Instruction instruction;
+  std::vector<uint16_t> x;
+  std::vector<float> y;
+  std::vector<float> expected;
+  std::unique_ptr<Kernel> kernel;
+
+  ReduceTo(int64_t rows, int64_t cols, std::mt19937 &rng, Device *device) {
+    std::normal_distribution<float> normal;
+    instruction.set_op("reduce_to");
+    instruction.set_location("/b/reduce_to");
+    x.resize(rows * cols);
+    expected.assign(cols, 0.0f);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        float value = roundToBfloat16(normal(rng));
+        x[r * cols + c] = bfloat16BitsOf(value);
+        expected[c] += value; // in row order, as the kernel sums
+      }
+    y.assign(cols, std::nanf(""));
+    KernelArgs args;
+    args.instruction = &instruction;
+    TensorView in, out;
+    in.data = x.data();
+    in.shape = {rows, cols};
+    in.dtype = plan::BF16;
+    out.data = y.data();
+    out.shape = {cols};
+    args.inputs = {in};
+    args.outputs = {out};
+    args.runsOn = device;
+    kernel =
+        (*KernelRegistry::instance().lookup("reduce_to", Backend::CPU))(args);
+  }
+  void check() {
+    std::fill(y.begin(), y.end(), std::nanf(""));
+    kernel->run(StepContext());
+    for (size_t c = 0; c < y.size(); ++c)
+      ASSERT_NEAR(y[c], expected[c], 1e-4f * (1 + std::fabs(expected[c])))
+          << "column " << c;
+  }
+};
+
+TEST(KernelScratch, KernelsOfADeviceShareIt) {
+  std::mt19937 rng(3);
+  std::unique_ptr<Device> device = createDevice(Backend::CPU, 0);
+  ReduceTo small(64, 32, rng, device.get()), large(512, 64, rng, device.get());
+  EXPECT_EQ(small.kernel->workspaceBytes(), 0);
+  EXPECT_EQ(large.kernel->workspaceBytes(), 0);
+  int64_t largeNeed = 512 * 64 * 4;
+  EXPECT_GE(device->workspaceBytes(), largeNeed);
+  EXPECT_LT(device->workspaceBytes(), largeNeed + 64 * 32 * 4);
+  for (int round = 0; round < 2; ++round) { // each overwrites the other's
+    small.check();
+    large.check();
+  }
+
+  // Made alone (no device), a kernel holds its own buffers, its workspace.
+  ReduceTo alone(64, 32, rng, nullptr);
+  EXPECT_EQ(alone.kernel->workspaceBytes(), 64 * 32 * 4);
+  alone.check();
+}
+
+/// A matmul of a bf16 A (widened into the scratch) and a float32 B into a
+/// result stored in bf16 (computed into the scratch in float32, then
+/// packed): two buffers of one kernel, which must not overlap.
+std::vector<uint16_t> matmulWidenedAndNarrowed(Device *device,
+                                               int64_t *workspace) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  int64_t m = 12, k = 8, n = 12; // Y's rows longer than A's
+  std::vector<uint16_t> a(m * k), y(m * n, 0xFFFF);
+  std::vector<float> b(k * n);
+  for (uint16_t &v : a)
+    v = bfloat16BitsOf(roundToBfloat16(normal(rng)));
+  for (float &v : b)
+    v = roundToBfloat16(normal(rng));
+  plan::Instruction instruction;
+  instruction.set_op("matmul");
+  instruction.set_location("/b/matmul");
+  TensorView va, vb, vy;
+  va.data = a.data();
+  va.shape = {m, k};
+  va.dtype = plan::BF16;
+  vb.data = b.data();
+  vb.shape = {k, n};
+  vy.data = y.data();
+  vy.shape = {m, n};
+  vy.dtype = plan::BF16;
+  KernelArgs args;
+  args.instruction = &instruction;
+  args.inputs = {va, vb};
+  args.outputs = {vy};
+  args.runsOn = device;
+  auto kernel =
+      (*KernelRegistry::instance().lookup("matmul", Backend::CPU))(args);
+  kernel->run(StepContext());
+  *workspace = kernel->workspaceBytes();
+  return y;
+}
+
+TEST(KernelScratch, AKernelsBuffersDoNotOverlap) {
+  std::unique_ptr<Device> device = createDevice(Backend::CPU, 0);
+  int64_t shared = -1, own = -1;
+  std::vector<uint16_t> inBlock =
+                            matmulWidenedAndNarrowed(device.get(), &shared),
+                        alone = matmulWidenedAndNarrowed(nullptr, &own);
+  EXPECT_EQ(shared, 0);
+  EXPECT_EQ(own, (12 * 8 + 12 * 12) * 4);
+  EXPECT_GE(device->workspaceBytes(), own);
+  EXPECT_EQ(inBlock, alone);
+}
+
+} // namespace
