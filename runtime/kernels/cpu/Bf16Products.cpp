@@ -84,8 +84,8 @@ class Bf16Matmul {
 public:
   static std::shared_ptr<Bf16Matmul> make(const ProductShape &s,
                                           dnnl::primitive_attr attributes,
-                                          memory::data_type result,
-                                          bool biased) {
+                                          memory::data_type result, bool biased,
+                                          KernelScratch &scratch) {
     attributes.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     memory::desc a = matrixDesc(s.aBatch, s.m, s.k, s.transA,
                                 memory::data_type::bf16),
@@ -99,7 +99,8 @@ public:
                                     attributes, engine());
     if (std::strncmp(pd.impl_info_str(), "ref", 3) == 0)
       return nullptr;
-    return std::shared_ptr<Bf16Matmul>(new Bf16Matmul(pd, a, b, bias, y));
+    return std::shared_ptr<Bf16Matmul>(
+        new Bf16Matmul(pd, a, b, bias, y, scratch));
   }
   void run(void *a, void *b, const float *bias, void *y) {
     arguments[DNNL_ARG_SRC].set_data_handle(a);
@@ -114,7 +115,7 @@ public:
 private:
   Bf16Matmul(const dnnl::matmul::primitive_desc &pd, const memory::desc &a,
              const memory::desc &b, const memory::desc &bias,
-             const memory::desc &y)
+             const memory::desc &y, KernelScratch &scratch)
       : stream(engine()), primitive(pd) {
     auto unbound = [](const memory::desc &desc) {
       return memory(desc, engine(), DNNL_MEMORY_NONE);
@@ -124,11 +125,12 @@ private:
                  {DNNL_ARG_DST, unbound(y)}};
     if (!bias.is_zero())
       arguments[DNNL_ARG_BIAS] = unbound(bias);
-    bindScratchpad(primitive, arguments);
+    bindScratchpad(primitive, arguments, scratch, held);
   }
   dnnl::stream stream;
   dnnl::matmul primitive;
   std::unordered_map<int, memory> arguments;
+  HeldBuffers held;
 };
 
 /// What a gemm adds to its product: nothing, a bias row (oneDNN's bias,
@@ -154,7 +156,7 @@ NativeProduct bf16Product(const KernelArgs &args, KernelScratch &scratch,
     matmul = Bf16Matmul::make(shape, attributes,
                               y.dtype == plan::BF16 ? memory::data_type::bf16
                                                     : memory::data_type::f32,
-                              addend.bias.present());
+                              addend.bias.present(), scratch);
   } catch (const dnnl::error &) {
     return {};
   }

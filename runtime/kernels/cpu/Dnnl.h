@@ -6,12 +6,16 @@
 // thread that created the primitive and is null on any other, so a
 // primitive that needs one (a grouped convolution) would write through null
 // on a device thread. Primitives are therefore created in user scratchpad
-// mode, each with its scratchpad allocated at load beside its arguments.
+// mode, each with its scratchpad bound at load in the kernel's scratch
+// (KernelScratch: the device's block, which its kernels share), as are the
+// buffers a primitive's own layouts need.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef CDP_RUNTIME_KERNELS_CPU_DNNL_H
 #define CDP_RUNTIME_KERNELS_CPU_DNNL_H
+
+#include "CpuKernels.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -34,16 +38,32 @@ inline const dnnl::primitive_attr &ownScratchpad() {
   return attributes;
 }
 
-/// Adds the scratchpad `primitive` needs (if any) to its arguments.
+/// What a kernel's oneDNN buffers lie in where the kernel holds them itself
+/// (made without a device: KernelScratch).
+using HeldBuffers = std::vector<std::shared_ptr<void>>;
+
+/// oneDNN memory of `desc` for values that live only while the kernel runs
+/// (a primitive's scratchpad, a tensor reordered into the primitive's
+/// layout and back): in the kernel's scratch, which the device's kernels
+/// share.
+inline dnnl::memory scratchMemory(const dnnl::memory::desc &desc,
+                                  KernelScratch &scratch, HeldBuffers &held) {
+  held.push_back(scratch.take(desc.get_size()));
+  return dnnl::memory(desc, engine(), held.back().get());
+}
+
+/// Adds the scratchpad `primitive` needs (if any) to its arguments, in the
+/// kernel's scratch.
 inline void bindScratchpad(const dnnl::primitive &primitive,
-                           std::unordered_map<int, dnnl::memory> &arguments) {
+                           std::unordered_map<int, dnnl::memory> &arguments,
+                           KernelScratch &scratch, HeldBuffers &held) {
   const dnnl_memory_desc_t *desc = dnnl_primitive_desc_query_md(
       primitive.get_primitive_desc(), dnnl_query_scratchpad_md, 0);
   if (!desc)
     return;
   dnnl::memory::desc scratchpad(*desc);
   if (scratchpad.get_size() != 0)
-    arguments[DNNL_ARG_SCRATCHPAD] = dnnl::memory(scratchpad, engine());
+    arguments[DNNL_ARG_SCRATCHPAD] = scratchMemory(scratchpad, scratch, held);
 }
 
 } // namespace cdp::runtime::cpu

@@ -4,8 +4,10 @@
 // primitives, created once when the plan is loaded. The primitives pick
 // their own (blocked) layouts; the plan's tensors are plain NCHW/OIHW, so
 // reorders into and out of the primitive's layout run around it, into
-// buffers also allocated at load. Where oneDNN refuses a configuration, the
-// im2col kernels of Linalg.cpp remain registered as the fallback.
+// buffers in the kernel's scratch (the device's block, which its kernels
+// share: they live only while the kernel runs). Where oneDNN refuses a
+// configuration, the im2col kernels of Linalg.cpp remain registered as the
+// fallback.
 //
 //===----------------------------------------------------------------------===//
 
@@ -86,20 +88,22 @@ struct Binding {
   std::unordered_map<int, memory> reorderArguments;
   bool input;
 
+  /// The buffer in the primitive's layout lies in the kernel's scratch:
+  /// reordered into before the primitive runs, or out of after.
   Binding(const memory::desc &plain, const memory::desc &wanted, void *data,
-          bool input)
+          bool input, KernelScratch &scratch, HeldBuffers &held)
       : input(input) {
     user = memory(plain, engine(), data);
     if (wanted == plain) {
       internal = user;
       return;
     }
-    internal = memory(wanted, engine());
+    internal = scratchMemory(wanted, scratch, held);
     const memory &from = input ? user : internal, &to = input ? internal : user;
     reorder =
         dnnl::reorder(dnnl::reorder::primitive_desc(from, to, ownScratchpad()));
     reorderArguments = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
-    bindScratchpad(reorder, reorderArguments);
+    bindScratchpad(reorder, reorderArguments, scratch, held);
   }
   void in(dnnl::stream &stream) {
     if (reorder && input)
@@ -117,18 +121,19 @@ public:
       : shapes(args, args.inputs[0].shape, args.inputs[1].shape,
                args.outputs[0].shape),
         stream(engine()) {
+    KernelScratch scratch(args);
     bool withBias = args.inputs.size() > 2 && args.inputs[2].present();
     auto pd = shapes.forward(withBias);
     primitive = dnnl::convolution_forward(pd);
-    src =
-        std::make_unique<Binding>(memory::desc(shapes.src, DT::f32, Tag::nchw),
-                                  pd.src_desc(), args.inputs[0].data, true);
+    src = std::make_unique<Binding>(
+        memory::desc(shapes.src, DT::f32, Tag::nchw), pd.src_desc(),
+        args.inputs[0].data, true, scratch, held);
     weights = std::make_unique<Binding>(
         memory::desc(shapes.weights, DT::f32, shapes.weightsTag),
-        pd.weights_desc(), args.inputs[1].data, true);
-    dst =
-        std::make_unique<Binding>(memory::desc(shapes.dst, DT::f32, Tag::nchw),
-                                  pd.dst_desc(), args.outputs[0].data, false);
+        pd.weights_desc(), args.inputs[1].data, true, scratch, held);
+    dst = std::make_unique<Binding>(
+        memory::desc(shapes.dst, DT::f32, Tag::nchw), pd.dst_desc(),
+        args.outputs[0].data, false, scratch, held);
     arguments = {{DNNL_ARG_SRC, src->internal},
                  {DNNL_ARG_WEIGHTS, weights->internal},
                  {DNNL_ARG_DST, dst->internal}};
@@ -136,7 +141,8 @@ public:
       arguments[DNNL_ARG_BIAS] =
           memory(memory::desc(shapes.bias, DT::f32, Tag::x), engine(),
                  args.inputs[2].data);
-    bindScratchpad(primitive, arguments);
+    bindScratchpad(primitive, arguments, scratch, held);
+    workspace = scratch.ownBytes();
   }
 
   void run(const StepContext &) override {
@@ -153,6 +159,11 @@ private:
   dnnl::convolution_forward primitive;
   std::unique_ptr<Binding> src, weights, dst;
   std::unordered_map<int, memory> arguments; // built once, at load
+  HeldBuffers held;
+  int64_t workspace = 0;
+
+public:
+  int64_t workspaceBytes() const override { return workspace; }
 };
 
 class ConvBackwardData : public Kernel {
@@ -161,6 +172,7 @@ public:
       : shapes(args, args.outputs[0].shape, args.inputs[1].shape,
                args.inputs[0].shape),
         stream(engine()) {
+    KernelScratch scratch(args);
     auto hint = shapes.forward(false);
     dnnl::convolution_backward_data::desc desc(
         dnnl::algorithm::convolution_direct, shapes.any(shapes.src),
@@ -171,17 +183,18 @@ public:
     primitive = dnnl::convolution_backward_data(pd);
     diffDst = std::make_unique<Binding>(
         memory::desc(shapes.dst, DT::f32, Tag::nchw), pd.diff_dst_desc(),
-        args.inputs[0].data, true);
+        args.inputs[0].data, true, scratch, held);
     weights = std::make_unique<Binding>(
         memory::desc(shapes.weights, DT::f32, shapes.weightsTag),
-        pd.weights_desc(), args.inputs[1].data, true);
+        pd.weights_desc(), args.inputs[1].data, true, scratch, held);
     diffSrc = std::make_unique<Binding>(
         memory::desc(shapes.src, DT::f32, Tag::nchw), pd.diff_src_desc(),
-        args.outputs[0].data, false);
+        args.outputs[0].data, false, scratch, held);
     arguments = {{DNNL_ARG_DIFF_DST, diffDst->internal},
                  {DNNL_ARG_WEIGHTS, weights->internal},
                  {DNNL_ARG_DIFF_SRC, diffSrc->internal}};
-    bindScratchpad(primitive, arguments);
+    bindScratchpad(primitive, arguments, scratch, held);
+    workspace = scratch.ownBytes();
   }
 
   void run(const StepContext &) override {
@@ -198,6 +211,11 @@ private:
   dnnl::convolution_backward_data primitive;
   std::unique_ptr<Binding> diffDst, weights, diffSrc;
   std::unordered_map<int, memory> arguments;
+  HeldBuffers held;
+  int64_t workspace = 0;
+
+public:
+  int64_t workspaceBytes() const override { return workspace; }
 };
 
 class ConvBackwardWeights : public Kernel {
@@ -206,6 +224,7 @@ public:
       : shapes(args, args.inputs[1].shape, args.outputs[0].shape,
                args.inputs[0].shape),
         stream(engine()) {
+    KernelScratch scratch(args);
     auto hint = shapes.forward(false);
     dnnl::convolution_backward_weights::desc desc(
         dnnl::algorithm::convolution_direct, shapes.any(shapes.src),
@@ -225,17 +244,18 @@ public:
     omp_set_num_threads(threads);
     diffDst = std::make_unique<Binding>(
         memory::desc(shapes.dst, DT::f32, Tag::nchw), pd.diff_dst_desc(),
-        args.inputs[0].data, true);
-    src =
-        std::make_unique<Binding>(memory::desc(shapes.src, DT::f32, Tag::nchw),
-                                  pd.src_desc(), args.inputs[1].data, true);
+        args.inputs[0].data, true, scratch, held);
+    src = std::make_unique<Binding>(
+        memory::desc(shapes.src, DT::f32, Tag::nchw), pd.src_desc(),
+        args.inputs[1].data, true, scratch, held);
     diffWeights = std::make_unique<Binding>(
         memory::desc(shapes.weights, DT::f32, shapes.weightsTag),
-        pd.diff_weights_desc(), args.outputs[0].data, false);
+        pd.diff_weights_desc(), args.outputs[0].data, false, scratch, held);
     arguments = {{DNNL_ARG_DIFF_DST, diffDst->internal},
                  {DNNL_ARG_SRC, src->internal},
                  {DNNL_ARG_DIFF_WEIGHTS, diffWeights->internal}};
-    bindScratchpad(primitive, arguments);
+    bindScratchpad(primitive, arguments, scratch, held);
+    workspace = scratch.ownBytes();
   }
 
   void run(const StepContext &) override {
@@ -252,6 +272,11 @@ private:
   dnnl::convolution_backward_weights primitive;
   std::unique_ptr<Binding> diffDst, src, diffWeights;
   std::unordered_map<int, memory> arguments;
+  HeldBuffers held;
+  int64_t workspace = 0;
+
+public:
+  int64_t workspaceBytes() const override { return workspace; }
 };
 
 /// Uses the oneDNN kernel, or the registered fallback when oneDNN refuses

@@ -33,24 +33,30 @@ memory::desc plain(const std::vector<int64_t> &shape) {
   return memory::desc(dims, memory::data_type::f32, strides);
 }
 
-/// One primitive with its arguments bound at load.
+/// One primitive with its arguments bound at load, its scratchpad in the
+/// kernel's scratch.
 class PrimitiveKernel : public Kernel {
 public:
-  PrimitiveKernel(dnnl::primitive primitive,
+  PrimitiveKernel(const KernelArgs &args, dnnl::primitive primitive,
                   std::unordered_map<int, memory> arguments)
       : stream(engine()), primitive(std::move(primitive)),
         arguments(std::move(arguments)) {
-    bindScratchpad(this->primitive, this->arguments);
+    KernelScratch scratch(args);
+    bindScratchpad(this->primitive, this->arguments, scratch, held);
+    workspace = scratch.ownBytes();
   }
   void run(const StepContext &) override {
     primitive.execute(stream, arguments);
     stream.wait();
   }
+  int64_t workspaceBytes() const override { return workspace; }
 
 private:
   dnnl::stream stream;
   dnnl::primitive primitive;
   std::unordered_map<int, memory> arguments;
+  HeldBuffers held;
+  int64_t workspace = 0;
 };
 
 memory bind(const TensorView &view) {
@@ -80,8 +86,9 @@ std::unique_ptr<Kernel> eltwiseForward(const KernelArgs &args, algorithm alg) {
                                    src.get_desc());
   dnnl::eltwise_forward::primitive_desc pd(desc, ownScratchpad(), engine());
   return std::make_unique<PrimitiveKernel>(
-      dnnl::eltwise_forward(pd), std::unordered_map<int, memory>{
-                                     {DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+      args, dnnl::eltwise_forward(pd),
+      std::unordered_map<int, memory>{{DNNL_ARG_SRC, src},
+                                      {DNNL_ARG_DST, dst}});
 }
 
 struct PoolShape {
@@ -146,6 +153,7 @@ poolForwardDesc(const KernelArgs &args, bool isMax, const TensorView &src,
 class MaxPoolBackward : public Kernel {
 public:
   explicit MaxPoolBackward(const KernelArgs &args) : stream(engine()) {
+    KernelScratch scratch(args);
     const TensorView &dy = args.inputs[0], &x = args.inputs[1],
                      &dx = args.outputs[0];
     bool supported = true;
@@ -158,18 +166,18 @@ public:
                                                  engine(), forwardPd);
     forward = dnnl::pooling_v2_forward(forwardPd);
     backward = dnnl::pooling_v2_backward(pd);
-    memory workspace(forwardPd.workspace_desc(), engine());
-    scratchDst = memory(forwardPd.dst_desc(), engine());
+    // The forward's maxima and result live only while the kernel runs.
+    memory workspace = scratchMemory(forwardPd.workspace_desc(), scratch, held);
+    memory scratchDst = scratchMemory(forwardPd.dst_desc(), scratch, held);
     forwardArgs = {{DNNL_ARG_SRC, bind(x)},
                    {DNNL_ARG_DST, scratchDst},
                    {DNNL_ARG_WORKSPACE, workspace}};
     backwardArgs = {{DNNL_ARG_DIFF_DST, bind(dy)},
                     {DNNL_ARG_DIFF_SRC, bind(dx)},
                     {DNNL_ARG_WORKSPACE, workspace}};
-    bindScratchpad(forward, forwardArgs);
-    bindScratchpad(backward, backwardArgs);
-    bytes =
-        forwardPd.workspace_desc().get_size() + forwardPd.dst_desc().get_size();
+    bindScratchpad(forward, forwardArgs, scratch, held);
+    bindScratchpad(backward, backwardArgs, scratch, held);
+    bytes = scratch.ownBytes();
   }
   void run(const StepContext &) override {
     forward.execute(stream, forwardArgs);
@@ -182,8 +190,8 @@ private:
   dnnl::stream stream;
   dnnl::pooling_v2_forward forward;
   dnnl::pooling_v2_backward backward;
-  memory scratchDst;
   std::unordered_map<int, memory> forwardArgs, backwardArgs;
+  HeldBuffers held;
   int64_t bytes = 0;
 };
 
@@ -214,8 +222,11 @@ public:
                  {DNNL_ARG_SHIFT, bind(args.inputs[2])},
                  {DNNL_ARG_MEAN, bind(mean)},
                  {DNNL_ARG_VARIANCE, bind(var)}};
-    bindScratchpad(primitive, arguments);
+    KernelScratch scratch(args);
+    bindScratchpad(primitive, arguments, scratch, held);
+    workspace = scratch.ownBytes();
   }
+  int64_t workspaceBytes() const override { return workspace; }
   void run(const StepContext &) override {
     primitive.execute(stream, arguments);
     stream.wait();
@@ -228,6 +239,8 @@ private:
   dnnl::batch_normalization_forward primitive;
   std::unordered_map<int, memory> arguments;
   TensorView mean, var, runMean, runVar;
+  HeldBuffers held;
+  int64_t workspace = 0;
 };
 
 } // namespace
@@ -288,7 +301,7 @@ void registerDnnlPrimitives(KernelRegistry &registry) {
          dnnl::eltwise_backward::primitive_desc pd(desc, ownScratchpad(),
                                                    engine(), hint);
          return std::make_unique<PrimitiveKernel>(
-             dnnl::eltwise_backward(pd),
+             args, dnnl::eltwise_backward(pd),
              std::unordered_map<int, memory>{
                  {DNNL_ARG_DIFF_DST, dy},
                  {useDst ? DNNL_ARG_DST : DNNL_ARG_SRC, saved},
@@ -307,6 +320,7 @@ void registerDnnlPrimitives(KernelRegistry &registry) {
              dnnl::logsoftmax_forward::desc desc(prop_kind::forward_training,
                                                  src.get_desc(), axis);
              return std::make_unique<PrimitiveKernel>(
+                 args,
                  dnnl::logsoftmax_forward({desc, ownScratchpad(), engine()}),
                  std::unordered_map<int, memory>{{DNNL_ARG_SRC, src},
                                                  {DNNL_ARG_DST, dst}});
@@ -314,7 +328,7 @@ void registerDnnlPrimitives(KernelRegistry &registry) {
            dnnl::softmax_forward::desc desc(prop_kind::forward_training,
                                             src.get_desc(), axis);
            return std::make_unique<PrimitiveKernel>(
-               dnnl::softmax_forward({desc, ownScratchpad(), engine()}),
+               args, dnnl::softmax_forward({desc, ownScratchpad(), engine()}),
                std::unordered_map<int, memory>{{DNNL_ARG_SRC, src},
                                                {DNNL_ARG_DST, dst}});
          });
@@ -334,6 +348,7 @@ void registerDnnlPrimitives(KernelRegistry &registry) {
            dnnl::logsoftmax_backward::desc desc(dy.get_desc(), y.get_desc(),
                                                 axis);
            return std::make_unique<PrimitiveKernel>(
+               args,
                dnnl::logsoftmax_backward(
                    {desc, ownScratchpad(), engine(), hint}),
                arguments);
@@ -342,6 +357,7 @@ void registerDnnlPrimitives(KernelRegistry &registry) {
              {prop_kind::forward_training, y.get_desc(), axis}, engine());
          dnnl::softmax_backward::desc desc(dy.get_desc(), y.get_desc(), axis);
          return std::make_unique<PrimitiveKernel>(
+             args,
              dnnl::softmax_backward({desc, ownScratchpad(), engine(), hint}),
              arguments);
        });
@@ -361,7 +377,7 @@ void registerDnnlPrimitives(KernelRegistry &registry) {
              arguments[DNNL_ARG_WORKSPACE] =
                  memory(pd.workspace_desc(), engine());
            return std::make_unique<PrimitiveKernel>(
-               dnnl::pooling_v2_forward(pd), arguments);
+               args, dnnl::pooling_v2_forward(pd), arguments);
          });
   wrap(registry, "max_pool_grad",
        [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
@@ -383,7 +399,7 @@ void registerDnnlPrimitives(KernelRegistry &registry) {
          dnnl::pooling_v2_backward::primitive_desc pd(desc, ownScratchpad(),
                                                       engine(), forwardPd);
          return std::make_unique<PrimitiveKernel>(
-             dnnl::pooling_v2_backward(pd),
+             args, dnnl::pooling_v2_backward(pd),
              std::unordered_map<int, memory>{{DNNL_ARG_DIFF_DST, bind(dy)},
                                              {DNNL_ARG_DIFF_SRC, bind(dx)}});
        });
