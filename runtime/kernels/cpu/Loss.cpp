@@ -52,6 +52,12 @@ struct ClassGeometry {
     return true;
   }
 
+  /// Fails on the first label out of range (before a parallel loop, where
+  /// valid() cannot throw).
+  void checkLabels(const int64_t *labels, const std::string &location) const {
+    for (int64_t k = 0; k < batch * spatial; ++k)
+      valid(labels[k], location);
+  }
   /// The reduction's divisor for `mean`.
   double denominator(const int64_t *labels, const TensorView &weights,
                      const std::string &location) const {
@@ -99,18 +105,25 @@ template <typename LogProbOf>
 void negativeLogLikelihood(const ClassGeometry &g, LogProbOf logProbOf,
                            const int64_t *labels, const TensorView &weights,
                            float *loss, const std::string &location) {
+  int64_t rows = g.batch * g.spatial;
+  g.checkLabels(labels, location);
+  // Rows in parallel (a language model's: a vocabulary of exponentials
+  // each), summed in row order, so the same bits for any thread count.
+  std::vector<double> values(rows);
+#pragma omp parallel for if (rows * g.classes > 65536)
+  for (int64_t k = 0; k < rows; ++k) {
+    int64_t label = labels[k];
+    values[k] = g.valid(label, location)
+                    ? -logProbOf(k / g.spatial, label, k % g.spatial) *
+                          (weights.present() ? weights.f32()[label] : 1.0f)
+                    : 0.0;
+  }
   double total = 0;
-  for (int64_t n = 0; n < g.batch; ++n)
-    for (int64_t i = 0; i < g.spatial; ++i) {
-      int64_t k = n * g.spatial + i, label = labels[k];
-      double value = 0;
-      if (g.valid(label, location))
-        value = -logProbOf(n, label, i) *
-                (weights.present() ? weights.f32()[label] : 1.0f);
-      if (g.reduction == "none")
-        loss[k] = static_cast<float>(value);
-      total += value;
-    }
+  for (int64_t k = 0; k < rows; ++k) {
+    if (g.reduction == "none")
+      loss[k] = static_cast<float>(values[k]);
+    total += values[k];
+  }
   if (g.reduction == "sum")
     *loss = static_cast<float>(total);
   else if (g.reduction == "mean") {
@@ -126,22 +139,27 @@ void forEachWeightedGradient(const ClassGeometry &g, const TensorView &dloss,
                              const std::string &location, Fn fn) {
   double denominator =
       g.reduction == "mean" ? g.denominator(labels, weights, location) : 1.0;
-  for (int64_t n = 0; n < g.batch; ++n)
-    for (int64_t i = 0; i < g.spatial; ++i) {
-      int64_t k = n * g.spatial + i, label = labels[k];
-      if (!g.valid(label, location)) {
-        fn(n, i, label, 0.0);
-        continue;
-      }
-      double upstream = g.reduction == "none" ? dloss.f32()[k] : dloss.f32()[0];
-      double w = weights.present() ? weights.f32()[label] : 1.0;
-      fn(n, i, label, denominator > 0 ? upstream * w / denominator : 0.0);
+  int64_t rows = g.batch * g.spatial;
+  g.checkLabels(labels, location);
+  // Rows in parallel: `fn` writes row (n, i)'s values only.
+#pragma omp parallel for if (rows * g.classes > 65536)
+  for (int64_t k = 0; k < rows; ++k) {
+    int64_t n = k / g.spatial, i = k % g.spatial, label = labels[k];
+    if (!g.valid(label, location)) {
+      fn(n, i, label, 0.0);
+      continue;
     }
+    double upstream = g.reduction == "none" ? dloss.f32()[k] : dloss.f32()[0];
+    double w = weights.present() ? weights.f32()[label] : 1.0;
+    fn(n, i, label, denominator > 0 ? upstream * w / denominator : 0.0);
+  }
 }
 
-/// softmax_cross_entropy_loss_grad's loop, float32 out. Its second operand
-/// holds the log-probabilities, or with from_scores the scores they are
-/// recomputed from.
+/// softmax_cross_entropy_loss_grad's loop. Its second operand holds the
+/// log-probabilities, or with from_scores the scores they are recomputed
+/// from. Each value is rounded as it is written (round_result), in 2 bytes
+/// where the plan stores the gradient so (a language model's logits'
+/// gradient: no float32 copy of batch x sequence x vocabulary values).
 std::function<void(const StepContext &)>
 softmaxLossGrad(const KernelArgs &args) {
   TensorView dloss = args.inputs[0], rows = args.inputs[1],
@@ -150,6 +168,8 @@ softmaxLossGrad(const KernelArgs &args) {
   TensorView dx = args.outputs[0];
   ClassGeometry g(args, rows.shape);
   bool fromScores = args.i("from_scores", 0) != 0;
+  bool twoBytes = storedInTwoBytes(dx);
+  NarrowFormat rounding = twoBytes ? storedFormatOf(dx) : roundingOf(args);
   std::string location = args.instruction->location();
   return [=](const StepContext &) {
     StoredValues in = storedValuesOf(rows);
@@ -163,8 +183,10 @@ softmaxLossGrad(const KernelArgs &args) {
             int64_t k = g.at(n, c, i);
             float logp = fromScores ? logProbabilityOf(in[k], row) : in[k];
             double p = std::exp(static_cast<double>(logp));
-            dx.f32()[k] =
-                static_cast<float>(factor * (p - (c == label ? 1.0 : 0.0)));
+            storeResult(
+                dx.data, k,
+                static_cast<float>(factor * (p - (c == label ? 1.0 : 0.0))),
+                rounding, twoBytes);
           }
         });
   };
@@ -193,13 +215,14 @@ void registerLoss(KernelRegistry &registry) {
                               location);
         return;
       }
-      for (int64_t n = 0; n < g.batch; ++n)
-        for (int64_t i = 0; i < g.spatial; ++i) {
-          RowLogSum row = rowLogSumOf(g, in, n, i);
-          for (int64_t c = 0; c < g.classes; ++c)
-            logp.f32()[g.at(n, c, i)] =
-                logProbabilityOf(in[g.at(n, c, i)], row);
-        }
+      int64_t rows = g.batch * g.spatial;
+#pragma omp parallel for if (rows * g.classes > 65536)
+      for (int64_t k = 0; k < rows; ++k) {
+        int64_t n = k / g.spatial, i = k % g.spatial;
+        RowLogSum row = rowLogSumOf(g, in, n, i);
+        for (int64_t c = 0; c < g.classes; ++c)
+          logp.f32()[g.at(n, c, i)] = logProbabilityOf(in[g.at(n, c, i)], row);
+      }
       negativeLogLikelihood(g, storedIn(g, logp.f32()), labels.i64(), weights,
                             loss.f32(), location);
     };
@@ -209,7 +232,7 @@ void registerLoss(KernelRegistry &registry) {
   // cdp-narrow-results says (narrowResultKernel).
   registry.add("softmax_cross_entropy_loss_grad", Backend::CPU,
                [](const KernelArgs &args) {
-                 return narrowResultKernel(args, softmaxLossGrad);
+                 return std::make_unique<FunctionKernel>(softmaxLossGrad(args));
                });
 
   addKernel(registry, "nll_loss", [](const KernelArgs &args) {
