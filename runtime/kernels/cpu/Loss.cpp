@@ -229,7 +229,7 @@ void registerLoss(KernelRegistry &registry) {
   });
 
   // Rounded where it has round_result, stored in 2 bytes where
-  // cdp-narrow-results says (narrowResultKernel).
+  // cdp-narrow-results says (softmaxLossGrad writes each value so).
   registry.add("softmax_cross_entropy_loss_grad", Backend::CPU,
                [](const KernelArgs &args) {
                  return std::make_unique<FunctionKernel>(softmaxLossGrad(args));
