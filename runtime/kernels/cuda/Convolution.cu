@@ -107,6 +107,16 @@ __global__ void biasKernel(float *y, const float *bias, int64_t n,
   CDP_FOR_EACH(i, n) { y[i] += bias[filter(i)]; }
 }
 
+/// cuDNN's workspace for a convolution: the device's shared block, reserved
+/// at load. Its kernels run one after another on its stream, so one block
+/// serves them all (the largest workspace, where each convolution held its
+/// own before: their sum); its address is read when the kernel runs, as a
+/// later reservation may move it.
+CudaDevice *workspaceFor(CudaDevice &device, size_t bytes) {
+  device.reserveShared(bytes);
+  return &device;
+}
+
 constexpr int kRanked = 16;
 
 } // namespace
@@ -115,8 +125,6 @@ constexpr int kRanked = 16;
 /// (ConvGradWeight.cu), else null.
 std::function<void(const StepContext &)>
 directConvGradWeight(const KernelArgs &args);
-
-namespace {} // namespace
 
 void registerConvolution(KernelRegistry &registry) {
   addKernel(
@@ -134,15 +142,15 @@ void registerConvolution(KernelRegistry &registry) {
                        &returned, perf),
                    "cudnn forward algorithm");
         cudnnConvolutionFwdAlgoPerf_t chosen = pick(args, perf, returned);
-        auto workspace = std::make_shared<Scratch>(device, chosen.memory);
+        CudaDevice *workspace = workspaceFor(device, chosen.memory);
         cudnnHandle_t dnn = device.dnn();
         IndexMap filter = channelMap(args, y.shape);
         return [=](const StepContext &context) {
           float one = 1.0f, zero = 0.0f;
-          checkCudnn(cudnnConvolutionForward(
-                         dnn, &one, d->x, x.data, d->w, w.data, d->conv,
-                         chosen.algo, workspace->as<void>(), chosen.memory,
-                         &zero, d->y, y.data),
+          checkCudnn(cudnnConvolutionForward(dnn, &one, d->x, x.data, d->w,
+                                             w.data, d->conv, chosen.algo,
+                                             workspace->shared(), chosen.memory,
+                                             &zero, d->y, y.data),
                      "cudnnConvolutionForward");
           if (bias.present() && y.numel()) {
             biasKernel<<<blocksFor(y.numel()), kThreads, 0,
@@ -168,14 +176,14 @@ void registerConvolution(KernelRegistry &registry) {
                          "cudnn backward-data algorithm");
               cudnnConvolutionBwdDataAlgoPerf_t chosen =
                   pick(args, perf, returned);
-              auto workspace = std::make_shared<Scratch>(device, chosen.memory);
+              CudaDevice *workspace = workspaceFor(device, chosen.memory);
               cudnnHandle_t dnn = device.dnn();
               return [=](const StepContext &) {
                 float one = 1.0f, zero = 0.0f;
                 checkCudnn(cudnnConvolutionBackwardData(
                                dnn, &one, d->w, w.data, d->y, dy.data, d->conv,
-                               chosen.algo, workspace->as<void>(),
-                               chosen.memory, &zero, d->x, dx.data),
+                               chosen.algo, workspace->shared(), chosen.memory,
+                               &zero, d->x, dx.data),
                            "cudnnConvolutionBackwardData");
               };
             });
@@ -200,14 +208,14 @@ void registerConvolution(KernelRegistry &registry) {
                        &returned, perf),
                    "cudnn backward-filter algorithm");
         cudnnConvolutionBwdFilterAlgoPerf_t chosen = pick(args, perf, returned);
-        auto workspace = std::make_shared<Scratch>(device, chosen.memory);
+        CudaDevice *workspace = workspaceFor(device, chosen.memory);
         cudnnHandle_t dnn = device.dnn();
         return [=](const StepContext &) {
           float one = 1.0f, zero = 0.0f;
           checkCudnn(cudnnConvolutionBackwardFilter(
                          dnn, &one, d->x, x.data, d->y, dy.data, d->conv,
-                         chosen.algo, workspace->as<void>(), chosen.memory,
-                         &zero, d->w, dw.data),
+                         chosen.algo, workspace->shared(), chosen.memory, &zero,
+                         d->w, dw.data),
                      "cudnnConvolutionBackwardFilter");
         };
       });
