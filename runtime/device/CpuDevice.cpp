@@ -2,10 +2,12 @@
 
 #include "cdp/Runtime/Device.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 namespace cdp::runtime {
@@ -39,27 +41,25 @@ public:
   }
   ~CpuDevice() override {
     if (scratch)
-      munmap(scratch, kScratchSpan);
+      munmap(scratch, span);
   }
   /// The block is a span of address space reserved once (no memory behind
   /// it), of which the part asked for is made usable: so it grows without
   /// moving, and the memory behind it is what the kernels touch.
   void *reserveScratch(size_t bytes) override {
-    if (!scratch) {
-      void *span = mmap(nullptr, kScratchSpan, PROT_NONE,
-                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-      if (span == MAP_FAILED)
-        throw RuntimeError(std::string("cannot reserve the CPU device's "
-                                       "scratch address space: ") +
-                           std::strerror(errno));
-      scratch = span;
-    }
+    if (!scratch)
+      reserveSpan();
     size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
     size_t rounded = (bytes + page - 1) / page * page;
     if (rounded <= usable)
       return scratch;
-    if (rounded > kScratchSpan ||
-        mprotect(scratch, rounded, PROT_READ | PROT_WRITE) != 0)
+    if (rounded > span)
+      throw RuntimeError(
+          "the kernels' scratch needs " + std::to_string(bytes) +
+          " bytes, more than the " + std::to_string(span) +
+          " bytes of address space reserved for it (a quarter of this "
+          "process's limit, ulimit -v): raise or lift the limit");
+    if (mprotect(scratch, rounded, PROT_READ | PROT_WRITE) != 0)
       throw RuntimeError("cannot allocate " + std::to_string(bytes) +
                          " bytes of host memory for the kernels' scratch");
     usable = rounded;
@@ -70,9 +70,30 @@ public:
   }
 
 private:
-  static constexpr size_t kScratchSpan = size_t(1) << 40; // 1 TiB
+  /// 1 TiB of address space, or a quarter of the process's limit on it
+  /// (ulimit -v, which counts reserved spans too), or less where the
+  /// system refuses that much.
+  void reserveSpan() {
+    span = size_t(1) << 40;
+    rlimit limit;
+    if (getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
+      span = std::min<size_t>(span, limit.rlim_cur / 4);
+    for (;; span /= 4) {
+      void *at = mmap(nullptr, span, PROT_NONE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (at != MAP_FAILED) {
+        scratch = at;
+        return;
+      }
+      if (span < (size_t(64) << 20))
+        throw RuntimeError(std::string("cannot reserve the CPU device's "
+                                       "scratch address space: ") +
+                           std::strerror(errno));
+    }
+  }
+
   void *scratch = nullptr;
-  size_t usable = 0;
+  size_t span = 0, usable = 0;
 };
 
 } // namespace
