@@ -2,10 +2,12 @@
 """Training step time of cdp against PyTorch (Debian's torch, CPU).
 
 Usage: bench/train_step.py [--build build] [--threads N] [--steps S]
-                           [--precision fp32|bf16]
+                           [--precision fp32|bf16] [--models NAME ...]
 
 For each reference model (MLP, LeNet-style CNN, ResNet with BatchNorm,
-transformer encoder block) at its export batch size: exports it, compiles a
+transformer encoder block; with --models also gemm_mlp, the GPU bench's
+GEMM-bound MLP: 3 Linear layers of 1024 x 1024 with ReLU over 4096 rows)
+at its export batch size: exports it, compiles a
 cdp SGD plan, times S steps of `cdp-run --feed` (the mean step time cdp
 reports in its metrics, warm-up step excluded), and times S steps of the
 same model and optimizer in PyTorch with the same thread count, in this one
@@ -26,7 +28,32 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "e2e"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import export_torch_models as models  # noqa: E402
+import gpu_step  # noqa: E402  (the GEMM-bound MLP)
+
+DEFAULT_MODELS = ["mlp", "lenet", "resnet", "transformer"]
+
+
+def build_model(name, batch):
+    """(model, example input, dynamic axes) of `name`: a reference model,
+    or gpu_step.py's GEMM-bound MLP (its batch fixed at 4096 rows)."""
+    if name == "gemm_mlp":
+        torch.manual_seed(0)
+        return (gpu_step.gemm_mlp(torch),
+                torch.sign(torch.randn(gpu_step.GEMM_BATCH, gpu_step.GEMM_WIDTH)), None)
+    return models.build(name, batch)
+
+
+def export(name, work, batch):
+    if name != "gemm_mlp":
+        return models.export(name, work, batch)
+    model, example, _ = build_model(name, batch)
+    path = os.path.join(work, name + ".onnx")
+    torch.onnx.export(model, example, path, input_names=["input"], output_names=["logits"],
+                      opset_version=14, training=torch.onnx.TrainingMode.TRAINING,
+                      do_constant_folding=False)
+    return path
 
 
 def mean_step_time(step, steps):
@@ -61,7 +88,7 @@ def torch_model_step_time(model, x, y, threads, steps):
 
 
 def torch_step_time(name, threads, steps, batch=8):
-    model, example, _ = models.build(name, batch)
+    model, example, _ = build_model(name, batch)
     batch = example.shape[1] if name == "transformer" else example.shape[0]
     x = torch.randn(*example.shape)
     y = torch.randint(0, 10, (batch,))
@@ -71,8 +98,8 @@ def torch_step_time(name, threads, steps, batch=8):
 def compile_plan(name, build, work, batch=8):
     """Exports the model at `batch`, writes random inputs and labels
     (NAME-x.npy, NAME-y.npy in work) and compiles an SGD plan: (plan, batch)."""
-    path = models.export(name, work, batch)
-    _, example, _ = models.build(name, batch)
+    path = export(name, work, batch)
+    _, example, _ = build_model(name, batch)
     batch = example.shape[1] if name == "transformer" else example.shape[0]
     np.save(os.path.join(work, name + "-x.npy"), np.random.randn(*example.shape).astype(np.float32))
     np.save(os.path.join(work, name + "-y.npy"), np.random.randint(0, 10, batch).astype(np.int64))
@@ -112,6 +139,8 @@ def main():
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--models", nargs="+", default=DEFAULT_MODELS,
+                        choices=DEFAULT_MODELS + ["gemm_mlp"])
     args = parser.parse_args()
     global PRECISION
     PRECISION = args.precision
@@ -119,7 +148,7 @@ def main():
         args.threads, args.steps, torch.__version__, PRECISION))
     print("%-12s %6s %14s %14s %8s" % ("model", "batch", "cdp ms/step", "torch ms/step", "ratio"))
     with tempfile.TemporaryDirectory() as work:
-        for name in ["mlp", "lenet", "resnet", "transformer"]:
+        for name in args.models:
             ours = cdp_step_time(name, args.build, args.threads, args.steps, work)
             theirs, batch = torch_step_time(name, args.threads, args.steps)
             print("%-12s %6d %14.3f %14.3f %8.2f" % (name, batch, ours * 1e3, theirs * 1e3, ours / theirs))
