@@ -127,6 +127,69 @@ struct SliceMatrices {
   }
 };
 
+/// A slice's matrix products, as sgemm takes them: in float32, or, under
+/// narrow_operands = bf16 where the processor has bf16 dot products
+/// (Bf16Gemm), on the operands packed into the thread's 2-byte buffers:
+/// every operand is exact in bf16 there (q, k and v, the rounded
+/// probabilities and dS), but the incoming gradient, which is rounded to
+/// bf16 as a GPU's tensor cores read it.
+class SliceProducts {
+public:
+  enum Which { Scores, Pv, Dv, Dp, Da, Db, Count };
+
+  SliceProducts(const AttentionGeometry &g, NarrowFormat format, float scale,
+                int threads, KernelScratch &scratch) {
+    const int64_t m = g.m, n = g.n, k = g.k, d = g.d;
+    shapes[Scores] = {false, false, m, n, k, scale};
+    shapes[Pv] = {false, false, m, d, n, 1.0f};
+    shapes[Dv] = {true, false, n, d, m, 1.0f};
+    shapes[Dp] = {false, true, m, n, d, 1.0f};
+    shapes[Da] = {false, true, m, k, n, scale};
+    shapes[Db] = {true, false, k, n, m, scale};
+    if (format != NarrowFormat::Bfloat16)
+      return;
+    for (int i = 0; i < Count; ++i) {
+      const Shape &s = shapes[i];
+      gemms[i] = Bf16Gemm::make(s.transA, s.transB, s.m, s.n, s.k, s.alpha);
+      if (!gemms[i])
+        continue;
+      operandValues = std::max(operandValues, s.m * s.k + s.k * s.n);
+      padBytes = std::max(padBytes, gemms[i]->scratchpadBytes());
+    }
+    padBytes = (padBytes + 63) / 64 * 64;
+    perThread = operandValues * sizeof(uint16_t) + padBytes;
+    if (perThread > 0)
+      buffers = scratch.take(threads * perThread);
+  }
+
+  /// c = alpha op(a) op(b) for product `which`, on the calling thread.
+  void run(Which which, const float *a, const float *b, float *c) const {
+    const Shape &s = shapes[which];
+    if (!gemms[which]) {
+      sgemm(s.transA, s.transB, s.m, s.n, s.k, s.alpha, a, b, 0.0f, c);
+      return;
+    }
+    char *own = static_cast<char *>(buffers.get()) +
+                static_cast<size_t>(omp_get_thread_num()) * perThread;
+    auto *bits = reinterpret_cast<uint16_t *>(own + padBytes);
+    packNarrow(a, bits, s.m * s.k, /*bf16=*/true);
+    packNarrow(b, bits + s.m * s.k, s.k * s.n, /*bf16=*/true);
+    gemms[which]->run(bits, bits + s.m * s.k, c, own);
+  }
+
+private:
+  struct Shape {
+    bool transA, transB;
+    int64_t m, n, k;
+    float alpha;
+  };
+  Shape shapes[Count];
+  std::shared_ptr<const Bf16Gemm> gemms[Count];
+  int64_t operandValues = 0;
+  size_t padBytes = 0, perThread = 0;
+  std::shared_ptr<void> buffers;
+};
+
 /// What both kernels read: the geometry, the operands (2-byte ones
 /// widened into buffers of the kernel's own), the bias rows.
 struct AttentionOperands {
@@ -138,6 +201,7 @@ struct AttentionOperands {
   bool zeroNanRows;
   float scale; ///< of the first product's sums
   int threads;
+  std::shared_ptr<const SliceProducts> products;
 
   AttentionOperands(const KernelArgs &args, size_t first, size_t biasInput,
                     KernelScratch &scratch)
@@ -156,6 +220,8 @@ struct AttentionOperands {
             std::max<int64_t>(1, std::min<int64_t>(args.threads, g.count)))) {
     for (TensorView *operand : {&a, &b, &v})
       widened.add(*operand, scratch);
+    products = std::make_shared<const SliceProducts>(g, format, scale, threads,
+                                                     scratch);
   }
 
   /// Slice i's a, b (k x n) and v: where they lie, or gathered into the
@@ -191,7 +257,7 @@ struct AttentionOperands {
   }
   /// Slice i's scaled, rounded scores into `s`.
   void scores(const Slice &in, float *s) const {
-    sgemm(false, false, g.m, g.n, g.k, scale, in.a, in.b, 0.0f, s);
+    products->run(SliceProducts::Scores, in.a, in.b, s);
     roundAll(format, s, g.m * g.n);
   }
   const float *biasRow(int64_t i, int64_t r) const {
@@ -239,7 +305,7 @@ std::unique_ptr<Kernel> attentionKernel(const KernelArgs &args) {
       }
       roundAll(t.format, s, g.m * g.n);
       float *o = t.resultOf(out, g.outAt, i, own.out);
-      sgemm(false, false, g.m, g.d, g.n, 1.0f, s, in.v, 0.0f, o);
+      t.products->run(SliceProducts::Pv, s, in.v, o);
       t.store(o, out, g.outAt, i);
     });
   };
@@ -279,11 +345,11 @@ struct AttentionBackward {
       multiplied = dp;
     }
     float *dvi = t.resultOf(dv, g.vGradAt, i, own.out);
-    sgemm(true, false, g.n, g.d, g.m, 1.0f, multiplied, dout, 0.0f, dvi);
+    t.products->run(SliceProducts::Dv, multiplied, dout, dvi);
     roundAll(t.format, dvi, g.n * g.d);
     t.store(dvi, dv, g.vGradAt, i);
     // dP = dO V^T, then dS = P (dP - sum(dP P)) row by row.
-    sgemm(false, true, g.m, g.n, g.d, 1.0f, dout, in.v, 0.0f, dp);
+    t.products->run(SliceProducts::Dp, dout, in.v, dp);
     roundAll(t.format, dp, mn);
     for (int64_t r = 0; r < g.m; ++r) {
       const float *pr = p + r * g.n;
@@ -303,8 +369,8 @@ struct AttentionBackward {
     }
     float *dai = t.resultOf(da, g.aAt, i, own.da),
           *dbi = t.resultOf(db, g.bGradAt, i, own.db);
-    sgemm(false, true, g.m, g.k, g.n, t.scale, ds, in.b, 0.0f, dai);
-    sgemm(true, false, g.k, g.n, g.m, t.scale, in.a, ds, 0.0f, dbi);
+    t.products->run(SliceProducts::Da, ds, in.b, dai);
+    t.products->run(SliceProducts::Db, in.a, ds, dbi);
     roundAll(t.format, dai, g.m * g.k);
     roundAll(t.format, dbi, g.k * g.n);
     t.store(dai, da, g.aAt, i);

@@ -221,6 +221,55 @@ NativeProduct gemm(const KernelArgs &args, KernelScratch &scratch) {
 
 } // namespace
 
+std::shared_ptr<const Bf16Gemm> Bf16Gemm::make(bool transA, bool transB,
+                                               int64_t m, int64_t n, int64_t k,
+                                               float alpha) {
+  if (!bf16DotProductsUsed() || m * n * k <= kSmallMatMulVolume)
+    return nullptr;
+  try {
+    dnnl::primitive_attr attributes;
+    attributes.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (alpha != 1.0f)
+      attributes.set_output_scales(0, {alpha});
+    auto gemm = std::shared_ptr<Bf16Gemm>(new Bf16Gemm());
+    gemm->a = matrixDesc({}, m, k, transA, memory::data_type::bf16);
+    gemm->b = matrixDesc({}, k, n, transB, memory::data_type::bf16);
+    gemm->c = matrixDesc({}, m, n, false, memory::data_type::f32);
+    dnnl::matmul::primitive_desc pd(
+        dnnl::matmul::desc(gemm->a, gemm->b, gemm->c), attributes, engine());
+    if (std::strncmp(pd.impl_info_str(), "ref", 3) == 0)
+      return nullptr;
+    gemm->pad = pd.scratchpad_desc();
+    gemm->primitive = dnnl::matmul(pd);
+    return gemm;
+  } catch (const dnnl::error &) {
+    return nullptr;
+  }
+}
+
+void Bf16Gemm::run(const uint16_t *x, const uint16_t *y, float *z,
+                   void *scratchpad) const {
+  dnnl::stream stream(engine());
+  std::unordered_map<int, memory> arguments{
+      {DNNL_ARG_SRC, memory(a, engine(), const_cast<uint16_t *>(x))},
+      {DNNL_ARG_WEIGHTS, memory(b, engine(), const_cast<uint16_t *>(y))},
+      {DNNL_ARG_DST, memory(c, engine(), z)}};
+  if (pad.get_size() != 0)
+    arguments[DNNL_ARG_SCRATCHPAD] = memory(pad, engine(), scratchpad);
+  primitive.execute(stream, arguments);
+  stream.wait();
+}
+
+namespace {
+bool bf16DotProductsOn = true;
+} // namespace
+
+void useBf16DotProducts(bool use) { bf16DotProductsOn = use; }
+
+bool bf16DotProductsUsed() {
+  return bf16DotProductsOn && processorHasBf16DotProducts();
+}
+
 bool processorHasBf16DotProducts() {
   auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
   auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
@@ -230,7 +279,7 @@ bool processorHasBf16DotProducts() {
 NativeProduct nativeBf16Product(const KernelArgs &args,
                                 KernelScratch &scratch) {
   if (narrowOperandsOf(args) != NarrowFormat::Bfloat16 ||
-      !processorHasBf16DotProducts())
+      !bf16DotProductsUsed())
     return {};
   for (int i : {0, 1})
     if (args.inputs[i].dtype != plan::F32 && args.inputs[i].dtype != plan::BF16)

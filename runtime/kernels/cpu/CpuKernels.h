@@ -9,6 +9,8 @@
 #include "cdp/Runtime/Device.h"
 #include "cdp/Runtime/Kernel.h"
 
+#include <oneapi/dnnl/dnnl.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -113,6 +115,30 @@ struct NativeProduct {
 /// Whether the processor has bf16 dot products oneDNN uses (AVX512_BF16,
 /// AMX), as oneDNN reports them (ONEDNN_MAX_CPU_ISA can hide them).
 bool processorHasBf16DotProducts();
+/// Whether kernels made from now on multiply bf16-marked products on them:
+/// where the processor has them, unless a test compares the products
+/// without them (useBf16DotProducts(false)).
+bool bf16DotProductsUsed();
+void useBf16DotProducts(bool use);
+/// C = alpha op(A) op(B) of bf16 A and B, laid out as sgemm takes float32
+/// ones (row-major, contiguous; C float32 m x n), on the processor's bf16
+/// dot products: one oneDNN matmul made at load, run from any thread with
+/// that thread's scratchpad.
+class Bf16Gemm {
+public:
+  /// Null where bf16DotProductsUsed() is false, the product is too small to
+  /// pay for a primitive, or oneDNN has only its reference code for it.
+  static std::shared_ptr<const Bf16Gemm>
+  make(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha);
+  size_t scratchpadBytes() const { return pad.get_size(); }
+  void run(const uint16_t *a, const uint16_t *b, float *c,
+           void *scratchpad) const;
+
+private:
+  Bf16Gemm() = default;
+  dnnl::memory::desc a, b, c, pad;
+  dnnl::matmul primitive;
+};
 /// A gemm or matmul marked narrow_operands = bf16 as oneDNN's matmul on
 /// bf16 operands (Bf16Products.cpp), where the processor has bf16 dot
 /// products and the product is large enough (its packed operands in
