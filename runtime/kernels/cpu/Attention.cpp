@@ -50,30 +50,54 @@ inline float scoreAt(const float *s, const float *bias, int64_t step,
   return bias ? s[c] + bias[c * step] : s[c];
 }
 
-/// A row's stats: its maximum and the log of its sum of exponentials (NaN
-/// where the row holds a NaN or is all -inf).
-void rowStats(const float *s, const float *bias, int64_t step, int64_t n,
-              float *stats) {
-  float top;
-  double sum;
-  rowMaxAndExpSum([&](int64_t c) { return scoreAt(s, bias, step, c); }, n, top,
-                  sum);
-  stats[0] = top;
-  stats[1] = static_cast<float>(std::log(sum));
+/// The factor a row's exponentials are scaled by into probabilities:
+/// exp(-log-sum), from the stats as stored (float), so that the forward
+/// and the backward's recomputation use the same one.
+inline double probabilityScale(const float *stats) {
+  return std::exp(-static_cast<double>(stats[1]));
 }
 
-/// A row's probabilities from its stats, into `p` (which may be `s`); a
+/// A row's stats (its maximum and the log of its sum of exponentials: NaN
+/// where the row holds a NaN or is all -inf) and its probabilities, into
+/// `p` (which may be `s`): each exponential exp(score - maximum), in
+/// double, is computed once (into `e`, n values), summed, then scaled; a
 /// row whose log-sum is NaN is zeros under zeroNanRows.
+void statsAndProbabilityRow(const float *s, const float *bias, int64_t step,
+                            int64_t n, bool zeroNanRows, float *stats,
+                            double *e, float *p) {
+  float top = scoreAt(s, bias, step, 0);
+  for (int64_t c = 1; c < n; ++c)
+    top = std::max(top, scoreAt(s, bias, step, c));
+  double sum = 0;
+  for (int64_t c = 0; c < n; ++c) {
+    e[c] = std::exp(static_cast<double>(scoreAt(s, bias, step, c) - top));
+    sum += e[c];
+  }
+  stats[0] = top;
+  stats[1] = static_cast<float>(std::log(sum));
+  if (zeroNanRows && std::isnan(stats[1])) {
+    std::fill(p, p + n, 0.0f);
+    return;
+  }
+  double scale = probabilityScale(stats);
+  for (int64_t c = 0; c < n; ++c)
+    p[c] = static_cast<float>(e[c] * scale);
+}
+
+/// A row's probabilities from its stats, into `p` (which may be `s`), as
+/// statsAndProbabilityRow computed them (the same bits); a row whose
+/// log-sum is NaN is zeros under zeroNanRows.
 void probabilityRow(const float *s, const float *bias, int64_t step, int64_t n,
                     const float *stats, bool zeroNanRows, float *p) {
   if (zeroNanRows && std::isnan(stats[1])) {
     std::fill(p, p + n, 0.0f);
     return;
   }
+  double scale = probabilityScale(stats);
   for (int64_t c = 0; c < n; ++c)
     p[c] = static_cast<float>(
-        std::exp(static_cast<double>(scoreAt(s, bias, step, c) - stats[0]) -
-                 static_cast<double>(stats[1])));
+        std::exp(static_cast<double>(scoreAt(s, bias, step, c) - stats[0])) *
+        scale);
 }
 
 void roundAll(NarrowFormat format, float *values, int64_t n) {
@@ -296,12 +320,13 @@ std::unique_ptr<Kernel> attentionKernel(const KernelArgs &args) {
       SliceMatrices own = t.matricesOf(s, 1);
       AttentionOperands::Slice in = t.sliceOf(i, own);
       t.scores(in, s);
+      std::vector<double> exponentials(g.n); // a row's, in double
       float *sliceStats = stats.f32() + i * g.m * 2;
       for (int64_t r = 0; r < g.m; ++r) {
         const float *bias = t.biasRow(i, r);
-        rowStats(s + r * g.n, bias, t.bias->step, g.n, sliceStats + 2 * r);
-        probabilityRow(s + r * g.n, bias, t.bias->step, g.n, sliceStats + 2 * r,
-                       t.zeroNanRows, s + r * g.n);
+        statsAndProbabilityRow(s + r * g.n, bias, t.bias->step, g.n,
+                               t.zeroNanRows, sliceStats + 2 * r,
+                               exponentials.data(), s + r * g.n);
       }
       roundAll(t.format, s, g.m * g.n);
       float *o = t.resultOf(out, g.outAt, i, own.out);

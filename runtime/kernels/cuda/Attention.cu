@@ -86,11 +86,13 @@ __global__ void probabilityRows(float *s, int64_t firstRow, int64_t n,
   float top = own[0], logSum = own[1];
   bool zeroRow = zeroNanRows && isnan(logSum);
   bool bf16 = format == NarrowFormat::Bfloat16;
+  // exp(score - top) * exp(-log-sum), as the CPU kernel computes it (its
+  // forward keeps each exponential of the sum and scales it).
+  double scale = exp(-static_cast<double>(logSum));
   for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
-    float p = zeroRow
-                  ? 0.0f
-                  : static_cast<float>(exp(static_cast<double>(value(c) - top) -
-                                           static_cast<double>(logSum)));
+    float p = zeroRow ? 0.0f
+                      : static_cast<float>(
+                            exp(static_cast<double>(value(c) - top)) * scale);
     if (keepFloat)
       in[c] = p;
     if (p16)
