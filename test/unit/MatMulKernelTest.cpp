@@ -23,12 +23,7 @@ namespace {
 using namespace cdp;
 using namespace cdp::runtime;
 
-int64_t product(const std::vector<int64_t> &shape) {
-  int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
-  return n;
-}
+using cpu::product; // the elements of a shape
 
 /// Runs the registry's CPU matmul on (a, b) into a tensor of `yShape`.
 std::vector<float>
