@@ -349,8 +349,8 @@ ProductRun runProduct(const std::string &op,
     for (size_t i = 0; i < y.size(); ++i)
       y[i] = cdp::floatOfBfloat16(narrowY[i]);
   cdp::runtime::cpu::KernelScratch scratch(args);
-  bool native = static_cast<bool>(
-      cdp::runtime::cpu::nativeBf16Product(args, scratch).body);
+  bool native =
+      static_cast<bool>(cdp::runtime::cpu::nativeBf16Product(args, scratch));
   return {y, native};
 }
 

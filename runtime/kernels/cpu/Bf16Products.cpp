@@ -163,14 +163,14 @@ NativeProduct bf16Product(const KernelArgs &args, KernelScratch &scratch,
   if (!matmul)
     return {};
   Bf16Operand a(args.inputs[0], scratch), b(args.inputs[1], scratch);
-  return {[=](const StepContext &) {
+  return [=](const StepContext &) {
     a.pack();
     b.pack();
     if (addend.written)
       addend.written->writeInto(y.f32());
     matmul->run(a.bits(), b.bits(),
                 addend.bias.present() ? addend.bias.f32() : nullptr, y.data);
-  }};
+  };
 }
 
 NativeProduct matMul(const KernelArgs &args, KernelScratch &scratch) {

@@ -108,10 +108,8 @@ private:
 /// C = alpha * op(A) * op(B) + beta * C, row-major, through oneDNN's sgemm.
 void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
            float alpha, const float *a, const float *b, float beta, float *c);
-/// A product's body; none where it does not apply.
-struct NativeProduct {
-  std::function<void(const StepContext &)> body;
-};
+/// A product's body; empty where it does not apply.
+using NativeProduct = std::function<void(const StepContext &)>;
 /// Whether the processor has bf16 dot products oneDNN uses (AVX512_BF16,
 /// AMX), as oneDNN reports them (ONEDNN_MAX_CPU_ISA can hide them).
 bool processorHasBf16DotProducts();

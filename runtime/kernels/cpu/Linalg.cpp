@@ -324,8 +324,8 @@ std::unique_ptr<Kernel> productKernel(
     std::function<std::function<void(const StepContext &)>(const KernelArgs &)>
         make) {
   KernelScratch scratch(args);
-  if (NativeProduct native = nativeBf16Product(args, scratch); native.body) {
-    auto checked = checkingNarrowOperands(args, native.body);
+  if (NativeProduct native = nativeBf16Product(args, scratch)) {
+    auto checked = checkingNarrowOperands(args, native);
     return std::make_unique<FunctionKernel>(storedInTwoBytes(args.outputs[0])
                                                 ? checked
                                                 : roundedResult(args, checked),
