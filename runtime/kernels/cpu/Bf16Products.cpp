@@ -21,6 +21,7 @@
 #include "SmallMatMul.h"
 
 #include <cstring>
+#include <optional>
 
 namespace cdp::runtime::cpu {
 
@@ -69,6 +70,25 @@ memory::desc matrixDesc(const std::vector<int64_t> &batch, int64_t rows,
   return memory::desc(dims, type, strides);
 }
 
+/// oneDNN's matmul of `a` by `b` into `y` (plus `bias` where it has one)
+/// with `attributes`, its scratchpad the caller's; none where oneDNN
+/// refuses it or has only its reference code for it.
+std::optional<dnnl::matmul::primitive_desc>
+matmulDesc(const memory::desc &a, const memory::desc &b,
+           const memory::desc &bias, const memory::desc &y,
+           dnnl::primitive_attr attributes) {
+  try {
+    attributes.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, bias, y),
+                                    attributes, engine());
+    if (std::strncmp(pd.impl_info_str(), "ref", 3) == 0)
+      return std::nullopt;
+    return pd;
+  } catch (const dnnl::error &) {
+    return std::nullopt;
+  }
+}
+
 struct ProductShape {
   std::vector<int64_t> aBatch, bBatch, batch;
   int64_t m, n, k;
@@ -86,7 +106,6 @@ public:
                                           dnnl::primitive_attr attributes,
                                           memory::data_type result, bool biased,
                                           KernelScratch &scratch) {
-    attributes.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     memory::desc a = matrixDesc(s.aBatch, s.m, s.k, s.transA,
                                 memory::data_type::bf16),
                  b = matrixDesc(s.bBatch, s.k, s.n, s.transB,
@@ -95,12 +114,12 @@ public:
     memory::desc bias;
     if (biased)
       bias = matrixDesc({}, 1, s.n, false, memory::data_type::f32);
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, bias, y),
-                                    attributes, engine());
-    if (std::strncmp(pd.impl_info_str(), "ref", 3) == 0)
+    std::optional<dnnl::matmul::primitive_desc> pd =
+        matmulDesc(a, b, bias, y, attributes);
+    if (!pd)
       return nullptr;
     return std::shared_ptr<Bf16Matmul>(
-        new Bf16Matmul(pd, a, b, bias, y, scratch));
+        new Bf16Matmul(*pd, a, b, bias, y, scratch));
   }
   void run(void *a, void *b, const float *bias, void *y) {
     arguments[DNNL_ARG_SRC].set_data_handle(a);
@@ -151,15 +170,10 @@ NativeProduct bf16Product(const KernelArgs &args, KernelScratch &scratch,
     return {};
   if (y.dtype == plan::BF16 && addend.written)
     return {};
-  std::shared_ptr<Bf16Matmul> matmul;
-  try {
-    matmul = Bf16Matmul::make(shape, attributes,
-                              y.dtype == plan::BF16 ? memory::data_type::bf16
-                                                    : memory::data_type::f32,
-                              addend.bias.present(), scratch);
-  } catch (const dnnl::error &) {
-    return {};
-  }
+  std::shared_ptr<Bf16Matmul> matmul = Bf16Matmul::make(
+      shape, attributes,
+      y.dtype == plan::BF16 ? memory::data_type::bf16 : memory::data_type::f32,
+      addend.bias.present(), scratch);
   if (!matmul)
     return {};
   Bf16Operand a(args.inputs[0], scratch), b(args.inputs[1], scratch);
@@ -226,25 +240,20 @@ std::shared_ptr<const Bf16Gemm> Bf16Gemm::make(bool transA, bool transB,
                                                float alpha) {
   if (!bf16DotProductsUsed() || m * n * k <= kSmallMatMulVolume)
     return nullptr;
-  try {
-    dnnl::primitive_attr attributes;
-    attributes.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    if (alpha != 1.0f)
-      attributes.set_output_scales(0, {alpha});
-    auto gemm = std::shared_ptr<Bf16Gemm>(new Bf16Gemm());
-    gemm->a = matrixDesc({}, m, k, transA, memory::data_type::bf16);
-    gemm->b = matrixDesc({}, k, n, transB, memory::data_type::bf16);
-    gemm->c = matrixDesc({}, m, n, false, memory::data_type::f32);
-    dnnl::matmul::primitive_desc pd(
-        dnnl::matmul::desc(gemm->a, gemm->b, gemm->c), attributes, engine());
-    if (std::strncmp(pd.impl_info_str(), "ref", 3) == 0)
-      return nullptr;
-    gemm->pad = pd.scratchpad_desc();
-    gemm->primitive = dnnl::matmul(pd);
-    return gemm;
-  } catch (const dnnl::error &) {
+  dnnl::primitive_attr attributes;
+  if (alpha != 1.0f)
+    attributes.set_output_scales(0, {alpha});
+  auto gemm = std::shared_ptr<Bf16Gemm>(new Bf16Gemm());
+  gemm->a = matrixDesc({}, m, k, transA, memory::data_type::bf16);
+  gemm->b = matrixDesc({}, k, n, transB, memory::data_type::bf16);
+  gemm->c = matrixDesc({}, m, n, false, memory::data_type::f32);
+  std::optional<dnnl::matmul::primitive_desc> pd =
+      matmulDesc(gemm->a, gemm->b, memory::desc(), gemm->c, attributes);
+  if (!pd)
     return nullptr;
-  }
+  gemm->pad = pd->scratchpad_desc();
+  gemm->primitive = dnnl::matmul(*pd);
+  return gemm;
 }
 
 void Bf16Gemm::run(const uint16_t *x, const uint16_t *y, float *z,
