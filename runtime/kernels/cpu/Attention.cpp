@@ -311,7 +311,10 @@ std::unique_ptr<Kernel> attentionKernel(const KernelArgs &args) {
   // the kernel's scratch, then stored rounded (round_result's format).
   NarrowedResult narrowed(out, scratch);
   std::shared_ptr<void> buffers = t.threadBuffers(1, scratch);
-  auto body = [t, out, stats, buffers](const StepContext &) {
+  // Each thread's row of exponentials, in double.
+  std::shared_ptr<void> exponentials =
+      scratch.take(t.threads * t.g.n * sizeof(double));
+  auto body = [t, out, stats, buffers, exponentials](const StepContext &) {
     const AttentionGeometry &g = t.g;
     t.widened.widen();
     forEachIndex(g.count, t.threads, [&](int64_t i) {
@@ -320,13 +323,14 @@ std::unique_ptr<Kernel> attentionKernel(const KernelArgs &args) {
       SliceMatrices own = t.matricesOf(s, 1);
       AttentionOperands::Slice in = t.sliceOf(i, own);
       t.scores(in, s);
-      std::vector<double> exponentials(g.n); // a row's, in double
+      double *e = static_cast<double *>(exponentials.get()) +
+                  omp_get_thread_num() * g.n;
       float *sliceStats = stats.f32() + i * g.m * 2;
       for (int64_t r = 0; r < g.m; ++r) {
         const float *bias = t.biasRow(i, r);
         statsAndProbabilityRow(s + r * g.n, bias, t.bias->step, g.n,
-                               t.zeroNanRows, sliceStats + 2 * r,
-                               exponentials.data(), s + r * g.n);
+                               t.zeroNanRows, sliceStats + 2 * r, e,
+                               s + r * g.n);
       }
       roundAll(t.format, s, g.m * g.n);
       float *o = t.resultOf(out, g.outAt, i, own.out);
