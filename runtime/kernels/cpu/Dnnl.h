@@ -66,6 +66,27 @@ inline void bindScratchpad(const dnnl::primitive &primitive,
     arguments[DNNL_ARG_SCRATCHPAD] = scratchMemory(scratchpad, scratch, held);
 }
 
+/// A oneDNN kernel: its buffers (scratchpads, tensors in a primitive's own
+/// layout) lie in its scratch, and what it holds of its own there (made
+/// without a device) is its workspace.
+class DnnlKernel : public Kernel {
+public:
+  explicit DnnlKernel(const KernelArgs &args) : scratch(args) {}
+  int64_t workspaceBytes() const override { return scratch.ownBytes(); }
+
+protected:
+  dnnl::memory scratchMemory(const dnnl::memory::desc &desc) {
+    return cpu::scratchMemory(desc, scratch, held);
+  }
+  void bindScratchpad(const dnnl::primitive &primitive,
+                      std::unordered_map<int, dnnl::memory> &arguments) {
+    cpu::bindScratchpad(primitive, arguments, scratch, held);
+  }
+
+  KernelScratch scratch;
+  HeldBuffers held;
+};
+
 } // namespace cdp::runtime::cpu
 
 #endif // CDP_RUNTIME_KERNELS_CPU_DNNL_H

@@ -115,13 +115,12 @@ struct Binding {
   }
 };
 
-class ConvForward : public Kernel {
+class ConvForward : public DnnlKernel {
 public:
   explicit ConvForward(const KernelArgs &args)
-      : shapes(args, args.inputs[0].shape, args.inputs[1].shape,
-               args.outputs[0].shape),
+      : DnnlKernel(args), shapes(args, args.inputs[0].shape,
+                                 args.inputs[1].shape, args.outputs[0].shape),
         stream(engine()) {
-    KernelScratch scratch(args);
     bool withBias = args.inputs.size() > 2 && args.inputs[2].present();
     auto pd = shapes.forward(withBias);
     primitive = dnnl::convolution_forward(pd);
@@ -141,8 +140,7 @@ public:
       arguments[DNNL_ARG_BIAS] =
           memory(memory::desc(shapes.bias, DT::f32, Tag::x), engine(),
                  args.inputs[2].data);
-    bindScratchpad(primitive, arguments, scratch, held);
-    workspace = scratch.ownBytes();
+    bindScratchpad(primitive, arguments);
   }
 
   void run(const StepContext &) override {
@@ -159,20 +157,14 @@ private:
   dnnl::convolution_forward primitive;
   std::unique_ptr<Binding> src, weights, dst;
   std::unordered_map<int, memory> arguments; // built once, at load
-  HeldBuffers held;
-  int64_t workspace = 0;
-
-public:
-  int64_t workspaceBytes() const override { return workspace; }
 };
 
-class ConvBackwardData : public Kernel {
+class ConvBackwardData : public DnnlKernel {
 public:
   explicit ConvBackwardData(const KernelArgs &args)
-      : shapes(args, args.outputs[0].shape, args.inputs[1].shape,
-               args.inputs[0].shape),
+      : DnnlKernel(args), shapes(args, args.outputs[0].shape,
+                                 args.inputs[1].shape, args.inputs[0].shape),
         stream(engine()) {
-    KernelScratch scratch(args);
     auto hint = shapes.forward(false);
     dnnl::convolution_backward_data::desc desc(
         dnnl::algorithm::convolution_direct, shapes.any(shapes.src),
@@ -193,8 +185,7 @@ public:
     arguments = {{DNNL_ARG_DIFF_DST, diffDst->internal},
                  {DNNL_ARG_WEIGHTS, weights->internal},
                  {DNNL_ARG_DIFF_SRC, diffSrc->internal}};
-    bindScratchpad(primitive, arguments, scratch, held);
-    workspace = scratch.ownBytes();
+    bindScratchpad(primitive, arguments);
   }
 
   void run(const StepContext &) override {
@@ -211,20 +202,14 @@ private:
   dnnl::convolution_backward_data primitive;
   std::unique_ptr<Binding> diffDst, weights, diffSrc;
   std::unordered_map<int, memory> arguments;
-  HeldBuffers held;
-  int64_t workspace = 0;
-
-public:
-  int64_t workspaceBytes() const override { return workspace; }
 };
 
-class ConvBackwardWeights : public Kernel {
+class ConvBackwardWeights : public DnnlKernel {
 public:
   explicit ConvBackwardWeights(const KernelArgs &args)
-      : shapes(args, args.inputs[1].shape, args.outputs[0].shape,
-               args.inputs[0].shape),
+      : DnnlKernel(args), shapes(args, args.inputs[1].shape,
+                                 args.outputs[0].shape, args.inputs[0].shape),
         stream(engine()) {
-    KernelScratch scratch(args);
     auto hint = shapes.forward(false);
     dnnl::convolution_backward_weights::desc desc(
         dnnl::algorithm::convolution_direct, shapes.any(shapes.src),
@@ -254,8 +239,7 @@ public:
     arguments = {{DNNL_ARG_DIFF_DST, diffDst->internal},
                  {DNNL_ARG_SRC, src->internal},
                  {DNNL_ARG_DIFF_WEIGHTS, diffWeights->internal}};
-    bindScratchpad(primitive, arguments, scratch, held);
-    workspace = scratch.ownBytes();
+    bindScratchpad(primitive, arguments);
   }
 
   void run(const StepContext &) override {
@@ -272,11 +256,6 @@ private:
   dnnl::convolution_backward_weights primitive;
   std::unique_ptr<Binding> diffDst, src, diffWeights;
   std::unordered_map<int, memory> arguments;
-  HeldBuffers held;
-  int64_t workspace = 0;
-
-public:
-  int64_t workspaceBytes() const override { return workspace; }
 };
 
 /// Uses the oneDNN kernel, or the registered fallback when oneDNN refuses

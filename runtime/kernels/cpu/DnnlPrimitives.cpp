@@ -35,28 +35,23 @@ memory::desc plain(const std::vector<int64_t> &shape) {
 
 /// One primitive with its arguments bound at load, its scratchpad in the
 /// kernel's scratch.
-class PrimitiveKernel : public Kernel {
+class PrimitiveKernel : public DnnlKernel {
 public:
   PrimitiveKernel(const KernelArgs &args, dnnl::primitive primitive,
                   std::unordered_map<int, memory> arguments)
-      : stream(engine()), primitive(std::move(primitive)),
+      : DnnlKernel(args), stream(engine()), primitive(std::move(primitive)),
         arguments(std::move(arguments)) {
-    KernelScratch scratch(args);
-    bindScratchpad(this->primitive, this->arguments, scratch, held);
-    workspace = scratch.ownBytes();
+    bindScratchpad(this->primitive, this->arguments);
   }
   void run(const StepContext &) override {
     primitive.execute(stream, arguments);
     stream.wait();
   }
-  int64_t workspaceBytes() const override { return workspace; }
 
 private:
   dnnl::stream stream;
   dnnl::primitive primitive;
   std::unordered_map<int, memory> arguments;
-  HeldBuffers held;
-  int64_t workspace = 0;
 };
 
 memory bind(const TensorView &view) {
@@ -150,10 +145,10 @@ poolForwardDesc(const KernelArgs &args, bool isMax, const TensorView &src,
 
 /// Max pooling backward needs the forward's workspace (where each maximum
 /// was): the kernel reruns the forward on the saved input first.
-class MaxPoolBackward : public Kernel {
+class MaxPoolBackward : public DnnlKernel {
 public:
-  explicit MaxPoolBackward(const KernelArgs &args) : stream(engine()) {
-    KernelScratch scratch(args);
+  explicit MaxPoolBackward(const KernelArgs &args)
+      : DnnlKernel(args), stream(engine()) {
     const TensorView &dy = args.inputs[0], &x = args.inputs[1],
                      &dx = args.outputs[0];
     bool supported = true;
@@ -167,32 +162,28 @@ public:
     forward = dnnl::pooling_v2_forward(forwardPd);
     backward = dnnl::pooling_v2_backward(pd);
     // The forward's maxima and result live only while the kernel runs.
-    memory workspace = scratchMemory(forwardPd.workspace_desc(), scratch, held);
-    memory scratchDst = scratchMemory(forwardPd.dst_desc(), scratch, held);
+    memory workspace = scratchMemory(forwardPd.workspace_desc());
+    memory scratchDst = scratchMemory(forwardPd.dst_desc());
     forwardArgs = {{DNNL_ARG_SRC, bind(x)},
                    {DNNL_ARG_DST, scratchDst},
                    {DNNL_ARG_WORKSPACE, workspace}};
     backwardArgs = {{DNNL_ARG_DIFF_DST, bind(dy)},
                     {DNNL_ARG_DIFF_SRC, bind(dx)},
                     {DNNL_ARG_WORKSPACE, workspace}};
-    bindScratchpad(forward, forwardArgs, scratch, held);
-    bindScratchpad(backward, backwardArgs, scratch, held);
-    bytes = scratch.ownBytes();
+    bindScratchpad(forward, forwardArgs);
+    bindScratchpad(backward, backwardArgs);
   }
   void run(const StepContext &) override {
     forward.execute(stream, forwardArgs);
     backward.execute(stream, backwardArgs);
     stream.wait();
   }
-  int64_t workspaceBytes() const override { return bytes; }
 
 private:
   dnnl::stream stream;
   dnnl::pooling_v2_forward forward;
   dnnl::pooling_v2_backward backward;
   std::unordered_map<int, memory> forwardArgs, backwardArgs;
-  HeldBuffers held;
-  int64_t bytes = 0;
 };
 
 /// Batch normalization in inference mode: oneDNN normalizes with the running
@@ -201,11 +192,11 @@ private:
 /// as PyTorch's CPU kernel does, and its backward recomputes them the same
 /// way; oneDNN's float statistics differ from those enough to move
 /// gradients of ill-conditioned channels (tiny batch variance) by percents.
-class BatchNormInference : public Kernel {
+class BatchNormInference : public DnnlKernel {
 public:
   explicit BatchNormInference(const KernelArgs &args)
-      : stream(engine()), mean(args.inputs[3]), var(args.inputs[4]),
-        runMean(args.outputs[1]), runVar(args.outputs[2]) {
+      : DnnlKernel(args), stream(engine()), mean(args.inputs[3]),
+        var(args.inputs[4]), runMean(args.outputs[1]), runVar(args.outputs[2]) {
     float epsilon = static_cast<float>(args.f("epsilon", 1e-5));
     auto flags = dnnl::normalization_flags::use_scale |
                  dnnl::normalization_flags::use_shift |
@@ -222,11 +213,8 @@ public:
                  {DNNL_ARG_SHIFT, bind(args.inputs[2])},
                  {DNNL_ARG_MEAN, bind(mean)},
                  {DNNL_ARG_VARIANCE, bind(var)}};
-    KernelScratch scratch(args);
-    bindScratchpad(primitive, arguments, scratch, held);
-    workspace = scratch.ownBytes();
+    bindScratchpad(primitive, arguments);
   }
-  int64_t workspaceBytes() const override { return workspace; }
   void run(const StepContext &) override {
     primitive.execute(stream, arguments);
     stream.wait();
@@ -239,8 +227,6 @@ private:
   dnnl::batch_normalization_forward primitive;
   std::unordered_map<int, memory> arguments;
   TensorView mean, var, runMean, runVar;
-  HeldBuffers held;
-  int64_t workspace = 0;
 };
 
 } // namespace
