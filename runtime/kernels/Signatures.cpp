@@ -144,6 +144,9 @@ void convolution(const Check &c, const TensorView &x, const TensorView &w,
   c.allF32();
   for (const TensorView *v : {&x, &w, &y})
     c.rank(*v, 4, 4);
+  std::string format = c.text("narrow_operands", "");
+  c.require(format.empty() || format == "bf16" || format == "f16",
+            "narrow_operands must be bf16 or f16, got '" + format + "'");
   int64_t group = c.attribute("group", 1, 1, std::max<int64_t>(x.shape[1], 1));
   std::vector<int64_t> pads = c.ints("pads", 4, 0, kMostTagField),
                        strides = c.ints("strides", 2, 1, kMostTagField),

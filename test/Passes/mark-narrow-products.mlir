@@ -34,3 +34,23 @@ func.func @main(%x: tensor<4x4xf32>, %y: tensor<4x4xf32>) -> (tensor<4x4xf32>, t
   %p6 = cdp.matmul %g, %h : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
   return %p0, %p1, %p2, %p3, %p4, %p5, %p6 : tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>
 }
+
+// A convolution and its two gradients are marked as the products are, on
+// their two operands (input and weight; gradient and weight; gradient and
+// input); the forward's float32 bias does not count. A float32 gradient
+// leaves the weight gradient unmarked.
+// CHECK-LABEL: func.func @convolutions
+// CHECK: cdp.conv %{{.+}}, %{{.+}}, %arg2 {{{.*}}narrow_operands = "bf16"{{.*}}}
+// CHECK: cdp.conv_grad_input %{{.+}}, %{{.+}} {{{.*}}narrow_operands = "bf16"{{.*}}}
+// CHECK: cdp.conv_grad_weight %{{.+}}, %{{.+}} {{{.*}}narrow_operands = "bf16"{{.*}}}
+// CHECK: cdp.conv_grad_weight %arg3, %{{.+}} {cdp.phase = "backward", dilations = array<i64: 1, 1>, pads
+func.func @convolutions(%x: tensor<2x1x6x6xf32>, %w: tensor<4x1x3x3xf32>, %b: tensor<4xf32>, %dy: tensor<2x4x6x6xf32>) -> (tensor<2x4x6x6xf32>, tensor<2x1x6x6xf32>, tensor<4x1x3x3xf32>, tensor<4x1x3x3xf32>) {
+  %rx = cdp.round_to %x {format = "bf16"} : tensor<2x1x6x6xf32>
+  %rw = cdp.round_to %w {format = "bf16"} : tensor<4x1x3x3xf32>
+  %y = cdp.conv %rx, %rw, %b {pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>, dilations = array<i64: 1, 1>} : (tensor<2x1x6x6xf32>, tensor<4x1x3x3xf32>, tensor<4xf32>) -> tensor<2x4x6x6xf32>
+  %g = cdp.round_to %dy {format = "bf16", cdp.phase = "backward"} : tensor<2x4x6x6xf32>
+  %dx = cdp.conv_grad_input %g, %rw {cdp.phase = "backward", input_shape = array<i64: 2, 1, 6, 6>, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>, dilations = array<i64: 1, 1>} : (tensor<2x4x6x6xf32>, tensor<4x1x3x3xf32>) -> tensor<2x1x6x6xf32>
+  %dw = cdp.conv_grad_weight %g, %rx {cdp.phase = "backward", weight_shape = array<i64: 4, 1, 3, 3>, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>, dilations = array<i64: 1, 1>} : (tensor<2x4x6x6xf32>, tensor<2x1x6x6xf32>) -> tensor<4x1x3x3xf32>
+  %dw32 = cdp.conv_grad_weight %dy, %rx {cdp.phase = "backward", weight_shape = array<i64: 4, 1, 3, 3>, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>, dilations = array<i64: 1, 1>} : (tensor<2x4x6x6xf32>, tensor<2x1x6x6xf32>) -> tensor<4x1x3x3xf32>
+  return %y, %dx, %dw, %dw32 : tensor<2x4x6x6xf32>, tensor<2x1x6x6xf32>, tensor<4x1x3x3xf32>, tensor<4x1x3x3xf32>
+}

@@ -51,5 +51,39 @@ TEST(Signatures, AttributesKeepTheirType) {
   EXPECT_THROW(checkSignature(gemm.args), RuntimeError);
 }
 
+TEST(Signatures, ConvolutionMarkNamesAKnownFormat) {
+  plan::Instruction instruction;
+  instruction.set_op("conv");
+  auto addInts = [&](const char *name, std::vector<int64_t> values) {
+    plan::Attribute *attribute = instruction.add_attributes();
+    attribute->set_name(name);
+    for (int64_t v : values)
+      attribute->mutable_ints()->add_values(v);
+  };
+  addInts("pads", {0, 0, 0, 0});
+  addInts("strides", {1, 1});
+  addInts("dilations", {1, 1});
+  float storage[9] = {};
+  KernelArgs args;
+  args.instruction = &instruction;
+  args.inputs = {TensorView{storage, {1, 1, 3, 3}, plan::F32},
+                 TensorView{storage, {1, 1, 3, 3}, plan::F32}};
+  args.outputs = {TensorView{storage, {1, 1, 1, 1}, plan::F32}};
+  plan::Attribute *mark = instruction.add_attributes();
+  mark->set_name("narrow_operands");
+  mark->set_s("bf16");
+  EXPECT_NO_THROW(checkSignature(args));
+  mark->set_s("fp8"); // a backend ignoring it would convolve in float32
+  try {
+    checkSignature(args);
+    FAIL() << "a convolution marked with an unknown format passed";
+  } catch (const RuntimeError &error) {
+    EXPECT_NE(std::string(error.what())
+                  .find("narrow_operands must be bf16 or f16, got 'fp8'"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
 } // namespace
 } // namespace cdp::runtime

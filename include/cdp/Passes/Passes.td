@@ -527,7 +527,9 @@ def MarkNarrowProducts : Pass<"cdp-mark-narrow-products", "mlir::ModuleOp"> {
     Mixed precision (last of its passes: after cdp-autodiff, cdp-recompute
     and cdp-pack-narrow-stash, so that backward products are seen): sets
     `narrow_operands` on each `cdp.matmul` and `cdp.gemm` whose operands
-    `A` and `B` are exact in one narrow format. A value is exact when a
+    `A` and `B` are exact in one narrow format, and on each `cdp.conv`
+    (input and weight), `cdp.conv_grad_input` (gradient and weight) and
+    `cdp.conv_grad_weight` (gradient and input) whose two operands are. A value is exact when a
     `cdp.round_to` or `cdp.unpack_narrow` of that format computes it, when
     cdp-autocast marked its op `cdp.narrow`, or when an op that only moves
     or selects values computes it from exact values alone. A GPU then

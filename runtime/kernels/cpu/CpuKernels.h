@@ -4,6 +4,7 @@
 #define CDP_RUNTIME_KERNELS_CPU_CPUKERNELS_H
 
 #include "../MessageBuffers.h"
+#include "../NarrowOperands.h"
 #include "cdp/Plan/PlanIO.h"
 #include "cdp/Runtime/Communicator.h"
 #include "cdp/Runtime/Device.h"
@@ -108,6 +109,28 @@ private:
 /// C = alpha * op(A) * op(B) + beta * C, row-major, through oneDNN's sgemm.
 void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
            float alpha, const float *a, const float *b, float beta, float *c);
+/// Checks the narrow_operands mark of a product or convolution (a GPU, or
+/// the CPU's bf16 dot products, multiply marked operands in the narrow
+/// format) on its first runs: a value of operand 0 or 1 the format does not
+/// hold fails the step in one line naming the instruction, the operand and
+/// the element. A wrong mark is the compiler's and shows in any step;
+/// checking every step would add a pass over both operands to every
+/// product.
+class NarrowOperandsCheck {
+public:
+  /// `first` and `second` name operands 0 and 1 in the error.
+  NarrowOperandsCheck(const KernelArgs &args, const char *first,
+                      const char *second);
+  bool active() const { return format != NarrowFormat::None; }
+  void operator()();
+
+private:
+  NarrowFormat format;
+  TensorView operands[2];
+  std::string names[2];
+  std::string where;
+  int runs = 0;
+};
 /// A product's body; empty where it does not apply.
 using NativeProduct = std::function<void(const StepContext &)>;
 /// Whether the processor has bf16 dot products oneDNN uses (AVX512_BF16,
@@ -146,7 +169,12 @@ private:
 NativeProduct nativeBf16Product(const KernelArgs &args, KernelScratch &scratch);
 /// cdp.attention and attention_grad.
 void registerAttention(KernelRegistry &registry);
+/// conv, conv_grad_input and conv_grad_weight on oneDNN (DnnlConv.cpp): in
+/// bf16 where marked narrow_operands = bf16 and the processor has bf16 dot
+/// products.
 void registerDnnlConvolution(KernelRegistry &registry);
+/// How many convolution kernels were made on bf16 operands so far (tests).
+int64_t bf16ConvolutionsMade();
 void registerDnnlPrimitives(KernelRegistry &registry);
 void registerPooling(KernelRegistry &registry);
 /// Direct kernels preferred over oneDNN's where they apply (registered last).

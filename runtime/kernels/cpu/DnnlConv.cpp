@@ -5,9 +5,13 @@
 // their own (blocked) layouts; the plan's tensors are plain NCHW/OIHW, so
 // reorders into and out of the primitive's layout run around it, into
 // buffers in the kernel's scratch (the device's block, which its kernels
-// share: they live only while the kernel runs). Where oneDNN refuses a
-// configuration, the im2col kernels of Linalg.cpp remain registered as the
-// fallback.
+// share: they live only while the kernel runs). A convolution whose
+// operands the plan marks exact in bf16 (narrow_operands) runs on bf16
+// copies of them, made by those reorders, where the processor has bf16 dot
+// products: float32 sums and a float32 result, the float32 convolution of
+// the same values up to the order of the sums. Where oneDNN refuses a
+// configuration (or has only its reference code for the bf16 one), the
+// float32 primitive, then the im2col kernels of Linalg.cpp, serve it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -17,6 +21,10 @@
 
 #include <omp.h>
 
+#include <atomic>
+#include <cstring>
+#include <optional>
+
 namespace cdp::runtime::cpu {
 
 namespace {
@@ -25,17 +33,51 @@ using dnnl::memory;
 using Tag = memory::format_tag;
 using DT = memory::data_type;
 
+/// Convolution kernels made on bf16 operands (bf16ConvolutionsMade).
+std::atomic<int64_t> bf16Convolutions{0};
+
 /// A weight gradient of fewer multiply-adds than this is computed on one
 /// thread (see ConvBackwardWeights).
 constexpr double kSerialWeightGradientMacs = 4e6;
 
+/// OpenMP's thread count while it lives (oneDNN sizes a primitive's work
+/// for the threads there are when it is made), restored after.
+class OpenMpThreads {
+public:
+  explicit OpenMpThreads(int threads) : previous(omp_get_max_threads()) {
+    omp_set_num_threads(threads);
+  }
+  ~OpenMpThreads() { omp_set_num_threads(previous); }
+  OpenMpThreads(const OpenMpThreads &) = delete;
+  OpenMpThreads &operator=(const OpenMpThreads &) = delete;
+
+private:
+  int previous;
+};
+
+/// oneDNN has only its reference code for a bf16 convolution: the
+/// float32 primitive serves it.
+struct ReferenceOnly {};
+
+/// Refuses `pd` when it convolves in bf16 with oneDNN's reference code.
+template <typename PrimitiveDesc>
+const PrimitiveDesc &native(const PrimitiveDesc &pd, DT operands) {
+  if (operands == DT::bf16 && std::strncmp(pd.impl_info_str(), "ref", 3) == 0)
+    throw ReferenceOnly();
+  return pd;
+}
+
 struct ConvShapes {
   memory::dims src, weights, dst, bias, strides, dilates, padL, padR;
   Tag weightsTag;
+  /// What the two operands are convolved in (bf16 or f32); sums and
+  /// results are float32.
+  DT operands;
 
   ConvShapes(const KernelArgs &args, const std::vector<int64_t> &input,
              const std::vector<int64_t> &weight,
-             const std::vector<int64_t> &output) {
+             const std::vector<int64_t> &output, DT operands)
+      : operands(operands) {
     // conv and its two gradients declare the same window attributes.
     ops::ConvAttributes attrs = ops::ConvAttributes::read(args);
     int64_t group = attrs.group;
@@ -66,17 +108,23 @@ struct ConvShapes {
       perOutput *= static_cast<double>(weights[i]); // (ic per group) x kh x kw
     return outputs * perOutput;
   }
-  memory::desc any(const memory::dims &dims) const {
+  /// `dims` in the layout the primitive picks, of the operands' type.
+  memory::desc operand(const memory::dims &dims) const {
+    return memory::desc(dims, operands, Tag::any);
+  }
+  /// `dims` in the layout the primitive picks, float32.
+  memory::desc result(const memory::dims &dims) const {
     return memory::desc(dims, DT::f32, Tag::any);
   }
   dnnl::convolution_forward::primitive_desc forward(bool withBias) const {
     dnnl::convolution_forward::desc desc(
         dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-        any(src), any(weights),
+        operand(src), operand(weights),
         withBias ? memory::desc(bias, DT::f32, Tag::x) : memory::desc(),
-        any(dst), strides, dilates, padL, padR);
-    return dnnl::convolution_forward::primitive_desc(desc, ownScratchpad(),
-                                                     engine());
+        result(dst), strides, dilates, padL, padR);
+    return native(dnnl::convolution_forward::primitive_desc(
+                      desc, ownScratchpad(), engine()),
+                  operands);
   }
 };
 
@@ -117,9 +165,10 @@ struct Binding {
 
 class ConvForward : public DnnlKernel {
 public:
-  explicit ConvForward(const KernelArgs &args)
-      : DnnlKernel(args), shapes(args, args.inputs[0].shape,
-                                 args.inputs[1].shape, args.outputs[0].shape),
+  ConvForward(const KernelArgs &args, DT operands)
+      : DnnlKernel(args),
+        shapes(args, args.inputs[0].shape, args.inputs[1].shape,
+               args.outputs[0].shape, operands),
         stream(engine()) {
     bool withBias = args.inputs.size() > 2 && args.inputs[2].present();
     auto pd = shapes.forward(withBias);
@@ -161,17 +210,19 @@ private:
 
 class ConvBackwardData : public DnnlKernel {
 public:
-  explicit ConvBackwardData(const KernelArgs &args)
-      : DnnlKernel(args), shapes(args, args.outputs[0].shape,
-                                 args.inputs[1].shape, args.inputs[0].shape),
+  ConvBackwardData(const KernelArgs &args, DT operands)
+      : DnnlKernel(args),
+        shapes(args, args.outputs[0].shape, args.inputs[1].shape,
+               args.inputs[0].shape, operands),
         stream(engine()) {
     auto hint = shapes.forward(false);
     dnnl::convolution_backward_data::desc desc(
-        dnnl::algorithm::convolution_direct, shapes.any(shapes.src),
-        shapes.any(shapes.weights), shapes.any(shapes.dst), shapes.strides,
-        shapes.dilates, shapes.padL, shapes.padR);
-    dnnl::convolution_backward_data::primitive_desc pd(desc, ownScratchpad(),
-                                                       engine(), hint);
+        dnnl::algorithm::convolution_direct, shapes.result(shapes.src),
+        shapes.operand(shapes.weights), shapes.operand(shapes.dst),
+        shapes.strides, shapes.dilates, shapes.padL, shapes.padR);
+    auto pd = native(dnnl::convolution_backward_data::primitive_desc(
+                         desc, ownScratchpad(), engine(), hint),
+                     operands);
     primitive = dnnl::convolution_backward_data(pd);
     diffDst = std::make_unique<Binding>(
         memory::desc(shapes.dst, DT::f32, Tag::nchw), pd.diff_dst_desc(),
@@ -206,27 +257,29 @@ private:
 
 class ConvBackwardWeights : public DnnlKernel {
 public:
-  explicit ConvBackwardWeights(const KernelArgs &args)
-      : DnnlKernel(args), shapes(args, args.inputs[1].shape,
-                                 args.outputs[0].shape, args.inputs[0].shape),
+  ConvBackwardWeights(const KernelArgs &args, DT operands)
+      : DnnlKernel(args),
+        shapes(args, args.inputs[1].shape, args.outputs[0].shape,
+               args.inputs[0].shape, operands),
         stream(engine()) {
     auto hint = shapes.forward(false);
     dnnl::convolution_backward_weights::desc desc(
-        dnnl::algorithm::convolution_direct, shapes.any(shapes.src),
-        shapes.any(shapes.weights), shapes.any(shapes.dst), shapes.strides,
-        shapes.dilates, shapes.padL, shapes.padR);
+        dnnl::algorithm::convolution_direct, shapes.operand(shapes.src),
+        shapes.result(shapes.weights), shapes.operand(shapes.dst),
+        shapes.strides, shapes.dilates, shapes.padL, shapes.padR);
     // oneDNN splits the reduction over the batch among the threads it is
     // created for, so the bits of the gradient depend on --threads. A small
     // one gains nothing from threads (LeNet's: faster on one) and is made
     // for one thread: its bits are then the same for any --threads (the
     // demo's model trains to the same parameters at 1, 2 or 3 threads).
-    int threads = omp_get_max_threads();
+    std::optional<OpenMpThreads> serial;
     if (shapes.weightGradientMacs() < kSerialWeightGradientMacs)
-      omp_set_num_threads(1);
-    dnnl::convolution_backward_weights::primitive_desc pd(desc, ownScratchpad(),
-                                                          engine(), hint);
+      serial.emplace(1);
+    auto pd = native(dnnl::convolution_backward_weights::primitive_desc(
+                         desc, ownScratchpad(), engine(), hint),
+                     operands);
     primitive = dnnl::convolution_backward_weights(pd);
-    omp_set_num_threads(threads);
+    serial.reset();
     diffDst = std::make_unique<Binding>(
         memory::desc(shapes.dst, DT::f32, Tag::nchw), pd.diff_dst_desc(),
         args.inputs[0].data, true, scratch, held);
@@ -258,31 +311,80 @@ private:
   std::unordered_map<int, memory> arguments;
 };
 
-/// Uses the oneDNN kernel, or the registered fallback when oneDNN refuses
-/// the configuration.
+/// `inner` after checking the plan's narrow_operands mark on its first
+/// runs, whichever kernel serves the convolution.
+class CheckedOperands : public Kernel {
+public:
+  CheckedOperands(std::unique_ptr<Kernel> inner, NarrowOperandsCheck check)
+      : inner(std::move(inner)), check(std::move(check)) {}
+  void run(const StepContext &context) override {
+    check();
+    inner->run(context);
+  }
+  KernelState state() override { return inner->state(); }
+  int64_t workspaceBytes() const override { return inner->workspaceBytes(); }
+
+private:
+  std::unique_ptr<Kernel> inner;
+  NarrowOperandsCheck check;
+};
+
+/// The oneDNN kernel: in bf16 where the plan marks the operands exact in
+/// bf16 and the processor has bf16 dot products, else (or where oneDNN has
+/// only reference code for that) in float32; where oneDNN refuses the
+/// configuration, the registered fallback.
 template <typename DnnlKernel>
-void wrap(KernelRegistry &registry, const std::string &op) {
+std::unique_ptr<Kernel> convolutionKernel(const KernelArgs &args,
+                                          const KernelFactory &im2col,
+                                          const std::string &op) {
+  if (narrowOperandsOf(args) == NarrowFormat::Bfloat16 &&
+      bf16DotProductsUsed()) {
+    try {
+      auto kernel = std::make_unique<DnnlKernel>(args, DT::bf16);
+      ++bf16Convolutions;
+      return kernel;
+    } catch (const dnnl::error &) {
+    } catch (const ReferenceOnly &) {
+    }
+  }
+  try {
+    return std::make_unique<DnnlKernel>(args, DT::f32);
+  } catch (const dnnl::error &) {
+    if (!im2col)
+      args.fail("oneDNN has no " + op + " for this configuration");
+    return im2col(args);
+  }
+}
+
+/// Registers the oneDNN kernel for `op` ahead of the fallback registered
+/// before; operands 0 and 1 (named `first` and `second`) are the ones a
+/// narrow_operands mark names.
+template <typename DnnlKernel>
+void wrap(KernelRegistry &registry, const std::string &op, const char *first,
+          const char *second) {
   const KernelFactory *fallback = registry.lookup(op, Backend::CPU);
   KernelFactory im2col = fallback ? *fallback : KernelFactory();
   registry.add(op, Backend::CPU,
-               [im2col, op](const KernelArgs &args) -> std::unique_ptr<Kernel> {
-                 try {
-                   return std::make_unique<DnnlKernel>(args);
-                 } catch (const dnnl::error &) {
-                   if (!im2col)
-                     args.fail("oneDNN has no " + op +
-                               " for this configuration");
-                   return im2col(args);
-                 }
+               [im2col, op, first,
+                second](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+                 NarrowOperandsCheck check(args, first, second);
+                 std::unique_ptr<Kernel> kernel =
+                     convolutionKernel<DnnlKernel>(args, im2col, op);
+                 if (!check.active())
+                   return kernel;
+                 return std::make_unique<CheckedOperands>(std::move(kernel),
+                                                          std::move(check));
                });
 }
 
 } // namespace
 
+int64_t bf16ConvolutionsMade() { return bf16Convolutions; }
+
 void registerDnnlConvolution(KernelRegistry &registry) {
-  wrap<ConvForward>(registry, "conv");
-  wrap<ConvBackwardData>(registry, "conv_grad_input");
-  wrap<ConvBackwardWeights>(registry, "conv_grad_weight");
+  wrap<ConvForward>(registry, "conv", "input", "weight");
+  wrap<ConvBackwardData>(registry, "conv_grad_input", "gradient", "weight");
+  wrap<ConvBackwardWeights>(registry, "conv_grad_weight", "gradient", "input");
 }
 
 } // namespace cdp::runtime::cpu

@@ -263,50 +263,16 @@ std::function<void(const StepContext &)> gemmKernel(const KernelArgs &args) {
   };
 }
 
-/// Fails the step unless every value of `operand` is exact in `format`.
-void checkExact(NarrowFormat format, const TensorView &operand,
-                const char *which, const std::string &where) {
-  const float *values = operand.f32();
-  int64_t n = operand.numel(), first = n;
-#pragma omp parallel for reduction(min : first) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i)
-    if (!exactIn(format, values[i]))
-      first = std::min(first, i);
-  if (first == n)
-    return;
-  throw RuntimeError(
-      where + ": operand " + which + " holds " + std::to_string(values[first]) +
-      " (element " + std::to_string(first) +
-      "), which the plan's narrow_operands mark says it cannot (" +
-      (format == NarrowFormat::Bfloat16 ? "bf16" : "f16") +
-      "); a compiler fault: report the model and flags");
-}
-
-/// `body` after checking the product's narrow_operands mark (a GPU
-/// multiplies marked operands in the narrow format) on its first runs: a
-/// wrong mark is the compiler's and shows in any step, and a check on
-/// every step would add a pass over both operands to every product.
+/// `body` after checking the product's narrow_operands mark on its first
+/// runs (NarrowOperandsCheck).
 std::function<void(const StepContext &)>
 checkingNarrowOperands(const KernelArgs &args,
                        std::function<void(const StepContext &)> body) {
-  constexpr int kCheckedRuns = 3;
-  NarrowFormat format = narrowOperandsOf(args);
-  if (format == NarrowFormat::None)
+  auto check = std::make_shared<NarrowOperandsCheck>(args, "A", "B");
+  if (!check->active())
     return body;
-  TensorView a = args.inputs[0], b = args.inputs[1];
-  std::string where =
-      args.instruction->op() + " at '" + args.instruction->location() + "'";
-  auto runs = std::make_shared<int>(0);
   return [=](const StepContext &context) {
-    if (*runs < kCheckedRuns) {
-      ++*runs;
-      // 2-byte operands (read by the bf16 products as they lie) hold
-      // nothing else.
-      if (!storedInTwoBytes(a))
-        checkExact(format, a, "A", where);
-      if (!storedInTwoBytes(b))
-        checkExact(format, b, "B", where);
-    }
+    (*check)();
     body(context);
   };
 }
@@ -352,6 +318,47 @@ std::unique_ptr<Kernel> productKernel(
 }
 
 } // namespace
+
+namespace {
+
+/// Fails the step unless every value of `operand` is exact in `format`.
+void checkExact(NarrowFormat format, const TensorView &operand,
+                const std::string &which, const std::string &where) {
+  const float *values = operand.f32();
+  int64_t n = operand.numel(), first = n;
+#pragma omp parallel for reduction(min : first) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i)
+    if (!exactIn(format, values[i]))
+      first = std::min(first, i);
+  if (first == n)
+    return;
+  throw RuntimeError(
+      where + ": operand " + which + " holds " + std::to_string(values[first]) +
+      " (element " + std::to_string(first) +
+      "), which the plan's narrow_operands mark says it cannot (" +
+      (format == NarrowFormat::Bfloat16 ? "bf16" : "f16") +
+      "); a compiler fault: report the model and flags");
+}
+
+} // namespace
+
+NarrowOperandsCheck::NarrowOperandsCheck(const KernelArgs &args,
+                                         const char *first, const char *second)
+    : format(narrowOperandsOf(args)), operands{args.inputs[0], args.inputs[1]},
+      names{first, second}, where(args.instruction->op() + " at '" +
+                                  args.instruction->location() + "'") {}
+
+void NarrowOperandsCheck::operator()() {
+  constexpr int kCheckedRuns = 3;
+  if (!active() || runs == kCheckedRuns)
+    return;
+  ++runs;
+  // 2-byte operands (read by the bf16 products as they lie) hold nothing
+  // else.
+  for (int i : {0, 1})
+    if (!storedInTwoBytes(operands[i]))
+      checkExact(format, operands[i], names[i], where);
+}
 
 void registerLinalg(KernelRegistry &registry) {
   registry.add("gemm", Backend::CPU, [](const KernelArgs &args) {

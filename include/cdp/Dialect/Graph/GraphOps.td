@@ -213,13 +213,19 @@ def CDP_ConvOp : CDP_Op<"conv", [CDP_Differentiable]> {
   let description = [{
     Input `(N, C, H, W)`, weight `(M, C/group, kH, kW)`, optional bias `(M)`.
     `pads` is `[top, left, bottom, right]`; the importer resolves ONNX
-    `auto_pad` into explicit pads.
+    `auto_pad` into explicit pads. `narrow_operands` ("bf16" or "f16", set
+    by cdp-mark-narrow-products) says that every value of the input and
+    the weight is exact in that format, so a backend may convolve them in
+    it with float32 sums (the bias stays float32); the same mark on
+    `cdp.conv_grad_input` and `cdp.conv_grad_weight` names their two
+    operands.
   }];
   let arguments = (ins CDP_F32Tensor:$input, CDP_F32Tensor:$weight,
                        Optional<CDP_F32Tensor>:$bias,
                        DenseI64ArrayAttr:$pads, DenseI64ArrayAttr:$strides,
                        DenseI64ArrayAttr:$dilations,
-                       DefaultValuedAttr<I64Attr, "1">:$group);
+                       DefaultValuedAttr<I64Attr, "1">:$group,
+                       OptionalAttr<StrAttr>:$narrow_operands);
   let results = (outs CDP_F32Tensor:$output);
 }
 
@@ -985,7 +991,8 @@ def CDP_ConvGradInputOp : CDP_Op<"conv_grad_input"> {
   let arguments = (ins CDP_F32Tensor:$grad, CDP_F32Tensor:$weight,
                        DenseI64ArrayAttr:$input_shape, DenseI64ArrayAttr:$pads,
                        DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$dilations,
-                       DefaultValuedAttr<I64Attr, "1">:$group);
+                       DefaultValuedAttr<I64Attr, "1">:$group,
+                       OptionalAttr<StrAttr>:$narrow_operands);
   let results = (outs CDP_F32Tensor:$output);
 }
 
@@ -994,7 +1001,8 @@ def CDP_ConvGradWeightOp : CDP_Op<"conv_grad_weight"> {
   let arguments = (ins CDP_F32Tensor:$grad, CDP_F32Tensor:$input,
                        DenseI64ArrayAttr:$weight_shape, DenseI64ArrayAttr:$pads,
                        DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$dilations,
-                       DefaultValuedAttr<I64Attr, "1">:$group);
+                       DefaultValuedAttr<I64Attr, "1">:$group,
+                       OptionalAttr<StrAttr>:$narrow_operands);
   let results = (outs CDP_F32Tensor:$output);
 }
 
