@@ -5,7 +5,8 @@
 // first NaN), and the backward routes dy to that element (adding where
 // windows overlap). Inputs after a ReLU (many tied zeros) and with NaNs, for
 // the 2 x 2 / stride 2 loops and the general path (3 x 3 / stride 2,
-// overlapping; 2 x 3 / strides 1, 3). Results must be bit-identical.
+// overlapping; 2 x 3 / strides 1, 3), in planes with and without NaNs.
+// Results must be bit-identical.
 //
 //===----------------------------------------------------------------------===//
 
@@ -50,14 +51,23 @@ int64_t firstMax(const float *plane, const Geometry &g, int64_t oh,
   return where;
 }
 
-std::vector<float> input(const Geometry &g, bool withNaN, unsigned seed) {
+/// Where NaNs lie in the input: none; every 97th element (in every plane
+/// of the tests' sizes); or in the first plane only (the others take the
+/// loops for planes without NaNs).
+enum class NaNs { None, Spread, FirstPlane };
+
+std::vector<float> input(const Geometry &g, NaNs nans, unsigned seed) {
   std::mt19937 random(seed);
   std::normal_distribution<float> normal;
   std::vector<float> x(g.n * g.c * g.h * g.w);
-  for (float &v : x)
+  for (float &v : x) {
     v = std::max(0.0f, normal(random)); // ReLU: ties of zeros
-  if (withNaN)
-    for (size_t i = 7; i < x.size(); i += 97)
+    if (v == 0.0f && random() % 2)
+      v = -0.0f; // ties of +0 and -0: which one wins shows in the bits
+  }
+  size_t end = nans == NaNs::FirstPlane ? g.h * g.w : x.size();
+  if (nans != NaNs::None)
+    for (size_t i = 7; i < end; i += 97)
       x[i] = std::numeric_limits<float>::quiet_NaN();
   return x;
 }
@@ -66,12 +76,12 @@ bool sameBits(float a, float b) {
   return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof a) == 0;
 }
 
-void check(const Geometry &g, bool withNaN) {
+void check(const Geometry &g, NaNs nans) {
   std::vector<int64_t> xs{g.n, g.c, g.h, g.w}, ys{g.n, g.c, g.outH(), g.outW()};
   std::vector<int64_t> pads{g.pH, g.pW, g.pH, g.pW};
   ASSERT_TRUE(MaxPool2d::fits(xs, ys, {g.kH, g.kW}, {g.sH, g.sW}, pads, {}));
   MaxPool2d pool(xs, ys, {g.kH, g.kW}, {g.sH, g.sW}, pads);
-  std::vector<float> x = input(g, withNaN, 1), dy = input(g, false, 2);
+  std::vector<float> x = input(g, nans, 1), dy = input(g, NaNs::None, 2);
   int64_t planes = g.n * g.c, inPlane = g.h * g.w,
           outPlane = g.outH() * g.outW();
   dy.resize(planes * outPlane);
@@ -94,26 +104,37 @@ void check(const Geometry &g, bool withNaN) {
 } // namespace
 
 TEST(MaxPool2d, TwoByTwoStrideTwoWithTies) {
-  check({8, 6, 24, 24, 2, 2, 2, 2}, false);
+  check({8, 6, 24, 24, 2, 2, 2, 2}, NaNs::None);
 }
 TEST(MaxPool2d, TwoByTwoStrideTwoWithNaNs) {
-  check({2, 3, 8, 10, 2, 2, 2, 2}, true);
+  check({2, 3, 8, 10, 2, 2, 2, 2}, NaNs::Spread);
 }
 TEST(MaxPool2d, OddInputLeavesALastRowUncovered) {
-  check({2, 2, 7, 9, 2, 2, 2, 2}, false);
+  check({2, 2, 7, 9, 2, 2, 2, 2}, NaNs::None);
 }
-TEST(MaxPool2d, OverlappingWindows) { check({2, 4, 11, 11, 3, 3, 2, 2}, true); }
+TEST(MaxPool2d, OverlappingWindows) {
+  check({2, 4, 11, 11, 3, 3, 2, 2}, NaNs::Spread);
+}
 TEST(MaxPool2d, RectangularWindowAndStrides) {
-  check({3, 2, 9, 12, 2, 3, 1, 3}, false);
+  check({3, 2, 9, 12, 2, 3, 1, 3}, NaNs::None);
 }
 
 // ResNet's stem: 3 x 3, stride 2, padding 1 (padding never wins).
-TEST(MaxPool2d, PaddedStem) { check({2, 4, 16, 16, 3, 3, 2, 2, 1, 1}, true); }
+TEST(MaxPool2d, PaddedStem) {
+  check({2, 4, 16, 16, 3, 3, 2, 2, 1, 1}, NaNs::Spread);
+}
 TEST(MaxPool2d, PaddedOddInput) {
-  check({1, 3, 9, 7, 3, 3, 2, 2, 1, 1}, false);
+  check({1, 3, 9, 7, 3, 3, 2, 2, 1, 1}, NaNs::None);
+}
+TEST(MaxPool2d, PaddedStemWithTies) {
+  check({2, 4, 16, 16, 3, 3, 2, 2, 1, 1}, NaNs::None);
+}
+TEST(MaxPool2d, OverlappingWindowsSomePlanesWithNaNs) {
+  check({2, 4, 11, 11, 3, 3, 2, 2}, NaNs::FirstPlane);
+  check({2, 3, 15, 13, 3, 3, 2, 2, 1, 1}, NaNs::FirstPlane);
 }
 TEST(MaxPool2d, TwoByTwoPadded) {
-  check({1, 2, 7, 7, 2, 2, 2, 2, 1, 1}, false);
+  check({1, 2, 7, 7, 2, 2, 2, 2, 1, 1}, NaNs::None);
 }
 
 TEST(MaxPool2d, DeclinesWidePaddingDilationAndCeilMode) {

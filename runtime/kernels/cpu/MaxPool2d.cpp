@@ -134,7 +134,9 @@ void backwardPlane2x2(const float *__restrict x, const float *__restrict dy,
       float m = std::max(std::max(a, b), std::max(c, d));
       bool isA = a == m, isB = !isA & (b == m), isC = !isA & !isB & (c == m);
       bool isD = !isA & !isB & !isC;
-      float g = grad[ow];
+      // Added to zero as PyTorch's scatter into a zeroed gradient does: a
+      // -0 dy lands as +0.
+      float g = grad[ow] + 0.0f;
       d0[2 * ow] = keepIf(isA, g);
       d0[2 * ow + 1] = keepIf(isB, g);
       d1[2 * ow] = keepIf(isC, g);
@@ -148,6 +150,56 @@ bool worthThreads(int64_t elements) { return elements >= (int64_t(1) << 16); }
 
 } // namespace
 
+void MaxPool2d::forwardWithoutNaN(const float *plane, float *out) const {
+  // std::max(a, b) keeps a unless a < b: the earlier value on a tie (+0 and
+  // -0), as argmax's first maximum; rows combine in order likewise.
+  for (int64_t oh = 0; oh < outH; ++oh) {
+    int64_t top = oh * sH - padTop;
+    int64_t rowBegin = std::max<int64_t>(0, top),
+            rowEnd = std::min<int64_t>(inH, top + kH);
+    float *y = out + oh * outW;
+    for (int64_t row = rowBegin; row < rowEnd; ++row) {
+      const float *r = plane + row * inW;
+      bool first = row == rowBegin;
+      for (int64_t ow = 0; ow < outW; ++ow) {
+        int64_t left = ow * sW - padLeft;
+        int64_t begin = std::max<int64_t>(0, left),
+                end = std::min<int64_t>(inW, left + kW);
+        float m = r[begin];
+        for (int64_t c = begin + 1; c < end; ++c)
+          m = std::max(m, r[c]);
+        y[ow] = first ? m : std::max(y[ow], m);
+      }
+    }
+  }
+}
+
+void MaxPool2d::backwardWithoutNaN(const float *plane, const float *dy,
+                                   float *dx) const {
+  for (int64_t oh = 0; oh < outH; ++oh) {
+    int64_t top = oh * sH - padTop;
+    int64_t rowBegin = std::max<int64_t>(0, top),
+            rowEnd = std::min<int64_t>(inH, top + kH);
+    for (int64_t ow = 0; ow < outW; ++ow) {
+      int64_t left = ow * sW - padLeft;
+      int64_t begin = std::max<int64_t>(0, left),
+              end = std::min<int64_t>(inW, left + kW);
+      // The first maximum in row-major order, as argmax without NaNs.
+      int64_t where = rowBegin * inW + begin;
+      float best = plane[where];
+      for (int64_t row = rowBegin; row < rowEnd; ++row)
+        for (int64_t c = begin; c < end; ++c) {
+          int64_t at = row * inW + c;
+          float v = plane[at];
+          bool better = v > best;
+          best = better ? v : best;
+          where = better ? at : where;
+        }
+      dx[where] += dy[oh * outW + ow];
+    }
+  }
+}
+
 void MaxPool2d::forward(const float *x, float *y) const {
   int64_t inPlane = inH * inW, outPlane = outH * outW;
   bool twoByTwo = unpadded && kH == 2 && kW == 2 && sH == 2 && sW == 2;
@@ -158,6 +210,10 @@ void MaxPool2d::forward(const float *x, float *y) const {
       continue;
     }
     const float *plane = x + p * inPlane;
+    if (!hasNaN(plane, inPlane)) {
+      forwardWithoutNaN(plane, y + p * outPlane);
+      continue;
+    }
     for (int64_t o = 0; o < outPlane; ++o)
       y[p * outPlane + o] = plane[argmax(plane, o / outW, o % outW)];
   }
@@ -178,6 +234,10 @@ void MaxPool2d::backward(const float *x, const float *dy, float *dx) const {
     }
     // Overlapping windows may pick one element twice: add, in window order.
     const float *plane = x + p * inPlane;
+    if (!hasNaN(plane, inPlane)) {
+      backwardWithoutNaN(plane, dy + p * outPlane, out);
+      continue;
+    }
     for (int64_t o = 0; o < outPlane; ++o)
       out[argmax(plane, o / outW, o % outW)] += dy[p * outPlane + o];
   }
