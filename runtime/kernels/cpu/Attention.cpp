@@ -17,6 +17,7 @@
 #include "../AttentionGeometry.h"
 #include "../NarrowOperands.h"
 #include "CpuKernels.h"
+#include "VectorMath.h"
 
 #include <cmath>
 #include <omp.h>
@@ -57,31 +58,45 @@ inline double probabilityScale(const float *stats) {
   return std::exp(-static_cast<double>(stats[1]));
 }
 
+/// Row `s`'s exponentials exp(score - top) into `e` (n values): the
+/// differences first, then the exponentials in a loop of their own, which
+/// vectorizes (VectorMath.h).
+void exponentialsOf(const float *s, const float *bias, int64_t step, int64_t n,
+                    float top, float *e) {
+  for (int64_t c = 0; c < n; ++c)
+    e[c] = scoreAt(s, bias, step, c) - top;
+  for (int64_t c = 0; c < n; ++c)
+    e[c] = expInLoops(e[c]);
+}
+
+/// Probabilities from a row's exponentials and its scale, into `p`.
+void scaleInto(const float *e, int64_t n, double scale, float *p) {
+  for (int64_t c = 0; c < n; ++c)
+    p[c] = static_cast<float>(e[c] * scale);
+}
+
 /// A row's stats (its maximum and the log of its sum of exponentials: NaN
 /// where the row holds a NaN or is all -inf) and its probabilities, into
-/// `p` (which may be `s`): each exponential exp(score - maximum), in
-/// double, is computed once (into `e`, n values), summed, then scaled; a
+/// `p` (which may be `s`): each exponential exp(score - maximum) is
+/// computed once (into `e`, n values), summed in double, then scaled; a
 /// row whose log-sum is NaN is zeros under zeroNanRows.
 void statsAndProbabilityRow(const float *s, const float *bias, int64_t step,
-                            int64_t n, bool zeroNanRows, float *stats,
-                            double *e, float *p) {
+                            int64_t n, bool zeroNanRows, float *stats, float *e,
+                            float *p) {
   float top = scoreAt(s, bias, step, 0);
   for (int64_t c = 1; c < n; ++c)
     top = std::max(top, scoreAt(s, bias, step, c));
+  exponentialsOf(s, bias, step, n, top, e);
   double sum = 0;
-  for (int64_t c = 0; c < n; ++c) {
-    e[c] = std::exp(static_cast<double>(scoreAt(s, bias, step, c) - top));
+  for (int64_t c = 0; c < n; ++c)
     sum += e[c];
-  }
   stats[0] = top;
   stats[1] = static_cast<float>(std::log(sum));
   if (zeroNanRows && std::isnan(stats[1])) {
     std::fill(p, p + n, 0.0f);
     return;
   }
-  double scale = probabilityScale(stats);
-  for (int64_t c = 0; c < n; ++c)
-    p[c] = static_cast<float>(e[c] * scale);
+  scaleInto(e, n, probabilityScale(stats), p);
 }
 
 /// A row's probabilities from its stats, into `p` (which may be `s`), as
@@ -93,11 +108,9 @@ void probabilityRow(const float *s, const float *bias, int64_t step, int64_t n,
     std::fill(p, p + n, 0.0f);
     return;
   }
-  double scale = probabilityScale(stats);
-  for (int64_t c = 0; c < n; ++c)
-    p[c] = static_cast<float>(
-        std::exp(static_cast<double>(scoreAt(s, bias, step, c) - stats[0])) *
-        scale);
+  // p as the exponentials' buffer: each value is read before it is written.
+  exponentialsOf(s, bias, step, n, stats[0], p);
+  scaleInto(p, n, probabilityScale(stats), p);
 }
 
 void roundAll(NarrowFormat format, float *values, int64_t n) {
@@ -311,9 +324,9 @@ std::unique_ptr<Kernel> attentionKernel(const KernelArgs &args) {
   // the kernel's scratch, then stored rounded (round_result's format).
   NarrowedResult narrowed(out, scratch);
   std::shared_ptr<void> buffers = t.threadBuffers(1, scratch);
-  // Each thread's row of exponentials, in double.
+  // Each thread's row of exponentials.
   std::shared_ptr<void> exponentials =
-      scratch.take(t.threads * t.g.n * sizeof(double));
+      scratch.take(t.threads * t.g.n * sizeof(float));
   auto body = [t, out, stats, buffers, exponentials](const StepContext &) {
     const AttentionGeometry &g = t.g;
     t.widened.widen();
@@ -323,8 +336,8 @@ std::unique_ptr<Kernel> attentionKernel(const KernelArgs &args) {
       SliceMatrices own = t.matricesOf(s, 1);
       AttentionOperands::Slice in = t.sliceOf(i, own);
       t.scores(in, s);
-      double *e = static_cast<double *>(exponentials.get()) +
-                  omp_get_thread_num() * g.n;
+      float *e =
+          static_cast<float *>(exponentials.get()) + omp_get_thread_num() * g.n;
       float *sliceStats = stats.f32() + i * g.m * 2;
       for (int64_t r = 0; r < g.m; ++r) {
         const float *bias = t.biasRow(i, r);

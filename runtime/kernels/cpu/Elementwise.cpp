@@ -2,6 +2,7 @@
 
 #include "BroadcastReduction.h"
 #include "CpuKernels.h"
+#include "VectorMath.h"
 #include "cdp/Runtime/OpTable.h"
 
 #include "../Activations.h"
@@ -128,9 +129,55 @@ void addUnary(KernelRegistry &registry, const std::string &op, Fn fn) {
 }
 
 float gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * kSqrt1_2)); }
-float geluTanh(float x) {
-  return 0.5f * x *
-         (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+
+/// The tanh approximation's argument u: GELU(x) = x (1 + tanh(u)) / 2.
+inline float geluTanhArgument(float x) {
+  return kSqrt2OverPi * (x + 0.044715f * x * x * x);
+}
+
+/// exp(-2u): (1 + tanh(u)) / 2 is the logistic function 1 / (1 + exp(-2u)),
+/// the same value, whose exponential vectorizes (VectorMath.h; tanh is a
+/// call).
+inline float geluTanhExp(float x) {
+  return expInLoops(-2.0f * geluTanhArgument(x));
+}
+
+/// Where exp(-2u) overflows the gate is 0, as 1 + tanh(u) is in float.
+float geluTanh(float x) { return x / (1.0f + geluTanhExp(x)); }
+
+/// GELU-tanh's derivative: with the gate s = (1 + tanh(u)) / 2, 1 - tanh(u)^2
+/// is 4 s (1 - s), so d/dx = s + 2 x s (1 - s) du/dx; 1 - s is e s (e =
+/// exp(-2u)), which keeps its precision where s is near 1 (where 1 - s
+/// would not), and 1 where e overflowed (s = 0).
+inline float geluTanhDerivative(float x) {
+  float e = geluTanhExp(x), s = 1.0f / (1.0f + e);
+  float complement = s > 0.0f ? e * s : 1.0f;
+  float du = kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
+  return s + 2.0f * x * s * complement * du;
+}
+
+/// y[i] = f(x[i]) for an operand stored in float32 or in 2 bytes, one loop
+/// per storage so that each vectorizes (bf16 widens by a shift).
+template <typename Fn>
+void mapStored(const TensorView &x, NarrowFormat stored, float *y, int64_t n,
+               Fn f) {
+  if (stored == NarrowFormat::None) {
+    const float *px = x.f32();
+#pragma omp parallel for if (n > 65536)
+    for (int64_t i = 0; i < n; ++i)
+      y[i] = f(px[i]);
+    return;
+  }
+  const uint16_t *bits = static_cast<const uint16_t *>(x.data);
+  if (stored == NarrowFormat::Bfloat16) {
+#pragma omp parallel for if (n > 65536)
+    for (int64_t i = 0; i < n; ++i)
+      y[i] = f(floatOfBfloat16(bits[i]));
+    return;
+  }
+#pragma omp parallel for if (n > 65536)
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = f(floatOfFloat16(bits[i]));
 }
 
 } // namespace
@@ -269,12 +316,10 @@ geluKernel(const KernelArgs &args) {
   int64_t n = y.numel();
   NarrowFormat stored = storedFormatOf(x);
   return [=](const StepContext &) {
-    float *py = y.f32();
-#pragma omp parallel for if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) {
-      float value = loadValue(x.data, i, stored);
-      py[i] = approximate ? geluTanh(value) : gelu(value);
-    }
+    if (approximate)
+      mapStored(x, stored, y.f32(), n, [](float v) { return geluTanh(v); });
+    else
+      mapStored(x, stored, y.f32(), n, [](float v) { return gelu(v); });
   };
 }
 
@@ -299,9 +344,16 @@ unaryGrad(const KernelArgs &args) {
           px[i] = local(pg[i], ps[i]);
         return;
       }
+      const uint16_t *bits = static_cast<const uint16_t *>(saved.data);
+      if (stored == NarrowFormat::Bfloat16) {
+#pragma omp parallel for if (n > 65536)
+        for (int64_t i = 0; i < n; ++i)
+          px[i] = local(pg[i], floatOfBfloat16(bits[i]));
+        return;
+      }
 #pragma omp parallel for if (n > 65536)
       for (int64_t i = 0; i < n; ++i)
-        px[i] = local(pg[i], loadValue(saved.data, i, stored));
+        px[i] = local(pg[i], floatOfFloat16(bits[i]));
     };
   };
   if (kind == "relu")
@@ -313,12 +365,7 @@ unaryGrad(const KernelArgs &args) {
       return g * (cdf + x * pdf);
     });
   if (kind == "gelu_tanh")
-    return loop([](float g, float x) {
-      float inner = kSqrt2OverPi * (x + 0.044715f * x * x * x);
-      float t = std::tanh(inner);
-      float dinner = kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
-      return g * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * dinner);
-    });
+    return loop([](float g, float x) { return g * geluTanhDerivative(x); });
   if (kind == "erf")
     return loop(
         [](float g, float x) { return g * kTwoOverSqrtPi * std::exp(-x * x); });

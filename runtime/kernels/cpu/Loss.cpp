@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "CpuKernels.h"
+#include "VectorMath.h"
 #include "cdp/Runtime/OpTable.h"
 
 #include "../NarrowOperands.h"
@@ -75,14 +76,29 @@ struct RowLogSum {
   double logSum;
 };
 
+/// The calling thread's buffer of one row's values (a language model's
+/// vocabulary: 50257 floats for GPT-2), where the row's exponentials are
+/// computed in a loop of their own, which vectorizes (VectorMath.h).
+float *rowBuffer(int64_t classes) {
+  thread_local std::vector<float> buffer;
+  if (static_cast<int64_t>(buffer.size()) < classes)
+    buffer.resize(classes);
+  return buffer.data();
+}
+
 RowLogSum rowLogSumOf(const ClassGeometry &g, const StoredValues &scores,
                       int64_t n, int64_t i) {
-  float top = scores[g.at(n, 0, i)];
+  float *e = rowBuffer(g.classes);
+  for (int64_t c = 0; c < g.classes; ++c)
+    e[c] = scores[g.at(n, c, i)];
+  float top = e[0];
   for (int64_t c = 1; c < g.classes; ++c)
-    top = std::max(top, scores[g.at(n, c, i)]);
+    top = std::max(top, e[c]);
+  for (int64_t c = 0; c < g.classes; ++c)
+    e[c] = expInLoops(e[c] - top);
   double sum = 0;
   for (int64_t c = 0; c < g.classes; ++c)
-    sum += std::exp(static_cast<double>(scores[g.at(n, c, i)] - top));
+    sum += e[c];
   return {top, std::log(sum)};
 }
 
@@ -179,15 +195,20 @@ softmaxLossGrad(const KernelArgs &args) {
           RowLogSum row{};
           if (fromScores)
             row = rowLogSumOf(g, in, n, i);
+          // The row's probabilities exp(logp), in the thread's buffer
+          // (rowLogSumOf is done with it).
+          float *p = rowBuffer(g.classes);
           for (int64_t c = 0; c < g.classes; ++c) {
-            int64_t k = g.at(n, c, i);
-            float logp = fromScores ? logProbabilityOf(in[k], row) : in[k];
-            double p = std::exp(static_cast<double>(logp));
-            storeResult(
-                dx.data, k,
-                static_cast<float>(factor * (p - (c == label ? 1.0 : 0.0))),
-                rounding, twoBytes);
+            float value = in[g.at(n, c, i)];
+            p[c] = fromScores ? logProbabilityOf(value, row) : value;
           }
+          for (int64_t c = 0; c < g.classes; ++c)
+            p[c] = expInLoops(p[c]);
+          for (int64_t c = 0; c < g.classes; ++c)
+            storeResult(dx.data, g.at(n, c, i),
+                        static_cast<float>(factor * (static_cast<double>(p[c]) -
+                                                     (c == label ? 1.0 : 0.0))),
+                        rounding, twoBytes);
         });
   };
 }
