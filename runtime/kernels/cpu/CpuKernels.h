@@ -85,7 +85,7 @@ std::unique_ptr<Kernel> narrowResultKernel(
     const KernelArgs &args,
     std::function<std::function<void(const StepContext &)>(const KernelArgs &)>
         make,
-    std::initializer_list<size_t> widenedInputs = {});
+    const std::vector<size_t> &widenedInputs = {});
 void registerLinalg(KernelRegistry &registry);
 /// A kernel's operands that the plan stores in 2 bytes
 /// (cdp-read-narrow-operands) and the kernel reads in float32: each view is

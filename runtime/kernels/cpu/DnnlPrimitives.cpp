@@ -75,6 +75,33 @@ void wrap(KernelRegistry &registry, const std::string &op,
                 });
 }
 
+/// Registers `make` for `op` as wrap does, and where the instruction reads
+/// or writes 2-byte values or rounds its result (--precision): the
+/// primitive then runs on float32 views (an eltwise primitive takes one
+/// data type), inputs `widenedInputs` stored in 2 bytes widened into the
+/// kernel's scratch before it, the result rounded (round_result) or stored
+/// in 2 bytes after it (narrowResultKernel).
+void wrapOnFloat32Views(
+    KernelRegistry &registry, const std::string &op,
+    std::function<std::unique_ptr<Kernel>(const KernelArgs &)> make,
+    std::vector<size_t> widenedInputs) {
+  registerAhead(
+      registry, op,
+      [make, widenedInputs](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+        auto onViews = [make](const KernelArgs &wide) {
+          std::shared_ptr<Kernel> kernel = make(wide);
+          if (!kernel)
+            throw dnnl::error(dnnl_unimplemented, "no oneDNN primitive");
+          return [kernel](const StepContext &context) { kernel->run(context); };
+        };
+        try {
+          return narrowResultKernel(args, onViews, widenedInputs);
+        } catch (const dnnl::error &) {
+          return nullptr;
+        }
+      });
+}
+
 std::unique_ptr<Kernel> eltwiseForward(const KernelArgs &args, algorithm alg) {
   memory src = bind(args.inputs[0]), dst = bind(args.outputs[0]);
   dnnl::eltwise_forward::desc desc(prop_kind::forward_training, alg,
@@ -246,53 +273,54 @@ void registerDnnlPrimitives(KernelRegistry &registry) {
     wrap(registry, op, [alg = alg](const KernelArgs &args) {
       return eltwiseForward(args, alg);
     });
-  wrap(registry, "gelu", [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
-    if (args.inputs[0].dtype != plan::F32)
-      return nullptr; // a 2-byte input: the own kernel widens it
-    return eltwiseForward(args, args.s("approximate", "none") == "tanh"
-                                    ? algorithm::eltwise_gelu_tanh
-                                    : algorithm::eltwise_gelu_erf);
-  });
+  wrapOnFloat32Views(registry, "gelu",
+                     [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+                       return eltwiseForward(
+                           args, args.s("approximate", "none") == "tanh"
+                                     ? algorithm::eltwise_gelu_tanh
+                                     : algorithm::eltwise_gelu_erf);
+                     },
+                     {0});
 
   // unary_grad: the saved value is the forward input (relu, gelu) or output
   // (sigmoid, tanh, sqrt: the use_dst algorithms).
-  wrap(registry, "unary_grad",
-       [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
-         if (args.inputs[1].dtype != plan::F32)
-           return nullptr; // a 2-byte saved value: the own kernel widens it
-         std::string kind = args.s("kind", "");
-         algorithm alg;
-         bool useDst = false;
-         if (kind == "relu")
-           alg = algorithm::eltwise_relu;
-         else if (kind == "gelu")
-           alg = algorithm::eltwise_gelu_erf;
-         else if (kind == "gelu_tanh")
-           alg = algorithm::eltwise_gelu_tanh;
-         else if (kind == "sigmoid")
-           alg = algorithm::eltwise_logistic_use_dst_for_bwd, useDst = true;
-         else if (kind == "tanh")
-           alg = algorithm::eltwise_tanh_use_dst_for_bwd, useDst = true;
-         else if (kind == "sqrt")
-           alg = algorithm::eltwise_sqrt_use_dst_for_bwd, useDst = true;
-         else
-           return nullptr; // erf: no oneDNN algorithm
-         memory dy = bind(args.inputs[0]), saved = bind(args.inputs[1]),
-                dx = bind(args.outputs[0]);
-         dnnl::eltwise_forward::desc hintDesc(prop_kind::forward_training, alg,
-                                              saved.get_desc());
-         dnnl::eltwise_forward::primitive_desc hint(hintDesc, engine());
-         dnnl::eltwise_backward::desc desc(alg, dy.get_desc(),
-                                           saved.get_desc());
-         dnnl::eltwise_backward::primitive_desc pd(desc, ownScratchpad(),
-                                                   engine(), hint);
-         return std::make_unique<PrimitiveKernel>(
-             args, dnnl::eltwise_backward(pd),
-             std::unordered_map<int, memory>{
-                 {DNNL_ARG_DIFF_DST, dy},
-                 {useDst ? DNNL_ARG_DST : DNNL_ARG_SRC, saved},
-                 {DNNL_ARG_DIFF_SRC, dx}});
-       });
+  // unary_grad: its incoming gradient and saved value may be 2-byte copies.
+  wrapOnFloat32Views(
+      registry, "unary_grad",
+      [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+        std::string kind = args.s("kind", "");
+        algorithm alg;
+        bool useDst = false;
+        if (kind == "relu")
+          alg = algorithm::eltwise_relu;
+        else if (kind == "gelu")
+          alg = algorithm::eltwise_gelu_erf;
+        else if (kind == "gelu_tanh")
+          alg = algorithm::eltwise_gelu_tanh;
+        else if (kind == "sigmoid")
+          alg = algorithm::eltwise_logistic_use_dst_for_bwd, useDst = true;
+        else if (kind == "tanh")
+          alg = algorithm::eltwise_tanh_use_dst_for_bwd, useDst = true;
+        else if (kind == "sqrt")
+          alg = algorithm::eltwise_sqrt_use_dst_for_bwd, useDst = true;
+        else
+          return nullptr; // erf: no oneDNN algorithm
+        memory dy = bind(args.inputs[0]), saved = bind(args.inputs[1]),
+               dx = bind(args.outputs[0]);
+        dnnl::eltwise_forward::desc hintDesc(prop_kind::forward_training, alg,
+                                             saved.get_desc());
+        dnnl::eltwise_forward::primitive_desc hint(hintDesc, engine());
+        dnnl::eltwise_backward::desc desc(alg, dy.get_desc(), saved.get_desc());
+        dnnl::eltwise_backward::primitive_desc pd(desc, ownScratchpad(),
+                                                  engine(), hint);
+        return std::make_unique<PrimitiveKernel>(
+            args, dnnl::eltwise_backward(pd),
+            std::unordered_map<int, memory>{
+                {DNNL_ARG_DIFF_DST, dy},
+                {useDst ? DNNL_ARG_DST : DNNL_ARG_SRC, saved},
+                {DNNL_ARG_DIFF_SRC, dx}});
+      },
+      {0, 1});
 
   for (bool log : {false, true}) {
     wrap(registry, log ? "log_softmax" : "softmax",

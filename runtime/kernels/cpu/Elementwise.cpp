@@ -2,7 +2,6 @@
 
 #include "BroadcastReduction.h"
 #include "CpuKernels.h"
-#include "VectorMath.h"
 #include "cdp/Runtime/OpTable.h"
 
 #include "../Activations.h"
@@ -130,30 +129,9 @@ void addUnary(KernelRegistry &registry, const std::string &op, Fn fn) {
 
 float gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * kSqrt1_2)); }
 
-/// The tanh approximation's argument u: GELU(x) = x (1 + tanh(u)) / 2.
-inline float geluTanhArgument(float x) {
-  return kSqrt2OverPi * (x + 0.044715f * x * x * x);
-}
-
-/// exp(-2u): (1 + tanh(u)) / 2 is the logistic function 1 / (1 + exp(-2u)),
-/// the same value, whose exponential vectorizes (VectorMath.h; tanh is a
-/// call).
-inline float geluTanhExp(float x) {
-  return expInLoops(-2.0f * geluTanhArgument(x));
-}
-
-/// Where exp(-2u) overflows the gate is 0, as 1 + tanh(u) is in float.
-float geluTanh(float x) { return x / (1.0f + geluTanhExp(x)); }
-
-/// GELU-tanh's derivative: with the gate s = (1 + tanh(u)) / 2, 1 - tanh(u)^2
-/// is 4 s (1 - s), so d/dx = s + 2 x s (1 - s) du/dx; 1 - s is e s (e =
-/// exp(-2u)), which keeps its precision where s is near 1 (where 1 - s
-/// would not), and 1 where e overflowed (s = 0).
-inline float geluTanhDerivative(float x) {
-  float e = geluTanhExp(x), s = 1.0f / (1.0f + e);
-  float complement = s > 0.0f ? e * s : 1.0f;
-  float du = kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
-  return s + 2.0f * x * s * complement * du;
+float geluTanh(float x) {
+  return 0.5f * x *
+         (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
 }
 
 /// y[i] = f(x[i]) for an operand stored in float32 or in 2 bytes, one loop
@@ -365,7 +343,12 @@ unaryGrad(const KernelArgs &args) {
       return g * (cdf + x * pdf);
     });
   if (kind == "gelu_tanh")
-    return loop([](float g, float x) { return g * geluTanhDerivative(x); });
+    return loop([](float g, float x) {
+      float inner = kSqrt2OverPi * (x + 0.044715f * x * x * x);
+      float t = std::tanh(inner);
+      float dinner = kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
+      return g * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * dinner);
+    });
   if (kind == "erf")
     return loop(
         [](float g, float x) { return g * kTwoOverSqrtPi * std::exp(-x * x); });
@@ -565,7 +548,7 @@ std::unique_ptr<Kernel> narrowResultKernel(
     const KernelArgs &args,
     std::function<std::function<void(const StepContext &)>(const KernelArgs &)>
         make,
-    std::initializer_list<size_t> widenedInputs) {
+    const std::vector<size_t> &widenedInputs) {
   KernelArgs wide = args;
   KernelScratch scratch(args);
   WidenedOperands widened;
