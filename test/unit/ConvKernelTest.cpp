@@ -12,6 +12,7 @@
 
 #include "../../runtime/kernels/NarrowFloat.h"
 #include "../../runtime/kernels/cpu/CpuKernels.h"
+#include "Bf16Values.h"
 #include "cdp/Runtime/Kernel.h"
 
 #include <gtest/gtest.h>
@@ -25,6 +26,8 @@ using namespace cdp;
 using namespace cdp::runtime;
 
 using cpu::product; // the elements of a shape
+using test::bf16Normal;
+using test::viewOf;
 
 struct ConvCase {
   std::vector<int64_t> x, w; ///< (N, C, H, W), (M, C / group, kH, kW)
@@ -86,22 +89,6 @@ private:
     scale += std::fabs(term);
   }
 };
-
-std::vector<float> bf16Normal(std::mt19937 &rng, int64_t n) {
-  std::normal_distribution<float> normal;
-  std::vector<float> values(n);
-  for (float &v : values)
-    v = cdp::roundToBfloat16(normal(rng));
-  return values;
-}
-
-TensorView viewOf(std::vector<float> &data, std::vector<int64_t> shape) {
-  TensorView v;
-  v.data = data.data();
-  v.shape = std::move(shape);
-  v.dtype = plan::F32;
-  return v;
-}
 
 /// Runs the registry's CPU kernel for `op` (a convolution of `c`'s window)
 /// on `inputs` into a tensor of `outShape`, marked narrow_operands = bf16

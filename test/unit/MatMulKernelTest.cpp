@@ -11,6 +11,7 @@
 
 #include "../../runtime/kernels/NarrowFloat.h"
 #include "../../runtime/kernels/cpu/CpuKernels.h"
+#include "Bf16Values.h"
 #include "cdp/Runtime/Kernel.h"
 
 #include <gtest/gtest.h>
@@ -24,6 +25,8 @@ using namespace cdp;
 using namespace cdp::runtime;
 
 using cpu::product; // the elements of a shape
+using test::bf16Normal;
+using test::viewOf;
 
 /// Runs the registry's CPU matmul on (a, b) into a tensor of `yShape`.
 std::vector<float>
@@ -352,21 +355,6 @@ ProductRun runProduct(const std::string &op,
   bool native =
       static_cast<bool>(cdp::runtime::cpu::nativeBf16Product(args, scratch));
   return {y, native};
-}
-
-std::vector<float> bf16Normal(std::mt19937 &rng, int64_t n) {
-  std::normal_distribution<float> normal;
-  std::vector<float> values(n);
-  for (float &v : values)
-    v = cdp::roundToBfloat16(normal(rng));
-  return values;
-}
-
-TensorView viewOf(std::vector<float> &data, std::vector<int64_t> shape) {
-  TensorView v;
-  v.data = data.data();
-  v.shape = std::move(shape);
-  return v;
 }
 
 // Where the processor has bf16 dot products, a product marked bf16 runs as
