@@ -1,8 +1,9 @@
 //===- VectorMathTest.cpp - the vectorizable exp --------------------------===//
 //
 // expInLoops against double-precision exp over the float range it serves
-// (a sweep of bit patterns: within 2 ulp; 1 measured) and its limits (0
-// below FLT_MIN's exponent, +inf above FLT_MAX's, NaN kept).
+// (a sweep of bit patterns: within 2 ulp; 1 measured), its limits (0
+// below FLT_MIN's exponent, +inf above FLT_MAX's, NaN kept), and the
+// kernels' arrays of it (expInPlace) holding its bits on any processor.
 //
 //===----------------------------------------------------------------------===//
 
@@ -13,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 namespace {
 
@@ -69,6 +71,23 @@ TEST(VectorMath, ExpLimits) {
   // exp(1) and exp(-1) to the float nearest.
   EXPECT_LE(ulpsApart(expInLoops(1.0f), std::exp(1.0)), 1);
   EXPECT_LE(ulpsApart(expInLoops(-1.0f), std::exp(-1.0)), 1);
+}
+
+// The kernels' arrays of exponentials (AVX2 vectors where the processor
+// has them, the baseline's otherwise, scalar tails) hold expInLoops' bits,
+// for every length up to a few vectors and a vocabulary's.
+TEST(VectorMath, ArraysHoldExpInLoopsBits) {
+  std::vector<float> values(50257);
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = std::sin(0.37f * i) * 30.0f - 10.0f;
+  for (int64_t n : {int64_t(0), int64_t(1), int64_t(3), int64_t(7), int64_t(8),
+                    int64_t(9), int64_t(17), int64_t(33), int64_t(50257)}) {
+    std::vector<float> got(values.begin(), values.begin() + n);
+    cdp::runtime::cpu::expInPlace(got.data(), n);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(bitsOf(got[i]), bitsOf(expInLoops(values[i])))
+          << "length " << n << ", value " << i;
+  }
 }
 
 } // namespace

@@ -59,14 +59,12 @@ inline double probabilityScale(const float *stats) {
 }
 
 /// Row `s`'s exponentials exp(score - top) into `e` (n values): the
-/// differences first, then the exponentials in a loop of their own, which
-/// vectorizes (VectorMath.h).
+/// differences first, then the exponentials in vectors (VectorMath.h).
 void exponentialsOf(const float *s, const float *bias, int64_t step, int64_t n,
                     float top, float *e) {
   for (int64_t c = 0; c < n; ++c)
     e[c] = scoreAt(s, bias, step, c) - top;
-  for (int64_t c = 0; c < n; ++c)
-    e[c] = expInLoops(e[c]);
+  expInPlace(e, n);
 }
 
 /// Probabilities from a row's exponentials and its scale, into `p`.

@@ -95,7 +95,8 @@ RowLogSum rowLogSumOf(const ClassGeometry &g, const StoredValues &scores,
   for (int64_t c = 1; c < g.classes; ++c)
     top = std::max(top, e[c]);
   for (int64_t c = 0; c < g.classes; ++c)
-    e[c] = expInLoops(e[c] - top);
+    e[c] -= top;
+  expInPlace(e, g.classes);
   double sum = 0;
   for (int64_t c = 0; c < g.classes; ++c)
     sum += e[c];
@@ -202,8 +203,7 @@ softmaxLossGrad(const KernelArgs &args) {
             float value = in[g.at(n, c, i)];
             p[c] = fromScores ? logProbabilityOf(value, row) : value;
           }
-          for (int64_t c = 0; c < g.classes; ++c)
-            p[c] = expInLoops(p[c]);
+          expInPlace(p, g.classes);
           for (int64_t c = 0; c < g.classes; ++c)
             storeResult(dx.data, g.at(n, c, i),
                         static_cast<float>(factor * (static_cast<double>(p[c]) -

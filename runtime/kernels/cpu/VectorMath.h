@@ -63,6 +63,10 @@ inline float expInLoops(float x) {
   return x < kSmallest ? 0.0f : y;
 }
 
+/// values[i] = expInLoops(values[i]) for i < n, in AVX2 vectors where the
+/// processor has them (VectorMath.cpp), the same bits.
+void expInPlace(float *values, int64_t n);
+
 } // namespace cdp::runtime::cpu
 
 #endif // CDP_RUNTIME_KERNELS_CPU_VECTORMATH_H
