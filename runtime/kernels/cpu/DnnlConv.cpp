@@ -59,9 +59,10 @@ private:
 /// float32 primitive serves it.
 struct ReferenceOnly {};
 
-/// Refuses `pd` when it convolves in bf16 with oneDNN's reference code.
+/// `pd`, refused (ReferenceOnly) where it convolves in bf16 with oneDNN's
+/// reference code.
 template <typename PrimitiveDesc>
-const PrimitiveDesc &native(const PrimitiveDesc &pd, DT operands) {
+PrimitiveDesc native(PrimitiveDesc pd, DT operands) {
   if (operands == DT::bf16 && std::strncmp(pd.impl_info_str(), "ref", 3) == 0)
     throw ReferenceOnly();
   return pd;
