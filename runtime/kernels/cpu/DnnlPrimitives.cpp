@@ -13,6 +13,8 @@
 #include "CpuKernels.h"
 #include "Dnnl.h"
 
+#include <optional>
+
 namespace cdp::runtime::cpu {
 
 namespace {
@@ -80,26 +82,51 @@ void wrap(KernelRegistry &registry, const std::string &op,
 /// primitive then runs on float32 views (an eltwise primitive takes one
 /// data type), inputs `widenedInputs` stored in 2 bytes widened into the
 /// kernel's scratch before it, the result rounded (round_result) or stored
-/// in 2 bytes after it (narrowResultKernel).
+/// in 2 bytes after it (narrowResultKernel). `serves` says which
+/// instructions oneDNN has a primitive for, before any buffer is taken.
 void wrapOnFloat32Views(
     KernelRegistry &registry, const std::string &op,
+    std::function<bool(const KernelArgs &)> serves,
     std::function<std::unique_ptr<Kernel>(const KernelArgs &)> make,
     std::vector<size_t> widenedInputs) {
-  registerAhead(
-      registry, op,
-      [make, widenedInputs](const KernelArgs &args) -> std::unique_ptr<Kernel> {
-        auto onViews = [make](const KernelArgs &wide) {
-          std::shared_ptr<Kernel> kernel = make(wide);
-          if (!kernel)
-            throw dnnl::error(dnnl_unimplemented, "no oneDNN primitive");
-          return [kernel](const StepContext &context) { kernel->run(context); };
-        };
-        try {
-          return narrowResultKernel(args, onViews, widenedInputs);
-        } catch (const dnnl::error &) {
-          return nullptr;
-        }
-      });
+  registerAhead(registry, op,
+                [serves, make, widenedInputs](
+                    const KernelArgs &args) -> std::unique_ptr<Kernel> {
+                  if (!serves(args))
+                    return nullptr;
+                  auto onViews = [make](const KernelArgs &wide) {
+                    std::shared_ptr<Kernel> kernel = make(wide);
+                    return [kernel](const StepContext &context) {
+                      kernel->run(context);
+                    };
+                  };
+                  try {
+                    return narrowResultKernel(args, onViews, widenedInputs);
+                  } catch (const dnnl::error &) {
+                    return nullptr;
+                  }
+                });
+}
+
+/// oneDNN's algorithm for unary_grad's `kind`, and whether its gradient
+/// reads the forward's output (the use_dst algorithms: the saved value is
+/// the output for sigmoid, tanh and sqrt, the input for relu and gelu);
+/// none for erf.
+std::optional<std::pair<algorithm, bool>>
+eltwiseBackwardOf(const std::string &kind) {
+  if (kind == "relu")
+    return std::pair{algorithm::eltwise_relu, false};
+  if (kind == "gelu")
+    return std::pair{algorithm::eltwise_gelu_erf, false};
+  if (kind == "gelu_tanh")
+    return std::pair{algorithm::eltwise_gelu_tanh, false};
+  if (kind == "sigmoid")
+    return std::pair{algorithm::eltwise_logistic_use_dst_for_bwd, true};
+  if (kind == "tanh")
+    return std::pair{algorithm::eltwise_tanh_use_dst_for_bwd, true};
+  if (kind == "sqrt")
+    return std::pair{algorithm::eltwise_sqrt_use_dst_for_bwd, true};
+  return std::nullopt;
 }
 
 std::unique_ptr<Kernel> eltwiseForward(const KernelArgs &args, algorithm alg) {
@@ -273,38 +300,23 @@ void registerDnnlPrimitives(KernelRegistry &registry) {
     wrap(registry, op, [alg = alg](const KernelArgs &args) {
       return eltwiseForward(args, alg);
     });
-  wrapOnFloat32Views(registry, "gelu",
-                     [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
-                       return eltwiseForward(
-                           args, args.s("approximate", "none") == "tanh"
-                                     ? algorithm::eltwise_gelu_tanh
-                                     : algorithm::eltwise_gelu_erf);
-                     },
-                     {0});
+  wrapOnFloat32Views(
+      registry, "gelu", [](const KernelArgs &) { return true; },
+      [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+        return eltwiseForward(args, args.s("approximate", "none") == "tanh"
+                                        ? algorithm::eltwise_gelu_tanh
+                                        : algorithm::eltwise_gelu_erf);
+      },
+      {0});
 
-  // unary_grad: the saved value is the forward input (relu, gelu) or output
-  // (sigmoid, tanh, sqrt: the use_dst algorithms).
   // unary_grad: its incoming gradient and saved value may be 2-byte copies.
   wrapOnFloat32Views(
       registry, "unary_grad",
+      [](const KernelArgs &args) {
+        return eltwiseBackwardOf(args.s("kind", "")).has_value();
+      },
       [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
-        std::string kind = args.s("kind", "");
-        algorithm alg;
-        bool useDst = false;
-        if (kind == "relu")
-          alg = algorithm::eltwise_relu;
-        else if (kind == "gelu")
-          alg = algorithm::eltwise_gelu_erf;
-        else if (kind == "gelu_tanh")
-          alg = algorithm::eltwise_gelu_tanh;
-        else if (kind == "sigmoid")
-          alg = algorithm::eltwise_logistic_use_dst_for_bwd, useDst = true;
-        else if (kind == "tanh")
-          alg = algorithm::eltwise_tanh_use_dst_for_bwd, useDst = true;
-        else if (kind == "sqrt")
-          alg = algorithm::eltwise_sqrt_use_dst_for_bwd, useDst = true;
-        else
-          return nullptr; // erf: no oneDNN algorithm
+        auto [alg, useDst] = *eltwiseBackwardOf(args.s("kind", ""));
         memory dy = bind(args.inputs[0]), saved = bind(args.inputs[1]),
                dx = bind(args.outputs[0]);
         dnnl::eltwise_forward::desc hintDesc(prop_kind::forward_training, alg,
