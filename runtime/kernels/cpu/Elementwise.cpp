@@ -128,34 +128,9 @@ void addUnary(KernelRegistry &registry, const std::string &op, Fn fn) {
 }
 
 float gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * kSqrt1_2)); }
-
 float geluTanh(float x) {
   return 0.5f * x *
          (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
-}
-
-/// y[i] = f(x[i]) for an operand stored in float32 or in 2 bytes, one loop
-/// per storage so that each vectorizes (bf16 widens by a shift).
-template <typename Fn>
-void mapStored(const TensorView &x, NarrowFormat stored, float *y, int64_t n,
-               Fn f) {
-  if (stored == NarrowFormat::None) {
-    const float *px = x.f32();
-#pragma omp parallel for if (n > 65536)
-    for (int64_t i = 0; i < n; ++i)
-      y[i] = f(px[i]);
-    return;
-  }
-  const uint16_t *bits = static_cast<const uint16_t *>(x.data);
-  if (stored == NarrowFormat::Bfloat16) {
-#pragma omp parallel for if (n > 65536)
-    for (int64_t i = 0; i < n; ++i)
-      y[i] = f(floatOfBfloat16(bits[i]));
-    return;
-  }
-#pragma omp parallel for if (n > 65536)
-  for (int64_t i = 0; i < n; ++i)
-    y[i] = f(floatOfFloat16(bits[i]));
 }
 
 } // namespace
@@ -294,10 +269,12 @@ geluKernel(const KernelArgs &args) {
   int64_t n = y.numel();
   NarrowFormat stored = storedFormatOf(x);
   return [=](const StepContext &) {
-    if (approximate)
-      mapStored(x, stored, y.f32(), n, [](float v) { return geluTanh(v); });
-    else
-      mapStored(x, stored, y.f32(), n, [](float v) { return gelu(v); });
+    float *py = y.f32();
+#pragma omp parallel for if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) {
+      float value = loadValue(x.data, i, stored);
+      py[i] = approximate ? geluTanh(value) : gelu(value);
+    }
   };
 }
 
@@ -322,16 +299,9 @@ unaryGrad(const KernelArgs &args) {
           px[i] = local(pg[i], ps[i]);
         return;
       }
-      const uint16_t *bits = static_cast<const uint16_t *>(saved.data);
-      if (stored == NarrowFormat::Bfloat16) {
-#pragma omp parallel for if (n > 65536)
-        for (int64_t i = 0; i < n; ++i)
-          px[i] = local(pg[i], floatOfBfloat16(bits[i]));
-        return;
-      }
 #pragma omp parallel for if (n > 65536)
       for (int64_t i = 0; i < n; ++i)
-        px[i] = local(pg[i], floatOfFloat16(bits[i]));
+        px[i] = local(pg[i], loadValue(saved.data, i, stored));
     };
   };
   if (kind == "relu")
