@@ -45,19 +45,14 @@ MaxPool2d::MaxPool2d(const std::vector<int64_t> &x,
                            [](int64_t p) { return p == 0; })) {}
 
 int64_t MaxPool2d::argmax(const float *plane, int64_t oh, int64_t ow) const {
-  // The window clipped to the input: padding never wins (PyTorch's -inf).
-  int64_t top = oh * sH - padTop, left = ow * sW - padLeft;
-  int64_t iBegin = std::max<int64_t>(0, -top),
-          iEnd = std::min<int64_t>(kH, inH - top),
-          jBegin = std::max<int64_t>(0, -left),
-          jEnd = std::min<int64_t>(kW, inW - left);
-  int64_t where = (top + iBegin) * inW + left + jBegin;
+  Span rows = rowsOf(oh), columns = columnsOf(ow);
+  int64_t where = rows.begin * inW + columns.begin;
   float best = plane[where];
   if (std::isnan(best))
     return where;
-  for (int64_t i = iBegin; i < iEnd; ++i)
-    for (int64_t j = jBegin; j < jEnd; ++j) {
-      int64_t at = (top + i) * inW + left + j;
+  for (int64_t row = rows.begin; row < rows.end; ++row)
+    for (int64_t c = columns.begin; c < columns.end; ++c) {
+      int64_t at = row * inW + c;
       float value = plane[at];
       if (value > best || std::isnan(value)) {
         best = value;
@@ -154,19 +149,15 @@ void MaxPool2d::forwardWithoutNaN(const float *plane, float *out) const {
   // std::max(a, b) keeps a unless a < b: the earlier value on a tie (+0 and
   // -0), as argmax's first maximum; rows combine in order likewise.
   for (int64_t oh = 0; oh < outH; ++oh) {
-    int64_t top = oh * sH - padTop;
-    int64_t rowBegin = std::max<int64_t>(0, top),
-            rowEnd = std::min<int64_t>(inH, top + kH);
+    Span rows = rowsOf(oh);
     float *y = out + oh * outW;
-    for (int64_t row = rowBegin; row < rowEnd; ++row) {
+    for (int64_t row = rows.begin; row < rows.end; ++row) {
       const float *r = plane + row * inW;
-      bool first = row == rowBegin;
+      bool first = row == rows.begin;
       for (int64_t ow = 0; ow < outW; ++ow) {
-        int64_t left = ow * sW - padLeft;
-        int64_t begin = std::max<int64_t>(0, left),
-                end = std::min<int64_t>(inW, left + kW);
-        float m = r[begin];
-        for (int64_t c = begin + 1; c < end; ++c)
+        Span columns = columnsOf(ow);
+        float m = r[columns.begin];
+        for (int64_t c = columns.begin + 1; c < columns.end; ++c)
           m = std::max(m, r[c]);
         y[ow] = first ? m : std::max(y[ow], m);
       }
@@ -177,18 +168,14 @@ void MaxPool2d::forwardWithoutNaN(const float *plane, float *out) const {
 void MaxPool2d::backwardWithoutNaN(const float *plane, const float *dy,
                                    float *dx) const {
   for (int64_t oh = 0; oh < outH; ++oh) {
-    int64_t top = oh * sH - padTop;
-    int64_t rowBegin = std::max<int64_t>(0, top),
-            rowEnd = std::min<int64_t>(inH, top + kH);
+    Span rows = rowsOf(oh);
     for (int64_t ow = 0; ow < outW; ++ow) {
-      int64_t left = ow * sW - padLeft;
-      int64_t begin = std::max<int64_t>(0, left),
-              end = std::min<int64_t>(inW, left + kW);
+      Span columns = columnsOf(ow);
       // The first maximum in row-major order, as argmax without NaNs.
-      int64_t where = rowBegin * inW + begin;
+      int64_t where = rows.begin * inW + columns.begin;
       float best = plane[where];
-      for (int64_t row = rowBegin; row < rowEnd; ++row)
-        for (int64_t c = begin; c < end; ++c) {
+      for (int64_t row = rows.begin; row < rows.end; ++row)
+        for (int64_t c = columns.begin; c < columns.end; ++c) {
           int64_t at = row * inW + c;
           float v = plane[at];
           bool better = v > best;

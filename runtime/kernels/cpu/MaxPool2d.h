@@ -42,6 +42,19 @@ public:
   void backward(const float *x, const float *dy, float *dx) const;
 
 private:
+  /// Input rows or columns [begin, end) of a window, clipped to the input:
+  /// padding never wins (PyTorch's -inf).
+  struct Span {
+    int64_t begin, end;
+  };
+  Span rowsOf(int64_t oh) const { return clipped(oh * sH - padTop, kH, inH); }
+  Span columnsOf(int64_t ow) const {
+    return clipped(ow * sW - padLeft, kW, inW);
+  }
+  static Span clipped(int64_t first, int64_t window, int64_t size) {
+    return {first < 0 ? 0 : first,
+            first + window < size ? first + window : size};
+  }
   /// The index within its plane of the maximum of output (oh, ow)'s window.
   int64_t argmax(const float *plane, int64_t oh, int64_t ow) const;
   /// One plane without NaNs (nearly all): the forward combines each
