@@ -263,6 +263,25 @@ std::function<void(const StepContext &)> gemmKernel(const KernelArgs &args) {
   };
 }
 
+/// Fails the step unless every value of `operand` is exact in `format`.
+void checkExact(NarrowFormat format, const TensorView &operand,
+                const std::string &which, const std::string &where) {
+  const float *values = operand.f32();
+  int64_t n = operand.numel(), first = n;
+#pragma omp parallel for reduction(min : first) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i)
+    if (!exactIn(format, values[i]))
+      first = std::min(first, i);
+  if (first == n)
+    return;
+  throw RuntimeError(
+      where + ": operand " + which + " holds " + std::to_string(values[first]) +
+      " (element " + std::to_string(first) +
+      "), which the plan's narrow_operands mark says it cannot (" +
+      (format == NarrowFormat::Bfloat16 ? "bf16" : "f16") +
+      "); a compiler fault: report the model and flags");
+}
+
 /// `body` after checking the product's narrow_operands mark on its first
 /// runs (NarrowOperandsCheck).
 std::function<void(const StepContext &)>
@@ -315,29 +334,6 @@ std::unique_ptr<Kernel> productKernel(
         body(context);
       },
       scratch.ownBytes());
-}
-
-} // namespace
-
-namespace {
-
-/// Fails the step unless every value of `operand` is exact in `format`.
-void checkExact(NarrowFormat format, const TensorView &operand,
-                const std::string &which, const std::string &where) {
-  const float *values = operand.f32();
-  int64_t n = operand.numel(), first = n;
-#pragma omp parallel for reduction(min : first) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i)
-    if (!exactIn(format, values[i]))
-      first = std::min(first, i);
-  if (first == n)
-    return;
-  throw RuntimeError(
-      where + ": operand " + which + " holds " + std::to_string(values[first]) +
-      " (element " + std::to_string(first) +
-      "), which the plan's narrow_operands mark says it cannot (" +
-      (format == NarrowFormat::Bfloat16 ? "bf16" : "f16") +
-      "); a compiler fault: report the model and flags");
 }
 
 } // namespace
