@@ -13,6 +13,7 @@
 
 #include "../../runtime/kernels/NarrowFloat.h"
 #include "../../runtime/kernels/cpu/CpuKernels.h"
+#include "Bf16Values.h"
 #include "cdp/Runtime/Kernel.h"
 
 #include <gtest/gtest.h>
@@ -55,9 +56,7 @@ int64_t run(const std::string &op, std::vector<Tensor *> inputs,
   plan::Instruction instruction;
   instruction.set_op(op);
   instruction.set_location("/attn/" + op);
-  plan::Attribute *mark = instruction.add_attributes();
-  mark->set_name("narrow_operands");
-  mark->set_s("bf16");
+  test::markNarrowOperands(instruction);
   plan::Attribute *scale = instruction.add_attributes();
   scale->set_name("scale");
   scale->set_f(0.125f);

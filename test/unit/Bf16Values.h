@@ -1,8 +1,8 @@
 //===- Bf16Values.h - operands for the bf16 kernels' tests ------*- C++ -*-===//
 //
 // Random operands exact in bf16 (the values a narrow_operands mark
-// promises) and float32 views of them, shared by the products' and the
-// convolutions' tests.
+// promises), float32 views of them and the mark itself, shared by the
+// products', the attention's and the convolutions' tests.
 //
 //===----------------------------------------------------------------------===//
 
@@ -13,6 +13,7 @@
 #include "cdp/Runtime/Kernel.h"
 
 #include <random>
+#include <string>
 #include <vector>
 
 namespace cdp::test {
@@ -34,6 +35,15 @@ inline runtime::TensorView viewOf(std::vector<float> &data,
   v.shape = std::move(shape);
   v.dtype = plan::F32;
   return v;
+}
+
+/// Marks `instruction` narrow_operands = `format`, as the compiler marks
+/// a product or convolution whose operands are exact in it.
+inline void markNarrowOperands(plan::Instruction &instruction,
+                               const std::string &format = "bf16") {
+  plan::Attribute *mark = instruction.add_attributes();
+  mark->set_name("narrow_operands");
+  mark->set_s(format);
 }
 
 } // namespace cdp::test

@@ -111,11 +111,8 @@ std::vector<float> runConv(const std::string &op, const ConvCase &c,
   plan::Attribute *group = instruction.add_attributes();
   group->set_name("group");
   group->set_i(c.group);
-  if (marked) {
-    plan::Attribute *mark = instruction.add_attributes();
-    mark->set_name("narrow_operands");
-    mark->set_s("bf16");
-  }
+  if (marked)
+    test::markNarrowOperands(instruction);
   std::vector<float> out(product(outShape), std::nanf(""));
   KernelArgs args;
   args.instruction = &instruction;

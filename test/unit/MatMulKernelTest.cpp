@@ -37,11 +37,8 @@ runKernel(const std::vector<int64_t> &aShape, std::vector<float> &a,
   plan::Instruction instruction;
   instruction.set_op("matmul");
   instruction.set_location("/attn/MatMul");
-  if (!narrow.empty()) {
-    plan::Attribute *mark = instruction.add_attributes();
-    mark->set_name("narrow_operands");
-    mark->set_s(narrow);
-  }
+  if (!narrow.empty())
+    test::markNarrowOperands(instruction, narrow);
   for (auto [name, value] : {std::pair<const char *, bool>{"trans_a", transA},
                              {"trans_b", transB}}) {
     plan::Attribute *attribute = instruction.add_attributes();
@@ -321,9 +318,7 @@ ProductRun runProduct(const std::string &op,
   plan::Instruction instruction;
   instruction.set_op(op);
   instruction.set_location("/h/" + op);
-  plan::Attribute *mark = instruction.add_attributes();
-  mark->set_name("narrow_operands");
-  mark->set_s("bf16");
+  test::markNarrowOperands(instruction);
   for (const auto &[name, value] : attrs) {
     plan::Attribute *attribute = instruction.add_attributes();
     attribute->set_name(name);
