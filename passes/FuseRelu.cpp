@@ -1,10 +1,8 @@
 //===- FuseRelu.cpp - a ReLU applied by the op that writes its input ------===//
 //
-// A Linear (or a batch norm) followed by ReLU wrote its result, read it to
-// write the ReLU's, and kept its result for the backward, whose ReLU
-// gradient read it (dx = dy where x > 0). Since relu(x) > 0 exactly where
-// x > 0 (a NaN is neither), the gradient may read the ReLU's output
-// instead; then nothing but the ReLU reads the result, and the op applies
+// A Linear (or a batch norm) followed by ReLU wrote its result and read it
+// to write the ReLU's. Where the ReLU is the result's only reader (the ReLU's
+// gradient reads the ReLU's output, as autodiff makes it), the op applies
 // the ReLU as it writes (`activation = "relu"`; a cuBLASLt epilogue, or the
 // batch norm's own kernel, on GPUs): one pass over the result and one
 // activation buffer fewer per layer (through a reshape between them, which
@@ -57,26 +55,15 @@ Value reluOperand(Operation *op) {
   return result;
 }
 
-/// The ReLU `op` can apply itself: the one ReLU of its first result (or
-/// of its reshape), in its stage, where every other reader is a ReLU
-/// gradient reading the result as its saved input; else null.
+/// The ReLU `op` can apply itself: the one reader of its first result (or
+/// of its reshape), in its stage; else null.
 ReluOp fusableRelu(Operation *op) {
   if (!canApplyRelu(op))
     return nullptr;
-  ReluOp relu;
-  for (OpOperand &use : reluOperand(op).getUses()) {
-    Operation *reader = use.getOwner();
-    if (auto found = dyn_cast<ReluOp>(reader)) {
-      if (relu)
-        return nullptr;
-      relu = found;
-      continue;
-    }
-    auto grad = dyn_cast<UnaryGradOp>(reader);
-    if (!grad || grad.getKind() != "relu" ||
-        use.getOperandNumber() != grad.getSavedMutable().getOperandNumber())
-      return nullptr;
-  }
+  Value result = reluOperand(op);
+  if (!result.hasOneUse())
+    return nullptr;
+  auto relu = dyn_cast<ReluOp>(*result.getUsers().begin());
   if (!relu || !isFloat32(relu.getOutput()) ||
       relu->getAttr("cdp.stage") != op->getAttr("cdp.stage"))
     return nullptr;
@@ -92,13 +79,8 @@ struct FuseReluPass : public cdp::impl::FuseReluBase<FuseReluPass> {
           fusions.push_back({op, relu});
     });
     for (auto [op, relu] : fusions) {
-      Value result = reluOperand(op);
-      // The gradients read the ReLU's output, the same mask.
-      result.replaceUsesWithIf(relu.getOutput(), [&](OpOperand &use) {
-        return use.getOwner() != relu.getOperation();
-      });
       op->setAttr("activation", StringAttr::get(op->getContext(), "relu"));
-      relu.getOutput().replaceAllUsesWith(result);
+      relu.getOutput().replaceAllUsesWith(reluOperand(op));
       relu->erase();
     }
   }

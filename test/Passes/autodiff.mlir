@@ -43,10 +43,12 @@ func.func @main(%x: tensor<4x2x3xf32>) -> (tensor<f32> {cdp.name = "loss"}) attr
 
 // Tests the rules of a conv + relu + max_pool chain: conv_grad_weight for the
 // weight, a reduce_sum over (N, H, W) for the bias, no conv_grad_input since
-// the input is not trainable.
+// the input is not trainable. The ReLU's gradient reads the ReLU's output (as
+// PyTorch's does), which max_pool's gradient keeps anyway, not its input.
 // CHECK-LABEL: cdp.param "w" : tensor<4x1x3x3xf32>
+// CHECK: %[[R:.+]] = cdp.relu
 // CHECK: cdp.max_pool_grad
-// CHECK: cdp.unary_grad {{.*}} {kind = "relu"}
+// CHECK: cdp.unary_grad %{{.+}}, %[[R]] {kind = "relu"}
 // CHECK-NOT: cdp.conv_grad_input
 // CHECK: %[[DW:.+]] = cdp.conv_grad_weight {{.*}}weight_shape = array<i64: 4, 1, 3, 3>
 // CHECK: %[[DB:.+]] = cdp.reduce_sum {{.*}}{axes = array<i64: 0, 2, 3>, keepdims = false}

@@ -1,12 +1,12 @@
 // RUN: cdp-opt %s -split-input-file -verify-diagnostics -cdp-fuse-relu | FileCheck %s
 
 // Tests that a float32 gemm or a training batch norm applies the ReLU that
-// reads its result when the ReLU's gradients are its result's only other
-// readers: the gradients then read the ReLU's output (positive exactly
-// where its input is), the ReLU is gone. And that nothing fuses where the
-// result has another reader, is read as a gradient's incoming gradient, is
-// rounded, where the ReLU runs in another stage, or after an inference
-// batch norm.
+// reads its result when the ReLU is its result's only reader (its gradient
+// reads the ReLU's output, as autodiff makes it): the ReLU is gone, its
+// readers read the op's result. And that nothing fuses where the result has
+// another reader (a ReLU gradient reading the pre-activation included), is
+// read as a gradient's incoming gradient, is rounded, where the ReLU runs in
+// another stage, or after an inference batch norm.
 
 // CHECK-LABEL: func.func @linear_relu
 // CHECK: %[[Y:.+]] = cdp.gemm %arg0, %arg1, %arg2 {activation = "relu", cdp.stage = 1 : i64, trans_b = true}
@@ -16,7 +16,7 @@
 func.func @linear_relu(%x: tensor<4x8xf32>, %w: tensor<6x8xf32>, %b: tensor<6xf32>, %dy: tensor<4x6xf32>) -> (tensor<4x6xf32>, tensor<4x6xf32>) {
   %pre = cdp.gemm %x, %w, %b {trans_b = true, cdp.stage = 1 : i64} : (tensor<4x8xf32>, tensor<6x8xf32>, tensor<6xf32>) -> tensor<4x6xf32>
   %y = cdp.relu %pre {cdp.stage = 1 : i64} : tensor<4x6xf32>
-  %dx = cdp.unary_grad %dy, %pre {kind = "relu"} : (tensor<4x6xf32>, tensor<4x6xf32>) -> tensor<4x6xf32>
+  %dx = cdp.unary_grad %dy, %y {kind = "relu"} : (tensor<4x6xf32>, tensor<4x6xf32>) -> tensor<4x6xf32>
   return %y, %dx : tensor<4x6xf32>, tensor<4x6xf32>
 }
 
@@ -34,7 +34,7 @@ func.func @linear_tokens_relu(%x: tensor<8x8xf32>, %w: tensor<6x8xf32>, %b: tens
   %p = cdp.gemm %x, %w, %b {trans_b = true, cdp.stage = 1 : i64} : (tensor<8x8xf32>, tensor<6x8xf32>, tensor<6xf32>) -> tensor<8x6xf32>
   %pre = cdp.reshape %p {shape = array<i64: 2, 4, 6>, cdp.stage = 1 : i64} : (tensor<8x6xf32>) -> tensor<2x4x6xf32>
   %y = cdp.relu %pre {cdp.stage = 1 : i64} : tensor<2x4x6xf32>
-  %dx = cdp.unary_grad %dy, %pre {kind = "relu"} : (tensor<2x4x6xf32>, tensor<2x4x6xf32>) -> tensor<2x4x6xf32>
+  %dx = cdp.unary_grad %dy, %y {kind = "relu"} : (tensor<2x4x6xf32>, tensor<2x4x6xf32>) -> tensor<2x4x6xf32>
   return %y, %dx : tensor<2x4x6xf32>, tensor<2x4x6xf32>
 }
 
@@ -49,6 +49,19 @@ func.func @read_elsewhere(%x: tensor<4x8xf32>, %w: tensor<8x6xf32>) -> (tensor<4
   %y = cdp.relu %pre : tensor<4x6xf32>
   %z = cdp.add %pre, %y : (tensor<4x6xf32>, tensor<4x6xf32>) -> tensor<4x6xf32>
   return %y, %z : tensor<4x6xf32>, tensor<4x6xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @gradient_reads_input
+// CHECK: cdp.gemm
+// CHECK-NOT: activation
+// CHECK: cdp.relu
+func.func @gradient_reads_input(%x: tensor<4x8xf32>, %w: tensor<8x6xf32>, %dy: tensor<4x6xf32>) -> (tensor<4x6xf32>, tensor<4x6xf32>) {
+  %pre = cdp.gemm %x, %w : (tensor<4x8xf32>, tensor<8x6xf32>) -> tensor<4x6xf32>
+  %y = cdp.relu %pre : tensor<4x6xf32>
+  %dx = cdp.unary_grad %dy, %pre {kind = "relu"} : (tensor<4x6xf32>, tensor<4x6xf32>) -> tensor<4x6xf32>
+  return %y, %dx : tensor<4x6xf32>, tensor<4x6xf32>
 }
 
 // -----
@@ -97,7 +110,7 @@ func.func @other_stage(%x: tensor<4x8xf32>, %w: tensor<8x6xf32>) -> tensor<4x6xf
 func.func @batch_norm_relu(%x: tensor<2x3x4x4xf32>, %p: tensor<3xf32>, %dy: tensor<2x3x4x4xf32>) -> (tensor<2x3x4x4xf32>, tensor<2x3x4x4xf32>) {
   %pre, %m, %v = cdp.batch_norm %x, %p, %p, %p, %p {training_mode = true} : (tensor<2x3x4x4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) -> (tensor<2x3x4x4xf32>, tensor<3xf32>, tensor<3xf32>)
   %y = cdp.relu %pre : tensor<2x3x4x4xf32>
-  %dx = cdp.unary_grad %dy, %pre {kind = "relu"} : (tensor<2x3x4x4xf32>, tensor<2x3x4x4xf32>) -> tensor<2x3x4x4xf32>
+  %dx = cdp.unary_grad %dy, %y {kind = "relu"} : (tensor<2x3x4x4xf32>, tensor<2x3x4x4xf32>) -> tensor<2x3x4x4xf32>
   return %y, %dx : tensor<2x3x4x4xf32>, tensor<2x3x4x4xf32>
 }
 

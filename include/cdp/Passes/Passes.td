@@ -229,13 +229,12 @@ def FuseRelu : Pass<"cdp-fuse-relu", "mlir::ModuleOp"> {
   let description = [{
     On the training graph (after autodiff): a float32 `cdp.gemm` (without
     `narrow_operands` or `round_result`) or a training-mode
-    `cdp.batch_norm` whose (first) result is read by one `cdp.relu` of its
-    stage and otherwise only as the saved input of ReLU gradients
-    (`cdp.unary_grad` of kind "relu") takes `activation = "relu"` and
-    replaces the ReLU: the gradients read the ReLU's output instead, which
-    is positive exactly where its input is (the same mask, NaN included).
-    One pass over the result and the pre-activation buffer fewer per layer;
-    a cuBLASLt epilogue, or the batch norm's own kernel, on GPUs.
+    `cdp.batch_norm` whose (first) result only one `cdp.relu` of its stage
+    reads (the ReLU's gradient reads the ReLU's output, as autodiff makes
+    it) takes `activation = "relu"` and replaces the ReLU, whose readers
+    read the op's result. One pass over the result and the pre-activation
+    buffer fewer per layer; a cuBLASLt epilogue, or the batch norm's own
+    kernel, on GPUs.
   }];
   let dependentDialects = ["cdp::CDPDialect"];
 }

@@ -455,7 +455,7 @@ class CDP_ActivationOp<string mnemonic, string onnxName, string gradKind,
   }];
 }
 
-def CDP_ReluOp : CDP_ActivationOp<"relu", "Relu", "relu">;
+def CDP_ReluOp : CDP_ActivationOp<"relu", "Relu", "relu", 1>;
 def CDP_ErfOp : CDP_ActivationOp<"erf", "Erf", "erf">;
 def CDP_TanhOp : CDP_ActivationOp<"tanh", "Tanh", "tanh", 1>;
 def CDP_SigmoidOp : CDP_ActivationOp<"sigmoid", "Sigmoid", "sigmoid", 1>;
@@ -944,10 +944,12 @@ def CDP_UnaryGradOp : CDP_Op<"unary_grad", [CDP_ElementwiseInPlace]> {
   let summary = "gradient of an element-wise activation";
   let description = [{
     `dx = dy * f'(saved)`, where `saved` is the forward input `x` for
-    `relu`, `gelu`, `gelu_tanh`, `erf`, `clip` (`params` = min, max),
+    `gelu`, `gelu_tanh`, `erf`, `clip` (`params` = min, max),
     `hard_sigmoid` (`params` = alpha, beta) and `hard_swish`, and the
-    forward output `y` for `sigmoid` (`y(1-y)`), `tanh` (`1-y^2`) and
-    `sqrt` (`1/(2y)`). At the kinks the derivative is PyTorch's.
+    forward output `y` for `relu` (`dy` where `y > 0`, as PyTorch's
+    threshold_backward: the same mask as `x > 0`, a NaN in neither),
+    `sigmoid` (`y(1-y)`), `tanh` (`1-y^2`) and `sqrt` (`1/(2y)`). At the
+    kinks the derivative is PyTorch's.
     `round_result` as for `cdp.add`; under it the result may be a tensor of
     that format (cdp-narrow-results: the values stored in 2 bytes, for
     readers that take them so). `saved` may be a bf16 or f16 tensor (the
