@@ -110,12 +110,11 @@ void wrapOnFloat32Views(
 
 /// oneDNN's algorithm for unary_grad's `kind`, and whether its gradient
 /// reads the forward's output (the use_dst algorithms: the saved value is
-/// the output for relu, sigmoid, tanh and sqrt, the input for gelu); none
-/// for erf.
+/// the output for sigmoid, tanh and sqrt, the input for gelu); none for erf
+/// and relu (the project kernel's one pass reads 2-byte operands and
+/// rounds as it writes).
 std::optional<std::pair<algorithm, bool>>
 eltwiseBackwardOf(const std::string &kind) {
-  if (kind == "relu")
-    return std::pair{algorithm::eltwise_relu_use_dst_for_bwd, true};
   if (kind == "gelu")
     return std::pair{algorithm::eltwise_gelu_erf, false};
   if (kind == "gelu_tanh")

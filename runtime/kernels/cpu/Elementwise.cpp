@@ -133,6 +133,72 @@ float geluTanh(float x) {
          (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
 }
 
+/// Calls `use` with a reader of `view`'s value i as float: float32 storage,
+/// or the 2-byte patterns a --precision plan stores (widened exactly), or,
+/// where `rounding` names a format, float32 values rounded to it as read.
+template <typename Use>
+void withReader(const TensorView &view, NarrowFormat rounding, Use use) {
+  if (storedFormatOf(view) == NarrowFormat::Bfloat16) {
+    auto *bits = static_cast<const uint16_t *>(view.data);
+    return use([bits](int64_t i) { return floatOfBfloat16(bits[i]); });
+  }
+  if (storedFormatOf(view) == NarrowFormat::Float16) {
+    auto *bits = static_cast<const uint16_t *>(view.data);
+    return use([bits](int64_t i) { return floatOfFloat16(bits[i]); });
+  }
+  const float *values = view.f32();
+  if (rounding == NarrowFormat::Bfloat16)
+    return use([values](int64_t i) { return roundToBfloat16(values[i]); });
+  if (rounding == NarrowFormat::Float16)
+    return use([values](int64_t i) { return roundToFloat16(values[i]); });
+  return use([values](int64_t i) { return values[i]; });
+}
+
+/// Calls `use` with a writer of value i into `view`: float32, or, for a
+/// result cdp-narrow-results stores in 2 bytes, the value rounded to that
+/// format.
+template <typename Use> void withWriter(const TensorView &view, Use use) {
+  if (storedInTwoBytes(view)) {
+    auto *bits = static_cast<uint16_t *>(view.data);
+    bool bf16 = storedFormatOf(view) == NarrowFormat::Bfloat16;
+    return use(
+        [bits, bf16](int64_t i, float x) { bits[i] = narrowBitsOf(x, bf16); });
+  }
+  float *values = view.f32();
+  return use([values](int64_t i, float x) { values[i] = x; });
+}
+
+/// dx = dy where y > 0, else 0. Both are read unconditionally and each
+/// thread takes its own copies of the accessors (firstprivate), so that no
+/// store can alias their pointers: the loop vectorizes.
+template <typename Grad, typename Output, typename Write>
+void reluGradientLoop(Grad grad, Output output, Write write, int64_t n) {
+#pragma omp parallel for if (n > 65536) firstprivate(grad, output, write)
+  for (int64_t i = 0; i < n; ++i) {
+    float g = grad(i);
+    write(i, output(i) > 0.0f ? g : 0.0f);
+  }
+}
+
+/// ReLU's gradient, dx = dy where the saved output y > 0, else 0, in one
+/// pass whatever the storage: a --precision plan's y is the backward's
+/// 2-byte copy, dy may be one, and dx is rounded (round_result) or stored
+/// in 2 bytes. Rounding dy as read rounds dx: 0 is exact.
+std::function<void(const StepContext &)> reluGradient(const KernelArgs &args) {
+  TensorView dy = args.inputs[0], saved = args.inputs[1], dx = args.outputs[0];
+  NarrowFormat rounding =
+      storedInTwoBytes(dx) ? NarrowFormat::None : roundingOf(args);
+  int64_t n = dx.numel();
+  return [=](const StepContext &) {
+    withReader(dy, rounding, [&](auto grad) {
+      withReader(saved, NarrowFormat::None, [&](auto output) {
+        withWriter(
+            dx, [&](auto write) { reluGradientLoop(grad, output, write, n); });
+      });
+    });
+  };
+}
+
 } // namespace
 
 /// Element-wise arithmetic and activations, broadcasting.
@@ -226,10 +292,13 @@ static void registerArithmetic(KernelRegistry &registry) {
   registry.add("gelu", Backend::CPU, [](const KernelArgs &args) {
     return narrowResultKernel(args, geluKernel);
   });
-  registry.add("unary_grad", Backend::CPU, [](const KernelArgs &args) {
-    // A 2-byte gradient is widened into a float32 buffer first.
-    return narrowResultKernel(args, unaryGrad, {0});
-  });
+  registry.add("unary_grad", Backend::CPU,
+               [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
+                 if (args.s("kind", "") == "relu")
+                   return std::make_unique<FunctionKernel>(reluGradient(args));
+                 // A 2-byte gradient is widened into a float32 buffer first.
+                 return narrowResultKernel(args, unaryGrad, {0});
+               });
 }
 
 /// Dropout's loop, float32 out (narrowResultKernel rounds or packs).
@@ -304,8 +373,6 @@ unaryGrad(const KernelArgs &args) {
         px[i] = local(pg[i], loadValue(saved.data, i, stored));
     };
   };
-  if (kind == "relu")
-    return loop([](float g, float x) { return x > 0.0f ? g : 0.0f; });
   if (kind == "gelu")
     return loop([](float g, float x) {
       float cdf = 0.5f * (1.0f + std::erf(x * kSqrt1_2));
