@@ -7,9 +7,10 @@
 // batch norm's own kernel, on GPUs): one pass over the result and one
 // activation buffer fewer per layer (through a reshape between them, which
 // then reshapes the ReLU's values). A batch norm's own gradient reads its
-// input, not its result. Float32 results only: a rounded or 2-byte result
-// is left as it is; and training-mode batch norms (the evaluation's keeps
-// oneDNN's kernel on the CPU).
+// input, not its result. Float32 results only: a gemm's rounded or 2-byte
+// result is left as it is (a batch norm's rounded one fuses); and
+// training-mode batch norms (the evaluation's keeps oneDNN's kernel on the
+// CPU).
 //
 //===----------------------------------------------------------------------===//
 
@@ -33,7 +34,9 @@ bool isFloat32(Value value) {
 }
 
 /// Whether `op` may apply a ReLU to its first result: a float32 gemm
-/// without rounding, or a training batch norm.
+/// without rounding, or a training batch norm, rounded or not (its kernels
+/// apply the ReLU before the rounding, which commute: both keep 0, NaN and
+/// the order of values).
 bool canApplyRelu(Operation *op) {
   if (op->hasAttr("activation") || !isFloat32(op->getResult(0)))
     return false;

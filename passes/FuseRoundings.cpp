@@ -5,8 +5,9 @@
 // arithmetic (add, sub, mul, div, pow, min, max), dropout (and its
 // gradient), GELU (and an activation's gradient), softmax's gradient, the
 // cross-entropy loss's gradient, a matrix product (gemm, matmul), an
-// attention or a reduce_to (a bias's gradient) whose result only the
-// rounding reads, in the same stage and phase,
+// attention, a batch norm (and its gradient's dx) or a reduce_to (a bias's
+// gradient) whose result only the rounding reads, in the same stage and
+// phase,
 // the op can round each value as it writes it (`round_result`): the same bits,
 // one pass or one kernel fewer.
 //
@@ -28,14 +29,15 @@ namespace {
 /// The op `round` can move into, or null: element-wise arithmetic,
 /// dropout (its output, not its mask) and its gradient, GELU, the gradients
 /// of an activation, a softmax and the cross-entropy loss, a product, an
-/// attention (its output, not its stats), a reduce_to.
+/// attention (its output, not its stats), a batch norm (its output, not its
+/// statistics) and its gradient (dx), a reduce_to.
 Operation *fusableProducer(RoundToOp round) {
   Operation *op = round.getInput().getDefiningOp();
   if (!op ||
       !isa<AddOp, SubOp, MulOp, DivOp, PowOp, MinOp, MaxOp, DropoutOp,
            DropoutGradOp, GeluOp, UnaryGradOp, SoftmaxGradOp,
            SoftmaxCrossEntropyLossGradOp, GemmOp, MatMulOp, AttentionOp,
-           ReduceToOp>(op) ||
+           BatchNormOp, BatchNormGradOp, ReduceToOp>(op) ||
       round.getInput() != op->getResult(0) || !round.getInput().hasOneUse() ||
       op->hasAttr("round_result"))
     return nullptr;

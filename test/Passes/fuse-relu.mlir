@@ -1,12 +1,13 @@
 // RUN: cdp-opt %s -split-input-file -verify-diagnostics -cdp-fuse-relu | FileCheck %s
 
-// Tests that a float32 gemm or a training batch norm applies the ReLU that
-// reads its result when the ReLU is its result's only reader (its gradient
-// reads the ReLU's output, as autodiff makes it): the ReLU is gone, its
-// readers read the op's result. And that nothing fuses where the result has
-// another reader (a ReLU gradient reading the pre-activation included), is
-// read as a gradient's incoming gradient, is rounded, where the ReLU runs in
-// another stage, or after an inference batch norm.
+// Tests that a float32 gemm or a training batch norm (rounded or not)
+// applies the ReLU that reads its result when the ReLU is its result's only
+// reader (its gradient reads the ReLU's output, as autodiff makes it): the
+// ReLU is gone, its readers read the op's result. And that nothing fuses
+// where the result has another reader (a ReLU gradient reading the
+// pre-activation included), is read as a gradient's incoming gradient, is a
+// rounded product's, where the ReLU runs in another stage, or after an
+// inference batch norm.
 
 // CHECK-LABEL: func.func @linear_relu
 // CHECK: %[[Y:.+]] = cdp.gemm %arg0, %arg1, %arg2 {activation = "relu", cdp.stage = 1 : i64, trans_b = true}
@@ -112,6 +113,20 @@ func.func @batch_norm_relu(%x: tensor<2x3x4x4xf32>, %p: tensor<3xf32>, %dy: tens
   %y = cdp.relu %pre : tensor<2x3x4x4xf32>
   %dx = cdp.unary_grad %dy, %y {kind = "relu"} : (tensor<2x3x4x4xf32>, tensor<2x3x4x4xf32>) -> tensor<2x3x4x4xf32>
   return %y, %dx : tensor<2x3x4x4xf32>, tensor<2x3x4x4xf32>
+}
+
+// -----
+
+// A rounded batch norm (autocast's, bf16 out) applies the ReLU too: its
+// kernels apply it before the rounding, which commutes with it.
+// CHECK-LABEL: func.func @rounded_batch_norm_relu
+// CHECK: %[[Y:.+]], %{{.+}}, %{{.+}} = cdp.batch_norm %arg0, %arg1, %arg1, %arg1, %arg1 {activation = "relu", round_result = "bf16", training_mode = true}
+// CHECK-NOT: cdp.relu
+// CHECK: return %[[Y]]
+func.func @rounded_batch_norm_relu(%x: tensor<2x3x4x4xf32>, %p: tensor<3xf32>) -> tensor<2x3x4x4xf32> {
+  %pre, %m, %v = cdp.batch_norm %x, %p, %p, %p, %p {round_result = "bf16", training_mode = true} : (tensor<2x3x4x4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) -> (tensor<2x3x4x4xf32>, tensor<3xf32>, tensor<3xf32>)
+  %y = cdp.relu %pre : tensor<2x3x4x4xf32>
+  return %y : tensor<2x3x4x4xf32>
 }
 
 // -----

@@ -81,3 +81,22 @@ func.func @bias_gradient(%dy: tensor<4x8xf32>) -> tensor<8xf32> {
   %br = cdp.round_to %b {format = "bf16"} : tensor<8xf32>
   return %br : tensor<8xf32>
 }
+
+// -----
+
+// A batch norm's rounded output and its gradient's rounded dx become their
+// round_result (ResNet's under autocast); a rounding of the running mean, a
+// statistic, stays.
+// CHECK-LABEL: func.func @batch_norm
+// CHECK-NEXT: %[[Y:.+]], %[[M:.+]], %[[V:.+]] = cdp.batch_norm %arg0, %arg1, %arg1, %arg1, %arg1 {round_result = "bf16", training_mode = true}
+// CHECK-NEXT: %[[MR:.+]] = cdp.round_to %[[M]] {format = "bf16"}
+// CHECK-NEXT: %[[DX:.+]], %{{.+}}, %{{.+}} = cdp.batch_norm_grad %arg2, %arg0, %arg1, %arg1, %arg1 {round_result = "bf16", training_mode = true}
+// CHECK-NEXT: return %[[Y]], %[[MR]], %[[DX]]
+func.func @batch_norm(%x: tensor<2x3x4x4xf32>, %p: tensor<3xf32>, %dy: tensor<2x3x4x4xf32>) -> (tensor<2x3x4x4xf32>, tensor<3xf32>, tensor<2x3x4x4xf32>) {
+  %y, %m, %v = cdp.batch_norm %x, %p, %p, %p, %p {training_mode = true} : (tensor<2x3x4x4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) -> (tensor<2x3x4x4xf32>, tensor<3xf32>, tensor<3xf32>)
+  %yr = cdp.round_to %y {format = "bf16"} : tensor<2x3x4x4xf32>
+  %mr = cdp.round_to %m {format = "bf16"} : tensor<3xf32>
+  %dx, %ds, %db = cdp.batch_norm_grad %dy, %x, %p, %p, %p {training_mode = true} : (tensor<2x3x4x4xf32>, tensor<2x3x4x4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) -> (tensor<2x3x4x4xf32>, tensor<3xf32>, tensor<3xf32>)
+  %dxr = cdp.round_to %dx {format = "bf16"} : tensor<2x3x4x4xf32>
+  return %yr, %mr, %dxr : tensor<2x3x4x4xf32>, tensor<3xf32>, tensor<2x3x4x4xf32>
+}

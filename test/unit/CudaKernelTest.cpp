@@ -686,7 +686,27 @@ std::vector<Case> normalizationCases() {
       attr("unbiased_running_var", 1)};
   std::vector<plan::Attribute> withRelu = norm;
   withRelu.push_back(text("activation", "relu"));
+  // Autocast's batch norm in a bf16 plan (cdp-fuse-roundings, then
+  // cdp-fuse-relu): the ReLU, then the rounding; one bf16 step apart at
+  // most where the float32 values differ in their last bits.
+  std::vector<plan::Attribute> roundedRelu = withRelu, rounded = norm;
+  roundedRelu.push_back(text("round_result", "bf16"));
+  rounded.push_back(text("round_result", "bf16"));
   return {
+      {"batch_norm_relu_round_bf16",
+       "batch_norm",
+       {f32({4, 3, 5, 5}), f32({3}), f32({3}), f32({3}),
+        f32({3}, Fill::Positive)},
+       {f32({4, 3, 5, 5}), f32({3}), f32({3})},
+       roundedRelu,
+       1e-2},
+      {"batch_norm_grad_round_bf16",
+       "batch_norm_grad",
+       {f32({4, 3, 5, 5}), f32({4, 3, 5, 5}), f32({3}), f32({3}),
+        f32({3}, Fill::Positive)},
+       {f32({4, 3, 5, 5}), f32({3}), f32({3})},
+       rounded,
+       1e-2},
       {"batch_norm",
        "batch_norm",
        {f32({4, 3, 5, 5}), f32({3}), f32({3}), f32({3}),

@@ -174,7 +174,9 @@ TEST(NarrowFloat, PackRoundsAsRoundToDoes) {
 /// on `a` with every other element kept, a product of both as 8 x 8
 /// matrices, GELU of `a`, GELU's gradient (`a` at `b`), softmax's gradient
 /// (`a` at the output `b`, rows of 8), the loss's gradient at log-probabilities
-/// `-a` (8 rows of 8 classes, label i on row i).
+/// `-a` (8 rows of 8 classes, label i on row i), a training batch norm of
+/// `a` as 2 x 4 x 8 (scale, bias and running statistics from `b`) and its
+/// gradient (dy = `a` at x = `b`).
 std::vector<float> runRounding(const std::string &op, std::vector<float> a,
                                std::vector<float> b,
                                const std::string &rounding) {
@@ -254,6 +256,24 @@ std::vector<float> runRounding(const std::string &op, std::vector<float> a,
     vy.shape = {8};
     args.inputs = {va};
     args.outputs = {vy};
+  } else if (op == "batch_norm" || op == "batch_norm_grad") {
+    bool forward = op == "batch_norm";
+    attribute("training_mode")->set_i(1);
+    TensorView x = forward ? va : view(b.data(), b.size(), cdp::plan::F32);
+    x.shape = va.shape = vy.shape = {2, 4, 8};
+    auto channels = [&](size_t k) {
+      return view(b.data() + 4 * k, 4, cdp::plan::F32);
+    };
+    std::vector<TensorView> statistics = {
+        view(stats.data(), 4, cdp::plan::F32),
+        view(stats.data() + 4, 4, cdp::plan::F32)};
+    if (forward) {
+      args.inputs = {x, channels(0), channels(1), channels(2), channels(3)};
+      args.outputs = {vy, statistics[0], statistics[1]};
+    } else {
+      args.inputs = {va, x, channels(0), channels(1), channels(2)};
+      args.outputs = {vy, statistics[0], statistics[1]};
+    }
   } else if (op == "softmax_cross_entropy_loss_grad") {
     for (float &value : a)
       value = -value; // log-probabilities
@@ -311,8 +331,8 @@ TEST(NarrowFloat, EveryOpWithRoundResultRoundsAsRoundTo) {
   }
   // add, sub, mul, div, pow, min, max, dropout(_grad), gemm, matmul, gelu,
   // unary_grad, softmax_grad, softmax_cross_entropy_loss_grad, attention,
-  // layer_norm, reduce_to
-  EXPECT_EQ(ops, 18);
+  // layer_norm, batch_norm(_grad), reduce_to
+  EXPECT_EQ(ops, 20);
 }
 
 /// softmax_grad (rows of 8) or unary_grad (relu) on (dy, saved) with

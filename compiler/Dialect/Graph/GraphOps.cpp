@@ -318,6 +318,8 @@ static LogicalResult verifyReluActivation(Operation *op,
 }
 
 LogicalResult BatchNormOp::verify() {
+  if (failed(verifyRoundingFormat(*this, getRoundResult())))
+    return failure();
   return verifyReluActivation(*this, getActivation());
 }
 

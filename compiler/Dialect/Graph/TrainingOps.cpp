@@ -112,6 +112,10 @@ LogicalResult BatchNormGradOp::inferReturnTypes(MLIRContext *, Loc,
   return success();
 }
 
+LogicalResult BatchNormGradOp::verify() {
+  return verifyRoundingFormat(*this, getRoundResult());
+}
+
 LogicalResult LayerNormGradOp::inferReturnTypes(MLIRContext *, Loc,
                                                 Adaptor adaptor,
                                                 SmallVectorImpl<Type> &types) {

@@ -229,10 +229,11 @@ def FuseRelu : Pass<"cdp-fuse-relu", "mlir::ModuleOp"> {
   let description = [{
     On the training graph (after autodiff): a float32 `cdp.gemm` (without
     `narrow_operands` or `round_result`) or a training-mode
-    `cdp.batch_norm` whose (first) result only one `cdp.relu` of its stage
-    reads (the ReLU's gradient reads the ReLU's output, as autodiff makes
-    it) takes `activation = "relu"` and replaces the ReLU, whose readers
-    read the op's result. One pass over the result and the pre-activation
+    `cdp.batch_norm` (rounded or not: the ReLU commutes with the rounding)
+    whose (first) result only one `cdp.relu` of its stage reads (the
+    ReLU's gradient reads the ReLU's output, as autodiff makes it) takes
+    `activation = "relu"` and replaces the ReLU, whose readers read the
+    op's result. One pass over the result and the pre-activation
     buffer fewer per layer; a cuBLASLt epilogue, or the batch norm's own
     kernel, on GPUs.
   }];
@@ -511,8 +512,10 @@ def FuseRoundings : Pass<"cdp-fuse-roundings", "mlir::ModuleOp"> {
     Mixed precision (after cdp-drop-exact-roundings): a `cdp.round_to`
     whose input is the result of `cdp.add`, `sub`, `mul`, `div`, `pow`,
     `min`, `max`, `dropout` (its output), `dropout_grad`, `gelu`,
-    `unary_grad`, `softmax_grad`, `softmax_cross_entropy_loss_grad`, `gemm`
-    or `matmul`, read by the rounding alone, in the same stage and phase, is
+    `unary_grad`, `softmax_grad`, `softmax_cross_entropy_loss_grad`, `gemm`,
+    `matmul`, `attention`, `batch_norm`, `batch_norm_grad` (their first
+    result) or `reduce_to`, read by the rounding alone, in the same stage
+    and phase, is
     replaced by that op's `round_result` (the format): the op rounds each
     value as it writes it (a product right after its sums), the same bits
     as the separate rounding, one pass over the tensor or one kernel fewer.

@@ -70,6 +70,19 @@ void batchStats(const ChannelView &v, const float *x, int64_t c, double &mean,
         v.count();
 }
 
+/// A run of a channel's values just written, rounded where the op has
+/// round_result (while they are in cache: the same bits as a round_to
+/// after the op). A plain loop: the runs are many and short, inside the
+/// channels' parallel loop.
+void roundRun(float *values, int64_t n, NarrowFormat rounding) {
+  if (rounding == NarrowFormat::Bfloat16)
+    for (int64_t i = 0; i < n; ++i)
+      values[i] = roundToBfloat16(values[i]);
+  else if (rounding == NarrowFormat::Float16)
+    for (int64_t i = 0; i < n; ++i)
+      values[i] = roundToFloat16(values[i]);
+}
+
 } // namespace
 
 /// Batch normalization and its gradient.
@@ -85,6 +98,7 @@ static void registerBatchNorm(KernelRegistry &registry) {
     bool training = attrs.training_mode;
     bool unbiased = attrs.unbiased_running_var;
     bool relu = attrs.activation.value_or("") == "relu";
+    NarrowFormat rounding = roundingOf(args);
     ChannelView v(x.shape);
     return [=](const StepContext &) {
 #pragma omp parallel for
@@ -113,6 +127,7 @@ static void registerBatchNorm(KernelRegistry &registry) {
             float value = static_cast<float>(in[i] * a + b);
             out[i] = relu ? reluOf(value) : value;
           }
+          roundRun(out, v.spatial, rounding);
         }
       }
     };
@@ -127,6 +142,7 @@ static void registerBatchNorm(KernelRegistry &registry) {
         ops::BatchNormGradAttributes::read(args);
     double epsilon = attrs.epsilon;
     bool training = attrs.training_mode;
+    NarrowFormat rounding = roundingOf(args);
     ChannelView v(x.shape);
     return [=](const StepContext &) {
 #pragma omp parallel for
@@ -159,6 +175,7 @@ static void registerBatchNorm(KernelRegistry &registry) {
           for (int64_t i = 0; i < v.spatial; ++i)
             out[i] = static_cast<float>(gain * g[begin + i] -
                                         slope * in[begin + i] + offset);
+          roundRun(out, v.spatial, rounding);
         }
       }
     };

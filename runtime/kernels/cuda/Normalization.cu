@@ -51,14 +51,16 @@ __global__ void batchNormCoefficientsKernel(
   }
 }
 
+/// The ReLU (activation) before the rounding (round_result): they commute.
 __global__ void batchNormApplyKernel(const float *x, float *y, int64_t n,
                                      IndexMap channelOf,
-                                     const double *coefficients, bool relu) {
+                                     const double *coefficients, bool relu,
+                                     NarrowFormat rounding) {
   CDP_FOR_EACH(i, n) {
     int64_t c = channelOf(i);
     float value = static_cast<float>(x[i] * coefficients[2 * c] +
                                      coefficients[2 * c + 1]);
-    y[i] = relu ? reluOf(value) : value;
+    y[i] = roundedTo(rounding, relu ? reluOf(value) : value);
   }
 }
 
@@ -90,11 +92,13 @@ __global__ void batchNormGradCoefficientsKernel(
 __global__ void batchNormGradApplyKernel(const float *dy, const float *x,
                                          float *dx, int64_t n,
                                          IndexMap channelOf,
-                                         const double *coefficients) {
+                                         const double *coefficients,
+                                         NarrowFormat rounding) {
   CDP_FOR_EACH(i, n) {
     const double *k = coefficients + 5 * channelOf(i);
     double xhat = (x[i] - k[0]) * k[1];
-    dx[i] = static_cast<float>(k[2] * (dy[i] - k[3] - xhat * k[4]));
+    dx[i] = roundedTo(rounding,
+                      static_cast<float>(k[2] * (dy[i] - k[3] - xhat * k[4])));
   }
 }
 
@@ -290,6 +294,7 @@ void registerBatchNorm(KernelRegistry &registry) {
         BatchNormParams p{attrs.epsilon, attrs.momentum, attrs.training_mode,
                           attrs.unbiased_running_var, sums->sum.count()};
         IndexMap channelOf = channelMap(args, x.shape);
+        NarrowFormat rounding = roundingOf(args);
         return [=](const StepContext &context) {
           cudaStream_t stream = streamOf(context);
           int64_t channels = sums->channels, n = x.numel();
@@ -310,7 +315,7 @@ void registerBatchNorm(KernelRegistry &registry) {
           if (n)
             batchNormApplyKernel<<<blocksFor(n), kThreads, 0, stream>>>(
                 x.f32(), y.f32(), n, channelOf, sums->buffer(2),
-                attrs.activation.value_or("") == "relu");
+                attrs.activation.value_or("") == "relu", rounding);
           launched("batch_norm");
         };
       });
@@ -329,6 +334,7 @@ void registerBatchNorm(KernelRegistry &registry) {
         BatchNormParams p{attrs.epsilon, 0.0, attrs.training_mode, false,
                           sums->sum.count()};
         IndexMap channelOf = channelMap(args, x.shape);
+        NarrowFormat rounding = roundingOf(args);
         return [=](const StepContext &context) {
           cudaStream_t stream = streamOf(context);
           int64_t channels = sums->channels, n = x.numel();
@@ -352,7 +358,8 @@ void registerBatchNorm(KernelRegistry &registry) {
               dbias.f32(), sums->buffer(4), p);
           if (n)
             batchNormGradApplyKernel<<<blocksFor(n), kThreads, 0, stream>>>(
-                dy.f32(), x.f32(), dx.f32(), n, channelOf, sums->buffer(4));
+                dy.f32(), x.f32(), dx.f32(), n, channelOf, sums->buffer(4),
+                rounding);
           launched("batch_norm_grad");
         };
       });

@@ -294,7 +294,10 @@ def CDP_BatchNormOp : CDP_Op<"batch_norm", [CDP_Differentiable]> {
     equal `mean` and `var`. `activation` ("relu", set by cdp-fuse-relu on a
     training-mode batch norm, kept by the evaluation's inference-mode copy)
     applies `relu` to each output value as it is written, as a `cdp.relu`
-    after the op would.
+    after the op would. `round_result` ("bf16" or "f16", set by
+    cdp-fuse-roundings) rounds each output value as it is written (after
+    the `relu`, which commutes with the rounding), as autocast's batch norm
+    on a bf16 input returns bf16.
   }];
   let arguments = (ins CDP_F32Tensor:$input, CDP_F32Tensor:$scale, CDP_F32Tensor:$bias,
                        CDP_F32Tensor:$mean, CDP_F32Tensor:$var,
@@ -302,7 +305,8 @@ def CDP_BatchNormOp : CDP_Op<"batch_norm", [CDP_Differentiable]> {
                        DefaultValuedAttr<F32Attr, "0.9f">:$momentum,
                        DefaultValuedAttr<BoolAttr, "false">:$training_mode,
                        DefaultValuedAttr<BoolAttr, "false">:$unbiased_running_var,
-                       OptionalAttr<StrAttr>:$activation);
+                       OptionalAttr<StrAttr>:$activation,
+                       OptionalAttr<StrAttr>:$round_result);
   let results = (outs CDP_F32Tensor:$output, CDP_F32Tensor:$running_mean,
                       CDP_F32Tensor:$running_var);
   let hasVerifier = 1;
@@ -1036,13 +1040,18 @@ def CDP_BatchNormGradOp : CDP_Op<"batch_norm_grad"> {
   let description = [{
     Returns `(dx, dscale, dbias)`. In training mode the statistics are the
     batch's (recomputed from `input`); otherwise `mean` and `var`.
+    `round_result` ("bf16" or "f16", set by cdp-fuse-roundings) rounds each
+    dx value as it is written (the convolution's gradients after it read
+    bf16 values under autocast); dscale and dbias stay float32.
   }];
   let arguments = (ins CDP_F32Tensor:$grad, CDP_F32Tensor:$input,
                        CDP_F32Tensor:$scale, CDP_F32Tensor:$mean, CDP_F32Tensor:$var,
                        DefaultValuedAttr<F32Attr, "1e-5f">:$epsilon,
-                       DefaultValuedAttr<BoolAttr, "false">:$training_mode);
+                       DefaultValuedAttr<BoolAttr, "false">:$training_mode,
+                       OptionalAttr<StrAttr>:$round_result);
   let results = (outs CDP_F32Tensor:$input_grad, CDP_F32Tensor:$scale_grad,
                       CDP_F32Tensor:$bias_grad);
+  let hasVerifier = 1;
 }
 
 def CDP_LayerNormGradOp : CDP_Op<"layer_norm_grad"> {
