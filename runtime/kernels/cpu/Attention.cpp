@@ -197,6 +197,11 @@ public:
       buffers = scratch.take(threads * perThread);
   }
 
+  /// Whether product `which` packs its operands into bf16 (rounding each
+  /// value to nearest even as cdp.round_to does): then an operand need not
+  /// be rounded before it, the same bits.
+  bool roundsOperands(Which which) const { return gemms[which] != nullptr; }
+
   /// c = alpha op(a) op(b) for product `which`, on the calling thread.
   void run(Which which, const float *a, const float *b, float *c) const {
     const Shape &s = shapes[which];
@@ -343,7 +348,8 @@ std::unique_ptr<Kernel> attentionKernel(const KernelArgs &args) {
                                t.zeroNanRows, sliceStats + 2 * r, e,
                                s + r * g.n);
       }
-      roundAll(t.format, s, g.m * g.n);
+      if (!t.products->roundsOperands(SliceProducts::Pv))
+        roundAll(t.format, s, g.m * g.n);
       float *o = t.resultOf(out, g.outAt, i, own.out);
       t.products->run(SliceProducts::Pv, s, in.v, o);
       t.store(o, out, g.outAt, i);
@@ -377,11 +383,13 @@ struct AttentionBackward {
       probabilityRow(p + r * g.n, t.biasRow(i, r), t.bias->step, g.n,
                      stats.f32() + (i * g.m + r) * 2, t.zeroNanRows,
                      p + r * g.n);
-    // dV = P^T dO, P rounded as the forward multiplied it.
+    // dV = P^T dO, P rounded as the forward multiplied it (by the packing
+    // where the product packs its operands).
     const float *multiplied = p;
-    if (t.format != NarrowFormat::None) {
-      std::copy(p, p + mn, dp);
-      roundAll(t.format, dp, mn);
+    if (t.format != NarrowFormat::None &&
+        !t.products->roundsOperands(SliceProducts::Dv)) {
+      for (int64_t x = 0; x < mn; ++x)
+        dp[x] = roundedTo(t.format, p[x]);
       multiplied = dp;
     }
     float *dvi = t.resultOf(dv, g.vGradAt, i, own.out);
@@ -400,9 +408,12 @@ struct AttentionBackward {
       for (int64_t c = 0; c < g.n; ++c)
         dpr[c] = static_cast<float>(pr[c] * (dpr[c] - sum));
     }
-    // The products read dS rounded; the bias's gradient dS as it is.
+    // The products read dS rounded (by their packing where they pack); the
+    // bias's gradient dS as it is.
     const float *ds = dp;
-    if (t.format != NarrowFormat::None) {
+    if (t.format != NarrowFormat::None &&
+        !(t.products->roundsOperands(SliceProducts::Da) &&
+          t.products->roundsOperands(SliceProducts::Db))) {
       for (int64_t x = 0; x < mn; ++x)
         p[x] = roundedTo(t.format, dp[x]);
       ds = p;
