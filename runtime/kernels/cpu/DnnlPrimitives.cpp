@@ -184,14 +184,19 @@ algorithm poolAlgorithm(const KernelArgs &args, bool isMax, const PoolShape &p,
   return algorithm::pooling_avg_exclude_padding;
 }
 
+/// The pooling forward's primitive: `kind` forward_training where a
+/// backward's hint needs it (max pooling's keeps where each maximum was in
+/// a workspace), forward_inference for the forward op itself, which then
+/// writes no workspace: the backward recomputes its own.
 dnnl::pooling_v2_forward::primitive_desc
 poolForwardDesc(const KernelArgs &args, bool isMax, const TensorView &src,
-                const TensorView &dst, bool &supported) {
+                const TensorView &dst, bool &supported,
+                prop_kind kind = prop_kind::forward_training) {
   PoolShape p = poolShape(args, src.shape, dst.shape);
   algorithm alg = poolAlgorithm(args, isMax, p, supported);
-  dnnl::pooling_v2_forward::desc desc(
-      prop_kind::forward_training, alg, plain(src.shape), plain(dst.shape),
-      p.strides, p.kernel, p.dilation, p.padL, p.padR);
+  dnnl::pooling_v2_forward::desc desc(kind, alg, plain(src.shape),
+                                      plain(dst.shape), p.strides, p.kernel,
+                                      p.dilation, p.padL, p.padR);
   return dnnl::pooling_v2_forward::primitive_desc(desc, ownScratchpad(),
                                                   engine());
 }
@@ -391,16 +396,14 @@ void registerDnnlPrimitives(KernelRegistry &registry) {
     wrap(registry, isMax ? "max_pool" : "average_pool",
          [isMax](const KernelArgs &args) -> std::unique_ptr<Kernel> {
            bool supported = true;
-           auto pd = poolForwardDesc(args, isMax, args.inputs[0],
-                                     args.outputs[0], supported);
+           auto pd =
+               poolForwardDesc(args, isMax, args.inputs[0], args.outputs[0],
+                               supported, prop_kind::forward_inference);
            if (!supported)
              return nullptr;
            std::unordered_map<int, memory> arguments{
                {DNNL_ARG_SRC, bind(args.inputs[0])},
                {DNNL_ARG_DST, bind(args.outputs[0])}};
-           if (isMax)
-             arguments[DNNL_ARG_WORKSPACE] =
-                 memory(pd.workspace_desc(), engine());
            return std::make_unique<PrimitiveKernel>(
                args, dnnl::pooling_v2_forward(pd), arguments);
          });
