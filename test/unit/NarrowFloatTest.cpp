@@ -566,27 +566,33 @@ TEST(NarrowFloat, ReduceToSumsTwoByteValuesAsTheirFloats) {
       wide[i] = value;
       narrow[i] = bf16 ? bfloat16BitsOf(value) : float16BitsOf(value);
     }
-    auto sum = [&](void *data, cdp::plan::DType dtype) {
-      std::vector<float> out(8);
-      TensorView x, y;
-      x.data = data;
-      x.shape = {6, 8};
-      x.dtype = dtype;
-      y.data = out.data();
-      y.shape = {8};
-      KernelArgs args;
-      args.instruction = &instruction;
-      args.inputs = {x};
-      args.outputs = {y};
-      (*KernelRegistry::instance().lookup("reduce_to", Backend::CPU))(args)
-          ->run(StepContext());
-      return out;
-    };
-    std::vector<float> want = sum(wide.data(), cdp::plan::F32);
-    std::vector<float> got =
-        sum(narrow.data(), bf16 ? cdp::plan::BF16 : cdp::plan::F16);
-    for (size_t i = 0; i < want.size(); ++i)
-      EXPECT_EQ(bitsOf(got[i]), bitsOf(want[i])) << "column " << i;
+    // Columns (a bias's gradient: the rows summed into each output) and
+    // rows (each row's values summed into one output).
+    for (std::vector<int64_t> outShape :
+         {std::vector<int64_t>{8}, std::vector<int64_t>{6, 1}}) {
+      auto sum = [&](void *data, cdp::plan::DType dtype) {
+        std::vector<float> out(outShape[0]);
+        TensorView x, y;
+        x.data = data;
+        x.shape = {6, 8};
+        x.dtype = dtype;
+        y.data = out.data();
+        y.shape = outShape;
+        KernelArgs args;
+        args.instruction = &instruction;
+        args.inputs = {x};
+        args.outputs = {y};
+        (*KernelRegistry::instance().lookup("reduce_to", Backend::CPU))(args)
+            ->run(StepContext());
+        return out;
+      };
+      std::vector<float> want = sum(wide.data(), cdp::plan::F32);
+      std::vector<float> got =
+          sum(narrow.data(), bf16 ? cdp::plan::BF16 : cdp::plan::F16);
+      for (size_t i = 0; i < want.size(); ++i)
+        EXPECT_EQ(bitsOf(got[i]), bitsOf(want[i]))
+            << outShape.size() << "-d output, element " << i;
+    }
   }
 }
 

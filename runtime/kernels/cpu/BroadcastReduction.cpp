@@ -2,6 +2,8 @@
 
 #include "BroadcastReduction.h"
 
+#include "../NarrowFloat.h"
+
 #include <algorithm>
 #include <numeric>
 
@@ -85,7 +87,8 @@ BroadcastReduction::BroadcastReduction(const std::vector<int64_t> &outShape,
   groupStart.push_back(rows);
 }
 
-void BroadcastReduction::run(const float *x, float *y) const {
+template <typename Load>
+void BroadcastReduction::sum(const Load &load, float *y) const {
   std::fill(y, y + outCount, 0.0f);
   int64_t rows = static_cast<int64_t>(rowOutput.size()), n = rowLength;
   if (innerKept) {
@@ -96,10 +99,10 @@ void BroadcastReduction::run(const float *x, float *y) const {
     for (int64_t block = 0; block < n; block += 256) {
       int64_t end = std::min(n, block + 256);
       for (int64_t row = 0; row < rows; ++row) {
-        const float *in = x + row * n;
+        int64_t in = row * n;
         float *out = y + rowOutput[row];
         for (int64_t j = block; j < end; ++j)
-          out[j] += in[j];
+          out[j] += load(in + j);
       }
     }
     return;
@@ -109,14 +112,25 @@ void BroadcastReduction::run(const float *x, float *y) const {
   bool large = rows * n > (int64_t(1) << 16) && groups > 1;
 #pragma omp parallel for if (large) schedule(static)
   for (int64_t g = 0; g < groups; ++g) {
-    float sum = 0.0f;
+    float total = 0.0f;
     for (int64_t i = groupStart[g]; i < groupStart[g + 1]; ++i) {
-      const float *in = x + groupRows[i] * n;
+      int64_t in = groupRows[i] * n;
       for (int64_t j = 0; j < n; ++j)
-        sum += in[j];
+        total += load(in + j);
     }
-    y[rowOutput[groupRows[groupStart[g]]]] = sum;
+    y[rowOutput[groupRows[groupStart[g]]]] = total;
   }
+}
+
+void BroadcastReduction::run(const float *x, float *y) const {
+  sum([x](int64_t k) { return x[k]; }, y);
+}
+
+void BroadcastReduction::run(const uint16_t *x, bool bf16, float *y) const {
+  if (bf16)
+    sum([x](int64_t k) { return floatOfBfloat16(x[k]); }, y);
+  else
+    sum([x](int64_t k) { return floatOfFloat16(x[k]); }, y);
 }
 
 } // namespace cdp::runtime::cpu

@@ -25,8 +25,14 @@ public:
   BroadcastReduction(const std::vector<int64_t> &outShape,
                      const std::vector<int64_t> &inShape);
   void run(const float *x, float *y) const;
+  /// The same over x's 2-byte patterns (bf16, else fp16), each widened
+  /// exactly as it is read: the same sums as over their float32 values.
+  void run(const uint16_t *x, bool bf16, float *y) const;
 
 private:
+  /// y from load(k), x's element k as a float.
+  template <typename Load> void sum(const Load &load, float *y) const;
+
   int64_t outCount = 0;
   int64_t rowLength = 1; ///< x's innermost merged run
   bool innerKept = true; ///< that run is kept (else summed into one output)

@@ -478,21 +478,20 @@ static void registerConversions(KernelRegistry &registry) {
   });
 
   // Sum over the dimensions `shape` broadcast (BroadcastReduction.h); a
-  // 2-byte input widened first into the kernel's scratch; the sums
-  // rounded under round_result.
+  // A 2-byte input summed as it lies, each value widened as read; the
+  // sums rounded under round_result.
   registry.add("reduce_to", Backend::CPU, [](const KernelArgs &args) {
     TensorView x = args.inputs[0], y = args.outputs[0];
-    KernelScratch scratch(args);
-    WidenedOperands widened;
-    widened.add(x, scratch);
+    NarrowFormat stored = storedFormatOf(x);
     auto reduction = std::make_shared<BroadcastReduction>(y.shape, x.shape);
     return std::make_unique<FunctionKernel>(
-        roundedResult(args,
-                      [=](const StepContext &) {
-                        widened.widen();
-                        reduction->run(x.f32(), y.f32());
-                      }),
-        scratch.ownBytes());
+        roundedResult(args, [=](const StepContext &) {
+          if (stored == NarrowFormat::None)
+            reduction->run(x.f32(), y.f32());
+          else
+            reduction->run(static_cast<const uint16_t *>(x.data),
+                           stored == NarrowFormat::Bfloat16, y.f32());
+        }));
   });
 
   addKernel(registry, "expand", [](const KernelArgs &args) {
