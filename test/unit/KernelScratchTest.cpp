@@ -39,55 +39,55 @@ TEST(KernelScratch, TheCpuBlockGrowsInPlace) {
   EXPECT_LT(device->workspaceBytes(), (50 << 20) + 4096 * 16);
 }
 
-/// reduce_to (sums over a broadcast axis) of a 2-byte input: the kernel
-/// widens it into float32 first, in its scratch.
-struct ReduceTo {
+/// add of a 2-byte tensor and a float32 row of zeros (the residual add of
+/// a bf16 plan): the kernel widens the 2-byte operand into float32 first,
+/// in its scratch.
+struct WidenedAdd {
   plan::Instruction instruction;
   std::vector<uint16_t> x;
-  std::vector<float> y;
-  std::vector<float> expected;
+  std::vector<float> zeros, y, expected;
   std::unique_ptr<Kernel> kernel;
 
-  ReduceTo(int64_t rows, int64_t cols, std::mt19937 &rng, Device *device) {
+  WidenedAdd(int64_t rows, int64_t cols, std::mt19937 &rng, Device *device) {
     std::normal_distribution<float> normal;
-    instruction.set_op("reduce_to");
-    instruction.set_location("/b/reduce_to");
+    instruction.set_op("add");
+    instruction.set_location("/b/add");
     x.resize(rows * cols);
-    expected.assign(cols, 0.0f);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) {
-        float value = roundToBfloat16(normal(rng));
-        x[r * cols + c] = bfloat16BitsOf(value);
-        expected[c] += value; // in row order, as the kernel sums
-      }
-    y.assign(cols, std::nanf(""));
+    expected.resize(rows * cols);
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      expected[i] = roundToBfloat16(normal(rng));
+      x[i] = bfloat16BitsOf(expected[i]);
+    }
+    zeros.assign(cols, 0.0f);
+    y.assign(rows * cols, std::nanf(""));
     KernelArgs args;
     args.instruction = &instruction;
-    TensorView in, out;
+    TensorView in, row, out;
     in.data = x.data();
     in.shape = {rows, cols};
     in.dtype = plan::BF16;
+    row.data = zeros.data();
+    row.shape = {cols};
     out.data = y.data();
-    out.shape = {cols};
-    args.inputs = {in};
+    out.shape = {rows, cols};
+    args.inputs = {in, row};
     args.outputs = {out};
     args.runsOn = device;
-    kernel =
-        (*KernelRegistry::instance().lookup("reduce_to", Backend::CPU))(args);
+    kernel = (*KernelRegistry::instance().lookup("add", Backend::CPU))(args);
   }
   void check() {
     std::fill(y.begin(), y.end(), std::nanf(""));
     kernel->run(StepContext());
-    for (size_t c = 0; c < y.size(); ++c)
-      ASSERT_NEAR(y[c], expected[c], 1e-4f * (1 + std::fabs(expected[c])))
-          << "column " << c;
+    for (size_t i = 0; i < y.size(); ++i)
+      ASSERT_EQ(bitsOf(y[i]), bitsOf(expected[i])) << "element " << i;
   }
 };
 
 TEST(KernelScratch, KernelsOfADeviceShareIt) {
   std::mt19937 rng(3);
   std::unique_ptr<Device> device = createDevice(Backend::CPU, 0);
-  ReduceTo small(64, 32, rng, device.get()), large(512, 64, rng, device.get());
+  WidenedAdd small(64, 32, rng, device.get()),
+      large(512, 64, rng, device.get());
   EXPECT_EQ(small.kernel->workspaceBytes(), 0);
   EXPECT_EQ(large.kernel->workspaceBytes(), 0);
   int64_t largeNeed = 512 * 64 * 4;
@@ -99,7 +99,7 @@ TEST(KernelScratch, KernelsOfADeviceShareIt) {
   }
 
   // Made alone (no device), a kernel holds its own buffers, its workspace.
-  ReduceTo alone(64, 32, rng, nullptr);
+  WidenedAdd alone(64, 32, rng, nullptr);
   EXPECT_EQ(alone.kernel->workspaceBytes(), 64 * 32 * 4);
   alone.check();
 }
