@@ -111,11 +111,6 @@ void probabilityRow(const float *s, const float *bias, int64_t step, int64_t n,
   scaleInto(p, n, probabilityScale(stats), p);
 }
 
-void roundAll(NarrowFormat format, float *values, int64_t n) {
-  if (format != NarrowFormat::None)
-    roundToNarrow(values, n, format == NarrowFormat::Bfloat16);
-}
-
 /// Slice i's matrix of `x` (laid out as `at` says) into `to`, row-major;
 /// `transposed`: its transpose (the keys' n x k slice as the k x n matrix
 /// the product reads).
@@ -298,7 +293,7 @@ struct AttentionOperands {
   /// Slice i's scaled, rounded scores into `s`.
   void scores(const Slice &in, float *s) const {
     products->run(SliceProducts::Scores, in.a, in.b, s);
-    roundAll(format, s, g.m * g.n);
+    roundInPlace(format, s, g.m * g.n);
   }
   const float *biasRow(int64_t i, int64_t r) const {
     return bias->row(i * g.m + r);
@@ -349,7 +344,7 @@ std::unique_ptr<Kernel> attentionKernel(const KernelArgs &args) {
                                s + r * g.n);
       }
       if (!t.products->roundsOperands(SliceProducts::Pv))
-        roundAll(t.format, s, g.m * g.n);
+        roundInPlace(t.format, s, g.m * g.n);
       float *o = t.resultOf(out, g.outAt, i, own.out);
       t.products->run(SliceProducts::Pv, s, in.v, o);
       t.store(o, out, g.outAt, i);
@@ -394,11 +389,11 @@ struct AttentionBackward {
     }
     float *dvi = t.resultOf(dv, g.vGradAt, i, own.out);
     t.products->run(SliceProducts::Dv, multiplied, dout, dvi);
-    roundAll(t.format, dvi, g.n * g.d);
+    roundInPlace(t.format, dvi, g.n * g.d);
     t.store(dvi, dv, g.vGradAt, i);
     // dP = dO V^T, then dS = P (dP - sum(dP P)) row by row.
     t.products->run(SliceProducts::Dp, dout, in.v, dp);
-    roundAll(t.format, dp, mn);
+    roundInPlace(t.format, dp, mn);
     for (int64_t r = 0; r < g.m; ++r) {
       const float *pr = p + r * g.n;
       float *dpr = dp + r * g.n;
@@ -422,8 +417,8 @@ struct AttentionBackward {
           *dbi = t.resultOf(db, g.bGradAt, i, own.db);
     t.products->run(SliceProducts::Da, ds, in.b, dai);
     t.products->run(SliceProducts::Db, in.a, ds, dbi);
-    roundAll(t.format, dai, g.m * g.k);
-    roundAll(t.format, dbi, g.k * g.n);
+    roundInPlace(t.format, dai, g.m * g.k);
+    roundInPlace(t.format, dbi, g.k * g.n);
     t.store(dai, da, g.aAt, i);
     t.store(dbi, db, g.bGradAt, i, /*transposed=*/true);
   }

@@ -50,9 +50,12 @@ void widenNarrow(const uint16_t *in, float *out, int64_t n, bool bf16);
 /// `n` float32 values stored as bf16 (or fp16) bits, rounded to nearest
 /// even: what pack_narrow does and a 2-byte result's kernel does last.
 void packNarrow(const float *in, uint16_t *out, int64_t n, bool bf16);
-/// `n` float32 values rounded in place to bf16 (or fp16), as round_to does:
-/// a product's round_result.
-void roundToNarrow(float *values, int64_t n, bool bf16);
+/// `n` float32 values rounded in place to `format` (nothing for None), as
+/// round_to does: an op's round_result. Threads share only a long array: a
+/// short one (a kernel's row or channel, rounded inside the kernel's own
+/// parallel loop) enters no OpenMP region, whose cost per call would
+/// exceed the rounding's.
+void roundInPlace(NarrowFormat format, float *values, int64_t n);
 /// `body`, then its first output rounded in place where the op has a
 /// `round_result` (the cdp.round_to cdp-fuse-roundings moved into it): for
 /// kernels whose loops do not round as they write (products, GELU and the

@@ -540,16 +540,25 @@ void packNarrow(const float *in, uint16_t *out, int64_t n, bool bf16) {
   }
 }
 
-void roundToNarrow(float *values, int64_t n, bool bf16) {
-  if (bf16) {
-#pragma omp parallel for if (n > 65536)
+/// roundInPlace on one thread.
+static void roundRange(NarrowFormat format, float *values, int64_t n) {
+  if (format == NarrowFormat::Bfloat16)
     for (int64_t i = 0; i < n; ++i)
       values[i] = roundToBfloat16(values[i]);
-  } else {
-#pragma omp parallel for if (n > 65536)
+  else if (format == NarrowFormat::Float16)
     for (int64_t i = 0; i < n; ++i)
       values[i] = roundToFloat16(values[i]);
+}
+
+void roundInPlace(NarrowFormat format, float *values, int64_t n) {
+  constexpr int64_t kChunk = 65536;
+  if (n <= kChunk) {
+    roundRange(format, values, n);
+    return;
   }
+#pragma omp parallel for
+  for (int64_t start = 0; start < n; start += kChunk)
+    roundRange(format, values + start, std::min(kChunk, n - start));
 }
 
 std::function<void(const StepContext &)>
@@ -561,7 +570,7 @@ roundedResult(const KernelArgs &args,
   TensorView y = args.outputs[0];
   return [=](const StepContext &context) {
     body(context);
-    roundToNarrow(y.f32(), y.numel(), format == NarrowFormat::Bfloat16);
+    roundInPlace(format, y.f32(), y.numel());
   };
 }
 

@@ -70,19 +70,6 @@ void batchStats(const ChannelView &v, const float *x, int64_t c, double &mean,
         v.count();
 }
 
-/// A run of a channel's values just written, rounded where the op has
-/// round_result (while they are in cache: the same bits as a round_to
-/// after the op). A plain loop: the runs are many and short, inside the
-/// channels' parallel loop.
-void roundRun(float *values, int64_t n, NarrowFormat rounding) {
-  if (rounding == NarrowFormat::Bfloat16)
-    for (int64_t i = 0; i < n; ++i)
-      values[i] = roundToBfloat16(values[i]);
-  else if (rounding == NarrowFormat::Float16)
-    for (int64_t i = 0; i < n; ++i)
-      values[i] = roundToFloat16(values[i]);
-}
-
 } // namespace
 
 /// Batch normalization and its gradient.
@@ -127,7 +114,8 @@ static void registerBatchNorm(KernelRegistry &registry) {
             float value = static_cast<float>(in[i] * a + b);
             out[i] = relu ? reluOf(value) : value;
           }
-          roundRun(out, v.spatial, rounding);
+          // round_result on the run just written, while it is in cache.
+          roundInPlace(rounding, out, v.spatial);
         }
       }
     };
@@ -175,7 +163,7 @@ static void registerBatchNorm(KernelRegistry &registry) {
           for (int64_t i = 0; i < v.spatial; ++i)
             out[i] = static_cast<float>(gain * g[begin + i] -
                                         slope * in[begin + i] + offset);
-          roundRun(out, v.spatial, rounding);
+          roundInPlace(rounding, out, v.spatial);
         }
       }
     };
