@@ -13,6 +13,8 @@
 #ifndef CDP_SUPPORT_ATTENTIONLAYOUT_H
 #define CDP_SUPPORT_ATTENTIONLAYOUT_H
 
+#include <cstddef>
+
 namespace cdp {
 
 /// The logical (B, H, rows, cols) shape of a 4-D operand stored "bshd":

@@ -50,6 +50,9 @@ void widenNarrow(const uint16_t *in, float *out, int64_t n, bool bf16);
 /// `n` float32 values stored as bf16 (or fp16) bits, rounded to nearest
 /// even: what pack_narrow does and a 2-byte result's kernel does last.
 void packNarrow(const float *in, uint16_t *out, int64_t n, bool bf16);
+/// to[i] = roundedTo(format, x[i]) for i < n (`to` may be `x`): one row on
+/// the calling thread, in AVX2 vectors where the processor has them.
+void roundedRow(const float *x, int64_t n, NarrowFormat format, float *to);
 /// `n` float32 values rounded in place to `format` (nothing for None), as
 /// round_to does: an op's round_result. Threads share only a long array: a
 /// short one (a kernel's row or channel, rounded inside the kernel's own

@@ -540,25 +540,30 @@ void packNarrow(const float *in, uint16_t *out, int64_t n, bool bf16) {
   }
 }
 
-/// roundInPlace on one thread.
-static void roundRange(NarrowFormat format, float *values, int64_t n) {
+__attribute__((target_clones("avx2", "default"))) void
+roundedRow(const float *x, int64_t n, NarrowFormat format, float *to) {
   if (format == NarrowFormat::Bfloat16)
     for (int64_t i = 0; i < n; ++i)
-      values[i] = roundToBfloat16(values[i]);
+      to[i] = roundToBfloat16(x[i]);
   else if (format == NarrowFormat::Float16)
     for (int64_t i = 0; i < n; ++i)
-      values[i] = roundToFloat16(values[i]);
+      to[i] = roundToFloat16(x[i]);
+  else if (to != x)
+    std::copy(x, x + n, to);
 }
 
 void roundInPlace(NarrowFormat format, float *values, int64_t n) {
   constexpr int64_t kChunk = 65536;
+  if (format == NarrowFormat::None)
+    return;
   if (n <= kChunk) {
-    roundRange(format, values, n);
+    roundedRow(values, n, format, values);
     return;
   }
 #pragma omp parallel for
   for (int64_t start = 0; start < n; start += kChunk)
-    roundRange(format, values + start, std::min(kChunk, n - start));
+    roundedRow(values + start, std::min(kChunk, n - start), format,
+               values + start);
 }
 
 std::function<void(const StepContext &)>
