@@ -25,17 +25,22 @@
 #include "../AttentionGeometry.h"
 #include "../NarrowFloat.h"
 #include "../NarrowOperands.h"
+#include "AttentionBlocks.h"
 #include "CpuKernels.h"
 #include "SoftmaxRows.h"
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <omp.h>
+#include <tuple>
 #include <type_traits>
 
 namespace cdp::runtime::cpu {
 
 namespace {
+
+bool skippingMaskedScores = true;
 
 /// The bias value of each scores element: row r (over all slices) starts
 /// at rows(r), its values `step` apart (0 where the bias broadcasts along
@@ -133,85 +138,124 @@ float *resultOf(const TensorView &y, const SliceLayout &at, int64_t i,
   return y.dtype == plan::F32 && !at.interleaved ? y.f32() + at.offset(i) : own;
 }
 
+/// `count` values of a result row into `y` from element `to`: float32, or
+/// the bits of y's 2-byte format.
+void storeRow(const float *from, int64_t count, const TensorView &y,
+              int64_t to) {
+  auto *bits = static_cast<uint16_t *>(y.data) + to;
+  if (y.dtype == plan::F32)
+    std::memcpy(y.f32() + to, from, count * sizeof(float));
+  else if (y.dtype == plan::BF16)
+    bf16RowBits(from, count, bits);
+  else
+    for (int64_t c = 0; c < count; ++c)
+      bits[c] = narrowBitsOf(from[c], false);
+}
+
 /// Slice i of `y`, computed at `values` (already rounded where the op
-/// rounds it), stored where resultOf did not place it: float32, or the
-/// bits of y's 2-byte format; `transposed`: values holds the transpose
-/// of the slice (the keys' gradient of a k x n layout).
+/// rounds it), stored where resultOf did not place it; `transposed`:
+/// values holds the transpose of the slice (the keys' gradient of a k x n
+/// layout).
 void storeResult(const float *values, const TensorView &y,
                  const SliceLayout &at, int64_t i, bool transposed = false) {
   if (!transposed && values == resultOf(y, at, i, nullptr))
     return;
-  bool bf16 = y.dtype == plan::BF16;
+  std::vector<float> column(transposed ? at.cols : 0);
   for (int64_t r = 0; r < at.rows; ++r) {
-    int64_t to = at.offset(i) + r * at.ld;
-    for (int64_t c = 0; c < at.cols; ++c) {
-      float value =
-          transposed ? values[c * at.rows + r] : values[r * at.cols + c];
-      if (y.dtype == plan::F32)
-        y.f32()[to + c] = value;
-      else
-        static_cast<uint16_t *>(y.data)[to + c] = narrowBitsOf(value, bf16);
+    const float *row = values + r * at.cols;
+    if (transposed) {
+      for (int64_t c = 0; c < at.cols; ++c)
+        column[c] = values[c * at.rows + r];
+      row = column.data();
     }
+    storeRow(row, at.cols, y, at.offset(i) + r * at.ld);
   }
 }
 
-/// A slice's matrix products: every one in float32 (oneDNN's sgemm), or,
-/// under narrow_operands = bf16 where the processor has bf16 dot products
-/// and oneDNN serves all six (Bf16Gemm), every one on bf16 operands with
-/// float32 sums, as a GPU's tensor cores multiply. The keys are n x k
-/// rows (keysOf), their gradient too.
+/// A slice's matrix products, block by block (AttentionBlocks.h): every
+/// one in float32 (oneDNN's sgemm), or, under narrow_operands = bf16 where
+/// the processor has bf16 dot products and oneDNN serves every shape
+/// (Bf16Gemm), every one on bf16 operands with float32 sums, as a GPU's
+/// tensor cores multiply. The keys are n x k rows (keysOf), their gradient
+/// too. Where the blocks skip columns, v's and the keys' gradients are sums
+/// over the blocks (beta 1).
 class SliceProducts {
 public:
   enum Which { Scores, Pv, Dv, Dp, Da, Db, Count };
 
-  SliceProducts(const AttentionGeometry &g, NarrowFormat format, float scale,
-                int threads, KernelScratch &scratch) {
-    const int64_t m = g.m, n = g.n, k = g.k, d = g.d;
-    shapes[Scores] = {false, true, m, n, k, scale};
-    shapes[Pv] = {false, false, m, d, n, 1.0f};
-    shapes[Dv] = {true, false, n, d, m, 1.0f};
-    shapes[Dp] = {false, true, m, n, d, 1.0f};
-    shapes[Da] = {false, false, m, k, n, scale};
-    shapes[Db] = {true, false, n, k, m, scale}; // dS^T A
+  /// The products `used` (the forward's or the backward's).
+  SliceProducts(const AttentionGeometry &g, const ScoreBlocks &blocks,
+                NarrowFormat format, float scale,
+                const std::vector<Which> &used, int threads,
+                KernelScratch &scratch)
+      : g(g), scale(scale), accumulate(blocks.skips()) {
     if (format == NarrowFormat::Bfloat16)
-      makeBf16Gemms(threads, scratch);
+      makeBf16Gemms(blocks, used, threads, scratch);
   }
 
   /// Whether the products multiply bf16 bits (uint16_t), not floats.
   bool packed() const { return packedOperands; }
-  /// c = alpha op(a) op(b) for product `which`, on the calling thread.
-  void run(Which which, const float *a, const float *b, float *c) const {
-    const Shape &s = shapes[which];
-    sgemm(s.transA, s.transB, s.m, s.n, s.k, s.alpha, a, b, 0.0f, c);
+  /// Product `which` of `block`: c = alpha op(a) op(b) (+ c where it
+  /// accumulates), on the calling thread.
+  void run(Which which, const ScoreBlock &block, const float *a, const float *b,
+           float *c) const {
+    Shape s = shapeOf(which, block.rows, block.width);
+    sgemm(s.transA, s.transB, s.m, s.n, s.k, s.alpha, a, b, s.beta, c);
   }
-  void run(Which which, const uint16_t *a, const uint16_t *b, float *c) const {
+  void run(Which which, const ScoreBlock &block, const uint16_t *a,
+           const uint16_t *b, float *c) const {
     char *pad = static_cast<char *>(pads.get()) +
                 static_cast<size_t>(omp_get_thread_num()) * padBytes;
-    gemms[which]->run(a, b, c, pad);
+    gemms.at({which, block.rows, block.width})->run(a, b, c, pad);
   }
 
 private:
   struct Shape {
     bool transA, transB;
     int64_t m, n, k;
-    float alpha;
+    float alpha, beta;
   };
-  void makeBf16Gemms(int threads, KernelScratch &scratch) {
-    for (int i = 0; i < Count; ++i) {
-      const Shape &s = shapes[i];
-      gemms[i] = Bf16Gemm::make(s.transA, s.transB, s.m, s.n, s.k, s.alpha);
-      if (!gemms[i])
-        return;
-      padBytes = std::max(padBytes, gemms[i]->scratchpadBytes());
+  Shape shapeOf(Which which, int64_t rows, int64_t width) const {
+    float sum = accumulate ? 1.0f : 0.0f;
+    switch (which) {
+    case Scores:
+      return {false, true, rows, width, g.k, scale, 0.0f};
+    case Pv:
+      return {false, false, rows, g.d, width, 1.0f, 0.0f};
+    case Dv:
+      return {true, false, width, g.d, rows, 1.0f, sum};
+    case Dp:
+      return {false, true, rows, width, g.d, 1.0f, 0.0f};
+    case Da:
+      return {false, false, rows, g.k, width, scale, 0.0f};
+    default: // Db: dS^T A
+      return {true, false, width, g.k, rows, scale, sum};
     }
+  }
+  void makeBf16Gemms(const ScoreBlocks &blocks, const std::vector<Which> &used,
+                     int threads, KernelScratch &scratch) {
+    for (Which which : used)
+      for (int64_t rows : blocks.rowCounts())
+        for (int64_t width : blocks.widths()) {
+          Shape s = shapeOf(which, rows, width);
+          auto gemm = Bf16Gemm::make(s.transA, s.transB, s.m, s.n, s.k, s.alpha,
+                                     s.beta);
+          if (!gemm)
+            return;
+          padBytes = std::max(padBytes, gemm->scratchpadBytes());
+          gemms[{which, rows, width}] = std::move(gemm);
+        }
     padBytes = (padBytes + 63) / 64 * 64;
     if (padBytes > 0)
       pads = scratch.take(threads * padBytes);
     packedOperands = true;
   }
+  AttentionGeometry g;
+  float scale;
+  bool accumulate;
   bool packedOperands = false;
-  Shape shapes[Count];
-  std::shared_ptr<const Bf16Gemm> gemms[Count];
+  std::map<std::tuple<int, int64_t, int64_t>, std::shared_ptr<const Bf16Gemm>>
+      gemms;
   size_t padBytes = 0;
   std::shared_ptr<void> pads;
 };
@@ -285,32 +329,53 @@ void probabilitiesInto(const float *e, const float *stats, bool zero, int64_t n,
     scaledRowBits(e, probabilityScale(stats), n, p);
 }
 
-/// What both kernels read: the geometry, the operands, the bias rows.
+/// What both kernels read: the geometry, the operands, the bias rows and
+/// the columns they leave live.
 struct AttentionOperands {
   AttentionGeometry g;
-  TensorView a, b, v;
+  TensorView a, b, v, biasView;
   std::shared_ptr<const BiasRows> bias;
   NarrowFormat format;
   bool zeroNanRows;
   int threads;
+  ScoreBlocks blocks;
+  /// The bias rows' live columns, scanned at the start of each run where
+  /// the blocks skip.
+  std::shared_ptr<LiveColumns> live = std::make_shared<LiveColumns>();
   std::shared_ptr<const SliceProducts> products;
 
   AttentionOperands(const KernelArgs &args, size_t first, size_t biasInput,
+                    const std::vector<SliceProducts::Which> &used,
                     KernelScratch &scratch)
       : g(args.inputs[first].shape, args.inputs[first + 1].shape,
           args.inputs[first + 2].shape, args.s("layout", "bhsd")),
         a(args.inputs[first]), b(args.inputs[first + 1]),
         v(args.inputs[first + 2]),
-        bias(std::make_shared<const BiasRows>(args.inputs.size() > biasInput
-                                                  ? args.inputs[biasInput]
-                                                  : TensorView(),
-                                              g.scores)),
+        biasView(args.inputs.size() > biasInput ? args.inputs[biasInput]
+                                                : TensorView()),
+        bias(std::make_shared<const BiasRows>(biasView, g.scores)),
         format(narrowOperandsOf(args)),
         zeroNanRows(args.i("zero_nan_rows", 0) != 0),
         threads(static_cast<int>(
-            std::max<int64_t>(1, std::min<int64_t>(args.threads, g.count)))) {
+            std::max<int64_t>(1, std::min<int64_t>(args.threads, g.count)))),
+        blocks(g.m, g.n,
+               skippingMaskedScores && biasView.present() && bias->step == 1) {
     products = std::make_shared<const SliceProducts>(
-        g, format, static_cast<float>(args.f("scale", 1.0)), threads, scratch);
+        g, blocks, format, static_cast<float>(args.f("scale", 1.0)), used,
+        threads, scratch);
+  }
+
+  /// Each bias row's live columns, for this run's bias.
+  void scanBias() const {
+    if (blocks.skips())
+      live->scan(biasView.f32(), biasView.numel() / g.n, g.n);
+  }
+  /// Block b of slice i.
+  ScoreBlock blockOf(int64_t i, int64_t b) const {
+    return blocks.block(b, [&](int64_t r) {
+      int64_t row = bias->rows(i * g.m + r) / g.n;
+      return std::pair<int64_t, int64_t>(live->lo(row), live->hi(row));
+    });
   }
 
   template <typename T> struct Slice {
@@ -322,11 +387,13 @@ struct AttentionOperands {
             keysOf(b, g.bAt, g.kvSlice(i), own.b),
             operandOf(v, g.vAt, g.kvSlice(i), own.v)};
   }
-  /// Row r of slice i's scores `x` rounded and biased in place; returns
-  /// their maximum.
-  float biasedRow(float *x, int64_t i, int64_t r) const {
-    return biasedScoresMaximum(x, bias->row(i * g.m + r), bias->step, g.n,
-                               format);
+  /// Row r of slice i's block `block`, its scores `x`, rounded and biased
+  /// in place; returns their maximum.
+  float biasedRow(float *x, int64_t i, const ScoreBlock &block,
+                  int64_t r) const {
+    const float *row = bias->row(i * g.m + r);
+    return biasedScoresMaximum(x, row ? row + block.lo * bias->step : nullptr,
+                               bias->step, block.width, format);
   }
   /// Whether a row with these stats has zero probabilities.
   bool zeroed(const float *rowStats) const {
@@ -344,6 +411,40 @@ struct AttentionOperands {
   }
 };
 
+/// A block's matrices in a thread's m x n buffer: its rows' part of it,
+/// `width` values a row.
+template <typename T>
+T *blockIn(T *buffer, const ScoreBlock &block, int64_t n) {
+  return buffer + block.row * n;
+}
+
+/// Block `block` of slice i's forward, its result rows into `o`.
+template <typename T>
+void forwardBlock(const AttentionOperands &t, int64_t i,
+                  const ScoreBlock &block,
+                  const AttentionOperands::Slice<T> &in,
+                  const SliceBuffers<T> &own, float *o, float *stats) {
+  const AttentionGeometry &g = t.g;
+  float *s = blockIn(own.s, block, g.n);
+  t.products->run(SliceProducts::Scores, block, in.a + block.row * g.k,
+                  in.b + block.lo * g.k, s);
+  // The probabilities as the second product reads them: in place of the
+  // scores in float32 (rounded to the format), packed into own.p in bf16.
+  T *p = blockIn(own.p, block, g.n);
+  if constexpr (std::is_same_v<T, float>)
+    p = s;
+  for (int64_t r = 0; r < block.rows; ++r) {
+    float *x = s + r * block.width, *rowStats = stats + 2 * (block.row + r);
+    rowStats[0] = t.biasedRow(x, i, block, block.row + r);
+    rowStats[1] = static_cast<float>(
+        std::log(exponentialsFrom(x, rowStats[0], block.width)));
+    probabilitiesInto(x, rowStats, t.zeroed(rowStats), block.width, t.format,
+                      p + r * block.width);
+  }
+  t.products->run(SliceProducts::Pv, block, p, in.v + block.lo * g.d,
+                  o + block.row * g.d);
+}
+
 /// The forward of slice i in the thread's buffers `own`; `stats` the
 /// slice's.
 template <typename T>
@@ -352,22 +453,9 @@ void forwardSlice(const AttentionOperands &t, int64_t i,
                   NarrowFormat rounding, float *stats) {
   const AttentionGeometry &g = t.g;
   AttentionOperands::Slice<T> in = t.sliceOf(i, own);
-  t.products->run(SliceProducts::Scores, in.a, in.b, own.s);
-  // The probabilities as the second product reads them: in place of the
-  // scores in float32 (rounded to the format), packed into own.p in bf16.
-  T *p = own.p;
-  if constexpr (std::is_same_v<T, float>)
-    p = own.s;
-  for (int64_t r = 0; r < g.m; ++r) {
-    float *x = own.s + r * g.n, *rowStats = stats + 2 * r;
-    rowStats[0] = t.biasedRow(x, i, r);
-    rowStats[1] =
-        static_cast<float>(std::log(exponentialsFrom(x, rowStats[0], g.n)));
-    probabilitiesInto(x, rowStats, t.zeroed(rowStats), g.n, t.format,
-                      p + r * g.n);
-  }
   float *o = resultOf(out, g.outAt, i, own.result[0]);
-  t.products->run(SliceProducts::Pv, p, in.v, o);
+  for (int64_t b = 0; b < t.blocks.count(); ++b)
+    forwardBlock(t, i, t.blockOf(i, b), in, own, o, stats);
   roundInPlace(rounding, o, g.m * g.d);
   storeResult(o, out, g.outAt, i);
 }
@@ -379,6 +467,7 @@ forwardKernel(const AttentionOperands &t, const TensorView &out,
               KernelScratch &scratch) {
   std::shared_ptr<void> buffers = t.threadBuffers<T>(scratch);
   auto body = [t, out, stats, rounding, buffers](const StepContext &) {
+    t.scanBias();
     forEachIndex(t.g.count, t.threads, [&](int64_t i) {
       forwardSlice(t, i, t.buffersOf<T>(buffers, omp_get_thread_num()), out,
                    rounding, stats.f32() + i * t.g.m * 2);
@@ -389,7 +478,8 @@ forwardKernel(const AttentionOperands &t, const TensorView &out,
 
 std::unique_ptr<Kernel> attentionKernel(const KernelArgs &args) {
   KernelScratch scratch(args);
-  AttentionOperands t(args, 0, 3, scratch);
+  AttentionOperands t(args, 0, 3, {SliceProducts::Scores, SliceProducts::Pv},
+                      scratch);
   TensorView out = args.outputs[0], stats = args.outputs[1];
   if (t.products->packed())
     return forwardKernel<uint16_t>(t, out, stats, roundingOf(args), scratch);
@@ -401,63 +491,89 @@ struct AttentionBackward {
   AttentionOperands t;
   TensorView grad, stats, da, db, dv;
 
-  /// Slice i in the thread's buffers `own`; leaves the unrounded dS in
-  /// own.dp for the bias's gradient.
+  /// Where a slice's gradients are computed: dA, the keys' (n x k) and v's.
+  struct Gradients {
+    float *da, *db, *dv;
+  };
+
+  /// Slice i in the thread's buffers `own`; leaves the unrounded dS of
+  /// each block in own.dp for the bias's gradient.
   template <typename T>
   void slice(int64_t i, const SliceBuffers<T> &own) const {
     const AttentionGeometry &g = t.g;
-    int64_t mn = g.m * g.n;
     AttentionOperands::Slice<T> in = t.sliceOf(i, own);
     const T *dout = operandOf(grad, g.outAt, i, own.grad);
-    t.products->run(SliceProducts::Scores, in.a, in.b, own.s);
-    for (int64_t r = 0; r < g.m; ++r) {
-      float *x = own.s + r * g.n;
-      const float *rowStats = stats.f32() + (i * g.m + r) * 2;
-      t.biasedRow(x, i, r);
-      exponentialsFrom(x, rowStats[0], g.n);
-      probabilitiesInto(x, rowStats, t.zeroed(rowStats), g.n,
+    // The keys' gradient n x k, stored transposed where they are k x n.
+    bool transposed = !g.bGradAt.interleaved;
+    Gradients out{resultOf(da, g.aAt, i, own.result[0]),
+                  transposed ? own.result[1]
+                             : resultOf(db, g.bGradAt, i, own.result[1]),
+                  resultOf(dv, g.vGradAt, i, own.result[2])};
+    if (t.blocks.skips()) { // summed over the blocks
+      std::fill(out.db, out.db + g.n * g.k, 0.0f);
+      std::fill(out.dv, out.dv + g.n * g.d, 0.0f);
+    }
+    for (int64_t b = 0; b < t.blocks.count(); ++b)
+      block(i, t.blockOf(i, b), in, dout, own, out);
+    finish(out.da, da, g.aAt, i);
+    finish(out.dv, dv, g.vGradAt, i);
+    finish(out.db, db, g.bGradAt, i, transposed);
+  }
+
+  template <typename T>
+  void block(int64_t i, const ScoreBlock &block,
+             const AttentionOperands::Slice<T> &in, const T *dout,
+             const SliceBuffers<T> &own, const Gradients &out) const {
+    const AttentionGeometry &g = t.g;
+    int64_t area = block.rows * block.width;
+    float *s = blockIn(own.s, block, g.n), *dp = blockIn(own.dp, block, g.n);
+    const T *a = in.a + block.row * g.k, *rowsOut = dout + block.row * g.d;
+    t.products->run(SliceProducts::Scores, block, a, in.b + block.lo * g.k, s);
+    for (int64_t r = 0; r < block.rows; ++r) {
+      float *x = s + r * block.width;
+      const float *rowStats = stats.f32() + (i * g.m + block.row + r) * 2;
+      t.biasedRow(x, i, block, block.row + r);
+      exponentialsFrom(x, rowStats[0], block.width);
+      probabilitiesInto(x, rowStats, t.zeroed(rowStats), block.width,
                         NarrowFormat::None, x);
     }
     // dV = P^T dO, P rounded as the forward multiplied it.
-    const T *p = asProductOperand(own.s, mn, t.format, own.p);
-    store(SliceProducts::Dv, p, dout, dv, g.vGradAt, i, own.result[2]);
+    const T *p =
+        asProductOperand(s, area, t.format, blockIn(own.p, block, g.n));
+    t.products->run(SliceProducts::Dv, block, p, rowsOut,
+                    out.dv + block.lo * g.d);
     // dP = dO V^T, then dS = P (dP - sum(dP P)) row by row.
-    t.products->run(SliceProducts::Dp, dout, in.v, own.dp);
-    for (int64_t r = 0; r < g.m; ++r)
-      softmaxGradientRow(own.s + r * g.n, own.dp + r * g.n, g.n, t.format);
+    t.products->run(SliceProducts::Dp, block, rowsOut, in.v + block.lo * g.d,
+                    dp);
+    for (int64_t r = 0; r < block.rows; ++r)
+      softmaxGradientRow(s + r * block.width, dp + r * block.width, block.width,
+                         t.format);
     // The products read dS rounded; the bias's gradient dS as it is.
-    const T *ds = asProductOperand(own.dp, mn, t.format, own.ds);
-    store(SliceProducts::Da, ds, in.b, da, g.aAt, i, own.result[0]);
-    // The keys' gradient n x k, stored transposed where they are k x n.
-    bool transposed = !g.bGradAt.interleaved;
-    float *dbi =
-        transposed ? own.result[1] : resultOf(db, g.bGradAt, i, own.result[1]);
-    t.products->run(SliceProducts::Db, ds, in.a, dbi);
-    roundInPlace(t.format, dbi, g.n * g.k);
-    storeResult(dbi, db, g.bGradAt, i, transposed);
-  }
-  /// Product `which` of x and y into slice i of `y`, rounded and stored.
-  template <typename T>
-  void store(SliceProducts::Which which, const T *x, const T *y,
-             const TensorView &result, const SliceLayout &at, int64_t i,
-             float *own) const {
-    float *values = resultOf(result, at, i, own);
-    t.products->run(which, x, y, values);
-    finish(values, result, at, i);
-  }
-  void finish(float *values, const TensorView &result, const SliceLayout &at,
-              int64_t i) const {
-    roundInPlace(t.format, values, at.rows * at.cols);
-    storeResult(values, result, at, i);
+    const T *ds =
+        asProductOperand(dp, area, t.format, blockIn(own.ds, block, g.n));
+    t.products->run(SliceProducts::Da, block, ds, in.b + block.lo * g.k,
+                    out.da + block.row * g.k);
+    t.products->run(SliceProducts::Db, block, ds, a, out.db + block.lo * g.k);
   }
 
-  /// Adds slice i's dS to the bias's gradient.
+  void finish(float *values, const TensorView &result, const SliceLayout &at,
+              int64_t i, bool transposed = false) const {
+    roundInPlace(t.format, values, at.rows * at.cols);
+    storeResult(values, result, at, i, transposed);
+  }
+
+  /// Adds slice i's dS (its blocks' in `ds`) to the bias's gradient.
   void addBiasGrad(int64_t i, const float *ds, float *dbias) const {
     const AttentionGeometry &g = t.g;
-    for (int64_t r = 0; r < g.m; ++r) {
-      float *row = dbias + t.bias->rows(i * g.m + r);
-      for (int64_t c = 0; c < g.n; ++c)
-        row[c * t.bias->step] += ds[r * g.n + c];
+    for (int64_t b = 0; b < t.blocks.count(); ++b) {
+      ScoreBlock block = t.blockOf(i, b);
+      const float *values = ds + block.row * g.n;
+      for (int64_t r = 0; r < block.rows; ++r) {
+        float *row = dbias + t.bias->rows(i * g.m + block.row + r) +
+                     block.lo * t.bias->step;
+        for (int64_t c = 0; c < block.width; ++c)
+          row[c * t.bias->step] += values[r * block.width + c];
+      }
     }
   }
 };
@@ -471,6 +587,7 @@ std::unique_ptr<Kernel> backwardKernel(const AttentionBackward &backward,
   std::shared_ptr<void> buffers = backward.t.threadBuffers<T>(scratch);
   auto body = [backward, dbias, buffers](const StepContext &) {
     const AttentionOperands &t = backward.t;
+    t.scanBias();
     if (!dbias.present()) {
       forEachIndex(t.g.count, t.threads, [&](int64_t i) {
         backward.slice(i, t.buffersOf<T>(buffers, omp_get_thread_num()));
@@ -493,12 +610,15 @@ std::unique_ptr<Kernel> backwardKernel(const AttentionBackward &backward,
 
 std::unique_ptr<Kernel> attentionGradKernel(const KernelArgs &args) {
   KernelScratch scratch(args);
-  AttentionBackward backward{AttentionOperands(args, 1, 5, scratch),
-                             args.inputs[0],
-                             args.inputs[4],
-                             args.outputs[0],
-                             args.outputs[1],
-                             args.outputs[2]};
+  using P = SliceProducts;
+  AttentionBackward backward{
+      AttentionOperands(args, 1, 5, {P::Scores, P::Dv, P::Dp, P::Da, P::Db},
+                        scratch),
+      args.inputs[0],
+      args.inputs[4],
+      args.outputs[0],
+      args.outputs[1],
+      args.outputs[2]};
   TensorView dbias = args.outputs.size() > 3 ? args.outputs[3] : TensorView();
   if (backward.t.products->packed())
     return backwardKernel<uint16_t>(backward, dbias, scratch);
@@ -506,6 +626,8 @@ std::unique_ptr<Kernel> attentionGradKernel(const KernelArgs &args) {
 }
 
 } // namespace
+
+void skipMaskedAttentionScores(bool skip) { skippingMaskedScores = skip; }
 
 void registerAttention(KernelRegistry &registry) {
   registry.add("attention", Backend::CPU, attentionKernel);

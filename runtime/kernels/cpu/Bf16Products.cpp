@@ -21,6 +21,7 @@
 #include "SmallMatMul.h"
 
 #include <cstring>
+#include <omp.h>
 #include <optional>
 
 namespace cdp::runtime::cpu {
@@ -237,12 +238,17 @@ NativeProduct gemm(const KernelArgs &args, KernelScratch &scratch) {
 
 std::shared_ptr<const Bf16Gemm> Bf16Gemm::make(bool transA, bool transB,
                                                int64_t m, int64_t n, int64_t k,
-                                               float alpha) {
+                                               float alpha, float beta) {
   if (!bf16DotProductsUsed() || m * n * k <= kSmallMatMulVolume)
     return nullptr;
   dnnl::primitive_attr attributes;
   if (alpha != 1.0f)
     attributes.set_output_scales(0, {alpha});
+  if (beta != 0.0f) {
+    dnnl::post_ops sum;
+    sum.append_sum(beta);
+    attributes.set_post_ops(sum);
+  }
   auto gemm = std::shared_ptr<Bf16Gemm>(new Bf16Gemm());
   gemm->a = matrixDesc({}, m, k, transA, memory::data_type::bf16);
   gemm->b = matrixDesc({}, k, n, transB, memory::data_type::bf16);
@@ -253,20 +259,37 @@ std::shared_ptr<const Bf16Gemm> Bf16Gemm::make(bool transA, bool transB,
     return nullptr;
   gemm->pad = pd->scratchpad_desc();
   gemm->primitive = dnnl::matmul(*pd);
+  for (int t = 0; t < omp_get_max_threads(); ++t)
+    gemm->bound.push_back(std::make_shared<Bound>(
+        Bound{dnnl::stream(engine()), gemm->unboundArguments()}));
   return gemm;
+}
+
+std::unordered_map<int, memory> Bf16Gemm::unboundArguments() const {
+  std::unordered_map<int, memory> arguments{
+      {DNNL_ARG_SRC, memory(a, engine(), DNNL_MEMORY_NONE)},
+      {DNNL_ARG_WEIGHTS, memory(b, engine(), DNNL_MEMORY_NONE)},
+      {DNNL_ARG_DST, memory(c, engine(), DNNL_MEMORY_NONE)}};
+  if (pad.get_size() != 0)
+    arguments[DNNL_ARG_SCRATCHPAD] = memory(pad, engine(), DNNL_MEMORY_NONE);
+  return arguments;
 }
 
 void Bf16Gemm::run(const uint16_t *x, const uint16_t *y, float *z,
                    void *scratchpad) const {
-  dnnl::stream stream(engine());
-  std::unordered_map<int, memory> arguments{
-      {DNNL_ARG_SRC, memory(a, engine(), const_cast<uint16_t *>(x))},
-      {DNNL_ARG_WEIGHTS, memory(b, engine(), const_cast<uint16_t *>(y))},
-      {DNNL_ARG_DST, memory(c, engine(), z)}};
+  size_t thread = static_cast<size_t>(omp_get_thread_num());
+  // A thread beyond the team at load (a nested team) binds its own.
+  std::shared_ptr<Bound> own =
+      thread < bound.size() ? bound[thread]
+                            : std::make_shared<Bound>(Bound{
+                                  dnnl::stream(engine()), unboundArguments()});
+  own->arguments[DNNL_ARG_SRC].set_data_handle(const_cast<uint16_t *>(x));
+  own->arguments[DNNL_ARG_WEIGHTS].set_data_handle(const_cast<uint16_t *>(y));
+  own->arguments[DNNL_ARG_DST].set_data_handle(z);
   if (pad.get_size() != 0)
-    arguments[DNNL_ARG_SCRATCHPAD] = memory(pad, engine(), scratchpad);
-  primitive.execute(stream, arguments);
-  stream.wait();
+    own->arguments[DNNL_ARG_SCRATCHPAD].set_data_handle(scratchpad);
+  primitive.execute(own->stream, own->arguments);
+  own->stream.wait();
 }
 
 namespace {

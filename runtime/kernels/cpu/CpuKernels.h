@@ -147,24 +147,34 @@ bool processorHasBf16DotProducts();
 /// without them (useBf16DotProducts(false)).
 bool bf16DotProductsUsed();
 void useBf16DotProducts(bool use);
-/// C = alpha op(A) op(B) of bf16 A and B, laid out as sgemm takes float32
-/// ones (row-major, contiguous; C float32 m x n), on the processor's bf16
-/// dot products: one oneDNN matmul made at load, run from any thread with
-/// that thread's scratchpad.
+/// C = alpha op(A) op(B) (+ beta C) of bf16 A and B, laid out as sgemm takes
+/// float32 ones (row-major, contiguous; C float32 m x n), on the processor's
+/// bf16 dot products: one oneDNN matmul made at load, run from any thread with
+/// that thread's scratchpad. Each OpenMP thread of the process's team keeps
+/// its own stream and argument memories, made at load, so that a run
+/// allocates nothing (the CPU attention runs a few thousand a step).
 class Bf16Gemm {
 public:
   /// Null where bf16DotProductsUsed() is false, the product is too small to
   /// pay for a primitive, or oneDNN has only its reference code for it.
-  static std::shared_ptr<const Bf16Gemm>
-  make(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha);
+  static std::shared_ptr<const Bf16Gemm> make(bool transA, bool transB,
+                                              int64_t m, int64_t n, int64_t k,
+                                              float alpha, float beta = 0.0f);
   size_t scratchpadBytes() const { return pad.get_size(); }
   void run(const uint16_t *a, const uint16_t *b, float *c,
            void *scratchpad) const;
 
 private:
   Bf16Gemm() = default;
+  struct Bound {
+    dnnl::stream stream;
+    std::unordered_map<int, dnnl::memory> arguments;
+  };
+  std::unordered_map<int, dnnl::memory> unboundArguments() const;
   dnnl::memory::desc a, b, c, pad;
   dnnl::matmul primitive;
+  /// One per thread of an OpenMP team (omp_get_max_threads at load).
+  std::vector<std::shared_ptr<Bound>> bound;
 };
 /// A gemm or matmul marked narrow_operands = bf16 as oneDNN's matmul on
 /// bf16 operands (Bf16Products.cpp), where the processor has bf16 dot
@@ -175,6 +185,10 @@ private:
 NativeProduct nativeBf16Product(const KernelArgs &args, KernelScratch &scratch);
 /// cdp.attention and attention_grad.
 void registerAttention(KernelRegistry &registry);
+/// Whether attention kernels made from now on skip the scores a mask zeroes
+/// (AttentionBlocks.h; on by default): off, tests compare with every score
+/// computed.
+void skipMaskedAttentionScores(bool skip);
 /// conv, conv_grad_input and conv_grad_weight on oneDNN (DnnlConv.cpp): in
 /// bf16 where marked narrow_operands = bf16 and the processor has bf16 dot
 /// products.
