@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "CpuKernels.h"
+#include "SoftmaxRows.h"
 #include "VectorMath.h"
 #include "cdp/Runtime/OpTable.h"
 
@@ -76,37 +77,92 @@ struct RowLogSum {
   double logSum;
 };
 
-/// The calling thread's buffer of one row's values (a language model's
-/// vocabulary: 50257 floats for GPT-2), where the row's exponentials are
-/// computed in a loop of their own, which vectorizes (VectorMath.h).
-float *rowBuffer(int64_t classes) {
-  thread_local std::vector<float> buffer;
+/// The calling thread's buffers of one row's values (a language model's
+/// vocabulary: 50257 floats for GPT-2): `which` 0 for a row's scores
+/// widened from 2 bytes or gathered, 1 for its exponentials, computed in
+/// loops of their own, which vectorize (VectorMath.h, SoftmaxRows.h).
+float *rowBuffer(int64_t classes, int which) {
+  thread_local std::vector<float> buffers[2];
+  std::vector<float> &buffer = buffers[which];
   if (static_cast<int64_t>(buffer.size()) < classes)
     buffer.resize(classes);
   return buffer.data();
 }
 
+/// Row (n, i)'s scores as float32: where they lie when the classes are
+/// last and the scores float32, else widened or gathered into the thread's
+/// buffer 0.
+const float *rowScores(const ClassGeometry &g, const StoredValues &scores,
+                       int64_t n, int64_t i) {
+  int64_t start = g.at(n, 0, i);
+  if (g.classStride == 1 && scores.stored == NarrowFormat::None)
+    return static_cast<const float *>(scores.data) + start;
+  float *row = rowBuffer(g.classes, 0);
+  if (g.classStride == 1 && scores.stored == NarrowFormat::Bfloat16) {
+    const uint16_t *bits = static_cast<const uint16_t *>(scores.data) + start;
+    for (int64_t c = 0; c < g.classes; ++c)
+      row[c] = floatOfBfloat16(bits[c]);
+    return row;
+  }
+  for (int64_t c = 0; c < g.classes; ++c)
+    row[c] = scores[g.at(n, c, i)];
+  return row;
+}
+
+/// Row (n, i)'s maximum and log-sum, from its scores `x`; leaves the
+/// exponentials exp(x - top) in the thread's buffer 1.
+RowLogSum rowLogSumOf(const ClassGeometry &g, const float *x) {
+  float top = maximumOfRow(x, g.classes);
+  float *e = rowBuffer(g.classes, 1);
+  std::copy(x, x + g.classes, e);
+  return {top, std::log(exponentialsFrom(e, top, g.classes))};
+}
+
 RowLogSum rowLogSumOf(const ClassGeometry &g, const StoredValues &scores,
                       int64_t n, int64_t i) {
-  float *e = rowBuffer(g.classes);
-  for (int64_t c = 0; c < g.classes; ++c)
-    e[c] = scores[g.at(n, c, i)];
-  float top = e[0];
-  for (int64_t c = 1; c < g.classes; ++c)
-    top = std::max(top, e[c]);
-  for (int64_t c = 0; c < g.classes; ++c)
-    e[c] -= top;
-  expInPlace(e, g.classes);
-  double sum = 0;
-  for (int64_t c = 0; c < g.classes; ++c)
-    sum += e[c];
-  return {top, std::log(sum)};
+  return rowLogSumOf(g, rowScores(g, scores, n, i));
 }
 
 /// A score's log-probability in its row: the loss writes it, a gradient
 /// `from_scores` recomputes it, with this one expression (the same bits).
 float logProbabilityOf(float score, const RowLogSum &row) {
   return static_cast<float>(score - row.top - row.logSum);
+}
+
+/// A row's log-probabilities from its scores `x` (n of them), into `logp`.
+void logProbabilitiesOf(const float *x, const RowLogSum &row, int64_t n,
+                        float *logp) {
+  for (int64_t c = 0; c < n; ++c)
+    logp[c] = logProbabilityOf(x[c], row);
+}
+
+/// A row's gradient in place of its probabilities p: factor (p - onehot)
+/// (an ignored label, outside the classes, has no one).
+void gradientRow(float *p, double factor, int64_t label, int64_t n) {
+  bool counted = label >= 0 && label < n;
+  double atLabel =
+      counted ? factor * (static_cast<double>(p[label]) - 1.0) : 0.0;
+  for (int64_t c = 0; c < n; ++c)
+    p[c] = static_cast<float>(factor * static_cast<double>(p[c]));
+  if (counted)
+    p[label] = static_cast<float>(atLabel);
+}
+
+/// Row (n, i)'s values into `y`, rounded to `rounding` (in 2 bytes where
+/// `twoBytes`): one pass where the classes are last.
+void storeRow(const ClassGeometry &g, const float *values, int64_t n, int64_t i,
+              const TensorView &y, NarrowFormat rounding, bool twoBytes) {
+  int64_t start = g.at(n, 0, i);
+  if (g.classStride == 1 && !twoBytes) {
+    roundedRow(values, g.classes, rounding, y.f32() + start);
+    return;
+  }
+  if (g.classStride == 1 && rounding == NarrowFormat::Bfloat16) {
+    bf16RowBits(values, g.classes, static_cast<uint16_t *>(y.data) + start);
+    return;
+  }
+  for (int64_t c = 0; c < g.classes; ++c)
+    storeResult(y.data, g.at(n, c, i), values[c], rounding, twoBytes);
 }
 
 /// Reads a counted element's log-probability where `logp` stores them.
@@ -193,22 +249,17 @@ softmaxLossGrad(const KernelArgs &args) {
     forEachWeightedGradient(
         g, dloss, labels.i64(), weights, location,
         [&](int64_t n, int64_t i, int64_t label, double factor) {
-          RowLogSum row{};
-          if (fromScores)
-            row = rowLogSumOf(g, in, n, i);
-          // The row's probabilities exp(logp), in the thread's buffer
+          const float *x = rowScores(g, in, n, i);
+          // The row's probabilities exp(logp), in the thread's buffer 1
           // (rowLogSumOf is done with it).
-          float *p = rowBuffer(g.classes);
-          for (int64_t c = 0; c < g.classes; ++c) {
-            float value = in[g.at(n, c, i)];
-            p[c] = fromScores ? logProbabilityOf(value, row) : value;
-          }
+          float *p = rowBuffer(g.classes, 1);
+          if (fromScores)
+            logProbabilitiesOf(x, rowLogSumOf(g, x), g.classes, p);
+          else
+            std::copy(x, x + g.classes, p);
           expInPlace(p, g.classes);
-          for (int64_t c = 0; c < g.classes; ++c)
-            storeResult(dx.data, g.at(n, c, i),
-                        static_cast<float>(factor * (static_cast<double>(p[c]) -
-                                                     (c == label ? 1.0 : 0.0))),
-                        rounding, twoBytes);
+          gradientRow(p, factor, label, g.classes);
+          storeRow(g, p, n, i, dx, rounding, twoBytes);
         });
   };
 }
@@ -240,9 +291,14 @@ void registerLoss(KernelRegistry &registry) {
 #pragma omp parallel for if (rows * g.classes > 65536)
       for (int64_t k = 0; k < rows; ++k) {
         int64_t n = k / g.spatial, i = k % g.spatial;
-        RowLogSum row = rowLogSumOf(g, in, n, i);
+        const float *x = rowScores(g, in, n, i);
+        RowLogSum row = rowLogSumOf(g, x);
+        if (g.classStride == 1) {
+          logProbabilitiesOf(x, row, g.classes, logp.f32() + g.at(n, 0, i));
+          continue;
+        }
         for (int64_t c = 0; c < g.classes; ++c)
-          logp.f32()[g.at(n, c, i)] = logProbabilityOf(in[g.at(n, c, i)], row);
+          logp.f32()[g.at(n, c, i)] = logProbabilityOf(x[c], row);
       }
       negativeLogLikelihood(g, storedIn(g, logp.f32()), labels.i64(), weights,
                             loss.f32(), location);

@@ -85,6 +85,10 @@ CDP_ROW_CLONES float biasedScoresMaximum(float *x, const float *bias,
   return maximumOf(x, n);
 }
 
+CDP_ROW_CLONES float maximumOfRow(const float *x, int64_t n) {
+  return maximumOf(x, n);
+}
+
 CDP_ROW_CLONES double exponentialsFrom(float *x, float top, int64_t n) {
   double lane[kLanes] = {};
   int64_t c = 0;

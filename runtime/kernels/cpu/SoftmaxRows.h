@@ -30,6 +30,10 @@ namespace cdp::runtime::cpu {
 float biasedScoresMaximum(float *x, const float *bias, int64_t step, int64_t n,
                           NarrowFormat format);
 
+/// The largest of x[0..n), -inf where n is 0 (unspecified where x holds a
+/// NaN: a softmax's sum is NaN then whatever it is).
+float maximumOfRow(const float *x, int64_t n);
+
 /// x[c] = expInLoops(x[c] - top) for c < n; returns their sum in double.
 double exponentialsFrom(float *x, float top, int64_t n);
 
