@@ -352,11 +352,23 @@ ProductRun runProduct(const std::string &op,
   return {y, native};
 }
 
+/// The sum of term(p) for p < k in double, and the sum of their magnitudes.
+template <typename Term>
+std::pair<double, double> dotInDouble(int64_t k, const Term &term) {
+  double sum = 0, size = 0;
+  for (int64_t p = 0; p < k; ++p) {
+    sum += term(p);
+    size += std::fabs(term(p));
+  }
+  return {sum, size};
+}
+
 // Where the processor has bf16 dot products, a product marked bf16 runs as
 // oneDNN's matmul on 2-byte operands (float32 operands packed into 2
 // bytes, an operand stored so read as it lies), with float32 sums:
 // each path's shapes (rows stacked, batched with broadcast and transposes),
-// a gemm's alpha, beta, bias and ReLU, and a result stored in bf16, against
+// a weight gradient's A^T B (inner product), a gemm's alpha, beta, bias and
+// ReLU, and a result stored in bf16, against
 // numpy's matmul in double, to 1e-5 relative to the sum of |terms|.
 TEST(MatMulKernel, Bf16ProductsOnDotProducts) {
   if (!cdp::runtime::cpu::processorHasBf16DotProducts())
@@ -403,6 +415,37 @@ TEST(MatMulKernel, Bf16ProductsOnDotProducts) {
                        {viewOf(a, stacked.a), viewOf(b, stacked.b)}, stacked.y)
                 .values);
 
+  // Y = A^T B, 2-D with nothing added (a weight's gradient X^T dY): as
+  // oneDNN's inner-product weight gradient, float32 and stored in bf16;
+  // with alpha 0.5 through the matmul primitive.
+  {
+    int64_t k = 96, m = 40, n = 56;
+    std::vector<float> x = bf16Normal(rng, k * m), dy = bf16Normal(rng, k * n);
+    for (double alpha : {1.0, 0.5})
+      for (plan::DType outType : {plan::F32, plan::BF16}) {
+        int64_t before = cdp::runtime::cpu::bf16WeightGradientsMade();
+        ProductRun run = runProduct("gemm", {{"trans_a", 1}, {"alpha", alpha}},
+                                    {viewOf(x, {k, m}), viewOf(dy, {k, n})},
+                                    {m, n}, outType);
+        EXPECT_TRUE(run.native);
+        // runProduct makes the kernel twice (the run, then the check).
+        EXPECT_EQ(cdp::runtime::cpu::bf16WeightGradientsMade() - before,
+                  alpha == 1.0 ? 2 : 0)
+            << "alpha " << alpha;
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            auto [sum, size] = dotInDouble(k, [&](int64_t p) {
+              return double(x[p * m + i]) * dy[p * n + j];
+            });
+            double want = alpha * sum, tolerance = 1e-5 * alpha * size + 1e-30;
+            if (outType == plan::BF16)
+              tolerance += std::fabs(want) * std::ldexp(1.0, -8);
+            ASSERT_NEAR(run.values[i * n + j], want, tolerance)
+                << "alpha " << alpha << ", element " << i << "," << j;
+          }
+      }
+  }
+
   // gemm: relu(alpha A B^T + beta C), C a bias row (oneDNN's bias where
   // alpha and beta are 1) or a whole matrix (written into Y, summed by
   // oneDNN); the result stored in bf16 is written by oneDNN, rounded to
@@ -431,12 +474,9 @@ TEST(MatMulKernel, Bf16ProductsOnDotProducts) {
             << "C " << (wholeC ? "whole" : "row") << ", alpha " << alpha;
         for (int64_t i = 0; i < m; ++i)
           for (int64_t j = 0; j < n; ++j) {
-            double sum = 0, size = 0;
-            for (int64_t p = 0; p < k; ++p) {
-              double term = double(ga[i * k + p]) * gb[j * k + p];
-              sum += term;
-              size += std::fabs(term);
-            }
+            auto [sum, size] = dotInDouble(k, [&](int64_t p) {
+              return double(ga[i * k + p]) * gb[j * k + p];
+            });
             double c = cValues[wholeC ? i * n + j : j];
             double want = std::max(alpha * sum + beta * c, 0.0);
             double got = run.values[i * n + j];

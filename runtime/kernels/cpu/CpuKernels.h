@@ -183,6 +183,9 @@ private:
 /// a result the plan stores in bf16 itself; a float32 result's
 /// round_result is the caller's.
 NativeProduct nativeBf16Product(const KernelArgs &args, KernelScratch &scratch);
+/// How many of those were made as oneDNN's inner-product weight gradients
+/// (Y = A^T B, 2-D, nothing added) so far (tests).
+int64_t bf16WeightGradientsMade();
 /// cdp.attention and attention_grad.
 void registerAttention(KernelRegistry &registry);
 /// Whether attention kernels made from now on skip the scores a mask zeroes
