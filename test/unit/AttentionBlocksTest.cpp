@@ -6,12 +6,12 @@
 // causal, left padding, fully masked rows, biases of unknown scale), how
 // rows and columns fall into blocks, and the kernels themselves: with a
 // causal mask and left padding over 200 queries and keys (blocks of 64,
-// a last one of 8; 256 on bf16 operands), the result, the stats and every
-// gradient (a trained bias's too) equal those of the same kernels computing
-// every score, to the float32 sums' order (1e-5 of the largest value; under
-// bf16, where a sum landing elsewhere may round the other way, one rounding of
-// the value and 1e-3 of the largest), in float32 and on bf16 operands, under
-// both layouts.
+// a last one of 8; 256 on bf16 operands; grouped-query too), the result, the
+// stats and every gradient (a trained bias's too) equal those of the same
+// kernels computing every score, to the float32 sums' order (1e-5 of the
+// largest value; under bf16, where a sum landing elsewhere may round the other
+// way, one rounding of the value and 1e-3 of the largest), in float32 and on
+// bf16 operands, under both layouts.
 //
 //===----------------------------------------------------------------------===//
 
@@ -109,7 +109,8 @@ struct Options {
   int64_t sequence;
   bool bf16;
   std::string layout;
-  float mask; // -inf or the lowest float
+  float mask;          // -inf or the lowest float
+  int64_t kvHeads = 2; // 1: grouped-query attention, two queries a key
 };
 
 std::vector<Tensor> run(const std::string &op, const Options &o,
@@ -171,18 +172,25 @@ void expectClose(const Tensor &got, const Tensor &want, bool bf16,
   }
 }
 
-/// B = 2, H = 2, `sequence` queries and keys, K = D = 32; batch row 1
-/// padded on the left by 70 tokens (its first 70 rows fully masked).
+/// B = 2, H = 2 (keys and v: o.kvHeads), `sequence` queries and keys, K =
+/// D = 32; batch row 1 padded on the left by 70 tokens (its first 70 rows
+/// fully masked). The gradients of the keys and v have H heads.
 void checkSkipping(const Options &o) {
   const int64_t B = 2, H = 2, S = o.sequence, K = 32;
   std::mt19937 rng(11);
   bool heads = o.layout == "bshd";
-  std::vector<int64_t> operand = heads ? std::vector<int64_t>{B, S, H, K}
-                                       : std::vector<int64_t>{B, H, S, K};
-  std::vector<int64_t> keys =
-      heads ? operand : std::vector<int64_t>{B, H, K, S};
-  Tensor q = normal(operand, rng, o.bf16), k = normal(keys, rng, o.bf16),
-         v = normal(operand, rng, o.bf16), grad = normal(operand, rng, o.bf16);
+  auto operandOf = [&](int64_t h) {
+    return heads ? std::vector<int64_t>{B, S, h, K}
+                 : std::vector<int64_t>{B, h, S, K};
+  };
+  auto keysOf = [&](int64_t h) {
+    return heads ? operandOf(h) : std::vector<int64_t>{B, h, K, S};
+  };
+  std::vector<int64_t> operand = operandOf(H);
+  Tensor q = normal(operand, rng, o.bf16),
+         k = normal(keysOf(o.kvHeads), rng, o.bf16),
+         v = normal(operandOf(o.kvHeads), rng, o.bf16),
+         grad = normal(operand, rng, o.bf16);
   Tensor bias = normal({B, 1, S, S}, rng, false);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t r = 0; r < S; ++r)
@@ -196,7 +204,7 @@ void checkSkipping(const Options &o) {
         run("attention", o, {q, k, v, bias}, {operand, stats});
     std::vector<Tensor> backward =
         run("attention_grad", o, {grad, q, k, v, forward[1], bias},
-            {operand, keys, operand, bias.shape});
+            {operand, keysOf(H), operand, bias.shape});
     cpu::skipMaskedAttentionScores(true);
     forward.insert(forward.end(), backward.begin(), backward.end());
     return forward;
@@ -211,6 +219,7 @@ void checkSkipping(const Options &o) {
 TEST(AttentionBlocks, SkippingEqualsEveryScoreFloat32) {
   checkSkipping({200, false, "bshd", -kInf});
   checkSkipping({200, false, "bhsd", kLowest});
+  checkSkipping({200, false, "bshd", kLowest, 1});
 }
 
 // 256: every block's products large enough for the bf16 dot products (a
@@ -218,6 +227,7 @@ TEST(AttentionBlocks, SkippingEqualsEveryScoreFloat32) {
 TEST(AttentionBlocks, SkippingEqualsEveryScoreBfloat16) {
   checkSkipping({256, true, "bshd", kLowest});
   checkSkipping({256, true, "bhsd", -kInf});
+  checkSkipping({256, true, "bhsd", kLowest, 1});
 }
 
 } // namespace
