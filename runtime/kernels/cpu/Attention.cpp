@@ -14,11 +14,12 @@
 //
 // Each slice's operands are read once into row-major matrices of the type
 // its products multiply (read where they lie when they are such already),
-// straight from the plan's storage (2-byte values included), and the keys
-// in the orientation they are stored in (the products read them
-// transposed where needed): no widened copies of whole operands, no
-// transpositions. The softmax's rows run in vectors (SoftmaxRows.h) and
-// write the probabilities and dS in the products' type as they go.
+// straight from the plan's storage (2-byte values included), the keys as
+// n x k rows for every layout (transposed from a stored k x n matrix; the
+// products read them transposed): no widened copies of whole operands.
+// Rows are taken in blocks, each only over the columns a mask leaves live
+// (AttentionBlocks.h). The softmax's rows run in vectors (SoftmaxRows.h)
+// and write the probabilities and dS in the products' type as they go.
 //
 //===----------------------------------------------------------------------===//
 
@@ -138,20 +139,6 @@ float *resultOf(const TensorView &y, const SliceLayout &at, int64_t i,
   return y.dtype == plan::F32 && !at.interleaved ? y.f32() + at.offset(i) : own;
 }
 
-/// `count` values of a result row into `y` from element `to`: float32, or
-/// the bits of y's 2-byte format.
-void storeRow(const float *from, int64_t count, const TensorView &y,
-              int64_t to) {
-  auto *bits = static_cast<uint16_t *>(y.data) + to;
-  if (y.dtype == plan::F32)
-    std::memcpy(y.f32() + to, from, count * sizeof(float));
-  else if (y.dtype == plan::BF16)
-    bf16RowBits(from, count, bits);
-  else
-    for (int64_t c = 0; c < count; ++c)
-      bits[c] = narrowBitsOf(from[c], false);
-}
-
 /// Slice i of `y`, computed at `values` (already rounded where the op
 /// rounds it), stored where resultOf did not place it; `transposed`:
 /// values holds the transpose of the slice (the keys' gradient of a k x n
@@ -168,7 +155,7 @@ void storeResult(const float *values, const TensorView &y,
         column[c] = values[c * at.rows + r];
       row = column.data();
     }
-    storeRow(row, at.cols, y, at.offset(i) + r * at.ld);
+    storeRow(row, at.cols, NarrowFormat::None, y, at.offset(i) + r * at.ld);
   }
 }
 
@@ -379,7 +366,7 @@ struct AttentionOperands {
   }
 
   template <typename T> struct Slice {
-    const T *a, *b, *v;
+    const T *a, *b, *v; // q, the keys (n x k rows) and v
   };
   template <typename T>
   Slice<T> sliceOf(int64_t i, const SliceBuffers<T> &own) const {

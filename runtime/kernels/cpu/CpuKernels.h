@@ -53,6 +53,14 @@ void packNarrow(const float *in, uint16_t *out, int64_t n, bool bf16);
 /// to[i] = roundedTo(format, x[i]) for i < n (`to` may be `x`): one row on
 /// the calling thread, in AVX2 vectors where the processor has them.
 void roundedRow(const float *x, int64_t n, NarrowFormat format, float *to);
+/// bits[i] = the bf16 bits of x[i], rounded to nearest even, for i < n: one
+/// row on the calling thread, in AVX2 vectors where the processor has them.
+void bf16RowBits(const float *x, int64_t n, uint16_t *bits);
+/// `count` values of a row into `y` from element `to`: rounded to
+/// `rounding` where y is float32, else stored as the bits of y's 2-byte
+/// format (rounded to it), on the calling thread.
+void storeRow(const float *values, int64_t count, NarrowFormat rounding,
+              const TensorView &y, int64_t to);
 /// `n` float32 values rounded in place to `format` (nothing for None), as
 /// round_to does: an op's round_result. Threads share only a long array: a
 /// short one (a kernel's row or channel, rounded inside the kernel's own

@@ -529,10 +529,11 @@ void widenNarrow(const uint16_t *in, float *out, int64_t n, bool bf16) {
 }
 
 void packNarrow(const float *in, uint16_t *out, int64_t n, bool bf16) {
+  constexpr int64_t kChunk = 65536;
   if (bf16) {
-#pragma omp parallel for if (n > 65536)
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = narrowBitsOf(in[i], true);
+#pragma omp parallel for if (n > kChunk)
+    for (int64_t start = 0; start < n; start += kChunk)
+      bf16RowBits(in + start, std::min(kChunk, n - start), out + start);
   } else {
 #pragma omp parallel for if (n > 65536)
     for (int64_t i = 0; i < n; ++i)
@@ -550,6 +551,24 @@ roundedRow(const float *x, int64_t n, NarrowFormat format, float *to) {
       to[i] = roundToFloat16(x[i]);
   else if (to != x)
     std::copy(x, x + n, to);
+}
+
+__attribute__((target_clones("avx2", "default"))) void
+bf16RowBits(const float *x, int64_t n, uint16_t *bits) {
+  for (int64_t i = 0; i < n; ++i)
+    bits[i] = narrowBitsOf(x[i], true);
+}
+
+void storeRow(const float *values, int64_t count, NarrowFormat rounding,
+              const TensorView &y, int64_t to) {
+  auto *bits = static_cast<uint16_t *>(y.data) + to;
+  if (y.dtype == plan::F32)
+    roundedRow(values, count, rounding, y.f32() + to);
+  else if (y.dtype == plan::BF16)
+    bf16RowBits(values, count, bits);
+  else
+    for (int64_t c = 0; c < count; ++c)
+      bits[c] = narrowBitsOf(values[c], false);
 }
 
 void roundInPlace(NarrowFormat format, float *values, int64_t n) {

@@ -98,10 +98,9 @@ const float *rowScores(const ClassGeometry &g, const StoredValues &scores,
   if (g.classStride == 1 && scores.stored == NarrowFormat::None)
     return static_cast<const float *>(scores.data) + start;
   float *row = rowBuffer(g.classes, 0);
-  if (g.classStride == 1 && scores.stored == NarrowFormat::Bfloat16) {
-    const uint16_t *bits = static_cast<const uint16_t *>(scores.data) + start;
-    for (int64_t c = 0; c < g.classes; ++c)
-      row[c] = floatOfBfloat16(bits[c]);
+  if (g.classStride == 1) {
+    widenNarrow(static_cast<const uint16_t *>(scores.data) + start, row,
+                g.classes, scores.stored == NarrowFormat::Bfloat16);
     return row;
   }
   for (int64_t c = 0; c < g.classes; ++c)
@@ -152,13 +151,8 @@ void gradientRow(float *p, double factor, int64_t label, int64_t n) {
 /// `twoBytes`): one pass where the classes are last.
 void storeRow(const ClassGeometry &g, const float *values, int64_t n, int64_t i,
               const TensorView &y, NarrowFormat rounding, bool twoBytes) {
-  int64_t start = g.at(n, 0, i);
-  if (g.classStride == 1 && !twoBytes) {
-    roundedRow(values, g.classes, rounding, y.f32() + start);
-    return;
-  }
-  if (g.classStride == 1 && rounding == NarrowFormat::Bfloat16) {
-    bf16RowBits(values, g.classes, static_cast<uint16_t *>(y.data) + start);
+  if (g.classStride == 1) {
+    cpu::storeRow(values, g.classes, rounding, y, g.at(n, 0, i));
     return;
   }
   for (int64_t c = 0; c < g.classes; ++c)

@@ -132,9 +132,4 @@ CDP_ROW_CLONES void softmaxGradientRow(const float *p, float *dp, int64_t n,
     dp[c] = static_cast<float>(p[c] * (dp[c] - sum));
 }
 
-CDP_ROW_CLONES void bf16RowBits(const float *x, int64_t n, uint16_t *bits) {
-  for (int64_t c = 0; c < n; ++c)
-    bits[c] = bfloat16BitsOf(roundToBfloat16(x[c]));
-}
-
 } // namespace cdp::runtime::cpu

@@ -50,9 +50,6 @@ void scaledRowBits(const float *e, double scale, int64_t n, uint16_t *bits);
 void softmaxGradientRow(const float *p, float *dp, int64_t n,
                         NarrowFormat format);
 
-/// bits[c] = the bf16 bits of x[c], rounded to nearest even.
-void bf16RowBits(const float *x, int64_t n, uint16_t *bits);
-
 } // namespace cdp::runtime::cpu
 
 #endif // CDP_RUNTIME_KERNELS_CPU_SOFTMAXROWS_H
