@@ -528,6 +528,14 @@ void widenNarrow(const uint16_t *in, float *out, int64_t n, bool bf16) {
   }
 }
 
+// Defined before packNarrow: clang takes a target_clones function only
+// before its first use.
+__attribute__((target_clones("avx2", "default"))) void
+bf16RowBits(const float *x, int64_t n, uint16_t *bits) {
+  for (int64_t i = 0; i < n; ++i)
+    bits[i] = narrowBitsOf(x[i], true);
+}
+
 void packNarrow(const float *in, uint16_t *out, int64_t n, bool bf16) {
   constexpr int64_t kChunk = 65536;
   if (bf16) {
@@ -551,12 +559,6 @@ roundedRow(const float *x, int64_t n, NarrowFormat format, float *to) {
       to[i] = roundToFloat16(x[i]);
   else if (to != x)
     std::copy(x, x + n, to);
-}
-
-__attribute__((target_clones("avx2", "default"))) void
-bf16RowBits(const float *x, int64_t n, uint16_t *bits) {
-  for (int64_t i = 0; i < n; ++i)
-    bits[i] = narrowBitsOf(x[i], true);
 }
 
 void storeRow(const float *values, int64_t count, NarrowFormat rounding,
