@@ -4,10 +4,17 @@
 // GELU's forms (erf, and the tanh approximation), on every bf16 value in
 // [-12, 12] read from the 2-byte copies a bf16 plan keeps, against the
 // formulas in double, written without cancellation (1 + erf(z) and
-// 1 + tanh(u) lose every digit where they are near 0): 32 ulp of the
-// value, and in the negative tail an ulp of 1 in the gate, as PyTorch's
-// float formula has (oneDNN's GELU, which serves these, loses its relative
-// precision there as that formula does: 0 from about x = -6 on).
+// 1 + tanh(u) lose every digit where they are near 0). The kernels compute
+// the gate as erfc(-z) / 2 (z < -1) and sigmoid(2u) from exp(-2|u|), so
+// they keep their relative precision in the negative tail too (PyTorch's
+// float formula and oneDNN's GELU, which served these until 2026-12-02,
+// give 0 from about x = -6 on): 4 (4 + |a|) ulp of the value, a the
+// exponential's argument (2|u|, x^2 / 2), whose own rounding costs |a| ulp
+// of it (the rest: the polynomials, and 1 + erf(z) for z in [-1, -0.5]).
+// Then the storage cases, each the float32 kernel's bits: a float32 input
+// with a bf16 round_result, a result stored in 2 bytes, 2-byte incoming
+// gradients, lengths across the kernels' chunks, a result written over its
+// input.
 //
 //===----------------------------------------------------------------------===//
 
@@ -17,6 +24,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 
 namespace {
 
@@ -103,17 +112,25 @@ const Form kForms[] = {
 /// One float ulp of 1.
 const double kUlp = std::ldexp(1.0, -24);
 
-/// What float arithmetic allows: 32 ulp of the value, and in the negative
-/// tail, where the gate is 1 + erf(z) or 1 + tanh(u) of values near -1, an
-/// absolute error of an ulp of 1 in the gate (2 ulp of x in the value),
-/// which PyTorch's float formula has too; in the gradient also in 1 -
-/// tanh(u)^2, which x u' / 2 multiplies (u' < 1 + 0.14 x^2).
-double forwardBound(double x, double want) {
-  return 32 * kUlp * std::fabs(want) + 2 * kUlp * std::fabs(x);
+/// The exponential's argument in the kernels' gate (its magnitude).
+double exponentOf(const Form &form, double x) {
+  return form.gate == tanhGate ? 2.0 * tanhArgument(x) : 0.5 * x * x;
 }
-double gradientBound(double x, double gate, double slope) {
-  return 32 * kUlp * (std::fabs(gate) + std::fabs(slope)) +
-         2 * kUlp * (1 + std::fabs(x) * (1 + 0.14 * x * x));
+
+/// 4 (4 + |a|) ulp of `scale`; and where the gate is below the normal
+/// floats, whose exponentials the kernels flush to 0, that of the smallest
+/// normal times what multiplies it in the value and the gradient (x, and
+/// x u' < |x| (1 + 0.14 x^2)).
+double bound(const Form &form, double x, double scale) {
+  double flushed = std::numeric_limits<float>::min() * (1 + std::fabs(x)) *
+                   (1 + 0.14 * x * x);
+  return 4 * (4 + std::fabs(exponentOf(form, x))) * kUlp * scale + flushed;
+}
+double forwardBound(const Form &form, double x, double want) {
+  return bound(form, x, std::fabs(want));
+}
+double gradientBound(const Form &form, double x, double gate, double slope) {
+  return bound(form, x, std::fabs(gate) + std::fabs(slope));
 }
 
 TEST(GeluKernel, ForwardOnEveryBf16Value) {
@@ -125,7 +142,7 @@ TEST(GeluKernel, ForwardOnEveryBf16Value) {
                   {viewOf(range.bits.data(), n, plan::BF16)}, n);
     for (int64_t i = 0; i < n; ++i) {
       double x = range.values[i], want = x * form.gate(x);
-      ASSERT_NEAR(y[i], want, forwardBound(x, want))
+      ASSERT_NEAR(y[i], want, forwardBound(form, x, want))
           << form.name << " at x = " << x;
     }
   }
@@ -144,10 +161,113 @@ TEST(GeluKernel, GradientOnEveryBf16Value) {
     for (int64_t i = 0; i < n; ++i) {
       double x = range.values[i], gate = form.gate(x), slope = form.slope(x);
       // The two terms cancel near x = -0.75: the error scales with them.
-      ASSERT_NEAR(dx[i], gate + slope, gradientBound(x, gate, slope))
+      ASSERT_NEAR(dx[i], gate + slope, gradientBound(form, x, gate, slope))
           << form.kind << " at x = " << x;
     }
   }
+}
+
+/// `op` with string attributes `attributes` on `inputs` into `output`.
+void runInto(const std::string &op,
+             std::vector<std::pair<const char *, const char *>> attributes,
+             std::vector<TensorView> inputs, TensorView output) {
+  plan::Instruction instruction;
+  instruction.set_op(op);
+  for (auto [name, value] : attributes) {
+    plan::Attribute *attribute = instruction.add_attributes();
+    attribute->set_name(name);
+    attribute->set_s(value);
+  }
+  KernelArgs args;
+  args.instruction = &instruction;
+  args.inputs = std::move(inputs);
+  args.outputs = {output};
+  args.threads = 2;
+  (*KernelRegistry::instance().lookup(op, Backend::CPU))(args)->run(
+      StepContext());
+}
+
+uint32_t bitsOf(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  return bits;
+}
+
+/// Values spread over GELU's interesting range, and n of them.
+std::vector<float> inputsOf(int64_t n) {
+  std::vector<float> x(n);
+  for (int64_t i = 0; i < n; ++i)
+    x[i] = 7.0f * std::sin(0.61f * static_cast<float>(i)) - 1.0f;
+  return x;
+}
+
+// Lengths below, at and across a chunk (4096) and one the threads share.
+const int64_t kLengths[] = {1, 17, 4096, 4097, 70001};
+
+TEST(GeluKernel, StorageCasesHoldTheFloat32KernelsBits) {
+  for (const Form &form : kForms)
+    for (int64_t n : kLengths) {
+      std::vector<float> x = inputsOf(n), want(n);
+      runInto("gelu", {{"approximate", form.name}},
+              {viewOf(x.data(), n, plan::F32)},
+              viewOf(want.data(), n, plan::F32));
+      std::vector<float> rounded(n);
+      runInto("gelu", {{"approximate", form.name}, {"round_result", "bf16"}},
+              {viewOf(x.data(), n, plan::F32)},
+              viewOf(rounded.data(), n, plan::F32));
+      std::vector<uint16_t> stored(n);
+      runInto("gelu", {{"approximate", form.name}},
+              {viewOf(x.data(), n, plan::F32)},
+              viewOf(stored.data(), n, plan::BF16));
+      std::vector<float> inPlace = x;
+      runInto("gelu", {{"approximate", form.name}},
+              {viewOf(inPlace.data(), n, plan::F32)},
+              viewOf(inPlace.data(), n, plan::F32));
+      for (int64_t i = 0; i < n; ++i) {
+        SCOPED_TRACE(std::string(form.name) + " length " + std::to_string(n) +
+                     " element " + std::to_string(i));
+        ASSERT_EQ(bitsOf(rounded[i]), bitsOf(roundToBfloat16(want[i])));
+        ASSERT_EQ(stored[i], narrowBitsOf(want[i], true));
+        ASSERT_EQ(bitsOf(inPlace[i]), bitsOf(want[i]));
+      }
+    }
+}
+
+TEST(GeluKernel, GradientStorageCasesHoldTheFloat32KernelsBits) {
+  for (const Form &form : kForms)
+    for (int64_t n : kLengths) {
+      std::vector<float> x = inputsOf(n), dy(n), want(n);
+      std::vector<uint16_t> dyBits(n);
+      for (int64_t i = 0; i < n; ++i) {
+        dyBits[i] = narrowBitsOf(std::cos(0.3f * static_cast<float>(i)), true);
+        dy[i] = floatOfBfloat16(dyBits[i]);
+      }
+      runInto("unary_grad", {{"kind", form.kind}},
+              {viewOf(dy.data(), n, plan::F32), viewOf(x.data(), n, plan::F32)},
+              viewOf(want.data(), n, plan::F32));
+      std::vector<float> rounded(n);
+      runInto("unary_grad", {{"kind", form.kind}, {"round_result", "bf16"}},
+              {viewOf(dyBits.data(), n, plan::BF16),
+               viewOf(x.data(), n, plan::F32)},
+              viewOf(rounded.data(), n, plan::F32));
+      std::vector<uint16_t> stored(n);
+      runInto("unary_grad", {{"kind", form.kind}},
+              {viewOf(dyBits.data(), n, plan::BF16),
+               viewOf(x.data(), n, plan::F32)},
+              viewOf(stored.data(), n, plan::BF16));
+      std::vector<float> inPlace = dy;
+      runInto("unary_grad", {{"kind", form.kind}},
+              {viewOf(inPlace.data(), n, plan::F32),
+               viewOf(x.data(), n, plan::F32)},
+              viewOf(inPlace.data(), n, plan::F32));
+      for (int64_t i = 0; i < n; ++i) {
+        SCOPED_TRACE(std::string(form.kind) + " length " + std::to_string(n) +
+                     " element " + std::to_string(i));
+        ASSERT_EQ(bitsOf(rounded[i]), bitsOf(roundToBfloat16(want[i])));
+        ASSERT_EQ(stored[i], narrowBitsOf(want[i], true));
+        ASSERT_EQ(bitsOf(inPlace[i]), bitsOf(want[i]));
+      }
+    }
 }
 
 } // namespace

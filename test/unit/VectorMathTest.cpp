@@ -3,7 +3,9 @@
 // expInLoops against double-precision exp over the float range it serves
 // (a sweep of bit patterns: within 2 ulp; 1 measured), its limits (0
 // below FLT_MIN's exponent, +inf above FLT_MAX's, NaN kept), and the
-// kernels' arrays of it (expInPlace) holding its bits on any processor.
+// kernels' arrays of it (expInPlace) and of GELU and its gradient (geluRow,
+// geluGradRow) holding the scalar functions' bits on any processor
+// (GeluKernelTest checks GELU's accuracy).
 //
 //===----------------------------------------------------------------------===//
 
@@ -88,6 +90,49 @@ TEST(VectorMath, ArraysHoldExpInLoopsBits) {
       ASSERT_EQ(bitsOf(got[i]), bitsOf(expInLoops(values[i])))
           << "length " << n << ", value " << i;
   }
+}
+
+// GELU's rows (AVX2 vectors where the processor has them) hold the scalar
+// functions' bits, both forms, special values included, a row written over
+// its input too.
+TEST(VectorMath, GeluRowsHoldTheScalarBits) {
+  using namespace cdp::runtime::cpu;
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x(4099), g(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = std::sin(0.37f * i) * 14.0f - 2.0f;
+    g[i] = std::cos(0.11f * i);
+  }
+  x[5] = inf;
+  x[6] = -inf;
+  x[7] = std::nanf("");
+  x[8] = 0.0f;
+  x[9] = -0.0f;
+  for (bool tanh : {true, false})
+    for (int64_t n :
+         {int64_t(0), int64_t(1), int64_t(9), int64_t(17), int64_t(4099)}) {
+      std::vector<float> y(n), dx(n), inPlace(x.begin(), x.begin() + n);
+      geluRow(x.data(), y.data(), n, tanh);
+      geluGradRow(g.data(), x.data(), dx.data(), n, tanh);
+      geluRow(inPlace.data(), inPlace.data(), n, tanh);
+      for (int64_t i = 0; i < n; ++i) {
+        if (std::isnan(x[i])) { // NaN, whatever its sign and payload
+          ASSERT_TRUE(std::isnan(y[i]) && std::isnan(dx[i]));
+          continue;
+        }
+        float value = tanh ? geluTanhInLoops(x[i]) : geluErfInLoops(x[i]);
+        float grad = tanh ? geluTanhGradInLoops(g[i], x[i])
+                          : geluErfGradInLoops(g[i], x[i]);
+        ASSERT_EQ(bitsOf(y[i]), bitsOf(value)) << "length " << n << " at " << i;
+        ASSERT_EQ(bitsOf(inPlace[i]), bitsOf(value)) << "at " << i;
+        ASSERT_EQ(bitsOf(dx[i]), bitsOf(grad)) << "length " << n << " at " << i;
+      }
+    }
+  // GELU(+inf) = +inf; NaN stays NaN.
+  EXPECT_EQ(geluTanhInLoops(inf), inf);
+  EXPECT_EQ(geluErfInLoops(inf), inf);
+  EXPECT_TRUE(std::isnan(geluTanhInLoops(std::nanf(""))));
+  EXPECT_TRUE(std::isnan(geluErfGradInLoops(1.0f, std::nanf(""))));
 }
 
 } // namespace

@@ -51,11 +51,23 @@ void widenNarrow(const uint16_t *in, float *out, int64_t n, bool bf16);
 /// even: what pack_narrow does and a 2-byte result's kernel does last.
 void packNarrow(const float *in, uint16_t *out, int64_t n, bool bf16);
 /// to[i] = roundedTo(format, x[i]) for i < n (`to` may be `x`): one row on
-/// the calling thread, in AVX2 vectors where the processor has them.
+/// the calling thread, in vectors where the processor has them.
 void roundedRow(const float *x, int64_t n, NarrowFormat format, float *to);
 /// bits[i] = the bf16 bits of x[i], rounded to nearest even, for i < n: one
-/// row on the calling thread, in AVX2 vectors where the processor has them.
+/// row on the calling thread, in vectors where the processor has them.
 void bf16RowBits(const float *x, int64_t n, uint16_t *bits);
+/// to[i] = x[i]'s float value for i < n (bf16, else fp16, bits), exactly:
+/// one row on the calling thread, in vectors where the processor has
+/// them.
+void widenedRow(const uint16_t *x, int64_t n, bool bf16, float *to);
+/// Values [from, from + count) of `view` as float32: where they lie, or,
+/// for a 2-byte view, widened into `buffer` (on the calling thread).
+const float *floatsOf(const TensorView &view, int64_t from, int64_t count,
+                      float *buffer);
+/// Where values of `y` from element `from` are computed before storeRow
+/// stores them: y's own float32 values, or `buffer` where y holds 2-byte
+/// values.
+float *resultsOf(const TensorView &y, int64_t from, float *buffer);
 /// `count` values of a row into `y` from element `to`: rounded to
 /// `rounding` where y is float32, else stored as the bits of y's 2-byte
 /// format (rounded to it), on the calling thread.

@@ -110,15 +110,11 @@ void wrapOnFloat32Views(
 
 /// oneDNN's algorithm for unary_grad's `kind`, and whether its gradient
 /// reads the forward's output (the use_dst algorithms: the saved value is
-/// the output for sigmoid, tanh and sqrt, the input for gelu); none for erf
-/// and relu (the project kernel's one pass reads 2-byte operands and
-/// rounds as it writes).
+/// the output for sigmoid, tanh and sqrt); none for erf, relu and GELU (the
+/// project kernels' one pass reads 2-byte operands and rounds as it
+/// writes).
 std::optional<std::pair<algorithm, bool>>
 eltwiseBackwardOf(const std::string &kind) {
-  if (kind == "gelu")
-    return std::pair{algorithm::eltwise_gelu_erf, false};
-  if (kind == "gelu_tanh")
-    return std::pair{algorithm::eltwise_gelu_tanh, false};
   if (kind == "sigmoid")
     return std::pair{algorithm::eltwise_logistic_use_dst_for_bwd, true};
   if (kind == "tanh")
@@ -304,14 +300,6 @@ void registerDnnlPrimitives(KernelRegistry &registry) {
     wrap(registry, op, [alg = alg](const KernelArgs &args) {
       return eltwiseForward(args, alg);
     });
-  wrapOnFloat32Views(
-      registry, "gelu", [](const KernelArgs &) { return true; },
-      [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
-        return eltwiseForward(args, args.s("approximate", "none") == "tanh"
-                                        ? algorithm::eltwise_gelu_tanh
-                                        : algorithm::eltwise_gelu_erf);
-      },
-      {0});
 
   // unary_grad: its incoming gradient and saved value may be 2-byte copies.
   wrapOnFloat32Views(

@@ -9,6 +9,7 @@
 #include "../NarrowFloat.h"
 #include "../NarrowOperands.h"
 #include "../Rotary.h"
+#include "VectorMath.h"
 
 #include <cmath>
 
@@ -16,8 +17,6 @@ namespace cdp::runtime::cpu {
 
 namespace {
 
-constexpr float kSqrt1_2 = 0.70710678118654752f;
-constexpr float kSqrt2OverPi = 0.79788456080286536f;
 constexpr float kTwoOverSqrtPi = 1.1283791670955126f;
 
 template <typename T, typename Fn>
@@ -127,12 +126,6 @@ void addUnary(KernelRegistry &registry, const std::string &op, Fn fn) {
             [fn](const KernelArgs &args) { return unary(args, fn); });
 }
 
-float gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * kSqrt1_2)); }
-float geluTanh(float x) {
-  return 0.5f * x *
-         (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
-}
-
 /// Calls `use` with a reader of `view`'s value i as float: float32 storage,
 /// or the 2-byte patterns a --precision plan stores (widened exactly), or,
 /// where `rounding` names a format, float32 values rounded to it as read.
@@ -208,6 +201,8 @@ static std::function<void(const StepContext &)>
 dropoutKernel(const KernelArgs &args);
 static std::function<void(const StepContext &)>
 geluKernel(const KernelArgs &args);
+static std::function<void(const StepContext &)>
+geluGradKernel(const KernelArgs &args);
 
 static void registerArithmetic(KernelRegistry &registry) {
   addBinary(registry, "add", [](auto a, auto b) { return a + b; });
@@ -287,15 +282,17 @@ static void registerArithmetic(KernelRegistry &registry) {
       return std::min(1.0f, std::max(0.0f, alpha * x + beta));
     });
   });
-  // The input may be the 2-byte copy the backward keeps, widened as read;
-  // the result may be stored in 2 bytes (narrowResultKernel).
-  registry.add("gelu", Backend::CPU, [](const KernelArgs &args) {
-    return narrowResultKernel(args, geluKernel);
-  });
+  // The input may be the 2-byte copy the backward keeps, the result stored
+  // in 2 bytes: one pass (geluKernel).
+  addKernel(registry, "gelu", geluKernel);
   registry.add("unary_grad", Backend::CPU,
                [](const KernelArgs &args) -> std::unique_ptr<Kernel> {
-                 if (args.s("kind", "") == "relu")
+                 std::string kind = args.s("kind", "");
+                 if (kind == "relu")
                    return std::make_unique<FunctionKernel>(reluGradient(args));
+                 if (kind == "gelu" || kind == "gelu_tanh")
+                   return std::make_unique<FunctionKernel>(
+                       geluGradKernel(args));
                  // A 2-byte gradient is widened into a float32 buffer first.
                  return narrowResultKernel(args, unaryGrad, {0});
                });
@@ -330,20 +327,54 @@ dropoutKernel(const KernelArgs &args) {
   };
 }
 
-/// GELU's loop, float32 out (narrowResultKernel rounds or packs).
+/// Element-wise kernels' chunks: each read into float32 once (a 2-byte
+/// operand widened into the thread's buffer, a float32 one where it lies),
+/// computed and stored (rounded, or packed into a 2-byte result) while it
+/// is in the cache, one pass over memory where widening the input, the
+/// function and rounding its result were a pass each.
+constexpr int64_t kElementChunk = 4096;
+
+/// Calls `chunk(from, count)` over [0, n) in chunks, on the threads.
+template <typename Chunk> void forEachChunk(int64_t n, Chunk chunk) {
+#pragma omp parallel for if (n > 65536)
+  for (int64_t from = 0; from < n; from += kElementChunk)
+    chunk(from, std::min(kElementChunk, n - from));
+}
+
+/// GELU (either form) in one pass over x and y, whatever their storage.
 static std::function<void(const StepContext &)>
 geluKernel(const KernelArgs &args) {
   TensorView x = args.inputs[0], y = args.outputs[0];
-  bool approximate = ops::GeluAttributes::read(args).approximate == "tanh";
+  bool tanh = ops::GeluAttributes::read(args).approximate == "tanh";
+  NarrowFormat rounding = roundingOf(args);
   int64_t n = y.numel();
-  NarrowFormat stored = storedFormatOf(x);
   return [=](const StepContext &) {
-    float *py = y.f32();
-#pragma omp parallel for if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) {
-      float value = loadValue(x.data, i, stored);
-      py[i] = approximate ? geluTanh(value) : gelu(value);
-    }
+    forEachChunk(n, [&](int64_t from, int64_t count) {
+      alignas(64) float in[kElementChunk], out[kElementChunk];
+      float *results = resultsOf(y, from, out);
+      geluRow(floatsOf(x, from, count, in), results, count, tanh);
+      storeRow(results, count, rounding, y, from);
+    });
+  };
+}
+
+/// GELU's gradient (unary_grad "gelu" or "gelu_tanh") in one pass over the
+/// incoming gradient, the saved input and the result, whatever their
+/// storage.
+static std::function<void(const StepContext &)>
+geluGradKernel(const KernelArgs &args) {
+  TensorView dy = args.inputs[0], saved = args.inputs[1], dx = args.outputs[0];
+  bool tanh = args.s("kind", "") == "gelu_tanh";
+  NarrowFormat rounding = roundingOf(args);
+  int64_t n = dx.numel();
+  return [=](const StepContext &) {
+    forEachChunk(n, [&](int64_t from, int64_t count) {
+      alignas(64) float g[kElementChunk], x[kElementChunk], out[kElementChunk];
+      float *results = resultsOf(dx, from, out);
+      geluGradRow(floatsOf(dy, from, count, g), floatsOf(saved, from, count, x),
+                  results, count, tanh);
+      storeRow(results, count, rounding, dx, from);
+    });
   };
 }
 
@@ -373,19 +404,6 @@ unaryGrad(const KernelArgs &args) {
         px[i] = local(pg[i], loadValue(saved.data, i, stored));
     };
   };
-  if (kind == "gelu")
-    return loop([](float g, float x) {
-      float cdf = 0.5f * (1.0f + std::erf(x * kSqrt1_2));
-      float pdf = std::exp(-0.5f * x * x) * 0.3989422804014327f;
-      return g * (cdf + x * pdf);
-    });
-  if (kind == "gelu_tanh")
-    return loop([](float g, float x) {
-      float inner = kSqrt2OverPi * (x + 0.044715f * x * x * x);
-      float t = std::tanh(inner);
-      float dinner = kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
-      return g * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * dinner);
-    });
   if (kind == "erf")
     return loop(
         [](float g, float x) { return g * kTwoOverSqrtPi * std::exp(-x * x); });
@@ -530,10 +548,32 @@ void widenNarrow(const uint16_t *in, float *out, int64_t n, bool bf16) {
 
 // Defined before packNarrow: clang takes a target_clones function only
 // before its first use.
-__attribute__((target_clones("avx2", "default"))) void
-bf16RowBits(const float *x, int64_t n, uint16_t *bits) {
+CDP_VECTOR_CLONES void bf16RowBits(const float *x, int64_t n, uint16_t *bits) {
   for (int64_t i = 0; i < n; ++i)
     bits[i] = narrowBitsOf(x[i], true);
+}
+
+CDP_VECTOR_CLONES void widenedRow(const uint16_t *x, int64_t n, bool bf16,
+                                  float *to) {
+  if (bf16)
+    for (int64_t i = 0; i < n; ++i)
+      to[i] = floatOfBfloat16(x[i]);
+  else
+    for (int64_t i = 0; i < n; ++i)
+      to[i] = floatOfFloat16(x[i]);
+}
+
+const float *floatsOf(const TensorView &view, int64_t from, int64_t count,
+                      float *buffer) {
+  if (!storedInTwoBytes(view))
+    return view.f32() + from;
+  widenedRow(static_cast<const uint16_t *>(view.data) + from, count,
+             view.dtype == plan::BF16, buffer);
+  return buffer;
+}
+
+float *resultsOf(const TensorView &y, int64_t from, float *buffer) {
+  return storedInTwoBytes(y) ? buffer : y.f32() + from;
 }
 
 void packNarrow(const float *in, uint16_t *out, int64_t n, bool bf16) {
@@ -549,8 +589,8 @@ void packNarrow(const float *in, uint16_t *out, int64_t n, bool bf16) {
   }
 }
 
-__attribute__((target_clones("avx2", "default"))) void
-roundedRow(const float *x, int64_t n, NarrowFormat format, float *to) {
+CDP_VECTOR_CLONES void roundedRow(const float *x, int64_t n,
+                                  NarrowFormat format, float *to) {
   if (format == NarrowFormat::Bfloat16)
     for (int64_t i = 0; i < n; ++i)
       to[i] = roundToBfloat16(x[i]);

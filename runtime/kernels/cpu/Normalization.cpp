@@ -7,6 +7,7 @@
 
 #include "../Activations.h"
 #include "CpuKernels.h"
+#include "VectorMath.h"
 #include "cdp/Runtime/OpTable.h"
 
 #include <cmath>
@@ -170,7 +171,119 @@ static void registerBatchNorm(KernelRegistry &registry) {
   });
 }
 
-/// layer_norm's loop over rows (a float32 output).
+namespace {
+
+/// Rows of a layer_norm (or RMSNorm) and its gradient: the row's sums in
+/// kNormLanes fixed lanes of doubles, added in lane order (the same bits on
+/// any processor and thread count, and vectorized, where one running double
+/// sum kept the loop scalar), the element-wise passes in double as before.
+constexpr int kNormLanes = 8;
+
+/// The sums of the pairs terms(i) for i < n: term i in lane i mod
+/// kNormLanes.
+template <typename Terms>
+std::pair<double, double> laneSums(int64_t n, Terms terms) {
+  double first[kNormLanes] = {}, second[kNormLanes] = {};
+  int64_t i = 0;
+  for (; i + kNormLanes <= n; i += kNormLanes)
+    for (int l = 0; l < kNormLanes; ++l) {
+      auto [a, b] = terms(i + l);
+      first[l] += a;
+      second[l] += b;
+    }
+  for (int l = 0; i < n; ++i, ++l) {
+    auto [a, b] = terms(i);
+    first[l] += a;
+    second[l] += b;
+  }
+  double a = 0, b = 0;
+  for (int l = 0; l < kNormLanes; ++l) {
+    a += first[l];
+    b += second[l];
+  }
+  return {a, b};
+}
+
+/// The values of a broadcast scale (or bias) over the normalized elements,
+/// read once per run: the rows then read them contiguously.
+std::vector<float> spreadOver(const TensorView &t,
+                              const std::vector<int64_t> &index) {
+  std::vector<float> values(index.size());
+  for (size_t i = 0; i < index.size(); ++i)
+    values[i] = t.f32()[index[i]];
+  return values;
+}
+
+/// Rows a block of layer_norm_grad's rows holds: the scale's and bias's
+/// gradients are summed per block (rows in order), then over the blocks in
+/// order, so that the blocks can run on any threads with the same sums. At
+/// least 16 rows, at most 256 blocks (their partial sums' memory).
+int64_t rowsPerBlock(int64_t rows) {
+  return std::max<int64_t>(16, (rows + 255) / 256);
+}
+
+/// One normalized row: its mean (0 unless `centered`) and inverse
+/// deviation into `stats`, out = (x - mean) inverse gamma + beta.
+CDP_VECTOR_CLONES void normalizedRow(const float *x, int64_t n, bool centered,
+                                     double epsilon, const float *gamma,
+                                     const float *beta, float *out,
+                                     double stats[2]) {
+  double m = centered ? laneSums(
+                            n,
+                            [&](int64_t i) {
+                              return std::pair{static_cast<double>(x[i]), 0.0};
+                            }).first /
+                            n
+                      : 0.0;
+  double squares = laneSums(n, [&](int64_t i) {
+                     double d = x[i] - m;
+                     return std::pair{d * d, 0.0};
+                   }).first;
+  double inv = 1.0 / std::sqrt(squares / n + epsilon);
+  // simd: out may be x (each element replaced by its own result), which the
+  // compiler's overlap checks would send to the scalar loop.
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = static_cast<float>((x[i] - m) * inv * gamma[i] + beta[i]);
+  stats[0] = m;
+  stats[1] = inv;
+}
+
+/// One row of layer_norm's gradient from its mean `m` and inverse
+/// deviation `inv`: dx into `out` (plus `addend` where there is one), each
+/// element's terms of the scale's and bias's gradients added into `ds` and
+/// `db`.
+CDP_VECTOR_CLONES void normalizedGradRow(const float *grad, const float *x,
+                                         int64_t n, double m, double inv,
+                                         bool centered, const float *gamma,
+                                         const float *addend, float *out,
+                                         float *ds, float *db) {
+  auto [sumG, sumGXhat] = laneSums(n, [&](int64_t i) {
+    double g = grad[i] * gamma[i];
+    // RMSNorm's mean is no function of x: no term for its gradient.
+    return std::pair{centered ? g : 0.0, g * ((x[i] - m) * inv)};
+  });
+  // simd: out, ds and db are the kernel's own rows (out may be grad or x,
+  // each element replaced by its own result); too many pointers for the
+  // compiler to check their overlap.
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    double xhat = (x[i] - m) * inv;
+    double g = grad[i] * gamma[i];
+    float value =
+        static_cast<float>(inv * (g - sumG / n - xhat * sumGXhat / n));
+    ds[i] += static_cast<float>(grad[i] * xhat);
+    db[i] += grad[i];
+    out[i] = addend ? addend[i] + value : value;
+  }
+}
+
+} // namespace
+
+/// layer_norm: rows on the threads, each read once into float32 (a 2-byte
+/// input widened), its mean and inverse deviation from lane sums, then
+/// normalized, scaled and shifted, and rounded (round_result) or stored in
+/// 2 bytes.
 static std::function<void(const StepContext &)>
 layerNorm(const KernelArgs &args) {
   TensorView x = args.inputs[0], scale = args.inputs[1];
@@ -182,6 +295,7 @@ layerNorm(const KernelArgs &args) {
   int64_t outer = product(x.shape, 0, axis), inner = product(x.shape, axis);
   double epsilon = attrs.epsilon;
   bool centered = !attrs.rms;
+  NarrowFormat rounding = roundingOf(args);
   std::vector<int64_t> normalized(x.shape.begin() + axis, x.shape.end());
   auto si = std::make_shared<std::vector<int64_t>>(
       broadcastIndex(scale.shape, normalized));
@@ -190,46 +304,39 @@ layerNorm(const KernelArgs &args) {
     bi = std::make_shared<std::vector<int64_t>>(
         broadcastIndex(bias.shape, normalized));
   return [=](const StepContext &) {
-#pragma omp parallel for
-    for (int64_t o = 0; o < outer; ++o) {
-      const float *row = x.f32() + o * inner;
-      double sum = 0, squares = 0;
-      for (int64_t i = 0; centered && i < inner; ++i)
-        sum += row[i];
-      double m = sum / inner; // 0 for RMSNorm
-      for (int64_t i = 0; i < inner; ++i)
-        squares += (row[i] - m) * (row[i] - m);
-      double inv = 1.0 / std::sqrt(squares / inner + epsilon);
-      meanOut.f32()[o] = static_cast<float>(m);
-      invOut.f32()[o] = static_cast<float>(inv);
-      float *out = y.f32() + o * inner;
-      for (int64_t i = 0; i < inner; ++i)
-        out[i] =
-            static_cast<float>((row[i] - m) * inv * scale.f32()[(*si)[i]] +
-                               (bias.present() ? bias.f32()[(*bi)[i]] : 0.0f));
+    std::vector<float> gamma = spreadOver(scale, *si),
+                       beta = bi ? spreadOver(bias, *bi)
+                                 : std::vector<float>(inner, 0.0f);
+#pragma omp parallel if (outer * inner > 65536)
+    {
+      std::vector<float> in(inner), out(inner);
+#pragma omp for
+      for (int64_t o = 0; o < outer; ++o) {
+        float *results = resultsOf(y, o * inner, out.data());
+        double stats[2];
+        normalizedRow(floatsOf(x, o * inner, inner, in.data()), inner, centered,
+                      epsilon, gamma.data(), beta.data(), results, stats);
+        meanOut.f32()[o] = static_cast<float>(stats[0]);
+        invOut.f32()[o] = static_cast<float>(stats[1]);
+        storeRow(results, inner, rounding, y, o * inner);
+      }
     }
   };
 }
 
-static std::function<void(const StepContext &)>
-layerNormGrad(const KernelArgs &args);
+static std::unique_ptr<Kernel> layerNormGrad(const KernelArgs &args);
 
 static void registerLayerNorm(KernelRegistry &registry) {
-  // The output rounded under round_result, and where the plan stores it
-  // in 2 bytes computed into a buffer of its own, then stored.
-  registry.add("layer_norm", Backend::CPU, [](const KernelArgs &args) {
-    return narrowResultKernel(args, layerNorm);
-  });
-
-  // A 2-byte incoming gradient is widened into a buffer of its own first.
-  registry.add("layer_norm_grad", Backend::CPU, [](const KernelArgs &args) {
-    return narrowResultKernel(args, layerNormGrad, {0});
-  });
+  // One pass each, whatever the storage: 2-byte inputs widened a row at a
+  // time, results rounded or stored in 2 bytes as each row is written.
+  addKernel(registry, "layer_norm", layerNorm);
+  registry.add("layer_norm_grad", Backend::CPU, layerNormGrad);
 }
 
-/// layer_norm_grad's loop over rows (float32 operands).
-static std::function<void(const StepContext &)>
-layerNormGrad(const KernelArgs &args) {
+/// layer_norm_grad: blocks of rows on the threads (rowsPerBlock), each
+/// row's two sums in lanes, dx written as the row is done, the scale's and
+/// bias's gradients summed per block and then over the blocks in order.
+static std::unique_ptr<Kernel> layerNormGrad(const KernelArgs &args) {
   TensorView dy = args.inputs[0], x = args.inputs[1], scale = args.inputs[2],
              meanIn = args.inputs[3], invIn = args.inputs[4];
   TensorView dx = args.outputs[0], dscale = args.outputs[1],
@@ -240,36 +347,50 @@ layerNormGrad(const KernelArgs &args) {
   int64_t axis = normalizeAxis(attrs.axis, x.rank());
   int64_t outer = product(x.shape, 0, axis), inner = product(x.shape, axis);
   bool centered = !attrs.rms;
+  NarrowFormat rounding = roundingOf(args);
   std::vector<int64_t> normalized(x.shape.begin() + axis, x.shape.end());
   auto si = std::make_shared<std::vector<int64_t>>(
       broadcastIndex(scale.shape, normalized));
-  return [=](const StepContext &) {
-    std::fill(dscale.f32(), dscale.f32() + dscale.numel(), 0.0f);
-    std::fill(dbias.f32(), dbias.f32() + dbias.numel(), 0.0f);
-    for (int64_t o = 0; o < outer; ++o) {
-      const float *row = x.f32() + o * inner, *grad = dy.f32() + o * inner;
-      double m = centered ? meanIn.f32()[o] : 0.0, inv = invIn.f32()[o];
-      // RMSNorm's mean is no function of x: no term for its gradient.
-      double sumG = 0, sumGXhat = 0;
-      for (int64_t i = 0; i < inner; ++i) {
-        double xhat = (row[i] - m) * inv;
-        double g = grad[i] * scale.f32()[(*si)[i]];
-        sumG += centered ? g : 0.0;
-        sumGXhat += g * xhat;
-        dscale.f32()[(*si)[i]] += static_cast<float>(grad[i] * xhat);
-        dbias.f32()[(*si)[i]] += grad[i];
-      }
-      float *out = dx.f32() + o * inner;
-      const float *sum = addend.present() ? addend.f32() + o * inner : nullptr;
-      for (int64_t i = 0; i < inner; ++i) {
-        double xhat = (row[i] - m) * inv;
-        double g = grad[i] * scale.f32()[(*si)[i]];
-        float value = static_cast<float>(
-            inv * (g - sumG / inner - xhat * sumGXhat / inner));
-        out[i] = sum ? sum[i] + value : value;
+  int64_t blockRows = rowsPerBlock(outer);
+  int64_t blocks = (outer + blockRows - 1) / blockRows;
+  KernelScratch scratch(args);
+  std::shared_ptr<void> partials =
+      scratch.take(2 * blocks * inner * sizeof(float));
+  auto body = [=](const StepContext &) {
+    std::vector<float> gamma = spreadOver(scale, *si);
+    auto *blockScale = static_cast<float *>(partials.get());
+    float *blockBias = blockScale + blocks * inner;
+#pragma omp parallel if (outer * inner > 65536)
+    {
+      std::vector<float> gradIn(inner), xIn(inner), out(inner);
+#pragma omp for
+      for (int64_t b = 0; b < blocks; ++b) {
+        float *ds = blockScale + b * inner, *db = blockBias + b * inner;
+        std::fill(ds, ds + inner, 0.0f);
+        std::fill(db, db + inner, 0.0f);
+        int64_t end = std::min(outer, (b + 1) * blockRows);
+        for (int64_t o = b * blockRows; o < end; ++o) {
+          float *results = resultsOf(dx, o * inner, out.data());
+          normalizedGradRow(floatsOf(dy, o * inner, inner, gradIn.data()),
+                            floatsOf(x, o * inner, inner, xIn.data()), inner,
+                            centered ? meanIn.f32()[o] : 0.0, invIn.f32()[o],
+                            centered, gamma.data(),
+                            addend.present() ? addend.f32() + o * inner
+                                             : nullptr,
+                            results, ds, db);
+          storeRow(results, inner, rounding, dx, o * inner);
+        }
       }
     }
+    std::fill(dscale.f32(), dscale.f32() + dscale.numel(), 0.0f);
+    std::fill(dbias.f32(), dbias.f32() + dbias.numel(), 0.0f);
+    for (int64_t b = 0; b < blocks; ++b)
+      for (int64_t i = 0; i < inner; ++i) {
+        dscale.f32()[(*si)[i]] += blockScale[b * inner + i];
+        dbias.f32()[(*si)[i]] += blockBias[b * inner + i];
+      }
   };
+  return std::make_unique<FunctionKernel>(body, scratch.ownBytes());
 }
 
 /// One softmax (or log-softmax) row of `length` values `inner` apart, each

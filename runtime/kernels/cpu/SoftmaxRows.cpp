@@ -50,11 +50,9 @@ inline double total(const double *lane) {
 
 } // namespace
 
-#define CDP_ROW_CLONES __attribute__((target_clones("avx2", "default")))
-
-CDP_ROW_CLONES float biasedScoresMaximum(float *x, const float *bias,
-                                         int64_t step, int64_t n,
-                                         NarrowFormat format) {
+CDP_VECTOR_CLONES float biasedScoresMaximum(float *x, const float *bias,
+                                            int64_t step, int64_t n,
+                                            NarrowFormat format) {
   // One pass where the row is rounded to bf16 (or not at all) and its bias
   // lies in a row: the common cases.
   if (format != NarrowFormat::Float16 && (!bias || step == 1)) {
@@ -85,11 +83,11 @@ CDP_ROW_CLONES float biasedScoresMaximum(float *x, const float *bias,
   return maximumOf(x, n);
 }
 
-CDP_ROW_CLONES float maximumOfRow(const float *x, int64_t n) {
+CDP_VECTOR_CLONES float maximumOfRow(const float *x, int64_t n) {
   return maximumOf(x, n);
 }
 
-CDP_ROW_CLONES double exponentialsFrom(float *x, float top, int64_t n) {
+CDP_VECTOR_CLONES double exponentialsFrom(float *x, float top, int64_t n) {
   double lane[kLanes] = {};
   int64_t c = 0;
   for (; c + kLanes <= n; c += kLanes)
@@ -104,21 +102,21 @@ CDP_ROW_CLONES double exponentialsFrom(float *x, float top, int64_t n) {
   return total(lane);
 }
 
-CDP_ROW_CLONES void scaledRow(const float *e, double scale, int64_t n,
-                              NarrowFormat format, float *p) {
+CDP_VECTOR_CLONES void scaledRow(const float *e, double scale, int64_t n,
+                                 NarrowFormat format, float *p) {
   for (int64_t c = 0; c < n; ++c)
     p[c] = static_cast<float>(e[c] * scale);
   roundedRow(p, n, format, p);
 }
 
-CDP_ROW_CLONES void scaledRowBits(const float *e, double scale, int64_t n,
-                                  uint16_t *bits) {
+CDP_VECTOR_CLONES void scaledRowBits(const float *e, double scale, int64_t n,
+                                     uint16_t *bits) {
   for (int64_t c = 0; c < n; ++c)
     bits[c] = bfloat16BitsOf(roundToBfloat16(static_cast<float>(e[c] * scale)));
 }
 
-CDP_ROW_CLONES void softmaxGradientRow(const float *p, float *dp, int64_t n,
-                                       NarrowFormat format) {
+CDP_VECTOR_CLONES void softmaxGradientRow(const float *p, float *dp, int64_t n,
+                                          NarrowFormat format) {
   roundedRow(dp, n, format, dp);
   double lane[kLanes] = {};
   int64_t c = 0;

@@ -9,8 +9,8 @@
 // bits. These functions reduce in a fixed number of interleaved partial
 // results combined in a fixed order at the end, so they run in vectors and
 // give the same bits on every processor and any number of threads. Each is
-// compiled for AVX2 and for the build's baseline (target_clones), the same
-// IEEE operations in both (no FMA).
+// compiled for AVX-512, AVX2 and the build's baseline (CDP_VECTOR_CLONES),
+// the same IEEE operations in each (no FMA).
 //
 //===----------------------------------------------------------------------===//
 
