@@ -258,11 +258,14 @@ CDP_VECTOR_CLONES void normalizedGradRow(const float *grad, const float *x,
                                          bool centered, const float *gamma,
                                          const float *addend, float *out,
                                          float *ds, float *db) {
-  auto [sumG, sumGXhat] = laneSums(n, [&](int64_t i) {
+  // Plain doubles, not a structured binding: clang's OpenMP cannot capture
+  // one in the simd loop below.
+  std::pair<double, double> sums = laneSums(n, [&](int64_t i) {
     double g = grad[i] * gamma[i];
     // RMSNorm's mean is no function of x: no term for its gradient.
     return std::pair{centered ? g : 0.0, g * ((x[i] - m) * inv)};
   });
+  double sumG = sums.first, sumGXhat = sums.second;
   // simd: out, ds and db are the kernel's own rows (out may be grad or x,
   // each element replaced by its own result); too many pointers for the
   // compiler to check their overlap.
