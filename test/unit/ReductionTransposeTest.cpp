@@ -64,6 +64,10 @@ TEST(BroadcastReduction, EqualsTheElementLoopBitForBit) {
       {{8, 1, 32}, {3, 8, 100, 32}},   // reduced, kept, reduced, kept
       {{1, 1, 5}, {2, 1, 3, 5}},       // size-1 dimensions of x
       {{3, 1}, {2, 3, 4000}},
+      // Bias gradients the threads split into stripes of columns (one a
+      // thread, at least 256): 1, 2 and 3 stripes, the last short.
+      {{1000}, {200, 1000}},
+      {{1, 700}, {3, 40, 700}},
   };
   for (auto &[outShape, inShape] : cases) {
     int64_t n = 1;

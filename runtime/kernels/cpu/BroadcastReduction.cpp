@@ -3,9 +3,12 @@
 #include "BroadcastReduction.h"
 
 #include "../NarrowFloat.h"
+#include "VectorMath.h"
 
 #include <algorithm>
 #include <numeric>
+
+#include <omp.h>
 
 namespace cdp::runtime::cpu {
 
@@ -33,6 +36,23 @@ std::vector<Run> mergedRuns(const std::vector<int64_t> &outShape,
       runs.push_back({inShape[d], kept});
   }
   return runs;
+}
+
+/// out[j] += x[j] for j < n, in vectors (CDP_VECTOR_CLONES).
+CDP_VECTOR_CLONES void addedRow(const float *x, int64_t n, float *out) {
+  for (int64_t j = 0; j < n; ++j)
+    out[j] += x[j];
+}
+
+/// out[j] += x[j]'s value (bf16, else fp16 bits) for j < n, in vectors.
+CDP_VECTOR_CLONES void addedWidenedRow(const uint16_t *x, int64_t n, bool bf16,
+                                       float *out) {
+  if (bf16)
+    for (int64_t j = 0; j < n; ++j)
+      out[j] += floatOfBfloat16(x[j]);
+  else
+    for (int64_t j = 0; j < n; ++j)
+      out[j] += floatOfFloat16(x[j]);
 }
 
 } // namespace
@@ -87,23 +107,26 @@ BroadcastReduction::BroadcastReduction(const std::vector<int64_t> &outShape,
   groupStart.push_back(rows);
 }
 
-template <typename Load>
-void BroadcastReduction::sum(const Load &load, float *y) const {
+template <typename Load, typename AddRow>
+void BroadcastReduction::sum(const Load &load, const AddRow &addRow,
+                             float *y) const {
   std::fill(y, y + outCount, 0.0f);
   int64_t rows = static_cast<int64_t>(rowOutput.size()), n = rowLength;
   if (innerKept) {
     // y[base + j] += x[row, j]: threads split j, so every output still
-    // adds its rows in order.
+    // adds its rows in order. One stripe of columns per thread (at least
+    // 256): each row's part of a stripe is one long contiguous read, where
+    // stripes of 256 read 512 bytes a row of a bf16 gradient and jumped on,
+    // a twelfth of the memory's streaming rate (4096 x 3072: 8.5 ms).
     bool large = rows * n > (int64_t(1) << 16);
+    int64_t threads = large ? omp_get_max_threads() : 1;
+    int64_t width = std::max<int64_t>(256, (n + threads - 1) / threads);
+    width = (width + 15) / 16 * 16;
 #pragma omp parallel for if (large) schedule(static)
-    for (int64_t block = 0; block < n; block += 256) {
-      int64_t end = std::min(n, block + 256);
-      for (int64_t row = 0; row < rows; ++row) {
-        int64_t in = row * n;
-        float *out = y + rowOutput[row];
-        for (int64_t j = block; j < end; ++j)
-          out[j] += load(in + j);
-      }
+    for (int64_t block = 0; block < n; block += width) {
+      int64_t end = std::min(n, block + width);
+      for (int64_t row = 0; row < rows; ++row)
+        addRow(row * n + block, end - block, y + rowOutput[row] + block);
     }
     return;
   }
@@ -123,14 +146,21 @@ void BroadcastReduction::sum(const Load &load, float *y) const {
 }
 
 void BroadcastReduction::run(const float *x, float *y) const {
-  sum([x](int64_t k) { return x[k]; }, y);
+  sum([x](int64_t k) { return x[k]; },
+      [x](int64_t from, int64_t count, float *out) {
+        addedRow(x + from, count, out);
+      },
+      y);
 }
 
 void BroadcastReduction::run(const uint16_t *x, bool bf16, float *y) const {
+  auto addRow = [x, bf16](int64_t from, int64_t count, float *out) {
+    addedWidenedRow(x + from, count, bf16, out);
+  };
   if (bf16)
-    sum([x](int64_t k) { return floatOfBfloat16(x[k]); }, y);
+    sum([x](int64_t k) { return floatOfBfloat16(x[k]); }, addRow, y);
   else
-    sum([x](int64_t k) { return floatOfFloat16(x[k]); }, y);
+    sum([x](int64_t k) { return floatOfFloat16(x[k]); }, addRow, y);
 }
 
 } // namespace cdp::runtime::cpu

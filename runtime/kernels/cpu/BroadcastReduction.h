@@ -30,8 +30,10 @@ public:
   void run(const uint16_t *x, bool bf16, float *y) const;
 
 private:
-  /// y from load(k), x's element k as a float.
-  template <typename Load> void sum(const Load &load, float *y) const;
+  /// y from load(k), x's element k as a float, and addRow(k, count, out),
+  /// which adds x's elements [k, k + count) into out's first count.
+  template <typename Load, typename AddRow>
+  void sum(const Load &load, const AddRow &addRow, float *y) const;
 
   int64_t outCount = 0;
   int64_t rowLength = 1; ///< x's innermost merged run
