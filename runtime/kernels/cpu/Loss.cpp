@@ -99,8 +99,8 @@ const float *rowScores(const ClassGeometry &g, const StoredValues &scores,
     return static_cast<const float *>(scores.data) + start;
   float *row = rowBuffer(g.classes, 0);
   if (g.classStride == 1) {
-    widenNarrow(static_cast<const uint16_t *>(scores.data) + start, row,
-                g.classes, scores.stored == NarrowFormat::Bfloat16);
+    widenedRow(static_cast<const uint16_t *>(scores.data) + start, g.classes,
+               scores.stored == NarrowFormat::Bfloat16, row);
     return row;
   }
   for (int64_t c = 0; c < g.classes; ++c)
@@ -128,16 +128,17 @@ float logProbabilityOf(float score, const RowLogSum &row) {
   return static_cast<float>(score - row.top - row.logSum);
 }
 
-/// A row's log-probabilities from its scores `x` (n of them), into `logp`.
-void logProbabilitiesOf(const float *x, const RowLogSum &row, int64_t n,
+/// A row's log-probabilities from its scores `x` (n of them), into `logp`
+/// (a vocabulary's: in vectors, CDP_VECTOR_CLONES).
+CDP_VECTOR_CLONES void logProbabilitiesOf(const float *x, const RowLogSum &row, int64_t n,
                         float *logp) {
   for (int64_t c = 0; c < n; ++c)
     logp[c] = logProbabilityOf(x[c], row);
 }
 
 /// A row's gradient in place of its probabilities p: factor (p - onehot)
-/// (an ignored label, outside the classes, has no one).
-void gradientRow(float *p, double factor, int64_t label, int64_t n) {
+/// (an ignored label, outside the classes, has no one); in vectors.
+CDP_VECTOR_CLONES void gradientRow(float *p, double factor, int64_t label, int64_t n) {
   bool counted = label >= 0 && label < n;
   double atLabel =
       counted ? factor * (static_cast<double>(p[label]) - 1.0) : 0.0;
