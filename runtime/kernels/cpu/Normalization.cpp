@@ -179,29 +179,35 @@ namespace {
 /// sum kept the loop scalar), the element-wise passes in double as before.
 constexpr int kNormLanes = 8;
 
+/// Two sums of a row's terms. A plain aggregate, not std::pair: clang
+/// leaves std::pair's constructor undefined where a target_clones function
+/// instantiates it (a link error in the sanitizers' build).
+struct TwoSums {
+  double first, second;
+};
+
 /// The sums of the pairs terms(i) for i < n: term i in lane i mod
 /// kNormLanes.
-template <typename Terms>
-std::pair<double, double> laneSums(int64_t n, Terms terms) {
+template <typename Terms> TwoSums laneSums(int64_t n, Terms terms) {
   double first[kNormLanes] = {}, second[kNormLanes] = {};
   int64_t i = 0;
   for (; i + kNormLanes <= n; i += kNormLanes)
     for (int l = 0; l < kNormLanes; ++l) {
-      auto [a, b] = terms(i + l);
-      first[l] += a;
-      second[l] += b;
+      TwoSums term = terms(i + l);
+      first[l] += term.first;
+      second[l] += term.second;
     }
   for (int l = 0; i < n; ++i, ++l) {
-    auto [a, b] = terms(i);
-    first[l] += a;
-    second[l] += b;
+    TwoSums term = terms(i);
+    first[l] += term.first;
+    second[l] += term.second;
   }
-  double a = 0, b = 0;
+  TwoSums total{0.0, 0.0};
   for (int l = 0; l < kNormLanes; ++l) {
-    a += first[l];
-    b += second[l];
+    total.first += first[l];
+    total.second += second[l];
   }
-  return {a, b};
+  return total;
 }
 
 /// The values of a broadcast scale (or bias) over the normalized elements,
@@ -231,13 +237,13 @@ CDP_VECTOR_CLONES void normalizedRow(const float *x, int64_t n, bool centered,
   double m = centered ? laneSums(
                             n,
                             [&](int64_t i) {
-                              return std::pair{static_cast<double>(x[i]), 0.0};
+                              return TwoSums{static_cast<double>(x[i]), 0.0};
                             }).first /
                             n
                       : 0.0;
   double squares = laneSums(n, [&](int64_t i) {
                      double d = x[i] - m;
-                     return std::pair{d * d, 0.0};
+                     return TwoSums{d * d, 0.0};
                    }).first;
   double inv = 1.0 / std::sqrt(squares / n + epsilon);
   // simd: out may be x (each element replaced by its own result), which the
@@ -260,10 +266,10 @@ CDP_VECTOR_CLONES void normalizedGradRow(const float *grad, const float *x,
                                          float *ds, float *db) {
   // Plain doubles, not a structured binding: clang's OpenMP cannot capture
   // one in the simd loop below.
-  std::pair<double, double> sums = laneSums(n, [&](int64_t i) {
+  TwoSums sums = laneSums(n, [&](int64_t i) {
     double g = grad[i] * gamma[i];
     // RMSNorm's mean is no function of x: no term for its gradient.
-    return std::pair{centered ? g : 0.0, g * ((x[i] - m) * inv)};
+    return TwoSums{centered ? g : 0.0, g * ((x[i] - m) * inv)};
   });
   double sumG = sums.first, sumGXhat = sums.second;
   // simd: out, ds and db are the kernel's own rows (out may be grad or x,
