@@ -140,6 +140,10 @@ void sumKeptRun(const float *x, std::array<int64_t, 3> extents, double *sums) {
 
 } // namespace
 
+/// Bytes from which a concat or split shares its rows among the threads:
+/// below, one thread copies faster than a team starts.
+constexpr int64_t kParallelCopyBytes = int64_t(1) << 20;
+
 /// Reshapes, transpose, concat and split: copies of their input.
 static void registerCopies(KernelRegistry &registry) {
   for (const char *op :
@@ -167,14 +171,22 @@ static void registerCopies(KernelRegistry &registry) {
     int64_t outer = product(y.shape, 0, axis);
     size_t width = elementSize(y);
     int64_t outRow = product(y.shape, axis) * width;
+    std::vector<int64_t> rows; // bytes of each input's row
+    for (const TensorView &x : inputs)
+      rows.push_back(product(x.shape, axis) * width);
     return [=](const StepContext &) {
-      int64_t offset = 0;
-      for (const TensorView &x : inputs) {
-        int64_t row = product(x.shape, axis) * width;
-        for (int64_t o = 0; o < outer; ++o)
+    // Rows of y on the threads, each written whole from its inputs' rows
+    // (a transformer's q, k, v gradients into the fused projection's:
+    // 4096 x 2304 bf16 values, 3.3 -> about 1 ms).
+#pragma omp parallel for if (outer * outRow > kParallelCopyBytes)
+      for (int64_t o = 0; o < outer; ++o) {
+        int64_t offset = 0;
+        for (size_t k = 0; k < inputs.size(); ++k) {
           std::memcpy(static_cast<char *>(y.data) + o * outRow + offset,
-                      static_cast<const char *>(x.data) + o * row, row);
-        offset += row;
+                      static_cast<const char *>(inputs[k].data) + o * rows[k],
+                      rows[k]);
+          offset += rows[k];
+        }
       }
     };
   });
@@ -186,15 +198,20 @@ static void registerCopies(KernelRegistry &registry) {
     int64_t outer = product(x.shape, 0, axis);
     size_t width = elementSize(x);
     int64_t inRow = product(x.shape, axis) * width;
+    std::vector<int64_t> rows; // bytes of each output's row
+    for (const TensorView &y : outputs)
+      rows.push_back(product(y.shape, axis) * width);
     return [=](const StepContext &) {
-      int64_t offset = 0;
-      for (const TensorView &y : outputs) {
-        int64_t row = product(y.shape, axis) * width;
-        for (int64_t o = 0; o < outer; ++o)
-          std::memcpy(static_cast<char *>(y.data) + o * row,
+    // Rows of x on the threads, each read once into its outputs' rows.
+#pragma omp parallel for if (outer * inRow > kParallelCopyBytes)
+      for (int64_t o = 0; o < outer; ++o) {
+        int64_t offset = 0;
+        for (size_t k = 0; k < outputs.size(); ++k) {
+          std::memcpy(static_cast<char *>(outputs[k].data) + o * rows[k],
                       static_cast<const char *>(x.data) + o * inRow + offset,
-                      row);
-        offset += row;
+                      rows[k]);
+          offset += rows[k];
+        }
       }
     };
   });
