@@ -177,7 +177,7 @@ static void registerCopies(KernelRegistry &registry) {
     return [=](const StepContext &) {
     // Rows of y on the threads, each written whole from its inputs' rows
     // (a transformer's q, k, v gradients into the fused projection's:
-    // 4096 x 2304 bf16 values, 3.3 -> about 1 ms).
+    // 4096 x 2304 bf16 values, 5.0 -> 1.8 ms on two threads).
 #pragma omp parallel for if (outer * outRow > kParallelCopyBytes)
       for (int64_t o = 0; o < outer; ++o) {
         int64_t offset = 0;
