@@ -625,42 +625,49 @@ TEST(NarrowFloat, MulReadsAndStoresTwoByteValues) {
   // GPT-2's scaling of q: a 2-byte operand (a product's rounded result moved
   // by split and transpose) times a float32 scalar under round_result, the
   // result stored in 2 bytes; the same bits as the float32 kernel's rounded
-  // values on the widened operand.
+  // values on the widened operand. 24 values, and 70,001 (chunks of 4096 on
+  // the threads, the last short).
   using namespace cdp::runtime;
-  std::mt19937 random(13);
-  std::normal_distribution<float> normal(0.0f, 3.0f);
-  std::vector<float> q(2 * 3 * 4);
-  std::vector<uint16_t> q16(q.size());
-  for (size_t i = 0; i < q.size(); ++i) {
-    q[i] = roundToBfloat16(normal(random));
-    q16[i] = bfloat16BitsOf(q[i]);
-  }
-  float scale = 0.594603539f;
-  cdp::plan::Instruction mul;
-  mul.set_op("mul");
-  cdp::plan::Attribute *rounding = mul.add_attributes();
-  rounding->set_name("round_result");
-  rounding->set_s("bf16");
-  auto multiply = [&](void *in, cdp::plan::DType inType, void *out,
-                      cdp::plan::DType outType) {
-    runCpuKernel(
-        mul,
-        {viewOf(in, {2, 3, 4}, inType), viewOf(&scale, {}, cdp::plan::F32)},
-        {viewOf(out, {2, 3, 4}, outType)});
-  };
-  std::vector<float> wide(q.size());
-  std::vector<uint16_t> narrow(q.size());
-  multiply(q.data(), cdp::plan::F32, wide.data(), cdp::plan::F32);
-  multiply(q16.data(), cdp::plan::BF16, narrow.data(), cdp::plan::BF16);
-  for (size_t i = 0; i < q.size(); ++i) {
-    EXPECT_EQ(wide[i], roundToBfloat16(q[i] * scale)) << "element " << i;
-    EXPECT_EQ(narrow[i], bfloat16BitsOf(wide[i])) << "element " << i;
+  for (int64_t count : {int64_t(24), int64_t(70001)}) {
+    std::mt19937 random(13);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    std::vector<float> q(count);
+    std::vector<uint16_t> q16(q.size());
+    for (size_t i = 0; i < q.size(); ++i) {
+      q[i] = roundToBfloat16(normal(random));
+      q16[i] = bfloat16BitsOf(q[i]);
+    }
+    float scale = 0.594603539f;
+    cdp::plan::Instruction mul;
+    mul.set_op("mul");
+    cdp::plan::Attribute *rounding = mul.add_attributes();
+    rounding->set_name("round_result");
+    rounding->set_s("bf16");
+    auto multiply = [&](void *in, cdp::plan::DType inType, void *out,
+                        cdp::plan::DType outType) {
+      runCpuKernel(
+          mul,
+          {viewOf(in, {count}, inType), viewOf(&scale, {}, cdp::plan::F32)},
+          {viewOf(out, {count}, outType)});
+    };
+    std::vector<float> wide(q.size());
+    std::vector<uint16_t> narrow(q.size());
+    multiply(q.data(), cdp::plan::F32, wide.data(), cdp::plan::F32);
+    multiply(q16.data(), cdp::plan::BF16, narrow.data(), cdp::plan::BF16);
+    for (size_t i = 0; i < q.size(); ++i) {
+      ASSERT_EQ(wide[i], roundToBfloat16(q[i] * scale)) << "element " << i;
+      ASSERT_EQ(narrow[i], bfloat16BitsOf(wide[i])) << "element " << i;
+    }
   }
   // A 2-byte operand without round_result of its format is refused.
-  mul.clear_attributes();
-  EXPECT_THROW(
-      multiply(q16.data(), cdp::plan::BF16, wide.data(), cdp::plan::F32),
-      RuntimeError);
+  float in16[1] = {0.0f}, out1[1], scale = 0.5f;
+  cdp::plan::Instruction bare;
+  bare.set_op("mul");
+  EXPECT_THROW(runCpuKernel(bare,
+                            {viewOf(in16, {1}, cdp::plan::BF16),
+                             viewOf(&scale, {}, cdp::plan::F32)},
+                            {viewOf(out1, {1}, cdp::plan::F32)}),
+               RuntimeError);
 }
 
 TEST(NarrowFloat, BackwardGradientsInTwoBytes) {

@@ -19,6 +19,20 @@ namespace {
 
 constexpr float kTwoOverSqrtPi = 1.1283791670955126f;
 
+/// Element-wise kernels' chunks: each read into float32 once (a 2-byte
+/// operand widened into the thread's buffer, a float32 one where it lies),
+/// computed and stored (rounded, or packed into a 2-byte result) while it
+/// is in the cache, one pass over memory where widening the input, the
+/// function and rounding its result were a pass each.
+constexpr int64_t kElementChunk = 4096;
+
+/// Calls `chunk(from, count)` over [0, n) in chunks, on the threads.
+template <typename Chunk> void forEachChunk(int64_t n, Chunk chunk) {
+#pragma omp parallel for if (n > 65536)
+  for (int64_t from = 0; from < n; from += kElementChunk)
+    chunk(from, std::min(kElementChunk, n - from));
+}
+
 template <typename T, typename Fn>
 std::function<void(const StepContext &)> binary(const KernelArgs &args, Fn fn) {
   TensorView a = args.inputs[0], b = args.inputs[1], y = args.outputs[0];
@@ -81,6 +95,41 @@ bool twoBytes(const TensorView &view) {
   return view.dtype == plan::BF16 || view.dtype == plan::F16;
 }
 
+/// Whether a binary op's operands are elements of the result (a the
+/// result's shape, b too or a scalar), which narrowBinary takes.
+bool inChunks(const KernelArgs &args) {
+  int64_t n = args.outputs[0].numel();
+  return args.inputs[0].numel() == n &&
+         (args.inputs[1].numel() == n || args.inputs[1].numel() == 1);
+}
+
+/// A float binary op whose operands or result the plan stores in 2 bytes,
+/// in one pass: chunks read once into float32, computed, rounded or packed
+/// in the cache (before: each 2-byte operand widened into scratch, the
+/// result computed into more, then packed; GPT-2 small bf16's 48 products
+/// of q and k by their scale a step).
+template <typename Fn>
+std::function<void(const StepContext &)> narrowBinary(const KernelArgs &args,
+                                                      Fn fn) {
+  TensorView a = args.inputs[0], b = args.inputs[1], y = args.outputs[0];
+  int64_t n = y.numel();
+  bool scalar = b.numel() == 1 && n != 1;
+  NarrowFormat rounding = roundingOf(args);
+  return [=](const StepContext &) {
+    float bValue = scalar ? loadValue(b.data, 0, storedFormatOf(b)) : 0.0f;
+    forEachChunk(n, [&](int64_t from, int64_t count) {
+      alignas(64) float inA[kElementChunk], inB[kElementChunk],
+          out[kElementChunk];
+      const float *pa = floatsOf(a, from, count, inA);
+      const float *pb = scalar ? nullptr : floatsOf(b, from, count, inB);
+      float *results = resultsOf(y, from, out);
+      for (int64_t i = 0; i < count; ++i)
+        results[i] = fn(pa[i], scalar ? bValue : pb[i]);
+      storeRow(results, count, rounding, y, from);
+    });
+  };
+}
+
 template <typename Fn>
 void addBinary(KernelRegistry &registry, const std::string &op, Fn fn) {
   registry.add(
@@ -94,10 +143,14 @@ void addBinary(KernelRegistry &registry, const std::string &op, Fn fn) {
               binary<int64_t>(args, [fn](int64_t a, int64_t b) {
                 return static_cast<int64_t>(fn(a, b));
               }));
-        // cdp.mul under round_result may read and store 2-byte
-        // values: widened into, and computed in, float32 buffers.
-        if (twoBytes(args.inputs[0]) || twoBytes(args.inputs[1]) ||
-            twoBytes(args.outputs[0]))
+        // cdp.mul under round_result may read and store 2-byte values:
+        // in chunks where the shapes agree (or b is a scalar), else
+        // widened into, and computed in, float32 buffers.
+        bool narrow = twoBytes(args.inputs[0]) || twoBytes(args.inputs[1]) ||
+                      twoBytes(args.outputs[0]);
+        if (narrow && inChunks(args))
+          return std::make_unique<FunctionKernel>(narrowBinary(args, floats));
+        if (narrow)
           return narrowResultKernel(args,
                                     [floats](const KernelArgs &wide) {
                                       return binary<float>(wide, floats);
@@ -325,20 +378,6 @@ dropoutKernel(const KernelArgs &args) {
       py[i] = keep ? px[i] * keepScale : 0.0f;
     }
   };
-}
-
-/// Element-wise kernels' chunks: each read into float32 once (a 2-byte
-/// operand widened into the thread's buffer, a float32 one where it lies),
-/// computed and stored (rounded, or packed into a 2-byte result) while it
-/// is in the cache, one pass over memory where widening the input, the
-/// function and rounding its result were a pass each.
-constexpr int64_t kElementChunk = 4096;
-
-/// Calls `chunk(from, count)` over [0, n) in chunks, on the threads.
-template <typename Chunk> void forEachChunk(int64_t n, Chunk chunk) {
-#pragma omp parallel for if (n > 65536)
-  for (int64_t from = 0; from < n; from += kElementChunk)
-    chunk(from, std::min(kElementChunk, n - from));
 }
 
 /// GELU (either form) in one pass over x and y, whatever their storage.
