@@ -121,10 +121,17 @@ std::function<void(const StepContext &)> narrowBinary(const KernelArgs &args,
       alignas(64) float inA[kElementChunk], inB[kElementChunk],
           out[kElementChunk];
       const float *pa = floatsOf(a, from, count, inA);
-      const float *pb = scalar ? nullptr : floatsOf(b, from, count, inB);
       float *results = resultsOf(y, from, out);
-      for (int64_t i = 0; i < count; ++i)
-        results[i] = fn(pa[i], scalar ? bValue : pb[i]);
+      // Two loops, so that neither chooses its b per element (which kept
+      // the loop scalar: a load of b the compiler may not hoist).
+      if (scalar) {
+        for (int64_t i = 0; i < count; ++i)
+          results[i] = fn(pa[i], bValue);
+      } else {
+        const float *pb = floatsOf(b, from, count, inB);
+        for (int64_t i = 0; i < count; ++i)
+          results[i] = fn(pa[i], pb[i]);
+      }
       storeRow(results, count, rounding, y, from);
     });
   };
