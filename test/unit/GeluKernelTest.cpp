@@ -201,6 +201,23 @@ std::vector<float> inputsOf(int64_t n) {
   return x;
 }
 
+/// The storage cases' results hold the float32 kernel's `want`: rounded
+/// to bf16, stored as its bits, and written over the input.
+void expectTheFloat32Bits(const std::vector<float> &want,
+                          const std::vector<float> &rounded,
+                          const std::vector<uint16_t> &stored,
+                          const std::vector<float> &inPlace,
+                          const char *label) {
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(bitsOf(rounded[i]), bitsOf(roundToBfloat16(want[i])))
+        << label << ", length " << want.size() << ", element " << i;
+    ASSERT_EQ(stored[i], narrowBitsOf(want[i], true))
+        << label << ", length " << want.size() << ", element " << i;
+    ASSERT_EQ(bitsOf(inPlace[i]), bitsOf(want[i]))
+        << label << ", length " << want.size() << ", element " << i;
+  }
+}
+
 // Lengths below, at and across a chunk (4096) and one the threads share.
 const int64_t kLengths[] = {1, 17, 4096, 4097, 70001};
 
@@ -223,13 +240,7 @@ TEST(GeluKernel, StorageCasesHoldTheFloat32KernelsBits) {
       runInto("gelu", {{"approximate", form.name}},
               {viewOf(inPlace.data(), n, plan::F32)},
               viewOf(inPlace.data(), n, plan::F32));
-      for (int64_t i = 0; i < n; ++i) {
-        SCOPED_TRACE(std::string(form.name) + " length " + std::to_string(n) +
-                     " element " + std::to_string(i));
-        ASSERT_EQ(bitsOf(rounded[i]), bitsOf(roundToBfloat16(want[i])));
-        ASSERT_EQ(stored[i], narrowBitsOf(want[i], true));
-        ASSERT_EQ(bitsOf(inPlace[i]), bitsOf(want[i]));
-      }
+      expectTheFloat32Bits(want, rounded, stored, inPlace, form.name);
     }
 }
 
@@ -260,13 +271,7 @@ TEST(GeluKernel, GradientStorageCasesHoldTheFloat32KernelsBits) {
               {viewOf(inPlace.data(), n, plan::F32),
                viewOf(x.data(), n, plan::F32)},
               viewOf(inPlace.data(), n, plan::F32));
-      for (int64_t i = 0; i < n; ++i) {
-        SCOPED_TRACE(std::string(form.kind) + " length " + std::to_string(n) +
-                     " element " + std::to_string(i));
-        ASSERT_EQ(bitsOf(rounded[i]), bitsOf(roundToBfloat16(want[i])));
-        ASSERT_EQ(stored[i], narrowBitsOf(want[i], true));
-        ASSERT_EQ(bitsOf(inPlace[i]), bitsOf(want[i]));
-      }
+      expectTheFloat32Bits(want, rounded, stored, inPlace, form.kind);
     }
 }
 
