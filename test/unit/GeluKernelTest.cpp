@@ -12,9 +12,9 @@
 // exponential's argument (2|u|, x^2 / 2), whose own rounding costs |a| ulp
 // of it (the rest: the polynomials, and 1 + erf(z) for z in [-1, -0.5]).
 // Then the storage cases, each the float32 kernel's bits: a float32 input
-// with a bf16 round_result, a result stored in 2 bytes, 2-byte incoming
-// gradients, lengths across the kernels' chunks, a result written over its
-// input.
+// with a bf16 round_result, a result stored in bf16 or fp16, 2-byte incoming
+// gradients and saved inputs, lengths across the kernels' chunks, a result
+// written over its input.
 //
 //===----------------------------------------------------------------------===//
 
@@ -202,16 +202,20 @@ std::vector<float> inputsOf(int64_t n) {
 }
 
 /// The storage cases' results hold the float32 kernel's `want`: rounded
-/// to bf16, stored as its bits, and written over the input.
+/// to bf16, stored as its bf16 and its fp16 bits, and written over the
+/// input.
 void expectTheFloat32Bits(const std::vector<float> &want,
                           const std::vector<float> &rounded,
                           const std::vector<uint16_t> &stored,
+                          const std::vector<uint16_t> &storedF16,
                           const std::vector<float> &inPlace,
                           const char *label) {
   for (size_t i = 0; i < want.size(); ++i) {
     ASSERT_EQ(bitsOf(rounded[i]), bitsOf(roundToBfloat16(want[i])))
         << label << ", length " << want.size() << ", element " << i;
     ASSERT_EQ(stored[i], narrowBitsOf(want[i], true))
+        << label << ", length " << want.size() << ", element " << i;
+    ASSERT_EQ(storedF16[i], narrowBitsOf(want[i], false))
         << label << ", length " << want.size() << ", element " << i;
     ASSERT_EQ(bitsOf(inPlace[i]), bitsOf(want[i]))
         << label << ", length " << want.size() << ", element " << i;
@@ -232,15 +236,19 @@ TEST(GeluKernel, StorageCasesHoldTheFloat32KernelsBits) {
       runInto("gelu", {{"approximate", form.name}, {"round_result", "bf16"}},
               {viewOf(x.data(), n, plan::F32)},
               viewOf(rounded.data(), n, plan::F32));
-      std::vector<uint16_t> stored(n);
+      std::vector<uint16_t> stored(n), storedF16(n);
       runInto("gelu", {{"approximate", form.name}},
               {viewOf(x.data(), n, plan::F32)},
               viewOf(stored.data(), n, plan::BF16));
+      runInto("gelu", {{"approximate", form.name}},
+              {viewOf(x.data(), n, plan::F32)},
+              viewOf(storedF16.data(), n, plan::F16));
       std::vector<float> inPlace = x;
       runInto("gelu", {{"approximate", form.name}},
               {viewOf(inPlace.data(), n, plan::F32)},
               viewOf(inPlace.data(), n, plan::F32));
-      expectTheFloat32Bits(want, rounded, stored, inPlace, form.name);
+      expectTheFloat32Bits(want, rounded, stored, storedF16, inPlace,
+                           form.name);
     }
 }
 
@@ -261,17 +269,39 @@ TEST(GeluKernel, GradientStorageCasesHoldTheFloat32KernelsBits) {
               {viewOf(dyBits.data(), n, plan::BF16),
                viewOf(x.data(), n, plan::F32)},
               viewOf(rounded.data(), n, plan::F32));
-      std::vector<uint16_t> stored(n);
+      std::vector<uint16_t> stored(n), storedF16(n);
       runInto("unary_grad", {{"kind", form.kind}},
               {viewOf(dyBits.data(), n, plan::BF16),
                viewOf(x.data(), n, plan::F32)},
               viewOf(stored.data(), n, plan::BF16));
+      runInto("unary_grad", {{"kind", form.kind}},
+              {viewOf(dy.data(), n, plan::F32), viewOf(x.data(), n, plan::F32)},
+              viewOf(storedF16.data(), n, plan::F16));
+      // A saved input stored in fp16: the kernel's bits on its values.
+      std::vector<uint16_t> x16(n);
+      std::vector<float> x16Values(n), fromValues(n), fromF16(n);
+      for (int64_t i = 0; i < n; ++i) {
+        x16[i] = narrowBitsOf(x[i], false);
+        x16Values[i] = floatOfFloat16(x16[i]);
+      }
+      runInto("unary_grad", {{"kind", form.kind}},
+              {viewOf(dy.data(), n, plan::F32),
+               viewOf(x16Values.data(), n, plan::F32)},
+              viewOf(fromValues.data(), n, plan::F32));
+      runInto(
+          "unary_grad", {{"kind", form.kind}},
+          {viewOf(dy.data(), n, plan::F32), viewOf(x16.data(), n, plan::F16)},
+          viewOf(fromF16.data(), n, plan::F32));
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(bitsOf(fromF16[i]), bitsOf(fromValues[i]))
+            << form.kind << ", fp16 saved input, element " << i;
       std::vector<float> inPlace = dy;
       runInto("unary_grad", {{"kind", form.kind}},
               {viewOf(inPlace.data(), n, plan::F32),
                viewOf(x.data(), n, plan::F32)},
               viewOf(inPlace.data(), n, plan::F32));
-      expectTheFloat32Bits(want, rounded, stored, inPlace, form.kind);
+      expectTheFloat32Bits(want, rounded, stored, storedF16, inPlace,
+                           form.kind);
     }
 }
 
