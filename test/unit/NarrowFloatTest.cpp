@@ -26,6 +26,7 @@ using cdp::bitsOf;
 using cdp::float16BitsOf;
 using cdp::floatOfBfloat16;
 using cdp::floatOfFloat16;
+using cdp::roundedBfloat16BitsOf;
 using cdp::roundToBfloat16;
 using cdp::roundToFloat16;
 
@@ -122,6 +123,27 @@ TEST(NarrowFloat, EveryPatternPacksBackToItself) {
   EXPECT_EQ(floatOfFloat16(0x7BFF), 65504.0f);
   EXPECT_EQ(floatOfFloat16(0x8000), -0.0f);
   EXPECT_TRUE(std::signbit(floatOfFloat16(0x8000)));
+}
+
+// narrowBitsOf's bf16 pattern in one step is the rounding then the
+// packing it replaced, on every 61st float bit pattern (both signs, NaNs,
+// infinities, subnormals, the largest finite values that round to
+// infinity) and the patterns around each rounding boundary.
+TEST(NarrowFloat, RoundedBfloat16BitsAreRoundingThenPacking) {
+  auto check = [](uint32_t pattern) {
+    float x;
+    std::memcpy(&x, &pattern, sizeof x);
+    ASSERT_EQ(roundedBfloat16BitsOf(x), bfloat16BitsOf(roundToBfloat16(x)))
+        << "pattern 0x" << std::hex << pattern;
+  };
+  for (uint64_t pattern = 0; pattern <= 0xFFFFFFFFull; pattern += 61)
+    check(static_cast<uint32_t>(pattern));
+  for (uint32_t high = 0; high < 0x10000u; high += 7)
+    for (uint32_t low : {0x7FFFu, 0x8000u, 0x8001u, 0xFFFFu, 0x0u})
+      check(high << 16 | low);
+  for (uint32_t pattern : {0x7F7FFFFFu, 0xFF7FFFFFu, 0x7F800000u, 0x7F800001u,
+                           0xFFC00000u, 0x7FFFFFFFu, 0x00000001u})
+    check(pattern);
 }
 
 // cdp.pack_narrow rounds what is not exact yet, as round_to does (to
