@@ -130,15 +130,16 @@ float logProbabilityOf(float score, const RowLogSum &row) {
 
 /// A row's log-probabilities from its scores `x` (n of them), into `logp`
 /// (a vocabulary's: in vectors, CDP_VECTOR_CLONES).
-CDP_VECTOR_CLONES void logProbabilitiesOf(const float *x, const RowLogSum &row, int64_t n,
-                        float *logp) {
+CDP_VECTOR_CLONES void logProbabilitiesOf(const float *x, const RowLogSum &row,
+                                          int64_t n, float *logp) {
   for (int64_t c = 0; c < n; ++c)
     logp[c] = logProbabilityOf(x[c], row);
 }
 
 /// A row's gradient in place of its probabilities p: factor (p - onehot)
 /// (an ignored label, outside the classes, has no one); in vectors.
-CDP_VECTOR_CLONES void gradientRow(float *p, double factor, int64_t label, int64_t n) {
+CDP_VECTOR_CLONES void gradientRow(float *p, double factor, int64_t label,
+                                   int64_t n) {
   bool counted = label >= 0 && label < n;
   double atLabel =
       counted ? factor * (static_cast<double>(p[label]) - 1.0) : 0.0;
