@@ -294,7 +294,7 @@ const float *asProductOperand(float *x, int64_t count, NarrowFormat format,
 }
 const uint16_t *asProductOperand(float *x, int64_t count, NarrowFormat,
                                  uint16_t *own) {
-  bf16RowBits(x, count, own);
+  narrowRowBits(x, count, true, own);
   return own;
 }
 

@@ -53,9 +53,10 @@ void packNarrow(const float *in, uint16_t *out, int64_t n, bool bf16);
 /// to[i] = roundedTo(format, x[i]) for i < n (`to` may be `x`): one row on
 /// the calling thread, in vectors where the processor has them.
 void roundedRow(const float *x, int64_t n, NarrowFormat format, float *to);
-/// bits[i] = the bf16 bits of x[i], rounded to nearest even, for i < n: one
-/// row on the calling thread, in vectors where the processor has them.
-void bf16RowBits(const float *x, int64_t n, uint16_t *bits);
+/// bits[i] = the bf16 (else fp16) bits of x[i], rounded to nearest even,
+/// for i < n: one row on the calling thread, in vectors where the processor
+/// has them.
+void narrowRowBits(const float *x, int64_t n, bool bf16, uint16_t *bits);
 /// to[i] = x[i]'s float value for i < n (bf16, else fp16, bits), exactly:
 /// one row on the calling thread, in vectors where the processor has
 /// them.

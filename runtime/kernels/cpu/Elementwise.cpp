@@ -578,25 +578,17 @@ static void registerConversions(KernelRegistry &registry) {
   });
 }
 
-// One loop per format in each, so that neither carries the format's branch
-// per element and each vectorizes.
-void widenNarrow(const uint16_t *in, float *out, int64_t n, bool bf16) {
-  if (bf16) {
-#pragma omp parallel for if (n > 65536)
+// The row functions first: clang takes a target_clones function only
+// before its first use. One loop per format in each, so that neither
+// carries the format's branch per element and each vectorizes.
+CDP_VECTOR_CLONES void narrowRowBits(const float *x, int64_t n, bool bf16,
+                                     uint16_t *bits) {
+  if (bf16)
     for (int64_t i = 0; i < n; ++i)
-      out[i] = floatOfBfloat16(in[i]);
-  } else {
-#pragma omp parallel for if (n > 65536)
+      bits[i] = narrowBitsOf(x[i], true);
+  else
     for (int64_t i = 0; i < n; ++i)
-      out[i] = floatOfFloat16(in[i]);
-  }
-}
-
-// Defined before packNarrow: clang takes a target_clones function only
-// before its first use.
-CDP_VECTOR_CLONES void bf16RowBits(const float *x, int64_t n, uint16_t *bits) {
-  for (int64_t i = 0; i < n; ++i)
-    bits[i] = narrowBitsOf(x[i], true);
+      bits[i] = narrowBitsOf(x[i], false);
 }
 
 CDP_VECTOR_CLONES void widenedRow(const uint16_t *x, int64_t n, bool bf16,
@@ -607,6 +599,18 @@ CDP_VECTOR_CLONES void widenedRow(const uint16_t *x, int64_t n, bool bf16,
   else
     for (int64_t i = 0; i < n; ++i)
       to[i] = floatOfFloat16(x[i]);
+}
+
+void widenNarrow(const uint16_t *in, float *out, int64_t n, bool bf16) {
+  forEachChunk(n, [&](int64_t from, int64_t count) {
+    widenedRow(in + from, count, bf16, out + from);
+  });
+}
+
+void packNarrow(const float *in, uint16_t *out, int64_t n, bool bf16) {
+  forEachChunk(n, [&](int64_t from, int64_t count) {
+    narrowRowBits(in + from, count, bf16, out + from);
+  });
 }
 
 const float *floatsOf(const TensorView &view, int64_t from, int64_t count,
@@ -620,19 +624,6 @@ const float *floatsOf(const TensorView &view, int64_t from, int64_t count,
 
 float *resultsOf(const TensorView &y, int64_t from, float *buffer) {
   return storedInTwoBytes(y) ? buffer : y.f32() + from;
-}
-
-void packNarrow(const float *in, uint16_t *out, int64_t n, bool bf16) {
-  constexpr int64_t kChunk = 65536;
-  if (bf16) {
-#pragma omp parallel for if (n > kChunk)
-    for (int64_t start = 0; start < n; start += kChunk)
-      bf16RowBits(in + start, std::min(kChunk, n - start), out + start);
-  } else {
-#pragma omp parallel for if (n > 65536)
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = narrowBitsOf(in[i], false);
-  }
 }
 
 CDP_VECTOR_CLONES void roundedRow(const float *x, int64_t n,
@@ -649,14 +640,11 @@ CDP_VECTOR_CLONES void roundedRow(const float *x, int64_t n,
 
 void storeRow(const float *values, int64_t count, NarrowFormat rounding,
               const TensorView &y, int64_t to) {
-  auto *bits = static_cast<uint16_t *>(y.data) + to;
   if (y.dtype == plan::F32)
     roundedRow(values, count, rounding, y.f32() + to);
-  else if (y.dtype == plan::BF16)
-    bf16RowBits(values, count, bits);
   else
-    for (int64_t c = 0; c < count; ++c)
-      bits[c] = narrowBitsOf(values[c], false);
+    narrowRowBits(values, count, y.dtype == plan::BF16,
+                  static_cast<uint16_t *>(y.data) + to);
 }
 
 void roundInPlace(NarrowFormat format, float *values, int64_t n) {
