@@ -112,7 +112,7 @@ CDP_VECTOR_CLONES void scaledRow(const float *e, double scale, int64_t n,
 CDP_VECTOR_CLONES void scaledRowBits(const float *e, double scale, int64_t n,
                                      uint16_t *bits) {
   for (int64_t c = 0; c < n; ++c)
-    bits[c] = bfloat16BitsOf(roundToBfloat16(static_cast<float>(e[c] * scale)));
+    bits[c] = roundedBfloat16BitsOf(static_cast<float>(e[c] * scale));
 }
 
 CDP_VECTOR_CLONES void softmaxGradientRow(const float *p, float *dp, int64_t n,
